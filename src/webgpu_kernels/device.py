@@ -1,0 +1,137 @@
+"""WebGPU adapters and devices through wgpu-py: choosing one, and one device per adapter.
+
+The best adapter is chosen by default (discrete over integrated over CPU, native backends over
+OpenGL, shader-f16 preferred). ``WEBGPU_KERNELS_ADAPTER`` or the ``adapter`` argument selects one
+by backend (``vulkan``, ``metal``, ``d3d12``, ``gl``) or by a substring of its name. wgpu-py never
+frees devices, so each adapter's device is created once per process and reused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import wgpu
+
+from .errors import AdapterNotFoundError, DeviceError
+from .program import DeviceInfo
+
+ADAPTER_ENV = "WEBGPU_KERNELS_ADAPTER"
+_TYPE_RANK = {"DiscreteGPU": 3, "IntegratedGPU": 2, "VirtualGPU": 1, "CPU": 0}
+_BACKEND_ALIASES = {"gl": "opengl", "opengl": "opengl", "vulkan": "vulkan", "vk": "vulkan", "metal": "metal",
+                    "d3d12": "d3d12", "dx12": "d3d12"}  # fmt: skip
+_OPTIONAL_FEATURES = ("shader-f16", "timestamp-query", "subgroup")
+_RAISED_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size", "max-compute-workgroup-storage-size",
+                  "max-compute-invocations-per-workgroup", "max-compute-workgroup-size-x",
+                  "max-storage-buffers-per-shader-stage")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AdapterSummary:
+    index: int
+    name: str
+    vendor: str
+    backend: str
+    adapter_type: str
+    description: str
+    features: frozenset[str]
+    limits: dict[str, int] = field(repr=False)
+
+    @property
+    def rank(self) -> tuple[int, int, int]:
+        native = 0 if self.backend.lower() == "opengl" else 1
+        return (_TYPE_RANK.get(self.adapter_type, 0), native, int("shader-f16" in self.features))
+
+    def label(self) -> str:
+        return f"{self.name} ({self.backend}, {self.adapter_type})"
+
+
+def _summary(index: int, adapter: Any) -> AdapterSummary:
+    info = adapter.info
+    return AdapterSummary(
+        index=index, name=info.get("device", "") or info.get("description", ""), vendor=info.get("vendor", ""),
+        backend=info.get("backend_type", ""), adapter_type=info.get("adapter_type", ""),
+        description=info.get("description", ""), features=frozenset(adapter.features),
+        limits={k: v for k, v in adapter.limits.items() if isinstance(v, int)},
+    )  # fmt: skip
+
+
+_lock = threading.Lock()
+_adapters: list[Any] | None = None
+_devices: dict[int, Device] = {}
+
+
+def _enumerate() -> list[Any]:
+    global _adapters
+    if _adapters is None:
+        _adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    return _adapters
+
+
+def list_adapters() -> list[AdapterSummary]:
+    """Every adapter wgpu can see, best first."""
+    return sorted((_summary(i, a) for i, a in enumerate(_enumerate())), key=lambda s: s.rank, reverse=True)
+
+
+def choose_adapter(request: str | None = None) -> AdapterSummary:
+    """The adapter for ``request`` (backend or name substring), else ``$WEBGPU_KERNELS_ADAPTER``, else the best."""
+    request = request if request is not None else os.environ.get(ADAPTER_ENV) or None
+    adapters = list_adapters()
+    if not adapters:
+        raise AdapterNotFoundError("no WebGPU adapter found (on Linux without a GPU, install mesa-vulkan-drivers)")
+    if request is None:
+        return adapters[0]
+    wanted = request.strip().lower()
+    backend = _BACKEND_ALIASES.get(wanted)
+    for a in adapters:
+        if backend is not None and a.backend.lower() == backend:
+            return a
+        if backend is None and wanted in f"{a.name} {a.vendor} {a.description}".lower():
+            return a
+    seen = "; ".join(a.label() for a in adapters)
+    raise AdapterNotFoundError(f"no adapter matches {request!r} (from the adapter argument or ${ADAPTER_ENV}); "
+                               f"present: {seen}")  # fmt: skip
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("-")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+class Device:
+    """A wgpu device with what expressions may know about it and its own pipeline cache lock."""
+
+    def __init__(self, adapter: Any, summary: AdapterSummary) -> None:
+        features = [f for f in _OPTIONAL_FEATURES if f in summary.features]
+        limits = {k: summary.limits[k] for k in _RAISED_LIMITS if k in summary.limits}
+        try:
+            self.gpu = adapter.request_device_sync(label="webgpu-kernels", required_features=features,
+                                                   required_limits=limits)  # fmt: skip
+        except wgpu.GPUError as exc:
+            raise DeviceError(f"cannot open a device on {summary.label()}: {exc}") from None
+        self.adapter = summary
+        self.limits = {k: v for k, v in self.gpu.limits.items() if isinstance(v, int)}
+        self.info = DeviceInfo(limits={_camel(k): v for k, v in self.limits.items()},
+                               features=frozenset(self.gpu.features))  # fmt: skip
+        self.lock = threading.RLock()
+
+    @property
+    def has_f16(self) -> bool:
+        return self.info.has_f16
+
+    def limit(self, name: str) -> int:
+        return self.limits[re.sub(r"([A-Z])", lambda m: "-" + m.group(1).lower(), name)]
+
+
+def get_device(adapter: str | None = None) -> Device:
+    """The process-wide device of the chosen adapter (created on first use)."""
+    summary = choose_adapter(adapter)
+    with _lock:
+        device = _devices.get(summary.index)
+        if device is None:
+            device = Device(_enumerate()[summary.index], summary)
+            _devices[summary.index] = device
+        return device

@@ -1,0 +1,161 @@
+"""The library's errors: one base class, subclasses that carry structured context.
+
+Every error a user or a package author can cause is a :class:`KernelError`. Each subclass keeps
+the facts that explain it as attributes (the JSON path, the argument, the expression, the file)
+so that tools can report them without parsing messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KernelError(Exception):
+    """Base class of every error raised by webgpu_kernels."""
+
+
+# --- packages and manifests -------------------------------------------------------------------
+
+
+class PackageError(KernelError):
+    """A kernel package cannot be found or read (missing folder, unreadable file, bad JSON)."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class ManifestError(KernelError):
+    """A manifest breaks the format. ``json_path`` locates the offending value."""
+
+    def __init__(self, message: str, *, json_path: str = "", file: str | None = None) -> None:
+        self.json_path = json_path
+        self.file = file
+        self.detail = message
+        where = json_path or "(root)"
+        prefix = f"{file}: " if file else ""
+        super().__init__(f"{prefix}{where}: {message}")
+
+
+# --- expressions --------------------------------------------------------------------------------
+
+
+class ExpressionError(KernelError):
+    """A manifest expression does not parse, names something unknown, or fails to evaluate."""
+
+    def __init__(self, message: str, *, expression: str, where: str = "") -> None:
+        self.expression = expression
+        self.where = where
+        self.detail = message
+        location = f"{where}: " if where else ""
+        super().__init__(f"{location}expression {expression!r}: {message}")
+
+
+# --- calls --------------------------------------------------------------------------------------
+
+
+class InputError(KernelError):
+    """A call's inputs, attributes or options break the kernel's contract.
+
+    ``argument`` names the offending argument, ``expected`` and ``received`` say what the
+    contract wanted and what came.
+    """
+
+    def __init__(self, argument: str, expected: str, received: str, *, hint: str = "") -> None:
+        self.argument = argument
+        self.expected = expected
+        self.received = received
+        message = f"argument {argument!r}: expected {expected}, got {received}"
+        if hint:
+            message += f" ({hint})"
+        super().__init__(message)
+
+
+class UnknownInputError(InputError):
+    """An input, attribute or tunable the contract does not declare."""
+
+
+class MissingInputError(InputError):
+    """A required input was not given."""
+
+
+class RankError(InputError):
+    """An input of the wrong rank."""
+
+
+class DTypeError(InputError):
+    """An input whose dtype is outside its type constraint, or a type variable bound twice."""
+
+
+class ShapeError(InputError):
+    """Shapes that the contract relates do not agree."""
+
+
+class AttributeValueError(InputError):
+    """An attribute or tunable value of the wrong kind (non-finite, wrong type)."""
+
+
+class DeviceLimitError(InputError):
+    """The call needs more than the device offers (binding size, workgroup size, features)."""
+
+
+class SelectionError(KernelError):
+    """No variant can run this call, or the forced variant cannot."""
+
+    def __init__(self, message: str, *, trace: Any = None) -> None:
+        self.trace = trace
+        super().__init__(message)
+
+
+class VariantRejectedError(SelectionError):
+    """The caller forced a variant whose ``when`` clause does not hold."""
+
+    def __init__(self, message: str, *, variant: str, clause: str | None, trace: Any = None) -> None:
+        self.variant = variant
+        self.clause = clause
+        super().__init__(message, trace=trace)
+
+
+# --- rendering and the GPU ----------------------------------------------------------------------
+
+
+class TemplateError(KernelError):
+    """A shader template fails to load or render. ``file`` and ``line`` locate it."""
+
+    def __init__(self, message: str, *, file: str, line: int | None = None) -> None:
+        self.file = file
+        self.line = line
+        self.detail = message
+        where = f"{file}:{line}" if line else file
+        super().__init__(f"{where}: {message}")
+
+
+class LayoutError(KernelError):
+    """A uniform struct field has a type or value that cannot be packed."""
+
+
+class GPUError(KernelError):
+    """Base of errors reported by WebGPU."""
+
+
+class AdapterNotFoundError(GPUError):
+    """No WebGPU adapter matches the request (or none is present at all)."""
+
+
+class ShaderCompileError(GPUError):
+    """WGSL that the device refused to compile into a pipeline."""
+
+    def __init__(self, message: str, *, kernel: str, variant: str, pass_id: str) -> None:
+        self.kernel = kernel
+        self.variant = variant
+        self.pass_id = pass_id
+        self.detail = message
+        super().__init__(f"{kernel} variant {variant!r} pass {pass_id!r}: shader does not compile:\n{message}")
+
+
+class DeviceError(GPUError):
+    """Any other error that WebGPU raised while running a kernel (validation, out of memory, lost)."""
+
+
+class TensorReleasedError(KernelError):
+    """A GPU tensor was used after ``release()``."""

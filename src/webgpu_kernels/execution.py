@@ -1,0 +1,184 @@
+"""Execution on WebGPU: pipelines (cached per device), buffers, dispatch and readback.
+
+This is the one place that talks to wgpu and the one place that turns wgpu's errors into the
+library's typed errors. Pipelines are keyed by everything that shapes them: the rendered WGSL,
+the entry point and the binding layout, so two calls share a pipeline only if their shaders are
+identical (an f32 and an f16 call never do).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import wgpu
+
+from .device import Device
+from .errors import DeviceError, DeviceLimitError, ShaderCompileError
+from .program import OutputSpec
+from .rendering import ResolvedPass, workgroup_grid
+from .tensor import GpuTensor, _padded
+
+PIPELINE_CACHE_SIZE = 256
+_BUFFER_TYPES = {"read-only-storage": wgpu.BufferBindingType.read_only_storage,
+                 "storage": wgpu.BufferBindingType.storage, "uniform": wgpu.BufferBindingType.uniform}  # fmt: skip
+_STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+
+
+@dataclass(frozen=True)
+class CompiledPipeline:
+    pipeline: Any
+    bind_group_layout: Any
+
+
+@dataclass(frozen=True)
+class PassProgram:
+    """A pass ready to dispatch: its pipeline, what each binding is bound to, and the grid."""
+
+    label: str
+    pipeline: CompiledPipeline
+    entries: tuple[tuple[int, str | None, Any], ...]  # (binding, arg name or None, uniform buffer or None)
+    grid: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    variant: str
+    passes: tuple[PassProgram, ...]
+    outputs: tuple[OutputSpec, ...]
+
+
+def _pipeline_cache(device: Device) -> OrderedDict[Any, CompiledPipeline]:
+    cache = getattr(device, "_pipelines", None)
+    if cache is None:
+        cache = device._pipelines = OrderedDict()  # type: ignore[attr-defined]
+    return cache
+
+
+def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kernel: str, variant: str) -> CompiledPipeline:
+    """The compute pipeline for ``wgsl`` with ``resolved``'s binding layout, from the cache if built."""
+    layout_key = tuple((b.binding, b.buffer_type) for b in resolved.bindings)
+    key = (wgsl, resolved.entry_point, layout_key)
+    cache = _pipeline_cache(device)
+    with device.lock:
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+        gpu = device.gpu
+        try:
+            module = gpu.create_shader_module(label=resolved.label, code=wgsl)
+            layout = gpu.create_bind_group_layout(entries=[
+                {"binding": b.binding, "visibility": wgpu.ShaderStage.COMPUTE,
+                 "buffer": {"type": _BUFFER_TYPES[b.buffer_type]}}
+                for b in resolved.bindings
+            ])  # fmt: skip
+            pipeline = gpu.create_compute_pipeline(
+                label=resolved.label,
+                layout=gpu.create_pipeline_layout(bind_group_layouts=[layout]),
+                compute={"module": module, "entry_point": resolved.entry_point},
+            )
+        except wgpu.GPUError as exc:
+            raise ShaderCompileError(str(exc).strip(), kernel=kernel, variant=variant, pass_id=resolved.pass_id) from None
+        compiled = CompiledPipeline(pipeline, layout)
+        cache[key] = compiled
+        if len(cache) > PIPELINE_CACHE_SIZE:
+            cache.popitem(last=False)
+        return compiled
+
+
+def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int]) -> None:
+    """Refuse, before any GPU work, what the device cannot do: binding sizes, workgroup sizes."""
+    max_binding = device.limits["max-storage-buffer-binding-size"]
+    max_buffer = device.limits["max-buffer-size"]
+    for b in resolved.bindings:
+        if b.arg is not None and _padded(sizes[b.arg]) > min(max_binding, max_buffer):
+            raise DeviceLimitError(b.arg, f"at most {min(max_binding, max_buffer)} bytes per binding "
+                                   f"(the device's maxStorageBufferBindingSize)", f"{sizes[b.arg]} bytes")  # fmt: skip
+    x, y, z = resolved.workgroup_size
+    limits = device.info.limits
+    checks = (("maxComputeWorkgroupSizeX", x), ("maxComputeWorkgroupSizeY", y), ("maxComputeWorkgroupSizeZ", z),
+              ("maxComputeInvocationsPerWorkgroup", x * y * z))  # fmt: skip
+    for limit, value in checks:
+        if value > limits[limit]:
+            raise DeviceLimitError("tunables", f"a workgroup within the device's {limit} = {limits[limit]}",
+                                   f"{value} (pass {resolved.pass_id!r})")  # fmt: skip
+
+
+def build_pass(device: Device, resolved: ResolvedPass, wgsl: str, *, kernel: str, variant: str) -> PassProgram:
+    compiled = compile_pipeline(device, wgsl, resolved, kernel=kernel, variant=variant)
+    entries = []
+    for b in resolved.bindings:
+        uniform = None
+        if b.uniform_bytes is not None:
+            uniform = device.gpu.create_buffer_with_data(data=b.uniform_bytes, usage=wgpu.BufferUsage.UNIFORM)
+        entries.append((b.binding, b.arg, uniform))
+    grid = workgroup_grid(resolved.threads, resolved.invocations_per_workgroup,
+                          device.limits["max-compute-workgroups-per-dimension"])  # fmt: skip
+    return PassProgram(label=resolved.label, pipeline=compiled, entries=tuple(entries), grid=grid)
+
+
+def upload(device: Device, array: np.ndarray) -> Any:
+    """A storage buffer holding ``array`` (C-contiguous, little-endian), padded to 4 bytes."""
+    data = array.reshape(-1).view(np.uint8)
+    if data.nbytes % 4 or data.nbytes == 0:
+        padded = np.zeros(_padded(data.nbytes), dtype=np.uint8)
+        padded[: data.nbytes] = data
+        data = padded
+    return device.gpu.create_buffer_with_data(data=data, usage=_STORAGE_USAGE)
+
+
+def run_plan(
+    device: Device,
+    plan: ExecutionPlan,
+    inputs: Mapping[str, np.ndarray | GpuTensor],
+    *,
+    to_numpy: bool,
+) -> dict[str, np.ndarray | GpuTensor]:
+    """Upload NumPy inputs, allocate outputs, dispatch every pass, and return the outputs."""
+    gpu = device.gpu
+    try:
+        with device.lock:
+            buffers: dict[str, Any] = {}
+            for name, value in inputs.items():
+                buffers[name] = value.buffer if isinstance(value, GpuTensor) else upload(device, value)
+            results: dict[str, GpuTensor] = {}
+            for out in plan.outputs:
+                dtype = np.dtype(out.dtype)
+                nbytes = int(np.prod(out.shape, dtype=np.int64)) * dtype.itemsize
+                buffer = gpu.create_buffer(size=_padded(nbytes), usage=_STORAGE_USAGE)
+                buffers[out.role] = buffer
+                results[out.role] = GpuTensor(buffer, out.shape, dtype, device)
+            encoder = gpu.create_command_encoder()
+            dispatched = False
+            for program in plan.passes:
+                if program.grid[0] == 0:
+                    continue
+                bind_group = gpu.create_bind_group(
+                    layout=program.pipeline.bind_group_layout,
+                    entries=[{"binding": binding, "resource": {"buffer": uniform if arg is None else buffers[arg]}}
+                             for binding, arg, uniform in program.entries],
+                )  # fmt: skip
+                compute = encoder.begin_compute_pass(label=program.label)
+                compute.set_pipeline(program.pipeline.pipeline)
+                compute.set_bind_group(0, bind_group)
+                compute.dispatch_workgroups(*program.grid)
+                compute.end()
+                dispatched = True
+            if dispatched:
+                gpu.queue.submit([encoder.finish()])
+            for name, value in inputs.items():
+                if not isinstance(value, GpuTensor):
+                    buffers[name].destroy()
+    except wgpu.GPUError as exc:
+        raise DeviceError(f"WebGPU refused the work of variant {plan.variant!r}: {str(exc).strip()}") from None
+    if not to_numpy:
+        return dict(results)
+    arrays: dict[str, np.ndarray | GpuTensor] = {}
+    for role, tensor in results.items():
+        arrays[role] = tensor.numpy()
+        tensor.release()
+    return arrays

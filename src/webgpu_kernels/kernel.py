@@ -1,0 +1,235 @@
+"""The kernel object: a loaded package you call with a dict of inputs.
+
+It strings the stages together (contract -> program scope -> selection -> rendering ->
+execution) and caches, per call signature, the finished plan: the variant, the pipelines, the
+uniform buffers and the grid. A call whose signature was seen before evaluates no expression.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .contract import CallSignature, check_call
+from .device import Device, get_device
+from .errors import DeviceLimitError, InputError, SelectionError
+from .execution import ExecutionPlan, build_pass, check_limits, run_plan
+from .manifest import Manifest, parse_manifest
+from .package import MANIFEST_FILE, KernelPackage
+from .program import DeviceInfo, OutputSpec, compile_program
+from .rendering import TemplateRenderer, resolve_variant
+from .selection import Verdict, require_choice, select_variant
+from .tensor import GpuTensor
+
+PLAN_CACHE_SIZE = 512
+_OUTPUT_KINDS = ("numpy", "gpu")
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A shape and dtype standing for a tensor, for ``explain`` and ``render`` without data."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    op_id: str
+    chosen: str | None
+    verdicts: tuple[Verdict, ...]
+    outputs: tuple[OutputSpec, ...]
+    values: dict[str, Any]  # derive and constant values of the call (top level)
+
+    def __str__(self) -> str:
+        lines = [f"{self.op_id}: chosen variant {self.chosen!r}" if self.chosen else f"{self.op_id}: no variant applies"]
+        for v in self.verdicts:
+            mark = "*" if v.variant == self.chosen else ("+" if v.accepted else "-")
+            lines.append(f"  {mark} {v.variant} (priority {v.priority:g}): {v.reason()}")
+        for out in self.outputs:
+            lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op_id, "chosen": self.chosen, "variants": [v.as_dict() for v in self.verdicts],
+            "outputs": [{"name": o.role, "shape": list(o.shape), "dtype": o.dtype} for o in self.outputs],
+            "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
+        }  # fmt: skip
+
+
+class Kernel:
+    """A kernel package ready to run. Call it: ``kernel({"X": x}, attrs={...}) -> {"Y": y}``."""
+
+    def __init__(self, package: KernelPackage, manifest: Manifest | None = None) -> None:
+        self.package = package
+        self.manifest = manifest or parse_manifest(package.read_json(MANIFEST_FILE), file=str(package.root / MANIFEST_FILE))
+        self.program = compile_program(self.manifest)
+        self.renderer = TemplateRenderer(package.read_text)
+        self._plans: OrderedDict[Any, ExecutionPlan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def op_id(self) -> str:
+        return self.manifest.op_id
+
+    @property
+    def variants(self) -> list[str]:
+        return [v.id for v in self.manifest.variants]
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.op_id!r}, variants={self.variants}, origin={self.package.origin!r})"
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def __call__(
+        self,
+        inputs: Mapping[str, Any],
+        *,
+        attrs: Mapping[str, Any] | None = None,
+        variant: str | None = None,
+        tunables: Mapping[str, Any] | None = None,
+        output: str = "numpy",
+        adapter: str | None = None,
+    ) -> dict[str, np.ndarray | GpuTensor]:
+        """Run the kernel. Inputs are NumPy arrays or GpuTensors; returns outputs by name.
+
+        ``output="gpu"`` returns GpuTensors that stay on the device (feed them to the next call).
+        """
+        if output not in _OUTPUT_KINDS:
+            raise InputError("output", f"one of {list(_OUTPUT_KINDS)}", repr(output))
+        device = get_device(adapter)
+        arrays = _prepare_inputs(inputs, device)
+        signature = check_call(self.manifest, {k: (v.shape, v.dtype.name) for k, v in arrays.items()}, attrs, tunables)
+        plan = self._plan(signature, variant, device)
+        return run_plan(device, plan, arrays, to_numpy=output == "numpy")
+
+    def explain(
+        self,
+        inputs: Mapping[str, Any],
+        *,
+        attrs: Mapping[str, Any] | None = None,
+        tunables: Mapping[str, Any] | None = None,
+        adapter: str | None = None,
+    ) -> Explanation:
+        """Judge every variant for these inputs (arrays, GpuTensors or ``TensorMeta``) and say why."""
+        device = get_device(adapter)
+        signature = check_call(self.manifest, _metas(inputs), attrs, tunables)
+        scope, outputs = self.program.call_scope(signature, device.info)
+        selection = select_variant(self.program.variants, scope, exhaustive=True)
+        names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
+        values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
+        chosen = selection.chosen.variant.id if selection.chosen else None
+        return Explanation(self.op_id, chosen, selection.trace, outputs, values)
+
+    def render(
+        self,
+        inputs: Mapping[str, Any],
+        *,
+        attrs: Mapping[str, Any] | None = None,
+        variant: str | None = None,
+        tunables: Mapping[str, Any] | None = None,
+        adapter: str | None = None,
+    ) -> dict[str, str]:
+        """The WGSL of each pass (by pass id) of the variant a call with these inputs would run."""
+        device = get_device(adapter)
+        signature = check_call(self.manifest, _metas(inputs), attrs, tunables)
+        _, resolved, scope = self._resolve(signature, variant, device.info)
+        return {r.pass_id: self.renderer.render(r, scope) for r in resolved}
+
+    # --- plans ------------------------------------------------------------------------------
+
+    def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
+        scope, outputs = self.program.call_scope(signature, info)
+        selection = select_variant(self.program.variants, scope, forced=forced)
+        try:
+            chosen = require_choice(selection, self.op_id)
+        except SelectionError:
+            self._explain_missing_f16(signature, info)
+            raise
+        return (chosen, outputs), resolve_variant(chosen, selection.scope), selection.scope
+
+    def _explain_missing_f16(self, signature: CallSignature, info: DeviceInfo) -> None:
+        if not info.has_f16:
+            for type_var, dtype in signature.dtypes:
+                if dtype == "float16":
+                    arg = next(s.role for s in self.manifest.inputs if s.dtype == type_var)
+                    raise DeviceLimitError(arg, "float32 (this adapter has no shader-f16 feature)", "float16")
+
+    def _plan(self, signature: CallSignature, forced: str | None, device: Device) -> ExecutionPlan:
+        key = (signature, forced, device.adapter.index)
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                return plan
+        (chosen, outputs), resolved, scope = self._resolve(signature, forced, device.info)
+        sizes = {role: int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype_of(signature, role, self.manifest)).itemsize
+                 for role, shape in signature.shapes}  # fmt: skip
+        sizes.update({o.role: int(np.prod(o.shape, dtype=np.int64)) * np.dtype(o.dtype).itemsize for o in outputs})
+        for r in resolved:
+            check_limits(device, r, sizes)
+        variant_id = chosen.variant.id
+        passes = tuple(
+            build_pass(device, r, self.renderer.render(r, scope), kernel=self.op_id, variant=variant_id) for r in resolved
+        )
+        plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs)
+        with self._lock:
+            self._plans[key] = plan
+            if len(self._plans) > PLAN_CACHE_SIZE:
+                self._plans.popitem(last=False)
+        return plan
+
+
+def dtype_of(signature: CallSignature, role: str, manifest: Manifest) -> str:
+    type_var = next(s.dtype for s in manifest.inputs if s.role == role)
+    return signature.type_bindings()[type_var]
+
+
+def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
+    metas = {}
+    for name, value in _checked_mapping(inputs).items():
+        if isinstance(value, TensorMeta):
+            metas[name] = (tuple(value.shape), value.dtype)
+        elif isinstance(value, tuple) and len(value) == 2 and not hasattr(value, "shape"):
+            metas[name] = (tuple(value[0]), np.dtype(value[1]).name)
+        elif hasattr(value, "shape") and hasattr(value, "dtype"):
+            metas[name] = (tuple(value.shape), np.dtype(value.dtype).name)
+        else:
+            raise InputError(name, "an array, a GpuTensor or a TensorMeta", type(value).__name__)
+    return metas
+
+
+def _checked_mapping(inputs: Any) -> Mapping[str, Any]:
+    if not isinstance(inputs, Mapping):
+        raise InputError("inputs", "a dict of input name -> array", type(inputs).__name__)
+    for name in inputs:
+        if not isinstance(name, str):
+            raise InputError("inputs", "string keys (input names)", repr(name))
+    return inputs
+
+
+def _prepare_inputs(inputs: Mapping[str, Any], device: Device) -> dict[str, np.ndarray | GpuTensor]:
+    """NumPy arrays made C-contiguous and little-endian (copies, never the caller's array)."""
+    prepared: dict[str, np.ndarray | GpuTensor] = {}
+    for name, value in _checked_mapping(inputs).items():
+        if isinstance(value, GpuTensor):
+            if value.released:
+                raise InputError(name, "a live GpuTensor", "a released GpuTensor")
+            if value.device is not device:
+                raise InputError(name, f"a GpuTensor on {device.adapter.label()}", f"one on {value.device.adapter.label()}")
+            prepared[name] = value
+            continue
+        if not isinstance(value, np.ndarray):
+            if not hasattr(value, "__array__") and not isinstance(value, (list, tuple, int, float)):
+                raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
+            value = np.asarray(value)
+        if value.dtype.byteorder == ">":
+            value = value.astype(value.dtype.newbyteorder("<"))
+        prepared[name] = np.ascontiguousarray(value)
+    return prepared

@@ -1,0 +1,290 @@
+"""The manifest: validated against the shipped JSON Schema, then parsed into typed objects.
+
+Checks the schema cannot express (references between parts) are done here too, each failure a
+:class:`ManifestError` carrying the JSON path of the offending value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+
+from .errors import ManifestError
+
+#: ONNX tensor element types and the WGSL scalar that holds them (None: WGSL has no such type).
+ONNX_TO_WGSL: dict[str, str | None] = {
+    "float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32",
+    "bfloat16": None, "float64": None, "int8": None, "int16": None, "int64": None,
+    "uint8": None, "uint16": None, "uint64": None, "bool": None,
+}  # fmt: skip
+
+PARAMS_SEMANTIC = "kernel.params"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    role: str
+    dtype: str  # the type variable, e.g. "T"
+    rank: int | str | None  # an int, an expression, or None (any rank)
+    shape: str | None  # outputs: expression for the shape
+    optional: bool
+    description: str
+    json_path: str
+
+
+@dataclass(frozen=True)
+class StructField:
+    name: str
+    type: str
+    value: Any  # expression source or literal
+    json_path: str
+
+
+@dataclass(frozen=True)
+class Binding:
+    name: str
+    buffer_type: str  # "read-only-storage" | "storage" | "uniform"
+    arg: str | None
+    semantic: str | None
+    element_type: str | None  # WGSL type or "$constant"
+    length: Any
+    struct_name: str | None
+    fields: tuple[StructField, ...]
+    json_path: str
+
+    @property
+    def is_params(self) -> bool:
+        return self.struct_name is not None
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    threads: Any
+    workgroup_size: tuple[Any, ...]
+    json_path: str
+
+
+@dataclass(frozen=True)
+class Pass:
+    id: str
+    name: str
+    shader: str
+    source_inputs: dict[str, Any]
+    bindings: tuple[Binding, ...]
+    dispatch: Dispatch
+    entry_point: str
+    json_path: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str
+    priority: float
+    when: tuple[Any, ...]
+    constants: dict[str, Any]
+    passes: tuple[Pass, ...]
+    index: int
+    json_path: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    domain: str
+    name: str
+    since_version: int
+    description: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    attributes: dict[str, Any]
+    type_constraints: dict[str, tuple[str, ...]]
+    tunables: dict[str, Any]
+    constants: dict[str, Any]
+    derive: dict[str, Any]
+    variants: tuple[Variant, ...]
+    raw: dict[str, Any] = field(repr=False)
+
+    @property
+    def op_id(self) -> str:
+        return f"{self.domain}.{self.name}"
+
+    def variant(self, variant_id: str) -> Variant | None:
+        return next((v for v in self.variants if v.id == variant_id), None)
+
+    def constant_names(self) -> set[str]:
+        names = set(self.constants)
+        for variant in self.variants:
+            names.update(variant.constants)
+        return names
+
+
+@cache
+def manifest_schema() -> dict[str, Any]:
+    """The JSON Schema shipped with the package (``schemas/manifest.schema.json``)."""
+    text = resources.files(__package__).joinpath("schemas/manifest.schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+@cache
+def _validator() -> jsonschema.protocols.Validator:
+    schema = manifest_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def schema_errors(data: Any) -> list[ManifestError]:
+    """Every schema violation, each with its JSON path, most specific first."""
+    errors = []
+    for error in sorted(_validator().iter_errors(data), key=lambda e: (list(e.absolute_path), e.message)):
+        best = jsonschema.exceptions.best_match([error])
+        errors.append(ManifestError(best.message, json_path=_json_path(best.absolute_path)))
+    return errors
+
+
+def _json_path(parts: Any) -> str:
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+_DOLLAR_REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def parse_manifest(data: Any, *, file: str | None = None) -> Manifest:
+    """Validate ``data`` (the decoded manifest.json) and build the typed model.
+
+    Raises the first :class:`ManifestError` found; :func:`check_manifest` returns all of them.
+    """
+    problems = check_manifest(data)
+    if problems:
+        first = problems[0]
+        raise ManifestError(first.detail, json_path=first.json_path, file=file)
+    return _build(data)
+
+
+def check_manifest(data: Any) -> list[ManifestError]:
+    """Every problem with a manifest: schema violations, then broken references."""
+    errors = schema_errors(data)
+    if errors:
+        return errors
+    return _reference_errors(data)
+
+
+def _reference_errors(data: dict[str, Any]) -> list[ManifestError]:
+    errors: list[ManifestError] = []
+    constraints = data.get("typeConstraints", {})
+    args = data.get("args", {})
+    roles = {"input": [t["role"] for t in data.get("inputs", [])], "output": [t["role"] for t in data.get("outputs", [])]}
+    for kind in ("inputs", "outputs"):
+        for i, spec in enumerate(data.get(kind, [])):
+            if spec["dtype"] not in constraints:
+                errors.append(ManifestError(f"type variable {spec['dtype']!r} has no entry in typeConstraints",
+                                            json_path=f"{kind}[{i}].dtype"))  # fmt: skip
+    all_roles = roles["input"] + roles["output"]
+    if len(set(all_roles)) != len(all_roles):
+        errors.append(ManifestError("input and output roles must be unique", json_path="inputs"))
+    for name, arg in args.items():
+        if name not in roles[arg["role"]]:
+            errors.append(ManifestError(f"arg {name!r} has role {arg['role']!r} but no such entry in {arg['role']}s",
+                                        json_path=f"args.{name}"))  # fmt: skip
+    binding_sets = data.get("bindingSets", {})
+    top_constants = set(data.get("constants", {}))
+    for v, variant in enumerate(data["variants"]):
+        constants = top_constants | set(variant.get("constants", {}))
+        for p, pass_ in enumerate(variant["passes"]):
+            where = f"variants[{v}].passes[{p}]"
+            bindings = pass_.get("bindings", [])
+            if isinstance(bindings, str):
+                if bindings not in binding_sets:
+                    errors.append(ManifestError(f"names bindingSets entry {bindings!r}, which does not exist",
+                                                json_path=f"{where}.bindings"))  # fmt: skip
+                    continue
+                bindings = binding_sets[bindings]
+            names = [b["name"] for b in bindings]
+            if len(set(names)) != len(names):
+                errors.append(ManifestError("binding names must be unique", json_path=f"{where}.bindings"))
+            for b, binding in enumerate(bindings):
+                bpath = f"{where}.bindings[{b}]"
+                if binding.get("arg") is not None and binding["arg"] not in all_roles:
+                    errors.append(ManifestError(f"arg {binding['arg']!r} is not an input or output",
+                                                json_path=f"{bpath}.arg"))  # fmt: skip
+                for key in ("elementType", "length"):
+                    ref = binding.get(key)
+                    match = _DOLLAR_REF.match(ref) if isinstance(ref, str) else None
+                    if match and match.group(1) not in constants:
+                        errors.append(ManifestError(f"{ref!r} names no constant of this variant",
+                                                    json_path=f"{bpath}.{key}"))  # fmt: skip
+    ids = [v["id"] for v in data["variants"]]
+    for v, vid in enumerate(ids):
+        if ids.index(vid) != v:
+            errors.append(ManifestError(f"duplicate variant id {vid!r}", json_path=f"variants[{v}].id"))
+    return errors
+
+
+def _build(data: dict[str, Any]) -> Manifest:
+    def tensor(spec: dict[str, Any], path: str) -> TensorSpec:
+        return TensorSpec(
+            role=spec["role"], dtype=spec["dtype"], rank=spec.get("rank"), shape=spec.get("shape"),
+            optional=bool(spec.get("optional", False)), description=spec.get("description", ""), json_path=path,
+        )  # fmt: skip
+
+    binding_sets = data.get("bindingSets", {})
+    variants = []
+    for v, vdata in enumerate(data["variants"]):
+        passes = []
+        for p, pdata in enumerate(vdata["passes"]):
+            ppath = f"variants[{v}].passes[{p}]"
+            raw_bindings = pdata.get("bindings", [])
+            bpath = ppath
+            if isinstance(raw_bindings, str):
+                bpath = f"bindingSets.{raw_bindings}"
+                raw_bindings = binding_sets[raw_bindings]
+            else:
+                bpath = f"{ppath}.bindings"
+            source = pdata.get("source", {})
+            dispatch = pdata["dispatch"]
+            wg = dispatch.get("workgroupSize", 64)
+            passes.append(Pass(
+                id=pdata["id"], name=pdata.get("name", pdata["id"]),
+                shader=pdata.get("shader") or source["shader"],
+                source_inputs=dict(source.get("inputs", {})),
+                bindings=tuple(_binding(b, f"{bpath}[{i}]") for i, b in enumerate(raw_bindings)),
+                dispatch=Dispatch(threads=dispatch["threads"], workgroup_size=tuple(wg) if isinstance(wg, list) else (wg,),
+                                  json_path=f"{ppath}.dispatch"),
+                entry_point=pdata.get("entryPoint", "main"), json_path=ppath,
+            ))  # fmt: skip
+        variants.append(Variant(
+            id=vdata["id"], priority=vdata.get("priority", 0), when=tuple(vdata.get("when", [])),
+            constants=dict(vdata.get("constants", {})), passes=tuple(passes), index=v, json_path=f"variants[{v}]",
+        ))  # fmt: skip
+    return Manifest(
+        domain=data["domain"], name=data["name"], since_version=data.get("sinceVersion", 1),
+        description=data.get("description", ""),
+        inputs=tuple(tensor(t, f"inputs[{i}]") for i, t in enumerate(data.get("inputs", []))),
+        outputs=tuple(tensor(t, f"outputs[{i}]") for i, t in enumerate(data.get("outputs", []))),
+        attributes=dict(data.get("attributes", {})),
+        type_constraints={k: tuple(v) for k, v in data.get("typeConstraints", {}).items()},
+        tunables=dict(data.get("tunables", {})), constants=dict(data.get("constants", {})),
+        derive=dict(data.get("derive", {})), variants=tuple(variants), raw=data,
+    )  # fmt: skip
+
+
+def _binding(data: dict[str, Any], path: str) -> Binding:
+    struct = data.get("struct")
+    fields = ()
+    if struct:
+        fields = tuple(
+            StructField(name=f["name"], type=f["type"], value=f["value"], json_path=f"{path}.struct.fields[{i}]")
+            for i, f in enumerate(struct["fields"])
+        )
+    return Binding(
+        name=data["name"], buffer_type=data["buffer"]["type"], arg=data.get("arg"), semantic=data.get("semantic"),
+        element_type=data.get("elementType"), length=data.get("length"),
+        struct_name=struct["name"] if struct else None, fields=fields, json_path=path,
+    )  # fmt: skip

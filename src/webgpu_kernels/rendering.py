@@ -1,0 +1,270 @@
+"""Rendering: a variant's passes resolved for a call, and their WGSL rendered from templates.
+
+For each pass this stage evaluates the pass's expressions in the variant's scope (bindings'
+element types, uniform struct values, dispatch size, template inputs), lays out the uniform
+struct, and renders the ``.wgsl.jinja`` template in Jinja's sandbox from the documented template
+context (docs/format.md, "Template contract").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from jinja2 import BaseLoader, StrictUndefined, TemplateNotFound, TemplateSyntaxError
+from jinja2.exceptions import SecurityError, TemplateError as JinjaTemplateError
+from jinja2.runtime import Undefined
+from jinja2.sandbox import SandboxedEnvironment
+
+from .errors import ExpressionError, KernelError, LayoutError, TemplateError
+from .expressions import NAMESPACES, STATIC_FUNCTIONS, as_count
+from .layout import StructLayout, struct_layout
+from .program import CompiledPass, CompiledVariant
+
+MAX_TEMPLATE_BYTES = 256 * 1024
+MAX_RENDERED_BYTES = 1024 * 1024
+
+_ACCESS = {"read-only-storage": ("storage", "read"), "storage": ("storage", "read_write"), "uniform": ("uniform", None)}
+
+#: Filters a template may use; Jinja's others (and its globals cycler, joiner, lipsum, namespace) are withheld.
+_FILTERS = ("abs", "default", "first", "float", "int", "join", "last", "length", "lower", "max", "min", "round",
+            "string", "trim", "upper", "list", "replace", "indent")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ResolvedBinding:
+    """A binding with its expressions evaluated: what execution binds and templates declare."""
+
+    name: str
+    group: int
+    binding: int
+    buffer_type: str
+    arg: str | None
+    element_type: str | None
+    length: int | None
+    struct: StructLayout | None
+    uniform_bytes: bytes | None
+
+    def declaration(self) -> str:
+        space, access = _ACCESS[self.buffer_type]
+        qualifier = f"{space}, {access}" if access else space
+        return f"@group({self.group}) @binding({self.binding}) var<{qualifier}> {self.name}: {self.wgsl_type()};"
+
+    def wgsl_type(self) -> str:
+        if self.struct is not None:
+            return self.struct.name
+        return f"array<{self.element_type}>"
+
+    def template_view(self) -> dict[str, Any]:
+        space, access = _ACCESS[self.buffer_type]
+        return {
+            "name": self.name, "group": self.group, "binding": self.binding, "addressSpace": space,
+            "accessMode": access, "type": self.wgsl_type(), "elementType": self.element_type,
+            "length": self.length, "arg": self.arg, "declaration": self.declaration(),
+            "struct": self.struct.declaration() if self.struct else None,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ResolvedPass:
+    pass_id: str
+    label: str
+    shader: str
+    entry_point: str
+    bindings: tuple[ResolvedBinding, ...]
+    threads: int
+    workgroup_size: tuple[int, int, int]
+    source_inputs: dict[str, Any]
+
+    @property
+    def invocations_per_workgroup(self) -> int:
+        return math.prod(self.workgroup_size)
+
+
+def workgroup_grid(threads: int, invocations: int, max_per_dimension: int) -> tuple[int, int, int]:
+    """Workgroups for ``threads`` invocations, spilling into y then z past the per-dimension limit.
+
+    The grid may hold more workgroups than needed; shaders bound-check with their own count.
+    """
+    total = -(-threads // invocations)
+    if total == 0:
+        return (0, 0, 0)
+    x = min(total, max_per_dimension)
+    rest = -(-total // x)
+    y = min(rest, max_per_dimension)
+    z = -(-rest // y)
+    if z > max_per_dimension:
+        raise ExpressionError(f"{threads} threads need more than {max_per_dimension}^3 workgroups",
+                              expression="dispatch.threads")  # fmt: skip
+    # Shrink x again so the grid wastes as little as possible.
+    x = -(-total // (y * z))
+    return (x, y, z)
+
+
+def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
+    """Evaluate a pass's expressions in the chosen variant's scope."""
+    p = cpass.pass_
+    bindings = []
+    for index, cb in enumerate(cpass.bindings):
+        b = cb.binding
+        element_type = None
+        if cb.element_type is not None:
+            element_type = cb.element_type.evaluate(scope)
+            if not isinstance(element_type, str) or not element_type:
+                raise ExpressionError(f"an element type must be a WGSL type name, got {element_type!r}",
+                                      expression=cb.element_type.source, where=cb.element_type.where)  # fmt: skip
+        length = as_count(cb.length.evaluate(scope), cb.length, "a length") if cb.length is not None else None
+        layout, uniform = None, None
+        if b.struct_name is not None:
+            types = []
+            for name, type_expr, _ in cb.fields:
+                type_text = type_expr.evaluate(scope)
+                if not isinstance(type_text, str):
+                    raise ExpressionError(f"a field type must be a WGSL type name, got {type_text!r}",
+                                          expression=type_expr.source, where=type_expr.where)  # fmt: skip
+                types.append((name, type_text))
+            try:
+                layout = struct_layout(b.struct_name, types)
+                uniform = layout.pack([value.evaluate(scope) for _, _, value in cb.fields])
+            except LayoutError as exc:
+                raise LayoutError(f"{b.json_path}: {exc}") from None
+        bindings.append(ResolvedBinding(
+            name=b.name, group=0, binding=index, buffer_type=b.buffer_type, arg=b.arg,
+            element_type=element_type, length=length, struct=layout, uniform_bytes=uniform,
+        ))  # fmt: skip
+    threads = as_count(cpass.threads.evaluate(scope), cpass.threads, "dispatch.threads")
+    sizes = [as_count(e.evaluate(scope), e, "dispatch.workgroupSize") for e in cpass.workgroup_size]
+    for size, expr in zip(sizes, cpass.workgroup_size):
+        if size < 1:
+            raise ExpressionError("a workgroup size must be at least 1", expression=expr.source, where=expr.where)
+    sizes += [1] * (3 - len(sizes))
+    inputs = {name: expr.evaluate(scope) for name, expr in cpass.source_inputs}
+    return ResolvedPass(
+        pass_id=p.id, label=p.name, shader=p.shader, entry_point=p.entry_point, bindings=tuple(bindings),
+        threads=threads, workgroup_size=(sizes[0], sizes[1], sizes[2]), source_inputs=inputs,
+    )  # fmt: skip
+
+
+def resolve_variant(variant: CompiledVariant, scope: Mapping[str, Any]) -> tuple[ResolvedPass, ...]:
+    return tuple(resolve_pass(cp, scope) for cp in variant.passes)
+
+
+def wgsl_float(value: Any, suffix: str = "") -> str:
+    """A WGSL floating-point literal for ``value`` (``1.702``, ``1e-05``); ``suffix`` "f" or "h"."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"wgsl_float needs a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"WGSL has no literal for {number!r}")
+    text = repr(number)
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text + suffix
+
+
+def wgsl_uint(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise ValueError(f"wgsl_uint needs an integer in [0, 2^32), got {value!r}")
+    return f"{value}u"
+
+
+class TemplateRenderer:
+    """One sandboxed Jinja environment per package; templates compile once and are cached."""
+
+    def __init__(self, read_template: Callable[[str], str]) -> None:
+        self._read = read_template
+        env = SandboxedEnvironment(
+            loader=_PackageLoader(read_template), undefined=StrictUndefined, autoescape=False,
+            keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, auto_reload=False,
+        )  # fmt: skip
+        env.filters = {name: env.filters[name] for name in _FILTERS}
+        env.filters["wgsl_float"] = wgsl_float
+        env.filters["wgsl_uint"] = wgsl_uint
+        env.globals = {"range": env.globals["range"]}
+        self.env = env
+
+    def render(self, resolved: ResolvedPass, scope: Mapping[str, Any]) -> str:
+        context = template_context(resolved, scope)
+        try:
+            template = self.env.get_template(resolved.shader)
+            pieces, size = [], 0
+            for piece in template.generate(context):
+                size += len(piece)
+                if size > MAX_RENDERED_BYTES:
+                    raise TemplateError(f"rendered WGSL exceeds {MAX_RENDERED_BYTES} bytes", file=resolved.shader)
+                pieces.append(piece)
+            return "".join(pieces)
+        except KernelError:
+            raise
+        except TemplateNotFound:
+            raise TemplateError("template not found in the package", file=resolved.shader) from None
+        except TemplateSyntaxError as exc:
+            raise TemplateError(f"syntax error: {exc.message}", file=resolved.shader, line=exc.lineno) from None
+        except (JinjaTemplateError, SecurityError, TypeError, ValueError, ArithmeticError, LookupError,
+                AttributeError, RecursionError) as exc:  # fmt: skip
+            line = _template_line(exc.__traceback__, resolved.shader)
+            raise TemplateError(f"{type(exc).__name__}: {exc}", file=resolved.shader, line=line) from None
+
+
+class _PackageLoader(BaseLoader):
+    def __init__(self, read: Callable[[str], str]) -> None:
+        self._read = read
+
+    def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
+        if "/" in template or "\\" in template or template.startswith("."):
+            raise TemplateNotFound(template)
+        try:
+            source = self._read(template)
+        except KernelError:
+            raise TemplateNotFound(template) from None
+        if len(source) > MAX_TEMPLATE_BYTES:
+            raise TemplateError(f"template larger than {MAX_TEMPLATE_BYTES} bytes", file=template)
+        return source, template, lambda: True
+
+
+def _template_line(tb: TracebackType | None, filename: str) -> int | None:
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def template_context(resolved: ResolvedPass, scope: Mapping[str, Any]) -> dict[str, Any]:
+    """The names a ``.wgsl.jinja`` template sees (docs/format.md, "Template contract")."""
+    hidden = set(NAMESPACES) | set(STATIC_FUNCTIONS) | {"f16Ok"}
+    constants = {k: v for k, v in scope.items() if k not in hidden and not isinstance(v, Undefined)}
+    bindings = {b.name: b.template_view() for b in resolved.bindings}
+    structs = [b.struct.declaration() for b in resolved.bindings if b.struct is not None]
+    declarations = "\n".join(structs + [b.declaration() for b in resolved.bindings])
+    uses_f16 = "f16" in scope.get("dtypes", {}).values() or any(
+        "f16" in (b.element_type or "") or (b.struct and any(t.scalar == "f16" for _, t, _ in b.struct.fields))
+        for b in resolved.bindings
+    )
+    x, y, z = resolved.workgroup_size
+    invocations = resolved.invocations_per_workgroup
+    context: dict[str, Any] = dict(constants)
+    context.update(resolved.source_inputs)
+    context.update(
+        constants=constants,
+        inputs=dict(resolved.source_inputs),
+        tunables=dict(scope.get("tunables", {})),
+        attrs=dict(scope.get("attrs", {})),
+        dtypes=dict(scope.get("dtypes", {})),
+        bindings=bindings,
+        bindingList=list(bindings.values()),
+        declarations=declarations,
+        enables="enable f16;" if uses_f16 else "",
+        workgroupSize=str(x) if (y, z) == (1, 1) else f"{x}, {y}, {z}",
+        workgroupSizeX=x, workgroupSizeY=y, workgroupSizeZ=z,
+        workgroupInvocations=invocations,
+        entryPoint=resolved.entry_point,
+        entryParams=("@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, "
+                     "@builtin(local_invocation_index) lix: u32"),  # fmt: skip
+        globalIndex=f"(((wid.z * nwg.y + wid.y) * nwg.x + wid.x) * {invocations}u + lix)",
+    )
+    return context

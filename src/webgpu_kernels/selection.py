@@ -1,0 +1,113 @@
+"""Variant selection: a pure function from a call's scope to the chosen variant and a trace.
+
+The rule: the variant with the highest ``priority`` whose ``when`` clauses all hold; ties go to
+the one declared first. Clauses are checked in order and the first that does not hold (is false,
+or fails to evaluate) rejects the variant; the trace keeps that clause and the values it read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ExpressionError, SelectionError, VariantRejectedError
+from .program import CompiledVariant, Program
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why one variant was accepted or rejected for a call."""
+
+    variant: str
+    priority: float
+    accepted: bool
+    clause: str | None = None  # the first clause that did not hold
+    clause_index: int | None = None
+    values: dict[str, Any] = field(default_factory=dict)  # what that clause read
+    error: str | None = None  # set when the clause failed to evaluate rather than being false
+
+    def reason(self) -> str:
+        if self.accepted:
+            return "accepted"
+        seen = ", ".join(f"{k}={_short(v)}" for k, v in self.values.items())
+        what = f"failed: {self.error}" if self.error else "is false"
+        return f"when[{self.clause_index}] {self.clause!r} {what}" + (f" (with {seen})" if seen else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant, "priority": self.priority, "accepted": self.accepted,
+            "clause": self.clause, "clauseIndex": self.clause_index,
+            "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
+            "error": self.error,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Selection:
+    chosen: CompiledVariant | None
+    scope: dict[str, Any] | None  # the chosen variant's scope (its constants added)
+    trace: tuple[Verdict, ...]
+
+
+def _short(value: Any) -> str:
+    text = repr(list(value) if isinstance(value, tuple) else value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def judge(variant: CompiledVariant, scope: Mapping[str, Any]) -> tuple[Verdict, dict[str, Any]]:
+    """Check one variant's ``when`` clauses in the scope with its constants added."""
+    inner = Program.variant_scope(variant, scope)
+    v = variant.variant
+    for index, clause in enumerate(variant.when):
+        try:
+            holds = bool(clause.evaluate(inner))
+            error = None
+        except ExpressionError as exc:
+            holds, error = False, exc.detail
+        if not holds:
+            return Verdict(v.id, v.priority, False, clause.source, index, clause.peek(inner), error), inner
+    return Verdict(v.id, v.priority, True), inner
+
+
+def ranked(variants: tuple[CompiledVariant, ...]) -> list[CompiledVariant]:
+    """Variants in the order selection considers them: priority descending, then declaration."""
+    return sorted(variants, key=lambda cv: (-cv.variant.priority, cv.variant.index))
+
+
+def select_variant(
+    variants: tuple[CompiledVariant, ...],
+    scope: Mapping[str, Any],
+    *,
+    forced: str | None = None,
+    exhaustive: bool = False,
+) -> Selection:
+    """Choose a variant for ``scope``. With ``exhaustive`` every variant is judged (for explain)."""
+    if forced is not None:
+        target = next((cv for cv in variants if cv.variant.id == forced), None)
+        if target is None:
+            known = ", ".join(cv.variant.id for cv in variants)
+            raise SelectionError(f"no variant {forced!r}; the variants are {known}")
+        verdict, inner = judge(target, scope)
+        if not verdict.accepted:
+            raise VariantRejectedError(f"variant {forced!r} cannot run this call: {verdict.reason()}",
+                                       variant=forced, clause=verdict.clause, trace=(verdict,))  # fmt: skip
+        return Selection(target, inner, (verdict,))
+    trace: list[Verdict] = []
+    chosen, chosen_scope = None, None
+    for cv in ranked(variants):
+        verdict, inner = judge(cv, scope)
+        trace.append(verdict)
+        if verdict.accepted and chosen is None:
+            chosen, chosen_scope = cv, inner
+            if not exhaustive:
+                break
+    return Selection(chosen, chosen_scope, tuple(trace))
+
+
+def require_choice(selection: Selection, op_id: str) -> CompiledVariant:
+    """The chosen variant, or a :class:`SelectionError` listing why each one was rejected."""
+    if selection.chosen is None:
+        reasons = "\n".join(f"  {v.variant}: {v.reason()}" for v in selection.trace)
+        raise SelectionError(f"{op_id}: no variant can run this call:\n{reasons}", trace=selection.trace)
+    return selection.chosen

@@ -1,0 +1,76 @@
+"""GPU-resident tensors: the outputs of ``output="gpu"`` calls, which later calls accept as inputs."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import TensorReleasedError
+
+if TYPE_CHECKING:
+    from .device import Device
+
+
+class GpuTensor:
+    """A tensor in a WebGPU buffer. ``numpy()`` reads it back; ``release()`` frees the buffer."""
+
+    __slots__ = ("_buffer", "shape", "dtype", "device", "__weakref__")
+
+    def __init__(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, device: Device) -> None:
+        self._buffer = buffer
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.device = device
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def released(self) -> bool:
+        return self._buffer is None
+
+    @property
+    def buffer(self) -> Any:
+        """The wgpu buffer (may be larger than ``nbytes``: sizes round up to 4 bytes)."""
+        if self._buffer is None:
+            raise TensorReleasedError("this GPU tensor was released")
+        return self._buffer
+
+    def numpy(self) -> np.ndarray:
+        """Copy the tensor to a new NumPy array."""
+        buffer = self.buffer
+        if self.nbytes == 0:
+            return np.empty(self.shape, dtype=self.dtype)
+        with self.device.lock:
+            data = self.device.gpu.queue.read_buffer(buffer, 0, _padded(self.nbytes))
+        return np.frombuffer(data, dtype=self.dtype, count=self.size).reshape(self.shape).copy()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype)
+
+    def release(self) -> None:
+        """Free the GPU buffer now; using the tensor afterwards raises TensorReleasedError."""
+        buffer, self._buffer = self._buffer, None
+        if buffer is not None:
+            buffer.destroy()
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else self.device.adapter.name
+        return f"GpuTensor(shape={self.shape}, dtype={self.dtype.name}, {state})"
+
+
+def _padded(nbytes: int) -> int:
+    """Buffer sizes round up to 4 bytes (WebGPU copies and storage bindings need it), never 0."""
+    return max(4, -(-nbytes // 4) * 4)
