@@ -131,6 +131,42 @@ def upload(device: Device, array: np.ndarray) -> Any:
     return device.gpu.create_buffer_with_data(data=data, usage=_STORAGE_USAGE)
 
 
+@dataclass(frozen=True)
+class BoundPass:
+    label: str
+    pipeline: Any
+    bind_group: Any
+    grid: tuple[int, int, int]
+
+
+def bind(device: Device, plan: ExecutionPlan, buffers: Mapping[str, Any]) -> list[BoundPass]:
+    """Bind groups for each pass that dispatches work, over ``buffers`` (arg name -> wgpu buffer)."""
+    bound = []
+    for program in plan.passes:
+        if program.grid[0] == 0:
+            continue
+        bind_group = device.gpu.create_bind_group(
+            layout=program.pipeline.bind_group_layout,
+            entries=[{"binding": binding, "resource": {"buffer": uniform if arg is None else buffers[arg]}}
+                     for binding, arg, uniform in program.entries],
+        )  # fmt: skip
+        bound.append(BoundPass(program.label, program.pipeline.pipeline, bind_group, program.grid))
+    return bound
+
+
+def encode(encoder: Any, bound: list[BoundPass], timestamp_writes: Any = None) -> bool:
+    """Record one compute pass per bound pass; ``timestamp_writes(i)`` gives pass i's writes."""
+    for i, p in enumerate(bound):
+        compute = encoder.begin_compute_pass(
+            label=p.label, timestamp_writes=timestamp_writes(i) if timestamp_writes else None
+        )
+        compute.set_pipeline(p.pipeline)
+        compute.set_bind_group(0, p.bind_group)
+        compute.dispatch_workgroups(*p.grid)
+        compute.end()
+    return bool(bound)
+
+
 def run_plan(
     device: Device,
     plan: ExecutionPlan,
@@ -153,21 +189,7 @@ def run_plan(
                 buffers[out.role] = buffer
                 results[out.role] = GpuTensor(buffer, out.shape, dtype, device)
             encoder = gpu.create_command_encoder()
-            dispatched = False
-            for program in plan.passes:
-                if program.grid[0] == 0:
-                    continue
-                bind_group = gpu.create_bind_group(
-                    layout=program.pipeline.bind_group_layout,
-                    entries=[{"binding": binding, "resource": {"buffer": uniform if arg is None else buffers[arg]}}
-                             for binding, arg, uniform in program.entries],
-                )  # fmt: skip
-                compute = encoder.begin_compute_pass(label=program.label)
-                compute.set_pipeline(program.pipeline.pipeline)
-                compute.set_bind_group(0, bind_group)
-                compute.dispatch_workgroups(*program.grid)
-                compute.end()
-                dispatched = True
+            dispatched = encode(encoder, bind(device, plan, buffers))
             if dispatched:
                 gpu.queue.submit([encoder.finish()])
             for name, value in inputs.items():

@@ -142,6 +142,20 @@ class Kernel:
         _, resolved, scope = self._resolve(signature, variant, device.info)
         return {r.pass_id: self.renderer.render(r, scope) for r in resolved}
 
+    def plan(
+        self,
+        inputs: Mapping[str, Any],
+        *,
+        attrs: Mapping[str, Any] | None = None,
+        variant: str | None = None,
+        tunables: Mapping[str, Any] | None = None,
+        adapter: str | None = None,
+    ) -> tuple[Device, ExecutionPlan]:
+        """The device and the cached execution plan a call with these inputs would use."""
+        device = get_device(adapter)
+        signature = check_call(self.manifest, _metas(inputs), attrs, tunables)
+        return device, self._plan(signature, variant, device)
+
     # --- plans ------------------------------------------------------------------------------
 
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:

@@ -1,0 +1,257 @@
+"""Honest kernel timing: random data, sustained back-to-back load, GPU timestamps, medians.
+
+Why each rule: on an H200, zero-filled buffers read up to 2.5x faster than random data
+(compression), and a kernel timed right after an upload or after idle gaps looks up to 2.5x
+slower than under sustained load. So inputs are random, every measurement batch records
+hundreds of dispatches into one submission, batches repeat until their medians agree, and the
+time of each dispatch comes from timestamp queries written at the start and end of its pass.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import wgpu
+
+from .device import Device
+from .execution import BoundPass, bind, encode, upload
+from .kernel import Kernel
+from .tensor import _padded
+
+#: Datasheet memory bandwidth (bytes/s) by a substring of the adapter name.
+KNOWN_PEAKS: dict[str, float] = {
+    "H200": 4.8e12, "H100 PCIe": 2.0e12, "H100": 3.35e12, "A100": 2.0e12, "L40S": 864e9, "L4": 300e9,
+    "RTX 4090": 1008e9, "RTX 3090": 936e9, "A10G": 600e9, "T4": 320e9,
+}  # fmt: skip
+QUERY_SET_MAX = 4096  # WebGPU's maximum query count per query set
+
+
+def known_peak(adapter_name: str) -> float | None:
+    for key, peak in KNOWN_PEAKS.items():
+        if key.lower() in adapter_name.lower():
+            return peak
+    return None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """GPU time of one repetition (all passes of one call), from timestamp queries."""
+
+    median_s: float
+    p10_s: float
+    p90_s: float
+    samples: int
+    batches: int
+
+
+def time_passes(
+    device: Device,
+    bound: list[BoundPass],
+    *,
+    target_batch_s: float = 0.05,
+    min_batches: int = 3,
+    max_batches: int = 40,
+    rel_tol: float = 0.02,
+    min_total_s: float = 0.3,
+) -> Timing:
+    """Dispatch ``bound`` back to back in batches until two consecutive batch medians agree."""
+    if "timestamp-query" not in device.info.features:
+        raise RuntimeError(f"{device.adapter.label()} has no timestamp-query feature: GPU time cannot be measured")
+    gpu = device.gpu
+    per_rep = len(bound) * 2
+    reps = 8
+    medians: list[float] = []
+    total = 0.0
+    last: list[float] = []
+    for batch in range(max_batches):
+        reps = max(4, min(reps, QUERY_SET_MAX // per_rep))
+        samples = _one_batch(gpu, bound, reps, per_rep)
+        total += sum(samples)
+        # Drop the first tenth of each batch: the GPU may still be ramping up its clocks.
+        last = samples[len(samples) // 10 :]
+        medians.append(statistics.median(last))
+        # Size the next batch to about target_batch_s of GPU time.
+        reps = int(target_batch_s / max(medians[-1], 1e-7))
+        if (
+            batch + 1 >= min_batches
+            and total >= min_total_s
+            and abs(medians[-1] - medians[-2]) <= rel_tol * medians[-1]
+        ):
+            break
+    ordered = sorted(last)
+    return Timing(
+        median_s=statistics.median(ordered), p10_s=ordered[len(ordered) // 10],
+        p90_s=ordered[(len(ordered) * 9) // 10], samples=len(ordered), batches=len(medians),
+    )  # fmt: skip
+
+
+def _one_batch(gpu: Any, bound: list[BoundPass], reps: int, per_rep: int) -> list[float]:
+    count = reps * per_rep
+    query_set = gpu.create_query_set(type=wgpu.QueryType.timestamp, count=count)
+    resolve = gpu.create_buffer(size=count * 8, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    encoder = gpu.create_command_encoder()
+    for r in range(reps):
+        base = r * per_rep
+
+        def writes(i: int, base: int = base) -> dict[str, Any]:
+            return {"query_set": query_set, "beginning_of_pass_write_index": base + 2 * i,
+                    "end_of_pass_write_index": base + 2 * i + 1}  # fmt: skip
+
+        encode(encoder, bound, writes)
+    encoder.resolve_query_set(query_set, 0, count, resolve, 0)
+    gpu.queue.submit([encoder.finish()])
+    stamps = np.frombuffer(gpu.queue.read_buffer(resolve), dtype=np.uint64).astype(np.float64)
+    query_set.destroy()
+    resolve.destroy()
+    pass_ns = (stamps[1::2] - stamps[0::2]).reshape(reps, -1).sum(axis=1)
+    return [float(ns) * 1e-9 for ns in pass_ns]
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+
+def random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Standard-normal data of ``dtype`` (never zeros: zero pages read faster on some GPUs)."""
+    return rng.standard_normal(size=shape, dtype=np.float32).astype(np.dtype(dtype), copy=False)
+
+
+def expand_cases(bench: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """bench.json cases with every type-variable assignment expanded into its own case."""
+    for case in bench.get("cases", []):
+        types = case.get("types", {})
+        names = list(types)
+        for combo in _product([types[n] for n in names]):
+            binding = dict(zip(names, combo))
+            yield {
+                "name": case["name"], "tags": case.get("tags", []), "attrs": case.get("attrs", {}),
+                "tunables": case.get("tunables", {}), "types": binding,
+                "inputs": {arg: {"shape": tuple(spec["shape"]), "dtype": spec.get("dtype")} for arg, spec in case["inputs"].items()},
+            }  # fmt: skip
+
+
+def _product(lists: list[list[Any]]) -> Iterator[tuple[Any, ...]]:
+    if not lists:
+        yield ()
+        return
+    for head in lists[0]:
+        for tail in _product(lists[1:]):
+            yield (head, *tail)
+
+
+# --- kernels and the copy baseline ---------------------------------------------------------------
+
+
+@dataclass
+class BenchResult:
+    kernel: str
+    case: str
+    variant: str
+    dtypes: dict[str, str]
+    shapes: dict[str, list[int]]
+    elements: int
+    bytes: int
+    median_s: float
+    p10_s: float
+    p90_s: float
+    samples: int
+    tbps: float
+    peak_fraction: float | None = None
+    copy_tbps: float | None = None
+    copy_fraction: float | None = None
+    tunables: dict[str, Any] = field(default_factory=dict)
+    max_error: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bench_kernel(
+    kernel: Kernel,
+    arrays: Mapping[str, np.ndarray],
+    *,
+    case: str = "",
+    attrs: Mapping[str, Any] | None = None,
+    tunables: Mapping[str, Any] | None = None,
+    variant: str | None = None,
+    adapter: str | None = None,
+    check: Callable[[dict[str, np.ndarray]], float] | None = None,
+    **timing: Any,
+) -> BenchResult:
+    """Time one kernel call on GPU-resident copies of ``arrays``; bytes = inputs read + outputs written."""
+    device, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
+    buffers = {name: upload(device, np.ascontiguousarray(a)) for name, a in arrays.items()}
+    out_bytes = 0
+    for out in plan.outputs:
+        nbytes = math.prod(out.shape) * np.dtype(out.dtype).itemsize
+        out_bytes += nbytes
+        buffers[out.role] = device.gpu.create_buffer(size=_padded(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    try:
+        bound = bind(device, plan, buffers)
+        t = time_passes(device, bound, **timing)
+        max_error = None
+        if check is not None:
+            outputs = {
+                out.role: np.frombuffer(device.gpu.queue.read_buffer(buffers[out.role]), dtype=out.dtype,
+                                        count=math.prod(out.shape)).reshape(out.shape)
+                for out in plan.outputs
+            }  # fmt: skip
+            max_error = check(outputs)
+    finally:
+        for b in buffers.values():
+            b.destroy()
+    in_bytes = sum(a.nbytes for a in arrays.values())
+    total = in_bytes + out_bytes
+    tbps = total / t.median_s / 1e12 if t.median_s > 0 else float("nan")
+    peak = known_peak(device.adapter.name)
+    dtypes = {name: str(a.dtype) for name, a in arrays.items()}
+    return BenchResult(
+        kernel=kernel.op_id, case=case, variant=plan.variant, dtypes=dtypes,
+        shapes={name: list(a.shape) for name, a in arrays.items()},
+        elements=max(math.prod(o.shape) for o in plan.outputs) if plan.outputs else 0,
+        bytes=total, median_s=t.median_s, p10_s=t.p10_s, p90_s=t.p90_s, samples=t.samples, tbps=tbps,
+        peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables=dict(tunables or {}), max_error=max_error,
+    )  # fmt: skip
+
+
+_COPY_WGSL = """
+@group(0) @binding(0) var<storage, read> src: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<u32>>;
+struct Params { count: u32 };
+@group(0) @binding(2) var<uniform> params: Params;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lix: u32) {
+  let i = ((wid.z * nwg.y + wid.y) * nwg.x + wid.x) * 256u + lix;
+  if (i < params.count) { dst[i] = src[i]; }
+}
+"""
+
+
+def bench_copy(device: Device, nbytes: int, *, seed: int = 0, **timing: Any) -> Timing:
+    """The same timing applied to a plain 16-byte-per-invocation copy kernel: the practical roofline."""
+    from .rendering import workgroup_grid
+
+    gpu = device.gpu
+    nbytes = max(16, nbytes // 16 * 16)
+    rng = np.random.default_rng(seed)
+    src = upload(device, rng.integers(0, 2**32, size=nbytes // 4, dtype=np.uint32))
+    dst = gpu.create_buffer(size=nbytes, usage=wgpu.BufferUsage.STORAGE)
+    count = nbytes // 16
+    params = gpu.create_buffer_with_data(data=np.array([count, 0, 0, 0], dtype=np.uint32), usage=wgpu.BufferUsage.UNIFORM)
+    pipeline = gpu.create_compute_pipeline(layout="auto", compute={"module": gpu.create_shader_module(code=_COPY_WGSL),
+                                                                   "entry_point": "main"})  # fmt: skip
+    group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
+        {"binding": 0, "resource": {"buffer": src}}, {"binding": 1, "resource": {"buffer": dst}},
+        {"binding": 2, "resource": {"buffer": params}},
+    ])  # fmt: skip
+    grid = workgroup_grid(count, 256, device.limits["max-compute-workgroups-per-dimension"])
+    try:
+        return time_passes(device, [BoundPass("copy", pipeline, group, grid)], **timing)
+    finally:
+        src.destroy()
+        dst.destroy()

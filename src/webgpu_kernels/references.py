@@ -1,0 +1,149 @@
+"""Reference implementations of the embedded ops, for checking what a kernel computes.
+
+Two kinds:
+
+* NumPy references, computed in float64 from the kernel's (typed) inputs: :data:`REFERENCES`,
+  ``op id -> fn(inputs, attrs) -> outputs``. Look one up with :func:`numpy_reference`.
+* ONNX Runtime on its CPU provider (:func:`onnxruntime_reference`): a one-node ONNX model of the
+  op, where onnxruntime has a CPU kernel for it (it has ``com.microsoft.QuickGelu`` but no
+  ``com.microsoft.BiasAdd``).
+
+Per-op knowledge lives here and only here; the engine never knows what an op computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Reference = Callable[[Mapping[str, np.ndarray], Mapping[str, Any]], dict[str, np.ndarray]]
+
+REFERENCES: dict[str, Reference] = {}
+
+
+def register(op_id: str) -> Callable[[Reference], Reference]:
+    """Register ``fn`` as the float64 NumPy reference of ``op_id`` (a decorator)."""
+
+    def decorate(fn: Reference) -> Reference:
+        REFERENCES[op_id] = fn
+        return fn
+
+    return decorate
+
+
+def numpy_reference(op_id: str) -> Reference | None:
+    """The registered NumPy reference of ``op_id``, or None."""
+    return REFERENCES.get(op_id)
+
+
+def _f64(array: Any) -> np.ndarray:
+    return np.asarray(array).astype(np.float64)
+
+
+@register("com.microsoft.BiasAdd")
+def bias_add(inputs: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """``Y = X + bias + skip`` (bias broadcast over the last, channel, dimension), in float64."""
+    return {"Y": (_f64(inputs["X"]) + _f64(inputs["bias"])) + _f64(inputs["skip"])}
+
+
+QUICK_GELU_ALPHA = 1.702
+
+
+@register("com.microsoft.QuickGelu")
+def quick_gelu(inputs: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """``Y = x * sigmoid(alpha * x)`` in float64, without overflow warnings.
+
+    With ``z = alpha * x``: ``x / (1 + exp(-z))`` where ``z >= 0`` (``exp(-z) <= 1``), and
+    ``x * exp(z) / (1 + exp(z))`` where ``z < 0`` (``exp(z) < 1``). NaN ``z`` falls in the second
+    branch and gives NaN. IEEE semantics are kept, so the values match the plain formula
+    ``x / (1 + exp(-alpha * x))``: ``x = -inf`` gives ``-inf * 0 = NaN``, ``x = +inf`` gives ``inf``,
+    a large negative ``x`` gives ``-0``, and ``alpha = 0`` with ``x = ±inf`` gives NaN (``0 * inf``).
+    """
+    alpha = float(attrs.get("alpha", QUICK_GELU_ALPHA))
+    x = _f64(inputs["X"])
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        z = alpha * x
+        positive = z >= 0
+        e_neg = np.exp(-np.where(positive, z, 0.0))  # exp(-z) for z >= 0, in (0, 1]
+        e_pos = np.exp(np.where(positive, 0.0, z))  # exp(z) for z < 0 (and NaN), in [0, 1)
+        y = np.where(positive, x / (1.0 + e_neg), x * (e_pos / (1.0 + e_pos)))
+    return {"Y": np.asarray(y, dtype=np.float64)}
+
+
+# --- ONNX Runtime ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OnnxOp:
+    """How to write an op as an ONNX node: input order, output names, attribute types."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...] = ("Y",)
+    float_attrs: frozenset[str] = field(default_factory=frozenset)  # attributes ONNX declares as FLOAT
+
+
+ONNX_OPS: dict[str, OnnxOp] = {
+    "com.microsoft.BiasAdd": OnnxOp(inputs=("X", "bias", "skip")),
+    "com.microsoft.QuickGelu": OnnxOp(inputs=("X",), float_attrs=frozenset({"alpha"})),
+}
+
+#: The ai.onnx opset the one-node models import (onnxruntime releases since 1.13 run it).
+AI_ONNX_OPSET = 17
+#: Models are written with this IR version: new ``onnx`` releases default to versions older
+#: onnxruntime builds refuse.
+IR_VERSION = 10
+
+
+def onnxruntime_reference(
+    op_id: str,
+    inputs: Mapping[str, np.ndarray],
+    attrs: Mapping[str, Any] | None = None,
+    *,
+    output_names: Sequence[str] | None = None,
+) -> dict[str, np.ndarray] | None:
+    """Run ``op_id`` as a one-node ONNX model on onnxruntime's CPU provider.
+
+    Inputs keep their dtype (f16 inputs run ORT's f16 kernel where it has one). Returns the
+    outputs by name, or None when onnx/onnxruntime is not installed or onnxruntime cannot run the
+    op on the CPU (no kernel for the op or for that dtype, as for ``com.microsoft.BiasAdd``).
+    """
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import helper
+    except ImportError:
+        return None
+    spec = ONNX_OPS.get(op_id)
+    order = list(spec.inputs) if spec else list(inputs)
+    outputs = list(output_names or (spec.outputs if spec else ("Y",)))
+    domain, _, name = op_id.rpartition(".")
+    onnx_domain = "" if domain in ("ai.onnx", "") else domain
+    try:
+        node_attrs = {}
+        for key, value in (attrs or {}).items():
+            if spec and key in spec.float_attrs:
+                value = float(value)
+            node_attrs[key] = value
+        arrays = {k: np.asarray(inputs[k], order="C") for k in order}  # keeps rank 0 (ascontiguousarray would not)
+        node = helper.make_node(name, order, outputs, domain=onnx_domain, **node_attrs)
+        graph = helper.make_graph(
+            [node], f"{name}_reference",
+            [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+             for k, a in arrays.items()],
+            [onnx.ValueInfoProto(name=o) for o in outputs],  # types inferred by onnxruntime
+        )  # fmt: skip
+        opsets = [helper.make_opsetid("", AI_ONNX_OPSET)]
+        if onnx_domain:
+            opsets.append(helper.make_opsetid(onnx_domain, 1))
+        model = helper.make_model(graph, opset_imports=opsets)
+        model.ir_version = IR_VERSION
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only; a missing kernel is an answer, not a warning
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        results = session.run(outputs, arrays)
+    except Exception:  # noqa: BLE001 - ORT raises its own exception types (NOT_IMPLEMENTED, ...)
+        return None
+    return dict(zip(outputs, (np.asarray(r) for r in results), strict=True))
