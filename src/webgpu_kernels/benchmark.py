@@ -21,7 +21,7 @@ import wgpu
 from .device import Device
 from .execution import BoundPass, bind, encode, upload
 from .kernel import Kernel
-from .tensor import _padded
+from .buffers import padded_size
 
 #: Datasheet memory bandwidth (bytes/s) by a substring of the adapter name.
 KNOWN_PEAKS: dict[str, float] = {
@@ -184,12 +184,12 @@ def bench_kernel(
 ) -> BenchResult:
     """Time one kernel call on GPU-resident copies of ``arrays``; bytes = inputs read + outputs written."""
     device, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
-    buffers = {name: upload(device, np.ascontiguousarray(a)) for name, a in arrays.items()}
+    buffers = {name: upload(device, np.asarray(a, order="C")) for name, a in arrays.items()}
     out_bytes = 0
     for out in plan.outputs:
         nbytes = math.prod(out.shape) * np.dtype(out.dtype).itemsize
         out_bytes += nbytes
-        buffers[out.role] = device.gpu.create_buffer(size=_padded(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+        buffers[out.role] = device.gpu.create_buffer(size=padded_size(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
     try:
         bound = bind(device, plan, buffers)
         t = time_passes(device, bound, **timing)

@@ -16,10 +16,12 @@ from typing import Any
 
 import wgpu
 
+from .buffers import DeviceMemory
 from .errors import AdapterNotFoundError, DeviceError
 from .program import DeviceInfo
 
 ADAPTER_ENV = "WEBGPU_KERNELS_ADAPTER"
+POOL_ENV = "WEBGPU_KERNELS_POOL_MB"  # free GPU memory kept for reuse, per device
 _TYPE_RANK = {"DiscreteGPU": 3, "IntegratedGPU": 2, "VirtualGPU": 1, "CPU": 0}
 _BACKEND_ALIASES = {"gl": "opengl", "opengl": "opengl", "vulkan": "vulkan", "vk": "vulkan", "metal": "metal",
                     "d3d12": "d3d12", "dx12": "d3d12"}  # fmt: skip
@@ -117,6 +119,8 @@ class Device:
         self.info = DeviceInfo(limits={_camel(k): v for k, v in self.limits.items()},
                                features=frozenset(self.gpu.features))  # fmt: skip
         self.lock = threading.RLock()
+        pool_mb = int(os.environ.get(POOL_ENV, "512"))
+        self.memory = DeviceMemory(self.gpu, self.lock, pool_mb * 2**20)
 
     @property
     def has_f16(self) -> bool:
@@ -126,8 +130,25 @@ class Device:
         return self.limits[re.sub(r"([A-Z])", lambda m: "-" + m.group(1).lower(), name)]
 
 
+_default: tuple[str | None, Device] | None = None
+
+
 def get_device(adapter: str | None = None) -> Device:
     """The process-wide device of the chosen adapter (created on first use)."""
+    global _default
+    if adapter is None:
+        # The per-call path: skip adapter enumeration unless the environment variable changed.
+        cached = _default
+        env = os.environ.get(ADAPTER_ENV)
+        if cached is not None and cached[0] == env:
+            return cached[1]
+        device = _get_device(None)
+        _default = (env, device)
+        return device
+    return _get_device(adapter)
+
+
+def _get_device(adapter: str | None) -> Device:
     summary = choose_adapter(adapter)
     with _lock:
         device = _devices.get(summary.index)

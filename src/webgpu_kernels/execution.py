@@ -8,24 +8,26 @@ identical (an f32 and an f16 call never do).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import wgpu
 
+from .buffers import STORAGE_USAGE, padded_size, translate_gpu_errors
 from .device import Device
-from .errors import DeviceError, DeviceLimitError, ShaderCompileError
+from .errors import DeviceLimitError, ShaderCompileError
 from .program import OutputSpec
 from .rendering import ResolvedPass, workgroup_grid
-from .tensor import GpuTensor, _padded
+from .tensor import GpuTensor
 
 PIPELINE_CACHE_SIZE = 256
 _BUFFER_TYPES = {"read-only-storage": wgpu.BufferBindingType.read_only_storage,
                  "storage": wgpu.BufferBindingType.storage, "uniform": wgpu.BufferBindingType.uniform}  # fmt: skip
-_STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,15 @@ class ExecutionPlan:
     variant: str
     passes: tuple[PassProgram, ...]
     outputs: tuple[OutputSpec, ...]
+
+    @cached_property
+    def output_buffers(self) -> tuple[tuple[str, tuple[int, ...], np.dtype, int], ...]:
+        """(role, shape, dtype, bytes) of each output, computed once."""
+        specs = []
+        for out in self.outputs:
+            dtype = np.dtype(out.dtype)
+            specs.append((out.role, out.shape, dtype, math.prod(out.shape) * dtype.itemsize))
+        return tuple(specs)
 
 
 def _pipeline_cache(device: Device) -> OrderedDict[Any, CompiledPipeline]:
@@ -95,7 +106,7 @@ def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int
     max_binding = device.limits["max-storage-buffer-binding-size"]
     max_buffer = device.limits["max-buffer-size"]
     for b in resolved.bindings:
-        if b.arg is not None and _padded(sizes[b.arg]) > min(max_binding, max_buffer):
+        if b.arg is not None and padded_size(sizes[b.arg]) > min(max_binding, max_buffer):
             raise DeviceLimitError(b.arg, f"at most {min(max_binding, max_buffer)} bytes per binding "
                                    f"(the device's maxStorageBufferBindingSize)", f"{sizes[b.arg]} bytes")  # fmt: skip
     x, y, z = resolved.workgroup_size
@@ -122,13 +133,17 @@ def build_pass(device: Device, resolved: ResolvedPass, wgsl: str, *, kernel: str
 
 
 def upload(device: Device, array: np.ndarray) -> Any:
-    """A storage buffer holding ``array`` (C-contiguous, little-endian), padded to 4 bytes."""
+    """A new storage buffer holding ``array`` (C-contiguous, little-endian), padded to 4 bytes."""
+    return device.gpu.create_buffer_with_data(data=_padded_bytes(array), usage=STORAGE_USAGE)
+
+
+def _padded_bytes(array: np.ndarray) -> np.ndarray:
     data = array.reshape(-1).view(np.uint8)
     if data.nbytes % 4 or data.nbytes == 0:
-        padded = np.zeros(_padded(data.nbytes), dtype=np.uint8)
+        padded = np.zeros(padded_size(data.nbytes), dtype=np.uint8)
         padded[: data.nbytes] = data
         data = padded
-    return device.gpu.create_buffer_with_data(data=data, usage=_STORAGE_USAGE)
+    return data
 
 
 @dataclass(frozen=True)
@@ -145,12 +160,9 @@ def bind(device: Device, plan: ExecutionPlan, buffers: Mapping[str, Any]) -> lis
     for program in plan.passes:
         if program.grid[0] == 0:
             continue
-        bind_group = device.gpu.create_bind_group(
-            layout=program.pipeline.bind_group_layout,
-            entries=[{"binding": binding, "resource": {"buffer": uniform if arg is None else buffers[arg]}}
-                     for binding, arg, uniform in program.entries],
-        )  # fmt: skip
-        bound.append(BoundPass(program.label, program.pipeline.pipeline, bind_group, program.grid))
+        entries = tuple((binding, uniform if arg is None else buffers[arg]) for binding, arg, uniform in program.entries)
+        group = device.memory.bind_group(program.pipeline.bind_group_layout, entries)
+        bound.append(BoundPass(program.label, program.pipeline.pipeline, group, program.grid))
     return bound
 
 
@@ -174,33 +186,44 @@ def run_plan(
     *,
     to_numpy: bool,
 ) -> dict[str, np.ndarray | GpuTensor]:
-    """Upload NumPy inputs, allocate outputs, dispatch every pass, and return the outputs."""
-    gpu = device.gpu
-    try:
-        with device.lock:
-            buffers: dict[str, Any] = {}
-            for name, value in inputs.items():
-                buffers[name] = value.buffer if isinstance(value, GpuTensor) else upload(device, value)
-            results: dict[str, GpuTensor] = {}
-            for out in plan.outputs:
-                dtype = np.dtype(out.dtype)
-                nbytes = int(np.prod(out.shape, dtype=np.int64)) * dtype.itemsize
-                buffer = gpu.create_buffer(size=_padded(nbytes), usage=_STORAGE_USAGE)
-                buffers[out.role] = buffer
-                results[out.role] = GpuTensor(buffer, out.shape, dtype, device)
-            encoder = gpu.create_command_encoder()
-            dispatched = encode(encoder, bind(device, plan, buffers))
-            if dispatched:
-                gpu.queue.submit([encoder.finish()])
-            for name, value in inputs.items():
-                if not isinstance(value, GpuTensor):
-                    buffers[name].destroy()
-    except wgpu.GPUError as exc:
-        raise DeviceError(f"WebGPU refused the work of variant {plan.variant!r}: {str(exc).strip()}") from None
-    if not to_numpy:
-        return dict(results)
-    arrays: dict[str, np.ndarray | GpuTensor] = {}
-    for role, tensor in results.items():
-        arrays[role] = tensor.numpy()
-        tensor.release()
-    return arrays
+    """Dispatch every pass of ``plan`` over ``inputs`` and return the outputs by name.
+
+    GPU work is recorded, not submitted: it goes to the GPU when a result is read (NumPy
+    outputs, ``GpuTensor.numpy()``), on ``flush()``, or when enough work is pending.
+    """
+    memory = device.memory
+    with translate_gpu_errors(f"variant {plan.variant!r}"), device.lock:
+        buffers: dict[str, Any] = {}
+        staged = []
+        for name, value in inputs.items():
+            if isinstance(value, GpuTensor):
+                buffers[name] = value.buffer
+            else:
+                buffer = memory.acquire(value.nbytes)
+                if value.nbytes:
+                    memory.write(buffer, _padded_bytes(value))
+                buffers[name] = buffer
+                staged.append(buffer)
+        results = {}
+        for role, shape, dtype, nbytes in plan.output_buffers:
+            buffer = memory.acquire(nbytes)
+            buffers[role] = buffer
+            results[role] = GpuTensor(buffer, shape, dtype, device)
+        for p in bind(device, plan, buffers):
+            memory.record(p.pipeline, p.bind_group, p.grid)
+        # Recorded work runs in order on one queue, so these may be reused by later work at once.
+        for buffer in staged:
+            memory.release(buffer)
+        if not to_numpy:
+            return dict(results)
+        arrays: dict[str, np.ndarray | GpuTensor] = {}
+        for role, tensor in results.items():
+            arrays[role] = tensor.numpy()
+            tensor.release()
+        return arrays
+
+
+def flush(device: Device) -> None:
+    """Submit every recorded dispatch of ``device`` to the GPU now."""
+    with translate_gpu_errors("flush"):
+        device.memory.flush()

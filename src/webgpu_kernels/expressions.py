@@ -168,7 +168,7 @@ class Expression:
         except ExpressionError:
             raise
         except UndefinedError as exc:
-            raise ExpressionError(str(exc), expression=self.source, where=self.where) from None
+            raise ExpressionError(f"undefined value: {exc}", expression=self.source, where=self.where) from None
         except SecurityError as exc:
             raise ExpressionError(f"refused by the sandbox: {exc}", expression=self.source, where=self.where) from None
         except ExpressionEvalError as exc:

@@ -60,6 +60,10 @@ def parse_type(text: str) -> WgslType:
         element = parse_type(array.group(1))
         if element.count is not None:
             raise LayoutError(f"nested arrays are not supported in uniform structs: {text!r}")
+        if _round_up(element._element_align, element._element_size) % 16:
+            # WGSL requires a uniform array's element stride to be a multiple of 16 bytes.
+            raise LayoutError(f"{text!r} cannot live in a uniform buffer (element stride must be a multiple "
+                              f"of 16 bytes); use an array of vec4 (e.g. array<vec4<u32>, N>)")  # fmt: skip
         return WgslType(element.scalar, element.lanes, int(array.group(2)))
     if text in _SCALARS:
         return WgslType(text)

@@ -127,7 +127,8 @@ def onnxruntime_reference(
             if spec and key in spec.float_attrs:
                 value = float(value)
             node_attrs[key] = value
-        arrays = {k: np.asarray(inputs[k], order="C") for k in order}  # keeps rank 0 (ascontiguousarray would not)
+        # np.asarray keeps rank 0; np.ascontiguousarray would make it shape (1,).
+        arrays = {k: np.asarray(inputs[k], order="C") for k in order}
         node = helper.make_node(name, order, outputs, domain=onnx_domain, **node_attrs)
         graph = helper.make_graph(
             [node], f"{name}_reference",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .buffers import translate_gpu_errors
 from .errors import TensorReleasedError
 
 if TYPE_CHECKING:
@@ -48,29 +49,31 @@ class GpuTensor:
         return self._buffer
 
     def numpy(self) -> np.ndarray:
-        """Copy the tensor to a new NumPy array."""
+        """Copy the tensor to a new NumPy array (submits any recorded work first)."""
         buffer = self.buffer
-        if self.nbytes == 0:
-            return np.empty(self.shape, dtype=self.dtype)
-        with self.device.lock:
-            data = self.device.gpu.queue.read_buffer(buffer, 0, _padded(self.nbytes))
-        return np.frombuffer(data, dtype=self.dtype, count=self.size).reshape(self.shape).copy()
+        out = np.empty(self.shape, dtype=self.dtype)
+        if out.nbytes:
+            with translate_gpu_errors("reading a GPU tensor"):
+                self.device.memory.read_into(buffer, out)
+        return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         array = self.numpy()
         return array if dtype is None else array.astype(dtype)
 
     def release(self) -> None:
-        """Free the GPU buffer now; using the tensor afterwards raises TensorReleasedError."""
+        """Free the GPU buffer now (back to the device's bounded pool, for reuse by later calls);
+        using the tensor afterwards raises TensorReleasedError."""
         buffer, self._buffer = self._buffer, None
         if buffer is not None:
-            buffer.destroy()
+            self.device.memory.release(buffer)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: the device may already be gone
+            pass
 
     def __repr__(self) -> str:
         state = "released" if self.released else self.device.adapter.name
         return f"GpuTensor(shape={self.shape}, dtype={self.dtype.name}, {state})"
-
-
-def _padded(nbytes: int) -> int:
-    """Buffer sizes round up to 4 bytes (WebGPU copies and storage bindings need it), never 0."""
-    return max(4, -(-nbytes // 4) * 4)

@@ -1,0 +1,636 @@
+"""The ``webgpu-kernels`` command line: adapters, the embedded kernels, and running one.
+
+Commands: ``devices``, ``list``, ``info``, ``explain``, ``render``, ``run``. Every library error
+(:class:`~webgpu_kernels.errors.KernelError`) ends the command with one red ``error: ...`` line on
+stderr and exit status 2, like click's own usage errors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from . import __version__
+from .api import get_kernel, list_kernels, load_kernel
+from .device import ADAPTER_ENV, AdapterSummary, choose_adapter, list_adapters
+from .errors import KernelError
+from .kernel import Kernel, TensorMeta
+from .references import numpy_reference, onnxruntime_reference
+
+#: Limits ``devices`` shows (WebGPU names, camelCase).
+KEY_LIMITS = (
+    "maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupsPerDimension",
+    "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX",
+)  # fmt: skip
+
+#: ``--input`` dtype spellings -> ONNX element type names. Types the kernels cannot take are
+#: accepted here on purpose: the engine's contract check reports them.
+DTYPE_ALIASES: dict[str, str] = {
+    "f32": "float32", "float32": "float32", "float": "float32",
+    "f16": "float16", "float16": "float16", "half": "float16",
+    "f64": "float64", "float64": "float64", "double": "float64",
+    "bf16": "bfloat16", "bfloat16": "bfloat16",
+    "i8": "int8", "int8": "int8", "i16": "int16", "int16": "int16",
+    "i32": "int32", "int32": "int32", "int": "int32", "i64": "int64", "int64": "int64",
+    "u8": "uint8", "uint8": "uint8", "u16": "uint16", "uint16": "uint16",
+    "u32": "uint32", "uint32": "uint32", "u64": "uint64", "uint64": "uint64",
+    "bool": "bool",
+}  # fmt: skip
+
+TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU kernel time"
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+# --- output helpers ---------------------------------------------------------------------------------
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """A console that never reads markup from manifest text; wide when not writing to a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if not (hasattr(stream, "isatty") and stream.isatty()) and "COLUMNS" not in os.environ:
+        width = 160
+    return Console(stderr=stderr, markup=False, highlight=False, emoji=False, width=width)
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(_jsonable(data), indent=2, allow_nan=False))
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values: tuples to lists, NumPy scalars to Python, non-finite floats to strings."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value) if isinstance(value, (set, frozenset)) else value
+        return [_jsonable(v) for v in items]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "nan", "inf", "-inf": JSON has no such numbers
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _fmt(value: Any) -> str:
+    """A manifest value as the manifest writes it (JSON), strings bare."""
+    return value if isinstance(value, str) else json.dumps(_jsonable(value))
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    match = re.match(r"^(.+?[.!?])(?=\s+[A-Z`(]|$)", text)
+    return match.group(1) if match else text
+
+
+class KernelGroup(click.Group):
+    """A click group that turns library errors into one red line and exit status 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KernelError as exc:
+            _report_error(exc)
+            ctx.exit(2)
+
+
+def _report_error(exc: BaseException) -> None:
+    console = _console(stderr=True)
+    first, _, rest = str(exc).partition("\n")
+    console.print(Text(f"error: {first}", style="bold red"), soft_wrap=True)
+    if rest.strip():
+        console.print(Text(rest.rstrip()), soft_wrap=True)
+
+
+# --- argument parsing ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # ONNX element type name
+
+    def meta(self) -> TensorMeta:
+        return TensorMeta(self.shape, self.dtype)
+
+    def text(self) -> str:
+        return f"{self.name}={'x'.join(map(str, self.shape)) or 'scalar'}:{self.dtype}"
+
+
+def parse_input_spec(spec: str) -> InputSpec:
+    """``NAME=DIMS:DTYPE``: ``X=2x64x320:f16``; rank 0 as ``X=:f32`` or ``X=scalar:f32``."""
+    name, eq, rest = spec.partition("=")
+    name = name.strip()
+    if not eq or not name:
+        raise ValueError(f"{spec!r} is not NAME=DIMS:DTYPE (e.g. X=2x64x320:f16)")
+    if not _NAME.match(name):
+        raise ValueError(f"{name!r} is not an input name")
+    dims, colon, dtype = rest.rpartition(":")
+    if not colon:
+        raise ValueError(f"{spec!r} has no dtype: write NAME=DIMS:DTYPE (e.g. {name}=2x64x320:f16)")
+    alias = dtype.strip().lower()
+    if alias not in DTYPE_ALIASES:
+        known = ", ".join(sorted(set(DTYPE_ALIASES)))
+        raise ValueError(f"unknown dtype {dtype.strip()!r} in {spec!r} (known: {known})")
+    dims = dims.strip().lower()
+    shape: list[int] = []
+    if dims not in ("", "scalar"):
+        for part in dims.split("x"):
+            part = part.strip()
+            if not part.isdigit():
+                raise ValueError(f"bad dimension {part!r} in {spec!r}: dims are non-negative integers joined by 'x'")
+            shape.append(int(part))
+    return InputSpec(name, tuple(shape), DTYPE_ALIASES[alias])
+
+
+def parse_value(text: str) -> Any:
+    """A JSON value (``1.0``, ``3``, ``true``, ``"s"``, ``[1, 2]``), else the text as a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    name, eq, value = text.partition("=")
+    name = name.strip()
+    if not eq or not name:
+        raise ValueError(f"{text!r} is not NAME=VALUE")
+    return name, parse_value(value.strip())
+
+
+def _inputs_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, InputSpec]:
+    specs: dict[str, InputSpec] = {}
+    for value in values:
+        try:
+            spec = parse_input_spec(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        if spec.name in specs:
+            raise click.BadParameter(f"input {spec.name!r} given twice", ctx=ctx, param=param)
+        specs[spec.name] = spec
+    return specs
+
+
+def _assignments_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for value in values:
+        try:
+            name, parsed = parse_assignment(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        if name in result:
+            raise click.BadParameter(f"{name!r} given twice", ctx=ctx, param=param)
+        result[name] = parsed
+    return result
+
+
+def resolve_kernel(ref: str) -> Kernel:
+    """An embedded op id, or a path to a package folder (anything that exists or has a slash)."""
+    path = Path(ref).expanduser()
+    if path.exists() or "/" in ref or os.sep in ref:
+        return load_kernel(path)
+    return get_kernel(ref)
+
+
+def _adapter(ctx: click.Context) -> str | None:
+    return ctx.find_root().params.get("adapter")
+
+
+def _input_options(fn: Any) -> Any:
+    fn = click.option("--tunable", "tunables", multiple=True, metavar="NAME=VALUE", callback=_assignments_callback,
+                      help="Override a tunable (value parsed as JSON, else a string). Repeatable.")(fn)  # fmt: skip
+    fn = click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE", callback=_assignments_callback,
+                      help="Set an attribute (value parsed as JSON, else a string). Repeatable.")(fn)  # fmt: skip
+    fn = click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE", callback=_inputs_callback,
+                      help="An input tensor: dims joined by 'x', dtype f32/f16/... "
+                           "(X=2x64x320:f16; rank 0: X=:f32 or X=scalar:f32). Repeatable.")(fn)  # fmt: skip
+    fn = click.argument("kernel")(fn)
+    return fn
+
+
+# --- the commands ---------------------------------------------------------------------------------
+
+
+@click.group(cls=KernelGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--adapter", metavar="NAME|BACKEND", envvar=ADAPTER_ENV, show_envvar=True, default=None,
+              help="The WebGPU adapter: a backend (vulkan, metal, d3d12, gl) or part of its name. "
+                   "Default: the best one present.")  # fmt: skip
+@click.version_option(__version__, "--version", "-V", prog_name="webgpu-kernels")
+def main(adapter: str | None) -> None:
+    """Run manifest-driven WebGPU compute kernels natively (wgpu-py).
+
+    KERNEL is an embedded op id (see `webgpu-kernels list`) or the path of a kernel package
+    folder holding a manifest.json and its templates.
+    """
+
+
+@main.command("devices")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def devices_cmd(ctx: click.Context, as_json: bool) -> None:
+    """The WebGPU adapters present: features and key limits; the chosen one marked."""
+    adapters = list_adapters()
+    chosen = choose_adapter(_adapter(ctx)).index if adapters else None
+    if as_json:
+        _echo_json([_adapter_dict(a, a.index == chosen) for a in adapters])
+        return
+    console = _console()
+    if not adapters:
+        console.print("no WebGPU adapter found")
+        return
+    table = Table(title="WebGPU adapters", title_justify="left")
+    for col in ("#", "name", "backend", "type", "chosen"):
+        table.add_column(col)
+    for a in adapters:
+        table.add_row(str(a.index), a.name, a.backend, a.adapter_type, "yes" if a.index == chosen else "")
+    console.print(table)
+    for a in adapters:
+        console.print()
+        title = Text.assemble((f"[{a.index}] {a.label()}", "bold"), (" (chosen)" if a.index == chosen else "", "green"))
+        console.print(title)
+        if a.description and a.description != a.name:
+            console.print(f"  driver: {a.description}")
+        limits = _camel_limits(a)
+        console.print("  shader-f16: " + ("yes" if "shader-f16" in a.features else "no"))
+        for name in KEY_LIMITS:
+            console.print(f"  {name}: {limits.get(name, '-')}")
+        console.print(f"  features ({len(a.features)}):")
+        console.print(Padding(Text(", ".join(sorted(a.features))), (0, 0, 0, 4), expand=False))
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("-")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _camel_limits(adapter: AdapterSummary) -> dict[str, int]:
+    return {_camel(k): v for k, v in adapter.limits.items()}
+
+
+def _adapter_dict(a: AdapterSummary, chosen: bool) -> dict[str, Any]:
+    limits = _camel_limits(a)
+    return {
+        "index": a.index, "name": a.name, "vendor": a.vendor, "backend": a.backend, "type": a.adapter_type,
+        "description": a.description, "chosen": chosen, "features": sorted(a.features),
+        "limits": {k: limits.get(k) for k in KEY_LIMITS}, "allLimits": dict(sorted(limits.items())),
+    }  # fmt: skip
+
+
+@main.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_cmd(as_json: bool) -> None:
+    """The kernels embedded in the library."""
+    rows = []
+    for op_id in list_kernels():
+        kernel = get_kernel(op_id)
+        description = _first_sentence(kernel.manifest.description)
+        rows.append({"op": op_id, "variants": kernel.variants, "description": description})
+    if as_json:
+        _echo_json(rows)
+        return
+    table = Table(title="Embedded kernels", title_justify="left")
+    table.add_column("op id", no_wrap=True)
+    table.add_column("variants")
+    table.add_column("description")
+    for row in rows:
+        table.add_row(row["op"], ", ".join(row["variants"]), row["description"])
+    _console().print(table)
+
+
+@main.command("info")
+@click.argument("kernel")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def info_cmd(kernel: str, as_json: bool) -> None:
+    """The contract of KERNEL: inputs, outputs, types, attributes, tunables and variants."""
+    k = resolve_kernel(kernel)
+    data = kernel_info(k)
+    if as_json:
+        _echo_json(data)
+        return
+    _print_info(data)
+
+
+def kernel_info(kernel: Kernel) -> dict[str, Any]:
+    """The contract of a kernel as plain data (what ``info --json`` prints)."""
+    m = kernel.manifest
+    descriptions = m.raw.get("attributeDescriptions", {}) or {}
+    return {
+        "op": m.op_id, "domain": m.domain, "name": m.name, "sinceVersion": m.since_version,
+        "origin": kernel.package.origin, "path": str(kernel.package.root), "description": m.description,
+        "inputs": [{"role": s.role, "typeVar": s.dtype, "rank": s.rank, "optional": s.optional,
+                    "description": s.description} for s in m.inputs],
+        "outputs": [{"role": s.role, "typeVar": s.dtype, "rank": s.rank, "shape": s.shape,
+                     "description": s.description} for s in m.outputs],
+        "typeConstraints": {k: list(v) for k, v in m.type_constraints.items()},
+        "attributes": {name: {"default": default, "description": descriptions.get(name, "")}
+                       for name, default in m.attributes.items()},
+        "tunables": dict(m.tunables), "derive": dict(m.derive), "constants": dict(m.constants),
+        "variants": [{
+            "id": v.id, "priority": v.priority, "when": list(v.when), "constants": dict(v.constants),
+            "passes": [{
+                "id": p.id, "name": p.name, "shader": p.shader, "entryPoint": p.entry_point,
+                "sourceInputs": dict(p.source_inputs),
+                "dispatch": {"threads": p.dispatch.threads, "workgroupSize": list(p.dispatch.workgroup_size)},
+                "bindings": [{"name": b.name, "buffer": b.buffer_type, "arg": b.arg, "semantic": b.semantic,
+                              "elementType": b.element_type, "length": b.length, "struct": b.struct_name,
+                              "fields": [{"name": f.name, "type": f.type, "value": f.value} for f in b.fields]}
+                             for b in p.bindings],
+            } for p in v.passes],
+        } for v in m.variants],
+    }  # fmt: skip
+
+
+def _print_info(d: dict[str, Any]) -> None:
+    console = _console()
+    console.print(Text(f"{d['op']} (since version {d['sinceVersion']})", style="bold"))
+    console.print(f"{d['origin']} package: {d['path']}")
+    if d["description"]:
+        console.print(d["description"])
+
+    table = Table(title="Inputs", title_justify="left")
+    for col in ("role", "type", "rank", "description"):
+        table.add_column(col)
+    for s in d["inputs"]:
+        rank = "any" if s["rank"] is None else _fmt(s["rank"])
+        table.add_row(s["role"] + (" (optional)" if s["optional"] else ""), s["typeVar"], rank, s["description"])
+    console.print(table)
+
+    table = Table(title="Outputs", title_justify="left")
+    for col in ("role", "type", "rank", "shape", "description"):
+        table.add_column(col)
+    for s in d["outputs"]:
+        rank = "any" if s["rank"] is None else _fmt(s["rank"])
+        table.add_row(s["role"], s["typeVar"], rank, s["shape"] or "-", s["description"])
+    console.print(table)
+
+    console.print(Text("Type constraints", style="italic"))
+    for name, types in d["typeConstraints"].items():
+        console.print(f"  {name}: {', '.join(types)}")
+
+    if d["attributes"]:
+        table = Table(title="Attributes", title_justify="left")
+        for col in ("name", "default", "description"):
+            table.add_column(col)
+        for name, attr in d["attributes"].items():
+            table.add_row(name, _fmt(attr["default"]), attr["description"])
+        console.print(table)
+    else:
+        console.print(Text("Attributes: none", style="italic"))
+
+    for title, key in (("Tunables", "tunables"), ("Derive", "derive"), ("Constants", "constants")):
+        entries = d[key]
+        console.print(Text(f"{title}" + ("" if entries else ": none"), style="italic"))
+        sep = " = " if key == "tunables" else " := "
+        for name, value in entries.items():
+            console.print(f"  {name}{sep}{_fmt(value)}")
+
+    console.print(Text("Variants (selection: highest priority whose when clauses all hold)", style="italic"))
+    for v in d["variants"]:
+        console.print(Text(f"  {v['id']} (priority {v['priority']:g})", style="bold"))
+        for i, clause in enumerate(v["when"]):
+            console.print(f"    when[{i}]: {_fmt(clause)}")
+        for name, value in v["constants"].items():
+            console.print(f"    constant {name} := {_fmt(value)}")
+        for p in v["passes"]:
+            wg = ", ".join(_fmt(w) for w in p["dispatch"]["workgroupSize"])
+            console.print(f"    pass {p['id']!r}: shader {p['shader']}, threads {_fmt(p['dispatch']['threads'])}, "
+                          f"workgroupSize {wg}")  # fmt: skip
+            for name, value in p["sourceInputs"].items():
+                console.print(f"      template input {name} := {_fmt(value)}")
+            bindings = ", ".join(f"{b['name']} ({b['buffer']})" for b in p["bindings"])
+            console.print(f"      bindings: {bindings}")
+
+
+@main.command("explain")
+@_input_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def explain_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
+                tunables: dict[str, Any], as_json: bool) -> None:  # fmt: skip
+    """Which variant KERNEL would run for these inputs, and why each other one would not."""
+    k = resolve_kernel(kernel)
+    metas = {name: spec.meta() for name, spec in inputs.items()}
+    explanation = k.explain(metas, attrs=attrs, tunables=tunables, adapter=_adapter(ctx))
+    if as_json:
+        _echo_json(explanation.as_dict())
+    else:
+        _console().print(str(explanation), soft_wrap=True)
+
+
+@main.command("render")
+@_input_options
+@click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
+@click.pass_context
+def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
+               tunables: dict[str, Any], variant: str | None) -> None:  # fmt: skip
+    """The WGSL that KERNEL would run for these inputs, pass by pass."""
+    k = resolve_kernel(kernel)
+    metas = {name: spec.meta() for name, spec in inputs.items()}
+    shaders = k.render(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=_adapter(ctx))
+    many = len(shaders) > 1
+    for i, (pass_id, wgsl) in enumerate(shaders.items()):
+        if many:
+            if i:
+                click.echo()
+            click.echo(f"// ---- pass {pass_id} ----")
+        click.echo(wgsl.rstrip("\n"))
+
+
+@main.command("run")
+@_input_options
+@click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--repeat", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Timed calls after the first one (their median is reported).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
+            tunables: dict[str, Any], variant: str | None, seed: int, repeat: int, as_json: bool) -> None:  # fmt: skip
+    """Run KERNEL on seeded random inputs (standard normal): output summary, time and error."""
+    adapter = _adapter(ctx)
+    k = resolve_kernel(kernel)
+    metas = {name: spec.meta() for name, spec in inputs.items()}
+    # The contract check (and the variant selection) before any data or GPU work.
+    explanation = k.explain(metas, attrs=attrs, tunables=tunables, adapter=adapter)
+    arrays = random_inputs(inputs, seed)
+    status_console = _console(stderr=True)
+    with _status(status_console, f"running {k.op_id} ..."):
+        start = time.perf_counter()
+        outputs = k(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
+        first = time.perf_counter() - start
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            k(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
+            times.append(time.perf_counter() - start)
+    all_attrs = {**k.manifest.attributes, **attrs}
+    report: dict[str, Any] = {
+        "op": k.op_id, "adapter": choose_adapter(adapter).label(), "variant": variant or explanation.chosen,
+        "forced": variant is not None, "seed": seed,
+        "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype} for n, s in inputs.items()},
+        "attrs": all_attrs, "tunables": {**k.manifest.tunables, **tunables},
+        "outputs": {name: summarize(array) for name, array in outputs.items()},
+        "timing": {"clock": TIMING_NOTE, "firstCallMs": first * 1e3, "repeat": repeat,
+                   "medianMs": statistics.median(times) * 1e3 if times else None},
+        "reference": {"numpy": None, "onnxruntime": None},
+    }  # fmt: skip
+    ref = numpy_reference(k.op_id)
+    if ref is not None:
+        expected = ref(arrays, all_attrs)
+        report["reference"]["numpy"] = {n: compare(outputs[n], expected[n]) for n in outputs if n in expected}
+    ort_out = onnxruntime_reference(k.op_id, arrays, all_attrs, output_names=list(outputs))
+    if ort_out is not None:
+        report["reference"]["onnxruntime"] = {n: compare(outputs[n], ort_out[n]) for n in outputs if n in ort_out}
+    if as_json:
+        _echo_json(report)
+    else:
+        _print_run(report, has_numpy_ref=ref is not None)
+
+
+@contextmanager
+def _status(console: Console, message: str) -> Iterator[None]:
+    if console.is_terminal:
+        with console.status(message):
+            yield
+    else:
+        yield
+
+
+def random_inputs(inputs: Mapping[str, InputSpec], seed: int) -> dict[str, np.ndarray]:
+    """Standard normal samples (float64, drawn in the order given) cast to each input's dtype."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name, spec in inputs.items():
+        arrays[name] = rng.standard_normal(spec.shape).astype(_numpy_dtype(spec.dtype))
+    return arrays
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes  # only reached for packages that accept bfloat16
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def summarize(array: Any) -> dict[str, Any]:
+    """Shape, dtype, NaN count and min/max/mean (over the non-NaN values, in float64)."""
+    a = np.asarray(array)
+    values = a.astype(np.float64).ravel()
+    nan = np.isnan(values)
+    rest = values[~nan]
+    stats: dict[str, Any] = {"shape": list(a.shape), "dtype": a.dtype.name, "size": int(a.size),
+                             "nanCount": int(nan.sum())}  # fmt: skip
+    if rest.size:
+        stats.update(min=float(rest.min()), max=float(rest.max()), mean=float(rest.mean()))
+    else:
+        stats.update(min=None, max=None, mean=None)
+    return stats
+
+
+def compare(actual: Any, expected: Any) -> dict[str, Any]:
+    """Max abs and rel error of ``actual`` against ``expected``, both taken in float64.
+
+    Errors are over elements where both are finite; the relative one where ``|expected|`` is at
+    least the smallest normal number of ``actual``'s dtype. ``nonFiniteMismatches`` counts the
+    elements where one is NaN or infinite and the other does not hold the same value.
+    """
+    a = np.asarray(actual)
+    got = a.astype(np.float64)
+    want = np.asarray(expected).astype(np.float64)
+    if got.shape != want.shape:
+        return {"shapeMismatch": [list(got.shape), list(want.shape)], "maxAbsError": None, "maxRelError": None,
+                "nonFiniteMismatches": None}  # fmt: skip
+    both = np.isfinite(got) & np.isfinite(want)
+    same_nan = np.isnan(got) & np.isnan(want)
+    with np.errstate(invalid="ignore"):
+        same_inf = np.isinf(got) & (got == want)
+    mismatches = int((~(both | same_nan | same_inf)).sum())
+    diff = np.abs(got[both] - want[both])
+    tiny = float(np.finfo(a.dtype).tiny) if np.issubdtype(a.dtype, np.floating) else 1.0
+    scale = np.abs(want[both])
+    rel_mask = scale >= tiny
+    return {
+        "maxAbsError": float(diff.max()) if diff.size else None,
+        "maxRelError": float((diff[rel_mask] / scale[rel_mask]).max()) if rel_mask.any() else None,
+        "nonFiniteMismatches": mismatches,
+    }
+
+
+def _num(value: float | None, fmt: str = ".6g") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
+    console = _console()
+    console.print(Text(f"{r['op']} on {r['adapter']}", style="bold"))
+    inputs = ", ".join(f"{n} {s['shape']} {s['dtype']}" for n, s in r["inputs"].items())
+    console.print(f"inputs (standard normal, seed {r['seed']}): {inputs}", soft_wrap=True)
+    if r["attrs"]:
+        console.print("attributes: " + ", ".join(f"{k}={_fmt(v)}" for k, v in r["attrs"].items()))
+    console.print(f"variant: {r['variant']}" + (" (forced)" if r["forced"] else " (selected)"))
+
+    table = Table(title="Outputs", title_justify="left")
+    for col in ("output", "shape", "dtype", "min", "max", "mean", "NaN"):
+        table.add_column(col, justify="right" if col in ("min", "max", "mean", "NaN") else "left")
+    for name, s in r["outputs"].items():
+        table.add_row(name, str(s["shape"]), s["dtype"], _num(s["min"]), _num(s["max"]), _num(s["mean"]),
+                      str(s["nanCount"]))  # fmt: skip
+    console.print(table)
+
+    t = r["timing"]
+    console.print(f"time: {t['clock']}")
+    console.print(f"  first call: {t['firstCallMs']:.3f} ms (includes building the pipeline)")
+    if t["medianMs"] is not None:
+        console.print(f"  median of {t['repeat']} more calls: {t['medianMs']:.3f} ms")
+
+    refs = r["reference"]
+    if refs["numpy"] is None and not has_numpy_ref:
+        console.print(f"NumPy reference: none registered for {r['op']}")
+    for key, label in (("numpy", "NumPy float64 reference"), ("onnxruntime", "ONNX Runtime CPU")):
+        results = refs[key]
+        if results is None:
+            if key == "onnxruntime":
+                console.print(f"{label}: not available (onnxruntime not installed or no CPU kernel for this op/dtype)")
+            continue
+        for name, c in results.items():
+            if "shapeMismatch" in c:
+                console.print(f"{label}: {name} shape {c['shapeMismatch'][0]} != reference {c['shapeMismatch'][1]}")
+                continue
+            if c["maxAbsError"] is None and not c["nonFiniteMismatches"]:
+                console.print(f"error vs {label} ({name}): no finite elements to compare")
+                continue
+            line = f"error vs {label} ({name}): max abs {_num(c['maxAbsError'], '.3e')}, " \
+                   f"max rel {_num(c['maxRelError'], '.3e')}"  # fmt: skip
+            if c["nonFiniteMismatches"]:
+                line += f", {c['nonFiniteMismatches']} NaN/inf mismatches"
+            console.print(line)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

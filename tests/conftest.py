@@ -1,0 +1,98 @@
+"""Shared fixtures: the real WebGPU device (lavapipe in CI), the two seed kernels, seeded RNGs.
+
+``XDG_RUNTIME_DIR`` must exist before wgpu-native starts (Mesa's Vulkan loader complains without
+it), so it is set here, before anything imports wgpu.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="wk-xdg-"))
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+TESTS_DIR = Path(__file__).resolve().parent
+if str(TESTS_DIR) not in sys.path:  # so that ``import references`` works from every test module
+    sys.path.insert(0, str(TESTS_DIR))
+
+import webgpu_kernels as wk  # noqa: E402
+
+REPO_ROOT = TESTS_DIR.parent
+PACKAGES_DIR = TESTS_DIR / "packages"
+SHARED_SEEDS = REPO_ROOT.parent / "shared" / "seeds"
+
+DTYPES = (np.float32, np.float16)
+
+
+@pytest.fixture(scope="session")
+def device():
+    return wk.get_device()
+
+
+@pytest.fixture(scope="session")
+def has_f16(device) -> bool:
+    return device.has_f16
+
+
+@pytest.fixture
+def need_dtype(has_f16):
+    """Call with a dtype: skips float16 cases on an adapter without shader-f16."""
+
+    def check(dtype) -> None:
+        if np.dtype(dtype) == np.float16 and not has_f16:
+            pytest.skip("this adapter has no shader-f16 feature")
+
+    return check
+
+
+@pytest.fixture(scope="session")
+def quick_gelu() -> wk.Kernel:
+    return wk.get_kernel("com.microsoft.QuickGelu")
+
+
+@pytest.fixture(scope="session")
+def bias_add() -> wk.Kernel:
+    return wk.get_kernel("com.microsoft.BiasAdd")
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator seeded from the test's id: reproducible, but different per test case."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def last_plan():
+    """``last_plan(kernel)``: the execution plan of the kernel's most recent call signature.
+
+    Reaches into the kernel's plan cache (the grid a pass was dispatched with is only kept there).
+    """
+
+    def get(kernel: wk.Kernel):
+        return next(reversed(kernel._plans.values()))
+
+    return get
+
+
+@pytest.fixture
+def write_package(tmp_path):
+    """``write_package(manifest: dict, templates: dict[name, text]) -> Path``: a package folder."""
+    import json
+
+    counter = iter(range(1_000_000))
+
+    def write(manifest: dict, templates: dict[str, str]) -> Path:
+        root = tmp_path / f"pkg{next(counter)}"
+        root.mkdir()
+        (root / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        for name, text in templates.items():
+            (root / name).write_text(text, encoding="utf-8")
+        return root
+
+    return write

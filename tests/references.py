@@ -1,0 +1,148 @@
+"""Float64 NumPy references for the kernels under test, and how closely results must match them.
+
+Written from the ops' definitions (ONNX contrib ops ``com.microsoft.QuickGelu`` and
+``com.microsoft.BiasAdd``), not from the WGSL templates: QuickGelu here is ``x * sigmoid(alpha * x)``
+with a sign-split sigmoid, while the shader computes ``x / (1 + exp(-alpha * x))`` in f32.
+
+Used by the tests and by ``scripts/error_matrix.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F16_TINY = float(np.finfo(np.float16).smallest_subnormal)  # 2**-24
+F16_ULP = 2.0**-10  # relative spacing of f16 numbers (at the bottom of a binade: the worst case)
+F32_EPS = float(np.finfo(np.float32).eps)  # 2**-23
+
+
+# --- references ---------------------------------------------------------------------------------
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^-z) in float64, split by sign so that neither branch overflows."""
+    z = np.asarray(z, dtype=np.float64)
+    out = np.empty_like(z)
+    pos = z >= 0
+    neg = ~pos  # NaN lands here: e^NaN / (1 + e^NaN) is NaN
+    with np.errstate(over="ignore", invalid="ignore"):
+        out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
+        e = np.exp(z[neg])
+        out[neg] = e / (1.0 + e)
+    return out
+
+
+def quick_gelu(x: np.ndarray, alpha: float = 1.702) -> np.ndarray:
+    """QuickGelu: ``x * sigmoid(alpha * x)``, in float64 (IEEE: -inf * 0 is NaN)."""
+    x64 = np.asarray(x).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return x64 * sigmoid(alpha * x64)
+
+
+def bias_add(x: np.ndarray, bias: np.ndarray, skip: np.ndarray) -> np.ndarray:
+    """BiasAdd: ``X + bias + skip``, bias broadcast over the last (channel) axis, in float64."""
+    with np.errstate(invalid="ignore"):  # inf + -inf is NaN, as it should be
+        return np.asarray(x).astype(np.float64) + np.asarray(bias).astype(np.float64) + np.asarray(skip).astype(np.float64)
+
+
+def scale_shift(x: np.ndarray, scale: float, shift: float) -> np.ndarray:
+    """The test package demo.ScaleShift: ``x * scale + shift``, in float64."""
+    return np.asarray(x).astype(np.float64) * scale + shift
+
+
+# --- tolerances ---------------------------------------------------------------------------------
+
+
+def quick_gelu_tolerance(dtype) -> dict[str, float]:
+    """QuickGelu computes in f32 for both dtypes; the GPU's exp() is a few ulps off.
+
+    f32: 1e-5 relative (a few ulps of exp, amplified a little by the division), 1e-6 absolute
+    for results near zero. f16: one f16 ulp relative (the final rounding, which WGSL allows to go
+    either way), and the f16 normal minimum absolute (a driver may flush f16 subnormals).
+    """
+    if np.dtype(dtype) == np.float32:
+        return {"rtol": 1e-5, "atol": 1e-6}
+    return {"rtol": F16_ULP, "atol": 2.0**-14}
+
+
+def bias_add_tolerance(x, bias, skip, dtype) -> dict[str, object]:
+    """BiasAdd sums in f32: two roundings of at most half an f32 ulp of the running sum, bounded
+    by eps32 * (|x| + |bias| + |skip|) per element; f16 adds one rounding of the result to f16.
+    """
+    magnitude = np.abs(np.asarray(x, np.float64)) + np.abs(np.asarray(bias, np.float64)) + np.abs(np.asarray(skip, np.float64))
+    atol = F32_EPS * magnitude
+    if np.dtype(dtype) == np.float32:
+        return {"rtol": 0.0, "atol": atol}
+    return {"rtol": F16_ULP, "atol": atol + 2.0**-14}
+
+
+def scale_shift_tolerance(x, scale, shift, dtype) -> dict[str, object]:
+    magnitude = np.abs(np.asarray(x, np.float64) * scale) + abs(shift)
+    atol = 2 * F32_EPS * magnitude
+    if np.dtype(dtype) == np.float32:
+        return {"rtol": 0.0, "atol": atol}
+    return {"rtol": F16_ULP, "atol": atol + 2.0**-14}
+
+
+# --- comparison ---------------------------------------------------------------------------------
+
+
+def expected_in(dtype, reference: np.ndarray) -> np.ndarray:
+    """The float64 reference, except where rounding to ``dtype`` overflows: there, +-inf."""
+    reference = np.asarray(reference, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        rounded = reference.astype(dtype).astype(np.float64)
+    overflow = np.isinf(rounded) & np.isfinite(reference)
+    return np.where(overflow, rounded, reference)
+
+
+def assert_matches(actual, reference, dtype, *, rtol, atol, what: str = "") -> None:
+    """``actual`` has the reference's shape and ``dtype`` and matches it: NaN exactly where the
+    reference is NaN, the same infinities, every other element within ``atol + rtol * |ref|``
+    (``atol`` may be an array, one bound per element)."""
+    actual = np.asarray(actual)
+    assert actual.dtype == np.dtype(dtype), f"{what}: dtype {actual.dtype}, expected {np.dtype(dtype)}"
+    assert actual.shape == np.shape(reference), f"{what}: shape {actual.shape}, expected {np.shape(reference)}"
+    expected = expected_in(dtype, reference)
+    got = actual.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected), err_msg=f"{what}: NaN positions differ")
+    inf = np.isinf(expected) | np.isinf(got)
+    np.testing.assert_array_equal(got[inf], expected[inf], err_msg=f"{what}: infinities differ")
+    finite = np.isfinite(expected) & np.isfinite(got)
+    with np.errstate(invalid="ignore"):  # the non-finite positions were checked above
+        allowed = np.broadcast_to(np.asarray(atol, dtype=np.float64), expected.shape) + rtol * np.abs(expected)
+        error = np.where(finite, np.abs(got - expected), 0.0)
+        excess = error - np.where(finite, allowed, 0.0)
+    if np.any(excess > 0):
+        bad = np.argwhere(excess > 0)
+        worst = tuple(np.unravel_index(int(np.argmax(excess)), excess.shape)) if excess.ndim else ()
+        raise AssertionError(
+            f"{what}: {len(bad)} of {expected.size} elements out of tolerance (rtol={rtol:g}); worst at "
+            f"{worst}: got {got[worst]!r}, expected {expected[worst]!r}, error {error[worst]:.3e} > allowed "
+            f"{allowed[worst]:.3e}; first bad indices {bad[:5].tolist()}"
+        )
+
+
+def max_errors(actual, reference, dtype) -> tuple[float, float]:
+    """Largest absolute and relative error of ``actual`` against the float64 reference.
+
+    Positions where both are NaN or both the same infinity are not errors; a mismatch there is
+    reported as an infinite error. The relative error counts only elements whose reference is at
+    least the dtype's smallest normal number.
+    """
+    actual = np.asarray(actual, dtype=np.float64).reshape(-1)
+    expected = expected_in(dtype, reference).reshape(-1)
+    if actual.size == 0:
+        return 0.0, 0.0
+    same_special = (np.isnan(actual) & np.isnan(expected)) | (np.isinf(actual) & (actual == expected))
+    special = ~np.isfinite(actual) | ~np.isfinite(expected)
+    if np.any(special & ~same_special):
+        return float("inf"), float("inf")
+    finite = ~special
+    if not finite.any():
+        return 0.0, 0.0
+    err = np.abs(actual[finite] - expected[finite])
+    ref = np.abs(expected[finite])
+    normal = ref >= np.finfo(dtype).tiny
+    rel = float((err[normal] / ref[normal]).max()) if normal.any() else 0.0
+    return float(err.max()), rel

@@ -1,0 +1,152 @@
+"""com.microsoft.BiasAdd on the real device: both variants x {f32, f16} against the float64
+reference, C = 3, 4, 6, 320, 1280 (and the other real-model channel counts), N*S*C not a
+multiple of 4, zero sizes, NaN/inf, values at the f16 limits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import references as ref
+import webgpu_kernels as wk
+
+VARIANTS = ("vec4", "scalar")
+DTYPES = (np.float32, np.float16)
+DTYPE_IDS = ("f32", "f16")
+
+SHAPES = [
+    (1, 1, 3), (1, 5, 3), (2, 5, 3),      # C = 3: N*S*C = 3, 15, 30, never a multiple of 4
+    (1, 1, 4), (2, 5, 4), (3, 7, 4),      # C = 4
+    (1, 3, 6), (1, 1, 6), (2, 2, 6),      # C = 6: 18 and 6 are not multiples of 4; 24 is, C is not
+    (1, 1, 320), (2, 5, 320), (1, 3, 320),
+    (1, 1, 1280), (1, 3, 1280), (2, 1, 1280),
+    (2, 1, 640), (2, 5, 768), (1, 3, 1536),  # ONNX Runtime's own test shapes, SDXL refiner widths
+    (1, 1, 1), (3, 1, 5), (1, 7, 2),
+]  # fmt: skip
+ZERO_SHAPES = [(0, 5, 4), (2, 0, 3), (1, 2, 0), (0, 0, 0)]
+
+
+def applicable(shape) -> set[str]:
+    numel = int(np.prod(shape))
+    ok = {"scalar"}
+    if numel > 0 and numel % 4 == 0 and shape[2] % 4 == 0:
+        ok.add("vec4")
+    return ok
+
+
+def expected_default(shape) -> str:
+    return "vec4" if "vec4" in applicable(shape) else "scalar"
+
+
+def make_inputs(rng, shape, dtype, spread=4.0):
+    x = (rng.standard_normal(shape) * spread).astype(dtype)
+    bias = (rng.standard_normal(shape[-1:]) * spread).astype(dtype)
+    skip = (rng.standard_normal(shape) * spread).astype(dtype)
+    return {"X": x, "bias": bias, "skip": skip}
+
+
+def check(y, inputs, dtype, what=""):
+    x, bias, skip = inputs["X"], inputs["bias"], inputs["skip"]
+    tol = ref.bias_add_tolerance(x, bias, skip, dtype)
+    ref.assert_matches(y, ref.bias_add(x, bias, skip), dtype, **tol, what=what)
+
+
+def test_not_a_multiple_of_4_is_covered():
+    assert any(int(np.prod(s)) % 4 for s in SHAPES)
+    assert {s[2] for s in SHAPES} >= {3, 4, 6, 320, 1280}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_default_variant(bias_add, last_plan, need_dtype, rng, shape, dtype):
+    need_dtype(dtype)
+    inputs = make_inputs(rng, shape, dtype)
+    assert bias_add.explain(inputs).chosen == expected_default(shape)
+    y = bias_add(inputs)["Y"]
+    assert last_plan(bias_add).variant == expected_default(shape)
+    check(y, inputs, dtype, what=f"default variant on {shape}")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_forced_variant(bias_add, last_plan, need_dtype, rng, shape, dtype, variant):
+    need_dtype(dtype)
+    inputs = make_inputs(rng, shape, dtype)
+    if variant not in applicable(shape):
+        with pytest.raises(wk.VariantRejectedError) as info:
+            bias_add(inputs, variant=variant)
+        assert info.value.clause in str(info.value)
+        return
+    y = bias_add(inputs, variant=variant)["Y"]
+    assert last_plan(bias_add).variant == variant
+    check(y, inputs, dtype, what=f"variant {variant} on {shape}")
+
+
+@pytest.mark.parametrize("tunable", (1, 7, 64, 256))
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_workgroup_size_tunable(bias_add, rng, variant, tunable):
+    inputs = make_inputs(rng, (2, 9, 8), np.float32)
+    y = bias_add(inputs, variant=variant, tunables={"WORKGROUP_SIZE": tunable})["Y"]
+    check(y, inputs, np.float32)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_channel_gets_its_own_bias(bias_add, variant):
+    """Zero X and skip, bias = 0..C-1: Y[n, s, c] must be exactly c."""
+    n, s, c = 2, 3, 12
+    x = np.zeros((n, s, c), np.float32)
+    bias = np.arange(c, dtype=np.float32)
+    y = bias_add({"X": x, "bias": bias, "skip": x}, variant=variant)["Y"]
+    np.testing.assert_array_equal(y, np.broadcast_to(bias, (n, s, c)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", ZERO_SHAPES, ids=str)
+def test_zero_size(bias_add, need_dtype, shape, dtype):
+    need_dtype(dtype)
+    inputs = {"X": np.zeros(shape, dtype), "bias": np.zeros(shape[-1:], dtype), "skip": np.zeros(shape, dtype)}
+    assert bias_add.explain(inputs).chosen == "scalar"
+    y = bias_add(inputs)["Y"]
+    assert y.shape == shape and y.dtype == np.dtype(dtype) and y.size == 0
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_nan_and_inf(bias_add, need_dtype, dtype, variant):
+    need_dtype(dtype)
+    x = np.array([[[np.nan, 1.0, np.inf, -np.inf], [1.0, 2.0, np.inf, 0.5]]], dtype=dtype)
+    bias = np.array([0.5, np.nan, -np.inf, 1.0], dtype=dtype)
+    skip = np.array([[[1.0, 1.0, 1.0, np.inf], [np.inf, -np.inf, -1.0, -0.5]]], dtype=dtype)
+    inputs = {"X": x, "bias": bias, "skip": skip}
+    y = bias_add(inputs, variant=variant)["Y"]
+    expected = ref.bias_add(x, bias, skip)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(expected), err_msg="NaN positions")
+    check(y, inputs, dtype, what="NaN/inf inputs")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_f16_limits_do_not_overflow_into_nan(bias_add, need_dtype, variant):
+    """X + bias overflows f16 before skip brings it back; summed in f32 it must not turn into
+    inf or NaN. Tiny subnormals survive (or flush to 0, within tolerance) without NaN."""
+    need_dtype(np.float16)
+    tiny = float(np.finfo(np.float16).smallest_subnormal)
+    x = np.array([[[65504.0, -65504.0, 60000.0, -60000.0], [tiny, -tiny, 3 * tiny, 65504.0]]], np.float16)
+    bias = np.array([65504.0, -65504.0, 60000.0, -60000.0], np.float16)
+    skip = np.array([[[-65504.0, 65504.0, -60000.0, 60000.0], [0.0, 0.0, -tiny, -131000.0 / 2]]], np.float16)
+    inputs = {"X": x, "bias": bias, "skip": skip}
+    y = bias_add(inputs, variant=variant)["Y"]
+    assert not np.isnan(y).any(), f"NaN at {np.argwhere(np.isnan(y)).tolist()}"
+    assert np.isfinite(y).all(), f"overflow at {np.argwhere(~np.isfinite(y)).tolist()}"
+    check(y, inputs, np.float16, what="f16 limits")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_f32_sums_match_f64_rounding(bias_add, rng, variant):
+    """Magnitudes far apart (1e6, 1, 1e-6): the f32 sum stays within two roundings of the f64 sum."""
+    shape = (2, 4, 8)
+    inputs = {"X": (rng.standard_normal(shape) * 1e6).astype(np.float32),
+              "bias": rng.standard_normal(8).astype(np.float32),
+              "skip": (rng.standard_normal(shape) * 1e-6).astype(np.float32)}  # fmt: skip
+    y = bias_add(inputs, variant=variant)["Y"]
+    check(y, inputs, np.float32)

@@ -1,0 +1,199 @@
+"""The manifest expression language: functions, strict undefined, the allow-list and the sandbox,
+counts (integral floats accepted, 10.5 refused), caching."""
+
+from __future__ import annotations
+
+import pytest
+
+from webgpu_kernels.errors import ExpressionError
+from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler, as_count
+
+KNOWN = ("hidden", "baseOk", "n")
+
+
+def scope(**extra):
+    base = dict(STATIC_FUNCTIONS)
+    base["f16Ok"] = lambda dtype: dtype != "f16"
+    base.update(
+        shapes={"X": (2, 3, 8), "bias": (8,), "E": (2, 0, 4), "S": ()},
+        ranks={"X": 3, "bias": 1, "E": 3, "S": 0},
+        dtypes={"T": "f16"},
+        attrs={"alpha": 1.702, "axes": [1, 2]},
+        tunables={"WORKGROUP_SIZE": 256},
+        device={"limits": {"maxComputeWorkgroupSizeX": 256, "maxComputeInvocationsPerWorkgroup": 128}},
+        hidden=8,
+        n=48,
+    )
+    base.update(extra)
+    return base
+
+
+def ev(source, **extra):
+    return ExpressionCompiler(KNOWN).compile(source, "test").evaluate(scope(**extra))
+
+
+# --- functions ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("min(3, 4)", 3), ("min(4, 3, 9)", 3), ("min(shapes.X)", 2), ("min([5, 1.5])", 1.5),
+        ("max(3, 4)", 4), ("max(shapes.X)", 8), ("max(-1, -2)", -1),
+        ("min(device.limits.maxComputeInvocationsPerWorkgroup, device.limits.maxComputeWorkgroupSizeX)", 128),
+        ("dim(shapes.X, 0)", 2), ("dim(shapes.X, 2)", 8), ("dim(shapes.X, -1)", 8), ("dim(shapes.X, ranks.X - 1)", 8),
+        ("numel(shapes.X)", 48), ("numel(shapes.E)", 0), ("numel(shapes.S)", 1), ("numel([2, 5])", 10),
+        ("ceilDiv(10, 4)", 3), ("ceilDiv(12, 4)", 3), ("ceilDiv(0, 4)", 0), ("ceilDiv(1, 256)", 1),
+        ("ceilDiv(numel(shapes.X), 5)", 10), ("ceilDiv(10.0, 4)", 3),
+        ("sameShape(shapes.X, shapes.X)", True), ("sameShape(shapes.X, [2, 3, 8])", True),
+        ("sameShape(shapes.X, shapes.bias)", False), ("sameShape(shapes.S, [])", True),
+        ("f16Ok(dtypes.T)", False), ("f16Ok('f32')", True),
+    ],
+)  # fmt: skip
+def test_functions(source, expected):
+    result = ev(source)
+    assert result == expected and type(result) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "source, fragment",
+    [
+        ("dim(shapes.X, 3)", "out of range"), ("dim(shapes.X, -4)", "out of range"), ("dim(shapes.X, 1.0)", "integer"),
+        ("dim(5, 0)", "shape"), ("numel(3)", "shape"), ("numel(['a'])", "shape"), ("sameShape(1, shapes.X)", "shape"),
+        ("ceilDiv(1, 0)", "zero"), ("ceilDiv('a', 2)", "numbers"), ("ceilDiv(true, 2)", "numbers"),
+        ("min([])", "ValueError"), ("max()", ""),
+    ],
+)  # fmt: skip
+def test_function_errors(source, fragment):
+    with pytest.raises(ExpressionError) as info:
+        ev(source)
+    assert fragment in str(info.value)
+    assert info.value.expression == source and info.value.where == "test"
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("8 / 4", 2.0), ("7 // 2", 3), ("-7 // 2", -4), ("-7 % 3", 2), ("2 ** 10", 1024),
+        ("'vec4<' ~ dtypes.T ~ '>'", "vec4<f16>"), ("1 if hidden > 4 else 0", 1), ("not baseOk", False),
+        ("0 < hidden < 10", True), ("'X' in shapes", True), ("'Z' in shapes", False), ("shapes.X[-1]", 8),
+        ("shapes['X'][0]", 2), ("attrs.alpha * 2", 3.404), ("[1, hidden]", [1, 8]), ("(1, 2)", (1, 2)),
+        ("numel(shapes.X) % 4 == 0 and dim(shapes.X, 2) % 4 == 0", True), ("true and 3", 3), ("none", None),
+    ],
+)  # fmt: skip
+def test_syntax(source, expected):
+    assert ev(source, baseOk=True) == expected
+
+
+# --- strictness ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["nope", "hidden + nope", "min(nope, 1)", "_secret", "shapes.X if undefinedName else 1"])
+def test_unknown_name_is_refused_when_compiled(source):
+    with pytest.raises(ExpressionError, match="unknown name"):
+        ExpressionCompiler(KNOWN).compile(source, "derive.x")
+
+
+@pytest.mark.parametrize("source", ["shapes.Z", "attrs.beta", "tunables.TILE", "device.limits.noSuchLimit",
+                                    "numel(shapes.Z)", "ranks.Z + 1", "-attrs.beta", "dtypes.U ~ 'x'"])  # fmt: skip
+def test_missing_value_is_an_error_not_none(source):
+    with pytest.raises(ExpressionError) as info:
+        ev(source)
+    assert "undefined" in str(info.value).lower()
+    assert info.value.expression == source
+
+
+def test_known_name_without_value_is_an_error():
+    """``baseOk`` compiles (a derive name) but has no value in this scope: strict, not None."""
+    expression = ExpressionCompiler(KNOWN).compile("baseOk", "variants[0].when[0]")
+    with pytest.raises(ExpressionError) as info:
+        expression.evaluate(scope())
+    assert "baseOk" in str(info.value) and "variants[0].when[0]" in str(info.value)
+
+
+def test_syntax_error_names_the_expression_and_place():
+    with pytest.raises(ExpressionError) as info:
+        ExpressionCompiler(KNOWN).compile("numel(shapes.X) >", "variants[1].when[2]")
+    assert info.value.where == "variants[1].when[2]" and "syntax error" in str(info.value)
+    with pytest.raises(ExpressionError, match="unexpected text"):
+        ExpressionCompiler(KNOWN).compile("1 2", "x")
+
+
+# --- the allow-list and the sandbox -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "().__class__", "().__class__.__base__.__subclasses__()", "''.__class__", "shapes.__class__",
+        "shapes.X.__len__", "attrs._private", "device.adapter", "device.limits.__class__",
+        "lipsum", "range(10)", "cycler", "dict(a=1)", "shapes.X.count(2)", "min(a=1)", "min(*shapes.X)",
+        "shapes.X | length", "shapes.X is defined", "shapes.X[1:]", "{'a': 1}", "hidden.real",
+        "[].append(1)", "(1).bit_length()", "self", "namespace()",
+    ],
+)  # fmt: skip
+def test_allow_list_refuses(source):
+    with pytest.raises(ExpressionError):
+        ExpressionCompiler(KNOWN).compile(source, "test")
+
+
+@pytest.mark.parametrize("source", ["shapes['__class__']", "attrs['__init__']", "'abc' * 100000", "[1] * 5000",
+                                    "2 ** 1000", "10 ** 200 * 10 ** 200"])  # fmt: skip
+def test_sandbox_refuses_at_evaluation(source):
+    with pytest.raises(ExpressionError):
+        ev(source)
+
+
+@pytest.mark.parametrize("source, expected", [("shapes.X", (2, 3, 8)), ("attrs.axes", [1, 2]),
+                                              ("device.limits.maxComputeWorkgroupSizeX", 256),
+                                              ("tunables.WORKGROUP_SIZE", 256), ("ranks.S", 0)])  # fmt: skip
+def test_attribute_walks_into_namespaces(source, expected):
+    assert ev(source) == expected
+
+
+def test_references_are_recorded():
+    expression = ExpressionCompiler(KNOWN).compile("dim(shapes.X, ranks.X - 1) % 4 == 0 and baseOk", "w")
+    assert expression.references == ("shapes.X", "ranks.X", "baseOk")
+    assert expression.peek(scope(baseOk=False)) == {"shapes.X": (2, 3, 8), "ranks.X": 3, "baseOk": False}
+
+
+def test_literals_are_values():
+    compiler = ExpressionCompiler(KNOWN)
+    assert compiler.compile(4, "x").evaluate({}) == 4
+    assert compiler.compile(True, "x").evaluate({}) is True
+    assert compiler.compile(2.5, "x").source == "2.5"
+
+
+def test_compiled_once_per_source():
+    compiler = ExpressionCompiler(KNOWN)
+    a = compiler.compile("numel(shapes.X) // 4", "variants[0].passes[0].dispatch.threads")
+    b = compiler.compile("numel(shapes.X) // 4", "variants[1].passes[0].dispatch.threads")
+    assert a._compiled is b._compiled
+    assert a.where != b.where
+    assert a.evaluate(scope()) == b.evaluate(scope()) == 12
+
+
+# --- counts -------------------------------------------------------------------------------------
+
+
+def count_of(source, **extra):
+    expression = ExpressionCompiler(KNOWN).compile(source, "variants[0].passes[0].dispatch.threads")
+    return as_count(expression.evaluate(scope(**extra)), expression, "dispatch.threads")
+
+
+@pytest.mark.parametrize("source, expected", [("numel(shapes.X) / 4", 12), ("48.0", 48), ("0", 0), ("0.0", 0),
+                                              ("ceilDiv(numel(shapes.X), 4)", 12), ("n // 4", 12)])  # fmt: skip
+def test_integral_values_are_counts(source, expected):
+    result = count_of(source)
+    assert result == expected and type(result) is int
+
+
+@pytest.mark.parametrize("source, value", [("42 / 4", "10.5"), ("-1", "-1"), ("-2.0", "-2.0"), ("true", "True"),
+                                           ("'4'", "'4'"), ("[4]", "[4]"), ("none", "None")])  # fmt: skip
+def test_non_counts_are_refused_naming_the_expression(source, value):
+    with pytest.raises(ExpressionError) as info:
+        count_of(source)
+    message = str(info.value)
+    assert info.value.expression == source and repr(source) in message
+    assert "non-negative integer" in message and value in message
+    assert "variants[0].passes[0].dispatch.threads" in message
