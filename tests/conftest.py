@@ -67,17 +67,23 @@ def rng(request) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
-@pytest.fixture
-def last_plan():
-    """``last_plan(kernel)``: the execution plan of the kernel's most recent call signature.
+def plan_for(kernel: wk.Kernel, inputs, *, variant=None, attrs=None, tunables=None):
+    """The execution plan the kernel runs for such a call (built if needed, else from its cache).
 
-    Reaches into the kernel's plan cache (the grid a pass was dispatched with is only kept there).
+    Reaches into the kernel (``Kernel._plan``): the grid a pass is dispatched with is only kept
+    in the plan.
     """
+    from webgpu_kernels.contract import check_call
 
-    def get(kernel: wk.Kernel):
-        return next(reversed(kernel._plans.values()))
+    metas = {name: (tuple(v.shape), np.dtype(v.dtype).name) for name, v in inputs.items()}
+    signature = check_call(kernel.manifest, metas, attrs, tunables)
+    return kernel._plan(signature, variant, wk.get_device())
 
-    return get
+
+@pytest.fixture
+def plan_of():
+    """``plan_of(kernel, inputs, variant=..., ...)``: see :func:`plan_for`."""
+    return plan_for
 
 
 @pytest.fixture

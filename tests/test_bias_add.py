@@ -58,19 +58,19 @@ def test_not_a_multiple_of_4_is_covered():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_default_variant(bias_add, last_plan, need_dtype, rng, shape, dtype):
+def test_default_variant(bias_add, plan_of, need_dtype, rng, shape, dtype):
     need_dtype(dtype)
     inputs = make_inputs(rng, shape, dtype)
     assert bias_add.explain(inputs).chosen == expected_default(shape)
     y = bias_add(inputs)["Y"]
-    assert last_plan(bias_add).variant == expected_default(shape)
+    assert plan_of(bias_add, inputs).variant == expected_default(shape)
     check(y, inputs, dtype, what=f"default variant on {shape}")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_forced_variant(bias_add, last_plan, need_dtype, rng, shape, dtype, variant):
+def test_forced_variant(bias_add, plan_of, need_dtype, rng, shape, dtype, variant):
     need_dtype(dtype)
     inputs = make_inputs(rng, shape, dtype)
     if variant not in applicable(shape):
@@ -79,7 +79,7 @@ def test_forced_variant(bias_add, last_plan, need_dtype, rng, shape, dtype, vari
         assert info.value.clause in str(info.value)
         return
     y = bias_add(inputs, variant=variant)["Y"]
-    assert last_plan(bias_add).variant == variant
+    assert plan_of(bias_add, inputs, variant=variant).variant == variant
     check(y, inputs, dtype, what=f"variant {variant} on {shape}")
 
 

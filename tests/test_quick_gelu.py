@@ -57,20 +57,20 @@ def check(y, x, dtype, alpha=1.702, what=""):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_default_variant(quick_gelu, last_plan, need_dtype, rng, shape, dtype):
+def test_default_variant(quick_gelu, plan_of, need_dtype, rng, shape, dtype):
     need_dtype(dtype)
     x = sample(rng, shape, dtype)
     numel = int(np.prod(shape, dtype=np.int64))
     assert quick_gelu.explain({"X": x}).chosen == expected_default(numel)
     y = quick_gelu({"X": x})["Y"]
-    assert last_plan(quick_gelu).variant == expected_default(numel)
+    assert plan_of(quick_gelu, {"X": x}).variant == expected_default(numel)
     check(y, x, dtype, what=f"default variant on {shape}")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_forced_variant(quick_gelu, last_plan, need_dtype, rng, shape, dtype, variant):
+def test_forced_variant(quick_gelu, plan_of, need_dtype, rng, shape, dtype, variant):
     need_dtype(dtype)
     x = sample(rng, shape, dtype)
     numel = int(np.prod(shape, dtype=np.int64))
@@ -81,7 +81,7 @@ def test_forced_variant(quick_gelu, last_plan, need_dtype, rng, shape, dtype, va
         assert info.value.clause in str(info.value)
         return
     y = quick_gelu({"X": x}, variant=variant)["Y"]
-    assert last_plan(quick_gelu).variant == variant
+    assert plan_of(quick_gelu, {"X": x}, variant=variant).variant == variant
     check(y, x, dtype, what=f"variant {variant} on {shape}")
 
 

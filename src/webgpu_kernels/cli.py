@@ -632,5 +632,22 @@ def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
             console.print(line)
 
 
+# --- commands defined in their own modules --------------------------------------------------------
+# Imported last: those modules use the helpers above (resolve_kernel, _input_options, ...).
+# One line per module; each module exposes COMMANDS, a list of click commands.
+
+
+def _register(module_name: str) -> None:
+    import importlib
+
+    module = importlib.import_module(f"{__package__}.{module_name}")
+    for command in module.COMMANDS:
+        main.add_command(command)
+
+
+for _module_name in ():  # e.g. ("cli_bench", "cli_package", "cli_hub")
+    _register(_module_name)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

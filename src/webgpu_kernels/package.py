@@ -26,6 +26,9 @@ class KernelPackage:
 
     root: Path
     origin: str
+    #: True for packages that could only be loaded with trust_remote_code (outside the official
+    #: organisation, or a URL-like location): tools run their GPU work in a child process.
+    needs_trust: bool = False
 
     def path_of(self, name: str) -> Path:
         """The path of a file in the package; names that would leave the folder are refused."""
