@@ -17,7 +17,7 @@ import numpy as np
 
 from .contract import CallSignature, check_call
 from .device import Device, get_device
-from .errors import DeviceLimitError, InputError, SelectionError
+from .errors import DeviceLimitError, InputError, MissingInputError, SelectionError
 from .execution import ExecutionPlan, build_pass, check_limits, flush, run_plan
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
@@ -210,6 +210,9 @@ class Kernel:
                  for role, shape in signature.shapes}  # fmt: skip
         sizes.update({o.role: int(np.prod(o.shape, dtype=np.int64)) * np.dtype(o.dtype).itemsize for o in outputs})
         for r in resolved:
+            for b in r.bindings:
+                if b.arg is not None and b.arg not in sizes:
+                    raise MissingInputError(b.arg, f"a tensor (variant {chosen.variant.id!r} binds it)", "nothing")
             check_limits(device, r, sizes)
         variant_id = chosen.variant.id
         passes = tuple(

@@ -161,8 +161,9 @@ def compile_program(manifest: Manifest) -> Program:
             element = c(_dollar(binding.element_type), f"{binding.json_path}.elementType")
         length = None
         if binding.length is not None:
-            length = c(_dollar(binding.length) if isinstance(binding.length, str) else binding.length,
-                       f"{binding.json_path}.length")  # fmt: skip
+            # "$name" reads a constant; any other string is an expression, numbers are literals.
+            source = binding.length[1:] if isinstance(binding.length, str) and binding.length.startswith("$") else binding.length
+            length = c(source, f"{binding.json_path}.length")
         fields = tuple(
             (f.name, c(_dollar(f.type), f"{f.json_path}.type"), c(_list_source(f.value), f"{f.json_path}.value")) for f in binding.fields
         )

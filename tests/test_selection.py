@@ -1,0 +1,284 @@
+"""Variant selection: highest priority whose `when` clauses all hold, ties by declaration order;
+forcing; the trace (clause text, index and the values it read); explain() on the seed kernels."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels.contract import check_call
+from webgpu_kernels.errors import SelectionError, VariantRejectedError
+from webgpu_kernels.manifest import parse_manifest
+from webgpu_kernels.program import DeviceInfo, compile_program
+from webgpu_kernels.selection import ranked, require_choice, select_variant
+
+LIMITS = {"maxComputeWorkgroupSizeX": 256, "maxComputeInvocationsPerWorkgroup": 256,
+          "maxComputeWorkgroupsPerDimension": 65535}  # fmt: skip
+F16_DEVICE = DeviceInfo(limits=LIMITS, features=frozenset({"shader-f16"}))
+NO_F16_DEVICE = DeviceInfo(limits=LIMITS, features=frozenset())
+
+PASS = {
+    "id": "main", "shader": "s.wgsl.jinja",
+    "bindings": [{"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "f32"}],
+    "dispatch": {"threads": 1},
+}  # fmt: skip
+
+
+def variant(vid, priority=None, when=None, constants=None):
+    v = {"id": vid, "passes": [PASS]}
+    if priority is not None:
+        v["priority"] = priority
+    if when is not None:
+        v["when"] = when
+    if constants is not None:
+        v["constants"] = constants
+    return v
+
+
+def program_of(variants, derive=None, constants=None):
+    data = {
+        "domain": "test", "name": "Sel",
+        "inputs": [{"role": "X", "dtype": "T"}],
+        "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"}],
+        "typeConstraints": {"T": ["float32", "float16"]},
+        "tunables": {"TILE": 4},
+        "variants": variants,
+    }  # fmt: skip
+    if derive:
+        data["derive"] = derive
+    if constants:
+        data["constants"] = constants
+    manifest = parse_manifest(data)
+    return manifest, compile_program(manifest)
+
+
+def select(variants, shape, dtype="float32", *, derive=None, constants=None, device=F16_DEVICE, **kwargs):
+    manifest, program = program_of(variants, derive, constants)
+    scope, _ = program.call_scope(check_call(manifest, {"X": (shape, dtype)}, None, None), device)
+    return select_variant(program.variants, scope, **kwargs)
+
+
+def chosen(selection):
+    return selection.chosen.variant.id if selection.chosen else None
+
+
+# --- the rule -----------------------------------------------------------------------------------
+
+RULE = [
+    variant("fallback", 0, ["true"]),
+    variant("quad", 10, ["numel(shapes.X) > 0", "numel(shapes.X) % 4 == 0"]),
+    variant("nonempty", 5, ["numel(shapes.X) > 0"]),
+    variant("huge", 100, ["numel(shapes.X) > 1000000"]),
+]
+
+
+@pytest.mark.parametrize("shape, expected", [((8,), "quad"), ((2, 6), "quad"), ((5,), "nonempty"), ((), "nonempty"),
+                                             ((0,), "fallback"), ((3, 0), "fallback")])  # fmt: skip
+def test_highest_applicable_priority_wins(shape, expected):
+    assert chosen(select(RULE, shape)) == expected
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))))
+def test_declaration_order_does_not_matter_between_priorities(order):
+    variants = [RULE[i] for i in order]
+    assert [chosen(select(variants, s)) for s in [(8,), (5,), (0,)]] == ["quad", "nonempty", "fallback"]
+
+
+def test_ties_go_to_the_first_declared():
+    a, b = variant("a", 5, ["true"]), variant("b", 5, ["true"])
+    assert chosen(select([a, b], (4,))) == "a"
+    assert chosen(select([b, a], (4,))) == "b"
+    # 5 and 5.0 are the same priority
+    c = variant("c", 5.0, [])
+    assert chosen(select([c, a, b], (4,))) == "c"
+    # a tie among applicable ones only: the first declared that applies
+    blocked = variant("blocked", 5, ["false"])
+    assert chosen(select([blocked, b, a], (4,))) == "b"
+
+
+def test_fractional_negative_and_default_priorities():
+    variants = [variant("neg", -1), variant("default"), variant("half", 0.5, ["numel(shapes.X) > 3"])]
+    assert chosen(select(variants, (4,))) == "half"
+    assert chosen(select(variants, (2,))) == "default"  # priority defaults to 0, above -1
+    assert chosen(select([variant("neg", -1), variant("neg2", -2)], (2,))) == "neg"
+
+
+def test_ranked_order():
+    _, program = program_of([variant("a", 1), variant("b", 3), variant("c", 1), variant("d", 2)])
+    assert [cv.variant.id for cv in ranked(program.variants)] == ["b", "d", "a", "c"]
+
+
+def test_empty_when_always_holds_and_literal_false_never():
+    assert chosen(select([variant("never", 9, [False]), variant("always", 0, [])], (1,))) == "always"
+    assert chosen(select([variant("never", 9, ["0"]), variant("always", 0)], (1,))) == "always"  # truthiness
+
+
+def test_no_applicable_variant():
+    selection = select([variant("a", 1, ["false"]), variant("b", 0, ["ranks.X == 7"])], (3,))
+    assert selection.chosen is None
+    with pytest.raises(SelectionError) as info:
+        require_choice(selection, "test.Sel")
+    message = str(info.value)
+    assert "test.Sel" in message and "'false'" in message and "'ranks.X == 7'" in message and "ranks.X=1" in message
+    assert [v.variant for v in info.value.trace] == ["a", "b"]
+
+
+# --- the trace ----------------------------------------------------------------------------------
+
+
+def test_trace_names_the_first_failing_clause_and_its_values():
+    selection = select(RULE, (5,), exhaustive=True)
+    trace = {v.variant: v for v in selection.trace}
+    assert [v.variant for v in selection.trace] == ["huge", "quad", "nonempty", "fallback"]  # priority order
+    huge = trace["huge"]
+    assert not huge.accepted and huge.clause == "numel(shapes.X) > 1000000" and huge.clause_index == 0
+    assert huge.values == {"shapes.X": (5,)}
+    quad = trace["quad"]
+    assert (quad.clause, quad.clause_index, quad.error) == ("numel(shapes.X) % 4 == 0", 1, None)
+    assert "when[1] 'numel(shapes.X) % 4 == 0' is false" in quad.reason() and "shapes.X=[5]" in quad.reason()
+    assert trace["nonempty"].accepted and trace["fallback"].accepted
+    assert trace["nonempty"].reason() == "accepted"
+
+
+def test_non_exhaustive_stops_at_the_chosen_variant():
+    selection = select(RULE, (8,))
+    assert [v.variant for v in selection.trace] == ["huge", "quad"]
+
+
+def test_a_clause_that_fails_to_evaluate_rejects_with_the_error():
+    variants = [variant("deep", 10, ["dim(shapes.X, 3) > 0"]), variant("flat", 0)]
+    selection = select(variants, (4,), exhaustive=True)
+    assert chosen(selection) == "flat"
+    deep = selection.trace[0]
+    assert not deep.accepted and deep.clause == "dim(shapes.X, 3) > 0"
+    assert "out of range" in deep.error and "failed:" in deep.reason()
+
+
+def test_variant_constants_override_top_level_ones_in_their_own_scope_only():
+    variants = [
+        variant("wide", 10, ["width == 8"], constants={"width": 8}),
+        variant("narrow", 5, ["width == 4"]),
+    ]
+    assert chosen(select(variants, (1,), constants={"width": 4}, exhaustive=True)) == "wide"
+    selection = select(variants, (1,), constants={"width": 4}, exhaustive=True)
+    assert all(v.accepted for v in selection.trace)  # narrow still sees the top-level 4
+    assert selection.scope["width"] == 8
+
+
+def test_derive_entries_see_earlier_ones():
+    derive = {"n": "numel(shapes.X)", "quads": "n // 4", "ok": "quads > 1 and n % 4 == 0"}
+    variants = [variant("v", 1, ["ok"]), variant("s")]
+    assert chosen(select(variants, (12,), derive=derive)) == "v"
+    assert chosen(select(variants, (4,), derive=derive)) == "s"
+    selection = select(variants, (12,), derive=derive)
+    assert (selection.scope["n"], selection.scope["quads"]) == (12, 3)
+
+
+def test_a_failed_derive_rejects_only_the_variants_that_use_it():
+    derive = {"last": "dim(shapes.X, 2)"}
+    variants = [variant("uses", 10, ["last % 4 == 0"]), variant("plain")]
+    selection = select(variants, (4,), derive=derive, exhaustive=True)
+    assert chosen(selection) == "plain"
+    assert "out of range" in selection.trace[0].error
+    assert chosen(select(variants, (1, 1, 8), derive=derive)) == "uses"
+
+
+def test_f16ok_depends_on_the_device():
+    variants = [variant("gpu16", 1, ["f16Ok(dtypes.T)"]), variant("none", 0, ["false"])]
+    assert chosen(select(variants, (4,), "float16", device=F16_DEVICE)) == "gpu16"
+    assert chosen(select(variants, (4,), "float32", device=NO_F16_DEVICE)) == "gpu16"
+    selection = select(variants, (4,), "float16", device=NO_F16_DEVICE, exhaustive=True)
+    assert selection.chosen is None
+    assert selection.trace[0].clause == "f16Ok(dtypes.T)" and selection.trace[0].values == {"dtypes.T": "f16"}
+
+
+# --- forcing ------------------------------------------------------------------------------------
+
+
+def test_forcing_a_lower_priority_variant():
+    selection = select(RULE, (8,), forced="fallback")
+    assert chosen(selection) == "fallback" and [v.variant for v in selection.trace] == ["fallback"]
+
+
+def test_forcing_a_variant_whose_when_fails_names_the_clause():
+    with pytest.raises(VariantRejectedError) as info:
+        select(RULE, (6,), forced="quad")
+    error = info.value
+    assert error.variant == "quad" and error.clause == "numel(shapes.X) % 4 == 0"
+    assert "'quad'" in str(error) and "numel(shapes.X) % 4 == 0" in str(error) and "shapes.X=[6]" in str(error)
+    assert isinstance(error, SelectionError) and isinstance(error, wk.KernelError)
+
+
+def test_forcing_an_unknown_variant_lists_the_variants():
+    with pytest.raises(SelectionError) as info:
+        select(RULE, (6,), forced="nope")
+    assert not isinstance(info.value, VariantRejectedError)
+    assert "'nope'" in str(info.value) and all(v["id"] in str(info.value) for v in RULE)
+
+
+# --- explain() on the seed kernels --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape, chosen_id, rejected",
+    [
+        ((8,), "vec4", {}),
+        ((2, 6), "vec4", {}),
+        ((2, 3), "vec4_tail", {"vec4": ("vec4Ok", 1, {"vec4Ok": False})}),
+        ((5,), "vec4_tail", {"vec4": ("vec4Ok", 1, {"vec4Ok": False})}),
+        ((0,), "scalar", {"vec4": ("vec4Ok", 1, {"vec4Ok": False}),
+                          "vec4_tail": ("numel(shapes.X) > 0", 1, {"shapes.X": (0,)})}),
+    ],
+)  # fmt: skip
+def test_explain_quick_gelu(quick_gelu, shape, chosen_id, rejected):
+    explanation = quick_gelu.explain({"X": np.zeros(shape, np.float32)})
+    assert explanation.chosen == chosen_id
+    assert [v.variant for v in explanation.verdicts] == ["vec4", "vec4_tail", "scalar"]
+    for verdict in explanation.verdicts:
+        if verdict.variant in rejected:
+            clause, index, values = rejected[verdict.variant]
+            assert not verdict.accepted
+            assert (verdict.clause, verdict.clause_index) == (clause, index)
+            assert {k: tuple(v) if isinstance(v, list) else v for k, v in verdict.values.items()} == values
+        else:
+            assert verdict.accepted
+    assert explanation.outputs[0].shape == shape and explanation.outputs[0].dtype == "float32"
+    text = str(explanation)
+    assert chosen_id in text and all(clause in text for clause, _, _ in rejected.values())
+    json.dumps(explanation.as_dict())  # JSON-ready
+
+
+def test_explain_values_include_derive_entries(quick_gelu):
+    explanation = quick_gelu.explain({"X": wk.TensorMeta((4, 4), "float16")}, tunables={"WORKGROUP_SIZE": 64})
+    values = explanation.values
+    assert values["workgroupOk"] is True and values["vec4Ok"] is True and values["baseOk"] is True
+    assert values["deviceWorkgroupCap"] >= 64
+
+
+def test_explain_workgroup_too_large_rejects_every_variant(quick_gelu):
+    cap = wk.get_device().info.limits["maxComputeInvocationsPerWorkgroup"]
+    explanation = quick_gelu.explain({"X": ((8,), "float32")}, tunables={"WORKGROUP_SIZE": cap * 2})
+    assert explanation.chosen is None
+    assert all(v.clause == "baseOk" and v.values == {"baseOk": False} for v in explanation.verdicts)
+    assert "no variant applies" in str(explanation)
+
+
+def test_explain_bias_add(bias_add):
+    inputs = {"X": ((2, 2, 6), "float16"), "bias": ((6,), "float16"), "skip": ((2, 2, 6), "float16")}
+    explanation = bias_add.explain(inputs)
+    assert explanation.chosen == "scalar"
+    vec4 = explanation.verdicts[0]
+    assert vec4.variant == "vec4" and vec4.clause == "dim(shapes.X, 2) % 4 == 0" and vec4.clause_index == 10
+    assert tuple(vec4.values["shapes.X"]) == (2, 2, 6)
+    assert explanation.values["hidden"] == 6 and explanation.values["scalar"] == "f16"
+
+
+def test_explain_bias_length_mismatch(bias_add):
+    inputs = {"X": ((1, 2, 8), "float32"), "bias": ((4,), "float32"), "skip": ((1, 2, 8), "float32")}
+    explanation = bias_add.explain(inputs)
+    assert explanation.chosen is None
+    assert {v.clause for v in explanation.verdicts} == {"dim(shapes.bias, 0) == dim(shapes.X, 2)"}
