@@ -13,6 +13,10 @@ import zlib
 from pathlib import Path
 
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="wk-xdg-"))
+# Hermetic selection: calls without `variant`/`tunables` may follow autotuning results stored per
+# adapter (webgpu_kernels.tuning); the tests want the manifest's own selection, so point the
+# tuning cache at an empty folder.
+os.environ["WEBGPU_KERNELS_TUNING_DIR"] = tempfile.mkdtemp(prefix="wk-tuning-")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+
+from . import execution
+from .device import get_device
 from .errors import PackageError
 from .kernel import Kernel
 from .package import embedded_ids, open_embedded, open_folder
+from .tensor import GpuTensor
 
 _embedded: dict[str, Kernel] = {}
 _lock = threading.Lock()
@@ -31,6 +37,21 @@ def get_kernel(name: str) -> Kernel:
 def load_kernel(path: str | Path) -> Kernel:
     """A kernel from a package folder on disk (``manifest.json`` and its templates)."""
     return Kernel(open_folder(path))
+
+
+def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
+    """Upload a NumPy array once, to pass as a GPU-resident input to many calls."""
+    if isinstance(array, GpuTensor):
+        return array
+    value = np.asarray(array)
+    if value.dtype.byteorder == ">":
+        value = value.astype(value.dtype.newbyteorder("<"))
+    return execution.to_gpu(get_device(adapter), np.asarray(value, order="C"))
+
+
+def synchronize(*, adapter: str | None = None) -> None:
+    """Submit all recorded GPU work now (reads do this on their own)."""
+    execution.flush(get_device(adapter))
 
 
 def list_kernels() -> list[str]:

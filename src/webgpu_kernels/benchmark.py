@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -255,3 +256,44 @@ def bench_copy(device: Device, nbytes: int, *, seed: int = 0, **timing: Any) -> 
     finally:
         src.destroy()
         dst.destroy()
+
+
+# --- host-side costs -----------------------------------------------------------------------------
+
+
+def host_per_call(kernel: Kernel, arrays: Mapping[str, np.ndarray], *, calls: int = 10_000,
+                  attrs: Mapping[str, Any] | None = None) -> dict[str, float]:  # fmt: skip
+    """Host time per call on GPU-resident inputs and outputs with a cached plan (wall clock).
+
+    Each call records its dispatch; outputs are released at once (their buffers return to the
+    pool), as a chain of layers would. The recorded work is submitted as it accumulates.
+    """
+    from .api import synchronize, to_gpu
+
+    inputs = {name: to_gpu(a) for name, a in arrays.items()}
+    kernel(inputs, attrs=attrs, output="gpu")  # build the plan and the pipeline
+    samples = np.empty(calls)
+    clock = time.perf_counter
+    for i in range(calls):
+        start = clock()
+        outputs = kernel(inputs, attrs=attrs, output="gpu")
+        samples[i] = clock() - start
+        for tensor in outputs.values():
+            tensor.release()
+    synchronize()
+    for tensor in inputs.values():
+        tensor.release()
+    return {"median_s": float(np.median(samples)), "p90_s": float(np.percentile(samples, 90)), "calls": calls}
+
+
+def numpy_round_trip(kernel: Kernel, arrays: Mapping[str, np.ndarray], *, attrs: Mapping[str, Any] | None = None,
+                     min_s: float = 0.3, max_repeats: int = 50) -> float:  # fmt: skip
+    """Median wall time of a NumPy-in, NumPy-out call (upload, dispatch, readback)."""
+    kernel(arrays, attrs=attrs)
+    samples = []
+    start = time.perf_counter()
+    while len(samples) < 3 or (time.perf_counter() - start < min_s and len(samples) < max_repeats):
+        t = time.perf_counter()
+        kernel(arrays, attrs=attrs)
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples)

@@ -25,6 +25,42 @@ class PackageError(KernelError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
+class DigestError(PackageError):
+    """A package file does not match ``metadata.json``: changed, missing, or present but not listed.
+
+    ``file`` is the file's name inside the package (``metadata.json`` itself when that file is
+    malformed); ``reason`` is one of ``mismatch``, ``missing``, ``unlisted``, ``metadata``.
+    """
+
+    def __init__(self, message: str, *, file: str, reason: str, path: str | None = None) -> None:
+        self.file = file
+        self.reason = reason
+        super().__init__(message, path=path)
+
+
+class HubError(PackageError):
+    """A kernel package cannot be fetched from the Hugging Face Hub (unknown repository or revision,
+    no connection and nothing cached, a repository without ``build/webgpu/``).
+
+    ``repo_id`` and ``revision`` say what was asked for.
+    """
+
+    def __init__(self, message: str, *, repo_id: str | None = None, revision: str | None = None) -> None:
+        self.repo_id = repo_id
+        self.revision = revision
+        super().__init__(message)
+
+
+class TrustError(PackageError):
+    """A package from outside the official organisation, or from a path or URL, was asked for without
+    ``trust_remote_code=True``. ``location`` is what was asked for, ``reason`` why it needs trust."""
+
+    def __init__(self, message: str, *, location: str, reason: str) -> None:
+        self.location = location
+        self.reason = reason
+        super().__init__(message)
+
+
 class ManifestError(KernelError):
     """A manifest breaks the format. ``json_path`` locates the offending value."""
 

@@ -223,6 +223,15 @@ def run_plan(
         return arrays
 
 
+def to_gpu(device: Device, array: np.ndarray) -> GpuTensor:
+    """A GpuTensor holding a copy of ``array`` (made C-contiguous little-endian first)."""
+    with translate_gpu_errors("upload"), device.lock:
+        buffer = device.memory.acquire(array.nbytes)
+        if array.nbytes:
+            device.memory.write(buffer, _padded_bytes(array))
+        return GpuTensor(buffer, array.shape, array.dtype, device)
+
+
 def flush(device: Device) -> None:
     """Submit every recorded dispatch of ``device`` to the GPU now."""
     with translate_gpu_errors("flush"):

@@ -7,6 +7,7 @@ uniform buffers and the grid. A call whose signature was seen before evaluates n
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -17,7 +18,8 @@ import numpy as np
 
 from .contract import CallSignature, check_call
 from .device import Device, get_device
-from .errors import DeviceLimitError, InputError, MissingInputError, SelectionError
+from . import tuning
+from .errors import DeviceLimitError, InputError, KernelError, MissingInputError, SelectionError
 from .execution import ExecutionPlan, build_pass, check_limits, flush, run_plan
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
@@ -120,7 +122,11 @@ class Kernel:
             arrays = _prepare_inputs(inputs, device)
             metas = {k: (v.shape, v.dtype.name) for k, v in arrays.items()}
             signature = check_call(self.manifest, metas, attrs, tunables)
-            plan = self._plan(signature, variant, device)
+            plan = None
+            if variant is None and tunables is None:
+                plan = self._tuned_plan(metas, attrs, signature, device)
+            if plan is None:
+                plan = self._plan(signature, variant, device)
             if key is not None:
                 with self._lock:
                     self._fast_plans[key] = plan
@@ -197,6 +203,20 @@ class Kernel:
                 if dtype == "float16":
                     arg = next(s.role for s in self.manifest.inputs if s.dtype == type_var)
                     raise DeviceLimitError(arg, "float32 (this adapter has no shader-f16 feature)", "float16")
+
+    def _tuned_plan(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
+                    device: Device) -> ExecutionPlan | None:  # fmt: skip
+        """The plan with the variant and tunables `webgpu-kernels tune` found fastest, if any applies."""
+        elements = max((math.prod(shape) for shape, _ in metas.values()), default=0)
+        cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+        choice = cache.lookup(self.op_id, signature.type_bindings(), elements)
+        if choice is None:
+            return None
+        try:
+            tuned = check_call(self.manifest, metas, attrs, choice.tunables)
+            return self._plan(tuned, choice.variant, device)
+        except KernelError:
+            return None  # stale or foreign entry: the default selection still applies
 
     def _plan(self, signature: CallSignature, forced: str | None, device: Device) -> ExecutionPlan:
         key = (signature, forced, device.adapter.index)

@@ -97,6 +97,43 @@ AI_ONNX_OPSET = 17
 IR_VERSION = 10
 
 
+def one_node_model(
+    op_id: str,
+    inputs: Mapping[str, np.ndarray],
+    attrs: Mapping[str, Any] | None = None,
+    *,
+    output_names: Sequence[str] | None = None,
+) -> tuple[bytes, dict[str, np.ndarray], list[str]]:
+    """A serialized one-node ONNX model of ``op_id`` for these inputs, the inputs in the node's
+    order, and the output names. Needs the ``onnx`` package."""
+    import onnx
+    from onnx import helper
+
+    spec = ONNX_OPS.get(op_id)
+    order = list(spec.inputs) if spec else list(inputs)
+    outputs = list(output_names or (spec.outputs if spec else ("Y",)))
+    domain, _, name = op_id.rpartition(".")
+    onnx_domain = "" if domain in ("ai.onnx", "") else domain
+    node_attrs = {}
+    for key, value in (attrs or {}).items():
+        node_attrs[key] = float(value) if spec and key in spec.float_attrs else value
+    # np.asarray keeps rank 0; np.ascontiguousarray would make it shape (1,).
+    arrays = {k: np.asarray(inputs[k], order="C") for k in order}
+    node = helper.make_node(name, order, outputs, domain=onnx_domain, **node_attrs)
+    graph = helper.make_graph(
+        [node], f"{name}_reference",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+         for k, a in arrays.items()],
+        [onnx.ValueInfoProto(name=o) for o in outputs],  # types inferred by onnxruntime
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", AI_ONNX_OPSET)]
+    if onnx_domain:
+        opsets.append(helper.make_opsetid(onnx_domain, 1))
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = IR_VERSION
+    return model.SerializeToString(), arrays, outputs
+
+
 def onnxruntime_reference(
     op_id: str,
     inputs: Mapping[str, np.ndarray],
@@ -111,39 +148,15 @@ def onnxruntime_reference(
     op on the CPU (no kernel for the op or for that dtype, as for ``com.microsoft.BiasAdd``).
     """
     try:
-        import onnx
+        import onnx  # noqa: F401
         import onnxruntime as ort
-        from onnx import helper
     except ImportError:
         return None
-    spec = ONNX_OPS.get(op_id)
-    order = list(spec.inputs) if spec else list(inputs)
-    outputs = list(output_names or (spec.outputs if spec else ("Y",)))
-    domain, _, name = op_id.rpartition(".")
-    onnx_domain = "" if domain in ("ai.onnx", "") else domain
     try:
-        node_attrs = {}
-        for key, value in (attrs or {}).items():
-            if spec and key in spec.float_attrs:
-                value = float(value)
-            node_attrs[key] = value
-        # np.asarray keeps rank 0; np.ascontiguousarray would make it shape (1,).
-        arrays = {k: np.asarray(inputs[k], order="C") for k in order}
-        node = helper.make_node(name, order, outputs, domain=onnx_domain, **node_attrs)
-        graph = helper.make_graph(
-            [node], f"{name}_reference",
-            [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
-             for k, a in arrays.items()],
-            [onnx.ValueInfoProto(name=o) for o in outputs],  # types inferred by onnxruntime
-        )  # fmt: skip
-        opsets = [helper.make_opsetid("", AI_ONNX_OPSET)]
-        if onnx_domain:
-            opsets.append(helper.make_opsetid(onnx_domain, 1))
-        model = helper.make_model(graph, opset_imports=opsets)
-        model.ir_version = IR_VERSION
+        model, arrays, outputs = one_node_model(op_id, inputs, attrs, output_names=output_names)
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only; a missing kernel is an answer, not a warning
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         results = session.run(outputs, arrays)
     except Exception:  # noqa: BLE001 - ORT raises its own exception types (NOT_IMPLEMENTED, ...)
         return None

@@ -1,0 +1,368 @@
+"""`webgpu-kernels bench` and `webgpu-kernels tune`: the benchmark and autotuning commands.
+
+bench runs bench.json cases (or given shapes) with benchmark.py's honest timing, against a copy
+kernel run the same way and the device's datasheet peak, and optionally against peers (torch on
+CUDA, ONNX Runtime's WebGPU provider), each in its own process. tune searches variants and
+tunables per case and stores the fastest per adapter and shape class (tuning.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+from rich.progress import Progress
+from rich.table import Table
+from rich.text import Text
+
+from . import tuning
+from .benchmark import (
+    bench_copy, bench_kernel, expand_cases, host_per_call, known_peak, numpy_round_trip, random_array,
+)  # fmt: skip
+from .cli import _adapter, _console, _echo_json, _inputs_callback, resolve_kernel
+from .device import get_device
+from .errors import KernelError
+from .kernel import Kernel
+from .references import numpy_reference
+
+DEFAULT_KERNELS = ("com.microsoft.BiasAdd", "com.microsoft.QuickGelu")
+WORKGROUP_CANDIDATES = (32, 64, 128, 256, 512, 1024)
+# Maximum |error| accepted from any implementation, per dtype, against the float64 reference.
+ERROR_TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
+
+
+def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
+           inputs: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+    if inputs:
+        return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": {},
+                 "inputs": {k: {"shape": v.shape, "dtype": v.dtype} for k, v in inputs.items()}}]  # fmt: skip
+    if not kernel.package.has("bench.json"):
+        return []
+    cases = list(expand_cases(kernel.package.read_json("bench.json")))
+    if names:
+        cases = [c for c in cases if any(n in c["name"] for n in names)]
+    if tags:
+        cases = [c for c in cases if set(tags) & set(c["tags"])]
+    if dtypes:
+        cases = [c for c in cases if set(c["types"].values()) <= set(dtypes)]
+    return cases
+
+
+def _arrays(kernel: Kernel, case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    type_of = {spec.role: spec.dtype for spec in kernel.manifest.inputs}
+    arrays = {}
+    for name, spec in case["inputs"].items():
+        dtype = spec.get("dtype") or case["types"][type_of[name]]
+        arrays[name] = random_array(tuple(spec["shape"]), dtype, rng)
+    return arrays
+
+
+def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]) -> Any:
+    reference = numpy_reference(kernel.op_id)
+    if reference is None:
+        return None
+    full_attrs = {**kernel.manifest.attributes, **attrs}
+
+    def check(outputs: dict[str, np.ndarray]) -> float:
+        expected = reference(arrays, full_attrs)
+        worst = 0.0
+        for name, ref in expected.items():
+            got = outputs[name].astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                diff = np.where(np.isnan(got) & np.isnan(ref), 0.0, np.abs(got - ref))
+            worst = max(worst, float(diff.max()) if diff.size else 0.0)
+        return worst
+
+    return check
+
+
+def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float]) -> float:
+    """Copy throughput for a kernel moving ``nbytes`` (read + written), measured once per size."""
+    if nbytes not in cache:
+        half = max(16, nbytes // 2 // 16 * 16)
+        cache[nbytes] = 2 * half / bench_copy(device, half).median_s / 1e12
+    return cache[nbytes]
+
+
+@click.command("bench")
+@click.argument("kernels", nargs=-1)
+@click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE", callback=_inputs_callback,
+              help="Benchmark this shape instead of bench.json cases (one kernel).")  # fmt: skip
+@click.option("--case", "names", multiple=True, help="Only cases whose name contains this. Repeatable.")
+@click.option("--tag", "tags", multiple=True, help="Only cases with this tag (large, small, model:...). Repeatable.")
+@click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype (float32, float16). Repeatable.")
+@click.option("--compare", is_flag=True, help="Also run torch (eager, torch.compile) and ONNX Runtime WebGPU.")
+@click.option("--compile-tag", default="large", show_default=True,
+              help="torch.compile only cases with this tag (compiles take seconds each); 'all' for every case.")
+@click.option("--host/--no-host", default=True, show_default=True,
+              help="Also measure host cost per call and NumPy round trips.")  # fmt: skip
+@click.option("--calls", default=10_000, show_default=True, help="Calls timed for the per-call host cost.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write all results as JSON to this file ('-' for stdout).")  # fmt: skip
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Save bandwidth against size, with the rooflines, to this PNG.")  # fmt: skip
+@click.pass_context
+def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], names: tuple[str, ...],
+              tags: tuple[str, ...], dtypes: tuple[str, ...], compare: bool, compile_tag: str, host: bool, calls: int,
+              seed: int, json_path: str | None, plot_path: str | None) -> None:  # fmt: skip
+    """Time kernels on the GPU: effective TB/s, share of the device's peak and of a copy kernel."""
+    console = _console()
+    device = get_device(_adapter(ctx))
+    peak = known_peak(device.adapter.name)
+    console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
+    loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
+    plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
+    tuning_cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    rows: list[dict[str, Any]] = []
+    copies: dict[int, float] = {}
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("benchmarking", total=len(plan))
+        for kernel, case in plan:
+            progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
+            rows.append(_bench_case(kernel, case, device, tuning_cache, copies, seed, host))
+            progress.advance(task)
+    host_rows = _host_per_call(loaded, device, calls, seed) if host else []
+    if compare:
+        _compare(rows, loaded, compile_tag, console)
+    _print_rows(console, rows, host_rows)
+    results = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
+               "cases": rows, "host": host_rows}  # fmt: skip
+    if json_path == "-":
+        _echo_json(results)
+    elif json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1), "utf-8")
+    if plot_path:
+        _plot(rows, peak, plot_path)
+        console.print(f"plot: {plot_path}")
+
+
+def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache: tuning.TuningCache,
+                copies: dict[int, float], seed: int, host: bool) -> dict[str, Any]:  # fmt: skip
+    arrays = _arrays(kernel, case, seed)
+    attrs = case["attrs"]
+    row: dict[str, Any] = {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
+                           "dtype": ",".join(sorted({str(a.dtype) for a in arrays.values()})),
+                           "shapes": {k: list(a.shape) for k, a in arrays.items()}, "attrs": attrs}  # fmt: skip
+    try:
+        # The default selection (manifest tunables), then the tuned choice if `tune` stored one.
+        elements = max(a.size for a in arrays.values())
+        choice = tuning_cache.lookup(kernel.op_id, _type_bindings(kernel, arrays), elements)
+        result = bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
+                              check=_checker(kernel, arrays, attrs))  # fmt: skip
+        row.update(result.as_dict())
+        row["copy_tbps"] = _copy_tbps(device, result.bytes, copies)
+        row["copy_fraction"] = result.tbps / row["copy_tbps"]
+        row["error_ok"] = result.max_error is None or result.max_error <= ERROR_TOLERANCE.get(row["dtype"], 1e-2)
+        if choice is not None:
+            tuned = bench_kernel(kernel, arrays, attrs=attrs, variant=choice.variant, tunables=choice.tunables)
+            row["tuned"] = {"variant": choice.variant, "tunables": choice.tunables, "tbps": tuned.tbps,
+                            "median_s": tuned.median_s}  # fmt: skip
+        if host:
+            row["roundtrip_s"] = numpy_round_trip(kernel, arrays, attrs=attrs)
+    except KernelError as exc:
+        row["error"] = str(exc)
+    return row
+
+
+def _type_bindings(kernel: Kernel, arrays: dict[str, np.ndarray]) -> dict[str, str]:
+    return {spec.dtype: str(arrays[spec.role].dtype) for spec in kernel.manifest.inputs if spec.role in arrays}
+
+
+def _host_per_call(kernels: list[Kernel], device: Any, calls: int, seed: int) -> list[dict[str, Any]]:
+    """Per-call host cost on each kernel's smallest bench case (launch-bound), f32."""
+    rows = []
+    for kernel in kernels:
+        cases = [c for c in _cases(kernel, (), (), ("float32",), {})]
+        if not cases:
+            continue
+        smallest = min(cases, key=lambda c: max(int(np.prod(s["shape"])) for s in c["inputs"].values()))
+        arrays = _arrays(kernel, smallest, seed)
+        try:
+            stats = host_per_call(kernel, arrays, calls=calls, attrs=smallest["attrs"])
+        except KernelError as exc:
+            rows.append({"kernel": kernel.op_id, "case": smallest["name"], "error": str(exc)})
+            continue
+        rows.append({"kernel": kernel.op_id, "case": smallest["name"], "shapes": {k: list(a.shape) for k, a in arrays.items()},
+                     **stats})  # fmt: skip
+    return rows
+
+
+def _compare(rows: list[dict[str, Any]], kernels: list[Kernel], compile_tag: str, console: Any) -> None:
+    """Run each peer in its own process over the same cases and merge its figures into rows."""
+    cases = []
+    for i, row in enumerate(rows):
+        if "error" in row:
+            continue
+        dtypes = {k: row["dtypes"][k] for k in row["shapes"]}
+        cases.append({"id": i, "op": row["kernel"], "attrs": row["attrs"],
+                      "compile": compile_tag == "all" or compile_tag in row["tags"],
+                      "inputs": {k: {"shape": s, "dtype": dtypes[k]} for k, s in row["shapes"].items()}})  # fmt: skip
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(cases, f)
+    for peer in ("torch", "ort-webgpu"):
+        console.print(f"running peer {peer} on {len(cases)} cases (own process)")
+        try:
+            done = subprocess.run([sys.executable, "-m", f"{__package__}.peers", peer, f.name], capture_output=True,
+                                  text=True, timeout=900)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            console.print(Text(f"peer {peer} timed out", style="red"))
+            continue
+        if done.returncode != 0:
+            console.print(Text(f"peer {peer} failed: {done.stderr.strip().splitlines()[-1:] }", style="red"))
+        for line in done.stdout.splitlines():
+            try:
+                result = json.loads(line)
+            except ValueError:
+                continue
+            rows[int(result.pop("case"))].setdefault("peers", {})[peer] = result
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[str, Any]]) -> None:
+    table = Table(title="GPU time per call (timestamp queries, median, sustained load, random data)")
+    for col in ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", "% peak", "% copy", "tuned TB/s",
+                "torch TB/s", "compile TB/s", "ORT µs", "ORT/ours", "round trip ms", "ORT rt ms", "torch xfer ms", "max err"):
+        table.add_column(col, justify="left" if col in ("kernel", "case", "dtype", "variant") else "right")
+    for row in rows:
+        if "error" in row:
+            table.add_row(row["kernel"].split(".")[-1], row["case"], row["dtype"], Text(row["error"][:60], style="red"))
+            continue
+        peers = row.get("peers", {})
+        torch_peer, ort_peer = peers.get("torch", {}), peers.get("ort-webgpu", {})
+        per_s = lambda s: None if not s else row["bytes"] / s / 1e12  # noqa: E731
+        ort_s = ort_peer.get("device_s")
+        err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok", True) else " WRONG")
+        table.add_row(
+            row["kernel"].split(".")[-1], row["case"], row["dtype"], row["variant"], str(row["elements"]),
+            f"{row['median_s'] * 1e6:.1f}", f"{row['tbps']:.3f}", _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
+            f"{row['copy_fraction'] * 100:.1f}", _fmt(row.get("tuned", {}).get("tbps"), ".3f"),
+            _fmt(per_s(torch_peer.get("eager_s")), ".3f"), _fmt(per_s(torch_peer.get("compile_s")), ".3f"),
+            _fmt(ort_s and ort_s * 1e6, ".1f"), _fmt(ort_s and ort_s / row["median_s"], ".2f"),
+            _fmt(row.get("roundtrip_s") and row["roundtrip_s"] * 1e3, ".3f"),
+            _fmt(ort_peer.get("numpy_roundtrip_s") and ort_peer["numpy_roundtrip_s"] * 1e3, ".3f"),
+            _fmt(torch_peer.get("transfer_s") and torch_peer["transfer_s"] * 1e3, ".3f"), err,
+        )  # fmt: skip
+    console.print(table)
+    for row in rows:
+        for peer, result in row.get("peers", {}).items():
+            if "error" in result:
+                console.print(Text(f"{peer} on {row['case']} {row['dtype']}: {result['error'][:160]}", style="yellow"))
+            for key in ("eager_error", "compile_error", "device_error", "numpy_error"):
+                if result.get(key) is not None and result[key] > ERROR_TOLERANCE.get(row["dtype"], 1e-2):
+                    console.print(Text(f"{peer} {key.split('_')[0]} on {row['case']} {row['dtype']} is WRONG: "
+                                       f"max error {result[key]:.3g}", style="red"))  # fmt: skip
+    for h in host_rows:
+        if "error" in h:
+            console.print(Text(f"host per call, {h['kernel']}: {h['error']}", style="red"))
+        else:
+            console.print(f"host per call, {h['kernel']} {h['shapes']} (GPU in/out, cached plan, {h['calls']} calls): "
+                          f"median {h['median_s'] * 1e6:.1f} µs, p90 {h['p90_s'] * 1e6:.1f} µs")  # fmt: skip
+
+
+def _plot(rows: list[dict[str, Any]], peak: float | None, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    series: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    copy_points = []
+    for row in rows:
+        if "error" in row:
+            continue
+        series.setdefault((row["kernel"].split(".")[-1], row["dtype"]), []).append((row["bytes"], row["tbps"]))
+        copy_points.append((row["bytes"], row["copy_tbps"]))
+    for (kernel, dtype), points in sorted(series.items()):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{kernel} {dtype}")
+    if copy_points:
+        copy_points.sort()
+        ax.plot([p[0] for p in copy_points], [p[1] for p in copy_points], "k--", label="copy kernel (same timing)")
+    if peak:
+        ax.axhline(peak / 1e12, color="red", linestyle=":", label=f"datasheet peak {peak / 1e12:.1f} TB/s")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes moved per call (read + written)")
+    ax.set_ylabel("effective bandwidth (TB/s)")
+    ax.set_title("webgpu-kernels: bandwidth against size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+@click.command("tune")
+@click.argument("kernels", nargs=-1)
+@click.option("--case", "names", multiple=True, help="Only cases whose name contains this. Repeatable.")
+@click.option("--tag", "tags", multiple=True, help="Only cases with this tag. Repeatable.")
+@click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype. Repeatable.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
+@click.pass_context
+def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...], tags: tuple[str, ...],
+             dtypes: tuple[str, ...], seed: int, dry_run: bool) -> None:  # fmt: skip
+    """Search variants and WORKGROUP_SIZE-like tunables per case; keep the fastest per adapter."""
+    console = _console()
+    device = get_device(_adapter(ctx))
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
+    work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, {})]
+    table = Table(title=f"tuning on {device.adapter.label()}")
+    for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
+        table.add_column(col)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("tuning", total=len(work))
+        for kernel, case in work:
+            progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
+            arrays = _arrays(kernel, case, seed)
+            default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=dict(kernel.manifest.tunables),
+                                   min_total_s=0.1)  # fmt: skip
+            best = (default.median_s, default.variant, dict(kernel.manifest.tunables))
+            accepted = [v.variant for v in kernel.explain(arrays, attrs=case["attrs"]).verdicts if v.accepted]
+            for variant in accepted:
+                for tunables in _tunable_candidates(kernel, device):
+                    try:
+                        r = bench_kernel(kernel, arrays, attrs=case["attrs"], variant=variant, tunables=tunables,
+                                         min_total_s=0.1)  # fmt: skip
+                    except KernelError:
+                        continue
+                    if r.median_s < best[0]:
+                        best = (r.median_s, variant, tunables)
+            elements = max(a.size for a in arrays.values())
+            cache.record(kernel.op_id, _type_bindings(kernel, arrays), elements,
+                         tuning.TunedChoice(best[1], best[2], best[0]))  # fmt: skip
+            table.add_row(kernel.manifest.name, case["name"], ",".join(sorted(case["types"].values())),
+                          f"{default.variant} {dict(kernel.manifest.tunables)}", f"{default.median_s * 1e6:.1f}",
+                          f"{best[1]} {best[2]}", f"{best[0] * 1e6:.1f}", f"{default.median_s / best[0]:.2f}x")  # fmt: skip
+            progress.advance(task)
+    console.print(table)
+    if not dry_run:
+        cache.save()
+        console.print(f"saved: {cache.path}")
+
+
+def _tunable_candidates(kernel: Kernel, device: Any) -> list[dict[str, Any]]:
+    """Powers of two around the default for integer tunables named like workgroup sizes."""
+    defaults = dict(kernel.manifest.tunables)
+    limit = device.info.limits.get("maxComputeInvocationsPerWorkgroup", 256)
+    candidates = [defaults]
+    for name, value in defaults.items():
+        if isinstance(value, int) and not isinstance(value, bool) and "WORKGROUP" in name.upper():
+            for size in WORKGROUP_CANDIDATES:
+                if size != value and size <= limit:
+                    candidates.append({**defaults, name: size})
+    return candidates
+
+
+COMMANDS = [bench_cmd, tune_cmd]

@@ -1,0 +1,306 @@
+"""``metadata.json``: a package's identity, provenance and the sha256 digest of each of its files.
+
+Reading and checking happens when a package is opened (:func:`verify_package`, called by
+``package.open_folder`` / ``open_embedded``): every listed file must exist and match, and no
+*content file* (templates, JSON, data arrays; see :data:`CONTENT_SUFFIXES`) may be present without
+being listed. Other files (a README, a LICENSE) may sit in the folder unlisted. Writing happens in
+:func:`write_metadata`, behind ``webgpu-kernels digest PATH``.
+
+The bytes that were hashed are kept and handed to the package, so what the engine later reads
+is exactly what was verified (no second read of a file that could have changed in between).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import jsonschema
+
+from .errors import DigestError, PackageError
+
+METADATA_FILE = "metadata.json"
+MANIFEST_FILE = "manifest.json"
+ALGORITHM = "sha256"
+#: Files that must be listed in ``digest.files`` when present: what the engine and the tools read.
+CONTENT_SUFFIXES = (".jinja", ".json", ".npy", ".npz", ".safetensors", ".wgsl")
+#: Largest file a package may hold (as in package.MAX_FILE_BYTES).
+MAX_FILE_BYTES = 8 * 1024 * 1024
+#: A package is a handful of files; a folder with more is not a package (or not this one).
+MAX_PACKAGE_FILES = 1000
+#: Folder names never scanned (caches, VCS data).
+SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
+
+_NAME_SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+
+
+@dataclass(frozen=True)
+class DigestProblem:
+    """One way a package disagrees with its metadata.json."""
+
+    file: str  # package-relative name (metadata.json for a malformed metadata file)
+    reason: str  # "mismatch" | "missing" | "unlisted" | "metadata"
+    message: str
+    json_path: str  # where in metadata.json ("" for the root)
+
+    def error(self, root: Path, more: int = 0) -> DigestError:
+        message = self.message
+        if more:
+            message += f" (and {more} more digest problem{'s' if more > 1 else ''}: run `webgpu-kernels validate`)"
+        return DigestError(message, file=self.file, reason=self.reason, path=str(root / self.file))
+
+
+@cache
+def metadata_schema() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath("schemas/metadata.schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_content_file(name: str) -> bool:
+    """Whether a file of this name must be listed in ``digest.files`` when present."""
+    return name != METADATA_FILE and name.lower().endswith(CONTENT_SUFFIXES)
+
+
+def valid_file_name(name: str) -> bool:
+    """A package-relative POSIX name with no hidden, empty, ``.`` or ``..`` segment."""
+    if not name or "\\" in name or name.startswith("/"):
+        return False
+    return all(_NAME_SEGMENT.match(part) for part in name.split("/"))
+
+
+def package_files(root: Path) -> list[str]:
+    """Every regular file of the package except metadata.json, as sorted POSIX relative names.
+
+    Hidden files and folders (``.git``, ``.DS_Store``) and caches are skipped. Symbolic links
+    to files count as the files they point to (the Hugging Face cache is made of them); links
+    to folders are not followed.
+    """
+    names: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIPPED_DIRS)
+        rel_dir = PurePosixPath(Path(dirpath).relative_to(root).as_posix())
+        for filename in filenames:
+            if filename.startswith("."):
+                continue
+            rel = (rel_dir / filename).as_posix()
+            if rel.startswith("./"):
+                rel = rel[2:]
+            if rel == METADATA_FILE or not os.path.isfile(os.path.join(dirpath, filename)):
+                continue
+            names.append(rel)
+            if len(names) > MAX_PACKAGE_FILES:
+                raise PackageError(f"more than {MAX_PACKAGE_FILES} files: not a kernel package", path=str(root))
+    return sorted(names)
+
+
+def read_file(root: Path, name: str) -> bytes:
+    path = root / name
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise PackageError(f"larger than {MAX_FILE_BYTES} bytes", path=str(path))
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise PackageError("file not found in the package", path=str(path)) from None
+    except OSError as exc:
+        raise PackageError(f"cannot read: {exc.strerror}", path=str(path)) from None
+
+
+# --- reading and checking ---------------------------------------------------------------------------
+
+
+def load_metadata(root: Path) -> tuple[dict[str, Any] | None, list[DigestProblem]]:
+    """metadata.json decoded (None when absent) and its format problems (JSON, schema)."""
+    path = root / METADATA_FILE
+    if not path.is_file():
+        return None, []
+    try:
+        data = json.loads(read_file(root, METADATA_FILE).decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, [DigestProblem(METADATA_FILE, "metadata", "not UTF-8 text", "")]
+    except json.JSONDecodeError as exc:
+        return None, [DigestProblem(METADATA_FILE, "metadata",
+                                    f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", "")]  # fmt: skip
+    problems = schema_problems(data)
+    return (data if not problems else None), problems
+
+
+def schema_problems(data: Any) -> list[DigestProblem]:
+    schema = metadata_schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    problems = []
+    for error in sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
+        problems.append(DigestProblem(METADATA_FILE, "metadata", f"invalid metadata.json: {error.message}",
+                                      json_path(error.absolute_path)))  # fmt: skip
+    return problems
+
+
+def json_path(parts: Any) -> str:
+    """``digest.files["a.json"]`` style: dotted names, brackets for indices and odd keys."""
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif re.match(r"^[A-Za-z_$][A-Za-z0-9_$]*$", str(part)):
+            path += f".{part}" if path else str(part)
+        else:
+            path += f"[{json.dumps(part)}]"
+    return path
+
+
+def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProblem], dict[str, bytes]]:
+    """Compare the folder with ``metadata`` (already schema-valid): problems, and the bytes that matched."""
+    listed: dict[str, str] = metadata["digest"]["files"]
+    problems: list[DigestProblem] = []
+    verified: dict[str, bytes] = {}
+    for name, want in listed.items():
+        where = json_path(["digest", "files", name])
+        if not valid_file_name(name):
+            problems.append(DigestProblem(name, "metadata", "not a valid package file name", where))
+            continue
+        path = root / name
+        if not path.is_file():
+            problems.append(DigestProblem(name, "missing", "listed in metadata.json but not in the package", where))
+            continue
+        data = read_file(root, name)
+        got = sha256_hex(data)
+        if got != want:
+            problems.append(DigestProblem(name, "mismatch",
+                                          f"sha256 {got[:16]}... does not match metadata.json ({want[:16]}...): "
+                                          "the file changed after its digest was taken", where))  # fmt: skip
+            continue
+        verified[name] = data
+    for name in package_files(root):
+        if name not in listed and is_content_file(name):
+            problems.append(DigestProblem(name, "unlisted",
+                                          "present in the package but not listed in metadata.json's digest.files",
+                                          json_path(["digest", "files"])))  # fmt: skip
+    return problems, verified
+
+
+def inspect_package(root: Path) -> tuple[dict[str, Any] | None, list[DigestProblem], dict[str, bytes]]:
+    """Everything :func:`verify_package` checks, returned instead of raised (for ``validate``)."""
+    metadata, problems = load_metadata(root)
+    if metadata is None:
+        return None, problems, {}
+    more, verified = check_digests(root, metadata)
+    return metadata, problems + more, verified
+
+
+def verify_package(root: Path) -> tuple[dict[str, Any] | None, dict[str, bytes]]:
+    """Check a package folder against its metadata.json; raise :class:`DigestError` on any problem.
+
+    Returns the metadata (None for a package without metadata.json, which loads unverified:
+    that is how an author starts) and the verified bytes of every listed file.
+    """
+    metadata, problems, verified = inspect_package(root)
+    if problems:
+        raise problems[0].error(root, more=len(problems) - 1)
+    return metadata, verified
+
+
+# --- writing ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DigestChange:
+    file: str
+    status: str  # "added" | "changed" | "unchanged" | "removed"
+    sha256: str | None
+
+
+def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[DigestChange]]:
+    """metadata.json for the folder as it is now, keeping ``existing``'s id, version and provenance."""
+    from . import __version__
+
+    manifest = _read_manifest(root)
+    existing = dict(existing or {})
+    op_id = existing.get("id")
+    if not isinstance(op_id, str):
+        domain, name = manifest.get("domain"), manifest.get("name")
+        if not isinstance(domain, str) or not isinstance(name, str):
+            raise PackageError("the manifest has no domain and name to take the package id from",
+                               path=str(root / MANIFEST_FILE))  # fmt: skip
+        op_id = f"{domain}.{name}"
+    version = existing.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        version = manifest.get("sinceVersion", 1)
+        if not isinstance(version, int) or isinstance(version, bool):
+            version = 1
+    provenance = existing.get("provenance")
+    if not isinstance(provenance, dict):
+        provenance = {"generator": f"webgpu-kernels {__version__} digest"}
+    old_files = {}
+    old_digest = existing.get("digest")
+    if isinstance(old_digest, dict) and isinstance(old_digest.get("files"), dict):
+        old_files = old_digest["files"]
+    files: dict[str, str] = {}
+    changes: list[DigestChange] = []
+    for name in package_files(root):
+        if not valid_file_name(name):
+            raise PackageError("cannot be listed in metadata.json: use letters, digits, '_', '-', '+', '.' "
+                               "(not first) and '/' in package file names", path=str(root / name))  # fmt: skip
+        digest = sha256_hex(read_file(root, name))
+        files[name] = digest
+        if name not in old_files:
+            status = "added"
+        else:
+            status = "unchanged" if old_files[name] == digest else "changed"
+        changes.append(DigestChange(name, status, digest))
+    for name in sorted(set(old_files) - set(files)):
+        changes.append(DigestChange(name, "removed", None))
+    metadata: dict[str, Any] = {"id": op_id, "version": version}
+    if isinstance(existing.get("description"), str):
+        metadata["description"] = existing["description"]
+    metadata["provenance"] = provenance
+    metadata["digest"] = {"algorithm": ALGORITHM, "files": files}
+    return metadata, changes
+
+
+def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]]:
+    """Write or refresh ``root/metadata.json``; returns it and what changed per file.
+
+    An existing metadata.json that is not valid JSON is refused (fix or delete it); one that
+    is JSON but breaks the schema is refreshed, keeping what can be kept.
+    """
+    root = Path(root).expanduser().resolve()
+    if not root.is_dir():
+        raise PackageError("not a folder", path=str(root))
+    if not (root / MANIFEST_FILE).is_file():
+        raise PackageError(f"no {MANIFEST_FILE} in the folder", path=str(root))
+    existing = None
+    if (root / METADATA_FILE).is_file():
+        try:
+            existing = json.loads(read_file(root, METADATA_FILE).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PackageError(f"the existing metadata.json cannot be read ({exc}); fix or delete it",
+                               path=str(root / METADATA_FILE)) from None  # fmt: skip
+        if not isinstance(existing, dict):
+            existing = None
+    metadata, changes = build_metadata(root, existing)
+    problems = schema_problems(metadata)
+    if problems:
+        raise PackageError(f"{problems[0].json_path or '(root)'}: {problems[0].message}", path=str(root / METADATA_FILE))
+    text = json.dumps(metadata, indent=2, ensure_ascii=False) + "\n"
+    (root / METADATA_FILE).write_text(text, encoding="utf-8")
+    return metadata, changes
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(read_file(root, MANIFEST_FILE).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PackageError(f"cannot read the manifest: {exc}", path=str(root / MANIFEST_FILE)) from None
+    if not isinstance(data, dict):
+        raise PackageError("the manifest is not a JSON object", path=str(root / MANIFEST_FILE))
+    return data

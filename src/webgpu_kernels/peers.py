@@ -1,0 +1,180 @@
+"""Other implementations of the embedded ops, timed the same way, for ``bench --compare``.
+
+Each peer runs in its own process (``python -m webgpu_kernels.peers PEER CASES.json``) because
+Dawn (ONNX Runtime's WebGPU provider), CUDA and wgpu-native in one process are untested
+together. A peer prints one JSON object per case on stdout. Every peer output is checked against
+a float64 reference so that a fast wrong answer is reported as wrong.
+
+Per-op code lives here and in references.py, never in the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .references import REFERENCES, one_node_model
+
+# Peers' implementations of each op, written against torch tensors.
+TORCH_OPS: dict[str, Callable[..., Any]] = {
+    "com.microsoft.BiasAdd": lambda t, a: {"Y": t["X"] + t["bias"] + t["skip"]},
+    "com.microsoft.QuickGelu": lambda t, a: {"Y": t["X"] * (t["X"] * a.get("alpha", 1.702)).sigmoid()},
+}
+
+
+def _random_inputs(case: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {name: rng.standard_normal(size=spec["shape"], dtype=np.float32).astype(spec["dtype"])
+            for name, spec in case["inputs"].items()}  # fmt: skip
+
+
+def _max_error(outputs: dict[str, np.ndarray], inputs: dict[str, np.ndarray], op: str, attrs: dict[str, Any]) -> float:
+    expected = REFERENCES[op](inputs, attrs)
+    worst = 0.0
+    for name, ref in expected.items():
+        got = np.asarray(outputs[name], dtype=np.float64)
+        if got.shape != ref.shape:
+            return float("inf")
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(got - ref)
+        both_nan = np.isnan(got) & np.isnan(ref)
+        diff = np.where(both_nan, 0.0, diff)
+        worst = max(worst, float(np.max(diff)) if diff.size else 0.0)
+    return worst
+
+
+def _once(fn: Callable[[], Any]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def _timed(fn: Callable[[], Any], sync: Callable[[], Any], *, min_s: float = 0.3, batches: int = 5,
+           sync_cost: float = 0.0) -> float:  # fmt: skip
+    """Median per-call time of back-to-back calls, in batches sized to about min_s / batches;
+    each batch ends with ``sync()``, whose own ``sync_cost`` is subtracted."""
+    fn()
+    sync()
+    start = time.perf_counter()
+    n = 0
+    while time.perf_counter() - start < 0.05 or n < 3:
+        fn()
+        n += 1
+    sync()
+    per = max(time.perf_counter() - start - sync_cost, 1e-7) / n
+    reps = max(3, int(min_s / batches / per))
+    samples = []
+    for _ in range(batches):
+        sync()
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        sync()
+        samples.append(max(time.perf_counter() - t - sync_cost, 0.0) / reps)
+    return statistics.median(samples)
+
+
+def run_torch(cases: list[dict[str, Any]]) -> None:
+    import torch
+
+    dev = torch.device("cuda")
+    for case in cases:
+        op, attrs = case["op"], case.get("attrs", {})
+        result: dict[str, Any] = {"case": case["id"], "peer": "torch"}
+        try:
+            arrays = _random_inputs(case)
+            tensors = {k: torch.from_numpy(v).to(dev) for k, v in arrays.items()}
+            fn = TORCH_OPS[op]
+            compiled = torch.compile(lambda t: fn(t, attrs), dynamic=False)
+            impls = [("eager", lambda: fn(tensors, attrs))]
+            if case.get("compile", True):
+                impls.append(("compile", lambda: compiled(tensors)))
+            for label, impl in impls:
+                out = impl()
+                result[f"{label}_error"] = _max_error({k: v.cpu().numpy() for k, v in out.items()}, arrays, op, attrs)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                for _ in range(10):
+                    impl()
+                samples = []
+                for _ in range(5):  # back-to-back launches; GPU time from CUDA events per batch
+                    reps = 50
+                    start.record()
+                    for _ in range(reps):
+                        impl()
+                    end.record()
+                    end.synchronize()
+                    samples.append(start.elapsed_time(end) / 1e3 / reps)
+                result[f"{label}_s"] = statistics.median(samples)
+            # NumPy -> GPU -> NumPy transfer of the same arrays (what a round trip must at least pay).
+            outs = fn(tensors, attrs)
+
+            def round_trip() -> None:
+                for v in arrays.values():
+                    torch.from_numpy(v).to(dev)
+                for v in outs.values():
+                    v.cpu().numpy()
+
+            result["transfer_s"] = _timed(round_trip, torch.cuda.synchronize, min_s=0.2)
+        except Exception as exc:  # a peer failure is reported, never fatal
+            result["error"] = f"{type(exc).__name__}: {exc}"
+        print(json.dumps(result), flush=True)
+
+
+def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:
+    import onnxruntime as ort
+    import onnxruntime_ep_webgpu as webgpu_ep
+
+    ort.register_execution_provider_library("webgpu", webgpu_ep.get_library_path())
+    device = next((d for d in ort.get_ep_devices() if d.ep_name == webgpu_ep.get_ep_name()), None)
+    for case in cases:
+        op, attrs = case["op"], case.get("attrs", {})
+        result: dict[str, Any] = {"case": case["id"], "peer": "ort-webgpu"}
+        try:
+            if device is None:
+                raise RuntimeError("no WebGPU EP device")
+            arrays = _random_inputs(case)
+            options = ort.SessionOptions()
+            options.add_provider_for_devices([device], {})
+            model, feeds, _ = one_node_model(op, arrays, attrs)
+            session = ort.InferenceSession(model, sess_options=options)
+            out = session.run(None, feeds)
+            result["numpy_error"] = _max_error({"Y": out[0]}, arrays, op, attrs)
+            result["numpy_roundtrip_s"] = _timed(lambda: session.run(None, feeds), lambda: None, min_s=0.3)
+            binding = session.io_binding()
+            for k, v in feeds.items():
+                binding.bind_ortvalue_input(k, ort.OrtValue.ortvalue_from_numpy(v, "webgpu", 0))
+            binding.bind_output("Y", "webgpu")
+            session.run_with_iobinding(binding)
+            y = binding.copy_outputs_to_cpu()[0]
+            result["device_error"] = _max_error({"Y": y}, arrays, op, attrs)
+            # Device-resident runs may be asynchronous: time N back-to-back runs ended by one
+            # readback, and subtract the readback's own cost (measured on an idle queue).
+            sync = binding.copy_outputs_to_cpu
+            sync_cost = statistics.median(_once(sync) for _ in range(3))
+            result["device_s"] = _timed(lambda: session.run_with_iobinding(binding), sync, min_s=0.5,
+                                        sync_cost=sync_cost)  # fmt: skip
+            result["readback_s"] = sync_cost
+        except Exception as exc:  # a peer failure is reported, never fatal
+            result["error"] = f"{type(exc).__name__}: {exc}"
+        print(json.dumps(result), flush=True)
+
+
+PEERS = {"torch": run_torch, "ort-webgpu": run_ort_webgpu}
+
+
+def main(argv: list[str]) -> int:
+    peer, path = argv
+    with open(path, encoding="utf-8") as f:
+        cases = json.load(f)
+    PEERS[peer](cases)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

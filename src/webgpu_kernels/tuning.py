@@ -1,0 +1,103 @@
+"""Autotuning results: one JSON file per adapter, consulted when a call leaves the choice open.
+
+An entry is keyed by op id, the dtypes of the call and its shape class (the number of elements
+of its largest input, rounded down to a power of two), and records the variant and tunables that ran
+fastest there. Calls that pass neither ``variant`` nor ``tunables`` use a matching entry; an
+entry whose variant does not apply to the call is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
+DISABLE_ENV = "WEBGPU_KERNELS_NO_TUNING"
+
+
+def tuning_dir() -> Path:
+    base = os.environ.get(CACHE_ENV)
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "webgpu-kernels" / "tuning"
+
+
+def adapter_slug(name: str, backend: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{name}-{backend}").strip("-").lower()
+
+
+def shape_class(elements: int) -> int:
+    """Calls are tuned per power-of-two bucket of their output size."""
+    return max(elements, 1).bit_length() - 1
+
+
+def entry_key(op_id: str, dtypes: dict[str, str], elements: int) -> str:
+    types = ",".join(f"{k}={v}" for k, v in sorted(dtypes.items()))
+    return f"{op_id}|{types}|2^{shape_class(elements)}"
+
+
+@dataclass(frozen=True)
+class TunedChoice:
+    variant: str
+    tunables: dict[str, Any]
+    median_s: float
+
+
+class TuningCache:
+    """The tuning file of one adapter, loaded once; writes go through :meth:`record` + :meth:`save`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self.entries: dict[str, dict[str, Any]] = {}
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text("utf-8"))
+                self.entries = dict(data.get("entries", {}))
+            except (OSError, ValueError, AttributeError):
+                self.entries = {}  # a corrupt cache is ignored, never fatal
+
+    def lookup(self, op_id: str, dtypes: dict[str, str], elements: int) -> TunedChoice | None:
+        if os.environ.get(DISABLE_ENV):
+            return None
+        entry = self.entries.get(entry_key(op_id, dtypes, elements))
+        if not entry:
+            return None
+        return TunedChoice(entry["variant"], dict(entry.get("tunables", {})), float(entry.get("median_s", 0)))
+
+    def record(self, op_id: str, dtypes: dict[str, str], elements: int, choice: TunedChoice) -> None:
+        with self._lock:
+            self.entries[entry_key(op_id, dtypes, elements)] = {
+                "variant": choice.variant, "tunables": choice.tunables, "median_s": choice.median_s,
+            }  # fmt: skip
+
+    def save(self) -> None:
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"version": 1, "entries": self.entries}, indent=1, sort_keys=True), "utf-8")
+            tmp.replace(self.path)
+
+
+_caches: dict[str, TuningCache] = {}
+_lock = threading.Lock()
+
+
+def cache_for(adapter_name: str, backend: str) -> TuningCache:
+    path = tuning_dir() / f"{adapter_slug(adapter_name, backend)}.json"
+    with _lock:
+        cache = _caches.get(str(path))
+        if cache is None:
+            cache = _caches[str(path)] = TuningCache(path)
+        return cache
+
+
+def forget_loaded() -> None:
+    """Drop loaded caches (tests; or after another process wrote the file)."""
+    with _lock:
+        _caches.clear()

@@ -1,0 +1,382 @@
+"""Execution: GpuTensor outputs, chaining without readback, a dispatch that spills into y, zero
+sizes, caller arrays left untouched (strided, big-endian), f32/f16/f32 in one process, caches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import references as ref
+import webgpu_kernels as wk
+from webgpu_kernels import errors
+from webgpu_kernels.execution import _pipeline_cache
+
+DTYPES = (np.float32, np.float16)
+DTYPE_IDS = ("f32", "f16")
+
+
+def qg_check(y, x, dtype, alpha=1.702):
+    ref.assert_matches(y, ref.quick_gelu(x, alpha), dtype, **ref.quick_gelu_tolerance(dtype))
+
+
+def ba_check(y, x, bias, skip, dtype):
+    ref.assert_matches(y, ref.bias_add(x, bias, skip), dtype, **ref.bias_add_tolerance(x, bias, skip, dtype))
+
+
+# --- GpuTensor ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_gpu_output(quick_gelu, need_dtype, rng, dtype):
+    need_dtype(dtype)
+    x = rng.standard_normal((3, 5, 2)).astype(dtype)
+    out = quick_gelu({"X": x}, output="gpu")
+    assert set(out) == {"Y"}
+    t = out["Y"]
+    assert isinstance(t, wk.GpuTensor)
+    assert t.shape == (3, 5, 2) and t.dtype == np.dtype(dtype) and t.ndim == 3 and t.size == 30
+    assert t.nbytes == 30 * np.dtype(dtype).itemsize
+    y = t.numpy()
+    assert isinstance(y, np.ndarray) and y.flags.c_contiguous and y.flags.writeable
+    qg_check(y, x, dtype)
+    np.testing.assert_array_equal(t.numpy(), y)  # reading twice gives the same
+    np.testing.assert_array_equal(np.asarray(t), y)  # __array__
+    y[...] = 0  # the copy is the caller's
+    qg_check(t.numpy(), x, dtype)
+    assert "GpuTensor" in repr(t)
+    t.release()
+    assert t.released and "released" in repr(t)
+    t.release()  # twice is harmless
+    with pytest.raises(errors.TensorReleasedError):
+        t.numpy()
+
+
+def test_released_tensor_as_input(quick_gelu):
+    t = quick_gelu({"X": np.ones(8, np.float32)}, output="gpu")["Y"]
+    t.release()
+    with pytest.raises(errors.InputError) as info:
+        quick_gelu({"X": t})
+    assert "'X'" in str(info.value) and "released" in str(info.value)
+
+
+@pytest.mark.parametrize("shape", [(0,), (2, 0, 3), (0, 0)], ids=str)
+@pytest.mark.parametrize("output", ["numpy", "gpu"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_zero_size_quick_gelu(quick_gelu, need_dtype, shape, output, dtype):
+    need_dtype(dtype)
+    y = quick_gelu({"X": np.zeros(shape, dtype)}, output=output)["Y"]
+    if output == "gpu":
+        assert isinstance(y, wk.GpuTensor) and y.size == 0
+        y = y.numpy()
+    assert y.shape == shape and y.dtype == np.dtype(dtype) and y.size == 0
+
+
+def test_zero_size_chain(quick_gelu, bias_add):
+    t = quick_gelu({"X": np.zeros((2, 0, 4), np.float32)}, output="gpu")["Y"]
+    y = bias_add({"X": t, "bias": np.ones(4, np.float32), "skip": np.zeros((2, 0, 4), np.float32)})["Y"]
+    assert y.shape == (2, 0, 4)
+
+
+# --- chaining -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def count_reads(monkeypatch, device):
+    """Counts every way a GPU buffer can come back to the host: GpuTensor.numpy(),
+    queue.read_buffer() and mapping a buffer (map_sync / map_async of wgpu-native's GPUBuffer)."""
+    from wgpu.backends.wgpu_native import _api
+
+    counts = {"numpy": 0, "queue.read_buffer": 0, "map": 0}
+
+    def counting(key, original):
+        def wrapper(*args, **kwargs):
+            counts[key] += 1
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(wk.GpuTensor, "numpy", counting("numpy", wk.GpuTensor.numpy))
+    monkeypatch.setattr(_api.GPUQueue, "read_buffer", counting("queue.read_buffer", _api.GPUQueue.read_buffer))
+    monkeypatch.setattr(_api.GPUBuffer, "map_sync", counting("map", _api.GPUBuffer.map_sync))
+    monkeypatch.setattr(_api.GPUBuffer, "map_async", counting("map", _api.GPUBuffer.map_async))
+    return counts
+
+
+def test_count_reads_sees_a_readback(quick_gelu, count_reads):
+    """The counter itself works: a NumPy output is a readback."""
+    quick_gelu({"X": np.ones(8, np.float32)})
+    assert sum(count_reads.values()) > 0
+
+
+@pytest.mark.parametrize("variant", [None, "vec4", "scalar"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_chain_quick_gelu_into_bias_add_without_readback(quick_gelu, bias_add, need_dtype, count_reads, rng,
+                                                         dtype, variant):  # fmt: skip
+    need_dtype(dtype)
+    shape = (2, 5, 8)
+    x = rng.standard_normal(shape).astype(dtype)
+    bias = rng.standard_normal(8).astype(dtype)
+    skip = rng.standard_normal(shape).astype(dtype)
+    h = quick_gelu({"X": x}, output="gpu")["Y"]
+    y = bias_add({"X": h, "bias": bias, "skip": skip}, variant=variant, output="gpu")["Y"]
+    assert count_reads == {"numpy": 0, "queue.read_buffer": 0, "map": 0}, "the chain read a tensor back"
+    assert isinstance(y, wk.GpuTensor) and y.shape == shape and y.dtype == np.dtype(dtype)
+    result = y.numpy()
+    # the intermediate is rounded to dtype on the GPU; the reference takes the same path
+    h_ref = ref.quick_gelu(x).astype(dtype)
+    tol = ref.bias_add_tolerance(h_ref, bias, skip, dtype)
+    tol["atol"] = tol["atol"] + ref.quick_gelu_tolerance(dtype)["atol"] + ref.quick_gelu_tolerance(dtype)["rtol"] * np.abs(h_ref)
+    ref.assert_matches(result, ref.bias_add(ref.quick_gelu(x), bias, skip), dtype, **tol)
+    # the consumer did not touch its input
+    qg_check(h.numpy(), x, dtype)
+    h.release()
+    y.release()
+
+
+def test_gpu_tensors_for_every_input(quick_gelu, bias_add, rng):
+    shape = (1, 3, 4)
+    x, skip = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    bias = rng.standard_normal(4).astype(np.float32)
+    gx = quick_gelu({"X": x}, output="gpu")["Y"]
+    gs = quick_gelu({"X": skip}, output="gpu")["Y"]
+    gb = quick_gelu({"X": bias}, output="gpu")["Y"]
+    y = bias_add({"X": gx, "bias": gb, "skip": gs})["Y"]
+    expected = ref.quick_gelu(x) + ref.quick_gelu(bias) + ref.quick_gelu(skip)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_same_gpu_tensor_twice(bias_add, rng):
+    x = rng.standard_normal((2, 2, 4)).astype(np.float32)
+    bias = np.zeros(4, np.float32)
+    g = bias_add({"X": x, "bias": bias, "skip": np.zeros_like(x)}, output="gpu")["Y"]
+    y = bias_add({"X": g, "bias": bias, "skip": g})["Y"]
+    np.testing.assert_array_equal(y, 2 * x)
+
+
+def test_gpu_tensor_of_the_wrong_dtype_is_refused(quick_gelu, bias_add, need_dtype):
+    need_dtype(np.float16)
+    h = quick_gelu({"X": np.ones((1, 2, 4), np.float16)}, output="gpu")["Y"]
+    with pytest.raises(errors.DTypeError) as info:
+        bias_add({"X": h, "bias": np.ones(4, np.float32), "skip": np.ones((1, 2, 4), np.float32)})
+    assert info.value.argument == "bias"
+
+
+def test_long_chain(quick_gelu):
+    """Ten dependent calls on the GPU, read once: each one sees the previous result."""
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    t = quick_gelu({"X": x}, output="gpu")["Y"]
+    expected = ref.quick_gelu(x).astype(np.float32)
+    for _ in range(9):
+        t_next = quick_gelu({"X": t}, output="gpu")["Y"]
+        t.release()
+        t = t_next
+        expected = ref.quick_gelu(expected).astype(np.float32)
+    np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_dropping_intermediates_keeps_results_right(quick_gelu, bias_add, rng):
+    """Intermediate GpuTensors that go out of scope right after use must not corrupt later work."""
+    results = []
+    inputs = [rng.standard_normal((1, 4, 8)).astype(np.float32) for _ in range(6)]
+    bias = rng.standard_normal(8).astype(np.float32)
+    for x in inputs:
+        y = bias_add({"X": quick_gelu({"X": x}, output="gpu")["Y"], "bias": bias, "skip": x}, output="gpu")["Y"]
+        results.append(y)
+    for x, y in zip(inputs, results):
+        np.testing.assert_allclose(y.numpy(), ref.quick_gelu(x) + bias + x, rtol=1e-5, atol=1e-5)
+
+
+# --- a dispatch that needs a second grid dimension ----------------------------------------------
+
+SPILL = 65535 + 4466  # threads beyond maxComputeWorkgroupsPerDimension at workgroup size 1
+
+
+@pytest.mark.parametrize("variant, numel", [("scalar", SPILL), ("vec4_tail", 4 * SPILL - 1), ("vec4", 4 * SPILL)])
+def test_spill_into_y_quick_gelu(quick_gelu, plan_of, device, variant, numel):
+    max_x = device.info.limits["maxComputeWorkgroupsPerDimension"]
+    x = np.linspace(-8, 8, numel, dtype=np.float32)
+    tunables = {"WORKGROUP_SIZE": 1}
+    y = quick_gelu({"X": x}, variant=variant, tunables=tunables)["Y"]
+    grid = plan_of(quick_gelu, {"X": x}, variant=variant, tunables=tunables).passes[0].grid
+    assert grid[1] > 1 and grid[0] <= max_x, grid
+    assert grid[0] * grid[1] * grid[2] >= SPILL
+    assert "wid.y" in quick_gelu.render({"X": x}, variant=variant, tunables=tunables)["main"]
+    qg_check(y, x, np.float32)  # every element, including the ones of workgroups with wid.y = 1
+
+
+@pytest.mark.parametrize("variant", ["vec4", "scalar"])
+def test_spill_into_y_bias_add(bias_add, plan_of, rng, variant):
+    shape = (1, SPILL, 4)
+    inputs = {"X": rng.standard_normal(shape).astype(np.float32), "bias": np.arange(4, dtype=np.float32),
+              "skip": rng.standard_normal(shape).astype(np.float32)}  # fmt: skip
+    tunables = {"WORKGROUP_SIZE": 1}
+    y = bias_add(inputs, variant=variant, tunables=tunables)["Y"]
+    grid = plan_of(bias_add, inputs, variant=variant, tunables=tunables).passes[0].grid
+    assert grid[1] > 1, grid
+    ba_check(y, inputs["X"], inputs["bias"], inputs["skip"], np.float32)
+
+
+def test_spill_f16(quick_gelu, need_dtype, plan_of):
+    need_dtype(np.float16)
+    x = np.linspace(-8, 8, SPILL, dtype=np.float16)
+    y = quick_gelu({"X": x}, variant="scalar", tunables={"WORKGROUP_SIZE": 1})["Y"]
+    assert plan_of(quick_gelu, {"X": x}, variant="scalar", tunables={"WORKGROUP_SIZE": 1}).passes[0].grid[1] > 1
+    qg_check(y, x, np.float16)
+
+
+# --- caller's arrays ----------------------------------------------------------------------------
+
+
+def layouts(rng, dtype):
+    base = rng.standard_normal((6, 10)).astype(dtype)
+    yield "contiguous", base
+    yield "transposed", base.T
+    yield "strided", base[::2, 1::3]
+    yield "negative stride", base[::-1]
+    yield "big-endian", base.astype(np.dtype(dtype).newbyteorder(">"))
+    yield "big-endian strided", base.astype(np.dtype(dtype).newbyteorder(">"))[:, ::2]
+    yield "fortran", np.asfortranarray(base)
+    readonly = base.copy()
+    readonly.setflags(write=False)
+    yield "read-only", readonly
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_inputs_are_never_modified_quick_gelu(quick_gelu, need_dtype, rng, dtype):
+    need_dtype(dtype)
+    for name, x in layouts(rng, dtype):
+        before = x.copy()
+        flags = (x.dtype, x.strides, x.flags.writeable)
+        y = quick_gelu({"X": x})["Y"]
+        np.testing.assert_array_equal(x, before, err_msg=name)
+        assert (x.dtype, x.strides, x.flags.writeable) == flags, name
+        assert y.shape == x.shape and y.dtype == np.dtype(dtype), name
+        assert y.dtype.byteorder in "=|<", name  # native order out
+        qg_check(y, before.astype(dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_inputs_are_never_modified_bias_add(bias_add, need_dtype, rng, dtype):
+    need_dtype(dtype)
+    full = rng.standard_normal((2, 6, 16)).astype(dtype)
+    cases = {
+        "strided X": {"X": full[:, ::2, ::2], "bias": np.ones(8, dtype), "skip": full[:, 1::2, 1::2]},
+        "big-endian all": {"X": full[:, :3, :8].astype(np.dtype(dtype).newbyteorder(">")),
+                           "bias": np.arange(8, dtype=np.dtype(dtype).newbyteorder(">")),
+                           "skip": full[:, 3:, 8:].astype(np.dtype(dtype).newbyteorder(">"))},
+        "transposed skip": {"X": full[:, :4, :6], "bias": full[0, 0, :6], "skip": full.transpose(0, 2, 1)[:, :4, :6]},
+        "bias from a column": {"X": full[:, :3, :6], "bias": full[0, :6, 3], "skip": full[:, 3:, 10:]},
+    }  # fmt: skip
+    for name, inputs in cases.items():
+        before = {k: v.copy() for k, v in inputs.items()}
+        y = bias_add(inputs)["Y"]
+        for k in inputs:
+            np.testing.assert_array_equal(inputs[k], before[k], err_msg=f"{name}: {k} changed")
+        x, bias, skip = (before[k].astype(dtype) for k in ("X", "bias", "skip"))
+        ba_check(y, x, bias, skip, dtype)
+
+
+def test_big_endian_values_are_read_as_values(quick_gelu):
+    x = np.array([1.0, -2.0, 3.5, 0.25], dtype=">f4")
+    y = quick_gelu({"X": x}, attrs={"alpha": 0.0})["Y"]
+    np.testing.assert_array_equal(y, np.array([0.5, -1.0, 1.75, 0.125], np.float32))
+
+
+# --- f32, f16, f32 in one process ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", [None, "vec4", "vec4_tail", "scalar"])
+def test_f32_f16_f32_quick_gelu(quick_gelu, need_dtype, rng, variant):
+    need_dtype(np.float16)
+    x32 = rng.standard_normal((4, 16)).astype(np.float32) * 3
+    x16 = x32.astype(np.float16)
+    first = quick_gelu({"X": x32}, variant=variant)["Y"]
+    middle = quick_gelu({"X": x16}, variant=variant)["Y"]
+    last = quick_gelu({"X": x32}, variant=variant)["Y"]
+    qg_check(first, x32, np.float32)
+    qg_check(middle, x16, np.float16)
+    assert not np.isnan(middle).any()
+    np.testing.assert_array_equal(first, last)
+    # and once more with the f16 call after the f32 one
+    qg_check(quick_gelu({"X": x16}, variant=variant)["Y"], x16, np.float16)
+
+
+@pytest.mark.parametrize("variant", [None, "vec4", "scalar"])
+def test_f32_f16_f32_bias_add(bias_add, need_dtype, rng, variant):
+    """ONNX Runtime's WebGPU EP gave NaN for f16 BiasAdd after an f32 BiasAdd in one process."""
+    need_dtype(np.float16)
+    shape = (2, 5, 320)
+    x, skip = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    bias = rng.standard_normal(320).astype(np.float32)
+    first = bias_add({"X": x, "bias": bias, "skip": skip}, variant=variant)["Y"]
+    h = {k: v.astype(np.float16) for k, v in {"X": x, "bias": bias, "skip": skip}.items()}
+    middle = bias_add(h, variant=variant)["Y"]
+    last = bias_add({"X": x, "bias": bias, "skip": skip}, variant=variant)["Y"]
+    ba_check(first, x, bias, skip, np.float32)
+    assert not np.isnan(middle).any()
+    ba_check(middle, h["X"], h["bias"], h["skip"], np.float16)
+    np.testing.assert_array_equal(first, last)
+
+
+# --- caches -------------------------------------------------------------------------------------
+
+
+def test_device_and_kernels_are_shared():
+    assert wk.get_device() is wk.get_device()
+    assert wk.get_kernel("com.microsoft.QuickGelu") is wk.get_kernel("com.microsoft.QuickGelu")
+
+
+def test_repeated_call_reuses_plan_and_pipeline(quick_gelu, plan_of, device, rng):
+    x = rng.standard_normal(44).astype(np.float32)
+    attrs = {"alpha": 0.8125}
+    quick_gelu({"X": x}, attrs=attrs)
+    plan = plan_of(quick_gelu, {"X": x}, attrs=attrs)
+    pipelines = len(_pipeline_cache(device))
+    for _ in range(3):
+        qg_check(quick_gelu({"X": x}, attrs=attrs)["Y"], x, np.float32, 0.8125)
+    assert plan_of(quick_gelu, {"X": x}, attrs=attrs) is plan
+    assert len(_pipeline_cache(device)) == pipelines
+
+
+def test_new_shape_same_wgsl_shares_the_pipeline(quick_gelu, plan_of, device):
+    attrs = {"alpha": 0.6875}
+    a, b = np.ones(16, np.float32), np.ones((3, 12), np.float32)
+    plan_a = plan_of(quick_gelu, {"X": a}, attrs=attrs)
+    plan_b = plan_of(quick_gelu, {"X": b}, attrs=attrs)
+    assert plan_a is not plan_b and plan_a.variant == plan_b.variant == "vec4"
+    assert quick_gelu.render({"X": a}, attrs=attrs) == quick_gelu.render({"X": b}, attrs=attrs)
+    assert plan_a.passes[0].pipeline is plan_b.passes[0].pipeline
+
+
+def test_f32_and_f16_never_share_a_pipeline(quick_gelu, bias_add, plan_of, need_dtype):
+    need_dtype(np.float16)
+    for variant in quick_gelu.variants:
+        p32 = plan_of(quick_gelu, {"X": np.ones(8, np.float32)}, variant=variant)
+        p16 = plan_of(quick_gelu, {"X": np.ones(8, np.float16)}, variant=variant)
+        assert p32.passes[0].pipeline is not p16.passes[0].pipeline
+    shape = (1, 2, 8)
+    for variant in bias_add.variants:
+        p32 = plan_of(bias_add, {"X": np.ones(shape, np.float32), "bias": np.ones(8, np.float32),
+                                 "skip": np.ones(shape, np.float32)}, variant=variant)  # fmt: skip
+        p16 = plan_of(bias_add, {"X": np.ones(shape, np.float16), "bias": np.ones(8, np.float16),
+                                 "skip": np.ones(shape, np.float16)}, variant=variant)  # fmt: skip
+        assert p32.passes[0].pipeline is not p16.passes[0].pipeline
+
+
+def test_different_alpha_values_give_different_results(quick_gelu):
+    """Plans are keyed by attribute values: a cached plan for one alpha is not reused for another."""
+    x = np.linspace(-4, 4, 12, dtype=np.float32)
+    for alpha in (1.702, 0.5, 1.702, -2.0, 0.5):
+        qg_check(quick_gelu({"X": x}, attrs={"alpha": alpha})["Y"], x, np.float32, alpha)
+
+
+def test_load_kernel_twice_gives_independent_working_kernels(tmp_path):
+    import shutil
+
+    from conftest import PACKAGES_DIR
+
+    shutil.copytree(PACKAGES_DIR / "demo.ScaleShift", tmp_path / "pkg")
+    a, b = wk.load_kernel(tmp_path / "pkg"), wk.load_kernel(str(tmp_path / "pkg"))
+    assert a is not b and a.op_id == b.op_id == "demo.ScaleShift"
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(a({"X": x}, attrs={"scale": 2.0})["Y"], b({"X": x}, attrs={"scale": 2.0})["Y"])
