@@ -261,3 +261,13 @@ def test_explain_and_render_check_the_contract_too(quick_gelu, bias_add):
     raises(errors.RankError, lambda: bias_add.render({"X": ((4,), "float32"), "bias": ((4,), "float32"),
                                                       "skip": ((4,), "float32")}), argument="X")  # fmt: skip
     raises(errors.MissingInputError, lambda: bias_add.explain({"X": ((1, 1, 4), "float32")}), argument="bias")
+
+
+def test_binding_larger_than_the_device_allows(quick_gelu, device):
+    limit = min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"])
+    if limit > 256 * 2**20:
+        pytest.skip(f"the binding limit ({limit} bytes) is too large to exceed cheaply in a unit test")
+    x = np.broadcast_to(np.float32(1.0), (limit // 4 + 1,))  # a view: no memory until the engine copies it
+    before = len(quick_gelu._plans)
+    raises(errors.DeviceLimitError, lambda: quick_gelu({"X": x}), str(limit), argument="X")
+    assert len(quick_gelu._plans) == before

@@ -19,19 +19,64 @@ _embedded: dict[str, Kernel] = {}
 _lock = threading.Lock()
 
 
-def get_kernel(name: str) -> Kernel:
-    """A kernel by op id, from the packages embedded in the library (``"com.microsoft.BiasAdd"``).
+def get_kernel(
+    name: str | Path,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    expected_op_id: str | None = None,
+) -> Kernel:
+    """A kernel by op id (embedded package) or by Hugging Face Hub kernel repository.
 
-    Kernels are loaded once per process and shared, so their plans and pipelines are too.
+    * ``get_kernel("com.microsoft.BiasAdd")``: the package embedded in the library. ``version=``,
+      if given, must be its contract version (the manifest's ``sinceVersion``).
+    * ``get_kernel("webgpu-kernels/com.microsoft.BiasAdd", version=1)``: the kernel repository on
+      the Hub (``HF_ENDPOINT``), contract version N = revision ``vN``; ``revision=`` pins a branch,
+      tag or commit instead. Files come from ``build/webgpu/`` into the Hugging Face cache (reused
+      with ``HF_HUB_OFFLINE=1``) and are checked against the sha256 digests of ``metadata.json``.
+    * A repository outside the ``webgpu-kernels`` organisation, a local path (``"./pkg"``,
+      ``"/abs/pkg"``, a ``Path``) or a URL (``"file:///..."``, ``"https://host/kernels/org/op"``)
+      needs ``trust_remote_code=True`` (else :class:`~webgpu_kernels.errors.TrustError`); such a
+      kernel's package has ``needs_trust=True``.
+    * ``expected_op_id=`` refuses a package whose manifest is another op.
+
+    Embedded kernels are shared per op id, Hub kernels per (repository, resolved commit), so their
+    plans and pipelines are too. See ``docs/hub.md``.
     """
-    if not isinstance(name, str):
-        raise PackageError(f"a kernel name must be a string, got {type(name).__name__}")
+    from . import hub
+
+    location = hub.classify(name)
+    shown = name if isinstance(name, str) else str(name)
+    hub.check_trust(location, trust_remote_code=trust_remote_code, shown=shown)  # before anything is read
+    if location.kind == "hub":
+        kernel = hub.load(location.value, version=version, revision=revision, trust_remote_code=trust_remote_code,
+                          endpoint=location.endpoint, url_like=location.url_like)  # fmt: skip
+        return hub.check_op_id(kernel, expected_op_id, shown)
+    if location.kind == "path":
+        if version is not None or revision is not None:
+            raise PackageError(f"{shown!r} is a local folder: version= and revision= apply to Hub repositories")
+        kernel = hub.load_path(location.value, trust_remote_code=trust_remote_code, shown=shown)
+        return hub.check_op_id(kernel, expected_op_id, shown)
+    if location.kind != "embedded":  # an unsupported URL, trusted
+        raise PackageError(f"cannot load {shown!r}: supported locations are an embedded op id, a Hub repository "
+                           "'org/name' or https://<hub>/kernels/org/name, a local folder or a file:// URL")  # fmt: skip
+    if revision is not None:
+        raise PackageError(f"{shown!r} is an embedded kernel: revision= applies to Hub repositories "
+                           f"('{hub.OFFICIAL_ORG}/{shown}')")  # fmt: skip
     with _lock:
-        kernel = _embedded.get(name)
+        kernel = _embedded.get(shown)
         if kernel is None:
-            kernel = Kernel(open_embedded(name))
-            _embedded[name] = kernel
-        return kernel
+            kernel = Kernel(open_embedded(shown))
+            _embedded[shown] = kernel
+    if version is not None:
+        hub._check_version(version)
+        embedded_version = kernel.manifest.since_version
+        if version != embedded_version:
+            raise PackageError(f"the embedded {shown} package is contract version {embedded_version}, not {version}; "
+                               f"for another version load it from the Hub: get_kernel('{hub.OFFICIAL_ORG}/{shown}', "
+                               f"version={version})")  # fmt: skip
+    return hub.check_op_id(kernel, expected_op_id, shown)
 
 
 def load_kernel(path: str | Path) -> Kernel:

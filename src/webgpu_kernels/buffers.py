@@ -41,8 +41,9 @@ def translate_gpu_errors(what: str) -> Iterator[None]:
 
 
 def padded_size(nbytes: int) -> int:
-    """Buffer sizes round up to 4 bytes (WebGPU copies and storage bindings need it), never 0."""
-    return max(4, -(-nbytes // 4) * 4)
+    """Buffer sizes round up to 16 bytes, never 0: WebGPU copies and storage bindings need 4, and
+    16 lets shaders read and write whole 16-byte vectors at a tensor's tail."""
+    return max(16, -(-nbytes // 16) * 16)
 
 
 class DeviceMemory:

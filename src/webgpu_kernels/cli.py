@@ -645,9 +645,6 @@ def _register(module_name: str) -> None:
         main.add_command(command)
 
 
-for _module_name in ("cli_bench",):  # add "cli_package", "cli_hub" as they land
+for _module_name in ("cli_bench", "cli_hub", "cli_package"):
     _register(_module_name)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -9,9 +9,11 @@ tunables per case and stores the fastest per adapter and shape class (tuning.py)
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ from .kernel import Kernel
 from .references import numpy_reference
 
 DEFAULT_KERNELS = ("com.microsoft.BiasAdd", "com.microsoft.QuickGelu")
-WORKGROUP_CANDIDATES = (32, 64, 128, 256, 512, 1024)
+WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
 # Maximum |error| accepted from any implementation, per dtype, against the float64 reference.
 ERROR_TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
 
@@ -127,18 +129,28 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
         task = progress.add_task("benchmarking", total=len(plan))
         for kernel, case in plan:
             progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
-            rows.append(_bench_case(kernel, case, device, tuning_cache, copies, seed, host))
+            row = _bench_case(kernel, case, device, tuning_cache, copies, seed, host)
+            rows.append(row)
+            progress.console.print(_one_line(row))
             progress.advance(task)
-    host_rows = _host_per_call(loaded, device, calls, seed) if host else []
-    if compare:
-        _compare(rows, loaded, compile_tag, console)
-    _print_rows(console, rows, host_rows)
+    host_rows: list[dict[str, Any]] = []
     results = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
                "cases": rows, "host": host_rows}  # fmt: skip
+
+    def save() -> None:
+        # Written after every phase, so a run cut short still leaves its figures.
+        if json_path and json_path != "-":
+            Path(json_path).write_text(json.dumps(results, indent=1), "utf-8")
+
+    save()
+    if host:
+        host_rows.extend(_host_per_call(loaded, device, calls, seed))
+        save()
+    if compare:
+        _compare(rows, compile_tag, console, save)
+    _print_rows(console, rows, host_rows)
     if json_path == "-":
         _echo_json(results)
-    elif json_path:
-        Path(json_path).write_text(json.dumps(results, indent=1), "utf-8")
     if plot_path:
         _plot(rows, peak, plot_path)
         console.print(f"plot: {plot_path}")
@@ -195,7 +207,7 @@ def _host_per_call(kernels: list[Kernel], device: Any, calls: int, seed: int) ->
     return rows
 
 
-def _compare(rows: list[dict[str, Any]], kernels: list[Kernel], compile_tag: str, console: Any) -> None:
+def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: Any) -> None:
     """Run each peer in its own process over the same cases and merge its figures into rows."""
     cases = []
     for i, row in enumerate(rows):
@@ -208,21 +220,43 @@ def _compare(rows: list[dict[str, Any]], kernels: list[Kernel], compile_tag: str
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cases, f)
     for peer in ("torch", "ort-webgpu"):
-        console.print(f"running peer {peer} on {len(cases)} cases (own process)")
-        try:
-            done = subprocess.run([sys.executable, "-m", f"{__package__}.peers", peer, f.name], capture_output=True,
-                                  text=True, timeout=900)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            console.print(Text(f"peer {peer} timed out", style="red"))
-            continue
-        if done.returncode != 0:
-            console.print(Text(f"peer {peer} failed: {done.stderr.strip().splitlines()[-1:] }", style="red"))
-        for line in done.stdout.splitlines():
+        console.print(f"running peer {peer} on {len(cases)} cases (own process, {PEER_TIMEOUT_S} s at most)")
+        for result in _stream_peer(peer, f.name, console):
+            rows[int(result.pop("case"))].setdefault("peers", {})[peer] = result
+        save()
+
+
+PEER_TIMEOUT_S = int(os.environ.get("WEBGPU_KERNELS_PEER_TIMEOUT", "420"))
+
+
+def _stream_peer(peer: str, path: str, console: Any) -> Any:
+    """Yield the peer's JSON lines as they come; a peer past its deadline is killed, keeping what it said."""
+    process = subprocess.Popen([sys.executable, "-m", f"{__package__}.peers", peer, path], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    timer = threading.Timer(PEER_TIMEOUT_S, process.kill)
+    timer.start()
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
             try:
-                result = json.loads(line)
+                yield json.loads(line)
             except ValueError:
                 continue
-            rows[int(result.pop("case"))].setdefault("peers", {})[peer] = result
+    finally:
+        timer.cancel()
+        process.wait()
+        if process.returncode != 0:
+            tail = (process.stderr.read() if process.stderr else "").strip().splitlines()[-1:]
+            console.print(Text(f"peer {peer} exited with {process.returncode}: {tail}", style="red"))
+
+
+def _one_line(row: dict[str, Any]) -> str:
+    name = f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}"
+    if "error" in row:
+        return f"{name}: error {row['error'][:100]}"
+    tuned = f", tuned {row['tuned']['tbps']:.3f} TB/s" if "tuned" in row else ""
+    return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {row['tbps']:.3f} TB/s "
+            f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}")  # fmt: skip
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -327,14 +361,14 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
             progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
             arrays = _arrays(kernel, case, seed)
             default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=dict(kernel.manifest.tunables),
-                                   min_total_s=0.1)  # fmt: skip
+                                   min_total_s=0.05, min_batches=2)  # fmt: skip
             best = (default.median_s, default.variant, dict(kernel.manifest.tunables))
             accepted = [v.variant for v in kernel.explain(arrays, attrs=case["attrs"]).verdicts if v.accepted]
             for variant in accepted:
                 for tunables in _tunable_candidates(kernel, device):
                     try:
                         r = bench_kernel(kernel, arrays, attrs=case["attrs"], variant=variant, tunables=tunables,
-                                         min_total_s=0.1)  # fmt: skip
+                                         min_total_s=0.05, min_batches=2)  # fmt: skip
                     except KernelError:
                         continue
                     if r.median_s < best[0]:
@@ -345,6 +379,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
             table.add_row(kernel.manifest.name, case["name"], ",".join(sorted(case["types"].values())),
                           f"{default.variant} {dict(kernel.manifest.tunables)}", f"{default.median_s * 1e6:.1f}",
                           f"{best[1]} {best[2]}", f"{best[0] * 1e6:.1f}", f"{default.median_s / best[0]:.2f}x")  # fmt: skip
+            progress.console.print(f"{kernel.manifest.name} {case['name']} {case['types']}: default {default.variant} "
+                                   f"{default.median_s * 1e6:.1f} µs, best {best[1]} {best[2]} {best[0] * 1e6:.1f} µs")
             progress.advance(task)
     console.print(table)
     if not dry_run:

@@ -8,14 +8,25 @@ what was expected and what came.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .errors import (
-    AttributeValueError, DTypeError, MissingInputError, RankError, UnknownInputError,
+    AttributeValueError, DTypeError, InputError, MissingInputError, RankError, ShapeError, UnknownInputError,
 )  # fmt: skip
+from .expressions import MAX_SEQUENCE_LENGTH
 from .manifest import ONNX_TO_WGSL, Manifest
+
+#: Highest rank an input may have (NumPy's own limit).
+MAX_RANK = 64
+#: An input has fewer elements than this (and no dimension this large).
+MAX_ELEMENTS = 2**62
+#: Longest string (and list) attribute or tunable: what an expression may hold.
+MAX_TEXT = MAX_SEQUENCE_LENGTH
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ def check_call(
         if name not in declared:
             outputs = {spec.role for spec in manifest.outputs}
             hint = "it is an output, returned by the call" if name in outputs else ""
-            raise UnknownInputError(name, f"one of the inputs {sorted(declared)}", "an unknown input", hint=hint)
+            raise UnknownInputError(str(name), f"one of the inputs {sorted(declared)}", "an unknown input", hint=hint)
     type_bindings: dict[str, tuple[str, str]] = {}  # type variable -> (dtype, the argument that bound it)
     shapes = []
     for spec in manifest.inputs:
@@ -60,7 +71,7 @@ def check_call(
             if spec.optional:
                 continue
             raise MissingInputError(spec.role, f"a {spec.dtype} tensor", "nothing")
-        shape, dtype = tensors[spec.role]
+        shape, dtype = _tensor_meta(spec.role, tensors[spec.role])
         if isinstance(spec.rank, int) and len(shape) != spec.rank:
             raise RankError(spec.role, f"rank {spec.rank}", f"rank {len(shape)} (shape {list(shape)})")
         allowed = manifest.type_constraints[spec.dtype]
@@ -72,7 +83,7 @@ def check_call(
         bound = type_bindings.setdefault(spec.dtype, (dtype, spec.role))
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype)
-        shapes.append((spec.role, tuple(int(d) for d in shape)))
+        shapes.append((spec.role, shape))
     return CallSignature(
         shapes=tuple(shapes),
         dtypes=tuple((tv, dt) for tv, (dt, _) in type_bindings.items()),
@@ -81,14 +92,51 @@ def check_call(
     )
 
 
+def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
+    """(shape, ONNX dtype name) of one input: dimensions non-negative integers, dtype a name."""
+    try:
+        shape, dtype = meta
+    except (TypeError, ValueError):
+        raise InputError(role, "a tensor (an array, a GpuTensor or a TensorMeta)", _describe(meta)) from None
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ShapeError(role, "a shape (a sequence of integers)", _describe(shape)) from None
+    if len(dims) > MAX_RANK:
+        raise RankError(role, f"rank at most {MAX_RANK}", f"rank {len(dims)}")
+    checked = []
+    for d in dims:
+        if isinstance(d, bool):
+            raise ShapeError(role, "integer dimensions", _describe(shape))
+        try:
+            d = operator.index(d)
+        except TypeError:
+            raise ShapeError(role, "integer dimensions", _describe(shape)) from None
+        if d < 0:
+            raise ShapeError(role, "non-negative dimensions", f"shape {list(dims)}")
+        checked.append(d)
+    if math.prod(checked) >= MAX_ELEMENTS or any(d >= MAX_ELEMENTS for d in checked):
+        raise ShapeError(role, f"fewer than 2^{MAX_ELEMENTS.bit_length() - 1} elements", f"shape {checked}")
+    if not isinstance(dtype, str):
+        try:
+            dtype = np.dtype(dtype).name
+        except (TypeError, ValueError):
+            raise DTypeError(role, "a NumPy dtype or an ONNX dtype name", _describe(dtype)) from None
+    return tuple(checked), dtype
+
+
 def _wgsl_types(allowed: tuple[str, ...]) -> str:
     return ", ".join(t for t in allowed if ONNX_TO_WGSL.get(t)) or "none"
 
 
 def _check_values(kind: str, defaults: Mapping[str, Any], given: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
     """Merge caller values over the manifest's defaults; each must match its default's kind."""
+    if given is not None and not isinstance(given, Mapping):
+        raise InputError(f"{kind}s", f"a dict of {kind} name -> value", _describe(given))
     given = dict(given or {})
     for name in given:
+        if not isinstance(name, str):
+            raise InputError(f"{kind}s", f"{kind} names (strings)", _describe(name))
         if name not in defaults:
             raise UnknownInputError(name, f"one of the {kind}s {sorted(defaults)}", f"an unknown {kind}")
     merged = []
@@ -99,44 +147,63 @@ def _check_values(kind: str, defaults: Mapping[str, Any], given: Mapping[str, An
 
 
 def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
+    """``value`` as a plain Python value of its default's kind (bool, number, string, list of
+    numbers), within the sizes expressions handle; anything else is an AttributeValueError."""
     value = _unwrap_numpy(value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise AttributeValueError(name, f"a boolean {kind}", _describe(value))
-        return value
+        return bool(value)
     if isinstance(default, (int, float)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise AttributeValueError(name, f"a number ({kind})", _describe(value))
-        if not math.isfinite(value):
-            raise AttributeValueError(name, f"a finite number ({kind})", repr(value))
+        value = _number(kind, name, value, f"a number ({kind})")
         if isinstance(default, int) and not isinstance(value, int):
-            if not float(value).is_integer():
+            if not value.is_integer():
                 raise AttributeValueError(name, f"an integer ({kind})", repr(value))
-            value = int(value)
+            value = _number(kind, name, int(value), f"an integer ({kind})")
         return value
     if isinstance(default, str):
         if not isinstance(value, str):
             raise AttributeValueError(name, f"a string ({kind})", _describe(value))
-        return value
+        if len(value) > MAX_TEXT:
+            raise AttributeValueError(name, f"a string of at most {MAX_TEXT} characters ({kind})",
+                                      f"{len(value)} characters")  # fmt: skip
+        return str(value)
     if isinstance(default, list):
-        if not isinstance(value, (list, tuple)) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value
-        ):
+        if isinstance(value, np.ndarray) and value.ndim == 1:
+            value = value.tolist()
+        if not isinstance(value, (list, tuple)):
             raise AttributeValueError(name, f"a list of finite numbers ({kind})", _describe(value))
-        return list(value)
-    return value
+        if len(value) > MAX_TEXT:
+            raise AttributeValueError(name, f"a list of at most {MAX_TEXT} numbers ({kind})", f"{len(value)} items")
+        return [_number(kind, name, _unwrap_numpy(v), f"a list of finite numbers ({kind})") for v in value]
+    raise AttributeValueError(name, f"the kind of the manifest's default {default!r}", _describe(value))
+
+
+def _number(kind: str, name: str, value: Any, expected: str) -> int | float:
+    """A finite int or float (plain Python, integers below 2^63 in magnitude)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AttributeValueError(name, expected, _describe(value))
+    if isinstance(value, int):
+        if abs(value) >= 2**63:
+            raise AttributeValueError(name, f"{expected}, below 2^63 in magnitude", _describe(value))
+        return int(value)
+    if not math.isfinite(value):
+        raise AttributeValueError(name, f"a finite number ({kind})", repr(value))
+    return float(value)
 
 
 def _unwrap_numpy(value: Any) -> Any:
-    # NumPy scalars arrive from user code all the time; compare them as Python numbers.
-    item = getattr(value, "item", None)
-    if callable(item) and getattr(value, "shape", None) == ():
-        return item()
+    # NumPy scalars (and 0-d arrays) arrive from user code all the time; compare them as Python values.
+    if isinstance(value, (np.generic, np.ndarray)) and value.shape == ():
+        return value.item()
     return value
 
 
 def _describe(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # a caller's object whose repr fails still gets a clear error
+        text = "?"
     return f"{type(value).__name__} {text[:60]}"
 
 

@@ -87,6 +87,19 @@ class ExpressionError(KernelError):
         super().__init__(f"{location}expression {expression!r}: {message}")
 
 
+class SandboxError(KernelError):
+    """An expression or template was refused by the sandbox: a construct outside the allow-list
+    (attribute walks, calls, filters, names), or a resource bound (size, nesting, loop work, time).
+
+    Raised as :class:`ExpressionSandboxError` or :class:`TemplateSandboxError`, so catching
+    ``ExpressionError``/``TemplateError`` catches these too.
+    """
+
+
+class ExpressionSandboxError(ExpressionError, SandboxError):
+    """A manifest expression refused by the sandbox (see :class:`SandboxError`)."""
+
+
 # --- calls --------------------------------------------------------------------------------------
 
 
@@ -166,6 +179,10 @@ class TemplateError(KernelError):
         super().__init__(f"{where}: {message}")
 
 
+class TemplateSandboxError(TemplateError, SandboxError):
+    """A shader template refused by the sandbox (see :class:`SandboxError`)."""
+
+
 class LayoutError(KernelError):
     """A uniform struct field has a type or value that cannot be packed."""
 
@@ -191,6 +208,10 @@ class ShaderCompileError(GPUError):
 
 class DeviceError(GPUError):
     """Any other error that WebGPU raised while running a kernel (validation, out of memory, lost)."""
+
+
+class DeviceLostError(DeviceError):
+    """The WebGPU device was lost (driver reset, destroyed); the next call opens a new one."""
 
 
 class TensorReleasedError(KernelError):

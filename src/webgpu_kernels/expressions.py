@@ -1,33 +1,60 @@
-"""The manifest expression language: Jinja expression syntax, a small allow-listed subset of it,
-evaluated in Jinja2's sandboxed environment with strict undefined.
+"""The manifest expression language, and the bounded Jinja sandbox it shares with templates.
 
-Every expression is parsed once, checked against the allow-list (node types, names, functions,
-attribute walks), then compiled once per package and cached by its source text.
+Manifest expressions are a small language: Jinja expression syntax, parsed with Jinja's parser,
+admitted only if every node is on an allow-list (node types, names, functions, attribute walks
+into the documented namespaces), then compiled once per package and cached by source text.
+
+:class:`BoundedSandbox` is Jinja2's sandbox with what that sandbox leaves open closed (Jinja
+documents that its sandbox bounds no resources):
+
+- the arithmetic that can grow values (``* ** + % // / -``) is intercepted: operand and result
+  sizes are checked *before* anything is computed, ``%`` string formatting is refused, and an
+  intercepted operator is never folded at compile time (``'A' * 10**8`` allocates nothing);
+- ``~`` concatenation is compiled into a bounded join (:func:`harden` rewrites ``Concat`` nodes);
+- attribute and item access walk only mappings (and, in templates, loop and module objects):
+  no attribute of a string, number, list or function is reachable, so no ``format``,
+  ``format_map``, ``__class__``, ``__globals__`` or ``mro`` walk exists;
+- calls reach only an allow-list (checked at run time, whatever the syntax);
+- in templates, loop iterations, macro calls, includes and text built or written are charged to
+  a per-render budget with a wall-clock deadline (:class:`RenderBudget`).
+
+docs/security.md states the guarantees and their limits.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping
+import time
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
-from jinja2.exceptions import SecurityError, UndefinedError
+from jinja2.exceptions import SecurityError, TemplateError as JinjaTemplateError, UndefinedError
 from jinja2.parser import Parser
-from jinja2.runtime import Undefined
+from jinja2.runtime import LoopContext, Macro, Undefined
 from jinja2.sandbox import SandboxedEnvironment
 
-from .errors import ExpressionError
+from .errors import ExpressionError, ExpressionSandboxError
 
 #: Namespaces an expression can walk into with ``.name``: these hold plain dicts.
 NAMESPACES = ("shapes", "ranks", "dtypes", "attrs", "tunables", "device")
 
-# Largest string or sequence an expression may build, and the largest exponent and integer
-# result of ``**``/``*``: manifest values are shapes and small numbers, nothing bigger is needed.
+# Largest string or sequence an expression may build (and the longest expression source), the
+# largest integer (in bits) and the deepest nesting: manifest values are shapes and small numbers.
 MAX_SEQUENCE_LENGTH = 4096
 MAX_INT_BITS = 128
+MAX_EXPRESSION_DEPTH = 32
+#: Most distinct expressions one package may hold (each is compiled to Python when it loads; the
+#: shipped packages have about 30).
+MAX_EXPRESSIONS = 2048
+
+
+# --- the built-in functions -----------------------------------------------------------------------
 
 
 def _dim(shape: Any, axis: Any) -> int:
@@ -49,16 +76,19 @@ def _same_shape(a: Any, b: Any) -> bool:
 
 def _ceil_div(a: Any, b: Any) -> int:
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
-        raise ExpressionEvalError(f"ceilDiv() takes numbers, got {a!r} and {b!r}")
+        raise ExpressionEvalError(f"ceilDiv() takes numbers, got {_short(a)} and {_short(b)}")
     if b == 0:
         raise ExpressionEvalError("ceilDiv(): division by zero")
-    return int(-(-a // b))
+    quotient = -(-a // b)
+    if isinstance(quotient, float) and not math.isfinite(quotient):
+        raise ExpressionEvalError(f"ceilDiv(): the result {quotient!r} is not a finite number")
+    return int(quotient)
 
 
 def _as_shape(value: Any, fn: str) -> tuple[int, ...]:
     if isinstance(value, (tuple, list)) and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
         return tuple(value)
-    raise ExpressionEvalError(f"{fn}() expects a shape (a list of integers), got {value!r}")
+    raise ExpressionEvalError(f"{fn}() expects a shape (a list of integers), got {_short(value)}")
 
 
 def _min(*values: Any) -> Any:
@@ -67,6 +97,11 @@ def _min(*values: Any) -> Any:
 
 def _max(*values: Any) -> Any:
     return max(values[0]) if len(values) == 1 else max(values)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 #: Functions every expression may call. ``f16Ok`` depends on the device and is added per device.
@@ -86,60 +121,419 @@ class ExpressionEvalError(Exception):
     """Raised inside the sandbox by the built-in functions; turned into ExpressionError."""
 
 
-_ALLOWED_NODES = (
-    nodes.Const, nodes.Name, nodes.Getattr, nodes.Getitem, nodes.Compare, nodes.Operand,
-    nodes.And, nodes.Or, nodes.Not, nodes.Neg, nodes.Pos, nodes.Add, nodes.Sub, nodes.Mul,
-    nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Pow, nodes.Concat, nodes.CondExpr, nodes.Call,
-    nodes.List, nodes.Tuple,
-)  # fmt: skip
+class SandboxViolation(SecurityError):
+    """Raised inside a sandbox when something is refused (a construct or a resource bound).
 
-
-def _bounded(value: Any) -> Any:
-    if isinstance(value, (str, list, tuple)) and len(value) > MAX_SEQUENCE_LENGTH:
-        raise SecurityError(f"value of length {len(value)} exceeds the limit of {MAX_SEQUENCE_LENGTH}")
-    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
-        raise SecurityError(f"integer of {value.bit_length()} bits exceeds the limit of {MAX_INT_BITS}")
-    return value
-
-
-class ExpressionSandbox(SandboxedEnvironment):
-    """Jinja's sandbox with the growing arithmetic intercepted and bounded.
-
-    Interception also stops Jinja from folding constants at compile time, which would otherwise
-    evaluate ``'A' * 10**8`` unchecked inside ``compile``.
+    A :class:`jinja2.exceptions.SecurityError`, so it passes through Jinja unchanged; the
+    expression and template front ends turn it into the library's sandbox errors. ``lineno``
+    is set where the refusal is known at compile time.
     """
 
-    intercepted_binops = frozenset(["*", "**", "+", "%", "//", "/", "-"])
-    intercepted_unops = frozenset(["-", "+"])
-    _binops = {
-        "*": operator.mul, "**": operator.pow, "+": operator.add, "%": operator.mod,
-        "//": operator.floordiv, "/": operator.truediv, "-": operator.sub,
-    }  # fmt: skip
+    def __init__(self, message: str, lineno: int | None = None) -> None:
+        super().__init__(message)
+        self.lineno = lineno
 
-    def __init__(self) -> None:
-        super().__init__(undefined=StrictUndefined, autoescape=False, cache_size=0)
+
+# --- per-render budget ----------------------------------------------------------------------------
+
+#: Work units one template render may spend: each loop iteration costs the node count of the loop
+#: body (so an iteration's uncharged work is bounded by the template's size), each call
+#: CALL_COST, each macro call and each include also the node count of what runs.
+MAX_RENDER_WORK = 500_000
+CALL_COST = 32
+#: Characters of text one render may build or write in all (values, macro bodies, output).
+MAX_RENDER_TEXT = 64 * 1024 * 1024
+#: Wall-clock seconds one render may take (checked at each charge).
+MAX_RENDER_SECONDS = 10.0
+
+
+@dataclass
+class RenderBudget:
+    """What one template render has spent; every loop iteration, call and text is charged here."""
+
+    work_limit: int = MAX_RENDER_WORK
+    text_limit: int = MAX_RENDER_TEXT
+    seconds: float = MAX_RENDER_SECONDS
+    work: int = 0
+    text: int = 0
+    deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.seconds
+
+    def charge(self, units: int) -> None:
+        self.work += units
+        if self.work > self.work_limit:
+            raise SandboxViolation(f"the template does more than {self.work_limit} units of work "
+                                   "(loop iterations weighted by the loop body's size, calls, includes)")  # fmt: skip
+        if time.monotonic() > self.deadline:
+            raise SandboxViolation(f"rendering took longer than {self.seconds:g} s")
+
+    def build(self, chars: int) -> None:
+        self.text += chars
+        if self.text > self.text_limit:
+            raise SandboxViolation(f"the template builds more than {self.text_limit} characters of text in all")
+
+
+_BUDGET: contextvars.ContextVar[RenderBudget | None] = contextvars.ContextVar("webgpu_kernels_budget", default=None)
+
+
+@contextmanager
+def render_budget(budget: RenderBudget | None = None) -> Iterator[RenderBudget]:
+    """Make a budget current for this thread (a fresh one, unless a render is already running)."""
+    current = _BUDGET.get()
+    if current is not None:
+        yield current
+        return
+    budget = budget or RenderBudget()
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
+def _charge(units: int) -> None:
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.charge(units)
+
+
+def _build(chars: int) -> None:
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.build(chars)
+
+
+# --- the bounded sandbox --------------------------------------------------------------------------
+
+
+class _Internal:
+    """A function the hardened code calls through ``environment.<name>`` (never reachable by name)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"<sandbox {self.fn.__name__}>"
+
+
+_NUMBER = (int, float)
+_BINOPS = {
+    "*": operator.mul, "**": operator.pow, "+": operator.add, "%": operator.mod,
+    "//": operator.floordiv, "/": operator.truediv, "-": operator.sub,
+}  # fmt: skip
+
+
+class BoundedSandbox(SandboxedEnvironment):
+    """Jinja's sandbox with growth, access and calls bounded (see the module docstring).
+
+    Subclasses set the size bounds and widen access for templates.
+    """
+
+    #: Longest string a value may be, in characters.
+    max_text = MAX_SEQUENCE_LENGTH
+    #: Most items a list or tuple (or a range, a loop) may hold.
+    max_items = MAX_SEQUENCE_LENGTH
+    #: Largest integer, in bits.
+    max_int_bits = MAX_INT_BITS
+
+    intercepted_binops = frozenset(_BINOPS)
+    intercepted_unops = frozenset(["-", "+"])
+
+    def __init__(self, **options: Any) -> None:
+        options.setdefault("undefined", StrictUndefined)
+        options.setdefault("autoescape", False)
+        # No compile-time constant folding by the optimizer: nothing is evaluated before the
+        # bounds apply (intercepted operators and the hardened nodes are never folded either).
+        options.setdefault("optimized", False)
+        super().__init__(**options)
+
+    # --- values ---------------------------------------------------------------------------------
+
+    def refuse(self, message: str) -> SandboxViolation:
+        return SandboxViolation(message)
+
+    def check_value(self, value: Any) -> Any:
+        """``value`` if it is within the bounds; else the sandbox refuses it."""
+        if isinstance(value, str):
+            if len(value) > self.max_text:
+                raise self.refuse(f"a string of {len(value)} characters exceeds the limit of {self.max_text}")
+        elif isinstance(value, bool) or value is None or isinstance(value, float):
+            pass
+        elif isinstance(value, int):
+            if value.bit_length() > self.max_int_bits:
+                raise self.refuse(f"an integer of {value.bit_length()} bits exceeds the limit of {self.max_int_bits}")
+        elif isinstance(value, (list, tuple)):
+            if len(value) > self.max_items:
+                raise self.refuse(f"a sequence of {len(value)} items exceeds the limit of {self.max_items}")
+        elif isinstance(value, complex):
+            raise self.refuse("complex numbers are not values here")
+        return value
+
+    def text_size(self, value: Any, limit: int, depth: int = 0) -> int:
+        """An upper bound of ``len(str(value))``, computed without building it (stops past ``limit``)."""
+        if isinstance(value, str):
+            return len(value)
+        if value is None or isinstance(value, (bool, float)):
+            return 24
+        if isinstance(value, int):
+            return value.bit_length() // 3 + 2
+        if isinstance(value, Undefined):
+            value._fail_with_undefined_error()
+        if isinstance(value, range):
+            return 48
+        if isinstance(value, (list, tuple, dict)):
+            if depth > MAX_EXPRESSION_DEPTH:
+                raise self.refuse("a value nested too deeply to convert to text")
+            items: Iterable[Any] = value
+            if isinstance(value, dict):
+                items = (part for pair in value.items() for part in pair)
+            total = 2
+            for item in items:
+                if isinstance(item, str):  # repr() inside a container: quotes and escapes
+                    total += len(item) + 2 if item.isprintable() else 10 * len(item) + 2
+                else:
+                    total += self.text_size(item, limit - total, depth + 1)
+                total += 2
+                if total > limit:
+                    break
+            return total
+        raise self.refuse(f"a {type(value).__name__} cannot be converted to text")
+
+    def to_text(self, value: Any) -> str:
+        """``str(value)``, refused before building if it would exceed the text bound."""
+        if isinstance(value, str):
+            return self.check_value(value)
+        size = self.text_size(value, self.max_text)
+        if size > self.max_text:
+            raise self.refuse(f"converting a {type(value).__name__} to text exceeds the limit of {self.max_text} characters")
+        return self.check_value(str(value))
+
+    def take(self, value: Any) -> Any:
+        """``value`` as a sized sequence of at most ``max_items`` items (iterating at most that far)."""
+        if isinstance(value, Undefined):
+            value._fail_with_undefined_error()
+        if isinstance(value, (list, tuple, range, str)):
+            if len(value) > self.max_items:
+                raise self.refuse(f"a sequence of {len(value)} items exceeds the limit of {self.max_items}")
+            return value
+        if isinstance(value, Mapping):
+            value = value.keys()
+        items = []
+        for item in value:
+            items.append(item)
+            if len(items) > self.max_items:
+                raise self.refuse(f"a sequence of more than {self.max_items} items")
+        return items
+
+    # --- operators ------------------------------------------------------------------------------
 
     def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
         for operand in (left, right):
             if isinstance(operand, Undefined):
                 operand._fail_with_undefined_error()
-        if operator_name == "**" and isinstance(right, (int, float)) and abs(right) > MAX_INT_BITS:
-            raise SecurityError(f"exponent {right!r} exceeds the limit of {MAX_INT_BITS}")
-        if operator_name == "*":
+        self._precheck(operator_name, left, right)
+        result = self.check_value(_BINOPS[operator_name](left, right))
+        if isinstance(result, (str, list, tuple)):
+            _build(len(result))
+        return result
+
+    def _precheck(self, op: str, left: Any, right: Any) -> None:
+        """Refuse, before computing, what would exceed the bounds."""
+        if op == "%" and isinstance(left, str):
+            raise self.refuse("string formatting with % is not allowed")
+        if op == "*":
             for seq, count in ((left, right), (right, left)):
                 if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
-                    _bounded(seq * 0)  # type check only
-                    if len(seq) * max(count, 0) > MAX_SEQUENCE_LENGTH:
-                        raise SecurityError("repeating a sequence beyond the length limit")
-        return _bounded(self._binops[operator_name](left, right))
+                    limit = self.max_text if isinstance(seq, str) else self.max_items
+                    if len(seq) * max(count, 0) > limit:
+                        raise self.refuse(f"repeating a sequence of {len(seq)} items {count} times exceeds "
+                                          f"the limit of {limit}")  # fmt: skip
+            if isinstance(left, int) and isinstance(right, int):
+                if left.bit_length() + right.bit_length() > 2 * self.max_int_bits + 2:
+                    raise self.refuse(f"the product exceeds the limit of {self.max_int_bits} bits")
+        elif op == "+":
+            if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+                limit = self.max_text if isinstance(left, str) else self.max_items
+                if len(left) + len(right) > limit:
+                    raise self.refuse(f"joining sequences of {len(left)} and {len(right)} items exceeds the limit of {limit}")
+        elif op == "**":
+            if isinstance(right, _NUMBER) and not isinstance(right, bool) and abs(right) > self.max_int_bits:
+                raise self.refuse(f"exponent {right!r} exceeds the limit of {self.max_int_bits}")
+            if isinstance(left, int) and isinstance(right, int) and right > 0:
+                if (left.bit_length() - 1) * right > self.max_int_bits + 1:
+                    raise self.refuse(f"the power exceeds the limit of {self.max_int_bits} bits")
 
     def call_unop(self, context: Any, operator_name: str, arg: Any) -> Any:
         if isinstance(arg, Undefined):
             arg._fail_with_undefined_error()
         return -arg if operator_name == "-" else +arg
 
+    # --- access ---------------------------------------------------------------------------------
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if isinstance(obj, Undefined):
+            obj._fail_with_undefined_error()
+        if isinstance(obj, Mapping):
+            if attribute in obj:
+                return obj[attribute]
+            return self.undefined(obj=obj, name=attribute)
+        return self._other_attribute(obj, attribute)
+
+    def _other_attribute(self, obj: Any, attribute: str) -> Any:
+        return self.undefined(f"attribute {attribute!r} of a {type(obj).__name__} is not accessible here",
+                              name=attribute, exc=SecurityError)  # fmt: skip
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if isinstance(obj, Undefined):
+            obj._fail_with_undefined_error()
+        if isinstance(obj, Mapping):
+            try:
+                return obj[argument]
+            except (KeyError, TypeError):
+                return self.undefined(obj=obj, name=argument)
+        if isinstance(obj, (list, tuple, str, range)):
+            if isinstance(argument, slice) or (isinstance(argument, int) and not isinstance(argument, bool)):
+                try:
+                    return obj[argument]
+                except IndexError:
+                    return self.undefined(obj=obj, name=argument)
+            if isinstance(argument, str):
+                return self.getattr(obj, argument)
+            return self.undefined(f"a {type(obj).__name__} cannot be indexed by a {type(argument).__name__}",
+                                  name=str(argument), exc=SecurityError)  # fmt: skip
+        if isinstance(argument, str):
+            return self.getattr(obj, argument)
+        return self.undefined(f"a {type(obj).__name__} cannot be indexed here", name=str(argument), exc=SecurityError)
+
+    # --- calls ----------------------------------------------------------------------------------
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        if isinstance(__obj, _Internal):
+            return __obj.fn(__self, *args)  # (Jinja adds _loop_vars/_block_vars keywords: not for these)
+        if isinstance(__obj, Undefined):
+            __obj._fail_with_undefined_error()
+        _charge(CALL_COST)
+        if not __self.callable_allowed(__obj):
+            raise __self.refuse(f"calling a {type(__obj).__name__} is not allowed here")
+        return __self.check_value(__context.call(__obj, *args, **kwargs))
+
+    def callable_allowed(self, obj: Any) -> bool:
+        """Expressions call only the plain Python functions their scope holds (the allow-list is
+        enforced on the syntax: only the named functions can be called at all)."""
+        return isinstance(obj, types.FunctionType)
+
+    # --- what :func:`harden` compiles in ---------------------------------------------------------
+
+    def _concat(self, *parts: Any) -> str:
+        total = 0
+        for part in parts:
+            total += self.text_size(part, self.max_text)
+            if total > self.max_text:
+                raise self.refuse(f"'~' would build more than {self.max_text} characters")
+        text = "".join(self.to_text(part) for part in parts)
+        _build(len(text))
+        return self.check_value(text)
+
+    def _iterate(self, iterable: Any, weight: int) -> Iterator[Any]:
+        if isinstance(iterable, Undefined):
+            iterable._fail_with_undefined_error()
+        count = 0
+        for item in iterable:
+            count += 1
+            if count > self.max_items:
+                raise self.refuse(f"a loop of more than {self.max_items} iterations")
+            _charge(weight)
+            yield item
+
+    def _charge_work(self, units: int) -> str:
+        _charge(units)
+        return ""
+
+    def _emit(self, value: Any) -> str:
+        text = self.to_text(value)
+        _build(len(text))
+        return text
+
+    wk_concat = _Internal(_concat)
+    wk_iterate = _Internal(_iterate)
+    wk_charge = _Internal(_charge_work)
+    wk_emit = _Internal(_emit)
+
+
+def _internal_call(name: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:
+    return nodes.Call(nodes.EnvironmentAttribute(name, lineno=lineno), args, [], None, None, lineno=lineno)
+
+
+def _weight(node_list: Iterable[nodes.Node]) -> int:
+    return sum(1 + sum(1 for _ in node.find_all(nodes.Node)) for node in node_list)
+
+
+def harden(tree: nodes.Node, *, template: bool) -> nodes.Node:
+    """Rewrite a checked tree so that what Jinja leaves unbounded goes through the sandbox.
+
+    Every ``a ~ b`` becomes a bounded join. In templates also: every piece of output is charged
+    (text written inside macros, ``{% set %}`` blocks and filters counts too), every loop
+    iteration is charged by the size of what it runs, and every template body, macro body and
+    ``{% call %}`` body is charged by its size when it runs.
+    """
+
+    def rewrite(node: nodes.Node) -> nodes.Node:
+        if template:
+            if isinstance(node, nodes.For):
+                weight = 1 + _weight(node.body) + (_weight([node.test]) if node.test is not None else 0)
+                node.iter = _internal_call("wk_iterate", [node.iter, nodes.Const(weight)], node.lineno)
+            elif isinstance(node, (nodes.Template, nodes.Macro, nodes.CallBlock)):
+                charge = _internal_call("wk_charge", [nodes.Const(1 + _weight(node.body))], node.lineno or 1)
+                node.body = [nodes.Output([charge], lineno=node.lineno or 1), *node.body]
+        for field in node.fields:
+            value = getattr(node, field, None)
+            if isinstance(value, nodes.Node):
+                setattr(node, field, rewrite(value))
+            elif isinstance(value, list):
+                setattr(node, field, [rewrite(v) if isinstance(v, nodes.Node) else v for v in value])
+        if isinstance(node, nodes.Concat):
+            return _internal_call("wk_concat", list(node.nodes), node.lineno)
+        if template and isinstance(node, nodes.Output):
+            node.nodes = [
+                _internal_call("wk_emit", [nodes.Const(child.data) if isinstance(child, nodes.TemplateData) else child],
+                               child.lineno)
+                for child in node.nodes
+            ]  # fmt: skip
+        return node
+
+    return rewrite(tree)
+
+
+def tree_depth_error(tree: nodes.Node, max_depth: int) -> tuple[int, int] | None:
+    """(depth, lineno) of the first node nested deeper than ``max_depth``, else None."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            return depth, node.lineno
+        stack.extend((child, depth + 1) for child in node.iter_child_nodes())
+    return None
+
+
+class ExpressionSandbox(BoundedSandbox):
+    """The sandbox manifest expressions are evaluated in (bounds of :data:`MAX_SEQUENCE_LENGTH`)."""
+
+    def __init__(self) -> None:
+        super().__init__(cache_size=0)
+
 
 _SANDBOX = ExpressionSandbox()
+
+_ALLOWED_NODES = frozenset([
+    nodes.Const, nodes.Name, nodes.Getattr, nodes.Getitem, nodes.Compare, nodes.Operand,
+    nodes.And, nodes.Or, nodes.Not, nodes.Neg, nodes.Pos, nodes.Add, nodes.Sub, nodes.Mul,
+    nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Pow, nodes.Concat, nodes.CondExpr, nodes.Call,
+    nodes.List, nodes.Tuple,
+])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -164,17 +558,23 @@ class Expression:
             result = context.vars["result"]
             if isinstance(result, Undefined):
                 result._fail_with_undefined_error()
-            return result
+            if callable(result):
+                raise SandboxViolation("a function is not a value (call it)")
+            return _SANDBOX.check_value(result)
         except ExpressionError:
             raise
         except UndefinedError as exc:
             raise ExpressionError(f"undefined value: {exc}", expression=self.source, where=self.where) from None
         except SecurityError as exc:
-            raise ExpressionError(f"refused by the sandbox: {exc}", expression=self.source, where=self.where) from None
+            raise ExpressionSandboxError(f"refused by the sandbox: {exc}", expression=self.source,
+                                         where=self.where) from None  # fmt: skip
         except ExpressionEvalError as exc:
             raise ExpressionError(str(exc), expression=self.source, where=self.where) from None
-        except (TypeError, ValueError, ZeroDivisionError, OverflowError, IndexError, KeyError,
-                AttributeError, RecursionError) as exc:  # fmt: skip
+        except RecursionError:
+            raise ExpressionSandboxError("refused by the sandbox: nested too deeply", expression=self.source,
+                                         where=self.where) from None  # fmt: skip
+        except (JinjaTemplateError, ArithmeticError, LookupError, TypeError, ValueError, AttributeError,
+                MemoryError) as exc:  # fmt: skip
             raise ExpressionError(f"{type(exc).__name__}: {exc}", expression=self.source, where=self.where) from None
 
     def peek(self, scope: Mapping[str, Any]) -> dict[str, Any]:
@@ -215,6 +615,9 @@ class ExpressionCompiler:
             return literal(value, where)
         cached = self._cache.get(value)
         if cached is None:
+            if len(self._cache) >= MAX_EXPRESSIONS:
+                raise ExpressionSandboxError(f"the package has more than {MAX_EXPRESSIONS} distinct expressions",
+                                             expression=value[:80], where=where)  # fmt: skip
             cached = self._compile_source(value, where)
             self._cache[value] = cached
         compiled, references = cached
@@ -222,7 +625,8 @@ class ExpressionCompiler:
 
     def _compile_source(self, source: str, where: str) -> tuple[Any, tuple[str, ...]]:
         if len(source) > MAX_SEQUENCE_LENGTH:
-            raise ExpressionError("expression is too long", expression=source[:80] + "...", where=where)
+            raise ExpressionSandboxError(f"expression is longer than {MAX_SEQUENCE_LENGTH} characters",
+                                         expression=source[:80] + "...", where=where)  # fmt: skip
         try:
             parser = Parser(_SANDBOX, source, state="variable")
             tree = parser.parse_expression()
@@ -230,47 +634,64 @@ class ExpressionCompiler:
                 raise TemplateSyntaxError("unexpected text after the expression", parser.stream.current.lineno)
         except TemplateSyntaxError as exc:
             raise ExpressionError(f"syntax error: {exc.message}", expression=source, where=where) from None
+        except RecursionError:
+            raise ExpressionSandboxError(f"nested more than {MAX_EXPRESSION_DEPTH} levels deep", expression=source,
+                                         where=where) from None  # fmt: skip
         references = self._check(tree, source, where)
-        body = [nodes.Assign(nodes.Name("result", "store"), tree, lineno=1)]
-        template = _SANDBOX.from_string(nodes.Template(body, lineno=1))
+        body = [nodes.Assign(nodes.Name("result", "store"), harden(tree, template=False), lineno=1)]
+        try:
+            template = _SANDBOX.from_string(nodes.Template(body, lineno=1))
+        except (RecursionError, SyntaxError, MemoryError) as exc:
+            raise ExpressionSandboxError(f"cannot be compiled ({type(exc).__name__})", expression=source,
+                                         where=where) from None  # fmt: skip
         return template, references
 
     def _check(self, tree: nodes.Node, source: str, where: str) -> tuple[str, ...]:
         """Admit only the allow-listed subset; return the dotted names the expression reads."""
         references: list[str] = []
 
-        def fail(message: str) -> None:
-            raise ExpressionError(message, expression=source, where=where)
+        def refuse(message: str) -> None:
+            raise ExpressionSandboxError(message, expression=source, where=where)
+
+        too_deep = tree_depth_error(tree, MAX_EXPRESSION_DEPTH)
+        if too_deep is not None:
+            refuse(f"nested more than {MAX_EXPRESSION_DEPTH} levels deep")
 
         def visit(node: nodes.Node) -> None:
-            if not isinstance(node, _ALLOWED_NODES):
-                fail(f"{type(node).__name__.lower()} is not allowed in manifest expressions")
+            if type(node) not in _ALLOWED_NODES:
+                refuse(f"{type(node).__name__.lower()} is not allowed in manifest expressions")
             if isinstance(node, nodes.Call):
                 if not isinstance(node.node, nodes.Name) or node.node.name not in FUNCTION_NAMES:
-                    fail(f"only the functions {', '.join(sorted(FUNCTION_NAMES))} can be called")
+                    refuse(f"only the functions {', '.join(sorted(FUNCTION_NAMES))} can be called")
                 if node.kwargs or node.dyn_args or node.dyn_kwargs:
-                    fail("functions take positional arguments only")
+                    refuse("functions take positional arguments only")
                 for arg in node.args:
                     visit(arg)
                 return
             if isinstance(node, nodes.Getattr):
                 path = _dotted(node)
                 if path is None or path.split(".")[0] not in NAMESPACES:
-                    fail(f"attribute access is allowed only on {', '.join(NAMESPACES)}")
+                    refuse(f"attribute access is allowed only on {', '.join(NAMESPACES)}")
                 if path.startswith("device.") and not (path == "device.limits" or path.startswith("device.limits.")):
-                    fail("only device.limits.<name> can be read from device")
+                    refuse("only device.limits.<name> can be read from device")
                 if "__" in path or "._" in path:
-                    fail("names starting with an underscore are not allowed")
+                    refuse("names starting with an underscore are not allowed")
                 references.append(path)
                 return
             if isinstance(node, nodes.Name):
-                if node.name.startswith("_") or node.name not in self.known_names:
-                    fail(f"unknown name {node.name!r}")
+                if node.name.startswith("_"):
+                    refuse(f"unknown name {node.name!r}: names starting with an underscore are not allowed")
+                if node.name not in self.known_names:
+                    raise ExpressionError(f"unknown name {node.name!r}", expression=source, where=where)
                 if node.name not in FUNCTION_NAMES:
                     references.append(node.name)
                 return
-            if isinstance(node, nodes.Const) and not isinstance(node.value, (int, float, str, bool, type(None))):
-                fail("only number, string and boolean literals are allowed")
+            if isinstance(node, nodes.Const):
+                value = node.value
+                if not isinstance(value, (int, float, str, bool, type(None))):
+                    refuse("only number, string and boolean literals are allowed")
+                if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+                    refuse(f"an integer literal of more than {MAX_INT_BITS} bits")
             for child in node.iter_child_nodes():
                 visit(child)
 
@@ -301,7 +722,7 @@ def is_failed(value: Any) -> bool:
 def as_count(value: Any, expression: Expression, what: str) -> int:
     """A non-negative integer from an expression's value: integral floats pass, 10.5 does not."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ExpressionError(f"{what} must be a non-negative integer, got {value!r}",
+        raise ExpressionError(f"{what} must be a non-negative integer, got {_short(value)}",
                               expression=expression.source, where=expression.where)  # fmt: skip
     if isinstance(value, float):
         if not value.is_integer():

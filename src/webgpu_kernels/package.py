@@ -1,19 +1,23 @@
 """Kernel packages on disk: the embedded ones shipped with the library and local folders.
 
 A package is a folder holding ``manifest.json``, its ``*.wgsl.jinja`` templates and optionally
-``metadata.json``, ``test.json`` and ``bench.json``. This module only finds and reads files;
-what the manifest means is the next stage's business.
+``metadata.json``, ``test.json`` and ``bench.json``. This module finds and reads files, and
+checks them against ``metadata.json`` when the package is opened (digests.py): a changed, missing
+or unlisted file refuses the load with a :class:`~webgpu_kernels.errors.DigestError`. What the
+manifest means is the next stage's business.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import PackageError
+from .digests import METADATA_FILE, is_content_file, verify_package
+from .errors import DigestError, PackageError
 
 MANIFEST_FILE = "manifest.json"
 #: Largest file a package may hold; manifests and templates are a few kilobytes.
@@ -29,16 +33,41 @@ class KernelPackage:
     #: True for packages that could only be loaded with trust_remote_code (outside the official
     #: organisation, or a URL-like location): tools run their GPU work in a child process.
     needs_trust: bool = False
+    #: The decoded metadata.json when the package has one and it was verified at open, else None.
+    metadata: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    #: The verified bytes of every file metadata.json lists (read once, when the package was opened).
+    verified: Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def is_verified(self) -> bool:
+        return self.metadata is not None
+
+    def relative_name(self, name: str) -> str:
+        """``name`` as a clean package-relative POSIX name; names that would leave the folder are refused.
+
+        The check is on the name, not on where symbolic links point: a package in the Hugging
+        Face cache is a folder of links into its blob store.
+        """
+        if not isinstance(name, str) or not name or "\\" in name or "\x00" in name:
+            raise PackageError(f"file name {name!r} is not a package file name", path=str(self.root))
+        pure = PurePosixPath(name)
+        parts = [p for p in pure.parts if p != "."]
+        if pure.is_absolute() or Path(name).is_absolute() or ".." in parts or not parts:
+            raise PackageError(f"file name {name!r} leaves the package folder", path=str(self.root))
+        return "/".join(parts)
 
     def path_of(self, name: str) -> Path:
         """The path of a file in the package; names that would leave the folder are refused."""
-        candidate = (self.root / name).resolve()
-        if not name or Path(name).is_absolute() or self.root.resolve() not in candidate.parents:
-            raise PackageError(f"file name {name!r} leaves the package folder", path=str(self.root))
-        return candidate
+        return self.root / self.relative_name(name)
 
     def read_bytes(self, name: str) -> bytes:
-        path = self.path_of(name)
+        rel = self.relative_name(name)
+        if rel in self.verified:
+            return self.verified[rel]
+        path = self.path_of(rel)
+        if self.metadata is not None and is_content_file(rel) and path.is_file():
+            raise DigestError("not listed in metadata.json's digest.files (added after the package was opened)",
+                              file=rel, reason="unlisted", path=str(path))  # fmt: skip
         try:
             if path.stat().st_size > MAX_FILE_BYTES:
                 raise PackageError(f"larger than {MAX_FILE_BYTES} bytes", path=str(path))
@@ -64,9 +93,10 @@ class KernelPackage:
 
     def has(self, name: str) -> bool:
         try:
-            return self.path_of(name).is_file()
+            rel = self.relative_name(name)
         except PackageError:
             return False
+        return rel in self.verified or (self.root / rel).is_file()
 
 
 def embedded_root() -> Path:
@@ -79,17 +109,39 @@ def embedded_ids() -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / MANIFEST_FILE).is_file())
 
 
-def open_embedded(op_id: str) -> KernelPackage:
+def open_embedded(op_id: str, *, verify_digests: bool = True) -> KernelPackage:
+    """An embedded package, checked against its metadata.json (embedded packages ship one)."""
     if op_id not in embedded_ids():
         known = ", ".join(embedded_ids())
         raise PackageError(f"no embedded kernel {op_id!r}; embedded kernels: {known}")
-    return KernelPackage(root=embedded_root() / op_id, origin="embedded")
+    return open_folder(embedded_root() / op_id, origin="embedded", verify_digests=verify_digests,
+                       require_metadata=verify_digests)  # fmt: skip
 
 
-def open_folder(path: str | Path, *, origin: str = "local") -> KernelPackage:
+def open_folder(
+    path: str | Path,
+    *,
+    origin: str = "local",
+    needs_trust: bool = False,
+    verify_digests: bool = True,
+    require_metadata: bool = False,
+) -> KernelPackage:
+    """A package folder. With a metadata.json, every file is checked against its digest now.
+
+    A folder without metadata.json opens unverified (an author's work in progress) unless
+    ``require_metadata`` is set (packages that come from elsewhere should carry one).
+    ``verify_digests=False`` skips the check (``digest`` and ``validate``, which report instead).
+    """
     root = Path(path).expanduser()
     if not root.is_dir():
         raise PackageError("not a folder", path=str(root))
     if not (root / MANIFEST_FILE).is_file():
         raise PackageError(f"no {MANIFEST_FILE} in the folder", path=str(root))
-    return KernelPackage(root=root.resolve(), origin=origin)
+    root = root.resolve()
+    metadata, verified = None, {}
+    if verify_digests:
+        metadata, verified = verify_package(root)
+        if metadata is None and require_metadata:
+            raise DigestError(f"no {METADATA_FILE}: the package's files cannot be verified", file=METADATA_FILE,
+                              reason="missing", path=str(root / METADATA_FILE))  # fmt: skip
+    return KernelPackage(root=root, origin=origin, needs_trust=needs_trust, metadata=metadata, verified=verified)

@@ -63,12 +63,12 @@ def _timed(fn: Callable[[], Any], sync: Callable[[], Any], *, min_s: float = 0.3
     sync()
     start = time.perf_counter()
     n = 0
-    while time.perf_counter() - start < 0.05 or n < 3:
+    while time.perf_counter() - start < 0.05 or n < 2:
         fn()
         n += 1
     sync()
     per = max(time.perf_counter() - start - sync_cost, 1e-7) / n
-    reps = max(3, int(min_s / batches / per))
+    reps = max(2, int(min_s / batches / per))
     samples = []
     for _ in range(batches):
         sync()
@@ -83,47 +83,53 @@ def _timed(fn: Callable[[], Any], sync: Callable[[], Any], *, min_s: float = 0.3
 def run_torch(cases: list[dict[str, Any]]) -> None:
     import torch
 
-    dev = torch.device("cuda")
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda" if cuda else "cpu")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     for case in cases:
         op, attrs = case["op"], case.get("attrs", {})
-        result: dict[str, Any] = {"case": case["id"], "peer": "torch"}
+        result: dict[str, Any] = {"case": case["id"], "peer": "torch", "device": str(dev)}
         try:
             arrays = _random_inputs(case)
             tensors = {k: torch.from_numpy(v).to(dev) for k, v in arrays.items()}
             fn = TORCH_OPS[op]
-            compiled = torch.compile(lambda t: fn(t, attrs), dynamic=False)
             impls = [("eager", lambda: fn(tensors, attrs))]
             if case.get("compile", True):
+                compiled = torch.compile(lambda t: fn(t, attrs), dynamic=False)
                 impls.append(("compile", lambda: compiled(tensors)))
             for label, impl in impls:
                 out = impl()
                 result[f"{label}_error"] = _max_error({k: v.cpu().numpy() for k, v in out.items()}, arrays, op, attrs)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                for _ in range(10):
-                    impl()
-                samples = []
-                for _ in range(5):  # back-to-back launches; GPU time from CUDA events per batch
-                    reps = 50
-                    start.record()
-                    for _ in range(reps):
-                        impl()
-                    end.record()
-                    end.synchronize()
-                    samples.append(start.elapsed_time(end) / 1e3 / reps)
-                result[f"{label}_s"] = statistics.median(samples)
-            # NumPy -> GPU -> NumPy transfer of the same arrays (what a round trip must at least pay).
+                result[f"{label}_s"] = _gpu_time(impl, torch) if cuda else _timed(impl, sync, min_s=0.1, batches=3)
             outs = fn(tensors, attrs)
 
             def round_trip() -> None:
+                # NumPy -> device -> NumPy of the same arrays: what any round trip must at least pay.
                 for v in arrays.values():
                     torch.from_numpy(v).to(dev)
                 for v in outs.values():
                     v.cpu().numpy()
 
-            result["transfer_s"] = _timed(round_trip, torch.cuda.synchronize, min_s=0.2)
+            result["transfer_s"] = _timed(round_trip, sync, min_s=0.15, batches=3)
         except Exception as exc:  # a peer failure is reported, never fatal
             result["error"] = f"{type(exc).__name__}: {exc}"
         print(json.dumps(result), flush=True)
+
+
+def _gpu_time(impl: Callable[[], Any], torch: Any) -> float:
+    """GPU time per call from CUDA events around batches of back-to-back launches (median)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(10):
+        impl()
+    samples = []
+    for _ in range(5):
+        start.record()
+        for _ in range(50):
+            impl()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / 50)
+    return statistics.median(samples)
 
 
 def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:
@@ -145,7 +151,7 @@ def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:
             session = ort.InferenceSession(model, sess_options=options)
             out = session.run(None, feeds)
             result["numpy_error"] = _max_error({"Y": out[0]}, arrays, op, attrs)
-            result["numpy_roundtrip_s"] = _timed(lambda: session.run(None, feeds), lambda: None, min_s=0.3)
+            result["numpy_roundtrip_s"] = _timed(lambda: session.run(None, feeds), lambda: None, min_s=0.15, batches=3)
             binding = session.io_binding()
             for k, v in feeds.items():
                 binding.bind_ortvalue_input(k, ort.OrtValue.ortvalue_from_numpy(v, "webgpu", 0))
@@ -157,7 +163,7 @@ def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:
             # readback, and subtract the readback's own cost (measured on an idle queue).
             sync = binding.copy_outputs_to_cpu
             sync_cost = statistics.median(_once(sync) for _ in range(3))
-            result["device_s"] = _timed(lambda: session.run_with_iobinding(binding), sync, min_s=0.5,
+            result["device_s"] = _timed(lambda: session.run_with_iobinding(binding), sync, min_s=0.3, batches=3,
                                         sync_cost=sync_cost)  # fmt: skip
             result["readback_s"] = sync_cost
         except Exception as exc:  # a peer failure is reported, never fatal

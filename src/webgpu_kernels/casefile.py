@@ -1,0 +1,649 @@
+"""A package's case files: ``test.json`` (correctness) and ``bench.json`` (benchmark and tuning).
+
+Both are read against their JSON Schemas (``schemas/test.schema.json``, ``bench.schema.json``)
+and need nothing but the package to be judged: inputs are inline values, data files of the
+package (``.npy``, ``.npz``, ``.safetensors``) or generated from a seed and a distribution by the
+fully specified generator below; expected outputs are inline values or data files. No per-op
+Python code is involved. The formats are documented in docs/package-files.md.
+
+The generator (so that any implementation, in any language, draws the same inputs):
+
+* uniform bits: element ``i`` (0-based, C order) of an input with seed ``s`` is the ``i + 1``-th
+  output of SplitMix64 started at ``s``: ``z = s + (i + 1) * 0x9E3779B97F4A7C15 (mod 2^64)``,
+  ``z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9``, ``z = (z ^ (z >> 27)) * 0x94D049BB133111EB``,
+  ``z ^= z >> 31``; ``u = (z >> 11) * 2^-53`` in ``[0, 1)``.
+* ``uniform``: ``low + (high - low) * u_i`` (defaults 0 and 1).
+* ``normal``: Box-Muller on pairs: with ``u = u_{2k}``, ``v = u_{2k+1}``,
+  ``r = sqrt(-2 ln(1 - u))``; element ``2k`` is ``r cos(2 pi v)``, element ``2k + 1`` is
+  ``r sin(2 pi v)``; then ``mean + std * z`` (defaults 0 and 1).
+* all in float64, then rounded to the input's dtype (round to nearest even; integers: rounded
+  to nearest and clipped to the type's range), then ``special`` values written at their flat
+  indices.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import math
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import numpy as np
+
+from .digests import json_path
+from .errors import PackageError
+
+TEST_FILE = "test.json"
+BENCH_FILE = "bench.json"
+SPECIAL_STRINGS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+#: Largest tensor a case may build from inline values or a generator (elements).
+MAX_CASE_ELEMENTS = 1 << 24
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+class CaseFileError(PackageError):
+    """A test.json or bench.json entry that is malformed or cannot be built. ``json_path`` locates it."""
+
+    def __init__(self, message: str, *, file: str, json_path: str = "") -> None:
+        self.file = file
+        self.json_path = json_path
+        self.detail = message
+        super().__init__(f"{json_path or '(root)'}: {message}", path=file)
+
+
+# --- schemas --------------------------------------------------------------------------------------
+
+
+@cache
+def case_schema(kind: str) -> dict[str, Any]:
+    """The JSON Schema of ``test`` or ``bench`` files."""
+    text = resources.files(__package__).joinpath(f"schemas/{kind}.schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+@cache
+def _validator(kind: str) -> Any:
+    schema = case_schema(kind)
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def schema_errors(data: Any, kind: str, *, file: str) -> list[CaseFileError]:
+    """Every schema violation of a test.json (``kind="test"``) or bench.json (``"bench"``)."""
+    errors = []
+    for error in sorted(_validator(kind).iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
+        best = jsonschema.exceptions.best_match([error])
+        message = best.message
+        if len(message) > 300:
+            message = message[:297] + "..."
+        errors.append(CaseFileError(message, file=file, json_path=json_path(best.absolute_path)))
+    return errors
+
+
+# --- dtypes ---------------------------------------------------------------------------------------
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise PackageError("bfloat16 data needs the ml_dtypes package") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    return "bfloat16" if dtype.name == "bfloat16" else np.dtype(dtype).name
+
+
+def cast(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values to ``dtype``: floats rounded to nearest even, integers rounded and clipped."""
+    target = numpy_dtype(dtype)
+    if target.kind == "f" or dtype == "bfloat16":
+        with np.errstate(over="ignore", invalid="ignore"):
+            return values.astype(target)
+    if target.kind == "b":
+        return values != 0
+    if np.isnan(values).any():
+        raise ValueError(f"NaN cannot be held by {dtype}")
+    info = np.iinfo(target)
+    return np.clip(np.rint(values), info.min, info.max).astype(target)
+
+
+# --- the generator --------------------------------------------------------------------------------
+
+
+def uniform_bits(seed: int, count: int) -> np.ndarray:
+    """``count`` uniform float64 values in [0, 1) from SplitMix64 seeded with ``seed``."""
+    i = np.arange(1, count + 1, dtype=np.uint64)
+    z = np.uint64(seed) + i * _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * (2.0**-53)
+
+
+def generate(spec: Mapping[str, Any], shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Draw an input as the module docstring specifies."""
+    count = math.prod(shape)
+    seed = int(spec["seed"])
+    if spec["distribution"] == "uniform":
+        low, high = float(spec.get("low", 0.0)), float(spec.get("high", 1.0))
+        values = low + (high - low) * uniform_bits(seed, count)
+    else:
+        pairs = (count + 1) // 2
+        u = uniform_bits(seed, 2 * pairs)
+        r = np.sqrt(-2.0 * np.log1p(-u[0::2]))
+        angle = 2.0 * np.pi * u[1::2]
+        z = np.empty(2 * pairs, dtype=np.float64)
+        z[0::2] = r * np.cos(angle)
+        z[1::2] = r * np.sin(angle)
+        values = float(spec.get("mean", 0.0)) + float(spec.get("std", 1.0)) * z[:count]
+    return cast(values.reshape(shape), dtype)
+
+
+def decode_values(values: Any) -> Any:
+    """JSON values with "nan"/"inf"/"-inf" strings turned into floats (nested lists kept)."""
+    if isinstance(values, list):
+        return [decode_values(v) for v in values]
+    if isinstance(values, str):
+        return SPECIAL_STRINGS[values]
+    if isinstance(values, bool):
+        return float(values)
+    return float(values)
+
+
+def encode_values(array: np.ndarray) -> list[Any]:
+    """A flat JSON list of ``array``'s values (C order): the shortest decimal that gives back the
+    same value in the array's dtype, and "nan"/"inf"/"-inf" strings for non-finite ones."""
+    flat = np.asarray(array).reshape(-1)
+    out: list[Any] = []
+    for v in flat:
+        f = float(v)
+        if math.isnan(f):
+            out.append("nan")
+        elif math.isinf(f):
+            out.append("inf" if f > 0 else "-inf")
+        elif flat.dtype.kind in "iub":
+            out.append(int(v))
+        else:
+            text = np.format_float_scientific(v, unique=True, trim="-") if f != 0 else repr(f)
+            number = float(text)
+            out.append(int(number) if number.is_integer() and abs(number) < 2**53 and f != 0 else number)
+    return out
+
+
+# --- data files -----------------------------------------------------------------------------------
+
+_SAFETENSORS_DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
+    "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8", "BOOL": "bool",
+}  # fmt: skip
+
+
+def load_array(data: bytes, name: str, tensor: str | None) -> np.ndarray:
+    """An array from the bytes of a ``.npy``, ``.npz`` (``tensor`` names the member) or ``.safetensors`` file."""
+    lower = name.lower()
+    if lower.endswith(".npy"):
+        if tensor is not None:
+            raise ValueError("'tensor' applies to .npz and .safetensors files only")
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    elif lower.endswith(".npz"):
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            members = sorted(archive.files)
+            if tensor is None:
+                if len(members) != 1:
+                    raise ValueError(f"the archive holds {members}: name one with 'tensor'")
+                tensor = members[0]
+            if tensor not in members:
+                raise ValueError(f"no member {tensor!r} in the archive (it holds {members})")
+            array = archive[tensor]
+    elif lower.endswith(".safetensors"):
+        array = _safetensors_tensor(data, tensor)
+    else:
+        raise ValueError("data files are .npy, .npz or .safetensors")
+    if array.dtype.kind not in "fiub":
+        raise ValueError(f"dtype {array.dtype} is not a numeric dtype")
+    return array
+
+
+def _safetensors_tensor(data: bytes, tensor: str | None) -> np.ndarray:
+    if len(data) < 8:
+        raise ValueError("not a safetensors file (too short)")
+    (length,) = struct.unpack("<Q", data[:8])
+    if length > len(data) - 8:
+        raise ValueError("not a safetensors file (header runs past the end)")
+    header = json.loads(data[8 : 8 + length].decode("utf-8"))
+    names = sorted(k for k in header if k != "__metadata__")
+    if tensor is None:
+        if len(names) != 1:
+            raise ValueError(f"the file holds {names}: name one with 'tensor'")
+        tensor = names[0]
+    if tensor not in names:
+        raise ValueError(f"no tensor {tensor!r} in the file (it holds {names})")
+    entry = header[tensor]
+    dtype = _SAFETENSORS_DTYPES.get(entry.get("dtype"))
+    if dtype is None:
+        raise ValueError(f"unsupported safetensors dtype {entry.get('dtype')!r}")
+    begin, end = entry["data_offsets"]
+    body = data[8 + length :]
+    shape = tuple(int(d) for d in entry["shape"])
+    np_dtype = numpy_dtype(dtype)
+    if not 0 <= begin <= end <= len(body) or end - begin != math.prod(shape) * np_dtype.itemsize:
+        raise ValueError(f"tensor {tensor!r}: data offsets do not match its shape and dtype")
+    return np.frombuffer(body[begin:end], dtype=np_dtype.newbyteorder("<")).reshape(shape).astype(np_dtype)
+
+
+# --- test.json ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``|actual - expected| <= atol + rtol * |expected|`` for finite elements."""
+
+    rtol: float = 0.0
+    atol: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"rtol": self.rtol, "atol": self.atol}
+
+
+def _merge_tolerances(base: Mapping[str, Tolerance], override: Mapping[str, Any]) -> dict[str, Tolerance]:
+    merged = dict(base)
+    for dtype, values in override.items():
+        old = merged.get(dtype, Tolerance())
+        merged[dtype] = Tolerance(rtol=float(values.get("rtol", old.rtol)), atol=float(values.get("atol", old.atol)))
+    return merged
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One test.json case, as written (data is built on demand: :meth:`build_inputs`, :meth:`build_expected`)."""
+
+    __test__ = False  # not a pytest class
+
+    name: str
+    index: int
+    json_path: str
+    description: str
+    tags: tuple[str, ...]
+    types: dict[str, str]
+    attrs: dict[str, Any]
+    tunables: dict[str, Any]
+    inputs: dict[str, dict[str, Any]]
+    expected: dict[str, dict[str, Any]]
+    tolerances: dict[str, Tolerance]
+    variants: tuple[str, ...] | None
+    file: str = TEST_FILE
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        """The tolerance for outputs of ``dtype`` (exact comparison when the file sets none)."""
+        return self.tolerances.get(dtype, Tolerance())
+
+    def input_dtype(self, role: str, type_var: str | None) -> str | None:
+        spec = self.inputs[role]
+        if "dtype" in spec:
+            return spec["dtype"]
+        if type_var is not None and type_var in self.types:
+            return self.types[type_var]
+        return None
+
+    def build_inputs(self, manifest: Any, read_bytes: Any) -> dict[str, np.ndarray]:
+        """The case's input arrays. ``read_bytes(name)`` reads a package file (``KernelPackage.read_bytes``)."""
+        type_vars = {spec.role: spec.dtype for spec in manifest.inputs}
+        arrays = {}
+        for role, spec in self.inputs.items():
+            where = json_path(["cases", self.index, "inputs", role])
+            if role not in type_vars:
+                raise CaseFileError(f"{role!r} is not an input of {manifest.op_id} (inputs: {sorted(type_vars)})",
+                                    file=self.file, json_path=where)  # fmt: skip
+            dtype = self.input_dtype(role, type_vars.get(role))
+            arrays[role] = build_tensor(spec, dtype=dtype, read_bytes=read_bytes, file=self.file, where=where)
+        return arrays
+
+    def build_expected(self, read_bytes: Any, output_dtypes: Mapping[str, str]) -> dict[str, np.ndarray]:
+        """The expected outputs in float64. Inline values are rounded to their ``dtype`` first
+        (default: the output's dtype, ``output_dtypes[role]``)."""
+        expected = {}
+        for role, spec in self.expected.items():
+            where = json_path(["cases", self.index, "expected", role])
+            dtype = spec.get("dtype") or output_dtypes.get(role) or "float64"
+            array = build_tensor(spec, dtype=dtype, read_bytes=read_bytes, file=self.file, where=where,
+                                 check_dtype=False)  # fmt: skip
+            with np.errstate(invalid="ignore"):
+                expected[role] = array.astype(np.float64)
+        return expected
+
+    def type_label(self, manifest: Any) -> str:
+        """The case's dtypes for tables: ``float16``, or ``T=float16, U=int32`` for several type variables."""
+        binding = self.type_binding(manifest)
+        if len(set(binding.values())) == 1:
+            return next(iter(binding.values()))
+        return ", ".join(f"{k}={v}" for k, v in binding.items()) or "-"
+
+    def type_binding(self, manifest: Any) -> dict[str, str]:
+        binding: dict[str, str] = {}
+        for spec in manifest.inputs:
+            if spec.role in self.inputs:
+                dtype = self.input_dtype(spec.role, spec.dtype)
+                if dtype is not None:
+                    binding.setdefault(spec.dtype, dtype)
+        for tv, dtype in self.types.items():
+            binding.setdefault(tv, dtype)
+        return binding
+
+
+def build_tensor(
+    spec: Mapping[str, Any],
+    *,
+    dtype: str | None,
+    read_bytes: Any,
+    file: str,
+    where: str,
+    check_dtype: bool = True,
+) -> np.ndarray:
+    """An array from an input or expected entry (inline ``values``, ``generate`` or ``file``)."""
+    kinds = [k for k in ("values", "generate", "file") if k in spec]
+    if len(kinds) != 1:
+        raise CaseFileError("give exactly one of 'values', 'generate' or 'file'" + (f" (found {kinds})" if kinds else ""),
+                            file=file, json_path=where)  # fmt: skip
+    kind = kinds[0]
+    shape = tuple(spec["shape"]) if "shape" in spec else None
+    if shape is not None and math.prod(shape) > MAX_CASE_ELEMENTS:
+        raise CaseFileError(f"more than {MAX_CASE_ELEMENTS} elements", file=file, json_path=f"{where}.shape")
+    try:
+        if kind == "file":
+            name = spec["file"]
+            array = load_array(read_bytes(name), name, spec.get("tensor"))
+            if shape is not None and array.shape != shape:
+                raise CaseFileError(f"{name} holds shape {list(array.shape)}, the entry says {list(shape)}",
+                                    file=file, json_path=f"{where}.shape")  # fmt: skip
+            if check_dtype and dtype is not None and dtype_name(array.dtype) != dtype:
+                raise CaseFileError(f"{name} holds {dtype_name(array.dtype)} data, the input is {dtype}",
+                                    file=file, json_path=f"{where}.file")  # fmt: skip
+            array = np.array(array, copy=True)
+        else:
+            if dtype is None:
+                raise CaseFileError("no dtype: give 'dtype' here or the case's 'types' for its type variable",
+                                    file=file, json_path=where)  # fmt: skip
+            if kind == "generate":
+                array = generate(spec["generate"], shape, dtype)  # type: ignore[arg-type]
+            else:
+                raw = spec["values"]
+                values = np.asarray(decode_values(raw), dtype=np.float64)
+                if values.shape != shape:
+                    if values.ndim == 1 and values.size == math.prod(shape):  # type: ignore[arg-type]
+                        values = values.reshape(shape)
+                    elif values.ndim == 0 and math.prod(shape) == 1:  # type: ignore[arg-type]
+                        values = values.reshape(shape)
+                    else:
+                        raise CaseFileError(f"{values.size} values (shape {list(values.shape)}) for shape {list(shape)}",
+                                            file=file, json_path=f"{where}.values")  # fmt: skip
+                try:
+                    array = cast(values, dtype)
+                except ValueError as exc:
+                    raise CaseFileError(str(exc), file=file, json_path=f"{where}.values") from None
+        special = spec.get("special")
+        if special is not None:
+            at, values = special["at"], special["values"]
+            if len(at) != len(values):
+                raise CaseFileError(f"{len(at)} indices in 'at' but {len(values)} values",
+                                    file=file, json_path=f"{where}.special")  # fmt: skip
+            flat = array.reshape(-1)
+            for index in at:
+                if index >= flat.size:
+                    raise CaseFileError(f"index {index} is out of range for {flat.size} elements",
+                                        file=file, json_path=f"{where}.special.at")  # fmt: skip
+            flat[list(at)] = cast(np.asarray(decode_values(values), dtype=np.float64), dtype_name(array.dtype))
+        return array
+    except CaseFileError:
+        raise
+    except PackageError as exc:
+        raise CaseFileError(str(exc), file=file, json_path=where) from None
+    except (ValueError, KeyError, TypeError, OSError, struct.error, UnicodeDecodeError) as exc:
+        raise CaseFileError(f"{spec.get('file', kind)}: {exc}", file=file, json_path=where) from None
+
+
+@dataclass(frozen=True)
+class TestFile:
+    __test__ = False  # not a pytest class
+
+    description: str
+    tolerances: dict[str, Tolerance]
+    cases: tuple[TestCase, ...]
+    file: str = TEST_FILE
+
+
+def check_test_data(data: Any, *, file: str = TEST_FILE) -> list[CaseFileError]:
+    """Every problem with a decoded test.json that needs no manifest: schema, then structure."""
+    errors = schema_errors(data, "test", file=file)
+    if errors:
+        return errors
+    seen: dict[str, int] = {}
+    for i, case in enumerate(data["cases"]):
+        where = json_path(["cases", i])
+        if case["name"] in seen:
+            errors.append(CaseFileError(f"duplicate case name {case['name']!r} (also cases[{seen[case['name']]}])",
+                                        file=file, json_path=f"{where}.name"))  # fmt: skip
+        seen.setdefault(case["name"], i)
+        for section in ("inputs", "expected"):
+            for role, spec in case[section].items():
+                kinds = [k for k in ("values", "generate", "file") if k in spec]
+                entry = json_path(["cases", i, section, role])
+                if len(kinds) != 1:
+                    errors.append(CaseFileError("give exactly one of 'values', 'generate' or 'file'"
+                                                + (f" (found {kinds})" if kinds else ""), file=file, json_path=entry))  # fmt: skip
+                if "tensor" in spec and "file" not in spec:
+                    errors.append(CaseFileError("'tensor' names a member of a data 'file'", file=file,
+                                                json_path=f"{entry}.tensor"))  # fmt: skip
+                special = spec.get("special")
+                if special is not None and len(special["at"]) != len(special["values"]):
+                    errors.append(CaseFileError(f"{len(special['at'])} indices in 'at' but "
+                                                f"{len(special['values'])} values", file=file,
+                                                json_path=f"{entry}.special"))  # fmt: skip
+                gen = spec.get("generate")
+                if gen is not None:
+                    allowed = {"normal": {"mean", "std"}, "uniform": {"low", "high"}}[gen["distribution"]]
+                    extra = sorted(set(gen) - allowed - {"distribution", "seed"})
+                    if extra:
+                        errors.append(CaseFileError(f"{extra} do not apply to the {gen['distribution']} distribution",
+                                                    file=file, json_path=f"{entry}.generate"))  # fmt: skip
+                    if gen["distribution"] == "uniform" and gen.get("low", 0.0) > gen.get("high", 1.0):
+                        errors.append(CaseFileError("low is above high", file=file, json_path=f"{entry}.generate"))
+    return errors
+
+
+def parse_test_file(data: Any, *, file: str = TEST_FILE) -> TestFile:
+    """A decoded test.json as a :class:`TestFile`; raises the first :class:`CaseFileError`."""
+    errors = check_test_data(data, file=file)
+    if errors:
+        raise errors[0]
+    base = _merge_tolerances({}, data.get("tolerances", {}))
+    cases = []
+    for i, case in enumerate(data["cases"]):
+        variants = case.get("variants")
+        cases.append(TestCase(
+            name=case["name"], index=i, json_path=json_path(["cases", i]), description=case.get("description", ""),
+            tags=tuple(case.get("tags", [])), types=dict(case.get("types", {})), attrs=dict(case.get("attrs", {})),
+            tunables=dict(case.get("tunables", {})), inputs={k: dict(v) for k, v in case["inputs"].items()},
+            expected={k: dict(v) for k, v in case["expected"].items()},
+            tolerances=_merge_tolerances(base, case.get("tolerances", {})),
+            variants=tuple(variants) if variants is not None else None, file=file,
+        ))  # fmt: skip
+    return TestFile(description=data.get("description", ""), tolerances=base, cases=tuple(cases), file=file)
+
+
+def read_test_file(package: Any) -> TestFile:
+    """The package's test.json (raises PackageError when absent or unreadable)."""
+    return parse_test_file(package.read_json(TEST_FILE), file=str(package.path_of(TEST_FILE)))
+
+
+# --- comparison -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    """How one output compares with its expected values."""
+
+    output: str
+    ok: bool
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatches: int = 0
+    size: int = 0
+    message: str = ""
+    tolerance: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "output": self.output, "ok": self.ok, "maxAbsError": self.max_abs_error, "maxRelError": self.max_rel_error,
+            "mismatches": self.mismatches, "size": self.size, "message": self.message, "tolerance": self.tolerance,
+        }  # fmt: skip
+
+
+def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance) -> Comparison:
+    """Judge ``actual`` against ``expected`` (float64): shapes equal, NaN where and only where
+    expected, infinities equal, finite values within ``atol + rtol * |expected|``.
+
+    Errors are reported over the elements finite in both; the relative one where ``expected`` is not 0.
+    """
+    got = np.asarray(actual)
+    tol = tolerance.as_dict()
+    if got.shape != expected.shape:
+        return Comparison(output, False, size=int(expected.size), tolerance=tol,
+                          message=f"shape {list(got.shape)}, expected {list(expected.shape)}")  # fmt: skip
+    got = got.astype(np.float64)
+    want = expected
+    nan_got, nan_want = np.isnan(got), np.isnan(want)
+    finite = np.isfinite(got) & np.isfinite(want)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(got - want)
+        inf_ok = np.isinf(want) & (got == want)
+        within = finite & (diff <= tolerance.atol + tolerance.rtol * np.abs(want))
+    ok_mask = within | inf_ok | (nan_got & nan_want)
+    bad = ~ok_mask
+    mismatches = int(bad.sum())
+    fd = diff[finite]
+    scale = np.abs(want[finite])
+    nonzero = scale > 0
+    result = Comparison(
+        output, mismatches == 0, max_abs_error=float(fd.max()) if fd.size else None,
+        max_rel_error=float((fd[nonzero] / scale[nonzero]).max()) if nonzero.any() else None,
+        mismatches=mismatches, size=int(want.size), tolerance=tol,
+    )  # fmt: skip
+    if mismatches:
+        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), want.shape)) if want.ndim else ()
+        g, w = float(got[index]), float(want[index])
+        nan_bad = int((nan_got != nan_want).sum())
+        extra = f", {nan_bad} NaN position mismatch{'es' if nan_bad != 1 else ''}" if nan_bad else ""
+        result.message = (f"{mismatches} of {want.size} elements outside rtol={tolerance.rtol:g} "
+                          f"atol={tolerance.atol:g}{extra}; first at {list(index)}: got {g!r}, expected {w!r}")  # fmt: skip
+    return result
+
+
+# --- bench.json -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One bench.json case as written: shapes, the dtypes per type variable, attributes, tunables."""
+
+    name: str
+    index: int
+    json_path: str
+    description: str
+    tags: tuple[str, ...]
+    types: dict[str, tuple[str, ...]]
+    attrs: dict[str, Any]
+    tunables: dict[str, Any]
+    inputs: dict[str, dict[str, Any]]  # role -> {"shape": tuple, "dtype": str | None}
+    file: str = BENCH_FILE
+
+    def expand(self, manifest: Any) -> list[BenchInstance]:
+        """One instance per combination of the ``types`` lists (as benchmark.expand_cases does)."""
+        type_vars = {spec.role: spec.dtype for spec in manifest.inputs}
+        names = list(self.types)
+        instances = []
+        for combo in itertools.product(*(self.types[n] for n in names)):
+            binding = dict(zip(names, combo))
+            metas = {}
+            for role, spec in self.inputs.items():
+                where = json_path(["cases", self.index, "inputs", role])
+                if role not in type_vars:
+                    raise CaseFileError(f"{role!r} is not an input of {manifest.op_id} (inputs: {sorted(type_vars)})",
+                                        file=self.file, json_path=where)  # fmt: skip
+                dtype = spec.get("dtype") or binding.get(type_vars[role])
+                if dtype is None:
+                    raise CaseFileError(f"no dtype: give 'dtype' here or the case's 'types' for {type_vars[role]!r}",
+                                        file=self.file, json_path=where)  # fmt: skip
+                metas[role] = (tuple(spec["shape"]), dtype)
+            full = dict(binding)
+            for role, (_, dtype) in metas.items():
+                full.setdefault(type_vars[role], dtype)
+            instances.append(BenchInstance(self, full, metas))
+        return instances
+
+
+@dataclass(frozen=True)
+class BenchInstance:
+    case: BenchCase
+    types: dict[str, str]
+    inputs: dict[str, tuple[tuple[int, ...], str]]  # role -> (shape, dtype)
+
+    def type_label(self) -> str:
+        if len(set(self.types.values())) == 1:
+            return next(iter(self.types.values()))
+        return ", ".join(f"{k}={v}" for k, v in self.types.items()) or "-"
+
+
+@dataclass(frozen=True)
+class BenchFile:
+    description: str
+    cases: tuple[BenchCase, ...]
+    file: str = BENCH_FILE
+
+
+def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError]:
+    """Every problem with a decoded bench.json that needs no manifest: schema, duplicate names."""
+    errors = schema_errors(data, "bench", file=file)
+    if errors:
+        return errors
+    seen: dict[str, int] = {}
+    for i, case in enumerate(data["cases"]):
+        if case["name"] in seen:
+            errors.append(CaseFileError(f"duplicate case name {case['name']!r} (also cases[{seen[case['name']]}])",
+                                        file=file, json_path=json_path(["cases", i, "name"])))  # fmt: skip
+        seen.setdefault(case["name"], i)
+    return errors
+
+
+def parse_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
+    """A decoded bench.json as a :class:`BenchFile`; raises the first :class:`CaseFileError`."""
+    errors = check_bench_data(data, file=file)
+    if errors:
+        raise errors[0]
+    cases = tuple(
+        BenchCase(
+            name=case["name"], index=i, json_path=json_path(["cases", i]), description=case.get("description", ""),
+            tags=tuple(case.get("tags", [])), types={k: tuple(v) for k, v in case.get("types", {}).items()},
+            attrs=dict(case.get("attrs", {})), tunables=dict(case.get("tunables", {})),
+            inputs={k: {"shape": tuple(v["shape"]), "dtype": v.get("dtype")} for k, v in case["inputs"].items()},
+            file=file,
+        )
+        for i, case in enumerate(data["cases"])
+    )  # fmt: skip
+    return BenchFile(description=data.get("description", ""), cases=cases, file=file)
+
+
+def read_bench_file(package: Any) -> BenchFile:
+    return parse_bench_file(package.read_json(BENCH_FILE), file=str(package.path_of(BENCH_FILE)))

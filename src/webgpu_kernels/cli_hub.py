@@ -1,0 +1,78 @@
+"""`webgpu-kernels download`: fetch a kernel package from the Hugging Face Hub into its cache.
+
+The same path as ``get_kernel("org/op", version=N)``: huggingface_hub downloads ``build/webgpu/``
+of the kernel repository at revision ``vN`` (or ``--revision``) into the Hugging Face cache
+(``HF_HOME``/``HF_HUB_CACHE``; ``HF_ENDPOINT`` picks the Hub; ``HF_HUB_OFFLINE=1`` uses the cache
+only), every file is checked against ``metadata.json`` and the manifest is parsed. It prints where
+the package landed, its op id and the verified digests.
+"""
+
+from __future__ import annotations
+
+import click
+
+from . import hub
+from .cli import _console, _echo_json
+from .errors import PackageError
+from .kernel import Kernel
+
+
+@click.command("download")
+@click.argument("repo")
+@click.option("--version", "version", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Contract version: fetches revision vN.")  # fmt: skip
+@click.option("--revision", default=None, metavar="REV",
+              help="A branch, tag or commit sha to pin instead (overrides --version).")  # fmt: skip
+@click.option("--trust-remote-code", is_flag=True,
+              help=f"Allow a repository outside the {hub.OFFICIAL_ORG!r} organisation (or given by URL).")  # fmt: skip
+@click.option("--expected-op-id", default=None, metavar="OP_ID",
+              help="Refuse the package unless its manifest is this op.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def download_cmd(repo: str, version: int | None, revision: str | None, trust_remote_code: bool,
+                 expected_op_id: str | None, as_json: bool) -> None:  # fmt: skip
+    """Download kernel repository REPO ('org/op' or https://<hub>/kernels/org/op) from the Hub.
+
+    Example: webgpu-kernels download webgpu-kernels/com.microsoft.QuickGelu --version 1
+    """
+    location = hub.classify(repo)
+    if location.kind != "hub":
+        raise click.BadParameter("expected a Hub kernel repository 'org/op' or https://<hub>/kernels/org/op",
+                                 param_hint="REPO")  # fmt: skip
+    if version is None and revision is None:
+        raise click.UsageError("give --version N (revision vN) or --revision REV")
+    hub.check_trust(location, trust_remote_code=trust_remote_code, shown=repo)
+    kernel = hub.load(location.value, version=version, revision=revision, trust_remote_code=trust_remote_code,
+                      endpoint=location.endpoint, url_like=location.url_like)  # fmt: skip
+    hub.check_op_id(kernel, expected_op_id, repo)
+    info = _info(kernel, offline=hub.hub_offline())
+    if as_json:
+        _echo_json(info)
+        return
+    console = _console()
+    print_ = lambda text: console.print(text, soft_wrap=True)
+    source = "the Hugging Face cache (offline)" if info["offline"] else info["endpoint"]
+    print_(f"{info['repo']} @ {info['revision']} -> commit {info['commit']} (from {source})")
+    print_(f"package: {info['path']}")
+    print_(f"op: {info['op']} (contract version {info['version']}), variants: {', '.join(info['variants'])}")
+    if info["needsTrust"]:
+        print_("trust: loaded with trust_remote_code (tools run its GPU work in a child process)")
+    print_(f"sha256 verified against metadata.json ({len(info['digests'])} files):")
+    for name, digest in info["digests"].items():
+        print_(f"  {digest}  {name}")
+
+
+def _info(kernel: Kernel, *, offline: bool) -> dict:
+    package = kernel.package
+    if not isinstance(package, hub.HubPackage):  # pragma: no cover - hub.load only makes HubPackages
+        raise PackageError("not a Hub package")
+    metadata = package.metadata or {}
+    return {
+        "repo": package.repo_id, "revision": package.revision, "commit": package.commit,
+        "endpoint": package.endpoint or "https://huggingface.co", "offline": offline,
+        "path": str(package.root), "op": kernel.op_id,
+        "version": metadata.get("version", kernel.manifest.since_version), "variants": kernel.variants,
+        "needsTrust": package.needs_trust, "digests": dict(sorted(package.digests.items())),
+    }  # fmt: skip
+
+
+COMMANDS = [download_cmd]

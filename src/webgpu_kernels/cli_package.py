@@ -1,0 +1,286 @@
+"""Package commands for authors: ``digest``, ``test`` and ``validate`` (registered by cli.py).
+
+* ``digest PATH`` writes or refreshes ``metadata.json`` (sha256 of every package file).
+* ``test [KERNEL|PATH ...]`` runs every test.json case on every variant that accepts it.
+* ``validate PATH`` reports every problem of a package at once.
+
+``test`` and ``validate`` can run their GPU work in a child process (``--isolate``), the default
+for packages that needed ``trust_remote_code``: wgpu-native may abort the whole process on some
+invalid GPU work, and then only the child dies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from .digests import METADATA_FILE, build_metadata, write_metadata
+from .errors import KernelError, PackageError
+from .package import embedded_ids, embedded_root, open_folder
+from .package_tests import PackageReport, RunResult, run_package_tests, run_package_tests_isolated
+from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
+
+# cli.py imports this module to register its commands, so its helpers are looked up at call time.
+
+
+def _cli() -> Any:
+    from . import cli
+
+    return cli
+
+
+def resolve_kernel(ref: str) -> Any:
+    """An embedded op id or a package folder (or whatever else the CLI's resolution accepts)."""
+    return _cli().resolve_kernel(ref)
+
+
+def _adapter(ctx: click.Context) -> str | None:
+    return _cli()._adapter(ctx)
+
+
+def _console(*, stderr: bool = False) -> Console:
+    return _cli()._console(stderr=stderr)
+
+
+def _echo_json(data: Any) -> None:
+    _cli()._echo_json(data)
+
+
+_STATUS_STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "skip": "yellow"}
+
+
+@contextmanager
+def _progress(console: Console, label: str) -> Iterator[Any]:
+    """A rich progress bar on ``console`` (stderr), or a no-op callback when it is not a terminal."""
+    if not console.is_terminal:
+        yield lambda kind, value: None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(escape(label), total=None)
+
+        def update(kind: str, value: Any) -> None:
+            if kind == "total":
+                progress.update(task, total=value)
+            elif kind == "advance":
+                progress.advance(task, value)
+            elif kind == "start":
+                text = " / ".join(str(v) for v in value.values()) if isinstance(value, dict) else str(value)
+                progress.update(task, description=escape(f"{label}: {text}"))
+
+        yield update
+
+
+def _err(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.3g}"
+
+
+# --- digest -----------------------------------------------------------------------------------------
+
+
+@click.command("digest")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if metadata.json is missing or out of date.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
+    """Write or refresh PATH/metadata.json: the sha256 of every file of the package.
+
+    Keeps the id, version and provenance already there; a new metadata.json takes its id from
+    the manifest (domain.name) and its version from sinceVersion.
+    """
+    root = path.expanduser().resolve()
+    if check:
+        existing = None
+        if (root / METADATA_FILE).is_file():
+            existing = open_folder(root, verify_digests=False).read_json(METADATA_FILE)
+        metadata, changes = build_metadata(root, existing if isinstance(existing, dict) else None)
+        current = existing is not None and all(c.status == "unchanged" for c in changes)
+    else:
+        metadata, changes = write_metadata(root)
+        current = True
+    if as_json:
+        _echo_json({"path": str(root / METADATA_FILE), "written": not check, "upToDate": current,
+                    "metadata": metadata, "changes": [c.__dict__ for c in changes]})  # fmt: skip
+    else:
+        console = _console()
+        table = Table(title=f"{metadata['id']} (version {metadata['version']}): {root / METADATA_FILE}",
+                      title_justify="left")  # fmt: skip
+        for col in ("file", "status", "sha256"):
+            table.add_column(col)
+        for c in changes:
+            style = {"unchanged": "", "added": "green", "changed": "yellow", "removed": "red"}[c.status]
+            table.add_row(c.file, Text(c.status, style=style), (c.sha256 or "-")[:16] + ("..." if c.sha256 else ""))
+        console.print(table)
+        if check:
+            console.print("metadata.json is up to date" if current else
+                          ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"))  # fmt: skip
+        else:
+            console.print(f"wrote {root / METADATA_FILE}")
+    if check and not current:
+        click.get_current_context().exit(1)
+
+
+# --- test -------------------------------------------------------------------------------------------
+
+
+@click.command("test")
+@click.argument("kernels", nargs=-1, metavar="[KERNEL|PATH]...")
+@click.option("--case", "cases", multiple=True, metavar="GLOB", help="Only cases whose name matches. Repeatable.")
+@click.option("--isolate/--no-isolate", default=None,
+              help="Run the GPU work in a child process. Default: on for packages loaded with "
+                   "trust_remote_code, off otherwise.")  # fmt: skip
+@click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="With --isolate: give up on a package after this long.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...], isolate: bool | None,
+             timeout: float | None, as_json: bool) -> None:  # fmt: skip
+    """Run each package's test.json: every case on every variant whose `when` holds for it.
+
+    KERNEL is an embedded op id or a package folder; default: every embedded kernel. Exit
+    status 1 if any case fails.
+    """
+    adapter = _adapter(ctx)
+    refs = list(kernels) or embedded_ids()
+    reports: list[PackageReport] = []
+    status = _console(stderr=True)
+    for ref in refs:
+        try:
+            kernel = resolve_kernel(ref)
+        except KernelError as exc:
+            reports.append(PackageReport(kernel=ref, path=ref, origin="?", isolated=False,
+                                         error=f"cannot load the package: {exc}"))  # fmt: skip
+            continue
+        isolated = kernel.package.needs_trust if isolate is None else isolate
+        with _progress(status, kernel.op_id) as progress:
+            if isolated:
+                report = run_package_tests_isolated(kernel, adapter=adapter, cases=cases or None, progress=progress,
+                                                    timeout=timeout)  # fmt: skip
+            else:
+                report = run_package_tests(kernel, adapter=adapter, cases=cases or None, progress=progress)
+        reports.append(report)
+    ok = all(r.ok for r in reports)
+    if as_json:
+        _echo_json({"ok": ok, "packages": [r.as_dict() for r in reports]})
+    else:
+        _print_test_reports(reports)
+    if not ok:
+        click.get_current_context().exit(1)
+
+
+def _print_test_reports(reports: list[PackageReport]) -> None:
+    console = _console()
+    table = Table(title="Test results", title_justify="left")
+    for col in ("kernel", "case", "variant", "dtype", "max abs err", "max rel err", "result"):
+        table.add_column(col, justify="right" if col.startswith("max") else "left", no_wrap=col != "case")
+    failures: list[tuple[str, RunResult]] = []
+    for report in reports:
+        for r in report.results:
+            table.add_row(report.kernel, r.case, r.variant or "-", r.dtype, _err(r.max_abs_error), _err(r.max_rel_error),
+                          Text(r.status.upper() if r.failed else r.status, style=_STATUS_STYLE[r.status]))  # fmt: skip
+            if r.failed or r.status == "skip":
+                failures.append((report.kernel, r))
+    console.print(table)
+    for kernel, r in failures:
+        head = Text(f"{r.status.upper()} {kernel} {r.case}" + (f" [{r.variant}]" if r.variant else ""),
+                    style=_STATUS_STYLE[r.status])  # fmt: skip
+        console.print(head)
+        console.print(Text("  " + r.message.replace("\n", "\n  ")), soft_wrap=True)
+    for report in reports:
+        counts = report.counts()
+        mode = "isolated" if report.isolated else "in-process"
+        line = (f"{report.kernel}: {counts['pass']} passed, {counts['fail'] + counts['error']} failed, "
+                f"{counts['skip']} skipped ({mode})")  # fmt: skip
+        if report.error:
+            console.print(Text(f"{line}: {report.error}", style="bold red"), soft_wrap=True)
+        else:
+            console.print(Text(line, style="green" if report.ok else "bold red"))
+    total_failed = sum(1 for rep in reports for r in rep.results if r.failed) + sum(1 for rep in reports if rep.error)
+    console.print(Text("all passed" if total_failed == 0 else "FAILED", style="bold green" if total_failed == 0 else "bold red"))
+
+
+# --- validate ---------------------------------------------------------------------------------------
+
+
+def _package_path(ref: str) -> Path:
+    path = Path(ref).expanduser()
+    if path.exists() or "/" in ref:
+        return path
+    if ref in embedded_ids():
+        return embedded_root() / ref
+    raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel")
+
+
+@click.command("validate")
+@click.argument("path", metavar="PATH")
+@click.option("--gpu/--no-gpu", default=True, show_default=True,
+              help="Render and compile every variant x dtype on the current adapter.")  # fmt: skip
+@click.option("--isolate/--no-isolate", default=False, show_default=True,
+              help="Run the checks in a child process (a crash there is reported, not suffered).")  # fmt: skip
+@click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="With --isolate: give up after this long.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool, timeout: float | None, as_json: bool) -> None:
+    """Check the package folder PATH and report every problem at once.
+
+    Digests (metadata.json), the manifest schema, every expression and the names it reads,
+    bindingSets and $ references, templates, test.json and bench.json, and every variant x
+    dtype rendered and compiled on the current adapter for the shapes of the package's cases.
+    Exit status 1 if there is any error.
+    """
+    adapter = _adapter(ctx)
+    root = _package_path(path)
+    status = _console(stderr=True)
+    with _progress(status, f"validating {root.name}") as progress:
+        if isolate:
+            report = validate_package_isolated(root, adapter=adapter, gpu=gpu, progress=progress, timeout=timeout)
+        else:
+            report = validate_package(root, adapter=adapter, gpu=gpu, progress=progress)
+    if as_json:
+        _echo_json(report.as_dict())
+    else:
+        _print_validation(report)
+    if not report.ok:
+        click.get_current_context().exit(1)
+
+
+def _print_validation(report: ValidationReport) -> None:
+    console = _console()
+    title = report.op_id or Path(report.path).name
+    console.print(Text(f"{title}: {report.path}", style="bold"))
+    if report.adapter:
+        console.print(f"adapter: {report.adapter}" + (" (checks ran in a child process)" if report.isolated else ""))
+    for p in report.problems:
+        style = "bold red" if p.severity == ERROR else "yellow"
+        extra = ", ".join(x for x in (f"variant {p.variant}" if p.variant else "", p.dtype or "",
+                                      f"case {p.case}" if p.case else "") if x)
+        head = Text.assemble((f"{p.severity:<7} ", style), (p.location() or "(package)", "bold"),
+                             (f"  [{extra}]" if extra else "", "cyan"))  # fmt: skip
+        console.print(head, soft_wrap=True)
+        console.print(Text("        " + p.message.replace("\n", "\n        ")), soft_wrap=True)
+    if report.coverage:
+        table = Table(title="Pipelines compiled", title_justify="left")
+        for col in ("variant", "dtype", "cases", "pipelines", "status"):
+            table.add_column(col, justify="right" if col in ("cases", "pipelines") else "left")
+        for c in report.coverage:
+            style = {"compiled": "green", "failed": "bold red"}.get(c.status, "yellow")
+            table.add_row(c.variant, c.dtype, str(c.cases), str(c.pipelines), Text(c.status, style=style))
+        console.print(table)
+    errors, warnings = len(report.errors), len(report.warnings)
+    summary = f"{errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}"
+    console.print(Text(f"{summary}: " + ("valid" if report.ok else "INVALID"),
+                       style="bold green" if report.ok else "bold red"))  # fmt: skip
+
+
+COMMANDS = [digest_cmd, test_cmd, validate_cmd]

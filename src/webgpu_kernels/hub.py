@@ -1,0 +1,407 @@
+"""Kernel packages from the Hugging Face Hub, fetched with huggingface_hub into its cache.
+
+Layout of the ``webgpu-kernels`` collection (see ``docs/hub.md``):
+
+* one **kernel repository** per op (``repo_type="kernel"``, URLs under ``kernels/<org>/<op>``),
+  e.g. ``webgpu-kernels/com.microsoft.BiasAdd``;
+* contract version N is the revision ``vN``; ``revision=`` pins a branch, tag or commit instead;
+* the package files live under ``build/webgpu/`` in the repository; only that folder is fetched.
+
+Files land in the Hugging Face cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``) and are reused
+offline (``HF_HUB_OFFLINE=1``). A Hub package must carry ``metadata.json``: the package is opened
+by :func:`~webgpu_kernels.package.open_folder`, which checks every file against its sha256 there
+and keeps the verified bytes (what runs is what was checked).
+
+huggingface_hub reads ``HF_ENDPOINT``, ``HF_HOME``/``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` once,
+when it is imported. This module reads them from the environment **at each call** and passes them
+to the client explicitly (``endpoint=``, ``cache_dir=``, ``local_files_only=``), so setting them
+after import (as tests do) takes effect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+from urllib.request import url2pathname
+
+from .digests import METADATA_FILE
+from .errors import DigestError, HubError, PackageError, TrustError
+from .package import KernelPackage, open_folder
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
+
+#: The organisation whose repositories load without ``trust_remote_code``.
+OFFICIAL_ORG = "webgpu-kernels"
+#: huggingface_hub's repository type for kernel repositories (URL prefix ``kernels/``).
+REPO_TYPE = "kernel"
+#: Where a repository keeps the WebGPU package.
+PACKAGE_DIR = "build/webgpu"
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?/[A-Za-z0-9_.\-]+$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+# --- where a name points ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Location:
+    """What a ``get_kernel`` name designates.
+
+    ``kind`` is ``"embedded"`` (an op id), ``"hub"`` (a repository id, ``value``) or ``"path"``
+    (a local folder, ``value``). ``url_like`` is true for paths and URLs, which always need trust.
+    ``endpoint`` is set for a Hub repository given by its URL.
+    """
+
+    kind: str
+    value: str
+    url_like: bool = False
+    endpoint: str | None = None
+
+
+def classify(name: str | os.PathLike[str]) -> Location:
+    """Sort a name into an embedded op id, a Hub repository or a local path.
+
+    * ``"com.microsoft.BiasAdd"`` (no slash): an embedded package;
+    * ``"org/op"`` (one slash, a valid repository id): a Hub kernel repository;
+    * ``"https://host/kernels/org/op"``: the same, on that endpoint (URL-like);
+    * ``"file:///abs/pkg"``, ``"./pkg"``, ``"../pkg"``, ``"/abs/pkg"``, ``"~/pkg"``, a name with two
+      or more slashes or a backslash, or a ``Path``: a local folder (URL-like).
+    """
+    if isinstance(name, os.PathLike):
+        return Location("path", os.fspath(name), url_like=True)
+    if not isinstance(name, str):
+        raise PackageError(f"a kernel name must be a string or a path, got {type(name).__name__}")
+    if not name.strip():
+        raise PackageError("empty kernel name")
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*):", name)
+    if scheme and len(scheme.group(1)) > 1:  # not a Windows drive letter
+        return _classify_url(name, scheme.group(1).lower())
+    if (
+        name.startswith(("/", "./", "../", "~", ".\\", "..\\"))
+        or name in (".", "..")
+        or "\\" in name
+        or re.match(r"^[A-Za-z]:", name)
+        or name.count("/") >= 2
+    ):
+        return Location("path", name, url_like=True)
+    if "/" in name:
+        if not _REPO_ID.match(name) or ".." in name or "--" in name:
+            raise PackageError(f"{name!r} is not a valid Hub repository id (expected 'org/name')")
+        return Location("hub", name)
+    return Location("embedded", name)
+
+
+def _classify_url(name: str, scheme: str) -> Location:
+    parts = urlsplit(name)
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise PackageError(f"{name!r}: only local file:// URLs can be loaded")
+        return Location("path", url2pathname(unquote(parts.path)), url_like=True)
+    if scheme in ("http", "https"):
+        segments = [unquote(s) for s in parts.path.split("/") if s]
+        if len(segments) == 3 and segments[0] == "kernels" and parts.netloc:
+            repo_id = f"{segments[1]}/{segments[2]}"
+            if _REPO_ID.match(repo_id):
+                return Location("hub", repo_id, url_like=True, endpoint=f"{parts.scheme}://{parts.netloc}")
+        # Anything else at an http(s) URL is still refused for lack of trust first (check_trust),
+        # then as an unsupported shape.
+        return Location("url", name, url_like=True)
+    return Location("url", name, url_like=True)
+
+
+def check_trust(location: Location, *, trust_remote_code: bool, shown: str) -> bool:
+    """Refuse (TrustError) a location that needs trust without ``trust_remote_code``.
+
+    Returns whether the location needed trust (``KernelPackage.needs_trust`` for what it loads).
+    """
+    if location.kind == "embedded":
+        return False
+    if location.url_like:
+        reason = "it is a local path or URL-like location, not a repository of the official organisation"
+    elif location.value.split("/", 1)[0] != OFFICIAL_ORG:
+        reason = f"repository {location.value!r} is outside the {OFFICIAL_ORG!r} organisation"
+    else:
+        return False
+    if not trust_remote_code:
+        raise TrustError(
+            f"refusing to load {shown!r}: {reason}. Its templates become shaders that run on your GPU; "
+            "pass trust_remote_code=True (--trust-remote-code on the command line), and expected_op_id=..., "
+            "if you trust its author",
+            location=shown, reason=reason,
+        )  # fmt: skip
+    return True
+
+
+# --- the environment, read at call time ---------------------------------------------------------------
+
+
+def hub_endpoint() -> str | None:
+    """``HF_ENDPOINT`` as it is now (None: huggingface_hub's default, https://huggingface.co)."""
+    value = os.environ.get("HF_ENDPOINT", "").strip()
+    return value.rstrip("/") or None
+
+
+def hub_cache_dir() -> Path:
+    """The Hub cache folder as huggingface_hub would compute it from the environment now."""
+
+    def expand(value: str) -> Path:
+        return Path(os.path.expandvars(os.path.expanduser(value)))
+
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return expand(os.environ[var])
+    if os.environ.get("HF_HOME"):
+        return expand(os.environ["HF_HOME"]) / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return expand(os.path.join(xdg, "huggingface")) / "hub"
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (or the legacy ``TRANSFORMERS_OFFLINE``) as it is now."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    if value.strip().upper() in _TRUE:
+        return True
+    try:  # set at import time (e.g. the process was started offline): huggingface_hub blocks requests then
+        from huggingface_hub import constants
+
+        return bool(constants.HF_HUB_OFFLINE) and "HF_HUB_OFFLINE" not in os.environ
+    except ImportError:  # pragma: no cover - a dependency of the project
+        return False
+
+
+# --- packages in the cache ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HubPackage(KernelPackage):
+    """A package folder inside a Hub cache snapshot, opened (and digest-verified) by
+    :func:`~webgpu_kernels.package.open_folder`, plus where it came from.
+
+    The snapshot's files are symbolic links into the repository's ``blobs/`` folder; the package
+    checks names, not link targets, and reads the bytes it verified when it was opened.
+    """
+
+    repo_id: str = ""
+    revision: str = ""  # as asked: "v1", a branch, a commit
+    commit: str = ""  # what it resolved to
+    endpoint: str | None = None  # None: huggingface_hub's default (https://huggingface.co)
+
+    @property
+    def digests(self) -> dict[str, str]:
+        """{file: sha256} of every file metadata.json lists (all verified at open)."""
+        files = (self.metadata or {}).get("digest", {}).get("files", {})
+        return dict(sorted(files.items()))
+
+
+def _hub_package(base: KernelPackage, **extra: Any) -> HubPackage:
+    return HubPackage(**{f.name: getattr(base, f.name) for f in fields(base)}, **extra)
+
+
+# --- fetching -----------------------------------------------------------------------------------------
+
+
+def revision_for(version: int | None, revision: str | None) -> str:
+    """The revision to fetch: ``revision`` if given (it wins), else ``v{version}``."""
+    if revision is not None:
+        if not isinstance(revision, str) or not revision.strip():
+            raise PackageError(f"revision must be a non-empty string, got {revision!r}")
+        return revision.strip()
+    if version is None:
+        raise PackageError("a Hub kernel needs version=N (the contract version; revision 'vN') or revision=...")
+    return f"v{_check_version(version)}"
+
+
+def _check_version(version: Any) -> int:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise PackageError(f"version must be a positive integer (contract version N), got {version!r}")
+    return version
+
+
+def download(
+    repo_id: str,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    endpoint: str | None = None,
+    url_like: bool = False,
+    token: str | bool | None = None,
+) -> HubPackage:
+    """Fetch ``build/webgpu/`` of a kernel repository into the Hub cache and open it, verified.
+
+    Online, this asks the endpoint which commit the revision is and downloads what the cache lacks;
+    offline (``HF_HUB_OFFLINE=1``) it uses the cache only. The package must carry metadata.json:
+    every file is checked against its sha256 (:class:`~webgpu_kernels.errors.DigestError`).
+    """
+    if not _REPO_ID.match(repo_id):
+        raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name')")
+    location = Location("hub", repo_id, url_like=url_like, endpoint=endpoint)
+    trusted = check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
+    rev = revision_for(version, revision)
+    endpoint = endpoint or hub_endpoint()
+    snapshot = Path(_snapshot(repo_id, rev, endpoint=endpoint, token=token,
+                              version=version if revision is None else None))  # fmt: skip
+    commit = snapshot.name
+    root = snapshot / PACKAGE_DIR
+    if not root.is_dir():
+        raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}) has no {PACKAGE_DIR}/ folder: "
+                       "not a WebGPU kernel package", repo_id=repo_id, revision=rev)  # fmt: skip
+    base = open_folder(root, origin="hub", needs_trust=trusted, require_metadata=True)
+    package = _hub_package(base, repo_id=repo_id, revision=rev, commit=commit, endpoint=endpoint)
+    metadata = base.metadata or {}
+    if revision is None and isinstance(metadata.get("version"), int) and metadata["version"] != version:
+        raise DigestError(f"revision {rev!r} of {repo_id} holds contract version {metadata['version']}, not {version}",
+                          file=METADATA_FILE, reason="metadata", path=str(root / METADATA_FILE))  # fmt: skip
+    return package
+
+
+#: The first huggingface_hub with kernel repositories (``repo_type="kernel"``, ``kernels/`` URLs).
+MIN_HUGGINGFACE_HUB = "1.10"
+
+
+def _require_kernel_repos() -> None:
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    if getattr(constants, "REPO_TYPE_KERNEL", None) != REPO_TYPE:
+        raise HubError(f"huggingface_hub {huggingface_hub.__version__} has no kernel repositories "
+                       f"(repo_type='kernel', added in {MIN_HUGGINGFACE_HUB}); upgrade it: "
+                       f"pip install -U 'huggingface_hub>={MIN_HUGGINGFACE_HUB}'")  # fmt: skip
+
+
+def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, version: int | None) -> str:
+    _require_kernel_repos()
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )  # fmt: skip
+
+    offline = hub_offline()
+    where = endpoint or "https://huggingface.co"
+    what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
+    try:
+        return snapshot_download(
+            repo_id, repo_type=REPO_TYPE, revision=rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
+            cache_dir=str(hub_cache_dir()), endpoint=endpoint, local_files_only=offline, token=token,
+            library_name="webgpu-kernels", library_version=_library_version(),
+        )  # fmt: skip
+    except RevisionNotFoundError:
+        published = _published_versions(repo_id, endpoint, token)
+        hint = f"; published versions: {', '.join(published)}" if published else ""
+        raise HubError(f"{repo_id} has no {what} on {where}{hint}", repo_id=repo_id, revision=rev) from None
+    except RepositoryNotFoundError:
+        raise HubError(f"no kernel repository {repo_id!r} on {where} (or it is private/gated and no valid token "
+                       "was sent)", repo_id=repo_id, revision=rev) from None  # fmt: skip
+    except LocalEntryNotFoundError as exc:
+        why = "offline mode is on (HF_HUB_OFFLINE)" if offline else f"{where} cannot be reached"
+        raise HubError(f"{repo_id} {what} is not in the Hugging Face cache ({hub_cache_dir()}) and {why}",
+                       repo_id=repo_id, revision=rev) from exc  # fmt: skip
+    except HfHubHTTPError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HubError(f"{repo_id} revision {rev!r}: the Hub answered {first}", repo_id=repo_id,
+                       revision=rev) from exc  # fmt: skip
+    except (OSError, ValueError) as exc:
+        raise HubError(f"{repo_id} revision {rev!r}: download failed: {exc}", repo_id=repo_id, revision=rev) from exc
+
+
+def _published_versions(repo_id: str, endpoint: str | None, token: Any) -> list[str]:
+    """The ``vN`` branches and tags of a repository, best effort (empty when it cannot be asked)."""
+    if hub_offline():
+        return []
+    try:
+        from huggingface_hub import HfApi
+
+        refs = HfApi(endpoint=endpoint, token=token).list_repo_refs(repo_id, repo_type=REPO_TYPE)
+        names = {r.name for r in [*refs.branches, *refs.tags]}
+    except Exception:  # noqa: BLE001 - only a hint for an error message
+        return []
+    versions = sorted((n for n in names if re.fullmatch(r"v[1-9][0-9]*", n)), key=lambda n: int(n[1:]))
+    return versions
+
+
+def _library_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+# --- kernels, cached per (endpoint, repository, commit) -----------------------------------------------
+
+#: (endpoint, repository, commit, given by URL) -> kernel. A repository given by its URL is kept
+#: apart: its package is marked needs_trust.
+_kernels: dict[tuple[str | None, str, str, bool], Kernel] = {}
+#: (endpoint, cache folder, repository, revision) -> commit, so that a second get_kernel in the
+#: process asks the network nothing.
+_resolved: dict[tuple[str | None, str, str, str], str] = {}
+_lock = threading.RLock()
+
+
+def load(
+    repo_id: str,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    endpoint: str | None = None,
+    url_like: bool = False,
+) -> Kernel:
+    """The kernel of a Hub repository (see :func:`download`), shared per (repository, commit)."""
+    from .kernel import Kernel
+
+    location = Location("hub", repo_id, url_like=url_like, endpoint=endpoint)
+    check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
+    rev = revision_for(version, revision)
+    endpoint = endpoint or hub_endpoint()
+    memo = (endpoint, str(hub_cache_dir()), repo_id, rev)
+    with _lock:
+        commit = rev if _COMMIT.match(rev) else _resolved.get(memo)
+        if commit is not None and (endpoint, repo_id, commit, url_like) in _kernels:
+            return _kernels[(endpoint, repo_id, commit, url_like)]
+        package = download(repo_id, version=version, revision=revision, trust_remote_code=trust_remote_code,
+                           endpoint=endpoint, url_like=url_like)  # fmt: skip
+        key = (endpoint, repo_id, package.commit, url_like)
+        kernel = _kernels.get(key)
+        if kernel is None:
+            kernel = Kernel(package)
+            meta_id = (package.metadata or {}).get("id")
+            if isinstance(meta_id, str) and meta_id != kernel.op_id:
+                raise DigestError(f"{METADATA_FILE} names op {meta_id!r} but the manifest is {kernel.op_id!r}",
+                                  file=METADATA_FILE, reason="metadata",
+                                  path=str(package.root / METADATA_FILE))  # fmt: skip
+            _kernels[key] = kernel
+        _resolved[memo] = package.commit
+        return kernel
+
+
+def load_path(path: str, *, trust_remote_code: bool, shown: str | None = None) -> Kernel:
+    """A package folder named by a path or file:// URL (needs trust; its package gets needs_trust)."""
+    from .kernel import Kernel
+
+    location = Location("path", path, url_like=True)
+    check_trust(location, trust_remote_code=trust_remote_code, shown=shown or path)
+    return Kernel(open_folder(path, needs_trust=True))
+
+
+def clear_cache() -> None:
+    """Forget the Hub kernels and resolved revisions of this process (the disk cache stays)."""
+    with _lock:
+        _kernels.clear()
+        _resolved.clear()
+
+
+def check_op_id(kernel: Kernel, expected_op_id: str | None, shown: str) -> Kernel:
+    """Refuse a kernel whose manifest is another op than ``expected_op_id``."""
+    if expected_op_id is not None and kernel.op_id != expected_op_id:
+        raise PackageError(f"{shown!r} holds op {kernel.op_id!r}, but expected_op_id is {expected_op_id!r}")
+    return kernel

@@ -1,0 +1,393 @@
+"""The runner behind ``webgpu-kernels test``: every test.json case on every variant that accepts it.
+
+For each case the runner builds the inputs from the package alone (casefile.py), asks the
+kernel which variants' ``when`` clauses hold (``Kernel.explain``), runs each of those with
+``variant=`` forced, and compares every expected output (NaN positions must agree, infinities
+must be equal, finite values within the case's tolerance for the output dtype).
+
+With isolation the GPU work runs in a child process (multiprocessing, "spawn"): wgpu-native
+aborts the whole process on some invalid GPU work, and a package that needed
+``trust_remote_code`` must not be able to take the command down with it. Results come back as
+plain dicts, one message per run, so a child that dies still leaves the results it sent and
+the case it was running; the crash is reported as a failure of that package.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .casefile import TEST_FILE, CaseFileError, TestCase, compare, read_test_file
+from .errors import KernelError
+from .kernel import Kernel, TensorMeta
+
+#: Test-only hook: a child process whose environment names a case here exits abruptly (as
+#: wgpu-native does when it aborts) when it reaches that case. Only the isolated child reads it.
+CRASH_HOOK_ENV = "WEBGPU_KERNELS_TEST_CRASH_AT"
+
+PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
+#: Progress events: ("total", n), ("start", "case/variant"), ("advance", 1).
+Progress = Callable[[str, Any], None]
+
+
+@dataclass
+class RunResult:
+    """One case on one variant (``variant`` None when the case failed before any variant ran)."""
+
+    kernel: str
+    case: str
+    variant: str | None
+    dtype: str
+    status: str  # pass | fail | error | skip
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    message: str = ""
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.status in (FAIL, ERROR)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {
+            "kernel": data["kernel"], "case": data["case"], "variant": data["variant"], "dtype": data["dtype"],
+            "status": data["status"], "maxAbsError": data["max_abs_error"], "maxRelError": data["max_rel_error"],
+            "message": data["message"], "outputs": data["outputs"], "seconds": data["seconds"],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
+        return cls(
+            kernel=data["kernel"], case=data["case"], variant=data["variant"], dtype=data["dtype"],
+            status=data["status"], max_abs_error=data["maxAbsError"], max_rel_error=data["maxRelError"],
+            message=data["message"], outputs=list(data["outputs"]), seconds=data["seconds"],
+        )  # fmt: skip
+
+
+@dataclass
+class PackageReport:
+    """Every run of one package, and what went wrong with the package as a whole (``error``)."""
+
+    kernel: str
+    path: str
+    origin: str
+    isolated: bool
+    results: list[RunResult] = field(default_factory=list)
+    error: str | None = None  # no test.json, a broken one, or a crashed child process
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not any(r.failed for r in self.results)
+
+    def counts(self) -> dict[str, int]:
+        counts = {PASS: 0, FAIL: 0, ERROR: 0, SKIP: 0}
+        for r in self.results:
+            counts[r.status] += 1
+        return counts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel, "path": self.path, "origin": self.origin, "isolated": self.isolated,
+            "ok": self.ok, "error": self.error, "counts": self.counts(), "results": [r.as_dict() for r in self.results],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PackageReport:
+        return cls(kernel=data["kernel"], path=data["path"], origin=data["origin"], isolated=data["isolated"],
+                   results=[RunResult.from_dict(r) for r in data["results"]], error=data["error"])  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TestJob:
+    """What a child process needs to run a package's tests: where the package is, and the options."""
+
+    __test__ = False  # not a pytest class
+
+    root: str
+    origin: str
+    needs_trust: bool
+    adapter: str | None
+    cases: tuple[str, ...] | None
+
+
+# --- the runner -------------------------------------------------------------------------------------
+
+
+def _selected(case: TestCase, patterns: Sequence[str] | None) -> bool:
+    return not patterns or any(fnmatch.fnmatchcase(case.name, p) for p in patterns)
+
+
+def run_package_tests(
+    kernel: Kernel,
+    *,
+    adapter: str | None = None,
+    cases: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
+) -> PackageReport:
+    """Run the package's test.json in this process. ``cases``: glob patterns of case names."""
+    from .device import get_device
+
+    notify = progress or (lambda kind, value: None)
+    report = PackageReport(kernel=kernel.op_id, path=str(kernel.package.root), origin=kernel.package.origin,
+                           isolated=False)  # fmt: skip
+
+    def add(result: RunResult) -> None:
+        report.results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    if not kernel.package.has(TEST_FILE):
+        report.error = f"the package has no {TEST_FILE}"
+        return report
+    try:
+        test_file = read_test_file(kernel.package)
+    except KernelError as exc:
+        report.error = str(exc)
+        return report
+    device = get_device(adapter)
+    read = kernel.package.read_bytes
+    manifest = kernel.manifest
+    selected = [c for c in test_file.cases if _selected(c, cases)]
+
+    # Plan: build each case's inputs and find the variants that accept it (no GPU work yet).
+    plans: list[tuple[TestCase, str, dict[str, np.ndarray], list[str], dict[str, str]]] = []
+    for case in selected:
+        label = case.type_label(manifest)
+        try:
+            arrays = case.build_inputs(manifest, read)
+            explanation = kernel.explain({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()},
+                                         attrs=case.attrs or None, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
+        except KernelError as exc:
+            add(RunResult(kernel.op_id, case.name, None, label, ERROR, message=_message(exc)))
+            continue
+        verdicts = {v.variant: v for v in explanation.verdicts}
+        accepted = [v.variant for v in explanation.verdicts if v.accepted]
+        accepted.sort(key=lambda vid: kernel.variants.index(vid))
+        if case.variants is not None:
+            for vid in case.variants:
+                if vid not in verdicts:
+                    add(RunResult(kernel.op_id, case.name, vid, label, ERROR,
+                                  message=f"no variant {vid!r} (the variants are {', '.join(kernel.variants)})"))  # fmt: skip
+                elif not verdicts[vid].accepted:
+                    add(RunResult(kernel.op_id, case.name, vid, label, FAIL,
+                                  message=f"the case names this variant but it rejects the case: "
+                                          f"{verdicts[vid].reason()}"))  # fmt: skip
+            accepted = [v for v in accepted if v in case.variants]
+        if not accepted and case.variants is None:
+            uses_f16 = any(a.dtype == np.float16 for a in arrays.values())
+            if uses_f16 and not device.info.has_f16:
+                add(RunResult(kernel.op_id, case.name, None, label, SKIP,
+                              message="this adapter has no shader-f16 feature"))  # fmt: skip
+            else:
+                reasons = "; ".join(f"{v.variant}: {v.reason()}" for v in explanation.verdicts)
+                add(RunResult(kernel.op_id, case.name, None, label, FAIL,
+                              message=f"no variant accepts the case ({reasons})"))  # fmt: skip
+            continue
+        plans.append((case, label, arrays, accepted, {o.role: o.dtype for o in explanation.outputs}))
+
+    notify("total", sum(len(p[3]) for p in plans))
+    for case, label, arrays, accepted, output_dtypes in plans:
+        try:
+            expected = case.build_expected(read, output_dtypes)
+        except KernelError as exc:
+            for vid in accepted:
+                add(RunResult(kernel.op_id, case.name, vid, label, ERROR, message=_message(exc)))
+                notify("advance", 1)
+            continue
+        for vid in accepted:
+            notify("start", {"case": case.name, "variant": vid, "dtype": label})
+            add(_run_one(kernel, case, label, vid, arrays, expected, adapter))
+            notify("advance", 1)
+    return report
+
+
+def _run_one(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: Mapping[str, np.ndarray],
+             expected: Mapping[str, np.ndarray], adapter: str | None) -> RunResult:  # fmt: skip
+    start = time.perf_counter()
+    try:
+        outputs = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
+                         tunables=case.tunables or None, adapter=adapter)  # fmt: skip
+    except KernelError as exc:
+        return RunResult(kernel.op_id, case.name, variant, label, ERROR, message=_message(exc),
+                         seconds=time.perf_counter() - start)  # fmt: skip
+    seconds = time.perf_counter() - start
+    comparisons = []
+    missing = []
+    for role, want in expected.items():
+        if role not in outputs:
+            missing.append(role)
+            continue
+        got = np.asarray(outputs[role])
+        comparisons.append(compare(role, got, want, case.tolerance(np.dtype(got.dtype).name)))
+    abs_errors = [c.max_abs_error for c in comparisons if c.max_abs_error is not None]
+    rel_errors = [c.max_rel_error for c in comparisons if c.max_rel_error is not None]
+    failed = [c for c in comparisons if not c.ok]
+    messages = [f"{c.output}: {c.message}" for c in failed]
+    if missing:
+        messages.append(f"the kernel returned no output {', '.join(map(repr, missing))}")
+    return RunResult(
+        kernel.op_id, case.name, variant, label, FAIL if (failed or missing) else PASS,
+        max_abs_error=max(abs_errors) if abs_errors else None, max_rel_error=max(rel_errors) if rel_errors else None,
+        message="; ".join(messages), outputs=[c.as_dict() for c in comparisons], seconds=seconds,
+    )  # fmt: skip
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, CaseFileError):
+        return f"{TEST_FILE} {exc.json_path or '(root)'}: {exc.detail}"
+    return str(exc)
+
+
+# --- isolation --------------------------------------------------------------------------------------
+
+
+def job_for(kernel: Kernel, *, adapter: str | None, cases: Sequence[str] | None) -> TestJob:
+    p = kernel.package
+    return TestJob(root=str(p.root), origin=p.origin, needs_trust=p.needs_trust, adapter=adapter,
+                   cases=tuple(cases) if cases else None)  # fmt: skip
+
+
+def open_job_kernel(job: TestJob) -> Kernel:
+    """The kernel of a job, opened again (and its digests checked again) in the child."""
+    from .package import open_folder
+
+    package = open_folder(job.root, origin=job.origin, needs_trust=job.needs_trust)
+    return Kernel(package)
+
+
+def _child_main(conn: Any, job: TestJob) -> None:
+    """Entry point of the child process: run the tests, sending each result as it comes."""
+    crash_at = os.environ.get(CRASH_HOOK_ENV)
+
+    def progress(kind: str, value: Any) -> None:
+        conn.send(("progress", kind, value))
+        if kind == "start" and crash_at and value["case"] == crash_at:
+            os._exit(70)  # test-only: what an abort inside wgpu-native looks like from outside
+
+    try:
+        kernel = open_job_kernel(job)
+        report = run_package_tests(kernel, adapter=job.adapter, cases=job.cases, progress=progress,
+                                   on_result=lambda r: conn.send(("result", r.as_dict())))  # fmt: skip
+        conn.send(("done", {"kernel": report.kernel, "error": report.error}))
+    except KernelError as exc:
+        conn.send(("done", {"kernel": None, "error": str(exc)}))
+    except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as data
+        conn.send(("done", {"kernel": None, "error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}))
+    finally:
+        conn.close()
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def run_in_child(
+    target: Callable[..., None],
+    payload: Any,
+    handle: Callable[[tuple[Any, ...]], None],
+    *,
+    timeout: float | None = None,
+) -> tuple[bool, int | None]:
+    """Run ``target(conn, payload)`` in a spawned child, passing each message it sends to ``handle``.
+
+    Returns (finished, exit code): finished is False when the child died (or timed out) before
+    sending a ``("done", ...)`` message.
+    """
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=target, args=(sender, payload), daemon=True)
+    process.start()
+    sender.close()
+    finished = False
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            if deadline is not None and time.monotonic() > deadline:
+                process.kill()
+                break
+            if receiver.poll(0.05):
+                try:
+                    message = receiver.recv()
+                except (EOFError, OSError):
+                    break
+                if message[0] == "done":
+                    finished = True
+                handle(message)
+                if finished:
+                    break
+            elif not process.is_alive():
+                while receiver.poll(0):  # what it sent before dying
+                    try:
+                        message = receiver.recv()
+                    except (EOFError, OSError):
+                        break
+                    finished = finished or message[0] == "done"
+                    handle(message)
+                break
+    finally:
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        receiver.close()
+    return finished, process.exitcode
+
+
+def run_package_tests_isolated(
+    kernel: Kernel,
+    *,
+    adapter: str | None = None,
+    cases: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    timeout: float | None = None,
+) -> PackageReport:
+    """:func:`run_package_tests` in a child process; a child that dies fails the package, not the caller."""
+    notify = progress or (lambda kind, value: None)
+    job = job_for(kernel, adapter=adapter, cases=cases)
+    report = PackageReport(kernel=kernel.op_id, path=job.root, origin=job.origin, isolated=True)
+    current: list[dict[str, str]] = []
+
+    def handle(message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "progress":
+            if message[1] == "start":
+                current[:] = [message[2]]
+            notify(message[1], message[2])
+        elif kind == "result":
+            report.results.append(RunResult.from_dict(message[1]))
+        elif kind == "done":
+            report.error = message[1]["error"]
+
+    finished, code = run_in_child(_child_main, job, handle, timeout=timeout)
+    if not finished:
+        run = current[0] if current else None
+        where = f" while running case {run['case']!r} on variant {run['variant']!r} ({run['dtype']})" if run else ""
+        report.error = f"the test process {describe_exit(code)}{where}"
+        if run and not any(r.case == run["case"] and r.variant == run["variant"] for r in report.results):
+            report.results.append(RunResult(kernel.op_id, run["case"], run["variant"], run["dtype"], ERROR,
+                                            message=f"the test process {describe_exit(code)} during this run"))  # fmt: skip
+    return report
+
+
+def finite_or_none(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None

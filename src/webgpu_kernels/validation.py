@@ -1,0 +1,769 @@
+"""The checks behind ``webgpu-kernels validate PATH``: everything wrong with a package, at once.
+
+In order, each stage reporting every problem it finds (a stage that needs a sound earlier one is
+skipped when that one failed):
+
+1. metadata.json: present, well formed, every digest matching, no unlisted file, id = the op id;
+2. manifest.json: the JSON Schema and the references between parts (``manifest.check_manifest``);
+3. expressions: each compiled on its own, so that every bad one is reported, and every name it
+   reads checked against what is visible where it is evaluated (derive entries see only earlier
+   ones, a variant sees its own constants, ``shapes.<role>`` names an input or output, ...);
+4. templates: each pass's template exists and parses;
+5. test.json and bench.json: their JSON Schemas, then each case against the manifest (inputs,
+   dtypes, attributes, data files, expected shapes);
+6. the GPU: for every case of test.json and bench.json, every variant whose ``when`` holds is
+   resolved, rendered and compiled into a compute pipeline on the current adapter. A variant x
+   dtype that no case exercises is a warning (nothing to compile it for).
+
+Each problem carries its severity, the file, the JSON path (or template line), and for GPU work
+the variant and dtype. With isolation, all of it runs in a child process (package_tests.run_in_child).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import casefile
+from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
+from .digests import METADATA_FILE, inspect_package
+from .errors import (
+    AdapterNotFoundError, DeviceError, ExpressionError, InputError, KernelError, LayoutError, ManifestError,
+    PackageError, ShaderCompileError, TemplateError,
+)  # fmt: skip
+from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler
+from .manifest import ONNX_TO_WGSL, Manifest, _build, check_manifest, parse_manifest, schema_errors
+from .package import MANIFEST_FILE, KernelPackage, open_folder
+
+ERROR, WARNING = "error", "warning"
+#: Progress events: ("total", n), ("start", {"variant", "dtype", "case"}), ("advance", 1).
+Progress = Callable[[str, Any], None]
+
+
+@dataclass
+class Problem:
+    severity: str  # "error" | "warning"
+    file: str  # package-relative name
+    json_path: str  # "" when the problem is about the file as a whole
+    message: str
+    variant: str | None = None
+    dtype: str | None = None
+    line: int | None = None  # template line
+    case: str | None = None  # the case whose shapes showed the problem
+
+    def location(self) -> str:
+        where = self.file
+        if self.line:
+            where += f":{self.line}"
+        if self.json_path:
+            where += f" {self.json_path}"
+        return where
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["jsonPath"] = data.pop("json_path")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Problem:
+        return cls(severity=data["severity"], file=data["file"], json_path=data["jsonPath"], message=data["message"],
+                   variant=data.get("variant"), dtype=data.get("dtype"), line=data.get("line"),
+                   case=data.get("case"))  # fmt: skip
+
+
+@dataclass
+class Coverage:
+    """What the GPU stage did for one variant x dtype."""
+
+    variant: str
+    dtype: str
+    cases: int = 0  # cases (test and bench) whose shapes this variant accepts
+    pipelines: int = 0  # distinct shaders compiled
+    failed: int = 0  # render or compile failures
+    note: str = ""
+
+    @property
+    def status(self) -> str:
+        if self.failed:
+            return "failed"
+        if self.note:
+            return self.note
+        return "compiled" if self.pipelines else "not exercised"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "dtype": self.dtype, "cases": self.cases, "pipelines": self.pipelines,
+                "failed": self.failed, "status": self.status, "note": self.note}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Coverage:
+        return cls(variant=data["variant"], dtype=data["dtype"], cases=data["cases"], pipelines=data["pipelines"],
+                   failed=data["failed"], note=data.get("note", ""))  # fmt: skip
+
+
+@dataclass
+class ValidationReport:
+    path: str
+    op_id: str | None = None
+    adapter: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+    coverage: list[Coverage] = field(default_factory=list)
+    isolated: bool = False
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "op": self.op_id, "adapter": self.adapter, "isolated": self.isolated, "ok": self.ok,
+            "errors": len(self.errors), "warnings": len(self.warnings),
+            "problems": [p.as_dict() for p in self.problems], "coverage": [c.as_dict() for c in self.coverage],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ValidationReport:
+        return cls(path=data["path"], op_id=data["op"], adapter=data["adapter"], isolated=data["isolated"],
+                   problems=[Problem.from_dict(p) for p in data["problems"]],
+                   coverage=[Coverage.from_dict(c) for c in data["coverage"]])  # fmt: skip
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self._seen: dict[tuple[Any, ...], Problem] = {}
+
+    def add(self, severity: str, file: str, json_path: str, message: str, **extra: Any) -> Problem | None:
+        key = (severity, file, json_path, message, extra.get("variant"), extra.get("dtype"), extra.get("line"))
+        if key in self._seen:
+            return None
+        problem = Problem(severity, file, json_path, message, **extra)
+        self._seen[key] = problem
+        self.problems.append(problem)
+        return problem
+
+    def error(self, file: str, json_path: str, message: str, **extra: Any) -> Problem | None:
+        return self.add(ERROR, file, json_path, message, **extra)
+
+    def warning(self, file: str, json_path: str, message: str, **extra: Any) -> Problem | None:
+        return self.add(WARNING, file, json_path, message, **extra)
+
+
+# --- the stages -------------------------------------------------------------------------------------
+
+
+def validate_package(
+    path: str | Path,
+    *,
+    adapter: str | None = None,
+    gpu: bool = True,
+    progress: Progress | None = None,
+) -> ValidationReport:
+    """Every problem with the package folder at ``path`` (``gpu=False`` skips stage 6)."""
+    notify = progress or (lambda kind, value: None)
+    root = Path(path).expanduser()
+    report = ValidationReport(path=str(root))
+    out = _Collector()
+    report.problems = out.problems
+    try:
+        package = open_folder(root, verify_digests=False)
+    except PackageError as exc:
+        out.error(str(root), "", str(exc))
+        return report
+    report.path = str(package.root)
+
+    metadata = _guarded(out, "metadata.json", _check_metadata, package, out)
+    manifest = _guarded(out, MANIFEST_FILE, _check_manifest, package, out)
+    if manifest is not None:
+        report.op_id = manifest.op_id
+        if metadata is not None and metadata.get("id") != manifest.op_id:
+            out.error(METADATA_FILE, "id", f"names op {metadata.get('id')!r} but the manifest is {manifest.op_id!r}")
+    program = None
+    device = None
+    if gpu and manifest is not None:
+        from .device import get_device
+
+        try:
+            device = get_device(adapter)
+            report.adapter = device.adapter.label()
+        except (AdapterNotFoundError, DeviceError) as exc:
+            out.error("", "", f"no WebGPU device to compile pipelines on: {exc}")
+    if manifest is not None:
+        limits = set(device.info.limits) if device is not None else None
+        expression_problems = check_expressions(manifest, out, limits)
+        _guarded(out, "templates", _check_templates, package, manifest, out)
+        if not expression_problems:
+            from .program import compile_program
+
+            try:
+                program = compile_program(manifest)
+            except (ManifestError, ExpressionError) as exc:  # what check_expressions missed, if anything
+                out.error(MANIFEST_FILE, getattr(exc, "json_path", getattr(exc, "where", "")), str(exc))
+    test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, out)
+    bench_file = _guarded(out, BENCH_FILE, _check_bench_json, package, manifest, out)
+    if device is not None and manifest is not None and program is not None:
+        _guarded(out, "GPU", _check_gpu, package, manifest, program, test_file, bench_file, out, report, device=device,
+                 notify=notify)
+    order = {ERROR: 0, WARNING: 1}
+    files = [METADATA_FILE, MANIFEST_FILE]
+    report.problems = out.problems = sorted(
+        out.problems, key=lambda p: (order[p.severity], files.index(p.file) if p.file in files else 2, p.file)
+    )
+    return report
+
+
+def _guarded(out: _Collector, stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one stage; an unexpected exception becomes an error of that stage instead of ending the report."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - a validator reports, it does not crash
+        last = traceback.format_exc().strip().splitlines()[-3:]
+        out.error("", "", f"the {stage} checks failed unexpectedly: {type(exc).__name__}: {exc}\n" + "\n".join(last))
+        return None
+
+
+def _check_metadata(package: KernelPackage, out: _Collector) -> dict[str, Any] | None:
+    metadata, problems, _ = inspect_package(package.root)
+    if metadata is None and not problems:
+        out.error(METADATA_FILE, "", "the package has no metadata.json, so its files cannot be verified: "
+                                     "run `webgpu-kernels digest PATH` to write one")  # fmt: skip
+    for p in problems:
+        if p.reason == "metadata":
+            out.error(METADATA_FILE, p.json_path, p.message)
+        elif p.reason == "unlisted":
+            out.error(p.file, "", f"{p.message} (run `webgpu-kernels digest PATH` if the file belongs to the package)")
+        else:
+            out.error(p.file, "", f"{p.message} ({METADATA_FILE} {p.json_path})")
+    return metadata
+
+
+def _read_json(package: KernelPackage, name: str, out: _Collector) -> Any:
+    try:
+        return package.read_json(name)
+    except PackageError as exc:
+        out.error(name, "", str(exc).removeprefix(f"{package.path_of(name)}: "))
+        return None
+
+
+def _check_manifest(package: KernelPackage, out: _Collector) -> Manifest | None:
+    data = _read_json(package, MANIFEST_FILE, out)
+    if data is None:
+        return None
+    problems = check_manifest(data)
+    for p in problems:
+        out.error(MANIFEST_FILE, p.json_path, p.detail)
+    if problems:
+        if schema_errors(data):
+            return None
+        # Only references between parts are broken: the model can usually still be built, so
+        # the later stages can report their problems too.
+        try:
+            return _build(data)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None
+    try:
+        return parse_manifest(data)
+    except ManifestError as exc:
+        out.error(MANIFEST_FILE, exc.json_path, exc.detail)
+        return None
+
+
+def _dollar(value: str) -> str:
+    return value[1:] if value.startswith("$") else repr(value)
+
+
+def _list_source(value: Any) -> Any:
+    if not isinstance(value, list):
+        return value
+    parts = [f"({v})" if isinstance(v, str) else ("true" if v is True else "false" if v is False else repr(v)) for v in value]
+    return "[" + ", ".join(parts) + "]"
+
+
+def check_expressions(manifest: Manifest, out: _Collector, device_limits: set[str] | None = None) -> list[Problem]:
+    """Compile every expression of the manifest on its own and check each name it reads is visible there."""
+    found: list[Problem] = []
+    reserved = set(NAMESPACES) | set(FUNCTION_NAMES)
+    derive_names = list(manifest.derive)
+    constant_names = list(manifest.constants)
+    compiler = ExpressionCompiler(set(derive_names) | manifest.constant_names())
+    input_roles = [s.role for s in manifest.inputs]
+    output_roles = [s.role for s in manifest.outputs]
+    type_vars = set(manifest.type_constraints)
+
+    def report(where: str, message: str) -> None:
+        problem = out.error(MANIFEST_FILE, where, message)
+        if problem is not None:
+            found.append(problem)
+
+    for section, names in (("derive", derive_names), ("constants", constant_names)):
+        for name in names:
+            if name in reserved:
+                report(f"{section}.{name}", f"{name!r} is a reserved name (a namespace or function)")
+    for v in manifest.variants:
+        for name in v.constants:
+            if name in reserved:
+                report(f"{v.json_path}.constants.{name}", f"{name!r} is a reserved name (a namespace or function)")
+
+    def check(value: Any, where: str, visible: set[str], roles: list[str], scope_note: str, suffix: str = "") -> None:
+        try:
+            expr = compiler.compile(value, where)
+        except ExpressionError as exc:
+            report(where, f"expression {exc.expression!r}: {exc.detail}{suffix}")
+            return
+        for ref in expr.references:
+            head, _, rest = ref.partition(".")
+            key = rest.split(".")[0]
+            if not rest:
+                if head not in visible and head not in NAMESPACES:
+                    report(where, f"expression {expr.source!r} names {head!r}, which is not defined {scope_note}{suffix}")
+            elif head in ("shapes", "ranks") and key not in roles:
+                report(where, f"expression {expr.source!r} reads {ref!r}: {key!r} is not "
+                              f"{'an input or an earlier output' if len(roles) < len(input_roles) + len(output_roles) else 'an input or output'} "
+                              f"({', '.join(roles)}){suffix}")  # fmt: skip
+            elif head == "dtypes" and key not in type_vars:
+                report(where, f"expression {expr.source!r} reads {ref!r}: {key!r} is not a type variable "
+                              f"({', '.join(sorted(type_vars))}){suffix}")  # fmt: skip
+            elif head == "attrs" and key not in manifest.attributes:
+                known = ", ".join(sorted(manifest.attributes)) or "none"
+                report(where, f"expression {expr.source!r} reads {ref!r}: no attribute {key!r} (attributes: {known}){suffix}")
+            elif head == "tunables" and key not in manifest.tunables:
+                known = ", ".join(sorted(manifest.tunables)) or "none"
+                report(where, f"expression {expr.source!r} reads {ref!r}: no tunable {key!r} (tunables: {known}){suffix}")
+            elif head == "device" and device_limits is not None and ref.startswith("device.limits."):
+                limit = ref.split(".")[2]
+                if limit not in device_limits:
+                    report(where, f"expression {expr.source!r} reads {ref!r}: {limit!r} is not a WebGPU limit{suffix}")
+
+    all_roles = input_roles + output_roles
+    for spec in manifest.inputs:
+        if isinstance(spec.rank, str):
+            check(spec.rank, f"{spec.json_path}.rank", set(), input_roles, "here (input ranks see only the namespaces)")
+    for i, spec in enumerate(manifest.outputs):
+        roles = input_roles + output_roles[:i]
+        note = "here (output shapes see only the namespaces)"
+        if spec.shape is not None:
+            check(spec.shape, f"{spec.json_path}.shape", set(), roles, note)
+        if isinstance(spec.rank, str):
+            check(spec.rank, f"{spec.json_path}.rank", set(), roles + [spec.role], note)
+    for k, (name, value) in enumerate(manifest.derive.items()):
+        check(value, f"derive.{name}", set(derive_names[:k]), all_roles,
+              "before this entry (a derive entry sees only the ones above it)")  # fmt: skip
+    for k, (name, value) in enumerate(manifest.constants.items()):
+        check(value, f"constants.{name}", set(derive_names) | set(constant_names[:k]), all_roles,
+              "before this entry (top-level constants see derive and the constants above)")  # fmt: skip
+    top = set(derive_names) | set(constant_names)
+    checked_sets: set[tuple[str, str]] = set()
+    for v in manifest.variants:
+        vnames = list(v.constants)
+        for k, (name, value) in enumerate(v.constants.items()):
+            check(value, f"{v.json_path}.constants.{name}", top | set(vnames[:k]), all_roles,
+                  "before this entry (variant constants see derive, constants and the ones above)")  # fmt: skip
+        visible = top | set(vnames)
+        note = f"for variant {v.id!r} (not in derive, constants or its constants)"
+        for i, clause in enumerate(v.when):
+            check(clause, f"{v.json_path}.when[{i}]", visible, all_roles, note)
+        for p in v.passes:
+            for name, value in p.source_inputs.items():
+                check(value, f"{p.json_path}.source.inputs.{name}", visible, all_roles, note)
+            check(p.dispatch.threads, f"{p.dispatch.json_path}.threads", visible, all_roles, note)
+            for w in p.dispatch.workgroup_size:
+                check(w, f"{p.dispatch.json_path}.workgroupSize", visible, all_roles, note)
+            for b in p.bindings:
+                shared = b.json_path.startswith("bindingSets.")
+                suffix = f" (as used by variant {v.id!r})" if shared else ""
+                if shared and (b.json_path, v.id) in checked_sets:
+                    continue
+                checked_sets.add((b.json_path, v.id))
+                if b.element_type is not None:
+                    check(_dollar(b.element_type), f"{b.json_path}.elementType", visible, all_roles, note, suffix)
+                if b.length is not None:
+                    length = _dollar(b.length) if isinstance(b.length, str) else b.length
+                    check(length, f"{b.json_path}.length", visible, all_roles, note, suffix)
+                for f in b.fields:
+                    check(_dollar(f.type), f"{f.json_path}.type", visible, all_roles, note, suffix)
+                    check(_list_source(f.value), f"{f.json_path}.value", visible, all_roles, note, suffix)
+    return found
+
+
+def _shader_path(manifest: Manifest, variant_index: int, pass_index: int) -> str:
+    raw = manifest.raw["variants"][variant_index]["passes"][pass_index]
+    base = f"variants[{variant_index}].passes[{pass_index}]"
+    return f"{base}.shader" if "shader" in raw else f"{base}.source.shader"
+
+
+def _check_templates(package: KernelPackage, manifest: Manifest, out: _Collector) -> None:
+    from .rendering import TemplateRenderer
+
+    renderer = TemplateRenderer(package.read_text)
+    parsed: set[str] = set()
+    for v in manifest.variants:
+        for p_index, p in enumerate(v.passes):
+            where = _shader_path(manifest, v.index, p_index)
+            if not package.has(p.shader):
+                out.error(MANIFEST_FILE, where, f"template {p.shader!r} is not in the package", variant=v.id)
+                continue
+            if p.shader in parsed:
+                continue
+            parsed.add(p.shader)
+            try:
+                renderer.env.get_template(p.shader)
+            except KernelError as exc:
+                out.error(p.shader, "", str(exc))
+            except Exception as exc:  # noqa: BLE001 - jinja's syntax errors and friends
+                line = getattr(exc, "lineno", None)
+                message = getattr(exc, "message", None) or str(exc)
+                out.error(p.shader, "", f"template syntax error: {message}", line=line)
+
+
+def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: _Collector) -> casefile.TestFile | None:
+    if not package.has(TEST_FILE):
+        out.warning(TEST_FILE, "", "the package has no test.json: `webgpu-kernels test` has nothing to run, and "
+                                   "pipelines are compiled only for bench.json shapes")  # fmt: skip
+        return None
+    data = _read_json(package, TEST_FILE, out)
+    if data is None:
+        return None
+    errors = casefile.check_test_data(data, file=TEST_FILE)
+    for e in errors:
+        out.error(TEST_FILE, e.json_path, e.detail)
+    if errors:
+        return None
+    test_file = casefile.parse_test_file(data, file=TEST_FILE)
+    if manifest is None:
+        return test_file
+    from .contract import check_call
+
+    output_types = {o.role: o.dtype for o in manifest.outputs}
+    float_dtypes = {"float32", "float16", "bfloat16", "float64"}
+    missing_tolerance: set[str] = set()
+    for case in test_file.cases:
+        try:
+            arrays = case.build_inputs(manifest, package.read_bytes)
+            signature = check_call(manifest, {k: (a.shape, casefile.dtype_name(a.dtype)) for k, a in arrays.items()},
+                                   case.attrs, case.tunables)  # fmt: skip
+        except CaseFileError as exc:
+            out.error(TEST_FILE, exc.json_path, exc.detail, case=case.name)
+            continue
+        except InputError as exc:
+            out.error(TEST_FILE, case.json_path, f"the case breaks the contract: {exc}", case=case.name)
+            continue
+        for tv in case.types:
+            if tv not in manifest.type_constraints:
+                out.error(TEST_FILE, f"{case.json_path}.types.{tv}", f"{tv!r} is not a type variable of the manifest")
+        binding = signature.type_bindings()
+        out_dtypes = {role: binding.get(tv, "") for role, tv in output_types.items()}
+        for role in case.expected:
+            if role not in output_types:
+                out.error(TEST_FILE, f"{case.json_path}.expected.{role}",
+                          f"{role!r} is not an output of {manifest.op_id} (outputs: {', '.join(output_types)})")  # fmt: skip
+        try:
+            expected = case.build_expected(package.read_bytes, out_dtypes)
+        except CaseFileError as exc:
+            out.error(TEST_FILE, exc.json_path, exc.detail, case=case.name)
+            continue
+        for role, want in expected.items():
+            dtype = out_dtypes.get(role)
+            if dtype in float_dtypes and dtype not in case.tolerances:
+                missing_tolerance.add(dtype)
+        case_shapes = _expected_output_shapes(manifest, signature)
+        for role, want in expected.items():
+            shape = case_shapes.get(role)
+            if shape is not None and tuple(want.shape) != shape:
+                out.error(TEST_FILE, f"{case.json_path}.expected.{role}",
+                          f"expected values have shape {list(want.shape)}, the manifest gives the output "
+                          f"shape {list(shape)} for these inputs", case=case.name)  # fmt: skip
+        if case.variants is not None:
+            ids = [v.id for v in manifest.variants]
+            for i, vid in enumerate(case.variants):
+                if vid not in ids:
+                    out.error(TEST_FILE, f"{case.json_path}.variants[{i}]",
+                              f"no variant {vid!r} (the variants are {', '.join(ids)})")  # fmt: skip
+    for dtype in sorted(missing_tolerance):
+        out.warning(TEST_FILE, "tolerances", f"no tolerance for {dtype} outputs: they must match exactly")
+    return test_file
+
+
+def _expected_output_shapes(manifest: Manifest, signature: Any) -> dict[str, tuple[int, ...]]:
+    """Output shapes from the manifest's shape expressions, without a device (best effort)."""
+    from .program import DeviceInfo, compile_program
+
+    try:
+        program = compile_program(manifest)
+        info = DeviceInfo(limits=_DEFAULT_LIMITS, features=frozenset({"shader-f16"}))
+        _, outputs = program.call_scope(signature, info)
+    except KernelError:
+        return {}
+    return {o.role: tuple(o.shape) for o in outputs}
+
+
+#: WebGPU's default limits (camelCase), for evaluating output shapes without a device.
+_DEFAULT_LIMITS = {
+    "maxComputeInvocationsPerWorkgroup": 256, "maxComputeWorkgroupSizeX": 256, "maxComputeWorkgroupSizeY": 256,
+    "maxComputeWorkgroupSizeZ": 64, "maxComputeWorkgroupsPerDimension": 65535,
+    "maxStorageBufferBindingSize": 134217728, "maxBufferSize": 268435456, "maxComputeWorkgroupStorageSize": 16384,
+    "maxStorageBuffersPerShaderStage": 8, "maxUniformBufferBindingSize": 65536,
+}  # fmt: skip
+
+
+def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: _Collector) -> casefile.BenchFile | None:
+    if not package.has(BENCH_FILE):
+        out.warning(BENCH_FILE, "", "the package has no bench.json: `webgpu-kernels bench` and `tune` have no cases")
+        return None
+    data = _read_json(package, BENCH_FILE, out)
+    if data is None:
+        return None
+    errors = casefile.check_bench_data(data, file=BENCH_FILE)
+    for e in errors:
+        out.error(BENCH_FILE, e.json_path, e.detail)
+    if errors:
+        return None
+    bench = casefile.parse_bench_file(data, file=BENCH_FILE)
+    if manifest is None:
+        return bench
+    from .contract import check_call
+
+    for case in bench.cases:
+        for tv in case.types:
+            if tv not in manifest.type_constraints:
+                out.error(BENCH_FILE, f"{case.json_path}.types.{tv}", f"{tv!r} is not a type variable of the manifest")
+        try:
+            instances = case.expand(manifest)
+        except CaseFileError as exc:
+            out.error(BENCH_FILE, exc.json_path, exc.detail, case=case.name)
+            continue
+        for inst in instances:
+            try:
+                check_call(manifest, inst.inputs, case.attrs, case.tunables)
+            except InputError as exc:
+                out.error(BENCH_FILE, case.json_path, f"the case breaks the contract ({inst.type_label()}): {exc}",
+                          case=case.name, dtype=inst.type_label())  # fmt: skip
+    return bench
+
+
+# --- the GPU stage ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Call:
+    source: str  # "test.json" | "bench.json"
+    case: str
+    json_path: str
+    inputs: dict[str, tuple[tuple[int, ...], str]]
+    attrs: dict[str, Any]
+    tunables: dict[str, Any]
+
+
+def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_file: Any) -> list[_Call]:
+    calls = []
+    if test_file is not None:
+        for case in test_file.cases:
+            try:
+                arrays = case.build_inputs(manifest, package.read_bytes)
+            except KernelError:
+                continue  # reported by the test.json stage
+            metas = {k: (tuple(a.shape), casefile.dtype_name(a.dtype)) for k, a in arrays.items()}
+            calls.append(_Call(TEST_FILE, case.name, case.json_path, metas, case.attrs, case.tunables))
+    if bench_file is not None:
+        for case in bench_file.cases:
+            try:
+                instances = case.expand(manifest)
+            except KernelError:
+                continue
+            for inst in instances:
+                calls.append(_Call(BENCH_FILE, case.name, case.json_path, inst.inputs, case.attrs, case.tunables))
+    return calls
+
+
+def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
+    names = list(manifest.type_constraints)
+    lists = [[d for d in manifest.type_constraints[n] if ONNX_TO_WGSL.get(d)] for n in names]
+    return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
+
+
+def _label(binding: Mapping[str, str]) -> str:
+    if len(set(binding.values())) == 1:
+        return next(iter(binding.values()))
+    return ", ".join(f"{k}={v}" for k, v in binding.items()) or "-"
+
+
+def _check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_file: Any, bench_file: Any,
+               out: _Collector, report: ValidationReport, *, device: Any, notify: Progress) -> None:  # fmt: skip
+    from .contract import check_call
+    from .execution import compile_pipeline
+    from .rendering import TemplateRenderer, resolve_variant
+    from .selection import judge
+
+    renderer = TemplateRenderer(package.read_text)
+    coverage: dict[tuple[str, str], Coverage] = {}
+    combos = _type_combos(manifest)
+    for v in manifest.variants:
+        for combo in combos:
+            coverage[(v.id, _label(combo))] = Coverage(v.id, _label(combo))
+    calls = _calls(package, manifest, test_file, bench_file)
+    compiled: dict[tuple[str, str], set[str]] = {}
+    notify("total", len(calls))
+    for call in calls:
+        notify("advance", 1)
+        try:
+            signature = check_call(manifest, call.inputs, call.attrs, call.tunables)
+        except InputError:
+            continue  # reported by the case-file stages
+        binding = signature.type_bindings()
+        label = _label(binding)
+        if "float16" in binding.values() and not device.info.has_f16:
+            continue
+        try:
+            scope, _ = program.call_scope(signature, device.info)
+        except KernelError as exc:
+            where = getattr(exc, "where", "") or ""
+            out.error(MANIFEST_FILE, where, f"cannot evaluate the call's scope ({label}): {exc}",
+                      dtype=label, case=call.case)  # fmt: skip
+            continue
+        accepted_any = False
+        for cv in program.variants:
+            vid = cv.variant.id
+            verdict, inner = judge(cv, scope)
+            if not verdict.accepted:
+                if verdict.error is not None:
+                    out.warning(MANIFEST_FILE, f"{cv.variant.json_path}.when[{verdict.clause_index}]",
+                                f"clause {verdict.clause!r} fails to evaluate (which rejects the variant): "
+                                f"{verdict.error}",
+                                variant=vid, dtype=label, case=call.case)  # fmt: skip
+                continue
+            accepted_any = True
+            cov = coverage.setdefault((vid, label), Coverage(vid, label))
+            cov.cases += 1
+            notify("start", {"variant": vid, "dtype": label, "case": call.case})
+            try:
+                resolved = resolve_variant(cv, inner)
+            except (ExpressionError, LayoutError) as exc:
+                cov.failed += 1
+                where = getattr(exc, "where", "") or cv.variant.json_path
+                out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {exc}",
+                          variant=vid, dtype=label, case=call.case)  # fmt: skip
+                continue
+            for p_index, r in enumerate(resolved):
+                try:
+                    wgsl = renderer.render(r, inner)
+                except TemplateError as exc:
+                    cov.failed += 1
+                    out.error(exc.file, "", f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}: "
+                                            f"{exc.detail}", variant=vid, dtype=label, line=exc.line, case=call.case)  # fmt: skip
+                    continue
+                done = compiled.setdefault((vid, label), set())
+                if wgsl in done:
+                    continue
+                try:
+                    compile_pipeline(device, wgsl, r, kernel=manifest.op_id, variant=vid)
+                except ShaderCompileError as exc:
+                    cov.failed += 1
+                    out.error(r.shader, _shader_path(manifest, cv.variant.index, p_index),
+                              f"WGSL does not compile for variant {vid!r} ({label}), pass {r.pass_id!r}:\n{exc.detail}",
+                              variant=vid, dtype=label, case=call.case)  # fmt: skip
+                    done.add(wgsl)
+                    continue
+                done.add(wgsl)
+                cov.pipelines += 1
+        if not accepted_any:
+            reasons = "; ".join(f"{vv.variant.id}: {judge(vv, scope)[0].reason()}" for vv in program.variants)
+            severity = ERROR if call.source == TEST_FILE else WARNING
+            out.add(severity, call.source, call.json_path,
+                    f"no variant accepts case {call.case!r} ({label}) on this adapter: {reasons}",
+                    dtype=label, case=call.case)  # fmt: skip
+    for cov in coverage.values():
+        if cov.cases:
+            continue
+        if "float16" in cov.dtype and not device.info.has_f16:
+            cov.note = "no shader-f16"
+            out.warning("", "", f"this adapter has no shader-f16 feature: variant {cov.variant!r} ({cov.dtype}) "
+                                "was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
+            continue
+        v = manifest.variant(cov.variant)
+        out.warning(MANIFEST_FILE, v.json_path if v else "",
+                    f"no test.json or bench.json case exercises variant {cov.variant!r} with {cov.dtype}: "
+                    "it was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
+    report.coverage = sorted(coverage.values(), key=lambda c: ([v.id for v in manifest.variants].index(c.variant)
+                                                                if manifest.variant(c.variant) else 99, c.dtype))  # fmt: skip
+
+
+# --- isolation --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ValidateJob:
+    path: str
+    adapter: str | None
+    gpu: bool
+
+
+def _child_main(conn: Any, job: ValidateJob) -> None:
+    from .package_tests import CRASH_HOOK_ENV
+
+    crash_at = os.environ.get(CRASH_HOOK_ENV)
+
+    def progress(kind: str, value: Any) -> None:
+        conn.send(("progress", kind, value))
+        if kind == "start" and crash_at and value.get("case") == crash_at:
+            os._exit(70)  # test-only hook (see package_tests.CRASH_HOOK_ENV)
+
+    try:
+        report = validate_package(job.path, adapter=job.adapter, gpu=job.gpu, progress=progress)
+        conn.send(("done", report.as_dict()))
+    except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as data
+        conn.send(("done", {"crash": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}))
+    finally:
+        conn.close()
+
+
+def validate_package_isolated(
+    path: str | Path,
+    *,
+    adapter: str | None = None,
+    gpu: bool = True,
+    progress: Progress | None = None,
+    timeout: float | None = None,
+) -> ValidationReport:
+    """:func:`validate_package` in a child process; a child that dies is reported as an error."""
+    from .package_tests import describe_exit, run_in_child
+
+    notify = progress or (lambda kind, value: None)
+    result: dict[str, Any] = {}
+    current: list[dict[str, str]] = []
+
+    def handle(message: tuple[Any, ...]) -> None:
+        if message[0] == "progress":
+            if message[1] == "start":
+                current[:] = [message[2]]
+            notify(message[1], message[2])
+        elif message[0] == "done":
+            result.update(message[1])
+
+    finished, code = run_in_child(_child_main, ValidateJob(str(path), adapter, gpu), handle, timeout=timeout)
+    if finished and "crash" not in result:
+        report = ValidationReport.from_dict(result)
+        report.isolated = True
+        return report
+    report = ValidationReport(path=str(Path(path).expanduser()), isolated=True)
+    if finished:
+        message = f"validation failed unexpectedly: {result['crash']}"
+    else:
+        run = current[0] if current else None
+        where = (f" while compiling variant {run['variant']!r} ({run['dtype']}) for case {run['case']!r}"
+                 if run else "")  # fmt: skip
+        message = f"the validation process {describe_exit(code)}{where}"
+    report.problems.append(Problem(ERROR, "", "", message, variant=(current[0]["variant"] if current else None),
+                                   dtype=(current[0]["dtype"] if current else None)))  # fmt: skip
+    return report
+

@@ -1,0 +1,346 @@
+"""A small stand-in for the Hugging Face Hub on 127.0.0.1, for testing the real huggingface_hub client.
+
+It serves **kernel repositories** (``repo_type="kernel"``) from a folder laid out as::
+
+    ROOT/<org>/<name>/<ref>/<files of the repository at that ref>
+
+for example ``ROOT/webgpu-kernels/com.microsoft.QuickGelu/v1/build/webgpu/manifest.json``. Each
+``<ref>`` folder is one commit: its 40-hex sha is derived from the file names and contents when the
+server scans the folder (at start, or on :meth:`HubServer.rescan`), like a git tree hash. A ref
+``main`` that has no folder of its own points at the highest ``vN``. A request may name a ref or
+a commit sha.
+
+Routes (those huggingface_hub 2.x calls for ``snapshot_download``/``hf_hub_download``, plus the
+metadata ones around them)::
+
+    GET  /api/kernels/<org>/<name>[/revision/<rev>]        repo info: {"id", "sha", ...}
+    GET  /api/kernels/<org>/<name>/tree/<rev>[/<path>]     listing (?recursive=true)
+    POST /api/kernels/<org>/<name>/paths-info/<rev>        form: paths=...&paths=...
+    GET  /api/kernels/<org>/<name>/refs                     branches (the ref folders)
+    HEAD /kernels/<org>/<name>/resolve/<rev>/<path>         X-Repo-Commit, ETag, Content-Length
+    GET  /kernels/<org>/<name>/resolve/<rev>/<path>         the bytes
+
+Errors carry the Hub's ``X-Error-Code`` header (``RepoNotFound``, ``RevisionNotFound``,
+``EntryNotFound``), which the client turns into its typed errors. Files are read at request time
+and their ETag is their git blob sha1, so a file changed on disk after the scan is served under
+the *same* commit: that is how the tests simulate a tampered server. Files are plain git blobs
+(no LFS redirects, no Xet): the client then downloads them straight from ``resolve``.
+
+Standard library only. Run it by hand: ``python tests/hub_server.py ROOT [--port N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import threading
+from dataclasses import dataclass
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Self
+from urllib.parse import parse_qs, unquote, urlsplit
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_VERSION = re.compile(r"^v([1-9][0-9]*)$")
+
+
+def git_blob_sha1(data: bytes) -> str:
+    """The git object id of a file's bytes (what the Hub sends as ETag of a non-LFS file)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Revision:
+    ref: str
+    folder: Path
+    commit: str
+
+
+class HubServer:
+    """A threaded HTTP server speaking enough of the Hub API for downloads. Use as a context manager
+    or with :meth:`start`/:meth:`stop`; :attr:`url` is the endpoint to put in ``HF_ENDPOINT``."""
+
+    def __init__(self, root: str | Path, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.root = Path(root)
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every request, in order
+        self._lock = threading.Lock()
+        self._repos: dict[str, list[Revision]] = {}
+        self.rescan()
+        handler = type("Handler", (_Handler,), {"hub": self})
+        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="hub-server", daemon=True)  # fmt: skip
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- the repositories -------------------------------------------------------------------------
+
+    def rescan(self) -> None:
+        """Recompute the refs and commit shas from the folder (after adding or changing revisions)."""
+        repos: dict[str, list[Revision]] = {}
+        if self.root.is_dir():
+            for org in sorted(p for p in self.root.iterdir() if p.is_dir()):
+                for repo in sorted(p for p in org.iterdir() if p.is_dir()):
+                    revisions = [
+                        Revision(ref.name, ref, self._tree_sha(f"{org.name}/{repo.name}", ref))
+                        for ref in sorted(p for p in repo.iterdir() if p.is_dir())
+                    ]
+                    repos[f"{org.name}/{repo.name}"] = revisions
+        with self._lock:
+            self._repos = repos
+
+    def revisions(self, repo_id: str) -> dict[str, str]:
+        """{ref: commit sha} of a repository, ``main`` included."""
+        with self._lock:
+            revs = list(self._repos.get(repo_id, []))
+        out = {r.ref: r.commit for r in revs}
+        main = self._main(revs)
+        if main is not None:
+            out.setdefault("main", main.commit)
+        return out
+
+    def commit_of(self, repo_id: str, ref: str) -> str:
+        return self.revisions(repo_id)[ref]
+
+    @staticmethod
+    def _tree_sha(repo_id: str, folder: Path) -> str:
+        h = hashlib.sha1(repo_id.encode())
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            h.update(b"\0" + path.relative_to(folder).as_posix().encode() + b"\0")
+            h.update(git_blob_sha1(path.read_bytes()).encode())
+        return h.hexdigest()
+
+    @staticmethod
+    def _main(revs: list[Revision]) -> Revision | None:
+        by_name = {r.ref: r for r in revs}
+        if "main" in by_name:
+            return by_name["main"]
+        versions = [r for r in revs if _VERSION.match(r.ref)]
+        return max(versions, key=lambda r: int(r.ref[1:])) if versions else None
+
+    def _lookup(self, repo_id: str, rev: str) -> Revision | None | bool:
+        """The revision, None if the repository is unknown, False if the revision is."""
+        with self._lock:
+            revs = self._repos.get(repo_id)
+        if revs is None:
+            return None
+        for r in revs:
+            if r.ref == rev or r.commit == rev:
+                return r
+        if rev == "main":
+            return self._main(revs) or False
+        return False
+
+
+def _entries(folder: Path, path: str, *, recursive: bool) -> list[dict] | None:
+    """Tree entries under ``path`` of a revision folder (None if there is no such folder)."""
+    base = folder / path if path else folder
+    if not base.is_dir() or (path and ".." in Path(path).parts):
+        return None
+    items = base.rglob("*") if recursive else base.iterdir()
+    out = []
+    for p in sorted(items):
+        out.append(_entry(folder, p))
+    return out
+
+
+def _entry(folder: Path, p: Path) -> dict:
+    rel = p.relative_to(folder).as_posix()
+    if p.is_dir():
+        return {"type": "directory", "oid": hashlib.sha1(rel.encode()).hexdigest(), "size": 0, "path": rel}
+    data = p.read_bytes()
+    return {"type": "file", "oid": git_blob_sha1(data), "size": len(data), "path": rel}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    hub: HubServer
+    server_version = "hub-server/1"
+    # HTTP/1.0: one request per connection, so that stop() really ends the service.
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    # --- dispatch ---------------------------------------------------------------------------------
+
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        with self.hub._lock:
+            self.hub.requests.append((method, url.path))
+        segments = [unquote(s) for s in url.path.split("/")[1:]]
+        query = parse_qs(url.query)
+        try:
+            if segments[:2] == ["api", "kernels"] and len(segments) >= 4:
+                self._api(method, f"{segments[2]}/{segments[3]}", segments[4:], query)
+            elif segments[:1] == ["kernels"] and len(segments) >= 6 and segments[3] == "resolve":
+                self._resolve(method, f"{segments[1]}/{segments[2]}", segments[4], "/".join(segments[5:]))
+            elif segments[:1] == ["api"]:
+                self._error(404, "RepoNotFound", "Repository not found")
+            else:
+                self._error(404, None, "Not found")
+        except BrokenPipeError:  # the client went away
+            pass
+
+    # --- /api/kernels/... -------------------------------------------------------------------------
+
+    def _api(self, method: str, repo_id: str, rest: list[str], query: dict) -> None:
+        if rest == ["refs"] and method == "GET":
+            revs = self.hub.revisions(repo_id)
+            if not revs:
+                return self._error(404, "RepoNotFound", "Repository not found")
+            branches = [{"name": r, "ref": f"refs/heads/{r}", "targetCommit": c} for r, c in sorted(revs.items())]
+            return self._json({"branches": branches, "tags": [], "converts": [], "pullRequests": []})
+        if method == "POST" and len(rest) == 2 and rest[0] == "paths-info":
+            rev = self._revision(repo_id, rest[1])
+            if rev is None:
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            form = parse_qs(self.rfile.read(length).decode()) if length else {}
+            out = []
+            for path in form.get("paths", []):
+                p = rev.folder / path
+                if path and ".." not in Path(path).parts and p.exists():
+                    out.append(_entry(rev.folder, p))
+            return self._json(out, commit=rev.commit)
+        if method != "GET":
+            return self._error(405, None, "Method not allowed")
+        if rest == [] or (len(rest) == 2 and rest[0] == "revision"):
+            rev = self._revision(repo_id, rest[1] if rest else "main")
+            if rev is None:
+                return
+            # Like the Hub's kernel info: no "siblings" (clients list files with the tree route).
+            info = {
+                "id": repo_id, "author": repo_id.split("/")[0], "sha": rev.commit, "private": False,
+                "gated": False, "downloads": 0, "likes": 0, "lastModified": "2026-09-01T00:00:00.000Z",
+            }  # fmt: skip
+            return self._json(info, commit=rev.commit)
+        if len(rest) >= 2 and rest[0] == "tree":
+            rev = self._revision(repo_id, rest[1])
+            if rev is None:
+                return
+            recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
+            entries = _entries(rev.folder, "/".join(rest[2:]), recursive=recursive)
+            if entries is None:
+                return self._error(404, "EntryNotFound", "Entry not found", commit=rev.commit)
+            return self._json(entries, commit=rev.commit)
+        return self._error(404, None, "Not found")
+
+    # --- /kernels/<repo>/resolve/<rev>/<path> -----------------------------------------------------
+
+    def _resolve(self, method: str, repo_id: str, rev_name: str, path: str) -> None:
+        if method not in ("GET", "HEAD"):
+            return self._error(405, None, "Method not allowed")
+        rev = self._revision(repo_id, rev_name)
+        if rev is None:
+            return
+        file = rev.folder / path
+        if not path or ".." in Path(path).parts or not file.is_file():
+            return self._error(404, "EntryNotFound", f"{path} does not exist at {rev_name}", commit=rev.commit)
+        data = file.read_bytes()
+        etag = git_blob_sha1(data)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("ETag", f'"{etag}"')
+        self.send_header("X-Repo-Commit", rev.commit)
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Last-Modified", formatdate(usegmt=True))
+        self.end_headers()
+        if method == "GET":
+            self.wfile.write(data)
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _revision(self, repo_id: str, rev: str) -> Revision | None:
+        found = self.hub._lookup(repo_id, rev)
+        if found is None:
+            self._error(404, "RepoNotFound", "Repository not found")
+            return None
+        if found is False:
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            return None
+        return found
+
+    def _json(self, value: object, *, commit: str | None = None) -> None:
+        body = json.dumps(value).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        if commit:
+            self.send_header("X-Repo-Commit", commit)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _error(self, status: int, code: str | None, message: str, *, commit: str | None = None) -> None:
+        body = json.dumps({"error": message}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        if code:
+            self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", message)
+        if commit:
+            self.send_header("X-Repo-Commit", commit)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+def main() -> None:  # pragma: no cover - manual use
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", type=Path, help="folder of <org>/<name>/<ref>/ repositories")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    server = HubServer(args.root, host=args.host, port=args.port)
+    for repo in sorted(server._repos):
+        for ref, commit in sorted(server.revisions(repo).items()):
+            print(f"{repo}@{ref} = {commit}", flush=True)
+    print(f"serving {args.root} at {server.url} (HF_ENDPOINT={server.url})", flush=True)
+    try:
+        server._httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server._httpd.server_close()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,324 @@
+"""test.json and bench.json: schemas, the input generator, data files, the comparison rule."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels import casefile
+from webgpu_kernels.benchmark import expand_cases
+from webgpu_kernels.casefile import CaseFileError, Tolerance, compare
+from webgpu_kernels.package import embedded_ids, open_embedded
+
+REPO = Path(__file__).resolve().parent.parent
+QUICK_GELU = "com.microsoft.QuickGelu"
+BIAS_ADD = "com.microsoft.BiasAdd"
+
+
+def npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def safetensors(tensors: dict[str, np.ndarray]) -> bytes:
+    codes = {"float32": "F32", "float16": "F16", "int32": "I32"}
+    header, body, offset = {}, b"", 0
+    for name, array in tensors.items():
+        data = array.astype(array.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": codes[array.dtype.name], "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(data)]}  # fmt: skip
+        body += data
+        offset += len(data)
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + body
+
+
+def build(spec: dict, dtype: str | None = "float32", files: dict[str, bytes] | None = None) -> np.ndarray:
+    def read(name: str) -> bytes:
+        if files is None or name not in files:
+            raise wk.PackageError("file not found in the package", path=name)
+        return files[name]
+
+    return casefile.build_tensor(spec, dtype=dtype, read_bytes=read, file="test.json", where="cases[0].inputs.X")
+
+
+# --- the generator ----------------------------------------------------------------------------------
+
+
+def test_uniform_bits_are_splitmix64() -> None:
+    # SplitMix64 seeded with 0: 0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F.
+    expected = [0xE220A8397B1DCDAF >> 11, 0x6E789E6AA1B965F4 >> 11, 0x06C45D188009454F >> 11]
+    assert list(casefile.uniform_bits(0, 3)) == [v * 2.0**-53 for v in expected]
+    # Element i does not depend on how many are drawn.
+    assert casefile.uniform_bits(7, 10)[:4].tolist() == casefile.uniform_bits(7, 4).tolist()
+
+
+def test_generated_values() -> None:
+    u = casefile.generate({"distribution": "uniform", "seed": 3, "low": -2.0, "high": 5.0}, (1000,), "float64")
+    assert u.min() >= -2.0 and u.max() < 5.0 and abs(u.mean() - 1.5) < 0.3
+    n = casefile.generate({"distribution": "normal", "seed": 4, "mean": 1.0, "std": 3.0}, (20001,), "float64")
+    assert abs(n.mean() - 1.0) < 0.1 and abs(n.std() - 3.0) < 0.1
+    odd = casefile.generate({"distribution": "normal", "seed": 4, "mean": 1.0, "std": 3.0}, (5,), "float64")
+    assert odd.tolist() == n[:5].tolist()
+    # The pairs are Box-Muller's (cos, sin) of the same radius.
+    z = casefile.generate({"distribution": "normal", "seed": 9}, (2,), "float64")
+    u = casefile.uniform_bits(9, 2)
+    r = math.sqrt(-2.0 * math.log1p(-u[0]))
+    assert z[0] == pytest.approx(r * math.cos(2 * math.pi * u[1]), rel=1e-15)
+    assert z[1] == pytest.approx(r * math.sin(2 * math.pi * u[1]), rel=1e-15)
+    f16 = casefile.generate({"distribution": "normal", "seed": 4, "mean": 1.0, "std": 3.0}, (4, 5), "float16")
+    assert f16.dtype == np.float16 and f16.shape == (4, 5)
+    assert f16.reshape(-1).tolist() == n[:20].astype(np.float16).tolist()
+    assert casefile.generate({"distribution": "normal", "seed": 1}, (0, 3), "float32").shape == (0, 3)
+    assert casefile.generate({"distribution": "normal", "seed": 1}, (), "float32").shape == ()
+
+
+def test_cast_rules() -> None:
+    values = np.array([1.5, 2.5, -0.5, 70000.0, -1e9, 3e9])
+    assert casefile.cast(values, "int32").tolist() == [2, 2, 0, 70000, -1000000000, 2**31 - 1]
+    assert casefile.cast(values, "uint8").tolist() == [2, 2, 0, 255, 0, 255]
+    f16 = casefile.cast(np.array([65504.0, 65520.0, 131008.0, 1e-8]), "float16")
+    assert f16.tolist() == [65504.0, math.inf, math.inf, 0.0]
+    with pytest.raises(ValueError, match="NaN"):
+        casefile.cast(np.array([math.nan]), "int32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_encode_decode_round_trip(dtype: str) -> None:
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.standard_normal(200) * 10.0**rng.integers(-6, 4, 200),
+                             [math.nan, math.inf, -math.inf, 0.0, -0.0, 65504.0, 6e-8, 1.0, -3.0]])  # fmt: skip
+    array = values.astype(dtype)
+    encoded = casefile.encode_values(array)
+    text = json.dumps(encoded, allow_nan=False)  # plain JSON
+    back = casefile.cast(np.asarray(casefile.decode_values(json.loads(text)), dtype=np.float64), dtype)
+    assert back.tobytes() == array.tobytes()  # bit for bit, signed zero and NaN included
+    assert "-0.0" in text and '"nan"' in text and '"-inf"' in text
+
+
+# --- tensor entries -----------------------------------------------------------------------------------
+
+
+def test_inline_values() -> None:
+    flat = build({"shape": [2, 3], "values": [1, 2, 3, 4, "nan", "-inf"]})
+    nested = build({"shape": [2, 3], "values": [[1, 2, 3], [4, "nan", "-inf"]]})
+    assert flat.dtype == np.float32 and flat.shape == (2, 3)
+    assert np.array_equal(flat, nested, equal_nan=True)
+    assert build({"shape": [], "values": -1.25}).shape == ()
+    assert build({"shape": [], "values": [7]}).tolist() == 7.0
+    assert build({"shape": [0, 4], "values": []}).shape == (0, 4)
+    assert build({"shape": [2], "values": [True, False]}, dtype="int32").tolist() == [1, 0]
+    with pytest.raises(CaseFileError, match=r"5 values .* for shape \[2, 3\]") as info:
+        build({"shape": [2, 3], "values": [1, 2, 3, 4, 5]})
+    assert info.value.json_path == "cases[0].inputs.X.values"
+    with pytest.raises(CaseFileError, match="no dtype"):
+        build({"shape": [1], "values": [1]}, dtype=None)
+
+
+def test_special_values_are_written_over_generated_data() -> None:
+    spec = {"shape": [4, 4], "generate": {"distribution": "normal", "seed": 1},
+            "special": {"at": [0, 5, 15], "values": ["nan", "inf", 65504]}}  # fmt: skip
+    array = build(spec, dtype="float16")
+    flat = array.reshape(-1)
+    assert math.isnan(flat[0]) and flat[5] == np.inf and flat[15] == 65504
+    plain = build({k: v for k, v in spec.items() if k != "special"}, dtype="float16").reshape(-1)
+    assert flat[1:5].tolist() == plain[1:5].tolist()
+    with pytest.raises(CaseFileError, match="out of range") as info:
+        build({**spec, "special": {"at": [16], "values": [1]}})
+    assert info.value.json_path == "cases[0].inputs.X.special.at"
+
+
+def test_data_files() -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    h = np.linspace(-1, 1, 6, dtype=np.float16)
+    archive = io.BytesIO()
+    np.savez(archive, a=x, b=h)
+    files = {"x.npy": npy(x), "both.npz": archive.getvalue(), "t.safetensors": safetensors({"x": x, "h": h}),
+             "one.safetensors": safetensors({"h": h})}  # fmt: skip
+    assert build({"file": "x.npy"}, files=files).tolist() == x.tolist()
+    assert build({"file": "x.npy", "shape": [3, 4]}, files=files).dtype == np.float32
+    assert build({"file": "both.npz", "tensor": "a"}, files=files).tolist() == x.tolist()
+    assert build({"file": "t.safetensors", "tensor": "x"}, files=files).tolist() == x.tolist()
+    assert build({"file": "one.safetensors"}, dtype="float16", files=files).tolist() == h.tolist()
+    with pytest.raises(CaseFileError, match="holds float32 data, the input is float16"):
+        build({"file": "x.npy"}, dtype="float16", files=files)
+    with pytest.raises(CaseFileError, match=r"holds shape \[3, 4\]"):
+        build({"file": "x.npy", "shape": [12]}, files=files)
+    with pytest.raises(CaseFileError, match="name one with 'tensor'"):
+        build({"file": "both.npz"}, files=files)
+    with pytest.raises(CaseFileError, match="no tensor 'y'"):
+        build({"file": "t.safetensors", "tensor": "y"}, files=files)
+    with pytest.raises(CaseFileError, match="file not found"):
+        build({"file": "missing.npy"}, files=files)
+    with pytest.raises(CaseFileError):
+        build({"file": "bad.npy"}, files={"bad.npy": b"not numpy"})
+    pickled = io.BytesIO()
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(CaseFileError):
+        build({"file": "obj.npy"}, files={"obj.npy": pickled.getvalue()})
+
+
+# --- test.json --------------------------------------------------------------------------------------
+
+
+def minimal_case(**extra) -> dict:
+    case = {"name": "c", "types": {"T": "float32"}, "inputs": {"X": {"shape": [2], "values": [1, 2]}},
+            "expected": {"Y": {"shape": [2], "values": [1, 2]}}}  # fmt: skip
+    case.update(extra)
+    return case
+
+
+def test_schema_errors_all_with_json_paths() -> None:
+    data = {
+        "tolerances": {"float32": {"rtol": -1}},
+        "cases": [
+            minimal_case(inputs={"X": {"shape": [2], "generate": {"distribution": "gaussian", "seed": 1}}}),
+            minimal_case(name="d", expected={"Y": {"values": [1]}}),
+            minimal_case(name="e", typo=1),
+        ],
+    }
+    errors = casefile.check_test_data(data)
+    paths = {e.json_path for e in errors}
+    assert "tolerances.float32.rtol" in paths
+    assert "cases[0].inputs.X.generate.distribution" in paths
+    assert "cases[1].expected.Y" in paths
+    assert "cases[2]" in paths
+    with pytest.raises(CaseFileError):
+        casefile.parse_test_file(data)
+
+
+def test_structure_errors() -> None:
+    data = {"cases": [
+        minimal_case(),
+        minimal_case(inputs={"X": {"shape": [2], "values": [1, 2], "generate": {"distribution": "normal", "seed": 1}}}),
+        minimal_case(name="u", inputs={"X": {"shape": [2], "generate": {"distribution": "uniform", "seed": 1,
+                                                                         "mean": 0, "low": 3, "high": 1}}}),
+        minimal_case(name="s", inputs={"X": {"shape": [2], "values": [1, 2], "special": {"at": [0, 1], "values": [1]}}}),
+    ]}  # fmt: skip
+    messages = {(e.json_path, e.detail) for e in casefile.check_test_data(data)}
+    assert ("cases[1].name", "duplicate case name 'c' (also cases[0])") in messages
+    assert any(p == "cases[1].inputs.X" and "exactly one of" in m for p, m in messages)
+    assert any(p == "cases[2].inputs.X.generate" and "['mean'] do not apply" in m for p, m in messages)
+    assert any(p == "cases[2].inputs.X.generate" and "low is above high" in m for p, m in messages)
+    assert any(p == "cases[3].inputs.X.special" for p, m in messages)
+
+
+def test_tolerances_merge_per_key() -> None:
+    data = {"tolerances": {"float32": {"rtol": 1e-5, "atol": 1e-6}, "float16": {"rtol": 1e-3}},
+            "cases": [minimal_case(tolerances={"float32": {"rtol": 2e-5}}), minimal_case(name="d")]}  # fmt: skip
+    first, second = casefile.parse_test_file(data).cases
+    assert first.tolerance("float32") == Tolerance(rtol=2e-5, atol=1e-6)
+    assert second.tolerance("float32") == Tolerance(rtol=1e-5, atol=1e-6)
+    assert first.tolerance("float16") == Tolerance(rtol=1e-3, atol=0.0)
+    assert first.tolerance("int32") == Tolerance()
+
+
+def test_case_inputs_and_expected_through_the_manifest() -> None:
+    manifest = wk.get_kernel(BIAS_ADD).manifest
+    data = {"cases": [{
+        "name": "c", "types": {"T": "float16"},
+        "inputs": {"X": {"shape": [1, 1, 4], "values": [1, 2, 3, 4]}, "bias": {"shape": [4], "dtype": "float16",
+                                                                            "values": [0, 0, 0, 0.1]},
+                   "skip": {"shape": [1, 1, 4], "generate": {"distribution": "normal", "seed": 5}}},
+        "expected": {"Y": {"shape": [1, 1, 4], "values": [1, 2, 3, 0.1]}},
+    }]}  # fmt: skip
+    case = casefile.parse_test_file(data).cases[0]
+    arrays = case.build_inputs(manifest, lambda name: b"")
+    assert {a.dtype for a in arrays.values()} == {np.dtype(np.float16)}
+    assert case.type_label(manifest) == "float16"
+    expected = case.build_expected(lambda name: b"", {"Y": "float16"})["Y"]
+    assert expected.dtype == np.float64
+    assert expected.reshape(-1)[3] == float(np.float16(0.1))  # stored precision: the output's dtype
+    bad = casefile.parse_test_file({"cases": [{**data["cases"][0], "inputs": {"W": {"shape": [1], "values": [1]}}}]})
+    with pytest.raises(CaseFileError, match="'W' is not an input") as info:
+        bad.cases[0].build_inputs(manifest, lambda name: b"")
+    assert info.value.json_path == "cases[0].inputs.W"
+
+
+# --- the comparison -----------------------------------------------------------------------------------
+
+
+def test_compare_rules() -> None:
+    want = np.array([1.0, np.nan, np.inf, -np.inf, 0.0, 100.0])
+    ok = compare("Y", np.array([1.0, np.nan, np.inf, -np.inf, -0.0, 100.0009]), want, Tolerance(rtol=1e-5, atol=0))
+    assert ok.ok and ok.mismatches == 0
+    assert ok.max_abs_error == pytest.approx(0.0009) and ok.max_rel_error == pytest.approx(9e-6)
+    bad = compare("Y", np.array([1.0, 0.0, np.inf, np.inf, 0.0, 100.0]), want, Tolerance(rtol=1e-5))
+    assert not bad.ok and bad.mismatches == 2
+    assert "1 NaN position mismatch" in bad.message and "first at [1]" in bad.message
+    assert not compare("Y", np.array([np.nan]), np.array([1.0]), Tolerance(atol=1.0)).ok
+    assert not compare("Y", np.array([np.inf]), np.array([1e300]), Tolerance(rtol=1.0)).ok
+    edge = compare("Y", np.array([1.5]), np.array([1.0]), Tolerance(rtol=0.25, atol=0.25))
+    assert edge.ok  # |1.5 - 1| <= 0.25 + 0.25 * 1
+    assert not compare("Y", np.array([1.51]), np.array([1.0]), Tolerance(rtol=0.25, atol=0.25)).ok
+    shape = compare("Y", np.zeros((2, 2)), np.zeros(4), Tolerance())
+    assert not shape.ok and "shape [2, 2], expected [4]" in shape.message
+    empty = compare("Y", np.zeros((0, 3), np.float16), np.zeros((0, 3)), Tolerance())
+    assert empty.ok and empty.max_abs_error is None
+    scalar = compare("Y", np.float32(2.0), np.array(1.0), Tolerance())
+    assert not scalar.ok and "first at []" in scalar.message
+
+
+# --- bench.json -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op_id", [QUICK_GELU, BIAS_ADD])
+def test_shipped_bench_json_parses_like_expand_cases(op_id: str) -> None:
+    package = open_embedded(op_id)
+    data = package.read_json("bench.json")
+    assert casefile.check_bench_data(data) == []
+    bench = casefile.parse_bench_file(data)
+    manifest = wk.get_kernel(op_id).manifest
+    ours = [(i.case.name, i.types, {k: v[0] for k, v in i.inputs.items()}) for c in bench.cases for i in c.expand(manifest)]
+    theirs = [(c["name"], c["types"], {k: tuple(v["shape"]) for k, v in c["inputs"].items()}) for c in expand_cases(data)]
+    assert ours == theirs
+    assert {i.type_label() for c in bench.cases for i in c.expand(manifest)} == {"float32", "float16"}
+
+
+def test_bench_errors() -> None:
+    bad = {"cases": [{"name": "a", "inputs": {"X": {"shape": [4]}}, "types": {"T": "float32"}},
+                     {"name": "a", "inputs": {"X": {"shape": [-1]}}}]}  # fmt: skip
+    paths = {e.json_path for e in casefile.check_bench_data(bad)}
+    assert {"cases[0].types.T", "cases[1].inputs.X.shape[0]"} <= paths
+    dup = {"cases": [{"name": "a", "inputs": {"X": {"shape": [4]}}}, {"name": "a", "inputs": {"X": {"shape": [4]}}}]}
+    assert [e.json_path for e in casefile.check_bench_data(dup)] == ["cases[1].name"]
+    manifest = wk.get_kernel(QUICK_GELU).manifest
+    case = casefile.parse_bench_file({"cases": [{"name": "a", "inputs": {"X": {"shape": [4]}}}]}).cases[0]
+    with pytest.raises(CaseFileError, match="no dtype"):
+        case.expand(manifest)
+    typed = casefile.parse_bench_file({"cases": [{"name": "a", "inputs": {"X": {"shape": [4], "dtype": "float16"}}}]})
+    assert typed.cases[0].expand(manifest)[0].inputs == {"X": ((4,), "float16")}
+
+
+# --- the embedded test.json files ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op_id", [QUICK_GELU, BIAS_ADD])
+def test_shipped_test_json_is_valid(op_id: str) -> None:
+    package = open_embedded(op_id)
+    test_file = casefile.read_test_file(package)
+    manifest = wk.get_kernel(op_id).manifest
+    for case in test_file.cases:
+        arrays = case.build_inputs(manifest, package.read_bytes)
+        expected = case.build_expected(package.read_bytes, {"Y": case.type_label(manifest)})
+        assert expected["Y"].shape == arrays["X"].shape, case.name
+    labels = {c.type_label(manifest) for c in test_file.cases}
+    assert labels == {"float32", "float16"}
+
+
+def test_generator_script_output_is_current() -> None:
+    """test.json and its data files are what scripts/make_test_cases.py writes (from the float64 references)."""
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "make_test_cases.py"), "--check"],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(line.split(":")[0] for line in result.stdout.splitlines()) == sorted(embedded_ids())

@@ -1,0 +1,267 @@
+"""metadata.json: digests checked when a package is opened, and written by ``webgpu-kernels digest``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import webgpu_kernels as wk
+from webgpu_kernels import digests
+from webgpu_kernels.cli import main
+from webgpu_kernels.errors import DigestError, PackageError
+from webgpu_kernels.package import embedded_ids, embedded_root, open_embedded, open_folder
+
+QUICK_GELU = "com.microsoft.QuickGelu"
+BIAS_ADD = "com.microsoft.BiasAdd"
+
+
+def copy_package(op_id: str, dest: Path) -> Path:
+    """A writable copy of an embedded package (its metadata.json included)."""
+    shutil.copytree(embedded_root() / op_id, dest)
+    for path in dest.rglob("*"):
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    return dest
+
+
+@pytest.fixture
+def qg(tmp_path: Path) -> Path:
+    return copy_package(QUICK_GELU, tmp_path / "qg")
+
+
+def flip_byte(path: Path, offset: int = 10) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+# --- the embedded packages ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op_id", [QUICK_GELU, BIAS_ADD])
+def test_embedded_packages_are_verified(op_id: str) -> None:
+    package = open_embedded(op_id)
+    assert package.is_verified
+    assert package.metadata["id"] == op_id
+    assert package.metadata["version"] == 1
+    listed = set(package.metadata["digest"]["files"])
+    assert {"manifest.json", "test.json", "bench.json"} <= listed
+    assert listed == set(digests.package_files(package.root))
+    # What the engine reads is the verified bytes.
+    assert package.read_bytes("manifest.json") is package.verified["manifest.json"]
+
+
+@pytest.mark.parametrize("op_id", [QUICK_GELU, BIAS_ADD])
+def test_embedded_metadata_is_current(op_id: str) -> None:
+    """Editing a file of an embedded package needs `webgpu-kernels digest` (or make_test_cases.py) after."""
+    root = embedded_root() / op_id
+    existing = json.loads((root / "metadata.json").read_text("utf-8"))
+    _, changes = digests.build_metadata(root, existing)
+    stale = [(c.file, c.status) for c in changes if c.status != "unchanged"]
+    assert not stale, f"run `webgpu-kernels digest {root}`: {stale}"
+
+
+def test_embedded_packages_are_small() -> None:
+    for op_id in embedded_ids():
+        size = sum(p.stat().st_size for p in (embedded_root() / op_id).rglob("*") if p.is_file())
+        assert size < 200 * 1024, (op_id, size)
+
+
+def test_opening_is_fast() -> None:
+    start = time.perf_counter()
+    for _ in range(10):
+        open_embedded(QUICK_GELU)
+    assert (time.perf_counter() - start) / 10 < 0.05
+
+
+# --- refusals -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["quick-gelu.wgsl.jinja", "manifest.json", "test.json", "bench.json",
+                                  "data/vec4-2x64-f32.Y.npy"])  # fmt: skip
+def test_one_byte_changed_is_refused(qg: Path, name: str) -> None:
+    open_folder(qg)  # loads before the change
+    flip_byte(qg / name)
+    with pytest.raises(DigestError) as info:
+        open_folder(qg)
+    assert info.value.file == name
+    assert info.value.reason == "mismatch"
+    assert name in str(info.value) and "does not match metadata.json" in str(info.value)
+    with pytest.raises(DigestError):
+        wk.load_kernel(qg)
+
+
+def test_unlisted_template_is_refused(qg: Path) -> None:
+    (qg / "helpers.wgsl.jinja").write_text("// not listed\n", encoding="utf-8")
+    with pytest.raises(DigestError) as info:
+        open_folder(qg)
+    assert info.value.file == "helpers.wgsl.jinja" and info.value.reason == "unlisted"
+    assert "not listed" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["extra.json", "data/extra.npy", "sub/dir/x.safetensors", "inc.wgsl"])
+def test_unlisted_content_files_anywhere_are_refused(qg: Path, name: str) -> None:
+    (qg / name).parent.mkdir(parents=True, exist_ok=True)
+    (qg / name).write_bytes(b"x")
+    with pytest.raises(DigestError) as info:
+        open_folder(qg)
+    assert info.value.file == name
+
+
+def test_unlisted_other_and_hidden_files_are_allowed(qg: Path) -> None:
+    (qg / "README.md").write_text("about\n", encoding="utf-8")
+    (qg / ".DS_Store").write_bytes(b"\0")
+    (qg / ".git").mkdir()
+    (qg / ".git" / "config.json").write_text("{}", encoding="utf-8")
+    assert open_folder(qg).is_verified
+
+
+def test_missing_listed_file_is_refused(qg: Path) -> None:
+    (qg / "bench.json").unlink()
+    with pytest.raises(DigestError) as info:
+        open_folder(qg)
+    assert info.value.file == "bench.json" and info.value.reason == "missing"
+
+
+def test_several_problems_are_counted(qg: Path) -> None:
+    flip_byte(qg / "bench.json")
+    (qg / "other.jinja").write_text("x", encoding="utf-8")
+    with pytest.raises(DigestError, match="and 1 more digest problem"):
+        open_folder(qg)
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda m: m["digest"].update(algorithm="md5"), "'sha256' was expected"),
+        (lambda m: m["digest"]["files"].update({"manifest.json": "abc"}), "does not match"),
+        (lambda m: m.pop("id"), "'id' is a required property"),
+        (lambda m: m.update(extra=1), "Additional properties"),
+        (lambda m: m["digest"]["files"].update({"../escape.json": "0" * 64}), "does not match"),
+    ],
+)
+def test_malformed_metadata_is_refused(qg: Path, edit, fragment: str) -> None:
+    path = qg / "metadata.json"
+    data = json.loads(path.read_text("utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(DigestError, match=fragment) as info:
+        open_folder(qg)
+    assert info.value.file == "metadata.json" and info.value.reason == "metadata"
+
+
+def test_metadata_that_is_not_json_is_refused(qg: Path) -> None:
+    (qg / "metadata.json").write_text("{nope", encoding="utf-8")
+    with pytest.raises(DigestError, match="invalid JSON") as info:
+        open_folder(qg)
+    assert info.value.file == "metadata.json"
+
+
+def test_package_without_metadata_loads_unverified(qg: Path) -> None:
+    (qg / "metadata.json").unlink()
+    package = open_folder(qg)
+    assert not package.is_verified and package.metadata is None
+    assert wk.load_kernel(qg).op_id == QUICK_GELU
+    with pytest.raises(DigestError, match="no metadata.json"):
+        open_folder(qg, require_metadata=True)
+
+
+def test_verification_can_be_skipped(qg: Path) -> None:
+    flip_byte(qg / "manifest.json", offset=3)
+    assert not open_folder(qg, verify_digests=False).is_verified
+
+
+def test_reads_after_open_see_the_verified_bytes(qg: Path) -> None:
+    package = open_folder(qg)
+    original = package.read_text("quick-gelu.wgsl.jinja")
+    (qg / "quick-gelu.wgsl.jinja").write_text("changed after opening", encoding="utf-8")
+    assert package.read_text("quick-gelu.wgsl.jinja") == original
+    (qg / "late.wgsl.jinja").write_text("added after opening", encoding="utf-8")
+    assert package.has("late.wgsl.jinja")
+    with pytest.raises(DigestError, match="added after the package was opened"):
+        package.read_text("late.wgsl.jinja")
+    (qg / "NOTES.txt").write_text("not a content file", encoding="utf-8")
+    assert package.read_text("NOTES.txt") == "not a content file"
+
+
+@pytest.mark.parametrize("name", ["../x.json", "/etc/passwd", "a/../../x", "", "a\\b"])
+def test_names_leaving_the_package_are_refused(qg: Path, name: str) -> None:
+    with pytest.raises(PackageError):
+        open_folder(qg).read_bytes(name)
+
+
+def test_symlinked_files_count_as_their_targets(tmp_path: Path) -> None:
+    """A Hugging Face cache snapshot is a folder of symlinks into a blob store."""
+    source = copy_package(QUICK_GELU, tmp_path / "blobs")
+    snapshot = tmp_path / "snapshot"
+    for path in source.rglob("*"):
+        if path.is_file():
+            link = snapshot / path.relative_to(source)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(path, link)
+    package = open_folder(snapshot)
+    assert package.is_verified
+    assert wk.Kernel(package).op_id == QUICK_GELU
+
+
+# --- writing ----------------------------------------------------------------------------------------
+
+
+def test_write_metadata_for_a_new_package(tmp_path: Path) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    (root / "metadata.json").unlink()
+    metadata, changes = digests.write_metadata(root)
+    assert metadata["id"] == QUICK_GELU and metadata["version"] == 1
+    assert metadata["provenance"]["generator"].startswith("webgpu-kernels")
+    assert {c.status for c in changes} == {"added"}
+    assert open_folder(root).is_verified
+    on_disk = json.loads((root / "metadata.json").read_text("utf-8"))
+    assert on_disk == metadata
+
+
+def test_refresh_keeps_identity_and_reports_changes(qg: Path) -> None:
+    path = qg / "metadata.json"
+    data = json.loads(path.read_text("utf-8"))
+    data["version"] = 3
+    data["provenance"] = {"source": "mine", "license": "MIT"}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    flip_byte(qg / "bench.json")
+    (qg / "bench.json").rename(qg / "bench2.json")
+    (qg / "README.md").write_text("hi\n", encoding="utf-8")
+    metadata, changes = digests.write_metadata(qg)
+    assert metadata["version"] == 3 and metadata["provenance"] == {"source": "mine", "license": "MIT"}
+    status = {c.file: c.status for c in changes}
+    assert status["bench2.json"] == "added" and status["README.md"] == "added"
+    assert status["bench.json"] == "removed" and status["manifest.json"] == "unchanged"
+    assert open_folder(qg).is_verified
+
+
+def test_file_names_that_cannot_be_listed_are_refused(qg: Path) -> None:
+    (qg / "bad name.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(PackageError, match="cannot be listed"):
+        digests.write_metadata(qg)
+
+
+def test_digest_command(qg: Path) -> None:
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(main, ["digest", str(qg), "--check"])
+    assert result.exit_code == 0, result.output
+    assert "up to date" in result.stdout
+    flip_byte(qg / "test.json")
+    result = runner.invoke(main, ["digest", str(qg), "--check"])
+    assert result.exit_code == 1 and "out of date" in result.stdout and "changed" in result.stdout
+    result = runner.invoke(main, ["info", str(qg)])
+    assert result.exit_code == 2 and "test.json" in result.stderr and "does not match" in result.stderr
+    result = runner.invoke(main, ["digest", str(qg), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [c["file"] for c in data["changes"] if c["status"] == "changed"] == ["test.json"]
+    assert runner.invoke(main, ["info", str(qg)]).exit_code == 0
+    result = runner.invoke(main, ["digest", str(qg / "nope")])
+    assert result.exit_code == 2 and "not a folder" in result.stderr

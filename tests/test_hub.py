@@ -1,0 +1,330 @@
+"""The Hugging Face Hub path, through the real huggingface_hub client and a local Hub (hub_server.py).
+
+No network: each test starts tests/hub_server.py on a free port of 127.0.0.1, points
+``HF_ENDPOINT`` at it and ``HF_HOME`` at a temporary folder. huggingface_hub reads those (and
+``HF_HUB_OFFLINE``) once, at import; webgpu_kernels.hub reads them at each call and passes them
+explicitly, so monkeypatching the environment is enough. The constants that the client itself
+consults at request time (offline mode, telemetry) are monkeypatched on
+``huggingface_hub.constants`` too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hub_server import HubServer
+
+import webgpu_kernels as wk
+from webgpu_kernels import hub
+from webgpu_kernels.digests import write_metadata
+from webgpu_kernels.errors import DigestError, HubError, PackageError, TrustError
+from webgpu_kernels.package import embedded_root
+
+hf_constants = pytest.importorskip("huggingface_hub.constants")
+
+OFFICIAL = "webgpu-kernels/com.microsoft.QuickGelu"
+OTHER_ORG = "someone-else/com.microsoft.QuickGelu"
+OP_ID = "com.microsoft.QuickGelu"
+
+
+def quick_gelu_ref(x: np.ndarray, alpha: float = 1.702) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return x64 / (1.0 + np.exp(-alpha * x64))
+
+
+def put_package(root: Path, repo_id: str, ref: str, *, op: str = OP_ID, metadata: bool = True) -> Path:
+    """Copy an embedded package into ``root/<repo_id>/<ref>/build/webgpu/`` (with a README beside it)."""
+    repo = root / repo_id / ref
+    pkg = repo / hub.PACKAGE_DIR
+    shutil.copytree(embedded_root() / op, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "README.md").write_text(f"# {repo_id} at {ref}\n", encoding="utf-8")
+    if metadata:
+        write_metadata(pkg)  # refresh the digests of the copy (keeps id, version, provenance)
+    else:
+        (pkg / "metadata.json").unlink(missing_ok=True)
+    return pkg
+
+
+@pytest.fixture
+def hub_env(tmp_path, monkeypatch):
+    """A private Hugging Face home, online mode, no telemetry, no Hub kernels cached in the process."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    # The client asks {ENDPOINT}/api/agent-harnesses (ENDPOINT as at import) for its user agent:
+    # telemetry off keeps every request on the local server.
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    hub.clear_cache()
+    yield tmp_path / "hf-home"
+    hub.clear_cache()
+
+
+@pytest.fixture
+def hub_root(tmp_path) -> Path:
+    """Repositories: the official QuickGelu (v1, and a branch 'dev' whose bench.json differs), the
+    same package in another organisation, and an official repository without metadata.json."""
+    root = tmp_path / "hub-root"
+    put_package(root, OFFICIAL, "v1")
+    dev = put_package(root, OFFICIAL, "dev")
+    bench = json.loads((dev / "bench.json").read_text(encoding="utf-8"))
+    bench["description"] = "dev branch"
+    (dev / "bench.json").write_text(json.dumps(bench, indent=2), encoding="utf-8")
+    write_metadata(dev)
+    put_package(root, OTHER_ORG, "v1")
+    put_package(root, "webgpu-kernels/com.example.NoMetadata", "v1", metadata=False)
+    return root
+
+
+@pytest.fixture
+def server(hub_root, hub_env, monkeypatch):
+    srv = HubServer(hub_root).start()
+    monkeypatch.setenv("HF_ENDPOINT", srv.url)
+    yield srv
+    srv.stop()
+
+
+def go_offline(monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    hub.clear_cache()
+
+
+# --- download and run -----------------------------------------------------------------------------
+
+
+def test_download_and_run(server, hub_env, rng):
+    kernel = wk.get_kernel(OFFICIAL, version=1)
+    package = kernel.package
+    assert kernel.op_id == OP_ID
+    assert package.origin == "hub" and not package.needs_trust
+    commit = server.commit_of(OFFICIAL, "v1")
+    assert package.commit == commit and package.revision == "v1"
+    # In the Hugging Face cache, under the kernel repository's folder, at the resolved commit.
+    expected_root = hub_env / "hub" / "kernels--webgpu-kernels--com.microsoft.QuickGelu" / "snapshots" / commit
+    assert package.root == (expected_root / "build" / "webgpu").resolve()
+    assert (hub_env / "hub" / "kernels--webgpu-kernels--com.microsoft.QuickGelu" / "refs" / "v1").read_text() == commit
+    assert set(package.digests) >= {"manifest.json", "quick-gelu.wgsl.jinja"}
+
+    # Only build/webgpu/ was fetched, through the kernel-repository routes.
+    fetched = [path for method, path in server.requests if method == "GET" and "/resolve/" in path]
+    assert fetched and all(p.startswith(f"/kernels/{OFFICIAL}/resolve/{commit}/build/webgpu/") for p in fetched)
+    assert not (expected_root / "README.md").exists()
+    assert not any(path.startswith(("/api/models", "/api/datasets")) for _, path in server.requests)
+
+    x = rng.standard_normal((3, 257)).astype(np.float32) * 4
+    y = kernel({"X": x})["Y"]
+    assert y.shape == x.shape and y.dtype == np.float32
+    np.testing.assert_allclose(y, quick_gelu_ref(x), rtol=2e-6, atol=2e-6)
+
+    # Shared per (repository, commit): the second call asks the server nothing.
+    before = len(server.requests)
+    assert wk.get_kernel(OFFICIAL, version=1) is kernel
+    assert wk.get_kernel(OFFICIAL, revision=commit) is kernel
+    assert len(server.requests) == before
+
+
+@pytest.mark.parametrize("how", ["HF_HUB_OFFLINE", "server down"])
+def test_second_load_uses_the_cache(server, hub_env, monkeypatch, rng, how):
+    first = wk.get_kernel(OFFICIAL, version=1)
+    server.stop()
+    if how == "HF_HUB_OFFLINE":
+        go_offline(monkeypatch)
+    else:
+        hub.clear_cache()
+    requests = len(server.requests)
+    kernel = wk.get_kernel(OFFICIAL, version=1)
+    assert kernel is not first  # loaded again, from the disk cache
+    assert kernel.package.root == first.package.root and kernel.package.commit == first.package.commit
+    assert len(server.requests) == requests
+    x = rng.standard_normal(1001).astype(np.float32)
+    np.testing.assert_allclose(kernel({"X": x})["Y"], quick_gelu_ref(x), rtol=2e-6, atol=2e-6)
+
+    # What was never downloaded is a clear error, not a hang.
+    with pytest.raises(HubError, match="not in the Hugging Face cache"):
+        wk.get_kernel(OFFICIAL, revision="dev")
+
+
+def test_offline_cli_in_a_fresh_process(server, hub_env):
+    """HF_HUB_OFFLINE set before huggingface_hub is imported (the usual way), server stopped."""
+    CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"], catch_exceptions=False)
+    server.stop()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    code = "from webgpu_kernels.cli import main; main()"
+    result = subprocess.run([sys.executable, "-c", code, "download", OFFICIAL, "--version", "1", "--json"],
+                            check=False, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["offline"] is True and info["op"] == OP_ID
+    assert info["commit"] == server.commit_of(OFFICIAL, "v1")
+    assert Path(info["path"]).is_relative_to(hub_env / "hub")
+    assert "manifest.json" in info["digests"]
+
+
+# --- digests ----------------------------------------------------------------------------------------
+
+
+def test_tampered_file_on_the_server_is_refused(server, hub_root):
+    template = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "quick-gelu.wgsl.jinja"
+    template.write_text(template.read_text(encoding="utf-8") + "\n// one more line\n", encoding="utf-8")
+    # Same commit (the server scanned before the change): only the digests can tell.
+    with pytest.raises(DigestError, match="quick-gelu.wgsl.jinja") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.file == "quick-gelu.wgsl.jinja" and info.value.reason == "mismatch"
+
+
+def test_tampered_cache_is_refused(server, monkeypatch):
+    kernel = wk.get_kernel(OFFICIAL, version=1)
+    manifest = kernel.package.root / "manifest.json"
+    blob = manifest.resolve()  # the snapshot file links into blobs/
+    os.chmod(blob, 0o644)
+    blob.write_bytes(blob.read_bytes().replace(b"1.702", b"1.703"))
+    go_offline(monkeypatch)
+    with pytest.raises(DigestError, match="manifest.json"):
+        wk.get_kernel(OFFICIAL, version=1)
+
+
+def test_a_hub_package_needs_metadata(server):
+    with pytest.raises(DigestError, match="metadata.json") as info:
+        wk.get_kernel("webgpu-kernels/com.example.NoMetadata", version=1)
+    assert info.value.reason == "missing"
+
+
+# --- trust and identity -----------------------------------------------------------------------------
+
+
+def test_other_organisation_needs_trust(server):
+    with pytest.raises(TrustError, match="outside the 'webgpu-kernels' organisation") as info:
+        wk.get_kernel(OTHER_ORG, version=1)
+    assert info.value.location == OTHER_ORG
+    assert server.requests == []  # refused before asking the network anything
+
+    kernel = wk.get_kernel(OTHER_ORG, version=1, trust_remote_code=True, expected_op_id=OP_ID)
+    assert kernel.op_id == OP_ID and kernel.package.needs_trust
+    # Trust is checked on every call, also when the kernel is already loaded.
+    with pytest.raises(TrustError):
+        wk.get_kernel(OTHER_ORG, version=1)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["./pkg", "../pkg", "/abs/pkg", "~/pkg", "a/b/c", "file:///tmp/pkg", "https://example.com/kernels/webgpu-kernels/x",
+     "http://127.0.0.1:9/whatever", "ftp://example.com/pkg"],
+)  # fmt: skip
+def test_paths_and_urls_need_trust(hub_env, name):
+    with pytest.raises(TrustError, match="local path or URL-like location"):
+        wk.get_kernel(name)
+
+
+def test_trusted_path_and_url(server, tmp_path):
+    folder = put_package(tmp_path / "local", "x/y", "v1")
+    with pytest.raises(TrustError):
+        wk.get_kernel(folder)  # a Path too
+    for name in (folder, folder.as_uri()):
+        kernel = wk.get_kernel(name, trust_remote_code=True, expected_op_id=OP_ID)
+        assert kernel.package.origin == "local" and kernel.package.needs_trust
+
+    # A Hub repository given by URL: fetched from that endpoint, URL-like so it needs trust.
+    url = f"{server.url}/kernels/{OFFICIAL}"
+    with pytest.raises(TrustError):
+        wk.get_kernel(url, version=1)
+    kernel = wk.get_kernel(url, version=1, trust_remote_code=True)
+    assert kernel.package.origin == "hub" and kernel.package.needs_trust and kernel.op_id == OP_ID
+
+
+def test_expected_op_id(server):
+    with pytest.raises(
+        PackageError, match=r"holds op 'com\.microsoft\.QuickGelu'.*expected_op_id is 'com\.microsoft\.BiasAdd'"
+    ):
+        wk.get_kernel(OFFICIAL, version=1, expected_op_id="com.microsoft.BiasAdd")
+    assert wk.get_kernel(OFFICIAL, version=1, expected_op_id=OP_ID).op_id == OP_ID
+    with pytest.raises(PackageError, match="com.microsoft.BiasAdd"):
+        wk.get_kernel("com.microsoft.QuickGelu", expected_op_id="com.microsoft.BiasAdd")
+
+
+# --- revisions and versions -------------------------------------------------------------------------
+
+
+def test_revision_pins_a_commit(server):
+    dev = server.commit_of(OFFICIAL, "dev")
+    v1 = server.commit_of(OFFICIAL, "v1")
+    assert dev != v1
+    kernel = wk.get_kernel(OFFICIAL, revision=dev)
+    assert kernel.package.commit == dev and kernel.package.root.parent.parent.name == dev
+    assert "dev branch" in kernel.package.read_text("bench.json")
+    # revision= wins over version=.
+    assert wk.get_kernel(OFFICIAL, version=1, revision=dev) is kernel
+    assert wk.get_kernel(OFFICIAL, version=1).package.commit == v1
+    with pytest.raises(HubError, match="no revision '0{40}'"):
+        wk.get_kernel(OFFICIAL, revision="0" * 40)
+
+
+def test_missing_version_is_a_clear_error(server):
+    with pytest.raises(HubError, match=r"no contract version 2 \(revision 'v2'\).*published versions: v1") as info:
+        wk.get_kernel(OFFICIAL, version=2)
+    assert info.value.repo_id == OFFICIAL and info.value.revision == "v2"
+    with pytest.raises(HubError, match="no kernel repository 'webgpu-kernels/com.example.Nothing'"):
+        wk.get_kernel("webgpu-kernels/com.example.Nothing", version=1)
+    with pytest.raises(PackageError, match="version=N"):
+        wk.get_kernel(OFFICIAL)
+    with pytest.raises(PackageError, match="positive integer"):
+        wk.get_kernel(OFFICIAL, version=0)
+
+
+def test_embedded_names_stay_embedded(hub_env):
+    kernel = wk.get_kernel(OP_ID)
+    assert kernel.package.origin == "embedded"
+    assert wk.get_kernel(OP_ID, version=1) is kernel
+    with pytest.raises(PackageError, match="contract version 1, not 2"):
+        wk.get_kernel(OP_ID, version=2)
+    with pytest.raises(PackageError, match="revision= applies to Hub repositories"):
+        wk.get_kernel(OP_ID, revision="v1")
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("com.microsoft.BiasAdd", "embedded"), ("webgpu-kernels/com.microsoft.BiasAdd", "hub"), ("./x", "path"),
+     ("a/b/c", "path"), ("/x", "path"), ("file:///x", "path"), ("https://h/kernels/o/n", "hub"),
+     ("https://h/o/n", "url"), ("C:\\pkg", "path")],
+)  # fmt: skip
+def test_classify(name, kind):
+    assert hub.classify(name).kind == kind
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+
+def _cli():
+    from webgpu_kernels.cli import main
+
+    return main
+
+
+def test_download_command(server, hub_env):
+    result = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    commit = server.commit_of(OFFICIAL, "v1")
+    assert f"commit {commit}" in result.output
+    assert f"op: {OP_ID}" in result.output
+    assert (
+        str(hub_env / "hub" / "kernels--webgpu-kernels--com.microsoft.QuickGelu" / "snapshots" / commit)
+        in result.output
+    )
+    kernel = wk.get_kernel(OFFICIAL, version=1)
+    for name, digest in kernel.package.digests.items():
+        assert f"{digest}  {name}" in result.output
+
+    refused = CliRunner().invoke(_cli(), ["download", OTHER_ORG, "--version", "1"])
+    assert refused.exit_code == 2 and "--trust-remote-code" in refused.output
+    trusted = CliRunner().invoke(_cli(), ["download", OTHER_ORG, "--version", "1", "--trust-remote-code", "--json"])
+    assert trusted.exit_code == 0 and json.loads(trusted.stdout)["needsTrust"] is True
+    missing = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "2"])
+    assert missing.exit_code == 2 and "no contract version 2" in missing.output

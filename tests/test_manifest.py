@@ -1,0 +1,241 @@
+"""The embedded seed manifests (byte for byte, by sha256), the shipped JSON Schema, the typed
+model, and malformed manifests refused with the JSON path of the offending value."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+import webgpu_kernels as wk
+from conftest import SHARED_SEEDS
+from webgpu_kernels import errors
+from webgpu_kernels.manifest import check_manifest, manifest_schema, parse_manifest
+from webgpu_kernels.program import compile_program
+
+#: sha256 of ../shared/seeds/<op id>.manifest.json, recorded so that a clean clone without
+#: ../shared still checks that the shipped manifests are the seeds, unchanged.
+SEED_SHA256 = {
+    "com.microsoft.BiasAdd": "7c05a12fea6d7a9e0f218264e0948779fab1afeb65dba57803db83a83b8c73ca",
+    "com.microsoft.QuickGelu": "5b80ae07ef3dceb02443040eca8e5cf670039b45909a169208649791e7df05b9",
+}
+
+
+def embedded_manifest_path(op_id: str) -> Path:
+    return Path(str(resources.files("webgpu_kernels").joinpath("kernels", op_id, "manifest.json")))
+
+
+def seed(op_id: str) -> dict:
+    return json.loads(embedded_manifest_path(op_id).read_text("utf-8"))
+
+
+# --- the seeds ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op_id", sorted(SEED_SHA256))
+def test_embedded_manifest_is_the_seed(op_id):
+    digest = hashlib.sha256(embedded_manifest_path(op_id).read_bytes()).hexdigest()
+    assert digest == SEED_SHA256[op_id]
+
+
+@pytest.mark.parametrize("op_id", sorted(SEED_SHA256))
+def test_embedded_manifest_matches_shared_seeds(op_id):
+    seed_file = SHARED_SEEDS / f"{op_id}.manifest.json"
+    if not seed_file.is_file():
+        pytest.skip(f"{SHARED_SEEDS} is not present (a clean clone); the recorded sha256 was checked")
+    assert hashlib.sha256(seed_file.read_bytes()).hexdigest() == SEED_SHA256[op_id]
+    assert embedded_manifest_path(op_id).read_bytes() == seed_file.read_bytes()
+
+
+def test_embedded_kernels_are_listed():
+    assert {"com.microsoft.BiasAdd", "com.microsoft.QuickGelu"} <= set(wk.list_kernels())
+
+
+def test_unknown_embedded_kernel():
+    with pytest.raises(errors.PackageError) as info:
+        wk.get_kernel("com.microsoft.Nope")
+    assert "com.microsoft.Nope" in str(info.value) and "com.microsoft.BiasAdd" in str(info.value)
+
+
+@pytest.mark.parametrize("op_id", sorted(SEED_SHA256))
+def test_shipped_schema_accepts_the_seeds(op_id):
+    schema = manifest_schema()
+    jsonschema.validators.validator_for(schema).check_schema(schema)
+    jsonschema.validate(seed(op_id), schema)
+    assert check_manifest(seed(op_id)) == []
+
+
+def test_typed_model_of_quick_gelu():
+    m = parse_manifest(seed("com.microsoft.QuickGelu"))
+    assert m.op_id == "com.microsoft.QuickGelu" and m.since_version == 1
+    assert [(v.id, v.priority) for v in m.variants] == [("vec4", 20), ("vec4_tail", 10), ("scalar", 0)]
+    assert m.attributes == {"alpha": 1.702} and m.tunables == {"WORKGROUP_SIZE": 256}
+    assert m.type_constraints == {"T": ("float32", "float16")}
+    assert [n for n in m.derive] == ["deviceWorkgroupCap", "workgroupOk", "baseOk", "vec4Ok"]
+    tail = m.variant("vec4_tail")
+    assert tail.passes[0].shader == "quick-gelu.wgsl.jinja"  # from source.shader
+    assert [b.name for b in tail.passes[0].bindings] == ["x", "y", "params"]  # from bindingSets.scalarTail
+    assert tail.passes[0].bindings[2].struct_name == "Params"
+    assert tail.passes[0].bindings[0].json_path == "bindingSets.scalarTail[0]"
+    assert m.inputs[0].rank is None and m.outputs[0].rank == "ranks.X"
+
+
+def test_typed_model_of_bias_add():
+    m = parse_manifest(seed("com.microsoft.BiasAdd"))
+    assert [s.role for s in m.inputs] == ["X", "bias", "skip"] and [s.rank for s in m.inputs] == [3, 1, 3]
+    vec4 = m.variant("vec4")
+    assert len(vec4.when) == 11 and vec4.passes[0].shader == "bias-add.wgsl.jinja"
+    assert vec4.passes[0].bindings[1].length == "$hidden"
+    assert m.variant("scalar").passes[0].source_inputs == {"itemsPerInvocation": 4}
+
+
+# --- malformed manifests ------------------------------------------------------------------------
+
+
+def mutate(op_id: str, change) -> dict:
+    data = copy.deepcopy(seed(op_id))
+    change(data)
+    return data
+
+
+def set_path(path, value):
+    def change(data):
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        if value is KeyError:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+
+    return change
+
+
+QG, BA = "com.microsoft.QuickGelu", "com.microsoft.BiasAdd"
+THREADS = ["variants", 0, "passes", 0, "dispatch", "threads"]
+
+
+@pytest.mark.parametrize(
+    "op_id, change, json_path",
+    [
+        (QG, set_path(THREADS, -1), "variants[0].passes[0].dispatch.threads"),
+        (QG, set_path(THREADS, ""), "variants[0].passes[0].dispatch.threads"),
+        (QG, set_path(THREADS, 2.5), "variants[0].passes[0].dispatch.threads"),
+        (QG, set_path(THREADS, None), "variants[0].passes[0].dispatch.threads"),
+        (QG, set_path(["variants", 1, "passes", 0, "dispatch", "workgroupSize"], 0),
+         "variants[1].passes[0].dispatch.workgroupSize"),
+        (QG, set_path(["variants", 2, "passes", 0, "dispatch", "threads"], KeyError), "variants[2].passes[0].dispatch"),
+        (QG, set_path(["variants", 1, "id"], "vec4 tail"), "variants[1].id"),
+        (QG, set_path(["variants", 1, "priority"], "high"), "variants[1].priority"),
+        (QG, set_path(["variants", 0, "when"], "baseOk"), "variants[0].when"),
+        (QG, set_path(["variants", 0, "passes", 0, "source", "shader"], "../evil.wgsl.jinja"),
+         "variants[0].passes[0].source.shader"),
+        (QG, set_path(["variants"], []), "variants"),
+        (QG, set_path(["variants"], KeyError), ""),
+        (QG, set_path(["surprise"], 1), ""),
+        (QG, set_path(["name"], "Quick Gelu"), "name"),
+        (QG, set_path(["typeConstraints", "T"], ["float128"]), "typeConstraints.T[0]"),
+        (QG, set_path(["bindingSets", "scalarTail", 1, "buffer", "type"], "writeonly"),
+         "bindingSets.scalarTail[1].buffer.type"),
+        (QG, set_path(["outputs", 0, "shape"], KeyError), "outputs[0]"),
+        (BA, set_path(["variants", 0, "passes", 0, "bindings", 4, "struct", "fields", 0, "type"], "float"),
+         "variants[0].passes[0].bindings[4].struct.fields[0].type"),
+        (BA, set_path(["variants", 0, "passes", 0, "bindings", 0, "arg"], KeyError), "variants[0].passes[0].bindings[0]"),
+        (BA, set_path(["inputs", 1, "rank"], -1), "inputs[1].rank"),
+        (BA, set_path(["args", "X", "kind"], "scalar"), "args.X.kind"),
+    ],
+)  # fmt: skip
+def test_schema_errors_carry_the_json_path(op_id, change, json_path):
+    data = mutate(op_id, change)
+    with pytest.raises(errors.ManifestError) as info:
+        parse_manifest(data, file="manifest.json")
+    assert info.value.json_path == json_path
+    assert str(info.value).startswith(f"manifest.json: {json_path or '(root)'}: ")
+
+
+@pytest.mark.parametrize(
+    "op_id, change, json_path, fragment",
+    [
+        (QG, set_path(["variants", 1, "passes", 0, "bindings"], "noSuchSet"), "variants[1].passes[0].bindings",
+         "noSuchSet"),
+        (QG, set_path(["bindingSets", "scalarTail", 0, "elementType"], "$nope"),
+         "variants[1].passes[0].bindings[0].elementType", "$nope"),
+        (QG, set_path(["inputs", 0, "dtype"], "U"), "inputs[0].dtype", "'U'"),
+        (QG, set_path(["variants", 2, "id"], "vec4"), "variants[2].id", "duplicate"),
+        (QG, set_path(["args", "X", "role"], "output"), "args.X", "'X'"),
+        (BA, set_path(["variants", 1, "passes", 0, "bindings", 0, "arg"], "Z"), "variants[1].passes[0].bindings[0].arg",
+         "'Z'"),
+        (BA, set_path(["variants", 0, "passes", 0, "bindings", 1, "name"], "x"), "variants[0].passes[0].bindings",
+         "unique"),
+    ],
+)  # fmt: skip
+def test_reference_errors_carry_the_json_path(op_id, change, json_path, fragment):
+    data = mutate(op_id, change)
+    with pytest.raises(errors.ManifestError) as info:
+        parse_manifest(data)
+    assert info.value.json_path == json_path and fragment in str(info.value)
+
+
+def test_reserved_names_are_refused():
+    data = mutate(QG, lambda d: d["derive"].update({"numel": "1"}))
+    with pytest.raises(errors.ManifestError) as info:
+        parse_manifest(data)
+    assert info.value.json_path.startswith("derive")
+
+
+def test_check_manifest_lists_every_problem():
+    def change(data):
+        data["variants"][0]["passes"][0]["dispatch"]["threads"] = -1
+        data["variants"][2]["id"] = "bad id"
+
+    paths = {e.json_path for e in check_manifest(mutate(QG, change))}
+    assert {"variants[0].passes[0].dispatch.threads", "variants[2].id"} <= paths
+
+
+@pytest.mark.parametrize(
+    "change, where, fragment",
+    [
+        (set_path(["variants", 0, "when", 1], "vec4Ok and"), "variants[0].when[1]", "syntax"),
+        (set_path(["derive", "vec4Ok"], "numel(shapes.X) % four == 0"), "derive.vec4Ok", "unknown name 'four'"),
+        (set_path(["variants", 2, "passes", 0, "dispatch", "threads"], "numel(shapes.X) | int"),
+         "variants[2].passes[0].dispatch.threads", "filter"),
+        (set_path(["outputs", 0, "shape"], "shapes.X.__class__"), "outputs[0].shape", "underscore"),
+    ],
+)  # fmt: skip
+def test_expression_errors_at_load_name_the_place(change, where, fragment):
+    with pytest.raises(errors.ExpressionError) as info:
+        compile_program(parse_manifest(mutate(QG, change)))
+    assert info.value.where == where and fragment in str(info.value)
+
+
+# --- package folders ----------------------------------------------------------------------------
+
+
+def test_load_kernel_reports_the_file_and_path(write_package):
+    data = mutate(QG, set_path(THREADS, -1))
+    root = write_package(data, {"quick-gelu.wgsl.jinja": "// unused"})
+    with pytest.raises(errors.ManifestError) as info:
+        wk.load_kernel(root)
+    assert info.value.json_path == "variants[0].passes[0].dispatch.threads"
+    assert info.value.file and info.value.file.endswith("manifest.json")
+
+
+def test_package_errors(tmp_path):
+    with pytest.raises(errors.PackageError):
+        wk.load_kernel(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(errors.PackageError, match="manifest.json"):
+        wk.load_kernel(tmp_path / "empty")
+    (tmp_path / "file.json").write_text("{}")
+    with pytest.raises(errors.PackageError):
+        wk.load_kernel(tmp_path / "file.json")
+    (tmp_path / "badjson").mkdir()
+    (tmp_path / "badjson" / "manifest.json").write_text('{"domain": "x",\n  "name": }')
+    with pytest.raises(errors.PackageError) as info:
+        wk.load_kernel(tmp_path / "badjson")
+    assert "line 2" in str(info.value)

@@ -1,0 +1,230 @@
+"""``webgpu-kernels test``: test.json cases on every variant that accepts them, in process or isolated."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import webgpu_kernels as wk
+from webgpu_kernels import cli_package, digests
+from webgpu_kernels.cli import main
+from webgpu_kernels.package import embedded_root
+from webgpu_kernels.package_tests import (
+    CRASH_HOOK_ENV, run_package_tests, run_package_tests_isolated,
+)  # fmt: skip
+
+QUICK_GELU = "com.microsoft.QuickGelu"
+BIAS_ADD = "com.microsoft.BiasAdd"
+
+
+def copy_package(op_id: str, dest: Path) -> Path:
+    shutil.copytree(embedded_root() / op_id, dest)
+    for path in dest.rglob("*"):
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    return dest
+
+
+def edit_test_json(root: Path, edit) -> None:
+    path = root / "test.json"
+    data = json.loads(path.read_text("utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    digests.write_metadata(root)
+
+
+def case_named(data: dict, name: str) -> dict:
+    return next(c for c in data["cases"] if c["name"] == name)
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
+    monkeypatch.delenv(CRASH_HOOK_ENV, raising=False)
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, object]:
+    return {op: run_package_tests(wk.get_kernel(op)) for op in (QUICK_GELU, BIAS_ADD)}
+
+
+# --- the embedded kernels -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op_id", [QUICK_GELU, BIAS_ADD])
+def test_embedded_kernels_pass(reports, op_id: str) -> None:
+    report = reports[op_id]
+    assert report.error is None
+    failed = [(r.case, r.variant, r.message) for r in report.results if r.status != "pass"]
+    assert not failed
+    assert report.ok
+
+
+@pytest.mark.parametrize("op_id", [QUICK_GELU, BIAS_ADD])
+def test_every_variant_and_dtype_is_covered(reports, op_id: str) -> None:
+    kernel = wk.get_kernel(op_id)
+    ran = {(r.variant, r.dtype) for r in reports[op_id].results if r.status == "pass"}
+    assert ran == {(v, d) for v in kernel.variants for d in ("float32", "float16")}
+
+
+def test_edge_shapes_and_specials_run_on_every_accepting_variant(reports) -> None:
+    qg = {(r.case, r.variant) for r in reports[QUICK_GELU].results}
+    for dtype in ("f32", "f16"):
+        assert {v for c, v in qg if c == f"rank0-{dtype}"} == {"vec4_tail", "scalar"}
+        assert {v for c, v in qg if c == f"empty-0x3-{dtype}"} == {"scalar"}
+        assert {v for c, v in qg if c == f"one-element-{dtype}"} == {"vec4_tail", "scalar"}
+        assert {v for c, v in qg if c == f"tail-5x77x13-{dtype}"} == {"vec4_tail", "scalar"}
+        assert {v for c, v in qg if c == f"specials-{dtype}"} == {"vec4", "vec4_tail", "scalar"}
+    ba = {(r.case, r.variant) for r in reports[BIAS_ADD].results}
+    assert {v for c, v in ba if c == "specials-f16"} == {"vec4", "scalar"}
+    assert {v for c, v in ba if c == "c6-numel12-2x1x6-f32"} == {"scalar"}
+    assert {v for c, v in ba if c == "empty-c0-f16"} == {"scalar"}
+
+
+def test_cli_test_default_runs_every_embedded_kernel(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["test"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for header in ("kernel", "case", "variant", "dtype", "max abs err", "max rel err", "result"):
+        assert header in out
+    assert "com.microsoft.QuickGelu: 60 passed, 0 failed" in out or "QuickGelu:" in out
+    assert "all passed" in out
+
+
+def test_cli_test_json_and_case_filter(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["test", QUICK_GELU, "--case", "specials-*", "--case", "rank0-f16", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["ok"] is True
+    (package,) = data["packages"]
+    assert package["kernel"] == QUICK_GELU and package["isolated"] is False
+    cases = {r["case"] for r in package["results"]}
+    assert cases == {"specials-f32", "specials-f16", "specials-scattered-2x1024-f32", "specials-scattered-2x1024-f16",
+                     "rank0-f16"}  # fmt: skip
+    first = package["results"][0]
+    assert set(first) >= {"kernel", "case", "variant", "dtype", "status", "maxAbsError", "maxRelError", "outputs"}
+    assert first["outputs"][0]["tolerance"] == {"rtol": 1e-5, "atol": 1e-6}
+
+
+# --- failures ---------------------------------------------------------------------------------------
+
+
+def test_wrong_expected_values_fail_with_exit_1(tmp_path: Path, runner: CliRunner) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+
+    def corrupt(data: dict) -> None:
+        values = case_named(data, "tail-3x5-f32")["expected"]["Y"]["values"]
+        values[4] = values[4] + 0.01  # one element off by far more than the tolerance
+        case_named(data, "specials-f16")["expected"]["Y"]["values"][0] = 1.0  # NaN expected -> 1.0
+
+    edit_test_json(root, corrupt)
+    result = runner.invoke(main, ["test", str(root)])
+    assert result.exit_code == 1, result.output
+    assert "FAILED" in result.stdout
+    assert "FAIL com.microsoft.QuickGelu tail-3x5-f32 [vec4_tail]" in result.stdout
+    assert "1 of 15 elements outside rtol=1e-05 atol=1e-06" in result.stdout
+    assert "NaN position mismatch" in result.stdout
+    data = json.loads(runner.invoke(main, ["test", str(root), "--json"]).stdout)
+    failed = {(r["case"], r["variant"]) for r in data["packages"][0]["results"] if r["status"] == "fail"}
+    assert failed == {("tail-3x5-f32", "vec4_tail"), ("tail-3x5-f32", "scalar"), ("specials-f16", "vec4"),
+                      ("specials-f16", "vec4_tail"), ("specials-f16", "scalar")}  # fmt: skip
+    assert data["ok"] is False
+
+
+def test_wrong_expected_data_file_fails(tmp_path: Path) -> None:
+    import numpy as np
+
+    root = copy_package(BIAS_ADD, tmp_path / "ba")
+    path = root / "data" / "vec4-2x5x320-f32.Y.npy"
+    array = np.load(path)
+    array[1, 2, 3] += 1.0
+    np.save(path, array)
+    digests.write_metadata(root)
+    report = run_package_tests(wk.load_kernel(root), cases=["vec4-2x5x320-f32"])
+    assert [(r.variant, r.status) for r in report.results] == [("vec4", "fail"), ("scalar", "fail")]
+    assert "first at [1, 2, 3]" in report.results[0].message
+
+
+def test_case_problems_are_reported_per_case(tmp_path: Path) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+
+    def edit(data: dict) -> None:
+        case_named(data, "tail-3x5-f32")["variants"] = ["vec4", "scalar"]  # vec4 refuses 15 elements
+        case_named(data, "rank0-f32")["inputs"]["X"]["shape"] = [2]  # 1 value for 2 elements
+        case_named(data, "one-element-f32")["variants"] = ["nope"]
+
+    edit_test_json(root, edit)
+    report = run_package_tests(wk.load_kernel(root), cases=["tail-3x5-f32", "one-element-f32", "rank0-f32"])
+    by = {(r.case, r.variant): r for r in report.results}
+    assert by[("tail-3x5-f32", "vec4")].status == "fail"
+    assert "rejects the case" in by[("tail-3x5-f32", "vec4")].message
+    assert by[("tail-3x5-f32", "scalar")].status == "pass"
+    assert ("tail-3x5-f32", "vec4_tail") not in by  # not named by the case
+    assert by[("rank0-f32", None)].status == "error"
+    assert "test.json cases[" in by[("rank0-f32", None)].message and "for shape [2]" in by[("rank0-f32", None)].message
+    assert by[("one-element-f32", "nope")].status == "error"
+    assert not report.ok
+
+
+def test_package_without_test_json_fails(tmp_path: Path, runner: CliRunner) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    (root / "test.json").unlink()
+    shutil.rmtree(root / "data")
+    digests.write_metadata(root)
+    result = runner.invoke(main, ["test", str(root), QUICK_GELU])
+    assert result.exit_code == 1
+    assert "the package has no test.json" in result.stdout
+    assert "com.microsoft.QuickGelu: 60 passed" in result.stdout  # the other package still ran
+
+
+def test_package_that_does_not_load_fails(tmp_path: Path, runner: CliRunner) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    (root / "manifest.json").write_text("{}", encoding="utf-8")
+    result = runner.invoke(main, ["test", str(root), "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert "cannot load the package" in data["packages"][0]["error"] and "manifest.json" in data["packages"][0]["error"]
+
+
+# --- isolation --------------------------------------------------------------------------------------
+
+
+def test_isolated_run_matches_in_process(reports) -> None:
+    kernel = wk.get_kernel(BIAS_ADD)
+    isolated = run_package_tests_isolated(kernel, timeout=120)
+    assert isolated.isolated and isolated.error is None and isolated.ok
+    here = [(r.case, r.variant, r.status, r.max_abs_error) for r in reports[BIAS_ADD].results]
+    there = [(r.case, r.variant, r.status, r.max_abs_error) for r in isolated.results]
+    assert there == here
+
+
+def test_crashing_child_fails_the_package_not_the_command(runner: CliRunner, monkeypatch) -> None:
+    monkeypatch.setenv(CRASH_HOOK_ENV, "tail-3x5-f16")
+    result = runner.invoke(main, ["test", "--isolate", QUICK_GELU, BIAS_ADD, "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    qg, ba = data["packages"]
+    assert qg["ok"] is False and qg["isolated"] is True
+    assert qg["error"] == ("the test process exit status 70 while running case 'tail-3x5-f16' on variant "
+                           "'vec4_tail' (float16)")  # fmt: skip
+    last = qg["results"][-1]
+    assert (last["case"], last["variant"], last["status"]) == ("tail-3x5-f16", "vec4_tail", "error")
+    assert qg["counts"]["pass"] > 30  # what ran before the crash came back
+    assert ba["ok"] is True and ba["counts"]["pass"] == 36  # the next package still ran
+
+
+def test_isolation_defaults_to_the_package_needing_trust(runner: CliRunner, monkeypatch) -> None:
+    trusted = wk.get_kernel(QUICK_GELU)
+    untrusted = wk.Kernel(replace(trusted.package, needs_trust=True))
+    monkeypatch.setattr(cli_package, "resolve_kernel", lambda ref: untrusted if ref == "remote" else trusted)
+    data = json.loads(runner.invoke(main, ["test", "remote", "local", "--case", "rank0-*", "--json"]).stdout)
+    assert [p["isolated"] for p in data["packages"]] == [True, False]
+    assert data["ok"] is True
+    data = json.loads(runner.invoke(main, ["test", "remote", "--no-isolate", "--case", "rank0-*", "--json"]).stdout)
+    assert [p["isolated"] for p in data["packages"]] == [False]

@@ -1,0 +1,477 @@
+"""The sandbox regression corpus: published Jinja2 sandbox escapes, MRO/globals walks and resource
+attacks, each tried as a manifest expression and inside a template. Every one must end in the
+library's error (naming the expression or the template), leak nothing of Python's internals, run
+nothing (a canary file stays absent) and allocate nothing large (compile time included).
+
+Also: crafted template names (CVE-2024-56201), what templates may still do (so the sandbox does
+not refuse the documented features), and huge or deeply nested manifests refused quickly.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+import tracemalloc
+from dataclasses import dataclass
+
+import pytest
+from jinja2.exceptions import SecurityError
+
+import webgpu_kernels as wk
+from conftest import PACKAGES_DIR
+from webgpu_kernels import errors
+from webgpu_kernels.expressions import MAX_SEQUENCE_LENGTH, ExpressionCompiler, STATIC_FUNCTIONS
+from webgpu_kernels.manifest import parse_manifest
+from webgpu_kernels.package import KernelPackage
+from webgpu_kernels.rendering import MAX_RENDERED_BYTES, TemplateSandbox
+
+DEMO_MANIFEST = json.loads((PACKAGES_DIR / "demo.ScaleShift" / "manifest.json").read_text())
+DEMO_TEMPLATE = (PACKAGES_DIR / "demo.ScaleShift" / "scale-shift.wgsl.jinja").read_text()
+SHADER = "scale-shift.wgsl.jinja"
+X = {"X": wk.TensorMeta((3,), "float32")}
+
+#: Text that only a leak of Python internals would put into an error message (no corpus entry
+#: contains any of these itself).
+LEAK_MARKERS = ("<class '", " at 0x", "<function ", "<built-in", "<bound method", "<module '", "'__name__':",
+                "'__builtins__': {", "<TemplateReference", "<Context ", "posix.", "root:x:0:0")  # fmt: skip
+
+CANARY = "@CANARY@"  # replaced by a path: a payload that escaped would create that file
+
+
+@dataclass(frozen=True)
+class Escape:
+    id: str
+    expression: str | None  # as a manifest expression (None: template only)
+    template: str | None = None  # inside a template (default: "{{ expression }}"; None with no expression)
+    resource: bool = False  # a resource attack: must be refused by a SandboxError
+
+    def template_source(self) -> str | None:
+        if self.template is not None:
+            return self.template
+        return None if self.expression is None else "{{ " + self.expression + " }}"
+
+
+CORPUS = [
+    # --- CVE-2016-10745: str.format reaches attributes through the format string --------------
+    Escape("cve-2016-10745-format-class", "'{0.__class__.__mro__}'.format(attrs)",
+           "{{ '{0.__class__.__mro__[1].__subclasses__}'.format(bindings) }}"),
+    Escape("cve-2016-10745-format-globals", "'{0.__init__.__globals__}'.format(shapes)",
+           "{{ '{0.__init__.__globals__[sys]}'.format(bindingList) }}"),
+    Escape("str-format-width", "'{0:>50000000}'.format(1)", resource=True),
+    # --- CVE-2019-10906: str.format_map --------------------------------------------------------
+    Escape("cve-2019-10906-format-map", "'{a.__class__.__mro__}'.format_map(attrs)",
+           "{{ '{x.__class__.__mro__}'.format_map({'x': bindings}) }}"),
+    # --- CVE-2024-56326: a stored reference to format, called indirectly ------------------------
+    Escape("cve-2024-56326-stored-format", None,
+           "{% set f = '{0.__class__.__init__.__globals__}'.format %}{{ f(bindings) }}"),
+    Escape("cve-2024-56326-format-in-list", "['{0.__class__}'.format][0](1)",
+           "{{ ['{0.__class__}'.format] | first }}"),
+    Escape("cve-2024-56326-format-by-item", "shapes['format']", "{{ ''['format']('{0.__class__}', bindings) }}"),
+    Escape("cve-2024-56326-format-through-macro", None,
+           "{% macro m(f) %}{{ f('{0.__class__}', 1) }}{% endmacro %}{{ m(''.format) }}"),
+    # --- CVE-2025-27516: |attr reaches format ---------------------------------------------------
+    Escape("cve-2025-27516-attr-format", "'x' | attr('format')",
+           "{{ ''|attr('format')('{0.__class__.__mro__}', bindings) }}"),
+    Escape("cve-2025-27516-attr-dunder", None, "{{ bindings|attr('__class__') }}"),
+    Escape("cve-2025-27516-map-attr", None, "{{ bindingList|map(attribute='__class__')|list }}"),
+    # --- MRO and globals walks ------------------------------------------------------------------
+    Escape("mro-tuple", "().__class__.__mro__"),
+    Escape("mro-subclasses", "().__class__.__base__.__subclasses__()",
+           "{{ ().__class__.__base__.__subclasses__() }}"),
+    Escape("mro-str", "''.__class__.__mro__[1].__subclasses__()"),
+    Escape("mro-getitem", "shapes['__class__']['__mro__']", "{{ bindings['__class__']['__mro__'] }}"),
+    Escape("mro-namespace", "attrs.__class__", "{{ attrs.__class__ }}"),
+    Escape("mro-value", "dtypes.T.__class__", "{{ scalar.__class__.__mro__ }}"),
+    Escape("mro-mro-method", "shapes.X.mro()", "{{ scalar.mro() }}"),
+    Escape("cycler-globals", "cycler.__init__.__globals__",
+           f"{{{{ cycler.__init__.__globals__.os.popen('touch {CANARY}').read() }}}}"),
+    Escape("lipsum-globals", "lipsum.__globals__", f"{{{{ lipsum.__globals__['os'].popen('touch {CANARY}') }}}}"),
+    Escape("joiner-globals", "joiner.__init__.__globals__", "{{ joiner.__init__.__globals__ }}"),
+    Escape("namespace-globals", "namespace.__init__.__globals__", "{{ namespace.__init__.__globals__ }}"),
+    Escape("range-globals", "range.__globals__", "{{ range.__globals__ }}"),
+    Escape("self", "self", "{{ self }}"),
+    Escape("self-context", "self._TemplateReference__context", "{{ self._TemplateReference__context }}"),
+    Escape("self-dict", "self.__dict__", "{{ self.__dict__ }}"),
+    Escape("config", "config", "{{ config }}"),
+    Escape("config-items", "config.items()", "{{ config.items() }}"),
+    Escape("request", "request.application.__globals__", "{{ request.application.__globals__.__builtins__ }}"),
+    Escape("loop-object", None, "{% for i in [1] %}{{ loop.__class__.__init__.__globals__ }}{% endfor %}"),
+    Escape("loop-cycle", None, "{% for i in [1] %}{{ loop.cycle.__globals__ }}{% endfor %}"),
+    Escape("dict-method-self", "shapes.items", "{{ bindings.items.__self__ }}"),
+    Escape("method-of-value", "numel.__globals__", "{{ bindings.x.name.upper() }}"),
+    Escape("dunder-name", "__builtins__", "{{ __builtins__ }}"),
+    Escape("import", "__import__('os')", f"{{{{ __import__('os').system('touch {CANARY}') }}}}"),
+    Escape("getattr-builtin", "getattr(shapes, '__class__')", "{{ getattr(bindings, '__class__') }}"),
+    Escape("dict-update", None, "{{ bindings.update({'x': 1}) }}"),
+    Escape("list-append", None, "{% set l = [] %}{{ l.append(1) }}"),
+    Escape("python-format-percent", "'%s' % shapes", "{{ '%(x)s' % bindings }}"),
+    # --- resources: sizes, folding at compile time, loop work ------------------------------------
+    Escape("repeat-at-compile", "'A' * 10**8", resource=True),
+    Escape("repeat-literal", "'A' * 100000000", resource=True),
+    Escape("repeat-list", "[0] * 100000000", resource=True),
+    Escape("center", "'a' | center(50000000)", template="{{ 'a'|center(50000000) }}"),  # no such filter
+    Escape("percent-width", "'%0100000000d' % 1", resource=True),
+    Escape("percent-in-test", None, "{{ '%0100000000d' is odd }}", resource=True),
+    Escape("percent-in-divisibleby", None, "{{ '%0100000000d' is divisibleby(3) }}", resource=True),
+    Escape("indent-width", None, "{{ 'a\\nb'|indent(100000000) }}", resource=True),
+    Escape("replace-growth", None, "{{ ('x' * 4000)|replace('', 'y' * 4000) }}", resource=True),
+    Escape("join-growth", None, "{{ range(100)|join('x' * 20000) }}", resource=True),
+    Escape("concat-doubling", "'x' * 4096 ~ 'x' * 4096", "{% set s = 'x' * 700000 %}{{ s ~ s }}", resource=True),
+    Escape("set-doubling", None,
+           "{% set s = 'ab' * 300000 %}{% set s = s ~ s %}{% set s = s ~ s %}{% set s = s ~ s %}{{ s|length }}",
+           resource=True),
+    Escape("add-doubling", None, "{% set s = 'x' * 600000 %}{% set s = s + s %}{{ s|length }}", resource=True),
+    Escape("macro-doubling", None,
+           "{% macro d(s, n) %}{% if n %}{{ d(s ~ s, n - 1) }}{% else %}{{ s|length }}{% endif %}{% endmacro %}"
+           "{{ d('x', 64) }}", resource=True),
+    Escape("power", "2 ** (10 ** 8)", resource=True),
+    Escape("power-chain", "9 ** 9 ** 9", resource=True),
+    Escape("huge-int-literal", "1" + "0" * 400, resource=True),
+    Escape("range", "range(10**9)", "{{ range(10**9)|list|length }}", resource=True),
+    Escape("nested-loops", None,
+           "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", resource=True),
+    Escape("exponential-macro", None,
+           "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+           resource=True),
+    Escape("macro-output-growth", None,
+           "{% set s = 'x' * 1000000 %}{% macro m() %}{% for i in range(100000) %}{{ s }}{% endfor %}{% endmacro %}"
+           "{% set y = m() %}", resource=True),
+    Escape("output-size", None, "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}", resource=True),
+    Escape("deep-nesting", "(" * 2000 + "1" + ")" * 2000, "{{ " + "(" * 2000 + "1" + ")" * 2000 + " }}",
+           resource=True),
+    Escape("deep-not", "not " * 1000 + "true", "{{ " + "not " * 1000 + "true }}", resource=True),
+    Escape("deep-statements", None, "{% if true %}" * 200 + "x" + "{% endif %}" * 200, resource=True),
+    Escape("deep-loops", None, "{% for i in [1] %}" * 30 + "x" + "{% endfor %}" * 30, resource=True),
+    Escape("too-long-expression", "1 + " * 2000 + "1", resource=True),
+]  # fmt: skip
+
+
+def peak_rss() -> int:
+    """The process's peak resident memory so far, in bytes (``VmHWM`` of /proc/self/status)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _with_canary(text: str, canary) -> str:
+    return text.replace(CANARY, str(canary))
+
+
+def assert_nothing_leaked(error: Exception, canary) -> None:
+    message = str(error)
+    for marker in LEAK_MARKERS:
+        assert marker not in message, f"{marker!r} leaked into {message[:300]!r}"
+    assert not canary.exists(), "a payload ran"
+
+
+def demo_with_probe(write_package, expression: str | None = None, template: str | None = None):
+    """The demo package with ``expression`` as a template input of every pass (evaluated at render,
+    so evaluation errors propagate) and ``template`` put before its shader."""
+    manifest = copy.deepcopy(DEMO_MANIFEST)
+    if expression is not None:
+        for variant in manifest["variants"]:
+            for pass_ in variant["passes"]:
+                pass_.setdefault("source", {}).setdefault("inputs", {})["probe"] = expression
+    return write_package(manifest, {SHADER: (template or "") + DEMO_TEMPLATE})
+
+
+@pytest.mark.parametrize("escape", [e for e in CORPUS if e.expression is not None], ids=lambda e: e.id)
+def test_escape_as_manifest_expression(escape, write_package, tmp_path, device):
+    canary = tmp_path / "canary"
+    source = _with_canary(escape.expression, canary)
+    root = demo_with_probe(write_package, expression=source)
+    peak_before, started = peak_rss(), time.perf_counter()
+    with pytest.raises(errors.ExpressionError) as info:
+        wk.load_kernel(root).render(X)
+    assert time.perf_counter() - started < 2.0
+    assert peak_rss() - peak_before < 64 * 2**20, "the process's peak memory grew"
+    error = info.value
+    assert error.expression in (source, source[:80] + "...")
+    assert error.where  # names where the expression sits
+    if escape.resource:
+        assert isinstance(error, errors.SandboxError), error
+    assert_nothing_leaked(error, canary)
+
+
+@pytest.mark.parametrize("escape", [e for e in CORPUS if e.template_source() is not None], ids=lambda e: e.id)
+def test_escape_in_template(escape, write_package, tmp_path, device):
+    canary = tmp_path / "canary"
+    template = _with_canary(escape.template_source(), canary) + "\n"
+    kernel = wk.load_kernel(demo_with_probe(write_package, template=template))
+    peak_before, started = peak_rss(), time.perf_counter()
+    with pytest.raises(errors.TemplateError) as info:
+        kernel.render(X)
+    assert time.perf_counter() - started < 5.0
+    assert peak_rss() - peak_before < 96 * 2**20, "the process's peak memory grew"
+    error = info.value
+    assert error.file == SHADER
+    if escape.resource:
+        assert isinstance(error, errors.SandboxError), error
+    assert_nothing_leaked(error, canary)
+
+
+def test_sandbox_errors_are_both_kinds():
+    assert issubclass(errors.ExpressionSandboxError, errors.ExpressionError)
+    assert issubclass(errors.ExpressionSandboxError, errors.SandboxError)
+    assert issubclass(errors.TemplateSandboxError, errors.TemplateError)
+    assert issubclass(errors.TemplateSandboxError, errors.SandboxError)
+    assert issubclass(errors.SandboxError, errors.KernelError)
+
+
+# --- nothing is evaluated at compile time -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["'A' * 10**8", "'A' * 100000000", "'ab' ~ 'cd' ~ 'A' * 100000000",
+                                    "[1] * 100000000", "10 ** 100000000", "'%0100000000d' % 1"])  # fmt: skip
+def test_expression_compile_allocates_nothing(source):
+    tracemalloc.start()
+    try:
+        expression = ExpressionCompiler(()).compile(source, "test")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20, f"compiling {source!r} allocated {peak / 2**20:.0f} MiB"
+    with pytest.raises(errors.ExpressionSandboxError):
+        expression.evaluate(dict(STATIC_FUNCTIONS))
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["{{ 'A' * 100000000 }}", "{{ 'A' * 10**8 }}", "{{ 'a\nb'|indent(100000000) }}", "{{ '%0100000000d' is odd }}",
+     "{{ 'x'|replace('', 'y' * 100000000) }}", "{{ [1] * 100000000 }}", "{{ 'a' ~ 'b' * 100000000 }}",
+     "{{ range(100000)|join('x' * 10000) }}", "{{ '%0100000000d' % 1 }}"],
+)  # fmt: skip
+def test_template_compile_allocates_nothing(template):
+    env = TemplateSandbox()
+    tracemalloc.start()
+    try:
+        compiled = env.from_string(template)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20, f"compiling {template!r} allocated {peak / 2**20:.0f} MiB"
+    with pytest.raises(SecurityError):  # rendered outside the library: Jinja's own error class
+        compiled.render()
+
+
+# --- crafted template names (CVE-2024-56201) ---------------------------------------------------------
+
+CRAFTED_NAMES = [
+    "x'+__import__('os').system('touch canary')+'.wgsl.jinja",
+    "x\"); __import__('os').system('touch canary') #.wgsl.jinja",
+    "a\n__import__('os').system('touch canary')\n.wgsl.jinja",
+    "{{ 7 * 7 }}.wgsl.jinja",
+    "x\\'.wgsl.jinja",
+    " .wgsl.jinja",
+]
+
+
+@pytest.mark.parametrize("name", CRAFTED_NAMES)
+def test_crafted_shader_file_name_cannot_break_out(name, write_package, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    manifest = copy.deepcopy(DEMO_MANIFEST)
+    for variant in manifest["variants"]:
+        for pass_ in variant["passes"]:
+            if "shader" in pass_:
+                pass_["shader"] = name
+            else:
+                pass_["source"]["shader"] = name
+    try:
+        root = write_package(manifest, {name: DEMO_TEMPLATE})
+    except OSError:
+        pytest.skip("the file system refuses this name")
+    with pytest.raises(wk.KernelError) as info:
+        wk.load_kernel(root).render(X)
+    assert isinstance(info.value, (errors.TemplateSandboxError, errors.ManifestError)), info.value
+    if isinstance(info.value, errors.TemplateError):
+        assert "refused" in str(info.value)
+    assert not (tmp_path / "canary").exists()
+    assert not os.path.exists("canary")
+
+
+@pytest.mark.parametrize("name", ["../demo.ScaleShift/scale-shift.wgsl.jinja", "/etc/passwd", "..\\x.wgsl.jinja"])
+def test_shader_names_with_paths_are_manifest_errors(name, write_package):
+    manifest = copy.deepcopy(DEMO_MANIFEST)
+    manifest["variants"][0]["passes"][0]["shader"] = name
+    with pytest.raises(errors.ManifestError):
+        wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE}))
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["{% include '/etc/passwd' %}", "{% include '../../../../etc/passwd' %}", "{% include 'a/../manifest.json' %}",
+     "{% include 'x\\'+__import__(\"os\").system(\"touch canary\")+\\'' %}", "{% import '/etc/hosts' as h %}",
+     "{% from '../x.wgsl.jinja' import y %}", "{% include ['/etc/passwd', '/etc/hosts'] %}",
+     "{% include '.hidden' %}", "{% include '\\x00' %}"],
+)  # fmt: skip
+def test_includes_cannot_leave_the_package(statement, write_package, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    kernel = wk.load_kernel(demo_with_probe(write_package, template=statement + "\n"))
+    with pytest.raises(errors.TemplateError) as info:
+        kernel.render(X)
+    assert info.value.file == SHADER
+    assert_nothing_leaked(info.value, tmp_path / "canary")
+
+
+# --- what templates may still do ----------------------------------------------------------------------
+
+ALLOWED = {
+    "loop": ("{% for b in bindingList %}// {{ loop.index }} {{ b.name }}{{ ',' if not loop.last else '' }}\n{% endfor %}",
+             "// 1 x,"),
+    "dict-items": ("{% for k, v in bindings.items() %}// {{ k }}={{ v.binding }}\n{% endfor %}", "// params=2"),
+    "keys-values": ("// {{ bindings.keys()|list|join(',') }} {{ bindings.values()|list|length }}\n", "// x,y,params 3"),
+    "macro": ("{% macro decl(b) %}// {{ b.name }}:{{ b.type }}{% endmacro %}{{ decl(bindings.x) }}\n",
+              "// x:array<f32>"),
+    "call-block": ("{% macro w() %}// [{{ caller() }}]{% endmacro %}{% call w() %}in{% endcall %}\n", "// [in]"),
+    "set-block": ("{% set t %}abc{% endset %}// {{ t|upper }}\n", "// ABC"),
+    "filter-block": ("{% filter upper %}// shout{% endfilter %}\n", "// SHOUT"),
+    "with": ("{% with n = 3 %}// {{ n * 2 }}{% endwith %}\n", "// 6"),
+    "filters": ("// {{ [3, 1, 2]|max }} {{ 'a b'|replace(' ', '_') }} {{ ' x '|trim }} {{ 2.5|round|int }} "
+                "{{ 'L1\nL2'|indent(2) }} {{ nope|default('d') }} {{ -3|abs }} {{ '7'|int + 1 }}\n",
+                "// 3 a_b x 2 L1\n  L2 d 3 8"),
+    "tests": ("// {{ 4 is even }} {{ 3 is odd }} {{ 9 is divisibleby 3 }} {{ scalar is string }} "
+              "{{ nope is defined }}\n", "// True True True True False"),
+    "arithmetic": ("// {{ 2 ** 10 }} {{ 7 // 2 }} {{ 7 % 3 }} {{ 'ab' * 3 }} {{ [1] + [2] }} {{ 'v' ~ 4 }}\n",
+                   "// 1024 3 1 ababab [1, 2] v4"),
+    "range-unroll": ("{% for i in range(4) %}x[{{ i }}]{% endfor %}\n", "x[0]x[1]x[2]x[3]"),
+    "big-but-bounded": ("{% set s = 'y' * 100000 %}// {{ (s ~ s)|length }}\n", "// 200000"),
+    "slice": ("// {{ 'abcdef'[1:3] }} {{ bindingList[:1]|length }}\n", "// bc 1"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ALLOWED)
+def test_documented_template_features_still_work(name, write_package):
+    template, expected = ALLOWED[name]
+    text = wk.load_kernel(demo_with_probe(write_package, template=template)).render(X)["main"]
+    assert expected in text
+
+
+def test_include_and_import_of_package_files(write_package):
+    manifest = copy.deepcopy(DEMO_MANIFEST)
+    root = write_package(manifest, {
+        SHADER: "{% include 'header.wgsl' %}{% import 'macros.wgsl' as m %}{% from 'macros.wgsl' import twice %}"
+                "// {{ m.twice(21) }} {{ twice(2) }}\n" + DEMO_TEMPLATE,
+        "header.wgsl": "// header for {{ scalar }}\n",
+        "macros.wgsl": "{% macro twice(n) %}{{ n * 2 }}{% endmacro %}",
+    })  # fmt: skip
+    text = wk.load_kernel(root).render(X)["main"]
+    assert "// header for f32" in text and "// 42 4" in text
+
+
+def test_self_including_template_is_stopped(write_package):
+    root = demo_with_probe(write_package, template="{% include 'scale-shift.wgsl.jinja' %}"
+                                                   "{% include 'scale-shift.wgsl.jinja' %}")  # fmt: skip
+    started = time.perf_counter()
+    with pytest.raises(errors.TemplateSandboxError):
+        wk.load_kernel(root).render(X)
+    assert time.perf_counter() - started < 5.0
+
+
+def test_rendered_size_limit_names_the_template(write_package):
+    big = "{% for i in range(%d) %}{{ 'x' * 1000 }}{%% endfor %%}\n".replace("%d", str(MAX_RENDERED_BYTES // 1000 + 1))
+    big = big.replace("%%", "%")
+    with pytest.raises(errors.TemplateSandboxError) as info:
+        wk.load_kernel(demo_with_probe(write_package, template=big)).render(X)
+    assert info.value.file == SHADER and str(MAX_RENDERED_BYTES) in str(info.value)
+
+
+def test_template_source_limit(write_package):
+    root = demo_with_probe(write_package, template="// " + "x" * (256 * 1024) + "\n")
+    with pytest.raises(errors.TemplateSandboxError) as info:
+        wk.load_kernel(root).render(X)
+    assert SHADER in str(info.value)
+
+
+# --- huge, deep or many: refused quickly --------------------------------------------------------------
+
+
+def _quickly(call, limit=1.0):
+    started = time.perf_counter()
+    with pytest.raises(wk.KernelError) as info:
+        call()
+    assert time.perf_counter() - started < limit
+    return info.value
+
+
+def _load_text(tmp_path, text: str):
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "manifest.json").write_text(text)
+    (root / SHADER).write_text(DEMO_TEMPLATE)
+    return lambda: wk.load_kernel(root)
+
+
+@pytest.mark.xfail(strict=True, raises=RecursionError, reason=(
+    "engine: package.read_json lets json's RecursionError out for deeply nested JSON; it should be a "
+    "PackageError (catch RecursionError and ValueError around json.loads)"))  # fmt: skip
+@pytest.mark.parametrize("nesting", ["[" * 100_000 + "]" * 100_000, '{"a":' * 50_000 + "1" + "}" * 50_000],
+                         ids=["lists", "objects"])
+def test_deeply_nested_manifest_json(tmp_path, nesting):
+    _quickly(_load_text(tmp_path, nesting))
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
+    "engine: package.read_json lets json's ValueError out for an integer of more than 4300 digits "
+    "(Python's int conversion limit); it should be a PackageError"))  # fmt: skip
+def test_manifest_with_a_huge_integer(tmp_path):
+    text = json.dumps(DEMO_MANIFEST).replace('"scale": 1.0', '"scale": ' + "9" * 5000)
+    _quickly(_load_text(tmp_path, text))
+
+
+def test_manifest_with_huge_numbers_fails_at_the_call(write_package):
+    manifest = copy.deepcopy(DEMO_MANIFEST)
+    manifest["attributes"]["scale"] = 1e308 * 10  # json writes Infinity
+    manifest["tunables"]["WORKGROUP_SIZE"] = 1e300
+    kernel = wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE}))
+    _quickly(lambda: kernel.render(X))
+    _quickly(lambda: kernel.render(X, attrs={"scale": 1.0}))
+
+
+@pytest.mark.xfail(strict=True, raises=RecursionError, reason=(
+    "engine: parse_manifest lets jsonschema's RecursionError out for a value nested deeper than Python's "
+    "recursion limit (a dict built in Python: JSON that deep already fails in json.loads); it should be a "
+    "ManifestError"))  # fmt: skip
+def test_deeply_nested_manifest_value(write_package):
+    manifest = copy.deepcopy(DEMO_MANIFEST)
+    nested: object = 1
+    for _ in range(5000):
+        nested = [nested]
+    manifest["attributes"]["scale"] = nested
+    _quickly(lambda: parse_manifest(manifest))
+
+
+def test_huge_strings_in_a_manifest(write_package, tmp_path):
+    manifest = copy.deepcopy(DEMO_MANIFEST)
+    manifest["derive"]["n"] = "numel(shapes.X)" + " + 0" * 100_000
+    error = _quickly(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})))
+    assert isinstance(error, errors.ExpressionSandboxError) and str(MAX_SEQUENCE_LENGTH) in str(error)
+    manifest = copy.deepcopy(DEMO_MANIFEST)
+    manifest["derive"]["n"] = "'" + "x" * 7_000_000 + "'"
+    _quickly(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})), limit=3.0)
+
+
+def test_many_expressions_are_refused(write_package):
+    manifest = copy.deepcopy(DEMO_MANIFEST)
+    for i in range(20_000):
+        manifest["constants"][f"c{i}"] = f"{i} + 1"
+    error = _quickly(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})), limit=5.0)
+    assert isinstance(error, errors.ExpressionSandboxError)
+
+
+@pytest.mark.parametrize("source", ["(" * 3000 + "1" + ")" * 3000, "-" * 4000 + "1", "[" * 1500 + "]" * 1500,
+                                    "not " * 1000 + "1", "a" * 4097],
+                         ids=["parens", "minus", "lists", "not", "long"])  # fmt: skip
+def test_deep_or_long_expressions_are_refused_quickly(source):
+    error = _quickly(lambda: ExpressionCompiler(()).compile(source, "derive.x"))
+    assert isinstance(error, errors.ExpressionSandboxError)
+    assert error.where == "derive.x"
+
+
+def test_package_outside_any_folder_cannot_read_files(tmp_path):
+    package = KernelPackage(root=tmp_path, origin="local")
+    with pytest.raises(errors.PackageError):
+        package.read_text("../../etc/passwd")

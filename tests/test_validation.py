@@ -1,0 +1,249 @@
+"""``webgpu-kernels validate``: every problem of a package at once, each with its file and JSON path."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from webgpu_kernels import digests
+from webgpu_kernels.cli import main
+from webgpu_kernels.package import embedded_root
+from webgpu_kernels.package_tests import CRASH_HOOK_ENV
+from webgpu_kernels.validation import validate_package, validate_package_isolated
+
+QUICK_GELU = "com.microsoft.QuickGelu"
+BIAS_ADD = "com.microsoft.BiasAdd"
+BROKEN_F16_TAIL = "{% if scalar == 'f16' and vec4Tail %}  let broken: f32 = no_such_name;\n{% endif %}"
+
+
+def copy_package(op_id: str, dest: Path) -> Path:
+    shutil.copytree(embedded_root() / op_id, dest)
+    for path in dest.rglob("*"):
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    return dest
+
+
+def edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text("utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+def where(report) -> set[tuple[str, str, str]]:
+    return {(p.severity, p.file, p.json_path) for p in report.problems}
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
+    monkeypatch.delenv(CRASH_HOOK_ENV, raising=False)
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def qg(tmp_path: Path) -> Path:
+    return copy_package(QUICK_GELU, tmp_path / "qg")
+
+
+# --- clean packages ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op_id", [QUICK_GELU, BIAS_ADD])
+def test_embedded_packages_are_valid(op_id: str) -> None:
+    report = validate_package(embedded_root() / op_id)
+    assert report.problems == []
+    assert report.op_id == op_id and report.ok
+    variants = {c.variant for c in report.coverage}
+    assert {(c.variant, c.dtype) for c in report.coverage} == {(v, d) for v in variants for d in ("float32", "float16")}
+    assert all(c.status == "compiled" and c.pipelines > 0 for c in report.coverage)
+
+
+def test_cli_validate_embedded_by_id(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["validate", BIAS_ADD])
+    assert result.exit_code == 0, result.output
+    assert "0 errors, 0 warnings: valid" in result.stdout and "Pipelines compiled" in result.stdout
+    data = json.loads(runner.invoke(main, ["validate", BIAS_ADD, "--json"]).stdout)
+    assert data["ok"] is True and data["errors"] == 0 and data["op"] == BIAS_ADD
+    assert {c["variant"] for c in data["coverage"]} == {"vec4", "scalar"}
+
+
+# --- a WGSL error ------------------------------------------------------------------------------------
+
+
+def test_wgsl_error_is_reported_with_variant_dtype_and_message(qg: Path, runner: CliRunner) -> None:
+    template = qg / "quick-gelu.wgsl.jinja"
+    text = template.read_text("utf-8").replace("fn quick_gelu(v: f32) -> f32 {\n",
+                                               "fn quick_gelu(v: f32) -> f32 {\n" + BROKEN_F16_TAIL)  # fmt: skip
+    template.write_text(text, encoding="utf-8")
+    digests.write_metadata(qg)
+    result = runner.invoke(main, ["validate", str(qg)])
+    assert result.exit_code == 1, result.output
+    out = result.stdout
+    assert "WGSL does not compile for variant 'vec4_tail' (float16), pass 'main'" in out
+    assert "no_such_name" in out  # the compiler's message
+    assert "variant vec4_tail, float16" in out
+    data = json.loads(runner.invoke(main, ["validate", str(qg), "--json"]).stdout)
+    (problem,) = data["problems"]  # one error however many shaders showed it
+    assert problem["severity"] == "error" and problem["file"] == "quick-gelu.wgsl.jinja"
+    assert problem["variant"] == "vec4_tail" and problem["dtype"] == "float16"
+    assert problem["jsonPath"] == "variants[1].passes[0].source.shader"
+    status = {(c["variant"], c["dtype"]): c["status"] for c in data["coverage"]}
+    assert status[("vec4_tail", "float16")] == "failed" and status[("vec4_tail", "float32")] == "compiled"
+
+
+def test_template_that_does_not_render_or_parse(qg: Path) -> None:
+    template = qg / "quick-gelu.wgsl.jinja"
+    text = template.read_text("utf-8").replace("const ALPHA", "{{ no_such_value }}\nconst ALPHA")
+    template.write_text(text, encoding="utf-8")
+    (qg / "other.wgsl.jinja").write_text("{% if %}\n", encoding="utf-8")
+    edit_json(qg / "manifest.json", lambda m: m["variants"][2]["passes"][0]["source"].update(shader="other.wgsl.jinja"))
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    messages = {(p.file, p.line, p.variant) for p in report.errors}
+    assert ("other.wgsl.jinja", 1, None) in messages  # the syntax error, with its line
+    render = [p for p in report.errors if p.file == "quick-gelu.wgsl.jinja"]
+    assert render and "no_such_value" in render[0].message and render[0].variant in ("vec4", "vec4_tail")
+
+
+# --- many problems at once ----------------------------------------------------------------------------
+
+
+def test_several_problems_are_reported_at_once(qg: Path, runner: CliRunner) -> None:
+    def manifest(m: dict) -> None:
+        m["derive"]["vec4Ok"] = "numel(shapes.X) > 0 and numel(shapes.X) % 4 == 0 and attrs.alhpa > 0"
+        m["derive"]["early"] = "later * 2"
+        m["derive"]["later"] = "numel(shapes.Z)"
+        m["variants"][0]["when"].append("vec4Tial")
+        m["variants"][0]["when"].append("dtypes.U == 'f32' and device.limits.maxFoo > 0")
+        m["variants"][1]["constants"]["scalar"] = "dtypes.T +"
+        m["variants"][2]["when"].append("vectorScalar == 'x'")  # a constant of variant vec4 only
+        m["bindingSets"]["scalarTail"][0]["elementType"] = "$vectorScalar"
+        m["variants"][2]["passes"][0]["source"]["shader"] = "missing.wgsl.jinja"
+
+    edit_json(qg / "manifest.json", manifest)
+    edit_json(qg / "test.json", lambda t: t["cases"][0]["inputs"]["X"]["generate"].update(distribution="gaussian"))
+    edit_json(qg / "bench.json", lambda b: b["cases"][0].update(types={"T": "float32"}))
+    (qg / "notes.json").write_text("{}", encoding="utf-8")  # not in metadata.json
+    result = runner.invoke(main, ["validate", str(qg), "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    found = {(p["file"], p["jsonPath"]) for p in report["problems"] if p["severity"] == "error"}
+    expected = {
+        ("manifest.json", ""),  # digest mismatch (the manifest was edited after `digest`)
+        ("notes.json", ""),  # unlisted
+        ("manifest.json", "variants[1].passes[0].bindings[0].elementType"),  # $vectorScalar (check_manifest)
+        ("manifest.json", "derive.vec4Ok"),  # attrs.alhpa
+        ("manifest.json", "derive.early"),  # reads a later derive entry
+        ("manifest.json", "derive.later"),  # shapes.Z
+        ("manifest.json", "variants[0].when[2]"),  # vec4Tial: unknown name
+        ("manifest.json", "variants[0].when[3]"),  # dtypes.U and device.limits.maxFoo
+        ("manifest.json", "variants[1].constants.scalar"),  # syntax error
+        ("manifest.json", "variants[2].when[2]"),  # another variant's constant
+        ("manifest.json", "bindingSets.scalarTail[0].elementType"),  # per variant using the set
+        ("manifest.json", "variants[2].passes[0].source.shader"),  # missing template
+        ("test.json", "cases[0].inputs.X.generate.distribution"),
+        ("bench.json", "cases[0].types.T"),
+    }
+    assert expected <= found, expected - found
+    texts = " | ".join(p["message"] for p in report["problems"])
+    for fragment in ("'alhpa'", "'later', which is not defined before this entry", "'Z' is not an input or output",
+                     "unknown name 'vec4Tial'", "'U' is not a type variable", "'maxFoo' is not a WebGPU limit",
+                     "syntax error", "not defined for variant 'scalar'", "'missing.wgsl.jinja' is not in the package",
+                     "'gaussian' is not one of"):  # fmt: skip
+        assert fragment in texts, fragment
+    assert report["errors"] >= len(expected)
+
+
+def test_case_files_against_the_manifest(qg: Path) -> None:
+    def test_json(t: dict) -> None:
+        t["cases"][0]["inputs"]["W"] = t["cases"][0]["inputs"].pop("X")
+        t["cases"][1]["expected"]["Y"] = {"file": "data/nope.npy"}
+        t["cases"][4]["expected"]["Y"]["shape"] = [3, 5, 1]
+        t["cases"][4]["expected"]["Z"] = t["cases"][4]["expected"]["Y"]
+        t["cases"][5]["attrs"] = {"beta": 1}
+        t["cases"][6]["variants"] = ["vec8"]
+
+    edit_json(qg / "test.json", test_json)
+    edit_json(qg / "bench.json", lambda b: b["cases"][0]["inputs"].update(Q={"shape": [3]}))
+    digests.write_metadata(qg)
+    report = validate_package(qg, gpu=False)
+    messages = {p.json_path: p.message for p in report.errors if p.file == "test.json"}
+    assert "not an input" in messages["cases[0].inputs.W"]
+    assert "file not found" in messages["cases[1].expected.Y"]
+    assert "'Z' is not an output" in messages["cases[4].expected.Z"]
+    assert "have shape [3, 5, 1], the manifest gives the output shape [3, 5]" in messages["cases[4].expected.Y"]
+    assert "breaks the contract" in messages["cases[5]"] and "beta" in messages["cases[5]"]
+    assert "no variant 'vec8'" in messages["cases[6].variants[0]"]
+    bench = {p.json_path: p.message for p in report.errors if p.file == "bench.json"}
+    assert "'Q' is not an input" in bench["cases[0].inputs.Q"]
+    assert report.coverage == []  # --no-gpu
+
+
+# --- warnings and package-level problems --------------------------------------------------------------
+
+
+def test_missing_metadata_is_an_error_and_missing_cases_warnings(qg: Path) -> None:
+    for name in ("metadata.json", "bench.json"):
+        (qg / name).unlink()
+    edit_json(qg / "test.json", lambda t: t.update(cases=[c for c in t["cases"] if c["name"] == "tail-3x5-f32"]))
+    report = validate_package(qg)
+    assert ("error", "metadata.json", "") in where(report)
+    assert "run `webgpu-kernels digest PATH`" in report.errors[0].message
+    warnings = [p for p in report.warnings]
+    assert any(p.file == "bench.json" and "no bench.json" in p.message for p in warnings)
+    unexercised = {(p.variant, p.dtype) for p in warnings if "no test.json or bench.json case exercises" in p.message}
+    assert unexercised == {("vec4", "float32"), ("vec4", "float16"), ("vec4_tail", "float16"), ("scalar", "float16")}
+    assert len(report.errors) == 1
+
+
+def test_metadata_naming_another_op(qg: Path) -> None:
+    edit_json(qg / "metadata.json", lambda m: m.update(id="com.example.Other"))
+    report = validate_package(qg)
+    assert [(p.file, p.json_path) for p in report.errors] == [("metadata.json", "id")]
+    assert "com.example.Other" in report.errors[0].message
+
+
+def test_not_a_package(tmp_path: Path, runner: CliRunner) -> None:
+    result = runner.invoke(main, ["validate", str(tmp_path)])
+    assert result.exit_code == 1 and "no manifest.json" in result.stdout
+    result = runner.invoke(main, ["validate", "com.example.Nothing"])
+    assert result.exit_code == 2 and "neither a package folder nor an embedded kernel" in result.stderr
+
+
+def test_schema_errors_stop_the_manifest_stages_only(qg: Path) -> None:
+    edit_json(qg / "manifest.json", lambda m: (m.pop("outputs"), m["variants"][0].update(priority="high")))
+    edit_json(qg / "test.json", lambda t: t["cases"][0].update(name=""))
+    report = validate_package(qg)
+    paths = {(p.file, p.json_path) for p in report.errors}
+    assert ("manifest.json", "") in paths or ("manifest.json", "(root)") in paths or any(
+        f == "manifest.json" and "outputs" in p.message for f, _ in paths for p in report.errors)
+    assert ("manifest.json", "variants[0].priority") in paths
+    assert ("test.json", "cases[0].name") in paths
+    assert report.op_id is None and report.coverage == []
+
+
+# --- isolation --------------------------------------------------------------------------------------
+
+
+def test_isolated_validation(qg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = validate_package_isolated(qg, timeout=120)
+    assert report.isolated and report.ok and report.problems == []
+    assert {c.status for c in report.coverage} == {"compiled"}
+    monkeypatch.setenv(CRASH_HOOK_ENV, "specials-f16")
+    crashed = validate_package_isolated(qg, timeout=120)
+    assert not crashed.ok
+    (problem,) = crashed.problems
+    assert "the validation process exit status 70 while compiling variant" in problem.message
+    assert "for case 'specials-f16'" in problem.message and problem.dtype == "float16"
+
+
+def test_cli_validate_isolated_crash(qg: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CRASH_HOOK_ENV, "vec4-2x64-f32")
+    result = runner.invoke(main, ["validate", "--isolate", str(qg)])
+    assert result.exit_code == 1
+    assert "exit status 70 while compiling variant 'vec4' (float32) for case 'vec4-2x64-f32'" in result.stdout
