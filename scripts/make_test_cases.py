@@ -5,7 +5,8 @@ Expected values come from the float64 NumPy references in ``webgpu_kernels.refer
 independent of the WGSL templates: each case's inputs are drawn exactly as ``webgpu-kernels test``
 will draw them (casefile.py), the reference runs in float64 on those typed inputs, and the result
 is rounded once to the output dtype and stored. Small results are written inline, larger ones as
-``data/<case>.<output>.npy`` in the output dtype. Data files no case uses any more are removed.
+``<case>.<output>.npy`` files next to test.json, in the output dtype (at the top of the package: the
+library's package data takes ``kernels/*/*``, not sub-folders). Data files no case uses any more are removed.
 
     python scripts/make_test_cases.py            # both embedded packages
     python scripts/make_test_cases.py --check    # exit 1 if the files on disk differ from what would be written
@@ -17,7 +18,6 @@ import argparse
 import io
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,8 @@ from webgpu_kernels.package import embedded_root
 
 #: Results with at most this many elements are written inline in test.json.
 INLINE_MAX = 64
+#: Where data files go, relative to the package ("" = next to test.json).
+DATA_DIR = ""
 DTYPES = (("float32", "f32"), ("float16", "f16"))
 NAN, INF = "nan", "inf"
 
@@ -237,7 +239,7 @@ def build_package(op_id: str) -> tuple[dict[str, Any], dict[str, bytes]]:
                 else:
                     content = npy_bytes(stored)
                     # A case that only changes how the kernel runs (a tunable) shares its data file.
-                    name = next((n for n, c in data_files.items() if c == content), f"data/{case['name']}.{role}.npy")
+                    name = next((n for n, c in data_files.items() if c == content), f"{DATA_DIR}{case['name']}.{role}.npy")
                     data_files[name] = content
                     expected[role] = {"file": name}
             case["expected"] = expected
@@ -268,7 +270,7 @@ def main() -> int:
         root = embedded_root() / op_id
         document, data_files = build_package(op_id)
         files = {"test.json": dump(document).encode("utf-8"), **data_files}
-        old_data = {p.relative_to(root).as_posix() for p in (root / "data").glob("*.npy")} if (root / "data").is_dir() else set()
+        old_data = {p.relative_to(root).as_posix() for p in root.rglob("*.npy")}
         for name, content in files.items():
             path = root / name
             if not path.is_file() or path.read_bytes() != content:
@@ -280,6 +282,8 @@ def main() -> int:
             stale = True
             if not args.check:
                 (root / name).unlink()
+                if not any((root / name).parent.iterdir()) and (root / name).parent != root:
+                    (root / name).parent.rmdir()
         size = sum(len(c) for c in files.values())
         if not args.check:
             digests.write_metadata(root)

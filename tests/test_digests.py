@@ -84,7 +84,7 @@ def test_opening_is_fast() -> None:
 
 
 @pytest.mark.parametrize("name", ["quick-gelu.wgsl.jinja", "manifest.json", "test.json", "bench.json",
-                                  "data/vec4-2x64-f32.Y.npy"])  # fmt: skip
+                                  "vec4-2x64-f32.Y.npy"])  # fmt: skip
 def test_one_byte_changed_is_refused(qg: Path, name: str) -> None:
     open_folder(qg)  # loads before the change
     flip_byte(qg / name)

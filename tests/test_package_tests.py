@@ -141,7 +141,7 @@ def test_wrong_expected_data_file_fails(tmp_path: Path) -> None:
     import numpy as np
 
     root = copy_package(BIAS_ADD, tmp_path / "ba")
-    path = root / "data" / "vec4-2x5x320-f32.Y.npy"
+    path = root / "vec4-2x5x320-f32.Y.npy"
     array = np.load(path)
     array[1, 2, 3] += 1.0
     np.save(path, array)
@@ -175,7 +175,8 @@ def test_case_problems_are_reported_per_case(tmp_path: Path) -> None:
 def test_package_without_test_json_fails(tmp_path: Path, runner: CliRunner) -> None:
     root = copy_package(QUICK_GELU, tmp_path / "qg")
     (root / "test.json").unlink()
-    shutil.rmtree(root / "data")
+    for path in root.glob("*.npy"):
+        path.unlink()
     digests.write_metadata(root)
     result = runner.invoke(main, ["test", str(root), QUICK_GELU])
     assert result.exit_code == 1
@@ -228,3 +229,20 @@ def test_isolation_defaults_to_the_package_needing_trust(runner: CliRunner, monk
     assert data["ok"] is True
     data = json.loads(runner.invoke(main, ["test", "remote", "--no-isolate", "--case", "rank0-*", "--json"]).stdout)
     assert [p["isolated"] for p in data["packages"]] == [False]
+
+
+def test_float16_cases_are_skipped_without_shader_f16(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from webgpu_kernels import device as device_module
+    from webgpu_kernels import kernel as kernel_module
+    from webgpu_kernels.program import DeviceInfo
+
+    real = wk.get_device()
+    no_f16 = SimpleNamespace(info=DeviceInfo(limits=real.info.limits, features=frozenset()))
+    monkeypatch.setattr(kernel_module, "get_device", lambda adapter=None: no_f16)
+    monkeypatch.setattr(device_module, "get_device", lambda adapter=None: no_f16)
+    report = run_package_tests(wk.get_kernel(QUICK_GELU), cases=["rank0-f16"])  # (no GPU work on the fake device)
+    assert [(r.case, r.status) for r in report.results] == [("rank0-f16", "skip")]
+    assert report.results[0].message == "this adapter has no shader-f16 feature"
+    assert report.ok

@@ -177,7 +177,10 @@ def encode_values(array: np.ndarray) -> list[Any]:
         elif flat.dtype.kind in "iub":
             out.append(int(v))
         else:
-            text = np.format_float_scientific(v, unique=True, trim="-") if f != 0 else repr(f)
+            try:
+                text = np.format_float_scientific(v, unique=True, trim="-") if f != 0 else repr(f)
+            except TypeError:  # a float type NumPy cannot print (bfloat16): float64's shortest repr
+                text = repr(f)
             number = float(text)
             out.append(int(number) if number.is_integer() and abs(number) < 2**53 and f != 0 else number)
     return out

@@ -182,7 +182,9 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
     console = _console()
     table = Table(title="Test results", title_justify="left")
     for col in ("kernel", "case", "variant", "dtype", "max abs err", "max rel err", "result"):
-        table.add_column(col, justify="right" if col.startswith("max") else "left", no_wrap=col != "case")
+        wrap = col in ("kernel", "case")
+        table.add_column(col, justify="right" if col.startswith("max") else "left", no_wrap=not wrap,
+                         overflow="fold" if wrap else "ellipsis", min_width=12 if col == "case" else None)  # fmt: skip
     failures: list[tuple[str, RunResult]] = []
     for report in reports:
         for r in report.results:
@@ -261,6 +263,21 @@ def _print_validation(report: ValidationReport) -> None:
     console.print(Text(f"{title}: {report.path}", style="bold"))
     if report.adapter:
         console.print(f"adapter: {report.adapter}" + (" (checks ran in a child process)" if report.isolated else ""))
+    c = report.checked
+    parts = []
+    if "digests" in c:
+        parts.append(f"{c['digests']} files against metadata.json")
+    if "expressions" in c:
+        parts.append(f"{c['expressions']} expressions")
+    if "templates" in c:
+        parts.append(f"{c['templates']} template{'s' if c['templates'] != 1 else ''}")
+    if "testCases" in c:
+        parts.append(f"{c['testCases']} test.json cases")
+    if "benchCases" in c:
+        runs = f" ({c['benchRuns']} with their dtypes)" if "benchRuns" in c else ""
+        parts.append(f"{c['benchCases']} bench.json cases{runs}")
+    if parts:
+        console.print("checked: " + ", ".join(parts), soft_wrap=True)
     for p in report.problems:
         style = "bold red" if p.severity == ERROR else "yellow"
         extra = ", ".join(x for x in (f"variant {p.variant}" if p.variant else "", p.dtype or "",

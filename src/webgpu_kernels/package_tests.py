@@ -15,7 +15,6 @@ the case it was running; the crash is reported as a failure of that package.
 from __future__ import annotations
 
 import fnmatch
-import math
 import multiprocessing
 import os
 import signal
@@ -176,6 +175,9 @@ def run_package_tests(
         verdicts = {v.variant: v for v in explanation.verdicts}
         accepted = [v.variant for v in explanation.verdicts if v.accepted]
         accepted.sort(key=lambda vid: kernel.variants.index(vid))
+        if not accepted and not device.info.has_f16 and any(a.dtype == np.float16 for a in arrays.values()):
+            add(RunResult(kernel.op_id, case.name, None, label, SKIP, message="this adapter has no shader-f16 feature"))
+            continue
         if case.variants is not None:
             for vid in case.variants:
                 if vid not in verdicts:
@@ -187,14 +189,8 @@ def run_package_tests(
                                           f"{verdicts[vid].reason()}"))  # fmt: skip
             accepted = [v for v in accepted if v in case.variants]
         if not accepted and case.variants is None:
-            uses_f16 = any(a.dtype == np.float16 for a in arrays.values())
-            if uses_f16 and not device.info.has_f16:
-                add(RunResult(kernel.op_id, case.name, None, label, SKIP,
-                              message="this adapter has no shader-f16 feature"))  # fmt: skip
-            else:
-                reasons = "; ".join(f"{v.variant}: {v.reason()}" for v in explanation.verdicts)
-                add(RunResult(kernel.op_id, case.name, None, label, FAIL,
-                              message=f"no variant accepts the case ({reasons})"))  # fmt: skip
+            reasons = "; ".join(f"{v.variant}: {v.reason()}" for v in explanation.verdicts)
+            add(RunResult(kernel.op_id, case.name, None, label, FAIL, message=f"no variant accepts the case ({reasons})"))
             continue
         plans.append((case, label, arrays, accepted, {o.role: o.dtype for o in explanation.outputs}))
 
@@ -387,7 +383,3 @@ def run_package_tests_isolated(
             report.results.append(RunResult(kernel.op_id, run["case"], run["variant"], run["dtype"], ERROR,
                                             message=f"the test process {describe_exit(code)} during this run"))  # fmt: skip
     return report
-
-
-def finite_or_none(value: float | None) -> float | None:
-    return value if value is None or math.isfinite(value) else None

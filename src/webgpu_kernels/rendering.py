@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+import struct
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -100,6 +101,29 @@ class ResolvedPass:
         return math.prod(self.workgroup_size)
 
 
+def _unpackable(json_path: str, types: list[tuple[str, str]], values: list[Any], exc: Exception) -> LayoutError:
+    """A LayoutError naming the uniform field whose value cannot be packed (found by packing each alone)."""
+    for i, ((name, type_text), value) in enumerate(zip(types, values)):
+        try:
+            struct_layout("Field", [(name, type_text)]).pack([value])
+        except Exception:  # noqa: BLE001 - this is the field that fails, whatever the reason
+            return LayoutError(f"{json_path}.struct.fields[{i}]: field {name!r} ({type_text}) cannot hold "
+                               f"{_short(value)}: {type(exc).__name__}: {exc}")  # fmt: skip
+    return LayoutError(f"{json_path}: the uniform values cannot be packed: {type(exc).__name__}: {exc}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _struct_layout(json_path: str, name: str, types: list[tuple[str, str]]) -> StructLayout:
+    try:
+        return struct_layout(name, types)
+    except LayoutError as exc:
+        raise LayoutError(f"{json_path}: {exc}") from None
+
+
 def workgroup_grid(threads: int, invocations: int, max_per_dimension: int) -> tuple[int, int, int]:
     """Workgroups for ``threads`` invocations, spilling into y then z past the per-dimension limit.
 
@@ -142,11 +166,14 @@ def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
                     raise ExpressionError(f"a field type must be a WGSL type name, got {type_text!r}",
                                           expression=type_expr.source, where=type_expr.where)  # fmt: skip
                 types.append((name, type_text))
+            layout = _struct_layout(b.json_path, b.struct_name, types)
+            values = [value.evaluate(scope) for _, _, value in cb.fields]
             try:
-                layout = struct_layout(b.struct_name, types)
-                uniform = layout.pack([value.evaluate(scope) for _, _, value in cb.fields])
+                uniform = layout.pack(values)
             except LayoutError as exc:
                 raise LayoutError(f"{b.json_path}: {exc}") from None
+            except (OverflowError, ValueError, TypeError, struct.error) as exc:  # e.g. 1e39 into an f32 field
+                raise _unpackable(b.json_path, types, values, exc) from None
         bindings.append(ResolvedBinding(
             name=b.name, group=0, binding=index, buffer_type=b.buffer_type, arg=b.arg,
             element_type=element_type, length=length, struct=layout, uniform_bytes=uniform,

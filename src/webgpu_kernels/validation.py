@@ -112,6 +112,8 @@ class ValidationReport:
     adapter: str | None = None
     problems: list[Problem] = field(default_factory=list)
     coverage: list[Coverage] = field(default_factory=list)
+    #: What was looked at: files digested, expressions, templates, test and bench cases.
+    checked: dict[str, int] = field(default_factory=dict)
     isolated: bool = False
 
     @property
@@ -130,19 +132,22 @@ class ValidationReport:
         return {
             "path": self.path, "op": self.op_id, "adapter": self.adapter, "isolated": self.isolated, "ok": self.ok,
             "errors": len(self.errors), "warnings": len(self.warnings),
-            "problems": [p.as_dict() for p in self.problems], "coverage": [c.as_dict() for c in self.coverage],
+            "checked": dict(self.checked), "problems": [p.as_dict() for p in self.problems],
+            "coverage": [c.as_dict() for c in self.coverage],
         }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ValidationReport:
         return cls(path=data["path"], op_id=data["op"], adapter=data["adapter"], isolated=data["isolated"],
                    problems=[Problem.from_dict(p) for p in data["problems"]],
-                   coverage=[Coverage.from_dict(c) for c in data["coverage"]])  # fmt: skip
+                   coverage=[Coverage.from_dict(c) for c in data["coverage"]],
+                   checked=dict(data.get("checked", {})))  # fmt: skip
 
 
 class _Collector:
     def __init__(self) -> None:
         self.problems: list[Problem] = []
+        self.counts: dict[str, int] = {}
         self._seen: dict[tuple[Any, ...], Problem] = {}
 
     def add(self, severity: str, file: str, json_path: str, message: str, **extra: Any) -> Problem | None:
@@ -213,6 +218,20 @@ def validate_package(
                 out.error(MANIFEST_FILE, getattr(exc, "json_path", getattr(exc, "where", "")), str(exc))
     test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, out)
     bench_file = _guarded(out, BENCH_FILE, _check_bench_json, package, manifest, out)
+    if metadata is not None:
+        report.checked["digests"] = len(metadata["digest"]["files"])
+    if manifest is not None:
+        report.checked["expressions"] = out.counts.get("expressions", 0)
+        report.checked["templates"] = len({p.shader for v in manifest.variants for p in v.passes})
+    if test_file is not None:
+        report.checked["testCases"] = len(test_file.cases)
+    if bench_file is not None:
+        report.checked["benchCases"] = len(bench_file.cases)
+        if manifest is not None:
+            try:
+                report.checked["benchRuns"] = sum(len(c.expand(manifest)) for c in bench_file.cases)
+            except KernelError:
+                pass
     if device is not None and manifest is not None and program is not None:
         _guarded(out, "GPU", _check_gpu, package, manifest, program, test_file, bench_file, out, report, device=device,
                  notify=notify)
@@ -317,6 +336,8 @@ def check_expressions(manifest: Manifest, out: _Collector, device_limits: set[st
                 report(f"{v.json_path}.constants.{name}", f"{name!r} is a reserved name (a namespace or function)")
 
     def check(value: Any, where: str, visible: set[str], roles: list[str], scope_note: str, suffix: str = "") -> None:
+        if isinstance(value, str):
+            out.counts["expressions"] = out.counts.get("expressions", 0) + 1
         try:
             expr = compiler.compile(value, where)
         except ExpressionError as exc:

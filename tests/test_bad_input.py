@@ -1,0 +1,318 @@
+"""Bad input, each a documented error (docs/errors.md) and a test: the error class, a message that
+names the argument, what was expected and what came; and for every one of them: the inputs are
+not modified, no output is returned, nothing is dispatched, no plan is built for a contract
+failure, and no GPU state is left behind (live buffers, pooled bytes, pending dispatches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels import errors
+from webgpu_kernels.api import to_gpu
+
+f32, f16 = np.float32, np.float16
+QG, BA = "com.microsoft.QuickGelu", "com.microsoft.BiasAdd"
+
+
+def bias_inputs(shape=(2, 3, 8), dtype=f32, **override):
+    inputs = {"X": np.ones(shape, dtype), "bias": np.ones(shape[-1:], dtype), "skip": np.ones(shape, dtype)}
+    inputs.update(override)
+    return {k: v for k, v in inputs.items() if v is not None}
+
+
+def qg_inputs(shape=(4, 8), dtype=f32):
+    return {"X": np.linspace(-2, 2, int(np.prod(shape)), dtype=np.float64).astype(dtype).reshape(shape)}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    kernel: str
+    inputs: Callable[[], dict[str, Any]]
+    error: type
+    mentions: tuple[str, ...] = ()
+    argument: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    contract: bool = True  # fails before any plan is built
+
+
+LIMIT = 1024  # lavapipe's maxComputeInvocationsPerWorkgroup; the test below reads the real one
+
+CASES = [
+    # inputs present or not
+    Case("missing-input", BA, lambda: bias_inputs(skip=None), errors.MissingInputError, ("nothing",), "skip"),
+    Case("missing-all", QG, lambda: {}, errors.MissingInputError, (), "X"),
+    Case("extra-input", BA, lambda: {**bias_inputs(), "residual": np.ones(8, f32)}, errors.UnknownInputError,
+         ("an unknown input", "['X', 'bias', 'skip']"), "residual"),
+    Case("output-as-input", QG, lambda: {**qg_inputs(), "Y": np.ones(4, f32)}, errors.UnknownInputError,
+         ("output",), "Y"),
+    # ranks and shapes
+    Case("wrong-rank", BA, lambda: bias_inputs(X=np.ones((6, 8), f32)), errors.RankError, ("rank 3", "rank 2"), "X"),
+    Case("wrong-rank-bias", BA, lambda: bias_inputs(bias=np.ones((1, 8), f32)), errors.RankError,
+         ("rank 1", "rank 2"), "bias"),
+    Case("x-skip-shape-mismatch", BA, lambda: bias_inputs(skip=np.ones((2, 4, 8), f32)), errors.SelectionError,
+         ("no variant can run this call", "sameShape(shapes.X, shapes.skip)", "shapes.X=[2, 3, 8]",
+          "shapes.skip=[2, 4, 8]")),
+    Case("bias-length-not-c", BA, lambda: bias_inputs(bias=np.ones(4, f32)), errors.SelectionError,
+         ("dim(shapes.bias, 0) == dim(shapes.X, 2)", "shapes.bias=[4]", "shapes.X=[2, 3, 8]")),
+    # dtypes
+    Case("dtype-float64", QG, lambda: {"X": np.ones(4, np.float64)}, errors.DTypeError,
+         ("float64", "float32", "float16", "type variable T"), "X"),
+    Case("dtype-int32", BA, lambda: bias_inputs(dtype=np.int32), errors.DTypeError, ("int32",), "X"),
+    Case("dtype-bool", QG, lambda: {"X": np.ones(4, bool)}, errors.DTypeError, ("bool",), "X"),
+    Case("mixed-dtypes", BA, lambda: bias_inputs(bias=np.ones(8, f16)), errors.DTypeError,
+         ("float32 like 'X'", "type variable T", "float16"), "bias"),
+    Case("mixed-dtypes-skip", BA, lambda: bias_inputs(dtype=f16, skip=np.ones((2, 3, 8), f32)), errors.DTypeError,
+         ("float16 like 'X'",), "skip"),
+    Case("object-array", QG, lambda: {"X": np.array([object(), 1.0], dtype=object)}, errors.DTypeError,
+         ("object",), "X"),
+    Case("string-array", QG, lambda: {"X": np.array(["1.0", "2.0"])}, errors.DTypeError, ("str",), "X"),
+    Case("bytes-array", QG, lambda: {"X": np.array([b"ab"])}, errors.DTypeError, ("bytes",), "X"),
+    Case("python-list", QG, lambda: {"X": [1.0, 2.0]}, errors.DTypeError, ("float64",), "X"),
+    Case("not-an-array", QG, lambda: {"X": "text"}, errors.InputError, ("'X'",), "X"),
+    Case("none-input", QG, lambda: {"X": None}, errors.InputError, ("'X'",), "X"),
+    # attributes
+    Case("attr-nan", QG, qg_inputs, errors.AttributeValueError, ("finite", "nan"), "alpha",
+         {"attrs": {"alpha": float("nan")}}),
+    Case("attr-inf", QG, qg_inputs, errors.AttributeValueError, ("finite", "inf"), "alpha",
+         {"attrs": {"alpha": float("inf")}}),
+    Case("attr-minus-inf", QG, qg_inputs, errors.AttributeValueError, ("finite", "-inf"), "alpha",
+         {"attrs": {"alpha": -float("inf")}}),
+    Case("attr-numpy-nan", QG, qg_inputs, errors.AttributeValueError, ("finite",), "alpha",
+         {"attrs": {"alpha": np.float32("nan")}}),
+    Case("attr-huge-int", QG, qg_inputs, errors.AttributeValueError, ("2^63",), "alpha", {"attrs": {"alpha": 10**400}}),
+    Case("attr-string", QG, qg_inputs, errors.AttributeValueError, ("a number",), "alpha", {"attrs": {"alpha": "1.7"}}),
+    Case("attr-bool", QG, qg_inputs, errors.AttributeValueError, ("a number",), "alpha", {"attrs": {"alpha": True}}),
+    Case("attr-array", QG, qg_inputs, errors.AttributeValueError, ("a number",), "alpha",
+         {"attrs": {"alpha": np.array([1.0, 2.0])}}),
+    Case("unknown-attribute", QG, qg_inputs, errors.UnknownInputError, ("an unknown attribute", "['alpha']"), "beta",
+         {"attrs": {"beta": 1.0}}),
+    Case("attrs-not-a-dict", QG, qg_inputs, errors.InputError, ("a dict",), "attributes", {"attrs": [("alpha", 1.0)]}),
+    Case("attr-name-not-a-string", QG, qg_inputs, errors.InputError, ("names",), "attributes", {"attrs": {1: 1.0}}),
+    # tunables
+    Case("unknown-tunable", BA, bias_inputs, errors.UnknownInputError, ("an unknown tunable", "WORKGROUP_SIZE"),
+         "TILE", {"tunables": {"TILE": 4}}),
+    Case("tunable-fraction", BA, bias_inputs, errors.AttributeValueError, ("an integer",), "WORKGROUP_SIZE",
+         {"tunables": {"WORKGROUP_SIZE": 1.5}}),
+    Case("tunable-string", BA, bias_inputs, errors.AttributeValueError, ("a number",), "WORKGROUP_SIZE",
+         {"tunables": {"WORKGROUP_SIZE": "64"}}),
+    Case("tunable-huge", BA, bias_inputs, errors.AttributeValueError, ("2^63",), "WORKGROUP_SIZE",
+         {"tunables": {"WORKGROUP_SIZE": 2**70}}),
+    Case("workgroup-above-device-when", QG, qg_inputs, errors.SelectionError, ("no variant can run this call", "baseOk"), None,
+         {"tunables": {"WORKGROUP_SIZE": 4 * LIMIT}}),
+    Case("workgroup-above-device-limit", BA, bias_inputs, errors.DeviceLimitError,
+         ("maxComputeWorkgroupSizeX", f"{4 * LIMIT}", "pass 'main'"), "tunables",
+         {"tunables": {"WORKGROUP_SIZE": 4 * LIMIT}}, contract=False),
+    # options
+    Case("bad-output-kind", QG, qg_inputs, errors.InputError, ("numpy", "gpu"), "output", {"output": "torch"}),
+    Case("unknown-variant", QG, qg_inputs, errors.SelectionError, ("'vec8'", "vec4", "scalar"), None,
+         {"variant": "vec8"}),
+    Case("forced-variant-rejected", QG, lambda: qg_inputs((5,)), errors.VariantRejectedError, ("vec4Ok",), None,
+         {"variant": "vec4"}),
+]  # fmt: skip
+
+
+def gpu_state(device) -> tuple[int, int, int]:
+    memory = device.memory
+    return memory.live_buffers, memory.pooled_bytes, memory._pending
+
+
+@pytest.fixture
+def dispatches(monkeypatch):
+    """Every plan run_plan was asked to dispatch (all dispatches go through it)."""
+    import webgpu_kernels.kernel as kernel_module
+
+    real, seen = kernel_module.run_plan, []
+
+    def spy(*args, **kwargs):
+        seen.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernel_module, "run_plan", spy)
+    return seen
+
+
+def check_refused(kernel, call, error_class, mentions=(), argument=None, *, device, inputs=(), contract=True,
+                  dispatches=None):  # fmt: skip
+    """``call()`` raises ``error_class`` naming ``mentions``; nothing else happens."""
+    copies = [(a, a.copy()) for a in inputs if isinstance(a, np.ndarray)]
+    before, plans = gpu_state(device), len(kernel._plans)
+    with pytest.raises(error_class) as info:
+        call()
+    error = info.value
+    message = str(error)
+    for text in mentions:
+        assert text in message, f"{text!r} not in {message!r}"
+    if argument is not None:
+        assert error.argument == argument and repr(argument) in message
+    assert isinstance(error, wk.KernelError)
+    assert gpu_state(device) == before, "GPU state was left behind"
+    if contract:
+        assert len(kernel._plans) == plans, "a plan was built for a call that failed its contract"
+    if dispatches is not None:
+        assert not dispatches, "a shader was dispatched"
+    for array, copy in copies:
+        np.testing.assert_array_equal(array, copy)
+    return error
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_bad_input(case, device, dispatches):
+    kernel = wk.get_kernel(case.kernel)
+    inputs = case.inputs()
+    limit = device.info.limits["maxComputeInvocationsPerWorkgroup"]
+    options = dict(case.options)
+    if options.get("tunables", {}).get("WORKGROUP_SIZE") == 4 * LIMIT:
+        options["tunables"] = {"WORKGROUP_SIZE": 4 * limit}
+    mentions = tuple(m.replace(str(4 * LIMIT), str(4 * limit)) for m in case.mentions)
+    check_refused(kernel, lambda: kernel(inputs, **options), case.error, mentions, case.argument, device=device,
+                  inputs=inputs.values(), contract=case.contract, dispatches=dispatches)  # fmt: skip
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in ("missing-input", "wrong-rank", "mixed-dtypes",
+                                                                 "x-skip-shape-mismatch", "attr-nan")],
+                         ids=lambda c: c.id)  # fmt: skip
+def test_bad_input_with_gpu_tensors(case, device, dispatches, has_f16):
+    """The same checks when the inputs already live on the GPU (their buffers stay theirs)."""
+    kernel = wk.get_kernel(case.kernel)
+    arrays = case.inputs()
+    if any(a.dtype == f16 for a in arrays.values() if isinstance(a, np.ndarray)) and not has_f16:
+        pytest.skip("no shader-f16")
+    inputs = {k: to_gpu(v) for k, v in arrays.items()}
+    try:
+        check_refused(kernel, lambda: kernel(inputs, **case.options), case.error, case.mentions, case.argument,
+                      device=device, contract=case.contract, dispatches=dispatches)  # fmt: skip
+        for role, tensor in inputs.items():
+            np.testing.assert_array_equal(tensor.numpy(), arrays[role])
+    finally:
+        for tensor in inputs.values():
+            tensor.release()
+
+
+@pytest.mark.parametrize(
+    "metas, error, mentions",
+    [({"X": wk.TensorMeta((-1, 4), "float32")}, errors.ShapeError, ("non-negative",)),
+     ({"X": wk.TensorMeta((2.5, 4), "float32")}, errors.ShapeError, ("integer",)),
+     ({"X": wk.TensorMeta((True, 4), "float32")}, errors.ShapeError, ("integer",)),
+     ({"X": wk.TensorMeta((2**40, 2**40), "float32")}, errors.ShapeError, ("elements",)),
+     ({"X": wk.TensorMeta((1,) * 65, "float32")}, errors.RankError, ("rank at most 64",)),
+     ({"X": wk.TensorMeta((4,), "nonsense")}, errors.DTypeError, ("nonsense",)),
+     ({"X": wk.TensorMeta((4,), np.float32)}, None, ()),
+     ({"X": wk.TensorMeta((4,), np.dtype("float16"))}, None, ())],
+    ids=["negative", "fraction", "bool", "too-many-elements", "rank-65", "unknown-dtype", "dtype-class", "dtype-object"],
+)  # fmt: skip
+def test_shape_only_metas(quick_gelu, device, metas, error, mentions):
+    if error is None:
+        assert quick_gelu.explain(metas).chosen == "vec4"
+        return
+    check_refused(quick_gelu, lambda: quick_gelu.plan(metas), error, mentions, "X", device=device)
+
+
+# --- device limits ------------------------------------------------------------------------------
+
+
+def binding_limit(device) -> int:
+    return min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"])
+
+
+def test_binding_above_the_device_limit_shape_only(quick_gelu, bias_add, device, dispatches):
+    """2^25 + 1 float32 elements (128 MiB + 4 bytes on lavapipe): refused by ``plan`` from shapes alone."""
+    limit = binding_limit(device)
+    n = limit // 4 + 1
+    for kernel, metas in (
+        (quick_gelu, {"X": wk.TensorMeta((n,), "float32")}),
+        (bias_add, {"X": wk.TensorMeta((1, n // 4 + 1, 4), "float32"), "bias": wk.TensorMeta((4,), "float32"),
+                    "skip": wk.TensorMeta((1, n // 4 + 1, 4), "float32")}),
+    ):  # fmt: skip
+        error = check_refused(kernel, lambda: kernel.plan(metas), errors.DeviceLimitError,
+                              (str(limit), "maxStorageBufferBindingSize"), "X", device=device, contract=False,
+                              dispatches=dispatches)  # fmt: skip
+        assert str(4 * (n if kernel is quick_gelu else (n // 4 + 1) * 4)) in error.received
+
+
+def test_binding_above_the_device_limit_real_call(quick_gelu, device, dispatches):
+    """A real 130 MiB array: the error comes before any GPU work (no buffer is even created)."""
+    limit = binding_limit(device)
+    if limit > 512 * 2**20:
+        pytest.skip(f"the binding limit ({limit} bytes) is too large to exceed cheaply in a test")
+    x = np.ones(limit // 4 + 2**18, f32)  # 130 MiB on lavapipe
+    check_refused(quick_gelu, lambda: quick_gelu({"X": x}), errors.DeviceLimitError,
+                  (str(limit), "maxStorageBufferBindingSize", "bytes"), "X", device=device, inputs=[x],
+                  contract=False, dispatches=dispatches)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gl_device():
+    """The OpenGL adapter (lavapipe's llvmpipe over GL has no shader-f16)."""
+    try:
+        device = wk.get_device("gl")
+    except errors.GPUError as exc:
+        pytest.skip(f"no OpenGL adapter: {exc}")
+    if device.has_f16:
+        pytest.skip("this OpenGL adapter has shader-f16")
+    return device
+
+
+@pytest.mark.parametrize("kernel_name", [QG, BA])
+def test_f16_on_an_adapter_without_shader_f16(kernel_name, gl_device, dispatches):
+    kernel = wk.get_kernel(kernel_name)
+    inputs = qg_inputs(dtype=f16) if kernel_name == QG else bias_inputs(dtype=f16)
+    check_refused(kernel, lambda: kernel(inputs, adapter="gl"), errors.DeviceLimitError,
+                  ("float16", "shader-f16", "float32"), "X", device=gl_device, inputs=inputs.values(),
+                  contract=True, dispatches=dispatches)  # fmt: skip
+    # explain() says the same without raising; f32 runs on that adapter
+    assert kernel.explain(inputs, adapter="gl").chosen is None
+    y = kernel({k: v.astype(f32) for k, v in inputs.items()}, adapter="gl")["Y"]
+    assert y.dtype == f32
+
+
+# --- what comes back after an error -------------------------------------------------------------
+
+
+def test_a_good_call_after_every_bad_one_is_right(quick_gelu, bias_add, device):
+    """Errors leave nothing behind that a later call could trip over (plans, caches, pool)."""
+    for case in CASES:
+        kernel = wk.get_kernel(case.kernel)
+        try:
+            kernel(case.inputs(), **case.options)
+        except wk.KernelError:
+            pass
+    x = np.linspace(-3, 3, 32, dtype=f32)
+    y = quick_gelu({"X": x})["Y"]
+    np.testing.assert_allclose(y, x / (1 + np.exp(-1.702 * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
+    inputs = bias_inputs()
+    np.testing.assert_array_equal(bias_add(inputs)["Y"], np.full((2, 3, 8), 3.0, f32))
+
+
+def test_error_classes_are_documented():
+    """docs/errors.md lists every error class the library exports."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text()
+    for name in dir(errors):
+        cls = getattr(errors, name)
+        if isinstance(cls, type) and issubclass(cls, errors.KernelError):
+            assert f"`{name}`" in text, f"{name} is not in docs/errors.md"
+
+
+@pytest.mark.parametrize("scale, error, mentions", [
+    (1e39, errors.LayoutError, ("struct.fields[1]", "affine", "vec2<f32>", "1e+39")),
+    (3.5e38, errors.LayoutError, ("struct.fields[1]", "affine")),
+    (10**400, errors.AttributeValueError, ("2^63",)),
+    (float("nan"), errors.AttributeValueError, ("finite",)),
+])  # fmt: skip
+def test_attribute_that_does_not_fit_its_uniform_field(scale, error, mentions, device, dispatches):
+    """demo.ScaleShift packs ``scale`` into a vec2<f32> uniform field: a value beyond f32 is a LayoutError
+    naming the field, before any GPU work (a value beyond any number, a contract error)."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.ScaleShift")
+    x = np.ones(4, f32)
+    check_refused(kernel, lambda: kernel({"X": x}, attrs={"scale": scale}), error, mentions, device=device,
+                  inputs=[x], contract=False, dispatches=dispatches)  # fmt: skip

@@ -1,0 +1,154 @@
+"""Concurrency: calls from 8 threads at once on shared kernel objects and the shared device all
+return correct results (8 threads x 200 calls mixing both kernels, float32/float16, NumPy and GPU
+outputs, GPU-resident chains); plans built concurrently for new shapes; template renders in
+parallel each under their own budget. (The library has no asyncio API.)
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels.expressions import RenderBudget
+from webgpu_kernels.kernel import PLAN_CACHE_SIZE
+from webgpu_kernels.package import embedded_root
+
+THREADS = 8
+CALLS = 200
+
+
+def quick_gelu_ref(x, alpha=1.702):
+    x64 = x.astype(np.float64)
+    return x64 / (1 + np.exp(-alpha * x64))
+
+
+def close(y, expected, dtype):
+    tol = 2e-3 if np.dtype(dtype) == np.float16 else 1e-5
+    np.testing.assert_allclose(y.astype(np.float64), expected.astype(dtype).astype(np.float64), rtol=tol, atol=tol)
+
+
+def run_threads(work, count=THREADS):
+    """Run ``work(thread_index)`` in ``count`` threads released together; re-raise the first failure."""
+    barrier = threading.Barrier(count)
+
+    def start(index):
+        barrier.wait()
+        return work(index)
+
+    with ThreadPoolExecutor(count) as pool:
+        return [f.result() for f in [pool.submit(start, i) for i in range(count)]]
+
+
+def test_8_threads_x_200_calls_on_shared_kernels(quick_gelu, bias_add, device, has_f16):
+    dtypes = [np.float32, np.float16] if has_f16 else [np.float32]
+    shapes = [(4, 8), (3, 5), (1, 2, 16), (7,), (2, 3, 4)]
+
+    def work(t):
+        rng = np.random.default_rng(1000 + t)
+        checked = 0
+        for i in range(CALLS):
+            dtype = dtypes[(t + i) % len(dtypes)]
+            output = "gpu" if (t * CALLS + i) % 3 == 0 else "numpy"
+            kind = (t + 2 * i) % 4
+            if kind == 0:  # QuickGelu, its default alpha
+                x = rng.standard_normal(shapes[i % len(shapes)]).astype(dtype)
+                y = quick_gelu({"X": x}, output=output)["Y"]
+                expected = quick_gelu_ref(x)
+            elif kind == 1:  # QuickGelu with one of a few alphas
+                alpha = (0.5, 1.0, 2.0)[i % 3]
+                x = rng.standard_normal(shapes[(i + t) % len(shapes)]).astype(dtype)
+                y = quick_gelu({"X": x}, attrs={"alpha": alpha}, output=output)["Y"]
+                expected = quick_gelu_ref(x, alpha)
+            elif kind == 2:  # BiasAdd, vec4 or scalar by shape
+                c = (8, 3, 4)[i % 3]
+                x = rng.standard_normal((2, i % 3 + 1, c)).astype(dtype)
+                bias, skip = rng.standard_normal(c).astype(dtype), rng.standard_normal(x.shape).astype(dtype)
+                y = bias_add({"X": x, "bias": bias, "skip": skip}, output=output)["Y"]
+                expected = x.astype(np.float64) + bias.astype(np.float64) + skip.astype(np.float64)
+            else:  # a chain kept on the GPU: QuickGelu -> BiasAdd
+                x = rng.standard_normal((1, 4, 8)).astype(dtype)
+                bias, skip = np.ones(8, dtype), np.zeros((1, 4, 8), dtype)
+                g = quick_gelu({"X": x}, output="gpu")["Y"]
+                y = bias_add({"X": g, "bias": bias, "skip": skip}, output=output)["Y"]
+                g.release()
+                expected = quick_gelu_ref(x).astype(dtype).astype(np.float64) + 1.0
+            if isinstance(y, wk.GpuTensor):
+                host = y.numpy()
+                y.release()
+                y = host
+            assert y.dtype == dtype and y.shape == expected.shape
+            close(y, expected, dtype)
+            checked += 1
+        return checked
+
+    results = run_threads(work)
+    assert sum(results) == THREADS * CALLS
+
+
+def test_8_threads_building_plans_for_new_shapes_at_once(device):
+    """A fresh kernel: 8 threads ask for the same new shapes at the same moment (each plan may be
+    built twice; each result must be right, and the caches stay consistent)."""
+    kernel = wk.load_kernel(embedded_root() / "com.microsoft.QuickGelu")
+
+    def work(t):
+        for n in range(1, 41):
+            x = np.linspace(-2, 2, n * 4 + t % 2, dtype=np.float64).astype(np.float32)
+            close(kernel({"X": x})["Y"], quick_gelu_ref(x), np.float32)
+        return True
+
+    assert all(run_threads(work))
+    assert len(kernel._plans) <= PLAN_CACHE_SIZE and len(kernel._fast_plans) <= PLAN_CACHE_SIZE
+    # every plan still works after the race
+    x = np.ones(6, np.float32)
+    close(kernel({"X": x})["Y"], quick_gelu_ref(x), np.float32)
+
+
+def test_8_threads_release_tensors_made_by_other_threads(quick_gelu, device):
+    """GPU tensors made in one thread, read and released (or dropped) in others."""
+    x = np.linspace(-1, 1, 256, dtype=np.float64).astype(np.float32)
+    tensors = [quick_gelu({"X": x}, output="gpu")["Y"] for _ in range(THREADS * 8)]
+    live_before = device.memory.live_buffers
+
+    def work(t):
+        mine = tensors[t::THREADS]
+        for j, tensor in enumerate(mine):
+            close(tensor.numpy(), quick_gelu_ref(x), np.float32)
+            if j % 2:
+                tensor.release()
+        return True
+
+    assert all(run_threads(work))
+    tensors.clear()  # the unreleased half goes back to the pool through GpuTensor.__del__
+    assert device.memory.live_buffers <= live_before + 1  # + the pooled readback staging buffer
+    assert device.memory.pooled_bytes <= device.memory.pool_bytes
+
+
+def test_parallel_renders_have_their_own_budgets(write_package):
+    """A template that uses most of one render's work budget renders in 8 threads at once: budgets are
+    per render (per thread), never shared."""
+    import json
+
+    from conftest import PACKAGES_DIR
+
+    manifest = json.loads((PACKAGES_DIR / "demo.ScaleShift" / "manifest.json").read_text())
+    template = (PACKAGES_DIR / "demo.ScaleShift" / "scale-shift.wgsl.jinja").read_text()
+    loops = RenderBudget().work_limit * 6 // 10 // 3  # each iteration costs 3 units: 60% of the budget
+    busy = f"{{% for i in range({loops}) %}}{{{{ '' }}}}{{% endfor %}}// busy\n"
+    kernel = wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": busy + template}))
+    metas = {"X": wk.TensorMeta((8,), "float32")}
+
+    def work(t):
+        return kernel.render(metas)["main"]
+
+    texts = run_threads(work)
+    assert all("// busy" in text for text in texts)
+
+
+@pytest.mark.parametrize("adapter", [None])
+def test_threads_share_one_device(adapter):
+    devices = run_threads(lambda t: wk.get_device(adapter))
+    assert all(d is devices[0] for d in devices)
