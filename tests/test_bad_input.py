@@ -104,7 +104,8 @@ CASES = [
          {"tunables": {"WORKGROUP_SIZE": "64"}}),
     Case("tunable-huge", BA, bias_inputs, errors.AttributeValueError, ("2^63",), "WORKGROUP_SIZE",
          {"tunables": {"WORKGROUP_SIZE": 2**70}}),
-    Case("workgroup-above-device-when", QG, qg_inputs, errors.SelectionError, ("no variant can run this call", "baseOk"), None,
+    Case("workgroup-above-device-when", QG, qg_inputs, errors.SelectionError,
+         ("no variant can run this call", "baseOk"), None,
          {"tunables": {"WORKGROUP_SIZE": 4 * LIMIT}}),
     Case("workgroup-above-device-limit", BA, bias_inputs, errors.DeviceLimitError,
          ("maxComputeWorkgroupSizeX", f"{4 * LIMIT}", "pass 'main'"), "tunables",
@@ -205,7 +206,8 @@ def test_bad_input_with_gpu_tensors(case, device, dispatches, has_f16):
      ({"X": wk.TensorMeta((4,), "nonsense")}, errors.DTypeError, ("nonsense",)),
      ({"X": wk.TensorMeta((4,), np.float32)}, None, ()),
      ({"X": wk.TensorMeta((4,), np.dtype("float16"))}, None, ())],
-    ids=["negative", "fraction", "bool", "too-many-elements", "rank-65", "unknown-dtype", "dtype-class", "dtype-object"],
+    ids=["negative", "fraction", "bool", "too-many-elements", "rank-65", "unknown-dtype", "dtype-class",
+         "dtype-object"],
 )  # fmt: skip
 def test_shape_only_metas(quick_gelu, device, metas, error, mentions):
     if error is None:

@@ -110,8 +110,8 @@ def _extend_valid(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
         st.tuples(children, st.sampled_from(BINARY), children).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
         st.tuples(st.sampled_from(["-", "not "]), children).map(lambda t: f"{t[0]}({t[1]})"),
         st.tuples(children, children, children).map(lambda t: f"({t[0]} if {t[1]} else {t[2]})"),
-        st.tuples(st.sampled_from(sorted(STATIC_FUNCTIONS) + ["f16Ok"]), st.lists(children, min_size=1, max_size=2)).map(
-            lambda t: f"{t[0]}({', '.join(t[1])})"),
+        st.tuples(st.sampled_from([*sorted(STATIC_FUNCTIONS), "f16Ok"]),
+                  st.lists(children, min_size=1, max_size=2)).map(lambda t: f"{t[0]}({', '.join(t[1])})"),
         st.lists(children, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
         st.tuples(children, st.sampled_from(["0", "-1", "1", "'X'"])).map(lambda t: f"{t[0]}[{t[1]}]"),
     )
@@ -264,7 +264,8 @@ def test_fuzz_templates(template, demo_resolution):
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-(2**200), 2**200), st.floats(), st.text(max_size=20),
               st.sampled_from(["{{ 7 * 7 }}", "{0.__class__}", "%s"]), st.just(100_000).map(lambda n: "x" * n)),
-    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.text(max_size=5), children, max_size=3)),
+    lambda children: st.one_of(st.lists(children, max_size=4),
+                               st.dictionaries(st.text(max_size=5), children, max_size=3)),
     max_leaves=10,
 )  # fmt: skip
 CONTEXT_NAMES = ["scalar", "vec4", "lanes", "n", "quads", "vec4Ok", "workgroupOk", "vectorType", "hidden", "alpha",

@@ -320,7 +320,8 @@ def test_includes_cannot_leave_the_package(statement, write_package, tmp_path, m
 # --- what templates may still do ----------------------------------------------------------------------
 
 ALLOWED = {
-    "loop": ("{% for b in bindingList %}// {{ loop.index }} {{ b.name }}{{ ',' if not loop.last else '' }}\n{% endfor %}",
+    "loop": ("{% for b in bindingList %}// {{ loop.index }} {{ b.name }}{{ ',' if not loop.last else '' }}\n"
+             "{% endfor %}",
              "// 1 x,"),
     "dict-items": ("{% for k, v in bindings.items() %}// {{ k }}={{ v.binding }}\n{% endfor %}", "// params=2"),
     "keys-values": ("// {{ bindings.keys()|list|join(',') }} {{ bindings.values()|list|length }}\n", "// x,y,params 3"),

@@ -129,7 +129,9 @@ def _wgsl_types(allowed: tuple[str, ...]) -> str:
     return ", ".join(t for t in allowed if ONNX_TO_WGSL.get(t)) or "none"
 
 
-def _check_values(kind: str, defaults: Mapping[str, Any], given: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+def _check_values(
+    kind: str, defaults: Mapping[str, Any], given: Mapping[str, Any] | None
+) -> tuple[tuple[str, Any], ...]:
     """Merge caller values over the manifest's defaults; each must match its default's kind."""
     if given is not None and not isinstance(given, Mapping):
         raise InputError(f"{kind}s", f"a dict of {kind} name -> value", _describe(given))

@@ -36,7 +36,7 @@ from typing import Any
 from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
 from jinja2.exceptions import SecurityError, TemplateError as JinjaTemplateError, UndefinedError
 from jinja2.parser import Parser
-from jinja2.runtime import LoopContext, Macro, Undefined
+from jinja2.runtime import Undefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from .errors import ExpressionError, ExpressionSandboxError
@@ -309,7 +309,9 @@ class BoundedSandbox(SandboxedEnvironment):
             return self.check_value(value)
         size = self.text_size(value, self.max_text)
         if size > self.max_text:
-            raise self.refuse(f"converting a {type(value).__name__} to text exceeds the limit of {self.max_text} characters")
+            raise self.refuse(
+                f"converting a {type(value).__name__} to text exceeds the limit of {self.max_text} characters"
+            )
         return self.check_value(str(value))
 
     def take(self, value: Any) -> Any:
@@ -359,7 +361,9 @@ class BoundedSandbox(SandboxedEnvironment):
             if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
                 limit = self.max_text if isinstance(left, str) else self.max_items
                 if len(left) + len(right) > limit:
-                    raise self.refuse(f"joining sequences of {len(left)} and {len(right)} items exceeds the limit of {limit}")
+                    raise self.refuse(
+                        f"joining sequences of {len(left)} and {len(right)} items exceeds the limit of {limit}"
+                    )
         elif op == "**":
             if isinstance(right, _NUMBER) and not isinstance(right, bool) and abs(right) > self.max_int_bits:
                 raise self.refuse(f"exponent {right!r} exceeds the limit of {self.max_int_bits}")
