@@ -476,3 +476,29 @@ def test_package_outside_any_folder_cannot_read_files(tmp_path):
     package = KernelPackage(root=tmp_path, origin="local")
     with pytest.raises(errors.PackageError):
         package.read_text("../../etc/passwd")
+
+
+@pytest.mark.parametrize(
+    "name, source, error",
+    [("ok.wgsl.jinja", "{% for i in range(3) %}{{ i }}{% endfor %}", None),
+     ("ext.wgsl.jinja", "{% extends 'ok.wgsl.jinja' %}", errors.TemplateSandboxError),
+     ("self.wgsl.jinja", "{{ self }}", errors.TemplateSandboxError),
+     ("bad'name.wgsl.jinja", "x", errors.TemplateSandboxError),
+     ("syntax.wgsl.jinja", "{% for %}", errors.TemplateError),
+     ("missing.wgsl.jinja", None, errors.TemplateError)],
+)  # fmt: skip
+def test_renderer_check_compiles_without_rendering(name, source, error):
+    from webgpu_kernels.rendering import TemplateRenderer
+
+    def read(file: str) -> str:
+        if source is None:
+            raise errors.PackageError("no such file", path=file)
+        return source
+
+    renderer = TemplateRenderer(read)
+    if error is None:
+        renderer.check(name)
+        return
+    with pytest.raises(error) as info:
+        renderer.check(name)
+    assert info.value.file == name

@@ -185,25 +185,26 @@ def bench_kernel(
 ) -> BenchResult:
     """Time one kernel call on GPU-resident copies of ``arrays``; bytes = inputs read + outputs written."""
     device, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
-    buffers = {name: upload(device, np.asarray(a, order="C")) for name, a in arrays.items()}
+    buffers = {name: (upload(device, np.asarray(a, order="C")), padded_size(a.nbytes)) for name, a in arrays.items()}
     out_bytes = 0
     for out in plan.outputs:
         nbytes = math.prod(out.shape) * np.dtype(out.dtype).itemsize
         out_bytes += nbytes
-        buffers[out.role] = device.gpu.create_buffer(size=padded_size(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+        buffer = device.gpu.create_buffer(size=padded_size(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+        buffers[out.role] = (buffer, padded_size(nbytes))
     try:
         bound = bind(device, plan, buffers)
         t = time_passes(device, bound, **timing)
         max_error = None
         if check is not None:
             outputs = {
-                out.role: np.frombuffer(device.gpu.queue.read_buffer(buffers[out.role]), dtype=out.dtype,
+                out.role: np.frombuffer(device.gpu.queue.read_buffer(buffers[out.role][0]), dtype=out.dtype,
                                         count=math.prod(out.shape)).reshape(out.shape)
                 for out in plan.outputs
             }  # fmt: skip
             max_error = check(outputs)
     finally:
-        for b in buffers.values():
+        for b, _ in buffers.values():
             b.destroy()
     in_bytes = sum(a.nbytes for a in arrays.values())
     total = in_bytes + out_bytes

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from .errors import DeviceError
+from .errors import DeviceError, DeviceLostError
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 READBACK_USAGE = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
@@ -31,13 +31,40 @@ MAX_PENDING_DISPATCHES = 256
 BIND_GROUP_CACHE_SIZE = 1024
 
 
+def is_device_lost(exc: BaseException) -> bool:
+    """wgpu-native reports work on a lost (destroyed, reset) device as a validation error."""
+    return "lost" in str(exc).lower()
+
+
 @contextmanager
-def translate_gpu_errors(what: str) -> Iterator[None]:
-    """The one place where wgpu's errors become the library's DeviceError."""
+def translate_gpu_errors(what: str, memory: DeviceMemory | None = None) -> Iterator[None]:
+    """The one place where wgpu's errors become the library's errors.
+
+    A lost device raises DeviceLostError and tells ``memory``'s owner, so the next call gets a
+    new device instead of failing forever.
+    """
     try:
         yield
     except wgpu.GPUError as exc:
-        raise DeviceError(f"WebGPU refused the work ({what}): {str(exc).strip()}") from None
+        text = str(exc).strip()
+        if is_device_lost(exc):
+            if memory is not None and memory.on_lost is not None:
+                memory.on_lost()
+            raise DeviceLostError(f"the WebGPU device was lost ({what}): {text}; the next call opens a new one") from None
+        raise DeviceError(f"WebGPU refused the work ({what}): {text}") from None
+
+
+MAX_POOLED_BUFFERS = 256
+
+
+def size_class(nbytes: int) -> int:
+    """The pooled size for ``nbytes``: 2^k x {1, 1.25, 1.5, 1.75} (at most 25% unused), so that
+    calls of many distinct shapes reuse a few buffers instead of one per exact size."""
+    size = padded_size(nbytes)
+    if size <= 256:
+        return 1 << (size - 1).bit_length()
+    step = (1 << (size.bit_length() - 1)) // 4
+    return -(-size // step) * step
 
 
 def padded_size(nbytes: int) -> int:
@@ -49,10 +76,12 @@ def padded_size(nbytes: int) -> int:
 class DeviceMemory:
     """Pools, bind-group cache and the open command encoder of one wgpu device."""
 
-    def __init__(self, gpu: Any, lock: threading.RLock, pool_bytes: int) -> None:
+    def __init__(self, gpu: Any, lock: threading.RLock, pool_bytes: int, max_buffer_size: int) -> None:
         self.gpu = gpu
         self.lock = lock
         self.pool_bytes = pool_bytes
+        self.max_buffer_size = max_buffer_size
+        self.on_lost: Any = None  # set by the owning Device
         self._free: dict[tuple[int, int], list[Any]] = {}  # (size, usage) -> buffers
         self._free_order: OrderedDict[int, tuple[tuple[int, int], Any]] = OrderedDict()  # uid -> entry, oldest first
         self._free_total = 0
@@ -66,7 +95,10 @@ class DeviceMemory:
     # --- buffers ----------------------------------------------------------------------------
 
     def acquire(self, nbytes: int, usage: int = STORAGE_USAGE) -> Any:
-        size = padded_size(nbytes)
+        """A buffer of at least ``nbytes`` (its size class; the exact size past the device limit)."""
+        size = size_class(nbytes)
+        if size > self.max_buffer_size:
+            size = padded_size(nbytes)
         with self.lock:
             stack = self._free.get((size, usage))
             if stack:
@@ -84,7 +116,7 @@ class DeviceMemory:
             self._free.setdefault(key, []).append(buffer)
             self._free_order[buffer.uid] = (key, buffer)
             self._free_total += buffer.size
-            while self._free_total > self.pool_bytes and self._free_order:
+            while (self._free_total > self.pool_bytes or len(self._free_order) > MAX_POOLED_BUFFERS) and self._free_order:
                 _, (old_key, old) = self._free_order.popitem(last=False)
                 self._free[old_key].remove(old)
                 self._free_total -= old.size
@@ -92,7 +124,7 @@ class DeviceMemory:
 
     def _destroy(self, buffer: Any) -> None:
         self.live_buffers -= 1
-        stale = [k for k in self._bind_groups if buffer.uid in k[1]]
+        stale = [k for k in self._bind_groups if buffer.uid in k[1]]  # they would bind a dead buffer
         for k in stale:
             del self._bind_groups[k]
         if self._pass is not None:
@@ -115,16 +147,19 @@ class DeviceMemory:
 
     # --- bind groups ------------------------------------------------------------------------
 
-    def bind_group(self, layout: Any, entries: tuple[tuple[int, Any], ...]) -> Any:
-        """A bind group of ``layout`` over ``entries`` ((binding, buffer)), cached by buffer identity."""
-        key = (layout.uid, tuple(b.uid for _, b in entries), tuple(n for n, _ in entries))
+    def bind_group(self, layout: Any, entries: tuple[tuple[int, Any, int | None], ...]) -> Any:
+        """A bind group of ``layout`` over ``entries`` ((binding, buffer, bound bytes or None for
+        all)), cached by buffer identity. Binding only a tensor's own bytes keeps arrayLength() right
+        in shaders although pooled buffers may be larger."""
+        key = (layout.uid, tuple(b.uid for _, b, _ in entries), tuple((n, size) for n, _, size in entries))
         group = self._bind_groups.get(key)
         if group is not None:
             self._bind_groups.move_to_end(key)
             return group
-        group = self.gpu.create_bind_group(
-            layout=layout, entries=[{"binding": n, "resource": {"buffer": b}} for n, b in entries]
-        )
+        group = self.gpu.create_bind_group(layout=layout, entries=[
+            {"binding": n, "resource": {"buffer": b, "offset": 0, "size": size if size is not None else b.size}}
+            for n, b, size in entries
+        ])  # fmt: skip
         self._bind_groups[key] = group
         if len(self._bind_groups) > BIND_GROUP_CACHE_SIZE:
             self._bind_groups.popitem(last=False)

@@ -206,10 +206,16 @@ def _assignments_callback(ctx: click.Context, param: click.Parameter, values: tu
 
 
 def resolve_kernel(ref: str) -> Kernel:
-    """An embedded op id, or a path to a package folder (anything that exists or has a slash)."""
+    """An embedded op id, a package folder (anything that exists, or starts like a path), or a Hub
+    kernel repository ``org/op`` (contract version 1 unless ``@vN`` or ``@REVISION`` follows)."""
     path = Path(ref).expanduser()
-    if path.exists() or "/" in ref or os.sep in ref:
+    if path.exists() or ref.startswith((".", "/", "~")) or os.sep in ref and os.sep != "/":
         return load_kernel(path)
+    if "/" in ref:
+        repo, _, pin = ref.partition("@")
+        if pin.startswith("v") and pin[1:].isdigit():
+            return get_kernel(repo, version=int(pin[1:]))
+        return get_kernel(repo, revision=pin) if pin else get_kernel(repo, version=1)
     return get_kernel(ref)
 
 

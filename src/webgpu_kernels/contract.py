@@ -70,7 +70,8 @@ def check_call(
         if spec.role not in tensors:
             if spec.optional:
                 continue
-            raise MissingInputError(spec.role, f"a {spec.dtype} tensor", "nothing")
+            allowed = manifest.type_constraints.get(spec.dtype, ())
+            raise MissingInputError(spec.role, f"a {spec.dtype} tensor ({' or '.join(allowed)})", "nothing")
         shape, dtype = _tensor_meta(spec.role, tensors[spec.role])
         if isinstance(spec.rank, int) and len(shape) != spec.rank:
             raise RankError(spec.role, f"rank {spec.rank}", f"rank {len(shape)} (shape {list(shape)})")

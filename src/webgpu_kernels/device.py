@@ -8,6 +8,7 @@ frees devices, so each adapter's device is created once per process and reused.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
@@ -61,7 +62,8 @@ def _summary(index: int, adapter: Any) -> AdapterSummary:
     )  # fmt: skip
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()
+_serials = itertools.count(1)
 _adapters: list[Any] | None = None
 _devices: dict[int, Device] = {}
 
@@ -120,11 +122,24 @@ class Device:
                                features=frozenset(self.gpu.features))  # fmt: skip
         self.lock = threading.RLock()
         pool_mb = int(os.environ.get(POOL_ENV, "512"))
-        self.memory = DeviceMemory(self.gpu, self.lock, pool_mb * 2**20)
+        self.memory = DeviceMemory(self.gpu, self.lock, pool_mb * 2**20, self.limits["max-buffer-size"])
+        self.memory.on_lost = self._forget
+        self.serial = next(_serials)  # plans are keyed by it: a replacement device never shares them
 
     @property
     def has_f16(self) -> bool:
         return self.info.has_f16
+
+    def _forget(self) -> None:
+        """Called when wgpu reports this device lost: later get_device() calls open a new one."""
+        global _default, _adapters
+        with _lock:
+            _adapters = None  # a consumed adapter may not give a second device: enumerate afresh
+            for key, device in list(_devices.items()):
+                if device is self:
+                    del _devices[key]
+            if _default is not None and _default[1] is self:
+                _default = None
 
     def limit(self, name: str) -> int:
         return self.limits[re.sub(r"([A-Z])", lambda m: "-" + m.group(1).lower(), name)]

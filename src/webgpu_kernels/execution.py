@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from .buffers import STORAGE_USAGE, padded_size, translate_gpu_errors
+from .buffers import STORAGE_USAGE, is_device_lost, padded_size, translate_gpu_errors
 from .device import Device
 from .errors import DeviceLimitError, ShaderCompileError
 from .program import OutputSpec
@@ -93,6 +93,9 @@ def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kerne
                 compute={"module": module, "entry_point": resolved.entry_point},
             )
         except wgpu.GPUError as exc:
+            if is_device_lost(exc):
+                with translate_gpu_errors("building a pipeline", device.memory):
+                    raise
             raise ShaderCompileError(str(exc).strip(), kernel=kernel, variant=variant, pass_id=resolved.pass_id) from None
         compiled = CompiledPipeline(pipeline, layout)
         cache[key] = compiled
@@ -154,13 +157,14 @@ class BoundPass:
     grid: tuple[int, int, int]
 
 
-def bind(device: Device, plan: ExecutionPlan, buffers: Mapping[str, Any]) -> list[BoundPass]:
-    """Bind groups for each pass that dispatches work, over ``buffers`` (arg name -> wgpu buffer)."""
+def bind(device: Device, plan: ExecutionPlan, buffers: Mapping[str, tuple[Any, int]]) -> list[BoundPass]:
+    """Bind groups for each pass that dispatches work, over ``buffers`` (arg -> (wgpu buffer, bytes to bind))."""
     bound = []
     for program in plan.passes:
         if program.grid[0] == 0:
             continue
-        entries = tuple((binding, uniform if arg is None else buffers[arg]) for binding, arg, uniform in program.entries)
+        entries = tuple((binding, uniform, None) if arg is None else (binding, *buffers[arg])
+                        for binding, arg, uniform in program.entries)  # fmt: skip
         group = device.memory.bind_group(program.pipeline.bind_group_layout, entries)
         bound.append(BoundPass(program.label, program.pipeline.pipeline, group, program.grid))
     return bound
@@ -192,22 +196,22 @@ def run_plan(
     outputs, ``GpuTensor.numpy()``), on ``flush()``, or when enough work is pending.
     """
     memory = device.memory
-    with translate_gpu_errors(f"variant {plan.variant!r}"), device.lock:
-        buffers: dict[str, Any] = {}
+    with translate_gpu_errors(f"variant {plan.variant!r}", memory), device.lock:
+        buffers: dict[str, tuple[Any, int]] = {}
         staged = []
         for name, value in inputs.items():
             if isinstance(value, GpuTensor):
-                buffers[name] = value.buffer
+                buffers[name] = (value.buffer, padded_size(value.nbytes))
             else:
                 buffer = memory.acquire(value.nbytes)
                 if value.nbytes:
                     memory.write(buffer, _padded_bytes(value))
-                buffers[name] = buffer
+                buffers[name] = (buffer, padded_size(value.nbytes))
                 staged.append(buffer)
         results = {}
         for role, shape, dtype, nbytes in plan.output_buffers:
             buffer = memory.acquire(nbytes)
-            buffers[role] = buffer
+            buffers[role] = (buffer, padded_size(nbytes))
             results[role] = GpuTensor(buffer, shape, dtype, device)
         for p in bind(device, plan, buffers):
             memory.record(p.pipeline, p.bind_group, p.grid)
@@ -225,7 +229,7 @@ def run_plan(
 
 def to_gpu(device: Device, array: np.ndarray) -> GpuTensor:
     """A GpuTensor holding a copy of ``array`` (made C-contiguous little-endian first)."""
-    with translate_gpu_errors("upload"), device.lock:
+    with translate_gpu_errors("upload", device.memory), device.lock:
         buffer = device.memory.acquire(array.nbytes)
         if array.nbytes:
             device.memory.write(buffer, _padded_bytes(array))
@@ -234,5 +238,5 @@ def to_gpu(device: Device, array: np.ndarray) -> GpuTensor:
 
 def flush(device: Device) -> None:
     """Submit every recorded dispatch of ``device`` to the GPU now."""
-    with translate_gpu_errors("flush"):
+    with translate_gpu_errors("flush", device.memory):
         device.memory.flush()

@@ -199,7 +199,8 @@ def _charge(units: int) -> None:
         budget.charge(units)
 
 
-def _build(chars: int) -> None:
+def charge_text(chars: int) -> None:
+    """Charge ``chars`` characters of text built to the current render's budget (if a render runs)."""
     budget = _BUDGET.get()
     if budget is not None:
         budget.build(chars)
@@ -340,7 +341,7 @@ class BoundedSandbox(SandboxedEnvironment):
         self._precheck(operator_name, left, right)
         result = self.check_value(_BINOPS[operator_name](left, right))
         if isinstance(result, (str, list, tuple)):
-            _build(len(result))
+            charge_text(len(result))
         return result
 
     def _precheck(self, op: str, left: Any, right: Any) -> None:
@@ -439,7 +440,7 @@ class BoundedSandbox(SandboxedEnvironment):
             if total > self.max_text:
                 raise self.refuse(f"'~' would build more than {self.max_text} characters")
         text = "".join(self.to_text(part) for part in parts)
-        _build(len(text))
+        charge_text(len(text))
         return self.check_value(text)
 
     def _iterate(self, iterable: Any, weight: int) -> Iterator[Any]:
@@ -459,7 +460,7 @@ class BoundedSandbox(SandboxedEnvironment):
 
     def _emit(self, value: Any) -> str:
         text = self.to_text(value)
-        _build(len(text))
+        charge_text(len(text))
         return text
 
     wk_concat = _Internal(_concat)

@@ -109,7 +109,7 @@ class Kernel:
         # plan by one dict lookup, with no contract check or expression evaluation (the first call
         # with that key did both).
         try:
-            key = (variant, output, _frozen(attrs), _frozen(tunables), device.adapter.index,
+            key = (variant, output, _frozen(attrs), _frozen(tunables), device.serial,
                    *[(name, value.shape, value.dtype) for name, value in inputs.items()])  # fmt: skip
             plan = self._fast_plans.get(key)
         except (TypeError, AttributeError):
@@ -219,7 +219,7 @@ class Kernel:
             return None  # stale or foreign entry: the default selection still applies
 
     def _plan(self, signature: CallSignature, forced: str | None, device: Device) -> ExecutionPlan:
-        key = (signature, forced, device.adapter.index)
+        key = (signature, forced, device.serial)
         with self._lock:
             plan = self._plans.get(key)
             if plan is not None:

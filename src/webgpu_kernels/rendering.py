@@ -28,7 +28,7 @@ from jinja2.runtime import LoopContext, Macro, Undefined
 from .errors import ExpressionError, KernelError, LayoutError, TemplateError, TemplateSandboxError
 from .expressions import (
     MAX_EXPRESSION_DEPTH, MAX_INT_BITS, NAMESPACES, STATIC_FUNCTIONS, BoundedSandbox, SandboxViolation, as_count,
-    harden, render_budget,
+    charge_text, harden, render_budget,
 )  # fmt: skip
 from .layout import StructLayout, struct_layout
 from .program import CompiledPass, CompiledVariant
@@ -388,9 +388,7 @@ def _env(context: Any) -> TemplateSandbox:
 def _result(context: Any, value: Any) -> Any:
     value = _env(context).check_value(value)
     if isinstance(value, str):
-        from .expressions import _build
-
-        _build(len(value))
+        charge_text(len(value))
     return value
 
 
@@ -538,6 +536,14 @@ class TemplateRenderer:
         self._read = read_template
         self.env = TemplateSandbox(_PackageLoader(read_template))
 
+    def check(self, name: str) -> None:
+        """Load and compile template ``name`` without rendering it: its name, syntax and the sandbox's
+        allow-list are checked (for validation tools). Raises TemplateError/TemplateSandboxError."""
+        try:
+            self.env.get_template(name)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes the library's error
+            raise _template_error(exc, name) from None
+
     def render(self, resolved: ResolvedPass, scope: Mapping[str, Any]) -> str:
         context = template_context(resolved, scope)
         stream = None
@@ -553,24 +559,28 @@ class TemplateRenderer:
                                                    file=resolved.shader)  # fmt: skip
                     pieces.append(piece)
                 return "".join(pieces)
-        except KernelError:
-            raise
-        except TemplateNotFound:
-            raise TemplateError("template not found in the package", file=resolved.shader) from None
-        except TemplateSyntaxError as exc:
-            raise TemplateError(f"syntax error: {exc.message}", file=exc.name or resolved.shader,
-                                line=exc.lineno) from None  # fmt: skip
-        except (SecurityError, RecursionError) as exc:
-            where = getattr(exc, "template_name", None) or resolved.shader
-            line = _template_line(exc.__traceback__, where) or getattr(exc, "lineno", None)
-            reason = str(exc) if isinstance(exc, SecurityError) else "nested too deeply (recursion)"
-            raise TemplateSandboxError(f"refused by the sandbox: {reason}", file=where, line=line) from None
-        except Exception as exc:  # every other failure inside the template is the template's error
-            line = _template_line(exc.__traceback__, resolved.shader)
-            raise TemplateError(f"{type(exc).__name__}: {exc}", file=resolved.shader, line=line) from None
+        except Exception as exc:  # noqa: BLE001 - every failure inside the template is the template's error
+            raise _template_error(exc, resolved.shader) from None
         finally:
             if stream is not None:
                 stream.close()
+
+
+def _template_error(exc: Exception, shader: str) -> KernelError:
+    """The library's error for ``exc``, raised while loading or rendering template ``shader``."""
+    if isinstance(exc, KernelError):
+        return exc
+    if isinstance(exc, TemplateNotFound):
+        return TemplateError("template not found in the package", file=shader)
+    if isinstance(exc, TemplateSyntaxError):
+        return TemplateError(f"syntax error: {exc.message}", file=exc.name or shader, line=exc.lineno)
+    if isinstance(exc, (SecurityError, RecursionError)):
+        where = getattr(exc, "template_name", None) or shader
+        line = _template_line(exc.__traceback__, where) or getattr(exc, "lineno", None)
+        reason = str(exc) if isinstance(exc, SecurityError) else "nested too deeply (recursion)"
+        return TemplateSandboxError(f"refused by the sandbox: {reason}", file=where, line=line)
+    line = _template_line(exc.__traceback__, shader)
+    return TemplateError(f"{type(exc).__name__}: {exc}", file=shader, line=line)
 
 
 class _PackageLoader(BaseLoader):

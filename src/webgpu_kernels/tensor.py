@@ -53,7 +53,7 @@ class GpuTensor:
         buffer = self.buffer
         out = np.empty(self.shape, dtype=self.dtype)
         if out.nbytes:
-            with translate_gpu_errors("reading a GPU tensor"):
+            with translate_gpu_errors("reading a GPU tensor", self.device.memory):
                 self.device.memory.read_into(buffer, out)
         return out
 
