@@ -350,8 +350,6 @@ def test_run_empty(runner: CliRunner) -> None:
                                     "max": None, "mean": None}  # fmt: skip
 
 
-@pytest.mark.xfail(reason="engine: Kernel.__call__ returns shape (1,) for a rank-0 input (np.ascontiguousarray)",
-                   strict=False)  # fmt: skip
 def test_run_rank0(runner: CliRunner) -> None:
     data = invoke_json(runner, "run", QUICK_GELU, "-i", "X=:f32", "--repeat", "0")
     assert data["outputs"]["Y"]["shape"] == []

@@ -31,7 +31,7 @@ MANIFEST_FILE = "manifest.json"
 ALGORITHM = "sha256"
 #: Files that must be listed in ``digest.files`` when present: what the engine and the tools read.
 CONTENT_SUFFIXES = (".jinja", ".json", ".npy", ".npz", ".safetensors", ".wgsl")
-#: Largest file a package may hold (as in package.MAX_FILE_BYTES).
+#: Largest file a package may hold; manifests and templates are a few kilobytes.
 MAX_FILE_BYTES = 8 * 1024 * 1024
 #: A package is a handful of files; a folder with more is not a package (or not this one).
 MAX_PACKAGE_FILES = 1000

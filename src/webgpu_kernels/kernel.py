@@ -147,8 +147,7 @@ class Kernel:
         adapter: str | None = None,
     ) -> Explanation:
         """Judge every variant for these inputs (arrays, GpuTensors or ``TensorMeta``) and say why."""
-        device = get_device(adapter)
-        signature = check_call(self.manifest, _metas(inputs), attrs, tunables)
+        device, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, outputs = self.program.call_scope(signature, device.info)
         selection = select_variant(self.program.variants, scope, exhaustive=True)
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
@@ -166,8 +165,7 @@ class Kernel:
         adapter: str | None = None,
     ) -> dict[str, str]:
         """The WGSL of each pass (by pass id) of the variant a call with these inputs would run."""
-        device = get_device(adapter)
-        signature = check_call(self.manifest, _metas(inputs), attrs, tunables)
+        device, signature = self._checked(inputs, attrs, tunables, adapter)
         _, resolved, scope = self._resolve(signature, variant, device.info)
         return {r.pass_id: self.renderer.render(r, scope) for r in resolved}
 
@@ -181,11 +179,15 @@ class Kernel:
         adapter: str | None = None,
     ) -> tuple[Device, ExecutionPlan]:
         """The device and the cached execution plan a call with these inputs would use."""
-        device = get_device(adapter)
-        signature = check_call(self.manifest, _metas(inputs), attrs, tunables)
+        device, signature = self._checked(inputs, attrs, tunables, adapter)
         return device, self._plan(signature, variant, device)
 
     # --- plans ------------------------------------------------------------------------------
+
+    def _checked(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None,
+                 tunables: Mapping[str, Any] | None, adapter: str | None) -> tuple[Device, CallSignature]:  # fmt: skip
+        """The device and the contract-checked signature of a call described by shapes/dtypes."""
+        return get_device(adapter), check_call(self.manifest, _metas(inputs), attrs, tunables)
 
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
         scope, outputs = self.program.call_scope(signature, info)

@@ -16,12 +16,10 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .digests import METADATA_FILE, is_content_file, verify_package
+from .digests import METADATA_FILE, is_content_file, read_file, verify_package
 from .errors import DigestError, PackageError
 
 MANIFEST_FILE = "manifest.json"
-#: Largest file a package may hold; manifests and templates are a few kilobytes.
-MAX_FILE_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -68,14 +66,7 @@ class KernelPackage:
         if self.metadata is not None and is_content_file(rel) and path.is_file():
             raise DigestError("not listed in metadata.json's digest.files (added after the package was opened)",
                               file=rel, reason="unlisted", path=str(path))  # fmt: skip
-        try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                raise PackageError(f"larger than {MAX_FILE_BYTES} bytes", path=str(path))
-            return path.read_bytes()
-        except FileNotFoundError:
-            raise PackageError("file not found in the package", path=str(path)) from None
-        except OSError as exc:
-            raise PackageError(f"cannot read: {exc.strerror}", path=str(path)) from None
+        return read_file(self.root, rel)
 
     def read_text(self, name: str) -> str:
         data = self.read_bytes(name)
