@@ -191,9 +191,6 @@ def test_numeric_attribute_values_of_other_types_are_accepted(quick_gelu, alpha)
     np.testing.assert_allclose(y, x / (1 + np.exp(-a * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, raises=errors.ShaderCompileError, reason=(
-    "engine bug: alpha is only checked to be finite; 1e39 (not an f32) reaches the template's f32 "
-    "literal and fails as a ShaderCompileError instead of an InputError naming 'alpha'"))  # fmt: skip
 def test_attribute_beyond_f32_is_a_contract_error(quick_gelu):
     raises(errors.InputError, lambda: quick_gelu({"X": np.ones(4, f32)}, attrs={"alpha": 1e39}), argument="alpha")
 

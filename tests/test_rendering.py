@@ -226,9 +226,7 @@ def test_template_context_names_are_documented_ones(write_package):
         ("{{ lipsum() }}\n", "lipsum"),
         ("{{ cycler(1, 2) }}\n", "cycler"),
         ("{% include '../demo.ScaleShift/manifest.json' %}\n", ""),
-        pytest.param("{% include 'missing.wgsl.jinja' %}\n", "missing.wgsl.jinja", marks=pytest.mark.xfail(
-            strict=True, reason="engine bug: a missing {% include %} is reported as the including template "
-            "('scale-shift.wgsl.jinja: template not found in the package'), not the missing file")),
+        ("{% include 'missing.wgsl.jinja' %}\n", "missing.wgsl.jinja"),
         ("{{ range(10**7) | list | length }}\n", ""),
         ("{% for %}\n", "syntax"),
     ],

@@ -105,13 +105,6 @@ def test_10000_distinct_shapes_keep_memory_flat(device):
     assert rss[10_000] - rss[1_000] < 24, f"memory grew: {rss}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine: the buffer pool keys free buffers by exact (size, usage) and caps only their total bytes "
-    "(WEBGPU_KERNELS_POOL_MB, 512 MiB by default), so 10,000 calls of distinct sizes keep ~7,500 free "
-    "buffers and RSS grows linearly (measured 129 -> 343 MiB on lavapipe). Needed in buffers.py: round "
-    "acquire() sizes up to size classes (e.g. powers of two, capped at the device's binding limit) so "
-    "distinct shapes reuse buffers, and cap the number of pooled buffers (e.g. 256), destroying the "
-    "oldest beyond it"))  # fmt: skip
 def test_10000_distinct_sizes_keep_memory_flat(device):
     kernel = fresh_quick_gelu()
     device.memory.trim()
@@ -274,13 +267,6 @@ def test_lost_device_is_reported_as_a_device_error():
     assert "lost" in message.lower()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine: a lost device is never replaced. get_device() keeps returning the destroyed device, so "
-    "every later call fails with 'Parent device is lost'; the error is a plain DeviceError, not "
-    "DeviceLostError. Needed: detect loss (wgpu's device.lost / the 'lost' validation error) in "
-    "translate_gpu_errors/run_plan, raise DeviceLostError, drop the device from device._devices and "
-    "device._default, and key kernel plans by the device object (not adapter index) so the next "
-    "call builds new pipelines on a new device"))  # fmt: skip
 def test_lost_device_next_call_gets_a_new_device():
     result = _run_lost_device_script()
     assert result["first"][2], f"not a DeviceLostError: {result['first']}"

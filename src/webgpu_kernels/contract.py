@@ -182,6 +182,9 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
     raise AttributeValueError(name, f"the kind of the manifest's default {default!r}", _describe(value))
 
 
+F32_MAX = 3.4028234663852886e38
+
+
 def _number(kind: str, name: str, value: Any, expected: str) -> int | float:
     """A finite int or float (plain Python, integers below 2^63 in magnitude)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -192,6 +195,9 @@ def _number(kind: str, name: str, value: Any, expected: str) -> int | float:
         return int(value)
     if not math.isfinite(value):
         raise AttributeValueError(name, f"a finite number ({kind})", repr(value))
+    if abs(value) > F32_MAX:
+        # WebGPU computes in at most 32-bit floats: a larger value cannot reach a shader.
+        raise AttributeValueError(name, f"a number within the f32 range (|x| <= {F32_MAX:.7g}) ({kind})", repr(value))
     return float(value)
 
 

@@ -198,26 +198,32 @@ def run_plan(
     memory = device.memory
     with translate_gpu_errors(f"variant {plan.variant!r}", memory), device.lock:
         buffers: dict[str, tuple[Any, int]] = {}
-        staged = []
-        for name, value in inputs.items():
-            if isinstance(value, GpuTensor):
-                buffers[name] = (value.buffer, padded_size(value.nbytes))
-            else:
-                buffer = memory.acquire(value.nbytes)
-                if value.nbytes:
-                    memory.write(buffer, _padded_bytes(value))
-                buffers[name] = (buffer, padded_size(value.nbytes))
-                staged.append(buffer)
-        results = {}
-        for role, shape, dtype, nbytes in plan.output_buffers:
-            buffer = memory.acquire(nbytes)
-            buffers[role] = (buffer, padded_size(nbytes))
-            results[role] = GpuTensor(buffer, shape, dtype, device)
-        for p in bind(device, plan, buffers):
-            memory.record(p.pipeline, p.bind_group, p.grid)
-        # Recorded work runs in order on one queue, so these may be reused by later work at once.
-        for buffer in staged:
-            memory.release(buffer)
+        staged: list[Any] = []
+        results: dict[str, GpuTensor] = {}
+        try:
+            for name, value in inputs.items():
+                if isinstance(value, GpuTensor):
+                    buffers[name] = (value.buffer, padded_size(value.nbytes))
+                else:
+                    buffer = memory.acquire(value.nbytes)
+                    staged.append(buffer)
+                    if value.nbytes:
+                        memory.write(buffer, _padded_bytes(value))
+                    buffers[name] = (buffer, padded_size(value.nbytes))
+            for role, shape, dtype, nbytes in plan.output_buffers:
+                buffer = memory.acquire(nbytes)
+                buffers[role] = (buffer, padded_size(nbytes))
+                results[role] = GpuTensor(buffer, shape, dtype, device)
+            for p in bind(device, plan, buffers):
+                memory.record(p.pipeline, p.bind_group, p.grid)
+        except BaseException:
+            for tensor in results.values():  # nothing is half-returned, nothing leaks
+                tensor.release()
+            raise
+        finally:
+            # Recorded work runs in order on one queue, so these may be reused by later work at once.
+            for buffer in staged:
+                memory.release(buffer)
         if not to_numpy:
             return dict(results)
         arrays: dict[str, np.ndarray | GpuTensor] = {}

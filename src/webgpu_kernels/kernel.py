@@ -28,7 +28,8 @@ from .rendering import TemplateRenderer, resolve_variant
 from .selection import Verdict, require_choice, select_variant
 from .tensor import GpuTensor
 
-PLAN_CACHE_SIZE = 512
+#: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
+PLAN_CACHE_SIZE = 128
 _OUTPUT_KINDS = ("numpy", "gpu")
 
 

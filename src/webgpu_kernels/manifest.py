@@ -140,9 +140,15 @@ def _validator() -> jsonschema.protocols.Validator:
 def schema_errors(data: Any) -> list[ManifestError]:
     """Every schema violation, each with its JSON path, most specific first."""
     errors = []
-    for error in sorted(_validator().iter_errors(data), key=lambda e: (list(e.absolute_path), e.message)):
+    try:
+        found = sorted(_validator().iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
+    except RecursionError:
+        return [ManifestError("nested too deeply to validate")]
+    for error in found:
         best = jsonschema.exceptions.best_match([error])
-        errors.append(ManifestError(best.message, json_path=_json_path(best.absolute_path)))
+        # jsonschema quotes the whole offending value; a megabyte string makes a megabyte message.
+        message = best.message if len(best.message) <= 300 else best.message[:300] + "..."
+        errors.append(ManifestError(message, json_path=_json_path(best.absolute_path)))
     return errors
 
 

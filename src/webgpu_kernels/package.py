@@ -76,11 +76,16 @@ class KernelPackage:
             raise PackageError("not UTF-8 text", path=str(self.path_of(name))) from None
 
     def read_json(self, name: str) -> Any:
+        text = self.read_text(name)
         try:
-            return json.loads(self.read_text(name))
+            return json.loads(text)
         except json.JSONDecodeError as exc:
             raise PackageError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
                                path=str(self.path_of(name))) from None  # fmt: skip
+        except RecursionError:
+            raise PackageError("JSON nested too deeply", path=str(self.path_of(name))) from None
+        except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
+            raise PackageError(f"invalid JSON: {str(exc)[:200]}", path=str(self.path_of(name))) from None
 
     def has(self, name: str) -> bool:
         try:

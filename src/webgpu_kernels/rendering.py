@@ -571,6 +571,10 @@ def _template_error(exc: Exception, shader: str) -> KernelError:
     if isinstance(exc, KernelError):
         return exc
     if isinstance(exc, TemplateNotFound):
+        missing = exc.name if isinstance(exc.name, str) else shader
+        if missing != shader:  # an {% include %} or {% import %} of a file the package lacks
+            line = _template_line(exc.__traceback__, shader)
+            return TemplateError(f"includes {missing!r}, which is not in the package", file=shader, line=line)
         return TemplateError("template not found in the package", file=shader)
     if isinstance(exc, TemplateSyntaxError):
         return TemplateError(f"syntax error: {exc.message}", file=exc.name or shader, line=exc.lineno)
