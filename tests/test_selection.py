@@ -228,9 +228,10 @@ def test_forcing_an_unknown_variant_lists_the_variants():
     [
         ((8,), "vec4", {}),
         ((2, 6), "vec4", {}),
-        ((2, 3), "vec4_tail", {"vec4": ("vec4Ok", 1, {"vec4Ok": False})}),
-        ((5,), "vec4_tail", {"vec4": ("vec4Ok", 1, {"vec4Ok": False})}),
-        ((0,), "scalar", {"vec4": ("vec4Ok", 1, {"vec4Ok": False}),
+        # A derive name in a clause is traced with what it read (vec4Ok reads shapes.X).
+        ((2, 3), "vec4_tail", {"vec4": ("vec4Ok", 1, {"vec4Ok": False, "shapes.X": (2, 3)})}),
+        ((5,), "vec4_tail", {"vec4": ("vec4Ok", 1, {"vec4Ok": False, "shapes.X": (5,)})}),
+        ((0,), "scalar", {"vec4": ("vec4Ok", 1, {"vec4Ok": False, "shapes.X": (0,)}),
                           "vec4_tail": ("numel(shapes.X) > 0", 1, {"shapes.X": (0,)})}),
     ],
 )  # fmt: skip
@@ -263,7 +264,10 @@ def test_explain_workgroup_too_large_rejects_every_variant(quick_gelu):
     cap = wk.get_device().info.limits["maxComputeInvocationsPerWorkgroup"]
     explanation = quick_gelu.explain({"X": ((8,), "float32")}, tunables={"WORKGROUP_SIZE": cap * 2})
     assert explanation.chosen is None
-    assert all(v.clause == "baseOk" and v.values == {"baseOk": False} for v in explanation.verdicts)
+    # The trace shows what baseOk was made of, down to the tunable and the device's cap.
+    assert all(v.clause == "baseOk" and v.values["baseOk"] is False and v.values["workgroupOk"] is False
+               and v.values["tunables.WORKGROUP_SIZE"] == cap * 2 and v.values["deviceWorkgroupCap"] <= cap
+               for v in explanation.verdicts)  # fmt: skip
     assert "no variant applies" in str(explanation)
 
 

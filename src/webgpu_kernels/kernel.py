@@ -150,7 +150,7 @@ class Kernel:
         """Judge every variant for these inputs (arrays, GpuTensors or ``TensorMeta``) and say why."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, outputs = self.program.call_scope(signature, device.info)
-        selection = select_variant(self.program.variants, scope, exhaustive=True)
+        selection = select_variant(self.program.variants, scope, exhaustive=True, definitions=self.program.definitions)
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
         chosen = selection.chosen.variant.id if selection.chosen else None
@@ -192,7 +192,7 @@ class Kernel:
 
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
         scope, outputs = self.program.call_scope(signature, info)
-        selection = select_variant(self.program.variants, scope, forced=forced)
+        selection = select_variant(self.program.variants, scope, forced=forced, definitions=self.program.definitions)
         try:
             chosen = require_choice(selection, self.op_id)
         except SelectionError:

@@ -79,6 +79,11 @@ class Program:
     def variant(self, variant_id: str) -> CompiledVariant | None:
         return next((v for v in self.variants if v.variant.id == variant_id), None)
 
+    @property
+    def definitions(self) -> dict[str, Expression]:
+        """Top-level derive and constant expressions by name (for selection traces)."""
+        return dict(self.derive + self.constants)
+
     def call_scope(self, signature: CallSignature, device: DeviceInfo) -> tuple[dict[str, Any], tuple[OutputSpec, ...]]:
         """The scope for a call and the outputs' shapes and dtypes."""
         shapes = signature.shape_map()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ExpressionError, SelectionError, VariantRejectedError
+from .expressions import Expression
 from .program import CompiledVariant, Program
 
 
@@ -55,8 +56,14 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def judge(variant: CompiledVariant, scope: Mapping[str, Any]) -> tuple[Verdict, dict[str, Any]]:
-    """Check one variant's ``when`` clauses in the scope with its constants added."""
+def judge(
+    variant: CompiledVariant, scope: Mapping[str, Any], definitions: Mapping[str, Expression] | None = None
+) -> tuple[Verdict, dict[str, Any]]:
+    """Check one variant's ``when`` clauses in the scope with its constants added.
+
+    ``definitions`` (derive and constant expressions by name) let the trace show what a clause
+    like ``baseOk`` was made of, not only that it was false.
+    """
     inner = Program.variant_scope(variant, scope)
     v = variant.variant
     for index, clause in enumerate(variant.when):
@@ -66,8 +73,25 @@ def judge(variant: CompiledVariant, scope: Mapping[str, Any]) -> tuple[Verdict, 
         except ExpressionError as exc:
             holds, error = False, exc.detail
         if not holds:
-            return Verdict(v.id, v.priority, False, clause.source, index, clause.peek(inner), error), inner
+            values = _seen(clause, inner, definitions or {})
+            return Verdict(v.id, v.priority, False, clause.source, index, values, error), inner
     return Verdict(v.id, v.priority, True), inner
+
+
+def _seen(clause: Expression, scope: Mapping[str, Any], definitions: Mapping[str, Expression]) -> dict[str, Any]:
+    """The values a clause read, and (three levels deep) those its derive/constant names read."""
+    values: dict[str, Any] = {}
+    pending, depth = [clause], 0
+    while pending and depth < 3:
+        following = []
+        for expr in pending:
+            for name, value in expr.peek(scope).items():
+                if name not in values:
+                    values[name] = value
+                    if name in definitions:
+                        following.append(definitions[name])
+        pending, depth = following, depth + 1
+    return values
 
 
 def ranked(variants: tuple[CompiledVariant, ...]) -> list[CompiledVariant]:
@@ -81,6 +105,7 @@ def select_variant(
     *,
     forced: str | None = None,
     exhaustive: bool = False,
+    definitions: Mapping[str, Expression] | None = None,
 ) -> Selection:
     """Choose a variant for ``scope``. With ``exhaustive`` every variant is judged (for explain)."""
     if forced is not None:
@@ -88,7 +113,7 @@ def select_variant(
         if target is None:
             known = ", ".join(cv.variant.id for cv in variants)
             raise SelectionError(f"no variant {forced!r}; the variants are {known}")
-        verdict, inner = judge(target, scope)
+        verdict, inner = judge(target, scope, definitions)
         if not verdict.accepted:
             raise VariantRejectedError(f"variant {forced!r} cannot run this call: {verdict.reason()}",
                                        variant=forced, clause=verdict.clause, trace=(verdict,))  # fmt: skip
@@ -96,7 +121,7 @@ def select_variant(
     trace: list[Verdict] = []
     chosen, chosen_scope = None, None
     for cv in ranked(variants):
-        verdict, inner = judge(cv, scope)
+        verdict, inner = judge(cv, scope, definitions)
         trace.append(verdict)
         if verdict.accepted and chosen is None:
             chosen, chosen_scope = cv, inner
