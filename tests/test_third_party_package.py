@@ -107,7 +107,8 @@ def test_explain_shows_derive_values(scale_shift):
     assert {k: explanation.values[k] for k in ("n", "quads", "vec4Ok", "workgroupOk")} == {
         "n": 14, "quads": 3, "vec4Ok": False, "workgroupOk": True}  # fmt: skip
     vec4 = explanation.verdicts[0]
-    assert (vec4.variant, vec4.clause, vec4.clause_index, vec4.values) == ("vec4", "vec4Ok", 2, {"vec4Ok": False})
+    assert (vec4.variant, vec4.clause, vec4.clause_index) == ("vec4", "vec4Ok", 2)
+    assert vec4.values["vec4Ok"] is False and vec4.values["n"] == 14  # and what vec4Ok was made of
 
 
 def test_render(scale_shift, need_dtype):
