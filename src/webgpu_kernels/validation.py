@@ -439,13 +439,11 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: _Collector
                 continue
             parsed.add(p.shader)
             try:
-                renderer.env.get_template(p.shader)
+                renderer.check(p.shader)  # name, syntax and the sandbox's allow-list
+            except TemplateError as exc:
+                out.error(p.shader, "", exc.detail, line=exc.line)
             except KernelError as exc:
                 out.error(p.shader, "", str(exc))
-            except Exception as exc:  # noqa: BLE001 - jinja's syntax errors and friends
-                line = getattr(exc, "lineno", None)
-                message = getattr(exc, "message", None) or str(exc)
-                out.error(p.shader, "", f"template syntax error: {message}", line=line)
 
 
 def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: _Collector) -> casefile.TestFile | None:
