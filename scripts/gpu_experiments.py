@@ -19,7 +19,7 @@ for dtype in ("float16", "float32"):
         k = k or wk.get_kernel("com.microsoft.QuickGelu")
         if k.op_id != "com.microsoft.QuickGelu":
             continue
-        for wg in (256, 512):
+        for wg in (256, 512, 1024):
             r = bench_kernel(k, {"X": x}, tunables={"WORKGROUP_SIZE": wg},
                              check=lambda o: float(np.nanmax(np.abs(o["Y"].astype(np.float64) - ref))))
             print(f"{name:12s} {dtype} wg{wg}: {r.median_s * 1e6:8.1f} us {r.tbps:.3f} TB/s err {r.max_error:.2e}", flush=True)
