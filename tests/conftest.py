@@ -7,6 +7,8 @@ it), so it is set here, before anything imports wgpu.
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import sys
 import tempfile
 import zlib
@@ -26,6 +28,7 @@ if str(TESTS_DIR) not in sys.path:  # so that ``import references`` works from e
     sys.path.insert(0, str(TESTS_DIR))
 
 import webgpu_kernels as wk  # noqa: E402
+from webgpu_kernels.package import embedded_root  # noqa: E402
 
 REPO_ROOT = TESTS_DIR.parent
 PACKAGES_DIR = TESTS_DIR / "packages"
@@ -106,3 +109,11 @@ def write_package(tmp_path):
         return root
 
     return write
+
+
+def copy_package(op_id: str, dest: Path) -> Path:
+    """A writable copy of an embedded package (its metadata.json included)."""
+    shutil.copytree(embedded_root() / op_id, dest)
+    for path in dest.rglob("*"):
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    return dest

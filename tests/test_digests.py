@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import stat
 import time
 from pathlib import Path
 
@@ -18,16 +16,11 @@ from webgpu_kernels.cli import main
 from webgpu_kernels.errors import DigestError, PackageError
 from webgpu_kernels.package import embedded_ids, embedded_root, open_embedded, open_folder
 
+from conftest import copy_package  # noqa: E402
+
 QUICK_GELU = "com.microsoft.QuickGelu"
 BIAS_ADD = "com.microsoft.BiasAdd"
 
-
-def copy_package(op_id: str, dest: Path) -> Path:
-    """A writable copy of an embedded package (its metadata.json included)."""
-    shutil.copytree(embedded_root() / op_id, dest)
-    for path in dest.rglob("*"):
-        path.chmod(path.stat().st_mode | stat.S_IWUSR)
-    return dest
 
 
 @pytest.fixture

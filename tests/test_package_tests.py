@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,20 +12,15 @@ from click.testing import CliRunner
 import webgpu_kernels as wk
 from webgpu_kernels import cli_package, digests
 from webgpu_kernels.cli import main
-from webgpu_kernels.package import embedded_root
 from webgpu_kernels.package_tests import (
     CRASH_HOOK_ENV, run_package_tests, run_package_tests_isolated,
 )  # fmt: skip
 
+from conftest import copy_package  # noqa: E402
+
 QUICK_GELU = "com.microsoft.QuickGelu"
 BIAS_ADD = "com.microsoft.BiasAdd"
 
-
-def copy_package(op_id: str, dest: Path) -> Path:
-    shutil.copytree(embedded_root() / op_id, dest)
-    for path in dest.rglob("*"):
-        path.chmod(path.stat().st_mode | stat.S_IWUSR)
-    return dest
 
 
 def edit_test_json(root: Path, edit) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import stat
 from pathlib import Path
 
 import pytest
@@ -16,16 +14,12 @@ from webgpu_kernels.package import embedded_root
 from webgpu_kernels.package_tests import CRASH_HOOK_ENV
 from webgpu_kernels.validation import validate_package, validate_package_isolated
 
+from conftest import copy_package  # noqa: E402
+
 QUICK_GELU = "com.microsoft.QuickGelu"
 BIAS_ADD = "com.microsoft.BiasAdd"
 BROKEN_F16_TAIL = "{% if scalar == 'f16' and vec4Tail %}  let broken: f32 = no_such_name;\n{% endif %}"
 
-
-def copy_package(op_id: str, dest: Path) -> Path:
-    shutil.copytree(embedded_root() / op_id, dest)
-    for path in dest.rglob("*"):
-        path.chmod(path.stat().st_mode | stat.S_IWUSR)
-    return dest
 
 
 def edit_json(path: Path, edit) -> None:
