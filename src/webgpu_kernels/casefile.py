@@ -432,13 +432,8 @@ def check_test_data(data: Any, *, file: str = TEST_FILE) -> list[CaseFileError]:
     errors = schema_errors(data, "test", file=file)
     if errors:
         return errors
-    seen: dict[str, int] = {}
+    errors.extend(_duplicate_names(data["cases"], file))
     for i, case in enumerate(data["cases"]):
-        where = json_path(["cases", i])
-        if case["name"] in seen:
-            errors.append(CaseFileError(f"duplicate case name {case['name']!r} (also cases[{seen[case['name']]}])",
-                                        file=file, json_path=f"{where}.name"))  # fmt: skip
-        seen.setdefault(case["name"], i)
         for section in ("inputs", "expected"):
             for role, spec in case[section].items():
                 kinds = [k for k in ("values", "generate", "file") if k in spec]
@@ -621,8 +616,13 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError
     errors = schema_errors(data, "bench", file=file)
     if errors:
         return errors
-    seen: dict[str, int] = {}
-    for i, case in enumerate(data["cases"]):
+    return errors + _duplicate_names(data["cases"], file)
+
+
+def _duplicate_names(cases: list[dict[str, Any]], file: str) -> list[CaseFileError]:
+    """Case names must be unique within a file (they name results and filters)."""
+    errors, seen = [], {}
+    for i, case in enumerate(cases):
         if case["name"] in seen:
             errors.append(CaseFileError(f"duplicate case name {case['name']!r} (also cases[{seen[case['name']]}])",
                                         file=file, json_path=json_path(["cases", i, "name"])))  # fmt: skip

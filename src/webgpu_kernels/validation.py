@@ -446,18 +446,25 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: _Collector
                 out.error(p.shader, "", str(exc))
 
 
-def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: _Collector) -> casefile.TestFile | None:
-    if not package.has(TEST_FILE):
-        out.warning(TEST_FILE, "", "the package has no test.json: `webgpu-kernels test` has nothing to run, and "
-                                   "pipelines are compiled only for bench.json shapes")  # fmt: skip
+def _load_case_data(package: KernelPackage, name: str, check: Any, out: _Collector, missing: str) -> Any:
+    """The decoded test.json/bench.json if present and valid on its own; problems go to ``out``."""
+    if not package.has(name):
+        out.warning(name, "", missing)
         return None
-    data = _read_json(package, TEST_FILE, out)
+    data = _read_json(package, name, out)
     if data is None:
         return None
-    errors = casefile.check_test_data(data, file=TEST_FILE)
+    errors = check(data, file=name)
     for e in errors:
-        out.error(TEST_FILE, e.json_path, e.detail)
-    if errors:
+        out.error(name, e.json_path, e.detail)
+    return None if errors else data
+
+
+def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: _Collector) -> casefile.TestFile | None:
+    data = _load_case_data(package, TEST_FILE, casefile.check_test_data, out,
+                           "the package has no test.json: `webgpu-kernels test` has nothing to run, and "
+                           "pipelines are compiled only for bench.json shapes")  # fmt: skip
+    if data is None:
         return None
     test_file = casefile.parse_test_file(data, file=TEST_FILE)
     if manifest is None:
@@ -537,16 +544,9 @@ _DEFAULT_LIMITS = {
 
 
 def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: _Collector) -> casefile.BenchFile | None:
-    if not package.has(BENCH_FILE):
-        out.warning(BENCH_FILE, "", "the package has no bench.json: `webgpu-kernels bench` and `tune` have no cases")
-        return None
-    data = _read_json(package, BENCH_FILE, out)
+    data = _load_case_data(package, BENCH_FILE, casefile.check_bench_data, out,
+                           "the package has no bench.json: `webgpu-kernels bench` and `tune` have no cases")
     if data is None:
-        return None
-    errors = casefile.check_bench_data(data, file=BENCH_FILE)
-    for e in errors:
-        out.error(BENCH_FILE, e.json_path, e.detail)
-    if errors:
         return None
     bench = casefile.parse_bench_file(data, file=BENCH_FILE)
     if manifest is None:
