@@ -31,7 +31,7 @@ from .cli import _adapter, _console, _echo_json, _inputs_callback, resolve_kerne
 from .device import get_device
 from .errors import KernelError
 from .kernel import Kernel
-from .references import numpy_reference
+from .references import max_abs_error, numpy_reference
 
 DEFAULT_KERNELS = ("com.microsoft.BiasAdd", "com.microsoft.QuickGelu")
 WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
@@ -72,17 +72,7 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
         return None
     full_attrs = {**kernel.manifest.attributes, **attrs}
 
-    def check(outputs: dict[str, np.ndarray]) -> float:
-        expected = reference(arrays, full_attrs)
-        worst = 0.0
-        for name, ref in expected.items():
-            got = outputs[name].astype(np.float64)
-            with np.errstate(invalid="ignore"):
-                diff = np.where(np.isnan(got) & np.isnan(ref), 0.0, np.abs(got - ref))
-            worst = max(worst, float(diff.max()) if diff.size else 0.0)
-        return worst
-
-    return check
+    return lambda outputs: max_abs_error(outputs, reference(arrays, full_attrs))
 
 
 def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float]) -> float:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .references import REFERENCES, one_node_model
+from .references import REFERENCES, max_abs_error, one_node_model
 
 # Peers' implementations of each op, written against torch tensors.
 TORCH_OPS: dict[str, Callable[..., Any]] = {
@@ -35,18 +35,7 @@ def _random_inputs(case: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]
 
 
 def _max_error(outputs: dict[str, np.ndarray], inputs: dict[str, np.ndarray], op: str, attrs: dict[str, Any]) -> float:
-    expected = REFERENCES[op](inputs, attrs)
-    worst = 0.0
-    for name, ref in expected.items():
-        got = np.asarray(outputs[name], dtype=np.float64)
-        if got.shape != ref.shape:
-            return float("inf")
-        with np.errstate(invalid="ignore"):
-            diff = np.abs(got - ref)
-        both_nan = np.isnan(got) & np.isnan(ref)
-        diff = np.where(both_nan, 0.0, diff)
-        worst = max(worst, float(np.max(diff)) if diff.size else 0.0)
-    return worst
+    return max_abs_error(outputs, REFERENCES[op](inputs, attrs))
 
 
 def _once(fn: Callable[[], Any]) -> float:

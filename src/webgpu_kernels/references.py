@@ -34,6 +34,22 @@ def register(op_id: str) -> Callable[[Reference], Reference]:
     return decorate
 
 
+def max_abs_error(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]) -> float:
+    """Largest |output - reference| over all outputs. NaN where the reference has NaN counts as
+    equal; a NaN anywhere else, an infinity mismatch or a shape mismatch is infinitely wrong."""
+    worst = 0.0
+    for name, ref in expected.items():
+        got = np.asarray(outputs[name], dtype=np.float64)
+        if got.shape != ref.shape:
+            return float("inf")
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(got - ref)
+        diff = np.where((got == ref) | (np.isnan(got) & np.isnan(ref)), 0.0, diff)  # equal infinities too
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        worst = max(worst, float(diff.max()) if diff.size else 0.0)
+    return worst
+
+
 def numpy_reference(op_id: str) -> Reference | None:
     """The registered NumPy reference of ``op_id``, or None."""
     return REFERENCES.get(op_id)
