@@ -88,10 +88,7 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
     """Upload a NumPy array once, to pass as a GPU-resident input to many calls."""
     if isinstance(array, GpuTensor):
         return array
-    value = np.asarray(array)
-    if value.dtype.byteorder == ">":
-        value = value.astype(value.dtype.newbyteorder("<"))
-    return execution.to_gpu(get_device(adapter), np.asarray(value, order="C"))
+    return execution.to_gpu(get_device(adapter), execution.host_array(np.asarray(array)))
 
 
 def synchronize(*, adapter: str | None = None) -> None:

@@ -53,6 +53,10 @@ class ExecutionPlan:
     outputs: tuple[OutputSpec, ...]
 
     @cached_property
+    def label(self) -> str:
+        return f"variant {self.variant!r}"  # formatted once, not on every call
+
+    @cached_property
     def output_buffers(self) -> tuple[tuple[str, tuple[int, ...], np.dtype, int], ...]:
         """(role, shape, dtype, bytes) of each output, computed once."""
         specs = []
@@ -135,6 +139,14 @@ def build_pass(device: Device, resolved: ResolvedPass, wgsl: str, *, kernel: str
     return PassProgram(label=resolved.label, pipeline=compiled, entries=tuple(entries), grid=grid)
 
 
+def host_array(value: np.ndarray) -> np.ndarray:
+    """``value`` as C-contiguous little-endian data for upload: the caller's array when it already
+    is, else a copy (never a change to the caller's array)."""
+    if value.dtype.byteorder == ">":
+        value = value.astype(value.dtype.newbyteorder("<"))
+    return np.asarray(value, order="C")  # ascontiguousarray would make rank 0 rank 1
+
+
 def upload(device: Device, array: np.ndarray) -> Any:
     """A new storage buffer holding ``array`` (C-contiguous, little-endian), padded to 4 bytes."""
     return device.gpu.create_buffer_with_data(data=_padded_bytes(array), usage=STORAGE_USAGE)
@@ -196,7 +208,7 @@ def run_plan(
     outputs, ``GpuTensor.numpy()``), on ``flush()``, or when enough work is pending.
     """
     memory = device.memory
-    with translate_gpu_errors(f"variant {plan.variant!r}", memory), device.lock:
+    with translate_gpu_errors(plan.label, memory), device.lock:
         buffers: dict[str, tuple[Any, int]] = {}
         staged: list[Any] = []
         results: dict[str, GpuTensor] = {}

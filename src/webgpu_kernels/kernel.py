@@ -20,7 +20,7 @@ from .contract import CallSignature, check_call
 from .device import Device, get_device
 from . import tuning
 from .errors import DeviceLimitError, InputError, KernelError, MissingInputError, SelectionError
-from .execution import ExecutionPlan, build_pass, check_limits, flush, run_plan
+from .execution import ExecutionPlan, build_pass, check_limits, flush, host_array, run_plan
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import DeviceInfo, OutputSpec, compile_program
@@ -297,7 +297,5 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device) -> dict[str, np.n
             if not hasattr(value, "__array__") and not isinstance(value, (list, tuple, int, float)):
                 raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
             value = np.asarray(value)
-        if value.dtype.byteorder == ">":
-            value = value.astype(value.dtype.newbyteorder("<"))
-        prepared[name] = np.asarray(value, order="C")  # ascontiguousarray would make rank 0 rank 1
+        prepared[name] = host_array(value)
     return prepared
