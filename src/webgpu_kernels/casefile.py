@@ -646,7 +646,3 @@ def parse_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
         for i, case in enumerate(data["cases"])
     )  # fmt: skip
     return BenchFile(description=data.get("description", ""), cases=cases, file=file)
-
-
-def read_bench_file(package: Any) -> BenchFile:
-    return parse_bench_file(package.read_json(BENCH_FILE), file=str(package.path_of(BENCH_FILE)))

@@ -540,10 +540,6 @@ def _numpy_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
 def summarize(array: Any) -> dict[str, Any]:
     """Shape, dtype, NaN count and min/max/mean (over the non-NaN values, in float64)."""
     a = np.asarray(array)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,9 +139,6 @@ class Device:
                     del _devices[key]
             if _default is not None and _default[1] is self:
                 _default = None
-
-    def limit(self, name: str) -> int:
-        return self.limits[re.sub(r"([A-Z])", lambda m: "-" + m.group(1).lower(), name)]
 
 
 _default: tuple[str | None, Device] | None = None

@@ -720,10 +720,6 @@ def failed_value(name: str, error: ExpressionError) -> Undefined:
     return StrictUndefined(hint=f"{name!r} could not be evaluated: {error}")
 
 
-def is_failed(value: Any) -> bool:
-    return isinstance(value, Undefined)
-
-
 def as_count(value: Any, expression: Expression, what: str) -> int:
     """A non-negative integer from an expression's value: integral floats pass, 10.5 does not."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -24,8 +24,6 @@ ONNX_TO_WGSL: dict[str, str | None] = {
     "uint8": None, "uint16": None, "uint64": None, "bool": None,
 }  # fmt: skip
 
-PARAMS_SEMANTIC = "kernel.params"
-
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -57,10 +55,6 @@ class Binding:
     struct_name: str | None
     fields: tuple[StructField, ...]
     json_path: str
-
-    @property
-    def is_params(self) -> bool:
-        return self.struct_name is not None
 
 
 @dataclass(frozen=True)

@@ -95,9 +95,3 @@ def cache_for(adapter_name: str, backend: str) -> TuningCache:
         if cache is None:
             cache = _caches[str(path)] = TuningCache(path)
         return cache
-
-
-def forget_loaded() -> None:
-    """Drop loaded caches (tests; or after another process wrote the file)."""
-    with _lock:
-        _caches.clear()
