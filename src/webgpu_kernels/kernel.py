@@ -115,15 +115,14 @@ class Kernel:
             plan = self._fast_plans.get(key)
         except (TypeError, AttributeError):
             key, plan = None, None
-        if plan is not None and all(type(v) is np.ndarray or type(v) is GpuTensor for v in inputs.values()):
-            arrays = _prepare_inputs(inputs, device)
-        else:
-            if output not in _OUTPUT_KINDS:
-                raise InputError("output", f"one of {list(_OUTPUT_KINDS)}", repr(output))
-            arrays = _prepare_inputs(inputs, device)
+        if plan is not None and not all(type(v) is np.ndarray or type(v) is GpuTensor for v in inputs.values()):
+            plan = None  # array-likes take the checked path
+        if plan is None and output not in _OUTPUT_KINDS:
+            raise InputError("output", f"one of {list(_OUTPUT_KINDS)}", repr(output))
+        arrays = _prepare_inputs(inputs, device)
+        if plan is None:
             metas = {k: (v.shape, v.dtype.name) for k, v in arrays.items()}
             signature = check_call(self.manifest, metas, attrs, tunables)
-            plan = None
             if variant is None and tunables is None:
                 plan = self._tuned_plan(metas, attrs, signature, device)
             if plan is None:
