@@ -1,0 +1,106 @@
+"""Where the time of a NumPy-in, NumPy-out call goes on a GPU machine, and what the alternatives
+cost: write_buffer (one call, or chunks from threads), submit, waiting (wgpu-py's poll thread vs a
+blocking poll on the calling thread), mapped reads (one copy, or chunks from threads)."""
+
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import wgpu
+from wgpu import BufferUsage as U, MapMode
+
+import webgpu_kernels as wk
+from webgpu_kernels.device import get_device
+
+dev = get_device()
+gpu = dev.gpu
+print("adapter:", dev.adapter.label(), flush=True)
+pool = ThreadPoolExecutor(8)
+
+
+def med(name, f, n=200, min_n=5, budget=3.0):
+    f()
+    s = []
+    t0 = time.perf_counter()
+    while len(s) < min_n or (len(s) < n and time.perf_counter() - t0 < budget):
+        t = time.perf_counter()
+        f()
+        s.append(time.perf_counter() - t)
+    m = statistics.median(s)
+    print(f"  {name:52s} {m * 1e6:11.1f} us  (n={len(s)}, min {min(s) * 1e6:.1f})", flush=True)
+    return m
+
+
+def chunks(nbytes, parts):
+    step = -(-nbytes // parts)
+    step += -step % 4096
+    return [(o, min(step, nbytes - o)) for o in range(0, nbytes, step)]
+
+
+for nbytes in (16384, 1 << 20, int(sys.argv[1]) if len(sys.argv) > 1 else 336 * (1 << 20)):
+    print(f"== {nbytes} bytes", flush=True)
+    x = np.random.default_rng(0).standard_normal(nbytes // 4).astype(np.float32)
+    src = gpu.create_buffer(size=nbytes, usage=U.STORAGE | U.COPY_DST | U.COPY_SRC)
+    stg = gpu.create_buffer(size=nbytes, usage=U.MAP_READ | U.COPY_DST)
+    out = np.empty_like(x)
+    xb = x.view(np.uint8)
+
+    def write():
+        gpu.queue.write_buffer(src, 0, x)
+
+    def write_threads(parts=8):
+        list(pool.map(lambda c: gpu.queue.write_buffer(src, c[0], xb[c[0]:c[0] + c[1]]), chunks(nbytes, parts)))
+
+    def submit_copy():
+        e = gpu.create_command_encoder()
+        e.copy_buffer_to_buffer(src, 0, stg, 0, nbytes)
+        gpu.queue.submit([e.finish()])
+
+    def wait_thread():
+        stg.map_sync(MapMode.READ, 0, nbytes)
+
+    def wait_poll():
+        p = stg.map_async(MapMode.READ, 0, nbytes)
+        gpu._poll_wait()
+        p.sync_wait()
+
+    def copy_out(parts=1):
+        m = stg.read_mapped(0, nbytes, copy=False)
+        src_u8 = np.frombuffer(m, np.uint8)
+        dst = out.view(np.uint8)
+        if parts == 1:
+            np.copyto(dst, src_u8)
+        else:
+            list(pool.map(lambda c: np.copyto(dst[c[0]:c[0] + c[1]], src_u8[c[0]:c[0] + c[1]]), chunks(nbytes, parts)))
+        del m, src_u8
+
+    def rt(waiter, parts=1, wparts=1):
+        (write if wparts == 1 else write_threads)()
+        submit_copy()
+        waiter()
+        copy_out(parts)
+        stg.unmap()
+
+    med("write_buffer", write)
+    med("write_buffer, 8 threads", write_threads)
+    med("write + submit copy + map_sync (poll thread) + unmap", lambda: (write(), submit_copy(), wait_thread(), stg.unmap()))
+    med("write + submit copy + blocking poll + unmap", lambda: (write(), submit_copy(), wait_poll(), stg.unmap()))
+    stg.map_sync(MapMode.READ, 0, nbytes)
+    med("copy out of mapped memory, 1 thread", lambda: copy_out(1))
+    med("copy out of mapped memory, 8 threads", lambda: copy_out(8))
+    med("np.empty + copy out, 1 thread (fresh pages)", lambda: np.copyto(np.empty_like(x), out))
+    stg.unmap()
+    med("round trip: poll thread, 1 thread copies", lambda: rt(wait_thread))
+    med("round trip: blocking poll, 1 thread copies", lambda: rt(wait_poll))
+    med("round trip: blocking poll, 8 thread copies", lambda: rt(wait_poll, 8, 8))
+    med("copy d2d via read_buffer (wgpu-py)", lambda: gpu.queue.read_buffer(src))
+    k = wk.get_kernel("com.microsoft.QuickGelu")
+    med("QuickGelu NumPy round trip (engine)", lambda: k({"X": x}))
+    xg = wk.to_gpu(x)
+    med("QuickGelu GPU in, NumPy out (engine)", lambda: k({"X": xg}))
+    med("QuickGelu NumPy in, GPU out + flush (engine)", lambda: (k({"X": x}, output="gpu"), wk.synchronize()))
+    src.destroy()
+    stg.destroy()
+sys.stdout.flush()
