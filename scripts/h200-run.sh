@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the H200 machine (device tool, carry [".whl", ".gl"]), bounded to fit its 10 minutes.
-#   bash scripts/h200-run.sh probe   transfer breakdown, template experiments, tuning
+#   bash scripts/h200-run.sh probe   transfer breakdown, template experiments, bench of the large/small cases
 #   bash scripts/h200-run.sh bench   the full comparison (tuning first, so the tuned column is real)
 # Results land in $OUT (at most 8 files come back).
 set -uo pipefail
@@ -9,10 +9,10 @@ export COLUMNS=250 WEBGPU_KERNELS_TUNING_DIR=/tmp/tuning WEBGPU_KERNELS_PEER_TIM
 tune() { timeout "$1" python3 -m webgpu_kernels tune --tag large --tag model:clip-text --tag model:sd1.5 2>&1 | tee "$OUT/tune.log"
          cp /tmp/tuning/*.json "$OUT/tuning.json" 2>/dev/null; }
 case "${1:-bench}" in
-  probe)
-    timeout 150 python3 scripts/transfer_probe.py 2>&1 | tee "$OUT/transfer.log"
-    timeout 120 python3 scripts/gpu_experiments.py 2>&1 | tee "$OUT/exp.log"
-    tune 150 ;;
+  probe)  # transfer breakdown, template experiments, a quick comparison on the large and small cases
+    timeout 120 python3 scripts/transfer_probe.py 2>&1 | tee "$OUT/transfer.log"
+    timeout 60 python3 scripts/gpu_experiments.py 2>&1 | tee "$OUT/exp.log"
+    timeout 240 python3 -m webgpu_kernels bench --compare --tag large --tag small --tag model:sd1.5 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
   bench)
     tune 150
     timeout 380 python3 -m webgpu_kernels bench --compare --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" ;;

@@ -96,6 +96,13 @@ def synchronize(*, adapter: str | None = None) -> None:
     execution.flush(get_device(adapter))
 
 
+def empty_cache(*, adapter: str | None = None) -> None:
+    """Free the GPU buffers kept for reuse (the pool; live GpuTensors are untouched)."""
+    device = get_device(adapter)
+    device.memory.flush()
+    device.memory.trim()
+
+
 def list_kernels() -> list[str]:
     """The op ids of the embedded kernel packages."""
     return embedded_ids()

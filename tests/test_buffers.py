@@ -1,0 +1,98 @@
+"""buffers.py: host copies split across threads, and the pool that keeps a large call's buffers.
+
+Real lavapipe buffers throughout; the copy threshold is lowered so that small arrays take the
+threaded path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import references as ref
+import webgpu_kernels as wk
+from webgpu_kernels import buffers
+from webgpu_kernels.buffers import copy_chunks, parallel_copy
+
+f32 = np.float32
+
+
+@pytest.fixture
+def threaded_copies(monkeypatch):
+    """Copies of 16 KiB and more are split into up to 4 threads."""
+    monkeypatch.setattr(buffers, "PARALLEL_COPY_MIN_CHUNK", 16 << 10)
+    monkeypatch.setattr(buffers, "COPY_THREADS", 4)
+
+
+@pytest.mark.parametrize("nbytes", [0, 4, 4096, 16 << 10, (64 << 10) + 12, (1 << 20) + 4])
+def test_copy_chunks_cover_the_range_in_page_aligned_pieces(threaded_copies, nbytes):
+    chunks = copy_chunks(nbytes)
+    assert 1 <= len(chunks) <= 4
+    assert chunks[0][0] == 0
+    for (offset, size), (next_offset, _) in zip(chunks, chunks[1:]):
+        assert offset + size == next_offset
+        assert next_offset % 4096 == 0
+    assert sum(size for _, size in chunks) == nbytes
+
+
+def test_small_copies_stay_on_the_calling_thread():
+    assert copy_chunks(buffers.PARALLEL_COPY_MIN_CHUNK * 2 - 4) == [(0, buffers.PARALLEL_COPY_MIN_CHUNK * 2 - 4)]
+
+
+def test_a_failing_chunk_fails_the_copy(threaded_copies):
+    def copy(offset, size):
+        if offset:
+            raise RuntimeError(f"chunk at {offset} failed")
+
+    with pytest.raises(RuntimeError, match="failed"):
+        parallel_copy(1 << 20, copy)
+
+
+@pytest.mark.parametrize("numel", [8196, 65536 * 3 + 4, 1 << 20])
+def test_threaded_upload_and_readback_are_exact(threaded_copies, quick_gelu, numel):
+    """Both directions split (up to 4 MiB here); every element lands where it belongs."""
+    assert len(copy_chunks(numel * 4)) > 1
+    x = np.random.default_rng(numel).standard_normal(numel).astype(f32) * 4
+    original = x.copy()
+    np.testing.assert_array_equal(wk.to_gpu(x).numpy(), x)  # bit-exact round trip
+    y = quick_gelu({"X": x})["Y"]
+    np.testing.assert_allclose(y, ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
+    np.testing.assert_array_equal(x, original)
+
+
+def test_threaded_bias_add_matches_the_reference(threaded_copies, bias_add):
+    rng = np.random.default_rng(5)
+    x, skip = rng.standard_normal((2, 256, 640)).astype(f32), rng.standard_normal((2, 256, 640)).astype(f32)
+    bias = rng.standard_normal(640).astype(f32)
+    y = bias_add({"X": x, "bias": bias, "skip": skip})["Y"]
+    np.testing.assert_allclose(y, ref.bias_add(x, bias, skip), rtol=1e-6, atol=1e-6)
+
+
+def test_a_call_larger_than_the_pool_reuses_its_buffers(device, quick_gelu, monkeypatch):
+    """Inputs, output and staging of a 2 MiB call stay pooled under a 1 MiB budget, so repeating
+    the call creates no buffer; 300 small calls later the large ones are freed again."""
+    monkeypatch.setattr(device.memory, "pool_bytes", 1 << 20)
+    device.memory.trim()
+    x = np.linspace(-3, 3, 1 << 19, dtype=f32)
+    quick_gelu({"X": x})
+    live = device.memory.live_buffers
+    for _ in range(5):
+        np.testing.assert_allclose(quick_gelu({"X": x})["Y"], ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
+        assert device.memory.live_buffers == live
+    small = np.ones(64, f32)
+    for _ in range(buffers.LARGE_BUFFER_WINDOW + 50):
+        quick_gelu({"X": small})
+    assert device.memory.pool_budget < 1 << 21
+    assert device.memory.pooled_bytes <= device.memory.pool_budget
+    device.memory.trim()
+
+
+def test_empty_cache_frees_the_pool_but_not_live_tensors(device, quick_gelu):
+    x = np.linspace(-1, 1, 4096, dtype=f32)
+    kept = quick_gelu({"X": x}, output="gpu")["Y"]
+    quick_gelu({"X": x})
+    assert device.memory.pooled_bytes > 0
+    wk.empty_cache()
+    assert device.memory.pooled_bytes == 0
+    np.testing.assert_allclose(kept.numpy(), ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
+    kept.release()
