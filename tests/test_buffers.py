@@ -96,3 +96,22 @@ def test_empty_cache_frees_the_pool_but_not_live_tensors(device, quick_gelu):
     assert device.memory.pooled_bytes == 0
     np.testing.assert_allclose(kept.numpy(), ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
     kept.release()
+
+
+def test_one_pass_with_repeated_and_alternating_pipelines_and_bind_groups(device, quick_gelu, bias_add):
+    """Recorded dispatches skip re-setting an unchanged pipeline or bind group; each must still see
+    its own: the same call twice, a new input under the same pipeline, another kernel, then back."""
+    rng = np.random.default_rng(9)
+    a, b = (wk.to_gpu(rng.standard_normal((2, 3, 8)).astype(f32)) for _ in range(2))
+    bias, skip = rng.standard_normal(8).astype(f32), rng.standard_normal((2, 3, 8)).astype(f32)
+    wk.synchronize()
+    bias_gpu, skip_gpu = wk.to_gpu(bias), wk.to_gpu(skip)
+    outs = [quick_gelu({"X": a}, output="gpu")["Y"], quick_gelu({"X": a}, output="gpu")["Y"],
+            quick_gelu({"X": b}, output="gpu")["Y"]]
+    outs.append(bias_add({"X": outs[2], "bias": bias_gpu, "skip": skip_gpu}, output="gpu")["Y"])
+    outs.append(quick_gelu({"X": outs[3]}, output="gpu")["Y"])
+    assert device.memory._pending >= 5  # all recorded into one pass, nothing submitted yet
+    qa, qb = ref.quick_gelu(a.numpy()), ref.quick_gelu(b.numpy())
+    expected = [qa, qa, qb, ref.bias_add(qb, bias, skip), ref.quick_gelu(ref.bias_add(qb, bias, skip))]
+    for got, want in zip(outs, expected):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .references import REFERENCES, max_abs_error, one_node_model
+from .walltime import back_to_back
 
 # Peers' implementations of each op, written against torch tensors.
 TORCH_OPS: dict[str, Callable[..., Any]] = {
@@ -42,31 +43,6 @@ def _once(fn: Callable[[], Any]) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
-
-
-def _timed(fn: Callable[[], Any], sync: Callable[[], Any], *, min_s: float = 0.3, batches: int = 5,
-           sync_cost: float = 0.0) -> float:  # fmt: skip
-    """Median per-call time of back-to-back calls, in batches sized to about min_s / batches;
-    each batch ends with ``sync()``, whose own ``sync_cost`` is subtracted."""
-    fn()
-    sync()
-    start = time.perf_counter()
-    n = 0
-    while time.perf_counter() - start < 0.05 or n < 2:
-        fn()
-        n += 1
-    sync()
-    per = max(time.perf_counter() - start - sync_cost, 1e-7) / n
-    reps = max(2, int(min_s / batches / per))
-    samples = []
-    for _ in range(batches):
-        sync()
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        sync()
-        samples.append(max(time.perf_counter() - t - sync_cost, 0.0) / reps)
-    return statistics.median(samples)
 
 
 def _differential(fn: Callable[[], Any], sync: Callable[[], Any], *, target_s: float = 0.1) -> float:
@@ -108,7 +84,7 @@ def run_torch(cases: list[dict[str, Any]]) -> None:
             for label, impl in impls:
                 out = impl()
                 result[f"{label}_error"] = _max_error({k: v.cpu().numpy() for k, v in out.items()}, arrays, op, attrs)
-                result[f"{label}_s"] = _gpu_time(impl, torch) if cuda else _timed(impl, sync, min_s=0.1, batches=3)
+                result[f"{label}_s"] = _gpu_time(impl, torch) if cuda else back_to_back(impl, sync, min_s=0.1, batches=3)
             outs = fn(tensors, attrs)
 
             def round_trip() -> None:
@@ -118,7 +94,7 @@ def run_torch(cases: list[dict[str, Any]]) -> None:
                 for v in outs.values():
                     v.cpu().numpy()
 
-            result["transfer_s"] = _timed(round_trip, sync, min_s=0.15, batches=3)
+            result["transfer_s"] = back_to_back(round_trip, sync, min_s=0.15, batches=3)
         except Exception as exc:  # a peer failure is reported, never fatal
             result["error"] = f"{type(exc).__name__}: {exc}"
         print(json.dumps(result), flush=True)
@@ -159,7 +135,7 @@ def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:
             session = ort.InferenceSession(model, sess_options=options)
             out = session.run(None, feeds)
             result["numpy_error"] = _max_error({"Y": out[0]}, arrays, op, attrs)
-            result["numpy_roundtrip_s"] = _timed(lambda: session.run(None, feeds), lambda: None, min_s=0.15, batches=3)
+            result["numpy_roundtrip_s"] = back_to_back(lambda: session.run(None, feeds), lambda: None, min_s=0.15, batches=3)
             binding = session.io_binding()
             for k, v in feeds.items():
                 binding.bind_ortvalue_input(k, ort.OrtValue.ortvalue_from_numpy(v, "webgpu", 0))
