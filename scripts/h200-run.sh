@@ -14,6 +14,6 @@ case "${1:-bench}" in
     timeout 60 python3 scripts/gpu_experiments.py 2>&1 | tee "$OUT/exp.log"
     timeout 240 python3 -m webgpu_kernels bench --compare --tag large --tag small --tag model:sd1.5 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
   bench)
-    tune 90
-    timeout 460 python3 -m webgpu_kernels bench --compare --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" ;;
+    tune 120
+    timeout 440 python3 -m webgpu_kernels bench --compare --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" ;;
 esac

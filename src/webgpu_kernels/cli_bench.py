@@ -369,6 +369,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
             elements = max(a.size for a in arrays.values())
             cache.record(kernel.op_id, _type_bindings(kernel, arrays), elements,
                          tuning.TunedChoice(best[1], best[2], best[0]))  # fmt: skip
+            if not dry_run:
+                cache.save()  # after every case: an interrupted search keeps what it found
             table.add_row(kernel.manifest.name, case["name"], ",".join(sorted(case["types"].values())),
                           f"{default.variant} {dict(kernel.manifest.tunables)}", f"{default.median_s * 1e6:.1f}",
                           f"{best[1]} {best[2]}", f"{best[0] * 1e6:.1f}", f"{default.median_s / best[0]:.2f}x")  # fmt: skip
@@ -377,7 +379,6 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
             progress.advance(task)
     console.print(table)
     if not dry_run:
-        cache.save()
         console.print(f"saved: {cache.path}")
 
 
