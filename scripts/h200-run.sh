@@ -2,6 +2,7 @@
 # One call on the H200 machine (device tool, carry [".whl", ".gl"]), bounded to fit its 10 minutes.
 #   bash scripts/h200-run.sh probe   transfer breakdown, template experiments, bench of the large/small cases
 #   bash scripts/h200-run.sh bench   the full comparison (tuning first, so the tuned column is real)
+#   bash scripts/h200-run.sh roundtrip   the comparison on the small, model and large cases only
 # Results land in $OUT (at most 8 files come back).
 set -uo pipefail
 source scripts/gpu-preamble.sh
@@ -16,4 +17,7 @@ case "${1:-bench}" in
   bench)
     tune 120
     timeout 440 python3 -m webgpu_kernels bench --compare --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" ;;
+  roundtrip)  # the comparison on the small, model and large cases (round trips, ORT on the large ones)
+    timeout 390 python3 -m webgpu_kernels bench --compare --tag small --tag large --tag model:clip-text --tag model:sd1.5 \
+      --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
 esac

@@ -1,0 +1,333 @@
+"""Benchmark building blocks (benchmark.py, walltime.py): bench.json case expansion, random inputs,
+GPU timing of real kernels and of the copy baseline, host-side costs, datasheet peaks.
+
+Timings run on lavapipe, so only their sanity is checked (positive, finite, ordered, consistent
+with the byte counts); the timing loops are shortened with ``FAST`` to keep the file quick.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+import references as ref
+
+import webgpu_kernels as wk
+from webgpu_kernels import walltime
+from webgpu_kernels.benchmark import (
+    KNOWN_PEAKS,
+    BenchResult,
+    Timing,
+    bench_copy,
+    bench_kernel,
+    expand_cases,
+    host_per_call,
+    known_peak,
+    numpy_round_trip,
+    random_array,
+)  # fmt: skip
+from webgpu_kernels.package import embedded_root
+
+# Short timing loops: enough batches to exercise the loop, far from the defaults' 0.3 s minimum.
+FAST = {"target_batch_s": 0.005, "min_batches": 2, "max_batches": 4, "min_total_s": 0.0}
+DTYPES = (np.float32, np.float16)
+DTYPE_IDS = ("f32", "f16")
+EMBEDDED = ("com.microsoft.BiasAdd", "com.microsoft.QuickGelu")
+
+
+def assert_timing(t):
+    """A Timing (or BenchResult) whose figures are positive, finite and ordered."""
+    assert 0 < t.p10_s <= t.median_s <= t.p90_s and math.isfinite(t.p90_s)
+    assert t.samples > 0
+
+
+# --- expand_cases -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op_id", EMBEDDED)
+def test_expand_embedded_bench_json(op_id):
+    """Every embedded bench.json case expands once per dtype of its type-variable list, in file order."""
+    bench = json.loads((embedded_root() / op_id / "bench.json").read_text("utf-8"))
+    expanded = list(expand_cases(bench))
+    expected = [(c["name"], t) for c in bench["cases"] for t in c["types"]["T"]]
+    assert [(e["name"], e["types"]["T"]) for e in expanded] == expected
+    assert len(expanded) == 2 * len(bench["cases"])  # every embedded case lists float32 and float16
+    by_name = {c["name"]: c for c in bench["cases"]}
+    for e in expanded:
+        case = by_name[e["name"]]
+        assert set(e["types"]) == {"T"} and e["types"]["T"] in ("float32", "float16")
+        assert e["tags"] == case["tags"] and e["attrs"] == {} and e["tunables"] == {}
+        assert set(e["inputs"]) == set(case["inputs"])
+        for arg, spec in e["inputs"].items():
+            assert spec == {"shape": tuple(case["inputs"][arg]["shape"]), "dtype": None}
+
+
+def test_expand_quick_gelu_tiny():
+    """The launch-bound QuickGelu case the CLI tests rely on: 4096 elements, f32 then f16."""
+    bench = wk.get_kernel("com.microsoft.QuickGelu").package.read_json("bench.json")
+    tiny = [c for c in expand_cases(bench) if c["name"] == "tiny-4096"]
+    assert [c["types"] for c in tiny] == [{"T": "float32"}, {"T": "float16"}]
+    assert all(c["inputs"] == {"X": {"shape": (4096,), "dtype": None}} for c in tiny)
+    assert all("small" in c["tags"] for c in tiny)
+
+
+def test_expand_cartesian_product_and_defaults():
+    """Several type variables give their full product (first variable slowest); a case without
+    types runs once; attrs, tunables, tags and an input's own dtype pass through."""
+    bench = {
+        "cases": [
+            {"name": "two-vars", "inputs": {"A": {"shape": [2, 3]}, "B": {"shape": [3], "dtype": "int32"}},
+             "types": {"T": ["float32", "float16"], "U": ["int32", "int64", "uint32"]},
+             "attrs": {"alpha": 0.5}, "tunables": {"WORKGROUP_SIZE": 64}, "tags": ["small"]},
+            {"name": "untyped", "inputs": {"A": {"shape": []}}},
+        ]
+    }  # fmt: skip
+    cases = list(expand_cases(bench))
+    assert [c["types"] for c in cases[:6]] == [
+        {"T": t, "U": u} for t in ("float32", "float16") for u in ("int32", "int64", "uint32")
+    ]
+    for c in cases[:6]:
+        assert c["name"] == "two-vars" and c["attrs"] == {"alpha": 0.5} and c["tunables"] == {"WORKGROUP_SIZE": 64}
+        assert c["tags"] == ["small"]
+        assert c["inputs"] == {"A": {"shape": (2, 3), "dtype": None}, "B": {"shape": (3,), "dtype": "int32"}}
+    assert len(cases) == 7
+    assert cases[6] == {"name": "untyped", "tags": [], "attrs": {}, "tunables": {}, "types": {},
+                        "inputs": {"A": {"shape": (), "dtype": None}}}  # fmt: skip
+
+
+def test_expand_empty():
+    """No cases (or an empty type list) expands to nothing."""
+    assert list(expand_cases({})) == []
+    assert list(expand_cases({"cases": []})) == []
+    assert list(expand_cases({"cases": [{"name": "n", "inputs": {}, "types": {"T": []}}]})) == []
+
+
+# --- random_array -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+@pytest.mark.parametrize("shape", [(4096,), (2, 5, 320), (3, 1, 7)], ids=str)
+def test_random_array(shape, dtype):
+    """Random inputs have the requested shape and dtype, are finite, not zero, and seed-reproducible."""
+    a = random_array(shape, dtype, np.random.default_rng(1))
+    assert isinstance(a, np.ndarray) and a.shape == shape and a.dtype == np.dtype(dtype)
+    assert np.all(np.isfinite(a))
+    assert np.count_nonzero(a) > a.size // 2  # standard normal data, not a zero page
+    if a.size >= 32:
+        assert 0.5 < float(np.std(a.astype(np.float64))) < 2.0
+    np.testing.assert_array_equal(a, random_array(shape, dtype, np.random.default_rng(1)))
+    assert not np.array_equal(a, random_array(shape, dtype, np.random.default_rng(2)))
+
+
+def test_random_array_empty_and_scalar():
+    """Zero-size and rank-0 shapes are honoured."""
+    rng = np.random.default_rng(0)
+    assert random_array((0, 3), "float32", rng).shape == (0, 3)
+    s = random_array((), "float16", rng)
+    assert s.shape == () and s.dtype == np.float16
+
+
+# --- bench_kernel -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_bench_kernel_quick_gelu(quick_gelu, need_dtype, dtype):
+    """QuickGelu: bytes = input read + output written, tbps = bytes / median, the check callback
+    sees the real outputs and its max error (vs float64) is what the result reports."""
+    need_dtype(dtype)
+    x = random_array((4096,), np.dtype(dtype).name, np.random.default_rng(3))
+    expected = x.astype(np.float64) / (1.0 + np.exp(-1.702 * x.astype(np.float64)))
+    seen = {}
+
+    def check(outputs):
+        seen.update(outputs)
+        return float(np.max(np.abs(outputs["Y"].astype(np.float64) - expected)))
+
+    r = bench_kernel(quick_gelu, {"X": x}, case="tiny", check=check, **FAST)
+    assert isinstance(r, BenchResult)
+    assert (r.kernel, r.case, r.variant) == ("com.microsoft.QuickGelu", "tiny", "vec4")
+    assert r.dtypes == {"X": np.dtype(dtype).name} and r.shapes == {"X": [4096]} and r.elements == 4096
+    assert r.bytes == x.nbytes + 4096 * np.dtype(dtype).itemsize == 2 * 4096 * np.dtype(dtype).itemsize
+    assert_timing(r)
+    assert r.tbps == pytest.approx(r.bytes / r.median_s / 1e12, rel=1e-9)
+    assert set(seen) == {"Y"} and seen["Y"].shape == (4096,) and seen["Y"].dtype == np.dtype(dtype)
+    ref.assert_matches(seen["Y"], ref.quick_gelu(x), dtype, **ref.quick_gelu_tolerance(dtype))
+    assert r.max_error == float(np.max(np.abs(seen["Y"].astype(np.float64) - expected)))
+    assert r.max_error < (1e-5 if dtype == np.float32 else 1e-2)
+    peak = known_peak(wk.get_device().adapter.name)
+    assert r.peak_fraction == (pytest.approx(r.tbps * 1e12 / peak) if peak else None)
+    assert r.copy_tbps is None and r.tunables == {}
+    d = r.as_dict()
+    assert d["bytes"] == r.bytes and d["max_error"] == r.max_error
+    json.dumps(d)  # the CLI writes it as JSON
+
+
+def test_bench_kernel_bias_add_forced_variant(bias_add):
+    """BiasAdd with a forced variant and tunables: three inputs read, one output written, the
+    variant and tunables reported, the output checked against a float64 reference."""
+    rng = np.random.default_rng(4)
+    arrays = {"X": random_array((2, 5, 320), "float32", rng), "bias": random_array((320,), "float32", rng),
+              "skip": random_array((2, 5, 320), "float32", rng)}  # fmt: skip
+    expected = ref.bias_add(arrays["X"], arrays["bias"], arrays["skip"])
+    r = bench_kernel(bias_add, arrays, case="ort", variant="scalar", tunables={"WORKGROUP_SIZE": 64},
+                     check=lambda out: float(np.max(np.abs(out["Y"].astype(np.float64) - expected))), **FAST)  # fmt: skip
+    in_bytes = (3200 + 320 + 3200) * 4
+    assert r.bytes == in_bytes + 3200 * 4 == sum(a.nbytes for a in arrays.values()) + 3200 * 4
+    assert r.variant == "scalar" and r.tunables == {"WORKGROUP_SIZE": 64} and r.elements == 3200
+    assert r.shapes == {"X": [2, 5, 320], "bias": [320], "skip": [2, 5, 320]}
+    assert_timing(r)
+    assert r.tbps == pytest.approx(r.bytes / r.median_s / 1e12, rel=1e-9)
+    assert r.max_error is not None and r.max_error <= 1e-5
+
+
+def test_bench_kernel_check_sees_wrong_reference(quick_gelu):
+    """max_error is the callback's verdict, so a wrong reference is reported as a large error."""
+    x = random_array((1024,), "float32", np.random.default_rng(5))
+    r = bench_kernel(quick_gelu, {"X": x}, check=lambda out: float(np.max(np.abs(out["Y"] - x))), **FAST)
+    assert r.max_error > 0.1  # QuickGelu(x) differs from x by far more than rounding
+    r = bench_kernel(quick_gelu, {"X": x}, **FAST)
+    assert r.max_error is None
+
+
+# --- bench_copy -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nbytes", [10, 32768, 100_000])
+def test_bench_copy(device, nbytes):
+    """The copy baseline times like a kernel, for any size (rounded to whole 16-byte vectors)."""
+    t = bench_copy(device, nbytes, **FAST)
+    assert isinstance(t, Timing)
+    assert_timing(t)
+    assert 1 <= t.batches <= FAST["max_batches"]
+
+
+# --- host-side costs ------------------------------------------------------------------------------
+
+
+def test_host_per_call(quick_gelu):
+    """Host cost per call on GPU-resident data: median, p90, number of calls."""
+    x = random_array((4096,), "float32", np.random.default_rng(6))
+    stats = host_per_call(quick_gelu, {"X": x}, calls=200)
+    assert set(stats) == {"median_s", "p90_s", "calls"} and stats["calls"] == 200
+    assert 0 < stats["median_s"] <= stats["p90_s"] < 1.0
+
+
+def test_host_per_call_bias_add(bias_add):
+    """Per-call host cost of a three-input kernel with attrs=None."""
+    rng = np.random.default_rng(7)
+    arrays = {"X": random_array((2, 5, 320), "float32", rng), "bias": random_array((320,), "float32", rng),
+              "skip": random_array((2, 5, 320), "float32", rng)}  # fmt: skip
+    stats = host_per_call(bias_add, arrays, calls=50)
+    assert stats["calls"] == 50 and 0 < stats["median_s"] <= stats["p90_s"] < 1.0
+
+
+def test_numpy_round_trip(quick_gelu):
+    """Wall time of a NumPy-in, NumPy-out call: positive, finite, under a second for 4096 floats."""
+    x = random_array((4096,), "float32", np.random.default_rng(8))
+    s = numpy_round_trip(quick_gelu, {"X": x}, min_s=0.03)
+    assert 0 < s < 1.0 and math.isfinite(s)
+
+
+def test_numpy_round_trip_passes_attrs(quick_gelu, monkeypatch):
+    """attrs reach the timed calls (alpha=0 would make every call return x / 2)."""
+    seen = []
+    real_call = type(quick_gelu).__call__
+
+    def spy(self, inputs, **kwargs):
+        seen.append(kwargs.get("attrs"))
+        return real_call(self, inputs, **kwargs)
+
+    monkeypatch.setattr(type(quick_gelu), "__call__", spy)
+    x = random_array((64,), "float32", np.random.default_rng(9))
+    assert numpy_round_trip(quick_gelu, {"X": x}, attrs={"alpha": 0.0}, min_s=0.01) > 0
+    assert seen and all(a == {"alpha": 0.0} for a in seen)
+
+
+# --- known_peak ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "peak"),
+    [
+        ("NVIDIA H200", 4.8e12),
+        ("NVIDIA H100 PCIe", 2.0e12),
+        ("NVIDIA H100 80GB HBM3", 3.35e12),
+        ("nvidia a100-sxm4-40gb", 2.0e12),
+        ("NVIDIA L40S", 864e9),
+        ("NVIDIA GeForce RTX 4090", 1008e9),
+        ("Tesla T4", 320e9),
+        ("llvmpipe (LLVM 15.0.6, 256 bits)", None),
+        ("AMD Radeon Pro W7900", None),
+        ("", None),
+    ],
+)
+def test_known_peak(name, peak):
+    """Datasheet peaks by adapter-name substring, case-insensitive; unknown adapters give None."""
+    assert known_peak(name) == peak
+
+
+def test_known_peaks_table():
+    """Every listed peak is a plausible bandwidth in bytes/s and finds itself."""
+    for key, value in KNOWN_PEAKS.items():
+        assert 1e11 < value < 1e13
+        assert known_peak(f"NVIDIA {key}") == value
+
+
+# --- walltime.back_to_back ----------------------------------------------------------------------
+
+
+def test_back_to_back_sleep():
+    """A 2 ms function measures about 2 ms per call, and every batch ends with a sync."""
+    syncs = []
+    calls = []
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.002)
+
+    per_call = walltime.back_to_back(fn, lambda: syncs.append(1), min_s=0.06, batches=3)
+    assert 1.5e-3 <= per_call <= 20e-3
+    assert len(syncs) == 2 + 2 * 3  # warm-up, calibration, then before and after each batch
+    assert len(calls) >= 1 + 2 + 3 * 2  # warm-up, at least 2 calibration calls, at least 2 per batch
+
+
+class FakeClock:
+    """Stands in for walltime's ``time`` module: time only moves when fn or sync says so."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self):
+        return self.now
+
+
+@pytest.mark.parametrize("batches", [1, 5])
+def test_back_to_back_sync_cost(monkeypatch, batches):
+    """With a deterministic clock: fn costs 2 ms, sync 10 ms. Subtracting sync_cost = 10 ms gives
+    exactly 2 ms per call; without it the sync's share of each batch is counted."""
+    clock = FakeClock()
+    monkeypatch.setattr(walltime, "time", clock)
+    counts = {"fn": 0, "sync": 0}
+
+    def fn():
+        counts["fn"] += 1
+        clock.now += 0.002
+
+    def sync():
+        counts["sync"] += 1
+        clock.now += 0.010
+
+    with_cost = walltime.back_to_back(fn, sync, min_s=0.3, batches=batches, sync_cost=0.010)
+    assert with_cost == pytest.approx(0.002, rel=1e-6)
+    assert counts["sync"] == 2 + 2 * batches
+    counts["sync"] = 0
+    without = walltime.back_to_back(fn, sync, min_s=0.3, batches=batches)
+    assert counts["sync"] == 2 + 2 * batches
+    # Calibration: 25 calls (the 50 ms warm-up loop) + one sync -> 2.4 ms per call, so each batch
+    # has about 0.3 / batches / 0.0024 calls (give or take one: float rounding) and one 10 ms sync.
+    reps = 0.3 / batches / 0.0024
+    assert without == pytest.approx(0.002 + 0.010 / reps, rel=0.01)
+    assert without - with_cost > 0.5 * 0.010 / reps

@@ -1,0 +1,255 @@
+"""`webgpu-kernels bench` and `webgpu-kernels tune` through click's CliRunner, on real shaders.
+
+Only the smallest bench.json case runs (QuickGelu ``tiny-4096``, float32), with few host calls;
+the kernel is mostly given as its embedded package folder so that each command loads a Kernel of
+its own and no plan or tuned choice leaks into the shared embedded kernels. Every test has its
+own tuning folder. ``--compare`` is not run: its peers need CUDA or ONNX Runtime's WebGPU provider.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import webgpu_kernels as wk
+from webgpu_kernels import peers, tuning
+from webgpu_kernels.benchmark import known_peak
+from webgpu_kernels.cli import main  # before cli_bench: importing cli_bench first fails (circular import)
+from webgpu_kernels.cli_bench import DEFAULT_KERNELS, ERROR_TOLERANCE, WORKGROUP_CANDIDATES
+from webgpu_kernels.package import embedded_root
+
+QG = "com.microsoft.QuickGelu"
+QG_DIR = str(embedded_root() / QG)
+TINY = ["--case", "tiny", "--dtype", "float32"]
+TINY_KEY = "com.microsoft.QuickGelu|T=float32|2^12"
+
+
+@pytest.fixture
+def tuning_dir(tmp_path, monkeypatch):
+    """This test's own (not yet existing) tuning folder, tuning enabled, no cache loaded."""
+    folder = tmp_path / "tuning"
+    monkeypatch.setenv(tuning.CACHE_ENV, str(folder))
+    monkeypatch.delenv(tuning.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(tuning, "_caches", {})
+    return folder
+
+
+@pytest.fixture
+def runner(monkeypatch, tuning_dir):
+    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+def invoke(runner, *args):
+    result = runner.invoke(main, list(args))
+    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
+    assert result.exception is None
+    return result
+
+
+def tuning_file(folder):
+    device = wk.get_device()
+    return folder / f"{tuning.adapter_slug(device.adapter.name, device.adapter.backend)}.json"
+
+
+def assert_tiny_row(row):
+    """The bench row of QuickGelu tiny-4096 float32: figures present, consistent, correct."""
+    assert (row["kernel"], row["case"], row["dtype"]) == (QG, "tiny-4096", "float32")
+    assert "error" not in row
+    assert row["variant"] == "vec4" and row["elements"] == 4096
+    assert row["shapes"] == {"X": [4096]} and row["dtypes"] == {"X": "float32"} and row["attrs"] == {}
+    assert "small" in row["tags"]
+    assert row["bytes"] == 2 * 4096 * 4  # X read + Y written
+    assert 0 < row["p10_s"] <= row["median_s"] <= row["p90_s"] and row["samples"] > 0
+    assert row["tbps"] == pytest.approx(row["bytes"] / row["median_s"] / 1e12)
+    assert row["copy_tbps"] > 0 and math.isfinite(row["copy_tbps"])
+    assert row["copy_fraction"] == pytest.approx(row["tbps"] / row["copy_tbps"])
+    assert row["error_ok"] is True and 0 <= row["max_error"] <= ERROR_TOLERANCE["float32"]
+
+
+# --- help ---------------------------------------------------------------------------------------------
+
+
+def test_help(runner):
+    """Both commands are registered, with the options these tests (and the docs) rely on."""
+    out = invoke(runner, "bench", "--help").output
+    for option in ("--case", "--tag", "--dtype", "--calls", "--host / --no-host", "--json", "--plot", "--input",
+                   "--compare"):  # fmt: skip
+        assert option in out, option
+    out = invoke(runner, "tune", "--help").output
+    for option in ("--case", "--tag", "--dtype", "--dry-run"):
+        assert option in out, option
+
+
+# --- bench --------------------------------------------------------------------------------------------
+
+
+def test_bench_default_kernels_json(runner, tmp_path):
+    """Default kernels filtered to one case: the table names it, --json has every figure, and the
+    host part measures each default kernel's smallest float32 case with --calls calls."""
+    path = tmp_path / "bench.json"
+    out = invoke(runner, "bench", *TINY, "--calls", "50", "--json", str(path)).output
+    assert "tiny-4096" in out and "QuickGelu" in out and "GPU time per call" in out
+    assert "host per call" in out and "50 calls" in out
+    data = json.loads(path.read_text("utf-8"))
+    device = wk.get_device()
+    assert data["adapter"] == device.adapter.label() and data["adapter"] in out
+    peak = known_peak(device.adapter.name)
+    assert data["peak_tbps"] == (peak / 1e12 if peak else None)
+    assert len(data["cases"]) == 1  # BiasAdd has no "tiny" case
+    row = data["cases"][0]
+    assert_tiny_row(row)
+    assert "tuned" not in row  # the tuning folder is empty
+    assert 0 < row["roundtrip_s"] < 1.0
+    host = {h["kernel"]: h for h in data["host"]}
+    assert set(host) == {"com.microsoft.BiasAdd", QG}
+    assert host[QG]["case"] == "tiny-4096" and host[QG]["shapes"] == {"X": [4096]}
+    assert host["com.microsoft.BiasAdd"]["case"] == "ort-test-2x5x320"
+    for h in host.values():
+        assert h["calls"] == 50 and 0 < h["median_s"] <= h["p90_s"] < 1.0
+
+
+def test_bench_tag_no_host(runner, tmp_path):
+    """--tag small with --no-host: only small float32 cases, no round trip, no host rows."""
+    path = tmp_path / "bench.json"
+    out = invoke(
+        runner, "bench", QG_DIR, "--tag", "small", "--dtype", "float32", "--no-host", "--json", str(path)
+    ).output
+    assert "tiny-4096" in out and "host per call" not in out
+    data = json.loads(path.read_text("utf-8"))
+    assert [(r["case"], r["dtype"]) for r in data["cases"]] == [("tiny-4096", "float32")]
+    assert_tiny_row(data["cases"][0])
+    assert "roundtrip_s" not in data["cases"][0] and data["host"] == []
+
+
+def test_bench_custom_input(runner, tmp_path):
+    """--input shapes replace the bench.json cases (a 'custom' case of the given dtype)."""
+    path = tmp_path / "bench.json"
+    invoke(runner, "bench", "com.microsoft.BiasAdd", "-i", "X=2x5x8:f32", "-i", "bias=8:f32", "-i", "skip=2x5x8:f32",
+           "--no-host", "--json", str(path))  # fmt: skip
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert (row["kernel"], row["case"], row["dtype"]) == ("com.microsoft.BiasAdd", "custom", "float32")
+    assert row["shapes"] == {"X": [2, 5, 8], "bias": [8], "skip": [2, 5, 8]}
+    assert row["bytes"] == (80 + 8 + 80 + 80) * 4 and row["elements"] == 80
+    assert row["error_ok"] is True and row["max_error"] <= 1e-6
+
+
+def test_bench_no_matching_case(runner, tmp_path):
+    """A filter that matches nothing is not an error: an empty table and empty JSON lists."""
+    path = tmp_path / "bench.json"
+    invoke(runner, "bench", QG_DIR, "--case", "no-such-case", "--no-host", "--json", str(path))
+    assert json.loads(path.read_text("utf-8"))["cases"] == []
+
+
+def test_bench_plot(runner, tmp_path):
+    """--plot writes a PNG of bandwidth against size."""
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "plot.png"
+    out = invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--plot", str(path)).output
+    assert f"plot: {path}" in out.replace("\n", "")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000
+
+
+def test_bench_reports_stored_tuning(runner, tuning_dir, tmp_path):
+    """With a tuned choice stored for the case's shape class, bench times it too ("tuned"), while
+    the main figure stays the default selection."""
+    cache = tuning.TuningCache(tuning_file(tuning_dir))
+    cache.record(QG, {"T": "float32"}, 4096, tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5))
+    cache.save()
+    path = tmp_path / "bench.json"
+    out = invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(path)).output
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert_tiny_row(row)  # still vec4
+    tuned = row["tuned"]
+    assert tuned["variant"] == "scalar" and tuned["tunables"] == {"WORKGROUP_SIZE": 64}
+    assert tuned["median_s"] > 0 and tuned["tbps"] == pytest.approx(row["bytes"] / tuned["median_s"] / 1e12)
+    assert ", tuned " in out and "TB/s" in out
+
+
+# --- tune ---------------------------------------------------------------------------------------------
+
+
+def test_tune_then_bench(runner, tuning_dir, tmp_path):
+    """tune stores the fastest choice of the case in the adapter's file; a following bench times
+    that choice and reports it under "tuned"."""
+    kernel = wk.load_kernel(QG_DIR)
+    out = invoke(runner, "tune", QG_DIR, *TINY).output
+    path = tuning_file(tuning_dir)
+    assert f"saved: {path}" in out.replace("\n", "")
+    assert "tiny-4096" in out and "speed-up" in out
+    data = json.loads(path.read_text("utf-8"))
+    assert data["version"] == 1 and list(data["entries"]) == [TINY_KEY]
+    entry = data["entries"][TINY_KEY]
+    assert entry["variant"] in kernel.variants  # any of the three may win on a CPU adapter
+    assert set(entry["tunables"]) == {"WORKGROUP_SIZE"}
+    assert entry["tunables"]["WORKGROUP_SIZE"] in (256, *WORKGROUP_CANDIDATES)
+    assert entry["median_s"] > 0
+    assert sorted(p.name for p in tuning_dir.iterdir()) == [path.name]  # no temporary file left
+
+    bench_path = tmp_path / "bench.json"
+    invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(bench_path))
+    (row,) = json.loads(bench_path.read_text("utf-8"))["cases"]
+    assert row["tuned"]["variant"] == entry["variant"] and row["tuned"]["tunables"] == entry["tunables"]
+    assert row["tuned"]["tbps"] > 0 and row["tuned"]["median_s"] > 0
+
+    # And a plain call of a fresh kernel follows the stored choice, with correct results.
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    tuning._caches.clear()
+    y = wk.load_kernel(QG_DIR)({"X": x})["Y"]
+    np.testing.assert_allclose(y, x / (1 + np.exp(-1.702 * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """One `tune --dry-run` of the tiny case in a tuning folder of its own: (result, folder, the
+    choice the process's tuning cache holds afterwards)."""
+    folder = tmp_path_factory.mktemp("dry") / "tuning"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(tuning.CACHE_ENV, str(folder))
+        mp.delenv(tuning.DISABLE_ENV, raising=False)
+        mp.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
+        mp.setattr(tuning, "_caches", {})
+        result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["tune", QG_DIR, *TINY, "--dry-run"])
+        device = wk.get_device()
+        held = tuning.cache_for(device.adapter.name, device.adapter.backend).lookup(QG, {"T": "float32"}, 4096)
+    return result, folder, held
+
+
+def test_tune_dry_run_writes_nothing(dry_run):
+    """--dry-run measures and prints the table but leaves no file behind."""
+    result, folder, _ = dry_run
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "tiny-4096" in result.output and "speed-up" in result.output
+    assert "saved:" not in result.output
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+@pytest.mark.xfail(strict=True, reason="cli_bench.py:370-373 records the dry run's choice into the process-wide "
+                                       "TuningCache (tuning._caches) before checking --dry-run: later calls in the "
+                                       "process follow it and a later save() writes it to disk")  # fmt: skip
+def test_tune_dry_run_leaves_no_choice_in_memory(dry_run):
+    """After a dry run, the process's tuning cache holds no choice for the case."""
+    _, _, held = dry_run
+    assert held is None
+
+
+# --- peers' pure-Python helpers ------------------------------------------------------------------------
+
+
+def test_peer_inputs_and_error():
+    """Peers draw the case's shapes and dtypes and check outputs against the float64 references."""
+    case = {"inputs": {"X": {"shape": [2, 5, 8], "dtype": "float16"}, "bias": {"shape": [8], "dtype": "float16"},
+                       "skip": {"shape": [2, 5, 8], "dtype": "float16"}}}  # fmt: skip
+    arrays = peers._random_inputs(case)
+    assert {k: (a.shape, a.dtype) for k, a in arrays.items()} == {
+        "X": ((2, 5, 8), np.float16), "bias": ((8,), np.float16), "skip": ((2, 5, 8), np.float16)}  # fmt: skip
+    assert all(np.count_nonzero(a) > 0 for a in arrays.values())
+    exact = arrays["X"].astype(np.float64) + arrays["bias"] + arrays["skip"]
+    assert peers._max_error({"Y": exact}, arrays, "com.microsoft.BiasAdd", {}) == 0.0
+    assert peers._max_error({"Y": exact + 0.25}, arrays, "com.microsoft.BiasAdd", {}) == pytest.approx(0.25)
+    assert peers._max_error({"Y": exact[:1]}, arrays, "com.microsoft.BiasAdd", {}) == math.inf
+    assert set(peers.TORCH_OPS) == set(DEFAULT_KERNELS) and set(peers.PEERS) == {"torch", "ort-webgpu"}
