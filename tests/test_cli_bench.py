@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import webgpu_kernels as wk
 from webgpu_kernels import peers, tuning
 from webgpu_kernels.benchmark import known_peak
-from webgpu_kernels.cli import main  # before cli_bench: importing cli_bench first fails (circular import)
+from webgpu_kernels.cli import main
 from webgpu_kernels.cli_bench import DEFAULT_KERNELS, ERROR_TOLERANCE, WORKGROUP_CANDIDATES
 from webgpu_kernels.package import embedded_root
 
@@ -228,13 +228,42 @@ def test_tune_dry_run_writes_nothing(dry_run):
     assert not folder.exists() or list(folder.iterdir()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="cli_bench.py:370-373 records the dry run's choice into the process-wide "
-                                       "TuningCache (tuning._caches) before checking --dry-run: later calls in the "
-                                       "process follow it and a later save() writes it to disk")  # fmt: skip
 def test_tune_dry_run_leaves_no_choice_in_memory(dry_run):
     """After a dry run, the process's tuning cache holds no choice for the case."""
     _, _, held = dry_run
     assert held is None
+
+
+def test_bench_json_to_stdout_is_only_json(runner):
+    """`--json -` keeps stdout machine-readable: tables and progress go to stderr."""
+    result = invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", "-")
+    data = json.loads(result.stdout)
+    assert [row["case"] for row in data["cases"]] == ["tiny-4096"]
+    assert "adapter:" in result.stderr
+
+
+def test_round_trips_are_timed_before_any_gpu_timing(runner, monkeypatch):
+    """GPU timing leaves wgpu-native slower at submitting (benchmark._one_batch), so bench times
+    every NumPy round trip before the first timestamp-query batch."""
+    from webgpu_kernels import benchmark, cli_bench
+
+    events = []
+    real_round_trip, real_one_batch = cli_bench.numpy_round_trip, benchmark._one_batch
+    monkeypatch.setattr(cli_bench, "numpy_round_trip", lambda *a, **k: events.append("rt") or real_round_trip(*a, **k))
+    monkeypatch.setattr(benchmark, "_one_batch", lambda *a, **k: events.append("gpu") or real_one_batch(*a, **k))
+    data = json.loads(invoke(runner, "bench", QG_DIR, "--case", "tiny", "--calls", "20", "--json", "-").stdout)
+    assert events.count("rt") == 2 and events[:2] == ["rt", "rt"] and "gpu" in events
+    assert all(row["roundtrip_s"] > 0 for row in data["cases"])
+
+
+def test_cli_modules_import_on_their_own():
+    """Each command module imports first without the circular-import failure it once had."""
+    import subprocess
+    import sys
+
+    for name in ("cli_bench", "cli_hub", "cli_package"):
+        proc = subprocess.run([sys.executable, "-c", f"import webgpu_kernels.{name}"], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-1000:]
 
 
 # --- peers' pure-Python helpers ------------------------------------------------------------------------

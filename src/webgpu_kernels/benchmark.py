@@ -10,6 +10,7 @@ time of each dispatch comes from timestamp queries written at the start and end 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -25,7 +26,7 @@ from .kernel import Kernel
 from .buffers import padded_size
 from .walltime import back_to_back
 
-#: Datasheet memory bandwidth (bytes/s) by a substring of the adapter name.
+#: Datasheet memory bandwidth (bytes/s) by model name, matched as a whole word in the adapter name.
 KNOWN_PEAKS: dict[str, float] = {
     "H200": 4.8e12, "H100 PCIe": 2.0e12, "H100": 3.35e12, "A100": 2.0e12, "L40S": 864e9, "L4": 300e9,
     "RTX 4090": 1008e9, "RTX 3090": 936e9, "A10G": 600e9, "T4": 320e9,
@@ -34,8 +35,9 @@ QUERY_SET_MAX = 4096  # WebGPU's maximum query count per query set
 
 
 def known_peak(adapter_name: str) -> float | None:
+    """The datasheet peak of the first model named in ``adapter_name`` ("L4" does not match "L40")."""
     for key, peak in KNOWN_PEAKS.items():
-        if key.lower() in adapter_name.lower():
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", adapter_name, re.IGNORECASE):
             return peak
     return None
 
@@ -93,17 +95,19 @@ def time_passes(
 
 
 def _one_batch(gpu: Any, bound: list[BoundPass], reps: int, per_rep: int) -> list[float]:
-    """``reps`` back-to-back repetitions in one submission, one command buffer each.
+    """``reps`` back-to-back repetitions in one encoder and one submission.
 
-    Not one encoder for all: wgpu-native keeps a finished encoder's command buffers for reuse and
-    resets all of them each time that encoder is reused, so one encoder with thousands of passes
-    made every later submit in the process slower (lavapipe: +210 us per round trip after 4,000
-    passes; on the H200 the benchmark's small NumPy round trips doubled to ~0.8 ms).
+    One encoder with up to 4,096 timed passes has a lasting side effect: wgpu-native keeps that
+    encoder's command buffers for reuse and resets all of them whenever it is reused, so every
+    later submit in the process gets slower (lavapipe: +210 us per NumPy round trip after 4,000
+    passes; H200: 0.8 instead of 0.35 ms). One command buffer per repetition avoids that but
+    changed the GPU times it measured (H200 run D, docs/performance.md), so timing keeps one
+    encoder and ``bench`` times host round trips before any of this runs.
     """
     count = reps * per_rep
     query_set = gpu.create_query_set(type=wgpu.QueryType.timestamp, count=count)
     resolve = gpu.create_buffer(size=count * 8, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-    commands = []
+    encoder = gpu.create_command_encoder()
     for r in range(reps):
         base = r * per_rep
 
@@ -111,13 +115,9 @@ def _one_batch(gpu: Any, bound: list[BoundPass], reps: int, per_rep: int) -> lis
             return {"query_set": query_set, "beginning_of_pass_write_index": base + 2 * i,
                     "end_of_pass_write_index": base + 2 * i + 1}  # fmt: skip
 
-        encoder = gpu.create_command_encoder()
         encode(encoder, bound, writes)
-        commands.append(encoder.finish())
-    encoder = gpu.create_command_encoder()
     encoder.resolve_query_set(query_set, 0, count, resolve, 0)
-    commands.append(encoder.finish())
-    gpu.queue.submit(commands)
+    gpu.queue.submit([encoder.finish()])
     stamps = np.frombuffer(gpu.queue.read_buffer(resolve), dtype=np.uint64).astype(np.float64)
     query_set.destroy()
     resolve.destroy()
@@ -228,7 +228,7 @@ def bench_kernel(
         shapes={name: list(a.shape) for name, a in arrays.items()},
         elements=max(math.prod(o.shape) for o in plan.outputs) if plan.outputs else 0,
         bytes=total, median_s=t.median_s, p10_s=t.p10_s, p90_s=t.p90_s, samples=t.samples, tbps=tbps,
-        peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables=dict(tunables or {}), max_error=max_error,
+        peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables={**kernel.manifest.tunables, **(tunables or {})}, max_error=max_error,
     )  # fmt: skip
 
 

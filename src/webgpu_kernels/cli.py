@@ -7,6 +7,7 @@ stderr and exit status 2, like click's own usage errors.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -102,8 +103,30 @@ def _first_sentence(text: str) -> str:
     return match.group(1) if match else text
 
 
+#: Modules holding more commands (each exposes COMMANDS); they import helpers from this module, so
+#: they are loaded when the group first lists or looks up a command, not while this module loads.
+COMMAND_MODULES = ("cli_bench", "cli_hub", "cli_package")
+
+
 class KernelGroup(click.Group):
     """A click group that turns library errors into one red line and exit status 2."""
+
+    _modules_loaded = False
+
+    def _load_modules(self) -> None:
+        if not self._modules_loaded:
+            self._modules_loaded = True
+            for name in COMMAND_MODULES:
+                for command in importlib.import_module(f"{__package__}.{name}").COMMANDS:
+                    self.add_command(command)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._load_modules()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        self._load_modules()
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -632,21 +655,3 @@ def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
             if c["nonFiniteMismatches"]:
                 line += f", {c['nonFiniteMismatches']} NaN/inf mismatches"
             console.print(line)
-
-
-# --- commands defined in their own modules --------------------------------------------------------
-# Imported last: those modules use the helpers above (resolve_kernel, _input_options, ...).
-# One line per module; each module exposes COMMANDS, a list of click commands.
-
-
-def _register(module_name: str) -> None:
-    import importlib
-
-    module = importlib.import_module(f"{__package__}.{module_name}")
-    for command in module.COMMANDS:
-        main.add_command(command)
-
-
-for _module_name in ("cli_bench", "cli_hub", "cli_package"):
-    _register(_module_name)
-

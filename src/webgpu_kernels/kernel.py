@@ -178,7 +178,9 @@ class Kernel:
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
     ) -> tuple[Device, ExecutionPlan]:
-        """The device and the cached execution plan a call with these inputs would use."""
+        """The device and the cached execution plan of the manifest's own selection for these inputs
+        (``variant``/``tunables`` as given; stored autotuning results are not applied here, so that
+        ``bench`` can time the default against the tuned choice)."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         return device, self._plan(signature, variant, device)
 

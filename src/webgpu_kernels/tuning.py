@@ -20,11 +20,15 @@ CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
 DISABLE_ENV = "WEBGPU_KERNELS_NO_TUNING"
 
 
+FILE_VERSION = 1
+
+
 def tuning_dir() -> Path:
     base = os.environ.get(CACHE_ENV)
     if base:
         return Path(base)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "webgpu-kernels" / "tuning"
+    # An empty XDG_CACHE_HOME counts as unset (XDG base directory spec).
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "webgpu-kernels" / "tuning"
 
 
 def adapter_slug(name: str, backend: str) -> str:
@@ -58,9 +62,10 @@ class TuningCache:
         if path.is_file():
             try:
                 data = json.loads(path.read_text("utf-8"))
-                self.entries = dict(data.get("entries", {}))
-            except (OSError, ValueError, AttributeError):
-                self.entries = {}  # a corrupt cache is ignored, never fatal
+            except (OSError, ValueError):
+                data = None  # a corrupt cache is ignored, never fatal
+            if isinstance(data, dict) and data.get("version") == FILE_VERSION and isinstance(data.get("entries"), dict):
+                self.entries = {k: e for k, e in data["entries"].items() if _valid_entry(e)}
 
     def lookup(self, op_id: str, dtypes: dict[str, str], elements: int) -> TunedChoice | None:
         if os.environ.get(DISABLE_ENV):
@@ -68,7 +73,7 @@ class TuningCache:
         entry = self.entries.get(entry_key(op_id, dtypes, elements))
         if not entry:
             return None
-        return TunedChoice(entry["variant"], dict(entry.get("tunables", {})), float(entry.get("median_s", 0)))
+        return TunedChoice(entry["variant"], dict(entry["tunables"]), float(entry["median_s"]))
 
     def record(self, op_id: str, dtypes: dict[str, str], elements: int, choice: TunedChoice) -> None:
         with self._lock:
@@ -80,8 +85,20 @@ class TuningCache:
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"version": 1, "entries": self.entries}, indent=1, sort_keys=True), "utf-8")
+            tmp.write_text(json.dumps({"version": FILE_VERSION, "entries": self.entries}, indent=1, sort_keys=True), "utf-8")
             tmp.replace(self.path)
+
+
+def _valid_entry(entry: Any) -> bool:
+    """An entry as :meth:`TuningCache.record` writes it; anything else in a file is dropped."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("variant"), str)
+        and isinstance(entry.get("tunables"), dict)
+        and all(isinstance(k, str) and isinstance(v, (bool, int, float, str)) for k, v in entry["tunables"].items())
+        and isinstance(entry.get("median_s"), (int, float))
+        and not isinstance(entry.get("median_s"), bool)
+    )
 
 
 _caches: dict[str, TuningCache] = {}
