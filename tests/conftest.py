@@ -28,6 +28,7 @@ if str(TESTS_DIR) not in sys.path:  # so that ``import references`` works from e
     sys.path.insert(0, str(TESTS_DIR))
 
 import webgpu_kernels as wk  # noqa: E402
+from webgpu_kernels import tuning  # noqa: E402
 from webgpu_kernels.package import embedded_root  # noqa: E402
 
 REPO_ROOT = TESTS_DIR.parent
@@ -117,3 +118,13 @@ def copy_package(op_id: str, dest: Path) -> Path:
     for path in dest.rglob("*"):
         path.chmod(path.stat().st_mode | stat.S_IWUSR)
     return dest
+
+
+@pytest.fixture
+def tuning_dir(tmp_path, monkeypatch):
+    """An empty tuning folder of this test's own, tuning enabled, no cache loaded yet."""
+    folder = tmp_path / "tuning"
+    monkeypatch.setenv(tuning.CACHE_ENV, str(folder))
+    monkeypatch.delenv(tuning.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(tuning, "_caches", {})
+    return folder

@@ -29,16 +29,6 @@ TINY_KEY = "com.microsoft.QuickGelu|T=float32|2^12"
 
 
 @pytest.fixture
-def tuning_dir(tmp_path, monkeypatch):
-    """This test's own (not yet existing) tuning folder, tuning enabled, no cache loaded."""
-    folder = tmp_path / "tuning"
-    monkeypatch.setenv(tuning.CACHE_ENV, str(folder))
-    monkeypatch.delenv(tuning.DISABLE_ENV, raising=False)
-    monkeypatch.setattr(tuning, "_caches", {})
-    return folder
-
-
-@pytest.fixture
 def runner(monkeypatch, tuning_dir):
     monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
     return CliRunner(env={"COLUMNS": "200"})

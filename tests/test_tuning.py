@@ -25,16 +25,6 @@ SCALAR_64 = tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5)
 
 
 @pytest.fixture
-def tuning_dir(tmp_path, monkeypatch):
-    """An empty tuning folder of this test's own, tuning enabled, no cache loaded yet."""
-    folder = tmp_path / "tuning"
-    monkeypatch.setenv(tuning.CACHE_ENV, str(folder))
-    monkeypatch.delenv(tuning.DISABLE_ENV, raising=False)
-    monkeypatch.setattr(tuning, "_caches", {})
-    return folder
-
-
-@pytest.fixture
 def adapter_file(tuning_dir, device):
     """The tuning file of the test device's adapter."""
     return tuning_dir / f"{tuning.adapter_slug(device.adapter.name, device.adapter.backend)}.json"
