@@ -103,6 +103,15 @@ def test_missing_value_is_an_error_not_none(source):
     assert info.value.expression == source
 
 
+@pytest.mark.parametrize("source, missing", [("numel(shapes.Z)", "'Z'"), ("dim(shapes.Q, 0)", "'Q'"),
+                                             ("sameShape(shapes.X, shapes.Z)", "'Z'")])  # fmt: skip
+def test_a_function_given_a_missing_value_names_it(source, missing):
+    """Not "got Undefined": the message says which name was missing."""
+    with pytest.raises(ExpressionError) as info:
+        ev(source)
+    assert missing in str(info.value) and "got Undefined" not in str(info.value)
+
+
 def test_known_name_without_value_is_an_error():
     """``baseOk`` compiles (a derive name) but has no value in this scope: strict, not None."""
     expression = ExpressionCompiler(KNOWN).compile("baseOk", "variants[0].when[0]")

@@ -86,6 +86,8 @@ def _ceil_div(a: Any, b: Any) -> int:
 
 
 def _as_shape(value: Any, fn: str) -> tuple[int, ...]:
+    if isinstance(value, Undefined):
+        value._fail_with_undefined_error()  # names what is missing (e.g. shapes.Z), not "Undefined"
     if isinstance(value, (tuple, list)) and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
         return tuple(value)
     raise ExpressionEvalError(f"{fn}() expects a shape (a list of integers), got {_short(value)}")
