@@ -39,13 +39,25 @@ def test_small_copies_stay_on_the_calling_thread():
     assert copy_chunks(buffers.PARALLEL_COPY_MIN_CHUNK * 2 - 4) == [(0, buffers.PARALLEL_COPY_MIN_CHUNK * 2 - 4)]
 
 
-def test_a_failing_chunk_fails_the_copy(threaded_copies):
-    def copy(offset, size):
-        if offset:
-            raise RuntimeError(f"chunk at {offset} failed")
+def test_a_failing_chunk_fails_the_copy_after_every_chunk_finished(threaded_copies):
+    """The failure surfaces only once the other pieces are done (the caller may unmap next)."""
+    import threading
+    import time
 
-    with pytest.raises(RuntimeError, match="failed"):
+    finished = []
+    lock = threading.Lock()
+
+    def copy(offset, size):
+        if offset == 0:
+            raise RuntimeError(f"chunk at {offset} failed")
+        time.sleep(0.05)
+        with lock:
+            finished.append(offset)
+
+    chunks = copy_chunks(1 << 20)
+    with pytest.raises(RuntimeError, match="chunk at 0 failed"):
         parallel_copy(1 << 20, copy)
+    assert sorted(finished) == [offset for offset, _ in chunks[1:]]
 
 
 @pytest.mark.parametrize("numel", [8196, 65536 * 3 + 4, 1 << 20])

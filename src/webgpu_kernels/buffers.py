@@ -17,7 +17,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -93,7 +93,8 @@ def copy_chunks(nbytes: int) -> list[tuple[int, int]]:
 
 def parallel_copy(nbytes: int, copy: Callable[[int, int], Any]) -> None:
     """Run ``copy(offset, size)`` over ``copy_chunks(nbytes)``, on threads when there are several
-    (NumPy and wgpu-native release the GIL while they copy); the first failure is raised."""
+    (NumPy and wgpu-native release the GIL while they copy); once all are done, the first failure
+    is raised."""
     chunks = copy_chunks(nbytes)
     if len(chunks) == 1:
         copy(0, nbytes)
@@ -102,7 +103,11 @@ def parallel_copy(nbytes: int, copy: Callable[[int, int], Any]) -> None:
     with _copy_pool_lock:
         if _copy_pool is None:
             _copy_pool = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="webgpu-kernels-copy")
-    for future in [_copy_pool.submit(copy, offset, size) for offset, size in chunks]:
+    futures = [_copy_pool.submit(copy, offset, size) for offset, size in chunks]
+    # Every piece finishes before anything is raised: a caller that unmaps or frees on error must
+    # not pull memory from under a copy still running.
+    wait(futures)
+    for future in futures:
         future.result()
 
 
