@@ -127,3 +127,21 @@ def test_one_pass_with_repeated_and_alternating_pipelines_and_bind_groups(device
     expected = [qa, qa, qb, ref.bias_add(qb, bias, skip), ref.quick_gelu(ref.bias_add(qb, bias, skip))]
     for got, want in zip(outs, expected):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_destroying_a_buffer_drops_the_bind_groups_that_use_it(device, quick_gelu):
+    """A cached bind group over a destroyed buffer must never be found again."""
+    x = wk.to_gpu(np.linspace(-1, 1, 4096, dtype=f32))
+    y = quick_gelu({"X": x}, output="gpu")["Y"]
+    uids = {x.buffer.uid, y.buffer.uid}
+
+    def cached_uids():
+        return {entry[1] for key in device.memory._bind_groups for entry in key[1:]}
+
+    assert uids <= cached_uids()
+    x.release()
+    y.release()
+    wk.empty_cache()  # destroys the pooled buffers
+    assert not uids & cached_uids()
+    z = np.linspace(-2, 2, 4096, dtype=f32)
+    np.testing.assert_allclose(quick_gelu({"X": z})["Y"], ref.quick_gelu(z), rtol=2e-6, atol=2e-6)

@@ -185,7 +185,8 @@ class DeviceMemory:
 
     def _destroy(self, buffer: Any) -> None:
         self.live_buffers -= 1
-        stale = [k for k in self._bind_groups if buffer.uid in k[1]]  # they would bind a dead buffer
+        uid = buffer.uid
+        stale = [k for k in self._bind_groups if any(e[1] == uid for e in k[1:])]  # they would bind a dead buffer
         for k in stale:
             del self._bind_groups[k]
         if self._pass is not None:
@@ -217,7 +218,7 @@ class DeviceMemory:
         """A bind group of ``layout`` over ``entries`` ((binding, buffer, bound bytes or None for
         all)), cached by buffer identity. Binding only a tensor's own bytes keeps arrayLength() right
         in shaders although pooled buffers may be larger."""
-        key = (layout.uid, tuple(b.uid for _, b, _ in entries), tuple((n, size) for n, _, size in entries))
+        key = (layout.uid, *[(n, b.uid, size) for n, b, size in entries])
         group = self._bind_groups.get(key)
         if group is not None:
             self._bind_groups.move_to_end(key)

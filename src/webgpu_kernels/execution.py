@@ -169,17 +169,22 @@ class BoundPass:
     grid: tuple[int, int, int]
 
 
-def bind(device: Device, plan: ExecutionPlan, buffers: Mapping[str, tuple[Any, int]]) -> list[BoundPass]:
-    """Bind groups for each pass that dispatches work, over ``buffers`` (arg -> (wgpu buffer, bytes to bind))."""
-    bound = []
+def bind_groups(device: Device, plan: ExecutionPlan, buffers: Mapping[str, tuple[Any, int]]) -> list[tuple[PassProgram, Any]]:
+    """(pass, bind group) for each pass that dispatches work, over ``buffers`` (arg -> (wgpu
+    buffer, bytes to bind)). The per-call path: no objects beyond the list."""
+    groups = []
     for program in plan.passes:
         if program.grid[0] == 0:
             continue
         entries = tuple((binding, uniform, None) if arg is None else (binding, *buffers[arg])
                         for binding, arg, uniform in program.entries)  # fmt: skip
-        group = device.memory.bind_group(program.pipeline.bind_group_layout, entries)
-        bound.append(BoundPass(program.label, program.pipeline.pipeline, group, program.grid))
-    return bound
+        groups.append((program, device.memory.bind_group(program.pipeline.bind_group_layout, entries)))
+    return groups
+
+
+def bind(device: Device, plan: ExecutionPlan, buffers: Mapping[str, tuple[Any, int]]) -> list[BoundPass]:
+    """:func:`bind_groups` as BoundPass records (for encoders outside the recorder, e.g. timing)."""
+    return [BoundPass(p.label, p.pipeline.pipeline, group, p.grid) for p, group in bind_groups(device, plan, buffers)]
 
 
 def encode(encoder: Any, bound: list[BoundPass], timestamp_writes: Any = None) -> bool:
@@ -215,7 +220,7 @@ def run_plan(
         try:
             for name, value in inputs.items():
                 if isinstance(value, GpuTensor):
-                    buffers[name] = (value.buffer, padded_size(value.nbytes))
+                    buffers[name] = (value.buffer, value.bound_bytes)
                 else:
                     buffer = memory.acquire(value.nbytes)
                     staged.append(buffer)
@@ -223,11 +228,11 @@ def run_plan(
                         memory.write(buffer, _padded_bytes(value))
                     buffers[name] = (buffer, padded_size(value.nbytes))
             for role, shape, dtype, nbytes in plan.output_buffers:
-                buffer = memory.acquire(nbytes)
-                buffers[role] = (buffer, padded_size(nbytes))
-                results[role] = GpuTensor(buffer, shape, dtype, device)
-            for p in bind(device, plan, buffers):
-                memory.record(p.pipeline, p.bind_group, p.grid)
+                tensor = GpuTensor(memory.acquire(nbytes), shape, dtype, device, nbytes)
+                buffers[role] = (tensor.buffer, tensor.bound_bytes)
+                results[role] = tensor
+            for program, group in bind_groups(device, plan, buffers):
+                memory.record(program.pipeline.pipeline, group, program.grid)
         except BaseException:
             for tensor in results.values():  # nothing is half-returned, nothing leaks
                 tensor.release()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .buffers import translate_gpu_errors
+from .buffers import padded_size, translate_gpu_errors
 from .errors import TensorReleasedError
 
 if TYPE_CHECKING:
@@ -17,21 +17,21 @@ if TYPE_CHECKING:
 class GpuTensor:
     """A tensor in a WebGPU buffer. ``numpy()`` reads it back; ``release()`` frees the buffer."""
 
-    __slots__ = ("_buffer", "shape", "dtype", "device", "__weakref__")
+    __slots__ = ("_buffer", "shape", "dtype", "device", "nbytes", "bound_bytes", "__weakref__")
 
-    def __init__(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, device: Device) -> None:
+    def __init__(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, device: Device,
+                 nbytes: int | None = None) -> None:  # fmt: skip
         self._buffer = buffer
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.device = device
+        # Fixed for the tensor's life, and read by every call that takes it as an input.
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize if nbytes is None else nbytes
+        self.bound_bytes = padded_size(self.nbytes)  # what a bind group binds of the buffer
 
     @property
     def size(self) -> int:
         return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
 
     @property
     def ndim(self) -> int:
