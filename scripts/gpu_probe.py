@@ -5,7 +5,6 @@ writes JSON to $OUT/probe.json when OUT is set."""
 import json
 import os
 import statistics
-import sys
 import time
 
 import numpy as np

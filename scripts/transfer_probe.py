@@ -8,7 +8,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import wgpu
 from wgpu import BufferUsage as U, MapMode
 
 import webgpu_kernels as wk

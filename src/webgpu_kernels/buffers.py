@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,7 @@ class translate_gpu_errors:  # noqa: N801 - used as a function: `with translate_
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is None or not isinstance(exc, wgpu.GPUError):
             return
         text = str(exc).strip()
