@@ -112,6 +112,11 @@ def parallel_copy(nbytes: int, copy: Callable[[int, int], Any]) -> None:
         future.result()
 
 
+def copy_bytes(source: np.ndarray, target: np.ndarray) -> None:
+    """``target[:] = source`` for 1-D uint8 arrays, split across threads when large."""
+    parallel_copy(source.nbytes, lambda offset, n: np.copyto(target[offset:offset + n], source[offset:offset + n]))
+
+
 def size_class(nbytes: int) -> int:
     """The pooled size for ``nbytes``: 2^k x {1, 1.25, 1.5, 1.75} (at most 25% unused), so that
     calls of many distinct shapes reuse a few buffers instead of one per exact size."""
@@ -286,11 +291,9 @@ class DeviceMemory:
             self.flush(then=lambda encoder: encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, size))
             staging.map_sync(wgpu.MapMode.READ, 0, size)
             try:
-                mapped = staging.read_mapped(0, size, copy=False)
-                source = np.frombuffer(mapped, dtype=np.uint8, count=nbytes)
-                target = out.reshape(-1).view(np.uint8)
-                parallel_copy(nbytes, lambda o, n: np.copyto(target[o:o + n], source[o:o + n]))
-                del mapped, source
+                # The view of mapped memory lives only inside copy_bytes: nothing refers to it at unmap.
+                copy_bytes(np.frombuffer(staging.read_mapped(0, size, copy=False), dtype=np.uint8, count=nbytes),
+                           out.reshape(-1).view(np.uint8))  # fmt: skip
             finally:
                 staging.unmap()
                 self.release(staging)
