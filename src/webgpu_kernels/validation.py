@@ -16,16 +16,15 @@ skipped when that one failed):
    dtype that no case exercises is a warning (nothing to compile it for).
 
 Each problem carries its severity, the file, the JSON path (or template line), and for GPU work
-the variant and dtype. With isolation, all of it runs in a child process (package_tests.run_in_child).
+the variant and dtype (validation_report.py; stage 6 lives in validation_gpu.py). With isolation, all of it runs in a child process (package_tests.run_in_child).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,138 +32,16 @@ from . import casefile
 from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
 from .digests import METADATA_FILE, inspect_package
 from .errors import (
-    AdapterNotFoundError, DeviceError, ExpressionError, InputError, KernelError, LayoutError, ManifestError,
-    PackageError, ShaderCompileError, TemplateError,
+    AdapterNotFoundError, DeviceError, ExpressionError, InputError, KernelError, ManifestError,
+    PackageError, TemplateError,
 )  # fmt: skip
 from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler
-from .manifest import ONNX_TO_WGSL, Manifest, _build, check_manifest, parse_manifest, schema_errors
+from .manifest import Manifest, _build, check_manifest, parse_manifest, schema_errors
 from .package import MANIFEST_FILE, KernelPackage, open_folder
-
-ERROR, WARNING = "error", "warning"
-#: Progress events: ("total", n), ("start", {"variant", "dtype", "case"}), ("advance", 1).
-Progress = Callable[[str, Any], None]
-
-
-@dataclass
-class Problem:
-    severity: str  # "error" | "warning"
-    file: str  # package-relative name
-    json_path: str  # "" when the problem is about the file as a whole
-    message: str
-    variant: str | None = None
-    dtype: str | None = None
-    line: int | None = None  # template line
-    case: str | None = None  # the case whose shapes showed the problem
-
-    def location(self) -> str:
-        where = self.file
-        if self.line:
-            where += f":{self.line}"
-        if self.json_path:
-            where += f" {self.json_path}"
-        return where
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["jsonPath"] = data.pop("json_path")
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Problem:
-        return cls(severity=data["severity"], file=data["file"], json_path=data["jsonPath"], message=data["message"],
-                   variant=data.get("variant"), dtype=data.get("dtype"), line=data.get("line"),
-                   case=data.get("case"))  # fmt: skip
-
-
-@dataclass
-class Coverage:
-    """What the GPU stage did for one variant x dtype."""
-
-    variant: str
-    dtype: str
-    cases: int = 0  # cases (test and bench) whose shapes this variant accepts
-    pipelines: int = 0  # distinct shaders compiled
-    failed: int = 0  # render or compile failures
-    note: str = ""
-
-    @property
-    def status(self) -> str:
-        if self.failed:
-            return "failed"
-        if self.note:
-            return self.note
-        return "compiled" if self.pipelines else "not exercised"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"variant": self.variant, "dtype": self.dtype, "cases": self.cases, "pipelines": self.pipelines,
-                "failed": self.failed, "status": self.status, "note": self.note}  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Coverage:
-        return cls(variant=data["variant"], dtype=data["dtype"], cases=data["cases"], pipelines=data["pipelines"],
-                   failed=data["failed"], note=data.get("note", ""))  # fmt: skip
-
-
-@dataclass
-class ValidationReport:
-    path: str
-    op_id: str | None = None
-    adapter: str | None = None
-    problems: list[Problem] = field(default_factory=list)
-    coverage: list[Coverage] = field(default_factory=list)
-    #: What was looked at: files digested, expressions, templates, test and bench cases.
-    checked: dict[str, int] = field(default_factory=dict)
-    isolated: bool = False
-
-    @property
-    def errors(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == ERROR]
-
-    @property
-    def warnings(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == WARNING]
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path, "op": self.op_id, "adapter": self.adapter, "isolated": self.isolated, "ok": self.ok,
-            "errors": len(self.errors), "warnings": len(self.warnings),
-            "checked": dict(self.checked), "problems": [p.as_dict() for p in self.problems],
-            "coverage": [c.as_dict() for c in self.coverage],
-        }  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ValidationReport:
-        return cls(path=data["path"], op_id=data["op"], adapter=data["adapter"], isolated=data["isolated"],
-                   problems=[Problem.from_dict(p) for p in data["problems"]],
-                   coverage=[Coverage.from_dict(c) for c in data["coverage"]],
-                   checked=dict(data.get("checked", {})))  # fmt: skip
-
-
-class _Collector:
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-        self.counts: dict[str, int] = {}
-        self._seen: dict[tuple[Any, ...], Problem] = {}
-
-    def add(self, severity: str, file: str, json_path: str, message: str, **extra: Any) -> Problem | None:
-        key = (severity, file, json_path, message, extra.get("variant"), extra.get("dtype"), extra.get("line"))
-        if key in self._seen:
-            return None
-        problem = Problem(severity, file, json_path, message, **extra)
-        self._seen[key] = problem
-        self.problems.append(problem)
-        return problem
-
-    def error(self, file: str, json_path: str, message: str, **extra: Any) -> Problem | None:
-        return self.add(ERROR, file, json_path, message, **extra)
-
-    def warning(self, file: str, json_path: str, message: str, **extra: Any) -> Problem | None:
-        return self.add(WARNING, file, json_path, message, **extra)
-
+from .validation_gpu import check_gpu
+from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
+    ERROR, WARNING, Coverage, Problem, ProblemCollector, Progress, ValidationReport, shader_path,
+)  # fmt: skip
 
 # --- the stages -------------------------------------------------------------------------------------
 
@@ -180,7 +57,7 @@ def validate_package(
     notify = progress or (lambda kind, value: None)
     root = Path(path).expanduser()
     report = ValidationReport(path=str(root))
-    out = _Collector()
+    out = ProblemCollector()
     report.problems = out.problems
     try:
         package = open_folder(root, verify_digests=False)
@@ -233,7 +110,7 @@ def validate_package(
             except KernelError:
                 pass
     if device is not None and manifest is not None and program is not None:
-        _guarded(out, "GPU", _check_gpu, package, manifest, program, test_file, bench_file, out, report, device=device,
+        _guarded(out, "GPU", check_gpu, package, manifest, program, test_file, bench_file, out, report, device=device,
                  notify=notify)
     order = {ERROR: 0, WARNING: 1}
     files = [METADATA_FILE, MANIFEST_FILE]
@@ -243,7 +120,7 @@ def validate_package(
     return report
 
 
-def _guarded(out: _Collector, stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _guarded(out: ProblemCollector, stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run one stage; an unexpected exception becomes an error of that stage instead of ending the report."""
     try:
         return fn(*args, **kwargs)
@@ -253,7 +130,7 @@ def _guarded(out: _Collector, stage: str, fn: Callable[..., Any], *args: Any, **
         return None
 
 
-def _check_metadata(package: KernelPackage, out: _Collector) -> dict[str, Any] | None:
+def _check_metadata(package: KernelPackage, out: ProblemCollector) -> dict[str, Any] | None:
     metadata, problems, _ = inspect_package(package.root)
     if metadata is None and not problems:
         out.error(METADATA_FILE, "", "the package has no metadata.json, so its files cannot be verified: "
@@ -268,7 +145,7 @@ def _check_metadata(package: KernelPackage, out: _Collector) -> dict[str, Any] |
     return metadata
 
 
-def _read_json(package: KernelPackage, name: str, out: _Collector) -> Any:
+def _read_json(package: KernelPackage, name: str, out: ProblemCollector) -> Any:
     try:
         return package.read_json(name)
     except PackageError as exc:
@@ -276,7 +153,7 @@ def _read_json(package: KernelPackage, name: str, out: _Collector) -> Any:
         return None
 
 
-def _check_manifest(package: KernelPackage, out: _Collector) -> Manifest | None:
+def _check_manifest(package: KernelPackage, out: ProblemCollector) -> Manifest | None:
     data = _read_json(package, MANIFEST_FILE, out)
     if data is None:
         return None
@@ -310,7 +187,7 @@ def _list_source(value: Any) -> Any:
     return "[" + ", ".join(parts) + "]"
 
 
-def check_expressions(manifest: Manifest, out: _Collector, device_limits: set[str] | None = None) -> list[Problem]:
+def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: set[str] | None = None) -> list[Problem]:
     """Compile every expression of the manifest on its own and check each name it reads is visible there."""
     found: list[Problem] = []
     reserved = set(NAMESPACES) | set(FUNCTION_NAMES)
@@ -418,20 +295,14 @@ def check_expressions(manifest: Manifest, out: _Collector, device_limits: set[st
     return found
 
 
-def _shader_path(manifest: Manifest, variant_index: int, pass_index: int) -> str:
-    raw = manifest.raw["variants"][variant_index]["passes"][pass_index]
-    base = f"variants[{variant_index}].passes[{pass_index}]"
-    return f"{base}.shader" if "shader" in raw else f"{base}.source.shader"
-
-
-def _check_templates(package: KernelPackage, manifest: Manifest, out: _Collector) -> None:
+def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCollector) -> None:
     from .rendering import TemplateRenderer
 
     renderer = TemplateRenderer(package.read_text)
     parsed: set[str] = set()
     for v in manifest.variants:
         for p_index, p in enumerate(v.passes):
-            where = _shader_path(manifest, v.index, p_index)
+            where = shader_path(manifest, v.index, p_index)
             if not package.has(p.shader):
                 out.error(MANIFEST_FILE, where, f"template {p.shader!r} is not in the package", variant=v.id)
                 continue
@@ -446,7 +317,7 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: _Collector
                 out.error(p.shader, "", str(exc))
 
 
-def _load_case_data(package: KernelPackage, name: str, check: Any, out: _Collector, missing: str) -> Any:
+def _load_case_data(package: KernelPackage, name: str, check: Any, out: ProblemCollector, missing: str) -> Any:
     """The decoded test.json/bench.json if present and valid on its own; problems go to ``out``."""
     if not package.has(name):
         out.warning(name, "", missing)
@@ -460,7 +331,7 @@ def _load_case_data(package: KernelPackage, name: str, check: Any, out: _Collect
     return None if errors else data
 
 
-def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: _Collector) -> casefile.TestFile | None:
+def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: ProblemCollector) -> casefile.TestFile | None:
     data = _load_case_data(package, TEST_FILE, casefile.check_test_data, out,
                            "the package has no test.json: `webgpu-kernels test` has nothing to run, and "
                            "pipelines are compiled only for bench.json shapes")  # fmt: skip
@@ -543,7 +414,7 @@ _DEFAULT_LIMITS = {
 }  # fmt: skip
 
 
-def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: _Collector) -> casefile.BenchFile | None:
+def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: ProblemCollector) -> casefile.BenchFile | None:
     data = _load_case_data(package, BENCH_FILE, casefile.check_bench_data, out,
                            "the package has no bench.json: `webgpu-kernels bench` and `tune` have no cases")
     if data is None:
@@ -569,152 +440,6 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: _C
                 out.error(BENCH_FILE, case.json_path, f"the case breaks the contract ({inst.type_label()}): {exc}",
                           case=case.name, dtype=inst.type_label())  # fmt: skip
     return bench
-
-
-# --- the GPU stage ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Call:
-    source: str  # "test.json" | "bench.json"
-    case: str
-    json_path: str
-    inputs: dict[str, tuple[tuple[int, ...], str]]
-    attrs: dict[str, Any]
-    tunables: dict[str, Any]
-
-
-def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_file: Any) -> list[_Call]:
-    calls = []
-    if test_file is not None:
-        for case in test_file.cases:
-            try:
-                arrays = case.build_inputs(manifest, package.read_bytes)
-            except KernelError:
-                continue  # reported by the test.json stage
-            metas = {k: (tuple(a.shape), casefile.dtype_name(a.dtype)) for k, a in arrays.items()}
-            calls.append(_Call(TEST_FILE, case.name, case.json_path, metas, case.attrs, case.tunables))
-    if bench_file is not None:
-        for case in bench_file.cases:
-            try:
-                instances = case.expand(manifest)
-            except KernelError:
-                continue
-            for inst in instances:
-                calls.append(_Call(BENCH_FILE, case.name, case.json_path, inst.inputs, case.attrs, case.tunables))
-    return calls
-
-
-def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
-    names = list(manifest.type_constraints)
-    lists = [[d for d in manifest.type_constraints[n] if ONNX_TO_WGSL.get(d)] for n in names]
-    return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
-
-
-def _label(binding: Mapping[str, str]) -> str:
-    if len(set(binding.values())) == 1:
-        return next(iter(binding.values()))
-    return ", ".join(f"{k}={v}" for k, v in binding.items()) or "-"
-
-
-def _check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_file: Any, bench_file: Any,
-               out: _Collector, report: ValidationReport, *, device: Any, notify: Progress) -> None:  # fmt: skip
-    from .contract import check_call
-    from .execution import compile_pipeline
-    from .rendering import TemplateRenderer, resolve_variant
-    from .selection import judge
-
-    renderer = TemplateRenderer(package.read_text)
-    coverage: dict[tuple[str, str], Coverage] = {}
-    combos = _type_combos(manifest)
-    for v in manifest.variants:
-        for combo in combos:
-            coverage[(v.id, _label(combo))] = Coverage(v.id, _label(combo))
-    calls = _calls(package, manifest, test_file, bench_file)
-    compiled: dict[tuple[str, str], set[str]] = {}
-    notify("total", len(calls))
-    for call in calls:
-        notify("advance", 1)
-        try:
-            signature = check_call(manifest, call.inputs, call.attrs, call.tunables)
-        except InputError:
-            continue  # reported by the case-file stages
-        binding = signature.type_bindings()
-        label = _label(binding)
-        if "float16" in binding.values() and not device.info.has_f16:
-            continue
-        try:
-            scope, _ = program.call_scope(signature, device.info)
-        except KernelError as exc:
-            where = getattr(exc, "where", "") or ""
-            out.error(MANIFEST_FILE, where, f"cannot evaluate the call's scope ({label}): {exc}",
-                      dtype=label, case=call.case)  # fmt: skip
-            continue
-        accepted_any = False
-        for cv in program.variants:
-            vid = cv.variant.id
-            verdict, inner = judge(cv, scope)
-            if not verdict.accepted:
-                if verdict.error is not None:
-                    out.warning(MANIFEST_FILE, f"{cv.variant.json_path}.when[{verdict.clause_index}]",
-                                f"clause {verdict.clause!r} fails to evaluate (which rejects the variant): "
-                                f"{verdict.error}",
-                                variant=vid, dtype=label, case=call.case)  # fmt: skip
-                continue
-            accepted_any = True
-            cov = coverage.setdefault((vid, label), Coverage(vid, label))
-            cov.cases += 1
-            notify("start", {"variant": vid, "dtype": label, "case": call.case})
-            try:
-                resolved = resolve_variant(cv, inner)
-            except (ExpressionError, LayoutError) as exc:
-                cov.failed += 1
-                where = getattr(exc, "where", "") or cv.variant.json_path
-                out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {exc}",
-                          variant=vid, dtype=label, case=call.case)  # fmt: skip
-                continue
-            for p_index, r in enumerate(resolved):
-                try:
-                    wgsl = renderer.render(r, inner)
-                except TemplateError as exc:
-                    cov.failed += 1
-                    out.error(exc.file, "", f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}: "
-                                            f"{exc.detail}", variant=vid, dtype=label, line=exc.line, case=call.case)  # fmt: skip
-                    continue
-                done = compiled.setdefault((vid, label), set())
-                if wgsl in done:
-                    continue
-                try:
-                    compile_pipeline(device, wgsl, r, kernel=manifest.op_id, variant=vid)
-                except ShaderCompileError as exc:
-                    cov.failed += 1
-                    out.error(r.shader, _shader_path(manifest, cv.variant.index, p_index),
-                              f"WGSL does not compile for variant {vid!r} ({label}), pass {r.pass_id!r}:\n{exc.detail}",
-                              variant=vid, dtype=label, case=call.case)  # fmt: skip
-                    done.add(wgsl)
-                    continue
-                done.add(wgsl)
-                cov.pipelines += 1
-        if not accepted_any:
-            reasons = "; ".join(f"{vv.variant.id}: {judge(vv, scope)[0].reason()}" for vv in program.variants)
-            severity = ERROR if call.source == TEST_FILE else WARNING
-            out.add(severity, call.source, call.json_path,
-                    f"no variant accepts case {call.case!r} ({label}) on this adapter: {reasons}",
-                    dtype=label, case=call.case)  # fmt: skip
-    for cov in coverage.values():
-        if cov.cases:
-            continue
-        if "float16" in cov.dtype and not device.info.has_f16:
-            cov.note = "no shader-f16"
-            out.warning("", "", f"this adapter has no shader-f16 feature: variant {cov.variant!r} ({cov.dtype}) "
-                                "was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
-            continue
-        v = manifest.variant(cov.variant)
-        out.warning(MANIFEST_FILE, v.json_path if v else "",
-                    f"no test.json or bench.json case exercises variant {cov.variant!r} with {cov.dtype}: "
-                    "it was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
-    report.coverage = sorted(coverage.values(), key=lambda c: ([v.id for v in manifest.variants].index(c.variant)
-                                                                if manifest.variant(c.variant) else 99, c.dtype))  # fmt: skip
 
 
 # --- isolation --------------------------------------------------------------------------------------

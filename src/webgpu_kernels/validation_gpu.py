@@ -1,0 +1,168 @@
+"""The GPU stage of ``webgpu-kernels validate``: for every test.json and bench.json case, every
+variant whose ``when`` holds is resolved, rendered and compiled into a compute pipeline on the
+current adapter; a variant x dtype no case exercises is a warning."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import casefile
+from .casefile import BENCH_FILE, TEST_FILE
+from .errors import ExpressionError, InputError, KernelError, LayoutError, ShaderCompileError, TemplateError
+from .manifest import ONNX_TO_WGSL, Manifest
+from .package import MANIFEST_FILE, KernelPackage
+from .validation_report import (
+    ERROR,
+    WARNING,
+    Coverage,
+    ProblemCollector,
+    Progress,
+    ValidationReport,
+    shader_path,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Call:
+    source: str  # "test.json" | "bench.json"
+    case: str
+    json_path: str
+    inputs: dict[str, tuple[tuple[int, ...], str]]
+    attrs: dict[str, Any]
+    tunables: dict[str, Any]
+
+
+def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_file: Any) -> list[_Call]:
+    calls = []
+    if test_file is not None:
+        for case in test_file.cases:
+            try:
+                arrays = case.build_inputs(manifest, package.read_bytes)
+            except KernelError:
+                continue  # reported by the test.json stage
+            metas = {k: (tuple(a.shape), casefile.dtype_name(a.dtype)) for k, a in arrays.items()}
+            calls.append(_Call(TEST_FILE, case.name, case.json_path, metas, case.attrs, case.tunables))
+    if bench_file is not None:
+        for case in bench_file.cases:
+            try:
+                instances = case.expand(manifest)
+            except KernelError:
+                continue
+            for inst in instances:
+                calls.append(_Call(BENCH_FILE, case.name, case.json_path, inst.inputs, case.attrs, case.tunables))
+    return calls
+
+
+def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
+    names = list(manifest.type_constraints)
+    lists = [[d for d in manifest.type_constraints[n] if ONNX_TO_WGSL.get(d)] for n in names]
+    return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
+
+
+def _label(binding: Mapping[str, str]) -> str:
+    if len(set(binding.values())) == 1:
+        return next(iter(binding.values()))
+    return ", ".join(f"{k}={v}" for k, v in binding.items()) or "-"
+
+
+def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_file: Any, bench_file: Any,
+               out: ProblemCollector, report: ValidationReport, *, device: Any, notify: Progress) -> None:  # fmt: skip
+    from .contract import check_call
+    from .execution import compile_pipeline
+    from .rendering import TemplateRenderer, resolve_variant
+    from .selection import judge
+
+    renderer = TemplateRenderer(package.read_text)
+    coverage: dict[tuple[str, str], Coverage] = {}
+    combos = _type_combos(manifest)
+    for v in manifest.variants:
+        for combo in combos:
+            coverage[(v.id, _label(combo))] = Coverage(v.id, _label(combo))
+    calls = _calls(package, manifest, test_file, bench_file)
+    compiled: dict[tuple[str, str], set[str]] = {}
+    notify("total", len(calls))
+    for call in calls:
+        notify("advance", 1)
+        try:
+            signature = check_call(manifest, call.inputs, call.attrs, call.tunables)
+        except InputError:
+            continue  # reported by the case-file stages
+        binding = signature.type_bindings()
+        label = _label(binding)
+        if "float16" in binding.values() and not device.info.has_f16:
+            continue
+        try:
+            scope, _ = program.call_scope(signature, device.info)
+        except KernelError as exc:
+            where = getattr(exc, "where", "") or ""
+            out.error(MANIFEST_FILE, where, f"cannot evaluate the call's scope ({label}): {exc}",
+                      dtype=label, case=call.case)  # fmt: skip
+            continue
+        accepted_any = False
+        for cv in program.variants:
+            vid = cv.variant.id
+            verdict, inner = judge(cv, scope)
+            if not verdict.accepted:
+                if verdict.error is not None:
+                    out.warning(MANIFEST_FILE, f"{cv.variant.json_path}.when[{verdict.clause_index}]",
+                                f"clause {verdict.clause!r} fails to evaluate (which rejects the variant): "
+                                f"{verdict.error}",
+                                variant=vid, dtype=label, case=call.case)  # fmt: skip
+                continue
+            accepted_any = True
+            cov = coverage.setdefault((vid, label), Coverage(vid, label))
+            cov.cases += 1
+            notify("start", {"variant": vid, "dtype": label, "case": call.case})
+            try:
+                resolved = resolve_variant(cv, inner)
+            except (ExpressionError, LayoutError) as exc:
+                cov.failed += 1
+                where = getattr(exc, "where", "") or cv.variant.json_path
+                out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {exc}",
+                          variant=vid, dtype=label, case=call.case)  # fmt: skip
+                continue
+            for p_index, r in enumerate(resolved):
+                try:
+                    wgsl = renderer.render(r, inner)
+                except TemplateError as exc:
+                    cov.failed += 1
+                    out.error(exc.file, "", f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}: "
+                                            f"{exc.detail}", variant=vid, dtype=label, line=exc.line, case=call.case)  # fmt: skip
+                    continue
+                done = compiled.setdefault((vid, label), set())
+                if wgsl in done:
+                    continue
+                try:
+                    compile_pipeline(device, wgsl, r, kernel=manifest.op_id, variant=vid)
+                except ShaderCompileError as exc:
+                    cov.failed += 1
+                    out.error(r.shader, shader_path(manifest, cv.variant.index, p_index),
+                              f"WGSL does not compile for variant {vid!r} ({label}), pass {r.pass_id!r}:\n{exc.detail}",
+                              variant=vid, dtype=label, case=call.case)  # fmt: skip
+                    done.add(wgsl)
+                    continue
+                done.add(wgsl)
+                cov.pipelines += 1
+        if not accepted_any:
+            reasons = "; ".join(f"{vv.variant.id}: {judge(vv, scope)[0].reason()}" for vv in program.variants)
+            severity = ERROR if call.source == TEST_FILE else WARNING
+            out.add(severity, call.source, call.json_path,
+                    f"no variant accepts case {call.case!r} ({label}) on this adapter: {reasons}",
+                    dtype=label, case=call.case)  # fmt: skip
+    for cov in coverage.values():
+        if cov.cases:
+            continue
+        if "float16" in cov.dtype and not device.info.has_f16:
+            cov.note = "no shader-f16"
+            out.warning("", "", f"this adapter has no shader-f16 feature: variant {cov.variant!r} ({cov.dtype}) "
+                                "was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
+            continue
+        v = manifest.variant(cov.variant)
+        out.warning(MANIFEST_FILE, v.json_path if v else "",
+                    f"no test.json or bench.json case exercises variant {cov.variant!r} with {cov.dtype}: "
+                    "it was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
+    report.coverage = sorted(coverage.values(), key=lambda c: ([v.id for v in manifest.variants].index(c.variant)
+                                                                if manifest.variant(c.variant) else 99, c.dtype))  # fmt: skip

@@ -1,0 +1,144 @@
+"""What ``webgpu-kernels validate`` reports: problems (severity, file, JSON path or template line,
+variant, dtype), per variant x dtype coverage of the GPU stage, and the collector the stages fill."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .manifest import Manifest
+
+ERROR, WARNING = "error", "warning"
+#: Progress events: ("total", n), ("start", {"variant", "dtype", "case"}), ("advance", 1).
+Progress = Callable[[str, Any], None]
+
+
+@dataclass
+class Problem:
+    severity: str  # "error" | "warning"
+    file: str  # package-relative name
+    json_path: str  # "" when the problem is about the file as a whole
+    message: str
+    variant: str | None = None
+    dtype: str | None = None
+    line: int | None = None  # template line
+    case: str | None = None  # the case whose shapes showed the problem
+
+    def location(self) -> str:
+        where = self.file
+        if self.line:
+            where += f":{self.line}"
+        if self.json_path:
+            where += f" {self.json_path}"
+        return where
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["jsonPath"] = data.pop("json_path")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Problem:
+        return cls(severity=data["severity"], file=data["file"], json_path=data["jsonPath"], message=data["message"],
+                   variant=data.get("variant"), dtype=data.get("dtype"), line=data.get("line"),
+                   case=data.get("case"))  # fmt: skip
+
+
+@dataclass
+class Coverage:
+    """What the GPU stage did for one variant x dtype."""
+
+    variant: str
+    dtype: str
+    cases: int = 0  # cases (test and bench) whose shapes this variant accepts
+    pipelines: int = 0  # distinct shaders compiled
+    failed: int = 0  # render or compile failures
+    note: str = ""
+
+    @property
+    def status(self) -> str:
+        if self.failed:
+            return "failed"
+        if self.note:
+            return self.note
+        return "compiled" if self.pipelines else "not exercised"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "dtype": self.dtype, "cases": self.cases, "pipelines": self.pipelines,
+                "failed": self.failed, "status": self.status, "note": self.note}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Coverage:
+        return cls(variant=data["variant"], dtype=data["dtype"], cases=data["cases"], pipelines=data["pipelines"],
+                   failed=data["failed"], note=data.get("note", ""))  # fmt: skip
+
+
+@dataclass
+class ValidationReport:
+    path: str
+    op_id: str | None = None
+    adapter: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+    coverage: list[Coverage] = field(default_factory=list)
+    #: What was looked at: files digested, expressions, templates, test and bench cases.
+    checked: dict[str, int] = field(default_factory=dict)
+    isolated: bool = False
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "op": self.op_id, "adapter": self.adapter, "isolated": self.isolated, "ok": self.ok,
+            "errors": len(self.errors), "warnings": len(self.warnings),
+            "checked": dict(self.checked), "problems": [p.as_dict() for p in self.problems],
+            "coverage": [c.as_dict() for c in self.coverage],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ValidationReport:
+        return cls(path=data["path"], op_id=data["op"], adapter=data["adapter"], isolated=data["isolated"],
+                   problems=[Problem.from_dict(p) for p in data["problems"]],
+                   coverage=[Coverage.from_dict(c) for c in data["coverage"]],
+                   checked=dict(data.get("checked", {})))  # fmt: skip
+
+
+class ProblemCollector:
+    """Problems as the stages find them, each reported once."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.counts: dict[str, int] = {}
+        self._seen: dict[tuple[Any, ...], Problem] = {}
+
+    def add(self, severity: str, file: str, json_path: str, message: str, **extra: Any) -> Problem | None:
+        key = (severity, file, json_path, message, extra.get("variant"), extra.get("dtype"), extra.get("line"))
+        if key in self._seen:
+            return None
+        problem = Problem(severity, file, json_path, message, **extra)
+        self._seen[key] = problem
+        self.problems.append(problem)
+        return problem
+
+    def error(self, file: str, json_path: str, message: str, **extra: Any) -> Problem | None:
+        return self.add(ERROR, file, json_path, message, **extra)
+
+    def warning(self, file: str, json_path: str, message: str, **extra: Any) -> Problem | None:
+        return self.add(WARNING, file, json_path, message, **extra)
+
+
+def shader_path(manifest: Manifest, variant_index: int, pass_index: int) -> str:
+    """The JSON path of a pass's template name, in whichever of the two spellings the manifest used."""
+    raw = manifest.raw["variants"][variant_index]["passes"][pass_index]
+    base = f"variants[{variant_index}].passes[{pass_index}]"
+    return f"{base}.shader" if "shader" in raw else f"{base}.source.shader"
