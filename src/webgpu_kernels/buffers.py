@@ -13,6 +13,7 @@ Ordering rules that keep this correct on one in-order queue:
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections import OrderedDict
@@ -117,6 +118,7 @@ def copy_bytes(source: np.ndarray, target: np.ndarray) -> None:
     parallel_copy(source.nbytes, lambda offset, n: np.copyto(target[offset:offset + n], source[offset:offset + n]))
 
 
+@functools.lru_cache(maxsize=4096)  # asked for on every call; a handful of sizes recur
 def size_class(nbytes: int) -> int:
     """The pooled size for ``nbytes``: 2^k x {1, 1.25, 1.5, 1.75} (at most 25% unused), so that
     calls of many distinct shapes reuse a few buffers instead of one per exact size."""
