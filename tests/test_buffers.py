@@ -145,3 +145,18 @@ def test_destroying_a_buffer_drops_the_bind_groups_that_use_it(device, quick_gel
     assert not uids & cached_uids()
     z = np.linspace(-2, 2, 4096, dtype=f32)
     np.testing.assert_allclose(quick_gelu({"X": z})["Y"], ref.quick_gelu(z), rtol=2e-6, atol=2e-6)
+
+
+def test_a_tensor_collected_in_a_reference_cycle_returns_a_live_buffer(device, quick_gelu):
+    """The cyclic GC runs finalizers in any order: a GpuTensor and its wgpu buffer object collected
+    together once put a released buffer into the pool, and the next call of that size crashed."""
+    import gc
+
+    x = np.linspace(-3, 3, 4096, dtype=f32)
+    for _ in range(20):
+        tensor = quick_gelu({"X": x}, output="gpu")["Y"]
+        holder = {"tensor": tensor}
+        holder["self"] = holder  # only the cyclic GC frees this
+        del tensor, holder
+        gc.collect()
+        np.testing.assert_allclose(quick_gelu({"X": x})["Y"], ref.quick_gelu(x), rtol=2e-6, atol=2e-6)

@@ -154,6 +154,10 @@ class DeviceMemory:
         self._pending = 0
         self._doomed: list[Any] = []
         self.live_buffers = 0
+        # Every buffer handed out, until it comes back: the memory owns its buffers for their whole
+        # life, so a GpuTensor collected in a reference cycle can never take its wgpu buffer object
+        # down with it (finalizers in a cycle run in any order; a released buffer must not be pooled).
+        self._leased: dict[int, Any] = {}
         self._releases = 0
         self._large_size, self._large_seen = 0, 0  # largest recent release, and when
 
@@ -170,13 +174,16 @@ class DeviceMemory:
                 buffer = stack.pop()
                 self._free_order.pop(buffer.uid, None)
                 self._free_total -= size
-                return buffer
-            self.live_buffers += 1
-            return self.gpu.create_buffer(size=size, usage=usage)
+            else:
+                self.live_buffers += 1
+                buffer = self.gpu.create_buffer(size=size, usage=usage)
+            self._leased[buffer.uid] = buffer
+            return buffer
 
     def release(self, buffer: Any) -> None:
         """Give a buffer back to the pool; the oldest free buffers beyond the cap are destroyed."""
         with self.lock:
+            self._leased.pop(buffer.uid, None)
             key = (buffer.size, int(buffer.usage))
             self._free.setdefault(key, []).append(buffer)
             self._free_order[buffer.uid] = (key, buffer)
