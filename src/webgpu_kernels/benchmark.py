@@ -99,8 +99,8 @@ def _one_batch(gpu: Any, bound: list[BoundPass], reps: int, per_rep: int) -> lis
 
     One encoder with up to 4,096 timed passes has a lasting side effect: wgpu-native keeps that
     encoder's command buffers for reuse and resets all of them whenever it is reused, so every
-    later submit in the process gets slower (lavapipe: +210 us per NumPy round trip after 4,000
-    passes; H200: 0.8 instead of 0.35 ms). One command buffer per repetition avoids that but
+    later submit in the process gets slower (lavapipe, scripts/submit_probe.py: 222 -> 420 us per
+    NumPy round trip after 4,000 passes; H200: 0.8 instead of 0.35 ms). One command buffer per repetition avoids that but
     changed the GPU times it measured (H200 run D, docs/performance.md), so timing keeps one
     encoder and ``bench`` times host round trips before any of this runs.
     """

@@ -29,6 +29,9 @@ from .errors import DeviceError, DeviceLostError
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 READBACK_USAGE = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+#: How read_into maps its staging buffer. wgpu-py also accepts "READ_NOSYNC" (no extra empty submit
+#: before the map; scripts/submit_probe.py compares the two), not adopted: mixed on lavapipe.
+READBACK_MAP_MODE: Any = wgpu.MapMode.READ
 #: Dispatches recorded before a forced submit, so latency and memory stay bounded.
 MAX_PENDING_DISPATCHES = 256
 BIND_GROUP_CACHE_SIZE = 1024
@@ -298,7 +301,7 @@ class DeviceMemory:
             staging = self.acquire(nbytes, READBACK_USAGE)
             size = padded_size(nbytes)
             self.flush(then=lambda encoder: encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, size))
-            staging.map_sync(wgpu.MapMode.READ, 0, size)
+            staging.map_sync(READBACK_MAP_MODE, 0, size)
             try:
                 # The view of mapped memory lives only inside copy_bytes: nothing refers to it at unmap.
                 copy_bytes(np.frombuffer(staging.read_mapped(0, size, copy=False), dtype=np.uint8, count=nbytes),
