@@ -58,8 +58,8 @@ for nbytes in (16384, 946176, int(sys.argv[1]) if len(sys.argv) > 1 else 336 * (
         list(pool.map(lambda c: gpu.queue.write_buffer(src, c[0], xb[c[0]:c[0] + c[1]]), chunks(nbytes, parts)))
 
     # Each write is followed by a submit: repeated writes without one pile up staging buffers and
-    # time that pile-up, not the write (lavapipe, 4 MiB: 12 ms median for writes alone in an earlier version of this probe, 0.12 ms with a
-    # submit).
+    # time that pile-up, not the write (lavapipe, 4 MiB: 12 ms median for writes alone in an earlier
+    # version of this probe, 0.12 ms with a submit).
 
     def submit_copy():
         e = gpu.create_command_encoder()

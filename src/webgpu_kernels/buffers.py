@@ -156,7 +156,6 @@ class DeviceMemory:
         self._pass_state: tuple[Any, Any] = (None, None)  # pipeline and bind group set in the open pass
         self._pending = 0
         self._doomed: list[Any] = []
-        self.live_buffers = 0
         # Every buffer handed out, until it comes back: the memory owns its buffers for their whole
         # life, so a GpuTensor collected in a reference cycle can never take its wgpu buffer object
         # down with it (finalizers in a cycle run in any order; a released buffer must not be pooled).
@@ -178,7 +177,6 @@ class DeviceMemory:
                 self._free_order.pop(buffer.uid, None)
                 self._free_total -= size
             else:
-                self.live_buffers += 1
                 buffer = self.gpu.create_buffer(size=size, usage=usage)
             self._leased[buffer.uid] = buffer
             return buffer
@@ -202,7 +200,6 @@ class DeviceMemory:
                 self._destroy(old)
 
     def _destroy(self, buffer: Any) -> None:
-        self.live_buffers -= 1
         uid = buffer.uid
         stale = [k for k in self._bind_groups if any(e[1] == uid for e in k[1:])]  # they would bind a dead buffer
         for k in stale:
@@ -220,6 +217,11 @@ class DeviceMemory:
             self._free.clear()
             self._free_order.clear()
             self._free_total = 0
+
+    @property
+    def live_buffers(self) -> int:
+        """Buffers this memory owns: handed out, or free in the pool."""
+        return len(self._leased) + len(self._free_order)
 
     @property
     def pooled_bytes(self) -> int:

@@ -117,7 +117,8 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     copies: dict[int, float] = {}
     with Progress(console=console, transient=True) as progress:
         # Host round trips first: the GPU timing below leaves wgpu-native slower at submitting for
-        # the rest of the process (benchmark._one_batch), which a user's process never sees.
+        # the rest of the process (benchmark._one_batch), which a user's process never sees. Each
+        # phase makes its own (seeded, identical) arrays: keeping every case's at once takes GBs.
         round_trips: list[float | None] = [None] * len(plan)
         if host:
             task = progress.add_task("NumPy round trips", total=len(plan))
