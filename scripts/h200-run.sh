@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the H200 machine (device tool, carry [".whl", ".gl"]), bounded to fit its 10 minutes.
-#   bash scripts/h200-run.sh probe   transfer breakdown, template experiments, bench of the large/small cases
+#   bash scripts/h200-run.sh probe   transfer breakdown and host cost per call
+#   bash scripts/h200-run.sh experiments   template experiments, bench of the large/small cases
 #   bash scripts/h200-run.sh bench   the full comparison (tuning first, so the tuned column is real)
 #   bash scripts/h200-run.sh roundtrip   the comparison on the small, model and large cases only
 # Results land in $OUT (at most 8 files come back).
@@ -11,8 +12,12 @@ export COLUMNS=250 WEBGPU_KERNELS_TUNING_DIR=/tmp/tuning WEBGPU_KERNELS_PEER_TIM
 tune() { timeout "$1" python3 -m webgpu_kernels tune --tag large 2>&1 | tee "$OUT/tune.log"
          cp /tmp/tuning/*.json "$OUT/tuning.json" 2>/dev/null; }
 case "${1:-bench}" in
-  probe)  # transfer breakdown, template experiments, a quick comparison on the large and small cases
-    timeout 120 python3 scripts/transfer_probe.py 2>&1 | tee "$OUT/transfer.log"
+  probe)  # transfer breakdown (READ vs READ_NOSYNC, staging vs write_buffer), host cost per call
+    python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
+    timeout 150 python3 scripts/transfer_probe.py 2>&1 | tee "$OUT/transfer.log"
+    timeout 90 python3 scripts/submit_probe.py 2>&1 | tee "$OUT/submit.log"
+    python3 scripts/host_cost.py 2>&1 | tee -a "$OUT/host.log" ;;
+  experiments)  # template experiments, a quick comparison on the large and small cases
     timeout 60 python3 scripts/gpu_experiments.py 2>&1 | tee "$OUT/exp.log"
     timeout 240 python3 -m webgpu_kernels bench --compare --tag large --tag small --tag model:sd1.5 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
   bench)
