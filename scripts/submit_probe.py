@@ -48,6 +48,6 @@ for n in (4096, 236544):
         for mode in times:
             buffers.READBACK_MAP_MODE = "READ" if mode == "READ" else "READ_NOSYNC"
             times[mode].append(numpy_round_trip(kernel, {"X": x}, min_s=0.2))
-    buffers.READBACK_MAP_MODE = buffers.wgpu.MapMode.READ
+    buffers.READBACK_MAP_MODE = "READ_NOSYNC"
     print(f"QuickGelu {n * 4} bytes round trip, median of 8: " +
           ", ".join(f"{mode} {statistics.median(v) * 1e6:.1f} us" for mode, v in times.items()))

@@ -29,9 +29,12 @@ from .errors import DeviceError, DeviceLostError
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 READBACK_USAGE = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
-#: How read_into maps its staging buffer. wgpu-py also accepts "READ_NOSYNC" (no extra empty submit
-#: before the map; scripts/submit_probe.py compares the two), not adopted: mixed on lavapipe.
-READBACK_MAP_MODE: Any = wgpu.MapMode.READ
+#: How read_into maps its staging buffer. wgpu-py's "READ" first submits an empty command buffer (a
+#: workaround for mapping without a prior submit, wgpu-native issue 305); read_into always submits
+#: the copy right before mapping, so it skips that as wgpu-py's own read_buffer does. H200,
+#: `python scripts/readback_probe.py 40`, QuickGelu round trip: 16 KB 323-370 -> 286-301 us,
+#: 0.95 MB 586-622 -> 549-567 us.
+READBACK_MAP_MODE: Any = "READ_NOSYNC"
 #: Dispatches recorded before a forced submit, so latency and memory stay bounded.
 MAX_PENDING_DISPATCHES = 256
 BIND_GROUP_CACHE_SIZE = 1024
@@ -295,6 +298,11 @@ class DeviceMemory:
             write_buffer = self.gpu.queue.write_buffer
             parallel_copy(data.nbytes, lambda offset, size: write_buffer(buffer, offset, data[offset:offset + size]))
 
+    def _map_for_read(self, staging: Any, size: int) -> None:
+        # Waited for by wgpu-py's poll thread: a blocking poll on this thread was no faster on the
+        # H200 (scripts/readback_probe.py).
+        staging.map_sync(READBACK_MAP_MODE, 0, size)
+
     def read_into(self, buffer: Any, out: np.ndarray) -> None:
         """Copy the first ``out.nbytes`` of ``buffer`` into ``out`` (C-contiguous), through a pooled
         mappable staging buffer: about 3x faster than ``queue.read_buffer``."""
@@ -303,7 +311,7 @@ class DeviceMemory:
             staging = self.acquire(nbytes, READBACK_USAGE)
             size = padded_size(nbytes)
             self.flush(then=lambda encoder: encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, size))
-            staging.map_sync(READBACK_MAP_MODE, 0, size)
+            self._map_for_read(staging, size)
             try:
                 # The view of mapped memory lives only inside copy_bytes: nothing refers to it at unmap.
                 copy_bytes(np.frombuffer(staging.read_mapped(0, size, copy=False), dtype=np.uint8, count=nbytes),
