@@ -133,16 +133,16 @@ def test_destroying_a_buffer_drops_the_bind_groups_that_use_it(device, quick_gel
     """A cached bind group over a destroyed buffer must never be found again."""
     x = wk.to_gpu(np.linspace(-1, 1, 4096, dtype=f32))
     y = quick_gelu({"X": x}, output="gpu")["Y"]
-    uids = {x.buffer.uid, y.buffer.uid}
+    used = {x.buffer.uid, y.buffer.uid}
 
     def cached_uids():
-        return {entry[1] for key in device.memory._bind_groups for entry in key[1:]}
+        return {entry[1].uid for _, entries in device.memory._bind_groups for entry in entries}
 
-    assert uids <= cached_uids()
+    assert used <= cached_uids()
     x.release()
     y.release()
     wk.empty_cache()  # destroys the pooled buffers
-    assert not uids & cached_uids()
+    assert not used & cached_uids()
     z = np.linspace(-2, 2, 4096, dtype=f32)
     np.testing.assert_allclose(quick_gelu({"X": z})["Y"], ref.quick_gelu(z), rtol=2e-6, atol=2e-6)
 

@@ -186,25 +186,29 @@ class DeviceMemory:
 
     def release(self, buffer: Any) -> None:
         """Give a buffer back to the pool; the oldest free buffers beyond the cap are destroyed."""
+        size, uid = buffer.size, buffer.uid
         with self.lock:
-            self._leased.pop(buffer.uid, None)
-            key = (buffer.size, int(buffer.usage))
+            self._leased.pop(uid, None)
+            key = (size, buffer.usage)
             self._free.setdefault(key, []).append(buffer)
-            self._free_order[buffer.uid] = (key, buffer)
-            self._free_total += buffer.size
+            self._free_order[uid] = (key, buffer)
+            self._free_total += size
             self._releases += 1
-            if buffer.size >= self._large_size or self._releases - self._large_seen > LARGE_BUFFER_WINDOW:
-                self._large_size, self._large_seen = buffer.size, self._releases
-            budget = self.pool_budget
-            while (self._free_total > budget or len(self._free_order) > MAX_POOLED_BUFFERS) and self._free_order:
-                _, (old_key, old) = self._free_order.popitem(last=False)
-                self._free[old_key].remove(old)
-                self._free_total -= old.size
-                self._destroy(old)
+            if size >= self._large_size or self._releases - self._large_seen > LARGE_BUFFER_WINDOW:
+                self._large_size, self._large_seen = size, self._releases
+            if self._free_total > self.pool_bytes or len(self._free_order) > MAX_POOLED_BUFFERS:
+                self._shrink_pool()
+
+    def _shrink_pool(self) -> None:
+        budget = self.pool_budget
+        while (self._free_total > budget or len(self._free_order) > MAX_POOLED_BUFFERS) and self._free_order:
+            _, (old_key, old) = self._free_order.popitem(last=False)
+            self._free[old_key].remove(old)
+            self._free_total -= old.size
+            self._destroy(old)
 
     def _destroy(self, buffer: Any) -> None:
-        uid = buffer.uid
-        stale = [k for k in self._bind_groups if any(e[1] == uid for e in k[1:])]  # they would bind a dead buffer
+        stale = [k for k in self._bind_groups if any(e[1] is buffer for e in k[1])]  # they would bind a dead buffer
         for k in stale:
             del self._bind_groups[k]
         if self._pass is not None:
@@ -239,9 +243,10 @@ class DeviceMemory:
 
     def bind_group(self, layout: Any, entries: tuple[tuple[int, Any, int | None], ...]) -> Any:
         """A bind group of ``layout`` over ``entries`` ((binding, buffer, bound bytes or None for
-        all)), cached by buffer identity. Binding only a tensor's own bytes keeps arrayLength() right
-        in shaders although pooled buffers may be larger."""
-        key = (layout.uid, *[(n, b.uid, size) for n, b, size in entries])
+        all)), cached by buffer identity (wgpu objects hash by identity; a destroyed buffer's groups
+        are dropped). Binding only a tensor's own bytes keeps arrayLength() right in shaders
+        although pooled buffers may be larger."""
+        key = (layout, entries)
         group = self._bind_groups.get(key)
         if group is not None:
             self._bind_groups.move_to_end(key)
