@@ -47,7 +47,9 @@ def main(path: str) -> None:
               f"| {fmt(torch.get('transfer_s') and torch['transfer_s'] * 1e3, '.3f')} | {fmt(r.get('max_error'), '.1e')} |")
     for h in data.get("host", []):
         print(f"\nHost time per call, {h['kernel']} {h.get('shapes')} on GPU-resident tensors: median "
-              f"{h['median_s'] * 1e6:.1f} µs, p90 {h['p90_s'] * 1e6:.1f} µs over {h['calls']} calls.")
+              f"{h['median_s'] * 1e6:.1f} µs, p90 {h['p90_s'] * 1e6:.1f} µs over {h['calls']} calls"
+              + (f"; after the GPU timing, {h['after_gpu_timing_median_s'] * 1e6:.1f} µs."
+                 if "after_gpu_timing_median_s" in h else "."))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 import webgpu_kernels as wk
-from webgpu_kernels import peers, tuning
+from webgpu_kernels import cli_bench, peers, tuning
 from webgpu_kernels.benchmark import known_peak
 from webgpu_kernels.cli import main
 from webgpu_kernels.cli_bench import DEFAULT_KERNELS, ERROR_TOLERANCE, WORKGROUP_CANDIDATES
@@ -101,6 +102,8 @@ def test_bench_default_kernels_json(runner, tmp_path):
     assert host["com.microsoft.BiasAdd"]["case"] == "ort-test-2x5x320"
     for h in host.values():
         assert h["calls"] == 50 and 0 < h["median_s"] <= h["p90_s"] < 1.0
+        assert 0 < h["after_gpu_timing_median_s"] < 1.0  # measured again at the end
+    assert "(after the GPU timing: " in out
 
 
 def test_bench_tag_no_host(runner, tmp_path):
@@ -158,6 +161,20 @@ def test_bench_reports_stored_tuning(runner, tuning_dir, tmp_path):
     assert tuned["variant"] == "scalar" and tuned["tunables"] == {"WORKGROUP_SIZE": 64}
     assert tuned["median_s"] > 0 and tuned["tbps"] == pytest.approx(row["bytes"] / tuned["median_s"] / 1e12)
     assert ", tuned " in out and "TB/s" in out
+    assert tuned["same_as_default"] is False
+
+
+def test_bench_does_not_retime_a_tuned_choice_equal_to_the_default(runner, tuning_dir, tmp_path):
+    """When the tuner kept the default selection, the tuned figure is the default's own timing."""
+    cache = tuning.TuningCache(tuning_file(tuning_dir))
+    cache.record(QG, {"T": "float32"}, 4096, tuning.TunedChoice("vec4", {"WORKGROUP_SIZE": 256}, 1e-5))
+    cache.save()
+    path = tmp_path / "bench.json"
+    invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(path))
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert_tiny_row(row)
+    assert row["tuned"] == {"variant": "vec4", "tunables": {"WORKGROUP_SIZE": 256}, "tbps": row["tbps"],
+                            "median_s": row["median_s"], "same_as_default": True}  # fmt: skip
 
 
 # --- tune ---------------------------------------------------------------------------------------------
@@ -272,3 +289,40 @@ def test_peer_inputs_and_error():
     assert peers._max_error({"Y": exact + 0.25}, arrays, "com.microsoft.BiasAdd", {}) == pytest.approx(0.25)
     assert peers._max_error({"Y": exact[:1]}, arrays, "com.microsoft.BiasAdd", {}) == math.inf
     assert set(peers.TORCH_OPS) == set(DEFAULT_KERNELS) and set(peers.PEERS) == {"torch", "ort-webgpu"}
+
+
+# --- peer processes -----------------------------------------------------------------------------------
+
+
+def stream(code, monkeypatch, timeout_s=60):
+    """Run ``code`` as a peer process through cli_bench._stream_peer: (results, console output)."""
+    from rich.console import Console
+
+    monkeypatch.setattr(cli_bench, "PEER_TIMEOUT_S", timeout_s)
+    console = Console(record=True, width=300)
+    results = list(cli_bench._stream_peer("fake", [sys.executable, "-c", code], console))
+    return results, console.export_text()
+
+
+def test_peer_lines_are_streamed_and_a_chatty_stderr_cannot_stall_the_peer(monkeypatch):
+    code = ("import json, sys\n"
+            "sys.stderr.write('x' * (1 << 20))\n"  # far more than a pipe buffer holds
+            "print('not json')\n"
+            "for i in range(3): print(json.dumps({'case': i}), flush=True)\n")  # fmt: skip
+    results, out = stream(code, monkeypatch)
+    assert results == [{"case": 0}, {"case": 1}, {"case": 2}]
+    assert "peer fake" not in out  # exit 0: nothing to report
+
+
+def test_a_failing_peer_is_reported_with_its_last_error_line(monkeypatch):
+    code = "import json\nprint(json.dumps({'case': 0}), flush=True)\nraise SystemExit('no CUDA here')"
+    results, out = stream(code, monkeypatch)
+    assert results == [{"case": 0}]
+    assert "peer fake exited with 1: ['no CUDA here']" in out
+
+
+def test_a_peer_past_its_deadline_is_killed_keeping_what_it_said(monkeypatch):
+    code = "import json, time\nprint(json.dumps({'case': 7}), flush=True)\ntime.sleep(60)"
+    results, out = stream(code, monkeypatch, timeout_s=2)
+    assert results == [{"case": 7}]
+    assert "peer fake killed after 2 s (WEBGPU_KERNELS_PEER_TIMEOUT)" in out
