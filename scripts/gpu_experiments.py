@@ -1,31 +1,43 @@
 """Template experiments on a GPU machine: packages under scripts/experiments/ against the embedded
-kernel of the same op, on the same random data, timed the same way (benchmark.py)."""
+kernel of the same op, on the same random data, timed the same way (benchmark.py).
 
-import os
+    python scripts/gpu_experiments.py
+
+Earlier rounds (docs/performance.md, "f16 QuickGelu"): qg_spread and qg_f16math tried every way of
+moving more bytes per invocation inside the seed manifest's numel/4 grid; none beat the embedded
+kernel (docs/perf/h200-experiments-2.log, -3.log). This round: qg_wide and bias_wide, the seed
+manifests plus an f16 variant with another dispatch (numel/8 invocations over 16-byte units), to
+measure what a manifest change, not a template change, would buy.
+"""
 
 import numpy as np
 
 import webgpu_kernels as wk
 from webgpu_kernels.benchmark import bench_kernel, random_array
-from webgpu_kernels.references import REFERENCES
+from webgpu_kernels.references import REFERENCES, max_abs_error
 
 rng = np.random.default_rng(0)
-root = "scripts/experiments"
-embedded = wk.get_kernel("com.microsoft.QuickGelu")
-spread = wk.load_kernel(os.path.join(root, "qg_spread"))
-# Run 1 (docs/perf/h200-experiments-2.log) tried WORKGROUP_SIZE 64..1024, f16 math, SPREAD 2/4/8 and
-# grid-stride loops: none beat the embedded kernel. Run 2: copy controls (MODE 1) of the same access
-# patterns, to tell the math's share from the access pattern's.
-configs = [(embedded, "embedded", {"WORKGROUP_SIZE": 256})]
-configs += [(spread, "copy8B", {"SPREAD": 1, "MODE": 1}), (spread, "copy16B", {"SPREAD": 2, "MODE": 1}),
-            (spread, "copy32B", {"SPREAD": 4, "MODE": 1, "ACTIVE": 132 * 1024}),
-            (spread, "copy16B-wg1024", {"SPREAD": 2, "MODE": 1, "WORKGROUP_SIZE": 1024}),
-            (spread, "gelu8B", {"SPREAD": 1})]  # fmt: skip
-for dtype in ("float16", "float32"):
-    x = random_array((21504, 4096), dtype, rng)  # 88M elements
-    ref = REFERENCES["com.microsoft.QuickGelu"]({"X": x}, {"alpha": 1.702})["Y"]
-    for k, name, tunables in configs if dtype == "float16" else configs[:1]:
-        r = bench_kernel(k, {"X": x}, tunables=tunables,
-                         check=lambda o: float(np.nanmax(np.abs(o["Y"].astype(np.float64) - (x if tunables.get("MODE") else ref)))))
-        print(f"{name:10s} {dtype} {tunables}: {r.median_s * 1e6:8.1f} us {r.tbps:.3f} TB/s err {r.max_error:.2e}",
-              flush=True)  # fmt: skip
+QG, BA = "com.microsoft.QuickGelu", "com.microsoft.BiasAdd"
+qg_wide = wk.load_kernel("scripts/experiments/qg_wide")
+bias_wide = wk.load_kernel("scripts/experiments/bias_wide")
+
+x = random_array((16, 1280, 4096), "float16", rng)  # the bench.json "large" QuickGelu case
+qg_ref = REFERENCES[QG]({"X": x}, {"alpha": 1.702})
+configs = [(wk.get_kernel(QG), "embedded vec4", {"WORKGROUP_SIZE": 256}, qg_ref)]
+configs += [(qg_wide, f"wide16 WG {wg}", {"WORKGROUP_SIZE": wg, "MODE": 0}, qg_ref) for wg in (128, 256, 512)]
+configs += [(qg_wide, "wide16 copy control", {"WORKGROUP_SIZE": 256, "MODE": 1}, {"Y": x})]
+for kernel, name, tunables, ref in configs:
+    r = bench_kernel(kernel, {"X": x}, tunables=tunables, check=lambda o, ref=ref: max_abs_error(o, ref))
+    print(f"QuickGelu f16 {name:22s}: {r.variant:8s} {r.median_s * 1e6:8.1f} us {r.tbps:.3f} TB/s err {r.max_error:.2e}",
+          flush=True)  # fmt: skip
+del x, qg_ref
+
+arrays = {"X": random_array((16, 4096, 1280), "float16", rng), "bias": random_array((1280,), "float16", rng),
+          "skip": random_array((16, 4096, 1280), "float16", rng)}  # fmt: skip
+ba_ref = REFERENCES[BA](arrays, {})
+configs = [(wk.get_kernel(BA), "embedded vec4", {"WORKGROUP_SIZE": 256})]
+configs += [(bias_wide, f"wide16 WG {wg}", {"WORKGROUP_SIZE": wg}) for wg in (128, 256, 512)]
+for kernel, name, tunables in configs:
+    r = bench_kernel(kernel, arrays, tunables=tunables, check=lambda o: max_abs_error(o, ba_ref))
+    print(f"BiasAdd f16 {name:24s}: {r.variant:8s} {r.median_s * 1e6:8.1f} us {r.tbps:.3f} TB/s err {r.max_error:.2e}",
+          flush=True)  # fmt: skip
