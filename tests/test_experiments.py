@@ -1,0 +1,79 @@
+"""The experiment packages under scripts/experiments (performance studies, not shipped) load and
+compute the right thing on the real device, so that their H200 figures in docs/performance.md
+measure correct kernels. The engine runs them as it runs any package: nothing knows their names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import references as ref
+import webgpu_kernels as wk
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "scripts" / "experiments"
+
+
+@pytest.fixture(scope="module")
+def load():
+    return lambda name: wk.load_kernel(str(EXPERIMENTS / name))
+
+
+def sample(rng, shape, dtype):
+    return np.asarray(rng.standard_normal(shape) * 4).astype(dtype)
+
+
+def check_gelu(y, x, dtype, what):
+    ref.assert_matches(y, ref.quick_gelu(x), dtype, **ref.quick_gelu_tolerance(dtype), what=what)
+
+
+@pytest.mark.parametrize("shape, variant", [((2, 77, 512), "wide16"), ((4, 33), "vec4"), ((5, 7), "vec4_tail")])
+def test_qg_wide_f16(load, need_dtype, rng, shape, variant):
+    """numel % 8 == 0 takes the numel/8 variant; other sizes fall back to the seed's variants."""
+    need_dtype(np.float16)
+    kernel = load("qg_wide")
+    x = sample(rng, shape, np.float16)
+    assert kernel.explain({"X": x}).chosen == variant
+    check_gelu(kernel({"X": x})["Y"], x, np.float16, f"qg_wide {variant} on {shape}")
+
+
+def test_qg_wide_copy_control_and_f32(load, need_dtype, rng):
+    need_dtype(np.float16)
+    kernel = load("qg_wide")
+    x = sample(rng, (3, 64), np.float16)
+    np.testing.assert_array_equal(kernel({"X": x}, tunables={"WORKGROUP_SIZE": 64, "MODE": 1})["Y"], x)
+    x32 = sample(rng, (3, 64), np.float32)
+    assert kernel.explain({"X": x32}).chosen == "vec4"  # wide16 is f16 only
+    check_gelu(kernel({"X": x32})["Y"], x32, np.float32, "qg_wide f32")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["f16", "f32"])
+@pytest.mark.parametrize("channels", [1280, 324])  # 324: C % 8 != 0, so not wide16
+def test_bias_wide(load, need_dtype, rng, dtype, channels):
+    need_dtype(dtype)
+    kernel = load("bias_wide")
+    x, skip = sample(rng, (2, 9, channels), dtype), sample(rng, (2, 9, channels), dtype)
+    bias = sample(rng, (channels,), dtype)
+    inputs = {"X": x, "bias": bias, "skip": skip}
+    wide = dtype == np.float16 and channels % 8 == 0
+    assert kernel.explain(inputs).chosen == ("wide16" if wide else "vec4")
+    ref.assert_matches(kernel(inputs)["Y"], ref.bias_add(x, bias, skip), dtype,
+                       **ref.bias_add_tolerance(x, bias, skip, dtype), what=f"bias_wide C={channels}")  # fmt: skip
+
+
+@pytest.mark.parametrize("tunables", [{"SPREAD": 1}, {"SPREAD": 2}, {"SPREAD": 4, "ACTIVE": 96}, {"SPREAD": 8}])
+def test_qg_spread(load, need_dtype, rng, tunables):
+    need_dtype(np.float16)
+    kernel = load("qg_spread")
+    x = sample(rng, (5, 96), np.float16)
+    check_gelu(kernel({"X": x}, tunables={"WORKGROUP_SIZE": 64, "MODE": 0, "ACTIVE": 0, **tunables})["Y"], x,
+               np.float16, f"qg_spread {tunables}")  # fmt: skip
+
+
+def test_qg_f16math(load, need_dtype, rng):
+    """Math in f16 loses more precision: checked against the reference with a wider tolerance."""
+    need_dtype(np.float16)
+    x = sample(rng, (4, 64), np.float16)
+    y = load("qg_f16math")({"X": x})["Y"].astype(np.float64)
+    np.testing.assert_allclose(y, ref.quick_gelu(x), rtol=1e-2, atol=1e-2)
