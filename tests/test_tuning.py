@@ -258,6 +258,19 @@ def test_call_uses_tuned_choice(adapter_file, fresh_kernel, plans_run):
     assert plans_run[-1].variant == "vec4" and grid_of(plans_run[-1]) == [(8, 1, 1)]
 
 
+def test_a_result_recorded_later_applies_to_shapes_already_run(adapter_file, fresh_kernel, plans_run, device):
+    """A kernel that already ran a shape follows a tuning result recorded afterwards in the same
+    process (the per-call plan cache is keyed by the tuning generation)."""
+    k = fresh_kernel()
+    x = np.random.default_rng(3).standard_normal(N).astype(np.float32)
+    assert_quick_gelu(k({"X": x})["Y"], x)
+    assert plans_run[-1].variant == "vec4"
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    cache.record(QG, QG_F32, N, SCALAR_64)
+    assert_quick_gelu(k({"X": x})["Y"], x)
+    assert plans_run[-1].variant == "scalar" and grid_of(plans_run[-1]) == [(64, 1, 1)]
+
+
 def test_explicit_options_override_tuned_choice(adapter_file, fresh_kernel, plans_run):
     """variant= or tunables= given by the caller beat the stored choice."""
     store(adapter_file, SCALAR_64)

@@ -110,7 +110,7 @@ class Kernel:
         # plan by one dict lookup, with no contract check or expression evaluation (the first call
         # with that key did both).
         try:
-            key = (variant, output, _frozen(attrs), _frozen(tunables), device.serial,
+            key = (variant, output, _frozen(attrs), _frozen(tunables), device.serial, tuning.generation,
                    *[(name, value.shape, value.dtype) for name, value in inputs.items()])  # fmt: skip
             plan = self._fast_plans.get(key)
         except (TypeError, AttributeError):

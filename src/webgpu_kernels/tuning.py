@@ -76,7 +76,9 @@ class TuningCache:
         return TunedChoice(entry["variant"], dict(entry["tunables"]), float(entry["median_s"]))
 
     def record(self, op_id: str, dtypes: dict[str, str], elements: int, choice: TunedChoice) -> None:
+        global generation
         with self._lock:
+            generation += 1  # kernels drop the plans they chose before this result existed
             self.entries[entry_key(op_id, dtypes, elements)] = {
                 "variant": choice.variant, "tunables": choice.tunables, "median_s": choice.median_s,
             }  # fmt: skip
@@ -101,6 +103,8 @@ def _valid_entry(entry: Any) -> bool:
     )
 
 
+#: Bumped by every recorded result; part of the key of a kernel's per-call plan cache.
+generation = 0
 _caches: dict[str, TuningCache] = {}
 _lock = threading.Lock()
 
