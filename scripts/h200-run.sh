@@ -4,7 +4,10 @@
 #   bash scripts/h200-run.sh experiments   experiment packages against the embedded kernels
 #   bash scripts/h200-run.sh bench   the full comparison (tuning first, so the tuned column is real)
 #   bash scripts/h200-run.sh roundtrip   the comparison on the small, model and large cases only
-# Results land in $OUT (at most 8 files come back).
+#   bash scripts/h200-run.sh tests   the test suite on the H200
+# Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
+#   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
+#     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers
 set -uo pipefail
 source scripts/gpu-preamble.sh
 export COLUMNS=250 WEBGPU_KERNELS_TUNING_DIR=/tmp/tuning WEBGPU_KERNELS_PEER_TIMEOUT=220
@@ -25,6 +28,9 @@ case "${1:-bench}" in
     tune 75
     echo "tuning done after ${SECONDS} s" | tee -a "$OUT/tune.log"
     timeout 470 python3 -m webgpu_kernels bench --compare --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" ;;
+  tests)  # the whole suite on the real GPU (1552 passed, 4 skipped, 2 errors on 2026-11-30: see docs/perf/h200-pytest.log)
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
   roundtrip)  # the comparison on the small, model and large cases (round trips, ORT on the large ones)
     timeout 390 python3 -m webgpu_kernels bench --compare --tag small --tag large --tag model:clip-text --tag model:sd1.5 \
       --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;

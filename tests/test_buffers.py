@@ -160,3 +160,44 @@ def test_a_tensor_collected_in_a_reference_cycle_returns_a_live_buffer(device, q
         del tensor, holder
         gc.collect()
         np.testing.assert_allclose(quick_gelu({"X": x})["Y"], ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
+
+
+def test_a_failed_readback_map_is_a_device_error_and_leaks_nothing(device, quick_gelu, monkeypatch):
+    """wgpu-py reports a failed map as a bare RuntimeError: it must reach the caller as the library's
+    DeviceError (naming what failed), with the staging buffer back in the pool."""
+    from wgpu.backends.wgpu_native import GPUBuffer
+
+    y = quick_gelu({"X": np.linspace(-1, 1, 4096, dtype=f32)}, output="gpu")["Y"]
+    leased = len(device.memory._leased)
+
+    def failing_map(self, mode, offset=0, size=None):
+        raise RuntimeError("Could not map buffer (2 : Buffer is invalid).")
+
+    monkeypatch.setattr(GPUBuffer, "map_sync", failing_map)
+    with pytest.raises(wk.errors.DeviceError) as info:
+        y.numpy()
+    assert not isinstance(info.value, wk.errors.DeviceLostError)
+    assert "reading a GPU tensor" in str(info.value) and "Could not map buffer" in str(info.value)
+    assert len(device.memory._leased) == leased  # the staging buffer went back
+    monkeypatch.undo()
+    np.testing.assert_allclose(y.numpy(), ref.quick_gelu(np.linspace(-1, 1, 4096, dtype=f32)), rtol=2e-6, atol=2e-6)
+    y.release()
+
+
+def test_a_refused_device_request_is_a_device_error(monkeypatch):
+    """Seen on the H200 machine, whose OpenGL adapter refuses a device: wgpu-py rejects the request
+    with a bare RuntimeError, which must become a DeviceError naming the adapter."""
+    from wgpu.backends.wgpu_native import GPUAdapter
+
+    from webgpu_kernels.device import Device, _enumerate, choose_adapter
+
+    summary = choose_adapter(None)
+
+    def refuse(self, **kwargs):
+        raise RuntimeError("Request device failed (3): Validation Error\n\nCaused by:\n  Parent device is lost")
+
+    monkeypatch.setattr(GPUAdapter, "request_device_sync", refuse)
+    with pytest.raises(wk.errors.DeviceError) as info:
+        Device(_enumerate()[summary.index], summary)
+    assert str(info.value) == (f"cannot open a device on {summary.label()}: Request device failed (3): "
+                               "Validation Error Caused by: Parent device is lost")  # fmt: skip

@@ -306,7 +306,12 @@ class DeviceMemory:
     def _map_for_read(self, staging: Any, size: int) -> None:
         # Waited for by wgpu-py's poll thread: a blocking poll on this thread was no faster on the
         # H200 (scripts/readback_probe.py).
-        staging.map_sync(READBACK_MAP_MODE, 0, size)
+        try:
+            staging.map_sync(READBACK_MAP_MODE, 0, size)
+        except RuntimeError as exc:
+            # wgpu-py reports a failed map (e.g. on a lost device) as a RuntimeError: made a GPUError
+            # here so that translate_gpu_errors turns it into the library's error like any other.
+            raise wgpu.GPUError(f"mapping the readback buffer failed: {exc}") from None
 
     def read_into(self, buffer: Any, out: np.ndarray) -> None:
         """Copy the first ``out.nbytes`` of ``buffer`` into ``out`` (C-contiguous), through a pooled
@@ -314,13 +319,15 @@ class DeviceMemory:
         nbytes = out.nbytes
         with self.lock:
             staging = self.acquire(nbytes, READBACK_USAGE)
-            size = padded_size(nbytes)
-            self.flush(then=lambda encoder: encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, size))
-            self._map_for_read(staging, size)
-            try:
-                # The view of mapped memory lives only inside copy_bytes: nothing refers to it at unmap.
-                copy_bytes(np.frombuffer(staging.read_mapped(0, size, copy=False), dtype=np.uint8, count=nbytes),
-                           out.reshape(-1).view(np.uint8))  # fmt: skip
+            try:  # the staging buffer goes back to the pool whatever fails
+                size = padded_size(nbytes)
+                self.flush(then=lambda encoder: encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, size))
+                self._map_for_read(staging, size)
+                try:
+                    # The view of mapped memory lives only inside copy_bytes: nothing refers to it at unmap.
+                    copy_bytes(np.frombuffer(staging.read_mapped(0, size, copy=False), dtype=np.uint8, count=nbytes),
+                               out.reshape(-1).view(np.uint8))  # fmt: skip
+                finally:
+                    staging.unmap()
             finally:
-                staging.unmap()
                 self.release(staging)

@@ -114,8 +114,8 @@ class Device:
         try:
             self.gpu = adapter.request_device_sync(label="webgpu-kernels", required_features=features,
                                                    required_limits=limits)  # fmt: skip
-        except wgpu.GPUError as exc:
-            raise DeviceError(f"cannot open a device on {summary.label()}: {exc}") from None
+        except (wgpu.GPUError, RuntimeError) as exc:  # wgpu-py rejects the request with a RuntimeError
+            raise DeviceError(f"cannot open a device on {summary.label()}: {' '.join(str(exc).split())}") from None
         self.adapter = summary
         self.limits = {k: v for k, v in self.gpu.limits.items() if isinstance(v, int)}
         self.info = DeviceInfo(limits={_camel(k): v for k, v in self.limits.items()},
