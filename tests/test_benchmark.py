@@ -192,6 +192,33 @@ def test_bench_kernel_check_sees_wrong_reference(quick_gelu):
     assert r.max_error is None
 
 
+def test_a_gpu_error_while_benchmarking_is_the_librarys_error(quick_gelu, device, monkeypatch):
+    """A WebGPU error during timing reaches the caller as a DeviceError (bench reports it per case
+    instead of crashing), and every buffer the benchmark made is destroyed."""
+    import wgpu
+    from wgpu.backends.wgpu_native import GPUBuffer
+
+    from webgpu_kernels import benchmark
+
+    made, destroyed = [], []
+    real_create, real_destroy = type(device.gpu).create_buffer, GPUBuffer.destroy
+
+    def failing_timing(device_, bound, **kwargs):
+        raise wgpu.GPUValidationError("timestamp queries refused")
+
+    x = np.ones(4096, dtype=np.float32)
+    bench_kernel(quick_gelu, {"X": x}, **FAST)  # the plan (and its uniform buffer) exists from here on
+
+    monkeypatch.setattr(type(device.gpu), "create_buffer", lambda self, **kw: made.append(real_create(self, **kw)) or made[-1])
+    monkeypatch.setattr(GPUBuffer, "destroy", lambda self: destroyed.append(self) or real_destroy(self))
+    monkeypatch.setattr(benchmark, "time_passes", failing_timing)
+    with pytest.raises(wk.errors.DeviceError, match=r"benchmarking variant 'vec4'\): timestamp queries refused"):
+        bench_kernel(quick_gelu, {"X": x})
+    assert len(made) == 2 and all(any(b is d for d in destroyed) for b in made)  # X and Y
+    monkeypatch.undo()
+    assert bench_kernel(quick_gelu, {"X": x}, **FAST).median_s > 0
+
+
 # --- bench_copy -----------------------------------------------------------------------------------
 
 

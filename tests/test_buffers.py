@@ -171,7 +171,7 @@ def test_a_failed_readback_map_is_a_device_error_and_leaks_nothing(device, quick
     leased = len(device.memory._leased)
 
     def failing_map(self, mode, offset=0, size=None):
-        raise RuntimeError("Could not map buffer (2 : Buffer is invalid).")
+        return rejected("Could not map buffer (2 : Buffer is invalid).")
 
     monkeypatch.setattr(GPUBuffer, "map_sync", failing_map)
     with pytest.raises(wk.errors.DeviceError) as info:
@@ -194,10 +194,31 @@ def test_a_refused_device_request_is_a_device_error(monkeypatch):
     summary = choose_adapter(None)
 
     def refuse(self, **kwargs):
-        raise RuntimeError("Request device failed (3): Validation Error\n\nCaused by:\n  Parent device is lost")
+        return rejected("Request device failed (3): Validation Error\n\nCaused by:\n  Parent device is lost")
 
     monkeypatch.setattr(GPUAdapter, "request_device_sync", refuse)
     with pytest.raises(wk.errors.DeviceError) as info:
         Device(_enumerate()[summary.index], summary)
     assert str(info.value) == (f"cannot open a device on {summary.label()}: Request device failed (3): "
                                "Validation Error Caused by: Parent device is lost")  # fmt: skip
+
+
+def rejected(message):
+    """Wait on a wgpu-py promise rejected with ``message``: raises the bare RuntimeError exactly as
+    wgpu-py does for a failed map or device request."""
+    from wgpu.backends.wgpu_native import GPUPromise
+
+    promise = GPUPromise("test", None)
+    promise._wgpu_set_error(RuntimeError(message))
+    return promise.sync_wait()
+
+
+def test_only_wgpu_runtime_errors_are_translated(device):
+    """A RuntimeError raised outside wgpu is not the GPU's: it passes through untouched."""
+    with pytest.raises(wk.errors.DeviceError):
+        with buffers.translate_gpu_errors("test", device.memory):
+            rejected("Could not map buffer")
+    with pytest.raises(RuntimeError, match="ours") as info:
+        with buffers.translate_gpu_errors("test", device.memory):
+            raise RuntimeError("ours")
+    assert type(info.value) is RuntimeError

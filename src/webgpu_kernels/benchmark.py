@@ -21,9 +21,9 @@ import numpy as np
 import wgpu
 
 from .device import Device
-from .execution import BoundPass, bind, encode, upload
+from .execution import BoundPass, ExecutionPlan, bind, encode, upload
 from .kernel import Kernel
-from .buffers import padded_size
+from .buffers import padded_size, translate_gpu_errors
 from .walltime import back_to_back
 
 #: Datasheet memory bandwidth (bytes/s) by model name, matched as a whole word in the adapter name.
@@ -197,27 +197,8 @@ def bench_kernel(
 ) -> BenchResult:
     """Time one kernel call on GPU-resident copies of ``arrays``; bytes = inputs read + outputs written."""
     device, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
-    buffers = {name: (upload(device, np.asarray(a, order="C")), padded_size(a.nbytes)) for name, a in arrays.items()}
-    out_bytes = 0
-    for out in plan.outputs:
-        nbytes = math.prod(out.shape) * np.dtype(out.dtype).itemsize
-        out_bytes += nbytes
-        buffer = device.gpu.create_buffer(size=padded_size(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
-        buffers[out.role] = (buffer, padded_size(nbytes))
-    try:
-        bound = bind(device, plan, buffers)
-        t = time_passes(device, bound, **timing)
-        max_error = None
-        if check is not None:
-            outputs = {
-                out.role: np.frombuffer(device.gpu.queue.read_buffer(buffers[out.role][0]), dtype=out.dtype,
-                                        count=math.prod(out.shape)).reshape(out.shape)
-                for out in plan.outputs
-            }  # fmt: skip
-            max_error = check(outputs)
-    finally:
-        for b, _ in buffers.values():
-            b.destroy()
+    with translate_gpu_errors(f"benchmarking {plan.label}", device.memory):
+        t, out_bytes, max_error = _time_plan(device, plan, arrays, check, timing)
     in_bytes = sum(a.nbytes for a in arrays.values())
     total = in_bytes + out_bytes
     tbps = total / t.median_s / 1e12 if t.median_s > 0 else float("nan")
@@ -230,6 +211,32 @@ def bench_kernel(
         bytes=total, median_s=t.median_s, p10_s=t.p10_s, p90_s=t.p90_s, samples=t.samples, tbps=tbps,
         peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables={**kernel.manifest.tunables, **(tunables or {})}, max_error=max_error,
     )  # fmt: skip
+
+
+def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndarray],
+               check: Callable[[dict[str, np.ndarray]], float] | None, timing: dict[str, Any]) -> tuple[Timing, int, float | None]:  # fmt: skip
+    """GPU timing of ``plan`` on fresh device copies of ``arrays``: (timing, output bytes, max error)."""
+    buffers = {name: (upload(device, np.asarray(a, order="C")), padded_size(a.nbytes)) for name, a in arrays.items()}
+    out_bytes = 0
+    try:
+        for out in plan.outputs:
+            nbytes = math.prod(out.shape) * np.dtype(out.dtype).itemsize
+            out_bytes += nbytes
+            buffer = device.gpu.create_buffer(size=padded_size(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+            buffers[out.role] = (buffer, padded_size(nbytes))
+        t = time_passes(device, bind(device, plan, buffers), **timing)
+        max_error = None
+        if check is not None:
+            outputs = {
+                out.role: np.frombuffer(device.gpu.queue.read_buffer(buffers[out.role][0]), dtype=out.dtype,
+                                        count=math.prod(out.shape)).reshape(out.shape)
+                for out in plan.outputs
+            }  # fmt: skip
+            max_error = check(outputs)
+    finally:
+        for b, _ in buffers.values():
+            b.destroy()
+    return t, out_bytes, max_error
 
 
 _COPY_WGSL = """

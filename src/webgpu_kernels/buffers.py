@@ -45,6 +45,17 @@ def is_device_lost(exc: BaseException) -> bool:
     return "lost" in str(exc).lower()
 
 
+def raised_by_wgpu_promise(exc: BaseException) -> bool:
+    """wgpu-py rejects a failed promise (a buffer map, a device request) with a bare RuntimeError
+    raised in its own code: such an error is the GPU's, and a RuntimeError from anywhere else is not."""
+    if type(exc) is not RuntimeError or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("wgpu.")
+
+
 class translate_gpu_errors:  # noqa: N801 - used as a function: `with translate_gpu_errors(...)`
     """The one place where wgpu's errors become the library's errors.
 
@@ -63,7 +74,7 @@ class translate_gpu_errors:  # noqa: N801 - used as a function: `with translate_
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if exc is None or not isinstance(exc, wgpu.GPUError):
+        if exc is None or not (isinstance(exc, wgpu.GPUError) or raised_by_wgpu_promise(exc)):
             return
         text = str(exc).strip()
         if is_device_lost(exc):
@@ -306,12 +317,7 @@ class DeviceMemory:
     def _map_for_read(self, staging: Any, size: int) -> None:
         # Waited for by wgpu-py's poll thread: a blocking poll on this thread was no faster on the
         # H200 (scripts/readback_probe.py).
-        try:
-            staging.map_sync(READBACK_MAP_MODE, 0, size)
-        except RuntimeError as exc:
-            # wgpu-py reports a failed map (e.g. on a lost device) as a RuntimeError: made a GPUError
-            # here so that translate_gpu_errors turns it into the library's error like any other.
-            raise wgpu.GPUError(f"mapping the readback buffer failed: {exc}") from None
+        staging.map_sync(READBACK_MAP_MODE, 0, size)
 
     def read_into(self, buffer: Any, out: np.ndarray) -> None:
         """Copy the first ``out.nbytes`` of ``buffer`` into ``out`` (C-contiguous), through a pooled

@@ -17,7 +17,7 @@ from typing import Any
 
 import wgpu
 
-from .buffers import DeviceMemory
+from .buffers import DeviceMemory, raised_by_wgpu_promise
 from .errors import AdapterNotFoundError, DeviceError
 from .program import DeviceInfo
 
@@ -114,7 +114,9 @@ class Device:
         try:
             self.gpu = adapter.request_device_sync(label="webgpu-kernels", required_features=features,
                                                    required_limits=limits)  # fmt: skip
-        except (wgpu.GPUError, RuntimeError) as exc:  # wgpu-py rejects the request with a RuntimeError
+        except (wgpu.GPUError, RuntimeError) as exc:
+            if not (isinstance(exc, wgpu.GPUError) or raised_by_wgpu_promise(exc)):
+                raise
             raise DeviceError(f"cannot open a device on {summary.label()}: {' '.join(str(exc).split())}") from None
         self.adapter = summary
         self.limits = {k: v for k, v in self.gpu.limits.items() if isinstance(v, int)}
