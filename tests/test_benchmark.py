@@ -215,6 +215,8 @@ def test_a_gpu_error_while_benchmarking_is_the_librarys_error(quick_gelu, device
     with pytest.raises(wk.errors.DeviceError, match=r"benchmarking variant 'vec4'\): timestamp queries refused"):
         bench_kernel(quick_gelu, {"X": x})
     assert len(made) == 2 and all(any(b is d for d in destroyed) for b in made)  # X and Y
+    with pytest.raises(wk.errors.DeviceError, match=r"benchmarking the copy kernel\): timestamp queries refused"):
+        bench_copy(device, 4096)
     monkeypatch.undo()
     assert bench_kernel(quick_gelu, {"X": x}, **FAST).median_s > 0
 

@@ -257,25 +257,26 @@ def bench_copy(device: Device, nbytes: int, *, seed: int = 0, **timing: Any) -> 
     """The same timing applied to a plain 16-byte-per-invocation copy kernel: the practical roofline."""
     from .rendering import workgroup_grid
 
-    gpu = device.gpu
-    nbytes = max(16, nbytes // 16 * 16)
-    rng = np.random.default_rng(seed)
-    src = upload(device, rng.integers(0, 2**32, size=nbytes // 4, dtype=np.uint32))
-    dst = gpu.create_buffer(size=nbytes, usage=wgpu.BufferUsage.STORAGE)
-    count = nbytes // 16
-    params = gpu.create_buffer_with_data(data=np.array([count, 0, 0, 0], dtype=np.uint32), usage=wgpu.BufferUsage.UNIFORM)
-    pipeline = gpu.create_compute_pipeline(layout="auto", compute={"module": gpu.create_shader_module(code=_COPY_WGSL),
-                                                                   "entry_point": "main"})  # fmt: skip
-    group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
-        {"binding": 0, "resource": {"buffer": src}}, {"binding": 1, "resource": {"buffer": dst}},
-        {"binding": 2, "resource": {"buffer": params}},
-    ])  # fmt: skip
-    grid = workgroup_grid(count, 256, device.limits["max-compute-workgroups-per-dimension"])
-    try:
-        return time_passes(device, [BoundPass("copy", pipeline, group, grid)], **timing)
-    finally:
-        src.destroy()
-        dst.destroy()
+    with translate_gpu_errors("benchmarking the copy kernel", device.memory):
+        gpu = device.gpu
+        nbytes = max(16, nbytes // 16 * 16)
+        rng = np.random.default_rng(seed)
+        src = upload(device, rng.integers(0, 2**32, size=nbytes // 4, dtype=np.uint32))
+        dst = gpu.create_buffer(size=nbytes, usage=wgpu.BufferUsage.STORAGE)
+        count = nbytes // 16
+        params = gpu.create_buffer_with_data(data=np.array([count, 0, 0, 0], dtype=np.uint32), usage=wgpu.BufferUsage.UNIFORM)
+        pipeline = gpu.create_compute_pipeline(layout="auto", compute={"module": gpu.create_shader_module(code=_COPY_WGSL),
+                                                                       "entry_point": "main"})  # fmt: skip
+        group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
+            {"binding": 0, "resource": {"buffer": src}}, {"binding": 1, "resource": {"buffer": dst}},
+            {"binding": 2, "resource": {"buffer": params}},
+        ])  # fmt: skip
+        grid = workgroup_grid(count, 256, device.limits["max-compute-workgroups-per-dimension"])
+        try:
+            return time_passes(device, [BoundPass("copy", pipeline, group, grid)], **timing)
+        finally:
+            src.destroy()
+            dst.destroy()
 
 
 # --- host-side costs -----------------------------------------------------------------------------
