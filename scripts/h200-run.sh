@@ -28,7 +28,8 @@ case "${1:-bench}" in
     tune 75
     echo "tuning done after ${SECONDS} s" | tee -a "$OUT/tune.log"
     timeout 470 python3 -m webgpu_kernels bench --compare --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" ;;
-  tests)  # the whole suite on the real GPU (1552 passed, 4 skipped, 2 errors on 2026-11-30: see docs/perf/h200-pytest.log)
+  tests)  # the whole suite on the real GPU (2026-11-30, before commit ddb2cbd fixed the two errors: 1552 passed,
+          # 4 skipped, 2 errors; docs/perf/h200-pytest.log)
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
   roundtrip)  # the comparison on the small, model and large cases (round trips, ORT on the large ones)
