@@ -5,6 +5,7 @@
 #   bash scripts/h200-run.sh bench   the full comparison (tuning first, so the tuned column is real)
 #   bash scripts/h200-run.sh roundtrip   the comparison on the small, model and large cases only
 #   bash scripts/h200-run.sh tests   the test suite on the H200
+#   bash scripts/h200-run.sh wait   how the host waits for a readback (scripts/wait_probe.py), then the suite
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers
@@ -30,6 +31,11 @@ case "${1:-bench}" in
     timeout 470 python3 -m webgpu_kernels bench --compare --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" ;;
   tests)  # the whole suite on the real GPU (2026-11-30, before commit ddb2cbd fixed the two errors: 1552 passed,
           # 4 skipped, 2 errors; docs/perf/h200-pytest.log)
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
+  wait)  # where a small round trip's time goes, host cost per call, then the suite
+    timeout 120 python3 scripts/wait_probe.py 2>&1 | tee "$OUT/wait.log"
+    timeout 30 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
   roundtrip)  # the comparison on the small, model and large cases (round trips, ORT on the large ones)
