@@ -27,11 +27,10 @@ from conftest import PACKAGES_DIR
 from webgpu_kernels import errors
 from webgpu_kernels.api import to_gpu
 from webgpu_kernels.contract import check_call
-from webgpu_kernels.expressions import (
-    MAX_INT_BITS, MAX_SEQUENCE_LENGTH, STATIC_FUNCTIONS, ExpressionCompiler, RenderBudget, render_budget,
-)  # fmt: skip
+from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler
 from webgpu_kernels.kernel import Kernel
 from webgpu_kernels.manifest import parse_manifest
+from webgpu_kernels.sandbox import MAX_INT_BITS, MAX_SEQUENCE_LENGTH, RenderBudget, render_budget
 from webgpu_kernels.package import KernelPackage, embedded_root
 from webgpu_kernels.rendering import TemplateRenderer
 

@@ -18,7 +18,7 @@ import numpy as np
 from .errors import (
     AttributeValueError, DTypeError, InputError, MissingInputError, RankError, ShapeError, UnknownInputError,
 )  # fmt: skip
-from .expressions import MAX_SEQUENCE_LENGTH
+from .sandbox import MAX_SEQUENCE_LENGTH
 from .manifest import ONNX_TO_WGSL, Manifest
 
 #: Highest rank an input may have (NumPy's own limit).

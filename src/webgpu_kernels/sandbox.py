@@ -1,0 +1,444 @@
+"""The bounded Jinja sandbox that manifest expressions and WGSL templates both run in.
+
+:class:`BoundedSandbox` is Jinja2's sandbox with what that sandbox leaves open closed (Jinja
+documents that its sandbox bounds no resources):
+
+- the arithmetic that can grow values (``* ** + % // / -``) is intercepted: operand and result
+  sizes are checked *before* anything is computed, ``%`` string formatting is refused, and an
+  intercepted operator is never folded at compile time (``'A' * 10**8`` allocates nothing);
+- ``~`` concatenation is compiled into a bounded join (:func:`harden` rewrites ``Concat`` nodes);
+- attribute and item access walk only mappings (and, in templates, loop and module objects):
+  no attribute of a string, number, list or function is reachable, so no ``format``,
+  ``format_map``, ``__class__``, ``__globals__`` or ``mro`` walk exists;
+- calls reach only an allow-list (checked at run time, whatever the syntax);
+- in templates, loop iterations, macro calls, includes and text built or written are charged to
+  a per-render budget with a wall-clock deadline (:class:`RenderBudget`).
+
+The expression language (expressions.py) and the template environment (templates.py) subclass
+it with their own bounds and allow-lists. docs/security.md states the guarantees and their limits.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import operator
+import time
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import StrictUndefined, nodes
+from jinja2.exceptions import SecurityError
+from jinja2.runtime import Undefined
+from jinja2.sandbox import SandboxedEnvironment
+
+# Largest string or sequence an expression may build (and the longest expression source), the
+# largest integer (in bits) and the deepest nesting: manifest values are shapes and small numbers.
+MAX_SEQUENCE_LENGTH = 4096
+MAX_INT_BITS = 128
+MAX_EXPRESSION_DEPTH = 32
+
+
+class SandboxViolation(SecurityError):
+    """Raised inside a sandbox when something is refused (a construct or a resource bound).
+
+    A :class:`jinja2.exceptions.SecurityError`, so it passes through Jinja unchanged; the
+    expression and template front ends turn it into the library's sandbox errors. ``lineno``
+    is set where the refusal is known at compile time.
+    """
+
+    def __init__(self, message: str, lineno: int | None = None) -> None:
+        super().__init__(message)
+        self.lineno = lineno
+
+
+# --- per-render budget ----------------------------------------------------------------------------
+
+#: Work units one template render may spend: each loop iteration costs the node count of the loop
+#: body (so an iteration's uncharged work is bounded by the template's size), each call
+#: CALL_COST, each macro call and each include also the node count of what runs.
+MAX_RENDER_WORK = 500_000
+CALL_COST = 32
+#: Characters of text one render may build or write in all (values, macro bodies, output).
+MAX_RENDER_TEXT = 64 * 1024 * 1024
+#: Wall-clock seconds one render may take (checked at each charge).
+MAX_RENDER_SECONDS = 10.0
+
+
+@dataclass
+class RenderBudget:
+    """What one template render has spent; every loop iteration, call and text is charged here."""
+
+    work_limit: int = MAX_RENDER_WORK
+    text_limit: int = MAX_RENDER_TEXT
+    seconds: float = MAX_RENDER_SECONDS
+    work: int = 0
+    text: int = 0
+    deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.seconds
+
+    def charge(self, units: int) -> None:
+        self.work += units
+        if self.work > self.work_limit:
+            raise SandboxViolation(f"the template does more than {self.work_limit} units of work "
+                                   "(loop iterations weighted by the loop body's size, calls, includes)")  # fmt: skip
+        if time.monotonic() > self.deadline:
+            raise SandboxViolation(f"rendering took longer than {self.seconds:g} s")
+
+    def build(self, chars: int) -> None:
+        self.text += chars
+        if self.text > self.text_limit:
+            raise SandboxViolation(f"the template builds more than {self.text_limit} characters of text in all")
+
+
+_BUDGET: contextvars.ContextVar[RenderBudget | None] = contextvars.ContextVar("webgpu_kernels_budget", default=None)
+
+
+@contextmanager
+def render_budget(budget: RenderBudget | None = None) -> Iterator[RenderBudget]:
+    """Make a budget current for this thread (a fresh one, unless a render is already running)."""
+    current = _BUDGET.get()
+    if current is not None:
+        yield current
+        return
+    budget = budget or RenderBudget()
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
+def _charge(units: int) -> None:
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.charge(units)
+
+
+def charge_text(chars: int) -> None:
+    """Charge ``chars`` characters of text built to the current render's budget (if a render runs)."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.build(chars)
+
+
+# --- the bounded sandbox --------------------------------------------------------------------------
+
+
+class _Internal:
+    """A function the hardened code calls through ``environment.<name>`` (never reachable by name)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"<sandbox {self.fn.__name__}>"
+
+
+_NUMBER = (int, float)
+_BINOPS = {
+    "*": operator.mul, "**": operator.pow, "+": operator.add, "%": operator.mod,
+    "//": operator.floordiv, "/": operator.truediv, "-": operator.sub,
+}  # fmt: skip
+
+
+class BoundedSandbox(SandboxedEnvironment):
+    """Jinja's sandbox with growth, access and calls bounded (see the module docstring).
+
+    Subclasses set the size bounds and widen access for templates.
+    """
+
+    #: Longest string a value may be, in characters.
+    max_text = MAX_SEQUENCE_LENGTH
+    #: Most items a list or tuple (or a range, a loop) may hold.
+    max_items = MAX_SEQUENCE_LENGTH
+    #: Largest integer, in bits.
+    max_int_bits = MAX_INT_BITS
+
+    intercepted_binops = frozenset(_BINOPS)
+    intercepted_unops = frozenset(["-", "+"])
+
+    def __init__(self, **options: Any) -> None:
+        options.setdefault("undefined", StrictUndefined)
+        options.setdefault("autoescape", False)
+        # No compile-time constant folding by the optimizer: nothing is evaluated before the
+        # bounds apply (intercepted operators and the hardened nodes are never folded either).
+        options.setdefault("optimized", False)
+        super().__init__(**options)
+
+    # --- values ---------------------------------------------------------------------------------
+
+    def refuse(self, message: str) -> SandboxViolation:
+        return SandboxViolation(message)
+
+    def check_value(self, value: Any) -> Any:
+        """``value`` if it is within the bounds; else the sandbox refuses it."""
+        if isinstance(value, str):
+            if len(value) > self.max_text:
+                raise self.refuse(f"a string of {len(value)} characters exceeds the limit of {self.max_text}")
+        elif isinstance(value, bool) or value is None or isinstance(value, float):
+            pass
+        elif isinstance(value, int):
+            if value.bit_length() > self.max_int_bits:
+                raise self.refuse(f"an integer of {value.bit_length()} bits exceeds the limit of {self.max_int_bits}")
+        elif isinstance(value, (list, tuple)):
+            if len(value) > self.max_items:
+                raise self.refuse(f"a sequence of {len(value)} items exceeds the limit of {self.max_items}")
+        elif isinstance(value, complex):
+            raise self.refuse("complex numbers are not values here")
+        return value
+
+    def text_size(self, value: Any, limit: int, depth: int = 0) -> int:
+        """An upper bound of ``len(str(value))``, computed without building it (stops past ``limit``)."""
+        if isinstance(value, str):
+            return len(value)
+        if value is None or isinstance(value, (bool, float)):
+            return 24
+        if isinstance(value, int):
+            return value.bit_length() // 3 + 2
+        if isinstance(value, Undefined):
+            value._fail_with_undefined_error()
+        if isinstance(value, range):
+            return 48
+        if isinstance(value, (list, tuple, dict)):
+            if depth > MAX_EXPRESSION_DEPTH:
+                raise self.refuse("a value nested too deeply to convert to text")
+            items: Iterable[Any] = value
+            if isinstance(value, dict):
+                items = (part for pair in value.items() for part in pair)
+            total = 2
+            for item in items:
+                if isinstance(item, str):  # repr() inside a container: quotes and escapes
+                    total += len(item) + 2 if item.isprintable() else 10 * len(item) + 2
+                else:
+                    total += self.text_size(item, limit - total, depth + 1)
+                total += 2
+                if total > limit:
+                    break
+            return total
+        raise self.refuse(f"a {type(value).__name__} cannot be converted to text")
+
+    def to_text(self, value: Any) -> str:
+        """``str(value)``, refused before building if it would exceed the text bound."""
+        if isinstance(value, str):
+            return self.check_value(value)
+        size = self.text_size(value, self.max_text)
+        if size > self.max_text:
+            raise self.refuse(
+                f"converting a {type(value).__name__} to text exceeds the limit of {self.max_text} characters"
+            )
+        return self.check_value(str(value))
+
+    def take(self, value: Any) -> Any:
+        """``value`` as a sized sequence of at most ``max_items`` items (iterating at most that far)."""
+        if isinstance(value, Undefined):
+            value._fail_with_undefined_error()
+        if isinstance(value, (list, tuple, range, str)):
+            if len(value) > self.max_items:
+                raise self.refuse(f"a sequence of {len(value)} items exceeds the limit of {self.max_items}")
+            return value
+        if isinstance(value, Mapping):
+            value = value.keys()
+        items = []
+        for item in value:
+            items.append(item)
+            if len(items) > self.max_items:
+                raise self.refuse(f"a sequence of more than {self.max_items} items")
+        return items
+
+    # --- operators ------------------------------------------------------------------------------
+
+    def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
+        for operand in (left, right):
+            if isinstance(operand, Undefined):
+                operand._fail_with_undefined_error()
+        self._precheck(operator_name, left, right)
+        result = self.check_value(_BINOPS[operator_name](left, right))
+        if isinstance(result, (str, list, tuple)):
+            charge_text(len(result))
+        return result
+
+    def _precheck(self, op: str, left: Any, right: Any) -> None:
+        """Refuse, before computing, what would exceed the bounds."""
+        if op == "%" and isinstance(left, str):
+            raise self.refuse("string formatting with % is not allowed")
+        if op == "*":
+            for seq, count in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
+                    limit = self.max_text if isinstance(seq, str) else self.max_items
+                    if len(seq) * max(count, 0) > limit:
+                        raise self.refuse(f"repeating a sequence of {len(seq)} items {count} times exceeds "
+                                          f"the limit of {limit}")  # fmt: skip
+            if isinstance(left, int) and isinstance(right, int):
+                if left.bit_length() + right.bit_length() > 2 * self.max_int_bits + 2:
+                    raise self.refuse(f"the product exceeds the limit of {self.max_int_bits} bits")
+        elif op == "+":
+            if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+                limit = self.max_text if isinstance(left, str) else self.max_items
+                if len(left) + len(right) > limit:
+                    raise self.refuse(
+                        f"joining sequences of {len(left)} and {len(right)} items exceeds the limit of {limit}"
+                    )
+        elif op == "**":
+            if isinstance(right, _NUMBER) and not isinstance(right, bool) and abs(right) > self.max_int_bits:
+                raise self.refuse(f"exponent {right!r} exceeds the limit of {self.max_int_bits}")
+            if isinstance(left, int) and isinstance(right, int) and right > 0:
+                if (left.bit_length() - 1) * right > self.max_int_bits + 1:
+                    raise self.refuse(f"the power exceeds the limit of {self.max_int_bits} bits")
+
+    def call_unop(self, context: Any, operator_name: str, arg: Any) -> Any:
+        if isinstance(arg, Undefined):
+            arg._fail_with_undefined_error()
+        return -arg if operator_name == "-" else +arg
+
+    # --- access ---------------------------------------------------------------------------------
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if isinstance(obj, Undefined):
+            obj._fail_with_undefined_error()
+        if isinstance(obj, Mapping):
+            if attribute in obj:
+                return obj[attribute]
+            return self.undefined(obj=obj, name=attribute)
+        return self._other_attribute(obj, attribute)
+
+    def _other_attribute(self, obj: Any, attribute: str) -> Any:
+        return self.undefined(f"attribute {attribute!r} of a {type(obj).__name__} is not accessible here",
+                              name=attribute, exc=SecurityError)  # fmt: skip
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if isinstance(obj, Undefined):
+            obj._fail_with_undefined_error()
+        if isinstance(obj, Mapping):
+            try:
+                return obj[argument]
+            except (KeyError, TypeError):
+                return self.undefined(obj=obj, name=argument)
+        if isinstance(obj, (list, tuple, str, range)):
+            if isinstance(argument, slice) or (isinstance(argument, int) and not isinstance(argument, bool)):
+                try:
+                    return obj[argument]
+                except IndexError:
+                    return self.undefined(obj=obj, name=argument)
+            if isinstance(argument, str):
+                return self.getattr(obj, argument)
+            return self.undefined(f"a {type(obj).__name__} cannot be indexed by a {type(argument).__name__}",
+                                  name=str(argument), exc=SecurityError)  # fmt: skip
+        if isinstance(argument, str):
+            return self.getattr(obj, argument)
+        return self.undefined(f"a {type(obj).__name__} cannot be indexed here", name=str(argument), exc=SecurityError)
+
+    # --- calls ----------------------------------------------------------------------------------
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        if isinstance(__obj, _Internal):
+            return __obj.fn(__self, *args)  # (Jinja adds _loop_vars/_block_vars keywords: not for these)
+        if isinstance(__obj, Undefined):
+            __obj._fail_with_undefined_error()
+        _charge(CALL_COST)
+        if not __self.callable_allowed(__obj):
+            raise __self.refuse(f"calling a {type(__obj).__name__} is not allowed here")
+        return __self.check_value(__context.call(__obj, *args, **kwargs))
+
+    def callable_allowed(self, obj: Any) -> bool:
+        """Expressions call only the plain Python functions their scope holds (the allow-list is
+        enforced on the syntax: only the named functions can be called at all)."""
+        return isinstance(obj, types.FunctionType)
+
+    # --- what :func:`harden` compiles in ---------------------------------------------------------
+
+    def _concat(self, *parts: Any) -> str:
+        total = 0
+        for part in parts:
+            total += self.text_size(part, self.max_text)
+            if total > self.max_text:
+                raise self.refuse(f"'~' would build more than {self.max_text} characters")
+        text = "".join(self.to_text(part) for part in parts)
+        charge_text(len(text))
+        return self.check_value(text)
+
+    def _iterate(self, iterable: Any, weight: int) -> Iterator[Any]:
+        if isinstance(iterable, Undefined):
+            iterable._fail_with_undefined_error()
+        count = 0
+        for item in iterable:
+            count += 1
+            if count > self.max_items:
+                raise self.refuse(f"a loop of more than {self.max_items} iterations")
+            _charge(weight)
+            yield item
+
+    def _charge_work(self, units: int) -> str:
+        _charge(units)
+        return ""
+
+    def _emit(self, value: Any) -> str:
+        text = self.to_text(value)
+        charge_text(len(text))
+        return text
+
+    wk_concat = _Internal(_concat)
+    wk_iterate = _Internal(_iterate)
+    wk_charge = _Internal(_charge_work)
+    wk_emit = _Internal(_emit)
+
+
+def _internal_call(name: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:
+    return nodes.Call(nodes.EnvironmentAttribute(name, lineno=lineno), args, [], None, None, lineno=lineno)
+
+
+def _weight(node_list: Iterable[nodes.Node]) -> int:
+    return sum(1 + sum(1 for _ in node.find_all(nodes.Node)) for node in node_list)
+
+
+def harden(tree: nodes.Node, *, template: bool) -> nodes.Node:
+    """Rewrite a checked tree so that what Jinja leaves unbounded goes through the sandbox.
+
+    Every ``a ~ b`` becomes a bounded join. In templates also: every piece of output is charged
+    (text written inside macros, ``{% set %}`` blocks and filters counts too), every loop
+    iteration is charged by the size of what it runs, and every template body, macro body and
+    ``{% call %}`` body is charged by its size when it runs.
+    """
+
+    def rewrite(node: nodes.Node) -> nodes.Node:
+        if template:
+            if isinstance(node, nodes.For):
+                weight = 1 + _weight(node.body) + (_weight([node.test]) if node.test is not None else 0)
+                node.iter = _internal_call("wk_iterate", [node.iter, nodes.Const(weight)], node.lineno)
+            elif isinstance(node, (nodes.Template, nodes.Macro, nodes.CallBlock)):
+                charge = _internal_call("wk_charge", [nodes.Const(1 + _weight(node.body))], node.lineno or 1)
+                node.body = [nodes.Output([charge], lineno=node.lineno or 1), *node.body]
+        for field in node.fields:
+            value = getattr(node, field, None)
+            if isinstance(value, nodes.Node):
+                setattr(node, field, rewrite(value))
+            elif isinstance(value, list):
+                setattr(node, field, [rewrite(v) if isinstance(v, nodes.Node) else v for v in value])
+        if isinstance(node, nodes.Concat):
+            return _internal_call("wk_concat", list(node.nodes), node.lineno)
+        if template and isinstance(node, nodes.Output):
+            node.nodes = [
+                _internal_call("wk_emit", [nodes.Const(child.data) if isinstance(child, nodes.TemplateData) else child],
+                               child.lineno)
+                for child in node.nodes
+            ]  # fmt: skip
+        return node
+
+    return rewrite(tree)
+
+
+def tree_depth_error(tree: nodes.Node, max_depth: int) -> tuple[int, int] | None:
+    """(depth, lineno) of the first node nested deeper than ``max_depth``, else None."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            return depth, node.lineno
+        stack.extend((child, depth + 1) for child in node.iter_child_nodes())
+    return None

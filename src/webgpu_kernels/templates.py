@@ -1,0 +1,432 @@
+"""The template environment: Jinja's bounded sandbox (sandbox.py) set up for WGSL templates.
+
+Templates compile in :class:`TemplateSandbox`: a node allow-list checked at compile time, the
+filters, tests and globals a template may use (each filter checks sizes before it builds text),
+template-sized bounds, and a render budget around every render. A package's templates load
+through :class:`PackageLoader`, by plain file names only; :func:`template_error` turns anything a
+template raises into the library's TemplateError or TemplateSandboxError with file and line.
+The names a template sees are rendering.py's :func:`~webgpu_kernels.rendering.template_context`.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+import types
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from jinja2 import BaseLoader, Template, TemplateNotFound, TemplateSyntaxError, nodes, pass_context
+from jinja2 import filters as jinja_filters
+from jinja2 import tests as jinja_tests
+from jinja2.environment import TemplateModule
+from jinja2.exceptions import SecurityError
+from jinja2.runtime import LoopContext, Macro
+
+from .errors import KernelError, TemplateError, TemplateSandboxError
+from .sandbox import (
+    MAX_EXPRESSION_DEPTH, MAX_INT_BITS, BoundedSandbox, SandboxViolation, charge_text, harden, render_budget,
+)  # fmt: skip
+
+#: Longest template source, in characters.
+MAX_TEMPLATE_BYTES = 256 * 1024
+#: Longest rendered WGSL, in characters (also the longest string a template may build).
+MAX_RENDERED_BYTES = 1024 * 1024
+#: Most items a template's list or ``range`` may hold, and the most iterations of one loop.
+MAX_TEMPLATE_ITEMS = 100_000
+#: Deepest nesting of statements (``{% for %}`` in ``{% if %}`` ...) in a template.
+MAX_TEMPLATE_NESTING = 16
+#: Template names (the manifest's ``shader``, ``{% include %}``/``{% import %}`` targets).
+TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}\Z")
+
+#: Filters a template may use; Jinja's others (and its globals cycler, joiner, lipsum, namespace) are withheld.
+_FILTERS = ("abs", "default", "first", "float", "int", "join", "last", "length", "lower", "max", "min", "round",
+            "string", "trim", "upper", "list", "replace", "indent")  # fmt: skip
+
+
+def wgsl_float(value: Any, suffix: str = "") -> str:
+    """A WGSL floating-point literal for ``value`` (``1.702``, ``1e-05``); ``suffix`` "f" or "h"."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"wgsl_float needs a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"WGSL has no literal for {number!r}")
+    text = repr(number)
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text + suffix
+
+
+def wgsl_uint(value: Any) -> str:
+    """A WGSL u32 literal for ``value`` (``7u``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise ValueError(f"wgsl_uint needs an integer in [0, 2^32), got {value!r}")
+    return f"{value}u"
+
+
+# --- the template sandbox -------------------------------------------------------------------------
+
+#: Node types a template may contain (checked when it compiles). Withheld: ``{% extends %}`` and
+#: ``{% block %}`` (a package's templates are single files plus includes), ``{% autoescape %}``,
+#: namespace assignments, and everything only extensions produce.
+_TEMPLATE_NODES = frozenset([
+    nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, nodes.Const, nodes.Getattr,
+    nodes.Getitem, nodes.Slice, nodes.If, nodes.For, nodes.Assign, nodes.AssignBlock, nodes.Macro,
+    nodes.CallBlock, nodes.FilterBlock, nodes.With, nodes.Include, nodes.Import, nodes.FromImport,
+    nodes.Call, nodes.Keyword, nodes.Filter, nodes.Test, nodes.Compare, nodes.Operand, nodes.And,
+    nodes.Or, nodes.Not, nodes.Neg, nodes.Pos, nodes.Add, nodes.Sub, nodes.Mul, nodes.Div,
+    nodes.FloorDiv, nodes.Mod, nodes.Pow, nodes.Concat, nodes.CondExpr, nodes.List, nodes.Tuple,
+    nodes.Dict, nodes.Pair,
+])  # fmt: skip
+_NODE_WORDS = {"Extends": "{% extends %}", "Block": "{% block %}", "NSRef": "assigning to a namespace attribute",
+               "ScopedEvalContextModifier": "{% autoescape %}", "EvalContextModifier": "{% autoescape %}",
+               "Scope": "{% autoescape %}"}  # fmt: skip
+_LOOP_ATTRIBUTES = frozenset(["index", "index0", "revindex", "revindex0", "first", "last", "length", "depth",
+                              "depth0", "previtem", "nextitem"])  # fmt: skip
+_DICT_METHODS = frozenset(["items", "keys", "values"])
+
+
+def _numbers_only(name: str, test: Callable[..., bool]) -> Callable[..., bool]:
+    # Jinja's odd/even/divisibleby compute ``value % n``, which for a string is %-formatting.
+    def checked(value: Any, *args: Any) -> bool:
+        for v in (value, *args):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SandboxViolation(f"the test {name!r} takes numbers, got a {type(v).__name__}")
+        return test(value, *args)
+
+    return checked
+
+
+_TESTS: dict[str, Callable[..., bool]] = {
+    **{name: jinja_tests.TESTS[name] for name in (
+        "defined", "undefined", "none", "boolean", "false", "true", "integer", "float", "number", "string",
+        "mapping", "sequence", "iterable", "sameas", "in", "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<",
+        "le", "<=", "gt", "greaterthan", ">", "ge", ">=")},
+    "odd": _numbers_only("odd", jinja_tests.test_odd),
+    "even": _numbers_only("even", jinja_tests.test_even),
+    "divisibleby": _numbers_only("divisibleby", jinja_tests.test_divisibleby),
+}  # fmt: skip
+
+
+class _Range:
+    """The ``range`` global: Python's range, at most :data:`MAX_TEMPLATE_ITEMS` long."""
+
+    def __call__(self, *args: Any) -> range:
+        for a in args:
+            if isinstance(a, bool) or not isinstance(a, int):
+                raise SandboxViolation(f"range() takes integers, got a {type(a).__name__}")
+        result = range(*args)
+        try:
+            length = len(result)
+        except OverflowError:
+            length = MAX_TEMPLATE_ITEMS + 1
+        if length > MAX_TEMPLATE_ITEMS:
+            raise SandboxViolation(f"a range of more than {MAX_TEMPLATE_ITEMS} items")
+        return result
+
+    def __repr__(self) -> str:
+        return "<range>"
+
+
+class _BudgetedTemplate(Template):
+    """Every render of a template (and what it includes) runs under one :class:`RenderBudget`."""
+
+    def render(self, *args: Any, **kwargs: Any) -> str:
+        with render_budget():
+            return super().render(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        with render_budget():
+            yield from super().generate(*args, **kwargs)
+
+
+class TemplateSandbox(BoundedSandbox):
+    """The environment templates compile and render in: :class:`BoundedSandbox` with template-sized
+    bounds, the filter/test/global allow-lists, the node allow-list and the render budget."""
+
+    max_text = MAX_RENDERED_BYTES
+    max_items = MAX_TEMPLATE_ITEMS
+
+    def __init__(self, loader: BaseLoader | None = None) -> None:
+        super().__init__(loader=loader, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                         auto_reload=False)  # fmt: skip
+        self.template_class = _BudgetedTemplate
+        self.filters = dict(_TEMPLATE_FILTERS)
+        self.tests = dict(_TESTS)
+        self.globals = {"range": _Range()}
+
+    def compile(self, source: Any, name: str | None = None, filename: str | None = None, raw: bool = False,
+                defer_init: bool = False) -> Any:  # fmt: skip
+        """Parse, check against the allow-list, harden (:func:`harden`), then compile."""
+        try:
+            if isinstance(source, str):
+                if len(source) > MAX_TEMPLATE_BYTES:
+                    raise SandboxViolation(f"template source longer than {MAX_TEMPLATE_BYTES} characters")
+                try:
+                    tree = self._parse(source, name, filename)
+                except RecursionError:
+                    raise SandboxViolation("the template is nested too deeply") from None
+                _check_template(tree)
+                source = harden(tree, template=True)
+            try:
+                return super().compile(source, name, filename, raw, defer_init)
+            except (RecursionError, SyntaxError, MemoryError) as exc:  # Python's compiler limits
+                raise SandboxViolation(f"the template is too complex to compile ({type(exc).__name__})") from None
+        except SandboxViolation as exc:
+            exc.template_name = name  # type: ignore[attr-defined]
+            raise
+
+    # --- access: mappings, loop objects, imported templates; nothing else --------------------------
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and attribute not in obj and attribute in _DICT_METHODS:
+            return getattr(obj, attribute)
+        return super().getattr(obj, attribute)
+
+    def _other_attribute(self, obj: Any, attribute: str) -> Any:
+        if isinstance(obj, LoopContext) and attribute in _LOOP_ATTRIBUTES:
+            return getattr(obj, attribute)
+        if isinstance(obj, TemplateModule) and not attribute.startswith("_"):
+            value = getattr(obj, attribute, None)
+            if value is not None:
+                return value
+            return self.undefined(obj=obj, name=attribute)
+        return super()._other_attribute(obj, attribute)
+
+    def callable_allowed(self, obj: Any) -> bool:
+        """``range``, macros (and ``caller``), and ``items()``/``keys()``/``values()`` of a dict."""
+        if isinstance(obj, (_Range, Macro)):
+            return True
+        return (isinstance(obj, types.BuiltinMethodType) and obj.__name__ in _DICT_METHODS
+                and type(obj.__self__) is dict)  # fmt: skip
+
+
+def _check_template(tree: nodes.Template) -> None:
+    """Refuse nodes outside the allow-list, ``self``, recursive loops, huge literals, deep nesting."""
+    stack: list[tuple[nodes.Node, int, int]] = [(tree, 0, 0)]
+    while stack:
+        node, statements, expression = stack.pop()
+        kind = type(node)
+        if kind not in _TEMPLATE_NODES:
+            what = _NODE_WORDS.get(kind.__name__, kind.__name__)
+            raise SandboxViolation(f"{what} is not allowed in templates", node.lineno)
+        if kind is nodes.Name and node.name == "self":
+            raise SandboxViolation("'self' is not available in templates", node.lineno)
+        if kind is nodes.For and node.recursive:
+            raise SandboxViolation("recursive loops are not allowed in templates", node.lineno)
+        if kind is nodes.Const and isinstance(node.value, int) and node.value.bit_length() > MAX_INT_BITS:
+            raise SandboxViolation(f"an integer literal of more than {MAX_INT_BITS} bits", node.lineno)
+        if isinstance(node, nodes.Stmt):
+            statements, expression = statements + 1, 0
+            if statements > MAX_TEMPLATE_NESTING:
+                raise SandboxViolation(f"statements nested more than {MAX_TEMPLATE_NESTING} levels deep", node.lineno)
+        else:
+            expression += 1
+            if expression > MAX_EXPRESSION_DEPTH:
+                raise SandboxViolation(f"an expression nested more than {MAX_EXPRESSION_DEPTH} levels deep",
+                                       node.lineno)  # fmt: skip
+        stack.extend((child, statements, expression) for child in node.iter_child_nodes())
+
+
+# --- filters: each checks sizes before building, is charged, and is never folded at compile time ---
+
+
+def _env(context: Any) -> TemplateSandbox:
+    return context.environment
+
+
+def _result(context: Any, value: Any) -> Any:
+    value = _env(context).check_value(value)
+    if isinstance(value, str):
+        charge_text(len(value))
+    return value
+
+
+@pass_context
+def _f_join(context: Any, value: Any, d: Any = "", attribute: Any = None) -> str:
+    env = _env(context)
+    if attribute is not None:
+        raise SandboxViolation("join(attribute=...) is not supported in templates")
+    items = env.take(value)
+    separator = env.to_text(d)
+    total = len(separator) * max(len(items) - 1, 0)
+    for item in items:
+        total += env.text_size(item, env.max_text)
+        if total > env.max_text:
+            raise SandboxViolation(f"join would build more than {env.max_text} characters")
+    return _result(context, separator.join(env.to_text(item) for item in items))
+
+
+@pass_context
+def _f_list(context: Any, value: Any) -> list[Any]:
+    return _result(context, list(_env(context).take(value)))
+
+
+@pass_context
+def _f_length(context: Any, value: Any) -> int:
+    if isinstance(value, (str, list, tuple, dict, range)):
+        return len(value)
+    return len(_env(context).take(value))
+
+
+@pass_context
+def _f_string(context: Any, value: Any) -> str:
+    return _result(context, _env(context).to_text(value))
+
+
+@pass_context
+def _f_lower(context: Any, value: Any) -> str:
+    return _result(context, _env(context).to_text(value).lower())
+
+
+@pass_context
+def _f_upper(context: Any, value: Any) -> str:
+    return _result(context, _env(context).to_text(value).upper())
+
+
+@pass_context
+def _f_trim(context: Any, value: Any, chars: Any = None) -> str:
+    if chars is not None:
+        chars = _env(context).to_text(chars)
+    return _result(context, _env(context).to_text(value).strip(chars))
+
+
+@pass_context
+def _f_replace(context: Any, s: Any, old: Any, new: Any, count: Any = None) -> str:
+    env = _env(context)
+    s, old, new = env.to_text(s), env.to_text(old), env.to_text(new)
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+        raise SandboxViolation("replace(): count must be an integer")
+    n = s.count(old) if old else len(s) + 1
+    if count is not None and count >= 0:
+        n = min(n, count)
+    if len(s) + n * (len(new) - len(old)) > env.max_text:
+        raise SandboxViolation(f"replace would build more than {env.max_text} characters")
+    return _result(context, s.replace(old, new, -1 if count is None else count))
+
+
+@pass_context
+def _f_indent(context: Any, s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> str:
+    env = _env(context)
+    s = env.to_text(s)
+    if isinstance(width, str):
+        indention = env.to_text(width)
+    else:
+        width = operator.index(width)
+        if width > env.max_text:
+            raise SandboxViolation(f"indent width {width} exceeds the limit of {env.max_text}")
+        indention = " " * max(width, 0)
+    if len(s) + (s.count("\n") + 1) * len(indention) > env.max_text:
+        raise SandboxViolation(f"indent would build more than {env.max_text} characters")
+    return _result(context, jinja_filters.do_indent(s, indention, first, blank))
+
+
+@pass_context
+def _f_first(context: Any, value: Any) -> Any:
+    return jinja_filters.do_first(_env(context), _env(context).take(value))
+
+
+@pass_context
+def _f_last(context: Any, value: Any) -> Any:
+    return jinja_filters.do_last(_env(context), _env(context).take(value))
+
+
+@pass_context
+def _f_max(context: Any, value: Any, case_sensitive: bool = False, attribute: Any = None) -> Any:
+    return jinja_filters.do_max(_env(context), _env(context).take(value), case_sensitive, attribute)
+
+
+@pass_context
+def _f_min(context: Any, value: Any, case_sensitive: bool = False, attribute: Any = None) -> Any:
+    return jinja_filters.do_min(_env(context), _env(context).take(value), case_sensitive, attribute)
+
+
+@pass_context
+def _f_default(context: Any, value: Any, default_value: Any = "", boolean: bool = False) -> Any:
+    return jinja_filters.do_default(value, default_value, boolean)
+
+
+@pass_context
+def _f_abs(context: Any, value: Any) -> Any:
+    return _result(context, abs(value))
+
+
+@pass_context
+def _f_round(context: Any, value: Any, precision: int = 0, method: str = "common") -> float:
+    return _result(context, jinja_filters.do_round(value, precision, method))
+
+
+@pass_context
+def _f_int(context: Any, value: Any, default: int = 0, base: int = 10) -> int:
+    if isinstance(value, str) and len(value) > 64:
+        raise SandboxViolation("int() of a string longer than 64 characters")
+    return _result(context, jinja_filters.do_int(value, default, base))
+
+
+@pass_context
+def _f_float(context: Any, value: Any, default: float = 0.0) -> float:
+    if isinstance(value, str) and len(value) > 64:
+        raise SandboxViolation("float() of a string longer than 64 characters")
+    return _result(context, jinja_filters.do_float(value, default))
+
+
+_TEMPLATE_FILTERS: dict[str, Callable[..., Any]] = {
+    "abs": _f_abs, "default": _f_default, "first": _f_first, "float": _f_float, "int": _f_int, "join": _f_join,
+    "last": _f_last, "length": _f_length, "lower": _f_lower, "max": _f_max, "min": _f_min, "round": _f_round,
+    "string": _f_string, "trim": _f_trim, "upper": _f_upper, "list": _f_list, "replace": _f_replace,
+    "indent": _f_indent, "wgsl_float": wgsl_float, "wgsl_uint": wgsl_uint,
+}  # fmt: skip
+assert set(_TEMPLATE_FILTERS) == set(_FILTERS) | {"wgsl_float", "wgsl_uint"}
+
+
+def template_error(exc: Exception, shader: str) -> KernelError:
+    """The library's error for ``exc``, raised while loading or rendering template ``shader``."""
+    if isinstance(exc, KernelError):
+        return exc
+    if isinstance(exc, TemplateNotFound):
+        missing = exc.name if isinstance(exc.name, str) else shader
+        if missing != shader:  # an {% include %} or {% import %} of a file the package lacks
+            line = _template_line(exc.__traceback__, shader)
+            return TemplateError(f"includes {missing!r}, which is not in the package", file=shader, line=line)
+        return TemplateError("template not found in the package", file=shader)
+    if isinstance(exc, TemplateSyntaxError):
+        return TemplateError(f"syntax error: {exc.message}", file=exc.name or shader, line=exc.lineno)
+    if isinstance(exc, (SecurityError, RecursionError)):
+        where = getattr(exc, "template_name", None) or shader
+        line = _template_line(exc.__traceback__, where) or getattr(exc, "lineno", None)
+        reason = str(exc) if isinstance(exc, SecurityError) else "nested too deeply (recursion)"
+        return TemplateSandboxError(f"refused by the sandbox: {reason}", file=where, line=line)
+    line = _template_line(exc.__traceback__, shader)
+    return TemplateError(f"{type(exc).__name__}: {exc}", file=shader, line=line)
+
+
+class PackageLoader(BaseLoader):
+    """Loads a package's templates by name through ``read`` (a file at the top of the package)."""
+
+    def __init__(self, read: Callable[[str], str]) -> None:
+        self._read = read
+
+    def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
+        # The name becomes a file name and Jinja's code object file name: letters, digits, . _ -
+        # only, so no path, quote, newline or control character gets anywhere (CVE-2024-56201).
+        if not isinstance(template, str) or not TEMPLATE_NAME.match(template):
+            raise SandboxViolation(f"template name {str(template)[:80]!r} is refused: a file at the top of the "
+                                   "package, named with letters, digits, '.', '_' and '-'")  # fmt: skip
+        try:
+            source = self._read(template)
+        except KernelError:
+            raise TemplateNotFound(template) from None
+        if len(source) > MAX_TEMPLATE_BYTES:
+            raise TemplateSandboxError(f"template larger than {MAX_TEMPLATE_BYTES} bytes", file=template)
+        return source, template, lambda: True
+
+
+def _template_line(tb: TracebackType | None, filename: str) -> int | None:
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
