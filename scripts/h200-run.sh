@@ -35,6 +35,7 @@ case "${1:-bench}" in
     timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
   wait)  # where a small round trip's time goes, host cost per call, then the suite
     timeout 120 python3 scripts/wait_probe.py 2>&1 | tee "$OUT/wait.log"
+    timeout 120 python3 scripts/wait_probe.py 30 --map-modes 2>&1 | tee -a "$OUT/wait.log"
     timeout 30 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;

@@ -171,9 +171,10 @@ def test_a_failed_readback_map_is_a_device_error_and_leaks_nothing(device, quick
     leased = len(device.memory._leased)
 
     def failing_map(self, mode, offset=0, size=None):
-        return rejected("Could not map buffer (2 : Buffer is invalid).")
+        return rejected_promise("Could not map buffer (2 : Buffer is invalid).")
 
-    monkeypatch.setattr(GPUBuffer, "map_sync", failing_map)
+    monkeypatch.setattr(GPUBuffer, "map_async", failing_map)
+    monkeypatch.setattr(device.memory, "spin_s", 0.001)  # the GPU adapters' spin sees the rejection too
     with pytest.raises(wk.errors.DeviceError) as info:
         y.numpy()
     assert not isinstance(info.value, wk.errors.DeviceLostError)
@@ -203,14 +204,38 @@ def test_a_refused_device_request_is_a_device_error(monkeypatch):
                                "Validation Error Caused by: Parent device is lost")  # fmt: skip
 
 
-def rejected(message):
-    """Wait on a wgpu-py promise rejected with ``message``: raises the bare RuntimeError exactly as
-    wgpu-py does for a failed map or device request."""
+def rejected_promise(message):
+    """A wgpu-py promise rejected with ``message``, as wgpu-py's own for a failed map."""
     from wgpu.backends.wgpu_native import GPUPromise
 
     promise = GPUPromise("test", None)
     promise._wgpu_set_error(RuntimeError(message))
-    return promise.sync_wait()
+    return promise
+
+
+def rejected(message):
+    """Wait on a wgpu-py promise rejected with ``message``: raises the bare RuntimeError exactly as
+    wgpu-py does for a failed map or device request."""
+    return rejected_promise(message).sync_wait()
+
+
+@pytest.mark.parametrize("spin_s", [1e-9, 0.001, 10.0])
+def test_readbacks_are_right_however_long_they_spin(device, quick_gelu, monkeypatch, spin_s):
+    """On GPU adapters a readback polls without sleeping for up to READBACK_SPIN_S, then waits for
+    wgpu-py's poll thread: a spin that ends before the GPU (1 ns), around it (1 ms) or only when the
+    map is done (10 s) all read the right values, small and large."""
+    monkeypatch.setattr(device.memory, "spin_s", spin_s)
+    for n in (4096, 1 << 21):
+        x = np.random.default_rng(n).standard_normal(n).astype(f32)
+        y = quick_gelu({"X": x})["Y"]
+        np.testing.assert_allclose(y, ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
+
+
+def test_only_gpu_adapters_spin_on_readbacks(device):
+    """On a CPU adapter (lavapipe) the spin would take a core from the driver's own threads."""
+    expected = 0.0 if device.adapter.adapter_type == "CPU" else buffers.READBACK_SPIN_S
+    assert device.memory.spin_s == expected
+    assert 0 < buffers.READBACK_SPIN_S <= 0.01  # bounded: a long readback sleeps rather than burn a core
 
 
 def test_only_wgpu_runtime_errors_are_translated(device):

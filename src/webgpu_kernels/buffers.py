@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -35,6 +36,12 @@ READBACK_USAGE = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
 #: `python scripts/readback_probe.py 40`, QuickGelu round trip: 16 KB 323-370 -> 286-301 us,
 #: 0.95 MB 586-622 -> 549-567 us.
 READBACK_MAP_MODE: Any = "READ_NOSYNC"
+#: How long a readback on a GPU adapter polls without sleeping before it waits for wgpu-py's poll
+#: thread (which costs two thread wake-ups once the GPU is done). H200, `python scripts/wait_probe.py
+#: 30`, NumPy round trips: 0.95 MB 594 -> 561 us, 16 MB 2981 -> 2767 us, 16 KB unchanged (202 ->
+#: 209, within its drift). Not on CPU adapters: there the spin takes a core from the driver's
+#: threads (lavapipe, 16 MB: 7.5 -> 11.1 ms unbounded, 7.6 bounded).
+READBACK_SPIN_S = 0.001
 #: Dispatches recorded before a forced submit, so latency and memory stay bounded.
 MAX_PENDING_DISPATCHES = 256
 BIND_GROUP_CACHE_SIZE = 1024
@@ -155,8 +162,10 @@ def padded_size(nbytes: int) -> int:
 class DeviceMemory:
     """Pools, bind-group cache and the open command encoder of one wgpu device."""
 
-    def __init__(self, gpu: Any, lock: threading.RLock, pool_bytes: int, max_buffer_size: int) -> None:
+    def __init__(self, gpu: Any, lock: threading.RLock, pool_bytes: int, max_buffer_size: int, *,
+                 spin_s: float = 0.0) -> None:  # fmt: skip
         self.gpu = gpu
+        self.spin_s = spin_s  # READBACK_SPIN_S on GPU adapters
         self.lock = lock
         self.pool_bytes = pool_bytes
         self.max_buffer_size = max_buffer_size
@@ -315,9 +324,19 @@ class DeviceMemory:
             parallel_copy(data.nbytes, lambda offset, size: write_buffer(buffer, offset, data[offset:offset + size]))
 
     def _map_for_read(self, staging: Any, size: int) -> None:
-        # Waited for by wgpu-py's poll thread: a blocking poll on this thread was no faster on the
-        # H200 (scripts/readback_probe.py).
-        staging.map_sync(READBACK_MAP_MODE, 0, size)
+        promise = staging.map_async(READBACK_MAP_MODE, 0, size)
+        if self.spin_s:
+            # Non-blocking polls for at most spin_s (READBACK_SPIN_S). wgpu-py 0.32 (pinned) has no
+            # public "is it done"; if these private names change, the spin just ends at once.
+            poll = getattr(self.gpu, "_poll", None)
+            deadline = time.perf_counter() + self.spin_s
+            while poll is not None and getattr(promise, "_state", None) == "pending":
+                if time.perf_counter() > deadline:
+                    break
+                poll(False)
+        # Then wgpu-py's poll thread (a blocking poll on this thread was slower on the H200:
+        # scripts/wait_probe.py); a failed map raises here.
+        promise.sync_wait()
 
     def read_into(self, buffer: Any, out: np.ndarray) -> None:
         """Copy the first ``out.nbytes`` of ``buffer`` into ``out`` (C-contiguous), through a pooled

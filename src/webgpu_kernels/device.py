@@ -17,7 +17,7 @@ from typing import Any
 
 import wgpu
 
-from .buffers import DeviceMemory, raised_by_wgpu_promise
+from .buffers import READBACK_SPIN_S, DeviceMemory, raised_by_wgpu_promise
 from .errors import AdapterNotFoundError, DeviceError
 from .program import DeviceInfo
 
@@ -124,7 +124,8 @@ class Device:
                                features=frozenset(self.gpu.features))  # fmt: skip
         self.lock = threading.RLock()
         pool_mb = int(os.environ.get(POOL_ENV, "512"))
-        self.memory = DeviceMemory(self.gpu, self.lock, pool_mb * 2**20, self.limits["max-buffer-size"])
+        self.memory = DeviceMemory(self.gpu, self.lock, pool_mb * 2**20, self.limits["max-buffer-size"],
+                                   spin_s=0.0 if summary.adapter_type == "CPU" else READBACK_SPIN_S)  # fmt: skip
         self.memory.on_lost = self._forget
         self.serial = next(_serials)  # plans are keyed by it: a replacement device never shares them
 
