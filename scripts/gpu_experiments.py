@@ -1,14 +1,18 @@
 """Template experiments on a GPU machine: packages under scripts/experiments/ against the embedded
 kernel of the same op, on the same random data, timed the same way (benchmark.py).
 
-    python scripts/gpu_experiments.py
+    python scripts/gpu_experiments.py [wide|interleave]
 
-Earlier rounds (docs/performance.md, "f16 QuickGelu"): qg_spread and qg_f16math tried every way of
+Earlier rounds (docs/performance.md, "f16 QuickGelu"): qg_spread and qg_f16math tried ways of
 moving more bytes per invocation inside the seed manifest's numel/4 grid; none beat the embedded
-kernel (docs/perf/h200-experiments-2.log, -3.log). This round: qg_wide and bias_wide, the seed
-manifests plus an f16 variant with another dispatch (numel/8 invocations over 16-byte units), to
-measure what a manifest change, not a template change, would buy.
+kernel (docs/perf/h200-experiments-2.log, -3.log). "wide" (the default; -4.log): qg_wide and
+bias_wide, the seed manifests plus an f16 variant with another dispatch (numel/8 invocations over
+16-byte units), to measure what a manifest change, not a template change, would buy.
+"interleave": inside the seed's grid again, but the idle half of it spread over the run (every
+SPREAD-th workgroup works on SPREAD workgroups' data, qg_spread ACTIVE -1) instead of at its end.
 """
+
+import sys
 
 import numpy as np
 
@@ -21,16 +25,33 @@ QG, BA = "com.microsoft.QuickGelu", "com.microsoft.BiasAdd"
 qg_wide = wk.load_kernel("scripts/experiments/qg_wide")
 bias_wide = wk.load_kernel("scripts/experiments/bias_wide")
 
+ROUND = sys.argv[1] if len(sys.argv) > 1 else "wide"
 x = random_array((16, 1280, 4096), "float16", rng)  # the bench.json "large" QuickGelu case
 qg_ref = REFERENCES[QG]({"X": x}, {"alpha": 1.702})
 configs = [(wk.get_kernel(QG), "embedded vec4", {"WORKGROUP_SIZE": 256}, qg_ref)]
-configs += [(qg_wide, f"wide16 WG {wg}", {"WORKGROUP_SIZE": wg, "MODE": 0}, qg_ref) for wg in (128, 256, 512)]
-configs += [(qg_wide, "wide16 copy control", {"WORKGROUP_SIZE": 256, "MODE": 1}, {"Y": x})]
+if ROUND == "wide":
+    configs += [(qg_wide, f"wide16 WG {wg}", {"WORKGROUP_SIZE": wg, "MODE": 0}, qg_ref) for wg in (128, 256, 512)]
+    configs += [(qg_wide, "wide16 copy control", {"WORKGROUP_SIZE": 256, "MODE": 1}, {"Y": x})]
+elif ROUND == "interleave":
+    qg_spread = wk.load_kernel("scripts/experiments/qg_spread")
+    spread = {"MODE": 0, "ACTIVE": -1}
+    configs += [(qg_spread, "copy 8 B/invocation", {"WORKGROUP_SIZE": 256, "SPREAD": 1, "MODE": 1, "ACTIVE": 0},
+                 {"Y": x})]  # fmt: skip
+    configs += [(qg_spread, f"interleave S2 WG {wg}", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": 2}, qg_ref)
+                for wg in (128, 256, 512, 1024)]  # fmt: skip
+    configs += [(qg_spread, f"interleave S4 WG {wg}", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": 4}, qg_ref)
+                for wg in (256, 512)]  # fmt: skip
+    configs += [(qg_spread, "interleave S2 copy", {**spread, "WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 1}, {"Y": x})]
+    configs += [(qg_wide, "wide16 WG 256 (numel/8)", {"WORKGROUP_SIZE": 256, "MODE": 0}, qg_ref)]
+else:
+    raise SystemExit(f"unknown round {ROUND!r}: wide or interleave")
 for kernel, name, tunables, ref in configs:
     r = bench_kernel(kernel, {"X": x}, tunables=tunables, check=lambda o, ref=ref: max_abs_error(o, ref))
-    print(f"QuickGelu f16 {name:22s}: {r.variant:8s} {r.median_s * 1e6:8.1f} us {r.tbps:.3f} TB/s err {r.max_error:.2e}",
+    print(f"QuickGelu f16 {name:24s}: {r.variant:8s} {r.median_s * 1e6:8.1f} us {r.tbps:.3f} TB/s err {r.max_error:.2e}",
           flush=True)  # fmt: skip
 del x, qg_ref
+if ROUND != "wide":
+    raise SystemExit(0)
 
 arrays = {"X": random_array((16, 4096, 1280), "float16", rng), "bias": random_array((1280,), "float16", rng),
           "skip": random_array((16, 4096, 1280), "float16", rng)}  # fmt: skip

@@ -62,11 +62,15 @@ def test_bias_wide(load, need_dtype, rng, dtype, channels):
                        **ref.bias_add_tolerance(x, bias, skip, dtype), what=f"bias_wide C={channels}")  # fmt: skip
 
 
-@pytest.mark.parametrize("tunables", [{"SPREAD": 1}, {"SPREAD": 2}, {"SPREAD": 4, "ACTIVE": 96}, {"SPREAD": 8}])
-def test_qg_spread(load, need_dtype, rng, tunables):
+@pytest.mark.parametrize("shape", [(5, 96), (7, 1040)])
+@pytest.mark.parametrize("tunables", [{"SPREAD": 1}, {"SPREAD": 2}, {"SPREAD": 4, "ACTIVE": 96}, {"SPREAD": 8},
+                                      {"SPREAD": 2, "ACTIVE": -1}, {"SPREAD": 4, "ACTIVE": -1}])  # fmt: skip
+def test_qg_spread(load, need_dtype, rng, tunables, shape):
+    """Every way of spreading the work over the seed's grid computes QuickGelu on every element (ACTIVE
+    -1: every SPREAD-th workgroup works; (7, 1040) needs many workgroups, some of them idle)."""
     need_dtype(np.float16)
     kernel = load("qg_spread")
-    x = sample(rng, (5, 96), np.float16)
+    x = sample(rng, shape, np.float16)
     check_gelu(kernel({"X": x}, tunables={"WORKGROUP_SIZE": 64, "MODE": 0, "ACTIVE": 0, **tunables})["Y"], x,
                np.float16, f"qg_spread {tunables}")  # fmt: skip
 
