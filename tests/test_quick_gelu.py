@@ -85,6 +85,33 @@ def test_forced_variant(quick_gelu, plan_of, need_dtype, rng, shape, dtype, vari
     check(y, x, dtype, what=f"variant {variant} on {shape}")
 
 
+@pytest.mark.parametrize("workgroup_size", (32, 64, 256, 1024))
+@pytest.mark.parametrize("numel", (4 * 255, 4 * 257, 8 * 1000, 4 * 4097))
+def test_f16_vec4_covers_every_element(quick_gelu, need_dtype, rng, numel, workgroup_size):
+    """f16 vec4 works in 16-byte units from every other workgroup: odd vec4 counts (the last unit
+    half in the padding), counts that leave the last working workgroup partly idle, and every
+    workgroup size still write every element once (the output buffer starts as NaN)."""
+    need_dtype(np.float16)
+    if workgroup_size > wk.get_device().limits["max-compute-invocations-per-workgroup"]:
+        pytest.skip("workgroup size above this adapter's limit")
+    x = sample(rng, (numel,), np.float16)
+    junk = wk.to_gpu(np.full(numel, np.nan, np.float16))
+    junk.release()  # its buffer goes back to the pool, to be handed out as the next output
+    y = quick_gelu({"X": x}, tunables={"WORKGROUP_SIZE": workgroup_size})["Y"]
+    check(y, x, np.float16, what=f"numel {numel}, workgroup size {workgroup_size}")
+
+
+def test_f16_vec4_past_the_workgroup_grid_limit(quick_gelu, need_dtype, rng):
+    """More workgroups than max-compute-workgroups-per-dimension spill into y: the working
+    workgroups are found by their linear index, so the whole tensor is still covered."""
+    need_dtype(np.float16)
+    limit = wk.get_device().limits["max-compute-workgroups-per-dimension"]
+    numel = 4 * 64 * (limit + 37)  # WORKGROUP_SIZE 64: limit + 37 workgroups
+    x = sample(rng, (numel,), np.float16)
+    y = quick_gelu({"X": x}, tunables={"WORKGROUP_SIZE": 64})["Y"]
+    check(y, x, np.float16, what=f"numel {numel} over a 2-D grid")
+
+
 @pytest.mark.parametrize("variant", ("vec4_tail", "scalar"))
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_rank0_value(quick_gelu, need_dtype, dtype, variant):
