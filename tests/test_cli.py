@@ -19,7 +19,8 @@ from click.testing import CliRunner  # noqa: E402
 
 import webgpu_kernels as wk  # noqa: E402
 from webgpu_kernels import references  # noqa: E402
-from webgpu_kernels.cli import InputSpec, compare, main, parse_input_spec, parse_value, summarize  # noqa: E402
+from webgpu_kernels.cli import InputSpec, main, parse_input_spec, parse_value  # noqa: E402
+from webgpu_kernels.cli_run import compare, summarize  # noqa: E402
 from webgpu_kernels.package import embedded_root  # noqa: E402
 
 BIAS_ADD = "com.microsoft.BiasAdd"

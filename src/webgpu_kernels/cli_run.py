@@ -1,0 +1,196 @@
+"""``webgpu-kernels run``: a kernel on seeded random inputs, its outputs summarised, timed on the
+host, and compared with the NumPy float64 and ONNX Runtime references (where they exist)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, resolve_kernel
+from .device import choose_adapter
+from .references import numpy_reference, onnxruntime_reference
+
+TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU kernel time"
+
+
+@click.command("run")
+@_input_options
+@click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--repeat", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Timed calls after the first one (their median is reported).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
+            tunables: dict[str, Any], variant: str | None, seed: int, repeat: int, as_json: bool) -> None:  # fmt: skip
+    """Run KERNEL on seeded random inputs (standard normal): output summary, time and error."""
+    adapter = _adapter(ctx)
+    k = resolve_kernel(kernel)
+    metas = {name: spec.meta() for name, spec in inputs.items()}
+    # The contract check (and the variant selection) before any data or GPU work.
+    explanation = k.explain(metas, attrs=attrs, tunables=tunables, adapter=adapter)
+    arrays = random_inputs(inputs, seed)
+    status_console = _console(stderr=True)
+    with _status(status_console, f"running {k.op_id} ..."):
+        start = time.perf_counter()
+        outputs = k(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
+        first = time.perf_counter() - start
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            k(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
+            times.append(time.perf_counter() - start)
+    all_attrs = {**k.manifest.attributes, **attrs}
+    report: dict[str, Any] = {
+        "op": k.op_id, "adapter": choose_adapter(adapter).label(), "variant": variant or explanation.chosen,
+        "forced": variant is not None, "seed": seed,
+        "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype} for n, s in inputs.items()},
+        "attrs": all_attrs, "tunables": {**k.manifest.tunables, **tunables},
+        "outputs": {name: summarize(array) for name, array in outputs.items()},
+        "timing": {"clock": TIMING_NOTE, "firstCallMs": first * 1e3, "repeat": repeat,
+                   "medianMs": statistics.median(times) * 1e3 if times else None},
+        "reference": {"numpy": None, "onnxruntime": None},
+    }  # fmt: skip
+    ref = numpy_reference(k.op_id)
+    if ref is not None:
+        expected = ref(arrays, all_attrs)
+        report["reference"]["numpy"] = {n: compare(outputs[n], expected[n]) for n in outputs if n in expected}
+    ort_out = onnxruntime_reference(k.op_id, arrays, all_attrs, output_names=list(outputs))
+    if ort_out is not None:
+        report["reference"]["onnxruntime"] = {n: compare(outputs[n], ort_out[n]) for n in outputs if n in ort_out}
+    if as_json:
+        _echo_json(report)
+    else:
+        _print_run(report, has_numpy_ref=ref is not None)
+
+
+@contextmanager
+def _status(console: Console, message: str) -> Iterator[None]:
+    if console.is_terminal:
+        with console.status(message):
+            yield
+    else:
+        yield
+
+
+def random_inputs(inputs: Mapping[str, InputSpec], seed: int) -> dict[str, np.ndarray]:
+    """Standard normal samples (float64, drawn in the order given) cast to each input's dtype."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name, spec in inputs.items():
+        arrays[name] = rng.standard_normal(spec.shape).astype(_numpy_dtype(spec.dtype))
+    return arrays
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes  # only reached for packages that accept bfloat16
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def summarize(array: Any) -> dict[str, Any]:
+    """Shape, dtype, NaN count and min/max/mean (over the non-NaN values, in float64)."""
+    a = np.asarray(array)
+    values = a.astype(np.float64).ravel()
+    nan = np.isnan(values)
+    rest = values[~nan]
+    stats: dict[str, Any] = {"shape": list(a.shape), "dtype": a.dtype.name, "size": int(a.size),
+                             "nanCount": int(nan.sum())}  # fmt: skip
+    if rest.size:
+        stats.update(min=float(rest.min()), max=float(rest.max()), mean=float(rest.mean()))
+    else:
+        stats.update(min=None, max=None, mean=None)
+    return stats
+
+
+def compare(actual: Any, expected: Any) -> dict[str, Any]:
+    """Max abs and rel error of ``actual`` against ``expected``, both taken in float64.
+
+    Errors are over elements where both are finite; the relative one where ``|expected|`` is at
+    least the smallest normal number of ``actual``'s dtype. ``nonFiniteMismatches`` counts the
+    elements where one is NaN or infinite and the other does not hold the same value.
+    """
+    a = np.asarray(actual)
+    got = a.astype(np.float64)
+    want = np.asarray(expected).astype(np.float64)
+    if got.shape != want.shape:
+        return {"shapeMismatch": [list(got.shape), list(want.shape)], "maxAbsError": None, "maxRelError": None,
+                "nonFiniteMismatches": None}  # fmt: skip
+    both = np.isfinite(got) & np.isfinite(want)
+    same_nan = np.isnan(got) & np.isnan(want)
+    with np.errstate(invalid="ignore"):
+        same_inf = np.isinf(got) & (got == want)
+    mismatches = int((~(both | same_nan | same_inf)).sum())
+    diff = np.abs(got[both] - want[both])
+    tiny = float(np.finfo(a.dtype).tiny) if np.issubdtype(a.dtype, np.floating) else 1.0
+    scale = np.abs(want[both])
+    rel_mask = scale >= tiny
+    return {
+        "maxAbsError": float(diff.max()) if diff.size else None,
+        "maxRelError": float((diff[rel_mask] / scale[rel_mask]).max()) if rel_mask.any() else None,
+        "nonFiniteMismatches": mismatches,
+    }
+
+
+def _num(value: float | None, fmt: str = ".6g") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
+    console = _console()
+    console.print(Text(f"{r['op']} on {r['adapter']}", style="bold"))
+    inputs = ", ".join(f"{n} {s['shape']} {s['dtype']}" for n, s in r["inputs"].items())
+    console.print(f"inputs (standard normal, seed {r['seed']}): {inputs}", soft_wrap=True)
+    if r["attrs"]:
+        console.print("attributes: " + ", ".join(f"{k}={_fmt(v)}" for k, v in r["attrs"].items()))
+    console.print(f"variant: {r['variant']}" + (" (forced)" if r["forced"] else " (selected)"))
+
+    table = Table(title="Outputs", title_justify="left")
+    for col in ("output", "shape", "dtype", "min", "max", "mean", "NaN"):
+        table.add_column(col, justify="right" if col in ("min", "max", "mean", "NaN") else "left")
+    for name, s in r["outputs"].items():
+        table.add_row(name, str(s["shape"]), s["dtype"], _num(s["min"]), _num(s["max"]), _num(s["mean"]),
+                      str(s["nanCount"]))  # fmt: skip
+    console.print(table)
+
+    t = r["timing"]
+    console.print(f"time: {t['clock']}")
+    console.print(f"  first call: {t['firstCallMs']:.3f} ms (includes building the pipeline)")
+    if t["medianMs"] is not None:
+        console.print(f"  median of {t['repeat']} more calls: {t['medianMs']:.3f} ms")
+
+    refs = r["reference"]
+    if refs["numpy"] is None and not has_numpy_ref:
+        console.print(f"NumPy reference: none registered for {r['op']}")
+    for key, label in (("numpy", "NumPy float64 reference"), ("onnxruntime", "ONNX Runtime CPU")):
+        results = refs[key]
+        if results is None:
+            if key == "onnxruntime":
+                console.print(f"{label}: not available (onnxruntime not installed or no CPU kernel for this op/dtype)")
+            continue
+        for name, c in results.items():
+            if "shapeMismatch" in c:
+                console.print(f"{label}: {name} shape {c['shapeMismatch'][0]} != reference {c['shapeMismatch'][1]}")
+                continue
+            if c["maxAbsError"] is None and not c["nonFiniteMismatches"]:
+                console.print(f"error vs {label} ({name}): no finite elements to compare")
+                continue
+            line = f"error vs {label} ({name}): max abs {_num(c['maxAbsError'], '.3e')}, " \
+                   f"max rel {_num(c['maxRelError'], '.3e')}"  # fmt: skip
+            if c["nonFiniteMismatches"]:
+                line += f", {c['nonFiniteMismatches']} NaN/inf mismatches"
+            console.print(line)
+
+
+COMMANDS = [run_cmd]
