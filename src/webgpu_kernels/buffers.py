@@ -33,8 +33,8 @@ READBACK_USAGE = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
 #: How read_into maps its staging buffer. wgpu-py's "READ" first submits an empty command buffer (a
 #: workaround for mapping without a prior submit, wgpu-native issue 305); read_into always submits
 #: the copy right before mapping, so it skips that as wgpu-py's own read_buffer does. H200,
-#: `python scripts/readback_probe.py 40`, QuickGelu round trip: 16 KB 323-370 -> 286-301 us,
-#: 0.95 MB 586-622 -> 549-567 us.
+#: `python scripts/readback_probe.py 40` (now `scripts/wait_probe.py --map-modes`), QuickGelu round
+#: trip: 16 KB 323-370 -> 286-301 us, 0.95 MB 586-622 -> 549-567 us.
 READBACK_MAP_MODE: Any = "READ_NOSYNC"
 #: How long a readback on a GPU adapter polls without sleeping before it waits for wgpu-py's poll
 #: thread (which costs two thread wake-ups once the GPU is done). H200, `python scripts/wait_probe.py
