@@ -231,6 +231,42 @@ def test_readbacks_are_right_however_long_they_spin(device, quick_gelu, monkeypa
         np.testing.assert_allclose(y, ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
 
 
+@pytest.mark.parametrize("setting, spin_s", [("250", 250e-6), ("0", 0.0), (" 1000 ", 1e-3)])
+def test_the_spin_is_set_by_the_environment(monkeypatch, setting, spin_s):
+    """$WEBGPU_KERNELS_SPIN_US sets the readback spin on any adapter (0: never spin)."""
+    from webgpu_kernels.device import SPIN_ENV, Device, _enumerate, choose_adapter
+
+    summary = choose_adapter(None)
+    monkeypatch.setenv(SPIN_ENV, setting)
+    opened = Device(_enumerate()[summary.index], summary)
+    assert opened.memory.spin_s == pytest.approx(spin_s)
+    x = np.linspace(-3, 3, 4096, dtype=f32)  # and reads back through it
+    memory = opened.memory
+    buffer = memory.acquire(x.nbytes)
+    memory.write(buffer, x)
+    out = np.empty_like(x)
+    memory.read_into(buffer, out)
+    memory.release(buffer)
+    np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.parametrize("name", ["WEBGPU_KERNELS_SPIN_US", "WEBGPU_KERNELS_POOL_MB"])
+@pytest.mark.parametrize("setting", ["-1", "1.5", "lots", "1e3"])
+def test_bad_device_settings_are_refused_by_name(monkeypatch, name, setting):
+    """A bad setting names the variable, what it must be and what it was, before any device opens."""
+    from wgpu.backends.wgpu_native import GPUAdapter
+
+    from webgpu_kernels.device import Device, _enumerate, choose_adapter
+
+    summary = choose_adapter(None)
+    monkeypatch.setenv(name, setting)
+    monkeypatch.setattr(GPUAdapter, "request_device_sync", lambda self, **kw: pytest.fail("a device was requested"))
+    with pytest.raises(wk.errors.InputError) as info:
+        Device(_enumerate()[summary.index], summary)
+    assert info.value.argument == f"${name}" and info.value.expected == "a non-negative integer"
+    assert info.value.received == repr(setting)
+
+
 def test_only_gpu_adapters_spin_on_readbacks(device):
     """On a CPU adapter (lavapipe) the spin would take a core from the driver's own threads."""
     expected = 0.0 if device.adapter.adapter_type == "CPU" else buffers.READBACK_SPIN_S

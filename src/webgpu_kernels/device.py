@@ -18,11 +18,14 @@ from typing import Any
 import wgpu
 
 from .buffers import READBACK_SPIN_S, DeviceMemory, raised_by_wgpu_promise
-from .errors import AdapterNotFoundError, DeviceError
+from .errors import AdapterNotFoundError, DeviceError, InputError
 from .program import DeviceInfo
 
 ADAPTER_ENV = "WEBGPU_KERNELS_ADAPTER"
 POOL_ENV = "WEBGPU_KERNELS_POOL_MB"  # free GPU memory kept for reuse, per device
+#: Microseconds a readback may poll without sleeping (default: buffers.READBACK_SPIN_S on GPU
+#: adapters, 0 on CPU ones); 0 never spins, for hosts where a busy core costs more than latency.
+SPIN_ENV = "WEBGPU_KERNELS_SPIN_US"
 _TYPE_RANK = {"DiscreteGPU": 3, "IntegratedGPU": 2, "VirtualGPU": 1, "CPU": 0}
 _BACKEND_ALIASES = {"gl": "opengl", "opengl": "opengl", "vulkan": "vulkan", "vk": "vulkan", "metal": "metal",
                     "d3d12": "d3d12", "dx12": "d3d12"}  # fmt: skip
@@ -105,10 +108,23 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
+def _env_count(name: str, default: int) -> int:
+    """A non-negative integer from environment variable ``name``; ``default`` when unset or empty."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit():  # also refuses "-1", "1.5", "1e3"
+        raise InputError(f"${name}", "a non-negative integer", repr(text))
+    return int(text)
+
+
 class Device:
     """A wgpu device with what expressions may know about it and its own pipeline cache lock."""
 
     def __init__(self, adapter: Any, summary: AdapterSummary) -> None:
+        # Settings first: a bad value is refused before any device exists.
+        pool_mb = _env_count(POOL_ENV, 512)
+        spin_us = _env_count(SPIN_ENV, 0 if summary.adapter_type == "CPU" else round(READBACK_SPIN_S * 1e6))
         features = [f for f in _OPTIONAL_FEATURES if f in summary.features]
         limits = {k: summary.limits[k] for k in _RAISED_LIMITS if k in summary.limits}
         try:
@@ -123,9 +139,8 @@ class Device:
         self.info = DeviceInfo(limits={_camel(k): v for k, v in self.limits.items()},
                                features=frozenset(self.gpu.features))  # fmt: skip
         self.lock = threading.RLock()
-        pool_mb = int(os.environ.get(POOL_ENV, "512"))
         self.memory = DeviceMemory(self.gpu, self.lock, pool_mb * 2**20, self.limits["max-buffer-size"],
-                                   spin_s=0.0 if summary.adapter_type == "CPU" else READBACK_SPIN_S)  # fmt: skip
+                                   spin_s=spin_us / 1e6)  # fmt: skip
         self.memory.on_lost = self._forget
         self.serial = next(_serials)  # plans are keyed by it: a replacement device never shares them
 
