@@ -11,10 +11,10 @@ engine's own (on a GPU adapter a spin bounded at buffers.READBACK_SPIN_S, then t
 on a CPU adapter the poll thread alone), wgpu-py's poll thread alone (the caller sleeps on a
 threading.Event), a blocking poll on the calling thread (wgpu-py 0.32's private
 GPUDevice._poll_wait), non-blocking polls in a loop on the calling thread (a spin, like CUDA's
-default sync on an idle host), that spin with os.sched_yield() between polls, and a spin bounded
-at 1 ms that then falls back to the poll thread. With --map-modes they are the map mode, READ
-(wgpu-py first submits an empty command buffer) or READ_NOSYNC, each waited for by the poll thread
-or by a blocking poll on the calling thread.
+default sync on an idle host), and that spin with os.sched_yield() between polls. (Earlier logs
+also have a "spin <= 1 ms, then thread" row: the prototype of what is now the engine's own.)
+With --map-modes they are the map mode, READ (wgpu-py first submits an empty command buffer) or
+READ_NOSYNC, each waited for by the poll thread or by a blocking poll on the calling thread.
 
     python scripts/wait_probe.py [ROUNDS] [--map-modes]
 """
@@ -52,12 +52,6 @@ def spin_yield(gpu, promise):
         os.sched_yield()
 
 
-def spin_then_block(gpu, promise, limit_s=0.001):
-    deadline = clock() + limit_s
-    while promise._state == "pending" and clock() < deadline:
-        gpu._poll(False)
-
-
 def caller_wait(strategy):
     def map_for_read(memory, staging, size):
         promise = staging.map_async(buffers.READBACK_MAP_MODE, 0, size)
@@ -75,7 +69,6 @@ WAYS_TO_WAIT = {
     "blocking poll, caller": ("READ_NOSYNC", blocking_poll),
     "spin, caller": ("READ_NOSYNC", spin),
     "spin + yield, caller": ("READ_NOSYNC", spin_yield),
-    "spin <= 1 ms, then thread": ("READ_NOSYNC", spin_then_block),
 }
 MAP_MODES = {
     "READ, poll thread": (wgpu.MapMode.READ, poll_thread_only),
