@@ -1,7 +1,7 @@
 """Template experiments on a GPU machine: packages under scripts/experiments/ against the embedded
 kernel of the same op, on the same random data, timed the same way (benchmark.py).
 
-    python scripts/gpu_experiments.py [wide|interleave]
+    python scripts/gpu_experiments.py [wide|interleave|f32]
 
 Earlier rounds (docs/performance.md, "f16 QuickGelu"): qg_spread and qg_f16math tried ways of
 moving more bytes per invocation inside the seed manifest's numel/4 grid; none beat the embedded
@@ -13,6 +13,9 @@ SPREAD-th workgroup works on SPREAD workgroups' data, qg_spread ACTIVE -1) inste
 now the shipped f16 QuickGelu. Its BiasAdd part measured the same pattern for BiasAdd f16 as a
 package (-7.log: 4.148 -> 4.201 TB/s), since shipped; the round now times the embedded BiasAdd at
 two workgroup sizes against bias_wide's numel/8 variant.
+"f32": the same interleave for f32 (qg_spread and bias_wide with ACTIVE -1 / SPREAD 2 or 4:
+every SPREAD-th workgroup moves SPREAD vec4<f32> units per invocation), against the embedded
+kernels, which sit 0.3% behind torch.compile at 84M elements.
 """
 
 import sys
@@ -26,44 +29,57 @@ from webgpu_kernels.references import REFERENCES, max_abs_error
 rng = np.random.default_rng(0)
 QG, BA = "com.microsoft.QuickGelu", "com.microsoft.BiasAdd"
 qg_wide = wk.load_kernel("scripts/experiments/qg_wide")
+qg_spread = wk.load_kernel("scripts/experiments/qg_spread")
 bias_wide = wk.load_kernel("scripts/experiments/bias_wide")
-
 ROUND = sys.argv[1] if len(sys.argv) > 1 else "wide"
-x = random_array((16, 1280, 4096), "float16", rng)  # the bench.json "large" QuickGelu case
-qg_ref = REFERENCES[QG]({"X": x}, {"alpha": 1.702})
-configs = [(wk.get_kernel(QG), "embedded vec4", {"WORKGROUP_SIZE": 256}, qg_ref)]
+if ROUND not in ("wide", "interleave", "f32"):
+    raise SystemExit(f"unknown round {ROUND!r}: wide, interleave or f32")
+DTYPE = "float32" if ROUND == "f32" else "float16"
+
+
+def run(op: str, arrays: dict, configs: list) -> None:
+    """Time each (kernel, name, tunables, expected) on the same arrays; expected None: the reference."""
+    reference = REFERENCES[op](arrays, {"alpha": 1.702} if op == QG else {})
+    for kernel, name, tunables, expected in configs:
+        want = expected or reference
+        r = bench_kernel(kernel, arrays, tunables=tunables, check=lambda o, want=want: max_abs_error(o, want))
+        print(f"{op.split('.')[-1]} {DTYPE} {name:24s}: {r.variant:8s} {r.median_s * 1e6:8.1f} us {r.tbps:.3f} TB/s "
+              f"err {r.max_error:.2e}", flush=True)  # fmt: skip
+
+
+x = random_array((16, 1280, 4096), DTYPE, rng)  # the bench.json "large" QuickGelu case
+configs = [(wk.get_kernel(QG), "embedded vec4", {"WORKGROUP_SIZE": 256}, None)]
+spread = {"MODE": 0, "ACTIVE": -1}
 if ROUND == "wide":
-    configs += [(qg_wide, f"wide16 WG {wg}", {"WORKGROUP_SIZE": wg, "MODE": 0}, qg_ref) for wg in (128, 256, 512)]
+    configs += [(qg_wide, f"wide16 WG {wg}", {"WORKGROUP_SIZE": wg, "MODE": 0}, None) for wg in (128, 256, 512)]
     configs += [(qg_wide, "wide16 copy control", {"WORKGROUP_SIZE": 256, "MODE": 1}, {"Y": x})]
 elif ROUND == "interleave":
-    qg_spread = wk.load_kernel("scripts/experiments/qg_spread")
-    spread = {"MODE": 0, "ACTIVE": -1}
     configs += [(qg_spread, "copy 8 B/invocation", {"WORKGROUP_SIZE": 256, "SPREAD": 1, "MODE": 1, "ACTIVE": 0},
                  {"Y": x})]  # fmt: skip
-    configs += [(qg_spread, f"interleave S2 WG {wg}", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": 2}, qg_ref)
+    configs += [(qg_spread, f"interleave S2 WG {wg}", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": 2}, None)
                 for wg in (128, 256, 512, 1024)]  # fmt: skip
-    configs += [(qg_spread, f"interleave S4 WG {wg}", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": 4}, qg_ref)
+    configs += [(qg_spread, f"interleave S4 WG {wg}", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": 4}, None)
                 for wg in (256, 512)]  # fmt: skip
     configs += [(qg_spread, "interleave S2 copy", {**spread, "WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 1}, {"Y": x})]
-    configs += [(qg_wide, "wide16 WG 256 (numel/8)", {"WORKGROUP_SIZE": 256, "MODE": 0}, qg_ref)]
-else:
-    raise SystemExit(f"unknown round {ROUND!r}: wide or interleave")
-for kernel, name, tunables, ref in configs:
-    r = bench_kernel(kernel, {"X": x}, tunables=tunables, check=lambda o, ref=ref: max_abs_error(o, ref))
-    print(f"QuickGelu f16 {name:24s}: {r.variant:8s} {r.median_s * 1e6:8.1f} us {r.tbps:.3f} TB/s err {r.max_error:.2e}",
-          flush=True)  # fmt: skip
-del x, qg_ref
+    configs += [(qg_wide, "wide16 WG 256 (numel/8)", {"WORKGROUP_SIZE": 256, "MODE": 0}, None)]
+else:  # f32: the vec4<f32> units interleaved, SPREAD of them per working invocation
+    configs += [(wk.get_kernel(QG), f"embedded vec4 WG {wg}", {"WORKGROUP_SIZE": wg}, None) for wg in (128, 512)]
+    configs += [(qg_spread, f"interleave S{n} WG {wg}", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": n}, None)
+                for n in (2, 4) for wg in (128, 256, 512)]  # fmt: skip
+    configs += [(qg_spread, "interleave S2 copy", {**spread, "WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 1}, {"Y": x})]
+run(QG, {"X": x}, configs)
+del x
 
-arrays = {"X": random_array((16, 4096, 1280), "float16", rng), "bias": random_array((1280,), "float16", rng),
-          "skip": random_array((16, 4096, 1280), "float16", rng)}  # fmt: skip
-ba_ref = REFERENCES[BA](arrays, {})
-configs = [(wk.get_kernel(BA), "embedded vec4", {"WORKGROUP_SIZE": 256})]
+arrays = {"X": random_array((16, 4096, 1280), DTYPE, rng), "bias": random_array((1280,), DTYPE, rng),
+          "skip": random_array((16, 4096, 1280), DTYPE, rng)}  # fmt: skip
+configs = [(wk.get_kernel(BA), "embedded vec4", {"WORKGROUP_SIZE": 256}, None)]
 if ROUND == "wide":
-    configs += [(bias_wide, f"wide16 WG {wg}", {"WORKGROUP_SIZE": wg}) for wg in (128, 256, 512)]
+    configs += [(bias_wide, f"wide16 WG {wg}", {"WORKGROUP_SIZE": wg}, None) for wg in (128, 256, 512)]
+elif ROUND == "interleave":
+    configs += [(wk.get_kernel(BA), "embedded vec4 WG 512", {"WORKGROUP_SIZE": 512}, None)]
+    configs += [(bias_wide, "wide16 WG 256 (numel/8)", {"WORKGROUP_SIZE": 256}, None)]
 else:
-    configs += [(wk.get_kernel(BA), "embedded vec4 WG 512", {"WORKGROUP_SIZE": 512})]
-    configs += [(bias_wide, "wide16 WG 256 (numel/8)", {"WORKGROUP_SIZE": 256})]
-for kernel, name, tunables in configs:
-    r = bench_kernel(kernel, arrays, tunables=tunables, check=lambda o: max_abs_error(o, ba_ref))
-    print(f"BiasAdd f16 {name:24s}: {r.variant:8s} {r.median_s * 1e6:8.1f} us {r.tbps:.3f} TB/s err {r.max_error:.2e}",
-          flush=True)  # fmt: skip
+    configs += [(bias_wide, f"interleave S{n} WG {wg}", {"WORKGROUP_SIZE": wg, "SPREAD": n}, None)
+                for n in (2, 4) for wg in (128, 256, 512)]  # fmt: skip
+    configs += [(wk.get_kernel(BA), "embedded vec4 (again)", {"WORKGROUP_SIZE": 256}, None)]
+run(BA, arrays, configs)

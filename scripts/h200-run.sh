@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the H200 machine (device tool, carry [".whl", ".gl"]), bounded to fit its 10 minutes.
 #   bash scripts/h200-run.sh probe   transfer breakdown and host cost per call
-#   bash scripts/h200-run.sh experiments [wide|interleave]   experiment packages against the embedded kernels
+#   bash scripts/h200-run.sh experiments [wide|interleave|f32]   experiment packages against the embedded kernels
 #   bash scripts/h200-run.sh bench   the full comparison (tuning first, so the tuned column is real)
 #   bash scripts/h200-run.sh roundtrip   the comparison on the small, model and large cases only
 #   bash scripts/h200-run.sh tests   the test suite on the H200
@@ -22,7 +22,7 @@ case "${1:-bench}" in
     timeout 150 python3 scripts/transfer_probe.py 2>&1 | tee "$OUT/transfer.log"
     timeout 90 python3 scripts/submit_probe.py 2>&1 | tee "$OUT/submit.log"
     python3 scripts/host_cost.py 2>&1 | tee -a "$OUT/host.log" ;;
-  experiments)  # experiment packages (scripts/experiments) against the embedded kernels; round: wide | interleave
+  experiments)  # experiment packages (scripts/experiments) against the embedded kernels; round: wide | interleave | f32
     timeout 200 python3 scripts/gpu_experiments.py "${2:-wide}" 2>&1 | tee "$OUT/exp.log" ;;
   bench)
     timeout 30 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"  # a fresh process on this lend

@@ -82,3 +82,28 @@ def test_qg_f16math(load, need_dtype, rng):
     y = load("qg_f16math")({"X": x})["Y"].astype(np.float64)
     np.testing.assert_allclose(y, ref.quick_gelu(x), rtol=1e-2, atol=1e-2)
 
+
+
+@pytest.mark.parametrize("spread", [2, 4])
+@pytest.mark.parametrize("shape", [(5, 96), (7, 1040), (3, 8)])
+def test_qg_spread_f32_interleave(load, rng, spread, shape):
+    """f32 vec4 with ACTIVE -1: every SPREAD-th workgroup covers SPREAD workgroups' units, every
+    element gets QuickGelu (shapes leave the last working workgroup partly idle or alone)."""
+    kernel = load("qg_spread")
+    x = sample(rng, shape, np.float32)
+    tunables = {"WORKGROUP_SIZE": 64, "MODE": 0, "ACTIVE": -1, "SPREAD": spread}
+    assert f"wg % {spread}u" in kernel.render({"X": x}, tunables=tunables)["main"]
+    check_gelu(kernel({"X": x}, tunables=tunables)["Y"], x, np.float32, f"qg_spread f32 S{spread} {shape}")
+
+
+@pytest.mark.parametrize("spread", [2, 4])
+@pytest.mark.parametrize("shape", [(2, 5, 320), (3, 77, 640), (1, 1, 4)])
+def test_bias_wide_f32_spread(load, rng, spread, shape):
+    """bias_wide's f32 interleave gives exactly the shipped kernel's bits (the same f32 sums)."""
+    kernel, shipped = load("bias_wide"), wk.get_kernel("com.microsoft.BiasAdd")
+    inputs = {"X": sample(rng, shape, np.float32), "bias": sample(rng, shape[-1:], np.float32),
+              "skip": sample(rng, shape, np.float32)}  # fmt: skip
+    tunables = {"WORKGROUP_SIZE": 64, "SPREAD": spread}
+    assert f"wg % {spread}u" in kernel.render(inputs, tunables=tunables)["main"]
+    got = kernel(inputs, tunables=tunables)["Y"]
+    np.testing.assert_array_equal(got, shipped(inputs, tunables={"WORKGROUP_SIZE": 64})["Y"])

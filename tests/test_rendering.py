@@ -80,10 +80,12 @@ def test_bias_add_wgsl(bias_add, need_dtype, dtype, channels):
     assert f"const CHANNELS: u32 = {channels}u;" in text
     assert ("enable f16;" in text) == (dtype is f16)
     # binding order and access come from the manifest (the element type of X/bias/skip is the
-    # template's business: the vec4 template views the scalar buffers as vec4 arrays)
+    # template's business: the vec4 template views the scalar buffers as vec4 arrays, and f16 with
+    # C % 8 == 0 views all four as 16-byte units)
     for index, name in enumerate(["x", "bias", "skip"]):
         assert re.search(rf"@group\(0\) @binding\({index}\) var<storage, read> {name}: array<", text), name
-    out = f"vec4<{t}>" if chosen == "vec4" else t
+    units = chosen == "vec4" and dtype is f16 and channels % 8 == 0
+    out = "vec4<u32>" if units else f"vec4<{t}>" if chosen == "vec4" else t
     assert f"@group(0) @binding(3) var<storage, read_write> y: array<{out}>;" in text
     assert "@group(0) @binding(4) var<uniform> params: Params;" in text
     assert "struct Params {\n  count: u32,\n};" in text
