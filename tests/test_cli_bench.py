@@ -298,9 +298,8 @@ def stream(code, monkeypatch, timeout_s=60):
     """Run ``code`` as a peer process through cli_bench._stream_peer: (results, console output)."""
     from rich.console import Console
 
-    monkeypatch.setattr(cli_bench, "PEER_TIMEOUT_S", timeout_s)
     console = Console(record=True, width=300)
-    results = list(cli_bench._stream_peer("fake", [sys.executable, "-c", code], console))
+    results = list(cli_bench._stream_peer("fake", [sys.executable, "-c", code], console, timeout_s))
     return results, console.export_text()
 
 
@@ -325,4 +324,17 @@ def test_a_peer_past_its_deadline_is_killed_keeping_what_it_said(monkeypatch):
     code = "import json, time\nprint(json.dumps({'case': 7}), flush=True)\ntime.sleep(60)"
     results, out = stream(code, monkeypatch, timeout_s=2)
     assert results == [{"case": 7}]
-    assert "peer fake killed after 2 s (WEBGPU_KERNELS_PEER_TIMEOUT)" in out
+    assert "peer fake killed after 2 s ($WEBGPU_KERNELS_PEER_TIMEOUT)" in out
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "1.5"])
+def test_a_bad_peer_timeout_is_refused_before_any_timing(runner, monkeypatch, value):
+    """--compare reads $WEBGPU_KERNELS_PEER_TIMEOUT first: a bad value ends the command at once with
+    an error naming the variable (no kernel is timed, nothing is written)."""
+    monkeypatch.setenv("WEBGPU_KERNELS_PEER_TIMEOUT", value)
+    timed = []
+    monkeypatch.setattr(cli_bench, "_bench_case", lambda *args: timed.append(args))
+    result = runner.invoke(main, ["bench", QG_DIR, "--compare", "--no-host"])
+    assert result.exit_code != 0 and timed == []
+    assert "$WEBGPU_KERNELS_PEER_TIMEOUT" in result.output and "non-negative integer" in result.output
+    assert repr(value) in result.output

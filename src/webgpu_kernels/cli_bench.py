@@ -9,7 +9,6 @@ tunables per case and stores the fastest per adapter and shape class (tuning.py)
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from .benchmark import (
     bench_copy, bench_kernel, expand_cases, host_per_call, known_peak, numpy_round_trip, random_array,
 )  # fmt: skip
 from .cli import _adapter, _console, _echo_json, _inputs_callback, resolve_kernel
-from .device import get_device
+from .device import env_count, get_device
 from .errors import KernelError
 from .kernel import Kernel
 from .references import max_abs_error, numpy_reference
@@ -108,6 +107,8 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
               seed: int, json_path: str | None, plot_path: str | None) -> None:  # fmt: skip
     """Time kernels on the GPU: effective TB/s, share of the device's peak and of a copy kernel."""
     console = _console(stderr=json_path == "-")  # stdout carries only the JSON then
+    # Checked before any timing: a bad value should not cost a whole run first.
+    peer_timeout_s = env_count(PEER_TIMEOUT_ENV, 420) if compare else 0
     device = get_device(_adapter(ctx))
     peak = known_peak(device.adapter.name)
     console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
@@ -154,7 +155,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
                 row["after_gpu_timing_median_s"] = again["median_s"]
     save()
     if compare:
-        _compare(rows, compile_tag, console, save)
+        _compare(rows, compile_tag, console, save, peer_timeout_s)
     _print_rows(console, rows, host_rows)
     if json_path == "-":
         _echo_json(results)
@@ -215,7 +216,7 @@ def _host_per_call(kernels: list[Kernel], calls: int, seed: int) -> list[dict[st
     return rows
 
 
-def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: Any) -> None:
+def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: Any, timeout_s: int) -> None:
     """Run each peer in its own process over the same cases and merge its figures into rows."""
     cases = []
     for i, row in enumerate(rows):
@@ -228,21 +229,21 @@ def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: A
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cases, f)
     for peer in ("torch", "ort-webgpu"):
-        console.print(f"running peer {peer} on {len(cases)} cases (own process, {PEER_TIMEOUT_S} s at most)")
+        console.print(f"running peer {peer} on {len(cases)} cases (own process, {timeout_s} s at most)")
         start, done = time.perf_counter(), 0
         command = [sys.executable, "-m", f"{__package__}.peers", peer, f.name]
-        for result in _stream_peer(peer, command, console):
+        for result in _stream_peer(peer, command, console, timeout_s):
             rows[int(result.pop("case"))].setdefault("peers", {})[peer] = result
             done += 1
         console.print(f"peer {peer}: {done} of {len(cases)} cases in {time.perf_counter() - start:.0f} s")
         save()
 
 
-PEER_TIMEOUT_S = int(os.environ.get("WEBGPU_KERNELS_PEER_TIMEOUT", "420"))
+PEER_TIMEOUT_ENV = "WEBGPU_KERNELS_PEER_TIMEOUT"  # seconds each peer process may run (420)
 
 
-def _stream_peer(peer: str, command: list[str], console: Any) -> Any:
-    """Yield the JSON lines of the peer process ``command`` as they come; a peer past its deadline
+def _stream_peer(peer: str, command: list[str], console: Any, timeout_s: int) -> Any:
+    """Yield the JSON lines of the peer process ``command`` as they come; a peer past ``timeout_s``
     is killed, keeping what it said."""
     # stderr goes to a file: a pipe read only at the end would stall a chatty peer once it filled.
     with tempfile.TemporaryFile("w+") as errors:
@@ -253,7 +254,7 @@ def _stream_peer(peer: str, command: list[str], console: Any) -> Any:
             killed.set()
             process.kill()
 
-        timer = threading.Timer(PEER_TIMEOUT_S, kill)
+        timer = threading.Timer(timeout_s, kill)
         timer.start()
         try:
             assert process.stdout is not None
@@ -268,7 +269,7 @@ def _stream_peer(peer: str, command: list[str], console: Any) -> Any:
             if process.returncode != 0:
                 errors.seek(0)
                 tail = errors.read().strip().splitlines()[-1:]
-                why = (f"killed after {PEER_TIMEOUT_S} s (WEBGPU_KERNELS_PEER_TIMEOUT)" if killed.is_set()
+                why = (f"killed after {timeout_s} s (${PEER_TIMEOUT_ENV})" if killed.is_set()
                        else f"exited with {process.returncode}")  # fmt: skip
                 console.print(Text(f"peer {peer} {why}: {tail}", style="red"))
 

@@ -108,7 +108,7 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-def _env_count(name: str, default: int) -> int:
+def env_count(name: str, default: int) -> int:
     """A non-negative integer from environment variable ``name``; ``default`` when unset or empty."""
     text = os.environ.get(name, "").strip()
     if not text:
@@ -123,8 +123,8 @@ class Device:
 
     def __init__(self, adapter: Any, summary: AdapterSummary) -> None:
         # Settings first: a bad value is refused before any device exists.
-        pool_mb = _env_count(POOL_ENV, 512)
-        spin_us = _env_count(SPIN_ENV, 0 if summary.adapter_type == "CPU" else round(READBACK_SPIN_S * 1e6))
+        pool_mb = env_count(POOL_ENV, 512)
+        spin_us = env_count(SPIN_ENV, 0 if summary.adapter_type == "CPU" else round(READBACK_SPIN_S * 1e6))
         features = [f for f in _OPTIONAL_FEATURES if f in summary.features]
         limits = {k: summary.limits[k] for k in _RAISED_LIMITS if k in summary.limits}
         try:
