@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import references as ref
 import webgpu_kernels as wk
@@ -194,3 +196,19 @@ def test_f16_units_past_the_workgroup_grid_limit(bias_add, need_dtype, rng):
     inputs = make_inputs(rng, (1, rows, 8), np.float16)
     y = bias_add(inputs, tunables={"WORKGROUP_SIZE": 64})["Y"]
     check(y, inputs, np.float16, what=f"{rows} rows over a 2-D grid")
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(n=st.integers(1, 3), s=st.integers(1, 40), groups=st.integers(1, 200),
+       workgroup_size=st.sampled_from([1, 8, 64, 256]), seed=st.integers(0, 2**32 - 1))  # fmt: skip
+def test_f16_units_match_the_scalar_variant_on_any_shape(bias_add, need_dtype, n, s, groups, workgroup_size, seed):
+    """Any (N, S, C) with C % 8 == 0 and any workgroup size: the 16-byte-unit path (what the default
+    picks) gives the scalar variant's bits."""
+    need_dtype(np.float16)
+    shape = (n, s, 8 * groups)
+    inputs = make_inputs(np.random.default_rng(seed), shape, np.float16, spread=1e4)  # sums overflow too
+    tunables = {"WORKGROUP_SIZE": workgroup_size}
+    got = bias_add(inputs, tunables=tunables)["Y"]
+    want = bias_add(inputs, variant="scalar", tunables=tunables)["Y"]
+    assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
