@@ -338,3 +338,24 @@ def test_a_bad_peer_timeout_is_refused_before_any_timing(runner, monkeypatch, va
     assert result.exit_code != 0 and timed == []
     assert "$WEBGPU_KERNELS_PEER_TIMEOUT" in result.output and "non-negative integer" in result.output
     assert repr(value) in result.output
+
+
+def test_ort_cases_run_one_process_per_dtype_and_torch_in_one(monkeypatch):
+    """ORT WebGPU gets a process per dtype (it reuses a program compiled for an op's other dtype);
+    every case still reaches its peer once, and each result lands on its own row."""
+    from rich.console import Console
+
+    seen = []
+
+    def fake_stream(peer, command, console, timeout_s):
+        cases = json.loads(open(command[-1], encoding="utf-8").read())
+        seen.append((peer, sorted({spec["dtype"] for c in cases for spec in c["inputs"].values()}), len(cases)))
+        for case in cases:
+            yield {"case": case["id"], "peer": peer, "device_s": 1e-3}
+
+    monkeypatch.setattr(cli_bench, "_stream_peer", fake_stream)
+    rows = [{"kernel": QG, "attrs": {}, "tags": [], "shapes": {"X": [8]}, "dtypes": {"X": dtype}}
+            for dtype in ("float32", "float16", "float32", "float16", "float32")]  # fmt: skip
+    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5)
+    assert seen == [("torch", ["float16", "float32"], 5), ("ort-webgpu", ["float32"], 3), ("ort-webgpu", ["float16"], 2)]
+    assert all(set(row["peers"]) == {"torch", "ort-webgpu"} for row in rows)

@@ -23,7 +23,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from . import tuning
+from . import peers, tuning
 from .benchmark import (
     bench_copy, bench_kernel, expand_cases, host_per_call, known_peak, numpy_round_trip, random_array,
 )  # fmt: skip
@@ -226,15 +226,22 @@ def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: A
         cases.append({"id": i, "op": row["kernel"], "attrs": row["attrs"],
                       "compile": compile_tag == "all" or compile_tag in row["tags"],
                       "inputs": {k: {"shape": s, "dtype": dtypes[k]} for k, s in row["shapes"].items()}})  # fmt: skip
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(cases, f)
     for peer in ("torch", "ort-webgpu"):
-        console.print(f"running peer {peer} on {len(cases)} cases (own process, {timeout_s} s at most)")
+        group_of = peers.PROCESS_GROUPS.get(peer, lambda case: None)
+        groups: dict[Any, list[dict[str, Any]]] = {}
+        for case in cases:
+            groups.setdefault(group_of(case), []).append(case)
+        processes = "its own process" if len(groups) == 1 else f"{len(groups)} processes of its own"
+        console.print(f"running peer {peer} on {len(cases)} cases ({processes}, {timeout_s} s at most each)")
         start, done = time.perf_counter(), 0
-        command = [sys.executable, "-m", f"{__package__}.peers", peer, f.name]
-        for result in _stream_peer(peer, command, console, timeout_s):
-            rows[int(result.pop("case"))].setdefault("peers", {})[peer] = result
-            done += 1
+        for group in groups.values():
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / "cases.json"
+                path.write_text(json.dumps(group), "utf-8")
+                command = [sys.executable, "-m", f"{__package__}.peers", peer, str(path)]
+                for result in _stream_peer(peer, command, console, timeout_s):
+                    rows[int(result.pop("case"))].setdefault("peers", {})[peer] = result
+                    done += 1
         console.print(f"peer {peer}: {done} of {len(cases)} cases in {time.perf_counter() - start:.0f} s")
         save()
 
@@ -296,8 +303,8 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         if "error" in row:
             table.add_row(row["kernel"].split(".")[-1], row["case"], row["dtype"], Text(row["error"][:60], style="red"))
             continue
-        peers = row.get("peers", {})
-        torch_peer, ort_peer = peers.get("torch", {}), peers.get("ort-webgpu", {})
+        by_peer = row.get("peers", {})
+        torch_peer, ort_peer = by_peer.get("torch", {}), by_peer.get("ort-webgpu", {})
         per_s = lambda s: None if not s else row["bytes"] / s / 1e12  # noqa: E731
         ort_s = ort_peer.get("device_s")
         err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok", True) else " WRONG")

@@ -2,7 +2,8 @@
 
 Each peer runs in its own process (``python -m webgpu_kernels.peers PEER CASES.json``) because
 Dawn (ONNX Runtime's WebGPU provider), CUDA and wgpu-native in one process are untested
-together. A peer prints one JSON object per case on stdout. Every peer output is checked against
+together; PROCESS_GROUPS splits a peer's cases further where it needs that. A peer prints one
+JSON object per case on stdout. Every peer output is checked against
 a float64 reference so that a fast wrong answer is reported as wrong.
 
 Per-op code lives here and in references.py, never in the engine.
@@ -21,6 +22,18 @@ import numpy as np
 
 from .references import REFERENCES, max_abs_error, one_node_model
 from .walltime import back_to_back
+
+
+
+def case_dtypes(case: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(sorted({spec["dtype"] for spec in case["inputs"].values()}))
+
+
+# Cases of one peer that must not share a process, by key. ONNX Runtime WebGPU (the 0.4.0 plugin)
+# reuses within a process the program it compiled for an op's first dtype when the other dtype
+# comes: BiasAdd f16 after f32 returns inf, f32 after f16 values off by 1e4, and each is right in a
+# process of its own (scripts/ort_f16_probe.py, docs/perf/h200-ort-f16.log).
+PROCESS_GROUPS: dict[str, Callable[[dict[str, Any]], Any]] = {"ort-webgpu": case_dtypes}
 
 # Peers' implementations of each op, written against torch tensors.
 TORCH_OPS: dict[str, Callable[..., Any]] = {
