@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -294,7 +295,7 @@ def test_peer_inputs_and_error():
 # --- peer processes -----------------------------------------------------------------------------------
 
 
-def stream(code, monkeypatch, timeout_s=60):
+def stream(code, timeout_s=60):
     """Run ``code`` as a peer process through cli_bench._stream_peer: (results, console output)."""
     from rich.console import Console
 
@@ -303,26 +304,26 @@ def stream(code, monkeypatch, timeout_s=60):
     return results, console.export_text()
 
 
-def test_peer_lines_are_streamed_and_a_chatty_stderr_cannot_stall_the_peer(monkeypatch):
+def test_peer_lines_are_streamed_and_a_chatty_stderr_cannot_stall_the_peer():
     code = ("import json, sys\n"
             "sys.stderr.write('x' * (1 << 20))\n"  # far more than a pipe buffer holds
             "print('not json')\n"
             "for i in range(3): print(json.dumps({'case': i}), flush=True)\n")  # fmt: skip
-    results, out = stream(code, monkeypatch)
+    results, out = stream(code)
     assert results == [{"case": 0}, {"case": 1}, {"case": 2}]
     assert "peer fake" not in out  # exit 0: nothing to report
 
 
-def test_a_failing_peer_is_reported_with_its_last_error_line(monkeypatch):
+def test_a_failing_peer_is_reported_with_its_last_error_line():
     code = "import json\nprint(json.dumps({'case': 0}), flush=True)\nraise SystemExit('no CUDA here')"
-    results, out = stream(code, monkeypatch)
+    results, out = stream(code)
     assert results == [{"case": 0}]
     assert "peer fake exited with 1: ['no CUDA here']" in out
 
 
-def test_a_peer_past_its_deadline_is_killed_keeping_what_it_said(monkeypatch):
+def test_a_peer_past_its_deadline_is_killed_keeping_what_it_said():
     code = "import json, time\nprint(json.dumps({'case': 7}), flush=True)\ntime.sleep(60)"
-    results, out = stream(code, monkeypatch, timeout_s=2)
+    results, out = stream(code, timeout_s=2)
     assert results == [{"case": 7}]
     assert "peer fake killed after 2 s ($WEBGPU_KERNELS_PEER_TIMEOUT)" in out
 
@@ -348,7 +349,7 @@ def test_ort_cases_run_one_process_per_dtype_and_torch_in_one(monkeypatch):
     seen = []
 
     def fake_stream(peer, command, console, timeout_s):
-        cases = json.loads(open(command[-1], encoding="utf-8").read())
+        cases = json.loads(Path(command[-1]).read_text("utf-8"))
         seen.append((peer, sorted({spec["dtype"] for c in cases for spec in c["inputs"].values()}), len(cases)))
         for case in cases:
             yield {"case": case["id"], "peer": peer, "device_s": 1e-3}

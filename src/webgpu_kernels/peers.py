@@ -3,8 +3,8 @@
 Each peer runs in its own process (``python -m webgpu_kernels.peers PEER CASES.json``) because
 Dawn (ONNX Runtime's WebGPU provider), CUDA and wgpu-native in one process are untested
 together; PROCESS_GROUPS splits a peer's cases further where it needs that. A peer prints one
-JSON object per case on stdout. Every peer output is checked against
-a float64 reference so that a fast wrong answer is reported as wrong.
+JSON object per case on stdout. Every peer output is checked against a float64 reference so that
+a fast wrong answer is reported as wrong.
 
 Per-op code lives here and in references.py, never in the engine.
 """
@@ -22,7 +22,6 @@ import numpy as np
 
 from .references import REFERENCES, max_abs_error, one_node_model
 from .walltime import back_to_back
-
 
 
 def case_dtypes(case: dict[str, Any]) -> tuple[str, ...]:
