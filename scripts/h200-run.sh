@@ -27,7 +27,7 @@ case "${1:-bench}" in
     timeout 200 python3 scripts/gpu_experiments.py "${2:-wide}" 2>&1 | tee "$OUT/exp.log" ;;
   bench)
     timeout 30 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"  # a fresh process on this lend
-    tune 60  # 32-39 s in runs F-I
+    tune 60  # done 32-39 s into runs F-I, host_cost.py included
     echo "tuning done after ${SECONDS} s" | tee -a "$OUT/tune.log"
     timeout 485 python3 -m webgpu_kernels bench --compare --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" ;;
   tests)  # the whole suite on the real GPU (first run, before commit ddb2cbd: 1552 passed, 4 skipped, 2 errors,
