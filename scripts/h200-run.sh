@@ -4,6 +4,7 @@
 #   bash scripts/h200-run.sh experiments [wide|interleave|f32]   experiment packages against the embedded kernels
 #   bash scripts/h200-run.sh bench   the full comparison (tuning first, so the tuned column is real)
 #   bash scripts/h200-run.sh roundtrip   the comparison on the small, model and large cases only
+#   bash scripts/h200-run.sh tiny   small round trips against ORT next to wgpu-native's submit-and-map floor
 #   bash scripts/h200-run.sh tests   the test suite on the H200
 #   bash scripts/h200-run.sh wait   how the host waits for a readback (scripts/wait_probe.py), then the suite
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
@@ -41,6 +42,10 @@ case "${1:-bench}" in
     timeout 30 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
+  tiny)  # the small round trips against ORT and the submit-and-map floor, measured on one lend
+    timeout 150 python3 scripts/wait_probe.py 30 2>&1 | tee "$OUT/wait.log"
+    timeout 300 python3 -m webgpu_kernels bench com.microsoft.QuickGelu --case tiny --case clip-text --compare \
+      --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
   roundtrip)  # the comparison on the small, model and large cases (round trips, ORT on the large ones)
     timeout 390 python3 -m webgpu_kernels bench --compare --tag small --tag large --tag model:clip-text --tag model:sd1.5 \
       --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
