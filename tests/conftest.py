@@ -59,6 +59,23 @@ def need_dtype(has_f16):
     return check
 
 
+@pytest.fixture
+def need_workgroup_size():
+    """Call with a WORKGROUP_SIZE: skips it when above this adapter's invocations-per-workgroup limit."""
+
+    def check(size: int) -> None:
+        if size > wk.get_device().limits["max-compute-invocations-per-workgroup"]:
+            pytest.skip("workgroup size above this adapter's limit")
+
+    return check
+
+
+def nan_next_output(shape, dtype) -> None:
+    """Return a NaN-filled buffer of this size to the pool, to be handed out as the next output of
+    that size: a kernel that leaves an element unwritten then shows NaN there."""
+    wk.to_gpu(np.full(shape, np.nan, dtype)).release()
+
+
 @pytest.fixture(scope="session")
 def quick_gelu() -> wk.Kernel:
     return wk.get_kernel("com.microsoft.QuickGelu")

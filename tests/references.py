@@ -147,3 +147,8 @@ def max_errors(actual, reference, dtype) -> tuple[float, float]:
     normal = ref >= np.finfo(dtype).tiny
     rel = float((err[normal] / ref[normal]).max()) if normal.any() else 0.0
     return float(err.max()), rel
+
+
+def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    """The same values bit for bit as far as NumPy can tell: NaN where NaN, signed zeros and infinities."""
+    assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))

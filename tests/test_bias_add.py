@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import references as ref
+from conftest import nan_next_output
 import webgpu_kernels as wk
 
 VARIANTS = ("vec4", "scalar")
@@ -156,25 +157,24 @@ def test_f32_sums_match_f64_rounding(bias_add, rng, variant):
 
 @pytest.mark.parametrize("workgroup_size", (32, 64, 256, 1024))
 @pytest.mark.parametrize("shape", [(2, 5, 320), (1, 3, 1536), (3, 7, 8), (2, 51, 640), (1, 1, 8)], ids=str)
-def test_f16_units_match_the_scalar_variant_bit_for_bit(bias_add, need_dtype, rng, shape, workgroup_size):
+def test_f16_units_match_the_scalar_variant_bit_for_bit(bias_add, need_dtype, need_workgroup_size, rng, shape,
+                                                         workgroup_size):
     """f16 with C % 8 == 0 runs in 16-byte units from every other workgroup (pack2x16float); it must
     give exactly the scalar variant's bits (an f16 cast of the same f32 sum), overflow to inf, NaN and
     signed zeros included, and write every element (the output buffer starts as NaN). The shapes
     leave the last working workgroup partly idle or alone."""
     need_dtype(np.float16)
-    if workgroup_size > wk.get_device().limits["max-compute-invocations-per-workgroup"]:
-        pytest.skip("workgroup size above this adapter's limit")
+    need_workgroup_size(workgroup_size)
     inputs = make_inputs(rng, shape, np.float16)
     inputs["X"].flat[:6] = [65504, -65504, np.inf, np.nan, -0.0, 3.0]
     inputs["skip"].flat[:6] = [65504, -65504, -np.inf, 1, -0.0, -3.0]
     inputs["bias"][:6] = [1, -1, 0, 0, -0.0, 0]
     assert "wg % 2u" in bias_add.render(inputs)["main"]
     tunables = {"WORKGROUP_SIZE": workgroup_size}
-    junk = wk.to_gpu(np.full(shape, np.nan, np.float16))
-    junk.release()  # its buffer goes back to the pool, to be handed out as the next output
+    nan_next_output(shape, np.float16)
     got = bias_add(inputs, tunables=tunables)["Y"]
     want = bias_add(inputs, variant="scalar", tunables=tunables)["Y"]
-    assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
+    ref.assert_same_bits(got, want)
     assert np.isposinf(got.flat[0]) and np.isneginf(got.flat[1]) and np.isnan(got.flat[2:4]).all()
     check(got, inputs, np.float16, what=f"f16 units on {shape}, workgroup size {workgroup_size}")
 
@@ -211,4 +211,4 @@ def test_f16_units_match_the_scalar_variant_on_any_shape(bias_add, need_dtype, n
     tunables = {"WORKGROUP_SIZE": workgroup_size}
     got = bias_add(inputs, tunables=tunables)["Y"]
     want = bias_add(inputs, variant="scalar", tunables=tunables)["Y"]
-    assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
+    ref.assert_same_bits(got, want)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import references as ref
+from conftest import nan_next_output
 import webgpu_kernels as wk
 
 VARIANTS = ("vec4", "vec4_tail", "scalar")
@@ -87,16 +88,14 @@ def test_forced_variant(quick_gelu, plan_of, need_dtype, rng, shape, dtype, vari
 
 @pytest.mark.parametrize("workgroup_size", (32, 64, 256, 1024))
 @pytest.mark.parametrize("numel", (4 * 255, 4 * 257, 8 * 1000, 4 * 4097))
-def test_f16_vec4_covers_every_element(quick_gelu, need_dtype, rng, numel, workgroup_size):
+def test_f16_vec4_covers_every_element(quick_gelu, need_dtype, need_workgroup_size, rng, numel, workgroup_size):
     """f16 vec4 works in 16-byte units from every other workgroup: odd vec4 counts (the last unit
     half in the padding), counts that leave the last working workgroup partly idle, and every
     workgroup size still write every element once (the output buffer starts as NaN)."""
     need_dtype(np.float16)
-    if workgroup_size > wk.get_device().limits["max-compute-invocations-per-workgroup"]:
-        pytest.skip("workgroup size above this adapter's limit")
+    need_workgroup_size(workgroup_size)
     x = sample(rng, (numel,), np.float16)
-    junk = wk.to_gpu(np.full(numel, np.nan, np.float16))
-    junk.release()  # its buffer goes back to the pool, to be handed out as the next output
+    nan_next_output(numel, np.float16)
     y = quick_gelu({"X": x}, tunables={"WORKGROUP_SIZE": workgroup_size})["Y"]
     check(y, x, np.float16, what=f"numel {numel}, workgroup size {workgroup_size}")
 
