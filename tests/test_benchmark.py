@@ -221,6 +221,16 @@ def test_a_gpu_error_while_benchmarking_is_the_librarys_error(quick_gelu, device
     assert bench_kernel(quick_gelu, {"X": x}, **FAST).median_s > 0
 
 
+def test_time_per_call_grows_with_the_work(device):
+    """Per-call time is a span over its calls: 256x the bytes cost clearly more per call, and a span
+    of one call and a span of eight agree on the same kernel within the CPU adapter's noise band."""
+    small, large = bench_copy(device, 1 << 14, **FAST), bench_copy(device, 1 << 22, **FAST)
+    assert large.median_s > 4 * small.median_s
+    one = bench_copy(device, 1 << 20, calls_per_span=1, **FAST)
+    eight = bench_copy(device, 1 << 20, calls_per_span=8, **FAST)
+    assert 0.25 < one.median_s / eight.median_s < 4
+
+
 # --- bench_copy -----------------------------------------------------------------------------------
 
 

@@ -380,3 +380,39 @@ def test_load_kernel_twice_gives_independent_working_kernels(tmp_path):
     assert a is not b and a.op_id == b.op_id == "demo.ScaleShift"
     x = np.arange(8, dtype=np.float32)
     np.testing.assert_array_equal(a({"X": x}, attrs={"scale": 2.0})["Y"], b({"X": x}, attrs={"scale": 2.0})["Y"])
+
+
+# --- dispatch_calls: back-to-back calls in one compute pass (how bench times calls) -------------
+
+_STEP_WGSL = """
+@group(0) @binding(0) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  if (g.x < arrayLength(&y)) { y[g.x] = STEP; }
+}
+"""
+
+
+def test_dispatch_calls_runs_every_pass_of_every_call_in_order(device):
+    """n calls of (y += 1, then y *= 2) in one pass leave 2^(n+1) - 2: each dispatch ran once, in order."""
+    import wgpu
+
+    from webgpu_kernels.execution import BoundPass, dispatch_calls
+
+    gpu = device.gpu
+    n, calls = 1000, 9
+    y = gpu.create_buffer_with_data(data=np.zeros(n, np.float32), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    bound = []
+    for step in ("y[g.x] + 1.0", "y[g.x] * 2.0"):
+        pipeline = gpu.create_compute_pipeline(layout="auto", compute={
+            "module": gpu.create_shader_module(code=_STEP_WGSL.replace("STEP", step)), "entry_point": "main"})  # fmt: skip
+        group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": y}}])
+        bound.append(BoundPass(step, pipeline, group, ((n + 63) // 64, 1, 1)))
+    encoder = gpu.create_command_encoder()
+    compute = encoder.begin_compute_pass()
+    dispatch_calls(compute, bound, calls)
+    compute.end()
+    gpu.queue.submit([encoder.finish()])
+    out = np.frombuffer(gpu.queue.read_buffer(y), np.float32)
+    np.testing.assert_array_equal(out, np.full(n, 2.0 ** (calls + 1) - 2))
+    y.destroy()

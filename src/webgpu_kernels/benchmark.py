@@ -3,8 +3,10 @@
 Why each rule: on an H200, zero-filled buffers read up to 2.5x faster than random data
 (compression), and a kernel timed right after an upload or after idle gaps looks up to 2.5x
 slower than under sustained load. So inputs are random, every measurement batch records
-hundreds of dispatches into one submission, batches repeat until their medians agree, and the
-time of each dispatch comes from timestamp queries written at the start and end of its pass.
+hundreds of calls into one submission, batches repeat until their medians agree, and the time
+per call comes from timestamp queries around runs of 50 back-to-back calls in one compute pass,
+recorded as the engine records a chain of calls (and as torch's peer is timed, between two CUDA
+events around 50 launches).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 import wgpu
 
 from .device import Device
-from .execution import BoundPass, ExecutionPlan, bind, encode, upload
+from .execution import BoundPass, ExecutionPlan, bind, dispatch_calls, upload
 from .kernel import Kernel
 from .buffers import padded_size, translate_gpu_errors
 from .walltime import back_to_back
@@ -44,13 +46,19 @@ def known_peak(adapter_name: str) -> float | None:
 
 @dataclass(frozen=True)
 class Timing:
-    """GPU time of one repetition (all passes of one call), from timestamp queries."""
+    """GPU time per call (all passes of one call), from timestamp queries; a sample is the mean
+    over one span of back-to-back calls."""
 
     median_s: float
     p10_s: float
     p90_s: float
     samples: int
     batches: int
+
+
+#: Calls between two timestamps: torch's peer times 50 launches between two CUDA events.
+CALLS_PER_SPAN = 50
+MIN_SPANS = 5  # samples per batch, however long a span takes
 
 
 def time_passes(
@@ -62,67 +70,71 @@ def time_passes(
     max_batches: int = 40,
     rel_tol: float = 0.02,
     min_total_s: float = 0.3,
+    calls_per_span: int = CALLS_PER_SPAN,
 ) -> Timing:
-    """Dispatch ``bound`` back to back in batches until two consecutive batch medians agree."""
+    """GPU time per call of ``bound`` called back to back, in batches until two consecutive batch
+    medians agree; the statistics are over those two batches' samples.
+
+    Calls are recorded as the engine records consecutive calls, into one compute pass (wgpu
+    inserts the barriers that order them), and timed in spans of ``calls_per_span`` calls between
+    the pass's two timestamps, as torch's peer is timed between two CUDA events. One pass per call
+    with its own timestamps would charge every call a pass boundary that chained calls never pay:
+    3.5 us more per call on the H200 (scripts/timing_probe.py, docs/performance.md).
+    """
     if "timestamp-query" not in device.info.features:
         raise RuntimeError(f"{device.adapter.label()} has no timestamp-query feature: GPU time cannot be measured")
     gpu = device.gpu
-    per_rep = len(bound) * 2
-    reps = 8
+    spans = MIN_SPANS
+    batches: list[list[float]] = []
     medians: list[float] = []
     total = 0.0
-    last: list[float] = []
     for batch in range(max_batches):
-        reps = max(4, min(reps, QUERY_SET_MAX // per_rep))
-        samples = _one_batch(gpu, bound, reps, per_rep)
-        total += sum(samples)
-        # Drop the first tenth of each batch: the GPU may still be ramping up its clocks.
-        last = samples[len(samples) // 10 :]
-        medians.append(statistics.median(last))
+        spans = max(MIN_SPANS, min(spans, QUERY_SET_MAX // 2))
+        samples = _one_batch(gpu, bound, spans, calls_per_span)
+        total += sum(samples) * calls_per_span
+        # Drop the first span of each batch: the GPU may still be ramping up its clocks.
+        batches.append(samples[1:])
+        medians.append(statistics.median(batches[-1]))
         # Size the next batch to about target_batch_s of GPU time.
-        reps = int(target_batch_s / max(medians[-1], 1e-7))
+        spans = int(target_batch_s / max(medians[-1] * calls_per_span, 1e-7))
         if (
             batch + 1 >= min_batches
             and total >= min_total_s
             and abs(medians[-1] - medians[-2]) <= rel_tol * medians[-1]
         ):
             break
-    ordered = sorted(last)
+    ordered = sorted(batches[-1] + (batches[-2] if len(batches) > 1 else []))
     return Timing(
         median_s=statistics.median(ordered), p10_s=ordered[len(ordered) // 10],
         p90_s=ordered[(len(ordered) * 9) // 10], samples=len(ordered), batches=len(medians),
     )  # fmt: skip
 
 
-def _one_batch(gpu: Any, bound: list[BoundPass], reps: int, per_rep: int) -> list[float]:
-    """``reps`` back-to-back repetitions in one encoder and one submission.
+def _one_batch(gpu: Any, bound: list[BoundPass], spans: int, calls: int) -> list[float]:
+    """``spans`` runs of ``calls`` back-to-back calls, one timed compute pass each, in one encoder
+    and one submission: seconds per call of each run.
 
-    One encoder with up to 4,096 timed passes has a lasting side effect: wgpu-native keeps that
-    encoder's command buffers for reuse and resets all of them whenever it is reused, so every
-    later submit in the process gets slower (lavapipe, scripts/submit_probe.py: 222 -> 420 us per
-    NumPy round trip after 4,000 passes; H200: 0.8 instead of 0.35 ms). One command buffer per repetition avoids that but
-    changed the GPU times it measured (H200 run D, docs/performance.md), so timing keeps one
-    encoder and ``bench`` times host round trips before any of this runs.
+    Many passes in one encoder have a lasting side effect: wgpu-native keeps that encoder's
+    command buffers for reuse and resets all of them whenever it is reused, so every later submit
+    in the process gets slower (lavapipe, scripts/submit_probe.py: 222 -> 420 us per NumPy round
+    trip after 4,000 timed passes; H200: 0.8 instead of 0.35 ms). A pass per span keeps the count
+    low, and ``bench`` times host round trips before any of this runs.
     """
-    count = reps * per_rep
-    query_set = gpu.create_query_set(type=wgpu.QueryType.timestamp, count=count)
-    resolve = gpu.create_buffer(size=count * 8, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    query_set = gpu.create_query_set(type=wgpu.QueryType.timestamp, count=2 * spans)
+    resolve = gpu.create_buffer(size=16 * spans, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
     encoder = gpu.create_command_encoder()
-    for r in range(reps):
-        base = r * per_rep
-
-        def writes(i: int, base: int = base) -> dict[str, Any]:
-            return {"query_set": query_set, "beginning_of_pass_write_index": base + 2 * i,
-                    "end_of_pass_write_index": base + 2 * i + 1}  # fmt: skip
-
-        encode(encoder, bound, writes)
-    encoder.resolve_query_set(query_set, 0, count, resolve, 0)
+    for span in range(spans):
+        compute = encoder.begin_compute_pass(timestamp_writes={
+            "query_set": query_set, "beginning_of_pass_write_index": 2 * span, "end_of_pass_write_index": 2 * span + 1,
+        })  # fmt: skip
+        dispatch_calls(compute, bound, calls)
+        compute.end()
+    encoder.resolve_query_set(query_set, 0, 2 * spans, resolve, 0)
     gpu.queue.submit([encoder.finish()])
     stamps = np.frombuffer(gpu.queue.read_buffer(resolve), dtype=np.uint64).astype(np.float64)
     query_set.destroy()
     resolve.destroy()
-    pass_ns = (stamps[1::2] - stamps[0::2]).reshape(reps, -1).sum(axis=1)
-    return [float(ns) * 1e-9 for ns in pass_ns]
+    return [float(ns) * 1e-9 / calls for ns in stamps[1::2] - stamps[0::2]]
 
 
 # --- inputs ------------------------------------------------------------------------------------

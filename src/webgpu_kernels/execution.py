@@ -187,17 +187,18 @@ def bind(device: Device, plan: ExecutionPlan, buffers: Mapping[str, tuple[Any, i
     return [BoundPass(p.label, p.pipeline.pipeline, group, p.grid) for p, group in bind_groups(device, plan, buffers)]
 
 
-def encode(encoder: Any, bound: list[BoundPass], timestamp_writes: Any = None) -> bool:
-    """Record one compute pass per bound pass; ``timestamp_writes(i)`` gives pass i's writes."""
-    for i, p in enumerate(bound):
-        compute = encoder.begin_compute_pass(
-            label=p.label, timestamp_writes=timestamp_writes(i) if timestamp_writes else None
-        )
-        compute.set_pipeline(p.pipeline)
-        compute.set_bind_group(0, p.bind_group)
-        compute.dispatch_workgroups(*p.grid)
-        compute.end()
-    return bool(bound)
+def dispatch_calls(compute: Any, bound: list[BoundPass], calls: int) -> None:
+    """Append ``calls`` back-to-back calls of ``bound`` to the open compute pass ``compute``, as the
+    recorder appends consecutive calls (pipeline and bind group set only when they change)."""
+    state: tuple[Any, Any] = (None, None)
+    for _ in range(calls):
+        for p in bound:
+            if p.pipeline is not state[0]:
+                compute.set_pipeline(p.pipeline)
+            if p.bind_group is not state[1]:
+                compute.set_bind_group(0, p.bind_group)
+            state = (p.pipeline, p.bind_group)
+            compute.dispatch_workgroups(*p.grid)
 
 
 def run_plan(

@@ -1,0 +1,155 @@
+"""What a GPU time per call means: timestamps around each pass, or around a run of calls.
+
+Until this probe, `bench` timed each dispatch by timestamps written at the start and end of its
+own pass, while torch's peer times 50 back-to-back launches between two CUDA events and divides.
+This probe times the same bound kernel on the same data three ways, interleaved in rounds so
+drift hits all alike:
+
+  pass     the median of per-pass intervals, one pass per call (what `bench` reported before)
+  span     50 passes back to back, a timestamp before the first and after the last, / 50
+  onepass  50 dispatches in one compute pass, its two timestamps, / 50: how the engine records a
+           chain of calls, and what `bench` reports now (benchmark.time_passes)
+
+and, with --torch, torch eager and torch.compile on the same shapes in a child process, timed as
+the peer does (peers._gpu_time). Large bench.json shapes, f32 and f16; microseconds and TB/s.
+
+    python scripts/timing_probe.py [--torch] [--small]
+"""
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+import wgpu
+
+CASES = [  # op, inputs (name -> shape), the large bench.json shapes
+    ("com.microsoft.QuickGelu", {"X": (16, 1280, 4096)}),
+    ("com.microsoft.BiasAdd", {"X": (16, 4096, 1280), "bias": (1280,), "skip": (16, 4096, 1280)}),
+]
+DTYPES = ("float16", "float32")
+SPAN = 50
+if "--small" in sys.argv:  # a smoke test on a CPU adapter
+    CASES = [(op, {k: s[-1:] if len(s) == 1 else (1, 8, s[-1]) for k, s in shapes.items()}) for op, shapes in CASES]
+
+
+def torch_child() -> None:
+    import torch
+
+    from webgpu_kernels.peers import TORCH_OPS, _gpu_time
+
+    rng = np.random.default_rng(0)
+    for op, shapes in CASES:
+        attrs = {"alpha": 1.702} if op.endswith("QuickGelu") else {}
+        for dtype in DTYPES:
+            tensors = {k: torch.from_numpy(rng.standard_normal(s, dtype=np.float32).astype(dtype)).cuda()
+                       for k, s in shapes.items()}  # fmt: skip
+            nbytes = sum(t.nbytes for t in tensors.values()) + tensors["X"].nbytes
+            fn = TORCH_OPS[op]
+            compiled = torch.compile(lambda t, fn=fn: fn(t, attrs), dynamic=False)
+            for label, impl in (("eager", lambda: fn(tensors, attrs)), ("compile", lambda: compiled(tensors))):
+                impl()
+                runs = [_gpu_time(impl, torch) for _ in range(3)]
+                print(json.dumps({"op": op, "dtype": dtype, "label": label, "s": statistics.median(runs),
+                                  "tbps": nbytes / statistics.median(runs) / 1e12}), flush=True)  # fmt: skip
+
+
+def spans(gpu, bound, n_spans: int, one_pass: bool) -> list[float]:
+    """Per-call seconds of ``n_spans`` runs of SPAN back-to-back calls, each run between two timestamps."""
+    (p,) = bound
+    qs = gpu.create_query_set(type=wgpu.QueryType.timestamp, count=2 * n_spans)
+    resolve = gpu.create_buffer(size=16 * n_spans, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    enc = gpu.create_command_encoder()
+    for s in range(n_spans):
+        if one_pass:
+            c = enc.begin_compute_pass(timestamp_writes={"query_set": qs, "beginning_of_pass_write_index": 2 * s,
+                                                         "end_of_pass_write_index": 2 * s + 1})  # fmt: skip
+            c.set_pipeline(p.pipeline)
+            c.set_bind_group(0, p.bind_group)
+            for _ in range(SPAN):
+                c.dispatch_workgroups(*p.grid)
+            c.end()
+            continue
+        for k in range(SPAN):
+            writes = {"query_set": qs}
+            if k == 0:
+                writes["beginning_of_pass_write_index"] = 2 * s
+            if k == SPAN - 1:
+                writes["end_of_pass_write_index"] = 2 * s + 1
+            c = enc.begin_compute_pass(timestamp_writes=writes if len(writes) > 1 else None)
+            c.set_pipeline(p.pipeline)
+            c.set_bind_group(0, p.bind_group)
+            c.dispatch_workgroups(*p.grid)
+            c.end()
+    enc.resolve_query_set(qs, 0, 2 * n_spans, resolve, 0)
+    gpu.queue.submit([enc.finish()])
+    stamps = np.frombuffer(gpu.queue.read_buffer(resolve), dtype=np.uint64).astype(np.float64)
+    qs.destroy()
+    resolve.destroy()
+    return list((stamps[1::2] - stamps[0::2]) * 1e-9 / SPAN)
+
+
+def per_pass(gpu, bound, n: int) -> list[float]:
+    """Seconds of each of ``n`` back-to-back calls, each in its own pass between its own timestamps."""
+    (p,) = bound
+    qs = gpu.create_query_set(type=wgpu.QueryType.timestamp, count=2 * n)
+    resolve = gpu.create_buffer(size=16 * n, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    enc = gpu.create_command_encoder()
+    for s in range(n):
+        c = enc.begin_compute_pass(timestamp_writes={"query_set": qs, "beginning_of_pass_write_index": 2 * s,
+                                                     "end_of_pass_write_index": 2 * s + 1})  # fmt: skip
+        c.set_pipeline(p.pipeline)
+        c.set_bind_group(0, p.bind_group)
+        c.dispatch_workgroups(*p.grid)
+        c.end()
+    enc.resolve_query_set(qs, 0, 2 * n, resolve, 0)
+    gpu.queue.submit([enc.finish()])
+    stamps = np.frombuffer(gpu.queue.read_buffer(resolve), dtype=np.uint64).astype(np.float64)
+    qs.destroy()
+    resolve.destroy()
+    return list((stamps[1::2] - stamps[0::2]) * 1e-9)
+
+
+def main() -> None:
+    import webgpu_kernels as wk
+    from webgpu_kernels.benchmark import random_array, time_passes
+    from webgpu_kernels.buffers import padded_size
+    from webgpu_kernels.execution import bind, upload
+
+    rng = np.random.default_rng(0)
+    for op, shapes in CASES:
+        kernel = wk.get_kernel(op)
+        for dtype in DTYPES:
+            arrays = {k: random_array(s, dtype, rng) for k, s in shapes.items()}
+            device, plan = kernel.plan(arrays)
+            gpu = device.gpu
+            buffers = {k: (upload(device, a), padded_size(a.nbytes)) for k, a in arrays.items()}
+            (out,) = plan.outputs
+            nbytes = math.prod(out.shape) * np.dtype(out.dtype).itemsize
+            y = gpu.create_buffer(size=padded_size(nbytes), usage=wgpu.BufferUsage.STORAGE)
+            buffers[out.role] = (y, padded_size(nbytes))
+            bound = bind(device, plan, buffers)
+            total = sum(a.nbytes for a in arrays.values()) + nbytes
+            results = {"pass": [], "span": [], "onepass": []}
+            time_passes(device, bound)  # sustained load first
+            for _ in range(3):
+                results["pass"].append(statistics.median(per_pass(gpu, bound, 2000)[200:]))
+                results["span"].append(statistics.median(spans(gpu, bound, 40, False)))
+                results["onepass"].append(statistics.median(spans(gpu, bound, 40, True)))
+            line = "  ".join(f"{k} {statistics.median(v) * 1e6:7.2f} us {total / statistics.median(v) / 1e12:.3f} TB/s"
+                             for k, v in results.items())  # fmt: skip
+            print(f"{op.split('.')[-1]:9s} {dtype}  {line}   (rounds: "
+                  + "; ".join(f"{k} " + "/".join(f"{s * 1e6:.1f}" for s in v) for k, v in results.items()) + ")", flush=True)  # fmt: skip
+            for b, _ in buffers.values():
+                b.destroy()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["torch-child"]:
+        torch_child()
+    else:
+        main()
+        if "--torch" in sys.argv:
+            subprocess.run([sys.executable, __file__, "torch-child"], check=False, timeout=300)
