@@ -10,7 +10,8 @@ bias_wide, the seed manifests plus an f16 variant with another dispatch (numel/8
 16-byte units), to measure what a manifest change, not a template change, would buy.
 "interleave": inside the seed's grid again, but the idle half of it spread over the run (every
 SPREAD-th workgroup works on SPREAD workgroups' data, qg_spread ACTIVE -1) instead of at its end;
-now the shipped f16 QuickGelu. Its BiasAdd part measured the same pattern for BiasAdd f16 as a
+now the shipped f16 QuickGelu; exp2 rows: the same with the exponent's constant folded (MODE 2).
+Its BiasAdd part measured the same pattern for BiasAdd f16 as a
 package (-7.log: 4.148 -> 4.201 TB/s), since shipped; the round now times the embedded BiasAdd at
 two workgroup sizes against bias_wide's numel/8 variant.
 "f32": the same interleave for f32 (qg_spread and bias_wide with ACTIVE -1 / SPREAD 2 or 4:
@@ -60,8 +61,11 @@ elif ROUND == "interleave":
                 for wg in (128, 256, 512, 1024)]  # fmt: skip
     configs += [(qg_spread, f"interleave S4 WG {wg}", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": 4}, None)
                 for wg in (256, 512)]  # fmt: skip
+    configs += [(qg_spread, f"interleave S{n} WG {wg} exp2", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": n, "MODE": 2},
+                 None) for n, wg in ((2, 256), (4, 512))]  # fmt: skip
     configs += [(qg_spread, "interleave S2 copy", {**spread, "WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 1}, {"Y": x})]
     configs += [(qg_wide, "wide16 WG 256 (numel/8)", {"WORKGROUP_SIZE": 256, "MODE": 0}, None)]
+    configs += [(qg_wide, "wide16 copy control", {"WORKGROUP_SIZE": 256, "MODE": 1}, {"Y": x})]
 else:  # f32: the vec4<f32> units interleaved, SPREAD of them per working invocation
     configs += [(wk.get_kernel(QG), f"embedded vec4 WG {wg}", {"WORKGROUP_SIZE": wg}, None) for wg in (128, 512)]
     configs += [(qg_spread, f"interleave S{n} WG {wg}", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": n}, None)

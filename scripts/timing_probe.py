@@ -13,7 +13,9 @@ drift hits all alike:
 and, with --torch, torch eager and torch.compile on the same shapes in a child process, timed as
 the peer does (peers._gpu_time). Large bench.json shapes, f32 and f16; microseconds and TB/s.
 
-    python scripts/timing_probe.py [--torch] [--small]
+    python scripts/timing_probe.py [--torch] [--small] [--package=PATH ...]
+
+(--package: also that package's kernel for the same op, f16 only, e.g. an experiment folder.)
 """
 
 import json
@@ -118,10 +120,12 @@ def main() -> None:
     from webgpu_kernels.buffers import padded_size
     from webgpu_kernels.execution import bind, upload
 
+    packages = [wk.load_kernel(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--package=")]
     rng = np.random.default_rng(0)
-    for op, shapes in CASES:
-        kernel = wk.get_kernel(op)
-        for dtype in DTYPES:
+    for kernel, op, shapes, dtypes in [(wk.get_kernel(op), op, shapes, DTYPES) for op, shapes in CASES] + [
+        (k, op, shapes, ("float16",)) for k in packages for op, shapes in CASES if k.op_id == op
+    ]:  # fmt: skip
+        for dtype in dtypes:
             arrays = {k: random_array(s, dtype, rng) for k, s in shapes.items()}
             device, plan = kernel.plan(arrays)
             gpu = device.gpu
@@ -140,7 +144,7 @@ def main() -> None:
                 results["onepass"].append(statistics.median(spans(gpu, bound, 40, True)))
             line = "  ".join(f"{k} {statistics.median(v) * 1e6:7.2f} us {total / statistics.median(v) / 1e12:.3f} TB/s"
                              for k, v in results.items())  # fmt: skip
-            print(f"{op.split('.')[-1]:9s} {dtype}  {line}   (rounds: "
+            print(f"{op.split('.')[-1]:9s} {dtype} {plan.variant:7s} {line}   (rounds: "
                   + "; ".join(f"{k} " + "/".join(f"{s * 1e6:.1f}" for s in v) for k, v in results.items()) + ")", flush=True)  # fmt: skip
             for b, _ in buffers.values():
                 b.destroy()
