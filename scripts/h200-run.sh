@@ -16,6 +16,7 @@ export COLUMNS=250 WEBGPU_KERNELS_TUNING_DIR=/tmp/tuning WEBGPU_KERNELS_PEER_TIM
 # Tuning covers the large cases only: 120 s reached just the ten BiasAdd cases of the wider set (run C).
 # ONNX Runtime's peer needs about 200 s for all 40 cases (170 s reached 38 in run E).
 # Run I: bench took about 440 s of its limit (ORT 196 s in two processes); hence tune 60, bench 485.
+# Run J (call-span timing): the whole call 402 s, ORT 192 s.
 tune() { timeout "$1" python3 -m webgpu_kernels tune --tag large 2>&1 | tee "$OUT/tune.log"
          cp /tmp/tuning/*.json "$OUT/tuning.json" 2>/dev/null; }
 case "${1:-bench}" in

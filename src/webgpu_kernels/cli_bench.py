@@ -105,7 +105,11 @@ def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float]) -> float:
 def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], names: tuple[str, ...],
               tags: tuple[str, ...], dtypes: tuple[str, ...], compare: bool, compile_tag: str, host: bool, calls: int,
               seed: int, json_path: str | None, plot_path: str | None) -> None:  # fmt: skip
-    """Time kernels on the GPU: effective TB/s, share of the device's peak and of a copy kernel."""
+    """Time kernels on the GPU: effective TB/s, share of the device's peak and of a copy kernel.
+
+    GPU time per call comes from timestamps around spans of 50 back-to-back calls in one compute
+    pass, as the engine records a chain of calls (docs/performance.md).
+    """
     console = _console(stderr=json_path == "-")  # stdout carries only the JSON then
     # Checked before any timing: a bad value should not cost a whole run first.
     peer_timeout_s = env_count(PEER_TIMEOUT_ENV, 420) if compare else 0
@@ -295,7 +299,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[str, Any]]) -> None:
-    table = Table(title="GPU time per call (timestamp queries, median, sustained load, random data)")
+    table = Table(title="GPU time per call (timestamps around 50 back-to-back calls, median, sustained load, random data)")
     for col in ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", "% peak", "% copy", "tuned TB/s",
                 "torch TB/s", "compile TB/s", "ORT µs", "ORT/ours", "round trip ms", "ORT rt ms", "torch xfer ms", "max err"):
         table.add_column(col, justify="left" if col in ("kernel", "case", "dtype", "variant") else "right")
