@@ -94,8 +94,7 @@ def package_files(root: Path) -> list[str]:
             if filename.startswith("."):
                 continue
             rel = (rel_dir / filename).as_posix()
-            if rel.startswith("./"):
-                rel = rel[2:]
+            rel = rel.removeprefix("./")
             if rel == METADATA_FILE or not os.path.isfile(os.path.join(dirpath, filename)):
                 continue
             names.append(rel)
