@@ -1,7 +1,7 @@
 """Template experiments on a GPU machine: packages under scripts/experiments/ against the embedded
 kernel of the same op, on the same random data, timed the same way (benchmark.py).
 
-    python scripts/gpu_experiments.py [wide|interleave|f32]
+    python scripts/gpu_experiments.py [wide|interleave|f32|split]
 
 Earlier rounds (docs/performance.md, "f16 QuickGelu"): qg_spread and qg_f16math tried ways of
 moving more bytes per invocation inside the seed manifest's numel/4 grid; none beat the embedded
@@ -14,6 +14,8 @@ now the shipped f16 QuickGelu; exp2 rows: the same with the exponent's constant 
 Its BiasAdd part measured the same pattern for BiasAdd f16 as a
 package (-7.log: 4.148 -> 4.201 TB/s), since shipped; the round now times the embedded BiasAdd at
 two workgroup sizes against bias_wide's numel/8 variant.
+"split": the idle half of the seed's grid inside each workgroup (its second half exits) instead
+of every other workgroup (qg_spread ACTIVE -2); QuickGelu only.
 "f32": the same interleave for f32 (qg_spread and bias_wide with ACTIVE -1 / SPREAD 2 or 4:
 every SPREAD-th workgroup moves SPREAD vec4<f32> units per invocation), against the embedded
 kernels, which sit 0.3% behind torch.compile at 84M elements.
@@ -33,8 +35,8 @@ qg_wide = wk.load_kernel("scripts/experiments/qg_wide")
 qg_spread = wk.load_kernel("scripts/experiments/qg_spread")
 bias_wide = wk.load_kernel("scripts/experiments/bias_wide")
 ROUND = sys.argv[1] if len(sys.argv) > 1 else "wide"
-if ROUND not in ("wide", "interleave", "f32"):
-    raise SystemExit(f"unknown round {ROUND!r}: wide, interleave or f32")
+if ROUND not in ("wide", "interleave", "f32", "split"):
+    raise SystemExit(f"unknown round {ROUND!r}: wide, interleave, f32 or split")
 DTYPE = "float32" if ROUND == "f32" else "float16"
 
 
@@ -66,6 +68,13 @@ elif ROUND == "interleave":
     configs += [(qg_spread, "interleave S2 copy", {**spread, "WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 1}, {"Y": x})]
     configs += [(qg_wide, "wide16 WG 256 (numel/8)", {"WORKGROUP_SIZE": 256, "MODE": 0}, None)]
     configs += [(qg_wide, "wide16 copy control", {"WORKGROUP_SIZE": 256, "MODE": 1}, {"Y": x})]
+elif ROUND == "split":  # the idle half inside each workgroup instead of every other workgroup
+    split = {"MODE": 0, "ACTIVE": -2, "SPREAD": 2}
+    configs += [(qg_spread, f"split WG {wg}", {**split, "WORKGROUP_SIZE": wg}, None) for wg in (128, 256, 512, 1024)]
+    configs += [(qg_spread, "split WG 256 copy", {**split, "WORKGROUP_SIZE": 256, "MODE": 1}, {"Y": x})]
+    configs += [(qg_spread, "interleave S4 WG 512", {**spread, "WORKGROUP_SIZE": 512, "SPREAD": 4}, None)]
+    configs += [(qg_wide, "wide16 WG 256 (numel/8)", {"WORKGROUP_SIZE": 256, "MODE": 0}, None)]
+    configs += [(wk.get_kernel(QG), "embedded vec4 (again)", {"WORKGROUP_SIZE": 256}, None)]
 else:  # f32: the vec4<f32> units interleaved, SPREAD of them per working invocation
     configs += [(wk.get_kernel(QG), f"embedded vec4 WG {wg}", {"WORKGROUP_SIZE": wg}, None) for wg in (128, 512)]
     configs += [(qg_spread, f"interleave S{n} WG {wg}", {**spread, "WORKGROUP_SIZE": wg, "SPREAD": n}, None)
@@ -73,6 +82,8 @@ else:  # f32: the vec4<f32> units interleaved, SPREAD of them per working invoca
     configs += [(qg_spread, "interleave S2 copy", {**spread, "WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 1}, {"Y": x})]
 run(QG, {"X": x}, configs)
 del x
+if ROUND == "split":
+    raise SystemExit(0)
 
 arrays = {"X": random_array((16, 4096, 1280), DTYPE, rng), "bias": random_array((1280,), DTYPE, rng),
           "skip": random_array((16, 4096, 1280), DTYPE, rng)}  # fmt: skip
