@@ -8,7 +8,7 @@ drift hits all alike:
   pass     the median of per-pass intervals, one pass per call (what `bench` reported before)
   span     50 passes back to back, a timestamp before the first and after the last, / 50
   onepass  50 dispatches in one compute pass, its two timestamps, / 50: how the engine records a
-           chain of calls, and what `bench` reports now (benchmark.time_passes)
+           chain of calls, and what `bench` reports now (benchmark.time_calls)
 
 and, with --torch, torch eager and torch.compile on the same shapes in a child process, timed as
 the peer does (peers._gpu_time). Large bench.json shapes, f32 and f16; microseconds and TB/s.
@@ -116,7 +116,7 @@ def per_pass(gpu, bound, n: int) -> list[float]:
 
 def main() -> None:
     import webgpu_kernels as wk
-    from webgpu_kernels.benchmark import random_array, time_passes
+    from webgpu_kernels.benchmark import random_array, time_calls
     from webgpu_kernels.buffers import padded_size
     from webgpu_kernels.execution import bind, upload
 
@@ -137,7 +137,7 @@ def main() -> None:
             bound = bind(device, plan, buffers)
             total = sum(a.nbytes for a in arrays.values()) + nbytes
             results = {"pass": [], "span": [], "onepass": []}
-            time_passes(device, bound)  # sustained load first
+            time_calls(device, bound)  # sustained load first
             for _ in range(3):
                 results["pass"].append(statistics.median(per_pass(gpu, bound, 2000)[200:]))
                 results["span"].append(statistics.median(spans(gpu, bound, 40, False)))

@@ -211,7 +211,7 @@ def test_a_gpu_error_while_benchmarking_is_the_librarys_error(quick_gelu, device
 
     monkeypatch.setattr(type(device.gpu), "create_buffer", lambda self, **kw: made.append(real_create(self, **kw)) or made[-1])
     monkeypatch.setattr(GPUBuffer, "destroy", lambda self: destroyed.append(self) or real_destroy(self))
-    monkeypatch.setattr(benchmark, "time_passes", failing_timing)
+    monkeypatch.setattr(benchmark, "time_calls", failing_timing)
     with pytest.raises(wk.errors.DeviceError, match=r"benchmarking variant 'vec4'\): timestamp queries refused"):
         bench_kernel(quick_gelu, {"X": x})
     assert len(made) == 2 and all(any(b is d for d in destroyed) for b in made)  # X and Y

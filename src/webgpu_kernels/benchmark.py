@@ -61,7 +61,7 @@ CALLS_PER_SPAN = 50
 MIN_SPANS = 5  # samples per batch, however long a span takes
 
 
-def time_passes(
+def time_calls(
     device: Device,
     bound: list[BoundPass],
     *,
@@ -236,7 +236,7 @@ def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndar
             out_bytes += nbytes
             buffer = device.gpu.create_buffer(size=padded_size(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
             buffers[out.role] = (buffer, padded_size(nbytes))
-        t = time_passes(device, bind(device, plan, buffers), **timing)
+        t = time_calls(device, bind(device, plan, buffers), **timing)
         max_error = None
         if check is not None:
             outputs = {
@@ -285,7 +285,7 @@ def bench_copy(device: Device, nbytes: int, *, seed: int = 0, **timing: Any) -> 
         ])  # fmt: skip
         grid = workgroup_grid(count, 256, device.limits["max-compute-workgroups-per-dimension"])
         try:
-            return time_passes(device, [BoundPass("copy", pipeline, group, grid)], **timing)
+            return time_calls(device, [BoundPass("copy", pipeline, group, grid)], **timing)
         finally:
             src.destroy()
             dst.destroy()
