@@ -32,7 +32,7 @@ CASES = [  # op, inputs (name -> shape), the large bench.json shapes
     ("com.microsoft.BiasAdd", {"X": (16, 4096, 1280), "bias": (1280,), "skip": (16, 4096, 1280)}),
 ]
 DTYPES = ("float16", "float32")
-SPAN = 50
+SPAN = 50  # benchmark.CALLS_PER_SPAN, and the launches torch's peer times between two events
 if "--small" in sys.argv:  # a smoke test on a CPU adapter
     CASES = [(op, {k: s[-1:] if len(s) == 1 else (1, 8, s[-1]) for k, s in shapes.items()}) for op, shapes in CASES]
 
@@ -58,64 +58,60 @@ def torch_child() -> None:
                                   "tbps": nbytes / statistics.median(runs) / 1e12}), flush=True)  # fmt: skip
 
 
-def spans(gpu, bound, n_spans: int, one_pass: bool) -> list[float]:
-    """Per-call seconds of ``n_spans`` runs of SPAN back-to-back calls, each run between two timestamps."""
-    (p,) = bound
-    qs = gpu.create_query_set(type=wgpu.QueryType.timestamp, count=2 * n_spans)
-    resolve = gpu.create_buffer(size=16 * n_spans, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+def stamped(gpu, pairs: int, record) -> np.ndarray:
+    """Seconds between the timestamps of each of ``pairs`` pairs that ``record(encoder, query_set)`` writes."""
+    qs = gpu.create_query_set(type=wgpu.QueryType.timestamp, count=2 * pairs)
+    resolve = gpu.create_buffer(size=16 * pairs, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
     enc = gpu.create_command_encoder()
-    for s in range(n_spans):
-        if one_pass:
-            c = enc.begin_compute_pass(timestamp_writes={"query_set": qs, "beginning_of_pass_write_index": 2 * s,
-                                                         "end_of_pass_write_index": 2 * s + 1})  # fmt: skip
-            c.set_pipeline(p.pipeline)
-            c.set_bind_group(0, p.bind_group)
-            for _ in range(SPAN):
-                c.dispatch_workgroups(*p.grid)
-            c.end()
-            continue
-        for k in range(SPAN):
-            writes = {"query_set": qs}
-            if k == 0:
-                writes["beginning_of_pass_write_index"] = 2 * s
-            if k == SPAN - 1:
-                writes["end_of_pass_write_index"] = 2 * s + 1
-            c = enc.begin_compute_pass(timestamp_writes=writes if len(writes) > 1 else None)
-            c.set_pipeline(p.pipeline)
-            c.set_bind_group(0, p.bind_group)
-            c.dispatch_workgroups(*p.grid)
-            c.end()
-    enc.resolve_query_set(qs, 0, 2 * n_spans, resolve, 0)
+    record(enc, qs)
+    enc.resolve_query_set(qs, 0, 2 * pairs, resolve, 0)
     gpu.queue.submit([enc.finish()])
     stamps = np.frombuffer(gpu.queue.read_buffer(resolve), dtype=np.uint64).astype(np.float64)
     qs.destroy()
     resolve.destroy()
-    return list((stamps[1::2] - stamps[0::2]) * 1e-9 / SPAN)
+    return (stamps[1::2] - stamps[0::2]) * 1e-9
+
+
+def one_call_pass(enc, p, writes) -> None:
+    c = enc.begin_compute_pass(timestamp_writes=writes)
+    c.set_pipeline(p.pipeline)
+    c.set_bind_group(0, p.bind_group)
+    c.dispatch_workgroups(*p.grid)
+    c.end()
+
+
+def span_of_passes(gpu, bound, n: int) -> list[float]:
+    """Per-call seconds of ``n`` runs of SPAN calls, a pass each, a timestamp before the first and after the last."""
+    (p,) = bound
+
+    def record(enc, qs):
+        for s in range(n):
+            for k in range(SPAN):
+                writes = {"query_set": qs}
+                if k == 0:
+                    writes["beginning_of_pass_write_index"] = 2 * s
+                if k == SPAN - 1:
+                    writes["end_of_pass_write_index"] = 2 * s + 1
+                one_call_pass(enc, p, writes if len(writes) > 1 else None)
+
+    return list(stamped(gpu, n, record) / SPAN)
 
 
 def per_pass(gpu, bound, n: int) -> list[float]:
     """Seconds of each of ``n`` back-to-back calls, each in its own pass between its own timestamps."""
     (p,) = bound
-    qs = gpu.create_query_set(type=wgpu.QueryType.timestamp, count=2 * n)
-    resolve = gpu.create_buffer(size=16 * n, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-    enc = gpu.create_command_encoder()
-    for s in range(n):
-        c = enc.begin_compute_pass(timestamp_writes={"query_set": qs, "beginning_of_pass_write_index": 2 * s,
-                                                     "end_of_pass_write_index": 2 * s + 1})  # fmt: skip
-        c.set_pipeline(p.pipeline)
-        c.set_bind_group(0, p.bind_group)
-        c.dispatch_workgroups(*p.grid)
-        c.end()
-    enc.resolve_query_set(qs, 0, 2 * n, resolve, 0)
-    gpu.queue.submit([enc.finish()])
-    stamps = np.frombuffer(gpu.queue.read_buffer(resolve), dtype=np.uint64).astype(np.float64)
-    qs.destroy()
-    resolve.destroy()
-    return list((stamps[1::2] - stamps[0::2]) * 1e-9)
+
+    def record(enc, qs):
+        for s in range(n):
+            one_call_pass(enc, p, {"query_set": qs, "beginning_of_pass_write_index": 2 * s,
+                                   "end_of_pass_write_index": 2 * s + 1})  # fmt: skip
+
+    return list(stamped(gpu, n, record))
 
 
 def main() -> None:
     import webgpu_kernels as wk
+    from webgpu_kernels import benchmark
     from webgpu_kernels.benchmark import random_array, time_calls
     from webgpu_kernels.buffers import padded_size
     from webgpu_kernels.execution import bind, upload
@@ -140,8 +136,8 @@ def main() -> None:
             time_calls(device, bound)  # sustained load first
             for _ in range(3):
                 results["pass"].append(statistics.median(per_pass(gpu, bound, 2000)[200:]))
-                results["span"].append(statistics.median(spans(gpu, bound, 40, False)))
-                results["onepass"].append(statistics.median(spans(gpu, bound, 40, True)))
+                results["span"].append(statistics.median(span_of_passes(gpu, bound, 40)))
+                results["onepass"].append(statistics.median(benchmark._one_batch(gpu, bound, 40, SPAN)))
             line = "  ".join(f"{k} {statistics.median(v) * 1e6:7.2f} us {total / statistics.median(v) / 1e12:.3f} TB/s"
                              for k, v in results.items())  # fmt: skip
             print(f"{op.split('.')[-1]:9s} {dtype} {plan.variant:7s} {line}   (rounds: "
