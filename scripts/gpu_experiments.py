@@ -17,7 +17,8 @@ two workgroup sizes against bias_wide's numel/8 variant.
 "split": the idle half of the seed's grid inside each workgroup (its second half exits) instead
 of every other workgroup (qg_spread ACTIVE -2); QuickGelu only.
 "mid": f16 QuickGelu at model shapes (CLIP, ViT, Qwen2-VL) where the shipped template reads
-79-89% of the copy kernel in run J: the shipped template, the old 8-byte pattern, SPREAD 4, wide16.
+79-89% of the copy kernel in run J: the shipped template, the old 8-byte pattern, a run-time
+branch on the size (qg_spread ACTIVE -3, and its 8-byte path alone), wide16; and the large shape.
 "f32": the same interleave for f32 (qg_spread and bias_wide with ACTIVE -1 / SPREAD 2 or 4:
 every SPREAD-th workgroup moves SPREAD vec4<f32> units per invocation), against the embedded
 kernels, which sit 0.3% behind torch.compile at 84M elements.
@@ -53,13 +54,15 @@ def run(op: str, arrays: dict, configs: list) -> None:
 
 
 if ROUND == "mid":  # model shapes, where the shipped f16 template reads 79-89% of copy in run J
-    for shape in ((2, 77, 3072), (8, 50, 3072), (8, 197, 3072), (1, 1024, 5120), (8, 257, 4096)):
+    for shape in ((2, 77, 3072), (8, 50, 3072), (8, 197, 3072), (1, 1024, 5120), (8, 257, 4096), (16, 1280, 4096)):
         print(f"--- QuickGelu {shape}", flush=True)
         x = random_array(shape, DTYPE, rng)
         run(QG, {"X": x}, [
             (wk.get_kernel(QG), "embedded (interleave S2)", {"WORKGROUP_SIZE": 256}, None),
             (qg_spread, "8 B/invocation, all working", {"WORKGROUP_SIZE": 256, "SPREAD": 1, "MODE": 0, "ACTIVE": 0}, None),
-            (qg_spread, "interleave S4 WG 512", {"WORKGROUP_SIZE": 512, "SPREAD": 4, "MODE": 0, "ACTIVE": -1}, None),
+            (qg_spread, "run-time branch, 8M", {"WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 0, "ACTIVE": -3}, None),
+            (qg_spread, "branch's 8-byte path", {"WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 0, "ACTIVE": -3,
+                                                 "THRESHOLD": 2**31}, None),
             (qg_spread, "interleave S2 copy", {"WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 1, "ACTIVE": -1}, {"Y": x}),
             (qg_wide, "wide16 (numel/8)", {"WORKGROUP_SIZE": 256, "MODE": 0}, None),
             (qg_wide, "wide16 copy control", {"WORKGROUP_SIZE": 256, "MODE": 1}, {"Y": x}),
