@@ -64,10 +64,14 @@ def test_bias_wide(load, need_dtype, rng, dtype, channels):
 
 @pytest.mark.parametrize("shape", [(5, 96), (7, 1040)])
 @pytest.mark.parametrize("tunables", [{"SPREAD": 1}, {"SPREAD": 2}, {"SPREAD": 4, "ACTIVE": 96}, {"SPREAD": 8},
-                                      {"SPREAD": 2, "ACTIVE": -1}, {"SPREAD": 4, "ACTIVE": -1}])  # fmt: skip
+                                      {"SPREAD": 2, "ACTIVE": -1}, {"SPREAD": 4, "ACTIVE": -1},
+                                      {"SPREAD": 4, "ACTIVE": -1, "MODE": 2}, {"SPREAD": 2, "ACTIVE": -2},
+                                      {"SPREAD": 2, "ACTIVE": -3, "THRESHOLD": 1},
+                                      {"SPREAD": 2, "ACTIVE": -3, "THRESHOLD": 2**31}])  # fmt: skip
 def test_qg_spread(load, need_dtype, rng, tunables, shape):
     """Every way of spreading the work over the seed's grid computes QuickGelu on every element (ACTIVE
-    -1: every SPREAD-th workgroup works; (7, 1040) needs many workgroups, some of them idle)."""
+    -1: every SPREAD-th workgroup works; -2: the first half of each workgroup; -3: either path by
+    size; (7, 1040) needs many workgroups, some of them idle; MODE 2: exp2, constant folded)."""
     need_dtype(np.float16)
     kernel = load("qg_spread")
     x = sample(rng, shape, np.float16)
