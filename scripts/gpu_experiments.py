@@ -18,7 +18,8 @@ two workgroup sizes against bias_wide's numel/8 variant.
 of every other workgroup (qg_spread ACTIVE -2); QuickGelu only.
 "mid": f16 QuickGelu at model shapes (CLIP, ViT, Qwen2-VL) where the shipped template reads
 79-89% of the copy kernel in run J: the shipped template, the old 8-byte pattern, a run-time
-branch on the size (qg_spread ACTIVE -3, and its 8-byte path alone), wide16; and the large shape.
+branch on the size (qg_spread ACTIVE -3, and its 8-byte path alone; ACTIVE -4, the branch over
+the vec4<f16> view, and its 16-byte path alone), wide16; and the large shape.
 "f32": the same interleave for f32 (qg_spread and bias_wide with ACTIVE -1 / SPREAD 2 or 4:
 every SPREAD-th workgroup moves SPREAD vec4<f32> units per invocation), against the embedded
 kernels, which sit 0.3% behind torch.compile at 84M elements.
@@ -63,6 +64,9 @@ if ROUND == "mid":  # model shapes, where the shipped f16 template reads 79-89% 
             (qg_spread, "run-time branch, 8M", {"WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 0, "ACTIVE": -3}, None),
             (qg_spread, "branch's 8-byte path", {"WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 0, "ACTIVE": -3,
                                                  "THRESHOLD": 2**31}, None),
+            (qg_spread, "vec4<f16> branch, 8M", {"WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 0, "ACTIVE": -4}, None),
+            (qg_spread, "vec4<f16> branch, 16 B path", {"WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 0, "ACTIVE": -4,
+                                                        "THRESHOLD": 1}, None),
             (qg_spread, "interleave S2 copy", {"WORKGROUP_SIZE": 256, "SPREAD": 2, "MODE": 1, "ACTIVE": -1}, {"Y": x}),
             (qg_wide, "wide16 (numel/8)", {"WORKGROUP_SIZE": 256, "MODE": 0}, None),
             (qg_wide, "wide16 copy control", {"WORKGROUP_SIZE": 256, "MODE": 1}, {"Y": x}),

@@ -67,16 +67,29 @@ def test_bias_wide(load, need_dtype, rng, dtype, channels):
                                       {"SPREAD": 2, "ACTIVE": -1}, {"SPREAD": 4, "ACTIVE": -1},
                                       {"SPREAD": 4, "ACTIVE": -1, "MODE": 2}, {"SPREAD": 2, "ACTIVE": -2},
                                       {"SPREAD": 2, "ACTIVE": -3, "THRESHOLD": 1},
-                                      {"SPREAD": 2, "ACTIVE": -3, "THRESHOLD": 2**31}])  # fmt: skip
+                                      {"SPREAD": 2, "ACTIVE": -3, "THRESHOLD": 2**31},
+                                      {"SPREAD": 2, "ACTIVE": -4, "THRESHOLD": 1},
+                                      {"SPREAD": 2, "ACTIVE": -4, "THRESHOLD": 2**31}])  # fmt: skip
 def test_qg_spread(load, need_dtype, rng, tunables, shape):
     """Every way of spreading the work over the seed's grid computes QuickGelu on every element (ACTIVE
-    -1: every SPREAD-th workgroup works; -2: the first half of each workgroup; -3: either path by
-    size; (7, 1040) needs many workgroups, some of them idle; MODE 2: exp2, constant folded)."""
+    -1: every SPREAD-th workgroup works; -2: the first half of each workgroup; -3 and -4: either path
+    by size; (7, 1040) needs many workgroups, some of them idle; MODE 2: exp2, constant folded)."""
     need_dtype(np.float16)
     kernel = load("qg_spread")
     x = sample(rng, shape, np.float16)
     check_gelu(kernel({"X": x}, tunables={"WORKGROUP_SIZE": 64, "MODE": 0, "ACTIVE": 0, **tunables})["Y"], x,
                np.float16, f"qg_spread {tunables}")  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("shape", [(3, 1028), (5, 77, 13)])
+def test_qg_spread_other_variants(load, need_dtype, rng, dtype, shape):
+    """Shapes the vec4 variant refuses (numel % 8 != 0) run vec4_tail or scalar, right on every element."""
+    need_dtype(dtype)
+    kernel = load("qg_spread")
+    x = sample(rng, shape, dtype)
+    assert kernel.explain({"X": x}).chosen in ("vec4_tail", "scalar")
+    check_gelu(kernel({"X": x})["Y"], x, dtype, f"qg_spread {shape}")
 
 
 def test_qg_f16math(load, need_dtype, rng):
