@@ -79,7 +79,7 @@ def time_calls(
     inserts the barriers that order them), and timed in spans of ``calls_per_span`` calls between
     the pass's two timestamps, as torch's peer is timed between two CUDA events. One pass per call
     with its own timestamps would charge every call a pass boundary that chained calls never pay:
-    3.5 us more per call on the H200 (scripts/timing_probe.py, docs/performance.md).
+    2.8-3.5 us more per call on the H200 (scripts/timing_probe.py, docs/performance.md).
     """
     if "timestamp-query" not in device.info.features:
         raise RuntimeError(f"{device.adapter.label()} has no timestamp-query feature: GPU time cannot be measured")
