@@ -19,7 +19,8 @@ of every other workgroup (qg_spread ACTIVE -2); QuickGelu only.
 "mid": f16 QuickGelu at model shapes (CLIP, ViT, Qwen2-VL) where the shipped template reads
 79-89% of the copy kernel in run J: the shipped template, the old 8-byte pattern, a run-time
 branch on the size (qg_spread ACTIVE -3, and its 8-byte path alone; ACTIVE -4, the branch over
-the vec4<f16> view, and its 16-byte path alone), wide16; and the large shape.
+the vec4<f16> view, and its 16-byte path alone), wide16; and the large shape. Both branches lose
+(-13.log, -14.log): each view is slow for the other path's access pattern.
 "f32": the same interleave for f32 (qg_spread and bias_wide with ACTIVE -1 / SPREAD 2 or 4:
 every SPREAD-th workgroup moves SPREAD vec4<f32> units per invocation), against the embedded
 kernels, which sit 0.3% behind torch.compile at 84M elements.

@@ -6,6 +6,7 @@
 #   bash scripts/h200-run.sh roundtrip   the comparison on the small, model and large cases only
 #   bash scripts/h200-run.sh tiny   small round trips against ORT next to wgpu-native's submit-and-map floor
 #   bash scripts/h200-run.sh tests   the test suite on the H200
+#   bash scripts/h200-run.sh warmup   the first small cases in fresh processes, with and without bench's warm-up
 #   bash scripts/h200-run.sh wait   how the host waits for a readback (scripts/wait_probe.py), then the suite
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -44,6 +45,12 @@ case "${1:-bench}" in
     timeout 30 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
+  warmup)  # does bench's --warm-up fix a first case timed on a GPU that is still ramping up? (run J: 42% of copy)
+    for round in 1 2; do for w in 0 2; do
+      echo "=== round $round, --warm-up $w" | tee -a "$OUT/warmup.log"
+      timeout 100 python3 -m webgpu_kernels bench com.microsoft.BiasAdd --case ort-test --calls 10000 --warm-up $w 2>&1 \
+        | grep -v "^ *$" | tee -a "$OUT/warmup.log"
+    done; done ;;
   tiny)  # the small round trips against ORT and the submit-and-map floor, measured on one lend
     timeout 150 python3 scripts/wait_probe.py 30 2>&1 | tee "$OUT/wait.log"
     timeout 300 python3 -m webgpu_kernels bench com.microsoft.QuickGelu --case tiny --case clip-text --compare \

@@ -16,7 +16,7 @@ import pytest
 import references as ref
 
 import webgpu_kernels as wk
-from webgpu_kernels import walltime
+from webgpu_kernels import benchmark, walltime
 from webgpu_kernels.benchmark import (
     KNOWN_PEAKS,
     BenchResult,
@@ -28,6 +28,7 @@ from webgpu_kernels.benchmark import (
     known_peak,
     numpy_round_trip,
     random_array,
+    warm_up,
 )  # fmt: skip
 from webgpu_kernels.package import embedded_root
 
@@ -198,7 +199,6 @@ def test_a_gpu_error_while_benchmarking_is_the_librarys_error(quick_gelu, device
     import wgpu
     from wgpu.backends.wgpu_native import GPUBuffer
 
-    from webgpu_kernels import benchmark
 
     made, destroyed = [], []
     real_create, real_destroy = type(device.gpu).create_buffer, GPUBuffer.destroy
@@ -230,6 +230,33 @@ def test_time_per_call_is_a_span_over_its_calls(device):
     assert 0.25 < one.median_s / many.median_s < 4
     small, large = bench_copy(device, 1 << 14, **FAST), bench_copy(device, 1 << 22, **FAST)
     assert large.median_s > small.median_s
+
+
+def test_warm_up_keeps_the_gpu_busy_for_its_seconds(device, monkeypatch):
+    """Back-to-back copies, one pass per submission, calls doubling from 1, until ``seconds`` of
+    wall time have passed; ``seconds`` 0 submits nothing."""
+    submitted = []
+    real_one_batch = benchmark._one_batch
+    monkeypatch.setattr(benchmark, "_one_batch",
+                        lambda gpu, bound, spans, calls: submitted.append((spans, calls)) or real_one_batch(gpu, bound, spans, calls))  # fmt: skip
+    start = time.perf_counter()
+    copies = warm_up(device, 0.3, nbytes=1 << 20)
+    assert time.perf_counter() - start >= 0.3
+    assert copies == sum(calls for _, calls in submitted) > 0
+    assert all(spans == 1 for spans, _ in submitted)
+    expected = [min(2**k, benchmark.WARM_UP_MAX_CALLS) for k in range(len(submitted))]
+    assert [calls for _, calls in submitted] == expected
+    submitted.clear()
+    assert warm_up(device, 0) == 0 and submitted == []
+
+
+def test_warm_up_fits_the_adapters_storage_binding(device, monkeypatch):
+    """The default 64 MiB is cut to the adapter's storage binding limit, never refused."""
+    monkeypatch.setitem(device.limits, "max-storage-buffer-binding-size", 1 << 16)
+    sizes = []
+    real_copy_pass = benchmark._copy_pass
+    monkeypatch.setattr(benchmark, "_copy_pass", lambda dev, nbytes, seed: sizes.append(nbytes) or real_copy_pass(dev, nbytes, seed))
+    assert warm_up(device, 0.01) > 0 and sizes == [1 << 16]
 
 
 # --- bench_copy -----------------------------------------------------------------------------------

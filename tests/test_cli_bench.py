@@ -26,7 +26,8 @@ from webgpu_kernels.package import embedded_root
 
 QG = "com.microsoft.QuickGelu"
 QG_DIR = str(embedded_root() / QG)
-TINY = ["--case", "tiny", "--dtype", "float32"]
+QUICK_WARM_UP = ["--warm-up", "0.05"]  # the 2 s default is for real GPUs
+TINY = ["--case", "tiny", "--dtype", "float32", *QUICK_WARM_UP]
 TINY_KEY = "com.microsoft.QuickGelu|T=float32|2^12"
 
 
@@ -70,10 +71,10 @@ def test_help(runner):
     """Both commands are registered, with the options these tests (and the docs) rely on."""
     out = invoke(runner, "bench", "--help").output
     for option in ("--case", "--tag", "--dtype", "--calls", "--host / --no-host", "--json", "--plot", "--input",
-                   "--compare"):  # fmt: skip
+                   "--compare", "--warm-up"):  # fmt: skip
         assert option in out, option
     out = invoke(runner, "tune", "--help").output
-    for option in ("--case", "--tag", "--dtype", "--dry-run"):
+    for option in ("--case", "--tag", "--dtype", "--dry-run", "--warm-up"):
         assert option in out, option
 
 
@@ -111,7 +112,7 @@ def test_bench_tag_no_host(runner, tmp_path):
     """--tag small with --no-host: only small float32 cases, no round trip, no host rows."""
     path = tmp_path / "bench.json"
     out = invoke(
-        runner, "bench", QG_DIR, "--tag", "small", "--dtype", "float32", "--no-host", "--json", str(path)
+        runner, "bench", QG_DIR, "--tag", "small", "--dtype", "float32", "--no-host", *QUICK_WARM_UP, "--json", str(path)
     ).output
     assert "tiny-4096" in out and "host per call" not in out
     data = json.loads(path.read_text("utf-8"))
@@ -124,7 +125,7 @@ def test_bench_custom_input(runner, tmp_path):
     """--input shapes replace the bench.json cases (a 'custom' case of the given dtype)."""
     path = tmp_path / "bench.json"
     invoke(runner, "bench", "com.microsoft.BiasAdd", "-i", "X=2x5x8:f32", "-i", "bias=8:f32", "-i", "skip=2x5x8:f32",
-           "--no-host", "--json", str(path))  # fmt: skip
+           "--no-host", *QUICK_WARM_UP, "--json", str(path))  # fmt: skip
     (row,) = json.loads(path.read_text("utf-8"))["cases"]
     assert (row["kernel"], row["case"], row["dtype"]) == ("com.microsoft.BiasAdd", "custom", "float32")
     assert row["shapes"] == {"X": [2, 5, 8], "bias": [8], "skip": [2, 5, 8]}
@@ -135,7 +136,7 @@ def test_bench_custom_input(runner, tmp_path):
 def test_bench_no_matching_case(runner, tmp_path):
     """A filter that matches nothing is not an error: an empty table and empty JSON lists."""
     path = tmp_path / "bench.json"
-    invoke(runner, "bench", QG_DIR, "--case", "no-such-case", "--no-host", "--json", str(path))
+    invoke(runner, "bench", QG_DIR, "--case", "no-such-case", "--no-host", "--warm-up", "0", "--json", str(path))
     assert json.loads(path.read_text("utf-8"))["cases"] == []
 
 
@@ -259,9 +260,33 @@ def test_round_trips_are_timed_before_any_gpu_timing(runner, monkeypatch):
     real_round_trip, real_one_batch = cli_bench.numpy_round_trip, benchmark._one_batch
     monkeypatch.setattr(cli_bench, "numpy_round_trip", lambda *a, **k: events.append("rt") or real_round_trip(*a, **k))
     monkeypatch.setattr(benchmark, "_one_batch", lambda *a, **k: events.append("gpu") or real_one_batch(*a, **k))
-    data = json.loads(invoke(runner, "bench", QG_DIR, "--case", "tiny", "--calls", "20", "--json", "-").stdout)
+    data = json.loads(invoke(runner, "bench", QG_DIR, "--case", "tiny", "--calls", "20", *QUICK_WARM_UP, "--json", "-").stdout)
     assert events.count("rt") == 2 and events[:2] == ["rt", "rt"] and "gpu" in events
     assert all(row["roundtrip_s"] > 0 for row in data["cases"])
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_the_gpu_is_warmed_up_once_before_the_first_timing(runner, monkeypatch, command):
+    """--warm-up SECONDS loads the GPU once, after the round trips and before any kernel is timed
+    (run J's first case read 42% of copy on a GPU whose clocks were still ramping up); 0 skips it."""
+    events = []
+    real_warm_up, real_bench_kernel = cli_bench.warm_up, cli_bench.bench_kernel
+    monkeypatch.setattr(cli_bench, "numpy_round_trip", lambda *a, **k: events.append("rt") or 1e-3)
+    monkeypatch.setattr(cli_bench, "warm_up", lambda device, s: events.append(("warm", s)) or real_warm_up(device, s))
+    monkeypatch.setattr(cli_bench, "bench_kernel", lambda *a, **k: events.append("time") or real_bench_kernel(*a, **k))
+    extra = ["--calls", "20"] if command == "bench" else ["--dry-run"]
+    invoke(runner, command, QG_DIR, "--case", "tiny", "--dtype", "float32", "--warm-up", "0.2", *extra)
+    first_timing = events.index("time")
+    assert events[:first_timing].count(("warm", 0.2)) == 1 and ("warm", 0.2) not in events[first_timing:]
+    assert "rt" not in events[events.index(("warm", 0.2)):]
+    events.clear()
+    invoke(runner, command, QG_DIR, "--case", "tiny", "--dtype", "float32", "--warm-up", "0", *extra)
+    assert "time" in events and not any(isinstance(e, tuple) for e in events)
+
+
+def test_a_negative_warm_up_is_refused(runner):
+    result = runner.invoke(main, ["bench", QG_DIR, "--warm-up", "-1"])
+    assert result.exit_code == 2 and "--warm-up" in result.output and "-1" in result.output
 
 
 def test_cli_modules_import_on_their_own():

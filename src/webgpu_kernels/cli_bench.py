@@ -25,7 +25,7 @@ from rich.text import Text
 
 from . import peers, tuning
 from .benchmark import (
-    bench_copy, bench_kernel, expand_cases, host_per_call, known_peak, numpy_round_trip, random_array,
+    bench_copy, bench_kernel, expand_cases, host_per_call, known_peak, numpy_round_trip, random_array, warm_up,
 )  # fmt: skip
 from .cli import _adapter, _console, _echo_json, _inputs_callback, resolve_kernel
 from .device import env_count, get_device
@@ -96,6 +96,8 @@ def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float]) -> float:
 @click.option("--host/--no-host", default=True, show_default=True,
               help="Also measure host cost per call and NumPy round trips.")  # fmt: skip
 @click.option("--calls", default=10_000, show_default=True, help="Calls timed for the per-call host cost.")
+@click.option("--warm-up", "warm_up_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds of back-to-back copies before the first timing, so the GPU's clocks are up.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write all results as JSON to this file ('-' for stdout).")  # fmt: skip
@@ -104,7 +106,7 @@ def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float]) -> float:
 @click.pass_context
 def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], names: tuple[str, ...],
               tags: tuple[str, ...], dtypes: tuple[str, ...], compare: bool, compile_tag: str, host: bool, calls: int,
-              seed: int, json_path: str | None, plot_path: str | None) -> None:  # fmt: skip
+              warm_up_s: float, seed: int, json_path: str | None, plot_path: str | None) -> None:  # fmt: skip
     """Time kernels on the GPU: effective TB/s, share of the device's peak and of a copy kernel.
 
     GPU time per call comes from timestamps around spans of 50 back-to-back calls in one compute
@@ -135,6 +137,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
                 except KernelError:
                     pass  # reported by the timing below
                 progress.advance(task)
+        _warm_up(progress, device, warm_up_s)
         task = progress.add_task("benchmarking", total=len(plan))
         for (kernel, case), round_trip in zip(plan, round_trips):
             progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
@@ -166,6 +169,13 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     if plot_path:
         _plot(rows, peak, plot_path)
         console.print(f"plot: {plot_path}")
+
+
+def _warm_up(progress: Progress, device: Any, seconds: float) -> None:
+    if seconds > 0:
+        task = progress.add_task(f"warming up the GPU ({seconds:g} s)", total=None)
+        warm_up(device, seconds)
+        progress.remove_task(task)
 
 
 def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache: tuning.TuningCache,
@@ -378,11 +388,13 @@ def _plot(rows: list[dict[str, Any]], peak: float | None, path: str) -> None:
 @click.option("--case", "names", multiple=True, help="Only cases whose name contains this. Repeatable.")
 @click.option("--tag", "tags", multiple=True, help="Only cases with this tag. Repeatable.")
 @click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype. Repeatable.")
+@click.option("--warm-up", "warm_up_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds of back-to-back copies before the first timing, so the GPU's clocks are up.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True)
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
 @click.pass_context
 def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...], tags: tuple[str, ...],
-             dtypes: tuple[str, ...], seed: int, dry_run: bool) -> None:  # fmt: skip
+             dtypes: tuple[str, ...], warm_up_s: float, seed: int, dry_run: bool) -> None:  # fmt: skip
     """Search variants and WORKGROUP_SIZE-like tunables per case; keep the fastest per adapter."""
     console = _console()
     device = get_device(_adapter(ctx))
@@ -393,6 +405,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
         table.add_column(col)
     with Progress(console=console, transient=True) as progress:
+        _warm_up(progress, device, warm_up_s)
         task = progress.add_task("tuning", total=len(work))
         for kernel, case in work:
             progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
