@@ -61,7 +61,9 @@ experiments = {name: wk.load_kernel(os.path.join("scripts/experiments", name))
 for n, label in ((84 * 2**20 // 1, "84M"), (268435456, "268M")):
     for dt in ("float32", "float16"):
         x = random_array((n // 4096, 4096), dt, rng)
-        err = lambda o, x=x: float(np.nanmax(np.abs(o["Y"].astype(np.float64) - ref_qg(x))))
+        def err(o, x=x):
+            return float(np.nanmax(np.abs(o["Y"].astype(np.float64) - ref_qg(x))))
+
         c = copy_for(2 * x.nbytes)
         run_kernel(qg, f"qg-{label}", {"X": x}, err, [None, "vec4_tail", "scalar"], c)
         for ename, ek in experiments.items():
@@ -71,7 +73,9 @@ for n, label in ((84 * 2**20 // 1, "84M"), (268435456, "268M")):
         X = random_array((n // C // 16, 16, C), dt, rng)
         S = random_array(X.shape, dt, rng)
         B = random_array((C,), dt, rng)
-        err = lambda o, X=X, S=S, B=B: float(np.max(np.abs(o["Y"].astype(np.float64) - (X.astype(np.float64) + B + S))))
+        def err(o, X=X, S=S, B=B):
+            return float(np.max(np.abs(o["Y"].astype(np.float64) - (X.astype(np.float64) + B + S))))
+
         c = copy_for(3 * X.nbytes)
         run_kernel(ba, f"ba-{label}", {"X": X, "bias": B, "skip": S}, err, [None, "scalar"], c)
         for ename, ek in experiments.items():
@@ -87,7 +91,7 @@ for n, label in ((84 * 2**20 // 1, "84M"), (268435456, "268M")):
 x = random_array((4096,), "float32", rng)
 t = qg({"X": x}, output="gpu")["Y"]
 times = []
-for i in range(3000):
+for _ in range(3000):
     s = time.perf_counter()
     out = qg({"X": t}, output="gpu")["Y"]
     times.append(time.perf_counter() - s)
@@ -96,8 +100,10 @@ print(f"host per call (gpu in/out, 4096 el): median {statistics.median(times)*1e
 for n in (40960, 2_621_440, 84 * 2**20):
     a = random_array((n,), "float32", rng)
     ts = []
-    for i in range(5):
-        s = time.perf_counter(); qg({"X": a}); ts.append(time.perf_counter() - s)
+    for _ in range(5):
+        s = time.perf_counter()
+        qg({"X": a})
+        ts.append(time.perf_counter() - s)
     print(f"numpy round trip {n} el f32: median {statistics.median(ts)*1e3:.3f} ms")
 if os.environ.get("OUT"):
     json.dump(rows, open(os.path.join(os.environ["OUT"], "probe.json"), "w"), indent=1)

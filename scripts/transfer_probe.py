@@ -86,7 +86,10 @@ for nbytes in (16384, 946176, int(sys.argv[1]) if len(sys.argv) > 1 else 336 * (
         if parts == 1:
             np.copyto(dst, src_u8)
         else:
-            list(pool.map(lambda c: np.copyto(dst[c[0]:c[0] + c[1]], src_u8[c[0]:c[0] + c[1]]), chunks(nbytes, parts)))
+            def copy_chunk(c, src=src_u8):  # bound now: ruff reads the lambda's name as used after `del`
+                np.copyto(dst[c[0]:c[0] + c[1]], src[c[0]:c[0] + c[1]])
+
+            list(pool.map(copy_chunk, chunks(nbytes, parts)))
         del m, src_u8
 
     def rt(waiter, parts=1, wparts=1):

@@ -49,7 +49,10 @@ def download_cmd(repo: str, version: int | None, revision: str | None, trust_rem
         _echo_json(info)
         return
     console = _console()
-    print_ = lambda text: console.print(text, soft_wrap=True)
+
+    def print_(text: str) -> None:
+        console.print(text, soft_wrap=True)
+
     source = "the Hugging Face cache (offline)" if info["offline"] else info["endpoint"]
     print_(f"{info['repo']} @ {info['revision']} -> commit {info['commit']} (from {source})")
     print_(f"package: {info['path']}")

@@ -370,7 +370,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: Pro
         except CaseFileError as exc:
             out.error(TEST_FILE, exc.json_path, exc.detail, case=case.name)
             continue
-        for role, want in expected.items():
+        for role in expected:
             dtype = out_dtypes.get(role)
             if dtype in float_dtypes and dtype not in case.tolerances:
                 missing_tolerance.add(dtype)
