@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from webgpu_kernels import casefile, digests, references
+from webgpu_kernels import case_data, casefile, digests, references
 from webgpu_kernels.manifest import parse_manifest
 from webgpu_kernels.package import embedded_root
 
@@ -227,7 +227,7 @@ def build_package(op_id: str) -> tuple[dict[str, Any], dict[str, bytes]]:
             for role, values in result.items():
                 out_dtype = binding[out_type_vars[role]]
                 with np.errstate(over="ignore", invalid="ignore"):
-                    stored = np.asarray(values, dtype=np.float64).astype(casefile.numpy_dtype(out_dtype))
+                    stored = np.asarray(values, dtype=np.float64).astype(case_data.numpy_dtype(out_dtype))
                 if out_dtype == "float16":
                     # WGSL lets an f32 -> f16 conversion of a value in (65504, 65536) give either 65504
                     # or inf: keep such results out of the package.
@@ -235,7 +235,7 @@ def build_package(op_id: str) -> tuple[dict[str, Any], dict[str, bytes]]:
                     assert not ((ambiguous > 65504) & (ambiguous < 65536)).any(), (op_id, case["name"])
                 if stored.size <= INLINE_MAX:
                     expected[role] = {"dtype": out_dtype, "shape": list(stored.shape),
-                                      "values": casefile.encode_values(stored)}  # fmt: skip
+                                      "values": case_data.encode_values(stored)}  # fmt: skip
                 else:
                     content = npy_bytes(stored)
                     # A case that only changes how the kernel runs (a tunable) shares its data file.

@@ -3,31 +3,15 @@
 Both are read against their JSON Schemas (``schemas/test.schema.json``, ``bench.schema.json``)
 and need nothing but the package to be judged: inputs are inline values, data files of the
 package (``.npy``, ``.npz``, ``.safetensors``) or generated from a seed and a distribution by the
-fully specified generator below; expected outputs are inline values or data files. No per-op
+fully specified generator of case_data.py; expected outputs are inline values or data files. No per-op
 Python code is involved. The formats are documented in docs/package-files.md.
-
-The generator (so that any implementation, in any language, draws the same inputs):
-
-* uniform bits: element ``i`` (0-based, C order) of an input with seed ``s`` is the ``i + 1``-th
-  output of SplitMix64 started at ``s``: ``z = s + (i + 1) * 0x9E3779B97F4A7C15 (mod 2^64)``,
-  ``z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9``, ``z = (z ^ (z >> 27)) * 0x94D049BB133111EB``,
-  ``z ^= z >> 31``; ``u = (z >> 11) * 2^-53`` in ``[0, 1)``.
-* ``uniform``: ``low + (high - low) * u_i`` (defaults 0 and 1).
-* ``normal``: Box-Muller on pairs: with ``u = u_{2k}``, ``v = u_{2k+1}``,
-  ``r = sqrt(-2 ln(1 - u))``; element ``2k`` is ``r cos(2 pi v)``, element ``2k + 1`` is
-  ``r sin(2 pi v)``; then ``mean + std * z`` (defaults 0 and 1).
-* all in float64, then rounded to the input's dtype (round to nearest even; integers: rounded
-  to nearest and clipped to the type's range), then ``special`` values written at their flat
-  indices.
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import math
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -37,18 +21,14 @@ from typing import Any
 import jsonschema
 import numpy as np
 
+from .case_data import cast, decode_values, dtype_name, generate, load_array
 from .digests import json_path
 from .errors import PackageError
 
 TEST_FILE = "test.json"
 BENCH_FILE = "bench.json"
-SPECIAL_STRINGS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 #: Largest tensor a case may build from inline values or a generator (elements).
 MAX_CASE_ELEMENTS = 1 << 24
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 class CaseFileError(PackageError):
@@ -87,164 +67,6 @@ def schema_errors(data: Any, kind: str, *, file: str) -> list[CaseFileError]:
             message = message[:297] + "..."
         errors.append(CaseFileError(message, file=file, json_path=json_path(best.absolute_path)))
     return errors
-
-
-# --- dtypes ---------------------------------------------------------------------------------------
-
-
-def numpy_dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise PackageError("bfloat16 data needs the ml_dtypes package") from None
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
-
-
-def dtype_name(dtype: np.dtype) -> str:
-    return "bfloat16" if dtype.name == "bfloat16" else np.dtype(dtype).name
-
-
-def cast(values: np.ndarray, dtype: str) -> np.ndarray:
-    """float64 values to ``dtype``: floats rounded to nearest even, integers rounded and clipped."""
-    target = numpy_dtype(dtype)
-    if target.kind == "f" or dtype == "bfloat16":
-        with np.errstate(over="ignore", invalid="ignore"):
-            return values.astype(target)
-    if target.kind == "b":
-        return values != 0
-    if np.isnan(values).any():
-        raise ValueError(f"NaN cannot be held by {dtype}")
-    info = np.iinfo(target)
-    return np.clip(np.rint(values), info.min, info.max).astype(target)
-
-
-# --- the generator --------------------------------------------------------------------------------
-
-
-def uniform_bits(seed: int, count: int) -> np.ndarray:
-    """``count`` uniform float64 values in [0, 1) from SplitMix64 seeded with ``seed``."""
-    i = np.arange(1, count + 1, dtype=np.uint64)
-    z = np.uint64(seed) + i * _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) * (2.0**-53)
-
-
-def generate(spec: Mapping[str, Any], shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """Draw an input as the module docstring specifies."""
-    count = math.prod(shape)
-    seed = int(spec["seed"])
-    if spec["distribution"] == "uniform":
-        low, high = float(spec.get("low", 0.0)), float(spec.get("high", 1.0))
-        values = low + (high - low) * uniform_bits(seed, count)
-    else:
-        pairs = (count + 1) // 2
-        u = uniform_bits(seed, 2 * pairs)
-        r = np.sqrt(-2.0 * np.log1p(-u[0::2]))
-        angle = 2.0 * np.pi * u[1::2]
-        z = np.empty(2 * pairs, dtype=np.float64)
-        z[0::2] = r * np.cos(angle)
-        z[1::2] = r * np.sin(angle)
-        values = float(spec.get("mean", 0.0)) + float(spec.get("std", 1.0)) * z[:count]
-    return cast(values.reshape(shape), dtype)
-
-
-def decode_values(values: Any) -> Any:
-    """JSON values with "nan"/"inf"/"-inf" strings turned into floats (nested lists kept)."""
-    if isinstance(values, list):
-        return [decode_values(v) for v in values]
-    if isinstance(values, str):
-        return SPECIAL_STRINGS[values]
-    if isinstance(values, bool):
-        return float(values)
-    return float(values)
-
-
-def encode_values(array: np.ndarray) -> list[Any]:
-    """A flat JSON list of ``array``'s values (C order): the shortest decimal that gives back the
-    same value in the array's dtype, and "nan"/"inf"/"-inf" strings for non-finite ones."""
-    flat = np.asarray(array).reshape(-1)
-    out: list[Any] = []
-    for v in flat:
-        f = float(v)
-        if math.isnan(f):
-            out.append("nan")
-        elif math.isinf(f):
-            out.append("inf" if f > 0 else "-inf")
-        elif flat.dtype.kind in "iub":
-            out.append(int(v))
-        else:
-            try:
-                text = np.format_float_scientific(v, unique=True, trim="-") if f != 0 else repr(f)
-            except TypeError:  # a float type NumPy cannot print (bfloat16): float64's shortest repr
-                text = repr(f)
-            number = float(text)
-            out.append(int(number) if number.is_integer() and abs(number) < 2**53 and f != 0 else number)
-    return out
-
-
-# --- data files -----------------------------------------------------------------------------------
-
-_SAFETENSORS_DTYPES = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
-    "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8", "BOOL": "bool",
-}  # fmt: skip
-
-
-def load_array(data: bytes, name: str, tensor: str | None) -> np.ndarray:
-    """An array from the bytes of a ``.npy``, ``.npz`` (``tensor`` names the member) or ``.safetensors`` file."""
-    lower = name.lower()
-    if lower.endswith(".npy"):
-        if tensor is not None:
-            raise ValueError("'tensor' applies to .npz and .safetensors files only")
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    elif lower.endswith(".npz"):
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            members = sorted(archive.files)
-            if tensor is None:
-                if len(members) != 1:
-                    raise ValueError(f"the archive holds {members}: name one with 'tensor'")
-                tensor = members[0]
-            if tensor not in members:
-                raise ValueError(f"no member {tensor!r} in the archive (it holds {members})")
-            array = archive[tensor]
-    elif lower.endswith(".safetensors"):
-        array = _safetensors_tensor(data, tensor)
-    else:
-        raise ValueError("data files are .npy, .npz or .safetensors")
-    if array.dtype.kind not in "fiub":
-        raise ValueError(f"dtype {array.dtype} is not a numeric dtype")
-    return array
-
-
-def _safetensors_tensor(data: bytes, tensor: str | None) -> np.ndarray:
-    if len(data) < 8:
-        raise ValueError("not a safetensors file (too short)")
-    (length,) = struct.unpack("<Q", data[:8])
-    if length > len(data) - 8:
-        raise ValueError("not a safetensors file (header runs past the end)")
-    header = json.loads(data[8 : 8 + length].decode("utf-8"))
-    names = sorted(k for k in header if k != "__metadata__")
-    if tensor is None:
-        if len(names) != 1:
-            raise ValueError(f"the file holds {names}: name one with 'tensor'")
-        tensor = names[0]
-    if tensor not in names:
-        raise ValueError(f"no tensor {tensor!r} in the file (it holds {names})")
-    entry = header[tensor]
-    dtype = _SAFETENSORS_DTYPES.get(entry.get("dtype"))
-    if dtype is None:
-        raise ValueError(f"unsupported safetensors dtype {entry.get('dtype')!r}")
-    begin, end = entry["data_offsets"]
-    body = data[8 + length :]
-    shape = tuple(int(d) for d in entry["shape"])
-    np_dtype = numpy_dtype(dtype)
-    if not 0 <= begin <= end <= len(body) or end - begin != math.prod(shape) * np_dtype.itemsize:
-        raise ValueError(f"tensor {tensor!r}: data offsets do not match its shape and dtype")
-    return np.frombuffer(body[begin:end], dtype=np_dtype.newbyteorder("<")).reshape(shape).astype(np_dtype)
 
 
 # --- test.json ------------------------------------------------------------------------------------
@@ -413,7 +235,7 @@ def build_tensor(
         raise
     except PackageError as exc:
         raise CaseFileError(str(exc), file=file, json_path=where) from None
-    except (ValueError, KeyError, TypeError, OSError, struct.error, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError) as exc:
         raise CaseFileError(f"{spec.get('file', kind)}: {exc}", file=file, json_path=where) from None
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import casefile
+from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
 from .digests import METADATA_FILE, inspect_package
 from .errors import (
@@ -348,7 +349,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: Pro
     for case in test_file.cases:
         try:
             arrays = case.build_inputs(manifest, package.read_bytes)
-            signature = check_call(manifest, {k: (a.shape, casefile.dtype_name(a.dtype)) for k, a in arrays.items()},
+            signature = check_call(manifest, {k: (a.shape, dtype_name(a.dtype)) for k, a in arrays.items()},
                                    case.attrs, case.tunables)  # fmt: skip
         except CaseFileError as exc:
             out.error(TEST_FILE, exc.json_path, exc.detail, case=case.name)

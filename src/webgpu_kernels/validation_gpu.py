@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import casefile
+from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE
 from .errors import ExpressionError, InputError, KernelError, LayoutError, ShaderCompileError, TemplateError
 from .manifest import ONNX_TO_WGSL, Manifest
@@ -43,7 +43,7 @@ def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_fil
                 arrays = case.build_inputs(manifest, package.read_bytes)
             except KernelError:
                 continue  # reported by the test.json stage
-            metas = {k: (tuple(a.shape), casefile.dtype_name(a.dtype)) for k, a in arrays.items()}
+            metas = {k: (tuple(a.shape), dtype_name(a.dtype)) for k, a in arrays.items()}
             calls.append(_Call(TEST_FILE, case.name, case.json_path, metas, case.attrs, case.tunables))
     if bench_file is not None:
         for case in bench_file.cases:

@@ -1,0 +1,127 @@
+"""case_data.py: the seeded generator, casting, inline JSON values and data files."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import struct
+
+import numpy as np
+import pytest
+import safetensors.numpy
+
+from webgpu_kernels import case_data
+
+
+# --- the generator ----------------------------------------------------------------------------------
+
+
+def test_uniform_bits_are_splitmix64() -> None:
+    # SplitMix64 seeded with 0: 0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F.
+    expected = [0xE220A8397B1DCDAF >> 11, 0x6E789E6AA1B965F4 >> 11, 0x06C45D188009454F >> 11]
+    assert list(case_data.uniform_bits(0, 3)) == [v * 2.0**-53 for v in expected]
+    # Element i does not depend on how many are drawn.
+    assert case_data.uniform_bits(7, 10)[:4].tolist() == case_data.uniform_bits(7, 4).tolist()
+
+
+def test_generated_values() -> None:
+    u = case_data.generate({"distribution": "uniform", "seed": 3, "low": -2.0, "high": 5.0}, (1000,), "float64")
+    assert u.min() >= -2.0 and u.max() < 5.0 and abs(u.mean() - 1.5) < 0.3
+    n = case_data.generate({"distribution": "normal", "seed": 4, "mean": 1.0, "std": 3.0}, (20001,), "float64")
+    assert abs(n.mean() - 1.0) < 0.1 and abs(n.std() - 3.0) < 0.1
+    odd = case_data.generate({"distribution": "normal", "seed": 4, "mean": 1.0, "std": 3.0}, (5,), "float64")
+    assert odd.tolist() == n[:5].tolist()
+    # The pairs are Box-Muller's (cos, sin) of the same radius.
+    z = case_data.generate({"distribution": "normal", "seed": 9}, (2,), "float64")
+    u = case_data.uniform_bits(9, 2)
+    r = math.sqrt(-2.0 * math.log1p(-u[0]))
+    assert z[0] == pytest.approx(r * math.cos(2 * math.pi * u[1]), rel=1e-15)
+    assert z[1] == pytest.approx(r * math.sin(2 * math.pi * u[1]), rel=1e-15)
+    f16 = case_data.generate({"distribution": "normal", "seed": 4, "mean": 1.0, "std": 3.0}, (4, 5), "float16")
+    assert f16.dtype == np.float16 and f16.shape == (4, 5)
+    assert f16.reshape(-1).tolist() == n[:20].astype(np.float16).tolist()
+    assert case_data.generate({"distribution": "normal", "seed": 1}, (0, 3), "float32").shape == (0, 3)
+    assert case_data.generate({"distribution": "normal", "seed": 1}, (), "float32").shape == ()
+
+
+def test_cast_rules() -> None:
+    values = np.array([1.5, 2.5, -0.5, 70000.0, -1e9, 3e9])
+    assert case_data.cast(values, "int32").tolist() == [2, 2, 0, 70000, -1000000000, 2**31 - 1]
+    assert case_data.cast(values, "uint8").tolist() == [2, 2, 0, 255, 0, 255]
+    f16 = case_data.cast(np.array([65504.0, 65520.0, 131008.0, 1e-8]), "float16")
+    assert f16.tolist() == [65504.0, math.inf, math.inf, 0.0]
+    with pytest.raises(ValueError, match="NaN"):
+        case_data.cast(np.array([math.nan]), "int32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_encode_decode_round_trip(dtype: str) -> None:
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.standard_normal(200) * 10.0**rng.integers(-6, 4, 200),
+                             [math.nan, math.inf, -math.inf, 0.0, -0.0, 65504.0, 6e-8, 1.0, -3.0]])  # fmt: skip
+    array = values.astype(dtype)
+    encoded = case_data.encode_values(array)
+    text = json.dumps(encoded, allow_nan=False)  # plain JSON
+    back = case_data.cast(np.asarray(case_data.decode_values(json.loads(text)), dtype=np.float64), dtype)
+    assert back.tobytes() == array.tobytes()  # bit for bit, signed zero and NaN included
+    assert "-0.0" in text and '"nan"' in text and '"-inf"' in text
+
+
+# --- data files ---------------------------------------------------------------------------------------
+
+
+def test_safetensors_files_written_by_the_safetensors_library_load_bit_for_bit() -> None:
+    rng = np.random.default_rng(1)
+    tensors = {"f32": rng.standard_normal((3, 4)).astype(np.float32), "f16": rng.standard_normal(5).astype(np.float16),
+               "i8": np.arange(-4, 4, dtype=np.int8), "flag": np.array([True, False]),
+               "scalar": np.array(2.5, dtype=np.float64)}  # fmt: skip
+    data = safetensors.numpy.save(tensors)
+    for name, array in tensors.items():
+        loaded = case_data.load_array(data, "t.safetensors", name)
+        assert loaded.dtype == array.dtype and loaded.shape == array.shape
+        assert loaded.tobytes() == array.tobytes(), name
+    loaded.flags.writeable = True  # a copy of its own, not a view of the library's buffer
+
+
+def one_tensor_file(name: str, dtype: str, shape: list[int], data: bytes) -> bytes:
+    """A safetensors file of one tensor of a dtype safetensors.numpy cannot write (its layout: an
+    8-byte little-endian header length, the JSON header, the data)."""
+    header = json.dumps({name: {"dtype": dtype, "shape": shape, "data_offsets": [0, len(data)]}}).encode()
+    return struct.pack("<Q", len(header)) + header + data
+
+
+def test_bfloat16_safetensors_need_ml_dtypes() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # the test extra has it; the H200 machine may not
+    values = np.array([1.0, -2.5, 3.140625], dtype=ml_dtypes.bfloat16)
+    data = one_tensor_file("b", "BF16", [3], values.tobytes())
+    loaded = case_data.load_array(data, "b.safetensors", None)
+    assert case_data.dtype_name(loaded.dtype) == "bfloat16" and loaded.astype(np.float64).tolist() == [1.0, -2.5, 3.140625]
+
+
+def test_bad_safetensors_files_say_what_is_wrong() -> None:
+    good = safetensors.numpy.save({"x": np.zeros(4, np.float32)})
+    with pytest.raises(ValueError, match="not a valid safetensors file"):
+        case_data.load_array(good[:6], "x.safetensors", None)
+    with pytest.raises(ValueError, match="not a valid safetensors file"):
+        case_data.load_array(good[:-4], "x.safetensors", None)
+    fp8 = one_tensor_file("q", "F8_E4M3", [2], b"\x01\x02")
+    with pytest.raises(ValueError, match="unsupported safetensors dtype 'F8_E4M3'"):
+        case_data.load_array(fp8, "q.safetensors", None)
+    with pytest.raises(ValueError, match=r"the file holds \['a', 'b'\]: name one with 'tensor'"):
+        case_data.load_array(safetensors.numpy.save({"a": np.zeros(1), "b": np.ones(1)}), "ab.safetensors", None)
+
+
+def test_npy_and_npz_files() -> None:
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    buffer = io.BytesIO()
+    np.save(buffer, x)
+    assert case_data.load_array(buffer.getvalue(), "X.NPY", None).tolist() == x.tolist()
+    with pytest.raises(ValueError, match="'tensor' applies to .npz and .safetensors files only"):
+        case_data.load_array(buffer.getvalue(), "x.npy", "x")
+    with pytest.raises(ValueError, match="data files are .npy, .npz or .safetensors"):
+        case_data.load_array(b"", "x.json", None)
+    strings = io.BytesIO()
+    np.save(strings, np.array(["a", "b"]))
+    with pytest.raises(ValueError, match="not a numeric dtype"):
+        case_data.load_array(strings.getvalue(), "s.npy", None)
