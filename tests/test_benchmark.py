@@ -23,14 +23,12 @@ from webgpu_kernels.benchmark import (
     Timing,
     bench_copy,
     bench_kernel,
-    expand_cases,
     host_per_call,
     known_peak,
     numpy_round_trip,
     random_array,
     warm_up,
 )  # fmt: skip
-from webgpu_kernels.package import embedded_root
 
 # Short timing loops: enough batches to exercise the loop, far from the defaults' 0.3 s minimum.
 FAST = {"target_batch_s": 0.005, "min_batches": 2, "max_batches": 4, "min_total_s": 0.0}
@@ -43,67 +41,6 @@ def assert_timing(t):
     """A Timing (or BenchResult) whose figures are positive, finite and ordered."""
     assert 0 < t.p10_s <= t.median_s <= t.p90_s and math.isfinite(t.p90_s)
     assert t.samples > 0
-
-
-# --- expand_cases -------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("op_id", EMBEDDED)
-def test_expand_embedded_bench_json(op_id):
-    """Every embedded bench.json case expands once per dtype of its type-variable list, in file order."""
-    bench = json.loads((embedded_root() / op_id / "bench.json").read_text("utf-8"))
-    expanded = list(expand_cases(bench))
-    expected = [(c["name"], t) for c in bench["cases"] for t in c["types"]["T"]]
-    assert [(e["name"], e["types"]["T"]) for e in expanded] == expected
-    assert len(expanded) == 2 * len(bench["cases"])  # every embedded case lists float32 and float16
-    by_name = {c["name"]: c for c in bench["cases"]}
-    for e in expanded:
-        case = by_name[e["name"]]
-        assert set(e["types"]) == {"T"} and e["types"]["T"] in ("float32", "float16")
-        assert e["tags"] == case["tags"] and e["attrs"] == {} and e["tunables"] == {}
-        assert set(e["inputs"]) == set(case["inputs"])
-        for arg, spec in e["inputs"].items():
-            assert spec == {"shape": tuple(case["inputs"][arg]["shape"]), "dtype": None}
-
-
-def test_expand_quick_gelu_tiny():
-    """The launch-bound QuickGelu case the CLI tests rely on: 4096 elements, f32 then f16."""
-    bench = wk.get_kernel("com.microsoft.QuickGelu").package.read_json("bench.json")
-    tiny = [c for c in expand_cases(bench) if c["name"] == "tiny-4096"]
-    assert [c["types"] for c in tiny] == [{"T": "float32"}, {"T": "float16"}]
-    assert all(c["inputs"] == {"X": {"shape": (4096,), "dtype": None}} for c in tiny)
-    assert all("small" in c["tags"] for c in tiny)
-
-
-def test_expand_cartesian_product_and_defaults():
-    """Several type variables give their full product (first variable slowest); a case without
-    types runs once; attrs, tunables, tags and an input's own dtype pass through."""
-    bench = {
-        "cases": [
-            {"name": "two-vars", "inputs": {"A": {"shape": [2, 3]}, "B": {"shape": [3], "dtype": "int32"}},
-             "types": {"T": ["float32", "float16"], "U": ["int32", "int64", "uint32"]},
-             "attrs": {"alpha": 0.5}, "tunables": {"WORKGROUP_SIZE": 64}, "tags": ["small"]},
-            {"name": "untyped", "inputs": {"A": {"shape": []}}},
-        ]
-    }  # fmt: skip
-    cases = list(expand_cases(bench))
-    assert [c["types"] for c in cases[:6]] == [
-        {"T": t, "U": u} for t in ("float32", "float16") for u in ("int32", "int64", "uint32")
-    ]
-    for c in cases[:6]:
-        assert c["name"] == "two-vars" and c["attrs"] == {"alpha": 0.5} and c["tunables"] == {"WORKGROUP_SIZE": 64}
-        assert c["tags"] == ["small"]
-        assert c["inputs"] == {"A": {"shape": (2, 3), "dtype": None}, "B": {"shape": (3,), "dtype": "int32"}}
-    assert len(cases) == 7
-    assert cases[6] == {"name": "untyped", "tags": [], "attrs": {}, "tunables": {}, "types": {},
-                        "inputs": {"A": {"shape": (), "dtype": None}}}  # fmt: skip
-
-
-def test_expand_empty():
-    """No cases (or an empty type list) expands to nothing."""
-    assert list(expand_cases({})) == []
-    assert list(expand_cases({"cases": []})) == []
-    assert list(expand_cases({"cases": [{"name": "n", "inputs": {}, "types": {"T": []}}]})) == []
 
 
 # --- random_array -------------------------------------------------------------------------------

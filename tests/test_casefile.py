@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +15,6 @@ import safetensors.numpy
 
 import webgpu_kernels as wk
 from webgpu_kernels import casefile
-from webgpu_kernels.benchmark import expand_cases
 from webgpu_kernels.casefile import CaseFileError, Tolerance, compare
 from webgpu_kernels.package import embedded_ids, open_embedded
 
@@ -205,16 +205,43 @@ def test_compare_rules() -> None:
 
 
 @pytest.mark.parametrize("op_id", [QUICK_GELU, BIAS_ADD])
-def test_shipped_bench_json_parses_like_expand_cases(op_id: str) -> None:
-    package = open_embedded(op_id)
-    data = package.read_json("bench.json")
+def test_shipped_bench_json_expands_once_per_dtype(op_id: str) -> None:
+    """Every embedded case expands once per dtype of its type-variable list, in file order, with
+    every input's shape and dtype resolved (what `bench` and `tune` run)."""
+    data = open_embedded(op_id).read_json("bench.json")
     assert casefile.check_bench_data(data) == []
     bench = casefile.parse_bench_file(data)
     manifest = wk.get_kernel(op_id).manifest
-    ours = [(i.case.name, i.types, {k: v[0] for k, v in i.inputs.items()}) for c in bench.cases for i in c.expand(manifest)]
-    theirs = [(c["name"], c["types"], {k: tuple(v["shape"]) for k, v in c["inputs"].items()}) for c in expand_cases(data)]
-    assert ours == theirs
-    assert {i.type_label() for c in bench.cases for i in c.expand(manifest)} == {"float32", "float16"}
+    instances = [i for c in bench.cases for i in c.expand(manifest)]
+    assert [(i.case.name, i.types) for i in instances] == [(c["name"], {"T": t}) for c in data["cases"] for t in c["types"]["T"]]
+    assert len(instances) == 2 * len(data["cases"])  # every embedded case lists float32 and float16
+    for inst, raw in zip(instances, [c for c in data["cases"] for _ in c["types"]["T"]]):
+        assert inst.case.tags == tuple(raw["tags"]) and inst.case.attrs == {} and inst.case.tunables == {}
+        assert inst.inputs == {role: (tuple(spec["shape"]), inst.types["T"]) for role, spec in raw["inputs"].items()}
+    assert {i.type_label() for i in instances} == {"float32", "float16"}
+
+
+def test_bench_case_expansion_is_the_cartesian_product_of_its_types() -> None:
+    """Several type variables give their full product (first variable slowest), an input's own
+    dtype wins over its type variable and fills an unlisted one (an empty list is a schema error).
+    (BenchCase.expand reads only the manifest's op id and input roles.)"""
+    manifest = SimpleNamespace(op_id="demo.Pair", inputs=[SimpleNamespace(role="A", dtype="T"),
+                                                         SimpleNamespace(role="B", dtype="U"),
+                                                         SimpleNamespace(role="C", dtype="V")])  # fmt: skip
+    bench = casefile.parse_bench_file({"cases": [
+        {"name": "two-vars", "inputs": {"A": {"shape": [2, 3]}, "B": {"shape": [3]}, "C": {"shape": [], "dtype": "int32"}},
+         "types": {"T": ["float32", "float16"], "U": ["int32", "int64", "uint32"]},
+         "attrs": {"alpha": 0.5}, "tunables": {"WORKGROUP_SIZE": 64}, "tags": ["small"]},
+    ]})  # fmt: skip
+    (two,) = bench.cases
+    instances = two.expand(manifest)
+    assert [i.types for i in instances] == [
+        {"T": t, "U": u, "V": "int32"} for t in ("float32", "float16") for u in ("int32", "int64", "uint32")
+    ]
+    assert instances[4].inputs == {"A": ((2, 3), "float16"), "B": ((3,), "int64"), "C": ((), "int32")}
+    assert (two.attrs, two.tunables, two.tags) == ({"alpha": 0.5}, {"WORKGROUP_SIZE": 64}, ("small",))
+    empty = {"cases": [{"name": "none", "inputs": {"A": {"shape": [1]}}, "types": {"T": []}}]}
+    assert [e.json_path for e in casefile.check_bench_data(empty)] == ["cases[0].types.T"]
 
 
 def test_bench_errors() -> None:

@@ -21,8 +21,11 @@ import webgpu_kernels as wk
 from webgpu_kernels import cli_bench, peers, tuning
 from webgpu_kernels.benchmark import known_peak
 from webgpu_kernels.cli import main
+from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.cli_bench import DEFAULT_KERNELS, ERROR_TOLERANCE, WORKGROUP_CANDIDATES
 from webgpu_kernels.package import embedded_root
+
+from conftest import copy_package
 
 QG = "com.microsoft.QuickGelu"
 QG_DIR = str(embedded_root() / QG)
@@ -287,6 +290,20 @@ def test_the_gpu_is_warmed_up_once_before_the_first_timing(runner, monkeypatch, 
 def test_a_negative_warm_up_is_refused(runner):
     result = runner.invoke(main, ["bench", QG_DIR, "--warm-up", "-1"])
     assert result.exit_code == 2 and "--warm-up" in result.output and "-1" in result.output
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_a_malformed_bench_json_stops_with_its_file_and_json_path(runner, tmp_path, command):
+    """bench.json is read as `validate` reads it: a bad shape ends the command before any timing,
+    with the file and the JSON path of the entry in the error (not a KeyError from inside)."""
+    package = copy_package(QG, tmp_path / "qg")
+    bench = json.loads((package / "bench.json").read_text("utf-8"))
+    bench["cases"][1]["inputs"]["X"]["shape"] = [77, -3072]
+    (package / "bench.json").write_text(json.dumps(bench), "utf-8")
+    write_metadata(package)  # the author's digest step: the file is what they meant
+    result = runner.invoke(main, [command, str(package), "--warm-up", "0"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "bench.json" in result.output and "cases[1].inputs.X.shape[1]" in result.output, result.output
 
 
 def test_cli_modules_import_on_their_own():

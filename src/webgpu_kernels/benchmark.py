@@ -146,29 +146,6 @@ def random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -
     return rng.standard_normal(size=shape, dtype=np.float32).astype(np.dtype(dtype), copy=False)
 
 
-def expand_cases(bench: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """bench.json cases with every type-variable assignment expanded into its own case."""
-    for case in bench.get("cases", []):
-        types = case.get("types", {})
-        names = list(types)
-        for combo in _product([types[n] for n in names]):
-            binding = dict(zip(names, combo))
-            yield {
-                "name": case["name"], "tags": case.get("tags", []), "attrs": case.get("attrs", {}),
-                "tunables": case.get("tunables", {}), "types": binding,
-                "inputs": {arg: {"shape": tuple(spec["shape"]), "dtype": spec.get("dtype")} for arg, spec in case["inputs"].items()},
-            }  # fmt: skip
-
-
-def _product(lists: list[list[Any]]) -> Iterator[tuple[Any, ...]]:
-    if not lists:
-        yield ()
-        return
-    for head in lists[0]:
-        for tail in _product(lists[1:]):
-            yield (head, *tail)
-
-
 # --- kernels and the copy baseline ---------------------------------------------------------------
 
 

@@ -25,8 +25,9 @@ from rich.text import Text
 
 from . import peers, tuning
 from .benchmark import (
-    bench_copy, bench_kernel, expand_cases, host_per_call, known_peak, numpy_round_trip, random_array, warm_up,
+    bench_copy, bench_kernel, host_per_call, known_peak, numpy_round_trip, random_array, warm_up,
 )  # fmt: skip
+from .casefile import BENCH_FILE, parse_bench_file
 from .cli import _adapter, _console, _echo_json, _inputs_callback, resolve_kernel
 from .device import env_count, get_device
 from .errors import KernelError
@@ -41,12 +42,19 @@ ERROR_TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
 
 def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
            inputs: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+    """The cases to run, each with every input's shape and dtype resolved. bench.json is read the
+    way `validate` reads it: a malformed file stops the command with its file and JSON path."""
     if inputs:
         return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": {},
                  "inputs": {k: {"shape": v.shape, "dtype": v.dtype} for k, v in inputs.items()}}]  # fmt: skip
-    if not kernel.package.has("bench.json"):
+    if not kernel.package.has(BENCH_FILE):
         return []
-    cases = list(expand_cases(kernel.package.read_json("bench.json")))
+    bench = parse_bench_file(kernel.package.read_json(BENCH_FILE))
+    cases = [
+        {"name": case.name, "tags": list(case.tags), "attrs": case.attrs, "tunables": case.tunables, "types": inst.types,
+         "inputs": {role: {"shape": shape, "dtype": dtype} for role, (shape, dtype) in inst.inputs.items()}}
+        for case in bench.cases for inst in case.expand(kernel.manifest)
+    ]  # fmt: skip
     if names:
         cases = [c for c in cases if any(n in c["name"] for n in names)]
     if tags:
@@ -56,14 +64,9 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
     return cases
 
 
-def _arrays(kernel: Kernel, case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
+def _arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    type_of = {spec.role: spec.dtype for spec in kernel.manifest.inputs}
-    arrays = {}
-    for name, spec in case["inputs"].items():
-        dtype = spec.get("dtype") or case["types"][type_of[name]]
-        arrays[name] = random_array(tuple(spec["shape"]), dtype, rng)
-    return arrays
+    return {name: random_array(tuple(spec["shape"]), spec["dtype"], rng) for name, spec in case["inputs"].items()}
 
 
 def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]) -> Any:
@@ -133,7 +136,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
             task = progress.add_task("NumPy round trips", total=len(plan))
             for i, (kernel, case) in enumerate(plan):
                 try:
-                    round_trips[i] = numpy_round_trip(kernel, _arrays(kernel, case, seed), attrs=case["attrs"])
+                    round_trips[i] = numpy_round_trip(kernel, _arrays(case, seed), attrs=case["attrs"])
                 except KernelError:
                     pass  # reported by the timing below
                 progress.advance(task)
@@ -180,7 +183,7 @@ def _warm_up(progress: Progress, device: Any, seconds: float) -> None:
 
 def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache: tuning.TuningCache,
                 copies: dict[int, float], seed: int) -> dict[str, Any]:  # fmt: skip
-    arrays = _arrays(kernel, case, seed)
+    arrays = _arrays(case, seed)
     attrs = case["attrs"]
     row: dict[str, Any] = {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
                            "dtype": ",".join(sorted({str(a.dtype) for a in arrays.values()})),
@@ -219,7 +222,7 @@ def _host_per_call(kernels: list[Kernel], calls: int, seed: int) -> list[dict[st
         if not cases:
             continue
         smallest = min(cases, key=lambda c: max(int(np.prod(s["shape"])) for s in c["inputs"].values()))
-        arrays = _arrays(kernel, smallest, seed)
+        arrays = _arrays(smallest, seed)
         try:
             stats = host_per_call(kernel, arrays, calls=calls, attrs=smallest["attrs"])
         except KernelError as exc:
@@ -409,7 +412,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
         task = progress.add_task("tuning", total=len(work))
         for kernel, case in work:
             progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
-            arrays = _arrays(kernel, case, seed)
+            arrays = _arrays(case, seed)
             defaults = dict(kernel.manifest.tunables)
             # Full timing first: it also brings the GPU to sustained load before the search.
             default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
