@@ -57,20 +57,29 @@ def _once(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t
 
 
-def _differential(fn: Callable[[], Any], sync: Callable[[], Any], *, target_s: float = 0.1) -> float:
-    """Per-call time of asynchronous calls whose only wait is an expensive ``sync``."""
+def _differential(fn: Callable[[], Any], sync: Callable[[], Any], *, target_s: float = 0.1,
+                  clock: Callable[[], float] = time.perf_counter) -> float:  # fmt: skip
+    """Per-call time of asynchronous calls whose only wait is an expensive ``sync``: the difference
+    of n and 4n back-to-back calls, each batch ended by one ``sync``, over 3n.
+
+    The readback's jitter does not cancel out, so the calls must outweigh it: at least
+    ``target_s`` and 3x one readback per batch of n. ONNX Runtime WebGPU's readback of a 336 MB
+    output takes about 190 ms, give or take tens of ms; batches of 0.1 s read its f32 BiasAdd
+    anywhere from 180 to 331 us per run (5.6 to 3.0 TB/s), batches of 0.4 s 239 to 252 us
+    (scripts/ort_timing_probe.py, docs/perf/h200-ort-timing.log).
+    """
 
     def batch(n: int) -> float:
         sync()
-        start = time.perf_counter()
+        start = clock()
         for _ in range(n):
             fn()
         sync()
-        return time.perf_counter() - start
+        return clock() - start
 
     base = min(batch(1) for _ in range(2))  # one call and the readback
     n = 2
-    while batch(n) - base < target_s and n < 100_000:  # until the calls outweigh the readback's jitter
+    while batch(n) - base < max(target_s, 3 * base) and n < 100_000:
         n *= 2
     samples = [(batch(4 * n) - batch(n)) / (3 * n) for _ in range(3)]
     return max(statistics.median(samples), 0.0)
