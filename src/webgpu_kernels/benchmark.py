@@ -285,10 +285,12 @@ def warm_up(device: Device, seconds: float, *, nbytes: int = WARM_UP_BYTES) -> i
     """Keep the GPU busy with back-to-back copies for about ``seconds`` of wall time; returns the
     number of copies.
 
-    Clocks ramp up under load: run J's first case (3,200 elements, the first kernel ``bench``
-    timed after the host phase) read 5.0 us per call, 42% of the copy kernel timed right after it,
-    where the same kernel reads 2.1 us in later runs. The per-case batches stop once two medians
-    agree, which a slow but steady clock also satisfies, so the load comes first, once per run.
+    A guard against timing on clocks that are still ramping up: run J's first case (3,200
+    elements, the first kernel ``bench`` timed after the host phase) read 5.0 us per call, 42% of
+    the copy kernel timed right after it, where the same kernel reads 2.1 us in later runs. The
+    per-case batches stop once two medians agree, which a slow but steady clock also satisfies.
+    Four fresh processes on one lend did not reproduce it with or without this load
+    (docs/perf/h200-warmup.log), so it is rare; two seconds per run are cheap insurance.
     """
     if seconds <= 0:
         return 0

@@ -1,5 +1,6 @@
 """Tensor data in case files: dtype names, the seeded generator, inline JSON values, and data
-files (``.npy``, ``.npz``, ``.safetensors``). Pure NumPy; no package or schema knowledge.
+files (``.npy``, ``.npz``, ``.safetensors`` through the safetensors library). No package or schema
+knowledge: casefile.py gives these functions their context.
 
 The generator (so that any implementation, in any language, draws the same inputs):
 
