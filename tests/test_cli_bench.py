@@ -18,11 +18,11 @@ import pytest
 from click.testing import CliRunner
 
 import webgpu_kernels as wk
-from webgpu_kernels import cli_bench, peers, tuning
+from webgpu_kernels import cli_bench, tuning
 from webgpu_kernels.benchmark import known_peak
 from webgpu_kernels.cli import main
 from webgpu_kernels.digests import write_metadata
-from webgpu_kernels.cli_bench import DEFAULT_KERNELS, ERROR_TOLERANCE, WORKGROUP_CANDIDATES
+from webgpu_kernels.cli_bench import ERROR_TOLERANCE, WORKGROUP_CANDIDATES
 from webgpu_kernels.package import embedded_root
 
 from conftest import copy_package
@@ -314,24 +314,6 @@ def test_cli_modules_import_on_their_own():
     for name in ("cli_bench", "cli_hub", "cli_package"):
         proc = subprocess.run([sys.executable, "-c", f"import webgpu_kernels.{name}"], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-1000:]
-
-
-# --- peers' pure-Python helpers ------------------------------------------------------------------------
-
-
-def test_peer_inputs_and_error():
-    """Peers draw the case's shapes and dtypes and check outputs against the float64 references."""
-    case = {"inputs": {"X": {"shape": [2, 5, 8], "dtype": "float16"}, "bias": {"shape": [8], "dtype": "float16"},
-                       "skip": {"shape": [2, 5, 8], "dtype": "float16"}}}  # fmt: skip
-    arrays = peers._random_inputs(case)
-    assert {k: (a.shape, a.dtype) for k, a in arrays.items()} == {
-        "X": ((2, 5, 8), np.float16), "bias": ((8,), np.float16), "skip": ((2, 5, 8), np.float16)}  # fmt: skip
-    assert all(np.count_nonzero(a) > 0 for a in arrays.values())
-    exact = arrays["X"].astype(np.float64) + arrays["bias"] + arrays["skip"]
-    assert peers._max_error({"Y": exact}, arrays, "com.microsoft.BiasAdd", {}) == 0.0
-    assert peers._max_error({"Y": exact + 0.25}, arrays, "com.microsoft.BiasAdd", {}) == pytest.approx(0.25)
-    assert peers._max_error({"Y": exact[:1]}, arrays, "com.microsoft.BiasAdd", {}) == math.inf
-    assert set(peers.TORCH_OPS) == set(DEFAULT_KERNELS) and set(peers.PEERS) == {"torch", "ort-webgpu"}
 
 
 # --- peer processes -----------------------------------------------------------------------------------

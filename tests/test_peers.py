@@ -1,12 +1,32 @@
-"""peers._differential against a simulated asynchronous device on a virtual clock: calls queue GPU
-work and return at once, and the only wait is a readback whose own time jitters."""
+"""peers.py's pure-Python parts: inputs and the output check, and _differential against a
+simulated asynchronous device on a virtual clock (calls queue GPU work and return at once, and the
+only wait is a readback whose own time jitters). The peer processes are run in test_cli_bench.py."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 
 from webgpu_kernels import peers
+from webgpu_kernels.cli_bench import DEFAULT_KERNELS
+
+
+def test_peer_inputs_and_error():
+    """Peers draw the case's shapes and dtypes and check outputs against the float64 references."""
+    case = {"inputs": {"X": {"shape": [2, 5, 8], "dtype": "float16"}, "bias": {"shape": [8], "dtype": "float16"},
+                       "skip": {"shape": [2, 5, 8], "dtype": "float16"}}}  # fmt: skip
+    arrays = peers._random_inputs(case)
+    assert {k: (a.shape, a.dtype) for k, a in arrays.items()} == {
+        "X": ((2, 5, 8), np.float16), "bias": ((8,), np.float16), "skip": ((2, 5, 8), np.float16)}  # fmt: skip
+    assert all(np.count_nonzero(a) > 0 for a in arrays.values())
+    exact = arrays["X"].astype(np.float64) + arrays["bias"] + arrays["skip"]
+    assert peers._max_error({"Y": exact}, arrays, "com.microsoft.BiasAdd", {}) == 0.0
+    assert peers._max_error({"Y": exact + 0.25}, arrays, "com.microsoft.BiasAdd", {}) == pytest.approx(0.25)
+    assert peers._max_error({"Y": exact[:1]}, arrays, "com.microsoft.BiasAdd", {}) == math.inf
+    assert set(peers.TORCH_OPS) == set(DEFAULT_KERNELS) and set(peers.PEERS) == {"torch", "ort-webgpu"}
+
 
 
 class AsyncDevice:
