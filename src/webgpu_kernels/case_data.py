@@ -149,14 +149,7 @@ def load_array(data: bytes, name: str, tensor: str | None) -> np.ndarray:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     elif lower.endswith(".npz"):
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            members = sorted(archive.files)
-            if tensor is None:
-                if len(members) != 1:
-                    raise ValueError(f"the archive holds {members}: name one with 'tensor'")
-                tensor = members[0]
-            if tensor not in members:
-                raise ValueError(f"no member {tensor!r} in the archive (it holds {members})")
-            array = archive[tensor]
+            array = archive[_pick(archive.files, tensor, "the archive", "member")]
     elif lower.endswith(".safetensors"):
         array = _safetensors_tensor(data, tensor)
     else:
@@ -166,6 +159,18 @@ def load_array(data: bytes, name: str, tensor: str | None) -> np.ndarray:
     return array
 
 
+def _pick(names: Any, tensor: str | None, container: str, item: str) -> str:
+    """The name ``tensor`` asks for among ``names``, or the only one when it asks for none."""
+    names = sorted(names)
+    if tensor is None:
+        if len(names) != 1:
+            raise ValueError(f"{container} holds {names}: name one with 'tensor'")
+        return names[0]
+    if tensor not in names:
+        raise ValueError(f"no {item} {tensor!r} in {container} (it holds {names})")
+    return tensor
+
+
 def _safetensors_tensor(data: bytes, tensor: str | None) -> np.ndarray:
     import safetensors  # parses and checks the header and offsets; imported only when a case uses it
 
@@ -173,14 +178,7 @@ def _safetensors_tensor(data: bytes, tensor: str | None) -> np.ndarray:
         entries = dict(safetensors.deserialize(data))
     except safetensors.SafetensorError as exc:
         raise ValueError(f"not a valid safetensors file ({exc})") from None
-    names = sorted(entries)
-    if tensor is None:
-        if len(names) != 1:
-            raise ValueError(f"the file holds {names}: name one with 'tensor'")
-        tensor = names[0]
-    if tensor not in entries:
-        raise ValueError(f"no tensor {tensor!r} in the file (it holds {names})")
-    entry = entries[tensor]
+    entry = entries[_pick(entries, tensor, "the file", "tensor")]
     dtype = _SAFETENSORS_DTYPES.get(entry["dtype"])
     if dtype is None:
         raise ValueError(f"unsupported safetensors dtype {entry['dtype']!r} (supported: {', '.join(_SAFETENSORS_DTYPES)})")
