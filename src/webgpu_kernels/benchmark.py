@@ -292,8 +292,8 @@ def warm_up(device: Device, seconds: float, *, nbytes: int = WARM_UP_BYTES) -> i
     Four fresh processes on one lend did not reproduce it with or without this load
     (docs/perf/h200-warmup.log), so it is rare; two seconds per run are cheap insurance.
     """
-    if seconds <= 0:
-        return 0
+    if seconds <= 0 or "timestamp-query" not in device.info.features:
+        return 0  # without timestamps nothing can be timed (time_calls says so); the waits below use them
     nbytes = min(nbytes, device.limits["max-storage-buffer-binding-size"])
     copies, calls = 0, 1
     start = time.perf_counter()

@@ -159,6 +159,19 @@ def padded_size(nbytes: int) -> int:
     return max(16, -(-nbytes // 16) * 16)
 
 
+def append_dispatch(compute: Any, state: tuple[Any, Any], pipeline: Any, bind_group: Any,
+                    grid: tuple[int, int, int]) -> tuple[Any, Any]:  # fmt: skip
+    """Append one dispatch to the open compute pass ``compute``, whose current (pipeline, bind
+    group) is ``state``; returns the new state. A pass keeps both between dispatches, so repeated
+    calls skip re-setting them. The recorder and the benchmark's spans both record through this."""
+    if pipeline is not state[0]:
+        compute.set_pipeline(pipeline)
+    if bind_group is not state[1]:
+        compute.set_bind_group(0, bind_group)
+    compute.dispatch_workgroups(*grid)
+    return (pipeline, bind_group)
+
+
 class DeviceMemory:
     """Pools, bind-group cache and the open command encoder of one wgpu device."""
 
@@ -288,13 +301,7 @@ class DeviceMemory:
             self._encoder = self.gpu.create_command_encoder()
             self._pass = self._encoder.begin_compute_pass()
             self._pass_state = (None, None)
-        # A pass keeps its pipeline and bind group between dispatches: repeated calls skip re-setting them.
-        if pipeline is not self._pass_state[0]:
-            self._pass.set_pipeline(pipeline)
-        if bind_group is not self._pass_state[1]:
-            self._pass.set_bind_group(0, bind_group)
-        self._pass_state = (pipeline, bind_group)
-        self._pass.dispatch_workgroups(*grid)
+        self._pass_state = append_dispatch(self._pass, self._pass_state, pipeline, bind_group, grid)
         self._pending += 1
         if self._pending >= MAX_PENDING_DISPATCHES:
             self.flush()

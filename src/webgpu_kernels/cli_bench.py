@@ -25,7 +25,7 @@ from rich.text import Text
 
 from . import peers, tuning
 from .benchmark import (
-    bench_copy, bench_kernel, host_per_call, known_peak, numpy_round_trip, random_array, warm_up,
+    CALLS_PER_SPAN, bench_copy, bench_kernel, host_per_call, known_peak, numpy_round_trip, random_array, warm_up,
 )  # fmt: skip
 from .casefile import BENCH_FILE, parse_bench_file
 from .cli import _adapter, _console, _echo_json, _inputs_callback, resolve_kernel
@@ -86,6 +86,11 @@ def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float]) -> float:
     return cache[nbytes]
 
 
+#: bench and tune: seconds of GPU load before their first timing (benchmark.warm_up).
+WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds of back-to-back copies before the first timing, so the GPU's clocks are up.")  # fmt: skip
+
+
 @click.command("bench")
 @click.argument("kernels", nargs=-1)
 @click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE", callback=_inputs_callback,
@@ -99,8 +104,7 @@ def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float]) -> float:
 @click.option("--host/--no-host", default=True, show_default=True,
               help="Also measure host cost per call and NumPy round trips.")  # fmt: skip
 @click.option("--calls", default=10_000, show_default=True, help="Calls timed for the per-call host cost.")
-@click.option("--warm-up", "warm_up_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
-              help="Seconds of back-to-back copies before the first timing, so the GPU's clocks are up.")  # fmt: skip
+@WARM_UP_OPTION
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write all results as JSON to this file ('-' for stdout).")  # fmt: skip
@@ -312,7 +316,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[str, Any]]) -> None:
-    table = Table(title="GPU time per call (timestamps around 50 back-to-back calls, median, sustained load, random data)")
+    table = Table(title=f"GPU time per call (timestamps around {CALLS_PER_SPAN} back-to-back calls, median, sustained load, random data)")
     for col in ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", "% peak", "% copy", "tuned TB/s",
                 "torch TB/s", "compile TB/s", "ORT µs", "ORT/ours", "round trip ms", "ORT rt ms", "torch xfer ms", "max err"):
         table.add_column(col, justify="left" if col in ("kernel", "case", "dtype", "variant") else "right")
@@ -391,8 +395,7 @@ def _plot(rows: list[dict[str, Any]], peak: float | None, path: str) -> None:
 @click.option("--case", "names", multiple=True, help="Only cases whose name contains this. Repeatable.")
 @click.option("--tag", "tags", multiple=True, help="Only cases with this tag. Repeatable.")
 @click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype. Repeatable.")
-@click.option("--warm-up", "warm_up_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
-              help="Seconds of back-to-back copies before the first timing, so the GPU's clocks are up.")  # fmt: skip
+@WARM_UP_OPTION
 @click.option("--seed", default=0, show_default=True)
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
 @click.pass_context

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from .buffers import STORAGE_USAGE, is_device_lost, padded_size, translate_gpu_errors
+from .buffers import STORAGE_USAGE, append_dispatch, is_device_lost, padded_size, translate_gpu_errors
 from .device import Device
 from .errors import DeviceLimitError, ShaderCompileError
 from .program import OutputSpec
@@ -188,17 +188,12 @@ def bind(device: Device, plan: ExecutionPlan, buffers: Mapping[str, tuple[Any, i
 
 
 def dispatch_calls(compute: Any, bound: list[BoundPass], calls: int) -> None:
-    """Append ``calls`` back-to-back calls of ``bound`` to the open compute pass ``compute``, as the
-    recorder appends consecutive calls (pipeline and bind group set only when they change)."""
+    """Append ``calls`` back-to-back calls of ``bound`` to the open compute pass ``compute``, with the
+    recorder's own append_dispatch (pipeline and bind group set only when they change)."""
     state: tuple[Any, Any] = (None, None)
     for _ in range(calls):
         for p in bound:
-            if p.pipeline is not state[0]:
-                compute.set_pipeline(p.pipeline)
-            if p.bind_group is not state[1]:
-                compute.set_bind_group(0, p.bind_group)
-            state = (p.pipeline, p.bind_group)
-            compute.dispatch_workgroups(*p.grid)
+            state = append_dispatch(compute, state, p.pipeline, p.bind_group, p.grid)
 
 
 def run_plan(
