@@ -8,6 +8,7 @@
 #   bash scripts/h200-run.sh tests   the test suite on the H200
 #   bash scripts/h200-run.sh warmup   the first small cases in fresh processes, with and without bench's warm-up
 #   bash scripts/h200-run.sh ortcheck   ORT WebGPU's raw timing batches at 84M (scripts/ort_timing_probe.py)
+#   bash scripts/h200-run.sh ortlong   the same at 8x577x4096 and 8x257x4096 with batches up to 16384 runs
 #   bash scripts/h200-run.sh wait   how the host waits for a readback (scripts/wait_probe.py), then the suite
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -57,6 +58,10 @@ case "${1:-bench}" in
     for op in com.microsoft.BiasAdd com.microsoft.QuickGelu; do
       timeout 150 python3 scripts/ort_timing_probe.py $op 2>&1 | tee -a "$OUT/ort-timing.log"
     done ;;
+  ortlong)  # run M read ORT's QuickGelu f32 at 8x577x4096 at 638 us (64-67 in runs G-J): longer batches?
+    timeout 150 python3 scripts/ort_timing_probe.py com.microsoft.QuickGelu 8x577x4096 64 256 1024 4096 2>&1 | tee -a "$OUT/ort-long.log"
+    timeout 150 python3 scripts/ort_timing_probe.py com.microsoft.QuickGelu 8x257x4096 64 256 1024 4096 2>&1 | tee -a "$OUT/ort-long.log"
+    timeout 150 python3 scripts/ort_timing_probe.py com.microsoft.BiasAdd 16x4096x1280 64 256 1024 2>&1 | tee -a "$OUT/ort-long.log" ;;
   tiny)  # the small round trips against ORT and the submit-and-map floor, measured on one lend
     timeout 150 python3 scripts/wait_probe.py 30 2>&1 | tee "$OUT/wait.log"
     timeout 300 python3 -m webgpu_kernels bench com.microsoft.QuickGelu --case tiny --case clip-text --compare \

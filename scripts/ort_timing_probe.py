@@ -5,7 +5,11 @@ datasheet peak (4.8); run J read 247 us. This prints the raw batches behind peer
 f32, three rounds each, and the per-run time they give, in one process per op as bench runs them.
 Needs the H200 machine (the plugin refuses lavapipe).
 
-    python scripts/ort_timing_probe.py
+    python scripts/ort_timing_probe.py OP [X_SHAPE [N ...]]
+
+X_SHAPE (like 8x577x4096) replaces the 84M shape (BiasAdd's bias and skip follow it); N are the
+batch sizes (default 64 256 1024). Run M read QuickGelu f32 at 8x577x4096 at 638 us per run,
+against 64-67 us in runs G-J, after the rule's batches grew: does ORT slow down in long batches?
 """
 
 import statistics
@@ -20,14 +24,18 @@ SHAPES = {"com.microsoft.BiasAdd": {"X": (16, 4096, 1280), "bias": (1280,), "ski
           "com.microsoft.QuickGelu": {"X": (16, 1280, 4096)}}  # fmt: skip
 
 
-def main(op: str) -> None:
+def main(op: str, x_shape: str | None = None, ns: tuple[int, ...] = (64, 256, 1024)) -> None:
     import onnxruntime as ort
     import onnxruntime_ep_webgpu as webgpu_ep
 
     ort.register_execution_provider_library("webgpu", webgpu_ep.get_library_path())
     device = next(d for d in ort.get_ep_devices() if d.ep_name == webgpu_ep.get_ep_name())
     rng = np.random.default_rng(0)
-    arrays = {k: rng.standard_normal(s, dtype=np.float32) for k, s in SHAPES[op].items()}
+    shapes = dict(SHAPES[op])
+    if x_shape:
+        x = tuple(int(d) for d in x_shape.split("x"))
+        shapes = {k: (x[-1:] if k == "bias" else x) for k in shapes}
+    arrays = {k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes.items()}
     nbytes = sum(a.nbytes for a in arrays.values()) + arrays["X"].nbytes
     options = ort.SessionOptions()
     options.add_provider_for_devices([device], {})
@@ -49,7 +57,7 @@ def main(op: str) -> None:
 
     readback = min(batch(0) for _ in range(3))
     print(f"{op} f32, {nbytes / 1e9:.3f} GB per run; a readback alone: {readback * 1e3:.1f} ms", flush=True)
-    for n in (64, 256, 1024):
+    for n in ns:
         rounds = []
         for _ in range(3):
             small, large = batch(n), batch(4 * n)
@@ -62,4 +70,4 @@ def main(op: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None, tuple(int(n) for n in sys.argv[3:]) or (64, 256, 1024))

@@ -5,6 +5,7 @@ only wait is a readback whose own time jitters). The peer processes are run in t
 from __future__ import annotations
 
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -56,11 +57,11 @@ def test_a_jittery_readback_does_not_skew_the_per_call_time(seed):
     """ORT WebGPU at 84M elements: 245 us per run, a 190 ms readback jittering by +-15%
     (docs/perf/h200-ort-timing.log). The result stays within 3% of the true time per call."""
     device = AsyncDevice(gpu_s=245e-6, host_s=20e-6, readback_s=0.19, jitter=0.15, seed=seed)
-    per_call = peers._differential(device.call, device.sync, clock=device.clock)
+    per_call = statistics.median(peers._differential(device.call, device.sync, clock=device.clock))
     assert per_call == pytest.approx(245e-6, rel=0.03)
 
 
 def test_host_bound_calls_are_timed_at_the_host_rate():
     """Small cases: when a call's host cost exceeds its GPU work, back-to-back runs go at the host's rate."""
     device = AsyncDevice(gpu_s=2e-6, host_s=16e-6, readback_s=1e-3, jitter=0.3, seed=0)
-    assert peers._differential(device.call, device.sync, clock=device.clock) == pytest.approx(16e-6, rel=0.03)
+    assert peers._differential(device.call, device.sync, clock=device.clock) == pytest.approx([16e-6] * 3, rel=0.03)

@@ -58,9 +58,12 @@ def _once(fn: Callable[[], Any]) -> float:
 
 
 def _differential(fn: Callable[[], Any], sync: Callable[[], Any], *, target_s: float = 0.1,
-                  clock: Callable[[], float] = time.perf_counter) -> float:  # fmt: skip
-    """Per-call time of asynchronous calls whose only wait is an expensive ``sync``: the difference
-    of n and 4n back-to-back calls, each batch ended by one ``sync``, over 3n.
+                  clock: Callable[[], float] = time.perf_counter) -> list[float]:  # fmt: skip
+    """Three samples of the per-call time of asynchronous calls whose only wait is an expensive
+    ``sync``: the difference of n and 4n back-to-back calls, each batch ended by one ``sync``, over 3n.
+    The median is the figure; the three are kept so that a figure off its neighbours shows whether
+    the peer was steadily slow or one batch was (run M: ORT's QuickGelu f32 at 8x577x4096 read
+    638 us, 63 us in a fresh process, docs/perf/h200-ort-long.log).
 
     The readback's jitter does not cancel out, so the calls must outweigh it: at least
     ``target_s`` and 2x one readback per batch of n. ONNX Runtime WebGPU's readback of a 336 MB
@@ -82,8 +85,7 @@ def _differential(fn: Callable[[], Any], sync: Callable[[], Any], *, target_s: f
     n = 2
     while batch(n) - base < max(target_s, 2 * base) and n < 100_000:
         n *= 2
-    samples = [(batch(4 * n) - batch(n)) / (3 * n) for _ in range(3)]
-    return max(statistics.median(samples), 0.0)
+    return [max((batch(4 * n) - batch(n)) / (3 * n), 0.0) for _ in range(3)]
 
 
 def run_torch(cases: list[dict[str, Any]]) -> None:
@@ -169,7 +171,8 @@ def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:
             # readback of the output. Time n and 4n back-to-back runs, each ended by one readback:
             # the difference divided by 3n is the time per run, with the readback cancelled out.
             sync = binding.copy_outputs_to_cpu
-            result["device_s"] = _differential(lambda: session.run_with_iobinding(binding), sync)
+            samples = _differential(lambda: session.run_with_iobinding(binding), sync)
+            result["device_s"], result["device_samples_s"] = statistics.median(samples), samples
         except Exception as exc:  # a peer failure is reported, never fatal
             result["error"] = f"{type(exc).__name__}: {exc}"
         print(json.dumps(result), flush=True)
