@@ -76,6 +76,7 @@ CASES = [
     Case("bytes-array", QG, lambda: {"X": np.array([b"ab"])}, errors.DTypeError, ("bytes",), "X"),
     Case("python-list", QG, lambda: {"X": [1.0, 2.0]}, errors.DTypeError, ("float64",), "X"),
     Case("not-an-array", QG, lambda: {"X": "text"}, errors.InputError, ("'X'",), "X"),
+    Case("ragged-list", QG, lambda: {"X": [[1.0, 2.0], [3.0]]}, errors.InputError, ("a rectangular array", "list"), "X"),
     Case("none-input", QG, lambda: {"X": None}, errors.InputError, ("'X'",), "X"),
     # attributes
     Case("attr-nan", QG, qg_inputs, errors.AttributeValueError, ("finite", "nan"), "alpha",
@@ -104,6 +105,10 @@ CASES = [
          {"tunables": {"WORKGROUP_SIZE": "64"}}),
     Case("tunable-huge", BA, bias_inputs, errors.AttributeValueError, ("2^63",), "WORKGROUP_SIZE",
          {"tunables": {"WORKGROUP_SIZE": 2**70}}),
+    Case("tunable-zero", BA, bias_inputs, errors.AttributeValueError, ("positive integer", "got 0"), "WORKGROUP_SIZE",
+         {"tunables": {"WORKGROUP_SIZE": 0}}),
+    Case("tunable-negative", BA, bias_inputs, errors.AttributeValueError, ("positive integer", "got -5"),
+         "WORKGROUP_SIZE", {"tunables": {"WORKGROUP_SIZE": -5}}),
     Case("workgroup-above-device-when", QG, qg_inputs, errors.SelectionError,
          ("no variant can run this call", "baseOk"), None,
          {"tunables": {"WORKGROUP_SIZE": 4 * LIMIT}}),
@@ -114,6 +119,9 @@ CASES = [
     Case("bad-output-kind", QG, qg_inputs, errors.InputError, ("numpy", "gpu"), "output", {"output": "torch"}),
     Case("unknown-variant", QG, qg_inputs, errors.SelectionError, ("'vec8'", "vec4", "scalar"), None,
          {"variant": "vec8"}),
+    Case("variant-not-a-string", QG, qg_inputs, errors.InputError, ("a variant id", "['scalar']"), "variant",
+         {"variant": ["scalar"]}),
+    Case("adapter-not-a-string", QG, qg_inputs, errors.InputError, ("a backend", "int 0"), "adapter", {"adapter": 0}),
     Case("forced-variant-rejected", QG, lambda: qg_inputs((5,)), errors.VariantRejectedError, ("vec4Ok",), None,
          {"variant": "vec4"}),
 ]  # fmt: skip
@@ -249,6 +257,56 @@ def test_binding_above_the_device_limit_real_call(quick_gelu, device, dispatches
                   contract=False, dispatches=dispatches)  # fmt: skip
 
 
+def test_an_oversized_view_is_refused_before_any_host_copy(quick_gelu, device, dispatches):
+    """A broadcast view (a few bytes of memory) past the binding limit, or of a wrong dtype: the
+    contract and limit checks come before the copy to contiguous memory (it would be the full size)."""
+    import tracemalloc
+
+    n = binding_limit(device) // 4 + 2**20
+    for view, error in ((np.broadcast_to(f32(1), (n,)), errors.DeviceLimitError),
+                        (np.broadcast_to(np.float64(1), (n,)), errors.DTypeError)):  # fmt: skip
+        tracemalloc.start()
+        try:
+            check_refused(quick_gelu, lambda: quick_gelu({"X": view}), error, (), "X", device=device, contract=False,
+                          dispatches=dispatches)  # fmt: skip
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 2**20, f"{peak} bytes allocated for a refused call"
+
+
+def test_gpu_tensor_shape_and_dtype_are_read_only(quick_gelu, device):
+    """Calls trust a GpuTensor's shape and dtype to describe its buffer, so they cannot be reassigned."""
+    x = np.linspace(-2, 2, 48, dtype=f32).reshape(2, 3, 8)
+    t = to_gpu(x)
+    try:
+        for name, value in (("shape", (4, 3, 8)), ("dtype", np.dtype(f16)), ("nbytes", 4), ("device", None)):
+            with pytest.raises(AttributeError, match=f"GpuTensor.{name} is read-only"):
+                setattr(t, name, value)
+        assert t.shape == (2, 3, 8) and t.dtype == f32
+        expected = x / (1 + np.exp(-1.702 * x.astype(np.float64)))
+        np.testing.assert_allclose(quick_gelu({"X": t})["Y"], expected, rtol=1e-5, atol=1e-6)
+    finally:
+        t.release()
+    assert t.released
+
+
+@pytest.mark.parametrize("value, error, mentions", [
+    (None, errors.InputError, ("NoneType",)),
+    ({"a": 1}, errors.InputError, ("dict",)),
+    ("abc", errors.InputError, ("str",)),
+    (np.array([1, None]), errors.DTypeError, ("object",)),
+    (np.array(["1.0"]), errors.DTypeError, ("<U3",)),
+    ([[1.0], [2.0, 3.0]], errors.InputError, ("a rectangular array",)),
+])  # fmt: skip
+def test_to_gpu_refuses_what_no_kernel_takes(value, error, mentions, device):
+    before = gpu_state(device)
+    with pytest.raises(error) as info:
+        to_gpu(value)
+    assert info.value.argument == "array" and all(m in str(info.value) for m in mentions)
+    assert gpu_state(device) == before
+
+
 @pytest.fixture(scope="module")
 def gl_device():
     """The OpenGL adapter (lavapipe's llvmpipe over GL has no shader-f16)."""
@@ -272,6 +330,23 @@ def test_f16_on_an_adapter_without_shader_f16(kernel_name, gl_device, dispatches
     assert kernel.explain(inputs, adapter="gl").chosen is None
     y = kernel({k: v.astype(f32) for k, v in inputs.items()}, adapter="gl")["Y"]
     assert y.dtype == f32
+
+
+def test_to_gpu_with_another_adapter_copies_the_tensor(quick_gelu, device, gl_device):
+    """``to_gpu(t, adapter=...)`` puts the tensor on that adapter's device (a GpuTensor of another one
+    used to come back unchanged, and the call then refused it)."""
+    if gl_device is device:
+        pytest.skip("the default adapter is the OpenGL one")
+    x = np.linspace(-2, 2, 64, dtype=f32)
+    t = to_gpu(x)
+    moved = to_gpu(t, adapter="gl")
+    try:
+        assert moved.device is gl_device and to_gpu(t) is t
+        np.testing.assert_array_equal(moved.numpy(), x)
+        np.testing.assert_array_equal(quick_gelu({"X": moved}, adapter="gl")["Y"], quick_gelu({"X": t})["Y"])
+    finally:
+        t.release()
+        moved.release()
 
 
 # --- what comes back after an error -------------------------------------------------------------

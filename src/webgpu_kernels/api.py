@@ -6,12 +6,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from . import execution
 from .device import get_device
-from .errors import PackageError
-from .kernel import Kernel
+from .errors import DTypeError, PackageError
+from .kernel import Kernel, as_array
 from .package import embedded_ids, open_embedded, open_folder
 from .tensor import GpuTensor
 
@@ -85,10 +84,17 @@ def load_kernel(path: str | Path) -> Kernel:
 
 
 def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
-    """Upload a NumPy array once, to pass as a GPU-resident input to many calls."""
+    """Upload a NumPy array once, to pass as a GPU-resident input to many calls. A GpuTensor comes
+    back as it is, or copied when ``adapter`` names another device."""
+    device = get_device(adapter)
     if isinstance(array, GpuTensor):
-        return array
-    return execution.to_gpu(get_device(adapter), execution.host_array(np.asarray(array)))
+        if array.device is device or adapter is None:
+            return array
+        array = array.numpy()
+    array = as_array("array", array)
+    if array.dtype.kind in "OUSMm" or array.dtype.fields is not None:
+        raise DTypeError("array", "numbers (a numeric NumPy dtype)", f"dtype {array.dtype}")
+    return execution.to_gpu(device, execution.host_array(array))
 
 
 def synchronize(*, adapter: str | None = None) -> None:

@@ -85,6 +85,9 @@ def list_adapters() -> list[AdapterSummary]:
 
 def choose_adapter(request: str | None = None) -> AdapterSummary:
     """The adapter for ``request`` (backend or name substring), else ``$WEBGPU_KERNELS_ADAPTER``, else the best."""
+    if request is not None and not isinstance(request, str):
+        raise InputError("adapter", "a backend (vulkan, metal, d3d12, gl) or part of an adapter's name",
+                         f"{type(request).__name__} {request!r}")  # fmt: skip
     request = request if request is not None else os.environ.get(ADAPTER_ENV) or None
     adapters = list_adapters()
     if not adapters:

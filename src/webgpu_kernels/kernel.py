@@ -117,21 +117,25 @@ class Kernel:
             key, plan = None, None
         if plan is not None and not all(type(v) is np.ndarray or type(v) is GpuTensor for v in inputs.values()):
             plan = None  # array-likes take the checked path
-        if plan is None and output not in _OUTPUT_KINDS:
+        if plan is not None:
+            return run_plan(device, plan, _prepare_inputs(inputs, device, host_ready=True), to_numpy=output == "numpy")
+        if output not in _OUTPUT_KINDS:
             raise InputError("output", f"one of {list(_OUTPUT_KINDS)}", repr(output))
-        arrays = _prepare_inputs(inputs, device)
+        # Contract and device limits first, host copies after: a wrong or oversized input must
+        # not cost a copy (a broadcast view of 2**33 elements would allocate tens of GB).
+        arrays = _prepare_inputs(inputs, device, host_ready=False)
+        metas = {k: (v.shape, v.dtype.name) for k, v in arrays.items()}
+        signature = check_call(self.manifest, metas, attrs, tunables)
+        if variant is None and tunables is None:
+            plan = self._tuned_plan(metas, attrs, signature, device)
         if plan is None:
-            metas = {k: (v.shape, v.dtype.name) for k, v in arrays.items()}
-            signature = check_call(self.manifest, metas, attrs, tunables)
-            if variant is None and tunables is None:
-                plan = self._tuned_plan(metas, attrs, signature, device)
-            if plan is None:
-                plan = self._plan(signature, variant, device)
-            if key is not None:
-                with self._lock:
-                    self._fast_plans[key] = plan
-                    if len(self._fast_plans) > PLAN_CACHE_SIZE:
-                        self._fast_plans.pop(next(iter(self._fast_plans)))
+            plan = self._plan(signature, variant, device)
+        if key is not None:
+            with self._lock:
+                self._fast_plans[key] = plan
+                if len(self._fast_plans) > PLAN_CACHE_SIZE:
+                    self._fast_plans.pop(next(iter(self._fast_plans)))
+        arrays = {k: host_array(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
         return run_plan(device, plan, arrays, to_numpy=output == "numpy")
 
     def flush(self) -> None:
@@ -223,6 +227,8 @@ class Kernel:
             return None  # stale or foreign entry: the default selection still applies
 
     def _plan(self, signature: CallSignature, forced: str | None, device: Device) -> ExecutionPlan:
+        if forced is not None and not isinstance(forced, str):
+            raise InputError("variant", f"a variant id, one of {self.variants}", f"{type(forced).__name__} {forced!r}")
         key = (signature, forced, device.serial)
         with self._lock:
             plan = self._plans.get(key)
@@ -283,8 +289,9 @@ def _checked_mapping(inputs: Any) -> Mapping[str, Any]:
     return inputs
 
 
-def _prepare_inputs(inputs: Mapping[str, Any], device: Device) -> dict[str, np.ndarray | GpuTensor]:
-    """NumPy arrays made C-contiguous and little-endian (copies, never the caller's array)."""
+def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bool) -> dict[str, np.ndarray | GpuTensor]:
+    """Inputs as NumPy arrays or live GpuTensors on ``device``; with ``host_ready`` the arrays are
+    also made C-contiguous and little-endian (copies, never the caller's array)."""
     prepared: dict[str, np.ndarray | GpuTensor] = {}
     for name, value in _checked_mapping(inputs).items():
         if isinstance(value, GpuTensor):
@@ -295,8 +302,16 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device) -> dict[str, np.n
             prepared[name] = value
             continue
         if not isinstance(value, np.ndarray):
-            if not hasattr(value, "__array__") and not isinstance(value, (list, tuple, int, float)):
-                raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
-            value = np.asarray(value)
-        prepared[name] = host_array(value)
+            value = as_array(name, value)
+        prepared[name] = host_array(value) if host_ready else value
     return prepared
+
+
+def as_array(name: str, value: Any) -> np.ndarray:
+    """An array-like input as a NumPy array (lists, scalars and objects with ``__array__``)."""
+    if not hasattr(value, "__array__") and not isinstance(value, (list, tuple, int, float)):
+        raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
+    try:
+        return np.asarray(value)
+    except ValueError as exc:  # a ragged nested list
+        raise InputError(name, "a rectangular array", f"{type(value).__name__} NumPy cannot make one of ({exc})") from None

@@ -16,8 +16,8 @@ from typing import Any
 
 from jinja2.runtime import Undefined
 
-from .errors import ExpressionError, LayoutError, TemplateSandboxError
-from .expressions import NAMESPACES, STATIC_FUNCTIONS, as_count
+from .errors import AttributeValueError, ExpressionError, LayoutError, TemplateSandboxError
+from .expressions import NAMESPACES, STATIC_FUNCTIONS, Expression, as_count
 from .layout import StructLayout, struct_layout
 from .program import CompiledPass, CompiledVariant
 from .sandbox import render_budget
@@ -154,16 +154,30 @@ def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
             element_type=element_type, length=length, struct=layout, uniform_bytes=uniform,
         ))  # fmt: skip
     threads = as_count(cpass.threads.evaluate(scope), cpass.threads, "dispatch.threads")
-    sizes = [as_count(e.evaluate(scope), e, "dispatch.workgroupSize") for e in cpass.workgroup_size]
-    for size, expr in zip(sizes, cpass.workgroup_size):
-        if size < 1:
-            raise ExpressionError("a workgroup size must be at least 1", expression=expr.source, where=expr.where)
+    sizes = [_workgroup_size(e, scope) for e in cpass.workgroup_size]
     sizes += [1] * (3 - len(sizes))
     inputs = {name: expr.evaluate(scope) for name, expr in cpass.source_inputs}
     return ResolvedPass(
         pass_id=p.id, label=p.name, shader=p.shader, entry_point=p.entry_point, bindings=tuple(bindings),
         threads=threads, workgroup_size=(sizes[0], sizes[1], sizes[2]), source_inputs=inputs,
     )  # fmt: skip
+
+
+def _workgroup_size(expr: Expression, scope: Mapping[str, Any]) -> int:
+    value = expr.evaluate(scope)
+    try:
+        size = as_count(value, expr, "dispatch.workgroupSize")
+        if size < 1:
+            raise ExpressionError("a workgroup size must be at least 1", expression=expr.source, where=expr.where)
+    except ExpressionError:
+        # A size read from the caller's tunables is the caller's mistake, not the package's.
+        tunable = next((ref for ref in expr.references if ref.startswith("tunables.")), None)
+        if tunable is None:
+            raise
+        got = f"{expr.peek(scope).get(tunable)!r} (workgroup size {value!r} from {expr.source!r})"
+        raise AttributeValueError(tunable.removeprefix("tunables."), "a value that makes the workgroup size a positive "
+                                  "integer", got) from None  # fmt: skip
+    return size
 
 
 def resolve_variant(variant: CompiledVariant, scope: Mapping[str, Any]) -> tuple[ResolvedPass, ...]:

@@ -21,13 +21,22 @@ class GpuTensor:
 
     def __init__(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, device: Device,
                  nbytes: int | None = None) -> None:  # fmt: skip
-        self._buffer = buffer
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
-        self.device = device
+        init = object.__setattr__
+        init(self, "_buffer", buffer)
+        init(self, "shape", tuple(shape))
+        init(self, "dtype", np.dtype(dtype))
+        init(self, "device", device)
         # Fixed for the tensor's life, and read by every call that takes it as an input.
-        self.nbytes = math.prod(self.shape) * self.dtype.itemsize if nbytes is None else nbytes
-        self.bound_bytes = padded_size(self.nbytes)  # what a bind group binds of the buffer
+        init(self, "nbytes", math.prod(self.shape) * self.dtype.itemsize if nbytes is None else nbytes)
+        init(self, "bound_bytes", padded_size(self.nbytes))  # what a bind group binds of the buffer
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Calls trust shape and dtype to describe the buffer: `t.shape = ...` would let a kernel read
+        # past the data. Plain slots (not properties) keep reads on the per-call path cheap.
+        if name != "_buffer":
+            raise AttributeError(f"GpuTensor.{name} is read-only: a GPU tensor's shape and dtype are fixed "
+                                 "(read it back with numpy(), reshape there, and upload with to_gpu)")
+        object.__setattr__(self, name, value)
 
     @property
     def size(self) -> int:
