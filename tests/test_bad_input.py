@@ -76,6 +76,8 @@ CASES = [
     Case("bytes-array", QG, lambda: {"X": np.array([b"ab"])}, errors.DTypeError, ("bytes",), "X"),
     Case("python-list", QG, lambda: {"X": [1.0, 2.0]}, errors.DTypeError, ("float64",), "X"),
     Case("not-an-array", QG, lambda: {"X": "text"}, errors.InputError, ("'X'",), "X"),
+    Case("masked-array", QG, lambda: {"X": np.ma.masked_array(np.ones(4, f32), mask=[0, 1, 0, 0])}, errors.InputError,
+         ("a masked array",), "X"),
     Case("ragged-list", QG, lambda: {"X": [[1.0, 2.0], [3.0]]}, errors.InputError, ("a rectangular array", "list"), "X"),
     Case("none-input", QG, lambda: {"X": None}, errors.InputError, ("'X'",), "X"),
     # attributes
@@ -213,9 +215,12 @@ def test_bad_input_with_gpu_tensors(case, device, dispatches, has_f16):
      ({"X": wk.TensorMeta((1,) * 65, "float32")}, errors.RankError, ("rank at most 64",)),
      ({"X": wk.TensorMeta((4,), "nonsense")}, errors.DTypeError, ("nonsense",)),
      ({"X": wk.TensorMeta((4,), np.float32)}, None, ()),
-     ({"X": wk.TensorMeta((4,), np.dtype("float16"))}, None, ())],
+     ({"X": wk.TensorMeta((4,), np.dtype("float16"))}, None, ()),
+     ({"X": wk.TensorMeta((4,), "f4")}, None, ()),
+     ({"X": wk.TensorMeta(5, "float32")}, errors.ShapeError, ("a shape", "int 5")),
+     ({"X": ((2,), "nonsense")}, errors.DTypeError, ("nonsense",))],
     ids=["negative", "fraction", "bool", "too-many-elements", "rank-65", "unknown-dtype", "dtype-class",
-         "dtype-object"],
+         "dtype-object", "dtype-code", "shape-not-a-sequence", "tuple-unknown-dtype"],
 )  # fmt: skip
 def test_shape_only_metas(quick_gelu, device, metas, error, mentions):
     if error is None:

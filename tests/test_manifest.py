@@ -228,6 +228,8 @@ def test_load_kernel_reports_the_file_and_path(write_package):
 def test_package_errors(tmp_path):
     with pytest.raises(errors.PackageError):
         wk.load_kernel(tmp_path / "missing")
+    with pytest.raises(errors.PackageError, match="a path .* got NoneType None"):
+        wk.load_kernel(None)
     (tmp_path / "empty").mkdir()
     with pytest.raises(errors.PackageError, match="manifest.json"):
         wk.load_kernel(tmp_path / "empty")

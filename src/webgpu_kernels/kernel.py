@@ -19,7 +19,7 @@ import numpy as np
 from .contract import CallSignature, check_call
 from .device import Device, get_device
 from . import tuning
-from .errors import DeviceLimitError, InputError, KernelError, MissingInputError, SelectionError
+from .errors import DeviceLimitError, InputError, KernelError, MissingInputError, SelectionError, ShapeError
 from .execution import ExecutionPlan, build_pass, check_limits, flush, host_array, run_plan
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
@@ -270,14 +270,26 @@ def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
     metas = {}
     for name, value in _checked_mapping(inputs).items():
         if isinstance(value, TensorMeta):
-            metas[name] = (tuple(value.shape), value.dtype)
+            shape, dtype = value.shape, value.dtype
         elif isinstance(value, tuple) and len(value) == 2 and not hasattr(value, "shape"):
-            metas[name] = (tuple(value[0]), np.dtype(value[1]).name)
+            shape, dtype = value
         elif hasattr(value, "shape") and hasattr(value, "dtype"):
-            metas[name] = (tuple(value.shape), np.dtype(value.dtype).name)
+            shape, dtype = value.shape, value.dtype
         else:
             raise InputError(name, "an array, a GpuTensor or a TensorMeta", type(value).__name__)
+        if not isinstance(shape, (tuple, list)):
+            raise ShapeError(name, "a shape (a tuple of dimensions)", f"{type(shape).__name__} {shape!r}")
+        metas[name] = (tuple(shape), _dtype_name(dtype))
     return metas
+
+
+def _dtype_name(dtype: Any) -> str:
+    """The NumPy name of a dtype given any way NumPy reads one ("f4", np.float32); a name NumPy does
+    not know stays as it is, for the contract to refuse by name."""
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype)
 
 
 def _checked_mapping(inputs: Any) -> Mapping[str, Any]:
@@ -301,6 +313,8 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bo
                 raise InputError(name, f"a GpuTensor on {device.adapter.label()}", f"one on {value.device.adapter.label()}")
             prepared[name] = value
             continue
+        if isinstance(value, np.ma.MaskedArray):  # a kernel would read the masked values too
+            raise InputError(name, "a NumPy array or a GpuTensor", "a masked array (pass .filled(...) or .data)")
         if not isinstance(value, np.ndarray):
             value = as_array(name, value)
         prepared[name] = host_array(value) if host_ready else value

@@ -128,6 +128,8 @@ def open_folder(
     ``require_metadata`` is set (packages that come from elsewhere should carry one).
     ``verify_digests=False`` skips the check (``digest`` and ``validate``, which report instead).
     """
+    if not isinstance(path, (str, Path)):
+        raise PackageError(f"a package folder is a path (str or pathlib.Path), got {type(path).__name__} {path!r}")
     root = Path(path).expanduser()
     if not root.is_dir():
         raise PackageError("not a folder", path=str(root))
