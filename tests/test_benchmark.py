@@ -103,6 +103,16 @@ def test_bench_kernel_quick_gelu(quick_gelu, need_dtype, dtype):
     json.dumps(d)  # the CLI writes it as JSON
 
 
+@pytest.mark.parametrize("shape", [(3,), (5, 77, 13), (1, 77, 3071)])
+def test_bench_kernel_on_sizes_that_are_not_whole_16_byte_units(quick_gelu, shape):
+    """Inputs are bound as their bytes rounded up to 16 (docs/format.md); bench's own uploads were
+    not, so an f32 tensor of 20,020 bytes failed ("Binding with size 20032 would overflow ... 20020")."""
+    x = random_array(shape, "float32", np.random.default_rng(5))
+    expected = x.astype(np.float64) / (1.0 + np.exp(-1.702 * x.astype(np.float64)))
+    r = bench_kernel(quick_gelu, {"X": x}, check=lambda out: float(np.max(np.abs(out["Y"] - expected))), **FAST)
+    assert r.variant == "vec4_tail" and r.median_s > 0 and r.max_error < 1e-5
+
+
 def test_bench_kernel_bias_add_forced_variant(bias_add):
     """BiasAdd with a forced variant and tunables: three inputs read, one output written, the
     variant and tunables reported, the output checked against a float64 reference."""

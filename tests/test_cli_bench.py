@@ -136,6 +136,24 @@ def test_bench_custom_input(runner, tmp_path):
     assert row["error_ok"] is True and row["max_error"] <= 1e-6
 
 
+def test_bench_custom_input_of_odd_size_and_a_failing_case_in_full(runner, tmp_path, monkeypatch):
+    """An f32 input of 5x77x13 (5005 elements, 20,020 bytes: no whole 16-byte units) is timed and
+    checked; a case that fails shows its whole error below the table, not a cell's first words."""
+    path = tmp_path / "bench.json"
+    invoke(runner, "bench", QG_DIR, "-i", "X=5x77x13:f32", "--no-host", *QUICK_WARM_UP, "--json", str(path))
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert "error" not in row and row["variant"] == "vec4_tail" and row["error_ok"] is True
+    message = "WebGPU refused the work: " + "a long validation message " * 8 + "THE END"
+
+    def failing(*args, **kwargs):
+        raise wk.errors.DeviceError(message)
+
+    monkeypatch.setattr(cli_bench, "bench_kernel", failing)
+    result = invoke(runner, "bench", QG_DIR, "-i", "X=5x77x13:f32", "--no-host", *QUICK_WARM_UP)
+    table_end = result.output.index("└")
+    assert "custom float32: error: " + message in " ".join(result.output[table_end:].split())
+
+
 def test_bench_no_matching_case(runner, tmp_path):
     """A filter that matches nothing is not an error: an empty table and empty JSON lists."""
     path = tmp_path / "bench.json"

@@ -322,7 +322,7 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         table.add_column(col, justify="left" if col in ("kernel", "case", "dtype", "variant") else "right")
     for row in rows:
         if "error" in row:
-            table.add_row(row["kernel"].split(".")[-1], row["case"], row["dtype"], Text(row["error"][:60], style="red"))
+            table.add_row(row["kernel"].split(".")[-1], row["case"], row["dtype"], Text("error", style="red"))
             continue
         by_peer = row.get("peers", {})
         torch_peer, ort_peer = by_peer.get("torch", {}), by_peer.get("ort-webgpu", {})
@@ -341,6 +341,8 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         )  # fmt: skip
     console.print(table)
     for row in rows:
+        if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
+            console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: error: {row['error']}", style="red"))
         for peer, result in row.get("peers", {}).items():
             if "error" in result:
                 console.print(Text(f"{peer} on {row['case']} {row['dtype']}: {result['error'][:160]}", style="yellow"))

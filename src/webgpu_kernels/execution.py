@@ -148,13 +148,16 @@ def host_array(value: np.ndarray) -> np.ndarray:
 
 
 def upload(device: Device, array: np.ndarray) -> Any:
-    """A new storage buffer holding ``array`` (C-contiguous, little-endian), padded to 4 bytes."""
-    return device.gpu.create_buffer_with_data(data=_padded_bytes(array), usage=STORAGE_USAGE)
+    """A new storage buffer holding ``array`` (C-contiguous, little-endian), zero-padded to the
+    size a binding binds (``padded_size``): a 20,020-byte tensor is bound as 20,032 bytes."""
+    return device.gpu.create_buffer_with_data(data=_padded_bytes(array, whole=True), usage=STORAGE_USAGE)
 
 
-def _padded_bytes(array: np.ndarray) -> np.ndarray:
+def _padded_bytes(array: np.ndarray, *, whole: bool = False) -> np.ndarray:
+    """``array``'s bytes, padded to ``padded_size`` when WebGPU needs it (a write of a multiple of 4
+    bytes into a pooled buffer, which is already that size, needs no copy) or ``whole`` asks."""
     data = array.reshape(-1).view(np.uint8)
-    if data.nbytes % 4 or data.nbytes == 0:
+    if data.nbytes % 4 or data.nbytes == 0 or (whole and data.nbytes != padded_size(data.nbytes)):
         padded = np.zeros(padded_size(data.nbytes), dtype=np.uint8)
         padded[: data.nbytes] = data
         data = padded
