@@ -199,6 +199,24 @@ def test_info_bias_add(runner: CliRunner) -> None:
         assert fragment in out, fragment
 
 
+def test_an_embedded_id_wins_over_a_same_named_folder(runner: CliRunner, tmp_path, monkeypatch) -> None:
+    """A copy being edited in the working directory does not silently stand in for the shipped
+    kernel; ``./<id>`` reaches the copy (info, and validate's path resolution)."""
+    from conftest import copy_package
+
+    copy = copy_package(QUICK_GELU, tmp_path / QUICK_GELU)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["description"] = "THE LOCAL COPY"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    (copy / "metadata.json").unlink()  # an author's work in progress
+    monkeypatch.chdir(tmp_path)
+    assert invoke_json(runner, "info", QUICK_GELU)["origin"] == "embedded"
+    assert "THE LOCAL COPY" not in invoke(runner, "info", QUICK_GELU).stdout
+    assert "THE LOCAL COPY" in invoke(runner, "info", f"./{QUICK_GELU}").stdout
+    assert "0 errors, 0 warnings: valid" in invoke(runner, "validate", QUICK_GELU, "--no-gpu").stdout
+    assert "has no metadata.json" in runner.invoke(main, ["validate", f"./{QUICK_GELU}", "--no-gpu"]).output
+
+
 def test_info_json(runner: CliRunner) -> None:
     data = invoke_json(runner, "info", BIAS_ADD)
     assert data["op"] == BIAS_ADD and data["origin"] == "embedded"

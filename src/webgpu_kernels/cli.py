@@ -226,7 +226,11 @@ def _assignments_callback(ctx: click.Context, param: click.Parameter, values: tu
 
 def resolve_kernel(ref: str) -> Kernel:
     """An embedded op id, a package folder (anything that exists, or starts like a path), or a Hub
-    kernel repository ``org/op`` (contract version 1 unless ``@vN`` or ``@REVISION`` follows)."""
+    kernel repository ``org/op`` (contract version 1 unless ``@vN`` or ``@REVISION`` follows).
+    An embedded id wins over a folder of that name in the working directory (``./id`` reaches it):
+    a copy being edited must not silently stand in for the shipped kernel."""
+    if ref in list_kernels():
+        return get_kernel(ref)
     path = Path(ref).expanduser()
     if path.exists() or ref.startswith((".", "/", "~")) or os.sep in ref and os.sep != "/":
         return load_kernel(path)

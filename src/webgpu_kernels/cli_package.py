@@ -215,11 +215,11 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
 
 
 def _package_path(ref: str) -> Path:
+    if ref in embedded_ids():  # before a same-named folder in the working directory, as resolve_kernel
+        return embedded_root() / ref
     path = Path(ref).expanduser()
     if path.exists() or "/" in ref:
         return path
-    if ref in embedded_ids():
-        return embedded_root() / ref
     raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel")
 
 
