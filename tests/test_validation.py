@@ -130,7 +130,7 @@ def test_several_problems_are_reported_at_once(qg: Path, runner: CliRunner) -> N
     expected = {
         ("manifest.json", ""),  # digest mismatch (the manifest was edited after `digest`)
         ("notes.json", ""),  # unlisted
-        ("manifest.json", "variants[1].passes[0].bindings[0].elementType"),  # $vectorScalar (check_manifest)
+        ("manifest.json", "bindingSets.scalarTail[0].elementType"),  # $vectorScalar (check_manifest)
         ("manifest.json", "derive.vec4Ok"),  # attrs.alhpa
         ("manifest.json", "derive.early"),  # reads a later derive entry
         ("manifest.json", "derive.later"),  # shapes.Z
@@ -144,6 +144,8 @@ def test_several_problems_are_reported_at_once(qg: Path, runner: CliRunner) -> N
         ("bench.json", "cases[0].types.T"),
     }
     assert expected <= found, expected - found
+    shared = [p["message"] for p in report["problems"] if p["jsonPath"] == "bindingSets.scalarTail[0].elementType"]
+    assert len(shared) == 2 and all("as used by variants[" in m for m in shared), shared  # once per pass, not twice
     texts = " | ".join(p["message"] for p in report["problems"])
     for fragment in ("'alhpa'", "'later', which is not defined before this entry", "'Z' is not an input or output",
                      "unknown name 'vec4Tial'", "'U' is not a type variable", "'maxFoo' is not a WebGPU limit",

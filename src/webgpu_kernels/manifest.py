@@ -200,25 +200,28 @@ def _reference_errors(data: dict[str, Any]) -> list[ManifestError]:
         for p, pass_ in enumerate(variant["passes"]):
             where = f"variants[{v}].passes[{p}]"
             bindings = pass_.get("bindings", [])
+            list_path, used_by = f"{where}.bindings", ""
             if isinstance(bindings, str):
                 if bindings not in binding_sets:
                     errors.append(ManifestError(f"names bindingSets entry {bindings!r}, which does not exist",
                                                 json_path=f"{where}.bindings"))  # fmt: skip
                     continue
+                # Errors point into the shared list, where the fix goes, and say which pass used it.
+                list_path, used_by = f"bindingSets.{bindings}", f" (as used by {where})"
                 bindings = binding_sets[bindings]
             names = [b["name"] for b in bindings]
             if len(set(names)) != len(names):
-                errors.append(ManifestError("binding names must be unique", json_path=f"{where}.bindings"))
+                errors.append(ManifestError(f"binding names must be unique{used_by}", json_path=list_path))
             for b, binding in enumerate(bindings):
-                bpath = f"{where}.bindings[{b}]"
+                bpath = f"{list_path}[{b}]"
                 if binding.get("arg") is not None and binding["arg"] not in all_roles:
-                    errors.append(ManifestError(f"arg {binding['arg']!r} is not an input or output",
+                    errors.append(ManifestError(f"arg {binding['arg']!r} is not an input or output{used_by}",
                                                 json_path=f"{bpath}.arg"))  # fmt: skip
                 for key in ("elementType", "length"):
                     ref = binding.get(key)
                     match = _DOLLAR_REF.match(ref) if isinstance(ref, str) else None
                     if match and match.group(1) not in constants:
-                        errors.append(ManifestError(f"{ref!r} names no constant of this variant",
+                        errors.append(ManifestError(f"{ref!r} names no constant of this variant{used_by}",
                                                     json_path=f"{bpath}.{key}"))  # fmt: skip
     ids = [v["id"] for v in data["variants"]]
     for v, vid in enumerate(ids):

@@ -285,11 +285,8 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
                 if shared and (b.json_path, v.id) in checked_sets:
                     continue
                 checked_sets.add((b.json_path, v.id))
-                if b.element_type is not None:
-                    check(_dollar(b.element_type), f"{b.json_path}.elementType", visible, all_roles, note, suffix)
-                if b.length is not None:
-                    length = _dollar(b.length) if isinstance(b.length, str) else b.length
-                    check(length, f"{b.json_path}.length", visible, all_roles, note, suffix)
+                # A binding's elementType/length "$name" is checked by check_manifest (reported once
+                # per pass using it); checking it here again reported every such mistake twice.
                 for f in b.fields:
                     check(_dollar(f.type), f"{f.json_path}.type", visible, all_roles, note, suffix)
                     check(_list_source(f.value), f"{f.json_path}.value", visible, all_roles, note, suffix)
