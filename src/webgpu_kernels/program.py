@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jinja2.runtime import Undefined
+
 from .contract import CallSignature
 from .errors import ExpressionError, ManifestError, RankError
 from .expressions import (
@@ -134,6 +136,11 @@ class Program:
         if not isinstance(value, (list, tuple)):
             raise ExpressionError(f"an output shape must be a list of integers, got {value!r}",
                                   expression=expr.source, where=expr.where)  # fmt: skip
+        for d in value:
+            if isinstance(d, Undefined):  # e.g. a derive entry: outputs are evaluated before derive
+                raise ExpressionError(f"{d._undefined_name!r} is not defined when output shapes are evaluated (they "
+                                      "see shapes, ranks, dtypes, attrs, tunables, device and earlier outputs, not "
+                                      "derive or constants)", expression=expr.source, where=expr.where)  # fmt: skip
         return tuple(as_count(d, expr, "an output dimension") for d in value)
 
 
