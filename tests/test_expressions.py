@@ -128,6 +128,15 @@ def test_syntax_error_names_the_expression_and_place():
         ExpressionCompiler(KNOWN).compile("1 2", "x")
 
 
+@pytest.mark.parametrize("source, hinted", [("vec4<f32>", True), ("array<u32, 4>", True), ("vec4h", True),
+                                            ("f16", True), ("numel(shapes.X) >", False), ("vec4Tial", False)])  # fmt: skip
+def test_a_wgsl_type_meant_as_a_string_gets_the_quoting_hint(source, hinted):
+    """``"elementType": "vec4<f32>"`` in constants is an expression, and fails; the message says how to quote it."""
+    with pytest.raises(ExpressionError) as info:
+        ExpressionCompiler(KNOWN).compile(source, "constants.elem")
+    assert (f"quoted inside the JSON string: \"'{source}'\"" in str(info.value)) is hinted
+
+
 # --- the allow-list and the sandbox -------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ manifest values (:data:`MAX_SEQUENCE_LENGTH`).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -184,6 +185,14 @@ def _literal_source(value: Any) -> str:
     return repr(value)
 
 
+_WGSL_TYPE = re.compile(r"^\s*(bool|[fiu]32|f16|(vec[234]|mat[234]x[234])[fhiu]?|array|atomic|ptr)(<.*>)?\s*$")
+
+
+def _quote_hint(source: str) -> str:
+    """The commonest slip in a constant: a WGSL type name meant as a string (``"vec4<f32>"``)."""
+    return f" (a string is quoted inside the JSON string: \"'{source.strip()}'\")" if _WGSL_TYPE.match(source) else ""
+
+
 class ExpressionCompiler:
     """Parses, checks and compiles expressions; one per package, caching by source text."""
 
@@ -215,7 +224,8 @@ class ExpressionCompiler:
             if not parser.stream.eos:
                 raise TemplateSyntaxError("unexpected text after the expression", parser.stream.current.lineno)
         except TemplateSyntaxError as exc:
-            raise ExpressionError(f"syntax error: {exc.message}", expression=source, where=where) from None
+            raise ExpressionError(f"syntax error: {exc.message}{_quote_hint(source)}", expression=source,
+                                  where=where) from None  # fmt: skip
         except RecursionError:
             raise ExpressionSandboxError(f"nested more than {MAX_EXPRESSION_DEPTH} levels deep", expression=source,
                                          where=where) from None  # fmt: skip
@@ -264,7 +274,8 @@ class ExpressionCompiler:
                 if node.name.startswith("_"):
                     refuse(f"unknown name {node.name!r}: names starting with an underscore are not allowed")
                 if node.name not in self.known_names:
-                    raise ExpressionError(f"unknown name {node.name!r}", expression=source, where=where)
+                    raise ExpressionError(f"unknown name {node.name!r}{_quote_hint(source)}", expression=source,
+                                          where=where)  # fmt: skip
                 if node.name not in FUNCTION_NAMES:
                     references.append(node.name)
                 return
