@@ -146,6 +146,18 @@ CORPUS = [
     Escape("deep-statements", None, "{% if true %}" * 200 + "x" + "{% endif %}" * 200, resource=True),
     Escape("deep-loops", None, "{% for i in [1] %}" * 30 + "x" + "{% endfor %}" * 30, resource=True),
     Escape("too-long-expression", "1 + " * 2000 + "1", resource=True),
+    # --- one uninterruptible step over aliased nested lists (2^36 item comparisons) ----------------
+    Escape("compare-aliased-lists", "[[[0]*4096]*4096]*4096 == [[[0]*4096]*4096]*4096",
+           "{% set a = range(100000)|list %}{% set b = range(100000)|list %}{{ [a]*100000 == [b]*100000 }}",
+           resource=True),
+    Escape("in-aliased-lists", "[[0]*4096]*4096 in [[[0]*4096]*4096]",
+           "{% set a = range(100000)|list %}{{ [a]*100000 in [[range(100000)|list]*100000] }}", resource=True),
+    Escape("eq-test-aliased-lists", None,
+           "{% set a = range(100000)|list %}{{ [a]*100000 is eq([range(100000)|list]*100000) }}", resource=True),
+    Escape("max-aliased-lists", None, "{% set a = range(100000)|list %}{{ ([a]*100000)|max }}", resource=True),
+    Escape("hash-nested-tuple", None,
+           "{% set t = (1,2,3,4,5,6,7,8,9,10) %}" + "{% set t = (t,t,t,t,t,t,t,t,t,t) %}" * 8 + "{{ {t: 1} }}",
+           resource=True),
 ]  # fmt: skip
 
 

@@ -129,6 +129,23 @@ def charge_text(chars: int) -> None:
 # --- the bounded sandbox --------------------------------------------------------------------------
 
 
+def nested_items_exceed(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds more than ``limit`` items counted through every level of nesting
+    (a list repeated by reference counts each time); stops counting past ``limit``."""
+    if not isinstance(value, (list, tuple, dict)):
+        return False
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            item = [part for pair in item.items() for part in pair]
+        count += len(item)
+        if count > limit:
+            return True
+        stack.extend(i for i in item if isinstance(i, (list, tuple, dict)))
+    return False
+
+
 class _Internal:
     """A function the hardened code calls through ``environment.<name>`` (never reachable by name)."""
 
@@ -142,6 +159,10 @@ class _Internal:
 
 
 _NUMBER = (int, float)
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": operator.eq, "ne": operator.ne, "gt": operator.gt, "gteq": operator.ge, "lt": operator.lt,
+    "lteq": operator.le, "in": lambda a, b: a in b, "notin": lambda a, b: a not in b,
+}  # fmt: skip
 _BINOPS = {
     "*": operator.mul, "**": operator.pow, "+": operator.add, "%": operator.mod,
     "//": operator.floordiv, "/": operator.truediv, "-": operator.sub,
@@ -223,6 +244,15 @@ class BoundedSandbox(SandboxedEnvironment):
                     break
             return total
         raise self.refuse(f"a {type(value).__name__} cannot be converted to text")
+
+    def check_weight(self, value: Any, what: str) -> Any:
+        """``value`` if it holds at most ``max_items`` items counted through every nesting level, else
+        refused. Comparing, hashing or searching a value walks all of them in one uninterruptible
+        step; ``[[[0]*4096]*4096]*4096`` is three short lists of references that compare 2^36 items."""
+        if nested_items_exceed(value, self.max_items):
+            raise self.refuse(f"{what} values of more than {self.max_items} items in all (nested lists count "
+                              "every item)")  # fmt: skip
+        return value
 
     def to_text(self, value: Any) -> str:
         """``str(value)``, refused before building if it would exceed the text bound."""
@@ -316,6 +346,7 @@ class BoundedSandbox(SandboxedEnvironment):
         if isinstance(obj, Undefined):
             obj._fail_with_undefined_error()
         if isinstance(obj, Mapping):
+            self.check_weight(argument, "looking up")  # hashing a key walks all of it
             try:
                 return obj[argument]
             except (KeyError, TypeError):
@@ -374,6 +405,20 @@ class BoundedSandbox(SandboxedEnvironment):
             _charge(weight)
             yield item
 
+    def _compare(self, left: Any, *ops: Any) -> bool:
+        """A chained comparison ``left op1 a op2 b ...`` whose operands are first bounded by
+        :meth:`check_weight` (ops alternate: operator name, operand)."""
+        for index in range(0, len(ops), 2):
+            name, right = ops[index], ops[index + 1]
+            for operand in (left, right):
+                if isinstance(operand, Undefined):
+                    operand._fail_with_undefined_error()
+                self.check_weight(operand, "comparing")
+            if not _COMPARE[name](left, right):
+                return False
+            left = right
+        return True
+
     def _charge_work(self, units: int) -> str:
         _charge(units)
         return ""
@@ -383,6 +428,11 @@ class BoundedSandbox(SandboxedEnvironment):
         charge_text(len(text))
         return text
 
+    def _key(self, value: Any) -> Any:
+        return self.check_weight(value, "hashing")
+
+    wk_compare = _Internal(_compare)
+    wk_key = _Internal(_key)
     wk_concat = _Internal(_concat)
     wk_iterate = _Internal(_iterate)
     wk_charge = _Internal(_charge_work)
@@ -400,7 +450,7 @@ def _weight(node_list: Iterable[nodes.Node]) -> int:
 def harden(tree: nodes.Node, *, template: bool) -> nodes.Node:
     """Rewrite a checked tree so that what Jinja leaves unbounded goes through the sandbox.
 
-    Every ``a ~ b`` becomes a bounded join. In templates also: every piece of output is charged
+    Every ``a ~ b`` becomes a bounded join, every comparison a bounded one. In templates also: every piece of output is charged
     (text written inside macros, ``{% set %}`` blocks and filters counts too), every loop
     iteration is charged by the size of what it runs, and every template body, macro body and
     ``{% call %}`` body is charged by its size when it runs.
@@ -422,6 +472,13 @@ def harden(tree: nodes.Node, *, template: bool) -> nodes.Node:
                 setattr(node, field, [rewrite(v) if isinstance(v, nodes.Node) else v for v in value])
         if isinstance(node, nodes.Concat):
             return _internal_call("wk_concat", list(node.nodes), node.lineno)
+        if isinstance(node, nodes.Pair):  # a dict literal's key is hashed, which walks all of it
+            node.key = _internal_call("wk_key", [node.key], node.lineno)
+        if isinstance(node, nodes.Compare):
+            args: list[nodes.Expr] = [node.expr]
+            for operand in node.ops:
+                args += [nodes.Const(operand.op), operand.expr]
+            return _internal_call("wk_compare", args, node.lineno)
         if template and isinstance(node, nodes.Output):
             node.nodes = [
                 _internal_call("wk_emit", [nodes.Const(child.data) if isinstance(child, nodes.TemplateData) else child],

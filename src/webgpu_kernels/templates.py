@@ -27,7 +27,8 @@ from jinja2.runtime import LoopContext, Macro
 
 from .errors import KernelError, TemplateError, TemplateSandboxError
 from .sandbox import (
-    MAX_EXPRESSION_DEPTH, MAX_INT_BITS, BoundedSandbox, SandboxViolation, charge_text, harden, render_budget,
+    MAX_EXPRESSION_DEPTH, MAX_INT_BITS, BoundedSandbox, SandboxViolation, charge_text, harden, nested_items_exceed,
+    render_budget,
 )  # fmt: skip
 
 #: Longest template source, in characters.
@@ -99,11 +100,24 @@ def _numbers_only(name: str, test: Callable[..., bool]) -> Callable[..., bool]:
     return checked
 
 
+def _bounded_comparison(name: str, test: Callable[..., bool]) -> Callable[..., bool]:
+    # One comparison walks every nested item of both sides at once (see BoundedSandbox.check_weight).
+    def checked(value: Any, *args: Any) -> bool:
+        for v in (value, *args):
+            if nested_items_exceed(v, MAX_TEMPLATE_ITEMS):
+                raise SandboxViolation(f"the test {name!r} on values of more than {MAX_TEMPLATE_ITEMS} items in all")
+        return test(value, *args)
+
+    return checked
+
+
+_COMPARISON_TESTS = ("in", "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt",
+                     "greaterthan", ">", "ge", ">=")  # fmt: skip
 _TESTS: dict[str, Callable[..., bool]] = {
     **{name: jinja_tests.TESTS[name] for name in (
         "defined", "undefined", "none", "boolean", "false", "true", "integer", "float", "number", "string",
-        "mapping", "sequence", "iterable", "sameas", "in", "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<",
-        "le", "<=", "gt", "greaterthan", ">", "ge", ">=")},
+        "mapping", "sequence", "iterable", "sameas")},
+    **{name: _bounded_comparison(name, jinja_tests.TESTS[name]) for name in _COMPARISON_TESTS},
     "odd": _numbers_only("odd", jinja_tests.test_odd),
     "even": _numbers_only("even", jinja_tests.test_even),
     "divisibleby": _numbers_only("divisibleby", jinja_tests.test_divisibleby),
@@ -335,12 +349,14 @@ def _f_last(context: Any, value: Any) -> Any:
 
 @pass_context
 def _f_max(context: Any, value: Any, case_sensitive: bool = False, attribute: Any = None) -> Any:
-    return jinja_filters.do_max(_env(context), _env(context).take(value), case_sensitive, attribute)
+    return jinja_filters.do_max(_env(context), _env(context).check_weight(_env(context).take(value), "max of"),
+                                case_sensitive, attribute)  # fmt: skip
 
 
 @pass_context
 def _f_min(context: Any, value: Any, case_sensitive: bool = False, attribute: Any = None) -> Any:
-    return jinja_filters.do_min(_env(context), _env(context).take(value), case_sensitive, attribute)
+    return jinja_filters.do_min(_env(context), _env(context).check_weight(_env(context).take(value), "min of"),
+                                case_sensitive, attribute)  # fmt: skip
 
 
 @pass_context
