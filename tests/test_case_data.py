@@ -6,6 +6,7 @@ import io
 import json
 import math
 import struct
+import zipfile
 
 import numpy as np
 import pytest
@@ -125,3 +126,32 @@ def test_npy_and_npz_files() -> None:
     np.save(strings, np.array(["a", "b"]))
     with pytest.raises(ValueError, match="not a numeric dtype"):
         case_data.load_array(strings.getvalue(), "s.npy", None)
+    archive = io.BytesIO()
+    np.savez(archive, a=x, b=x * 2)
+    assert case_data.load_array(archive.getvalue(), "x.npz", "b").tolist() == (x * 2).tolist()
+    with pytest.raises(ValueError, match=r"no member 'c' in the archive \(it holds \['a', 'b'\]\)"):
+        case_data.load_array(archive.getvalue(), "x.npz", "c")
+
+
+def npy_claiming(shape: tuple[int, ...], dtype: str = "<f4", payload: bytes = b"\0" * 64) -> bytes:
+    """A .npy file whose header claims ``shape`` over a few bytes of data."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buffer.getvalue() + payload
+
+
+def test_a_header_claiming_more_than_the_file_holds_is_refused_before_any_allocation() -> None:
+    """NumPy allocates what a .npy header claims before reading: a 200-byte file claiming 10^12
+    elements asked for 3.6 TiB (MemoryError), and a member of a small .npz the same."""
+    with pytest.raises(ValueError, match=f"holds 1000000000000 elements, more than {case_data.MAX_CASE_ELEMENTS}"):
+        case_data.load_array(npy_claiming((10**12,)), "huge.npy", None)
+    with pytest.raises(ValueError, match="the header claims 1000 float32 elements, more than the file's"):
+        case_data.load_array(npy_claiming((1000,)), "short.npy", None)
+    assert case_data.load_array(npy_claiming((16,)), "exact.npy", None).tolist() == [0.0] * 16
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("x.npy", npy_claiming((10**12,)))
+    with pytest.raises(ValueError, match="more than"):
+        case_data.load_array(archive.getvalue(), "bomb.npz", None)
+    with pytest.raises(ValueError, match="not a valid .npz file"):
+        case_data.load_array(b"PK\x03\x04 not a zip", "x.npz", None)

@@ -258,3 +258,21 @@ def test_digest_command(qg: Path) -> None:
     assert runner.invoke(main, ["info", str(qg)]).exit_code == 0
     result = runner.invoke(main, ["digest", str(qg / "nope")])
     assert result.exit_code == 2 and "not a folder" in result.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_or_a_device_is_refused_at_once(qg: Path) -> None:
+    """A FIFO (a read blocks forever) or a symlink to /dev/zero (a read never ends) reports a size
+    of 0: reading either as a package file is refused (the manifest's own shader, a test.json data
+    file), not attempted."""
+    os.mkfifo(qg / "fifo.npy")
+    (qg / "zero.npy").symlink_to("/dev/zero")
+    (qg / "metadata.json").unlink()  # an author's work in progress: no digests to stop them first
+    package = open_folder(qg)
+    start = time.monotonic()
+    for name in ("fifo.npy", "zero.npy"):
+        with pytest.raises(PackageError, match="not a regular file"):
+            digests.read_file(qg, name)
+        with pytest.raises(PackageError, match="not a regular file"):
+            package.read_bytes(name)
+    assert time.monotonic() - start < 5

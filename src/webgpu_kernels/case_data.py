@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import math
+import zipfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,8 @@ import numpy as np
 from .errors import PackageError
 
 SPECIAL_STRINGS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+#: Largest tensor a case may build from inline values, a generator or a data file (elements).
+MAX_CASE_ELEMENTS = 1 << 24
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -141,15 +144,15 @@ _SAFETENSORS_DTYPES = {
 
 
 def load_array(data: bytes, name: str, tensor: str | None) -> np.ndarray:
-    """An array from the bytes of a ``.npy``, ``.npz`` (``tensor`` names the member) or ``.safetensors`` file."""
+    """An array from the bytes of a ``.npy``, ``.npz`` (``tensor`` names the member) or ``.safetensors`` file,
+    of at most MAX_CASE_ELEMENTS elements."""
     lower = name.lower()
     if lower.endswith(".npy"):
         if tensor is not None:
             raise ValueError("'tensor' applies to .npz and .safetensors files only")
-        array = np.load(io.BytesIO(data), allow_pickle=False)
+        array = _npy_array(data)
     elif lower.endswith(".npz"):
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            array = archive[_pick(archive.files, tensor, "the archive", "member")]
+        array = _npz_member(data, tensor)
     elif lower.endswith(".safetensors"):
         array = _safetensors_tensor(data, tensor)
     else:
@@ -157,6 +160,46 @@ def load_array(data: bytes, name: str, tensor: str | None) -> np.ndarray:
     if array.dtype.kind not in "fiub" and dtype_name(array.dtype) != "bfloat16":  # ml_dtypes' kind is "V"
         raise ValueError(f"dtype {array.dtype} is not a numeric dtype")
     return array
+
+
+def _npy_array(data: bytes) -> np.ndarray:
+    """A .npy file's array, its header checked first: NumPy allocates what the header claims before
+    it reads, so a 200-byte file claiming 10^12 elements would ask for terabytes."""
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        if version not in read_header:
+            raise ValueError(f".npy format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
+        shape, _, dtype = read_header[version](stream)
+    except ValueError as exc:
+        raise ValueError(f"not a valid .npy file ({exc})") from None
+    count = math.prod(shape)
+    if count > MAX_CASE_ELEMENTS:
+        raise ValueError(f"the file holds {count} elements, more than {MAX_CASE_ELEMENTS}")
+    if dtype.hasobject or count * dtype.itemsize > len(data) - stream.tell():
+        raise ValueError(f"the header claims {count} {dtype} elements, more than the file's {len(data)} bytes hold"
+                         if not dtype.hasobject else "object arrays are not data")  # fmt: skip
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def _npz_member(data: bytes, tensor: str | None) -> np.ndarray:
+    """A member of a .npz archive, read only if its unpacked size fits (a small archive can unpack to
+    gigabytes), then checked as a .npy file."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = {n.removesuffix(".npy"): n for n in archive.namelist()}
+            info = archive.getinfo(members[_pick(members, tensor, "the archive", "member")])
+            limit = MAX_CASE_ELEMENTS * 16 + 65536  # the largest case tensor (complex128) and a header
+            if info.file_size > limit:
+                raise ValueError(f"member {info.filename!r} unpacks to {info.file_size} bytes, more than {limit}")
+            with archive.open(info) as member:
+                content = member.read(limit + 1)  # the stored size may lie; the read stops anyway
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"not a valid .npz file ({exc})") from None
+    if len(content) > limit:
+        raise ValueError(f"member {info.filename!r} unpacks to more than {limit} bytes")
+    return _npy_array(content)
 
 
 def _pick(names: Any, tensor: str | None, container: str, item: str) -> str:

@@ -21,14 +21,12 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-from .case_data import cast, decode_values, dtype_name, generate, load_array
+from .case_data import MAX_CASE_ELEMENTS, cast, decode_values, dtype_name, generate, load_array
 from .digests import json_path
 from .errors import PackageError
 
 TEST_FILE = "test.json"
 BENCH_FILE = "bench.json"
-#: Largest tensor a case may build from inline values or a generator (elements).
-MAX_CASE_ELEMENTS = 1 << 24
 
 
 class CaseFileError(PackageError):
@@ -235,8 +233,8 @@ def build_tensor(
         raise
     except PackageError as exc:
         raise CaseFileError(str(exc), file=file, json_path=where) from None
-    except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError) as exc:
-        raise CaseFileError(f"{spec.get('file', kind)}: {exc}", file=file, json_path=where) from None
+    except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError, MemoryError) as exc:
+        raise CaseFileError(f"{spec.get('file', kind)}: {exc or type(exc).__name__}", file=file, json_path=where) from None
 
 
 @dataclass(frozen=True)
