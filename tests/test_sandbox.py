@@ -16,6 +16,7 @@ import time
 import tracemalloc
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from jinja2.exceptions import SecurityError
 
@@ -391,6 +392,26 @@ def test_rendered_size_limit_names_the_template(write_package):
     with pytest.raises(errors.TemplateSandboxError) as info:
         wk.load_kernel(demo_with_probe(write_package, template=big)).render(X)
     assert info.value.file == SHADER and str(MAX_RENDERED_BYTES) in str(info.value)
+
+
+def test_rendered_size_limit_counts_bytes(write_package):
+    """1 MiB of WGSL is bytes: 600,000 two-byte characters passed a count of characters."""
+    big = "// {{ '\u00e9' * 600000 }}\n"
+    with pytest.raises(errors.TemplateSandboxError, match="bytes"):
+        wk.load_kernel(demo_with_probe(write_package, template=big)).render(X)
+
+
+def test_deeply_nested_wgsl_is_refused_before_the_driver_parses_it(write_package, device):
+    """Plain text, no Jinja: 10,000 nested parentheses overflowed wgpu-native's parser stack and
+    killed the process (segfault); the rendered WGSL's nesting is checked first. Real nesting passes."""
+    deep = "const DEEP: f32 = " + "(" * 10_000 + "1.0" + ")" * 10_000 + ";\n"
+    kernel = wk.load_kernel(demo_with_probe(write_package, template=deep))
+    with pytest.raises(errors.TemplateSandboxError) as info:
+        kernel.render(X)  # what a call renders before it compiles (a call here would crash the suite on a regression)
+    assert info.value.file == SHADER and "more than 256 deep" in str(info.value)
+    fine = "const FINE: f32 = " + "(" * 200 + "1.0" + ")" * 200 + ";\n"
+    y = wk.load_kernel(demo_with_probe(write_package, template=fine))({"X": np.ones(4, np.float32)})["Y"]
+    assert y.shape == (4,)
 
 
 def test_template_source_limit(write_package):

@@ -213,12 +213,36 @@ class TemplateRenderer:
                         raise TemplateSandboxError(f"rendered WGSL exceeds {MAX_RENDERED_BYTES} bytes",
                                                    file=resolved.shader)  # fmt: skip
                     pieces.append(piece)
-                return "".join(pieces)
+                text = "".join(pieces)
         except Exception as exc:  # noqa: BLE001 - every failure inside the template is the template's error
             raise template_error(exc, resolved.shader) from None
         finally:
             if stream is not None:
                 stream.close()
+        if len(text.encode()) > MAX_RENDERED_BYTES:  # the loop counted characters; 'é' is two bytes
+            raise TemplateSandboxError(f"rendered WGSL exceeds {MAX_RENDERED_BYTES} bytes", file=resolved.shader)
+        check_nesting(text, resolved.shader)
+        return text
+
+
+#: Deepest bracket nesting the rendered WGSL may have. wgpu-native's WGSL parser recurses per level
+#: and overflows its stack (a segfault: the whole process dies) somewhere between 2,000 and 10,000.
+MAX_WGSL_NESTING = 256
+_OPEN, _CLOSE = frozenset("([{"), frozenset(")]}")
+
+
+def check_nesting(wgsl: str, shader: str) -> None:
+    """Refuse WGSL nested deeper than MAX_WGSL_NESTING brackets before any driver parses it."""
+    depth = 0
+    for line_number, line in enumerate(wgsl.splitlines(), 1):
+        for char in line:
+            if char in _OPEN:
+                depth += 1
+                if depth > MAX_WGSL_NESTING:
+                    raise TemplateSandboxError(f"the rendered WGSL nests brackets more than {MAX_WGSL_NESTING} deep "
+                                               f"(at rendered line {line_number})", file=shader)  # fmt: skip
+            elif char in _CLOSE:
+                depth -= 1
 
 
 def template_context(resolved: ResolvedPass, scope: Mapping[str, Any]) -> dict[str, Any]:
