@@ -281,3 +281,30 @@ def test_generator_script_output_is_current() -> None:
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(line.split(":")[0] for line in result.stdout.splitlines()) == sorted(embedded_ids())
+
+
+def test_a_case_file_nested_too_deeply_is_one_clear_error():
+    """500 nested lists of values made jsonschema's repr recurse out (``validate`` said "the checks
+    failed unexpectedly"); the depth is checked first and named where it happens."""
+    values: list = [1.0]
+    for _ in range(500):
+        values = [values]
+    data = {"description": "deep", "cases": [{"name": "a", "inputs": {"X": {"shape": [1], "values": values}}}]}
+    (error,) = casefile.schema_errors(data, "test", file="test.json")
+    assert "nested more than 80 levels deep" in str(error) and error.json_path.startswith("cases[0].inputs.X.values")
+
+
+def test_metadata_json_nested_too_deeply_or_with_a_huge_number_is_a_problem_not_a_crash(tmp_path):
+    from conftest import copy_package
+    from webgpu_kernels import digests
+
+    root = copy_package("com.microsoft.QuickGelu", tmp_path / "qg")
+    for text, message in (('{"a":' + "[" * 5000 + "]" * 5000 + "}", "JSON nested too deeply"),
+                          ('{"a": ' + "1" * 5000 + "}", "invalid JSON")):  # fmt: skip
+        (root / "metadata.json").write_text(text)
+        data, problems = digests.load_metadata(root)
+        assert data is None and [p.message.startswith(message) for p in problems] == [True]
+        with pytest.raises(wk.errors.PackageError, match="cannot be read"):
+            digests.write_metadata(root)
+        with pytest.raises(wk.errors.DigestError, match=message):
+            wk.load_kernel(root)

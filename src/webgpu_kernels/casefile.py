@@ -55,8 +55,31 @@ def _validator(kind: str) -> Any:
     return jsonschema.validators.validator_for(schema)(schema)
 
 
+#: Deepest nesting a case file may have: values of rank 64 need 64, and jsonschema (like NumPy)
+#: recurses once per level.
+MAX_CASE_FILE_DEPTH = 80
+
+
+def _too_deep(data: Any) -> list[str | int] | None:
+    """The JSON path of the first value nested deeper than MAX_CASE_FILE_DEPTH, else None."""
+    stack: list[tuple[Any, list[str | int]]] = [(data, [])]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > MAX_CASE_FILE_DEPTH:
+            return path
+        if isinstance(value, dict):
+            stack.extend((v, [*path, k]) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, [*path, i]) for i, v in enumerate(value))
+    return None
+
+
 def schema_errors(data: Any, kind: str, *, file: str) -> list[CaseFileError]:
     """Every schema violation of a test.json (``kind="test"``) or bench.json (``"bench"``)."""
+    deep = _too_deep(data)
+    if deep is not None:
+        return [CaseFileError(f"nested more than {MAX_CASE_FILE_DEPTH} levels deep", file=file,
+                              json_path=json_path(deep[:8]) + "...")]  # fmt: skip
     errors = []
     for error in sorted(_validator(kind).iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
         best = jsonschema.exceptions.best_match([error])

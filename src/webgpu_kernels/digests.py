@@ -126,6 +126,31 @@ def read_file(root: Path, name: str) -> bytes:
         raise PackageError(f"cannot read: {exc.strerror}", path=str(path)) from None
 
 
+def decode_json(data: bytes) -> Any:
+    """A package JSON file's bytes decoded; every way it can be malformed is a ValueError whose
+    message says which (deep nesting and 5,000-digit numbers included, not only bad syntax)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
+        raise ValueError(f"invalid JSON: {str(exc)[:200]}") from None
+
+
+def read_json(root: Path, name: str) -> Any:
+    """A package JSON file, decoded (PackageError naming the file when it cannot be)."""
+    try:
+        return decode_json(read_file(root, name))
+    except ValueError as exc:
+        raise PackageError(str(exc), path=str(root / name)) from None
+
+
 # --- reading and checking ---------------------------------------------------------------------------
 
 
@@ -135,12 +160,9 @@ def load_metadata(root: Path) -> tuple[dict[str, Any] | None, list[DigestProblem
     if not path.is_file():
         return None, []
     try:
-        data = json.loads(read_file(root, METADATA_FILE).decode("utf-8"))
-    except UnicodeDecodeError:
-        return None, [DigestProblem(METADATA_FILE, "metadata", "not UTF-8 text", "")]
-    except json.JSONDecodeError as exc:
-        return None, [DigestProblem(METADATA_FILE, "metadata",
-                                    f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", "")]  # fmt: skip
+        data = decode_json(read_file(root, METADATA_FILE))
+    except ValueError as exc:
+        return None, [DigestProblem(METADATA_FILE, "metadata", str(exc), "")]
     problems = schema_problems(data)
     return (data if not problems else None), problems
 
@@ -291,8 +313,8 @@ def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]
     existing = None
     if (root / METADATA_FILE).is_file():
         try:
-            existing = json.loads(read_file(root, METADATA_FILE).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            existing = decode_json(read_file(root, METADATA_FILE))
+        except ValueError as exc:
             raise PackageError(f"the existing metadata.json cannot be read ({exc}); fix or delete it",
                                path=str(root / METADATA_FILE)) from None  # fmt: skip
         if not isinstance(existing, dict):
@@ -307,10 +329,7 @@ def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]
 
 
 def _read_manifest(root: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(read_file(root, MANIFEST_FILE).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PackageError(f"cannot read the manifest: {exc}", path=str(root / MANIFEST_FILE)) from None
+    data = read_json(root, MANIFEST_FILE)
     if not isinstance(data, dict):
         raise PackageError("the manifest is not a JSON object", path=str(root / MANIFEST_FILE))
     return data

@@ -9,14 +9,13 @@ manifest means is the next stage's business.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .digests import METADATA_FILE, is_content_file, read_file, verify_package
+from .digests import METADATA_FILE, decode_json, is_content_file, read_file, verify_package
 from .errors import DigestError, PackageError
 
 MANIFEST_FILE = "manifest.json"
@@ -76,16 +75,10 @@ class KernelPackage:
             raise PackageError("not UTF-8 text", path=str(self.path_of(name))) from None
 
     def read_json(self, name: str) -> Any:
-        text = self.read_text(name)
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PackageError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-                               path=str(self.path_of(name))) from None  # fmt: skip
-        except RecursionError:
-            raise PackageError("JSON nested too deeply", path=str(self.path_of(name))) from None
-        except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
-            raise PackageError(f"invalid JSON: {str(exc)[:200]}", path=str(self.path_of(name))) from None
+            return decode_json(self.read_bytes(name))
+        except ValueError as exc:
+            raise PackageError(str(exc), path=str(self.path_of(name))) from None
 
     def has(self, name: str) -> bool:
         try:
