@@ -158,6 +158,19 @@ def test_a_clause_that_fails_to_evaluate_rejects_with_the_error():
     assert "out of range" in deep.error and "failed:" in deep.reason()
 
 
+@pytest.mark.parametrize("clause, shown", [
+    ("'false'", "must be true or false, got str 'false'"), ("[1, 2]", "must be true or false, got list [1, 2]"),
+    ("numel(shapes.X)", "must be true or false, got int 4"), ("dim", "a function is not a value"),
+])  # fmt: skip
+def test_a_clause_that_is_not_true_or_false_rejects_with_the_reason(clause, shown):
+    """Truthiness would select a variant on "'false'"; a clause is true or false, or the variant is
+    rejected with what it was (a function is refused when evaluated)."""
+    selection = select([variant("odd", 10, [clause]), variant("flat", 0)], (4,), exhaustive=True)
+    assert chosen(selection) == "flat"
+    odd = selection.trace[0]
+    assert not odd.accepted and shown in (odd.error or "")
+
+
 def test_variant_constants_override_top_level_ones_in_their_own_scope_only():
     variants = [
         variant("wide", 10, ["width == 8"], constants={"width": 8}),

@@ -68,8 +68,10 @@ def judge(
     v = variant.variant
     for index, clause in enumerate(variant.when):
         try:
-            holds = bool(clause.evaluate(inner))
-            error = None
+            value = clause.evaluate(inner)
+            holds, error = value is True, None
+            if not isinstance(value, bool):  # "'false'" or [1] would be truthy: a manifest bug, not a choice
+                error = f"a when clause must be true or false, got {type(value).__name__} {value!r:.60}"
         except ExpressionError as exc:
             holds, error = False, exc.detail
         if not holds:
