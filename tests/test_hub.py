@@ -192,6 +192,20 @@ def test_tampered_cache_is_refused(server, monkeypatch):
         wk.get_kernel(OFFICIAL, version=1)
 
 
+def test_an_oversized_package_is_refused_before_it_is_downloaded(server, hub_root, hub_env):
+    """The Hub's listing says a file is larger than a package file may be: nothing is fetched (it
+    would have been refused after filling the disk)."""
+    from webgpu_kernels.digests import MAX_FILE_BYTES
+
+    big = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "data" / "huge.npy"
+    big.parent.mkdir()
+    big.write_bytes(b"\0" * (MAX_FILE_BYTES + 1))
+    server.rescan()
+    with pytest.raises(HubError, match=f"huge.npy is {MAX_FILE_BYTES + 1} bytes, more than a package file may be"):
+        wk.get_kernel(OFFICIAL, version=1)
+    assert not any(p.name == "huge.npy" for p in hub_env.rglob("*")), "the file was downloaded"
+
+
 def test_a_hub_package_needs_metadata(server):
     with pytest.raises(DigestError, match="metadata.json") as info:
         wk.get_kernel("webgpu-kernels/com.example.NoMetadata", version=1)

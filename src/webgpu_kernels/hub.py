@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
-from .digests import METADATA_FILE
+from .digests import MAX_FILE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE
 from .errors import DigestError, HubError, PackageError, TrustError
 from .package import KernelPackage, open_folder
 
@@ -291,6 +291,8 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
     where = endpoint or "https://huggingface.co"
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
     try:
+        if not offline:
+            _check_listing(repo_id, rev, endpoint=endpoint, token=token)
         return snapshot_download(
             repo_id, repo_type=REPO_TYPE, revision=rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
             cache_dir=str(hub_cache_dir()), endpoint=endpoint, local_files_only=offline, token=token,
@@ -313,6 +315,32 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
                        revision=rev) from exc  # fmt: skip
     except (OSError, ValueError) as exc:
         raise HubError(f"{repo_id} revision {rev!r}: download failed: {exc}", repo_id=repo_id, revision=rev) from exc
+
+
+def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> None:
+    """Refuse, before anything is downloaded, a package the Hub lists as larger than a package may
+    be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each): they would be refused after the download,
+    once they had filled the disk."""
+    from huggingface_hub import HfApi
+
+    files = []
+    try:
+        for entry in HfApi(endpoint=endpoint, token=token).list_repo_tree(
+            repo_id, path_in_repo=PACKAGE_DIR, recursive=True, revision=rev, repo_type=REPO_TYPE
+        ):  # fmt: skip
+            if getattr(entry, "size", None) is not None:  # folders have none
+                files.append(entry)
+                if len(files) > MAX_PACKAGE_FILES:
+                    break
+    except Exception:  # noqa: BLE001 - unreachable, not found, no such folder: snapshot_download reports
+        return  # it (or serves the cache), as it did before this check existed
+    if len(files) > MAX_PACKAGE_FILES:
+        raise HubError(f"{repo_id} revision {rev!r}: {PACKAGE_DIR}/ holds more than {MAX_PACKAGE_FILES} files, "
+                       "more than a kernel package may", repo_id=repo_id, revision=rev)  # fmt: skip
+    for entry in files:
+        if entry.size > MAX_FILE_BYTES:
+            raise HubError(f"{repo_id} revision {rev!r}: {entry.path} is {entry.size} bytes, more than a package "
+                           f"file may be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
 
 
 def _published_versions(repo_id: str, endpoint: str | None, token: Any) -> list[str]:
