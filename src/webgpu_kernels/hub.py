@@ -323,11 +323,13 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     once they had filled the disk."""
     from huggingface_hub import HfApi
 
-    files = []
+    api, files = HfApi(endpoint=endpoint, token=token), []
     try:
-        for entry in HfApi(endpoint=endpoint, token=token).list_repo_tree(
-            repo_id, path_in_repo=PACKAGE_DIR, recursive=True, revision=rev, repo_type=REPO_TYPE
-        ):  # fmt: skip
+        # repo_info fails at once when the Hub cannot be reached; the tree listing would retry for
+        # 23 s first (five times, with backoff), delaying the fallback to the cache.
+        commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE).sha or rev
+        for entry in api.list_repo_tree(repo_id, path_in_repo=PACKAGE_DIR, recursive=True, revision=commit,
+                                        repo_type=REPO_TYPE):  # fmt: skip
             if getattr(entry, "size", None) is not None:  # folders have none
                 files.append(entry)
                 if len(files) > MAX_PACKAGE_FILES:
