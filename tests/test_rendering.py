@@ -269,3 +269,51 @@ def test_wgsl_the_device_refuses_is_a_shader_compile_error(write_package):
     error = info.value
     assert (error.kernel, error.variant, error.pass_id) == ("demo.ScaleShift", "scalar", "main")
     assert "demo.ScaleShift" in str(error) and "'scalar'" in str(error)
+    # The compiler's rendered line is mapped back to the template line that holds the mistake.
+    template_line = 1 + DEMO_TEMPLATE[: DEMO_TEMPLATE.index("return;")].count("\n")
+    assert (error.file, error.line) == ("scale-shift.wgsl.jinja", template_line)
+    assert str(error).startswith(f"scale-shift.wgsl.jinja:{template_line}: ")
+
+
+def test_a_compile_error_after_a_multi_line_expression_and_an_include_names_the_template_line(write_package):
+    """Rendered lines and template lines drift apart (a value of several lines, an included file,
+    trimmed block tags); the error still names the template line with the mistake."""
+    helper = "// helper, line 1\nfn helper() -> f32 { return 1.0; }\n"
+    template = ("{% set three = '// a\\n// b\\n// c' %}\n{{ three }}\n{% include 'helper.wgsl.jinja' %}\n{% if true %}\n"
+                "{% endif %}\n" + DEMO_TEMPLATE.replace("return;", "return 1;"))  # fmt: skip
+    manifest = json.loads(json.dumps(DEMO_MANIFEST))
+    kernel = wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": template, "helper.wgsl.jinja": helper}))
+    with pytest.raises(errors.ShaderCompileError) as info:
+        kernel({"X": np.ones(3, f32)})
+    assert (info.value.file, info.value.line) == ("scale-shift.wgsl.jinja", 1 + template[: template.index("return 1;")].count("\n"))
+    wgsl = kernel.render({"X": meta((3,), f32)})["main"]
+    helper_line = 1 + wgsl[: wgsl.index("fn helper")].count("\n")
+    assert wgsl.template_line(helper_line, 1) == ("helper.wgsl.jinja", 2)
+    assert wgsl.split("\n")[:3] == ["// a", "// b", "// c"]  # "{{ three }}", template line 2 ({% set %} writes nothing)
+    assert wgsl.template_line(1, 1) == wgsl.template_line(3, 1) == ("scale-shift.wgsl.jinja", 2)
+
+
+@pytest.mark.parametrize("op", ["com.microsoft.QuickGelu", "com.microsoft.BiasAdd"])
+def test_every_rendered_line_of_the_shipped_templates_maps_to_a_line_that_could_make_it(op):
+    """The literal text of the template line a rendered line maps to appears in that rendered line."""
+    from webgpu_kernels.package import embedded_root
+
+    kernel = wk.get_kernel(op)
+    shapes = {"X": (2, 3, 8), "bias": (8,), "skip": (2, 3, 8)} if op.endswith("BiasAdd") else {"X": (4095,)}
+    checked = 0
+    for dtype in ("float16", "float32"):
+        for variant in kernel.variants:
+            try:
+                rendered = kernel.render({k: wk.TensorMeta(v, dtype) for k, v in shapes.items()}, variant=variant)
+            except errors.SelectionError:
+                continue
+            for wgsl in rendered.values():
+                for number, line in enumerate(wgsl.split("\n"), 1):
+                    if not line.strip():
+                        continue
+                    file, at = wgsl.template_line(number, len(line) - len(line.lstrip()) + 1)
+                    source = (embedded_root() / op / file).read_text().split("\n")[at - 1]
+                    literal = [p.strip() for p in re.split(r"\{\{.*?\}\}|\{%.*?%\}", source) if p.strip()]
+                    assert not literal or any(p in line for p in literal), (number, line, file, at, source)
+                    checked += 1
+    assert checked > 100

@@ -196,14 +196,19 @@ class AdapterNotFoundError(GPUError):
 
 
 class ShaderCompileError(GPUError):
-    """WGSL that the device refused to compile into a pipeline."""
+    """WGSL that the device refused to compile into a pipeline. ``file`` and ``line`` are the
+    template and template line the compiler's first reported position was rendered from, when known."""
 
-    def __init__(self, message: str, *, kernel: str, variant: str, pass_id: str) -> None:
+    def __init__(self, message: str, *, kernel: str, variant: str, pass_id: str, file: str | None = None,
+                 line: int | None = None) -> None:  # fmt: skip
         self.kernel = kernel
         self.variant = variant
         self.pass_id = pass_id
         self.detail = message
-        super().__init__(f"{kernel} variant {variant!r} pass {pass_id!r}: shader does not compile:\n{message}")
+        self.file = file
+        self.line = line
+        where = f"{file}:{line}: " if file and line else ""
+        super().__init__(f"{where}{kernel} variant {variant!r} pass {pass_id!r}: shader does not compile:\n{message}")
 
 
 class DeviceError(GPUError):

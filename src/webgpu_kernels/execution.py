@@ -9,6 +9,7 @@ identical (an f32 and an f16 call never do).
 from __future__ import annotations
 
 import math
+import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from .buffers import STORAGE_USAGE, append_dispatch, is_device_lost, padded_size
 from .device import Device
 from .errors import DeviceLimitError, ShaderCompileError
 from .program import OutputSpec
-from .rendering import ResolvedPass, workgroup_grid
+from .rendering import RenderedWGSL, ResolvedPass, workgroup_grid
 from .tensor import GpuTensor
 
 PIPELINE_CACHE_SIZE = 256
@@ -100,7 +101,15 @@ def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kerne
             if is_device_lost(exc):
                 with translate_gpu_errors("building a pipeline", device.memory):
                     raise
-            raise ShaderCompileError(str(exc).strip(), kernel=kernel, variant=variant, pass_id=resolved.pass_id) from None
+            message, file, line = str(exc).strip(), None, None
+            position = _COMPILER_POSITION.search(message)
+            if position and isinstance(wgsl, RenderedWGSL):  # it knows which template line made each line
+                origin = wgsl.template_line(int(position[1]), int(position[2]))
+                if origin is not None:
+                    file, line = origin
+                    message += f"\n(rendered line {position[1]} comes from {file} line {line})"
+            raise ShaderCompileError(message, kernel=kernel, variant=variant, pass_id=resolved.pass_id, file=file,
+                                     line=line) from None  # fmt: skip
         compiled = CompiledPipeline(pipeline, layout)
         cache[key] = compiled
         if len(cache) > PIPELINE_CACHE_SIZE:
@@ -162,6 +171,11 @@ def _padded_bytes(array: np.ndarray, *, whole: bool = False) -> np.ndarray:
         padded[: data.nbytes] = data
         data = padded
     return data
+
+
+#: Where naga's report points in the rendered WGSL: "┌─ wgsl:28:33" (parse errors) or
+#: "┌─ QuickGelu.vec4:15:12" (validation errors, under the shader's label).
+_COMPILER_POSITION = re.compile(r"┌─ .*?:(\d+):(\d+)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ documented template context (docs/format.md, "Template contract").
 
 from __future__ import annotations
 
+import bisect
 import math
 import struct
 from collections.abc import Callable, Mapping
@@ -203,17 +204,19 @@ class TemplateRenderer:
         context = template_context(resolved, scope)
         stream = None
         try:
-            with render_budget():
+            with render_budget() as budget:
                 template = self.env.get_template(resolved.shader)
                 stream = template.generate(context)
-                pieces, size = [], 0
+                pieces, origins, size = [], [], 0
                 for piece in stream:
+                    if piece:  # the emit just before this yield made it: that is where it came from
+                        origins.append((size, *budget.location))
                     size += len(piece)
                     if size > MAX_RENDERED_BYTES:
                         raise TemplateSandboxError(f"rendered WGSL exceeds {MAX_RENDERED_BYTES} bytes",
                                                    file=resolved.shader)  # fmt: skip
                     pieces.append(piece)
-                text = "".join(pieces)
+                text = RenderedWGSL("".join(pieces), tuple(origins))
         except Exception as exc:  # noqa: BLE001 - every failure inside the template is the template's error
             raise template_error(exc, resolved.shader) from None
         finally:
@@ -223,6 +226,34 @@ class TemplateRenderer:
             raise TemplateSandboxError(f"rendered WGSL exceeds {MAX_RENDERED_BYTES} bytes", file=resolved.shader)
         check_nesting(text, resolved.shader)
         return text
+
+
+class RenderedWGSL(str):
+    """Rendered WGSL that knows which template line each piece came from, so that a compile error
+    at a rendered line can name the template line to fix (an ordinary ``str`` everywhere else)."""
+
+    #: (offset in the text, template, line, literal text?): a literal piece spans its own lines, an
+    #: expression's value (``{{ declarations }}``) comes from one line however many it has.
+    origins: tuple[tuple[int, str | None, int, bool], ...]
+
+    def __new__(cls, text: str, origins: tuple[tuple[int, str | None, int, bool], ...] = ()) -> RenderedWGSL:
+        self = super().__new__(cls, text)
+        self.origins = origins
+        return self
+
+    def template_line(self, line: int, column: int = 1) -> tuple[str, int] | None:
+        """(template file, line) that rendered line ``line`` (1-based) at ``column`` came from."""
+        lines = self.split("\n")
+        if not 1 <= line <= len(lines) or not self.origins:
+            return None
+        offset = sum(len(text) + 1 for text in lines[: line - 1]) + min(max(column, 1), len(lines[line - 1]) + 1) - 1
+        index = bisect.bisect_right([origin[0] for origin in self.origins], offset) - 1
+        if index < 0:
+            return None
+        start, name, first_line, literal = self.origins[index]
+        if name is None or first_line < 1:
+            return None
+        return name, first_line + (self.count("\n", start, offset) if literal else 0)
 
 
 #: Deepest bracket nesting the rendered WGSL may have. wgpu-native's WGSL parser recurses per level

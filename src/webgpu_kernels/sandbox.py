@@ -77,6 +77,9 @@ class RenderBudget:
     work: int = 0
     text: int = 0
     deadline: float = 0.0
+    #: (template name, line, literal text?) of the last piece of output emitted: read after each
+    #: piece the top-level stream yields, it maps rendered WGSL back to template lines.
+    location: tuple[str | None, int, bool] = (None, 0, False)
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.seconds
@@ -423,9 +426,12 @@ class BoundedSandbox(SandboxedEnvironment):
         _charge(units)
         return ""
 
-    def _emit(self, value: Any) -> str:
+    def _emit(self, value: Any, name: str | None = None, lineno: int = 0, literal: bool = False) -> str:
         text = self.to_text(value)
-        charge_text(len(text))
+        budget = _BUDGET.get()
+        if budget is not None:
+            budget.build(len(text))
+            budget.location = (name, lineno, literal)
         return text
 
     def _key(self, value: Any) -> Any:
@@ -447,7 +453,7 @@ def _weight(node_list: Iterable[nodes.Node]) -> int:
     return sum(1 + sum(1 for _ in node.find_all(nodes.Node)) for node in node_list)
 
 
-def harden(tree: nodes.Node, *, template: bool) -> nodes.Node:
+def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> nodes.Node:
     """Rewrite a checked tree so that what Jinja leaves unbounded goes through the sandbox.
 
     Every ``a ~ b`` becomes a bounded join, every comparison a bounded one. In templates also: every piece of output is charged
@@ -481,8 +487,9 @@ def harden(tree: nodes.Node, *, template: bool) -> nodes.Node:
             return _internal_call("wk_compare", args, node.lineno)
         if template and isinstance(node, nodes.Output):
             node.nodes = [
-                _internal_call("wk_emit", [nodes.Const(child.data) if isinstance(child, nodes.TemplateData) else child],
-                               child.lineno)
+                _internal_call("wk_emit", [nodes.Const(child.data) if isinstance(child, nodes.TemplateData) else child,
+                                           nodes.Const(name), nodes.Const(child.lineno),
+                                           nodes.Const(isinstance(child, nodes.TemplateData))], child.lineno)
                 for child in node.nodes
             ]  # fmt: skip
         return node

@@ -183,7 +183,7 @@ class TemplateSandbox(BoundedSandbox):
                 except RecursionError:
                     raise SandboxViolation("the template is nested too deeply") from None
                 _check_template(tree)
-                source = harden(tree, template=True)
+                source = harden(tree, template=True, name=name)
             try:
                 return super().compile(source, name, filename, raw, defer_init)
             except (RecursionError, SyntaxError, MemoryError) as exc:  # Python's compiler limits

@@ -139,9 +139,9 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     compile_pipeline(device, wgsl, r, kernel=manifest.op_id, variant=vid)
                 except ShaderCompileError as exc:
                     cov.failed += 1
-                    out.error(r.shader, shader_path(manifest, cv.variant.index, p_index),
+                    out.error(exc.file or r.shader, shader_path(manifest, cv.variant.index, p_index),
                               f"WGSL does not compile for variant {vid!r} ({label}), pass {r.pass_id!r}:\n{exc.detail}",
-                              variant=vid, dtype=label, case=call.case)  # fmt: skip
+                              variant=vid, dtype=label, case=call.case, line=exc.line)  # fmt: skip
                     done.add(wgsl)
                     continue
                 done.add(wgsl)
