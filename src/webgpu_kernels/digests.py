@@ -163,7 +163,10 @@ def load_metadata(root: Path) -> tuple[dict[str, Any] | None, list[DigestProblem
         data = decode_json(read_file(root, METADATA_FILE))
     except ValueError as exc:
         return None, [DigestProblem(METADATA_FILE, "metadata", str(exc), "")]
-    problems = schema_problems(data)
+    try:
+        problems = schema_problems(data)
+    except RecursionError:  # JSON that Python parses (3.12 allows deeper nesting) but jsonschema cannot walk
+        return None, [DigestProblem(METADATA_FILE, "metadata", "JSON nested too deeply", "")]
     return (data if not problems else None), problems
 
 
