@@ -6,7 +6,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-
 from . import execution
 from .device import get_device
 from .errors import DTypeError, PackageError

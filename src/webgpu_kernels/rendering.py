@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -259,21 +260,23 @@ class RenderedWGSL(str):
 #: Deepest bracket nesting the rendered WGSL may have. wgpu-native's WGSL parser recurses per level
 #: and overflows its stack (a segfault: the whole process dies) somewhere between 2,000 and 10,000.
 MAX_WGSL_NESTING = 256
-_OPEN, _CLOSE = frozenset("([{"), frozenset(")]}")
+_NOT_BRACKETS = re.compile(r"[^()\[\]{}\n]+")
 
 
 def check_nesting(wgsl: str, shader: str) -> None:
-    """Refuse WGSL nested deeper than MAX_WGSL_NESTING brackets before any driver parses it."""
-    depth = 0
-    for line_number, line in enumerate(wgsl.splitlines(), 1):
-        for char in line:
-            if char in _OPEN:
-                depth += 1
-                if depth > MAX_WGSL_NESTING:
-                    raise TemplateSandboxError(f"the rendered WGSL nests brackets more than {MAX_WGSL_NESTING} deep "
-                                               f"(at rendered line {line_number})", file=shader)  # fmt: skip
-            elif char in _CLOSE:
-                depth -= 1
+    """Refuse WGSL nested deeper than MAX_WGSL_NESTING brackets before any driver parses it (every
+    new plan renders, so only the brackets and newlines are walked in Python)."""
+    depth, line_number = 0, 1
+    for char in _NOT_BRACKETS.sub("", wgsl):
+        if char == "\n":
+            line_number += 1
+        elif char in "([{":
+            depth += 1
+            if depth > MAX_WGSL_NESTING:
+                raise TemplateSandboxError(f"the rendered WGSL nests brackets more than {MAX_WGSL_NESTING} deep "
+                                           f"(at rendered line {line_number})", file=shader)  # fmt: skip
+        else:
+            depth -= 1
 
 
 def template_context(resolved: ResolvedPass, scope: Mapping[str, Any]) -> dict[str, Any]:
