@@ -107,6 +107,29 @@ def test_template_that_does_not_render_or_parse(qg: Path) -> None:
 # --- many problems at once ----------------------------------------------------------------------------
 
 
+def test_an_unknown_field_does_not_hide_the_other_problems(qg: Path) -> None:
+    """A stray field is a schema error; the expressions, references and templates are still checked
+    as if it were gone (one unknown field used to stop validation of the manifest there)."""
+
+    def manifest(m: dict) -> None:
+        m["bogus"] = 1
+        m["variants"][0]["passes"][0]["bogusToo"] = True
+        m["variants"][0]["when"].append("vec4Tial")
+        m["variants"][2]["passes"][0]["source"]["shader"] = "missing.wgsl.jinja"
+
+    edit_json(qg / "manifest.json", manifest)
+    digests.write_metadata(qg)
+    problems = validate_package(qg, gpu=False).problems
+    messages = " | ".join(f"{p.json_path}: {p.message}" for p in problems)
+    for fragment in ("'bogus' was unexpected", "'bogusToo' was unexpected", "variants[0].when[2]: ",
+                     "unknown name 'vec4Tial'", "'missing.wgsl.jinja' is not in the package"):  # fmt: skip
+        assert fragment in messages, (fragment, messages)
+    # Any other schema violation still stops the manifest checks (the model cannot be trusted).
+    edit_json(qg / "manifest.json", lambda m: m["variants"][1].update(priority="high"))
+    messages = " | ".join(p.message for p in validate_package(qg, gpu=False).problems)
+    assert "'high' is not of type" in messages and "vec4Tial" not in messages
+
+
 def test_several_problems_are_reported_at_once(qg: Path, runner: CliRunner) -> None:
     def manifest(m: dict) -> None:
         m["derive"]["vec4Ok"] = "numel(shapes.X) > 0 and numel(shapes.X) % 4 == 0 and attrs.alhpa > 0"

@@ -6,6 +6,7 @@ Checks the schema cannot express (references between parts) are done here too, e
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass, field
@@ -144,6 +145,26 @@ def schema_errors(data: Any) -> list[ManifestError]:
         message = best.message if len(best.message) <= 300 else best.message[:300] + "..."
         errors.append(ManifestError(message, json_path=_json_path(best.absolute_path)))
     return errors
+
+
+def without_unknown_fields(data: Any) -> Any | None:
+    """A copy of ``data`` without the fields the schema does not know, when those are its only
+    schema violations (else None): ``validate`` then checks everything else too, instead of one
+    stray field hiding every expression and template problem behind it."""
+    try:
+        found = list(_validator().iter_errors(data))
+    except RecursionError:
+        return None
+    if not found or any(e.validator != "additionalProperties" or "patternProperties" in e.schema for e in found):
+        return None
+    cleaned = copy.deepcopy(data)
+    for error in found:
+        node = cleaned
+        for part in error.absolute_path:
+            node = node[part]
+        for key in set(node) - set(error.schema.get("properties", {})):
+            del node[key]
+    return cleaned if not schema_errors(cleaned) else None
 
 
 def _json_path(parts: Any) -> str:

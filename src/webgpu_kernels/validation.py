@@ -37,7 +37,7 @@ from .errors import (
     PackageError, TemplateError,
 )  # fmt: skip
 from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler
-from .manifest import Manifest, _build, check_manifest, parse_manifest, schema_errors
+from .manifest import Manifest, _build, check_manifest, parse_manifest, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
@@ -163,7 +163,11 @@ def _check_manifest(package: KernelPackage, out: ProblemCollector) -> Manifest |
         out.error(MANIFEST_FILE, p.json_path, p.detail)
     if problems:
         if schema_errors(data):
-            return None
+            data = without_unknown_fields(data)  # unknown fields only: check the rest as if they were gone
+            if data is None:
+                return None
+            for p in check_manifest(data):
+                out.error(MANIFEST_FILE, p.json_path, p.detail)
         # Only references between parts are broken: the model can usually still be built, so
         # the later stages can report their problems too.
         try:
