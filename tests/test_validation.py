@@ -61,6 +61,7 @@ def test_cli_validate_embedded_by_id(runner: CliRunner) -> None:
     result = runner.invoke(main, ["validate", BIAS_ADD])
     assert result.exit_code == 0, result.output
     assert "0 errors, 0 warnings: valid" in result.stdout and "Pipelines compiled" in result.stdout
+    assert "not checked" not in result.stdout
     data = json.loads(runner.invoke(main, ["validate", BIAS_ADD, "--json"]).stdout)
     assert data["ok"] is True and data["errors"] == 0 and data["op"] == BIAS_ADD
     assert {c["variant"] for c in data["coverage"]} == {"vec4", "scalar"}

@@ -278,6 +278,9 @@ def _print_validation(report: ValidationReport) -> None:
         parts.append(f"{c['benchCases']} bench.json cases{runs}")
     if parts:
         console.print("checked: " + ", ".join(parts), soft_wrap=True)
+    if not report.adapter:  # --no-gpu, or no adapter: say what that leaves out rather than report less
+        console.print("not checked (no GPU adapter): rendering and compiling every variant x dtype, and the "
+                      "warnings for variants and dtypes that no test.json case exercises", soft_wrap=True)  # fmt: skip
     for p in report.problems:
         style = "bold red" if p.severity == ERROR else "yellow"
         extra = ", ".join(x for x in (f"variant {p.variant}" if p.variant else "", p.dtype or "",
