@@ -194,10 +194,11 @@ def check_manifest(data: Any) -> list[ManifestError]:
     errors = schema_errors(data)
     if errors:
         return errors
-    return _reference_errors(data)
+    return reference_errors(data)
 
 
-def _reference_errors(data: dict[str, Any]) -> list[ManifestError]:
+def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
+    """Broken references between the parts of a manifest that passes the schema."""
     errors: list[ManifestError] = []
     constraints = data.get("typeConstraints", {})
     args = data.get("args", {})

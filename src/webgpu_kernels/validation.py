@@ -37,7 +37,7 @@ from .errors import (
     PackageError, TemplateError,
 )  # fmt: skip
 from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler
-from .manifest import Manifest, _build, check_manifest, parse_manifest, schema_errors, without_unknown_fields
+from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
@@ -158,26 +158,20 @@ def _check_manifest(package: KernelPackage, out: ProblemCollector) -> Manifest |
     data = _read_json(package, MANIFEST_FILE, out)
     if data is None:
         return None
-    problems = check_manifest(data)
-    for p in problems:
+    schema = schema_errors(data)
+    for p in schema:
         out.error(MANIFEST_FILE, p.json_path, p.detail)
-    if problems:
-        if schema_errors(data):
-            data = without_unknown_fields(data)  # unknown fields only: check the rest as if they were gone
-            if data is None:
-                return None
-            for p in check_manifest(data):
-                out.error(MANIFEST_FILE, p.json_path, p.detail)
-        # Only references between parts are broken: the model can usually still be built, so
-        # the later stages can report their problems too.
-        try:
-            return _build(data)
-        except (KeyError, TypeError, ValueError, IndexError):
+    if schema:
+        data = without_unknown_fields(data)  # unknown fields only: check the rest as if they were gone
+        if data is None:
             return None
+    for p in reference_errors(data):
+        out.error(MANIFEST_FILE, p.json_path, p.detail)
+    # With references broken between parts the model can usually still be built, so the later
+    # stages can report their problems too.
     try:
-        return parse_manifest(data)
-    except ManifestError as exc:
-        out.error(MANIFEST_FILE, exc.json_path, exc.detail)
+        return _build(data)
+    except (KeyError, TypeError, ValueError, IndexError):
         return None
 
 
