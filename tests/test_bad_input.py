@@ -249,6 +249,15 @@ def test_binding_above_the_device_limit_shape_only(quick_gelu, bias_add, device,
                               (str(limit), "maxStorageBufferBindingSize"), "X", device=device, contract=False,
                               dispatches=dispatches)  # fmt: skip
         assert str(4 * (n if kernel is quick_gelu else (n // 4 + 1) * 4)) in error.received
+        # explain() names the variant and says the call would still fail, without raising
+        explanation = kernel.explain(metas)
+        assert explanation.chosen is not None and explanation.refused == str(error)
+        assert "the call would fail" in str(explanation) and explanation.as_dict()["refused"] == str(error)
+
+
+def test_explain_within_the_limits_refuses_nothing(quick_gelu):
+    explanation = quick_gelu.explain({"X": wk.TensorMeta((4096,), "float32")})
+    assert explanation.refused is None and "would fail" not in str(explanation)
 
 
 def test_binding_above_the_device_limit_real_call(quick_gelu, device, dispatches):

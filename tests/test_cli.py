@@ -376,6 +376,25 @@ def test_run_rank0(runner: CliRunner) -> None:
     assert data["reference"]["numpy"]["Y"]["maxAbsError"] < 1e-6
 
 
+def test_run_past_the_binding_limit_fails_before_making_data(runner: CliRunner) -> None:
+    """Four times the device's binding limit: refused by the limit check, before random data (a
+    NumPy allocation that large would take seconds and gigabytes first)."""
+    import tracemalloc
+
+    device = wk.get_device()
+    limit = min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"])
+    tracemalloc.start()
+    try:
+        result = runner.invoke(main, ["run", QUICK_GELU, "-i", f"X={limit}:f32", "--repeat", "0"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert_error(result, "maxStorageBufferBindingSize", f"{4 * limit} bytes")
+    assert peak < 2**20, peak
+    explained = invoke(runner, "explain", QUICK_GELU, "-i", f"X={limit}:f32").stdout
+    assert "chosen variant" in explained and "but the call would fail" in explained, explained
+
+
 # --- errors -------------------------------------------------------------------------------------------
 
 

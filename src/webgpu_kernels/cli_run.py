@@ -38,6 +38,8 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     metas = {name: spec.meta() for name, spec in inputs.items()}
     # The contract check (and the variant selection) before any data or GPU work.
     explanation = k.explain(metas, attrs=attrs, tunables=tunables, adapter=adapter)
+    if explanation.refused:  # the call's own typed error, before gigabytes of random data are made
+        k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
     arrays = random_inputs(inputs, seed)
     status_console = _console(stderr=True)
     with _status(status_console, f"running {k.op_id} ..."):

@@ -48,6 +48,9 @@ class Explanation:
     verdicts: tuple[Verdict, ...]
     outputs: tuple[OutputSpec, ...]
     values: dict[str, Any]  # derive and constant values of the call (top level)
+    #: Why a call would still fail with the chosen variant (a binding over the device's limits, a
+    #: grid expression that fails), if it would.
+    refused: str | None = None
 
     def __str__(self) -> str:
         lines = [f"{self.op_id}: chosen variant {self.chosen!r}" if self.chosen else f"{self.op_id}: no variant applies"]
@@ -56,6 +59,8 @@ class Explanation:
             lines.append(f"  {mark} {v.variant} (priority {v.priority:g}): {v.reason()}")
         for out in self.outputs:
             lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}")
+        if self.refused:
+            lines.append(f"  but the call would fail: {self.refused}")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -63,6 +68,7 @@ class Explanation:
             "op": self.op_id, "chosen": self.chosen, "variants": [v.as_dict() for v in self.verdicts],
             "outputs": [{"name": o.role, "shape": list(o.shape), "dtype": o.dtype} for o in self.outputs],
             "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
+            "refused": self.refused,
         }  # fmt: skip
 
 
@@ -150,14 +156,24 @@ class Kernel:
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
     ) -> Explanation:
-        """Judge every variant for these inputs (arrays, GpuTensors or ``TensorMeta``) and say why."""
+        """Judge every variant for these inputs (arrays, GpuTensors or ``TensorMeta``) and say why.
+
+        The chosen variant's passes are resolved and checked against the device's limits, as a call
+        would: ``refused`` says why the call would still fail, for example a binding over the
+        device's maxStorageBufferBindingSize."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, outputs = self.program.call_scope(signature, device.info)
         selection = select_variant(self.program.variants, scope, exhaustive=True, definitions=self.program.definitions)
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
-        chosen = selection.chosen.variant.id if selection.chosen else None
-        return Explanation(self.op_id, chosen, selection.trace, outputs, values)
+        chosen, refused = None, None
+        if selection.chosen is not None:
+            chosen = selection.chosen.variant.id
+            try:
+                self._check_device(signature, chosen, outputs, resolve_variant(selection.chosen, selection.scope), device)
+            except KernelError as exc:
+                refused = str(exc)
+        return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused)
 
     def render(
         self,
@@ -212,6 +228,18 @@ class Kernel:
                     arg = next(s.role for s in self.manifest.inputs if s.dtype == type_var)
                     raise DeviceLimitError(arg, "float32 (this adapter has no shader-f16 feature)", "float16")
 
+    def _check_device(self, signature: CallSignature, variant_id: str, outputs: tuple[OutputSpec, ...],
+                      resolved: Any, device: Device) -> None:  # fmt: skip
+        """Refuse, before anything is built, a binding with no tensor or one the device cannot hold."""
+        sizes = {role: int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype_of(signature, role, self.manifest)).itemsize
+                 for role, shape in signature.shapes}  # fmt: skip
+        sizes.update({o.role: int(np.prod(o.shape, dtype=np.int64)) * np.dtype(o.dtype).itemsize for o in outputs})
+        for r in resolved:
+            for b in r.bindings:
+                if b.arg is not None and b.arg not in sizes:
+                    raise MissingInputError(b.arg, f"a tensor (variant {variant_id!r} binds it)", "nothing")
+            check_limits(device, r, sizes)
+
     def _tuned_plan(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
                     device: Device) -> ExecutionPlan | None:  # fmt: skip
         """The plan with the variant and tunables `webgpu-kernels tune` found fastest, if any applies."""
@@ -236,15 +264,8 @@ class Kernel:
                 self._plans.move_to_end(key)
                 return plan
         (chosen, outputs), resolved, scope = self._resolve(signature, forced, device.info)
-        sizes = {role: int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype_of(signature, role, self.manifest)).itemsize
-                 for role, shape in signature.shapes}  # fmt: skip
-        sizes.update({o.role: int(np.prod(o.shape, dtype=np.int64)) * np.dtype(o.dtype).itemsize for o in outputs})
-        for r in resolved:
-            for b in r.bindings:
-                if b.arg is not None and b.arg not in sizes:
-                    raise MissingInputError(b.arg, f"a tensor (variant {chosen.variant.id!r} binds it)", "nothing")
-            check_limits(device, r, sizes)
         variant_id = chosen.variant.id
+        self._check_device(signature, variant_id, outputs, resolved, device)
         passes = tuple(
             build_pass(device, r, self.renderer.render(r, scope), kernel=self.op_id, variant=variant_id) for r in resolved
         )
