@@ -243,3 +243,26 @@ def test_package_errors(tmp_path):
     with pytest.raises(errors.PackageError) as info:
         wk.load_kernel(tmp_path / "badjson")
     assert "line 2" in str(info.value)
+
+
+def test_a_manifest_past_the_value_bound_is_refused_before_the_schema(write_package):
+    """6,000 copies of the seed's variants (190,000 JSON values, 7 MB) took 17 s in the schema
+    validator; past MAX_MANIFEST_VALUES it is one error, at once, from load_kernel and validate."""
+    from webgpu_kernels.manifest import MAX_MANIFEST_VALUES, without_unknown_fields
+
+    data = seed(QG)
+    data["variants"] = [{**data["variants"][i % 3], "id": f"v{i}"} for i in range(6000)]
+    data["stray"] = 1  # would send validate to the unknown-fields pass too
+    problems = check_manifest(data)
+    assert [p.detail for p in problems] == [
+        f"the manifest holds more than {MAX_MANIFEST_VALUES} JSON values (objects, arrays, strings, numbers); "
+        "the format's limit keeps loading and validating it fast"
+    ]
+    assert without_unknown_fields(data) is None
+    root = write_package(data, {"quick-gelu.wgsl.jinja": "// unused"})
+    with pytest.raises(errors.ManifestError, match="more than 20000 JSON values"):
+        wk.load_kernel(root)
+    # at the bound it is validated as usual (the seed holds 166 values)
+    del data["stray"]
+    data["variants"] = data["variants"][:600]
+    assert check_manifest(data) == []
