@@ -29,9 +29,10 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import references as ref  # noqa: E402
 import webgpu_kernels as wk  # noqa: E402
 from webgpu_kernels.errors import SelectionError  # noqa: E402
+
+import references as ref  # noqa: E402
 
 DTYPES = (np.float32, np.float16)
 QUICK_GELU_SHAPES = [(), (1,), (3,), (5,), (8,), (2, 3), (2, 4), (2, 3, 5), (2, 2, 2, 2, 2), (1, 1, 1, 1, 5),

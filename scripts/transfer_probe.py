@@ -8,7 +8,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from wgpu import BufferUsage as U, MapMode
+from wgpu import BufferUsage as U
+from wgpu import MapMode
 
 import webgpu_kernels as wk
 from webgpu_kernels.device import get_device

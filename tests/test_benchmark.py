@@ -13,7 +13,6 @@ import time
 
 import numpy as np
 import pytest
-import references as ref
 
 import webgpu_kernels as wk
 from webgpu_kernels import benchmark, walltime
@@ -29,6 +28,8 @@ from webgpu_kernels.benchmark import (
     random_array,
     warm_up,
 )  # fmt: skip
+
+import references as ref
 
 # Short timing loops: enough batches to exercise the loop, far from the defaults' 0.3 s minimum.
 FAST = {"target_batch_s": 0.005, "min_batches": 2, "max_batches": 4, "min_total_s": 0.0}

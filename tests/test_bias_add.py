@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import webgpu_kernels as wk
+
 import references as ref
 from conftest import nan_next_output
-import webgpu_kernels as wk
 
 VARIANTS = ("vec4", "scalar")
 DTYPES = (np.float32, np.float16)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import references as ref
 import webgpu_kernels as wk
 from webgpu_kernels import buffers
 from webgpu_kernels.buffers import copy_chunks, parallel_copy
+
+import references as ref
 
 f32 = np.float32
 

@@ -14,7 +14,6 @@ import safetensors.numpy
 
 from webgpu_kernels import case_data
 
-
 # --- the generator ----------------------------------------------------------------------------------
 
 

@@ -295,8 +295,9 @@ def test_a_case_file_nested_too_deeply_is_one_clear_error():
 
 
 def test_metadata_json_nested_too_deeply_or_with_a_huge_number_is_a_problem_not_a_crash(tmp_path):
-    from conftest import copy_package
     from webgpu_kernels import digests
+
+    from conftest import copy_package
 
     root = copy_package("com.microsoft.QuickGelu", tmp_path / "qg")
     # Python 3.11 refuses to parse the deep one; 3.12 parses it, and the schema check reports it.

@@ -21,8 +21,8 @@ import webgpu_kernels as wk
 from webgpu_kernels import cli_bench, tuning
 from webgpu_kernels.benchmark import known_peak
 from webgpu_kernels.cli import main
-from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.cli_bench import ERROR_TOLERANCE, WORKGROUP_CANDIDATES
+from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.package import embedded_root
 
 from conftest import copy_package

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import webgpu_kernels as wk
-from webgpu_kernels.sandbox import RenderBudget
 from webgpu_kernels.kernel import PLAN_CACHE_SIZE
 from webgpu_kernels.package import embedded_root
+from webgpu_kernels.sandbox import RenderBudget
 
 THREADS = 8
 CALLS = 200

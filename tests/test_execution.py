@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import references as ref
 import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.execution import _pipeline_cache
+
+import references as ref
 
 DTYPES = (np.float32, np.float16)
 DTYPE_IDS = ("f32", "f16")

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import references as ref
 import webgpu_kernels as wk
+
+import references as ref
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "scripts" / "experiments"
 

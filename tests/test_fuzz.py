@@ -23,16 +23,17 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import webgpu_kernels as wk
-from conftest import PACKAGES_DIR
 from webgpu_kernels import errors
 from webgpu_kernels.api import to_gpu
 from webgpu_kernels.contract import check_call
 from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler
 from webgpu_kernels.kernel import Kernel
 from webgpu_kernels.manifest import parse_manifest
-from webgpu_kernels.sandbox import MAX_INT_BITS, MAX_SEQUENCE_LENGTH, RenderBudget, render_budget
 from webgpu_kernels.package import KernelPackage, embedded_root
 from webgpu_kernels.rendering import TemplateRenderer
+from webgpu_kernels.sandbox import MAX_INT_BITS, MAX_SEQUENCE_LENGTH, RenderBudget, render_budget
+
+from conftest import PACKAGES_DIR
 
 SCALE = float(os.environ.get("WK_FUZZ_SCALE", "1"))
 RANDOM = os.environ.get("WK_FUZZ_RANDOM") == "1"

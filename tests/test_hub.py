@@ -20,13 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hub_server import HubServer
 
 import webgpu_kernels as wk
 from webgpu_kernels import hub
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.errors import DigestError, HubError, PackageError, TrustError
 from webgpu_kernels.package import embedded_root
+
+from hub_server import HubServer
 
 hf_constants = pytest.importorskip("huggingface_hub.constants")
 

@@ -13,7 +13,6 @@ import webgpu_kernels as wk
 from webgpu_kernels.errors import LayoutError
 from webgpu_kernels.layout import parse_type, struct_layout
 
-
 # --- alignment and size of single types (WGSL spec, "Alignment and Size") ---------------------
 
 

@@ -13,10 +13,11 @@ import jsonschema
 import pytest
 
 import webgpu_kernels as wk
-from conftest import SHARED_SEEDS
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest, manifest_schema, parse_manifest
 from webgpu_kernels.program import compile_program
+
+from conftest import SHARED_SEEDS
 
 #: sha256 of ../shared/seeds/<op id>.manifest.json, recorded so that a clean clone without
 #: ../shared still checks that the shipped manifests are the seeds, unchanged.

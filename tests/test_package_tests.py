@@ -13,7 +13,9 @@ import webgpu_kernels as wk
 from webgpu_kernels import cli_package, digests
 from webgpu_kernels.cli import main
 from webgpu_kernels.package_tests import (
-    CRASH_HOOK_ENV, run_package_tests, run_package_tests_isolated,
+    CRASH_HOOK_ENV,
+    run_package_tests,
+    run_package_tests_isolated,
 )  # fmt: skip
 
 from conftest import copy_package  # noqa: E402

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from test_selection import F16_DEVICE, variant
 
 from webgpu_kernels.contract import check_call
 from webgpu_kernels.errors import ExpressionError
 from webgpu_kernels.manifest import parse_manifest
 from webgpu_kernels.program import compile_program
-
-from test_selection import F16_DEVICE, variant
 
 
 def manifest_with_output_shape(shape: str, rank: str):

@@ -9,9 +9,10 @@ import functools
 import numpy as np
 import pytest
 
+import webgpu_kernels as wk
+
 import references as ref
 from conftest import nan_next_output
-import webgpu_kernels as wk
 
 VARIANTS = ("vec4", "vec4_tail", "scalar")
 DTYPES = (np.float32, np.float16)

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import webgpu_kernels as wk
-from conftest import PACKAGES_DIR
 from webgpu_kernels import errors
 from webgpu_kernels.rendering import workgroup_grid
 from webgpu_kernels.templates import wgsl_float, wgsl_uint
+
+from conftest import PACKAGES_DIR
 
 f32, f16 = np.float32, np.float16
 

@@ -21,13 +21,14 @@ import pytest
 from jinja2.exceptions import SecurityError
 
 import webgpu_kernels as wk
-from conftest import PACKAGES_DIR
 from webgpu_kernels import errors
-from webgpu_kernels.expressions import ExpressionCompiler, STATIC_FUNCTIONS
-from webgpu_kernels.sandbox import MAX_SEQUENCE_LENGTH
+from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler
 from webgpu_kernels.manifest import parse_manifest
 from webgpu_kernels.package import KernelPackage
+from webgpu_kernels.sandbox import MAX_SEQUENCE_LENGTH
 from webgpu_kernels.templates import MAX_RENDERED_BYTES, TemplateSandbox
+
+from conftest import PACKAGES_DIR
 
 DEMO_MANIFEST = json.loads((PACKAGES_DIR / "demo.ScaleShift" / "manifest.json").read_text())
 DEMO_TEMPLATE = (PACKAGES_DIR / "demo.ScaleShift" / "scale-shift.wgsl.jinja").read_text()

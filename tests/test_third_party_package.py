@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import references as ref
 import webgpu_kernels as wk
-from conftest import PACKAGES_DIR
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
+
+import references as ref
+from conftest import PACKAGES_DIR
 
 PACKAGE = PACKAGES_DIR / "demo.ScaleShift"
 DTYPES = (np.float32, np.float16)

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import wgpu
 
+from .buffers import padded_size, translate_gpu_errors
 from .device import Device
 from .execution import BoundPass, ExecutionPlan, bind, dispatch_calls, upload
 from .kernel import Kernel
-from .buffers import padded_size, translate_gpu_errors
 from .walltime import back_to_back
 
 #: Datasheet memory bandwidth (bytes/s) by model name, matched as a whole word in the adapter name.

@@ -25,7 +25,14 @@ from rich.text import Text
 
 from . import peers, tuning
 from .benchmark import (
-    CALLS_PER_SPAN, bench_copy, bench_kernel, host_per_call, known_peak, numpy_round_trip, random_array, warm_up,
+    CALLS_PER_SPAN,
+    bench_copy,
+    bench_kernel,
+    host_per_call,
+    known_peak,
+    numpy_round_trip,
+    random_array,
+    warm_up,
 )  # fmt: skip
 from .casefile import BENCH_FILE, parse_bench_file
 from .cli import _adapter, _console, _echo_json, _inputs_callback, resolve_kernel

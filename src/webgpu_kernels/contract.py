@@ -16,10 +16,16 @@ from typing import Any
 import numpy as np
 
 from .errors import (
-    AttributeValueError, DTypeError, InputError, MissingInputError, RankError, ShapeError, UnknownInputError,
+    AttributeValueError,
+    DTypeError,
+    InputError,
+    MissingInputError,
+    RankError,
+    ShapeError,
+    UnknownInputError,
 )  # fmt: skip
-from .sandbox import MAX_SEQUENCE_LENGTH
 from .manifest import ONNX_TO_WGSL, Manifest
+from .sandbox import MAX_SEQUENCE_LENGTH
 
 #: Highest rank an input may have (NumPy's own limit).
 MAX_RANK = 64

@@ -16,13 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
-from jinja2.exceptions import SecurityError, TemplateError as JinjaTemplateError, UndefinedError
+from jinja2.exceptions import SecurityError, UndefinedError
+from jinja2.exceptions import TemplateError as JinjaTemplateError
 from jinja2.parser import Parser
 from jinja2.runtime import Undefined
 
 from .errors import ExpressionError, ExpressionSandboxError
 from .sandbox import (
-    MAX_EXPRESSION_DEPTH, MAX_INT_BITS, MAX_SEQUENCE_LENGTH, BoundedSandbox, SandboxViolation, harden, tree_depth_error,
+    MAX_EXPRESSION_DEPTH,
+    MAX_INT_BITS,
+    MAX_SEQUENCE_LENGTH,
+    BoundedSandbox,
+    SandboxViolation,
+    harden,
+    tree_depth_error,
 )  # fmt: skip
 
 #: Namespaces an expression can walk into with ``.name``: these hold plain dicts.

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from . import tuning
 from .contract import CallSignature, check_call
 from .device import Device, get_device
-from . import tuning
 from .errors import DeviceLimitError, InputError, KernelError, MissingInputError, SelectionError, ShapeError
 from .execution import ExecutionPlan, build_pass, check_limits, flush, host_array, run_plan
 from .manifest import Manifest, parse_manifest

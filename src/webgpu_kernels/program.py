@@ -19,7 +19,13 @@ from jinja2.runtime import Undefined
 from .contract import CallSignature
 from .errors import ExpressionError, ManifestError, RankError
 from .expressions import (
-    NAMESPACES, STATIC_FUNCTIONS, Expression, ExpressionCompiler, FUNCTION_NAMES, as_count, failed_value,
+    FUNCTION_NAMES,
+    NAMESPACES,
+    STATIC_FUNCTIONS,
+    Expression,
+    ExpressionCompiler,
+    as_count,
+    failed_value,
 )  # fmt: skip
 from .manifest import ONNX_TO_WGSL, Binding, Manifest, Pass, Variant
 

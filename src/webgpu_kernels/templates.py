@@ -27,7 +27,13 @@ from jinja2.runtime import LoopContext, Macro
 
 from .errors import KernelError, TemplateError, TemplateSandboxError
 from .sandbox import (
-    MAX_EXPRESSION_DEPTH, MAX_INT_BITS, BoundedSandbox, SandboxViolation, charge_text, harden, nested_items_exceed,
+    MAX_EXPRESSION_DEPTH,
+    MAX_INT_BITS,
+    BoundedSandbox,
+    SandboxViolation,
+    charge_text,
+    harden,
+    nested_items_exceed,
     render_budget,
 )  # fmt: skip
 

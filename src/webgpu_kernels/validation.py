@@ -33,15 +33,28 @@ from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
 from .digests import METADATA_FILE, inspect_package
 from .errors import (
-    AdapterNotFoundError, DeviceError, ExpressionError, InputError, KernelError, ManifestError,
-    PackageError, TemplateError,
+    AdapterNotFoundError,
+    DeviceError,
+    ExpressionError,
+    InputError,
+    KernelError,
+    ManifestError,
+    PackageError,
+    TemplateError,
 )  # fmt: skip
 from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
-    ERROR, WARNING, Coverage, Problem, ProblemCollector, Progress, ValidationReport, shader_path,
+    ERROR,
+    WARNING,
+    Coverage,
+    Problem,
+    ProblemCollector,
+    Progress,
+    ValidationReport,
+    shader_path,
 )  # fmt: skip
 
 # --- the stages -------------------------------------------------------------------------------------
