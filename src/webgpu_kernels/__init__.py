@@ -1,6 +1,6 @@
 """webgpu_kernels: manifest-driven WebGPU compute kernels, run natively through wgpu-py."""
 
-from .api import empty_cache, get_kernel, list_kernels, load_kernel, synchronize, to_gpu
+from .api import empty_cache, get_kernel, list_kernels, load_kernel, synchronize, test_case_inputs, to_gpu
 from .device import choose_adapter, get_device, list_adapters
 from .errors import (
     AdapterNotFoundError,
@@ -38,7 +38,7 @@ from .tensor import GpuTensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "get_kernel", "load_kernel", "list_kernels", "to_gpu", "synchronize", "empty_cache", "list_adapters", "choose_adapter",
+    "get_kernel", "load_kernel", "list_kernels", "test_case_inputs", "to_gpu", "synchronize", "empty_cache", "list_adapters", "choose_adapter",
     "get_device", "Kernel", "Explanation", "TensorMeta", "GpuTensor", "__version__", "KernelError",
     "PackageError", "DigestError", "HubError", "TrustError", "ManifestError", "ExpressionError",
     "SandboxError", "ExpressionSandboxError", "InputError", "UnknownInputError", "MissingInputError",

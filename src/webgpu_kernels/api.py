@@ -6,9 +6,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import execution
+from .casefile import read_test_file
 from .device import get_device
-from .errors import DTypeError, PackageError
+from .errors import DTypeError, InputError, PackageError
 from .kernel import Kernel, as_array
 from .package import embedded_ids, open_embedded, open_folder
 from .tensor import GpuTensor
@@ -80,6 +83,23 @@ def get_kernel(
 def load_kernel(path: str | Path) -> Kernel:
     """A kernel from a package folder on disk (``manifest.json`` and its templates)."""
     return Kernel(open_folder(path))
+
+
+def test_case_inputs(kernel: Kernel, case: str) -> dict[str, np.ndarray]:
+    """The input arrays of the package's test.json case named ``case``, built exactly as
+    ``webgpu-kernels test`` builds them (generated values, ``special`` entries, data files), for
+    authors computing the expected outputs with their own reference. The case's ``attrs`` and
+    ``types`` are in test.json as written."""
+    if not isinstance(kernel, Kernel):
+        raise InputError("kernel", "a Kernel (from load_kernel or get_kernel)", type(kernel).__name__)
+    cases = read_test_file(kernel.package).cases
+    found = next((c for c in cases if c.name == case), None)
+    if found is None:
+        raise InputError("case", f"a case name of its test.json, one of {[c.name for c in cases]}", repr(case))
+    return found.build_inputs(kernel.manifest, kernel.package.read_bytes)
+
+
+test_case_inputs.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
 def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:

@@ -1,0 +1,41 @@
+"""api.py's helpers beyond get_kernel/load_kernel (those are tested with the kernels themselves)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels import errors
+
+from references import quick_gelu as quick_gelu_reference
+
+
+def splitmix64_unit(seed: int, i: int) -> float:
+    """Element i's uniform draw, as docs/package-files.md specifies the generator (Python ints)."""
+    mask = 2**64 - 1
+    z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return ((z ^ (z >> 31)) >> 11) * 2.0**-53
+
+
+def test_test_case_inputs_are_the_documented_draws_and_match_the_stored_expectation(quick_gelu):
+    inputs = wk.test_case_inputs(quick_gelu, "tail-5x77x13-f32")  # uniform over [-12, 12), seed 103
+    x = inputs["X"]
+    assert list(inputs) == ["X"] and x.shape == (5, 77, 13) and x.dtype == np.float32
+    flat = x.reshape(-1)
+    for i in (0, 1, 2, 4096, flat.size - 1):
+        assert flat[i] == np.float32(-12.0 + 24.0 * splitmix64_unit(103, i))
+    # the package's stored expected output is the reference on exactly these inputs
+    stored = np.load(quick_gelu.package.root / "tail-5x77x13-f32.Y.npy")
+    np.testing.assert_allclose(stored, quick_gelu_reference(x.astype(np.float64), 1.702), rtol=1e-6, atol=1e-7)
+
+
+def test_test_case_inputs_refuses_an_unknown_case_or_a_non_kernel(quick_gelu):
+    with pytest.raises(errors.InputError, match="one of .*'tail-5x77x13-f32'") as info:
+        wk.test_case_inputs(quick_gelu, "no-such-case")
+    assert info.value.argument == "case"
+    with pytest.raises(errors.InputError, match="a Kernel") as info:
+        wk.test_case_inputs("com.microsoft.QuickGelu", "tail-5x77x13-f32")
+    assert info.value.argument == "kernel"
