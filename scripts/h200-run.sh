@@ -48,7 +48,7 @@ case "${1:-bench}" in
   tests)  # the whole suite on the real GPU (first run, before commit ddb2cbd: 1552 passed, 4 skipped, 2 errors,
           # docs/perf/h200-pytest.log; 1560 passed, 6 skipped, -3.log from `wait`; -4.log: two rendering
           # assertions behind the BiasAdd f16 template, fixed; 1635 passed, 6 skipped, -5.log; -6.log: a timing
-          # test's lavapipe-only bound, fixed; 1639 passed, 6 skipped, -7.log; 1662 passed, 6 skipped, -8.log; 1673 passed, 6 skipped, -9.log; now 1725 passed, 7 skipped, -10.log)
+          # test's lavapipe-only bound, fixed; 1639 passed, 6 skipped, -7.log; 1662 passed, 6 skipped, -8.log; 1673 passed, 6 skipped, -9.log; 1725 passed, 7 skipped, -10.log; now 1731 passed, 7 skipped, -11.log)
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
   wait)  # where a small round trip's time goes, host cost per call, then the suite
