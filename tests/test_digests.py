@@ -177,10 +177,31 @@ def test_reads_after_open_see_the_verified_bytes(qg: Path) -> None:
     assert package.read_text("quick-gelu.wgsl.jinja") == original
     (qg / "late.wgsl.jinja").write_text("added after opening", encoding="utf-8")
     assert package.has("late.wgsl.jinja")
-    with pytest.raises(DigestError, match="added after the package was opened"):
+    with pytest.raises(DigestError, match="not verified when the package was opened"):
         package.read_text("late.wgsl.jinja")
+    # a file of any name: a verified package reads nothing it did not verify
     (qg / "NOTES.txt").write_text("not a content file", encoding="utf-8")
-    assert package.read_text("NOTES.txt") == "not a content file"
+    with pytest.raises(DigestError, match="not verified when the package was opened") as info:
+        package.read_text("NOTES.txt")
+    assert info.value.file == "NOTES.txt" and info.value.reason == "unlisted"
+
+
+def test_a_template_cannot_include_an_unlisted_file(qg: Path) -> None:
+    """A README may sit unlisted in a verified package, but a template that includes an unlisted
+    file would run bytes nobody verified (a Hub cache copy changed after download, for one)."""
+    template = qg / "quick-gelu.wgsl.jinja"
+    template.write_text('{% include "helpers.txt" %}\n' + template.read_text("utf-8"), encoding="utf-8")
+    (qg / "helpers.txt").write_text("// shared helpers\n", encoding="utf-8")
+    digests.write_metadata(qg)  # `digest` lists every file
+    meta = wk.TensorMeta((8,), "float32")
+    assert wk.load_kernel(qg).render({"X": meta})["main"].startswith("// shared helpers")
+    metadata = json.loads((qg / "metadata.json").read_text("utf-8"))
+    del metadata["digest"]["files"]["helpers.txt"]  # still a valid package: a .txt may be unlisted
+    (qg / "metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
+    kernel = wk.load_kernel(qg)
+    with pytest.raises(DigestError, match="helpers.txt: not listed") as info:
+        kernel.render({"X": meta})
+    assert info.value.reason == "unlisted"
 
 
 @pytest.mark.parametrize("name", ["../x.json", "/etc/passwd", "a/../../x", "", "a\\b"])
@@ -276,3 +297,11 @@ def test_a_fifo_or_a_device_is_refused_at_once(qg: Path) -> None:
         with pytest.raises(PackageError, match="not a regular file"):
             package.read_bytes(name)
     assert time.monotonic() - start < 5
+
+
+def test_a_listed_file_replaced_by_a_device_says_so(qg: Path) -> None:
+    (qg / "test.json").unlink()
+    (qg / "test.json").symlink_to("/dev/zero")
+    with pytest.raises(DigestError, match="test.json: not a regular file") as info:
+        open_folder(qg)
+    assert info.value.file == "test.json"

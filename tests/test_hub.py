@@ -343,3 +343,113 @@ def test_download_command(server, hub_env):
     assert trusted.exit_code == 0 and json.loads(trusted.stdout)["needsTrust"] is True
     missing = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "2"])
     assert missing.exit_code == 2 and "no contract version 2" in missing.output
+
+
+# --- found by the Hub review (each failed on the code before it) ----------------------------------------
+
+
+def test_another_hub_never_answers_for_the_configured_one(server, hub_env, tmp_path, monkeypatch):
+    """huggingface_hub's cache is not keyed by endpoint: a repository fetched (with trust) from
+    another Hub by its URL was later read back, offline, as the official repository of that name,
+    without trust. Each other endpoint now has a cache folder of its own."""
+    other_root = tmp_path / "other-hub"
+    other = put_package(other_root, OFFICIAL, "v1")
+    template = other / "quick-gelu.wgsl.jinja"
+    template.write_text(template.read_text(encoding="utf-8") + "\n// from the other Hub\n", encoding="utf-8")
+    write_metadata(other)
+    other_server = HubServer(other_root).start()
+    try:
+        url = f"{other_server.url}/kernels/{OFFICIAL}"
+        fetched = wk.get_kernel(url, version=1, trust_remote_code=True)
+        assert "from the other Hub" in fetched.package.read_text("quick-gelu.wgsl.jinja")
+        assert fetched.package.root.is_relative_to(hub_env / "hub" / hub.OTHER_ENDPOINTS_DIR)
+        assert hub.cache_dir_for(other_server.url) != hub.cache_dir_for(None) == hub_env / "hub"
+    finally:
+        other_server.stop()
+    go_offline(monkeypatch)
+    with pytest.raises(HubError, match="not in the Hugging Face cache"):
+        wk.get_kernel(OFFICIAL, version=1)  # the official one was never downloaded
+
+
+def test_the_contract_version_is_checked_whatever_came_first(server, hub_root):
+    """Branch v2 holding a package whose metadata says version 1: version=2 is refused, also after
+    revision="v2" loaded it (a shared memo skipped the check), and also when it says 1.0."""
+    put_package(hub_root, OFFICIAL, "v2")
+    server.rescan()
+    assert wk.get_kernel(OFFICIAL, revision="v2").op_id == OP_ID
+    with pytest.raises(DigestError, match="holds contract version 1, not 2"):
+        wk.get_kernel(OFFICIAL, version=2)
+    pkg = hub_root / OFFICIAL / "v2" / hub.PACKAGE_DIR
+    metadata = json.loads((pkg / "metadata.json").read_text(encoding="utf-8"))
+    metadata["version"] = 1.0  # the schema's integer; isinstance(1.0, int) is not
+    (pkg / "metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
+    server.rescan()
+    hub.clear_cache()
+    with pytest.raises(DigestError, match="holds contract version 1.0, not 2"):
+        wk.get_kernel(OFFICIAL, version=2)
+
+
+def test_a_download_cut_off_mid_file_is_a_hub_error(server, monkeypatch):
+    """The connection closes after 7 of 5000 announced bytes: httpx's RemoteProtocolError came
+    through raw (and the CLI printed a traceback with exit status 1)."""
+    import hub_server
+
+    original = hub_server._Handler._resolve
+
+    def cut_off(self, method, repo_id, rev_name, path):
+        if method == "GET" and path.endswith("quick-gelu.wgsl.jinja"):
+            self.send_response(200)
+            self.send_header("Content-Length", "5000")
+            self.end_headers()
+            self.wfile.write(b"partial")
+            return None
+        return original(self, method, repo_id, rev_name, path)
+
+    monkeypatch.setattr(hub_server._Handler, "_resolve", cut_off)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    with pytest.raises(HubError, match=r"webgpu-kernels/com\.microsoft\.QuickGelu revision 'v1': download from .* failed") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.repo_id == OFFICIAL and info.value.revision == "v1"
+    result = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+
+
+def test_an_incomplete_cached_copy_says_so(server, monkeypatch):
+    kernel = wk.get_kernel(OFFICIAL, version=1)
+    (kernel.package.root / "test.json").unlink()
+    go_offline(monkeypatch)
+    with pytest.raises(HubError, match=r"incomplete copy .*build/webgpu/test\.json"):
+        wk.get_kernel(OFFICIAL, version=1)
+
+
+def test_a_tampered_cached_copy_names_the_cache_and_the_fix(server):
+    kernel = wk.get_kernel(OFFICIAL, version=1)
+    blob = (kernel.package.root / "manifest.json").resolve()
+    os.chmod(blob, 0o644)
+    blob.write_bytes(blob.read_bytes().replace(b"1.702", b"1.703"))
+    hub.clear_cache()  # online: a download does not replace a cached file, so it stays refused
+    with pytest.raises(DigestError, match="is in the Hugging Face cache; delete .*snapshots") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.file == "manifest.json" and info.value.reason == "mismatch"
+
+
+def test_the_cli_says_when_the_cache_answered_for_an_unreachable_hub(server, hub_env, monkeypatch):
+    CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"], catch_exceptions=False)
+    hub.clear_cache()
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    # the same cache folder as the server's: HF_ENDPOINT names the configured Hub
+    result = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"])
+    assert result.exit_code == 0, result.output
+    assert "(from the Hugging Face cache (http://127.0.0.1:9 could not be reached))" in result.output
+    data = json.loads(CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1", "--json"]).stdout)
+    assert data["fromCache"] is True and data["offline"] is False
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    hub.clear_cache()
+    data = json.loads(CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1", "--json"]).stdout)
+    assert data["fromCache"] is False
+
+
+@pytest.mark.parametrize("name", ["https://h/kernels/webgpu-kernels/a--b", "https://h/kernels/webgpu-kernels/.."])
+def test_urls_get_the_repository_id_checks_too(name):
+    with pytest.raises(PackageError, match="not a valid Hub repository id"):
+        hub.classify(name)

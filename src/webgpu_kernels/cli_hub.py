@@ -53,7 +53,10 @@ def download_cmd(repo: str, version: int | None, revision: str | None, trust_rem
     def print_(text: str) -> None:
         console.print(text, soft_wrap=True)
 
-    source = "the Hugging Face cache (offline)" if info["offline"] else info["endpoint"]
+    source = info["endpoint"]
+    if info["fromCache"]:
+        why = "offline" if info["offline"] else f"{info['endpoint']} could not be reached"
+        source = f"the Hugging Face cache ({why})"
     print_(f"{info['repo']} @ {info['revision']} -> commit {info['commit']} (from {source})")
     print_(f"package: {info['path']}")
     print_(f"op: {info['op']} (contract version {info['version']}), variants: {', '.join(info['variants'])}")
@@ -71,7 +74,7 @@ def _info(kernel: Kernel, *, offline: bool) -> dict:
     metadata = package.metadata or {}
     return {
         "repo": package.repo_id, "revision": package.revision, "commit": package.commit,
-        "endpoint": package.endpoint or "https://huggingface.co", "offline": offline,
+        "endpoint": package.endpoint or hub.DEFAULT_ENDPOINT, "offline": offline, "fromCache": package.from_cache,
         "path": str(package.root), "op": kernel.op_id,
         "version": metadata.get("version", kernel.manifest.since_version), "variants": kernel.variants,
         "needsTrust": package.needs_trust, "digests": dict(sorted(package.digests.items())),

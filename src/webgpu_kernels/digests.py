@@ -205,7 +205,9 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
             continue
         path = root / name
         if not path.is_file():
-            problems.append(DigestProblem(name, "missing", "listed in metadata.json but not in the package", where))
+            what = ("not a regular file (a device, FIFO or folder), so it is not read" if path.exists()
+                    else "listed in metadata.json but not in the package")  # fmt: skip
+            problems.append(DigestProblem(name, "missing", what, where))
             continue
         data = read_file(root, name)
         got = sha256_hex(data)

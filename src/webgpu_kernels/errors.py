@@ -22,6 +22,7 @@ class PackageError(KernelError):
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
         self.path = path
+        self.detail = message  # without the path
         super().__init__(f"{path}: {message}" if path else message)
 
 

@@ -20,6 +20,7 @@ after import (as tests do) takes effect.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
@@ -42,6 +43,10 @@ OFFICIAL_ORG = "webgpu-kernels"
 REPO_TYPE = "kernel"
 #: Where a repository keeps the WebGPU package.
 PACKAGE_DIR = "build/webgpu"
+#: huggingface_hub's endpoint when HF_ENDPOINT is not set.
+DEFAULT_ENDPOINT = "https://huggingface.co"
+#: Below the Hub cache: one folder per other endpoint (a repository given by its URL on another Hub).
+OTHER_ENDPOINTS_DIR = "webgpu-kernels-endpoints"
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?/[A-Za-z0-9_.\-]+$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -93,10 +98,14 @@ def classify(name: str | os.PathLike[str]) -> Location:
     ):
         return Location("path", name, url_like=True)
     if "/" in name:
-        if not _REPO_ID.match(name) or ".." in name or "--" in name:
-            raise PackageError(f"{name!r} is not a valid Hub repository id (expected 'org/name')")
-        return Location("hub", name)
+        return Location("hub", _checked_repo_id(name))
     return Location("embedded", name)
+
+
+def _checked_repo_id(repo_id: str) -> str:
+    if not isinstance(repo_id, str) or not _REPO_ID.match(repo_id) or ".." in repo_id or "--" in repo_id:
+        raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name')")
+    return repo_id
 
 
 def _classify_url(name: str, scheme: str) -> Location:
@@ -108,9 +117,8 @@ def _classify_url(name: str, scheme: str) -> Location:
     if scheme in ("http", "https"):
         segments = [unquote(s) for s in parts.path.split("/") if s]
         if len(segments) == 3 and segments[0] == "kernels" and parts.netloc:
-            repo_id = f"{segments[1]}/{segments[2]}"
-            if _REPO_ID.match(repo_id):
-                return Location("hub", repo_id, url_like=True, endpoint=f"{parts.scheme}://{parts.netloc}")
+            repo_id = _checked_repo_id(f"{segments[1]}/{segments[2]}")
+            return Location("hub", repo_id, url_like=True, endpoint=f"{parts.scheme}://{parts.netloc}")
         # Anything else at an http(s) URL is still refused for lack of trust first (check_trust),
         # then as an unsupported shape.
         return Location("url", name, url_like=True)
@@ -164,6 +172,20 @@ def hub_cache_dir() -> Path:
     return expand(os.path.join(xdg, "huggingface")) / "hub"
 
 
+def cache_dir_for(endpoint: str | None) -> Path:
+    """The Hub cache for the configured endpoint (HF_ENDPOINT, else huggingface.co); a folder of its
+    own below it for any other endpoint. huggingface_hub's cache is not keyed by endpoint: without
+    this, a repository fetched (with trust) from another Hub by its URL would later be read back,
+    offline or under the same commit sha, as the official repository of that name."""
+    base = hub_cache_dir()
+    home = hub_endpoint() or DEFAULT_ENDPOINT
+    endpoint = (endpoint or home).rstrip("/")
+    if endpoint == home:
+        return base
+    host = re.sub(r"[^A-Za-z0-9.\-]", "_", urlsplit(endpoint).netloc)[:64] or "endpoint"
+    return base / OTHER_ENDPOINTS_DIR / f"{host}-{hashlib.sha256(endpoint.encode()).hexdigest()[:16]}"
+
+
 def hub_offline() -> bool:
     """``HF_HUB_OFFLINE`` (or the legacy ``TRANSFORMERS_OFFLINE``) as it is now."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
@@ -193,6 +215,9 @@ class HubPackage(KernelPackage):
     revision: str = ""  # as asked: "v1", a branch, a commit
     commit: str = ""  # what it resolved to
     endpoint: str | None = None  # None: huggingface_hub's default (https://huggingface.co)
+    #: True when the endpoint was not asked (offline) or could not be reached, so the files are
+    #: the cache's copy from an earlier download.
+    from_cache: bool = False
 
     @property
     def digests(self) -> dict[str, str]:
@@ -241,26 +266,37 @@ def download(
     offline (``HF_HUB_OFFLINE=1``) it uses the cache only. The package must carry metadata.json:
     every file is checked against its sha256 (:class:`~webgpu_kernels.errors.DigestError`).
     """
-    if not _REPO_ID.match(repo_id):
-        raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name')")
+    _checked_repo_id(repo_id)
     location = Location("hub", repo_id, url_like=url_like, endpoint=endpoint)
     trusted = check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
     rev = revision_for(version, revision)
     endpoint = endpoint or hub_endpoint()
-    snapshot = Path(_snapshot(repo_id, rev, endpoint=endpoint, token=token,
-                              version=version if revision is None else None))  # fmt: skip
+    path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token,
+                                 version=version if revision is None else None)  # fmt: skip
+    snapshot = Path(path)
     commit = snapshot.name
     root = snapshot / PACKAGE_DIR
     if not root.is_dir():
         raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}) has no {PACKAGE_DIR}/ folder: "
                        "not a WebGPU kernel package", repo_id=repo_id, revision=rev)  # fmt: skip
-    base = open_folder(root, origin="hub", needs_trust=trusted, require_metadata=True)
-    package = _hub_package(base, repo_id=repo_id, revision=rev, commit=commit, endpoint=endpoint)
-    metadata = base.metadata or {}
-    if revision is None and isinstance(metadata.get("version"), int) and metadata["version"] != version:
-        raise DigestError(f"revision {rev!r} of {repo_id} holds contract version {metadata['version']}, not {version}",
-                          file=METADATA_FILE, reason="metadata", path=str(root / METADATA_FILE))  # fmt: skip
+    try:
+        base = open_folder(root, origin="hub", needs_trust=trusted, require_metadata=True)
+    except DigestError as exc:  # a download does not replace a cached file: say where the bad copy is
+        raise DigestError(f"{exc.detail}. This copy of {repo_id} is in the Hugging Face cache; delete {snapshot} "
+                          "to download it again", file=exc.file, reason=exc.reason, path=exc.path) from None  # fmt: skip
+    package = _hub_package(base, repo_id=repo_id, revision=rev, commit=commit, endpoint=endpoint, from_cache=from_cache)
+    if revision is None:
+        check_contract_version(package, version)
     return package
+
+
+def check_contract_version(package: HubPackage, version: int | None) -> None:
+    """Refuse a package asked for as contract version N (revision vN) whose metadata.json says another."""
+    declared = (package.metadata or {}).get("version")
+    if version is not None and declared is not None and (isinstance(declared, bool) or declared != version):
+        raise DigestError(f"revision {package.revision!r} of {package.repo_id} holds contract version {declared!r}, "
+                          f"not {version}", file=METADATA_FILE, reason="metadata",
+                          path=str(package.root / METADATA_FILE))  # fmt: skip
 
 
 #: The first huggingface_hub with kernel repositories (``repo_type="kernel"``, ``kernels/`` URLs).
@@ -277,7 +313,9 @@ def _require_kernel_repos() -> None:
                        f"pip install -U 'huggingface_hub>={MIN_HUGGINGFACE_HUB}'")  # fmt: skip
 
 
-def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, version: int | None) -> str:
+def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, version: int | None) -> tuple[str, bool]:
+    """The snapshot folder of ``rev``, and whether it is the cache's copy (the endpoint was not
+    asked, or could not be reached). Every failure is a HubError naming the repository."""
     _require_kernel_repos()
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
@@ -288,16 +326,17 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
     )  # fmt: skip
 
     offline = hub_offline()
-    where = endpoint or "https://huggingface.co"
+    where = endpoint or DEFAULT_ENDPOINT
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
+    cache_dir = cache_dir_for(endpoint)
     try:
-        if not offline:
-            _check_listing(repo_id, rev, endpoint=endpoint, token=token)
-        return snapshot_download(
+        reached = not offline and _check_listing(repo_id, rev, endpoint=endpoint, token=token)
+        path = snapshot_download(
             repo_id, repo_type=REPO_TYPE, revision=rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
-            cache_dir=str(hub_cache_dir()), endpoint=endpoint, local_files_only=offline, token=token,
+            cache_dir=str(cache_dir), endpoint=endpoint, local_files_only=offline, token=token,
             library_name="webgpu-kernels", library_version=_library_version(),
         )  # fmt: skip
+        return path, not reached
     except RevisionNotFoundError:
         published = _published_versions(repo_id, endpoint, token)
         hint = f"; published versions: {', '.join(published)}" if published else ""
@@ -307,20 +346,29 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
                        "was sent)", repo_id=repo_id, revision=rev) from None  # fmt: skip
     except LocalEntryNotFoundError as exc:
         why = "offline mode is on (HF_HUB_OFFLINE)" if offline else f"{where} cannot be reached"
-        raise HubError(f"{repo_id} {what} is not in the Hugging Face cache ({hub_cache_dir()}) and {why}",
+        if type(exc).__name__ == "IncompleteSnapshotError":  # huggingface_hub >= 2: names the missing files
+            first = str(exc).strip().splitlines()[0]
+            raise HubError(f"{repo_id} {what}: the Hugging Face cache holds an incomplete copy and {why}: {first}",
+                           repo_id=repo_id, revision=rev) from exc  # fmt: skip
+        raise HubError(f"{repo_id} {what} is not in the Hugging Face cache ({cache_dir}) and {why}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
     except HfHubHTTPError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise HubError(f"{repo_id} revision {rev!r}: the Hub answered {first}", repo_id=repo_id,
                        revision=rev) from exc  # fmt: skip
-    except (OSError, ValueError) as exc:
-        raise HubError(f"{repo_id} revision {rev!r}: download failed: {exc}", repo_id=repo_id, revision=rev) from exc
+    except HubError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - OSError, ValueError, and the HTTP client's own errors (httpx's
+        # RemoteProtocolError when a connection dies mid-file): the caller gets one error type, naming what failed
+        raise HubError(f"{repo_id} revision {rev!r}: download from {where} failed: {type(exc).__name__}: {exc}",
+                       repo_id=repo_id, revision=rev) from exc  # fmt: skip
 
 
-def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> None:
+def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> bool:
     """Refuse, before anything is downloaded, a package the Hub lists as larger than a package may
     be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each): they would be refused after the download,
-    once they had filled the disk."""
+    once they had filled the disk. (The listing is the server's word: a file listed smaller than it
+    is still downloads in full, then is refused.) Returns whether the endpoint answered."""
     from huggingface_hub import HfApi
 
     api, files = HfApi(endpoint=endpoint, token=token), []
@@ -334,8 +382,11 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
                 files.append(entry)
                 if len(files) > MAX_PACKAGE_FILES:
                     break
-    except Exception:  # noqa: BLE001 - unreachable, not found, no such folder: snapshot_download reports
-        return  # it (or serves the cache), as it did before this check existed
+    except Exception as exc:  # noqa: BLE001 - unreachable, not found, no such folder: snapshot_download
+        # reports it (or serves the cache), as it did before this check existed
+        from huggingface_hub.errors import HfHubHTTPError
+
+        return isinstance(exc, HfHubHTTPError)  # an HTTP answer (404...) means it was reached
     if len(files) > MAX_PACKAGE_FILES:
         raise HubError(f"{repo_id} revision {rev!r}: {PACKAGE_DIR}/ holds more than {MAX_PACKAGE_FILES} files, "
                        "more than a kernel package may", repo_id=repo_id, revision=rev)  # fmt: skip
@@ -343,6 +394,7 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
         if entry.size > MAX_FILE_BYTES:
             raise HubError(f"{repo_id} revision {rev!r}: {entry.path} is {entry.size} bytes, more than a package "
                            f"file may be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
+    return True
 
 
 def _published_versions(repo_id: str, endpoint: str | None, token: Any) -> list[str]:
@@ -393,11 +445,14 @@ def load(
     check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
     rev = revision_for(version, revision)
     endpoint = endpoint or hub_endpoint()
-    memo = (endpoint, str(hub_cache_dir()), repo_id, rev)
+    memo = (endpoint, str(cache_dir_for(endpoint)), repo_id, rev)
     with _lock:
         commit = rev if _COMMIT.match(rev) else _resolved.get(memo)
         if commit is not None and (endpoint, repo_id, commit, url_like) in _kernels:
-            return _kernels[(endpoint, repo_id, commit, url_like)]
+            kernel = _kernels[(endpoint, repo_id, commit, url_like)]
+            if revision is None:  # revision="v2" may have loaded it first, unchecked
+                check_contract_version(kernel.package, version)
+            return kernel
         package = download(repo_id, version=version, revision=revision, trust_remote_code=trust_remote_code,
                            endpoint=endpoint, url_like=url_like)  # fmt: skip
         key = (endpoint, repo_id, package.commit, url_like)

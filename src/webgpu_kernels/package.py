@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .digests import METADATA_FILE, decode_json, is_content_file, read_file, verify_package
+from .digests import METADATA_FILE, decode_json, read_file, verify_package
 from .errors import DigestError, PackageError
 
 MANIFEST_FILE = "manifest.json"
@@ -61,10 +61,11 @@ class KernelPackage:
         rel = self.relative_name(name)
         if rel in self.verified:
             return self.verified[rel]
-        path = self.path_of(rel)
-        if self.metadata is not None and is_content_file(rel) and path.is_file():
-            raise DigestError("not listed in metadata.json's digest.files (added after the package was opened)",
-                              file=rel, reason="unlisted", path=str(path))  # fmt: skip
+        if self.metadata is not None:  # a verified package reads only what it verified (a README may sit
+            # unlisted in the folder, but a template that includes it would run unverified bytes)
+            raise DigestError("not listed in metadata.json's digest.files, so it was not verified when the package "
+                              "was opened (run `webgpu-kernels digest` on the package to list it)", file=rel,
+                              reason="unlisted", path=str(self.path_of(rel)))  # fmt: skip
         return read_file(self.root, rel)
 
     def read_text(self, name: str) -> str:

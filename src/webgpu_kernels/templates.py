@@ -25,7 +25,7 @@ from jinja2.environment import TemplateModule
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import LoopContext, Macro
 
-from .errors import KernelError, TemplateError, TemplateSandboxError
+from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError
 from .sandbox import (
     MAX_EXPRESSION_DEPTH,
     MAX_INT_BITS,
@@ -438,6 +438,8 @@ class PackageLoader(BaseLoader):
                                    "package, named with letters, digits, '.', '_' and '-'")  # fmt: skip
         try:
             source = self._read(template)
+        except DigestError:
+            raise  # present but unverified: "not in the package" would send the author looking for it
         except KernelError:
             raise TemplateNotFound(template) from None
         if len(source) > MAX_TEMPLATE_BYTES:
