@@ -103,6 +103,10 @@ def quick_gelu_cases(dtype: str) -> list[dict[str, Any]]:
                                            "in IEEE arithmetic, but WGSL's finite-math rules let a compiler fold "
                                            "0 * x to 0, so either answer is allowed there.",
          "attrs": {"alpha": 0.0}, "inputs": {"X": inline([8], [1, -2, 0.5, -0.0, 1000, -3.25, NAN, 3])}},
+        {"name": "alpha-3e38", "description": "alpha near the f32 limit: alpha * log2(e) overflows f32, so a "
+                                              "driver that folds it into exp2 must still give ±0 at x = ±0 "
+                                              "(inf * 0 would be NaN).",
+         "attrs": {"alpha": 3e38}, "inputs": {"X": inline([8], [0.0, -0.0, 1, -1, 0.5, -0.5, 3, -3])}},
     ]
 
 

@@ -305,6 +305,18 @@ def test_gpu_tensor_shape_and_dtype_are_read_only(quick_gelu, device):
     assert t.released
 
 
+def test_a_released_tensor_is_refused_by_to_gpu_and_asarray_copy_false_is_refused(device):
+    """to_gpu(released) handed the dead tensor back; np.asarray(t, copy=False) copied silently."""
+    t = to_gpu(np.arange(8, dtype=f32))
+    with pytest.raises(ValueError, match="cannot avoid a copy"):
+        np.asarray(t, copy=False)
+    np.testing.assert_array_equal(np.asarray(t), np.arange(8, dtype=f32))  # a copy is fine
+    t.release()
+    with pytest.raises(errors.InputError, match="a released GpuTensor") as info:
+        to_gpu(t)
+    assert info.value.argument == "array"
+
+
 @pytest.mark.parametrize("value, error, mentions", [
     (None, errors.InputError, ("NoneType",)),
     ({"a": 1}, errors.InputError, ("dict",)),

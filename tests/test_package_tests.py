@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def test_cli_test_default_runs_every_embedded_kernel(runner: CliRunner) -> None:
     out = result.stdout
     for header in ("kernel", "case", "variant", "dtype", "max abs err", "max rel err", "result"):
         assert header in out
-    assert "com.microsoft.QuickGelu: 60 passed, 0 failed" in out or "QuickGelu:" in out
+    assert re.search(r"com\.microsoft\.QuickGelu: [1-9][0-9]* passed, 0 failed", out), out
     assert "all passed" in out
 
 
@@ -176,7 +177,7 @@ def test_package_without_test_json_fails(tmp_path: Path, runner: CliRunner) -> N
     result = runner.invoke(main, ["test", str(root), QUICK_GELU])
     assert result.exit_code == 1
     assert "the package has no test.json" in result.stdout
-    assert "com.microsoft.QuickGelu: 60 passed" in result.stdout  # the other package still ran
+    assert re.search(r"com\.microsoft\.QuickGelu: [1-9][0-9]* passed", result.stdout)  # the other package still ran
 
 
 def test_package_that_does_not_load_fails(tmp_path: Path, runner: CliRunner) -> None:

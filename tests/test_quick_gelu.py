@@ -205,6 +205,27 @@ def test_large_positive_and_negative_inputs_saturate(quick_gelu, rng):
     np.testing.assert_array_less(np.abs(y[x < 0]), 1e-12)
 
 
+@pytest.mark.parametrize("alpha", (3e38, -3e38, 2.4e38, 1.1e37))
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_alpha_near_the_f32_limit_keeps_signed_zeros(quick_gelu, need_dtype, dtype, variant, alpha):
+    """From 2.36e38 (F32_MAX / log2(e)) a driver folding exp into exp2 overflows alpha * log2(e)
+    to inf, and x = ±0 gave NaN (inf * 0) on every variant (found by a numerics review)."""
+    need_dtype(dtype)
+    x = np.array([0.0, -0.0, 1, -1, 0.5, -0.5, 1e-3, -1e-3], dtype=dtype)
+    y = quick_gelu({"X": x}, attrs={"alpha": alpha}, variant=variant)["Y"]
+    check(y, x, dtype, alpha, what=f"alpha={alpha}")
+    assert not np.isnan(y).any() and np.signbit(y[:2]).tolist() == [False, True]
+
+
+def test_ordinary_alphas_render_without_the_zero_guard(quick_gelu):
+    """The guard costs a compare and a select per element: only alphas past 1e37 get it."""
+    meta = {"X": wk.TensorMeta((4096,), "float32")}
+    for alpha, guarded in ((1.702, False), (-1e30, False), (1.1e37, True), (-3e38, True)):
+        wgsl = "".join(quick_gelu.render(meta, attrs={"alpha": alpha}).values())
+        assert ("select(" in wgsl) is guarded, alpha
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_output_matches_input_metadata(quick_gelu, need_dtype, rng, dtype):
     need_dtype(dtype)

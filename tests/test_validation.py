@@ -72,8 +72,8 @@ def test_cli_validate_embedded_by_id(runner: CliRunner) -> None:
 
 def test_wgsl_error_is_reported_with_variant_dtype_and_message(qg: Path, runner: CliRunner) -> None:
     template = qg / "quick-gelu.wgsl.jinja"
-    text = template.read_text("utf-8").replace("fn quick_gelu(v: f32) -> f32 {\n",
-                                               "fn quick_gelu(v: f32) -> f32 {\n" + BROKEN_F16_TAIL)  # fmt: skip
+    head, sep, tail = template.read_text("utf-8").rpartition("fn quick_gelu(v: f32) -> f32 {\n")
+    text = head + sep + BROKEN_F16_TAIL + tail  # the ordinary-alpha form (the last of two)
     template.write_text(text, encoding="utf-8")
     digests.write_metadata(qg)
     result = runner.invoke(main, ["validate", str(qg)])

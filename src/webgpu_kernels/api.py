@@ -107,6 +107,8 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
     back as it is, or copied when ``adapter`` names another device."""
     device = get_device(adapter)
     if isinstance(array, GpuTensor):
+        if array.released:
+            raise InputError("array", "a live GpuTensor or an array", "a released GpuTensor")
         if array.device is device or adapter is None:
             return array
         array = array.numpy()

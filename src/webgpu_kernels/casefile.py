@@ -35,8 +35,8 @@ class CaseFileError(PackageError):
     def __init__(self, message: str, *, file: str, json_path: str = "") -> None:
         self.file = file
         self.json_path = json_path
-        self.detail = message
         super().__init__(f"{json_path or '(root)'}: {message}", path=file)
+        self.detail = message  # without the path and the JSON path (PackageError's keeps the JSON path)
 
 
 # --- schemas --------------------------------------------------------------------------------------

@@ -80,6 +80,9 @@ class GpuTensor:
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if copy is False:  # NumPy 2's protocol: the data is on the GPU, so there is no copy-free view
+            raise ValueError("a GpuTensor lives on the GPU: np.asarray(t, copy=False) cannot avoid a copy; "
+                             "use t.numpy() or np.asarray(t)")  # fmt: skip
         array = self.numpy()
         return array if dtype is None else array.astype(dtype)
 
