@@ -29,9 +29,10 @@ from conftest import copy_package
 
 QG = "com.microsoft.QuickGelu"
 QG_DIR = str(embedded_root() / QG)
+BA_DIR = str(embedded_root() / "com.microsoft.BiasAdd")
 QUICK_WARM_UP = ["--warm-up", "0.05"]  # the 2 s default is for real GPUs
 TINY = ["--case", "tiny", "--dtype", "float32", *QUICK_WARM_UP]
-TINY_KEY = "com.microsoft.QuickGelu|T=float32|2^12"
+TINY_KEY = f"{wk.get_kernel(QG).tuning_key}|T=float32|2^12"  # op id @ digest of manifest and templates
 
 
 @pytest.fixture
@@ -149,16 +150,55 @@ def test_bench_custom_input_of_odd_size_and_a_failing_case_in_full(runner, tmp_p
         raise wk.errors.DeviceError(message)
 
     monkeypatch.setattr(cli_bench, "bench_kernel", failing)
-    result = invoke(runner, "bench", QG_DIR, "-i", "X=5x77x13:f32", "--no-host", *QUICK_WARM_UP)
+    result = runner.invoke(main, ["bench", QG_DIR, "-i", "X=5x77x13:f32", "--no-host", *QUICK_WARM_UP])
+    assert result.exit_code == 1, result.output  # a failed case fails the command (CI sees it)
     table_end = result.output.index("└")
     assert "custom float32: error: " + message in " ".join(result.output[table_end:].split())
+    assert "1 of 1 cases failed (error or WRONG output): QuickGelu custom float32" in result.output
 
 
-def test_bench_no_matching_case(runner, tmp_path):
-    """A filter that matches nothing is not an error: an empty table and empty JSON lists."""
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_a_filter_that_matches_nothing_is_a_usage_error(runner, tmp_path, command):
+    """An empty table with exit status 0 hid a typo in a CI filter; now it says so, before any timing."""
+    result = runner.invoke(main, [command, QG_DIR, "--case", "no-such-case", "--warm-up", "0"])
+    assert result.exit_code == 2 and "no bench.json case matches" in result.output, result.output
+    assert not (tmp_path / "tuning").exists()
+
+
+def test_case_globs_and_dtype_aliases_select_as_elsewhere(runner, tmp_path):
+    """`--case 'tiny*'` (a glob, as `test --case` takes) and `--dtype f16` (as -i takes) select cases."""
     path = tmp_path / "bench.json"
-    invoke(runner, "bench", QG_DIR, "--case", "no-such-case", "--no-host", "--warm-up", "0", "--json", str(path))
-    assert json.loads(path.read_text("utf-8"))["cases"] == []
+    invoke(runner, "bench", QG_DIR, "--case", "tiny*", "--dtype", "f32", "--no-host", *QUICK_WARM_UP, "--json", str(path))
+    assert [(r["case"], r["dtype"]) for r in json.loads(path.read_text("utf-8"))["cases"]] == [("tiny-4096", "float32")]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--seed", "-1"], "--seed"),
+    (["--calls", "0"], "--calls"),
+    (["--json", "no/such/folder/out.json"], "is not a writable folder"),
+    (["--plot", "no/such/folder/out.png"], "is not a writable folder"),
+])  # fmt: skip
+def test_bad_options_are_refused_before_any_timing(runner, args, fragment):
+    """These crashed with tracebacks, the output paths only after the whole run."""
+    result = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host", *args])
+    assert result.exit_code == 2 and fragment in result.output and "Traceback" not in result.output, result.output
+    assert "adapter:" not in result.output  # nothing ran
+
+
+def test_input_shapes_name_one_kernel(runner):
+    result = runner.invoke(main, ["bench", QG_DIR, BA_DIR, "-i", "X=2x64:f32", "--no-host"])
+    assert result.exit_code == 2 and "name exactly one KERNEL" in result.output
+
+
+def test_the_json_file_is_strict_json(runner, tmp_path, monkeypatch):
+    """A NaN error went into the file as the bare word Infinity (invalid JSON), while stdout got "inf"."""
+    path = tmp_path / "bench.json"
+    monkeypatch.setattr(cli_bench, "_checker", lambda *a: (lambda outputs: float("inf")))
+    result = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host", *QUICK_WARM_UP, "--json", str(path)])
+    assert result.exit_code == 1  # WRONG
+    text = path.read_text("utf-8")
+    assert "Infinity" not in text and json.loads(text)["cases"][0]["max_error"] == "inf"
+    assert "WRONG: max error inf" in result.output
 
 
 def test_bench_plot(runner, tmp_path):
@@ -174,7 +214,7 @@ def test_bench_reports_stored_tuning(runner, tuning_dir, tmp_path):
     """With a tuned choice stored for the case's shape class, bench times it too ("tuned"), while
     the main figure stays the default selection."""
     cache = tuning.TuningCache(tuning_file(tuning_dir))
-    cache.record(QG, {"T": "float32"}, 4096, tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5))
+    cache.record(wk.get_kernel(QG).tuning_key, {"T": "float32"}, 4096, tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5))
     cache.save()
     path = tmp_path / "bench.json"
     out = invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(path)).output
@@ -190,7 +230,7 @@ def test_bench_reports_stored_tuning(runner, tuning_dir, tmp_path):
 def test_bench_does_not_retime_a_tuned_choice_equal_to_the_default(runner, tuning_dir, tmp_path):
     """When the tuner kept the default selection, the tuned figure is the default's own timing."""
     cache = tuning.TuningCache(tuning_file(tuning_dir))
-    cache.record(QG, {"T": "float32"}, 4096, tuning.TunedChoice("vec4", {"WORKGROUP_SIZE": 256}, 1e-5))
+    cache.record(wk.get_kernel(QG).tuning_key, {"T": "float32"}, 4096, tuning.TunedChoice("vec4", {"WORKGROUP_SIZE": 256}, 1e-5))
     cache.save()
     path = tmp_path / "bench.json"
     invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(path))
@@ -212,7 +252,7 @@ def test_tune_then_bench(runner, tuning_dir, tmp_path):
     assert f"saved: {path}" in out.replace("\n", "")
     assert "tiny-4096" in out and "speed-up" in out
     data = json.loads(path.read_text("utf-8"))
-    assert data["version"] == 1 and list(data["entries"]) == [TINY_KEY]
+    assert data["version"] == tuning.FILE_VERSION and list(data["entries"]) == [TINY_KEY]
     entry = data["entries"][TINY_KEY]
     assert entry["variant"] in kernel.variants  # any of the three may win on a CPU adapter
     assert set(entry["tunables"]) == {"WORKGROUP_SIZE"}
@@ -245,7 +285,7 @@ def dry_run(tmp_path_factory):
         mp.setattr(tuning, "_caches", {})
         result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["tune", QG_DIR, *TINY, "--dry-run"])
         device = wk.get_device()
-        held = tuning.cache_for(device.adapter.name, device.adapter.backend).lookup(QG, {"T": "float32"}, 4096)
+        held = tuning.cache_for(device.adapter.name, device.adapter.backend).lookup(wk.get_kernel(QG).tuning_key, {"T": "float32"}, 4096)
     return result, folder, held
 
 
@@ -402,3 +442,22 @@ def test_ort_cases_run_one_process_per_dtype_and_torch_in_one(monkeypatch):
     cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5)
     assert seen == [("torch", ["float16", "float32"], 5), ("ort-webgpu", ["float32"], 3), ("ort-webgpu", ["float16"], 2)]
     assert all(set(row["peers"]) == {"torch", "ort-webgpu"} for row in rows)
+
+
+def test_tune_skips_a_candidate_that_computes_something_else(runner, tuning_dir, tmp_path):
+    """A copy whose scalar variant writes nothing was timed fastest and stored, under the shipped
+    op id, so plain calls of the shipped kernel would have run it. Candidates must now agree with
+    the default's output, and results are keyed by the package's manifest and templates."""
+    root = copy_package(QG, tmp_path / "qg")
+    template = root / "quick-gelu.wgsl.jinja"
+    text = template.read_text("utf-8")
+    broken = "{% else %}\n  if (i >= params.count) {"
+    assert text.count(broken) == 1
+    template.write_text(text.replace(broken, "{% else %}\n  if (true) {"), "utf-8")
+    write_metadata(root)
+    copy = wk.load_kernel(root)
+    assert copy.op_id == QG and copy.tuning_key != wk.get_kernel(QG).tuning_key
+    out = invoke(runner, "tune", str(root), *TINY).output
+    assert "skipped (output differs from the default's): scalar" in " ".join(out.split())
+    entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
+    assert list(entries) == [f"{copy.tuning_key}|T=float32|2^12"] and entries[f"{copy.tuning_key}|T=float32|2^12"]["variant"] != "scalar"

@@ -305,3 +305,21 @@ def test_a_listed_file_replaced_by_a_device_says_so(qg: Path) -> None:
     with pytest.raises(DigestError, match="test.json: not a regular file") as info:
         open_folder(qg)
     assert info.value.file == "test.json"
+
+
+def test_digest_follows_a_renamed_op_and_skips_editor_backups(qg: Path) -> None:
+    """Starting a new op from a copy: digest kept the old id (validate then refused the package),
+    and an editor's backup file (x.jinja~) stopped it with an error."""
+    manifest = json.loads((qg / "manifest.json").read_text("utf-8"))
+    manifest["domain"], manifest["name"] = "com.example", "MyGelu"
+    (qg / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (qg / "quick-gelu.wgsl.jinja~").write_text("backup", encoding="utf-8")
+    (qg / "#quick-gelu.wgsl.jinja#").write_text("autosave", encoding="utf-8")
+    check = CliRunner().invoke(main, ["digest", str(qg), "--check"])
+    assert check.exit_code == 1 and "id: com.microsoft.QuickGelu -> com.example.MyGelu" in check.output
+    result = CliRunner().invoke(main, ["digest", str(qg)])
+    assert result.exit_code == 0, result.output
+    metadata = json.loads((qg / "metadata.json").read_text("utf-8"))
+    assert metadata["id"] == "com.example.MyGelu" and metadata["version"] == 1
+    assert not any(name.endswith("#") or name.endswith("~") for name in metadata["digest"]["files"])
+    assert wk.load_kernel(qg).op_id == "com.example.MyGelu"

@@ -453,3 +453,14 @@ def test_the_cli_says_when_the_cache_answered_for_an_unreachable_hub(server, hub
 def test_urls_get_the_repository_id_checks_too(name):
     with pytest.raises(PackageError, match="not a valid Hub repository id"):
         hub.classify(name)
+
+
+def test_the_global_trust_option_reaches_every_command(server):
+    """The refusal tells the user to pass --trust-remote-code; only `download` took it, so every
+    other command (info, run, test, bench...) could never load a repository of another organisation."""
+    refused = CliRunner().invoke(_cli(), ["info", OTHER_ORG])
+    assert refused.exit_code == 2 and "webgpu-kernels --trust-remote-code COMMAND" in refused.output
+    result = CliRunner().invoke(_cli(), ["--trust-remote-code", "info", OTHER_ORG, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["op"] == OP_ID
+    assert CliRunner().invoke(_cli(), ["--trust-remote-code", "download", OTHER_ORG, "--version", "1"]).exit_code == 0

@@ -242,3 +242,30 @@ def test_float16_cases_are_skipped_without_shader_f16(monkeypatch: pytest.Monkey
     assert [(r.case, r.status) for r in report.results] == [("rank0-f16", "skip")]
     assert report.results[0].message == "this adapter has no shader-f16 feature"
     assert report.ok
+
+
+def test_a_case_filter_that_matches_nothing_fails(runner: CliRunner) -> None:
+    """`test --case 'nomatch*'` said "all passed" with exit status 0: a typo in a CI filter ran nothing."""
+    result = runner.invoke(main, ["test", QUICK_GELU, "--case", "nomatch*"])
+    assert result.exit_code == 1 and "no test.json case matches --case nomatch*" in result.stdout, result.output
+    data = json.loads(runner.invoke(main, ["test", QUICK_GELU, "--case", "nomatch*", "--json"]).stdout)
+    assert data["ok"] is False
+
+
+def test_run_reports_the_variant_a_stored_tuning_result_picks(runner: CliRunner, tmp_path, monkeypatch) -> None:
+    """`run` passes tunables={} and reported the selection of explain(); a plain call ran the tuned plan."""
+    from webgpu_kernels import tuning
+
+    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "tuning"))
+    tuning._caches.clear()
+    device = wk.get_device()
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    cache.record(wk.get_kernel(QUICK_GELU).tuning_key, {"T": "float32"}, 4096,
+                 tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5))  # fmt: skip
+    try:
+        data = json.loads(runner.invoke(main, ["run", QUICK_GELU, "-i", "X=4096:f32", "--json"]).stdout)
+        assert data["variant"] == "scalar" and data["tuned"] is True
+        plain = json.loads(runner.invoke(main, ["run", QUICK_GELU, "-i", "X=8192:f32", "--json"]).stdout)
+        assert plain["tuned"] is False  # another shape class (2^13): no entry
+    finally:
+        tuning._caches.clear()

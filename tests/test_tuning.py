@@ -22,6 +22,8 @@ QG = "com.microsoft.QuickGelu"
 QG_F32 = {"T": "float32"}
 N = 4096  # shape class 2^12; QuickGelu's default selection there is vec4 with WORKGROUP_SIZE 256
 SCALAR_64 = tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5)
+#: What calls look entries up by: the op id and a digest of the package's manifest and templates.
+QG_KEY = wk.get_kernel(QG).tuning_key
 
 
 @pytest.fixture
@@ -53,7 +55,7 @@ def plans_run(monkeypatch):
 def store(path, choice, elements=N, dtypes=QG_F32):
     """Write a tuning file holding one QuickGelu entry, the way `tune` does (record + save)."""
     cache = tuning.TuningCache(path)
-    cache.record(QG, dtypes, elements, choice)
+    cache.record(QG_KEY, dtypes, elements, choice)
     cache.save()
 
 
@@ -145,7 +147,7 @@ def test_record_save_lookup_round_trip(tuning_dir):
     assert not path.exists()  # record alone writes nothing
     cache.save()
     data = json.loads(path.read_text("utf-8"))
-    assert data == {"version": 1, "entries": {
+    assert data == {"version": 2, "entries": {
         "com.microsoft.QuickGelu|T=float32|2^12": {"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 64},
                                                    "median_s": 1e-5}}}  # fmt: skip
     assert sorted(p.name for p in tuning_dir.iterdir()) == ["gpu.json"]  # no temporary file left
@@ -212,7 +214,7 @@ def test_corrupt_file_is_ignored(adapter_file, fresh_kernel, plans_run, content)
 def test_malformed_entries_are_ignored(adapter_file, fresh_kernel, entries):
     """A hand-edited or foreign file with well-formed JSON but malformed entries must not break calls."""
     adapter_file.parent.mkdir(parents=True)
-    adapter_file.write_text(json.dumps({"version": 1, "entries": entries}), "utf-8")
+    adapter_file.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": entries}), "utf-8")
     x = np.linspace(-4, 4, N, dtype=np.float32)
     assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
 
@@ -220,7 +222,7 @@ def test_malformed_entries_are_ignored(adapter_file, fresh_kernel, entries):
 def test_other_version_file_is_ignored(adapter_file, fresh_kernel, plans_run):
     """A tuning file of another format version is not trusted."""
     adapter_file.parent.mkdir(parents=True)
-    adapter_file.write_text(json.dumps({"version": 2, "entries": {tuning.entry_key(QG, QG_F32, N): {
+    adapter_file.write_text(json.dumps({"version": 1, "entries": {tuning.entry_key(QG_KEY, QG_F32, N): {
         "variant": "scalar", "tunables": {"WORKGROUP_SIZE": 64}, "median_s": 1e-5}}}), "utf-8")  # fmt: skip
     x = np.linspace(-4, 4, N, dtype=np.float32)
     assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
@@ -266,7 +268,7 @@ def test_a_result_recorded_later_applies_to_shapes_already_run(adapter_file, fre
     assert_quick_gelu(k({"X": x})["Y"], x)
     assert plans_run[-1].variant == "vec4"
     cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
-    cache.record(QG, QG_F32, N, SCALAR_64)
+    cache.record(QG_KEY, QG_F32, N, SCALAR_64)
     assert_quick_gelu(k({"X": x})["Y"], x)
     assert plans_run[-1].variant == "scalar" and grid_of(plans_run[-1]) == [(64, 1, 1)]
 
@@ -325,7 +327,7 @@ def test_no_tuning_env_restores_default(adapter_file, fresh_kernel, plans_run, m
 def test_stale_entry_falls_back(adapter_file, fresh_kernel, plans_run, entry):
     """An entry the kernel cannot honour (a variant it lacks, tunables it refuses) is skipped."""
     adapter_file.parent.mkdir(parents=True)
-    adapter_file.write_text(json.dumps({"version": 1, "entries": {tuning.entry_key(QG, QG_F32, N): entry}}), "utf-8")
+    adapter_file.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {tuning.entry_key(QG_KEY, QG_F32, N): entry}}), "utf-8")
     x = np.linspace(-5, 5, N, dtype=np.float32)
     assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
     assert plans_run[-1].variant == "vec4" and grid_of(plans_run[-1]) == [(4, 1, 1)]
@@ -337,3 +339,15 @@ def test_variant_inapplicable_to_call_falls_back(adapter_file, fresh_kernel, pla
     x = np.linspace(-5, 5, N + 1, dtype=np.float32)
     assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
     assert plans_run[-1].variant == "vec4_tail"
+
+
+def test_empty_tunables_follow_the_stored_choice_like_none(adapter_file, fresh_kernel, plans_run):
+    """tunables={} (no override, as the CLI passes) shared a plan key with None but skipped the
+    tuning lookup, so whichever came first decided for both."""
+    store(adapter_file, SCALAR_64)
+    x = np.linspace(-4, 4, N, dtype=np.float32)
+    k = fresh_kernel()
+    for tunables in ({}, None):
+        assert_quick_gelu(k({"X": x}, tunables=tunables)["Y"], x)
+        assert plans_run[-1].variant == "scalar", tunables
+    assert k.plan({"X": x}, tuned=True)[1].variant == "scalar" and k.plan({"X": x})[1].variant == "vec4"

@@ -267,3 +267,17 @@ def test_cli_validate_isolated_crash(qg: Path, runner: CliRunner, monkeypatch: p
     result = runner.invoke(main, ["validate", "--isolate", str(qg)])
     assert result.exit_code == 1
     assert "exit status 70 while compiling variant 'vec4' (float32) for case 'vec4-2x64-f32'" in result.stdout
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--adapter", "no-such-adapter", "validate"], "no adapter matches 'no-such-adapter'"),
+    (["validate", "@manifest"], "a file, not a package folder"),
+])  # fmt: skip
+def test_the_callers_mistakes_exit_2_not_invalid(qg: Path, runner: CliRunner, args, fragment) -> None:
+    """A mistyped --adapter, or manifest.json named instead of its folder, read as "INVALID" (exit 1)
+    with "not checked (no GPU adapter)"; exit status 1 is for packages that are invalid."""
+    args = [a if a != "@manifest" else str(qg / "manifest.json") for a in args]
+    if args[-1] == "validate":
+        args.append(str(qg))
+    result = runner.invoke(main, args)
+    assert result.exit_code == 2 and fragment in result.output and "INVALID" not in result.output, result.output

@@ -236,10 +236,19 @@ def resolve_kernel(ref: str) -> Kernel:
         return load_kernel(path)
     if "/" in ref:
         repo, _, pin = ref.partition("@")
+        trust = trusting()
         if pin.startswith("v") and pin[1:].isdigit():
-            return get_kernel(repo, version=int(pin[1:]))
-        return get_kernel(repo, revision=pin) if pin else get_kernel(repo, version=1)
+            return get_kernel(repo, version=int(pin[1:]), trust_remote_code=trust)
+        if pin:
+            return get_kernel(repo, revision=pin, trust_remote_code=trust)
+        return get_kernel(repo, version=1, trust_remote_code=trust)
     return get_kernel(ref)
+
+
+def trusting() -> bool:
+    """Whether the command line says --trust-remote-code (before the command)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.find_root().params.get("trust_remote_code"))
 
 
 def _adapter(ctx: click.Context) -> str | None:
@@ -265,12 +274,14 @@ def _input_options(fn: Any) -> Any:
 @click.option("--adapter", metavar="NAME|BACKEND", envvar=ADAPTER_ENV, show_envvar=True, default=None,
               help="The WebGPU adapter: a backend (vulkan, metal, d3d12, gl) or part of its name. "
                    "Default: the best one present.")  # fmt: skip
+@click.option("--trust-remote-code", is_flag=True,
+              help="Allow a Hub repository outside the webgpu-kernels organisation (or given by URL) as KERNEL.")
 @click.version_option(__version__, "--version", "-V", prog_name="webgpu-kernels")
-def main(adapter: str | None) -> None:
+def main(adapter: str | None, trust_remote_code: bool) -> None:
     """Run manifest-driven WebGPU compute kernels natively (wgpu-py).
 
-    KERNEL is an embedded op id (see `webgpu-kernels list`) or the path of a kernel package
-    folder holding a manifest.json and its templates.
+    KERNEL is an embedded op id (see `webgpu-kernels list`), the path of a kernel package
+    folder holding a manifest.json and its templates, or a Hub kernel repository org/op[@vN].
     """
 
 

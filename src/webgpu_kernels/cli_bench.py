@@ -8,7 +8,9 @@ tunables per case and stores the fastest per adapter and shape class (tuning.py)
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -35,7 +37,7 @@ from .benchmark import (
     warm_up,
 )  # fmt: skip
 from .casefile import BENCH_FILE, parse_bench_file
-from .cli import _adapter, _console, _echo_json, _inputs_callback, resolve_kernel
+from .cli import DTYPE_ALIASES, _adapter, _console, _echo_json, _inputs_callback, _jsonable, resolve_kernel
 from .device import env_count, get_device
 from .errors import KernelError
 from .kernel import Kernel
@@ -62,12 +64,13 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
          "inputs": {role: {"shape": shape, "dtype": dtype} for role, (shape, dtype) in inst.inputs.items()}}
         for case in bench.cases for inst in case.expand(kernel.manifest)
     ]  # fmt: skip
-    if names:
-        cases = [c for c in cases if any(n in c["name"] for n in names)]
+    if names:  # a part of the name, or a glob as `test --case` takes
+        cases = [c for c in cases if any(n in c["name"] or fnmatch.fnmatchcase(c["name"], n) for n in names)]
     if tags:
         cases = [c for c in cases if set(tags) & set(c["tags"])]
     if dtypes:
-        cases = [c for c in cases if set(c["types"].values()) <= set(dtypes)]
+        wanted = {DTYPE_ALIASES.get(d.strip().lower(), d) for d in dtypes}  # f16 as -i takes it
+        cases = [c for c in cases if set(c["types"].values()) <= wanted]
     return cases
 
 
@@ -93,6 +96,21 @@ def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float]) -> float:
     return cache[nbytes]
 
 
+#: bench and tune: the seed of the random inputs.
+SEED_OPTION = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                           help="Seed of the random inputs.")  # fmt: skip
+
+
+def _writable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An output file's folder must exist and be writable now, not after a run of many minutes."""
+    if value is None or value == "-":
+        return value
+    folder = Path(value).expanduser().resolve().parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise click.BadParameter(f"cannot write {value!r}: {folder} is not a writable folder", ctx=ctx, param=param)
+    return value
+
+
 #: bench and tune: seconds of GPU load before their first timing (benchmark.warm_up).
 WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Seconds of back-to-back copies before the first timing, so the GPU's clocks are up.")  # fmt: skip
@@ -102,20 +120,22 @@ WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=click.FloatRange(mi
 @click.argument("kernels", nargs=-1)
 @click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE", callback=_inputs_callback,
               help="Benchmark this shape instead of bench.json cases (one kernel).")  # fmt: skip
-@click.option("--case", "names", multiple=True, help="Only cases whose name contains this. Repeatable.")
+@click.option("--case", "names", multiple=True,
+              help="Only cases whose name contains this or matches it as a glob. Repeatable.")  # fmt: skip
 @click.option("--tag", "tags", multiple=True, help="Only cases with this tag (large, small, model:...). Repeatable.")
-@click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype (float32, float16). Repeatable.")
+@click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")
 @click.option("--compare", is_flag=True, help="Also run torch (eager, torch.compile) and ONNX Runtime WebGPU.")
 @click.option("--compile-tag", default="large", show_default=True,
               help="torch.compile only cases with this tag (compiles take seconds each); 'all' for every case.")
 @click.option("--host/--no-host", default=True, show_default=True,
               help="Also measure host cost per call and NumPy round trips.")  # fmt: skip
-@click.option("--calls", default=10_000, show_default=True, help="Calls timed for the per-call host cost.")
+@click.option("--calls", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Calls timed for the per-call host cost.")  # fmt: skip
 @WARM_UP_OPTION
-@click.option("--seed", default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+@SEED_OPTION
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, callback=_writable,
               help="Write all results as JSON to this file ('-' for stdout).")  # fmt: skip
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=_writable,
               help="Save bandwidth against size, with the rooflines, to this PNG.")  # fmt: skip
 @click.pass_context
 def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], names: tuple[str, ...],
@@ -133,8 +153,14 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     device = get_device(_adapter(ctx))
     peak = known_peak(device.adapter.name)
     console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
+    if inputs and len(kernels) != 1:
+        raise click.UsageError("-i/--input gives one kernel's shapes: name exactly one KERNEL with it")
+    if inputs and (names or tags or dtypes):
+        raise click.UsageError("-i/--input replaces bench.json's cases: --case, --tag and --dtype do not apply")
     loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
     plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
+    if not plan:
+        raise click.UsageError("no bench.json case matches --case/--tag/--dtype (nothing to time)")
     tuning_cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
     rows: list[dict[str, Any]] = []
     copies: dict[int, float] = {}
@@ -167,8 +193,8 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
 
     def save() -> None:
         # Written after every phase, so a run cut short still leaves its figures.
-        if json_path and json_path != "-":
-            Path(json_path).write_text(json.dumps(results, indent=1), "utf-8")
+        if json_path and json_path != "-":  # as stdout gets it: strict JSON ("inf" as a string)
+            Path(json_path).write_text(json.dumps(_jsonable(results), indent=1, allow_nan=False), "utf-8")
 
     if host:
         # Measured again after the GPU timing, for the record (see above).
@@ -184,6 +210,11 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     if plot_path:
         _plot(rows, peak, plot_path)
         console.print(f"plot: {plot_path}")
+    failed = [r for r in rows if "error" in r or not r.get("error_ok", True)]
+    if failed:  # a CI job must see it: exit status 1, as `test` and `validate` do
+        names_ = ", ".join(f"{r['kernel'].split('.')[-1]} {r['case']} {r['dtype']}" for r in failed)
+        console.print(Text(f"{len(failed)} of {len(rows)} cases failed (error or WRONG output): {names_}", style="red"))
+        ctx.exit(1)
 
 
 def _warm_up(progress: Progress, device: Any, seconds: float) -> None:
@@ -203,7 +234,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache:
     try:
         # The default selection (manifest tunables), then the tuned choice if `tune` stored one.
         elements = max(a.size for a in arrays.values())
-        choice = tuning_cache.lookup(kernel.op_id, _type_bindings(kernel, arrays), elements)
+        choice = tuning_cache.lookup(kernel.tuning_key, _type_bindings(kernel, arrays), elements)
         result = bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
                               check=_checker(kernel, arrays, attrs))  # fmt: skip
         row.update(result.as_dict())
@@ -315,8 +346,9 @@ def _one_line(row: dict[str, Any]) -> str:
     if "error" in row:
         return f"{name}: error {row['error'][:100]}"
     tuned = f", tuned {row['tuned']['tbps']:.3f} TB/s" if "tuned" in row else ""
+    wrong = "" if row.get("error_ok", True) else f", WRONG: max error {row['max_error']:.3g}"
     return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {row['tbps']:.3f} TB/s "
-            f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}")  # fmt: skip
+            f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}{wrong}")  # fmt: skip
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -347,6 +379,9 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
             _fmt(ort_peer.get("numpy_roundtrip_s") and ort_peer["numpy_roundtrip_s"] * 1e3, ".3f"),
             _fmt(torch_peer.get("transfer_s") and torch_peer["transfer_s"] * 1e3, ".3f"), err,
         )  # fmt: skip
+    # 18 columns: a log (no terminal) gets them whole rather than cells cut to "Quick…"
+    if not console.is_terminal:
+        console.width = max(console.width, 250)
     console.print(table)
     for row in rows:
         if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
@@ -402,11 +437,12 @@ def _plot(rows: list[dict[str, Any]], peak: float | None, path: str) -> None:
 
 @click.command("tune")
 @click.argument("kernels", nargs=-1)
-@click.option("--case", "names", multiple=True, help="Only cases whose name contains this. Repeatable.")
+@click.option("--case", "names", multiple=True,
+              help="Only cases whose name contains this or matches it as a glob. Repeatable.")  # fmt: skip
 @click.option("--tag", "tags", multiple=True, help="Only cases with this tag. Repeatable.")
-@click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype. Repeatable.")
+@click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")
 @WARM_UP_OPTION
-@click.option("--seed", default=0, show_default=True)
+@SEED_OPTION
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
 @click.pass_context
 def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...], tags: tuple[str, ...],
@@ -417,6 +453,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
     loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
     work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, {})]
+    if not work:
+        raise click.UsageError("no bench.json case matches --case/--tag/--dtype (nothing to tune)")
     table = Table(title=f"tuning on {device.adapter.label()}")
     for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
         table.add_column(col)
@@ -430,23 +468,35 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
             # Full timing first: it also brings the GPU to sustained load before the search.
             default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
             best = (default.median_s, default.variant, defaults)
+            # A candidate must compute what the default computes: a variant that skips its work
+            # would otherwise "win" and be stored for every later call.
+            agrees = _agrees_with(kernel(arrays, attrs=case["attrs"], tunables=defaults), case)
             accepted = [v.variant for v in kernel.explain(arrays, attrs=case["attrs"]).verdicts if v.accepted]
+            skipped: list[str] = []
             for variant in accepted:
                 for tunables in _tunable_candidates(kernel, device):
                     if (variant, tunables) == (default.variant, defaults):
                         continue  # timed in full above; a short re-timing could only flatter it
                     try:
                         r = bench_kernel(kernel, arrays, attrs=case["attrs"], variant=variant, tunables=tunables,
-                                         min_total_s=0.1, min_batches=3)  # fmt: skip
+                                         min_total_s=0.1, min_batches=3, check=agrees)  # fmt: skip
                     except KernelError:
+                        continue
+                    if not r.max_error <= ERROR_TOLERANCE.get(",".join(sorted(case["types"].values())), 1e-2):
+                        skipped.append(f"{variant} {tunables}")
                         continue
                     if r.median_s < best[0]:
                         best = (r.median_s, variant, tunables)
             if (best[1], best[2]) != (default.variant, defaults):
                 best = _confirm(kernel, arrays, case["attrs"], default, best)
+            if (best[1], best[2]) == (default.variant, defaults):
+                best = (default.median_s, default.variant, defaults)  # its own full timing: no false "1.01x"
+            if skipped:
+                progress.console.print(Text(f"{kernel.manifest.name} {case['name']}: skipped (output differs from the "
+                                            f"default's): {', '.join(skipped)}", style="yellow"))  # fmt: skip
             if not dry_run:
                 elements = max(a.size for a in arrays.values())
-                cache.record(kernel.op_id, _type_bindings(kernel, arrays), elements,
+                cache.record(kernel.tuning_key, _type_bindings(kernel, arrays), elements,
                              tuning.TunedChoice(best[1], best[2], best[0]))  # fmt: skip
                 cache.save()  # after every case: an interrupted search keeps what it found
             table.add_row(kernel.manifest.name, case["name"], ",".join(sorted(case["types"].values())),
@@ -458,6 +508,11 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     console.print(table)
     if not dry_run:
         console.print(f"saved: {cache.path}")
+
+
+def _agrees_with(expected: dict[str, Any], case: dict[str, Any]) -> Any:
+    reference = {name: np.asarray(value, dtype=np.float64) for name, value in expected.items()}
+    return lambda outputs: max_abs_error(outputs, reference)
 
 
 def _confirm(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,

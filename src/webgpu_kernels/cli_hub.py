@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from . import hub
-from .cli import _console, _echo_json
+from .cli import _console, _echo_json, trusting
 from .errors import PackageError
 from .kernel import Kernel
 
@@ -40,6 +40,7 @@ def download_cmd(repo: str, version: int | None, revision: str | None, trust_rem
                                  param_hint="REPO")  # fmt: skip
     if version is None and revision is None:
         raise click.UsageError("give --version N (revision vN) or --revision REV")
+    trust_remote_code = trust_remote_code or trusting()  # after the command, or before it as for the others
     hub.check_trust(location, trust_remote_code=trust_remote_code, shown=repo)
     kernel = hub.load(location.value, version=version, revision=revision, trust_remote_code=trust_remote_code,
                       endpoint=location.endpoint, url_like=location.url_like)  # fmt: skip

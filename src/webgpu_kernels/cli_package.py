@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .device import choose_adapter
 from .digests import METADATA_FILE, build_metadata, write_metadata
 from .errors import KernelError, PackageError
 from .package import embedded_ids, embedded_root, open_folder
@@ -95,10 +96,11 @@ def _err(value: float | None) -> str:
 def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
     """Write or refresh PATH/metadata.json: the sha256 of every file of the package.
 
-    Keeps the id, version and provenance already there; a new metadata.json takes its id from
-    the manifest (domain.name) and its version from sinceVersion.
+    The id is the manifest's domain.name; the version and provenance already there are kept (a
+    new metadata.json takes its version from sinceVersion). Editor backups (x~, #x#) are skipped.
     """
     root = path.expanduser().resolve()
+    old_id = _metadata_id(root)
     if check:
         existing = None
         if (root / METADATA_FILE).is_file():
@@ -126,8 +128,18 @@ def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
                           ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"))  # fmt: skip
         else:
             console.print(f"wrote {root / METADATA_FILE}")
-    if check and not current:
+        if old_id is not None and old_id != metadata["id"]:
+            console.print(f"id: {old_id} -> {metadata['id']} (the manifest's domain.name)")
+    if check and (not current or old_id != metadata["id"]):
         click.get_current_context().exit(1)
+
+
+def _metadata_id(root: Path) -> str | None:
+    try:
+        data = open_folder(root, verify_digests=False).read_json(METADATA_FILE)
+    except KernelError:
+        return None
+    return data.get("id") if isinstance(data, dict) and isinstance(data.get("id"), str) else None
 
 
 # --- test -------------------------------------------------------------------------------------------
@@ -168,6 +180,8 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
                                                     timeout=timeout)  # fmt: skip
             else:
                 report = run_package_tests(kernel, adapter=adapter, cases=cases or None, progress=progress)
+        if cases and not report.results and report.error is None:  # a typo in a CI filter must not pass
+            report.error = f"no test.json case matches --case {' '.join(cases)}"
         reports.append(report)
     ok = all(r.ok for r in reports)
     if as_json:
@@ -218,6 +232,8 @@ def _package_path(ref: str) -> Path:
     if ref in embedded_ids():  # before a same-named folder in the working directory, as resolve_kernel
         return embedded_root() / ref
     path = Path(ref).expanduser()
+    if path.is_file():
+        raise PackageError("a file, not a package folder (name the folder that holds manifest.json)", path=str(path))
     if path.exists() or "/" in ref:
         return path
     raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel")
@@ -243,6 +259,8 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool, timeou
     """
     adapter = _adapter(ctx)
     root = _package_path(path)
+    if gpu and adapter is not None:
+        choose_adapter(adapter)  # a mistyped --adapter is the caller's error (exit 2), not the package's
     status = _console(stderr=True)
     with _progress(status, f"validating {root.name}") as progress:
         if isolate:

@@ -25,7 +25,7 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 @click.command("run")
 @_input_options
 @click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--repeat", type=click.IntRange(min=0), default=10, show_default=True,
               help="Timed calls after the first one (their median is reported).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -36,10 +36,10 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     adapter = _adapter(ctx)
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
-    # The contract check (and the variant selection) before any data or GPU work.
-    explanation = k.explain(metas, attrs=attrs, tunables=tunables, adapter=adapter)
-    if explanation.refused:  # the call's own typed error, before gigabytes of random data are made
-        k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
+    # The plan the call will run (a stored tuning result included): the contract, the selection and
+    # the device's limits are checked, with the call's own typed errors, before any data is made
+    # (gigabytes of random data for an input the device would refuse).
+    _, plan = k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter, tuned=True)
     arrays = random_inputs(inputs, seed)
     status_console = _console(stderr=True)
     with _status(status_console, f"running {k.op_id} ..."):
@@ -53,8 +53,8 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
             times.append(time.perf_counter() - start)
     all_attrs = {**k.manifest.attributes, **attrs}
     report: dict[str, Any] = {
-        "op": k.op_id, "adapter": choose_adapter(adapter).label(), "variant": variant or explanation.chosen,
-        "forced": variant is not None, "seed": seed,
+        "op": k.op_id, "adapter": choose_adapter(adapter).label(), "variant": plan.variant,
+        "forced": variant is not None, "tuned": plan is not k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)[1], "seed": seed,
         "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype} for n, s in inputs.items()},
         "attrs": all_attrs, "tunables": {**k.manifest.tunables, **tunables},
         "outputs": {name: summarize(array) for name, array in outputs.items()},
@@ -156,7 +156,8 @@ def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
     console.print(f"inputs (standard normal, seed {r['seed']}): {inputs}", soft_wrap=True)
     if r["attrs"]:
         console.print("attributes: " + ", ".join(f"{k}={_fmt(v)}" for k, v in r["attrs"].items()))
-    console.print(f"variant: {r['variant']}" + (" (forced)" if r["forced"] else " (selected)"))
+    how = " (forced)" if r["forced"] else (" (a stored tuning result)" if r["tuned"] else " (selected)")
+    console.print(f"variant: {r['variant']}{how}")
 
     table = Table(title="Outputs", title_justify="left")
     for col in ("output", "shape", "dtype", "min", "max", "mean", "NaN"):

@@ -92,7 +92,7 @@ def package_files(root: Path) -> list[str]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIPPED_DIRS)
         rel_dir = PurePosixPath(Path(dirpath).relative_to(root).as_posix())
         for filename in filenames:
-            if filename.startswith("."):
+            if filename.startswith(".") or _editor_backup(filename):
                 continue
             rel = (rel_dir / filename).as_posix()
             rel = rel.removeprefix("./")
@@ -102,6 +102,11 @@ def package_files(root: Path) -> list[str]:
             if len(names) > MAX_PACKAGE_FILES:
                 raise PackageError(f"more than {MAX_PACKAGE_FILES} files: not a kernel package", path=str(root))
     return sorted(names)
+
+
+def _editor_backup(filename: str) -> bool:
+    """Emacs/vim backup and autosave files (``x.jinja~``, ``#x.jinja#``): never part of a package."""
+    return filename.endswith("~") or (filename.startswith("#") and filename.endswith("#"))
 
 
 def read_file(root: Path, name: str) -> bytes:
@@ -257,18 +262,20 @@ class DigestChange:
 
 
 def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[DigestChange]]:
-    """metadata.json for the folder as it is now, keeping ``existing``'s id, version and provenance."""
+    """metadata.json for the folder as it is now: the id from the manifest (domain.name, which
+    metadata.json must match), ``existing``'s version and provenance kept."""
     from . import __version__
 
     manifest = _read_manifest(root)
     existing = dict(existing or {})
-    op_id = existing.get("id")
-    if not isinstance(op_id, str):
-        domain, name = manifest.get("domain"), manifest.get("name")
-        if not isinstance(domain, str) or not isinstance(name, str):
-            raise PackageError("the manifest has no domain and name to take the package id from",
-                               path=str(root / MANIFEST_FILE))  # fmt: skip
-        op_id = f"{domain}.{name}"
+    domain, name = manifest.get("domain"), manifest.get("name")
+    if isinstance(domain, str) and isinstance(name, str):
+        op_id = f"{domain}.{name}"  # a copy renamed to a new op takes its new id (the old one would be refused)
+    elif isinstance(existing.get("id"), str):
+        op_id = existing["id"]
+    else:
+        raise PackageError("the manifest has no domain and name to take the package id from",
+                           path=str(root / MANIFEST_FILE))  # fmt: skip
     version = existing.get("version")
     if not isinstance(version, int) or isinstance(version, bool):
         version = manifest.get("sinceVersion", 1)

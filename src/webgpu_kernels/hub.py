@@ -141,7 +141,8 @@ def check_trust(location: Location, *, trust_remote_code: bool, shown: str) -> b
     if not trust_remote_code:
         raise TrustError(
             f"refusing to load {shown!r}: {reason}. Its templates become shaders that run on your GPU; "
-            "pass trust_remote_code=True (--trust-remote-code on the command line), and expected_op_id=..., "
+            "pass trust_remote_code=True (on the command line: webgpu-kernels --trust-remote-code COMMAND ...), "
+            "and expected_op_id=..., "
             "if you trust its author",
             location=shown, reason=reason,
         )  # fmt: skip

@@ -7,6 +7,7 @@ uniform buffers and the grid. A call whose signature was seen before evaluates n
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 from collections import OrderedDict
@@ -92,6 +93,20 @@ class Kernel:
     def variants(self) -> list[str]:
         return [v.id for v in self.manifest.variants]
 
+    @property
+    def tuning_key(self) -> str:
+        """The op id and a digest of the manifest and templates: autotuning results belong to this
+        package's code (a local copy being edited, same op id, has its own)."""
+        key = self.__dict__.get("_tuning_key")
+        if key is None:
+            names = [MANIFEST_FILE] + sorted({p.shader for v in self.manifest.variants for p in v.passes})
+            digest = hashlib.sha256()
+            for name in names:
+                data = self.package.read_bytes(name)
+                digest.update(f"{name}:{len(data)}:".encode() + data)
+            key = self.__dict__["_tuning_key"] = f"{self.op_id}@{digest.hexdigest()[:16]}"
+        return key
+
     def __repr__(self) -> str:
         return f"Kernel({self.op_id!r}, variants={self.variants}, origin={self.package.origin!r})"
 
@@ -132,7 +147,7 @@ class Kernel:
         arrays = _prepare_inputs(inputs, device, host_ready=False)
         metas = {k: (v.shape, v.dtype.name) for k, v in arrays.items()}
         signature = check_call(self.manifest, metas, attrs, tunables)
-        if variant is None and tunables is None:
+        if variant is None and not tunables:  # {} is no override too (the fast-path key says the same)
             plan = self._tuned_plan(metas, attrs, signature, device)
         if plan is None:
             plan = self._plan(signature, variant, device)
@@ -197,11 +212,16 @@ class Kernel:
         variant: str | None = None,
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
+        tuned: bool = False,
     ) -> tuple[Device, ExecutionPlan]:
         """The device and the cached execution plan of the manifest's own selection for these inputs
-        (``variant``/``tunables`` as given; stored autotuning results are not applied here, so that
-        ``bench`` can time the default against the tuned choice)."""
+        (``variant``/``tunables`` as given). Stored autotuning results apply only with ``tuned=True``
+        (what a call would run), so that ``bench`` can time the default against the tuned choice."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
+        if tuned and variant is None and not tunables:
+            plan = self._tuned_plan(_metas(inputs), attrs, signature, device)
+            if plan is not None:
+                return device, plan
         return device, self._plan(signature, variant, device)
 
     # --- plans ------------------------------------------------------------------------------
@@ -245,7 +265,7 @@ class Kernel:
         """The plan with the variant and tunables `webgpu-kernels tune` found fastest, if any applies."""
         elements = max((math.prod(shape) for shape, _ in metas.values()), default=0)
         cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
-        choice = cache.lookup(self.op_id, signature.type_bindings(), elements)
+        choice = cache.lookup(self.tuning_key, signature.type_bindings(), elements)
         if choice is None:
             return None
         try:

@@ -1,8 +1,9 @@
 """Autotuning results: one JSON file per adapter, consulted when a call leaves the choice open.
 
-An entry is keyed by op id, the dtypes of the call and its shape class (the number of elements
-of its largest input, rounded down to a power of two), and records the variant and tunables that ran
-fastest there. Calls that pass neither ``variant`` nor ``tunables`` use a matching entry; an
+An entry is keyed by the kernel's tuning key (its op id and a digest of its manifest and
+templates, so that a copy being edited never answers for the shipped package), the dtypes of the
+call and its shape class (the number of elements of its largest input, rounded down to a power of
+two), and records the variant and tunables that ran fastest there. Calls that pass neither ``variant`` nor ``tunables`` use a matching entry; an
 entry whose variant does not apply to the call is ignored.
 """
 
@@ -20,7 +21,8 @@ CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
 DISABLE_ENV = "WEBGPU_KERNELS_NO_TUNING"
 
 
-FILE_VERSION = 1
+#: 2: entries keyed by the package's tuning key, not the op id alone (version-1 files are ignored).
+FILE_VERSION = 2
 
 
 def tuning_dir() -> Path:
