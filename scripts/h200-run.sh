@@ -6,6 +6,7 @@
 #   bash scripts/h200-run.sh roundtrip   the comparison on the small, model and large cases only
 #   bash scripts/h200-run.sh tiny   small round trips against ORT next to wgpu-native's submit-and-map floor
 #   bash scripts/h200-run.sh hostab [DIR]   host cost per call, this tree against DIR/src (default ab-old), interleaved
+#   bash scripts/h200-run.sh tunecheck   the tuner alone on the large cases
 #   bash scripts/h200-run.sh tests   the test suite on the H200
 #   bash scripts/h200-run.sh warmup   the first small cases in fresh processes, with and without bench's warm-up
 #   bash scripts/h200-run.sh ortcheck   ORT WebGPU's raw timing batches at 84M (scripts/ort_timing_probe.py)
@@ -45,6 +46,8 @@ case "${1:-bench}" in
       PYTHONPATH=/tmp/site:$src timeout 60 python3 -c "import webgpu_kernels; print(webgpu_kernels.__file__)" 2>&1 | tee -a "$OUT/host-ab.log"
       PYTHONPATH=/tmp/site:$src timeout 60 python3 scripts/host_cost.py 2>&1 | tee -a "$OUT/host-ab.log"
     done; done ;;
+  tunecheck)  # the tuner alone on the large cases (since it checks candidates' outputs and keys by package)
+    tune 120 ;;
   tests)  # the whole suite on the real GPU (first run, before commit ddb2cbd: 1552 passed, 4 skipped, 2 errors,
           # docs/perf/h200-pytest.log; 1560 passed, 6 skipped, -3.log from `wait`; -4.log: two rendering
           # assertions behind the BiasAdd f16 template, fixed; 1635 passed, 6 skipped, -5.log; -6.log: a timing
