@@ -47,7 +47,7 @@ case "${1:-bench}" in
       PYTHONPATH=/tmp/site:$src timeout 60 python3 scripts/host_cost.py 2>&1 | tee -a "$OUT/host-ab.log"
     done; done ;;
   tunecheck)  # the tuner alone on the large cases (since it checks candidates' outputs and keys by package)
-    tune 120 ;;
+    tune 120; echo "tuning done after ${SECONDS} s" | tee -a "$OUT/tune.log" ;;
   tests)  # the whole suite on the real GPU (first run, before commit ddb2cbd: 1552 passed, 4 skipped, 2 errors,
           # docs/perf/h200-pytest.log; 1560 passed, 6 skipped, -3.log from `wait`; -4.log: two rendering
           # assertions behind the BiasAdd f16 template, fixed; 1635 passed, 6 skipped, -5.log; -6.log: a timing
