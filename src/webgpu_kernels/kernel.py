@@ -7,6 +7,7 @@ uniform buffers and the grid. A call whose signature was seen before evaluates n
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import threading
@@ -93,19 +94,15 @@ class Kernel:
     def variants(self) -> list[str]:
         return [v.id for v in self.manifest.variants]
 
-    @property
+    @functools.cached_property
     def tuning_key(self) -> str:
         """The op id and a digest of the manifest and templates: autotuning results belong to this
         package's code (a local copy being edited, same op id, has its own)."""
-        key = self.__dict__.get("_tuning_key")
-        if key is None:
-            names = [MANIFEST_FILE] + sorted({p.shader for v in self.manifest.variants for p in v.passes})
-            digest = hashlib.sha256()
-            for name in names:
-                data = self.package.read_bytes(name)
-                digest.update(f"{name}:{len(data)}:".encode() + data)
-            key = self.__dict__["_tuning_key"] = f"{self.op_id}@{digest.hexdigest()[:16]}"
-        return key
+        digest = hashlib.sha256()
+        for name in [MANIFEST_FILE] + sorted({p.shader for v in self.manifest.variants for p in v.passes}):
+            data = self.package.read_bytes(name)
+            digest.update(f"{name}:{len(data)}:".encode() + data)
+        return f"{self.op_id}@{digest.hexdigest()[:16]}"
 
     def __repr__(self) -> str:
         return f"Kernel({self.op_id!r}, variants={self.variants}, origin={self.package.origin!r})"
