@@ -323,3 +323,11 @@ def test_digest_follows_a_renamed_op_and_skips_editor_backups(qg: Path) -> None:
     assert metadata["id"] == "com.example.MyGelu" and metadata["version"] == 1
     assert not any(name.endswith("#") or name.endswith("~") for name in metadata["digest"]["files"])
     assert wk.load_kernel(qg).op_id == "com.example.MyGelu"
+
+
+def test_digest_check_on_an_unreadable_metadata_json_says_out_of_date(qg: Path) -> None:
+    """It exited 2 (a usage error) where the documented status for "missing or out of date" is 1."""
+    (qg / "metadata.json").write_text('{"id": ', encoding="utf-8")
+    result = CliRunner().invoke(main, ["digest", str(qg), "--check"])
+    assert result.exit_code == 1 and "metadata.json cannot be read" in result.output, result.output
+    assert CliRunner().invoke(main, ["digest", str(qg)]).exit_code == 2  # not overwritten: fix or delete it

@@ -101,10 +101,14 @@ def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
     """
     root = path.expanduser().resolve()
     old_id = _metadata_id(root)
+    unreadable = None
     if check:
         existing = None
         if (root / METADATA_FILE).is_file():
-            existing = open_folder(root, verify_digests=False).read_json(METADATA_FILE)
+            try:
+                existing = open_folder(root, verify_digests=False).read_json(METADATA_FILE)
+            except PackageError as exc:  # out of date too (exit 1); writing it is refused until fixed
+                unreadable = exc.detail
         metadata, changes = build_metadata(root, existing if isinstance(existing, dict) else None)
         current = existing is not None and all(c.status == "unchanged" for c in changes)
     else:
@@ -124,8 +128,11 @@ def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
             table.add_row(c.file, Text(c.status, style=style), (c.sha256 or "-")[:16] + ("..." if c.sha256 else ""))
         console.print(table)
         if check:
-            console.print("metadata.json is up to date" if current else
-                          ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"))  # fmt: skip
+            if unreadable:
+                console.print(f"metadata.json cannot be read ({unreadable}): fix or delete it, then run digest")
+            else:
+                console.print("metadata.json is up to date" if current else
+                              ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"))  # fmt: skip
         else:
             console.print(f"wrote {root / METADATA_FILE}")
         if old_id is not None and old_id != metadata["id"]:
