@@ -146,7 +146,7 @@ def test_a_wgsl_type_meant_as_a_string_gets_the_quoting_hint(source, hinted):
         "().__class__", "().__class__.__base__.__subclasses__()", "''.__class__", "shapes.__class__",
         "shapes.X.__len__", "attrs._private", "device.adapter", "device.limits.__class__",
         "lipsum", "range(10)", "cycler", "dict(a=1)", "shapes.X.count(2)", "min(a=1)", "min(*shapes.X)",
-        "shapes.X | length", "shapes.X is defined", "shapes.X[1:]", "{'a': 1}", "hidden.real",
+        "shapes.X | length", "shapes.X is defined", "{'a': 1}", "hidden.real",
         "[].append(1)", "(1).bit_length()", "self", "namespace()",
     ],
 )  # fmt: skip
@@ -159,6 +159,31 @@ def test_allow_list_refuses(source):
                                     "2 ** 1000", "10 ** 200 * 10 ** 200"])  # fmt: skip
 def test_sandbox_refuses_at_evaluation(source):
     with pytest.raises(ExpressionError):
+        ev(source)
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("shapes.X[:-1]", (2, 3)), ("shapes.X[1:]", (3, 8)), ("shapes.X[::-1]", (8, 3, 2)), ("shapes.S[:-1]", ()),
+        ("shapes.X[:1] + shapes.X[2:]", (2, 8)), ("shapes.X[:1] + (1,) + shapes.X[2:]", (2, 1, 8)),
+        ("shapes.X[:ranks.X - 1]", (2, 3)), ("shapes.X[-1:][0]", 8), ("shapes.X[10 ** 30:]", ()),
+        ("numel(shapes.X[1:])", 24), ("attrs.axes[1:]", [2]), ("dtypes.T[1:]", "16"),
+    ],
+)  # fmt: skip
+def test_slices(source, expected):
+    """Slices let an output drop or insert a dimension at any rank (a reduction's shape)."""
+    result = ev(source)
+    assert result == expected and type(result) is type(expected)
+
+
+@pytest.mark.parametrize("source, fragment", [("shapes.X[::0]", "slice step cannot be zero"),
+                                              ("shapes.X[0.5:]", "integers or left out"),
+                                              ("shapes.X[true:]", "integers or left out"),
+                                              ("shapes.X['a':]", "integers or left out"),
+                                              ("shapes[1:]", "no element")])  # fmt: skip
+def test_slice_errors(source, fragment):
+    with pytest.raises(ExpressionError, match=fragment):
         ev(source)
 
 

@@ -355,7 +355,8 @@ ALLOWED = {
                    "// 1024 3 1 ababab [1, 2] v4"),
     "range-unroll": ("{% for i in range(4) %}x[{{ i }}]{% endfor %}\n", "x[0]x[1]x[2]x[3]"),
     "big-but-bounded": ("{% set s = 'y' * 100000 %}// {{ (s ~ s)|length }}\n", "// 200000"),
-    "slice": ("// {{ 'abcdef'[1:3] }} {{ bindingList[:1]|length }}\n", "// bc 1"),
+    "slice": ("// {{ 'abcdef'[1:3] }} {{ bindingList[:1]|length }} {{ range(10)[::3]|list }}\n",
+              "// bc 1 [0, 3, 6, 9]"),
 }  # fmt: skip
 
 
@@ -364,6 +365,15 @@ def test_documented_template_features_still_work(name, write_package):
     template, expected = ALLOWED[name]
     text = wk.load_kernel(demo_with_probe(write_package, template=template)).render(X)["main"]
     assert expected in text
+
+
+@pytest.mark.parametrize("template", ["// {{ bindingList[true:] }}\n", "// {{ 'abc'[0.5:] }}\n",
+                                      "// {{ bindings[1:] }}\n"])  # fmt: skip
+def test_template_slices_go_through_the_sandbox(template, write_package):
+    """Jinja compiles a slice to plain Python indexing; the sandbox routes it through its getitem."""
+    with pytest.raises(errors.TemplateError) as info:
+        wk.load_kernel(demo_with_probe(write_package, template=template)).render(X)
+    assert info.value.file == SHADER
 
 
 def test_include_and_import_of_package_files(write_package):

@@ -122,7 +122,7 @@ _ALLOWED_NODES = frozenset([
     nodes.Const, nodes.Name, nodes.Getattr, nodes.Getitem, nodes.Compare, nodes.Operand,
     nodes.And, nodes.Or, nodes.Not, nodes.Neg, nodes.Pos, nodes.Add, nodes.Sub, nodes.Mul,
     nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Pow, nodes.Concat, nodes.CondExpr, nodes.Call,
-    nodes.List, nodes.Tuple,
+    nodes.List, nodes.Tuple, nodes.Slice,
 ])  # fmt: skip
 
 

@@ -132,6 +132,11 @@ def charge_text(chars: int) -> None:
 # --- the bounded sandbox --------------------------------------------------------------------------
 
 
+def _is_index(value: Any) -> bool:
+    """An int usable as an index or slice bound (a bool is refused: ``x[true]`` is a slip)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def nested_items_exceed(value: Any, limit: int) -> bool:
     """Whether ``value`` holds more than ``limit`` items counted through every level of nesting
     (a list repeated by reference counts each time); stops counting past ``limit``."""
@@ -355,7 +360,12 @@ class BoundedSandbox(SandboxedEnvironment):
             except (KeyError, TypeError):
                 return self.undefined(obj=obj, name=argument)
         if isinstance(obj, (list, tuple, str, range)):
-            if isinstance(argument, slice) or (isinstance(argument, int) and not isinstance(argument, bool)):
+            if isinstance(argument, slice):
+                if not all(_is_index(part) or part is None for part in (argument.start, argument.stop, argument.step)):
+                    return self.undefined("a slice's start, stop and step are integers or left out",
+                                          name=str(argument), exc=SecurityError)  # fmt: skip
+                return obj[argument]  # step 0 is a ValueError, reported by the caller
+            if _is_index(argument):
                 try:
                     return obj[argument]
                 except IndexError:
@@ -437,8 +447,12 @@ class BoundedSandbox(SandboxedEnvironment):
     def _key(self, value: Any) -> Any:
         return self.check_weight(value, "hashing")
 
+    def _slice(self, obj: Any, start: Any, stop: Any, step: Any) -> Any:
+        return self.getitem(obj, slice(start, stop, step))
+
     wk_compare = _Internal(_compare)
     wk_key = _Internal(_key)
+    wk_slice = _Internal(_slice)
     wk_concat = _Internal(_concat)
     wk_iterate = _Internal(_iterate)
     wk_charge = _Internal(_charge_work)
@@ -456,7 +470,8 @@ def _weight(node_list: Iterable[nodes.Node]) -> int:
 def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> nodes.Node:
     """Rewrite a checked tree so that what Jinja leaves unbounded goes through the sandbox.
 
-    Every ``a ~ b`` becomes a bounded join, every comparison a bounded one. In templates also: every piece of output is charged
+    Every ``a ~ b`` becomes a bounded join, every comparison a bounded one, every slice a checked
+    ``getitem``. In templates also: every piece of output is charged
     (text written inside macros, ``{% set %}`` blocks and filters counts too), every loop
     iteration is charged by the size of what it runs, and every template body, macro body and
     ``{% call %}`` body is charged by its size when it runs.
@@ -478,6 +493,11 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
                 setattr(node, field, [rewrite(v) if isinstance(v, nodes.Node) else v for v in value])
         if isinstance(node, nodes.Concat):
             return _internal_call("wk_concat", list(node.nodes), node.lineno)
+        if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+            # Jinja compiles a slice to plain Python indexing, past the sandbox's getitem
+            bounds = [part if part is not None else nodes.Const(None)
+                      for part in (node.arg.start, node.arg.stop, node.arg.step)]  # fmt: skip
+            return _internal_call("wk_slice", [node.node, *bounds], node.lineno)
         if isinstance(node, nodes.Pair):  # a dict literal's key is hashed, which walks all of it
             node.key = _internal_call("wk_key", [node.key], node.lineno)
         if isinstance(node, nodes.Compare):
