@@ -218,6 +218,18 @@ def test_an_embedded_id_wins_over_a_same_named_folder(runner: CliRunner, tmp_pat
     assert "has no metadata.json" in runner.invoke(main, ["validate", f"./{QUICK_GELU}", "--no-gpu"]).output
 
 
+@pytest.mark.parametrize("ref, kind, repo, pin", [
+    (QUICK_GELU, "embedded", "", ""), ("./pkg", "folder", "", ""), ("/no/such/pkg", "folder", "", ""),
+    ("~/pkg", "folder", "", ""), ("webgpu-kernels/com.x.Op", "hub", "webgpu-kernels/com.x.Op", ""),
+    ("org/op@v3", "hub", "org/op", "v3"), ("org/op@main", "hub", "org/op", "main"), ("com.x.Op", "unknown", "", ""),
+])  # fmt: skip
+def test_one_rule_reads_every_kernel_argument(ref, kind, repo, pin) -> None:
+    from webgpu_kernels.cli import classify_kernel_ref
+
+    where = classify_kernel_ref(ref)
+    assert (where.kind, where.repo, where.pin) == (kind, repo, pin)
+
+
 def test_info_json(runner: CliRunner) -> None:
     data = invoke_json(runner, "info", BIAS_ADD)
     assert data["op"] == BIAS_ADD and data["origin"] == "embedded"

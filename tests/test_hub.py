@@ -288,10 +288,13 @@ def test_missing_version_is_a_clear_error(server):
     assert info.value.repo_id == OFFICIAL and info.value.revision == "v2"
     with pytest.raises(HubError, match="no kernel repository 'webgpu-kernels/com.example.Nothing'"):
         wk.get_kernel("webgpu-kernels/com.example.Nothing", version=1)
-    with pytest.raises(PackageError, match="version=N"):
+    with pytest.raises(PackageError, match=f"^{OFFICIAL}: .*version=N"):
         wk.get_kernel(OFFICIAL)
-    with pytest.raises(PackageError, match="positive integer"):
+    with pytest.raises(PackageError, match=f"^{OFFICIAL}: version must be a positive integer"):
         wk.get_kernel(OFFICIAL, version=0)
+    for revision in ("", "  "):  # the error names the repository it was given for
+        with pytest.raises(PackageError, match=f"^{OFFICIAL}: revision must be a non-empty string"):
+            wk.get_kernel(OFFICIAL, revision=revision)
 
 
 def test_embedded_names_stay_embedded(hub_env):

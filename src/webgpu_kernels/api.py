@@ -71,7 +71,7 @@ def get_kernel(
             kernel = Kernel(open_embedded(shown))
             _embedded[shown] = kernel
     if version is not None:
-        hub._check_version(version)
+        hub.check_version(version, shown)
         embedded_version = kernel.manifest.since_version
         if version != embedded_version:
             raise PackageError(f"the embedded {shown} package is contract version {embedded_version}, not {version}; "

@@ -224,25 +224,47 @@ def _assignments_callback(ctx: click.Context, param: click.Parameter, values: tu
     return result
 
 
-def resolve_kernel(ref: str) -> Kernel:
-    """An embedded op id, a package folder (anything that exists, or starts like a path), or a Hub
-    kernel repository ``org/op`` (contract version 1 unless ``@vN`` or ``@REVISION`` follows).
-    An embedded id wins over a folder of that name in the working directory (``./id`` reaches it):
-    a copy being edited must not silently stand in for the shipped kernel."""
-    if ref in list_kernels():
-        return get_kernel(ref)
+@dataclass(frozen=True)
+class KernelRef:
+    """What a KERNEL argument names: an embedded op id, a package folder, or a Hub repository
+    (``pin`` is what followed ``@``: ``v2``, a revision, or ``""``)."""
+
+    kind: str  # "embedded" | "folder" | "hub" | "unknown"
+    path: Path  # the argument read as a path (the package folder when kind is "folder")
+    repo: str = ""
+    pin: str = ""
+
+
+def classify_kernel_ref(ref: str) -> KernelRef:
+    """The one rule every command uses to read a KERNEL argument. An embedded id wins over a
+    folder of that name in the working directory (``./id`` reaches it): a copy being edited must
+    not silently stand in for the shipped kernel. Anything that exists, or starts like a path, is
+    a folder; else ``org/op[@pin]`` is a Hub repository."""
     path = Path(ref).expanduser()
+    if ref in list_kernels():
+        return KernelRef("embedded", path)
     if path.exists() or ref.startswith((".", "/", "~")) or os.sep in ref and os.sep != "/":
-        return load_kernel(path)
+        return KernelRef("folder", path)
     if "/" in ref:
         repo, _, pin = ref.partition("@")
-        trust = trusting()
+        return KernelRef("hub", path, repo=repo, pin=pin)
+    return KernelRef("unknown", path)
+
+
+def resolve_kernel(ref: str) -> Kernel:
+    """The kernel a KERNEL argument names (:func:`classify_kernel_ref`); a Hub repository is
+    contract version 1 unless ``@vN`` or ``@REVISION`` follows."""
+    where = classify_kernel_ref(ref)
+    if where.kind == "folder":
+        return load_kernel(where.path)
+    if where.kind == "hub":
+        trust, pin = trusting(), where.pin
         if pin.startswith("v") and pin[1:].isdigit():
-            return get_kernel(repo, version=int(pin[1:]), trust_remote_code=trust)
+            return get_kernel(where.repo, version=int(pin[1:]), trust_remote_code=trust)
         if pin:
-            return get_kernel(repo, revision=pin, trust_remote_code=trust)
-        return get_kernel(repo, version=1, trust_remote_code=trust)
-    return get_kernel(ref)
+            return get_kernel(where.repo, revision=pin, trust_remote_code=trust)
+        return get_kernel(where.repo, version=1, trust_remote_code=trust)
+    return get_kernel(ref)  # embedded, or the library's "no embedded kernel" error
 
 
 def trusting() -> bool:

@@ -236,13 +236,19 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
 
 
 def _package_path(ref: str) -> Path:
-    if ref in embedded_ids():  # before a same-named folder in the working directory, as resolve_kernel
+    """The folder ``validate`` checks, read by the same rule as every KERNEL argument."""
+    where = _cli().classify_kernel_ref(ref)
+    if where.kind == "embedded":
         return embedded_root() / ref
-    path = Path(ref).expanduser()
-    if path.is_file():
-        raise PackageError("a file, not a package folder (name the folder that holds manifest.json)", path=str(path))
-    if path.exists() or "/" in ref:
-        return path
+    if where.kind == "folder":
+        if where.path.is_file():
+            raise PackageError("a file, not a package folder (name the folder that holds manifest.json)",
+                               path=str(where.path))  # fmt: skip
+        return where.path
+    if where.kind == "hub":
+        raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel; validate checks a folder: "
+                           f"`webgpu-kernels download {where.repo}` fetches a Hub kernel, then validate "
+                           "the folder it prints")  # fmt: skip
     raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel")
 
 

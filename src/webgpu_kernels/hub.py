@@ -234,20 +234,23 @@ def _hub_package(base: KernelPackage, **extra: Any) -> HubPackage:
 # --- fetching -----------------------------------------------------------------------------------------
 
 
-def revision_for(version: int | None, revision: str | None) -> str:
-    """The revision to fetch: ``revision`` if given (it wins), else ``v{version}``."""
+def revision_for(version: int | None, revision: str | None, repo_id: str) -> str:
+    """The revision of ``repo_id`` to fetch: ``revision`` if given (it wins), else ``v{version}``."""
     if revision is not None:
         if not isinstance(revision, str) or not revision.strip():
-            raise PackageError(f"revision must be a non-empty string, got {revision!r}")
+            raise PackageError(f"{repo_id}: revision must be a non-empty string (a branch, tag or commit), "
+                               f"got {revision!r}")  # fmt: skip
         return revision.strip()
     if version is None:
-        raise PackageError("a Hub kernel needs version=N (the contract version; revision 'vN') or revision=...")
-    return f"v{_check_version(version)}"
+        raise PackageError(f"{repo_id}: a Hub kernel needs version=N (the contract version; revision 'vN') "
+                           "or revision=...")  # fmt: skip
+    return f"v{check_version(version, repo_id)}"
 
 
-def _check_version(version: Any) -> int:
+def check_version(version: Any, repo_id: str) -> int:
+    """``version`` as a contract version (a positive int), else an error naming ``repo_id``."""
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise PackageError(f"version must be a positive integer (contract version N), got {version!r}")
+        raise PackageError(f"{repo_id}: version must be a positive integer (contract version N), got {version!r}")
     return version
 
 
@@ -270,7 +273,7 @@ def download(
     _checked_repo_id(repo_id)
     location = Location("hub", repo_id, url_like=url_like, endpoint=endpoint)
     trusted = check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
-    rev = revision_for(version, revision)
+    rev = revision_for(version, revision, repo_id)
     endpoint = endpoint or hub_endpoint()
     path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token,
                                  version=version if revision is None else None)  # fmt: skip
@@ -444,7 +447,7 @@ def load(
 
     location = Location("hub", repo_id, url_like=url_like, endpoint=endpoint)
     check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
-    rev = revision_for(version, revision)
+    rev = revision_for(version, revision, repo_id)
     endpoint = endpoint or hub_endpoint()
     memo = (endpoint, str(cache_dir_for(endpoint)), repo_id, rev)
     with _lock:
