@@ -103,6 +103,9 @@ def test_template_that_does_not_render_or_parse(qg: Path) -> None:
     assert ("other.wgsl.jinja", 1, None) in messages  # the syntax error, with its line
     render = [p for p in report.errors if p.file == "quick-gelu.wgsl.jinja"]
     assert render and "no_such_value" in render[0].message and render[0].variant in ("vec4", "vec4_tail")
+    # the JSON path names the pass that renders it, as a compile error's does
+    index = 0 if render[0].variant == "vec4" else 1
+    assert render[0].json_path == f"variants[{index}].passes[0].source.shader"
 
 
 # --- many problems at once ----------------------------------------------------------------------------

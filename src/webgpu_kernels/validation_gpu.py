@@ -129,8 +129,9 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     wgsl = renderer.render(r, inner)
                 except TemplateError as exc:
                     cov.failed += 1
-                    out.error(exc.file, "", f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}: "
-                                            f"{exc.detail}", variant=vid, dtype=label, line=exc.line, case=call.case)  # fmt: skip
+                    out.error(exc.file, shader_path(manifest, cv.variant.index, p_index),
+                              f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}: {exc.detail}",
+                              variant=vid, dtype=label, line=exc.line, case=call.case)  # fmt: skip
                     continue
                 done = compiled.setdefault((vid, label), set())
                 if wgsl in done:
