@@ -187,6 +187,17 @@ def test_slice_errors(source, fragment):
         ev(source)
 
 
+@pytest.mark.parametrize("source", ["shapes.X[:bad]", "shapes.X[bad:]", "shapes.X[::bad]", "shapes.X[bad]"])
+def test_an_undefined_index_fails_with_its_own_reason(source):
+    """A failed derive entry used as an index or slice bound reports why it failed."""
+    from webgpu_kernels.expressions import failed_value
+
+    reason = ExpressionError("dim(): axis 5 is out of range", expression="dim(shapes.X, 5)", where="derive.bad")
+    compiled = ExpressionCompiler((*KNOWN, "bad")).compile(source, "test")
+    with pytest.raises(ExpressionError, match="'bad' could not be evaluated: derive.bad.*axis 5 is out of range"):
+        compiled.evaluate(scope(bad=failed_value("bad", reason)))
+
+
 @pytest.mark.parametrize("source, expected", [("shapes.X", (2, 3, 8)), ("attrs.axes", [1, 2]),
                                               ("device.limits.maxComputeWorkgroupSizeX", 256),
                                               ("tunables.WORKGROUP_SIZE", 256), ("ranks.S", 0)])  # fmt: skip

@@ -3,37 +3,114 @@
 from __future__ import annotations
 
 import pytest
+from jinja2.exceptions import UndefinedError
 from test_selection import F16_DEVICE, variant
 
 from webgpu_kernels.contract import check_call
-from webgpu_kernels.errors import ExpressionError
+from webgpu_kernels.errors import ExpressionError, ManifestError
 from webgpu_kernels.manifest import parse_manifest
-from webgpu_kernels.program import compile_program
+from webgpu_kernels.program import compile_program, evaluation_order
 
 
-def manifest_with_output_shape(shape: str, rank: str):
+def manifest_with_output_shape(shape: str, rank: str, derive: dict | None = None, constants: dict | None = None):
     return parse_manifest({
         "domain": "test", "name": "Rows",
         "inputs": [{"role": "X", "dtype": "T"}],
         "outputs": [{"role": "S", "dtype": "T", "rank": rank, "shape": shape}],
         "typeConstraints": {"T": ["float32"]},
-        "derive": {"rows": "numel(shapes.X) // dim(shapes.X, ranks.X - 1)"},
+        "derive": derive if derive is not None else {"rows": "numel(shapes.X) // dim(shapes.X, ranks.X - 1)"},
+        "constants": constants or {},
         "variants": [variant("main", 0, ["true"])],
     })  # fmt: skip
 
 
+def scope_for(manifest, shape=(3, 4, 5)):
+    return compile_program(manifest).call_scope(check_call(manifest, {"X": (shape, "float32")}, None, None), F16_DEVICE)
+
+
 def test_an_output_shape_sees_the_inputs():
     manifest = manifest_with_output_shape("[numel(shapes.X) // dim(shapes.X, ranks.X - 1)]", "1")
-    _, outputs = compile_program(manifest).call_scope(check_call(manifest, {"X": ((3, 4, 5), "float32")}, None, None),
-                                                      F16_DEVICE)  # fmt: skip
+    _, outputs = scope_for(manifest)
     assert [(o.role, o.shape) for o in outputs] == [("S", (12,))]
 
 
-def test_a_derive_entry_in_an_output_shape_is_named():
-    """Outputs are evaluated before derive: the error says which name and why (it said 'got Undefined')."""
-    manifest = manifest_with_output_shape("[rows]", "1")
+def test_an_output_shape_reads_derive_entries():
+    """Each output and derive entry is evaluated after what it reads, whatever the manifest's order."""
+    manifest = manifest_with_output_shape("[rows, cols]", "2", derive={
+        "outRank": "ranks.S",  # reads the output, which reads the two below
+        "rows": "numel(shapes.X) // cols",
+        "cols": "dim(shapes.X, -1)",
+    })  # fmt: skip
+    scope, outputs = scope_for(manifest)
+    assert [(o.role, o.shape) for o in outputs] == [("S", (12, 5))]
+    assert (scope["rows"], scope["cols"], scope["outRank"]) == (12, 5, 2)
+
+
+def test_a_constant_in_an_output_shape_is_named():
+    """Constants come after the outputs: the error says which name and why (it said 'got Undefined')."""
+    manifest = manifest_with_output_shape("[lanes]", "1", constants={"lanes": "4"})
     with pytest.raises(ExpressionError) as info:
-        compile_program(manifest).call_scope(check_call(manifest, {"X": ((3, 4), "float32")}, None, None), F16_DEVICE)
+        scope_for(manifest, (3, 4))
     message = str(info.value)
-    assert "'rows' is not defined when output shapes are evaluated" in message and "not derive" in message
+    assert "'lanes' is not defined when output shapes are evaluated" in message and "not constants" in message
     assert "outputs[0].shape" in message
+
+
+def test_a_derive_cycle_fails_where_it_is_used():
+    """a -> b -> a cannot be evaluated: both fail with the cycle named, the rest of the scope stands."""
+    manifest = manifest_with_output_shape("shapes.X", "ranks.X", derive={
+        "a": "b + 1", "b": "a * 2", "self": "self", "c": "a + 1", "fine": "numel(shapes.S)",
+    })  # fmt: skip
+    scope, outputs = scope_for(manifest)
+    assert outputs[0].shape == (3, 4, 5) and scope["fine"] == 60
+    for name, cycle in (("a", "a -> b -> a"), ("b", "a -> b -> a"), ("self", "self -> self"), ("c", "a -> b -> a")):
+        with pytest.raises(UndefinedError, match=f"reads itself: {cycle}"):
+            scope[name] + 1
+
+
+def test_an_output_that_reads_itself_is_refused_at_load():
+    manifest = manifest_with_output_shape("[n]", "1", derive={"n": "numel(shapes.S)"})
+    with pytest.raises(ManifestError, match=r"reads itself: shapes.S -> n -> shapes.S") as info:
+        compile_program(manifest)
+    assert info.value.json_path == "outputs[0].shape"
+
+
+def test_an_output_shape_that_reads_its_own_shape_is_refused_at_load():
+    with pytest.raises(ManifestError, match=r"reads itself: shapes.S -> shapes.S"):
+        compile_program(manifest_with_output_shape("[ranks.S]", "1"))
+
+
+def test_an_output_rank_may_read_its_own_shape():
+    manifest = manifest_with_output_shape("shapes.X[1:]", "ranks.S")
+    _, outputs = scope_for(manifest)
+    assert outputs[0].shape == (4, 5)
+
+
+@pytest.mark.parametrize(
+    "outputs, derive, order, cycles",
+    [
+        # the manifest's order where nothing reads ahead (as before dependency order)
+        ([("Y", ["shapes.X"])], [("a", ["ranks.Y"]), ("b", ["a"])], [("output", 0), ("derive", 0), ("derive", 1)], []),
+        ([("Y", ["b"])], [("a", []), ("b", ["a"])], [("derive", 0), ("derive", 1), ("output", 0)], []),
+        ([("Y", ["shapes.Z"]), ("Z", ["shapes.X"])], [], [("output", 1), ("output", 0)], []),
+        ([], [("a", ["a"])], [("derive", 0)], [[("derive", 0)]]),
+        ([], [("a", ["c"]), ("b", ["a"]), ("c", ["b"]), ("d", [])],
+         None, [[("derive", 0), ("derive", 1), ("derive", 2)]]),
+    ],
+)  # fmt: skip
+def test_evaluation_order(outputs, derive, order, cycles):
+    got_order, got_cycles = evaluation_order(outputs, derive)
+    if order is not None:
+        assert got_order == order
+    assert sorted(got_order) == sorted([("output", i) for i in range(len(outputs))] +
+                                       [("derive", j) for j in range(len(derive))])  # fmt: skip
+    assert got_cycles == cycles
+
+
+def test_evaluation_order_of_a_long_chain_has_no_recursion_limit():
+    n = 20_000
+    derive = [(f"d{j}", [f"d{j + 1}"] if j + 1 < n else []) for j in range(n)]
+    order, cycles = evaluation_order([], derive)
+    assert order == [("derive", j) for j in reversed(range(n))] and cycles == []
+    derive[-1] = (f"d{n - 1}", ["d0"])
+    assert len(evaluation_order([], derive)[1][0]) == n

@@ -137,8 +137,10 @@ def test_an_unknown_field_does_not_hide_the_other_problems(qg: Path) -> None:
 def test_several_problems_are_reported_at_once(qg: Path, runner: CliRunner) -> None:
     def manifest(m: dict) -> None:
         m["derive"]["vec4Ok"] = "numel(shapes.X) > 0 and numel(shapes.X) % 4 == 0 and attrs.alhpa > 0"
-        m["derive"]["early"] = "later * 2"
+        m["derive"]["early"] = "later * 2"  # reading an entry below is fine: each is evaluated after what it reads
         m["derive"]["later"] = "numel(shapes.Z)"
+        m["derive"]["loopA"] = "loopB + 1"
+        m["derive"]["loopB"] = "loopA * 2"
         m["variants"][0]["when"].append("vec4Tial")
         m["variants"][0]["when"].append("dtypes.U == 'f32' and device.limits.maxFoo > 0")
         m["variants"][1]["constants"]["scalar"] = "dtypes.T +"
@@ -159,7 +161,7 @@ def test_several_problems_are_reported_at_once(qg: Path, runner: CliRunner) -> N
         ("notes.json", ""),  # unlisted
         ("manifest.json", "bindingSets.scalarTail[0].elementType"),  # $vectorScalar (check_manifest)
         ("manifest.json", "derive.vec4Ok"),  # attrs.alhpa
-        ("manifest.json", "derive.early"),  # reads a later derive entry
+        ("manifest.json", "derive.loopA"),  # loopA -> loopB -> loopA
         ("manifest.json", "derive.later"),  # shapes.Z
         ("manifest.json", "variants[0].when[2]"),  # vec4Tial: unknown name
         ("manifest.json", "variants[0].when[3]"),  # dtypes.U and device.limits.maxFoo
@@ -171,10 +173,13 @@ def test_several_problems_are_reported_at_once(qg: Path, runner: CliRunner) -> N
         ("bench.json", "cases[0].types.T"),
     }
     assert expected <= found, expected - found
+    assert ("manifest.json", "derive.early") not in found and ("manifest.json", "derive.loopB") not in found
+    loop = [p["message"] for p in report["problems"] if p["jsonPath"] == "derive.loopA"]
+    assert loop == ["reads itself: loopA -> loopB -> loopA (no order can evaluate these)"], loop
     shared = [p["message"] for p in report["problems"] if p["jsonPath"] == "bindingSets.scalarTail[0].elementType"]
     assert len(shared) == 2 and all("as used by variants[" in m for m in shared), shared  # once per pass, not twice
     texts = " | ".join(p["message"] for p in report["problems"])
-    for fragment in ("'alhpa'", "'later', which is not defined before this entry", "'Z' is not an input or output",
+    for fragment in ("'alhpa'", "reads itself: loopA -> loopB", "'Z' is not an input or output",
                      "unknown name 'vec4Tial'", "'U' is not a type variable", "'maxFoo' is not a WebGPU limit",
                      "syntax error", "not defined for variant 'scalar'", "'missing.wgsl.jinja' is not in the package",
                      "'gaussian' is not one of"):  # fmt: skip

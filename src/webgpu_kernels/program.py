@@ -1,16 +1,19 @@
 """A manifest with every expression compiled, and the scope a call evaluates them in.
 
 Built once per package. For a call, :meth:`Program.call_scope` gives the names the manifest's
-expressions see, in this order: the namespaces (``shapes``, ``ranks``, ``dtypes``, ``attrs``,
-``tunables``, ``device``), the outputs' shapes, then ``derive`` entries in order (each sees the
-earlier ones), then top-level ``constants``. :meth:`Program.variant_scope` adds a variant's own
-constants on top. A derive or constant that fails to evaluate does not fail the call: it becomes
-an undefined value that raises, with the original reason, only where something uses it.
+expressions see: the namespaces (``shapes``, ``ranks``, ``dtypes``, ``attrs``, ``tunables``,
+``device``); then the outputs' shapes and the ``derive`` entries, each evaluated after what it
+reads (:func:`evaluation_order`: an output shape may read a derive entry, a derive entry an output
+or a derive entry below it); then top-level ``constants`` in order. :meth:`Program.variant_scope`
+adds a variant's own constants on top. A derive or constant that fails to evaluate does not fail
+the call: it becomes an undefined value that raises, with the original reason, only where
+something uses it. A derive entry that reads itself, directly or through others, is such a failure;
+an output shape that does is refused when the package loads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +86,10 @@ class Program:
     constants: tuple[tuple[str, Expression], ...]
     variants: tuple[CompiledVariant, ...]
     compiler: ExpressionCompiler = field(repr=False)
+    #: outputs and derive entries as ("output" | "derive", index), each after what it reads
+    order: tuple[tuple[str, int], ...] = ()
+    #: derive entries that read themselves (index -> the cycle, for the error)
+    cyclic: Mapping[int, str] = field(default_factory=dict)
 
     def variant(self, variant_id: str) -> CompiledVariant | None:
         return next((v for v in self.variants if v.variant.id == variant_id), None)
@@ -111,23 +118,35 @@ class Program:
                 expected = as_count(rank_expr.evaluate(scope), rank_expr, "a rank")
                 if len(shapes[role]) != expected:
                     raise RankError(role, f"rank {expected} ({rank_expr.source})", f"rank {len(shapes[role])}")
-        outputs = []
-        for role, type_var, shape_expr, rank_expr in self.outputs:
-            shape = self._output_shape(shape_expr, scope)
-            if rank_expr is not None:
-                rank = as_count(rank_expr.evaluate(scope), rank_expr, "an output rank")
-                if rank != len(shape):
-                    raise ExpressionError(f"shape {list(shape)} has rank {len(shape)}, the manifest's rank says {rank}",
-                                          expression=shape_expr.source, where=shape_expr.where)  # fmt: skip
-            if type_var not in type_bindings:
-                raise ExpressionError(f"output {role!r} has type variable {type_var!r}, which no input binds",
-                                      expression=type_var, where=shape_expr.where)  # fmt: skip
-            scope["shapes"][role] = shape
-            scope["ranks"][role] = len(shape)
-            outputs.append(OutputSpec(role=role, shape=shape, dtype=type_bindings[type_var]))
-        _define_all(scope, self.derive)
+        outputs: dict[int, OutputSpec] = {}
+        for kind, index in self.order:
+            if kind == "output":
+                outputs[index] = self._output(index, scope, type_bindings)
+                continue
+            name, expr = self.derive[index]
+            if index in self.cyclic:
+                scope[name] = failed_value(name, ExpressionError(f"reads itself: {self.cyclic[index]}",
+                                                                 expression=expr.source, where=expr.where))  # fmt: skip
+            else:
+                _define(scope, name, expr)
         _define_all(scope, self.constants)
-        return scope, tuple(outputs)
+        return scope, tuple(outputs[i] for i in range(len(self.outputs)))
+
+    def _output(self, index: int, scope: dict[str, Any], type_bindings: Mapping[str, str]) -> OutputSpec:
+        """Output ``index``'s shape, checked against its rank, added to ``shapes``/``ranks``."""
+        role, type_var, shape_expr, rank_expr = self.outputs[index]
+        shape = self._output_shape(shape_expr, scope)
+        scope["shapes"][role] = shape  # before the rank, which may read it (a failed check fails the call)
+        scope["ranks"][role] = len(shape)
+        if rank_expr is not None:
+            rank = as_count(rank_expr.evaluate(scope), rank_expr, "an output rank")
+            if rank != len(shape):
+                raise ExpressionError(f"shape {list(shape)} has rank {len(shape)}, the manifest's rank says {rank}",
+                                      expression=shape_expr.source, where=shape_expr.where)  # fmt: skip
+        if type_var not in type_bindings:
+            raise ExpressionError(f"output {role!r} has type variable {type_var!r}, which no input binds",
+                                  expression=type_var, where=shape_expr.where)  # fmt: skip
+        return OutputSpec(role=role, shape=shape, dtype=type_bindings[type_var])
 
     @staticmethod
     def variant_scope(variant: CompiledVariant, scope: Mapping[str, Any]) -> dict[str, Any]:
@@ -143,19 +162,105 @@ class Program:
             raise ExpressionError(f"an output shape must be a list of integers, got {value!r}",
                                   expression=expr.source, where=expr.where)  # fmt: skip
         for d in value:
-            if isinstance(d, Undefined):  # e.g. a derive entry: outputs are evaluated before derive
+            if isinstance(d, Undefined):  # e.g. a constant: those come after the outputs
                 raise ExpressionError(f"{d._undefined_name!r} is not defined when output shapes are evaluated (they "
-                                      "see shapes, ranks, dtypes, attrs, tunables, device and earlier outputs, not "
-                                      "derive or constants)", expression=expr.source, where=expr.where)  # fmt: skip
+                                      "see shapes, ranks, dtypes, attrs, tunables, device, other outputs and derive, "
+                                      "not constants)", expression=expr.source, where=expr.where)  # fmt: skip
         return tuple(as_count(d, expr, "an output dimension") for d in value)
+
+
+def _define(scope: dict[str, Any], name: str, expr: Expression) -> None:
+    try:
+        scope[name] = expr.evaluate(scope)
+    except ExpressionError as exc:
+        scope[name] = failed_value(name, exc)
 
 
 def _define_all(scope: dict[str, Any], entries: tuple[tuple[str, Expression], ...]) -> None:
     for name, expr in entries:
-        try:
-            scope[name] = expr.evaluate(scope)
-        except ExpressionError as exc:
-            scope[name] = failed_value(name, exc)
+        _define(scope, name, expr)
+
+
+def evaluation_order(
+    output_reads: Sequence[tuple[str, Sequence[str]]], derive_reads: Sequence[tuple[str, Sequence[str]]]
+) -> tuple[list[tuple[str, int]], list[list[tuple[str, int]]]]:
+    """Outputs and derive entries ordered so that each comes after what it reads, and the cycles.
+
+    ``output_reads`` is (role, the references of its shape and rank, less the rank's reads of its
+    own output: the rank is checked once the shape is known), ``derive_reads`` (name, its
+    references), in manifest order; a reference is a bare name or a dotted ``shapes.R``/``ranks.R``.
+    Returns the order as ("output" | "derive", index) and every group that reads itself (a
+    strongly connected component of two or more, or one that reads itself directly); its members
+    stay in the order, after nothing in particular. Pure: validation reports what calls would do.
+    """
+    nodes = [("output", i) for i in range(len(output_reads))] + [("derive", j) for j in range(len(derive_reads))]
+    by_role = {role: ("output", i) for i, (role, _) in enumerate(output_reads)}
+    by_name = {name: ("derive", j) for j, (name, _) in enumerate(derive_reads)}
+
+    def reads(references: Sequence[str]) -> list[tuple[str, int]]:
+        found = []
+        for ref in references:
+            head, _, rest = ref.partition(".")
+            role = rest.split(".")[0]
+            if not rest and head in by_name:
+                found.append(by_name[head])
+            elif head in ("shapes", "ranks") and role in by_role:
+                found.append(by_role[role])
+        return found
+
+    edges = {("output", i): reads(refs) for i, (_, refs) in enumerate(output_reads)}
+    edges.update({("derive", j): reads(refs) for j, (_, refs) in enumerate(derive_reads)})
+    order: list[tuple[str, int]] = []
+    cycles: list[list[tuple[str, int]]] = []
+    for component in _components(nodes, edges):  # dependencies first
+        component.sort(key=lambda node: (node[0] != "output", node[1]))  # outputs, then derive, in manifest order
+        order.extend(component)
+        if len(component) > 1 or component[0] in edges[component[0]]:
+            cycles.append(component)
+    return order, cycles
+
+
+def _components(nodes: Sequence[Any], edges: Mapping[Any, Sequence[Any]]) -> list[list[Any]]:
+    """Strongly connected components, each after the ones it has edges to (Tarjan's algorithm,
+    without recursion: a manifest may chain thousands of entries)."""
+    index: dict[Any, int] = {}
+    low: dict[Any, int] = {}
+    stack: list[Any] = []
+    on_stack: set[Any] = set()
+    found: list[list[Any]] = []
+    for root in nodes:
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter(edges[root]))]
+        while work:
+            node, successors = work[-1]
+            for succ in successors:
+                if succ not in index:
+                    index[succ] = low[succ] = len(index)
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, iter(edges[succ])))
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    found.append(component)
+    return found
 
 
 def compile_program(manifest: Manifest) -> Program:
@@ -205,19 +310,45 @@ def compile_program(manifest: Manifest) -> Program:
         )
         for v in manifest.variants
     )
+    outputs = tuple(
+        (s.role, s.dtype, c(s.shape, f"{s.json_path}.shape"),
+         c(s.rank, f"{s.json_path}.rank") if s.rank is not None else None)
+        for s in manifest.outputs
+    )  # fmt: skip
+    derive = tuple((k, c(e, f"derive.{k}")) for k, e in manifest.derive.items())
+    order, cycles = evaluation_order(
+        [(role, shape.references + (own_rank_reads(role, rank.references) if rank else ()))
+         for role, _, shape, rank in outputs],
+        [(name, expr.references) for name, expr in derive],
+    )  # fmt: skip
+    cyclic: dict[int, str] = {}
+    for cycle in cycles:
+        text = " -> ".join(_node_label(node, outputs, derive) for node in [*cycle, cycle[0]])
+        for kind, index in cycle:
+            if kind == "output":  # every call would fail: refuse the package now
+                raise ManifestError(f"the output shape reads itself: {text}", json_path=outputs[index][2].where)
+            cyclic[index] = text
     return Program(
         manifest=manifest,
         input_ranks=tuple((s.role, c(s.rank, f"{s.json_path}.rank")) for s in manifest.inputs if isinstance(s.rank, str)),
-        outputs=tuple(
-            (s.role, s.dtype, c(s.shape, f"{s.json_path}.shape"),
-             c(s.rank, f"{s.json_path}.rank") if s.rank is not None else None)
-            for s in manifest.outputs
-        ),  # fmt: skip
-        derive=tuple((k, c(e, f"derive.{k}")) for k, e in manifest.derive.items()),
+        outputs=outputs,
+        derive=derive,
         constants=tuple((k, c(e, f"constants.{k}")) for k, e in manifest.constants.items()),
         variants=variants,
         compiler=compiler,
+        order=tuple(order),
+        cyclic=cyclic,
     )
+
+
+def own_rank_reads(role: str, references: Sequence[str]) -> tuple[str, ...]:
+    """An output rank's references without its own output's (read after the shape is set)."""
+    return tuple(ref for ref in references if ref not in (f"shapes.{role}", f"ranks.{role}"))
+
+
+def _node_label(node: tuple[str, int], outputs: Sequence[tuple[Any, ...]], derive: Sequence[tuple[Any, ...]]) -> str:
+    kind, index = node
+    return f"shapes.{outputs[index][0]}" if kind == "output" else str(derive[index][0])
 
 
 def _list_source(value: Any) -> Any:

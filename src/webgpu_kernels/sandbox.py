@@ -353,6 +353,8 @@ class BoundedSandbox(SandboxedEnvironment):
     def getitem(self, obj: Any, argument: Any) -> Any:
         if isinstance(obj, Undefined):
             obj._fail_with_undefined_error()
+        if isinstance(argument, Undefined):  # its own reason (a failed derive entry's), not "cannot be indexed"
+            argument._fail_with_undefined_error()
         if isinstance(obj, Mapping):
             self.check_weight(argument, "looking up")  # hashing a key walks all of it
             try:
@@ -448,6 +450,9 @@ class BoundedSandbox(SandboxedEnvironment):
         return self.check_weight(value, "hashing")
 
     def _slice(self, obj: Any, start: Any, stop: Any, step: Any) -> Any:
+        for bound in (start, stop, step):
+            if isinstance(bound, Undefined):
+                bound._fail_with_undefined_error()
         return self.getitem(obj, slice(start, stop, step))
 
     wk_compare = _Internal(_compare)

@@ -6,8 +6,9 @@ skipped when that one failed):
 1. metadata.json: present, well formed, every digest matching, no unlisted file, id = the op id;
 2. manifest.json: the JSON Schema and the references between parts (``manifest.check_manifest``);
 3. expressions: each compiled on its own, so that every bad one is reported, and every name it
-   reads checked against what is visible where it is evaluated (derive entries see only earlier
-   ones, a variant sees its own constants, ``shapes.<role>`` names an input or output, ...);
+   reads checked against what is visible where it is evaluated (outputs and derive entries see
+   each other but not constants, a variant sees its own constants, ``shapes.<role>`` names an
+   input or output, ...), and no output or derive entry reads itself through the others;
 4. templates: each pass's template exists and parses;
 5. test.json and bench.json: their JSON Schemas, then each case against the manifest (inputs,
    dtypes, attributes, data files, expected shapes);
@@ -45,6 +46,7 @@ from .errors import (
 from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
+from .program import evaluation_order, own_rank_reads
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
     ERROR,
@@ -224,14 +226,16 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
             if name in reserved:
                 report(f"{v.json_path}.constants.{name}", f"{name!r} is a reserved name (a namespace or function)")
 
-    def check(value: Any, where: str, visible: set[str], roles: list[str], scope_note: str, suffix: str = "") -> None:
+    def check(value: Any, where: str, visible: set[str], roles: list[str], scope_note: str,
+              suffix: str = "") -> tuple[str, ...]:  # fmt: skip
+        """Report what is wrong with one expression; return the names it reads (none if it does not compile)."""
         if isinstance(value, str):
             out.counts["expressions"] = out.counts.get("expressions", 0) + 1
         try:
             expr = compiler.compile(value, where)
         except ExpressionError as exc:
             report(where, f"expression {exc.expression!r}: {exc.detail}{suffix}")
-            return
+            return ()
         for ref in expr.references:
             head, _, rest = ref.partition(".")
             key = rest.split(".")[0]
@@ -240,7 +244,7 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
                     report(where, f"expression {expr.source!r} names {head!r}, which is not defined {scope_note}{suffix}")
             elif head in ("shapes", "ranks") and key not in roles:
                 report(where, f"expression {expr.source!r} reads {ref!r}: {key!r} is not "
-                              f"{'an input or an earlier output' if len(roles) < len(input_roles) + len(output_roles) else 'an input or output'} "
+                              f"{'an input or output' if len(roles) > len(input_roles) else 'an input (input ranks see only inputs)'} "
                               f"({', '.join(roles)}){suffix}")  # fmt: skip
             elif head == "dtypes" and key not in type_vars:
                 report(where, f"expression {expr.source!r} reads {ref!r}: {key!r} is not a type variable "
@@ -255,21 +259,32 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
                 limit = ref.split(".")[2]
                 if limit not in device_limits:
                     report(where, f"expression {expr.source!r} reads {ref!r}: {limit!r} is not a WebGPU limit{suffix}")
+        return expr.references
 
     all_roles = input_roles + output_roles
     for spec in manifest.inputs:
         if isinstance(spec.rank, str):
             check(spec.rank, f"{spec.json_path}.rank", set(), input_roles, "here (input ranks see only the namespaces)")
-    for i, spec in enumerate(manifest.outputs):
-        roles = input_roles + output_roles[:i]
-        note = "here (output shapes see only the namespaces)"
+    # Outputs and derive entries see each other, each evaluated after what it reads (program.evaluation_order).
+    output_reads: list[tuple[str, tuple[str, ...]]] = []
+    for spec in manifest.outputs:
+        note = "for output shapes (they see the namespaces, the outputs and derive, not constants)"
+        reads: tuple[str, ...] = ()
         if spec.shape is not None:
-            check(spec.shape, f"{spec.json_path}.shape", set(), roles, note)
+            reads += check(spec.shape, f"{spec.json_path}.shape", set(derive_names), all_roles, note)
         if isinstance(spec.rank, str):
-            check(spec.rank, f"{spec.json_path}.rank", set(), roles + [spec.role], note)
-    for k, (name, value) in enumerate(manifest.derive.items()):
-        check(value, f"derive.{name}", set(derive_names[:k]), all_roles,
-              "before this entry (a derive entry sees only the ones above it)")  # fmt: skip
+            rank_reads = check(spec.rank, f"{spec.json_path}.rank", set(derive_names), all_roles, note)
+            reads += own_rank_reads(spec.role, rank_reads)
+        output_reads.append((spec.role, reads))
+    derive_reads = [(name, check(value, f"derive.{name}", set(derive_names), all_roles,
+                                 "in derive (derive entries see the outputs and each other, not constants)"))
+                    for name, value in manifest.derive.items()]  # fmt: skip
+    for cycle in evaluation_order(output_reads, derive_reads)[1]:
+        labels = [f"shapes.{output_reads[i][0]}" if kind == "output" else derive_reads[i][0] for kind, i in cycle]
+        kind, i = cycle[0]
+        where = f"{manifest.outputs[i].json_path}.shape" if kind == "output" else f"derive.{derive_reads[i][0]}"
+        report(where, f"reads itself: {' -> '.join([*labels, labels[0]])} (no order can evaluate "
+                      f"{'it' if len(cycle) == 1 else 'these'})")  # fmt: skip
     for k, (name, value) in enumerate(manifest.constants.items()):
         check(value, f"constants.{name}", set(derive_names) | set(constant_names[:k]), all_roles,
               "before this entry (top-level constants see derive and the constants above)")  # fmt: skip
