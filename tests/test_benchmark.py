@@ -132,6 +132,17 @@ def test_bench_kernel_bias_add_forced_variant(bias_add):
     assert r.max_error is not None and r.max_error <= 1e-5
 
 
+def test_bench_kernel_reduction_counts_its_input():
+    """A reduction's size is its input's (the largest tensor it touches), not its output's."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.ReduceSum")
+    x = random_array((8, 512), "float32", np.random.default_rng(5))
+    r = bench_kernel(kernel, {"X": x}, case="rows", **FAST)
+    assert r.variant == "workgroup" and r.elements == 8 * 512
+    assert r.bytes == x.nbytes + 8 * 4
+
+
 def test_bench_kernel_check_sees_wrong_reference(quick_gelu):
     """max_error is the callback's verdict, so a wrong reference is reported as a large error."""
     x = random_array((1024,), "float32", np.random.default_rng(5))

@@ -156,7 +156,7 @@ class BenchResult:
     variant: str
     dtypes: dict[str, str]
     shapes: dict[str, list[int]]
-    elements: int
+    elements: int  # of the largest input or output
     bytes: int
     median_s: float
     p10_s: float
@@ -197,7 +197,8 @@ def bench_kernel(
     return BenchResult(
         kernel=kernel.op_id, case=case, variant=plan.variant, dtypes=dtypes,
         shapes={name: list(a.shape) for name, a in arrays.items()},
-        elements=max(math.prod(o.shape) for o in plan.outputs) if plan.outputs else 0,
+        # the largest tensor read or written: a reduction's size is its input's (as tuning's shape class)
+        elements=max([a.size for a in arrays.values()] + [math.prod(o.shape) for o in plan.outputs], default=0),
         bytes=total, median_s=t.median_s, p10_s=t.p10_s, p90_s=t.p90_s, samples=t.samples, tbps=tbps,
         peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables={**kernel.manifest.tunables, **(tunables or {})}, max_error=max_error,
     )  # fmt: skip
