@@ -12,6 +12,8 @@
 #   bash scripts/h200-run.sh ortcheck   ORT WebGPU's raw timing batches at 84M (scripts/ort_timing_probe.py)
 #   bash scripts/h200-run.sh ortlong   the same at 8x577x4096 and 8x257x4096 with batches up to 16384 runs
 #   bash scripts/h200-run.sh wait   how the host waits for a readback (scripts/wait_probe.py), then the suite
+#   bash scripts/h200-run.sh packages   bench the third-party test packages (tests/packages/demo.ReduceSum)
+#   bash scripts/h200-run.sh verify   host cost per call, the packages, then the suite (after an engine change)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors
@@ -53,7 +55,7 @@ case "${1:-bench}" in
           # assertions behind the BiasAdd f16 template, fixed; 1635 passed, 6 skipped, -5.log; -6.log: a timing
           # test's lavapipe-only bound, fixed; 1639 passed, 6 skipped, -7.log; 1662 passed, 6 skipped, -8.log; 1673 passed, 6 skipped, -9.log; 1725 passed, 7 skipped, -10.log; 1731 passed, 7 skipped, -11.log; now 1783 passed, 7 skipped, -12.log)
     export XDG_RUNTIME_DIR=$(mktemp -d)
-    timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
+    timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
   wait)  # where a small round trip's time goes, host cost per call, then the suite
     timeout 120 python3 scripts/wait_probe.py 2>&1 | tee "$OUT/wait.log"
     timeout 120 python3 scripts/wait_probe.py 30 --map-modes 2>&1 | tee -a "$OUT/wait.log"
@@ -78,6 +80,17 @@ case "${1:-bench}" in
     timeout 150 python3 scripts/wait_probe.py 30 2>&1 | tee "$OUT/wait.log"
     timeout 300 python3 -m webgpu_kernels bench com.microsoft.QuickGelu --case tiny --case clip-text --compare \
       --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
+  packages)  # the third-party test packages through the same tools: demo.ReduceSum's bench.json, then 84M elements
+    for dt in f32 f16; do
+      timeout 60 python3 -m webgpu_kernels bench tests/packages/demo.ReduceSum -i X=16x4096x1280:$dt --no-host \
+        --json "$OUT/reduce-large-$dt.json" 2>&1 | tee -a "$OUT/packages.log"
+    done
+    timeout 90 python3 -m webgpu_kernels bench tests/packages/demo.ReduceSum --no-host --json "$OUT/reduce.json" 2>&1 \
+      | tee -a "$OUT/packages.log" ;;
+  verify)  # after a change to the engine: host cost per call (a fresh process), the third-party packages, the suite
+    timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
+    bash "$0" packages
+    bash "$0" tests ;;
   roundtrip)  # the comparison on the small, model and large cases (round trips, ORT on the large ones)
     timeout 390 python3 -m webgpu_kernels bench --compare --tag small --tag large --tag model:clip-text --tag model:sd1.5 \
       --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
