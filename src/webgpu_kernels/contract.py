@@ -24,7 +24,7 @@ from .errors import (
     ShapeError,
     UnknownInputError,
 )  # fmt: skip
-from .manifest import ONNX_TO_WGSL, Manifest
+from .manifest import Manifest
 from .sandbox import MAX_SEQUENCE_LENGTH
 
 #: Highest rank an input may have (NumPy's own limit).
@@ -84,9 +84,6 @@ def check_call(
         allowed = manifest.type_constraints[spec.dtype]
         if dtype not in allowed:
             raise DTypeError(spec.role, f"dtype in {list(allowed)} (type variable {spec.dtype})", dtype)
-        if ONNX_TO_WGSL.get(dtype) is None:
-            raise DTypeError(spec.role, f"a dtype WebGPU can hold ({_wgsl_types(allowed)})", dtype,
-                             hint="the package declares it but WGSL has no such type")  # fmt: skip
         bound = type_bindings.setdefault(spec.dtype, (dtype, spec.role))
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype)
@@ -130,10 +127,6 @@ def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
         except (TypeError, ValueError):
             raise DTypeError(role, "a NumPy dtype or an ONNX dtype name", _describe(dtype)) from None
     return tuple(checked), dtype
-
-
-def _wgsl_types(allowed: tuple[str, ...]) -> str:
-    return ", ".join(t for t in allowed if ONNX_TO_WGSL.get(t)) or "none"
 
 
 def _check_values(

@@ -23,12 +23,16 @@ from .errors import ManifestError
 #: 7 MB manifest of 192,000 values took 17 s. This bound keeps a hostile one near a second.
 MAX_MANIFEST_VALUES = 20_000
 
-#: ONNX tensor element types and the WGSL scalar that holds them (None: WGSL has no such type).
+#: ONNX tensor element types and their name in ``dtypes.<T>``: the WGSL scalar where WGSL has one,
+#: else a storage-only name (:data:`STORAGE_ONLY`). A type missing here (complex64, ...) is refused.
 ONNX_TO_WGSL: dict[str, str | None] = {
     "float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32",
-    "bfloat16": None, "float64": None, "int8": None, "int16": None, "int64": None,
-    "uint8": None, "uint16": None, "uint64": None, "bool": None,
+    "bfloat16": "bf16", "float64": "f64", "int8": "i8", "int16": "i16", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint64": "u64", "bool": "bool",
 }  # fmt: skip
+#: ``dtypes`` names of types WGSL cannot compute with: such a tensor is bound as its bytes, and the
+#: shader views it through an element type of its own (``u32``, ``vec2<u32>``) and converts.
+STORAGE_ONLY = frozenset({"bf16", "f64", "i8", "i16", "i64", "u8", "u16", "u64", "bool"})
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE
 from .errors import ExpressionError, InputError, KernelError, LayoutError, ShaderCompileError, TemplateError
-from .manifest import ONNX_TO_WGSL, Manifest
+from .manifest import Manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .validation_report import (
     ERROR,
@@ -58,7 +58,7 @@ def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_fil
 
 def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
     names = list(manifest.type_constraints)
-    lists = [[d for d in manifest.type_constraints[n] if ONNX_TO_WGSL.get(d)] for n in names]
+    lists = [list(manifest.type_constraints[n]) for n in names]
     return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
 
 
