@@ -181,7 +181,7 @@ def test_slices(source, expected):
                                               ("shapes.X[0.5:]", "integers or left out"),
                                               ("shapes.X[true:]", "integers or left out"),
                                               ("shapes.X['a':]", "integers or left out"),
-                                              ("shapes[1:]", "no element")])  # fmt: skip
+                                              ("shapes[1:]", "only a list, tuple, string or range can be sliced")])  # fmt: skip
 def test_slice_errors(source, fragment):
     with pytest.raises(ExpressionError, match=fragment):
         ev(source)

@@ -98,6 +98,9 @@ def _extend(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
         st.tuples(children, st.sampled_from(FILTERS)).map(lambda t: f"({t[0]}) | {t[1]}"),
         st.tuples(children, st.sampled_from(["defined", "odd", "string"])).map(lambda t: f"({t[0]}) is {t[1]}"),
         children.map(lambda c: f"{c}[1:]"),
+        st.tuples(children, children, children).map(lambda t: f"{t[0]}[{t[1]}:{t[2]}]"),
+        st.tuples(children, children, children).map(lambda t: f"{t[0]}[::{t[1]}][{t[2]}:]"),
+        st.tuples(children, children, children).map(lambda t: f"{t[0]}[{t[1]}:, {t[2]}]"),
         children.map(lambda c: "{'a': " + c + "}"),
         children.map(lambda c: f"min(x={c})"),
         children.map(lambda c: f"max(*{c})"),
@@ -114,6 +117,7 @@ def _extend_valid(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
                   st.lists(children, min_size=1, max_size=2)).map(lambda t: f"{t[0]}({', '.join(t[1])})"),
         st.lists(children, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
         st.tuples(children, st.sampled_from(["0", "-1", "1", "'X'"])).map(lambda t: f"{t[0]}[{t[1]}]"),
+        st.tuples(children, st.sampled_from(["1:", ":-1", "::-1", "0:2"])).map(lambda t: f"{t[0]}[{t[1]}]"),
     )
 
 
@@ -182,6 +186,7 @@ template_expressions = st.recursive(
         st.tuples(children, st.sampled_from(TEMPLATE_FILTERS)).map(lambda t: f"({t[0]})|{t[1]}"),
         st.tuples(children, children, children).map(lambda t: f"({t[0]} if {t[1]} else {t[2]})"),
         st.tuples(children, children).map(lambda t: f"{t[0]}[{t[1]}]"),
+        st.tuples(children, children, children).map(lambda t: f"{t[0]}[{t[1]}:{t[2]}]"),
         st.tuples(children, st.sampled_from(ATTRIBUTES)).map(lambda t: f"({t[0]}).{t[1]}"),
         st.lists(children, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
         st.tuples(children, st.sampled_from(["defined", "odd", "even", "divisibleby(3)", "string", "number"])).map(

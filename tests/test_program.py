@@ -75,6 +75,19 @@ def test_an_output_that_reads_itself_is_refused_at_load():
     assert info.value.json_path == "outputs[0].shape"
 
 
+def test_a_cycle_refused_at_load_names_the_manifest_file(write_package):
+    from test_rendering import DEMO_MANIFEST, DEMO_TEMPLATE
+
+    import webgpu_kernels as wk
+
+    manifest = {**DEMO_MANIFEST, "outputs": [{**DEMO_MANIFEST["outputs"][0], "shape": "[m]", "rank": "1"}],
+                "derive": {**DEMO_MANIFEST["derive"], "m": "numel(shapes.Y)"}}  # fmt: skip
+    root = write_package(manifest, {"scale-shift.wgsl.jinja": DEMO_TEMPLATE})
+    with pytest.raises(ManifestError, match="reads itself: shapes.Y -> m -> shapes.Y") as info:
+        wk.load_kernel(root)
+    assert info.value.file == str(root / "manifest.json") and str(root) in str(info.value)
+
+
 def test_an_output_shape_that_reads_its_own_shape_is_refused_at_load():
     with pytest.raises(ManifestError, match=r"reads itself: shapes.S -> shapes.S"):
         compile_program(manifest_with_output_shape("[ranks.S]", "1"))

@@ -29,6 +29,7 @@ from .sandbox import (
     BoundedSandbox,
     SandboxViolation,
     harden,
+    misplaced_slice,
     tree_depth_error,
 )  # fmt: skip
 
@@ -255,6 +256,8 @@ class ExpressionCompiler:
         too_deep = tree_depth_error(tree, MAX_EXPRESSION_DEPTH)
         if too_deep is not None:
             refuse(f"nested more than {MAX_EXPRESSION_DEPTH} levels deep")
+        if misplaced_slice(tree) is not None:
+            refuse("a slice is allowed only as the one subscript of an index (x[a:b], not x[a:b, c])")
 
         def visit(node: nodes.Node) -> None:
             if type(node) not in _ALLOWED_NODES:
@@ -277,6 +280,9 @@ class ExpressionCompiler:
                     refuse("names starting with an underscore are not allowed")
                 references.append(path)
                 return
+            if (isinstance(node, nodes.Getitem) and isinstance(node.node, nodes.Name) and node.node.name in NAMESPACES
+                    and isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str)):
+                references.append(f"{node.node.name}.{node.arg.value}")  # shapes['Z'] reads what shapes.Z reads
             if isinstance(node, nodes.Name):
                 if node.name.startswith("_"):
                     refuse(f"unknown name {node.name!r}: names starting with an underscore are not allowed")
@@ -310,9 +316,18 @@ def _dotted(node: nodes.Node) -> str | None:
     return ".".join(reversed(parts))
 
 
+#: Most characters of a failed entry's reason kept in its error (an entry reading a failed one
+#: embeds that one's error: a chain of N would otherwise hold N^2 characters).
+MAX_REASON_CHARS = 1000
+
+
 def failed_value(name: str, error: ExpressionError) -> Undefined:
     """A scope entry for a derive/constant that failed: using it raises with the original reason."""
-    return StrictUndefined(hint=f"{name!r} could not be evaluated: {error}")
+    reason = str(error)
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 3] + "..."
+    shown = name if len(name) <= 80 else name[:77] + "..."
+    return StrictUndefined(hint=f"{shown!r} could not be evaluated: {reason}")
 
 
 def as_count(value: Any, expression: Expression, what: str) -> int:

@@ -21,7 +21,15 @@ import numpy as np
 from . import tuning
 from .contract import CallSignature, check_call
 from .device import Device, get_device
-from .errors import DeviceLimitError, InputError, KernelError, MissingInputError, SelectionError, ShapeError
+from .errors import (
+    DeviceLimitError,
+    InputError,
+    KernelError,
+    ManifestError,
+    MissingInputError,
+    SelectionError,
+    ShapeError,
+)
 from .execution import ExecutionPlan, build_pass, check_limits, flush, host_array, run_plan
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
@@ -79,8 +87,14 @@ class Kernel:
 
     def __init__(self, package: KernelPackage, manifest: Manifest | None = None) -> None:
         self.package = package
-        self.manifest = manifest or parse_manifest(package.read_json(MANIFEST_FILE), file=str(package.root / MANIFEST_FILE))
-        self.program = compile_program(self.manifest)
+        manifest_file = str(package.root / MANIFEST_FILE)
+        self.manifest = manifest or parse_manifest(package.read_json(MANIFEST_FILE), file=manifest_file)
+        try:
+            self.program = compile_program(self.manifest)
+        except ManifestError as exc:  # (a reserved name, a cycle): say which file, as the schema's errors do
+            if exc.file is not None:
+                raise
+            raise ManifestError(exc.detail, json_path=exc.json_path, file=manifest_file) from None
         self.renderer = TemplateRenderer(package.read_text)
         self._plans: OrderedDict[Any, ExecutionPlan] = OrderedDict()
         self._fast_plans: dict[Any, ExecutionPlan] = {}

@@ -129,20 +129,22 @@ class Program:
                                                                  expression=expr.source, where=expr.where))  # fmt: skip
             else:
                 _define(scope, name, expr)
+        for role, _, shape_expr, rank_expr in self.outputs:  # checks nothing reads: after every shape and derive
+            if rank_expr is not None:
+                rank = as_count(rank_expr.evaluate(scope), rank_expr, "an output rank")
+                if rank != scope["ranks"][role]:
+                    raise ExpressionError(f"shape {list(scope['shapes'][role])} has rank {scope['ranks'][role]}, the "
+                                          f"manifest's rank says {rank}", expression=shape_expr.source,
+                                          where=shape_expr.where)  # fmt: skip
         _define_all(scope, self.constants)
         return scope, tuple(outputs[i] for i in range(len(self.outputs)))
 
     def _output(self, index: int, scope: dict[str, Any], type_bindings: Mapping[str, str]) -> OutputSpec:
-        """Output ``index``'s shape, checked against its rank, added to ``shapes``/``ranks``."""
-        role, type_var, shape_expr, rank_expr = self.outputs[index]
+        """Output ``index``'s shape, added to ``shapes``/``ranks`` (its rank is checked later)."""
+        role, type_var, shape_expr, _ = self.outputs[index]
         shape = self._output_shape(shape_expr, scope)
-        scope["shapes"][role] = shape  # before the rank, which may read it (a failed check fails the call)
+        scope["shapes"][role] = shape
         scope["ranks"][role] = len(shape)
-        if rank_expr is not None:
-            rank = as_count(rank_expr.evaluate(scope), rank_expr, "an output rank")
-            if rank != len(shape):
-                raise ExpressionError(f"shape {list(shape)} has rank {len(shape)}, the manifest's rank says {rank}",
-                                      expression=shape_expr.source, where=shape_expr.where)  # fmt: skip
         if type_var not in type_bindings:
             raise ExpressionError(f"output {role!r} has type variable {type_var!r}, which no input binds",
                                   expression=type_var, where=shape_expr.where)  # fmt: skip
@@ -162,6 +164,8 @@ class Program:
             raise ExpressionError(f"an output shape must be a list of integers, got {value!r}",
                                   expression=expr.source, where=expr.where)  # fmt: skip
         for d in value:
+            if isinstance(d, Undefined) and d._undefined_hint:  # a failed derive entry: its own reason
+                raise ExpressionError(f"undefined value: {d._undefined_hint}", expression=expr.source, where=expr.where)
             if isinstance(d, Undefined):  # e.g. a constant: those come after the outputs
                 raise ExpressionError(f"{d._undefined_name!r} is not defined when output shapes are evaluated (they "
                                       "see shapes, ranks, dtypes, attrs, tunables, device, other outputs and derive, "
@@ -186,9 +190,9 @@ def evaluation_order(
 ) -> tuple[list[tuple[str, int]], list[list[tuple[str, int]]]]:
     """Outputs and derive entries ordered so that each comes after what it reads, and the cycles.
 
-    ``output_reads`` is (role, the references of its shape and rank, less the rank's reads of its
-    own output: the rank is checked once the shape is known), ``derive_reads`` (name, its
-    references), in manifest order; a reference is a bare name or a dotted ``shapes.R``/``ranks.R``.
+    ``output_reads`` is (role, the references of its shape: ranks are checked once everything
+    else is known), ``derive_reads`` (name, its references), in manifest order; a reference is a
+    bare name or a dotted ``shapes.R``/``ranks.R``.
     Returns the order as ("output" | "derive", index) and every group that reads itself (a
     strongly connected component of two or more, or one that reads itself directly); its members
     stay in the order, after nothing in particular. Pure: validation reports what calls would do.
@@ -316,14 +320,11 @@ def compile_program(manifest: Manifest) -> Program:
         for s in manifest.outputs
     )  # fmt: skip
     derive = tuple((k, c(e, f"derive.{k}")) for k, e in manifest.derive.items())
-    order, cycles = evaluation_order(
-        [(role, shape.references + (own_rank_reads(role, rank.references) if rank else ()))
-         for role, _, shape, rank in outputs],
-        [(name, expr.references) for name, expr in derive],
-    )  # fmt: skip
+    order, cycles = evaluation_order([(role, shape.references) for role, _, shape, _ in outputs],
+                                     [(name, expr.references) for name, expr in derive])  # fmt: skip
     cyclic: dict[int, str] = {}
     for cycle in cycles:
-        text = " -> ".join(_node_label(node, outputs, derive) for node in [*cycle, cycle[0]])
+        text = cycle_text([_node_label(node, outputs, derive) for node in cycle])
         for kind, index in cycle:
             if kind == "output":  # every call would fail: refuse the package now
                 raise ManifestError(f"the output shape reads itself: {text}", json_path=outputs[index][2].where)
@@ -341,9 +342,13 @@ def compile_program(manifest: Manifest) -> Program:
     )
 
 
-def own_rank_reads(role: str, references: Sequence[str]) -> tuple[str, ...]:
-    """An output rank's references without its own output's (read after the shape is set)."""
-    return tuple(ref for ref in references if ref not in (f"shapes.{role}", f"ranks.{role}"))
+def cycle_text(labels: Sequence[str], most: int = 8) -> str:
+    """``a -> b -> a``; a long cycle shows its first names and its length (each member carries the
+    text in its error, so it must not grow with the cycle)."""
+    shown = [label if len(label) <= 80 else label[:77] + "..." for label in labels[:most]]
+    if len(labels) > most:
+        return " -> ".join(shown) + f" -> ... ({len(labels)} entries in all)"
+    return " -> ".join([*shown, shown[0]])
 
 
 def _node_label(node: tuple[str, int], outputs: Sequence[tuple[Any, ...]], derive: Sequence[tuple[Any, ...]]) -> str:

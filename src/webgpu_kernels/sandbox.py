@@ -359,14 +359,10 @@ class BoundedSandbox(SandboxedEnvironment):
             self.check_weight(argument, "looking up")  # hashing a key walks all of it
             try:
                 return obj[argument]
-            except (KeyError, TypeError):
-                return self.undefined(obj=obj, name=argument)
+            except (KeyError, TypeError):  # name a key that is not a plain value by its type (no repr, no address)
+                shown = argument if isinstance(argument, (str, int, float, type(None))) else f"<{type(argument).__name__}>"
+                return self.undefined(obj=obj, name=shown)
         if isinstance(obj, (list, tuple, str, range)):
-            if isinstance(argument, slice):
-                if not all(_is_index(part) or part is None for part in (argument.start, argument.stop, argument.step)):
-                    return self.undefined("a slice's start, stop and step are integers or left out",
-                                          name=str(argument), exc=SecurityError)  # fmt: skip
-                return obj[argument]  # step 0 is a ValueError, reported by the caller
             if _is_index(argument):
                 try:
                     return obj[argument]
@@ -375,10 +371,11 @@ class BoundedSandbox(SandboxedEnvironment):
             if isinstance(argument, str):
                 return self.getattr(obj, argument)
             return self.undefined(f"a {type(obj).__name__} cannot be indexed by a {type(argument).__name__}",
-                                  name=str(argument), exc=SecurityError)  # fmt: skip
+                                  name=f"<{type(argument).__name__}>", exc=SecurityError)  # fmt: skip
         if isinstance(argument, str):
             return self.getattr(obj, argument)
-        return self.undefined(f"a {type(obj).__name__} cannot be indexed here", name=str(argument), exc=SecurityError)
+        return self.undefined(f"a {type(obj).__name__} cannot be indexed here", name=f"<{type(argument).__name__}>",
+                              exc=SecurityError)  # fmt: skip
 
     # --- calls ----------------------------------------------------------------------------------
 
@@ -450,10 +447,20 @@ class BoundedSandbox(SandboxedEnvironment):
         return self.check_weight(value, "hashing")
 
     def _slice(self, obj: Any, start: Any, stop: Any, step: Any) -> Any:
+        if isinstance(obj, Undefined):
+            obj._fail_with_undefined_error()
         for bound in (start, stop, step):
             if isinstance(bound, Undefined):
                 bound._fail_with_undefined_error()
-        return self.getitem(obj, slice(start, stop, step))
+            if bound is not None and not _is_index(bound):
+                raise self.refuse(f"a slice's start, stop and step are integers or left out, not a "
+                                  f"{type(bound).__name__}")  # fmt: skip
+        if not isinstance(obj, (list, tuple, str, range)):
+            raise self.refuse(f"only a list, tuple, string or range can be sliced, not a {type(obj).__name__}")
+        result = obj[start:stop:step]  # step 0 is a ValueError, reported by the caller
+        if isinstance(result, (str, list, tuple)):
+            charge_text(len(result))  # a copy, built like '+' builds one
+        return result
 
     wk_compare = _Internal(_compare)
     wk_key = _Internal(_key)
@@ -520,6 +527,14 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
         return node
 
     return rewrite(tree)
+
+
+def misplaced_slice(tree: nodes.Node) -> nodes.Slice | None:
+    """A slice that is not the one subscript of an index (``x[a:b, c]``), which Jinja would compile
+    into Python that does not parse; ``None`` if there is none."""
+    every = [tree, *tree.find_all(nodes.Node)]  # find_all leaves out the root
+    placed = {id(node.arg) for node in every if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice)}
+    return next((node for node in every if isinstance(node, nodes.Slice) and id(node) not in placed), None)
 
 
 def tree_depth_error(tree: nodes.Node, max_depth: int) -> tuple[int, int] | None:

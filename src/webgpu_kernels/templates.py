@@ -33,6 +33,7 @@ from .sandbox import (
     SandboxViolation,
     charge_text,
     harden,
+    misplaced_slice,
     nested_items_exceed,
     render_budget,
 )  # fmt: skip
@@ -224,7 +225,12 @@ class TemplateSandbox(BoundedSandbox):
 
 
 def _check_template(tree: nodes.Template) -> None:
-    """Refuse nodes outside the allow-list, ``self``, recursive loops, huge literals, deep nesting."""
+    """Refuse nodes outside the allow-list, ``self``, recursive loops, huge literals, deep nesting,
+    and a slice that is not an index's one subscript."""
+    stray = misplaced_slice(tree)
+    if stray is not None:
+        raise SandboxViolation("a slice is allowed only as the one subscript of an index (x[a:b], not x[a:b, c])",
+                               stray.lineno)  # fmt: skip
     stack: list[tuple[nodes.Node, int, int]] = [(tree, 0, 0)]
     while stack:
         node, statements, expression = stack.pop()
@@ -259,8 +265,8 @@ def _env(context: Any) -> TemplateSandbox:
 
 def _result(context: Any, value: Any) -> Any:
     value = _env(context).check_value(value)
-    if isinstance(value, str):
-        charge_text(len(value))
+    if isinstance(value, (str, list, tuple)):
+        charge_text(len(value))  # a list built (``range(n)|list``) is charged per item, as '+' charges one
     return value
 
 

@@ -46,7 +46,7 @@ from .errors import (
 from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
-from .program import evaluation_order, own_rank_reads
+from .program import cycle_text, evaluation_order
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
     ERROR,
@@ -272,19 +272,28 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
         reads: tuple[str, ...] = ()
         if spec.shape is not None:
             reads += check(spec.shape, f"{spec.json_path}.shape", set(derive_names), all_roles, note)
-        if isinstance(spec.rank, str):
-            rank_reads = check(spec.rank, f"{spec.json_path}.rank", set(derive_names), all_roles, note)
-            reads += own_rank_reads(spec.role, rank_reads)
+        if isinstance(spec.rank, str):  # checked after every shape and derive entry: not ordered
+            check(spec.rank, f"{spec.json_path}.rank", set(derive_names), all_roles, note)
         output_reads.append((spec.role, reads))
     derive_reads = [(name, check(value, f"derive.{name}", set(derive_names), all_roles,
                                  "in derive (derive entries see the outputs and each other, not constants)"))
                     for name, value in manifest.derive.items()]  # fmt: skip
+    # An output shape reads the derive value; a constant of the same name overrides it for the
+    # variant's passes, which would then size their work differently from the output.
+    read_by_outputs = {ref: spec for spec, (_, reads) in zip(manifest.outputs, output_reads) for ref in reads
+                       if ref in manifest.derive}  # fmt: skip
+    shadows = [(f"constants.{n}", n) for n in manifest.constants] + [
+        (f"{v.json_path}.constants.{n}", n) for v in manifest.variants for n in v.constants]
+    for where, name in shadows:
+        if name in read_by_outputs:
+            out.warning(MANIFEST_FILE, where, f"shadows derive entry {name!r}, which {read_by_outputs[name].json_path}"
+                                              ".shape reads: the output is sized by the derive value, the passes "
+                                              "use this one")  # fmt: skip
     for cycle in evaluation_order(output_reads, derive_reads)[1]:
         labels = [f"shapes.{output_reads[i][0]}" if kind == "output" else derive_reads[i][0] for kind, i in cycle]
         kind, i = cycle[0]
         where = f"{manifest.outputs[i].json_path}.shape" if kind == "output" else f"derive.{derive_reads[i][0]}"
-        report(where, f"reads itself: {' -> '.join([*labels, labels[0]])} (no order can evaluate "
-                      f"{'it' if len(cycle) == 1 else 'these'})")  # fmt: skip
+        report(where, f"reads itself: {cycle_text(labels)} (no order can evaluate {'it' if len(cycle) == 1 else 'these'})")
     for k, (name, value) in enumerate(manifest.constants.items()):
         check(value, f"constants.{name}", set(derive_names) | set(constant_names[:k]), all_roles,
               "before this entry (top-level constants see derive and the constants above)")  # fmt: skip
