@@ -14,7 +14,8 @@ skipped when that one failed):
    dtypes, attributes, data files, expected shapes);
 6. the GPU: for every case of test.json and bench.json, every variant whose ``when`` holds is
    resolved, rendered and compiled into a compute pipeline on the current adapter. A variant x
-   dtype that no case exercises is a warning (nothing to compile it for).
+   dtype that no case exercises is a warning (nothing to compile it for), and so is a case whose
+   tensors the adapter cannot bind.
 
 Each problem carries its severity, the file, the JSON path (or template line), and for GPU work
 the variant and dtype (validation_report.py; stage 6 lives in validation_gpu.py). With isolation, all of it runs in a child process (package_tests.run_in_child).

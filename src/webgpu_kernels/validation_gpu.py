@@ -5,13 +5,22 @@ current adapter; a variant x dtype no case exercises is a warning."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .case_data import dtype_name
+from .case_data import dtype_name, numpy_dtype
 from .casefile import BENCH_FILE, TEST_FILE
-from .errors import ExpressionError, InputError, KernelError, LayoutError, ShaderCompileError, TemplateError
+from .errors import (
+    DeviceLimitError,
+    ExpressionError,
+    InputError,
+    KernelError,
+    LayoutError,
+    ShaderCompileError,
+    TemplateError,
+)
 from .manifest import Manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .validation_report import (
@@ -71,7 +80,7 @@ def _label(binding: Mapping[str, str]) -> str:
 def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_file: Any, bench_file: Any,
                out: ProblemCollector, report: ValidationReport, *, device: Any, notify: Progress) -> None:  # fmt: skip
     from .contract import check_call
-    from .execution import compile_pipeline
+    from .execution import check_limits, compile_pipeline
     from .rendering import TemplateRenderer, resolve_variant
     from .selection import judge
 
@@ -95,13 +104,14 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         if "float16" in binding.values() and not device.info.has_f16:
             continue
         try:
-            scope, _ = program.call_scope(signature, device.info)
+            scope, outputs = program.call_scope(signature, device.info)
         except KernelError as exc:
             where = getattr(exc, "where", "") or ""
             out.error(MANIFEST_FILE, where, f"cannot evaluate the call's scope ({label}): {exc}",
                       dtype=label, case=call.case)  # fmt: skip
             continue
         accepted_any = False
+        refusals: dict[str, list[str]] = {}  # the device's refusal -> the variants it stops, one warning each
         for cv in program.variants:
             vid = cv.variant.id
             verdict, inner = judge(cv, scope)
@@ -124,6 +134,14 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {exc}",
                           variant=vid, dtype=label, case=call.case)  # fmt: skip
                 continue
+            sizes = {role: math.prod(shape) * numpy_dtype(dtype).itemsize for role, (shape, dtype) in call.inputs.items()}
+            sizes.update({o.role: math.prod(o.shape) * numpy_dtype(o.dtype).itemsize for o in outputs})
+            for r in resolved:
+                try:
+                    check_limits(device, r, sizes)
+                except DeviceLimitError as exc:  # this adapter's limits, not the package's fault: a warning
+                    refusals.setdefault(str(exc), []).append(vid)
+                    break
             for p_index, r in enumerate(resolved):
                 try:
                     wgsl = renderer.render(r, inner)
@@ -147,6 +165,10 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     continue
                 done.add(wgsl)
                 cov.pipelines += 1
+        for refusal, variants in refusals.items():
+            out.warning(call.source, call.json_path, f"a call of case {call.case!r} ({label}) is refused on this "
+                                                     f"adapter ({', '.join(variants)}): {refusal}",
+                        dtype=label, case=call.case)  # fmt: skip
         if not accepted_any:
             reasons = "; ".join(f"{vv.variant.id}: {judge(vv, scope)[0].reason()}" for vv in program.variants)
             severity = ERROR if call.source == TEST_FILE else WARNING
