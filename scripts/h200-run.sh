@@ -12,7 +12,7 @@
 #   bash scripts/h200-run.sh ortcheck   ORT WebGPU's raw timing batches at 84M (scripts/ort_timing_probe.py)
 #   bash scripts/h200-run.sh ortlong   the same at 8x577x4096 and 8x257x4096 with batches up to 16384 runs
 #   bash scripts/h200-run.sh wait   how the host waits for a readback (scripts/wait_probe.py), then the suite
-#   bash scripts/h200-run.sh packages   bench the third-party test packages (tests/packages/demo.ReduceSum)
+#   bash scripts/h200-run.sh packages   the third-party test packages through bench, validate and test
 #   bash scripts/h200-run.sh verify   host cost per call, the packages, then the suite (after an engine change)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -86,6 +86,10 @@ case "${1:-bench}" in
         --json "$OUT/reduce-large-$dt.json" 2>&1 | tee -a "$OUT/packages.log"
     done
     timeout 90 python3 -m webgpu_kernels bench tests/packages/demo.ReduceSum --no-host --json "$OUT/reduce.json" 2>&1 \
+      | tee -a "$OUT/packages.log"
+    timeout 60 python3 -m webgpu_kernels validate tests/packages/demo.Gather 2>&1 | tee -a "$OUT/packages.log"
+    timeout 60 python3 -m webgpu_kernels test tests/packages/demo.Gather 2>&1 | tee -a "$OUT/packages.log"
+    timeout 90 python3 -m webgpu_kernels bench tests/packages/demo.Gather --no-host --json "$OUT/gather.json" 2>&1 \
       | tee -a "$OUT/packages.log" ;;
   verify)  # after a change to the engine: host cost per call (a fresh process), the third-party packages, the suite
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
