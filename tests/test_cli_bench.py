@@ -461,3 +461,24 @@ def test_tune_skips_a_candidate_that_computes_something_else(runner, tuning_dir,
     assert "skipped (output differs from the default's): scalar" in " ".join(out.split())
     entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
     assert list(entries) == [f"{copy.tuning_key}|T=float32|2^12"] and entries[f"{copy.tuning_key}|T=float32|2^12"]["variant"] != "scalar"
+
+
+@pytest.mark.parametrize("peak_fraction, copy_fraction, beyond", [
+    (1.05, 0.5, True), (0.95, 3.0, False), (None, 2.5, True), (None, 1.2, False),
+])  # fmt: skip
+def test_beyond_memory(peak_fraction, copy_fraction, beyond):
+    """Past the datasheet peak (or, with no known peak, twice the copy of the same bytes)."""
+    assert cli_bench._beyond_memory(peak_fraction, copy_fraction) is beyond
+
+
+def test_a_gather_is_marked_faster_than_memory(runner, tmp_path):
+    """A gather reads a few rows of its table but bench counts the table whole: its TB/s is marked
+    and explained, not presented as a bandwidth (the H200 showed CLIP's lookup at '61 TB/s')."""
+    from conftest import PACKAGES_DIR
+
+    path = tmp_path / "gather.json"
+    out = invoke(runner, "bench", str(PACKAGES_DIR / "demo.Gather"), "-i", "data=8192x256:f32", "-i", "indices=2:i64",
+                 "--no-host", *QUICK_WARM_UP, "--json", str(path)).output  # fmt: skip
+    (row,) = json.loads(path.read_text())["cases"]
+    assert row["beyond_memory"] is True and row["bytes"] == 8192 * 256 * 4 + 2 * 8 + 2 * 256 * 4
+    assert "* faster than the device's memory allows" in out

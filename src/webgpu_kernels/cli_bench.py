@@ -88,6 +88,12 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
     return lambda outputs: max_abs_error(outputs, reference(arrays, full_attrs))
 
 
+def _beyond_memory(peak_fraction: float | None, copy_fraction: float) -> bool:
+    """Faster than memory allows for the bytes counted (every input read once): the kernel read
+    less than its inputs (a gather reads a few rows of its table) or worked from cache."""
+    return peak_fraction > 1.0 if peak_fraction is not None else copy_fraction > 2.0
+
+
 def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float]) -> float:
     """Copy throughput for a kernel moving ``nbytes`` (read + written), measured once per size."""
     if nbytes not in cache:
@@ -240,6 +246,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache:
         row.update(result.as_dict())
         row["copy_tbps"] = _copy_tbps(device, result.bytes, copies)
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
+        row["beyond_memory"] = _beyond_memory(result.peak_fraction, row["copy_fraction"])
         row["error_ok"] = result.max_error is None or result.max_error <= ERROR_TOLERANCE.get(row["dtype"], 1e-2)
         if choice is not None:
             same = choice.variant == result.variant and choice.tunables == result.tunables
@@ -347,7 +354,8 @@ def _one_line(row: dict[str, Any]) -> str:
         return f"{name}: error {row['error'][:100]}"
     tuned = f", tuned {row['tuned']['tbps']:.3f} TB/s" if "tuned" in row else ""
     wrong = "" if row.get("error_ok", True) else f", WRONG: max error {row['max_error']:.3g}"
-    return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {row['tbps']:.3f} TB/s "
+    beyond = "*" if row.get("beyond_memory") else ""
+    return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {row['tbps']:.3f}{beyond} TB/s "
             f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}{wrong}")  # fmt: skip
 
 
@@ -371,7 +379,7 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok", True) else " WRONG")
         table.add_row(
             row["kernel"].split(".")[-1], row["case"], row["dtype"], row["variant"], str(row["elements"]),
-            f"{row['median_s'] * 1e6:.1f}", f"{row['tbps']:.3f}", _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
+            f"{row['median_s'] * 1e6:.1f}", f"{row['tbps']:.3f}" + ("*" if row.get("beyond_memory") else ""), _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
             f"{row['copy_fraction'] * 100:.1f}", _fmt(row.get("tuned", {}).get("tbps"), ".3f"),
             _fmt(per_s(torch_peer.get("eager_s")), ".3f"), _fmt(per_s(torch_peer.get("compile_s")), ".3f"),
             _fmt(ort_s and ort_s * 1e6, ".1f"), _fmt(ort_s and ort_s / row["median_s"], ".2f"),
@@ -383,6 +391,10 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
     if not console.is_terminal:
         console.width = max(console.width, 250)
     console.print(table)
+    if any(row.get("beyond_memory") for row in rows):
+        console.print("* faster than the device's memory allows for the bytes counted (each input read once, "
+                      "each output written once): the kernel reads less than its inputs, as a gather does, or "
+                      "works from cache; its TB/s is not a bandwidth")  # fmt: skip
     for row in rows:
         if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
             console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: error: {row['error']}", style="red"))
