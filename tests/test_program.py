@@ -112,7 +112,8 @@ def test_an_output_rank_may_read_its_own_shape():
     ],
 )  # fmt: skip
 def test_evaluation_order(outputs, derive, order, cycles):
-    got_order, got_cycles = evaluation_order(outputs, derive)
+    got_order, got = evaluation_order(outputs, derive)
+    got_cycles = [c.members for c in got]
     if order is not None:
         assert got_order == order
     assert sorted(got_order) == sorted([("output", i) for i in range(len(outputs))] +
@@ -126,4 +127,16 @@ def test_evaluation_order_of_a_long_chain_has_no_recursion_limit():
     order, cycles = evaluation_order([], derive)
     assert order == [("derive", j) for j in reversed(range(n))] and cycles == []
     derive[-1] = (f"d{n - 1}", ["d0"])
-    assert len(evaluation_order([], derive)[1][0]) == n
+    (cycle,) = evaluation_order([], derive)[1]
+    assert len(cycle.members) == n and cycle.path == [("derive", j) for j in range(n)]
+
+
+def test_a_cycle_is_named_along_its_reads():
+    """a reads c, c reads b, b reads a: the error follows the reads, not the manifest's order."""
+    (cycle,) = evaluation_order([], [("a", ["c"]), ("b", ["a"]), ("c", ["b"])])[1]
+    assert cycle.members == [("derive", 0), ("derive", 1), ("derive", 2)]
+    assert cycle.path == [("derive", 0), ("derive", 2), ("derive", 1)]
+    manifest = manifest_with_output_shape("shapes.X", "ranks.X", derive={"a": "c", "b": "a", "c": "b"})
+    scope, _ = scope_for(manifest)
+    with pytest.raises(UndefinedError, match="reads itself: a -> c -> b -> a"):
+        scope["b"] + 1

@@ -249,9 +249,11 @@ def test_evaluation_order_against_a_brute_force_reference():
                 if component[u] != component[v]:
                     assert position[v] < position[u]
         expected = {c for n, c in component.items() if len(c) > 1 or n in edges[n]}
-        assert {frozenset(c) for c in cycles} == expected
+        assert {frozenset(c.members) for c in cycles} == expected
         for c in cycles:
-            spots = sorted(position[n] for n in c)
+            assert set(c.path) <= set(c.members) and c.path[0] == c.members[0]
+            assert all(b in edges[a] for a, b in zip(c.path, c.path[1:] + c.path[:1]))  # a real read path
+            spots = sorted(position[n] for n in c.members)
             assert spots == list(range(spots[0], spots[0] + len(spots)))
         manifest_index = {n: k for k, n in enumerate(nodes)}
         if all(manifest_index[v] < manifest_index[u] for u in nodes for v in edges[u]):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from jinja2.runtime import Undefined
 
@@ -185,9 +185,18 @@ def _define_all(scope: dict[str, Any], entries: tuple[tuple[str, Expression], ..
         _define(scope, name, expr)
 
 
+class Cycle(NamedTuple):
+    """Entries that read themselves: every member (a strongly connected group, in manifest order)
+    and one read path through them from the first (``path[i]`` reads ``path[i + 1]``, the last
+    reads ``path[0]``), for the error."""
+
+    members: list[tuple[str, int]]
+    path: list[tuple[str, int]]
+
+
 def evaluation_order(
     output_reads: Sequence[tuple[str, Sequence[str]]], derive_reads: Sequence[tuple[str, Sequence[str]]]
-) -> tuple[list[tuple[str, int]], list[list[tuple[str, int]]]]:
+) -> tuple[list[tuple[str, int]], list[Cycle]]:
     """Outputs and derive entries ordered so that each comes after what it reads, and the cycles.
 
     ``output_reads`` is (role, the references of its shape: ranks are checked once everything
@@ -215,13 +224,31 @@ def evaluation_order(
     edges = {("output", i): reads(refs) for i, (_, refs) in enumerate(output_reads)}
     edges.update({("derive", j): reads(refs) for j, (_, refs) in enumerate(derive_reads)})
     order: list[tuple[str, int]] = []
-    cycles: list[list[tuple[str, int]]] = []
+    cycles: list[Cycle] = []
     for component in _components(nodes, edges):  # dependencies first
         component.sort(key=lambda node: (node[0] != "output", node[1]))  # outputs, then derive, in manifest order
         order.extend(component)
         if len(component) > 1 or component[0] in edges[component[0]]:
-            cycles.append(component)
+            cycles.append(Cycle(component, _path_back(component, edges)))
     return order, cycles
+
+
+def _path_back(members: Sequence[Any], edges: Mapping[Any, Sequence[Any]]) -> list[Any]:
+    """A shortest read path from ``members[0]`` back to itself inside the group (breadth first)."""
+    start, inside = members[0], set(members)
+    parent: dict[Any, Any] = {}
+    queue = [start]
+    for node in queue:  # the list grows as it is walked
+        for succ in edges[node]:
+            if succ == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(parent[path[-1]])
+                return path[::-1]
+            if succ in inside and succ not in parent:
+                parent[succ] = node
+                queue.append(succ)
+    return [start]  # not reached: every member of a group reaches every other
 
 
 def _components(nodes: Sequence[Any], edges: Mapping[Any, Sequence[Any]]) -> list[list[Any]]:
@@ -324,9 +351,9 @@ def compile_program(manifest: Manifest) -> Program:
                                      [(name, expr.references) for name, expr in derive])  # fmt: skip
     cyclic: dict[int, str] = {}
     for cycle in cycles:
-        text = cycle_text([_node_label(node, outputs, derive) for node in cycle])
-        for kind, index in cycle:
-            if kind == "output":  # every call would fail: refuse the package now
+        text = cycle_text([_node_label(node, outputs, derive) for node in cycle.path])
+        for kind, index in cycle.members:
+            if kind == "output":  # every call would fail: refuse the package now (members[0], the path's start)
                 raise ManifestError(f"the output shape reads itself: {text}", json_path=outputs[index][2].where)
             cyclic[index] = text
     return Program(

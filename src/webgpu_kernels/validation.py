@@ -291,10 +291,10 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
                                               ".shape reads: the output is sized by the derive value, the passes "
                                               "use this one")  # fmt: skip
     for cycle in evaluation_order(output_reads, derive_reads)[1]:
-        labels = [f"shapes.{output_reads[i][0]}" if kind == "output" else derive_reads[i][0] for kind, i in cycle]
-        kind, i = cycle[0]
+        labels = [f"shapes.{output_reads[i][0]}" if kind == "output" else derive_reads[i][0] for kind, i in cycle.path]
+        kind, i = cycle.path[0]
         where = f"{manifest.outputs[i].json_path}.shape" if kind == "output" else f"derive.{derive_reads[i][0]}"
-        report(where, f"reads itself: {cycle_text(labels)} (no order can evaluate {'it' if len(cycle) == 1 else 'these'})")
+        report(where, f"reads itself: {cycle_text(labels)} (no order can evaluate {'it' if len(cycle.members) == 1 else 'these'})")
     for k, (name, value) in enumerate(manifest.constants.items()):
         check(value, f"constants.{name}", set(derive_names) | set(constant_names[:k]), all_roles,
               "before this entry (top-level constants see derive and the constants above)")  # fmt: skip
