@@ -267,3 +267,16 @@ def test_a_manifest_past_the_value_bound_is_refused_before_the_schema(write_pack
     del data["stray"]
     data["variants"] = data["variants"][:600]
     assert check_manifest(data) == []
+
+
+def test_every_type_has_a_dtypes_name_and_a_size():
+    """The tables the engine sizes and names tensors by cover the schema's types, with NumPy's sizes."""
+    import numpy as np
+
+    from webgpu_kernels.manifest import ITEMSIZE, ONNX_TO_WGSL
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+
+    assert set(ITEMSIZE) == set(ONNX_TO_WGSL) and all(ONNX_TO_WGSL.values())
+    for name, size in ITEMSIZE.items():
+        assert (np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)).itemsize == size, name

@@ -348,14 +348,18 @@ def _stream_peer(peer: str, command: list[str], console: Any, timeout_s: int) ->
                 console.print(Text(f"peer {peer} {why}: {tail}", style="red"))
 
 
+def _tbps_text(row: dict[str, Any]) -> str:
+    """The row's TB/s, marked ``*`` when it is past what memory allows (see :func:`_beyond_memory`)."""
+    return f"{row['tbps']:.3f}" + ("*" if row.get("beyond_memory") else "")
+
+
 def _one_line(row: dict[str, Any]) -> str:
     name = f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}"
     if "error" in row:
         return f"{name}: error {row['error'][:100]}"
     tuned = f", tuned {row['tuned']['tbps']:.3f} TB/s" if "tuned" in row else ""
     wrong = "" if row.get("error_ok", True) else f", WRONG: max error {row['max_error']:.3g}"
-    beyond = "*" if row.get("beyond_memory") else ""
-    return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {row['tbps']:.3f}{beyond} TB/s "
+    return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {_tbps_text(row)} TB/s "
             f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}{wrong}")  # fmt: skip
 
 
@@ -379,7 +383,7 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok", True) else " WRONG")
         table.add_row(
             row["kernel"].split(".")[-1], row["case"], row["dtype"], row["variant"], str(row["elements"]),
-            f"{row['median_s'] * 1e6:.1f}", f"{row['tbps']:.3f}" + ("*" if row.get("beyond_memory") else ""), _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
+            f"{row['median_s'] * 1e6:.1f}", _tbps_text(row), _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
             f"{row['copy_fraction'] * 100:.1f}", _fmt(row.get("tuned", {}).get("tbps"), ".3f"),
             _fmt(per_s(torch_peer.get("eager_s")), ".3f"), _fmt(per_s(torch_peer.get("compile_s")), ".3f"),
             _fmt(ort_s and ort_s * 1e6, ".1f"), _fmt(ort_s and ort_s / row["median_s"], ".2f"),

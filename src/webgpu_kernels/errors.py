@@ -14,6 +14,11 @@ class KernelError(Exception):
     """Base class of every error raised by webgpu_kernels."""
 
 
+def shorten(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters (ending ``...``), for a value quoted in a message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 # --- packages and manifests -------------------------------------------------------------------
 
 

@@ -21,11 +21,12 @@ from jinja2.exceptions import TemplateError as JinjaTemplateError
 from jinja2.parser import Parser
 from jinja2.runtime import Undefined
 
-from .errors import ExpressionError, ExpressionSandboxError
+from .errors import ExpressionError, ExpressionSandboxError, shorten
 from .sandbox import (
     MAX_EXPRESSION_DEPTH,
     MAX_INT_BITS,
     MAX_SEQUENCE_LENGTH,
+    MISPLACED_SLICE,
     BoundedSandbox,
     SandboxViolation,
     harden,
@@ -89,8 +90,7 @@ def _max(*values: Any) -> Any:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return shorten(repr(value))
 
 
 #: Functions every expression may call. ``f16Ok`` depends on the device and is added per device.
@@ -257,7 +257,7 @@ class ExpressionCompiler:
         if too_deep is not None:
             refuse(f"nested more than {MAX_EXPRESSION_DEPTH} levels deep")
         if misplaced_slice(tree) is not None:
-            refuse("a slice is allowed only as the one subscript of an index (x[a:b], not x[a:b, c])")
+            refuse(MISPLACED_SLICE)
 
         def visit(node: nodes.Node) -> None:
             if type(node) not in _ALLOWED_NODES:
@@ -323,11 +323,8 @@ MAX_REASON_CHARS = 1000
 
 def failed_value(name: str, error: ExpressionError) -> Undefined:
     """A scope entry for a derive/constant that failed: using it raises with the original reason."""
-    reason = str(error)
-    if len(reason) > MAX_REASON_CHARS:
-        reason = reason[: MAX_REASON_CHARS - 3] + "..."
-    shown = name if len(name) <= 80 else name[:77] + "..."
-    return StrictUndefined(hint=f"{shown!r} could not be evaluated: {reason}")
+    reason = shorten(str(error), MAX_REASON_CHARS)
+    return StrictUndefined(hint=f"{shorten(name)!r} could not be evaluated: {reason}")
 
 
 def as_count(value: Any, expression: Expression, what: str) -> int:

@@ -21,19 +21,11 @@ import numpy as np
 from . import tuning
 from .contract import CallSignature, check_call
 from .device import Device, get_device
-from .errors import (
-    DeviceLimitError,
-    InputError,
-    KernelError,
-    ManifestError,
-    MissingInputError,
-    SelectionError,
-    ShapeError,
-)
+from .errors import DeviceLimitError, InputError, KernelError, MissingInputError, SelectionError, ShapeError
 from .execution import ExecutionPlan, build_pass, check_limits, flush, host_array, run_plan
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
-from .program import DeviceInfo, OutputSpec, compile_program
+from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, resolve_variant
 from .selection import Verdict, require_choice, select_variant
 from .tensor import GpuTensor
@@ -89,12 +81,7 @@ class Kernel:
         self.package = package
         manifest_file = str(package.root / MANIFEST_FILE)
         self.manifest = manifest or parse_manifest(package.read_json(MANIFEST_FILE), file=manifest_file)
-        try:
-            self.program = compile_program(self.manifest)
-        except ManifestError as exc:  # (a reserved name, a cycle): say which file, as the schema's errors do
-            if exc.file is not None:
-                raise
-            raise ManifestError(exc.detail, json_path=exc.json_path, file=manifest_file) from None
+        self.program = compile_program(self.manifest, file=manifest_file)
         self.renderer = TemplateRenderer(package.read_text)
         self._plans: OrderedDict[Any, ExecutionPlan] = OrderedDict()
         self._fast_plans: dict[Any, ExecutionPlan] = {}
@@ -262,9 +249,7 @@ class Kernel:
     def _check_device(self, signature: CallSignature, variant_id: str, outputs: tuple[OutputSpec, ...],
                       resolved: Any, device: Device) -> None:  # fmt: skip
         """Refuse, before anything is built, a binding with no tensor or one the device cannot hold."""
-        sizes = {role: int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype_of(signature, role, self.manifest)).itemsize
-                 for role, shape in signature.shapes}  # fmt: skip
-        sizes.update({o.role: int(np.prod(o.shape, dtype=np.int64)) * np.dtype(o.dtype).itemsize for o in outputs})
+        sizes = tensor_bytes(self.manifest, signature, outputs)
         for r in resolved:
             for b in r.bindings:
                 if b.arg is not None and b.arg not in sizes:
@@ -311,11 +296,6 @@ class Kernel:
 def _frozen(options: Mapping[str, Any] | None) -> Any:
     # The value's type is part of the key: True == 1 must not share a plan with a checked True.
     return None if not options else tuple((k, v.__class__, v) for k, v in options.items())
-
-
-def dtype_of(signature: CallSignature, role: str, manifest: Manifest) -> str:
-    type_var = next(s.dtype for s in manifest.inputs if s.role == role)
-    return signature.type_bindings()[type_var]
 
 
 def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -30,6 +30,11 @@ ONNX_TO_WGSL: dict[str, str | None] = {
     "bfloat16": "bf16", "float64": "f64", "int8": "i8", "int16": "i16", "int64": "i64",
     "uint8": "u8", "uint16": "u16", "uint64": "u64", "bool": "bool",
 }  # fmt: skip
+#: Bytes per element of each ONNX type (NumPy's layout; bfloat16 without needing ml_dtypes).
+ITEMSIZE: dict[str, int] = {
+    "float32": 4, "float16": 2, "int32": 4, "uint32": 4, "bfloat16": 2, "float64": 8, "int8": 1,
+    "int16": 2, "int64": 8, "uint8": 1, "uint16": 2, "uint64": 8, "bool": 1,
+}  # fmt: skip
 #: ``dtypes`` names of types WGSL cannot compute with: such a tensor is bound as its bytes, and the
 #: shader views it through an element type of its own (``u32``, ``vec2<u32>``) and converts.
 STORAGE_ONLY = frozenset({"bf16", "f64", "i8", "i16", "i64", "u8", "u16", "u64", "bool"})

@@ -13,6 +13,7 @@ an output shape that does is refused when the package loads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -20,7 +21,7 @@ from typing import Any, NamedTuple
 from jinja2.runtime import Undefined
 
 from .contract import CallSignature
-from .errors import ExpressionError, ManifestError, RankError
+from .errors import ExpressionError, ManifestError, RankError, shorten
 from .expressions import (
     FUNCTION_NAMES,
     NAMESPACES,
@@ -30,7 +31,7 @@ from .expressions import (
     as_count,
     failed_value,
 )  # fmt: skip
-from .manifest import ONNX_TO_WGSL, Binding, Manifest, Pass, Variant
+from .manifest import ITEMSIZE, ONNX_TO_WGSL, Binding, Manifest, Pass, Variant
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,15 @@ class Program:
         return tuple(as_count(d, expr, "an output dimension") for d in value)
 
 
+def tensor_bytes(manifest: Manifest, signature: CallSignature, outputs: Sequence[OutputSpec]) -> dict[str, int]:
+    """The bytes of every tensor of a call, inputs and outputs, by role (what the bindings hold)."""
+    dtypes = signature.type_bindings()
+    type_vars = {spec.role: spec.dtype for spec in manifest.inputs}
+    sizes = {role: math.prod(shape) * ITEMSIZE[dtypes[type_vars[role]]] for role, shape in signature.shapes}
+    sizes.update({o.role: math.prod(o.shape) * ITEMSIZE[o.dtype] for o in outputs})
+    return sizes
+
+
 def _define(scope: dict[str, Any], name: str, expr: Expression) -> None:
     try:
         scope[name] = expr.evaluate(scope)
@@ -294,17 +304,19 @@ def _components(nodes: Sequence[Any], edges: Mapping[Any, Sequence[Any]]) -> lis
     return found
 
 
-def compile_program(manifest: Manifest) -> Program:
-    """Compile every expression of ``manifest``; syntax and unknown names fail here, once."""
+def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
+    """Compile every expression of ``manifest``; syntax and unknown names fail here, once. ``file``
+    (the manifest's path) is named by the ManifestErrors raised here (reserved names, cycles)."""
     reserved = set(NAMESPACES) | set(FUNCTION_NAMES)
     for section, names in (("derive", manifest.derive), ("constants", manifest.constants)):
         for name in names:
             if name in reserved:
-                raise ManifestError(f"{name!r} is a reserved name", json_path=f"{section}.{name}")
+                raise ManifestError(f"{name!r} is a reserved name", json_path=f"{section}.{name}", file=file)
     for variant in manifest.variants:
         for name in variant.constants:
             if name in reserved:
-                raise ManifestError(f"{name!r} is a reserved name", json_path=f"{variant.json_path}.constants.{name}")
+                raise ManifestError(f"{name!r} is a reserved name", json_path=f"{variant.json_path}.constants.{name}",
+                                    file=file)  # fmt: skip
 
     compiler = ExpressionCompiler(set(manifest.derive) | manifest.constant_names())
     c = compiler.compile
@@ -351,10 +363,11 @@ def compile_program(manifest: Manifest) -> Program:
                                      [(name, expr.references) for name, expr in derive])  # fmt: skip
     cyclic: dict[int, str] = {}
     for cycle in cycles:
-        text = cycle_text([_node_label(node, outputs, derive) for node in cycle.path])
+        text = cycle_text([node_label(node, outputs, derive) for node in cycle.path])
         for kind, index in cycle.members:
             if kind == "output":  # every call would fail: refuse the package now (members[0], the path's start)
-                raise ManifestError(f"the output shape reads itself: {text}", json_path=outputs[index][2].where)
+                raise ManifestError(f"the output shape reads itself: {text}", json_path=outputs[index][2].where,
+                                    file=file)  # fmt: skip
             cyclic[index] = text
     return Program(
         manifest=manifest,
@@ -372,13 +385,15 @@ def compile_program(manifest: Manifest) -> Program:
 def cycle_text(labels: Sequence[str], most: int = 8) -> str:
     """``a -> b -> a``; a long cycle shows its first names and its length (each member carries the
     text in its error, so it must not grow with the cycle)."""
-    shown = [label if len(label) <= 80 else label[:77] + "..." for label in labels[:most]]
+    shown = [shorten(label) for label in labels[:most]]
     if len(labels) > most:
         return " -> ".join(shown) + f" -> ... ({len(labels)} entries in all)"
     return " -> ".join([*shown, shown[0]])
 
 
-def _node_label(node: tuple[str, int], outputs: Sequence[tuple[Any, ...]], derive: Sequence[tuple[Any, ...]]) -> str:
+def node_label(node: tuple[str, int], outputs: Sequence[tuple[Any, ...]], derive: Sequence[tuple[Any, ...]]) -> str:
+    """How an error names an :func:`evaluation_order` node: ``shapes.Y`` or the derive name (each
+    entry of ``outputs``/``derive`` starts with the role/name)."""
     kind, index = node
     return f"shapes.{outputs[index][0]}" if kind == "output" else str(derive[index][0])
 

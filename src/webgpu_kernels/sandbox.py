@@ -529,9 +529,12 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
     return rewrite(tree)
 
 
+MISPLACED_SLICE = "a slice is allowed only as the one subscript of an index (x[a:b], not x[a:b, c])"
+
+
 def misplaced_slice(tree: nodes.Node) -> nodes.Slice | None:
     """A slice that is not the one subscript of an index (``x[a:b, c]``), which Jinja would compile
-    into Python that does not parse; ``None`` if there is none."""
+    into Python that does not parse (refused with :data:`MISPLACED_SLICE`); ``None`` if there is none."""
     every = [tree, *tree.find_all(nodes.Node)]  # find_all leaves out the root
     placed = {id(node.arg) for node in every if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice)}
     return next((node for node in every if isinstance(node, nodes.Slice) and id(node) not in placed), None)

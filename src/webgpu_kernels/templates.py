@@ -29,6 +29,7 @@ from .errors import DigestError, KernelError, TemplateError, TemplateSandboxErro
 from .sandbox import (
     MAX_EXPRESSION_DEPTH,
     MAX_INT_BITS,
+    MISPLACED_SLICE,
     BoundedSandbox,
     SandboxViolation,
     charge_text,
@@ -229,8 +230,7 @@ def _check_template(tree: nodes.Template) -> None:
     and a slice that is not an index's one subscript."""
     stray = misplaced_slice(tree)
     if stray is not None:
-        raise SandboxViolation("a slice is allowed only as the one subscript of an index (x[a:b], not x[a:b, c])",
-                               stray.lineno)  # fmt: skip
+        raise SandboxViolation(MISPLACED_SLICE, stray.lineno)
     stack: list[tuple[nodes.Node, int, int]] = [(tree, 0, 0)]
     while stack:
         node, statements, expression = stack.pop()

@@ -47,7 +47,7 @@ from .errors import (
 from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
-from .program import cycle_text, evaluation_order
+from .program import cycle_text, evaluation_order, node_label
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
     ERROR,
@@ -268,8 +268,8 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
             check(spec.rank, f"{spec.json_path}.rank", set(), input_roles, "here (input ranks see only the namespaces)")
     # Outputs and derive entries see each other, each evaluated after what it reads (program.evaluation_order).
     output_reads: list[tuple[str, tuple[str, ...]]] = []
+    note = "for output shapes (they see the namespaces, the outputs and derive, not constants)"
     for spec in manifest.outputs:
-        note = "for output shapes (they see the namespaces, the outputs and derive, not constants)"
         reads: tuple[str, ...] = ()
         if spec.shape is not None:
             reads += check(spec.shape, f"{spec.json_path}.shape", set(derive_names), all_roles, note)
@@ -291,7 +291,7 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
                                               ".shape reads: the output is sized by the derive value, the passes "
                                               "use this one")  # fmt: skip
     for cycle in evaluation_order(output_reads, derive_reads)[1]:
-        labels = [f"shapes.{output_reads[i][0]}" if kind == "output" else derive_reads[i][0] for kind, i in cycle.path]
+        labels = [node_label(node, output_reads, derive_reads) for node in cycle.path]
         kind, i = cycle.path[0]
         where = f"{manifest.outputs[i].json_path}.shape" if kind == "output" else f"derive.{derive_reads[i][0]}"
         report(where, f"reads itself: {cycle_text(labels)} (no order can evaluate {'it' if len(cycle.members) == 1 else 'these'})")

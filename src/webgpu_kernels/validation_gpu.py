@@ -5,12 +5,11 @@ current adapter; a variant x dtype no case exercises is a warning."""
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .case_data import dtype_name, numpy_dtype
+from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE
 from .errors import (
     DeviceLimitError,
@@ -81,6 +80,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                out: ProblemCollector, report: ValidationReport, *, device: Any, notify: Progress) -> None:  # fmt: skip
     from .contract import check_call
     from .execution import check_limits, compile_pipeline
+    from .program import tensor_bytes
     from .rendering import TemplateRenderer, resolve_variant
     from .selection import judge
 
@@ -110,6 +110,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             out.error(MANIFEST_FILE, where, f"cannot evaluate the call's scope ({label}): {exc}",
                       dtype=label, case=call.case)  # fmt: skip
             continue
+        sizes = tensor_bytes(manifest, signature, outputs)
         accepted_any = False
         refusals: dict[str, list[str]] = {}  # the device's refusal -> the variants it stops, one warning each
         for cv in program.variants:
@@ -134,8 +135,6 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {exc}",
                           variant=vid, dtype=label, case=call.case)  # fmt: skip
                 continue
-            sizes = {role: math.prod(shape) * numpy_dtype(dtype).itemsize for role, (shape, dtype) in call.inputs.items()}
-            sizes.update({o.role: math.prod(o.shape) * numpy_dtype(o.dtype).itemsize for o in outputs})
             for r in resolved:
                 try:
                     check_limits(device, r, sizes)
