@@ -93,6 +93,14 @@ def test_cli_test_default_runs_every_embedded_kernel(runner: CliRunner) -> None:
     assert "all passed" in out
 
 
+def test_cli_test_case_takes_a_part_of_the_name(runner: CliRunner) -> None:
+    """`test --case tail-3x5` took globs only (bench and tune took parts of names too): it matched nothing."""
+    result = runner.invoke(main, ["test", QUICK_GELU, "--case", "tail-3x5", "--json"])
+    assert result.exit_code == 0, result.output
+    (package,) = json.loads(result.stdout)["packages"]
+    assert {r["case"] for r in package["results"]} == {"tail-3x5-f32", "tail-3x5-f16"}
+
+
 def test_cli_test_json_and_case_filter(runner: CliRunner) -> None:
     result = runner.invoke(main, ["test", QUICK_GELU, "--case", "specials-*", "--case", "rank0-f16", "--json"])
     assert result.exit_code == 0, result.output

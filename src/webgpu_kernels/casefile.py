@@ -9,6 +9,7 @@ Python code is involved. The formats are documented in docs/package-files.md.
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import json
 import math
@@ -27,6 +28,12 @@ from .errors import PackageError
 
 TEST_FILE = "test.json"
 BENCH_FILE = "bench.json"
+
+
+def case_name_matches(name: str, patterns: Any) -> bool:
+    """Whether a case named ``name`` is selected by ``--case`` patterns: each is a part of the name or
+    a glob (``tail``, ``sd*-f16``); no patterns select every case. `test`, `bench` and `tune` agree."""
+    return not patterns or any(p in name or fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 class CaseFileError(PackageError):

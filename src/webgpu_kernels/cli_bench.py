@@ -8,7 +8,6 @@ tunables per case and stores the fastest per adapter and shape class (tuning.py)
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import subprocess
@@ -36,7 +35,7 @@ from .benchmark import (
     random_array,
     warm_up,
 )  # fmt: skip
-from .casefile import BENCH_FILE, parse_bench_file
+from .casefile import BENCH_FILE, case_name_matches, parse_bench_file
 from .cli import DTYPE_ALIASES, _adapter, _console, _echo_json, _inputs_callback, _jsonable, resolve_kernel
 from .device import env_count, get_device
 from .errors import KernelError
@@ -64,8 +63,7 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
          "inputs": {role: {"shape": shape, "dtype": dtype} for role, (shape, dtype) in inst.inputs.items()}}
         for case in bench.cases for inst in case.expand(kernel.manifest)
     ]  # fmt: skip
-    if names:  # a part of the name, or a glob as `test --case` takes
-        cases = [c for c in cases if any(n in c["name"] or fnmatch.fnmatchcase(c["name"], n) for n in names)]
+    cases = [c for c in cases if case_name_matches(c["name"], names)]
     if tags:
         cases = [c for c in cases if set(tags) & set(c["tags"])]
     if dtypes:

@@ -154,7 +154,8 @@ def _metadata_id(root: Path) -> str | None:
 
 @click.command("test")
 @click.argument("kernels", nargs=-1, metavar="[KERNEL|PATH]...")
-@click.option("--case", "cases", multiple=True, metavar="GLOB", help="Only cases whose name matches. Repeatable.")
+@click.option("--case", "cases", multiple=True, metavar="NAME",
+              help="Only cases whose name contains NAME or matches it as a glob. Repeatable.")
 @click.option("--isolate/--no-isolate", default=None,
               help="Run the GPU work in a child process. Default: on for packages loaded with "
                    "trust_remote_code, off otherwise.")  # fmt: skip

@@ -120,9 +120,13 @@ class Kernel:
         output: str = "numpy",
         adapter: str | None = None,
     ) -> dict[str, np.ndarray | GpuTensor]:
-        """Run the kernel. Inputs are NumPy arrays or GpuTensors; returns outputs by name.
+        """Run the kernel. Inputs are NumPy arrays, GpuTensors, or lists and numbers (made arrays by
+        NumPy's rules); returns outputs by name.
 
-        ``output="gpu"`` returns GpuTensors that stay on the device (feed them to the next call).
+        ``attrs`` and ``tunables`` override the manifest's defaults (stored tuning results apply
+        when ``tunables`` is None or empty); ``variant`` forces one variant if its ``when`` holds;
+        ``adapter`` picks the device (a backend or part of its name). ``output="gpu"`` returns
+        GpuTensors that stay on the device (feed them to the next call).
         """
         device = get_device(adapter)
         # The hot path: a call whose names, shapes, dtypes and options were seen before finds its
@@ -169,7 +173,8 @@ class Kernel:
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
     ) -> Explanation:
-        """Judge every variant for these inputs (arrays, GpuTensors or ``TensorMeta``) and say why.
+        """Judge every variant for these inputs (arrays, GpuTensors, ``TensorMeta`` or ``(shape, dtype)``
+        tuples) and say why.
 
         The chosen variant's passes are resolved and checked against the device's limits, as a call
         would: ``refused`` says why the call would still fail, for example a binding over the

@@ -14,7 +14,6 @@ the case it was running; the crash is reported as a failure of that package.
 
 from __future__ import annotations
 
-import fnmatch
 import multiprocessing
 import os
 import signal
@@ -26,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .casefile import TEST_FILE, CaseFileError, TestCase, compare, read_test_file
+from .casefile import TEST_FILE, CaseFileError, TestCase, case_name_matches, compare, read_test_file
 from .errors import KernelError
 from .kernel import Kernel, TensorMeta
 
@@ -124,10 +123,6 @@ class TestJob:
 # --- the runner -------------------------------------------------------------------------------------
 
 
-def _selected(case: TestCase, patterns: Sequence[str] | None) -> bool:
-    return not patterns or any(fnmatch.fnmatchcase(case.name, p) for p in patterns)
-
-
 def run_package_tests(
     kernel: Kernel,
     *,
@@ -159,7 +154,7 @@ def run_package_tests(
     device = get_device(adapter)
     read = kernel.package.read_bytes
     manifest = kernel.manifest
-    selected = [c for c in test_file.cases if _selected(c, cases)]
+    selected = [c for c in test_file.cases if case_name_matches(c.name, cases)]
 
     # Plan: build each case's inputs and find the variants that accept it (no GPU work yet).
     plans: list[tuple[TestCase, str, dict[str, np.ndarray], list[str], dict[str, str]]] = []
