@@ -39,3 +39,30 @@ def test_test_case_inputs_refuses_an_unknown_case_or_a_non_kernel(quick_gelu):
     with pytest.raises(errors.InputError, match="a Kernel") as info:
         wk.test_case_inputs("com.microsoft.QuickGelu", "tail-5x77x13-f32")
     assert info.value.argument == "kernel"
+
+
+def test_test_case_inputs_parses_test_json_once_per_content(tmp_path, monkeypatch):
+    """An author's script asks for one case at a time: test.json was re-read and schema-checked on
+    every call (0.1 s each for a 40-case file). Now once per content, and an edit is seen at once."""
+    import json
+    import shutil
+
+    from webgpu_kernels import casefile
+
+    from conftest import PACKAGES_DIR
+
+    def case(name: str) -> dict:
+        return {"name": name, "types": {"T": "float32"}, "inputs": {"X": {"shape": [2], "values": [1.0, 2.0]}},
+                "expected": {"Y": {"shape": [2], "values": [0.0, 0.0]}}}  # fmt: skip
+
+    root = shutil.copytree(PACKAGES_DIR / "demo.ScaleShift", tmp_path / "demo.ScaleShift")  # no metadata.json
+    (root / "test.json").write_text(json.dumps({"cases": [case("a"), case("b")]}), encoding="utf-8")
+    kernel = wk.load_kernel(root)
+    parses = []
+    real = casefile.parse_test_file
+    monkeypatch.setattr(casefile, "parse_test_file", lambda *a, **k: parses.append(1) or real(*a, **k))
+    for name in ("a", "b", "a"):
+        np.testing.assert_array_equal(wk.test_case_inputs(kernel, name)["X"], np.array([1.0, 2.0], np.float32))
+    assert len(parses) == 1
+    (root / "test.json").write_text(json.dumps({"cases": [case("c")]}), encoding="utf-8")  # an unverified folder
+    assert list(wk.test_case_inputs(kernel, "c")) == ["X"] and len(parses) == 2

@@ -268,3 +268,64 @@ def test_binding_larger_than_the_device_allows(quick_gelu, device):
     before = len(quick_gelu._plans)
     raises(errors.DeviceLimitError, lambda: quick_gelu({"X": x}), str(limit), argument="X")
     assert len(quick_gelu._plans) == before
+
+
+# --- type variables that no input binds ------------------------------------------------------------
+
+def _stats_manifest(u_types: list[str], *, optional_binder: bool = False) -> dict:
+    """X of type T; output S of type U (ONNX's pattern for statistics outputs); U bound by an input
+    only with ``optional_binder`` (an optional input W of type U)."""
+    inputs = [{"role": "X", "dtype": "T"}]
+    if optional_binder:
+        inputs.append({"role": "W", "dtype": "U", "optional": True})
+    return {
+        "domain": "test", "name": "Stats", "inputs": inputs,
+        "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"},
+                    {"role": "S", "dtype": "U", "rank": 1, "shape": "[1]"}],
+        "typeConstraints": {"T": ["float32", "float16"], "U": u_types},
+        "constants": {"stat": "dtypes.U"},
+        "variants": [{"id": "main", "priority": 0, "when": ["true"], "passes": [{"id": "main", "shader": "s.wgsl.jinja",
+                      "bindings": [{"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"}],
+                      "dispatch": {"threads": 0, "workgroupSize": 1}}]}],
+    }  # fmt: skip
+
+
+def test_a_one_type_constraint_binds_a_type_variable_no_input_binds():
+    """ONNX gives statistics outputs a type U that is float32 whatever X is: U: ["float32"] makes S
+    float32 for a float16 X, and `dtypes.U` is "f32" in expressions."""
+    from test_selection import F16_DEVICE
+
+    from webgpu_kernels.contract import check_call
+    from webgpu_kernels.manifest import parse_manifest
+    from webgpu_kernels.program import compile_program
+
+    manifest = parse_manifest(_stats_manifest(["float32"]))
+    signature = check_call(manifest, {"X": ((2, 3), "float16")}, None, None)
+    assert signature.type_bindings() == {"T": "float16", "U": "float32"}
+    scope, outputs = compile_program(manifest).call_scope(signature, F16_DEVICE)
+    assert [(o.role, o.dtype) for o in outputs] == [("Y", "float16"), ("S", "float32")]
+    assert scope["dtypes"] == {"T": "f16", "U": "f32"} and scope["stat"] == "f32"
+
+
+@pytest.mark.parametrize("u_types, optional_binder", [(["float32", "float16"], False), (["float32", "float16"], True)])
+def test_an_output_type_nothing_determines_is_refused_at_load(u_types, optional_binder):
+    """Two allowed types and no required input of that type: the output's dtype cannot be known. It was
+    an ExpressionError at call time, pointing at the output's shape."""
+    from webgpu_kernels.manifest import parse_manifest
+
+    with pytest.raises(errors.ManifestError) as info:
+        parse_manifest(_stats_manifest(u_types, optional_binder=optional_binder))
+    assert info.value.json_path == "outputs[1].dtype"
+    assert "output 'S' has type variable 'U', which no required input binds" in str(info.value)
+    assert "exactly one type, not ['float32', 'float16']" in str(info.value)
+
+
+def test_an_optional_input_of_a_determined_type_must_match_it():
+    from webgpu_kernels.contract import check_call
+    from webgpu_kernels.manifest import parse_manifest
+
+    manifest = parse_manifest(_stats_manifest(["float32"], optional_binder=True))
+    assert check_call(manifest, {"X": ((2,), "float16"), "W": ((1,), "float32")}, None, None).type_bindings()["U"] \
+        == "float32"
+    raises(errors.DTypeError, lambda: check_call(manifest, {"X": ((2,), "float16"), "W": ((1,), "float16")}, None, None),
+           "dtype in ['float32']", argument="W")

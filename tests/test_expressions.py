@@ -251,3 +251,10 @@ def test_non_counts_are_refused_naming_the_expression(source, value):
     assert info.value.expression == source and repr(source) in message
     assert "non-negative integer" in message and value in message
     assert "variants[0].passes[0].dispatch.threads" in message
+
+
+def test_a_namespace_read_whole_is_traced_by_its_names():
+    """`'B' in shapes` reads the whole namespace: the trace listed every shape (cut at 80 characters,
+    so often without the one that mattered); the names are what the clause looked at."""
+    expression = ExpressionCompiler(KNOWN).compile("'S' in shapes and ranks.X > 1", "w")
+    assert expression.peek(scope()) == {"shapes": ["X", "bias", "E", "S"], "ranks.X": 3}

@@ -284,12 +284,12 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool, timeou
     if as_json:
         _echo_json(report.as_dict())
     else:
-        _print_validation(report)
+        _print_validation(report, gpu_skipped=not gpu)
     if not report.ok:
         click.get_current_context().exit(1)
 
 
-def _print_validation(report: ValidationReport) -> None:
+def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False) -> None:
     console = _console()
     title = report.op_id or Path(report.path).name
     console.print(Text(f"{title}: {report.path}", style="bold"))
@@ -311,7 +311,8 @@ def _print_validation(report: ValidationReport) -> None:
     if parts:
         console.print("checked: " + ", ".join(parts), soft_wrap=True)
     if not report.adapter:  # --no-gpu, or no adapter: say what that leaves out rather than report less
-        console.print("not checked (no GPU adapter): rendering and compiling every variant x dtype, and the "
+        why = "--no-gpu" if gpu_skipped else "no GPU adapter"
+        console.print(f"not checked ({why}): rendering and compiling every variant x dtype, and the "
                       "warnings for variants and dtypes that no test.json case exercises", soft_wrap=True)  # fmt: skip
     for p in report.problems:
         style = "bold red" if p.severity == ERROR else "yellow"

@@ -88,6 +88,12 @@ def check_call(
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype)
         shapes.append((spec.role, shape))
+    for type_var, allowed in manifest.type_constraints.items():
+        # A type variable no input binds is determined by a one-type constraint (ONNX ops give
+        # statistics outputs a type U of float32 whatever the input's type): outputs and `dtypes.U` get it. validate_manifest refuses an
+        # output whose type variable neither an input nor a one-type constraint determines.
+        if type_var not in type_bindings and len(allowed) == 1:
+            type_bindings[type_var] = (allowed[0], "")
     return CallSignature(
         shapes=tuple(shapes),
         dtypes=tuple((tv, dt) for tv, (dt, _) in type_bindings.items()),

@@ -177,6 +177,8 @@ class Expression:
                 value = value.get(part) if isinstance(value, Mapping) else None
                 if value is None or isinstance(value, Undefined):
                     break
+            if isinstance(value, Mapping):  # a namespace read whole (`'B' in shapes`): its names say enough
+                value = list(value)
             if value is not None and not isinstance(value, Undefined) and not callable(value):
                 seen[ref] = value
         return seen

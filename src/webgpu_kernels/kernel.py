@@ -247,8 +247,8 @@ class Kernel:
     def _explain_missing_f16(self, signature: CallSignature, info: DeviceInfo) -> None:
         if not info.has_f16:
             for type_var, dtype in signature.dtypes:
-                if dtype == "float16":
-                    arg = next(s.role for s in self.manifest.inputs if s.dtype == type_var)
+                if dtype == "float16":  # the argument of that type: an input, else an output (a one-type constraint)
+                    arg = next(s.role for s in (*self.manifest.inputs, *self.manifest.outputs) if s.dtype == type_var)
                     raise DeviceLimitError(arg, "float32 (this adapter has no shader-f16 feature)", "float16")
 
     def _check_device(self, signature: CallSignature, variant_id: str, outputs: tuple[OutputSpec, ...],

@@ -244,6 +244,13 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
             if spec["dtype"] not in constraints:
                 errors.append(ManifestError(f"type variable {spec['dtype']!r} has no entry in typeConstraints",
                                             json_path=f"{kind}[{i}].dtype"))  # fmt: skip
+    bound_by_inputs = {spec["dtype"] for spec in data.get("inputs", []) if not spec.get("optional")}
+    for i, spec in enumerate(data.get("outputs", [])):
+        allowed = constraints.get(spec["dtype"])
+        if allowed is not None and spec["dtype"] not in bound_by_inputs and len(allowed) != 1:
+            errors.append(ManifestError(f"output {spec['role']!r} has type variable {spec['dtype']!r}, which no required "
+                                        f"input binds: its typeConstraints entry must then list exactly one type, not "
+                                        f"{list(allowed)}", json_path=f"outputs[{i}].dtype"))  # fmt: skip
     all_roles = roles["input"] + roles["output"]
     if len(set(all_roles)) != len(all_roles):
         errors.append(ManifestError("input and output roles must be unique", json_path="inputs"))

@@ -147,8 +147,9 @@ class Program:
         scope["shapes"][role] = shape
         scope["ranks"][role] = len(shape)
         if type_var not in type_bindings:
+            # unreachable for a manifest that passed reference_errors, which refuses such an output
             raise ExpressionError(f"output {role!r} has type variable {type_var!r}, which no input binds",
-                                  expression=type_var, where=shape_expr.where)  # fmt: skip
+                                  expression=type_var, where=f"outputs[{index}].dtype")  # fmt: skip
         return OutputSpec(role=role, shape=shape, dtype=type_bindings[type_var])
 
     @staticmethod
