@@ -14,6 +14,7 @@
 #   bash scripts/h200-run.sh wait   how the host waits for a readback (scripts/wait_probe.py), then the suite
 #   bash scripts/h200-run.sh packages   the third-party test packages through bench, validate and test
 #   bash scripts/h200-run.sh verify   host cost per call, the packages, then the suite (after an engine change)
+#   bash scripts/h200-run.sh layernorm   demo.LayerNorm tuned (all three tunables), then benched default against tuned
 #   bash scripts/h200-run.sh hostpackages   host cost per call and the packages: verify's first half (verify can pass 600 s)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -96,6 +97,11 @@ case "${1:-bench}" in
     timeout 60 python3 -m webgpu_kernels test tests/packages/demo.LayerNorm 2>&1 | tee -a "$OUT/packages.log"
     timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.LayerNorm --no-host --json "$OUT/layer-norm.json" 2>&1 \
       | tee -a "$OUT/packages.log" ;;
+  layernorm)  # demo.LayerNorm: the tuner over its three tunables (coordinate search), then bench, default against tuned
+    timeout 240 python3 -m webgpu_kernels tune tests/packages/demo.LayerNorm 2>&1 | tee "$OUT/layer-norm-tune.log"
+    cp /tmp/tuning/*.json "$OUT/layer-norm-tuning.json" 2>/dev/null
+    timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.LayerNorm --no-host --json "$OUT/layer-norm-tuned.json" 2>&1 \
+      | tee "$OUT/layer-norm-bench.log" ;;
   hostpackages)  # verify less the suite, for a call of its own
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     bash "$0" packages ;;

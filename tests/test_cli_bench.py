@@ -482,3 +482,53 @@ def test_a_gather_is_marked_faster_than_memory(runner, tmp_path):
     (row,) = json.loads(path.read_text())["cases"]
     assert row["beyond_memory"] is True and row["bytes"] == 8192 * 256 * 4 + 2 * 8 + 2 * 256 * 4
     assert "* faster than the device's memory allows" in out
+
+
+def test_tunable_axes_cover_every_tunable_a_manifest_declares(device):
+    """Not only WORKGROUP_SIZE-like ones: demo.LayerNorm's ROW_ITEMS (registers per invocation) gets
+    powers of two around its default, each workgroup size the usual sizes within the device's limit."""
+    from conftest import PACKAGES_DIR
+
+    limit = device.info.limits["maxComputeInvocationsPerWorkgroup"]
+    sizes = [s for s in cli_bench.WORKGROUP_CANDIDATES if s != 256 and s <= limit]
+    axes = dict(cli_bench._tunable_axes(wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm"), device))
+    assert axes == {"WORKGROUP_SIZE": sizes, "ROW_ITEMS": [2, 4, 16, 32], "APPLY_WORKGROUP_SIZE": sizes}
+    assert dict(cli_bench._tunable_axes(wk.get_kernel(QG), device)) == {"WORKGROUP_SIZE": sizes}
+
+
+def test_tune_searches_each_tunable_in_turn(runner, tuning_dir, monkeypatch):
+    """A coordinate search: the best WORKGROUP_SIZE first, then ROW_ITEMS with it (timings faked so the
+    answer is known: 128 x 16 is fastest, and 768 elements do not fit 64 x 8 or 128 x 4 registers,
+    which the variant's `when` refuses). Candidate outputs are still computed on the GPU and checked."""
+    from types import SimpleNamespace
+
+    from conftest import PACKAGES_DIR
+
+    layer_norm = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    timed = []
+
+    def fake_bench(kernel, arrays, *, attrs=None, tunables=None, variant=None, **_):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)  # refusals as a real run
+        t = dict(tunables)
+        timed.append((plan.variant, t["WORKGROUP_SIZE"], t["ROW_ITEMS"]))
+        cost = 50e-6 if plan.variant != "onepass" else {128: 20e-6}.get(t["WORKGROUP_SIZE"], 30e-6)
+        if plan.variant == "onepass" and (t["WORKGROUP_SIZE"], t["ROW_ITEMS"]) == (128, 16):
+            cost = 10e-6
+        return SimpleNamespace(median_s=cost, variant=plan.variant)
+
+    monkeypatch.setattr(cli_bench, "bench_kernel", fake_bench)
+    out = invoke(runner, "tune", str(layer_norm.package.root), "--case", "clip-l-1x77x768", "--dtype", "f32",
+                 *QUICK_WARM_UP).output  # fmt: skip
+    assert ("onepass", 128, 16) in timed and ("onepass", 64, 8) not in timed and ("onepass", 128, 4) not in timed
+    entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
+    # the case and its no-B twin (clip-l-1x77x768-nobias) are kept apart: their variants differ
+    assert sorted(entries) == [f"{layer_norm.tuning_key}|T=float32,U=float32|2^15",
+                               f"{layer_norm.tuning_key}|T=float32,U=float32|2^15|without=B"], entries  # fmt: skip
+    entry = entries[f"{layer_norm.tuning_key}|T=float32,U=float32|2^15"]
+    assert entry["variant"] == "onepass" and entry["tunables"] == {
+        "WORKGROUP_SIZE": 128, "ROW_ITEMS": 16, "APPLY_WORKGROUP_SIZE": 256}, (entry, out)  # fmt: skip
+    # and a call finds it: the same key from the call's side
+    x = np.ones((1, 77, 768), np.float32)
+    _, plan = layer_norm.plan({"X": x, "Scale": x[0, 0], "B": x[0, 0]}, tuned=True)
+    assert plan.variant == "onepass" and plan.passes[0].pipeline is layer_norm.plan(
+        {"X": x, "Scale": x[0, 0], "B": x[0, 0]}, tunables=entry["tunables"])[1].passes[0].pipeline

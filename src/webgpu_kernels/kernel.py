@@ -261,12 +261,24 @@ class Kernel:
                     raise MissingInputError(b.arg, f"a tensor (variant {variant_id!r} binds it)", "nothing")
             check_limits(device, r, sizes)
 
+    def tuning_class(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None,
+                     ) -> tuple[dict[str, str], int, tuple[str, ...]]:  # fmt: skip
+        """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):
+        the type variables' dtypes, the largest input's element count, the optional inputs left out."""
+        metas = _metas(inputs)
+        return self._tuning_class(metas, check_call(self.manifest, metas, attrs, None))
+
+    def _tuning_class(self, metas: Mapping[str, Any], signature: CallSignature,
+                      ) -> tuple[dict[str, str], int, tuple[str, ...]]:  # fmt: skip
+        elements = max((math.prod(shape) for shape, _ in metas.values()), default=0)
+        absent = tuple(spec.role for spec in self.manifest.inputs if spec.optional and spec.role not in metas)
+        return signature.type_bindings(), elements, absent
+
     def _tuned_plan(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
                     device: Device) -> ExecutionPlan | None:  # fmt: skip
         """The plan with the variant and tunables `webgpu-kernels tune` found fastest, if any applies."""
-        elements = max((math.prod(shape) for shape, _ in metas.values()), default=0)
         cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
-        choice = cache.lookup(self.tuning_key, signature.type_bindings(), elements)
+        choice = cache.lookup(self.tuning_key, *self._tuning_class(metas, signature))
         if choice is None:
             return None
         try:

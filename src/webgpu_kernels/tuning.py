@@ -42,9 +42,11 @@ def shape_class(elements: int) -> int:
     return max(elements, 1).bit_length() - 1
 
 
-def entry_key(op_id: str, dtypes: dict[str, str], elements: int) -> str:
+def entry_key(op_id: str, dtypes: dict[str, str], elements: int, absent: tuple[str, ...] = ()) -> str:
+    """``absent``: the optional inputs a call leaves out, which may change the variants that apply."""
     types = ",".join(f"{k}={v}" for k, v in sorted(dtypes.items()))
-    return f"{op_id}|{types}|2^{shape_class(elements)}"
+    without = f"|without={','.join(sorted(absent))}" if absent else ""
+    return f"{op_id}|{types}|2^{shape_class(elements)}{without}"
 
 
 @dataclass(frozen=True)
@@ -69,19 +71,21 @@ class TuningCache:
             if isinstance(data, dict) and data.get("version") == FILE_VERSION and isinstance(data.get("entries"), dict):
                 self.entries = {k: e for k, e in data["entries"].items() if _valid_entry(e)}
 
-    def lookup(self, op_id: str, dtypes: dict[str, str], elements: int) -> TunedChoice | None:
+    def lookup(self, op_id: str, dtypes: dict[str, str], elements: int,
+               absent: tuple[str, ...] = ()) -> TunedChoice | None:  # fmt: skip
         if os.environ.get(DISABLE_ENV):
             return None
-        entry = self.entries.get(entry_key(op_id, dtypes, elements))
+        entry = self.entries.get(entry_key(op_id, dtypes, elements, absent))
         if not entry:
             return None
         return TunedChoice(entry["variant"], dict(entry["tunables"]), float(entry["median_s"]))
 
-    def record(self, op_id: str, dtypes: dict[str, str], elements: int, choice: TunedChoice) -> None:
+    def record(self, op_id: str, dtypes: dict[str, str], elements: int, choice: TunedChoice,
+               absent: tuple[str, ...] = ()) -> None:  # fmt: skip
         global generation
         with self._lock:
             generation += 1  # kernels drop the plans they chose before this result existed
-            self.entries[entry_key(op_id, dtypes, elements)] = {
+            self.entries[entry_key(op_id, dtypes, elements, absent)] = {
                 "variant": choice.variant, "tunables": choice.tunables, "median_s": choice.median_s,
             }  # fmt: skip
 
