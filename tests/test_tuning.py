@@ -135,6 +135,9 @@ def test_entry_key():
     # out: the key as before, so older tuning files still apply)
     assert tuning.entry_key("op", QG_F32, N, ("C", "B")) == "op|T=float32|2^12|without=B,C"
     assert tuning.entry_key("op", QG_F32, N, ()) == tuning.entry_key("op", QG_F32, N)
+    # so may attributes off their defaults (LayerNorm's axis -2 ran twopass, 3.4x slower tuned for it
+    # than for axis -1, in the same shape class)
+    assert tuning.entry_key("op", QG_F32, N, (), {"axis": -2, "eps": [1, 2.5]}) == 'op|T=float32|2^12|attrs=axis=-2,eps=[1, 2.5]'
 
 
 # --- record, save, lookup ---------------------------------------------------------------------------
@@ -355,3 +358,17 @@ def test_empty_tunables_follow_the_stored_choice_like_none(adapter_file, fresh_k
         assert_quick_gelu(k({"X": x}, tunables=tunables)["Y"], x)
         assert plans_run[-1].variant == "scalar", tunables
     assert k.plan({"X": x}, tuned=True)[1].variant == "scalar" and k.plan({"X": x})[1].variant == "vec4"
+
+
+def test_tuning_class_of_a_call():
+    """What calls, `bench` and `tune` all key results by: bound dtypes (a one-type U included), the
+    largest input, optional inputs left out, attributes off their defaults (axis=-1 is the default)."""
+    from conftest import PACKAGES_DIR
+
+    layer_norm = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    x, s = wk.TensorMeta((2, 1024, 256), "float16"), wk.TensorMeta((256,), "float16")
+    f16 = {"T": "float16", "U": "float32"}
+    assert layer_norm.tuning_class({"X": x, "Scale": s, "B": s}) == (f16, 2 * 1024 * 256, (), {})
+    assert layer_norm.tuning_class({"X": x, "Scale": s}, {"axis": -1}) == (f16, 2 * 1024 * 256, ("B",), {})
+    whole = wk.TensorMeta((1024, 256), "float16")
+    assert layer_norm.tuning_class({"X": x, "Scale": whole}, {"axis": -2}) == (f16, 2 * 1024 * 256, ("B",), {"axis": -2})

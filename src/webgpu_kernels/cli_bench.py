@@ -525,8 +525,9 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
                 progress.console.print(Text(f"{kernel.manifest.name} {case['name']}: skipped (output differs from the "
                                             f"default's): {', '.join(skipped)}", style="yellow"))  # fmt: skip
             if not dry_run:
-                dtypes, elements, absent = kernel.tuning_class(arrays, case["attrs"])
-                cache.record(kernel.tuning_key, dtypes, elements, tuning.TunedChoice(best[1], best[2], best[0]), absent)
+                dtypes, elements, absent, attrs = kernel.tuning_class(arrays, case["attrs"])
+                cache.record(kernel.tuning_key, dtypes, elements, tuning.TunedChoice(best[1], best[2], best[0]),
+                             absent, attrs)  # fmt: skip
                 cache.save()  # after every case: an interrupted search keeps what it found
             table.add_row(kernel.manifest.name, case["name"], ",".join(sorted(case["types"].values())),
                           f"{default.variant} {dict(kernel.manifest.tunables)}", f"{default.median_s * 1e6:.1f}",

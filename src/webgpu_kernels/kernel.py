@@ -74,6 +74,10 @@ class Explanation:
         }  # fmt: skip
 
 
+#: (dtypes, elements, absent optional inputs, attributes off their defaults): tuning.entry_key's terms
+TuningClass = tuple[dict[str, str], int, tuple[str, ...], dict[str, Any]]
+
+
 class Kernel:
     """A kernel package ready to run. Call it: ``kernel({"X": x}, attrs={...}) -> {"Y": y}``."""
 
@@ -261,18 +265,18 @@ class Kernel:
                     raise MissingInputError(b.arg, f"a tensor (variant {variant_id!r} binds it)", "nothing")
             check_limits(device, r, sizes)
 
-    def tuning_class(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None,
-                     ) -> tuple[dict[str, str], int, tuple[str, ...]]:  # fmt: skip
+    def tuning_class(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None) -> TuningClass:
         """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):
-        the type variables' dtypes, the largest input's element count, the optional inputs left out."""
+        the type variables' dtypes, the largest input's element count, the optional inputs left out
+        and the attributes set to other than their defaults."""
         metas = _metas(inputs)
         return self._tuning_class(metas, check_call(self.manifest, metas, attrs, None))
 
-    def _tuning_class(self, metas: Mapping[str, Any], signature: CallSignature,
-                      ) -> tuple[dict[str, str], int, tuple[str, ...]]:  # fmt: skip
+    def _tuning_class(self, metas: Mapping[str, Any], signature: CallSignature) -> TuningClass:
         elements = max((math.prod(shape) for shape, _ in metas.values()), default=0)
         absent = tuple(spec.role for spec in self.manifest.inputs if spec.optional and spec.role not in metas)
-        return signature.type_bindings(), elements, absent
+        changed = {k: v for k, v in signature.attr_map().items() if v != self.manifest.attributes[k]}
+        return signature.type_bindings(), elements, absent, changed
 
     def _tuned_plan(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
                     device: Device) -> ExecutionPlan | None:  # fmt: skip

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,15 @@ def shape_class(elements: int) -> int:
     return max(elements, 1).bit_length() - 1
 
 
-def entry_key(op_id: str, dtypes: dict[str, str], elements: int, absent: tuple[str, ...] = ()) -> str:
-    """``absent``: the optional inputs a call leaves out, which may change the variants that apply."""
+def entry_key(op_id: str, dtypes: dict[str, str], elements: int, absent: tuple[str, ...] = (),
+              attrs: Mapping[str, Any] | None = None) -> str:  # fmt: skip
+    """``absent``: the optional inputs a call leaves out; ``attrs``: the attributes it sets to other
+    than their defaults (LayerNorm's axis). Either may change which variants apply and how fast they
+    are, so each makes a key of its own; a call with neither has the key older files hold."""
     types = ",".join(f"{k}={v}" for k, v in sorted(dtypes.items()))
     without = f"|without={','.join(sorted(absent))}" if absent else ""
-    return f"{op_id}|{types}|2^{shape_class(elements)}{without}"
+    settings = ",".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted((attrs or {}).items()))
+    return f"{op_id}|{types}|2^{shape_class(elements)}{without}" + (f"|attrs={settings}" if settings else "")
 
 
 @dataclass(frozen=True)
@@ -71,21 +76,21 @@ class TuningCache:
             if isinstance(data, dict) and data.get("version") == FILE_VERSION and isinstance(data.get("entries"), dict):
                 self.entries = {k: e for k, e in data["entries"].items() if _valid_entry(e)}
 
-    def lookup(self, op_id: str, dtypes: dict[str, str], elements: int,
-               absent: tuple[str, ...] = ()) -> TunedChoice | None:  # fmt: skip
+    def lookup(self, op_id: str, dtypes: dict[str, str], elements: int, absent: tuple[str, ...] = (),
+               attrs: Mapping[str, Any] | None = None) -> TunedChoice | None:  # fmt: skip
         if os.environ.get(DISABLE_ENV):
             return None
-        entry = self.entries.get(entry_key(op_id, dtypes, elements, absent))
+        entry = self.entries.get(entry_key(op_id, dtypes, elements, absent, attrs))
         if not entry:
             return None
         return TunedChoice(entry["variant"], dict(entry["tunables"]), float(entry["median_s"]))
 
     def record(self, op_id: str, dtypes: dict[str, str], elements: int, choice: TunedChoice,
-               absent: tuple[str, ...] = ()) -> None:  # fmt: skip
+               absent: tuple[str, ...] = (), attrs: Mapping[str, Any] | None = None) -> None:  # fmt: skip
         global generation
         with self._lock:
             generation += 1  # kernels drop the plans they chose before this result existed
-            self.entries[entry_key(op_id, dtypes, elements, absent)] = {
+            self.entries[entry_key(op_id, dtypes, elements, absent, attrs)] = {
                 "variant": choice.variant, "tunables": choice.tunables, "median_s": choice.median_s,
             }  # fmt: skip
 
