@@ -144,7 +144,8 @@ def test_a_wgsl_type_meant_as_a_string_gets_the_quoting_hint(source, hinted):
     "source",
     [
         "().__class__", "().__class__.__base__.__subclasses__()", "''.__class__", "shapes.__class__",
-        "shapes.X.__len__", "attrs._private", "device.adapter", "device.limits.__class__",
+        "shapes.X.__len__", "attrs._private", "device.adapter", "device.limits.__class__", "device.features.count",
+        "device.features.__class__",
         "lipsum", "range(10)", "cycler", "dict(a=1)", "shapes.X.count(2)", "min(a=1)", "min(*shapes.X)",
         "shapes.X | length", "shapes.X is defined", "{'a': 1}", "hidden.real",
         "[].append(1)", "(1).bit_length()", "self", "namespace()",

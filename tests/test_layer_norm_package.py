@@ -9,7 +9,8 @@ NumPy float64 reference and against onnxruntime's CPU LayerNormalization (a one-
 
 Tolerances (``bound``) are worst-case bounds per element, not fitted numbers. With u = 2^-24 (the
 f32 unit roundoff) and k the longest chain of f32 roundings of the row's sums (``chain``: a strided
-partial of ceil(norm / WG) terms, one tree level per power of two below WG, the division),
+partial of ceil(norm / WG) terms, one tree level per power of two below WG, or up to WG additions
+where onepass sums with subgroupAdd in the implementation's order, then the division),
 gamma = 2 k u (Higham's gamma_k, doubled for the gamma denominator and contracted multiply-adds):
 
 - Mean:      |dm| <= gamma * max|x| over the row (summation error; Welford's update is bounded the
@@ -92,10 +93,18 @@ def reference(x, scale, b=None, axis=-1, epsilon=1e-5) -> dict[str, np.ndarray]:
     return {"Y": y, "Mean": mean, "InvStdDev": inv}
 
 
-def chain(norm: int, wg: int) -> int:
+def chain(norm: int, wg: int, subgroups: bool = False) -> int:
     """Longest chain of f32 roundings of one row's sums: a strided partial of ceil(norm / wg) terms,
-    one tree level per power of two below wg, the division by norm and the conversion."""
-    return -(-norm // wg) + (wg - 1).bit_length() + 2
+    one tree level per power of two below wg (or, with subgroups, subgroupAdd's sg - 1 additions in
+    an order the implementation picks, then the wg / sg subgroup slots one after another: at most
+    wg in all), the division by norm and the conversion."""
+    return -(-norm // wg) + (wg if subgroups else (wg - 1).bit_length()) + 2
+
+
+def uses_subgroups(variant: str, tunables) -> bool:
+    """Whether onepass reduces with subgroup operations here (its constant `subgroups`)."""
+    on = (tunables or {}).get("SUBGROUPS", True)
+    return variant.startswith("onepass") and on and "subgroups" in wk.get_device().info.feature_names
 
 
 def bound(x, scale, b, axis, want, *, k: int, twopass: bool = False, cancelling: bool = False):
@@ -185,7 +194,7 @@ def run(kernel, x, scale, b=None, axis=-1, *, variant=None, tunables=None, epsil
         np.testing.assert_array_equal(v, before[k])
     tun = tunables or {}
     norm = int(np.prod(x.shape[axis % x.ndim :], dtype=np.int64))
-    k = chain(norm, tun.get("WORKGROUP_SIZE", DEFAULT_WG))
+    k = chain(norm, tun.get("WORKGROUP_SIZE", DEFAULT_WG), uses_subgroups(chosen, tun))
     what = f"{x.shape} {x.dtype} axis={axis} B={b is not None} {chosen} {tun}"
     ours = bound(x, scale, b, axis, want, k=k, twopass=chosen.startswith("twopass"))
     assert_within(got, want, ours, x.dtype, what)
@@ -317,6 +326,8 @@ def test_model_shapes(layer_norm, need_dtype, rng, shape, dtype):
         ((3, 1000), -1, {"WORKGROUP_SIZE": 96, "ROW_ITEMS": 11, "APPLY_WORKGROUP_SIZE": 100}, ["onepass", "twopass"]),
         ((2, 700), -1, {"WORKGROUP_SIZE": 1000}, ["onepass", "twopass"]),  # more invocations than elements
         ((3, 128), -1, {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["onepass", "twopass"]),  # exactly WG x ROW_ITEMS
+        ((4, 300), -1, {"SUBGROUPS": False}, ["onepass", "twopass"]),  # onepass's sums as trees
+        ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "SUBGROUPS": False}, ["onepass", "twopass"]),
         ((3, 129), -1, {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["twopass"]),  # one more
         ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "APPLY_WORKGROUP_SIZE": 7}, ["onepass", "twopass"]),
         ((4, 9), -1, {"WORKGROUP_SIZE": 1, "ROW_ITEMS": 9}, ["onepass", "twopass"]),  # a workgroup of one
@@ -486,9 +497,21 @@ def test_render_twopass_hands_the_statistics_over(layer_norm, need_dtype):
 
 def test_render_onepass(layer_norm):
     inputs = {"X": meta((3, 200)), "Scale": meta((200,)), "B": meta((200,))}
-    text = layer_norm.render(inputs, tunables={"WORKGROUP_SIZE": 96, "ROW_ITEMS": 3})["main"]
+    text = layer_norm.render(inputs, tunables={"WORKGROUP_SIZE": 96, "ROW_ITEMS": 3, "SUBGROUPS": False})["main"]
     assert "@compute @workgroup_size(96)" in text and "const ITEMS: u32 = 3u;" in text
     assert "partial[lix + 64u]" in text and "partial[lix + 128u]" not in text  # the tree starts below 96
+    assert "subgroupAdd" not in text and "subgroup_id" not in text
+
+
+def test_render_onepass_with_subgroups(layer_norm):
+    """`'subgroups' in device.features` turns the sums into subgroupAdd, with the builtins appended to
+    the entry point's parameters and no enable directive (naga refuses `enable subgroups;`)."""
+    if "subgroups" not in wk.get_device().info.feature_names:
+        pytest.skip("this adapter has no subgroups")
+    text = layer_norm.render({"X": meta((3, 200)), "Scale": meta((200,)), "B": meta((200,))})["main"]
+    assert "let s = subgroupAdd(value);" in text and "partial[lix + " not in text
+    assert "@builtin(local_invocation_index) lix: u32, @builtin(subgroup_id) sid: u32" in text
+    assert "enable subgroups" not in text
 
 
 def test_shape_travels_in_the_uniform(layer_norm, plan_of):
@@ -567,6 +590,9 @@ CASES: list[tuple[str, list[int], int, dict[str, tuple[str, ...]], dict[str, Any
     ("tail-wg96-3x1000", [3, 1000], -1, {"float32": ALL, "float16": ALL},
      {"description": "workgroups of 96 (not a power of two), 11 registers, apply workgroups of 100",
       "tunables": {"WORKGROUP_SIZE": 96, "ROW_ITEMS": 11, "APPLY_WORKGROUP_SIZE": 100}}),
+    ("tree-sums-4x300", [4, 300], -1, {"float32": ALL, "float16": ALL},
+     {"description": "SUBGROUPS off: onepass's sums as trees over workgroup memory (the default uses subgroupAdd "
+                     "where the device has subgroups)", "tunables": {"SUBGROUPS": False}}),
     ("fits-wg32x4-3x128", [3, 128], -1, {"float32": ALL, "float16": ALL},
      {"description": "a row of exactly WORKGROUP_SIZE x ROW_ITEMS", "tunables": {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}}),
     ("overflows-wg32x4-3x129", [3, 129], -1, {"float32": ALL, "float16": ALL},

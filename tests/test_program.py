@@ -140,3 +140,25 @@ def test_a_cycle_is_named_along_its_reads():
     scope, _ = scope_for(manifest)
     with pytest.raises(UndefinedError, match="reads itself: a -> c -> b -> a"):
         scope["b"] + 1
+
+
+def test_device_features_by_their_webgpu_names():
+    """`device.features` lists the device's features as WebGPU names them: wgpu-native's "subgroup"
+    is "subgroups", so `'subgroups' in device.features` guards a variant that uses subgroup builtins."""
+    from webgpu_kernels.program import DeviceInfo
+
+    manifest = manifest_with_output_shape("shapes.X", "ranks.X", derive={
+        "sg": "'subgroups' in device.features", "f16": "'shader-f16' in device.features"})  # fmt: skip
+    program = compile_program(manifest)
+    signature = check_call(manifest, {"X": ((3,), "float32")}, None, None)
+    for features, expected in (({"subgroup", "shader-f16"}, (True, True)), (set(), (False, False))):
+        scope, _ = program.call_scope(signature, DeviceInfo(limits=F16_DEVICE.limits, features=frozenset(features)))
+        assert (scope["sg"], scope["f16"]) == expected
+        assert scope["device"]["features"] == tuple(sorted({"subgroup": "subgroups"}.get(f, f) for f in features))
+
+
+def test_the_real_device_reports_subgroups(device):
+    """lavapipe and the H200 both have subgroups; the engine requests the feature when offered."""
+    if "subgroup" not in device.adapter.features:
+        pytest.skip("this adapter has no subgroups")
+    assert "subgroups" in device.info.feature_names

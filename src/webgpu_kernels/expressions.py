@@ -276,8 +276,9 @@ class ExpressionCompiler:
                 path = _dotted(node)
                 if path is None or path.split(".")[0] not in NAMESPACES:
                     refuse(f"attribute access is allowed only on {', '.join(NAMESPACES)}")
-                if path.startswith("device.") and not (path == "device.limits" or path.startswith("device.limits.")):
-                    refuse("only device.limits.<name> can be read from device")
+                if path.startswith("device.") and not (path in ("device.limits", "device.features")
+                                                       or path.startswith("device.limits.")):  # fmt: skip
+                    refuse("only device.limits.<name> and device.features can be read from device")
                 if "__" in path or "._" in path:
                     refuse("names starting with an underscore are not allowed")
                 references.append(path)

@@ -45,6 +45,16 @@ class DeviceInfo:
     def has_f16(self) -> bool:
         return "shader-f16" in self.features
 
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The device's features by their WebGPU names, as `device.features` (wgpu-native says
+        "subgroup" for WebGPU's "subgroups")."""
+        return tuple(sorted(WEBGPU_FEATURE_NAMES.get(f, f) for f in self.features))
+
+
+#: wgpu-native feature names that differ from the WebGPU spec's
+WEBGPU_FEATURE_NAMES = {"subgroup": "subgroups"}
+
 
 @dataclass(frozen=True)
 class OutputSpec:
@@ -112,7 +122,7 @@ class Program:
             dtypes={tv: ONNX_TO_WGSL[dt] for tv, dt in type_bindings.items()},
             attrs=signature.attr_map(),
             tunables=signature.tunable_map(),
-            device={"limits": dict(device.limits)},
+            device={"limits": dict(device.limits), "features": device.feature_names},
         )
         for role, rank_expr in self.input_ranks:
             if role in shapes:
