@@ -103,7 +103,7 @@ def chain(norm: int, wg: int, subgroups: bool = False) -> int:
 
 def uses_subgroups(variant: str, tunables) -> bool:
     """Whether onepass reduces with subgroup operations here (its constant `subgroups`)."""
-    on = (tunables or {}).get("SUBGROUPS", True)
+    on = (tunables or {}).get("SUBGROUPS", False)
     return variant.startswith("onepass") and on and "subgroups" in wk.get_device().info.feature_names
 
 
@@ -326,8 +326,8 @@ def test_model_shapes(layer_norm, need_dtype, rng, shape, dtype):
         ((3, 1000), -1, {"WORKGROUP_SIZE": 96, "ROW_ITEMS": 11, "APPLY_WORKGROUP_SIZE": 100}, ["onepass", "twopass"]),
         ((2, 700), -1, {"WORKGROUP_SIZE": 1000}, ["onepass", "twopass"]),  # more invocations than elements
         ((3, 128), -1, {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["onepass", "twopass"]),  # exactly WG x ROW_ITEMS
-        ((4, 300), -1, {"SUBGROUPS": False}, ["onepass", "twopass"]),  # onepass's sums as trees
-        ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "SUBGROUPS": False}, ["onepass", "twopass"]),
+        ((4, 300), -1, {"SUBGROUPS": True}, ["onepass", "twopass"]),  # onepass's sums with subgroupAdd
+        ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "SUBGROUPS": True}, ["onepass", "twopass"]),
         ((3, 129), -1, {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["twopass"]),  # one more
         ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "APPLY_WORKGROUP_SIZE": 7}, ["onepass", "twopass"]),
         ((4, 9), -1, {"WORKGROUP_SIZE": 1, "ROW_ITEMS": 9}, ["onepass", "twopass"]),  # a workgroup of one
@@ -497,18 +497,20 @@ def test_render_twopass_hands_the_statistics_over(layer_norm, need_dtype):
 
 def test_render_onepass(layer_norm):
     inputs = {"X": meta((3, 200)), "Scale": meta((200,)), "B": meta((200,))}
-    text = layer_norm.render(inputs, tunables={"WORKGROUP_SIZE": 96, "ROW_ITEMS": 3, "SUBGROUPS": False})["main"]
+    text = layer_norm.render(inputs, tunables={"WORKGROUP_SIZE": 96, "ROW_ITEMS": 3})["main"]
     assert "@compute @workgroup_size(96)" in text and "const ITEMS: u32 = 3u;" in text
     assert "partial[lix + 64u]" in text and "partial[lix + 128u]" not in text  # the tree starts below 96
     assert "subgroupAdd" not in text and "subgroup_id" not in text
 
 
 def test_render_onepass_with_subgroups(layer_norm):
-    """`'subgroups' in device.features` turns the sums into subgroupAdd, with the builtins appended to
-    the entry point's parameters and no enable directive (naga refuses `enable subgroups;`)."""
+    """SUBGROUPS on and `'subgroups' in device.features` turn the sums into subgroupAdd, with the
+    builtins appended to the entry point's parameters and no enable directive (naga refuses
+    `enable subgroups;`)."""
     if "subgroups" not in wk.get_device().info.feature_names:
         pytest.skip("this adapter has no subgroups")
-    text = layer_norm.render({"X": meta((3, 200)), "Scale": meta((200,)), "B": meta((200,))})["main"]
+    inputs = {"X": meta((3, 200)), "Scale": meta((200,)), "B": meta((200,))}
+    text = layer_norm.render(inputs, tunables={"SUBGROUPS": True})["main"]
     assert "let s = subgroupAdd(value);" in text and "partial[lix + " not in text
     assert "@builtin(local_invocation_index) lix: u32, @builtin(subgroup_id) sid: u32" in text
     assert "enable subgroups" not in text
@@ -590,9 +592,9 @@ CASES: list[tuple[str, list[int], int, dict[str, tuple[str, ...]], dict[str, Any
     ("tail-wg96-3x1000", [3, 1000], -1, {"float32": ALL, "float16": ALL},
      {"description": "workgroups of 96 (not a power of two), 11 registers, apply workgroups of 100",
       "tunables": {"WORKGROUP_SIZE": 96, "ROW_ITEMS": 11, "APPLY_WORKGROUP_SIZE": 100}}),
-    ("tree-sums-4x300", [4, 300], -1, {"float32": ALL, "float16": ALL},
-     {"description": "SUBGROUPS off: onepass's sums as trees over workgroup memory (the default uses subgroupAdd "
-                     "where the device has subgroups)", "tunables": {"SUBGROUPS": False}}),
+    ("subgroup-sums-4x300", [4, 300], -1, {"float32": ALL, "float16": ALL},
+     {"description": "SUBGROUPS on: onepass's sums with subgroupAdd where the device has subgroups (trees over "
+                     "workgroup memory by default, and without subgroups)", "tunables": {"SUBGROUPS": True}}),
     ("fits-wg32x4-3x128", [3, 128], -1, {"float32": ALL, "float16": ALL},
      {"description": "a row of exactly WORKGROUP_SIZE x ROW_ITEMS", "tunables": {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}}),
     ("overflows-wg32x4-3x129", [3, 129], -1, {"float32": ALL, "float16": ALL},
