@@ -481,42 +481,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
             defaults = dict(kernel.manifest.tunables)
             # Full timing first: it also brings the GPU to sustained load before the search.
             default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
-            best = (default.median_s, default.variant, defaults)
-            # A candidate must compute what the default computes: a variant that skips its work
-            # would otherwise "win" and be stored for every later call. Checked only for a candidate
-            # about to lead: reading back and comparing 84M elements costs about a second each.
-            expected: dict[str, np.ndarray] = {}
             tolerance = ERROR_TOLERANCE.get(",".join(sorted(case["types"].values())), 1e-2)
-            accepted = [v.variant for v in kernel.explain(arrays, attrs=case["attrs"]).verdicts if v.accepted]
-            skipped: list[str] = []
-            axes = _tunable_axes(kernel, device)
-            for variant in accepted:
-                # Coordinate search: each tunable in turn over its candidate values, the others held
-                # at the best found so far for this variant (a grid over three tunables would be
-                # ~100 timings per variant; this is ~13).
-                here, here_s = defaults, default.median_s if variant == default.variant else float("inf")
-                for name, values in [("", [None]), *axes]:
-                    start = here
-                    for value in values:
-                        tunables = start if not name else {**start, name: value}
-                        if (variant, tunables) == (default.variant, defaults):
-                            continue  # timed in full above; a short re-timing could only flatter it
-                        try:
-                            r = bench_kernel(kernel, arrays, attrs=case["attrs"], variant=variant, tunables=tunables,
-                                             min_total_s=0.1, min_batches=3)  # fmt: skip
-                        except KernelError:  # a candidate the variant's `when` or the device refuses
-                            continue
-                        if r.median_s < here_s:
-                            here, here_s = tunables, r.median_s
-                        if r.median_s >= best[0]:
-                            continue
-                        if not expected:
-                            expected.update(_as_float64(kernel(arrays, attrs=case["attrs"], tunables=defaults)))
-                        outputs = kernel(arrays, attrs=case["attrs"], variant=variant, tunables=tunables)
-                        if not max_abs_error(outputs, expected) <= tolerance:
-                            skipped.append(f"{variant} {tunables}")
-                            continue
-                        best = (r.median_s, variant, tunables)
+            best, skipped = _search(kernel, arrays, case["attrs"], default, _tunable_axes(kernel, device), tolerance)
             if (best[1], best[2]) != (default.variant, defaults):
                 best = _confirm(kernel, arrays, case["attrs"], default, best)
             if (best[1], best[2]) == (default.variant, defaults):
@@ -538,6 +504,45 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     console.print(table)
     if not dry_run:
         console.print(f"saved: {cache.path}")
+
+
+def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
+            axes: list[tuple[str, list[Any]]], tolerance: float) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
+    """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
+    computing something else. Every variant that accepts the case gets a coordinate search: each
+    tunable in turn over its candidate values, the others held at the best found so far for that
+    variant (a grid over three tunables would be ~100 timings per variant; this is ~13)."""
+    defaults = dict(kernel.manifest.tunables)
+    best = (default.median_s, default.variant, defaults)
+    # A candidate must compute what the default computes: a variant that skips its work would
+    # otherwise "win" and be stored for every later call. Checked only for a candidate about to
+    # lead: reading back and comparing 84M elements costs about a second each.
+    expected: dict[str, np.ndarray] = {}
+    skipped: list[str] = []
+    for variant in [v.variant for v in kernel.explain(arrays, attrs=attrs).verdicts if v.accepted]:
+        here, here_s = defaults, default.median_s if variant == default.variant else float("inf")
+        for name, values in [("", [None]), *axes]:
+            start = here
+            for value in values:
+                tunables = start if not name else {**start, name: value}
+                if (variant, tunables) == (default.variant, defaults):
+                    continue  # timed in full already; a short re-timing could only flatter it
+                try:
+                    r = bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
+                                     min_total_s=0.1, min_batches=3)  # fmt: skip
+                except KernelError:  # a candidate the variant's `when` or the device refuses
+                    continue
+                if r.median_s < here_s:
+                    here, here_s = tunables, r.median_s
+                if r.median_s >= best[0]:
+                    continue
+                if not expected:
+                    expected.update(_as_float64(kernel(arrays, attrs=attrs, tunables=defaults)))
+                if not max_abs_error(kernel(arrays, attrs=attrs, variant=variant, tunables=tunables), expected) <= tolerance:
+                    skipped.append(f"{variant} {tunables}")
+                    continue
+                best = (r.median_s, variant, tunables)
+    return best, skipped
 
 
 def _as_float64(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
