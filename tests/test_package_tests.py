@@ -277,3 +277,14 @@ def test_run_reports_the_variant_a_stored_tuning_result_picks(runner: CliRunner,
         assert plain["tuned"] is False  # another shape class (2^13): no entry
     finally:
         tuning._caches.clear()
+
+
+def test_the_results_table_names_the_output_with_the_largest_error(runner: CliRunner) -> None:
+    """One column holds every output's error: with several outputs (demo.LayerNorm's Y, Mean and
+    InvStdDev) it says whose it is; with one (QuickGelu) nothing is added."""
+    from conftest import PACKAGES_DIR
+
+    out = " ".join(runner.invoke(main, ["test", str(PACKAGES_DIR / "demo.LayerNorm"), "--case", "nobias-3x50-f32"]).output.split())
+    assert re.search(r"onepass_nobias │ float32 │ [0-9.e-]+ \((Y|Mean|InvStdDev)\) │ [0-9.e-]+ \((Y|Mean|InvStdDev)\)", out), out
+    single = " ".join(runner.invoke(main, ["test", QUICK_GELU, "--case", "tail-3x5-f32"]).output.split())
+    assert "(Y)" not in single and "tail-3x5-f32" in single

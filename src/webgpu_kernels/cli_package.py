@@ -86,6 +86,16 @@ def _err(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.3g}"
 
 
+def _worst(result: RunResult, key: str) -> str:
+    """A run's largest error over its outputs (``maxAbsError``/``maxRelError``), naming the output
+    that holds it when the kernel has several (the table has one column for all of them)."""
+    errors = [(o[key], o["output"]) for o in result.outputs if o.get(key) is not None]
+    if not errors:
+        return _err(None)
+    value, output = next(((v, out) for v, out in errors if not math.isfinite(v)), None) or max(errors)
+    return _err(value) + (f" ({output})" if len(result.outputs) > 1 else "")
+
+
 # --- digest -----------------------------------------------------------------------------------------
 
 
@@ -210,7 +220,7 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
     failures: list[tuple[str, RunResult]] = []
     for report in reports:
         for r in report.results:
-            table.add_row(report.kernel, r.case, r.variant or "-", r.dtype, _err(r.max_abs_error), _err(r.max_rel_error),
+            table.add_row(report.kernel, r.case, r.variant or "-", r.dtype, _worst(r, "maxAbsError"), _worst(r, "maxRelError"),
                           Text(r.status.upper() if r.failed else r.status, style=_STATUS_STYLE[r.status]))  # fmt: skip
             if r.failed or r.status == "skip":
                 failures.append((report.kernel, r))
