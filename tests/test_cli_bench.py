@@ -539,3 +539,31 @@ def test_tune_searches_each_tunable_in_turn(runner, tuning_dir, monkeypatch):
     _, plan = layer_norm.plan({"X": x, "Scale": x[0, 0], "B": x[0, 0]}, tuned=True)
     assert plan.variant == "onepass" and plan.passes[0].pipeline is layer_norm.plan(
         {"X": x, "Scale": x[0, 0], "B": x[0, 0]}, tunables=entry["tunables"])[1].passes[0].pipeline
+
+
+def test_tune_sweeps_twice_when_the_first_sweep_moved(runner, tuning_dir, monkeypatch):
+    """Costs (faked) where the best WORKGROUP_SIZE depends on ROW_ITEMS: from (256, 8) the first
+    sweep finds ROW_ITEMS 4, and only then is WORKGROUP_SIZE 512 the better one (the H200 settled
+    on clip-h at 256 / 4, 4.9 us, where another start found 512 / 2, 4.4). No candidate is timed twice."""
+    from types import SimpleNamespace
+
+    from conftest import PACKAGES_DIR
+
+    layer_norm = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    costs = {(256, 8): 30e-6, (512, 8): 35e-6, (256, 4): 25e-6, (512, 4): 20e-6}
+    timed = []
+
+    def fake_bench(kernel, arrays, *, attrs=None, tunables=None, variant=None, **timing):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        t = dict(tunables)
+        if timing.get("min_total_s") == 0.1:  # a search candidate (not a full timing or a confirmation)
+            timed.append((len(arrays), plan.variant, tuple(sorted(t.items()))))
+        cost = costs.get((t["WORKGROUP_SIZE"], t["ROW_ITEMS"]), 40e-6) if plan.variant == "onepass" else 50e-6
+        return SimpleNamespace(median_s=cost, variant=plan.variant)
+
+    monkeypatch.setattr(cli_bench, "bench_kernel", fake_bench)
+    invoke(runner, "tune", str(layer_norm.package.root), "--case", "clip-l-1x77x768", "--dtype", "f32", *QUICK_WARM_UP)
+    entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
+    entry = entries[f"{layer_norm.tuning_key}|T=float32,U=float32|2^15"]
+    assert (entry["tunables"]["WORKGROUP_SIZE"], entry["tunables"]["ROW_ITEMS"]) == (512, 4), entry
+    assert timed and len(timed) == len(set(timed)), "a candidate was timed twice"  # (its twin without B: 2 inputs)

@@ -511,7 +511,9 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
     computing something else. Every variant that accepts the case gets a coordinate search: each
     tunable in turn over its candidate values, the others held at the best found so far for that
-    variant (a grid over three tunables would be ~100 timings per variant; this is ~13)."""
+    variant (a grid over three tunables would be ~100 timings per variant; a sweep is ~13), and a
+    second sweep when the first moved and there are several tunables (a better ROW_ITEMS can make
+    another WORKGROUP_SIZE the better one)."""
     defaults = dict(kernel.manifest.tunables)
     best = (default.median_s, default.variant, defaults)
     # A candidate must compute what the default computes: a variant that skips its work would
@@ -519,29 +521,37 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     # lead: reading back and comparing 84M elements costs about a second each.
     expected: dict[str, np.ndarray] = {}
     skipped: list[str] = []
+    timed: set[tuple[str, str]] = set()
     for variant in [v.variant for v in kernel.explain(arrays, attrs=attrs).verdicts if v.accepted]:
         here, here_s = defaults, default.median_s if variant == default.variant else float("inf")
-        for name, values in [("", [None]), *axes]:
-            start = here
-            for value in values:
-                tunables = start if not name else {**start, name: value}
-                if (variant, tunables) == (default.variant, defaults):
-                    continue  # timed in full already; a short re-timing could only flatter it
-                try:
-                    r = bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
-                                     min_total_s=0.1, min_batches=3)  # fmt: skip
-                except KernelError:  # a candidate the variant's `when` or the device refuses
-                    continue
-                if r.median_s < here_s:
-                    here, here_s = tunables, r.median_s
-                if r.median_s >= best[0]:
-                    continue
-                if not expected:
-                    expected.update(_as_float64(kernel(arrays, attrs=attrs, tunables=defaults)))
-                if not max_abs_error(kernel(arrays, attrs=attrs, variant=variant, tunables=tunables), expected) <= tolerance:
-                    skipped.append(f"{variant} {tunables}")
-                    continue
-                best = (r.median_s, variant, tunables)
+        sweeps = [[("", [None]), *axes], axes if len(axes) > 1 else []]
+        for sweep_index, sweep in enumerate(sweeps):
+            if sweep_index and here == defaults:
+                break  # the first sweep kept the defaults: a second would time the same candidates
+            for name, values in sweep:
+                start = here
+                for value in values:
+                    tunables = start if not name else {**start, name: value}
+                    key = (variant, json.dumps(tunables, sort_keys=True))
+                    if (variant, tunables) == (default.variant, defaults) or key in timed:
+                        continue  # timed already (the default in full: a short re-timing could only flatter it)
+                    timed.add(key)
+                    try:
+                        r = bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
+                                         min_total_s=0.1, min_batches=3)  # fmt: skip
+                    except KernelError:  # a candidate the variant's `when` or the device refuses
+                        continue
+                    if r.median_s < here_s:
+                        here, here_s = tunables, r.median_s
+                    if r.median_s >= best[0]:
+                        continue
+                    if not expected:
+                        expected.update(_as_float64(kernel(arrays, attrs=attrs, tunables=defaults)))
+                    outputs = kernel(arrays, attrs=attrs, variant=variant, tunables=tunables)
+                    if not max_abs_error(outputs, expected) <= tolerance:
+                        skipped.append(f"{variant} {tunables}")
+                        continue
+                    best = (r.median_s, variant, tunables)
     return best, skipped
 
 
