@@ -90,8 +90,8 @@ def check_call(
         shapes.append((spec.role, shape))
     for type_var, allowed in manifest.type_constraints.items():
         # A type variable no input binds is determined by a one-type constraint (ONNX ops give
-        # statistics outputs a type U of float32 whatever the input's type): outputs and `dtypes.U` get it. validate_manifest refuses an
-        # output whose type variable neither an input nor a one-type constraint determines.
+        # statistics outputs a type U of float32 whatever the input's type): outputs and `dtypes.U`
+        # get it. manifest.reference_errors refuses an output that nothing determines.
         if type_var not in type_bindings and len(allowed) == 1:
             type_bindings[type_var] = (allowed[0], "")
     return CallSignature(

@@ -46,8 +46,8 @@ def shape_class(elements: int) -> int:
 def entry_key(op_id: str, dtypes: dict[str, str], elements: int, absent: tuple[str, ...] = (),
               attrs: Mapping[str, Any] | None = None) -> str:  # fmt: skip
     """``absent``: the optional inputs a call leaves out; ``attrs``: the attributes it sets to other
-    than their defaults (a normalisation's axis). Either may change which variants apply and how fast they
-    are, so each makes a key of its own; a call with neither has the key older files hold."""
+    than their defaults (a normalisation's axis). Either may change which variants apply and how
+    fast they are, so each makes a key of its own; a call with neither has the key older files hold."""
     types = ",".join(f"{k}={v}" for k, v in sorted(dtypes.items()))
     without = f"|without={','.join(sorted(absent))}" if absent else ""
     settings = ",".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted((attrs or {}).items()))
