@@ -145,3 +145,26 @@ def tuning_dir(tmp_path, monkeypatch):
     monkeypatch.delenv(tuning.DISABLE_ENV, raising=False)
     monkeypatch.setattr(tuning, "_caches", {})
     return folder
+
+
+# --- third-party test packages (tests/packages) --------------------------------------------------
+
+
+def assert_engine_has_no_code_for(name: str) -> None:
+    """No engine module names the package: it runs from its manifest and templates alone."""
+    for path in Path(wk.__file__).parent.rglob("*.py"):
+        assert name not in path.read_text("utf-8"), path
+
+
+def assert_valid_and_passing(kernel: wk.Kernel, package: Path, variants, *, warnings_ok: bool = False) -> None:
+    """metadata.json is current (run `webgpu-kernels digest` after an edit), validate finds nothing
+    wrong, and every test.json case passes on every variant that accepts it, each variant tested."""
+    from webgpu_kernels.package_tests import run_package_tests
+    from webgpu_kernels.validation import validate_package
+
+    report = validate_package(package, gpu=False)
+    assert report.ok and (warnings_ok or not report.warnings), [p.message for p in report.problems]
+    results = run_package_tests(kernel).results
+    failed = [(r.case, r.variant, r.message) for r in results if r.status != "pass"]
+    assert results and not failed, failed
+    assert {r.variant for r in results} == set(variants)

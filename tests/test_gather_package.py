@@ -9,7 +9,6 @@ exact bit equality: a gather copies values, so NaN payloads and signed zeros mus
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
-from conftest import PACKAGES_DIR, nan_next_output
+from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, nan_next_output
 
 PACKAGE = PACKAGES_DIR / "demo.Gather"
 DTYPES = (np.float32, np.float16)
@@ -122,21 +121,12 @@ def test_package_files():
 
 
 def test_engine_has_no_code_for_it():
-    for path in Path(wk.__file__).parent.rglob("*.py"):
-        assert "demo.Gather" not in path.read_text("utf-8"), path
+    assert_engine_has_no_code_for("demo.Gather")
 
 
 def test_validates_and_its_test_json_passes(gather):
-    """metadata.json is current (run `webgpu-kernels digest` after an edit); every case passes on
-    every variant that accepts it."""
-    from webgpu_kernels.package_tests import run_package_tests
-    from webgpu_kernels.validation import validate_package
-
-    report = validate_package(PACKAGE, gpu=False)
-    assert report.ok, [p.message for p in report.errors]
-    results = run_package_tests(gather).results
-    assert results and all(r.status == "pass" for r in results), [(r.case, r.variant, r.message) for r in results]
-    assert {r.variant for r in results} == {"vec4", "scalar"}
+    # warnings allowed: its f32 CLIP table passes lavapipe's binding limit (a warning of that adapter)
+    assert_valid_and_passing(gather, PACKAGE, ("vec4", "scalar"), warnings_ok=True)
 
 
 @pytest.mark.parametrize(("index_dtype", "view"), [(np.int64, "array<vec2<u32>>"), (np.int32, "array<i32>")],

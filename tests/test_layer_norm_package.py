@@ -39,7 +39,6 @@ import functools
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,7 +50,7 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
-from conftest import PACKAGES_DIR, nan_next_output
+from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, nan_next_output
 
 PACKAGE = PACKAGES_DIR / "demo.LayerNorm"
 VARIANTS = ["onepass", "onepass_nobias", "twopass", "twopass_nobias"]
@@ -245,22 +244,11 @@ def test_package_files():
 
 
 def test_engine_has_no_code_for_it():
-    for path in Path(wk.__file__).parent.rglob("*.py"):
-        assert "LayerNorm" not in path.read_text("utf-8"), path
+    assert_engine_has_no_code_for("LayerNorm")
 
 
 def test_validates_and_its_test_json_passes(layer_norm):
-    """metadata.json is current (run `webgpu-kernels digest` after an edit), nothing is wrong, and
-    every test.json case passes on every variant that accepts it."""
-    from webgpu_kernels.package_tests import run_package_tests
-    from webgpu_kernels.validation import validate_package
-
-    report = validate_package(PACKAGE, gpu=False)
-    assert report.ok and not report.warnings, [p.message for p in report.problems]
-    results = run_package_tests(layer_norm).results
-    assert results and all(r.status == "pass" for r in results), [(r.case, r.variant, r.message) for r in results
-                                                                  if r.status != "pass"]  # fmt: skip
-    assert {r.variant for r in results} == set(VARIANTS)
+    assert_valid_and_passing(layer_norm, PACKAGE, VARIANTS)
 
 
 def test_expected_outputs_are_the_reference(layer_norm):

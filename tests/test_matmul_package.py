@@ -47,7 +47,6 @@ import functools
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,7 +58,7 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
-from conftest import PACKAGES_DIR, nan_next_output
+from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, nan_next_output
 
 PACKAGE = PACKAGES_DIR / "demo.MatMul"
 VARIANTS = ["tiled", "naive"]
@@ -222,8 +221,7 @@ def test_package_files():
 
 
 def test_engine_has_no_code_for_it():
-    for path in Path(wk.__file__).parent.rglob("*.py"):
-        assert "MatMul" not in path.read_text("utf-8"), path
+    assert_engine_has_no_code_for("MatMul")
 
 
 def test_loads(matmul):
@@ -232,17 +230,7 @@ def test_loads(matmul):
 
 
 def test_validates_and_its_test_json_passes(matmul):
-    """metadata.json is current (run `webgpu-kernels digest` after an edit), nothing is wrong, and
-    every test.json case passes on every variant that accepts it."""
-    from webgpu_kernels.package_tests import run_package_tests
-    from webgpu_kernels.validation import validate_package
-
-    report = validate_package(PACKAGE, gpu=False)
-    assert report.ok and not report.warnings, [p.message for p in report.problems]
-    results = run_package_tests(matmul).results
-    assert results and all(r.status == "pass" for r in results), [(r.case, r.variant, r.message) for r in results
-                                                                  if r.status != "pass"]  # fmt: skip
-    assert {r.variant for r in results} == set(VARIANTS)
+    assert_valid_and_passing(matmul, PACKAGE, VARIANTS)
 
 
 def test_expected_outputs_are_the_reference(matmul):
