@@ -152,3 +152,35 @@ def max_errors(actual, reference, dtype) -> tuple[float, float]:
 def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
     """The same values bit for bit as far as NumPy can tell: NaN where NaN, signed zeros and infinities."""
     assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def assert_within_bound(got, want: np.ndarray, tol, what: str) -> None:
+    """Every finite element of ``want`` within its own tolerance (``tol`` broadcast to its shape):
+    for derived per-element error bounds. A failure names how many elements missed and the worst."""
+    import pytest
+
+    g64 = np.asarray(got, np.float64)
+    finite = np.isfinite(want)
+    tol = np.broadcast_to(tol, want.shape)
+    with np.errstate(invalid="ignore"):  # inf - inf where the reference holds inf: masked out
+        excess = np.where(finite, np.abs(g64 - np.where(finite, want, 0)) - tol, -1.0)
+    if excess.size and excess.max() > 0:
+        i = np.unravel_index(int(np.argmax(excess)), want.shape)
+        pytest.fail(f"{what}: {np.count_nonzero(excess > 0)} of {want.size} elements outside the bound; worst at "
+                    f"{list(map(int, i))}: got {g64[i]!r}, want {want[i]!r}, tolerance {tol[i]:.3g}")
+
+
+def one_node_session(node, inputs: list, outputs: list, opset: int):
+    """An onnxruntime CPU session of one ONNX node with these graph inputs and outputs (value infos,
+    symbolic dimensions allowed, so one session serves many shapes), single-threaded."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    model = helper.make_model(helper.make_graph([node], f"{node.op_type}_reference", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", opset)])  # fmt: skip
+    model.ir_version = 10  # onnx 1.23 writes a newer IR version than older onnxruntime builds read
+    onnx.checker.check_model(model)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

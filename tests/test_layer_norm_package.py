@@ -51,6 +51,7 @@ from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
 from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, nan_next_output
+from references import assert_within_bound, one_node_session
 
 PACKAGE = PACKAGES_DIR / "demo.LayerNorm"
 VARIANTS = ["onepass", "onepass_nobias", "twopass", "twopass_nobias"]
@@ -140,20 +141,13 @@ def assert_within(got: dict, want: dict, tol: dict, dtype, what: str) -> None:
         assert g.shape == want[role].shape, (what, role, g.shape, want[role].shape)
         g64 = g.astype(np.float64)
         assert np.all(np.isfinite(g64)), f"{what}: {role} has {np.count_nonzero(~np.isfinite(g64))} non-finite values"
-        excess = np.abs(g64 - want[role]) - np.broadcast_to(tol[role], g.shape)
-        if excess.size and excess.max() > 0:
-            i = np.unravel_index(int(np.argmax(excess)), g.shape)
-            pytest.fail(f"{what}: {role}: {np.count_nonzero(excess > 0)} of {g.size} elements outside the bound; "
-                        f"worst at {list(map(int, i))}: got {g64[i]!r}, want {want[role][i]!r}, "
-                        f"tolerance {np.broadcast_to(tol[role], g.shape)[i]:.3g}")  # fmt: skip
+        assert_within_bound(g64, want[role], tol[role], f"{what}: {role}")
 
 
 @functools.lru_cache(maxsize=None)
 def ort_session(dtype_name: str, rank: int, axis: int, bias: bool, epsilon: float):
     """A one-node opset-17 LayerNormalization model on onnxruntime's CPU provider. Mean and
     InvStdDev are float32 (ONNX's type U for stash_type 1), whatever X's type."""
-    import onnx
-    import onnxruntime as ort
     from onnx import TensorProto, helper
 
     elem = TensorProto.FLOAT16 if dtype_name == "float16" else TensorProto.FLOAT
@@ -167,13 +161,7 @@ def ort_session(dtype_name: str, rank: int, axis: int, bias: bool, epsilon: floa
                helper.make_tensor_value_info("Mean", TensorProto.FLOAT, stats),
                helper.make_tensor_value_info("InvStdDev", TensorProto.FLOAT, stats)]  # fmt: skip
     node = helper.make_node("LayerNormalization", [i.name for i in inputs], list(OUTPUTS), axis=axis, epsilon=epsilon)
-    model = helper.make_model(helper.make_graph([node], "layer_norm", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
-    model.ir_version = 10
-    onnx.checker.check_model(model)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return one_node_session(node, inputs, outputs, 17)
 
 
 def run(kernel, x, scale, b=None, axis=-1, *, variant=None, tunables=None, epsilon=None):

@@ -59,6 +59,7 @@ from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
 from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, nan_next_output
+from references import assert_within_bound, one_node_session
 
 PACKAGE = PACKAGES_DIR / "demo.MatMul"
 VARIANTS = ["tiled", "naive"]
@@ -121,24 +122,15 @@ def assert_within(got, want, tol, dtype, what: str) -> None:
     assert isinstance(got, np.ndarray) and got.dtype == np.dtype(dtype), (what, type(got), getattr(got, "dtype", None))
     assert got.shape == want.shape, (what, got.shape, want.shape)
     g64 = got.astype(np.float64)
-    finite = np.isfinite(want)
     np.testing.assert_array_equal(np.isnan(g64), np.isnan(want), err_msg=f"{what}: NaN positions")
     inf = np.isinf(want)
     np.testing.assert_array_equal(g64[inf], want[inf], err_msg=f"{what}: infinities")
-    with np.errstate(invalid="ignore"):  # inf - inf where a row holds inf: masked out below
-        excess = np.where(finite, np.abs(g64 - np.where(finite, want, 0)) - np.broadcast_to(tol, want.shape), -1.0)
-    if excess.size and excess.max() > 0:
-        i = np.unravel_index(int(np.argmax(excess)), want.shape)
-        pytest.fail(f"{what}: {np.count_nonzero(excess > 0)} of {want.size} elements outside the bound; worst at "
-                    f"{list(map(int, i))}: got {g64[i]!r}, want {want[i]!r}, "
-                    f"tolerance {np.broadcast_to(tol, want.shape)[i]:.3g}")  # fmt: skip
+    assert_within_bound(g64, want, tol, what)
 
 
 @functools.lru_cache(maxsize=None)
 def ort_session(dtype_name: str, rank: int):
     """A one-node opset-13 MatMul model on onnxruntime's CPU provider, symbolic dimensions."""
-    import onnx
-    import onnxruntime as ort
     from onnx import TensorProto, helper
 
     elem = TensorProto.FLOAT16 if dtype_name == "float16" else TensorProto.FLOAT
@@ -147,13 +139,7 @@ def ort_session(dtype_name: str, rank: int):
               helper.make_tensor_value_info("B", elem, [f"c{i}" for i in range(rank - 2)] + ["K", "N"])]  # fmt: skip
     outputs = [helper.make_tensor_value_info("Y", elem, batch + ["M", "N"])]
     node = helper.make_node("MatMul", ["A", "B"], ["Y"])
-    model = helper.make_model(helper.make_graph([node], "matmul", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", 13)])  # fmt: skip
-    model.ir_version = 10
-    onnx.checker.check_model(model)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return one_node_session(node, inputs, outputs, 13)
 
 
 def run(kernel, a, b, *, variant=None, tunables=None, exact=False, check_ort=True):
