@@ -480,7 +480,7 @@ def test_a_gather_is_marked_faster_than_memory(runner, tmp_path):
     from webgpu_kernels.benchmark import known_peak
 
     # The table, counted whole, must pass the device's peak for a ~2.5 us lookup: 32 MiB on a GPU
-    # with a known peak (8 MiB read 3.6 TB/s on the H200, under its 4.8); 8 MiB passes twice
+    # with a known peak (8 MiB was not marked on the H200, in the suite at 3c88b2b); 8 MiB passes twice
     # lavapipe's copy of as many bytes, and 32 MiB would take lavapipe's copy kernel 50 s.
     rows = 16384 if known_peak(wk.get_device().adapter.name) else 4096
     out = invoke(runner, "bench", str(PACKAGES_DIR / "demo.Gather"), "-i", f"data={rows}x512:f32", "-i", "indices=2:i64",

@@ -10,12 +10,14 @@ Python code is involved. The formats are documented in docs/package-files.md.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import itertools
 import json
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -336,16 +338,24 @@ def read_test_file(package: Any) -> TestFile:
     content: its schema check costs about 0.1 s for a 40-case file, and authors' scripts ask for one
     case at a time (api.test_case_inputs)."""
     file = str(package.path_of(TEST_FILE))
-    return _parsed_test_file(package.read_bytes(TEST_FILE), file)
+    data = package.read_bytes(TEST_FILE)
+    key = (hashlib.sha256(data).digest(), file)  # the content, not its bytes: nothing large stays alive
+    parsed = _parsed_test_files.get(key)
+    if parsed is None:
+        try:
+            document = decode_json(data)
+        except ValueError as exc:
+            raise PackageError(str(exc), path=file) from None
+        parsed = parse_test_file(document, file=file)
+        with _parsed_lock:  # calls from several threads may fill it at once
+            if len(_parsed_test_files) >= 16:
+                _parsed_test_files.pop(next(iter(_parsed_test_files)))  # the oldest
+            _parsed_test_files[key] = parsed
+    return parsed
 
 
-@lru_cache(maxsize=16)
-def _parsed_test_file(data: bytes, file: str) -> TestFile:
-    try:
-        document = decode_json(data)
-    except ValueError as exc:
-        raise PackageError(str(exc), path=file) from None
-    return parse_test_file(document, file=file)
+_parsed_test_files: dict[tuple[bytes, str], TestFile] = {}
+_parsed_lock = threading.Lock()
 
 
 # --- comparison -----------------------------------------------------------------------------------

@@ -511,9 +511,10 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
     computing something else. Every variant that accepts the case gets a coordinate search: each
     tunable in turn over its candidate values, the others held at the best found so far for that
-    variant (a grid over three tunables would be ~100 timings per variant; a sweep is ~13), and a
-    second sweep when the first moved and there are several tunables (a better ROW_ITEMS can make
-    another WORKGROUP_SIZE the better one)."""
+    variant (a grid over three tunables would be ~100 timings per variant; a sweep is ~13), then a
+    second sweep from where the first ended (a better ROW_ITEMS can make another WORKGROUP_SIZE the
+    better one). No candidate is timed twice, so a second sweep from where the first started, or
+    over one tunable, times nothing."""
     defaults = dict(kernel.manifest.tunables)
     best = (default.median_s, default.variant, defaults)
     # A candidate must compute what the default computes: a variant that skips its work would
@@ -524,10 +525,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     timed: set[tuple[str, str]] = set()
     for variant in [v.variant for v in kernel.explain(arrays, attrs=attrs).verdicts if v.accepted]:
         here, here_s = defaults, default.median_s if variant == default.variant else float("inf")
-        sweeps = [[("", [None]), *axes], axes if len(axes) > 1 else []]
-        for sweep_index, sweep in enumerate(sweeps):
-            if sweep_index and here == defaults:
-                break  # the first sweep kept the defaults: a second would time the same candidates
+        for sweep in ([("", [None]), *axes], axes):
             for name, values in sweep:
                 start = here
                 for value in values:
