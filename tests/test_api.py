@@ -66,3 +66,16 @@ def test_test_case_inputs_parses_test_json_once_per_content(tmp_path, monkeypatc
     assert len(parses) == 1
     (root / "test.json").write_text(json.dumps({"cases": [case("c")]}), encoding="utf-8")  # an unverified folder
     assert list(wk.test_case_inputs(kernel, "c")) == ["X"] and len(parses) == 2
+
+
+def test_evaluate_gives_an_expression_value_in_the_call_scope():
+    """Kernel.evaluate sees what the manifest's top-level expressions see: inputs' and outputs'
+    shapes, dtypes as WGSL names, top-level constants (not a variant's own)."""
+    bias_add = wk.get_kernel("com.microsoft.BiasAdd")
+    inputs = {"X": ((2, 5, 8), "float16"), "bias": ((8,), "float16"), "skip": ((2, 5, 8), "float16")}
+    assert bias_add.evaluate("numel(shapes.Y) * hidden", inputs) == 80 * 8
+    assert bias_add.evaluate("[scalar, usesF16]", inputs) == ["f16", True]
+    with pytest.raises(errors.ExpressionError, match="vectorScalar.* is undefined"):  # vec4's own constant
+        bias_add.evaluate("vectorScalar", inputs)
+    with pytest.raises(errors.MissingInputError, match="bias"):  # the contract is checked first
+        bias_add.evaluate("1", {"X": ((2, 5, 8), "float16")})

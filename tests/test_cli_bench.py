@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from webgpu_kernels.cli import main
 from webgpu_kernels.cli_bench import ERROR_TOLERANCE, WORKGROUP_CANDIDATES
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.package import embedded_root
+from webgpu_kernels.validation import validate_package
 
 from conftest import copy_package
 
@@ -567,3 +569,72 @@ def test_tune_sweeps_twice_when_the_first_sweep_moved(runner, tuning_dir, monkey
     entry = entries[f"{layer_norm.tuning_key}|T=float32,U=float32|2^15"]
     assert (entry["tunables"]["WORKGROUP_SIZE"], entry["tunables"]["ROW_ITEMS"]) == (512, 4), entry
     assert timed and len(timed) == len(set(timed)), "a candidate was timed twice"  # (its twin without B: 2 inputs)
+
+
+# --- FLOP counts and --variant (a compute-bound op: demo.MatMul, whose bench.json gives `flops`) ---------
+
+MATMUL_DIR = str(Path(__file__).parent / "packages" / "demo.MatMul")
+SMALL_MATMUL = ["-i", "A=2x33x20:f32", "-i", "B=2x20x17:f32", "--no-host", *QUICK_WARM_UP]
+
+
+def test_bench_reports_tflops_from_the_package_flop_count(runner, tmp_path):
+    """bench.json's `flops` ("2 * count * K") is evaluated per case in the call's scope: for -i
+    shapes too, as it is the op's count, not a case's."""
+    path = tmp_path / "bench.json"
+    result = invoke(runner, "bench", MATMUL_DIR, *SMALL_MATMUL, "--json", str(path))
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["flops"] == 2 * (2 * 33 * 17) * 20
+    assert row["tflops"] == pytest.approx(row["flops"] / row["median_s"] / 1e12)
+    assert "TFLOP/s" in result.output
+
+
+def test_a_package_without_a_flop_count_has_no_tflops_column(runner, tmp_path):
+    path = tmp_path / "bench.json"
+    result = invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(path))
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["flops"] is None and row["tflops"] is None
+    assert "TFLOP/s" not in result.output
+
+
+def test_bench_variant_times_the_variant_named(runner, tmp_path):
+    path = tmp_path / "bench.json"
+    invoke(runner, "bench", MATMUL_DIR, *SMALL_MATMUL, "--variant", "naive", "--json", str(path))
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["variant"] == "naive" and row["error_ok"] is True
+
+
+def test_bench_variant_must_be_one_of_the_kernel(runner):
+    result = runner.invoke(main, ["bench", MATMUL_DIR, *SMALL_MATMUL, "--variant", "vec4"])
+    assert result.exit_code == 2
+    assert "demo.MatMul has no variant 'vec4' (its variants: tiled, naive)" in result.output
+
+
+def test_a_case_the_variant_does_not_accept_is_an_error_row(runner, tmp_path):
+    """QuickGelu's vec4 needs a multiple of 4 elements: 4097 is an error row naming why, exit 1."""
+    path = tmp_path / "bench.json"
+    result = runner.invoke(main, ["bench", QG_DIR, "-i", "X=4097:f32", "--variant", "vec4", "--no-host",
+                                  *QUICK_WARM_UP, "--json", str(path)])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert "vec4" in row["error"]
+
+
+@pytest.mark.parametrize(("flops", "fragment"), [
+    ("2 * count * nope", "nope"),  # an unknown name: refused when compiled
+    ("count + 0.5", "must be a non-negative integer"),  # never whole
+    ("-1", "must be a non-negative integer"),
+])  # fmt: skip
+def test_a_bad_flop_count_is_an_error_row_and_a_validate_error(runner, tmp_path, flops, fragment):
+    package = tmp_path / "mm"
+    shutil.copytree(MATMUL_DIR, package)
+    bench = json.loads((package / "bench.json").read_text("utf-8"))
+    bench["flops"] = flops
+    (package / "bench.json").write_text(json.dumps(bench), "utf-8")
+    write_metadata(package)
+    result = runner.invoke(main, ["bench", str(package), *SMALL_MATMUL, "--json", str(tmp_path / "out.json")])
+    assert result.exit_code == 1, result.output
+    (row,) = json.loads((tmp_path / "out.json").read_text("utf-8"))["cases"]
+    assert fragment in row["error"] and "bench.json flops" in row["error"]
+    report = validate_package(package, gpu=False)
+    problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == "flops"]
+    assert problems and all(fragment in p.message for p in problems)

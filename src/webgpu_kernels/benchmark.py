@@ -26,6 +26,7 @@ import wgpu
 from .buffers import padded_size, translate_gpu_errors
 from .device import Device
 from .execution import BoundPass, ExecutionPlan, bind, dispatch_calls, upload
+from .expressions import as_count
 from .kernel import Kernel
 from .walltime import back_to_back
 
@@ -168,6 +169,8 @@ class BenchResult:
     copy_fraction: float | None = None
     tunables: dict[str, Any] = field(default_factory=dict)
     max_error: float | None = None
+    flops: int | None = None  # of one call, when the package's bench.json says (its `flops`)
+    tflops: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,9 +186,11 @@ def bench_kernel(
     variant: str | None = None,
     adapter: str | None = None,
     check: Callable[[dict[str, np.ndarray]], float] | None = None,
+    flops: int | None = None,
     **timing: Any,
 ) -> BenchResult:
-    """Time one kernel call on GPU-resident copies of ``arrays``; bytes = inputs read + outputs written."""
+    """Time one kernel call on GPU-resident copies of ``arrays``; bytes = inputs read + outputs
+    written; ``flops``, the call's floating-point operations if known, gives TFLOP/s."""
     device, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
     with translate_gpu_errors(f"benchmarking {plan.label}", device.memory):
         t, out_bytes, max_error = _time_plan(device, plan, arrays, check, timing)
@@ -201,7 +206,17 @@ def bench_kernel(
         elements=max([a.size for a in arrays.values()] + [math.prod(o.shape) for o in plan.outputs], default=0),
         bytes=total, median_s=t.median_s, p10_s=t.p10_s, p90_s=t.p90_s, samples=t.samples, tbps=tbps,
         peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables={**kernel.manifest.tunables, **(tunables or {})}, max_error=max_error,
+        flops=flops, tflops=flops / t.median_s / 1e12 if flops is not None and t.median_s > 0 else None,
     )  # fmt: skip
+
+
+def flop_count(kernel: Kernel, flops: str | int, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None = None,
+               tunables: Mapping[str, Any] | None = None) -> int:  # fmt: skip
+    """bench.json's ``flops`` for one call: a number, or an expression evaluated in the scope the
+    call sees (:meth:`Kernel.evaluate`); it must come out a non-negative integer."""
+    where = "bench.json flops"
+    value = kernel.evaluate(flops, inputs, attrs=attrs, tunables=tunables, where=where)
+    return as_count(value, kernel.program.compiler.compile(flops, where), "a FLOP count")
 
 
 def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndarray],
@@ -337,7 +352,9 @@ def host_per_call(kernel: Kernel, arrays: Mapping[str, np.ndarray], *, calls: in
 
 
 def numpy_round_trip(kernel: Kernel, arrays: Mapping[str, np.ndarray], *, attrs: Mapping[str, Any] | None = None,
+                     variant: str | None = None, tunables: Mapping[str, Any] | None = None,
                      min_s: float = 0.15) -> float:  # fmt: skip
     """Wall time per NumPy-in, NumPy-out call (upload, dispatch, readback), back to back, timed
     exactly as the peers' ``session.run`` and transfers are (walltime.back_to_back)."""
-    return back_to_back(lambda: kernel(arrays, attrs=attrs), lambda: None, min_s=min_s, batches=3)
+    return back_to_back(lambda: kernel(arrays, attrs=attrs, variant=variant, tunables=tunables), lambda: None,
+                        min_s=min_s, batches=3)  # fmt: skip

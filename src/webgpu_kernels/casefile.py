@@ -481,6 +481,8 @@ class BenchFile:
     description: str
     cases: tuple[BenchCase, ...]
     file: str = BENCH_FILE
+    #: FLOPs of one call: an expression (evaluated per case with Kernel.evaluate) or a number; None: not given
+    flops: str | int | None = None
 
 
 def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError]:
@@ -517,4 +519,4 @@ def parse_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
         )
         for i, case in enumerate(data["cases"])
     )  # fmt: skip
-    return BenchFile(description=data.get("description", ""), cases=cases, file=file)
+    return BenchFile(description=data.get("description", ""), cases=cases, file=file, flops=data.get("flops"))

@@ -29,6 +29,7 @@ from .benchmark import (
     CALLS_PER_SPAN,
     bench_copy,
     bench_kernel,
+    flop_count,
     host_per_call,
     known_peak,
     numpy_round_trip,
@@ -52,15 +53,16 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
            inputs: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
     """The cases to run, each with every input's shape and dtype resolved. bench.json is read the
     way `validate` reads it: a malformed file stops the command with its file and JSON path."""
+    bench = parse_bench_file(kernel.package.read_json(BENCH_FILE)) if kernel.package.has(BENCH_FILE) else None
+    flops = bench.flops if bench is not None else None  # applies to -i shapes too: it is the op's count
     if inputs:
-        return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": {},
+        return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": {}, "flops": flops,
                  "inputs": {k: {"shape": v.shape, "dtype": v.dtype} for k, v in inputs.items()}}]  # fmt: skip
-    if not kernel.package.has(BENCH_FILE):
+    if bench is None:
         return []
-    bench = parse_bench_file(kernel.package.read_json(BENCH_FILE))
     cases = [
         {"name": case.name, "tags": list(case.tags), "attrs": case.attrs, "tunables": case.tunables, "types": inst.types,
-         "inputs": {role: {"shape": shape, "dtype": dtype} for role, (shape, dtype) in inst.inputs.items()}}
+         "flops": flops, "inputs": {role: {"shape": shape, "dtype": dtype} for role, (shape, dtype) in inst.inputs.items()}}
         for case in bench.cases for inst in case.expand(kernel.manifest)
     ]  # fmt: skip
     cases = [c for c in cases if case_name_matches(c["name"], names)]
@@ -128,6 +130,9 @@ WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=click.FloatRange(mi
               help="Only cases whose name contains this or matches it as a glob. Repeatable.")  # fmt: skip
 @click.option("--tag", "tags", multiple=True, help="Only cases with this tag (large, small, model:...). Repeatable.")
 @click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")
+@click.option("--variant", default=None, metavar="ID",
+              help="Time this variant on every case (a case it does not accept is an error row); "
+                   "without it, the manifest's selection and the tuned choice.")  # fmt: skip
 @click.option("--compare", is_flag=True, help="Also run torch (eager, torch.compile) and ONNX Runtime WebGPU.")
 @click.option("--compile-tag", default="large", show_default=True,
               help="torch.compile only cases with this tag (compiles take seconds each); 'all' for every case.")
@@ -143,9 +148,11 @@ WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=click.FloatRange(mi
               help="Save bandwidth against size, with the rooflines, to this PNG.")  # fmt: skip
 @click.pass_context
 def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], names: tuple[str, ...],
-              tags: tuple[str, ...], dtypes: tuple[str, ...], compare: bool, compile_tag: str, host: bool, calls: int,
-              warm_up_s: float, seed: int, json_path: str | None, plot_path: str | None) -> None:  # fmt: skip
-    """Time kernels on the GPU: effective TB/s, share of the device's peak and of a copy kernel.
+              tags: tuple[str, ...], dtypes: tuple[str, ...], variant: str | None, compare: bool, compile_tag: str,
+              host: bool, calls: int, warm_up_s: float, seed: int, json_path: str | None,
+              plot_path: str | None) -> None:  # fmt: skip
+    """Time kernels on the GPU: effective TB/s, share of the device's peak and of a copy kernel,
+    and TFLOP/s where the package's bench.json gives a `flops` count.
 
     GPU time per call comes from timestamps around spans of 50 back-to-back calls in one compute
     pass, as the engine records a chain of calls (docs/performance.md). Bytes are the inputs read
@@ -162,6 +169,10 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     if inputs and (names or tags or dtypes):
         raise click.UsageError("-i/--input replaces bench.json's cases: --case, --tag and --dtype do not apply")
     loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
+    for kernel in loaded if variant else []:
+        if variant not in kernel.variants:
+            raise click.BadParameter(f"{kernel.op_id} has no variant {variant!r} (its variants: "
+                                     f"{', '.join(kernel.variants)})", ctx=ctx, param_hint="'--variant'")  # fmt: skip
     plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
     if not plan:
         raise click.UsageError("no bench.json case matches --case/--tag/--dtype (nothing to time)")
@@ -178,7 +189,8 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
             task = progress.add_task("NumPy round trips", total=len(plan))
             for i, (kernel, case) in enumerate(plan):
                 try:
-                    round_trips[i] = numpy_round_trip(kernel, _arrays(case, seed), attrs=case["attrs"])
+                    round_trips[i] = numpy_round_trip(kernel, _arrays(case, seed), attrs=case["attrs"], variant=variant,
+                                                      tunables=case["tunables"] or None)
                 except KernelError:
                     pass  # reported by the timing below
                 progress.advance(task)
@@ -186,7 +198,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
         task = progress.add_task("benchmarking", total=len(plan))
         for (kernel, case), round_trip in zip(plan, round_trips):
             progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
-            row = _bench_case(kernel, case, device, tuning_cache, copies, seed)
+            row = _bench_case(kernel, case, device, tuning_cache, copies, seed, variant)
             if round_trip is not None and "error" not in row:
                 row["roundtrip_s"] = round_trip
             rows.append(row)
@@ -229,17 +241,20 @@ def _warm_up(progress: Progress, device: Any, seconds: float) -> None:
 
 
 def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache: tuning.TuningCache,
-                copies: dict[int, float], seed: int) -> dict[str, Any]:  # fmt: skip
+                copies: dict[int, float], seed: int, variant: str | None = None) -> dict[str, Any]:  # fmt: skip
     arrays = _arrays(case, seed)
     attrs = case["attrs"]
     row: dict[str, Any] = {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
                            "dtype": ",".join(sorted({str(a.dtype) for a in arrays.values()})),
                            "shapes": {k: list(a.shape) for k, a in arrays.items()}, "attrs": attrs}  # fmt: skip
     try:
-        # The default selection (manifest tunables), then the tuned choice if `tune` stored one.
-        choice = tuning_cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
+        flops = None if case.get("flops") is None else flop_count(kernel, case["flops"], arrays, attrs=attrs,
+                                                                  tunables=case["tunables"] or None)  # fmt: skip
+        # The default selection (manifest tunables) or the --variant given, then the tuned choice if
+        # `tune` stored one (not with --variant: the tuner's choice may be another variant).
+        choice = None if variant else tuning_cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
         result = bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
-                              check=_checker(kernel, arrays, attrs))  # fmt: skip
+                              variant=variant, check=_checker(kernel, arrays, attrs), flops=flops)  # fmt: skip
         row.update(result.as_dict())
         row["copy_tbps"] = _copy_tbps(device, result.bytes, copies)
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
@@ -249,9 +264,9 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache:
             same = choice.variant == result.variant and choice.tunables == result.tunables
             # The tuner kept the default: timing the same kernel again would only add noise.
             tuned = result if same else bench_kernel(kernel, arrays, attrs=attrs, variant=choice.variant,
-                                                     tunables=choice.tunables)  # fmt: skip
+                                                     tunables=choice.tunables, flops=flops)  # fmt: skip
             row["tuned"] = {"variant": choice.variant, "tunables": choice.tunables, "tbps": tuned.tbps,
-                            "median_s": tuned.median_s, "same_as_default": same}  # fmt: skip
+                            "tflops": tuned.tflops, "median_s": tuned.median_s, "same_as_default": same}  # fmt: skip
     except KernelError as exc:
         row["error"] = str(exc)
     return row
@@ -352,7 +367,8 @@ def _one_line(row: dict[str, Any]) -> str:
         return f"{name}: error {row['error'][:100]}"
     tuned = f", tuned {row['tuned']['tbps']:.3f} TB/s" if "tuned" in row else ""
     wrong = "" if row.get("error_ok", True) else f", WRONG: max error {row['max_error']:.3g}"
-    return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {_tbps_text(row)} TB/s "
+    flops = f" {row['tflops']:.3f} TFLOP/s" if row.get("tflops") is not None else ""
+    return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {_tbps_text(row)} TB/s{flops} "
             f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}{wrong}")  # fmt: skip
 
 
@@ -362,8 +378,11 @@ def _fmt(value: Any, spec: str) -> str:
 
 def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[str, Any]]) -> None:
     table = Table(title=f"GPU time per call (timestamps around {CALLS_PER_SPAN} back-to-back calls, median, sustained load, random data)")
-    for col in ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", "% peak", "% copy", "tuned TB/s",
-                "torch TB/s", "compile TB/s", "ORT µs", "ORT/ours", "round trip ms", "ORT rt ms", "torch xfer ms", "max err"):
+    # TFLOP/s only where some package's bench.json counts FLOPs (a compute-bound op)
+    flops = any(row.get("tflops") is not None for row in rows)
+    for col in ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", *(("TFLOP/s",) if flops else ()),
+                "% peak", "% copy", "tuned TB/s", "torch TB/s", "compile TB/s", "ORT µs", "ORT/ours", "round trip ms",
+                "ORT rt ms", "torch xfer ms", "max err"):  # fmt: skip
         table.add_column(col, justify="left" if col in ("kernel", "case", "dtype", "variant") else "right")
     for row in rows:
         if "error" in row:
@@ -376,7 +395,8 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok", True) else " WRONG")
         table.add_row(
             row["kernel"].split(".")[-1], row["case"], row["dtype"], row["variant"], str(row["elements"]),
-            f"{row['median_s'] * 1e6:.1f}", _tbps_text(row), _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
+            f"{row['median_s'] * 1e6:.1f}", _tbps_text(row), *((_fmt(row.get("tflops"), ".3f"),) if flops else ()),
+            _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
             f"{row['copy_fraction'] * 100:.1f}", _fmt(row.get("tuned", {}).get("tbps"), ".3f"),
             _fmt(per_s(torch_peer.get("eager_s")), ".3f"), _fmt(per_s(torch_peer.get("compile_s")), ".3f"),
             _fmt(ort_s and ort_s * 1e6, ".1f"), _fmt(ort_s and ort_s / row["median_s"], ".2f"),
@@ -384,7 +404,7 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
             _fmt(ort_peer.get("numpy_roundtrip_s") and ort_peer["numpy_roundtrip_s"] * 1e3, ".3f"),
             _fmt(torch_peer.get("transfer_s") and torch_peer["transfer_s"] * 1e3, ".3f"), err,
         )  # fmt: skip
-    # 18 columns: a log (no terminal) gets them whole rather than cells cut to "Quick…"
+    # 18 or 19 columns: a log (no terminal) gets them whole rather than cells cut to "Quick…"
     if not console.is_terminal:
         console.width = max(console.width, 250)
     console.print(table)

@@ -197,6 +197,26 @@ class Kernel:
                 refused = str(exc)
         return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused)
 
+    def evaluate(
+        self,
+        expression: str,
+        inputs: Mapping[str, Any],
+        *,
+        attrs: Mapping[str, Any] | None = None,
+        tunables: Mapping[str, Any] | None = None,
+        adapter: str | None = None,
+        where: str = "expression",
+    ) -> Any:
+        """The value of ``expression`` (the manifest's expression language, docs/format.md) in the
+        scope a call with these inputs sees at the top level: the namespaces, the outputs' shapes,
+        ``derive`` and the top-level constants; a variant's own constants are not in it. Inputs are
+        described as for :meth:`explain`. Tools use it for bench.json's ``flops``; authors, to
+        see what their expressions give."""
+        device, signature = self._checked(inputs, attrs, tunables, adapter)
+        compiled = self.program.compiler.compile(expression, where)  # cached by source: cheap when repeated
+        scope, _ = self.program.call_scope(signature, device.info)
+        return compiled.evaluate(scope)
+
     def render(
         self,
         inputs: Mapping[str, Any],

@@ -44,10 +44,10 @@ from .errors import (
     PackageError,
     TemplateError,
 )  # fmt: skip
-from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler
+from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler, as_count
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
-from .program import cycle_text, evaluation_order, node_label
+from .program import DeviceInfo, compile_program, cycle_text, evaluation_order, node_label
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
     ERROR,
@@ -104,8 +104,6 @@ def validate_package(
         expression_problems = check_expressions(manifest, out, limits)
         _guarded(out, "templates", _check_templates, package, manifest, out)
         if not expression_problems:
-            from .program import compile_program
-
             try:
                 program = compile_program(manifest)
             except (ManifestError, ExpressionError) as exc:  # what check_expressions missed, if anything
@@ -428,12 +426,9 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: Pro
 
 def _expected_output_shapes(manifest: Manifest, signature: Any) -> dict[str, tuple[int, ...]]:
     """Output shapes from the manifest's shape expressions, without a device (best effort)."""
-    from .program import DeviceInfo, compile_program
-
     try:
         program = compile_program(manifest)
-        info = DeviceInfo(limits=_DEFAULT_LIMITS, features=frozenset({"shader-f16"}))
-        _, outputs = program.call_scope(signature, info)
+        _, outputs = program.call_scope(signature, _DEFAULT_DEVICE)
     except KernelError:
         return {}
     return {o.role: tuple(o.shape) for o in outputs}
@@ -446,6 +441,7 @@ _DEFAULT_LIMITS = {
     "maxStorageBufferBindingSize": 134217728, "maxBufferSize": 268435456, "maxComputeWorkgroupStorageSize": 16384,
     "maxStorageBuffersPerShaderStage": 8, "maxUniformBufferBindingSize": 65536,
 }  # fmt: skip
+_DEFAULT_DEVICE = DeviceInfo(limits=_DEFAULT_LIMITS, features=frozenset({"shader-f16"}))
 
 
 def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: ProblemCollector) -> casefile.BenchFile | None:
@@ -458,6 +454,7 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: Pr
         return bench
     from .contract import check_call
 
+    flops = _bench_flops(manifest, bench, out)
     for case in bench.cases:
         for tv in case.types:
             if tv not in manifest.type_constraints:
@@ -469,11 +466,34 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: Pr
             continue
         for inst in instances:
             try:
-                check_call(manifest, inst.inputs, case.attrs, case.tunables)
+                signature = check_call(manifest, inst.inputs, case.attrs, case.tunables)
             except InputError as exc:
                 out.error(BENCH_FILE, case.json_path, f"the case breaks the contract ({inst.type_label()}): {exc}",
                           case=case.name, dtype=inst.type_label())  # fmt: skip
+                continue
+            if flops is not None:
+                program, expr = flops
+                try:  # as bench evaluates it (Kernel.evaluate), with WebGPU's default limits
+                    scope, _ = program.call_scope(signature, _DEFAULT_DEVICE)
+                    as_count(expr.evaluate(scope), expr, "flops")
+                except KernelError as exc:
+                    out.error(BENCH_FILE, "flops", f"for case {case.name!r} ({inst.type_label()}): {exc}",
+                              case=case.name, dtype=inst.type_label())  # fmt: skip
     return bench
+
+
+def _bench_flops(manifest: Manifest, bench: casefile.BenchFile, out: ProblemCollector) -> tuple[Any, Any] | None:
+    """bench.json's ``flops`` compiled against the manifest (the program and the expression), or
+    None when it is absent or does not compile (reported to ``out``)."""
+    if bench.flops is None:
+        return None
+    try:
+        program = compile_program(manifest)
+        return program, program.compiler.compile(bench.flops, "flops")
+    except (ManifestError, ExpressionError) as exc:  # a manifest error is reported by the manifest's checks
+        if isinstance(exc, ExpressionError):
+            out.error(BENCH_FILE, "flops", str(exc))
+        return None
 
 
 # --- isolation --------------------------------------------------------------------------------------
