@@ -13,6 +13,7 @@ import math
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from webgpu_kernels.benchmark import known_peak
 from webgpu_kernels.cli import main
 from webgpu_kernels.cli_bench import ERROR_TOLERANCE, WORKGROUP_CANDIDATES
 from webgpu_kernels.digests import write_metadata
+from webgpu_kernels.kernel import Kernel
 from webgpu_kernels.package import embedded_root
 from webgpu_kernels.validation import validate_package
 
@@ -34,7 +36,7 @@ QG_DIR = str(embedded_root() / QG)
 BA_DIR = str(embedded_root() / "com.microsoft.BiasAdd")
 QUICK_WARM_UP = ["--warm-up", "0.05"]  # the 2 s default is for real GPUs
 TINY = ["--case", "tiny", "--dtype", "float32", *QUICK_WARM_UP]
-TINY_KEY = f"{wk.get_kernel(QG).tuning_key}|T=float32|2^12"  # op id @ digest of manifest and templates
+TINY_KEY = f"{wk.get_kernel(QG).tuning_key}|T=float32|X=4096"  # op id @ digest of manifest and templates
 
 
 @pytest.fixture
@@ -216,7 +218,7 @@ def test_bench_reports_stored_tuning(runner, tuning_dir, tmp_path):
     """With a tuned choice stored for the case's shape class, bench times it too ("tuned"), while
     the main figure stays the default selection."""
     cache = tuning.TuningCache(tuning_file(tuning_dir))
-    cache.record(wk.get_kernel(QG).tuning_key, {"T": "float32"}, 4096, tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5))
+    cache.record(wk.get_kernel(QG).tuning_key, {"T": "float32"}, {"X": (4096,)}, tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5))
     cache.save()
     path = tmp_path / "bench.json"
     out = invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(path)).output
@@ -232,14 +234,14 @@ def test_bench_reports_stored_tuning(runner, tuning_dir, tmp_path):
 def test_bench_does_not_retime_a_tuned_choice_equal_to_the_default(runner, tuning_dir, tmp_path):
     """When the tuner kept the default selection, the tuned figure is the default's own timing."""
     cache = tuning.TuningCache(tuning_file(tuning_dir))
-    cache.record(wk.get_kernel(QG).tuning_key, {"T": "float32"}, 4096, tuning.TunedChoice("vec4", {"WORKGROUP_SIZE": 256}, 1e-5))
+    cache.record(wk.get_kernel(QG).tuning_key, {"T": "float32"}, {"X": (4096,)}, tuning.TunedChoice("vec4", {"WORKGROUP_SIZE": 256}, 1e-5))
     cache.save()
     path = tmp_path / "bench.json"
     invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(path))
     (row,) = json.loads(path.read_text("utf-8"))["cases"]
     assert_tiny_row(row)
     assert row["tuned"] == {"variant": "vec4", "tunables": {"WORKGROUP_SIZE": 256}, "tbps": row["tbps"],
-                            "median_s": row["median_s"], "same_as_default": True}  # fmt: skip
+                            "tflops": None, "median_s": row["median_s"], "same_as_default": True}  # fmt: skip
 
 
 # --- tune ---------------------------------------------------------------------------------------------
@@ -287,7 +289,7 @@ def dry_run(tmp_path_factory):
         mp.setattr(tuning, "_caches", {})
         result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["tune", QG_DIR, *TINY, "--dry-run"])
         device = wk.get_device()
-        held = tuning.cache_for(device.adapter.name, device.adapter.backend).lookup(wk.get_kernel(QG).tuning_key, {"T": "float32"}, 4096)
+        held = tuning.cache_for(device.adapter.name, device.adapter.backend).lookup(wk.get_kernel(QG).tuning_key, {"T": "float32"}, {"X": (4096,)})
     return result, folder, held
 
 
@@ -462,7 +464,7 @@ def test_tune_skips_a_candidate_that_computes_something_else(runner, tuning_dir,
     out = invoke(runner, "tune", str(root), *TINY).output
     assert "skipped (output differs from the default's): scalar" in " ".join(out.split())
     entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
-    assert list(entries) == [f"{copy.tuning_key}|T=float32|2^12"] and entries[f"{copy.tuning_key}|T=float32|2^12"]["variant"] != "scalar"
+    assert list(entries) == [f"{copy.tuning_key}|T=float32|X=4096"] and entries[f"{copy.tuning_key}|T=float32|X=4096"]["variant"] != "scalar"
 
 
 @pytest.mark.parametrize("peak_fraction, copy_fraction, beyond", [
@@ -498,11 +500,15 @@ def test_tunable_axes_cover_every_tunable_a_manifest_declares(device):
     from conftest import PACKAGES_DIR
 
     limit = device.info.limits["maxComputeInvocationsPerWorkgroup"]
-    sizes = [s for s in cli_bench.WORKGROUP_CANDIDATES if s != 256 and s <= limit]
-    axes = dict(cli_bench._tunable_axes(wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm"), device))
-    assert axes == {"WORKGROUP_SIZE": sizes, "ROW_ITEMS": [2, 4, 16, 32], "APPLY_WORKGROUP_SIZE": sizes,
-                    "SUBGROUPS": [True]}  # fmt: skip
+    sizes = [s for s in cli_bench.WORKGROUP_CANDIDATES if s <= limit]  # the default (256) included:
+    axes = dict(cli_bench._tunable_axes(wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm"), device))  # a second
+    assert axes == {"WORKGROUP_SIZE": sizes, "ROW_ITEMS": [2, 4, 8, 16, 32], "APPLY_WORKGROUP_SIZE": sizes,  # sweep
+                    "SUBGROUPS": [False, True]}  # may return to it  # fmt: skip
     assert dict(cli_bench._tunable_axes(wk.get_kernel(QG), device)) == {"WORKGROUP_SIZE": sizes}
+
+
+CLIP_L = "B=512,Scale=512,X=1x64x512"  # LayerNorm's clip-l-1x77x768: its shape class
+CLIP_L_NO_B = "Scale=512,X=1x64x512"
 
 
 def test_tune_searches_each_tunable_in_turn(runner, tuning_dir, monkeypatch):
@@ -531,9 +537,9 @@ def test_tune_searches_each_tunable_in_turn(runner, tuning_dir, monkeypatch):
     assert ("onepass", 128, 16) in timed and ("onepass", 64, 8) not in timed and ("onepass", 128, 4) not in timed
     entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
     # the case and its no-B twin (clip-l-1x77x768-nobias) are kept apart: their variants differ
-    assert sorted(entries) == [f"{layer_norm.tuning_key}|T=float32,U=float32|2^15",
-                               f"{layer_norm.tuning_key}|T=float32,U=float32|2^15|without=B"], entries  # fmt: skip
-    entry = entries[f"{layer_norm.tuning_key}|T=float32,U=float32|2^15"]
+    assert sorted(entries) == [f"{layer_norm.tuning_key}|T=float32,U=float32|{CLIP_L}",
+                               f"{layer_norm.tuning_key}|T=float32,U=float32|{CLIP_L_NO_B}|without=B"], entries  # fmt: skip
+    entry = entries[f"{layer_norm.tuning_key}|T=float32,U=float32|{CLIP_L}"]
     assert entry["variant"] == "onepass" and entry["tunables"] == {
         "WORKGROUP_SIZE": 128, "ROW_ITEMS": 16, "APPLY_WORKGROUP_SIZE": 256, "SUBGROUPS": False}, (entry, out)  # fmt: skip
     # and a call finds it: the same key from the call's side
@@ -566,7 +572,7 @@ def test_tune_sweeps_twice_when_the_first_sweep_moved(runner, tuning_dir, monkey
     monkeypatch.setattr(cli_bench, "bench_kernel", fake_bench)
     invoke(runner, "tune", str(layer_norm.package.root), "--case", "clip-l-1x77x768", "--dtype", "f32", *QUICK_WARM_UP)
     entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
-    entry = entries[f"{layer_norm.tuning_key}|T=float32,U=float32|2^15"]
+    entry = entries[f"{layer_norm.tuning_key}|T=float32,U=float32|{CLIP_L}"]
     assert (entry["tunables"]["WORKGROUP_SIZE"], entry["tunables"]["ROW_ITEMS"]) == (512, 4), entry
     assert timed and len(timed) == len(set(timed)), "a candidate was timed twice"  # (its twin without B: 2 inputs)
 
@@ -638,3 +644,110 @@ def test_a_bad_flop_count_is_an_error_row_and_a_validate_error(runner, tmp_path,
     report = validate_package(package, gpu=False)
     problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == "flops"]
     assert problems and all(fragment in p.message for p in problems)
+
+
+# --- the search: where it may move, and what it may return to -------------------------------------
+
+
+def _fake_layer_norm_timing(costs):
+    """A bench_kernel stand-in for demo.LayerNorm's search: `when` refusals as a real call
+    (kernel.plan), onepass costing costs[(WORKGROUP_SIZE, ROW_ITEMS)] µs (20 elsewhere), twopass 50."""
+
+    def fake_bench(kernel, arrays, *, attrs=None, variant=None, tunables=None, **_):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        t = tunables or {}
+        cost = costs.get((t.get("WORKGROUP_SIZE"), t.get("ROW_ITEMS")), 20.0) if plan.variant == "onepass" else 50.0
+        cost += (1.0 if t.get("SUBGROUPS") else 0.0) + (0.0 if t.get("APPLY_WORKGROUP_SIZE", 256) == 256 else 0.5)
+        return SimpleNamespace(median_s=cost * 1e-6, variant=plan.variant)
+
+    return fake_bench
+
+
+def _layer_norm_search(monkeypatch, costs, kernel=None):
+    from conftest import PACKAGES_DIR
+
+    kernel = kernel or wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    rng = np.random.default_rng(0)
+    arrays = {"X": rng.standard_normal((2, 4, 320)).astype(np.float32),
+              "Scale": rng.standard_normal(320).astype(np.float32), "B": rng.standard_normal(320).astype(np.float32)}  # fmt: skip
+    fake = _fake_layer_norm_timing(costs)
+    monkeypatch.setattr(cli_bench, "bench_kernel", fake)
+    default = fake(kernel, arrays, attrs={}, tunables=dict(kernel.manifest.tunables))
+    return cli_bench._search(kernel, arrays, {}, default, cli_bench._tunable_axes(kernel, wk.get_device()), 1e-4)
+
+
+def test_the_second_sweep_can_return_a_tunable_to_its_default(monkeypatch):
+    """WORKGROUP_SIZE 512 looks better while ROW_ITEMS is 8; with ROW_ITEMS 2 the default 256 is best.
+    The default value was no candidate, so the second sweep could not go back to it (512 / 2 won)."""
+    (_, variant, tunables), _ = _layer_norm_search(monkeypatch, {(256, 8): 10.0, (512, 8): 9.0, (512, 2): 8.0,
+                                                                 (256, 2): 5.0})  # fmt: skip
+    assert (variant, tunables["WORKGROUP_SIZE"], tunables["ROW_ITEMS"]) == ("onepass", 256, 2)
+
+
+def test_the_search_does_not_move_to_a_candidate_whose_output_is_wrong(monkeypatch):
+    """WORKGROUP_SIZE 512 is fastest but computes zeros: skipped, and ROW_ITEMS is then searched from
+    where the search was (1024), not from 512, so 1024 / 2 is found (1024 / 8 before)."""
+    from conftest import PACKAGES_DIR
+
+    class Broken(Kernel):
+        def __call__(self, inputs, *, tunables=None, **kwargs):
+            out = super().__call__(inputs, tunables=tunables, **kwargs)
+            wrong = tunables and tunables.get("WORKGROUP_SIZE") == 512
+            return {n: np.zeros_like(v) for n, v in out.items()} if wrong else out
+
+    broken = Broken(wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm").package)
+    (_, variant, tunables), skipped = _layer_norm_search(
+        monkeypatch, {(256, 8): 10.0, (512, 8): 8.0, (1024, 8): 9.0, (1024, 2): 6.0}, broken)
+    assert (variant, tunables["WORKGROUP_SIZE"], tunables["ROW_ITEMS"]) == ("onepass", 1024, 2)
+    assert skipped and all("'WORKGROUP_SIZE': 512" in s for s in skipped)
+
+
+def test_the_reference_output_is_the_default_selection_not_a_stored_choice(monkeypatch, tuning_dir):
+    """A package without tunables: tunables={} is "no override", so the reference call followed a
+    stored result. It must run the default variant (forced), whatever is stored."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.ScaleShift")
+    arrays = {"X": np.linspace(-1, 1, 1024, dtype=np.float32)}
+    device = wk.get_device()
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    dtypes, shapes, absent, attrs = kernel.tuning_class(arrays)
+    cache.record(kernel.tuning_key, dtypes, shapes, tuning.TunedChoice("scalar", {}, 1e-6), absent, attrs)
+    default_variant = kernel.explain(arrays).chosen
+    assert default_variant != "scalar"
+    calls = []
+    real = Kernel.__call__
+
+    def spy(self, inputs, **kwargs):
+        calls.append(kwargs)
+        return real(self, inputs, **kwargs)
+
+    monkeypatch.setattr(Kernel, "__call__", spy)
+    default = SimpleNamespace(median_s=10e-6, variant=default_variant)
+    monkeypatch.setattr(cli_bench, "bench_kernel", lambda kernel, arrays, *, variant=None, **_: SimpleNamespace(
+        median_s=5e-6 if variant == "scalar" else 10e-6, variant=variant))  # fmt: skip
+    cli_bench._search(kernel, arrays, {}, default, [], 1e-4)
+    assert calls[0]["variant"] == default_variant  # the reference, then the candidate
+
+
+def test_tune_goes_on_past_a_case_the_device_refuses(runner, tuning_dir):
+    """demo.Gather's CLIP token-embedding table (152 MB) is over lavapipe's 128 MiB binding limit: that
+    case is reported and the others are still tuned (the first refusal ended the whole run), exit 1.
+    `--dtype f32` selects Gather's (float32, int64) cases: a case matched only if all its dtypes were wanted."""
+    from conftest import PACKAGES_DIR
+
+    if wk.get_device().info.limits["maxStorageBufferBindingSize"] >= 160 * 2**20:
+        pytest.skip("the device can bind the 152 MB table")
+    result = runner.invoke(main, ["tune", str(PACKAGES_DIR / "demo.Gather"), "--case", "clip-token-embedding-1x77",
+                                  "--case", "small-64x13", "--dtype", "f32", *QUICK_WARM_UP])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "clip-token-embedding-1x77" in result.output and "not tuned" in result.output
+    assert "1 of 2 cases could not run on this device" in result.output
+    entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
+    assert len(entries) == 1 and "indices=" in next(iter(entries))  # small-64x13's
+
+
+def test_the_error_tolerance_of_a_case_is_its_least_precise_float_dtype():
+    assert cli_bench._tolerance(["float32", "int64"]) == ERROR_TOLERANCE["float32"]  # was 1e-2 ("float32,int64")
+    assert cli_bench._tolerance(["float16", "float32"]) == ERROR_TOLERANCE["float16"]
+    assert cli_bench._tolerance(["int32"]) == cli_bench.DEFAULT_TOLERANCE

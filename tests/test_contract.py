@@ -329,3 +329,15 @@ def test_an_optional_input_of_a_determined_type_must_match_it():
         == "float32"
     raises(errors.DTypeError, lambda: check_call(manifest, {"X": ((2,), "float16"), "W": ((1,), "float16")}, None, None),
            "dtype in ['float32']", argument="W")
+
+
+def test_a_one_type_constraint_no_tensor_has_stays_unbound():
+    """A type variable H: ["float16"] that no input or output has made every call float16-typed: its
+    WGSL enabled f16, which an adapter without shader-f16 refuses, for a float32 call."""
+    from webgpu_kernels.contract import check_call
+    from webgpu_kernels.manifest import parse_manifest
+
+    data = _stats_manifest(["float32"])
+    data["typeConstraints"]["H"] = ["float16"]
+    manifest = parse_manifest(data)
+    assert check_call(manifest, {"X": ((2, 3), "float32")}, None, None).type_bindings() == {"T": "float32", "U": "float32"}

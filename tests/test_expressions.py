@@ -259,3 +259,14 @@ def test_a_namespace_read_whole_is_traced_by_its_names():
     so often without the one that mattered); the names are what the clause looked at."""
     expression = ExpressionCompiler(KNOWN).compile("'S' in shapes and ranks.X > 1", "w")
     assert expression.peek(scope()) == {"shapes": ["X", "bias", "E", "S"], "ranks.X": 3}
+
+
+@pytest.mark.parametrize("source", ["[dim, 1]", "[[1, [numel]]]", "(f16Ok,)"])
+def test_a_function_inside_a_value_is_refused(source):
+    """Only a bare function was refused: `[dim, f16Ok]` reached traces, JSON and templates as the
+    repr of Python function objects."""
+    from webgpu_kernels.errors import ExpressionSandboxError
+
+    expr = ExpressionCompiler([]).compile(source, "constants.fns")
+    with pytest.raises(ExpressionSandboxError, match="a function is not a value"):
+        expr.evaluate({**STATIC_FUNCTIONS, "f16Ok": lambda dtype: True})

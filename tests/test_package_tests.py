@@ -243,7 +243,7 @@ def test_float16_cases_are_skipped_without_shader_f16(monkeypatch: pytest.Monkey
     from webgpu_kernels.program import DeviceInfo
 
     real = wk.get_device()
-    no_f16 = SimpleNamespace(info=DeviceInfo(limits=real.info.limits, features=frozenset()))
+    no_f16 = SimpleNamespace(info=DeviceInfo(limits=real.info.limits, features=frozenset()), adapter=real.adapter)
     monkeypatch.setattr(kernel_module, "get_device", lambda adapter=None: no_f16)
     monkeypatch.setattr(device_module, "get_device", lambda adapter=None: no_f16)
     report = run_package_tests(wk.get_kernel(QUICK_GELU), cases=["rank0-f16"])  # (no GPU work on the fake device)
@@ -268,13 +268,13 @@ def test_run_reports_the_variant_a_stored_tuning_result_picks(runner: CliRunner,
     tuning._caches.clear()
     device = wk.get_device()
     cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
-    cache.record(wk.get_kernel(QUICK_GELU).tuning_key, {"T": "float32"}, 4096,
+    cache.record(wk.get_kernel(QUICK_GELU).tuning_key, {"T": "float32"}, {"X": (4096,)},
                  tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5))  # fmt: skip
     try:
         data = json.loads(runner.invoke(main, ["run", QUICK_GELU, "-i", "X=4096:f32", "--json"]).stdout)
         assert data["variant"] == "scalar" and data["tuned"] is True
         plain = json.loads(runner.invoke(main, ["run", QUICK_GELU, "-i", "X=8192:f32", "--json"]).stdout)
-        assert plain["tuned"] is False  # another shape class (2^13): no entry
+        assert plain["tuned"] is False  # another shape class: no entry
     finally:
         tuning._caches.clear()
 

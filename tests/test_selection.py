@@ -299,3 +299,14 @@ def test_explain_bias_length_mismatch(bias_add):
     explanation = bias_add.explain(inputs)
     assert explanation.chosen is None
     assert {v.clause for v in explanation.verdicts} == {"dim(shapes.bias, 0) == dim(shapes.X, 2)"}
+
+
+def test_the_trace_shows_a_variant_constant_that_shadows_a_top_level_one():
+    """`ok` is top-level (`tunables.TILE > 0`) and the variant's own (`n % 3 == 0`): the trace showed
+    the top-level definition's names (tunables.TILE=4), not what the clause read (n=8)."""
+    manifest, program = program_of([variant("thirds", 10, ["ok"], {"ok": "n % 3 == 0"}), variant("flat", 0)],
+                                   {"n": "numel(shapes.X)"}, {"ok": "tunables.TILE > 0"})  # fmt: skip
+    scope, _ = program.call_scope(check_call(manifest, {"X": ((8,), "float32")}, None, None), F16_DEVICE)
+    selection = select_variant(program.variants, scope, exhaustive=True, definitions=program.definitions)
+    thirds = selection.trace[0]
+    assert not thirds.accepted and thirds.values == {"ok": False, "n": 8, "shapes.X": (8,)}, thirds.values

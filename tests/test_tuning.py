@@ -20,7 +20,8 @@ from webgpu_kernels.package import embedded_root
 
 QG = "com.microsoft.QuickGelu"
 QG_F32 = {"T": "float32"}
-N = 4096  # shape class 2^12; QuickGelu's default selection there is vec4 with WORKGROUP_SIZE 256
+N = 4096  # QuickGelu's default selection there is vec4 with WORKGROUP_SIZE 256
+X_N = {"X": (N,)}  # its shape class: X=4096
 SCALAR_64 = tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5)
 #: What calls look entries up by: the op id and a digest of the package's manifest and templates.
 QG_KEY = wk.get_kernel(QG).tuning_key
@@ -55,7 +56,7 @@ def plans_run(monkeypatch):
 def store(path, choice, elements=N, dtypes=QG_F32):
     """Write a tuning file holding one QuickGelu entry, the way `tune` does (record + save)."""
     cache = tuning.TuningCache(path)
-    cache.record(QG_KEY, dtypes, elements, choice)
+    cache.record(QG_KEY, dtypes, {"X": (elements,)}, choice)
     cache.save()
 
 
@@ -117,27 +118,33 @@ def test_cache_for_path_and_sharing(tuning_dir, tmp_path, monkeypatch):
 
 
 def test_shape_class():
-    """Power-of-two buckets: [2^k, 2^(k+1)) share a class."""
-    assert tuning.shape_class(0) == tuning.shape_class(1) == 0
-    assert tuning.shape_class(4096) == tuning.shape_class(5000) == tuning.shape_class(8191) == 12
-    assert tuning.shape_class(4095) == 11 and tuning.shape_class(8192) == 13
-    assert tuning.shape_class(2**30 + 7) == 30
+    """Every dimension of every input rounded down to a power of two: [2^k, 2^(k+1)) share a class."""
+    assert tuning.shape_class({"X": (4096,)}) == tuning.shape_class({"X": (8191,)}) == "X=4096"
+    assert tuning.shape_class({"X": (4095,)}) == "X=2048" and tuning.shape_class({"X": (8192,)}) == "X=8192"
+    assert tuning.shape_class({"X": (2, 77, 768), "bias": (768,)}) == "X=2x64x512,bias=512"
+    assert tuning.shape_class({"bias": (768,), "X": (3, 127, 1023)}) == "X=2x64x512,bias=512"  # roles sorted
+    assert tuning.shape_class({"X": (0, 1)}) == "X=0x1" and tuning.shape_class({"X": ()}) == "X=-"
+    # one element count, different rows: a reduction over 100 and over 768 elements are different classes
+    assert tuning.shape_class({"X": (1000, 100)}) != tuning.shape_class({"X": (130, 768)})
+    assert tuning.shape_class({"X": (100_000,)}) != tuning.shape_class({"X": (100, 1000)})  # rank too
 
 
 def test_entry_key():
     """Keys name the op, the dtype of every type variable (sorted) and the shape class."""
-    assert tuning.entry_key(QG, QG_F32, N) == "com.microsoft.QuickGelu|T=float32|2^12"
-    assert tuning.entry_key("op", {"U": "float16", "T": "float32"}, 5000) == "op|T=float32,U=float16|2^12"
-    assert tuning.entry_key("op", {"T": "float32", "U": "float16"}, 5000) == tuning.entry_key(
-        "op", {"U": "float16", "T": "float32"}, 8000
+    assert tuning.entry_key(QG, QG_F32, X_N) == "com.microsoft.QuickGelu|T=float32|X=4096"
+    assert tuning.entry_key("op", {"U": "float16", "T": "float32"}, {"X": (5000,)}) == "op|T=float32,U=float16|X=4096"
+    assert tuning.entry_key("op", {"T": "float32", "U": "float16"}, {"X": (5000,)}) == tuning.entry_key(
+        "op", {"U": "float16", "T": "float32"}, {"X": (8000,)}
     )
-    # a call that leaves optional inputs out may take other variants: a key of its own (none left
-    # out: the key as before, so older tuning files still apply)
-    assert tuning.entry_key("op", QG_F32, N, ("C", "B")) == "op|T=float32|2^12|without=B,C"
-    assert tuning.entry_key("op", QG_F32, N, ()) == tuning.entry_key("op", QG_F32, N)
+    # a call that leaves optional inputs out may take other variants: a key of its own
+    assert tuning.entry_key("op", QG_F32, X_N, ("C", "B")) == "op|T=float32|X=4096|without=B,C"
+    assert tuning.entry_key("op", QG_F32, X_N, ()) == tuning.entry_key("op", QG_F32, X_N)
     # so may attributes off their defaults (LayerNorm's axis -2 ran twopass, 3.4x slower tuned for it
     # than for axis -1, in the same shape class)
-    assert tuning.entry_key("op", QG_F32, N, (), {"axis": -2, "eps": [1, 2.5]}) == 'op|T=float32|2^12|attrs=axis=-2,eps=[1, 2.5]'
+    assert tuning.entry_key("op", QG_F32, X_N, (), {"axis": -2, "eps": [1, 2.5]}) == 'op|T=float32|X=4096|attrs=axis=-2,eps=[1, 2.5]'
+    # an attribute given as 2.0 or 2 is one value to a call, so one key
+    assert tuning.entry_key("op", QG_F32, X_N, (), {"alpha": 2.0, "v": [1.0]}) == tuning.entry_key(
+        "op", QG_F32, X_N, (), {"alpha": 2, "v": [1]})
 
 
 # --- record, save, lookup ---------------------------------------------------------------------------
@@ -148,35 +155,36 @@ def test_record_save_lookup_round_trip(tuning_dir):
     only (same op, same dtypes, same power-of-two class)."""
     path = tuning_dir / "gpu.json"
     cache = tuning.TuningCache(path)
-    assert cache.lookup(QG, QG_F32, N) is None
-    cache.record(QG, QG_F32, N, SCALAR_64)
-    assert cache.lookup(QG, QG_F32, N) == SCALAR_64
+    assert cache.lookup(QG, QG_F32, X_N) is None
+    cache.record(QG, QG_F32, X_N, SCALAR_64)
+    assert cache.lookup(QG, QG_F32, X_N) == SCALAR_64
     assert not path.exists()  # record alone writes nothing
     cache.save()
     data = json.loads(path.read_text("utf-8"))
-    assert data == {"version": 2, "entries": {
-        "com.microsoft.QuickGelu|T=float32|2^12": {"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 64},
+    assert data == {"version": 3, "entries": {
+        "com.microsoft.QuickGelu|T=float32|X=4096": {"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 64},
                                                    "median_s": 1e-5}}}  # fmt: skip
     assert sorted(p.name for p in tuning_dir.iterdir()) == ["gpu.json"]  # no temporary file left
 
     again = tuning.TuningCache(path)
     for elements in (4096, 4097, 6000, 8191):  # the same class
-        assert again.lookup(QG, QG_F32, elements) == SCALAR_64
+        assert again.lookup(QG, QG_F32, {"X": (elements,)}) == SCALAR_64
     for elements in (4095, 2048, 8192, 1 << 20):  # other classes
-        assert again.lookup(QG, QG_F32, elements) is None
-    assert again.lookup(QG, {"T": "float16"}, N) is None
-    assert again.lookup("com.microsoft.BiasAdd", QG_F32, N) is None
+        assert again.lookup(QG, QG_F32, {"X": (elements,)}) is None
+    assert again.lookup(QG, QG_F32, {"X": (64, 64)}) is None  # 4096 elements, another shape
+    assert again.lookup(QG, {"T": "float16"}, X_N) is None
+    assert again.lookup("com.microsoft.BiasAdd", QG_F32, X_N) is None
 
 
 def test_record_overwrites_and_lookup_copies(tuning_dir):
     """A later record for the same key replaces the entry; a looked-up choice is the caller's copy."""
     cache = tuning.TuningCache(tuning_dir / "gpu.json")
-    cache.record(QG, QG_F32, N, SCALAR_64)
-    cache.record(QG, QG_F32, 5000, tuning.TunedChoice("vec4_tail", {"WORKGROUP_SIZE": 128}, 2e-5))
-    found = cache.lookup(QG, QG_F32, N)
+    cache.record(QG, QG_F32, X_N, SCALAR_64)
+    cache.record(QG, QG_F32, {"X": (5000,)}, tuning.TunedChoice("vec4_tail", {"WORKGROUP_SIZE": 128}, 2e-5))
+    found = cache.lookup(QG, QG_F32, X_N)
     assert found == tuning.TunedChoice("vec4_tail", {"WORKGROUP_SIZE": 128}, 2e-5)
     found.tunables["WORKGROUP_SIZE"] = 1
-    assert cache.lookup(QG, QG_F32, N).tunables == {"WORKGROUP_SIZE": 128}
+    assert cache.lookup(QG, QG_F32, X_N).tunables == {"WORKGROUP_SIZE": 128}
     cache.save()
     assert len(json.loads(cache.path.read_text("utf-8"))["entries"]) == 1
 
@@ -184,11 +192,11 @@ def test_record_overwrites_and_lookup_copies(tuning_dir):
 def test_no_tuning_env(tuning_dir, monkeypatch):
     """WEBGPU_KERNELS_NO_TUNING turns every lookup off without forgetting the entries."""
     cache = tuning.TuningCache(tuning_dir / "gpu.json")
-    cache.record(QG, QG_F32, N, SCALAR_64)
+    cache.record(QG, QG_F32, X_N, SCALAR_64)
     monkeypatch.setenv(tuning.DISABLE_ENV, "1")
-    assert cache.lookup(QG, QG_F32, N) is None
+    assert cache.lookup(QG, QG_F32, X_N) is None
     monkeypatch.delenv(tuning.DISABLE_ENV)
-    assert cache.lookup(QG, QG_F32, N) == SCALAR_64
+    assert cache.lookup(QG, QG_F32, X_N) == SCALAR_64
 
 
 @pytest.mark.parametrize(
@@ -202,20 +210,20 @@ def test_corrupt_file_is_ignored(adapter_file, fresh_kernel, plans_run, content)
     adapter_file.parent.mkdir(parents=True)
     adapter_file.write_bytes(content)
     cache = tuning.TuningCache(adapter_file)
-    assert cache.entries == {} and cache.lookup(QG, QG_F32, N) is None
+    assert cache.entries == {} and cache.lookup(QG, QG_F32, X_N) is None
     x = np.random.default_rng(0).standard_normal(N).astype(np.float32)
     assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
     assert plans_run[-1].variant == "vec4"
-    cache.record(QG, QG_F32, N, SCALAR_64)
+    cache.record(QG, QG_F32, X_N, SCALAR_64)
     cache.save()
-    assert tuning.TuningCache(adapter_file).lookup(QG, QG_F32, N) == SCALAR_64
+    assert tuning.TuningCache(adapter_file).lookup(QG, QG_F32, X_N) == SCALAR_64
 
 
 @pytest.mark.parametrize(
     "entries",
-    [[1], {"com.microsoft.QuickGelu|T=float32|2^12": "scalar"},
-     {"com.microsoft.QuickGelu|T=float32|2^12": {"tunables": {"WORKGROUP_SIZE": 64}}},
-     {"com.microsoft.QuickGelu|T=float32|2^12": {"variant": "scalar", "tunables": [["WORKGROUP_SIZE"]]}}],
+    [[1], {"com.microsoft.QuickGelu|T=float32|X=4096": "scalar"},
+     {"com.microsoft.QuickGelu|T=float32|X=4096": {"tunables": {"WORKGROUP_SIZE": 64}}},
+     {"com.microsoft.QuickGelu|T=float32|X=4096": {"variant": "scalar", "tunables": [["WORKGROUP_SIZE"]]}}],
     ids=["entries-list", "entry-string", "entry-without-variant", "tunables-list"],
 )  # fmt: skip
 def test_malformed_entries_are_ignored(adapter_file, fresh_kernel, entries):
@@ -229,7 +237,7 @@ def test_malformed_entries_are_ignored(adapter_file, fresh_kernel, entries):
 def test_other_version_file_is_ignored(adapter_file, fresh_kernel, plans_run):
     """A tuning file of another format version is not trusted."""
     adapter_file.parent.mkdir(parents=True)
-    adapter_file.write_text(json.dumps({"version": 1, "entries": {tuning.entry_key(QG_KEY, QG_F32, N): {
+    adapter_file.write_text(json.dumps({"version": 1, "entries": {tuning.entry_key(QG_KEY, QG_F32, X_N): {
         "variant": "scalar", "tunables": {"WORKGROUP_SIZE": 64}, "median_s": 1e-5}}}), "utf-8")  # fmt: skip
     x = np.linspace(-4, 4, N, dtype=np.float32)
     assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
@@ -245,7 +253,7 @@ def test_call_uses_tuned_choice(adapter_file, fresh_kernel, plans_run):
     store(adapter_file, SCALAR_64)
     k = fresh_kernel()
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((64, 64)).astype(np.float32) * 4
+    x = rng.standard_normal(4096).astype(np.float32) * 4
     assert_quick_gelu(k({"X": x})["Y"], x)
     tuned = plans_run[-1]
     assert tuned.variant == "scalar" and grid_of(tuned) == [(64, 1, 1)]
@@ -265,6 +273,10 @@ def test_call_uses_tuned_choice(adapter_file, fresh_kernel, plans_run):
     x3 = rng.standard_normal(8192).astype(np.float32)
     assert_quick_gelu(k({"X": x3})["Y"], x3)
     assert plans_run[-1].variant == "vec4" and grid_of(plans_run[-1]) == [(8, 1, 1)]
+    # 64x64, 4096 elements too, but another shape: not what was tuned
+    x4 = rng.standard_normal((64, 64)).astype(np.float32)
+    assert_quick_gelu(k({"X": x4})["Y"], x4)
+    assert plans_run[-1].variant == "vec4"
 
 
 def test_a_result_recorded_later_applies_to_shapes_already_run(adapter_file, fresh_kernel, plans_run, device):
@@ -275,7 +287,7 @@ def test_a_result_recorded_later_applies_to_shapes_already_run(adapter_file, fre
     assert_quick_gelu(k({"X": x})["Y"], x)
     assert plans_run[-1].variant == "vec4"
     cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
-    cache.record(QG_KEY, QG_F32, N, SCALAR_64)
+    cache.record(QG_KEY, QG_F32, X_N, SCALAR_64)
     assert_quick_gelu(k({"X": x})["Y"], x)
     assert plans_run[-1].variant == "scalar" and grid_of(plans_run[-1]) == [(64, 1, 1)]
 
@@ -334,7 +346,7 @@ def test_no_tuning_env_restores_default(adapter_file, fresh_kernel, plans_run, m
 def test_stale_entry_falls_back(adapter_file, fresh_kernel, plans_run, entry):
     """An entry the kernel cannot honour (a variant it lacks, tunables it refuses) is skipped."""
     adapter_file.parent.mkdir(parents=True)
-    adapter_file.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {tuning.entry_key(QG_KEY, QG_F32, N): entry}}), "utf-8")
+    adapter_file.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {tuning.entry_key(QG_KEY, QG_F32, X_N): entry}}), "utf-8")
     x = np.linspace(-5, 5, N, dtype=np.float32)
     assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
     assert plans_run[-1].variant == "vec4" and grid_of(plans_run[-1]) == [(4, 1, 1)]
@@ -362,13 +374,83 @@ def test_empty_tunables_follow_the_stored_choice_like_none(adapter_file, fresh_k
 
 def test_tuning_class_of_a_call():
     """What calls, `bench` and `tune` all key results by: bound dtypes (a one-type U included), the
-    largest input, optional inputs left out, attributes off their defaults (axis=-1 is the default)."""
+    inputs' shapes, optional inputs left out, attributes off their defaults (axis=-1 is the default)."""
     from conftest import PACKAGES_DIR
 
     layer_norm = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
     x, s = wk.TensorMeta((2, 1024, 256), "float16"), wk.TensorMeta((256,), "float16")
     f16 = {"T": "float16", "U": "float32"}
-    assert layer_norm.tuning_class({"X": x, "Scale": s, "B": s}) == (f16, 2 * 1024 * 256, (), {})
-    assert layer_norm.tuning_class({"X": x, "Scale": s}, {"axis": -1}) == (f16, 2 * 1024 * 256, ("B",), {})
+    shapes = {"X": (2, 1024, 256), "Scale": (256,)}
+    assert layer_norm.tuning_class({"X": x, "Scale": s, "B": s}) == (f16, {**shapes, "B": (256,)}, (), {})
+    assert layer_norm.tuning_class({"X": x, "Scale": s}, {"axis": -1}) == (f16, shapes, ("B",), {})
     whole = wk.TensorMeta((1024, 256), "float16")
-    assert layer_norm.tuning_class({"X": x, "Scale": whole}, {"axis": -2}) == (f16, 2 * 1024 * 256, ("B",), {"axis": -2})
+    assert layer_norm.tuning_class({"X": x, "Scale": whole}, {"axis": -2}) == (
+        f16, {"X": (2, 1024, 256), "Scale": (1024, 256)}, ("B",), {"axis": -2})
+
+
+def test_the_tuning_key_covers_included_templates(tmp_path):
+    """demo.Gather's template includes gather-row.wgsl.jinja: editing only that file is other code,
+    so results tuned for the old one must not apply; editing test.json is not."""
+    import shutil
+
+    from webgpu_kernels.digests import write_metadata
+
+    from conftest import PACKAGES_DIR
+
+    package = tmp_path / "gather"
+    shutil.copytree(PACKAGES_DIR / "demo.Gather", package)
+    before = wk.load_kernel(package).tuning_key
+    helper = package / "gather-row.wgsl.jinja"
+    helper.write_text(helper.read_text("utf-8") + "\n// edited\n", "utf-8")
+    write_metadata(package)
+    edited = wk.load_kernel(package).tuning_key
+    assert edited != before
+    test_json = package / "test.json"
+    test_json.write_text(test_json.read_text("utf-8").replace('"description": "', '"description": "edited. ', 1), "utf-8")
+    write_metadata(package)
+    assert wk.load_kernel(package).tuning_key == edited
+
+
+def test_two_processes_saving_keep_each_others_results(tuning_dir):
+    """Two caches of one file (two `tune` processes): each save merges with what is on disk, so
+    neither loses the other's entries, and no temporary file is left."""
+    path = tuning_dir / "gpu.json"
+    a, b = tuning.TuningCache(path), tuning.TuningCache(path)
+    a.record("opA", QG_F32, X_N, SCALAR_64)
+    b.record("opB", QG_F32, X_N, SCALAR_64)
+    a.save()
+    b.save()
+    again = tuning.TuningCache(path)
+    assert again.lookup("opA", QG_F32, X_N) == again.lookup("opB", QG_F32, X_N) == SCALAR_64
+    a.record("opA", QG_F32, {"X": (64,)}, SCALAR_64)
+    a.save()  # a learns b's entry too
+    assert a.lookup("opB", QG_F32, X_N) == SCALAR_64
+    assert sorted(p.name for p in tuning_dir.iterdir()) == ["gpu.json"]
+
+
+def test_explain_and_render_say_what_a_tuned_call_runs(adapter_file, fresh_kernel):
+    """explain keeps the manifest's choice and says that a stored result applies; render shows the
+    WGSL the call runs (64-wide workgroups), and the manifest's when a variant or tunables are given."""
+    store(adapter_file, SCALAR_64)
+    k = fresh_kernel()
+    x = np.zeros(N, np.float32)
+    explanation = k.explain({"X": x})
+    assert explanation.chosen == "vec4"
+    assert explanation.tuned == {"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 64}}
+    assert "a stored tuning result applies: the call runs 'scalar' with tunables {'WORKGROUP_SIZE': 64}" in str(explanation)
+    assert explanation.as_dict()["tuned"] == explanation.tuned
+    assert "@workgroup_size(64)" in k.render({"X": x})["main"]
+    assert "@workgroup_size(256)" in k.render({"X": x}, variant="vec4")["main"]
+    assert k.explain({"X": x}, tunables={"WORKGROUP_SIZE": 128}).tuned is None
+    assert k.explain({"X": np.zeros(2 * N, np.float32)}).tuned is None  # another shape class
+
+
+def test_run_json_reports_the_tunables_the_call_ran(adapter_file, monkeypatch):
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import main
+
+    store(adapter_file, SCALAR_64)
+    result = CliRunner().invoke(main, ["run", str(embedded_root() / QG), "-i", "X=4096:f32", "--json"])
+    data = json.loads(result.stdout)
+    assert data["variant"] == "scalar" and data["tuned"] is True and data["tunables"] == {"WORKGROUP_SIZE": 64}

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ DEFAULT_KERNELS = ("com.microsoft.BiasAdd", "com.microsoft.QuickGelu")
 WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
 # Maximum |error| accepted from any implementation, per dtype, against the float64 reference.
 ERROR_TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
+DEFAULT_TOLERANCE = 1e-2  # other dtypes (bfloat16, integers)
 
 
 def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
@@ -70,7 +72,7 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
         cases = [c for c in cases if set(tags) & set(c["tags"])]
     if dtypes:
         wanted = {DTYPE_ALIASES.get(d.strip().lower(), d) for d in dtypes}  # f16 as -i takes it
-        cases = [c for c in cases if set(c["types"].values()) <= wanted]
+        cases = [c for c in cases if set(c["types"].values()) & wanted]  # a gather's (float32, int64): f32
     return cases
 
 
@@ -86,6 +88,17 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
     full_attrs = {**kernel.manifest.attributes, **attrs}
 
     return lambda outputs: max_abs_error(outputs, reference(arrays, full_attrs))
+
+
+def _tolerance(dtypes: Iterable[str]) -> float:
+    """The error accepted for a case of these dtypes: that of its least precise floating-point one
+    (a gather's int64 indices do not make its float32 rows less exact)."""
+    floats = [ERROR_TOLERANCE[d] for d in dtypes if d in ERROR_TOLERANCE]
+    return max(floats) if floats else DEFAULT_TOLERANCE
+
+
+def _dtype_label(dtypes: Iterable[str]) -> str:
+    return ",".join(sorted(set(dtypes)))
 
 
 def _beyond_memory(peak_fraction: float | None, copy_fraction: float) -> bool:
@@ -245,7 +258,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache:
     arrays = _arrays(case, seed)
     attrs = case["attrs"]
     row: dict[str, Any] = {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
-                           "dtype": ",".join(sorted({str(a.dtype) for a in arrays.values()})),
+                           "dtype": _dtype_label(str(a.dtype) for a in arrays.values()),
                            "shapes": {k: list(a.shape) for k, a in arrays.items()}, "attrs": attrs}  # fmt: skip
     try:
         flops = None if case.get("flops") is None else flop_count(kernel, case["flops"], arrays, attrs=attrs,
@@ -259,7 +272,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache:
         row["copy_tbps"] = _copy_tbps(device, result.bytes, copies)
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
         row["beyond_memory"] = _beyond_memory(result.peak_fraction, row["copy_fraction"])
-        row["error_ok"] = result.max_error is None or result.max_error <= ERROR_TOLERANCE.get(row["dtype"], 1e-2)
+        row["error_ok"] = result.max_error is None or result.max_error <= _tolerance(row["dtype"].split(","))
         if choice is not None:
             same = choice.variant == result.variant and choice.tunables == result.tunables
             # The tuner kept the default: timing the same kernel again would only add noise.
@@ -419,7 +432,7 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
             if "error" in result:
                 console.print(Text(f"{peer} on {row['case']} {row['dtype']}: {result['error'][:160]}", style="yellow"))
             for key in ("eager_error", "compile_error", "device_error", "numpy_error"):
-                if result.get(key) is not None and result[key] > ERROR_TOLERANCE.get(row["dtype"], 1e-2):
+                if result.get(key) is not None and result[key] > _tolerance(row["dtype"].split(",")):
                     console.print(Text(f"{peer} {key.split('_')[0]} on {row['case']} {row['dtype']} is WRONG: "
                                        f"max error {result[key]:.3g}", style="red"))  # fmt: skip
     for h in host_rows:
@@ -492,6 +505,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     table = Table(title=f"tuning on {device.adapter.label()}")
     for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
         table.add_column(col)
+    errors = 0
     with Progress(console=console, transient=True) as progress:
         _warm_up(progress, device, warm_up_s)
         task = progress.add_task("tuning", total=len(work))
@@ -500,8 +514,17 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
             arrays = _arrays(case, seed)
             defaults = dict(kernel.manifest.tunables)
             # Full timing first: it also brings the GPU to sustained load before the search.
-            default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
-            tolerance = ERROR_TOLERANCE.get(",".join(sorted(case["types"].values())), 1e-2)
+            try:
+                default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
+            except KernelError as exc:  # a case this device cannot run (bench shows it as an error row)
+                errors += 1
+                progress.console.print(Text(f"{kernel.manifest.name} {case['name']} {case['types']}: not tuned: {exc}",
+                                            style="red"))  # fmt: skip
+                table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
+                              Text("error", style="red"))  # fmt: skip
+                progress.advance(task)
+                continue
+            tolerance = _tolerance(case["types"].values())
             best, skipped = _search(kernel, arrays, case["attrs"], default, _tunable_axes(kernel, device), tolerance)
             if (best[1], best[2]) != (default.variant, defaults):
                 best = _confirm(kernel, arrays, case["attrs"], default, best)
@@ -511,11 +534,11 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
                 progress.console.print(Text(f"{kernel.manifest.name} {case['name']}: skipped (output differs from the "
                                             f"default's): {', '.join(skipped)}", style="yellow"))  # fmt: skip
             if not dry_run:
-                dtypes, elements, absent, attrs = kernel.tuning_class(arrays, case["attrs"])
-                cache.record(kernel.tuning_key, dtypes, elements, tuning.TunedChoice(best[1], best[2], best[0]),
+                dtypes, shapes, absent, attrs = kernel.tuning_class(arrays, case["attrs"])
+                cache.record(kernel.tuning_key, dtypes, shapes, tuning.TunedChoice(best[1], best[2], best[0]),
                              absent, attrs)  # fmt: skip
                 cache.save()  # after every case: an interrupted search keeps what it found
-            table.add_row(kernel.manifest.name, case["name"], ",".join(sorted(case["types"].values())),
+            table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
                           f"{default.variant} {dict(kernel.manifest.tunables)}", f"{default.median_s * 1e6:.1f}",
                           f"{best[1]} {best[2]}", f"{best[0] * 1e6:.1f}", f"{default.median_s / best[0]:.2f}x")  # fmt: skip
             progress.console.print(f"{kernel.manifest.name} {case['name']} {case['types']}: default {default.variant} "
@@ -524,6 +547,9 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     console.print(table)
     if not dry_run:
         console.print(f"saved: {cache.path}")
+    if errors:  # as bench: a CI job must see that a case could not run
+        console.print(Text(f"{errors} of {len(work)} cases could not run on this device", style="red"))
+        ctx.exit(1)
 
 
 def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
@@ -533,13 +559,14 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     tunable in turn over its candidate values, the others held at the best found so far for that
     variant (a grid over three tunables would be ~100 timings per variant; a sweep is ~13), then a
     second sweep from where the first ended (a better ROW_ITEMS can make another WORKGROUP_SIZE the
-    better one). No candidate is timed twice, so a second sweep from where the first started, or
-    over one tunable, times nothing."""
+    better one, the default's included). No candidate is timed twice, so a second sweep from where
+    the first started, or over one tunable, times nothing. The search moves only to a candidate
+    whose output agrees with the default's, checked when it is about to become the variant's best
+    (reading back and comparing 84M elements costs about a second)."""
     defaults = dict(kernel.manifest.tunables)
     best = (default.median_s, default.variant, defaults)
     # A candidate must compute what the default computes: a variant that skips its work would
-    # otherwise "win" and be stored for every later call. Checked only for a candidate about to
-    # lead: reading back and comparing 84M elements costs about a second each.
+    # otherwise "win" and be stored for every later call.
     expected: dict[str, np.ndarray] = {}
     skipped: list[str] = []
     timed: set[tuple[str, str]] = set()
@@ -559,17 +586,18 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                                          min_total_s=0.1, min_batches=3)  # fmt: skip
                     except KernelError:  # a candidate the variant's `when` or the device refuses
                         continue
-                    if r.median_s < here_s:
-                        here, here_s = tunables, r.median_s
-                    if r.median_s >= best[0]:
+                    if r.median_s >= here_s:  # best[0] <= here_s: not a lead either
                         continue
-                    if not expected:
-                        expected.update(_as_float64(kernel(arrays, attrs=attrs, tunables=defaults)))
+                    if not expected:  # the default's output (variant forced: no stored choice answers)
+                        expected.update(_as_float64(kernel(arrays, attrs=attrs, variant=default.variant,
+                                                           tunables=defaults)))  # fmt: skip
                     outputs = kernel(arrays, attrs=attrs, variant=variant, tunables=tunables)
                     if not max_abs_error(outputs, expected) <= tolerance:
                         skipped.append(f"{variant} {tunables}")
-                        continue
-                    best = (r.median_s, variant, tunables)
+                        continue  # not a point to search around either
+                    here, here_s = tunables, r.median_s
+                    if r.median_s < best[0]:
+                        best = (r.median_s, variant, tunables)
     return best, skipped
 
 
@@ -593,22 +621,23 @@ def _confirm(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
 
 
 def _tunable_axes(kernel: Kernel, device: Any) -> list[tuple[str, list[Any]]]:
-    """Per tunable, the values the search tries besides the manifest's default: for an integer named
-    like a workgroup size the usual sizes (64 to 1024, within the device's limit), for another
-    positive integer the powers of two from a quarter to four times the default, for a boolean the
-    other value. A candidate a variant's `when` refuses costs nothing but the attempt."""
+    """Per tunable, the values the search tries, the manifest's default among them (a second sweep
+    may have to return to it): for an integer named like a workgroup size the usual sizes (64 to
+    1024, within the device's limit), for another positive integer the powers of two from a quarter
+    to four times the default, for a boolean both values. A tunable with no other value is not an
+    axis. A candidate a variant's `when` refuses costs nothing but the attempt."""
     limit = device.info.limits.get("maxComputeInvocationsPerWorkgroup", 256)
     axes = []
     for name, value in kernel.manifest.tunables.items():
         if isinstance(value, bool):
-            values: list[Any] = [not value]
+            values: list[Any] = [value, not value]
         elif isinstance(value, int) and "WORKGROUP" in name.upper():
-            values = [size for size in WORKGROUP_CANDIDATES if size != value and size <= limit]
+            values = sorted({size for size in WORKGROUP_CANDIDATES if size <= limit} | {value})
         elif isinstance(value, int) and value > 0:
-            values = sorted({v for v in (value // 4, value // 2, value * 2, value * 4) if v > 0} - {value})
+            values = sorted({v for v in (value // 4, value // 2, value, value * 2, value * 4) if v > 0})
         else:
             continue
-        if values:
+        if len(values) > 1:
             axes.append((name, values))
     return axes
 

@@ -56,7 +56,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
         "op": k.op_id, "adapter": choose_adapter(adapter).label(), "variant": plan.variant,
         "forced": variant is not None, "tuned": plan is not k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)[1], "seed": seed,
         "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype} for n, s in inputs.items()},
-        "attrs": all_attrs, "tunables": {**k.manifest.tunables, **tunables},
+        "attrs": all_attrs, "tunables": dict(plan.tunables),
         "outputs": {name: summarize(array) for name, array in outputs.items()},
         "timing": {"clock": TIMING_NOTE, "firstCallMs": first * 1e3, "repeat": repeat,
                    "medianMs": statistics.median(times) * 1e3 if times else None},

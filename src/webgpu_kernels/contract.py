@@ -88,11 +88,13 @@ def check_call(
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype)
         shapes.append((spec.role, shape))
+    output_types = {spec.dtype for spec in manifest.outputs}
     for type_var, allowed in manifest.type_constraints.items():
-        # A type variable no input binds is determined by a one-type constraint (ONNX ops give
-        # statistics outputs a type U of float32 whatever the input's type): outputs and `dtypes.U`
-        # get it. manifest.reference_errors refuses an output that nothing determines.
-        if type_var not in type_bindings and len(allowed) == 1:
+        # An output's type variable no input binds is determined by a one-type constraint (ONNX ops
+        # give statistics outputs a type U of float32 whatever the input's type): the output and
+        # `dtypes.U` get it. manifest.reference_errors refuses an output that nothing determines. A
+        # type variable no tensor has stays unbound: a float16 one would make every call need f16.
+        if type_var not in type_bindings and len(allowed) == 1 and type_var in output_types:
             type_bindings[type_var] = (allowed[0], "")
     return CallSignature(
         shapes=tuple(shapes),

@@ -12,7 +12,7 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -52,6 +52,8 @@ class ExecutionPlan:
     variant: str
     passes: tuple[PassProgram, ...]
     outputs: tuple[OutputSpec, ...]
+    #: every tunable's value the passes were built with (the manifest's defaults, overridden)
+    tunables: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @cached_property
     def label(self) -> str:

@@ -149,8 +149,7 @@ class Expression:
             result = context.vars["result"]
             if isinstance(result, Undefined):
                 result._fail_with_undefined_error()
-            if callable(result):
-                raise SandboxViolation("a function is not a value (call it)")
+            _refuse_functions(result)
             return _SANDBOX.check_value(result)
         except ExpressionError:
             raise
@@ -182,6 +181,16 @@ class Expression:
             if value is not None and not isinstance(value, Undefined) and not callable(value):
                 seen[ref] = value
         return seen
+
+
+def _refuse_functions(value: Any, depth: int = 0) -> None:
+    """A function is not a value, alone or inside a list (``[dim, f16Ok]``): it would reach
+    traces, JSON output and templates as a Python object's repr."""
+    if callable(value):
+        raise SandboxViolation("a function is not a value (call it)")
+    if depth < MAX_EXPRESSION_DEPTH and isinstance(value, (list, tuple, Mapping)):
+        for item in value.values() if isinstance(value, Mapping) else value:
+            _refuse_functions(item, depth + 1)
 
 
 def literal(value: Any, where: str) -> Expression:

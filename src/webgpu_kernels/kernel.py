@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -28,6 +27,7 @@ from .package import MANIFEST_FILE, KernelPackage
 from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, resolve_variant
 from .selection import Verdict, require_choice, select_variant
+from .templates import TEMPLATE_NAME
 from .tensor import GpuTensor
 
 #: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
@@ -53,6 +53,9 @@ class Explanation:
     #: Why a call would still fail with the chosen variant (a binding over the device's limits, a
     #: grid expression that fails), if it would.
     refused: str | None = None
+    #: The stored tuning result a call would run instead, {"variant": ..., "tunables": {...}}, if any
+    #: (`webgpu-kernels tune`); ``chosen`` stays the manifest's own selection.
+    tuned: dict[str, Any] | None = None
 
     def __str__(self) -> str:
         lines = [f"{self.op_id}: chosen variant {self.chosen!r}" if self.chosen else f"{self.op_id}: no variant applies"]
@@ -63,6 +66,9 @@ class Explanation:
             lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}")
         if self.refused:
             lines.append(f"  but the call would fail: {self.refused}")
+        if self.tuned:
+            lines.append(f"  a stored tuning result applies: the call runs {self.tuned['variant']!r} with "
+                         f"tunables {self.tuned['tunables']}")  # fmt: skip
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -70,12 +76,12 @@ class Explanation:
             "op": self.op_id, "chosen": self.chosen, "variants": [v.as_dict() for v in self.verdicts],
             "outputs": [{"name": o.role, "shape": list(o.shape), "dtype": o.dtype} for o in self.outputs],
             "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
-            "refused": self.refused,
+            "refused": self.refused, "tuned": self.tuned,
         }  # fmt: skip
 
 
-#: (dtypes, elements, absent optional inputs, attributes off their defaults): tuning.entry_key's terms
-TuningClass = tuple[dict[str, str], int, tuple[str, ...], dict[str, Any]]
+#: (dtypes, input shapes, absent optional inputs, attributes off their defaults): tuning.entry_key's terms
+TuningClass = tuple[dict[str, str], dict[str, tuple[int, ...]], tuple[str, ...], dict[str, Any]]
 
 
 class Kernel:
@@ -101,10 +107,11 @@ class Kernel:
 
     @functools.cached_property
     def tuning_key(self) -> str:
-        """The op id and a digest of the manifest and templates: autotuning results belong to this
-        package's code (a local copy being edited, same op id, has its own)."""
+        """The op id and a digest of the manifest and every file a template could read: autotuning
+        results belong to this package's code (a local copy being edited, same op id, has its own;
+        so does one whose `{% include %}`d helper changed)."""
         digest = hashlib.sha256()
-        for name in [MANIFEST_FILE] + sorted({p.shader for v in self.manifest.variants for p in v.passes}):
+        for name in [MANIFEST_FILE] + _template_files(self.package):
             data = self.package.read_bytes(name)
             digest.update(f"{name}:{len(data)}:".encode() + data)
         return f"{self.op_id}@{digest.hexdigest()[:16]}"
@@ -186,6 +193,7 @@ class Kernel:
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, outputs = self.program.call_scope(signature, device.info)
         selection = select_variant(self.program.variants, scope, exhaustive=True, definitions=self.program.definitions)
+        tuned = None if tunables else self._tuned_choice(_metas(inputs), attrs, signature, device)
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
         chosen, refused = None, None
@@ -195,7 +203,9 @@ class Kernel:
                 self._check_device(signature, chosen, outputs, resolve_variant(selection.chosen, selection.scope), device)
             except KernelError as exc:
                 refused = str(exc)
-        return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused)
+        if tuned is not None:
+            tuned = {"variant": tuned[1], "tunables": tuned[0].tunable_map()}
+        return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned)
 
     def evaluate(
         self,
@@ -226,8 +236,11 @@ class Kernel:
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
     ) -> dict[str, str]:
-        """The WGSL of each pass (by pass id) of the variant a call with these inputs would run."""
+        """The WGSL of each pass (by pass id) of the variant a call with these inputs would run (a
+        stored tuning result included, when neither ``variant`` nor ``tunables`` is given)."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
+        if variant is None and not tunables:
+            signature, variant = self._tuned_choice(_metas(inputs), attrs, signature, device) or (signature, None)
         _, resolved, scope = self._resolve(signature, variant, device.info)
         return {r.pass_id: self.renderer.render(r, scope) for r in resolved}
 
@@ -272,7 +285,8 @@ class Kernel:
         if not info.has_f16:
             for type_var, dtype in signature.dtypes:
                 if dtype == "float16":  # the argument of that type: an input, else an output (a one-type constraint)
-                    arg = next(s.role for s in (*self.manifest.inputs, *self.manifest.outputs) if s.dtype == type_var)
+                    arg = next((s.role for s in (*self.manifest.inputs, *self.manifest.outputs) if s.dtype == type_var),
+                               f"dtypes.{type_var}")  # fmt: skip
                     raise DeviceLimitError(arg, "float32 (this adapter has no shader-f16 feature)", "float16")
 
     def _check_device(self, signature: CallSignature, variant_id: str, outputs: tuple[OutputSpec, ...],
@@ -287,29 +301,42 @@ class Kernel:
 
     def tuning_class(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None) -> TuningClass:
         """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):
-        the type variables' dtypes, the largest input's element count, the optional inputs left out
-        and the attributes set to other than their defaults."""
+        the type variables' dtypes, the inputs' shapes (tuning.shape_class buckets them), the
+        optional inputs left out and the attributes set to other than their defaults."""
         metas = _metas(inputs)
         return self._tuning_class(metas, check_call(self.manifest, metas, attrs, None))
 
     def _tuning_class(self, metas: Mapping[str, Any], signature: CallSignature) -> TuningClass:
-        elements = max((math.prod(shape) for shape, _ in metas.values()), default=0)
+        shapes = {role: tuple(shape) for role, (shape, _) in metas.items()}
         absent = tuple(spec.role for spec in self.manifest.inputs if spec.optional and spec.role not in metas)
         changed = {k: v for k, v in signature.attr_map().items() if v != self.manifest.attributes[k]}
-        return signature.type_bindings(), elements, absent, changed
+        return signature.type_bindings(), shapes, absent, changed
 
-    def _tuned_plan(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
-                    device: Device) -> ExecutionPlan | None:  # fmt: skip
-        """The plan with the variant and tunables `webgpu-kernels tune` found fastest, if any applies."""
+    def _tuned_choice(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
+                      device: Device) -> tuple[CallSignature, str] | None:  # fmt: skip
+        """The signature (with its tunables) and variant `webgpu-kernels tune` found fastest for
+        this call, if one is stored and its variant's `when` holds for the call."""
         cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
         choice = cache.lookup(self.tuning_key, *self._tuning_class(metas, signature))
         if choice is None:
             return None
         try:
             tuned = check_call(self.manifest, metas, attrs, choice.tunables)
-            return self._plan(tuned, choice.variant, device)
+            self._resolve(tuned, choice.variant, device.info)
         except KernelError:
             return None  # stale or foreign entry: the default selection still applies
+        return tuned, choice.variant
+
+    def _tuned_plan(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
+                    device: Device) -> ExecutionPlan | None:  # fmt: skip
+        """The plan of the stored tuning result for this call, if one applies (:meth:`_tuned_choice`)."""
+        choice = self._tuned_choice(metas, attrs, signature, device)
+        if choice is None:
+            return None
+        try:
+            return self._plan(*choice, device)
+        except KernelError:
+            return None  # the device refuses it after all: the default selection still applies
 
     def _plan(self, signature: CallSignature, forced: str | None, device: Device) -> ExecutionPlan:
         if forced is not None and not isinstance(forced, str):
@@ -326,12 +353,24 @@ class Kernel:
         passes = tuple(
             build_pass(device, r, self.renderer.render(r, scope), kernel=self.op_id, variant=variant_id) for r in resolved
         )
-        plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs)
+        plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs, tunables=signature.tunable_map())
         with self._lock:
             self._plans[key] = plan
             if len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
         return plan
+
+
+#: Files no template reads: the package's JSON documents and test data.
+_NOT_TEMPLATE_SUFFIXES = (".json", ".npy", ".npz", ".safetensors", ".md")
+
+
+def _template_files(package: KernelPackage) -> list[str]:
+    """The files a template could load (templates.PackageLoader: a top-level file of a valid name),
+    less JSON and data; of a verified package, only what it verified (the rest cannot load)."""
+    names = (package.verified if package.is_verified else
+             [p.name for p in package.root.iterdir() if p.is_file()])  # fmt: skip
+    return sorted(n for n in names if TEMPLATE_NAME.match(n) and not n.endswith(_NOT_TEMPLATE_SUFFIXES))
 
 
 def _frozen(options: Mapping[str, Any] | None) -> Any:

@@ -74,8 +74,8 @@ def judge(
                 error = f"a when clause must be true or false, got {type(value).__name__} {value!r:.60}"
         except ExpressionError as exc:
             holds, error = False, exc.detail
-        if not holds:
-            values = _seen(clause, inner, definitions or {})
+        if not holds:  # the variant's own constants shadow top-level names, in the trace as in the scope
+            values = _seen(clause, inner, {**(definitions or {}), **dict(variant.constants)})
             return Verdict(v.id, v.priority, False, clause.source, index, values, error), inner
     return Verdict(v.id, v.priority, True), inner
 

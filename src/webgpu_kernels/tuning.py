@@ -2,9 +2,11 @@
 
 An entry is keyed by the kernel's tuning key (its op id and a digest of its manifest and
 templates, so that a copy being edited never answers for the shipped package), the dtypes of the
-call and its shape class (the number of elements of its largest input, rounded down to a power of
-two), and records the variant and tunables that ran fastest there. Calls that pass neither ``variant`` nor ``tunables`` use a matching entry; an
-entry whose variant does not apply to the call is ignored.
+call and its shape class (every dimension of every input rounded down to a power of two: a
+reduction over 100 and one over 768 elements per row are different classes even at one element
+count), and records the variant and tunables that ran fastest there. Calls that pass neither
+``variant`` nor ``tunables`` use a matching entry; an entry whose variant does not apply to the
+call is ignored.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +25,9 @@ CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
 DISABLE_ENV = "WEBGPU_KERNELS_NO_TUNING"
 
 
-#: 2: entries keyed by the package's tuning key, not the op id alone (version-1 files are ignored).
-FILE_VERSION = 2
+#: 2: entries keyed by the package's tuning key, not the op id alone; 3: shape classes per
+#: dimension, not per element count (files of other versions are ignored).
+FILE_VERSION = 3
 
 
 def tuning_dir() -> Path:
@@ -38,20 +42,34 @@ def adapter_slug(name: str, backend: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{name}-{backend}").strip("-").lower()
 
 
-def shape_class(elements: int) -> int:
-    """Calls are tuned per power-of-two bucket of their output size."""
-    return max(elements, 1).bit_length() - 1
+def shape_class(shapes: Mapping[str, Sequence[int]]) -> str:
+    """The shape class of a call's inputs (role -> shape): each dimension rounded down to a power of
+    two, ``X=2x64x512,bias=512`` for X 2x77x768 and bias 768 (``-`` for rank 0). What is fastest
+    depends on more than the element count: a row of 100 and one of 768 reduce differently."""
+    def dims(shape: Sequence[int]) -> str:
+        return "x".join(str(1 << (d.bit_length() - 1)) if d > 0 else "0" for d in shape) or "-"
+
+    return ",".join(f"{role}={dims(shape)}" for role, shape in sorted(shapes.items()))
 
 
-def entry_key(op_id: str, dtypes: dict[str, str], elements: int, absent: tuple[str, ...] = (),
+def _canonical(value: Any) -> Any:
+    """An attribute value as the key writes it: 2.0 and 2 are one value (calls treat them alike)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def entry_key(op_id: str, dtypes: Mapping[str, str], shapes: Mapping[str, Sequence[int]], absent: tuple[str, ...] = (),
               attrs: Mapping[str, Any] | None = None) -> str:  # fmt: skip
-    """``absent``: the optional inputs a call leaves out; ``attrs``: the attributes it sets to other
-    than their defaults (a normalisation's axis). Either may change which variants apply and how
-    fast they are, so each makes a key of its own; a call with neither has the key older files hold."""
+    """``shapes``: the call's inputs (role -> shape, see :func:`shape_class`); ``absent``: the optional
+    inputs it leaves out; ``attrs``: the attributes it sets to other than their defaults (a
+    normalisation's axis). Each may change which variants apply and how fast they are."""
     types = ",".join(f"{k}={v}" for k, v in sorted(dtypes.items()))
     without = f"|without={','.join(sorted(absent))}" if absent else ""
-    settings = ",".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted((attrs or {}).items()))
-    return f"{op_id}|{types}|2^{shape_class(elements)}{without}" + (f"|attrs={settings}" if settings else "")
+    settings = ",".join(f"{k}={json.dumps(_canonical(v), sort_keys=True)}" for k, v in sorted((attrs or {}).items()))
+    return f"{op_id}|{types}|{shape_class(shapes)}{without}" + (f"|attrs={settings}" if settings else "")
 
 
 @dataclass(frozen=True)
@@ -67,39 +85,56 @@ class TuningCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self.entries: dict[str, dict[str, Any]] = {}
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text("utf-8"))
-            except (OSError, ValueError):
-                data = None  # a corrupt cache is ignored, never fatal
-            if isinstance(data, dict) and data.get("version") == FILE_VERSION and isinstance(data.get("entries"), dict):
-                self.entries = {k: e for k, e in data["entries"].items() if _valid_entry(e)}
+        self.entries: dict[str, dict[str, Any]] = _read_entries(path)
+        self._recorded: set[str] = set()  # keys this process found: what save() writes over the file
 
-    def lookup(self, op_id: str, dtypes: dict[str, str], elements: int, absent: tuple[str, ...] = (),
-               attrs: Mapping[str, Any] | None = None) -> TunedChoice | None:  # fmt: skip
+    def lookup(self, op_id: str, dtypes: Mapping[str, str], shapes: Mapping[str, Sequence[int]],
+               absent: tuple[str, ...] = (), attrs: Mapping[str, Any] | None = None) -> TunedChoice | None:  # fmt: skip
         if os.environ.get(DISABLE_ENV):
             return None
-        entry = self.entries.get(entry_key(op_id, dtypes, elements, absent, attrs))
+        entry = self.entries.get(entry_key(op_id, dtypes, shapes, absent, attrs))
         if not entry:
             return None
         return TunedChoice(entry["variant"], dict(entry["tunables"]), float(entry["median_s"]))
 
-    def record(self, op_id: str, dtypes: dict[str, str], elements: int, choice: TunedChoice,
+    def record(self, op_id: str, dtypes: Mapping[str, str], shapes: Mapping[str, Sequence[int]], choice: TunedChoice,
                absent: tuple[str, ...] = (), attrs: Mapping[str, Any] | None = None) -> None:  # fmt: skip
         global generation
         with self._lock:
             generation += 1  # kernels drop the plans they chose before this result existed
-            self.entries[entry_key(op_id, dtypes, elements, absent, attrs)] = {
+            key = entry_key(op_id, dtypes, shapes, absent, attrs)
+            self._recorded.add(key)
+            self.entries[key] = {
                 "variant": choice.variant, "tunables": choice.tunables, "median_s": choice.median_s,
             }  # fmt: skip
 
     def save(self) -> None:
+        """Write the file: what is on disk now (another process may have tuned meanwhile), with
+        this cache's recorded entries over it, through a temporary file of this process's own."""
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"version": FILE_VERSION, "entries": self.entries}, indent=1, sort_keys=True), "utf-8")
-            tmp.replace(self.path)
+            entries = {**_read_entries(self.path), **{k: self.entries[k] for k in self._recorded}}
+            self.entries = entries
+            text = json.dumps({"version": FILE_VERSION, "entries": entries}, indent=1, sort_keys=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+
+
+def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
+    """The valid entries of a tuning file; a missing, corrupt or other-version file has none."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}  # a corrupt cache is ignored, never fatal
+    if isinstance(data, dict) and data.get("version") == FILE_VERSION and isinstance(data.get("entries"), dict):
+        return {k: e for k, e in data["entries"].items() if _valid_entry(e)}
+    return {}
 
 
 def _valid_entry(entry: Any) -> bool:
