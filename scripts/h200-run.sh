@@ -16,6 +16,8 @@
 #   bash scripts/h200-run.sh verify   host cost per call, the packages, then the suite (after an engine change)
 #   bash scripts/h200-run.sh layernorm   demo.LayerNorm tuned (all three tunables), then benched default against tuned
 #   bash scripts/h200-run.sh hostpackages   host cost per call and the packages: verify's first half (verify can pass 600 s)
+#   bash scripts/h200-run.sh matmul   demo.MatMul tuned, then benched (TFLOP/s), default, tuned and its naive variant
+#   bash scripts/h200-run.sh tunematmul   tunecheck, then matmul
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors
@@ -102,6 +104,16 @@ case "${1:-bench}" in
     cp /tmp/tuning/*.json "$OUT/layer-norm-tuning.json" 2>/dev/null
     timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.LayerNorm --no-host --json "$OUT/layer-norm-tuned.json" 2>&1 \
       | tee "$OUT/layer-norm-bench.log" ;;
+  matmul)  # demo.MatMul (compute-bound): tuned (TILE, WORKGROUP_SIZE), then benched with TFLOP/s from bench.json's
+           # flops, default against tuned, then the naive variant on every case (bench --variant)
+    timeout 200 python3 -m webgpu_kernels tune tests/packages/demo.MatMul 2>&1 | tee "$OUT/matmul-tune.log"
+    cp /tmp/tuning/*.json "$OUT/matmul-tuning.json" 2>/dev/null
+    timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.MatMul --no-host --json "$OUT/matmul.json" 2>&1 \
+      | tee "$OUT/matmul-bench.log"
+    timeout 90 python3 -m webgpu_kernels bench tests/packages/demo.MatMul --variant naive --no-host --warm-up 0.5 \
+      --json "$OUT/matmul-naive.json" 2>&1 | tee "$OUT/matmul-naive.log" ;;
+  tunematmul)  # the tuner on the shipped kernels' large cases (tunecheck), then demo.MatMul (matmul)
+    bash "$0" tunecheck; bash "$0" matmul ;;
   hostpackages)  # verify less the suite, for a call of its own
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     bash "$0" packages ;;

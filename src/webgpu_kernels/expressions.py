@@ -186,7 +186,7 @@ class Expression:
 def _refuse_functions(value: Any, depth: int = 0) -> None:
     """A function is not a value, alone or inside a list (``[dim, f16Ok]``): it would reach
     traces, JSON output and templates as a Python object's repr."""
-    if callable(value):
+    if callable(value) and not isinstance(value, Undefined):  # an undefined name says so where it is used
         raise SandboxViolation("a function is not a value (call it)")
     if depth < MAX_EXPRESSION_DEPTH and isinstance(value, (list, tuple, Mapping)):
         for item in value.values() if isinstance(value, Mapping) else value:
