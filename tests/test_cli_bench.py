@@ -751,3 +751,32 @@ def test_the_error_tolerance_of_a_case_is_its_least_precise_float_dtype():
     assert cli_bench._tolerance(["float32", "int64"]) == ERROR_TOLERANCE["float32"]  # was 1e-2 ("float32,int64")
     assert cli_bench._tolerance(["float16", "float32"]) == ERROR_TOLERANCE["float16"]
     assert cli_bench._tolerance(["int32"]) == cli_bench.DEFAULT_TOLERANCE
+
+
+def test_a_candidate_that_gives_the_gpu_the_same_work_is_not_timed(monkeypatch):
+    """demo.MatMul's tiled variant never reads WORKGROUP_SIZE (naive's): on the H200 the tuner timed
+    five identical tiled kernels per case and stored whichever noise made fastest (TILE 32 with
+    WORKGROUP_SIZE 1024, 512, 256 or 64). Only candidates whose WGSL, grid or uniforms differ are timed."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.MatMul")
+    rng = np.random.default_rng(0)
+    arrays = {"A": rng.standard_normal((2, 33, 20)).astype(np.float32),
+              "B": rng.standard_normal((2, 20, 17)).astype(np.float32)}  # fmt: skip
+    timed = []
+
+    def fake_bench(kernel, arrays, *, attrs=None, variant=None, tunables=None, **_):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        timed.append((plan.variant, dict(tunables)))
+        return SimpleNamespace(median_s=10e-6, variant=plan.variant)
+
+    monkeypatch.setattr(cli_bench, "bench_kernel", fake_bench)
+    default = fake_bench(kernel, arrays, tunables=dict(kernel.manifest.tunables))
+    timed.clear()
+    cli_bench._search(kernel, arrays, {}, default, cli_bench._tunable_axes(kernel, wk.get_device()), 1e-4)
+    tiled = [t for v, t in timed if v == "tiled"]
+    naive = [t for v, t in timed if v == "naive"]
+    assert tiled and all(t["WORKGROUP_SIZE"] == 64 for t in tiled), tiled  # only TILE varies
+    assert {t["TILE"] for t in tiled} >= {4, 8}  # (16 is the default, timed in full; 32 and up need more invocations)
+    assert {t["WORKGROUP_SIZE"] for t in naive} > {64}  # naive reads it
+    assert all(t["TILE"] == 16 for t in naive)  # and not TILE

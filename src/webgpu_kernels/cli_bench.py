@@ -570,6 +570,9 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     expected: dict[str, np.ndarray] = {}
     skipped: list[str] = []
     timed: set[tuple[str, str]] = set()
+    # A candidate that gives the GPU the same work as one timed already (a tunable its variant never
+    # reads: MatMul's tiled variant and WORKGROUP_SIZE) is not timed: it could only "win" by noise.
+    same_work = {kernel.work_key(arrays, attrs=attrs, variant=default.variant, tunables=defaults)}
     for variant in [v.variant for v in kernel.explain(arrays, attrs=attrs).verdicts if v.accepted]:
         here, here_s = defaults, default.median_s if variant == default.variant else float("inf")
         for sweep in ([("", [None]), *axes], axes):
@@ -582,6 +585,10 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                         continue  # timed already (the default in full: a short re-timing could only flatter it)
                     timed.add(key)
                     try:
+                        work = kernel.work_key(arrays, attrs=attrs, variant=variant, tunables=tunables)
+                        if work in same_work:
+                            continue
+                        same_work.add(work)
                         r = bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
                                          min_total_s=0.1, min_batches=3)  # fmt: skip
                     except KernelError:  # a candidate the variant's `when` or the device refuses

@@ -244,6 +244,23 @@ class Kernel:
         _, resolved, scope = self._resolve(signature, variant, device.info)
         return {r.pass_id: self.renderer.render(r, scope) for r in resolved}
 
+    def work_key(
+        self,
+        inputs: Mapping[str, Any],
+        *,
+        attrs: Mapping[str, Any] | None = None,
+        variant: str | None = None,
+        tunables: Mapping[str, Any] | None = None,
+        adapter: str | None = None,
+    ) -> tuple[Any, ...]:
+        """What the GPU is given for this call, pass by pass: the WGSL, the threads and workgroup
+        size, the uniform bytes. Calls with equal keys do the same work: the tuner times one (a
+        tunable the chosen variant never reads changes nothing). No pipeline is built."""
+        device, signature = self._checked(inputs, attrs, tunables, adapter)
+        (chosen, _), resolved, scope = self._resolve(signature, variant, device.info)
+        return (chosen.variant.id, *((self.renderer.render(r, scope), r.threads, r.workgroup_size,
+                                      tuple(b.uniform_bytes for b in r.bindings)) for r in resolved))  # fmt: skip
+
     def plan(
         self,
         inputs: Mapping[str, Any],
