@@ -18,6 +18,7 @@
 #   bash scripts/h200-run.sh hostpackages   host cost per call and the packages: verify's first half (verify can pass 600 s)
 #   bash scripts/h200-run.sh matmul   demo.MatMul tuned, then benched (TFLOP/s), default, tuned and its naive variant
 #   bash scripts/h200-run.sh tunematmul   tunecheck, then matmul
+#   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors
@@ -112,6 +113,11 @@ case "${1:-bench}" in
       | tee "$OUT/matmul-bench.log"
     timeout 90 python3 -m webgpu_kernels bench tests/packages/demo.MatMul --variant naive --no-host --warm-up 0.5 \
       --json "$OUT/matmul-naive.json" 2>&1 | tee "$OUT/matmul-naive.log" ;;
+  testsmatmultune)  # the suite, then demo.MatMul's tuner alone (how long its search takes, not its figures)
+    bash "$0" tests
+    timeout 150 python3 -m webgpu_kernels tune tests/packages/demo.MatMul 2>&1 | tee "$OUT/matmul-tune.log"
+    echo "done after ${SECONDS} s" | tee -a "$OUT/matmul-tune.log"
+    cp /tmp/tuning/*.json "$OUT/matmul-tuning.json" 2>/dev/null ;;
   tunematmul)  # the tuner on the shipped kernels' large cases (tunecheck), then demo.MatMul (matmul)
     bash "$0" tunecheck; bash "$0" matmul ;;
   hostpackages)  # verify less the suite, for a call of its own
