@@ -6,6 +6,7 @@ it), so it is set here, before anything imports wgpu.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import stat
@@ -70,10 +71,19 @@ def need_workgroup_size():
     return check
 
 
-def nan_next_output(shape, dtype) -> None:
-    """Return a NaN-filled buffer of this size to the pool, to be handed out as the next output of
-    that size: a kernel that leaves an element unwritten then shows NaN there."""
-    wk.to_gpu(np.full(shape, np.nan, dtype)).release()
+def poison_outputs(kernel: wk.Kernel, inputs, *, attrs=None, tunables=None) -> None:
+    """Before a call with NumPy ``inputs``: hand the buffer pool one buffer of all-ones bytes (NaN
+    as float16 and as float32) per tensor of the call, inputs and outputs, each of that tensor's
+    size, so that every output gets one: an element the kernel leaves unwritten then shows NaN.
+    (One NaN buffer of the output's size went to the first request of its size class, often an
+    input's upload, which overwrote it, and one buffer served only one of several same-size outputs.)
+    Inputs' buffers are overwritten by their upload; spare ones only poison later outputs."""
+    outputs = kernel.explain(inputs, attrs=attrs, tunables=tunables).outputs
+    sizes = [np.asarray(v).nbytes for v in inputs.values()]
+    sizes += [math.prod(o.shape) * np.dtype(o.dtype).itemsize for o in outputs]
+    poisoned = [wk.to_gpu(np.full(n, 0xFF, np.uint8)) for n in sizes if n]
+    for tensor in poisoned:
+        tensor.release()
 
 
 @pytest.fixture(scope="session")

@@ -571,7 +571,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     skipped: list[str] = []
     timed: set[tuple[str, str]] = set()
     # A candidate that gives the GPU the same work as one timed already (a tunable its variant never
-    # reads: MatMul's tiled variant and WORKGROUP_SIZE) is not timed: it could only "win" by noise.
+    # reads, such as a naive variant's workgroup size in a tiled one) is not timed: it could only "win" by noise.
     same_work = {kernel.work_key(arrays, attrs=attrs, variant=default.variant, tunables=defaults)}
     for variant in [v.variant for v in kernel.explain(arrays, attrs=attrs).verdicts if v.accepted]:
         here, here_s = defaults, default.median_s if variant == default.variant else float("inf")
