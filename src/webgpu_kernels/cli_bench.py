@@ -569,10 +569,10 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     # otherwise "win" and be stored for every later call.
     expected: dict[str, np.ndarray] = {}
     skipped: list[str] = []
-    timed: set[tuple[str, str]] = set()
-    # A candidate that gives the GPU the same work as one timed already (a tunable its variant never
-    # reads, such as a naive variant's workgroup size in a tiled one) is not timed: it could only "win" by noise.
-    same_work = {kernel.work_key(arrays, attrs=attrs, variant=default.variant, tunables=defaults)}
+    # No candidate is timed whose work the GPU was given already: the same tunables again, or a
+    # tunable its variant never reads (a naive variant's workgroup size in a tiled one), which could
+    # only "win" by noise; the default is timed in full, a short re-timing could only flatter it.
+    timed = {kernel.work_key(arrays, attrs=attrs, variant=default.variant, tunables=defaults)}
     for variant in [v.variant for v in kernel.explain(arrays, attrs=attrs).verdicts if v.accepted]:
         here, here_s = defaults, default.median_s if variant == default.variant else float("inf")
         for sweep in ([("", [None]), *axes], axes):
@@ -580,15 +580,11 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                 start = here
                 for value in values:
                     tunables = start if not name else {**start, name: value}
-                    key = (variant, json.dumps(tunables, sort_keys=True))
-                    if (variant, tunables) == (default.variant, defaults) or key in timed:
-                        continue  # timed already (the default in full: a short re-timing could only flatter it)
-                    timed.add(key)
                     try:
                         work = kernel.work_key(arrays, attrs=attrs, variant=variant, tunables=tunables)
-                        if work in same_work:
+                        if work in timed:
                             continue
-                        same_work.add(work)
+                        timed.add(work)
                         r = bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
                                          min_total_s=0.1, min_batches=3)  # fmt: skip
                     except KernelError:  # a candidate the variant's `when` or the device refuses

@@ -193,7 +193,7 @@ class Kernel:
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, outputs = self.program.call_scope(signature, device.info)
         selection = select_variant(self.program.variants, scope, exhaustive=True, definitions=self.program.definitions)
-        tuned = None if tunables else self._tuned_choice(_metas(inputs), attrs, signature, device)
+        stored = None if tunables else self._tuned_choice(_metas(inputs), attrs, signature, device, check=True)
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
         chosen, refused = None, None
@@ -203,8 +203,7 @@ class Kernel:
                 self._check_device(signature, chosen, outputs, resolve_variant(selection.chosen, selection.scope), device)
             except KernelError as exc:
                 refused = str(exc)
-        if tuned is not None:
-            tuned = {"variant": tuned[1], "tunables": tuned[0].tunable_map()}
+        tuned = None if stored is None else {"variant": stored[1], "tunables": stored[0].tunable_map()}
         return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned)
 
     def evaluate(
@@ -240,7 +239,8 @@ class Kernel:
         stored tuning result included, when neither ``variant`` nor ``tunables`` is given)."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         if variant is None and not tunables:
-            signature, variant = self._tuned_choice(_metas(inputs), attrs, signature, device) or (signature, None)
+            signature, variant = (self._tuned_choice(_metas(inputs), attrs, signature, device, check=True)
+                                  or (signature, None))  # fmt: skip
         _, resolved, scope = self._resolve(signature, variant, device.info)
         return {r.pass_id: self.renderer.render(r, scope) for r in resolved}
 
@@ -330,16 +330,18 @@ class Kernel:
         return signature.type_bindings(), shapes, absent, changed
 
     def _tuned_choice(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
-                      device: Device) -> tuple[CallSignature, str] | None:  # fmt: skip
+                      device: Device, *, check: bool = False) -> tuple[CallSignature, str] | None:  # fmt: skip
         """The signature (with its tunables) and variant `webgpu-kernels tune` found fastest for
-        this call, if one is stored and its variant's `when` holds for the call."""
+        this call, if one is stored and its tunables fit the contract; with ``check``, only if its
+        variant's `when` also holds for the call (a call finds that out by building the plan)."""
         cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
         choice = cache.lookup(self.tuning_key, *self._tuning_class(metas, signature))
         if choice is None:
             return None
         try:
             tuned = check_call(self.manifest, metas, attrs, choice.tunables)
-            self._resolve(tuned, choice.variant, device.info)
+            if check:
+                self._resolve(tuned, choice.variant, device.info)
         except KernelError:
             return None  # stale or foreign entry: the default selection still applies
         return tuned, choice.variant
@@ -353,7 +355,7 @@ class Kernel:
         try:
             return self._plan(*choice, device)
         except KernelError:
-            return None  # the device refuses it after all: the default selection still applies
+            return None  # stale, foreign or refused by the device: the default selection still applies
 
     def _plan(self, signature: CallSignature, forced: str | None, device: Device) -> ExecutionPlan:
         if forced is not None and not isinstance(forced, str):
