@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, NamedTuple
 
 from jinja2.runtime import Undefined
@@ -45,7 +46,7 @@ class DeviceInfo:
     def has_f16(self) -> bool:
         return "shader-f16" in self.features
 
-    @property
+    @cached_property  # every call scope reads it: sorted once per device
     def feature_names(self) -> tuple[str, ...]:
         """The device's features by their WebGPU names, as `device.features` (wgpu-native says
         "subgroup" for WebGPU's "subgroups")."""
