@@ -577,6 +577,41 @@ def test_tune_sweeps_twice_when_the_first_sweep_moved(runner, tuning_dir, monkey
     assert timed and len(timed) == len(set(timed)), "a candidate was timed twice"  # (its twin without B: 2 inputs)
 
 
+def test_tune_starts_from_the_case_tunables(runner, tuning_dir, monkeypatch, tmp_path):
+    """A bench.json case that names tunables is tuned from them: its first (full) timing and the
+    baseline a candidate must beat use them, and a value off the usual axis (ROW_ITEMS 3: 256 x 3
+    holds a row of 768) stays reachable. Before, tune started from the manifest's and never ran it."""
+    import shutil
+    from types import SimpleNamespace
+
+    from conftest import PACKAGES_DIR
+
+    root = shutil.copytree(PACKAGES_DIR / "demo.LayerNorm", tmp_path / "demo.LayerNorm")
+    bench = json.loads((root / "bench.json").read_text("utf-8"))
+    (case,) = [c for c in bench["cases"] if c["name"] == "clip-l-1x77x768"]
+    bench["cases"] = [{**case, "types": {"T": ["float32"]}, "tunables": {"ROW_ITEMS": 3}}]
+    (root / "bench.json").write_text(json.dumps(bench), "utf-8")
+    write_metadata(root)
+    layer_norm = wk.load_kernel(root)
+    full = []
+
+    def fake_bench(kernel, arrays, *, attrs=None, tunables=None, variant=None, **timing):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        t = dict(tunables)
+        if "min_total_s" not in timing:
+            full.append(t)
+        cost = 10e-6 if plan.variant == "onepass" and t["ROW_ITEMS"] == 3 and t["WORKGROUP_SIZE"] == 256 else 20e-6
+        return SimpleNamespace(median_s=cost, variant=plan.variant)
+
+    monkeypatch.setattr(cli_bench, "bench_kernel", fake_bench)
+    out = invoke(runner, "tune", str(root), *QUICK_WARM_UP).output
+    assert full[0] == {**layer_norm.manifest.tunables, "ROW_ITEMS": 3}, full
+    (entry,) = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"].values()
+    assert entry["variant"] == "onepass" and entry["tunables"] == full[0], (entry, out)
+    start = {**layer_norm.manifest.tunables, "ROW_ITEMS": 3}
+    assert 3 in dict(cli_bench._tunable_axes(layer_norm, wk.get_device(), start))["ROW_ITEMS"]
+
+
 # --- FLOP counts and --variant (a compute-bound op: demo.MatMul, whose bench.json gives `flops`) ---------
 
 MATMUL_DIR = str(Path(__file__).parent / "packages" / "demo.MatMul")
@@ -644,6 +679,20 @@ def test_a_bad_flop_count_is_an_error_row_and_a_validate_error(runner, tmp_path,
     report = validate_package(package, gpu=False)
     problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == "flops"]
     assert problems and all(fragment in p.message for p in problems)
+
+
+def test_a_manifest_expression_error_is_not_blamed_on_the_flop_count(tmp_path):
+    """With a broken derive, validate reports the manifest, not bench.json's (valid) flops: the flop
+    count was compiled with the whole manifest, and the manifest's error was filed under "flops"."""
+    package = tmp_path / "mm"
+    shutil.copytree(MATMUL_DIR, package)
+    manifest = json.loads((package / "manifest.json").read_text("utf-8"))
+    manifest["derive"]["kOk"] = "dim(shapes.B, -2) == nope"
+    (package / "manifest.json").write_text(json.dumps(manifest), "utf-8")
+    write_metadata(package)
+    report = validate_package(package, gpu=False)
+    assert any(p.file == "manifest.json" and "nope" in p.message for p in report.errors), report.errors
+    assert not [p for p in report.problems if p.file == "bench.json"], report.problems
 
 
 # --- the search: where it may move, and what it may return to -------------------------------------

@@ -494,7 +494,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     Every variant that accepts the case is tried with each tunable in turn over its candidates
     (workgroup sizes 64 to 1024 for tunables named like WORKGROUP_SIZE, powers of two from 1/4x to
     4x the default for other integers, the other value for booleans), the others held at the best
-    so far; a candidate is kept only if its output agrees with the default's."""
+    so far, starting from the case's own tunables where bench.json names some; a candidate is kept
+    only if its output agrees with the default's."""
     console = _console()
     device = get_device(_adapter(ctx))
     cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
@@ -512,7 +513,9 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
         for kernel, case in work:
             progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
             arrays = _arrays(case, seed)
-            defaults = dict(kernel.manifest.tunables)
+            # The case's own tunables over the manifest's are where its search starts and what a
+            # candidate must beat (a case may name them because the manifest's cannot run it).
+            defaults = {**kernel.manifest.tunables, **case["tunables"]}
             # Full timing first: it also brings the GPU to sustained load before the search.
             try:
                 default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
@@ -525,9 +528,10 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
                 progress.advance(task)
                 continue
             tolerance = _tolerance(case["types"].values())
-            best, skipped = _search(kernel, arrays, case["attrs"], default, _tunable_axes(kernel, device), tolerance)
+            best, skipped = _search(kernel, arrays, case["attrs"], default, _tunable_axes(kernel, device, defaults),
+                                    tolerance, defaults)  # fmt: skip
             if (best[1], best[2]) != (default.variant, defaults):
-                best = _confirm(kernel, arrays, case["attrs"], default, best)
+                best = _confirm(kernel, arrays, case["attrs"], default, best, defaults)
             if (best[1], best[2]) == (default.variant, defaults):
                 best = (default.median_s, default.variant, defaults)  # its own full timing: no false "1.01x"
             if skipped:
@@ -539,7 +543,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
                              absent, attrs)  # fmt: skip
                 cache.save()  # after every case: an interrupted search keeps what it found
             table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
-                          f"{default.variant} {dict(kernel.manifest.tunables)}", f"{default.median_s * 1e6:.1f}",
+                          f"{default.variant} {defaults}", f"{default.median_s * 1e6:.1f}",
                           f"{best[1]} {best[2]}", f"{best[0] * 1e6:.1f}", f"{default.median_s / best[0]:.2f}x")  # fmt: skip
             progress.console.print(f"{kernel.manifest.name} {case['name']} {case['types']}: default {default.variant} "
                                    f"{default.median_s * 1e6:.1f} µs, best {best[1]} {best[2]} {best[0] * 1e6:.1f} µs")
@@ -553,7 +557,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
 
 
 def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
-            axes: list[tuple[str, list[Any]]], tolerance: float) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
+            axes: list[tuple[str, list[Any]]], tolerance: float,
+            defaults: dict[str, Any] | None = None) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
     """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
     computing something else. Every variant that accepts the case gets a coordinate search: each
     tunable in turn over its candidate values, the others held at the best found so far for that
@@ -562,8 +567,9 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     better one, the default's included). No candidate is timed twice, so a second sweep from where
     the first started, or over one tunable, times nothing. The search moves only to a candidate
     whose output agrees with the default's, checked when it is about to become the variant's best
-    (reading back and comparing 84M elements costs about a second)."""
-    defaults = dict(kernel.manifest.tunables)
+    (reading back and comparing 84M elements costs about a second). ``defaults``: the tunables
+    ``default`` ran with (the manifest's unless the case names some)."""
+    defaults = dict(kernel.manifest.tunables) if defaults is None else defaults
     best = (default.median_s, default.variant, defaults)
     # A candidate must compute what the default computes: a variant that skips its work would
     # otherwise "win" and be stored for every later call.
@@ -609,10 +615,10 @@ def _as_float64(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def _confirm(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
-             best: tuple[float, str, dict[str, Any]]) -> tuple[float, str, dict[str, Any]]:  # fmt: skip
+             best: tuple[float, str, dict[str, Any]],
+             defaults: dict[str, Any]) -> tuple[float, str, dict[str, Any]]:  # fmt: skip
     """Re-time the winner against the default, alternating, with full timing; keep the winner only
     if it is at least 3% faster in both rounds (short searches can be fooled by clock changes)."""
-    defaults = dict(kernel.manifest.tunables)
     wins = []
     for _ in range(2):
         d = bench_kernel(kernel, arrays, attrs=attrs, tunables=defaults)
@@ -623,21 +629,23 @@ def _confirm(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
     return (d.median_s, default.variant, defaults)
 
 
-def _tunable_axes(kernel: Kernel, device: Any) -> list[tuple[str, list[Any]]]:
-    """Per tunable, the values the search tries, the manifest's default among them (a second sweep
-    may have to return to it): for an integer named like a workgroup size the usual sizes (64 to
+def _tunable_axes(kernel: Kernel, device: Any, start: dict[str, Any] | None = None) -> list[tuple[str, list[Any]]]:
+    """Per tunable, the values the search tries, the manifest's default and the value in ``start``
+    (a case's own tunables) among them (a second sweep may have to return to either): for an integer named like a workgroup size the usual sizes (64 to
     1024, within the device's limit), for another positive integer the powers of two from a quarter
     to four times the default, for a boolean both values. A tunable with no other value is not an
     axis. A candidate a variant's `when` refuses costs nothing but the attempt."""
     limit = device.info.limits.get("maxComputeInvocationsPerWorkgroup", 256)
     axes = []
     for name, value in kernel.manifest.tunables.items():
+        given = (start or {}).get(name, value)
+        given = given if type(given) is type(value) else value  # a mistyped one: the call refuses it
         if isinstance(value, bool):
             values: list[Any] = [value, not value]
         elif isinstance(value, int) and "WORKGROUP" in name.upper():
-            values = sorted({size for size in WORKGROUP_CANDIDATES if size <= limit} | {value})
+            values = sorted({size for size in WORKGROUP_CANDIDATES if size <= limit} | {value, given})
         elif isinstance(value, int) and value > 0:
-            values = sorted({v for v in (value // 4, value // 2, value, value * 2, value * 4) if v > 0})
+            values = sorted({v for v in (value // 4, value // 2, value, value * 2, value * 4) if v > 0} | {given})
         else:
             continue
         if len(values) > 1:

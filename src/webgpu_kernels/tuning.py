@@ -30,6 +30,12 @@ DISABLE_ENV = "WEBGPU_KERNELS_NO_TUNING"
 FILE_VERSION = 3
 
 
+def disabled() -> bool:
+    """Whether WEBGPU_KERNELS_NO_TUNING turns stored results off (read per call: a test or a
+    session may set it at any time, and plans chosen before must not outlive it)."""
+    return bool(os.environ.get(DISABLE_ENV))
+
+
 def tuning_dir() -> Path:
     base = os.environ.get(CACHE_ENV)
     if base:
@@ -90,7 +96,7 @@ class TuningCache:
 
     def lookup(self, op_id: str, dtypes: Mapping[str, str], shapes: Mapping[str, Sequence[int]],
                absent: tuple[str, ...] = (), attrs: Mapping[str, Any] | None = None) -> TunedChoice | None:  # fmt: skip
-        if os.environ.get(DISABLE_ENV):
+        if disabled():
             return None
         entry = self.entries.get(entry_key(op_id, dtypes, shapes, absent, attrs))
         if not entry:

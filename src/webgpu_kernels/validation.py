@@ -47,7 +47,7 @@ from .errors import (
 from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler, as_count
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
-from .program import DeviceInfo, compile_program, cycle_text, evaluation_order, node_label
+from .program import DeviceInfo, Program, compile_program, cycle_text, evaluation_order, node_label
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
     ERROR,
@@ -108,8 +108,10 @@ def validate_package(
                 program = compile_program(manifest)
             except (ManifestError, ExpressionError) as exc:  # what check_expressions missed, if anything
                 out.error(MANIFEST_FILE, getattr(exc, "json_path", getattr(exc, "where", "")), str(exc))
-    test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, out)
-    bench_file = _guarded(out, BENCH_FILE, _check_bench_json, package, manifest, out)
+    # The program compiled above serves every case below (None: the manifest's own errors are
+    # reported, and the cases' output shapes and flops are not evaluated).
+    test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, program, out)
+    bench_file = _guarded(out, BENCH_FILE, _check_bench_json, package, manifest, program, out)
     if metadata is not None:
         report.checked["digests"] = len(metadata["digest"]["files"])
     if manifest is not None:
@@ -363,7 +365,8 @@ def _load_case_data(package: KernelPackage, name: str, check: Any, out: ProblemC
     return None if errors else data
 
 
-def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: ProblemCollector) -> casefile.TestFile | None:
+def _check_test_json(package: KernelPackage, manifest: Manifest | None, program: Program | None,
+                     out: ProblemCollector) -> casefile.TestFile | None:  # fmt: skip
     data = _load_case_data(package, TEST_FILE, casefile.check_test_data, out,
                            "the package has no test.json: `webgpu-kernels test` has nothing to run, and "
                            "pipelines are compiled only for bench.json shapes")  # fmt: skip
@@ -406,7 +409,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: Pro
             dtype = out_dtypes.get(role)
             if dtype in float_dtypes and dtype not in case.tolerances:
                 missing_tolerance.add(dtype)
-        case_shapes = _expected_output_shapes(manifest, signature)
+        case_shapes = _expected_output_shapes(program, signature)
         for role, want in expected.items():
             shape = case_shapes.get(role)
             if shape is not None and tuple(want.shape) != shape:
@@ -424,10 +427,11 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, out: Pro
     return test_file
 
 
-def _expected_output_shapes(manifest: Manifest, signature: Any) -> dict[str, tuple[int, ...]]:
+def _expected_output_shapes(program: Program | None, signature: Any) -> dict[str, tuple[int, ...]]:
     """Output shapes from the manifest's shape expressions, without a device (best effort)."""
+    if program is None:
+        return {}
     try:
-        program = compile_program(manifest)
         _, outputs = program.call_scope(signature, _DEFAULT_DEVICE)
     except KernelError:
         return {}
@@ -444,7 +448,8 @@ _DEFAULT_LIMITS = {
 _DEFAULT_DEVICE = DeviceInfo(limits=_DEFAULT_LIMITS, features=frozenset({"shader-f16"}))
 
 
-def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: ProblemCollector) -> casefile.BenchFile | None:
+def _check_bench_json(package: KernelPackage, manifest: Manifest | None, program: Program | None,
+                      out: ProblemCollector) -> casefile.BenchFile | None:  # fmt: skip
     data = _load_case_data(package, BENCH_FILE, casefile.check_bench_data, out,
                            "the package has no bench.json: `webgpu-kernels bench` and `tune` have no cases")
     if data is None:
@@ -454,7 +459,7 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: Pr
         return bench
     from .contract import check_call
 
-    flops = _bench_flops(manifest, bench, out)
+    flops = _bench_flops(program, bench, out)
     for case in bench.cases:
         for tv in case.types:
             if tv not in manifest.type_constraints:
@@ -471,28 +476,25 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, out: Pr
                 out.error(BENCH_FILE, case.json_path, f"the case breaks the contract ({inst.type_label()}): {exc}",
                           case=case.name, dtype=inst.type_label())  # fmt: skip
                 continue
-            if flops is not None:
-                program, expr = flops
+            if flops is not None and program is not None:
                 try:  # as bench evaluates it (Kernel.evaluate), with WebGPU's default limits
                     scope, _ = program.call_scope(signature, _DEFAULT_DEVICE)
-                    as_count(expr.evaluate(scope), expr, "flops")
+                    as_count(flops.evaluate(scope), flops, "flops")
                 except KernelError as exc:
                     out.error(BENCH_FILE, "flops", f"for case {case.name!r} ({inst.type_label()}): {exc}",
                               case=case.name, dtype=inst.type_label())  # fmt: skip
     return bench
 
 
-def _bench_flops(manifest: Manifest, bench: casefile.BenchFile, out: ProblemCollector) -> tuple[Any, Any] | None:
-    """bench.json's ``flops`` compiled against the manifest (the program and the expression), or
-    None when it is absent or does not compile (reported to ``out``)."""
-    if bench.flops is None:
+def _bench_flops(program: Program | None, bench: casefile.BenchFile, out: ProblemCollector) -> Any:
+    """bench.json's ``flops`` compiled in the program's language, or None when it is absent, the
+    manifest did not compile (its own errors are reported), or it does not compile (reported)."""
+    if bench.flops is None or program is None:
         return None
     try:
-        program = compile_program(manifest)
-        return program, program.compiler.compile(bench.flops, "flops")
-    except (ManifestError, ExpressionError) as exc:  # a manifest error is reported by the manifest's checks
-        if isinstance(exc, ExpressionError):
-            out.error(BENCH_FILE, "flops", str(exc))
+        return program.compiler.compile(bench.flops, "flops")
+    except ExpressionError as exc:
+        out.error(BENCH_FILE, "flops", str(exc))
         return None
 
 
