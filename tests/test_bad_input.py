@@ -289,6 +289,23 @@ def test_an_oversized_view_is_refused_before_any_host_copy(quick_gelu, device, d
         assert peak < 2**20, f"{peak} bytes allocated for a refused call"
 
 
+def test_to_gpu_refuses_an_oversized_view_before_any_host_copy(device):
+    """to_gpu made the view contiguous first: 16 GiB of host memory for a 2**32-element float32
+    broadcast view, then a DeviceError from create_buffer that named no argument."""
+    import tracemalloc
+
+    limit = device.limits["max-buffer-size"]
+    view = np.broadcast_to(f32(1), (limit // 4 + 2**20,))
+    tracemalloc.start()
+    try:
+        with pytest.raises(errors.DeviceLimitError, match="argument 'array'.*maxBufferSize"):
+            to_gpu(view)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, f"{peak} bytes allocated for a refused upload"
+
+
 def test_gpu_tensor_shape_and_dtype_are_read_only(quick_gelu, device):
     """Calls trust a GpuTensor's shape and dtype to describe its buffer, so they cannot be reassigned."""
     x = np.linspace(-2, 2, 48, dtype=f32).reshape(2, 3, 8)

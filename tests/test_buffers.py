@@ -111,6 +111,18 @@ def test_empty_cache_frees_the_pool_but_not_live_tensors(device, quick_gelu):
     kept.release()
 
 
+def test_empty_cache_turns_wgpu_errors_into_the_library_s(device, monkeypatch):
+    """empty_cache submits recorded work; a refusal there came out as wgpu's GPUValidationError."""
+    import wgpu
+
+    def refuse(then=None):
+        raise wgpu.GPUValidationError("refused for the test")
+
+    monkeypatch.setattr(device.memory, "flush", refuse)
+    with pytest.raises(wk.errors.DeviceError, match=r"\(empty_cache\).*refused for the test"):
+        wk.empty_cache()
+
+
 def test_one_pass_with_repeated_and_alternating_pipelines_and_bind_groups(device, quick_gelu, bias_add):
     """Recorded dispatches skip re-setting an unchanged pipeline or bind group; each must still see
     its own: the same call twice, a new input under the same pipeline, another kernel, then back."""
@@ -119,6 +131,8 @@ def test_one_pass_with_repeated_and_alternating_pipelines_and_bind_groups(device
     bias, skip = rng.standard_normal(8).astype(f32), rng.standard_normal((2, 3, 8)).astype(f32)
     wk.synchronize()
     bias_gpu, skip_gpu = wk.to_gpu(bias), wk.to_gpu(skip)
+    quick_gelu({"X": a})  # each plan's first run is submitted on its own: these are recorded
+    bias_add({"X": a, "bias": bias_gpu, "skip": skip_gpu})
     outs = [quick_gelu({"X": a}, output="gpu")["Y"], quick_gelu({"X": a}, output="gpu")["Y"],
             quick_gelu({"X": b}, output="gpu")["Y"]]
     outs.append(bias_add({"X": outs[2], "bias": bias_gpu, "skip": skip_gpu}, output="gpu")["Y"])

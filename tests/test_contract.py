@@ -341,3 +341,13 @@ def test_a_one_type_constraint_no_tensor_has_stays_unbound():
     data["typeConstraints"]["H"] = ["float16"]
     manifest = parse_manifest(data)
     assert check_call(manifest, {"X": ((2, 3), "float32")}, None, None).type_bindings() == {"T": "float32", "U": "float32"}
+
+
+def test_a_negative_zero_attribute_is_its_own_signature(quick_gelu):
+    """-0.0 == 0.0, so signatures (plan keys) carry which values hold a negative zero."""
+    from webgpu_kernels.contract import check_call
+
+    meta = {"X": ((4,), "float32")}
+    plus, minus = (check_call(quick_gelu.manifest, meta, {"alpha": a}, None) for a in (0.0, -0.0))
+    assert plus != minus and minus.negative_zeros == ("alpha",) and plus.negative_zeros == ()
+    assert minus == check_call(quick_gelu.manifest, meta, {"alpha": -0.0}, None)

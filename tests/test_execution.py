@@ -492,3 +492,52 @@ def test_storage_only_types_are_bound_as_bytes(write_package, rng, onnx, shape):
     t = kernel({"X": x}, output="gpu")["Y"]
     assert t.dtype == x.dtype and kernel({"X": t})["Y"].tobytes() == x.tobytes()  # fed on as a GpuTensor
     t.release()
+
+
+# A package whose shader reads X as mat2x4<f32> (32 bytes an element): a 4-float X is a 16-byte
+# binding, which WebGPU rejects only when the command buffer holding the dispatch is finished.
+TOO_SMALL_BINDING_MANIFEST = {
+    "domain": "test", "name": "TooSmallBinding",
+    "inputs": [{"role": "X", "dtype": "T"}],
+    "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"}],
+    "typeConstraints": {"T": ["float32"]},
+    "variants": [{
+        "id": "wide", "priority": 0,
+        "passes": [{
+            "id": "main", "shader": "wide.wgsl.jinja",
+            "bindings": [
+                {"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "mat2x4<f32>"},
+                {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
+            ],
+            "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": 64},
+        }],
+    }],
+}  # fmt: skip
+TOO_SMALL_BINDING_WGSL = """{{ declarations }}
+@compute @workgroup_size({{ workgroupSize }})
+fn {{ entryPoint }}({{ entryParams }}) {
+  let i = {{ globalIndex }};
+  if (i < arrayLength(&y)) {
+    y[i] = x[0][0][0];
+  }
+}
+"""
+
+
+def test_a_dispatch_webgpu_rejects_fails_its_own_call_and_nothing_else(write_package, quick_gelu, rng):
+    """The rejected dispatch fails the call that made it (output="gpu" too: a plan's first run is
+    submitted on its own), every time; a QuickGelu call recorded before it keeps its result, and the
+    device goes on working (the recorder used to keep the dead encoder: every later call failed)."""
+    bad = wk.load_kernel(write_package(TOO_SMALL_BINDING_MANIFEST, {"wide.wgsl.jinja": TOO_SMALL_BINDING_WGSL}))
+    x = rng.standard_normal(64).astype(np.float32)
+    pending = quick_gelu({"X": x}, output="gpu")["Y"]  # recorded, not yet submitted
+    for output in ("gpu", "gpu", "numpy"):
+        with pytest.raises(errors.DeviceError, match="'wide'"):
+            bad({"X": np.ones(4, np.float32)}, output=output)
+    np.testing.assert_allclose(pending.numpy(), ref.quick_gelu(x), rtol=1e-5, atol=1e-6)
+    pending.release()
+    wk.synchronize()
+    wk.empty_cache()
+    t = wk.to_gpu(x)
+    np.testing.assert_allclose(quick_gelu({"X": t})["Y"], ref.quick_gelu(x), rtol=1e-5, atol=1e-6)
+    t.release()

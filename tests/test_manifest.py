@@ -175,6 +175,9 @@ def test_schema_errors_carry_the_json_path(op_id, change, json_path):
          "'Z'"),
         (BA, set_path(["variants", 0, "passes", 0, "bindings", 1, "name"], "x"), "variants[0].passes[0].bindings",
          "unique"),
+        # a GpuTensor input is bound as it is: read-write, the kernel could write the caller's tensor
+        (QG, set_path(["bindingSets", "scalarTail", 0, "buffer", "type"], "storage"),
+         "bindingSets.scalarTail[0].buffer.type", "input 'X' must be bound as 'read-only-storage', not 'storage'"),
     ],
 )  # fmt: skip
 def test_reference_errors_carry_the_json_path(op_id, change, json_path, fragment):

@@ -99,6 +99,18 @@ def test_new_attribute_values_reuse_the_pipeline(scale_shift, plan_of):
     np.testing.assert_array_equal(scale_shift({"X": x}, attrs={"scale": -3.0, "shift": 0.5})["Y"], x * -3.0 + 0.5)
 
 
+@pytest.mark.parametrize("first", [0.0, -0.0])
+def test_a_zero_attribute_keeps_its_sign(first):
+    """shift = -0.0 and 0.0 are equal as Python floats, yet -0.0 + -0.0 is -0.0 and -0.0 + 0.0 is
+    0.0: the second value must not reuse the first one's plan (its uniform holds the first value),
+    whichever comes first, on the fast path (no attrs object seen before) or not."""
+    kernel = wk.load_kernel(PACKAGE)  # fresh: no plan of an earlier test answers
+    x = np.full(8, -0.0, np.float32)
+    for shift in (first, -first, first):
+        y = kernel({"X": x}, attrs={"scale": 1.0, "shift": shift})["Y"]
+        assert np.signbit(y).tolist() == np.signbit(x * 1.0 + np.float32(shift)).tolist(), shift
+
+
 def test_explain_shows_derive_values(scale_shift):
     explanation = scale_shift.explain({"X": wk.TensorMeta((2, 7), "float32")}, tunables={"WORKGROUP_SIZE": 32})
     assert explanation.chosen == "scalar"

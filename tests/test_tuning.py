@@ -403,6 +403,18 @@ def test_tuning_class_of_a_call():
         f16, {"X": (2, 1024, 256), "Scale": (1024, 256)}, ("B",), {"axis": -2})
 
 
+def test_shapes_of_numpy_integers_give_the_same_answers():
+    """Shape-only inputs whose dimensions are NumPy integers (a shape read from an array) pass the
+    contract; tuning_class, explain and render reached tuning.shape_class with them unconverted and
+    raised a raw AttributeError (int.bit_length)."""
+    qg = wk.get_kernel("com.microsoft.QuickGelu")
+    shape = tuple(np.array([2, 3, 8]))
+    assert qg.tuning_class({"X": (shape, "float32")}) == qg.tuning_class({"X": ((2, 3, 8), "float32")})
+    assert all(type(d) is int for d in qg.tuning_class({"X": (shape, "float32")})[1]["X"])
+    assert qg.explain({"X": wk.TensorMeta(shape, "float32")}).chosen == qg.explain({"X": ((2, 3, 8), "float32")}).chosen
+    assert qg.render({"X": (shape, "float32")}) == qg.render({"X": ((2, 3, 8), "float32")})
+
+
 def test_the_tuning_key_covers_included_templates(tmp_path):
     """demo.Gather's template includes gather-row.wgsl.jinja: editing only that file is other code,
     so results tuned for the old one must not apply; editing test.json is not."""

@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from . import execution
+from .buffers import padded_size, translate_gpu_errors
 from .casefile import read_test_file
 from .device import get_device
-from .errors import DTypeError, InputError, PackageError
+from .errors import DeviceLimitError, DTypeError, InputError, PackageError
 from .kernel import Kernel, as_array
 from .package import embedded_ids, open_embedded, open_folder
 from .tensor import GpuTensor
@@ -115,6 +116,10 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
     array = as_array("array", array)
     if array.dtype.kind in "OUSMm" or array.dtype.fields is not None:
         raise DTypeError("array", "numbers (a numeric NumPy dtype)", f"dtype {array.dtype}")
+    # Refused before the host copy: a broadcast view of 2**33 elements would allocate tens of GB.
+    limit = device.limits["max-buffer-size"]
+    if padded_size(array.nbytes) > limit:
+        raise DeviceLimitError("array", f"at most {limit} bytes (the device's maxBufferSize)", f"{array.nbytes} bytes")
     return execution.to_gpu(device, execution.host_array(array))
 
 
@@ -126,8 +131,9 @@ def synchronize(*, adapter: str | None = None) -> None:
 def empty_cache(*, adapter: str | None = None) -> None:
     """Free the GPU buffers kept for reuse (the pool; live GpuTensors are untouched)."""
     device = get_device(adapter)
-    device.memory.flush()
-    device.memory.trim()
+    with translate_gpu_errors("empty_cache", device.memory):
+        device.memory.flush()
+        device.memory.trim()
 
 
 def list_kernels() -> list[str]:

@@ -311,17 +311,23 @@ class DeviceMemory:
         with self.lock:
             if self._pass is None and then is None:
                 return
-            encoder = self._encoder or self.gpu.create_command_encoder()
-            if self._pass is not None:
-                self._pass.end()
-            if then is not None:
-                then(encoder)
-            self.gpu.queue.submit([encoder.finish()])
+            # The recorder is emptied first: when WebGPU rejects the work (at end() or finish(),
+            # where it reports a dispatch it refused), that work is dropped and the next call
+            # opens a fresh encoder, instead of every later call failing on the dead one.
+            encoder, compute = self._encoder or self.gpu.create_command_encoder(), self._pass
             self._encoder = self._pass = None
+            self._pass_state = (None, None)
             self._pending = 0
             doomed, self._doomed = self._doomed, []
-            for buffer in doomed:
-                buffer.destroy()
+            try:
+                if compute is not None:
+                    compute.end()
+                if then is not None:
+                    then(encoder)
+                self.gpu.queue.submit([encoder.finish()])
+            finally:
+                for buffer in doomed:  # submitted, or never to be: either way no work reads them later
+                    buffer.destroy()
 
     def write(self, buffer: Any, data: np.ndarray) -> None:
         """Host bytes (1-D uint8) into ``buffer``, after submitting recorded work, which may use it."""

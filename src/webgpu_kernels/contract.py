@@ -43,6 +43,9 @@ class CallSignature:
     dtypes: tuple[tuple[str, str], ...]  # type variable -> ONNX dtype name
     attrs: tuple[tuple[str, Any], ...]
     tunables: tuple[tuple[str, Any], ...]
+    #: the names among attrs and tunables whose value holds a -0.0: it equals 0.0, yet a kernel
+    #: given it (a uniform, a template) can compute another result, so the two share no plan
+    negative_zeros: tuple[str, ...] = ()
 
     def shape_map(self) -> dict[str, tuple[int, ...]]:
         return dict(self.shapes)
@@ -96,12 +99,24 @@ def check_call(
         # type variable no tensor has stays unbound: a float16 one would make every call need f16.
         if type_var not in type_bindings and len(allowed) == 1 and type_var in output_types:
             type_bindings[type_var] = (allowed[0], "")
+    checked_attrs = _check_values("attribute", manifest.attributes, attrs)
+    checked_tunables = _check_values("tunable", manifest.tunables, tunables)
     return CallSignature(
         shapes=tuple(shapes),
         dtypes=tuple((tv, dt) for tv, (dt, _) in type_bindings.items()),
-        attrs=_check_values("attribute", manifest.attributes, attrs),
-        tunables=_check_values("tunable", manifest.tunables, tunables),
+        attrs=checked_attrs,
+        tunables=checked_tunables,
+        negative_zeros=tuple(k for k, v in checked_attrs + checked_tunables if has_negative_zero(v)),
     )
+
+
+def has_negative_zero(value: Any) -> bool:
+    """Whether ``value`` (a number, or a tuple or list of them) holds a -0.0."""
+    if isinstance(value, float):
+        return value == 0.0 and math.copysign(1.0, value) < 0
+    if isinstance(value, (tuple, list)):
+        return any(has_negative_zero(v) for v in value)
+    return False
 
 
 def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:

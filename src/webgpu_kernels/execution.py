@@ -54,6 +54,8 @@ class ExecutionPlan:
     outputs: tuple[OutputSpec, ...]
     #: every tunable's value the passes were built with (the manifest's defaults, overridden)
     tunables: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    #: [True] until a run of this plan was submitted on its own (run_plan)
+    unproven: list[bool] = field(default_factory=lambda: [True], compare=False, repr=False)
 
     @cached_property
     def label(self) -> str:
@@ -246,8 +248,18 @@ def run_plan(
                 tensor = GpuTensor(memory.acquire(nbytes), shape, dtype, device, nbytes)
                 buffers[role] = (tensor.buffer, tensor.bound_bytes)
                 results[role] = tensor
+            # WebGPU reports a dispatch it rejects (a binding smaller than the shader reads, say)
+            # only when the command buffer is finished. A plan's first run is submitted on its
+            # own, so that error fails this call, named by its variant, and takes no other
+            # call's recorded work down with it; later runs of the plan are recorded as usual.
+            unproven = plan.unproven[0]
+            if unproven:
+                memory.flush()
             for program, group in bind_groups(device, plan, buffers):
                 memory.record(program.pipeline.pipeline, group, program.grid)
+            if unproven:
+                memory.flush()
+                plan.unproven[0] = False
         except BaseException:
             for tensor in results.values():  # nothing is half-returned, nothing leaks
                 tensor.release()

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import tuning
-from .contract import CallSignature, check_call
+from .contract import CallSignature, check_call, has_negative_zero
 from .device import Device, get_device
 from .errors import DeviceLimitError, InputError, KernelError, MissingInputError, SelectionError, ShapeError
 from .execution import ExecutionPlan, build_pass, check_limits, flush, host_array, run_plan
@@ -324,7 +324,7 @@ class Kernel:
         return self._tuning_class(metas, check_call(self.manifest, metas, attrs, None))
 
     def _tuning_class(self, metas: Mapping[str, Any], signature: CallSignature) -> TuningClass:
-        shapes = {role: tuple(shape) for role, (shape, _) in metas.items()}
+        shapes = signature.shape_map()  # checked: Python ints, whatever the caller's shapes held
         absent = tuple(spec.role for spec in self.manifest.inputs if spec.optional and spec.role not in metas)
         changed = {k: v for k, v in signature.attr_map().items() if v != self.manifest.attributes[k]}
         return signature.type_bindings(), shapes, absent, changed
@@ -393,8 +393,9 @@ def _template_files(package: KernelPackage) -> list[str]:
 
 
 def _frozen(options: Mapping[str, Any] | None) -> Any:
-    # The value's type is part of the key: True == 1 must not share a plan with a checked True.
-    return None if not options else tuple((k, v.__class__, v) for k, v in options.items())
+    # The value's type is part of the key: True == 1 must not share a plan with a checked True;
+    # and so is a zero's sign: -0.0 == 0.0 must not either (CallSignature.negative_zeros).
+    return None if not options else tuple((k, v.__class__, v, has_negative_zero(v)) for k, v in options.items())
 
 
 def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -282,6 +282,12 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                 if binding.get("arg") is not None and binding["arg"] not in all_roles:
                     errors.append(ManifestError(f"arg {binding['arg']!r} is not an input or output{used_by}",
                                                 json_path=f"{bpath}.arg"))  # fmt: skip
+                elif binding.get("arg") in roles["input"] and binding["buffer"]["type"] != "read-only-storage":
+                    # A GpuTensor input is bound as it is: a read-write binding would let the kernel
+                    # write into the caller's tensor.
+                    errors.append(ManifestError(f"input {binding['arg']!r} must be bound as 'read-only-storage', not "
+                                                f"{binding['buffer']['type']!r}{used_by}",
+                                                json_path=f"{bpath}.buffer.type"))  # fmt: skip
                 for key in ("elementType", "length"):
                     ref = binding.get(key)
                     match = _DOLLAR_REF.match(ref) if isinstance(ref, str) else None
