@@ -154,3 +154,27 @@ def test_a_header_claiming_more_than_the_file_holds_is_refused_before_any_alloca
         case_data.load_array(archive.getvalue(), "bomb.npz", None)
     with pytest.raises(ValueError, match="not a valid .npz file"):
         case_data.load_array(b"PK\x03\x04 not a zip", "x.npz", None)
+
+
+@pytest.mark.parametrize("damage", ["method", "encrypted", "deflate"])
+def test_an_npz_member_that_cannot_be_read_is_a_value_error(damage) -> None:
+    """zipfile raises NotImplementedError (a compression method it lacks), RuntimeError (an
+    encrypted member) and zlib.error (a corrupt stream), none of them BadZipFile: a traceback in
+    `webgpu-kernels test` where the package's data file is at fault."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.arange(4, dtype=np.float32))
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("x.npy", buffer.getvalue())
+    data = bytearray(archive.getvalue())
+    central = data.rindex(b"PK\x01\x02")
+    if damage == "method":  # method 99 in the local header and the central directory
+        struct.pack_into("<H", data, 8, 99)
+        struct.pack_into("<H", data, central + 10, 99)
+    elif damage == "encrypted":  # flag bit 0 in both headers
+        struct.pack_into("<H", data, 6, 1)
+        struct.pack_into("<H", data, central + 8, 1)
+    else:  # the deflate stream's first byte: an invalid block type
+        data[30 + len("x.npy")] = 0xFF
+    with pytest.raises(ValueError, match=r"\.npz"):
+        case_data.load_array(bytes(data), "x.npz", None)

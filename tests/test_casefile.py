@@ -224,10 +224,11 @@ def test_shipped_bench_json_expands_once_per_dtype(op_id: str) -> None:
 def test_bench_case_expansion_is_the_cartesian_product_of_its_types() -> None:
     """Several type variables give their full product (first variable slowest), an input's own
     dtype wins over its type variable and fills an unlisted one (an empty list is a schema error).
-    (BenchCase.expand reads only the manifest's op id and input roles.)"""
+    (BenchCase.expand reads only the manifest's op id, input roles and type variables.)"""
     manifest = SimpleNamespace(op_id="demo.Pair", inputs=[SimpleNamespace(role="A", dtype="T"),
                                                          SimpleNamespace(role="B", dtype="U"),
-                                                         SimpleNamespace(role="C", dtype="V")])  # fmt: skip
+                                                         SimpleNamespace(role="C", dtype="V")],
+                               type_constraints={"T": [], "U": [], "V": []})  # fmt: skip
     bench = casefile.parse_bench_file({"cases": [
         {"name": "two-vars", "inputs": {"A": {"shape": [2, 3]}, "B": {"shape": [3]}, "C": {"shape": [], "dtype": "int32"}},
          "types": {"T": ["float32", "float16"], "U": ["int32", "int64", "uint32"]},
@@ -242,6 +243,22 @@ def test_bench_case_expansion_is_the_cartesian_product_of_its_types() -> None:
     assert (two.attrs, two.tunables, two.tags) == ({"alpha": 0.5}, {"WORKGROUP_SIZE": 64}, ("small",))
     empty = {"cases": [{"name": "none", "inputs": {"A": {"shape": [1]}}, "types": {"T": []}}]}
     assert [e.json_path for e in casefile.check_bench_data(empty)] == ["cases[0].types.T"]
+
+
+def test_a_bench_case_names_type_variables_and_few_combinations() -> None:
+    """8 type variables of 13 dtypes in a 1 kB bench.json were 8e8 instances built by validate and
+    bench, and the names need not even be the manifest's type variables."""
+    manifest = wk.get_kernel(QUICK_GELU).manifest
+    dtypes = ["float32", "float16", "int32", "uint32", "int64", "uint64", "int8", "uint8"]
+    many = casefile.parse_bench_file({"cases": [{"name": "a", "inputs": {"X": {"shape": [4]}},
+                                                 "types": {f"V{i}": dtypes for i in range(8)}}]})  # fmt: skip
+    with pytest.raises(CaseFileError, match="'V0', 'V1'.*not a type variable") as info:
+        many.cases[0].expand(manifest)
+    assert info.value.json_path == "cases[0].types"
+    product = SimpleNamespace(op_id="demo.Many", inputs=[SimpleNamespace(role="X", dtype="V0")],
+                              type_constraints={f"V{i}": dtypes for i in range(8)})  # fmt: skip
+    with pytest.raises(CaseFileError, match=f"{8**8} combinations, more than {casefile.MAX_TYPE_COMBINATIONS}"):
+        many.cases[0].expand(product)
 
 
 def test_bench_errors() -> None:

@@ -272,6 +272,18 @@ def test_info_package_folder(runner: CliRunner, package_folder) -> None:
     assert [p["id"] for p in data["variants"][2]["passes"]] == ["main", "again"]
 
 
+def test_package_text_reaches_the_terminal_without_control_characters(runner: CliRunner, package_folder) -> None:
+    """A description with ESC sequences (retitle the window, clear the screen) was printed as it
+    was by `info`; each control character is now one U+FFFD. JSON escapes them by itself."""
+    manifest = json.loads((package_folder / "manifest.json").read_text())
+    manifest["description"] = "before \x1b]0;owned\x07 \x1b[2J after"
+    (package_folder / "manifest.json").write_text(json.dumps(manifest))
+    out = invoke(runner, "info", str(package_folder)).stdout
+    assert "\x1b" not in out and "\x07" not in out and "before \ufffd]0;owned\ufffd \ufffd[2J after" in out
+    assert json.loads(invoke(runner, "info", str(package_folder), "--json").stdout)["description"] == (
+        manifest["description"])
+
+
 def test_render_two_passes_from_folder(runner: CliRunner, package_folder) -> None:
     out = invoke(runner, "render", str(package_folder), "-i", "X=5:f32", "--variant", "scalar").stdout
     assert "// ---- pass main ----" in out and "// ---- pass again ----" in out

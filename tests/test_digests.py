@@ -331,3 +331,13 @@ def test_digest_check_on_an_unreadable_metadata_json_says_out_of_date(qg: Path) 
     result = CliRunner().invoke(main, ["digest", str(qg), "--check"])
     assert result.exit_code == 1 and "metadata.json cannot be read" in result.output, result.output
     assert CliRunner().invoke(main, ["digest", str(qg)]).exit_code == 2  # not overwritten: fix or delete it
+
+
+def test_a_lone_surrogate_in_package_json_is_refused() -> None:
+    """"\\ud800" is valid JSON but no text: it failed later, as a raw UnicodeEncodeError where a
+    template's output or the console encoded it. A proper pair still decodes."""
+    from webgpu_kernels.digests import decode_json
+
+    with pytest.raises(ValueError, match="lone surrogate"):
+        decode_json(b'{"description": "bad \\ud800 text"}')
+    assert decode_json(b'{"description": "\\ud83d\\ude00"}') == {"description": "\U0001f600"}

@@ -157,6 +157,20 @@ CORPUS = [
     Escape("eq-test-aliased-lists", None,
            "{% set a = range(100000)|list %}{{ [a]*100000 is eq([range(100000)|list]*100000) }}", resource=True),
     Escape("max-aliased-lists", None, "{% set a = range(100000)|list %}{{ ([a]*100000)|max }}", resource=True),
+    # repeating a list that holds lists: short to write, 2^24 items to walk (each manifest value
+    # is walked once, for functions hidden inside it)
+    Escape("repeat-nested-list", "[[0] * 4096] * 4096", "{% set a = [[0] * 100000] * 100000 %}", resource=True),
+    Escape("heavy-literal-result", "[[0] * 4096, [0] * 4096]",
+           "{{ [[0] * 100000, [0] * 100000] == [[0] * 100000, [0] * 100000] }}", resource=True),
+    Escape("max-of-heavy-values", "max([[0] * 4096, [0] * 4096], [[0] * 4096, [0] * 4096])",
+           "{{ [[[0] * 100000, [0] * 100000], [[0] * 100000, [0] * 100000]]|max }}", resource=True),
+    # round computes 10 ** precision in one step
+    Escape("round-precision", None, "{{ 5|round(-30000000) }}", resource=True),
+    Escape("round-ceil-precision", None, "{{ 1.5|round(30000000, 'ceil') }}", resource=True),
+    # a template name is hashed for Jinja's cache before it is loaded
+    Escape("include-a-tuple-name", None, "{% set t = (0,) * 1000 %}{% include (t,) %}", resource=True),
+    Escape("import-a-tuple-name", None, "{% set t = (0,) * 1000 %}{% import t as m %}", resource=True),
+    Escape("lone-surrogate", None, "{{ '\\ud800' }}"),
     Escape("hash-nested-tuple", None,
            "{% set t = (1,2,3,4,5,6,7,8,9,10) %}" + "{% set t = (t,t,t,t,t,t,t,t,t,t) %}" * 8 + "{{ {t: 1} }}",
            resource=True),
@@ -423,6 +437,36 @@ def test_deeply_nested_wgsl_is_refused_before_the_driver_parses_it(write_package
     fine = "const FINE: f32 = " + "(" * 200 + "1.0" + ")" * 200 + ";\n"
     y = wk.load_kernel(demo_with_probe(write_package, template=fine))({"X": np.ones(4, np.float32)})["Y"]
     assert y.shape == (4,)
+
+
+@pytest.mark.parametrize(("deep", "fine", "what"), [
+    ("let z = " + "!" * 30_000 + "true;", "let z = " + "!" * 200 + "true;", "expressions"),
+    ("let z = " + "1.0 + " * 20_000 + "1.0;", "let z = " + "1.0 + " * 500 + "1.0;", "expressions"),
+    ("let z = vec4f(1.0)" + ".x" * 20_000 + ";", "let z = vec4f(1.0).x;", "expressions"),
+    ("alias Deep = " + "array<" * 3000 + "f32" + ">" * 3000 + ";", "alias Fine = array<vec4<f32>, 4>;", "template lists"),
+], ids=["prefix-operators", "a-long-sum", "member-accesses", "template-lists"])  # fmt: skip
+def test_deep_wgsl_expressions_are_refused_before_the_driver_parses_them(write_package, device, deep, fine, what):
+    """Not brackets, yet as deadly: wgpu-native's parser and lowering recurse per operator, member
+    access or template list, and these killed the process (exit 139). Only render: a regression
+    here must not crash the suite. What real shaders hold still renders, and runs."""
+    body = "fn probe() {\n  " + deep + "\n}\n" if deep.startswith("let") else deep + "\n"
+    with pytest.raises(errors.TemplateSandboxError, match=f"nests {what}"):
+        wk.load_kernel(demo_with_probe(write_package, template=body)).render(X)
+    body = "fn probe() {\n  " + fine + "\n}\n" if fine.startswith("let") else fine + "\n"
+    kernel = wk.load_kernel(demo_with_probe(write_package, template=body))
+    kernel.render(X)
+    if what == "expressions" and "vec4f" not in fine:
+        assert kernel({"X": np.ones(4, np.float32)})["Y"].shape == (4,)
+
+
+def test_the_depth_check_reads_numbers_and_comments_as_such():
+    """A table of 4,096 negative literals is 4,096 short terms, and a comment of dashes no chain."""
+    from webgpu_kernels.rendering import check_nesting
+
+    check_nesting("const T = array<f32, 4096>(" + ", ".join(["-1.5e-3"] * 4096) + ");\n", SHADER)
+    check_nesting("// " + "-" * 5000 + "\n/* " + "!" * 5000 + " */\nfn f() {}\n", SHADER)
+    with pytest.raises(errors.TemplateSandboxError, match="at rendered line 3"):
+        check_nesting("// a\n\nlet z = " + "-" * 5000 + "1.0;\n", SHADER)
 
 
 def test_template_source_limit(write_package):

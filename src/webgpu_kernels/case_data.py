@@ -20,8 +20,10 @@ The generator (so that any implementation, in any language, draws the same input
 from __future__ import annotations
 
 import io
+import lzma
 import math
 import zipfile
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -195,8 +197,10 @@ def _npz_member(data: bytes, tensor: str | None) -> np.ndarray:
                 raise ValueError(f"member {info.filename!r} unpacks to {info.file_size} bytes, more than {limit}")
             with archive.open(info) as member:
                 content = member.read(limit + 1)  # the stored size may lie; the read stops anyway
-    except zipfile.BadZipFile as exc:
+    except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, OSError) as exc:
         raise ValueError(f"not a valid .npz file ({exc})") from None
+    except (NotImplementedError, RuntimeError) as exc:  # another compression method; an encrypted member
+        raise ValueError(f"a .npz member that cannot be read: {exc} (NumPy writes them stored or deflated)") from None
     if len(content) > limit:
         raise ValueError(f"member {info.filename!r} unpacks to more than {limit} bytes")
     return _npy_array(content)

@@ -64,6 +64,8 @@ def _validator(kind: str) -> Any:
     return jsonschema.validators.validator_for(schema)(schema)
 
 
+#: Most runs one bench.json case may expand to (the product of its types lists' lengths).
+MAX_TYPE_COMBINATIONS = 64
 #: Deepest nesting a case file may have: values of rank 64 need 64, and jsonschema (like NumPy)
 #: recurses once per level.
 MAX_CASE_FILE_DEPTH = 80
@@ -443,6 +445,16 @@ class BenchCase:
         """One instance per combination of the ``types`` lists (as benchmark.expand_cases does)."""
         type_vars = {spec.role: spec.dtype for spec in manifest.inputs}
         names = list(self.types)
+        unknown = [n for n in names if n not in manifest.type_constraints]
+        if unknown:
+            raise CaseFileError(f"{', '.join(map(repr, unknown))}: not a type variable of {manifest.op_id} (its type "
+                                f"variables: {sorted(manifest.type_constraints)})", file=self.file,
+                                json_path=json_path(["cases", self.index, "types"]))  # fmt: skip
+        combinations = math.prod(len(self.types[n]) for n in names)
+        if combinations > MAX_TYPE_COMBINATIONS:  # refused before any is built: 13 dtypes ** 8 is 8e8
+            raise CaseFileError(f"the types lists make {combinations} combinations, more than "
+                                f"{MAX_TYPE_COMBINATIONS}: split the case", file=self.file,
+                                json_path=json_path(["cases", self.index, "types"]))  # fmt: skip
         instances = []
         for combo in itertools.product(*(self.types[n] for n in names)):
             binding = dict(zip(names, combo))

@@ -59,13 +59,40 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 # --- output helpers ---------------------------------------------------------------------------------
 
 
+#: C0 and C1 control characters but tab and newline, each shown as U+FFFD: package text (a
+#: description, an id inside an error message) must not move the cursor or retitle the terminal.
+_CONTROL_CHARACTERS = dict.fromkeys([*range(0, 9), *range(11, 32), 127, *range(128, 160)], "\ufffd")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (ESC included) replaced, one for one."""
+    return text.translate(_CONTROL_CHARACTERS)
+
+
+class _PackageTextConsole(Console):
+    """A console for text that may come from a package: every string and Text it prints goes
+    through :func:`printable` (one for one, so a Text's styled spans still fit)."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(printable(text), **options)
+
+    def render(self, renderable: Any, options: Any = None) -> Any:
+        if isinstance(renderable, Text):
+            plain = printable(renderable.plain)
+            if plain != renderable.plain:
+                renderable = renderable.copy()
+                renderable.plain = plain
+        return super().render(renderable, options)
+
+
 def _console(*, stderr: bool = False) -> Console:
-    """A console that never reads markup from manifest text; wide when not writing to a terminal."""
+    """A console that never reads markup from manifest text, nor prints its control characters;
+    wide when not writing to a terminal."""
     stream = sys.stderr if stderr else sys.stdout
     width = None
     if not (hasattr(stream, "isatty") and stream.isatty()) and "COLUMNS" not in os.environ:
         width = 160
-    return Console(stderr=stderr, markup=False, highlight=False, emoji=False, width=width)
+    return _PackageTextConsole(stderr=stderr, markup=False, highlight=False, emoji=False, width=width)
 
 
 def _echo_json(data: Any) -> None:
@@ -516,4 +543,4 @@ def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], at
             if i:
                 click.echo()
             click.echo(f"// ---- pass {pass_id} ----")
-        click.echo(wgsl.rstrip("\n"))
+        click.echo(printable(wgsl.rstrip("\n")))

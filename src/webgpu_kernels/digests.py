@@ -131,6 +131,9 @@ def read_file(root: Path, name: str) -> bytes:
         raise PackageError(f"cannot read: {exc.strerror}", path=str(path)) from None
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def decode_json(data: bytes) -> Any:
     """A package JSON file's bytes decoded; every way it can be malformed is a ValueError whose
     message says which (deep nesting and 5,000-digit numbers included, not only bad syntax)."""
@@ -139,7 +142,14 @@ def decode_json(data: bytes) -> Any:
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text") from None
     try:
-        return json.loads(text)
+        value = json.loads(text)
+        # "\ud800" is valid JSON for a lone surrogate, which is no text: it would fail later,
+        # when a template's output or the console encodes it.
+        if _SURROGATE_ESCAPE.search(text):
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        raise ValueError("a string holds a lone surrogate (a \\ud800-\\udfff escape not part of a pair)") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:

@@ -31,6 +31,7 @@ from .sandbox import (
     SandboxViolation,
     harden,
     misplaced_slice,
+    nested_items_exceed,
     tree_depth_error,
 )  # fmt: skip
 
@@ -82,11 +83,20 @@ def _as_shape(value: Any, fn: str) -> tuple[int, ...]:
 
 
 def _min(*values: Any) -> Any:
+    _check_compared(values, "min")
     return min(values[0]) if len(values) == 1 else min(values)
 
 
 def _max(*values: Any) -> Any:
+    _check_compared(values, "max")
     return max(values[0]) if len(values) == 1 else max(values)
+
+
+def _check_compared(values: tuple[Any, ...], fn: str) -> None:
+    # Comparing walks every nested item in one step: bounded as a value is.
+    if nested_items_exceed(values, MAX_SEQUENCE_LENGTH):
+        raise SandboxViolation(f"{fn}() of values of more than {MAX_SEQUENCE_LENGTH} items in all "
+                               "(nested lists count every item)")  # fmt: skip
 
 
 def _short(value: Any) -> str:
@@ -149,6 +159,9 @@ class Expression:
             result = context.vars["result"]
             if isinstance(result, Undefined):
                 result._fail_with_undefined_error()
+            # A value is bounded through every nesting level (later expressions compare, index and
+            # print it; derive entries could otherwise nest references: b = [a] * 8, c = [b] * 8, ...).
+            _SANDBOX.check_weight(result, "an expression's result holds")
             _refuse_functions(result)
             return _SANDBOX.check_value(result)
         except ExpressionError:

@@ -222,7 +222,12 @@ class TemplateRenderer:
         finally:
             if stream is not None:
                 stream.close()
-        if len(text.encode()) > MAX_RENDERED_BYTES:  # the loop counted characters; 'é' is two bytes
+        try:
+            size = len(text.encode())  # the loop counted characters; 'é' is two bytes
+        except UnicodeEncodeError as exc:  # a lone surrogate, from a '\ud800' literal in the template
+            raise TemplateSandboxError(f"the rendered WGSL is not Unicode text: {exc.reason} at character "
+                                       f"{exc.start}", file=resolved.shader) from None  # fmt: skip
+        if size > MAX_RENDERED_BYTES:
             raise TemplateSandboxError(f"rendered WGSL exceeds {MAX_RENDERED_BYTES} bytes", file=resolved.shader)
         check_nesting(text, resolved.shader)
         return text
@@ -262,9 +267,25 @@ MAX_WGSL_NESTING = 256
 _NOT_BRACKETS = re.compile(r"[^()\[\]{}\n]+")
 
 
+#: Comments, blanked before the checks below (a line of dashes is no chain of minus signs).
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+#: What opens a template list (`array<`: a `<` right after a name, before a name), closes one,
+#: or ends every open one (WGSL's template list discovery gives up at `;`, `{`, `}` and `:`).
+_TEMPLATE_TOKENS = re.compile(r"(?<=[A-Za-z0-9_])<(?=[A-Za-z_])|[>;{}:\n]")
+#: The tokens that decide how deep an expression tree gets: numbers and names (skipped whole, so
+#: the point in 1.5 or the e in 1e5 is no operator), brackets, separators, operator characters.
+_DEPTH_TOKENS = re.compile(r"(?:\d|\.\d)(?:[eEpP][+-]|[\w.])*|[A-Za-z_]\w*|([()\[\]{},;\n]|[-+*/%&|^!~<>=.@])")
+#: The deepest expression tree (operators chained in one term, through every bracket) allowed.
+MAX_WGSL_EXPRESSION_DEPTH = 1024
+
+
 def check_nesting(wgsl: str, shader: str) -> None:
-    """Refuse WGSL nested deeper than MAX_WGSL_NESTING brackets before any driver parses it (every
-    new plan renders, so only the brackets and newlines are walked in Python)."""
+    """Refuse WGSL nested too deep before any driver parses it: more than MAX_WGSL_NESTING
+    brackets or template lists (`array<array<...>>`), or an expression tree deeper than
+    MAX_WGSL_EXPRESSION_DEPTH (`a + a + ... + a`, `v.x.x...`, `!!!...x`). wgpu-native recurses
+    into each level while it parses and lowers a shader, and a few thousand levels overflow the
+    stack, which kills the process. Every new plan renders, so this must stay cheap: one regular
+    expression pass over the brackets, one over the tokens."""
     depth, line_number = 0, 1
     for char in _NOT_BRACKETS.sub("", wgsl):
         if char == "\n":
@@ -272,10 +293,54 @@ def check_nesting(wgsl: str, shader: str) -> None:
         elif char in "([{":
             depth += 1
             if depth > MAX_WGSL_NESTING:
-                raise TemplateSandboxError(f"the rendered WGSL nests brackets more than {MAX_WGSL_NESTING} deep "
-                                           f"(at rendered line {line_number})", file=shader)  # fmt: skip
+                raise _too_deep(shader, "brackets", MAX_WGSL_NESTING, line_number)
         else:
             depth -= 1
+    code = _COMMENTS.sub(lambda m: "\n" * m.group().count("\n"), wgsl)
+    depth, line_number = 0, 1
+    for token in _TEMPLATE_TOKENS.findall(code):
+        if token == "<":
+            depth += 1
+            if depth > MAX_WGSL_NESTING:
+                raise _too_deep(shader, "template lists (<...>)", MAX_WGSL_NESTING, line_number)
+        elif token == ">":
+            depth = max(depth - 1, 0)
+        elif token == "\n":
+            line_number += 1
+        else:
+            depth = 0
+    _check_expression_depth(code, shader)
+
+
+def _check_expression_depth(code: str, shader: str) -> None:
+    """An upper bound of every expression tree's depth: within one term (between commas and
+    semicolons) each operator character may add a level, and a bracket adds its deepest term."""
+    # frames[i] = [operators in the current term, deepest bracket in it, deepest finished term]
+    frames, line_number = [[0, 0, 0]], 1
+    for token in _DEPTH_TOKENS.findall(code):
+        if not token:
+            continue  # a number or a name
+        frame = frames[-1]
+        if token in "([{":
+            frames.append([0, 0, 0])
+        elif token in ")]}":
+            if len(frames) > 1:
+                frames.pop()
+                frames[-1][1] = max(frames[-1][1], max(frame[2], frame[0] + frame[1]) + 1)
+        elif token in ",;":
+            frame[2] = max(frame[2], frame[0] + frame[1])
+            frame[0] = frame[1] = 0
+        elif token == "\n":
+            line_number += 1
+        else:
+            frame[0] += 1
+        if frame[0] + frame[1] > MAX_WGSL_EXPRESSION_DEPTH or frames[-1][1] > MAX_WGSL_EXPRESSION_DEPTH:
+            raise _too_deep(shader, "expressions", MAX_WGSL_EXPRESSION_DEPTH, line_number)
+
+
+def _too_deep(shader: str, what: str, limit: int, line_number: int) -> TemplateSandboxError:
+    return TemplateSandboxError(f"the rendered WGSL nests {what} more than {limit} deep (at rendered line "
+                                f"{line_number})", file=shader)  # fmt: skip
 
 
 def template_context(resolved: ResolvedPass, scope: Mapping[str, Any]) -> dict[str, Any]:

@@ -313,6 +313,11 @@ class BoundedSandbox(SandboxedEnvironment):
                     if len(seq) * max(count, 0) > limit:
                         raise self.refuse(f"repeating a sequence of {len(seq)} items {count} times exceeds "
                                           f"the limit of {limit}")  # fmt: skip
+                    # Items nested inside count too: [[0] * 4096] * 4096 is short, and 2^24 items
+                    # to compare, hash or walk.
+                    if count > 0 and not isinstance(seq, str) and nested_items_exceed(seq, limit // count):
+                        raise self.refuse(f"repeating a sequence {count} times exceeds the limit of {limit} "
+                                          "items in all (nested lists count every item)")  # fmt: skip
             if isinstance(left, int) and isinstance(right, int):
                 if left.bit_length() + right.bit_length() > 2 * self.max_int_bits + 2:
                     raise self.refuse(f"the product exceeds the limit of {self.max_int_bits} bits")

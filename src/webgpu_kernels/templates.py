@@ -49,6 +49,8 @@ MAX_TEMPLATE_ITEMS = 100_000
 MAX_TEMPLATE_NESTING = 16
 #: Template names (the manifest's ``shader``, ``{% include %}``/``{% import %}`` targets).
 TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}\Z")
+#: The most digits the round filter may round to, either side of the point.
+MAX_ROUND_PRECISION = 400
 
 #: Filters a template may use; Jinja's others (and its globals cycler, joiner, lipsum, namespace) are withheld.
 _FILTERS = ("abs", "default", "first", "float", "int", "join", "last", "length", "lower", "max", "min", "round",
@@ -199,6 +201,12 @@ class TemplateSandbox(BoundedSandbox):
         except SandboxViolation as exc:
             exc.template_name = name  # type: ignore[attr-defined]
             raise
+
+    def _load_template(self, name: Any, globals: Any) -> Any:
+        # Before Jinja's template cache hashes the name: a tuple nested by reference
+        # ((t0,) * 10**5 of t0 = (0,) * 10**5) would be hashed item by item, past the budget.
+        _check_template_name(name)
+        return super()._load_template(name, globals)
 
     # --- access: mappings, loop objects, imported templates; nothing else --------------------------
 
@@ -383,6 +391,11 @@ def _f_abs(context: Any, value: Any) -> Any:
 
 @pass_context
 def _f_round(context: Any, value: Any, precision: int = 0, method: str = "common") -> float:
+    # Rounding computes 10 ** precision in one step the render budget cannot interrupt; a float
+    # has no digits past about 330 places either way.
+    if isinstance(precision, bool) or not isinstance(precision, int) or abs(precision) > MAX_ROUND_PRECISION:
+        raise SandboxViolation(f"round() takes a precision of at most {MAX_ROUND_PRECISION} digits either "
+                               f"way, an integer; got {_env(context).to_text(precision)[:40]}")  # fmt: skip
     return _result(context, jinja_filters.do_round(value, precision, method))
 
 
@@ -439,9 +452,7 @@ class PackageLoader(BaseLoader):
     def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
         # The name becomes a file name and Jinja's code object file name: letters, digits, . _ -
         # only, so no path, quote, newline or control character gets anywhere (CVE-2024-56201).
-        if not isinstance(template, str) or not TEMPLATE_NAME.match(template):
-            raise SandboxViolation(f"template name {str(template)[:80]!r} is refused: a file at the top of the "
-                                   "package, named with letters, digits, '.', '_' and '-'")  # fmt: skip
+        _check_template_name(template)
         try:
             source = self._read(template)
         except DigestError:
@@ -451,6 +462,16 @@ class PackageLoader(BaseLoader):
         if len(source) > MAX_TEMPLATE_BYTES:
             raise TemplateSandboxError(f"template larger than {MAX_TEMPLATE_BYTES} bytes", file=template)
         return source, template, lambda: True
+
+
+def _check_template_name(name: Any) -> None:
+    """Refuse a template name that is not a file at the top of the package. It becomes a file name
+    and Jinja's code object file name: letters, digits, . _ - only, so no path, quote, newline or
+    control character gets anywhere (CVE-2024-56201)."""
+    if not isinstance(name, str) or not TEMPLATE_NAME.match(name):
+        shown = repr(name[:80]) if isinstance(name, str) else f"of type {type(name).__name__}"
+        raise SandboxViolation(f"template name {shown} is refused: a file at the top of the package, named "
+                               "with letters, digits, '.', '_' and '-'")  # fmt: skip
 
 
 def _template_line(tb: TracebackType | None, filename: str) -> int | None:

@@ -5,6 +5,7 @@ current adapter; a variant x dtype no case exercises is a warning."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,10 @@ def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_fil
     return calls
 
 
+#: The most type combinations the coverage lists whether or not a case exercises them.
+MAX_LISTED_COMBINATIONS = 256
+
+
 def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
     names = list(manifest.type_constraints)
     lists = [list(manifest.type_constraints[n]) for n in names]
@@ -86,7 +91,11 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
 
     renderer = TemplateRenderer(package.read_text)
     coverage: dict[tuple[str, str], Coverage] = {}
-    combos = _type_combos(manifest)
+    count = math.prod(len(types) for types in manifest.type_constraints.values())
+    combos = _type_combos(manifest) if count <= MAX_LISTED_COMBINATIONS else []
+    if not combos:  # 8 type variables of 13 dtypes would be 8e8 rows, each a warning
+        out.warning(MANIFEST_FILE, "typeConstraints", f"the type variables allow {count} combinations, more than "
+                    f"{MAX_LISTED_COMBINATIONS}: the coverage lists only those the cases exercise")  # fmt: skip
     for v in manifest.variants:
         for combo in combos:
             coverage[(v.id, _label(combo))] = Coverage(v.id, _label(combo))
