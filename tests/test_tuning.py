@@ -336,21 +336,6 @@ def test_no_tuning_env_restores_default(adapter_file, fresh_kernel, plans_run, m
     assert plans_run[-1].variant == "vec4"
 
 
-def test_no_tuning_env_reaches_plans_chosen_before(adapter_file, fresh_kernel, plans_run, monkeypatch):
-    """Setting WEBGPU_KERNELS_NO_TUNING after a tuned call turns tuning off for the same kernel
-    too (its fast path had kept the tuned plan), and unsetting it brings the stored choice back."""
-    store(adapter_file, SCALAR_64)
-    kernel = fresh_kernel()
-    x = np.linspace(-3, 3, N, dtype=np.float32)
-    for disabled, variant in ((False, "scalar"), (True, "vec4"), (False, "scalar")):
-        if disabled:
-            monkeypatch.setenv(tuning.DISABLE_ENV, "1")
-        else:
-            monkeypatch.delenv(tuning.DISABLE_ENV, raising=False)
-        assert_quick_gelu(kernel({"X": x})["Y"], x)
-        assert plans_run[-1].variant == variant
-
-
 @pytest.mark.parametrize(
     "entry",
     [{"variant": "no-such-variant", "tunables": {}},

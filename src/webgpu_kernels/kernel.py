@@ -145,7 +145,7 @@ class Kernel:
         # with that key did both).
         try:
             key = (variant, output, _frozen(attrs), _frozen(tunables), device.serial, tuning.generation,
-                   tuning.disabled(), *[(name, value.shape, value.dtype) for name, value in inputs.items()])  # fmt: skip
+                   *[(name, value.shape, value.dtype) for name, value in inputs.items()])  # fmt: skip
             plan = self._fast_plans.get(key)
         except (TypeError, AttributeError):
             key, plan = None, None

@@ -31,8 +31,9 @@ FILE_VERSION = 3
 
 
 def disabled() -> bool:
-    """Whether WEBGPU_KERNELS_NO_TUNING turns stored results off (read per call: a test or a
-    session may set it at any time, and plans chosen before must not outlive it)."""
+    """Whether WEBGPU_KERNELS_NO_TUNING turns stored results off. Read when a call's plan is
+    chosen, not on the per-call fast path (an environment read is 0.3-0.7 µs of a ~10 µs call):
+    a plan a kernel already chose for a shape stays."""
     return bool(os.environ.get(DISABLE_ENV))
 
 
