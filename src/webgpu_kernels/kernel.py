@@ -321,11 +321,11 @@ class Kernel:
         the type variables' dtypes, the inputs' shapes (tuning.shape_class buckets them), the
         optional inputs left out and the attributes set to other than their defaults."""
         metas = _metas(inputs)
-        return self._tuning_class(metas, check_call(self.manifest, metas, attrs, None))
+        return self._tuning_class(check_call(self.manifest, metas, attrs, None))
 
-    def _tuning_class(self, metas: Mapping[str, Any], signature: CallSignature) -> TuningClass:
+    def _tuning_class(self, signature: CallSignature) -> TuningClass:
         shapes = signature.shape_map()  # checked: Python ints, whatever the caller's shapes held
-        absent = tuple(spec.role for spec in self.manifest.inputs if spec.optional and spec.role not in metas)
+        absent = tuple(spec.role for spec in self.manifest.inputs if spec.optional and spec.role not in shapes)
         changed = {k: v for k, v in signature.attr_map().items() if v != self.manifest.attributes[k]}
         return signature.type_bindings(), shapes, absent, changed
 
@@ -335,7 +335,7 @@ class Kernel:
         this call, if one is stored and its tunables fit the contract; with ``check``, only if its
         variant's `when` also holds for the call (a call finds that out by building the plan)."""
         cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
-        choice = cache.lookup(self.tuning_key, *self._tuning_class(metas, signature))
+        choice = cache.lookup(self.tuning_key, *self._tuning_class(signature))
         if choice is None:
             return None
         try:
@@ -394,8 +394,10 @@ def _template_files(package: KernelPackage) -> list[str]:
 
 def _frozen(options: Mapping[str, Any] | None) -> Any:
     # The value's type is part of the key: True == 1 must not share a plan with a checked True;
-    # and so is a zero's sign: -0.0 == 0.0 must not either (CallSignature.negative_zeros).
-    return None if not options else tuple((k, v.__class__, v, has_negative_zero(v)) for k, v in options.items())
+    # and so is a zero's sign: -0.0 == 0.0 must not either (CallSignature.negative_zeros). Only a
+    # zero or a tuple is looked into: a call with attributes pays no function call for it.
+    return None if not options else tuple((k, v.__class__, v, (v == 0 or v.__class__ is tuple) and has_negative_zero(v))
+                                          for k, v in options.items())  # fmt: skip
 
 
 def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -264,9 +264,6 @@ class RenderedWGSL(str):
 #: Deepest bracket nesting the rendered WGSL may have. wgpu-native's WGSL parser recurses per level
 #: and overflows its stack (a segfault: the whole process dies) somewhere between 2,000 and 10,000.
 MAX_WGSL_NESTING = 256
-_NOT_BRACKETS = re.compile(r"[^()\[\]{}\n]+")
-
-
 #: Comments, blanked before the checks below (a line of dashes is no chain of minus signs).
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 #: What opens a template list (`array<`: a `<` right after a name, before a name), closes one,
@@ -284,18 +281,8 @@ def check_nesting(wgsl: str, shader: str) -> None:
     brackets or template lists (`array<array<...>>`), or an expression tree deeper than
     MAX_WGSL_EXPRESSION_DEPTH (`a + a + ... + a`, `v.x.x...`, `!!!...x`). wgpu-native recurses
     into each level while it parses and lowers a shader, and a few thousand levels overflow the
-    stack, which kills the process. Every new plan renders, so this must stay cheap: one regular
-    expression pass over the brackets, one over the tokens."""
-    depth, line_number = 0, 1
-    for char in _NOT_BRACKETS.sub("", wgsl):
-        if char == "\n":
-            line_number += 1
-        elif char in "([{":
-            depth += 1
-            if depth > MAX_WGSL_NESTING:
-                raise _too_deep(shader, "brackets", MAX_WGSL_NESTING, line_number)
-        else:
-            depth -= 1
+    stack, which kills the process. Every new plan renders, so this must stay cheap: comments
+    blanked, then one regular expression pass for template lists and one over the tokens."""
     code = _COMMENTS.sub(lambda m: "\n" * m.group().count("\n"), wgsl)
     depth, line_number = 0, 1
     for token in _TEMPLATE_TOKENS.findall(code):
@@ -313,8 +300,9 @@ def check_nesting(wgsl: str, shader: str) -> None:
 
 
 def _check_expression_depth(code: str, shader: str) -> None:
-    """An upper bound of every expression tree's depth: within one term (between commas and
-    semicolons) each operator character may add a level, and a bracket adds its deepest term."""
+    """Brackets at most MAX_WGSL_NESTING deep, and an upper bound of every expression tree's
+    depth: within one term (between commas and semicolons) each operator character may add a
+    level, and a bracket adds its deepest term."""
     # frames[i] = [operators in the current term, deepest bracket in it, deepest finished term]
     frames, line_number = [[0, 0, 0]], 1
     for token in _DEPTH_TOKENS.findall(code):
@@ -322,6 +310,8 @@ def _check_expression_depth(code: str, shader: str) -> None:
             continue  # a number or a name
         frame = frames[-1]
         if token in "([{":
+            if len(frames) > MAX_WGSL_NESTING:
+                raise _too_deep(shader, "brackets", MAX_WGSL_NESTING, line_number)
             frames.append([0, 0, 0])
         elif token in ")]}":
             if len(frames) > 1:

@@ -450,9 +450,7 @@ class PackageLoader(BaseLoader):
         self._read = read
 
     def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
-        # The name becomes a file name and Jinja's code object file name: letters, digits, . _ -
-        # only, so no path, quote, newline or control character gets anywhere (CVE-2024-56201).
-        _check_template_name(template)
+        _check_template_name(template)  # TemplateSandbox checked it already; the loader holds on its own
         try:
             source = self._read(template)
         except DigestError:
