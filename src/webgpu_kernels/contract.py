@@ -112,7 +112,7 @@ def check_call(
 
 def has_negative_zero(value: Any) -> bool:
     """Whether ``value`` (a number, or a tuple or list of them) holds a -0.0."""
-    if isinstance(value, float):
+    if isinstance(value, (float, np.floating)):
         return value == 0.0 and math.copysign(1.0, value) < 0
     if isinstance(value, (tuple, list)):
         return any(has_negative_zero(v) for v in value)

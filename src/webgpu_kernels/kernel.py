@@ -395,9 +395,14 @@ def _template_files(package: KernelPackage) -> list[str]:
 def _frozen(options: Mapping[str, Any] | None) -> Any:
     # The value's type is part of the key: True == 1 must not share a plan with a checked True;
     # and so is a zero's sign: -0.0 == 0.0 must not either (CallSignature.negative_zeros). Only a
-    # zero or a tuple is looked into: a call with attributes pays no function call for it.
-    return None if not options else tuple((k, v.__class__, v, (v == 0 or v.__class__ is tuple) and has_negative_zero(v))
-                                          for k, v in options.items())  # fmt: skip
+    # float zero or a tuple is looked into: a call with attributes pays no function call for it.
+    return None if not options else tuple(
+        (k, v.__class__, v, (v == 0.0 if isinstance(v, _FLOATS) else v.__class__ is tuple) and has_negative_zero(v))
+        for k, v in options.items()
+    )  # fmt: skip
+
+
+_FLOATS = (float, np.floating)
 
 
 def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
