@@ -2,21 +2,31 @@
 
     python scripts/perf_report.py docs/perf/h200-run-c.json
 
-A peer whose output failed the reference check is marked WRONG next to its figure.
+A figure whose output failed the reference check (ours tuned, or a peer's) is marked WRONG next to
+it, with bench's own tolerance; a peer that gave no result for a case shows its error.
 """
 
 import json
 import math
 import sys
 
+from webgpu_kernels.cli_bench import _tolerance
+
 
 def fmt(value, spec):
-    return "-" if value is None else format(value, spec)
+    # bench's JSON writes non-finite numbers as strings ("nan", "inf")
+    return "-" if value is None else value if isinstance(value, str) else format(value, spec)
 
 
 def wrong(error, dtype):
-    limit = {"float32": 1e-4, "float16": 1e-2}.get(dtype, 1e-2)
-    return error is not None and (not math.isfinite(error) or error > limit)
+    if error is None:
+        return False
+    error = float(error)
+    return not math.isfinite(error) or error > _tolerance(dtype.split(","))
+
+
+def mark(error, dtype):
+    return " WRONG" if wrong(error, dtype) else ""
 
 
 def main(path: str) -> None:
@@ -34,13 +44,18 @@ def main(path: str) -> None:
         ort = r.get("peers", {}).get("ort-webgpu", {})
         tb = lambda s: None if not s else r["bytes"] / s / 1e12  # noqa: E731
         ort_s, ort_rt, rt = ort.get("device_s"), ort.get("numpy_roundtrip_s"), r.get("roundtrip_s")
-        ort_mark = " WRONG" if wrong(ort.get("device_error"), r["dtype"]) else ""
-        ort_rt_mark = " WRONG" if wrong(ort.get("numpy_error"), r["dtype"]) else ""
-        tuned = r.get("tuned", {}).get("tbps")
+        dt = r["dtype"]
+        ort_mark, ort_rt_mark = mark(ort.get("device_error"), dt), mark(ort.get("numpy_error"), dt)
+        eager_mark, compile_mark = mark(torch.get("eager_error"), dt), mark(torch.get("compile_error"), dt)
+        tuned_row = r.get("tuned", {})
+        tuned = "error" if "error" in tuned_row else fmt(tuned_row.get("tbps"), ".3f") + mark(tuned_row.get("max_error"), dt)
+        for name, peer in (("torch", torch), ("ORT", ort)):
+            if "error" in peer and not any(k.endswith("_s") for k in peer):
+                print(f"<!-- {r['case']} {dt}: {name}: {peer['error'][:120]} -->")
         print(f"| {r['kernel'].split('.')[-1]} | {r['case']} | {r['dtype'].replace('float', 'f')} "
               f"| {r['median_s'] * 1e6:.1f} | {r['tbps']:.3f} | {fmt(r.get('peak_fraction') and r['peak_fraction'] * 100, '.1f')} "
-              f"| {r['copy_fraction'] * 100:.0f} | {fmt(tuned, '.3f')} | {fmt(tb(torch.get('eager_s')), '.3f')} "
-              f"| {fmt(tb(torch.get('compile_s')), '.3f')} "
+              f"| {r['copy_fraction'] * 100:.0f} | {tuned} | {fmt(tb(torch.get('eager_s')), '.3f')}{eager_mark} "
+              f"| {fmt(tb(torch.get('compile_s')), '.3f')}{compile_mark} "
               f"| {fmt(ort_s and ort_s * 1e6, '.1f')}{ort_mark} | {fmt(ort_s and ort_s / r['median_s'], '.2f')} "
               f"| {fmt(rt and rt * 1e3, '.3f')} | {fmt(ort_rt and ort_rt * 1e3, '.3f')}{ort_rt_mark} "
               f"| {fmt(ort_rt and rt and ort_rt / rt, '.2f')} "

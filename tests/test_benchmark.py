@@ -359,3 +359,82 @@ def test_back_to_back_sync_cost(monkeypatch, batches):
     reps = 0.3 / batches / 0.0024
     assert without == pytest.approx(0.002 + 0.010 / reps, rel=0.01)
     assert without - with_cost > 0.5 * 0.010 / reps
+
+
+# --- timestamps: units, precision, counters that reset ------------------------------------------
+
+
+class FakeGPU:
+    """Just what _one_batch touches; ``read_buffer`` returns the given timestamps (2 per span)."""
+
+    def __init__(self, stamps):
+        self.stamps = np.asarray(stamps, dtype=np.uint64)
+        done = type("Done", (), {"destroy": lambda self: None, "end": lambda self: None})
+        self.queue = type("Queue", (), {"submit": lambda q, buffers: None,
+                                        "read_buffer": lambda q, buffer: self.stamps.tobytes()})()  # fmt: skip
+        self._done = done
+
+    def create_query_set(self, **_):
+        return self._done()
+
+    def create_buffer(self, **_):
+        return self._done()
+
+    def create_command_encoder(self):
+        gpu = self
+        return type("Encoder", (), {"begin_compute_pass": lambda e, **_: gpu._done(),
+                                    "resolve_query_set": lambda e, *a: None, "finish": lambda e: None})()  # fmt: skip
+
+
+def fake_device(stamps, features=frozenset({"timestamp-query"})):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(gpu=FakeGPU(stamps), info=SimpleNamespace(features=features),
+                           adapter=SimpleNamespace(label=lambda: "fake adapter"))  # fmt: skip
+
+
+def test_ticks_are_converted_to_ns_by_the_queues_timestamp_period(monkeypatch, device):
+    """wgpu-native resolves raw ticks; the queue's period (ns per tick) is 1 on NVIDIA and lavapipe
+    but tens of ns on many Intel and AMD GPUs, whose times (and TB/s) were off by that factor."""
+    period = benchmark.timestamp_period(device.gpu)
+    assert math.isfinite(period) and period > 0  # the real queue answers (1.0 on lavapipe)
+    monkeypatch.setattr(benchmark, "timestamp_period", lambda gpu: 52.0)
+    assert benchmark._one_batch(FakeGPU([1000, 3000]), [], 1, 50) == pytest.approx([2000 * 52.0 * 1e-9 / 50])
+
+
+def test_timestamps_are_subtracted_as_integers():
+    """NVIDIA's timestamps are ns since the epoch (~1.7e18), where float64 steps by 256 ns: a span
+    of 109,877 ns read 110,080 (each stamp rounded before the subtraction)."""
+    start = 1_700_000_000_000_000_123
+    (per_call,) = benchmark._one_batch(FakeGPU([start, start + 109_877]), [], 1, 50)
+    assert per_call == pytest.approx(109_877e-9 / 50, rel=1e-12)
+
+
+def test_a_span_whose_counter_reset_or_wrapped_is_dropped():
+    """A span that ends before it begins (the counter reset, or wrapped at fewer than 64 valid bits)
+    gave a negative time per call, which pulled the median and p10 down; WebGPU says to ignore it."""
+    stamps = [100, 5100, 2**36 - 10, 4990, 9000, 14000]  # the middle span wrapped at 36 bits
+    assert benchmark._one_batch(FakeGPU(stamps), [], 3, 50) == pytest.approx([5000e-9 / 50, 5000e-9 / 50])
+
+
+def test_a_timer_that_does_not_count_up_is_an_error_not_a_zero_time():
+    """Spans of equal stamps gave a median of 0 s (and a NaN TB/s) as if it were a measurement."""
+    with pytest.raises(wk.errors.GPUError, match="timed spans ended after they began"):
+        benchmark.time_calls(fake_device([7] * 10), [], **FAST)
+
+
+def test_no_timestamp_feature_is_the_librarys_error():
+    """A RuntimeError went through bench's per-case handling and ended the command with a traceback."""
+    with pytest.raises(wk.errors.GPUError, match="no timestamp-query feature"):
+        benchmark.time_calls(fake_device([], features=frozenset()), [], **FAST)
+
+
+def test_a_timing_that_never_settled_says_so(device, quick_gelu):
+    """When max_batches runs out before two batch medians agree, the figure is still given, marked
+    unstable (before, nothing told it from one that converged)."""
+    t = bench_copy(device, 1 << 14, **{**FAST, "rel_tol": -1.0})
+    assert t.stable is False and t.batches == FAST["max_batches"]
+    assert bench_copy(device, 1 << 14, **{**FAST, "rel_tol": 10.0}).stable is True
+    x = random_array((1024,), "float32", np.random.default_rng(5))
+    r = bench_kernel(quick_gelu, {"X": x}, **{**FAST, "rel_tol": -1.0})
+    assert r.stable is False and r.batches == FAST["max_batches"] and r.as_dict()["stable"] is False

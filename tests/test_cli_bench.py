@@ -241,7 +241,55 @@ def test_bench_does_not_retime_a_tuned_choice_equal_to_the_default(runner, tunin
     (row,) = json.loads(path.read_text("utf-8"))["cases"]
     assert_tiny_row(row)
     assert row["tuned"] == {"variant": "vec4", "tunables": {"WORKGROUP_SIZE": 256}, "tbps": row["tbps"],
-                            "tflops": None, "median_s": row["median_s"], "same_as_default": True}  # fmt: skip
+                            "tflops": None, "median_s": row["median_s"], "same_as_default": True,
+                            "max_error": row["max_error"], "error_ok": True}  # fmt: skip
+
+
+def test_a_stored_choice_that_calls_ignore_is_not_the_tuned_figure(runner, tuning_dir, tmp_path):
+    """A stored entry a call cannot use (WORKGROUP_SIZE 4096: past the device, so the call runs the
+    default selection) turned the whole row into an error, the default's figures lost, exit 1.
+    "tuned" is what a call runs: here the default itself."""
+    cache = tuning.TuningCache(tuning_file(tuning_dir))
+    cache.record(wk.get_kernel(QG).tuning_key, {"T": "float32"}, {"X": (4096,)},
+                 tuning.TunedChoice("vec4", {"WORKGROUP_SIZE": 4096}, 1e-5))  # fmt: skip
+    cache.save()
+    path = tmp_path / "bench.json"
+    invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(path))
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert_tiny_row(row)
+    assert row["tuned"]["same_as_default"] is True and row["tuned"]["tunables"] == {"WORKGROUP_SIZE": 256}
+
+
+def test_a_tuned_choice_whose_output_is_wrong_is_reported_wrong(runner, tuning_dir, tmp_path):
+    """The tuned kernel was timed without a check: a stored variant that writes nothing showed as a
+    fast "tuned TB/s". It is checked as the default is, marked WRONG, and fails the command."""
+    root = copy_package(QG, tmp_path / "qg")
+    template = root / "quick-gelu.wgsl.jinja"
+    broken = "{% else %}\n  if (i >= params.count) {"
+    template.write_text(template.read_text("utf-8").replace(broken, "{% else %}\n  if (true) {"), "utf-8")
+    write_metadata(root)
+    copy = wk.load_kernel(root)
+    cache = tuning.TuningCache(tuning_file(tuning_dir))
+    cache.record(copy.tuning_key, {"T": "float32"}, {"X": (4096,)}, tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 256}, 1e-5))
+    cache.save()
+    path = tmp_path / "bench.json"
+    result = runner.invoke(main, ["bench", str(root), *TINY, "--no-host", "--json", str(path)])
+    assert result.exit_code == 1, result.output
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["error_ok"] is True and row["variant"] == "vec4"  # the default is right
+    assert row["tuned"]["variant"] == "scalar" and row["tuned"]["error_ok"] is False and row["tuned"]["max_error"] > 0.1
+    assert "WRONG" in result.output and "1 of 1 cases failed" in result.output
+
+
+def test_without_timestamp_queries_bench_reports_error_rows_not_a_traceback(runner, monkeypatch, tmp_path):
+    import dataclasses
+
+    device = wk.get_device()
+    monkeypatch.setattr(device, "info", dataclasses.replace(device.info, features=device.info.features - {"timestamp-query"}))
+    result = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host", "--json", str(tmp_path / "b.json")])
+    assert result.exit_code == 1 and (result.exception is None or isinstance(result.exception, SystemExit)), result.exception
+    (row,) = json.loads((tmp_path / "b.json").read_text("utf-8"))["cases"]
+    assert "no timestamp-query feature" in row["error"]
 
 
 # --- tune ---------------------------------------------------------------------------------------------
@@ -434,7 +482,7 @@ def test_ort_cases_run_one_process_per_dtype_and_torch_in_one(monkeypatch):
 
     seen = []
 
-    def fake_stream(peer, command, console, timeout_s):
+    def fake_stream(peer, command, console, timeout_s, why=None):
         cases = json.loads(Path(command[-1]).read_text("utf-8"))
         seen.append((peer, sorted({spec["dtype"] for c in cases for spec in c["inputs"].values()}), len(cases)))
         for case in cases:
@@ -446,6 +494,44 @@ def test_ort_cases_run_one_process_per_dtype_and_torch_in_one(monkeypatch):
     cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5)
     assert seen == [("torch", ["float16", "float32"], 5), ("ort-webgpu", ["float32"], 3), ("ort-webgpu", ["float16"], 2)]
     assert all(set(row["peers"]) == {"torch", "ort-webgpu"} for row in rows)
+
+
+def test_a_case_a_peer_never_answered_is_recorded_with_the_reason(monkeypatch):
+    """A peer that is not installed or dies part way left its cases without any entry: "-" in the
+    table and nothing in the JSON, as if never asked. Each such case now records why."""
+    from rich.console import Console
+
+    real = cli_bench._stream_peer
+    code = "import json\nprint(json.dumps({'case': 0, 'peer': 'torch', 'eager_s': 1e-3}), flush=True)\nraise SystemExit('boom')"
+    monkeypatch.setattr(cli_bench, "_stream_peer", lambda peer, command, console, timeout_s, why=None:
+                        real(peer, [sys.executable, "-c", code], console, timeout_s, why=why))  # fmt: skip
+    rows = [{"kernel": QG, "attrs": {}, "tags": [], "shapes": {"X": [8]}, "dtypes": {"X": "float32"}} for _ in range(2)]
+    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 30)
+    assert rows[0]["peers"]["torch"] == {"peer": "torch", "eager_s": 1e-3}
+    assert rows[1]["peers"]["torch"]["error"] == "no result: peer torch exited with 1: ['boom']"
+    assert "no result" in rows[1]["peers"]["ort-webgpu"]["error"]
+
+
+def _row(**extra):
+    """A bench row as _bench_case makes it (QuickGelu tiny-4096 f32), for the table alone."""
+    return {"kernel": QG, "case": "tiny-4096", "dtype": "float32", "variant": "vec4", "elements": 4096, "bytes": 32768,
+            "median_s": 2e-6, "tbps": 0.016, "peak_fraction": None, "copy_fraction": 0.9, "max_error": 1e-7,
+            "error_ok": True, **extra}  # fmt: skip
+
+
+def test_a_peer_figure_whose_output_is_wrong_says_so_in_its_cell():
+    """A wrong peer's TB/s stood in the table like any other, the WRONG only in a line under it."""
+    from rich.console import Console
+
+    rows = [_row(peers={"torch": {"eager_s": 1e-6, "eager_error": 0.5, "compile_s": 2e-6, "compile_error": 0.0},
+                        "ort-webgpu": {"device_s": 1e-6, "device_error": float("inf"), "numpy_roundtrip_s": 1e-3,
+                                       "numpy_error": 0.0}})]  # fmt: skip
+    console = Console(record=True, width=400)
+    cli_bench._print_rows(console, rows, [])
+    (line,) = [line for line in console.export_text().splitlines() if "tiny-4096" in line and "│" in line]
+    cells = [c.strip() for c in line.split("│")[1:-1]]
+    assert cells[10] == "0.033 WRONG" and cells[11] == "0.016"  # torch eager wrong, compile right
+    assert cells[12] == "1.0 WRONG" and cells[13] == "0.50 WRONG" and cells[15] == "1.000"  # ORT device wrong
 
 
 def test_tune_skips_a_candidate_that_computes_something_else(runner, tuning_dir, tmp_path):

@@ -65,3 +65,94 @@ def test_host_bound_calls_are_timed_at_the_host_rate():
     """Small cases: when a call's host cost exceeds its GPU work, back-to-back runs go at the host's rate."""
     device = AsyncDevice(gpu_s=2e-6, host_s=16e-6, readback_s=1e-3, jitter=0.3, seed=0)
     assert peers._differential(device.call, device.sync, clock=device.clock) == pytest.approx([16e-6] * 3, rel=0.03)
+
+
+# --- torch's peer, against a stand-in torch module ---------------------------------------------------
+
+
+class FakeTensor:
+    def __init__(self, a):
+        self.a = np.asarray(a)
+
+    def to(self, device):
+        return self
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.a
+
+    def __add__(self, other):
+        return FakeTensor(self.a + other.a)
+
+    def __mul__(self, other):
+        return FakeTensor(self.a * (other.a if isinstance(other, FakeTensor) else other))
+
+    def sigmoid(self):
+        return FakeTensor(1 / (1 + np.exp(-self.a)))
+
+
+class FakeCuda:
+    """A GPU on a virtual clock: each launch queues ``cost(gpu time so far)`` seconds of work;
+    events read the time at which the work queued before them is done."""
+
+    def __init__(self, available=True, cost=lambda now: 1e-4):
+        self.available, self.cost, self.now = available, cost, 0.0
+
+    def is_available(self):
+        return self.available
+
+    def synchronize(self):
+        pass
+
+    def launch(self):
+        self.now += self.cost(self.now)
+
+    def Event(self, enable_timing=False):  # noqa: N802 - torch's name
+        cuda = self
+
+        class Event:
+            def record(self):
+                self.t = cuda.now
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return (end.t - self.t) * 1e3  # ms, as torch's
+
+        return Event()
+
+
+def fake_torch(cuda):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(__version__="0-fake", cuda=cuda, device=str, from_numpy=FakeTensor)
+
+
+def test_torch_without_cuda_is_reported_not_timed_on_the_cpu(monkeypatch, capsys):
+    """Without CUDA the peer timed torch on the CPU and bench showed that as "torch TB/s" next to a
+    GPU kernel's; it now says there is no CUDA device."""
+    import json
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(FakeCuda(available=False)))
+    case = {"id": 0, "op": "com.microsoft.QuickGelu", "attrs": {}, "compile": False,
+            "inputs": {"X": {"shape": [64], "dtype": "float32"}}}  # fmt: skip
+    peers.run_torch([case])
+    (result,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "no CUDA device" in result.get("error", "") and "eager_s" not in result, result
+
+
+def test_torch_is_timed_under_sustained_load_as_ours_is():
+    """A GPU that runs at half speed for its first 0.1 s (clocks still low after the peer process's
+    start and torch.compile's CPU seconds): ten warm-up launches and five spans of 50 read twice the
+    steady time; batches until two medians agree after 0.3 s, as benchmark.time_calls, read it."""
+    cuda = FakeCuda(cost=lambda now: 2e-4 if now < 0.1 else 1e-4)
+
+    def impl():
+        cuda.launch()
+
+    assert peers._gpu_time(impl, fake_torch(cuda)) == pytest.approx(1e-4, rel=0.03)
+    assert cuda.now >= peers.MIN_TOTAL_S

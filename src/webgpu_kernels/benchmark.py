@@ -25,6 +25,7 @@ import wgpu
 
 from .buffers import padded_size, translate_gpu_errors
 from .device import Device
+from .errors import GPUError
 from .execution import BoundPass, ExecutionPlan, bind, dispatch_calls, upload
 from .expressions import as_count
 from .kernel import Kernel
@@ -56,6 +57,8 @@ class Timing:
     p90_s: float
     samples: int
     batches: int
+    #: False when max_batches ran out before two consecutive batch medians agreed
+    stable: bool = True
 
 
 #: Calls between two timestamps: torch's peer times 50 launches between two CUDA events.
@@ -83,16 +86,19 @@ def time_calls(
     with its own timestamps would charge every call a pass boundary that chained calls never pay:
     2.8-3.5 us more per call on the H200 (scripts/timing_probe.py, docs/performance.md).
     """
-    if "timestamp-query" not in device.info.features:
-        raise RuntimeError(f"{device.adapter.label()} has no timestamp-query feature: GPU time cannot be measured")
+    if "timestamp-query" not in device.info.features:  # the library's error: bench reports it per case
+        raise GPUError(f"{device.adapter.label()} has no timestamp-query feature: GPU time cannot be measured")
     gpu = device.gpu
     spans = MIN_SPANS
     batches: list[list[float]] = []
     medians: list[float] = []
     total = 0.0
+    stable = False
     for batch in range(max_batches):
         spans = max(MIN_SPANS, min(spans, QUERY_SET_MAX // 2))
         samples = _one_batch(gpu, bound, spans, calls_per_span)
+        if len(samples) < 2:  # a timer that does not count up (spans with end <= start are dropped)
+            raise GPUError(f"{device.adapter.label()}: only {len(samples)} of {spans} timed spans ended after they began")
         total += sum(samples) * calls_per_span
         # Drop the first span of each batch: the GPU may still be ramping up its clocks.
         batches.append(samples[1:])
@@ -104,17 +110,18 @@ def time_calls(
             and total >= min_total_s
             and abs(medians[-1] - medians[-2]) <= rel_tol * medians[-1]
         ):
+            stable = True
             break
     ordered = sorted(batches[-1] + (batches[-2] if len(batches) > 1 else []))
     return Timing(
         median_s=statistics.median(ordered), p10_s=ordered[len(ordered) // 10],
-        p90_s=ordered[(len(ordered) * 9) // 10], samples=len(ordered), batches=len(medians),
+        p90_s=ordered[(len(ordered) * 9) // 10], samples=len(ordered), batches=len(medians), stable=stable,
     )  # fmt: skip
 
 
 def _one_batch(gpu: Any, bound: list[BoundPass], spans: int, calls: int) -> list[float]:
     """``spans`` runs of ``calls`` back-to-back calls, one timed compute pass each, in one encoder
-    and one submission: seconds per call of each run.
+    and one submission: seconds per call of each run (runs whose timestamps do not count up dropped).
 
     Many passes in one encoder have a lasting side effect: wgpu-native keeps that encoder's
     command buffers for reuse and resets all of them whenever it is reused, so every later submit
@@ -133,10 +140,28 @@ def _one_batch(gpu: Any, bound: list[BoundPass], spans: int, calls: int) -> list
         compute.end()
     encoder.resolve_query_set(query_set, 0, 2 * spans, resolve, 0)
     gpu.queue.submit([encoder.finish()])
-    stamps = np.frombuffer(gpu.queue.read_buffer(resolve), dtype=np.uint64).astype(np.float64)
+    stamps = np.frombuffer(gpu.queue.read_buffer(resolve), dtype=np.uint64)
     query_set.destroy()
     resolve.destroy()
-    return [float(ns) * 1e-9 / calls for ns in stamps[1::2] - stamps[0::2]]
+    # Subtract as integers: NVIDIA's stamps are ns since the epoch (~1.7e18), where float64 steps
+    # by 256 ns. A span whose end is not after its start saw the counter reset or wrap (WebGPU:
+    # ignore such values); it is dropped, never a negative or zero time.
+    ticks = stamps[1::2].astype(np.int64) - stamps[0::2].astype(np.int64)
+    ns_per_tick = timestamp_period(gpu)
+    return [int(t) * ns_per_tick * 1e-9 / calls for t in ticks if t > 0]
+
+
+def timestamp_period(gpu: Any) -> float:
+    """Nanoseconds per timestamp tick of ``gpu``'s queue. wgpu-native resolves raw ticks (WebGPU's
+    nanoseconds only with automatic normalization, which wgpu-py does not turn on): 1 on NVIDIA
+    and lavapipe, tens of ns on many Intel and AMD GPUs. 1.0 where the library cannot say."""
+    try:
+        from wgpu.backends.wgpu_native._ffi import lib
+
+        period = float(lib.wgpuQueueGetTimestampPeriod(gpu.queue._internal))
+    except (ImportError, AttributeError, TypeError):
+        return 1.0
+    return period if math.isfinite(period) and period > 0 else 1.0
 
 
 # --- inputs ------------------------------------------------------------------------------------
@@ -164,6 +189,8 @@ class BenchResult:
     p90_s: float
     samples: int
     tbps: float
+    batches: int = 0
+    stable: bool = True  # two consecutive batch medians agreed (Timing.stable)
     peak_fraction: float | None = None
     copy_tbps: float | None = None
     copy_fraction: float | None = None
@@ -205,6 +232,7 @@ def bench_kernel(
         # the largest tensor read or written: a reduction's size is its input's (as tuning's shape class)
         elements=max([a.size for a in arrays.values()] + [math.prod(o.shape) for o in plan.outputs], default=0),
         bytes=total, median_s=t.median_s, p10_s=t.p10_s, p90_s=t.p90_s, samples=t.samples, tbps=tbps,
+        batches=t.batches, stable=t.stable,
         peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables={**kernel.manifest.tunables, **(tunables or {})}, max_error=max_error,
         flops=flops, tflops=flops / t.median_s / 1e12 if flops is not None and t.median_s > 0 else None,
     )  # fmt: skip

@@ -239,7 +239,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     if plot_path:
         _plot(rows, peak, plot_path)
         console.print(f"plot: {plot_path}")
-    failed = [r for r in rows if "error" in r or not r.get("error_ok", True)]
+    failed = [r for r in rows if "error" in r or not r.get("error_ok", True) or not r.get("tuned", {}).get("error_ok", True)]
     if failed:  # a CI job must see it: exit status 1, as `test` and `validate` do
         names_ = ", ".join(f"{r['kernel'].split('.')[-1]} {r['case']} {r['dtype']}" for r in failed)
         console.print(Text(f"{len(failed)} of {len(rows)} cases failed (error or WRONG output): {names_}", style="red"))
@@ -273,16 +273,32 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache:
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
         row["beyond_memory"] = _beyond_memory(result.peak_fraction, row["copy_fraction"])
         row["error_ok"] = result.max_error is None or result.max_error <= _tolerance(row["dtype"].split(","))
-        if choice is not None:
-            same = choice.variant == result.variant and choice.tunables == result.tunables
-            # The tuner kept the default: timing the same kernel again would only add noise.
-            tuned = result if same else bench_kernel(kernel, arrays, attrs=attrs, variant=choice.variant,
-                                                     tunables=choice.tunables, flops=flops)  # fmt: skip
-            row["tuned"] = {"variant": choice.variant, "tunables": choice.tunables, "tbps": tuned.tbps,
-                            "tflops": tuned.tflops, "median_s": tuned.median_s, "same_as_default": same}  # fmt: skip
     except KernelError as exc:
         row["error"] = str(exc)
+        return row
+    if choice is not None:
+        try:
+            row["tuned"] = _bench_tuned(kernel, arrays, attrs, result, row["dtype"], flops)
+        except KernelError as exc:  # the default's figures stand
+            row["tuned"] = {"variant": choice.variant, "tunables": choice.tunables, "error": str(exc)}
     return row
+
+
+def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any, dtype: str,
+                 flops: int | None) -> dict[str, Any]:  # fmt: skip
+    """The "tuned" figures: what a call without variant or tunables runs, checked as the default is."""
+    # A stored choice the call cannot use (stale, or refused by `when` or the device) falls back to
+    # the default selection there, so it is that plan that is timed, not the stored entry.
+    _, runs = kernel.plan(arrays, attrs=attrs, tuned=True)
+    variant, tunables = runs.variant, dict(runs.tunables)
+    same = variant == default.variant and tunables == default.tunables
+    # The tuner kept the default: timing the same kernel again would only add noise.
+    tuned = default if same else bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
+                                              check=_checker(kernel, arrays, attrs), flops=flops)  # fmt: skip
+    # A tuned kernel that computes something else is WRONG, not fast.
+    ok = tuned.max_error is None or tuned.max_error <= _tolerance(dtype.split(","))
+    return {"variant": variant, "tunables": tunables, "tbps": tuned.tbps, "tflops": tuned.tflops,
+            "median_s": tuned.median_s, "same_as_default": same, "max_error": tuned.max_error, "error_ok": ok}
 
 
 def _host_per_call(kernels: list[Kernel], calls: int, seed: int) -> list[dict[str, Any]]:
@@ -327,9 +343,16 @@ def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: A
                 path = Path(folder) / "cases.json"
                 path.write_text(json.dumps(group), "utf-8")
                 command = [sys.executable, "-m", f"{__package__}.peers", peer, str(path)]
-                for result in _stream_peer(peer, command, console, timeout_s):
+                why: list[str] = []
+                for result in _stream_peer(peer, command, console, timeout_s, why=why):
                     rows[int(result.pop("case"))].setdefault("peers", {})[peer] = result
                     done += 1
+            # A case the peer never answered (not installed, crashed, killed) is recorded as such,
+            # in the JSON too: an absent figure must not read as one that was never asked for.
+            for case in group:
+                if peer not in rows[case["id"]].get("peers", {}):
+                    reason = why[0] if why else "it exited without one"
+                    rows[case["id"]].setdefault("peers", {})[peer] = {"peer": peer, "error": f"no result: {reason}"}
         console.print(f"peer {peer}: {done} of {len(cases)} cases in {time.perf_counter() - start:.0f} s")
         save()
 
@@ -337,9 +360,9 @@ def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: A
 PEER_TIMEOUT_ENV = "WEBGPU_KERNELS_PEER_TIMEOUT"  # seconds each peer process may run (420)
 
 
-def _stream_peer(peer: str, command: list[str], console: Any, timeout_s: int) -> Any:
+def _stream_peer(peer: str, command: list[str], console: Any, timeout_s: int, why: list[str] | None = None) -> Any:
     """Yield the JSON lines of the peer process ``command`` as they come; a peer past ``timeout_s``
-    is killed, keeping what it said."""
+    is killed, keeping what it said. A failed process's reason is appended to ``why``."""
     # stderr goes to a file: a pipe read only at the end would stall a chatty peer once it filled.
     with tempfile.TemporaryFile("w+") as errors:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
@@ -364,9 +387,11 @@ def _stream_peer(peer: str, command: list[str], console: Any, timeout_s: int) ->
             if process.returncode != 0:
                 errors.seek(0)
                 tail = errors.read().strip().splitlines()[-1:]
-                why = (f"killed after {timeout_s} s (${PEER_TIMEOUT_ENV})" if killed.is_set()
-                       else f"exited with {process.returncode}")  # fmt: skip
-                console.print(Text(f"peer {peer} {why}: {tail}", style="red"))
+                reason = (f"killed after {timeout_s} s (${PEER_TIMEOUT_ENV})" if killed.is_set()
+                          else f"exited with {process.returncode}")  # fmt: skip
+                console.print(Text(f"peer {peer} {reason}: {tail}", style="red"))
+                if why is not None:
+                    why.append(f"peer {peer} {reason}: {tail}")
 
 
 def _tbps_text(row: dict[str, Any]) -> str:
@@ -378,8 +403,14 @@ def _one_line(row: dict[str, Any]) -> str:
     name = f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}"
     if "error" in row:
         return f"{name}: error {row['error'][:100]}"
-    tuned = f", tuned {row['tuned']['tbps']:.3f} TB/s" if "tuned" in row else ""
+    tuned = "" if "tbps" not in row.get("tuned", {}) else f", tuned {row['tuned']['tbps']:.3f} TB/s"
+    if "error" in row.get("tuned", {}):
+        tuned = f", tuned: error {row['tuned']['error'][:100]}"
+    if not row.get("tuned", {}).get("error_ok", True):
+        tuned += f" WRONG: max error {row['tuned']['max_error']:.3g}"
     wrong = "" if row.get("error_ok", True) else f", WRONG: max error {row['max_error']:.3g}"
+    if not row.get("stable", True):  # the figure of two batches that did not agree
+        wrong += f", unstable: batch medians did not agree in {row['batches']} batches"
     flops = f" {row['tflops']:.3f} TFLOP/s" if row.get("tflops") is not None else ""
     return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {_tbps_text(row)} TB/s{flops} "
             f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}{wrong}")  # fmt: skip
@@ -406,15 +437,26 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         per_s = lambda s: None if not s else row["bytes"] / s / 1e12  # noqa: E731
         ort_s = ort_peer.get("device_s")
         err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok", True) else " WRONG")
+        tolerance = _tolerance(row["dtype"].split(","))
+
+        def checked(text: str, error: float | None) -> str:
+            # A figure whose output failed the reference check says so in its own cell.
+            return text + (" WRONG" if error is not None and error > tolerance else "")
+
+        tuned = row.get("tuned", {})
         table.add_row(
             row["kernel"].split(".")[-1], row["case"], row["dtype"], row["variant"], str(row["elements"]),
             f"{row['median_s'] * 1e6:.1f}", _tbps_text(row), *((_fmt(row.get("tflops"), ".3f"),) if flops else ()),
             _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
-            f"{row['copy_fraction'] * 100:.1f}", _fmt(row.get("tuned", {}).get("tbps"), ".3f"),
-            _fmt(per_s(torch_peer.get("eager_s")), ".3f"), _fmt(per_s(torch_peer.get("compile_s")), ".3f"),
-            _fmt(ort_s and ort_s * 1e6, ".1f"), _fmt(ort_s and ort_s / row["median_s"], ".2f"),
+            f"{row['copy_fraction'] * 100:.1f}",
+            "error" if "error" in tuned else _fmt(tuned.get("tbps"), ".3f") + ("" if tuned.get("error_ok", True) else " WRONG"),
+            checked(_fmt(per_s(torch_peer.get("eager_s")), ".3f"), torch_peer.get("eager_error")),
+            checked(_fmt(per_s(torch_peer.get("compile_s")), ".3f"), torch_peer.get("compile_error")),
+            checked(_fmt(ort_s and ort_s * 1e6, ".1f"), ort_peer.get("device_error")),
+            checked(_fmt(ort_s and ort_s / row["median_s"], ".2f"), ort_peer.get("device_error")),
             _fmt(row.get("roundtrip_s") and row["roundtrip_s"] * 1e3, ".3f"),
-            _fmt(ort_peer.get("numpy_roundtrip_s") and ort_peer["numpy_roundtrip_s"] * 1e3, ".3f"),
+            checked(_fmt(ort_peer.get("numpy_roundtrip_s") and ort_peer["numpy_roundtrip_s"] * 1e3, ".3f"),
+                    ort_peer.get("numpy_error")),
             _fmt(torch_peer.get("transfer_s") and torch_peer["transfer_s"] * 1e3, ".3f"), err,
         )  # fmt: skip
     # 18 or 19 columns: a log (no terminal) gets them whole rather than cells cut to "Quick…"
