@@ -30,7 +30,9 @@ if str(TESTS_DIR) not in sys.path:  # so that ``import references`` works from e
 
 import webgpu_kernels as wk  # noqa: E402
 from webgpu_kernels import tuning  # noqa: E402
+from webgpu_kernels.device import get_device  # noqa: E402
 from webgpu_kernels.package import embedded_root  # noqa: E402
+from webgpu_kernels.package_tests import fill_pooled_buffers  # noqa: E402
 
 REPO_ROOT = TESTS_DIR.parent
 PACKAGES_DIR = TESTS_DIR / "packages"
@@ -71,19 +73,26 @@ def need_workgroup_size():
     return check
 
 
+def bind_outputs(data: dict) -> dict:
+    """``data`` (a synthetic manifest) with every pass also binding each output read-write: the
+    engine refuses a variant that writes no output, and fixtures about other rules bind only X."""
+    outputs = [{"name": f"{o['role'].lower()}_out", "arg": o["role"], "buffer": {"type": "storage"}, "elementType": "f32"}
+               for o in data.get("outputs", [])]  # fmt: skip
+    for v in data.get("variants", []):
+        v["passes"] = [{**p, "bindings": [*p["bindings"], *(o for o in outputs if o["arg"] not in
+                                                           {b.get("arg") for b in p["bindings"]})]}
+                       for p in v["passes"]]  # fmt: skip
+    return data
+
+
 def poison_outputs(kernel: wk.Kernel, inputs, *, attrs=None, tunables=None) -> None:
-    """Before a call with NumPy ``inputs``: hand the buffer pool one buffer of all-ones bytes (NaN
-    as float16 and as float32) per tensor of the call, inputs and outputs, each of that tensor's
-    size, so that every output gets one: an element the kernel leaves unwritten then shows NaN.
-    (One NaN buffer of the output's size went to the first request of its size class, often an
-    input's upload, which overwrote it, and one buffer served only one of several same-size outputs.)
-    Inputs' buffers are overwritten by their upload; spare ones only poison later outputs."""
+    """Before a call with NumPy ``inputs``: one pooled buffer of all-ones bytes (NaN as float16 and
+    as float32) per tensor of the call, inputs and outputs, so that every output gets one and an
+    element the kernel leaves unwritten shows NaN (the runner's own fill, package_tests)."""
     outputs = kernel.explain(inputs, attrs=attrs, tunables=tunables).outputs
     sizes = [np.asarray(v).nbytes for v in inputs.values()]
     sizes += [math.prod(o.shape) * np.dtype(o.dtype).itemsize for o in outputs]
-    poisoned = [wk.to_gpu(np.full(n, 0xFF, np.uint8)) for n in sizes if n]
-    for tensor in poisoned:
-        tensor.release()
+    fill_pooled_buffers(get_device(), sizes, 0xFF)
 
 
 @pytest.fixture(scope="session")

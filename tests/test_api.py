@@ -32,6 +32,19 @@ def test_test_case_inputs_are_the_documented_draws_and_match_the_stored_expectat
     np.testing.assert_allclose(stored, quick_gelu_reference(x.astype(np.float64), 1.702), rtol=1e-6, atol=1e-7)
 
 
+def test_test_case_inputs_of_a_case_not_yet_in_test_json(quick_gelu):
+    """Authors compute a case's expected outputs from its inputs: a case had to be in test.json,
+    with an `expected` entry, before its inputs could be built (placeholder zeros first)."""
+    draft = {"name": "new-case", "types": {"T": "float32"}, "inputs": {"X": {"shape": [5, 77, 13], "generate": {
+        "distribution": "uniform", "seed": 103, "low": -12.0, "high": 12.0}}}}  # tail-5x77x13-f32 less `expected`
+    np.testing.assert_array_equal(wk.test_case_inputs(quick_gelu, draft)["X"],
+                                  wk.test_case_inputs(quick_gelu, "tail-5x77x13-f32")["X"])
+    with pytest.raises(wk.CaseFileError, match="cases\\[0\\].inputs.X"):
+        wk.test_case_inputs(quick_gelu, {**draft, "inputs": {"X": {"shape": [2], "values": [1, 2, 3]}}})
+    with pytest.raises(errors.InputError, match="a case name, or a case as a dict, got list"):
+        wk.test_case_inputs(quick_gelu, ["new-case"])
+
+
 def test_test_case_inputs_refuses_an_unknown_case_or_a_non_kernel(quick_gelu):
     with pytest.raises(errors.InputError, match="one of .*'tail-5x77x13-f32'") as info:
         wk.test_case_inputs(quick_gelu, "no-such-case")

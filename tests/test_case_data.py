@@ -178,3 +178,14 @@ def test_an_npz_member_that_cannot_be_read_is_a_value_error(damage) -> None:
         data[30 + len("x.npy")] = 0xFF
     with pytest.raises(ValueError, match=r"\.npz"):
         case_data.load_array(bytes(data), "x.npz", None)
+
+
+def test_cast_to_64_bit_integers_clips_instead_of_wrapping() -> None:
+    """float64 has no 2**63 - 1: the clip bound rounded up to 2**63, which the cast wrapped, so
+    1e19 became int64's minimum and 1e20 became uint64's 0 (an inline expected value too)."""
+    values = np.array([1e19, 2.0**63, -1e19, 2.0**63 - 1024, math.inf, -math.inf, 2.5])
+    assert case_data.cast(values, "int64").tolist() == [2**63 - 1, 2**63 - 1, -(2**63), 2**63 - 1024, 2**63 - 1,
+                                                        -(2**63), 2]  # fmt: skip
+    assert case_data.cast(np.array([1e20, 2.0**64, -5.0, 2.0**64 - 2048]), "uint64").tolist() == [
+        2**64 - 1, 2**64 - 1, 0, 2**64 - 2048]  # fmt: skip
+    assert case_data.cast(np.array(1e30), "int64").shape == ()

@@ -326,3 +326,30 @@ def test_metadata_json_nested_too_deeply_or_with_a_huge_number_is_a_problem_not_
             wk.load_kernel(root)
     with pytest.raises(wk.errors.PackageError, match="cannot be read"):
         digests.write_metadata(root)
+
+
+def test_infinite_and_nan_tolerances_are_refused() -> None:
+    """An infinite atol passed a kernel that wrote zeros everywhere: package JSON cannot spell one
+    any more (below), and data given as Python values is checked too."""
+    data = {"tolerances": {"float32": {"rtol": 0, "atol": math.inf}, "float16": {"atol": math.inf}},
+            "cases": [minimal_case(tolerances={"float16": {"rtol": math.nan}})]}  # fmt: skip
+    messages = {(e.json_path, e.detail) for e in casefile.check_test_data(data)}
+    assert messages == {("tolerances.float32.atol", "atol must be a finite number, not inf"),
+                        ("tolerances.float16.atol", "atol must be a finite number, not inf"),
+                        ("cases[0].tolerances.float16.rtol", "rtol must be a finite number, not nan")}  # fmt: skip
+    with pytest.raises(CaseFileError, match="finite"):
+        casefile.parse_test_file(data)
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('{"atol": 1e400}', "beyond float64's range"), ('{"atol": Infinity}', "Infinity is not JSON"),
+    ('{"atol": -Infinity}', "-Infinity is not JSON"), ('{"rtol": NaN}', "NaN is not JSON"),
+], ids=["1e400", "Infinity", "-Infinity", "NaN"])  # fmt: skip
+def test_package_json_refuses_numbers_json_does_not_have(text: str, reason: str) -> None:
+    """Python's reader took NaN and Infinity (not JSON) and made 1e400 infinite: atol 1e400 in a
+    test.json passed a kernel that wrote zeros."""
+    from webgpu_kernels.digests import decode_json
+
+    with pytest.raises(ValueError, match=reason):
+        decode_json(text.encode())
+    assert decode_json(b'[1e-400, -0.0, 65504]') == [0.0, 0.0, 65504]

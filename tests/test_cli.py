@@ -132,6 +132,9 @@ def test_devices(runner: CliRunner) -> None:
                   "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX"):  # fmt: skip
         assert limit in out
     assert "(chosen)" in out and "features" in out
+    # What manifests see, by the names they use: wgpu-native lists WebGPU's "subgroups" as "subgroup".
+    seen = {"shader-f16", "subgroups", "timestamp-query"} & set(wk.get_device().info.feature_names)
+    assert f"device.features (what manifests see): {', '.join(sorted(seen))}" in out
 
 
 def test_devices_json(runner: CliRunner) -> None:
@@ -145,6 +148,7 @@ def test_devices_json(runner: CliRunner) -> None:
                                     "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX"}  # fmt: skip
         assert all(isinstance(v, int) for v in d["limits"].values())
         assert isinstance(d["features"], list) and d["backend"] and d["type"]
+    assert chosen["deviceFeatures"] == list(wk.get_device().info.feature_names)
 
 
 def test_devices_adapter_option_and_env(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:

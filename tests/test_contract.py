@@ -285,7 +285,8 @@ def _stats_manifest(u_types: list[str], *, optional_binder: bool = False) -> dic
         "typeConstraints": {"T": ["float32", "float16"], "U": u_types},
         "constants": {"stat": "dtypes.U"},
         "variants": [{"id": "main", "priority": 0, "when": ["true"], "passes": [{"id": "main", "shader": "s.wgsl.jinja",
-                      "bindings": [{"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"}],
+                      "bindings": [{"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
+                                   {"name": "s", "arg": "S", "buffer": {"type": "storage"}, "elementType": "f32"}],
                       "dispatch": {"threads": 0, "workgroupSize": 1}}]}],
     }  # fmt: skip
 

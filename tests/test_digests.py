@@ -86,6 +86,7 @@ def test_one_byte_changed_is_refused(qg: Path, name: str) -> None:
     assert info.value.file == name
     assert info.value.reason == "mismatch"
     assert name in str(info.value) and "does not match metadata.json" in str(info.value)
+    assert "run `webgpu-kernels digest PATH` to record the package's files again if you changed it" in str(info.value)
     with pytest.raises(DigestError):
         wk.load_kernel(qg)
 
@@ -95,7 +96,7 @@ def test_unlisted_template_is_refused(qg: Path) -> None:
     with pytest.raises(DigestError) as info:
         open_folder(qg)
     assert info.value.file == "helpers.wgsl.jinja" and info.value.reason == "unlisted"
-    assert "not listed" in str(info.value)
+    assert "not listed" in str(info.value) and "`webgpu-kernels digest PATH`" in str(info.value)
 
 
 @pytest.mark.parametrize("name", ["extra.json", "data/extra.npy", "sub/dir/x.safetensors", "inc.wgsl"])
@@ -120,6 +121,7 @@ def test_missing_listed_file_is_refused(qg: Path) -> None:
     with pytest.raises(DigestError) as info:
         open_folder(qg)
     assert info.value.file == "bench.json" and info.value.reason == "missing"
+    assert "if you removed it" in str(info.value)  # each edit's digest problem says what fixes it
 
 
 def test_several_problems_are_counted(qg: Path) -> None:

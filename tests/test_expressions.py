@@ -129,12 +129,26 @@ def test_syntax_error_names_the_expression_and_place():
 
 
 @pytest.mark.parametrize("source, hinted", [("vec4<f32>", True), ("array<u32, 4>", True), ("vec4h", True),
-                                            ("f16", True), ("numel(shapes.X) >", False), ("vec4Tial", False)])  # fmt: skip
+                                            ("f16", True), ("numel(shapes.X) >", False), ("vec4Tial", False),
+                                            ('vec4<" ~ dtypes.T ~ ">', False)])  # fmt: skip
 def test_a_wgsl_type_meant_as_a_string_gets_the_quoting_hint(source, hinted):
     """``"elementType": "vec4<f32>"`` in constants is an expression, and fails; the message says how to quote it."""
     with pytest.raises(ExpressionError) as info:
         ExpressionCompiler(KNOWN).compile(source, "constants.elem")
     assert (f"quoted inside the JSON string: \"'{source}'\"" in str(info.value)) is hinted
+
+
+def test_reading_a_tensor_the_call_lacks_says_how_to_guard_it():
+    """Jinja's own message, "'dict object' has no attribute 'C'", did not say that an optional
+    input the call left out reads this way, nor what guards it."""
+    scope = {"shapes": {"A": [2, 3]}, "ranks": {"A": 2}}
+    for source in ("shapes.C[0] + 1", "shapes['C'] == shapes.A", "ranks.C > 1"):
+        with pytest.raises(ExpressionError) as info:
+            ExpressionCompiler(KNOWN).compile(source, "derive.cOk").evaluate(scope)
+        assert "this call has no tensor 'C' (an optional input it left out" in str(info.value)
+        assert "`'C' in shapes`" in str(info.value) and "dict object" not in str(info.value)
+    with pytest.raises(ExpressionError, match="dict object"):  # not a tensor: Jinja's words stand
+        ExpressionCompiler(KNOWN).compile("attrs.nope + 1", "derive.x").evaluate({"attrs": {}})
 
 
 # --- the allow-list and the sandbox -------------------------------------------------------------

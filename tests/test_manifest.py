@@ -187,6 +187,33 @@ def test_reference_errors_carry_the_json_path(op_id, change, json_path, fragment
     assert info.value.json_path == json_path and fragment in str(info.value)
 
 
+@pytest.mark.parametrize("buffer_type, binding, fragment", [
+    ("uniform", 0, "'struct' is a required property: a 'uniform' binding is the params binding, which takes 'struct'"),
+    ("storage", 2, "'arg' is a required property: a 'storage' or 'read-only-storage' binding is a tensor binding"),
+], ids=["tensor-as-uniform", "params-as-storage"])  # fmt: skip
+def test_a_wrong_buffer_type_says_which_kind_of_binding_it_makes(buffer_type, binding, fragment):
+    """A tensor binding typed 'uniform' was told only "'struct' is a required property", which
+    sends an author to add a field instead of fixing the type."""
+    data = mutate(QG, set_path(["bindingSets", "scalarTail", binding, "buffer", "type"], buffer_type))
+    with pytest.raises(errors.ManifestError) as info:
+        parse_manifest(data)
+    assert info.value.json_path == f"bindingSets.scalarTail[{binding}]" and fragment in str(info.value)
+
+
+def test_an_output_no_pass_binds_read_write_is_refused():
+    """An output bound read-only everywhere is never written (the call would return what the pooled
+    buffer held); before, only the WGSL compiler complained, about the template."""
+    data = mutate(QG, set_path(["bindingSets", "scalarTail", 1, "buffer", "type"], "read-only-storage"))
+    with pytest.raises(errors.ManifestError) as info:
+        parse_manifest(data)
+    assert info.value.json_path == "variants[1]"
+    assert "output 'Y' is bound as 'storage' by none of this variant's passes" in str(info.value)
+    problems = check_manifest(data)
+    assert [p.json_path for p in problems] == ["variants[1]", "variants[2]"]  # the two variants using the set
+    misspelt = mutate(QG, set_path(["bindingSets", "scalarTail", 1, "arg"], "Z"))
+    assert [p.json_path for p in check_manifest(misspelt)] == ["bindingSets.scalarTail[1].arg"] * 2  # no echo
+
+
 def test_reserved_names_are_refused():
     data = mutate(QG, lambda d: d["derive"].update({"numel": "1"}))
     with pytest.raises(errors.ManifestError) as info:

@@ -288,3 +288,55 @@ def test_the_results_table_names_the_output_with_the_largest_error(runner: CliRu
     assert re.search(r"onepass_nobias │ float32 │ [0-9.e-]+ \((Y|Mean|InvStdDev)\) │ [0-9.e-]+ \((Y|Mean|InvStdDev)\)", out), out
     single = " ".join(runner.invoke(main, ["test", QUICK_GELU, "--case", "tail-3x5-f32"]).output.split())
     assert "(Y)" not in single and "tail-3x5-f32" in single
+
+
+# --- elements the kernel never writes -----------------------------------------------------------------
+
+
+def _skip_writes(root: Path, template: str, old: str, new: str) -> None:
+    path = root / template
+    text = path.read_text("utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    digests.write_metadata(root)
+
+
+def test_an_unwritten_tail_fails_although_the_pooled_buffer_holds_the_answer(tmp_path: Path) -> None:
+    """A naive MatMul that never wrote Y's last element passed: its output buffer came from the
+    pool holding the tiled variant's correct result, run just before on the same case."""
+    import shutil
+
+    from conftest import PACKAGES_DIR
+
+    root = Path(shutil.copytree(PACKAGES_DIR / "demo.MatMul", tmp_path / "mm"))
+    _skip_writes(root, "matmul-naive.wgsl.jinja", "if (i >= params.count) {", "if (i + 1u >= params.count) {")
+    report = run_package_tests(wk.load_kernel(root), cases=["tails-3x17x33-19-f32"])
+    by = {r.variant: r for r in report.results}
+    assert by["tiled"].status == "pass"
+    assert by["naive"].status == "fail", by["naive"].message
+    assert "first at [2, 16, 18]: got nan" in by["naive"].message and "0xFF bytes" in by["naive"].message
+
+
+def test_an_unwritten_element_fails_where_nan_is_expected(tmp_path: Path) -> None:
+    """Where NaN is expected, a NaN-filled buffer cannot tell an unwritten element: it is run again
+    with zeros."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    _skip_writes(root, "quick-gelu.wgsl.jinja", "  y[i] = {{ scalar }}(quick_gelu(f32(x[i])));\n{% endif %}",
+                 "  if (i == 0u && params.count == 20u) {\n    return;\n  }\n"
+                 "  y[i] = {{ scalar }}(quick_gelu(f32(x[i])));\n{% endif %}")  # element 0 of specials-*: NaN
+    report = run_package_tests(wk.load_kernel(root), cases=["specials-f32"])
+    by = {r.variant: r for r in report.results}
+    assert by["vec4"].status == "pass" and by["vec4_tail"].status == "pass"
+    assert by["scalar"].status == "fail", by["scalar"].message
+    assert "got 0.0, expected nan" in by["scalar"].message and "0x00 bytes" in by["scalar"].message
+
+
+def test_a_wrong_value_the_kernel_wrote_is_not_blamed_on_the_fill(tmp_path: Path) -> None:
+    """The note about the fill bytes came with every mismatch, also where the kernel wrote a wrong
+    number: it is for elements that still hold the fill."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    _skip_writes(root, "quick-gelu.wgsl.jinja", "  y[i] = {{ scalar }}(quick_gelu(f32(x[i])));\n{% endif %}",
+                 "  y[i] = {{ scalar }}(2.0 * quick_gelu(f32(x[i])));\n{% endif %}")
+    by = {r.variant: r for r in run_package_tests(wk.load_kernel(root), cases=["tail-3x5-f32"]).results}
+    assert by["scalar"].status == "fail" and "filled with" not in by["scalar"].message, by["scalar"].message
+    assert by["vec4_tail"].status == "pass"

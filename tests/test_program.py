@@ -11,9 +11,11 @@ from webgpu_kernels.errors import ExpressionError, ManifestError
 from webgpu_kernels.manifest import parse_manifest
 from webgpu_kernels.program import compile_program, evaluation_order
 
+from conftest import bind_outputs  # noqa: E402
+
 
 def manifest_with_output_shape(shape: str, rank: str, derive: dict | None = None, constants: dict | None = None):
-    return parse_manifest({
+    return parse_manifest(bind_outputs({
         "domain": "test", "name": "Rows",
         "inputs": [{"role": "X", "dtype": "T"}],
         "outputs": [{"role": "S", "dtype": "T", "rank": rank, "shape": shape}],
@@ -21,7 +23,7 @@ def manifest_with_output_shape(shape: str, rank: str, derive: dict | None = None
         "derive": derive if derive is not None else {"rows": "numel(shapes.X) // dim(shapes.X, ranks.X - 1)"},
         "constants": constants or {},
         "variants": [variant("main", 0, ["true"])],
-    })  # fmt: skip
+    }))  # fmt: skip
 
 
 def scope_for(manifest, shape=(3, 4, 5)):

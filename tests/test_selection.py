@@ -16,6 +16,8 @@ from webgpu_kernels.manifest import parse_manifest
 from webgpu_kernels.program import DeviceInfo, compile_program
 from webgpu_kernels.selection import ranked, require_choice, select_variant
 
+from conftest import bind_outputs  # noqa: E402
+
 LIMITS = {"maxComputeWorkgroupSizeX": 256, "maxComputeInvocationsPerWorkgroup": 256,
           "maxComputeWorkgroupsPerDimension": 65535}  # fmt: skip
 F16_DEVICE = DeviceInfo(limits=LIMITS, features=frozenset({"shader-f16"}))
@@ -52,7 +54,7 @@ def program_of(variants, derive=None, constants=None):
         data["derive"] = derive
     if constants:
         data["constants"] = constants
-    manifest = parse_manifest(data)
+    manifest = parse_manifest(bind_outputs(data))
     return manifest, compile_program(manifest)
 
 

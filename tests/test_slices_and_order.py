@@ -27,7 +27,7 @@ from webgpu_kernels.expressions import ExpressionCompiler
 from webgpu_kernels.manifest import parse_manifest
 from webgpu_kernels.program import compile_program, evaluation_order
 
-from conftest import PACKAGES_DIR
+from conftest import PACKAGES_DIR, bind_outputs
 
 DEMO_MANIFEST = json.loads((PACKAGES_DIR / "demo.ScaleShift" / "manifest.json").read_text())
 DEMO_TEMPLATE = (PACKAGES_DIR / "demo.ScaleShift" / "scale-shift.wgsl.jinja").read_text()
@@ -38,14 +38,14 @@ LEAK_MARKERS = ("<class '", " at 0x", "<function ", "<built-in", "<bound method"
 
 def manifest(outputs, derive, constants=None, variants=None):
     """A one-input manifest; ``outputs`` as (role, shape, rank)."""
-    return parse_manifest({
+    return parse_manifest(bind_outputs({
         "domain": "test", "name": "Review",
         "inputs": [{"role": "X", "dtype": "T"}],
         "outputs": [{"role": r, "dtype": "T", "rank": rank, "shape": shape} for r, shape, rank in outputs],
         "typeConstraints": {"T": ["float32"]},
         "derive": derive, "constants": constants or {},
         "variants": variants or [variant("main", 0, ["true"])],
-    })  # fmt: skip
+    }))  # fmt: skip
 
 
 def call_scope(m, shape=(3, 4, 5)):

@@ -320,3 +320,69 @@ def test_a_case_over_the_adapters_limits_is_a_warning(device) -> None:
         assert refused and all(p.file == "bench.json" and "argument 'data'" in p.message for p in refused)
         assert {p.case for p in refused} == {"clip-token-embedding-1x77", "clip-token-embedding-2x77-i32"}
     assert report.ok
+
+
+def test_a_variant_only_bench_cases_exercise_is_a_warning(qg: Path) -> None:
+    """A variant whose `when` holds only for bench.json's shapes was compiled ("compiled", no warning)
+    and never run by `test`: a wrong one passed both, and calls of those shapes select it."""
+    (qg / "zeros.wgsl.jinja").write_text(
+        "{{ enables }}\n{{ declarations }}\n@compute @workgroup_size({{ workgroupSize }})\n"
+        "fn {{ entryPoint }}({{ entryParams }}) {\n  let i = {{ globalIndex }};\n"
+        "  if (i >= params.count) {\n    return;\n  }\n  y[i] = {{ scalar }}(0.0);\n}\n", encoding="utf-8")
+
+    def add_variant(manifest: dict) -> None:
+        manifest["variants"].insert(0, {
+            "id": "big", "priority": 30, "when": ["baseOk", "numel(shapes.X) >= 100000"],
+            "constants": {"scalar": "dtypes.T"},
+            "passes": [{"id": "main", "name": "QuickGelu.big", "shader": "zeros.wgsl.jinja", "bindings": "scalarTail",
+                        "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": "tunables.WORKGROUP_SIZE"}}],
+        })  # fmt: skip
+
+    edit_json(qg / "manifest.json", add_variant)
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    flagged = {(p.severity, p.variant, p.dtype, p.json_path) for p in package_problems(report.problems)}
+    assert flagged == {("warning", "big", "float32", "variants[0]"), ("warning", "big", "float16", "variants[0]")}
+    assert all("no test.json case checks its results" in p.message for p in package_problems(report.problems))
+    assert report.ok  # a warning: a package may ship a variant its tests do not reach
+
+
+def test_a_variant_binding_a_tensor_the_call_lacks_is_one_error_not_a_crash(qg: Path) -> None:
+    """A variant whose `when` forgot to require an optional input crashed the GPU stage with
+    "KeyError: 'Z'" and hid every other problem; `test` and calls already said it plainly."""
+    def add_optional_input(manifest: dict) -> None:
+        manifest["inputs"].append({"role": "Z", "dtype": "T", "optional": True})
+        manifest["args"]["Z"] = {"kind": "tensor", "semantic": "Z", "role": "input"}
+        manifest["bindingSets"]["withZ"] = [*manifest["bindingSets"]["scalarTail"], {
+            "name": "z", "arg": "Z", "buffer": {"type": "read-only-storage"}, "elementType": "$scalar"}]
+        variant = json.loads(json.dumps(manifest["variants"][2]))
+        variant.update(id="zed", priority=99)  # its `when` does not ask for 'Z' in shapes
+        variant["passes"][0]["bindings"] = "withZ"
+        manifest["variants"].insert(0, variant)
+
+    edit_json(qg / "manifest.json", add_optional_input)
+    digests.write_metadata(qg)
+    report = validate_package(qg, progress=None)
+    (problem,) = [p for p in report.errors if p.variant == "zed"]
+    assert problem.json_path == "variants[0]" and "accepts calls that have no tensor 'Z' but binds it" in problem.message
+    assert "`'Z' in shapes`" in problem.message and "and " in problem.message  # the cases, a few named
+    assert not any("failed unexpectedly" in p.message for p in report.problems)
+
+
+def test_a_case_naming_a_variant_that_rejects_it_is_an_error(qg: Path, runner: CliRunner) -> None:
+    """`test` fails a case whose `variants` names a variant its `when` rejects, and validate said
+    "valid" (the variant counted as merely not exercised)."""
+    edit_json(qg / "test.json", lambda t: t["cases"][4].update(variants=["vec4"]))  # tail-3x5-f32: 15 elements
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    (problem,) = [p for p in report.errors]
+    assert (problem.file, problem.json_path) == ("test.json", "cases[4].variants[0]")
+    assert "names variant 'vec4', which rejects case 'tail-3x5-f32' (float32): when[" in problem.message
+
+
+def test_not_checked_says_the_manifest_is_the_reason(qg: Path, runner: CliRunner) -> None:
+    """An invalid manifest left validate saying "not checked (no GPU adapter)" on a machine with one."""
+    edit_json(qg / "manifest.json", lambda m: m["variants"][0].update(priority="high"))
+    digests.write_metadata(qg)
+    out = runner.invoke(main, ["validate", str(qg)]).stdout
+    assert "not checked (the manifest did not load)" in out and "no GPU adapter" not in out

@@ -5,6 +5,7 @@ from .device import choose_adapter, get_device, list_adapters
 from .errors import (
     AdapterNotFoundError,
     AttributeValueError,
+    CaseFileError,
     DeviceError,
     DeviceLimitError,
     DeviceLostError,
@@ -40,7 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "get_kernel", "load_kernel", "list_kernels", "test_case_inputs", "to_gpu", "synchronize", "empty_cache", "list_adapters", "choose_adapter",
     "get_device", "Kernel", "Explanation", "TensorMeta", "GpuTensor", "__version__", "KernelError",
-    "PackageError", "DigestError", "HubError", "TrustError", "ManifestError", "ExpressionError",
+    "PackageError", "CaseFileError", "DigestError", "HubError", "TrustError", "ManifestError", "ExpressionError",
     "SandboxError", "ExpressionSandboxError", "InputError", "UnknownInputError", "MissingInputError",
     "RankError", "DTypeError", "ShapeError", "AttributeValueError", "DeviceLimitError", "SelectionError",
     "VariantRejectedError", "TemplateError", "TemplateSandboxError", "LayoutError", "GPUError",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from . import execution
 from .buffers import padded_size, translate_gpu_errors
-from .casefile import read_test_file
+from .casefile import parse_draft_case, read_test_file
 from .device import get_device
 from .errors import DeviceLimitError, DTypeError, InputError, PackageError
 from .kernel import Kernel, as_array
@@ -86,13 +87,18 @@ def load_kernel(path: str | Path) -> Kernel:
     return Kernel(open_folder(path))
 
 
-def test_case_inputs(kernel: Kernel, case: str) -> dict[str, np.ndarray]:
+def test_case_inputs(kernel: Kernel, case: str | Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The input arrays of the package's test.json case named ``case``, built exactly as
     ``webgpu-kernels test`` builds them (generated values, ``special`` entries, data files), for
     authors computing the expected outputs with their own reference. The case's ``attrs`` and
-    ``types`` are in test.json as written."""
+    ``types`` are in test.json as written. ``case`` may also be the case itself, as a dict in
+    test.json's form whose ``expected`` may be missing: the inputs of a case not yet written."""
     if not isinstance(kernel, Kernel):
         raise InputError("kernel", "a Kernel (from load_kernel or get_kernel)", type(kernel).__name__)
+    if isinstance(case, Mapping):
+        return parse_draft_case(case).build_inputs(kernel.manifest, kernel.package.read_bytes)
+    if not isinstance(case, str):
+        raise InputError("case", "a case name, or a case as a dict", type(case).__name__)
     cases = read_test_file(kernel.package).cases
     found = next((c for c in cases if c.name == case), None)
     if found is None:

@@ -68,7 +68,14 @@ def cast(values: np.ndarray, dtype: str) -> np.ndarray:
     if np.isnan(values).any():
         raise ValueError(f"NaN cannot be held by {dtype}")
     info = np.iinfo(target)
-    return np.clip(np.rint(values), info.min, info.max).astype(target)
+    rounded = np.rint(values)
+    with np.errstate(invalid="ignore"):
+        out = np.asarray(np.clip(rounded, info.min, info.max).astype(target))
+    # float64 has no 2**63 - 1 (nor 2**64 - 1): the clip bound rounds up to 2**63, which the cast
+    # wraps to the minimum, so values at or past a bound get the bound exactly.
+    out[rounded >= float(info.max)] = info.max
+    out[rounded <= float(info.min)] = info.min
+    return out
 
 
 # --- the generator --------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 
 from .case_data import MAX_CASE_ELEMENTS, cast, decode_values, dtype_name, generate, load_array
 from .digests import decode_json, json_path
-from .errors import PackageError
+from .errors import CaseFileError, PackageError
 
 TEST_FILE = "test.json"
 BENCH_FILE = "bench.json"
@@ -36,16 +36,6 @@ def case_name_matches(name: str, patterns: Any) -> bool:
     """Whether a case named ``name`` is selected by ``--case`` patterns: each is a part of the name or
     a glob (``tail``, ``sd*-f16``); no patterns select every case. `test`, `bench` and `tune` agree."""
     return not patterns or any(p in name or fnmatch.fnmatchcase(name, p) for p in patterns)
-
-
-class CaseFileError(PackageError):
-    """A test.json or bench.json entry that is malformed or cannot be built. ``json_path`` locates it."""
-
-    def __init__(self, message: str, *, file: str, json_path: str = "") -> None:
-        self.file = file
-        self.json_path = json_path
-        super().__init__(f"{json_path or '(root)'}: {message}", path=file)
-        self.detail = message  # without the path and the JSON path (PackageError's keeps the JSON path)
 
 
 # --- schemas --------------------------------------------------------------------------------------
@@ -287,6 +277,16 @@ def check_test_data(data: Any, *, file: str = TEST_FILE) -> list[CaseFileError]:
     if errors:
         return errors
     errors.extend(_duplicate_names(data["cases"], file))
+    # Python's JSON reader takes 1e400 and the non-standard Infinity and NaN as numbers, and the
+    # schema's minimum lets them through: an infinite atol would pass any finite output.
+    tolerance_sets = [(["tolerances"], data.get("tolerances", {}))]
+    tolerance_sets += [(["cases", i, "tolerances"], c.get("tolerances", {})) for i, c in enumerate(data["cases"])]
+    for where, tolerances in tolerance_sets:
+        for dtype, values in tolerances.items():
+            for key, value in values.items():
+                if not math.isfinite(value):
+                    errors.append(CaseFileError(f"{key} must be a finite number, not {value!r}", file=file,
+                                                json_path=json_path([*where, dtype, key])))  # fmt: skip
     for i, case in enumerate(data["cases"]):
         for section in ("inputs", "expected"):
             for role, spec in case[section].items():
@@ -333,6 +333,14 @@ def parse_test_file(data: Any, *, file: str = TEST_FILE) -> TestFile:
             variants=tuple(variants) if variants is not None else None, file=file,
         ))  # fmt: skip
     return TestFile(description=data.get("description", ""), tolerances=base, cases=tuple(cases), file=file)
+
+
+def parse_draft_case(case: Mapping[str, Any]) -> TestCase:
+    """One case as test.json would hold it, its ``expected`` optional: authors build its inputs to
+    compute the expected outputs before the case can go into the file."""
+    # The schema wants an expected entry; a placeholder stands in for it (build_inputs never reads it).
+    draft = {**case, "expected": case.get("expected") or {"placeholder": {"shape": [], "values": 0}}}
+    return parse_test_file({"cases": [draft]}, file="case").cases[0]
 
 
 def read_test_file(package: Any) -> TestFile:
@@ -383,6 +391,15 @@ class Comparison:
         }  # fmt: skip
 
 
+def elements_ok(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.ndarray:
+    """Which elements of ``got`` pass against ``want`` (float64, equal shapes): NaN where NaN is
+    expected, the same infinity where one is, elsewhere ``|got - want| <= atol + rtol * |want|``."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite = np.isfinite(got) & np.isfinite(want)
+        within = finite & (np.abs(got - want) <= tolerance.atol + tolerance.rtol * np.abs(want))
+        return within | (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
+
+
 def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance) -> Comparison:
     """Judge ``actual`` against ``expected`` (float64): shapes equal, NaN where and only where
     expected, infinities equal, finite values within ``atol + rtol * |expected|``.
@@ -400,10 +417,7 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
     finite = np.isfinite(got) & np.isfinite(want)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(got - want)
-        inf_ok = np.isinf(want) & (got == want)
-        within = finite & (diff <= tolerance.atol + tolerance.rtol * np.abs(want))
-    ok_mask = within | inf_ok | (nan_got & nan_want)
-    bad = ~ok_mask
+    bad = ~elements_ok(got, want, tolerance)
     mismatches = int(bad.sum())
     fd = diff[finite]
     scale = np.abs(want[finite])

@@ -364,7 +364,8 @@ def devices_cmd(ctx: click.Context, as_json: bool) -> None:
         console.print("  shader-f16: " + ("yes" if "shader-f16" in a.features else "no"))
         for name in KEY_LIMITS:
             console.print(f"  {name}: {limits.get(name, '-')}")
-        console.print(f"  features ({len(a.features)}):")
+        console.print("  device.features (what manifests see): " + (", ".join(a.device_features) or "none"))
+        console.print(f"  adapter features, wgpu-native's names ({len(a.features)}):")
         console.print(Padding(Text(", ".join(sorted(a.features))), (0, 0, 0, 4), expand=False))
 
 
@@ -382,6 +383,7 @@ def _adapter_dict(a: AdapterSummary, chosen: bool) -> dict[str, Any]:
     return {
         "index": a.index, "name": a.name, "vendor": a.vendor, "backend": a.backend, "type": a.adapter_type,
         "description": a.description, "chosen": chosen, "features": sorted(a.features),
+        "deviceFeatures": list(a.device_features),
         "limits": {k: limits.get(k) for k in KEY_LIMITS}, "allLimits": dict(sorted(limits.items())),
     }  # fmt: skip
 

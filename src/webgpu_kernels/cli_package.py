@@ -321,7 +321,8 @@ def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False) ->
     if parts:
         console.print("checked: " + ", ".join(parts), soft_wrap=True)
     if not report.adapter:  # --no-gpu, or no adapter: say what that leaves out rather than report less
-        why = "--no-gpu" if gpu_skipped else "no GPU adapter"
+        # The GPU stage needs a loaded manifest: an invalid one is the reason, not the adapter.
+        why = "--no-gpu" if gpu_skipped else "the manifest did not load" if report.op_id is None else "no GPU adapter"
         console.print(f"not checked ({why}): rendering and compiling every variant x dtype, and the "
                       "warnings for variants and dtypes that no test.json case exercises", soft_wrap=True)  # fmt: skip
     for p in report.problems:

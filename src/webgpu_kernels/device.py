@@ -19,7 +19,7 @@ import wgpu
 
 from .buffers import READBACK_SPIN_S, DeviceMemory, raised_by_wgpu_promise
 from .errors import AdapterNotFoundError, DeviceError, InputError
-from .program import DeviceInfo
+from .program import WEBGPU_FEATURE_NAMES, DeviceInfo
 
 ADAPTER_ENV = "WEBGPU_KERNELS_ADAPTER"
 POOL_ENV = "WEBGPU_KERNELS_POOL_MB"  # free GPU memory kept for reuse, per device
@@ -53,6 +53,12 @@ class AdapterSummary:
 
     def label(self) -> str:
         return f"{self.name} ({self.backend}, {self.adapter_type})"
+
+    @property
+    def device_features(self) -> tuple[str, ...]:
+        """What manifests see as ``device.features`` on a device opened on this adapter: the
+        features the engine asks for, by their WebGPU names (not all the adapter offers)."""
+        return tuple(sorted(WEBGPU_FEATURE_NAMES.get(f, f) for f in _OPTIONAL_FEATURES if f in self.features))
 
 
 def _summary(index: int, adapter: Any) -> AdapterSummary:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import stat
@@ -40,6 +41,11 @@ MAX_PACKAGE_FILES = 1000
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
 
 _NAME_SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+
+
+# Every digest problem an author causes by editing a package has the same fix; the messages say so
+# (a file changed by someone else is the case digests exist for, hence "if you ...").
+_REDIGEST = "run `webgpu-kernels digest PATH` to record the package's files again"
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,19 @@ def read_file(root: Path, name: str) -> bytes:
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
+def _refuse_constant(name: str) -> Any:
+    # Python's reader takes NaN, Infinity and -Infinity, which JSON has not: an infinite test.json
+    # tolerance would pass any output (test.json spells special values "nan", "inf", "-inf").
+    raise ValueError(f"{name} is not JSON (test.json values spell it as a string: \"nan\", \"inf\", \"-inf\")")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: valid JSON, but float64 makes it infinite
+        raise ValueError(f"the number {text[:40]} is beyond float64's range")
+    return value
+
+
 def decode_json(data: bytes) -> Any:
     """A package JSON file's bytes decoded; every way it can be malformed is a ValueError whose
     message says which (deep nesting and 5,000-digit numbers included, not only bad syntax)."""
@@ -142,7 +161,7 @@ def decode_json(data: bytes) -> Any:
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text") from None
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         # "\ud800" is valid JSON for a lone surrogate, which is no text: it would fail later,
         # when a template's output or the console encodes it.
         if _SURROGATE_ESCAPE.search(text):
@@ -221,7 +240,7 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
         path = root / name
         if not path.is_file():
             what = ("not a regular file (a device, FIFO or folder), so it is not read" if path.exists()
-                    else "listed in metadata.json but not in the package")  # fmt: skip
+                    else f"listed in metadata.json but not in the package ({_REDIGEST} if you removed it)")  # fmt: skip
             problems.append(DigestProblem(name, "missing", what, where))
             continue
         data = read_file(root, name)
@@ -229,13 +248,15 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
         if got != want:
             problems.append(DigestProblem(name, "mismatch",
                                           f"sha256 {got[:16]}... does not match metadata.json ({want[:16]}...): "
-                                          "the file changed after its digest was taken", where))  # fmt: skip
+                                          f"the file changed after its digest was taken ({_REDIGEST} if you changed it)",
+                                          where))  # fmt: skip
             continue
         verified[name] = data
     for name in package_files(root):
         if name not in listed and is_content_file(name):
             problems.append(DigestProblem(name, "unlisted",
-                                          "present in the package but not listed in metadata.json's digest.files",
+                                          "present in the package but not listed in metadata.json's digest.files "
+                                          f"({_REDIGEST} if the file belongs to the package)",
                                           json_path(["digest", "files"])))  # fmt: skip
     return problems, verified
 

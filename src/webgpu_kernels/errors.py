@@ -31,6 +31,16 @@ class PackageError(KernelError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
+class CaseFileError(PackageError):
+    """A test.json or bench.json entry that is malformed or cannot be built. ``json_path`` locates it."""
+
+    def __init__(self, message: str, *, file: str, json_path: str = "") -> None:
+        self.file = file
+        self.json_path = json_path
+        super().__init__(f"{json_path or '(root)'}: {message}", path=file)
+        self.detail = message  # without the path and the JSON path (PackageError's keeps the JSON path)
+
+
 class DigestError(PackageError):
     """A package file does not match ``metadata.json``: changed, missing, or present but not listed.
 

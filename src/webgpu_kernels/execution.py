@@ -21,7 +21,7 @@ import wgpu
 
 from .buffers import STORAGE_USAGE, append_dispatch, is_device_lost, padded_size, translate_gpu_errors
 from .device import Device
-from .errors import DeviceLimitError, ShaderCompileError
+from .errors import DeviceLimitError, MissingInputError, ShaderCompileError
 from .program import OutputSpec
 from .rendering import RenderedWGSL, ResolvedPass, workgroup_grid
 from .tensor import GpuTensor
@@ -119,6 +119,14 @@ def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kerne
         if len(cache) > PIPELINE_CACHE_SIZE:
             cache.popitem(last=False)
         return compiled
+
+
+def check_bound(resolved: ResolvedPass, sizes: Mapping[str, int], variant: str) -> None:
+    """Refuse a pass that binds a tensor the call does not have (an optional input left out,
+    which the variant's ``when`` should have required)."""
+    for b in resolved.bindings:
+        if b.arg is not None and b.arg not in sizes:
+            raise MissingInputError(b.arg, f"a tensor (variant {variant!r} binds it)", "nothing")
 
 
 def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int]) -> None:

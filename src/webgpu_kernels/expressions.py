@@ -167,7 +167,8 @@ class Expression:
         except ExpressionError:
             raise
         except UndefinedError as exc:
-            raise ExpressionError(f"undefined value: {exc}", expression=self.source, where=self.where) from None
+            raise ExpressionError(f"undefined value: {self._absent_tensor(scope) or exc}", expression=self.source,
+                                  where=self.where) from None  # fmt: skip
         except SecurityError as exc:
             raise ExpressionSandboxError(f"refused by the sandbox: {exc}", expression=self.source,
                                          where=self.where) from None  # fmt: skip
@@ -179,6 +180,18 @@ class Expression:
         except (JinjaTemplateError, ArithmeticError, LookupError, TypeError, ValueError, AttributeError,
                 MemoryError) as exc:  # fmt: skip
             raise ExpressionError(f"{type(exc).__name__}: {exc}", expression=self.source, where=self.where) from None
+
+    def _absent_tensor(self, scope: Mapping[str, Any]) -> str | None:
+        """Why ``shapes.C`` is undefined, in an author's words: Jinja's own "'dict object' has no
+        attribute 'C'" does not say that an optional input the call left out reads this way."""
+        for ref in self.references:
+            head, _, rest = ref.partition(".")
+            role = rest.split(".")[0]
+            known = scope.get(head)
+            if head in ("shapes", "ranks") and role and isinstance(known, Mapping) and role not in known:
+                return (f"{head}.{role}: this call has no tensor {role!r} (an optional input it left out, or not "
+                        f"an input or output of the manifest); read it only where `'{role}' in shapes` is true")
+        return None
 
     def peek(self, scope: Mapping[str, Any]) -> dict[str, Any]:
         """The values of the names this expression reads, as far as they resolve (for traces)."""
@@ -217,7 +230,8 @@ def _literal_source(value: Any) -> str:
     return repr(value)
 
 
-_WGSL_TYPE = re.compile(r"^\s*(bool|[fiu]32|f16|(vec[234]|mat[234]x[234])[fhiu]?|array|atomic|ptr)(<.*>)?\s*$")
+# Brackets without quotes or ~: a half-quoted concatenation ("vec4<\" ~ dtypes.T ~ \">") would get a hint still wrong.
+_WGSL_TYPE = re.compile(r"""^\s*(bool|[fiu]32|f16|(vec[234]|mat[234]x[234])[fhiu]?|array|atomic|ptr)(<[^"'~]*>)?\s*$""")
 
 
 def _quote_hint(source: str) -> str:

@@ -20,8 +20,8 @@ import numpy as np
 from . import tuning
 from .contract import CallSignature, check_call, has_negative_zero
 from .device import Device, get_device
-from .errors import DeviceLimitError, InputError, KernelError, MissingInputError, SelectionError, ShapeError
-from .execution import ExecutionPlan, build_pass, check_limits, flush, host_array, run_plan
+from .errors import DeviceLimitError, InputError, KernelError, SelectionError, ShapeError
+from .execution import ExecutionPlan, build_pass, check_bound, check_limits, flush, host_array, run_plan
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
@@ -311,9 +311,7 @@ class Kernel:
         """Refuse, before anything is built, a binding with no tensor or one the device cannot hold."""
         sizes = tensor_bytes(self.manifest, signature, outputs)
         for r in resolved:
-            for b in r.bindings:
-                if b.arg is not None and b.arg not in sizes:
-                    raise MissingInputError(b.arg, f"a tensor (variant {variant_id!r} binds it)", "nothing")
+            check_bound(r, sizes, variant_id)
             check_limits(device, r, sizes)
 
     def tuning_class(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None) -> TuningClass:

@@ -177,6 +177,12 @@ def schema_errors(data: Any) -> list[ManifestError]:
         best = jsonschema.exceptions.best_match([error])
         # jsonschema quotes the whole offending value; a megabyte string makes a megabyte message.
         message = best.message if len(best.message) <= 300 else best.message[:300] + "..."
+        # A field required by an if/then rule says why: "'struct' is a required property" alone
+        # sends an author who mistyped the buffer type to add a field instead.
+        if best.validator == "required" and "then" in best.relative_schema_path:
+            why = best.schema.get("description") if isinstance(best.schema, dict) else None
+            if why:
+                message = f"{message}: {why}"
         errors.append(ManifestError(message, json_path=_json_path(best.absolute_path)))
     return errors
 
@@ -260,8 +266,12 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                                         json_path=f"args.{name}"))  # fmt: skip
     binding_sets = data.get("bindingSets", {})
     top_constants = set(data.get("constants", {}))
+    # An output no pass binds read-write is never written: the call would return whatever the
+    # pooled buffer held (outputs marked optional are left to the author).
+    must_write = [t["role"] for t in data.get("outputs", []) if not t.get("optional")]
     for v, variant in enumerate(data["variants"]):
         constants = top_constants | set(variant.get("constants", {}))
+        written: set[str] = set()
         for p, pass_ in enumerate(variant["passes"]):
             where = f"variants[{v}].passes[{p}]"
             bindings = pass_.get("bindings", [])
@@ -270,6 +280,7 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                 if bindings not in binding_sets:
                     errors.append(ManifestError(f"names bindingSets entry {bindings!r}, which does not exist",
                                                 json_path=f"{where}.bindings"))  # fmt: skip
+                    written.update(must_write)  # unknown bindings: the error above is the one to fix
                     continue
                 # Errors point into the shared list, where the fix goes, and say which pass used it.
                 list_path, used_by = f"bindingSets.{bindings}", f" (as used by {where})"
@@ -279,9 +290,12 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                 errors.append(ManifestError(f"binding names must be unique{used_by}", json_path=list_path))
             for b, binding in enumerate(bindings):
                 bpath = f"{list_path}[{b}]"
+                if binding["buffer"]["type"] == "storage":
+                    written.add(binding.get("arg"))
                 if binding.get("arg") is not None and binding["arg"] not in all_roles:
                     errors.append(ManifestError(f"arg {binding['arg']!r} is not an input or output{used_by}",
                                                 json_path=f"{bpath}.arg"))  # fmt: skip
+                    written.update(must_write)  # perhaps a misspelt output: this error says what to fix
                 elif binding.get("arg") in roles["input"] and binding["buffer"]["type"] != "read-only-storage":
                     # A GpuTensor input is bound as it is: a read-write binding would let the kernel
                     # write into the caller's tensor.
@@ -294,6 +308,10 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                     if match and match.group(1) not in constants:
                         errors.append(ManifestError(f"{ref!r} names no constant of this variant{used_by}",
                                                     json_path=f"{bpath}.{key}"))  # fmt: skip
+        for role in must_write:
+            if role not in written:
+                errors.append(ManifestError(f"output {role!r} is bound as 'storage' by none of this variant's passes, "
+                                            "so nothing writes it", json_path=f"variants[{v}]"))  # fmt: skip
     ids = [v["id"] for v in data["variants"]]
     for v, vid in enumerate(ids):
         if ids.index(vid) != v:

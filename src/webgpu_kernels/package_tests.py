@@ -14,6 +14,7 @@ the case it was running; the crash is reported as a failure of that package.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import signal
@@ -21,19 +22,31 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .casefile import TEST_FILE, CaseFileError, TestCase, case_name_matches, compare, read_test_file
+from .buffers import translate_gpu_errors
+from .case_data import numpy_dtype
+from .casefile import TEST_FILE, CaseFileError, TestCase, case_name_matches, compare, elements_ok, read_test_file
 from .errors import KernelError
 from .kernel import Kernel, TensorMeta
+from .program import OutputSpec
+
+if TYPE_CHECKING:
+    from .device import Device
 
 #: Test-only hook: a child process whose environment names a case here exits abruptly (as
 #: wgpu-native does when it aborts) when it reaches that case. Only the isolated child reads it.
 CRASH_HOOK_ENV = "WEBGPU_KERNELS_TEST_CRASH_AT"
 
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
+#: Before each run every buffer the call will get from the device's pool is filled with one of these
+#: bytes: pooled buffers keep what earlier calls left (often the right answer, from the variant tested
+#: just before), so an element the kernel never writes must read as something that fails. 0xFF is NaN
+#: in every float dtype and -1 (or the maximum) in integers; where the expected value would accept
+#: it (an expected NaN), the run is repeated with 0x00 and then 0x55 (a finite non-zero number).
+POISON_BYTES = (0xFF, 0x00, 0x55)
 #: Progress events: ("total", n), ("start", "case/variant"), ("advance", 1).
 Progress = Callable[[str, Any], None]
 
@@ -157,7 +170,7 @@ def run_package_tests(
     selected = [c for c in test_file.cases if case_name_matches(c.name, cases)]
 
     # Plan: build each case's inputs and find the variants that accept it (no GPU work yet).
-    plans: list[tuple[TestCase, str, dict[str, np.ndarray], list[str], dict[str, str]]] = []
+    plans: list[tuple[TestCase, str, dict[str, np.ndarray], list[str], tuple[OutputSpec, ...]]] = []
     for case in selected:
         label = case.type_label(manifest)
         try:
@@ -187,12 +200,12 @@ def run_package_tests(
             reasons = "; ".join(f"{v.variant}: {v.reason()}" for v in explanation.verdicts)
             add(RunResult(kernel.op_id, case.name, None, label, FAIL, message=f"no variant accepts the case ({reasons})"))
             continue
-        plans.append((case, label, arrays, accepted, {o.role: o.dtype for o in explanation.outputs}))
+        plans.append((case, label, arrays, accepted, tuple(explanation.outputs)))
 
     notify("total", sum(len(p[3]) for p in plans))
-    for case, label, arrays, accepted, output_dtypes in plans:
+    for case, label, arrays, accepted, output_specs in plans:
         try:
-            expected = case.build_expected(read, output_dtypes)
+            expected = case.build_expected(read, {o.role: o.dtype for o in output_specs})
         except KernelError as exc:
             for vid in accepted:
                 add(RunResult(kernel.op_id, case.name, vid, label, ERROR, message=_message(exc)))
@@ -200,16 +213,45 @@ def run_package_tests(
             continue
         for vid in accepted:
             notify("start", {"case": case.name, "variant": vid, "dtype": label})
-            add(_run_one(kernel, case, label, vid, arrays, expected, adapter))
+            add(_run_one(kernel, case, label, vid, arrays, output_specs, expected, adapter))
             notify("advance", 1)
     return report
 
 
 def _run_one(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: Mapping[str, np.ndarray],
-             expected: Mapping[str, np.ndarray], adapter: str | None) -> RunResult:  # fmt: skip
+             outputs: Sequence[OutputSpec], expected: Mapping[str, np.ndarray], adapter: str | None) -> RunResult:  # fmt: skip
+    """One case on one variant, in buffers filled with POISON_BYTES[0]; again with the next byte
+    while some expected element would accept the bytes the previous runs left there."""
+    undetected = {role: np.ones(want.shape, dtype=bool) for role, want in expected.items()}
+    dtypes = {o.role: numpy_dtype(o.dtype) for o in outputs}
+    left = list(POISON_BYTES)
+    while True:
+        byte = left.pop(0)
+        result = _poisoned_run(kernel, case, label, variant, arrays, outputs, expected, adapter, byte)
+        if result.failed or not left:
+            return result
+        for role, mask in undetected.items():
+            if role in dtypes:  # (a role that is no output failed above)
+                poison = np.frombuffer(bytes([byte]) * dtypes[role].itemsize, dtype=dtypes[role])[0]
+                got = np.full(mask.shape, poison, dtype=dtypes[role]).astype(np.float64)
+                mask &= elements_ok(got, expected[role], case.tolerance(dtypes[role].name))
+        if not any(mask.any() for mask in undetected.values()):
+            return result
+
+
+def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: Mapping[str, np.ndarray],
+                  outputs: Sequence[OutputSpec], expected: Mapping[str, np.ndarray], adapter: str | None,
+                  byte: int) -> RunResult:  # fmt: skip
+    from .device import get_device
+
+    device = get_device(adapter)
+    sizes = [a.nbytes for a in arrays.values()]
+    sizes += [math.prod(o.shape) * numpy_dtype(o.dtype).itemsize for o in outputs]
     start = time.perf_counter()
     try:
-        outputs = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
+        with device.lock:  # no other thread's call takes the filled buffers first (an RLock: the call takes it too)
+            fill_pooled_buffers(device, sizes, byte)
+            got = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
                          tunables=case.tunables or None, adapter=adapter)  # fmt: skip
     except KernelError as exc:
         return RunResult(kernel.op_id, case.name, variant, label, ERROR, message=_message(exc),
@@ -217,23 +259,57 @@ def _run_one(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: M
     seconds = time.perf_counter() - start
     comparisons = []
     missing = []
+    judged: dict[str, tuple[np.ndarray, Any]] = {}  # role -> the output and its tolerance
     for role, want in expected.items():
-        if role not in outputs:
+        if role not in got:
             missing.append(role)
             continue
-        got = np.asarray(outputs[role])
-        comparisons.append(compare(role, got, want, case.tolerance(np.dtype(got.dtype).name)))
+        actual = np.asarray(got[role])
+        judged[role] = actual, case.tolerance(np.dtype(actual.dtype).name)
+        comparisons.append(compare(role, actual, want, judged[role][1]))
     abs_errors = [c.max_abs_error for c in comparisons if c.max_abs_error is not None]
     rel_errors = [c.max_rel_error for c in comparisons if c.max_rel_error is not None]
     failed = [c for c in comparisons if not c.ok]
     messages = [f"{c.output}: {c.message}" for c in failed]
     if missing:
         messages.append(f"the kernel returned no output {', '.join(map(repr, missing))}")
+    unwritten = sum(_unwritten(*judged[c.output], expected[c.output], byte) for c in failed)
+    if unwritten:  # the likeliest reason, said only where the fill is what the output holds
+        messages.append(f"({unwritten} element{'s' if unwritten > 1 else ''} still hold{'s' if unwritten == 1 else ''} "
+                        f"the 0x{byte:02X} bytes the buffers were filled with before the run: the kernel does not "
+                        "write them)")
     return RunResult(
         kernel.op_id, case.name, variant, label, FAIL if (failed or missing) else PASS,
         max_abs_error=max(abs_errors) if abs_errors else None, max_rel_error=max(rel_errors) if rel_errors else None,
         message="; ".join(messages), outputs=[c.as_dict() for c in comparisons], seconds=seconds,
     )  # fmt: skip
+
+
+def fill_pooled_buffers(device: Device, sizes: Sequence[int], byte: int) -> None:
+    """Put one buffer per size in ``device``'s pool, each filled whole with ``byte``: the next
+    requests of those sizes (a call's inputs and outputs) get them, so an output element the
+    kernel never writes holds the fill, not what an earlier call left there. All are held at once
+    so that they are distinct, and filled whole since a buffer serves any tensor of its size class."""
+    memory = device.memory
+    with device.lock, translate_gpu_errors("filling the buffers of a test run", memory):
+        filled = []
+        try:
+            for n in sizes:
+                if n:
+                    filled.append(memory.acquire(n))
+                    memory.write(filled[-1], np.full(filled[-1].size, byte, dtype=np.uint8))
+        finally:
+            for buffer in filled:
+                memory.release(buffer)
+
+
+def _unwritten(actual: np.ndarray, tolerance: Any, want: np.ndarray, byte: int) -> int:
+    """How many failing elements of ``actual`` are made of the fill ``byte`` alone."""
+    if not actual.size or actual.shape != want.shape:
+        return 0
+    raw = np.ascontiguousarray(actual).view(np.uint8).reshape(actual.size, -1)
+    bad = ~elements_ok(actual.astype(np.float64).reshape(-1), want.reshape(-1), tolerance)
+    return int(((raw == byte).all(axis=1) & bad).sum())
 
 
 def _message(exc: BaseException) -> str:

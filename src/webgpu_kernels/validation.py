@@ -156,7 +156,7 @@ def _check_metadata(package: KernelPackage, out: ProblemCollector) -> dict[str, 
         if p.reason == "metadata":
             out.error(METADATA_FILE, p.json_path, p.message)
         elif p.reason == "unlisted":
-            out.error(p.file, "", f"{p.message} (run `webgpu-kernels digest PATH` if the file belongs to the package)")
+            out.error(p.file, "", p.message)
         else:
             out.error(p.file, "", f"{p.message} ({METADATA_FILE} {p.json_path})")
     return metadata

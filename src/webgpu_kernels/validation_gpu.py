@@ -18,6 +18,7 @@ from .errors import (
     InputError,
     KernelError,
     LayoutError,
+    MissingInputError,
     ShaderCompileError,
     TemplateError,
 )
@@ -42,6 +43,7 @@ class _Call:
     inputs: dict[str, tuple[tuple[int, ...], str]]
     attrs: dict[str, Any]
     tunables: dict[str, Any]
+    variants: tuple[str, ...] | None = None  # a test.json case's own list (`test` runs only those)
 
 
 def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_file: Any) -> list[_Call]:
@@ -53,7 +55,8 @@ def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_fil
             except KernelError:
                 continue  # reported by the test.json stage
             metas = {k: (tuple(a.shape), dtype_name(a.dtype)) for k, a in arrays.items()}
-            calls.append(_Call(TEST_FILE, case.name, case.json_path, metas, case.attrs, case.tunables))
+            calls.append(_Call(TEST_FILE, case.name, case.json_path, metas, case.attrs, case.tunables,
+                               tuple(case.variants) if case.variants is not None else None))  # fmt: skip
     if bench_file is not None:
         for case in bench_file.cases:
             try:
@@ -84,7 +87,7 @@ def _label(binding: Mapping[str, str]) -> str:
 def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_file: Any, bench_file: Any,
                out: ProblemCollector, report: ValidationReport, *, device: Any, notify: Progress) -> None:  # fmt: skip
     from .contract import check_call
-    from .execution import check_limits, compile_pipeline
+    from .execution import check_bound, check_limits, compile_pipeline
     from .program import tensor_bytes
     from .rendering import TemplateRenderer, resolve_variant
     from .selection import judge
@@ -101,6 +104,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             coverage[(v.id, _label(combo))] = Coverage(v.id, _label(combo))
     calls = _calls(package, manifest, test_file, bench_file)
     compiled: dict[tuple[str, str], set[str]] = {}
+    tested: set[tuple[str, str]] = set()  # variant x dtype that a test.json case runs (`test` checks its results)
+    unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
     notify("total", len(calls))
     for call in calls:
         notify("advance", 1)
@@ -122,10 +127,12 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         sizes = tensor_bytes(manifest, signature, outputs)
         accepted_any = False
         refusals: dict[str, list[str]] = {}  # the device's refusal -> the variants it stops, one warning each
+        rejected: dict[str, Any] = {}  # variant -> its verdict, where `when` rejects the call
         for cv in program.variants:
             vid = cv.variant.id
             verdict, inner = judge(cv, scope)
             if not verdict.accepted:
+                rejected[vid] = verdict
                 if verdict.error is not None:
                     out.warning(MANIFEST_FILE, f"{cv.variant.json_path}.when[{verdict.clause_index}]",
                                 f"clause {verdict.clause!r} fails to evaluate (which rejects the variant): "
@@ -133,6 +140,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                                 variant=vid, dtype=label, case=call.case)  # fmt: skip
                 continue
             accepted_any = True
+            if call.source == TEST_FILE:
+                tested.add((vid, label))
             cov = coverage.setdefault((vid, label), Coverage(vid, label))
             cov.cases += 1
             notify("start", {"variant": vid, "dtype": label, "case": call.case})
@@ -143,6 +152,13 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 where = getattr(exc, "where", "") or cv.variant.json_path
                 out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {exc}",
                           variant=vid, dtype=label, case=call.case)  # fmt: skip
+                continue
+            try:
+                for r in resolved:
+                    check_bound(r, sizes, vid)
+            except MissingInputError as exc:  # the package's fault: `test` and calls would refuse it too
+                cov.failed += 1
+                unbound.setdefault((cv.variant.json_path, vid, exc.argument), []).append(f"{call.case} ({label})")
                 continue
             for r in resolved:
                 try:
@@ -173,6 +189,12 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     continue
                 done.add(wgsl)
                 cov.pipelines += 1
+        no_f16 = "float16" in label and not device.info.has_f16  # `test` skips those cases here
+        for i, vid in enumerate(call.variants or ()):
+            if vid in rejected and not no_f16:  # `test` would fail the case: it names a variant that refuses it
+                out.error(TEST_FILE, f"{call.json_path}.variants[{i}]", f"names variant {vid!r}, which rejects case "
+                          f"{call.case!r} ({label}): {rejected[vid].reason()}", variant=vid, dtype=label,
+                          case=call.case)  # fmt: skip
         for refusal, variants in refusals.items():
             out.warning(call.source, call.json_path, f"a call of case {call.case!r} ({label}) is refused on this "
                                                      f"adapter ({', '.join(variants)}): {refusal}",
@@ -183,7 +205,18 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             out.add(severity, call.source, call.json_path,
                     f"no variant accepts case {call.case!r} ({label}) on this adapter: {reasons}",
                     dtype=label, case=call.case)  # fmt: skip
+    for (where, vid, arg), calls_without in unbound.items():  # one error per variant and tensor, not per case
+        shown = ", ".join(calls_without[:3]) + (f" and {len(calls_without) - 3} more" if len(calls_without) > 3 else "")
+        out.error(MANIFEST_FILE, where, f"accepts calls that have no tensor {arg!r} but binds it: its `when` must "
+                                        f"require it (`'{arg}' in shapes`); calls: {shown}", variant=vid)  # fmt: skip
     for cov in coverage.values():
+        if cov.cases and test_file is not None and (cov.variant, cov.dtype) not in tested:
+            # bench.json only compiles it: `test` never runs it, so nothing checks what it computes,
+            # although calls of the bench cases' shapes select it.
+            v = manifest.variant(cov.variant)
+            out.warning(MANIFEST_FILE, v.json_path if v else "",
+                        f"only bench.json cases exercise variant {cov.variant!r} with {cov.dtype}: it compiles, "
+                        "but no test.json case checks its results", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
         if cov.cases:
             continue
         if "float16" in cov.dtype and not device.info.has_f16:
