@@ -255,6 +255,17 @@ def test_template_error_has_the_line(write_package):
     assert info.value.line == 3 and "scale-shift.wgsl.jinja:3" in str(info.value)
 
 
+def test_a_misspelt_template_name_suggests_the_one_meant(write_package):
+    """"'declarashuns' is undefined" alone left the author to find the name in docs/format.md."""
+    kernel = demo_with_template(write_package, "{{ declarashuns }}\n" + DEMO_TEMPLATE)
+    with pytest.raises(errors.TemplateError, match=r"'declarashuns' is undefined \(did you mean 'declarations'\?\)"):
+        kernel.render({"X": meta((3,), f32)})
+    kernel = demo_with_template(write_package, "{{ zzqqx }}\n" + DEMO_TEMPLATE)
+    with pytest.raises(errors.TemplateError) as info:  # nothing close: no guess
+        kernel.render({"X": meta((3,), f32)})
+    assert "did you mean" not in str(info.value)
+
+
 def test_missing_template_file(write_package):
     manifest = json.loads(json.dumps(DEMO_MANIFEST))
     root = write_package(manifest, {})

@@ -386,3 +386,30 @@ def test_not_checked_says_the_manifest_is_the_reason(qg: Path, runner: CliRunner
     digests.write_metadata(qg)
     out = runner.invoke(main, ["validate", str(qg)]).stdout
     assert "not checked (the manifest did not load)" in out and "no GPU adapter" not in out
+
+
+def test_an_output_no_case_checks_is_a_warning(tmp_path: Path) -> None:
+    """`test` compares only the outputs a case lists under `expected`: an output no case lists was
+    never checked, and validate said nothing."""
+    import shutil
+
+    from conftest import PACKAGES_DIR
+
+    root = Path(shutil.copytree(PACKAGES_DIR / "demo.LayerNorm", tmp_path / "ln"))
+    edit_json(root / "test.json", lambda t: [c["expected"].pop("InvStdDev", None) for c in t["cases"]])
+    digests.write_metadata(root)
+    report = validate_package(root, gpu=False)
+    (problem,) = [p for p in report.problems if "InvStdDev" in p.message]
+    assert problem.severity == "warning" and (problem.file, problem.json_path) == ("test.json", "cases")
+    assert "no case lists output 'InvStdDev' under `expected`" in problem.message
+    assert not [p for p in validate_package(PACKAGES_DIR / "demo.LayerNorm", gpu=False).problems if "no case lists" in p.message]
+
+
+def test_a_test_case_no_variant_accepts_says_what_the_clauses_read(qg: Path) -> None:
+    """validate's "no variant accepts" showed `baseOk=False` alone, where `test` and `explain` show
+    what baseOk was made of."""
+    edit_json(qg / "manifest.json", lambda m: m["tunables"].update(WORKGROUP_SIZE=4096))  # over every device's cap
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    refused = [p for p in report.errors if "no variant accepts case 'vec4-2x64-f32'" in p.message]
+    assert refused and "tunables.WORKGROUP_SIZE=4096" in refused[0].message, refused

@@ -107,11 +107,20 @@ def _beyond_memory(peak_fraction: float | None, copy_fraction: float) -> bool:
     return peak_fraction > 1.0 if peak_fraction is not None else copy_fraction > 2.0
 
 
-def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float]) -> float:
-    """Copy throughput for a kernel moving ``nbytes`` (read + written), measured once per size."""
+#: A copy that reads slower than the kernel it is the roofline for, by this much, on tensors past
+#: any L2 (both then stream from memory), is timed once more and the faster kept: run O's copy for
+#: QuickGelu 84M f16 settled at 1.69 TB/s over seven batches (240% "of copy"), 4.14 in run N.
+COPY_RETIME_RATIO, COPY_RETIME_BYTES = 1.2, 64 << 20
+
+
+def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float], kernel_tbps: float = 0.0) -> float:
+    """Copy throughput for a kernel moving ``nbytes`` (read + written), measured once per size
+    (twice where the first reading is below the kernel's own ``kernel_tbps``, as above)."""
+    half = max(16, nbytes // 2 // 16 * 16)
     if nbytes not in cache:
-        half = max(16, nbytes // 2 // 16 * 16)
         cache[nbytes] = 2 * half / bench_copy(device, half).median_s / 1e12
+        if nbytes >= COPY_RETIME_BYTES and kernel_tbps > COPY_RETIME_RATIO * cache[nbytes]:
+            cache[nbytes] = max(cache[nbytes], 2 * half / bench_copy(device, half).median_s / 1e12)
     return cache[nbytes]
 
 
@@ -269,7 +278,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache:
         result = bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
                               variant=variant, check=_checker(kernel, arrays, attrs), flops=flops)  # fmt: skip
         row.update(result.as_dict())
-        row["copy_tbps"] = _copy_tbps(device, result.bytes, copies)
+        row["copy_tbps"] = _copy_tbps(device, result.bytes, copies, result.tbps)
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
         row["beyond_memory"] = _beyond_memory(result.peak_fraction, row["copy_fraction"])
         row["error_ok"] = result.max_error is None or result.max_error <= _tolerance(row["dtype"].split(","))

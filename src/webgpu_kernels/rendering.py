@@ -218,7 +218,7 @@ class TemplateRenderer:
                     pieces.append(piece)
                 text = RenderedWGSL("".join(pieces), tuple(origins))
         except Exception as exc:  # noqa: BLE001 - every failure inside the template is the template's error
-            raise template_error(exc, resolved.shader) from None
+            raise template_error(exc, resolved.shader, names=context) from None
         finally:
             if stream is not None:
                 stream.close()

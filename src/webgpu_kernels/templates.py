@@ -10,11 +10,12 @@ The names a template sees are rendering.py's :func:`~webgpu_kernels.rendering.te
 
 from __future__ import annotations
 
+import difflib
 import math
 import operator
 import re
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
@@ -22,7 +23,7 @@ from jinja2 import BaseLoader, Template, TemplateNotFound, TemplateSyntaxError, 
 from jinja2 import filters as jinja_filters
 from jinja2 import tests as jinja_tests
 from jinja2.environment import TemplateModule
-from jinja2.exceptions import SecurityError
+from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.runtime import LoopContext, Macro
 
 from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError
@@ -422,8 +423,12 @@ _TEMPLATE_FILTERS: dict[str, Callable[..., Any]] = {
 assert set(_TEMPLATE_FILTERS) == set(_FILTERS) | {"wgsl_float", "wgsl_uint"}
 
 
-def template_error(exc: Exception, shader: str) -> KernelError:
-    """The library's error for ``exc``, raised while loading or rendering template ``shader``."""
+_UNDEFINED_NAME = re.compile(r"^'(\w+)' is undefined$")
+
+
+def template_error(exc: Exception, shader: str, names: Iterable[str] = ()) -> KernelError:
+    """The library's error for ``exc``, raised while loading or rendering template ``shader``
+    (``names``: those the template could read, for a "did you mean" under a misspelt one)."""
     if isinstance(exc, KernelError):
         return exc
     if isinstance(exc, TemplateNotFound):
@@ -440,7 +445,10 @@ def template_error(exc: Exception, shader: str) -> KernelError:
         reason = str(exc) if isinstance(exc, SecurityError) else "nested too deeply (recursion)"
         return TemplateSandboxError(f"refused by the sandbox: {reason}", file=where, line=line)
     line = _template_line(exc.__traceback__, shader)
-    return TemplateError(f"{type(exc).__name__}: {exc}", file=shader, line=line)
+    misspelt = _UNDEFINED_NAME.match(str(exc)) if isinstance(exc, UndefinedError) else None
+    close = difflib.get_close_matches(misspelt[1], list(names), n=1) if misspelt else []
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return TemplateError(f"{type(exc).__name__}: {exc}{hint}", file=shader, line=line)
 
 
 class PackageLoader(BaseLoader):

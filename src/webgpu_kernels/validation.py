@@ -424,6 +424,11 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
                               f"no variant {vid!r} (the variants are {', '.join(ids)})")  # fmt: skip
     for dtype in sorted(missing_tolerance):
         out.warning(TEST_FILE, "tolerances", f"no tolerance for {dtype} outputs: they must match exactly")
+    checked = {role for case in test_file.cases for role in case.expected}
+    for role in output_types:
+        if role not in checked:  # `test` compares only the outputs a case lists: this one, never
+            out.warning(TEST_FILE, "cases", f"no case lists output {role!r} under `expected`: `webgpu-kernels test` "
+                                            "never checks what the kernel writes there")  # fmt: skip
     return test_file
 
 

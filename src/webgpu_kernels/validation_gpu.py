@@ -106,6 +106,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     compiled: dict[tuple[str, str], set[str]] = {}
     tested: set[tuple[str, str]] = set()  # variant x dtype that a test.json case runs (`test` checks its results)
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
+    definitions = program.definitions
     notify("total", len(calls))
     for call in calls:
         notify("advance", 1)
@@ -130,7 +131,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         rejected: dict[str, Any] = {}  # variant -> its verdict, where `when` rejects the call
         for cv in program.variants:
             vid = cv.variant.id
-            verdict, inner = judge(cv, scope)
+            verdict, inner = judge(cv, scope, definitions)  # definitions: traces show what `baseOk` was made of
             if not verdict.accepted:
                 rejected[vid] = verdict
                 if verdict.error is not None:
@@ -200,7 +201,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                                                      f"adapter ({', '.join(variants)}): {refusal}",
                         dtype=label, case=call.case)  # fmt: skip
         if not accepted_any:
-            reasons = "; ".join(f"{vv.variant.id}: {judge(vv, scope)[0].reason()}" for vv in program.variants)
+            reasons = "; ".join(f"{vv.variant.id}: {judge(vv, scope, definitions)[0].reason()}" for vv in program.variants)
             severity = ERROR if call.source == TEST_FILE else WARNING
             out.add(severity, call.source, call.json_path,
                     f"no variant accepts case {call.case!r} ({label}) on this adapter: {reasons}",
