@@ -127,6 +127,27 @@ def test_8_threads_release_tensors_made_by_other_threads(quick_gelu, device):
     assert device.memory.pooled_bytes <= device.memory.pool_bytes
 
 
+def test_binding_outside_the_recorder_waits_for_the_device_lock(quick_gelu, device):
+    """execution.bind (the benchmark's timing) uses the bind-group cache that calls on other
+    threads change under the device lock: unlocked, a call destroying a pooled buffer met
+    "OrderedDict mutated during iteration" while a timing thread added a group."""
+    import wgpu
+
+    from webgpu_kernels.execution import bind
+
+    _, plan = quick_gelu.plan({"X": np.ones(64, np.float32)})
+    buffers = {n: (device.gpu.create_buffer(size=256, usage=wgpu.BufferUsage.STORAGE), 256) for n in ("X", "Y")}
+    thread = threading.Thread(target=bind, args=(device, plan, buffers))
+    with device.lock:  # as run_plan holds it
+        thread.start()
+        thread.join(0.3)
+        assert thread.is_alive()  # waiting for the lock, not changing the cache under a call
+    thread.join(10)
+    assert not thread.is_alive()
+    for b, _ in buffers.values():
+        b.destroy()
+
+
 def test_parallel_renders_have_their_own_budgets(write_package):
     """A template that uses most of one render's work budget renders in 8 threads at once: budgets are
     per render (per thread), never shared."""

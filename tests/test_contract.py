@@ -352,3 +352,19 @@ def test_a_negative_zero_attribute_is_its_own_signature(quick_gelu):
     plus, minus = (check_call(quick_gelu.manifest, meta, {"alpha": a}, None) for a in (0.0, -0.0))
     assert plus != minus and minus.negative_zeros == ("alpha",) and plus.negative_zeros == ()
     assert minus == check_call(quick_gelu.manifest, meta, {"alpha": -0.0}, None)
+
+
+def test_an_int_and_an_equal_float_attribute_are_two_signatures():
+    """1 == 1.0, yet a float attribute given an int keeps it (a template renders "1", not "1.0"):
+    signatures (plan keys) carry each value's type, and each list item's."""
+    from webgpu_kernels.contract import check_call
+    from webgpu_kernels.manifest import parse_manifest
+
+    manifest = parse_manifest({**_stats_manifest(["float32"]), "attributes": {"scale": 1.0, "coef": [1.0, 2.0]}})
+    meta = {"X": ((4,), "float32")}
+
+    def sig(**attrs):
+        return check_call(manifest, meta, attrs, None)
+
+    assert sig(scale=1) != sig(scale=1.0) and sig(scale=1.0) == sig() == sig(scale=np.float64(1.0))
+    assert sig(coef=[1, 2.0]) != sig(coef=[1.0, 2.0]) and sig(coef=(1.0, 2.0)) == sig() == sig(coef=np.array([1.0, 2.0]))

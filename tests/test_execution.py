@@ -371,6 +371,71 @@ def test_different_alpha_values_give_different_results(quick_gelu):
         qg_check(quick_gelu({"X": x}, attrs={"alpha": alpha})["Y"], x, np.float32, alpha)
 
 
+# A template that writes attribute values into the WGSL as they are: a float attribute given an int
+# keeps it an int (docs/format.md), so `{{ attrs.scale }} / 2` is 1 / 2 == 0 (WGSL integer division)
+# for scale=1 and 0.5 for scale=1.0; likewise the items of the list attribute.
+RAW_ATTRS_MANIFEST = {
+    "domain": "test", "name": "RawAttrs",
+    "inputs": [{"role": "X", "dtype": "T"}],
+    "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"}],
+    "typeConstraints": {"T": ["float32"]},
+    "attributes": {"scale": 1.0, "coef": [1.0, 1.0]},
+    "variants": [{
+        "id": "main", "priority": 0,
+        "passes": [{
+            "id": "main", "shader": "raw.wgsl.jinja",
+            "bindings": [
+                {"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
+                {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
+            ],
+            "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": 64},
+        }],
+    }],
+}  # fmt: skip
+RAW_ATTRS_WGSL = """{{ declarations }}
+@compute @workgroup_size({{ workgroupSize }})
+fn {{ entryPoint }}({{ entryParams }}) {
+  let i = {{ globalIndex }};
+  if (i < arrayLength(&y)) {
+    y[i] = x[i] * f32({{ attrs.scale }} / 2) + f32({{ attrs.coef[0] }} / 2);
+  }
+}
+"""
+
+
+def test_an_int_and_an_equal_float_attribute_share_no_plan(write_package):
+    """1 == 1.0 and (1, 1) == (1.0, 1.0) == (True, 1), but the WGSL differs (or the value is refused):
+    each call runs its own values, in either order, on the checked path and the fast path alike."""
+    x = np.ones(4, np.float32)
+    for order in ((1.0, 1), (1, 1.0)):
+        kernel = wk.load_kernel(write_package(RAW_ATTRS_MANIFEST, {"raw.wgsl.jinja": RAW_ATTRS_WGSL}))
+        for scale in (*order, *order):  # the second round: the fast path
+            want = 0.5 * isinstance(scale, float) + 0.5  # coef[0] 1.0: 0.5
+            np.testing.assert_array_equal(kernel({"X": x}, attrs={"scale": scale})["Y"], want)
+    for order in (((1.0, 1.0), (1, 1)), ((1, 1), (1.0, 1.0))):
+        kernel = wk.load_kernel(write_package(RAW_ATTRS_MANIFEST, {"raw.wgsl.jinja": RAW_ATTRS_WGSL}))
+        for coef in (*order, *order):
+            want = 0.5 + 0.5 * isinstance(coef[0], float)  # scale 1.0: 0.5
+            np.testing.assert_array_equal(kernel({"X": x}, attrs={"coef": coef})["Y"], want)
+        with pytest.raises(errors.AttributeValueError):  # the fast path must not take it for (1, 1)
+            kernel({"X": x}, attrs={"coef": (True, 1)})
+
+
+def test_many_distinct_evaluated_expressions_keep_evaluate_working(quick_gelu, monkeypatch):
+    """Kernel.evaluate's expressions do not fill the package's compiler, which refuses one past
+    MAX_EXPRESSIONS distinct ones: a tool evaluating many made every later evaluate fail."""
+    from webgpu_kernels import expressions, kernel
+
+    monkeypatch.setattr(expressions, "MAX_EXPRESSIONS", 64)  # the package itself has about 20
+    meta = {"X": wk.TensorMeta((8,), "float32")}
+    for i in range(100):
+        assert quick_gelu.evaluate(f"numel(shapes.X) * {i}", meta) == 8 * i
+    assert quick_gelu.evaluate("numel(shapes.X) * 3", meta) == 24  # kept, and right
+    assert len(quick_gelu._evaluated) <= kernel.EVALUATED_CACHE_SIZE
+    with pytest.raises(errors.ExpressionError):
+        quick_gelu.evaluate("nosuch + 1", meta)
+
+
 def test_load_kernel_twice_gives_independent_working_kernels(tmp_path):
     import shutil
 

@@ -46,6 +46,10 @@ class CallSignature:
     #: the names among attrs and tunables whose value holds a -0.0: it equals 0.0, yet a kernel
     #: given it (a uniform, a template) can compute another result, so the two share no plan
     negative_zeros: tuple[str, ...] = ()
+    #: the type of each value among attrs and tunables (of each item of a list): a float default
+    #: keeps an int an int (docs/format.md), and 1 == 1.0, yet a template renders "1" for one and
+    #: "1.0" for the other (and `/` in WGSL divides them differently), so the two share no plan
+    value_types: tuple[Any, ...] = ()
 
     def shape_map(self) -> dict[str, tuple[int, ...]]:
         return dict(self.shapes)
@@ -107,6 +111,9 @@ def check_call(
         attrs=checked_attrs,
         tunables=checked_tunables,
         negative_zeros=tuple(k for k, v in checked_attrs + checked_tunables if has_negative_zero(v)),
+        value_types=tuple(
+            tuple(map(type, v)) if isinstance(v, tuple) else type(v) for _, v in checked_attrs + checked_tunables
+        ),
     )
 
 

@@ -213,7 +213,8 @@ def bind_groups(device: Device, plan: ExecutionPlan, buffers: Mapping[str, tuple
 
 def bind(device: Device, plan: ExecutionPlan, buffers: Mapping[str, tuple[Any, int]]) -> list[BoundPass]:
     """:func:`bind_groups` as BoundPass records (for encoders outside the recorder, e.g. timing)."""
-    return [BoundPass(p.label, p.pipeline.pipeline, group, p.grid) for p, group in bind_groups(device, plan, buffers)]
+    with device.lock:  # the bind-group cache is shared with calls on other threads (run_plan holds it)
+        return [BoundPass(p.label, p.pipeline.pipeline, group, p.grid) for p, group in bind_groups(device, plan, buffers)]
 
 
 def dispatch_calls(compute: Any, bound: list[BoundPass], calls: int) -> None:

@@ -22,6 +22,7 @@ from .contract import CallSignature, check_call, has_negative_zero
 from .device import Device, get_device
 from .errors import DeviceLimitError, InputError, KernelError, SelectionError, ShapeError
 from .execution import ExecutionPlan, build_pass, check_bound, check_limits, flush, host_array, run_plan
+from .expressions import Expression, ExpressionCompiler
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
@@ -32,6 +33,8 @@ from .tensor import GpuTensor
 
 #: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
 PLAN_CACHE_SIZE = 128
+#: Expressions given to :meth:`Kernel.evaluate` kept compiled, per kernel.
+EVALUATED_CACHE_SIZE = 256
 _OUTPUT_KINDS = ("numpy", "gpu")
 
 
@@ -95,6 +98,7 @@ class Kernel:
         self.renderer = TemplateRenderer(package.read_text)
         self._plans: OrderedDict[Any, ExecutionPlan] = OrderedDict()
         self._fast_plans: dict[Any, ExecutionPlan] = {}
+        self._evaluated: OrderedDict[tuple[str, str], Expression] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -222,9 +226,27 @@ class Kernel:
         described as for :meth:`explain`. Tools use it for bench.json's ``flops``; authors, to
         see what their expressions give."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
-        compiled = self.program.compiler.compile(expression, where)  # cached by source: cheap when repeated
+        compiled = self._compiled(expression, where)  # cached by source: cheap when repeated
         scope, _ = self.program.call_scope(signature, device.info)
         return compiled.evaluate(scope)
+
+    def _compiled(self, expression: Any, where: str) -> Expression:
+        # Not in the package's compiler: it refuses a 2049th distinct expression (a sandbox
+        # bound), so a tool's ad-hoc expressions would fill it and every later evaluate fail.
+        if not isinstance(expression, str):
+            return ExpressionCompiler(()).compile(expression, where)  # a literal
+        key = (expression, where)
+        with self._lock:
+            compiled = self._evaluated.get(key)
+            if compiled is not None:
+                self._evaluated.move_to_end(key)
+                return compiled
+        compiled = ExpressionCompiler(self.program.compiler.known_names).compile(expression, where)
+        with self._lock:
+            self._evaluated[key] = compiled
+            if len(self._evaluated) > EVALUATED_CACHE_SIZE:
+                self._evaluated.popitem(last=False)
+        return compiled
 
     def render(
         self,
@@ -394,13 +416,20 @@ def _frozen(options: Mapping[str, Any] | None) -> Any:
     # The value's type is part of the key: True == 1 must not share a plan with a checked True;
     # and so is a zero's sign: -0.0 == 0.0 must not either (CallSignature.negative_zeros). Only a
     # float zero or a tuple is looked into: a call with attributes pays no function call for it.
+    # A tuple's items' types too: (1, 2) == (1.0, 2.0) == (True, 2), which render differently
+    # or are refused (CallSignature.value_types).
     return None if not options else tuple(
-        (k, v.__class__, v, (v == 0.0 if isinstance(v, _FLOATS) else v.__class__ is tuple) and has_negative_zero(v))
+        (k, v.__class__, v, (v == 0.0 and has_negative_zero(v)) if isinstance(v, _FLOATS) else
+         v.__class__ is tuple and _tuple_terms(v))
         for k, v in options.items()
     )  # fmt: skip
 
 
 _FLOATS = (float, np.floating)
+
+
+def _tuple_terms(value: tuple[Any, ...]) -> tuple[bool, tuple[type, ...]]:
+    return has_negative_zero(value), tuple(map(type, value))
 
 
 def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -108,12 +108,14 @@ class TuningCache:
                absent: tuple[str, ...] = (), attrs: Mapping[str, Any] | None = None) -> None:  # fmt: skip
         global generation
         with self._lock:
-            generation += 1  # kernels drop the plans they chose before this result existed
             key = entry_key(op_id, dtypes, shapes, absent, attrs)
             self._recorded.add(key)
             self.entries[key] = {
                 "variant": choice.variant, "tunables": choice.tunables, "median_s": choice.median_s,
             }  # fmt: skip
+            # Bumped after the entry is stored: a call on another thread that saw the new
+            # generation before the entry would cache the default plan under it for good.
+            generation += 1  # kernels drop the plans they chose before this result existed
 
     def save(self) -> None:
         """Write the file: what is on disk now (another process may have tuned meanwhile), with
