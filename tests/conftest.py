@@ -6,7 +6,6 @@ it), so it is set here, before anything imports wgpu.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import stat
@@ -89,10 +88,7 @@ def poison_outputs(kernel: wk.Kernel, inputs, *, attrs=None, tunables=None) -> N
     """Before a call with NumPy ``inputs``: one pooled buffer of all-ones bytes (NaN as float16 and
     as float32) per tensor of the call, inputs and outputs, so that every output gets one and an
     element the kernel leaves unwritten shows NaN (the runner's own fill, package_tests)."""
-    outputs = kernel.explain(inputs, attrs=attrs, tunables=tunables).outputs
-    sizes = [np.asarray(v).nbytes for v in inputs.values()]
-    sizes += [math.prod(o.shape) * np.dtype(o.dtype).itemsize for o in outputs]
-    fill_pooled_buffers(get_device(), sizes, 0xFF)
+    fill_pooled_buffers(get_device(), inputs, kernel.explain(inputs, attrs=attrs, tunables=tunables).outputs, 0xFF)
 
 
 @pytest.fixture(scope="session")

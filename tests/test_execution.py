@@ -374,24 +374,28 @@ def test_different_alpha_values_give_different_results(quick_gelu):
 # A template that writes attribute values into the WGSL as they are: a float attribute given an int
 # keeps it an int (docs/format.md), so `{{ attrs.scale }} / 2` is 1 / 2 == 0 (WGSL integer division)
 # for scale=1 and 0.5 for scale=1.0; likewise the items of the list attribute.
-RAW_ATTRS_MANIFEST = {
-    "domain": "test", "name": "RawAttrs",
-    "inputs": [{"role": "X", "dtype": "T"}],
-    "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"}],
-    "typeConstraints": {"T": ["float32"]},
-    "attributes": {"scale": 1.0, "coef": [1.0, 1.0]},
-    "variants": [{
-        "id": "main", "priority": 0,
-        "passes": [{
-            "id": "main", "shader": "raw.wgsl.jinja",
-            "bindings": [
-                {"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
-                {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
-            ],
-            "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": 64},
+def one_pass_manifest(name: str, shader: str, x_type: str = "f32", variant: str = "main", **extra) -> dict:
+    """A float32 op Y = f(X) with one variant of one pass binding X (as ``x_type``) and Y."""
+    return {
+        "domain": "test", "name": name,
+        "inputs": [{"role": "X", "dtype": "T"}],
+        "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"}],
+        "typeConstraints": {"T": ["float32"]}, **extra,
+        "variants": [{
+            "id": variant, "priority": 0,
+            "passes": [{
+                "id": "main", "shader": shader,
+                "bindings": [
+                    {"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": x_type},
+                    {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
+                ],
+                "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": 64},
+            }],
         }],
-    }],
-}  # fmt: skip
+    }  # fmt: skip
+
+
+RAW_ATTRS_MANIFEST = one_pass_manifest("RawAttrs", "raw.wgsl.jinja", attributes={"scale": 1.0, "coef": [1.0, 1.0]})
 RAW_ATTRS_WGSL = """{{ declarations }}
 @compute @workgroup_size({{ workgroupSize }})
 fn {{ entryPoint }}({{ entryParams }}) {
@@ -561,23 +565,7 @@ def test_storage_only_types_are_bound_as_bytes(write_package, rng, onnx, shape):
 
 # A package whose shader reads X as mat2x4<f32> (32 bytes an element): a 4-float X is a 16-byte
 # binding, which WebGPU rejects only when the command buffer holding the dispatch is finished.
-TOO_SMALL_BINDING_MANIFEST = {
-    "domain": "test", "name": "TooSmallBinding",
-    "inputs": [{"role": "X", "dtype": "T"}],
-    "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"}],
-    "typeConstraints": {"T": ["float32"]},
-    "variants": [{
-        "id": "wide", "priority": 0,
-        "passes": [{
-            "id": "main", "shader": "wide.wgsl.jinja",
-            "bindings": [
-                {"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "mat2x4<f32>"},
-                {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
-            ],
-            "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": 64},
-        }],
-    }],
-}  # fmt: skip
+TOO_SMALL_BINDING_MANIFEST = one_pass_manifest("TooSmallBinding", "wide.wgsl.jinja", "mat2x4<f32>", variant="wide")
 TOO_SMALL_BINDING_WGSL = """{{ declarations }}
 @compute @workgroup_size({{ workgroupSize }})
 fn {{ entryPoint }}({{ entryParams }}) {

@@ -29,7 +29,7 @@ from .errors import GPUError
 from .execution import BoundPass, ExecutionPlan, bind, dispatch_calls, upload
 from .expressions import as_count
 from .kernel import Kernel
-from .walltime import back_to_back
+from .walltime import MAX_BATCHES, MIN_BATCHES, MIN_TOTAL_S, REL_TOL, TARGET_BATCH_S, back_to_back, settle
 
 #: Datasheet memory bandwidth (bytes/s) by model name, matched as a whole word in the adapter name.
 KNOWN_PEAKS: dict[str, float] = {
@@ -63,18 +63,17 @@ class Timing:
 
 #: Calls between two timestamps: torch's peer times 50 launches between two CUDA events.
 CALLS_PER_SPAN = 50
-MIN_SPANS = 5  # samples per batch, however long a span takes
 
 
 def time_calls(
     device: Device,
     bound: list[BoundPass],
     *,
-    target_batch_s: float = 0.05,
-    min_batches: int = 3,
-    max_batches: int = 40,
-    rel_tol: float = 0.02,
-    min_total_s: float = 0.3,
+    target_batch_s: float = TARGET_BATCH_S,
+    min_batches: int = MIN_BATCHES,
+    max_batches: int = MAX_BATCHES,
+    rel_tol: float = REL_TOL,
+    min_total_s: float = MIN_TOTAL_S,
     calls_per_span: int = CALLS_PER_SPAN,
 ) -> Timing:
     """GPU time per call of ``bound`` called back to back, in batches until two consecutive batch
@@ -89,33 +88,20 @@ def time_calls(
     if "timestamp-query" not in device.info.features:  # the library's error: bench reports it per case
         raise GPUError(f"{device.adapter.label()} has no timestamp-query feature: GPU time cannot be measured")
     gpu = device.gpu
-    spans = MIN_SPANS
-    batches: list[list[float]] = []
-    medians: list[float] = []
-    total = 0.0
-    stable = False
-    for batch in range(max_batches):
-        spans = max(MIN_SPANS, min(spans, QUERY_SET_MAX // 2))
+
+    def one_batch(spans: int) -> list[float]:
         samples = _one_batch(gpu, bound, spans, calls_per_span)
         if len(samples) < 2:  # a timer that does not count up (spans with end <= start are dropped)
             raise GPUError(f"{device.adapter.label()}: only {len(samples)} of {spans} timed spans ended after they began")
-        total += sum(samples) * calls_per_span
-        # Drop the first span of each batch: the GPU may still be ramping up its clocks.
-        batches.append(samples[1:])
-        medians.append(statistics.median(batches[-1]))
-        # Size the next batch to about target_batch_s of GPU time.
-        spans = int(target_batch_s / max(medians[-1] * calls_per_span, 1e-7))
-        if (
-            batch + 1 >= min_batches
-            and total >= min_total_s
-            and abs(medians[-1] - medians[-2]) <= rel_tol * medians[-1]
-        ):
-            stable = True
-            break
-    ordered = sorted(batches[-1] + (batches[-2] if len(batches) > 1 else []))
+        return samples
+
+    settled = settle(one_batch, calls_per_span=calls_per_span, target_batch_s=target_batch_s,
+                     min_batches=min_batches, max_batches=max_batches, rel_tol=rel_tol, min_total_s=min_total_s,
+                     max_spans=QUERY_SET_MAX // 2)  # fmt: skip
+    ordered = settled.samples
     return Timing(
         median_s=statistics.median(ordered), p10_s=ordered[len(ordered) // 10],
-        p90_s=ordered[(len(ordered) * 9) // 10], samples=len(ordered), batches=len(medians), stable=stable,
+        p90_s=ordered[(len(ordered) * 9) // 10], samples=len(ordered), batches=settled.batches, stable=settled.stable,
     )  # fmt: skip
 
 

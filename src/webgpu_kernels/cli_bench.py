@@ -97,6 +97,12 @@ def _tolerance(dtypes: Iterable[str]) -> float:
     return max(floats) if floats else DEFAULT_TOLERANCE
 
 
+def _wrong(max_error: float | None, dtype_label: str) -> bool:
+    """Whether an output with this max error against the reference fails a case of these dtypes
+    (ours, tuned or a peer's: one rule for every figure bench reports)."""
+    return max_error is not None and not max_error <= _tolerance(dtype_label.split(","))  # NaN is wrong
+
+
 def _dtype_label(dtypes: Iterable[str]) -> str:
     return ",".join(sorted(set(dtypes)))
 
@@ -281,7 +287,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache:
         row["copy_tbps"] = _copy_tbps(device, result.bytes, copies, result.tbps)
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
         row["beyond_memory"] = _beyond_memory(result.peak_fraction, row["copy_fraction"])
-        row["error_ok"] = result.max_error is None or result.max_error <= _tolerance(row["dtype"].split(","))
+        row["error_ok"] = not _wrong(result.max_error, row["dtype"])
     except KernelError as exc:
         row["error"] = str(exc)
         return row
@@ -305,7 +311,7 @@ def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str,
     tuned = default if same else bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
                                               check=_checker(kernel, arrays, attrs), flops=flops)  # fmt: skip
     # A tuned kernel that computes something else is WRONG, not fast.
-    ok = tuned.max_error is None or tuned.max_error <= _tolerance(dtype.split(","))
+    ok = not _wrong(tuned.max_error, dtype)
     return {"variant": variant, "tunables": tunables, "tbps": tuned.tbps, "tflops": tuned.tflops,
             "median_s": tuned.median_s, "same_as_default": same, "max_error": tuned.max_error, "error_ok": ok}
 
@@ -446,11 +452,10 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         per_s = lambda s: None if not s else row["bytes"] / s / 1e12  # noqa: E731
         ort_s = ort_peer.get("device_s")
         err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok", True) else " WRONG")
-        tolerance = _tolerance(row["dtype"].split(","))
 
         def checked(text: str, error: float | None) -> str:
             # A figure whose output failed the reference check says so in its own cell.
-            return text + (" WRONG" if error is not None and error > tolerance else "")
+            return text + (" WRONG" if _wrong(error, row["dtype"]) else "")
 
         tuned = row.get("tuned", {})
         table.add_row(
@@ -483,7 +488,7 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
             if "error" in result:
                 console.print(Text(f"{peer} on {row['case']} {row['dtype']}: {result['error'][:160]}", style="yellow"))
             for key in ("eager_error", "compile_error", "device_error", "numpy_error"):
-                if result.get(key) is not None and result[key] > _tolerance(row["dtype"].split(",")):
+                if _wrong(result.get(key), row["dtype"]):
                     console.print(Text(f"{peer} {key.split('_')[0]} on {row['case']} {row['dtype']} is WRONG: "
                                        f"max error {result[key]:.3g}", style="red"))  # fmt: skip
     for h in host_rows:

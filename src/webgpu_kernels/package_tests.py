@@ -245,12 +245,10 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
     from .device import get_device
 
     device = get_device(adapter)
-    sizes = [a.nbytes for a in arrays.values()]
-    sizes += [math.prod(o.shape) * numpy_dtype(o.dtype).itemsize for o in outputs]
     start = time.perf_counter()
     try:
         with device.lock:  # no other thread's call takes the filled buffers first (an RLock: the call takes it too)
-            fill_pooled_buffers(device, sizes, byte)
+            fill_pooled_buffers(device, arrays, outputs, byte)
             got = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
                          tunables=case.tunables or None, adapter=adapter)  # fmt: skip
     except KernelError as exc:
@@ -285,11 +283,14 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
     )  # fmt: skip
 
 
-def fill_pooled_buffers(device: Device, sizes: Sequence[int], byte: int) -> None:
-    """Put one buffer per size in ``device``'s pool, each filled whole with ``byte``: the next
-    requests of those sizes (a call's inputs and outputs) get them, so an output element the
-    kernel never writes holds the fill, not what an earlier call left there. All are held at once
-    so that they are distinct, and filled whole since a buffer serves any tensor of its size class."""
+def fill_pooled_buffers(device: Device, inputs: Mapping[str, Any], outputs: Sequence[OutputSpec], byte: int) -> None:
+    """Put one buffer per tensor of a call (its ``inputs``, the ``outputs`` it will make) in
+    ``device``'s pool, each filled whole with ``byte``: the call's requests of those sizes get
+    them, so an output element the kernel never writes holds the fill, not what an earlier call
+    left there. All are held at once so that they are distinct, and filled whole since a buffer
+    serves any tensor of its size class."""
+    sizes = [np.asarray(a).nbytes for a in inputs.values()]
+    sizes += [math.prod(o.shape) * numpy_dtype(o.dtype).itemsize for o in outputs]
     memory = device.memory
     with device.lock, translate_gpu_errors("filling the buffers of a test run", memory):
         filled = []

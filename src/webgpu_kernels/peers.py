@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import walltime
 from .references import REFERENCES, max_abs_error, one_node_model
 from .walltime import back_to_back
 
@@ -126,9 +127,10 @@ def run_torch(cases: list[dict[str, Any]]) -> None:
         print(json.dumps(result), flush=True)
 
 
-#: torch's GPU timing, as benchmark.time_calls times ours: spans of 50 launches between two events,
-#: batches of about 50 ms of GPU time until two batch medians agree within 2% after 0.3 s in all.
-SPAN_CALLS, MIN_SPANS, BATCH_S, MIN_TOTAL_S, REL_TOL, MIN_BATCHES, MAX_BATCHES = 50, 5, 0.05, 0.3, 0.02, 3, 40
+#: Launches between torch's two CUDA events (benchmark.CALLS_PER_SPAN for ours); the batch rule
+#: is walltime.settle's, the same as ours.
+SPAN_CALLS = 50
+MIN_TOTAL_S = walltime.MIN_TOTAL_S
 
 
 def _gpu_time(impl: Callable[[], Any], torch: Any) -> float:
@@ -139,8 +141,8 @@ def _gpu_time(impl: Callable[[], Any], torch: Any) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(10):
         impl()
-    spans, total, batches = MIN_SPANS, 0.0, []
-    for batch in range(MAX_BATCHES):
+
+    def one_batch(spans: int) -> list[float]:
         samples = []
         for _ in range(spans):
             start.record()
@@ -149,13 +151,9 @@ def _gpu_time(impl: Callable[[], Any], torch: Any) -> float:
             end.record()
             end.synchronize()
             samples.append(start.elapsed_time(end) / 1e3 / SPAN_CALLS)
-        total += sum(samples) * SPAN_CALLS
-        batches.append(samples[1:])  # as ours: the first span of a batch may still ramp up
-        medians = [statistics.median(b) for b in batches[-2:]]
-        spans = max(MIN_SPANS, min(int(BATCH_S / max(medians[-1] * SPAN_CALLS, 1e-7)), 2048))
-        if batch + 1 >= MIN_BATCHES and total >= MIN_TOTAL_S and abs(medians[-1] - medians[0]) <= REL_TOL * medians[-1]:
-            break
-    return statistics.median(batches[-1] + batches[-2])
+        return samples
+
+    return statistics.median(walltime.settle(one_batch, calls_per_span=SPAN_CALLS).samples)
 
 
 def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:

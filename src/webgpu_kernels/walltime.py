@@ -7,7 +7,40 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+#: The batch rule of GPU timing, ours (benchmark.time_calls) and torch's peer alike: batches of
+#: about TARGET_BATCH_S of GPU time, at least MIN_SPANS spans each, until two consecutive batch
+#: medians agree within REL_TOL after MIN_BATCHES batches and MIN_TOTAL_S of GPU time in all.
+TARGET_BATCH_S, MIN_SPANS, MIN_BATCHES, MAX_BATCHES, REL_TOL, MIN_TOTAL_S = 0.05, 5, 3, 40, 0.02, 0.3
+
+
+@dataclass(frozen=True)
+class Settled:
+    samples: list[float]  # seconds per call, the last two batches' (sorted)
+    batches: int
+    stable: bool  # False when max_batches ran out before two medians agreed
+
+
+def settle(one_batch: Callable[[int], list[float]], *, calls_per_span: int, target_batch_s: float = TARGET_BATCH_S,
+           min_batches: int = MIN_BATCHES, max_batches: int = MAX_BATCHES, rel_tol: float = REL_TOL,
+           min_total_s: float = MIN_TOTAL_S, max_spans: int = 2048) -> Settled:  # fmt: skip
+    """Run ``one_batch(spans)`` (seconds per call of each span of ``calls_per_span`` calls) under
+    the batch rule above. The first span of each batch is dropped: the GPU may still be ramping up."""
+    spans, total, batches, medians = MIN_SPANS, 0.0, [], []
+    stable = False
+    for batch in range(max_batches):
+        samples = one_batch(max(MIN_SPANS, min(spans, max_spans)))
+        total += sum(samples) * calls_per_span
+        batches.append(samples[1:])
+        medians.append(statistics.median(batches[-1]))
+        # Size the next batch to about target_batch_s of GPU time.
+        spans = int(target_batch_s / max(medians[-1] * calls_per_span, 1e-7))
+        if batch + 1 >= min_batches and total >= min_total_s and abs(medians[-1] - medians[-2]) <= rel_tol * medians[-1]:
+            stable = True
+            break
+    return Settled(sorted(batches[-1] + (batches[-2] if len(batches) > 1 else [])), len(medians), stable)
 
 
 def back_to_back(fn: Callable[[], Any], sync: Callable[[], Any], *, min_s: float = 0.3, batches: int = 5,
