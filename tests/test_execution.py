@@ -425,6 +425,19 @@ def test_an_int_and_an_equal_float_attribute_share_no_plan(write_package):
             kernel({"X": x}, attrs={"coef": (True, 1)})
 
 
+def test_a_list_attribute_takes_the_fast_path(write_package):
+    """A list (what JSON and a list attribute's default are) keys a plan like a tuple: the second
+    call with equal items finds it by one lookup; other item values or types get their own."""
+    x = np.ones(4, np.float32)
+    kernel = wk.load_kernel(write_package(RAW_ATTRS_MANIFEST, {"raw.wgsl.jinja": RAW_ATTRS_WGSL}))
+    for coef, want in (([1.0, 1.0], 1.0), ([1, 1], 0.5), ([3.0, 1.0], 2.0), ([1.0, 1.0], 1.0), ([1, 1], 0.5)):
+        np.testing.assert_array_equal(kernel({"X": x}, attrs={"coef": coef})["Y"], want)  # scale 1.0: 0.5
+    assert len(kernel._fast_plans) == 3
+    with pytest.raises(errors.AttributeValueError):
+        kernel({"X": x}, attrs={"coef": [True, 1]})
+    assert len(kernel._fast_plans) == 3
+
+
 def test_many_distinct_evaluated_expressions_keep_evaluate_working(quick_gelu, monkeypatch):
     """Kernel.evaluate's expressions do not fill the package's compiler, which refuses one past
     MAX_EXPRESSIONS distinct ones: a tool evaluating many made every later evaluate fail."""

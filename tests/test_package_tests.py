@@ -252,6 +252,19 @@ def test_float16_cases_are_skipped_without_shader_f16(monkeypatch: pytest.Monkey
     assert report.ok
 
 
+def test_a_run_where_every_case_skipped_does_not_say_all_passed(capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing verified is no failure (exit 0, as pytest), but the summary must not say "all passed"."""
+    from webgpu_kernels.cli_package import _print_test_reports
+    from webgpu_kernels.package_tests import PackageReport, RunResult
+
+    report = PackageReport(kernel=QUICK_GELU, path="-", origin="embedded", isolated=False,
+                           results=[RunResult(QUICK_GELU, "rank0-f16", None, "float16", "skip", message="no f16")])  # fmt: skip
+    _print_test_reports([report])
+    out = capsys.readouterr().out
+    assert "nothing ran: every case was skipped" in out and "all passed" not in out
+    assert report.ok
+
+
 def test_a_case_filter_that_matches_nothing_fails(runner: CliRunner) -> None:
     """`test --case 'nomatch*'` said "all passed" with exit status 0: a typo in a CI filter ran nothing."""
     result = runner.invoke(main, ["test", QUICK_GELU, "--case", "nomatch*"])

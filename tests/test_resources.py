@@ -230,6 +230,8 @@ LOST_DEVICE_SCRIPT = textwrap.dedent("""
     x = np.linspace(-3, 3, 64, dtype=np.float32)
     k({"X": x})
     first = wk.get_device()
+    request = first.adapter.name.upper()  # a request string (names match case-insensitively)
+    named = wk.get_device(request)
     first.gpu.destroy()  # what a driver reset or a lost GPU does to the device
     try:
         k({"X": x})
@@ -244,6 +246,7 @@ LOST_DEVICE_SCRIPT = textwrap.dedent("""
     except Exception as exc:
         out["second"] = [type(exc).__name__, str(exc)[:300]]
     out["new_device"] = wk.get_device() is not first
+    out["named"] = [named is first, wk.get_device(request) is wk.get_device()]
     print("RESULT " + json.dumps(out))
 """)
 
@@ -272,6 +275,8 @@ def test_lost_device_next_call_gets_a_new_device():
     assert result["first"][2], f"not a DeviceLostError: {result['first']}"
     assert result["second"] == ["ok", True], result
     assert result["new_device"], result
+    # a request string's device is remembered until the device is lost, then chosen afresh
+    assert result["named"] == [True, True], result
 
 
 def test_device_error_classes():

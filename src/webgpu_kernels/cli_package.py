@@ -238,9 +238,15 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
         if report.error:
             console.print(Text(f"{line}: {report.error}", style="bold red"), soft_wrap=True)
         else:
-            console.print(Text(line, style="green" if report.ok else "bold red"))
+            console.print(Text(line, style="bold red" if not report.ok else "green" if counts["pass"] else "yellow"))
     total_failed = sum(1 for rep in reports for r in rep.results if r.failed) + sum(1 for rep in reports if rep.error)
-    console.print(Text("all passed" if total_failed == 0 else "FAILED", style="bold green" if total_failed == 0 else "bold red"))
+    passed = sum(1 for rep in reports for r in rep.results if r.status == "pass")
+    if total_failed:
+        console.print(Text("FAILED", style="bold red"))
+    elif passed:
+        console.print(Text("all passed", style="bold green"))
+    else:  # as pytest: all skipped is no failure (exit 0), but it is no pass either
+        console.print(Text("nothing ran: every case was skipped", style="yellow"))
 
 
 # --- validate ---------------------------------------------------------------------------------------

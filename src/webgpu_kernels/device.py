@@ -75,6 +75,9 @@ _lock = threading.RLock()
 _serials = itertools.count(1)
 _adapters: list[Any] | None = None
 _devices: dict[int, Device] = {}
+#: The device each ``adapter`` request string chose: choosing again lists every adapter's info,
+#: features and limits (about 15 us), which a call passing ``adapter=`` would pay every time.
+_requested: dict[str, Device] = {}
 
 
 def _enumerate() -> list[Any]:
@@ -165,6 +168,9 @@ class Device:
             for key, device in list(_devices.items()):
                 if device is self:
                     del _devices[key]
+            for request, device in list(_requested.items()):
+                if device is self:
+                    del _requested[request]
             if _default is self:
                 _default = None
 
@@ -185,7 +191,12 @@ def get_device(adapter: str | None = None) -> Device:
         if device is None:
             device = _default = _get_device(None)
         return device
-    return _get_device(adapter)
+    device = _requested.get(adapter) if type(adapter) is str else None
+    if device is None:
+        device = _get_device(adapter)
+        if type(adapter) is str:
+            _requested[adapter] = device
+    return device
 
 
 def _get_device(adapter: str | None) -> Device:

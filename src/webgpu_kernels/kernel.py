@@ -418,9 +418,11 @@ def _frozen(options: Mapping[str, Any] | None) -> Any:
     # float zero or a tuple is looked into: a call with attributes pays no function call for it.
     # A tuple's items' types too: (1, 2) == (1.0, 2.0) == (True, 2), which render differently
     # or are refused (CallSignature.value_types).
+    # A list (JSON's arrays: what a list attribute's default is) is keyed as its tuple of items.
     return None if not options else tuple(
         (k, v.__class__, v, (v == 0.0 and has_negative_zero(v)) if isinstance(v, _FLOATS) else
-         v.__class__ is tuple and _tuple_terms(v))
+         v.__class__ is tuple and _tuple_terms(v)) if v.__class__ is not list else
+        (k, list, tuple(v), _tuple_terms(v))
         for k, v in options.items()
     )  # fmt: skip
 
