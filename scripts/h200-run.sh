@@ -19,6 +19,7 @@
 #   bash scripts/h200-run.sh matmul   demo.MatMul tuned, then benched (TFLOP/s), default, tuned and its naive variant
 #   bash scripts/h200-run.sh tunematmul   tunecheck, then matmul
 #   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
+#   bash scripts/h200-run.sh throttle [SECONDS] [IDLE_EVERY]   the large cases and copies round after round, beside nvidia-smi
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors
@@ -127,6 +128,17 @@ case "${1:-bench}" in
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     bash "$0" packages
     bash "$0" tests ;;
+  throttle)  # the 84M slow state (runs O, P): the large cases and their copies round after round, beside nvidia-smi
+    F="timestamp,temperature.gpu,temperature.memory,clocks.sm,clocks.mem,power.draw,utilization.gpu,utilization.memory"
+    for extra in clocks_event_reasons.active clocks_throttle_reasons.active ""; do
+      nvidia-smi --query-gpu="$F${extra:+,$extra}" --format=csv,noheader >/dev/null 2>&1 && { F="$F${extra:+,$extra}"; break; }
+    done
+    nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER > "$OUT/smi-before.txt" 2>&1
+    nvidia-smi --query-gpu="$F" --format=csv -lms 250 > "$OUT/smi.csv" 2>&1 & smi=$!
+    sleep 5  # idle baseline: is anything else using the GPU?
+    timeout "${2:-300}" python3 scripts/throttle_probe.py "$(( ${2:-300} - 20 ))" "${3:-0}" 2>&1 | tee "$OUT/throttle.log"
+    nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER > "$OUT/smi-after.txt" 2>&1
+    kill $smi ;;
   roundtrip)  # the comparison on the small, model and large cases (round trips, ORT on the large ones)
     timeout 390 python3 -m webgpu_kernels bench --compare --tag small --tag large --tag model:clip-text --tag model:sd1.5 \
       --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;

@@ -113,21 +113,41 @@ def _beyond_memory(peak_fraction: float | None, copy_fraction: float) -> bool:
     return peak_fraction > 1.0 if peak_fraction is not None else copy_fraction > 2.0
 
 
-#: A copy that reads slower than the kernel it is the roofline for, by this much, on tensors past
-#: any L2 (both then stream from memory), is timed once more and the faster kept: run O's copy for
-#: QuickGelu 84M f16 settled at 1.69 TB/s over seven batches (240% "of copy"), 4.14 in run N.
-COPY_RETIME_RATIO, COPY_RETIME_BYTES = 1.2, 64 << 20
+#: The H200 sometimes runs every kernel about 2.4x slower for a while, a state of the machine and
+#: not of a kernel: run P read QuickGelu 84M f16 at 1.465 TB/s, its samples from 119 to 229 us
+#: (83 us in the tuner on that lend), and its copy at 1.69 TB/s where every other copy past
+#: 64 MiB read 4.22-4.26; run O read that copy at 1.69 too (240% "of copy").
+#: scripts/throttle_probe.py timed the four large cases and their copies 196 times over five
+#: minutes on the next lend without meeting it, with clocks and temperatures steady. So a case
+#: past SLOW_STATE_BYTES is timed again (at most SLOW_STATE_RETRIES times, the fastest kernel and
+#: copy kept) while its copy reads below SLOW_STATE_FRACTION of the run's best copy past that size
+#: or of the kernel's own figure, or its kernel's p10 below that fraction of its median (the state
+#: changed while it was timed);
+#: the row keeps the readings it replaced, and says so if the state outlasted the retries.
+SLOW_STATE_BYTES, SLOW_STATE_FRACTION, SLOW_STATE_RETRIES = 64 << 20, 0.6, 2
 
 
-def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float], kernel_tbps: float = 0.0) -> float:
-    """Copy throughput for a kernel moving ``nbytes`` (read + written), measured once per size
-    (twice where the first reading is below the kernel's own ``kernel_tbps``, as above)."""
+def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float], *, again: bool = False) -> float:
+    """Copy throughput for a kernel moving ``nbytes`` (read + written), measured once per size;
+    ``again`` measures it once more and keeps the faster."""
     half = max(16, nbytes // 2 // 16 * 16)
-    if nbytes not in cache:
-        cache[nbytes] = 2 * half / bench_copy(device, half).median_s / 1e12
-        if nbytes >= COPY_RETIME_BYTES and kernel_tbps > COPY_RETIME_RATIO * cache[nbytes]:
-            cache[nbytes] = max(cache[nbytes], 2 * half / bench_copy(device, half).median_s / 1e12)
+    if nbytes not in cache or again:
+        cache[nbytes] = max(cache.get(nbytes, 0.0), 2 * half / bench_copy(device, half).median_s / 1e12)
     return cache[nbytes]
+
+
+def _slow_state(result: Any, copies: dict[int, float]) -> str | None:
+    """Why ``result`` looks timed in the machine's slow state (see SLOW_STATE_BYTES), or None."""
+    if result.bytes < SLOW_STATE_BYTES:
+        return None  # small cases are launch-bound or in L2: their spread and copies say nothing of it
+    copy, best = copies[result.bytes], max(v for n, v in copies.items() if n >= SLOW_STATE_BYTES)
+    if copy < SLOW_STATE_FRACTION * best:
+        return f"its copy read {copy:.2f} TB/s, the run's best copy past 64 MiB {best:.2f}"
+    if result.tbps > copy / SLOW_STATE_FRACTION:  # a roofline is a best case: the copy is the slow one
+        return f"the kernel read {result.tbps:.2f} TB/s, over {1 / SLOW_STATE_FRACTION:.2g}x its copy's {copy:.2f}"
+    if result.p10_s < SLOW_STATE_FRACTION * result.median_s:
+        return f"its samples spread from {result.p10_s * 1e6:.1f} µs (p10) to {result.median_s * 1e6:.1f} (median)"
+    return None
 
 
 #: bench and tune: the seed of the random inputs.
@@ -281,10 +301,23 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache:
         # The default selection (manifest tunables) or the --variant given, then the tuned choice if
         # `tune` stored one (not with --variant: the tuner's choice may be another variant).
         choice = None if variant else tuning_cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
-        result = bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
-                              variant=variant, check=_checker(kernel, arrays, attrs), flops=flops)  # fmt: skip
+        def timed() -> Any:
+            return bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
+                                variant=variant, check=_checker(kernel, arrays, attrs), flops=flops)  # fmt: skip
+
+        result = timed()
+        _copy_tbps(device, result.bytes, copies)
+        slow, replaced = _slow_state(result, copies), []
+        while slow is not None and len(replaced) < SLOW_STATE_RETRIES:
+            replaced.append({"tbps": result.tbps, "copy_tbps": copies[result.bytes], "why": slow})
+            again = timed()
+            result = again if again.median_s < result.median_s else result
+            _copy_tbps(device, result.bytes, copies, again=True)
+            slow = _slow_state(result, copies)
+        if replaced:
+            row["slow_state"] = {"replaced": replaced, "persists": slow}
         row.update(result.as_dict())
-        row["copy_tbps"] = _copy_tbps(device, result.bytes, copies, result.tbps)
+        row["copy_tbps"] = copies[result.bytes]
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
         row["beyond_memory"] = _beyond_memory(result.peak_fraction, row["copy_fraction"])
         row["error_ok"] = not _wrong(result.max_error, row["dtype"])
@@ -426,6 +459,12 @@ def _one_line(row: dict[str, Any]) -> str:
     wrong = "" if row.get("error_ok", True) else f", WRONG: max error {row['max_error']:.3g}"
     if not row.get("stable", True):  # the figure of two batches that did not agree
         wrong += f", unstable: batch medians did not agree in {row['batches']} batches"
+    if "slow_state" in row:
+        slow = row["slow_state"]
+        wrong += (f", re-timed {len(slow['replaced'])}x (first {slow['replaced'][0]['tbps']:.3f} TB/s: "
+                  f"{slow['replaced'][0]['why']})")  # fmt: skip
+        if slow["persists"]:
+            wrong += f", SLOW STATE persisted: {slow['persists']}"
     flops = f" {row['tflops']:.3f} TFLOP/s" if row.get("tflops") is not None else ""
     return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {_tbps_text(row)} TB/s{flops} "
             f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}{wrong}")  # fmt: skip
