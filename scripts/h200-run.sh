@@ -19,6 +19,7 @@
 #   bash scripts/h200-run.sh matmul   demo.MatMul tuned, then benched (TFLOP/s), default, tuned and its naive variant
 #   bash scripts/h200-run.sh tunematmul   tunecheck, then matmul
 #   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
+#   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
 #   bash scripts/h200-run.sh throttle [SECONDS] [IDLE_EVERY]   the large cases and copies round after round, beside nvidia-smi
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -139,6 +140,10 @@ case "${1:-bench}" in
     timeout "${2:-300}" python3 scripts/throttle_probe.py "$(( ${2:-300} - 20 ))" "${3:-0}" 2>&1 | tee "$OUT/throttle.log"
     nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER > "$OUT/smi-after.txt" 2>&1
     kill $smi ;;
+  headcheck)  # after a change to the engine or bench, in one call: host cost per call, the large cases, the suite
+    timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
+    timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log"
+    bash "$0" tests ;;
   roundtrip)  # the comparison on the small, model and large cases (round trips, ORT on the large ones)
     timeout 390 python3 -m webgpu_kernels bench --compare --tag small --tag large --tag model:clip-text --tag model:sd1.5 \
       --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
