@@ -67,6 +67,31 @@ def test_host_bound_calls_are_timed_at_the_host_rate():
     assert peers._differential(device.call, device.sync, clock=device.clock) == pytest.approx([16e-6] * 3, rel=0.03)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_calls_that_never_outweigh_the_readback_give_no_time(seed):
+    """Differences smaller than the readback's jitter have either sign and say nothing: an error,
+    never a figure (a negative one was clamped to 0, a device time of 0 us)."""
+    device = AsyncDevice(gpu_s=1e-8, host_s=0.0, readback_s=1.0, jitter=0.15, seed=seed)
+    with pytest.raises(RuntimeError, match="did not outweigh one readback"):
+        peers._differential(device.call, device.sync, clock=device.clock)
+
+
+def test_differences_are_retaken_with_longer_batches(monkeypatch):
+    """One spiked readback makes a difference negative: the three are taken again at twice n."""
+    device = AsyncDevice(gpu_s=245e-6, host_s=20e-6, readback_s=0.19, jitter=0.0, seed=0)
+    syncs = {"count": 0}
+    real_sync = device.sync
+
+    def sync():
+        real_sync()
+        syncs["count"] += 1
+        if syncs["count"] == 30:  # a readback in the first round of differences takes 5 s
+            device.now += 5.0
+
+    samples = peers._differential(device.call, sync, clock=device.clock)
+    assert syncs["count"] > 30 and all(s == pytest.approx(245e-6, rel=0.01) for s in samples)
+
+
 # --- torch's peer, against a stand-in torch module ---------------------------------------------------
 
 

@@ -274,26 +274,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 
 @contextmanager
-def _copy_pass(device: Device, nbytes: int, seed: int) -> Iterator[BoundPass]:
-    """A plain 16-byte-per-invocation copy of ``nbytes`` random bytes, bound and ready to dispatch."""
+def _copy_pass(device: Device, nbytes: int, seed: int) -> Iterator[tuple[list[BoundPass], Any]]:
+    """A plain 16-byte-per-invocation copy of ``nbytes`` random bytes, bound and ready to dispatch,
+    and its destination buffer. One dispatch per chunk the device can bind: a kernel moving more
+    than twice maxStorageBufferBindingSize has a copy of half its bytes as its roofline (lavapipe
+    binds 128 MiB: a BiasAdd of three 100 MiB tensors had its row refused for the copy's sake)."""
     from .rendering import workgroup_grid
 
     gpu = device.gpu
     nbytes = max(16, nbytes // 16 * 16)
+    # Chunk offsets must be multiples of the offset alignment (256 at most, by the WebGPU spec).
+    chunk = device.limits["max-storage-buffer-binding-size"] // 256 * 256
     rng = np.random.default_rng(seed)
     src = upload(device, rng.integers(0, 2**32, size=nbytes // 4, dtype=np.uint32))
-    dst = gpu.create_buffer(size=nbytes, usage=wgpu.BufferUsage.STORAGE)
+    dst = gpu.create_buffer(size=nbytes, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
     try:
-        count = nbytes // 16
-        params = gpu.create_buffer_with_data(data=np.array([count, 0, 0, 0], dtype=np.uint32), usage=wgpu.BufferUsage.UNIFORM)
         pipeline = gpu.create_compute_pipeline(layout="auto", compute={"module": gpu.create_shader_module(code=_COPY_WGSL),
                                                                        "entry_point": "main"})  # fmt: skip
-        group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
-            {"binding": 0, "resource": {"buffer": src}}, {"binding": 1, "resource": {"buffer": dst}},
-            {"binding": 2, "resource": {"buffer": params}},
-        ])  # fmt: skip
-        grid = workgroup_grid(count, 256, device.limits["max-compute-workgroups-per-dimension"])
-        yield BoundPass("copy", pipeline, group, grid)
+        passes = []
+        for offset in range(0, nbytes, chunk):
+            size = min(chunk, nbytes - offset)
+            count = size // 16
+            params = gpu.create_buffer_with_data(data=np.array([count, 0, 0, 0], dtype=np.uint32),
+                                                 usage=wgpu.BufferUsage.UNIFORM)  # fmt: skip
+            group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
+                {"binding": 0, "resource": {"buffer": src, "offset": offset, "size": size}},
+                {"binding": 1, "resource": {"buffer": dst, "offset": offset, "size": size}},
+                {"binding": 2, "resource": {"buffer": params}},
+            ])  # fmt: skip
+            grid = workgroup_grid(count, 256, device.limits["max-compute-workgroups-per-dimension"])
+            passes.append(BoundPass("copy", pipeline, group, grid))
+        yield passes, dst
     finally:
         src.destroy()
         dst.destroy()
@@ -302,7 +313,7 @@ def _copy_pass(device: Device, nbytes: int, seed: int) -> Iterator[BoundPass]:
 def bench_copy(device: Device, nbytes: int, *, seed: int = 0, **timing: Any) -> Timing:
     """The same timing applied to a plain 16-byte-per-invocation copy kernel: the practical roofline."""
     with translate_gpu_errors("benchmarking the copy kernel", device.memory), _copy_pass(device, nbytes, seed) as copy:
-        return time_calls(device, [copy], **timing)
+        return time_calls(device, copy[0], **timing)
 
 
 #: Bytes the warm-up copies per call: large enough to load every memory channel, small enough for
@@ -330,7 +341,7 @@ def warm_up(device: Device, seconds: float, *, nbytes: int = WARM_UP_BYTES) -> i
     with translate_gpu_errors("warming up the GPU", device.memory), _copy_pass(device, nbytes, 0) as copy:
         while time.perf_counter() - start < seconds:
             # One pass per submission (few passes: see _one_batch); it returns once the GPU is done.
-            _one_batch(device.gpu, [copy], 1, calls)
+            _one_batch(device.gpu, copy[0], 1, calls)
             copies += calls
             # Doubling, capped, keeps each submission short enough to stop near ``seconds``.
             calls = min(2 * calls, WARM_UP_MAX_CALLS)

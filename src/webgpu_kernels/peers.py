@@ -58,6 +58,9 @@ def _once(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t
 
 
+MAX_DIFFERENTIAL_CALLS = 100_000
+
+
 def _differential(fn: Callable[[], Any], sync: Callable[[], Any], *, target_s: float = 0.1,
                   clock: Callable[[], float] = time.perf_counter) -> list[float]:  # fmt: skip
     """Three samples of the per-call time of asynchronous calls whose only wait is an expensive
@@ -84,9 +87,20 @@ def _differential(fn: Callable[[], Any], sync: Callable[[], Any], *, target_s: f
 
     base = min(batch(1) for _ in range(2))  # one call and the readback
     n = 2
-    while batch(n) - base < max(target_s, 2 * base) and n < 100_000:
+    while batch(n) - base < max(target_s, 2 * base):
+        if n >= MAX_DIFFERENTIAL_CALLS:
+            raise RuntimeError(f"no device time: {n} back-to-back calls did not outweigh one readback ({base * 1e3:.3g} ms)")
         n *= 2
-    return [max((batch(4 * n) - batch(n)) / (3 * n), 0.0) for _ in range(3)]
+    while True:
+        samples = [(batch(4 * n) - batch(n)) / (3 * n) for _ in range(3)]
+        # A difference that is not positive is the readback's jitter outweighing the calls, not
+        # a time (it was once clamped to 0, a figure of 0 us): longer batches, or no figure.
+        if min(samples) > 0:
+            return samples
+        if n >= MAX_DIFFERENTIAL_CALLS:
+            raise RuntimeError(f"no device time: the readback's jitter outweighed {3 * n} back-to-back calls "
+                               f"(differences per call {', '.join(f'{t * 1e6:.3g}' for t in samples)} us)")  # fmt: skip
+        n *= 2
 
 
 def run_torch(cases: list[dict[str, Any]]) -> None:
