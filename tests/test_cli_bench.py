@@ -214,6 +214,40 @@ def test_bench_plot(runner, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000
 
 
+def test_plot_without_matplotlib_is_refused_before_any_timing(runner, monkeypatch):
+    """--plot without matplotlib failed with a traceback after the whole run."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    monkeypatch.setattr(cli_bench, "bench_kernel", lambda *a, **k: pytest.fail("timed before refusing --plot"))
+    result = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host", "--plot", "plot.png"])
+    assert result.exit_code == 2 and "needs matplotlib: pip install 'webgpu-kernels[plot]'" in result.output
+
+
+def test_the_plot_marks_wrong_unsettled_and_past_memory_points():
+    """The plot showed a WRONG or unsettled figure as a point like any other (the table marks them)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    ok = _row(copy_tbps=0.02)
+    rows = [ok, _row(bytes=65536, tbps=0.03, copy_tbps=0.03, error_ok=False),
+            _row(bytes=1 << 20, tbps=9.0, copy_tbps=0.5, beyond_memory=True),
+            _row(bytes=1 << 28, tbps=1.5, copy_tbps=1.7, slow_state={"replaced": [], "persists": "its copy read"}),
+            _row(bytes=1 << 29, tbps=4.0, copy_tbps=4.1, stable=False), {**ok, "error": "refused"}]  # fmt: skip
+    fig = cli_bench._plot_figure(rows, 4.8e12)
+    try:
+        ax = fig.axes[0]
+        labels = ax.get_legend_handles_labels()[1]
+        assert labels[:2] == ["QuickGelu float32", "copy kernel (same timing)"]
+        marks = {c.get_label(): sorted(map(tuple, c.get_offsets().tolist())) for c in ax.collections}
+        assert marks == {"WRONG output": [(65536, 0.03)], "past memory (* in the table)": [(1 << 20, 9.0)],
+                         "unsettled or in the slow state": [(1 << 28, 1.5), (1 << 29, 4.0)]}  # fmt: skip
+        copy_line = next(line for line in ax.get_lines() if line.get_label() == "copy kernel (same timing)")
+        assert list(copy_line.get_xdata()) == [32768, 65536, 1 << 20, 1 << 28, 1 << 29]  # one per size
+    finally:
+        plt.close(fig)
+    assert not cli_bench._plot_figure([ok], None).axes[0].collections  # nothing to mark, no marks
+    plt.close("all")
+
+
 def test_bench_reports_stored_tuning(runner, tuning_dir, tmp_path):
     """With a tuned choice stored for the case's shape class, bench times it too ("tuned"), while
     the main figure stays the default selection."""

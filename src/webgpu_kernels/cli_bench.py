@@ -165,6 +165,16 @@ def _writable(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return value
 
 
+def _plottable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--plot needs matplotlib (the ``plot`` extra): said now, not after a run of many minutes."""
+    if value is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise click.BadParameter("needs matplotlib: pip install 'webgpu-kernels[plot]'", ctx=ctx, param=param) from None
+    return _writable(ctx, param, value)
+
+
 #: bench and tune: seconds of GPU load before their first timing (benchmark.warm_up).
 WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Seconds of back-to-back copies before the first timing, so the GPU's clocks are up.")  # fmt: skip
@@ -192,7 +202,7 @@ WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=click.FloatRange(mi
 @SEED_OPTION
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, callback=_writable,
               help="Write all results as JSON to this file ('-' for stdout).")  # fmt: skip
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=_writable,
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=_plottable,
               help="Save bandwidth against size, with the rooflines, to this PNG.")  # fmt: skip
 @click.pass_context
 def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], names: tuple[str, ...],
@@ -546,20 +556,50 @@ def _plot(rows: list[dict[str, Any]], peak: float | None, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig = _plot_figure(rows, peak)
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+#: Points the plot marks over its lines, as the table and the lines do: (label, test, style).
+_PLOT_MARKS = (
+    ("WRONG output", lambda row: not row.get("error_ok", True), {"marker": "x", "color": "red", "s": 90}),
+    ("past memory (* in the table)", lambda row: row.get("beyond_memory"),
+     {"marker": "*", "color": "gold", "edgecolors": "black", "s": 120}),
+    ("unsettled or in the slow state", lambda row: not row.get("stable", True) or row.get("slow_state", {}).get("persists"),
+     {"marker": "s", "facecolors": "none", "edgecolors": "gray", "s": 110}),
+)  # fmt: skip
+
+
+def _plot_figure(rows: list[dict[str, Any]], peak: float | None) -> Any:
+    """Bandwidth against bytes moved: a line per kernel and dtype, the copy kernel and the datasheet
+    peak, and marks on the points whose figure is WRONG, past memory, or not settled."""
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(9, 5.5))
     series: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    copy_points = []
+    copies: dict[int, float] = {}
+    marked: dict[str, list[tuple[int, float]]] = {label: [] for label, _, _ in _PLOT_MARKS}
     for row in rows:
         if "error" in row:
             continue
-        series.setdefault((row["kernel"].split(".")[-1], row["dtype"]), []).append((row["bytes"], row["tbps"]))
-        copy_points.append((row["bytes"], row["copy_tbps"]))
+        point = (row["bytes"], row["tbps"])
+        series.setdefault((row["kernel"].split(".")[-1], row["dtype"]), []).append(point)
+        copies[row["bytes"]] = row["copy_tbps"]  # one copy per size, however many rows share it
+        for label, applies, _ in _PLOT_MARKS:
+            if applies(row):
+                marked[label].append(point)
     for (kernel, dtype), points in sorted(series.items()):
         points.sort()
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{kernel} {dtype}")
-    if copy_points:
-        copy_points.sort()
-        ax.plot([p[0] for p in copy_points], [p[1] for p in copy_points], "k--", label="copy kernel (same timing)")
+    if copies:
+        sizes = sorted(copies)
+        ax.plot(sizes, [copies[n] for n in sizes], "k--", label="copy kernel (same timing)")
+    for label, _, style in _PLOT_MARKS:
+        if marked[label]:
+            ax.scatter([p[0] for p in marked[label]], [p[1] for p in marked[label]], label=label, zorder=5, **style)
     if peak:
         ax.axhline(peak / 1e12, color="red", linestyle=":", label=f"datasheet peak {peak / 1e12:.1f} TB/s")
     ax.set_xscale("log")
@@ -569,7 +609,7 @@ def _plot(rows: list[dict[str, Any]], peak: float | None, path: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return fig
 
 
 @click.command("tune")
