@@ -183,3 +183,9 @@ def assert_valid_and_passing(kernel: wk.Kernel, package: Path, variants, *, warn
     failed = [(r.case, r.variant, r.message) for r in results if r.status != "pass"]
     assert results and not failed, failed
     assert {r.variant for r in results} == set(variants)
+
+
+def tuning_file(folder):
+    """The default adapter's tuning file in ``folder`` (tuning.py names one per adapter)."""
+    device = wk.get_device()
+    return folder / f"{tuning.adapter_slug(device.adapter.name, device.adapter.backend)}.json"

@@ -45,6 +45,23 @@ def test_generated_values() -> None:
     assert case_data.generate({"distribution": "normal", "seed": 1}, (), "float32").shape == ()
 
 
+def test_random_values_default_and_generated() -> None:
+    """bench's inputs: standard normal by default, as before; a bench.json `generate` draws its
+    distribution rounded to the dtype, so integer indices span their range (not 68% zeros)."""
+    shape = (4, 1000)
+    default = case_data.random_values(shape, "float16", np.random.default_rng(5))
+    want = np.random.default_rng(5).standard_normal(size=shape, dtype=np.float32).astype(np.float16)
+    np.testing.assert_array_equal(default, want)
+    assert np.mean(case_data.random_values(shape, "int64", np.random.default_rng(5)) == 0) > 0.6  # why it exists
+    ids = case_data.random_values(shape, "int64", np.random.default_rng(5), {"distribution": "uniform", "low": 0,
+                                                                            "high": 49407})  # fmt: skip
+    assert ids.dtype == np.int64 and ids.shape == shape and ids.min() >= 0 and ids.max() <= 49407
+    assert len(np.unique(ids)) > 3700 and ids.max() > 45000  # spread over the range (4,000 draws of 49,408)
+    scaled = case_data.random_values((100_000,), "float32", np.random.default_rng(1), {"distribution": "normal",
+                                                                                       "mean": 3.0, "std": 0.5})  # fmt: skip
+    assert scaled.dtype == np.float32 and abs(scaled.mean() - 3.0) < 0.01 and abs(scaled.std() - 0.5) < 0.01
+
+
 def test_cast_rules() -> None:
     values = np.array([1.5, 2.5, -0.5, 70000.0, -1e9, 3e9])
     assert case_data.cast(values, "int32").tolist() == [2, 2, 0, 70000, -1000000000, 2**31 - 1]

@@ -276,6 +276,25 @@ def test_bench_errors() -> None:
     assert typed.cases[0].expand(manifest)[0].inputs == {"X": ((4,), "float16")}
 
 
+def test_a_bench_input_may_say_how_it_is_drawn() -> None:
+    """bench.json's `generate`: test.json's object without its seed (bench's --seed draws it)."""
+    ids = {"name": "a", "inputs": {"I": {"shape": [77], "dtype": "int64",
+                                         "generate": {"distribution": "uniform", "low": 0, "high": 49407}}}}  # fmt: skip
+    bench = casefile.parse_bench_file({"cases": [ids]})
+    assert bench.cases[0].inputs["I"]["generate"] == {"distribution": "uniform", "low": 0, "high": 49407}
+
+    def errors(generate):
+        case = {"name": "a", "inputs": {"I": {"shape": [4], "generate": generate}}}
+        return [(e.json_path, e.detail) for e in casefile.check_bench_data({"cases": [case]})]
+
+    where = "cases[0].inputs.I.generate"
+    assert errors({"distribution": "uniform", "low": 2, "high": 1}) == [(where, "low is above high")]
+    assert errors({"distribution": "normal", "low": 0}) == [(where, "['low'] do not apply to the normal distribution")]
+    assert errors({"distribution": "normal", "std": 2}) == []
+    assert [p for p, _ in errors({"distribution": "uniform", "seed": 3})] == [where]  # bench's --seed, not the file's
+    assert [p for p, _ in errors({"distribution": "zipf"})] == [f"{where}.distribution"]
+
+
 # --- the embedded test.json files ---------------------------------------------------------------------
 
 

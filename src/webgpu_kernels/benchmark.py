@@ -24,6 +24,7 @@ import numpy as np
 import wgpu
 
 from .buffers import padded_size, translate_gpu_errors
+from .case_data import random_values
 from .device import Device
 from .errors import GPUError
 from .execution import BoundPass, ExecutionPlan, bind, dispatch_calls, upload
@@ -153,9 +154,11 @@ def timestamp_period(gpu: Any) -> float:
 # --- inputs ------------------------------------------------------------------------------------
 
 
-def random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
-    """Standard-normal data of ``dtype`` (never zeros: zero pages read faster on some GPUs)."""
-    return rng.standard_normal(size=shape, dtype=np.float32).astype(np.dtype(dtype), copy=False)
+def random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator,
+                 generate: Mapping[str, Any] | None = None) -> np.ndarray:  # fmt: skip
+    """Standard-normal data of ``dtype`` (never zeros: zero pages read faster on some GPUs), or
+    drawn as a bench.json input's ``generate`` says (case_data.random_values)."""
+    return random_values(shape, dtype, rng, generate)
 
 
 # --- kernels and the copy baseline ---------------------------------------------------------------

@@ -78,6 +78,25 @@ def cast(values: np.ndarray, dtype: str) -> np.ndarray:
     return out
 
 
+def random_values(shape: tuple[int, ...], dtype: str, rng: np.random.Generator,
+                  generate: Mapping[str, Any] | None = None) -> np.ndarray:  # fmt: skip
+    """Random inputs for ``bench``, ``tune`` and the peers, from ``rng`` (their ``--seed``).
+
+    Standard normal by default (never zeros: zero pages read faster on some GPUs). ``generate``, a
+    bench.json input's (test.json's object without its seed), draws its distribution instead, in
+    float64 and rounded to ``dtype`` as test.json's generated values are: integer inputs such as
+    a gather's indices need their range (the default gave them about 68% zeros)."""
+    if generate is None:
+        return rng.standard_normal(size=shape, dtype=np.float32).astype(np.dtype(dtype), copy=False)
+    count = math.prod(shape)
+    if generate["distribution"] == "uniform":
+        low, high = generate.get("low", 0.0), generate.get("high", 1.0)
+        values = low + (high - low) * rng.random(count)
+    else:
+        values = generate.get("mean", 0.0) + generate.get("std", 1.0) * rng.standard_normal(count)
+    return cast(values, dtype).reshape(shape)
+
+
 # --- the generator --------------------------------------------------------------------------------
 
 

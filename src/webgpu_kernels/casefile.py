@@ -303,15 +303,21 @@ def check_test_data(data: Any, *, file: str = TEST_FILE) -> list[CaseFileError]:
                     errors.append(CaseFileError(f"{len(special['at'])} indices in 'at' but "
                                                 f"{len(special['values'])} values", file=file,
                                                 json_path=f"{entry}.special"))  # fmt: skip
-                gen = spec.get("generate")
-                if gen is not None:
-                    allowed = {"normal": {"mean", "std"}, "uniform": {"low", "high"}}[gen["distribution"]]
-                    extra = sorted(set(gen) - allowed - {"distribution", "seed"})
-                    if extra:
-                        errors.append(CaseFileError(f"{extra} do not apply to the {gen['distribution']} distribution",
-                                                    file=file, json_path=f"{entry}.generate"))  # fmt: skip
-                    if gen["distribution"] == "uniform" and gen.get("low", 0.0) > gen.get("high", 1.0):
-                        errors.append(CaseFileError("low is above high", file=file, json_path=f"{entry}.generate"))
+                if spec.get("generate") is not None:
+                    errors += _generate_errors(spec["generate"], file, f"{entry}.generate")
+    return errors
+
+
+def _generate_errors(gen: Mapping[str, Any], file: str, where: str) -> list[CaseFileError]:
+    """What the schema cannot say of a ``generate`` object (test.json's and bench.json's)."""
+    errors = []
+    allowed = {"normal": {"mean", "std"}, "uniform": {"low", "high"}}[gen["distribution"]]
+    extra = sorted(set(gen) - allowed - {"distribution", "seed"})
+    if extra:
+        errors.append(CaseFileError(f"{extra} do not apply to the {gen['distribution']} distribution", file=file,
+                                    json_path=where))  # fmt: skip
+    if gen["distribution"] == "uniform" and gen.get("low", 0.0) > gen.get("high", 1.0):
+        errors.append(CaseFileError("low is above high", file=file, json_path=where))
     return errors
 
 
@@ -516,6 +522,10 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError
     errors = schema_errors(data, "bench", file=file)
     if errors:
         return errors
+    for i, case in enumerate(data["cases"]):
+        for role, spec in case["inputs"].items():
+            if "generate" in spec:
+                errors += _generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
     return errors + _duplicate_names(data["cases"], file)
 
 
@@ -540,7 +550,8 @@ def parse_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
             name=case["name"], index=i, json_path=json_path(["cases", i]), description=case.get("description", ""),
             tags=tuple(case.get("tags", [])), types={k: tuple(v) for k, v in case.get("types", {}).items()},
             attrs=dict(case.get("attrs", {})), tunables=dict(case.get("tunables", {})),
-            inputs={k: {"shape": tuple(v["shape"]), "dtype": v.get("dtype")} for k, v in case["inputs"].items()},
+            inputs={k: {"shape": tuple(v["shape"]), "dtype": v.get("dtype"), "generate": v.get("generate")}
+                    for k, v in case["inputs"].items()},  # fmt: skip
             file=file,
         )
         for i, case in enumerate(data["cases"])

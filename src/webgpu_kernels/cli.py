@@ -1,7 +1,7 @@
 """The ``webgpu-kernels`` command line: adapters, the embedded kernels, and running one.
 
 Commands: ``devices``, ``list``, ``info``, ``explain``, ``render`` here; ``run`` (cli_run.py),
-``bench``/``tune`` (cli_bench.py), ``download`` (cli_hub.py), ``test``/``validate``/``digest``
+``bench`` (cli_bench.py), ``tune`` (cli_tune.py), ``download`` (cli_hub.py), ``test``/``validate``/``digest``
 (cli_package.py). Every library error
 (:class:`~webgpu_kernels.errors.KernelError`) ends the command with one red ``error: ...`` line on
 stderr and exit status 2, like click's own usage errors.
@@ -128,7 +128,7 @@ def _first_sentence(text: str) -> str:
 
 #: Modules holding more commands (each exposes COMMANDS); they import helpers from this module, so
 #: they are loaded when the group first lists or looks up a command, not while this module loads.
-COMMAND_MODULES = ("cli_run", "cli_bench", "cli_hub", "cli_package")
+COMMAND_MODULES = ("cli_run", "cli_bench", "cli_tune", "cli_hub", "cli_package")
 
 
 class KernelGroup(click.Group):

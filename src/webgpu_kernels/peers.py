@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import walltime
+from .case_data import random_values
 from .references import REFERENCES, max_abs_error, one_node_model
 from .walltime import back_to_back
 
@@ -44,7 +45,7 @@ TORCH_OPS: dict[str, Callable[..., Any]] = {
 
 def _random_inputs(case: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(size=spec["shape"], dtype=np.float32).astype(spec["dtype"])
+    return {name: random_values(tuple(spec["shape"]), spec["dtype"], rng, spec.get("generate"))
             for name, spec in case["inputs"].items()}  # fmt: skip
 
 

@@ -1,0 +1,201 @@
+"""`webgpu-kernels tune`: search variants and tunables per bench.json case and store the fastest
+per adapter and shape class (tuning.py), timed as `bench` times (benchmark.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import numpy as np
+from rich.progress import Progress
+from rich.table import Table
+from rich.text import Text
+
+from . import tuning
+from .benchmark import bench_kernel
+from .cli import _adapter, _console, resolve_kernel
+from .cli_bench import DEFAULT_KERNELS, SEED_OPTION, WARM_UP_OPTION, _arrays, _cases, _dtype_label, _tolerance, _warm_up
+from .device import get_device
+from .errors import KernelError
+from .kernel import Kernel
+from .references import max_abs_error
+
+WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
+
+@click.command("tune")
+@click.argument("kernels", nargs=-1)
+@click.option("--case", "names", multiple=True,
+              help="Only cases whose name contains this or matches it as a glob. Repeatable.")  # fmt: skip
+@click.option("--tag", "tags", multiple=True, help="Only cases with this tag. Repeatable.")
+@click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")
+@WARM_UP_OPTION
+@SEED_OPTION
+@click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
+@click.pass_context
+def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...], tags: tuple[str, ...],
+             dtypes: tuple[str, ...], warm_up_s: float, seed: int, dry_run: bool) -> None:  # fmt: skip
+    """Search variants and tunables per case; keep the fastest per adapter.
+
+    Every variant that accepts the case is tried with each tunable in turn over its candidates
+    (workgroup sizes 64 to 1024 for tunables named like WORKGROUP_SIZE, powers of two from 1/4x to
+    4x the default for other integers, the other value for booleans), the others held at the best
+    so far, starting from the case's own tunables where bench.json names some; a candidate is kept
+    only if its output agrees with the default's."""
+    console = _console()
+    device = get_device(_adapter(ctx))
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
+    work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, {})]
+    if not work:
+        raise click.UsageError("no bench.json case matches --case/--tag/--dtype (nothing to tune)")
+    table = Table(title=f"tuning on {device.adapter.label()}")
+    for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
+        table.add_column(col)
+    errors = 0
+    with Progress(console=console, transient=True) as progress:
+        _warm_up(progress, device, warm_up_s)
+        task = progress.add_task("tuning", total=len(work))
+        for kernel, case in work:
+            progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
+            arrays = _arrays(case, seed)
+            # The case's own tunables over the manifest's are where its search starts and what a
+            # candidate must beat (a case may name them because the manifest's cannot run it).
+            defaults = {**kernel.manifest.tunables, **case["tunables"]}
+            # Full timing first: it also brings the GPU to sustained load before the search.
+            try:
+                default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
+            except KernelError as exc:  # a case this device cannot run (bench shows it as an error row)
+                errors += 1
+                progress.console.print(Text(f"{kernel.manifest.name} {case['name']} {case['types']}: not tuned: {exc}",
+                                            style="red"))  # fmt: skip
+                table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
+                              Text("error", style="red"))  # fmt: skip
+                progress.advance(task)
+                continue
+            tolerance = _tolerance(case["types"].values())
+            best, skipped = _search(kernel, arrays, case["attrs"], default, _tunable_axes(kernel, device, defaults),
+                                    tolerance, defaults)  # fmt: skip
+            if (best[1], best[2]) != (default.variant, defaults):
+                best = _confirm(kernel, arrays, case["attrs"], default, best, defaults)
+            if (best[1], best[2]) == (default.variant, defaults):
+                best = (default.median_s, default.variant, defaults)  # its own full timing: no false "1.01x"
+            if skipped:
+                progress.console.print(Text(f"{kernel.manifest.name} {case['name']}: skipped (output differs from the "
+                                            f"default's): {', '.join(skipped)}", style="yellow"))  # fmt: skip
+            if not dry_run:
+                dtypes, shapes, absent, attrs = kernel.tuning_class(arrays, case["attrs"])
+                cache.record(kernel.tuning_key, dtypes, shapes, tuning.TunedChoice(best[1], best[2], best[0]),
+                             absent, attrs)  # fmt: skip
+                cache.save()  # after every case: an interrupted search keeps what it found
+            table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
+                          f"{default.variant} {defaults}", f"{default.median_s * 1e6:.1f}",
+                          f"{best[1]} {best[2]}", f"{best[0] * 1e6:.1f}", f"{default.median_s / best[0]:.2f}x")  # fmt: skip
+            progress.console.print(f"{kernel.manifest.name} {case['name']} {case['types']}: default {default.variant} "
+                                   f"{default.median_s * 1e6:.1f} µs, best {best[1]} {best[2]} {best[0] * 1e6:.1f} µs")
+            progress.advance(task)
+    console.print(table)
+    if not dry_run:
+        console.print(f"saved: {cache.path}")
+    if errors:  # as bench: a CI job must see that a case could not run
+        console.print(Text(f"{errors} of {len(work)} cases could not run on this device", style="red"))
+        ctx.exit(1)
+
+
+def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
+            axes: list[tuple[str, list[Any]]], tolerance: float,
+            defaults: dict[str, Any] | None = None) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
+    """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
+    computing something else. Every variant that accepts the case gets a coordinate search: each
+    tunable in turn over its candidate values, the others held at the best found so far for that
+    variant (a grid over three tunables would be ~100 timings per variant; a sweep is ~13), then a
+    second sweep from where the first ended (a better ROW_ITEMS can make another WORKGROUP_SIZE the
+    better one, the default's included). No candidate is timed twice, so a second sweep from where
+    the first started, or over one tunable, times nothing. The search moves only to a candidate
+    whose output agrees with the default's, checked when it is about to become the variant's best
+    (reading back and comparing 84M elements costs about a second). ``defaults``: the tunables
+    ``default`` ran with (the manifest's unless the case names some)."""
+    defaults = dict(kernel.manifest.tunables) if defaults is None else defaults
+    best = (default.median_s, default.variant, defaults)
+    # A candidate must compute what the default computes: a variant that skips its work would
+    # otherwise "win" and be stored for every later call.
+    expected: dict[str, np.ndarray] = {}
+    skipped: list[str] = []
+    # No candidate is timed whose work the GPU was given already: the same tunables again, or a
+    # tunable its variant never reads (a naive variant's workgroup size in a tiled one), which could
+    # only "win" by noise; the default is timed in full, a short re-timing could only flatter it.
+    timed = {kernel.work_key(arrays, attrs=attrs, variant=default.variant, tunables=defaults)}
+    for variant in [v.variant for v in kernel.explain(arrays, attrs=attrs).verdicts if v.accepted]:
+        here, here_s = defaults, default.median_s if variant == default.variant else float("inf")
+        for sweep in ([("", [None]), *axes], axes):
+            for name, values in sweep:
+                start = here
+                for value in values:
+                    tunables = start if not name else {**start, name: value}
+                    try:
+                        work = kernel.work_key(arrays, attrs=attrs, variant=variant, tunables=tunables)
+                        if work in timed:
+                            continue
+                        timed.add(work)
+                        r = bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
+                                         min_total_s=0.1, min_batches=3)  # fmt: skip
+                    except KernelError:  # a candidate the variant's `when` or the device refuses
+                        continue
+                    if r.median_s >= here_s:  # best[0] <= here_s: not a lead either
+                        continue
+                    if not expected:  # the default's output (variant forced: no stored choice answers)
+                        expected.update(_as_float64(kernel(arrays, attrs=attrs, variant=default.variant,
+                                                           tunables=defaults)))  # fmt: skip
+                    outputs = kernel(arrays, attrs=attrs, variant=variant, tunables=tunables)
+                    if not max_abs_error(outputs, expected) <= tolerance:
+                        skipped.append(f"{variant} {tunables}")
+                        continue  # not a point to search around either
+                    here, here_s = tunables, r.median_s
+                    if r.median_s < best[0]:
+                        best = (r.median_s, variant, tunables)
+    return best, skipped
+
+
+def _as_float64(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {name: np.asarray(value, dtype=np.float64) for name, value in outputs.items()}
+
+
+def _confirm(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
+             best: tuple[float, str, dict[str, Any]],
+             defaults: dict[str, Any]) -> tuple[float, str, dict[str, Any]]:  # fmt: skip
+    """Re-time the winner against the default, alternating, with full timing; keep the winner only
+    if it is at least 3% faster in both rounds (short searches can be fooled by clock changes)."""
+    wins = []
+    for _ in range(2):
+        d = bench_kernel(kernel, arrays, attrs=attrs, tunables=defaults)
+        b = bench_kernel(kernel, arrays, attrs=attrs, variant=best[1], tunables=best[2])
+        wins.append(b.median_s < 0.97 * d.median_s)
+    if all(wins):
+        return (b.median_s, best[1], best[2])
+    return (d.median_s, default.variant, defaults)
+
+
+def _tunable_axes(kernel: Kernel, device: Any, start: dict[str, Any] | None = None) -> list[tuple[str, list[Any]]]:
+    """Per tunable, the values the search tries, the manifest's default and the value in ``start``
+    (a case's own tunables) among them (a second sweep may have to return to either): for an integer named like a workgroup size the usual sizes (64 to
+    1024, within the device's limit), for another positive integer the powers of two from a quarter
+    to four times the default, for a boolean both values. A tunable with no other value is not an
+    axis. A candidate a variant's `when` refuses costs nothing but the attempt."""
+    limit = device.info.limits.get("maxComputeInvocationsPerWorkgroup", 256)
+    axes = []
+    for name, value in kernel.manifest.tunables.items():
+        given = (start or {}).get(name, value)
+        given = given if type(given) is type(value) else value  # a mistyped one: the call refuses it
+        if isinstance(value, bool):
+            values: list[Any] = [value, not value]
+        elif isinstance(value, int) and "WORKGROUP" in name.upper():
+            values = sorted({size for size in WORKGROUP_CANDIDATES if size <= limit} | {value, given})
+        elif isinstance(value, int) and value > 0:
+            values = sorted({v for v in (value // 4, value // 2, value, value * 2, value * 4) if v > 0} | {given})
+        else:
+            continue
+        if len(values) > 1:
+            axes.append((name, values))
+    return axes
+
+
+COMMANDS = [tune_cmd]

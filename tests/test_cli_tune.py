@@ -1,0 +1,363 @@
+"""`webgpu-kernels tune` through click's CliRunner and its search (cli_tune.py), on real shaders.
+
+As in test_cli_bench.py: the smallest bench.json case (QuickGelu ``tiny-4096``, float32), the
+kernel given as its package folder so that no plan or tuned choice leaks into the shared embedded
+kernels, and a tuning folder per test. Where a search's answer must be known, timings are faked;
+candidate outputs are still computed on the GPU and checked.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from test_cli_bench import QG, QG_DIR, QUICK_WARM_UP, TINY, TINY_KEY
+
+import webgpu_kernels as wk
+from webgpu_kernels import cli_tune, tuning
+from webgpu_kernels.cli import main
+from webgpu_kernels.cli_tune import WORKGROUP_CANDIDATES
+from webgpu_kernels.digests import write_metadata
+from webgpu_kernels.kernel import Kernel
+
+from conftest import copy_package, tuning_file
+
+
+@pytest.fixture
+def runner(monkeypatch, tuning_dir):
+    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+def invoke(runner, *args):
+    result = runner.invoke(main, list(args))
+    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
+    return result
+
+
+def test_tune_then_bench(runner, tuning_dir, tmp_path):
+    """tune stores the fastest choice of the case in the adapter's file; a following bench times
+    that choice and reports it under "tuned"."""
+    kernel = wk.load_kernel(QG_DIR)
+    out = invoke(runner, "tune", QG_DIR, *TINY).output
+    path = tuning_file(tuning_dir)
+    assert f"saved: {path}" in out.replace("\n", "")
+    assert "tiny-4096" in out and "speed-up" in out
+    data = json.loads(path.read_text("utf-8"))
+    assert data["version"] == tuning.FILE_VERSION and list(data["entries"]) == [TINY_KEY]
+    entry = data["entries"][TINY_KEY]
+    assert entry["variant"] in kernel.variants  # any of the three may win on a CPU adapter
+    assert set(entry["tunables"]) == {"WORKGROUP_SIZE"}
+    assert entry["tunables"]["WORKGROUP_SIZE"] in (256, *WORKGROUP_CANDIDATES)
+    assert entry["median_s"] > 0
+    assert sorted(p.name for p in tuning_dir.iterdir()) == [path.name]  # no temporary file left
+
+    bench_path = tmp_path / "bench.json"
+    invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(bench_path))
+    (row,) = json.loads(bench_path.read_text("utf-8"))["cases"]
+    assert row["tuned"]["variant"] == entry["variant"] and row["tuned"]["tunables"] == entry["tunables"]
+    assert row["tuned"]["tbps"] > 0 and row["tuned"]["median_s"] > 0
+
+    # And a plain call of a fresh kernel follows the stored choice, with correct results.
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    tuning._caches.clear()
+    y = wk.load_kernel(QG_DIR)({"X": x})["Y"]
+    np.testing.assert_allclose(y, x / (1 + np.exp(-1.702 * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """One `tune --dry-run` of the tiny case in a tuning folder of its own: (result, folder, the
+    choice the process's tuning cache holds afterwards)."""
+    folder = tmp_path_factory.mktemp("dry") / "tuning"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(tuning.CACHE_ENV, str(folder))
+        mp.delenv(tuning.DISABLE_ENV, raising=False)
+        mp.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
+        mp.setattr(tuning, "_caches", {})
+        result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["tune", QG_DIR, *TINY, "--dry-run"])
+        device = wk.get_device()
+        held = tuning.cache_for(device.adapter.name, device.adapter.backend).lookup(wk.get_kernel(QG).tuning_key, {"T": "float32"}, {"X": (4096,)})
+    return result, folder, held
+
+
+def test_tune_dry_run_writes_nothing(dry_run):
+    """--dry-run measures and prints the table but leaves no file behind."""
+    result, folder, _ = dry_run
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "tiny-4096" in result.output and "speed-up" in result.output
+    assert "saved:" not in result.output
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_tune_dry_run_leaves_no_choice_in_memory(dry_run):
+    """After a dry run, the process's tuning cache holds no choice for the case."""
+    _, _, held = dry_run
+    assert held is None
+
+
+def test_tune_skips_a_candidate_that_computes_something_else(runner, tuning_dir, tmp_path):
+    """A copy whose scalar variant writes nothing was timed fastest and stored, under the shipped
+    op id, so plain calls of the shipped kernel would have run it. Candidates must now agree with
+    the default's output, and results are keyed by the package's manifest and templates."""
+    root = copy_package(QG, tmp_path / "qg")
+    template = root / "quick-gelu.wgsl.jinja"
+    text = template.read_text("utf-8")
+    broken = "{% else %}\n  if (i >= params.count) {"
+    assert text.count(broken) == 1
+    template.write_text(text.replace(broken, "{% else %}\n  if (true) {"), "utf-8")
+    write_metadata(root)
+    copy = wk.load_kernel(root)
+    assert copy.op_id == QG and copy.tuning_key != wk.get_kernel(QG).tuning_key
+    out = invoke(runner, "tune", str(root), *TINY).output
+    assert "skipped (output differs from the default's): scalar" in " ".join(out.split())
+    entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
+    assert list(entries) == [f"{copy.tuning_key}|T=float32|X=4096"] and entries[f"{copy.tuning_key}|T=float32|X=4096"]["variant"] != "scalar"
+
+
+def test_tunable_axes_cover_every_tunable_a_manifest_declares(device):
+    """Not only WORKGROUP_SIZE-like ones: demo.LayerNorm's ROW_ITEMS (registers per invocation) gets
+    powers of two around its default, each workgroup size the usual sizes within the device's limit."""
+    from conftest import PACKAGES_DIR
+
+    limit = device.info.limits["maxComputeInvocationsPerWorkgroup"]
+    sizes = [s for s in cli_tune.WORKGROUP_CANDIDATES if s <= limit]  # the default (256) included:
+    axes = dict(cli_tune._tunable_axes(wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm"), device))  # a second
+    assert axes == {"WORKGROUP_SIZE": sizes, "ROW_ITEMS": [2, 4, 8, 16, 32], "APPLY_WORKGROUP_SIZE": sizes,  # sweep
+                    "SUBGROUPS": [False, True]}  # may return to it  # fmt: skip
+    assert dict(cli_tune._tunable_axes(wk.get_kernel(QG), device)) == {"WORKGROUP_SIZE": sizes}
+
+
+CLIP_L = "B=512,Scale=512,X=1x64x512"  # LayerNorm's clip-l-1x77x768: its shape class
+CLIP_L_NO_B = "Scale=512,X=1x64x512"
+
+
+def test_tune_searches_each_tunable_in_turn(runner, tuning_dir, monkeypatch):
+    """A coordinate search: the best WORKGROUP_SIZE first, then ROW_ITEMS with it (timings faked so the
+    answer is known: 128 x 16 is fastest, and 768 elements do not fit 64 x 8 or 128 x 4 registers,
+    which the variant's `when` refuses). Candidate outputs are still computed on the GPU and checked."""
+    from types import SimpleNamespace
+
+    from conftest import PACKAGES_DIR
+
+    layer_norm = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    timed = []
+
+    def fake_bench(kernel, arrays, *, attrs=None, tunables=None, variant=None, **_):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)  # refusals as a real run
+        t = dict(tunables)
+        timed.append((plan.variant, t["WORKGROUP_SIZE"], t["ROW_ITEMS"]))
+        cost = 50e-6 if plan.variant != "onepass" else {128: 20e-6}.get(t["WORKGROUP_SIZE"], 30e-6)
+        if plan.variant == "onepass" and (t["WORKGROUP_SIZE"], t["ROW_ITEMS"]) == (128, 16):
+            cost = 10e-6
+        return SimpleNamespace(median_s=cost, variant=plan.variant)
+
+    monkeypatch.setattr(cli_tune, "bench_kernel", fake_bench)
+    out = invoke(runner, "tune", str(layer_norm.package.root), "--case", "clip-l-1x77x768", "--dtype", "f32",
+                 *QUICK_WARM_UP).output  # fmt: skip
+    assert ("onepass", 128, 16) in timed and ("onepass", 64, 8) not in timed and ("onepass", 128, 4) not in timed
+    entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
+    # the case and its no-B twin (clip-l-1x77x768-nobias) are kept apart: their variants differ
+    assert sorted(entries) == [f"{layer_norm.tuning_key}|T=float32,U=float32|{CLIP_L}",
+                               f"{layer_norm.tuning_key}|T=float32,U=float32|{CLIP_L_NO_B}|without=B"], entries  # fmt: skip
+    entry = entries[f"{layer_norm.tuning_key}|T=float32,U=float32|{CLIP_L}"]
+    assert entry["variant"] == "onepass" and entry["tunables"] == {
+        "WORKGROUP_SIZE": 128, "ROW_ITEMS": 16, "APPLY_WORKGROUP_SIZE": 256, "SUBGROUPS": False}, (entry, out)  # fmt: skip
+    # and a call finds it: the same key from the call's side
+    x = np.ones((1, 77, 768), np.float32)
+    _, plan = layer_norm.plan({"X": x, "Scale": x[0, 0], "B": x[0, 0]}, tuned=True)
+    assert plan.variant == "onepass" and plan.passes[0].pipeline is layer_norm.plan(
+        {"X": x, "Scale": x[0, 0], "B": x[0, 0]}, tunables=entry["tunables"])[1].passes[0].pipeline
+
+
+def test_tune_sweeps_twice_when_the_first_sweep_moved(runner, tuning_dir, monkeypatch):
+    """Costs (faked) where the best WORKGROUP_SIZE depends on ROW_ITEMS: from (256, 8) the first
+    sweep finds ROW_ITEMS 4, and only then is WORKGROUP_SIZE 512 the better one (the H200 settled
+    on clip-h at 256 / 4, 4.9 us, where another start found 512 / 2, 4.4). No candidate is timed twice."""
+    from types import SimpleNamespace
+
+    from conftest import PACKAGES_DIR
+
+    layer_norm = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    costs = {(256, 8): 30e-6, (512, 8): 35e-6, (256, 4): 25e-6, (512, 4): 20e-6}
+    timed = []
+
+    def fake_bench(kernel, arrays, *, attrs=None, tunables=None, variant=None, **timing):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        t = dict(tunables)
+        if timing.get("min_total_s") == 0.1:  # a search candidate (not a full timing or a confirmation)
+            timed.append((len(arrays), plan.variant, tuple(sorted(t.items()))))
+        cost = costs.get((t["WORKGROUP_SIZE"], t["ROW_ITEMS"]), 40e-6) if plan.variant == "onepass" else 50e-6
+        return SimpleNamespace(median_s=cost, variant=plan.variant)
+
+    monkeypatch.setattr(cli_tune, "bench_kernel", fake_bench)
+    invoke(runner, "tune", str(layer_norm.package.root), "--case", "clip-l-1x77x768", "--dtype", "f32", *QUICK_WARM_UP)
+    entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
+    entry = entries[f"{layer_norm.tuning_key}|T=float32,U=float32|{CLIP_L}"]
+    assert (entry["tunables"]["WORKGROUP_SIZE"], entry["tunables"]["ROW_ITEMS"]) == (512, 4), entry
+    assert timed and len(timed) == len(set(timed)), "a candidate was timed twice"  # (its twin without B: 2 inputs)
+
+
+def test_tune_starts_from_the_case_tunables(runner, tuning_dir, monkeypatch, tmp_path):
+    """A bench.json case that names tunables is tuned from them: its first (full) timing and the
+    baseline a candidate must beat use them, and a value off the usual axis (ROW_ITEMS 3: 256 x 3
+    holds a row of 768) stays reachable. Before, tune started from the manifest's and never ran it."""
+    import shutil
+    from types import SimpleNamespace
+
+    from conftest import PACKAGES_DIR
+
+    root = shutil.copytree(PACKAGES_DIR / "demo.LayerNorm", tmp_path / "demo.LayerNorm")
+    bench = json.loads((root / "bench.json").read_text("utf-8"))
+    (case,) = [c for c in bench["cases"] if c["name"] == "clip-l-1x77x768"]
+    bench["cases"] = [{**case, "types": {"T": ["float32"]}, "tunables": {"ROW_ITEMS": 3}}]
+    (root / "bench.json").write_text(json.dumps(bench), "utf-8")
+    write_metadata(root)
+    layer_norm = wk.load_kernel(root)
+    full = []
+
+    def fake_bench(kernel, arrays, *, attrs=None, tunables=None, variant=None, **timing):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        t = dict(tunables)
+        if "min_total_s" not in timing:
+            full.append(t)
+        cost = 10e-6 if plan.variant == "onepass" and t["ROW_ITEMS"] == 3 and t["WORKGROUP_SIZE"] == 256 else 20e-6
+        return SimpleNamespace(median_s=cost, variant=plan.variant)
+
+    monkeypatch.setattr(cli_tune, "bench_kernel", fake_bench)
+    out = invoke(runner, "tune", str(root), *QUICK_WARM_UP).output
+    assert full[0] == {**layer_norm.manifest.tunables, "ROW_ITEMS": 3}, full
+    (entry,) = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"].values()
+    assert entry["variant"] == "onepass" and entry["tunables"] == full[0], (entry, out)
+    start = {**layer_norm.manifest.tunables, "ROW_ITEMS": 3}
+    assert 3 in dict(cli_tune._tunable_axes(layer_norm, wk.get_device(), start))["ROW_ITEMS"]
+
+
+def _fake_layer_norm_timing(costs):
+    """A bench_kernel stand-in for demo.LayerNorm's search: `when` refusals as a real call
+    (kernel.plan), onepass costing costs[(WORKGROUP_SIZE, ROW_ITEMS)] µs (20 elsewhere), twopass 50."""
+
+    def fake_bench(kernel, arrays, *, attrs=None, variant=None, tunables=None, **_):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        t = tunables or {}
+        cost = costs.get((t.get("WORKGROUP_SIZE"), t.get("ROW_ITEMS")), 20.0) if plan.variant == "onepass" else 50.0
+        cost += (1.0 if t.get("SUBGROUPS") else 0.0) + (0.0 if t.get("APPLY_WORKGROUP_SIZE", 256) == 256 else 0.5)
+        return SimpleNamespace(median_s=cost * 1e-6, variant=plan.variant)
+
+    return fake_bench
+
+
+def _layer_norm_search(monkeypatch, costs, kernel=None):
+    from conftest import PACKAGES_DIR
+
+    kernel = kernel or wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    rng = np.random.default_rng(0)
+    arrays = {"X": rng.standard_normal((2, 4, 320)).astype(np.float32),
+              "Scale": rng.standard_normal(320).astype(np.float32), "B": rng.standard_normal(320).astype(np.float32)}  # fmt: skip
+    fake = _fake_layer_norm_timing(costs)
+    monkeypatch.setattr(cli_tune, "bench_kernel", fake)
+    default = fake(kernel, arrays, attrs={}, tunables=dict(kernel.manifest.tunables))
+    return cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, wk.get_device()), 1e-4)
+
+
+def test_the_second_sweep_can_return_a_tunable_to_its_default(monkeypatch):
+    """WORKGROUP_SIZE 512 looks better while ROW_ITEMS is 8; with ROW_ITEMS 2 the default 256 is best.
+    The default value was no candidate, so the second sweep could not go back to it (512 / 2 won)."""
+    (_, variant, tunables), _ = _layer_norm_search(monkeypatch, {(256, 8): 10.0, (512, 8): 9.0, (512, 2): 8.0,
+                                                                 (256, 2): 5.0})  # fmt: skip
+    assert (variant, tunables["WORKGROUP_SIZE"], tunables["ROW_ITEMS"]) == ("onepass", 256, 2)
+
+
+def test_the_search_does_not_move_to_a_candidate_whose_output_is_wrong(monkeypatch):
+    """WORKGROUP_SIZE 512 is fastest but computes zeros: skipped, and ROW_ITEMS is then searched from
+    where the search was (1024), not from 512, so 1024 / 2 is found (1024 / 8 before)."""
+    from conftest import PACKAGES_DIR
+
+    class Broken(Kernel):
+        def __call__(self, inputs, *, tunables=None, **kwargs):
+            out = super().__call__(inputs, tunables=tunables, **kwargs)
+            wrong = tunables and tunables.get("WORKGROUP_SIZE") == 512
+            return {n: np.zeros_like(v) for n, v in out.items()} if wrong else out
+
+    broken = Broken(wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm").package)
+    (_, variant, tunables), skipped = _layer_norm_search(
+        monkeypatch, {(256, 8): 10.0, (512, 8): 8.0, (1024, 8): 9.0, (1024, 2): 6.0}, broken)
+    assert (variant, tunables["WORKGROUP_SIZE"], tunables["ROW_ITEMS"]) == ("onepass", 1024, 2)
+    assert skipped and all("'WORKGROUP_SIZE': 512" in s for s in skipped)
+
+
+def test_the_reference_output_is_the_default_selection_not_a_stored_choice(monkeypatch, tuning_dir):
+    """A package without tunables: tunables={} is "no override", so the reference call followed a
+    stored result. It must run the default variant (forced), whatever is stored."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.ScaleShift")
+    arrays = {"X": np.linspace(-1, 1, 1024, dtype=np.float32)}
+    device = wk.get_device()
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    dtypes, shapes, absent, attrs = kernel.tuning_class(arrays)
+    cache.record(kernel.tuning_key, dtypes, shapes, tuning.TunedChoice("scalar", {}, 1e-6), absent, attrs)
+    default_variant = kernel.explain(arrays).chosen
+    assert default_variant != "scalar"
+    calls = []
+    real = Kernel.__call__
+
+    def spy(self, inputs, **kwargs):
+        calls.append(kwargs)
+        return real(self, inputs, **kwargs)
+
+    monkeypatch.setattr(Kernel, "__call__", spy)
+    default = SimpleNamespace(median_s=10e-6, variant=default_variant)
+    monkeypatch.setattr(cli_tune, "bench_kernel", lambda kernel, arrays, *, variant=None, **_: SimpleNamespace(
+        median_s=5e-6 if variant == "scalar" else 10e-6, variant=variant))  # fmt: skip
+    cli_tune._search(kernel, arrays, {}, default, [], 1e-4)
+    assert calls[0]["variant"] == default_variant  # the reference, then the candidate
+
+
+def test_tune_goes_on_past_a_case_the_device_refuses(runner, tuning_dir):
+    """demo.Gather's CLIP token-embedding table (152 MB) is over lavapipe's 128 MiB binding limit: that
+    case is reported and the others are still tuned (the first refusal ended the whole run), exit 1.
+    `--dtype f32` selects Gather's (float32, int64) cases: a case matched only if all its dtypes were wanted."""
+    from conftest import PACKAGES_DIR
+
+    if wk.get_device().info.limits["maxStorageBufferBindingSize"] >= 160 * 2**20:
+        pytest.skip("the device can bind the 152 MB table")
+    result = runner.invoke(main, ["tune", str(PACKAGES_DIR / "demo.Gather"), "--case", "clip-token-embedding-1x77",
+                                  "--case", "small-64x13", "--dtype", "f32", *QUICK_WARM_UP])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "clip-token-embedding-1x77" in result.output and "not tuned" in result.output
+    assert "1 of 2 cases could not run on this device" in result.output
+    entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
+    assert len(entries) == 1 and "indices=" in next(iter(entries))  # small-64x13's
+
+
+def test_a_candidate_that_gives_the_gpu_the_same_work_is_not_timed(monkeypatch):
+    """demo.MatMul's tiled variant never reads WORKGROUP_SIZE (naive's): on the H200 the tuner timed
+    five identical tiled kernels per case and stored whichever noise made fastest (TILE 32 with
+    WORKGROUP_SIZE 1024, 512, 256 or 64). Only candidates whose WGSL, grid or uniforms differ are timed."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.MatMul")
+    rng = np.random.default_rng(0)
+    arrays = {"A": rng.standard_normal((2, 33, 20)).astype(np.float32),
+              "B": rng.standard_normal((2, 20, 17)).astype(np.float32)}  # fmt: skip
+    timed = []
+
+    def fake_bench(kernel, arrays, *, attrs=None, variant=None, tunables=None, **_):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        timed.append((plan.variant, dict(tunables)))
+        return SimpleNamespace(median_s=10e-6, variant=plan.variant)
+
+    monkeypatch.setattr(cli_tune, "bench_kernel", fake_bench)
+    default = fake_bench(kernel, arrays, tunables=dict(kernel.manifest.tunables))
+    timed.clear()
+    cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, wk.get_device()), 1e-4)
+    tiled = [t for v, t in timed if v == "tiled"]
+    naive = [t for v, t in timed if v == "naive"]
+    assert tiled and all(t["WORKGROUP_SIZE"] == 64 for t in tiled), tiled  # only TILE varies
+    assert {t["TILE"] for t in tiled} >= {4, 8}  # (16 is the default, timed in full; 32 and up need more invocations)
+    assert {t["WORKGROUP_SIZE"] for t in naive} > {64}  # naive reads it
+    assert all(t["TILE"] == 16 for t in naive)  # and not TILE
