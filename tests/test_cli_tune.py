@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_cli_bench import QG, QG_DIR, QUICK_WARM_UP, TINY, TINY_KEY
+from test_cli_bench import QG, QG_DIR, QUICK_WARM_UP, TINY, TINY_KEY, invoke
 
 import webgpu_kernels as wk
 from webgpu_kernels import cli_tune, tuning
@@ -27,15 +27,9 @@ from conftest import copy_package, tuning_file
 
 
 @pytest.fixture
-def runner(monkeypatch, tuning_dir):
+def runner(monkeypatch, tuning_dir):  # as test_cli_bench's: a tuning folder of its own, the default adapter
     monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
     return CliRunner(env={"COLUMNS": "200"})
-
-
-def invoke(runner, *args):
-    result = runner.invoke(main, list(args))
-    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
-    return result
 
 
 def test_tune_then_bench(runner, tuning_dir, tmp_path):
