@@ -2,7 +2,7 @@
 # One call on the H200 machine (device tool, carry [".whl", ".gl"]), bounded to fit its 10 minutes.
 #   bash scripts/h200-run.sh probe   transfer breakdown and host cost per call
 #   bash scripts/h200-run.sh experiments [wide|interleave|f32]   experiment packages against the embedded kernels
-#   bash scripts/h200-run.sh bench   the full comparison (tuning first, so the tuned column is real)
+#   bash scripts/h200-run.sh bench [TUNING.json]   the full comparison (tuning first, or the file given, so the tuned column is real)
 #   bash scripts/h200-run.sh roundtrip   the comparison on the small, model and large cases only
 #   bash scripts/h200-run.sh tiny   small round trips against ORT next to wgpu-native's submit-and-map floor
 #   bash scripts/h200-run.sh hostab [DIR]   host cost per call, this tree against DIR/src (default ab-old), interleaved
@@ -42,11 +42,18 @@ case "${1:-bench}" in
   experiments)  # experiment packages (scripts/experiments) against the embedded kernels; round: wide | interleave | f32
     timeout 200 python3 scripts/gpu_experiments.py "${2:-wide}" 2>&1 | tee "$OUT/exp.log" ;;
   bench)  # host_cost.py (a fresh process) is in `probe` since run L: bench's own host rows stay
-    tune 90  # done 32-39 s into runs F-I, 43-50 s into K and L, 36 in N; 56 s in tunecheck (outputs checked)
+    # [TUNING.json]: a tuning file from an earlier call (`tunecheck` returns it as tuning.json; keep
+    # it in a git-ignored folder such as .tuning/ and carry that), so that all the call's time is
+    # bench's: run P's tuner took 88 s and bench ran out inside ORT's peer (torch 136 s, 101 in O).
+    if [ -n "${2:-}" ] && [ -f "$2" ]; then
+      mkdir -p /tmp/tuning && cp "$2" /tmp/tuning/ && echo "tuning file: $2" | tee "$OUT/tune.log"
+    else
+      tune 90  # done 32-39 s into runs F-I, 43-50 s into K and L, 36 in N, 73 in O, 88 in P
+    fi
     echo "tuning done after ${SECONDS} s" | tee -a "$OUT/tune.log"
-    # Run L hit a 485 s limit inside ORT's peer (a slow lend: torch 100 s against 82 in K); ORT's
-    # large cases now time longer batches (peers._differential, about 30 s more in all).
-    timeout 490 python3 -m webgpu_kernels bench --compare --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" ;;
+    # Whatever tuning left of the call's 600 s, less 15 for the files (run O: bench 467 s of 490).
+    timeout $(( 585 - SECONDS )) python3 -m webgpu_kernels bench --compare --json "$OUT/bench.json" --plot "$OUT/bench.png" \
+      2>&1 | tee "$OUT/bench.log" ;;
   hostab)  # host cost per call of this tree against another one (an untracked copy: git archive REV src | tar -x -C DIR),
            # fresh processes, interleaved, three rounds
     for round in 1 2 3; do for side in new old; do
