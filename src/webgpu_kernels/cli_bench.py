@@ -150,8 +150,8 @@ def _slow_state(result: Any, copies: dict[int, float]) -> str | None:
     if copy < SLOW_STATE_FRACTION * best:
         return f"its copy read {copy:.2f} TB/s, the run's best copy past 64 MiB {best:.2f}"
     # The kernel's own figures tell only of a kernel that streams the bytes counted: a gather reads
-    # a few rows of its table and runs in microseconds (H200: demo.Gather at "61.8 TB/s", which
-    # read as a slow copy until this test; docs/perf/h200-gather-generate-ab.log).
+    # a few rows of its table and runs in microseconds (H200: a CLIP token lookup at "61.8 TB/s",
+    # which read as a slow copy until this test; docs/perf/h200-gather-generate-ab.log).
     memory = result.tbps / result.peak_fraction if result.peak_fraction else best  # the datasheet peak, else the copy
     if result.tbps > memory:
         return None
