@@ -154,11 +154,9 @@ def timestamp_period(gpu: Any) -> float:
 # --- inputs ------------------------------------------------------------------------------------
 
 
-def random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator,
-                 generate: Mapping[str, Any] | None = None) -> np.ndarray:  # fmt: skip
-    """Standard-normal data of ``dtype`` (never zeros: zero pages read faster on some GPUs), or
-    drawn as a bench.json input's ``generate`` says (case_data.random_values)."""
-    return random_values(shape, dtype, rng, generate)
+#: Standard-normal data of a dtype (never zeros: zero pages read faster on some GPUs), or drawn as
+#: a bench.json input's ``generate`` says: case_data.random_values, which the peers use too.
+random_array = random_values
 
 
 # --- kernels and the copy baseline ---------------------------------------------------------------

@@ -88,13 +88,19 @@ def random_values(shape: tuple[int, ...], dtype: str, rng: np.random.Generator,
     a gather's indices need their range (the default gave them about 68% zeros)."""
     if generate is None:
         return rng.standard_normal(size=shape, dtype=np.float32).astype(np.dtype(dtype), copy=False)
+    return _distributed(generate, shape, dtype, rng.random, rng.standard_normal)
+
+
+def _distributed(spec: Mapping[str, Any], shape: tuple[int, ...], dtype: str, uniform: Any, normal: Any) -> np.ndarray:
+    """``spec``'s distribution over ``shape``, rounded to ``dtype``, from ``uniform(n)`` (n draws in
+    [0, 1)) or ``normal(n)`` (n standard normal draws): test.json's and bench.json's generators."""
     count = math.prod(shape)
-    if generate["distribution"] == "uniform":
-        low, high = generate.get("low", 0.0), generate.get("high", 1.0)
-        values = low + (high - low) * rng.random(count)
+    if spec["distribution"] == "uniform":
+        low, high = float(spec.get("low", 0.0)), float(spec.get("high", 1.0))
+        values = low + (high - low) * uniform(count)
     else:
-        values = generate.get("mean", 0.0) + generate.get("std", 1.0) * rng.standard_normal(count)
-    return cast(values, dtype).reshape(shape)
+        values = float(spec.get("mean", 0.0)) + float(spec.get("std", 1.0)) * normal(count)
+    return cast(values.reshape(shape), dtype)
 
 
 # --- the generator --------------------------------------------------------------------------------
@@ -112,21 +118,21 @@ def uniform_bits(seed: int, count: int) -> np.ndarray:
 
 def generate(spec: Mapping[str, Any], shape: tuple[int, ...], dtype: str) -> np.ndarray:
     """Draw an input as the module docstring specifies."""
-    count = math.prod(shape)
     seed = int(spec["seed"])
-    if spec["distribution"] == "uniform":
-        low, high = float(spec.get("low", 0.0)), float(spec.get("high", 1.0))
-        values = low + (high - low) * uniform_bits(seed, count)
-    else:
-        pairs = (count + 1) // 2
-        u = uniform_bits(seed, 2 * pairs)
-        r = np.sqrt(-2.0 * np.log1p(-u[0::2]))
-        angle = 2.0 * np.pi * u[1::2]
-        z = np.empty(2 * pairs, dtype=np.float64)
-        z[0::2] = r * np.cos(angle)
-        z[1::2] = r * np.sin(angle)
-        values = float(spec.get("mean", 0.0)) + float(spec.get("std", 1.0)) * z[:count]
-    return cast(values.reshape(shape), dtype)
+    return _distributed(spec, shape, dtype, lambda count: uniform_bits(seed, count),
+                        lambda count: _box_muller(seed, count))  # fmt: skip
+
+
+def _box_muller(seed: int, count: int) -> np.ndarray:
+    """``count`` standard normal values from pairs of ``uniform_bits(seed, ...)`` (module docstring)."""
+    pairs = (count + 1) // 2
+    u = uniform_bits(seed, 2 * pairs)
+    r = np.sqrt(-2.0 * np.log1p(-u[0::2]))
+    angle = 2.0 * np.pi * u[1::2]
+    z = np.empty(2 * pairs, dtype=np.float64)
+    z[0::2] = r * np.cos(angle)
+    z[1::2] = r * np.sin(angle)
+    return z[:count]
 
 
 def decode_values(values: Any) -> Any:

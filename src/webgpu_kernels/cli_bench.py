@@ -63,7 +63,7 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
         return []
     cases = [
         {"name": case.name, "tags": list(case.tags), "attrs": case.attrs, "tunables": case.tunables, "types": inst.types,
-         "flops": flops, "inputs": {role: {"shape": shape, "dtype": dtype, **_generate(case.inputs[role])}
+         "flops": flops, "inputs": {role: {"shape": shape, "dtype": dtype, **_generate(case.inputs[role]["generate"])}
                                     for role, (shape, dtype) in inst.inputs.items()}}
         for case in bench.cases for inst in case.expand(kernel.manifest)
     ]  # fmt: skip
@@ -76,9 +76,9 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
     return cases
 
 
-def _generate(spec: dict[str, Any]) -> dict[str, Any]:
+def _generate(generate: dict[str, Any] | None) -> dict[str, Any]:
     """A bench.json input's ``generate``, as the key it keeps in a case's inputs (none: {})."""
-    return {"generate": spec["generate"]} if spec.get("generate") else {}
+    return {"generate": generate} if generate else {}
 
 
 def _arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
@@ -128,7 +128,8 @@ def _beyond_memory(peak_fraction: float | None, copy_fraction: float) -> bool:
 #: past SLOW_STATE_BYTES is timed again (at most SLOW_STATE_RETRIES times, the fastest kernel and
 #: copy kept) while its copy reads below SLOW_STATE_FRACTION of the run's best copy past that size
 #: or of the kernel's own figure, or its kernel's p10 below that fraction of its median (the state
-#: changed while it was timed), the last two only for a kernel within what memory allows;
+#: changed while it was timed), the last two only for a kernel within what memory allows (not
+#: marked `*`, _beyond_memory, against the run's best large copy where the peak is unknown);
 #: the row keeps the readings it replaced, and says so if the state outlasted the retries.
 SLOW_STATE_BYTES, SLOW_STATE_FRACTION, SLOW_STATE_RETRIES = 64 << 20, 0.6, 2
 
@@ -152,8 +153,7 @@ def _slow_state(result: Any, copies: dict[int, float]) -> str | None:
     # The kernel's own figures tell only of a kernel that streams the bytes counted: a gather reads
     # a few rows of its table and runs in microseconds (H200: a CLIP token lookup at "61.8 TB/s",
     # which read as a slow copy until this test; docs/perf/h200-gather-generate-ab.log).
-    memory = result.tbps / result.peak_fraction if result.peak_fraction else best  # the datasheet peak, else the copy
-    if result.tbps > memory:
+    if _beyond_memory(result.peak_fraction, result.tbps / best):  # as the table's `*` says
         return None
     if result.tbps > copy / SLOW_STATE_FRACTION:  # a roofline is a best case: the copy is the slow one
         return f"the kernel read {result.tbps:.2f} TB/s, over {1 / SLOW_STATE_FRACTION:.2g}x its copy's {copy:.2f}"
@@ -402,7 +402,7 @@ def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: A
         dtypes = {k: row["dtypes"][k] for k in row["shapes"]}
         cases.append({"id": i, "op": row["kernel"], "attrs": row["attrs"],
                       "compile": compile_tag == "all" or compile_tag in row["tags"],
-                      "inputs": {k: {"shape": s, "dtype": dtypes[k], **_generate({"generate": row.get("generate", {}).get(k)})}
+                      "inputs": {k: {"shape": s, "dtype": dtypes[k], **_generate(row.get("generate", {}).get(k))}
                                  for k, s in row["shapes"].items()}})  # fmt: skip
     for peer in ("torch", "ort-webgpu"):
         group_of = peers.PROCESS_GROUPS.get(peer, lambda case: None)

@@ -191,11 +191,11 @@ def get_device(adapter: str | None = None) -> Device:
         if device is None:
             device = _default = _get_device(None)
         return device
-    device = _requested.get(adapter) if type(adapter) is str else None
+    if type(adapter) is not str:
+        return _get_device(adapter)  # which refuses it with the argument's name
+    device = _requested.get(adapter)
     if device is None:
-        device = _get_device(adapter)
-        if type(adapter) is str:
-            _requested[adapter] = device
+        device = _requested[adapter] = _get_device(adapter)
     return device
 
 
