@@ -121,8 +121,8 @@ def _beyond_memory(peak_fraction: float | None, copy_fraction: float) -> bool:
 
 #: The H200 sometimes runs every kernel about 2.4x slower for a while, a state of the machine and
 #: not of a kernel: run P read QuickGelu 84M f16 at 1.465 TB/s, its samples from 119 to 229 us
-#: (83 us in the tuner on that lend), and its copy at 1.69 TB/s where every other copy past
-#: 64 MiB read 4.22-4.26; run O read that copy at 1.69 too (240% "of copy").
+#: (83 us in the tuner on that lend), and its copy at 1.69 TB/s where the other three 84M cases'
+#: copies read 4.18-4.26; run O read that copy at 1.69 too (240% "of copy").
 #: scripts/throttle_probe.py timed the four large cases and their copies 196 times over five
 #: minutes on the next lend without meeting it, with clocks and temperatures steady. So a case
 #: past SLOW_STATE_BYTES is timed again (at most SLOW_STATE_RETRIES times, the fastest kernel and

@@ -76,7 +76,8 @@ _serials = itertools.count(1)
 _adapters: list[Any] | None = None
 _devices: dict[int, Device] = {}
 #: The device each ``adapter`` request string chose: choosing again lists every adapter's info,
-#: features and limits (about 15 us), which a call passing ``adapter=`` would pay every time.
+#: features and limits, which a call passing ``adapter=`` would pay every time (CPU machine,
+#: `python scripts/list_attr_cost.py`: get_device("vulkan") 27-31 us before, 0.26-0.28 after).
 _requested: dict[str, Device] = {}
 
 
