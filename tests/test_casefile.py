@@ -363,12 +363,15 @@ def test_infinite_and_nan_tolerances_are_refused() -> None:
 @pytest.mark.parametrize("text, reason", [
     ('{"atol": 1e400}', "beyond float64's range"), ('{"atol": Infinity}', "Infinity is not JSON"),
     ('{"atol": -Infinity}', "-Infinity is not JSON"), ('{"rtol": NaN}', "NaN is not JSON"),
-], ids=["1e400", "Infinity", "-Infinity", "NaN"])  # fmt: skip
+    ('{"atol": 1' + "0" * 400 + "}", "beyond float64's range"), ('[-1' + "0" * 400 + "]", "beyond float64's range"),
+], ids=["1e400", "Infinity", "-Infinity", "NaN", "400-digit-int", "negative-400-digit-int"])  # fmt: skip
 def test_package_json_refuses_numbers_json_does_not_have(text: str, reason: str) -> None:
     """Python's reader took NaN and Infinity (not JSON) and made 1e400 infinite: atol 1e400 in a
-    test.json passed a kernel that wrote zeros."""
+    test.json passed a kernel that wrote zeros. A 400-digit integer crashed `test` and `bench`
+    with an OverflowError where a tolerance or value met float()."""
     from webgpu_kernels.digests import decode_json
 
     with pytest.raises(ValueError, match=reason):
         decode_json(text.encode())
     assert decode_json(b'[1e-400, -0.0, 65504]') == [0.0, 0.0, 65504]
+    assert decode_json(b'[18446744073709551615]') == [2**64 - 1]  # uint64's largest stays exact

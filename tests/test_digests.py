@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -335,6 +336,33 @@ def test_digest_check_on_an_unreadable_metadata_json_says_out_of_date(qg: Path) 
     assert CliRunner().invoke(main, ["digest", str(qg)]).exit_code == 2  # not overwritten: fix or delete it
 
 
+def test_digest_check_on_a_schema_breaking_metadata_json_says_out_of_date(qg: Path) -> None:
+    """--check compared digests only: version 0, sha512 and a stray field read "up to date" (exit
+    0) where validate and every load refuse the file, and digest kept the version 0 and then
+    refused to write it (exit 2) instead of refreshing it as documented."""
+    path = qg / "metadata.json"
+    data = json.loads(path.read_text("utf-8"))
+    data["version"], data["digest"]["algorithm"], data["extra"] = 0, "sha512", "x"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    check = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["digest", str(qg), "--check"])
+    assert check.exit_code == 1 and "out of date" in check.output, check.output
+    assert "up to date" not in check.output.replace("out of date", "")
+    result = CliRunner().invoke(main, ["digest", str(qg)])
+    assert result.exit_code == 0, result.output
+    metadata = json.loads(path.read_text("utf-8"))
+    assert metadata["version"] == 1 and metadata["digest"]["algorithm"] == "sha256" and "extra" not in metadata
+    assert CliRunner().invoke(main, ["digest", str(qg), "--check"]).exit_code == 0
+    assert open_folder(qg).is_verified
+
+
+def test_digest_that_cannot_write_metadata_json_says_so(qg: Path) -> None:
+    """A failed write (here a folder where the file goes) ended in an IsADirectoryError traceback."""
+    (qg / "metadata.json").unlink()
+    (qg / "metadata.json").mkdir()
+    result = CliRunner().invoke(main, ["digest", str(qg)])
+    assert result.exit_code == 2 and "metadata.json" in result.stderr and "Traceback" not in result.output, result.output
+
+
 def test_a_lone_surrogate_in_package_json_is_refused() -> None:
     """"\\ud800" is valid JSON but no text: it failed later, as a raw UnicodeEncodeError where a
     template's output or the console encoded it. A proper pair still decodes."""
@@ -343,3 +371,18 @@ def test_a_lone_surrogate_in_package_json_is_refused() -> None:
     with pytest.raises(ValueError, match="lone surrogate"):
         decode_json(b'{"description": "bad \\ud800 text"}')
     assert decode_json(b'{"description": "\\ud83d\\ude00"}') == {"description": "\U0001f600"}
+
+
+@pytest.mark.parametrize("name", ["node_modules/data.npy", "__pycache__/data.npy", "data.npy~"])
+def test_a_file_digest_never_lists_is_refused_unverified_too(qg: Path, name: str) -> None:
+    """validate opens a package unverified and read such a file from disk ("valid"); `test` opens it
+    verified and refused the file, advising `digest`, which never lists it."""
+    (qg / name).parent.mkdir(exist_ok=True)
+    np.save(qg / "tmp.npy", np.zeros(3, np.float32))
+    (qg / "tmp.npy").rename(qg / name)
+    digests.write_metadata(qg)
+    assert name not in json.loads((qg / "metadata.json").read_text("utf-8"))["digest"]["files"]
+    for package in (open_folder(qg, verify_digests=False), open_folder(qg)):
+        with pytest.raises(PackageError, match="never listed in metadata.json"):
+            package.read_bytes(name)
+    assert open_folder(qg, verify_digests=False).read_bytes("test.json")  # listable names still read

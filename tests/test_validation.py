@@ -294,12 +294,17 @@ def test_cli_validate_isolated_crash(qg: Path, runner: CliRunner, monkeypatch: p
 @pytest.mark.parametrize("args, fragment", [
     (["--adapter", "no-such-adapter", "validate"], "no adapter matches 'no-such-adapter'"),
     (["validate", "@manifest"], "a file, not a package folder"),
+    (["validate", "./no-such-folder"], "no such folder"),  # `validate no-such-folder` was 2 already
+    (["--adapter", "no-such-adapter", "test", "--isolate"], "no adapter matches 'no-such-adapter'"),
+    (["test", "com.microsoft.NoSuchOp"], "com.microsoft.NoSuchOp"),
+    (["test", "./no-such-folder"], "not a folder"),
 ])  # fmt: skip
 def test_the_callers_mistakes_exit_2_not_invalid(qg: Path, runner: CliRunner, args, fragment) -> None:
     """A mistyped --adapter, or manifest.json named instead of its folder, read as "INVALID" (exit 1)
-    with "not checked (no GPU adapter)"; exit status 1 is for packages that are invalid."""
+    with "not checked (no GPU adapter)"; exit status 1 is for packages that are invalid. `test` gave
+    1 (FAILED) for an unknown kernel, and for a mistyped --adapter in a child process."""
     args = [a if a != "@manifest" else str(qg / "manifest.json") for a in args]
-    if args[-1] == "validate":
+    if args[-1] in ("validate", "--isolate"):
         args.append(str(qg))
     result = runner.invoke(main, args)
     assert result.exit_code == 2 and fragment in result.output and "INVALID" not in result.output, result.output
@@ -413,3 +418,28 @@ def test_a_test_case_no_variant_accepts_says_what_the_clauses_read(qg: Path) -> 
     report = validate_package(qg)
     refused = [p for p in report.errors if "no variant accepts case 'vec4-2x64-f32'" in p.message]
     assert refused and "tunables.WORKGROUP_SIZE=4096" in refused[0].message, refused
+
+
+def test_a_case_an_input_rank_expression_refuses_is_an_error_without_the_gpu(tmp_path: Path) -> None:
+    """demo.Gather's data rank is `max(ranks.data, 1)`: a rank-0 `data` in test.json or bench.json
+    was `valid` under --no-gpu (the output-shape check swallowed the RankError), and the GPU stage
+    blamed manifest.json at path "" instead of the case."""
+    import shutil
+
+    from conftest import PACKAGES_DIR
+
+    root = Path(shutil.copytree(PACKAGES_DIR / "demo.Gather", tmp_path / "gather"))
+
+    def rank0_test(t: dict) -> None:
+        t["cases"][0]["inputs"]["data"] = {"shape": [], "values": 1.5}
+        t["cases"][0]["expected"] = {"Y": {"shape": [1], "values": [1.5]}}
+
+    edit_json(root / "test.json", rank0_test)
+    edit_json(root / "bench.json", lambda b: b["cases"][0]["inputs"].update(data={"shape": []}))
+    digests.write_metadata(root)
+    report = validate_package(root, gpu=False)
+    found = {(p.file, p.json_path) for p in report.problems if p.severity == "error" and "breaks the contract" in p.message}
+    assert found == {("test.json", "cases[0]"), ("bench.json", "cases[0]")}, report.problems
+    assert all("rank" in p.message for p in report.problems if "breaks the contract" in p.message)
+    with_gpu = validate_package(root)
+    assert not [p for p in with_gpu.problems if p.file == "manifest.json"], with_gpu.problems

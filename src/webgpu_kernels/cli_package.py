@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .device import choose_adapter
-from .digests import METADATA_FILE, build_metadata, write_metadata
+from .digests import METADATA_FILE, build_metadata, schema_problems, write_metadata
 from .errors import KernelError, PackageError
 from .package import embedded_ids, embedded_root, open_folder
 from .package_tests import PackageReport, RunResult, run_package_tests, run_package_tests_isolated
@@ -120,7 +120,9 @@ def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
             except PackageError as exc:  # out of date too (exit 1); writing it is refused until fixed
                 unreadable = exc.detail
         metadata, changes = build_metadata(root, existing if isinstance(existing, dict) else None)
-        current = existing is not None and all(c.status == "unchanged" for c in changes)
+        # Equal digests are not enough: a version 0 or a stray field is a file every load refuses.
+        broken = schema_problems(existing) if isinstance(existing, dict) else []
+        current = existing is not None and not broken and all(c.status == "unchanged" for c in changes)
     else:
         metadata, changes = write_metadata(root)
         current = True
@@ -142,7 +144,8 @@ def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
                 console.print(f"metadata.json cannot be read ({unreadable}): fix or delete it, then run digest")
             else:
                 console.print("metadata.json is up to date" if current else
-                              ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"))  # fmt: skip
+                              ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"
+                               + (f" ({broken[0].json_path or '(root)'}: {broken[0].message})" if broken else "")))  # fmt: skip
         else:
             console.print(f"wrote {root / METADATA_FILE}")
         if old_id is not None and old_id != metadata["id"]:
@@ -181,6 +184,8 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
     status 1 if any case fails.
     """
     adapter = _adapter(ctx)
+    if adapter is not None:
+        choose_adapter(adapter)  # a mistyped --adapter is the caller's error (exit 2), in a child process too
     refs = list(kernels) or embedded_ids()
     reports: list[PackageReport] = []
     status = _console(stderr=True)
@@ -188,6 +193,8 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
         try:
             kernel = resolve_kernel(ref)
         except KernelError as exc:
+            if _names_nothing(ref):
+                raise  # an unknown kernel is the caller's error (exit 2); a package that does not load fails (1)
             reports.append(PackageReport(kernel=ref, path=ref, origin="?", isolated=False,
                                          error=f"cannot load the package: {exc}"))  # fmt: skip
             continue
@@ -252,6 +259,12 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
 # --- validate ---------------------------------------------------------------------------------------
 
 
+def _names_nothing(ref: str) -> bool:
+    """Whether a KERNEL argument is neither an embedded id, nor an existing path, nor a Hub repository."""
+    where = _cli().classify_kernel_ref(ref)
+    return where.kind == "unknown" or (where.kind == "folder" and not where.path.exists())
+
+
 def _package_path(ref: str) -> Path:
     """The folder ``validate`` checks, read by the same rule as every KERNEL argument."""
     where = _cli().classify_kernel_ref(ref)
@@ -261,6 +274,8 @@ def _package_path(ref: str) -> Path:
         if where.path.is_file():
             raise PackageError("a file, not a package folder (name the folder that holds manifest.json)",
                                path=str(where.path))  # fmt: skip
+        if not where.path.exists():
+            raise PackageError("no such folder", path=str(where.path))
         return where.path
     if where.kind == "hub":
         raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel; validate checks a folder: "

@@ -110,6 +110,21 @@ def package_files(root: Path) -> list[str]:
     return sorted(names)
 
 
+def never_listed(name: str) -> str | None:
+    """Why ``digest`` would never list this package-relative name (so a verified package can never
+    read it), or None. An unverified read of such a file works until the package is digested."""
+    parts = name.split("/")
+    skipped = [d for d in parts[:-1] if d in SKIPPED_DIRS]
+    if skipped:
+        return f"files under {skipped[0]}/ are never listed in metadata.json (move the file out of that folder)"
+    if _editor_backup(parts[-1]):
+        return "editor backup files (x~, #x#) are never listed in metadata.json"
+    if not valid_file_name(name):
+        return ("file names in metadata.json use letters, digits, '_', '-', '+', '.' (not first) and '/', "
+                "so this one can never be listed")
+    return None
+
+
 def _editor_backup(filename: str) -> bool:
     """Emacs/vim backup and autosave files (``x.jinja~``, ``#x.jinja#``): never part of a package."""
     return filename.endswith("~") or (filename.startswith("#") and filename.endswith("#"))
@@ -153,6 +168,15 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _float_sized_int(text: str) -> int:
+    value = int(text)
+    try:
+        float(value)  # 400 digits: valid JSON, but every reader turns numbers into float64 somewhere
+    except OverflowError:
+        raise ValueError(f"the number {text[:40]}... is beyond float64's range") from None
+    return value
+
+
 def decode_json(data: bytes) -> Any:
     """A package JSON file's bytes decoded; every way it can be malformed is a ValueError whose
     message says which (deep nesting and 5,000-digit numbers included, not only bad syntax)."""
@@ -161,7 +185,8 @@ def decode_json(data: bytes) -> Any:
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text") from None
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                           parse_int=_float_sized_int)
         # "\ud800" is valid JSON for a lone surrogate, which is no text: it would fail later,
         # when a template's output or the console encodes it.
         if _SURROGATE_ESCAPE.search(text):
@@ -308,9 +333,9 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[
         raise PackageError("the manifest has no domain and name to take the package id from",
                            path=str(root / MANIFEST_FILE))  # fmt: skip
     version = existing.get("version")
-    if not isinstance(version, int) or isinstance(version, bool):
+    if not _is_version(version):  # the schema's: an integer from 1
         version = manifest.get("sinceVersion", 1)
-        if not isinstance(version, int) or isinstance(version, bool):
+        if not _is_version(version):
             version = 1
     provenance = existing.get("provenance")
     if not isinstance(provenance, dict):
@@ -342,6 +367,10 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[
     return metadata, changes
 
 
+def _is_version(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]]:
     """Write or refresh ``root/metadata.json``; returns it and what changed per file.
 
@@ -367,7 +396,10 @@ def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]
     if problems:
         raise PackageError(f"{problems[0].json_path or '(root)'}: {problems[0].message}", path=str(root / METADATA_FILE))
     text = json.dumps(metadata, indent=2, ensure_ascii=False) + "\n"
-    (root / METADATA_FILE).write_text(text, encoding="utf-8")
+    try:
+        (root / METADATA_FILE).write_text(text, encoding="utf-8")
+    except OSError as exc:  # a read-only package folder, a folder named metadata.json
+        raise PackageError(f"cannot be written: {exc.strerror or exc}", path=str(root / METADATA_FILE)) from None
     return metadata, changes
 
 

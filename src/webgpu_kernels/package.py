@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .digests import METADATA_FILE, decode_json, read_file, verify_package
+from .digests import METADATA_FILE, decode_json, never_listed, read_file, verify_package
 from .errors import DigestError, PackageError
 
 MANIFEST_FILE = "manifest.json"
@@ -61,6 +61,9 @@ class KernelPackage:
         rel = self.relative_name(name)
         if rel in self.verified:
             return self.verified[rel]
+        why_not = never_listed(rel)
+        if why_not:  # validate reads unverified: it would pass a file that a verified open refuses
+            raise PackageError(why_not, path=str(self.path_of(rel)))
         if self.metadata is not None:  # a verified package reads only what it verified (a README may sit
             # unlisted in the folder, but a template that includes it would run unverified bytes)
             raise DigestError("not listed in metadata.json's digest.files, so it was not verified when the package "
