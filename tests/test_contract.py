@@ -368,3 +368,14 @@ def test_an_int_and_an_equal_float_attribute_are_two_signatures():
 
     assert sig(scale=1) != sig(scale=1.0) and sig(scale=1.0) == sig() == sig(scale=np.float64(1.0))
     assert sig(coef=[1, 2.0]) != sig(coef=[1.0, 2.0]) and sig(coef=(1.0, 2.0)) == sig() == sig(coef=np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("shape, fragment", [
+    ((10**5000,), "fewer than 2^62 elements, got shape [<a 16610-bit integer>]"),
+    ((2, -10**5000), "non-negative dimensions, got shape [2, <a 16610-bit integer>]"),
+], ids=["huge", "huge-negative"])  # fmt: skip
+def test_a_huge_dimension_is_described_not_printed(quick_gelu, shape, fragment):
+    """str() of an integer past 4,300 digits raises: the ShapeError's own message became a raw ValueError."""
+    with pytest.raises(errors.ShapeError) as info:
+        quick_gelu.explain({"X": (shape, "float32")})
+    assert fragment in str(info.value)

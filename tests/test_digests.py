@@ -386,3 +386,14 @@ def test_a_file_digest_never_lists_is_refused_unverified_too(qg: Path, name: str
         with pytest.raises(PackageError, match="never listed in metadata.json"):
             package.read_bytes(name)
     assert open_folder(qg, verify_digests=False).read_bytes("test.json")  # listable names still read
+
+
+@pytest.mark.parametrize("path", ["~no_such_user_xyz/pkg", "/tmp/" + "a" * 5000], ids=["unknown-user", "too-long"])
+def test_a_path_that_cannot_be_opened_is_a_package_error(path: str) -> None:
+    """expanduser() of an unknown user raised a raw RuntimeError, and a name too long an OSError."""
+    with pytest.raises(PackageError, match="cannot be opened"):
+        wk.load_kernel(path)
+
+
+def test_has_a_name_too_long_is_false(qg: Path) -> None:
+    assert open_folder(qg).has("a" * 5000 + ".wgsl.jinja") is False

@@ -284,3 +284,62 @@ def test_a_function_inside_a_value_is_refused(source):
     expr = ExpressionCompiler([]).compile(source, "constants.fns")
     with pytest.raises(ExpressionSandboxError, match="a function is not a value"):
         expr.evaluate({**STATIC_FUNCTIONS, "f16Ok": lambda dtype: True})
+
+
+# --- bounds found in review (each ran unbounded or raised a raw Python error before) -------------
+
+
+def test_numel_is_bounded_as_the_product_grows():
+    """numel() multiplied every dimension before checking the 128-bit bound: 4096 dimensions of 127
+    bits took 0.3-0.45 s per expression, and a package may hold 2048 of them."""
+    import time
+
+    from webgpu_kernels.errors import ExpressionSandboxError
+
+    started = time.perf_counter()
+    with pytest.raises(ExpressionSandboxError, match="numel\\(\\): the product exceeds the limit of 128 bits"):
+        ev("numel([3**80] * 4096)")
+    assert time.perf_counter() - started < 0.2
+    assert ev("numel([3**80, 0] + [3**80] * 4000)") == 0  # a zero dimension: no elements, whatever the rest
+    assert ev("numel([2**60, 2**60])") == 2**120
+
+
+@pytest.mark.parametrize("value, fragment", [
+    (2**200, "an integer of 201 bits exceeds the limit of 128"),
+    ([1, [2, 2**129]], "an integer of 130 bits"),
+    (["x" * 5000], "a string of 5000 characters"),  # a bare string is an expression, bounded by its length
+    ([0] * 5000, "more than 4096 items"),
+], ids=["int", "nested-int", "string", "list"])  # fmt: skip
+def test_a_json_literal_is_held_to_the_bounds_of_a_value(value, fragment):
+    """`"derive": {"big": 2**200}` as a JSON number loaded, where the expression "2**200" is refused."""
+    from webgpu_kernels.errors import ExpressionSandboxError
+
+    with pytest.raises(ExpressionSandboxError, match=fragment) as info:
+        ExpressionCompiler(KNOWN).compile(value, "derive.big")
+    assert info.value.where == "derive.big"
+    assert ExpressionCompiler(KNOWN).compile([1, [2, 2**100]], "ok").evaluate({}) == [1, [2, 2**100]]
+
+
+def test_a_value_nested_deeper_than_an_expression_may_nest_is_refused():
+    """Each derive entry wrapping the previous one 30 lists deeper gave a value 1,200 levels deep,
+    and a raw RecursionError from repr() in the selection trace."""
+    from webgpu_kernels.errors import ExpressionSandboxError
+
+    deep: object = 1
+    for _ in range(20):
+        deep = [deep]
+    with pytest.raises(ExpressionSandboxError, match="nested more than 32 levels deep"):
+        ev("[[[[[[[[[[[[[[[hidden]]]]]]]]]]]]]]]", hidden=deep)
+    assert ev("[[hidden]]", hidden=deep) == [[deep]]
+
+
+def test_an_undefined_value_inside_a_list_fails_where_it_is_evaluated():
+    """`[bad]` of a failed derive entry evaluated to a list holding a StrictUndefined, which broke
+    explain's JSON (a raw TypeError) and `explain --json` (an UndefinedError traceback)."""
+    from webgpu_kernels.expressions import failed_value
+
+    bad = failed_value("bad", ExpressionError("dim(): axis 9 is out of range", expression="dim(shapes.X, 9)"))
+    with pytest.raises(ExpressionError, match="'bad' could not be evaluated: .*axis 9 is out of range"):
+        ev("[1, [hidden]]", hidden=bad)
+    with pytest.raises(ExpressionError, match="undefined value"):
+        ev("[shapes.Z]")

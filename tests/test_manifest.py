@@ -310,3 +310,41 @@ def test_every_type_has_a_dtypes_name_and_a_size():
     assert set(ITEMSIZE) == set(ONNX_TO_WGSL) and all(ONNX_TO_WGSL.values())
     for name, size in ITEMSIZE.items():
         assert (np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)).itemsize == size, name
+
+
+def test_self_is_a_reserved_name():
+    """Jinja compiles the name `self` to a reference to the template: a derive entry named so read
+    as <TemplateReference None> wherever it was used, and selection went wrong."""
+    with pytest.raises(errors.ManifestError) as info:
+        parse_manifest(mutate(QG, lambda d: d["derive"].update({"self": "4"})))
+    assert info.value.json_path.startswith("derive")
+
+
+@pytest.mark.parametrize("change, where", [
+    (lambda d: d["variants"][0]["passes"][0].update(id="main\n"), "variants[0].passes[0].id"),
+    (lambda d: d["variants"][0].update(id="vec4\n"), "variants[0].id"),
+    (lambda d: d["attributes"].update({"alpha\n": 1.0}), "attributes"),
+], ids=["pass-id", "variant-id", "attribute-name"])  # fmt: skip
+def test_an_identifier_ending_in_a_newline_is_refused(change, where):
+    """jsonschema reads `pattern` with Python's re.search, where `$` also matches before a final
+    newline: "main\\n" passed as an identifier and failed at the first call, as a missing entry point."""
+    problems = check_manifest(mutate(QG, change))
+    assert any(p.json_path.startswith(where) and "does not match" in p.detail for p in problems), problems
+    assert not check_manifest(seed(QG))
+
+
+@pytest.mark.parametrize("section, name, value, fragment", [
+    ("attributes", "alpha", 1e39, "within the f32 range"),
+    ("tunables", "WORKGROUP_SIZE", 2**70, r"below 2\^63"),
+    ("attributes", "alpha", "x", None),  # a string default is a string attribute: fine
+], ids=["f32-range", "int-range", "string-ok"])  # fmt: skip
+def test_a_default_no_caller_could_pass_is_refused_at_load(section, name, value, fragment):
+    """A default the contract refuses from a caller loaded, then every call leaving it alone failed
+    with an AttributeValueError naming an argument the caller never passed."""
+    data = mutate(QG, lambda d: d[section].update({name: value}))
+    if fragment is None:
+        compile_program(parse_manifest(data))
+        return
+    with pytest.raises(errors.ManifestError, match=fragment) as info:
+        compile_program(parse_manifest(data))
+    assert info.value.json_path == f"{section}.{name}"

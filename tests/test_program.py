@@ -61,11 +61,11 @@ def test_a_constant_in_an_output_shape_is_named():
 def test_a_derive_cycle_fails_where_it_is_used():
     """a -> b -> a cannot be evaluated: both fail with the cycle named, the rest of the scope stands."""
     manifest = manifest_with_output_shape("shapes.X", "ranks.X", derive={
-        "a": "b + 1", "b": "a * 2", "self": "self", "c": "a + 1", "fine": "numel(shapes.S)",
+        "a": "b + 1", "b": "a * 2", "me": "me", "c": "a + 1", "fine": "numel(shapes.S)",
     })  # fmt: skip
     scope, outputs = scope_for(manifest)
     assert outputs[0].shape == (3, 4, 5) and scope["fine"] == 60
-    for name, cycle in (("a", "a -> b -> a"), ("b", "a -> b -> a"), ("self", "self -> self"), ("c", "a -> b -> a")):
+    for name, cycle in (("a", "a -> b -> a"), ("b", "a -> b -> a"), ("me", "me -> me"), ("c", "a -> b -> a")):
         with pytest.raises(UndefinedError, match=f"reads itself: {cycle}"):
             scope[name] + 1
 
@@ -164,3 +164,13 @@ def test_the_real_device_reports_subgroups(device):
     if "subgroup" not in device.adapter.features:
         pytest.skip("this adapter has no subgroups")
     assert "subgroups" in device.info.feature_names
+
+
+@pytest.mark.parametrize("shape", ["[2**62, 4]", "[2**40, 2**40, 0]"])
+def test_an_output_shape_is_held_to_the_input_size_bound(shape):
+    """Output shapes had no size bound: explain passed, and the call failed with a raw NumPy
+    ValueError ("array is too big", "Maximum allowed dimension exceeded")."""
+    manifest = manifest_with_output_shape(shape, "2" if shape.count(",") == 1 else "3")
+    with pytest.raises(ExpressionError, match="elements or more") as info:
+        scope_for(manifest)
+    assert info.value.where == "outputs[0].shape"

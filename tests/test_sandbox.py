@@ -511,9 +511,9 @@ def test_manifest_with_huge_numbers_fails_at_load_or_at_the_call(write_package):
     manifest["attributes"]["scale"] = 1e308 * 10  # json writes Infinity, which is not JSON: refused at load
     assert "Infinity is not JSON" in str(_quickly(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE}))))
     manifest["attributes"]["scale"] = 1.0
-    manifest["tunables"]["WORKGROUP_SIZE"] = 1e300
-    kernel = wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE}))
-    _quickly(lambda: kernel.render(X))
+    manifest["tunables"]["WORKGROUP_SIZE"] = 1e300  # no caller could pass it: refused at load
+    error = _quickly(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})))
+    assert isinstance(error, errors.ManifestError) and error.json_path == "tunables.WORKGROUP_SIZE"
 
 
 def test_deeply_nested_manifest_value(write_package):

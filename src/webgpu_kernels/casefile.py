@@ -27,6 +27,7 @@ import numpy as np
 from .case_data import MAX_CASE_ELEMENTS, cast, decode_values, dtype_name, generate, load_array
 from .digests import decode_json, json_path
 from .errors import CaseFileError, PackageError
+from .json_schema import validator as schema_validator
 
 TEST_FILE = "test.json"
 BENCH_FILE = "bench.json"
@@ -50,8 +51,7 @@ def case_schema(kind: str) -> dict[str, Any]:
 
 @cache
 def _validator(kind: str) -> Any:
-    schema = case_schema(kind)
-    return jsonschema.validators.validator_for(schema)(schema)
+    return schema_validator(case_schema(kind))
 
 
 #: Most runs one bench.json case may expand to (the product of its types lists' lengths).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,10 +147,10 @@ def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
         except TypeError:
             raise ShapeError(role, "integer dimensions", _describe(shape)) from None
         if d < 0:
-            raise ShapeError(role, "non-negative dimensions", f"shape {list(dims)}")
+            raise ShapeError(role, "non-negative dimensions", f"shape {shape_text(checked + [d])}")
         checked.append(d)
-    if math.prod(checked) >= MAX_ELEMENTS or any(d >= MAX_ELEMENTS for d in checked):
-        raise ShapeError(role, f"fewer than 2^{MAX_ELEMENTS.bit_length() - 1} elements", f"shape {checked}")
+    if too_many_elements(checked):
+        raise ShapeError(role, f"fewer than 2^{MAX_ELEMENTS.bit_length() - 1} elements", f"shape {shape_text(checked)}")
     if not isinstance(dtype, str):
         try:
             dtype = np.dtype(dtype).name
@@ -176,6 +176,21 @@ def _check_values(
         value = given.get(name, default)
         merged.append((name, _freeze(_check_value(kind, name, default, value))))
     return tuple(merged)
+
+
+def default_value_problems(manifest: Manifest) -> list[tuple[str, str]]:
+    """(JSON path, message) for each attribute or tunable default that no caller could pass (1e39,
+    2**70, a 5,000-character string): every call leaving it alone would fail, blaming the caller."""
+    problems = []
+    for kind, section, defaults in (("attribute", "attributes", manifest.attributes),
+                                    ("tunable", "tunables", manifest.tunables)):  # fmt: skip
+        for name, default in defaults.items():
+            try:
+                _check_value(kind, name, default, default)
+            except AttributeValueError as exc:
+                problems.append((f"{section}.{name}", f"the default must be a value a caller may pass: expected "
+                                                      f"{exc.expected}, got {exc.received}"))  # fmt: skip
+    return problems
 
 
 def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
@@ -235,6 +250,19 @@ def _unwrap_numpy(value: Any) -> Any:
     if isinstance(value, (np.generic, np.ndarray)) and value.shape == ():
         return value.item()
     return value
+
+
+def too_many_elements(dims: Sequence[int]) -> bool:
+    """Whether a shape reaches :data:`MAX_ELEMENTS`, zero dimensions counted as 1 (NumPy cannot
+    make a [2**40, 2**40, 0] array either)."""
+    return any(d >= MAX_ELEMENTS for d in dims) or math.prod(max(d, 1) for d in dims) >= MAX_ELEMENTS
+
+
+def shape_text(dims: Any) -> str:
+    """``[2, 3]`` for a message; a dimension of more than 64 bits is described, not printed (str()
+    of a 5,000-digit integer raises, and nobody reads one)."""
+    return "[" + ", ".join(str(d) if abs(d).bit_length() <= 64 else f"<a {abs(d).bit_length()}-bit integer>"
+                           for d in dims) + "]"  # fmt: skip
 
 
 def _describe(value: Any) -> str:

@@ -24,9 +24,8 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import jsonschema
-
 from .errors import DigestError, PackageError
+from .json_schema import validator as schema_validator
 
 METADATA_FILE = "metadata.json"
 MANIFEST_FILE = "manifest.json"
@@ -229,9 +228,13 @@ def load_metadata(root: Path) -> tuple[dict[str, Any] | None, list[DigestProblem
     return (data if not problems else None), problems
 
 
+@cache
+def _metadata_validator() -> Any:
+    return schema_validator(metadata_schema())
+
+
 def schema_problems(data: Any) -> list[DigestProblem]:
-    schema = metadata_schema()
-    validator = jsonschema.validators.validator_for(schema)(schema)
+    validator = _metadata_validator()
     problems = []
     for error in sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
         problems.append(DigestProblem(METADATA_FILE, "metadata", f"invalid metadata.json: {error.message}",

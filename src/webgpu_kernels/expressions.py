@@ -31,6 +31,7 @@ from .sandbox import (
     SandboxViolation,
     harden,
     misplaced_slice,
+    nested_deeper_than,
     nested_items_exceed,
     tree_depth_error,
 )  # fmt: skip
@@ -56,7 +57,15 @@ def _dim(shape: Any, axis: Any) -> int:
 
 
 def _numel(shape: Any) -> int:
-    return math.prod(_as_shape(shape, "numel"))
+    dims = _as_shape(shape, "numel")
+    if 0 in dims:
+        return 0
+    product = 1
+    for d in dims:  # bounded as it grows: the product of 4096 dims of 128 bits each takes seconds
+        product *= d
+        if product.bit_length() > MAX_INT_BITS:
+            raise SandboxViolation(f"numel(): the product exceeds the limit of {MAX_INT_BITS} bits")
+    return product
 
 
 def _same_shape(a: Any, b: Any) -> bool:
@@ -114,6 +123,9 @@ STATIC_FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 DEVICE_FUNCTIONS = ("f16Ok",)
 FUNCTION_NAMES = frozenset(STATIC_FUNCTIONS) | frozenset(DEVICE_FUNCTIONS)
+#: Names a derive entry or constant may not take: the namespaces, the functions, and ``self``,
+#: which Jinja compiles to a reference to the template itself wherever it is read.
+RESERVED_NAMES = frozenset(NAMESPACES) | FUNCTION_NAMES | {"self"}
 
 
 class ExpressionEvalError(Exception):
@@ -157,12 +169,12 @@ class Expression:
             for _ in self._compiled.root_render_func(context):
                 pass
             result = context.vars["result"]
-            if isinstance(result, Undefined):
-                result._fail_with_undefined_error()
             # A value is bounded through every nesting level (later expressions compare, index and
             # print it; derive entries could otherwise nest references: b = [a] * 8, c = [b] * 8, ...).
             _SANDBOX.check_weight(result, "an expression's result holds")
-            _refuse_functions(result)
+            if nested_deeper_than(result, MAX_EXPRESSION_DEPTH):  # chained derive entries: [[a]], [[b]], ...
+                raise SandboxViolation(f"a value nested more than {MAX_EXPRESSION_DEPTH} levels deep")
+            _check_items(result)
             return _SANDBOX.check_value(result)
         except ExpressionError:
             raise
@@ -209,18 +221,33 @@ class Expression:
         return seen
 
 
-def _refuse_functions(value: Any, depth: int = 0) -> None:
-    """A function is not a value, alone or inside a list (``[dim, f16Ok]``): it would reach
-    traces, JSON output and templates as a Python object's repr."""
-    if callable(value) and not isinstance(value, Undefined):  # an undefined name says so where it is used
+def _check_items(value: Any, depth: int = 0) -> None:
+    """Neither a function nor an undefined value is a value, alone or inside a list (``[dim]``,
+    ``[shapes.Z]``): either would reach traces, JSON output and templates as a Python object."""
+    if isinstance(value, Undefined):
+        value._fail_with_undefined_error()  # names what is missing, as it does at the top level
+    if callable(value):
         raise SandboxViolation("a function is not a value (call it)")
     if depth < MAX_EXPRESSION_DEPTH and isinstance(value, (list, tuple, Mapping)):
         for item in value.values() if isinstance(value, Mapping) else value:
-            _refuse_functions(item, depth + 1)
+            _check_items(item, depth + 1)
 
 
 def literal(value: Any, where: str) -> Expression:
-    """An Expression standing for a literal JSON value (numbers, booleans, lists)."""
+    """An Expression standing for a literal JSON value (numbers, booleans, lists), held to the
+    bounds an expression's value is (``"derive": {"big": 2**200}`` as JSON, not as ``"2**200"``)."""
+    try:
+        if nested_deeper_than(value, MAX_EXPRESSION_DEPTH):
+            raise SandboxViolation(f"a value nested more than {MAX_EXPRESSION_DEPTH} levels deep")
+        _SANDBOX.check_weight(value, "a literal holds")
+        stack = [value]
+        while stack:
+            item = _SANDBOX.check_value(stack.pop())
+            if isinstance(item, (list, tuple)):
+                stack.extend(item)
+    except SandboxViolation as exc:
+        raise ExpressionSandboxError(f"refused by the sandbox: {exc}", expression="(a JSON literal)",
+                                     where=where) from None  # fmt: skip  # repr() of 10**5000 fails
     return Expression(source=_literal_source(value), where=where, references=(), _literal=value)
 
 

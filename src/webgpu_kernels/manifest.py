@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 
 from .errors import ManifestError
+from .json_schema import validator as schema_validator
 
 #: Most JSON values (objects, arrays, strings, numbers...) a manifest may hold. JSON Schema
 #: validation costs about 35-90 us per value: the shipped manifests hold under 200 (6 ms), and a
@@ -141,9 +142,7 @@ def manifest_schema() -> dict[str, Any]:
 
 @cache
 def _validator() -> jsonschema.protocols.Validator:
-    schema = manifest_schema()
-    cls = jsonschema.validators.validator_for(schema)
-    return cls(schema)
+    return schema_validator(manifest_schema())
 
 
 def _too_large(data: Any) -> ManifestError | None:

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .digests import METADATA_FILE, decode_json, never_listed, read_file, verify_package
-from .errors import DigestError, PackageError
+from .errors import DigestError, PackageError, shorten
 
 MANIFEST_FILE = "manifest.json"
 
@@ -89,7 +89,10 @@ class KernelPackage:
             rel = self.relative_name(name)
         except PackageError:
             return False
-        return rel in self.verified or (self.root / rel).is_file()
+        try:
+            return rel in self.verified or (self.root / rel).is_file()
+        except OSError:  # a name too long for the file system is no file of the package
+            return False
 
 
 def embedded_root() -> Path:
@@ -127,12 +130,16 @@ def open_folder(
     """
     if not isinstance(path, (str, Path)):
         raise PackageError(f"a package folder is a path (str or pathlib.Path), got {type(path).__name__} {path!r}")
-    root = Path(path).expanduser()
-    if not root.is_dir():
-        raise PackageError("not a folder", path=str(root))
-    if not (root / MANIFEST_FILE).is_file():
-        raise PackageError(f"no {MANIFEST_FILE} in the folder", path=str(root))
-    root = root.resolve()
+    try:
+        root = Path(path).expanduser()
+        if not root.is_dir():
+            raise PackageError("not a folder", path=shorten(str(root)))
+        if not (root / MANIFEST_FILE).is_file():
+            raise PackageError(f"no {MANIFEST_FILE} in the folder", path=str(root))
+        root = root.resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # ~nosuchuser, a name too long, a NUL byte
+        raise PackageError(f"cannot be opened: {getattr(exc, 'strerror', None) or exc}",
+                           path=shorten(str(path))) from None  # fmt: skip
     metadata, verified = None, {}
     if verify_digests:
         metadata, verified = verify_package(root)

@@ -19,13 +19,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from jinja2.runtime import Undefined
-
-from .contract import CallSignature
+from .contract import MAX_ELEMENTS, CallSignature, default_value_problems, shape_text, too_many_elements
 from .errors import ExpressionError, ManifestError, RankError, shorten
 from .expressions import (
-    FUNCTION_NAMES,
-    NAMESPACES,
+    RESERVED_NAMES,
     STATIC_FUNCTIONS,
     Expression,
     ExpressionCompiler,
@@ -172,18 +169,24 @@ class Program:
 
     @staticmethod
     def _output_shape(expr: Expression, scope: Mapping[str, Any]) -> tuple[int, ...]:
-        value = expr.evaluate(scope)
+        try:
+            value = expr.evaluate(scope)
+        except ExpressionError:
+            for name in expr.references:
+                if "." not in name and name not in scope:  # e.g. a constant: those come after the outputs
+                    raise ExpressionError(f"{name!r} is not defined when output shapes are evaluated (they see "
+                                          "shapes, ranks, dtypes, attrs, tunables, device, other outputs and derive, "
+                                          "not constants)", expression=expr.source, where=expr.where) from None  # fmt: skip
+            raise
         if not isinstance(value, (list, tuple)):
             raise ExpressionError(f"an output shape must be a list of integers, got {value!r}",
                                   expression=expr.source, where=expr.where)  # fmt: skip
-        for d in value:
-            if isinstance(d, Undefined) and d._undefined_hint:  # a failed derive entry: its own reason
-                raise ExpressionError(f"undefined value: {d._undefined_hint}", expression=expr.source, where=expr.where)
-            if isinstance(d, Undefined):  # e.g. a constant: those come after the outputs
-                raise ExpressionError(f"{d._undefined_name!r} is not defined when output shapes are evaluated (they "
-                                      "see shapes, ranks, dtypes, attrs, tunables, device, other outputs and derive, "
-                                      "not constants)", expression=expr.source, where=expr.where)  # fmt: skip
-        return tuple(as_count(d, expr, "an output dimension") for d in value)
+        shape = tuple(as_count(d, expr, "an output dimension") for d in value)
+        if too_many_elements(shape):  # as inputs are held
+            raise ExpressionError(f"an output of shape {shape_text(shape)} has 2^{MAX_ELEMENTS.bit_length() - 1} "
+                                  "elements or more (zero dimensions counted as 1)", expression=expr.source,
+                                  where=expr.where)  # fmt: skip
+        return shape
 
 
 def tensor_bytes(manifest: Manifest, signature: CallSignature, outputs: Sequence[OutputSpec]) -> dict[str, int]:
@@ -319,7 +322,11 @@ def _components(nodes: Sequence[Any], edges: Mapping[Any, Sequence[Any]]) -> lis
 def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
     """Compile every expression of ``manifest``; syntax and unknown names fail here, once. ``file``
     (the manifest's path) is named by the ManifestErrors raised here (reserved names, cycles)."""
-    reserved = set(NAMESPACES) | set(FUNCTION_NAMES)
+    bad_defaults = default_value_problems(manifest)
+    if bad_defaults:
+        json_path, message = bad_defaults[0]
+        raise ManifestError(message, json_path=json_path, file=file)
+    reserved = RESERVED_NAMES
     for section, names in (("derive", manifest.derive), ("constants", manifest.constants)):
         for name in names:
             if name in reserved:

@@ -154,6 +154,20 @@ def nested_items_exceed(value: Any, limit: int) -> bool:
     return False
 
 
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists, tuples or dicts more than ``limit`` levels deep (iteratively:
+    a deep value is what would overflow a recursive walk, repr() included)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth >= limit:
+                return True
+            children = (p for pair in item.items() for p in pair) if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (list, tuple, dict)))
+    return False
+
+
 class _Internal:
     """A function the hardened code calls through ``environment.<name>`` (never reachable by name)."""
 

@@ -33,6 +33,7 @@ from typing import Any
 from . import casefile
 from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
+from .contract import default_value_problems
 from .digests import METADATA_FILE, inspect_package
 from .errors import (
     AdapterNotFoundError,
@@ -44,7 +45,7 @@ from .errors import (
     PackageError,
     TemplateError,
 )  # fmt: skip
-from .expressions import FUNCTION_NAMES, NAMESPACES, ExpressionCompiler, as_count
+from .expressions import NAMESPACES, RESERVED_NAMES, ExpressionCompiler, as_count
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
 from .program import DeviceInfo, Program, compile_program, cycle_text, evaluation_order, node_label
@@ -205,7 +206,7 @@ def _list_source(value: Any) -> Any:
 def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: set[str] | None = None) -> list[Problem]:
     """Compile every expression of the manifest on its own and check each name it reads is visible there."""
     found: list[Problem] = []
-    reserved = set(NAMESPACES) | set(FUNCTION_NAMES)
+    reserved = RESERVED_NAMES
     derive_names = list(manifest.derive)
     constant_names = list(manifest.constants)
     compiler = ExpressionCompiler(set(derive_names) | manifest.constant_names())
@@ -218,14 +219,16 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
         if problem is not None:
             found.append(problem)
 
+    for json_path, message in default_value_problems(manifest):
+        report(json_path, message)
     for section, names in (("derive", derive_names), ("constants", constant_names)):
         for name in names:
             if name in reserved:
-                report(f"{section}.{name}", f"{name!r} is a reserved name (a namespace or function)")
+                report(f"{section}.{name}", f"{name!r} is a reserved name (a namespace, a function or Jinja's self)")
     for v in manifest.variants:
         for name in v.constants:
             if name in reserved:
-                report(f"{v.json_path}.constants.{name}", f"{name!r} is a reserved name (a namespace or function)")
+                report(f"{v.json_path}.constants.{name}", f"{name!r} is a reserved name (a namespace, a function or Jinja's self)")
 
     def check(value: Any, where: str, visible: set[str], roles: list[str], scope_note: str,
               suffix: str = "") -> tuple[str, ...]:  # fmt: skip
