@@ -341,6 +341,8 @@ def test_a_released_tensor_is_refused_by_to_gpu_and_asarray_copy_false_is_refuse
     (np.array([1, None]), errors.DTypeError, ("object",)),
     (np.array(["1.0"]), errors.DTypeError, ("<U3",)),
     ([[1.0], [2.0, 3.0]], errors.InputError, ("a rectangular array",)),
+    # to_gpu uploaded the masked values a call refuses (QuickGelu then returned the 1e30 under the mask)
+    (np.ma.masked_array(np.array([1, 1e30], f32), mask=[0, 1]), errors.InputError, ("a masked array",)),
 ])  # fmt: skip
 def test_to_gpu_refuses_what_no_kernel_takes(value, error, mentions, device):
     before = gpu_state(device)

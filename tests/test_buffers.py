@@ -298,3 +298,108 @@ def test_only_wgpu_runtime_errors_are_translated(device):
         with buffers.translate_gpu_errors("test", device.memory):
             raise RuntimeError("ours")
     assert type(info.value) is RuntimeError
+
+
+# --- finalizers and pending writes (found in review) -------------------------------------------
+
+_COLLECTED_INSIDE_FLUSH = """
+import gc, numpy as np, webgpu_kernels as wk
+from webgpu_kernels import buffers
+buffers.LARGE_BUFFERS_KEPT = 0
+memory, gelu = wk.get_device().memory, wk.get_kernel("com.microsoft.QuickGelu")
+x = np.ones(1024, np.float32)
+gelu({"X": x})  # the plan's first run, submitted on its own
+memory.pool_bytes = 0  # every buffer released now is destroyed at once, unless work may still use it
+y = gelu({"X": x}, output="gpu")["Y"]  # recorded into the open pass, not submitted
+holder = {"y": y}; holder["self"] = holder
+del y, holder
+memory.flush(then=lambda encoder: gc.collect())  # a collection after the recorder was emptied
+print("survived", float(gelu({"X": x})["Y"][0]))
+"""
+
+
+def test_a_tensor_collected_inside_flush_is_not_destroyed_under_the_submission():
+    """A GpuTensor's finalizer ran release() wherever a collection started: inside flush(), after
+    the open pass was taken and before the submit, it destroyed the buffer the submission wrote,
+    and wgpu-native aborted the process (seen with default GC settings after about 4,000 calls)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _COLLECTED_INSIDE_FLUSH], capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert result.returncode == 0 and "survived" in result.stdout, (result.returncode, result.stderr[-2000:])
+
+
+def test_a_finalizer_never_waits_for_the_device_lock(device, quick_gelu):
+    """A copy thread (or wgpu-py's poll thread) that collected a GpuTensor blocked on the lock held
+    by the thread waiting for it: a hang. Collection now queues the buffer, pooled by the next user."""
+    import gc
+    import threading
+
+    x = np.ones(4096, f32)
+    tensor = quick_gelu({"X": x}, output="gpu")["Y"]
+    tensor.numpy()
+    holder = {"tensor": tensor}
+    holder["self"] = holder
+    live = device.memory.live_buffers
+    del tensor, holder
+    held, done = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        with device.memory.lock:
+            held.set()
+            done.wait(10)
+
+    holder_thread = threading.Thread(target=hold_the_lock)
+    holder_thread.start()
+    held.wait(10)
+    collector = threading.Thread(target=gc.collect)
+    collector.start()
+    collector.join(5)
+    finished = not collector.is_alive()
+    done.set()
+    holder_thread.join()
+    collector.join()
+    assert finished, "gc.collect() waited for the device lock"
+    assert device.memory.live_buffers == live  # the collected buffer is pooled, not lost
+    np.testing.assert_allclose(quick_gelu({"X": x})["Y"], ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
+
+
+class _CountingQueue:
+    def __init__(self, queue):
+        self.queue, self.empty_submits = queue, 0
+
+    def submit(self, command_buffers):
+        self.empty_submits += not command_buffers
+        return self.queue.submit(command_buffers)
+
+    def __getattr__(self, name):
+        return getattr(self.queue, name)
+
+
+class _WithQueue:
+    def __init__(self, gpu, queue):
+        self._gpu, self.queue = gpu, queue
+
+    def __getattr__(self, name):
+        return getattr(self._gpu, name)
+
+
+def test_uploads_with_no_dispatch_between_them_are_submitted(device, monkeypatch):
+    """wgpu-native keeps a staging copy of every write_buffer until a submission carries it: 100
+    to_gpu() of 16 MiB grew the host's memory by 1.6 GB, and synchronize() submitted nothing."""
+    device.memory.flush()
+    queue = _CountingQueue(device.memory.gpu.queue)
+    monkeypatch.setattr(device.memory, "gpu", _WithQueue(device.memory.gpu, queue))
+    monkeypatch.setattr(buffers, "MAX_UNSUBMITTED_WRITE_BYTES", 1 << 20)
+    x = np.arange(96 << 10, dtype=f32)  # 384 KiB
+    tensors = [wk.to_gpu(x + i) for i in range(3)]
+    assert queue.empty_submits == 1  # the third write passed 1 MiB
+    wk.synchronize()
+    assert queue.empty_submits == 1  # nothing written since
+    tensors.append(wk.to_gpu(x))
+    wk.synchronize()
+    assert queue.empty_submits == 2  # synchronize() carries pending writes too
+    for i, tensor in enumerate(tensors[:3]):
+        np.testing.assert_array_equal(tensor.numpy(), x + i)
+        tensor.release()

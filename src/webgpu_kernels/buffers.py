@@ -17,7 +17,7 @@ import functools
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from types import TracebackType
@@ -44,6 +44,10 @@ READBACK_MAP_MODE: Any = "READ_NOSYNC"
 READBACK_SPIN_S = 0.001
 #: Dispatches recorded before a forced submit, so latency and memory stay bounded.
 MAX_PENDING_DISPATCHES = 256
+#: Bytes written by ``write_buffer`` since the last submit before an empty submit: wgpu-native
+#: keeps a staging copy of every write until a submission carries it, so uploads with no dispatch
+#: between them (a model's weights through to_gpu) grew the host's memory by their whole size.
+MAX_UNSUBMITTED_WRITE_BYTES = 64 << 20
 BIND_GROUP_CACHE_SIZE = 1024
 
 
@@ -198,6 +202,12 @@ class DeviceMemory:
         self._leased: dict[int, Any] = {}
         self._releases = 0
         self._large_size, self._large_seen = 0, 0  # largest recent release, and when
+        # Buffers of GpuTensors collected by the garbage collector, pooled at the next safe point.
+        # A finalizer runs wherever a collection starts: inside flush() between emptying the
+        # recorder and submitting, in a copy thread while this thread holds the lock and waits for
+        # it, in wgpu-py's poll thread. It may neither change the pool there nor wait for the lock.
+        self._collected: deque[Any] = deque()
+        self._unsubmitted_writes = 0
 
     # --- buffers ----------------------------------------------------------------------------
 
@@ -207,6 +217,8 @@ class DeviceMemory:
         if size > self.max_buffer_size:
             size = padded_size(nbytes)
         with self.lock:
+            if self._collected:
+                self._pool_collected()
             stack = self._free.get((size, usage))
             if stack:
                 buffer = stack.pop()
@@ -217,20 +229,38 @@ class DeviceMemory:
             self._leased[buffer.uid] = buffer
             return buffer
 
+    def release_collected(self, buffer: Any) -> None:
+        """:meth:`release` for a finalizer: queued without the lock (a deque's append is atomic),
+        pooled by the next acquire, release or flush on any thread."""
+        self._collected.append(buffer)
+
+    def _pool_collected(self) -> None:
+        while self._collected:
+            try:
+                buffer = self._collected.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            self._release(buffer)
+
     def release(self, buffer: Any) -> None:
         """Give a buffer back to the pool; the oldest free buffers beyond the cap are destroyed."""
-        size, uid = buffer.size, buffer.uid
         with self.lock:
-            self._leased.pop(uid, None)
-            key = (size, buffer.usage)
-            self._free.setdefault(key, []).append(buffer)
-            self._free_order[uid] = (key, buffer)
-            self._free_total += size
-            self._releases += 1
-            if size >= self._large_size or self._releases - self._large_seen > LARGE_BUFFER_WINDOW:
-                self._large_size, self._large_seen = size, self._releases
-            if self._free_total > self.pool_bytes or len(self._free_order) > MAX_POOLED_BUFFERS:
-                self._shrink_pool()
+            if self._collected:
+                self._pool_collected()
+            self._release(buffer)
+
+    def _release(self, buffer: Any) -> None:  # under the lock
+        size, uid = buffer.size, buffer.uid
+        self._leased.pop(uid, None)
+        key = (size, buffer.usage)
+        self._free.setdefault(key, []).append(buffer)
+        self._free_order[uid] = (key, buffer)
+        self._free_total += size
+        self._releases += 1
+        if size >= self._large_size or self._releases - self._large_seen > LARGE_BUFFER_WINDOW:
+            self._large_size, self._large_seen = size, self._releases
+        if self._free_total > self.pool_bytes or len(self._free_order) > MAX_POOLED_BUFFERS:
+            self._shrink_pool()
 
     def _shrink_pool(self) -> None:
         budget = self.pool_budget
@@ -252,6 +282,7 @@ class DeviceMemory:
     def trim(self) -> None:
         """Destroy every pooled buffer (they are recreated on demand)."""
         with self.lock:
+            self._pool_collected()
             for buffer in [b for _, b in self._free_order.values()]:
                 self._destroy(buffer)
             self._free.clear()
@@ -261,11 +292,15 @@ class DeviceMemory:
     @property
     def live_buffers(self) -> int:
         """Buffers this memory owns: handed out, or free in the pool."""
-        return len(self._leased) + len(self._free_order)
+        with self.lock:
+            self._pool_collected()
+            return len(self._leased) + len(self._free_order)
 
     @property
     def pooled_bytes(self) -> int:
-        return self._free_total
+        with self.lock:
+            self._pool_collected()
+            return self._free_total
 
     @property
     def pool_budget(self) -> int:
@@ -307,9 +342,15 @@ class DeviceMemory:
             self.flush()
 
     def flush(self, then: Any = None) -> None:
-        """Submit recorded work; ``then(encoder)`` may append copies to the same submission."""
+        """Submit recorded work and pending writes; ``then(encoder)`` may append copies to the same
+        submission."""
         with self.lock:
+            if self._collected:  # before the recorder is emptied: a buffer destroyed now would be doomed
+                self._pool_collected()
             if self._pass is None and then is None:
+                if self._unsubmitted_writes:
+                    self._unsubmitted_writes = 0
+                    self.gpu.queue.submit([])  # carries the writes' staging copies, then frees them
                 return
             # The recorder is emptied first: when WebGPU rejects the work (at end() or finish(),
             # where it reports a dispatch it refused), that work is dropped and the next call
@@ -318,6 +359,7 @@ class DeviceMemory:
             self._encoder = self._pass = None
             self._pass_state = (None, None)
             self._pending = 0
+            self._unsubmitted_writes = 0
             doomed, self._doomed = self._doomed, []
             try:
                 if compute is not None:
@@ -332,9 +374,13 @@ class DeviceMemory:
     def write(self, buffer: Any, data: np.ndarray) -> None:
         """Host bytes (1-D uint8) into ``buffer``, after submitting recorded work, which may use it."""
         with self.lock:
-            self.flush()
+            if self._pass is not None:  # recorded work that may read the buffer goes first; earlier writes wait
+                self.flush()
             write_buffer = self.gpu.queue.write_buffer
             parallel_copy(data.nbytes, lambda offset, size: write_buffer(buffer, offset, data[offset:offset + size]))
+            self._unsubmitted_writes += data.nbytes
+            if self._unsubmitted_writes >= MAX_UNSUBMITTED_WRITE_BYTES:
+                self.flush()
 
     def _map_for_read(self, staging: Any, size: int) -> None:
         promise = staging.map_async(READBACK_MAP_MODE, 0, size)

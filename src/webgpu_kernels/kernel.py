@@ -481,17 +481,18 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bo
                 raise InputError(name, f"a GpuTensor on {device.adapter.label()}", f"one on {value.device.adapter.label()}")
             prepared[name] = value
             continue
-        if type(value) is not np.ndarray:  # plain arrays (the per-call path) skip both checks
-            if isinstance(value, np.ma.MaskedArray):  # a kernel would read the masked values too
-                raise InputError(name, "a NumPy array or a GpuTensor", "a masked array (pass .filled(...) or .data)")
-            if not isinstance(value, np.ndarray):
-                value = as_array(name, value)
+        if type(value) is not np.ndarray:  # plain arrays (the per-call path) skip as_array's checks
+            value = as_array(name, value)
         prepared[name] = host_array(value) if host_ready else value
     return prepared
 
 
 def as_array(name: str, value: Any) -> np.ndarray:
     """An array-like input as a NumPy array (lists, scalars and objects with ``__array__``)."""
+    if isinstance(value, np.ma.MaskedArray):  # a kernel would read the masked values too
+        raise InputError(name, "a NumPy array or a GpuTensor", "a masked array (pass .filled(...) or .data)")
+    if isinstance(value, np.ndarray):
+        return value
     if not hasattr(value, "__array__") and not isinstance(value, (list, tuple, int, float)):
         raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
     try:

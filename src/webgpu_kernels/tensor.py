@@ -94,10 +94,14 @@ class GpuTensor:
             self.device.memory.release(buffer)
 
     def __del__(self) -> None:
-        try:
-            self.release()
-        except Exception:  # interpreter shutdown: the device may already be gone
-            pass
+        # Never release() here: a collection can start inside the pool's own code or in a thread
+        # the lock holder waits for (buffers.DeviceMemory.release_collected).
+        buffer, self._buffer = self._buffer, None
+        if buffer is not None:
+            try:
+                self.device.memory.release_collected(buffer)
+            except Exception:  # interpreter shutdown: the device may already be gone
+                pass
 
     def __repr__(self) -> str:
         state = "released" if self.released else self.device.adapter.name
