@@ -495,14 +495,14 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, program
                           case=case.name, dtype=inst.type_label())  # fmt: skip
                 continue
             try:
-                _default_call_scope(program, signature)
+                found = _default_call_scope(program, signature)
             except InputError as exc:
                 out.error(BENCH_FILE, case.json_path, f"the case breaks the contract ({inst.type_label()}): {exc}",
                           case=case.name, dtype=inst.type_label())  # fmt: skip
                 continue
             if flops is not None and program is not None:
                 try:  # as bench evaluates it (Kernel.evaluate), with WebGPU's default limits
-                    scope, _ = program.call_scope(signature, _DEFAULT_DEVICE)
+                    scope, _ = found or program.call_scope(signature, _DEFAULT_DEVICE)  # again: for its error
                     as_count(flops.evaluate(scope), flops, "flops")
                 except KernelError as exc:
                     out.error(BENCH_FILE, "flops", f"for case {case.name!r} ({inst.type_label()}): {exc}",
