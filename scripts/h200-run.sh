@@ -21,6 +21,7 @@
 #   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
 #   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
 #   bash scripts/h200-run.sh throttle [SECONDS] [IDLE_EVERY]   the large cases and copies round after round, beside nvidia-smi
+#   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors
@@ -147,6 +148,11 @@ case "${1:-bench}" in
     timeout "${2:-300}" python3 scripts/throttle_probe.py "$(( ${2:-300} - 20 ))" "${3:-0}" 2>&1 | tee "$OUT/throttle.log"
     nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER > "$OUT/smi-after.txt" 2>&1
     kill $smi ;;
+  uploads)  # back-to-back uploads with no dispatch between them (scripts/upload_memory_probe.py), this tree against DIR
+    for src in "$PWD/src" "$PWD/${2:-ab-old}/src"; do
+      echo "== $src" | tee -a "$OUT/uploads.log"
+      PYTHONPATH=/tmp/site:$src timeout 100 python3 scripts/upload_memory_probe.py 100 16 2>&1 | tee -a "$OUT/uploads.log"
+    done ;;
   headcheck)  # after a change to the engine or bench, in one call: host cost per call, the large cases, the suite
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log"
