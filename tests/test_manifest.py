@@ -348,3 +348,17 @@ def test_a_default_no_caller_could_pass_is_refused_at_load(section, name, value,
     with pytest.raises(errors.ManifestError, match=fragment) as info:
         compile_program(parse_manifest(data))
     assert info.value.json_path == f"{section}.{name}"
+
+
+@pytest.mark.parametrize("change, where, fragment", [
+    (set_path(["derive", "vec4Ok"], "numel(shapes.Xx) % 4 == 0"), "derive.vec4Ok", "'Xx' is not an input or output"),
+    (set_path(["variants", 0, "when", 1], "attrs.alhpa > 0"), "variants[0].when[1]", "no attribute 'alhpa'"),
+    (set_path(["derive", "workgroupOk"], "tunables.WG > 0"), "derive.workgroupOk", "no tunable 'WG'"),
+    (set_path(["variants", 0, "constants", "scalar"], "dtypes.U"), "variants[0].constants.scalar", "'U' is not a type variable"),
+], ids=["shapes", "attrs", "tunables", "dtypes"])  # fmt: skip
+def test_a_misspelt_name_under_a_namespace_is_refused_at_load(change, where, fragment):
+    """`shapes.Xx` loaded and failed only where it was evaluated, perhaps in a variant no test
+    reached; validate reported it, a load did not."""
+    with pytest.raises(errors.ExpressionError, match=fragment) as info:
+        compile_program(parse_manifest(mutate(QG, change)))
+    assert info.value.where == where

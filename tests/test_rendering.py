@@ -329,3 +329,19 @@ def test_every_rendered_line_of_the_shipped_templates_maps_to_a_line_that_could_
                     assert not literal or any(p in line for p in literal), (number, line, file, at, source)
                     checked += 1
     assert checked > 100
+
+
+def test_threads_no_grid_can_hold_are_refused_naming_the_expression(write_package):
+    """The refusal came from the grid builder at the first call, naming the expression
+    'dispatch.threads' with no place, and explain() said the call would run."""
+    manifest = json.loads(json.dumps(DEMO_MANIFEST))
+    for variant in manifest["variants"]:
+        for pass_ in variant["passes"]:
+            pass_["dispatch"]["threads"] = "device.limits.maxComputeWorkgroupsPerDimension ** 3 * 1024"
+    kernel = wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": DEMO_TEMPLATE}))
+    x = np.ones(4, np.float32)
+    refused = kernel.explain({"X": meta((4,), np.float32)}).refused
+    assert refused is not None and "workgroups" in str(refused)
+    with pytest.raises(errors.ExpressionError, match="threads need more than") as info:
+        kernel({"X": x})
+    assert info.value.where.endswith("dispatch.threads") and "maxComputeWorkgroupsPerDimension" in info.value.expression

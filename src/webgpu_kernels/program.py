@@ -338,7 +338,12 @@ def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
                                     file=file)  # fmt: skip
 
     compiler = ExpressionCompiler(set(manifest.derive) | manifest.constant_names())
-    c = compiler.compile
+    compiled: list[Expression] = []
+
+    def c(value: Any, where: str) -> Expression:
+        expr = compiler.compile(value, where)
+        compiled.append(expr)
+        return expr
 
     def compile_binding(binding: Binding) -> CompiledBinding:
         element = None
@@ -388,6 +393,12 @@ def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
                 raise ManifestError(f"the output shape reads itself: {text}", json_path=outputs[index][2].where,
                                     file=file)  # fmt: skip
             cyclic[index] = text
+    roles = [spec.role for spec in manifest.inputs] + [spec.role for spec in manifest.outputs]
+    for expr in compiled:  # a misspelt name under a namespace would fail every call that evaluates it
+        for ref in expr.references:
+            wrong = misread_namespace(ref, manifest, roles)
+            if wrong:  # an ExpressionError, as an unknown bare name is at load
+                raise ExpressionError(f"reads {ref!r}: {wrong}", expression=expr.source, where=expr.where)
     return Program(
         manifest=manifest,
         input_ranks=tuple((s.role, c(s.rank, f"{s.json_path}.rank")) for s in manifest.inputs if isinstance(s.rank, str)),
@@ -399,6 +410,26 @@ def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
         order=tuple(order),
         cyclic=cyclic,
     )
+
+
+def misread_namespace(ref: str, manifest: Manifest, roles: Sequence[str]) -> str | None:
+    """What is wrong with a dotted name an expression reads (``shapes.Xx``, ``attrs.alhpa``), or
+    None: ``roles`` are the tensors visible there (input ranks see only the inputs)."""
+    head, _, rest = ref.partition(".")
+    key = rest.split(".")[0]
+    if not rest:
+        return None
+    if head in ("shapes", "ranks") and key not in roles:
+        outputs = any(spec.role in roles for spec in manifest.outputs)
+        return (f"{key!r} is not {'an input or output' if outputs else 'an input (input ranks see only inputs)'} "
+                f"({', '.join(roles)})")  # fmt: skip
+    if head == "dtypes" and key not in manifest.type_constraints:
+        return f"{key!r} is not a type variable ({', '.join(sorted(manifest.type_constraints))})"
+    if head == "attrs" and key not in manifest.attributes:
+        return f"no attribute {key!r} (attributes: {', '.join(sorted(manifest.attributes)) or 'none'})"
+    if head == "tunables" and key not in manifest.tunables:
+        return f"no tunable {key!r} (tunables: {', '.join(sorted(manifest.tunables)) or 'none'})"
+    return None
 
 
 def cycle_text(labels: Sequence[str], most: int = 8) -> str:

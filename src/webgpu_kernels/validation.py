@@ -48,7 +48,7 @@ from .errors import (
 from .expressions import NAMESPACES, RESERVED_NAMES, ExpressionCompiler, as_count
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
-from .program import DeviceInfo, Program, compile_program, cycle_text, evaluation_order, node_label
+from .program import DeviceInfo, Program, compile_program, cycle_text, evaluation_order, misread_namespace, node_label
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
     ERROR,
@@ -212,7 +212,6 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
     compiler = ExpressionCompiler(set(derive_names) | manifest.constant_names())
     input_roles = [s.role for s in manifest.inputs]
     output_roles = [s.role for s in manifest.outputs]
-    type_vars = set(manifest.type_constraints)
 
     def report(where: str, message: str) -> None:
         problem = out.error(MANIFEST_FILE, where, message)
@@ -242,23 +241,12 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
             return ()
         for ref in expr.references:
             head, _, rest = ref.partition(".")
-            key = rest.split(".")[0]
+            wrong = misread_namespace(ref, manifest, roles)
             if not rest:
                 if head not in visible and head not in NAMESPACES:
                     report(where, f"expression {expr.source!r} names {head!r}, which is not defined {scope_note}{suffix}")
-            elif head in ("shapes", "ranks") and key not in roles:
-                report(where, f"expression {expr.source!r} reads {ref!r}: {key!r} is not "
-                              f"{'an input or output' if len(roles) > len(input_roles) else 'an input (input ranks see only inputs)'} "
-                              f"({', '.join(roles)}){suffix}")  # fmt: skip
-            elif head == "dtypes" and key not in type_vars:
-                report(where, f"expression {expr.source!r} reads {ref!r}: {key!r} is not a type variable "
-                              f"({', '.join(sorted(type_vars))}){suffix}")  # fmt: skip
-            elif head == "attrs" and key not in manifest.attributes:
-                known = ", ".join(sorted(manifest.attributes)) or "none"
-                report(where, f"expression {expr.source!r} reads {ref!r}: no attribute {key!r} (attributes: {known}){suffix}")
-            elif head == "tunables" and key not in manifest.tunables:
-                known = ", ".join(sorted(manifest.tunables)) or "none"
-                report(where, f"expression {expr.source!r} reads {ref!r}: no tunable {key!r} (tunables: {known}){suffix}")
+            elif wrong:
+                report(where, f"expression {expr.source!r} reads {ref!r}: {wrong}{suffix}")
             elif head == "device" and device_limits is not None and ref.startswith("device.limits."):
                 limit = ref.split(".")[2]
                 if limit not in device_limits:
