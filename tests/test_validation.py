@@ -393,6 +393,19 @@ def test_not_checked_says_the_manifest_is_the_reason(qg: Path, runner: CliRunner
     assert "not checked (the manifest did not load)" in out and "no GPU adapter" not in out
 
 
+def test_stages_skipped_for_an_expression_error_say_so(qg: Path, runner: CliRunner) -> None:
+    """With an expression error, the GPU stage and the per-case selection checks did not run, and
+    the report did not say so: the other problems surfaced only once that error was fixed."""
+    edit_json(qg / "manifest.json", lambda m: m["derive"].update(vec4Ok="numel(shapes.X) % fuor == 0"))
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    assert report.skipped and "expressions have errors" in report.skipped
+    assert validate_package_isolated(qg).skipped == report.skipped  # survives the child process
+    out = runner.invoke(main, ["validate", str(qg)]).stdout
+    assert "not checked (the manifest's expressions have errors" in out
+    assert validate_package(embedded_root() / QUICK_GELU, gpu=False).skipped is None
+
+
 def test_an_output_no_case_checks_is_a_warning(tmp_path: Path) -> None:
     """`test` compares only the outputs a case lists under `expected`: an output no case lists was
     never checked, and validate said nothing."""

@@ -346,6 +346,9 @@ def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False) ->
         why = "--no-gpu" if gpu_skipped else "the manifest did not load" if report.op_id is None else "no GPU adapter"
         console.print(f"not checked ({why}): rendering and compiling every variant x dtype, and the "
                       "warnings for variants and dtypes that no test.json case exercises", soft_wrap=True)  # fmt: skip
+    elif report.skipped:
+        console.print(f"not checked ({report.skipped}): the cases' output shapes and which variant accepts each, "
+                      "and rendering and compiling every variant x dtype", soft_wrap=True)  # fmt: skip
     for p in report.problems:
         style = "bold red" if p.severity == ERROR else "yellow"
         extra = ", ".join(x for x in (f"variant {p.variant}" if p.variant else "", p.dtype or "",

@@ -111,6 +111,8 @@ def validate_package(
                 out.error(MANIFEST_FILE, getattr(exc, "json_path", getattr(exc, "where", "")), str(exc))
     # The program compiled above serves every case below (None: the manifest's own errors are
     # reported, and the cases' output shapes and flops are not evaluated).
+    if manifest is not None and program is None:
+        report.skipped = "the manifest's expressions have errors: fix them, then validate again"
     test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, program, out)
     bench_file = _guarded(out, BENCH_FILE, _check_bench_json, package, manifest, program, out)
     if metadata is not None:

@@ -84,6 +84,8 @@ class ValidationReport:
     #: What was looked at: files digested, expressions, templates, test and bench cases.
     checked: dict[str, int] = field(default_factory=dict)
     isolated: bool = False
+    #: Why the stages that need the compiled manifest did not run (None: they ran, or it did not load).
+    skipped: str | None = None
 
     @property
     def errors(self) -> list[Problem]:
@@ -101,7 +103,7 @@ class ValidationReport:
         return {
             "path": self.path, "op": self.op_id, "adapter": self.adapter, "isolated": self.isolated, "ok": self.ok,
             "errors": len(self.errors), "warnings": len(self.warnings),
-            "checked": dict(self.checked), "problems": [p.as_dict() for p in self.problems],
+            "checked": dict(self.checked), "skipped": self.skipped, "problems": [p.as_dict() for p in self.problems],
             "coverage": [c.as_dict() for c in self.coverage],
         }  # fmt: skip
 
@@ -110,7 +112,7 @@ class ValidationReport:
         return cls(path=data["path"], op_id=data["op"], adapter=data["adapter"], isolated=data["isolated"],
                    problems=[Problem.from_dict(p) for p in data["problems"]],
                    coverage=[Coverage.from_dict(c) for c in data["coverage"]],
-                   checked=dict(data.get("checked", {})))  # fmt: skip
+                   checked=dict(data.get("checked", {})), skipped=data.get("skipped"))  # fmt: skip
 
 
 class ProblemCollector:
