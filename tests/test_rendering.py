@@ -128,6 +128,18 @@ def test_wgsl_float_refuses(value):
         wgsl_float(value)
 
 
+@pytest.mark.parametrize("value, suffix, fragment", [
+    (1.0, "x", "suffix is 'f', 'h' or none"), (1e300, "f", "beyond the range of f32"),
+    (65520.0, "h", "beyond the range of f16"),
+])  # fmt: skip
+def test_wgsl_float_refuses_a_literal_its_suffix_cannot_hold(value, suffix, fragment):
+    """`1e300` with "f" wrote `1e+300f` and a suffix "x" `1.0x`: the shader compiler refused them
+    later, far from the template line."""
+    with pytest.raises(ValueError, match=fragment):
+        wgsl_float(value, suffix)
+    assert wgsl_float(65504.0, "h") == "65504.0h" and wgsl_float(1e300) == "1e+300"
+
+
 @pytest.mark.parametrize("value, text", [(0, "0u"), (256, "256u"), (2**32 - 1, "4294967295u")])
 def test_wgsl_uint(value, text):
     assert wgsl_uint(value) == text
@@ -214,9 +226,9 @@ def test_template_context(write_package, need_dtype):
 
 def test_template_context_names_are_documented_ones(write_package):
     """Every name docs/format.md promises a template is present (rendering fails on a missing one)."""
-    names = ["constants", "inputs", "tunables", "attrs", "dtypes", "bindings", "bindingList", "declarations",
-             "enables", "workgroupSize", "workgroupSizeX", "workgroupSizeY", "workgroupSizeZ", "workgroupInvocations",
-             "entryPoint", "entryParams", "globalIndex"]  # fmt: skip
+    from webgpu_kernels.rendering import TEMPLATE_NAMES
+
+    names = sorted(TEMPLATE_NAMES)  # validate warns of constants named so: the set must be the contract
     probe = "".join(f"// {n}: {{{{ {n} is defined }}}}\n" for n in names) + DEMO_TEMPLATE
     text = demo_with_template(write_package, probe).render({"X": meta((3,), f32)})["main"]
     assert all(f"// {n}: True" in text for n in names)

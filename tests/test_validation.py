@@ -456,3 +456,15 @@ def test_a_case_an_input_rank_expression_refuses_is_an_error_without_the_gpu(tmp
     assert all("rank" in p.message for p in report.problems if "breaks the contract" in p.message)
     with_gpu = validate_package(root)
     assert not [p for p in with_gpu.problems if p.file == "manifest.json"], with_gpu.problems
+
+
+def test_a_constant_named_like_a_template_name_is_a_warning(qg: Path) -> None:
+    """A constant `bindings` was hidden from every template by the contract's own `bindings`, and a
+    constant `range` hid the templates' one global: both silently."""
+    edit_json(qg / "manifest.json", lambda m: m.setdefault("constants", {}).update(bindings="1", range="2"))
+    digests.write_metadata(qg)
+    warned = {p.json_path: p.message for p in validate_package(qg, gpu=False).warnings}
+    assert "template contract's own 'bindings'" in warned["constants.bindings"]
+    assert "hides `range`" in warned["constants.range"]
+    assert not [p for p in validate_package(embedded_root() / QUICK_GELU, gpu=False).warnings
+                if "template" in p.message]  # fmt: skip

@@ -337,6 +337,15 @@ def _too_deep(shader: str, what: str, limit: int, line_number: int) -> TemplateS
                                 f"{line_number})", file=shader)  # fmt: skip
 
 
+#: The names template_context gives every template. A constant or pass input of one of these
+#: names is hidden by it in templates, and one named ``range`` hides the templates' one global.
+TEMPLATE_NAMES = frozenset({
+    "constants", "inputs", "tunables", "attrs", "dtypes", "bindings", "bindingList", "declarations", "enables",
+    "workgroupSize", "workgroupSizeX", "workgroupSizeY", "workgroupSizeZ", "workgroupInvocations", "entryPoint",
+    "entryParams", "globalIndex",
+})  # fmt: skip
+
+
 def template_context(resolved: ResolvedPass, scope: Mapping[str, Any]) -> dict[str, Any]:
     """The names a ``.wgsl.jinja`` template sees (docs/format.md, "Template contract")."""
     hidden = set(NAMESPACES) | set(STATIC_FUNCTIONS) | {"f16Ok"}

@@ -58,13 +58,21 @@ _FILTERS = ("abs", "default", "first", "float", "int", "join", "last", "length",
             "string", "trim", "upper", "list", "replace", "indent")  # fmt: skip
 
 
+#: The largest magnitude each literal suffix can hold (none: an abstract float, any finite value).
+_FLOAT_SUFFIX_MAX = {"": math.inf, "f": 3.4028234663852886e38, "h": 65504.0}
+
+
 def wgsl_float(value: Any, suffix: str = "") -> str:
     """A WGSL floating-point literal for ``value`` (``1.702``, ``1e-05``); ``suffix`` "f" or "h"."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"wgsl_float needs a number, got {value!r}")
+    if suffix not in _FLOAT_SUFFIX_MAX:
+        raise ValueError(f"wgsl_float's suffix is 'f', 'h' or none, got {suffix!r}")
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"WGSL has no literal for {number!r}")
+    if abs(number) > _FLOAT_SUFFIX_MAX[suffix]:  # the shader compiler would refuse it, far from here
+        raise ValueError(f"{number!r} is beyond the range of {'f32' if suffix == 'f' else 'f16'}")
     text = repr(number)
     if "e" not in text and "." not in text:
         text += ".0"

@@ -49,6 +49,7 @@ from .expressions import NAMESPACES, RESERVED_NAMES, ExpressionCompiler, as_coun
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
 from .program import DeviceInfo, Program, compile_program, cycle_text, evaluation_order, misread_namespace, node_label
+from .rendering import TEMPLATE_NAMES
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
     ERROR,
@@ -230,6 +231,16 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
         for name in v.constants:
             if name in reserved:
                 report(f"{v.json_path}.constants.{name}", f"{name!r} is a reserved name (a namespace, a function or Jinja's self)")
+    named = [(f"{section}.{n}", n) for section, names in (("derive", derive_names), ("constants", constant_names))
+             for n in names]  # fmt: skip
+    named += [(f"{v.json_path}.constants.{n}", n) for v in manifest.variants for n in v.constants]
+    named += [(f"{p.json_path}.source.inputs.{n}", n) for v in manifest.variants for p in v.passes for n in p.source_inputs]
+    for where, name in dict.fromkeys(named):
+        if name == "range":
+            out.warning(MANIFEST_FILE, where, "hides `range`, the templates' one global, in every template")
+        elif name in TEMPLATE_NAMES:
+            out.warning(MANIFEST_FILE, where, f"templates see the template contract's own {name!r} under this name "
+                                              f"(reach this value as constants.{name} or inputs.{name})")  # fmt: skip
 
     def check(value: Any, where: str, visible: set[str], roles: list[str], scope_note: str,
               suffix: str = "") -> tuple[str, ...]:  # fmt: skip
