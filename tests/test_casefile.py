@@ -375,3 +375,16 @@ def test_package_json_refuses_numbers_json_does_not_have(text: str, reason: str)
         decode_json(text.encode())
     assert decode_json(b'[1e-400, -0.0, 65504]') == [0.0, 0.0, 65504]
     assert decode_json(b'[18446744073709551615]') == [2**64 - 1]  # uint64's largest stays exact
+
+
+def test_integer_outputs_without_a_tolerance_compare_exactly_as_integers():
+    """Expected values and outputs went through float64, where 2^53 + 1 equals 2^53: an int64
+    output off by one there passed. int64 against uint64 compares by value too."""
+    from webgpu_kernels.casefile import Tolerance, compare, elements_ok
+
+    want = np.array([2**53, -1, 7], np.int64)
+    assert not compare("Y", np.array([2**53 + 1, -1, 7], np.int64), want, Tolerance()).ok
+    assert compare("Y", want.copy(), want, Tolerance()).ok
+    unsigned = np.array([2**64 - 1, 2**63, 7], np.uint64)
+    assert elements_ok(np.array([-1, -2**63, 7], np.int64), unsigned, Tolerance()).tolist() == [False, False, True]
+    assert elements_ok(np.array([3], np.int32), np.array([4], np.int32), Tolerance(atol=1.0)).tolist() == [True]

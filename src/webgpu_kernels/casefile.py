@@ -159,14 +159,18 @@ class TestCase:
         return arrays
 
     def build_expected(self, read_bytes: Any, output_dtypes: Mapping[str, str]) -> dict[str, np.ndarray]:
-        """The expected outputs in float64. Inline values are rounded to their ``dtype`` first
-        (default: the output's dtype, ``output_dtypes[role]``)."""
+        """The expected outputs in float64, integer and boolean ones as they are (compared exactly).
+        Inline values are rounded to their ``dtype`` first (default: the output's dtype,
+        ``output_dtypes[role]``)."""
         expected = {}
         for role, spec in self.expected.items():
             where = json_path(["cases", self.index, "expected", role])
             dtype = spec.get("dtype") or output_dtypes.get(role) or "float64"
             array = build_tensor(spec, dtype=dtype, read_bytes=read_bytes, file=self.file, where=where,
                                  check_dtype=False)  # fmt: skip
+            if array.dtype.kind in "iub":
+                expected[role] = array
+                continue
             with np.errstate(invalid="ignore"):
                 expected[role] = array.astype(np.float64)
         return expected
@@ -398,17 +402,31 @@ class Comparison:
 
 
 def elements_ok(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.ndarray:
-    """Which elements of ``got`` pass against ``want`` (float64, equal shapes): NaN where NaN is
-    expected, the same infinity where one is, elsewhere ``|got - want| <= atol + rtol * |want|``."""
+    """Which elements of ``got`` pass against ``want`` (equal shapes): integers with no tolerance
+    exactly, as integers (float64 would equate int64s past 2^53); otherwise in float64, NaN where
+    NaN is expected, the same infinity where one is, elsewhere ``|got - want| <= atol + rtol * |want|``."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype.kind in "iub" and want.dtype.kind in "iub" and not (tolerance.atol or tolerance.rtol):
+        return _equal_integers(got, want)
+    got, want = got.astype(np.float64), want.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         finite = np.isfinite(got) & np.isfinite(want)
         within = finite & (np.abs(got - want) <= tolerance.atol + tolerance.rtol * np.abs(want))
         return within | (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
 
 
+def _equal_integers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # NumPy before 2.0 compared int64 with uint64 through float64.
+    if {a.dtype.kind, b.dtype.kind} == {"i", "u"}:
+        signed, unsigned = (a, b) if a.dtype.kind == "i" else (b, a)
+        return (signed >= 0) & (signed.astype(np.uint64) == unsigned.astype(np.uint64))
+    return a == b
+
+
 def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance) -> Comparison:
-    """Judge ``actual`` against ``expected`` (float64): shapes equal, NaN where and only where
-    expected, infinities equal, finite values within ``atol + rtol * |expected|``.
+    """Judge ``actual`` against ``expected`` (float64, or integers: :func:`elements_ok`): shapes
+    equal, NaN where and only where expected, infinities equal, finite values within ``atol + rtol *
+    |expected|``.
 
     Errors are reported over the elements finite in both; the relative one where ``expected`` is not 0.
     """
@@ -417,13 +435,12 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
     if got.shape != expected.shape:
         return Comparison(output, False, size=int(expected.size), tolerance=tol,
                           message=f"shape {list(got.shape)}, expected {list(expected.shape)}")  # fmt: skip
-    got = got.astype(np.float64)
-    want = expected
+    bad = ~elements_ok(got, expected, tolerance)
+    got, want = got.astype(np.float64), expected.astype(np.float64)  # the reported errors
     nan_got, nan_want = np.isnan(got), np.isnan(want)
     finite = np.isfinite(got) & np.isfinite(want)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(got - want)
-    bad = ~elements_ok(got, want, tolerance)
     mismatches = int(bad.sum())
     fd = diff[finite]
     scale = np.abs(want[finite])

@@ -233,7 +233,7 @@ def _run_one(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: M
         for role, mask in undetected.items():
             if role in dtypes:  # (a role that is no output failed above)
                 poison = np.frombuffer(bytes([byte]) * dtypes[role].itemsize, dtype=dtypes[role])[0]
-                got = np.full(mask.shape, poison, dtype=dtypes[role]).astype(np.float64)
+                got = np.full(mask.shape, poison, dtype=dtypes[role])
                 mask &= elements_ok(got, expected[role], case.tolerance(dtypes[role].name))
         if not any(mask.any() for mask in undetected.values()):
             return result
@@ -309,7 +309,7 @@ def _unwritten(actual: np.ndarray, tolerance: Any, want: np.ndarray, byte: int) 
     if not actual.size or actual.shape != want.shape:
         return 0
     raw = np.ascontiguousarray(actual).view(np.uint8).reshape(actual.size, -1)
-    bad = ~elements_ok(actual.astype(np.float64).reshape(-1), want.reshape(-1), tolerance)
+    bad = ~elements_ok(actual.reshape(-1), want.reshape(-1), tolerance)
     return int(((raw == byte).all(axis=1) & bad).sum())
 
 
