@@ -355,3 +355,33 @@ def test_a_candidate_that_gives_the_gpu_the_same_work_is_not_timed(monkeypatch):
     assert {t["TILE"] for t in tiled} >= {4, 8}  # (16 is the default, timed in full; 32 and up need more invocations)
     assert {t["WORKGROUP_SIZE"] for t in naive} > {64}  # naive reads it
     assert all(t["TILE"] == 16 for t in naive)  # and not TILE
+
+
+@pytest.mark.parametrize("command", ["tune", "bench"])
+def test_adapter_reaches_every_timing(runner, tuning_dir, monkeypatch, command):
+    """`--adapter gl tune` stored its results in the OpenGL adapter's file, but every timing and
+    candidate call ran on the default (Vulkan) adapter; bench likewise timed on the default."""
+    from webgpu_kernels import cli_bench
+    from webgpu_kernels.device import get_device
+
+    try:
+        gl = get_device("gl")
+    except wk.errors.GPUError as exc:
+        pytest.skip(f"no OpenGL adapter: {exc}")
+    if get_device() is gl:
+        pytest.skip("the default adapter is the OpenGL one")
+    timed_on = []
+    module = cli_tune if command == "tune" else cli_bench
+    real = module.bench_kernel
+
+    def spy(kernel, arrays, **options):
+        timed_on.append(get_device(options.get("adapter")))
+        return real(kernel, arrays, **options)
+
+    monkeypatch.setattr(module, "bench_kernel", spy)
+    extra = ["--no-host"] if command == "bench" else []
+    invoke(runner, "--adapter", "gl", command, QG_DIR, *TINY, *extra)
+    assert timed_on and all(device is gl for device in timed_on)
+    assert get_device() is not gl  # the default is the default again after the command
+    if command == "tune":
+        assert [p.name for p in tuning_dir.iterdir()] == [f"{tuning.adapter_slug(gl.adapter.name, gl.adapter.backend)}.json"]

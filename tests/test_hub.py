@@ -452,6 +452,24 @@ def test_the_cli_says_when_the_cache_answered_for_an_unreachable_hub(server, hub
     assert data["fromCache"] is False
 
 
+def test_a_hub_answering_5xx_is_unreachable_and_the_cache_answers(server, hub_env, monkeypatch):
+    """huggingface_hub serves the cached snapshot after a 503, but the check counted any HTTP answer
+    as the Hub reached: `download` said "from <endpoint>" for the cache's copy."""
+    import hub_server
+
+    CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"], catch_exceptions=False)
+    answered = []
+
+    def down(handler, method):
+        answered.append(method)
+        return handler._error(503, None, "Service Unavailable")
+
+    monkeypatch.setattr(hub_server._Handler, "_dispatch", down)
+    hub.clear_cache()
+    data = json.loads(CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1", "--json"]).stdout)
+    assert answered and data["fromCache"] is True
+
+
 @pytest.mark.parametrize("name", ["https://h/kernels/webgpu-kernels/a--b", "https://h/kernels/webgpu-kernels/.."])
 def test_urls_get_the_repository_id_checks_too(name):
     with pytest.raises(PackageError, match="not a valid Hub repository id"):

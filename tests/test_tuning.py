@@ -197,12 +197,17 @@ def test_no_tuning_env(tuning_dir, monkeypatch):
     assert cache.lookup(QG, QG_F32, X_N) is None
     monkeypatch.delenv(tuning.DISABLE_ENV)
     assert cache.lookup(QG, QG_F32, X_N) == SCALAR_64
+    for off in ("0", "false", "no", ""):  # any non-empty value used to turn tuning off
+        monkeypatch.setenv(tuning.DISABLE_ENV, off)
+        assert cache.lookup(QG, QG_F32, X_N) == SCALAR_64, off
 
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b"", b"[1, 2]", b'"entries"', b"\xff\xfe{}", b'{"entries": "abc"}', b"null"],
-    ids=["syntax", "empty", "list", "string", "not-utf8", "entries-string", "null"],
+    [b"{not json", b"", b"[1, 2]", b'"entries"', b"\xff\xfe{}", b'{"entries": "abc"}', b"null",
+     b"[" * 200_000 + b"]" * 200_000, b'{"pad": "' + b"x" * (9 << 20) + b'"}'],
+    ids=["syntax", "empty", "list", "string", "not-utf8", "entries-string", "null", "deep (a RecursionError)",
+         "past 8 MiB"],
 )
 def test_corrupt_file_is_ignored(adapter_file, fresh_kernel, plans_run, content):
     """A damaged tuning file loads as empty: calls use the default selection, and the next save
@@ -466,3 +471,39 @@ def test_run_json_reports_the_tunables_the_call_ran(adapter_file, monkeypatch):
     result = CliRunner().invoke(main, ["run", str(embedded_root() / QG), "-i", "X=4096:f32", "--json"])
     data = json.loads(result.stdout)
     assert data["variant"] == "scalar" and data["tuned"] is True and data["tunables"] == {"WORKGROUP_SIZE": 64}
+
+
+def test_a_fifo_in_place_of_the_tuning_file_is_ignored_not_waited_on(adapter_file, fresh_kernel):
+    """The first call of every shape read the file with read_text(): a FIFO there blocked it for ever."""
+    import os
+    import threading
+
+    adapter_file.parent.mkdir(parents=True)
+    os.mkfifo(adapter_file)
+    x = np.random.default_rng(0).standard_normal(N).astype(np.float32)
+    done = []
+    worker = threading.Thread(target=lambda: done.append(fresh_kernel()({"X": x})["Y"]), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert done, "the call waited on the FIFO"
+    assert_quick_gelu(done[0], x)
+
+
+def test_concurrent_saves_keep_every_entry(tuning_dir):
+    """Four tune processes saving at once lost entries: each re-read the file and replaced it,
+    overwriting what another had written between its read and its replace."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from webgpu_kernels import tuning\n"
+        "cache = tuning.TuningCache(tuning.Path(sys.argv[1]))\n"
+        "for i in range(60):\n"
+        "    cache.record(f'op{sys.argv[2]}.{i}', {'T': 'float32'}, {'X': (4,)}, tuning.TunedChoice('v', {}, 1e-6))\n"
+        "    cache.save()\n"
+    )
+    path = tuning_dir / "gpu.json"
+    workers = [subprocess.Popen([sys.executable, "-c", script, str(path), str(w)]) for w in range(4)]
+    assert all(w.wait(120) == 0 for w in workers)
+    entries = json.loads(path.read_text("utf-8"))["entries"]
+    assert len(entries) == 4 * 60

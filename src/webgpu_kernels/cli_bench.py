@@ -39,7 +39,7 @@ from .benchmark import (
 )  # fmt: skip
 from .casefile import BENCH_FILE, case_name_matches, parse_bench_file
 from .cli import DTYPE_ALIASES, _adapter, _console, _echo_json, _inputs_callback, _jsonable, resolve_kernel
-from .device import env_count, get_device
+from .device import default_device, env_count
 from .errors import KernelError
 from .kernel import Kernel
 from .references import max_abs_error, numpy_reference
@@ -231,7 +231,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     console = _console(stderr=json_path == "-")  # stdout carries only the JSON then
     # Checked before any timing: a bad value should not cost a whole run first.
     peer_timeout_s = env_count(PEER_TIMEOUT_ENV, 420) if compare else 0
-    device = get_device(_adapter(ctx))
+    device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     peak = known_peak(device.adapter.name)
     console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
     if inputs and len(kernels) != 1:

@@ -62,7 +62,8 @@ def download_cmd(repo: str, version: int | None, revision: str | None, trust_rem
     print_(f"package: {info['path']}")
     print_(f"op: {info['op']} (contract version {info['version']}), variants: {', '.join(info['variants'])}")
     if info["needsTrust"]:
-        print_("trust: loaded with trust_remote_code (tools run its GPU work in a child process)")
+        print_("trust: loaded with trust_remote_code (`test` runs its GPU work in a child process by default; "
+               "`run`, `bench` and `tune` in their own)")
     print_(f"sha256 verified against metadata.json ({len(info['digests'])} files):")
     for name, digest in info["digests"].items():
         print_(f"  {digest}  {name}")

@@ -15,7 +15,7 @@ from . import tuning
 from .benchmark import bench_kernel
 from .cli import _adapter, _console, resolve_kernel
 from .cli_bench import DEFAULT_KERNELS, SEED_OPTION, WARM_UP_OPTION, _arrays, _cases, _dtype_label, _tolerance, _warm_up
-from .device import get_device
+from .device import default_device
 from .errors import KernelError
 from .kernel import Kernel
 from .references import max_abs_error
@@ -42,7 +42,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     so far, starting from the case's own tunables where bench.json names some; a candidate is kept
     only if its output agrees with the default's."""
     console = _console()
-    device = get_device(_adapter(ctx))
+    device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
     loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
     work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, {})]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,6 +200,24 @@ def get_device(adapter: str | None = None) -> Device:
     if device is None:
         device = _requested[adapter] = _get_device(adapter)
     return device
+
+
+@contextmanager
+def default_device(adapter: str | None) -> Iterator[Device]:
+    """Inside the block, ``get_device()`` without an adapter returns ``adapter``'s device: a
+    command's ``--adapter`` then reaches every call it makes (``tune`` had timed on the default
+    adapter and stored the result under the one asked for). ``None`` changes nothing."""
+    global _default
+    device = get_device(adapter)
+    if adapter is None:
+        yield device
+        return
+    previous, _default = _default, device
+    try:
+        yield device
+    finally:
+        # a device lost meanwhile was forgotten (Device._forget): the next call opens a new default
+        _default = previous if previous is None or any(d is previous for d in _devices.values()) else None
 
 
 def _get_device(adapter: str | None) -> Device:

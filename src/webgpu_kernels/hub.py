@@ -390,7 +390,11 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
         # reports it (or serves the cache), as it did before this check existed
         from huggingface_hub.errors import HfHubHTTPError
 
-        return isinstance(exc, HfHubHTTPError)  # an HTTP answer (404...) means it was reached
+        if not isinstance(exc, HfHubHTTPError):
+            return False
+        # A 4xx (404, 401...) is the Hub's answer; after a 5xx huggingface_hub serves the cache.
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        return isinstance(status, int) and status < 500
     if len(files) > MAX_PACKAGE_FILES:
         raise HubError(f"{repo_id} revision {rev!r}: {PACKAGE_DIR}/ holds more than {MAX_PACKAGE_FILES} files, "
                        "more than a kernel package may", repo_id=repo_id, revision=rev)  # fmt: skip

@@ -16,10 +16,14 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .digests import decode_json, read_file
+from .errors import PackageError
 
 CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
 DISABLE_ENV = "WEBGPU_KERNELS_NO_TUNING"
@@ -34,7 +38,10 @@ def disabled() -> bool:
     """Whether WEBGPU_KERNELS_NO_TUNING turns stored results off. Read when a call's plan is
     chosen, not on the per-call fast path (an environment read is 0.3-0.7 µs of a ~10 µs call):
     a plan a kernel already chose for a shape stays."""
-    return bool(os.environ.get(DISABLE_ENV))
+    return os.environ.get(DISABLE_ENV, "").strip().upper() in _TRUE  # "0", "false": not disabled
+
+
+_TRUE = frozenset({"1", "ON", "YES", "TRUE"})
 
 
 def tuning_dir() -> Path:
@@ -122,24 +129,46 @@ class TuningCache:
         this cache's recorded entries over it, through a temporary file of this process's own."""
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            entries = {**_read_entries(self.path), **{k: self.entries[k] for k in self._recorded}}
-            self.entries = entries
-            text = json.dumps({"version": FILE_VERSION, "entries": entries}, indent=1, sort_keys=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(text)
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            with _folder_lock(self.path.parent):  # another process's read-merge-replace must not interleave
+                self._merge_and_replace()
+
+    def _merge_and_replace(self) -> None:  # under both locks
+        entries = {**_read_entries(self.path), **{k: self.entries[k] for k in self._recorded}}
+        self.entries = entries
+        text = json.dumps({"version": FILE_VERSION, "entries": entries}, indent=1, sort_keys=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+@contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock between processes on the tuning folder (flock, where the OS has it): four
+    tune runs saving at once kept 157-200 of their 200 entries each."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks here; concurrent saves may drop entries
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
-    """The valid entries of a tuning file; a missing, corrupt or other-version file has none."""
+    """The valid entries of a tuning file; a missing, corrupt, oversized, other-version or
+    not-regular file (a FIFO would block every first call) has none."""
     try:
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
+        data = decode_json(read_file(path.parent, path.name))
+    except (PackageError, ValueError):
         return {}  # a corrupt cache is ignored, never fatal
     if isinstance(data, dict) and data.get("version") == FILE_VERSION and isinstance(data.get("entries"), dict):
         return {k: e for k, e in data["entries"].items() if _valid_entry(e)}
