@@ -234,13 +234,9 @@ class DeviceMemory:
         pooled by the next acquire, release or flush on any thread."""
         self._collected.append(buffer)
 
-    def _pool_collected(self) -> None:
+    def _pool_collected(self) -> None:  # under the lock, as every taker is: only finalizers append
         while self._collected:
-            try:
-                buffer = self._collected.popleft()
-            except IndexError:  # another thread took the last one
-                return
-            self._release(buffer)
+            self._release(self._collected.popleft())
 
     def release(self, buffer: Any) -> None:
         """Give a buffer back to the pool; the oldest free buffers beyond the cap are destroyed."""
@@ -347,9 +343,9 @@ class DeviceMemory:
         with self.lock:
             if self._collected:  # before the recorder is emptied: a buffer destroyed now would be doomed
                 self._pool_collected()
+            writes, self._unsubmitted_writes = self._unsubmitted_writes, 0  # any submission carries them
             if self._pass is None and then is None:
-                if self._unsubmitted_writes:
-                    self._unsubmitted_writes = 0
+                if writes:
                     self.gpu.queue.submit([])  # carries the writes' staging copies, then frees them
                 return
             # The recorder is emptied first: when WebGPU rejects the work (at end() or finish(),
@@ -359,7 +355,6 @@ class DeviceMemory:
             self._encoder = self._pass = None
             self._pass_state = (None, None)
             self._pending = 0
-            self._unsubmitted_writes = 0
             doomed, self._doomed = self._doomed, []
             try:
                 if compute is not None:

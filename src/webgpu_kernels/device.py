@@ -123,6 +123,15 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
+#: The values that turn an on/off setting on (case-insensitive); anything else, "0" included, is off.
+TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
+
+
+def env_flag(name: str) -> bool:
+    """Whether environment variable ``name`` turns its setting on (:data:`TRUE_VALUES`)."""
+    return os.environ.get(name, "").strip().upper() in TRUE_VALUES
+
+
 def env_count(name: str, default: int) -> int:
     """A non-negative integer from environment variable ``name``; ``default`` when unset or empty."""
     text = os.environ.get(name, "").strip()

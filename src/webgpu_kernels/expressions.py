@@ -169,13 +169,7 @@ class Expression:
             for _ in self._compiled.root_render_func(context):
                 pass
             result = context.vars["result"]
-            # A value is bounded through every nesting level (later expressions compare, index and
-            # print it; derive entries could otherwise nest references: b = [a] * 8, c = [b] * 8, ...).
-            _SANDBOX.check_weight(result, "an expression's result holds")
-            if nested_deeper_than(result, MAX_EXPRESSION_DEPTH):  # chained derive entries: [[a]], [[b]], ...
-                raise SandboxViolation(f"a value nested more than {MAX_EXPRESSION_DEPTH} levels deep")
-            _check_items(result)
-            return _SANDBOX.check_value(result)
+            return _bounded(result, "an expression's result holds")
         except ExpressionError:
             raise
         except UndefinedError as exc:
@@ -221,30 +215,37 @@ class Expression:
         return seen
 
 
-def _check_items(value: Any, depth: int = 0) -> None:
-    """Neither a function nor an undefined value is a value, alone or inside a list (``[dim]``,
-    ``[shapes.Z]``): either would reach traces, JSON output and templates as a Python object."""
+def _bounded(value: Any, what: str) -> Any:
+    """``value`` if it is a value within the bounds, an expression's result or a JSON literal alike;
+    else SandboxViolation (or the undefined value's own error)."""
+    # Bounded through every nesting level (later expressions compare, index and print a value;
+    # derive entries could otherwise nest references: b = [a] * 8, c = [b] * 8, ... or [[a]], [[b]]).
+    _SANDBOX.check_weight(value, what)
+    if nested_deeper_than(value, MAX_EXPRESSION_DEPTH):
+        raise SandboxViolation(f"a value nested more than {MAX_EXPRESSION_DEPTH} levels deep")
+    _check_items(value)
+    return value
+
+
+def _check_items(value: Any) -> None:
+    """Each item within the sandbox's bounds (128-bit integers, 4096-item strings and lists), and
+    neither a function nor an undefined value, alone or inside a list (``[dim]``, ``[shapes.Z]``):
+    either would reach traces, JSON output and templates as a Python object."""
     if isinstance(value, Undefined):
         value._fail_with_undefined_error()  # names what is missing, as it does at the top level
     if callable(value):
         raise SandboxViolation("a function is not a value (call it)")
-    if depth < MAX_EXPRESSION_DEPTH and isinstance(value, (list, tuple, Mapping)):
+    _SANDBOX.check_value(value)
+    if isinstance(value, (list, tuple, Mapping)):  # at most MAX_EXPRESSION_DEPTH deep (_bounded)
         for item in value.values() if isinstance(value, Mapping) else value:
-            _check_items(item, depth + 1)
+            _check_items(item)
 
 
 def literal(value: Any, where: str) -> Expression:
     """An Expression standing for a literal JSON value (numbers, booleans, lists), held to the
     bounds an expression's value is (``"derive": {"big": 2**200}`` as JSON, not as ``"2**200"``)."""
     try:
-        if nested_deeper_than(value, MAX_EXPRESSION_DEPTH):
-            raise SandboxViolation(f"a value nested more than {MAX_EXPRESSION_DEPTH} levels deep")
-        _SANDBOX.check_weight(value, "a literal holds")
-        stack = [value]
-        while stack:
-            item = _SANDBOX.check_value(stack.pop())
-            if isinstance(item, (list, tuple)):
-                stack.extend(item)
+        _bounded(value, "a literal holds")
     except SandboxViolation as exc:
         raise ExpressionSandboxError(f"refused by the sandbox: {exc}", expression="(a JSON literal)",
                                      where=where) from None  # fmt: skip  # repr() of 10**5000 fails

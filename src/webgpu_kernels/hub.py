@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
+from .device import TRUE_VALUES
 from .digests import MAX_FILE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE
 from .errors import DigestError, HubError, PackageError, TrustError
 from .package import KernelPackage, open_folder
@@ -50,7 +51,6 @@ OTHER_ENDPOINTS_DIR = "webgpu-kernels-endpoints"
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?/[A-Za-z0-9_.\-]+$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_TRUE = {"1", "ON", "YES", "TRUE"}
 
 
 # --- where a name points ----------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def cache_dir_for(endpoint: str | None) -> Path:
 def hub_offline() -> bool:
     """``HF_HUB_OFFLINE`` (or the legacy ``TRANSFORMERS_OFFLINE``) as it is now."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    if value.strip().upper() in _TRUE:
+    if value.strip().upper() in TRUE_VALUES:
         return True
     try:  # set at import time (e.g. the process was started offline): huggingface_hub blocks requests then
         from huggingface_hub import constants

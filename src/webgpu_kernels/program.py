@@ -326,16 +326,9 @@ def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
     if bad_defaults:
         json_path, message = bad_defaults[0]
         raise ManifestError(message, json_path=json_path, file=file)
-    reserved = RESERVED_NAMES
-    for section, names in (("derive", manifest.derive), ("constants", manifest.constants)):
-        for name in names:
-            if name in reserved:
-                raise ManifestError(f"{name!r} is a reserved name", json_path=f"{section}.{name}", file=file)
-    for variant in manifest.variants:
-        for name in variant.constants:
-            if name in reserved:
-                raise ManifestError(f"{name!r} is a reserved name", json_path=f"{variant.json_path}.constants.{name}",
-                                    file=file)  # fmt: skip
+    for where, name in defined_names(manifest):
+        if name in RESERVED_NAMES:
+            raise ManifestError(f"{name!r} is a reserved name", json_path=where, file=file)
 
     compiler = ExpressionCompiler(set(manifest.derive) | manifest.constant_names())
     compiled: list[Expression] = []
@@ -410,6 +403,12 @@ def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
         order=tuple(order),
         cyclic=cyclic,
     )
+
+
+def defined_names(manifest: Manifest) -> list[tuple[str, str]]:
+    """(JSON path, name) of every derive entry, top-level constant and variant constant."""
+    names = [(f"derive.{n}", n) for n in manifest.derive] + [(f"constants.{n}", n) for n in manifest.constants]
+    return names + [(f"{v.json_path}.constants.{n}", n) for v in manifest.variants for n in v.constants]
 
 
 def misread_namespace(ref: str, manifest: Manifest, roles: Sequence[str]) -> str | None:

@@ -157,10 +157,11 @@ def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
     threads = as_count(cpass.threads.evaluate(scope), cpass.threads, "dispatch.threads")
     sizes = [_workgroup_size(e, scope) for e in cpass.workgroup_size]
     sizes += [1] * (3 - len(sizes))
-    per_dimension = scope["device"]["limits"].get("maxComputeWorkgroupsPerDimension", 65535)
-    if -(-threads // math.prod(sizes)) > per_dimension**3:  # named here, where the expression is known
-        raise ExpressionError(f"{threads} threads need more than {per_dimension}^3 workgroups of {math.prod(sizes)}",
-                              expression=cpass.threads.source, where=cpass.threads.where)  # fmt: skip
+    try:  # refused here, where the expression is known (execution builds the same grid)
+        workgroup_grid(threads, math.prod(sizes), scope["device"]["limits"].get("maxComputeWorkgroupsPerDimension", 65535))
+    except ExpressionError as exc:
+        raise ExpressionError(f"{exc.detail} of {math.prod(sizes)}", expression=cpass.threads.source,
+                              where=cpass.threads.where) from None  # fmt: skip
     inputs = {name: expr.evaluate(scope) for name, expr in cpass.source_inputs}
     return ResolvedPass(
         pass_id=p.id, label=p.name, shader=p.shader, entry_point=p.entry_point, bindings=tuple(bindings),

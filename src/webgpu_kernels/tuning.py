@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .device import env_flag
 from .digests import decode_json, read_file
 from .errors import PackageError
 
@@ -38,10 +39,7 @@ def disabled() -> bool:
     """Whether WEBGPU_KERNELS_NO_TUNING turns stored results off. Read when a call's plan is
     chosen, not on the per-call fast path (an environment read is 0.3-0.7 µs of a ~10 µs call):
     a plan a kernel already chose for a shape stays."""
-    return os.environ.get(DISABLE_ENV, "").strip().upper() in _TRUE  # "0", "false": not disabled
-
-
-_TRUE = frozenset({"1", "ON", "YES", "TRUE"})
+    return env_flag(DISABLE_ENV)  # "0", "false": not disabled
 
 
 def tuning_dir() -> Path:

@@ -48,7 +48,16 @@ from .errors import (
 from .expressions import NAMESPACES, RESERVED_NAMES, ExpressionCompiler, as_count
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
-from .program import DeviceInfo, Program, compile_program, cycle_text, evaluation_order, misread_namespace, node_label
+from .program import (
+    DeviceInfo,
+    Program,
+    compile_program,
+    cycle_text,
+    defined_names,
+    evaluation_order,
+    misread_namespace,
+    node_label,
+)  # fmt: skip
 from .rendering import TEMPLATE_NAMES
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
@@ -209,7 +218,6 @@ def _list_source(value: Any) -> Any:
 def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: set[str] | None = None) -> list[Problem]:
     """Compile every expression of the manifest on its own and check each name it reads is visible there."""
     found: list[Problem] = []
-    reserved = RESERVED_NAMES
     derive_names = list(manifest.derive)
     constant_names = list(manifest.constants)
     compiler = ExpressionCompiler(set(derive_names) | manifest.constant_names())
@@ -223,17 +231,10 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
 
     for json_path, message in default_value_problems(manifest):
         report(json_path, message)
-    for section, names in (("derive", derive_names), ("constants", constant_names)):
-        for name in names:
-            if name in reserved:
-                report(f"{section}.{name}", f"{name!r} is a reserved name (a namespace, a function or Jinja's self)")
-    for v in manifest.variants:
-        for name in v.constants:
-            if name in reserved:
-                report(f"{v.json_path}.constants.{name}", f"{name!r} is a reserved name (a namespace, a function or Jinja's self)")
-    named = [(f"{section}.{n}", n) for section, names in (("derive", derive_names), ("constants", constant_names))
-             for n in names]  # fmt: skip
-    named += [(f"{v.json_path}.constants.{n}", n) for v in manifest.variants for n in v.constants]
+    named = defined_names(manifest)
+    for where, name in named:
+        if name in RESERVED_NAMES:
+            report(where, f"{name!r} is a reserved name (a namespace, a function or Jinja's self)")
     named += [(f"{p.json_path}.source.inputs.{n}", n) for v in manifest.variants for p in v.passes for n in p.source_inputs]
     for where, name in dict.fromkeys(named):
         if name == "range":
