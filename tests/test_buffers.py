@@ -321,7 +321,7 @@ print("survived", float(gelu({"X": x})["Y"][0]))
 def test_a_tensor_collected_inside_flush_is_not_destroyed_under_the_submission():
     """A GpuTensor's finalizer ran release() wherever a collection started: inside flush(), after
     the open pass was taken and before the submit, it destroyed the buffer the submission wrote,
-    and wgpu-native aborted the process (seen with default GC settings after about 4,000 calls)."""
+    and wgpu-native aborted the process (default GC settings: between 3,000 and 4,000 calls)."""
     import subprocess
     import sys
 

@@ -61,7 +61,7 @@ def _numel(shape: Any) -> int:
     if 0 in dims:
         return 0
     product = 1
-    for d in dims:  # bounded as it grows: the whole product of 4096 dims of 127 bits took 0.4 s
+    for d in dims:  # bounded as it grows: math.prod of 4096 dims of 127 bits takes 0.33-0.38 s (CPU machine)
         product *= d
         if product.bit_length() > MAX_INT_BITS:
             raise SandboxViolation(f"numel(): the product exceeds the limit of {MAX_INT_BITS} bits")

@@ -147,7 +147,7 @@ class TuningCache:
 @contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
     """An exclusive lock between processes on the tuning folder (flock, where the OS has it): four
-    tune runs saving at once kept 157-200 of their 200 entries each."""
+    processes of 200 saves each, at once, without it kept 161-200 of their 200 entries each."""
     try:
         import fcntl
     except ImportError:  # Windows: no advisory locks here; concurrent saves may drop entries
