@@ -21,6 +21,7 @@
 #   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
 #   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
 #   bash scripts/h200-run.sh throttle [SECONDS] [IDLE_EVERY]   the large cases and copies round after round, beside nvidia-smi
+#   bash scripts/h200-run.sh copyalloc   is a slow copy its buffers' or the moment's? then the large cases
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -148,6 +149,9 @@ case "${1:-bench}" in
     timeout "${2:-300}" python3 scripts/throttle_probe.py "$(( ${2:-300} - 20 ))" "${3:-0}" 2>&1 | tee "$OUT/throttle.log"
     nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER > "$OUT/smi-after.txt" 2>&1
     kill $smi ;;
+  copyalloc)  # the slow copy (1.66-1.70 TB/s): fresh buffers or the moment? (scripts/copy_alloc_probe.py), then the large cases
+    timeout 260 python3 scripts/copy_alloc_probe.py 60 240 2>&1 | tee "$OUT/copy-alloc.log"
+    timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log" ;;
   uploads)  # back-to-back uploads with no dispatch between them (scripts/upload_memory_probe.py), this tree against DIR
     for src in "$PWD/src" "$PWD/${2:-ab-old}/src"; do
       echo "== $src" | tee -a "$OUT/uploads.log"

@@ -16,11 +16,12 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from .device import env_flag
 from .digests import decode_json, read_file
@@ -28,6 +29,8 @@ from .errors import PackageError
 
 CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
 DISABLE_ENV = "WEBGPU_KERNELS_NO_TUNING"
+#: The lock file that concurrent saves take in the tuning folder (never read as a tuning file).
+LOCK_NAME = ".lock"
 
 
 #: 2: entries keyed by the package's tuning key, not the op id alone; 3: shape classes per
@@ -144,21 +147,11 @@ class TuningCache:
             raise
 
 
-@contextmanager
-def _folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock between processes on the tuning folder (flock, where the OS has it): four
-    processes of 200 saves each, at once, without it kept 161-200 of their 200 entries each."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks here; concurrent saves may drop entries
-        yield
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+def _folder_lock(folder: Path) -> FileLock:
+    """An exclusive lock between processes on the tuning folder (filelock: flock on POSIX, msvcrt
+    on Windows): four processes of 200 saves each, at once, without it kept 161-200 of their 200
+    entries each."""
+    return FileLock(folder / LOCK_NAME)
 
 
 def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
