@@ -388,3 +388,25 @@ def test_integer_outputs_without_a_tolerance_compare_exactly_as_integers():
     unsigned = np.array([2**64 - 1, 2**63, 7], np.uint64)
     assert elements_ok(np.array([-1, -2**63, 7], np.int64), unsigned, Tolerance()).tolist() == [False, False, True]
     assert elements_ok(np.array([3], np.int32), np.array([4], np.int32), Tolerance(atol=1.0)).tolist() == [True]
+
+
+def test_inline_integers_stay_exact_past_2_to_the_53():
+    """Inline values went through float64, where 2^53 + 1 is 2^53 and 2^63 - 1 is 2^63 (clipped
+    back to 2^63 - 1 only by luck of the bound): an int64 input or expected value there was
+    silently another number. Other numbers are still rounded half to even and clipped."""
+    exact = build({"shape": [4], "values": [2**53 + 1, 2**63 - 2, -(2**63) + 1, 2**62 + 3]}, dtype="int64")
+    assert exact.dtype == np.int64 and exact.tolist() == [2**53 + 1, 2**63 - 2, -(2**63) + 1, 2**62 + 3]
+    unsigned = build({"shape": [2], "values": [2**64 - 3, 2**53 + 1]}, dtype="uint64")
+    assert unsigned.tolist() == [2**64 - 3, 2**53 + 1]
+    mixed = build({"shape": [2, 3], "values": [[2.5, -0.5, "inf"], [2**70, -(2**70), True]]}, dtype="int64")
+    assert mixed.tolist() == [[2, 0, 2**63 - 1], [2**63 - 1, -(2**63), 1]]
+    assert build({"shape": [], "values": 2**53 + 1}, dtype="int64").tolist() == 2**53 + 1
+    generated = build({"shape": [3], "generate": {"distribution": "uniform", "seed": 1, "low": 0, "high": 9}}, dtype="int64")
+    special = build({"shape": [3], "generate": {"distribution": "uniform", "seed": 1, "low": 0, "high": 9},
+                     "special": {"at": [1], "values": [2**53 + 1]}}, dtype="int64")  # fmt: skip
+    assert special.tolist() == [generated[0], 2**53 + 1, generated[2]]
+    with pytest.raises(CaseFileError, match="NaN cannot be held by int32") as info:
+        build({"shape": [2], "values": [1, "nan"]}, dtype="int32")
+    assert info.value.json_path == "cases[0].inputs.X.values"
+    with pytest.raises(CaseFileError, match=r"3 values .* for shape \[2\]"):
+        build({"shape": [2], "values": [1, 2, 3]}, dtype="int64")

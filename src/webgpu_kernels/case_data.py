@@ -146,6 +146,31 @@ def decode_values(values: Any) -> Any:
     return float(values)
 
 
+def inline_values(values: Any, dtype: str) -> np.ndarray:
+    """test.json's inline ``values`` (nested lists kept) as an array of ``dtype``. Float and boolean
+    dtypes go through float64 (:func:`cast`); integer dtypes are converted value by value, so a
+    JSON integer stays exact past 2^53 (float64 would turn 2^63 - 1 into 2^63), other numbers are
+    rounded to nearest even, and all are clipped to the type's range, as :func:`cast` does."""
+    target = numpy_dtype(dtype)
+    if target.kind not in "iu":
+        return cast(np.asarray(decode_values(values), dtype=np.float64), dtype)
+    low, high = int(np.iinfo(target).min), int(np.iinfo(target).max)
+
+    def exact(value: Any) -> Any:
+        if isinstance(value, list):
+            return [exact(v) for v in value]
+        if isinstance(value, int):  # bool too
+            number = int(value)
+        else:
+            f = SPECIAL_STRINGS[value] if isinstance(value, str) else float(value)
+            if math.isnan(f):
+                raise ValueError(f"NaN cannot be held by {dtype}")
+            number = (high if f > 0 else low) if math.isinf(f) else round(f)  # round(): half to even, as np.rint
+        return min(max(number, low), high)
+
+    return np.array(exact(values), dtype=target)
+
+
 def encode_values(array: np.ndarray) -> list[Any]:
     """A flat JSON list of ``array``'s values (C order): the shortest decimal that gives back the
     same value in the array's dtype, and "nan"/"inf"/"-inf" strings for non-finite ones."""

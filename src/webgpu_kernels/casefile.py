@@ -24,7 +24,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-from .case_data import MAX_CASE_ELEMENTS, cast, decode_values, dtype_name, generate, load_array
+from .case_data import MAX_CASE_ELEMENTS, dtype_name, generate, inline_values, load_array
 from .digests import decode_json, json_path
 from .errors import CaseFileError, PackageError
 from .json_schema import validator as schema_validator
@@ -230,8 +230,10 @@ def build_tensor(
             if kind == "generate":
                 array = generate(spec["generate"], shape, dtype)  # type: ignore[arg-type]
             else:
-                raw = spec["values"]
-                values = np.asarray(decode_values(raw), dtype=np.float64)
+                try:
+                    values = inline_values(spec["values"], dtype)
+                except ValueError as exc:
+                    raise CaseFileError(str(exc), file=file, json_path=f"{where}.values") from None
                 if values.shape != shape:
                     if values.ndim == 1 and values.size == math.prod(shape):  # type: ignore[arg-type]
                         values = values.reshape(shape)
@@ -240,10 +242,7 @@ def build_tensor(
                     else:
                         raise CaseFileError(f"{values.size} values (shape {list(values.shape)}) for shape {list(shape)}",
                                             file=file, json_path=f"{where}.values")  # fmt: skip
-                try:
-                    array = cast(values, dtype)
-                except ValueError as exc:
-                    raise CaseFileError(str(exc), file=file, json_path=f"{where}.values") from None
+                array = values
         special = spec.get("special")
         if special is not None:
             at, values = special["at"], special["values"]
@@ -255,7 +254,7 @@ def build_tensor(
                 if index >= flat.size:
                     raise CaseFileError(f"index {index} is out of range for {flat.size} elements",
                                         file=file, json_path=f"{where}.special.at")  # fmt: skip
-            flat[list(at)] = cast(np.asarray(decode_values(values), dtype=np.float64), dtype_name(array.dtype))
+            flat[list(at)] = inline_values(values, dtype_name(array.dtype))
         return array
     except CaseFileError:
         raise
