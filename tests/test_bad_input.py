@@ -306,15 +306,19 @@ def test_to_gpu_refuses_an_oversized_view_before_any_host_copy(device):
     assert peak < 2**20, f"{peak} bytes allocated for a refused upload"
 
 
-def test_gpu_tensor_shape_and_dtype_are_read_only(quick_gelu, device):
-    """Calls trust a GpuTensor's shape and dtype to describe its buffer, so they cannot be reassigned."""
+def test_gpu_tensor_shape_dtype_sizes_and_device_are_read_only(quick_gelu, device):
+    """Calls trust a GpuTensor's shape, dtype, sizes and device to describe its buffer, so they
+    cannot be reassigned: `t.bound_bytes = 16` had made a call bind 4 of 48 floats and return
+    zeros for the rest, `t.device = None` a raw AttributeError inside the call."""
     x = np.linspace(-2, 2, 48, dtype=f32).reshape(2, 3, 8)
     t = to_gpu(x)
     try:
-        for name, value in (("shape", (4, 3, 8)), ("dtype", np.dtype(f16))):
+        for name, value in (("shape", (4, 3, 8)), ("dtype", np.dtype(f16)), ("nbytes", 16), ("bound_bytes", 16),
+                            ("device", None)):  # fmt: skip
             with pytest.raises(AttributeError, match=f"GpuTensor.{name} is read-only"):
                 setattr(t, name, value)
-        assert t.shape == (2, 3, 8) and t.dtype == f32
+        assert t.shape == (2, 3, 8) and t.dtype == f32 and t.nbytes == 192 and t.bound_bytes == 192
+        assert t.device is device
         expected = x / (1 + np.exp(-1.702 * x.astype(np.float64)))
         np.testing.assert_allclose(quick_gelu({"X": t})["Y"], expected, rtol=1e-5, atol=1e-6)
     finally:

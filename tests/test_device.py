@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import json
+import os
+import signal
+import time
+
+import numpy as np
 import pytest
 
 import webgpu_kernels as wk
@@ -27,3 +34,46 @@ def test_an_unknown_or_mistyped_request_is_refused_every_time():
             wk.get_device("no-such-gpu")
         with pytest.raises(errors.InputError, match="adapter"):
             wk.get_device(["vulkan"])  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_child_is_refused_instead_of_hanging(device):
+    """multiprocessing's default 'fork' start method (DataLoader-style workers) after the parent
+    had opened a device: the child's first call waited for good on a device wgpu cannot serve
+    there, and a new device hung the same way. Now every use is a DeviceError naming the cure,
+    and the parent is unaffected."""
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    kept = wk.to_gpu(x)
+    kernel({"X": x})  # the plan is cached in the parent too
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report each attempt's outcome, never run pytest's teardown
+        try:
+            outcomes = []
+            for attempt in (lambda: kernel({"X": x}), kept.numpy, lambda: wk.to_gpu(x), wk.get_device,
+                            lambda: wk.get_device("vulkan"), lambda: copy.copy(kept)):  # fmt: skip
+                try:
+                    attempt()
+                    outcomes.append("ran")
+                except errors.DeviceError as exc:
+                    outcomes.append("forked" if "'spawn'" in str(exc) else f"other DeviceError: {exc}")
+                except Exception as exc:
+                    outcomes.append(f"{type(exc).__name__}: {exc}")
+            os.write(write, json.dumps(outcomes).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    deadline, ended = time.monotonic() + 60, False
+    while not ended and time.monotonic() < deadline:
+        ended = os.waitpid(pid, os.WNOHANG) != (0, 0)
+        time.sleep(0.05)
+    if not ended:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    with os.fdopen(read) as pipe:
+        assert json.loads(pipe.read()) == ["forked"] * 6
+    expected = x / (1 + np.exp(-1.702 * x.astype(np.float64)))
+    np.testing.assert_allclose(kernel({"X": kept})["Y"], expected, rtol=1e-5, atol=1e-6)  # the parent still works
+    kept.release()

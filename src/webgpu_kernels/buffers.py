@@ -67,6 +67,13 @@ def raised_by_wgpu_promise(exc: BaseException) -> bool:
     return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("wgpu.")
 
 
+#: wgpu-native's devices do not survive os.fork: a forked child's first wait on its parent's device
+#: (or on a new one) hung for good.
+FORKED = ("this process was forked (os.fork, or multiprocessing's 'fork' start method) after its parent opened "
+          "a WebGPU device, and wgpu cannot run in such a child: start workers with the 'spawn' or 'forkserver' "
+          "method, or open devices only in the workers")
+
+
 class translate_gpu_errors:  # noqa: N801 - used as a function: `with translate_gpu_errors(...)`
     """The one place where wgpu's errors become the library's errors.
 
@@ -82,7 +89,8 @@ class translate_gpu_errors:  # noqa: N801 - used as a function: `with translate_
         self.memory = memory
 
     def __enter__(self) -> None:
-        return None
+        if self.memory is not None and self.memory.forked:  # a tensor or kernel the parent made
+            raise DeviceError(FORKED)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is None or not (isinstance(exc, wgpu.GPUError) or raised_by_wgpu_promise(exc)):
@@ -187,6 +195,7 @@ class DeviceMemory:
         self.pool_bytes = pool_bytes
         self.max_buffer_size = max_buffer_size
         self.on_lost: Any = None  # set by the owning Device
+        self.forked = False  # set in a forked child (device._after_fork_in_child): every use is refused
         self._free: dict[tuple[int, int], list[Any]] = {}  # (size, usage) -> buffers
         self._free_order: OrderedDict[int, tuple[tuple[int, int], Any]] = OrderedDict()  # uid -> entry, oldest first
         self._free_total = 0

@@ -19,7 +19,7 @@ from typing import Any
 
 import wgpu
 
-from .buffers import READBACK_SPIN_S, DeviceMemory, raised_by_wgpu_promise
+from .buffers import FORKED, READBACK_SPIN_S, DeviceMemory, raised_by_wgpu_promise
 from .errors import AdapterNotFoundError, DeviceError, InputError
 from .program import WEBGPU_FEATURE_NAMES, DeviceInfo
 
@@ -81,6 +81,27 @@ _devices: dict[int, Device] = {}
 #: features and limits, which a call passing ``adapter=`` would pay every time (CPU machine,
 #: `python scripts/list_attr_cost.py`: get_device("vulkan") 27-31 us before, 0.26-0.28 after).
 _requested: dict[str, Device] = {}
+
+
+_forked = False  # this process is a fork of one that had opened a device (FORKED)
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child, refuse the parent's devices and new ones with a DeviceError instead of
+    hanging at the first wait; the lock may have been held by another of the parent's threads."""
+    global _forked, _default, _adapters, _lock
+    if not _devices:
+        return  # wgpu works in a child forked before any device was opened
+    _forked = True
+    for device in _devices.values():
+        device.memory.forked = True
+    _devices.clear()
+    _requested.clear()
+    _default, _adapters, _lock = None, None, threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _enumerate() -> list[Any]:
@@ -230,6 +251,8 @@ def default_device(adapter: str | None) -> Iterator[Device]:
 
 
 def _get_device(adapter: str | None) -> Device:
+    if _forked:
+        raise DeviceError(FORKED)
     summary = choose_adapter(adapter)
     with _lock:
         device = _devices.get(summary.index)

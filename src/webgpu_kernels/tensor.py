@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,42 +15,43 @@ if TYPE_CHECKING:
     from .device import Device
 
 
-_READ_ONLY = ("GpuTensor.{} is read-only: a GPU tensor's shape and dtype are fixed (read it back with numpy(), "
-              "reshape there, and upload with to_gpu)")
+_READ_ONLY = ("GpuTensor.{} is read-only: calls trust a GPU tensor's shape, dtype, sizes and device to describe "
+              "its buffer (read it back with numpy(), reshape there, and upload with to_gpu)")
+
+
+def _read_only(slot: str, doc: str) -> property:
+    """A property over ``slot`` that refuses assignment, naming the attribute."""
+    name = slot.lstrip("_")
+
+    def refuse(self: GpuTensor, value: Any) -> None:
+        raise AttributeError(_READ_ONLY.format(name))
+
+    return property(attrgetter(slot), refuse, doc=doc)  # attrgetter: no Python frame per read
 
 
 class GpuTensor:
-    """A tensor in a WebGPU buffer. ``numpy()`` reads it back; ``release()`` frees the buffer."""
+    """A tensor in a WebGPU buffer. ``numpy()`` reads it back; ``release()`` frees the buffer;
+    ``copy.copy`` and ``copy.deepcopy`` make a device-side copy in a buffer of its own."""
 
-    __slots__ = ("_buffer", "_shape", "_dtype", "device", "nbytes", "bound_bytes", "__weakref__")
+    __slots__ = ("_buffer", "_shape", "_dtype", "_device", "_nbytes", "_bound_bytes", "__weakref__")
 
     def __init__(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, device: Device,
                  nbytes: int | None = None) -> None:  # fmt: skip
         self._buffer = buffer
         self._shape = tuple(shape)
         self._dtype = np.dtype(dtype)
-        self.device = device
-        # Fixed for the tensor's life, and read by every call that takes it as an input.
-        self.nbytes = math.prod(self._shape) * self._dtype.itemsize if nbytes is None else nbytes
-        self.bound_bytes = padded_size(self.nbytes)  # what a bind group binds of the buffer
+        self._device = device
+        self._nbytes = math.prod(self._shape) * self._dtype.itemsize if nbytes is None else nbytes
+        self._bound_bytes = padded_size(self._nbytes)
 
-    # Calls trust shape and dtype to describe the buffer: `t.shape = ...` would let a kernel read past
-    # the data. Read-only properties over slots (a __setattr__ hook cost 0.4 us per call on the H200).
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @shape.setter
-    def shape(self, value: Any) -> None:
-        raise AttributeError(_READ_ONLY.format("shape"))
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._dtype
-
-    @dtype.setter
-    def dtype(self, value: Any) -> None:
-        raise AttributeError(_READ_ONLY.format("dtype"))
+    # Calls trust these to describe the buffer: `t.shape = ...` or `t.bound_bytes = 16` would let a
+    # kernel read past the data or bind less of it. Read-only properties over slots (a __setattr__
+    # hook cost 0.4 us per call on the H200).
+    shape = _read_only("_shape", "The tensor's shape (a tuple of ints).")
+    dtype = _read_only("_dtype", "The tensor's NumPy dtype.")
+    device = _read_only("_device", "The Device whose buffer holds the tensor.")
+    nbytes = _read_only("_nbytes", "Bytes of data (the buffer may be larger).")
+    bound_bytes = _read_only("_bound_bytes", "Bytes a bind group binds of the buffer (nbytes padded to 16).")
 
     @property
     def size(self) -> int:
@@ -65,7 +67,8 @@ class GpuTensor:
 
     @property
     def buffer(self) -> Any:
-        """The wgpu buffer (may be larger than ``nbytes``: sizes round up to 4 bytes)."""
+        """The wgpu buffer (may be larger than ``nbytes``: pooled buffers come in size classes,
+        at least ``bound_bytes``). Destroying it by hand is not supported."""
         if self._buffer is None:
             raise TensorReleasedError("this GPU tensor was released")
         return self._buffer
@@ -93,13 +96,35 @@ class GpuTensor:
         if buffer is not None:
             self.device.memory.release(buffer)
 
+    def __copy__(self) -> GpuTensor:
+        """A new tensor with this one's data in a buffer of its own, copied on the device. (A copy
+        sharing the buffer would give it back to the pool while this tensor still used it.)"""
+        source, memory, size = self.buffer, self._device.memory, self._bound_bytes
+        with translate_gpu_errors("copying a GPU tensor", memory), self._device.lock:
+            target = memory.acquire(self._nbytes)
+            try:
+                if self._nbytes:  # after the recorded work that writes the source, in its submission
+                    memory.flush(then=lambda encoder: encoder.copy_buffer_to_buffer(source, 0, target, 0, size))
+            except BaseException:
+                memory.release(target)
+                raise
+        return GpuTensor(target, self._shape, self._dtype, self._device, self._nbytes)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GpuTensor:
+        return self.__copy__()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a GpuTensor cannot be pickled: its data lives on one process's GPU device; "
+                        "pickle t.numpy() and upload it again with to_gpu()")  # fmt: skip
+
     def __del__(self) -> None:
         # Never release() here: a collection can start inside the pool's own code or in a thread
         # the lock holder waits for (buffers.DeviceMemory.release_collected).
-        buffer, self._buffer = self._buffer, None
+        buffer = getattr(self, "_buffer", None)  # None too for an instance __init__ never filled
+        self._buffer = None
         if buffer is not None:
             try:
-                self.device.memory.release_collected(buffer)
+                self._device.memory.release_collected(buffer)
             except Exception:  # interpreter shutdown: the device may already be gone
                 pass
 

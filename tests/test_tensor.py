@@ -1,0 +1,89 @@
+"""GpuTensor: copies, pickling, and what a finalizer may meet."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import pickle
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels.errors import TensorReleasedError
+from webgpu_kernels.tensor import GpuTensor
+
+QUICK_GELU = "com.microsoft.QuickGelu"
+
+
+def quick_gelu_reference(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return x64 / (1 + np.exp(-1.702 * x64))
+
+
+@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+def test_a_copy_has_its_own_buffer(copier, device):
+    """copy.copy shared the buffer: dropping the copy gave it back to the pool while the original
+    still used it, and the next tensor of that size overwrote the original's data."""
+    x = np.arange(8, dtype=np.float32).reshape(1, 2, 4)
+    original = wk.to_gpu(x)
+    duplicate = copier(original)
+    assert duplicate.buffer is not original.buffer
+    assert (duplicate.shape, duplicate.dtype, duplicate.device) == (original.shape, original.dtype, original.device)
+    np.testing.assert_array_equal(duplicate.numpy(), x)
+    del duplicate
+    gc.collect()
+    other = wk.to_gpu(np.full_like(x, 99.0))  # may take the dropped copy's pooled buffer
+    np.testing.assert_array_equal(original.numpy(), x)
+    np.testing.assert_array_equal(other.numpy(), np.full_like(x, 99.0))
+    original.release()
+    other.release()
+
+
+def test_a_copy_of_an_output_still_being_recorded_holds_the_result(device):
+    """The copy follows the recorded dispatch that writes its source, in the same submission."""
+    kernel = wk.get_kernel(QUICK_GELU)
+    x = np.linspace(-4, 4, 4096, dtype=np.float32)
+    y = kernel({"X": x}, output="gpu")["Y"]  # recorded, not yet submitted
+    duplicate = copy.copy(y)
+    y.release()
+    np.testing.assert_allclose(duplicate.numpy(), quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
+    duplicate.release()
+
+
+def test_deepcopy_copies_every_tensor_of_a_structure_and_keeps_shared_ones_shared(device):
+    x = np.ones((4, 4), np.float32)
+    t = wk.to_gpu(x)
+    state = {"a": t, "b": [t, 3]}
+    clone = copy.deepcopy(state)
+    assert clone["a"] is clone["b"][0] and clone["a"] is not t
+    t.release()
+    np.testing.assert_array_equal(clone["a"].numpy(), x)
+    clone["a"].release()
+
+
+def test_an_empty_tensor_copies(device):
+    empty = wk.to_gpu(np.zeros((0, 3), np.float32))
+    duplicate = copy.copy(empty)
+    assert duplicate.shape == (0, 3) and duplicate.numpy().shape == (0, 3)
+
+
+def test_a_released_tensor_cannot_be_copied(device):
+    t = wk.to_gpu(np.ones(4, np.float32))
+    t.release()
+    with pytest.raises(TensorReleasedError):
+        copy.copy(t)
+
+
+def test_pickling_is_a_clear_type_error(device):
+    """pickle and deepcopy had walked into the device's internals: a cffi TypeError, then two
+    finalizer tracebacks from half-built objects."""
+    t = wk.to_gpu(np.ones(4, np.float32))
+    with pytest.raises(TypeError, match=r"a GpuTensor cannot be pickled.*t\.numpy\(\)"):
+        pickle.dumps({"weights": t})
+    t.release()
+
+
+def test_the_finalizer_of_an_instance_init_never_filled_is_silent(recwarn):
+    shell = GpuTensor.__new__(GpuTensor)
+    shell.__del__()  # raised AttributeError('_buffer'), printed as "Exception ignored in ..."
