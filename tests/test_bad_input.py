@@ -442,3 +442,25 @@ def test_attribute_that_does_not_fit_its_uniform_field(scale, error, mentions, d
     x = np.ones(4, f32)
     check_refused(kernel, lambda: kernel({"X": x}, attrs={"scale": scale}), error, mentions, device=device,
                   inputs=[x], contract=False, dispatches=dispatches)  # fmt: skip
+
+
+def test_render_and_work_key_refuse_a_variant_that_is_not_a_string_as_a_call_does(quick_gelu):
+    """render and work_key had raised SelectionError("no variant ['scalar']") where a call says
+    which argument was wrong."""
+    x = np.ones(8, f32)
+    for method in (quick_gelu, quick_gelu.render, quick_gelu.work_key):
+        with pytest.raises(errors.InputError, match=r"argument 'variant': expected a variant id, one of .*got list \['scalar'\]"):
+            method({"X": x}, variant=["scalar"])
+
+
+def test_a_tensor_meta_without_a_dtype_is_refused_as_none_not_float64(quick_gelu):
+    with pytest.raises(errors.DTypeError, match="got None$"):
+        quick_gelu.explain({"X": wk.TensorMeta((2,), None)})
+
+
+def test_a_longdouble_attribute_is_a_number(quick_gelu):
+    """np.longdouble(1.5).item() is a longdouble again (Python has no wider float): it was refused
+    as "expected a number (attribute), got longdouble"."""
+    x = np.linspace(-2, 2, 16, dtype=f32)
+    got = quick_gelu({"X": x}, attrs={"alpha": np.longdouble(1.5)})["Y"]
+    np.testing.assert_allclose(got, x / (1 + np.exp(-1.5 * x.astype(np.float64))), rtol=1e-5, atol=1e-6)

@@ -229,6 +229,7 @@ LOST_DEVICE_SCRIPT = textwrap.dedent("""
     k = wk.get_kernel("com.microsoft.QuickGelu")
     x = np.linspace(-3, 3, 64, dtype=np.float32)
     k({"X": x})
+    old = wk.to_gpu(x)  # a tensor on the device about to be lost
     first = wk.get_device()
     request = first.adapter.name.upper()  # a request string (names match case-insensitively)
     named = wk.get_device(request)
@@ -247,6 +248,13 @@ LOST_DEVICE_SCRIPT = textwrap.dedent("""
         out["second"] = [type(exc).__name__, str(exc)[:300]]
     out["new_device"] = wk.get_device() is not first
     out["named"] = [named is first, wk.get_device(request) is wk.get_device()]
+    for what, attempt in (("input", lambda: k({"X": old})), ("numpy", old.numpy), ("to_gpu", lambda: wk.to_gpu(old))):
+        try:
+            attempt()
+            out[what] = "no error"
+        except Exception as exc:
+            out[what] = [type(exc).__name__, str(exc)]
+    out["repr"] = repr(old)
     print("RESULT " + json.dumps(out))
 """)
 
@@ -277,6 +285,18 @@ def test_lost_device_next_call_gets_a_new_device():
     assert result["new_device"], result
     # a request string's device is remembered until the device is lost, then chosen afresh
     assert result["named"] == [True, True], result
+
+
+def test_a_tensor_of_a_lost_device_says_so():
+    """The old tensor as an input had read "expected a GpuTensor on llvmpipe ..., got one on llvmpipe ..."
+    (two equal labels), numpy() "the next call opens a new one" (which never helps that tensor),
+    and to_gpu handed the dead tensor back."""
+    result = _run_lost_device_script()
+    gone = "a GpuTensor whose device was lost (driver reset, destroyed): its data is gone; make it again"
+    assert result["input"] == ["InputError", f"argument 'X': expected a GpuTensor on a live device, got {gone}"]
+    assert result["numpy"] == ["DeviceLostError", f"cannot read {gone}"]
+    assert result["to_gpu"] == ["InputError", f"argument 'array': expected a live GpuTensor or an array, got {gone}"]
+    assert result["repr"] == "GpuTensor(shape=(64,), dtype=float32, device lost)"
 
 
 def test_device_error_classes():

@@ -87,3 +87,11 @@ def test_pickling_is_a_clear_type_error(device):
 def test_the_finalizer_of_an_instance_init_never_filled_is_silent(recwarn):
     shell = GpuTensor.__new__(GpuTensor)
     shell.__del__()  # raised AttributeError('_buffer'), printed as "Exception ignored in ..."
+
+
+def test_reprs_name_the_adapter_with_its_backend(device):
+    t = wk.to_gpu(np.ones((2, 3), np.float16 if device.has_f16 else np.float32))
+    assert repr(t) == f"GpuTensor(shape=(2, 3), dtype={t.dtype.name}, {device.adapter.label()})"
+    assert repr(device) == f"Device({device.adapter.label()})"
+    t.release()
+    assert repr(t) == f"GpuTensor(shape=(2, 3), dtype={t.dtype.name}, released)"

@@ -16,7 +16,7 @@ from .device import get_device
 from .errors import DeviceLimitError, DTypeError, InputError, PackageError
 from .kernel import Kernel, as_array
 from .package import embedded_ids, open_embedded, open_folder
-from .tensor import GpuTensor
+from .tensor import LOST_TENSOR, GpuTensor
 
 _embedded: dict[str, Kernel] = {}
 _lock = threading.Lock()
@@ -116,6 +116,8 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
     if isinstance(array, GpuTensor):
         if array.released:
             raise InputError("array", "a live GpuTensor or an array", "a released GpuTensor")
+        if array.device.lost:
+            raise InputError("array", "a live GpuTensor or an array", LOST_TENSOR)
         if array.device is device or adapter is None:
             return array
         array = array.numpy()

@@ -248,7 +248,9 @@ def _number(kind: str, name: str, value: Any, expected: str) -> int | float:
 def _unwrap_numpy(value: Any) -> Any:
     # NumPy scalars (and 0-d arrays) arrive from user code all the time; compare them as Python values.
     if isinstance(value, (np.generic, np.ndarray)) and value.shape == ():
-        return value.item()
+        item = value.item()
+        # longdouble's item() is itself (Python has no wider float): take the nearest float
+        return float(item) if isinstance(item, np.floating) else item
     return value
 
 

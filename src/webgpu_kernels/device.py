@@ -188,14 +188,20 @@ class Device:
                                    spin_s=spin_us / 1e6)  # fmt: skip
         self.memory.on_lost = self._forget
         self.serial = next(_serials)  # plans are keyed by it: a replacement device never shares them
+        self.lost = False  # set when wgpu reports it lost: its tensors' data is gone
 
     @property
     def has_f16(self) -> bool:
         return self.info.has_f16
 
+    def __repr__(self) -> str:
+        state = ", lost" if self.lost else ""
+        return f"Device({self.adapter.label()}{state})"
+
     def _forget(self) -> None:
         """Called when wgpu reports this device lost: later get_device() calls open a new one."""
         global _default, _adapters
+        self.lost = True
         with _lock:
             _adapters = None  # a consumed adapter may not give a second device: enumerate afresh
             for key, device in list(_devices.items()):

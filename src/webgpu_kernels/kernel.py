@@ -29,7 +29,7 @@ from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, resolve_variant
 from .selection import Verdict, require_choice, select_variant
 from .templates import TEMPLATE_NAME
-from .tensor import GpuTensor
+from .tensor import LOST_TENSOR, GpuTensor
 
 #: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
 PLAN_CACHE_SIZE = 128
@@ -136,7 +136,8 @@ class Kernel:
         adapter: str | None = None,
     ) -> dict[str, np.ndarray | GpuTensor]:
         """Run the kernel. Inputs are NumPy arrays, GpuTensors, or lists and numbers (made arrays by
-        NumPy's rules); returns outputs by name.
+        NumPy's rules: Python floats become float64, which a float32 kernel refuses, so give
+        ``np.asarray(values, np.float32)``); returns outputs by name.
 
         ``attrs`` and ``tunables`` override the manifest's defaults (stored tuning results apply
         when ``tunables`` is None or empty); ``variant`` forces one variant if its ``when`` holds;
@@ -310,7 +311,12 @@ class Kernel:
         """The device and the contract-checked signature of a call described by shapes/dtypes."""
         return get_device(adapter), check_call(self.manifest, _metas(inputs), attrs, tunables)
 
+    def _check_variant_arg(self, forced: Any) -> None:
+        if forced is not None and not isinstance(forced, str):
+            raise InputError("variant", f"a variant id, one of {self.variants}", f"{type(forced).__name__} {forced!r}")
+
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
+        self._check_variant_arg(forced)  # render and work_key come here directly
         scope, outputs = self.program.call_scope(signature, info)
         selection = select_variant(self.program.variants, scope, forced=forced, definitions=self.program.definitions)
         try:
@@ -378,8 +384,7 @@ class Kernel:
             return None  # stale, foreign or refused by the device: the default selection still applies
 
     def _plan(self, signature: CallSignature, forced: str | None, device: Device) -> ExecutionPlan:
-        if forced is not None and not isinstance(forced, str):
-            raise InputError("variant", f"a variant id, one of {self.variants}", f"{type(forced).__name__} {forced!r}")
+        self._check_variant_arg(forced)  # before the key: a list is unhashable
         key = (signature, forced, device.serial)
         with self._lock:
             plan = self._plans.get(key)
@@ -454,6 +459,8 @@ def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
 def _dtype_name(dtype: Any) -> str:
     """The NumPy name of a dtype given any way NumPy reads one ("f4", np.float32); a name NumPy does
     not know stays as it is, for the contract to refuse by name."""
+    if dtype is None:  # np.dtype(None) is float64, which the caller never said
+        return "None"
     try:
         return np.dtype(dtype).name
     except TypeError:
@@ -478,6 +485,8 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bo
             if value.released:
                 raise InputError(name, "a live GpuTensor", "a released GpuTensor")
             if value.device is not device:
+                if value.device.lost:  # same adapter, so the labels alone would read alike
+                    raise InputError(name, "a GpuTensor on a live device", LOST_TENSOR)
                 raise InputError(name, f"a GpuTensor on {device.adapter.label()}", f"one on {value.device.adapter.label()}")
             prepared[name] = value
             continue

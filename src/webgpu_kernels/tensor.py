@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .buffers import padded_size, translate_gpu_errors
-from .errors import TensorReleasedError
+from .errors import DeviceLostError, TensorReleasedError
 
 if TYPE_CHECKING:
     from .device import Device
@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 _READ_ONLY = ("GpuTensor.{} is read-only: calls trust a GPU tensor's shape, dtype, sizes and device to describe "
               "its buffer (read it back with numpy(), reshape there, and upload with to_gpu)")
+
+
+LOST_TENSOR = "a GpuTensor whose device was lost (driver reset, destroyed): its data is gone; make it again"
 
 
 def _read_only(slot: str, doc: str) -> property:
@@ -76,6 +79,8 @@ class GpuTensor:
     def numpy(self) -> np.ndarray:
         """Copy the tensor to a new NumPy array (submits any recorded work first)."""
         buffer = self.buffer
+        if self._device.lost:  # the read would say "the next call opens a new one", which never helps this tensor
+            raise DeviceLostError(f"cannot read {LOST_TENSOR}")
         out = np.empty(self.shape, dtype=self.dtype)
         if out.nbytes:
             with translate_gpu_errors("reading a GPU tensor", self.device.memory):
@@ -129,5 +134,5 @@ class GpuTensor:
                 pass
 
     def __repr__(self) -> str:
-        state = "released" if self.released else self.device.adapter.name
+        state = "released" if self.released else "device lost" if self._device.lost else self._device.adapter.label()
         return f"GpuTensor(shape={self.shape}, dtype={self.dtype.name}, {state})"
