@@ -265,6 +265,28 @@ def test_file_names_that_cannot_be_listed_are_refused(qg: Path) -> None:
         digests.write_metadata(qg)
 
 
+def test_a_non_content_file_whose_name_cannot_be_listed_stays_unlisted(qg: Path) -> None:
+    """The docs let a README sit unlisted, but `digest` refused the whole package over a
+    "design notes.txt" that the package loaded, validated and tested with."""
+    (qg / "design notes.txt").write_text("notes", encoding="utf-8")
+    metadata, changes = digests.write_metadata(qg)
+    assert "design notes.txt" not in metadata["digest"]["files"]
+    assert [c for c in changes if c.file == "design notes.txt"] == [
+        digests.DigestChange("design notes.txt", digests.UNLISTABLE, None)]  # fmt: skip
+    assert open_folder(qg).is_verified
+    result = CliRunner().invoke(main, ["digest", "--check", str(qg)])
+    assert result.exit_code == 0 and "metadata.json is up to date" in result.output, result.output
+
+
+def test_a_missing_file_is_reported_as_missing_not_as_unlisted(qg: Path) -> None:
+    """A verified package asked for a file that is not there said "not listed in metadata.json ...
+    run digest", which running digest never fixed."""
+    package = open_folder(qg)
+    with pytest.raises(PackageError, match="file not found in the package") as info:
+        package.read_bytes("no-such.npy")
+    assert not isinstance(info.value, DigestError)
+
+
 def test_digest_command(qg: Path) -> None:
     runner = CliRunner(env={"COLUMNS": "200"})
     result = runner.invoke(main, ["digest", str(qg), "--check"])

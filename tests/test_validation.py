@@ -468,3 +468,16 @@ def test_a_constant_named_like_a_template_name_is_a_warning(qg: Path) -> None:
     assert "hides `range`" in warned["constants.range"]
     assert not [p for p in validate_package(embedded_root() / QUICK_GELU, gpu=False).warnings
                 if "template" in p.message]  # fmt: skip
+
+
+def test_a_template_including_an_unlisted_file_is_invalid_as_every_call_refuses_it(qg: Path) -> None:
+    """A template that includes a file added after `digest` (a .txt may sit unlisted) validated
+    as "valid", while every call, test and render refused it with a DigestError."""
+    template = qg / "quick-gelu.wgsl.jinja"
+    template.write_text(template.read_text("utf-8").replace("{{ enables }}", '{{ enables }}\n{% include "helpers.txt" %}', 1),
+                        encoding="utf-8")  # fmt: skip
+    digests.write_metadata(qg)
+    (qg / "helpers.txt").write_text("// helpers\n", encoding="utf-8")
+    report = validate_package(qg)  # includes are resolved when templates render, which --no-gpu skips
+    assert not report.ok
+    assert any("helpers.txt" in p.message and "not listed in metadata.json" in p.message for p in report.problems), report.problems

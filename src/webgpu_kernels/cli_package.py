@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .device import choose_adapter
-from .digests import METADATA_FILE, build_metadata, schema_problems, write_metadata
+from .digests import METADATA_FILE, UNLISTABLE, build_metadata, schema_problems, write_metadata
 from .errors import KernelError, PackageError
 from .package import embedded_ids, embedded_root, open_folder
 from .package_tests import PackageReport, RunResult, run_package_tests, run_package_tests_isolated
@@ -122,7 +122,7 @@ def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
         metadata, changes = build_metadata(root, existing if isinstance(existing, dict) else None)
         # Equal digests are not enough: a version 0 or a stray field is a file every load refuses.
         broken = schema_problems(existing) if isinstance(existing, dict) else []
-        current = existing is not None and not broken and all(c.status == "unchanged" for c in changes)
+        current = existing is not None and not broken and all(c.status in ("unchanged", UNLISTABLE) for c in changes)
     else:
         metadata, changes = write_metadata(root)
         current = True
@@ -136,7 +136,7 @@ def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
         for col in ("file", "status", "sha256"):
             table.add_column(col)
         for c in changes:
-            style = {"unchanged": "", "added": "green", "changed": "yellow", "removed": "red"}[c.status]
+            style = {"unchanged": "", "added": "green", "changed": "yellow", "removed": "red", UNLISTABLE: "dim"}[c.status]
             table.add_row(c.file, Text(c.status, style=style), (c.sha256 or "-")[:16] + ("..." if c.sha256 else ""))
         console.print(table)
         if check:

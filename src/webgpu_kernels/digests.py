@@ -313,10 +313,15 @@ def verify_package(root: Path) -> tuple[dict[str, Any] | None, dict[str, bytes]]
 # --- writing ----------------------------------------------------------------------------------------
 
 
+#: A DigestChange status: a file that is no content file and whose name metadata.json cannot hold,
+#: left unlisted (a verified package can never read it, and needs not).
+UNLISTABLE = "not listed (name)"
+
+
 @dataclass(frozen=True)
 class DigestChange:
     file: str
-    status: str  # "added" | "changed" | "unchanged" | "removed"
+    status: str  # "added" | "changed" | "unchanged" | "removed" | UNLISTABLE
     sha256: str | None
 
 
@@ -351,6 +356,9 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[
     changes: list[DigestChange] = []
     for name in package_files(root):
         if not valid_file_name(name):
+            if not is_content_file(name):  # a "design notes.txt" may sit unlisted (docs/package-files.md)
+                changes.append(DigestChange(name, UNLISTABLE, None))
+                continue
             raise PackageError("cannot be listed in metadata.json: use letters, digits, '_', '-', '+', '.' "
                                "(not first) and '/' in package file names", path=str(root / name))  # fmt: skip
         digest = sha256_hex(read_file(root, name))

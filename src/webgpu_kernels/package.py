@@ -66,6 +66,8 @@ class KernelPackage:
             raise PackageError(why_not, path=str(self.path_of(rel)))
         if self.metadata is not None:  # a verified package reads only what it verified (a README may sit
             # unlisted in the folder, but a template that includes it would run unverified bytes)
+            if not self.has(rel):  # "run digest" would not help a file that is not there
+                raise PackageError("file not found in the package", path=str(self.path_of(rel)))
             raise DigestError("not listed in metadata.json's digest.files, so it was not verified when the package "
                               "was opened (run `webgpu-kernels digest` on the package to list it)", file=rel,
                               reason="unlisted", path=str(self.path_of(rel)))  # fmt: skip

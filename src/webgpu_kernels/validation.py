@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from . import casefile
 from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
 from .contract import default_value_problems
-from .digests import METADATA_FILE, inspect_package
+from .digests import METADATA_FILE, inspect_package, read_file
 from .errors import (
     AdapterNotFoundError,
     DeviceError,
@@ -95,6 +95,8 @@ def validate_package(
     report.path = str(package.root)
 
     metadata = _guarded(out, "metadata.json", _check_metadata, package, out)
+    if metadata is not None:
+        package = _as_opened(package, metadata)
     manifest = _guarded(out, MANIFEST_FILE, _check_manifest, package, out)
     if manifest is not None:
         report.op_id = manifest.op_id
@@ -158,6 +160,19 @@ def _guarded(out: ProblemCollector, stage: str, fn: Callable[..., Any], *args: A
         last = traceback.format_exc().strip().splitlines()[-3:]
         out.error("", "", f"the {stage} checks failed unexpectedly: {type(exc).__name__}: {exc}\n" + "\n".join(last))
         return None
+
+
+def _as_opened(package: KernelPackage, metadata: dict[str, Any]) -> KernelPackage:
+    """``package`` as a call sees it once opened: only the files metadata.json lists can be read,
+    so a template that includes an unlisted file fails here as it fails every call (it had
+    validated). Their bytes are read as they are now: a digest mismatch is reported above."""
+    verified = {}
+    for name in metadata["digest"]["files"]:
+        try:
+            verified[package.relative_name(name)] = read_file(package.root, name)
+        except PackageError:
+            pass  # missing, unreadable or a bad name: reported by _check_metadata; reads say "not found"
+    return replace(package, metadata=metadata, verified=verified)
 
 
 def _check_metadata(package: KernelPackage, out: ProblemCollector) -> dict[str, Any] | None:
