@@ -163,6 +163,19 @@ def test_a_filter_that_matches_nothing_is_a_usage_error(runner, tmp_path, comman
     assert not (tmp_path / "tuning").exists()
 
 
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_a_package_without_bench_json_says_so(runner, command):
+    """It had said "no bench.json case matches --case/--tag/--dtype" when no filter was given."""
+    from conftest import PACKAGES_DIR
+
+    package = str(PACKAGES_DIR / "demo.ScaleShift")  # a manifest and a template, nothing else
+    result = runner.invoke(main, [command, package, "--warm-up", "0"])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "demo.ScaleShift: no bench.json in the package" in text and "--case" not in text
+    assert ("-i ROLE=SHAPE:DTYPE" in text) == (command == "bench")
+
+
 def test_case_globs_and_dtype_aliases_select_as_elsewhere(runner, tmp_path):
     """`--case 'tiny*'` (a glob, as `test --case` takes) and `--dtype f16` (as -i takes) select cases."""
     path = tmp_path / "bench.json"

@@ -50,6 +50,18 @@ ERROR_TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
 DEFAULT_TOLERANCE = 1e-2  # other dtypes (bfloat16, integers)
 
 
+def _no_cases(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
+              what: str) -> str:  # fmt: skip
+    """Why there is nothing to ``what``: no package has a bench.json, or the filters left nothing."""
+    without = [k.op_id for k in kernels if not k.package.has(BENCH_FILE)]
+    if len(without) == len(kernels):
+        shapes = "give shapes with -i ROLE=SHAPE:DTYPE, or " if what == "time" else ""  # bench's option
+        return f"{', '.join(without)}: no {BENCH_FILE} in the package (nothing to {what}: {shapes}add one)"
+    if not (names or tags or dtypes):
+        return f"the {BENCH_FILE} cases expand to nothing (nothing to {what})"
+    return f"no {BENCH_FILE} case matches --case/--tag/--dtype (nothing to {what})"
+
+
 def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
            inputs: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
     """The cases to run, each with every input's shape and dtype resolved. bench.json is read the
@@ -245,7 +257,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
                                      f"{', '.join(kernel.variants)})", ctx=ctx, param_hint="'--variant'")  # fmt: skip
     plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
     if not plan:
-        raise click.UsageError("no bench.json case matches --case/--tag/--dtype (nothing to time)")
+        raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "time"))
     tuning_cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
     rows: list[dict[str, Any]] = []
     copies: dict[int, float] = {}

@@ -344,8 +344,9 @@ def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False) ->
     if not report.adapter:  # --no-gpu, or no adapter: say what that leaves out rather than report less
         # The GPU stage needs a loaded manifest: an invalid one is the reason, not the adapter.
         why = "--no-gpu" if gpu_skipped else "the manifest did not load" if report.op_id is None else "no GPU adapter"
-        console.print(f"not checked ({why}): rendering and compiling every variant x dtype, and the "
-                      "warnings for variants and dtypes that no test.json case exercises", soft_wrap=True)  # fmt: skip
+        console.print(f"not checked ({why}): which variant accepts each test.json case (its `when` may read "
+                      "device limits), rendering and compiling every variant x dtype, and the warnings for "
+                      "variants and dtypes that no test.json case exercises", soft_wrap=True)  # fmt: skip
     elif report.skipped:
         console.print(f"not checked ({report.skipped}): the cases' output shapes and which variant accepts each, "
                       "and rendering and compiling every variant x dtype", soft_wrap=True)  # fmt: skip

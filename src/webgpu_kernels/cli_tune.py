@@ -14,7 +14,17 @@ from rich.text import Text
 from . import tuning
 from .benchmark import bench_kernel
 from .cli import _adapter, _console, resolve_kernel
-from .cli_bench import DEFAULT_KERNELS, SEED_OPTION, WARM_UP_OPTION, _arrays, _cases, _dtype_label, _tolerance, _warm_up
+from .cli_bench import (
+    DEFAULT_KERNELS,
+    SEED_OPTION,
+    WARM_UP_OPTION,
+    _arrays,
+    _cases,
+    _dtype_label,
+    _no_cases,
+    _tolerance,
+    _warm_up,
+)
 from .device import default_device
 from .errors import KernelError
 from .kernel import Kernel
@@ -47,7 +57,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
     work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, {})]
     if not work:
-        raise click.UsageError("no bench.json case matches --case/--tag/--dtype (nothing to tune)")
+        raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
     table = Table(title=f"tuning on {device.adapter.label()}")
     for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
         table.add_column(col)
