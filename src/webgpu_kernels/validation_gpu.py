@@ -138,7 +138,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 rejected[vid] = verdict
                 if verdict.error is not None:
                     out.warning(MANIFEST_FILE, f"{cv.variant.json_path}.when[{verdict.clause_index}]",
-                                f"clause {verdict.clause!r} fails to evaluate (which rejects the variant): "
+                                f"clause {verdict.clause!r} gives neither true nor false (which rejects the variant): "
                                 f"{verdict.error}",
                                 variant=vid, dtype=label, case=call.case)  # fmt: skip
                 continue
