@@ -34,6 +34,9 @@ def test_an_unknown_or_mistyped_request_is_refused_every_time():
             wk.get_device("no-such-gpu")
         with pytest.raises(errors.InputError, match="adapter"):
             wk.get_device(["vulkan"])  # type: ignore[arg-type]
+        for blank in ("", "  "):  # "" is in every name: it had chosen the first adapter silently
+            with pytest.raises(errors.InputError, match=rf"argument 'adapter': expected a backend .* got str '{blank}'"):
+                wk.get_device(blank)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")

@@ -198,9 +198,13 @@ def test_no_tuning_env(tuning_dir, monkeypatch):
     assert cache.lookup(QG, QG_F32, X_N) is None
     monkeypatch.delenv(tuning.DISABLE_ENV)
     assert cache.lookup(QG, QG_F32, X_N) == SCALAR_64
-    for off in ("0", "false", "no", ""):  # any non-empty value used to turn tuning off
+    for off in ("0", "false", "no", "", " Off "):  # any non-empty value used to turn tuning off
         monkeypatch.setenv(tuning.DISABLE_ENV, off)
         assert cache.lookup(QG, QG_F32, X_N) == SCALAR_64, off
+    monkeypatch.setenv(tuning.DISABLE_ENV, "maybe")  # had silently meant "off", as $..._POOL_MB=lots is refused
+    with pytest.raises(wk.InputError, match=r"argument '\$WEBGPU_KERNELS_NO_TUNING': expected 1, on, yes or true, "
+                                            r"or 0, off, no or false, got 'maybe'"):  # fmt: skip
+        cache.lookup(QG, QG_F32, X_N)
 
 
 @pytest.mark.parametrize(

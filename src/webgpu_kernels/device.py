@@ -118,7 +118,7 @@ def list_adapters() -> list[AdapterSummary]:
 
 def choose_adapter(request: str | None = None) -> AdapterSummary:
     """The adapter for ``request`` (backend or name substring), else ``$WEBGPU_KERNELS_ADAPTER``, else the best."""
-    if request is not None and not isinstance(request, str):
+    if request is not None and (not isinstance(request, str) or not request.strip()):  # "" matched every name
         raise InputError("adapter", "a backend (vulkan, metal, d3d12, gl) or part of an adapter's name",
                          f"{type(request).__name__} {request!r}")  # fmt: skip
     request = request if request is not None else os.environ.get(ADAPTER_ENV) or None
@@ -144,13 +144,18 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-#: The values that turn an on/off setting on (case-insensitive); anything else, "0" included, is off.
+#: The values that turn an on/off setting on or off (case-insensitive); unset or empty is off, and
+#: any other value is refused ("maybe" had silently meant off).
 TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
+FALSE_VALUES = frozenset({"0", "OFF", "NO", "FALSE", ""})
 
 
 def env_flag(name: str) -> bool:
     """Whether environment variable ``name`` turns its setting on (:data:`TRUE_VALUES`)."""
-    return os.environ.get(name, "").strip().upper() in TRUE_VALUES
+    text = os.environ.get(name, "").strip().upper()
+    if text not in TRUE_VALUES and text not in FALSE_VALUES:
+        raise InputError(f"${name}", "1, on, yes or true, or 0, off, no or false", repr(os.environ[name]))
+    return text in TRUE_VALUES
 
 
 def env_count(name: str, default: int) -> int:
