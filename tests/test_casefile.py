@@ -410,3 +410,20 @@ def test_inline_integers_stay_exact_past_2_to_the_53():
     assert info.value.json_path == "cases[0].inputs.X.values"
     with pytest.raises(CaseFileError, match=r"3 values .* for shape \[2\]"):
         build({"shape": [2], "values": [1, 2, 3]}, dtype="int64")
+
+
+def test_special_values_reach_an_input_read_from_a_fortran_order_file() -> None:
+    """np.array(copy=True) kept Fortran order, so reshape(-1) gave a copy and `special` wrote into
+    it: a case whose NaN should have failed the test passed."""
+    data = np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    got = build({"file": "x.npy", "special": {"at": [1], "values": ["nan"]}}, files={"x.npy": npy(data)})
+    assert np.isnan(got.reshape(-1)[1]) and np.isnan(got[0, 1])
+    assert np.array_equal(np.delete(got.reshape(-1), 1), np.delete(np.arange(6, dtype=np.float32), 1))
+
+
+def test_an_npy_header_with_a_dimension_past_c_long_is_a_case_file_error() -> None:
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 99999999999999999999999), }"
+    header += " " * (-(len(header) + 11) % 64) + "\n"
+    data = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
+    with pytest.raises(CaseFileError, match="x.npy"):  # had escaped as a raw OverflowError
+        build({"file": "x.npy"}, files={"x.npy": data})

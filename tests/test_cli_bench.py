@@ -743,3 +743,20 @@ def test_a_steady_large_case_and_any_small_one_are_timed_once(monkeypatch: pytes
     monkeypatch.setattr(cli_bench, "SLOW_STATE_BYTES", 1 << 40)  # as a case in L2 is: spread and copy say nothing
     row = _slow_state_case(monkeypatch, [(20.0, 229.0)], [999.0], {512 << 20: 4.2})
     assert "slow_state" not in row
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_a_bench_case_the_device_cannot_hold_is_an_error_row_not_an_allocation(runner, tmp_path, command):
+    """A bench.json shape of 10^12 elements made bench and tune allocate it on the host first: a raw
+    NumPy MemoryError ("Unable to allocate 3.64 TiB"), before any device limit was looked at."""
+    from webgpu_kernels import digests
+
+    package = copy_package(QG, tmp_path / "qg")
+    (package / "bench.json").write_text(json.dumps({"cases": [
+        {"name": "huge", "inputs": {"X": {"shape": [1000000, 1000000]}}, "types": {"T": ["float32"]}},
+        {"name": "small", "inputs": {"X": {"shape": [4096]}}, "types": {"T": ["float32"]}}]}), encoding="utf-8")  # fmt: skip
+    digests.write_metadata(package)
+    result = runner.invoke(main, [command, str(package), "--warm-up", "0", *(["--no-host"] if command == "bench" else [])])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1 and "Traceback" not in text, result.output
+    assert "argument 'X': expected at most" in text and "got shape [1000000, 1000000] of float32, 4000000000000 bytes" in text

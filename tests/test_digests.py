@@ -419,3 +419,60 @@ def test_a_path_that_cannot_be_opened_is_a_package_error(path: str) -> None:
 
 def test_has_a_name_too_long_is_false(qg: Path) -> None:
     assert open_folder(qg).has("a" * 5000 + ".wgsl.jinja") is False
+
+
+def test_a_listed_name_too_long_for_the_file_system_is_a_digest_problem(qg: Path) -> None:
+    """A 300-character name in digest.files raised a raw OSError (ENAMETOOLONG, from Path.is_file)
+    in get_kernel, load_kernel, info and test: a package from the Hub could ship one."""
+    metadata = json.loads((qg / "metadata.json").read_text("utf-8"))
+    metadata["digest"]["files"]["a" * 300 + ".json"] = "0" * 64
+    (qg / "metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
+    with pytest.raises(DigestError, match="not a valid package file name"):
+        wk.load_kernel(qg)
+    assert not digests.valid_file_name("a" * 256) and digests.valid_file_name("a" * 255)
+    assert not digests.valid_file_name("/".join(["a" * 200] * 6))  # 1205 characters
+
+
+@pytest.mark.parametrize("target", ["dangling", "a file"])
+def test_digest_never_writes_through_a_symlinked_metadata_json(qg: Path, tmp_path: Path, target: str) -> None:
+    """digest wrote metadata.json through a symbolic link: a dangling one created its target outside
+    the package, and one to a user's file overwrote it."""
+    outside = tmp_path / "outside.json"
+    if target == "a file":
+        outside.write_text('{"important": "user data"}', encoding="utf-8")
+    (qg / "metadata.json").unlink()
+    (qg / "metadata.json").symlink_to(outside)
+    result = CliRunner().invoke(main, ["digest", str(qg)])
+    assert result.exit_code == 0, result.output
+    assert not (qg / "metadata.json").is_symlink() and open_folder(qg).is_verified
+    if target == "a file":
+        assert outside.read_text("utf-8") == '{"important": "user data"}'
+    else:
+        assert not outside.exists()
+    assert [p.name for p in qg.iterdir() if p.name.endswith(".tmp")] == []
+    assert (qg / "metadata.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_the_bytes_a_package_opens_with_are_bounded_before_they_are_read(qg: Path, monkeypatch) -> None:
+    """Every listed file is read and kept: 990 hard links to one 8 MiB file (an 8 MB folder) cost
+    7.9 GB of memory to open, and 3,001 listed files were all read before the file-count refusal."""
+    blob = qg / "blob.npy"
+    np.save(blob, np.zeros(1000, np.float64))  # 8,128 bytes
+    for i in range(5):
+        os.link(blob, qg / f"link{i}.npy")
+    digests.write_metadata(qg)
+    read = []
+    real_read = digests.read_file
+    monkeypatch.setattr(digests, "read_file", lambda root, name: read.append(name) or real_read(root, name))
+    monkeypatch.setattr(digests, "MAX_PACKAGE_BYTES", 30_000)
+    with pytest.raises(DigestError, match="more than 0 MiB together: not a kernel package"):
+        open_folder(qg)
+    assert sum((qg / n).stat().st_size for n in read if n != "metadata.json") <= 30_000  # none past the bound
+
+
+def test_metadata_listing_more_files_than_a_package_holds_is_one_problem(qg: Path) -> None:
+    """120,000 bad entries gave 240,000 schema errors and a two-minute validate."""
+    metadata = json.loads((qg / "metadata.json").read_text("utf-8"))
+    metadata["digest"]["files"] = {f"f{i} bad": "x" for i in range(digests.MAX_PACKAGE_FILES + 1)}
+    problems = digests.schema_problems(metadata)
+    assert len(problems) == 1 and "lists 1001 files, more than a package may hold (1000)" in problems[0].message

@@ -174,3 +174,13 @@ def test_an_output_shape_is_held_to_the_input_size_bound(shape):
     with pytest.raises(ExpressionError, match="elements or more") as info:
         scope_for(manifest)
     assert info.value.where == "outputs[0].shape"
+
+
+def test_an_output_rank_past_64_is_refused_before_any_gpu_work():
+    """Inputs are held to rank 64 but outputs were not: "[1]*65" ran the kernel, then NumPy raised
+    a raw ValueError reading the result."""
+    with pytest.raises(ExpressionError, match="an output of rank 65, more than 64") as info:
+        scope_for(manifest_with_output_shape("[1]*65", "65"))
+    assert info.value.where == "outputs[0].shape"
+    _, outputs = scope_for(manifest_with_output_shape("[1]*64", "64"))
+    assert outputs[0].shape == (1,) * 64

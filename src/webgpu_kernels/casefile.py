@@ -222,7 +222,7 @@ def build_tensor(
             if check_dtype and dtype is not None and dtype_name(array.dtype) != dtype:
                 raise CaseFileError(f"{name} holds {dtype_name(array.dtype)} data, the input is {dtype}",
                                     file=file, json_path=f"{where}.file")  # fmt: skip
-            array = np.array(array, copy=True)
+            array = np.array(array, copy=True, order="C")  # C order: `special` writes through reshape(-1)
         else:
             if dtype is None:
                 raise CaseFileError("no dtype: give 'dtype' here or the case's 'types' for its type variable",
@@ -260,7 +260,7 @@ def build_tensor(
         raise
     except PackageError as exc:
         raise CaseFileError(str(exc), file=file, json_path=where) from None
-    except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError, MemoryError) as exc:
+    except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError, MemoryError, OverflowError) as exc:
         raise CaseFileError(f"{spec.get('file', kind)}: {exc or type(exc).__name__}", file=file, json_path=where) from None
 
 

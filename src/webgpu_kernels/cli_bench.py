@@ -9,6 +9,7 @@ output check and options serve `tune` too (cli_tune.py).
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -37,10 +38,12 @@ from .benchmark import (
     random_array,
     warm_up,
 )  # fmt: skip
+from .case_data import numpy_dtype
 from .casefile import BENCH_FILE, case_name_matches, parse_bench_file
 from .cli import DTYPE_ALIASES, _adapter, _console, _echo_json, _inputs_callback, _jsonable, resolve_kernel
-from .device import default_device, env_count
-from .errors import KernelError
+from .contract import shape_text
+from .device import default_device, env_count, get_device
+from .errors import DeviceLimitError, KernelError
 from .kernel import Kernel
 from .references import max_abs_error, numpy_reference
 
@@ -94,6 +97,14 @@ def _generate(generate: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
+    """The case's random inputs; an input the device could not hold is refused before the host
+    allocates it (a bench.json shape of 10^12 elements had ended in NumPy's raw MemoryError)."""
+    limit = get_device().limits["max-buffer-size"]  # the command's --adapter (default_device)
+    for name, spec in case["inputs"].items():
+        nbytes = math.prod(spec["shape"]) * numpy_dtype(spec["dtype"]).itemsize
+        if nbytes > limit:
+            raise DeviceLimitError(name, f"at most {limit} bytes (the device's maxBufferSize)",
+                                   f"shape {shape_text(spec['shape'])} of {spec['dtype']}, {nbytes} bytes")  # fmt: skip
     rng = np.random.default_rng(seed)
     return {name: random_array(tuple(spec["shape"]), spec["dtype"], rng, spec.get("generate"))
             for name, spec in case["inputs"].items()}  # fmt: skip
@@ -324,15 +335,15 @@ def _warm_up(progress: Progress, device: Any, seconds: float) -> None:
 
 def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache: tuning.TuningCache,
                 copies: dict[int, float], seed: int, variant: str | None = None) -> dict[str, Any]:  # fmt: skip
-    arrays = _arrays(case, seed)
     attrs = case["attrs"]
     row: dict[str, Any] = {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
-                           "dtype": _dtype_label(str(a.dtype) for a in arrays.values()),
-                           "shapes": {k: list(a.shape) for k, a in arrays.items()}, "attrs": attrs}  # fmt: skip
+                           "dtype": _dtype_label(str(numpy_dtype(s["dtype"])) for s in case["inputs"].values()),
+                           "shapes": {k: list(s["shape"]) for k, s in case["inputs"].items()}, "attrs": attrs}  # fmt: skip
     generated = {k: spec["generate"] for k, spec in case["inputs"].items() if "generate" in spec}
     if generated:  # the peers draw their inputs the same way
         row["generate"] = generated
     try:
+        arrays = _arrays(case, seed)
         flops = None if case.get("flops") is None else flop_count(kernel, case["flops"], arrays, attrs=attrs,
                                                                   tunables=case["tunables"] or None)  # fmt: skip
         # The default selection (manifest tunables) or the --variant given, then the tuned choice if
@@ -394,8 +405,8 @@ def _host_per_call(kernels: list[Kernel], calls: int, seed: int) -> list[dict[st
         if not cases:
             continue
         smallest = min(cases, key=lambda c: max(int(np.prod(s["shape"])) for s in c["inputs"].values()))
-        arrays = _arrays(smallest, seed)
         try:
+            arrays = _arrays(smallest, seed)
             stats = host_per_call(kernel, arrays, calls=calls, attrs=smallest["attrs"])
         except KernelError as exc:
             rows.append({"kernel": kernel.op_id, "case": smallest["name"], "error": str(exc)})

@@ -67,12 +67,12 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
         task = progress.add_task("tuning", total=len(work))
         for kernel, case in work:
             progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
-            arrays = _arrays(case, seed)
             # The case's own tunables over the manifest's are where its search starts and what a
             # candidate must beat (a case may name them because the manifest's cannot run it).
             defaults = {**kernel.manifest.tunables, **case["tunables"]}
             # Full timing first: it also brings the GPU to sustained load before the search.
             try:
+                arrays = _arrays(case, seed)
                 default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
             except KernelError as exc:  # a case this device cannot run (bench shows it as an error row)
                 errors += 1

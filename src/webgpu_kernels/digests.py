@@ -18,6 +18,7 @@ import math
 import os
 import re
 import stat
+import tempfile
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -36,6 +37,12 @@ CONTENT_SUFFIXES = (".jinja", ".json", ".npy", ".npz", ".safetensors", ".wgsl")
 MAX_FILE_BYTES = 8 * 1024 * 1024
 #: A package is a handful of files; a folder with more is not a package (or not this one).
 MAX_PACKAGE_FILES = 1000
+#: Bytes the listed files may hold together, all read (and kept) when a package is opened:
+#: 1000 hard links to one 8 MiB file had made an 8 MB folder cost 7.9 GB of memory to open.
+MAX_PACKAGE_BYTES = 512 * 1024 * 1024
+#: Longest package-relative name (and segment): longer ones exist on no common file system, and
+#: asking for one raised a raw OSError (ENAMETOOLONG) from Path.is_file on Python 3.11.
+MAX_NAME_LENGTH, MAX_SEGMENT_LENGTH = 1024, 255
 #: Folder names never scanned (caches, VCS data).
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
 
@@ -80,9 +87,9 @@ def is_content_file(name: str) -> bool:
 
 def valid_file_name(name: str) -> bool:
     """A package-relative POSIX name with no hidden, empty, ``.`` or ``..`` segment."""
-    if not name or "\\" in name or name.startswith("/"):
+    if not name or "\\" in name or name.startswith("/") or len(name) > MAX_NAME_LENGTH:
         return False
-    return all(_NAME_SEGMENT.match(part) for part in name.split("/"))
+    return all(_NAME_SEGMENT.match(part) and len(part.encode()) <= MAX_SEGMENT_LENGTH for part in name.split("/"))
 
 
 def package_files(root: Path) -> list[str]:
@@ -234,6 +241,10 @@ def _metadata_validator() -> Any:
 
 
 def schema_problems(data: Any) -> list[DigestProblem]:
+    files = data.get("digest", {}).get("files") if isinstance(data, dict) and isinstance(data.get("digest"), dict) else None
+    if isinstance(files, dict) and len(files) > MAX_PACKAGE_FILES:  # before the schema walks (and reports) every entry
+        return [DigestProblem(METADATA_FILE, "metadata", f"invalid metadata.json: it lists {len(files)} files, "
+                              f"more than a package may hold ({MAX_PACKAGE_FILES})", "digest.files")]  # fmt: skip
     validator = _metadata_validator()
     problems = []
     for error in sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
@@ -260,17 +271,30 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
     listed: dict[str, str] = metadata["digest"]["files"]
     problems: list[DigestProblem] = []
     verified: dict[str, bytes] = {}
+    total = 0
     for name, want in listed.items():
         where = json_path(["digest", "files", name])
         if not valid_file_name(name):
             problems.append(DigestProblem(name, "metadata", "not a valid package file name", where))
             continue
         path = root / name
-        if not path.is_file():
-            what = ("not a regular file (a device, FIFO or folder), so it is not read" if path.exists()
+        try:
+            is_file, exists = path.is_file(), path.exists()
+        except OSError:  # a name the file system refuses
+            is_file, exists = False, False
+        if not is_file:
+            what = ("not a regular file (a device, FIFO or folder), so it is not read" if exists
                     else f"listed in metadata.json but not in the package ({_REDIGEST} if you removed it)")  # fmt: skip
             problems.append(DigestProblem(name, "missing", what, where))
             continue
+        try:
+            total += path.stat().st_size
+        except OSError:
+            pass  # read_file says what is wrong with it
+        if total > MAX_PACKAGE_BYTES:  # checked before the read: the bytes are kept for the package's life
+            problems.append(DigestProblem(name, "metadata", f"the listed files hold more than {MAX_PACKAGE_BYTES >> 20} "
+                                          "MiB together: not a kernel package", where))  # fmt: skip
+            break
         data = read_file(root, name)
         got = sha256_hex(data)
         if got != want:
@@ -407,9 +431,19 @@ def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]
     if problems:
         raise PackageError(f"{problems[0].json_path or '(root)'}: {problems[0].message}", path=str(root / METADATA_FILE))
     text = json.dumps(metadata, indent=2, ensure_ascii=False) + "\n"
+    # A new file renamed over the old one: writing to the path would follow a metadata.json that is
+    # a symbolic link and create or overwrite its target, outside the package.
     try:
-        (root / METADATA_FILE).write_text(text, encoding="utf-8")
-    except OSError as exc:  # a read-only package folder, a folder named metadata.json
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{METADATA_FILE}.", suffix=".tmp")
+    except OSError as exc:  # a read-only package folder
+        raise PackageError(f"cannot be written: {exc.strerror or exc}", path=str(root / METADATA_FILE)) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the package's metadata from other users
+        os.replace(tmp, root / METADATA_FILE)
+    except OSError as exc:  # a folder named metadata.json
+        Path(tmp).unlink(missing_ok=True)
         raise PackageError(f"cannot be written: {exc.strerror or exc}", path=str(root / METADATA_FILE)) from None
     return metadata, changes
 

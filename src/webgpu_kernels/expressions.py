@@ -42,6 +42,10 @@ NAMESPACES = ("shapes", "ranks", "dtypes", "attrs", "tunables", "device")
 #: Most distinct expressions one package may hold (each is compiled to Python when it loads; the
 #: shipped packages have about 30).
 MAX_EXPRESSIONS = 2048
+#: Most characters of distinct expression source one package may hold: compiling costs about 70 us
+#: a character (CPU machine), and 100 list literals of 1.6 kB (each under the 4096-character bound)
+#: took 12 s to load. The shipped packages hold about 500 characters, the test packages 1.1 kB at most.
+MAX_EXPRESSION_CHARS = 64 * 1024
 
 
 # --- the built-in functions -----------------------------------------------------------------------
@@ -273,6 +277,7 @@ class ExpressionCompiler:
     def __init__(self, known_names: Iterable[str]) -> None:
         self.known_names = frozenset(known_names) | FUNCTION_NAMES | frozenset(NAMESPACES)
         self._cache: dict[str, tuple[Any, tuple[str, ...]]] = {}
+        self._chars = 0  # of the sources in _cache
 
     def compile(self, value: Any, where: str) -> Expression:
         """Compile a manifest value: strings are expressions, anything else a literal."""
@@ -283,8 +288,12 @@ class ExpressionCompiler:
             if len(self._cache) >= MAX_EXPRESSIONS:
                 raise ExpressionSandboxError(f"the package has more than {MAX_EXPRESSIONS} distinct expressions",
                                              expression=value[:80], where=where)  # fmt: skip
+            if self._chars + len(value) > MAX_EXPRESSION_CHARS:
+                raise ExpressionSandboxError(f"the package's expressions hold more than {MAX_EXPRESSION_CHARS} "
+                                             "characters together", expression=value[:80], where=where)  # fmt: skip
             cached = self._compile_source(value, where)
             self._cache[value] = cached
+            self._chars += len(value)
         compiled, references = cached
         return Expression(source=value, where=where, references=references, _compiled=compiled)
 

@@ -75,6 +75,11 @@ def parse_type(text: str) -> WgslType:
     raise LayoutError(f"unsupported uniform field type {text!r} (use u32, i32, f32, f16, vecN<T> or array<T, N>)")
 
 
+#: WebGPU's default maxUniformBufferBindingSize: a struct of 100,000,000,000,000 vec4s had raised
+#: a raw MemoryError in every call, and one of 3e8 took 10 s and 4.8 GB before its LayoutError.
+MAX_UNIFORM_BYTES = 65536
+
+
 def _round_up(k: int, n: int) -> int:
     return -(-n // k) * k
 
@@ -113,6 +118,9 @@ def struct_layout(name: str, fields: list[tuple[str, str]]) -> StructLayout:
         offset += t.size
         align = max(align, t.align)
     size = _round_up(16, _round_up(align, max(offset, 1)))
+    if size > MAX_UNIFORM_BYTES:  # refused when the manifest loads: a call would allocate it first
+        raise LayoutError(f"uniform struct {name!r} needs {size} bytes, more than WebGPU's maxUniformBufferBindingSize "
+                          f"of {MAX_UNIFORM_BYTES} (the limit every device has; the engine asks for no more)")  # fmt: skip
     return StructLayout(name=name, fields=tuple(placed), size=size)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from .contract import MAX_ELEMENTS, CallSignature, default_value_problems, shape_text, too_many_elements
+from .contract import MAX_ELEMENTS, MAX_RANK, CallSignature, default_value_problems, shape_text, too_many_elements
 from .errors import ExpressionError, ManifestError, RankError, shorten
 from .expressions import (
     RESERVED_NAMES,
@@ -181,6 +181,9 @@ class Program:
         if not isinstance(value, (list, tuple)):
             raise ExpressionError(f"an output shape must be a list of integers, got {value!r}",
                                   expression=expr.source, where=expr.where)  # fmt: skip
+        if len(value) > MAX_RANK:  # as inputs are held; NumPy refuses more, after the GPU work had run
+            raise ExpressionError(f"an output of rank {len(value)}, more than {MAX_RANK}", expression=expr.source,
+                                  where=expr.where)  # fmt: skip
         shape = tuple(as_count(d, expr, "an output dimension") for d in value)
         if too_many_elements(shape):  # as inputs are held
             raise ExpressionError(f"an output of shape {shape_text(shape)} has 2^{MAX_ELEMENTS.bit_length() - 1} "
