@@ -582,3 +582,40 @@ def test_renderer_check_compiles_without_rendering(name, source, error):
     with pytest.raises(error) as info:
         renderer.check(name)
     assert info.value.file == name
+
+
+def _with_passes(count: int) -> dict:
+    """The demo manifest whose vec4 variant runs its one pass ``count`` times (pass ids main0...)."""
+    manifest = copy.deepcopy(DEMO_MANIFEST)
+    vec4 = manifest["variants"][0]
+    vec4["passes"] = [{**copy.deepcopy(vec4["passes"][0]), "id": f"main{i}"} for i in range(count)]
+    return manifest
+
+
+def test_the_passes_of_one_call_share_one_render_budget(write_package):
+    """Each pass had a budget of its own, so twelve passes over one slow template took twelve
+    budgets (73 s). A template using 60% of the work budget renders once, not twice per call."""
+    heavy = "{% for i in range(100000) %}{% endfor %}" * 3 + "\n"  # an empty iteration costs 1 unit: 300,000
+    one = wk.load_kernel(write_package(_with_passes(1), {SHADER: heavy + DEMO_TEMPLATE}))
+    assert list(one.render({"X": wk.TensorMeta((8,), "float32")})) == ["main0"]
+    two = wk.load_kernel(write_package(_with_passes(2), {SHADER: heavy + DEMO_TEMPLATE}))
+    with pytest.raises(errors.TemplateSandboxError, match="more than 500000 units of work"):
+        two.render({"X": wk.TensorMeta((8,), "float32")})
+
+
+def test_a_package_loads_a_bounded_amount_of_template_source(write_package):
+    """Compiling costs about 60 us a byte, outside the render deadline: six 125 KB templates took
+    42 s to render once. Templates are held to 64 KiB each and 256 KiB together."""
+    from webgpu_kernels.templates import MAX_PACKAGE_TEMPLATE_BYTES, MAX_TEMPLATE_BYTES
+
+    padding = "{# " + "x" * (MAX_TEMPLATE_BYTES - len(DEMO_TEMPLATE) - 200) + " #}\n"
+    manifest = _with_passes(5)
+    templates = {}
+    for i, p in enumerate(manifest["variants"][0]["passes"]):
+        p["shader"] = f"t{i}.wgsl.jinja"
+        templates[p["shader"]] = padding + DEMO_TEMPLATE
+    assert 4 * len(padding + DEMO_TEMPLATE) <= MAX_PACKAGE_TEMPLATE_BYTES < 5 * len(padding + DEMO_TEMPLATE)
+    kernel = wk.load_kernel(write_package(manifest, templates))
+    with pytest.raises(errors.TemplateSandboxError, match="templates hold more than 262144 bytes together") as info:
+        kernel.render({"X": wk.TensorMeta((8,), "float32")})
+    assert info.value.file == "t4.wgsl.jinja"

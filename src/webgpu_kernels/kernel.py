@@ -265,7 +265,7 @@ class Kernel:
             signature, variant = (self._tuned_choice(_metas(inputs), attrs, signature, device, check=True)
                                   or (signature, None))  # fmt: skip
         _, resolved, scope = self._resolve(signature, variant, device.info)
-        return {r.pass_id: self.renderer.render(r, scope) for r in resolved}
+        return dict(zip((r.pass_id for r in resolved), self.renderer.render_passes(resolved, scope), strict=True))
 
     def work_key(
         self,
@@ -281,8 +281,9 @@ class Kernel:
         tunable the chosen variant never reads changes nothing). No pipeline is built."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         (chosen, _), resolved, scope = self._resolve(signature, variant, device.info)
-        return (chosen.variant.id, *((self.renderer.render(r, scope), r.threads, r.workgroup_size,
-                                      tuple(b.uniform_bytes for b in r.bindings)) for r in resolved))  # fmt: skip
+        wgsl = self.renderer.render_passes(resolved, scope)
+        return (chosen.variant.id, *((text, r.threads, r.workgroup_size, tuple(b.uniform_bytes for b in r.bindings))
+                                     for r, text in zip(resolved, wgsl, strict=True)))  # fmt: skip
 
     def plan(
         self,
@@ -394,9 +395,9 @@ class Kernel:
         (chosen, outputs), resolved, scope = self._resolve(signature, forced, device.info)
         variant_id = chosen.variant.id
         self._check_device(signature, variant_id, outputs, resolved, device)
-        passes = tuple(
-            build_pass(device, r, self.renderer.render(r, scope), kernel=self.op_id, variant=variant_id) for r in resolved
-        )
+        wgsl = self.renderer.render_passes(resolved, scope)
+        passes = tuple(build_pass(device, r, text, kernel=self.op_id, variant=variant_id)
+                       for r, text in zip(resolved, wgsl, strict=True))  # fmt: skip
         plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs, tunables=signature.tunable_map())
         with self._lock:
             self._plans[key] = plan

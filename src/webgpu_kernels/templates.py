@@ -14,6 +14,7 @@ import difflib
 import math
 import operator
 import re
+import threading
 import types
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -41,7 +42,11 @@ from .sandbox import (
 )  # fmt: skip
 
 #: Longest template source, in characters.
-MAX_TEMPLATE_BYTES = 256 * 1024
+MAX_TEMPLATE_BYTES = 64 * 1024
+#: Template source one package may load in all (compiling costs about 60 us a byte, outside the
+#: render deadline: 250 KB of `{{ a }}` took 15 s, six 125 KB templates 42 s). The shipped
+#: templates are 4-8 KB.
+MAX_PACKAGE_TEMPLATE_BYTES = 256 * 1024
 #: Longest rendered WGSL, in characters (also the longest string a template may build).
 MAX_RENDERED_BYTES = 1024 * 1024
 #: Most items a template's list or ``range`` may hold, and the most iterations of one loop.
@@ -464,6 +469,8 @@ class PackageLoader(BaseLoader):
 
     def __init__(self, read: Callable[[str], str]) -> None:
         self._read = read
+        self._sizes: dict[str, int] = {}  # of the templates loaded, by name (reloads count once)
+        self._lock = threading.Lock()
 
     def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
         _check_template_name(template)  # TemplateSandbox checked it already; the loader holds on its own
@@ -475,6 +482,12 @@ class PackageLoader(BaseLoader):
             raise TemplateNotFound(template) from None
         if len(source) > MAX_TEMPLATE_BYTES:
             raise TemplateSandboxError(f"template larger than {MAX_TEMPLATE_BYTES} bytes", file=template)
+        with self._lock:
+            total = sum(size for name, size in self._sizes.items() if name != template) + len(source)
+            if total > MAX_PACKAGE_TEMPLATE_BYTES:
+                raise TemplateSandboxError(f"the package's templates hold more than {MAX_PACKAGE_TEMPLATE_BYTES} "
+                                           "bytes together", file=template)  # fmt: skip
+            self._sizes[template] = len(source)
         return source, template, lambda: True
 
 
