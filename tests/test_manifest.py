@@ -329,8 +329,16 @@ def test_an_identifier_ending_in_a_newline_is_refused(change, where):
     """jsonschema reads `pattern` with Python's re.search, where `$` also matches before a final
     newline: "main\\n" passed as an identifier and failed at the first call, as a missing entry point."""
     problems = check_manifest(mutate(QG, change))
-    assert any(p.json_path.startswith(where) and "does not match" in p.detail for p in problems), problems
+    assert any(p.json_path.startswith(where) and ("does not match" in p.detail or "is not what this field takes" in p.detail)
+               for p in problems), problems  # fmt: skip
     assert not check_manifest(seed(QG))
+
+
+def test_a_pattern_error_says_what_the_field_takes_not_its_regex():
+    """A bad literal elementType printed the schema's 400-character regex (truncated)."""
+    problems = check_manifest(mutate(QG, lambda d: d["variants"][0]["passes"][0]["bindings"][0].update(elementType="f33")))
+    detail = next(p.detail for p in problems if p.json_path.endswith("elementType"))
+    assert detail == "'f33' is not what this field takes: WGSL element type (f32, vec4<f16>, ...) or a \"$constant\" reference."
 
 
 @pytest.mark.parametrize("section, name, value, fragment", [

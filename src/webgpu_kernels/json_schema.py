@@ -26,7 +26,12 @@ def _end_anchored(pattern: str) -> re.Pattern[str]:
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
     if validator.is_type(instance, "string") and not _end_anchored(pattern).search(instance):
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+        # The field's description says what is expected; a 400-character regex says it to no one.
+        description = schema.get("description") if isinstance(schema, dict) else None
+        if isinstance(description, str) and description:
+            yield ValidationError(f"{instance!r} is not what this field takes: {description}")
+        else:
+            yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def validator(schema: dict[str, Any]) -> Any:
