@@ -481,3 +481,16 @@ def test_a_template_including_an_unlisted_file_is_invalid_as_every_call_refuses_
     report = validate_package(qg)  # includes are resolved when templates render, which --no-gpu skips
     assert not report.ok
     assert any("helpers.txt" in p.message and "not listed in metadata.json" in p.message for p in report.problems), report.problems
+
+
+def test_a_misspelt_dollar_reference_is_reported_once(qg: Path) -> None:
+    """`"$scalr"` gave two errors at one place: check_manifest's, then the program compile's."""
+    def misspell(m):
+        m["variants"][1]["passes"][0]["bindings"] = [dict(b) for b in m["bindingSets"]["scalarTail"]]
+        m["variants"][1]["passes"][0]["bindings"][0]["elementType"] = "$scalr"
+
+    edit_json(qg / "manifest.json", misspell)
+    digests.write_metadata(qg)
+    report = validate_package(qg, gpu=False)
+    at = [p for p in report.problems if p.json_path == "variants[1].passes[0].bindings[0].elementType"]
+    assert [p.message for p in at] == ["'$scalr' names no constant of this variant"], report.problems

@@ -120,7 +120,9 @@ def validate_package(
             try:
                 program = compile_program(manifest)
             except (ManifestError, ExpressionError) as exc:  # what check_expressions missed, if anything
-                out.error(MANIFEST_FILE, getattr(exc, "json_path", getattr(exc, "where", "")), str(exc))
+                where = getattr(exc, "json_path", getattr(exc, "where", ""))
+                if not any(p.file == MANIFEST_FILE and p.json_path == where for p in out.problems):  # said once
+                    out.error(MANIFEST_FILE, where, str(exc))
     # The program compiled above serves every case below (None: the manifest's own errors are
     # reported, and the cases' output shapes and flops are not evaluated).
     if manifest is not None and program is None:
