@@ -278,6 +278,15 @@ def test_a_misspelt_template_name_suggests_the_one_meant(write_package):
     assert "did you mean" not in str(info.value)
 
 
+@pytest.mark.parametrize("name", ["shapes", "ranks", "device"])
+def test_an_expression_namespace_in_a_template_says_templates_do_not_see_it(write_package, name):
+    """It had read "'shapes' is undefined (did you mean 'same'?)"."""
+    kernel = demo_with_template(write_package, f"// {{{{ {name}.X }}}}\n" + DEMO_TEMPLATE)
+    with pytest.raises(errors.TemplateError, match=rf"'{name}' is undefined \(the expression namespace '{name}' is not "
+                                                   r"in the template contract: .*source\.inputs or a constant"):  # fmt: skip
+        kernel.render({"X": meta((3,), f32)})
+
+
 def test_missing_template_file(write_package):
     manifest = json.loads(json.dumps(DEMO_MANIFEST))
     root = write_package(manifest, {})

@@ -459,9 +459,17 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = ()) -> Ke
         return TemplateSandboxError(f"refused by the sandbox: {reason}", file=where, line=line)
     line = _template_line(exc.__traceback__, shader)
     misspelt = _UNDEFINED_NAME.match(str(exc)) if isinstance(exc, UndefinedError) else None
-    close = difflib.get_close_matches(misspelt[1], list(names), n=1) if misspelt else []
+    names = list(names)
+    close = difflib.get_close_matches(misspelt[1], names, n=1) if misspelt else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if misspelt and misspelt[1] in TEMPLATE_HIDDEN_NAMESPACES and misspelt[1] not in names:
+        hint = (f" (the expression namespace {misspelt[1]!r} is not in the template contract: give the template "
+                "what it needs through the pass's source.inputs or a constant; docs/format.md, Template contract)")
     return TemplateError(f"{type(exc).__name__}: {exc}{hint}", file=shader, line=line)
+
+
+#: Expression namespaces a template does not see (it sees attrs, tunables and dtypes by those names).
+TEMPLATE_HIDDEN_NAMESPACES = frozenset({"shapes", "ranks", "device"})
 
 
 class PackageLoader(BaseLoader):
