@@ -288,7 +288,8 @@ class ExpressionCompiler:
             if len(self._cache) >= MAX_EXPRESSIONS:
                 raise ExpressionSandboxError(f"the package has more than {MAX_EXPRESSIONS} distinct expressions",
                                              expression=value[:80], where=where)  # fmt: skip
-            if self._chars + len(value) > MAX_EXPRESSION_CHARS:
+            # (an expression too long on its own gets that error from _compile_source instead)
+            if self._chars + len(value) > MAX_EXPRESSION_CHARS and len(value) <= MAX_SEQUENCE_LENGTH:
                 raise ExpressionSandboxError(f"the package's expressions hold more than {MAX_EXPRESSION_CHARS} "
                                              "characters together", expression=value[:80], where=where)  # fmt: skip
             cached = self._compile_source(value, where)
