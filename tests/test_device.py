@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -47,15 +48,22 @@ def test_a_forked_child_is_refused_instead_of_hanging(device):
     and the parent is unaffected."""
     kernel = wk.get_kernel("com.microsoft.QuickGelu")
     x = np.linspace(-3, 3, 64, dtype=np.float32)
-    kept = wk.to_gpu(x)
+    kept, dropped = wk.to_gpu(x), wk.to_gpu(x)
     kernel({"X": x})  # the plan is cached in the parent too
+    # Another of the parent's threads holds the device's lock as the process forks: the child's
+    # copy of that lock stays held for good, so nothing there may wait for it.
+    held, done = threading.Event(), threading.Event()
+    holder = threading.Thread(target=lambda: (device.lock.acquire(), held.set(), done.wait(), device.lock.release()))
+    holder.start()
+    held.wait()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report each attempt's outcome, never run pytest's teardown
         try:
             outcomes = []
             for attempt in (lambda: kernel({"X": x}), kept.numpy, lambda: wk.to_gpu(x), wk.get_device,
-                            lambda: wk.get_device("vulkan"), lambda: copy.copy(kept)):  # fmt: skip
+                            lambda: wk.get_device("vulkan"), lambda: copy.copy(kept),
+                            lambda: dropped.release() or wk.empty_cache()):  # fmt: skip
                 try:
                     attempt()
                     outcomes.append("ran")
@@ -66,6 +74,8 @@ def test_a_forked_child_is_refused_instead_of_hanging(device):
             os.write(write, json.dumps(outcomes).encode())
         finally:
             os._exit(0)
+    done.set()
+    holder.join()
     os.close(write)
     deadline, ended = time.monotonic() + 60, False
     while not ended and time.monotonic() < deadline:
@@ -76,7 +86,8 @@ def test_a_forked_child_is_refused_instead_of_hanging(device):
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung")
     with os.fdopen(read) as pipe:
-        assert json.loads(pipe.read()) == ["forked"] * 6
+        assert json.loads(pipe.read()) == ["forked"] * 7  # release() returns; empty_cache() refuses
     expected = x / (1 + np.exp(-1.702 * x.astype(np.float64)))
     np.testing.assert_allclose(kernel({"X": kept})["Y"], expected, rtol=1e-5, atol=1e-6)  # the parent still works
     kept.release()
+    dropped.release()

@@ -450,7 +450,15 @@ def test_digest_never_writes_through_a_symlinked_metadata_json(qg: Path, tmp_pat
     else:
         assert not outside.exists()
     assert [p.name for p in qg.iterdir() if p.name.endswith(".tmp")] == []
-    assert (qg / "metadata.json").stat().st_mode & 0o777 == 0o644
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (qg / "metadata.json").stat().st_mode & 0o777 == 0o666 & ~umask  # a new file, as open() makes one
+
+
+def test_digest_keeps_the_permissions_of_the_metadata_json_it_replaces(qg: Path) -> None:
+    (qg / "metadata.json").chmod(0o664)  # group-writable: a shared checkout
+    digests.write_metadata(qg)
+    assert (qg / "metadata.json").stat().st_mode & 0o777 == 0o664
 
 
 def test_the_bytes_a_package_opens_with_are_bounded_before_they_are_read(qg: Path, monkeypatch) -> None:

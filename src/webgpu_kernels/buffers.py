@@ -249,6 +249,8 @@ class DeviceMemory:
 
     def release(self, buffer: Any) -> None:
         """Give a buffer back to the pool; the oldest free buffers beyond the cap are destroyed."""
+        if self.forked:  # a forked child must not touch its parent's device (device._after_fork_in_child)
+            return
         with self.lock:
             if self._collected:
                 self._pool_collected()

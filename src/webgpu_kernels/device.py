@@ -95,6 +95,7 @@ def _after_fork_in_child() -> None:
     _forked = True
     for device in _devices.values():
         device.memory.forked = True
+        device.lock = device.memory.lock = threading.RLock()  # another thread of the parent may have held it
     _devices.clear()
     _requested.clear()
     _default, _adapters, _lock = None, None, threading.RLock()

@@ -17,8 +17,8 @@ import json
 import math
 import os
 import re
+import secrets
 import stat
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -288,14 +288,18 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
             problems.append(DigestProblem(name, "missing", what, where))
             continue
         try:
-            total += path.stat().st_size
+            total += min(path.stat().st_size, MAX_FILE_BYTES + 1)  # one file too large: read_file says so
         except OSError:
             pass  # read_file says what is wrong with it
         if total > MAX_PACKAGE_BYTES:  # checked before the read: the bytes are kept for the package's life
             problems.append(DigestProblem(name, "metadata", f"the listed files hold more than {MAX_PACKAGE_BYTES >> 20} "
                                           "MiB together: not a kernel package", where))  # fmt: skip
             break
-        data = read_file(root, name)
+        try:
+            data = read_file(root, name)
+        except PackageError as exc:  # larger than MAX_FILE_BYTES, unreadable: validate had crashed on it
+            problems.append(DigestProblem(name, "missing", exc.detail, where))
+            continue
         got = sha256_hex(data)
         if got != want:
             problems.append(DigestProblem(name, "mismatch",
@@ -402,6 +406,37 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[
     return metadata, changes
 
 
+def _replace_file(path: Path, text: str) -> None:
+    """Write ``path`` as a new file renamed over the old one: writing to the path would follow a
+    metadata.json that is a symbolic link and create or overwrite its target, outside the package.
+    The new file takes the old one's permissions (or the umask's); in a folder that only lets the
+    existing file be written, that regular file is written in place."""
+    try:
+        old_mode = stat.S_IMODE(os.lstat(path).st_mode) if path.is_file() and not path.is_symlink() else None
+    except OSError:
+        old_mode = None
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")  # hidden: never a package file
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+    except OSError as exc:
+        if old_mode is None:  # a read-only folder and no regular file to write into
+            raise PackageError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as again:
+            raise PackageError(f"cannot be written: {again.strerror or again}", path=str(path)) from None
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        if old_mode is not None:
+            os.chmod(tmp, old_mode)
+        os.replace(tmp, path)
+    except OSError as exc:  # a folder named metadata.json
+        tmp.unlink(missing_ok=True)
+        raise PackageError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
+
+
 def _is_version(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
@@ -431,20 +466,7 @@ def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]
     if problems:
         raise PackageError(f"{problems[0].json_path or '(root)'}: {problems[0].message}", path=str(root / METADATA_FILE))
     text = json.dumps(metadata, indent=2, ensure_ascii=False) + "\n"
-    # A new file renamed over the old one: writing to the path would follow a metadata.json that is
-    # a symbolic link and create or overwrite its target, outside the package.
-    try:
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{METADATA_FILE}.", suffix=".tmp")
-    except OSError as exc:  # a read-only package folder
-        raise PackageError(f"cannot be written: {exc.strerror or exc}", path=str(root / METADATA_FILE)) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the package's metadata from other users
-        os.replace(tmp, root / METADATA_FILE)
-    except OSError as exc:  # a folder named metadata.json
-        Path(tmp).unlink(missing_ok=True)
-        raise PackageError(f"cannot be written: {exc.strerror or exc}", path=str(root / METADATA_FILE)) from None
+    _replace_file(root / METADATA_FILE, text)
     return metadata, changes
 
 

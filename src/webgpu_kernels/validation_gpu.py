@@ -24,6 +24,7 @@ from .errors import (
 )
 from .manifest import Manifest
 from .package import MANIFEST_FILE, KernelPackage
+from .sandbox import render_budget
 from .validation_report import (
     ERROR,
     WARNING,
@@ -169,15 +170,19 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 except DeviceLimitError as exc:  # this adapter's limits, not the package's fault: a warning
                     refusals.setdefault(str(exc), []).append(vid)
                     break
-            for p_index, r in enumerate(resolved):
-                try:
-                    wgsl = renderer.render(r, inner)
-                except TemplateError as exc:
-                    cov.failed += 1
-                    out.error(exc.file, shader_path(manifest, cv.variant.index, p_index),
-                              f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}: {exc.detail}",
-                              variant=vid, dtype=label, line=exc.line, case=call.case)  # fmt: skip
-                    continue
+            rendered = []
+            with render_budget():  # as a call renders them: the variant's passes share one budget
+                for p_index, r in enumerate(resolved):
+                    try:
+                        rendered.append((p_index, r, renderer.render(r, inner)))
+                    except TemplateError as exc:
+                        cov.failed += 1
+                        out.error(exc.file, shader_path(manifest, cv.variant.index, p_index),
+                                  f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}"
+                                  + (f" (its {len(resolved)} passes share one render budget)" if len(resolved) > 1 else "")
+                                  + f": {exc.detail}", variant=vid, dtype=label, line=exc.line, case=call.case)  # fmt: skip
+                        break  # a call stops here too; later passes would meet a spent budget
+            for p_index, r, wgsl in rendered:  # compiled after: compiling is no render time
                 done = compiled.setdefault((vid, label), set())
                 if wgsl in done:
                     continue
