@@ -357,8 +357,9 @@ def test_a_long_cycle_does_not_multiply_its_error_text():
     (twice: the ExpressionError and the failed value's hint), so a call holds N x N x len(name)
     characters: 200 entries of 400-character names hold 17 M characters per call; 600 of 2,000
     (a 2.4 MB manifest) 728 M characters and 0.75 GB; an 8 MB manifest allows about 8 G characters.
-    The text of one entry's error should be bounded."""
-    n, length = 200, 400
+    The text of one entry's error should be bounded. (150 entries: the package's expressions are
+    held to 64 KiB of source together.)"""
+    n, length = 150, 400
     names = [f"d{i}_" + "x" * length for i in range(n)]
     scope, _ = call_scope(manifest([("Y", "shapes.X", "3")], {names[i]: names[(i + 1) % n] for i in range(n)}))
     assert max(len(hint(scope[name])) for name in names) < 20_000
@@ -367,8 +368,9 @@ def test_a_long_cycle_does_not_multiply_its_error_text():
 def test_a_failed_chain_does_not_nest_its_error_text():
     """Found in review (security: memory; predates e416912). An entry that reads a failed one embeds that
     entry's whole error in its own, so a chain of N failing entries holds O(N^2) characters:
-    400 entries of 400-character names: 103 M characters per call."""
-    n, length = 200, 400
+    400 entries of 400-character names: 103 M characters per call. (150 here: the expression
+    source bound.)"""
+    n, length = 150, 400
     names = [f"d{i}_" + "x" * length for i in range(n)]
     derive = {names[0]: "dim(shapes.X, 99)", **{names[i]: names[i - 1] + " + 1" for i in range(1, n)}}
     scope, _ = call_scope(manifest([("Y", "shapes.X", "3")], derive))
