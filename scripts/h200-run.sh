@@ -25,7 +25,7 @@
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
-#     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors
+#     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors filelock
 set -uo pipefail
 source scripts/gpu-preamble.sh
 export COLUMNS=250 WEBGPU_KERNELS_TUNING_DIR=/tmp/tuning WEBGPU_KERNELS_PEER_TIMEOUT=220
