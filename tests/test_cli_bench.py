@@ -748,7 +748,7 @@ def test_a_steady_large_case_and_any_small_one_are_timed_once(monkeypatch: pytes
 @pytest.mark.parametrize("command", ["bench", "tune"])
 def test_a_bench_case_the_device_cannot_hold_is_an_error_row_not_an_allocation(runner, tmp_path, command):
     """A bench.json shape of 10^12 elements made bench and tune allocate it on the host first: a raw
-    NumPy MemoryError ("Unable to allocate 3.64 TiB"), before any device limit was looked at."""
+    NumPy MemoryError, before any device limit was looked at."""
     from webgpu_kernels import digests
 
     package = copy_package(QG, tmp_path / "qg")

@@ -346,8 +346,8 @@ def test_an_undefined_value_inside_a_list_fails_where_it_is_evaluated():
 
 
 def test_a_package_holds_a_bounded_amount_of_expression_text():
-    """Each expression is held to 4096 characters, but 100 list literals of 1.6 kB took 12 s to
-    compile (about 70 us a character) and 2000 of 3.6 kB 92 s: the package's total is bounded too."""
+    """Each expression is held to 4096 characters, but 100 list literals of about 2.3 kB took 12 s to
+    compile (about 50 us a character, CPU machine): the package's total is bounded too."""
     from webgpu_kernels.errors import ExpressionSandboxError
     from webgpu_kernels.expressions import MAX_EXPRESSION_CHARS
 

@@ -38,7 +38,7 @@ MAX_FILE_BYTES = 8 * 1024 * 1024
 #: A package is a handful of files; a folder with more is not a package (or not this one).
 MAX_PACKAGE_FILES = 1000
 #: Bytes the listed files may hold together, all read (and kept) when a package is opened:
-#: 1000 hard links to one 8 MiB file had made an 8 MB folder cost 7.9 GB of memory to open.
+#: hard links to one 8 MiB file let a folder of a few MB cost gigabytes of memory to open.
 MAX_PACKAGE_BYTES = 512 * 1024 * 1024
 #: Longest package-relative name (and segment): longer ones exist on no common file system, and
 #: asking for one raised a raw OSError (ENAMETOOLONG) from Path.is_file on Python 3.11.

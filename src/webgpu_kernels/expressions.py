@@ -42,8 +42,8 @@ NAMESPACES = ("shapes", "ranks", "dtypes", "attrs", "tunables", "device")
 #: Most distinct expressions one package may hold (each is compiled to Python when it loads; the
 #: shipped packages have about 30).
 MAX_EXPRESSIONS = 2048
-#: Most characters of distinct expression source one package may hold: compiling costs about 70 us
-#: a character (CPU machine), and 100 list literals of 1.6 kB (each under the 4096-character bound)
+#: Most characters of distinct expression source one package may hold: compiling costs about 50 us
+#: a character (CPU machine), and 100 list literals of about 2.3 kB (each under the 4096-character bound)
 #: took 12 s to load. The shipped packages hold about 500 characters, the test packages 1.1 kB at most.
 MAX_EXPRESSION_CHARS = 64 * 1024
 

@@ -76,7 +76,7 @@ def parse_type(text: str) -> WgslType:
 
 
 #: WebGPU's default maxUniformBufferBindingSize: a struct of 100,000,000,000,000 vec4s had raised
-#: a raw MemoryError in every call, and one of 3e8 took 10 s and 4.8 GB before its LayoutError.
+#: a raw MemoryError in every call, and smaller huge ones allocated gigabytes before their LayoutError.
 MAX_UNIFORM_BYTES = 65536
 
 

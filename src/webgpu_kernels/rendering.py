@@ -207,7 +207,7 @@ class TemplateRenderer:
 
     def render_passes(self, resolved: Sequence[ResolvedPass], scope: Mapping[str, Any]) -> list[str]:
         """Every pass of one variant under one render budget: the passes share its deadline and
-        work units (twelve passes over one slow template had taken twelve budgets, 73 s)."""
+        work units (each pass had had a budget of its own)."""
         with render_budget():
             return [self.render(r, scope) for r in resolved]
 

@@ -43,8 +43,8 @@ from .sandbox import (
 
 #: Longest template source, in characters.
 MAX_TEMPLATE_BYTES = 64 * 1024
-#: Template source one package may load in all (compiling costs about 60 us a byte, outside the
-#: render deadline: 250 KB of `{{ a }}` took 15 s, six 125 KB templates 42 s). The shipped
+#: Template source one package may load in all (compiling grows with the source and runs outside
+#: the render deadline, so many large templates could take minutes). The shipped
 #: templates are 4-8 KB.
 MAX_PACKAGE_TEMPLATE_BYTES = 256 * 1024
 #: Longest rendered WGSL, in characters (also the longest string a template may build).
