@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .buffers import padded_size, translate_gpu_errors
-from .errors import DeviceLostError, TensorReleasedError
+from .buffers import FORKED, padded_size, translate_gpu_errors
+from .errors import DeviceError, DeviceLostError, TensorReleasedError
 
 if TYPE_CHECKING:
     from .device import Device
@@ -79,6 +79,8 @@ class GpuTensor:
     def numpy(self) -> np.ndarray:
         """Copy the tensor to a new NumPy array (submits any recorded work first)."""
         buffer = self.buffer
+        if self._device.memory.forked:  # a tensor the parent made (calls refuse in get_device instead)
+            raise DeviceError(FORKED)
         if self._device.lost:  # the read would say "the next call opens a new one", which never helps this tensor
             raise DeviceLostError(f"cannot read {LOST_TENSOR}")
         out = np.empty(self.shape, dtype=self.dtype)
@@ -105,6 +107,8 @@ class GpuTensor:
         """A new tensor with this one's data in a buffer of its own, copied on the device. (A copy
         sharing the buffer would give it back to the pool while this tensor still used it.)"""
         source, memory, size = self.buffer, self._device.memory, self._bound_bytes
+        if memory.forked:
+            raise DeviceError(FORKED)
         with translate_gpu_errors("copying a GPU tensor", memory), self._device.lock:
             target = memory.acquire(self._nbytes)
             try:
