@@ -1,0 +1,45 @@
+"""Does forking a process that has an open device break the parent's device? (H200 hang hunt)
+
+    python3 scripts/fork_probe.py [child-work] [uploads]
+
+child-work: none (the child exits at once) | call (the child makes a call, refused as FORKED)
+The parent then uploads `uploads` 152 MB tables (CLIP's f32 embedding) and makes a call after each;
+each step prints as it ends, so a hang shows where it stuck."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+import webgpu_kernels as wk
+
+child_work = sys.argv[1] if len(sys.argv) > 1 else "none"
+uploads = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+kernel = wk.get_kernel("com.microsoft.QuickGelu")
+x = np.linspace(-3, 3, 4096, dtype=np.float32)
+print("before fork:", float(kernel({"X": x})["Y"][-1]), flush=True)
+pid = os.fork()
+if pid == 0:
+    if child_work == "call":
+        try:
+            kernel({"X": x})
+        except wk.errors.DeviceError as exc:
+            os.write(1, f"child refused: {str(exc)[:60]}\n".encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print("child done", flush=True)
+table = np.random.default_rng(1).standard_normal((49408, 768), dtype=np.float32)
+limit = wk.get_device().limits["max-storage-buffer-binding-size"]
+if table.nbytes > limit:
+    table = np.ascontiguousarray(table[:, :512])
+for i in range(uploads):
+    t0 = time.perf_counter()
+    t = wk.to_gpu(table)
+    y = kernel({"X": x})["Y"]
+    back = t.numpy()
+    print(f"upload {i}: {time.perf_counter() - t0:.2f} s, round trip equal {np.array_equal(back, table)}, call {float(y[-1]):.4f}", flush=True)
+    t.release()
+print("parent fine")
