@@ -33,7 +33,9 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def quick_gelu(x: np.ndarray, alpha: float = 1.702) -> np.ndarray:
-    """QuickGelu: ``x * sigmoid(alpha * x)``, in float64 (IEEE: -inf * 0 is NaN)."""
+    """QuickGelu: ``x * sigmoid(alpha * x)``, in float64 (IEEE: -inf * 0 is NaN), with ``alpha``
+    the float32 an ONNX float attribute holds (1e-50 is 0)."""
+    alpha = float(np.float32(alpha))
     x64 = np.asarray(x).astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         return x64 * sigmoid(alpha * x64)

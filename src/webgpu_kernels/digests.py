@@ -208,6 +208,23 @@ def decode_json(data: bytes) -> Any:
         raise ValueError(f"invalid JSON: {str(exc)[:200]}") from None
 
 
+class ReadBudget:
+    """What a package's files may hold together (MAX_PACKAGE_BYTES), charged before each read:
+    the bytes are kept for the package's life. One budget per opening, shared by every reader."""
+
+    def __init__(self, used: int = 0) -> None:
+        self.used = used
+
+    def admits(self, path: Path) -> bool:
+        """Charge ``path``'s size (capped: read_file refuses a file past MAX_FILE_BYTES itself);
+        False once the package holds more than the bound."""
+        try:
+            self.used += min(path.stat().st_size, MAX_FILE_BYTES + 1)
+        except OSError:
+            pass  # read_file says what is wrong with it
+        return self.used <= MAX_PACKAGE_BYTES
+
+
 def read_json(root: Path, name: str) -> Any:
     """A package JSON file, decoded (PackageError naming the file when it cannot be)."""
     try:
@@ -271,7 +288,7 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
     listed: dict[str, str] = metadata["digest"]["files"]
     problems: list[DigestProblem] = []
     verified: dict[str, bytes] = {}
-    total = 0
+    budget = ReadBudget()
     for name, want in listed.items():
         where = json_path(["digest", "files", name])
         if not valid_file_name(name):
@@ -287,11 +304,7 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
                     else f"listed in metadata.json but not in the package ({_REDIGEST} if you removed it)")  # fmt: skip
             problems.append(DigestProblem(name, "missing", what, where))
             continue
-        try:
-            total += min(path.stat().st_size, MAX_FILE_BYTES + 1)  # one file too large: read_file says so
-        except OSError:
-            pass  # read_file says what is wrong with it
-        if total > MAX_PACKAGE_BYTES:  # checked before the read: the bytes are kept for the package's life
+        if not budget.admits(path):
             problems.append(DigestProblem(name, "metadata", f"the listed files hold more than {MAX_PACKAGE_BYTES >> 20} "
                                           "MiB together: not a kernel package", where))  # fmt: skip
             break

@@ -260,6 +260,7 @@ class Kernel:
     ) -> dict[str, str]:
         """The WGSL of each pass (by pass id) of the variant a call with these inputs would run (a
         stored tuning result included, when neither ``variant`` nor ``tunables`` is given)."""
+        self._check_variant_arg(variant)
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         if variant is None and not tunables:
             signature, variant = (self._tuned_choice(_metas(inputs), attrs, signature, device, check=True)
@@ -279,6 +280,7 @@ class Kernel:
         """What the GPU is given for this call, pass by pass: the WGSL, the threads and workgroup
         size, the uniform bytes. Calls with equal keys do the same work: the tuner times one (a
         tunable the chosen variant never reads changes nothing). No pipeline is built."""
+        self._check_variant_arg(variant)
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         (chosen, _), resolved, scope = self._resolve(signature, variant, device.info)
         wgsl = self.renderer.render_passes(resolved, scope)
@@ -317,7 +319,7 @@ class Kernel:
             raise InputError("variant", f"a variant id, one of {self.variants}", f"{type(forced).__name__} {forced!r}")
 
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
-        self._check_variant_arg(forced)  # render and work_key come here directly
+        """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller."""
         scope, outputs = self.program.call_scope(signature, info)
         selection = select_variant(self.program.variants, scope, forced=forced, definitions=self.program.definitions)
         try:

@@ -77,8 +77,9 @@ def quick_gelu(inputs: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> di
     branch and gives NaN. IEEE semantics are kept, so the values match the plain formula
     ``x / (1 + exp(-alpha * x))``: ``x = -inf`` gives ``-inf * 0 = NaN``, ``x = +inf`` gives ``inf``,
     a large negative ``x`` gives ``-0``, and ``alpha = 0`` with ``x = ±inf`` gives NaN (``0 * inf``).
+    ``alpha`` is rounded to float32 first, as ONNX holds a float attribute (so 1e-50 is 0).
     """
-    alpha = float(attrs.get("alpha", QUICK_GELU_ALPHA))
+    alpha = float(np.float32(attrs.get("alpha", QUICK_GELU_ALPHA)))
     x = _f64(inputs["X"])
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         z = alpha * x

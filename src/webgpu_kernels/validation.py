@@ -34,7 +34,7 @@ from . import casefile
 from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
 from .contract import default_value_problems
-from .digests import MAX_PACKAGE_BYTES, METADATA_FILE, DigestProblem, inspect_package, read_file
+from .digests import METADATA_FILE, DigestProblem, ReadBudget, inspect_package, read_file
 from .errors import (
     AdapterNotFoundError,
     DeviceError,
@@ -172,17 +172,15 @@ def _as_opened(package: KernelPackage, metadata: dict[str, Any], verified: dict[
     validated). The bytes are those the digest check read; a listed file that did not match, and
     an unlisted content file (both reported already), are read as they are now, so that their own
     checks still run, within the bound on what a package may hold."""
-    view, total = dict(verified), sum(map(len, verified.values()))
+    view, budget = dict(verified), ReadBudget(sum(map(len, verified.values())))
     for p in problems:
         if p.reason in ("mismatch", "unlisted") and p.file not in view:
+            if not budget.admits(package.root / p.file):
+                break  # past the bound, which _check_metadata reported if the listed files reach it
             try:
-                size = (package.root / p.file).stat().st_size
-                if total + size > MAX_PACKAGE_BYTES:
-                    break  # past the bound, which _check_metadata reported if the listed files reach it
                 view[p.file] = read_file(package.root, p.file)
-            except (OSError, PackageError):
+            except PackageError:
                 continue  # reported by _check_metadata
-            total += len(view[p.file])
     return replace(package, metadata=metadata, verified=view)
 
 
