@@ -760,3 +760,44 @@ def test_a_bench_case_the_device_cannot_hold_is_an_error_row_not_an_allocation(r
     text = " ".join(result.output.split())
     assert result.exit_code == 1 and "Traceback" not in text, result.output
     assert "argument 'X': expected at most" in text and "got shape [1000000, 1000000] of float32, 4000000000000 bytes" in text
+
+
+@pytest.mark.parametrize(("args", "env", "fragment"), [
+    (["-i", "Y=64:f32"], {}, "argument 'Y': expected one of the inputs ['X']"),
+    (["-i", "X=64:f64"], {}, "argument 'X'"),
+    (["--case", "tiny", "--dtype", "f32"], {"WEBGPU_KERNELS_NO_TUNING": "maybe"}, "WEBGPU_KERNELS_NO_TUNING"),
+])  # fmt: skip
+def test_the_callers_own_mistakes_are_usage_errors_not_failed_cases(runner, monkeypatch, args, env, fragment):
+    """They had been error rows with exit status 1, which a CI job reads as a kernel regression."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(cli_bench, "bench_kernel", lambda *a, **k: pytest.fail("timed before refusing"))
+    result = runner.invoke(main, ["bench", QG_DIR, *args, "--no-host", "--warm-up", "0"])
+    assert result.exit_code == 2, result.output
+    assert fragment in " ".join(result.output.split())
+
+
+def test_plot_to_stdout_is_refused(runner, monkeypatch):
+    """`--plot -` had written ./-.png and reported 'plot: -'."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(cli_bench, "bench_kernel", lambda *a, **k: pytest.fail("timed before refusing --plot"))
+    result = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host", "--warm-up", "0", "--plot", "-"])
+    assert result.exit_code == 2 and "'--plot'" in result.output and "--json only" in result.output, result.output
+
+
+def test_ctrl_c_keeps_the_cases_timed_and_exits_130(runner, monkeypatch, tmp_path):
+    """Ctrl-C had left no JSON at all and exited 1 ("Aborted!"), the status of a failed case."""
+    path, real, calls = tmp_path / "bench.json", cli_bench._bench_case, []
+
+    def interrupted_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli_bench, "_bench_case", interrupted_second)
+    result = runner.invoke(main, ["bench", QG_DIR, "--case", "tiny*", "--no-host", *QUICK_WARM_UP, "--json", str(path)])
+    assert result.exit_code == 130, result.output
+    assert "interrupted after 1 of" in result.output
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["case"].startswith("tiny") and "error" not in row

@@ -157,6 +157,9 @@ class KernelGroup(click.Group):
         except KernelError as exc:
             _report_error(exc)
             ctx.exit(2)
+        except KeyboardInterrupt:  # click would say "Aborted!" with status 1, which means "a check failed"
+            _console(stderr=True).print(Text("interrupted", style="red"))
+            ctx.exit(130)
 
 
 def _report_error(exc: BaseException) -> None:

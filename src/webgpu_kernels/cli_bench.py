@@ -207,6 +207,8 @@ def _plottable(ctx: click.Context, param: click.Parameter, value: str | None) ->
             import matplotlib  # noqa: F401
         except ImportError:
             raise click.BadParameter("needs matplotlib: pip install 'webgpu-kernels[plot]'", ctx=ctx, param=param) from None
+        if value == "-":  # --json's stdout; a PNG has nowhere to go there (it had been written to ./-.png)
+            raise click.BadParameter("a PNG file's path ('-', stdout, is for --json only)", ctx=ctx, param=param)
     return _writable(ctx, param, value)
 
 
@@ -269,15 +271,62 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
     if not plan:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "time"))
+    # The caller's own mistakes are usage errors (exit 2), said before any timing; a bench.json
+    # case the kernel refuses stays a failed row (exit 1).
+    tuning.disabled()  # a bad WEBGPU_KERNELS_NO_TUNING
+    if inputs:  # -i shapes the contract refuses or the device cannot hold (a --variant that
+        loaded[0].plan({k: v.meta() for k, v in inputs.items()})  # refuses them is an error row)
     tuning_cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
     rows: list[dict[str, Any]] = []
     copies: dict[int, float] = {}
+    results = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
+               "cases": rows, "host": []}  # fmt: skip
+
+    def save() -> None:
+        # Written after every phase and on Ctrl-C, so a run cut short still leaves its figures.
+        if json_path and json_path != "-":  # as stdout gets it: strict JSON ("inf" as a string)
+            Path(json_path).write_text(json.dumps(_jsonable(results), indent=1, allow_nan=False), "utf-8")
+
+    try:
+        _time_cases(loaded, plan, device, tuning_cache, copies, rows, results, console, seed, variant, host, calls, warm_up_s)
+    except KeyboardInterrupt:
+        save()
+        where = f"; the {len(rows)} timed are in {json_path}" if json_path and json_path != "-" else ""
+        console.print(Text(f"interrupted after {len(rows)} of {len(plan)} cases{where}", style="red"))
+        ctx.exit(130)
+    host_rows = results["host"]
+    if host:
+        # Measured again after the GPU timing, for the record (see _time_cases).
+        for row, again in zip(host_rows, _host_per_call(loaded, calls, seed)):
+            if "median_s" in again:
+                row["after_gpu_timing_median_s"] = again["median_s"]
+    save()
+    if compare:
+        _compare(rows, compile_tag, console, save, peer_timeout_s)
+    _print_rows(console, rows, host_rows)
+    if json_path == "-":
+        _echo_json(results)
+    if plot_path:
+        _plot(rows, peak, plot_path)
+        console.print(f"plot: {plot_path}")
+    failed = [r for r in rows if "error" in r or not r.get("error_ok", True) or not r.get("tuned", {}).get("error_ok", True)]
+    if failed:  # a CI job must see it: exit status 1, as `test` and `validate` do
+        names_ = ", ".join(f"{r['kernel'].split('.')[-1]} {r['case']} {r['dtype']}" for r in failed)
+        console.print(Text(f"{len(failed)} of {len(rows)} cases failed (error or WRONG output): {names_}", style="red"))
+        ctx.exit(1)
+
+
+def _time_cases(loaded: list[Kernel], plan: list[tuple[Kernel, dict[str, Any]]], device: Any, tuning_cache: tuning.TuningCache,
+                copies: dict[int, float], rows: list[dict[str, Any]], results: dict[str, Any], console: Any,
+                seed: int, variant: str | None, host: bool, calls: int, warm_up_s: float) -> None:  # fmt: skip
+    """bench's host figures (into ``results``), then each case's GPU timing, appended to ``rows``
+    as it ends."""
     with Progress(console=console, transient=True) as progress:
         # Host figures first: the GPU timing below leaves wgpu-native slower at submitting for the
         # rest of the process (benchmark._one_batch), which a user's process never sees. Each
         # phase makes its own (seeded, identical) arrays: keeping every case's at once takes GBs.
         round_trips: list[float | None] = [None] * len(plan)
-        host_rows = _host_per_call(loaded, calls, seed) if host else []
+        results["host"] = _host_per_call(loaded, calls, seed) if host else []
         if host:
             task = progress.add_task("NumPy round trips", total=len(plan))
             for i, (kernel, case) in enumerate(plan):
@@ -297,33 +346,6 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
             rows.append(row)
             progress.console.print(_one_line(row))
             progress.advance(task)
-    results = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
-               "cases": rows, "host": host_rows}  # fmt: skip
-
-    def save() -> None:
-        # Written after every phase, so a run cut short still leaves its figures.
-        if json_path and json_path != "-":  # as stdout gets it: strict JSON ("inf" as a string)
-            Path(json_path).write_text(json.dumps(_jsonable(results), indent=1, allow_nan=False), "utf-8")
-
-    if host:
-        # Measured again after the GPU timing, for the record (see above).
-        for row, again in zip(host_rows, _host_per_call(loaded, calls, seed)):
-            if "median_s" in again:
-                row["after_gpu_timing_median_s"] = again["median_s"]
-    save()
-    if compare:
-        _compare(rows, compile_tag, console, save, peer_timeout_s)
-    _print_rows(console, rows, host_rows)
-    if json_path == "-":
-        _echo_json(results)
-    if plot_path:
-        _plot(rows, peak, plot_path)
-        console.print(f"plot: {plot_path}")
-    failed = [r for r in rows if "error" in r or not r.get("error_ok", True) or not r.get("tuned", {}).get("error_ok", True)]
-    if failed:  # a CI job must see it: exit status 1, as `test` and `validate` do
-        names_ = ", ".join(f"{r['kernel'].split('.')[-1]} {r['case']} {r['dtype']}" for r in failed)
-        console.print(Text(f"{len(failed)} of {len(rows)} cases failed (error or WRONG output): {names_}", style="red"))
-        ctx.exit(1)
 
 
 def _warm_up(progress: Progress, device: Any, seconds: float) -> None:

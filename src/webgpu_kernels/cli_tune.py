@@ -77,7 +77,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
             except KernelError as exc:  # a case this device cannot run (bench shows it as an error row)
                 errors += 1
                 progress.console.print(Text(f"{kernel.manifest.name} {case['name']} {case['types']}: not tuned: {exc}",
-                                            style="red"))  # fmt: skip
+                                            style="red"), soft_wrap=True)  # fmt: skip
                 table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
                               Text("error", style="red"))  # fmt: skip
                 progress.advance(task)
@@ -91,7 +91,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
                 best = (default.median_s, default.variant, defaults)  # its own full timing: no false "1.01x"
             if skipped:
                 progress.console.print(Text(f"{kernel.manifest.name} {case['name']}: skipped (output differs from the "
-                                            f"default's): {', '.join(skipped)}", style="yellow"))  # fmt: skip
+                                            f"default's): {', '.join(skipped)}", style="yellow"), soft_wrap=True)  # fmt: skip
             if not dry_run:
                 dtypes, shapes, absent, attrs = kernel.tuning_class(arrays, case["attrs"])
                 cache.record(kernel.tuning_key, dtypes, shapes, tuning.TunedChoice(best[1], best[2], best[0]),
