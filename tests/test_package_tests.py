@@ -353,3 +353,54 @@ def test_a_wrong_value_the_kernel_wrote_is_not_blamed_on_the_fill(tmp_path: Path
     by = {r.variant: r for r in run_package_tests(wk.load_kernel(root), cases=["tail-3x5-f32"]).results}
     assert by["scalar"].status == "fail" and "filled with" not in by["scalar"].message, by["scalar"].message
     assert by["vec4_tail"].status == "pass"
+
+
+# --- the command's own arguments (CLI review, session 24) ----------------------------------------
+
+
+def test_a_timeout_runs_isolated_and_says_it_timed_out(runner: CliRunner) -> None:
+    """--timeout without --isolate had been ignored (the run went to its end, exit 0), and an
+    isolated timeout read as "killed by signal SIGKILL", as a driver crash or the OOM killer reads."""
+    from conftest import PACKAGES_DIR
+
+    result = runner.invoke(main, ["test", str(PACKAGES_DIR / "demo.Gather"), "--timeout", "1", "--json"])
+    assert result.exit_code == 1, result.output
+    (package,) = json.loads(result.stdout)["packages"]
+    assert package["isolated"] is True
+    assert package["error"].startswith("the test process ran past its 1 s timeout (--timeout) and was stopped")
+    assert "SIGKILL" not in package["error"]
+    refused = runner.invoke(main, ["test", QUICK_GELU, "--timeout", "5", "--no-isolate"])
+    assert refused.exit_code == 2 and "--timeout needs the child process" in refused.output
+
+
+def test_every_kernel_argument_is_opened_before_any_test_runs(runner: CliRunner, monkeypatch) -> None:
+    """A mistyped last KERNEL was refused only after the others' tests had run."""
+    monkeypatch.setattr(cli_package, "run_package_tests", lambda *a, **k: pytest.fail("ran before refusing"))
+    result = runner.invoke(main, ["test", QUICK_GELU, "nope.Op"])
+    assert result.exit_code == 2 and "no embedded kernel 'nope.Op'" in result.output
+
+
+@pytest.mark.parametrize("error", ["hub", "trust"])
+def test_a_hub_kernel_that_cannot_be_fetched_or_is_not_trusted_is_a_usage_error(runner, monkeypatch, error) -> None:
+    """Exit 2, as `info` gives: they had been failed packages (exit 1), which CI reads as a regression."""
+    exc = (wk.errors.HubError("no kernel repository 'org/nope' on the Hub") if error == "hub"
+           else wk.errors.TrustError("refusing to load 'org/op': pass trust_remote_code=True",
+                                      location="org/op", reason="outside the organisation"))  # fmt: skip
+
+    def resolve(ref):
+        raise exc
+
+    monkeypatch.setattr(cli_package, "resolve_kernel", resolve)
+    result = runner.invoke(main, ["test", "org/op"])
+    assert result.exit_code == 2 and str(exc) in " ".join(result.output.split()), result.output
+
+
+def test_a_case_filter_over_several_packages_fails_only_when_it_matches_nothing(runner: CliRunner) -> None:
+    """`test --case alpha-1.0` (a QuickGelu case) had failed BiasAdd for having none."""
+    data = json.loads(runner.invoke(main, ["test", "--case", "alpha-1.0", "--json"]).stdout)
+    assert data["ok"] is True
+    counts = {p["kernel"]: p["counts"]["pass"] for p in data["packages"]}
+    assert counts[QUICK_GELU] > 0 and counts[BIAS_ADD] == 0
+    result = runner.invoke(main, ["test", "--case", "no-such-case", "--json"])
+    assert result.exit_code == 1
+    assert all("no test.json case matches --case no-such-case" in p["error"] for p in json.loads(result.stdout)["packages"])

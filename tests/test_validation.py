@@ -291,6 +291,15 @@ def test_cli_validate_isolated_crash(qg: Path, runner: CliRunner, monkeypatch: p
     assert "exit status 70 while compiling variant 'vec4' (float32) for case 'vec4-2x64-f32'" in result.stdout
 
 
+def test_cli_validate_timeout_runs_isolated_and_says_it_timed_out(qg: Path, runner: CliRunner) -> None:
+    """--timeout without --isolate had been ignored; an isolated timeout read as SIGKILL."""
+    result = runner.invoke(main, ["validate", str(qg), "--timeout", "1"])
+    assert result.exit_code == 1, result.output
+    assert "the validation process ran past its 1 s timeout (--timeout) and was stopped" in " ".join(result.stdout.split())
+    refused = runner.invoke(main, ["validate", str(qg), "--timeout", "5", "--no-isolate"])
+    assert refused.exit_code == 2 and "--timeout needs the child process" in refused.output
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--adapter", "no-such-adapter", "validate"], "no adapter matches 'no-such-adapter'"),
     (["validate", "@manifest"], "a file, not a package folder"),

@@ -26,7 +26,7 @@ from rich.text import Text
 
 from .device import choose_adapter
 from .digests import METADATA_FILE, UNLISTABLE, build_metadata, schema_problems, write_metadata
-from .errors import KernelError, PackageError
+from .errors import HubError, KernelError, PackageError, TrustError
 from .package import embedded_ids, embedded_root, open_folder
 from .package_tests import PackageReport, RunResult, run_package_tests, run_package_tests_isolated
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
@@ -173,7 +173,8 @@ def _metadata_id(root: Path) -> str | None:
               help="Run the GPU work in a child process. Default: on for packages loaded with "
                    "trust_remote_code, off otherwise.")  # fmt: skip
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
-              help="With --isolate: give up on a package after this long.")  # fmt: skip
+              help="Give up on a package after this long (counted from the child's start, imports "
+                   "included). Runs isolated: --isolate is implied.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...], isolate: bool | None,
@@ -184,19 +185,28 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
     status 1 if any case fails.
     """
     adapter = _adapter(ctx)
+    isolate = _isolation(isolate, timeout)
     if adapter is not None:
         choose_adapter(adapter)  # a mistyped --adapter is the caller's error (exit 2), in a child process too
     refs = list(kernels) or embedded_ids()
     reports: list[PackageReport] = []
     status = _console(stderr=True)
+    # Every KERNEL is opened before any test runs: a mistyped last one had been refused only
+    # after the others' tests.
+    opened: list[tuple[str, Any]] = []
     for ref in refs:
         try:
-            kernel = resolve_kernel(ref)
+            opened.append((ref, resolve_kernel(ref)))
+        except (HubError, TrustError):
+            raise  # a Hub kernel that cannot be fetched, or not trusted: the caller's (exit 2), as in `info`
         except KernelError as exc:
             if _names_nothing(ref):
                 raise  # an unknown kernel is the caller's error (exit 2); a package that does not load fails (1)
+            opened.append((ref, exc))
+    for ref, kernel in opened:
+        if isinstance(kernel, KernelError):
             reports.append(PackageReport(kernel=ref, path=ref, origin="?", isolated=False,
-                                         error=f"cannot load the package: {exc}"))  # fmt: skip
+                                         error=f"cannot load the package: {kernel}"))  # fmt: skip
             continue
         isolated = kernel.package.needs_trust if isolate is None else isolate
         with _progress(status, kernel.op_id) as progress:
@@ -205,9 +215,13 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
                                                     timeout=timeout)  # fmt: skip
             else:
                 report = run_package_tests(kernel, adapter=adapter, cases=cases or None, progress=progress)
-        if cases and not report.results and report.error is None:  # a typo in a CI filter must not pass
-            report.error = f"no test.json case matches --case {' '.join(cases)}"
         reports.append(report)
+    # A typo in a CI filter must not pass; a filter that names one package's cases, run over
+    # several packages, passes the others by (they had failed for having none).
+    if cases and not any(r.results for r in reports):
+        for report in reports:
+            if report.error is None:
+                report.error = f"no test.json case matches --case {' '.join(cases)}"
     ok = all(r.ok for r in reports)
     if as_json:
         _echo_json({"ok": ok, "packages": [r.as_dict() for r in reports]})
@@ -259,6 +273,16 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
 # --- validate ---------------------------------------------------------------------------------------
 
 
+def _isolation(isolate: bool | None, timeout: float | None) -> bool | None:
+    """--isolate's value once --timeout is read: a timeout implies isolation (it had been ignored
+    in process, silently), and contradicts --no-isolate."""
+    if timeout is None:
+        return isolate
+    if isolate is False:
+        raise click.UsageError("--timeout needs the child process that --no-isolate turns off")
+    return True
+
+
 def _names_nothing(ref: str) -> bool:
     """Whether a KERNEL argument is neither an embedded id, nor an existing path, nor a Hub repository."""
     where = _cli().classify_kernel_ref(ref)
@@ -288,13 +312,15 @@ def _package_path(ref: str) -> Path:
 @click.argument("path", metavar="PATH")
 @click.option("--gpu/--no-gpu", default=True, show_default=True,
               help="Render and compile every variant x dtype on the current adapter.")  # fmt: skip
-@click.option("--isolate/--no-isolate", default=False, show_default=True,
-              help="Run the checks in a child process (a crash there is reported, not suffered).")  # fmt: skip
+@click.option("--isolate/--no-isolate", default=None,
+              help="Run the checks in a child process (a crash there is reported, not suffered). Default: off.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
-              help="With --isolate: give up after this long.")  # fmt: skip
+              help="Give up after this long (counted from the child's start, imports included). "
+                   "Runs isolated: --isolate is implied.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
-def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool, timeout: float | None, as_json: bool) -> None:
+def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None, timeout: float | None,
+                 as_json: bool) -> None:  # fmt: skip
     """Check the package folder PATH and report every problem at once.
 
     Digests (metadata.json), the manifest schema, every expression and the names it reads,
@@ -303,6 +329,7 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool, timeou
     Exit status 1 if there is any error.
     """
     adapter = _adapter(ctx)
+    isolate = bool(_isolation(isolate, timeout))
     root = _package_path(path)
     if gpu and adapter is not None:
         choose_adapter(adapter)  # a mistyped --adapter is the caller's error (exit 2), not the package's

@@ -375,23 +375,26 @@ def run_in_child(
     handle: Callable[[tuple[Any, ...]], None],
     *,
     timeout: float | None = None,
-) -> tuple[bool, int | None]:
+) -> tuple[bool, str]:
     """Run ``target(conn, payload)`` in a spawned child, passing each message it sends to ``handle``.
 
-    Returns (finished, exit code): finished is False when the child died (or timed out) before
-    sending a ``("done", ...)`` message.
+    Returns (finished, how the child ended): finished is False when the child died (or timed out)
+    before sending a ``("done", ...)`` message. ``timeout`` counts from the spawn (the child's
+    imports included); a child stopped for it is said to have timed out, not to have been killed
+    by a signal that a driver crash or the OOM killer would also send.
     """
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=target, args=(sender, payload), daemon=True)
     process.start()
     sender.close()
-    finished = False
+    finished = timed_out = False
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while True:
             if deadline is not None and time.monotonic() > deadline:
                 process.kill()
+                timed_out = True
                 break
             if receiver.poll(0.05):
                 try:
@@ -418,7 +421,9 @@ def run_in_child(
             process.kill()
             process.join()
         receiver.close()
-    return finished, process.exitcode
+    if timed_out:
+        return finished, f"ran past its {timeout:g} s timeout (--timeout) and was stopped"
+    return finished, describe_exit(process.exitcode)
 
 
 def run_package_tests_isolated(
@@ -446,12 +451,12 @@ def run_package_tests_isolated(
         elif kind == "done":
             report.error = message[1]["error"]
 
-    finished, code = run_in_child(_child_main, job, handle, timeout=timeout)
+    finished, ended = run_in_child(_child_main, job, handle, timeout=timeout)
     if not finished:
         run = current[0] if current else None
         where = f" while running case {run['case']!r} on variant {run['variant']!r} ({run['dtype']})" if run else ""
-        report.error = f"the test process {describe_exit(code)}{where}"
+        report.error = f"the test process {ended}{where}"
         if run and not any(r.case == run["case"] and r.variant == run["variant"] for r in report.results):
             report.results.append(RunResult(kernel.op_id, run["case"], run["variant"], run["dtype"], ERROR,
-                                            message=f"the test process {describe_exit(code)} during this run"))  # fmt: skip
+                                            message=f"the test process {ended} during this run"))  # fmt: skip
     return report

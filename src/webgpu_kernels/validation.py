@@ -587,7 +587,7 @@ def validate_package_isolated(
     timeout: float | None = None,
 ) -> ValidationReport:
     """:func:`validate_package` in a child process; a child that dies is reported as an error."""
-    from .package_tests import describe_exit, run_in_child
+    from .package_tests import run_in_child
 
     notify = progress or (lambda kind, value: None)
     result: dict[str, Any] = {}
@@ -601,7 +601,7 @@ def validate_package_isolated(
         elif message[0] == "done":
             result.update(message[1])
 
-    finished, code = run_in_child(_child_main, ValidateJob(str(path), adapter, gpu), handle, timeout=timeout)
+    finished, ended = run_in_child(_child_main, ValidateJob(str(path), adapter, gpu), handle, timeout=timeout)
     if finished and "crash" not in result:
         report = ValidationReport.from_dict(result)
         report.isolated = True
@@ -613,7 +613,7 @@ def validate_package_isolated(
         run = current[0] if current else None
         where = (f" while compiling variant {run['variant']!r} ({run['dtype']}) for case {run['case']!r}"
                  if run else "")  # fmt: skip
-        message = f"the validation process {describe_exit(code)}{where}"
+        message = f"the validation process {ended}{where}"
     report.problems.append(Problem(ERROR, "", "", message, variant=(current[0]["variant"] if current else None),
                                    dtype=(current[0]["dtype"] if current else None)))  # fmt: skip
     return report
