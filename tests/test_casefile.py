@@ -427,3 +427,16 @@ def test_an_npy_header_with_a_dimension_past_c_long_is_a_case_file_error() -> No
     data = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
     with pytest.raises(CaseFileError, match="x.npy"):  # had escaped as a raw OverflowError
         build({"file": "x.npy"}, files={"x.npy": data})
+
+
+def test_signalling_nans_are_compared_without_a_warning():
+    """Their cast to float64 is an "invalid" operation: `test` printed NumPy's RuntimeWarning from
+    casefile.py on a kernel that outputs NaN bit patterns (the verdict was right)."""
+    import warnings
+
+    got = np.array([0x7F800001, 0x7FA00000, 0x3F800000, 0xFF800001], dtype=np.uint32).view(np.float32)
+    want = np.array([np.nan, np.nan, 1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = casefile.compare("Y", got, want, casefile.Tolerance(rtol=1e-5))
+    assert not result.ok and result.mismatches == 1  # the NaN against 2.0

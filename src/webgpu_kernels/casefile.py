@@ -407,8 +407,8 @@ def elements_ok(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.n
     got, want = np.asarray(got), np.asarray(want)
     if got.dtype.kind in "iub" and want.dtype.kind in "iub" and not (tolerance.atol or tolerance.rtol):
         return _equal_integers(got, want)
-    got, want = got.astype(np.float64), want.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # a signalling NaN's cast is "invalid"
+        got, want = got.astype(np.float64), want.astype(np.float64)
         finite = np.isfinite(got) & np.isfinite(want)
         within = finite & (np.abs(got - want) <= tolerance.atol + tolerance.rtol * np.abs(want))
         return within | (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
@@ -435,11 +435,11 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
         return Comparison(output, False, size=int(expected.size), tolerance=tol,
                           message=f"shape {list(got.shape)}, expected {list(expected.shape)}")  # fmt: skip
     bad = ~elements_ok(got, expected, tolerance)
-    got, want = got.astype(np.float64), expected.astype(np.float64)  # the reported errors
+    with np.errstate(invalid="ignore", over="ignore"):  # as in elements_ok
+        got, want = got.astype(np.float64), expected.astype(np.float64)  # the reported errors
+        diff = np.abs(got - want)
     nan_got, nan_want = np.isnan(got), np.isnan(want)
     finite = np.isfinite(got) & np.isfinite(want)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(got - want)
     mismatches = int(bad.sum())
     fd = diff[finite]
     scale = np.abs(want[finite])
