@@ -6,6 +6,7 @@ failure, and no GPU state is left behind (live buffers, pooled bytes, pending di
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -253,6 +254,17 @@ def test_binding_above_the_device_limit_shape_only(quick_gelu, bias_add, device,
         explanation = kernel.explain(metas)
         assert explanation.chosen is not None and explanation.refused == str(error)
         assert "the call would fail" in str(explanation) and explanation.as_dict()["refused"] == str(error)
+
+
+def test_an_input_past_every_buffer_is_named_before_the_manifest_runs(quick_gelu, device):
+    """10^15 elements: the call, render and explain had said "variants[0].passes[0].bindings[2]:
+    field 'count' (u32) value ... is outside [0, 4294967295]", in the manifest's terms."""
+    metas = {"X": wk.TensorMeta((100_000, 100_000, 100_000), "float32")}
+    fragment = rf"argument 'X': expected at most {device.limits['max-buffer-size']} bytes \(the device's maxBufferSize\)"
+    for attempt in (lambda: quick_gelu.plan(metas), lambda: quick_gelu.render(metas)):
+        with pytest.raises(errors.DeviceLimitError, match=fragment):
+            attempt()
+    assert re.search(fragment, quick_gelu.explain(metas).refused)
 
 
 def test_explain_within_the_limits_refuses_nothing(quick_gelu):

@@ -22,7 +22,7 @@ import wgpu
 from .buffers import STORAGE_USAGE, append_dispatch, is_device_lost, padded_size, translate_gpu_errors
 from .device import Device
 from .errors import DeviceLimitError, MissingInputError, ShaderCompileError
-from .program import OutputSpec
+from .program import DeviceInfo, OutputSpec
 from .rendering import RenderedWGSL, ResolvedPass, workgroup_grid
 from .tensor import GpuTensor
 
@@ -127,6 +127,15 @@ def check_bound(resolved: ResolvedPass, sizes: Mapping[str, int], variant: str) 
     for b in resolved.bindings:
         if b.arg is not None and b.arg not in sizes:
             raise MissingInputError(b.arg, f"a tensor (variant {variant!r} binds it)", "nothing")
+
+
+def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
+    """Refuse an input no buffer of the device can hold, before the variant's expressions run:
+    a shape of 10^15 elements had been reported as a uniform field past u32, in the manifest's terms."""
+    max_buffer = info.limits["maxBufferSize"]
+    for role, size in sizes.items():
+        if padded_size(size) > max_buffer:
+            raise DeviceLimitError(role, f"at most {max_buffer} bytes (the device's maxBufferSize)", f"{size} bytes")
 
 
 def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int]) -> None:

@@ -21,7 +21,16 @@ from . import tuning
 from .contract import CallSignature, check_call, has_negative_zero
 from .device import Device, get_device
 from .errors import DeviceLimitError, InputError, KernelError, SelectionError, ShapeError
-from .execution import ExecutionPlan, build_pass, check_bound, check_limits, flush, host_array, run_plan
+from .execution import (
+    ExecutionPlan,
+    build_pass,
+    check_bound,
+    check_input_sizes,
+    check_limits,
+    flush,
+    host_array,
+    run_plan,
+)
 from .expressions import Expression, ExpressionCompiler
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
@@ -205,6 +214,7 @@ class Kernel:
         if selection.chosen is not None:
             chosen = selection.chosen.variant.id
             try:
+                check_input_sizes(device.info, tensor_bytes(self.manifest, signature, ()))  # as _resolve does
                 self._check_device(signature, chosen, outputs, resolve_variant(selection.chosen, selection.scope), device)
             except KernelError as exc:
                 refused = str(exc)
@@ -320,6 +330,7 @@ class Kernel:
 
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
         """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller."""
+        check_input_sizes(info, tensor_bytes(self.manifest, signature, ()))
         scope, outputs = self.program.call_scope(signature, info)
         selection = select_variant(self.program.variants, scope, forced=forced, definitions=self.program.definitions)
         try:
