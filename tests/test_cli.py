@@ -530,3 +530,18 @@ def test_compare_and_summarize() -> None:
     assert compare(np.zeros(2), np.zeros(3))["shapeMismatch"] == [[2], [3]]
     s = summarize(got)
     assert s["nanCount"] == 1 and s["min"] == 0.0 and s["max"] == np.inf and s["shape"] == [5]
+
+
+@pytest.mark.parametrize("command", ["info", "test"])
+def test_a_mistyped_folder_that_reads_as_a_hub_repository_says_so(runner, tmp_path, monkeypatch, command) -> None:
+    """`tests/demo.Gathr` (no such folder; `tests` is one) got only the trust refusal, whose advice,
+    --trust-remote-code, fetches `tests/demo.Gathr` from the Hub."""
+    (tmp_path / "tests").mkdir()
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(main, [command, "tests/demo.Gathr"])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "refusing to load 'tests/demo.Gathr'" in text
+    assert "there is no folder 'tests/demo.Gathr' here (a folder 'tests' is)" in text and "./tests/demo.Gathr" in text
+    plain = runner.invoke(main, [command, "someorg/demo.Gathr"])  # no folder of that name: no note
+    assert plain.exit_code == 2 and "no folder" not in plain.output

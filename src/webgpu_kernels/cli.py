@@ -30,7 +30,7 @@ from rich.text import Text
 from . import __version__
 from .api import get_kernel, list_kernels, load_kernel
 from .device import ADAPTER_ENV, AdapterSummary, choose_adapter, list_adapters
-from .errors import KernelError
+from .errors import KernelError, PackageError
 from .kernel import Kernel, TensorMeta
 
 #: Limits ``devices`` shows (WebGPU names, camelCase).
@@ -168,6 +168,8 @@ def _report_error(exc: BaseException) -> None:
     console.print(Text(f"error: {first}", style="bold red"), soft_wrap=True)
     if rest.strip():
         console.print(Text(rest.rstrip()), soft_wrap=True)
+    for note in getattr(exc, "__notes__", ()):  # added on the way up (resolve_kernel)
+        console.print(Text(note), soft_wrap=True)
 
 
 # --- argument parsing ---------------------------------------------------------------------------------
@@ -288,13 +290,26 @@ def resolve_kernel(ref: str) -> Kernel:
     if where.kind == "folder":
         return load_kernel(where.path)
     if where.kind == "hub":
-        trust, pin = trusting(), where.pin
-        if pin.startswith("v") and pin[1:].isdigit():
-            return get_kernel(where.repo, version=int(pin[1:]), trust_remote_code=trust)
-        if pin:
-            return get_kernel(where.repo, revision=pin, trust_remote_code=trust)
-        return get_kernel(where.repo, version=1, trust_remote_code=trust)
+        try:
+            return _from_hub(where)
+        except PackageError as exc:
+            # `tests/demo.Gathr` (a typo) reads as a Hub repository because it does not exist here;
+            # the trust refusal alone had advised --trust-remote-code, which fetches it from the Hub.
+            first = where.repo.split("/")[0]
+            if Path(first).expanduser().is_dir():
+                exc.add_note(f"note: there is no folder {ref!r} here (a folder {first!r} is); "
+                             f"to name a local package folder, write ./{ref}")  # fmt: skip
+            raise
     return get_kernel(ref)  # embedded, or the library's "no embedded kernel" error
+
+
+def _from_hub(where: KernelRef) -> Kernel:
+    trust, pin = trusting(), where.pin
+    if pin.startswith("v") and pin[1:].isdigit():
+        return get_kernel(where.repo, version=int(pin[1:]), trust_remote_code=trust)
+    if pin:
+        return get_kernel(where.repo, revision=pin, trust_remote_code=trust)
+    return get_kernel(where.repo, version=1, trust_remote_code=trust)
 
 
 def trusting() -> bool:
