@@ -2,7 +2,10 @@
 logs each test's start, and every 50 tests the process's GPU-side state, to $HANG_LOG; a test
 that runs past $HANG_S seconds dumps every thread's stack and ends the process.
 
-    python3 -m pytest -p hang_probe_plugin ...   (with scripts/ on PYTHONPATH)"""
+    python3 -m pytest -p hang_probe_plugin ...   (with scripts/ on PYTHONPATH)
+
+$HANG_COPY_THREADS sets buffers.COPY_THREADS (the H200 host's 16 cores give 8 copy threads; this
+machine's 2 give 2), to tell whether the parallel write_buffer calls are what leads to the hang."""
 
 from __future__ import annotations
 
@@ -15,6 +18,13 @@ import time
 _log = open(os.environ.get("HANG_LOG", "hang.log"), "a", buffering=1)  # noqa: SIM115 - the session's log
 _count = 0
 _t0 = time.monotonic()
+
+
+if os.environ.get("HANG_COPY_THREADS"):  # host copies on this many threads (buffers.parallel_copy)
+    from webgpu_kernels import buffers
+
+    buffers.COPY_THREADS = int(os.environ["HANG_COPY_THREADS"])
+    _log.write(f"COPY_THREADS = {buffers.COPY_THREADS}\n")
 
 
 def _state() -> str:

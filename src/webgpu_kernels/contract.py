@@ -202,6 +202,15 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
             raise AttributeValueError(name, f"a boolean {kind}", _describe(value))
         return bool(value)
     if isinstance(default, (int, float)):
+        if isinstance(default, float) and isinstance(value, int) and abs(value) >= 2**63:
+            # A float attribute keeps a smaller int as an int (a template renders "1", not "1.0"),
+            # but one past 2^63, which no template could render as a WGSL integer, is taken as the
+            # float it is: 2**63 had been refused while 2.0**63 ran.
+            try:
+                value = float(value)
+            except OverflowError:  # past float64, so past f32 too
+                raise AttributeValueError(name, f"a number within the f32 range (|x| <= {F32_MAX:.7g}) ({kind})",
+                                          _describe(value)) from None  # fmt: skip
         value = _number(kind, name, value, f"a number ({kind})")
         if isinstance(default, int) and not isinstance(value, int):
             if not value.is_integer():
