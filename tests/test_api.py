@@ -92,3 +92,21 @@ def test_evaluate_gives_an_expression_value_in_the_call_scope():
         bias_add.evaluate("vectorScalar", inputs)
     with pytest.raises(errors.MissingInputError, match="bias"):  # the contract is checked first
         bias_add.evaluate("1", {"X": ((2, 5, 8), "float16")})
+
+
+def test_an_expression_that_fails_for_a_call_names_its_manifest(tmp_path):
+    """The error said where in the manifest (bindingSets...value) but not which manifest."""
+    import json
+    import shutil
+
+    from conftest import PACKAGES_DIR
+
+    root = shutil.copytree(PACKAGES_DIR / "demo.ScaleShift", tmp_path / "broken")
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    manifest["derive"]["quads"] = "n // (n - n)"  # fails for every call, not at load
+    manifest["bindingSets"]["scalarIO"][2]["struct"]["fields"][0]["value"] = "quads"
+    (root / "manifest.json").write_text(json.dumps(manifest), "utf-8")
+    kernel = wk.load_kernel(root)
+    with pytest.raises(errors.ExpressionError, match="ZeroDivisionError") as info:
+        kernel({"X": np.ones(7, np.float32)})
+    assert f"in {root / 'manifest.json'}" in info.value.__notes__

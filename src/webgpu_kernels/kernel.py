@@ -11,7 +11,8 @@ import functools
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 from . import tuning
 from .contract import CallSignature, check_call, has_negative_zero
 from .device import Device, get_device
-from .errors import DeviceLimitError, InputError, KernelError, SelectionError, ShapeError
+from .errors import DeviceLimitError, ExpressionError, InputError, KernelError, SelectionError, ShapeError
 from .execution import (
     ExecutionPlan,
     build_pass,
@@ -205,8 +206,9 @@ class Kernel:
         would: ``refused`` says why the call would still fail, for example a binding over the
         device's maxStorageBufferBindingSize."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
-        scope, outputs = self.program.call_scope(signature, device.info)
-        selection = select_variant(self.program.variants, scope, exhaustive=True, definitions=self.program.definitions)
+        with self._located():
+            scope, outputs = self.program.call_scope(signature, device.info)
+            selection = select_variant(self.program.variants, scope, exhaustive=True, definitions=self.program.definitions)
         stored = None if tunables else self._tuned_choice(_metas(inputs), attrs, signature, device, check=True)
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
@@ -331,14 +333,25 @@ class Kernel:
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
         """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller."""
         check_input_sizes(info, tensor_bytes(self.manifest, signature, ()))
-        scope, outputs = self.program.call_scope(signature, info)
-        selection = select_variant(self.program.variants, scope, forced=forced, definitions=self.program.definitions)
+        with self._located():
+            scope, outputs = self.program.call_scope(signature, info)
+            selection = select_variant(self.program.variants, scope, forced=forced, definitions=self.program.definitions)
+            try:
+                chosen = require_choice(selection, self.op_id)
+            except SelectionError:
+                self._explain_missing_f16(signature, info)
+                raise
+            return (chosen, outputs), resolve_variant(chosen, selection.scope), selection.scope
+
+    @contextmanager
+    def _located(self) -> Iterator[None]:
+        """An expression that fails for a call names its place in the manifest (``where``); the
+        note says which manifest, as a ManifestError's file does."""
         try:
-            chosen = require_choice(selection, self.op_id)
-        except SelectionError:
-            self._explain_missing_f16(signature, info)
+            yield
+        except ExpressionError as exc:
+            exc.add_note(f"in {self.package.path_of(MANIFEST_FILE)}")
             raise
-        return (chosen, outputs), resolve_variant(chosen, selection.scope), selection.scope
 
     def _explain_missing_f16(self, signature: CallSignature, info: DeviceInfo) -> None:
         if not info.has_f16:
