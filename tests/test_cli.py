@@ -545,3 +545,8 @@ def test_a_mistyped_folder_that_reads_as_a_hub_repository_says_so(runner, tmp_pa
     assert "there is no folder 'tests/demo.Gathr' here (a folder 'tests' is)" in text and "./tests/demo.Gathr" in text
     plain = runner.invoke(main, [command, "someorg/demo.Gathr"])  # no folder of that name: no note
     assert plain.exit_code == 2 and "no folder" not in plain.output
+    pinned = " ".join(runner.invoke(main, [command, "tests/demo.Gathr@v2"]).output.split())
+    assert "write ./tests/demo.Gathr " in pinned + " " and "@v2 here" not in pinned  # a ./ path takes no pin
+    # trusted, a repository id of three parts: get_kernel's PackageError, exit 2 in `test` as in `info`
+    deep = runner.invoke(main, ["--trust-remote-code", command, "tests/packages/demo.Gathr"])
+    assert deep.exit_code == 2 and "there is no folder 'tests/packages/demo.Gathr' here" in " ".join(deep.output.split())

@@ -798,6 +798,34 @@ def test_ctrl_c_keeps_the_cases_timed_and_exits_130(runner, monkeypatch, tmp_pat
     monkeypatch.setattr(cli_bench, "_bench_case", interrupted_second)
     result = runner.invoke(main, ["bench", QG_DIR, "--case", "tiny*", "--no-host", *QUICK_WARM_UP, "--json", str(path)])
     assert result.exit_code == 130, result.output
-    assert "interrupted after 1 of" in result.output
+    assert "interrupted with 1 of" in result.output
     (row,) = json.loads(path.read_text("utf-8"))["cases"]
     assert row["case"].startswith("tiny") and "error" not in row
+
+
+@pytest.mark.parametrize("phase", ["gpu", "host-again"])
+def test_ctrl_c_keeps_what_was_measured_on_stdout_and_after_the_gpu_timing(runner, monkeypatch, phase):
+    """`--json -` had printed nothing on Ctrl-C, and an interrupt during the second host
+    measurement (every case already timed) had written no JSON at all."""
+    real_case, real_host, calls = cli_bench._bench_case, cli_bench._host_per_call, []
+
+    def interrupted_case(*args, **kwargs):
+        calls.append("case")
+        if phase == "gpu" and calls.count("case") == 2:
+            raise KeyboardInterrupt
+        return real_case(*args, **kwargs)
+
+    def interrupted_host(*args, **kwargs):
+        calls.append("host")
+        if phase == "host-again" and calls.count("host") == 2:
+            raise KeyboardInterrupt
+        return real_host(*args, **kwargs)
+
+    monkeypatch.setattr(cli_bench, "_bench_case", interrupted_case)
+    monkeypatch.setattr(cli_bench, "_host_per_call", interrupted_host)
+    result = runner.invoke(main, ["bench", QG_DIR, "--case", "tiny*", "--calls", "20", *QUICK_WARM_UP, "--json", "-"])
+    assert result.exit_code == 130, result.output
+    data = json.loads(result.stdout)
+    timed = [r["case"] for r in data["cases"]]
+    assert len(timed) == (1 if phase == "gpu" else 2) and all(c.startswith("tiny") for c in timed)
+    assert data["host"] and "median_s" in data["host"][0]

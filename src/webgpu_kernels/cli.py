@@ -296,9 +296,9 @@ def resolve_kernel(ref: str) -> Kernel:
             # `tests/demo.Gathr` (a typo) reads as a Hub repository because it does not exist here;
             # the trust refusal alone had advised --trust-remote-code, which fetches it from the Hub.
             first = where.repo.split("/")[0]
-            if Path(first).expanduser().is_dir():
-                exc.add_note(f"note: there is no folder {ref!r} here (a folder {first!r} is); "
-                             f"to name a local package folder, write ./{ref}")  # fmt: skip
+            if Path(first).expanduser().is_dir():  # the folder is the repository part: a ./ path takes no @pin
+                exc.add_note(f"note: there is no folder {where.repo!r} here (a folder {first!r} is); "
+                             f"to name a local package folder, write ./{where.repo}")  # fmt: skip
             raise
     return get_kernel(ref)  # embedded, or the library's "no embedded kernel" error
 

@@ -289,20 +289,23 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
 
     try:
         _time_cases(loaded, plan, device, tuning_cache, copies, rows, results, console, seed, variant, host, calls, warm_up_s)
-    except KeyboardInterrupt:
         save()
-        where = f"; the {len(rows)} timed are in {json_path}" if json_path and json_path != "-" else ""
-        console.print(Text(f"interrupted after {len(rows)} of {len(plan)} cases{where}", style="red"))
+        if host:
+            # Measured again after the GPU timing, for the record (see _time_cases).
+            for row, again in zip(results["host"], _host_per_call(loaded, calls, seed)):
+                if "median_s" in again:
+                    row["after_gpu_timing_median_s"] = again["median_s"]
+            save()
+        if compare:
+            _compare(rows, compile_tag, console, save, peer_timeout_s)
+    except KeyboardInterrupt:  # what was measured is kept, in the file or on stdout
+        save()
+        where = f"; they are in {json_path}" if json_path and json_path != "-" else ""
+        console.print(Text(f"interrupted with {len(rows)} of {len(plan)} cases timed{where}", style="red"))
+        if json_path == "-":
+            _echo_json(results)
         ctx.exit(130)
     host_rows = results["host"]
-    if host:
-        # Measured again after the GPU timing, for the record (see _time_cases).
-        for row, again in zip(host_rows, _host_per_call(loaded, calls, seed)):
-            if "median_s" in again:
-                row["after_gpu_timing_median_s"] = again["median_s"]
-    save()
-    if compare:
-        _compare(rows, compile_tag, console, save, peer_timeout_s)
     _print_rows(console, rows, host_rows)
     if json_path == "-":
         _echo_json(results)

@@ -26,7 +26,7 @@ from rich.text import Text
 
 from .device import choose_adapter
 from .digests import METADATA_FILE, UNLISTABLE, build_metadata, schema_problems, write_metadata
-from .errors import HubError, KernelError, PackageError, TrustError
+from .errors import DigestError, KernelError, PackageError
 from .package import embedded_ids, embedded_root, open_folder
 from .package_tests import PackageReport, RunResult, run_package_tests, run_package_tests_isolated
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
@@ -197,8 +197,14 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
     for ref in refs:
         try:
             opened.append((ref, resolve_kernel(ref)))
-        except (HubError, TrustError):
-            raise  # a Hub kernel that cannot be fetched, or not trusted: the caller's (exit 2), as in `info`
+        except PackageError as exc:
+            # A Hub kernel that cannot be fetched, is not trusted, or is no repository id: the
+            # caller's (exit 2), as in `info`. A fetched one whose files do not match fails (1).
+            if _cli().classify_kernel_ref(ref).kind == "hub" and not isinstance(exc, DigestError):
+                raise
+            if _names_nothing(ref):
+                raise
+            opened.append((ref, exc))
         except KernelError as exc:
             if _names_nothing(ref):
                 raise  # an unknown kernel is the caller's error (exit 2); a package that does not load fails (1)

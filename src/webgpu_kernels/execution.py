@@ -132,10 +132,11 @@ def check_bound(resolved: ResolvedPass, sizes: Mapping[str, int], variant: str) 
 def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
     """Refuse an input no buffer of the device can hold, before the variant's expressions run:
     a shape of 10^15 elements had been reported as a uniform field past u32, in the manifest's terms."""
-    max_buffer = info.limits["maxBufferSize"]
+    max_buffer, max_binding = info.limits["maxBufferSize"], info.limits["maxStorageBufferBindingSize"]
     for role, size in sizes.items():
-        if padded_size(size) > max_buffer:
-            raise DeviceLimitError(role, f"at most {max_buffer} bytes (the device's maxBufferSize)", f"{size} bytes")
+        if size > max_buffer:  # one within it but past a binding is check_limits' to refuse, as a binding
+            raise DeviceLimitError(role, f"at most {max_buffer} bytes (the device's maxBufferSize; a storage binding "
+                                   f"holds at most {min(max_binding, max_buffer)})", f"{size} bytes")  # fmt: skip
 
 
 def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int]) -> None:
