@@ -607,3 +607,25 @@ def test_a_dispatch_webgpu_rejects_fails_its_own_call_and_nothing_else(write_pac
     t = wk.to_gpu(x)
     np.testing.assert_allclose(quick_gelu({"X": t})["Y"], ref.quick_gelu(x), rtol=1e-5, atol=1e-6)
     t.release()
+
+
+OWN_BINDING_WGSL = """@group(0) @binding(7) var<storage, read> x: array<f32>;
+@group({{ bindings.y.group }}) @binding({{ bindings.y.binding }}) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size({{ workgroupSize }})
+fn {{ entryPoint }}({{ entryParams }}) {
+  let i = {{ globalIndex }};
+  if (i < arrayLength(&y)) {
+    y[i] = x[i];
+  }
+}
+"""
+
+
+def test_a_template_declaring_a_binding_the_pass_lacks_is_told_the_passs_bindings(write_package):
+    """A template's own declaration at @binding(7) got only wgpu's "ResourceBinding { group: 0,
+    binding: 7 } is not available in the pipeline layout", not which places the manifest gives."""
+    kernel = wk.load_kernel(write_package(one_pass_manifest("OwnBinding", "own.wgsl.jinja"), {"own.wgsl.jinja": OWN_BINDING_WGSL}))
+    with pytest.raises(errors.ShaderCompileError, match="binding: 7") as info:
+        kernel({"X": np.ones(4, np.float32)})
+    assert "this pass's bindings are @group(0) @binding(0) x, @group(0) @binding(1) y" in str(info.value)
+    assert "{{ bindings.NAME.binding }}" in str(info.value)

@@ -106,6 +106,10 @@ def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kerne
                 with translate_gpu_errors("building a pipeline", device.memory):
                     raise
             message, file, line = str(exc).strip(), None, None
+            if _MISSING_BINDING.search(message):  # wgpu names the binding, not the manifest's ones
+                known = ", ".join(f"@group({b.group}) @binding({b.binding}) {b.name}" for b in resolved.bindings)
+                message += (f"\n(this pass's bindings are {known}; a template that declares its own variables takes "
+                            "each place from {{ bindings.NAME.group }} and {{ bindings.NAME.binding }})")
             position = _COMPILER_POSITION.search(message)
             if position and isinstance(wgsl, RenderedWGSL):  # it knows which template line made each line
                 origin = wgsl.template_line(int(position[1]), int(position[2]))
@@ -197,6 +201,7 @@ def _padded_bytes(array: np.ndarray, *, whole: bool = False) -> np.ndarray:
 
 #: Where naga's report points in the rendered WGSL: "┌─ wgsl:28:33" (parse errors) or
 #: "┌─ QuickGelu.vec4:15:12" (validation errors, under the shader's label).
+_MISSING_BINDING = re.compile(r"ResourceBinding \{ group: \d+, binding: \d+ \} is not available in the pipeline layout")
 _COMPILER_POSITION = re.compile(r"┌─ .*?:(\d+):(\d+)\s*$", re.MULTILINE)
 
 
