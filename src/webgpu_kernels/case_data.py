@@ -149,8 +149,8 @@ def decode_values(values: Any) -> Any:
 def inline_values(values: Any, dtype: str) -> np.ndarray:
     """test.json's inline ``values`` (nested lists kept) as an array of ``dtype``. Float and boolean
     dtypes go through float64 (:func:`cast`); integer dtypes are converted value by value, so a
-    JSON integer stays exact past 2^53 (float64 would turn 2^63 - 1 into 2^63), other numbers are
-    rounded to nearest even, and all are clipped to the type's range, as :func:`cast` does."""
+    JSON integer stays exact past 2^53 (float64 would turn 2^63 - 1 into 2^63) and is clipped to the
+    type's range; other numbers go through :func:`cast` (rounded to nearest even, clipped)."""
     target = numpy_dtype(dtype)
     if target.kind not in "iu":
         return cast(np.asarray(decode_values(values), dtype=np.float64), dtype)
@@ -167,13 +167,9 @@ def inline_values(values: Any, dtype: str) -> np.ndarray:
         if isinstance(value, list):
             return [exact(v) for v in value]
         if isinstance(value, int):  # bool too
-            number = int(value)
-        else:
-            f = SPECIAL_STRINGS[value] if isinstance(value, str) else float(value)
-            if math.isnan(f):
-                raise ValueError(f"NaN cannot be held by {dtype}")
-            number = (high if f > 0 else low) if math.isinf(f) else round(f)  # round(): half to even, as np.rint
-        return min(max(number, low), high)
+            return min(max(int(value), low), high)
+        f = SPECIAL_STRINGS[value] if isinstance(value, str) else float(value)
+        return int(cast(np.array([f]), dtype)[0])  # a float: cast's rounding, clipping and NaN refusal
 
     return np.array(exact(values), dtype=target)
 
