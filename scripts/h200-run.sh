@@ -8,7 +8,7 @@
 #   bash scripts/h200-run.sh hostab [DIR]   host cost per call, this tree against DIR/src (default ab-old), interleaved
 #   bash scripts/h200-run.sh tunecheck   the tuner alone on the large cases
 #   bash scripts/h200-run.sh tests   the test suite on the H200
-#   bash scripts/h200-run.sh hanghunt   the suite with stacks at its hang, then with one copy thread (session 24)
+#   bash scripts/h200-run.sh hanghunt [copy1|noconcurrency]   the suite with stacks at its hang, then changed (session 24)
 #   bash scripts/h200-run.sh warmup   the first small cases in fresh processes, with and without bench's warm-up
 #   bash scripts/h200-run.sh ortcheck   ORT WebGPU's raw timing batches at 84M (scripts/ort_timing_probe.py)
 #   bash scripts/h200-run.sh ortlong   the same at 8x577x4096 and 8x257x4096 with batches up to 16384 runs
@@ -76,13 +76,17 @@ case "${1:-bench}" in
     # returns); the plugin logs each test's start and, on a test past HANG_S, every thread's stack.
     HANG_LOG=$OUT/hang.log HANG_S=60 PYTHONPATH=scripts:$PYTHONPATH timeout 400 python3 -m pytest -q -p no:cacheprovider \
       -p hang_probe_plugin -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
-  hanghunt)  # session 24's hang: the suite as `tests` runs it (stacks at the hang, HANG_S 30), then again with
-             # one copy thread (HANG_COPY_THREADS=1): does the hang follow the parallel write_buffer calls?
+  hanghunt)  # session 24's hang: the suite as `tests` runs it (stacks at the hang, HANG_S 30), then again changed
+             # by ${2:-copy1}: copy1 = one copy thread (HANG_COPY_THREADS=1: the parallel write_buffer calls?),
+             # noconcurrency = without tests/test_concurrency.py (kernels called from several threads at once,
+             # before test 825; wgpu#4877 reports GPU hangs after a submit from another thread)
     export XDG_RUNTIME_DIR=$(mktemp -d)
     HANG_LOG=$OUT/hang.log HANG_S=30 PYTHONPATH=scripts:$PYTHONPATH timeout 240 python3 -m pytest -q -p no:cacheprovider \
       -p hang_probe_plugin -x 2>&1 | tail -5 | tee "$OUT/pytest.log"
-    HANG_LOG=$OUT/hang-1thread.log HANG_S=30 HANG_COPY_THREADS=1 PYTHONPATH=scripts:$PYTHONPATH timeout $(( 585 - SECONDS )) \
-      python3 -m pytest -q -p no:cacheprovider -p hang_probe_plugin -rfEs 2>&1 | tail -15 | tee "$OUT/pytest-1thread.log" ;;
+    mode=${2:-copy1}
+    if [ "$mode" = noconcurrency ]; then extra=(--ignore tests/test_concurrency.py); threads=; else extra=(); threads=1; fi
+    HANG_LOG=$OUT/hang-$mode.log HANG_S=30 HANG_COPY_THREADS=$threads PYTHONPATH=scripts:$PYTHONPATH timeout $(( 585 - SECONDS )) \
+      python3 -m pytest -q -p no:cacheprovider -p hang_probe_plugin -rfEs "${extra[@]}" 2>&1 | tail -15 | tee "$OUT/pytest-$mode.log" ;;
   wait)  # where a small round trip's time goes, host cost per call, then the suite
     timeout 120 python3 scripts/wait_probe.py 2>&1 | tee "$OUT/wait.log"
     timeout 120 python3 scripts/wait_probe.py 30 --map-modes 2>&1 | tee -a "$OUT/wait.log"
