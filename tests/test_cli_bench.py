@@ -829,3 +829,25 @@ def test_ctrl_c_keeps_what_was_measured_on_stdout_and_after_the_gpu_timing(runne
     timed = [r["case"] for r in data["cases"]]
     assert len(timed) == (1 if phase == "gpu" else 2) and all(c.startswith("tiny") for c in timed)
     assert data["host"] and "median_s" in data["host"][0]
+
+
+def test_a_stored_choice_that_gives_the_gpu_the_same_work_is_not_timed_again(runner, tuning_dir, tmp_path):
+    """demo.MatMul's tiled variant never reads WORKGROUP_SIZE: a stored tiled entry that differs
+    from the default only there is the same kernel, and had been timed again as "tuned", its
+    noise shown as a tuning gain or loss."""
+    from conftest import PACKAGES_DIR
+
+    matmul = wk.load_kernel(PACKAGES_DIR / "demo.MatMul")
+    metas = {"A": ((2, 9, 16), "float32"), "B": ((2, 16, 5), "float32")}
+    _, plan = matmul.plan(metas)
+    assert plan.variant == "tiled"
+    other = {**plan.tunables, "WORKGROUP_SIZE": 128 if plan.tunables["WORKGROUP_SIZE"] != 128 else 256}
+    assert matmul.work_key(metas, variant="tiled", tunables=other) == matmul.work_key(metas, variant="tiled")
+    cache = tuning.cache_for(wk.get_device().adapter.name, wk.get_device().adapter.backend)
+    dtypes, shapes, absent, attrs = matmul.tuning_class(metas)
+    cache.record(matmul.tuning_key, dtypes, shapes, tuning.TunedChoice("tiled", other, 1e-6), absent, attrs)
+    path = tmp_path / "bench.json"
+    invoke(runner, "bench", str(matmul.package.root), "-i", "A=2x9x16:f32", "-i", "B=2x16x5:f32",
+           "--no-host", *QUICK_WARM_UP, "--json", str(path))  # fmt: skip
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["tuned"]["same_as_default"] is True and row["tuned"]["median_s"] == row["median_s"]

@@ -326,6 +326,20 @@ def test_a_compile_error_after_a_multi_line_expression_and_an_include_names_the_
     assert wgsl.template_line(1, 1) == wgsl.template_line(3, 1) == ("scale-shift.wgsl.jinja", 2)
 
 
+@pytest.mark.parametrize("name", ["extra.json", "notes.md", "test.json"])
+def test_a_template_may_not_include_the_packages_documents_or_data(write_package, name):
+    """Their edits do not change the tuning key (kernel._template_files leaves them out), so an
+    included one could change the WGSL behind a stored result: such an include is refused."""
+    template = "{% include '" + name + "' %}\n" + DEMO_TEMPLATE
+    kernel = wk.load_kernel(write_package(json.loads(json.dumps(DEMO_MANIFEST)),
+                                          {"scale-shift.wgsl.jinja": template, name: "// v1\n"}))  # fmt: skip
+    with pytest.raises(errors.TemplateError, match=rf"{re.escape(name)}: not a template"):
+        kernel.render({"X": meta((3,), f32)})
+    key = kernel.tuning_key
+    (kernel.package.root / name).write_text("// v2\n", "utf-8")
+    assert wk.load_kernel(kernel.package.root).tuning_key == key
+
+
 @pytest.mark.parametrize("op", ["com.microsoft.QuickGelu", "com.microsoft.BiasAdd"])
 def test_every_rendered_line_of_the_shipped_templates_maps_to_a_line_that_could_make_it(op):
     """The literal text of the template line a rendered line maps to appears in that rendered line."""

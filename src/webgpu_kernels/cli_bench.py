@@ -412,8 +412,11 @@ def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str,
     # the default selection there, so it is that plan that is timed, not the stored entry.
     _, runs = kernel.plan(arrays, attrs=attrs, tuned=True)
     variant, tunables = runs.variant, dict(runs.tunables)
-    same = variant == default.variant and tunables == default.tunables
-    # The tuner kept the default: timing the same kernel again would only add noise.
+    # The same work as the default (equal tunables, or ones the variant never reads): timing the
+    # same kernel again would only add noise, shown as a tuning gain or loss.
+    same = (variant == default.variant and tunables == default.tunables) or (
+        kernel.work_key(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        == kernel.work_key(arrays, attrs=attrs, variant=default.variant, tunables=default.tunables))
     tuned = default if same else bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
                                               check=_checker(kernel, arrays, attrs), flops=flops)  # fmt: skip
     # A tuned kernel that computes something else is WRONG, not fast.

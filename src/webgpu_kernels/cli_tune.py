@@ -3,6 +3,8 @@ per adapter and shape class (tuning.py), timed as `bench` times (benchmark.py)."
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import click
@@ -46,11 +48,14 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
              dtypes: tuple[str, ...], warm_up_s: float, seed: int, dry_run: bool) -> None:  # fmt: skip
     """Search variants and tunables per case; keep the fastest per adapter.
 
-    Every variant that accepts the case is tried with each tunable in turn over its candidates
+    Every variant is tried (one whose `when` refuses a candidate costs the attempt) with each
+    tunable in turn over its candidates
     (workgroup sizes 64 to 1024 for tunables named like WORKGROUP_SIZE, powers of two from 1/4x to
     4x the default for other integers, the other value for booleans), the others held at the best
     so far, starting from the case's own tunables where bench.json names some; a candidate is kept
-    only if its output agrees with the default's."""
+    only if its output agrees with the default's. Nothing is stored for a class (the inputs' dimensions
+    rounded down to powers of two) whose winner is the manifest's own selection, or whose cases
+    disagree: calls there run the manifest's selection."""
     console = _console()
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
@@ -58,10 +63,14 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, {})]
     if not work:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
+    if not dry_run:
+        _check_writable(cache.path.parent)
     table = Table(title=f"tuning on {device.adapter.label()}")
     for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
         table.add_column(col)
     errors = 0
+    outcomes: dict[str, tuple[str, Any]] = {}  # tuning class -> the first case's name and outcome
+    conflicted: set[str] = set()  # classes whose cases disagree
     with Progress(console=console, transient=True) as progress:
         _warm_up(progress, device, warm_up_s)
         task = progress.add_task("tuning", total=len(work))
@@ -92,10 +101,25 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
             if skipped:
                 progress.console.print(Text(f"{kernel.manifest.name} {case['name']}: skipped (output differs from the "
                                             f"default's): {', '.join(skipped)}", style="yellow"), soft_wrap=True)  # fmt: skip
+            tuning_class = kernel.tuning_class(arrays, case["attrs"])
+            # What calls of this class should run: nothing stored when the manifest's own selection
+            # won (an entry would impose this shape's default variant on every shape of the class),
+            # nor when two cases of one class disagree; else the winner.
+            outcome = None if (best[1], best[2]) == (default.variant, dict(kernel.manifest.tunables)) else (best[1], best[2])
+            key = tuning.entry_key(kernel.tuning_key, *tuning_class)
+            earlier = outcomes.setdefault(key, (case["name"], outcome))
+            if earlier[1] != outcome and key not in conflicted:
+                conflicted.add(key)
+                progress.console.print(Text(f"{kernel.manifest.name} {case['name']}: shares its tuning class with case "
+                                            f"{earlier[0]!r}, which found {_outcome_text(earlier[1])} where this one "
+                                            f"found {_outcome_text(outcome)}: nothing is stored for the class, so its "
+                                            "calls run the manifest's selection", style="yellow"), soft_wrap=True)  # fmt: skip
             if not dry_run:
-                dtypes, shapes, absent, attrs = kernel.tuning_class(arrays, case["attrs"])
-                cache.record(kernel.tuning_key, dtypes, shapes, tuning.TunedChoice(best[1], best[2], best[0]),
-                             absent, attrs)  # fmt: skip
+                if outcome is None or key in conflicted:
+                    cache.forget(kernel.tuning_key, *tuning_class)
+                else:
+                    cache.record(kernel.tuning_key, tuning_class[0], tuning_class[1],
+                                 tuning.TunedChoice(best[1], best[2], best[0]), *tuning_class[2:])  # fmt: skip
                 cache.save()  # after every case: an interrupted search keeps what it found
             table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
                           f"{default.variant} {defaults}", f"{default.median_s * 1e6:.1f}",
@@ -111,11 +135,28 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
         ctx.exit(1)
 
 
+def _check_writable(folder: Path) -> None:
+    """The tuning folder, made and writable now: a read-only one had crashed with a raw OSError
+    after the first case's search."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check.")  # noqa: SIM115 - closed at once
+        probe.close()
+    except OSError as exc:
+        raise click.UsageError(f"the tuning folder {folder} is not writable ({exc.strerror or exc}): set "
+                               f"{tuning.CACHE_ENV} to a writable folder, or pass --dry-run") from None  # fmt: skip
+
+
+def _outcome_text(outcome: tuple[str, dict[str, Any]] | None) -> str:
+    return "the manifest's selection best" if outcome is None else f"{outcome[0]} {outcome[1]} best"
+
+
 def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
             axes: list[tuple[str, list[Any]]], tolerance: float,
             defaults: dict[str, Any] | None = None) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
     """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
-    computing something else. Every variant that accepts the case gets a coordinate search: each
+    computing something else. Every variant gets a coordinate search (one that refuses the case
+    at every candidate costs only the attempts): each
     tunable in turn over its candidate values, the others held at the best found so far for that
     variant (a grid over three tunables would be ~100 timings per variant; a sweep is ~13), then a
     second sweep from where the first ended (a better ROW_ITEMS can make another WORKGROUP_SIZE the
@@ -134,7 +175,9 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     # tunable its variant never reads (a naive variant's workgroup size in a tiled one), which could
     # only "win" by noise; the default is timed in full, a short re-timing could only flatter it.
     timed = {kernel.work_key(arrays, attrs=attrs, variant=default.variant, tunables=defaults)}
-    for variant in [v.variant for v in kernel.explain(arrays, attrs=attrs).verdicts if v.accepted]:
+    # Every variant, not only those that accept the manifest's tunables: one may accept the case only
+    # at other values (or at the case's own); a refused candidate costs the attempt alone.
+    for variant in kernel.variants:
         here, here_s = defaults, default.median_s if variant == default.variant else float("inf")
         for sweep in ([("", [None]), *axes], axes):
             for name, values in sweep:

@@ -38,7 +38,7 @@ from .package import MANIFEST_FILE, KernelPackage
 from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, resolve_variant
 from .selection import Verdict, require_choice, select_variant
-from .templates import TEMPLATE_NAME
+from .templates import NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 from .tensor import LOST_TENSOR, GpuTensor
 
 #: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
@@ -393,8 +393,9 @@ class Kernel:
             return None
         try:
             tuned = check_call(self.manifest, metas, attrs, choice.tunables)
-            if check:
-                self._resolve(tuned, choice.variant, device.info)
+            if check:  # as a call would build it: `when`, then the device's limits
+                (chosen, outputs), resolved, _ = self._resolve(tuned, choice.variant, device.info)
+                self._check_device(tuned, chosen.variant.id, outputs, resolved, device)
         except KernelError:
             return None  # stale or foreign entry: the default selection still applies
         return tuned, choice.variant
@@ -432,16 +433,15 @@ class Kernel:
         return plan
 
 
-#: Files no template reads: the package's JSON documents and test data.
-_NOT_TEMPLATE_SUFFIXES = (".json", ".npy", ".npz", ".safetensors", ".md")
 
 
 def _template_files(package: KernelPackage) -> list[str]:
     """The files a template could load (templates.PackageLoader: a top-level file of a valid name),
-    less JSON and data; of a verified package, only what it verified (the rest cannot load)."""
+    less the NOT_TEMPLATE_SUFFIXES files it refuses; of a verified package, only what it verified
+    (the rest cannot load)."""
     names = (package.verified if package.is_verified else
              [p.name for p in package.root.iterdir() if p.is_file()])  # fmt: skip
-    return sorted(n for n in names if TEMPLATE_NAME.match(n) and not n.endswith(_NOT_TEMPLATE_SUFFIXES))
+    return sorted(n for n in names if TEMPLATE_NAME.match(n) and not n.endswith(NOT_TEMPLATE_SUFFIXES))
 
 
 def _frozen(options: Mapping[str, Any] | None) -> Any:

@@ -472,6 +472,12 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = ()) -> Ke
 TEMPLATE_HIDDEN_NAMESPACES = frozenset({"shapes", "ranks", "device"})
 
 
+#: Files no template may load: the package's JSON documents, test data and notes. The tuning key
+#: (kernel._template_files) digests every other file a template could load, so an edit to one of
+#: these cannot change the WGSL behind a stored result.
+NOT_TEMPLATE_SUFFIXES = (".json", ".npy", ".npz", ".safetensors", ".md")
+
+
 class PackageLoader(BaseLoader):
     """Loads a package's templates by name through ``read`` (a file at the top of the package)."""
 
@@ -482,6 +488,9 @@ class PackageLoader(BaseLoader):
 
     def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
         _check_template_name(template)  # TemplateSandbox checked it already; the loader holds on its own
+        if template.endswith(NOT_TEMPLATE_SUFFIXES):
+            raise TemplateError(f"not a template: {', '.join(NOT_TEMPLATE_SUFFIXES)} files (the package's documents, "
+                                "data and notes) cannot be included or imported", file=template)  # fmt: skip
         try:
             source = self._read(template)
         except DigestError:

@@ -102,6 +102,7 @@ class TuningCache:
         self._lock = threading.Lock()
         self.entries: dict[str, dict[str, Any]] = _read_entries(path)
         self._recorded: set[str] = set()  # keys this process found: what save() writes over the file
+        self._forgotten: set[str] = set()  # keys this process dropped: what save() removes from it
 
     def lookup(self, op_id: str, dtypes: Mapping[str, str], shapes: Mapping[str, Sequence[int]],
                absent: tuple[str, ...] = (), attrs: Mapping[str, Any] | None = None) -> TunedChoice | None:  # fmt: skip
@@ -118,12 +119,27 @@ class TuningCache:
         with self._lock:
             key = entry_key(op_id, dtypes, shapes, absent, attrs)
             self._recorded.add(key)
+            self._forgotten.discard(key)
             self.entries[key] = {
                 "variant": choice.variant, "tunables": choice.tunables, "median_s": choice.median_s,
             }  # fmt: skip
             # Bumped after the entry is stored: a call on another thread that saw the new
             # generation before the entry would cache the default plan under it for good.
             generation += 1  # kernels drop the plans they chose before this result existed
+
+    def forget(self, op_id: str, dtypes: Mapping[str, str], shapes: Mapping[str, Sequence[int]],
+               absent: tuple[str, ...] = (), attrs: Mapping[str, Any] | None = None) -> bool:  # fmt: skip
+        """Drop the class's entry, so that its calls run the manifest's own selection (the tuner
+        kept it, or its cases disagree); :meth:`save` removes it from the file too. Whether one was
+        there."""
+        global generation
+        with self._lock:
+            key = entry_key(op_id, dtypes, shapes, absent, attrs)
+            self._recorded.discard(key)
+            self._forgotten.add(key)
+            had = self.entries.pop(key, None) is not None
+            generation += 1  # plans chosen under the dropped entry are chosen again
+            return had
 
     def save(self) -> None:
         """Write the file: what is on disk now (another process may have tuned meanwhile), with
@@ -134,7 +150,8 @@ class TuningCache:
                 self._merge_and_replace()
 
     def _merge_and_replace(self) -> None:  # under both locks
-        entries = {**_read_entries(self.path), **{k: self.entries[k] for k in self._recorded}}
+        on_disk = {k: e for k, e in _read_entries(self.path).items() if k not in self._forgotten}
+        entries = {**on_disk, **{k: self.entries[k] for k in self._recorded}}
         self.entries = entries
         text = json.dumps({"version": FILE_VERSION, "entries": entries}, indent=1, sort_keys=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
