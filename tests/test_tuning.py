@@ -512,3 +512,19 @@ def test_concurrent_saves_keep_every_entry(tuning_dir):
     assert all(w.wait(120) == 0 for w in workers)
     entries = json.loads(path.read_text("utf-8"))["entries"]
     assert len(entries) == 4 * 60
+
+
+@pytest.mark.parametrize("text", ['{"version": 4, "entries": {"future-key": {"variant": "v"}}}', '{"version": 3, "entr'])
+def test_a_save_keeps_a_file_of_another_version_or_a_broken_one(tmp_path, text):
+    """Ignored on reading, as before, but a save had overwritten it: a newer library's results, or
+    a hand-edited file with one typo, were lost without a word."""
+    path = tmp_path / "adapter.json"
+    path.write_text(text, "utf-8")
+    cache = tuning.TuningCache(path)
+    assert cache.entries == {}
+    cache.record("op@1", {"T": "float32"}, {"X": (4,)}, tuning.TunedChoice("v", {"W": 64}, 1e-6))
+    cache.save()
+    assert (tmp_path / ("adapter.json" + tuning.BACKUP_SUFFIX)).read_text("utf-8") == text
+    assert len(json.loads(path.read_text("utf-8"))["entries"]) == 1
+    cache.save()  # the file is its own version now: no second backup over the first
+    assert (tmp_path / ("adapter.json" + tuning.BACKUP_SUFFIX)).read_text("utf-8") == text

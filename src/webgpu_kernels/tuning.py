@@ -36,6 +36,9 @@ LOCK_NAME = ".lock"
 #: 2: entries keyed by the package's tuning key, not the op id alone; 3: shape classes per
 #: dimension, not per element count (files of other versions are ignored).
 FILE_VERSION = 3
+#: A tuning file of another version (or one that does not parse) is moved to its name plus this
+#: before a save writes the adapter's file anew.
+BACKUP_SUFFIX = ".bak"
 
 
 def disabled() -> bool:
@@ -150,6 +153,8 @@ class TuningCache:
                 self._merge_and_replace()
 
     def _merge_and_replace(self) -> None:  # under both locks
+        if _foreign(self.path):  # another version's results, or a hand edit gone wrong: kept, not lost
+            os.replace(self.path, self.path.with_name(self.path.name + BACKUP_SUFFIX))
         on_disk = {k: e for k, e in _read_entries(self.path).items() if k not in self._forgotten}
         entries = {**on_disk, **{k: self.entries[k] for k in self._recorded}}
         self.entries = entries
@@ -181,6 +186,18 @@ def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
     if isinstance(data, dict) and data.get("version") == FILE_VERSION and isinstance(data.get("entries"), dict):
         return {k: e for k, e in data["entries"].items() if _valid_entry(e)}
     return {}
+
+
+def _foreign(path: Path) -> bool:
+    """Whether ``path`` is a regular file that is no tuning file of this version (another version's,
+    or unreadable JSON), which a save would otherwise overwrite."""
+    try:
+        if not path.is_file():
+            return False
+        data = decode_json(read_file(path.parent, path.name))
+    except (OSError, PackageError, ValueError):
+        return True
+    return not (isinstance(data, dict) and data.get("version") == FILE_VERSION)
 
 
 def _valid_entry(entry: Any) -> bool:
