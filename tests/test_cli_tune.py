@@ -483,3 +483,47 @@ def test_explain_says_no_stored_result_applies_when_the_device_refuses_it(tuning
                  tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 1 << 20}, 1e-6), *bias_add.tuning_class(metas)[2:])  # fmt: skip
     assert bias_add.explain(metas).tuned is None
     assert "@workgroup_size(1048576" not in "".join(bias_add.render(metas).values())
+
+
+def test_a_case_tunable_its_winner_never_reads_is_the_manifest_selection(runner, tuning_dir, monkeypatch, tmp_path):
+    """demo.MatMul's tiled variant never reads WORKGROUP_SIZE: a case naming one, whose winner is
+    tiled at it, gives the GPU the manifest selection's work, so nothing is stored (outcomes had
+    been compared by tunable values)."""
+    from conftest import PACKAGES_DIR
+
+    root = tmp_path / "mm"
+    import shutil
+
+    shutil.copytree(PACKAGES_DIR / "demo.MatMul", root)
+    case = {"inputs": {"A": {"shape": [2, 9, 16]}, "B": {"shape": [2, 16, 5]}}, "types": {"T": ["float32"]}}
+    bench = {"cases": [{"name": "named", **case, "tunables": {"WORKGROUP_SIZE": 128}},
+                       {"name": "plain", **{**case, "inputs": {"A": {"shape": [2, 10, 16]}, "B": {"shape": [2, 16, 5]}}}}]}  # fmt: skip
+    (root / "bench.json").write_text(json.dumps(bench), "utf-8")
+    write_metadata(root)
+    monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: best)
+    monkeypatch.setattr(cli_tune, "_search", _fake_search({(2, 9, 16): None, (2, 10, 16): None}))
+    out = " ".join(invoke(runner, "tune", str(root), *QUICK_WARM_UP).output.split())
+    assert "shares its tuning class" not in out  # the two cases (one class) agree
+    assert json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"] == {}
+
+
+def test_a_refused_candidate_is_not_tried_again_by_the_second_sweep(monkeypatch, device):
+    """demo.ReduceSum's workgroup variant cannot take (2, 64, 8) over axis 1 at any tunable: its
+    refusals were repeated by the second sweep (21 attempts for 10 values)."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.ReduceSum")
+    arrays = {"X": np.random.default_rng(0).standard_normal((2, 64, 8)).astype(np.float32)}
+    attempts = []
+    real = kernel.work_key
+
+    def counted(*args, **kwargs):
+        attempts.append((kwargs.get("variant"), tuple(sorted((kwargs.get("tunables") or {}).items()))))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "work_key", counted)
+    monkeypatch.setattr(cli_tune, "bench_kernel", lambda k, a, *, variant=None, **_: SimpleNamespace(median_s=1e-5, variant=variant))
+    cli_tune._search(kernel, arrays, {"axis": 1}, SimpleNamespace(median_s=1e-5, variant="strided"),
+                     cli_tune._tunable_axes(kernel, device), 1e-3)  # fmt: skip
+    refused = [a for a in attempts if a[0] == "workgroup"]
+    assert refused and len(refused) == len(set(refused))

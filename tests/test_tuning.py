@@ -528,3 +528,17 @@ def test_a_save_keeps_a_file_of_another_version_or_a_broken_one(tmp_path, text):
     assert len(json.loads(path.read_text("utf-8"))["entries"]) == 1
     cache.save()  # the file is its own version now: no second backup over the first
     assert (tmp_path / ("adapter.json" + tuning.BACKUP_SUFFIX)).read_text("utf-8") == text
+
+
+def test_a_second_foreign_file_and_a_folder_named_like_the_backup_keep_every_backup(tmp_path):
+    """The backup had been replaced by the next foreign file, and a folder at its name crashed the save."""
+    path = tmp_path / "adapter.json"
+    (tmp_path / ("adapter.json" + tuning.BACKUP_SUFFIX)).mkdir()
+    texts = ['{"version": 2, "entries": {"FIRST": 1}}', "{not json"]
+    for text in texts:
+        path.write_text(text, "utf-8")
+        cache = tuning.TuningCache(path)
+        cache.record("op@1", {"T": "float32"}, {"X": (4,)}, tuning.TunedChoice("v", {"W": 64}, 1e-6))
+        cache.save()
+    backups = sorted(p.read_text("utf-8") for p in tmp_path.glob("adapter.json.*" + tuning.BACKUP_SUFFIX))
+    assert backups == sorted(texts)

@@ -105,10 +105,13 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
             # What calls of this class should run: nothing stored when the manifest's own selection
             # won (an entry would impose this shape's default variant on every shape of the class),
             # nor when two cases of one class disagree; else the winner.
-            outcome = None if (best[1], best[2]) == (default.variant, dict(kernel.manifest.tunables)) else (best[1], best[2])
+            # Compared by the work the GPU is given (work_key): a tunable the winner never reads
+            # makes no other outcome.
+            winner = (best[1], best[2])
+            outcome = None if _same_work(kernel, arrays, case["attrs"], winner, None) else winner
             key = tuning.entry_key(kernel.tuning_key, *tuning_class)
             earlier = outcomes.setdefault(key, (case["name"], outcome))
-            if earlier[1] != outcome and key not in conflicted:
+            if not _same_work(kernel, arrays, case["attrs"], earlier[1], outcome) and key not in conflicted:
                 conflicted.add(key)
                 progress.console.print(Text(f"{kernel.manifest.name} {case['name']}: shares its tuning class with case "
                                             f"{earlier[0]!r}, which found {_outcome_text(earlier[1])} where this one "
@@ -147,6 +150,23 @@ def _check_writable(folder: Path) -> None:
                                f"{tuning.CACHE_ENV} to a writable folder, or pass --dry-run") from None  # fmt: skip
 
 
+def _same_work(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any],
+               a: tuple[str, dict[str, Any]] | None, b: tuple[str, dict[str, Any]] | None) -> bool:
+    """Whether choices ``a`` and ``b`` ((variant, tunables), or None for the manifest's own
+    selection at its tunables) give the GPU the same work for these inputs; one that cannot run
+    them is no match."""
+    def work(choice: tuple[str, dict[str, Any]] | None) -> Any:
+        return kernel.work_key(arrays, attrs=attrs) if choice is None else kernel.work_key(
+            arrays, attrs=attrs, variant=choice[0], tunables=choice[1])
+
+    if a == b:
+        return True
+    try:
+        return work(a) == work(b)
+    except KernelError:
+        return False
+
+
 def _outcome_text(outcome: tuple[str, dict[str, Any]] | None) -> str:
     return "the manifest's selection best" if outcome is None else f"{outcome[0]} {outcome[1]} best"
 
@@ -175,6 +195,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     # tunable its variant never reads (a naive variant's workgroup size in a tiled one), which could
     # only "win" by noise; the default is timed in full, a short re-timing could only flatter it.
     timed = {kernel.work_key(arrays, attrs=attrs, variant=default.variant, tunables=defaults)}
+    refused: set[tuple[str, tuple[tuple[str, Any], ...]]] = set()  # not tried again by the second sweep
     # Every variant, not only those that accept the manifest's tunables: one may accept the case only
     # at other values (or at the case's own); a refused candidate costs the attempt alone.
     for variant in kernel.variants:
@@ -184,14 +205,21 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                 start = here
                 for value in values:
                     tunables = start if not name else {**start, name: value}
+                    candidate = (variant, tuple(sorted(tunables.items())))
+                    if candidate in refused:
+                        continue
                     try:
                         work = kernel.work_key(arrays, attrs=attrs, variant=variant, tunables=tunables)
-                        if work in timed:
-                            continue
-                        timed.add(work)
+                    except KernelError:  # a candidate the variant's `when` refuses
+                        refused.add(candidate)
+                        continue
+                    if work in timed:
+                        continue
+                    timed.add(work)
+                    try:
                         r = bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
                                          min_total_s=0.1, min_batches=3)  # fmt: skip
-                    except KernelError:  # a candidate the variant's `when` or the device refuses
+                    except KernelError:  # or the device
                         continue
                     if r.median_s >= here_s:  # best[0] <= here_s: not a lead either
                         continue

@@ -154,7 +154,7 @@ class TuningCache:
 
     def _merge_and_replace(self) -> None:  # under both locks
         if _foreign(self.path):  # another version's results, or a hand edit gone wrong: kept, not lost
-            os.replace(self.path, self.path.with_name(self.path.name + BACKUP_SUFFIX))
+            os.replace(self.path, _free_backup_name(self.path))
         on_disk = {k: e for k, e in _read_entries(self.path).items() if k not in self._forgotten}
         entries = {**on_disk, **{k: self.entries[k] for k in self._recorded}}
         self.entries = entries
@@ -186,6 +186,16 @@ def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
     if isinstance(data, dict) and data.get("version") == FILE_VERSION and isinstance(data.get("entries"), dict):
         return {k: e for k, e in data["entries"].items() if _valid_entry(e)}
     return {}
+
+
+def _free_backup_name(path: Path) -> Path:
+    """``<name>.bak``, else ``<name>.1.bak``, ``<name>.2.bak``...: an earlier backup (or a folder of
+    that name) is never replaced."""
+    for n in range(1000):
+        candidate = path.with_name(f"{path.name}{'' if n == 0 else f'.{n}'}{BACKUP_SUFFIX}")
+        if not os.path.lexists(candidate):
+            return candidate
+    return path.with_name(f"{path.name}.{os.getpid()}{BACKUP_SUFFIX}")  # a thousand backups: this process's own
 
 
 def _foreign(path: Path) -> bool:
