@@ -197,17 +197,14 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
     for ref in refs:
         try:
             opened.append((ref, resolve_kernel(ref)))
-        except PackageError as exc:
-            # A Hub kernel that cannot be fetched, is not trusted, or is no repository id: the
-            # caller's (exit 2), as in `info`. A fetched one whose files do not match fails (1).
-            if _cli().classify_kernel_ref(ref).kind == "hub" and not isinstance(exc, DigestError):
-                raise
-            if _names_nothing(ref):
-                raise
-            opened.append((ref, exc))
         except KernelError as exc:
-            if _names_nothing(ref):
-                raise  # an unknown kernel is the caller's error (exit 2); a package that does not load fails (1)
+            # The caller's errors (exit 2): an unknown kernel, and a Hub kernel that cannot be
+            # fetched, is not trusted or is no repository id (as in `info`). A package that does
+            # not load, a fetched one whose files do not match included, fails (1).
+            unfetched = (isinstance(exc, PackageError) and not isinstance(exc, DigestError)
+                         and _cli().classify_kernel_ref(ref).kind == "hub")  # fmt: skip
+            if unfetched or _names_nothing(ref):
+                raise
             opened.append((ref, exc))
     for ref, kernel in opened:
         if isinstance(kernel, KernelError):

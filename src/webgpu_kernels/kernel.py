@@ -433,8 +433,6 @@ class Kernel:
         return plan
 
 
-
-
 def _template_files(package: KernelPackage) -> list[str]:
     """The files a template could load (templates.PackageLoader: a top-level file of a valid name),
     less the NOT_TEMPLATE_SUFFIXES files it refuses; of a verified package, only what it verified

@@ -131,18 +131,16 @@ class TuningCache:
             generation += 1  # kernels drop the plans they chose before this result existed
 
     def forget(self, op_id: str, dtypes: Mapping[str, str], shapes: Mapping[str, Sequence[int]],
-               absent: tuple[str, ...] = (), attrs: Mapping[str, Any] | None = None) -> bool:  # fmt: skip
+               absent: tuple[str, ...] = (), attrs: Mapping[str, Any] | None = None) -> None:  # fmt: skip
         """Drop the class's entry, so that its calls run the manifest's own selection (the tuner
-        kept it, or its cases disagree); :meth:`save` removes it from the file too. Whether one was
-        there."""
+        kept it, or its cases disagree); :meth:`save` removes it from the file too."""
         global generation
         with self._lock:
             key = entry_key(op_id, dtypes, shapes, absent, attrs)
             self._recorded.discard(key)
             self._forgotten.add(key)
-            had = self.entries.pop(key, None) is not None
+            self.entries.pop(key, None)
             generation += 1  # plans chosen under the dropped entry are chosen again
-            return had
 
     def save(self) -> None:
         """Write the file: what is on disk now (another process may have tuned meanwhile), with
@@ -153,9 +151,10 @@ class TuningCache:
                 self._merge_and_replace()
 
     def _merge_and_replace(self) -> None:  # under both locks
-        if _foreign(self.path):  # another version's results, or a hand edit gone wrong: kept, not lost
+        on_disk, foreign = _load(self.path)
+        if foreign:  # another version's results, or a hand edit gone wrong: kept, not lost
             os.replace(self.path, _free_backup_name(self.path))
-        on_disk = {k: e for k, e in _read_entries(self.path).items() if k not in self._forgotten}
+        on_disk = {k: e for k, e in on_disk.items() if k not in self._forgotten}
         entries = {**on_disk, **{k: self.entries[k] for k in self._recorded}}
         self.entries = entries
         text = json.dumps({"version": FILE_VERSION, "entries": entries}, indent=1, sort_keys=True)
@@ -179,13 +178,27 @@ def _folder_lock(folder: Path) -> FileLock:
 def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
     """The valid entries of a tuning file; a missing, corrupt, oversized, other-version or
     not-regular file (a FIFO would block every first call) has none."""
+    return _load(path)[0]
+
+
+def _load(path: Path) -> tuple[dict[str, dict[str, Any]], bool]:
+    """A tuning file's valid entries, and whether it is a regular file that is no tuning file of
+    this version (another version's, or one that does not parse), which a save must not overwrite."""
     try:
         data = decode_json(read_file(path.parent, path.name))
     except (PackageError, ValueError):
-        return {}  # a corrupt cache is ignored, never fatal
-    if isinstance(data, dict) and data.get("version") == FILE_VERSION and isinstance(data.get("entries"), dict):
-        return {k: e for k, e in data["entries"].items() if _valid_entry(e)}
-    return {}
+        return {}, _is_regular_file(path)  # a corrupt cache is ignored, never fatal
+    if isinstance(data, dict) and data.get("version") == FILE_VERSION:
+        entries = data.get("entries")
+        return ({k: e for k, e in entries.items() if _valid_entry(e)} if isinstance(entries, dict) else {}), False
+    return {}, True
+
+
+def _is_regular_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _free_backup_name(path: Path) -> Path:
@@ -196,18 +209,6 @@ def _free_backup_name(path: Path) -> Path:
         if not os.path.lexists(candidate):
             return candidate
     return path.with_name(f"{path.name}.{os.getpid()}{BACKUP_SUFFIX}")  # a thousand backups: this process's own
-
-
-def _foreign(path: Path) -> bool:
-    """Whether ``path`` is a regular file that is no tuning file of this version (another version's,
-    or unreadable JSON), which a save would otherwise overwrite."""
-    try:
-        if not path.is_file():
-            return False
-        data = decode_json(read_file(path.parent, path.name))
-    except (OSError, PackageError, ValueError):
-        return True
-    return not (isinstance(data, dict) and data.get("version") == FILE_VERSION)
 
 
 def _valid_entry(entry: Any) -> bool:
