@@ -9,6 +9,7 @@
 #   bash scripts/h200-run.sh tunecheck   the tuner alone on the large cases
 #   bash scripts/h200-run.sh tests   the test suite on the H200
 #   bash scripts/h200-run.sh hanghunt [copy1|noconcurrency]   the suite with stacks at its hang, then changed (session 24)
+#   bash scripts/h200-run.sh bisect   which earlier test files make test 825 hang (session 25)
 #   bash scripts/h200-run.sh warmup   the first small cases in fresh processes, with and without bench's warm-up
 #   bash scripts/h200-run.sh ortcheck   ORT WebGPU's raw timing batches at 84M (scripts/ort_timing_probe.py)
 #   bash scripts/h200-run.sh ortlong   the same at 8x577x4096 and 8x257x4096 with batches up to 16384 runs
@@ -87,6 +88,16 @@ case "${1:-bench}" in
     if [ "$mode" = noconcurrency ]; then extra=(--ignore tests/test_concurrency.py); threads=; else extra=(); threads=1; fi
     HANG_LOG=$OUT/hang-$mode.log HANG_S=30 HANG_COPY_THREADS=$threads PYTHONPATH=scripts:$PYTHONPATH timeout $(( 585 - SECONDS )) \
       python3 -m pytest -q -p no:cacheprovider -p hang_probe_plugin -rfEs "${extra[@]}" 2>&1 | tail -15 | tee "$OUT/pytest-$mode.log" ;;
+  bisect)  # session 25: which earlier test files make test 825 hang (scripts/hang_bisect.py), in the
+           # suite's order; test_concurrency.py (wgpu#4877's lead) alone first; then the set found
+           # again with one copy thread
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    files=(api bad_input benchmark bias_add buffers case_data casefile cli_bench cli cli_tune concurrency contract
+           device digests docs_examples)
+    files=("${files[@]/#/tests/test_}")
+    timeout $(( 590 - SECONDS )) python3 scripts/hang_bisect.py --tail tests/test_execution.py --deadline $(( 575 - SECONDS )) \
+      --expand --guess tests/test_concurrency.py --recheck HANG_COPY_THREADS=1 --log "$OUT/bisect.log" \
+      "${files[@]/%/.py}" 2>&1 | tee "$OUT/bisect-stdout.log" ;;
   wait)  # where a small round trip's time goes, host cost per call, then the suite
     timeout 120 python3 scripts/wait_probe.py 2>&1 | tee "$OUT/wait.log"
     timeout 120 python3 scripts/wait_probe.py 30 --map-modes 2>&1 | tee -a "$OUT/wait.log"
