@@ -10,6 +10,7 @@
 #   bash scripts/h200-run.sh tests   the test suite on the H200
 #   bash scripts/h200-run.sh hanghunt [copy1|noconcurrency]   the suite with stacks at its hang, then changed (session 24)
 #   bash scripts/h200-run.sh bisect   which earlier test files make test 825 hang (session 25)
+#   bash scripts/h200-run.sh forkfix   the fork test then test 825, old engine (.ab-old) and this one, then the suite
 #   bash scripts/h200-run.sh warmup   the first small cases in fresh processes, with and without bench's warm-up
 #   bash scripts/h200-run.sh ortcheck   ORT WebGPU's raw timing batches at 84M (scripts/ort_timing_probe.py)
 #   bash scripts/h200-run.sh ortlong   the same at 8x577x4096 and 8x257x4096 with batches up to 16384 runs
@@ -98,6 +99,18 @@ case "${1:-bench}" in
     timeout $(( 590 - SECONDS )) python3 scripts/hang_bisect.py --tail tests/test_execution.py --deadline $(( 575 - SECONDS )) \
       --expand --guess tests/test_concurrency.py --recheck HANG_COPY_THREADS=1 --log "$OUT/bisect.log" \
       "${files[@]/%/.py}" 2>&1 | tee "$OUT/bisect-stdout.log" ;;
+  forkfix)  # session 25: bisect found test 825 hangs after test_device.py. The fork test then test 825,
+            # on the old engine (carry .ab-old: src before the fork fix) and this one, then the suite
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    pair=(tests/test_device.py::test_a_forked_child_is_refused_instead_of_hanging
+          tests/test_execution.py::test_a_dispatch_webgpu_rejects_fails_its_own_call_and_nothing_else)
+    for src in "$PWD/.ab-old/src" "$PWD/src"; do
+      echo "== $src" | tee -a "$OUT/pair.log"
+      HANG_LOG=$OUT/hang-pair.log HANG_S=20 PYTHONPATH=scripts:/tmp/site:$src timeout 60 python3 -m pytest -q \
+        -p no:cacheprovider -p hang_probe_plugin "${pair[@]}" 2>&1 | tail -3 | tee -a "$OUT/pair.log"
+    done
+    HANG_LOG=$OUT/hang.log HANG_S=30 PYTHONPATH=scripts:$PYTHONPATH timeout $(( 585 - SECONDS )) python3 -m pytest -q \
+      -p no:cacheprovider -p hang_probe_plugin -rfEs --durations=5 2>&1 | tail -25 | tee "$OUT/pytest.log" ;;
   wait)  # where a small round trip's time goes, host cost per call, then the suite
     timeout 120 python3 scripts/wait_probe.py 2>&1 | tee "$OUT/wait.log"
     timeout 120 python3 scripts/wait_probe.py 30 --map-modes 2>&1 | tee -a "$OUT/wait.log"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+import wgpu
 
 import webgpu_kernels as wk
 from webgpu_kernels import device as device_module
@@ -40,42 +42,16 @@ def test_an_unknown_or_mistyped_request_is_refused_every_time():
                 wk.get_device(blank)
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
-def test_a_forked_child_is_refused_instead_of_hanging(device):
-    """multiprocessing's default 'fork' start method (DataLoader-style workers) after the parent
-    had opened a device: the child's first call waited for good on a device wgpu cannot serve
-    there, and a new device hung the same way. Now every use is a DeviceError naming the cure,
-    and the parent is unaffected."""
-    kernel = wk.get_kernel("com.microsoft.QuickGelu")
-    x = np.linspace(-3, 3, 64, dtype=np.float32)
-    kept, dropped = wk.to_gpu(x), wk.to_gpu(x)
-    kernel({"X": x})  # the plan is cached in the parent too
-    # Another of the parent's threads holds the device's lock as the process forks: the child's
-    # copy of that lock stays held for good, so nothing there may wait for it.
-    held, done = threading.Event(), threading.Event()
-    holder = threading.Thread(target=lambda: (device.lock.acquire(), held.set(), done.wait(), device.lock.release()))
-    holder.start()
-    held.wait()
+def in_forked_child(work) -> object:
+    """Fork, run ``work()`` in the child and return what it returned (JSON), never running
+    pytest's teardown there; a child that does not end within 60 s fails the test."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: report each attempt's outcome, never run pytest's teardown
+    if pid == 0:
         try:
-            outcomes = []
-            for attempt in (lambda: kernel({"X": x}), kept.numpy, lambda: wk.to_gpu(x), wk.get_device,
-                            lambda: wk.get_device("vulkan"), lambda: copy.copy(kept),
-                            lambda: dropped.release() or wk.empty_cache()):  # fmt: skip
-                try:
-                    attempt()
-                    outcomes.append("ran")
-                except errors.DeviceError as exc:
-                    outcomes.append("forked" if "'spawn'" in str(exc) else f"other DeviceError: {exc}")
-                except Exception as exc:
-                    outcomes.append(f"{type(exc).__name__}: {exc}")
-            os.write(write, json.dumps(outcomes).encode())
+            os.write(write, json.dumps(work()).encode())
         finally:
             os._exit(0)
-    done.set()
-    holder.join()
     os.close(write)
     deadline, ended = time.monotonic() + 60, False
     while not ended and time.monotonic() < deadline:
@@ -86,8 +62,72 @@ def test_a_forked_child_is_refused_instead_of_hanging(device):
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung")
     with os.fdopen(read) as pipe:
-        assert json.loads(pipe.read()) == ["forked"] * 7  # release() returns; empty_cache() refuses
+        return json.loads(pipe.read())
+
+
+forking = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+
+
+@forking
+def test_a_forked_child_is_refused_instead_of_hanging(device):
+    """multiprocessing's default 'fork' start method (DataLoader-style workers) after the parent
+    had opened a device: the child's first call waited for good on a device wgpu cannot serve
+    there, and a new device hung the same way. Now every use is a DeviceError naming the cure,
+    and the parent is unaffected."""
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    kept, dropped = wk.to_gpu(x), wk.to_gpu(x)
+    kernel({"X": x})  # the plan is cached in the parent too
+
+    def attempts() -> list[str]:
+        outcomes = []
+        for attempt in (lambda: kernel({"X": x}), kept.numpy, lambda: wk.to_gpu(x), wk.get_device,
+                        lambda: wk.get_device("vulkan"), lambda: copy.copy(kept),
+                        lambda: dropped.release() or wk.empty_cache()):  # fmt: skip
+            try:
+                attempt()
+                outcomes.append("ran")
+            except errors.DeviceError as exc:
+                outcomes.append("forked" if "'spawn'" in str(exc) else f"other DeviceError: {exc}")
+            except Exception as exc:
+                outcomes.append(f"{type(exc).__name__}: {exc}")
+        return outcomes
+
+    # Another of the parent's threads holds the device's lock as the process forks: the child's
+    # copy of that lock stays held for good, so nothing there may wait for it.
+    held, done = threading.Event(), threading.Event()
+    holder = threading.Thread(target=lambda: (device.lock.acquire(), held.set(), done.wait(), device.lock.release()))
+    holder.start()
+    held.wait()
+    try:
+        outcomes = in_forked_child(attempts)
+    finally:
+        done.set()
+        holder.join()
+    assert outcomes == ["forked"] * 7  # release() returns; empty_cache() refuses
     expected = x / (1 + np.exp(-1.702 * x.astype(np.float64)))
     np.testing.assert_allclose(kernel({"X": kept})["Y"], expected, rtol=1e-5, atol=1e-6)  # the parent still works
     kept.release()
     dropped.release()
+
+
+@forking
+def test_a_forked_child_never_releases_its_parents_wgpu_objects(device):
+    """A child shares its parent's driver objects (on NVIDIA, one set of kernel handles): a wgpu
+    object the child released, dropped by its code, its garbage collector or its exit, freed what
+    the parent still used, and the parent's next release or submit waited for good (the suite
+    stopped after the fork test on the H100 and the H200)."""
+    data = np.arange(64, dtype=np.float32)
+    buffers = [device.gpu.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)]
+    kind = type(buffers[0])
+
+    def drop_it() -> int:
+        released = []
+        kind._release_function = released.append  # what wgpu calls with the native handle, in the child only
+        buffers.clear()
+        gc.collect()
+        return len(released)
+
+    assert in_forked_child(drop_it) == 0
+    buffer = buffers[0]
+    assert np.array_equal(np.frombuffer(device.gpu.queue.read_buffer(buffer), np.float32), data)

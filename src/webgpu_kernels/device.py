@@ -86,6 +86,10 @@ _requested: dict[str, Device] = {}
 _forked = False  # this process is a fork of one that had opened a device (FORKED)
 
 
+def _never_release(self: Any) -> None:
+    """The finalizer of wgpu's objects in a forked child (see _after_fork_in_child)."""
+
+
 def _after_fork_in_child() -> None:
     """In a forked child, refuse the parent's devices and new ones with a DeviceError instead of
     hanging at the first wait; the lock may have been held by another of the parent's threads."""
@@ -93,6 +97,12 @@ def _after_fork_in_child() -> None:
     if not _devices:
         return  # wgpu works in a child forked before any device was opened
     _forked = True
+    # The child shares its parent's driver objects (on NVIDIA, the same device files and kernel
+    # handles): a wgpu object finalized here, by the child's code, its garbage collector or its exit,
+    # frees memory the parent still uses, whose next release or submit then waited for good (H100 and
+    # H200, sessions 24-25: the suite stopped after the fork test). The child cannot use the device
+    # anyway, so none of its wgpu objects is released.
+    wgpu.GPUObjectBase.__del__ = wgpu.GPUAdapter.__del__ = _never_release
     for device in _devices.values():
         device.memory.forked = True
         device.lock = device.memory.lock = threading.RLock()  # another thread of the parent may have held it
