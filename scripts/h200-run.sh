@@ -11,6 +11,7 @@
 #   bash scripts/h200-run.sh hanghunt [copy1|noconcurrency]   the suite with stacks at its hang, then changed (session 24)
 #   bash scripts/h200-run.sh bisect   which earlier test files make test 825 hang (session 25)
 #   bash scripts/h200-run.sh forkfix   the fork test then test 825, old engine (.ab-old) and this one, then the suite
+#   bash scripts/h200-run.sh forkab   bisect's set on the old engine (with and without the fork test) and this one
 #   bash scripts/h200-run.sh warmup   the first small cases in fresh processes, with and without bench's warm-up
 #   bash scripts/h200-run.sh ortcheck   ORT WebGPU's raw timing batches at 84M (scripts/ort_timing_probe.py)
 #   bash scripts/h200-run.sh ortlong   the same at 8x577x4096 and 8x257x4096 with batches up to 16384 runs
@@ -111,6 +112,19 @@ case "${1:-bench}" in
     done
     HANG_LOG=$OUT/hang.log HANG_S=30 PYTHONPATH=scripts:$PYTHONPATH timeout $(( 585 - SECONDS )) python3 -m pytest -q \
       -p no:cacheprovider -p hang_probe_plugin -rfEs --durations=5 2>&1 | tail -25 | tee "$OUT/pytest.log" ;;
+  forkab)  # forkfix's pair passed on the old engine too: the set bisect found (run 1 of session 25),
+           # old engine with and without the fork test, then this one; then test_cli.py (a test fixed for the H200)
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    set4=(tests/test_contract.py tests/test_device.py tests/test_digests.py tests/test_docs_examples.py tests/test_execution.py)
+    fork=tests/test_device.py::test_a_forked_child_is_refused_instead_of_hanging
+    for trial in "old:" "old:--deselect=$fork" "new:"; do
+      src=$PWD/src; [ "${trial%%:*}" = old ] && src=$PWD/.ab-old/src
+      echo "== $trial" | tee -a "$OUT/ab.log"
+      HANG_LOG=$OUT/hang-ab.log HANG_S=20 PYTHONPATH=scripts:/tmp/site:$src timeout 90 python3 -m pytest -q \
+        -p no:cacheprovider -p hang_probe_plugin ${trial#*:} "${set4[@]}" 2>&1 | tail -2 | tee -a "$OUT/ab.log"
+      grep -h "^[0-9]" "$OUT/hang-ab.log" | tail -1 | tee -a "$OUT/ab.log"
+    done
+    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_cli.py tests/test_device.py 2>&1 | tail -3 | tee -a "$OUT/ab.log" ;;
   wait)  # where a small round trip's time goes, host cost per call, then the suite
     timeout 120 python3 scripts/wait_probe.py 2>&1 | tee "$OUT/wait.log"
     timeout 120 python3 scripts/wait_probe.py 30 --map-modes 2>&1 | tee -a "$OUT/wait.log"

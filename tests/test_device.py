@@ -65,7 +65,11 @@ def in_forked_child(work) -> object:
         return json.loads(pipe.read())
 
 
-forking = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def forking(test):
+    """A fork test: POSIX only, and Python 3.12's warning about forking a threaded process (these
+    tests fork one on purpose) is not a finding."""
+    test = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")(test)
+    return pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")(test)
 
 
 @forking
