@@ -7,6 +7,9 @@ import gc
 import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -135,3 +138,33 @@ def test_a_forked_child_never_releases_its_parents_wgpu_objects(device):
     assert in_forked_child(drop_it) == 0
     buffer = buffers[0]
     assert np.array_equal(np.frombuffer(device.gpu.queue.read_buffer(buffer), np.float32), data)
+
+
+FORKED_CHILD_EXITS = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np
+    import webgpu_kernels as wk
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    kept = wk.to_gpu(x)
+    kernel({"X": x})
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # a normal exit: the interpreter's teardown finalizes the parent's objects
+    deadline = time.monotonic() + 30
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            sys.exit("the forked child hung at its exit")
+        time.sleep(0.05)
+    print(float(kernel({"X": kept})["Y"][-1]))
+""")
+
+
+@forking
+def test_a_forked_child_may_end_with_a_normal_exit():
+    """A child that exited normally (not through os._exit, as multiprocessing's workers do) hung
+    for good in its teardown's wgpu finalizers, on lavapipe too."""
+    done = subprocess.run([sys.executable, "-c", FORKED_CHILD_EXITS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout) == pytest.approx(3 / (1 + np.exp(-1.702 * 3)), rel=1e-5)
