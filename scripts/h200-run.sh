@@ -8,7 +8,6 @@
 #   bash scripts/h200-run.sh hostab [DIR]   host cost per call, this tree against DIR/src (default ab-old), interleaved
 #   bash scripts/h200-run.sh tunecheck   the tuner alone on the large cases
 #   bash scripts/h200-run.sh tests   the test suite on the H200
-#   bash scripts/h200-run.sh hanghunt [copy1|noconcurrency]   the suite with stacks at its hang, then changed (session 24)
 #   bash scripts/h200-run.sh bisect   which earlier test files make test 825 hang (session 25)
 #   bash scripts/h200-run.sh forkfix   the fork test then test 825, old engine (.ab-old) and this one, then the suite
 #   bash scripts/h200-run.sh forkab   bisect's set on the old engine (with and without the fork test) and this one
@@ -79,17 +78,6 @@ case "${1:-bench}" in
     # returns); the plugin logs each test's start and, on a test past HANG_S, every thread's stack.
     HANG_LOG=$OUT/hang.log HANG_S=60 PYTHONPATH=scripts:$PYTHONPATH timeout 400 python3 -m pytest -q -p no:cacheprovider \
       -p hang_probe_plugin -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
-  hanghunt)  # session 24's hang: the suite as `tests` runs it (stacks at the hang, HANG_S 30), then again changed
-             # by ${2:-copy1}: copy1 = one copy thread (HANG_COPY_THREADS=1: the parallel write_buffer calls?),
-             # noconcurrency = without tests/test_concurrency.py (kernels called from several threads at once,
-             # before test 825; wgpu#4877 reports GPU hangs after a submit from another thread)
-    export XDG_RUNTIME_DIR=$(mktemp -d)
-    HANG_LOG=$OUT/hang.log HANG_S=30 PYTHONPATH=scripts:$PYTHONPATH timeout 240 python3 -m pytest -q -p no:cacheprovider \
-      -p hang_probe_plugin -x 2>&1 | tail -5 | tee "$OUT/pytest.log"
-    mode=${2:-copy1}
-    if [ "$mode" = noconcurrency ]; then extra=(--ignore tests/test_concurrency.py); threads=; else extra=(); threads=1; fi
-    HANG_LOG=$OUT/hang-$mode.log HANG_S=30 HANG_COPY_THREADS=$threads PYTHONPATH=scripts:$PYTHONPATH timeout $(( 585 - SECONDS )) \
-      python3 -m pytest -q -p no:cacheprovider -p hang_probe_plugin -rfEs "${extra[@]}" 2>&1 | tail -15 | tee "$OUT/pytest-$mode.log" ;;
   bisect)  # session 25: which earlier test files make test 825 hang (scripts/hang_bisect.py), in the
            # suite's order; test_concurrency.py (wgpu#4877's lead) alone first; then the set found
            # again with one copy thread
