@@ -9,6 +9,8 @@ objects (``load_kernel`` on the embedded folder), so no tuned choice leaks into 
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -175,6 +177,26 @@ def test_record_save_lookup_round_trip(tuning_dir):
     assert again.lookup(QG, QG_F32, {"X": (64, 64)}) is None  # 4096 elements, another shape
     assert again.lookup(QG, {"T": "float16"}, X_N) is None
     assert again.lookup("com.microsoft.BiasAdd", QG_F32, X_N) is None
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+def test_a_saved_tuning_file_has_the_umasks_permissions_or_keeps_its_own(tuning_dir):
+    """A tuning folder shared by a team or a CI cache is read by other users: the file had been
+    created 0600 by its temporary file, whatever the umask. An existing file keeps its mode."""
+    path = tuning_dir / "gpu.json"
+    old_umask = os.umask(0o022)
+    try:
+        cache = tuning.TuningCache(path)
+        cache.record(QG, QG_F32, X_N, SCALAR_64)
+        cache.save()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        path.chmod(0o640)
+        cache.record(QG, QG_F32, {"X": (1 << 20,)}, SCALAR_64)
+        cache.save()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640
+        assert len(json.loads(path.read_text("utf-8"))["entries"]) == 2
+    finally:
+        os.umask(old_umask)
 
 
 def test_record_overwrites_and_lookup_copies(tuning_dir):

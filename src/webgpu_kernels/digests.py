@@ -419,11 +419,12 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[
     return metadata, changes
 
 
-def _replace_file(path: Path, text: str) -> None:
-    """Write ``path`` as a new file renamed over the old one: writing to the path would follow a
-    metadata.json that is a symbolic link and create or overwrite its target, outside the package.
-    The new file takes the old one's permissions (or the umask's); in a folder that only lets the
-    existing file be written, that regular file is written in place."""
+def replace_file(path: Path, text: str) -> None:
+    """Write ``path`` as a new file renamed over the old one, so that no reader sees half a file
+    and a symbolic link at ``path`` is replaced, never followed (writing through a metadata.json
+    that links elsewhere would create or overwrite its target, outside the package). The new file
+    takes the old one's permissions, or the umask's; in a folder that only lets the existing file
+    be written, that regular file is written in place. Raises OSError."""
     try:
         old_mode = stat.S_IMODE(os.lstat(path).st_mode) if path.is_file() and not path.is_symlink() else None
     except OSError:
@@ -431,13 +432,10 @@ def _replace_file(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")  # hidden: never a package file
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
-    except OSError as exc:
+    except OSError:
         if old_mode is None:  # a read-only folder and no regular file to write into
-            raise PackageError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
-        try:
-            path.write_text(text, encoding="utf-8")
-        except OSError as again:
-            raise PackageError(f"cannot be written: {again.strerror or again}", path=str(path)) from None
+            raise
+        path.write_text(text, encoding="utf-8")
         return
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -445,9 +443,9 @@ def _replace_file(path: Path, text: str) -> None:
         if old_mode is not None:
             os.chmod(tmp, old_mode)
         os.replace(tmp, path)
-    except OSError as exc:  # a folder named metadata.json
+    except BaseException:  # a folder named like the file, a full disk, Ctrl-C: no temporary file left
         tmp.unlink(missing_ok=True)
-        raise PackageError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
+        raise
 
 
 def _is_version(value: Any) -> bool:
@@ -479,7 +477,10 @@ def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]
     if problems:
         raise PackageError(f"{problems[0].json_path or '(root)'}: {problems[0].message}", path=str(root / METADATA_FILE))
     text = json.dumps(metadata, indent=2, ensure_ascii=False) + "\n"
-    _replace_file(root / METADATA_FILE, text)
+    try:
+        replace_file(root / METADATA_FILE, text)
+    except OSError as exc:
+        raise PackageError(f"cannot be written: {exc.strerror or exc}", path=str(root / METADATA_FILE)) from None
     return metadata, changes
 
 

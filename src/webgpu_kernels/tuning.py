@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any
 from filelock import FileLock
 
 from .device import env_flag
-from .digests import decode_json, read_file
+from .digests import decode_json, read_file, replace_file
 from .errors import PackageError
 
 CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
@@ -158,14 +157,7 @@ class TuningCache:
         entries = {**on_disk, **{k: self.entries[k] for k in self._recorded}}
         self.entries = entries
         text = json.dumps({"version": FILE_VERSION, "entries": entries}, indent=1, sort_keys=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_file(self.path, text)  # readable as the umask allows: a shared cache is read by others
 
 
 def _folder_lock(folder: Path) -> FileLock:
