@@ -37,7 +37,7 @@ from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, resolve_variant
-from .selection import Verdict, require_choice, select_variant
+from .selection import Selection, Verdict, require_choice, select_variant
 from .templates import NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 from .tensor import LOST_TENSOR, GpuTensor
 
@@ -206,18 +206,18 @@ class Kernel:
         would: ``refused`` says why the call would still fail, for example a binding over the
         device's maxStorageBufferBindingSize."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
-        with self._located():
-            scope, outputs = self.program.call_scope(signature, device.info)
-            selection = select_variant(self.program.variants, scope, exhaustive=True, definitions=self.program.definitions)
+        scope, outputs, selection = self._select(signature, device.info, exhaustive=True)
         stored = None if tunables else self._tuned_choice(_metas(inputs), attrs, signature, device, check=True)
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
         chosen, refused = None, None
         if selection.chosen is not None:
             chosen = selection.chosen.variant.id
-            try:
-                check_input_sizes(device.info, tensor_bytes(self.manifest, signature, ()))  # as _resolve does
-                self._check_device(signature, chosen, outputs, resolve_variant(selection.chosen, selection.scope), device)
+            try:  # what the call would check after choosing
+                check_input_sizes(device.info, tensor_bytes(self.manifest, signature, ()))
+                with self._located():
+                    resolved = resolve_variant(selection.chosen, selection.scope)
+                self._check_device(signature, chosen, outputs, resolved, device)
             except KernelError as exc:
                 refused = str(exc)
         tuned = None if stored is None else {"variant": stored[1], "tunables": stored[0].tunable_map()}
@@ -332,16 +332,25 @@ class Kernel:
 
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
         """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller."""
-        check_input_sizes(info, tensor_bytes(self.manifest, signature, ()))
+        check_input_sizes(info, tensor_bytes(self.manifest, signature, ()))  # before expressions overflow on it
+        _, outputs, selection = self._select(signature, info, forced=forced)
+        try:
+            chosen = require_choice(selection, self.op_id)
+        except SelectionError:
+            self._explain_missing_f16(signature, info)
+            raise
+        with self._located():
+            return (chosen, outputs), resolve_variant(chosen, selection.scope), selection.scope
+
+    def _select(self, signature: CallSignature, info: DeviceInfo, *, forced: str | None = None,
+                exhaustive: bool = False) -> tuple[dict[str, Any], tuple[OutputSpec, ...], Selection]:  # fmt: skip
+        """The call's scope, its outputs' specs and the variant selection (every variant judged with
+        ``exhaustive``, for explain)."""
         with self._located():
             scope, outputs = self.program.call_scope(signature, info)
-            selection = select_variant(self.program.variants, scope, forced=forced, definitions=self.program.definitions)
-            try:
-                chosen = require_choice(selection, self.op_id)
-            except SelectionError:
-                self._explain_missing_f16(signature, info)
-                raise
-            return (chosen, outputs), resolve_variant(chosen, selection.scope), selection.scope
+            selection = select_variant(self.program.variants, scope, forced=forced, exhaustive=exhaustive,
+                                       definitions=self.program.definitions)  # fmt: skip
+        return scope, outputs, selection
 
     @contextmanager
     def _located(self) -> Iterator[None]:
