@@ -687,7 +687,7 @@ def _slow_state_case(monkeypatch: pytest.MonkeyPatch, kernel_us: list[tuple[floa
     kernel = wk.get_kernel("com.microsoft.QuickGelu")
     case = cli_bench._cases(kernel, ("tiny",), (), ("float32",), {})[0]
     cache = tuning.TuningCache(Path("/nonexistent/tuning.json"))  # no stored choice: no tuned column
-    row = cli_bench._bench_case(kernel, case, None, cache, {} if copies is None else copies, 0)
+    row = cli_bench._bench_case(kernel, case, cli_bench._BenchRun(None, cache, 0, copies={} if copies is None else copies))
     assert next(kernels, None) is None and next(copy_times, None) is None  # every timing given was taken
     return row
 

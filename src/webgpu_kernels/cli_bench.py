@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -276,9 +277,8 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     tuning.disabled()  # a bad WEBGPU_KERNELS_NO_TUNING
     if inputs:  # -i shapes the contract refuses or the device cannot hold (a --variant that
         loaded[0].plan({k: v.meta() for k, v in inputs.items()})  # refuses them is an error row)
-    tuning_cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    run = _BenchRun(device, tuning.cache_for(device.adapter.name, device.adapter.backend), seed, variant)
     rows: list[dict[str, Any]] = []
-    copies: dict[int, float] = {}
     results = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
                "cases": rows, "host": []}  # fmt: skip
 
@@ -288,7 +288,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
             Path(json_path).write_text(json.dumps(_jsonable(results), indent=1, allow_nan=False), "utf-8")
 
     try:
-        _time_cases(loaded, plan, device, tuning_cache, copies, rows, results, console, seed, variant, host, calls, warm_up_s)
+        _time_cases(run, loaded, plan, results, console, host=host, calls=calls, warm_up_s=warm_up_s)
         save()
         if host:
             # Measured again after the GPU timing, for the record (see _time_cases).
@@ -319,11 +319,24 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
         ctx.exit(1)
 
 
-def _time_cases(loaded: list[Kernel], plan: list[tuple[Kernel, dict[str, Any]]], device: Any, tuning_cache: tuning.TuningCache,
-                copies: dict[int, float], rows: list[dict[str, Any]], results: dict[str, Any], console: Any,
-                seed: int, variant: str | None, host: bool, calls: int, warm_up_s: float) -> None:  # fmt: skip
-    """bench's host figures (into ``results``), then each case's GPU timing, appended to ``rows``
-    as it ends."""
+@dataclass
+class _BenchRun:
+    """What every case of one bench run is timed with: the device, its stored tuning results, the
+    seed of the random inputs, the --variant forced, and the copy kernel's figure per size in bytes
+    (each size timed once, by its first case)."""
+
+    device: Any
+    tuning_cache: tuning.TuningCache
+    seed: int
+    variant: str | None = None
+    copies: dict[int, float] = field(default_factory=dict)
+
+
+def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, dict[str, Any]]], results: dict[str, Any],
+                console: Any, *, host: bool, calls: int, warm_up_s: float) -> None:  # fmt: skip
+    """bench's host figures (into ``results``), then each case's GPU timing, appended to
+    ``results["cases"]`` as it ends."""
+    seed, variant, rows = run.seed, run.variant, results["cases"]
     with Progress(console=console, transient=True) as progress:
         # Host figures first: the GPU timing below leaves wgpu-native slower at submitting for the
         # rest of the process (benchmark._one_batch), which a user's process never sees. Each
@@ -339,11 +352,11 @@ def _time_cases(loaded: list[Kernel], plan: list[tuple[Kernel, dict[str, Any]]],
                 except KernelError:
                     pass  # reported by the timing below
                 progress.advance(task)
-        _warm_up(progress, device, warm_up_s)
+        _warm_up(progress, run.device, warm_up_s)
         task = progress.add_task("benchmarking", total=len(plan))
         for (kernel, case), round_trip in zip(plan, round_trips):
             progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
-            row = _bench_case(kernel, case, device, tuning_cache, copies, seed, variant)
+            row = _bench_case(kernel, case, run)
             if round_trip is not None and "error" not in row:
                 row["roundtrip_s"] = round_trip
             rows.append(row)
@@ -358,9 +371,8 @@ def _warm_up(progress: Progress, device: Any, seconds: float) -> None:
         progress.remove_task(task)
 
 
-def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache: tuning.TuningCache,
-                copies: dict[int, float], seed: int, variant: str | None = None) -> dict[str, Any]:  # fmt: skip
-    attrs = case["attrs"]
+def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[str, Any]:
+    attrs, device, variant, copies = case["attrs"], run.device, run.variant, run.copies
     row: dict[str, Any] = {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
                            "dtype": _dtype_label(str(numpy_dtype(s["dtype"])) for s in case["inputs"].values()),
                            "shapes": {k: list(s["shape"]) for k, s in case["inputs"].items()}, "attrs": attrs}  # fmt: skip
@@ -368,12 +380,12 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], device: Any, tuning_cache:
     if generated:  # the peers draw their inputs the same way
         row["generate"] = generated
     try:
-        arrays = _arrays(case, seed)
+        arrays = _arrays(case, run.seed)
         flops = None if case.get("flops") is None else flop_count(kernel, case["flops"], arrays, attrs=attrs,
                                                                   tunables=case["tunables"] or None)  # fmt: skip
         # The default selection (manifest tunables) or the --variant given, then the tuned choice if
         # `tune` stored one (not with --variant: the tuner's choice may be another variant).
-        choice = None if variant else tuning_cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
+        choice = None if variant else run.tuning_cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
         def timed() -> Any:
             return bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
                                 variant=variant, check=_checker(kernel, arrays, attrs), flops=flops)  # fmt: skip
