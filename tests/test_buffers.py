@@ -61,6 +61,85 @@ def test_a_failing_chunk_fails_the_copy_after_every_chunk_finished(threaded_copi
     assert sorted(finished) == [offset for offset, _ in chunks[1:]]
 
 
+def test_a_ctrl_c_in_the_copy_wait_raises_once_every_running_chunk_is_done(threaded_copies, monkeypatch):
+    """A KeyboardInterrupt in the wait had been raised at once, with copy threads still writing
+    into memory the caller then unmaps or pools. Chunks not started by then never run."""
+    import threading
+    import time
+
+    started, finished, lock, real_wait = [], [], threading.Lock(), buffers.wait
+
+    def copy(offset, size):
+        with lock:
+            started.append(offset)
+        time.sleep(0.05)
+        with lock:
+            finished.append(offset)
+
+    def interrupted_wait(futures):
+        time.sleep(0.01)  # some chunks are running
+        monkeypatch.setattr(buffers, "wait", real_wait)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(buffers, "wait", interrupted_wait)
+    with pytest.raises(KeyboardInterrupt):
+        parallel_copy(1 << 20, copy)
+    with lock:
+        at_raise = sorted(started), sorted(finished)
+    assert at_raise[0] and at_raise[0] == at_raise[1]
+    time.sleep(0.15)
+    assert sorted(started) == at_raise[0]  # the cancelled chunks did not run later
+
+
+def test_an_upload_cut_short_leaks_no_buffer(device, monkeypatch):
+    """A Ctrl-C (or any failure) inside to_gpu's write had kept its buffer leased for good."""
+    leased = len(device.memory._leased)
+
+    def interrupted_write(buffer, data):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(device.memory, "write", interrupted_write)
+    with pytest.raises(KeyboardInterrupt):
+        wk.to_gpu(np.ones(1024, f32))
+    assert len(device.memory._leased) == leased
+
+
+READBACK_CUT_SHORT = """
+import numpy as np
+import webgpu_kernels as wk
+from webgpu_kernels.buffers import READBACK_MAP_MODE
+kernel = wk.get_kernel("com.microsoft.QuickGelu")
+memory = wk.get_device().memory
+x = np.linspace(-3, 3, 4096, dtype=np.float32)
+y = kernel({"X": x}, output="gpu")["Y"]
+
+def interrupted(staging, size):  # Ctrl-C while the map is pending
+    staging.map_async(READBACK_MAP_MODE, 0, size)
+    raise KeyboardInterrupt
+
+memory._map_for_read = interrupted
+try:
+    y.numpy()
+except KeyboardInterrupt:
+    pass
+del memory._map_for_read
+print(float(kernel({"X": x})["Y"][-1]), float(y.numpy()[-1]))
+"""
+
+
+def test_a_readback_cut_short_leaves_the_next_one_working():
+    """A Ctrl-C while a readback waited for its map had put the still-mapping staging buffer back
+    in the pool, and the next readback's copy into it aborted the process (wgpu-native panics).
+    In a child process: the old failure takes the whole interpreter down."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", READBACK_CUT_SHORT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = 3 / (1 + np.exp(-1.702 * 3))
+    assert [float(v) for v in done.stdout.split()] == pytest.approx([expected, expected], rel=1e-5)
+
+
 @pytest.mark.parametrize("numel", [8196, 65536 * 3 + 4, 1 << 20])
 def test_threaded_upload_and_readback_are_exact(threaded_copies, quick_gelu, numel):
     """Both directions split (up to 4 MiB here); every element lands where it belongs."""

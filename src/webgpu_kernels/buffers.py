@@ -142,8 +142,19 @@ def parallel_copy(nbytes: int, copy: Callable[[int, int], Any]) -> None:
             _copy_pool = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="webgpu-kernels-copy")
     futures = [_copy_pool.submit(copy, offset, size) for offset, size in chunks]
     # Every piece finishes before anything is raised: a caller that unmaps or frees on error must
-    # not pull memory from under a copy still running.
-    wait(futures)
+    # not pull memory from under a copy still running. That holds for a Ctrl-C in the wait too:
+    # the pieces not started are cancelled, the running ones waited for (milliseconds).
+    try:
+        wait(futures)
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        while not all(future.done() for future in futures):
+            try:
+                wait(futures)
+            except BaseException:  # noqa: S112 - another Ctrl-C: the running copies still end first
+                continue
+        raise
     for future in futures:
         future.result()
 
@@ -408,9 +419,11 @@ class DeviceMemory:
         nbytes = out.nbytes
         with self.lock:
             staging = self.acquire(nbytes, READBACK_USAGE)
-            try:  # the staging buffer goes back to the pool whatever fails
+            mapping = False
+            try:
                 size = padded_size(nbytes)
                 self.flush(then=lambda encoder: encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, size))
+                mapping = True
                 self._map_for_read(staging, size)
                 try:
                     # The view of mapped memory lives only inside copy_bytes: nothing refers to it at unmap.
@@ -418,5 +431,10 @@ class DeviceMemory:
                                out.reshape(-1).view(np.uint8))  # fmt: skip
                 finally:
                     staging.unmap()
+                    mapping = False
             finally:
-                self.release(staging)
+                if mapping:  # a wait cut short (Ctrl-C) leaves the map pending: pooled, the next copy into it aborted the process
+                    self._leased.pop(staging.uid, None)
+                    self._destroy(staging)
+                else:
+                    self.release(staging)

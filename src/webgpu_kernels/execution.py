@@ -306,8 +306,12 @@ def to_gpu(device: Device, array: np.ndarray) -> GpuTensor:
     """A GpuTensor holding a copy of ``array`` (made C-contiguous little-endian first)."""
     with translate_gpu_errors("upload", device.memory), device.lock:
         buffer = device.memory.acquire(array.nbytes)
-        if array.nbytes:
-            device.memory.write(buffer, _padded_bytes(array))
+        try:
+            if array.nbytes:
+                device.memory.write(buffer, _padded_bytes(array))
+        except BaseException:  # a failed or interrupted upload (Ctrl-C) had kept its buffer leased for good
+            device.memory.release(buffer)
+            raise
         return GpuTensor(buffer, array.shape, array.dtype, device)
 
 
