@@ -13,6 +13,16 @@ from typing import Any
 class KernelError(Exception):
     """Base class of every error raised by webgpu_kernels."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its message and attributes, restored without calling __init__: subclasses take
+        # other arguments than the message they pass on, so the default (cls(*args)) failed, and a
+        # worker's error never reached its parent (a spawn Pool.map hung for good).
+        return _restore, (type(self), self.args), self.__dict__
+
+
+def _restore(cls: type[KernelError], args: tuple[Any, ...]) -> KernelError:
+    return cls.__new__(cls, *args)
+
 
 def shorten(text: str, limit: int = 80) -> str:
     """``text`` cut to ``limit`` characters (ending ``...``), for a value quoted in a message."""

@@ -1,0 +1,56 @@
+"""errors.py: every error survives pickling (a worker process's error reaches its parent)."""
+
+from __future__ import annotations
+
+import inspect
+import multiprocessing
+import pickle
+
+import numpy as np
+import pytest
+
+from webgpu_kernels import errors
+
+
+def every_error_class(base: type = errors.KernelError) -> list[type]:
+    found = [base]
+    for sub in base.__subclasses__():
+        found += [c for c in every_error_class(sub) if c not in found]
+    return found
+
+
+def an_instance(cls: type) -> errors.KernelError:
+    """``cls`` built with a made-up value for each argument its constructor takes."""
+    kwargs = {}
+    for name, param in inspect.signature(cls.__init__).parameters.items():
+        if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        kwargs[name] = 7 if name == "line" else f"{name}-value"
+    return cls(**kwargs) if kwargs else cls("a message")
+
+
+@pytest.mark.parametrize("cls", every_error_class(), ids=lambda c: c.__name__)
+def test_every_error_round_trips_through_pickle(cls):
+    """Subclasses take other arguments than the message they pass on: unpickling had called
+    cls(message) and failed (InputError and its subclasses, DigestError, TemplateError, ...), or
+    rebuilt another message (ManifestError) and lost attributes (PackageError's path)."""
+    error = an_instance(cls)
+    error.add_note("a note")
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is cls
+    assert str(again) == str(error) and again.args == error.args
+    assert again.__dict__ == error.__dict__  # the structured context, and the note
+
+
+def quick_gelu_in_a_worker(dtype: str):
+    import webgpu_kernels as wk
+
+    return wk.get_kernel("com.microsoft.QuickGelu")({"X": np.ones(4, dtype)})["Y"]
+
+
+def test_a_spawned_workers_error_reaches_the_parent():
+    """A DTypeError in a spawn Pool's worker had killed the pool's result
+    thread in the parent, and Pool.map waited for good."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        with pytest.raises(errors.DTypeError, match="argument 'X'"):
+            pool.map_async(quick_gelu_in_a_worker, ["int32"]).get(timeout=120)
