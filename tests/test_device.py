@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import copy
 import gc
-import json
-import os
-import signal
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -20,6 +16,8 @@ import wgpu
 import webgpu_kernels as wk
 from webgpu_kernels import device as device_module
 from webgpu_kernels import errors
+
+from forking import forking, in_forked_child
 
 
 def test_a_request_string_chooses_its_adapter_once(device, monkeypatch):
@@ -43,36 +41,6 @@ def test_an_unknown_or_mistyped_request_is_refused_every_time():
         for blank in ("", "  "):  # "" is in every name: it had chosen the first adapter silently
             with pytest.raises(errors.InputError, match=rf"argument 'adapter': expected a backend .* got str '{blank}'"):
                 wk.get_device(blank)
-
-
-def in_forked_child(work) -> object:
-    """Fork, run ``work()`` in the child and return what it returned (JSON), never running
-    pytest's teardown there; a child that does not end within 60 s fails the test."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.write(write, json.dumps(work()).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    deadline, ended = time.monotonic() + 60, False
-    while not ended and time.monotonic() < deadline:
-        ended = os.waitpid(pid, os.WNOHANG) != (0, 0)
-        time.sleep(0.05)
-    if not ended:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child hung")
-    with os.fdopen(read) as pipe:
-        return json.loads(pipe.read())
-
-
-def forking(test):
-    """A fork test: POSIX only, and Python 3.12's warning about forking a threaded process (these
-    tests fork one on purpose) is not a finding."""
-    test = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")(test)
-    return pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")(test)
 
 
 @forking

@@ -14,12 +14,14 @@ from .buffers import padded_size, translate_gpu_errors
 from .casefile import parse_draft_case, read_test_file
 from .device import get_device
 from .errors import DeviceLimitError, DTypeError, InputError, PackageError
+from .forks import fresh_in_child
 from .kernel import Kernel, as_array
 from .package import embedded_ids, open_embedded, open_folder
 from .tensor import LOST_TENSOR, GpuTensor
 
 _embedded: dict[str, Kernel] = {}
 _lock = threading.Lock()
+fresh_in_child(globals(), _lock=threading.Lock)
 
 
 def get_kernel(

@@ -27,6 +27,7 @@ import numpy as np
 import wgpu
 
 from .errors import DeviceError, DeviceLostError
+from .forks import fresh_in_child
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 READBACK_USAGE = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
@@ -116,6 +117,8 @@ PARALLEL_COPY_MIN_CHUNK = 8 << 20
 COPY_THREADS = min(8, os.cpu_count() or 1)
 _copy_pool: ThreadPoolExecutor | None = None
 _copy_pool_lock = threading.Lock()
+# The parent's copy threads do not exist in a forked child: a pool of them would never run a copy.
+fresh_in_child(globals(), _copy_pool=lambda: None, _copy_pool_lock=threading.Lock)
 
 
 def copy_chunks(nbytes: int) -> list[tuple[int, int]]:

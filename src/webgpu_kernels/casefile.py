@@ -27,6 +27,7 @@ import numpy as np
 from .case_data import MAX_CASE_ELEMENTS, dtype_name, generate, inline_values, load_array
 from .digests import decode_json, json_path
 from .errors import CaseFileError, PackageError
+from .forks import fresh_in_child
 from .json_schema import validator as schema_validator
 
 TEST_FILE = "test.json"
@@ -375,6 +376,7 @@ def read_test_file(package: Any) -> TestFile:
 
 _parsed_test_files: dict[tuple[bytes, str], TestFile] = {}
 _parsed_lock = threading.Lock()
+fresh_in_child(globals(), _parsed_lock=threading.Lock)
 
 
 # --- comparison -----------------------------------------------------------------------------------

@@ -94,7 +94,13 @@ def _after_fork_in_child() -> None:
     """In a forked child, refuse the parent's devices and new ones with a DeviceError instead of
     hanging at the first wait; the lock may have been held by another of the parent's threads."""
     global _forked, _default, _adapters, _lock
-    if not _devices:
+    # Held at the fork by another thread of the parent (only the forking thread lives on here), the
+    # lock would stay held for good; and that thread was opening a device, half open in wgpu now.
+    opening = not _lock.acquire(blocking=False)
+    if not opening:
+        _lock.release()
+    _lock = threading.RLock()
+    if not _devices and not opening:
         return  # wgpu works in a child forked before any device was opened
     _forked = True
     # The child shares its parent's driver objects (on NVIDIA, the same device files and kernel
@@ -108,7 +114,7 @@ def _after_fork_in_child() -> None:
         device.lock = device.memory.lock = threading.RLock()  # another thread of the parent may have held it
     _devices.clear()
     _requested.clear()
-    _default, _adapters, _lock = None, None, threading.RLock()
+    _default, _adapters = None, None
 
 
 if hasattr(os, "register_at_fork"):  # POSIX

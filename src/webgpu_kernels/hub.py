@@ -33,6 +33,7 @@ from urllib.request import url2pathname
 from .device import TRUE_VALUES
 from .digests import MAX_FILE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE
 from .errors import DigestError, HubError, PackageError, TrustError
+from .forks import fresh_in_child
 from .package import KernelPackage, open_folder
 
 if TYPE_CHECKING:
@@ -435,6 +436,7 @@ _kernels: dict[tuple[str | None, str, str, bool], Kernel] = {}
 #: process asks the network nothing.
 _resolved: dict[tuple[str | None, str, str, str], str] = {}
 _lock = threading.RLock()
+fresh_in_child(globals(), _lock=threading.RLock)
 
 
 def load(

@@ -25,6 +25,7 @@ from filelock import FileLock
 from .device import env_flag
 from .digests import decode_json, read_file, replace_file
 from .errors import PackageError
+from .forks import fresh_in_child
 
 CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
 DISABLE_ENV = "WEBGPU_KERNELS_NO_TUNING"
@@ -219,6 +220,7 @@ def _valid_entry(entry: Any) -> bool:
 generation = 0
 _caches: dict[str, TuningCache] = {}
 _lock = threading.Lock()
+fresh_in_child(globals(), _lock=threading.Lock)
 
 
 def cache_for(adapter_name: str, backend: str) -> TuningCache:
