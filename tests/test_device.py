@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import signal
 import subprocess
 import sys
 import textwrap
@@ -120,19 +121,23 @@ FORKED_CHILD_EXITS = textwrap.dedent("""
     if pid == 0:
         sys.exit(0)  # a normal exit: the interpreter's teardown finalizes the parent's objects
     deadline = time.monotonic() + 30
-    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+    while (status := os.waitpid(pid, os.WNOHANG)) == (0, 0):
         if time.monotonic() > deadline:
             os.kill(pid, 9)
             sys.exit("the forked child hung at its exit")
         time.sleep(0.05)
-    print(float(kernel({"X": kept})["Y"][-1]))
+    print(os.WIFEXITED(status[1]) or os.WTERMSIG(status[1]), float(kernel({"X": kept})["Y"][-1]))
 """)
 
 
 @forking
-def test_a_forked_child_may_end_with_a_normal_exit():
+def test_a_forked_child_that_exits_normally_ends_and_its_parent_goes_on():
     """A child that exited normally (not through os._exit, as multiprocessing's workers do) hung
-    for good in its teardown's wgpu finalizers, on lavapipe too."""
+    for good in its teardown's wgpu finalizers, on lavapipe too. It ends now: with status 0, or
+    killed by Mesa's OpenGL driver's exit handlers (SIGSEGV on the CPU machine, README), which
+    no Python code runs after; the parent is unaffected either way."""
     done = subprocess.run([sys.executable, "-c", FORKED_CHILD_EXITS], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert float(done.stdout) == pytest.approx(3 / (1 + np.exp(-1.702 * 3)), rel=1e-5)
+    ended, parent = done.stdout.split()
+    assert ended in ("True", str(int(signal.SIGSEGV)))
+    assert float(parent) == pytest.approx(3 / (1 + np.exp(-1.702 * 3)), rel=1e-5)
