@@ -95,3 +95,37 @@ def test_reprs_name_the_adapter_with_its_backend(device):
     assert repr(device) == f"Device({device.adapter.label()})"
     t.release()
     assert repr(t) == f"GpuTensor(shape=(2, 3), dtype={t.dtype.name}, released)"
+
+
+def test_a_tensor_whose_submission_was_cut_short_refuses_to_be_read(device, monkeypatch):
+    """A Ctrl-C between flush() emptying the recorder and submit returning dropped the recorded
+    work: its tensors then read whatever their pooled buffers held before, silently (a review saw
+    another call's results). They say so now; earlier tensors and later calls are unaffected."""
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    x = np.linspace(-3, 3, 4096, dtype=np.float32)
+    before = kernel({"X": x}, output="gpu")["Y"]  # its plan is proven: later runs are recorded
+    wk.synchronize()
+    cut = kernel({"X": x}, output="gpu")["Y"]
+    queue = device.gpu.queue
+    real_submit = queue.submit
+
+    def interrupted(command_buffers):
+        monkeypatch.setattr(queue, "submit", real_submit)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(queue, "submit", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        wk.synchronize()
+    assert cut.uncomputed and not before.uncomputed
+    with pytest.raises(wk.UncomputedTensorError, match="never reached the GPU"):
+        cut.numpy()
+    with pytest.raises(wk.UncomputedTensorError):
+        copy.copy(cut)
+    with pytest.raises(wk.InputError, match="argument 'X': expected a GpuTensor holding computed data"):
+        kernel({"X": cut})
+    np.testing.assert_allclose(before.numpy(), quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
+    again = kernel({"X": before}, output="gpu")["Y"]
+    assert not again.uncomputed
+    np.testing.assert_allclose(again.numpy(), quick_gelu_reference(quick_gelu_reference(x)), rtol=1e-4, atol=1e-5)
+    for t in (before, cut, again):
+        t.release()

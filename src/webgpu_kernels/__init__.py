@@ -30,6 +30,7 @@ from .errors import (
     TemplateSandboxError,
     TensorReleasedError,
     TrustError,
+    UncomputedTensorError,
     UnknownInputError,
     VariantRejectedError,
 )  # fmt: skip
@@ -46,4 +47,5 @@ __all__ = [
     "RankError", "DTypeError", "ShapeError", "AttributeValueError", "DeviceLimitError", "SelectionError",
     "VariantRejectedError", "TemplateError", "TemplateSandboxError", "LayoutError", "GPUError",
     "AdapterNotFoundError", "ShaderCompileError", "DeviceError", "DeviceLostError", "TensorReleasedError",
+    "UncomputedTensorError",
 ]  # fmt: skip

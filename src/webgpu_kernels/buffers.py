@@ -230,6 +230,11 @@ class DeviceMemory:
         # it, in wgpu-py's poll thread. It may neither change the pool there nor wait for the lock.
         self._collected: deque[Any] = deque()
         self._unsubmitted_writes = 0
+        # Recorded work is numbered by submission (a batch): a batch whose submission raised or was
+        # cut short (Ctrl-C, anywhere between emptying the recorder and submit returning) stays in
+        # _lost_batches, so the tensors it computes refuse to be read instead of giving stale data.
+        self.batch = 0  # the batch being recorded
+        self._lost_batches: set[int] = set()
 
     # --- buffers ----------------------------------------------------------------------------
 
@@ -374,7 +379,11 @@ class DeviceMemory:
                 return
             # The recorder is emptied first: when WebGPU rejects the work (at end() or finish(),
             # where it reports a dispatch it refused), that work is dropped and the next call
-            # opens a fresh encoder, instead of every later call failing on the dead one.
+            # opens a fresh encoder, instead of every later call failing on the dead one. The
+            # batch counts as lost until submit returns.
+            batch = self.batch
+            self._lost_batches.add(batch)
+            self.batch = batch + 1
             encoder, compute = self._encoder or self.gpu.create_command_encoder(), self._pass
             self._encoder = self._pass = None
             self._pass_state = (None, None)
@@ -389,6 +398,12 @@ class DeviceMemory:
             finally:
                 for buffer in doomed:  # submitted, or never to be: either way no work reads them later
                     buffer.destroy()
+            self._lost_batches.discard(batch)
+
+    def lost_any(self, first: int, last: int) -> bool:
+        """Whether any batch from ``first`` to ``last`` never reached the GPU (see flush)."""
+        lost = self._lost_batches
+        return bool(lost) and any(first <= batch <= last for batch in lost)
 
     def write(self, buffer: Any, data: np.ndarray) -> None:
         """Host bytes (1-D uint8) into ``buffer``, after submitting recorded work, which may use it."""

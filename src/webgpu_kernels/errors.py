@@ -247,3 +247,8 @@ class DeviceLostError(DeviceError):
 
 class TensorReleasedError(KernelError):
     """A GPU tensor was used after ``release()``."""
+
+
+class UncomputedTensorError(KernelError):
+    """A GPU tensor whose computing work never reached the GPU: the submission that carried it
+    failed or was cut short (Ctrl-C), so its buffer holds whatever it held before."""

@@ -280,8 +280,12 @@ def run_plan(
             unproven = plan.unproven[0]
             if unproven:
                 memory.flush()
+            first = last = memory.batch
             for program, group in bind_groups(device, plan, buffers):
+                last = memory.batch  # a record may submit the batch it joins (MAX_PENDING_DISPATCHES)
                 memory.record(program.pipeline.pipeline, group, program.grid)
+            for tensor in results.values():
+                tensor._work = (first, last)
             if unproven:
                 memory.flush()
                 plan.unproven[0] = False

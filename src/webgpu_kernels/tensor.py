@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .buffers import FORKED, padded_size, translate_gpu_errors
-from .errors import DeviceError, DeviceLostError, TensorReleasedError
+from .errors import DeviceError, DeviceLostError, TensorReleasedError, UncomputedTensorError
 
 if TYPE_CHECKING:
     from .device import Device
@@ -20,6 +20,8 @@ _READ_ONLY = ("GpuTensor.{} is read-only: calls trust a GPU tensor's shape, dtyp
 
 
 LOST_TENSOR = "a GpuTensor whose device was lost (driver reset, destroyed): its data is gone; make it again"
+UNCOMPUTED_TENSOR = ("a GpuTensor whose computing work never reached the GPU (the submission that carried it "
+                     "failed or was cut short by Ctrl-C): its data was never computed; make it again")
 
 
 def _read_only(slot: str, doc: str) -> property:
@@ -36,11 +38,12 @@ class GpuTensor:
     """A tensor in a WebGPU buffer. ``numpy()`` reads it back; ``release()`` frees the buffer;
     ``copy.copy`` and ``copy.deepcopy`` make a device-side copy in a buffer of its own."""
 
-    __slots__ = ("_buffer", "_shape", "_dtype", "_device", "_nbytes", "_bound_bytes", "__weakref__")
+    __slots__ = ("_buffer", "_shape", "_dtype", "_device", "_nbytes", "_bound_bytes", "_work", "__weakref__")
 
     def __init__(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, device: Device,
                  nbytes: int | None = None) -> None:  # fmt: skip
         self._buffer = buffer
+        self._work: tuple[int, int] | None = None  # the batches recording its computation (run_plan sets it)
         self._shape = tuple(shape)
         self._dtype = np.dtype(dtype)
         self._device = device
@@ -55,6 +58,12 @@ class GpuTensor:
     device = _read_only("_device", "The Device whose buffer holds the tensor.")
     nbytes = _read_only("_nbytes", "Bytes of data (the buffer may be larger).")
     bound_bytes = _read_only("_bound_bytes", "Bytes a bind group binds of the buffer (nbytes padded to 16).")
+
+    @property
+    def uncomputed(self) -> bool:
+        """Whether the work that computes this tensor never reached the GPU (its submission failed
+        or was cut short by Ctrl-C): reading or using it raises instead of giving stale data."""
+        return self._work is not None and self._device.memory.lost_any(*self._work)
 
     @property
     def size(self) -> int:
@@ -83,6 +92,8 @@ class GpuTensor:
             raise DeviceError(FORKED)
         if self._device.lost:  # the read would say "the next call opens a new one", which never helps this tensor
             raise DeviceLostError(f"cannot read {LOST_TENSOR}")
+        if self.uncomputed:
+            raise UncomputedTensorError(f"cannot read {UNCOMPUTED_TENSOR}")
         out = np.empty(self.shape, dtype=self.dtype)
         if out.nbytes:
             with translate_gpu_errors("reading a GPU tensor", self.device.memory):
@@ -109,6 +120,8 @@ class GpuTensor:
         source, memory, size = self.buffer, self._device.memory, self._bound_bytes
         if memory.forked:
             raise DeviceError(FORKED)
+        if self.uncomputed:
+            raise UncomputedTensorError(f"cannot copy {UNCOMPUTED_TENSOR}")
         with translate_gpu_errors("copying a GPU tensor", memory), self._device.lock:
             target = memory.acquire(self._nbytes)
             try:
