@@ -129,3 +129,26 @@ def test_a_tensor_whose_submission_was_cut_short_refuses_to_be_read(device, monk
     np.testing.assert_allclose(again.numpy(), quick_gelu_reference(quick_gelu_reference(x)), rtol=1e-4, atol=1e-5)
     for t in (before, cut, again):
         t.release()
+
+
+def test_a_tensor_read_while_its_batch_is_being_submitted_is_not_uncomputed(device, monkeypatch):
+    """A review's race: the batch had counted as lost from the start of flush() until submit
+    returned, so a read or an input check on another thread during a normal flush raised a false
+    UncomputedTensorError (90 of 100 reads). Seen from inside the submit, it is not lost."""
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    x = np.linspace(-3, 3, 4096, dtype=np.float32)
+    kernel({"X": x}, output="gpu")["Y"].release()  # the plan is proven: later runs are recorded
+    y = kernel({"X": x}, output="gpu")["Y"]
+    queue, seen = device.gpu.queue, []
+    real_submit = queue.submit
+
+    def watching(command_buffers):
+        seen.append(y.uncomputed)
+        return real_submit(command_buffers)
+
+    monkeypatch.setattr(queue, "submit", watching)
+    wk.synchronize()
+    monkeypatch.undo()
+    assert seen == [False] and not y.uncomputed
+    np.testing.assert_allclose(y.numpy(), quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
+    y.release()

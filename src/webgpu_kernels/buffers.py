@@ -231,7 +231,7 @@ class DeviceMemory:
         self._collected: deque[Any] = deque()
         self._unsubmitted_writes = 0
         # Recorded work is numbered by submission (a batch): a batch whose submission raised or was
-        # cut short (Ctrl-C, anywhere between emptying the recorder and submit returning) stays in
+        # cut short (Ctrl-C between emptying the recorder and submit returning) goes to
         # _lost_batches, so the tensors it computes refuse to be read instead of giving stale data.
         self.batch = 0  # the batch being recorded
         self._lost_batches: set[int] = set()
@@ -380,25 +380,28 @@ class DeviceMemory:
             # The recorder is emptied first: when WebGPU rejects the work (at end() or finish(),
             # where it reports a dispatch it refused), that work is dropped and the next call
             # opens a fresh encoder, instead of every later call failing on the dead one. The
-            # batch counts as lost until submit returns.
+            # batch is lost when anything below raises (marked in the except, never meanwhile:
+            # a read on another thread during a normal flush must not see it lost).
             batch = self.batch
-            self._lost_batches.add(batch)
-            self.batch = batch + 1
-            encoder, compute = self._encoder or self.gpu.create_command_encoder(), self._pass
-            self._encoder = self._pass = None
-            self._pass_state = (None, None)
-            self._pending = 0
-            doomed, self._doomed = self._doomed, []
+            doomed: list[Any] = []
             try:
+                encoder, compute = self._encoder or self.gpu.create_command_encoder(), self._pass
+                self._encoder = self._pass = None
+                self._pass_state = (None, None)
+                self._pending = 0
+                self.batch = batch + 1
+                doomed, self._doomed = self._doomed, []
                 if compute is not None:
                     compute.end()
                 if then is not None:
                     then(encoder)
                 self.gpu.queue.submit([encoder.finish()])
+            except BaseException:
+                self._lost_batches.add(batch)
+                raise
             finally:
                 for buffer in doomed:  # submitted, or never to be: either way no work reads them later
                     buffer.destroy()
-            self._lost_batches.discard(batch)
 
     def lost_any(self, first: int, last: int) -> bool:
         """Whether any batch from ``first`` to ``last`` never reached the GPU (see flush)."""

@@ -21,10 +21,10 @@ import wgpu
 
 from .buffers import STORAGE_USAGE, append_dispatch, is_device_lost, padded_size, translate_gpu_errors
 from .device import Device
-from .errors import DeviceLimitError, MissingInputError, ShaderCompileError
+from .errors import DeviceLimitError, InputError, MissingInputError, ShaderCompileError
 from .program import DeviceInfo, OutputSpec
 from .rendering import RenderedWGSL, ResolvedPass, workgroup_grid
-from .tensor import GpuTensor
+from .tensor import UNCOMPUTED_TENSOR, GpuTensor
 
 PIPELINE_CACHE_SIZE = 256
 _BUFFER_TYPES = {"read-only-storage": wgpu.BufferBindingType.read_only_storage,
@@ -261,6 +261,8 @@ def run_plan(
         try:
             for name, value in inputs.items():
                 if isinstance(value, GpuTensor):  # its slots: the read-only property costs 17 ns more a read (CPU machine)
+                    if value._work is not None and memory.lost_any(*value._work):  # under the lock (GpuTensor.uncomputed)
+                        raise InputError(name, "a GpuTensor holding computed data", UNCOMPUTED_TENSOR)
                     buffers[name] = (value.buffer, value._bound_bytes)
                 else:
                     buffer = memory.acquire(value.nbytes)

@@ -39,7 +39,7 @@ from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, resolve_variant
 from .selection import Selection, Verdict, require_choice, select_variant
 from .templates import NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
-from .tensor import LOST_TENSOR, UNCOMPUTED_TENSOR, GpuTensor
+from .tensor import LOST_TENSOR, GpuTensor
 
 #: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
 PLAN_CACHE_SIZE = 128
@@ -518,8 +518,6 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bo
         if isinstance(value, GpuTensor):
             if value.released:
                 raise InputError(name, "a live GpuTensor", "a released GpuTensor")
-            if value.uncomputed:
-                raise InputError(name, "a GpuTensor holding computed data", UNCOMPUTED_TENSOR)
             if value._device is not device:  # the slot: the property costs 17 ns more a read (CPU machine)
                 if value.device.lost:  # same adapter, so the labels alone would read alike
                     raise InputError(name, "a GpuTensor on a live device", LOST_TENSOR)

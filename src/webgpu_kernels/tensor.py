@@ -92,12 +92,14 @@ class GpuTensor:
             raise DeviceError(FORKED)
         if self._device.lost:  # the read would say "the next call opens a new one", which never helps this tensor
             raise DeviceLostError(f"cannot read {LOST_TENSOR}")
-        if self.uncomputed:
-            raise UncomputedTensorError(f"cannot read {UNCOMPUTED_TENSOR}")
         out = np.empty(self.shape, dtype=self.dtype)
-        if out.nbytes:
-            with translate_gpu_errors("reading a GPU tensor", self.device.memory):
-                self.device.memory.read_into(buffer, out)
+        memory = self.device.memory
+        with memory.lock:  # checked under the lock: another thread's failing flush may lose it until then
+            if self.uncomputed:
+                raise UncomputedTensorError(f"cannot read {UNCOMPUTED_TENSOR}")
+            if out.nbytes:
+                with translate_gpu_errors("reading a GPU tensor", memory):
+                    memory.read_into(buffer, out)
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -120,9 +122,9 @@ class GpuTensor:
         source, memory, size = self.buffer, self._device.memory, self._bound_bytes
         if memory.forked:
             raise DeviceError(FORKED)
-        if self.uncomputed:
-            raise UncomputedTensorError(f"cannot copy {UNCOMPUTED_TENSOR}")
         with translate_gpu_errors("copying a GPU tensor", memory), self._device.lock:
+            if self.uncomputed:
+                raise UncomputedTensorError(f"cannot copy {UNCOMPUTED_TENSOR}")
             target = memory.acquire(self._nbytes)
             try:
                 if self._nbytes:  # after the recorded work that writes the source, in its submission
