@@ -403,10 +403,11 @@ class DeviceMemory:
                 for buffer in doomed:  # submitted, or never to be: either way no work reads them later
                     buffer.destroy()
 
-    def lost_any(self, first: int, last: int) -> bool:
-        """Whether any batch from ``first`` to ``last`` never reached the GPU (see flush)."""
+    def lost(self, work: tuple[int, int] | None) -> bool:
+        """Whether any batch of ``work`` (first, last; None for data not computed by recorded work)
+        never reached the GPU (see flush)."""
         lost = self._lost_batches
-        return bool(lost) and any(first <= batch <= last for batch in lost)
+        return bool(lost) and work is not None and any(work[0] <= batch <= work[1] for batch in lost)
 
     def write(self, buffer: Any, data: np.ndarray) -> None:
         """Host bytes (1-D uint8) into ``buffer``, after submitting recorded work, which may use it."""

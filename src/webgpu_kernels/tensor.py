@@ -63,7 +63,7 @@ class GpuTensor:
     def uncomputed(self) -> bool:
         """Whether the work that computes this tensor never reached the GPU (its submission failed
         or was cut short by Ctrl-C): reading or using it raises instead of giving stale data."""
-        return self._work is not None and self._device.memory.lost_any(*self._work)
+        return self._device.memory.lost(self._work)
 
     @property
     def size(self) -> int:
