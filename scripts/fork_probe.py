@@ -2,15 +2,20 @@
 
     python3 scripts/fork_probe.py [child-work] [uploads]
 
-child-work: none (the child exits at once) | call (the child makes a call, refused as FORKED)
+child-work: none (the child exits at once) | call (the child makes a call, refused as FORKED) |
+sysexit (the child exits normally, through the interpreter's teardown, not os._exit: session 26,
+the test of that hung on the H200; the parent kills a child not ended in 30 s, after printing its
+threads' kernel wait channels)
 The parent then uploads `uploads` 152 MB tables (CLIP's f32 embedding) and makes a call after each;
 each step prints as it ends, so a hang shows where it stuck."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -28,9 +33,25 @@ if pid == 0:
             kernel({"X": x})
         except wk.errors.DeviceError as exc:
             os.write(1, f"child refused: {str(exc)[:60]}\n".encode())
+    if child_work == "sysexit":
+        faulthandler.dump_traceback_later(10)  # fires only while the interpreter still runs
+        sys.exit(0)
     os._exit(0)
-os.waitpid(pid, 0)
-print("child done", flush=True)
+faulthandler.dump_traceback_later(60, exit=True)  # a parent stuck later shows where
+start = time.monotonic()
+while (status := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+    if time.monotonic() - start > 30:
+        for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+            state = (task / "stat").read_text().split(") ")[1].split()[0]
+            print(f"child thread {task.name}: state {state}, wchan {(task / 'wchan').read_text()!r}", flush=True)
+        os.kill(pid, 9)
+        status = os.waitpid(pid, 0)
+        print("child killed after 30 s", flush=True)
+        break
+    time.sleep(0.05)
+code = status[1]
+print(f"child done after {time.monotonic() - start:.2f} s:",
+      f"exit {os.WEXITSTATUS(code)}" if os.WIFEXITED(code) else f"signal {os.WTERMSIG(code)}", flush=True)
 table = np.random.default_rng(1).standard_normal((49408, 768), dtype=np.float32)
 limit = wk.get_device().limits["max-storage-buffer-binding-size"]
 if table.nbytes > limit:
@@ -42,4 +63,4 @@ for i in range(uploads):
     back = t.numpy()
     print(f"upload {i}: {time.perf_counter() - t0:.2f} s, round trip equal {np.array_equal(back, table)}, call {float(y[-1]):.4f}", flush=True)
     t.release()
-print("parent fine")
+print("parent fine", flush=True)

@@ -523,12 +523,13 @@ def _stream_peer(peer: str, command: list[str], console: Any, timeout_s: int, wh
             process.wait()
             if process.returncode != 0:
                 errors.seek(0)
-                tail = errors.read().strip().splitlines()[-1:]
+                last_line = errors.read().strip().splitlines()[-1:]  # a killed peer may have said nothing
                 reason = (f"killed after {timeout_s} s (${PEER_TIMEOUT_ENV})" if killed.is_set()
                           else f"exited with {process.returncode}")  # fmt: skip
-                console.print(Text(f"peer {peer} {reason}: {tail}", style="red"))
+                said = f"peer {peer} {reason}" + "".join(f": {line}" for line in last_line)
+                console.print(Text(said, style="red"))
                 if why is not None:
-                    why.append(f"peer {peer} {reason}: {tail}")
+                    why.append(said)
 
 
 def _tbps_text(row: dict[str, Any]) -> str:
