@@ -21,6 +21,10 @@ import numpy as np
 
 import webgpu_kernels as wk
 
+if os.environ.get("FORK_PROBE_BACKENDS"):  # e.g. Vulkan: is the OpenGL backend's driver what breaks it?
+    from wgpu.backends.wgpu_native.extras import set_instance_extras
+
+    set_instance_extras(backends=os.environ["FORK_PROBE_BACKENDS"].split(","))
 child_work = sys.argv[1] if len(sys.argv) > 1 else "none"
 uploads = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 kernel = wk.get_kernel("com.microsoft.QuickGelu")
