@@ -25,6 +25,7 @@
 #   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
 #   bash scripts/h200-run.sh throttle [SECONDS] [IDLE_EVERY]   the large cases and copies round after round, beside nvidia-smi
 #   bash scripts/h200-run.sh copyalloc   is a slow copy its buffers' or the moment's? then the large cases
+#   bash scripts/h200-run.sh forkexit   a forked child's sys.exit, with wgpu's instance on all backends and on Vulkan alone
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -197,6 +198,12 @@ case "${1:-bench}" in
     for src in "$PWD/src" "$PWD/${2:-ab-old}/src"; do
       echo "== $src" | tee -a "$OUT/uploads.log"
       PYTHONPATH=/tmp/site:$src timeout 100 python3 scripts/upload_memory_probe.py 100 16 2>&1 | tee -a "$OUT/uploads.log"
+    done ;;
+  forkexit)  # session 26: a child's sys.exit broke the parent's device; is it the OpenGL driver's exit
+             # handlers (listing adapters loads it)? The same child with wgpu's instance on Vulkan alone
+    for backends in "" Vulkan Vulkan ""; do
+      echo "== backends ${backends:-all}" | tee -a "$OUT/fork-exit.log"
+      FORK_PROBE_BACKENDS=$backends timeout 70 python3 scripts/fork_probe.py sysexit 2 2>&1 | tee -a "$OUT/fork-exit.log"
     done ;;
   headcheck)  # after a change to the engine or bench, in one call: host cost per call, the large cases, the suite
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
