@@ -6,6 +6,8 @@ threaded path.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -325,6 +327,42 @@ def test_readbacks_are_right_however_long_they_spin(device, quick_gelu, monkeypa
         np.testing.assert_allclose(y, ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
 
 
+def test_a_readback_that_waits_long_says_so_and_still_reads_right(device, quick_gelu, monkeypatch):
+    """A readback still waiting for the GPU after wait_warn_s warns once (GpuWaitWarning, naming
+    the setting and the forked-child cause) and goes on waiting: a wedged driver (the H200 after a
+    forked child's normal exit) had hung the process without a word."""
+    monkeypatch.setattr(device.memory, "spin_s", 0.0)
+    monkeypatch.setattr(device.memory, "wait_warn_s", 1e-6)  # far less than 8M elements take here
+    x = np.random.default_rng(5).standard_normal(1 << 23).astype(f32)
+    with pytest.warns(wk.GpuWaitWarning) as caught:
+        y = quick_gelu({"X": x})["Y"]
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "still waits" in message and "$WEBGPU_KERNELS_WAIT_WARN_S" in message and "os._exit" in message
+    np.testing.assert_allclose(y, ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("setting, wait_warn_s", [(None, 60.0), ("0", 0.0), (" 5 ", 5.0)])
+def test_the_wait_warning_is_set_by_the_environment(monkeypatch, setting, wait_warn_s):
+    """$WEBGPU_KERNELS_WAIT_WARN_S: whole seconds (60 when unset), read when a device opens."""
+    from webgpu_kernels.device import Device, _enumerate, choose_adapter
+
+    summary = choose_adapter(None)
+    monkeypatch.delenv("WEBGPU_KERNELS_WAIT_WARN_S", raising=False)
+    if setting is not None:
+        monkeypatch.setenv("WEBGPU_KERNELS_WAIT_WARN_S", setting)
+    assert Device(_enumerate()[summary.index], summary).memory.wait_warn_s == wait_warn_s
+
+
+def test_a_wait_warning_of_0_never_warns(device, quick_gelu, monkeypatch):
+    monkeypatch.setattr(device.memory, "spin_s", 0.0)
+    monkeypatch.setattr(device.memory, "wait_warn_s", 0.0)
+    x = np.random.default_rng(6).standard_normal(1 << 22).astype(f32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", wk.GpuWaitWarning)
+        np.testing.assert_allclose(quick_gelu({"X": x})["Y"], ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
+
+
 @pytest.mark.parametrize("setting, spin_s", [("250", 250e-6), ("0", 0.0), (" 1000 ", 1e-3)])
 def test_the_spin_is_set_by_the_environment(monkeypatch, setting, spin_s):
     """$WEBGPU_KERNELS_SPIN_US sets the readback spin on any adapter (0: never spin)."""
@@ -344,7 +382,7 @@ def test_the_spin_is_set_by_the_environment(monkeypatch, setting, spin_s):
     np.testing.assert_array_equal(out, x)
 
 
-@pytest.mark.parametrize("name", ["WEBGPU_KERNELS_SPIN_US", "WEBGPU_KERNELS_POOL_MB"])
+@pytest.mark.parametrize("name", ["WEBGPU_KERNELS_SPIN_US", "WEBGPU_KERNELS_POOL_MB", "WEBGPU_KERNELS_WAIT_WARN_S"])
 @pytest.mark.parametrize("setting", ["-1", "1.5", "lots", "1e3"])
 def test_bad_device_settings_are_refused_by_name(monkeypatch, name, setting):
     """A bad setting names the variable, what it must be and what it was, before any device opens."""

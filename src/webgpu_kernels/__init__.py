@@ -14,6 +14,7 @@ from .errors import (
     ExpressionError,
     ExpressionSandboxError,
     GPUError,
+    GpuWaitWarning,
     HubError,
     InputError,
     KernelError,
@@ -47,5 +48,5 @@ __all__ = [
     "RankError", "DTypeError", "ShapeError", "AttributeValueError", "DeviceLimitError", "SelectionError",
     "VariantRejectedError", "TemplateError", "TemplateSandboxError", "LayoutError", "GPUError",
     "AdapterNotFoundError", "ShaderCompileError", "DeviceError", "DeviceLostError", "TensorReleasedError",
-    "UncomputedTensorError",
+    "UncomputedTensorError", "GpuWaitWarning",
 ]  # fmt: skip

@@ -17,6 +17,7 @@ import functools
 import os
 import threading
 import time
+import warnings
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from .errors import DeviceError, DeviceLostError
+from .errors import DeviceError, DeviceLostError, GpuWaitWarning
 from .forks import fresh_in_child
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -43,6 +44,8 @@ READBACK_MAP_MODE: Any = "READ_NOSYNC"
 #: 209, within its drift). Not on CPU adapters: there the spin takes a core from the driver's
 #: threads (lavapipe, 16 MB: 7.5 -> 11.1 ms unbounded, 7.6 bounded).
 READBACK_SPIN_S = 0.001
+#: The environment variable of DeviceMemory.wait_warn_s (seconds; 0 never warns).
+WAIT_WARN_ENV = "WEBGPU_KERNELS_WAIT_WARN_S"
 #: Dispatches recorded before a forced submit, so latency and memory stay bounded.
 MAX_PENDING_DISPATCHES = 256
 #: Bytes written by ``write_buffer`` since the last submit before an empty submit: wgpu-native
@@ -201,9 +204,10 @@ class DeviceMemory:
     """Pools, bind-group cache and the open command encoder of one wgpu device."""
 
     def __init__(self, gpu: Any, lock: threading.RLock, pool_bytes: int, max_buffer_size: int, *,
-                 spin_s: float = 0.0) -> None:  # fmt: skip
+                 spin_s: float = 0.0, wait_warn_s: float = 60.0) -> None:  # fmt: skip
         self.gpu = gpu
         self.spin_s = spin_s  # READBACK_SPIN_S on GPU adapters
+        self.wait_warn_s = wait_warn_s  # a readback waiting longer says so (GpuWaitWarning), once
         self.lock = lock
         self.pool_bytes = pool_bytes
         self.max_buffer_size = max_buffer_size
@@ -434,7 +438,15 @@ class DeviceMemory:
                     break
                 poll(False)
         # Then wgpu-py's poll thread (a blocking poll on this thread was slower on the H200:
-        # scripts/wait_probe.py); a failed map raises here.
+        # scripts/wait_probe.py); a failed map raises here. A wait that never ends (a wedged driver:
+        # on the H200 after a forked child's normal exit) would otherwise hang without a word;
+        # without wgpu-py 0.32's private event the wait just has no warning.
+        event = getattr(promise, "_thread_event", None)
+        if self.wait_warn_s and event is not None and not event.wait(self.wait_warn_s):
+            warnings.warn(GpuWaitWarning(
+                f"a readback of {size} bytes has waited {self.wait_warn_s:g} s for the GPU and still waits: long "
+                "recorded work, a hung driver, or a forked child of this process that exited without os._exit "
+                f"(README); ${WAIT_WARN_ENV} sets when this is said, 0 never"), stacklevel=2)  # fmt: skip
         promise.sync_wait()
 
     def read_into(self, buffer: Any, out: np.ndarray) -> None:

@@ -252,3 +252,8 @@ class TensorReleasedError(KernelError):
 class UncomputedTensorError(KernelError):
     """A GPU tensor whose computing work never reached the GPU: the submission that carried it
     failed or was cut short (Ctrl-C), so its buffer holds whatever it held before."""
+
+
+class GpuWaitWarning(RuntimeWarning):
+    """A readback has waited long for the GPU and still waits (``$WEBGPU_KERNELS_WAIT_WARN_S``): the
+    one sign a user gets of work that never ends, such as a driver wedged by a forked child's exit."""
