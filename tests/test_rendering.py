@@ -326,6 +326,22 @@ def test_a_compile_error_after_a_multi_line_expression_and_an_include_names_the_
     assert wgsl.template_line(1, 1) == wgsl.template_line(3, 1) == ("scale-shift.wgsl.jinja", 2)
 
 
+@pytest.mark.parametrize("statement", ["{% include 'helper.wgsl.jinja' %}", "{% import 'helper.wgsl.jinja' as h %}{{ h.f() }}"])
+def test_a_misspelt_name_inside_an_included_file_names_that_file_and_line(write_package, statement):
+    """It had named the include line of the top template (file and line), while a compile error in
+    the same included file named the included file's line."""
+    helper = "// helper, line 1\n{% macro f() %}// {{ scalr }}{% endmacro %}\n// {{ scalr }}\n"
+    if "import" in statement:
+        helper = "// helper, line 1\n{% macro f() %}\n// {{ scalr }}{% endmacro %}\n"
+    template = "// top, line 1\n" + statement + "\n" + DEMO_TEMPLATE
+    manifest = json.loads(json.dumps(DEMO_MANIFEST))
+    kernel = wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": template, "helper.wgsl.jinja": helper}))
+    with pytest.raises(errors.TemplateError, match="'scalr' is undefined") as info:
+        kernel.render({"X": meta((3,), f32)})
+    assert (info.value.file, info.value.line) == ("helper.wgsl.jinja", 3)
+    assert "did you mean 'scalar'" in str(info.value)
+
+
 @pytest.mark.parametrize("name", ["extra.json", "notes.md", "test.json"])
 def test_a_template_may_not_include_the_packages_documents_or_data(write_package, name):
     """Their edits do not change the tuning key (kernel._template_files leaves them out), so an

@@ -490,6 +490,11 @@ def test_a_template_including_an_unlisted_file_is_invalid_as_every_call_refuses_
     report = validate_package(qg)  # includes are resolved when templates render, which --no-gpu skips
     assert not report.ok
     assert any("helpers.txt" in p.message and "not listed in metadata.json" in p.message for p in report.problems), report.problems
+    # Reported as the variant's render error, naming the include, not as a traceback that ended the GPU checks
+    unlisted = [p for p in report.problems if "helpers.txt" in p.message]
+    assert unlisted and all("does not render for variant" in p.message and "Traceback" not in p.message
+                            and 'File "' not in p.message for p in unlisted)  # fmt: skip
+    assert "included by quick-gelu.wgsl.jinja, line " in unlisted[0].message
 
 
 def test_a_misspelt_dollar_reference_is_reported_once(qg: Path) -> None:

@@ -442,6 +442,11 @@ _UNDEFINED_NAME = re.compile(r"^'(\w+)' is undefined$")
 def template_error(exc: Exception, shader: str, names: Iterable[str] = ()) -> KernelError:
     """The library's error for ``exc``, raised while loading or rendering template ``shader``
     (``names``: those the template could read, for a "did you mean" under a misspelt one)."""
+    if isinstance(exc, DigestError):  # an included file present but unverified: the class calls rely on stays
+        where = _innermost_template_line(exc.__traceback__)
+        if where is not None:
+            exc.add_note(f"included by {where[0]}, line {where[1]}")
+        return exc
     if isinstance(exc, KernelError):
         return exc
     if isinstance(exc, TemplateNotFound):
@@ -457,7 +462,9 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = ()) -> Ke
         line = _template_line(exc.__traceback__, where) or getattr(exc, "lineno", None)
         reason = str(exc) if isinstance(exc, SecurityError) else "nested too deeply (recursion)"
         return TemplateSandboxError(f"refused by the sandbox: {reason}", file=where, line=line)
-    line = _template_line(exc.__traceback__, shader)
+    # Where it failed: the innermost template line, in an included file too (the include line of
+    # the top template had been named for a misspelt name inside the included file).
+    shader, line = _innermost_template_line(exc.__traceback__) or (shader, None)
     misspelt = _UNDEFINED_NAME.match(str(exc)) if isinstance(exc, UndefinedError) else None
     names = list(names)
     close = difflib.get_close_matches(misspelt[1], names, n=1) if misspelt else []
@@ -516,6 +523,18 @@ def _check_template_name(name: Any) -> None:
         shown = repr(name[:80]) if isinstance(name, str) else f"of type {type(name).__name__}"
         raise SandboxViolation(f"template name {shown} is refused: a file at the top of the package, named "
                                "with letters, digits, '.', '_' and '-'")  # fmt: skip
+
+
+def _innermost_template_line(tb: TracebackType | None) -> tuple[str, int] | None:
+    """The template file and line of the innermost template frame of ``tb`` (Jinja names a
+    template's frames by its name, which TEMPLATE_NAME allows only for a package's files)."""
+    where = None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if TEMPLATE_NAME.match(name):
+            where = (name, tb.tb_lineno)
+        tb = tb.tb_next
+    return where
 
 
 def _template_line(tb: TracebackType | None, filename: str) -> int | None:

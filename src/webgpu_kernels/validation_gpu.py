@@ -14,6 +14,7 @@ from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE
 from .errors import (
     DeviceLimitError,
+    DigestError,
     ExpressionError,
     InputError,
     KernelError,
@@ -175,12 +176,16 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 for p_index, r in enumerate(resolved):
                     try:
                         rendered.append((p_index, r, renderer.render(r, inner)))
-                    except TemplateError as exc:
+                    except (TemplateError, DigestError) as exc:  # DigestError: it includes an unverified file
                         cov.failed += 1
-                        out.error(exc.file, shader_path(manifest, cv.variant.index, p_index),
+                        if isinstance(exc, DigestError):
+                            file, line, detail = r.shader, None, "; ".join([str(exc), *getattr(exc, "__notes__", ())])
+                        else:
+                            file, line, detail = exc.file, exc.line, exc.detail
+                        out.error(file, shader_path(manifest, cv.variant.index, p_index),
                                   f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}"
                                   + (f" (its {len(resolved)} passes share one render budget)" if len(resolved) > 1 else "")
-                                  + f": {exc.detail}", variant=vid, dtype=label, line=exc.line, case=call.case)  # fmt: skip
+                                  + f": {detail}", variant=vid, dtype=label, line=line, case=call.case)  # fmt: skip
                         break  # a call stops here too; later passes would meet a spent budget
             for p_index, r, wgsl in rendered:  # compiled after: compiling is no render time
                 done = compiled.setdefault((vid, label), set())
