@@ -92,6 +92,30 @@ def test_one_byte_changed_is_refused(qg: Path, name: str) -> None:
         wk.load_kernel(qg)
 
 
+@pytest.mark.parametrize("name", ["manifest.json", "test.json"])
+def test_a_changed_json_file_that_no_longer_parses_says_where_with_the_mismatch(qg: Path, name: str) -> None:
+    """A manifest missing a comma was reported only as a digest mismatch; `digest` then refused it
+    for its JSON, a second round trip to learn what was wrong."""
+    path = qg / name
+    broken = path.read_text("utf-8").replace(",\n", "\n", 1)  # a comma that ends a line: structural
+    path.write_text(broken, encoding="utf-8")
+    with pytest.raises(json.JSONDecodeError) as syntax:
+        json.loads(broken)
+    with pytest.raises(DigestError) as info:
+        wk.load_kernel(qg)
+    assert info.value.reason == "mismatch" and "does not match metadata.json" in str(info.value)
+    where = f"it is not valid JSON either at line {syntax.value.lineno} column {syntax.value.colno} ({syntax.value.msg})"
+    assert where in str(info.value)
+
+
+def test_a_changed_json_file_that_still_parses_is_only_a_mismatch(qg: Path) -> None:
+    path = qg / "bench.json"
+    path.write_text(path.read_text("utf-8") + "\n", encoding="utf-8")
+    with pytest.raises(DigestError) as info:
+        open_folder(qg)
+    assert "valid JSON" not in str(info.value)
+
+
 def test_unlisted_template_is_refused(qg: Path) -> None:
     (qg / "helpers.wgsl.jinja").write_text("// not listed\n", encoding="utf-8")
     with pytest.raises(DigestError) as info:

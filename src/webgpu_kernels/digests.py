@@ -317,8 +317,8 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
         if got != want:
             problems.append(DigestProblem(name, "mismatch",
                                           f"sha256 {got[:16]}... does not match metadata.json ({want[:16]}...): "
-                                          f"the file changed after its digest was taken ({_REDIGEST} if you changed it)",
-                                          where))  # fmt: skip
+                                          f"the file changed after its digest was taken ({_REDIGEST} if you changed it)"
+                                          + _json_syntax_note(name, data), where))  # fmt: skip
             continue
         verified[name] = data
     for name in package_files(root):
@@ -328,6 +328,22 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
                                           f"({_REDIGEST} if the file belongs to the package)",
                                           json_path(["digest", "files"])))  # fmt: skip
     return problems, verified
+
+
+def _json_syntax_note(name: str, data: bytes) -> str:
+    """For a changed .json file that no longer parses, what is wrong with it: fixed first, since
+    `digest` refuses it, which had cost the author a second round trip to learn."""
+    if not name.endswith(".json"):
+        return ""
+    try:
+        json.loads(data)
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        return f"; it is not valid JSON either{where} ({reason}): fix that first"
+    except RecursionError:
+        return "; it is not valid JSON either (nested too deeply): fix that first"
+    return ""
 
 
 def inspect_package(root: Path) -> tuple[dict[str, Any] | None, list[DigestProblem], dict[str, bytes]]:
