@@ -235,8 +235,10 @@ def test_other_organisation_needs_trust(server):
      "http://127.0.0.1:9/whatever", "ftp://example.com/pkg"],
 )  # fmt: skip
 def test_paths_and_urls_need_trust(hub_env, name):
-    with pytest.raises(TrustError, match="local path or URL-like location"):
+    with pytest.raises(TrustError, match="local path or URL-like location") as info:
         wk.get_kernel(name)
+    # A local folder is told of load_kernel (the CLI opens folders without the flag); a URL is not.
+    assert ("load_kernel(path)" in str(info.value)) == (not name.startswith(("http", "ftp")))
 
 
 def test_trusted_path_and_url(server, tmp_path):

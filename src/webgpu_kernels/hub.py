@@ -140,11 +140,12 @@ def check_trust(location: Location, *, trust_remote_code: bool, shown: str) -> b
     else:
         return False
     if not trust_remote_code:
+        # A folder of one's own is load_kernel's (the command line opens a folder without the flag too).
+        own = "; a folder of your own opens with load_kernel(path)" if location.kind == "path" else ""
         raise TrustError(
             f"refusing to load {shown!r}: {reason}. Its templates become shaders that run on your GPU; "
             "pass trust_remote_code=True (on the command line: webgpu-kernels --trust-remote-code COMMAND ...), "
-            "and expected_op_id=..., "
-            "if you trust its author",
+            f"and expected_op_id=..., if you trust its author{own}",
             location=shown, reason=reason,
         )  # fmt: skip
     return True
