@@ -347,6 +347,16 @@ def test_metadata_json_nested_too_deeply_or_with_a_huge_number_is_a_problem_not_
         digests.write_metadata(root)
 
 
+@pytest.mark.parametrize("spelt", ["NaN", "Infinity", "-INF", "+inf"])
+def test_a_misspelt_special_value_is_told_the_spelling(spelt) -> None:
+    """"NaN" in values got only the schema's "is not valid under any of the given schemas"."""
+    data = {"cases": [minimal_case(inputs={"X": {"shape": [2], "values": [1, spelt]}})]}
+    problems = casefile.check_test_data(data)
+    assert problems and all('spelt "nan", "inf" and "-inf"' in p.detail for p in problems), problems
+    assert not any('spelt "nan"' in p.detail for p in casefile.check_test_data(
+        {"cases": [minimal_case(inputs={"X": {"shape": [2], "values": [1, "one"]}})]}))  # fmt: skip
+
+
 def test_infinite_and_nan_tolerances_are_refused() -> None:
     """An infinite atol passed a kernel that wrote zeros everywhere: package JSON cannot spell one
     any more (below), and data given as Python values is checked too."""

@@ -88,6 +88,8 @@ def schema_errors(data: Any, kind: str, *, file: str) -> list[CaseFileError]:
         message = best.message
         if len(message) > 300:
             message = message[:297] + "..."
+        if isinstance(best.instance, str) and best.instance.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            message += ' (non-finite values are spelt "nan", "inf" and "-inf")'  # "NaN", "Infinity": JSON has none
         errors.append(CaseFileError(message, file=file, json_path=json_path(best.absolute_path)))
     return errors
 
