@@ -253,7 +253,7 @@ def _fake_layer_norm_timing(costs):
     return fake_bench
 
 
-def _layer_norm_search(monkeypatch, costs, kernel=None):
+def _layer_norm_search(monkeypatch, costs, kernel=None, timed=None, on_candidate=None):
     from conftest import PACKAGES_DIR
 
     kernel = kernel or wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
@@ -261,9 +261,31 @@ def _layer_norm_search(monkeypatch, costs, kernel=None):
     arrays = {"X": rng.standard_normal((2, 4, 320)).astype(np.float32),
               "Scale": rng.standard_normal(320).astype(np.float32), "B": rng.standard_normal(320).astype(np.float32)}  # fmt: skip
     fake = _fake_layer_norm_timing(costs)
-    monkeypatch.setattr(cli_tune, "bench_kernel", fake)
     default = fake(kernel, arrays, attrs={}, tunables=dict(kernel.manifest.tunables))
-    return cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, wk.get_device()), 1e-4)
+
+    def bench(kernel, arrays, *, variant=None, tunables=None, **kwargs):
+        if timed is not None:
+            timed.append((variant, dict(tunables)))
+        return fake(kernel, arrays, variant=variant, tunables=tunables, **kwargs)
+
+    monkeypatch.setattr(cli_tune, "bench_kernel", bench)
+    return cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, wk.get_device()), 1e-4,
+                            on_candidate=on_candidate)  # fmt: skip
+
+
+def test_the_search_names_each_candidate_before_timing_it(monkeypatch):
+    """tune's progress line shows the candidate being timed (a search took minutes per case on
+    lavapipe with nothing to show which candidates it tried)."""
+    timed, heard = [], []
+
+    def hear(variant, tunables):
+        heard.append((variant, dict(tunables)))
+        timed.append("heard")
+
+    _layer_norm_search(monkeypatch, {(256, 8): 10.0, (512, 8): 9.0}, timed=timed, on_candidate=hear)
+    candidates = [t for t in timed if t != "heard"]
+    assert heard and heard == candidates  # each candidate heard once, and every timed one
+    assert all(timed[2 * i] == "heard" for i in range(len(candidates)))  # heard just before its timing
 
 
 def test_the_second_sweep_can_return_a_tunable_to_its_default(monkeypatch):

@@ -4,6 +4,7 @@ per adapter and shape class (tuning.py), timed as `bench` times (benchmark.py)."
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,14 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
                 progress.advance(task)
                 continue
             tolerance = _tolerance(case["types"].values())
+            label = f"{kernel.manifest.name} {case['name']} {case['types']}"
+
+            def show(variant: str, tunables: dict[str, Any], label: str = label) -> None:
+                # A search on a slow adapter takes minutes per case: the line names what runs now.
+                progress.update(task, description=f"{label}: {variant} {tunables}")
+
             best, skipped = _search(kernel, arrays, case["attrs"], default, _tunable_axes(kernel, device, defaults),
-                                    tolerance, defaults)  # fmt: skip
+                                    tolerance, defaults, on_candidate=show)  # fmt: skip
             if (best[1], best[2]) != (default.variant, defaults):
                 best = _confirm(kernel, arrays, case["attrs"], default, best, defaults)
             if (best[1], best[2]) == (default.variant, defaults):
@@ -172,8 +179,9 @@ def _outcome_text(outcome: tuple[str, dict[str, Any]] | None) -> str:
 
 
 def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
-            axes: list[tuple[str, list[Any]]], tolerance: float,
-            defaults: dict[str, Any] | None = None) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
+            axes: list[tuple[str, list[Any]]], tolerance: float, defaults: dict[str, Any] | None = None,
+            on_candidate: Callable[[str, dict[str, Any]], None] | None = None,
+            ) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
     """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
     computing something else. Every variant gets a coordinate search (one that refuses the case
     at every candidate costs only the attempts): each
@@ -184,7 +192,8 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     the first started, or over one tunable, times nothing. The search moves only to a candidate
     whose output agrees with the default's, checked when it is about to become the variant's best
     (reading back and comparing 84M elements costs about a second). ``defaults``: the tunables
-    ``default`` ran with (the manifest's unless the case names some)."""
+    ``default`` ran with (the manifest's unless the case names some); ``on_candidate(variant,
+    tunables)`` hears of each candidate before it is timed (the progress line)."""
     defaults = dict(kernel.manifest.tunables) if defaults is None else defaults
     best = (default.median_s, default.variant, defaults)
     # A candidate must compute what the default computes: a variant that skips its work would
@@ -216,6 +225,8 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                     if work in timed:
                         continue
                     timed.add(work)
+                    if on_candidate is not None:
+                        on_candidate(variant, tunables)
                     try:
                         r = bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
                                          min_total_s=0.1, min_batches=3)  # fmt: skip
