@@ -152,3 +152,35 @@ def test_a_tensor_read_while_its_batch_is_being_submitted_is_not_uncomputed(devi
     assert seen == [False] and not y.uncomputed
     np.testing.assert_allclose(y.numpy(), quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
     y.release()
+
+
+AT_EXIT = """
+import numpy as np
+import webgpu_kernels as wk
+T = wk.to_gpu(np.ones(8, np.float32))
+class Holder:
+    def __del__(self):
+        try:
+            T.numpy()
+            print("read")
+        except wk.TensorReleasedError as exc:
+            print(exc)
+h = Holder()
+"""
+
+
+def test_a_tensor_read_after_its_finalizer_at_exit_says_the_interpreter_is_exiting():
+    """At exit Python finalizes module globals in order (T before h here), so h's finalizer reads
+    a tensor its own finalizer released: the error had said only "released", though the user had
+    released nothing. A tensor released by hand keeps the plain message."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", AT_EXIT], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1:] == [
+        "this GPU tensor was released (the interpreter is exiting, and it finalizes objects in any order)"
+    ], (done.stdout, done.stderr[-2000:])
+    tensor = wk.to_gpu(np.ones(2, np.float32))
+    tensor.release()
+    with pytest.raises(TensorReleasedError, match=r"^this GPU tensor was released$"):
+        tensor.numpy()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +83,10 @@ class GpuTensor:
         """The wgpu buffer (may be larger than ``nbytes``: pooled buffers come in size classes,
         at least ``bound_bytes``). Destroying it by hand is not supported."""
         if self._buffer is None:
-            raise TensorReleasedError("this GPU tensor was released")
+            # At exit, Python finalizes module globals in any order: a finalizer reading a tensor
+            # may come after the tensor's own, which the user never called release() for.
+            exiting = " (the interpreter is exiting, and it finalizes objects in any order)" if sys.is_finalizing() else ""
+            raise TensorReleasedError(f"this GPU tensor was released{exiting}")
         return self._buffer
 
     def numpy(self) -> np.ndarray:
