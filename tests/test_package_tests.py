@@ -176,6 +176,17 @@ def test_case_problems_are_reported_per_case(tmp_path: Path) -> None:
     assert not report.ok
 
 
+def test_a_case_whose_call_is_refused_names_its_place_in_test_json(tmp_path: Path) -> None:
+    """An unknown attribute in a case was reported as "argument 'alhpa': ..." alone; validate
+    named the case's JSON path, test did not."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    edit_test_json(root, lambda data: case_named(data, "rank0-f32").update(attrs={"alhpa": 1.0}))
+    report = run_package_tests(wk.load_kernel(root), cases=["rank0-f32"])
+    (result,) = [r for r in report.results if r.case == "rank0-f32"]
+    assert result.status == "error", result
+    assert re.match(r"test\.json cases\[\d+\]: argument 'alhpa': expected one of the attributes", result.message), result.message
+
+
 def test_package_without_test_json_fails(tmp_path: Path, runner: CliRunner) -> None:
     root = copy_package(QUICK_GELU, tmp_path / "qg")
     (root / "test.json").unlink()

@@ -177,8 +177,9 @@ def run_package_tests(
             arrays = case.build_inputs(manifest, read)
             explanation = kernel.explain({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()},
                                          attrs=case.attrs or None, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
-        except KernelError as exc:
-            add(RunResult(kernel.op_id, case.name, None, label, ERROR, message=_message(exc)))
+        except KernelError as exc:  # the case's call is refused (its attrs, tunables, inputs): say where the case is
+            message = _message(exc) if isinstance(exc, CaseFileError) else f"{TEST_FILE} {case.json_path}: {exc}"
+            add(RunResult(kernel.op_id, case.name, None, label, ERROR, message=message))
             continue
         verdicts = {v.variant: v for v in explanation.verdicts}
         accepted = [v.variant for v in explanation.verdicts if v.accepted]
