@@ -425,7 +425,7 @@ def test_adapter_reaches_every_timing(runner, tuning_dir, monkeypatch, command):
 def _fake_search(choices):
     """cli_tune._search answering ``choices[case shape]`` ((variant, tunables), or None for the
     default's own run), with _confirm keeping it: the storing rules, not timings, are under test."""
-    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None):
+    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None, on_candidate=None):
         choice = choices[next(iter(arrays.values())).shape]
         if choice is None:
             return (default.median_s, default.variant, dict(defaults)), []
