@@ -44,8 +44,9 @@ READBACK_MAP_MODE: Any = "READ_NOSYNC"
 #: 209, within its drift). Not on CPU adapters: there the spin takes a core from the driver's
 #: threads (lavapipe, 16 MB: 7.5 -> 11.1 ms unbounded, 7.6 bounded).
 READBACK_SPIN_S = 0.001
-#: The environment variable of DeviceMemory.wait_warn_s (seconds; 0 never warns).
+#: The environment variable of DeviceMemory.wait_warn_s (whole seconds; 0 never warns), and its default.
 WAIT_WARN_ENV = "WEBGPU_KERNELS_WAIT_WARN_S"
+WAIT_WARN_S = 60
 #: Dispatches recorded before a forced submit, so latency and memory stay bounded.
 MAX_PENDING_DISPATCHES = 256
 #: Bytes written by ``write_buffer`` since the last submit before an empty submit: wgpu-native
@@ -204,7 +205,7 @@ class DeviceMemory:
     """Pools, bind-group cache and the open command encoder of one wgpu device."""
 
     def __init__(self, gpu: Any, lock: threading.RLock, pool_bytes: int, max_buffer_size: int, *,
-                 spin_s: float = 0.0, wait_warn_s: float = 60.0) -> None:  # fmt: skip
+                 spin_s: float = 0.0, wait_warn_s: float = WAIT_WARN_S) -> None:  # fmt: skip
         self.gpu = gpu
         self.spin_s = spin_s  # READBACK_SPIN_S on GPU adapters
         self.wait_warn_s = wait_warn_s  # a readback waiting longer says so (GpuWaitWarning), once

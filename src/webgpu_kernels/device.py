@@ -19,7 +19,7 @@ from typing import Any
 
 import wgpu
 
-from .buffers import FORKED, READBACK_SPIN_S, WAIT_WARN_ENV, DeviceMemory, raised_by_wgpu_promise
+from .buffers import FORKED, READBACK_SPIN_S, WAIT_WARN_ENV, WAIT_WARN_S, DeviceMemory, raised_by_wgpu_promise
 from .errors import AdapterNotFoundError, DeviceError, InputError
 from .program import WEBGPU_FEATURE_NAMES, DeviceInfo
 
@@ -192,7 +192,7 @@ class Device:
         # Settings first: a bad value is refused before any device exists.
         pool_mb = env_count(POOL_ENV, 512)
         spin_us = env_count(SPIN_ENV, 0 if summary.adapter_type == "CPU" else round(READBACK_SPIN_S * 1e6))
-        wait_warn_s = env_count(WAIT_WARN_ENV, 60)
+        wait_warn_s = env_count(WAIT_WARN_ENV, WAIT_WARN_S)
         features = [f for f in _OPTIONAL_FEATURES if f in summary.features]
         limits = {k: summary.limits[k] for k in _RAISED_LIMITS if k in summary.limits}
         try:

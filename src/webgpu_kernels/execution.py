@@ -286,8 +286,9 @@ def run_plan(
             for program, group in bind_groups(device, plan, buffers):
                 last = memory.batch  # a record may submit the batch it joins (MAX_PENDING_DISPATCHES)
                 memory.record(program.pipeline.pipeline, group, program.grid)
+            work = (first, last)
             for tensor in results.values():
-                tensor._work = (first, last)
+                tensor._work = work
             if unproven:
                 memory.flush()
                 plan.unproven[0] = False

@@ -178,8 +178,7 @@ def run_package_tests(
             explanation = kernel.explain({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()},
                                          attrs=case.attrs or None, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
         except KernelError as exc:  # the case's call is refused (its attrs, tunables, inputs): say where the case is
-            message = _message(exc) if isinstance(exc, CaseFileError) else f"{TEST_FILE} {case.json_path}: {exc}"
-            add(RunResult(kernel.op_id, case.name, None, label, ERROR, message=message))
+            add(RunResult(kernel.op_id, case.name, None, label, ERROR, message=_message(exc, case.json_path)))
             continue
         verdicts = {v.variant: v for v in explanation.verdicts}
         accepted = [v.variant for v in explanation.verdicts if v.accepted]
@@ -314,10 +313,12 @@ def _unwritten(actual: np.ndarray, tolerance: Any, want: np.ndarray, byte: int) 
     return int(((raw == byte).all(axis=1) & bad).sum())
 
 
-def _message(exc: BaseException) -> str:
+def _message(exc: BaseException, case_path: str | None = None) -> str:
+    """``exc`` located in test.json: at its own JSON path, or at ``case_path`` (the case whose
+    call it refused)."""
     if isinstance(exc, CaseFileError):
         return f"{TEST_FILE} {exc.json_path or '(root)'}: {exc.detail}"
-    return str(exc)
+    return f"{TEST_FILE} {case_path}: {exc}" if case_path else str(exc)
 
 
 # --- isolation --------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import operator
 import re
 import threading
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -525,22 +525,21 @@ def _check_template_name(name: Any) -> None:
                                "with letters, digits, '.', '_' and '-'")  # fmt: skip
 
 
-def _innermost_template_line(tb: TracebackType | None) -> tuple[str, int] | None:
-    """The template file and line of the innermost template frame of ``tb`` (Jinja names a
-    template's frames by its name, which TEMPLATE_NAME allows only for a package's files)."""
-    where = None
+def _template_frames(tb: TracebackType | None) -> Iterator[tuple[str, int]]:
+    """(file, line) of each template frame of ``tb``, outermost first (Jinja names a template's
+    frames by its name, which TEMPLATE_NAME allows only for a package's files)."""
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename
         if TEMPLATE_NAME.match(name):
-            where = (name, tb.tb_lineno)
+            yield name, tb.tb_lineno
         tb = tb.tb_next
-    return where
+
+
+def _innermost_template_line(tb: TracebackType | None) -> tuple[str, int] | None:
+    """The file and line of the innermost template frame of ``tb``."""
+    return next(reversed([*_template_frames(tb)]), None)
 
 
 def _template_line(tb: TracebackType | None, filename: str) -> int | None:
-    line = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == filename:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
+    """The innermost line of ``tb`` in template ``filename``."""
+    return next((line for name, line in reversed([*_template_frames(tb)]) if name == filename), None)
