@@ -5,7 +5,11 @@
 child-work: none (the child exits at once) | call (the child makes a call, refused as FORKED) |
 sysexit (the child exits normally, through the interpreter's teardown, not os._exit: session 26,
 the test of that hung on the H200; the parent kills a child not ended in 30 s, after printing its
-threads' kernel wait channels)
+threads' kernel wait channels) | sysexit-fh (the same with faulthandler on in the child: a crash in
+the interpreter's own teardown prints its Python stack, one in the C library's exit handlers, after
+it, prints nothing) | closefds (the child closes its copies of the /dev/nvidia* and /dev/dri files,
+then exits normally: do the drivers' exit handlers reach the parent through those?) | atexit-exit
+(a Python atexit handler in the child ends it with os._exit: is skipping the C exit handlers enough?)
 The parent then uploads `uploads` 152 MB tables (CLIP's f32 embedding) and makes a call after each;
 each step prints as it ends, so a hang shows where it stuck."""
 
@@ -37,11 +41,26 @@ if pid == 0:
             kernel({"X": x})
         except wk.errors.DeviceError as exc:
             os.write(1, f"child refused: {str(exc)[:60]}\n".encode())
-    if child_work == "sysexit":
+    if child_work == "closefds":
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(("/dev/nvidia", "/dev/dri")):
+                os.write(1, f"child closes fd {fd}: {target}\n".encode())
+                os.close(int(fd))
+    if child_work == "atexit-exit":
+        import atexit
+
+        atexit.register(os._exit, 0)
+    if child_work == "sysexit-fh":
+        faulthandler.enable()
+    if child_work.startswith(("sysexit", "closefds", "atexit")):
         faulthandler.dump_traceback_later(10)  # fires only while the interpreter still runs
         sys.exit(0)
     os._exit(0)
-faulthandler.dump_traceback_later(60, exit=True)  # a parent stuck later shows where
+faulthandler.dump_traceback_later(float(os.environ.get("FORK_PROBE_WAIT_S", 60)), exit=True)  # a parent stuck later shows where
 start = time.monotonic()
 while (status := os.waitpid(pid, os.WNOHANG)) == (0, 0):
     if time.monotonic() - start > 30:

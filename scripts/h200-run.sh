@@ -26,6 +26,8 @@
 #   bash scripts/h200-run.sh throttle [SECONDS] [IDLE_EVERY]   the large cases and copies round after round, beside nvidia-smi
 #   bash scripts/h200-run.sh copyalloc   is a slow copy its buffers' or the moment's? then the large cases
 #   bash scripts/h200-run.sh forkexit   a forked child's sys.exit, with wgpu's instance on all backends and on Vulkan alone
+#   bash scripts/h200-run.sh forkfixed   a forked child's normal exit on this engine, the fork tests, then the suite
+#   bash scripts/h200-run.sh forkwhere   where a forked child crashes at a normal exit, and which exits leave the parent working
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -205,6 +207,21 @@ case "${1:-bench}" in
       echo "== backends ${backends:-all}" | tee -a "$OUT/fork-exit.log"
       FORK_PROBE_BACKENDS=$backends timeout 70 python3 scripts/fork_probe.py sysexit 2 2>&1 | tee -a "$OUT/fork-exit.log"
     done ;;
+  forkwhere)  # session 27: forkexit found Vulkan alone crashes the same. Where does the child crash (its
+              # interpreter's teardown or the C exit handlers after it), and which exit leaves the parent working?
+    for work in sysexit-fh closefds atexit-exit closefds; do
+      echo "== child $work" | tee -a "$OUT/fork-where.log"
+      FORK_PROBE_WAIT_S=30 timeout 45 python3 scripts/fork_probe.py $work 2 2>&1 | grep -v '^  File\|^Thread\|^$' | tee -a "$OUT/fork-where.log"
+    done ;;
+  forkfixed)  # session 27: the child now skips its inherited C exit handlers (device._skip_inherited_exit_handlers);
+              # its normal exit, then the fork tests and the suite
+    for round in 1 2; do
+      echo "== child sysexit, round $round" | tee -a "$OUT/fork-fixed.log"
+      FORK_PROBE_WAIT_S=30 timeout 45 python3 scripts/fork_probe.py sysexit 2 2>&1 | grep -v '^  File\|^Thread\|^$' | tee -a "$OUT/fork-fixed.log"
+    done
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout 60 python3 -m pytest -q -p no:cacheprovider -k "fork" tests/test_device.py tests/test_forks.py 2>&1 | tail -3 | tee -a "$OUT/fork-fixed.log"
+    bash "$0" tests ;;
   headcheck)  # after a change to the engine or bench, in one call: host cost per call, the large cases, the suite
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log"

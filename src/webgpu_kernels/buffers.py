@@ -440,14 +440,15 @@ class DeviceMemory:
                 poll(False)
         # Then wgpu-py's poll thread (a blocking poll on this thread was slower on the H200:
         # scripts/wait_probe.py); a failed map raises here. A wait that never ends (a wedged driver:
-        # on the H200 after a forked child's normal exit) would otherwise hang without a word;
+        # on the H200 after a forked child's normal exit, before device._skip_inherited_exit_handlers) would otherwise hang without a word;
         # without wgpu-py 0.32's private event the wait just has no warning.
         event = getattr(promise, "_thread_event", None)
         if self.wait_warn_s and event is not None and not event.wait(self.wait_warn_s):
             warnings.warn(GpuWaitWarning(
                 f"a readback of {size} bytes has waited {self.wait_warn_s:g} s for the GPU and still waits: long "
-                "recorded work, a hung driver, or a forked child of this process that exited without os._exit "
-                f"(README); ${WAIT_WARN_ENV} sets when this is said, 0 never"), stacklevel=2)  # fmt: skip
+                "recorded work, a hung driver, or a forked child of this process whose exit ran the drivers' exit "
+                "handlers (README: end it with os._exit where libc has no on_exit); "
+                f"${WAIT_WARN_ENV} sets when this is said, 0 never"), stacklevel=2)  # fmt: skip
         promise.sync_wait()
 
     def read_into(self, buffer: Any, out: np.ndarray) -> None:

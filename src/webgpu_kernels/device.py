@@ -9,6 +9,7 @@ frees devices, so each adapter's device is created once per process and reused.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import threading
@@ -90,6 +91,28 @@ def _never_release(self: Any) -> None:
     """The finalizer of wgpu's objects in a forked child (see _after_fork_in_child)."""
 
 
+def _skip_inherited_exit_handlers() -> bool:
+    """End this forked child's normal exit right after the interpreter's own teardown, with the
+    exit status it had, before the C exit handlers it inherited run: the GPU drivers' among them
+    tear down state the child shares with its parent. On the H200 the child then died (SIGSEGV)
+    and its parent's next readback waited for good; lavapipe's OpenGL driver crashes the child
+    there too (scripts/fork_probe.py sysexit). glibc runs ``on_exit`` handlers last-registered
+    first with exit's status, so ``_exit`` registered now comes before every handler registered
+    before the fork; ``fcloseall``, registered after it, flushes C stdio first. Python's atexit
+    handlers and its own flushing have run by then. False where libc has no on_exit (musl, macOS):
+    there the README's advice, end such a child with os._exit, is the only cure."""
+    try:
+        libc = ctypes.CDLL(None)
+        on_exit, exit_now, close_streams = libc.on_exit, libc._exit, libc.fcloseall
+    except (OSError, AttributeError):
+        return False
+    on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    on_exit.restype = ctypes.c_int
+    # Both are called as f(status, arg): _exit takes the status; fcloseall takes no argument and,
+    # in the System V calling conventions, ignores the ones it is passed.
+    return all(on_exit(ctypes.cast(handler, ctypes.c_void_p), None) == 0 for handler in (exit_now, close_streams))
+
+
 def _after_fork_in_child() -> None:
     """In a forked child, refuse the parent's devices and new ones with a DeviceError instead of
     hanging at the first wait; the lock may have been held by another of the parent's threads."""
@@ -103,6 +126,7 @@ def _after_fork_in_child() -> None:
     if not _devices and not opening:
         return  # wgpu works in a child forked before any device was opened
     _forked = True
+    _skip_inherited_exit_handlers()
     # The child shares its parent's driver objects (on NVIDIA, the same device files and kernel
     # handles): a wgpu object finalized here, by the child's code, its garbage collector or its exit,
     # frees memory the parent still uses, whose next release or submit then waited for good (H100 and
