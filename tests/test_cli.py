@@ -131,6 +131,9 @@ def test_devices(runner: CliRunner) -> None:
     for limit in ("maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupsPerDimension",
                   "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX"):  # fmt: skip
         assert limit in out
+    # What format.md tells authors to bound var<workgroup> arrays with (an author missed it here).
+    storage = wk.get_device().limits["max-compute-workgroup-storage-size"]
+    assert f"maxComputeWorkgroupStorageSize: {storage}" in out
     assert "(chosen)" in out and "features" in out
     # What manifests see, by the names they use: wgpu-native lists WebGPU's "subgroups" as "subgroup".
     seen = {"shader-f16", "subgroups", "timestamp-query"} & set(wk.get_device().info.feature_names)
@@ -145,7 +148,8 @@ def test_devices_json(runner: CliRunner) -> None:
     assert chosen["index"] == wk.choose_adapter().index
     for d in data:
         assert set(d["limits"]) == {"maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupsPerDimension",
-                                    "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX"}  # fmt: skip
+                                    "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX",
+                                    "maxComputeWorkgroupStorageSize"}  # fmt: skip
         assert all(isinstance(v, int) for v in d["limits"].values())
         assert isinstance(d["features"], list) and d["backend"] and d["type"]
     assert chosen["deviceFeatures"] == list(wk.get_device().info.feature_names)

@@ -94,6 +94,18 @@ def test_tune_dry_run_writes_nothing(dry_run):
     assert not folder.exists() or list(folder.iterdir()) == []
 
 
+def test_tune_off_a_terminal_says_what_it_tries_on_stderr_as_it_starts(dry_run):
+    """Off a terminal rich draws no progress line: a search of many minutes per case (a kernel
+    author's softmax on lavapipe, session 27) had printed nothing until its case ended. Each case
+    and candidate is now a stderr line as it starts; stdout keeps only the results."""
+    result, _, _ = dry_run
+    tried = [line for line in result.stderr.splitlines() if ": trying " in line]
+    assert "QuickGelu tiny-4096 {'T': 'float32'}: trying vec4_tail {'WORKGROUP_SIZE': 64}" in tried
+    assert len(tried) >= 3
+    assert result.stderr.splitlines()[0].startswith("warming up the GPU")
+    assert "trying" not in result.stdout and "speed-up" in result.stdout
+
+
 def test_tune_dry_run_leaves_no_choice_in_memory(dry_run):
     """After a dry run, the process's tuning cache holds no choice for the case."""
     _, _, held = dry_run

@@ -237,8 +237,12 @@ def test_other_organisation_needs_trust(server):
 def test_paths_and_urls_need_trust(hub_env, name):
     with pytest.raises(TrustError, match="local path or URL-like location") as info:
         wk.get_kernel(name)
-    # A local folder is told of load_kernel (the CLI opens folders without the flag); a URL is not.
-    assert ("load_kernel(path)" in str(info.value)) == (not name.startswith(("http", "ftp")))
+    # A local folder is told of load_kernel, and not of the CLI's flag: the CLI opens folders
+    # without it. A URL is told of the flag.
+    local = not name.startswith(("http", "ftp"))
+    assert ("load_kernel(path)" in str(info.value)) == local
+    assert ("--trust-remote-code" in str(info.value)) == (not local)
+    assert "trust_remote_code=True" in str(info.value)
 
 
 def test_trusted_path_and_url(server, tmp_path):

@@ -36,7 +36,7 @@ from .kernel import Kernel, TensorMeta
 #: Limits ``devices`` shows (WebGPU names, camelCase).
 KEY_LIMITS = (
     "maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupsPerDimension",
-    "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX",
+    "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX", "maxComputeWorkgroupStorageSize",
 )  # fmt: skip
 
 #: ``--input`` dtype spellings -> ONNX element type names. Types the kernels cannot take are

@@ -355,7 +355,7 @@ def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, d
         _warm_up(progress, run.device, warm_up_s)
         task = progress.add_task("benchmarking", total=len(plan))
         for (kernel, case), round_trip in zip(plan, round_trips):
-            progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
+            now_running(progress, task, f"{kernel.manifest.name} {case['name']} {case['types']}")
             row = _bench_case(kernel, case, run)
             if round_trip is not None and "error" not in row:
                 row["roundtrip_s"] = round_trip
@@ -364,9 +364,19 @@ def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, d
             progress.advance(task)
 
 
+def now_running(progress: Progress, task: Any, text: str) -> None:
+    """Say what runs now: on a terminal, as the progress line. Elsewhere (a CI log, a pipe) rich
+    draws no live line, and a tune search of many minutes printed nothing until its case ended; so
+    there each line is printed as it starts, to stderr, and stdout keeps only the results."""
+    progress.update(task, description=text)
+    if not progress.console.is_terminal:
+        _console(stderr=True).print(Text(text), soft_wrap=True)
+
+
 def _warm_up(progress: Progress, device: Any, seconds: float) -> None:
     if seconds > 0:
-        task = progress.add_task(f"warming up the GPU ({seconds:g} s)", total=None)
+        task = progress.add_task("", total=None)
+        now_running(progress, task, f"warming up the GPU ({seconds:g} s)")
         warm_up(device, seconds)
         progress.remove_task(task)
 

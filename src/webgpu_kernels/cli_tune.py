@@ -27,6 +27,7 @@ from .cli_bench import (
     _no_cases,
     _tolerance,
     _warm_up,
+    now_running,
 )
 from .device import default_device
 from .errors import KernelError
@@ -76,7 +77,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
         _warm_up(progress, device, warm_up_s)
         task = progress.add_task("tuning", total=len(work))
         for kernel, case in work:
-            progress.update(task, description=f"{kernel.manifest.name} {case['name']} {case['types']}")
+            now_running(progress, task, f"{kernel.manifest.name} {case['name']} {case['types']}")
             # The case's own tunables over the manifest's are where its search starts and what a
             # candidate must beat (a case may name them because the manifest's cannot run it).
             defaults = {**kernel.manifest.tunables, **case["tunables"]}
@@ -97,7 +98,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
 
             def show(variant: str, tunables: dict[str, Any], label: str = label) -> None:
                 # A search on a slow adapter takes minutes per case: the line names what runs now.
-                progress.update(task, description=f"{label}: {variant} {tunables}")
+                now_running(progress, task, f"{label}: trying {variant} {tunables}")
 
             best, skipped = _search(kernel, arrays, case["attrs"], default, _tunable_axes(kernel, device, defaults),
                                     tolerance, defaults, on_candidate=show)  # fmt: skip

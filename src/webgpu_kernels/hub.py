@@ -140,12 +140,15 @@ def check_trust(location: Location, *, trust_remote_code: bool, shown: str) -> b
     else:
         return False
     if not trust_remote_code:
-        # A folder of one's own is load_kernel's (the command line opens a folder without the flag too).
-        own = "; a folder of your own opens with load_kernel(path)" if location.kind == "path" else ""
+        # A folder of one's own is load_kernel's; the command line opens a folder without the flag,
+        # so its flag is named only for what needs it there (session 27: an author was told it).
+        if location.kind == "path":
+            advice = "a folder of your own opens with load_kernel(path); else pass trust_remote_code=True"
+        else:
+            advice = "pass trust_remote_code=True (on the command line: webgpu-kernels --trust-remote-code COMMAND ...)"
         raise TrustError(
             f"refusing to load {shown!r}: {reason}. Its templates become shaders that run on your GPU; "
-            "pass trust_remote_code=True (on the command line: webgpu-kernels --trust-remote-code COMMAND ...), "
-            f"and expected_op_id=..., if you trust its author{own}",
+            f"{advice}, and expected_op_id=..., if you trust its author",
             location=shown, reason=reason,
         )  # fmt: skip
     return True
