@@ -407,6 +407,29 @@ fn {{ entryPoint }}({{ entryParams }}) {
 """
 
 
+ROW_PER_WORKGROUP_WGSL = """{{ declarations }}
+@compute @workgroup_size({{ workgroupSize }})
+fn {{ entryPoint }}({{ entryParams }}) {
+  let row = {{ workgroupIndex }};
+  if (lix == 0u && row < arrayLength(&y)) {
+    y[row] = x[row] + f32(row);
+  }
+}
+"""
+
+
+def test_workgroup_index_numbers_each_workgroup_of_a_spilled_grid_once(write_package, plan_of):
+    """One workgroup per element, 70,001 of them: past 65,535 the grid spills into y, and
+    workgroupIndex still gives each workgroup its own row (a kernel author wrote it by hand)."""
+    manifest = one_pass_manifest("RowPerWorkgroup", "row.wgsl.jinja")
+    manifest["variants"][0]["passes"][0]["dispatch"] = {"threads": "numel(shapes.X) * 64", "workgroupSize": 64}
+    kernel = wk.load_kernel(write_package(manifest, {"row.wgsl.jinja": ROW_PER_WORKGROUP_WGSL}))
+    x = np.random.default_rng(5).standard_normal(70_001).astype(np.float32)
+    grid = plan_of(kernel, {"X": x}).passes[0].grid
+    assert grid[1] > 1 and grid[0] * grid[1] * grid[2] >= 70_001
+    np.testing.assert_array_equal(kernel({"X": x})["Y"], (x.astype(np.float64) + np.arange(70_001)).astype(np.float32))
+
+
 def test_an_int_and_an_equal_float_attribute_share_no_plan(write_package):
     """1 == 1.0 and (1, 1) == (1.0, 1.0) == (True, 1), but the WGSL differs (or the value is refused):
     each call runs its own values, in either order, on the checked path and the fast path alike."""

@@ -349,8 +349,13 @@ def _too_deep(shader: str, what: str, limit: int, line_number: int) -> TemplateS
 TEMPLATE_NAMES = frozenset({
     "constants", "inputs", "tunables", "attrs", "dtypes", "bindings", "bindingList", "declarations", "enables",
     "workgroupSize", "workgroupSizeX", "workgroupSizeY", "workgroupSizeZ", "workgroupInvocations", "entryPoint",
-    "entryParams", "globalIndex",
+    "entryParams", "globalIndex", "workgroupIndex",
 })  # fmt: skip
+
+
+#: The workgroup's linear index across the grid, which spills into y and z past the device's
+#: workgroups per dimension: for kernels that give each workgroup one row or tile.
+_WORKGROUP_INDEX = "((wid.z * nwg.y + wid.y) * nwg.x + wid.x)"
 
 
 def template_context(resolved: ResolvedPass, scope: Mapping[str, Any]) -> dict[str, Any]:
@@ -384,6 +389,7 @@ def template_context(resolved: ResolvedPass, scope: Mapping[str, Any]) -> dict[s
         entryPoint=resolved.entry_point,
         entryParams=("@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, "
                      "@builtin(local_invocation_index) lix: u32"),  # fmt: skip
-        globalIndex=f"(((wid.z * nwg.y + wid.y) * nwg.x + wid.x) * {invocations}u + lix)",
+        globalIndex=f"({_WORKGROUP_INDEX} * {invocations}u + lix)",
+        workgroupIndex=_WORKGROUP_INDEX,
     )
     return context
