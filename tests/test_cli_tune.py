@@ -561,3 +561,31 @@ def test_a_refused_candidate_is_not_tried_again_by_the_second_sweep(monkeypatch,
                      cli_tune._tunable_axes(kernel, device), 1e-3)  # fmt: skip
     refused = [a for a in attempts if a[0] == "workgroup"]
     assert refused and len(refused) == len(set(refused))
+
+
+def test_tune_given_shapes_stores_their_class(runner, tuning_dir, monkeypatch):
+    """-i tunes a shape of the caller's (a model's) instead of bench.json's cases, as bench's -i
+    times one; its dtype is the case's (the label, and the tolerance a candidate must meet)."""
+    monkeypatch.setattr(cli_tune, "_search", lambda kernel, arrays, attrs, default, axes, tolerance, defaults,
+                        on_candidate: ((default.median_s / 2, "scalar", {"WORKGROUP_SIZE": 128}), []))  # fmt: skip
+    monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: best)
+    seen = []
+    real_tolerance = cli_tune._tolerance
+    monkeypatch.setattr(cli_tune, "_tolerance", lambda dtypes: seen.append(list(dtypes)) or real_tolerance(dtypes))
+    result = invoke(runner, "tune", QG_DIR, "-i", "X=3x1000:f16", *QUICK_WARM_UP)
+    assert seen == [["float16"]]
+    assert "custom" in result.stdout and "float16" in result.stdout
+    stored = json.loads(tuning_file(tuning_dir).read_text())
+    key = f"{wk.get_kernel(QG).tuning_key}|T=float16|X=2x512"  # dimensions rounded down to powers of two
+    assert stored["entries"][key]["variant"] == "scalar"
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["-i", "X=8:i32"], "argument 'X': expected dtype in ['float32', 'float16']"),
+    (["com.microsoft.BiasAdd", "-i", "X=8:f32"], "name exactly one KERNEL"),
+    (["-i", "X=8:f32", "--case", "tiny"], "--case, --tag and --dtype do not apply"),
+])  # fmt: skip
+def test_tune_given_shapes_it_cannot_tune_is_a_usage_error(runner, tuning_dir, args, said):
+    result = runner.invoke(main, ["tune", QG_DIR, *args, "--dry-run"])
+    assert result.exit_code == 2 and said in result.output, result.output
+    assert not tuning_dir.exists() or not list(tuning_dir.glob("*.json"))

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from .benchmark import (
 from .case_data import numpy_dtype
 from .casefile import BENCH_FILE, case_name_matches, parse_bench_file
 from .cli import DTYPE_ALIASES, _adapter, _console, _echo_json, _inputs_callback, _jsonable, resolve_kernel
-from .contract import shape_text
+from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, KernelError
 from .kernel import Kernel
@@ -72,8 +72,10 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
     way `validate` reads it: a malformed file stops the command with its file and JSON path."""
     bench = parse_bench_file(kernel.package.read_json(BENCH_FILE)) if kernel.package.has(BENCH_FILE) else None
     flops = bench.flops if bench is not None else None  # applies to -i shapes too: it is the op's count
-    if inputs:
-        return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": {}, "flops": flops,
+    if inputs:  # the type variables they bind, as a bench.json case has them (tune's labels and tolerance)
+        metas = {role: (spec.shape, spec.dtype) for role, spec in inputs.items()}
+        types = check_call(kernel.manifest, metas, None, None).type_bindings()
+        return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": types, "flops": flops,
                  "inputs": {k: {"shape": v.shape, "dtype": v.dtype} for k, v in inputs.items()}}]  # fmt: skip
     if bench is None:
         return []
@@ -218,10 +220,24 @@ WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=click.FloatRange(mi
               help="Seconds of back-to-back copies before the first timing, so the GPU's clocks are up.")  # fmt: skip
 
 
+def given_shapes_option(verb: str) -> Callable[[Any], Any]:
+    """bench's and tune's -i: shapes of one kernel's inputs instead of its bench.json cases."""
+    return click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE", callback=_inputs_callback,
+                        help=f"{verb} this shape instead of bench.json cases (one kernel).")  # fmt: skip
+
+
+def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], names: tuple[str, ...], tags: tuple[str, ...],
+                       dtypes: tuple[str, ...]) -> None:  # fmt: skip
+    """-i's usage errors, said before anything is loaded or timed."""
+    if inputs and len(kernels) != 1:
+        raise click.UsageError("-i/--input gives one kernel's shapes: name exactly one KERNEL with it")
+    if inputs and (names or tags or dtypes):
+        raise click.UsageError("-i/--input replaces bench.json's cases: --case, --tag and --dtype do not apply")
+
+
 @click.command("bench")
 @click.argument("kernels", nargs=-1)
-@click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE", callback=_inputs_callback,
-              help="Benchmark this shape instead of bench.json cases (one kernel).")  # fmt: skip
+@given_shapes_option("Benchmark")
 @click.option("--case", "names", multiple=True,
               help="Only cases whose name contains this or matches it as a glob. Repeatable.")  # fmt: skip
 @click.option("--tag", "tags", multiple=True, help="Only cases with this tag (large, small, model:...). Repeatable.")
@@ -260,10 +276,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     peak = known_peak(device.adapter.name)
     console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
-    if inputs and len(kernels) != 1:
-        raise click.UsageError("-i/--input gives one kernel's shapes: name exactly one KERNEL with it")
-    if inputs and (names or tags or dtypes):
-        raise click.UsageError("-i/--input replaces bench.json's cases: --case, --tag and --dtype do not apply")
+    check_given_shapes(kernels, inputs, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
     for kernel in loaded if variant else []:
         if variant not in kernel.variants:

@@ -27,6 +27,8 @@ from .cli_bench import (
     _no_cases,
     _tolerance,
     _warm_up,
+    check_given_shapes,
+    given_shapes_option,
     now_running,
 )
 from .device import default_device
@@ -38,6 +40,7 @@ WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
 
 @click.command("tune")
 @click.argument("kernels", nargs=-1)
+@given_shapes_option("Tune")
 @click.option("--case", "names", multiple=True,
               help="Only cases whose name contains this or matches it as a glob. Repeatable.")  # fmt: skip
 @click.option("--tag", "tags", multiple=True, help="Only cases with this tag. Repeatable.")
@@ -46,8 +49,8 @@ WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
 @SEED_OPTION
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
 @click.pass_context
-def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...], tags: tuple[str, ...],
-             dtypes: tuple[str, ...], warm_up_s: float, seed: int, dry_run: bool) -> None:  # fmt: skip
+def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], names: tuple[str, ...],
+             tags: tuple[str, ...], dtypes: tuple[str, ...], warm_up_s: float, seed: int, dry_run: bool) -> None:  # fmt: skip
     """Search variants and tunables per case; keep the fastest per adapter.
 
     Every variant is tried (one whose `when` refuses a candidate costs the attempt) with each
@@ -61,10 +64,13 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], names: tuple[str, ...
     console = _console()
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    check_given_shapes(kernels, inputs, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
-    work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, {})]
+    work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
     if not work:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
+    if inputs:  # shapes the contract refuses or the device cannot hold: the caller's mistake (exit 2)
+        loaded[0].plan({k: v.meta() for k, v in inputs.items()})
     if not dry_run:
         _check_writable(cache.path.parent)
     table = Table(title=f"tuning on {device.adapter.label()}")
