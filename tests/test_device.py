@@ -135,6 +135,39 @@ FORKED_CHILD_EXITS = textwrap.dedent("""
 """)
 
 
+FORKED_AFTER_A_LOSS = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import webgpu_kernels as wk
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    x = np.ones(64, np.float32)
+    kernel({"X": x})
+    wk.get_device().gpu.destroy()
+    try:
+        kernel({"X": x})
+    except wk.errors.DeviceLostError:
+        pass  # the device is forgotten; its driver state stays
+    pid = os.fork()
+    if pid == 0:
+        try:
+            wk.get_device()
+        except wk.errors.DeviceError as exc:
+            print("child refused:", "fork" in str(exc), flush=True)
+        sys.exit(3)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+""")
+
+
+@forking
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child's exit handlers are skipped through glibc's on_exit")
+def test_a_child_forked_after_its_parents_device_was_lost_is_a_forked_child_too(device):
+    """A lost device is forgotten, and a child forked after that had counted as forked before any
+    device: it was let open one, and its normal exit ran the drivers' exit handlers (SIGSEGV here)."""
+    done = subprocess.run([sys.executable, "-c", FORKED_AFTER_A_LOSS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["child refused: True", "3"], done.stdout
+
+
 @forking
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child's exit handlers are skipped through glibc's on_exit")
 def test_a_forked_child_that_exits_normally_keeps_its_status_and_its_parent_goes_on(device, tmp_path):

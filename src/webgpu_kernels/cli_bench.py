@@ -382,14 +382,19 @@ def now_running(progress: Progress, task: Any, text: str) -> None:
     draws no live line, and a tune search of many minutes printed nothing until its case ended; so
     there each line is printed as it starts, to stderr, and stdout keeps only the results."""
     progress.update(task, description=text)
+    _off_terminal_line(progress, text)
+
+
+def _off_terminal_line(progress: Progress, text: str) -> None:
     if not progress.console.is_terminal:
         _console(stderr=True).print(Text(text), soft_wrap=True)
 
 
 def _warm_up(progress: Progress, device: Any, seconds: float) -> None:
     if seconds > 0:
-        task = progress.add_task("", total=None)
-        now_running(progress, task, f"warming up the GPU ({seconds:g} s)")
+        text = f"warming up the GPU ({seconds:g} s)"
+        task = progress.add_task(text, total=None)
+        _off_terminal_line(progress, text)
         warm_up(device, seconds)
         progress.remove_task(task)
 

@@ -85,32 +85,54 @@ _requested: dict[str, Device] = {}
 
 
 _forked = False  # this process is a fork of one that had opened a device (FORKED)
+#: A device was ever opened here: one lost since is forgotten (Device._forget), but its driver
+#: state stays, shared with a forked child as a live one's is.
+_opened_any = False
 
 
 def _never_release(self: Any) -> None:
     """The finalizer of wgpu's objects in a forked child (see _after_fork_in_child)."""
 
 
-def _skip_inherited_exit_handlers() -> bool:
-    """End this forked child's normal exit right after the interpreter's own teardown, with the
-    exit status it had, before the C exit handlers it inherited run: the GPU drivers' among them
-    tear down state the child shares with its parent. On the H200 the child then died (SIGSEGV)
-    and its parent's next readback waited for good; lavapipe's OpenGL driver crashes the child
-    there too (scripts/fork_probe.py sysexit). glibc runs ``on_exit`` handlers last-registered
-    first with exit's status, so ``_exit`` registered now comes before every handler registered
-    before the fork; ``fcloseall``, registered after it, flushes C stdio first. Python's atexit
-    handlers and its own flushing have run by then. False where libc has no on_exit (musl, macOS):
-    there the README's advice, end such a child with os._exit, is the only cure."""
+def _libc_exit_handlers() -> tuple[Any, tuple[int, ...]] | None:
+    """glibc's ``on_exit`` and the addresses of ``_exit`` and ``fcloseall``; None where libc has
+    no on_exit (musl, macOS) or there is no fork."""
+    if not hasattr(os, "fork"):
+        return None
     try:
         libc = ctypes.CDLL(None)
-        on_exit, exit_now, close_streams = libc.on_exit, libc._exit, libc.fcloseall
-    except (OSError, AttributeError):
-        return False
+        on_exit = libc.on_exit
+        handlers = tuple(ctypes.cast(f, ctypes.c_void_p).value or 0 for f in (libc._exit, libc.fcloseall))
+    except (OSError, AttributeError, TypeError):
+        return None
     on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     on_exit.restype = ctypes.c_int
+    return on_exit, handlers
+
+
+#: Resolved at import, not in the child: a dlopen there could wait for good on the loader's lock
+#: when another thread of the parent held it at the fork.
+_LIBC_EXIT_HANDLERS = _libc_exit_handlers()
+
+
+def _skip_inherited_exit_handlers() -> bool:
+    """End this forked child's normal exit right after the interpreter's own teardown, with the
+    exit status it had, before the C exit handlers registered before the fork run: the GPU
+    drivers' among them tear down state the child shares with its parent. On the H200 the child
+    then died (SIGSEGV) and its parent's next readback waited for good; lavapipe's OpenGL driver
+    crashes the child there too (scripts/fork_probe.py sysexit). glibc runs ``on_exit`` handlers
+    last-registered first with exit's status, so ``_exit`` registered now comes before every
+    handler registered before the fork, and before the shared libraries' destructors, which glibc
+    runs last (those of a library the child loads itself too); ``fcloseall``, registered after
+    it, flushes C stdio first. Python's atexit handlers and its own flushing have run by then.
+    False where libc has no on_exit: there the README's advice, end such a child with os._exit,
+    is the only cure."""
+    if _LIBC_EXIT_HANDLERS is None:
+        return False
+    on_exit, handlers = _LIBC_EXIT_HANDLERS
     # Both are called as f(status, arg): _exit takes the status; fcloseall takes no argument and,
     # in the System V calling conventions, ignores the ones it is passed.
-    return all(on_exit(ctypes.cast(handler, ctypes.c_void_p), None) == 0 for handler in (exit_now, close_streams))
+    return all(address and on_exit(address, None) == 0 for address in handlers)
 
 
 def _after_fork_in_child() -> None:
@@ -123,7 +145,7 @@ def _after_fork_in_child() -> None:
     if not opening:
         _lock.release()
     _lock = threading.RLock()
-    if not _devices and not opening:
+    if not _opened_any and not opening:
         return  # wgpu works in a child forked before any device was opened
     _forked = True
     _skip_inherited_exit_handlers()
@@ -304,12 +326,14 @@ def default_device(adapter: str | None) -> Iterator[Device]:
 
 
 def _get_device(adapter: str | None) -> Device:
+    global _opened_any
     if _forked:
         raise DeviceError(FORKED)
     summary = choose_adapter(adapter)
     with _lock:
         device = _devices.get(summary.index)
         if device is None:
+            _opened_any = True  # before: an open that fails halfway may leave driver state too
             device = Device(_enumerate()[summary.index], summary)
             _devices[summary.index] = device
         return device
