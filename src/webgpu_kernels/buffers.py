@@ -440,8 +440,8 @@ class DeviceMemory:
                 poll(False)
         # Then wgpu-py's poll thread (a blocking poll on this thread was slower on the H200:
         # scripts/wait_probe.py); a failed map raises here. A wait that never ends (a wedged driver:
-        # on the H200 after a forked child's normal exit, before device._skip_inherited_exit_handlers) would otherwise hang without a word;
-        # without wgpu-py 0.32's private event the wait just has no warning.
+        # on the H200 after a forked child's normal exit, before device._skip_inherited_exit_handlers)
+        # would otherwise hang without a word; without wgpu-py 0.32's private event it has no warning.
         event = getattr(promise, "_thread_event", None)
         if self.wait_warn_s and event is not None and not event.wait(self.wait_warn_s):
             warnings.warn(GpuWaitWarning(

@@ -72,7 +72,11 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
     way `validate` reads it: a malformed file stops the command with its file and JSON path."""
     bench = parse_bench_file(kernel.package.read_json(BENCH_FILE)) if kernel.package.has(BENCH_FILE) else None
     flops = bench.flops if bench is not None else None  # applies to -i shapes too: it is the op's count
-    if inputs:  # the type variables they bind, as a bench.json case has them (tune's labels and tolerance)
+    if inputs:
+        # Shapes the contract refuses or the device cannot hold are the caller's mistake (exit 2;
+        # a --variant that refuses them is an error row). Then the type variables they bind, as a
+        # bench.json case has them (tune's labels and tolerance).
+        kernel.plan({role: spec.meta() for role, spec in inputs.items()})
         metas = {role: (spec.shape, spec.dtype) for role, spec in inputs.items()}
         types = check_call(kernel.manifest, metas, None, None).type_bindings()
         return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": types, "flops": flops,
@@ -288,8 +292,6 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     # The caller's own mistakes are usage errors (exit 2), said before any timing; a bench.json
     # case the kernel refuses stays a failed row (exit 1).
     tuning.disabled()  # a bad WEBGPU_KERNELS_NO_TUNING
-    if inputs:  # -i shapes the contract refuses or the device cannot hold (a --variant that
-        loaded[0].plan({k: v.meta() for k, v in inputs.items()})  # refuses them is an error row)
     run = _BenchRun(device, tuning.cache_for(device.adapter.name, device.adapter.backend), seed, variant)
     rows: list[dict[str, Any]] = []
     results = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,

@@ -69,8 +69,6 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
     if not work:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
-    if inputs:  # shapes the contract refuses or the device cannot hold: the caller's mistake (exit 2)
-        loaded[0].plan({k: v.meta() for k, v in inputs.items()})
     if not dry_run:
         _check_writable(cache.path.parent)
     table = Table(title=f"tuning on {device.adapter.label()}")

@@ -94,7 +94,7 @@ def _never_release(self: Any) -> None:
     """The finalizer of wgpu's objects in a forked child (see _after_fork_in_child)."""
 
 
-def _libc_exit_handlers() -> tuple[Any, tuple[int, ...]] | None:
+def _libc_exit_handlers() -> tuple[Any, tuple[Any, ...]] | None:
     """glibc's ``on_exit`` and the addresses of ``_exit`` and ``fcloseall``; None where libc has
     no on_exit (musl, macOS) or there is no fork."""
     if not hasattr(os, "fork"):
@@ -102,7 +102,7 @@ def _libc_exit_handlers() -> tuple[Any, tuple[int, ...]] | None:
     try:
         libc = ctypes.CDLL(None)
         on_exit = libc.on_exit
-        handlers = tuple(ctypes.cast(f, ctypes.c_void_p).value or 0 for f in (libc._exit, libc.fcloseall))
+        handlers = tuple(ctypes.cast(f, ctypes.c_void_p) for f in (libc._exit, libc.fcloseall))
     except (OSError, AttributeError, TypeError):
         return None
     on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
@@ -115,7 +115,7 @@ def _libc_exit_handlers() -> tuple[Any, tuple[int, ...]] | None:
 _LIBC_EXIT_HANDLERS = _libc_exit_handlers()
 
 
-def _skip_inherited_exit_handlers() -> bool:
+def _skip_inherited_exit_handlers() -> None:
     """End this forked child's normal exit right after the interpreter's own teardown, with the
     exit status it had, before the C exit handlers registered before the fork run: the GPU
     drivers' among them tear down state the child shares with its parent. On the H200 the child
@@ -125,14 +125,15 @@ def _skip_inherited_exit_handlers() -> bool:
     handler registered before the fork, and before the shared libraries' destructors, which glibc
     runs last (those of a library the child loads itself too); ``fcloseall``, registered after
     it, flushes C stdio first. Python's atexit handlers and its own flushing have run by then.
-    False where libc has no on_exit: there the README's advice, end such a child with os._exit,
-    is the only cure."""
+    Where libc has no on_exit, the README's advice, end such a child with os._exit, is the only
+    cure."""
     if _LIBC_EXIT_HANDLERS is None:
-        return False
+        return
     on_exit, handlers = _LIBC_EXIT_HANDLERS
     # Both are called as f(status, arg): _exit takes the status; fcloseall takes no argument and,
     # in the System V calling conventions, ignores the ones it is passed.
-    return all(address and on_exit(address, None) == 0 for address in handlers)
+    for handler in handlers:
+        on_exit(handler, None)
 
 
 def _after_fork_in_child() -> None:
