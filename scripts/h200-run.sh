@@ -28,6 +28,7 @@
 #   bash scripts/h200-run.sh forkexit   a forked child's sys.exit, with wgpu's instance on all backends and on Vulkan alone
 #   bash scripts/h200-run.sh forkfixed   a forked child's normal exit on this engine, the fork tests, then the suite
 #   bash scripts/h200-run.sh forkwhere   where a forked child crashes at a normal exit, and which exits leave the parent working
+#   bash scripts/h200-run.sh softmax   demo.Softmax: validate, test, one long row (wrong on lavapipe), bench; then the suite
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -226,6 +227,13 @@ case "${1:-bench}" in
   headcheck)  # after a change to the engine or bench, in one call: host cost per call, the large cases, the suite
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log"
+    bash "$0" tests ;;
+  softmax)  # session 28: demo.Softmax (session 27, lavapipe only so far) on NVIDIA, then the suite
+    { timeout 20 python3 -m webgpu_kernels validate tests/packages/demo.Softmax
+      timeout 20 python3 -m webgpu_kernels test tests/packages/demo.Softmax
+      timeout 20 python3 scripts/softmax_long_row.py
+      timeout 30 python3 -m webgpu_kernels bench tests/packages/demo.Softmax --no-host --json "$OUT/softmax.json"
+    } 2>&1 | tee "$OUT/softmax.log"
     bash "$0" tests ;;
   roundtrip)  # the comparison on the small, model and large cases (round trips, ORT on the large ones)
     timeout 390 python3 -m webgpu_kernels bench --compare --tag small --tag large --tag model:clip-text --tag model:sd1.5 \
