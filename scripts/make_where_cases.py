@@ -1,0 +1,128 @@
+"""Write tests/packages/demo.Where/test.json (+ .npy condition inputs and expected outputs) from
+np.where; then refreshes metadata.json
+(webgpu_kernels.digests.write_metadata, as `webgpu-kernels digest tests/packages/demo.Where` does).
+
+X and Y are drawn by the test.json generator (webgpu_kernels.test_case_inputs builds them exactly
+as `webgpu-kernels test` does). Boolean conditions are written inline (up to 64 elements) or as
+`<case>.condition.npy`: the generator cannot draw a random bool tensor (it casts its float64
+draws with `!= 0`, so every draw is true), so conditions come from NumPy's seeded RNG here.
+"""
+import json
+import os
+
+import numpy as np
+
+import webgpu_kernels as wk
+from webgpu_kernels.digests import write_metadata
+
+PKG = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "packages", "demo.Where"))
+F32, F16 = "float32", "float16"
+
+
+def gen(dist, seed, **kw):
+    return {"distribution": dist, "seed": seed, **kw}
+
+
+def cond_entry(name, shape, seed, p=0.5, causal=False):
+    """A bool condition: inline up to 64 elements, else a .npy file next to test.json."""
+    if causal:  # a causal attention mask over the last two axes, broadcast over the rest
+        c = np.broadcast_to(np.tril(np.ones(shape[-2:], bool)), shape).copy()
+    else:
+        c = np.random.default_rng(seed).random(shape) < p
+    if c.size <= 64:
+        return {"shape": list(shape), "values": c.ravel().tolist() if c.ndim else bool(c)}, c
+    fn = f"{name}.condition.npy"
+    np.save(os.path.join(PKG, fn), c)
+    return {"file": fn}, c
+
+
+def values(shape, seed, dist="normal", **kw):
+    return {"shape": list(shape), "generate": gen(dist, seed, **kw)}
+
+
+# (name, description, condition shape, X shape, Y shape, extra case fields)
+SHAPES = [
+    ("same-2x3x5", "one shape for all three: flat and broadcast", (2, 3, 5), (2, 3, 5), (2, 3, 5), {}),
+    ("same-7", "7 elements: flat's last unit is partial, f16's last word half", (7,), (7,), (7,), {}),
+    ("same-1000-wg64", "1000 elements over several workgroups of 64", (1000,), (1000,), (1000,),
+     {"tunables": {"WORKGROUP_SIZE": 64}}),
+    ("bcast-3x1-1x4-4", "condition (3,1), X (1,4), Y (4,): every input broadcast", (3, 1), (1, 4), (4,), {}),
+    ("bcast-ranks-2x1x5-3x1-5", "three different ranks", (2, 1, 5), (3, 1), (5,), {}),
+    ("rank0-all", "all three rank 0", (), (), (), {}),
+    ("rank0-cond-2x3", "a rank-0 condition over (2,3) X and Y", (), (2, 3), (2, 3), {}),
+    ("rank0-xy-4x5", "rank-0 X and Y selected by a (4,5) condition", (4, 5), (), (), {}),
+    ("empty-0x3", "a zero dimension in condition, 1 in X: empty output", (0, 3), (1, 3), (3,), {}),
+    ("empty-2x0x4", "zero dimension broadcast against 1s: (2,0,4)", (2, 0, 1), (1, 1, 4), (1,), {}),
+    ("empty-flat-0", "three empty vectors (flat)", (0,), (0,), (0,), {}),
+    ("rank6-mixed", "rank 6 with broadcasts on every axis", (2, 1, 3, 1, 2, 1), (1, 2, 1, 4, 1, 3), (3,), {}),
+    ("rank6-1s", "rank 6 of ones against rank 1", (1, 1, 1, 1, 1, 1), (1,), (5,), {}),
+    ("mask-2x3x9x9", "causal attention mask (1,1,9,9) over scores (2,3,9,9), Y a rank-0 fill",
+     "causal:1,1,9,9", (2, 3, 9, 9), (), {}),
+]
+
+# The cases' inputs are read back through the package (test_case_inputs), and a package whose
+# files differ from its metadata.json refuses to open: set metadata.json aside while the data
+# files are rewritten, then refresh it (keeping its version and provenance).
+META, ASIDE = os.path.join(PKG, "metadata.json"), os.path.join(PKG, ".metadata.json.aside")
+if os.path.exists(META):
+    os.replace(META, ASIDE)
+for f in os.listdir(PKG):  # the data files are all rewritten
+    if f.endswith(".npy"):
+        os.remove(os.path.join(PKG, f))
+cases = []
+seed = 100
+for dt, tag in ((F32, "f32"), (F16, "f16")):
+    for name, desc, cs, xs, ys, extra in SHAPES:
+        seed += 1
+        full = f"{name}-{tag}"
+        if isinstance(cs, str):
+            cs = tuple(int(d) for d in cs.split(":")[1].split(","))
+            centry, _ = cond_entry(full, cs, seed, causal=True)
+        else:
+            centry, _ = cond_entry(full, cs, seed)
+        case = {"name": full, "description": desc, "types": {"B": "bool", "T": dt}, **extra,
+                "inputs": {"condition": centry, "X": values(xs, 2 * seed, std=3.0),
+                           "Y": values(ys, 2 * seed + 1, "uniform", low=-100.0, high=100.0)}}
+        if name == "mask-2x3x9x9":  # a masked score is -inf
+            case["inputs"]["Y"] = {"shape": [], "values": "-inf"}
+        cases.append(case)
+    # special values pass bit for bit: NaN, infinities, signed zeros, subnormals, the largest values
+    big, tiny = (65504.0, 6e-8) if dt == F16 else (3.4e38, 1e-45)
+    specials = ["nan", "inf", "-inf", 0.0, -0.0, tiny, -tiny, big, -big, 1.0, -1.0]
+    cases.append({"name": f"specials-{tag}", "description": "special values pass unchanged, through flat and broadcast",
+                  "types": {"B": "bool", "T": dt},
+                  "inputs": {"condition": {"shape": [11], "values": [True, False] * 5 + [True]},
+                             "X": {"shape": [11], "values": specials},
+                             "Y": {"shape": [11], "values": specials[::-1]}}})
+    cases.append({"name": f"specials-bcast-{tag}", "description": "special values, X broadcast over rows",
+                  "types": {"B": "bool", "T": dt},
+                  "inputs": {"condition": {"shape": [2, 1], "values": [[True], [False]]},
+                             "X": {"shape": [11], "values": specials},
+                             "Y": {"shape": [2, 11], "values": specials[::-1] + specials}}})
+
+k = wk.load_kernel(PKG)
+for c in cases:
+    ins = wk.test_case_inputs(k, c)
+    want = np.where(ins["condition"], ins["X"], ins["Y"]).astype(ins["X"].dtype)
+    if want.size <= 64:
+        vals = ["nan" if np.isnan(v) else ("inf" if v == np.inf else "-inf" if v == -np.inf else float(v))
+                for v in want.astype(np.float64).ravel()]
+        c["expected"] = {"output": {"shape": list(want.shape), "values": vals if want.ndim else vals[0]}}
+    else:
+        fn = f"{c['name']}.output.npy"
+        np.save(os.path.join(PKG, fn), want)
+        c["expected"] = {"output": {"file": fn}}
+
+doc = {
+    "description": "Correctness cases for demo.Where; expected = np.where(condition, X, Y) in the inputs' dtype "
+                   "(scripts/make_where_cases.py). A select copies values: the comparison is exact.",
+    "tolerances": {"float32": {"rtol": 0.0, "atol": 0.0}, "float16": {"rtol": 0.0, "atol": 0.0}},
+    "cases": cases,
+}
+with open(os.path.join(PKG, "test.json"), "w") as f:
+    json.dump(doc, f, indent=1)
+    f.write("\n")
+if os.path.exists(ASIDE):
+    os.replace(ASIDE, META)
+_, changes = write_metadata(PKG)
+print(len(cases), "cases;", sum(c.status != "unchanged" for c in changes), "files changed in metadata.json")
