@@ -152,6 +152,18 @@ def copy_package(op_id: str, dest: Path) -> Path:
     return dest
 
 
+@pytest.fixture(scope="session")
+def gl_device():
+    """The OpenGL adapter without shader-f16 (lavapipe's llvmpipe over GL)."""
+    try:
+        device = wk.get_device("gl")
+    except wk.errors.GPUError as exc:
+        pytest.skip(f"no OpenGL adapter: {exc}")
+    if device.has_f16:
+        pytest.skip("this OpenGL adapter has shader-f16")
+    return device
+
+
 @pytest.fixture
 def tuning_dir(tmp_path, monkeypatch):
     """An empty tuning folder of this test's own, tuning enabled, no cache loaded yet."""

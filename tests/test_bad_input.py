@@ -374,18 +374,6 @@ def test_to_gpu_refuses_what_no_kernel_takes(value, error, mentions, device):
     assert gpu_state(device) == before
 
 
-@pytest.fixture(scope="module")
-def gl_device():
-    """The OpenGL adapter (lavapipe's llvmpipe over GL has no shader-f16)."""
-    try:
-        device = wk.get_device("gl")
-    except errors.GPUError as exc:
-        pytest.skip(f"no OpenGL adapter: {exc}")
-    if device.has_f16:
-        pytest.skip("this OpenGL adapter has shader-f16")
-    return device
-
-
 @pytest.mark.parametrize("kernel_name", [QG, BA])
 def test_f16_on_an_adapter_without_shader_f16(kernel_name, gl_device, dispatches):
     kernel = wk.get_kernel(kernel_name)

@@ -508,3 +508,40 @@ def test_a_misspelt_dollar_reference_is_reported_once(qg: Path) -> None:
     report = validate_package(qg, gpu=False)
     at = [p for p in report.problems if p.json_path == "variants[1].passes[0].bindings[0].elementType"]
     assert [p.message for p in at] == ["'$scalr' names no constant of this variant"], report.problems
+
+
+def test_without_shader_f16_validate_compiles_what_test_runs(gl_device) -> None:
+    """demo.Where copies float16 data as u32 words, so its float16 calls need no shader-f16, and
+    `test` runs them on the OpenGL adapter. validate had dropped every float16 call there up front
+    ("this adapter has no shader-f16 feature: variant ... was not compiled")."""
+    from conftest import PACKAGES_DIR
+
+    from webgpu_kernels.package_tests import run_package_tests
+
+    import webgpu_kernels as wk
+
+    package = PACKAGES_DIR / "demo.Where"
+    report = validate_package(package, adapter="gl")
+    assert report.ok and not report.warnings, [p.message for p in report.problems]
+    compiled = {(c.variant, c.dtype): c.pipelines for c in report.coverage}
+    assert compiled[("flat", "B=bool, T=float16")] > 0 and compiled[("broadcast", "B=bool, T=float16")] > 0
+    tested = run_package_tests(wk.load_kernel(package), adapter="gl", cases=["same-2x3x5-f16"])
+    assert [r.status for r in tested.results] == ["pass", "pass"]
+
+
+def test_without_shader_f16_an_unguarded_f16_variant_is_an_error_with_the_guard(tmp_path: Path, gl_device) -> None:
+    """A variant that accepts float16 calls on an adapter without shader-f16 and enables f16 does
+    not compile there (`test` fails it): validate says so, and names the guard that refuses such a
+    call cleanly. The guarded package (the embedded QuickGelu) is valid there, its float16 rows
+    marked "no shader-f16"."""
+    package = copy_package("com.microsoft.QuickGelu", tmp_path / "qg")
+    edit_json(package / "manifest.json", lambda m: m["derive"].update(
+        baseOk=m["derive"]["baseOk"].replace(" and f16Ok(dtypes.T)", "")))  # fmt: skip
+    digests.write_metadata(package)
+    report = validate_package(package, adapter="gl")
+    f16_errors = [p for p in report.errors if "float16" in (p.dtype or "")]
+    assert f16_errors and not [p for p in report.errors if p not in f16_errors]
+    assert all("WGSL does not compile" in p.message and '"f16Ok(dtypes.T)" in the variant\'s `when`' in p.message
+               for p in f16_errors)  # fmt: skip
+    guarded = validate_package(embedded_root() / "com.microsoft.QuickGelu", adapter="gl")
+    assert guarded.ok and {c.note for c in guarded.coverage if "float16" in c.dtype} == {"no shader-f16"}

@@ -118,8 +118,9 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             continue  # reported by the case-file stages
         binding = signature.type_bindings()
         label = _label(binding)
-        if "float16" in binding.values() and not device.info.has_f16:
-            continue
+        # Without shader-f16 a float16 call is judged like any other: a variant that copies f16 data
+        # as u32 words runs there, and `test` runs it; a guarded one (f16Ok) rejects it.
+        no_f16 = "float16" in binding.values() and not device.info.has_f16
         try:
             scope, outputs = program.call_scope(signature, device.info)
         except InputError:
@@ -195,16 +196,20 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     compile_pipeline(device, wgsl, r, kernel=manifest.op_id, variant=vid)
                 except ShaderCompileError as exc:
                     cov.failed += 1
+                    guards = " and ".join(f"f16Ok(dtypes.{tv})" for tv, dt in binding.items() if dt == "float16")
+                    advice = (f"\nthis adapter has no shader-f16 feature and the WGSL enables f16: with "
+                              f"\"{guards}\" in the variant's `when`, such calls are refused with a clear error"
+                              if no_f16 and "enable f16" in wgsl else "")  # fmt: skip
                     out.error(exc.file or r.shader, shader_path(manifest, cv.variant.index, p_index),
-                              f"WGSL does not compile for variant {vid!r} ({label}), pass {r.pass_id!r}:\n{exc.detail}",
-                              variant=vid, dtype=label, case=call.case, line=exc.line)  # fmt: skip
+                              f"WGSL does not compile for variant {vid!r} ({label}), pass {r.pass_id!r}:\n{exc.detail}"
+                              + advice, variant=vid, dtype=label, case=call.case, line=exc.line)  # fmt: skip
                     done.add(wgsl)
                     continue
                 done.add(wgsl)
                 cov.pipelines += 1
-        no_f16 = "float16" in label and not device.info.has_f16  # `test` skips those cases here
+        skipped = no_f16 and not accepted_any  # `test` skips such a case: this adapter cannot run float16
         for i, vid in enumerate(call.variants or ()):
-            if vid in rejected and not no_f16:  # `test` would fail the case: it names a variant that refuses it
+            if vid in rejected and not skipped:  # `test` would fail the case: it names a variant that refuses it
                 out.error(TEST_FILE, f"{call.json_path}.variants[{i}]", f"names variant {vid!r}, which rejects case "
                           f"{call.case!r} ({label}): {rejected[vid].reason()}", variant=vid, dtype=label,
                           case=call.case)  # fmt: skip
@@ -212,7 +217,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             out.warning(call.source, call.json_path, f"a call of case {call.case!r} ({label}) is refused on this "
                                                      f"adapter ({', '.join(variants)}): {refusal}",
                         dtype=label, case=call.case)  # fmt: skip
-        if not accepted_any:
+        if not accepted_any and not skipped:
             reasons = "; ".join(f"{vv.variant.id}: {judge(vv, scope, definitions)[0].reason()}" for vv in program.variants)
             severity = ERROR if call.source == TEST_FILE else WARNING
             out.add(severity, call.source, call.json_path,
