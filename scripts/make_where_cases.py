@@ -2,10 +2,9 @@
 np.where; then refreshes metadata.json
 (webgpu_kernels.digests.write_metadata, as `webgpu-kernels digest tests/packages/demo.Where` does).
 
-X and Y are drawn by the test.json generator (webgpu_kernels.test_case_inputs builds them exactly
-as `webgpu-kernels test` does). Boolean conditions are written inline (up to 64 elements) or as
-`<case>.condition.npy`: the generator cannot draw a random bool tensor (it casts its float64
-draws with `!= 0`, so every draw is true), so conditions come from NumPy's seeded RNG here.
+Inputs are drawn by the test.json generator (webgpu_kernels.test_case_inputs builds them exactly
+as `webgpu-kernels test` does): a bool condition from a uniform draw in [0, 1), which rounds to a
+mask about half true. A causal mask is written inline or as `<case>.condition.npy`.
 """
 import json
 import os
@@ -23,12 +22,11 @@ def gen(dist, seed, **kw):
     return {"distribution": dist, "seed": seed, **kw}
 
 
-def cond_entry(name, shape, seed, p=0.5, causal=False):
-    """A bool condition: inline up to 64 elements, else a .npy file next to test.json."""
-    if causal:  # a causal attention mask over the last two axes, broadcast over the rest
-        c = np.broadcast_to(np.tril(np.ones(shape[-2:], bool)), shape).copy()
-    else:
-        c = np.random.default_rng(seed).random(shape) < p
+def cond_entry(name, shape, seed, causal=False):
+    """A bool condition: drawn, or a causal mask inline up to 64 elements, else a .npy file."""
+    if not causal:
+        return values(shape, seed, "uniform"), None
+    c = np.broadcast_to(np.tril(np.ones(shape[-2:], bool)), shape).copy()  # over the last two axes
     if c.size <= 64:
         return {"shape": list(shape), "values": c.ravel().tolist() if c.ndim else bool(c)}, c
     fn = f"{name}.condition.npy"

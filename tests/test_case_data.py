@@ -72,6 +72,34 @@ def test_cast_rules() -> None:
         case_data.cast(np.array([math.nan]), "int32")
 
 
+def test_bool_is_the_integers_0_and_1() -> None:
+    """Values for a bool input are rounded and clipped as integers of {0, 1}, and NaN is refused as
+    for any integer type. They had been `!= 0`: 0.4 and "nan" were true, and a generated mask
+    (uniform in [0, 1), or normal) was all true."""
+    inline = case_data.inline_values([0.4, 0.6, -1, 2, True, False, 0.5, 1.5], "bool")
+    assert inline.dtype == np.bool_ and inline.tolist() == [False, True, False, True, True, False, False, True]
+    with pytest.raises(ValueError, match="NaN cannot be held by bool"):
+        case_data.inline_values(["nan", 0], "bool")
+    spec = {"distribution": "uniform", "seed": 1, "low": 0.0, "high": 1.0}
+    mask = case_data.generate(spec, (10_000,), "bool")
+    np.testing.assert_array_equal(mask, case_data.uniform_bits(1, 10_000) > 0.5)
+    assert 0.45 < mask.mean() < 0.55
+
+
+def test_a_bool_input_drawn_for_bench_and_run_is_a_fair_coin() -> None:
+    """bench, tune, the peers and `run` draw a bool input half true by default (normal draws are
+    never 0, so casting them made every mask all true)."""
+    from webgpu_kernels.cli import InputSpec
+    from webgpu_kernels.cli_run import random_inputs
+
+    mask = case_data.random_values((4, 1000), "bool", np.random.default_rng(5))
+    np.testing.assert_array_equal(mask, np.random.default_rng(5).random(size=(4, 1000)) < 0.5)
+    assert mask.dtype == np.bool_ and 0.45 < mask.mean() < 0.55
+    drawn = random_inputs({"c": InputSpec("c", (4, 1000), "bool"), "x": InputSpec("x", (3,), "float16")}, seed=5)
+    np.testing.assert_array_equal(drawn["c"], mask)
+    assert drawn["x"].dtype == np.float16
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_encode_decode_round_trip(dtype: str) -> None:
     rng = np.random.default_rng(0)

@@ -514,11 +514,10 @@ def test_without_shader_f16_validate_compiles_what_test_runs(gl_device) -> None:
     """demo.Where copies float16 data as u32 words, so its float16 calls need no shader-f16, and
     `test` runs them on the OpenGL adapter. validate had dropped every float16 call there up front
     ("this adapter has no shader-f16 feature: variant ... was not compiled")."""
-    from conftest import PACKAGES_DIR
-
+    import webgpu_kernels as wk
     from webgpu_kernels.package_tests import run_package_tests
 
-    import webgpu_kernels as wk
+    from conftest import PACKAGES_DIR
 
     package = PACKAGES_DIR / "demo.Where"
     report = validate_package(package, adapter="gl")

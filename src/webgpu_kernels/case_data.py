@@ -58,15 +58,16 @@ def dtype_name(dtype: np.dtype) -> str:
 
 
 def cast(values: np.ndarray, dtype: str) -> np.ndarray:
-    """float64 values to ``dtype``: floats rounded to nearest even, integers rounded and clipped."""
+    """float64 values to ``dtype``: floats rounded to nearest even, integers rounded and clipped,
+    bool as the integers 0 and 1 (so a uniform draw in [0, 1) is half true, not all true)."""
     target = numpy_dtype(dtype)
     if target.kind == "f" or dtype == "bfloat16":
         with np.errstate(over="ignore", invalid="ignore"):
             return values.astype(target)
-    if target.kind == "b":
-        return values != 0
     if np.isnan(values).any():
         raise ValueError(f"NaN cannot be held by {dtype}")
+    if target.kind == "b":
+        return np.rint(values) >= 1
     info = np.iinfo(target)
     rounded = np.rint(values)
     with np.errstate(invalid="ignore"):
@@ -85,9 +86,12 @@ def random_values(shape: tuple[int, ...], dtype: str, rng: np.random.Generator,
     Standard normal by default (never zeros: zero pages read faster on some GPUs). ``generate``, a
     bench.json input's (test.json's object without its seed), draws its distribution instead, in
     float64 and rounded to ``dtype`` as test.json's generated values are: integer inputs such as
-    a gather's indices need their range (the default gave them about 68% zeros)."""
+    a gather's indices need their range (the default gave them about 68% zeros). A bool input is a
+    fair coin by default: normal draws are never zero, so they would all be true."""
     if generate is None:
-        return rng.standard_normal(size=shape, dtype=np.float32).astype(np.dtype(dtype), copy=False)
+        if numpy_dtype(dtype).kind == "b":
+            return rng.random(size=shape) < 0.5
+        return rng.standard_normal(size=shape, dtype=np.float32).astype(numpy_dtype(dtype), copy=False)
     return _distributed(generate, shape, dtype, rng.random, rng.standard_normal)
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .case_data import random_values
 from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, resolve_kernel
 from .device import choose_adapter
 from .references import numpy_reference, onnxruntime_reference
@@ -85,20 +86,9 @@ def _status(console: Console, message: str) -> Iterator[None]:
 
 
 def random_inputs(inputs: Mapping[str, InputSpec], seed: int) -> dict[str, np.ndarray]:
-    """Standard normal samples (float64, drawn in the order given) cast to each input's dtype."""
+    """Each input drawn in the order given as bench draws it (case_data.random_values)."""
     rng = np.random.default_rng(seed)
-    arrays = {}
-    for name, spec in inputs.items():
-        arrays[name] = rng.standard_normal(spec.shape).astype(_numpy_dtype(spec.dtype))
-    return arrays
-
-
-def _numpy_dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
-        import ml_dtypes  # only reached for packages that accept bfloat16
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
+    return {name: random_values(tuple(spec.shape), spec.dtype, rng) for name, spec in inputs.items()}
 
 
 def summarize(array: Any) -> dict[str, Any]:
