@@ -464,6 +464,21 @@ def test_a_tensor_meta_without_a_dtype_is_refused_as_none_not_float64(quick_gelu
         quick_gelu.explain({"X": wk.TensorMeta((2,), None)})
 
 
+def test_a_tensor_meta_takes_the_short_dtype_names(quick_gelu):
+    """TensorMeta(shape, "f16"), the name the CLI and dtypes.T use, had been NumPy's "f16",
+    float128 ("expected dtype in ['float32', 'float16'], got float128"), and "f32" unknown.
+    Where NumPy reads a name as a type the engine knows, its reading stays: "i8" is int64."""
+    for given, read in (("f16", "float16"), ("f32", "float32"), ("float16", "float16"), ("f2", "float16"),
+                        (np.float16, "float16"), ("bf16", "bfloat16"), ("i8", "int64"), ("i32", "int32")):
+        meta = {"X": wk.TensorMeta((2, 8), given)}
+        if read in ("float16", "float32"):
+            explained = quick_gelu.explain(meta)
+            assert explained.chosen == "vec4" and explained.outputs[0].dtype == read
+        else:
+            with pytest.raises(errors.DTypeError, match=f"got {read}$"):
+                quick_gelu.explain(meta)
+
+
 def test_a_float_attribute_takes_an_int_as_the_number_it_is(quick_gelu):
     """alpha=2**63 had been refused ("below 2^63 in magnitude") while alpha=2.0**63 ran; an int
     past float64 is past f32 and says so."""

@@ -33,7 +33,7 @@ from .execution import (
     run_plan,
 )
 from .expressions import Expression, ExpressionCompiler
-from .manifest import Manifest, parse_manifest
+from .manifest import ONNX_TO_WGSL, Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, resolve_variant
@@ -490,15 +490,23 @@ def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
     return metas
 
 
+#: The manifests' short names ("f16", as in ``dtypes.T`` and the CLI's X=2x64:f16) -> ONNX names.
+_SHORT_DTYPE_NAMES = {short: name for name, short in ONNX_TO_WGSL.items() if short}
+
+
 def _dtype_name(dtype: Any) -> str:
-    """The NumPy name of a dtype given any way NumPy reads one ("f4", np.float32); a name NumPy does
-    not know stays as it is, for the contract to refuse by name."""
+    """The NumPy name of a dtype given any way NumPy reads one ("f4", np.float32, "i8" as int64),
+    else by its short name ("f16", "bf16", "i32"): NumPy reads "f16" as float128, which no
+    kernel takes, and knows no "f32". Any other name stays as it is, for the contract to refuse."""
     if dtype is None:  # np.dtype(None) is float64, which the caller never said
         return "None"
     try:
-        return np.dtype(dtype).name
+        name = np.dtype(dtype).name
     except TypeError:
-        return str(dtype)
+        name = None
+    if isinstance(dtype, str) and name not in ONNX_TO_WGSL and dtype in _SHORT_DTYPE_NAMES:
+        return _SHORT_DTYPE_NAMES[dtype]
+    return name or str(dtype)
 
 
 def _checked_mapping(inputs: Any) -> Mapping[str, Any]:
