@@ -6,6 +6,7 @@ Shapes are small: every kernel call here builds or reuses a real pipeline on the
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -115,6 +116,10 @@ def test_parse_value() -> None:
     assert parse_value('"s"') == "s"
     assert parse_value("[1, 2]") == [1, 2]
     assert parse_value("vec4") == "vec4"  # not JSON: the string itself
+    # the case files' spellings are numbers, as JSON's NaN and Infinity are (they had stayed strings,
+    # so alpha=nan was "expected a number, got str 'nan'" where NaN got "expected a finite number")
+    assert math.isnan(parse_value("nan")) and parse_value("inf") == math.inf and parse_value("-INF") == -math.inf
+    assert math.isnan(parse_value("NaN")) and parse_value("-Infinity") == -math.inf
 
 
 # --- version, devices, list ----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from rich.text import Text
 
 from . import __version__
 from .api import get_kernel, list_kernels, load_kernel
+from .case_data import SPECIAL_STRINGS
 from .device import ADAPTER_ENV, AdapterSummary, choose_adapter, list_adapters
 from .errors import KernelError, PackageError
 from .kernel import Kernel, TensorMeta
@@ -215,7 +216,10 @@ def parse_input_spec(spec: str) -> InputSpec:
 
 
 def parse_value(text: str) -> Any:
-    """A JSON value (``1.0``, ``3``, ``true``, ``"s"``, ``[1, 2]``), else the text as a string."""
+    """A JSON value (``1.0``, ``3``, ``true``, ``"s"``, ``[1, 2]``), ``nan``/``inf``/``-inf`` (the
+    case files' spellings, as JSON's NaN and Infinity), else the text as a string."""
+    if text.lower() in SPECIAL_STRINGS:
+        return SPECIAL_STRINGS[text.lower()]
     try:
         return json.loads(text)
     except json.JSONDecodeError:
