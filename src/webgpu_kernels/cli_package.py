@@ -182,7 +182,8 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
     """Run each package's test.json: every case on every variant whose `when` holds for it.
 
     KERNEL is an embedded op id or a package folder; default: every embedded kernel. Exit
-    status 1 if any case fails.
+    status 1 if any case fails or errors, a package cannot be loaded or has no test.json (nothing
+    was tested), or --case matches no case in any package.
     """
     adapter = _adapter(ctx)
     isolate = _isolation(isolate, timeout)
