@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -544,3 +545,20 @@ def test_without_shader_f16_an_unguarded_f16_variant_is_an_error_with_the_guard(
                for p in f16_errors)  # fmt: skip
     guarded = validate_package(embedded_root() / "com.microsoft.QuickGelu", adapter="gl")
     assert guarded.ok and {c.note for c in guarded.coverage if "float16" in c.dtype} == {"no shader-f16"}
+
+
+def test_valid_says_how_many_variants_were_never_compiled(runner: CliRunner, tmp_path: Path) -> None:
+    """A package whose cases reach no variant was "valid" with a broken shader, which the first
+    call then failed to compile: the verdict now counts the variant x dtype pairs not compiled."""
+    from conftest import PACKAGES_DIR
+
+    package = tmp_path / "scale-shift"
+    shutil.copytree(PACKAGES_DIR / "demo.ScaleShift", package)
+    template = next(package.glob("*.wgsl.jinja"))
+    template.write_text(template.read_text("utf-8").replace("y[", "yyy["), encoding="utf-8")
+    digests.write_metadata(package)
+    out = runner.invoke(main, ["validate", str(package)])
+    assert out.exit_code == 0, out.output
+    assert "0 errors, 6 warnings: valid (4 of 4 variant x dtype pairs not compiled: their status above says why)" in " ".join(out.output.split())
+    full = runner.invoke(main, ["validate", "com.microsoft.BiasAdd"])
+    assert full.exit_code == 0 and "not compiled: their status" not in full.output
