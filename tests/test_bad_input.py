@@ -6,6 +6,7 @@ failure, and no GPU state is left behind (live buffers, pooled bytes, pending di
 
 from __future__ import annotations
 
+import array
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -77,6 +78,8 @@ CASES = [
     Case("bytes-array", QG, lambda: {"X": np.array([b"ab"])}, errors.DTypeError, ("bytes",), "X"),
     Case("python-list", QG, lambda: {"X": [1.0, 2.0]}, errors.DTypeError, ("float64",), "X"),
     Case("not-an-array", QG, lambda: {"X": "text"}, errors.InputError, ("'X'",), "X"),
+    Case("bytes", QG, lambda: {"X": b"\0\0\0\0"}, errors.InputError, ("got bytes",), "X"),
+    Case("float64-buffer", QG, lambda: {"X": array.array("d", [1.0, 2.0])}, errors.DTypeError, ("float64",), "X"),
     Case("masked-array", QG, lambda: {"X": np.ma.masked_array(np.ones(4, f32), mask=[0, 1, 0, 0])}, errors.InputError,
          ("a masked array",), "X"),
     Case("ragged-list", QG, lambda: {"X": [[1.0, 2.0], [3.0]]}, errors.InputError, ("a rectangular array", "list"), "X"),
@@ -169,8 +172,8 @@ def check_refused(kernel, call, error_class, mentions=(), argument=None, *, devi
         assert len(kernel._plans) == plans, "a plan was built for a call that failed its contract"
     if dispatches is not None:
         assert not dispatches, "a shader was dispatched"
-    for array, copy in copies:
-        np.testing.assert_array_equal(array, copy)
+    for original, copy in copies:
+        np.testing.assert_array_equal(original, copy)
     return error
 
 
@@ -462,6 +465,16 @@ def test_render_and_work_key_refuse_a_variant_that_is_not_a_string_as_a_call_doe
 def test_a_tensor_meta_without_a_dtype_is_refused_as_none_not_float64(quick_gelu):
     with pytest.raises(errors.DTypeError, match="got None$"):
         quick_gelu.explain({"X": wk.TensorMeta((2,), None)})
+
+
+def test_typed_buffers_are_the_arrays_their_format_says(quick_gelu):
+    """A memoryview or array.array of float32 had been refused ("expected a NumPy array or a
+    GpuTensor, got memoryview") while a list was converted; both are read as NumPy reads them."""
+    x = np.linspace(-3, 3, 12, dtype=f32).reshape(3, 4)
+    want = quick_gelu({"X": x})["Y"]
+    np.testing.assert_array_equal(quick_gelu({"X": memoryview(x)})["Y"], want)
+    np.testing.assert_array_equal(quick_gelu({"X": array.array("f", x.ravel().tolist())})["Y"], want.ravel())
+    np.testing.assert_array_equal(to_gpu(memoryview(x)).numpy(), x)
 
 
 def test_a_tensor_meta_takes_the_short_dtype_names(quick_gelu):

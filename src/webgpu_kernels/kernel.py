@@ -539,14 +539,26 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bo
 
 
 def as_array(name: str, value: Any) -> np.ndarray:
-    """An array-like input as a NumPy array (lists, scalars and objects with ``__array__``)."""
+    """An array-like input as a NumPy array (lists, scalars, objects with ``__array__`` and buffers
+    such as memoryview and array.array, whose format gives the dtype)."""
     if isinstance(value, np.ma.MaskedArray):  # a kernel would read the masked values too
         raise InputError(name, "a NumPy array or a GpuTensor", "a masked array (pass .filled(...) or .data)")
     if isinstance(value, np.ndarray):
         return value
-    if not hasattr(value, "__array__") and not isinstance(value, (list, tuple, int, float)):
+    if not (hasattr(value, "__array__") or isinstance(value, (list, tuple, int, float)) or _is_buffer(value)):
         raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
     try:
         return np.asarray(value)
     except ValueError as exc:  # a ragged nested list
         raise InputError(name, "a rectangular array", f"{type(value).__name__} NumPy cannot make one of ({exc})") from None
+
+
+def _is_buffer(value: Any) -> bool:
+    """A typed buffer (memoryview, array.array); str and bytes are text, not tensors."""
+    if isinstance(value, (str, bytes)):
+        return False
+    try:
+        memoryview(value).release()
+    except TypeError:
+        return False
+    return True
