@@ -450,3 +450,25 @@ def test_signalling_nans_are_compared_without_a_warning():
         warnings.simplefilter("error")
         result = casefile.compare("Y", got, want, casefile.Tolerance(rtol=1e-5))
     assert not result.ok and result.mismatches == 1  # the NaN against 2.0
+
+
+def test_a_one_type_constraint_binds_case_inputs_without_a_types_entry() -> None:
+    """demo.Where's condition is type variable B, allowed only bool. A test.json or bench.json case
+    without "types": {"B": "bool"} had been refused ("no dtype: give 'dtype' here or the case's
+    'types' ..."), though a one-type constraint binds an output with nothing said."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.Where")
+    case = {"name": "no-B", "types": {"T": "float16"}, "inputs": {
+        "condition": {"shape": [2], "values": [True, False]},
+        "X": {"shape": [2], "values": [1, 2]}, "Y": {"shape": [2], "values": [3, 4]}}}  # fmt: skip
+    inputs = wk.test_case_inputs(kernel, case)
+    assert inputs["condition"].dtype == np.bool_ and inputs["condition"].tolist() == [True, False]
+    assert kernel(inputs)["output"].tolist() == [1.0, 4.0]
+    bench = casefile.parse_bench_file({"cases": [{"name": "no-B", "types": {"T": ["float32"]}, "inputs": {
+        "condition": {"shape": [2, 1]}, "X": {"shape": [2, 3]}, "Y": {"shape": [3]}}}]})  # fmt: skip
+    (instance,) = bench.cases[0].expand(kernel.manifest)
+    assert instance.inputs["condition"] == ((2, 1), "bool") and instance.inputs["X"] == ((2, 3), "float32")
+    # A type variable of two or more types still needs saying.
+    with pytest.raises(CaseFileError, match="no dtype"):
+        wk.test_case_inputs(kernel, {**case, "types": {}})

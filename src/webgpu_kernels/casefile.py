@@ -140,13 +140,13 @@ class TestCase:
         """The tolerance for outputs of ``dtype`` (exact comparison when the file sets none)."""
         return self.tolerances.get(dtype, Tolerance())
 
-    def input_dtype(self, role: str, type_var: str | None) -> str | None:
+    def input_dtype(self, role: str, type_var: str | None, manifest: Any) -> str | None:
         spec = self.inputs[role]
         if "dtype" in spec:
             return spec["dtype"]
         if type_var is not None and type_var in self.types:
             return self.types[type_var]
-        return None
+        return sole_type(manifest, type_var)
 
     def build_inputs(self, manifest: Any, read_bytes: Any) -> dict[str, np.ndarray]:
         """The case's input arrays. ``read_bytes(name)`` reads a package file (``KernelPackage.read_bytes``)."""
@@ -157,7 +157,7 @@ class TestCase:
             if role not in type_vars:
                 raise CaseFileError(f"{role!r} is not an input of {manifest.op_id} (inputs: {sorted(type_vars)})",
                                     file=self.file, json_path=where)  # fmt: skip
-            dtype = self.input_dtype(role, type_vars.get(role))
+            dtype = self.input_dtype(role, type_vars.get(role), manifest)
             arrays[role] = build_tensor(spec, dtype=dtype, read_bytes=read_bytes, file=self.file, where=where)
         return arrays
 
@@ -189,12 +189,19 @@ class TestCase:
         binding: dict[str, str] = {}
         for spec in manifest.inputs:
             if spec.role in self.inputs:
-                dtype = self.input_dtype(spec.role, spec.dtype)
+                dtype = self.input_dtype(spec.role, spec.dtype, manifest)
                 if dtype is not None:
                     binding.setdefault(spec.dtype, dtype)
         for tv, dtype in self.types.items():
             binding.setdefault(tv, dtype)
         return binding
+
+
+def sole_type(manifest: Any, type_var: str | None) -> str | None:
+    """The one dtype a one-type constraint allows: it binds its inputs as it binds an output,
+    with no case saying so (``"B": ["bool"]``)."""
+    allowed = manifest.type_constraints.get(type_var, ()) if type_var is not None else ()
+    return allowed[0] if len(allowed) == 1 else None
 
 
 def build_tensor(
@@ -504,7 +511,7 @@ class BenchCase:
                 if role not in type_vars:
                     raise CaseFileError(f"{role!r} is not an input of {manifest.op_id} (inputs: {sorted(type_vars)})",
                                         file=self.file, json_path=where)  # fmt: skip
-                dtype = spec.get("dtype") or binding.get(type_vars[role])
+                dtype = spec.get("dtype") or binding.get(type_vars[role]) or sole_type(manifest, type_vars[role])
                 if dtype is None:
                     raise CaseFileError(f"no dtype: give 'dtype' here or the case's 'types' for {type_vars[role]!r}",
                                         file=self.file, json_path=where)  # fmt: skip
