@@ -49,6 +49,11 @@ def test_inline_values() -> None:
     assert build({"shape": [], "values": -1.25}).shape == ()
     assert build({"shape": [], "values": [7]}).tolist() == 7.0
     assert build({"shape": [0, 4], "values": []}).shape == (0, 4)
+    # Nested lists stop at the first zero dimension (JSON cannot nest inside []): [[], []] had been
+    # "0 values (shape [2, 0]) for shape [2, 0, 1]"; a nesting that disagrees is still refused.
+    assert build({"shape": [2, 0, 1], "values": [[], []]}).shape == (2, 0, 1)
+    with pytest.raises(CaseFileError, match=r"0 values \(shape \[3, 0\]\) for shape \[2, 0, 1\]"):
+        build({"shape": [2, 0, 1], "values": [[], [], []]})
     assert build({"shape": [2], "values": [True, False]}, dtype="int32").tolist() == [1, 0]
     with pytest.raises(CaseFileError, match=r"5 values .* for shape \[2, 3\]") as info:
         build({"shape": [2, 3], "values": [1, 2, 3, 4, 5]})

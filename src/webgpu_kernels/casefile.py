@@ -249,6 +249,8 @@ def build_tensor(
                         values = values.reshape(shape)
                     elif values.ndim == 0 and math.prod(shape) == 1:  # type: ignore[arg-type]
                         values = values.reshape(shape)
+                    elif 0 in values.shape and values.shape == shape[:values.ndim]:  # type: ignore[index]
+                        values = values.reshape(shape)  # JSON cannot nest inside []: [[], []] is [2, 0, 1] too
                     else:
                         raise CaseFileError(f"{values.size} values (shape {list(values.shape)}) for shape {list(shape)}",
                                             file=file, json_path=f"{where}.values")  # fmt: skip
