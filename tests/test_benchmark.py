@@ -185,7 +185,8 @@ def test_time_per_call_is_a_span_over_its_calls(device):
     within the adapters' spread (an undivided span would be ~32x apart), and 256x the bytes cost
     more per call (on the H200 both sizes sit in L2, so only "more" holds everywhere)."""
     one = bench_copy(device, 1 << 20, calls_per_span=1, **FAST)
-    many = bench_copy(device, 1 << 20, calls_per_span=32, **FAST)
+    many = bench_copy(device, 1 << 20, calls_per_span=32, **{**FAST, "target_batch_s": 1.0})  # spans of 32 kept
+    assert (one.calls_per_span, many.calls_per_span) == (1, 32)
     assert 0.25 < one.median_s / many.median_s < 4
     small, large = bench_copy(device, 1 << 14, **FAST), bench_copy(device, 1 << 22, **FAST)
     assert large.median_s > small.median_s
@@ -433,6 +434,24 @@ def test_a_span_whose_counter_reset_or_wrapped_is_dropped():
     gave a negative time per call, which pulled the median and p10 down; WebGPU says to ignore it."""
     stamps = [100, 5100, 2**36 - 10, 4990, 9000, 14000]  # the middle span wrapped at 36 bits
     assert benchmark._one_batch(FakeGPU(stamps), [], 3, 50) == pytest.approx([5000e-9 / 50, 5000e-9 / 50])
+
+
+@pytest.mark.parametrize("per_call_s, span", [(0.083, 1), (0.004, 12), (2e-6, 50)])
+def test_a_call_slower_than_a_batch_is_timed_in_shorter_spans(monkeypatch, per_call_s, span):
+    """A batch is at least MIN_SPANS spans of CALLS_PER_SPAN calls: lavapipe's 83 ms QuickGelu at
+    16M f32 took 21 s a batch and 284 s a case. A call that long gets spans of fewer calls (a
+    simulated adapter here: every span lasts its calls x per_call_s); a fast one keeps 50."""
+    spans_run = []
+
+    def one_batch(gpu, bound, spans, calls):
+        spans_run.append((spans, calls))
+        return [per_call_s] * spans
+
+    monkeypatch.setattr(benchmark, "_one_batch", one_batch)
+    timing = benchmark.time_calls(fake_device([]), [])
+    assert timing.calls_per_span == span and timing.median_s == per_call_s and timing.stable
+    gpu_s = sum(spans * calls for spans, calls in spans_run) * per_call_s
+    assert gpu_s < max(2.0, 12 * benchmark.MIN_TOTAL_S), spans_run  # it had been 62 s at 83 ms a call
 
 
 def test_a_timer_that_does_not_count_up_is_an_error_not_a_zero_time():

@@ -60,6 +60,8 @@ class Timing:
     batches: int
     #: False when max_batches ran out before two consecutive batch medians agreed
     stable: bool = True
+    #: Calls between two timestamps: CALLS_PER_SPAN, fewer for a call slower than a batch's target
+    calls_per_span: int = 0
 
 
 #: Calls between two timestamps: torch's peer times 50 launches between two CUDA events.
@@ -89,6 +91,7 @@ def time_calls(
     if "timestamp-query" not in device.info.features:  # the library's error: bench reports it per case
         raise GPUError(f"{device.adapter.label()} has no timestamp-query feature: GPU time cannot be measured")
     gpu = device.gpu
+    calls_per_span = _span_for(gpu, bound, calls_per_span, target_batch_s)
 
     def one_batch(spans: int) -> list[float]:
         samples = _one_batch(gpu, bound, spans, calls_per_span)
@@ -103,7 +106,22 @@ def time_calls(
     return Timing(
         median_s=statistics.median(ordered), p10_s=ordered[len(ordered) // 10],
         p90_s=ordered[(len(ordered) * 9) // 10], samples=len(ordered), batches=settled.batches, stable=settled.stable,
+        calls_per_span=calls_per_span,
     )  # fmt: skip
+
+
+def _span_for(gpu: Any, bound: list[BoundPass], calls: int, target_batch_s: float) -> int:
+    """``calls`` per span, or fewer when that many would outlast a batch's target on their own.
+
+    A batch is at least MIN_SPANS spans, so on a slow adapter the fixed span made every batch take
+    MIN_SPANS x calls x one call: lavapipe timed QuickGelu at 16M f32 (83 ms a call) in 21 s
+    batches, 284 s for one case. For such a call its launch cost, which the span amortises, is
+    nothing; a fast kernel (every case on the H200) keeps ``calls``."""
+    probe = _one_batch(gpu, bound, 2, 1)  # the second span: the first may meet a cold GPU
+    per_call = probe[-1] if probe else 0.0
+    if per_call * calls <= target_batch_s:
+        return calls
+    return max(1, int(target_batch_s / per_call))
 
 
 def _one_batch(gpu: Any, bound: list[BoundPass], spans: int, calls: int) -> list[float]:
@@ -178,6 +196,7 @@ class BenchResult:
     tbps: float
     batches: int = 0
     stable: bool = True  # two consecutive batch medians agreed (Timing.stable)
+    calls_per_span: int = 0  # Timing.calls_per_span
     peak_fraction: float | None = None
     copy_tbps: float | None = None
     copy_fraction: float | None = None
@@ -219,7 +238,7 @@ def bench_kernel(
         # the largest tensor read or written: a reduction's size is its input's (as tuning's shape class)
         elements=max([a.size for a in arrays.values()] + [math.prod(o.shape) for o in plan.outputs], default=0),
         bytes=total, median_s=t.median_s, p10_s=t.p10_s, p90_s=t.p90_s, samples=t.samples, tbps=tbps,
-        batches=t.batches, stable=t.stable,
+        batches=t.batches, stable=t.stable, calls_per_span=t.calls_per_span,
         peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables={**kernel.manifest.tunables, **(tunables or {})}, max_error=max_error,
         flops=flops, tflops=flops / t.median_s / 1e12 if flops is not None and t.median_s > 0 else None,
     )  # fmt: skip
