@@ -3,6 +3,8 @@ counts (integral floats accepted, 10.5 refused), caching."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from webgpu_kernels.errors import ExpressionError
@@ -53,6 +55,44 @@ def ev(source, **extra):
 def test_functions(source, expected):
     result = ev(source)
     assert result == expected and type(result) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [((3, 1), (1, 4), (4,)), ((2, 0, 1), (4,)), ((), (5,)), ((), ()), ((1,), (0,)), ((7,),), ((2, 1, 3, 1, 2, 1), (3,)),
+     ((8, 1, 6, 1), (7, 1, 5)), ((2, 3), (4,)), ((2, 1), (3, 1)), ((0,), (2,)), ((1, 0), (3, 1))],
+)  # fmt: skip
+def test_broadcast_functions_agree_with_numpy(shapes):
+    """broadcastable/broadcastShape against np.broadcast_shapes; broadcastStrides against the
+    strides NumPy gives a C-order array broadcast to the result (elements; 0 where broadcast)."""
+    import numpy as np
+
+    args = ", ".join(str(list(s)) for s in shapes)
+    try:
+        want = np.broadcast_shapes(*shapes)
+    except ValueError:
+        assert ev(f"broadcastable({args})") is False
+        with pytest.raises(ExpressionError, match=r"broadcastShape\(\): .* do not broadcast: sizes \d+ and \d+ at axis -\d"):
+            ev(f"broadcastShape({args})")
+        return
+    assert ev(f"broadcastable({args})") is True and ev(f"broadcastShape({args})") == want
+    for shape in shapes:
+        strides = ev(f"broadcastStrides({list(shape)}, {list(want)})")
+        assert len(strides) == len(want)
+        if 0 not in want:  # an empty tensor's strides are never read
+            view = np.broadcast_to(np.empty(shape, np.float32), want)  # an axis of size 1 reads index 0 only
+            assert strides == tuple(0 if size == 1 else st // 4 for st, size in zip(view.strides, want))
+
+
+@pytest.mark.parametrize(
+    "source, fragment",
+    [("broadcastShape()", "one or more shapes"), ("broadcastable(3)", "expects a shape"),
+     ("broadcastStrides([2, 3], [3])", "does not broadcast to [3]"), ("broadcastStrides([2], [3])", "does not broadcast"),
+     ("broadcastShape([1] * 3000, [1] * 3000)", "dimensions in all")],
+)  # fmt: skip
+def test_broadcast_function_errors(source, fragment):
+    with pytest.raises(ExpressionError, match=re.escape(fragment)):
+        ev(source)
 
 
 @pytest.mark.parametrize(

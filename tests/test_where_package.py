@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webgpu_kernels as wk
-from webgpu_kernels import errors
+from webgpu_kernels import TensorMeta, errors
 from webgpu_kernels.manifest import check_manifest
 
 from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, poison_outputs
@@ -269,3 +269,61 @@ def test_property_random_broadcasts(where, call):
         out = run(where, c, x, y, variant=variant, tunables=tunables)
         assert out.shape == np.broadcast_shapes(cs, xs, ys)
         assert_where(out, c, x, y)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(call=where_calls(), other=st.lists(st.integers(0, 6), max_size=4))
+def test_the_engines_broadcast_functions_agree_with_the_authors_expressions(where, call, other):
+    """The author spelt broadcasting out axis by axis (derive o0..o5, broadcastOk); the engine's
+    broadcastShape and broadcastable (docs/format.md) must give the same answers, and NumPy's."""
+    (cs, xs, ys), *_ = call
+    for shapes in ((cs, xs, ys), (cs, xs, tuple(other))):
+        metas = {"condition": TensorMeta(shapes[0], "bool"), "X": TensorMeta(shapes[1], "float32"),
+                 "Y": TensorMeta(shapes[2], "float32")}  # fmt: skip
+        try:
+            want = np.broadcast_shapes(*shapes)
+        except ValueError:
+            want = None
+        assert where.evaluate("broadcastable(shapes.condition, shapes.X, shapes.Y)", metas) is (want is not None)
+        assert where.evaluate("broadcastOk", metas) is (want is not None)
+        if want is not None:
+            assert where.evaluate("broadcastShape(shapes.condition, shapes.X, shapes.Y)", metas) == want
+            assert tuple(where.evaluate("shapes.output", metas)) == want
+
+
+def test_the_package_written_with_the_broadcast_functions(tmp_path):
+    """demo.Where with its output shape and broadcastOk written with broadcastShape/broadcastable
+    runs the same calls, and refuses shapes that do not broadcast with a ShapeError naming the
+    inputs (the call's fault), before any GPU work; a derive that is never read stays silent."""
+    import shutil
+
+    from webgpu_kernels.digests import write_metadata
+
+    package = shutil.copytree(PACKAGE, tmp_path / "where")
+    data = json.loads((package / "manifest.json").read_text("utf-8"))
+    data["outputs"][0]["shape"] = "broadcastShape(shapes.condition, shapes.X, shapes.Y)"
+    data["derive"]["broadcastOk"] = "broadcastable(shapes.condition, shapes.X, shapes.Y)"
+    data["derive"]["unusedShape"] = "broadcastShape(shapes.X, [9])"
+    (package / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
+    write_metadata(package)
+    kernel = wk.load_kernel(package)
+    rng = np.random.default_rng(5)
+    for shapes in (((3, 1), (1, 4), (4,)), ((), (2, 3), ()), ((2, 0, 1), (1, 1, 4), (1,))):
+        c, x, y = draw(rng, *shapes, np.float32, 0.5)
+        assert_where(kernel(inputs_of(c, x, y))["output"], c, x, y)
+    c, x, y = np.ones((2, 3), bool), np.ones(4, np.float32), np.ones(3, np.float32)
+    with pytest.raises(errors.ShapeError) as info:
+        kernel(inputs_of(c, x, y))
+    assert info.value.argument == "condition, X, Y"
+    assert str(info.value).endswith("got [2, 3], [4], [3]: sizes 3 and 4 at axis -1 (counted from the last)")
+    assert "outputs[0].shape: broadcastShape(" in str(info.value)
+    with pytest.raises(errors.BroadcastError, match=r"\[1, 4\], \[9\] do not broadcast"):
+        kernel.evaluate("unusedShape", inputs_of(np.ones((3, 1), bool), np.ones((1, 4), np.float32),
+                                                 np.ones(4, np.float32)))  # fmt: skip
+    # The same through a derive the output's shape reads.
+    data["derive"]["outShape"] = data["outputs"][0]["shape"]
+    data["outputs"][0]["shape"] = "outShape"
+    (package / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
+    write_metadata(package)
+    with pytest.raises(errors.ShapeError, match=r"^argument 'condition, X, Y': .*\(outputs\[0\]\.shape: outShape\)"):
+        wk.load_kernel(package)(inputs_of(c, x, y))

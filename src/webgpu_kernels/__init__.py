@@ -5,6 +5,7 @@ from .device import choose_adapter, get_device, list_adapters
 from .errors import (
     AdapterNotFoundError,
     AttributeValueError,
+    BroadcastError,
     CaseFileError,
     DeviceError,
     DeviceLimitError,
@@ -44,7 +45,7 @@ __all__ = [
     "get_kernel", "load_kernel", "list_kernels", "test_case_inputs", "to_gpu", "synchronize", "empty_cache", "list_adapters", "choose_adapter",
     "get_device", "Kernel", "Explanation", "TensorMeta", "GpuTensor", "__version__", "KernelError",
     "PackageError", "CaseFileError", "DigestError", "HubError", "TrustError", "ManifestError", "ExpressionError",
-    "SandboxError", "ExpressionSandboxError", "InputError", "UnknownInputError", "MissingInputError",
+    "BroadcastError", "SandboxError", "ExpressionSandboxError", "InputError", "UnknownInputError", "MissingInputError",
     "RankError", "DTypeError", "ShapeError", "AttributeValueError", "DeviceLimitError", "SelectionError",
     "VariantRejectedError", "TemplateError", "TemplateSandboxError", "LayoutError", "GPUError",
     "AdapterNotFoundError", "ShaderCompileError", "DeviceError", "DeviceLostError", "TensorReleasedError",

@@ -113,6 +113,16 @@ class ExpressionError(KernelError):
         super().__init__(f"{location}expression {expression!r}: {message}")
 
 
+class BroadcastError(ExpressionError):
+    """``broadcastShape`` of shapes that do not broadcast. In an output's shape it is the call's
+    fault, and a call reports it as a :class:`ShapeError` naming the inputs."""
+
+    def __init__(self, message: str, *, expression: str, where: str = "", shapes: tuple = (), reason: str = "") -> None:
+        super().__init__(message, expression=expression, where=where)
+        self.shapes = shapes
+        self.reason = reason
+
+
 class SandboxError(KernelError):
     """An expression or template was refused by the sandbox: a construct outside the allow-list
     (attribute walks, calls, filters, names), or a resource bound (size, nesting, loop work, time).

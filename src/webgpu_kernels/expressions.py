@@ -21,7 +21,7 @@ from jinja2.exceptions import TemplateError as JinjaTemplateError
 from jinja2.parser import Parser
 from jinja2.runtime import Undefined
 
-from .errors import ExpressionError, ExpressionSandboxError, shorten
+from .errors import BroadcastError, ExpressionError, ExpressionSandboxError, shorten
 from .sandbox import (
     MAX_EXPRESSION_DEPTH,
     MAX_INT_BITS,
@@ -87,6 +87,45 @@ def _ceil_div(a: Any, b: Any) -> int:
     return int(quotient)
 
 
+def _broadcast(shapes: tuple[Any, ...], fn: str) -> tuple[int, ...] | str:
+    """NumPy's (and ONNX's multidirectional) broadcast of ``shapes``: their shape, or why not."""
+    if not shapes:
+        raise ExpressionEvalError(f"{fn}() takes one or more shapes")
+    dims = [_as_shape(shape, fn) for shape in shapes]
+    if sum(len(d) for d in dims) > MAX_SEQUENCE_LENGTH:
+        raise SandboxViolation(f"{fn}() of shapes of more than {MAX_SEQUENCE_LENGTH} dimensions in all")
+    rank = max(len(d) for d in dims)
+    out = []
+    for axis in range(-rank, 0):
+        sizes = {d[axis] for d in dims if len(d) >= -axis} - {1}
+        if len(sizes) > 1:
+            return f"sizes {' and '.join(map(str, sorted(sizes)))} at axis {axis} (counted from the last)"
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def _broadcastable(*shapes: Any) -> bool:
+    return not isinstance(_broadcast(shapes, "broadcastable"), str)
+
+
+def _broadcast_shape(*shapes: Any) -> tuple[int, ...]:
+    result = _broadcast(shapes, "broadcastShape")
+    if isinstance(result, str):
+        raise ShapesDoNotBroadcast(tuple(_as_shape(s, "broadcastShape") for s in shapes), result)
+    return result
+
+
+def _broadcast_strides(shape: Any, target: Any) -> tuple[int, ...]:
+    dims, out = _as_shape(shape, "broadcastStrides"), _as_shape(target, "broadcastStrides")
+    if _broadcast((dims, out), "broadcastStrides") != out:
+        raise ExpressionEvalError(f"broadcastStrides(): {list(dims)} does not broadcast to {list(out)}")
+    strides, step = [0] * len(out), 1
+    for axis in range(1, len(dims) + 1):  # C order, from the last axis; a broadcast axis reads one element
+        strides[-axis] = step if dims[-axis] != 1 else 0
+        step *= dims[-axis]
+    return tuple(strides)
+
+
 def _as_shape(value: Any, fn: str) -> tuple[int, ...]:
     if isinstance(value, Undefined):
         value._fail_with_undefined_error()  # names what is missing (e.g. shapes.Z), not "Undefined"
@@ -122,6 +161,9 @@ STATIC_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "numel": _numel,
     "sameShape": _same_shape,
     "ceilDiv": _ceil_div,
+    "broadcastable": _broadcastable,
+    "broadcastShape": _broadcast_shape,
+    "broadcastStrides": _broadcast_strides,
     "min": _min,
     "max": _max,
 }
@@ -134,6 +176,14 @@ RESERVED_NAMES = frozenset(NAMESPACES) | FUNCTION_NAMES | {"self"}
 
 class ExpressionEvalError(Exception):
     """Raised inside the sandbox by the built-in functions; turned into ExpressionError."""
+
+
+class ShapesDoNotBroadcast(ExpressionEvalError):
+    """broadcastShape() of ``shapes`` that do not broadcast (``reason`` says where)."""
+
+    def __init__(self, shapes: tuple[tuple[int, ...], ...], reason: str) -> None:
+        super().__init__(f"broadcastShape(): {', '.join(str(list(s)) for s in shapes)} do not broadcast: {reason}")
+        self.shapes, self.reason = shapes, reason
 
 
 class ExpressionSandbox(BoundedSandbox):
@@ -182,6 +232,9 @@ class Expression:
         except SecurityError as exc:
             raise ExpressionSandboxError(f"refused by the sandbox: {exc}", expression=self.source,
                                          where=self.where) from None  # fmt: skip
+        except ShapesDoNotBroadcast as exc:
+            raise BroadcastError(str(exc), expression=self.source, where=self.where, shapes=exc.shapes,
+                                 reason=exc.reason) from None  # fmt: skip
         except ExpressionEvalError as exc:
             raise ExpressionError(str(exc), expression=self.source, where=self.where) from None
         except RecursionError:
@@ -401,7 +454,24 @@ MAX_REASON_CHARS = 1000
 def failed_value(name: str, error: ExpressionError) -> Undefined:
     """A scope entry for a derive/constant that failed: using it raises with the original reason."""
     reason = shorten(str(error), MAX_REASON_CHARS)
-    return StrictUndefined(hint=f"{shorten(name)!r} could not be evaluated: {reason}")
+    hint = f"{shorten(name)!r} could not be evaluated: {reason}"
+    if isinstance(error, BroadcastError):  # still the inputs' fault where an output's shape reads it
+        return _FailedBroadcast(hint=hint, broadcast=(error.shapes, error.reason))
+    return StrictUndefined(hint=hint)
+
+
+class _FailedBroadcast(StrictUndefined):
+    """A derive whose broadcastShape() failed: reading it fails as that call did, so that an
+    output shape reading the derive is refused as the inputs' error too (a BroadcastError)."""
+
+    __slots__ = ("_broadcast",)
+
+    def __init__(self, *, hint: str, broadcast: tuple[tuple[tuple[int, ...], ...], str]) -> None:
+        super().__init__(hint=hint)
+        self._broadcast = broadcast
+
+    def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> Any:
+        raise ShapesDoNotBroadcast(*self._broadcast)
 
 
 def as_count(value: Any, expression: Expression, what: str) -> int:

@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from .contract import MAX_ELEMENTS, MAX_RANK, CallSignature, default_value_problems, shape_text, too_many_elements
-from .errors import ExpressionError, ManifestError, RankError, shorten
+from .errors import BroadcastError, ExpressionError, ManifestError, RankError, ShapeError, shorten
 from .expressions import (
     RESERVED_NAMES,
     STATIC_FUNCTIONS,
@@ -171,6 +171,11 @@ class Program:
     def _output_shape(expr: Expression, scope: Mapping[str, Any]) -> tuple[int, ...]:
         try:
             value = expr.evaluate(scope)
+        except BroadcastError as exc:  # the inputs' shapes, not the package: the call's error
+            given = [tuple(s) for s in exc.shapes]
+            roles = [role for role, shape in scope["shapes"].items() if tuple(shape) in given] or ["inputs"]
+            raise ShapeError(", ".join(roles), f"shapes that broadcast together ({expr.where}: {expr.source})",
+                             f"{', '.join(str(list(s)) for s in given)}: {exc.reason}") from None  # fmt: skip
         except ExpressionError:
             for name in expr.references:
                 if "." not in name and name not in scope:  # e.g. a constant: those come after the outputs
