@@ -104,7 +104,8 @@ def test_a_changed_json_file_that_no_longer_parses_says_where_with_the_mismatch(
     with pytest.raises(DigestError) as info:
         wk.load_kernel(qg)
     assert info.value.reason == "mismatch" and "does not match metadata.json" in str(info.value)
-    where = f"it is not valid JSON either at line {syntax.value.lineno} column {syntax.value.colno} ({syntax.value.msg})"
+    where = (f"it is not valid JSON either (invalid JSON at line {syntax.value.lineno} column {syntax.value.colno}: "
+             f"{syntax.value.msg}): fix that first")  # decode_json's words, as every other JSON error has them
     assert where in str(info.value)
 
 

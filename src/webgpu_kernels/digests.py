@@ -331,18 +331,14 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
 
 
 def _json_syntax_note(name: str, data: bytes) -> str:
-    """For a changed .json file that no longer parses, what is wrong with it: fixed first, since
-    `digest` refuses it, which had cost the author a second round trip to learn."""
+    """For a changed .json file that no longer parses, what is wrong with it (decode_json's words):
+    fixed first, since `digest` refuses it, which had cost the author a second round trip to learn."""
     if not name.endswith(".json"):
         return ""
     try:
-        json.loads(data)
-    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
-        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        return f"; it is not valid JSON either{where} ({reason}): fix that first"
-    except RecursionError:
-        return "; it is not valid JSON either (nested too deeply): fix that first"
+        decode_json(data)
+    except ValueError as exc:
+        return f"; it is not valid JSON either ({exc}): fix that first"
     return ""
 
 
