@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from webgpu_kernels import peers
-from webgpu_kernels.cli_bench import DEFAULT_KERNELS
+from webgpu_kernels.package import embedded_ids
 
 
 def test_peer_inputs_and_error():
@@ -26,7 +26,7 @@ def test_peer_inputs_and_error():
     assert peers._max_error({"Y": exact}, arrays, "com.microsoft.BiasAdd", {}) == 0.0
     assert peers._max_error({"Y": exact + 0.25}, arrays, "com.microsoft.BiasAdd", {}) == pytest.approx(0.25)
     assert peers._max_error({"Y": exact[:1]}, arrays, "com.microsoft.BiasAdd", {}) == math.inf
-    assert set(peers.TORCH_OPS) == set(DEFAULT_KERNELS) and set(peers.PEERS) == {"torch", "ort-webgpu"}
+    assert set(peers.TORCH_OPS) == set(embedded_ids()) and set(peers.PEERS) == {"torch", "ort-webgpu"}
 
 
 

@@ -46,9 +46,9 @@ from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, KernelError
 from .kernel import Kernel
+from .package import embedded_ids
 from .references import max_abs_error, numpy_reference
 
-DEFAULT_KERNELS = ("com.microsoft.BiasAdd", "com.microsoft.QuickGelu")
 # Maximum |error| accepted from any implementation, per dtype, against the float64 reference.
 ERROR_TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
 DEFAULT_TOLERANCE = 1e-2  # other dtypes (bfloat16, integers)
@@ -281,7 +281,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     peak = known_peak(device.adapter.name)
     console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
     check_given_shapes(kernels, inputs, names, tags, dtypes)
-    loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
+    loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
     for kernel in loaded if variant else []:
         if variant not in kernel.variants:
             raise click.BadParameter(f"{kernel.op_id} has no variant {variant!r} (its variants: "

@@ -18,7 +18,6 @@ from . import tuning
 from .benchmark import bench_kernel
 from .cli import _adapter, _console, resolve_kernel
 from .cli_bench import (
-    DEFAULT_KERNELS,
     SEED_OPTION,
     WARM_UP_OPTION,
     _arrays,
@@ -34,6 +33,7 @@ from .cli_bench import (
 from .device import default_device
 from .errors import KernelError
 from .kernel import Kernel
+from .package import embedded_ids
 from .references import max_abs_error
 
 WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
@@ -65,7 +65,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
     check_given_shapes(kernels, inputs, names, tags, dtypes)
-    loaded = [resolve_kernel(k) for k in (kernels or DEFAULT_KERNELS)]
+    loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
     work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
     if not work:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
