@@ -271,8 +271,9 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     and TFLOP/s where the package's bench.json gives a `flops` count.
 
     GPU time per call comes from timestamps around spans of 50 back-to-back calls in one compute
-    pass, as the engine records a chain of calls (docs/performance.md). Bytes are the inputs read
-    and the outputs written, once each (a multi-pass kernel's intermediate buffers not counted).
+    pass, as the engine records a chain of calls (fewer calls for one slower than 1 ms, as on a CPU
+    adapter; docs/performance.md). Bytes are the inputs read and the outputs written, once each (a
+    multi-pass kernel's intermediate buffers not counted).
     """
     console = _console(stderr=json_path == "-")  # stdout carries only the JSON then
     # Checked before any timing: a bad value should not cost a whole run first.
