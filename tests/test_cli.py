@@ -566,3 +566,25 @@ def test_a_mistyped_folder_that_reads_as_a_hub_repository_says_so(runner, tmp_pa
     # trusted, a repository id of three parts: get_kernel's PackageError, exit 2 in `test` as in `info`
     deep = runner.invoke(main, ["--trust-remote-code", command, "tests/packages/demo.Gathr"])
     assert deep.exit_code == 2 and "there is no folder 'tests/packages/demo.Gathr' here" in " ".join(deep.output.split())
+
+
+def test_run_fails_an_output_beyond_benchs_tolerance(runner: CliRunner, tmp_path) -> None:
+    """A package copy whose scalar path computes 2 x QuickGelu printed its error (max rel 1.0) and
+    exited 0; `run` now marks it WRONG, as bench does, and exits 1. The right one exits 0."""
+    from conftest import copy_package
+
+    from webgpu_kernels.digests import write_metadata
+
+    package = copy_package(QUICK_GELU, tmp_path / "qg")
+    template = package / "quick-gelu.wgsl.jinja"
+    text = template.read_text("utf-8")
+    assert "return v / (1.0 + exp(-ALPHA * v));" in text
+    template.write_text(text.replace("return v / (1.0 + exp(-ALPHA * v));", "return 2.0 * v / (1.0 + exp(-ALPHA * v));"),
+                        encoding="utf-8")  # fmt: skip
+    write_metadata(package)
+    wrong = runner.invoke(main, ["run", str(package), "-i", "X=8:f32", "--variant", "scalar"])
+    assert wrong.exit_code == 1 and "WRONG (beyond bench's tolerance for its dtype)" in wrong.output
+    data = json.loads(runner.invoke(main, ["run", str(package), "-i", "X=8:f32", "--variant", "scalar", "--json"]).stdout)
+    assert data["ok"] is False and data["reference"]["numpy"]["Y"]["ok"] is False
+    right = runner.invoke(main, ["run", str(package), "-i", "X=8:f32", "--variant", "vec4_tail", "--json"])
+    assert right.exit_code == 0 and json.loads(right.stdout)["ok"] is True

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from .case_data import random_values
 from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, resolve_kernel
+from .cli_bench import _tolerance
 from .device import choose_adapter
 from .references import numpy_reference, onnxruntime_reference
 
@@ -33,7 +34,8 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 @click.pass_context
 def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
             tunables: dict[str, Any], variant: str | None, seed: int, repeat: int, as_json: bool) -> None:  # fmt: skip
-    """Run KERNEL on seeded random inputs (standard normal): output summary, time and error."""
+    """Run KERNEL on seeded random inputs (standard normal; bool half true): output summary, time
+    and error against the references. Exit status 1 when an output is beyond bench's tolerance."""
     adapter = _adapter(ctx)
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
@@ -70,10 +72,24 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     ort_out = onnxruntime_reference(k.op_id, arrays, all_attrs, output_names=list(outputs))
     if ort_out is not None:
         report["reference"]["onnxruntime"] = {n: compare(outputs[n], ort_out[n]) for n in outputs if n in ort_out}
+    for results in report["reference"].values():
+        for name, c in (results or {}).items():
+            c["ok"] = _agrees(c, outputs[name].dtype.name)
+    report["ok"] = all(c["ok"] for results in report["reference"].values() for c in (results or {}).values())
     if as_json:
         _echo_json(report)
     else:
         _print_run(report, has_numpy_ref=ref is not None)
+    if not report["ok"]:  # as bench fails a WRONG output: a script or CI job must see it
+        ctx.exit(1)
+
+
+def _agrees(c: dict[str, Any], dtype: str) -> bool:
+    """An output agrees with a reference by bench's rule: same shape, the same NaN and inf, and a
+    max abs error within its dtype's tolerance (1e-4 float32, 1e-2 float16)."""
+    if "shapeMismatch" in c or c["nonFiniteMismatches"]:
+        return False
+    return c["maxAbsError"] is None or c["maxAbsError"] <= _tolerance([dtype])
 
 
 @contextmanager
@@ -174,7 +190,8 @@ def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
             continue
         for name, c in results.items():
             if "shapeMismatch" in c:
-                console.print(f"{label}: {name} shape {c['shapeMismatch'][0]} != reference {c['shapeMismatch'][1]}")
+                console.print(Text(f"{label}: {name} shape {c['shapeMismatch'][0]} != reference "
+                                   f"{c['shapeMismatch'][1]}: WRONG", style="bold red"))  # fmt: skip
                 continue
             if c["maxAbsError"] is None and not c["nonFiniteMismatches"]:
                 console.print(f"error vs {label} ({name}): no finite elements to compare")
@@ -183,7 +200,8 @@ def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
                    f"max rel {_num(c['maxRelError'], '.3e')}"  # fmt: skip
             if c["nonFiniteMismatches"]:
                 line += f", {c['nonFiniteMismatches']} NaN/inf mismatches"
-            console.print(line)
+            console.print(Text(line + ("" if c["ok"] else ": WRONG (beyond bench's tolerance for its dtype)"),
+                               style="" if c["ok"] else "bold red"))  # fmt: skip
 
 
 COMMANDS = [run_cmd]
