@@ -80,6 +80,10 @@ CASES = [
     Case("not-an-array", QG, lambda: {"X": "text"}, errors.InputError, ("'X'",), "X"),
     Case("bytes", QG, lambda: {"X": b"\0\0\0\0"}, errors.InputError, ("got bytes",), "X"),
     Case("float64-buffer", QG, lambda: {"X": array.array("d", [1.0, 2.0])}, errors.DTypeError, ("float64",), "X"),
+    Case("bytearray", QG, lambda: {"X": bytearray(8)}, errors.DTypeError, ("uint8",), "X"),
+    Case("released-memoryview", QG, lambda: {"X": released_memoryview()}, errors.InputError, ("got memoryview",), "X"),
+    Case("unreadable-buffer-format", QG, lambda: {"X": memoryview(bytes(16)).cast("P")}, errors.InputError,
+         ("an array NumPy can read", "memoryview"), "X"),
     Case("masked-array", QG, lambda: {"X": np.ma.masked_array(np.ones(4, f32), mask=[0, 1, 0, 0])}, errors.InputError,
          ("a masked array",), "X"),
     Case("ragged-list", QG, lambda: {"X": [[1.0, 2.0], [3.0]]}, errors.InputError, ("a rectangular array", "list"), "X"),
@@ -467,6 +471,12 @@ def test_a_tensor_meta_without_a_dtype_is_refused_as_none_not_float64(quick_gelu
         quick_gelu.explain({"X": wk.TensorMeta((2,), None)})
 
 
+def released_memoryview() -> memoryview:
+    view = memoryview(np.ones(4, f32))
+    view.release()
+    return view
+
+
 def test_typed_buffers_are_the_arrays_their_format_says(quick_gelu):
     """A memoryview or array.array of float32 had been refused ("expected a NumPy array or a
     GpuTensor, got memoryview") while a list was converted; both are read as NumPy reads them."""
@@ -475,6 +485,8 @@ def test_typed_buffers_are_the_arrays_their_format_says(quick_gelu):
     np.testing.assert_array_equal(quick_gelu({"X": memoryview(x)})["Y"], want)
     np.testing.assert_array_equal(quick_gelu({"X": array.array("f", x.ravel().tolist())})["Y"], want.ravel())
     np.testing.assert_array_equal(to_gpu(memoryview(x)).numpy(), x)
+    with pytest.raises(errors.InputError, match="got memoryview"):  # it had been a bare ValueError
+        to_gpu(released_memoryview())
 
 
 def test_a_tensor_meta_takes_the_short_dtype_names(quick_gelu):

@@ -571,9 +571,9 @@ def test_a_mistyped_folder_that_reads_as_a_hub_repository_says_so(runner, tmp_pa
 def test_run_fails_an_output_beyond_benchs_tolerance(runner: CliRunner, tmp_path) -> None:
     """A package copy whose scalar path computes 2 x QuickGelu printed its error (max rel 1.0) and
     exited 0; `run` now marks it WRONG, as bench does, and exits 1. The right one exits 0."""
-    from conftest import copy_package
-
     from webgpu_kernels.digests import write_metadata
+
+    from conftest import copy_package
 
     package = copy_package(QUICK_GELU, tmp_path / "qg")
     template = package / "quick-gelu.wgsl.jinja"

@@ -562,3 +562,25 @@ def test_valid_says_how_many_variants_were_never_compiled(runner: CliRunner, tmp
     assert "0 errors, 6 warnings: valid (4 of 4 variant x dtype pairs not compiled: their status above says why)" in " ".join(out.output.split())
     full = runner.invoke(main, ["validate", "com.microsoft.BiasAdd"])
     assert full.exit_code == 0 and "not compiled: their status" not in full.output
+
+
+def test_without_shader_f16_a_pair_no_case_reaches_is_not_exercised_not_no_shader_f16(tmp_path: Path, gl_device) -> None:
+    """demo.Where without the float16 cases its 'flat' variant accepts: on the OpenGL adapter that
+    pair had been labelled "no shader-f16", though flat runs there; only a variant whose f16Ok
+    guard alone rejects the cases is."""
+    from conftest import PACKAGES_DIR
+
+    package = tmp_path / "where"
+    shutil.copytree(PACKAGES_DIR / "demo.Where", package)
+
+    def same_shapes(case):
+        shapes = {tuple(v.get("shape", ())) for v in case["inputs"].values()}
+        return len(shapes) == 1 or any("file" in v for v in case["inputs"].values())
+
+    edit_json(package / "test.json", lambda t: t.update(cases=[c for c in t["cases"] if not (
+        c["types"]["T"] == "float16" and same_shapes(c))]))  # fmt: skip
+    edit_json(package / "bench.json", lambda b: b.update(cases=[c for c in b["cases"] if "same" not in c["name"]]))
+    digests.write_metadata(package)
+    status = {(c.variant, c.dtype): c.status for c in validate_package(package, adapter="gl").coverage}
+    assert status[("flat", "B=bool, T=float16")] == "not exercised"
+    assert status[("broadcast", "B=bool, T=float16")] == "compiled"

@@ -117,8 +117,8 @@ def _span_for(gpu: Any, bound: list[BoundPass], calls: int, target_batch_s: floa
     MIN_SPANS x calls x one call: lavapipe timed QuickGelu at 16M f32 (83 ms a call) in 21 s
     batches, 284 s for one case. For such a call its launch cost, which the span amortises, is
     nothing; a fast kernel (every case on the H200) keeps ``calls``."""
-    probe = _one_batch(gpu, bound, 2, 1)  # the second span: the first may meet a cold GPU
-    per_call = probe[-1] if probe else 0.0
+    probe = _one_batch(gpu, bound, 2, 1)  # the slower span of two: a span sized too long is the risk
+    per_call = max(probe, default=0.0)
     if per_call * calls <= target_batch_s:
         return calls
     return max(1, int(target_batch_s / per_call))

@@ -159,7 +159,8 @@ def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
     console = _console()
     console.print(Text(f"{r['op']} on {r['adapter']}", style="bold"))
     inputs = ", ".join(f"{n} {s['shape']} {s['dtype']}" for n, s in r["inputs"].items())
-    console.print(f"inputs (standard normal, seed {r['seed']}): {inputs}", soft_wrap=True)
+    drawn = "standard normal" + ("; bool half true" if any(s["dtype"] == "bool" for s in r["inputs"].values()) else "")
+    console.print(f"inputs ({drawn}, seed {r['seed']}): {inputs}", soft_wrap=True)
     if r["attrs"]:
         console.print("attributes: " + ", ".join(f"{k}={_fmt(v)}" for k, v in r["attrs"].items()))
     how = " (forced)" if r["forced"] else (" (a stored tuning result)" if r["tuned"] else " (selected)")

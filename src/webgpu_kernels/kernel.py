@@ -162,7 +162,7 @@ class Kernel:
             key = (variant, output, _frozen(attrs), _frozen(tunables), device.serial, tuning.generation,
                    *[(name, value.shape, value.dtype) for name, value in inputs.items()])  # fmt: skip
             plan = self._fast_plans.get(key)
-        except (TypeError, AttributeError):
+        except (TypeError, AttributeError, ValueError):  # ValueError: a released memoryview's shape
             key, plan = None, None
         if plan is not None and not all(type(v) is np.ndarray or type(v) is GpuTensor for v in inputs.values()):
             plan = None  # array-likes take the checked path
@@ -549,8 +549,10 @@ def as_array(name: str, value: Any) -> np.ndarray:
         raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
     try:
         return np.asarray(value)
-    except ValueError as exc:  # a ragged nested list
-        raise InputError(name, "a rectangular array", f"{type(value).__name__} NumPy cannot make one of ({exc})") from None
+    except ValueError as exc:  # a ragged nested list, or a buffer format NumPy does not read
+        if isinstance(value, (list, tuple)):
+            raise InputError(name, "a rectangular array", f"{type(value).__name__} NumPy cannot make one of ({exc})") from None
+        raise InputError(name, "an array NumPy can read", f"{type(value).__name__} ({exc})") from None
 
 
 def _is_buffer(value: Any) -> bool:
@@ -559,6 +561,6 @@ def _is_buffer(value: Any) -> bool:
         return False
     try:
         memoryview(value).release()
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: a released memoryview
         return False
     return True

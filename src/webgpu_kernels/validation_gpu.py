@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .case_data import dtype_name
@@ -107,6 +107,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     calls = _calls(package, manifest, test_file, bench_file)
     compiled: dict[tuple[str, str], set[str]] = {}
     tested: set[tuple[str, str]] = set()  # variant x dtype that a test.json case runs (`test` checks its results)
+    needs_f16: set[tuple[str, str]] = set()  # variant x dtype rejected here only for want of shader-f16
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
     definitions = program.definitions
     notify("total", len(calls))
@@ -119,8 +120,10 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         binding = signature.type_bindings()
         label = _label(binding)
         # Without shader-f16 a float16 call is judged like any other: a variant that copies f16 data
-        # as u32 words runs there, and `test` runs it; a guarded one (f16Ok) rejects it.
-        no_f16 = "float16" in binding.values() and not device.info.has_f16
+        # as u32 words runs there, and `test` runs it; a guarded one (f16Ok) rejects it. `test`
+        # skips a case that no variant accepts when an input is float16: so does this.
+        no_f16 = not device.info.has_f16 and any(dtype == "float16" for _, dtype in call.inputs.values())
+        with_f16: list[Any] = []  # the call's scope on this device with shader-f16, built when needed
         try:
             scope, outputs = program.call_scope(signature, device.info)
         except InputError:
@@ -139,6 +142,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             verdict, inner = judge(cv, scope, definitions)  # definitions: traces show what `baseOk` was made of
             if not verdict.accepted:
                 rejected[vid] = verdict
+                if no_f16 and _accepted_with_f16(program, signature, device.info, cv, definitions, with_f16):
+                    needs_f16.add((vid, label))  # its f16Ok guard, not the case, keeps it from compiling
                 if verdict.error is not None:
                     out.warning(MANIFEST_FILE, f"{cv.variant.json_path}.when[{verdict.clause_index}]",
                                 f"clause {verdict.clause!r} gives neither true nor false (which rejects the variant): "
@@ -237,7 +242,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                         "but no test.json case checks its results", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
         if cov.cases:
             continue
-        if "float16" in cov.dtype and not device.info.has_f16:
+        if (cov.variant, cov.dtype) in needs_f16:
             cov.note = "no shader-f16"
             out.warning("", "", f"this adapter has no shader-f16 feature: variant {cov.variant!r} ({cov.dtype}) "
                                 "was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
@@ -248,3 +253,16 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     "it was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
     report.coverage = sorted(coverage.values(), key=lambda c: ([v.id for v in manifest.variants].index(c.variant)
                                                                 if manifest.variant(c.variant) else 99, c.dtype))  # fmt: skip
+
+
+def _accepted_with_f16(program: Any, signature: Any, info: Any, cv: Any, definitions: Any, cache: list[Any]) -> bool:
+    """Whether variant ``cv`` would accept the call on this device if it had shader-f16: its
+    rejection is then the adapter's (an f16Ok guard), not the case's."""
+    from .selection import judge
+
+    if not cache:
+        try:
+            cache.append(program.call_scope(signature, replace(info, features=info.features | {"shader-f16"}))[0])
+        except KernelError:
+            cache.append(None)
+    return cache[0] is not None and judge(cv, cache[0], definitions)[0].accepted
