@@ -23,6 +23,7 @@
 #   bash scripts/h200-run.sh tunematmul   tunecheck, then matmul
 #   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
 #   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
+#   bash scripts/h200-run.sh large   host cost per call and bench on the large cases (headcheck less the suite)
 #   bash scripts/h200-run.sh throttle [SECONDS] [IDLE_EVERY]   the large cases and copies round after round, beside nvidia-smi
 #   bash scripts/h200-run.sh copyalloc   is a slow copy its buffers' or the moment's? then the large cases
 #   bash scripts/h200-run.sh forkexit   a forked child's sys.exit, with wgpu's instance on all backends and on Vulkan alone
@@ -224,9 +225,11 @@ case "${1:-bench}" in
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 60 python3 -m pytest -q -p no:cacheprovider -k "fork" tests/test_device.py tests/test_forks.py 2>&1 | tail -3 | tee -a "$OUT/fork-fixed.log"
     bash "$0" tests ;;
-  headcheck)  # after a change to the engine or bench, in one call: host cost per call, the large cases, the suite
+  large)  # host cost per call and the large cases alone (headcheck's first half: with the suite it can pass 600 s)
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
-    timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log"
+    timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log" ;;
+  headcheck)  # after a change to the engine or bench, in one call: host cost per call, the large cases, the suite
+    bash "$0" large
     bash "$0" tests ;;
   softmax)  # session 28: demo.Softmax (session 27, lavapipe only so far) on NVIDIA, then the suite
     { timeout 20 python3 -m webgpu_kernels validate tests/packages/demo.Softmax
