@@ -379,3 +379,16 @@ def test_a_huge_dimension_is_described_not_printed(quick_gelu, shape, fragment):
     with pytest.raises(errors.ShapeError) as info:
         quick_gelu.explain({"X": (shape, "float32")})
     assert fragment in str(info.value)
+
+
+def test_a_list_attribute_of_integers_takes_integral_floats_as_integers():
+    """An int scalar attribute makes 2.0 into 2; items of a list whose default holds integers had
+    stayed floats, and `shapes.X[attrs.axes[0]]` then failed as the manifest's sandbox refusal."""
+    from webgpu_kernels.contract import _check_value
+
+    assert _check_value("attribute", "axes", [0], [1.0, np.int64(2), np.float32(3.0)]) == [1, 2, 3]
+    assert all(type(v) is int for v in _check_value("attribute", "axes", [0], (1.0, 2)))
+    with pytest.raises(errors.AttributeValueError, match=r"argument 'axes': expected a list of integers"):
+        _check_value("attribute", "axes", [0], [1.5])
+    assert _check_value("attribute", "scales", [1.0, 2.0], [3, 4.5]) == [3, 4.5]  # a float list keeps its items
+    assert _check_value("attribute", "perm", [], [1.0, 0]) == [1.0, 0]  # an empty default says nothing

@@ -231,7 +231,14 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
             raise AttributeValueError(name, f"a list of finite numbers ({kind})", _describe(value))
         if len(value) > MAX_TEXT:
             raise AttributeValueError(name, f"a list of at most {MAX_TEXT} numbers ({kind})", f"{len(value)} items")
-        return [_number(kind, name, _unwrap_numpy(v), f"a list of finite numbers ({kind})") for v in value]
+        items = [_number(kind, name, _unwrap_numpy(v), f"a list of finite numbers ({kind})") for v in value]
+        if default and all(isinstance(d, int) and not isinstance(d, bool) for d in default):
+            # A list of integers by its default, as an int scalar is: [1.0] had reached expressions as
+            # a float, where indexing with it was blamed on the manifest.
+            if not all(isinstance(v, int) or v.is_integer() for v in items):
+                raise AttributeValueError(name, f"a list of integers ({kind})", _describe(value))
+            items = [_number(kind, name, int(v), f"a list of integers ({kind})") for v in items]
+        return items
     raise AttributeValueError(name, f"the kind of the manifest's default {default!r}", _describe(value))
 
 

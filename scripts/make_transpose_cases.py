@@ -1,0 +1,123 @@
+"""Write tests/packages/demo.Transpose/test.json (+ .npy expected outputs) from np.transpose; then
+refresh metadata.json (webgpu_kernels.digests.write_metadata, as `webgpu-kernels digest
+tests/packages/demo.Transpose` does).
+
+Inputs are drawn by the test.json generator (webgpu_kernels.test_case_inputs builds them exactly
+as `webgpu-kernels test` does), or written inline (special values, int64 extremes). The expected
+output is np.transpose(data, perm) of those inputs (perm None: the axes reversed, ONNX's default),
+in the input's dtype. A transpose copies values: the comparison is exact.
+
+    PYTHONPATH=src python3 scripts/make_transpose_cases.py
+"""
+import json
+import os
+
+import numpy as np
+
+import webgpu_kernels as wk
+from webgpu_kernels.digests import write_metadata
+
+PKG = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "packages",
+                                    "demo.Transpose"))
+DTYPES = (("float32", "f32"), ("float16", "f16"), ("int32", "i32"), ("int64", "i64"))
+
+# (name, description, data shape, perm or None (default: reversed), extra case fields)
+SHAPES = [
+    ("rank0", "rank 0, default perm []: one element", (), None, {}),
+    ("rank0-perm-empty", "rank 0, perm [] given", (), [], {}),
+    ("rank1-7", "rank 1, default perm: a copy", (7,), None, {}),
+    ("rank2-3x5-default", "default perm: (3,5) -> (5,3); 15 elements (odd f16 count)", (3, 5), None, {}),
+    ("rank2-3x5-identity", "identity perm: copy and general", (3, 5), [0, 1], {}),
+    ("rank2-17x33-wg64", "a 2-D transpose over several workgroups of 64", (17, 33), [1, 0],
+     {"tunables": {"WORKGROUP_SIZE": 64}}),
+    ("rank3-2x3x4-201", "perm [2, 0, 1]", (2, 3, 4), [2, 0, 1], {}),
+    ("rank3-2x3x4-102", "perm [1, 0, 2]", (2, 3, 4), [1, 0, 2], {}),
+    ("split-heads-1x7x3x5", "attention head split (B,S,H,D) -> (B,H,S,D)", (1, 7, 3, 5), [0, 2, 1, 3], {}),
+    ("merge-heads-2x3x7x5", "attention head merge (B,H,S,D) -> (B,S,H,D)", (2, 3, 7, 5), [0, 2, 1, 3], {}),
+    ("keys-2x3x7x5", "keys for Q.K^T: (B,S,H,D) -> (B,H,D,S)", (2, 7, 3, 5), [0, 2, 3, 1], {}),
+    ("unit-axes-1x5x1x3", "a perm that moves only size-1 axes keeps the memory order: copy and general",
+     (1, 5, 1, 3), [2, 1, 0, 3], {}),
+    ("empty-3x0x2", "a zero dimension: empty output (3,0,2) -> (0,2,3)", (3, 0, 2), [1, 2, 0], {}),
+    ("empty-0", "an empty vector", (0,), None, {}),
+    ("rank5-2x3x1x2x3", "rank 5, default perm", (2, 3, 1, 2, 3), None, {}),
+    ("rank6-2x1x3x1x2x3", "rank 6, perm [5, 3, 1, 0, 2, 4]", (2, 1, 3, 1, 2, 3), [5, 3, 1, 0, 2, 4], {}),
+    ("rank6-2x3x2x3x2x3-default", "rank 6, default perm (reversed)", (2, 3, 2, 3, 2, 3), None, {}),
+]
+
+
+def generator(dt, seed):
+    if dt == "int32":
+        return {"distribution": "uniform", "seed": seed, "low": -2.0 ** 31, "high": 2.0 ** 31 - 1}
+    if dt == "int64":  # about 2^60 in magnitude: both words of each element carry bits
+        return {"distribution": "uniform", "seed": seed, "low": -2.0 ** 60, "high": 2.0 ** 60}
+    if dt == "float16":
+        return {"distribution": "normal", "seed": seed, "std": 100.0}
+    return {"distribution": "normal", "seed": seed, "std": 1000.0}
+
+
+def inline(values):
+    return ["nan" if isinstance(v, float) and np.isnan(v) else
+            ("inf" if v == np.inf else "-inf" if v == -np.inf else v) for v in values]
+
+
+# The cases' inputs are read back through the package (test_case_inputs), and a package whose
+# files differ from its metadata.json refuses to open: set metadata.json aside while the data
+# files are rewritten, then refresh it (keeping its version and provenance).
+META, ASIDE = os.path.join(PKG, "metadata.json"), os.path.join(PKG, ".metadata.json.aside")
+if os.path.exists(META):
+    os.replace(META, ASIDE)
+for f in os.listdir(PKG):  # the data files are all rewritten
+    if f.endswith(".npy"):
+        os.remove(os.path.join(PKG, f))
+cases = []
+seed = 100
+for dt, tag in DTYPES:
+    for name, desc, shape, perm, extra in SHAPES:
+        seed += 1
+        case = {"name": f"{name}-{tag}", "description": desc, "types": {"T": dt}, **extra,
+                "inputs": {"data": {"shape": list(shape), "generate": generator(dt, seed)}}}
+        if perm is not None:
+            case["attrs"] = {"perm": perm}
+        cases.append((case, perm))
+    # values that must pass unchanged: NaN, infinities, signed zeros, subnormals, extremes; int64
+    # values past 2^53 and at both ends of the range (both 32-bit words matter)
+    specials = {
+        "float32": ["nan", "inf", "-inf", 0.0, -0.0, 1e-45, -1e-45, 3.4e38, -3.4e38, 1.0, -1.0, 0.5],
+        "float16": ["nan", "inf", "-inf", 0.0, -0.0, 6e-8, -6e-8, 65504.0, -65504.0, 1.0, -1.0, 0.5],
+        "int32": [-2 ** 31, 2 ** 31 - 1, 0, -1, 1, 2 ** 16, -2 ** 16, 12345678, -12345678, 7, -7, 65535],
+        "int64": [-2 ** 63, 2 ** 63 - 1, 0, -1, 1, 2 ** 32, -2 ** 32, 2 ** 53 + 1, -(2 ** 53 + 1), 2 ** 32 - 1,
+                  -(2 ** 31), 2 ** 62 + 12345],
+    }[dt]
+    cases.append(({"name": f"specials-3x4-{tag}", "description": "special values pass unchanged, perm [1, 0]",
+                   "types": {"T": dt}, "attrs": {"perm": [1, 0]},
+                   "inputs": {"data": {"shape": [3, 4], "values": specials}}}, [1, 0]))
+
+k = wk.load_kernel(PKG)
+out = []
+for c, perm in cases:
+    ins = wk.test_case_inputs(k, c)
+    want = np.array(np.transpose(ins["data"], perm), order="C")  # (ascontiguousarray makes rank 0 rank 1)
+    if want.size <= 64:
+        flat = want.ravel()
+        vals = flat.tolist() if want.dtype.kind in "iu" else inline(flat.astype(np.float64).tolist())
+        c["expected"] = {"transposed": {"shape": list(want.shape), "values": vals if want.ndim else vals[0]}}
+    else:
+        fn = f"{c['name']}.transposed.npy"
+        np.save(os.path.join(PKG, fn), want)
+        c["expected"] = {"transposed": {"file": fn}}
+    out.append(c)
+
+doc = {
+    "description": "Correctness cases for demo.Transpose; expected = np.transpose(data, perm) in the input's "
+                   "dtype (perm absent: the axes reversed) (scripts/make_transpose_cases.py). A transpose "
+                   "copies values: the comparison is exact.",
+    "tolerances": {"float32": {"rtol": 0.0, "atol": 0.0}, "float16": {"rtol": 0.0, "atol": 0.0}},
+    "cases": out,
+}
+with open(os.path.join(PKG, "test.json"), "w") as f:
+    json.dump(doc, f, indent=1)
+    f.write("\n")
+if os.path.exists(ASIDE):
+    os.replace(ASIDE, META)
+_, changes = write_metadata(PKG)
+print(len(out), "cases;", sum(ch.status != "unchanged" for ch in changes), "files changed in metadata.json")
