@@ -1,12 +1,12 @@
 """Write tests/packages/demo.Softmax/test.json (+ .npy expected outputs) from a NumPy float64 reference;
-then run `webgpu-kernels digest tests/packages/demo.Softmax`.
+then refreshes metadata.json (as `webgpu-kernels digest tests/packages/demo.Softmax` does).
 
 The inputs are built by webgpu_kernels.test_case_inputs exactly as `webgpu-kernels test` builds them.
 """
-import json
 import os
 
 import numpy as np
+from case_writer import expected_entry, open_package, write_test_file
 
 import webgpu_kernels as wk
 
@@ -83,27 +83,16 @@ cases += [
                       "special": {"at": [0, 299, 400, 1199], "values": [65504, -65504, 65504, "-inf"]}}}},
 ]
 
-k = wk.load_kernel(PKG)
-for f in os.listdir(PKG):
-    if f.endswith(".npy"):
-        os.remove(os.path.join(PKG, f))
+k = open_package(PKG)
 for c in cases:
     x = wk.test_case_inputs(k, c)["X"]
     want = ref(x).astype(x.dtype)  # the float64 reference rounded once to the output dtype
-    if want.size <= 64:
-        vals = ["nan" if np.isnan(v) else float(v) for v in want.astype(np.float64).ravel()]
-        c["expected"] = {"Y": {"shape": list(want.shape), "values": vals}}
-    else:
-        fn = f"{c['name']}.Y.npy"
-        np.save(os.path.join(PKG, fn), want)
-        c["expected"] = {"Y": {"file": fn}}
+    c["expected"] = {"Y": expected_entry(PKG, c["name"], "Y", want)}
 
-doc = {
-    "description": "Correctness cases for demo.Softmax; expected = NumPy float64 softmax rounded to the output dtype (scripts/make_softmax_cases.py).",
-    "tolerances": {"float32": {"rtol": 1e-5, "atol": 1e-10}, "float16": {"rtol": 2e-3, "atol": 1e-5}},
-    "cases": cases,
-}
-with open(os.path.join(PKG, "test.json"), "w") as f:
-    json.dump(doc, f, indent=1)
-    f.write("\n")
-print(len(cases), "cases")
+write_test_file(
+    PKG,
+    "Correctness cases for demo.Softmax; expected = NumPy float64 softmax rounded to the output dtype "
+    "(scripts/make_softmax_cases.py).",
+    {"float32": {"rtol": 1e-5, "atol": 1e-10}, "float16": {"rtol": 2e-3, "atol": 1e-5}},
+    cases,
+)

@@ -9,13 +9,12 @@ in the input's dtype. A transpose copies values: the comparison is exact.
 
     PYTHONPATH=src python3 scripts/make_transpose_cases.py
 """
-import json
 import os
 
 import numpy as np
+from case_writer import expected_entry, open_package, write_test_file
 
 import webgpu_kernels as wk
-from webgpu_kernels.digests import write_metadata
 
 PKG = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "packages",
                                     "demo.Transpose"))
@@ -55,20 +54,7 @@ def generator(dt, seed):
     return {"distribution": "normal", "seed": seed, "std": 1000.0}
 
 
-def inline(values):
-    return ["nan" if isinstance(v, float) and np.isnan(v) else
-            ("inf" if v == np.inf else "-inf" if v == -np.inf else v) for v in values]
-
-
-# The cases' inputs are read back through the package (test_case_inputs), and a package whose
-# files differ from its metadata.json refuses to open: set metadata.json aside while the data
-# files are rewritten, then refresh it (keeping its version and provenance).
-META, ASIDE = os.path.join(PKG, "metadata.json"), os.path.join(PKG, ".metadata.json.aside")
-if os.path.exists(META):
-    os.replace(META, ASIDE)
-for f in os.listdir(PKG):  # the data files are all rewritten
-    if f.endswith(".npy"):
-        os.remove(os.path.join(PKG, f))
+k = open_package(PKG)  # before any data file is written
 cases = []
 seed = 100
 for dt, tag in DTYPES:
@@ -92,32 +78,18 @@ for dt, tag in DTYPES:
                    "types": {"T": dt}, "attrs": {"perm": [1, 0]},
                    "inputs": {"data": {"shape": [3, 4], "values": specials}}}, [1, 0]))
 
-k = wk.load_kernel(PKG)
 out = []
 for c, perm in cases:
     ins = wk.test_case_inputs(k, c)
     want = np.array(np.transpose(ins["data"], perm), order="C")  # (ascontiguousarray makes rank 0 rank 1)
-    if want.size <= 64:
-        flat = want.ravel()
-        vals = flat.tolist() if want.dtype.kind in "iu" else inline(flat.astype(np.float64).tolist())
-        c["expected"] = {"transposed": {"shape": list(want.shape), "values": vals if want.ndim else vals[0]}}
-    else:
-        fn = f"{c['name']}.transposed.npy"
-        np.save(os.path.join(PKG, fn), want)
-        c["expected"] = {"transposed": {"file": fn}}
+    c["expected"] = {"transposed": expected_entry(PKG, c["name"], "transposed", want)}
     out.append(c)
 
-doc = {
-    "description": "Correctness cases for demo.Transpose; expected = np.transpose(data, perm) in the input's "
-                   "dtype (perm absent: the axes reversed) (scripts/make_transpose_cases.py). A transpose "
-                   "copies values: the comparison is exact.",
-    "tolerances": {"float32": {"rtol": 0.0, "atol": 0.0}, "float16": {"rtol": 0.0, "atol": 0.0}},
-    "cases": out,
-}
-with open(os.path.join(PKG, "test.json"), "w") as f:
-    json.dump(doc, f, indent=1)
-    f.write("\n")
-if os.path.exists(ASIDE):
-    os.replace(ASIDE, META)
-_, changes = write_metadata(PKG)
-print(len(out), "cases;", sum(ch.status != "unchanged" for ch in changes), "files changed in metadata.json")
+write_test_file(
+    PKG,
+    "Correctness cases for demo.Transpose; expected = np.transpose(data, perm) in the input's "
+    "dtype (perm absent: the axes reversed) (scripts/make_transpose_cases.py). A transpose "
+    "copies values: the comparison is exact.",
+    {"float32": {"rtol": 0.0, "atol": 0.0}, "float16": {"rtol": 0.0, "atol": 0.0}},
+    out,
+)

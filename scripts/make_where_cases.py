@@ -6,13 +6,12 @@ Inputs are drawn by the test.json generator (webgpu_kernels.test_case_inputs bui
 as `webgpu-kernels test` does): a bool condition from a uniform draw in [0, 1), which rounds to a
 mask about half true. A causal mask is written inline or as `<case>.condition.npy`.
 """
-import json
 import os
 
 import numpy as np
+from case_writer import expected_entry, open_package, write_test_file
 
 import webgpu_kernels as wk
-from webgpu_kernels.digests import write_metadata
 
 PKG = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "packages", "demo.Where"))
 F32, F16 = "float32", "float16"
@@ -58,15 +57,7 @@ SHAPES = [
      "causal:1,1,9,9", (2, 3, 9, 9), (), {}),
 ]
 
-# The cases' inputs are read back through the package (test_case_inputs), and a package whose
-# files differ from its metadata.json refuses to open: set metadata.json aside while the data
-# files are rewritten, then refresh it (keeping its version and provenance).
-META, ASIDE = os.path.join(PKG, "metadata.json"), os.path.join(PKG, ".metadata.json.aside")
-if os.path.exists(META):
-    os.replace(META, ASIDE)
-for f in os.listdir(PKG):  # the data files are all rewritten
-    if f.endswith(".npy"):
-        os.remove(os.path.join(PKG, f))
+k = open_package(PKG)  # before any data file is written
 cases = []
 seed = 100
 for dt, tag in ((F32, "f32"), (F16, "f16")):
@@ -98,29 +89,15 @@ for dt, tag in ((F32, "f32"), (F16, "f16")):
                              "X": {"shape": [11], "values": specials},
                              "Y": {"shape": [2, 11], "values": specials[::-1] + specials}}})
 
-k = wk.load_kernel(PKG)
 for c in cases:
     ins = wk.test_case_inputs(k, c)
     want = np.where(ins["condition"], ins["X"], ins["Y"]).astype(ins["X"].dtype)
-    if want.size <= 64:
-        vals = ["nan" if np.isnan(v) else ("inf" if v == np.inf else "-inf" if v == -np.inf else float(v))
-                for v in want.astype(np.float64).ravel()]
-        c["expected"] = {"output": {"shape": list(want.shape), "values": vals if want.ndim else vals[0]}}
-    else:
-        fn = f"{c['name']}.output.npy"
-        np.save(os.path.join(PKG, fn), want)
-        c["expected"] = {"output": {"file": fn}}
+    c["expected"] = {"output": expected_entry(PKG, c["name"], "output", want)}
 
-doc = {
-    "description": "Correctness cases for demo.Where; expected = np.where(condition, X, Y) in the inputs' dtype "
-                   "(scripts/make_where_cases.py). A select copies values: the comparison is exact.",
-    "tolerances": {"float32": {"rtol": 0.0, "atol": 0.0}, "float16": {"rtol": 0.0, "atol": 0.0}},
-    "cases": cases,
-}
-with open(os.path.join(PKG, "test.json"), "w") as f:
-    json.dump(doc, f, indent=1)
-    f.write("\n")
-if os.path.exists(ASIDE):
-    os.replace(ASIDE, META)
-_, changes = write_metadata(PKG)
-print(len(cases), "cases;", sum(c.status != "unchanged" for c in changes), "files changed in metadata.json")
+write_test_file(
+    PKG,
+    "Correctness cases for demo.Where; expected = np.where(condition, X, Y) in the inputs' dtype "
+    "(scripts/make_where_cases.py). A select copies values: the comparison is exact.",
+    {"float32": {"rtol": 0.0, "atol": 0.0}, "float16": {"rtol": 0.0, "atol": 0.0}},
+    cases,
+)

@@ -198,6 +198,23 @@ def test_verification_can_be_skipped(qg: Path) -> None:
     assert not open_folder(qg, verify_digests=False).is_verified
 
 
+def test_an_author_script_loads_a_stale_package_unverified_and_refreshes_it(qg: Path) -> None:
+    # a generator rewriting test.json reads cases back through the package, then refreshes metadata.json
+    test_file = qg / "test.json"
+    doc = json.loads(test_file.read_text(encoding="utf-8"))
+    doc["cases"] = doc["cases"][:1]
+    test_file.write_text(json.dumps(doc), encoding="utf-8")
+    (qg / "extra.npy").write_bytes(b"not verified")
+    with pytest.raises(DigestError):
+        wk.load_kernel(qg)
+    kernel = wk.load_kernel(qg, verify_digests=False)
+    inputs = wk.test_case_inputs(kernel, doc["cases"][0]["name"])
+    assert set(inputs) == {"X"} and not kernel.package.is_verified
+    (qg / "extra.npy").unlink()
+    digests.write_metadata(qg)
+    assert wk.load_kernel(qg).package.is_verified
+
+
 def test_reads_after_open_see_the_verified_bytes(qg: Path) -> None:
     package = open_folder(qg)
     original = package.read_text("quick-gelu.wgsl.jinja")

@@ -84,9 +84,14 @@ def get_kernel(
     return hub.check_op_id(kernel, expected_op_id, shown)
 
 
-def load_kernel(path: str | Path) -> Kernel:
-    """A kernel from a package folder on disk (``manifest.json`` and its templates)."""
-    return Kernel(open_folder(path))
+def load_kernel(path: str | Path, *, verify_digests: bool = True) -> Kernel:
+    """A kernel from a package folder on disk (``manifest.json`` and its templates).
+
+    With a ``metadata.json``, every file is checked against its sha256 digest first.
+    ``verify_digests=False`` opens the folder unchecked: for an author's script that regenerates
+    the package's data files (test.json, .npy) while metadata.json is stale, and then refreshes it
+    (``webgpu_kernels.digests.write_metadata``, as ``webgpu-kernels digest`` does)."""
+    return Kernel(open_folder(path, verify_digests=verify_digests))
 
 
 def test_case_inputs(kernel: Kernel, case: str | Mapping[str, Any]) -> dict[str, np.ndarray]:
