@@ -24,6 +24,7 @@
 #   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
 #   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
 #   bash scripts/h200-run.sh large   host cost per call and bench on the large cases (headcheck less the suite)
+#   bash scripts/h200-run.sh largepackages   large, then demo.Where and demo.Transpose through bench
 #   bash scripts/h200-run.sh throttle [SECONDS] [IDLE_EVERY]   the large cases and copies round after round, beside nvidia-smi
 #   bash scripts/h200-run.sh copyalloc   is a slow copy its buffers' or the moment's? then the large cases
 #   bash scripts/h200-run.sh forkexit   a forked child's sys.exit, with wgpu's instance on all backends and on Vulkan alone
@@ -228,6 +229,10 @@ case "${1:-bench}" in
   large)  # host cost per call and the large cases alone (headcheck's first half: with the suite it can pass 600 s)
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log" ;;
+  largepackages)  # session 29: large (calls_per_span on calls over 1 ms), then demo.Where and demo.Transpose benched
+    bash "$0" large
+    timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.Where tests/packages/demo.Transpose --no-host \
+      --json "$OUT/packages.json" 2>&1 | tee "$OUT/packages.log" ;;
   headcheck)  # after a change to the engine or bench, in one call: host cost per call, the large cases, the suite
     bash "$0" large
     bash "$0" tests ;;
