@@ -172,11 +172,48 @@ def bias_add_cases(dtype: str) -> list[dict[str, Any]]:
     ]
 
 
+# Calls the contract refuses, each with the error it must raise (a part of its message too, so
+# that a call refused for another reason does not pass). Dtype-independent: written once.
+def f32(shape: list[int], seed: int, dtype: str = "float32") -> dict[str, Any]:
+    return {"dtype": dtype, **gen(shape, normal(seed))}
+
+
+QUICK_GELU_REFUSALS = [
+    {"name": "refused-int32-input", "description": "int32 is outside T's constraint.",
+     "inputs": {"X": f32([4], 900, "int32")}, "refused": {"error": "DTypeError", "message": "argument 'X'"}},
+    {"name": "refused-alpha-not-a-number", "attrs": {"alpha": "large"},
+     "inputs": {"X": f32([4], 901)}, "refused": {"error": "AttributeValueError", "message": "argument 'alpha'"}},
+    {"name": "refused-workgroup-size-0", "description": "workgroupOk guards every variant.",
+     "tunables": {"WORKGROUP_SIZE": 0}, "inputs": {"X": f32([8], 902)},
+     "refused": {"error": "SelectionError", "message": "workgroupOk=False"}},
+    {"name": "refused-vec4-on-5-elements", "description": "vec4 needs a multiple of 4 elements.",
+     "variants": ["vec4"], "inputs": {"X": f32([5], 903)},
+     "refused": {"error": "VariantRejectedError", "message": "'vec4Ok' is false"}},
+]  # fmt: skip
+BIAS_ADD_REFUSALS = [
+    {"name": "refused-rank-2", "inputs": {"X": f32([3, 8], 910), "bias": f32([8], 911), "skip": f32([3, 8], 912)},
+     "refused": {"error": "RankError", "message": "argument 'X'"}},
+    {"name": "refused-bias-length", "description": "bias must have X's last dimension.",
+     "inputs": {"X": f32([2, 3, 8], 913), "bias": f32([4], 914), "skip": f32([2, 3, 8], 915)},
+     "refused": {"error": "SelectionError", "message": "dim(shapes.bias, 0) == dim(shapes.X, 2)"}},
+    {"name": "refused-skip-shape", "description": "skip must have X's shape (no broadcasting).",
+     "inputs": {"X": f32([2, 3, 8], 916), "bias": f32([8], 917), "skip": f32([2, 4, 8], 918)},
+     "refused": {"error": "SelectionError", "message": "sameShape(shapes.X, shapes.skip)"}},
+    {"name": "refused-mixed-dtypes", "description": "X, bias and skip share type variable T.",
+     "inputs": {"X": f32([2, 3, 8], 919), "bias": f32([8], 920, "float16"), "skip": f32([2, 3, 8], 921)},
+     "refused": {"error": "DTypeError", "message": "argument 'bias'"}},
+    {"name": "refused-vec4-on-c5", "description": "vec4 needs C to be a multiple of 4.", "variants": ["vec4"],
+     "inputs": {"X": f32([2, 3, 5], 922), "bias": f32([5], 923), "skip": f32([2, 3, 5], 924)},
+     "refused": {"error": "VariantRejectedError"}},
+]  # fmt: skip
+
+
 # --- writing -----------------------------------------------------------------------------------------
 
 PACKAGES = {
     "com.microsoft.QuickGelu": {
         "cases": quick_gelu_cases,
+        "refusals": QUICK_GELU_REFUSALS,
         "description": "Correctness cases for com.microsoft.QuickGelu (Y = X * sigmoid(alpha * X)). Expected "
                        "values: the float64 reference on the typed inputs, rounded once to the output dtype.",
         # f32: the shader's exp() is not correctly rounded (WGSL allows 3 + 2|x| ULP), a few ULP
@@ -187,6 +224,7 @@ PACKAGES = {
     },
     "com.microsoft.BiasAdd": {
         "cases": bias_add_cases,
+        "refusals": BIAS_ADD_REFUSALS,
         "description": "Correctness cases for com.microsoft.BiasAdd (Y = X + bias + skip). Expected values: the "
                        "float64 reference on the typed inputs, rounded once to the output dtype.",
         # f32: two f32 roundings of partial sums: up to an ULP of the largest partial sum (about
@@ -248,6 +286,7 @@ def build_package(op_id: str) -> tuple[dict[str, Any], dict[str, bytes]]:
                     expected[role] = {"file": name}
             case["expected"] = expected
             cases.append(case)
+    cases += spec["refusals"]
     document = {"description": spec["description"], "tolerances": spec["tolerances"], "cases": cases}
     casefile.parse_test_file(document)  # schema and structure
     return document, data_files

@@ -852,3 +852,10 @@ def test_a_stored_choice_that_gives_the_gpu_the_same_work_is_not_timed_again(run
            "--no-host", *QUICK_WARM_UP, "--json", str(path))  # fmt: skip
     (row,) = json.loads(path.read_text("utf-8"))["cases"]
     assert row["tuned"]["same_as_default"] is True and row["tuned"]["median_s"] == row["median_s"]
+
+
+def test_the_table_title_gives_the_calls_per_span_the_rows_had() -> None:
+    """The title said 50 calls per span for every table, after slow calls got shorter spans."""
+    assert cli_bench._span_text([{"calls_per_span": 50}, {"calls_per_span": 50}]) == "50"
+    assert cli_bench._span_text([{"calls_per_span": 50}, {"calls_per_span": 4}, {"calls_per_span": 12}]) == "4 to 50"
+    assert cli_bench._span_text([]) == str(cli_bench.CALLS_PER_SPAN)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from webgpu_kernels.errors import ExpressionError
+from webgpu_kernels.errors import BroadcastError, ExpressionError
 from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler, as_count
 
 KNOWN = ("hidden", "baseOk", "n")
@@ -88,11 +88,15 @@ def test_broadcast_functions_agree_with_numpy(shapes):
     "source, fragment",
     [("broadcastShape()", "one or more shapes"), ("broadcastable(3)", "expects a shape"),
      ("broadcastStrides([2, 3], [3])", "does not broadcast to [3]"), ("broadcastStrides([2], [3])", "does not broadcast"),
-     ("broadcastShape([1] * 3000, [1] * 3000)", "dimensions in all")],
+     ("broadcastShape([1] * 3000, [1] * 3000)", "dimensions in all"),
+     ("broadcastShape([-1], [2])", "sizes of 0 or more, got [-1]"), ("broadcastable([2], [0 - 2])", "sizes of 0"),
+     ("broadcastStrides([1], [-3])", "sizes of 0 or more")],
 )  # fmt: skip
 def test_broadcast_function_errors(source, fragment):
-    with pytest.raises(ExpressionError, match=re.escape(fragment)):
+    with pytest.raises(ExpressionError, match=re.escape(fragment)) as info:
         ev(source)
+    assert not isinstance(info.value, BroadcastError)  # the manifest's error, not the caller's shapes'
+
 
 
 @pytest.mark.parametrize(

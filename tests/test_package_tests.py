@@ -18,6 +18,7 @@ from webgpu_kernels.package_tests import (
     run_package_tests,
     run_package_tests_isolated,
 )  # fmt: skip
+from webgpu_kernels.validation import validate_package
 
 from conftest import copy_package  # noqa: E402
 
@@ -65,7 +66,8 @@ def test_embedded_kernels_pass(reports, op_id: str) -> None:
 @pytest.mark.parametrize("op_id", [QUICK_GELU, BIAS_ADD])
 def test_every_variant_and_dtype_is_covered(reports, op_id: str) -> None:
     kernel = wk.get_kernel(op_id)
-    ran = {(r.variant, r.dtype) for r in reports[op_id].results if r.status == "pass"}
+    # (a refused case's pass is no run of a variant: it ran nothing)
+    ran = {(r.variant, r.dtype) for r in reports[op_id].results if r.status == "pass" and not r.case.startswith("refused-")}
     assert ran == {(v, d) for v in kernel.variants for d in ("float32", "float16")}
 
 
@@ -81,6 +83,11 @@ def test_edge_shapes_and_specials_run_on_every_accepting_variant(reports) -> Non
     assert {v for c, v in ba if c == "specials-f16"} == {"vec4", "scalar"}
     assert {v for c, v in ba if c == "c6-numel12-2x1x6-f32"} == {"scalar"}
     assert {v for c, v in ba if c == "empty-c0-f16"} == {"scalar"}
+    refused = {r.case: r.message.split(":")[:2] for r in reports[BIAS_ADD].results if r.case.startswith("refused-")}
+    assert refused == {"refused-rank-2": ["refused", " RankError"], "refused-bias-length": ["refused", " SelectionError"],
+                       "refused-skip-shape": ["refused", " SelectionError"],
+                       "refused-mixed-dtypes": ["refused", " DTypeError"],
+                       "refused-vec4-on-c5": ["refused", " VariantRejectedError"]}  # fmt: skip
 
 
 def test_cli_test_default_runs_every_embedded_kernel(runner: CliRunner) -> None:
@@ -187,6 +194,92 @@ def test_a_case_whose_call_is_refused_names_its_place_in_test_json(tmp_path: Pat
     assert re.match(r"test\.json cases\[\d+\]: argument 'alhpa': expected one of the attributes", result.message), result.message
 
 
+# --- cases whose call must be refused ------------------------------------------------------------
+
+REFUSED_CASES = [
+    # (name, inputs' dtype and shape, extra case fields, refused)
+    ("case-int-input", ("int32", [4]), {}, {"error": "DTypeError", "message": "float32"}),
+    ("case-wrong-attr-type", ("float32", [4]), {"attrs": {"alpha": "big"}}, {"error": "AttributeValueError"}),
+    ("case-workgroup-too-big", ("float32", [8]), {"tunables": {"WORKGROUP_SIZE": 100000}},
+     {"error": "SelectionError", "message": "workgroupOk"}),
+    ("case-vec4-on-5", ("float32", [5]), {"variants": ["vec4"]}, {"error": "VariantRejectedError", "message": "vec4Ok"}),
+    ("case-forced-vec4-is-a-selection-error", ("float32", [5]), {"variants": ["vec4"]}, {"error": "SelectionError"}),
+]
+
+
+def refused_case(name: str, dtype: str, shape: list[int], extra: dict, refused: dict) -> dict:
+    generate = {"distribution": "uniform", "seed": 3}
+    return {"name": name, "inputs": {"X": {"dtype": dtype, "shape": shape, "generate": generate}}, **extra,
+            "refused": refused}  # fmt: skip
+
+
+def test_cases_that_must_be_refused_pass_when_the_call_is_refused_so(tmp_path: Path) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    edit_test_json(root, lambda data: data["cases"].extend(refused_case(n, *x, e, r) for n, x, e, r in REFUSED_CASES))
+    report = run_package_tests(wk.load_kernel(root), cases=[c[0] for c in REFUSED_CASES])
+    got = {r.case: (r.variant, r.status) for r in report.results}
+    assert got == {"case-int-input": (None, "pass"), "case-wrong-attr-type": (None, "pass"),
+                   "case-workgroup-too-big": (None, "pass"), "case-vec4-on-5": ("vec4", "pass"),
+                   "case-forced-vec4-is-a-selection-error": ("vec4", "pass")}, report.results  # fmt: skip
+    messages = {r.case: r.message for r in report.results}
+    assert messages["case-int-input"].startswith("refused: DTypeError: ")
+    assert messages["case-vec4-on-5"].startswith("refused: VariantRejectedError: ")
+    assert report.ok
+    validation = validate_package(root)
+    assert not [p for p in validation.problems if p.file == "test.json" and p.severity == "error"], validation.problems
+
+
+@pytest.mark.parametrize(("shape", "refused", "says"), [
+    ([4], {"error": "DTypeError"}, "the call ran (outputs Y [4]); the case expects a refusal: DTypeError"),
+    ([5], {"error": "RankError"}, "refused with VariantRejectedError: "),
+    ([5], {"error": "SelectionError", "message": "baseOk"}, "the case expects SelectionError whose message contains "
+                                                            "'baseOk'"),
+])  # fmt: skip
+def test_a_case_that_must_be_refused_fails_when_the_call_runs_or_is_refused_otherwise(
+    tmp_path: Path, shape: list[int], refused: dict, says: str
+) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    case = refused_case("must-refuse", "float32", shape, {"variants": ["vec4"]}, refused)
+    edit_test_json(root, lambda data: data["cases"].append(case))
+    report = run_package_tests(wk.load_kernel(root), cases=["must-refuse"])
+    (result,) = report.results
+    assert result.status == "fail" and says in result.message, result.message
+    assert not report.ok
+
+
+def test_a_case_gives_expected_outputs_or_a_refusal_not_both_nor_neither(tmp_path: Path) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+
+    def edit(data: dict) -> None:
+        case_named(data, "rank0-f32")["refused"] = {"error": "DTypeError"}
+        del case_named(data, "one-element-f32")["expected"]
+
+    edit_test_json(root, edit)
+    report = run_package_tests(wk.load_kernel(root))
+    assert report.error is not None and "exactly one of 'expected'" in report.error, report.error
+    problems = [p for p in validate_package(root).problems if "exactly one of 'expected'" in p.message]
+    assert len(problems) == 2, problems
+
+
+def test_validate_reports_a_contract_refusal_other_than_the_one_a_case_expects(tmp_path: Path) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    edit_test_json(root, lambda data: data["cases"].append(
+        refused_case("int-input", "int32", [4], {}, {"error": "RankError"})))
+    problems = [p for p in validate_package(root).problems if p.severity == "error"]
+    assert [(p.file, p.json_path.rsplit(".", 1)[-1]) for p in problems] == [("test.json", "refused")], problems
+    assert "refused with DTypeError" in problems[0].message and "expects RankError" in problems[0].message
+
+
+def test_the_schema_lists_every_error_a_call_can_be_refused_with() -> None:
+    from webgpu_kernels import errors
+    from webgpu_kernels.casefile import case_schema
+
+    listed = set(case_schema("test")["$defs"]["refused"]["properties"]["error"]["enum"])
+    classes = {name for name, cls in vars(errors).items()
+               if isinstance(cls, type) and issubclass(cls, (errors.InputError, errors.SelectionError))}  # fmt: skip
+    assert listed == classes
+
+
 def test_package_without_test_json_fails(tmp_path: Path, runner: CliRunner) -> None:
     root = copy_package(QUICK_GELU, tmp_path / "qg")
     (root / "test.json").unlink()
@@ -232,7 +325,7 @@ def test_crashing_child_fails_the_package_not_the_command(runner: CliRunner, mon
     last = qg["results"][-1]
     assert (last["case"], last["variant"], last["status"]) == ("tail-3x5-f16", "vec4_tail", "error")
     assert qg["counts"]["pass"] > 30  # what ran before the crash came back
-    assert ba["ok"] is True and ba["counts"]["pass"] == 36  # the next package still ran
+    assert ba["ok"] is True and ba["counts"]["pass"] == 41  # the next package still ran
 
 
 def test_isolation_defaults_to_the_package_needing_trust(runner: CliRunner, monkeypatch) -> None:

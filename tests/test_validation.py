@@ -562,6 +562,9 @@ def test_valid_says_how_many_variants_were_never_compiled(runner: CliRunner, tmp
     assert "0 errors, 6 warnings: valid (4 of 4 variant x dtype pairs not compiled: their status above says why)" in " ".join(out.output.split())
     full = runner.invoke(main, ["validate", "com.microsoft.BiasAdd"])
     assert full.exit_code == 0 and "not compiled: their status" not in full.output
+    as_json = runner.invoke(main, ["validate", str(package), "--json"])  # the API and --json say it too
+    assert json.loads(as_json.output)["uncompiled"] == 4
+    assert validate_package(package).uncompiled == 4 and validate_package(embedded_root() / "com.microsoft.BiasAdd").uncompiled == 0
 
 
 def test_without_shader_f16_a_pair_no_case_reaches_is_not_exercised_not_no_shader_f16(tmp_path: Path, gl_device) -> None:

@@ -327,3 +327,9 @@ def test_the_package_written_with_the_broadcast_functions(tmp_path):
     write_metadata(package)
     with pytest.raises(errors.ShapeError, match=r"^argument 'condition, X, Y': .*\(outputs\[0\]\.shape: outShape\)"):
         wk.load_kernel(package)(inputs_of(c, x, y))
+    # Shapes padded by derive entries match no input's shape: the inputs those entries read are named.
+    data["outputs"][0]["shape"] = "broadcastShape(c6, x6, y6)[6 - R:]"
+    (package / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
+    write_metadata(package)
+    with pytest.raises(errors.ShapeError, match=r"^argument 'condition, X, Y': .*got \[1, 1, 1, 1, 2, 3\], "):
+        wk.load_kernel(package)(inputs_of(c, x, y))

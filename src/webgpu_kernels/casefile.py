@@ -117,6 +117,23 @@ def _merge_tolerances(base: Mapping[str, Tolerance], override: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """What a case that must be refused expects: an error of class ``error`` (a name in errors.py;
+    a subclass counts) whose message contains ``message``."""
+
+    error: str
+    message: str | None = None
+
+    def matches(self, exc: BaseException) -> bool:
+        from . import errors  # the schema's enum limits ``error`` to the call's error classes
+
+        return isinstance(exc, getattr(errors, self.error)) and (self.message is None or self.message in str(exc))
+
+    def describe(self) -> str:
+        return self.error + (f" whose message contains {self.message!r}" if self.message else "")
+
+
+@dataclass(frozen=True)
 class TestCase:
     """One test.json case, as written (data is built on demand: :meth:`build_inputs`, :meth:`build_expected`)."""
 
@@ -134,6 +151,7 @@ class TestCase:
     expected: dict[str, dict[str, Any]]
     tolerances: dict[str, Tolerance]
     variants: tuple[str, ...] | None
+    refused: Refusal | None = None  # set: the call must raise this, and ``expected`` is empty
     file: str = TEST_FILE
 
     def tolerance(self, dtype: str) -> Tolerance:
@@ -303,8 +321,11 @@ def check_test_data(data: Any, *, file: str = TEST_FILE) -> list[CaseFileError]:
                     errors.append(CaseFileError(f"{key} must be a finite number, not {value!r}", file=file,
                                                 json_path=json_path([*where, dtype, key])))  # fmt: skip
     for i, case in enumerate(data["cases"]):
+        if ("expected" in case) == ("refused" in case):
+            errors.append(CaseFileError("give exactly one of 'expected' (the outputs to compare) and 'refused' (the "
+                                        "error the call must raise)", file=file, json_path=json_path(["cases", i])))  # fmt: skip
         for section in ("inputs", "expected"):
-            for role, spec in case[section].items():
+            for role, spec in case.get(section, {}).items():
                 kinds = [k for k in ("values", "generate", "file") if k in spec]
                 entry = json_path(["cases", i, section, role])
                 if len(kinds) != 1:
@@ -349,9 +370,10 @@ def parse_test_file(data: Any, *, file: str = TEST_FILE) -> TestFile:
             name=case["name"], index=i, json_path=json_path(["cases", i]), description=case.get("description", ""),
             tags=tuple(case.get("tags", [])), types=dict(case.get("types", {})), attrs=dict(case.get("attrs", {})),
             tunables=dict(case.get("tunables", {})), inputs={k: dict(v) for k, v in case["inputs"].items()},
-            expected={k: dict(v) for k, v in case["expected"].items()},
+            expected={k: dict(v) for k, v in case.get("expected", {}).items()},
             tolerances=_merge_tolerances(base, case.get("tolerances", {})),
-            variants=tuple(variants) if variants is not None else None, file=file,
+            variants=tuple(variants) if variants is not None else None,
+            refused=Refusal(**case["refused"]) if "refused" in case else None, file=file,
         ))  # fmt: skip
     return TestFile(description=data.get("description", ""), tolerances=base, cases=tuple(cases), file=file)
 
@@ -359,8 +381,10 @@ def parse_test_file(data: Any, *, file: str = TEST_FILE) -> TestFile:
 def parse_draft_case(case: Mapping[str, Any]) -> TestCase:
     """One case as test.json would hold it, its ``expected`` optional: authors build its inputs to
     compute the expected outputs before the case can go into the file."""
-    # The schema wants an expected entry; a placeholder stands in for it (build_inputs never reads it).
-    draft = {**case, "expected": case.get("expected") or {"placeholder": {"shape": [], "values": 0}}}
+    # The file wants an expected or a refused entry; a placeholder stands in (build_inputs reads neither).
+    draft = dict(case)
+    if "refused" not in draft and not draft.get("expected"):
+        draft["expected"] = {"placeholder": {"shape": [], "values": 0}}
     return parse_test_file({"cases": [draft]}, file="case").cases[0]
 
 

@@ -591,12 +591,19 @@ def _one_line(row: dict[str, Any]) -> str:
             f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}{wrong}")  # fmt: skip
 
 
+def _span_text(rows: list[dict[str, Any]]) -> str:
+    """How many calls the rows' timestamp spans held: "50", or "4 to 50" where slow calls got shorter spans."""
+    spans = sorted({row["calls_per_span"] for row in rows if row.get("calls_per_span")}) or [CALLS_PER_SPAN]
+    return str(spans[0]) if len(spans) == 1 else f"{spans[0]} to {spans[-1]}"
+
+
 def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
 def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[str, Any]]) -> None:
-    table = Table(title=f"GPU time per call (timestamps around {CALLS_PER_SPAN} back-to-back calls, median, sustained load, random data)")
+    table = Table(title=f"GPU time per call (timestamps around {_span_text(rows)} back-to-back calls, median, sustained "
+                        "load, random data)")  # fmt: skip
     # TFLOP/s only where some package's bench.json counts FLOPs (a compute-bound op)
     flops = any(row.get("tflops") is not None for row in rows)
     for col in ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", *(("TFLOP/s",) if flops else ()),

@@ -400,7 +400,7 @@ def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False) ->
     errors, warnings = len(report.errors), len(report.warnings)
     summary = f"{errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}"
     # "valid" says nothing of WGSL that was never compiled: a broken shader no case reaches passes.
-    uncompiled = sum(1 for c in report.coverage if not c.pipelines and not c.failed)
+    uncompiled = report.uncompiled
     caveat = (f" ({uncompiled} of {len(report.coverage)} variant x dtype pairs not compiled: their status above "
               "says why)" if report.ok and uncompiled else "")  # fmt: skip
     console.print(Text(f"{summary}: " + ("valid" if report.ok else "INVALID") + caveat,

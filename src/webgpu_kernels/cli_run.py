@@ -17,7 +17,7 @@ from rich.text import Text
 
 from .case_data import random_values
 from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, resolve_kernel
-from .cli_bench import _tolerance
+from .cli_bench import _wrong
 from .device import choose_adapter
 from .references import numpy_reference, onnxruntime_reference
 
@@ -87,9 +87,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
 def _agrees(c: dict[str, Any], dtype: str) -> bool:
     """An output agrees with a reference by bench's rule: same shape, the same NaN and inf, and a
     max abs error within its dtype's tolerance (1e-4 float32, 1e-2 float16)."""
-    if "shapeMismatch" in c or c["nonFiniteMismatches"]:
-        return False
-    return c["maxAbsError"] is None or c["maxAbsError"] <= _tolerance([dtype])
+    return "shapeMismatch" not in c and not c["nonFiniteMismatches"] and not _wrong(c["maxAbsError"], dtype)
 
 
 @contextmanager

@@ -91,7 +91,7 @@ def _broadcast(shapes: tuple[Any, ...], fn: str) -> tuple[int, ...] | str:
     """NumPy's (and ONNX's multidirectional) broadcast of ``shapes``: their shape, or why not."""
     if not shapes:
         raise ExpressionEvalError(f"{fn}() takes one or more shapes")
-    dims = [_as_shape(shape, fn) for shape in shapes]
+    dims = [_as_shape(shape, fn, sizes=True) for shape in shapes]
     if sum(len(d) for d in dims) > MAX_SEQUENCE_LENGTH:
         raise SandboxViolation(f"{fn}() of shapes of more than {MAX_SEQUENCE_LENGTH} dimensions in all")
     rank = max(len(d) for d in dims)
@@ -116,7 +116,7 @@ def _broadcast_shape(*shapes: Any) -> tuple[int, ...]:
 
 
 def _broadcast_strides(shape: Any, target: Any) -> tuple[int, ...]:
-    dims, out = _as_shape(shape, "broadcastStrides"), _as_shape(target, "broadcastStrides")
+    dims, out = _as_shape(shape, "broadcastStrides", sizes=True), _as_shape(target, "broadcastStrides", sizes=True)
     if _broadcast((dims, out), "broadcastStrides") != out:
         raise ExpressionEvalError(f"broadcastStrides(): {list(dims)} does not broadcast to {list(out)}")
     strides, step = [0] * len(out), 1
@@ -126,10 +126,14 @@ def _broadcast_strides(shape: Any, target: Any) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def _as_shape(value: Any, fn: str) -> tuple[int, ...]:
+def _as_shape(value: Any, fn: str, *, sizes: bool = False) -> tuple[int, ...]:
+    """``value`` as a tuple of integers; with ``sizes``, none negative (broadcasting reads them as
+    dimensions: a negative one is the manifest's arithmetic, never the caller's shape)."""
     if isinstance(value, Undefined):
         value._fail_with_undefined_error()  # names what is missing (e.g. shapes.Z), not "Undefined"
     if isinstance(value, (tuple, list)) and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+        if sizes and any(d < 0 for d in value):
+            raise ExpressionEvalError(f"{fn}() expects sizes of 0 or more, got {_short(value)}")
         return tuple(value)
     raise ExpressionEvalError(f"{fn}() expects a shape (a list of integers), got {_short(value)}")
 

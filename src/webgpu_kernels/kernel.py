@@ -21,7 +21,7 @@ import numpy as np
 from . import tuning
 from .contract import CallSignature, check_call, has_negative_zero
 from .device import Device, get_device
-from .errors import DeviceLimitError, ExpressionError, InputError, KernelError, SelectionError, ShapeError
+from .errors import DeviceLimitError, DTypeError, ExpressionError, InputError, KernelError, SelectionError, ShapeError
 from .execution import (
     ExecutionPlan,
     build_pass,
@@ -486,6 +486,10 @@ def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
             raise InputError(name, "an array, a GpuTensor or a TensorMeta", type(value).__name__)
         if not isinstance(shape, (tuple, list)):
             raise ShapeError(name, "a shape (a tuple of dimensions)", f"{type(shape).__name__} {shape!r}")
+        if isinstance(dtype, str) and dtype in _AMBIGUOUS_DTYPE_NAMES:
+            numpy_reading, short_reading = _AMBIGUOUS_DTYPE_NAMES[dtype]
+            raise DTypeError(name, f"a dtype name with one reading: {numpy_reading!r} (NumPy's {dtype!r}) or "
+                                   f"{short_reading!r} (the CLI's and dtypes' {dtype!r})", repr(dtype))  # fmt: skip
         metas[name] = (tuple(shape), _dtype_name(dtype))
     return metas
 
@@ -494,9 +498,23 @@ def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
 _SHORT_DTYPE_NAMES = {short: name for name, short in ONNX_TO_WGSL.items() if short}
 
 
+def _numpy_reading(name: str) -> str | None:
+    try:
+        return np.dtype(name).name
+    except TypeError:
+        return None
+
+
+#: Short names NumPy reads as another type the engine knows ("i8": int64 to NumPy, int8 to the CLI
+#: and dtypes.T): refused rather than guessed.
+_AMBIGUOUS_DTYPE_NAMES = {
+    short: (_numpy_reading(short), name) for short, name in _SHORT_DTYPE_NAMES.items()
+    if _numpy_reading(short) in ONNX_TO_WGSL and _numpy_reading(short) != name
+}  # fmt: skip
+
+
 def _dtype_name(dtype: Any) -> str:
-    """The NumPy name of a dtype given any way NumPy reads one ("f4", np.float32, "i8" as int64),
-    else by its short name ("f16", "bf16", "i32"): NumPy reads "f16" as float128, which no
+    """The NumPy name of a dtype given any way NumPy reads one ("f4", np.float32), else by its short name ("f16", "bf16", "i32"): NumPy reads "f16" as float128, which no
     kernel takes, and knows no "f32". Any other name stays as it is, for the contract to refuse."""
     if dtype is None:  # np.dtype(None) is float64, which the caller never said
         return "None"
@@ -545,6 +563,8 @@ def as_array(name: str, value: Any) -> np.ndarray:
         raise InputError(name, "a NumPy array or a GpuTensor", "a masked array (pass .filled(...) or .data)")
     if isinstance(value, np.ndarray):
         return value
+    if isinstance(value, memoryview) and _is_released(value):
+        raise InputError(name, "a live buffer", "a released memoryview")
     if not (hasattr(value, "__array__") or isinstance(value, (list, tuple, int, float)) or _is_buffer(value)):
         raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
     try:
@@ -553,6 +573,13 @@ def as_array(name: str, value: Any) -> np.ndarray:
         if isinstance(value, (list, tuple)):
             raise InputError(name, "a rectangular array", f"{type(value).__name__} NumPy cannot make one of ({exc})") from None
         raise InputError(name, "an array NumPy can read", f"{type(value).__name__} ({exc})") from None
+
+
+def _is_released(view: memoryview) -> bool:
+    try:
+        return view.nbytes < 0  # never: a released view refuses to say
+    except ValueError:
+        return True
 
 
 def _is_buffer(value: Any) -> bool:

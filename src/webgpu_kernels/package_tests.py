@@ -28,7 +28,16 @@ import numpy as np
 
 from .buffers import translate_gpu_errors
 from .case_data import numpy_dtype
-from .casefile import TEST_FILE, CaseFileError, TestCase, case_name_matches, compare, elements_ok, read_test_file
+from .casefile import (
+    TEST_FILE,
+    CaseFileError,
+    Refusal,
+    TestCase,
+    case_name_matches,
+    compare,
+    elements_ok,
+    read_test_file,
+)
 from .errors import KernelError
 from .kernel import Kernel, TensorMeta
 from .program import OutputSpec
@@ -171,10 +180,14 @@ def run_package_tests(
 
     # Plan: build each case's inputs and find the variants that accept it (no GPU work yet).
     plans: list[tuple[TestCase, str, dict[str, np.ndarray], list[str], tuple[OutputSpec, ...]]] = []
+    refusals: list[tuple[TestCase, Refusal, str, dict[str, np.ndarray]]] = []
     for case in selected:
         label = case.type_label(manifest)
         try:
             arrays = case.build_inputs(manifest, read)
+            if case.refused is not None:  # its call is judged whole, refusal included
+                refusals.append((case, case.refused, label, arrays))
+                continue
             explanation = kernel.explain({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()},
                                          attrs=case.attrs or None, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
         except KernelError as exc:  # the case's call is refused (its attrs, tunables, inputs): say where the case is
@@ -183,7 +196,7 @@ def run_package_tests(
         verdicts = {v.variant: v for v in explanation.verdicts}
         accepted = [v.variant for v in explanation.verdicts if v.accepted]
         accepted.sort(key=lambda vid: kernel.variants.index(vid))
-        if not accepted and not device.info.has_f16 and any(a.dtype == np.float16 for a in arrays.values()):
+        if not accepted and device.info.lacks_f16_for(a.dtype.name for a in arrays.values()):
             add(RunResult(kernel.op_id, case.name, None, label, SKIP, message="this adapter has no shader-f16 feature"))
             continue
         if case.variants is not None:
@@ -202,7 +215,12 @@ def run_package_tests(
             continue
         plans.append((case, label, arrays, accepted, tuple(explanation.outputs)))
 
-    notify("total", sum(len(p[3]) for p in plans))
+    notify("total", sum(len(p[3]) for p in plans) + sum(len(r[0].variants or (None,)) for r in refusals))
+    for case, refusal, label, arrays in refusals:
+        for vid in case.variants or (None,):
+            notify("start", {"case": case.name, "variant": vid or "-", "dtype": label})
+            add(_judge_refusal(kernel, case, refusal, label, vid, arrays, adapter))
+            notify("advance", 1)
     for case, label, arrays, accepted, output_specs in plans:
         try:
             expected = case.build_expected(read, {o.role: o.dtype for o in output_specs})
@@ -216,6 +234,31 @@ def run_package_tests(
             add(_run_one(kernel, case, label, vid, arrays, output_specs, expected, adapter))
             notify("advance", 1)
     return report
+
+
+def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str, variant: str | None,
+                   arrays: Mapping[str, np.ndarray], adapter: str | None) -> RunResult:  # fmt: skip
+    """A case that must be refused: its call (on ``variant``, forced, when the case names variants)
+    passes when it raises the error the case gives, and fails when it raises another or runs."""
+    from .device import get_device
+
+    start = time.perf_counter()
+    try:
+        got = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
+                     tunables=case.tunables or None, adapter=adapter)  # fmt: skip
+    except KernelError as exc:
+        seconds = time.perf_counter() - start
+        said = f"{type(exc).__name__}: {exc}"
+        if refusal.matches(exc):
+            return RunResult(kernel.op_id, case.name, variant, label, PASS, message=f"refused: {said}", seconds=seconds)
+        status, message = FAIL, f"refused with {said}; the case expects {refusal.describe()}"
+    else:
+        seconds = time.perf_counter() - start
+        shapes = ", ".join(f"{role} {list(np.shape(out))}" for role, out in got.items())
+        status, message = FAIL, f"the call ran (outputs {shapes}); the case expects a refusal: {refusal.describe()}"
+    if get_device(adapter).info.lacks_f16_for(a.dtype.name for a in arrays.values()):
+        status, message = SKIP, "this adapter has no shader-f16 feature (the refusal may be the adapter's)"
+    return RunResult(kernel.op_id, case.name, variant, label, status, message=message, seconds=seconds)
 
 
 def _run_one(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: Mapping[str, np.ndarray],

@@ -14,7 +14,7 @@ an output shape that does is refused when the package loads.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -42,6 +42,12 @@ class DeviceInfo:
     @property
     def has_f16(self) -> bool:
         return "shader-f16" in self.features
+
+    def lacks_f16_for(self, input_dtypes: Iterable[str]) -> bool:
+        """Whether a call with inputs of these dtypes (NumPy names) has float16 data and the device
+        no shader-f16: `test` skips such a case where it does not run as the file says, and
+        `validate` judges it as `test` does."""
+        return not self.has_f16 and "float16" in input_dtypes
 
     @cached_property  # every call scope reads it: sorted once per device
     def feature_names(self) -> tuple[str, ...]:
@@ -167,13 +173,30 @@ class Program:
         _define_all(inner, variant.constants)
         return inner
 
-    @staticmethod
-    def _output_shape(expr: Expression, scope: Mapping[str, Any]) -> tuple[int, ...]:
+    def _inputs_read(self, expr: Expression) -> list[str]:
+        """The inputs whose shape or rank ``expr`` reads, itself or through derive entries."""
+        inputs = {spec.role for spec in self.manifest.inputs}
+        derive = dict(self.derive)
+        roles: list[str] = []
+        pending, seen = [expr], set()
+        while pending:
+            for ref in pending.pop().references:
+                namespace, _, role = ref.partition(".")
+                if namespace in ("shapes", "ranks") and role in inputs and role not in roles:
+                    roles.append(role)
+                elif ref in derive and ref not in seen:
+                    seen.add(ref)
+                    pending.append(derive[ref])
+        return roles
+
+    def _output_shape(self, expr: Expression, scope: Mapping[str, Any]) -> tuple[int, ...]:
         try:
             value = expr.evaluate(scope)
         except BroadcastError as exc:  # the inputs' shapes, not the package: the call's error
             given = [tuple(s) for s in exc.shapes]
-            roles = [role for role, shape in scope["shapes"].items() if tuple(shape) in given] or ["inputs"]
+            read = [role for role in self._inputs_read(expr) if role in scope["shapes"]]
+            # the inputs whose shapes are the ones that failed, else every input the shape reads
+            roles = [role for role in read if tuple(scope["shapes"][role]) in given] or read or ["inputs"]
             raise ShapeError(", ".join(roles), f"shapes that broadcast together ({expr.where}: {expr.source})",
                              f"{', '.join(str(list(s)) for s in given)}: {exc.reason}") from None  # fmt: skip
         except ExpressionError:

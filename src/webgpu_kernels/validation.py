@@ -419,11 +419,18 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
             out.error(TEST_FILE, exc.json_path, exc.detail, case=case.name)
             continue
         except InputError as exc:
-            out.error(TEST_FILE, case.json_path, f"the case breaks the contract: {exc}", case=case.name)
+            if case.refused is None:
+                out.error(TEST_FILE, case.json_path, f"the case breaks the contract: {exc}", case=case.name)
+            elif not case.refused.matches(exc):
+                out.error(TEST_FILE, f"{case.json_path}.refused", f"the call is refused with {type(exc).__name__}: "
+                          f"{exc}; the case expects {case.refused.describe()}", case=case.name)  # fmt: skip
             continue
         for tv in case.types:
             if tv not in manifest.type_constraints:
                 out.error(TEST_FILE, f"{case.json_path}.types.{tv}", f"{tv!r} is not a type variable of the manifest")
+        if case.refused is not None:  # refused later than the contract (selection, device limits): `test` judges it
+            _check_case_variants(case, manifest, out)
+            continue
         binding = signature.type_bindings()
         out_dtypes = {role: binding.get(tv, "") for role, tv in output_types.items()}
         for role in case.expected:
@@ -450,12 +457,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
                 out.error(TEST_FILE, f"{case.json_path}.expected.{role}",
                           f"expected values have shape {list(want.shape)}, the manifest gives the output "
                           f"shape {list(shape)} for these inputs", case=case.name)  # fmt: skip
-        if case.variants is not None:
-            ids = [v.id for v in manifest.variants]
-            for i, vid in enumerate(case.variants):
-                if vid not in ids:
-                    out.error(TEST_FILE, f"{case.json_path}.variants[{i}]",
-                              f"no variant {vid!r} (the variants are {', '.join(ids)})")  # fmt: skip
+        _check_case_variants(case, manifest, out)
     for dtype in sorted(missing_tolerance):
         out.warning(TEST_FILE, "tolerances", f"no tolerance for {dtype} outputs: they must match exactly")
     checked = {role for case in test_file.cases for role in case.expected}
@@ -464,6 +466,13 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
             out.warning(TEST_FILE, "cases", f"no case lists output {role!r} under `expected`: `webgpu-kernels test` "
                                             "never checks what the kernel writes there")  # fmt: skip
     return test_file
+
+
+def _check_case_variants(case: casefile.TestCase, manifest: Manifest, out: ProblemCollector) -> None:
+    ids = [v.id for v in manifest.variants]
+    for i, vid in enumerate(case.variants or ()):
+        if vid not in ids:
+            out.error(TEST_FILE, f"{case.json_path}.variants[{i}]", f"no variant {vid!r} (the variants are {', '.join(ids)})")
 
 
 def _expected_output_shapes(program: Program | None, signature: Any) -> dict[str, tuple[int, ...]]:

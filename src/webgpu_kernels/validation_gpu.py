@@ -52,6 +52,8 @@ def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_fil
     calls = []
     if test_file is not None:
         for case in test_file.cases:
+            if case.refused is not None:  # meant to be refused: nothing of it compiles
+                continue
             try:
                 arrays = case.build_inputs(manifest, package.read_bytes)
             except KernelError:
@@ -122,7 +124,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         # Without shader-f16 a float16 call is judged like any other: a variant that copies f16 data
         # as u32 words runs there, and `test` runs it; a guarded one (f16Ok) rejects it. `test`
         # skips a case that no variant accepts when an input is float16: so does this.
-        no_f16 = not device.info.has_f16 and any(dtype == "float16" for _, dtype in call.inputs.values())
+        no_f16 = device.info.lacks_f16_for(dtype for _, dtype in call.inputs.values())
         with_f16: list[Any] = []  # the call's scope on this device with shader-f16, built when needed
         try:
             scope, outputs = program.call_scope(signature, device.info)

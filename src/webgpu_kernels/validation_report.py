@@ -99,10 +99,16 @@ class ValidationReport:
     def ok(self) -> bool:
         return not self.errors
 
+    @property
+    def uncompiled(self) -> int:
+        """Variant x dtype pairs that compiled no pipeline and did not fail (no case reached them,
+        or this adapter rejects them): a valid package not wholly checked on this adapter."""
+        return sum(1 for c in self.coverage if not c.pipelines and not c.failed)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "path": self.path, "op": self.op_id, "adapter": self.adapter, "isolated": self.isolated, "ok": self.ok,
-            "errors": len(self.errors), "warnings": len(self.warnings),
+            "errors": len(self.errors), "warnings": len(self.warnings), "uncompiled": self.uncompiled,
             "checked": dict(self.checked), "skipped": self.skipped, "problems": [p.as_dict() for p in self.problems],
             "coverage": [c.as_dict() for c in self.coverage],
         }  # fmt: skip
