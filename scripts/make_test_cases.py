@@ -204,7 +204,7 @@ BIAS_ADD_REFUSALS = [
      "refused": {"error": "DTypeError", "message": "argument 'bias'"}},
     {"name": "refused-vec4-on-c5", "description": "vec4 needs C to be a multiple of 4.", "variants": ["vec4"],
      "inputs": {"X": f32([2, 3, 5], 922), "bias": f32([5], 923), "skip": f32([2, 3, 5], 924)},
-     "refused": {"error": "VariantRejectedError"}},
+     "refused": {"error": "VariantRejectedError", "message": "variant 'vec4' cannot run this call"}},
 ]  # fmt: skip
 
 

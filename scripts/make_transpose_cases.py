@@ -7,6 +7,9 @@ as `webgpu-kernels test` does), or written inline (special values, int64 extreme
 output is np.transpose(data, perm) of those inputs (perm None: the axes reversed, ONNX's default),
 in the input's dtype. A transpose copies values: the comparison is exact.
 
+REFUSED lists the calls the contract must refuse (test.json `refused` cases: the error class and a
+part of its message specific to the reason, so that a call refused for another reason fails).
+
     PYTHONPATH=src python3 scripts/make_transpose_cases.py
 """
 import os
@@ -41,6 +44,71 @@ SHAPES = [
     ("rank5-2x3x1x2x3", "rank 5, default perm", (2, 3, 1, 2, 3), None, {}),
     ("rank6-2x1x3x1x2x3", "rank 6, perm [5, 3, 1, 0, 2, 4]", (2, 1, 3, 1, 2, 3), [5, 3, 1, 0, 2, 4], {}),
     ("rank6-2x3x2x3x2x3-default", "rank 6, default perm (reversed)", (2, 3, 2, 3, 2, 3), None, {}),
+]
+
+# Calls a user gets wrong, each refused: (name, description, data shape, dtype, extra case fields,
+# error class, message fragment). A perm the package refuses leaves no variant (every variant's
+# when[0] is permOk); the trace names the derive entries permOk reads, in the order it reads them
+# (lenOk, itemsOk, distinctOk, stopping at the first false one), which tells the reasons apart.
+PERM_FALSE = "when[0] 'permOk' is false (with permOk=False, "
+REFUSED = [
+    ("refused-perm-too-short", "perm of length 2 for rank 3", (2, 3, 4), "float32", {"attrs": {"perm": [1, 0]}},
+     "SelectionError", PERM_FALSE + "lenOk=False"),
+    ("refused-perm-too-long", "perm of length 4 for rank 3 (a permutation of 0..3)", (2, 3, 4), "float32",
+     {"attrs": {"perm": [0, 2, 1, 3]}}, "SelectionError", PERM_FALSE + "lenOk=False"),
+    ("refused-perm-rank0-nonempty", "perm [0] for a rank-0 tensor: only [] is a permutation", (), "float32",
+     {"attrs": {"perm": [0]}}, "SelectionError", PERM_FALSE + "lenOk=False"),
+    ("refused-perm-repeated-axis", "perm [0, 0, 1]: axis 0 twice, axis 2 missing", (2, 3, 4), "float32",
+     {"attrs": {"perm": [0, 0, 1]}}, "SelectionError", PERM_FALSE + "lenOk=True, itemsOk=True, distinctOk=False"),
+    ("refused-perm-axis-out-of-range", "perm [0, 1, 3] for rank 3: axis 3 outside [0, 3)", (2, 3, 4), "float32",
+     {"attrs": {"perm": [0, 1, 3]}}, "SelectionError", PERM_FALSE + "lenOk=True, itemsOk=False"),
+    ("refused-perm-negative-axis", "perm [-1, 0, 1]: ONNX Transpose allows no negative axis", (2, 3, 4),
+     "float32", {"attrs": {"perm": [-1, 0, 1]}}, "SelectionError", PERM_FALSE + "lenOk=True, itemsOk=False"),
+    ("refused-perm-fractional-item", "perm [0.5, 1, 2]: an axis that is not an integer", (2, 3, 4), "float32",
+     {"attrs": {"perm": [0.5, 1, 2]}}, "SelectionError", PERM_FALSE + "lenOk=True, itemsOk=False"),
+    ("refused-perm-float-item", "perm [0.0, 1, 2]: 0.0 is not an integer axis (np.transpose refuses it too)",
+     (2, 3, 4), "float32", {"attrs": {"perm": [0.0, 1, 2]}}, "SelectionError",
+     PERM_FALSE + "lenOk=True, itemsOk=False"),
+    ("refused-perm-string-items", "perm of strings: the contract wants a list of numbers", (2, 3, 4), "float32",
+     {"attrs": {"perm": ["0", "1", "2"]}}, "AttributeValueError",
+     "argument 'perm': expected a list of finite numbers (attribute), got str '0'"),
+    ("refused-perm-bool-item", "perm [true, false, 2]: a boolean is not an axis", (2, 3, 4), "float32",
+     {"attrs": {"perm": [True, False, 2]}}, "AttributeValueError",
+     "argument 'perm': expected a list of finite numbers (attribute), got bool True"),
+    ("refused-perm-not-a-list", "perm 1: an integer, not a list", (2, 3, 4), "float32", {"attrs": {"perm": 1}},
+     "AttributeValueError", "argument 'perm': expected a list of finite numbers (attribute), got int 1"),
+    ("refused-perm-nested-list", "perm [[0, 1, 2]]: a list inside the list", (2, 3, 4), "float32",
+     {"attrs": {"perm": [[0, 1, 2]]}}, "AttributeValueError", "argument 'perm': expected a list of finite numbers"),
+    ("refused-unknown-attribute", "axes instead of perm (an attribute the op does not have)", (2, 3, 4),
+     "float32", {"attrs": {"axes": [2, 1, 0]}}, "UnknownInputError",
+     "argument 'axes': expected one of the attributes ['perm'], got an unknown attribute"),
+    ("refused-dtype-float64", "float64 data: outside T", (2, 3), "float64", {}, "DTypeError",
+     "argument 'data': expected dtype in ['float32', 'float16', 'int32', 'int64'] (type variable T), got float64"),
+    ("refused-dtype-uint8", "uint8 data: outside T", (2, 3), "uint8", {}, "DTypeError",
+     "argument 'data': expected dtype in ['float32', 'float16', 'int32', 'int64'] (type variable T), got uint8"),
+    ("refused-dtype-bool", "bool data: outside T", (2, 3), "bool", {}, "DTypeError",
+     "argument 'data': expected dtype in ['float32', 'float16', 'int32', 'int64'] (type variable T), got bool"),
+    ("refused-missing-input", "no data at all", (), "float32", {"inputs": {}}, "MissingInputError",
+     "argument 'data': expected a T tensor"),
+    ("refused-rank7", "rank 7: the package takes ranks 0 to 6", (1, 2, 1, 2, 1, 2, 1), "float32", {},
+     "RankError", "argument 'data': expected rank 6 (min(ranks.data, 6)), got rank 7"),
+    ("refused-workgroup-0", "WORKGROUP_SIZE 0: every variant's workgroupOk", (2, 3), "float32",
+     {"tunables": {"WORKGROUP_SIZE": 0}}, "SelectionError",
+     "when[2] 'workgroupOk' is false (with workgroupOk=False, tunables.WORKGROUP_SIZE=0"),
+    ("refused-unknown-tunable", "a tunable the package does not have", (2, 3), "float32",
+     {"tunables": {"TILE": 4}}, "UnknownInputError",
+     "argument 'TILE': expected one of the tunables ['WORKGROUP_SIZE'], got an unknown tunable"),
+    ("refused-copy-on-real-transpose", "copy forced on a transpose that moves data: its orderKept rejects it",
+     (2, 3, 4), "float32", {"attrs": {"perm": [2, 0, 1]}, "variants": ["copy"]}, "VariantRejectedError",
+     "variant 'copy' cannot run this call: when[3] 'orderKept' is false"),
+    ("refused-copy-default-perm", "copy forced on the default perm (reversed) of a 3x5 matrix", (3, 5),
+     "float32", {"variants": ["copy"]}, "VariantRejectedError",
+     "variant 'copy' cannot run this call: when[3] 'orderKept' is false"),
+    ("refused-forced-bad-perm", "both variants forced on a repeated axis: each rejects it at permOk", (2, 3, 4),
+     "int64", {"attrs": {"perm": [1, 1, 0]}, "variants": ["copy", "general"]}, "VariantRejectedError",
+     PERM_FALSE + "lenOk=True, itemsOk=True, distinctOk=False"),
+    ("refused-perm-too-short-f16", "perm of length 1 for rank 2, float16", (2, 3), "float16",
+     {"attrs": {"perm": [0]}}, "SelectionError", PERM_FALSE + "lenOk=False"),
 ]
 
 
@@ -84,6 +152,14 @@ for c, perm in cases:
     want = np.array(np.transpose(ins["data"], perm), order="C")  # (ascontiguousarray makes rank 0 rank 1)
     c["expected"] = {"transposed": expected_entry(PKG, c["name"], "transposed", want)}
     out.append(c)
+
+for name, desc, shape, dt, extra, error, message in REFUSED:
+    seed += 1
+    gen = generator(dt, seed) if dt in dict(DTYPES) else {"distribution": "uniform", "seed": seed, "low": 0.0,
+                                                          "high": 1.0}
+    out.append({"name": name, "description": desc, "types": {"T": dt},
+                "inputs": {"data": {"shape": list(shape), "generate": gen}}, **extra,  # extra may replace inputs
+                "refused": {"error": error, "message": message}})
 
 write_test_file(
     PKG,

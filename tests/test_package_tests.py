@@ -270,6 +270,60 @@ def test_validate_reports_a_contract_refusal_other_than_the_one_a_case_expects(t
     assert "refused with DTypeError" in problems[0].message and "expects RankError" in problems[0].message
 
 
+def test_a_refused_case_naming_no_variant_of_the_package_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    """The unknown variant's own SelectionError had counted as the expected refusal."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    case = refused_case("case-no-such-variant", "float32", [5], {"variants": ["vec8"]}, {"error": "SelectionError"})
+    edit_test_json(root, lambda data: data["cases"].append(case))
+    (result,) = run_package_tests(wk.load_kernel(root), cases=["case-no-such-variant"]).results
+    assert result.status == "error" and result.message.startswith("no variant 'vec8' (the variants are vec4, ")
+
+
+def test_a_refused_case_may_pass_an_unknown_input_with_its_dtype(tmp_path: Path) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    case = refused_case("case-extra-input", "float32", [4], {}, {"error": "UnknownInputError", "message": "'W'"})
+    case["inputs"]["W"] = {"dtype": "float32", "shape": [4], "generate": {"distribution": "normal", "seed": 1}}
+    edit_test_json(root, lambda data: data["cases"].append(case))
+    (result,) = run_package_tests(wk.load_kernel(root), cases=["case-extra-input"]).results
+    assert (result.status, result.refused) == ("pass", True), result
+    assert result.message.startswith("refused: UnknownInputError: argument 'W'")
+    assert not [p for p in validate_package(root).problems if p.file == "test.json"]
+    del case["inputs"]["W"]["dtype"]  # without a dtype it is the file's error, as in any case
+    edit_test_json(root, lambda data: data["cases"].__setitem__(-1, case))
+    (result,) = run_package_tests(wk.load_kernel(root), cases=["case-extra-input"]).results
+    assert result.status == "error" and "a refused case may name one, with its own 'dtype'" in result.message
+
+
+def test_validate_flags_refusals_that_cannot_come_and_broad_ones_without_a_message(tmp_path: Path) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    cases = [refused_case("case-fine-dtype", "float32", [4], {}, {"error": "DTypeError"}),
+             refused_case("case-fine-rank", "float32", [4], {}, {"error": "RankError"}),
+             refused_case("case-broad", "float32", [4], {"tunables": {"WORKGROUP_SIZE": 0}}, {"error": "SelectionError"})]
+    edit_test_json(root, lambda data: data["cases"].extend(cases))
+    report = validate_package(root)
+    said = {(p.severity, p.case): p.message for p in report.problems if p.file == "test.json"}
+    assert said[("error", "case-fine-dtype")].endswith("so it is never refused with DTypeError")
+    assert said[("error", "case-fine-rank")].endswith("so it is never refused with RankError")
+    assert said[("warning", "case-broad")].startswith("no 'message': a call refused with any SelectionError passes")
+    assert len(said) == 3 and report.checked["refusedCases"] == 4 + 3
+
+
+def test_the_table_marks_a_pass_that_was_a_refusal(runner: CliRunner) -> None:
+    out = runner.invoke(main, ["test", QUICK_GELU, "--case", "refused-int32-input", "--case", "rank0-f32"])
+    assert out.exit_code == 0, out.output
+    rows = {line.split("│")[2].strip(): line.split("│")[-2].strip() for line in out.output.splitlines()
+            if line.count("│") > 6}  # fmt: skip
+    assert rows == {"refused-int32-input": "pass (refused)", "rank0-f32": "pass"}, out.output
+
+
+def test_a_broken_test_json_is_named_where_variants_look_unexercised(tmp_path: Path) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    (root / "bench.json").unlink()  # (its cases would compile every variant)
+    edit_test_json(root, lambda data: case_named(data, "rank0-f32").update(refused={"error": "DTypeError"}))
+    unexercised = [p.message for p in validate_package(root).problems if "it was not compiled" in p.message]
+    assert unexercised and all(m.endswith("(test.json has errors, so its cases were not used)") for m in unexercised)
+
+
 def test_the_schema_lists_every_error_a_call_can_be_refused_with() -> None:
     from webgpu_kernels import errors
     from webgpu_kernels.casefile import case_schema

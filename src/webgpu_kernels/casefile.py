@@ -172,8 +172,10 @@ class TestCase:
         arrays = {}
         for role, spec in self.inputs.items():
             where = json_path(["cases", self.index, "inputs", role])
-            if role not in type_vars:
-                raise CaseFileError(f"{role!r} is not an input of {manifest.op_id} (inputs: {sorted(type_vars)})",
+            if role not in type_vars and not (self.refused is not None and "dtype" in spec):
+                # (a refused case may pass an unknown input, to test its refusal: with a dtype of its own)
+                raise CaseFileError(f"{role!r} is not an input of {manifest.op_id} (inputs: {sorted(type_vars)})"
+                                    + ("; a refused case may name one, with its own 'dtype'" if self.refused else ""),
                                     file=self.file, json_path=where)  # fmt: skip
             dtype = self.input_dtype(role, type_vars.get(role), manifest)
             arrays[role] = build_tensor(spec, dtype=dtype, read_bytes=read_bytes, file=self.file, where=where)

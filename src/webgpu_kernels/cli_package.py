@@ -246,7 +246,8 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
     for report in reports:
         for r in report.results:
             table.add_row(report.kernel, r.case, r.variant or "-", r.dtype, _worst(r, "maxAbsError"), _worst(r, "maxRelError"),
-                          Text(r.status.upper() if r.failed else r.status, style=_STATUS_STYLE[r.status]))  # fmt: skip
+                          Text((r.status.upper() if r.failed else r.status) + (" (refused)" if r.refused and r.status == "pass" else ""),
+                               style=_STATUS_STYLE[r.status]))  # fmt: skip
             if r.failed or r.status == "skip":
                 failures.append((report.kernel, r))
     console.print(table)
@@ -366,7 +367,7 @@ def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False) ->
     if "templates" in c:
         parts.append(f"{c['templates']} template{'s' if c['templates'] != 1 else ''}")
     if "testCases" in c:
-        parts.append(f"{c['testCases']} test.json cases")
+        parts.append(f"{c['testCases']} test.json cases" + (f" ({c['refusedCases']} refused)" if c.get("refusedCases") else ""))
     if "benchCases" in c:
         runs = f" ({c['benchRuns']} with their dtypes)" if "benchRuns" in c else ""
         parts.append(f"{c['benchCases']} bench.json cases{runs}")

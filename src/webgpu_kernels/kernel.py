@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -363,7 +363,15 @@ class Kernel:
             raise
 
     def _explain_missing_f16(self, signature: CallSignature, info: DeviceInfo) -> None:
-        if not info.has_f16:
+        """A float16 call no variant accepts is the adapter's DeviceLimitError where a variant
+        would accept it with shader-f16; else the SelectionError stands (a bad attribute, say)."""
+        if info.has_f16 or all(dtype != "float16" for _, dtype in signature.dtypes):
+            return
+        try:
+            _, _, with_f16 = self._select(signature, replace(info, features=info.features | {"shader-f16"}))
+        except KernelError:  # the call fails with shader-f16 too: its own error stands
+            return
+        if with_f16.chosen is not None:
             for type_var, dtype in signature.dtypes:
                 if dtype == "float16":  # the argument of that type: an input, else an output (a one-type constraint)
                     arg = next((s.role for s in (*self.manifest.inputs, *self.manifest.outputs) if s.dtype == type_var),

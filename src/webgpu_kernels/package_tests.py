@@ -74,6 +74,7 @@ class RunResult:
     message: str = ""
     outputs: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    refused: bool = False  # a case that expects a refusal: passes when the call is refused so
 
     @property
     def failed(self) -> bool:
@@ -85,6 +86,7 @@ class RunResult:
             "kernel": data["kernel"], "case": data["case"], "variant": data["variant"], "dtype": data["dtype"],
             "status": data["status"], "maxAbsError": data["max_abs_error"], "maxRelError": data["max_rel_error"],
             "message": data["message"], "outputs": data["outputs"], "seconds": data["seconds"],
+            "refused": data["refused"],
         }  # fmt: skip
 
     @classmethod
@@ -93,6 +95,7 @@ class RunResult:
             kernel=data["kernel"], case=data["case"], variant=data["variant"], dtype=data["dtype"],
             status=data["status"], max_abs_error=data["maxAbsError"], max_rel_error=data["maxRelError"],
             message=data["message"], outputs=list(data["outputs"]), seconds=data["seconds"],
+            refused=data.get("refused", False),
         )  # fmt: skip
 
 
@@ -242,6 +245,9 @@ def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str,
     passes when it raises the error the case gives, and fails when it raises another or runs."""
     from .device import get_device
 
+    if variant is not None and variant not in kernel.variants:  # its SelectionError is the file's, not the call's
+        return RunResult(kernel.op_id, case.name, variant, label, ERROR, refused=True,
+                         message=f"no variant {variant!r} (the variants are {', '.join(kernel.variants)})")  # fmt: skip
     start = time.perf_counter()
     try:
         got = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
@@ -250,7 +256,8 @@ def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str,
         seconds = time.perf_counter() - start
         said = f"{type(exc).__name__}: {exc}"
         if refusal.matches(exc):
-            return RunResult(kernel.op_id, case.name, variant, label, PASS, message=f"refused: {said}", seconds=seconds)
+            return RunResult(kernel.op_id, case.name, variant, label, PASS, message=f"refused: {said}", seconds=seconds,
+                             refused=True)  # fmt: skip
         status, message = FAIL, f"refused with {said}; the case expects {refusal.describe()}"
     else:
         seconds = time.perf_counter() - start
@@ -258,7 +265,7 @@ def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str,
         status, message = FAIL, f"the call ran (outputs {shapes}); the case expects a refusal: {refusal.describe()}"
     if get_device(adapter).info.lacks_f16_for(a.dtype.name for a in arrays.values()):
         status, message = SKIP, "this adapter has no shader-f16 feature (the refusal may be the adapter's)"
-    return RunResult(kernel.op_id, case.name, variant, label, status, message=message, seconds=seconds)
+    return RunResult(kernel.op_id, case.name, variant, label, status, message=message, seconds=seconds, refused=True)
 
 
 def _run_one(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: Mapping[str, np.ndarray],

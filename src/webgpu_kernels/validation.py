@@ -137,6 +137,7 @@ def validate_package(
         report.checked["templates"] = len({p.shader for v in manifest.variants for p in v.passes})
     if test_file is not None:
         report.checked["testCases"] = len(test_file.cases)
+        report.checked["refusedCases"] = sum(1 for c in test_file.cases if c.refused is not None)
     if bench_file is not None:
         report.checked["benchCases"] = len(bench_file.cases)
         if manifest is not None:
@@ -430,6 +431,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
                 out.error(TEST_FILE, f"{case.json_path}.types.{tv}", f"{tv!r} is not a type variable of the manifest")
         if case.refused is not None:  # refused later than the contract (selection, device limits): `test` judges it
             _check_case_variants(case, manifest, out)
+            _check_late_refusal(case, case.refused, program, signature, out)
             continue
         binding = signature.type_bindings()
         out_dtypes = {role: binding.get(tv, "") for role, tv in output_types.items()}
@@ -466,6 +468,33 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
             out.warning(TEST_FILE, "cases", f"no case lists output {role!r} under `expected`: `webgpu-kernels test` "
                                             "never checks what the kernel writes there")  # fmt: skip
     return test_file
+
+
+#: Refusals only the contract check makes (contract.check_call): a call it accepts never raises them.
+_CONTRACT_ONLY_ERRORS = ("UnknownInputError", "DTypeError")
+#: Classes broad enough that a case naming one should say which message it expects.
+_BROAD_ERRORS = ("InputError", "SelectionError", "VariantRejectedError")
+
+
+def _check_late_refusal(case: casefile.TestCase, refusal: casefile.Refusal, program: Program | None, signature: Any,
+                        out: ProblemCollector) -> None:  # fmt: skip
+    """A refused case whose call passed the contract check: refusals that cannot come any more."""
+    where = f"{case.json_path}.refused"
+    never = refusal.error in _CONTRACT_ONLY_ERRORS
+    if refusal.error == "RankError":  # also from input ranks given by expressions, in the call's scope
+        try:
+            never = _default_call_scope(program, signature) is not None
+        except InputError as exc:
+            if not refusal.matches(exc):
+                out.error(TEST_FILE, where, f"the call is refused with {type(exc).__name__}: {exc}; the case expects "
+                                            f"{refusal.describe()}", case=case.name)  # fmt: skip
+            return
+    if never:
+        out.error(TEST_FILE, where, f"the contract accepts the call's inputs, attributes and tunables, so it is never "
+                                    f"refused with {refusal.error}", case=case.name)  # fmt: skip
+    elif refusal.message is None and refusal.error in _BROAD_ERRORS:
+        out.warning(TEST_FILE, where, f"no 'message': a call refused with any {refusal.error} passes, whatever "
+                                      "the reason (name the clause or argument)", case=case.name)  # fmt: skip
 
 
 def _check_case_variants(case: casefile.TestCase, manifest: Manifest, out: ProblemCollector) -> None:

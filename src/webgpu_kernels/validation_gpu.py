@@ -234,6 +234,10 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         shown = ", ".join(calls_without[:3]) + (f" and {len(calls_without) - 3} more" if len(calls_without) > 3 else "")
         out.error(MANIFEST_FILE, where, f"accepts calls that have no tensor {arg!r} but binds it: its `when` must "
                                         f"require it (`'{arg}' in shapes`); calls: {shown}", variant=vid)  # fmt: skip
+    # a case file with errors has no cases here: say so where its variants look unexercised
+    broken = [name for name, parsed in ((TEST_FILE, test_file), (BENCH_FILE, bench_file))
+              if parsed is None and package.has(name)]  # fmt: skip
+    unread = f" ({' and '.join(broken)} has errors, so its cases were not used)" if broken else ""
     for cov in coverage.values():
         if cov.cases and test_file is not None and (cov.variant, cov.dtype) not in tested:
             # bench.json only compiles it: `test` never runs it, so nothing checks what it computes,
@@ -252,7 +256,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         v = manifest.variant(cov.variant)
         out.warning(MANIFEST_FILE, v.json_path if v else "",
                     f"no test.json or bench.json case exercises variant {cov.variant!r} with {cov.dtype}: "
-                    "it was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
+                    f"it was not compiled{unread}", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
     report.coverage = sorted(coverage.values(), key=lambda c: ([v.id for v in manifest.variants].index(c.variant)
                                                                 if manifest.variant(c.variant) else 99, c.dtype))  # fmt: skip
 
