@@ -522,8 +522,9 @@ _AMBIGUOUS_DTYPE_NAMES = {
 
 
 def _dtype_name(dtype: Any) -> str:
-    """The NumPy name of a dtype given any way NumPy reads one ("f4", np.float32), else by its short name ("f16", "bf16", "i32"): NumPy reads "f16" as float128, which no
-    kernel takes, and knows no "f32". Any other name stays as it is, for the contract to refuse."""
+    """The NumPy name of a dtype given any way NumPy reads one ("f4", np.float32), else by its short
+    name ("f16", "bf16", "i32"): NumPy reads "f16" as float128, which no kernel takes, and knows no
+    "f32". Any other name stays as it is, for the contract to refuse."""
     if dtype is None:  # np.dtype(None) is float64, which the caller never said
         return "None"
     try:
