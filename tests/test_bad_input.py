@@ -104,8 +104,8 @@ CASES = [
          {"attrs": {"alpha": np.array([1.0, 2.0])}}),
     Case("unknown-attribute", QG, qg_inputs, errors.UnknownInputError, ("an unknown attribute", "['alpha']"), "beta",
          {"attrs": {"beta": 1.0}}),
-    Case("attrs-not-a-dict", QG, qg_inputs, errors.InputError, ("a dict",), "attributes", {"attrs": [("alpha", 1.0)]}),
-    Case("attr-name-not-a-string", QG, qg_inputs, errors.InputError, ("names",), "attributes", {"attrs": {1: 1.0}}),
+    Case("attrs-not-a-dict", QG, qg_inputs, errors.InputError, ("a dict",), "attrs", {"attrs": [("alpha", 1.0)]}),
+    Case("attr-name-not-a-string", QG, qg_inputs, errors.InputError, ("names",), "attrs", {"attrs": {1: 1.0}}),
     # tunables
     Case("unknown-tunable", BA, bias_inputs, errors.UnknownInputError, ("an unknown tunable", "WORKGROUP_SIZE"),
          "TILE", {"tunables": {"TILE": 4}}),

@@ -3,6 +3,7 @@ host, and compared with the NumPy float64 and ONNX Runtime references (where the
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 import time
 from collections.abc import Iterator, Mapping
@@ -185,7 +186,9 @@ def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
         results = refs[key]
         if results is None:
             if key == "onnxruntime":
-                console.print(f"{label}: not available (onnxruntime not installed or no CPU kernel for this op/dtype)")
+                why = ("onnxruntime has no CPU kernel for this op and dtype" if importlib.util.find_spec("onnxruntime")
+                       else "onnxruntime is not installed")  # fmt: skip
+                console.print(f"{label}: not available ({why})")
             continue
         for name, c in results.items():
             if "shapeMismatch" in c:

@@ -163,12 +163,13 @@ def _check_values(
     kind: str, defaults: Mapping[str, Any], given: Mapping[str, Any] | None
 ) -> tuple[tuple[str, Any], ...]:
     """Merge caller values over the manifest's defaults; each must match its default's kind."""
+    keyword = "attrs" if kind == "attribute" else f"{kind}s"  # the call's keyword: attrs=, tunables=
     if given is not None and not isinstance(given, Mapping):
-        raise InputError(f"{kind}s", f"a dict of {kind} name -> value", _describe(given))
+        raise InputError(keyword, f"a dict of {kind} name -> value", _describe(given))
     given = dict(given or {})
     for name in given:
         if not isinstance(name, str):
-            raise InputError(f"{kind}s", f"{kind} names (strings)", _describe(name))
+            raise InputError(keyword, f"{kind} names (strings)", _describe(name))
         if name not in defaults:
             raise UnknownInputError(name, f"one of the {kind}s {sorted(defaults)}", f"an unknown {kind}")
     merged = []
