@@ -357,8 +357,8 @@ def warm_up(device: Device, seconds: float, *, nbytes: int = WARM_UP_BYTES) -> i
         return 0  # without timestamps nothing can be timed (time_calls says so); the waits below use them
     nbytes = min(nbytes, device.limits["max-storage-buffer-binding-size"])
     copies, calls = 0, 1
-    start = time.perf_counter()
     with translate_gpu_errors("warming up the GPU", device.memory), _copy_pass(device, nbytes, 0) as copy:
+        start = time.perf_counter()  # after the buffers are made: a short warm-up had run no copy at all
         while time.perf_counter() - start < seconds:
             # One pass per submission (few passes: see _one_batch); it returns once the GPU is done.
             _one_batch(device.gpu, copy[0], 1, calls)

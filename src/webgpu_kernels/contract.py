@@ -90,7 +90,8 @@ def check_call(
             raise RankError(spec.role, f"rank {spec.rank}", f"rank {len(shape)} (shape {list(shape)})")
         allowed = manifest.type_constraints[spec.dtype]
         if dtype not in allowed:
-            raise DTypeError(spec.role, f"dtype in {list(allowed)} (type variable {spec.dtype})", dtype)
+            raise DTypeError(spec.role, f"dtype in {list(allowed)} (type variable {spec.dtype})", dtype,
+                             hint=_float64_hint(dtype, allowed))  # fmt: skip
         bound = type_bindings.setdefault(spec.dtype, (dtype, spec.role))
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype)
@@ -157,6 +158,14 @@ def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
         except (TypeError, ValueError):
             raise DTypeError(role, "a NumPy dtype or an ONNX dtype name", _describe(dtype)) from None
     return tuple(checked), dtype
+
+
+def _float64_hint(dtype: str, allowed: Sequence[str]) -> str:
+    """float64 is what NumPy's defaults, Python floats and lists of them give: say how to convert."""
+    floats = [t for t in allowed if t in ("float32", "float16")]
+    if dtype != "float64" or not floats:
+        return ""
+    return f"NumPy's default, Python floats and lists of them are float64: convert with .astype(np.{floats[0]})"
 
 
 def _check_values(
