@@ -183,6 +183,17 @@ def assert_engine_has_no_code_for(name: str) -> None:
         assert name not in path.read_text("utf-8"), path
 
 
+def stored_expectations(kernel: wk.Kernel, output: str, dtype_of):
+    """(case, inputs, stored expected output) for each test.json case with expected outputs (refused
+    cases have none), built as `test` builds them; ``dtype_of(inputs)`` is the output's dtype name."""
+    from webgpu_kernels.casefile import read_test_file
+
+    for case in read_test_file(kernel.package).cases:
+        if case.refused is None:
+            inputs = wk.test_case_inputs(kernel, case.name)
+            yield case, inputs, case.build_expected(kernel.package.read_bytes, {output: dtype_of(inputs)})[output]
+
+
 def assert_valid_and_passing(kernel: wk.Kernel, package: Path, variants, *, warnings_ok: bool = False) -> None:
     """metadata.json is current (run `webgpu-kernels digest` after an edit), validate finds nothing
     wrong, and every test.json case passes on every variant that accepts it, each variant tested."""

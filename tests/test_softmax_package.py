@@ -22,7 +22,13 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
-from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, poison_outputs
+from conftest import (
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+    stored_expectations,
+)
 
 PACKAGE = PACKAGES_DIR / "demo.Softmax"
 VARIANTS = ("row", "workgroup")
@@ -92,11 +98,8 @@ def test_validates_and_its_test_json_passes(softmax):
 def test_expected_outputs_are_the_reference(softmax):
     """test.json's expected outputs are the float64 reference rounded once to the output dtype
     (scripts/make_softmax_cases.py writes them), independent of the WGSL."""
-    from webgpu_kernels.casefile import read_test_file
-
-    for case in read_test_file(softmax.package).cases:
-        x = wk.test_case_inputs(softmax, case.name)["X"]
-        stored = case.build_expected(softmax.package.read_bytes, {"Y": x.dtype.name})["Y"]
+    for case, inputs, stored in stored_expectations(softmax, "Y", lambda ins: ins["X"].dtype.name):
+        x = inputs["X"]
         np.testing.assert_array_equal(stored, reference(x).astype(x.dtype), err_msg=case.name)
 
 

@@ -23,7 +23,13 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
-from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, poison_outputs
+from conftest import (
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+    stored_expectations,
+)
 
 PACKAGE = PACKAGES_DIR / "demo.Transpose"
 VARIANTS = ("copy", "general")
@@ -111,17 +117,11 @@ def test_validates_and_its_test_json_passes(transpose):
 def test_expected_outputs_are_the_reference(transpose):
     """test.json's expected outputs are np.transpose of the cases' inputs in the inputs' dtype
     (scripts/make_transpose_cases.py writes them), independent of the WGSL."""
-    from webgpu_kernels.casefile import read_test_file
-
-    for case in read_test_file(transpose.package).cases:
-        if case.refused:  # a call the contract refuses: no expected output (test checks the refusal)
-            continue
-        ins = wk.test_case_inputs(transpose, case.name)
+    for case, ins, stored in stored_expectations(transpose, "transposed", lambda ins: ins["data"].dtype.name):
         perm = case.attrs.get("perm") if case.attrs else None
-        stored = case.build_expected(transpose.package.read_bytes, {"transposed": ins["data"].dtype.name})
         want = reference(ins["data"], perm or None)  # [] (the default) reverses
-        assert stored["transposed"].shape == want.shape, case.name
-        np.testing.assert_array_equal(stored["transposed"], want.astype(stored["transposed"].dtype), err_msg=case.name)
+        assert stored.shape == want.shape, case.name
+        np.testing.assert_array_equal(stored, want.astype(stored.dtype), err_msg=case.name)
 
 
 # --- results -------------------------------------------------------------------------------------

@@ -22,7 +22,13 @@ import webgpu_kernels as wk
 from webgpu_kernels import TensorMeta, errors
 from webgpu_kernels.manifest import check_manifest
 
-from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, poison_outputs
+from conftest import (
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+    stored_expectations,
+)
 
 PACKAGE = PACKAGES_DIR / "demo.Where"
 VARIANTS = ("flat", "broadcast")
@@ -93,12 +99,8 @@ def test_validates_and_its_test_json_passes(where):
 def test_expected_outputs_are_the_reference(where):
     """test.json's expected outputs are np.where of the cases' inputs in the inputs' dtype
     (scripts/make_where_cases.py writes them), independent of the WGSL."""
-    from webgpu_kernels.casefile import read_test_file
-
-    for case in read_test_file(where.package).cases:
-        ins = wk.test_case_inputs(where, case.name)
+    for case, ins, stored in stored_expectations(where, "output", lambda ins: ins["X"].dtype.name):
         assert ins["condition"].dtype == np.bool_, case.name
-        stored = case.build_expected(where.package.read_bytes, {"output": ins["X"].dtype.name})["output"]
         want = np.where(ins["condition"], ins["X"], ins["Y"]).astype(np.float64)
         np.testing.assert_array_equal(stored, want, err_msg=case.name)
 

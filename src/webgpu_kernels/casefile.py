@@ -24,6 +24,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 
+from . import errors as error_classes
 from .case_data import MAX_CASE_ELEMENTS, dtype_name, generate, inline_values, load_array
 from .digests import decode_json, json_path
 from .errors import CaseFileError, PackageError
@@ -125,12 +126,15 @@ class Refusal:
     message: str | None = None
 
     def matches(self, exc: BaseException) -> bool:
-        from . import errors  # the schema's enum limits ``error`` to the call's error classes
-
-        return isinstance(exc, getattr(errors, self.error)) and (self.message is None or self.message in str(exc))
+        # (the schema's enum limits ``error`` to the call's error classes)
+        return isinstance(exc, getattr(error_classes, self.error)) and (self.message is None or self.message in str(exc))
 
     def describe(self) -> str:
         return self.error + (f" whose message contains {self.message!r}" if self.message else "")
+
+    def mismatch(self, exc: BaseException) -> str:
+        """Why ``exc``, which does not match, fails the case (test and validate say it alike)."""
+        return f"refused with {type(exc).__name__}: {exc}; the case expects {self.describe()}"
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ class RunResult:
             kernel=data["kernel"], case=data["case"], variant=data["variant"], dtype=data["dtype"],
             status=data["status"], max_abs_error=data["maxAbsError"], max_rel_error=data["maxRelError"],
             message=data["message"], outputs=list(data["outputs"]), seconds=data["seconds"],
-            refused=data.get("refused", False),
+            refused=data["refused"],
         )  # fmt: skip
 
 
@@ -254,11 +254,10 @@ def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str,
                      tunables=case.tunables or None, adapter=adapter)  # fmt: skip
     except KernelError as exc:
         seconds = time.perf_counter() - start
-        said = f"{type(exc).__name__}: {exc}"
         if refusal.matches(exc):
-            return RunResult(kernel.op_id, case.name, variant, label, PASS, message=f"refused: {said}", seconds=seconds,
-                             refused=True)  # fmt: skip
-        status, message = FAIL, f"refused with {said}; the case expects {refusal.describe()}"
+            return RunResult(kernel.op_id, case.name, variant, label, PASS, message=f"refused: {type(exc).__name__}: "
+                             f"{exc}", seconds=seconds, refused=True)  # fmt: skip
+        status, message = FAIL, refusal.mismatch(exc)
     else:
         seconds = time.perf_counter() - start
         shapes = ", ".join(f"{role} {list(np.shape(out))}" for role, out in got.items())

@@ -423,8 +423,8 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
             if case.refused is None:
                 out.error(TEST_FILE, case.json_path, f"the case breaks the contract: {exc}", case=case.name)
             elif not case.refused.matches(exc):
-                out.error(TEST_FILE, f"{case.json_path}.refused", f"the call is refused with {type(exc).__name__}: "
-                          f"{exc}; the case expects {case.refused.describe()}", case=case.name)  # fmt: skip
+                out.error(TEST_FILE, f"{case.json_path}.refused", f"the call is {case.refused.mismatch(exc)}",
+                          case=case.name)  # fmt: skip
             continue
         for tv in case.types:
             if tv not in manifest.type_constraints:
@@ -486,8 +486,7 @@ def _check_late_refusal(case: casefile.TestCase, refusal: casefile.Refusal, prog
             never = _default_call_scope(program, signature) is not None
         except InputError as exc:
             if not refusal.matches(exc):
-                out.error(TEST_FILE, where, f"the call is refused with {type(exc).__name__}: {exc}; the case expects "
-                                            f"{refusal.describe()}", case=case.name)  # fmt: skip
+                out.error(TEST_FILE, where, f"the call is {refusal.mismatch(exc)}", case=case.name)
             return
     if never:
         out.error(TEST_FILE, where, f"the contract accepts the call's inputs, attributes and tunables, so it is never "
