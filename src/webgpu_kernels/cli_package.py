@@ -27,6 +27,7 @@ from rich.text import Text
 from .device import choose_adapter
 from .digests import METADATA_FILE, UNLISTABLE, build_metadata, schema_problems, write_metadata
 from .errors import DigestError, KernelError, PackageError
+from .junit_report import write_junit
 from .package import embedded_ids, embedded_root, open_folder
 from .package_tests import PackageReport, RunResult, run_package_tests, run_package_tests_isolated
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
@@ -176,9 +177,11 @@ def _metadata_id(root: Path) -> str | None:
               help="Give up on a package after this long (counted from the child's start, imports "
                    "included). Runs isolated: --isolate is implied.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
+              help="Also write the results as JUnit XML to FILE, for CI systems to show.")  # fmt: skip
 @click.pass_context
 def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...], isolate: bool | None,
-             timeout: float | None, as_json: bool) -> None:  # fmt: skip
+             timeout: float | None, as_json: bool, junit_path: str | None) -> None:  # fmt: skip
     """Run each package's test.json: every case on every variant whose `when` holds for it.
 
     KERNEL is an embedded op id or a package folder; default: every embedded kernel. Exit
@@ -231,6 +234,11 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
         _echo_json({"ok": ok, "packages": [r.as_dict() for r in reports]})
     else:
         _print_test_reports(reports)
+    if junit_path is not None:
+        try:
+            write_junit(reports, junit_path)
+        except OSError as exc:
+            raise click.FileError(junit_path, hint=exc.strerror or str(exc)) from None
     if not ok:
         click.get_current_context().exit(1)
 

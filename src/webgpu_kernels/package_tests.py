@@ -56,7 +56,7 @@ PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
 #: in every float dtype and -1 (or the maximum) in integers; where the expected value would accept
 #: it (an expected NaN), the run is repeated with 0x00 and then 0x55 (a finite non-zero number).
 POISON_BYTES = (0xFF, 0x00, 0x55)
-#: Progress events: ("total", n), ("start", "case/variant"), ("advance", 1).
+#: Progress events: ("adapter", label), ("total", n), ("start", {"case", "variant", "dtype"}), ("advance", 1).
 Progress = Callable[[str, Any], None]
 
 
@@ -109,6 +109,7 @@ class PackageReport:
     isolated: bool
     results: list[RunResult] = field(default_factory=list)
     error: str | None = None  # no test.json, a broken one, or a crashed child process
+    adapter: str | None = None  # the adapter the cases ran on (None when none was opened)
 
     @property
     def ok(self) -> bool:
@@ -123,13 +124,15 @@ class PackageReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel, "path": self.path, "origin": self.origin, "isolated": self.isolated,
-            "ok": self.ok, "error": self.error, "counts": self.counts(), "results": [r.as_dict() for r in self.results],
+            "adapter": self.adapter, "ok": self.ok, "error": self.error, "counts": self.counts(),
+            "results": [r.as_dict() for r in self.results],
         }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PackageReport:
         return cls(kernel=data["kernel"], path=data["path"], origin=data["origin"], isolated=data["isolated"],
-                   results=[RunResult.from_dict(r) for r in data["results"]], error=data["error"])  # fmt: skip
+                   results=[RunResult.from_dict(r) for r in data["results"]], error=data["error"],
+                   adapter=data["adapter"])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,8 @@ def run_package_tests(
         report.error = str(exc)
         return report
     device = get_device(adapter)
+    report.adapter = device.adapter.label()
+    notify("adapter", report.adapter)
     read = kernel.package.read_bytes
     manifest = kernel.manifest
     selected = [c for c in test_file.cases if case_name_matches(c.name, cases)]
@@ -494,6 +499,8 @@ def run_package_tests_isolated(
     def handle(message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "progress":
+            if message[1] == "adapter":  # sent before any case runs: known even if the child dies
+                report.adapter = message[2]
             if message[1] == "start":
                 current[:] = [message[2]]
             notify(message[1], message[2])

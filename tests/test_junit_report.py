@@ -1,0 +1,129 @@
+"""``webgpu-kernels test --junit FILE``: the same results as the table and --json, as JUnit XML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+from test_package_tests import QUICK_GELU, case_named, edit_test_json  # noqa: E402
+
+import webgpu_kernels as wk
+from webgpu_kernels import digests
+from webgpu_kernels.cli import main
+from webgpu_kernels.junit_report import PACKAGE_CASE, junit_xml
+from webgpu_kernels.package_tests import CRASH_HOOK_ENV, PackageReport, RunResult
+
+from conftest import copy_package  # noqa: E402
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
+    monkeypatch.delenv(CRASH_HOOK_ENV, raising=False)
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+def outcomes(suite: ET.Element) -> dict[str, str]:
+    """testcase name -> pass | failure | error | skipped."""
+    found = {}
+    for case in suite.iter("testcase"):
+        tags = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        assert len(tags) <= 1
+        found[case.get("name")] = tags[0] if tags else "pass"
+    return found
+
+
+def test_a_failing_package_reads_as_the_json_does(tmp_path: Path, runner: CliRunner) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+
+    def edit(data: dict) -> None:
+        case_named(data, "tail-3x5-f32")["expected"]["Y"]["values"][4] += 0.01  # far outside the tolerance
+        case_named(data, "one-element-f32")["variants"] = ["nope"]  # a variant the package lacks: an error
+
+    edit_test_json(root, edit)
+    xml_path = tmp_path / "report.xml"
+    result = runner.invoke(main, ["test", str(root), "--json", "--junit", str(xml_path)])
+    assert result.exit_code == 1, result.output
+    (package,) = json.loads(result.stdout)["packages"]
+    suites = ET.parse(xml_path).getroot()
+    (suite,) = suites.findall("testsuite")
+
+    want = {}
+    for r in package["results"]:
+        name = f"{r['case']} [{r['variant']}]" if r["variant"] else r["case"]
+        want[name] = {"pass": "pass", "fail": "failure", "error": "error", "skip": "skipped"}[r["status"]]
+    assert outcomes(suite) == want
+    assert want["tail-3x5-f32 [vec4_tail]"] == "failure" and want["one-element-f32 [nope]"] == "error"
+    counts = package["counts"]
+    for element in (suite, suites):
+        assert element.get("tests") == str(len(package["results"]))
+        assert element.get("failures") == str(counts["fail"]) == "2"
+        assert element.get("errors") == str(counts["error"]) == "1"
+        assert element.get("skipped") == "0"
+    assert suite.get("name") == QUICK_GELU
+    assert {c.get("classname") for c in suite.iter("testcase")} == {QUICK_GELU}
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert properties["adapter"] == package["adapter"] == wk.get_device().adapter.label()
+    assert properties["path"] == str(root) and properties["isolated"] == "false"
+
+    failure = next(c for c in suite.iter("testcase") if c.get("name") == "tail-3x5-f32 [vec4_tail]").find("failure")
+    assert "1 of 15 elements outside rtol=1e-05 atol=1e-06" in failure.text
+    assert failure.get("message") == failure.text.strip().splitlines()[0]
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []  # written whole, then renamed
+
+
+def test_a_package_that_cannot_be_tested_is_an_error_not_an_empty_suite(tmp_path: Path, runner: CliRunner) -> None:
+    """A suite with no testcases reads as green in CI; a package without test.json must not."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    (root / "test.json").unlink()
+    digests.write_metadata(root)
+    xml_path = tmp_path / "report.xml"
+    result = runner.invoke(main, ["test", str(root), "--junit", str(xml_path)])
+    assert result.exit_code == 1, result.output
+    (suite,) = ET.parse(xml_path).getroot().findall("testsuite")
+    assert outcomes(suite) == {PACKAGE_CASE: "error"}
+    assert suite.get("errors") == "1" and suite.get("tests") == "1"
+    assert "the package has no test.json" in suite.find("testcase/error").get("message")
+
+
+def test_a_passing_run_and_the_isolated_child_name_the_adapter(tmp_path: Path, runner: CliRunner) -> None:
+    xml_path = tmp_path / "report.xml"
+    result = runner.invoke(main, ["test", QUICK_GELU, "--isolate", "--case", "refused-*", "--case", "rank0-f32",
+                                  "--junit", str(xml_path)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (suite,) = ET.parse(xml_path).getroot().findall("testsuite")
+    found = outcomes(suite)
+    assert set(found.values()) == {"pass"} and "rank0-f32 [scalar]" in found
+    assert any(name.startswith("refused-") for name in found)
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert properties["adapter"] == wk.get_device().adapter.label() and properties["isolated"] == "true"
+    refused = next(c for c in suite.iter("testcase") if c.get("name") == "refused-int32-input")
+    assert "refused: DTypeError" in refused.find("system-out").text
+
+
+def test_control_characters_cannot_break_the_document() -> None:
+    """A message may quote bytes of a package's file; XML 1.0 has no way to hold most control characters."""
+    report = PackageReport(kernel="demo.X", path="-", origin="local", isolated=False, results=[
+        RunResult("demo.X", "case\x00one", "v", "float32", "fail", message="bad \x1b[31mvalue\x07\nsecond line"),
+        RunResult("demo.X", "two", None, "float16", "skip", message="no shader-f16 <here> & \"there\""),
+    ], error="crashed \x01")  # fmt: skip
+    root = ET.fromstring(junit_xml([report]).encode("utf-8"))
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    assert set(cases) == {"case\\x00one [v]", "two", PACKAGE_CASE}
+    failure = cases["case\\x00one [v]"].find("failure")
+    assert failure.get("message") == "bad \\x1b[31mvalue\\x07" and failure.text.endswith("second line")
+    assert cases["two"].find("skipped").get("message") == 'no shader-f16 <here> & "there"'
+    assert cases[PACKAGE_CASE].find("error").text == "crashed \\x01"
+    assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("3", "1", "1", "1")
+
+
+def test_an_unwritable_report_path_fails_after_the_results_are_shown(tmp_path: Path, runner: CliRunner) -> None:
+    target = tmp_path / "missing-folder" / "report.xml"
+    result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", str(target)])
+    assert result.exit_code == 1
+    assert "rank0-f32" in result.stdout  # the table came first
+    assert "report.xml" in result.stderr and "No such file or directory" in result.stderr
+    assert not target.parent.exists()
