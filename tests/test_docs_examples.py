@@ -118,7 +118,7 @@ def python_block_kind(block: Block) -> str:
     """How a python block is checked: ``run`` (as written) unless it needs something around it."""
     if block.file == "docs/hub.md":
         return "skip: needs the Hugging Face Hub (and a commit sha); tests/test_hub.py runs get_kernel against tests/hub_server.py"
-    if block.file == "docs/format.md" and block.text.startswith("kernel(inputs"):
+    if block.text.startswith("kernel(inputs"):
         return "signature"
     if block.file == "docs/format.md" and 'load_kernel("com.example.Axpby")' in block.text:
         return "axpby"
@@ -313,7 +313,9 @@ REAL_COMMANDS = [c for c in COMMANDS if c.name not in HELP_ONLY]
 
 
 @pytest.mark.parametrize("command", REAL_COMMANDS, ids=[f"{c.where} {' '.join(c.args[:2])}" for c in REAL_COMMANDS])
-def test_readme_command_runs(command: Command, runner: CliRunner, package_copy: Path) -> None:
+def test_readme_command_runs(command: Command, runner: CliRunner, package_copy: Path, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # what a command writes (test --junit report.xml) stays out of the checkout
     args = _substitute(command.args, package_copy)
     result = runner.invoke(main, args)
     assert result.exit_code == 0, (f"{command.where}: `webgpu-kernels {' '.join(args)}` exited {result.exit_code}",

@@ -447,7 +447,7 @@ class DeviceMemory:
             warnings.warn(GpuWaitWarning(
                 f"a readback of {size} bytes has waited {self.wait_warn_s:g} s for the GPU and still waits: long "
                 "recorded work, a hung driver, or a forked child of this process whose exit ran the drivers' exit "
-                "handlers (README: end it with os._exit where libc has no on_exit); "
+                "handlers (docs/python-api.md: end it with os._exit where libc has no on_exit); "
                 f"${WAIT_WARN_ENV} sets when this is said, 0 never"), stacklevel=2)  # fmt: skip
         promise.sync_wait()
 

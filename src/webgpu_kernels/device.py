@@ -125,7 +125,7 @@ def _skip_inherited_exit_handlers() -> None:
     handler registered before the fork, and before the shared libraries' destructors, which glibc
     runs last (those of a library the child loads itself too); ``fcloseall``, registered after
     it, flushes C stdio first. Python's atexit handlers and its own flushing have run by then.
-    Where libc has no on_exit, the README's advice, end such a child with os._exit, is the only
+    Where libc has no on_exit, docs/python-api.md's advice, end such a child with os._exit, is the only
     cure."""
     if _LIBC_EXIT_HANDLERS is None:
         return
