@@ -1,10 +1,12 @@
 """A CLIP MLP's elementwise tail on GPU-resident tensors, as a user chains it: BiasAdd then
 QuickGelu on 2x77x3072, read back once, against a float64 NumPy reference; then the host time of
-1,000 GPU-resident QuickGelu calls on 4,096 elements, each output released, to show what the
-submission every MAX_PENDING_DISPATCHES recorded calls costs the call that makes it.
+1,000 GPU-resident QuickGelu calls (4,096 float32 elements unless --shape/--dtype say otherwise),
+each output released, to show what the submission every MAX_PENDING_DISPATCHES recorded calls
+costs the call that makes it (on lavapipe that call runs the queued kernels).
 
-    python3 scripts/chain_check.py
+    python3 scripts/chain_check.py [--shape 2x77x3072 --dtype float16]
 """
+import argparse
 import statistics
 import time
 
@@ -12,6 +14,12 @@ import numpy as np
 
 import webgpu_kernels as wk
 from webgpu_kernels.buffers import MAX_PENDING_DISPATCHES
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("--shape", default="4096", help="the timed calls' input shape, dims joined by x")
+parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
+args = parser.parse_args()
+shape = tuple(int(d) for d in args.shape.split("x"))
 
 bias_add, gelu = wk.get_kernel("com.microsoft.BiasAdd"), wk.get_kernel("com.microsoft.QuickGelu")
 rng = np.random.default_rng(0)
@@ -25,7 +33,7 @@ for dtype in (np.float32, np.float16):
     want = s / (1 + np.exp(-1.702 * s))
     print(f"chain {np.dtype(dtype).name}: max abs error {np.abs(y.astype(np.float64) - want).max():.2e}")
 
-x = wk.to_gpu(rng.standard_normal(4096).astype(np.float32))
+x = wk.to_gpu(rng.standard_normal(shape).astype(args.dtype))
 gelu({"X": x}, output="gpu")["Y"].release()
 wk.synchronize()
 times = []
@@ -35,6 +43,6 @@ for _ in range(1000):
     times.append(time.perf_counter() - start)
 wk.synchronize()
 ordered = sorted(range(len(times)), key=times.__getitem__, reverse=True)
-print(f"1000 calls: median {statistics.median(times) * 1e6:.1f} us, mean {statistics.mean(times) * 1e6:.1f} us; "
+print(f"1000 calls on {args.shape} {args.dtype}: median {statistics.median(times) * 1e6:.1f} us, mean {statistics.mean(times) * 1e6:.1f} us; "
       f"slowest calls (index: ms): {', '.join(f'{i}: {times[i] * 1e3:.2f}' for i in sorted(ordered[:4]))} "
       f"(a submission every {MAX_PENDING_DISPATCHES} recorded calls)")
