@@ -69,10 +69,32 @@ def test_a_failing_package_reads_as_the_json_does(tmp_path: Path, runner: CliRun
     assert properties["adapter"] == package["adapter"] == wk.get_device().adapter.label()
     assert properties["path"] == str(root) and properties["isolated"] == "false"
 
-    failure = next(c for c in suite.iter("testcase") if c.get("name") == "tail-3x5-f32 [vec4_tail]").find("failure")
+    by_name = {c.get("name"): c for c in suite.iter("testcase")}
+    failed = by_name["tail-3x5-f32 [vec4_tail]"]
+    failure = failed.find("failure")
     assert "1 of 15 elements outside rtol=1e-05 atol=1e-06" in failure.text
     assert failure.get("message") == failure.text.strip().splitlines()[0]
-    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []  # written whole, then renamed
+    assert "dtype: float32" in failed.find("system-out").text and "Y: maxAbsError" in failed.find("system-out").text
+    for r in package["results"]:  # each run's own seconds, and the suite's sum
+        name = f"{r['case']} [{r['variant']}]" if r["variant"] else r["case"]
+        assert float(by_name[name].get("time")) == pytest.approx(r["seconds"], abs=1e-6)
+    assert float(suite.get("time")) == pytest.approx(sum(r["seconds"] for r in package["results"]), abs=1e-5)
+    assert float(suite.get("time")) > 0
+
+
+def test_the_report_replaces_what_is_at_its_path_and_never_writes_through_a_link(tmp_path: Path,
+                                                                                 runner: CliRunner) -> None:  # fmt: skip
+    """Written as a new file renamed over the path (digests.replace_file): a reader never sees half
+    a report, and a link at the path is replaced, its target left alone."""
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("keep me", encoding="utf-8")
+    link = tmp_path / "report.xml"
+    link.symlink_to(target)
+    result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", str(link)])
+    assert result.exit_code == 0, result.output
+    assert target.read_text(encoding="utf-8") == "keep me"
+    assert not link.is_symlink() and ET.parse(link).getroot().get("tests") == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.txt", "report.xml"]  # no temporary file left
 
 
 def test_a_package_that_cannot_be_tested_is_an_error_not_an_empty_suite(tmp_path: Path, runner: CliRunner) -> None:
@@ -107,23 +129,67 @@ def test_a_passing_run_and_the_isolated_child_name_the_adapter(tmp_path: Path, r
 def test_control_characters_cannot_break_the_document() -> None:
     """A message may quote bytes of a package's file; XML 1.0 has no way to hold most control characters."""
     report = PackageReport(kernel="demo.X", path="-", origin="local", isolated=False, results=[
-        RunResult("demo.X", "case\x00one", "v", "float32", "fail", message="bad \x1b[31mvalue\x07\nsecond line"),
+        RunResult("demo.X", "case\x00one", "v", "float32", "fail", message="bad \x1b[31mva\x1clue\x07\nsecond line"),
         RunResult("demo.X", "two", None, "float16", "skip", message="no shader-f16 <here> & \"there\""),
     ], error="crashed \x01")  # fmt: skip
     root = ET.fromstring(junit_xml([report]).encode("utf-8"))
     cases = {c.get("name"): c for c in root.iter("testcase")}
     assert set(cases) == {"case\\x00one [v]", "two", PACKAGE_CASE}
     failure = cases["case\\x00one [v]"].find("failure")
-    assert failure.get("message") == "bad \\x1b[31mvalue\\x07" and failure.text.endswith("second line")
-    assert cases["two"].find("skipped").get("message") == 'no shader-f16 <here> & "there"'
+    assert failure.get("message") == "bad \\x1b[31mva\\x1clue\\x07" and failure.text.endswith("second line")
+    skipped = cases["two"].find("skipped")
+    assert skipped.get("message") == 'no shader-f16 <here> & "there"' and skipped.text is None
     assert cases[PACKAGE_CASE].find("error").text == "crashed \\x01"
     assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("3", "1", "1", "1")
 
 
-def test_an_unwritable_report_path_fails_after_the_results_are_shown(tmp_path: Path, runner: CliRunner) -> None:
-    target = tmp_path / "missing-folder" / "report.xml"
-    result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", str(target)])
+@pytest.mark.parametrize("where", ["folder", "missing-folder/report.xml", ""])
+def test_a_report_path_that_can_never_be_written_is_refused_before_any_test(tmp_path: Path, runner: CliRunner,
+                                                                           where: str) -> None:  # fmt: skip
+    (tmp_path / "folder").mkdir()
+    path = str(tmp_path / where) if where else ""
+    result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", path])
+    assert result.exit_code == 2, result.output
+    assert "--junit" in result.stderr and "rank0-f32" not in result.stdout  # nothing ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"] and not any((tmp_path / "folder").iterdir())
+
+
+def test_a_write_that_fails_after_the_run_is_an_error_once_the_results_are_shown(tmp_path: Path, runner: CliRunner,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from webgpu_kernels import junit_report
+
+    def full_disk(path: Path, text: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(junit_report, "replace_file", full_disk)
+    result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", str(tmp_path / "r.xml")])
     assert result.exit_code == 1
     assert "rank0-f32" in result.stdout  # the table came first
-    assert "report.xml" in result.stderr and "No such file or directory" in result.stderr
-    assert not target.parent.exists()
+    assert "r.xml" in result.stderr and "No space left on device" in result.stderr
+
+
+def test_a_crashed_child_reaches_the_report(tmp_path: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CRASH_HOOK_ENV, "tail-3x5-f16")
+    xml_path = tmp_path / "report.xml"
+    result = runner.invoke(main, ["test", "--isolate", QUICK_GELU, "--junit", str(xml_path)])
+    assert result.exit_code == 1, result.output
+    (suite,) = ET.parse(xml_path).getroot().findall("testsuite")
+    found = outcomes(suite)
+    assert found["tail-3x5-f16 [vec4_tail]"] == "error" and found[PACKAGE_CASE] == "error"
+    assert list(found.values()).count("pass") > 30  # what ran before the crash
+    package_error = next(c for c in suite.iter("testcase") if c.get("name") == PACKAGE_CASE).find("error")
+    assert "exit status 70 while running case 'tail-3x5-f16'" in package_error.text
+    assert {p.get("name"): p.get("value") for p in suite.find("properties")}["adapter"] == wk.get_device().adapter.label()
+
+
+def test_two_packages_of_one_op_id_are_told_apart(tmp_path: Path, runner: CliRunner) -> None:
+    """CI systems key cases by classname and name: a copy tested beside the original merged with it."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    xml_path = tmp_path / "report.xml"
+    result = runner.invoke(main, ["test", QUICK_GELU, str(root), "--case", "rank0-f32", "--junit", str(xml_path)])
+    assert result.exit_code == 0, result.output
+    suites = ET.parse(xml_path).getroot().findall("testsuite")
+    names = [s.get("name") for s in suites]
+    assert len(set(names)) == 2 and names[1] == f"{QUICK_GELU} ({root})"
+    keys = [(c.get("classname"), c.get("name")) for s in suites for c in s.iter("testcase")]
+    assert len(keys) == 4 and len(set(keys)) == 4

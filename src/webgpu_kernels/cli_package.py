@@ -177,7 +177,7 @@ def _metadata_id(root: Path) -> str | None:
               help="Give up on a package after this long (counted from the child's start, imports "
                    "included). Runs isolated: --isolate is implied.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
+@click.option("--junit", "junit_path", default=None, metavar="FILE", callback=lambda ctx, param, value: _report_path(value),
               help="Also write the results as JUnit XML to FILE, for CI systems to show.")  # fmt: skip
 @click.pass_context
 def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...], isolate: bool | None,
@@ -241,6 +241,21 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
             raise click.FileError(junit_path, hint=exc.strerror or str(exc)) from None
     if not ok:
         click.get_current_context().exit(1)
+
+
+def _report_path(value: str | None) -> str | None:
+    """Refuse, before any test runs, a report path that can never be written: a folder, or a file
+    in a folder that does not exist. Other write errors (a full disk) come after the results."""
+    if value is None:
+        return None
+    path = Path(value)
+    if not value:
+        raise click.BadParameter("an empty file name", param_hint="'--junit'")
+    if path.is_dir():
+        raise click.BadParameter(f"{value!r} is a folder, not a file name", param_hint="'--junit'")
+    if not path.parent.is_dir():
+        raise click.BadParameter(f"{value!r}: the folder {str(path.parent)!r} does not exist", param_hint="'--junit'")
+    return value
 
 
 def _print_test_reports(reports: list[PackageReport]) -> None:

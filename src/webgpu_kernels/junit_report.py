@@ -2,7 +2,8 @@
 
 One ``<testsuite>`` per package (its op id; the adapter and where the package came from as
 properties) and one ``<testcase>`` per case and variant, as the table shows them: ``classname`` is
-the op id, so ``com.microsoft.BiasAdd`` files under ``com.microsoft`` in Jenkins and GitLab. A
+the op id (and the path, where two packages of one op id are tested together), so
+``com.microsoft.BiasAdd`` files under ``com.microsoft`` in Jenkins and GitLab. A
 failed run is a ``<failure>``, an error (a broken case, a variant the case names but the package
 lacks) an ``<error>``, a skip ``<skipped>``. A package that could not be tested at all (no
 test.json, a crashed child) is one more testcase, ``(package)``, holding an ``<error>``: a report
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -33,7 +35,7 @@ def _text(value: object) -> str:
 
 
 def _first_line(message: str) -> str:
-    return message.strip().splitlines()[0] if message.strip() else ""
+    return message.strip().split("\n")[0].rstrip("\r")  # not splitlines: it also splits at \x1c-\x1e, \x85
 
 
 def _testcase(kernel: str, result: RunResult) -> ET.Element:
@@ -56,15 +58,15 @@ def _testcase(kernel: str, result: RunResult) -> ET.Element:
     return case
 
 
-def _testsuite(report: PackageReport) -> ET.Element:
-    cases = [_testcase(report.kernel, r) for r in report.results]
+def _testsuite(report: PackageReport, name: str) -> ET.Element:
+    cases = [_testcase(name, r) for r in report.results]
     if report.error is not None:
-        case = ET.Element("testcase", classname=_text(report.kernel), name=PACKAGE_CASE, time="0")
+        case = ET.Element("testcase", classname=_text(name), name=PACKAGE_CASE, time="0")
         ET.SubElement(case, "error", message=_text(_first_line(report.error)), type="package").text = _text(report.error)
         cases.append(case)
     counts = report.counts()
     suite = ET.Element(
-        "testsuite", name=_text(report.kernel), tests=str(len(cases)), failures=str(counts[FAIL]),
+        "testsuite", name=_text(name), tests=str(len(cases)), failures=str(counts[FAIL]),
         errors=str(counts[ERROR] + (report.error is not None)), skipped=str(counts[SKIP]),
         time=f"{sum(r.seconds for r in report.results):.6f}",
     )  # fmt: skip
@@ -79,7 +81,10 @@ def _testsuite(report: PackageReport) -> ET.Element:
 
 def junit_xml(reports: Sequence[PackageReport], *, name: str = "webgpu-kernels test") -> str:
     """The reports as one JUnit XML document (with its declaration; write it as UTF-8)."""
-    suites = [_testsuite(r) for r in reports]
+    # CI systems key a case by classname and name: two packages of one op id (a copy under test
+    # beside the original) would merge, so each of those is told apart by its path.
+    seen = Counter(r.kernel for r in reports)
+    suites = [_testsuite(r, r.kernel if seen[r.kernel] == 1 else f"{r.kernel} ({r.path})") for r in reports]
     root = ET.Element("testsuites", name=name)
     for key in ("tests", "failures", "errors", "skipped"):
         root.set(key, str(sum(int(s.get(key, "0")) for s in suites)))
