@@ -8,6 +8,7 @@
 #   bash scripts/h200-run.sh hostab [DIR]   host cost per call, this tree against DIR/src (default ab-old), interleaved
 #   bash scripts/h200-run.sh tunecheck   the tuner alone on the large cases
 #   bash scripts/h200-run.sh tests   the test suite on the H200
+#   bash scripts/h200-run.sh testsjunit   every package through `test --junit`, then the suite
 #   bash scripts/h200-run.sh bisect   which earlier test files make test 825 hang (session 25)
 #   bash scripts/h200-run.sh forkfix   the fork test then test 825, old engine (.ab-old) and this one, then the suite
 #   bash scripts/h200-run.sh forkab   bisect's set on the old engine (with and without the fork test) and this one
@@ -84,6 +85,14 @@ case "${1:-bench}" in
     # Session 24: the suite hung for good at test 825 on H100 and H200 (a queue.submit that never
     # returns); the plugin logs each test's start and, on a test past HANG_S, every thread's stack.
     HANG_LOG=$OUT/hang.log HANG_S=60 PYTHONPATH=scripts:$PYTHONPATH timeout 500 python3 -m pytest -q -p no:cacheprovider \
+      -p hang_probe_plugin -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
+  testsjunit)  # session 30: every package's test.json through `test --junit` (the report CI systems read), then the suite
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    pkgs=(com.microsoft.BiasAdd com.microsoft.QuickGelu)
+    for d in tests/packages/demo.*; do [ -f "$d/test.json" ] && pkgs+=("$d"); done  # ReduceSum, ScaleShift have none
+    timeout 90 python3 -m webgpu_kernels test "${pkgs[@]}" --junit "$OUT/h200-junit.xml" 2>&1 | tail -n 40 \
+      | tee "$OUT/test-cli.log"
+    HANG_LOG=$OUT/hang.log HANG_S=60 PYTHONPATH=scripts:$PYTHONPATH timeout 480 python3 -m pytest -q -p no:cacheprovider \
       -p hang_probe_plugin -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
   bisect)  # session 25: which earlier test files make test 825 hang (scripts/hang_bisect.py), in the
            # suite's order; test_concurrency.py (wgpu#4877's lead) alone first; then the set found
