@@ -60,6 +60,8 @@ def test_inline_values() -> None:
     assert info.value.json_path == "cases[0].inputs.X.values"
     with pytest.raises(CaseFileError, match="no dtype"):
         build({"shape": [1], "values": [1]}, dtype=None)
+    with pytest.raises(CaseFileError, match="no shape"):  # the schema requires one; a direct call may lack it
+        build({"values": [1]})
 
 
 def test_special_values_are_written_over_generated_data() -> None:

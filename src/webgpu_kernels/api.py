@@ -70,10 +70,9 @@ def get_kernel(
         raise PackageError(f"{shown!r} is an embedded kernel: revision= applies to Hub repositories "
                            f"('{hub.OFFICIAL_ORG}/{shown}')")  # fmt: skip
     with _lock:
-        kernel = _embedded.get(shown)
-        if kernel is None:
-            kernel = Kernel(open_embedded(shown))
-            _embedded[shown] = kernel
+        if shown not in _embedded:
+            _embedded[shown] = Kernel(open_embedded(shown))
+        kernel = _embedded[shown]
     if version is not None:
         hub.check_version(version, shown)
         embedded_version = kernel.manifest.since_version

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import wgpu
@@ -30,6 +30,7 @@ from .errors import GPUError
 from .execution import BoundPass, ExecutionPlan, bind, dispatch_calls, upload
 from .expressions import as_count
 from .kernel import Kernel
+from .tensor import GpuTensor
 from .walltime import MAX_BATCHES, MIN_BATCHES, MIN_TOTAL_S, REL_TOL, TARGET_BATCH_S, back_to_back, settle
 
 #: Datasheet memory bandwidth (bytes/s) by model name, matched as a whole word in the adapter name.
@@ -388,7 +389,7 @@ def host_per_call(kernel: Kernel, arrays: Mapping[str, np.ndarray], *, calls: in
         start = clock()
         outputs = kernel(inputs, attrs=attrs, output="gpu")
         samples[i] = clock() - start
-        for tensor in outputs.values():
+        for tensor in cast(dict[str, GpuTensor], outputs).values():  # output="gpu" gives GpuTensors
             tensor.release()
     synchronize()
     for tensor in inputs.values():

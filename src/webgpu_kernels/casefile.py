@@ -224,7 +224,7 @@ class TestCase:
 def sole_type(manifest: Any, type_var: str | None) -> str | None:
     """The one dtype a one-type constraint allows: it binds its inputs as it binds an output,
     with no case saying so (``"B": ["bool"]``)."""
-    allowed = manifest.type_constraints.get(type_var, ()) if type_var is not None else ()
+    allowed: tuple[str, ...] = manifest.type_constraints.get(type_var, ()) if type_var is not None else ()
     return allowed[0] if len(allowed) == 1 else None
 
 
@@ -261,19 +261,21 @@ def build_tensor(
             if dtype is None:
                 raise CaseFileError("no dtype: give 'dtype' here or the case's 'types' for its type variable",
                                     file=file, json_path=where)  # fmt: skip
+            if shape is None:  # the schema requires one beside 'values' and 'generate'
+                raise CaseFileError(f"no shape: give 'shape' with '{kind}'", file=file, json_path=where)
             if kind == "generate":
-                array = generate(spec["generate"], shape, dtype)  # type: ignore[arg-type]
+                array = generate(spec["generate"], shape, dtype)
             else:
                 try:
                     values = inline_values(spec["values"], dtype)
                 except ValueError as exc:
                     raise CaseFileError(str(exc), file=file, json_path=f"{where}.values") from None
                 if values.shape != shape:
-                    if values.ndim == 1 and values.size == math.prod(shape):  # type: ignore[arg-type]
+                    if values.ndim == 1 and values.size == math.prod(shape):
                         values = values.reshape(shape)
-                    elif values.ndim == 0 and math.prod(shape) == 1:  # type: ignore[arg-type]
+                    elif values.ndim == 0 and math.prod(shape) == 1:
                         values = values.reshape(shape)
-                    elif 0 in values.shape and values.shape == shape[:values.ndim]:  # type: ignore[index]
+                    elif 0 in values.shape and values.shape == shape[:values.ndim]:
                         values = values.reshape(shape)  # JSON cannot nest inside []: [[], []] is [2, 0, 1] too
                     else:
                         raise CaseFileError(f"{values.size} values (shape {list(values.shape)}) for shape {list(shape)}",
@@ -318,7 +320,7 @@ def check_test_data(data: Any, *, file: str = TEST_FILE) -> list[CaseFileError]:
     errors.extend(_duplicate_names(data["cases"], file))
     # Python's JSON reader takes 1e400 and the non-standard Infinity and NaN as numbers, and the
     # schema's minimum lets them through: an infinite atol would pass any finite output.
-    tolerance_sets = [(["tolerances"], data.get("tolerances", {}))]
+    tolerance_sets: list[tuple[list[str | int], Any]] = [(["tolerances"], data.get("tolerances", {}))]
     tolerance_sets += [(["cases", i, "tolerances"], c.get("tolerances", {})) for i, c in enumerate(data["cases"])]
     for where, tolerances in tolerance_sets:
         for dtype, values in tolerances.items():
@@ -590,7 +592,8 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError
 
 def _duplicate_names(cases: list[dict[str, Any]], file: str) -> list[CaseFileError]:
     """Case names must be unique within a file (they name results and filters)."""
-    errors, seen = [], {}
+    errors: list[CaseFileError] = []
+    seen: dict[str, int] = {}
     for i, case in enumerate(cases):
         if case["name"] in seen:
             errors.append(CaseFileError(f"duplicate case name {case['name']!r} (also cases[{seen[case['name']]}])",

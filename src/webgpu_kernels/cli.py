@@ -414,7 +414,7 @@ def _adapter_dict(a: AdapterSummary, chosen: bool) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(as_json: bool) -> None:
     """The kernels embedded in the library."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for op_id in list_kernels():
         kernel = get_kernel(op_id)
         description = _first_sentence(kernel.manifest.description)

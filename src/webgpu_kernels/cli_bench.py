@@ -83,7 +83,7 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
                  "inputs": {k: {"shape": v.shape, "dtype": v.dtype} for k, v in inputs.items()}}]  # fmt: skip
     if bench is None:
         return []
-    cases = [
+    cases: list[dict[str, Any]] = [
         {"name": case.name, "tags": list(case.tags), "attrs": case.attrs, "tunables": case.tunables, "types": inst.types,
          "flops": flops, "inputs": {role: {"shape": shape, "dtype": dtype, **_generate(case.inputs[role]["generate"])}
                                     for role, (shape, dtype) in inst.inputs.items()}}
@@ -295,8 +295,8 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     tuning.disabled()  # a bad WEBGPU_KERNELS_NO_TUNING
     run = _BenchRun(device, tuning.cache_for(device.adapter.name, device.adapter.backend), seed, variant)
     rows: list[dict[str, Any]] = []
-    results = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
-               "cases": rows, "host": []}  # fmt: skip
+    results: dict[str, Any] = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
+                               "cases": rows, "host": []}  # fmt: skip
 
     def save() -> None:
         # Written after every phase and on Ctrl-C, so a run cut short still leaves its figures.
@@ -423,7 +423,8 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
 
         result = timed()
         _copy_tbps(device, result.bytes, copies)
-        slow, replaced = _slow_state(result, copies), []
+        slow = _slow_state(result, copies)
+        replaced: list[dict[str, Any]] = []
         while slow is not None and len(replaced) < SLOW_STATE_RETRIES:
             replaced.append({"tbps": result.tbps, "copy_tbps": copies[result.bytes], "why": slow})
             again = timed()
@@ -682,7 +683,7 @@ def _plot(rows: list[dict[str, Any]], peak: float | None, path: str) -> None:
 
 
 #: Points the plot marks over its lines, as the table and the lines do: (label, test, style).
-_PLOT_MARKS = (
+_PLOT_MARKS: tuple[tuple[str, Callable[[dict[str, Any]], Any], dict[str, Any]], ...] = (
     ("WRONG output", lambda row: not row.get("error_ok", True), {"marker": "x", "color": "red", "s": 90}),
     ("past memory (* in the table)", lambda row: row.get("beyond_memory"),
      {"marker": "*", "color": "gold", "edgecolors": "black", "s": 120}),

@@ -417,9 +417,9 @@ def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False) ->
         table = Table(title="Pipelines compiled", title_justify="left")
         for col in ("variant", "dtype", "cases", "pipelines", "status"):
             table.add_column(col, justify="right" if col in ("cases", "pipelines") else "left")
-        for c in report.coverage:
-            style = {"compiled": "green", "failed": "bold red"}.get(c.status, "yellow")
-            table.add_row(c.variant, c.dtype, str(c.cases), str(c.pipelines), Text(c.status, style=style))
+        for cov in report.coverage:
+            style = {"compiled": "green", "failed": "bold red"}.get(cov.status, "yellow")
+            table.add_row(cov.variant, cov.dtype, str(cov.cases), str(cov.pipelines), Text(cov.status, style=style))
         console.print(table)
     errors, warnings = len(report.errors), len(report.warnings)
     summary = f"{errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}"

@@ -139,7 +139,7 @@ def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
         raise ShapeError(role, "a shape (a sequence of integers)", _describe(shape)) from None
     if len(dims) > MAX_RANK:
         raise RankError(role, f"rank at most {MAX_RANK}", f"rank {len(dims)}")
-    checked = []
+    checked: list[int] = []
     for d in dims:
         if isinstance(d, bool):
             raise ShapeError(role, "integer dimensions", _describe(shape))

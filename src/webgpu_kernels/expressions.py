@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
 from jinja2.exceptions import SecurityError, UndefinedError
@@ -383,7 +383,7 @@ class ExpressionCompiler:
         """Admit only the allow-listed subset; return the dotted names the expression reads."""
         references: list[str] = []
 
-        def refuse(message: str) -> None:
+        def refuse(message: str) -> NoReturn:
             raise ExpressionSandboxError(message, expression=source, where=where)
 
         too_deep = tree_depth_error(tree, MAX_EXPRESSION_DEPTH)

@@ -26,7 +26,7 @@ import re
 import threading
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
@@ -378,16 +378,17 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each): they would be refused after the download,
     once they had filled the disk. (The listing is the server's word: a file listed smaller than it
     is still downloads in full, then is refused.) Returns whether the endpoint answered."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, RepoFile
 
-    api, files = HfApi(endpoint=endpoint, token=token), []
+    api = HfApi(endpoint=endpoint, token=token)
+    files: list[RepoFile] = []
     try:
         # repo_info fails at once when the Hub cannot be reached; the tree listing would retry for
         # 23 s first (five times, with backoff), delaying the fallback to the cache.
         commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE).sha or rev
         for entry in api.list_repo_tree(repo_id, path_in_repo=PACKAGE_DIR, recursive=True, revision=commit,
                                         repo_type=REPO_TYPE):  # fmt: skip
-            if getattr(entry, "size", None) is not None:  # folders have none
+            if isinstance(entry, RepoFile) and entry.size is not None:  # not a folder
                 files.append(entry)
                 if len(files) > MAX_PACKAGE_FILES:
                     break
@@ -463,10 +464,10 @@ def load(
     with _lock:
         commit = rev if _COMMIT.match(rev) else _resolved.get(memo)
         if commit is not None and (endpoint, repo_id, commit, url_like) in _kernels:
-            kernel = _kernels[(endpoint, repo_id, commit, url_like)]
+            cached = _kernels[(endpoint, repo_id, commit, url_like)]
             if revision is None:  # revision="v2" may have loaded it first, unchecked
-                check_contract_version(kernel.package, version)
-            return kernel
+                check_contract_version(cast(HubPackage, cached.package), version)  # _kernels holds Hub packages
+            return cached
         package = download(repo_id, version=version, revision=revision, trust_remote_code=trust_remote_code,
                            endpoint=endpoint, url_like=url_like)  # fmt: skip
         key = (endpoint, repo_id, package.commit, url_like)

@@ -11,10 +11,10 @@ import functools
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -213,10 +213,11 @@ class Kernel:
         chosen, refused = None, None
         if selection.chosen is not None:
             chosen = selection.chosen.variant.id
+            chosen_scope = cast(dict[str, Any], selection.scope)  # set together with chosen
             try:  # what the call would check after choosing
                 check_input_sizes(device.info, tensor_bytes(self.manifest, signature, ()))
                 with self._located():
-                    resolved = resolve_variant(selection.chosen, selection.scope)
+                    resolved = resolve_variant(selection.chosen, chosen_scope)
                 self._check_device(signature, chosen, outputs, resolved, device)
             except KernelError as exc:
                 refused = str(exc)
@@ -225,7 +226,7 @@ class Kernel:
 
     def evaluate(
         self,
-        expression: str,
+        expression: str | int,
         inputs: Mapping[str, Any],
         *,
         attrs: Mapping[str, Any] | None = None,
@@ -339,8 +340,9 @@ class Kernel:
         except SelectionError:
             self._explain_missing_f16(signature, info)
             raise
+        chosen_scope = cast(dict[str, Any], selection.scope)  # set together with chosen
         with self._located():
-            return (chosen, outputs), resolve_variant(chosen, selection.scope), selection.scope
+            return (chosen, outputs), resolve_variant(chosen, chosen_scope), chosen_scope
 
     def _select(self, signature: CallSignature, info: DeviceInfo, *, forced: str | None = None,
                 exhaustive: bool = False) -> tuple[dict[str, Any], tuple[OutputSpec, ...], Selection]:  # fmt: skip
@@ -477,7 +479,7 @@ def _frozen(options: Mapping[str, Any] | None) -> Any:
 _FLOATS = (float, np.floating)
 
 
-def _tuple_terms(value: tuple[Any, ...]) -> tuple[bool, tuple[type, ...]]:
+def _tuple_terms(value: Sequence[Any]) -> tuple[bool, tuple[type, ...]]:
     return has_negative_zero(value), tuple(map(type, value))
 
 

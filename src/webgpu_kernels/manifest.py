@@ -368,7 +368,7 @@ def _build(data: dict[str, Any]) -> Manifest:
 
 def _binding(data: dict[str, Any], path: str) -> Binding:
     struct = data.get("struct")
-    fields = ()
+    fields: tuple[StructField, ...] = ()
     if struct:
         fields = tuple(
             StructField(name=f["name"], type=f["type"], value=f["value"], json_path=f"{path}.struct.fields[{i}]")

@@ -145,7 +145,8 @@ def open_folder(
     except (OSError, RuntimeError, ValueError) as exc:  # ~nosuchuser, a name too long, a NUL byte
         raise PackageError(f"cannot be opened: {getattr(exc, 'strerror', None) or exc}",
                            path=shorten(str(path))) from None  # fmt: skip
-    metadata, verified = None, {}
+    metadata: dict[str, Any] | None = None
+    verified: dict[str, bytes] = {}
     if verify_digests:
         metadata, verified = verify_package(root)
         if metadata is None and require_metadata:

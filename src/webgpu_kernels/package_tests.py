@@ -225,9 +225,9 @@ def run_package_tests(
 
     notify("total", sum(len(p[3]) for p in plans) + sum(len(r[0].variants or (None,)) for r in refusals))
     for case, refusal, label, arrays in refusals:
-        for vid in case.variants or (None,):
-            notify("start", {"case": case.name, "variant": vid or "-", "dtype": label})
-            add(_judge_refusal(kernel, case, refusal, label, vid, arrays, adapter))
+        for variant in case.variants or (None,):
+            notify("start", {"case": case.name, "variant": variant or "-", "dtype": label})
+            add(_judge_refusal(kernel, case, refusal, label, variant, arrays, adapter))
             notify("advance", 1)
     for case, label, arrays, accepted, output_specs in plans:
         try:

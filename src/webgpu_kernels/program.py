@@ -128,11 +128,11 @@ class Program:
             tunables=signature.tunable_map(),
             device={"limits": dict(device.limits), "features": device.feature_names},
         )
-        for role, rank_expr in self.input_ranks:
+        for role, input_rank in self.input_ranks:
             if role in shapes:
-                expected = as_count(rank_expr.evaluate(scope), rank_expr, "a rank")
+                expected = as_count(input_rank.evaluate(scope), input_rank, "a rank")
                 if len(shapes[role]) != expected:
-                    raise RankError(role, f"rank {expected} ({rank_expr.source})", f"rank {len(shapes[role])}")
+                    raise RankError(role, f"rank {expected} ({input_rank.source})", f"rank {len(shapes[role])}")
         outputs: dict[int, OutputSpec] = {}
         for kind, index in self.order:
             if kind == "output":

@@ -131,7 +131,7 @@ def one_node_model(
     outputs = list(output_names or (spec.outputs if spec else ("Y",)))
     domain, _, name = op_id.rpartition(".")
     onnx_domain = "" if domain in ("ai.onnx", "") else domain
-    node_attrs = {}
+    node_attrs: dict[str, Any] = {}
     for key, value in (attrs or {}).items():
         node_attrs[key] = float(value) if spec and key in spec.float_attrs else value
     # np.asarray keeps rank 0; np.ascontiguousarray would make it shape (1,).

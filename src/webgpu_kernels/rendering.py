@@ -232,7 +232,7 @@ class TemplateRenderer:
             raise template_error(exc, resolved.shader, names=context) from None
         finally:
             if stream is not None:
-                stream.close()
+                stream.close()  # type: ignore[attr-defined]  # generate() is a generator function
         try:
             size = len(text.encode())  # the loop counted characters; 'é' is two bytes
         except UnicodeEncodeError as exc:  # a lone surrogate, from a '\ud800' literal in the template

@@ -27,7 +27,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from jinja2 import StrictUndefined, nodes
 from jinja2.exceptions import SecurityError
@@ -380,7 +380,7 @@ class BoundedSandbox(SandboxedEnvironment):
                 return obj[argument]
             except (KeyError, TypeError):  # name a key that is not a plain value by its type (no repr, no address)
                 shown = argument if isinstance(argument, (str, int, float, type(None))) else f"<{type(argument).__name__}>"
-                return self.undefined(obj=obj, name=shown)
+                return self.undefined(obj=obj, name=shown)  # type: ignore[arg-type]  # Jinja names items by any key
         if isinstance(obj, (list, tuple, str, range)):
             if _is_index(argument):
                 try:
@@ -512,7 +512,8 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
         if template:
             if isinstance(node, nodes.For):
                 weight = 1 + _weight(node.body) + (_weight([node.test]) if node.test is not None else 0)
-                node.iter = _internal_call("wk_iterate", [node.iter, nodes.Const(weight)], node.lineno)
+                iterable = cast(nodes.Expr, node.iter)  # Jinja's parser makes an Expr
+                node.iter = _internal_call("wk_iterate", [iterable, nodes.Const(weight)], node.lineno)
             elif isinstance(node, (nodes.Template, nodes.Macro, nodes.CallBlock)):
                 charge = _internal_call("wk_charge", [nodes.Const(1 + _weight(node.body))], node.lineno or 1)
                 node.body = [nodes.Output([charge], lineno=node.lineno or 1), *node.body]

@@ -18,7 +18,7 @@ import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, cast
 
 from jinja2 import BaseLoader, Template, TemplateNotFound, TemplateSyntaxError, nodes, pass_context
 from jinja2 import filters as jinja_filters
@@ -135,13 +135,14 @@ def _bounded_comparison(name: str, test: Callable[..., bool]) -> Callable[..., b
     return checked
 
 
+_JINJA_TESTS = cast(dict[str, Callable[..., bool]], jinja_tests.TESTS)  # Jinja's tests all return bool
 _COMPARISON_TESTS = ("in", "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt",
                      "greaterthan", ">", "ge", ">=")  # fmt: skip
 _TESTS: dict[str, Callable[..., bool]] = {
-    **{name: jinja_tests.TESTS[name] for name in (
+    **{name: _JINJA_TESTS[name] for name in (
         "defined", "undefined", "none", "boolean", "false", "true", "integer", "float", "number", "string",
         "mapping", "sequence", "iterable", "sameas")},
-    **{name: _bounded_comparison(name, jinja_tests.TESTS[name]) for name in _COMPARISON_TESTS},
+    **{name: _bounded_comparison(name, _JINJA_TESTS[name]) for name in _COMPARISON_TESTS},
     "odd": _numbers_only("odd", jinja_tests.test_odd),
     "even": _numbers_only("even", jinja_tests.test_even),
     "divisibleby": _numbers_only("divisibleby", jinja_tests.test_divisibleby),
@@ -209,7 +210,8 @@ class TemplateSandbox(BoundedSandbox):
                 _check_template(tree)
                 source = harden(tree, template=True, name=name)
             try:
-                return super().compile(source, name, filename, raw, defer_init)
+                return super().compile(  # type: ignore[call-overload]  # Jinja has no raw: bool overload
+                    source, name, filename, raw, defer_init)
             except (RecursionError, SyntaxError, MemoryError) as exc:  # Python's compiler limits
                 raise SandboxViolation(f"the template is too complex to compile ({type(exc).__name__})") from None
         except SandboxViolation as exc:
@@ -260,11 +262,11 @@ def _check_template(tree: nodes.Template) -> None:
         if kind not in _TEMPLATE_NODES:
             what = _NODE_WORDS.get(kind.__name__, kind.__name__)
             raise SandboxViolation(f"{what} is not allowed in templates", node.lineno)
-        if kind is nodes.Name and node.name == "self":
+        if type(node) is nodes.Name and node.name == "self":
             raise SandboxViolation("'self' is not available in templates", node.lineno)
-        if kind is nodes.For and node.recursive:
+        if type(node) is nodes.For and node.recursive:
             raise SandboxViolation("recursive loops are not allowed in templates", node.lineno)
-        if kind is nodes.Const and isinstance(node.value, int) and node.value.bit_length() > MAX_INT_BITS:
+        if type(node) is nodes.Const and isinstance(node.value, int) and node.value.bit_length() > MAX_INT_BITS:
             raise SandboxViolation(f"an integer literal of more than {MAX_INT_BITS} bits", node.lineno)
         if isinstance(node, nodes.Stmt):
             statements, expression = statements + 1, 0
@@ -404,7 +406,8 @@ def _f_abs(context: Any, value: Any) -> Any:
 
 
 @pass_context
-def _f_round(context: Any, value: Any, precision: int = 0, method: str = "common") -> float:
+def _f_round(context: Any, value: Any, precision: int = 0,
+             method: Literal["common", "ceil", "floor"] = "common") -> float:
     # Rounding computes 10 ** precision in one step the render budget cannot interrupt; a float
     # has no digits past about 330 places either way.
     if isinstance(precision, bool) or not isinstance(precision, int) or abs(precision) > MAX_ROUND_PRECISION:
@@ -443,9 +446,9 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = ()) -> Ke
     """The library's error for ``exc``, raised while loading or rendering template ``shader``
     (``names``: those the template could read, for a "did you mean" under a misspelt one)."""
     if isinstance(exc, DigestError):  # an included file present but unverified: the class calls rely on stays
-        where = _innermost_template_line(exc.__traceback__)
-        if where is not None:
-            exc.add_note(f"included by {where[0]}, line {where[1]}")
+        includer = _innermost_template_line(exc.__traceback__)
+        if includer is not None:
+            exc.add_note(f"included by {includer[0]}, line {includer[1]}")
         return exc
     if isinstance(exc, KernelError):
         return exc

@@ -242,8 +242,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         if cov.cases and test_file is not None and (cov.variant, cov.dtype) not in tested:
             # bench.json only compiles it: `test` never runs it, so nothing checks what it computes,
             # although calls of the bench cases' shapes select it.
-            v = manifest.variant(cov.variant)
-            out.warning(MANIFEST_FILE, v.json_path if v else "",
+            variant = manifest.variant(cov.variant)
+            out.warning(MANIFEST_FILE, variant.json_path if variant else "",
                         f"only bench.json cases exercise variant {cov.variant!r} with {cov.dtype}: it compiles, "
                         "but no test.json case checks its results", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
         if cov.cases:
@@ -253,8 +253,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             out.warning("", "", f"this adapter has no shader-f16 feature: variant {cov.variant!r} ({cov.dtype}) "
                                 "was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
             continue
-        v = manifest.variant(cov.variant)
-        out.warning(MANIFEST_FILE, v.json_path if v else "",
+        variant = manifest.variant(cov.variant)
+        out.warning(MANIFEST_FILE, variant.json_path if variant else "",
                     f"no test.json or bench.json case exercises variant {cov.variant!r} with {cov.dtype}: "
                     f"it was not compiled{unread}", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
     report.coverage = sorted(coverage.values(), key=lambda c: ([v.id for v in manifest.variants].index(c.variant)
