@@ -1,8 +1,10 @@
-"""``webgpu-kernels test --junit FILE``: the same results as the table and --json, as JUnit XML."""
+"""``webgpu-kernels test --junit FILE`` and ``validate --junit FILE``: the same results as the table
+and --json, as JUnit XML."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -17,6 +19,8 @@ from webgpu_kernels.junit_report import PACKAGE_CASE, junit_xml
 from webgpu_kernels.package_tests import CRASH_HOOK_ENV, PackageReport, RunResult
 
 from conftest import copy_package  # noqa: E402
+
+SOFTMAX = Path(__file__).parent / "packages" / "demo.Softmax"
 
 
 @pytest.fixture
@@ -193,3 +197,94 @@ def test_two_packages_of_one_op_id_are_told_apart(tmp_path: Path, runner: CliRun
     assert len(set(names)) == 2 and names[1] == f"{QUICK_GELU} ({root})"
     keys = [(c.get("classname"), c.get("name")) for s in suites for c in s.iter("testcase")]
     assert len(keys) == 4 and len(set(keys)) == 4
+
+
+# --- validate --junit -------------------------------------------------------------------------------
+
+
+def break_template(root: Path) -> None:
+    """demo.Softmax's workgroup variant stops compiling (its row variant still does)."""
+    path = root / "softmax-wg.wgsl.jinja"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace(";", "; let broken: u32 = nope;", 1), encoding="utf-8")
+    digests.write_metadata(root)
+
+
+def test_validate_junit_fails_the_variants_that_do_not_compile(tmp_path: Path, runner: CliRunner) -> None:
+    root = Path(shutil.copytree(SOFTMAX, tmp_path / "sm"))
+    break_template(root)
+    xml_path = tmp_path / "validate.xml"
+    result = runner.invoke(main, ["validate", str(root), "--json", "--junit", str(xml_path)])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    (suite,) = ET.parse(xml_path).getroot().findall("testsuite")
+    assert suite.get("name") == "demo.Softmax"
+    want = {f"compile {c['variant']} [{c['dtype']}]": "failure" if c["status"] == "failed" else "pass"
+            for c in data["coverage"]}  # fmt: skip
+    want["validate"] = "pass"
+    assert outcomes(suite) == want
+    assert list(want.values()).count("failure") == 2 == int(suite.get("failures"))
+    failed = next(c for c in suite.iter("testcase") if c.get("name") == "compile workgroup [float32]").find("failure")
+    assert "no definition in scope for identifier: `nope`" in failed.text
+    texts = "\n".join(f.text for f in suite.iter("failure"))
+    assert data["errors"] > 0 and all(p["message"] in texts for p in data["problems"] if p["severity"] == "error")
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert properties["adapter"] == data["adapter"] and properties["path"] == str(root)
+
+
+def test_validate_junit_names_each_error_outside_the_gpu_stage(tmp_path: Path, runner: CliRunner) -> None:
+    """A stale metadata.json and a broken test.json case: each error its own failing testcase."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    path = root / "test.json"
+    data = json.loads(path.read_text("utf-8"))
+    data["cases"][0]["inputs"]["X"]["shape"] = [2, 3, 999]  # more elements than its values
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")  # metadata.json not refreshed
+    xml_path = tmp_path / "validate.xml"
+    result = runner.invoke(main, ["validate", str(root), "--no-gpu", "--json", "--junit", str(xml_path)])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    errors = [p for p in report["problems"] if p["severity"] == "error"]
+    assert len(errors) >= 2
+    (suite,) = ET.parse(xml_path).getroot().findall("testsuite")
+    found = outcomes(suite)
+    assert found.pop("validate") == "pass"
+    assert list(found.values()) == ["failure"] * len(errors) and int(suite.get("failures")) == len(errors)
+    assert any(name.startswith("metadata.json") or "test.json" in name for name in found)
+    assert len(list(suite.iter("testcase"))) == len(errors) + 1  # no two errors merged into one testcase
+    summary = next(c for c in suite.iter("testcase") if c.get("name") == "validate").find("system-out").text
+    assert "not checked: the GPU stage" in summary and "checked: " in summary
+
+
+def test_validate_junit_on_a_valid_package_passes_with_its_warnings(tmp_path: Path, runner: CliRunner) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    xml_path = tmp_path / "validate.xml"
+    result = runner.invoke(main, ["validate", str(root), "--json", "--junit", str(xml_path)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    (suite,) = ET.parse(xml_path).getroot().findall("testsuite")
+    found = outcomes(suite)
+    assert set(found.values()) == {"pass"} and len(found) == len(report["coverage"]) + 1
+    summary = next(c for c in suite.iter("testcase") if c.get("name") == "validate").find("system-out").text
+    assert f"expressions {report['checked']['expressions']}" in summary
+    assert summary.count("warning ") == report["warnings"]
+
+
+def test_two_errors_at_one_place_are_two_testcases() -> None:
+    from webgpu_kernels.junit_report import validation_junit_xml
+    from webgpu_kernels.validation_report import Coverage, Problem, ValidationReport
+
+    report = ValidationReport(path="/p/demo.X", op_id="demo.X", problems=[
+        Problem("error", "manifest.json", "derive.n", "first"), Problem("error", "manifest.json", "derive.n", "second"),
+        Problem("error", "x.wgsl.jinja", "", "does not compile", variant="v", dtype="float16", line=3),
+        Problem("warning", "test.json", "", "no case for variant 'w'"),
+    ], coverage=[Coverage("v", "float16", cases=2, failed=1), Coverage("w", "float32")])  # fmt: skip
+    root = ET.fromstring(validation_junit_xml([report]).encode("utf-8"))
+    (suite,) = root.findall("testsuite")
+    assert outcomes(suite) == {"compile v [float16]": "failure", "compile w [float32]": "skipped",
+                               "manifest.json derive.n": "failure", "manifest.json derive.n #2": "failure",
+                               "validate": "pass"}  # fmt: skip
+    compile_failure = suite.find("testcase[@name='compile v [float16]']/failure")
+    assert compile_failure.text == "x.wgsl.jinja:3: does not compile"  # the compile error sits in its row, once
+    summary = suite.find("testcase[@name='validate']/system-out").text
+    assert "warning test.json: no case for variant 'w'" in summary
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("5", "3", "1")

@@ -12,7 +12,7 @@ invalid GPU work, and then only the child dies.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from rich.text import Text
 from .device import choose_adapter
 from .digests import METADATA_FILE, UNLISTABLE, build_metadata, schema_problems, write_metadata
 from .errors import DigestError, KernelError, PackageError
-from .junit_report import write_junit
+from .junit_report import junit_xml, validation_junit_xml, write_junit
 from .package import embedded_ids, embedded_root, open_folder
 from .package_tests import PackageReport, RunResult, run_package_tests, run_package_tests_isolated
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
@@ -165,6 +165,10 @@ def _metadata_id(root: Path) -> str | None:
 
 # --- test -------------------------------------------------------------------------------------------
 
+_JUNIT_OPTION = click.option(
+    "--junit", "junit_path", default=None, metavar="FILE", callback=lambda ctx, param, value: _report_path(value),
+    help="Also write the results as JUnit XML to FILE, for CI systems to show.")
+
 
 @click.command("test")
 @click.argument("kernels", nargs=-1, metavar="[KERNEL|PATH]...")
@@ -177,8 +181,7 @@ def _metadata_id(root: Path) -> str | None:
               help="Give up on a package after this long (counted from the child's start, imports "
                    "included). Runs isolated: --isolate is implied.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--junit", "junit_path", default=None, metavar="FILE", callback=lambda ctx, param, value: _report_path(value),
-              help="Also write the results as JUnit XML to FILE, for CI systems to show.")  # fmt: skip
+@_JUNIT_OPTION
 @click.pass_context
 def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...], isolate: bool | None,
              timeout: float | None, as_json: bool, junit_path: str | None) -> None:  # fmt: skip
@@ -234,13 +237,19 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
         _echo_json({"ok": ok, "packages": [r.as_dict() for r in reports]})
     else:
         _print_test_reports(reports)
-    if junit_path is not None:
-        try:
-            write_junit(reports, junit_path)
-        except OSError as exc:
-            raise click.FileError(junit_path, hint=exc.strerror or str(exc)) from None
+    _write_report(junit_path, lambda: junit_xml(reports))
     if not ok:
         click.get_current_context().exit(1)
+
+
+def _write_report(path: str | None, document: Callable[[], str]) -> None:
+    """Write ``document()`` to the --junit path, if one was given; a failure is exit 1 (the results
+    were shown already)."""
+    if path is not None:
+        try:
+            write_junit(path, document())
+        except OSError as exc:
+            raise click.FileError(path, hint=exc.strerror or str(exc)) from None
 
 
 def _report_path(value: str | None) -> str | None:
@@ -346,9 +355,10 @@ def _package_path(ref: str) -> Path:
               help="Give up after this long (counted from the child's start, imports included). "
                    "Runs isolated: --isolate is implied.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_JUNIT_OPTION
 @click.pass_context
 def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None, timeout: float | None,
-                 as_json: bool) -> None:  # fmt: skip
+                 as_json: bool, junit_path: str | None) -> None:  # fmt: skip
     """Check the package folder PATH and report every problem at once.
 
     Digests (metadata.json), the manifest schema, every expression and the names it reads,
@@ -371,6 +381,7 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None,
         _echo_json(report.as_dict())
     else:
         _print_validation(report, gpu_skipped=not gpu)
+    _write_report(junit_path, lambda: validation_junit_xml([report]))
     if not report.ok:
         click.get_current_context().exit(1)
 

@@ -1,4 +1,7 @@
-"""``webgpu-kernels test --junit FILE``: the test reports as JUnit XML, for CI systems to display.
+"""``webgpu-kernels test --junit FILE`` and ``validate --junit FILE``: the reports as JUnit XML,
+for CI systems to display.
+
+``test``:
 
 One ``<testsuite>`` per package (its op id; the adapter and where the package came from as
 properties) and one ``<testcase>`` per case and variant, as the table shows them: ``classname`` is
@@ -8,6 +11,11 @@ failed run is a ``<failure>``, an error (a broken case, a variant the case names
 lacks) an ``<error>``, a skip ``<skipped>``. A package that could not be tested at all (no
 test.json, a crashed child) is one more testcase, ``(package)``, holding an ``<error>``: a report
 with no testcases would read as green.
+
+``validate``: one ``<testsuite>`` per package, a testcase per variant x dtype (``compile vec4
+[float16]``: a ``<failure>`` with its render or compile errors, ``<skipped>`` when no case made it
+compile), one per other error (named by file and JSON path or line), and a ``validate`` testcase
+that always passes, holding what was checked and every warning.
 
 XML 1.0 cannot hold most control characters, which a message may quote from a package's file;
 they are written as ``\\xNN``.
@@ -24,6 +32,7 @@ from xml.etree import ElementTree as ET
 
 from .digests import replace_file
 from .package_tests import ERROR, FAIL, SKIP, PackageReport, RunResult
+from .validation_report import Problem, ValidationReport
 
 _NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _TAG = {FAIL: "failure", ERROR: "error", SKIP: "skipped"}
@@ -43,9 +52,7 @@ def _testcase(kernel: str, result: RunResult) -> ET.Element:
     case = ET.Element("testcase", classname=_text(kernel), name=_text(name), time=f"{result.seconds:.6f}")
     tag = _TAG.get(result.status)
     if tag is not None:
-        outcome = ET.SubElement(case, tag, message=_text(_first_line(result.message)), type=result.status)
-        if tag != "skipped":
-            outcome.text = _text(result.message)
+        _outcome(case, tag, result.message, result.status)
     details = [f"dtype: {result.dtype}"]
     for output in result.outputs:
         errors = ", ".join(f"{key} {output[key]:.3g}" for key in ("maxAbsError", "maxRelError")
@@ -58,33 +65,46 @@ def _testcase(kernel: str, result: RunResult) -> ET.Element:
     return case
 
 
-def _testsuite(report: PackageReport, name: str) -> ET.Element:
-    cases = [_testcase(name, r) for r in report.results]
-    if report.error is not None:
-        case = ET.Element("testcase", classname=_text(name), name=PACKAGE_CASE, time="0")
-        ET.SubElement(case, "error", message=_text(_first_line(report.error)), type="package").text = _text(report.error)
-        cases.append(case)
-    counts = report.counts()
-    suite = ET.Element(
-        "testsuite", name=_text(name), tests=str(len(cases)), failures=str(counts[FAIL]),
-        errors=str(counts[ERROR] + (report.error is not None)), skipped=str(counts[SKIP]),
-        time=f"{sum(r.seconds for r in report.results):.6f}",
-    )  # fmt: skip
-    properties = ET.SubElement(suite, "properties")
-    for key, value in (("adapter", report.adapter), ("path", report.path), ("origin", report.origin),
-                       ("isolated", str(report.isolated).lower())):  # fmt: skip
+def _suite(name: str, cases: list[ET.Element], properties: Sequence[tuple[str, str | None]]) -> ET.Element:
+    """A testsuite of ``cases``, its counts taken from their outcomes."""
+    def count(tag: str) -> str:
+        return str(sum(1 for c in cases if c.find(tag) is not None))
+
+    suite = ET.Element("testsuite", name=_text(name), tests=str(len(cases)), failures=count("failure"),
+                       errors=count("error"), skipped=count("skipped"),
+                       time=f"{sum(float(c.get('time', '0')) for c in cases):.6f}")  # fmt: skip
+    listed = ET.SubElement(suite, "properties")
+    for key, value in properties:
         if value is not None:
-            ET.SubElement(properties, "property", name=key, value=_text(value))
+            ET.SubElement(listed, "property", name=key, value=_text(value))
     suite.extend(cases)
     return suite
 
 
-def junit_xml(reports: Sequence[PackageReport], *, name: str = "webgpu-kernels test") -> str:
-    """The reports as one JUnit XML document (with its declaration; write it as UTF-8)."""
-    # CI systems key a case by classname and name: two packages of one op id (a copy under test
-    # beside the original) would merge, so each of those is told apart by its path.
-    seen = Counter(r.kernel for r in reports)
-    suites = [_testsuite(r, r.kernel if seen[r.kernel] == 1 else f"{r.kernel} ({r.path})") for r in reports]
+def _outcome(case: ET.Element, tag: str, message: str, kind: str) -> None:
+    outcome = ET.SubElement(case, tag, message=_text(_first_line(message)), type=kind)
+    if tag != "skipped":
+        outcome.text = _text(message)
+
+
+def _test_suite(report: PackageReport, name: str) -> ET.Element:
+    cases = [_testcase(name, r) for r in report.results]
+    if report.error is not None:
+        case = ET.Element("testcase", classname=_text(name), name=PACKAGE_CASE, time="0")
+        _outcome(case, "error", report.error, "package")
+        cases.append(case)
+    return _suite(name, cases, (("adapter", report.adapter), ("path", report.path), ("origin", report.origin),
+                                ("isolated", str(report.isolated).lower())))  # fmt: skip
+
+
+def _suite_names(keys: Sequence[tuple[str, str]]) -> list[str]:
+    """CI systems key a case by classname and name: two packages of one op id (a copy under test
+    beside the original) would merge, so each of those is told apart by its path."""
+    seen = Counter(op for op, _ in keys)
+    return [op if seen[op] == 1 else f"{op} ({path})" for op, path in keys]
+
+
+def _document(suites: list[ET.Element], name: str) -> str:
     root = ET.Element("testsuites", name=name)
     for key in ("tests", "failures", "errors", "skipped"):
         root.set(key, str(sum(int(s.get(key, "0")) for s in suites)))
@@ -94,7 +114,71 @@ def junit_xml(reports: Sequence[PackageReport], *, name: str = "webgpu-kernels t
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def write_junit(reports: Sequence[PackageReport], path: str | os.PathLike[str]) -> None:
-    """Write :func:`junit_xml` to ``path`` whole or not at all (digests.replace_file), so a CI
-    step that reads it never sees half a report. Raises OSError."""
-    replace_file(Path(path), junit_xml(reports))
+def junit_xml(reports: Sequence[PackageReport], *, name: str = "webgpu-kernels test") -> str:
+    """``test``'s reports as one JUnit XML document (with its declaration; write it as UTF-8)."""
+    names = _suite_names([(r.kernel, r.path) for r in reports])
+    return _document([_test_suite(r, n) for r, n in zip(reports, names)], name)
+
+
+# --- validate ---------------------------------------------------------------------------------------
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _problem_name(problem: Problem) -> str:
+    extra = ", ".join(x for x in (problem.variant, problem.dtype, f"case {problem.case}" if problem.case else None) if x)
+    return (problem.location() or PACKAGE_CASE) + (f" [{extra}]" if extra else "")
+
+
+def _validation_suite(report: ValidationReport, name: str) -> ET.Element:
+    cases: list[ET.Element] = []
+    names: Counter[str] = Counter()
+
+    def add(case_name: str) -> ET.Element:
+        names[case_name] += 1  # two problems at one place: each its own testcase, not merged
+        shown = case_name if names[case_name] == 1 else f"{case_name} #{names[case_name]}"
+        case = ET.Element("testcase", classname=_text(name), name=_text(shown), time="0")
+        cases.append(case)
+        return case
+
+    absorbed: set[int] = set()
+    for cov in report.coverage:
+        case = add(f"compile {cov.variant} [{cov.dtype}]")
+        if cov.failed:
+            mine = [p for p in report.errors if p.variant == cov.variant and p.dtype == cov.dtype]
+            absorbed.update(id(p) for p in mine)
+            text = "\n".join(f"{p.location()}: {p.message}" for p in mine) or f"{cov.failed} render or compile failures"
+            _outcome(case, "failure", text, "compile")
+        elif not cov.pipelines:
+            _outcome(case, "skipped", cov.status, "not compiled")
+        ET.SubElement(case, "system-out").text = _text(f"{_count(cov.cases, 'case')}, {_count(cov.pipelines, 'pipeline')}: "
+                                                       f"{cov.status}")  # fmt: skip
+    for problem in report.errors:
+        if id(problem) not in absorbed:
+            _outcome(add(_problem_name(problem)), "failure", problem.message, "error")
+    summary = add("validate")  # always there: a valid package is one passing testcase, its warnings in it
+    lines = [f"checked: {', '.join(f'{k} {v}' for k, v in report.checked.items()) or 'nothing'}"]
+    if report.skipped:
+        lines.append(f"not checked: {report.skipped}")
+    if not report.adapter:
+        lines.append("not checked: the GPU stage (no adapter, --no-gpu, or the manifest did not load)")
+    lines += [f"warning {_problem_name(p)}: {p.message}" for p in report.warnings]
+    ET.SubElement(summary, "system-out").text = _text("\n".join(lines))
+    return _suite(name, cases, (("adapter", report.adapter), ("path", report.path),
+                                ("isolated", str(report.isolated).lower())))  # fmt: skip
+
+
+def validation_junit_xml(reports: Sequence[ValidationReport], *, name: str = "webgpu-kernels validate") -> str:
+    """``validate``'s reports as one JUnit XML document: per package a testcase per variant x dtype
+    compiled (failed, or skipped when nothing compiled it), one per error elsewhere, and a
+    ``validate`` testcase holding what was checked and the warnings."""
+    names = _suite_names([(r.op_id or Path(r.path).name, r.path) for r in reports])
+    return _document([_validation_suite(r, n) for r, n in zip(reports, names)], name)
+
+
+def write_junit(path: str | os.PathLike[str], document: str) -> None:
+    """Write a JUnit document to ``path`` whole or not at all (digests.replace_file), so a CI step
+    that reads it never sees half a report. Raises OSError."""
+    replace_file(Path(path), document)
