@@ -482,6 +482,16 @@ def test_urls_get_the_repository_id_checks_too(name):
         hub.classify(name)
 
 
+def test_the_command_lines_version_pin_in_python_says_how_to_write_it():
+    """`org/op@v1` is what the command line takes; get_kernel refused it without saying what to write."""
+    with pytest.raises(PackageError, match=r"in Python write get_kernel\('webgpu-kernels/com.microsoft.QuickGelu', "
+                                           r"version=1\)"):  # fmt: skip
+        wk.get_kernel("webgpu-kernels/com.microsoft.QuickGelu@v1")
+    with pytest.raises(PackageError) as refused:  # no advice to write another invalid id
+        wk.get_kernel("webgpu-kernels/a--b@v1")
+    assert "in Python write" not in str(refused.value)
+
+
 def test_the_global_trust_option_reaches_every_command(server):
     """The refusal tells the user to pass --trust-remote-code; only `download` took it, so every
     other command (info, run, test, bench...) could never load a repository of another organisation."""

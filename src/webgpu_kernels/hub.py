@@ -103,9 +103,17 @@ def classify(name: str | os.PathLike[str]) -> Location:
     return Location("embedded", name)
 
 
+def _valid_repo_id(repo_id: object) -> bool:
+    return isinstance(repo_id, str) and bool(_REPO_ID.match(repo_id)) and ".." not in repo_id and "--" not in repo_id
+
+
 def _checked_repo_id(repo_id: str) -> str:
-    if not isinstance(repo_id, str) or not _REPO_ID.match(repo_id) or ".." in repo_id or "--" in repo_id:
-        raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name')")
+    if not _valid_repo_id(repo_id):
+        pinned = re.fullmatch(r"(.+)@v([0-9]+)", repo_id) if isinstance(repo_id, str) else None
+        # `org/op@v2` is the command line's spelling; a Python user copying it needs the keyword
+        hint = (f": in Python write get_kernel({pinned[1]!r}, version={pinned[2]})"
+                if pinned and _valid_repo_id(pinned[1]) else "")  # fmt: skip
+        raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name'){hint}")
     return repo_id
 
 
