@@ -86,19 +86,37 @@ def test_a_failing_package_reads_as_the_json_does(tmp_path: Path, runner: CliRun
     assert float(suite.get("time")) > 0
 
 
-def test_the_report_replaces_what_is_at_its_path_and_never_writes_through_a_link(tmp_path: Path,
-                                                                                 runner: CliRunner) -> None:  # fmt: skip
-    """Written as a new file renamed over the path (digests.replace_file): a reader never sees half
-    a report, and a link at the path is replaced, its target left alone."""
-    target = tmp_path / "elsewhere.txt"
-    target.write_text("keep me", encoding="utf-8")
+def test_the_report_is_written_whole_and_where_the_path_leads(tmp_path: Path, runner: CliRunner) -> None:
+    """A regular file is replaced by a new one renamed over it (digests.replace_file: a reader never
+    sees half a report); a link is the caller's own, so its target is the file written, as tee does."""
+    target = tmp_path / "elsewhere.xml"
+    target.write_text("old report", encoding="utf-8")
+    inode = target.stat().st_ino
     link = tmp_path / "report.xml"
     link.symlink_to(target)
     result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", str(link)])
     assert result.exit_code == 0, result.output
-    assert target.read_text(encoding="utf-8") == "keep me"
-    assert not link.is_symlink() and ET.parse(link).getroot().get("tests") == "2"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.txt", "report.xml"]  # no temporary file left
+    assert link.is_symlink() and ET.parse(target).getroot().get("tests") == "2"
+    assert target.stat().st_ino != inode  # a new file renamed over the old one, not the old one rewritten
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.xml", "report.xml"]  # no temporary file left
+
+
+def test_the_report_goes_into_a_pipe_in_place(tmp_path: Path, runner: CliRunner) -> None:
+    """`--junit /dev/stdout` or `--junit >(cat)`: a file that is not a regular one is written into,
+    never replaced (as root in a CI container, the rename had replaced the container's /dev/stdout)."""
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", str(fifo)])
+    reader.join(timeout=30)
+    assert result.exit_code == 0, result.output
+    assert received and ET.fromstring(received[0]).get("tests") == "2"
+    assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
 
 
 def test_a_package_that_cannot_be_tested_is_an_error_not_an_empty_suite(tmp_path: Path, runner: CliRunner) -> None:

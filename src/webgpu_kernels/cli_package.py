@@ -263,7 +263,8 @@ def _report_path(value: str | None) -> str | None:
     if path.is_dir():
         raise click.BadParameter(f"{value!r} is a folder, not a file name", param_hint="'--junit'")
     if not path.parent.is_dir():
-        raise click.BadParameter(f"{value!r}: the folder {str(path.parent)!r} does not exist", param_hint="'--junit'")
+        why = "is not a folder" if path.parent.exists() else "does not exist"
+        raise click.BadParameter(f"{value!r}: {str(path.parent)!r} {why}", param_hint="'--junit'")
     return value
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -179,6 +180,17 @@ def validation_junit_xml(reports: Sequence[ValidationReport], *, name: str = "we
 
 
 def write_junit(path: str | os.PathLike[str], document: str) -> None:
-    """Write a JUnit document to ``path`` whole or not at all (digests.replace_file), so a CI step
-    that reads it never sees half a report. Raises OSError."""
-    replace_file(Path(path), document)
+    """Write a JUnit document to ``path``, the caller's own choice, as ``tee`` would: through a
+    symbolic link, and into a pipe, a device or ``/dev/stdout`` in place. A regular file (or a
+    new one) is replaced whole (digests.replace_file), so a CI step never reads half a report.
+    Raises OSError."""
+    target = Path(os.path.realpath(path))  # a link's target is the file the caller means
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(document)
+        return
+    replace_file(target, document)

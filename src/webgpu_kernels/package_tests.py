@@ -130,9 +130,10 @@ class PackageReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PackageReport:
+        # reports written by earlier versions have no "adapter"
         return cls(kernel=data["kernel"], path=data["path"], origin=data["origin"], isolated=data["isolated"],
                    results=[RunResult.from_dict(r) for r in data["results"]], error=data["error"],
-                   adapter=data["adapter"])  # fmt: skip
+                   adapter=data.get("adapter"))  # fmt: skip
 
 
 @dataclass(frozen=True)
