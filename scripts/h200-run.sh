@@ -9,6 +9,7 @@
 #   bash scripts/h200-run.sh tunecheck   the tuner alone on the large cases
 #   bash scripts/h200-run.sh tests   the test suite on the H200
 #   bash scripts/h200-run.sh testsjunit   every package through `test --junit`, then the suite
+#   bash scripts/h200-run.sh wgmem   what the driver does with a shader over its workgroup memory limit
 #   bash scripts/h200-run.sh bisect   which earlier test files make test 825 hang (session 25)
 #   bash scripts/h200-run.sh forkfix   the fork test then test 825, old engine (.ab-old) and this one, then the suite
 #   bash scripts/h200-run.sh forkab   bisect's set on the old engine (with and without the fork test) and this one
@@ -86,6 +87,9 @@ case "${1:-bench}" in
     # returns); the plugin logs each test's start and, on a test past HANG_S, every thread's stack.
     HANG_LOG=$OUT/hang.log HANG_S=60 PYTHONPATH=scripts:$PYTHONPATH timeout 500 python3 -m pytest -q -p no:cacheprovider \
       -p hang_probe_plugin -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
+  wgmem)  # session 30: a shader over maxComputeWorkgroupStorageSize, straight through wgpu (the engine refuses it)
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout 120 python3 scripts/workgroup_memory_probe.py 2>&1 | tee "$OUT/wgmem.log" ;;
   testsjunit)  # session 30: every package's test.json through `test --junit` (the report CI systems read), then the suite
     export XDG_RUNTIME_DIR=$(mktemp -d)
     pkgs=(com.microsoft.BiasAdd com.microsoft.QuickGelu)
