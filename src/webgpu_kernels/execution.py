@@ -25,6 +25,7 @@ from .errors import DeviceLimitError, InputError, MissingInputError, ShaderCompi
 from .program import DeviceInfo, OutputSpec
 from .rendering import RenderedWGSL, ResolvedPass, workgroup_grid
 from .tensor import UNCOMPUTED_TENSOR, GpuTensor
+from .workgroup_memory import describe, workgroup_storage
 
 PIPELINE_CACHE_SIZE = 256
 _BUFFER_TYPES = {"read-only-storage": wgpu.BufferBindingType.read_only_storage,
@@ -88,6 +89,7 @@ def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kerne
         if hit is not None:
             cache.move_to_end(key)
             return hit
+        check_workgroup_storage(device, wgsl, resolved, variant)
         gpu = device.gpu
         try:
             module = gpu.create_shader_module(label=resolved.label, code=wgsl)
@@ -159,6 +161,17 @@ def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int
         if value > limits[limit]:
             raise DeviceLimitError("tunables", f"a workgroup within the device's {limit} = {limits[limit]}",
                                    f"{value} (pass {resolved.pass_id!r})")  # fmt: skip
+
+
+def check_workgroup_storage(device: Device, wgsl: str, resolved: ResolvedPass, variant: str) -> None:
+    """Refuse a pass whose WGSL uses more workgroup memory than the device allows: wgpu-native does
+    not check it, and a driver may then hang (workgroup_memory.py). Runs once per pipeline built."""
+    usage = workgroup_storage(wgsl, resolved.entry_point)
+    limit = device.limits.get("max-compute-workgroup-storage-size")
+    if usage and limit is not None and sum(usage.values()) > limit:
+        raise DeviceLimitError("tunables", f"workgroup memory within the device's maxComputeWorkgroupStorageSize = "
+                               f"{limit} bytes", f"{describe(usage)} in pass {resolved.pass_id!r} of variant "
+                               f"{variant!r}")  # fmt: skip
 
 
 def build_pass(device: Device, resolved: ResolvedPass, wgsl: str, *, kernel: str, variant: str) -> PassProgram:

@@ -5,6 +5,7 @@ current adapter; a variant x dtype no case exercises is a warning."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -35,6 +36,10 @@ from .validation_report import (
     ValidationReport,
     shader_path,
 )  # fmt: skip
+from .workgroup_memory import describe, workgroup_storage
+
+#: What every WebGPU device offers (the limit's default): more is a variant that some devices refuse.
+PORTABLE_WORKGROUP_STORAGE = 16384
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,9 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     tested: set[tuple[str, str]] = set()  # variant x dtype that a test.json case runs (`test` checks its results)
     needs_f16: set[tuple[str, str]] = set()  # variant x dtype rejected here only for want of shader-f16
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
+    unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
+    # a manifest that reads the limit guards its variants with it (in a `when`, or a derive it reads)
+    guards_storage = "maxComputeWorkgroupStorageSize" in json.dumps(manifest.raw)
     definitions = program.definitions
     notify("total", len(calls))
     for call in calls:
@@ -201,6 +209,10 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     continue
                 try:
                     compile_pipeline(device, wgsl, r, kernel=manifest.op_id, variant=vid)
+                except DeviceLimitError as exc:  # its workgroup memory is past this adapter's: a warning, as above
+                    refusals.setdefault(str(exc), []).append(vid)
+                    done.add(wgsl)
+                    continue
                 except ShaderCompileError as exc:
                     cov.failed += 1
                     guards = " and ".join(f"f16Ok(dtypes.{tv})" for tv, dt in binding.items() if dt == "float16")
@@ -214,6 +226,16 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     continue
                 done.add(wgsl)
                 cov.pipelines += 1
+                usage = workgroup_storage(wgsl, r.entry_point)
+                if (usage and sum(usage.values()) > PORTABLE_WORKGROUP_STORAGE and not guards_storage
+                        and (vid, p_index) not in unportable):  # fmt: skip
+                    unportable.add((vid, p_index))
+                    out.warning(r.shader, shader_path(manifest, cv.variant.index, p_index),
+                                f"pass {r.pass_id!r} of variant {vid!r} uses {describe(usage)} of workgroup memory "
+                                f"(case {call.case}, {label}), more than the {PORTABLE_WORKGROUP_STORAGE} every WebGPU "
+                                "device offers: on a device with less its calls are refused (DeviceLimitError); a "
+                                "`when` on device.limits.maxComputeWorkgroupStorageSize lets another variant take "
+                                "them", variant=vid, dtype=label, case=call.case)  # fmt: skip
         skipped = no_f16 and not accepted_any  # `test` skips such a case: this adapter cannot run float16
         for i, vid in enumerate(call.variants or ()):
             if vid in rejected and not skipped:  # `test` would fail the case: it names a variant that refuses it
