@@ -117,8 +117,12 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     needs_f16: set[tuple[str, str]] = set()  # variant x dtype rejected here only for want of shader-f16
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
     unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
-    # a manifest that reads the limit guards its variants with it (in a `when`, or a derive it reads)
-    guards_storage = "maxComputeWorkgroupStorageSize" in json.dumps(manifest.raw)
+    too_much: dict[str, str] = {}  # WGSL refused for its workgroup memory -> the refusal, for every case it serves
+    # A variant guards itself with the limit when its `when` or constants, or the top-level
+    # derive and constants they may read, name it.
+    shared = json.dumps([manifest.raw.get("derive"), manifest.raw.get("constants")])
+    guards_storage = {v.id: "maxComputeWorkgroupStorageSize" in shared + json.dumps(manifest.raw["variants"][v.index])
+                      for v in manifest.variants}  # fmt: skip
     definitions = program.definitions
     notify("total", len(calls))
     for call in calls:
@@ -205,13 +209,16 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                         break  # a call stops here too; later passes would meet a spent budget
             for p_index, r, wgsl in rendered:  # compiled after: compiling is no render time
                 done = compiled.setdefault((vid, label), set())
+                if wgsl in too_much:  # each case it serves is refused, and says so
+                    refusals.setdefault(too_much[wgsl], []).append(vid)
+                    continue
                 if wgsl in done:
                     continue
                 try:
                     compile_pipeline(device, wgsl, r, kernel=manifest.op_id, variant=vid)
                 except DeviceLimitError as exc:  # its workgroup memory is past this adapter's: a warning, as above
+                    too_much[wgsl] = str(exc)
                     refusals.setdefault(str(exc), []).append(vid)
-                    done.add(wgsl)
                     continue
                 except ShaderCompileError as exc:
                     cov.failed += 1
@@ -227,7 +234,14 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 done.add(wgsl)
                 cov.pipelines += 1
                 usage = workgroup_storage(wgsl, r.entry_point)
-                if (usage and sum(usage.values()) > PORTABLE_WORKGROUP_STORAGE and not guards_storage
+                if usage is None and (vid, p_index) not in unportable:
+                    unportable.add((vid, p_index))
+                    out.warning(r.shader, shader_path(manifest, cv.variant.index, p_index),
+                                f"the workgroup memory of pass {r.pass_id!r} of variant {vid!r} cannot be sized from "
+                                "its WGSL (an override or an expression as a count or attribute argument): the engine "
+                                "does not check it against the device's maxComputeWorkgroupStorageSize",
+                                variant=vid, dtype=label, case=call.case)  # fmt: skip
+                elif (usage and sum(usage.values()) > PORTABLE_WORKGROUP_STORAGE and not guards_storage[vid]
                         and (vid, p_index) not in unportable):  # fmt: skip
                     unportable.add((vid, p_index))
                     out.warning(r.shader, shader_path(manifest, cv.variant.index, p_index),

@@ -8,117 +8,232 @@ limit correctly, while on an NVIDIA H200 (49152) one at 2x hung the readback for
 (``scripts/workgroup_memory_probe.py``, docs/perf/h200-wgmem-30.log). So a package that passes
 on lavapipe in CI could hang a user's GPU; the engine checks the limit itself.
 
-This reads only what it needs from the WGSL: struct, alias and const declarations, the
-workgroup variables, and which functions the entry point reaches (a variable counts when the
-entry point or a function it calls names it). Sizes follow the WGSL specification's memory
-layout tables. What it cannot size (an ``override`` or an expression as an array count, a type it
-does not know) gives None: the check is skipped, never guessed.
+This reads only what it needs from the WGSL, in one linear pass over its tokens (comments,
+nested ones too, removed first): the module-scope struct, alias, const and override declarations,
+the workgroup variables, and which functions the entry point reaches. A variable counts when the
+entry point or a function it calls names it (not as a member, ``p.x``; a local of the same name
+counts it too, which can only over-count). Sizes follow the WGSL specification's memory layout
+tables. What it cannot size (an ``override`` or an expression as an array count or attribute
+argument, a type it does not know, unbalanced braces) gives None: the check is skipped, never
+guessed.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 _SCALARS = {"f32": (4, 4), "i32": (4, 4), "u32": (4, 4), "f16": (2, 2), "bool": (4, 4)}
 _SUFFIX = {"f": "f32", "i": "i32", "u": "u32", "h": "f16"}
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)  # WGSL block comments nest; templates rarely do
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_STRUCT = re.compile(r"\bstruct\s+(\w+)\s*\{([^{}]*)\}")
-_ALIAS = re.compile(r"\balias\s+(\w+)\s*=\s*([^;]+);")
-_CONST = re.compile(r"\bconst\s+(\w+)\s*(?::\s*\w+\s*)?=\s*([0-9]+)[iu]?\s*;")
-_WORKGROUP_VAR = re.compile(r"\bvar\s*<\s*workgroup\s*>\s*(\w+)\s*:\s*([^;]+);")
-_FN = re.compile(r"\bfn\s+(\w+)\s*\(")
-_MEMBER_ATTR = re.compile(r"@(size|align)\s*\(\s*([0-9]+)[iu]?\s*\)")
+_COMMENT_MARK = re.compile(r"//|/\*|\*/")
+# identifiers (Unicode, as WGSL's), numbers with their suffixes (``1u``, ``0x400``), one punctuation character
+_TOKEN = re.compile(r"[^\W\d]\w*|\d\w*|\S")
+_IDENT = re.compile(r"[^\W\d]\w*")
+_INT = re.compile(r"([0-9]+)[iu]?")
+_SHORT = re.compile(r"(vec[234]|mat[234]x[234])([fihu])")
+_VECTOR = re.compile(r"vec([234])")
+_MATRIX = re.compile(r"mat([234])x([234])")
 
 
 class _Unknown(Exception):
-    """A type or count this reader cannot size."""
+    """A type, count or declaration this reader cannot size."""
 
 
 def _round_up(k: int, n: int) -> int:
     return -(-n // k) * k
 
 
-def _split_args(text: str) -> list[str]:
-    """``f32, 4`` -> ["f32", "4"], at the top nesting level of ``<>``."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "<":
+def _strip_comments(text: str) -> str:
+    """The text with ``//`` and (nested) ``/* */`` comments blanked out; linear in its length."""
+    out, pos, depth, start = [], 0, 0, 0
+    while True:
+        mark = _COMMENT_MARK.search(text, pos)
+        if mark is None:
+            break
+        token = mark.group()
+        if depth == 0 and token == "//":
+            out.append(text[start:mark.start()])
+            end = text.find("\n", mark.end())
+            pos = start = len(text) if end < 0 else end
+        elif token == "/*":
+            if depth == 0:
+                out.append(text[start:mark.start()])
             depth += 1
-        elif ch == ">":
+            pos = mark.end()
+        elif token == "*/" and depth > 0:
             depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    tail = text[start:].strip()
-    if tail:
-        parts.append(tail)
-    return parts
+            pos = mark.end()
+            if depth == 0:
+                out.append(" ")
+                start = pos
+        else:
+            pos = mark.end()
+    if depth == 0:
+        out.append(text[start:])
+    return "".join(out)
 
 
-class _Layout:
-    def __init__(self, wgsl: str) -> None:
-        self.aliases = {m[1]: m[2].strip() for m in _ALIAS.finditer(wgsl)}
-        self.consts = {m[1]: int(m[2]) for m in _CONST.finditer(wgsl)}
-        self.structs = {m[1]: m[2] for m in _STRUCT.finditer(wgsl)}
+def _split_top(tokens: Sequence[str], separator: str = ",") -> list[list[str]]:
+    """Split at ``separator`` outside ``<>``, ``()`` and ``[]``; empty parts (a trailing comma) dropped."""
+    parts: list[list[str]] = [[]]
+    depth = 0
+    for t in tokens:
+        if t in "<([":
+            depth += 1
+        elif t in ">)]":
+            depth -= 1
+        if t == separator and depth == 0:
+            parts.append([])
+        else:
+            parts[-1].append(t)
+    return [part for part in parts if part]
+
+
+class _Module:
+    """The module-scope declarations of one WGSL module, from its tokens."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens = tokens
+        self.close: dict[int, int] = {}  # index of each "{" -> its "}"
+        stack = []
+        for i, t in enumerate(tokens):
+            if t == "{":
+                stack.append(i)
+            elif t == "}":
+                if not stack:
+                    raise _Unknown("unbalanced braces")
+                self.close[stack.pop()] = i
+        if stack:
+            raise _Unknown("unbalanced braces")
+        self.functions: dict[str, tuple[int, int]] = {}
+        self.structs: dict[str, list[str]] = {}
+        self.aliases: dict[str, list[str]] = {}
+        self.consts: dict[str, list[str]] = {}
+        self.workgroup: dict[str, list[str]] = {}
         self._sized: dict[str, tuple[int, int]] = {}
+        self._scan()
 
-    def count(self, text: str) -> int:
-        text = text.strip()
-        literal = re.fullmatch(r"([0-9]+)[iu]?", text)
-        if literal:
-            return int(literal[1])
-        if text in self.consts:
-            return self.consts[text]
-        raise _Unknown(text)
+    def _statement(self, i: int) -> tuple[list[str], int]:
+        """Tokens from ``i`` to the next ";" (a block skipped whole), and the index after it."""
+        j, n = i, len(self.tokens)
+        while j < n and self.tokens[j] != ";":
+            j = self.close[j] + 1 if self.tokens[j] == "{" else j + 1
+        return self.tokens[i:j], j + 1
 
-    def align_size(self, text: str, depth: int = 0) -> tuple[int, int]:
-        """(AlignOf, SizeOf) of a WGSL type."""
-        if depth > 32:
-            raise _Unknown(text)
-        text = re.sub(r"\s+", "", text)
-        if text in _SCALARS:
-            return _SCALARS[text]
-        if text in self.aliases:
-            return self.align_size(self.aliases[text], depth + 1)
-        if text in self.structs:
-            return self._struct(text, depth)
-        short = re.fullmatch(r"(vec[234]|mat[234]x[234])([fihu])", text)
-        if short:
-            text = f"{short[1]}<{_SUFFIX[short[2]]}>"
-        generic = re.fullmatch(r"(\w+)<(.*)>", text)
-        if generic is None:
-            raise _Unknown(text)
-        name, args = generic[1], _split_args(generic[2])
-        if name == "atomic" and len(args) == 1 and args[0] in ("i32", "u32"):
+    def _scan(self) -> None:
+        tokens, i, n = self.tokens, 0, len(self.tokens)
+        while i < n:
+            t = tokens[i]
+            if t == "{":
+                i = self.close[i] + 1
+            elif t == "fn" and i + 1 < n:
+                j = i + 2
+                while j < n and tokens[j] != "{":
+                    j += 1
+                if j == n:
+                    raise _Unknown("a function without a body")
+                self.functions[tokens[i + 1]] = (j + 1, self.close[j])
+                i = self.close[j] + 1
+            elif t == "struct" and i + 2 < n and tokens[i + 2] == "{":
+                self.structs[tokens[i + 1]] = tokens[i + 3:self.close[i + 2]]
+                i = self.close[i + 2] + 1
+            elif t in ("alias", "const", "override", "var"):
+                statement, i = self._statement(i + 1)
+                self._declare(t, statement)
+            else:
+                i += 1
+
+    def _declare(self, keyword: str, statement: list[str]) -> None:
+        if keyword == "var":
+            if not statement or statement[0] != "<":
+                return
+            end = statement.index(">") if ">" in statement else -1
+            space = statement[1:end]
+            rest = statement[end + 1:]
+            if space[:1] == ["workgroup"] and len(rest) >= 3 and rest[1] == ":":
+                self.workgroup[rest[0]] = rest[2:rest.index("=")] if "=" in rest else rest[2:]
+            return
+        if not statement:
+            return
+        name = statement[0]
+        if keyword == "override":
+            self.consts[name] = []  # known only at pipeline creation: a count that reads it is unknown
+        elif "=" in statement:
+            value = statement[statement.index("=") + 1:]
+            (self.aliases if keyword == "alias" else self.consts)[name] = value
+
+    # --- sizes -----------------------------------------------------------------------------------
+
+    def count(self, tokens: Sequence[str], depth: int = 0) -> int:
+        if len(tokens) == 1:
+            literal = _INT.fullmatch(tokens[0])
+            if literal:
+                return int(literal[1])
+            if tokens[0] in self.consts and depth < 32:
+                return self.count(self.consts[tokens[0]], depth + 1)
+        raise _Unknown(" ".join(tokens))
+
+    def align_size(self, tokens: Sequence[str], depth: int = 0) -> tuple[int, int]:
+        """(AlignOf, SizeOf) of the WGSL type ``tokens`` spell."""
+        if depth > 32 or not tokens:
+            raise _Unknown(" ".join(tokens))
+        name = tokens[0]
+        args: list[list[str]] = []
+        if len(tokens) > 1:
+            if tokens[1] != "<" or tokens[-1] != ">":
+                raise _Unknown(" ".join(tokens))
+            args = _split_top(tokens[2:-1])
+        if not args:  # declared names shadow the predeclared ones
+            if name in self.aliases:
+                return self.align_size(self.aliases[name], depth + 1)
+            if name in self.structs:
+                return self._struct(name, depth)
+            if name in _SCALARS:
+                return _SCALARS[name]
+            short = _SHORT.fullmatch(name)
+            if short:
+                return self.align_size([short[1], "<", _SUFFIX[short[2]], ">"], depth + 1)
+            raise _Unknown(name)
+        if name == "atomic" and args in ([["i32"]], [["u32"]]):
             return 4, 4
-        vector = re.fullmatch(r"vec([234])", name)
+        vector = _VECTOR.fullmatch(name)
         if vector and len(args) == 1:
             lanes = int(vector[1])
             align, size = self.align_size(args[0], depth + 1)
             return align * (4 if lanes == 3 else lanes), size * lanes
-        matrix = re.fullmatch(r"mat([234])x([234])", name)
+        matrix = _MATRIX.fullmatch(name)
         if matrix and len(args) == 1:  # C columns of vecR
-            column_align, column_size = self.align_size(f"vec{matrix[2]}<{args[0]}>", depth + 1)
+            column_align, column_size = self.align_size([f"vec{matrix[2]}", "<", *args[0], ">"], depth + 1)
             return column_align, int(matrix[1]) * _round_up(column_align, column_size)
         if name == "array" and len(args) == 2:
             align, size = self.align_size(args[0], depth + 1)
             return align, self.count(args[1]) * _round_up(align, size)
-        raise _Unknown(text)
+        raise _Unknown(" ".join(tokens))
 
     def _struct(self, name: str, depth: int) -> tuple[int, int]:
         if name in self._sized:
             return self._sized[name]
         offset, struct_align = 0, 1
-        for member in (m.strip() for m in self.structs[name].split(",")):
-            if not member:
-                continue
-            attrs = {k: int(v) for k, v in _MEMBER_ATTR.findall(member)}
-            declaration = _MEMBER_ATTR.sub("", member).strip()
-            if ":" not in declaration:
-                raise _Unknown(member)
-            align, size = self.align_size(declaration.split(":", 1)[1], depth + 1)
+        for member in _split_top(self.structs[name]):
+            attrs: dict[str, int] = {}
+            while len(member) >= 2 and member[0] == "@":  # @align(16), @size(32), @location(0) ...
+                attr = member[1]
+                args: list[str] = []
+                rest = member[2:]
+                if rest[:1] == ["("]:
+                    close = rest.index(")") if ")" in rest else -1
+                    if close < 0:
+                        raise _Unknown(" ".join(member))
+                    args, rest = rest[1:close], rest[close + 1:]
+                if attr in ("size", "align"):
+                    literal = _INT.fullmatch(args[0]) if len(args) == 1 else None
+                    if literal is None:  # a const or an expression: not read, so not guessed
+                        raise _Unknown(" ".join(member))
+                    attrs[attr] = int(literal[1])
+                member = rest
+            if len(member) < 3 or member[1] != ":":
+                raise _Unknown(" ".join(member))
+            align, size = self.align_size(member[2:], depth + 1)
             align, size = attrs.get("align", align), attrs.get("size", size)
             offset = _round_up(align, offset) + size
             struct_align = max(struct_align, align)
@@ -126,52 +241,46 @@ class _Layout:
         self._sized[name] = sized
         return sized
 
+    # --- static use ------------------------------------------------------------------------------
 
-def _function_bodies(wgsl: str) -> dict[str, str]:
-    """Function name -> its body text (braces matched)."""
-    bodies = {}
-    for match in _FN.finditer(wgsl):
-        start = wgsl.find("{", match.end())
-        if start < 0:
-            continue
-        depth = 0
-        for end in range(start, len(wgsl)):
-            depth += {"{": 1, "}": -1}.get(wgsl[end], 0)
-            if depth == 0:
-                bodies[match[1]] = wgsl[start:end + 1]
-                break
-    return bodies
+    def names_reached(self, entry_point: str) -> set[str] | None:
+        """Every identifier the entry point and the functions it calls name (not as ``p.member``)."""
+        if entry_point not in self.functions:
+            return None
+        named: set[str] = set()
+        pending, reached = [entry_point], set()
+        while pending:
+            fn = pending.pop()
+            if fn in reached:
+                continue
+            reached.add(fn)
+            start, end = self.functions[fn]
+            for k in range(start, end):
+                t = self.tokens[k]
+                if _IDENT.fullmatch(t) and self.tokens[k - 1] != ".":
+                    named.add(t)
+                    if t in self.functions:
+                        pending.append(t)
+        return named
 
 
 def workgroup_storage(wgsl: str, entry_point: str) -> Mapping[str, int] | None:
     """Each workgroup variable the entry point statically uses -> the bytes it counts for
-    (roundUp(16, SizeOf)), or None when some variable cannot be sized (or the entry point is not
-    found). Their sum is what maxComputeWorkgroupStorageSize bounds."""
-    text = _COMMENT.sub(" ", wgsl)
-    variables = {m[1]: m[2] for m in _WORKGROUP_VAR.finditer(text)}
-    if not variables:
+    (roundUp(16, SizeOf)), or None when something cannot be read (see the module's docstring).
+    Their sum is what maxComputeWorkgroupStorageSize bounds."""
+    if "workgroup" not in wgsl:
         return {}
-    bodies = _function_bodies(text)
-    if entry_point not in bodies:
-        return None
-    reached, pending, named = set(), [entry_point], set()
-    while pending:
-        fn = pending.pop()
-        if fn in reached:
-            continue
-        reached.add(fn)
-        idents = set(_IDENT.findall(bodies[fn]))
-        named |= idents
-        pending.extend(name for name in idents if name in bodies)
-    layout = _Layout(text)
-    used = {}
     try:
-        for name, type_text in variables.items():
-            if name in named:
-                used[name] = _round_up(16, layout.align_size(type_text)[1])
-    except (_Unknown, KeyError, ValueError):
+        module = _Module(_TOKEN.findall(_strip_comments(wgsl)))
+        if not module.workgroup:
+            return {}
+        named = module.names_reached(entry_point)
+        if named is None:
+            return None
+        return {name: _round_up(16, module.align_size(type_tokens)[1])
+                for name, type_tokens in module.workgroup.items() if name in named}  # fmt: skip
+    except (_Unknown, KeyError, ValueError, IndexError):
         return None
-    return used
 
 
 def describe(usage: Mapping[str, int]) -> str:
