@@ -40,7 +40,7 @@ from .casefile import (
 )
 from .errors import KernelError
 from .kernel import Kernel, TensorMeta
-from .program import OutputSpec
+from .program import DeviceInfo, OutputSpec
 
 if TYPE_CHECKING:
     from .device import Device
@@ -228,7 +228,7 @@ def run_package_tests(
     for case, refusal, label, arrays in refusals:
         for variant in case.variants or (None,):
             notify("start", {"case": case.name, "variant": variant or "-", "dtype": label})
-            add(_judge_refusal(kernel, case, refusal, label, variant, arrays, adapter))
+            add(_judge_refusal(kernel, case, refusal, label, variant, arrays, adapter, device.info))
             notify("advance", 1)
     for case, label, arrays, accepted, output_specs in plans:
         try:
@@ -246,11 +246,9 @@ def run_package_tests(
 
 
 def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str, variant: str | None,
-                   arrays: Mapping[str, np.ndarray], adapter: str | None) -> RunResult:  # fmt: skip
+                   arrays: Mapping[str, np.ndarray], adapter: str | None, info: DeviceInfo) -> RunResult:  # fmt: skip
     """A case that must be refused: its call (on ``variant``, forced, when the case names variants)
     passes when it raises the error the case gives, and fails when it raises another or runs."""
-    from .device import get_device
-
     if variant is not None and variant not in kernel.variants:  # its SelectionError is the file's, not the call's
         return RunResult(kernel.op_id, case.name, variant, label, ERROR, refused=True,
                          message=f"no variant {variant!r} (the variants are {', '.join(kernel.variants)})")  # fmt: skip
@@ -268,7 +266,7 @@ def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str,
         seconds = time.perf_counter() - start
         shapes = ", ".join(f"{role} {list(np.shape(out))}" for role, out in got.items())
         status, message = FAIL, f"the call ran (outputs {shapes}); the case expects a refusal: {refusal.describe()}"
-    if get_device(adapter).info.lacks_f16_for(a.dtype.name for a in arrays.values()):
+    if info.lacks_f16_for(a.dtype.name for a in arrays.values()):
         status, message = SKIP, "this adapter has no shader-f16 feature (the refusal may be the adapter's)"
     return RunResult(kernel.op_id, case.name, variant, label, status, message=message, seconds=seconds, refused=True)
 
