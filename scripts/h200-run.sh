@@ -94,8 +94,9 @@ case "${1:-bench}" in
     export XDG_RUNTIME_DIR=$(mktemp -d)
     pkgs=(com.microsoft.BiasAdd com.microsoft.QuickGelu)
     for d in tests/packages/demo.*; do [ -f "$d/test.json" ] && pkgs+=("$d"); done  # ReduceSum, ScaleShift have none
-    timeout 90 python3 -m webgpu_kernels test "${pkgs[@]}" --junit "$OUT/h200-junit.xml" 2>&1 | tail -n 40 \
-      | tee "$OUT/test-cli.log"
+    # The whole table goes to the log with the exit status (a pipe through tail had hidden the status).
+    timeout 90 python3 -m webgpu_kernels test "${pkgs[@]}" --junit "$OUT/h200-junit.xml" > "$OUT/test-cli.log" 2>&1
+    echo "webgpu-kernels test exit status: $?" | tee -a "$OUT/test-cli.log"; tail -n 40 "$OUT/test-cli.log"
     HANG_LOG=$OUT/hang.log HANG_S=60 PYTHONPATH=scripts:$PYTHONPATH timeout 480 python3 -m pytest -q -p no:cacheprovider \
       -p hang_probe_plugin -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
   bisect)  # session 25: which earlier test files make test 825 hang (scripts/hang_bisect.py), in the

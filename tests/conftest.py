@@ -22,6 +22,7 @@ os.environ["WEBGPU_KERNELS_TUNING_DIR"] = tempfile.mkdtemp(prefix="wk-tuning-")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:  # so that ``import references`` works from every test module
@@ -31,7 +32,7 @@ import webgpu_kernels as wk  # noqa: E402
 from webgpu_kernels import tuning  # noqa: E402
 from webgpu_kernels.device import get_device  # noqa: E402
 from webgpu_kernels.package import embedded_root  # noqa: E402
-from webgpu_kernels.package_tests import fill_pooled_buffers  # noqa: E402
+from webgpu_kernels.package_tests import CRASH_HOOK_ENV, fill_pooled_buffers  # noqa: E402
 
 REPO_ROOT = TESTS_DIR.parent
 PACKAGES_DIR = TESTS_DIR / "packages"
@@ -162,6 +163,15 @@ def gl_device():
     if device.has_f16:
         pytest.skip("this OpenGL adapter has shader-f16")
     return device
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    """The CLI as a user runs it: the default adapter, no crash hook, a wide terminal (tables and
+    messages are not wrapped mid-word, so tests can look for whole phrases)."""
+    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
+    monkeypatch.delenv(CRASH_HOOK_ENV, raising=False)
+    return CliRunner(env={"COLUMNS": "200"})
 
 
 @pytest.fixture

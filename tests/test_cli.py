@@ -39,12 +39,6 @@ except ImportError:
     HAS_ORT = False
 
 
-@pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
-    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
-    return CliRunner(env={"COLUMNS": "200"})
-
-
 @pytest.fixture(scope="module")
 def has_f16() -> bool:
     return wk.get_device().has_f16

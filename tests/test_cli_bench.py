@@ -17,7 +17,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import webgpu_kernels as wk
 from webgpu_kernels import cli_bench, cli_tune, tuning
@@ -39,9 +38,8 @@ TINY_KEY = f"{wk.get_kernel(QG).tuning_key}|T=float32|X=4096"  # op id @ digest 
 
 
 @pytest.fixture
-def runner(monkeypatch, tuning_dir):
-    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
-    return CliRunner(env={"COLUMNS": "200"})
+def runner(runner, tuning_dir):  # conftest's, with a tuning folder of this test's own
+    return runner
 
 
 def invoke(runner, *args):

@@ -26,9 +26,8 @@ from conftest import copy_package, tuning_file
 
 
 @pytest.fixture
-def runner(monkeypatch, tuning_dir):  # as test_cli_bench's: a tuning folder of its own, the default adapter
-    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
-    return CliRunner(env={"COLUMNS": "200"})
+def runner(runner, tuning_dir):  # conftest's, with a tuning folder of this test's own
+    return runner
 
 
 def test_tune_then_bench(runner, tuning_dir, tmp_path, monkeypatch):

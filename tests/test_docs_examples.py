@@ -287,12 +287,6 @@ def package_copy(tmp_path: Path) -> Path:
     return dest
 
 
-@pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
-    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
-    return CliRunner(env={"COLUMNS": "200"})
-
-
 def test_readme_quotes_every_command() -> None:
     """The "Command line" block names every subcommand the CLI has."""
     quoted = {c.name for c in COMMANDS}

@@ -23,13 +23,6 @@ from conftest import copy_package  # noqa: E402
 SOFTMAX = Path(__file__).parent / "packages" / "demo.Softmax"
 
 
-@pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
-    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
-    monkeypatch.delenv(CRASH_HOOK_ENV, raising=False)
-    return CliRunner(env={"COLUMNS": "200"})
-
-
 def outcomes(suite: ET.Element) -> dict[str, str]:
     """testcase name -> pass | failure | error | skipped."""
     found = {}

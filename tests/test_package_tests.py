@@ -39,13 +39,6 @@ def case_named(data: dict, name: str) -> dict:
     return next(c for c in data["cases"] if c["name"] == name)
 
 
-@pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
-    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
-    monkeypatch.delenv(CRASH_HOOK_ENV, raising=False)
-    return CliRunner(env={"COLUMNS": "200"})
-
-
 @pytest.fixture(scope="module")
 def reports() -> dict[str, object]:
     return {op: run_package_tests(wk.get_kernel(op)) for op in (QUICK_GELU, BIAS_ADD)}

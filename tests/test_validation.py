@@ -34,13 +34,6 @@ def where(report) -> set[tuple[str, str, str]]:
 
 
 @pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
-    monkeypatch.delenv("WEBGPU_KERNELS_ADAPTER", raising=False)
-    monkeypatch.delenv(CRASH_HOOK_ENV, raising=False)
-    return CliRunner(env={"COLUMNS": "200"})
-
-
-@pytest.fixture
 def qg(tmp_path: Path) -> Path:
     return copy_package(QUICK_GELU, tmp_path / "qg")
 
