@@ -93,13 +93,23 @@ def test_what_reviewers_tried(wgsl: str, want: dict) -> None:
     "struct S { @size(0x400) a: f32 }\nvar<workgroup> a: array<S, 32>;",  # a hex attribute argument
     "const A = 256;\nstruct S { a: f32, @align(A) b: f32 }\nvar<workgroup> a: array<S, 64>;",
     "struct S { @size(256 * 4) a: f32 }\nvar<workgroup> a: S;",
-    "override N: u32 = 4096u;\nvar<workgroup> a: array<f32, N>;\nfn f() { const N = 1u; }",
-    "override N: u32 = 64u;\nvar<workgroup> a: array<f32, N>;",  # sized at pipeline creation
+    "override N: u32;\nvar<workgroup> a: array<f32, N>;",  # no default: the pipeline could not be built anyway
     "var<workgroup> a: array<f32, 2 * 32>;",  # an expression as the count
     "var<workgroup> a: Mystery;",
 ])  # fmt: skip
 def test_what_it_cannot_size_is_not_guessed(declaration: str) -> None:
     assert usage(declaration, "_ = &a;") is None
+
+
+@pytest.mark.parametrize(("declaration", "want"), [
+    ("override N: u32 = 64u;\nvar<workgroup> a: array<f32, N>;", 256),
+    ("@id(3) override N = 100;\nvar<workgroup> a: array<vec2f, N>;", 800),
+    # the module-scope override, not the function's const of the same name
+    ("override N: u32 = 4096u;\nvar<workgroup> a: array<f32, N>;\nfn f() { const N = 1u; }", 16384),
+])  # fmt: skip
+def test_an_override_counts_as_its_default(declaration: str, want: int) -> None:
+    """The engine builds its pipelines without pipeline constants, so an override has its default."""
+    assert usage(declaration, "_ = &a;") == {"a": want}
 
 
 def test_unbalanced_braces_are_not_guessed() -> None:
@@ -143,6 +153,19 @@ def test_a_pass_past_the_limit_is_refused_before_any_gpu_work(scratch_kernel: wk
     np.testing.assert_array_equal(scratch_kernel({"X": x})["Y"], x + 2)  # the kernel still runs
 
 
+def test_an_array_sized_by_an_override_is_refused_past_the_limit(write_package) -> None:
+    """The override's default is the count the GPU sees: at the limit the pass runs, past it it is refused."""
+    wgsl = SCRATCH_WGSL.replace("{{ declarations }}", "{{ declarations }}\noverride FLOATS: u32 = {{ tunables.FLOATS }}u;"
+                                ).replace("array<f32, {{ tunables.FLOATS }}>", "array<f32, FLOATS>")  # fmt: skip
+    manifest = one_pass_manifest("OverrideScratch", "scratch.wgsl.jinja", tunables={"FLOATS": 64})
+    kernel = wk.load_kernel(write_package(manifest, {"scratch.wgsl.jinja": wgsl}))
+    limit = wk.get_device().limits["max-compute-workgroup-storage-size"]
+    x = np.arange(100, dtype=np.float32)
+    np.testing.assert_array_equal(kernel({"X": x}, tunables={"FLOATS": limit // 4})["Y"], x + 2)
+    with pytest.raises(wk.DeviceLimitError, match=f"scratch {limit + 16} bytes"):
+        kernel({"X": x}, tunables={"FLOATS": limit // 4 + 4})
+
+
 def test_validate_warns_of_a_refusal_here_and_of_more_than_every_device_offers(scratch_kernel: wk.Kernel,
                                                                                tmp_path) -> None:  # fmt: skip
     import json
@@ -167,14 +190,13 @@ def test_validate_warns_of_a_refusal_here_and_of_more_than_every_device_offers(s
 
 
 def test_validate_says_when_it_cannot_size_the_workgroup_memory(write_package) -> None:
-    """A count from an `override` is known only when the pipeline is created: the check is skipped, and said."""
+    """A count it cannot read (an expression) skips the check, and validate says so."""
     import json
 
     from webgpu_kernels import digests
 
     manifest = one_pass_manifest("Unsized", "unsized.wgsl.jinja")
-    wgsl = SCRATCH_WGSL.replace("{{ declarations }}", "{{ declarations }}\noverride FLOATS: u32 = 64u;").replace(
-        "array<f32, {{ tunables.FLOATS }}>", "array<f32, FLOATS>")
+    wgsl = SCRATCH_WGSL.replace("array<f32, {{ tunables.FLOATS }}>", "array<f32, 16 * 4>")
     root = write_package(manifest, {"unsized.wgsl.jinja": wgsl})
     (root / "bench.json").write_text(json.dumps({"cases": [{"name": "c", "inputs": {"X": {"shape": [8]}}}]}),
                                      encoding="utf-8")  # fmt: skip

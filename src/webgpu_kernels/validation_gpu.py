@@ -238,7 +238,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     unportable.add((vid, p_index))
                     out.warning(r.shader, shader_path(manifest, cv.variant.index, p_index),
                                 f"the workgroup memory of pass {r.pass_id!r} of variant {vid!r} cannot be sized from "
-                                "its WGSL (an override or an expression as a count or attribute argument): the engine "
+                                "its WGSL (an expression or an override without a default as a count or attribute argument): the engine "
                                 "does not check it against the device's maxComputeWorkgroupStorageSize",
                                 variant=vid, dtype=label, case=call.case)  # fmt: skip
                 elif (usage and sum(usage.values()) > PORTABLE_WORKGROUP_STORAGE and not guards_storage[vid]

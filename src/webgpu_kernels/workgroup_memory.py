@@ -13,9 +13,10 @@ nested ones too, removed first): the module-scope struct, alias, const and overr
 the workgroup variables, and which functions the entry point reaches. A variable counts when the
 entry point or a function it calls names it (not as a member, ``p.x``; a local of the same name
 counts it too, which can only over-count). Sizes follow the WGSL specification's memory layout
-tables. What it cannot size (an ``override`` or an expression as an array count or attribute
-argument, a type it does not know, unbalanced braces) gives None: the check is skipped, never
-guessed.
+tables. An ``override`` counts as its default, the value it has in every pipeline the engine
+builds (it sets no pipeline constants). What it cannot size (an expression as an array count or
+attribute argument, an ``override`` without a default, a type it does not know, unbalanced
+braces) gives None: the check is skipped, never guessed.
 """
 
 from __future__ import annotations
@@ -156,9 +157,9 @@ class _Module:
         if not statement:
             return
         name = statement[0]
-        if keyword == "override":
-            self.consts[name] = []  # known only at pipeline creation: a count that reads it is unknown
-        elif "=" in statement:
+        if keyword == "override" and "=" not in statement:
+            self.consts[name] = []  # no default: a count that reads it is unknown
+        elif "=" in statement:  # an override's default is its value: the engine sets no pipeline constants
             value = statement[statement.index("=") + 1:]
             (self.aliases if keyword == "alias" else self.consts)[name] = value
 
