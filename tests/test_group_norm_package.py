@@ -324,7 +324,10 @@ def test_many_groups_spill_the_grid(group_norm, plan_of, need_dtype, rng, dtype)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("shape", [(0, 32, 4, 4), (2, 32, 0, 4), (2, 0, 4, 4)], ids=str)
+# the last two: dimensions whose products would not fit the u32 uniform fields if X were not empty
+@pytest.mark.parametrize(
+    "shape", [(0, 32, 4, 4), (2, 32, 0, 4), (2, 0, 4, 4), (0, 64, 2**20, 2**20), (2**40, 0, 4, 4)], ids=str
+)
 def test_empty_inputs(group_norm, plan_of, variant, shape):
     """No elements: an empty Y, nothing dispatched."""
     inputs = {"X": np.zeros(shape, np.float32), "gamma": np.ones(shape[1], np.float32),
@@ -376,6 +379,10 @@ def test_contract_errors(group_norm):
     assert "groupsOk=False" in str(info.value) and "C=30" in str(info.value) and "G=32" in str(info.value)
     with pytest.raises(errors.SelectionError) as info:
         group_norm({"X": x, "gamma": g, "beta": b}, attrs={"num_groups": 0})
+    assert "groupsOk=False" in str(info.value)
+    with pytest.raises(errors.SelectionError) as info:  # any G divides C = 0, but must fit the u32 field
+        group_norm({"X": np.ones((2, 0, 4, 4), f32), "gamma": np.ones(0, f32), "beta": np.ones(0, f32)},
+                   attrs={"num_groups": 2**40})  # fmt: skip
     assert "groupsOk=False" in str(info.value)
     with pytest.raises(errors.SelectionError) as info:
         group_norm({"X": x, "gamma": g, "beta": b}, attrs={"epsilon": -1e-5})
