@@ -255,11 +255,14 @@ def test_model_shapes(group_norm, need_dtype, rng, shape, dtype):
         ((2, 96, 3, 5), 32, {"WORKGROUP_SIZE": 64}, ["twopass", "welford"]),  # C = 96 not a multiple of 64
         ((1, 60, 10, 10), 6, {"SUBGROUPS": True}, VARIANTS),  # subgroupAdd sums where the device has them
         ((2, 40, 3, 3), 8, {"WORKGROUP_SIZE": 7, "SUBGROUPS": True}, ["twopass", "welford"]),
+        ((2, 320, 8, 8), 32, {"WORKGROUP_SIZE": 1024}, VARIANTS),  # the largest workgroup tune tries
+        ((2, 320, 8, 8), 32, {"WORKGROUP_SIZE": 1024, "SUBGROUPS": True}, VARIANTS),
     ],
     ids=str,
 )
-def test_edge_shapes(group_norm, need_dtype, rng, shape, num_groups, tunables, variants, dtype):
+def test_edge_shapes(group_norm, need_dtype, need_workgroup_size, rng, shape, num_groups, tunables, variants, dtype):
     need_dtype(dtype)
+    need_workgroup_size((tunables or {}).get("WORKGROUP_SIZE", DEFAULT_WG))
     x, gamma, beta = make_inputs(rng, shape, dtype)
     assert run_every_variant(group_norm, x, gamma, beta, num_groups=num_groups, tunables=tunables) == variants
 
