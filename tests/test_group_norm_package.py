@@ -4,9 +4,10 @@ from docs/format.md and docs/package-files.md alone, run through load_kernel() w
 
 X is [N, C, ...] (rank >= 3); group (n, g) is the (C / G) * S elements of channels g * C/G ..
 (g + 1) * C/G - 1 of sample n, contiguous in memory. Three variants: ``twopass_vec4`` (S % 4 == 0:
-vec4 loads) and ``twopass`` (any S), one workgroup per group, mean by a workgroup sum and then the
-sum of squared deviations from it by a second (the two-pass variance); ``welford`` (the general
-fallback), Welford per invocation and Chan's pairwise merge. Every variant is run on every shape it
+vec4 loads) and ``twopass`` (any S), SPLIT workgroups per group (each computes the group's mean by
+a workgroup sum and then the sum of squared deviations from it by a second, the two-pass variance,
+and writes its share of Y); ``welford`` (the general fallback), one workgroup per group, Welford per
+invocation and Chan's pairwise merge. Every variant is run on every shape it
 accepts and judged against a float64 NumPy reference written from the definition.
 
 Tolerances (``bound``) are worst-case bounds per element, not fitted numbers, derived as for
@@ -257,6 +258,10 @@ def test_model_shapes(group_norm, need_dtype, rng, shape, dtype):
         ((2, 40, 3, 3), 8, {"WORKGROUP_SIZE": 7, "SUBGROUPS": True}, ["twopass", "welford"]),
         ((2, 320, 8, 8), 32, {"WORKGROUP_SIZE": 1024}, VARIANTS),  # the largest workgroup tune tries
         ((2, 320, 8, 8), 32, {"WORKGROUP_SIZE": 1024, "SUBGROUPS": True}, VARIANTS),
+        ((1, 60, 10, 10), 6, {"SPLIT": 1}, VARIANTS),  # one workgroup per group
+        ((1, 60, 10, 10), 6, {"SPLIT": 7}, VARIANTS),  # shares of 36 vec4 units of 250, the last one 34
+        ((2, 64, 1, 1), 32, {"SPLIT": 8}, ["twopass", "welford"]),  # groups of 2: six of the eight shares empty
+        ((2, 320, 8, 8), 32, {"SPLIT": 64, "WORKGROUP_SIZE": 64}, VARIANTS),  # the largest SPLIT
     ],
     ids=str,
 )
@@ -265,6 +270,29 @@ def test_edge_shapes(group_norm, need_dtype, need_workgroup_size, rng, shape, nu
     need_workgroup_size((tunables or {}).get("WORKGROUP_SIZE", DEFAULT_WG))
     x, gamma, beta = make_inputs(rng, shape, dtype)
     assert run_every_variant(group_norm, x, gamma, beta, num_groups=num_groups, tunables=tunables) == variants
+
+
+@pytest.mark.parametrize("variant", ["twopass_vec4", "twopass"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_the_split_workgroups_of_a_group_agree_bit_for_bit(group_norm, need_dtype, rng, dtype, variant):
+    """Each of a group's SPLIT workgroups computes the whole group's statistics in the same order
+    and writes its share of Y: Y does not depend on SPLIT, to the bit (a share written with another
+    share's statistics, or by two workgroups, would show)."""
+    need_dtype(dtype)
+    x, gamma, beta = make_inputs(rng, (2, 320, 8, 8), dtype)
+    inputs = {"X": x, "gamma": gamma, "beta": beta}
+    one = group_norm(inputs, variant=variant, tunables={"SPLIT": 1})["Y"]
+    for split in (2, 3, 5, 64):
+        np.testing.assert_array_equal(group_norm(inputs, variant=variant, tunables={"SPLIT": split})["Y"], one,
+                                      err_msg=f"SPLIT {split}")  # fmt: skip
+
+
+def test_split_is_bounded(group_norm):
+    inputs = {"X": meta((2, 64, 4, 4)), "gamma": meta((64,)), "beta": meta((64,))}
+    for split in (0, 65):
+        verdict = group_norm.explain(inputs, tunables={"SPLIT": split}).verdicts
+        assert [(v.variant, v.clause) for v in verdict[:2]] == [("twopass_vec4", "splitOk"), ("twopass", "splitOk")]
+        assert group_norm.explain(inputs, tunables={"SPLIT": split}).chosen == "welford"
 
 
 @pytest.mark.parametrize("variant", ["twopass", "welford"])
@@ -451,19 +479,20 @@ def group_norm_calls(draw):
     shape = (draw(st.integers(1, 3)), groups * per_group) + tuple(draw(st.lists(st.integers(1, 7), min_size=rank - 2,
                                                                                 max_size=rank - 2)))  # fmt: skip
     wg = draw(st.sampled_from([1, 3, 32, 64, 256]))
-    return shape, groups, draw(st.sampled_from(DTYPES)), wg, draw(st.booleans()), draw(st.integers(0, 2**32 - 1))
+    split = draw(st.sampled_from([1, 2, 3, 4, 9]))
+    return shape, groups, draw(st.sampled_from(DTYPES)), wg, split, draw(st.booleans()), draw(st.integers(0, 2**32 - 1))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(call=group_norm_calls())
 def test_property_any_shape(group_norm, call):
-    """Random ranks (3 to 5), group counts and sizes, dtypes and workgroup sizes, on every variant
-    that accepts them: the vec4 variant exactly when S % 4 == 0."""
-    shape, groups, dtype, wg, subgroups, seed = call
+    """Random ranks (3 to 5), group counts and sizes, dtypes, workgroup sizes and splits, on every
+    variant that accepts them: the vec4 variant exactly when S % 4 == 0."""
+    shape, groups, dtype, wg, split, subgroups, seed = call
     if dtype == np.float16 and not wk.get_device().has_f16:
         return
     x, gamma, beta = make_inputs(np.random.default_rng(seed), shape, dtype)
-    tunables = {"WORKGROUP_SIZE": wg, "SUBGROUPS": subgroups}
+    tunables = {"WORKGROUP_SIZE": wg, "SPLIT": split, "SUBGROUPS": subgroups}
     ran = run_every_variant(group_norm, x, gamma, beta, num_groups=groups, tunables=tunables)
     assert ran == (VARIANTS if math.prod(shape[2:]) % 4 == 0 else ["twopass", "welford"])
 
@@ -515,6 +544,14 @@ CASES: list[tuple[str, list[int], int, tuple[str, ...], dict[str, Any]]] = [
      {"description": "65568 groups at WORKGROUP_SIZE 2: the grid spills past 65535 workgroups into y",
       "tunables": {"WORKGROUP_SIZE": 2}}),
     ("empty-0x32x4x4", [0, 32, 4, 4], 32, BOTH, {"description": "N = 0: nothing dispatched"}),
+    # later additions go last, so that the cases above keep their seeds (2000 + 10 * index)
+    ("split1-1x60x10x10-g6", [1, 60, 10, 10], 6, BOTH,
+     {"description": "SPLIT 1: one workgroup per group writes all of it", "tunables": {"SPLIT": 1}}),
+    ("split7-1x60x10x10-g6", [1, 60, 10, 10], 6, BOTH,
+     {"description": "SPLIT 7: shares of 36 vec4 units of 250 (143 elements of 1000 on twopass), the last one 34 (142)", "tunables": {"SPLIT": 7}}),
+    ("split8-2x64x1x1", [2, 64, 1, 1], 32, ("float32",),
+     {"description": "SPLIT 8 on groups of 2 elements: six of each group's eight shares are empty",
+      "tunables": {"SPLIT": 8}}),
 ]  # fmt: skip
 
 F32_INPUTS = {"X": {"shape": [2, 64, 4, 4], "generate": {"distribution": "normal", "seed": 7}},
@@ -596,7 +633,7 @@ def case_document() -> dict[str, Any]:
             "Correctness cases for demo.GroupNorm: the SD 1.5 UNet's channel counts (320, 640, 1280, 32 groups) on "
             "small spatial sizes, the mid block's real 2x1280x8x8, one group as long as SD's longest (40960), H*W "
             "not a multiple of 4, groups shorter than and not a multiple of the workgroup, workgroups of 96, 64 and "
-            "1, subgroup sums, groups of one channel, one group, H*W = 1, groups of one element, ranks 3 and 5, "
+            "1, SPLIT 1, 7 and 8 (empty shares), subgroup sums, groups of one channel, one group, H*W = 1, groups of one element, ranks 3 and 5, "
             "epsilon 1e-6, offset data, a grid spilled past 65535 workgroups, an empty X, and the calls the contract "
             "refuses. Inputs: X ~ N(0.3, 1.5^2) (offset case N(100, 1)), gamma ~ U(0.5, 1.5), beta ~ N(0, 0.25^2). "
             "Expected Y: the float64 reference of tests/test_group_norm_package.py (which writes this file) on the "
