@@ -184,3 +184,47 @@ def test_a_tensor_read_after_its_finalizer_at_exit_says_the_interpreter_is_exiti
     tensor.release()
     with pytest.raises(TensorReleasedError, match=r"^this GPU tensor was released$"):
         tensor.numpy()
+
+
+LOST_COPY_SCRIPT = """
+import copy, json, numpy as np
+import webgpu_kernels as wk
+k = wk.get_kernel("com.microsoft.QuickGelu")
+x = np.linspace(-3, 3, 64, dtype=np.float32)
+old = wk.to_gpu(x)
+wk.get_device().gpu.destroy()  # what a driver reset does
+try:
+    k({"X": x})  # the call that finds the device lost
+except wk.DeviceLostError:
+    pass
+out = {}
+for name, copier in (("copy", copy.copy), ("deepcopy", copy.deepcopy)):
+    try:
+        copier(old)
+        out[name] = "no error"
+    except Exception as exc:
+        out[name] = [type(exc).__name__, str(exc)]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_copy_of_a_tensor_whose_device_was_lost_says_its_data_is_gone():
+    """copy.copy of such a tensor had said 'the WebGPU device was lost (copying a GPU tensor): ...
+    the next call opens a new one', which never helps that tensor (numpy() said its data is gone).
+    In a child process: the device is destroyed."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from webgpu_kernels.tensor import LOST_TENSOR
+
+    env = dict(os.environ)
+    env.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    proc = subprocess.run([sys.executable, "-c", LOST_COPY_SCRIPT], capture_output=True, text=True, timeout=120,
+                          env=env)  # fmt: skip
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"the child process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    result = json.loads(lines[-1][len("RESULT "):])
+    expected = ["DeviceLostError", f"cannot copy {LOST_TENSOR}"]
+    assert result == {"copy": expected, "deepcopy": expected}, result

@@ -126,6 +126,8 @@ class GpuTensor:
         source, memory, size = self.buffer, self._device.memory, self._bound_bytes
         if memory.forked:
             raise DeviceError(FORKED)
+        if self._device.lost:  # as numpy(): "the next call opens a new one" never helps this tensor
+            raise DeviceLostError(f"cannot copy {LOST_TENSOR}")
         with translate_gpu_errors("copying a GPU tensor", memory), self._device.lock:
             if self.uncomputed:
                 raise UncomputedTensorError(f"cannot copy {UNCOMPUTED_TENSOR}")
