@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -110,3 +112,28 @@ def test_an_expression_that_fails_for_a_call_names_its_manifest(tmp_path):
     with pytest.raises(errors.ExpressionError, match="ZeroDivisionError") as info:
         kernel({"X": np.ones(7, np.float32)})
     assert f"in {root / 'manifest.json'}" in info.value.__notes__
+
+
+def test_a_kernel_copies_as_itself_and_an_embedded_one_pickles_as_its_op_id(tmp_path):
+    """copy.deepcopy of a kernel (a model or dataclasses.asdict holding one) had raised TypeError
+    "Template.__new__() missing 1 required positional argument: 'source'", and pickling it (a spawn
+    worker's argument) a PicklingError about a local function."""
+    import copy
+    import dataclasses
+    import pickle
+    import shutil
+
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    assert copy.copy(kernel) is kernel and copy.deepcopy(kernel) is kernel
+
+    @dataclasses.dataclass
+    class Block:
+        act: Any
+
+    assert dataclasses.asdict(Block(kernel))["act"] is kernel
+    assert pickle.loads(pickle.dumps(kernel)) is kernel  # the process's shared embedded kernel
+    shutil.copytree(kernel.package.root, tmp_path / "pkg")
+    local = wk.load_kernel(tmp_path / "pkg")
+    assert copy.deepcopy(local) is local
+    with pytest.raises(TypeError, match="cannot be pickled: pass its path .* load_kernel or get_kernel"):
+        pickle.dumps(local)

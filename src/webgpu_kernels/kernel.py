@@ -133,6 +133,28 @@ class Kernel:
     def __repr__(self) -> str:
         return f"Kernel({self.op_id!r}, variants={self.variants}, origin={self.package.origin!r})"
 
+    # A kernel is its package, loaded and compiled once, and its caches: copies share it, as
+    # get_kernel shares one per op id, so a structure holding one (a model, a dataclass through
+    # dataclasses.asdict) copies. deepcopy had failed deep in the templates with "Template.__new__()
+    # missing 1 required positional argument: 'source'".
+    def __copy__(self) -> Kernel:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Kernel:
+        return self
+
+    def __reduce__(self) -> Any:
+        """An embedded kernel pickles as its op id (a spawn worker gets its own process's kernel);
+        any other is a TypeError saying how to open it there (it had been a PicklingError about a
+        local function)."""
+        if self.package.origin == "embedded":
+            from .api import get_kernel
+
+            return get_kernel, (self.op_id,)
+        raise TypeError(f"a Kernel of a {self.package.origin} package ({self.op_id}, {self.package.root}) cannot be "
+                        "pickled: pass its path or Hub repository to the other process and open it there with "
+                        "load_kernel or get_kernel")  # fmt: skip
+
     # --- calls ------------------------------------------------------------------------------
 
     def __call__(
