@@ -389,8 +389,12 @@ def test_f16_on_an_adapter_without_shader_f16(kernel_name, gl_device, dispatches
     check_refused(kernel, lambda: kernel(inputs, adapter="gl"), errors.DeviceLimitError,
                   ("float16", "shader-f16", "float32"), "X", device=gl_device, inputs=inputs.values(),
                   contract=True, dispatches=dispatches)  # fmt: skip
-    # explain() says the same without raising; f32 runs on that adapter
-    assert kernel.explain(inputs, adapter="gl").chosen is None
+    # explain() says the same without raising (QuickGelu's verdicts only read 'baseOk is false',
+    # which reads f16Ok through a derive: its explanation had not said why); f32 runs on that adapter
+    explanation = kernel.explain(inputs, adapter="gl")
+    assert explanation.chosen is None
+    assert explanation.refused == "argument 'X': expected float32 (this adapter has no shader-f16 feature), got float16"
+    assert f"the call fails: {explanation.refused}" in str(explanation)
     y = kernel({k: v.astype(f32) for k, v in inputs.items()}, adapter="gl")["Y"]
     assert y.dtype == f32
 

@@ -64,7 +64,8 @@ class Explanation:
     outputs: tuple[OutputSpec, ...]
     values: dict[str, Any]  # derive and constant values of the call (top level)
     #: Why a call would still fail with the chosen variant (a binding over the device's limits, a
-    #: grid expression that fails), if it would.
+    #: grid expression that fails), if it would; with no variant chosen, the device's reason if it
+    #: has one (float16 on an adapter without shader-f16, which a variant would accept with it).
     refused: str | None = None
     #: The stored tuning result a call would run instead, {"variant": ..., "tunables": {...}}, if any
     #: (`webgpu-kernels tune`); ``chosen`` stays the manifest's own selection.
@@ -78,7 +79,7 @@ class Explanation:
         for out in self.outputs:
             lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}")
         if self.refused:
-            lines.append(f"  but the call would fail: {self.refused}")
+            lines.append(f"  {'but the call would fail' if self.chosen else 'the call fails'}: {self.refused}")
         if self.tuned:
             lines.append(f"  a stored tuning result applies: the call runs {self.tuned['variant']!r} with "
                          f"tunables {self.tuned['tunables']}")  # fmt: skip
@@ -242,6 +243,11 @@ class Kernel:
                     resolved = resolve_variant(selection.chosen, chosen_scope)
                 self._check_device(signature, chosen, outputs, resolved, device)
             except KernelError as exc:
+                refused = str(exc)
+        else:  # float16 on an adapter without shader-f16: the call's DeviceLimitError, which a
+            try:  # `when` clause reading f16Ok through a derive (QuickGelu's baseOk) never shows
+                self._explain_missing_f16(signature, device.info)
+            except DeviceLimitError as exc:
                 refused = str(exc)
         tuned = None if stored is None else {"variant": stored[1], "tunables": stored[0].tunable_map()}
         return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned)
