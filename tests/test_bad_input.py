@@ -370,6 +370,8 @@ def test_a_released_tensor_is_refused_by_to_gpu_and_asarray_copy_false_is_refuse
     ("abc", errors.InputError, ("str",)),
     (np.array([1, None]), errors.DTypeError, ("object",)),
     (np.array(["1.0"]), errors.DTypeError, ("<U3",)),
+    (np.zeros(3, "V4"), errors.DTypeError, ("V4",)),  # raw bytes: uploaded as void32, which no kernel takes
+    (np.zeros(3, [("a", f32)]), errors.DTypeError, ("dtype [('a', '<f4')]",)),
     ([[1.0], [2.0, 3.0]], errors.InputError, ("a rectangular array",)),
     # to_gpu uploaded the masked values a call refuses (QuickGelu then returned the 1e30 under the mask)
     (np.ma.masked_array(np.array([1, 1e30], f32), mask=[0, 1]), errors.InputError, ("a masked array",)),

@@ -128,7 +128,7 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
             return array
         array = array.numpy()
     array = as_array("array", array)
-    if array.dtype.kind in "OUSMm" or array.dtype.fields is not None:
+    if array.dtype.kind in "OUSVMm":  # V: raw bytes (np.void) and structured records, no numbers
         raise DTypeError("array", "numbers (a numeric NumPy dtype)", f"dtype {array.dtype}")
     # Refused before the host copy: a broadcast view of 2**33 elements would allocate tens of GB.
     limit = device.limits["max-buffer-size"]
