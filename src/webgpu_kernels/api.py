@@ -138,7 +138,8 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
 
 
 def synchronize(*, adapter: str | None = None) -> None:
-    """Submit all recorded GPU work now (reads do this on their own)."""
+    """Submit all recorded GPU work now (reads do this on their own). It does not wait for the work
+    to finish, as torch.cuda.synchronize() does: reading a result back does."""
     execution.flush(get_device(adapter))
 
 
