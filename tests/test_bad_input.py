@@ -532,3 +532,46 @@ def test_a_longdouble_attribute_is_a_number(quick_gelu):
     x = np.linspace(-2, 2, 16, dtype=f32)
     got = quick_gelu({"X": x}, attrs={"alpha": np.longdouble(1.5)})["Y"]
     np.testing.assert_allclose(got, x / (1 + np.exp(-1.5 * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
+
+
+class _ArrayInterfaceOnly:
+    """An object NumPy reads through __array_interface__ alone (as Pillow's images are)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array  # keeps the memory alive
+        self.__array_interface__ = array.__array_interface__
+
+
+class _RefusingArray:
+    """An __array__ that raises, as a CUDA torch tensor's (TypeError) or a requires-grad one's (RuntimeError)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __array__(self, dtype=None, copy=None):
+        raise self.error
+
+
+def test_an_array_interface_object_is_read_as_numpy_reads_it(quick_gelu):
+    """It had been refused: "expected a NumPy array or a GpuTensor, got _ArrayInterfaceOnly"."""
+    x = np.linspace(-3, 3, 12, dtype=f32).reshape(3, 4)
+    want = quick_gelu({"X": x})["Y"]
+    np.testing.assert_array_equal(quick_gelu({"X": _ArrayInterfaceOnly(x)})["Y"], want)
+    np.testing.assert_array_equal(to_gpu(_ArrayInterfaceOnly(x)).numpy(), x)
+
+
+@pytest.mark.parametrize("error", [
+    TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first."),
+    RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."),
+], ids=["TypeError", "RuntimeError"])  # fmt: skip
+@pytest.mark.parametrize("how", ["numpy", "gpu", "to_gpu"])
+def test_an_array_whose_conversion_raises_is_an_input_error_naming_the_argument(quick_gelu, device, error, how):
+    """The object's own TypeError or RuntimeError had escaped the call raw (errors.md: nothing but a
+    KernelError escapes a call on bad input)."""
+    before = gpu_state(device)
+    value = _RefusingArray(error)
+    with pytest.raises(errors.InputError) as info:
+        to_gpu(value) if how == "to_gpu" else quick_gelu({"X": value}, output=how)
+    assert info.value.argument == ("array" if how == "to_gpu" else "X")
+    assert str(error) in str(info.value) and type(error).__name__ in str(info.value)
+    assert gpu_state(device) == before

@@ -604,7 +604,8 @@ def as_array(name: str, value: Any) -> np.ndarray:
         return value
     if isinstance(value, memoryview) and _is_released(value):
         raise InputError(name, "a live buffer", "a released memoryview")
-    if not (hasattr(value, "__array__") or isinstance(value, (list, tuple, int, float)) or _is_buffer(value)):
+    if not (hasattr(value, "__array__") or hasattr(value, "__array_interface__") or hasattr(value, "__array_struct__")
+            or isinstance(value, (list, tuple, int, float)) or _is_buffer(value)):  # fmt: skip
         raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
     try:
         return np.asarray(value)
@@ -612,6 +613,9 @@ def as_array(name: str, value: Any) -> np.ndarray:
         if isinstance(value, (list, tuple)):
             raise InputError(name, "a rectangular array", f"{type(value).__name__} NumPy cannot make one of ({exc})") from None
         raise InputError(name, "an array NumPy can read", f"{type(value).__name__} ({exc})") from None
+    except (TypeError, RuntimeError) as exc:  # an __array__ that refuses: a CUDA or requires-grad torch tensor
+        raise InputError(name, "an array NumPy can read", f"{type(value).__name__} whose conversion raised "
+                         f"{type(exc).__name__}: {exc}") from None  # fmt: skip
 
 
 def _is_released(view: memoryview) -> bool:
