@@ -228,3 +228,22 @@ def test_a_copy_of_a_tensor_whose_device_was_lost_says_its_data_is_gone():
     result = json.loads(lines[-1][len("RESULT "):])
     expected = ["DeviceLostError", f"cannot copy {LOST_TENSOR}"]
     assert result == {"copy": expected, "deepcopy": expected}, result
+
+
+def test_kernel_flush_submits_the_device_its_calls_ran_on(gl_device, monkeypatch):
+    """Kernel.flush(adapter=...) submits that adapter's recorded work; it had always flushed the
+    default device, so work recorded on another one waited for a read."""
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    x = np.linspace(-3, 3, 4096, dtype=np.float32)
+    kernel({"X": x}, output="gpu", adapter="gl")["Y"].release()  # the plan is proven: later runs are recorded
+    y = kernel({"X": x}, output="gpu", adapter="gl")["Y"]
+    queue, submitted = gl_device.gpu.queue, []
+    real_submit = queue.submit
+    monkeypatch.setattr(queue, "submit", lambda buffers: (submitted.append(len(buffers)), real_submit(buffers)))
+    kernel.flush()  # the default device: nothing of the GL device's is submitted
+    assert submitted == []
+    kernel.flush(adapter="gl")
+    assert submitted == [1]
+    monkeypatch.undo()
+    np.testing.assert_allclose(y.numpy(), quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
+    y.release()

@@ -210,9 +210,10 @@ class Kernel:
         arrays = {k: host_array(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
         return run_plan(device, plan, arrays, to_numpy=output == "numpy")
 
-    def flush(self) -> None:
-        """Submit recorded GPU work now (calls record; reads submit on their own)."""
-        flush(get_device())
+    def flush(self, *, adapter: str | None = None) -> None:
+        """Submit the work recorded on ``adapter``'s device (the default one unless given, as for a
+        call) now; like :func:`webgpu_kernels.synchronize` it does not wait for the GPU to finish."""
+        flush(get_device(adapter))
 
     def explain(
         self,
