@@ -19,6 +19,7 @@
 #   bash scripts/h200-run.sh wait   how the host waits for a readback (scripts/wait_probe.py), then the suite
 #   bash scripts/h200-run.sh packages   the third-party test packages through bench, validate and test
 #   bash scripts/h200-run.sh verify   host cost per call, the packages, then the suite (after an engine change)
+#   bash scripts/h200-run.sh groupnorm   demo.GroupNorm: validate, test, torch's GroupNorm, bench at SPLIT 1 and 4, tune, bench tuned
 #   bash scripts/h200-run.sh layernorm   demo.LayerNorm tuned (all three tunables), then benched default against tuned
 #   bash scripts/h200-run.sh hostpackages   host cost per call and the packages: verify's first half (verify can pass 600 s)
 #   bash scripts/h200-run.sh matmul   demo.MatMul tuned, then benched (TFLOP/s), default, tuned and its naive variant
@@ -173,6 +174,21 @@ case "${1:-bench}" in
     timeout 60 python3 -m webgpu_kernels test tests/packages/demo.LayerNorm 2>&1 | tee -a "$OUT/packages.log"
     timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.LayerNorm --no-host --json "$OUT/layer-norm.json" 2>&1 \
       | tee -a "$OUT/packages.log" ;;
+  groupnorm)  # session 31: demo.GroupNorm: validate, test, torch's GroupNorm (scripts/torch_group_norm.py), bench of a
+              # copy at SPLIT 1 (one workgroup per group, its first design) and of the package (SPLIT 4), tune, bench tuned
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    gn=tests/packages/demo.GroupNorm one=/tmp/split1/demo.GroupNorm log=$OUT/group-norm.log
+    timeout 60 python3 -m webgpu_kernels validate $gn 2>&1 | tail -n 2 | tee "$log"
+    timeout 90 python3 -m webgpu_kernels test $gn > /tmp/gn-test.log 2>&1
+    echo "webgpu-kernels test exit status: $?" | tee -a "$log"; tail -n 3 /tmp/gn-test.log | tee -a "$log"
+    timeout 90 python3 scripts/torch_group_norm.py --json "$OUT/gn-torch.json" 2>&1 | tee -a "$log"
+    mkdir -p /tmp/split1 && cp -r $gn $one && sed -i 's/"SPLIT": 4 }/"SPLIT": 1 }/' $one/manifest.json \
+      && python3 -m webgpu_kernels digest $one >/dev/null && grep -o '"SPLIT": [0-9]*' $one/manifest.json | tee -a "$log"
+    timeout 90 python3 -m webgpu_kernels bench $one --no-host --json "$OUT/gn-split1.json" 2>&1 | tee -a "$log"
+    timeout 90 python3 -m webgpu_kernels bench $gn --no-host --json "$OUT/gn-default.json" 2>&1 | tee -a "$log"
+    timeout 150 python3 -m webgpu_kernels tune $gn 2>&1 | tee -a "$log"
+    cp /tmp/tuning/*.json "$OUT/gn-tuning.json" 2>/dev/null
+    timeout 90 python3 -m webgpu_kernels bench $gn --no-host --json "$OUT/gn-tuned.json" 2>&1 | tee -a "$log" ;;
   layernorm)  # demo.LayerNorm: the tuner over its three tunables (coordinate search), then bench, default against tuned
     timeout 240 python3 -m webgpu_kernels tune tests/packages/demo.LayerNorm 2>&1 | tee "$OUT/layer-norm-tune.log"
     cp /tmp/tuning/*.json "$OUT/layer-norm-tuning.json" 2>/dev/null
