@@ -56,7 +56,7 @@ PACKAGE = PACKAGES_DIR / "demo.GroupNorm"
 VARIANTS = ["twopass_vec4", "twopass", "welford"]
 DTYPES = (np.float32, np.float16)
 DTYPE_IDS = ("f32", "f16")
-DEFAULT_WG = 256
+DEFAULT_WG = 1024  # the manifest's WORKGROUP_SIZE, clamped to the device's largest workgroup
 
 U32 = 2.0**-24  # f32 unit roundoff
 F32_TINY = float(np.finfo(np.float32).tiny)  # flushed f32 subnormals
@@ -95,6 +95,13 @@ def chain(length: int, wg: int, subgroups: bool = False) -> int:
     (vec4 units sum fewer), the tree levels (or subgroupAdd's order and the slots: at most wg), the
     division and the conversion."""
     return -(-length // wg) + (wg if subgroups else (wg - 1).bit_length()) + 2
+
+
+def workgroup_size(tunables) -> int:
+    """The workgroup a call runs: WORKGROUP_SIZE, clamped to the device's largest (the manifest's wgSize)."""
+    limits = wk.get_device().limits
+    largest = min(limits["max-compute-invocations-per-workgroup"], limits["max-compute-workgroup-size-x"])
+    return min((tunables or {}).get("WORKGROUP_SIZE", DEFAULT_WG), largest)
 
 
 def uses_subgroups(variant: str, tunables) -> bool:
@@ -142,7 +149,7 @@ def run(kernel, x, gamma, beta, *, num_groups=32, epsilon=None, variant=None, tu
     if x.size:
         y64 = y.astype(np.float64)
         assert np.all(np.isfinite(y64)), f"{what}: {np.count_nonzero(~np.isfinite(y64))} non-finite values"
-        wg = (tunables or {}).get("WORKGROUP_SIZE", DEFAULT_WG)
+        wg = workgroup_size(tunables)
         k = chain(x.size // (x.shape[0] * num_groups), wg, uses_subgroups(chosen, tunables))
         tol = bound(x, gamma, beta, num_groups, eps, want, k=k, welford=chosen == "welford")
         assert_within_bound(y64, want, tol, what)
@@ -245,7 +252,8 @@ def test_model_shapes(group_norm, need_dtype, rng, shape, dtype):
     [
         ((2, 320, 4, 4), 32, None, VARIANTS),  # SD channel counts, small spatial size
         ((2, 64, 5, 7), 32, None, ["twopass", "welford"]),  # S = 35: no vec4; groups of 70 < WG
-        ((1, 60, 10, 10), 6, None, VARIANTS),  # groups of 1000 = 3 x 256 + 232
+        ((1, 60, 10, 10), 6, {"WORKGROUP_SIZE": 256}, VARIANTS),  # groups of 1000 = 3 x 256 + 232
+        ((1, 60, 10, 10), 6, None, VARIANTS),  # groups of 1000, fewer than the default workgroup
         ((1, 60, 10, 10), 6, {"WORKGROUP_SIZE": 96}, VARIANTS),  # WG not a power of two
         ((2, 32, 6, 6), 32, None, VARIANTS),  # groups of one channel (InstanceNorm)
         ((2, 16, 4, 4), 1, None, VARIANTS),  # one group per sample
@@ -267,7 +275,7 @@ def test_model_shapes(group_norm, need_dtype, rng, shape, dtype):
 )
 def test_edge_shapes(group_norm, need_dtype, need_workgroup_size, rng, shape, num_groups, tunables, variants, dtype):
     need_dtype(dtype)
-    need_workgroup_size((tunables or {}).get("WORKGROUP_SIZE", DEFAULT_WG))
+    need_workgroup_size((tunables or {}).get("WORKGROUP_SIZE", 1))  # the default is clamped to the device
     x, gamma, beta = make_inputs(rng, shape, dtype)
     assert run_every_variant(group_norm, x, gamma, beta, num_groups=num_groups, tunables=tunables) == variants
 
@@ -444,7 +452,8 @@ def test_render_vec4(group_norm, need_dtype):
     assert text.lstrip().startswith("enable f16;")
     assert "var<storage, read> x: array<vec4<f16>>;" in text and "var<storage, read_write> y: array<vec4<f16>>;" in text
     assert "var<storage, read> gamma: array<f16>;" in text
-    assert "subgroupAdd" not in text and "partial[lix + 128u]" in text
+    first_stride = 1 << (workgroup_size(None) - 1).bit_length() - 1  # the largest power of two below WG
+    assert "subgroupAdd" not in text and f"partial[lix + {first_stride}u]" in text
 
 
 def test_render_subgroups(group_norm):
@@ -516,7 +525,8 @@ CASES: list[tuple[str, list[int], int, tuple[str, ...], dict[str, Any]]] = [
      {"description": "one group of 40960 elements, as long as a group of SD's 2x320x64x64 (10 channels of 64x64)"}),
     ("odd-2x64x5x7", [2, 64, 5, 7], 32, BOTH,
      {"description": "H*W = 35, not a multiple of 4: no vec4; groups of 70, fewer than the workgroup"}),
-    ("tail-1x60x10x10-g6", [1, 60, 10, 10], 6, BOTH, {"description": "groups of 1000 = 3 x 256 + 232"}),
+    ("tail-1x60x10x10-g6", [1, 60, 10, 10], 6, BOTH,
+     {"description": "groups of 1000 = 3 x 256 + 232", "tunables": {"WORKGROUP_SIZE": 256}}),
     ("wg96-1x60x10x10-g6", [1, 60, 10, 10], 6, BOTH,
      {"description": "workgroups of 96 (not a power of two)", "tunables": {"WORKGROUP_SIZE": 96}}),
     ("wg64-2x96x3x5", [2, 96, 3, 5], 32, BOTH,
