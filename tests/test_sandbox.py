@@ -164,6 +164,14 @@ CORPUS = [
            "{{ [[0] * 100000, [0] * 100000] == [[0] * 100000, [0] * 100000] }}", resource=True),
     Escape("max-of-heavy-values", "max([[0] * 4096, [0] * 4096], [[0] * 4096, [0] * 4096])",
            "{{ [[[0] * 100000, [0] * 100000], [[0] * 100000, [0] * 100000]]|max }}", resource=True),
+    # ... and over lists of long strings: each reference to a 1 MiB string is walked in full
+    # (([s] * 100000)|max lowercased 10^11 characters: 32 s in one step, past the render deadline)
+    Escape("max-of-long-strings", None, "{% set s = 'x' * 1000000 %}{{ ([s] * 1000)|max|length }}", resource=True),
+    Escape("min-of-long-strings", None, "{% set s = 'x' * 1000000 %}{{ ([s] * 1000)|min|length }}", resource=True),
+    Escape("compare-lists-of-long-strings", None,
+           "{% set s = 'x' * 1000000 %}{% set t = 'x' * 1000000 %}{{ [s] * 1000 == [t] * 1000 }}", resource=True),
+    Escape("in-test-long-strings", None,
+           "{% set s = 'x' * 1000000 %}{% set t = 'x' * 1000000 %}{{ s is in([t] * 1000) }}", resource=True),
     # round computes 10 ** precision in one step
     Escape("round-precision", None, "{{ 5|round(-30000000) }}", resource=True),
     Escape("round-ceil-precision", None, "{{ 1.5|round(30000000, 'ceil') }}", resource=True),

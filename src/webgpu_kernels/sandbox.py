@@ -137,12 +137,17 @@ def _is_index(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def nested_items_exceed(value: Any, limit: int) -> bool:
+def nested_items_exceed(value: Any, limit: int, text_limit: int | None = None) -> bool:
     """Whether ``value`` holds more than ``limit`` items counted through every level of nesting
-    (a list repeated by reference counts each time); stops counting past ``limit``."""
+    (a list repeated by reference counts each time); stops counting past ``limit``. With
+    ``text_limit``, also whether its strings hold more than that many characters in all, counted
+    the same way: comparing ``[s] * 100000`` with another such list, or taking its ``max`` (which
+    lowercases every item), walks every character of every reference to ``s``."""
+    if isinstance(value, str):
+        return text_limit is not None and len(value) > text_limit
     if not isinstance(value, (list, tuple, dict)):
         return False
-    count, stack = 0, [value]
+    count, text, stack = 0, 0, [value]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
@@ -150,7 +155,13 @@ def nested_items_exceed(value: Any, limit: int) -> bool:
         count += len(item)
         if count > limit:
             return True
-        stack.extend(i for i in item if isinstance(i, (list, tuple, dict)))
+        for i in item:
+            if isinstance(i, (list, tuple, dict)):
+                stack.append(i)
+            elif text_limit is not None and isinstance(i, str):
+                text += len(i)
+                if text > text_limit:
+                    return True
     return False
 
 
@@ -203,6 +214,10 @@ class BoundedSandbox(SandboxedEnvironment):
     max_items = MAX_SEQUENCE_LENGTH
     #: Largest integer, in bits.
     max_int_bits = MAX_INT_BITS
+    #: Most characters of text a compared, hashed or max/min value may hold in all, counted
+    #: through every nesting level (None: not bounded; an expression's strings and lists are so
+    #: short that comparing the largest costs milliseconds).
+    max_weight_text: int | None = None
 
     intercepted_binops = frozenset(_BINOPS)
     intercepted_unops = frozenset(["-", "+"])
@@ -274,6 +289,9 @@ class BoundedSandbox(SandboxedEnvironment):
         if nested_items_exceed(value, self.max_items):
             raise self.refuse(f"{what} values of more than {self.max_items} items in all (nested lists count "
                               "every item)")  # fmt: skip
+        if self.max_weight_text is not None and nested_items_exceed(value, self.max_items, self.max_weight_text):
+            raise self.refuse(f"{what} values holding more than {self.max_weight_text} characters of text in all "
+                              "(a string repeated in a list counts each time)")  # fmt: skip
         return value
 
     def to_text(self, value: Any) -> str:

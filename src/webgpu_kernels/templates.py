@@ -130,6 +130,9 @@ def _bounded_comparison(name: str, test: Callable[..., bool]) -> Callable[..., b
         for v in (value, *args):
             if nested_items_exceed(v, MAX_TEMPLATE_ITEMS):
                 raise SandboxViolation(f"the test {name!r} on values of more than {MAX_TEMPLATE_ITEMS} items in all")
+            if nested_items_exceed(v, MAX_TEMPLATE_ITEMS, MAX_RENDERED_BYTES):  # [s] * 100000 of a 1 MiB s
+                raise SandboxViolation(f"the test {name!r} on values holding more than {MAX_RENDERED_BYTES} "
+                                       "characters of text in all")  # fmt: skip
         return test(value, *args)
 
     return checked
@@ -187,6 +190,9 @@ class TemplateSandbox(BoundedSandbox):
 
     max_text = MAX_RENDERED_BYTES
     max_items = MAX_TEMPLATE_ITEMS
+    # A comparison or max walks every character of every item in one step the render budget cannot
+    # interrupt: ([s] * 100000)|max of a 1 MiB s lowercased 10^11 characters (32 s, past the deadline).
+    max_weight_text = MAX_RENDERED_BYTES
 
     def __init__(self, loader: BaseLoader | None = None) -> None:
         super().__init__(loader=loader, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
