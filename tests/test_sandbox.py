@@ -478,6 +478,21 @@ def test_the_depth_check_reads_numbers_and_comments_as_such():
         check_nesting("// a\n\nlet z = " + "-" * 5000 + "1.0;\n", SHADER)
 
 
+def test_unclosed_block_comments_are_read_in_linear_time(write_package):
+    """Every ``/*`` that no ``*/`` follows had been scanned to the end of the rendered text by the
+    comment blanking before the depth checks: 90 KB of them took about 15 s after the render, outside
+    its deadline (1 MiB, about half an hour). Unclosed, they are no comment: still checked as code."""
+    from webgpu_kernels.rendering import check_nesting
+
+    kernel = wk.load_kernel(demo_with_probe(write_package, template="{{ '/*;' * 30000 }}\n"))
+    started = time.perf_counter()
+    kernel.render(X)  # ';' ends each term: nothing here is too deep, so all of it is read
+    assert time.perf_counter() - started < 2.0
+    check_nesting("/* a */ // b /*\n/* " + "-" * 5000 + " */ x;\n", SHADER)  # both kinds still blanked
+    with pytest.raises(errors.TemplateSandboxError, match="at rendered line 2"):
+        check_nesting("/* never closed;\n" + "-" * 5000 + "1.0;\n", SHADER)
+
+
 def test_template_source_limit(write_package):
     root = demo_with_probe(write_package, template="// " + "x" * (256 * 1024) + "\n")
     with pytest.raises(errors.TemplateSandboxError) as info:

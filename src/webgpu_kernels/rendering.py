@@ -275,8 +275,9 @@ class RenderedWGSL(str):
 #: Deepest bracket nesting the rendered WGSL may have. wgpu-native's WGSL parser recurses per level
 #: and overflows its stack (a segfault: the whole process dies) somewhere between 2,000 and 10,000.
 MAX_WGSL_NESTING = 256
-#: Comments, blanked before the checks below (a line of dashes is no chain of minus signs).
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+#: Where a comment may start; comments are blanked before the checks below (a line of dashes is
+#: no chain of minus signs) by :func:`_blank_comments`.
+_COMMENT_START = re.compile(r"//|/\*")
 #: What opens a template list (`array<`: a `<` right after a name, before a name), closes one,
 #: or ends every open one (WGSL's template list discovery gives up at `;`, `{`, `}` and `:`).
 _TEMPLATE_TOKENS = re.compile(r"(?<=[A-Za-z0-9_])<(?=[A-Za-z_])|[>;{}:\n]")
@@ -294,7 +295,7 @@ def check_nesting(wgsl: str, shader: str) -> None:
     into each level while it parses and lowers a shader, and a few thousand levels overflow the
     stack, which kills the process. Every new plan renders, so this must stay cheap: comments
     blanked, then one regular expression pass for template lists and one over the tokens."""
-    code = _COMMENTS.sub(lambda m: "\n" * m.group().count("\n"), wgsl)
+    code = _blank_comments(wgsl)
     depth, line_number = 0, 1
     for token in _TEMPLATE_TOKENS.findall(code):
         if token == "<":
@@ -308,6 +309,33 @@ def check_nesting(wgsl: str, shader: str) -> None:
         else:
             depth = 0
     _check_expression_depth(code, shader)
+
+
+def _blank_comments(wgsl: str) -> str:
+    """``wgsl`` with every ``// ...`` and ``/* ... */`` comment replaced by the newlines it holds,
+    in linear time. (A regular expression, ``//`` to the end of the line or ``/*`` lazily to
+    ``*/``, did this, but from every ``/*`` that no ``*/`` follows it scanned to the end of the
+    text: 120 KB of ``/*a`` took 29 s, 1 MiB about half an hour, after the render and outside
+    its deadline.) As that expression did,
+    a ``/*`` never closed is no comment, and a block comment ends at the first ``*/`` (WGSL nests
+    them, so this may check text inside a comment, never skip code)."""
+    pieces, start, pos, closable = [], 0, 0, True
+    while (mark := _COMMENT_START.search(wgsl, pos)) is not None:
+        begin = mark.start()
+        if mark.group() == "//":
+            end = wgsl.find("\n", begin)
+            end = len(wgsl) if end < 0 else end
+        else:
+            # Once one "/*" finds no "*/" after it, no later one can: not searched again.
+            end = wgsl.find("*/", begin + 2) if closable else -1
+            if end < 0:
+                closable, pos = False, begin + 1
+                continue
+            end += 2
+        pieces += [wgsl[start:begin], "\n" * wgsl.count("\n", begin, end)]
+        start = pos = end
+    pieces.append(wgsl[start:])
+    return "".join(pieces)
 
 
 def _check_expression_depth(code: str, shader: str) -> None:
