@@ -283,6 +283,16 @@ def test_bench_errors() -> None:
     assert typed.cases[0].expand(manifest)[0].inputs == {"X": ((4,), "float16")}
 
 
+def test_a_bench_shape_no_array_can_have_is_refused_when_the_file_is_read() -> None:
+    """[0, 2**70] holds no element, so it passed bench's maxBufferSize check, and NumPy raised a raw
+    ValueError drawing its inputs (a traceback from `webgpu-kernels bench`)."""
+    for shape in ([0, 2**70], [2**62], [2**40, 2**40, 0]):
+        bad = {"cases": [{"name": "a", "inputs": {"X": {"shape": [4]}, "Y": {"shape": shape}}}]}
+        [error] = casefile.check_bench_data(bad)
+        assert error.json_path == "cases[0].inputs.Y.shape" and "no array has it" in error.detail
+    assert casefile.check_bench_data({"cases": [{"name": "a", "inputs": {"X": {"shape": [0, 2**61]}}}]}) == []
+
+
 def test_a_bench_input_may_say_how_it_is_drawn() -> None:
     """bench.json's `generate`: test.json's object without its seed (bench's --seed draws it)."""
     ids = {"name": "a", "inputs": {"I": {"shape": [77], "dtype": "int64",

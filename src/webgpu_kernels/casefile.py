@@ -26,6 +26,7 @@ import numpy as np
 
 from . import errors as error_classes
 from .case_data import MAX_CASE_ELEMENTS, dtype_name, generate, inline_values, load_array
+from .contract import MAX_ELEMENTS, shape_text, too_many_elements
 from .digests import decode_json, json_path
 from .errors import CaseFileError, PackageError
 from .forks import fresh_in_child
@@ -587,6 +588,14 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError
         for role, spec in case["inputs"].items():
             if "generate" in spec:
                 errors += _generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
+            # A shape no array can have, whatever the device: `bench` draws its inputs before any call
+            # checks them, and NumPy raised a raw ValueError for [0, 2**70] (0 bytes: past the
+            # maxBufferSize check). The contract refuses the same shapes for a call.
+            if too_many_elements(spec["shape"]):
+                errors.append(CaseFileError(f"shape {shape_text(spec['shape'])} has 2^{MAX_ELEMENTS.bit_length() - 1} "
+                                            "elements or more (a zero dimension counted as 1), or a dimension that "
+                                            "large: no array has it", file=file,
+                                            json_path=json_path(["cases", i, "inputs", role, "shape"])))  # fmt: skip
     return errors + _duplicate_names(data["cases"], file)
 
 
