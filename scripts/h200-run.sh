@@ -20,6 +20,7 @@
 #   bash scripts/h200-run.sh packages   the third-party test packages through bench, validate and test
 #   bash scripts/h200-run.sh verify   host cost per call, the packages, then the suite (after an engine change)
 #   bash scripts/h200-run.sh groupnorm   demo.GroupNorm: validate, test, torch's GroupNorm, bench at SPLIT 1 and 4, tune, bench tuned
+#   bash scripts/h200-run.sh groupnorm2   the same on the new defaults (1024, SPLIT 2); tunes only the cases groupnorm's did not reach
 #   bash scripts/h200-run.sh layernorm   demo.LayerNorm tuned (all three tunables), then benched default against tuned
 #   bash scripts/h200-run.sh hostpackages   host cost per call and the packages: verify's first half (verify can pass 600 s)
 #   bash scripts/h200-run.sh matmul   demo.MatMul tuned, then benched (TFLOP/s), default, tuned and its naive variant
@@ -189,6 +190,18 @@ case "${1:-bench}" in
     timeout 150 python3 -m webgpu_kernels tune $gn 2>&1 | tee -a "$log"
     cp /tmp/tuning/*.json "$OUT/gn-tuning.json" 2>/dev/null
     timeout 90 python3 -m webgpu_kernels bench $gn --no-host --json "$OUT/gn-tuned.json" 2>&1 | tee -a "$log" ;;
+  groupnorm2)  # session 31, after the defaults became WORKGROUP_SIZE 1024 and SPLIT 2: validate, test, bench the
+               # defaults, tune the cases groupnorm's tuner did not reach in its 150 s, bench default against tuned
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    gn=tests/packages/demo.GroupNorm log=$OUT/group-norm-2.log
+    timeout 60 python3 -m webgpu_kernels validate $gn 2>&1 | tail -n 1 | tee "$log"
+    timeout 90 python3 -m webgpu_kernels test $gn > /tmp/gn-test.log 2>&1
+    echo "webgpu-kernels test exit status: $?" | tee -a "$log"; tail -n 2 /tmp/gn-test.log | tee -a "$log"
+    timeout 90 python3 -m webgpu_kernels bench $gn --no-host --json "$OUT/gn-default-2.json" 2>&1 | tee -a "$log"
+    timeout 150 python3 -m webgpu_kernels tune $gn --case 'turbo*' --case 'vae*' --case '*8x8' 2>&1 | tee -a "$log"
+    cp /tmp/tuning/*.json "$OUT/gn-tuning-2.json" 2>/dev/null
+    timeout 90 python3 -m webgpu_kernels bench $gn --no-host --case 'turbo*' --case 'vae*' --case '*8x8' \
+      --json "$OUT/gn-tuned-2.json" 2>&1 | tee -a "$log" ;;
   layernorm)  # demo.LayerNorm: the tuner over its three tunables (coordinate search), then bench, default against tuned
     timeout 240 python3 -m webgpu_kernels tune tests/packages/demo.LayerNorm 2>&1 | tee "$OUT/layer-norm-tune.log"
     cp /tmp/tuning/*.json "$OUT/layer-norm-tuning.json" 2>/dev/null
