@@ -14,6 +14,11 @@ import numpy as np
 F16_TINY = float(np.finfo(np.float16).smallest_subnormal)  # 2**-24
 F16_ULP = 2.0**-10  # relative spacing of f16 numbers (at the bottom of a binade: the worst case)
 F32_EPS = float(np.finfo(np.float32).eps)  # 2**-23
+# The worst-case error bounds of the package tests (LayerNorm, GroupNorm, MatMul):
+U32 = 2.0**-24  # f32 unit roundoff
+F32_TINY = float(np.finfo(np.float32).tiny)  # 2^-126: a flushed f32 subnormal
+F16_STEP = 2.0**-10  # one f16 ulp, relative: an f32 -> f16 conversion may round either way
+F16_FLUSH = 2.0**-14  # smallest normal f16: a subnormal result may be flushed to zero
 
 
 # --- references ---------------------------------------------------------------------------------

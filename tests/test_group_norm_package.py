@@ -50,18 +50,13 @@ from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
 from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, poison_outputs
-from references import assert_within_bound
+from references import F16_FLUSH, F16_STEP, F32_TINY, U32, assert_within_bound
 
 PACKAGE = PACKAGES_DIR / "demo.GroupNorm"
 VARIANTS = ["twopass_vec4", "twopass", "welford"]
 DTYPES = (np.float32, np.float16)
 DTYPE_IDS = ("f32", "f16")
 DEFAULT_WG = 1024  # the manifest's WORKGROUP_SIZE, clamped to the device's largest workgroup
-
-U32 = 2.0**-24  # f32 unit roundoff
-F32_TINY = float(np.finfo(np.float32).tiny)  # flushed f32 subnormals
-F16_STEP = 2.0**-10  # one f16 ulp, relative: an f32 -> f16 conversion may round either way
-F16_FLUSH = 2.0**-14  # smallest normal f16: a subnormal result may be flushed to zero
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
 from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, poison_outputs
-from references import assert_within_bound, one_node_session
+from references import F16_FLUSH, F16_STEP, F32_TINY, U32, assert_within_bound, one_node_session
 
 PACKAGE = PACKAGES_DIR / "demo.LayerNorm"
 VARIANTS = ["onepass", "onepass_nobias", "twopass", "twopass_nobias"]
@@ -64,11 +64,6 @@ STATS_DTYPE = np.dtype(np.float32)  # type U of Mean and InvStdDev, whatever X's
 
 def output_dtype(role: str, x_dtype) -> np.dtype:
     return np.dtype(x_dtype) if role == "Y" else STATS_DTYPE
-
-U32 = 2.0**-24  # f32 unit roundoff
-F32_TINY = float(np.finfo(np.float32).tiny)  # flushed f32 subnormals
-F16_STEP = 2.0**-10  # one f16 ulp, relative: an f32 -> f16 conversion may round either way
-F16_FLUSH = 2.0**-14  # smallest normal f16: a subnormal result may be flushed to zero
 
 
 @pytest.fixture(scope="module")
