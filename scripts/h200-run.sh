@@ -84,10 +84,10 @@ case "${1:-bench}" in
           # assertions behind the BiasAdd f16 template, fixed; 1635 passed, 6 skipped, -5.log; -6.log: a timing
           # test's lavapipe-only bound, fixed; 1639 passed, 6 skipped, -7.log; 1662 passed, 6 skipped, -8.log; 1673 passed, 6 skipped, -9.log; 1725 passed, 7 skipped, -10.log; 1731 passed, 7 skipped, -11.log; now 1783 passed, 7 skipped, -12.log)
     export XDG_RUNTIME_DIR=$(mktemp -d)
-    # 500 s: session 27 took 358.5 s of 400 for 2657 tests.
+    # 580 s: session 27 took 358.5 s of 400 for 2657 tests; session 31 reached test 3016 of about 3120 at 499 s.
     # Session 24: the suite hung for good at test 825 on H100 and H200 (a queue.submit that never
     # returns); the plugin logs each test's start and, on a test past HANG_S, every thread's stack.
-    HANG_LOG=$OUT/hang.log HANG_S=60 PYTHONPATH=scripts:$PYTHONPATH timeout 500 python3 -m pytest -q -p no:cacheprovider \
+    HANG_LOG=$OUT/hang.log HANG_S=60 PYTHONPATH=scripts:$PYTHONPATH timeout 580 python3 -m pytest -q -p no:cacheprovider \
       -p hang_probe_plugin -rfEs --durations=10 2>&1 | tee "$OUT/pytest.log" ;;
   wgmem)  # session 30: a shader over maxComputeWorkgroupStorageSize, straight through wgpu (the engine refuses it)
     export XDG_RUNTIME_DIR=$(mktemp -d)
