@@ -515,6 +515,16 @@ def test_a_tensor_meta_takes_the_short_dtype_names(quick_gelu):
             quick_gelu.explain({"X": wk.TensorMeta((2, 8), given)})
 
 
+def test_tensor_metas_of_one_dtype_are_equal_whatever_its_spelling():
+    """helper-49: TensorMeta((2,), "f16") != TensorMeta((2,), "float16"), so metas as dict keys or
+    in a comparison told one dtype apart from itself. A name of two readings stays as given (the
+    call refuses it, naming the input), as does a name that is no dtype."""
+    spellings = ["float16", "f16", "f2", np.float16, np.dtype("float16")]
+    assert len({wk.TensorMeta((2, 3), d) for d in spellings}) == 1
+    assert wk.TensorMeta([2, 3], "f32") == wk.TensorMeta((2, 3), "float32")
+    assert wk.TensorMeta((2,), "i8").dtype == "i8" and wk.TensorMeta((2,), "weird").dtype == "weird"
+
+
 def test_a_float_attribute_takes_an_int_as_the_number_it_is(quick_gelu):
     """alpha=2**63 had been refused ("below 2^63 in magnitude") while alpha=2.0**63 ran; an int
     past float64 is past f32 and says so."""

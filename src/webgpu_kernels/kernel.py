@@ -50,10 +50,21 @@ _OUTPUT_KINDS = ("numpy", "gpu")
 
 @dataclass(frozen=True)
 class TensorMeta:
-    """A shape and dtype standing for a tensor, for ``explain`` and ``render`` without data."""
+    """A shape and dtype standing for a tensor, for ``explain`` and ``render`` without data. The
+    dtype is kept by its NumPy name where it has one reading (``"f16"``, ``np.float16`` and
+    ``"float16"`` make equal metas); anything else is kept as given, for the call to refuse with
+    the input's name."""
 
     shape: tuple[int, ...]
     dtype: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.shape, list):
+            object.__setattr__(self, "shape", tuple(self.shape))
+        if not (isinstance(self.dtype, str) and self.dtype in _AMBIGUOUS_DTYPE_NAMES):
+            name = _dtype_name(self.dtype)
+            if name in ONNX_TO_WGSL:
+                object.__setattr__(self, "dtype", name)
 
 
 @dataclass(frozen=True)
