@@ -6,9 +6,11 @@ it), so it is set here, before anything imports wgpu.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import zlib
@@ -223,3 +225,14 @@ def tuning_file(folder):
     """The default adapter's tuning file in ``folder`` (tuning.py names one per adapter)."""
     device = wk.get_device()
     return folder / f"{tuning.adapter_slug(device.adapter.name, device.adapter.backend)}.json"
+
+
+def run_script_for_result(script: str) -> dict:
+    """Run ``script`` in a fresh Python process (to lose or destroy a device without touching this
+    one's) and return the JSON of the last line it printed starting with ``RESULT ``."""
+    env = dict(os.environ)
+    env.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"the child process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    return json.loads(lines[-1][len("RESULT "):])

@@ -15,8 +15,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -29,6 +27,8 @@ from webgpu_kernels.buffers import BIND_GROUP_CACHE_SIZE, LARGE_BUFFERS_KEPT
 from webgpu_kernels.execution import PIPELINE_CACHE_SIZE
 from webgpu_kernels.kernel import PLAN_CACHE_SIZE
 from webgpu_kernels.package import embedded_root
+
+from conftest import run_script_for_result
 
 f32 = np.float32
 SOAK_CALLS = int(os.environ.get("WK_SOAK_CALLS", "400"))
@@ -260,13 +260,7 @@ LOST_DEVICE_SCRIPT = textwrap.dedent("""
 
 
 def _run_lost_device_script() -> dict:
-    env = dict(os.environ)
-    env.setdefault("XDG_RUNTIME_DIR", "/tmp")
-    proc = subprocess.run([sys.executable, "-c", LOST_DEVICE_SCRIPT], capture_output=True, text=True, timeout=120,
-                          env=env)  # fmt: skip
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, f"the child process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_script_for_result(LOST_DEVICE_SCRIPT)
 
 
 def test_lost_device_is_reported_as_a_device_error():

@@ -13,6 +13,8 @@ import webgpu_kernels as wk
 from webgpu_kernels.errors import TensorReleasedError
 from webgpu_kernels.tensor import GpuTensor
 
+from conftest import run_script_for_result
+
 QUICK_GELU = "com.microsoft.QuickGelu"
 
 
@@ -212,20 +214,9 @@ def test_a_copy_of_a_tensor_whose_device_was_lost_says_its_data_is_gone():
     """copy.copy of such a tensor had said 'the WebGPU device was lost (copying a GPU tensor): ...
     the next call opens a new one', which never helps that tensor (numpy() said its data is gone).
     In a child process: the device is destroyed."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     from webgpu_kernels.tensor import LOST_TENSOR
 
-    env = dict(os.environ)
-    env.setdefault("XDG_RUNTIME_DIR", "/tmp")
-    proc = subprocess.run([sys.executable, "-c", LOST_COPY_SCRIPT], capture_output=True, text=True, timeout=120,
-                          env=env)  # fmt: skip
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, f"the child process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = run_script_for_result(LOST_COPY_SCRIPT)
     expected = ["DeviceLostError", f"cannot copy {LOST_TENSOR}"]
     assert result == {"copy": expected, "deepcopy": expected}, result
 
