@@ -1,10 +1,10 @@
 """torch's GroupNorm on CUDA (eager, cuDNN/ATen) on demo.GroupNorm's bench.json shapes: the peer
 figure for `webgpu-kernels bench tests/packages/demo.GroupNorm` on the same GPU.
 
-Timed as bench times the engine: random data, a warm-up of back-to-back calls, then CUDA events
-around spans of back-to-back calls, median of the spans; TB/s counts X read and Y written once
-(gamma and beta too), as bench does. Each output is checked against torch's float64 GroupNorm on
-the same inputs, so a fast wrong answer shows.
+Timed as bench's torch peer times torch (``peers._gpu_time``: CUDA events around spans of 50
+back-to-back calls, batches until their medians agree) on random data; TB/s counts X read and Y
+written once (gamma and beta too), as bench does. Each output is checked against torch's float64
+GroupNorm on the same inputs, so a fast wrong answer shows.
 
     python3 scripts/torch_group_norm.py [--json FILE]
 """
@@ -14,38 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from webgpu_kernels.peers import _gpu_time
+
 BENCH = Path(__file__).resolve().parent.parent / "tests" / "packages" / "demo.GroupNorm" / "bench.json"
-SPAN = 50  # calls per timed span, as bench's
-SPANS = 30
-
-
-def time_call(fn, warm_up_s: float = 0.5) -> float:
-    """Median seconds per call over SPANS spans of SPAN back-to-back calls, after warm_up_s of calls."""
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    while True:  # warm-up: the clocks up, the caches in their steady state
-        for _ in range(SPAN):
-            fn()
-        stop.record()
-        stop.synchronize()
-        if start.elapsed_time(stop) / 1e3 >= warm_up_s:
-            break
-    spans = []
-    for _ in range(SPANS):
-        start.record()
-        for _ in range(SPAN):
-            fn()
-        stop.record()
-        stop.synchronize()
-        spans.append(start.elapsed_time(stop) / 1e3 / SPAN)
-    return statistics.median(spans)
 
 
 def main() -> int:
@@ -69,7 +46,7 @@ def main() -> int:
             y = F.group_norm(x, groups, gamma, beta, eps)
             want = F.group_norm(x.double(), groups, gamma.double(), beta.double(), eps)
             err = (y.double() - want).abs().max().item()
-            seconds = time_call(lambda x=x, g=gamma, b=beta, n=groups, e=eps: F.group_norm(x, n, g, b, e))
+            seconds = _gpu_time(lambda x=x, g=gamma, b=beta, n=groups, e=eps: F.group_norm(x, n, g, b, e), torch)
             nbytes = (2 * math.prod(shape) + 2 * shape[1]) * x.element_size()
             row = {"case": case["name"], "dtype": name, "seconds": seconds, "tbps": nbytes / seconds / 1e12,
                    "max_abs_error": err, "shape": shape}  # fmt: skip

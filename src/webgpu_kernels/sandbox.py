@@ -286,13 +286,13 @@ class BoundedSandbox(SandboxedEnvironment):
         """``value`` if it holds at most ``max_items`` items counted through every nesting level, else
         refused. Comparing, hashing or searching a value walks all of them in one uninterruptible
         step; ``[[[0]*4096]*4096]*4096`` is three short lists of references that compare 2^36 items."""
-        if nested_items_exceed(value, self.max_items):
+        if not nested_items_exceed(value, self.max_items, self.max_weight_text):  # one walk for both bounds
+            return value
+        if nested_items_exceed(value, self.max_items):  # refused: which bound, for the message
             raise self.refuse(f"{what} values of more than {self.max_items} items in all (nested lists count "
                               "every item)")  # fmt: skip
-        if self.max_weight_text is not None and nested_items_exceed(value, self.max_items, self.max_weight_text):
-            raise self.refuse(f"{what} values holding more than {self.max_weight_text} characters of text in all "
-                              "(a string repeated in a list counts each time)")  # fmt: skip
-        return value
+        raise self.refuse(f"{what} values holding more than {self.max_weight_text} characters of text in all "
+                          "(a string repeated in a list counts each time)")  # fmt: skip
 
     def to_text(self, value: Any) -> str:
         """``str(value)``, refused before building if it would exceed the text bound."""

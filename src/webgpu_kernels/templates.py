@@ -128,11 +128,12 @@ def _bounded_comparison(name: str, test: Callable[..., bool]) -> Callable[..., b
     # One comparison walks every nested item of both sides at once (see BoundedSandbox.check_weight).
     def checked(value: Any, *args: Any) -> bool:
         for v in (value, *args):
-            if nested_items_exceed(v, MAX_TEMPLATE_ITEMS):
+            if not nested_items_exceed(v, MAX_TEMPLATE_ITEMS, MAX_RENDERED_BYTES):  # [s] * 100000 of a 1 MiB s
+                continue
+            if nested_items_exceed(v, MAX_TEMPLATE_ITEMS):  # refused: which bound, for the message
                 raise SandboxViolation(f"the test {name!r} on values of more than {MAX_TEMPLATE_ITEMS} items in all")
-            if nested_items_exceed(v, MAX_TEMPLATE_ITEMS, MAX_RENDERED_BYTES):  # [s] * 100000 of a 1 MiB s
-                raise SandboxViolation(f"the test {name!r} on values holding more than {MAX_RENDERED_BYTES} "
-                                       "characters of text in all")  # fmt: skip
+            raise SandboxViolation(f"the test {name!r} on values holding more than {MAX_RENDERED_BYTES} "
+                                   "characters of text in all")  # fmt: skip
         return test(value, *args)
 
     return checked
