@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,29 @@ def test_evaluate_gives_an_expression_value_in_the_call_scope():
         bias_add.evaluate("vectorScalar", inputs)
     with pytest.raises(errors.MissingInputError, match="bias"):  # the contract is checked first
         bias_add.evaluate("1", {"X": ((2, 5, 8), "float16")})
+
+
+def test_evaluate_takes_what_a_manifest_takes_in_an_expression_s_place():
+    """A string is an expression and a JSON number or boolean a literal value, as in a manifest
+    (manifest.schema.json's `value`; bench.json's `flops` may be a number); anything else had come
+    back unchanged, a list or None as if it had been evaluated."""
+    quick_gelu = wk.get_kernel("com.microsoft.QuickGelu")
+    meta = {"X": wk.TensorMeta((2, 4), "float32")}
+    assert quick_gelu.evaluate("numel(shapes.X)", meta) == 8
+    for literal in (5, 2.5, True):
+        value = quick_gelu.evaluate(literal, meta)
+        assert value == literal and type(value) is type(literal)
+    with pytest.raises(errors.ExpressionSandboxError, match="128"):  # held to a manifest literal's bounds
+        quick_gelu.evaluate(2**200, meta)
+    for given, got in (([1, 2], "list [1, 2]"), (None, "NoneType None"), ((8,), "tuple (8,)"),
+                       ({"a": 1}, "dict {'a': 1}"), (np.int64(3), "int64"), (b"1", "bytes b'1'")):
+        with pytest.raises(errors.InputError, match=re.escape(f"got {got}")) as info:
+            quick_gelu.evaluate(given, meta)
+        assert info.value.argument == "expression"
+        assert "an expression string, or a number or boolean" in str(info.value)
+    with pytest.raises(errors.InputError) as info:  # the argument is checked before the inputs
+        quick_gelu.evaluate([1], {})
+    assert info.value.argument == "expression"
 
 
 def test_an_expression_that_fails_for_a_call_names_its_manifest(tmp_path):

@@ -89,6 +89,14 @@ CASES = [
          ("a masked array",), "X"),
     Case("ragged-list", QG, lambda: {"X": [[1.0, 2.0], [3.0]]}, errors.InputError, ("a rectangular array", "list"), "X"),
     Case("none-input", QG, lambda: {"X": None}, errors.InputError, ("'X'",), "X"),
+    # a tensor described without data (explain's forms): NumPy read ((2, 3), "float32") as a ragged
+    # list ("not a rectangular array"), and (4, "float32") as an array of two strings
+    Case("shape-dtype-tuple", QG, lambda: {"X": ((2, 3), "float32")}, errors.InputError,
+         ("a NumPy array or a GpuTensor", "a (shape, dtype) tuple", "explain", "np.zeros((2, 3), 'float32')"), "X"),
+    Case("shape-dtype-tuple-int-shape", QG, lambda: {"X": (4, np.float32)}, errors.InputError,
+         ("a (shape, dtype) tuple", "np.zeros(4, 'float32')"), "X"),
+    Case("tensor-meta-input", QG, lambda: {"X": wk.TensorMeta([2, 3], "f16")}, errors.InputError,
+         ("a TensorMeta", "np.zeros((2, 3), 'float16')"), "X"),
     # attributes
     Case("attr-nan", QG, qg_inputs, errors.AttributeValueError, ("finite", "nan"), "alpha",
          {"attrs": {"alpha": float("nan")}}),
@@ -227,9 +235,24 @@ def test_bad_input_with_gpu_tensors(case, device, dispatches, has_f16):
      ({"X": wk.TensorMeta((4,), np.dtype("float16"))}, None, ()),
      ({"X": wk.TensorMeta((4,), "f4")}, None, ()),
      ({"X": wk.TensorMeta(5, "float32")}, errors.ShapeError, ("a shape", "int 5")),
-     ({"X": ((2,), "nonsense")}, errors.DTypeError, ("nonsense",))],
+     ({"X": ((2,), "nonsense")}, errors.DTypeError, ("nonsense",)),
+     # any sequence of integers is a shape: a NumPy array of them had been refused
+     ({"X": wk.TensorMeta(np.array([4, 8]), "float32")}, None, ()),
+     ({"X": wk.TensorMeta([np.int64(4), np.uint8(8)], "float32")}, None, ()),
+     ({"X": wk.TensorMeta(range(4, 6), "float32")}, None, ()),
+     ({"X": (np.array([4, 8], np.int32), "float32")}, None, ()),
+     ({"X": wk.TensorMeta(np.array([4.0, 8.0]), "float32")}, errors.ShapeError,
+      ("integer dimensions", "float 4.0 as dimension 0")),
+     ({"X": wk.TensorMeta([4, np.bool_(True)], "float32")}, errors.ShapeError, ("integer", "bool", "dimension 1")),
+     ({"X": wk.TensorMeta(np.array([4, -8]), "float32")}, errors.ShapeError, ("non-negative", "[4, -8]")),
+     ({"X": wk.TensorMeta(np.array([[4, 8]]), "float32")}, errors.ShapeError, ("a shape", "ndarray")),
+     ({"X": wk.TensorMeta({4, 8}, "float32")}, errors.ShapeError, ("a shape", "set")),
+     ({"X": wk.TensorMeta("4x8", "float32")}, errors.ShapeError, ("a shape", "str '4x8'")),
+     ({"X": wk.TensorMeta(range(10**12), "float32")}, errors.RankError, ("rank at most 64", f"rank {10**12}"))],
     ids=["negative", "fraction", "bool", "too-many-elements", "rank-65", "unknown-dtype", "dtype-class",
-         "dtype-object", "dtype-code", "shape-not-a-sequence", "tuple-unknown-dtype"],
+         "dtype-object", "dtype-code", "shape-not-a-sequence", "tuple-unknown-dtype", "numpy-array-shape",
+         "numpy-integers", "range", "tuple-numpy-array-shape", "numpy-float-array", "numpy-bool",
+         "numpy-negative", "numpy-2d", "set", "string", "huge-range"],
 )  # fmt: skip
 def test_shape_only_metas(quick_gelu, device, metas, error, mentions):
     if error is None:
@@ -523,6 +546,20 @@ def test_tensor_metas_of_one_dtype_are_equal_whatever_its_spelling():
     assert len({wk.TensorMeta((2, 3), d) for d in spellings}) == 1
     assert wk.TensorMeta([2, 3], "f32") == wk.TensorMeta((2, 3), "float32")
     assert wk.TensorMeta((2,), "i8").dtype == "i8" and wk.TensorMeta((2,), "weird").dtype == "weird"
+
+
+def test_a_tensor_meta_keeps_any_sequence_of_integers_as_a_tuple_of_ints():
+    """TensorMeta(np.array([2, 3]), ...) kept the array: explain refused it ("expected a shape (a
+    tuple of dimensions), got ndarray"), and the meta could neither be hashed nor compared. NumPy
+    integers become ints (a shape of np.int64 printed as such); the array is not modified."""
+    shape = np.array([2, 3])
+    for given in (shape, [np.int64(2), np.int32(3)], range(2, 4), (np.uint16(2), 3)):
+        meta = wk.TensorMeta(given, "float32")
+        assert meta == wk.TensorMeta((2, 3), "float32") and hash(meta) == hash(wk.TensorMeta((2, 3), "float32"))
+        assert [type(d) for d in meta.shape] == [int, int] and repr(meta) == "TensorMeta(shape=(2, 3), dtype='float32')"
+    np.testing.assert_array_equal(shape, [2, 3])
+    # what is no shape is kept for the call to refuse, naming the input (test_shape_only_metas)
+    assert wk.TensorMeta(5, "float32").shape == 5 and wk.TensorMeta((2.0, 3), "float32").shape == (2.0, 3)
 
 
 def test_a_float_attribute_takes_an_int_as_the_number_it_is(quick_gelu):

@@ -327,6 +327,18 @@ def test_explain_no_variant(runner: CliRunner) -> None:
     assert "no variant applies" in out and "'baseOk' is false" in out
 
 
+def test_explain_a_forced_variant(runner: CliRunner) -> None:
+    """`explain --variant ID` explains the call `run --variant ID` makes (it had no --variant)."""
+    out = invoke(runner, "explain", QUICK_GELU, *QG_F32, "--variant", "scalar").stdout
+    assert "chosen variant 'scalar' (forced)" in out and "  * scalar (priority 0): accepted" in out
+    rejected = invoke(runner, "explain", QUICK_GELU, *QG_F32, "--variant", "vec4").stdout  # explained: exit 0
+    assert "forced variant 'vec4' rejected" in rejected
+    assert "the call fails: variant 'vec4' cannot run this call: when[1] 'vec4Ok' is false" in rejected
+    data = invoke_json(runner, "explain", QUICK_GELU, *QG_F32, "--variant", "vec4")
+    assert data["forced"] == "vec4" and data["chosen"] is None and "cannot run this call" in data["refused"]
+    assert_error(runner.invoke(main, ["explain", QUICK_GELU, *QG_F32, "--variant", "vec8"]), "no variant 'vec8'")
+
+
 # --- render -------------------------------------------------------------------------------------------
 
 

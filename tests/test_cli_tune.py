@@ -518,6 +518,20 @@ def test_explain_says_no_stored_result_applies_when_the_device_refuses_it(tuning
     assert "@workgroup_size(1048576" not in "".join(bias_add.render(metas).values())
 
 
+def test_explain_of_a_forced_variant_reports_no_stored_result(tuning_dir):
+    """A call that forces a variant runs it, never a stored tuning result: explain(variant=) says so."""
+    bias_add = wk.get_kernel("com.microsoft.BiasAdd")
+    metas = {"X": ((2, 64, 320), "float32"), "bias": ((320,), "float32"), "skip": ((2, 64, 320), "float32")}
+    cache = tuning.cache_for(wk.get_device().adapter.name, wk.get_device().adapter.backend)
+    dtypes, shapes, absent, changed = bias_add.tuning_class(metas)
+    cache.record(bias_add.tuning_key, dtypes, shapes, tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 128}, 1e-6),
+                 absent, changed)  # fmt: skip
+    assert bias_add.explain(metas).tuned == {"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 128}}
+    forced = bias_add.explain(metas, variant="vec4")
+    assert forced.tuned is None and forced.chosen == "vec4" and "stored tuning result" not in str(forced)
+    assert bias_add.plan(metas, variant="vec4", tuned=True)[1].variant == "vec4"  # what the call runs
+
+
 def test_a_case_tunable_its_winner_never_reads_is_the_manifest_selection(runner, tuning_dir, monkeypatch, tmp_path):
     """demo.MatMul's tiled variant never reads WORKGROUP_SIZE: a case naming one, whose winner is
     tiled at it, gives the GPU the manifest selection's work, so nothing is stored (outcomes had

@@ -303,6 +303,56 @@ def test_explain_bias_length_mismatch(bias_add):
     assert {v.clause for v in explanation.verdicts} == {"dim(shapes.bias, 0) == dim(shapes.X, 2)"}
 
 
+@pytest.mark.parametrize("shape", [(8,), (5,), (0,)])
+def test_explain_of_a_forced_variant_says_what_the_call_does(quick_gelu, shape):
+    """explain() took no variant=, while a call can force one: it now explains that call, agreeing
+    with it variant by variant: the forced one chosen if its `when` holds (whatever its priority),
+    else no variant chosen and `refused` the call's VariantRejectedError."""
+    x = np.linspace(-1, 1, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    unforced = quick_gelu.explain({"X": x})
+    for variant in quick_gelu.variants:
+        explanation = quick_gelu.explain({"X": wk.TensorMeta(shape, "float32")}, variant=variant)
+        assert explanation.forced == variant and explanation.verdicts == unforced.verdicts  # every variant judged
+        accepted = next(v for v in explanation.verdicts if v.variant == variant).accepted
+        try:
+            quick_gelu({"X": x}, variant=variant)
+        except VariantRejectedError as exc:
+            assert not accepted and explanation.chosen is None and explanation.refused == str(exc)
+            assert str(explanation).startswith(f"com.microsoft.QuickGelu: forced variant '{variant}' rejected")
+            assert f"the call fails: variant '{variant}' cannot run this call: when[" in str(explanation)
+        else:
+            assert accepted and explanation.chosen == variant and explanation.refused is None
+            assert quick_gelu.plan({"X": x}, variant=variant)[1].variant == variant
+            assert str(explanation).startswith(f"com.microsoft.QuickGelu: chosen variant '{variant}' (forced)")
+            assert f"  * {variant} (priority" in str(explanation)
+        assert json.loads(json.dumps(explanation.as_dict()))["forced"] == variant
+    assert unforced.forced is None and unforced.as_dict()["forced"] is None
+
+
+def test_explain_of_a_forced_variant_the_device_refuses_says_why(quick_gelu):
+    """A forced variant whose `when` holds but whose call fails on the device's limits is chosen,
+    with the call's error in `refused`, as explain says for the variant selection picks."""
+    metas = {"X": wk.TensorMeta((2**30,), "float32")}  # 4 GiB: past any buffer lavapipe allows
+    with pytest.raises(wk.DeviceLimitError) as info:
+        quick_gelu.plan(metas, variant="scalar")
+    explanation = quick_gelu.explain(metas, variant="scalar")
+    assert explanation.chosen == "scalar" and explanation.refused == str(info.value)
+    assert "but the call would fail" in str(explanation)
+
+
+def test_explain_refuses_a_variant_argument_as_the_call_does(quick_gelu):
+    metas = {"X": wk.TensorMeta((8,), "float32")}
+    with pytest.raises(SelectionError) as called:
+        quick_gelu({"X": np.zeros(8, np.float32)}, variant="vec8")
+    with pytest.raises(SelectionError) as explained:
+        quick_gelu.explain(metas, variant="vec8")
+    assert str(explained.value) == str(called.value) == "no variant 'vec8'; the variants are vec4, vec4_tail, scalar"
+    assert not isinstance(explained.value, VariantRejectedError)  # raised, not reported as the call's failure
+    with pytest.raises(wk.InputError, match="argument 'variant': expected a variant id") as info:
+        quick_gelu.explain(metas, variant=["vec4"])
+    assert info.value.argument == "variant"
+
+
 def test_the_trace_shows_a_variant_constant_that_shadows_a_top_level_one():
     """`ok` is top-level (`tunables.TILE > 0`) and the variant's own (`n % 3 == 0`): the trace showed
     the top-level definition's names (tunables.TILE=4), not what the clause read (n=8)."""

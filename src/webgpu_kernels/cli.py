@@ -537,14 +537,15 @@ def _print_info(d: dict[str, Any]) -> None:
 
 @main.command("explain")
 @_input_options
+@click.option("--variant", metavar="ID", default=None, help="Explain a call that forces this variant.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def explain_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
-                tunables: dict[str, Any], as_json: bool) -> None:  # fmt: skip
+                tunables: dict[str, Any], variant: str | None, as_json: bool) -> None:  # fmt: skip
     """Which variant KERNEL would run for these inputs, and why each other one would not."""
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
-    explanation = k.explain(metas, attrs=attrs, tunables=tunables, adapter=_adapter(ctx))
+    explanation = k.explain(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=_adapter(ctx))
     if as_json:
         _echo_json(explanation.as_dict())
     else:

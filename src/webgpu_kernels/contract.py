@@ -140,13 +140,14 @@ def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
     if len(dims) > MAX_RANK:
         raise RankError(role, f"rank at most {MAX_RANK}", f"rank {len(dims)}")
     checked: list[int] = []
-    for d in dims:
-        if isinstance(d, bool):
-            raise ShapeError(role, "integer dimensions", _describe(shape))
+    for i, d in enumerate(dims):
         try:
-            d = operator.index(d)
+            if isinstance(d, (bool, np.bool_)):  # an int to Python; np.bool_ has __index__ in some NumPy releases
+                raise TypeError
+            d = operator.index(d)  # ints and NumPy integers; never a float, not even 2.0
         except TypeError:
-            raise ShapeError(role, "integer dimensions", _describe(shape)) from None
+            raise ShapeError(role, "integer dimensions",
+                             f"{_describe(d)} as dimension {i} of {_describe(shape)}") from None  # fmt: skip
         if d < 0:
             raise ShapeError(role, "non-negative dimensions", f"shape {shape_text(checked + [d])}")
         checked.append(d)

@@ -19,9 +19,19 @@ from typing import Any, cast
 import numpy as np
 
 from . import tuning
-from .contract import CallSignature, check_call, has_negative_zero
+from .contract import MAX_RANK, CallSignature, check_call, has_negative_zero
 from .device import Device, get_device
-from .errors import DeviceLimitError, DTypeError, ExpressionError, InputError, KernelError, SelectionError, ShapeError
+from .errors import (
+    DeviceLimitError,
+    DTypeError,
+    ExpressionError,
+    InputError,
+    KernelError,
+    RankError,
+    SelectionError,
+    ShapeError,
+    shorten,
+)
 from .execution import (
     ExecutionPlan,
     build_pass,
@@ -51,16 +61,16 @@ _OUTPUT_KINDS = ("numpy", "gpu")
 @dataclass(frozen=True)
 class TensorMeta:
     """A shape and dtype standing for a tensor, for ``explain`` and ``render`` without data. The
-    dtype is kept by its NumPy name where it has one reading (``"f16"``, ``np.float16`` and
-    ``"float16"`` make equal metas); anything else is kept as given, for the call to refuse with
-    the input's name."""
+    shape may be any sequence of integers (a list, a range, a 1-D NumPy array, NumPy integers) and
+    is kept as a tuple of ints; the dtype is kept by its NumPy name where it has one reading
+    (``"f16"``, ``np.float16`` and ``"float16"`` make equal metas). Anything else is kept as
+    given, for the call to refuse with the input's name."""
 
     shape: tuple[int, ...]
     dtype: str
 
     def __post_init__(self) -> None:
-        if isinstance(self.shape, list):
-            object.__setattr__(self, "shape", tuple(self.shape))
+        object.__setattr__(self, "shape", _shape_tuple(self.shape))
         if not (isinstance(self.dtype, str) and self.dtype in _AMBIGUOUS_DTYPE_NAMES):
             name = _dtype_name(self.dtype)
             if name in ONNX_TO_WGSL:
@@ -81,9 +91,17 @@ class Explanation:
     #: The stored tuning result a call would run instead, {"variant": ..., "tunables": {...}}, if any
     #: (`webgpu-kernels tune`); ``chosen`` stays the manifest's own selection.
     tuned: dict[str, Any] | None = None
+    #: The variant the call forces (``variant=``), if it does: ``chosen`` is it if its ``when``
+    #: holds, else None with the call's VariantRejectedError in ``refused``.
+    forced: str | None = None
 
     def __str__(self) -> str:
-        lines = [f"{self.op_id}: chosen variant {self.chosen!r}" if self.chosen else f"{self.op_id}: no variant applies"]
+        if self.forced is not None:
+            head = (f"chosen variant {self.chosen!r} (forced)" if self.chosen else
+                    f"forced variant {self.forced!r} rejected")  # fmt: skip
+        else:
+            head = f"chosen variant {self.chosen!r}" if self.chosen else "no variant applies"
+        lines = [f"{self.op_id}: {head}"]
         for v in self.verdicts:
             mark = "*" if v.variant == self.chosen else ("+" if v.accepted else "-")
             lines.append(f"  {mark} {v.variant} (priority {v.priority:g}): {v.reason()}")
@@ -101,7 +119,7 @@ class Explanation:
             "op": self.op_id, "chosen": self.chosen, "variants": [v.as_dict() for v in self.verdicts],
             "outputs": [{"name": o.role, "shape": list(o.shape), "dtype": o.dtype} for o in self.outputs],
             "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
-            "refused": self.refused, "tuned": self.tuned,
+            "refused": self.refused, "tuned": self.tuned, "forced": self.forced,
         }  # fmt: skip
 
 
@@ -130,6 +148,10 @@ class Kernel:
     @property
     def variants(self) -> list[str]:
         return [v.id for v in self.manifest.variants]
+
+    @functools.cached_property
+    def _variant_ids(self) -> frozenset[str]:
+        return frozenset(self.variants)
 
     @functools.cached_property
     def tuning_key(self) -> str:
@@ -231,6 +253,7 @@ class Kernel:
         inputs: Mapping[str, Any],
         *,
         attrs: Mapping[str, Any] | None = None,
+        variant: str | None = None,
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
     ) -> Explanation:
@@ -239,14 +262,27 @@ class Kernel:
 
         The chosen variant's passes are resolved and checked against the device's limits, as a call
         would: ``refused`` says why the call would still fail, for example a binding over the
-        device's maxStorageBufferBindingSize."""
+        device's maxStorageBufferBindingSize. With ``variant``, the chosen one is that variant if
+        its ``when`` holds, as in a call that forces it; if not, ``chosen`` is None and ``refused``
+        the message of the call's VariantRejectedError. An unknown variant id raises, as in a call."""
+        self._check_variant_arg(variant)
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, outputs, selection = self._select(signature, device.info, exhaustive=True)
-        stored = None if tunables else self._tuned_choice(_metas(inputs), attrs, signature, device, check=True)
+        # A forced variant, like tunables, is a call that no stored tuning result applies to.
+        stored = None if tunables or variant is not None else self._tuned_choice(_metas(inputs), attrs, signature,
+                                                                                 device, check=True)  # fmt: skip
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
         chosen, refused = None, None
-        if selection.chosen is not None:
+        if variant is not None:
+            chosen = variant if next(v for v in selection.trace if v.variant == variant).accepted else None
+            try:  # the call's own path (_plan's), so that explain says what the call raises: its
+                # VariantRejectedError, or the device limit the variant breaks
+                _, resolved, _ = self._resolve(signature, variant, device.info)
+                self._check_device(signature, variant, outputs, resolved, device)
+            except KernelError as exc:
+                refused = str(exc)
+        elif selection.chosen is not None:
             chosen = selection.chosen.variant.id
             chosen_scope = cast(dict[str, Any], selection.scope)  # set together with chosen
             try:  # what the call would check after choosing
@@ -262,11 +298,11 @@ class Kernel:
             except DeviceLimitError as exc:
                 refused = str(exc)
         tuned = None if stored is None else {"variant": stored[1], "tunables": stored[0].tunable_map()}
-        return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned)
+        return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned, forced=variant)
 
     def evaluate(
         self,
-        expression: str | int,
+        expression: str | float | bool,
         inputs: Mapping[str, Any],
         *,
         attrs: Mapping[str, Any] | None = None,
@@ -278,7 +314,15 @@ class Kernel:
         scope a call with these inputs sees at the top level: the namespaces, the outputs' shapes,
         ``derive`` and the top-level constants; a variant's own constants are not in it. Inputs are
         described as for :meth:`explain`. Tools use it for bench.json's ``flops``; authors, to
-        see what their expressions give."""
+        see what their expressions give.
+
+        As in a manifest, a string is an expression and a number or boolean a literal value, given
+        back as it is (within the bounds a manifest's literal is held to); anything else is refused."""
+        # The manifest's "expression or literal" (manifest.schema.json's `value`): what JSON reads as a
+        # number or boolean. A list, None or a NumPy scalar had come back unchanged, as if evaluated.
+        if not (isinstance(expression, str) or type(expression) in (int, float, bool)):
+            raise InputError("expression", "an expression string, or a number or boolean (a literal value, as in "
+                             "a manifest)", f"{type(expression).__name__} {shorten(repr(expression), 60)}")  # fmt: skip
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         compiled = self._compiled(expression, where)  # cached by source: cheap when repeated
         scope, _ = self.program.call_scope(signature, device.info)
@@ -368,8 +412,14 @@ class Kernel:
         return get_device(adapter), check_call(self.manifest, _metas(inputs), attrs, tunables)
 
     def _check_variant_arg(self, forced: Any) -> None:
-        if forced is not None and not isinstance(forced, str):
+        """Refuse a ``variant=`` that is no variant id (SelectionError, as selection words it), before
+        anything is evaluated: explain must raise it, not report it as the call's failure."""
+        if forced is None:
+            return
+        if not isinstance(forced, str):
             raise InputError("variant", f"a variant id, one of {self.variants}", f"{type(forced).__name__} {forced!r}")
+        if forced not in self._variant_ids:
+            raise SelectionError(f"no variant {forced!r}; the variants are {', '.join(self.variants)}")
 
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
         """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller."""
@@ -534,14 +584,35 @@ def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
             shape, dtype = value.shape, value.dtype
         else:
             raise InputError(name, "an array, a GpuTensor or a TensorMeta", type(value).__name__)
-        if not isinstance(shape, (tuple, list)):
-            raise ShapeError(name, "a shape (a tuple of dimensions)", f"{type(shape).__name__} {shape!r}")
+        shape = _shape_tuple(shape)
+        if not isinstance(shape, tuple):
+            if _is_sequence(shape):  # too long to be made a tuple
+                raise RankError(name, f"rank at most {MAX_RANK}", f"rank {len(shape)}")
+            raise ShapeError(name, "a shape (a sequence of dimensions)", f"{type(shape).__name__} {shape!r:.60}")
         if isinstance(dtype, str) and dtype in _AMBIGUOUS_DTYPE_NAMES:
             numpy_reading, short_reading = _AMBIGUOUS_DTYPE_NAMES[dtype]
             raise DTypeError(name, f"a dtype name with one reading: {numpy_reading!r} (NumPy's {dtype!r}) or "
                                    f"{short_reading!r} (the CLI's and dtypes' {dtype!r})", repr(dtype))  # fmt: skip
         metas[name] = (tuple(shape), _dtype_name(dtype))
     return metas
+
+
+def _shape_tuple(shape: Any) -> Any:
+    """A shape given as a sequence (a list, a range, torch.Size, a 1-D NumPy array) as a tuple,
+    NumPy integers made ints (equal and hashed as the same shape of ints); anything else as given,
+    for the call to refuse with the input's name: dimensions that are bools, floats or negative,
+    a set (no order), a string, a generator (used up by reading it), and a sequence longer than
+    any rank that a list or tuple is not (range(10**12) is not copied to say so)."""
+    if not _is_sequence(shape) or (len(shape) > MAX_RANK and not isinstance(shape, (list, tuple))):
+        return shape
+    items = shape.tolist() if isinstance(shape, np.ndarray) else shape  # the contract refuses floats, bools
+    return tuple(int(d) if isinstance(d, np.integer) else d for d in items)
+
+
+def _is_sequence(shape: Any) -> bool:
+    if isinstance(shape, np.ndarray):
+        return shape.ndim == 1
+    return isinstance(shape, Sequence) and not isinstance(shape, (str, bytes, bytearray))
 
 
 #: The manifests' short names ("f16", as in ``dtypes.T`` and the CLI's X=2x64:f16) -> ONNX names.
@@ -616,6 +687,8 @@ def as_array(name: str, value: Any) -> np.ndarray:
         return value
     if isinstance(value, memoryview) and _is_released(value):
         raise InputError(name, "a live buffer", "a released memoryview")
+    if isinstance(value, (TensorMeta, tuple)):
+        _refuse_description(name, value)
     if not (hasattr(value, "__array__") or hasattr(value, "__array_interface__") or hasattr(value, "__array_struct__")
             or isinstance(value, (list, tuple, int, float)) or _is_buffer(value)):  # fmt: skip
         raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
@@ -628,6 +701,23 @@ def as_array(name: str, value: Any) -> np.ndarray:
     except (TypeError, RuntimeError) as exc:  # an __array__ that refuses: a CUDA or requires-grad torch tensor
         raise InputError(name, "an array NumPy can read", f"{type(value).__name__} whose conversion raised "
                          f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+
+
+def _refuse_description(name: str, value: TensorMeta | tuple[Any, ...]) -> None:
+    """Refuse a tensor described without data, the form explain and render take, saying so: NumPy
+    reads ((2, 3), "float32") as a ragged list, and (4, "float32") as an array of two strings."""
+    if isinstance(value, TensorMeta):
+        shape, dtype, what = value.shape, value.dtype, "a TensorMeta"
+    elif (len(value) == 2 and isinstance(value[0], (tuple, list, range, np.ndarray, int))
+          and isinstance(value[1], (str, np.dtype, type))):  # fmt: skip
+        shape, dtype = value
+        what = f"a (shape, dtype) tuple {shorten(repr(value), 60)}"
+    else:
+        return
+    example = f"np.zeros({shorten(repr(_shape_tuple(shape)), 60)}, {shorten(repr(_dtype_name(dtype)), 30)})"
+    raise InputError(name, "a NumPy array or a GpuTensor (a call needs the data)", what,
+                     hint=f"a shape and dtype stand for a tensor only in explain, render, evaluate and plan; "
+                          f"to run, pass an array, e.g. {example}")  # fmt: skip
 
 
 def _is_released(view: memoryview) -> bool:
