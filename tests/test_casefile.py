@@ -6,6 +6,8 @@ import io
 import math
 import subprocess
 import sys
+import warnings
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -105,6 +107,23 @@ def test_data_files() -> None:
     np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(CaseFileError):
         build({"file": "obj.npy"}, files={"obj.npy": pickled.getvalue()})
+
+
+@pytest.mark.parametrize("names", [("m0.npy", "m0"), ("m0", "m0.npy"), ("m0.npy", "m0.npy")])
+def test_npz_members_that_share_a_key_are_refused(names: tuple[str, str]) -> None:
+    """NumPy keys m0.npy and m0 both as m0 (and a zip may hold one name twice): the member read
+    had been whichever came last, silently."""
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # zipfile warns of a duplicate name
+        zf.writestr(names[0], npy(np.zeros(3, np.float32)))
+        zf.writestr(names[1], npy(np.ones(3, np.float32)))
+    files = {"twins.npz": archive.getvalue()}
+    for tensor in ("m0", None):
+        with pytest.raises(CaseFileError, match="twins.npz") as info:
+            build({"file": "twins.npz", **({"tensor": tensor} if tensor else {})}, files=files)
+        assert info.value.file == "test.json" and info.value.json_path == "cases[0].inputs.X"
+        assert f"{names[0]!r} and {names[1]!r}" in str(info.value) and "'m0'" in str(info.value)
 
 
 # --- test.json --------------------------------------------------------------------------------------

@@ -269,6 +269,93 @@ def test_symlinked_files_count_as_their_targets(tmp_path: Path) -> None:
     assert wk.Kernel(package).op_id == QUICK_GELU
 
 
+
+def linked_folder(qg: Path, tmp_path: Path) -> bytes:
+    """``qg/linked`` a symbolic link to a folder outside the package holding ``data.npy``; returns its bytes."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    np.save(outside / "data.npy", np.arange(4, dtype=np.float32))
+    (qg / "linked").symlink_to(outside, target_is_directory=True)
+    return (outside / "data.npy").read_bytes()
+
+
+def test_a_listed_file_under_a_linked_folder_is_not_part_of_the_package(qg: Path, tmp_path: Path) -> None:
+    """os.walk (what digest lists) does not follow a link to a folder, but the digest check read
+    every listed name through it: metadata.json listing linked/data.npy, with its right digest,
+    made a file anywhere on the disk part of a verified package."""
+    data = linked_folder(qg, tmp_path)
+    metadata = json.loads((qg / "metadata.json").read_text("utf-8"))
+    metadata["digest"]["files"]["linked/data.npy"] = digests.sha256_hex(data)
+    (qg / "metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
+    with pytest.raises(DigestError, match=r"linked/data\.npy: linked/ is a symbolic link to a folder") as info:
+        open_folder(qg)
+    assert info.value.file == "linked/data.npy" and info.value.reason == "missing"
+    assert "not part of the package" in str(info.value)
+
+
+def test_a_file_under_a_linked_folder_is_never_read(qg: Path, tmp_path: Path) -> None:
+    """The same rule for unverified reads (validate, an author's package without metadata.json) and
+    for digest, which lists nothing behind the link."""
+    linked_folder(qg, tmp_path)
+    (qg / "deeper").mkdir()
+    (qg / "deeper" / "link").symlink_to(tmp_path / "outside", target_is_directory=True)
+    digests.write_metadata(qg)
+    listed = json.loads((qg / "metadata.json").read_text("utf-8"))["digest"]["files"]
+    assert not any(name.startswith(("linked/", "deeper/")) for name in listed)
+    assert open_folder(qg).is_verified  # what is not listed is not read, so the package opens
+    for package in (open_folder(qg, verify_digests=False), open_folder(qg)):
+        for name, link in (("linked/data.npy", "linked/"), ("deeper/link/data.npy", "deeper/link/")):
+            assert not package.has(name)
+            with pytest.raises(PackageError, match=f"{link} is a symbolic link to a folder"):
+                package.read_bytes(name)
+    with pytest.raises(PackageError, match="linked/ is a symbolic link to a folder") as info:
+        digests.read_file(qg, "linked/data.npy")
+    assert info.value.path == str(qg / "linked" / "data.npy")
+
+
+def test_a_linked_file_that_points_outside_the_package_is_followed(qg: Path, tmp_path: Path) -> None:
+    """Links to files are followed (a Hugging Face snapshot links every file into blobs/): the digest
+    covers what the link reads."""
+    (tmp_path / "blobs").mkdir()
+    manifest = qg / "manifest.json"
+    manifest.rename(tmp_path / "blobs" / "manifest")
+    manifest.symlink_to(tmp_path / "blobs" / "manifest")
+    assert open_folder(qg).is_verified and wk.load_kernel(qg).op_id == QUICK_GELU
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "device", "dangling link"])
+def test_a_metadata_json_that_is_no_regular_file_is_not_taken_for_a_missing_one(qg: Path, tmp_path: Path,
+                                                                                 kind: str) -> None:  # fmt: skip
+    """A folder named metadata.json made validate say "no metadata.json" and load_kernel open the
+    package unverified, as if it had none."""
+    path = qg / "metadata.json"
+    path.unlink()
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no FIFOs here")
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to(os.devnull)
+    else:
+        path.symlink_to(tmp_path / "nothing.json")
+    word = {"folder": "a folder", "fifo": "a FIFO", "device": "a device", "dangling link": "a symbolic link to nothing"}
+    with pytest.raises(DigestError, match=rf"metadata\.json is not a regular file \({word[kind]}\)") as info:
+        wk.load_kernel(qg)
+    assert info.value.file == "metadata.json" and info.value.reason == "metadata"
+    check = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["digest", str(qg), "--check"])
+    assert check.exit_code == 1 and f"metadata.json is not a regular file ({word[kind]})" in check.output, check.output
+
+
+def test_a_manifest_json_folder_is_not_a_missing_manifest(qg: Path) -> None:
+    (qg / "manifest.json").unlink()
+    (qg / "manifest.json").mkdir()
+    for opens in (wk.load_kernel, digests.write_metadata):
+        with pytest.raises(PackageError, match=r"manifest\.json is not a regular file \(a folder\)"):
+            opens(qg)
+
+
 # --- writing ----------------------------------------------------------------------------------------
 
 

@@ -213,6 +213,105 @@ def test_a_hub_package_needs_metadata(server):
     assert info.value.reason == "missing"
 
 
+
+# --- refused downloads leave the cache as it was ----------------------------------------------------
+
+REPO_FOLDER = "kernels--webgpu-kernels--com.microsoft.QuickGelu"
+
+
+def cache_state(hub_env: Path) -> dict[str, str]:
+    """Every entry of the Hub cache: a link's target, a file's bytes, or "folder". The cache's own
+    bookkeeping is left out: huggingface_hub's lock files (empty, under .locks/), which it leaves
+    behind itself, and the CACHEDIR.TAG it writes once (a marker for backup tools)."""
+    root = hub_env / "hub"
+    state = {}
+    for path in sorted(root.rglob("*")) if root.exists() else []:
+        rel = path.relative_to(root).as_posix()
+        if rel.split("/")[0] in (".locks", "CACHEDIR.TAG"):
+            continue
+        if path.is_symlink():
+            state[rel] = "-> " + os.readlink(path)
+        else:
+            state[rel] = "folder" if path.is_dir() else path.read_bytes().decode("latin-1")
+    return state
+
+
+def list_also(monkeypatch, name: str, *, whole_repository_only: bool = False) -> None:
+    """The server's recursive tree listings also name ``name`` (a file it does not have). With
+    ``whole_repository_only``, only the listing snapshot_download asks for (of the whole
+    repository), not the one of build/webgpu/ that hub.py checks before downloading."""
+    import hub_server
+
+    original = hub_server._entries
+
+    def entries(folder, path, *, recursive):
+        out = original(folder, path, recursive=recursive)
+        if out is not None and recursive and (path == "" or not whole_repository_only):
+            out.append({"type": "file", "oid": hub_server.git_blob_sha1(b"x"), "size": 1, "path": name})
+        return out
+
+    monkeypatch.setattr(hub_server, "_entries", entries)
+
+
+@pytest.mark.parametrize("name", ["build/webgpu/../../evil.json", "build/webgpu/data/../../../x.json",
+                                  "build/webgpu/..\\x.json"])  # fmt: skip
+def test_a_listed_name_leaving_the_package_is_refused_before_anything_is_written(server, hub_env, monkeypatch, name):
+    list_also(monkeypatch, name)
+    with pytest.raises(HubError, match="leaves build/webgpu/") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert repr(name) in str(info.value) and info.value.repo_id == OFFICIAL
+    assert not any("/resolve/" in path for _, path in server.requests), "a file was downloaded"
+    assert not (hub_env / "hub").exists()  # not even huggingface_hub's bookkeeping
+
+
+def test_a_download_refused_midway_leaves_the_cache_as_it_was(server, hub_env, monkeypatch):
+    """huggingface_hub refuses a '..' name itself, but only when it comes to that file: the files
+    fetched before it, refs/v1 and the commit's tree listing stayed in the cache (a partial
+    snapshot). Here the listing hub.py checks first is clean, so that refusal is the one met."""
+    dev = wk.get_kernel(OFFICIAL, revision="dev")  # a cached revision, sharing most blobs with v1
+    before = cache_state(hub_env)
+    assert f"{REPO_FOLDER}/refs/dev" in before
+    list_also(monkeypatch, "build/webgpu/../../evil.json", whole_repository_only=True)
+    hub.clear_cache()
+    with pytest.raises(HubError, match=r"evil\.json"):
+        wk.get_kernel(OFFICIAL, version=1)
+    assert cache_state(hub_env) == before
+    go_offline(monkeypatch)
+    assert wk.get_kernel(OFFICIAL, revision="dev").package.commit == dev.package.commit
+
+
+def test_a_package_refused_when_opened_leaves_the_cache_as_it_was(server, hub_root, hub_env, monkeypatch):
+    """metadata.json naming ../x.json: the package is refused once downloaded; the new snapshot had
+    stayed, and refs/v1 named the refused commit instead of the one cached before."""
+    first = wk.get_kernel(OFFICIAL, version=1)
+    before = cache_state(hub_env)
+    path = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "metadata.json"
+    metadata = json.loads(path.read_text(encoding="utf-8"))
+    metadata["digest"]["files"]["../x.json"] = "0" * 64
+    path.write_text(json.dumps(metadata), encoding="utf-8")
+    server.rescan()  # a new commit for v1
+    hub.clear_cache()
+    with pytest.raises(DigestError, match=r"invalid metadata\.json: '\.\./x\.json' does not match") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.file == "metadata.json" and "delete" not in str(info.value)  # nothing of it was kept
+    assert cache_state(hub_env) == before
+    go_offline(monkeypatch)
+    assert wk.get_kernel(OFFICIAL, version=1).package.commit == first.package.commit
+
+
+def test_a_file_refused_on_download_is_fetched_again_once_the_server_serves_it_right(server, hub_root, hub_env):
+    """A download does not replace a cached file: the refused copy had stayed in the cache, so the
+    repository stayed refused under that commit after the server was mended."""
+    template = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "quick-gelu.wgsl.jinja"
+    good = template.read_bytes()
+    template.write_bytes(good + b"\n// one more line\n")  # same commit: the server scanned before
+    with pytest.raises(DigestError, match="quick-gelu.wgsl.jinja") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert "delete" not in str(info.value) and cache_state(hub_env) == {}
+    template.write_bytes(good)
+    assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID
+
+
 # --- trust and identity -----------------------------------------------------------------------------
 
 
@@ -398,7 +497,7 @@ def test_the_contract_version_is_checked_whatever_came_first(server, hub_root):
         wk.get_kernel(OFFICIAL, version=2)
 
 
-def test_a_download_cut_off_mid_file_is_a_hub_error(server, monkeypatch):
+def test_a_download_cut_off_mid_file_is_a_hub_error(server, hub_env, monkeypatch):
     """The connection closes after 7 of 5000 announced bytes: httpx's RemoteProtocolError came
     through raw (and the CLI printed a traceback with exit status 1)."""
     import hub_server
@@ -419,6 +518,7 @@ def test_a_download_cut_off_mid_file_is_a_hub_error(server, monkeypatch):
     with pytest.raises(HubError, match=r"webgpu-kernels/com\.microsoft\.QuickGelu revision 'v1': download from .* failed") as info:
         wk.get_kernel(OFFICIAL, version=1)
     assert info.value.repo_id == OFFICIAL and info.value.revision == "v1"
+    assert cache_state(hub_env) == {}  # no partial snapshot, no half-written blob left behind
     result = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
 

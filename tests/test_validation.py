@@ -234,6 +234,20 @@ def test_missing_metadata_is_an_error_and_missing_cases_warnings(qg: Path) -> No
     assert len(report.errors) == 1
 
 
+def test_a_metadata_json_folder_is_reported_as_such_not_as_missing(qg: Path, runner: CliRunner) -> None:
+    """validate said "the package has no metadata.json" for a folder of that name (Path.is_file is
+    False for both), as if the package were simply unsigned."""
+    (qg / "metadata.json").unlink()
+    (qg / "metadata.json").mkdir()
+    report = validate_package(qg)
+    metadata = [p.message for p in report.errors if p.file == "metadata.json"]
+    assert len(metadata) == 1 and "metadata.json is not a regular file (a folder)" in metadata[0], metadata
+    assert not any("has no metadata.json" in p.message for p in report.problems)
+    result = runner.invoke(main, ["validate", str(qg), "--no-gpu"])
+    assert result.exit_code == 1 and "is not a regular file (a folder)" in result.output, result.output
+    assert "no metadata.json" not in result.output
+
+
 def test_metadata_naming_another_op(qg: Path) -> None:
     edit_json(qg / "metadata.json", lambda m: m.update(id="com.example.Other"))
     report = validate_package(qg)

@@ -254,8 +254,14 @@ def _npz_member(data: bytes, tensor: str | None) -> np.ndarray:
     gigabytes), then checked as a .npy file."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = {n.removesuffix(".npy"): n for n in archive.namelist()}
-            info = archive.getinfo(members[_pick(members, tensor, "the archive", "member")])
+            members: dict[str, zipfile.ZipInfo] = {}
+            for entry in archive.infolist():
+                key = entry.filename.removesuffix(".npy")
+                if key in members:  # NumPy's key for both: it reads whichever comes last, silently
+                    raise ValueError(f"members {members[key].filename!r} and {entry.filename!r} are both the array "
+                                     f"{key!r} (NumPy drops the .npy suffix): rename or remove one")  # fmt: skip
+                members[key] = entry
+            info = members[_pick(members, tensor, "the archive", "member")]
             limit = MAX_CASE_ELEMENTS * 16 + 65536  # the largest case tensor (complex128) and a header
             if info.file_size > limit:
                 raise ValueError(f"member {info.filename!r} unpacks to {info.file_size} bytes, more than {limit}")

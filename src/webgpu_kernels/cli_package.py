@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .device import choose_adapter
-from .digests import METADATA_FILE, UNLISTABLE, build_metadata, schema_problems, write_metadata
+from .digests import METADATA_FILE, UNLISTABLE, build_metadata, not_regular, schema_problems, write_metadata
 from .errors import DigestError, KernelError, PackageError
 from .junit_report import junit_xml, validation_junit_xml, write_junit
 from .package import embedded_ids, embedded_root, open_folder
@@ -144,7 +144,9 @@ def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
             if unreadable:
                 console.print(f"metadata.json cannot be read ({unreadable}): fix or delete it, then run digest")
             else:
+                kind = not_regular(root / METADATA_FILE)  # a folder of that name is no missing file
                 console.print("metadata.json is up to date" if current else
+                              f"metadata.json is not a regular file ({kind})" if kind else
                               ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"
                                + (f" ({broken[0].json_path or '(root)'}: {broken[0].message})" if broken else "")))  # fmt: skip
         else:

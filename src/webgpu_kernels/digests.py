@@ -97,7 +97,8 @@ def package_files(root: Path) -> list[str]:
 
     Hidden files and folders (``.git``, ``.DS_Store``) and caches are skipped. Symbolic links
     to files count as the files they point to (the Hugging Face cache is made of them); links
-    to folders are not followed.
+    to folders are not followed, and what lies behind one is no part of the package
+    (:func:`through_folder_link`, which every reader applies).
     """
     names: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -136,17 +137,77 @@ def _editor_backup(filename: str) -> bool:
     return filename.endswith("~") or (filename.startswith("#") and filename.endswith("#"))
 
 
+def through_folder_link(root: Path, name: str) -> str | None:
+    """Why the package-relative ``name`` is no file of the package because its path passes through
+    a symbolic link (to a folder: only a name's last segment may be a link), else None.
+
+    One rule for every reader: :func:`package_files` (os.walk) does not follow links to folders, so
+    ``digest`` never lists what lies behind one, and no read may reach it either (the digest check
+    had read a listed ``linked/x.json`` wherever the link pointed). Links to files are followed:
+    the Hugging Face cache makes every file of a snapshot a link into its blob store.
+    """
+    parts = name.split("/")
+    folder = root
+    for depth, part in enumerate(parts[:-1], start=1):
+        folder = folder / part
+        if os.path.islink(folder):
+            link = "/".join(parts[:depth])
+            return (f"{link}/ is a symbolic link to a folder, and files through a linked folder are not part of the "
+                    f"package (links to files are followed; make {link}/ a real folder)")  # fmt: skip
+    return None
+
+
+def _kind(mode: int) -> str:
+    """What a file system entry that is no regular file is, in words."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def not_regular(path: Path) -> str | None:
+    """What ``path`` is when it exists but is no regular file after symbolic links ("a folder",
+    "a FIFO", "a device", "a socket", "a symbolic link to nothing"); None for a regular file and
+    for no entry at all. ``Path.is_file`` says False for both kinds, which had made a folder named
+    metadata.json read as "no metadata.json"."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a symbolic link to nothing" if os.path.islink(path) else None
+    except OSError as exc:  # a link loop, a name too long
+        return f"unreadable: {exc.strerror}"
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
+def check_manifest_file(root: Path) -> None:
+    """Refuse a folder without a regular manifest.json, saying which way it lacks one."""
+    kind = not_regular(root / MANIFEST_FILE)
+    if kind is not None:
+        raise PackageError(f"{MANIFEST_FILE} is not a regular file ({kind})", path=str(root))
+    if not (root / MANIFEST_FILE).is_file():
+        raise PackageError(f"no {MANIFEST_FILE} in the folder", path=str(root))
+
+
 def read_file(root: Path, name: str) -> bytes:
     """A package file's bytes: a regular file (after symlinks) of at most MAX_FILE_BYTES. A FIFO
     would block forever and /dev/zero never end, and both report a size of 0, so the kind is
-    checked on the open file and the read stops past the limit whatever the size said."""
+    checked on the open file and the read stops past the limit whatever the size said. A name
+    through a link to a folder is refused (:func:`through_folder_link`)."""
     path = root / name
+    outside = through_folder_link(root, name)
+    if outside is not None:
+        raise PackageError(outside, path=str(path))
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as file:
             info = os.fstat(file.fileno())
             if not stat.S_ISREG(info.st_mode):
-                raise PackageError("not a regular file (a device, FIFO or socket, perhaps through a symlink)",
+                raise PackageError(f"not a regular file ({_kind(info.st_mode)}, perhaps through a symlink)",
                                    path=str(path))  # fmt: skip
             data = file.read(MAX_FILE_BYTES + 1)
         if len(data) > MAX_FILE_BYTES:
@@ -237,14 +298,21 @@ def read_json(root: Path, name: str) -> Any:
 
 
 def load_metadata(root: Path) -> tuple[dict[str, Any] | None, list[DigestProblem]]:
-    """metadata.json decoded (None when absent) and its format problems (JSON, schema)."""
+    """metadata.json decoded (None when absent) and its format problems (JSON, schema; a folder or
+    a FIFO of that name is a problem, not an absent file: the package is not simply unsigned)."""
     path = root / METADATA_FILE
+    kind = not_regular(path)
+    if kind is not None:
+        return None, [DigestProblem(METADATA_FILE, "metadata", f"{METADATA_FILE} is not a regular file ({kind}), so "
+                                    f"the package's files cannot be verified: remove it, then {_REDIGEST}", "")]  # fmt: skip
     if not path.is_file():
         return None, []
     try:
         data = decode_json(read_file(root, METADATA_FILE))
     except ValueError as exc:
         return None, [DigestProblem(METADATA_FILE, "metadata", str(exc), "")]
+    except PackageError as exc:  # unreadable, larger than a package file may be
+        return None, [DigestProblem(METADATA_FILE, "metadata", exc.detail, "")]
     try:
         problems = schema_problems(data)
     except RecursionError:  # JSON that Python parses (3.12 allows deeper nesting) but jsonschema cannot walk
@@ -295,12 +363,13 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
             problems.append(DigestProblem(name, "metadata", "not a valid package file name", where))
             continue
         path = root / name
-        try:
-            is_file, exists = path.is_file(), path.exists()
-        except OSError:  # a name the file system refuses
-            is_file, exists = False, False
-        if not is_file:
-            what = ("not a regular file (a device, FIFO or folder), so it is not read" if exists
+        outside = through_folder_link(root, name)
+        if outside is not None:  # before anything is read through the link
+            problems.append(DigestProblem(name, "missing", outside, where))
+            continue
+        kind = not_regular(path)
+        if kind is not None or not os.path.isfile(path):  # os.path's swallows ENAMETOOLONG, Path's raised it
+            what = (f"not a regular file ({kind}), so it is not read" if kind is not None
                     else f"listed in metadata.json but not in the package ({_REDIGEST} if you removed it)")  # fmt: skip
             problems.append(DigestProblem(name, "missing", what, where))
             continue
@@ -473,8 +542,7 @@ def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]
     root = Path(root).expanduser().resolve()
     if not root.is_dir():
         raise PackageError("not a folder", path=str(root))
-    if not (root / MANIFEST_FILE).is_file():
-        raise PackageError(f"no {MANIFEST_FILE} in the folder", path=str(root))
+    check_manifest_file(root)
     existing = None
     if (root / METADATA_FILE).is_file():
         try:

@@ -23,7 +23,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import threading
+from contextlib import suppress
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -221,8 +223,9 @@ class HubPackage(KernelPackage):
     """A package folder inside a Hub cache snapshot, opened (and digest-verified) by
     :func:`~webgpu_kernels.package.open_folder`, plus where it came from.
 
-    The snapshot's files are symbolic links into the repository's ``blobs/`` folder; the package
-    checks names, not link targets, and reads the bytes it verified when it was opened.
+    The snapshot's files are symbolic links into the repository's ``blobs/`` folder (its folders
+    are real ones): links to files are followed, as in any package, and the package reads the
+    bytes it verified when it was opened.
     """
 
     repo_id: str = ""
@@ -267,6 +270,62 @@ def check_version(version: Any, repo_id: str) -> int:
     return version
 
 
+class _CacheUndo:
+    """A repository's folder of the Hub cache as it was before a download, so that a download that
+    fails, or whose package is refused when opened, leaves the cache as it was. Without it a refused
+    repository stayed cached: the files fetched before huggingface_hub refused a '..' name (a
+    partial snapshot), refs/<revision> moved to the refused commit (offline use then found that
+    instead of the copy cached before), its tree listing, and a refused copy that no later
+    download replaced.
+
+    Put back: entries that were not there are removed, refs that changed get their old content.
+    huggingface_hub's lock files (``.locks/``, empty) stay, as it leaves them itself. A download of
+    another revision of the same repository running in another process at the same moment may lose
+    a blob both fetched; its own digest check then refuses that copy, and the next load fetches it.
+    """
+
+    def __init__(self, cache_dir: Path, repo_id: str) -> None:
+        from huggingface_hub.file_download import repo_folder_name
+
+        self.folder = cache_dir / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE)
+        self.entries = set(_entries_below(self.folder))
+        self.refs: dict[Path, bytes] = {}
+        for path in _entries_below(self.folder / "refs"):
+            with suppress(OSError):
+                if path.is_file() and not path.is_symlink():
+                    self.refs[path] = path.read_bytes()
+
+    def restore(self) -> None:
+        """Best effort: a file that cannot be removed stays, and the error being raised is kept."""
+        added = set(_entries_below(self.folder)) - self.entries
+        for path in sorted(added, key=lambda p: len(p.parts), reverse=True):  # what a folder holds first
+            with suppress(OSError):
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                else:
+                    path.unlink()
+        for path, data in self.refs.items():
+            with suppress(OSError):
+                if path.is_symlink() or not path.is_file() or path.read_bytes() != data:
+                    # renamed into place, as huggingface_hub writes refs: no reader sees an empty one
+                    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+                    try:
+                        tmp.write_bytes(data)
+                        os.replace(tmp, path)
+                    finally:
+                        tmp.unlink(missing_ok=True)
+
+
+def _entries_below(folder: Path) -> list[Path]:
+    """``folder`` and everything below it (links listed, never followed); empty if it does not exist."""
+    if not os.path.isdir(folder):
+        return []
+    found = [folder]
+    for dirpath, dirnames, filenames in os.walk(folder):
+        found.extend(Path(dirpath, name) for name in [*dirnames, *filenames])
+    return found
+
+
 def download(
     repo_id: str,
     *,
@@ -288,17 +347,29 @@ def download(
     trusted = check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
     rev = revision_for(version, revision, repo_id)
     endpoint = endpoint or hub_endpoint()
-    path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token,
-                                 version=version if revision is None else None)  # fmt: skip
+    # Offline nothing is written, so there is nothing to put back (and nothing to race with).
+    undo = None if hub_offline() else _CacheUndo(cache_dir_for(endpoint), repo_id)
+    try:
+        path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token,
+                                     version=version if revision is None else None)  # fmt: skip
+    except HubError:
+        if undo is not None:
+            undo.restore()
+        raise
     snapshot = Path(path)
     commit = snapshot.name
     root = snapshot / PACKAGE_DIR
-    if not root.is_dir():
-        raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}) has no {PACKAGE_DIR}/ folder: "
-                       "not a WebGPU kernel package", repo_id=repo_id, revision=rev)  # fmt: skip
     try:
+        if not root.is_dir():
+            raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}) has no {PACKAGE_DIR}/ folder: "
+                           "not a WebGPU kernel package", repo_id=repo_id, revision=rev)  # fmt: skip
         base = open_folder(root, origin="hub", needs_trust=trusted, require_metadata=True)
-    except DigestError as exc:  # a download does not replace a cached file: say where the bad copy is
+    except PackageError as exc:
+        if undo is not None:
+            undo.restore()
+        if not isinstance(exc, DigestError) or not snapshot.exists():
+            raise
+        # A copy cached before this call: a download does not replace a cached file, so say where it is.
         raise DigestError(f"{exc.detail}. This copy of {repo_id} is in the Hugging Face cache; delete {snapshot} "
                           "to download it again", file=exc.file, reason=exc.reason, path=exc.path) from None  # fmt: skip
     package = _hub_package(base, repo_id=repo_id, revision=rev, commit=commit, endpoint=endpoint, from_cache=from_cache)
@@ -413,10 +484,29 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
         raise HubError(f"{repo_id} revision {rev!r}: {PACKAGE_DIR}/ holds more than {MAX_PACKAGE_FILES} files, "
                        "more than a kernel package may", repo_id=repo_id, revision=rev)  # fmt: skip
     for entry in files:
+        why = _name_problem(entry.path)
+        if why:  # huggingface_hub refuses a '..' name only when it comes to it, after fetching the others
+            raise HubError(f"{repo_id} revision {rev!r}: the repository lists the file {entry.path!r}, whose name "
+                           f"{why}: refused before anything was downloaded", repo_id=repo_id, revision=rev)  # fmt: skip
+    for entry in files:
         if entry.size > MAX_FILE_BYTES:
             raise HubError(f"{repo_id} revision {rev!r}: {entry.path} is {entry.size} bytes, more than a package "
                            f"file may be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
     return True
+
+
+def _name_problem(path: str) -> str | None:
+    """Why a repository file name that snapshot_download would fetch (one under PACKAGE_DIR/) is no
+    plain name below that folder, else None. Other names are not fetched, so not checked."""
+    if not path.startswith(f"{PACKAGE_DIR}/"):
+        return None
+    rel = path[len(PACKAGE_DIR) + 1 :]
+    segments = rel.replace("\\", "/").split("/")  # a backslash separates on Windows
+    if ".." in segments:
+        return f"leaves {PACKAGE_DIR}/ (a '..' segment)"
+    if "\\" in rel or "\x00" in rel or "" in segments or "." in segments:
+        return f"is no plain name below {PACKAGE_DIR}/ (a backslash, NUL, empty or '.' segment)"
+    return None
 
 
 def _published_versions(repo_id: str, endpoint: str | None, token: Any) -> list[str]:

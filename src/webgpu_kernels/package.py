@@ -15,7 +15,15 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .digests import METADATA_FILE, decode_json, never_listed, read_file, verify_package
+from .digests import (
+    METADATA_FILE,
+    check_manifest_file,
+    decode_json,
+    never_listed,
+    read_file,
+    through_folder_link,
+    verify_package,
+)
 from .errors import DigestError, PackageError, shorten
 
 MANIFEST_FILE = "manifest.json"
@@ -42,8 +50,9 @@ class KernelPackage:
     def relative_name(self, name: str) -> str:
         """``name`` as a clean package-relative POSIX name; names that would leave the folder are refused.
 
-        The check is on the name, not on where symbolic links point: a package in the Hugging
-        Face cache is a folder of links into its blob store.
+        The check is on the name, not on where links to files point: a package in the Hugging
+        Face cache is a folder of links into its blob store. A name through a link to a folder
+        is refused when it is read (digests.through_folder_link).
         """
         if not isinstance(name, str) or not name or "\\" in name or "\x00" in name:
             raise PackageError(f"file name {name!r} is not a package file name", path=str(self.root))
@@ -61,7 +70,7 @@ class KernelPackage:
         rel = self.relative_name(name)
         if rel in self.verified:
             return self.verified[rel]
-        why_not = never_listed(rel)
+        why_not = never_listed(rel) or through_folder_link(self.root, rel)
         if why_not:  # validate reads unverified: it would pass a file that a verified open refuses
             raise PackageError(why_not, path=str(self.path_of(rel)))
         if self.metadata is not None:  # a verified package reads only what it verified (a README may sit
@@ -95,7 +104,7 @@ class KernelPackage:
         except PackageError:
             return False
         try:
-            return rel in self.verified or (self.root / rel).is_file()
+            return rel in self.verified or ((self.root / rel).is_file() and through_folder_link(self.root, rel) is None)
         except OSError:  # a name too long for the file system is no file of the package
             return False
 
@@ -139,8 +148,7 @@ def open_folder(
         root = Path(path).expanduser()
         if not root.is_dir():
             raise PackageError("not a folder", path=shorten(str(root)))
-        if not (root / MANIFEST_FILE).is_file():
-            raise PackageError(f"no {MANIFEST_FILE} in the folder", path=str(root))
+        check_manifest_file(root)
         root = root.resolve()
     except (OSError, RuntimeError, ValueError) as exc:  # ~nosuchuser, a name too long, a NUL byte
         raise PackageError(f"cannot be opened: {getattr(exc, 'strerror', None) or exc}",
