@@ -424,6 +424,25 @@ def test_f16_on_an_adapter_without_shader_f16(kernel_name, gl_device, dispatches
     assert y.dtype == f32
 
 
+@pytest.mark.parametrize("kernel_name", [QG, BA])
+def test_a_forced_f16_variant_on_an_adapter_without_shader_f16(kernel_name, gl_device, dispatches):
+    """Forcing a variant that shader-f16 would let run is the same DeviceLimitError as an unforced
+    call (it was a VariantRejectedError quoting 'baseOk is false'); a variant refused for its own
+    sake stays a VariantRejectedError, and explain(variant=) agrees with the call either way."""
+    kernel = wk.get_kernel(kernel_name)
+    inputs = qg_inputs(dtype=f16) if kernel_name == QG else bias_inputs(dtype=f16)
+    wanted = "argument 'X': expected float32 (this adapter has no shader-f16 feature), got float16"
+    check_refused(kernel, lambda: kernel(inputs, adapter="gl", variant="scalar"), errors.DeviceLimitError,
+                  ("float16", "shader-f16", "float32"), "X", device=gl_device, inputs=inputs.values(),
+                  contract=True, dispatches=dispatches)  # fmt: skip
+    explanation = kernel.explain(inputs, adapter="gl", variant="scalar")
+    assert explanation.chosen is None and explanation.refused == wanted
+    odd = qg_inputs((3, 5), f16) if kernel_name == QG else bias_inputs((2, 3, 7), f16)  # no vec4 with or without f16
+    with pytest.raises(errors.VariantRejectedError):
+        kernel(odd, adapter="gl", variant="vec4")
+    assert "cannot run this call" in kernel.explain(odd, adapter="gl", variant="vec4").refused
+
+
 def test_to_gpu_with_another_adapter_copies_the_tensor(quick_gelu, device, gl_device):
     """``to_gpu(t, adapter=...)`` puts the tensor on that adapter's device (a GpuTensor of another one
     used to come back unchanged, and the call then refused it)."""

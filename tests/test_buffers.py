@@ -334,8 +334,13 @@ def test_a_readback_that_waits_long_says_so_and_still_reads_right(device, quick_
     monkeypatch.setattr(device.memory, "spin_s", 0.0)
     monkeypatch.setattr(device.memory, "wait_warn_s", 1e-6)  # far less than 8M elements take here
     x = np.random.default_rng(5).standard_normal(1 << 23).astype(f32)
+    # Ten calls recorded into the read's submission: one 8M-element call could finish on lavapipe's
+    # threads before a descheduled main thread reached its wait (seen under pytest -n 2), and a map
+    # already done never warns.
+    source = wk.to_gpu(x)
+    calls = [quick_gelu({"X": source}, output="gpu")["Y"] for _ in range(10)]
     with pytest.warns(wk.GpuWaitWarning) as caught:
-        y = quick_gelu({"X": x})["Y"]
+        y = calls[-1].numpy()
     assert len(caught) == 1
     message = str(caught[0].message)
     assert "still waits" in message and "$WEBGPU_KERNELS_WAIT_WARN_S" in message and "os._exit" in message

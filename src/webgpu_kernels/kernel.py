@@ -424,11 +424,11 @@ class Kernel:
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
         """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller."""
         check_input_sizes(info, tensor_bytes(self.manifest, signature, ()))  # before expressions overflow on it
-        _, outputs, selection = self._select(signature, info, forced=forced)
-        try:
+        try:  # a forced variant is refused inside _select, any other call by require_choice
+            _, outputs, selection = self._select(signature, info, forced=forced)
             chosen = require_choice(selection, self.op_id)
         except SelectionError:
-            self._explain_missing_f16(signature, info)
+            self._explain_missing_f16(signature, info, forced)
             raise
         chosen_scope = cast(dict[str, Any], selection.scope)  # set together with chosen
         with self._located():
@@ -454,13 +454,15 @@ class Kernel:
             exc.add_note(f"in {self.package.path_of(MANIFEST_FILE)}")
             raise
 
-    def _explain_missing_f16(self, signature: CallSignature, info: DeviceInfo) -> None:
-        """A float16 call no variant accepts is the adapter's DeviceLimitError where a variant
-        would accept it with shader-f16; else the SelectionError stands (a bad attribute, say)."""
+    def _explain_missing_f16(self, signature: CallSignature, info: DeviceInfo, forced: str | None = None) -> None:
+        """A float16 call no variant accepts (or the ``forced`` one refuses) is the adapter's
+        DeviceLimitError where that variant would accept it with shader-f16; else the
+        SelectionError stands (a bad attribute, say)."""
         if info.has_f16 or all(dtype != "float16" for _, dtype in signature.dtypes):
             return
         try:
-            _, _, with_f16 = self._select(signature, replace(info, features=info.features | {"shader-f16"}))
+            _, _, with_f16 = self._select(signature, replace(info, features=info.features | {"shader-f16"}),
+                                          forced=forced)  # fmt: skip
         except KernelError:  # the call fails with shader-f16 too: its own error stands
             return
         if with_f16.chosen is not None:
