@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import time
+from datetime import datetime
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -16,7 +19,8 @@ import webgpu_kernels as wk
 from webgpu_kernels import digests
 from webgpu_kernels.cli import main
 from webgpu_kernels.junit_report import PACKAGE_CASE, junit_xml
-from webgpu_kernels.package_tests import CRASH_HOOK_ENV, PackageReport, RunResult
+from webgpu_kernels.package import open_folder
+from webgpu_kernels.package_tests import CRASH_HOOK_ENV, PackageReport, RunResult, unreached_runs
 
 from conftest import copy_package  # noqa: E402
 
@@ -195,6 +199,131 @@ def test_a_crashed_child_reaches_the_report(tmp_path: Path, runner: CliRunner, m
     package_error = next(c for c in suite.iter("testcase") if c.get("name") == PACKAGE_CASE).find("error")
     assert "exit status 70 while running case 'tail-3x5-f16'" in package_error.text
     assert {p.get("name"): p.get("value") for p in suite.find("properties")}["adapter"] == wk.get_device().adapter.label()
+
+
+def check_counts(root: ET.Element, started: float, ended: float) -> None:
+    """What a CI system reads off the attributes is what the testcases hold: in every testsuite
+    and in the root. Each suite says when it started (between ``started`` and ``ended``, epoch
+    seconds) and on which host."""
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert suites
+    for suite in suites:
+        cases = suite.findall("testcase")
+        tags = [child.tag for case in cases for child in case if child.tag in ("failure", "error", "skipped")]
+        assert len(tags) <= len(cases)  # (outcomes() checks one outcome per testcase)
+        assert suite.get("tests") == str(len(cases))
+        for key, tag in (("failures", "failure"), ("errors", "error"), ("skipped", "skipped")):
+            assert suite.get(key) == str(tags.count(tag)), (suite.get("name"), key)
+        assert float(suite.get("time")) == pytest.approx(sum(float(c.get("time")) for c in cases), abs=1e-6 * len(cases))
+        stamp = datetime.fromisoformat(suite.get("timestamp"))
+        assert stamp.tzinfo is not None and int(started) <= stamp.timestamp() <= ended
+        assert suite.get("hostname") == socket.gethostname()
+    for key in ("tests", "failures", "errors", "skipped"):
+        assert root.get(key) == str(sum(int(s.get(key)) for s in suites)), key
+    assert root.get("tests") == str(len(root.findall("testsuite/testcase")))
+    assert float(root.get("time")) == pytest.approx(sum(float(s.get("time")) for s in suites), abs=1e-6 * len(suites))
+
+
+def test_every_count_agrees_with_the_testcases(tmp_path: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A passing run, a failing one over two packages, a crashed child, a validation, and a report
+    holding every outcome: the counts, times, timestamps and hostnames of each document."""
+    broken = copy_package(QUICK_GELU, tmp_path / "qg")
+    edit_test_json(broken, lambda data: case_named(data, "tail-3x5-f32")["expected"]["Y"]["values"].__setitem__(4, 9.0))
+    runs = {
+        "pass": (["test", QUICK_GELU, "--case", "rank0-*", "--case", "refused-*"], 0, None),
+        "fail": (["test", QUICK_GELU, str(broken), "--case", "tail-3x5-f32", "--case", "rank0-f32"], 1, None),
+        "crash": (["test", "--isolate", QUICK_GELU, "--case", "alpha-*"], 1, "alpha-0-f32"),
+        "validate": (["validate", str(broken), "--no-gpu"], 0, None),
+    }  # fmt: skip
+    documents = {}
+    for label, (args, status, crash_at) in runs.items():
+        if crash_at:
+            monkeypatch.setenv(CRASH_HOOK_ENV, crash_at)
+        else:
+            monkeypatch.delenv(CRASH_HOOK_ENV, raising=False)
+        path = tmp_path / f"{label}.xml"
+        started = time.time()
+        result = runner.invoke(main, [*args, "--junit", str(path)])
+        assert result.exit_code == status, (label, result.output)
+        documents[label] = root = ET.parse(path).getroot()
+        check_counts(root, started, time.time())
+    assert [s.get("failures") for s in documents["fail"].findall("testsuite")] == ["0", "2"]
+    (crashed,) = documents["crash"].findall("testsuite")
+    assert int(crashed.get("errors")) > 10 and crashed.get("tests") == str(int(crashed.get("errors")) + 3)  # 3 ran
+
+    report = PackageReport(kernel="demo.X", path="-", origin="local", isolated=True, results=[
+        RunResult("demo.X", "a", "v", "float32", "pass", seconds=0.25),
+        RunResult("demo.X", "b", "v", "float32", "fail", message="wrong", seconds=0.5),
+        RunResult("demo.X", "c", None, "float32", "error", message="broken case"),
+        RunResult("demo.X", "d", None, "float16", "skip", message="no shader-f16"),
+    ], error="the test process killed by signal SIGSEGV", started=1_700_000_000.0, seconds=2.0, not_run=[
+        RunResult("demo.X", "e", "v", "float32", "error", message="not run: the test process died"),
+    ])  # fmt: skip
+    root = ET.fromstring(junit_xml([report]).encode("utf-8"))
+    check_counts(root, report.started, report.started)
+    (suite,) = root.findall("testsuite")
+    assert outcomes(suite) == {"a [v]": "pass", "b [v]": "failure", "c": "error", "d": "skipped", "e [v]": "error",
+                               PACKAGE_CASE: "error"}  # fmt: skip
+    assert suite.find("testcase[@name='e [v]']/error").get("type") == "not run"
+    # the time in no run (the child's start, the crash) is the package's: the suite's is the run's real time
+    assert suite.find(f"testcase[@name='{PACKAGE_CASE}']").get("time") == "1.250000" and suite.get("time") == "2.000000"
+
+
+def test_a_crashed_child_lists_every_run_it_did_not_reach(tmp_path: Path, runner: CliRunner,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The runs after the crash were absent: a dashboard showed fewer tests than the package has."""
+    select = ["--case", "refused-vec4*", "--case", "alpha-*"]
+    whole, crashed = tmp_path / "whole.xml", tmp_path / "crashed.xml"
+    result = runner.invoke(main, ["test", QUICK_GELU, *select, "--junit", str(whole)])
+    assert result.exit_code == 0, result.output
+    monkeypatch.setenv(CRASH_HOOK_ENV, "alpha-0-f32")
+    began = time.monotonic()
+    result = runner.invoke(main, ["test", "--isolate", QUICK_GELU, *select, "--junit", str(crashed)])
+    wall = time.monotonic() - began
+    assert result.exit_code == 1, result.output
+    (want,) = ET.parse(whole).getroot().findall("testsuite")
+    (suite,) = ET.parse(crashed).getroot().findall("testsuite")
+    names = [c.get("name") for c in suite.iter("testcase")]
+    assert names == [c.get("name") for c in want.iter("testcase")] + [PACKAGE_CASE]  # every run, in the run's order
+
+    found = outcomes(suite)
+    at = names.index("alpha-0-f32 [vec4]")
+    assert [found[n] for n in names[:at]] == ["pass"] * 4  # the refusal and alpha-1.0-4x33-f32 on 3 variants
+    cases = suite.findall("testcase")
+    assert cases[at].find("error").get("type") == "error" and float(cases[at].get("time")) > 0
+    not_run = cases[at + 1:-1]
+    assert len(not_run) == 14 and suite.get("errors") == str(len(not_run) + 2) and suite.get("tests") == str(len(names))
+    for case in not_run:
+        error = case.find("error")
+        assert error.get("type") == "not run" and float(case.get("time")) == 0
+        assert error.text == ("not run: the test process exit status 70 while running case 'alpha-0-f32' on variant "
+                              "'vec4' (float32), before reaching this run")  # fmt: skip
+    assert "dtype: float16" in not_run[-1].find("system-out").text
+    # the child's start and the crash count: the suite takes most of the command's time, not the runs' alone
+    package_time = float(cases[-1].get("time"))
+    assert package_time > 0.1 and 0.5 * wall < float(suite.get("time")) <= wall
+
+
+def test_a_child_that_died_before_its_plan_leaves_the_test_json_cases(tmp_path: Path) -> None:
+    """No plan came (the child died opening the device): the selected cases are read here, on the
+    variants they name; a test.json that cannot be read lists nothing (and does not raise)."""
+    report = PackageReport(kernel=QUICK_GELU, path="-", origin="embedded", isolated=True,
+                           error="the test process killed by signal SIGSEGV")  # fmt: skip
+    runs = unreached_runs(wk.get_kernel(QUICK_GELU), report, None, ["rank0-f16", "refused-*"])
+    assert [(r.case, r.variant, r.dtype, r.status) for r in runs] == [
+        ("rank0-f16", None, "float16", "error"), ("refused-int32-input", None, "int32", "error"),
+        ("refused-alpha-not-a-number", None, "float32", "error"), ("refused-workgroup-size-0", None, "float32", "error"),
+        ("refused-vec4-on-5-elements", "vec4", "float32", "error"),
+    ]  # fmt: skip
+    assert runs[0].message == "not run: the test process killed by signal SIGSEGV, before reaching this run"
+    report.results.append(RunResult(QUICK_GELU, "rank0-f16", None, "float16", "error", message="crashed here"))
+    assert [r.case for r in unreached_runs(wk.get_kernel(QUICK_GELU), report, None, ["rank0-f16"])] == []
+
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    (root / "test.json").write_text("{", encoding="utf-8")
+    digests.write_metadata(root)
+    assert unreached_runs(wk.Kernel(open_folder(root)), report, None, None) == []
 
 
 def test_two_packages_of_one_op_id_are_told_apart(tmp_path: Path, runner: CliRunner) -> None:

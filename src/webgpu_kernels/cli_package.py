@@ -12,6 +12,7 @@ invalid GPU work, and then only the child dies.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -375,6 +376,7 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None,
     if gpu and adapter is not None:
         choose_adapter(adapter)  # a mistyped --adapter is the caller's error (exit 2), not the package's
     status = _console(stderr=True)
+    started = time.time()  # the JUnit suite's timestamp: a ValidationReport does not keep it
     with _progress(status, f"validating {root.name}") as progress:
         if isolate:
             report = validate_package_isolated(root, adapter=adapter, gpu=gpu, progress=progress, timeout=timeout)
@@ -384,7 +386,7 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None,
         _echo_json(report.as_dict())
     else:
         _print_validation(report, gpu_skipped=not gpu)
-    _write_report(junit_path, lambda: validation_junit_xml([report]))
+    _write_report(junit_path, lambda: validation_junit_xml([report], started=started))
     if not report.ok:
         click.get_current_context().exit(1)
 

@@ -10,7 +10,17 @@ the op id (and the path, where two packages of one op id are tested together), s
 failed run is a ``<failure>``, an error (a broken case, a variant the case names but the package
 lacks) an ``<error>``, a skip ``<skipped>``. A package that could not be tested at all (no
 test.json, a crashed child) is one more testcase, ``(package)``, holding an ``<error>``: a report
-with no testcases would read as green.
+with no testcases would read as green. Its time is the run's not spent in any case (starting the
+child, opening the device, the crash), so a crashed package's suite takes the real elapsed time.
+
+A child that died leaves the runs it never reached (``PackageReport.not_run``): each is a
+testcase, named as a run would be, holding an ``<error type="not run">``. Not ``<skipped>``: CI
+systems read a skip as intended and neutral (a test disabled, a feature absent), and these runs
+were meant to run and are unverified; a skip would hide them as the missing testcases did.
+
+Each ``<testsuite>`` has ``tests``, ``failures``, ``errors``, ``skipped`` and ``time`` counted
+from its testcases, a ``timestamp`` (when it started: local time with its UTC offset, to the
+second) and a ``hostname``; the ``<testsuites>`` root sums the counts.
 
 ``validate``: one ``<testsuite>`` per package, a testcase per variant x dtype (``compile vec4
 [float16]``: a ``<failure>`` with its render or compile errors, ``<skipped>`` when no case made it
@@ -25,9 +35,12 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import stat
+import time
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -48,12 +61,13 @@ def _first_line(message: str) -> str:
     return message.strip().split("\n")[0].rstrip("\r")  # not splitlines: it also splits at \x1c-\x1e, \x85
 
 
-def _testcase(kernel: str, result: RunResult) -> ET.Element:
+def _testcase(kernel: str, result: RunResult, kind: str | None = None) -> ET.Element:
+    """``kind``: the outcome's ``type`` (default: the run's status)."""
     name = f"{result.case} [{result.variant}]" if result.variant else result.case
     case = ET.Element("testcase", classname=_text(kernel), name=_text(name), time=f"{result.seconds:.6f}")
     tag = _TAG.get(result.status)
     if tag is not None:
-        _outcome(case, tag, result.message, result.status)
+        _outcome(case, tag, result.message, kind or result.status)
     details = [f"dtype: {result.dtype}"]
     for output in result.outputs:
         errors = ", ".join(f"{key} {output[key]:.3g}" for key in ("maxAbsError", "maxRelError")
@@ -66,14 +80,18 @@ def _testcase(kernel: str, result: RunResult) -> ET.Element:
     return case
 
 
-def _suite(name: str, cases: list[ET.Element], properties: Sequence[tuple[str, str | None]]) -> ET.Element:
-    """A testsuite of ``cases``, its counts taken from their outcomes."""
+def _suite(name: str, cases: list[ET.Element], properties: Sequence[tuple[str, str | None]],
+           started: float) -> ET.Element:  # fmt: skip
+    """A testsuite of ``cases``, its counts taken from their outcomes; ``started``: epoch seconds."""
     def count(tag: str) -> str:
         return str(sum(1 for c in cases if c.find(tag) is not None))
 
     suite = ET.Element("testsuite", name=_text(name), tests=str(len(cases)), failures=count("failure"),
                        errors=count("error"), skipped=count("skipped"),
-                       time=f"{sum(float(c.get('time', '0')) for c in cases):.6f}")  # fmt: skip
+                       time=f"{sum(float(c.get('time', '0')) for c in cases):.6f}",
+                       # the offset says which zone: readers differ on what a bare local time means
+                       timestamp=datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds"),
+                       hostname=_text(socket.gethostname()))  # fmt: skip
     listed = ET.SubElement(suite, "properties")
     for key, value in properties:
         if value is not None:
@@ -90,12 +108,15 @@ def _outcome(case: ET.Element, tag: str, message: str, kind: str) -> None:
 
 def _test_suite(report: PackageReport, name: str) -> ET.Element:
     cases = [_testcase(name, r) for r in report.results]
+    cases += [_testcase(name, r, "not run") for r in report.not_run]
     if report.error is not None:
-        case = ET.Element("testcase", classname=_text(name), name=PACKAGE_CASE, time="0")
+        # the time in no run (the child's start, the device, the crash): the suite's time is then the real one
+        rest = max(0.0, report.seconds - sum(r.seconds for r in report.results))
+        case = ET.Element("testcase", classname=_text(name), name=PACKAGE_CASE, time=f"{rest:.6f}")
         _outcome(case, "error", report.error, "package")
         cases.append(case)
     return _suite(name, cases, (("adapter", report.adapter), ("path", report.path), ("origin", report.origin),
-                                ("isolated", str(report.isolated).lower())))  # fmt: skip
+                                ("isolated", str(report.isolated).lower())), report.started)  # fmt: skip
 
 
 def _suite_names(keys: Sequence[tuple[str, str]]) -> list[str]:
@@ -133,7 +154,7 @@ def _problem_name(problem: Problem) -> str:
     return (problem.location() or PACKAGE_CASE) + (f" [{extra}]" if extra else "")
 
 
-def _validation_suite(report: ValidationReport, name: str) -> ET.Element:
+def _validation_suite(report: ValidationReport, name: str, started: float) -> ET.Element:
     cases: list[ET.Element] = []
     names: Counter[str] = Counter()
 
@@ -168,15 +189,18 @@ def _validation_suite(report: ValidationReport, name: str) -> ET.Element:
     lines += [f"warning {_problem_name(p)}: {p.message}" for p in report.warnings]
     ET.SubElement(summary, "system-out").text = _text("\n".join(lines))
     return _suite(name, cases, (("adapter", report.adapter), ("path", report.path),
-                                ("isolated", str(report.isolated).lower())))  # fmt: skip
+                                ("isolated", str(report.isolated).lower())), started)  # fmt: skip
 
 
-def validation_junit_xml(reports: Sequence[ValidationReport], *, name: str = "webgpu-kernels validate") -> str:
+def validation_junit_xml(reports: Sequence[ValidationReport], *, name: str = "webgpu-kernels validate",
+                         started: float | None = None) -> str:  # fmt: skip
     """``validate``'s reports as one JUnit XML document: per package a testcase per variant x dtype
     compiled (failed, or skipped when nothing compiled it), one per error elsewhere, and a
-    ``validate`` testcase holding what was checked and the warnings."""
+    ``validate`` testcase holding what was checked and the warnings. ``started``: when the
+    validation began (epoch seconds; a ValidationReport does not say), default now."""
     names = _suite_names([(r.op_id or Path(r.path).name, r.path) for r in reports])
-    return _document([_validation_suite(r, n) for r, n in zip(reports, names)], name)
+    when = time.time() if started is None else started
+    return _document([_validation_suite(r, n, when) for r, n in zip(reports, names)], name)
 
 
 def write_junit(path: str | os.PathLike[str], document: str) -> None:

@@ -9,7 +9,8 @@ With isolation the GPU work runs in a child process (multiprocessing, "spawn"): 
 aborts the whole process on some invalid GPU work, and a package that needed
 ``trust_remote_code`` must not be able to take the command down with it. Results come back as
 plain dicts, one message per run, so a child that dies still leaves the results it sent and
-the case it was running; the crash is reported as a failure of that package.
+the case it was running; the crash is reported as a failure of that package, and every run it
+had planned but not reached is kept (``PackageReport.not_run``) so that a report can count it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import signal
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -56,7 +58,8 @@ PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
 #: in every float dtype and -1 (or the maximum) in integers; where the expected value would accept
 #: it (an expected NaN), the run is repeated with 0x00 and then 0x55 (a finite non-zero number).
 POISON_BYTES = (0xFF, 0x00, 0x55)
-#: Progress events: ("adapter", label), ("total", n), ("start", {"case", "variant", "dtype"}), ("advance", 1).
+#: Progress events: ("adapter", label), ("plan", [{"case", "variant", "dtype"}, ...]: every run, in order, sent
+#: before the first), ("total", n), ("start", {"case", "variant", "dtype"}), ("advance", 1).
 Progress = Callable[[str, Any], None]
 
 
@@ -110,6 +113,12 @@ class PackageReport:
     results: list[RunResult] = field(default_factory=list)
     error: str | None = None  # no test.json, a broken one, or a crashed child process
     adapter: str | None = None  # the adapter the cases ran on (None when none was opened)
+    # For the JUnit report, and not in as_dict (the JSON report's fields stay as documented):
+    started: float = field(default_factory=time.time)  # when the run began (epoch seconds)
+    seconds: float = 0.0  # an isolated run's wall-clock time, spawn to the child's end (0: not measured)
+    #: Runs a child that died had planned but never reached (errors): without them a CI dashboard
+    #: shows fewer tests than the package has, and nothing says so.
+    not_run: list[RunResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -224,6 +233,11 @@ def run_package_tests(
             continue
         plans.append((case, label, arrays, accepted, tuple(explanation.outputs)))
 
+    # Every run, before any: an isolated child that dies midway leaves the parent the list of those it never reached.
+    notify("plan", [{"case": case.name, "variant": variant, "dtype": label}
+                    for case, _, label, _ in refusals for variant in case.variants or (None,)]
+                   + [{"case": case.name, "variant": vid, "dtype": label}
+                      for case, label, _, accepted, _ in plans for vid in accepted])  # fmt: skip
     notify("total", sum(len(p[3]) for p in plans) + sum(len(r[0].variants or (None,)) for r in refusals))
     for case, refusal, label, arrays in refusals:
         for variant in case.variants or (None,):
@@ -494,14 +508,20 @@ def run_package_tests_isolated(
     job = job_for(kernel, adapter=adapter, cases=cases)
     report = PackageReport(kernel=kernel.op_id, path=job.root, origin=job.origin, isolated=True)
     current: list[dict[str, str]] = []
+    planned: list[dict[str, Any]] | None = None  # None: the child never got as far as sending its plan
+    spawned = run_began = time.perf_counter()
 
     def handle(message: tuple[Any, ...]) -> None:
+        nonlocal planned, run_began
         kind = message[0]
         if kind == "progress":
             if message[1] == "adapter":  # sent before any case runs: known even if the child dies
                 report.adapter = message[2]
+            if message[1] == "plan":
+                planned = message[2]
             if message[1] == "start":
                 current[:] = [message[2]]
+                run_began = time.perf_counter()
             notify(message[1], message[2])
         elif kind == "result":
             report.results.append(RunResult.from_dict(message[1]))
@@ -509,11 +529,43 @@ def run_package_tests_isolated(
             report.error = message[1]["error"]
 
     finished, ended = run_in_child(_child_main, job, handle, timeout=timeout)
+    now = time.perf_counter()
+    report.seconds = now - spawned
     if not finished:
         run = current[0] if current else None
         where = f" while running case {run['case']!r} on variant {run['variant']!r} ({run['dtype']})" if run else ""
         report.error = f"the test process {ended}{where}"
         if run and not any(r.case == run["case"] and r.variant == run["variant"] for r in report.results):
             report.results.append(RunResult(kernel.op_id, run["case"], run["variant"], run["dtype"], ERROR,
-                                            message=f"the test process {ended} during this run"))  # fmt: skip
+                                            message=f"the test process {ended} during this run",
+                                            seconds=now - run_began))  # fmt: skip
+        report.not_run = unreached_runs(kernel, report, planned, cases)
     return report
+
+
+def unreached_runs(kernel: Kernel, report: PackageReport, planned: Sequence[Mapping[str, Any]] | None,
+                   cases: Sequence[str] | None) -> list[RunResult]:  # fmt: skip
+    """The runs of ``planned`` (the child's plan) that have no result in ``report``, as errors
+    saying why (``report.error``). A child that died before sending its plan (opening the device)
+    leaves the selected test.json cases, read here: on the variants a case names, else as the
+    case alone, since which variants accept it is the device's to say and this process opens none."""
+    if planned is None:
+        if not kernel.package.has(TEST_FILE):
+            return []
+        try:
+            test_file = read_test_file(kernel.package)
+            planned = [{"case": case.name, "variant": variant, "dtype": case.type_label(kernel.manifest)}
+                       for case in test_file.cases if case_name_matches(case.name, cases)
+                       for variant in case.variants or (None,)]  # fmt: skip
+        except KernelError:  # an unreadable test.json is its own error, not runs to list
+            return []
+    reported = Counter((r.case, r.variant) for r in report.results)
+    missing = []
+    for run in planned:
+        key = (run["case"], run["variant"])
+        if reported[key]:
+            reported[key] -= 1
+        else:
+            missing.append(RunResult(kernel.op_id, run["case"], run["variant"], run["dtype"], ERROR,
+                                     message=f"not run: {report.error}, before reaching this run"))  # fmt: skip
+    return missing
