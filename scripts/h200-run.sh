@@ -27,6 +27,8 @@
 #   bash scripts/h200-run.sh tunematmul   tunecheck, then matmul
 #   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
 #   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
+#   bash scripts/h200-run.sh testsn [N]   the suite in N processes (pytest-xdist; default 8)
+#   bash scripts/h200-run.sh largetestsn   large, then testsn
 #   bash scripts/h200-run.sh large   host cost per call and bench on the large cases (headcheck less the suite)
 #   bash scripts/h200-run.sh largepackages   large, then demo.Where and demo.Transpose through bench
 #   bash scripts/h200-run.sh throttle [SECONDS] [IDLE_EVERY]   the large cases and copies round after round, beside nvidia-smi
@@ -38,7 +40,8 @@
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
-#     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors filelock
+#     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors filelock \
+#     pytest-xdist execnet
 set -uo pipefail
 source scripts/gpu-preamble.sh
 export COLUMNS=250 WEBGPU_KERNELS_TUNING_DIR=/tmp/tuning WEBGPU_KERNELS_PEER_TIMEOUT=220
@@ -276,6 +279,12 @@ case "${1:-bench}" in
     bash "$0" large
     timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.Where tests/packages/demo.Transpose --no-host \
       --json "$OUT/packages.json" 2>&1 | tee "$OUT/packages.log" ;;
+  testsn)  # session 32: the suite in N processes (pytest-xdist, default 8 of the 16 cores), each with its own device
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout 400 python3 -m pytest -q -p no:cacheprovider -n "${2:-8}" -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
+  largetestsn)  # session 32: large, then the suite in 8 processes (headcheck's pair, which in one process passed 600 s)
+    bash "$0" large
+    bash "$0" testsn ;;
   headcheck)  # after a change to the engine or bench, in one call: host cost per call, the large cases, the suite
     bash "$0" large
     bash "$0" tests ;;
