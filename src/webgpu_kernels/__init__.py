@@ -1,6 +1,7 @@
 """webgpu_kernels: manifest-driven WebGPU compute kernels, run natively through wgpu-py."""
 
 from .api import empty_cache, get_kernel, list_kernels, load_kernel, synchronize, test_case_inputs, to_gpu
+from .call_inputs import TensorMeta
 from .device import choose_adapter, get_device, list_adapters
 from .errors import (
     AdapterNotFoundError,
@@ -36,7 +37,7 @@ from .errors import (
     UnknownInputError,
     VariantRejectedError,
 )  # fmt: skip
-from .kernel import Explanation, Kernel, TensorMeta
+from .kernel import Explanation, Kernel
 from .tensor import GpuTensor
 
 __version__ = "0.1.0"

@@ -11,11 +11,12 @@ import numpy as np
 
 from . import execution
 from .buffers import padded_size, translate_gpu_errors
+from .call_inputs import as_array
 from .casefile import parse_draft_case, read_test_file
 from .device import get_device
 from .errors import DeviceLimitError, DTypeError, InputError, PackageError
 from .forks import fresh_in_child
-from .kernel import Kernel, as_array
+from .kernel import Kernel
 from .package import embedded_ids, open_embedded, open_folder
 from .tensor import LOST_TENSOR, GpuTensor
 

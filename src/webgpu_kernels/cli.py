@@ -29,10 +29,11 @@ from rich.text import Text
 
 from . import __version__
 from .api import get_kernel, list_kernels, load_kernel
+from .call_inputs import TensorMeta
 from .case_data import SPECIAL_STRINGS
 from .device import ADAPTER_ENV, AdapterSummary, choose_adapter, list_adapters
 from .errors import KernelError, PackageError
-from .kernel import Kernel, TensorMeta
+from .kernel import Kernel
 
 #: Limits ``devices`` shows (WebGPU names, camelCase).
 KEY_LIMITS = (

@@ -19,17 +19,15 @@ from typing import Any, cast
 import numpy as np
 
 from . import tuning
-from .contract import MAX_RANK, CallSignature, check_call, has_negative_zero
+from .call_inputs import as_array, checked_mapping, describe_inputs
+from .contract import CallSignature, check_call, has_negative_zero
 from .device import Device, get_device
 from .errors import (
     DeviceLimitError,
-    DTypeError,
     ExpressionError,
     InputError,
     KernelError,
-    RankError,
     SelectionError,
-    ShapeError,
     shorten,
 )
 from .execution import (
@@ -43,7 +41,7 @@ from .execution import (
     run_plan,
 )
 from .expressions import Expression, ExpressionCompiler
-from .manifest import ONNX_TO_WGSL, Manifest, parse_manifest
+from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, resolve_variant
@@ -56,25 +54,6 @@ PLAN_CACHE_SIZE = 128
 #: Expressions given to :meth:`Kernel.evaluate` kept compiled, per kernel.
 EVALUATED_CACHE_SIZE = 256
 _OUTPUT_KINDS = ("numpy", "gpu")
-
-
-@dataclass(frozen=True)
-class TensorMeta:
-    """A shape and dtype standing for a tensor, for ``explain`` and ``render`` without data. The
-    shape may be any sequence of integers (a list, a range, a 1-D NumPy array, NumPy integers) and
-    is kept as a tuple of ints; the dtype is kept by its NumPy name where it has one reading
-    (``"f16"``, ``np.float16`` and ``"float16"`` make equal metas). Anything else is kept as
-    given, for the call to refuse with the input's name."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", _shape_tuple(self.shape))
-        if not (isinstance(self.dtype, str) and self.dtype in _AMBIGUOUS_DTYPE_NAMES):
-            name = _dtype_name(self.dtype)
-            if name in ONNX_TO_WGSL:
-                object.__setattr__(self, "dtype", name)
 
 
 @dataclass(frozen=True)
@@ -269,8 +248,8 @@ class Kernel:
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, outputs, selection = self._select(signature, device.info, exhaustive=True)
         # A forced variant, like tunables, is a call that no stored tuning result applies to.
-        stored = None if tunables or variant is not None else self._tuned_choice(_metas(inputs), attrs, signature,
-                                                                                 device, check=True)  # fmt: skip
+        stored = None if tunables or variant is not None else self._tuned_choice(describe_inputs(inputs), attrs,
+                                                                                 signature, device, check=True)  # fmt: skip
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
         chosen, refused = None, None
@@ -360,7 +339,7 @@ class Kernel:
         self._check_variant_arg(variant)
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         if variant is None and not tunables:
-            signature, variant = (self._tuned_choice(_metas(inputs), attrs, signature, device, check=True)
+            signature, variant = (self._tuned_choice(describe_inputs(inputs), attrs, signature, device, check=True)
                                   or (signature, None))  # fmt: skip
         _, resolved, scope = self._resolve(signature, variant, device.info)
         return dict(zip((r.pass_id for r in resolved), self.renderer.render_passes(resolved, scope), strict=True))
@@ -399,7 +378,7 @@ class Kernel:
         (what a call would run), so that ``bench`` can time the default against the tuned choice."""
         device, signature = self._checked(inputs, attrs, tunables, adapter)
         if tuned and variant is None and not tunables:
-            plan = self._tuned_plan(_metas(inputs), attrs, signature, device)
+            plan = self._tuned_plan(describe_inputs(inputs), attrs, signature, device)
             if plan is not None:
                 return device, plan
         return device, self._plan(signature, variant, device)
@@ -409,7 +388,7 @@ class Kernel:
     def _checked(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None,
                  tunables: Mapping[str, Any] | None, adapter: str | None) -> tuple[Device, CallSignature]:  # fmt: skip
         """The device and the contract-checked signature of a call described by shapes/dtypes."""
-        return get_device(adapter), check_call(self.manifest, _metas(inputs), attrs, tunables)
+        return get_device(adapter), check_call(self.manifest, describe_inputs(inputs), attrs, tunables)
 
     def _check_variant_arg(self, forced: Any) -> None:
         """Refuse a ``variant=`` that is no variant id (SelectionError, as selection words it), before
@@ -484,7 +463,7 @@ class Kernel:
         """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):
         the type variables' dtypes, the inputs' shapes (tuning.shape_class buckets them), the
         optional inputs left out and the attributes set to other than their defaults."""
-        metas = _metas(inputs)
+        metas = describe_inputs(inputs)
         return self._tuning_class(check_call(self.manifest, metas, attrs, None))
 
     def _tuning_class(self, signature: CallSignature) -> TuningClass:
@@ -575,96 +554,11 @@ def _tuple_terms(value: Sequence[Any]) -> tuple[bool, tuple[type, ...]]:
     return has_negative_zero(value), tuple(map(type, value))
 
 
-def _metas(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
-    metas = {}
-    for name, value in _checked_mapping(inputs).items():
-        if isinstance(value, TensorMeta):
-            shape, dtype = value.shape, value.dtype
-        elif isinstance(value, tuple) and len(value) == 2 and not hasattr(value, "shape"):
-            shape, dtype = value
-        elif hasattr(value, "shape") and hasattr(value, "dtype"):
-            shape, dtype = value.shape, value.dtype
-        else:
-            raise InputError(name, "an array, a GpuTensor or a TensorMeta", type(value).__name__)
-        shape = _shape_tuple(shape)
-        if not isinstance(shape, tuple):
-            if _is_sequence(shape):  # too long to be made a tuple
-                raise RankError(name, f"rank at most {MAX_RANK}", f"rank {len(shape)}")
-            raise ShapeError(name, "a shape (a sequence of dimensions)", f"{type(shape).__name__} {shape!r:.60}")
-        if isinstance(dtype, str) and dtype in _AMBIGUOUS_DTYPE_NAMES:
-            numpy_reading, short_reading = _AMBIGUOUS_DTYPE_NAMES[dtype]
-            raise DTypeError(name, f"a dtype name with one reading: {numpy_reading!r} (NumPy's {dtype!r}) or "
-                                   f"{short_reading!r} (the CLI's and dtypes' {dtype!r})", repr(dtype))  # fmt: skip
-        metas[name] = (tuple(shape), _dtype_name(dtype))
-    return metas
-
-
-def _shape_tuple(shape: Any) -> Any:
-    """A shape given as a sequence (a list, a range, torch.Size, a 1-D NumPy array) as a tuple,
-    NumPy integers made ints (equal and hashed as the same shape of ints); anything else as given,
-    for the call to refuse with the input's name: dimensions that are bools, floats or negative,
-    a set (no order), a string, a generator (used up by reading it), and a sequence longer than
-    any rank that a list or tuple is not (range(10**12) is not copied to say so)."""
-    if not _is_sequence(shape) or (len(shape) > MAX_RANK and not isinstance(shape, (list, tuple))):
-        return shape
-    items = shape.tolist() if isinstance(shape, np.ndarray) else shape  # the contract refuses floats, bools
-    return tuple(int(d) if isinstance(d, np.integer) else d for d in items)
-
-
-def _is_sequence(shape: Any) -> bool:
-    if isinstance(shape, np.ndarray):
-        return shape.ndim == 1
-    return isinstance(shape, Sequence) and not isinstance(shape, (str, bytes, bytearray))
-
-
-#: The manifests' short names ("f16", as in ``dtypes.T`` and the CLI's X=2x64:f16) -> ONNX names.
-_SHORT_DTYPE_NAMES = {short: name for name, short in ONNX_TO_WGSL.items() if short}
-
-
-def _numpy_reading(name: str) -> str | None:
-    try:
-        return np.dtype(name).name
-    except TypeError:
-        return None
-
-
-#: Short names NumPy reads as another type the engine knows ("i8": int64 to NumPy, int8 to the CLI
-#: and dtypes.T): refused rather than guessed.
-_AMBIGUOUS_DTYPE_NAMES = {
-    short: (_numpy_reading(short), name) for short, name in _SHORT_DTYPE_NAMES.items()
-    if _numpy_reading(short) in ONNX_TO_WGSL and _numpy_reading(short) != name
-}  # fmt: skip
-
-
-def _dtype_name(dtype: Any) -> str:
-    """The NumPy name of a dtype given any way NumPy reads one ("f4", np.float32), else by its short
-    name ("f16", "bf16", "i32"): NumPy reads "f16" as float128, which no kernel takes, and knows no
-    "f32". Any other name stays as it is, for the contract to refuse."""
-    if dtype is None:  # np.dtype(None) is float64, which the caller never said
-        return "None"
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        name = None
-    if isinstance(dtype, str) and name not in ONNX_TO_WGSL and dtype in _SHORT_DTYPE_NAMES:
-        return _SHORT_DTYPE_NAMES[dtype]
-    return name or str(dtype)
-
-
-def _checked_mapping(inputs: Any) -> Mapping[str, Any]:
-    if not isinstance(inputs, Mapping):
-        raise InputError("inputs", "a dict of input name -> array", type(inputs).__name__)
-    for name in inputs:
-        if not isinstance(name, str):
-            raise InputError("inputs", "string keys (input names)", repr(name))
-    return inputs
-
-
 def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bool) -> dict[str, np.ndarray | GpuTensor]:
     """Inputs as NumPy arrays or live GpuTensors on ``device``; with ``host_ready`` the arrays are
     also made C-contiguous and little-endian (copies, never the caller's array)."""
     prepared: dict[str, np.ndarray | GpuTensor] = {}
-    for name, value in _checked_mapping(inputs).items():
+    for name, value in checked_mapping(inputs).items():
         if isinstance(value, GpuTensor):
             if value.released:
                 raise InputError(name, "a live GpuTensor", "a released GpuTensor")
@@ -678,63 +572,3 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bo
             value = as_array(name, value)
         prepared[name] = host_array(value) if host_ready else value
     return prepared
-
-
-def as_array(name: str, value: Any) -> np.ndarray:
-    """An array-like input as a NumPy array (lists, scalars, objects with ``__array__`` and buffers
-    such as memoryview and array.array, whose format gives the dtype)."""
-    if isinstance(value, np.ma.MaskedArray):  # a kernel would read the masked values too
-        raise InputError(name, "a NumPy array or a GpuTensor", "a masked array (pass .filled(...) or .data)")
-    if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, memoryview) and _is_released(value):
-        raise InputError(name, "a live buffer", "a released memoryview")
-    if isinstance(value, (TensorMeta, tuple)):
-        _refuse_description(name, value)
-    if not (hasattr(value, "__array__") or hasattr(value, "__array_interface__") or hasattr(value, "__array_struct__")
-            or isinstance(value, (list, tuple, int, float)) or _is_buffer(value)):  # fmt: skip
-        raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
-    try:
-        return np.asarray(value)
-    except ValueError as exc:  # a ragged nested list, or a buffer format NumPy does not read
-        if isinstance(value, (list, tuple)):
-            raise InputError(name, "a rectangular array", f"{type(value).__name__} NumPy cannot make one of ({exc})") from None
-        raise InputError(name, "an array NumPy can read", f"{type(value).__name__} ({exc})") from None
-    except (TypeError, RuntimeError) as exc:  # an __array__ that refuses: a CUDA or requires-grad torch tensor
-        raise InputError(name, "an array NumPy can read", f"{type(value).__name__} whose conversion raised "
-                         f"{type(exc).__name__}: {exc}") from None  # fmt: skip
-
-
-def _refuse_description(name: str, value: TensorMeta | tuple[Any, ...]) -> None:
-    """Refuse a tensor described without data, the form explain and render take, saying so: NumPy
-    reads ((2, 3), "float32") as a ragged list, and (4, "float32") as an array of two strings."""
-    if isinstance(value, TensorMeta):
-        shape, dtype, what = value.shape, value.dtype, "a TensorMeta"
-    elif (len(value) == 2 and isinstance(value[0], (tuple, list, range, np.ndarray, int))
-          and isinstance(value[1], (str, np.dtype, type))):  # fmt: skip
-        shape, dtype = value
-        what = f"a (shape, dtype) tuple {shorten(repr(value), 60)}"
-    else:
-        return
-    example = f"np.zeros({shorten(repr(_shape_tuple(shape)), 60)}, {shorten(repr(_dtype_name(dtype)), 30)})"
-    raise InputError(name, "a NumPy array or a GpuTensor (a call needs the data)", what,
-                     hint=f"a shape and dtype stand for a tensor only in explain, render, evaluate and plan; "
-                          f"to run, pass an array, e.g. {example}")  # fmt: skip
-
-
-def _is_released(view: memoryview) -> bool:
-    try:
-        return view.nbytes < 0  # never: a released view refuses to say
-    except ValueError:
-        return True
-
-
-def _is_buffer(value: Any) -> bool:
-    """A typed buffer (memoryview, array.array); str and bytes are text, not tensors."""
-    if isinstance(value, (str, bytes)):
-        return False
-    try:
-        memoryview(value).release()
-    except (TypeError, ValueError):  # ValueError: a released memoryview
-        return False
-    return True

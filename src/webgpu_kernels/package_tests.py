@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .buffers import translate_gpu_errors
+from .call_inputs import TensorMeta
 from .case_data import numpy_dtype
 from .casefile import (
     TEST_FILE,
@@ -41,7 +42,7 @@ from .casefile import (
     read_test_file,
 )
 from .errors import KernelError
-from .kernel import Kernel, TensorMeta
+from .kernel import Kernel
 from .program import DeviceInfo, OutputSpec
 
 if TYPE_CHECKING:

@@ -1,0 +1,181 @@
+"""What a call is given, before any stage sees it: arrays and GpuTensors, or tensors described
+by shape and dtype alone (``TensorMeta``, ``(shape, dtype)``) for explain, render, evaluate and
+plan. Names of dtypes are read here, NumPy's and the manifests' short ones alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .contract import MAX_RANK
+from .errors import DTypeError, InputError, RankError, ShapeError, shorten
+from .manifest import ONNX_TO_WGSL
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A shape and dtype standing for a tensor, for ``explain`` and ``render`` without data. The
+    shape may be any sequence of integers (a list, a range, a 1-D NumPy array, NumPy integers) and
+    is kept as a tuple of ints; the dtype is kept by its NumPy name where it has one reading
+    (``"f16"``, ``np.float16`` and ``"float16"`` make equal metas). Anything else is kept as
+    given, for the call to refuse with the input's name."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", _shape_tuple(self.shape))
+        if not (isinstance(self.dtype, str) and self.dtype in _AMBIGUOUS_DTYPE_NAMES):
+            name = _dtype_name(self.dtype)
+            if name in ONNX_TO_WGSL:
+                object.__setattr__(self, "dtype", name)
+
+
+def describe_inputs(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Each input's (shape, dtype name), from an array, a GpuTensor, a TensorMeta or a (shape, dtype)
+    tuple: what the contract checks a call against, data or not."""
+    metas = {}
+    for name, value in checked_mapping(inputs).items():
+        if isinstance(value, TensorMeta):
+            shape, dtype = value.shape, value.dtype
+        elif isinstance(value, tuple) and len(value) == 2 and not hasattr(value, "shape"):
+            shape, dtype = value
+        elif hasattr(value, "shape") and hasattr(value, "dtype"):
+            shape, dtype = value.shape, value.dtype
+        else:
+            raise InputError(name, "an array, a GpuTensor or a TensorMeta", type(value).__name__)
+        shape = _shape_tuple(shape)
+        if not isinstance(shape, tuple):
+            if _is_sequence(shape):  # too long to be made a tuple
+                raise RankError(name, f"rank at most {MAX_RANK}", f"rank {len(shape)}")
+            raise ShapeError(name, "a shape (a sequence of dimensions)", f"{type(shape).__name__} {shape!r:.60}")
+        if isinstance(dtype, str) and dtype in _AMBIGUOUS_DTYPE_NAMES:
+            numpy_reading, short_reading = _AMBIGUOUS_DTYPE_NAMES[dtype]
+            raise DTypeError(name, f"a dtype name with one reading: {numpy_reading!r} (NumPy's {dtype!r}) or "
+                                   f"{short_reading!r} (the CLI's and dtypes' {dtype!r})", repr(dtype))  # fmt: skip
+        metas[name] = (tuple(shape), _dtype_name(dtype))
+    return metas
+
+
+def _shape_tuple(shape: Any) -> Any:
+    """A shape given as a sequence (a list, a range, torch.Size, a 1-D NumPy array) as a tuple,
+    NumPy integers made ints (equal and hashed as the same shape of ints); anything else as given,
+    for the call to refuse with the input's name: dimensions that are bools, floats or negative,
+    a set (no order), a string, a generator (used up by reading it), and a sequence longer than
+    any rank that a list or tuple is not (range(10**12) is not copied to say so)."""
+    if not _is_sequence(shape) or (len(shape) > MAX_RANK and not isinstance(shape, (list, tuple))):
+        return shape
+    items = shape.tolist() if isinstance(shape, np.ndarray) else shape  # the contract refuses floats, bools
+    return tuple(int(d) if isinstance(d, np.integer) else d for d in items)
+
+
+def _is_sequence(shape: Any) -> bool:
+    if isinstance(shape, np.ndarray):
+        return shape.ndim == 1
+    return isinstance(shape, Sequence) and not isinstance(shape, (str, bytes, bytearray))
+
+
+#: The manifests' short names ("f16", as in ``dtypes.T`` and the CLI's X=2x64:f16) -> ONNX names.
+_SHORT_DTYPE_NAMES = {short: name for name, short in ONNX_TO_WGSL.items() if short}
+
+
+def _numpy_reading(name: str) -> str | None:
+    try:
+        return np.dtype(name).name
+    except TypeError:
+        return None
+
+
+#: Short names NumPy reads as another type the engine knows ("i8": int64 to NumPy, int8 to the CLI
+#: and dtypes.T): refused rather than guessed.
+_AMBIGUOUS_DTYPE_NAMES = {
+    short: (_numpy_reading(short), name) for short, name in _SHORT_DTYPE_NAMES.items()
+    if _numpy_reading(short) in ONNX_TO_WGSL and _numpy_reading(short) != name
+}  # fmt: skip
+
+
+def _dtype_name(dtype: Any) -> str:
+    """The NumPy name of a dtype given any way NumPy reads one ("f4", np.float32), else by its short
+    name ("f16", "bf16", "i32"): NumPy reads "f16" as float128, which no kernel takes, and knows no
+    "f32". Any other name stays as it is, for the contract to refuse."""
+    if dtype is None:  # np.dtype(None) is float64, which the caller never said
+        return "None"
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if isinstance(dtype, str) and name not in ONNX_TO_WGSL and dtype in _SHORT_DTYPE_NAMES:
+        return _SHORT_DTYPE_NAMES[dtype]
+    return name or str(dtype)
+
+
+def checked_mapping(inputs: Any) -> Mapping[str, Any]:
+    if not isinstance(inputs, Mapping):
+        raise InputError("inputs", "a dict of input name -> array", type(inputs).__name__)
+    for name in inputs:
+        if not isinstance(name, str):
+            raise InputError("inputs", "string keys (input names)", repr(name))
+    return inputs
+
+
+def as_array(name: str, value: Any) -> np.ndarray:
+    """An array-like input as a NumPy array (lists, scalars, objects with ``__array__`` and buffers
+    such as memoryview and array.array, whose format gives the dtype)."""
+    if isinstance(value, np.ma.MaskedArray):  # a kernel would read the masked values too
+        raise InputError(name, "a NumPy array or a GpuTensor", "a masked array (pass .filled(...) or .data)")
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, memoryview) and _is_released(value):
+        raise InputError(name, "a live buffer", "a released memoryview")
+    if isinstance(value, (TensorMeta, tuple)):
+        _refuse_description(name, value)
+    if not (hasattr(value, "__array__") or hasattr(value, "__array_interface__") or hasattr(value, "__array_struct__")
+            or isinstance(value, (list, tuple, int, float)) or _is_buffer(value)):  # fmt: skip
+        raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
+    try:
+        return np.asarray(value)
+    except ValueError as exc:  # a ragged nested list, or a buffer format NumPy does not read
+        if isinstance(value, (list, tuple)):
+            raise InputError(name, "a rectangular array", f"{type(value).__name__} NumPy cannot make one of ({exc})") from None
+        raise InputError(name, "an array NumPy can read", f"{type(value).__name__} ({exc})") from None
+    except (TypeError, RuntimeError) as exc:  # an __array__ that refuses: a CUDA or requires-grad torch tensor
+        raise InputError(name, "an array NumPy can read", f"{type(value).__name__} whose conversion raised "
+                         f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+
+
+def _refuse_description(name: str, value: TensorMeta | tuple[Any, ...]) -> None:
+    """Refuse a tensor described without data, the form explain and render take, saying so: NumPy
+    reads ((2, 3), "float32") as a ragged list, and (4, "float32") as an array of two strings."""
+    if isinstance(value, TensorMeta):
+        shape, dtype, what = value.shape, value.dtype, "a TensorMeta"
+    elif (len(value) == 2 and isinstance(value[0], (tuple, list, range, np.ndarray, int))
+          and isinstance(value[1], (str, np.dtype, type))):  # fmt: skip
+        shape, dtype = value
+        what = f"a (shape, dtype) tuple {shorten(repr(value), 60)}"
+    else:
+        return
+    example = f"np.zeros({shorten(repr(_shape_tuple(shape)), 60)}, {shorten(repr(_dtype_name(dtype)), 30)})"
+    raise InputError(name, "a NumPy array or a GpuTensor (a call needs the data)", what,
+                     hint=f"a shape and dtype stand for a tensor only in explain, render, evaluate and plan; "
+                          f"to run, pass an array, e.g. {example}")  # fmt: skip
+
+
+def _is_released(view: memoryview) -> bool:
+    try:
+        return view.nbytes < 0  # never: a released view refuses to say
+    except ValueError:
+        return True
+
+
+def _is_buffer(value: Any) -> bool:
+    """A typed buffer (memoryview, array.array); str and bytes are text, not tensors."""
+    if isinstance(value, (str, bytes)):
+        return False
+    try:
+        memoryview(value).release()
+    except (TypeError, ValueError):  # ValueError: a released memoryview
+        return False
+    return True
