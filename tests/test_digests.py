@@ -164,7 +164,9 @@ def test_several_problems_are_counted(qg: Path) -> None:
         (lambda m: m["digest"]["files"].update({"manifest.json": "abc"}), "does not match"),
         (lambda m: m.pop("id"), "'id' is a required property"),
         (lambda m: m.update(extra=1), "Additional properties"),
-        (lambda m: m["digest"]["files"].update({"../escape.json": "0" * 64}), "does not match"),
+        # the name rule in words, not metadata.schema.json's regular expression
+        (lambda m: m["digest"]["files"].update({"../escape.json": "0" * 64}),
+         r"'\.\./escape\.json' is no package file name: names are package-relative paths .* no '\.\.'"),
     ],
 )
 def test_malformed_metadata_is_refused(qg: Path, edit, fragment: str) -> None:

@@ -127,9 +127,13 @@ def never_listed(name: str) -> str | None:
     if _editor_backup(parts[-1]):
         return "editor backup files (x~, #x#) are never listed in metadata.json"
     if not valid_file_name(name):
-        return ("file names in metadata.json use letters, digits, '_', '-', '+', '.' (not first) and '/', "
-                "so this one can never be listed")
+        return f"this name can never be listed in metadata.json, whose {_NAME_RULE}"
     return None
+
+
+#: metadata.schema.json's propertyNames pattern in words (a '..' segment fails its first character rule).
+_NAME_RULE = ("names are package-relative paths of letters, digits, '_', '-', '+' and '.' (not first in a "
+              "segment, so no '..' or hidden names), separated by '/', and not metadata.json itself")
 
 
 def _editor_backup(filename: str) -> bool:
@@ -333,9 +337,13 @@ def schema_problems(data: Any) -> list[DigestProblem]:
     validator = _metadata_validator()
     problems = []
     for error in sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
-        problems.append(DigestProblem(METADATA_FILE, "metadata", f"invalid metadata.json: {error.message}",
+        message = error.message
+        if "propertyNames" in error.absolute_schema_path:  # a file name: say the rule, not the regular expression
+            message = f"{error.instance!r} is no package file name: {_NAME_RULE}"
+        problems.append(DigestProblem(METADATA_FILE, "metadata", f"invalid metadata.json: {message}",
                                       json_path(error.absolute_path)))  # fmt: skip
     return problems
+
 
 
 def json_path(parts: Any) -> str:
@@ -481,8 +489,8 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[
             if not is_content_file(name):  # a "design notes.txt" may sit unlisted (docs/package-files.md)
                 changes.append(DigestChange(name, UNLISTABLE, None))
                 continue
-            raise PackageError("cannot be listed in metadata.json: use letters, digits, '_', '-', '+', '.' "
-                               "(not first) and '/' in package file names", path=str(root / name))  # fmt: skip
+            raise PackageError(f"cannot be listed in metadata.json, whose {_NAME_RULE}: rename it",
+                               path=str(root / name))  # fmt: skip
         digest = sha256_hex(read_file(root, name))
         files[name] = digest
         if name not in old_files:
