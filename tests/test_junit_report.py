@@ -282,6 +282,7 @@ def test_a_crashed_child_lists_every_run_it_did_not_reach(tmp_path: Path, runner
     result = runner.invoke(main, ["test", "--isolate", QUICK_GELU, *select, "--junit", str(crashed)])
     wall = time.monotonic() - began
     assert result.exit_code == 1, result.output
+    assert f"{QUICK_GELU}: 4 passed, 1 failed, 0 skipped (isolated), 14 not run:" in result.output  # the table's line
     (want,) = ET.parse(whole).getroot().findall("testsuite")
     (suite,) = ET.parse(crashed).getroot().findall("testsuite")
     names = [c.get("name") for c in suite.iter("testcase")]
@@ -317,6 +318,10 @@ def test_a_child_that_died_before_its_plan_leaves_the_test_json_cases(tmp_path: 
         ("refused-vec4-on-5-elements", "vec4", "float32", "error"),
     ]  # fmt: skip
     assert runs[0].message == "not run: the test process killed by signal SIGSEGV, before reaching this run"
+    report.not_run = runs  # the JSON report carries them too, and reads them back
+    data = report.as_dict()
+    assert [(r["case"], r["status"]) for r in data["notRun"]] == [(r.case, "error") for r in runs]
+    assert PackageReport.from_dict(data).not_run == runs
     report.results.append(RunResult(QUICK_GELU, "rank0-f16", None, "float16", "error", message="crashed here"))
     assert [r.case for r in unreached_runs(wk.get_kernel(QUICK_GELU), report, None, ["rank0-f16"])] == []
 

@@ -297,6 +297,8 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
         mode = "isolated" if report.isolated else "in-process"
         line = (f"{report.kernel}: {counts['pass']} passed, {counts['fail'] + counts['error']} failed, "
                 f"{counts['skip']} skipped ({mode})")  # fmt: skip
+        if report.not_run:
+            line += f", {len(report.not_run)} not run"
         if report.error:
             console.print(Text(f"{line}: {report.error}", style="bold red"), soft_wrap=True)
         else:

@@ -114,11 +114,11 @@ class PackageReport:
     results: list[RunResult] = field(default_factory=list)
     error: str | None = None  # no test.json, a broken one, or a crashed child process
     adapter: str | None = None  # the adapter the cases ran on (None when none was opened)
-    # For the JUnit report, and not in as_dict (the JSON report's fields stay as documented):
+    # For the JUnit report, not in as_dict:
     started: float = field(default_factory=time.time)  # when the run began (epoch seconds)
     seconds: float = 0.0  # an isolated run's wall-clock time, spawn to the child's end (0: not measured)
-    #: Runs a child that died had planned but never reached (errors): without them a CI dashboard
-    #: shows fewer tests than the package has, and nothing says so.
+    #: Runs a child that died had planned but never reached (errors; "notRun" in as_dict): without
+    #: them a CI dashboard shows fewer tests than the package has, and nothing says so.
     not_run: list[RunResult] = field(default_factory=list)
 
     @property
@@ -135,7 +135,7 @@ class PackageReport:
         return {
             "kernel": self.kernel, "path": self.path, "origin": self.origin, "isolated": self.isolated,
             "adapter": self.adapter, "ok": self.ok, "error": self.error, "counts": self.counts(),
-            "results": [r.as_dict() for r in self.results],
+            "results": [r.as_dict() for r in self.results], "notRun": [r.as_dict() for r in self.not_run],
         }  # fmt: skip
 
     @classmethod
@@ -143,7 +143,7 @@ class PackageReport:
         # reports written by earlier versions have no "adapter"
         return cls(kernel=data["kernel"], path=data["path"], origin=data["origin"], isolated=data["isolated"],
                    results=[RunResult.from_dict(r) for r in data["results"]], error=data["error"],
-                   adapter=data.get("adapter"))  # fmt: skip
+                   adapter=data.get("adapter"), not_run=[RunResult.from_dict(r) for r in data.get("notRun", ())])  # fmt: skip
 
 
 @dataclass(frozen=True)
