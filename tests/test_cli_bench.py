@@ -857,3 +857,16 @@ def test_the_table_title_gives_the_calls_per_span_the_rows_had() -> None:
     assert cli_bench._span_text([{"calls_per_span": 50}, {"calls_per_span": 50}]) == "50"
     assert cli_bench._span_text([{"calls_per_span": 50}, {"calls_per_span": 4}, {"calls_per_span": 12}]) == "4 to 50"
     assert cli_bench._span_text([]) == str(cli_bench.CALLS_PER_SPAN)
+
+
+def test_force_color_off_a_terminal_keeps_a_line_per_case_and_no_live_frames(runner, monkeypatch):
+    """FORCE_COLOR (set in many CI configurations for coloured logs) makes rich take any stream for
+    a terminal: bench's progress became live frames in the log (cursor codes, redraws) and the
+    line each case prints as it starts was dropped. Colour may stay; the redrawing may not."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    result = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host"])
+    assert result.exit_code == 0, result.output
+    assert "\x1b[?25l" not in result.output + result.stderr  # the cursor hidden for a live display
+    assert "\r" not in result.stderr
+    starts = [line for line in result.stderr.splitlines() if "tiny-4096" in line]
+    assert starts and "QuickGelu tiny-4096" in starts[0]

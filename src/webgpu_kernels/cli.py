@@ -97,6 +97,14 @@ def _console(*, stderr: bool = False) -> Console:
     return _PackageTextConsole(stderr=stderr, markup=False, highlight=False, emoji=False, width=width)
 
 
+def is_live(console: Console) -> bool:
+    """Whether progress may redraw in place: rich's terminal, on a stream that is one. FORCE_COLOR
+    (set by many CI configurations for coloured logs) makes rich take any stream for a terminal,
+    and its live frames then filled the log where a line per case belongs."""
+    isatty = getattr(console.file, "isatty", None)
+    return console.is_terminal and bool(isatty and isatty())
+
+
 def _echo_json(data: Any) -> None:
     click.echo(json.dumps(_jsonable(data), indent=2, allow_nan=False))
 

@@ -41,7 +41,7 @@ from .benchmark import (
 )  # fmt: skip
 from .case_data import numpy_dtype
 from .casefile import BENCH_FILE, case_name_matches, parse_bench_file
-from .cli import DTYPE_ALIASES, _adapter, _console, _echo_json, _inputs_callback, _jsonable, resolve_kernel
+from .cli import DTYPE_ALIASES, _adapter, _console, _echo_json, _inputs_callback, _jsonable, is_live, resolve_kernel
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, KernelError
@@ -353,7 +353,7 @@ def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, d
     """bench's host figures (into ``results``), then each case's GPU timing, appended to
     ``results["cases"]`` as it ends."""
     seed, variant, rows = run.seed, run.variant, results["cases"]
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=console, transient=True, disable=not is_live(console)) as progress:
         # Host figures first: the GPU timing below leaves wgpu-native slower at submitting for the
         # rest of the process (benchmark._one_batch), which a user's process never sees. Each
         # phase makes its own (seeded, identical) arrays: keeping every case's at once takes GBs.
@@ -389,7 +389,7 @@ def now_running(progress: Progress, task: Any, text: str) -> None:
 
 
 def _off_terminal_line(progress: Progress, text: str) -> None:
-    if not progress.console.is_terminal:
+    if not is_live(progress.console):
         _console(stderr=True).print(Text(text), soft_wrap=True)
 
 
@@ -642,7 +642,7 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
             _fmt(torch_peer.get("transfer_s") and torch_peer["transfer_s"] * 1e3, ".3f"), err,
         )  # fmt: skip
     # 18 or 19 columns: a log (no terminal) gets them whole rather than cells cut to "Quick…"
-    if not console.is_terminal:
+    if not is_live(console):
         console.width = max(console.width, 250)
     console.print(table)
     if any(row.get("beyond_memory") for row in rows):

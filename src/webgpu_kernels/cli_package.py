@@ -65,7 +65,7 @@ _STATUS_STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "skip
 @contextmanager
 def _progress(console: Console, label: str) -> Iterator[Any]:
     """A rich progress bar on ``console`` (stderr), or a no-op callback when it is not a terminal."""
-    if not console.is_terminal:
+    if not _cli().is_live(console):
         yield lambda kind, value: None
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

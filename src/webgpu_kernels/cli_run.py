@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .case_data import random_values
-from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, resolve_kernel
+from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, is_live, resolve_kernel
 from .cli_bench import _wrong
 from .device import choose_adapter
 from .references import numpy_reference, onnxruntime_reference
@@ -93,7 +93,7 @@ def _agrees(c: dict[str, Any], dtype: str) -> bool:
 
 @contextmanager
 def _status(console: Console, message: str) -> Iterator[None]:
-    if console.is_terminal:
+    if is_live(console):
         with console.status(message):
             yield
     else:

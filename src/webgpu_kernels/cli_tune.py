@@ -16,7 +16,7 @@ from rich.text import Text
 
 from . import tuning
 from .benchmark import bench_kernel
-from .cli import _adapter, _console, resolve_kernel
+from .cli import _adapter, _console, is_live, resolve_kernel
 from .cli_bench import (
     SEED_OPTION,
     WARM_UP_OPTION,
@@ -77,7 +77,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     errors = 0
     outcomes: dict[str, tuple[str, Any]] = {}  # tuning class -> the first case's name and outcome
     conflicted: set[str] = set()  # classes whose cases disagree
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=console, transient=True, disable=not is_live(console)) as progress:
         _warm_up(progress, device, warm_up_s)
         task = progress.add_task("tuning", total=len(work))
         for kernel, case in work:
