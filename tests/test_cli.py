@@ -206,9 +206,14 @@ def test_info_bias_add(runner: CliRunner) -> None:
         assert fragment in out, fragment
 
 
-def test_an_embedded_id_wins_over_a_same_named_folder(runner: CliRunner, tmp_path, monkeypatch) -> None:
-    """A copy being edited in the working directory does not silently stand in for the shipped
-    kernel; ``./<id>`` reaches the copy (info, and validate's path resolution)."""
+@pytest.mark.parametrize("command", [["info"], ["validate", "--no-gpu"], ["test", "--case", "rank0-f32"],
+                                     ["explain", "-i", "X=4:f32"]])  # fmt: skip
+def test_an_embedded_id_that_is_also_a_package_folder_here_is_refused(runner: CliRunner, tmp_path, monkeypatch,
+                                                                        command) -> None:  # fmt: skip
+    """Neither reading may stand in for the other silently: the embedded id had won, so a CI
+    script testing its package folder named by the op id passed a broken copy (helper-4's trial);
+    the other way round, a copy being edited would stand in for the shipped kernel. ``./<id>``
+    names the folder; a same-named folder that holds no package does not clash."""
     from conftest import copy_package
 
     copy = copy_package(QUICK_GELU, tmp_path / QUICK_GELU)
@@ -217,12 +222,16 @@ def test_an_embedded_id_wins_over_a_same_named_folder(runner: CliRunner, tmp_pat
     (copy / "manifest.json").write_text(json.dumps(manifest))
     (copy / "metadata.json").unlink()  # an author's work in progress
     monkeypatch.chdir(tmp_path)
-    assert invoke_json(runner, "info", QUICK_GELU)["origin"] == "embedded"
-    assert "THE LOCAL COPY" not in invoke(runner, "info", QUICK_GELU).stdout
-    assert "THE LOCAL COPY" in invoke(runner, "info", f"./{QUICK_GELU}").stdout
-    no_gpu = invoke(runner, "validate", QUICK_GELU, "--no-gpu").stdout
-    assert "0 errors, 0 warnings: valid" in no_gpu and "not checked (--no-gpu)" in no_gpu  # an adapter is present
-    assert "has no metadata.json" in runner.invoke(main, ["validate", f"./{QUICK_GELU}", "--no-gpu"]).output
+    name, *options = command
+    result = runner.invoke(main, [name, QUICK_GELU, *options])
+    assert result.exit_code == 2, result.output
+    assert f"names both the embedded kernel and the package folder ./{QUICK_GELU} here" in result.output
+    assert "Traceback" not in result.output
+    if name == "info":
+        assert "THE LOCAL COPY" in invoke(runner, "info", f"./{QUICK_GELU}").stdout
+        assert "has no metadata.json" in runner.invoke(main, ["validate", f"./{QUICK_GELU}", "--no-gpu"]).output
+        (copy / "manifest.json").rename(copy / "manifest.json.away")  # no package there now: the embedded one
+        assert invoke_json(runner, "info", QUICK_GELU)["origin"] == "embedded"
 
 
 @pytest.mark.parametrize("ref, kind, repo, pin", [

@@ -281,12 +281,18 @@ class KernelRef:
 
 
 def classify_kernel_ref(ref: str) -> KernelRef:
-    """The one rule every command uses to read a KERNEL argument. An embedded id wins over a
-    folder of that name in the working directory (``./id`` reaches it): a copy being edited must
-    not silently stand in for the shipped kernel. Anything that exists, or starts like a path, is
-    a folder; else ``org/op[@pin]`` is a Hub repository."""
+    """The one rule every command uses to read a KERNEL argument. An embedded id that is also a
+    package folder in the working directory is refused as ambiguous (``./id`` names the folder):
+    either reading substitutes one package for the other without a word, a copy being edited for
+    the shipped kernel, or the shipped kernel for the package a CI script checks (it had passed a
+    broken copy). Anything that exists, or starts like a path, is a folder; else
+    ``org/op[@pin]`` is a Hub repository."""
     path = Path(ref).expanduser()
     if ref in list_kernels():
+        if (path / "manifest.json").exists():
+            raise click.UsageError(f"{ref!r} names both the embedded kernel and the package folder ./{ref} here: "
+                                   f"write ./{ref} for the folder, or run from another directory for the "
+                                   "embedded kernel")  # fmt: skip
         return KernelRef("embedded", path)
     if path.exists() or ref.startswith((".", "/", "~")) or os.sep in ref and os.sep != "/":
         return KernelRef("folder", path)
