@@ -232,6 +232,8 @@ def test_an_embedded_id_that_is_also_a_package_folder_here_is_refused(runner: Cl
         assert "has no metadata.json" in runner.invoke(main, ["validate", f"./{QUICK_GELU}", "--no-gpu"]).output
         (copy / "manifest.json").rename(copy / "manifest.json.away")  # no package there now: the embedded one
         assert invoke_json(runner, "info", QUICK_GELU)["origin"] == "embedded"
+        monkeypatch.chdir(embedded_root())  # the folder is the embedded package itself: nothing to tell apart
+        assert invoke_json(runner, "info", QUICK_GELU)["origin"] == "embedded"
 
 
 @pytest.mark.parametrize("ref, kind, repo, pin", [

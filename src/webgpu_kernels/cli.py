@@ -34,6 +34,7 @@ from .case_data import SPECIAL_STRINGS
 from .device import ADAPTER_ENV, AdapterSummary, choose_adapter, list_adapters
 from .errors import KernelError, PackageError
 from .kernel import Kernel
+from .package import embedded_root
 
 #: Limits ``devices`` shows (WebGPU names, camelCase).
 KEY_LIMITS = (
@@ -289,7 +290,7 @@ def classify_kernel_ref(ref: str) -> KernelRef:
     ``org/op[@pin]`` is a Hub repository."""
     path = Path(ref).expanduser()
     if ref in list_kernels():
-        if (path / "manifest.json").exists():
+        if (path / "manifest.json").exists() and path.resolve() != (embedded_root() / ref).resolve():
             raise click.UsageError(f"{ref!r} names both the embedded kernel and the package folder ./{ref} here: "
                                    f"write ./{ref} for the folder, or run from another directory for the "
                                    "embedded kernel")  # fmt: skip
