@@ -555,3 +555,22 @@ def test_a_case_filter_over_several_packages_fails_only_when_it_matches_nothing(
     result = runner.invoke(main, ["test", "--case", "no-such-case", "--json"])
     assert result.exit_code == 1
     assert all("no test.json case matches --case no-such-case" in p["error"] for p in json.loads(result.stdout)["packages"])
+
+
+def test_a_template_that_does_not_compile_is_reported_once_and_counted_as_errors(runner: CliRunner,
+                                                                                tmp_path: Path) -> None:  # fmt: skip
+    """Every run of a shader that does not compile fails alike: the table had repeated the compiler
+    output per run (54 copies, 779 lines) and its line called the errors 'failed' while --json and
+    --junit count them apart (helper-4's trial)."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    template = root / "quick-gelu.wgsl.jinja"
+    template.write_text(template.read_text("utf-8").replace("@compute", "@compute oops", 1), encoding="utf-8")
+    digests.write_metadata(root)
+    result = runner.invoke(main, ["test", str(root), "--case", "rank0-f32", "--case", "tail-3x5-f32"])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stdout.splitlines() if line.startswith("ERROR ")]
+    assert len(errors) >= 2, result.stdout
+    repeats = result.stdout.count("same message as ")
+    variants = {line.rsplit("[", 1)[1] for line in errors}  # the compiler's output names the variant's WGSL
+    assert repeats == len(errors) - len(variants) > 0  # each message once, in full, at the first run that had it
+    assert re.search(rf"{re.escape(QUICK_GELU)}: 0 passed, 0 failed, {len(errors)} errors, 0 skipped", result.stdout)

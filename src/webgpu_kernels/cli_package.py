@@ -287,15 +287,20 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
             if r.failed or r.status == "skip":
                 failures.append((report.kernel, r))
     console.print(table)
+    first_with: dict[tuple[str, str], str] = {}  # (kernel, message) -> the run that printed it
     for kernel, r in failures:
-        head = Text(f"{r.status.upper()} {kernel} {r.case}" + (f" [{r.variant}]" if r.variant else ""),
-                    style=_STATUS_STYLE[r.status])  # fmt: skip
-        console.print(head)
-        console.print(Text("  " + r.message.replace("\n", "\n  ")), soft_wrap=True)
+        run = f"{r.case}" + (f" [{r.variant}]" if r.variant else "")
+        console.print(Text(f"{r.status.upper()} {kernel} {run}", style=_STATUS_STYLE[r.status]))
+        # A template that does not compile fails every run alike: its compiler output once, not per run
+        # (54 copies, 779 lines, in helper-4's trial).
+        earlier = first_with.setdefault((kernel, r.message), run)
+        text = f"same message as {earlier}" if earlier != run else r.message.replace("\n", "\n  ")
+        console.print(Text("  " + text), soft_wrap=True)
     for report in reports:
         counts = report.counts()
         mode = "isolated" if report.isolated else "in-process"
-        line = (f"{report.kernel}: {counts['pass']} passed, {counts['fail'] + counts['error']} failed, "
+        errors = counts["error"]  # apart from failures, as --json and --junit count them
+        line = (f"{report.kernel}: {counts['pass']} passed, {counts['fail']} failed, {errors} error{'s' * (errors != 1)}, "
                 f"{counts['skip']} skipped ({mode})")  # fmt: skip
         if report.not_run:
             line += f", {len(report.not_run)} not run"
