@@ -189,6 +189,24 @@ def test_validate_warns_of_a_refusal_here_and_of_more_than_every_device_offers(s
     assert len(portable) == 1 and "scratch 20000 bytes" in portable[0]
 
 
+def test_a_pair_whose_every_case_the_adapter_refuses_says_so(scratch_kernel: wk.Kernel) -> None:
+    """Its status had read "not exercised" (as if no case reached it: add a case) while 17 to 22
+    cases did and `test` failed them all on the same adapter (helper-4's trial)."""
+    import json
+
+    from webgpu_kernels import digests
+
+    limit = wk.get_device().limits["max-compute-workgroup-storage-size"]
+    root = scratch_kernel.package.root
+    cases = [{"name": f"past-limit-{n}", "inputs": {"X": {"shape": [n]}}, "tunables": {"FLOATS": limit // 4 + 4}}
+             for n in (8, 9)]  # fmt: skip
+    (root / "bench.json").write_text(json.dumps({"cases": cases}), encoding="utf-8")
+    digests.write_metadata(root)
+    (coverage,) = validate_package(root).coverage
+    assert (coverage.cases, coverage.pipelines, coverage.refused) == (2, 0, 2)
+    assert coverage.status == "refused by this adapter" and coverage.as_dict()["refused"] == 2
+
+
 def test_validate_says_when_it_cannot_size_the_workgroup_memory(write_package) -> None:
     """A count it cannot read (an expression) skips the check, and validate says so."""
     import json

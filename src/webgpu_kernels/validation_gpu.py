@@ -190,6 +190,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     check_limits(device, r, sizes)
                 except DeviceLimitError as exc:  # this adapter's limits, not the package's fault: a warning
                     refusals.setdefault(str(exc), []).append(vid)
+                    cov.refused += 1
                     break
             rendered = []
             with render_budget():  # as a call renders them: the variant's passes share one budget
@@ -211,6 +212,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 done = compiled.setdefault((vid, label), set())
                 if wgsl in too_much:  # each case it serves is refused, and says so
                     refusals.setdefault(too_much[wgsl], []).append(vid)
+                    cov.refused += 1
                     continue
                 if wgsl in done:
                     continue
@@ -219,6 +221,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 except DeviceLimitError as exc:  # its workgroup memory is past this adapter's: a warning, as above
                     too_much[wgsl] = str(exc)
                     refusals.setdefault(str(exc), []).append(vid)
+                    cov.refused += 1
                     continue
                 except ShaderCompileError as exc:
                     cov.failed += 1

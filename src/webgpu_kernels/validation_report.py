@@ -54,6 +54,7 @@ class Coverage:
     cases: int = 0  # cases (test and bench) whose shapes this variant accepts
     pipelines: int = 0  # distinct shaders compiled
     failed: int = 0  # render or compile failures
+    refused: int = 0  # cases this adapter's limits refuse (workgroup size or memory, a binding's size)
     note: str = ""
 
     @property
@@ -62,16 +63,19 @@ class Coverage:
             return "failed"
         if self.note:
             return self.note
-        return "compiled" if self.pipelines else "not exercised"
+        if self.pipelines:
+            return "compiled"
+        # cases reached it, but the adapter refused every one: "not exercised" had sent authors to add cases
+        return "refused by this adapter" if self.refused else "not exercised"
 
     def as_dict(self) -> dict[str, Any]:
         return {"variant": self.variant, "dtype": self.dtype, "cases": self.cases, "pipelines": self.pipelines,
-                "failed": self.failed, "status": self.status, "note": self.note}  # fmt: skip
+                "failed": self.failed, "refused": self.refused, "status": self.status, "note": self.note}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Coverage:
         return cls(variant=data["variant"], dtype=data["dtype"], cases=data["cases"], pipelines=data["pipelines"],
-                   failed=data["failed"], note=data.get("note", ""))  # fmt: skip
+                   failed=data["failed"], refused=data.get("refused", 0), note=data.get("note", ""))  # fmt: skip
 
 
 @dataclass
