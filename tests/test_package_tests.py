@@ -134,6 +134,11 @@ def test_wrong_expected_values_fail_with_exit_1(tmp_path: Path, runner: CliRunne
     assert "FAIL com.microsoft.QuickGelu tail-3x5-f32 [vec4_tail]" in result.stdout
     assert "1 of 15 elements outside rtol=1e-05 atol=1e-06" in result.stdout
     assert "NaN position mismatch" in result.stdout
+    # the table's result says how many elements are off: the NaN case's error columns (finite elements
+    # alone) read as small as a pass
+    rows = [line for line in result.stdout.splitlines() if "│" in line]
+    assert any("tail-3x5-f32" in line and "FAIL (1 of 15)" in line for line in rows)
+    assert any("specials-f16" in line and "FAIL (1 of" in line for line in rows)
     data = json.loads(runner.invoke(main, ["test", str(root), "--json"]).stdout)
     failed = {(r["case"], r["variant"]) for r in data["packages"][0]["results"] if r["status"] == "fail"}
     assert failed == {("tail-3x5-f32", "vec4_tail"), ("tail-3x5-f32", "scalar"), ("specials-f16", "vec4"),

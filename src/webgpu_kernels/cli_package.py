@@ -30,7 +30,7 @@ from .digests import METADATA_FILE, UNLISTABLE, build_metadata, not_regular, sch
 from .errors import DigestError, KernelError, PackageError
 from .junit_report import junit_xml, validation_junit_xml, write_junit
 from .package import embedded_ids, embedded_root, open_folder
-from .package_tests import PackageReport, RunResult, run_package_tests, run_package_tests_isolated
+from .package_tests import FAIL, PackageReport, RunResult, run_package_tests, run_package_tests_isolated
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
 
 # cli.py imports this module to register its commands, so its helpers are looked up at call time.
@@ -82,6 +82,21 @@ def _progress(console: Console, label: str) -> Iterator[Any]:
                 progress.update(task, description=escape(f"{label}: {text}"))
 
         yield update
+
+
+def _result_text(r: RunResult) -> str:
+    """The table's result: a failed comparison says how many elements are off, since its error
+    columns cover only the elements finite in both, and a kernel that leaves one element unwritten
+    (NaN) had read 'FAIL' beside errors of 1e-7, like the passing rows."""
+    if r.status == "pass":
+        return "pass (refused)" if r.refused else "pass"
+    if r.status != FAIL or not r.outputs:
+        return r.status.upper() if r.failed else r.status
+    off = [o for o in r.outputs if not o.get("ok", True)]
+    if any(o.get("message", "").startswith("shape ") for o in off):
+        return "FAIL (shape)"
+    bad, size = sum(o.get("mismatches", 0) for o in off), sum(o.get("size", 0) for o in off)
+    return f"FAIL ({bad} of {size})" if bad else "FAIL"
 
 
 def _err(value: float | None) -> str:
@@ -282,8 +297,7 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
     for report in reports:
         for r in report.results:
             table.add_row(report.kernel, r.case, r.variant or "-", r.dtype, _worst(r, "maxAbsError"), _worst(r, "maxRelError"),
-                          Text((r.status.upper() if r.failed else r.status) + (" (refused)" if r.refused and r.status == "pass" else ""),
-                               style=_STATUS_STYLE[r.status]))  # fmt: skip
+                          Text(_result_text(r), style=_STATUS_STYLE[r.status]))  # fmt: skip
             if r.failed or r.status == "skip":
                 failures.append((report.kernel, r))
     console.print(table)
