@@ -351,6 +351,20 @@ def test_package_that_does_not_load_fails(tmp_path: Path, runner: CliRunner) -> 
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert "cannot load the package" in data["packages"][0]["error"] and "manifest.json" in data["packages"][0]["error"]
+    assert data["packages"][0]["kernel"] == str(root)  # no op id to read: the argument names it
+
+
+def test_a_package_that_does_not_load_keeps_its_name(tmp_path: Path, runner: CliRunner) -> None:
+    """A stale digest had renamed the package's report after its folder, origin '?', not isolated
+    under --timeout: a CI system's history of it moved to a new name (helper-4's trial)."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    (root / "quick-gelu.wgsl.jinja").write_text("// edited, digest not run\n", encoding="utf-8")
+    result = runner.invoke(main, ["test", str(root), "--timeout", "600", "--json"])
+    assert result.exit_code == 1, result.output
+    (package,) = json.loads(result.stdout)["packages"]
+    assert "cannot load the package" in package["error"] and "does not match metadata.json" in package["error"]
+    assert (package["kernel"], package["path"], package["origin"], package["isolated"]) == (
+        QUICK_GELU, str(root), "local", True)
 
 
 # --- isolation --------------------------------------------------------------------------------------
