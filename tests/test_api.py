@@ -91,8 +91,9 @@ def test_evaluate_gives_an_expression_value_in_the_call_scope():
     inputs = {"X": ((2, 5, 8), "float16"), "bias": ((8,), "float16"), "skip": ((2, 5, 8), "float16")}
     assert bias_add.evaluate("numel(shapes.Y) * hidden", inputs) == 80 * 8
     assert bias_add.evaluate("[scalar, usesF16]", inputs) == ["f16", True]
-    with pytest.raises(errors.ExpressionError, match="vectorScalar.* is undefined"):  # vec4's own constant
+    with pytest.raises(errors.ExpressionError, match="vectorScalar.* is undefined") as info:  # vec4's own constant
         bias_add.evaluate("vectorScalar", inputs)
+    assert str(info.value).startswith("evaluate: expression 'vectorScalar'")  # had read "expression: expression"
     with pytest.raises(errors.MissingInputError, match="bias"):  # the contract is checked first
         bias_add.evaluate("1", {"X": ((2, 5, 8), "float16")})
 

@@ -641,3 +641,16 @@ def test_an_array_whose_conversion_raises_is_an_input_error_naming_the_argument(
     assert info.value.argument == ("array" if how == "to_gpu" else "X")
     assert str(error) in str(info.value) and type(error).__name__ in str(info.value)
     assert gpu_state(device) == before
+
+
+def test_a_torch_tensor_numpy_cannot_read_gets_a_hint_of_what_to_do(quick_gelu):
+    """A bfloat16 torch tensor's refusal ("Got unsupported ScalarType BFloat16") said what failed but
+    not what to do (helper-5's trial); only torch's tensors get torch's advice."""
+    tensor_type = type("Tensor", (_RefusingArray,), {"__module__": "torch"})  # as torch.Tensor reports itself
+    with pytest.raises(errors.InputError) as info:
+        quick_gelu({"X": tensor_type(TypeError("Got unsupported ScalarType BFloat16"))})
+    assert str(info.value).endswith("(for a torch tensor, x.detach().cpu().numpy(); bfloat16 has no NumPy dtype: "
+                                    "x.float() or x.half() first)")  # fmt: skip
+    with pytest.raises(errors.InputError) as info:
+        quick_gelu({"X": _RefusingArray(TypeError("no"))})
+    assert "torch" not in str(info.value)

@@ -142,8 +142,11 @@ def as_array(name: str, value: Any) -> np.ndarray:
             raise InputError(name, "a rectangular array", f"{type(value).__name__} NumPy cannot make one of ({exc})") from None
         raise InputError(name, "an array NumPy can read", f"{type(value).__name__} ({exc})") from None
     except (TypeError, RuntimeError) as exc:  # an __array__ that refuses: a CUDA or requires-grad torch tensor
+        # torch's own words say what failed but not what to do, and torch is what most such inputs are
+        hint = ("for a torch tensor, x.detach().cpu().numpy(); bfloat16 has no NumPy dtype: "
+                "x.float() or x.half() first") if type(value).__module__.startswith("torch") else ""  # fmt: skip
         raise InputError(name, "an array NumPy can read", f"{type(value).__name__} whose conversion raised "
-                         f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+                         f"{type(exc).__name__}: {exc}", hint=hint) from None  # fmt: skip
 
 
 def _refuse_description(name: str, value: TensorMeta | tuple[Any, ...]) -> None:

@@ -287,7 +287,7 @@ class Kernel:
         attrs: Mapping[str, Any] | None = None,
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
-        where: str = "expression",
+        where: str = "evaluate",  # the error's place: "expression: expression ..." had repeated itself
     ) -> Any:
         """The value of ``expression`` (the manifest's expression language, docs/format.md) in the
         scope a call with these inputs sees at the top level: the namespaces, the outputs' shapes,
