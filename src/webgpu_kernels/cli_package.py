@@ -30,15 +30,14 @@ from .digests import (
     METADATA_FILE,
     UNLISTABLE,
     build_metadata,
-    decode_json,
+    manifest_op_id,
     not_regular,
-    read_file,
     schema_problems,
     write_metadata,
 )
 from .errors import DigestError, KernelError, PackageError
 from .junit_report import junit_xml, validation_junit_xml, write_junit
-from .package import MANIFEST_FILE, embedded_ids, embedded_root, open_folder
+from .package import embedded_ids, embedded_root, open_folder
 from .package_tests import FAIL, PackageReport, RunResult, run_package_tests, run_package_tests_isolated
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
 
@@ -245,7 +244,7 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
             # Named as when it loads (its op id, where the manifest says one), so that a CI system's
             # history of the package does not move to a new name on the day its digest is stale.
             where = _cli().classify_kernel_ref(ref)
-            reports.append(PackageReport(kernel=_op_id_of(where.path) or ref, path=str(where.path),
+            reports.append(PackageReport(kernel=manifest_op_id(where.path) or ref, path=str(where.path),
                                          origin="local" if where.kind == "folder" else where.kind,
                                          isolated=bool(isolate), error=f"cannot load the package: {kernel}"))  # fmt: skip
             continue
@@ -356,18 +355,6 @@ def _isolation(isolate: bool | None, timeout: float | None) -> bool | None:
     if isolate is False:
         raise click.UsageError("--timeout needs the child process that --no-isolate turns off")
     return True
-
-
-def _op_id_of(folder: Path) -> str | None:
-    """``domain.name`` from a package folder's manifest.json read as plain JSON (it may not load as
-    a package: a stale digest, a schema error), or None."""
-    try:
-        manifest = decode_json(read_file(folder, MANIFEST_FILE))
-    except (KernelError, ValueError):
-        return None
-    if isinstance(manifest, dict) and isinstance(manifest.get("domain"), str) and isinstance(manifest.get("name"), str):
-        return f"{manifest['domain']}.{manifest['name']}"
-    return None
 
 
 def _names_nothing(ref: str) -> bool:

@@ -462,12 +462,9 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[
 
     manifest = _read_manifest(root)
     existing = dict(existing or {})
-    domain, name = manifest.get("domain"), manifest.get("name")
-    if isinstance(domain, str) and isinstance(name, str):
-        op_id = f"{domain}.{name}"  # a copy renamed to a new op takes its new id (the old one would be refused)
-    elif isinstance(existing.get("id"), str):
-        op_id = existing["id"]
-    else:
+    # a copy renamed to a new op takes its new id (the old one would be refused)
+    op_id = _op_id(manifest) or (existing["id"] if isinstance(existing.get("id"), str) else None)
+    if op_id is None:
         raise PackageError("the manifest has no domain and name to take the package id from",
                            path=str(root / MANIFEST_FILE))  # fmt: skip
     version = existing.get("version")
@@ -577,3 +574,17 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise PackageError("the manifest is not a JSON object", path=str(root / MANIFEST_FILE))
     return data
+
+
+def _op_id(manifest: dict[str, Any]) -> str | None:
+    domain, name = manifest.get("domain"), manifest.get("name")
+    return f"{domain}.{name}" if isinstance(domain, str) and isinstance(name, str) else None
+
+
+def manifest_op_id(root: Path) -> str | None:
+    """``domain.name`` from a folder's manifest.json read as plain JSON, for a package that may not
+    load (a stale digest, a schema error); None if it has none or cannot be read."""
+    try:
+        return _op_id(_read_manifest(root))
+    except PackageError:
+        return None
