@@ -191,6 +191,43 @@ def test_numeric_attribute_values_of_other_types_are_accepted(quick_gelu, alpha)
     np.testing.assert_allclose(y, x / (1 + np.exp(-a * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
 
 
+class _MutableScalar:
+    """What a torch or JAX 0-d tensor is to the engine: an array-like, hashed by identity, that
+    can change in place."""
+
+    def __init__(self, value):
+        self.value = np.asarray(value, np.float32)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.value.astype(dtype) if dtype is not None else self.value.copy()
+
+
+def test_an_array_like_attribute_is_read_through_numpy_on_every_call(quick_gelu):
+    """alpha=torch.tensor(1.702) was refused where np.float32 ran. It is identity-hashed and
+    mutable, so its calls never get a fast plan keyed by it: a changed value is a new alpha."""
+    x = np.linspace(-3, 3, 8, dtype=f32)
+    alpha = _MutableScalar(0.5)
+    for value in (0.5, 2.0):
+        alpha.value[()] = value
+        y = quick_gelu({"X": x}, attrs={"alpha": alpha})["Y"]
+        np.testing.assert_allclose(y, x / (1 + np.exp(-value * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
+
+
+def test_array_like_attribute_values_keep_their_checks(quick_gelu, bias_add):
+    from webgpu_kernels.contract import _check_value
+
+    assert _check_value("attribute", "axes", [0], _MutableScalar([1.0, 2.0])) == [1, 2]
+    raises(errors.AttributeValueError, lambda: quick_gelu({"X": np.ones(4, f32)}, attrs={"alpha": _MutableScalar([1, 2])}),
+           "a number", argument="alpha")  # fmt: skip
+
+    class Unreadable:  # a CUDA tensor: NumPy cannot read it
+        def __array__(self, dtype=None, copy=None):
+            raise TypeError("can't convert cuda:0 device type tensor to numpy")
+
+    raises(errors.AttributeValueError, lambda: quick_gelu({"X": np.ones(4, f32)}, attrs={"alpha": Unreadable()}),
+           "Unreadable", argument="alpha")  # fmt: skip
+
+
 def test_attribute_beyond_f32_is_a_contract_error(quick_gelu):
     raises(errors.InputError, lambda: quick_gelu({"X": np.ones(4, f32)}, attrs={"alpha": 1e39}), argument="alpha")
 

@@ -274,11 +274,23 @@ def _number(kind: str, name: str, value: Any, expected: str) -> int | float:
 
 def _unwrap_numpy(value: Any) -> Any:
     # NumPy scalars (and 0-d arrays) arrive from user code all the time; compare them as Python values.
+    # Other array-likes (a torch or JAX 0-d tensor, a 1-d one for a list) are read through NumPy;
+    # one NumPy cannot read (a CUDA tensor) is described as it came.
+    if not isinstance(value, _PLAIN) and hasattr(value, "__array__"):
+        try:
+            value = np.asarray(value)
+        except Exception:
+            return value
+        if value.ndim == 1:
+            return value.tolist()
     if isinstance(value, (np.generic, np.ndarray)) and value.shape == ():
         item = value.item()
         # longdouble's item() is itself (Python has no wider float): take the nearest float
         return float(item) if isinstance(item, np.floating) else item
     return value
+
+
+_PLAIN = (int, float, str, list, tuple, np.generic, np.ndarray)
 
 
 def too_many_elements(dims: Sequence[int]) -> bool:

@@ -214,7 +214,7 @@ class Kernel:
             plan = self._tuned_plan(metas, attrs, signature, device)
         if plan is None:
             plan = self._plan(signature, variant, device)
-        if key is not None:
+        if key is not None and _by_value(attrs) and _by_value(tunables):
             with self._lock:
                 self._fast_plans[key] = plan
                 if len(self._fast_plans) > PLAN_CACHE_SIZE:
@@ -548,6 +548,16 @@ def _frozen(options: Mapping[str, Any] | None) -> Any:
 
 
 _FLOATS = (float, np.floating)
+# Values a fast-plan key holds by value. Another hashable (a torch tensor hashes by identity) could
+# change in place after its plan was stored, so a call with one always takes the checked path.
+_SCALAR_TYPES = (bool, int, float, str, np.generic)
+
+
+def _by_value(options: Mapping[str, Any] | None) -> bool:
+    return not options or all(
+        isinstance(v, _SCALAR_TYPES) or isinstance(v, (tuple, list)) and all(isinstance(i, _SCALAR_TYPES) for i in v)
+        for v in options.values()
+    )  # fmt: skip
 
 
 def _tuple_terms(value: Sequence[Any]) -> tuple[bool, tuple[type, ...]]:
