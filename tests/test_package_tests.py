@@ -593,3 +593,35 @@ def test_a_template_that_does_not_compile_is_reported_once_and_counted_as_errors
     variants = {line.rsplit("[", 1)[1] for line in errors}  # the compiler's output names the variant's WGSL
     assert repeats == len(errors) - len(variants) > 0  # each message once, in full, at the first run that had it
     assert re.search(rf"{re.escape(QUICK_GELU)}: 0 passed, 0 failed, {len(errors)} errors, 0 skipped", result.stdout)
+
+
+def test_a_timeout_stops_a_shader_that_runs_on(tmp_path: Path, runner: CliRunner) -> None:
+    """--timeout had only been seen to stop a child before its runs began: here the child is inside
+    a run, waiting on a shader that would take many minutes, and the run in progress is the error
+    that says so. (lavapipe ends a loop after 65,535 iterations, so the time comes from 2M
+    invocations of a costly loop: 256K of them took 97 s on this 2-core machine.)"""
+    import numpy as np
+
+    root = copy_package(QUICK_GELU, tmp_path / "slow")
+    (root / "metadata.json").unlink()
+    template = root / "quick-gelu.wgsl.jinja"
+    text = template.read_text(encoding="utf-8")
+    scalar = "fn quick_gelu(v: f32) -> f32 {\n  return v / (1.0 + exp(-ALPHA * v));\n}"
+    assert scalar in text
+    template.write_text(text.replace(scalar, "fn quick_gelu(v: f32) -> f32 {\n  var acc = v;\n"
+                                     "  for (var k = 0u; k < 4000000000u; k++) {\n"
+                                     "    acc = sin(acc) + cos(acc * 1.5) + exp(-abs(acc)) + sqrt(abs(acc) + 1.0);\n  }\n"
+                                     "  return acc;\n}"), encoding="utf-8")  # fmt: skip
+    np.save(root / "big.Y.npy", np.zeros(2_000_000, np.float32))  # within test.json's 8 MiB a file
+    (root / "test.json").write_text(json.dumps({"cases": [{
+        "name": "big", "types": {"T": "float32"}, "variants": ["scalar"],
+        "inputs": {"X": {"shape": [2_000_000], "generate": {"distribution": "normal", "seed": 1}}},
+        "expected": {"Y": {"file": "big.Y.npy"}}}]}), encoding="utf-8")  # fmt: skip
+    result = runner.invoke(main, ["test", str(root), "--timeout", "15", "--json"])
+    assert result.exit_code == 1, result.output
+    (package,) = json.loads(result.stdout)["packages"]
+    assert package["error"], package
+    assert package["error"].startswith("the test process ran past its 15 s timeout (--timeout) and was stopped")
+    (run,) = package["results"]
+    assert (run["case"], run["variant"], run["status"]) == ("big", "scalar", "error")
+    assert "during this run" in run["message"]
