@@ -404,3 +404,13 @@ def test_a_package_holds_a_bounded_amount_of_expression_text():
             compiled += 1
     assert compiled == MAX_EXPRESSION_CHARS // (len(chunk) + 2)
     compiler.compile(chunk[:-1] + ",0]", "again")  # a source already compiled costs nothing more
+
+
+@pytest.mark.parametrize("source", ["1e400 > 0", "-1e400", "[1, 2e308]"])
+def test_a_float_literal_past_float64_is_refused_at_compile(source):
+    """Jinja folds 1e400 to the name `inf`, which evaluated as Python's NameError: it escaped a
+    call, explain and evaluate as no KernelError (helper-6's audit of errors.md)."""
+    from webgpu_kernels.errors import ExpressionSandboxError
+
+    with pytest.raises(ExpressionSandboxError, match="a float literal past the float64 range"):
+        ExpressionCompiler([]).compile(source, "variants[0].when[0]")

@@ -363,10 +363,16 @@ def test_a_default_no_caller_could_pass_is_refused_at_load(section, name, value,
     (set_path(["variants", 0, "when", 1], "attrs.alhpa > 0"), "variants[0].when[1]", "no attribute 'alhpa'"),
     (set_path(["derive", "workgroupOk"], "tunables.WG > 0"), "derive.workgroupOk", "no tunable 'WG'"),
     (set_path(["variants", 0, "constants", "scalar"], "dtypes.U"), "variants[0].constants.scalar", "'U' is not a type variable"),
-], ids=["shapes", "attrs", "tunables", "dtypes"])  # fmt: skip
+    (set_path(["inputs", 0, "rank"], "ranks.Xx"), "inputs[0].rank", r"'Xx' is not an input \(input ranks see only inputs\)"),
+    (set_path(["inputs", 0, "rank"], "ranks.Y"), "inputs[0].rank", r"'Y' is not an input \(input ranks see only inputs\)"),
+    (set_path(["inputs", 0, "rank"], "attrs.alhpa"), "inputs[0].rank", "no attribute 'alhpa'"),
+    (set_path(["inputs", 0, "rank"], "vec4Ok"), "inputs[0].rank", r"unknown name 'vec4Ok' \(input ranks see only the namespaces\)"),
+], ids=["shapes", "attrs", "tunables", "dtypes", "input-rank-role", "input-rank-output", "input-rank-attrs",
+        "input-rank-derive"])  # fmt: skip
 def test_a_misspelt_name_under_a_namespace_is_refused_at_load(change, where, fragment):
     """`shapes.Xx` loaded and failed only where it was evaluated, perhaps in a variant no test
-    reached; validate reported it, a load did not."""
+    reached; validate reported it, a load did not. An input's rank expression was not checked at
+    all (helper-6's audit): it is evaluated before outputs, derive entries and constants exist."""
     with pytest.raises(errors.ExpressionError, match=fragment) as info:
         compile_program(parse_manifest(mutate(QG, change)))
     assert info.value.where == where

@@ -432,6 +432,8 @@ class ExpressionCompiler:
                     refuse("only number, string and boolean literals are allowed")
                 if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
                     refuse(f"an integer literal of more than {MAX_INT_BITS} bits")
+                if isinstance(value, float) and not math.isfinite(value):  # 1e400: Jinja would emit the name inf
+                    refuse("a float literal past the float64 range")
             for child in node.iter_child_nodes():
                 visit(child)
 

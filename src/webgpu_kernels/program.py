@@ -29,7 +29,7 @@ from .expressions import (
     as_count,
     failed_value,
 )  # fmt: skip
-from .manifest import ITEMSIZE, ONNX_TO_WGSL, Binding, Manifest, Pass, Variant
+from .manifest import ITEMSIZE, ONNX_TO_WGSL, Binding, Manifest, Pass, TensorSpec, Variant
 
 
 @dataclass(frozen=True)
@@ -417,15 +417,17 @@ def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
                 raise ManifestError(f"the output shape reads itself: {text}", json_path=outputs[index][2].where,
                                     file=file)  # fmt: skip
             cyclic[index] = text
-    roles = [spec.role for spec in manifest.inputs] + [spec.role for spec in manifest.outputs]
-    for expr in compiled:  # a misspelt name under a namespace would fail every call that evaluates it
-        for ref in expr.references:
-            wrong = misread_namespace(ref, manifest, roles)
+    input_ranks = tuple((s.role, _input_rank(s)) for s in manifest.inputs if isinstance(s.rank, str))
+    input_roles = [spec.role for spec in manifest.inputs]
+    roles = input_roles + [spec.role for spec in manifest.outputs]
+    for expr, visible in [*((e, roles) for e in compiled), *((e, input_roles) for _, e in input_ranks)]:
+        for ref in expr.references:  # a misspelt name under a namespace would fail every call that evaluates it
+            wrong = misread_namespace(ref, manifest, visible)
             if wrong:  # an ExpressionError, as an unknown bare name is at load
                 raise ExpressionError(f"reads {ref!r}: {wrong}", expression=expr.source, where=expr.where)
     return Program(
         manifest=manifest,
-        input_ranks=tuple((s.role, c(s.rank, f"{s.json_path}.rank")) for s in manifest.inputs if isinstance(s.rank, str)),
+        input_ranks=input_ranks,
         outputs=outputs,
         derive=derive,
         constants=tuple((k, c(e, f"constants.{k}")) for k, e in manifest.constants.items()),
@@ -434,6 +436,18 @@ def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
         order=tuple(order),
         cyclic=cyclic,
     )
+
+
+def _input_rank(spec: TensorSpec) -> Expression:
+    """An input's rank expression: checked before any derive entry or constant exists, so it
+    knows none of their names."""
+    try:
+        return ExpressionCompiler(()).compile(spec.rank, f"{spec.json_path}.rank")
+    except ExpressionError as exc:
+        if exc.detail.startswith("unknown name"):
+            raise ExpressionError(f"{exc.detail} (input ranks see only the namespaces)", expression=exc.expression,
+                                  where=exc.where) from None  # fmt: skip
+        raise
 
 
 def defined_names(manifest: Manifest) -> list[tuple[str, str]]:
