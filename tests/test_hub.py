@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -180,6 +181,8 @@ def test_tampered_file_on_the_server_is_refused(server, hub_root):
     with pytest.raises(DigestError, match="quick-gelu.wgsl.jinja") as info:
         wk.get_kernel(OFFICIAL, version=1)
     assert info.value.file == "quick-gelu.wgsl.jinja" and info.value.reason == "mismatch"
+    # an author's advice (record the digests again) would make a user sign what the server changed
+    assert "webgpu-kernels digest" not in str(info.value) and "tell the repository's authors" in str(info.value)
 
 
 def test_tampered_cache_is_refused(server, monkeypatch):
@@ -537,9 +540,47 @@ def test_a_tampered_cached_copy_names_the_cache_and_the_fix(server):
     os.chmod(blob, 0o644)
     blob.write_bytes(blob.read_bytes().replace(b"1.702", b"1.703"))
     hub.clear_cache()  # online: a download does not replace a cached file, so it stays refused
-    with pytest.raises(DigestError, match="is in the Hugging Face cache; delete .*snapshots") as info:
+    with pytest.raises(DigestError, match="changed in the Hugging Face cache after it was downloaded") as info:
         wk.get_kernel(OFFICIAL, version=1)
     assert info.value.file == "manifest.json" and info.value.reason == "mismatch"
+    # The advice had been to delete the snapshot, which fetched nothing new (huggingface_hub reuses
+    # the changed blob), and to run digest, which would have made the changed copy load.
+    assert "webgpu-kernels digest" not in str(info.value)
+    folder = re.search(r"delete (\S+) to download it again", str(info.value))[1]
+    shutil.rmtree(folder)
+    assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ("manifest", "ManifestError"),
+    ("metadata id", "names op 'com.example.Other'"),
+    ("contract version", "holds contract version 2, not 1"),
+])  # fmt: skip
+def test_a_package_refused_after_its_digests_leaves_the_cache_as_it_was(server, hub_root, hub_env, monkeypatch,
+                                                                       change, fragment):  # fmt: skip
+    """Refusals after the digest check (an invalid manifest, metadata naming another op or another
+    contract version) had left refs/v1 on the refused commit: offline use then refused the repository
+    instead of finding the copy cached before (helper-7's trial)."""
+    first = wk.get_kernel(OFFICIAL, version=1)
+    before = cache_state(hub_env)
+    pkg = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR
+    if change == "manifest":
+        manifest = json.loads((pkg / "manifest.json").read_text(encoding="utf-8"))
+        manifest["variants"][0]["priority"] = "high"
+        (pkg / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        write_metadata(pkg)
+    else:
+        metadata = json.loads((pkg / "metadata.json").read_text(encoding="utf-8"))
+        metadata.update({"id": "com.example.Other"} if change == "metadata id" else {"version": 2})
+        (pkg / "metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
+    server.rescan()  # a new commit for v1
+    hub.clear_cache()
+    with pytest.raises(wk.KernelError) as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert fragment in f"{type(info.value).__name__}: {info.value}"
+    assert cache_state(hub_env) == before
+    go_offline(monkeypatch)
+    assert wk.get_kernel(OFFICIAL, version=1).package.commit == first.package.commit
 
 
 def test_the_cli_says_when_the_cache_answered_for_an_unreachable_hub(server, hub_env, monkeypatch):

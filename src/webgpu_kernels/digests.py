@@ -62,9 +62,17 @@ class DigestProblem:
     reason: str  # "mismatch" | "missing" | "unlisted" | "metadata"
     message: str
     json_path: str  # where in metadata.json ("" for the root)
+    #: What the package's author does about it (re-run digest), appended to the message as worded.
+    #: Not said of a downloaded package: recording digests for bytes that changed in transit or in
+    #: a cache would make them load.
+    fix: str = ""
 
-    def error(self, root: Path, more: int = 0) -> DigestError:
-        message = self.message
+    @property
+    def text(self) -> str:
+        return self.message + self.fix
+
+    def error(self, root: Path, more: int = 0, *, author: bool = True) -> DigestError:
+        message = self.text if author else self.message
         if more:
             message += f" (and {more} more digest problem{'s' if more > 1 else ''}: run `webgpu-kernels validate`)"
         return DigestError(message, file=self.file, reason=self.reason, path=str(root / self.file))
@@ -308,7 +316,7 @@ def load_metadata(root: Path) -> tuple[dict[str, Any] | None, list[DigestProblem
     kind = not_regular(path)
     if kind is not None:
         return None, [DigestProblem(METADATA_FILE, "metadata", f"{METADATA_FILE} is not a regular file ({kind}), so "
-                                    f"the package's files cannot be verified: remove it, then {_REDIGEST}", "")]  # fmt: skip
+                                    "the package's files cannot be verified", "", f": remove it, then {_REDIGEST}")]  # fmt: skip
     if not path.is_file():
         return None, []
     try:
@@ -377,9 +385,11 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
             continue
         kind = not_regular(path)
         if kind is not None or not os.path.isfile(path):  # os.path's swallows ENAMETOOLONG, Path's raised it
-            what = (f"not a regular file ({kind}), so it is not read" if kind is not None
-                    else f"listed in metadata.json but not in the package ({_REDIGEST} if you removed it)")  # fmt: skip
-            problems.append(DigestProblem(name, "missing", what, where))
+            if kind is not None:
+                problems.append(DigestProblem(name, "missing", f"not a regular file ({kind}), so it is not read", where))
+            else:
+                problems.append(DigestProblem(name, "missing", "listed in metadata.json but not in the package", where,
+                                              f" ({_REDIGEST} if you removed it)"))  # fmt: skip
             continue
         if not budget.admits(path):
             problems.append(DigestProblem(name, "metadata", f"the listed files hold more than {MAX_PACKAGE_BYTES >> 20} "
@@ -394,16 +404,16 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
         if got != want:
             problems.append(DigestProblem(name, "mismatch",
                                           f"sha256 {got[:16]}... does not match metadata.json ({want[:16]}...): "
-                                          f"the file changed after its digest was taken ({_REDIGEST} if you changed it)"
-                                          + _json_syntax_note(name, data), where))  # fmt: skip
+                                          "the file changed after its digest was taken", where,
+                                          f" ({_REDIGEST} if you changed it){_json_syntax_note(name, data)}"))  # fmt: skip
             continue
         verified[name] = data
     for name in package_files(root):
         if name not in listed and is_content_file(name):
             problems.append(DigestProblem(name, "unlisted",
-                                          "present in the package but not listed in metadata.json's digest.files "
-                                          f"({_REDIGEST} if the file belongs to the package)",
-                                          json_path(["digest", "files"])))  # fmt: skip
+                                          "present in the package but not listed in metadata.json's digest.files",
+                                          json_path(["digest", "files"]),
+                                          f" ({_REDIGEST} if the file belongs to the package)"))  # fmt: skip
     return problems, verified
 
 
@@ -428,15 +438,16 @@ def inspect_package(root: Path) -> tuple[dict[str, Any] | None, list[DigestProbl
     return metadata, problems + more, verified
 
 
-def verify_package(root: Path) -> tuple[dict[str, Any] | None, dict[str, bytes]]:
-    """Check a package folder against its metadata.json; raise :class:`DigestError` on any problem.
+def verify_package(root: Path, *, author: bool = True) -> tuple[dict[str, Any] | None, dict[str, bytes]]:
+    """Check a package folder against its metadata.json; raise :class:`DigestError` on any problem
+    (saying how an author fixes it, unless ``author`` is false: a downloaded package).
 
     Returns the metadata (None for a package without metadata.json, which loads unverified:
     that is how an author starts) and the verified bytes of every listed file.
     """
     metadata, problems, verified = inspect_package(root)
     if problems:
-        raise problems[0].error(root, more=len(problems) - 1)
+        raise problems[0].error(root, more=len(problems) - 1, author=author)
     return metadata, verified
 
 

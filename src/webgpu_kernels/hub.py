@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import threading
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -34,7 +35,7 @@ from urllib.request import url2pathname
 
 from .device import TRUE_VALUES
 from .digests import MAX_FILE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE
-from .errors import DigestError, HubError, PackageError, TrustError
+from .errors import DigestError, HubError, KernelError, PackageError, TrustError
 from .forks import fresh_in_child
 from .package import KernelPackage, open_folder
 
@@ -284,10 +285,8 @@ class _CacheUndo:
     a blob both fetched; its own digest check then refuses that copy, and the next load fetches it.
     """
 
-    def __init__(self, cache_dir: Path, repo_id: str) -> None:
-        from huggingface_hub.file_download import repo_folder_name
-
-        self.folder = cache_dir / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE)
+    def __init__(self, endpoint: str | None, repo_id: str) -> None:
+        self.folder = _repo_cache_folder(endpoint, repo_id)
         self.entries = set(_entries_below(self.folder))
         self.refs: dict[Path, bytes] = {}
         for path in _entries_below(self.folder / "refs"):
@@ -335,12 +334,15 @@ def download(
     endpoint: str | None = None,
     url_like: bool = False,
     token: str | bool | None = None,
+    accept: Callable[[HubPackage], object] | None = None,
 ) -> HubPackage:
     """Fetch ``build/webgpu/`` of a kernel repository into the Hub cache and open it, verified.
 
     Online, this asks the endpoint which commit the revision is and downloads what the cache lacks;
     offline (``HF_HUB_OFFLINE=1``) it uses the cache only. The package must carry metadata.json:
     every file is checked against its sha256 (:class:`~webgpu_kernels.errors.DigestError`).
+    ``accept`` checks the opened package further (its manifest): a KernelError it raises refuses
+    the download as a digest problem does, leaving the cache as it was.
     """
     _checked_repo_id(repo_id)
     location = Location("hub", repo_id, url_like=url_like, endpoint=endpoint)
@@ -348,7 +350,7 @@ def download(
     rev = revision_for(version, revision, repo_id)
     endpoint = endpoint or hub_endpoint()
     # Offline nothing is written, so there is nothing to put back (and nothing to race with).
-    undo = None if hub_offline() else _CacheUndo(cache_dir_for(endpoint), repo_id)
+    undo = None if hub_offline() else _CacheUndo(endpoint, repo_id)
     try:
         path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token,
                                      version=version if revision is None else None)  # fmt: skip
@@ -363,19 +365,46 @@ def download(
         if not root.is_dir():
             raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}) has no {PACKAGE_DIR}/ folder: "
                            "not a WebGPU kernel package", repo_id=repo_id, revision=rev)  # fmt: skip
-        base = open_folder(root, origin="hub", needs_trust=trusted, require_metadata=True)
-    except PackageError as exc:
+        try:
+            base = open_folder(root, origin="hub", needs_trust=trusted, require_metadata=True)
+        except DigestError as exc:
+            if undo is not None:
+                undo.restore()
+                undo = None
+            # a snapshot left after the undo was cached before this call; else it came from the server now
+            raise _hub_digest_error(exc, repo_id, commit, endpoint, cached=snapshot.exists()) from None
+        package = _hub_package(base, repo_id=repo_id, revision=rev, commit=commit, endpoint=endpoint,
+                               from_cache=from_cache)  # fmt: skip
+        if revision is None:
+            check_contract_version(package, version)
+        if accept is not None:
+            accept(package)
+    except KernelError:
+        # Refused after the download as well (its digests, its contract version, its manifest): the
+        # cache is put back, or refs/<rev> stayed on the refused commit and offline use lost the
+        # copy cached before.
         if undo is not None:
             undo.restore()
-        if not isinstance(exc, DigestError) or not snapshot.exists():
-            raise
-        # A copy cached before this call: a download does not replace a cached file, so say where it is.
-        raise DigestError(f"{exc.detail}. This copy of {repo_id} is in the Hugging Face cache; delete {snapshot} "
-                          "to download it again", file=exc.file, reason=exc.reason, path=exc.path) from None  # fmt: skip
-    package = _hub_package(base, repo_id=repo_id, revision=rev, commit=commit, endpoint=endpoint, from_cache=from_cache)
-    if revision is None:
-        check_contract_version(package, version)
+        raise
     return package
+
+
+def _hub_digest_error(exc: DigestError, repo_id: str, commit: str, endpoint: str | None, *, cached: bool) -> DigestError:
+    """A downloaded package's digest problem, with what its user (not its author) can do about it."""
+    if cached:  # huggingface_hub reuses a cached blob, so deleting the snapshot alone fetched nothing new
+        advice = (f"this copy of {repo_id} changed in the Hugging Face cache after it was downloaded: delete "
+                  f"{_repo_cache_folder(endpoint, repo_id)} to download it again")  # fmt: skip
+    else:
+        advice = (f"as {repo_id} serves it at commit {commit}; nothing of it was kept in the cache: tell the "
+                  "repository's authors")  # fmt: skip
+    return DigestError(f"{exc.detail} ({advice})", file=exc.file, reason=exc.reason, path=exc.path)
+
+
+def _repo_cache_folder(endpoint: str | None, repo_id: str) -> Path:
+    """The Hub cache's folder of one repository (refs, snapshots, blobs)."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    return cache_dir_for(endpoint) / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE)
 
 
 def check_contract_version(package: HubPackage, version: int | None) -> None:
@@ -566,18 +595,22 @@ def load(
             if revision is None:  # revision="v2" may have loaded it first, unchecked
                 check_contract_version(cast(HubPackage, cached.package), version)  # _kernels holds Hub packages
             return cached
+        opened: list[Kernel] = []
+
+        def accept(package: HubPackage) -> None:  # while the download can still be undone
+            kernel = _kernels.get((endpoint, repo_id, package.commit, url_like))
+            if kernel is None:
+                kernel = Kernel(package)
+                meta_id = (package.metadata or {}).get("id")
+                if isinstance(meta_id, str) and meta_id != kernel.op_id:
+                    raise DigestError(f"{METADATA_FILE} names op {meta_id!r} but the manifest is {kernel.op_id!r}",
+                                      file=METADATA_FILE, reason="metadata",
+                                      path=str(package.root / METADATA_FILE))  # fmt: skip
+            opened.append(kernel)
+
         package = download(repo_id, version=version, revision=revision, trust_remote_code=trust_remote_code,
-                           endpoint=endpoint, url_like=url_like)  # fmt: skip
-        key = (endpoint, repo_id, package.commit, url_like)
-        kernel = _kernels.get(key)
-        if kernel is None:
-            kernel = Kernel(package)
-            meta_id = (package.metadata or {}).get("id")
-            if isinstance(meta_id, str) and meta_id != kernel.op_id:
-                raise DigestError(f"{METADATA_FILE} names op {meta_id!r} but the manifest is {kernel.op_id!r}",
-                                  file=METADATA_FILE, reason="metadata",
-                                  path=str(package.root / METADATA_FILE))  # fmt: skip
-            _kernels[key] = kernel
+                           endpoint=endpoint, url_like=url_like, accept=accept)  # fmt: skip
+        kernel = _kernels.setdefault((endpoint, repo_id, package.commit, url_like), opened[0])
         _resolved[memo] = package.commit
         return kernel
 

@@ -156,7 +156,7 @@ def open_folder(
     metadata: dict[str, Any] | None = None
     verified: dict[str, bytes] = {}
     if verify_digests:
-        metadata, verified = verify_package(root)
+        metadata, verified = verify_package(root, author=origin != "hub")
         if metadata is None and require_metadata:
             raise DigestError(f"no {METADATA_FILE}: the package's files cannot be verified", file=METADATA_FILE,
                               reason="missing", path=str(root / METADATA_FILE))  # fmt: skip

@@ -193,11 +193,11 @@ def _check_metadata(package: KernelPackage, out: ProblemCollector
                                      "run `webgpu-kernels digest PATH` to write one")  # fmt: skip
     for p in problems:
         if p.reason == "metadata":
-            out.error(METADATA_FILE, p.json_path, p.message)
+            out.error(METADATA_FILE, p.json_path, p.text)
         elif p.reason == "unlisted":
-            out.error(p.file, "", p.message)
+            out.error(p.file, "", p.text)
         else:
-            out.error(p.file, "", f"{p.message} ({METADATA_FILE} {p.json_path})")
+            out.error(p.file, "", f"{p.text} ({METADATA_FILE} {p.json_path})")
     return metadata, verified, problems
 
 
