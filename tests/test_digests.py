@@ -508,6 +508,20 @@ def test_digest_check_on_a_schema_breaking_metadata_json_says_out_of_date(qg: Pa
     assert open_folder(qg).is_verified
 
 
+def test_digest_sets_the_contract_version_a_hub_revision_must_hold(qg: Path) -> None:
+    """Publishing revision v2 needs metadata.json to say version 2, and digest kept 1 with no way to
+    change it short of editing the file (helper-7's trial as an author)."""
+    runner = CliRunner(env={"COLUMNS": "200"})
+    check = runner.invoke(main, ["digest", str(qg), "--check", "--version", "2"])
+    assert check.exit_code == 1 and "it says contract version 1, not 2" in check.output, check.output
+    assert runner.invoke(main, ["digest", str(qg), "--version", "2"]).exit_code == 0
+    assert json.loads((qg / "metadata.json").read_text("utf-8"))["version"] == 2
+    assert runner.invoke(main, ["digest", str(qg), "--check", "--version", "2"]).exit_code == 0
+    assert runner.invoke(main, ["digest", str(qg)]).exit_code == 0  # kept without --version
+    assert json.loads((qg / "metadata.json").read_text("utf-8"))["version"] == 2
+    assert runner.invoke(main, ["digest", str(qg), "--version", "0"]).exit_code == 2
+
+
 def test_digest_that_cannot_write_metadata_json_says_so(qg: Path) -> None:
     """A failed write (here a folder where the file goes) ended in an IsADirectoryError traceback."""
     (qg / "metadata.json").unlink()

@@ -488,8 +488,9 @@ def test_the_contract_version_is_checked_whatever_came_first(server, hub_root):
     put_package(hub_root, OFFICIAL, "v2")
     server.rescan()
     assert wk.get_kernel(OFFICIAL, revision="v2").op_id == OP_ID
-    with pytest.raises(DigestError, match="holds contract version 1, not 2"):
+    with pytest.raises(DigestError, match="holds contract version 1, not 2") as info:
         wk.get_kernel(OFFICIAL, version=2)
+    assert "webgpu-kernels digest --version 2 FOLDER" in str(info.value)  # how its authors mend it
     pkg = hub_root / OFFICIAL / "v2" / hub.PACKAGE_DIR
     metadata = json.loads((pkg / "metadata.json").read_text(encoding="utf-8"))
     metadata["version"] = 1.0  # the schema's integer; isinstance(1.0, int) is not

@@ -261,8 +261,10 @@ def test_not_a_package(tmp_path: Path, runner: CliRunner) -> None:
     result = runner.invoke(main, ["validate", "com.example.Nothing"])
     assert result.exit_code == 2 and "neither a package folder nor an embedded kernel" in result.stderr
     # a Hub repository is read as every command reads it, and validate says how to get its folder
-    result = runner.invoke(main, ["validate", "webgpu-kernels/com.example.Nothing@v2"])
-    assert result.exit_code == 2 and "download webgpu-kernels/com.example.Nothing" in result.stderr
+    # (with the pin as download takes it: the hint had left out the --version download requires)
+    for ref, fetch in [("@v2", "--version 2"), ("", "--version 1"), ("@dev", "--revision dev")]:
+        result = runner.invoke(main, ["validate", f"webgpu-kernels/com.example.Nothing{ref}"])
+        assert result.exit_code == 2 and f"download webgpu-kernels/com.example.Nothing {fetch}`" in result.stderr
 
 
 def test_schema_errors_stop_the_manifest_stages_only(qg: Path) -> None:

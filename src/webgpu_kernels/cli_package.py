@@ -127,12 +127,15 @@ def _worst(result: RunResult, key: str) -> str:
 @click.command("digest")
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if metadata.json is missing or out of date.")
+@click.option("--version", "version", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Set the contract version to N (a Hub revision vN must hold N); kept otherwise.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
+def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> None:
     """Write or refresh PATH/metadata.json: the sha256 of every file of the package.
 
     The id is the manifest's domain.name; the version and provenance already there are kept (a
-    new metadata.json takes its version from sinceVersion). Editor backups (x~, #x#) are skipped.
+    new metadata.json takes its version from sinceVersion; --version N sets it, as a package
+    published as Hub revision vN must say N). Editor backups (x~, #x#) are skipped.
     """
     root = path.expanduser().resolve()
     old_id = _metadata_id(root)
@@ -144,12 +147,13 @@ def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
                 existing = open_folder(root, verify_digests=False).read_json(METADATA_FILE)
             except PackageError as exc:  # out of date too (exit 1); writing it is refused until fixed
                 unreadable = exc.detail
-        metadata, changes = build_metadata(root, existing if isinstance(existing, dict) else None)
+        metadata, changes = build_metadata(root, existing if isinstance(existing, dict) else None, version=version)
         # Equal digests are not enough: a version 0 or a stray field is a file every load refuses.
         broken = schema_problems(existing) if isinstance(existing, dict) else []
-        current = existing is not None and not broken and all(c.status in ("unchanged", UNLISTABLE) for c in changes)
+        current = (existing is not None and not broken and all(c.status in ("unchanged", UNLISTABLE) for c in changes)
+                   and existing.get("version") == metadata["version"])  # fmt: skip
     else:
-        metadata, changes = write_metadata(root)
+        metadata, changes = write_metadata(root, version=version)
         current = True
     if as_json:
         _echo_json({"path": str(root / METADATA_FILE), "written": not check, "upToDate": current,
@@ -172,7 +176,10 @@ def digest_cmd(path: Path, check: bool, as_json: bool) -> None:
                 console.print("metadata.json is up to date" if current else
                               f"metadata.json is not a regular file ({kind})" if kind else
                               ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"
-                               + (f" ({broken[0].json_path or '(root)'}: {broken[0].message})" if broken else "")))  # fmt: skip
+                               + (f" ({broken[0].json_path or '(root)'}: {broken[0].message})" if broken else
+                                  f" (it says contract version {existing.get('version')!r}, not {version})"
+                                  if isinstance(existing, dict) and existing.get("version") != metadata["version"]
+                                  else "")))  # fmt: skip
         else:
             console.print(f"wrote {root / METADATA_FILE}")
         if old_id is not None and old_id != metadata["id"]:
@@ -376,8 +383,11 @@ def _package_path(ref: str) -> Path:
             raise PackageError("no such folder", path=str(where.path))
         return where.path
     if where.kind == "hub":
+        # the pin as every KERNEL argument reads it: @vN a contract version, @REV a revision, none v1
+        pin = where.pin or "v1"
+        fetch = f"--version {pin[1:]}" if pin.startswith("v") and pin[1:].isdigit() else f"--revision {pin}"
         raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel; validate checks a folder: "
-                           f"`webgpu-kernels download {where.repo}` fetches a Hub kernel, then validate "
+                           f"`webgpu-kernels download {where.repo} {fetch}` fetches a Hub kernel, then validate "
                            "the folder it prints")  # fmt: skip
     raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel")
 

@@ -466,9 +466,11 @@ class DigestChange:
     sha256: str | None
 
 
-def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[DigestChange]]:
+def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, version: int | None = None
+                   ) -> tuple[dict[str, Any], list[DigestChange]]:  # fmt: skip
     """metadata.json for the folder as it is now: the id from the manifest (domain.name, which
-    metadata.json must match), ``existing``'s version and provenance kept."""
+    metadata.json must match), ``existing``'s version (unless ``version`` is given: the contract
+    version a Hub revision vN must hold) and provenance kept."""
     from . import __version__
 
     manifest = _read_manifest(root)
@@ -478,7 +480,8 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None) -> tuple[
     if op_id is None:
         raise PackageError("the manifest has no domain and name to take the package id from",
                            path=str(root / MANIFEST_FILE))  # fmt: skip
-    version = existing.get("version")
+    if version is None:
+        version = existing.get("version")
     if not _is_version(version):  # the schema's: an integer from 1
         version = manifest.get("sinceVersion", 1)
         if not _is_version(version):
@@ -549,8 +552,9 @@ def _is_version(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]]:
-    """Write or refresh ``root/metadata.json``; returns it and what changed per file.
+def write_metadata(root: str | Path, *, version: int | None = None) -> tuple[dict[str, Any], list[DigestChange]]:
+    """Write or refresh ``root/metadata.json`` (its contract version set to ``version`` if given);
+    returns it and what changed per file.
 
     An existing metadata.json that is not valid JSON is refused (fix or delete it); one that
     is JSON but breaks the schema is refreshed, keeping what can be kept.
@@ -568,7 +572,7 @@ def write_metadata(root: str | Path) -> tuple[dict[str, Any], list[DigestChange]
                                path=str(root / METADATA_FILE)) from None  # fmt: skip
         if not isinstance(existing, dict):
             existing = None
-    metadata, changes = build_metadata(root, existing)
+    metadata, changes = build_metadata(root, existing, version=version)
     problems = schema_problems(metadata)
     if problems:
         raise PackageError(f"{problems[0].json_path or '(root)'}: {problems[0].message}", path=str(root / METADATA_FILE))

@@ -412,7 +412,8 @@ def check_contract_version(package: HubPackage, version: int | None) -> None:
     declared = (package.metadata or {}).get("version")
     if version is not None and declared is not None and (isinstance(declared, bool) or declared != version):
         raise DigestError(f"revision {package.revision!r} of {package.repo_id} holds contract version {declared!r}, "
-                          f"not {version}", file=METADATA_FILE, reason="metadata",
+                          f"not {version} (its authors record the version of revision v{version} with "
+                          f"`webgpu-kernels digest --version {version} FOLDER`)", file=METADATA_FILE, reason="metadata",
                           path=str(package.root / METADATA_FILE))  # fmt: skip
 
 
