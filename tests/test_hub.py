@@ -643,3 +643,9 @@ def test_the_global_trust_option_reaches_every_command(server):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["op"] == OP_ID
     assert CliRunner().invoke(_cli(), ["--trust-remote-code", "download", OTHER_ORG, "--version", "1"]).exit_code == 0
+    # after the command too, as download takes it: it had been "No such option" (helper-7's trial)
+    hub.clear_cache()
+    result = CliRunner().invoke(_cli(), ["info", OTHER_ORG, "--trust-remote-code", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["op"] == OP_ID, result.output
+    for command in ("run", "test", "bench", "tune", "explain", "render"):
+        assert "--trust-remote-code" in CliRunner().invoke(_cli(), [command, "--help"]).output, command

@@ -338,6 +338,20 @@ def trusting() -> bool:
     return bool(ctx and ctx.find_root().params.get("trust_remote_code"))
 
 
+def _trust_after_the_command(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.find_root().params["trust_remote_code"] = True  # what trusting() reads
+    return value
+
+
+def trust_option(fn: Any) -> Any:
+    """``--trust-remote-code`` after a KERNEL command too, as ``download`` takes it: it had been
+    "No such option" there, with nothing saying it goes before the command."""
+    return click.option("--trust-remote-code", is_flag=True, expose_value=False, callback=_trust_after_the_command,
+                        help="Allow a Hub repository outside the webgpu-kernels organisation (or given by URL) "
+                             "as KERNEL (also accepted before the command).")(fn)  # fmt: skip
+
+
 def _adapter(ctx: click.Context) -> str | None:
     return ctx.find_root().params.get("adapter")
 
@@ -448,6 +462,7 @@ def list_cmd(as_json: bool) -> None:
 
 
 @main.command("info")
+@trust_option
 @click.argument("kernel")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info_cmd(kernel: str, as_json: bool) -> None:
@@ -552,6 +567,7 @@ def _print_info(d: dict[str, Any]) -> None:
 
 
 @main.command("explain")
+@trust_option
 @_input_options
 @click.option("--variant", metavar="ID", default=None, help="Explain a call that forces this variant.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -569,6 +585,7 @@ def explain_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], a
 
 
 @main.command("render")
+@trust_option
 @_input_options
 @click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
 @click.pass_context

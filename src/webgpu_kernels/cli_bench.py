@@ -41,7 +41,17 @@ from .benchmark import (
 )  # fmt: skip
 from .case_data import numpy_dtype
 from .casefile import BENCH_FILE, case_name_matches, parse_bench_file
-from .cli import DTYPE_ALIASES, _adapter, _console, _echo_json, _inputs_callback, _jsonable, is_live, resolve_kernel
+from .cli import (
+    DTYPE_ALIASES,
+    _adapter,
+    _console,
+    _echo_json,
+    _inputs_callback,
+    _jsonable,
+    is_live,
+    resolve_kernel,
+    trust_option,
+)
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, KernelError
@@ -240,6 +250,7 @@ def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], names: 
 
 
 @click.command("bench")
+@trust_option
 @click.argument("kernels", nargs=-1)
 @given_shapes_option("Benchmark")
 @click.option("--case", "names", multiple=True,

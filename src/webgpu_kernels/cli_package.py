@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .cli import trust_option
 from .device import choose_adapter
 from .digests import (
     METADATA_FILE,
@@ -204,6 +205,7 @@ _JUNIT_OPTION = click.option(
 
 
 @click.command("test")
+@trust_option
 @click.argument("kernels", nargs=-1, metavar="[KERNEL|PATH]...")
 @click.option("--case", "cases", multiple=True, metavar="NAME",
               help="Only cases whose name contains NAME or matches it as a glob. Repeatable.")

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .case_data import random_values
-from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, is_live, resolve_kernel
+from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, is_live, resolve_kernel, trust_option
 from .cli_bench import _wrong
 from .device import choose_adapter
 from .references import numpy_reference, onnxruntime_reference
@@ -26,6 +26,7 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 
 
 @click.command("run")
+@trust_option
 @_input_options
 @click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs.")

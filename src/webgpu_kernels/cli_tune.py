@@ -16,7 +16,7 @@ from rich.text import Text
 
 from . import tuning
 from .benchmark import bench_kernel
-from .cli import _adapter, _console, is_live, resolve_kernel
+from .cli import _adapter, _console, is_live, resolve_kernel, trust_option
 from .cli_bench import (
     SEED_OPTION,
     WARM_UP_OPTION,
@@ -39,6 +39,7 @@ from .references import max_abs_error
 WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
 
 @click.command("tune")
+@trust_option
 @click.argument("kernels", nargs=-1)
 @given_shapes_option("Tune")
 @click.option("--case", "names", multiple=True,
