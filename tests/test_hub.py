@@ -318,6 +318,16 @@ def test_a_file_refused_on_download_is_fetched_again_once_the_server_serves_it_r
 # --- trust and identity -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("org, hinted", [("webgpu-kernel", True), ("WebGPU-Kernels", True), ("webgpukernels", True),
+                                         ("someone", False)])  # fmt: skip
+def test_a_near_miss_of_the_official_organisation_asks_did_you_mean(hub_env, org, hinted):
+    """A typo of the organisation was answered only with "pass trust_remote_code": on the real Hub
+    that steers the user to whoever registered the typo (helper-7's trial)."""
+    with pytest.raises(TrustError) as info:
+        wk.get_kernel(f"{org}/com.microsoft.QuickGelu", version=1)
+    assert ("did you mean webgpu-kernels/com.microsoft.QuickGelu?" in str(info.value)) is hinted
+
+
 def test_other_organisation_needs_trust(server):
     with pytest.raises(TrustError, match="outside the 'webgpu-kernels' organisation") as info:
         wk.get_kernel(OTHER_ORG, version=1)

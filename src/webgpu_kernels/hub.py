@@ -20,6 +20,7 @@ after import (as tests do) takes effect.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -157,6 +158,10 @@ def check_trust(location: Location, *, trust_remote_code: bool, shown: str) -> b
             advice = "a folder of your own opens with load_kernel(path); else pass trust_remote_code=True"
         else:
             advice = "pass trust_remote_code=True (on the command line: webgpu-kernels --trust-remote-code COMMAND ...)"
+            org, _, name = location.value.partition("/")
+            if not location.url_like and difflib.get_close_matches(org.lower(), [OFFICIAL_ORG], cutoff=0.75):
+                # a typo of the official name must not be steered to trust: that is where a squatter waits
+                reason += f" (did you mean {OFFICIAL_ORG}/{name}?)"
         raise TrustError(
             f"refusing to load {shown!r}: {reason}. Its templates become shaders that run on your GPU; "
             f"{advice}, and expected_op_id=..., if you trust its author",
