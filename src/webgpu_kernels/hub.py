@@ -235,7 +235,7 @@ class HubPackage(KernelPackage):
     """
 
     repo_id: str = ""
-    revision: str = ""  # as asked: "v1", a branch, a commit
+    revision: str = ""  # as the call that first loaded it asked: "v1", a branch, a commit
     commit: str = ""  # what it resolved to
     endpoint: str | None = None  # None: huggingface_hub's default (https://huggingface.co)
     #: True when the endpoint was not asked (offline) or could not be reached, so the files are
