@@ -400,6 +400,23 @@ def test_revision_pins_a_commit(server):
         wk.get_kernel(OFFICIAL, revision="0" * 40)
 
 
+def test_a_pinned_commit_the_server_no_longer_has_comes_from_the_cache_and_says_so(server, hub_root):
+    """The server answers 404 for the old commit, and the cached copy is served: it had said
+    from_cache=False, "from <endpoint>" (helper-7's trial)."""
+    old = wk.get_kernel(OFFICIAL, version=1).package.commit
+    bench = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "bench.json"
+    bench.write_text(bench.read_text(encoding="utf-8").replace('"description": "', '"description": "v1.1: '),
+                     encoding="utf-8")  # fmt: skip
+    write_metadata(bench.parent)
+    server.rescan()
+    assert server.commit_of(OFFICIAL, "v1") != old
+    hub.clear_cache()
+    pinned = wk.get_kernel(OFFICIAL, revision=old).package
+    assert pinned.commit == old and pinned.from_cache
+    fresh = wk.get_kernel(OFFICIAL, version=1).package
+    assert fresh.commit != old and not fresh.from_cache
+
+
 def test_missing_version_is_a_clear_error(server):
     with pytest.raises(HubError, match=r"no contract version 2 \(revision 'v2'\).*published versions: v1") as info:
         wk.get_kernel(OFFICIAL, version=2)
@@ -601,7 +618,7 @@ def test_the_cli_says_when_the_cache_answered_for_an_unreachable_hub(server, hub
     # the same cache folder as the server's: HF_ENDPOINT names the configured Hub
     result = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"])
     assert result.exit_code == 0, result.output
-    assert "(from the Hugging Face cache (http://127.0.0.1:9 could not be reached))" in result.output
+    assert "(from the Hugging Face cache (http://127.0.0.1:9 could not be reached or did not list it))" in result.output
     data = json.loads(CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1", "--json"]).stdout)
     assert data["fromCache"] is True and data["offline"] is False
     monkeypatch.setenv("HF_ENDPOINT", server.url)

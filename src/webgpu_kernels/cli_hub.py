@@ -56,7 +56,7 @@ def download_cmd(repo: str, version: int | None, revision: str | None, trust_rem
 
     source = info["endpoint"]
     if info["fromCache"]:
-        why = "offline" if info["offline"] else f"{info['endpoint']} could not be reached"
+        why = "offline" if info["offline"] else f"{info['endpoint']} could not be reached or did not list it"
         source = f"the Hugging Face cache ({why})"
     print_(f"{info['repo']} @ {info['revision']} -> commit {info['commit']} (from {source})")
     print_(f"package: {info['path']}")

@@ -238,7 +238,8 @@ class HubPackage(KernelPackage):
     revision: str = ""  # as the call that first loaded it asked: "v1", a branch, a commit
     commit: str = ""  # what it resolved to
     endpoint: str | None = None  # None: huggingface_hub's default (https://huggingface.co)
-    #: True when the endpoint was not asked (offline) or could not be reached, so the files are
+    #: True when the endpoint was not asked (offline), could not be reached, or did not list the
+    #: revision (a pinned commit it no longer has, still cached), so the files are
     #: the cache's copy from an earlier download.
     from_cache: bool = False
 
@@ -438,7 +439,8 @@ def _require_kernel_repos() -> None:
 
 def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, version: int | None) -> tuple[str, bool]:
     """The snapshot folder of ``rev``, and whether it is the cache's copy (the endpoint was not
-    asked, or could not be reached). Every failure is a HubError naming the repository."""
+    asked, could not be reached, or did not list the revision). Every failure is a HubError naming
+    the repository."""
     _require_kernel_repos()
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
@@ -453,13 +455,13 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
     cache_dir = cache_dir_for(endpoint)
     try:
-        reached = not offline and _check_listing(repo_id, rev, endpoint=endpoint, token=token)
+        listed = not offline and _check_listing(repo_id, rev, endpoint=endpoint, token=token)
         path = snapshot_download(
             repo_id, repo_type=REPO_TYPE, revision=rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
             cache_dir=str(cache_dir), endpoint=endpoint, local_files_only=offline, token=token,
             library_name="webgpu-kernels", library_version=_library_version(),
         )  # fmt: skip
-        return path, not reached
+        return path, not listed
     except RevisionNotFoundError:
         published = _published_versions(repo_id, endpoint, token)
         hint = f"; published versions: {', '.join(published)}" if published else ""
@@ -491,7 +493,9 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     """Refuse, before anything is downloaded, a package the Hub lists as larger than a package may
     be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each): they would be refused after the download,
     once they had filled the disk. (The listing is the server's word: a file listed smaller than it
-    is still downloads in full, then is refused.) Returns whether the endpoint answered."""
+    is still downloads in full, then is refused.) Returns whether the endpoint listed the revision:
+    if not, what snapshot_download returns is the cache's (a 4xx for a pinned commit the server no
+    longer has still finds the cached copy; a 5xx or no answer, any cached copy)."""
     from huggingface_hub import HfApi, RepoFile
 
     api = HfApi(endpoint=endpoint, token=token)
@@ -506,15 +510,9 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
                 files.append(entry)
                 if len(files) > MAX_PACKAGE_FILES:
                     break
-    except Exception as exc:  # noqa: BLE001 - unreachable, not found, no such folder: snapshot_download
+    except Exception:  # noqa: BLE001 - unreachable, not found, no such folder: snapshot_download
         # reports it (or serves the cache), as it did before this check existed
-        from huggingface_hub.errors import HfHubHTTPError
-
-        if not isinstance(exc, HfHubHTTPError):
-            return False
-        # A 4xx (404, 401...) is the Hub's answer; after a 5xx huggingface_hub serves the cache.
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        return isinstance(status, int) and status < 500
+        return False
     if len(files) > MAX_PACKAGE_FILES:
         raise HubError(f"{repo_id} revision {rev!r}: {PACKAGE_DIR}/ holds more than {MAX_PACKAGE_FILES} files, "
                        "more than a kernel package may", repo_id=repo_id, revision=rev)  # fmt: skip
