@@ -376,3 +376,17 @@ def test_a_misspelt_name_under_a_namespace_is_refused_at_load(change, where, fra
     with pytest.raises(errors.ExpressionError, match=fragment) as info:
         compile_program(parse_manifest(mutate(QG, change)))
     assert info.value.where == where
+
+
+@pytest.mark.parametrize("name", ["nope", "vec4Ok"], ids=["unknown", "a-derive-entry"])
+def test_a_dollar_name_in_a_struct_field_type_must_name_a_constant(name):
+    """elementType and length were held to "$name names a constant"; a field's type was not: a derive
+    entry ran and an unknown name failed each call as an expression (helper-6's audit)."""
+    def change(d):
+        d["variants"][2]["passes"][0]["bindings"] = [dict(b) for b in d["bindingSets"]["scalarTail"]]
+        params = d["variants"][2]["passes"][0]["bindings"][2]
+        params["struct"] = {"name": "Params", "fields": [{"name": "count", "type": f"${name}", "value": "1"}]}
+    with pytest.raises(errors.ManifestError, match=rf"'\${name}' names no constant of this variant") as info:
+        compile_program(parse_manifest(mutate(QG, change)))
+    assert info.value.json_path == "variants[2].passes[0].bindings[2].struct.fields[0].type"
+

@@ -455,6 +455,22 @@ def test_the_tuning_key_covers_included_templates(tmp_path):
     assert wk.load_kernel(package).tuning_key == edited
 
 
+def test_a_file_too_large_to_read_fails_no_call(tmp_path, rng):
+    """A 9 MiB file beside an unsigned package's templates: no template can load it, but the tuning
+    key read every top-level file, so the first call failed with a PackageError (helper-6's audit)."""
+    import shutil
+
+    from webgpu_kernels.digests import MAX_FILE_BYTES
+
+    package = tmp_path / "qg"
+    shutil.copytree(wk.get_kernel(QG).package.root, package)
+    (package / "metadata.json").unlink()
+    (package / "weights.bin").write_bytes(b"\0" * (MAX_FILE_BYTES + 1))
+    x = rng.standard_normal(64).astype(np.float32)
+    y = wk.load_kernel(package)({"X": x})["Y"]
+    np.testing.assert_allclose(y, x / (1 + np.exp(-1.702 * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
+
+
 def test_two_processes_saving_keep_each_others_results(tuning_dir):
     """Two caches of one file (two `tune` processes): each save merges with what is on disk, so
     neither loses the other's entries, and no temporary file is left."""

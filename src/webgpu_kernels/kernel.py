@@ -27,6 +27,7 @@ from .errors import (
     ExpressionError,
     InputError,
     KernelError,
+    PackageError,
     SelectionError,
     shorten,
 )
@@ -139,7 +140,10 @@ class Kernel:
         so does one whose `{% include %}`d helper changed)."""
         digest = hashlib.sha256()
         for name in [MANIFEST_FILE] + _template_files(self.package):
-            data = self.package.read_bytes(name)
+            try:
+                data = self.package.read_bytes(name)
+            except PackageError:  # larger than a package file may be: no template can load it either,
+                data = b"unreadable"  # and a call must not fail over a file nothing reads
             digest.update(f"{name}:{len(data)}:".encode() + data)
         return f"{self.op_id}@{digest.hexdigest()[:16]}"
 

@@ -301,8 +301,12 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                     errors.append(ManifestError(f"input {binding['arg']!r} must be bound as 'read-only-storage', not "
                                                 f"{binding['buffer']['type']!r}{used_by}",
                                                 json_path=f"{bpath}.buffer.type"))  # fmt: skip
-                for key in ("elementType", "length"):
-                    ref = binding.get(key)
+                struct = binding.get("struct")
+                fields = struct.get("fields", []) if isinstance(struct, dict) else []
+                refs = [(key, binding.get(key)) for key in ("elementType", "length")]
+                refs += [(f"struct.fields[{f}].type", field.get("type")) for f, field in enumerate(fields)
+                         if isinstance(field, dict)]  # fmt: skip
+                for key, ref in refs:
                     match = _DOLLAR_REF.match(ref) if isinstance(ref, str) else None
                     if match and match.group(1) not in constants:
                         errors.append(ManifestError(f"{ref!r} names no constant of this variant{used_by}",
