@@ -509,6 +509,15 @@ def test_another_hub_never_answers_for_the_configured_one(server, hub_env, tmp_p
         wk.get_kernel(OFFICIAL, version=1)  # the official one was never downloaded
 
 
+def test_offline_as_imported_is_named_when_the_variable_changed_since(server, monkeypatch):
+    """A process started offline that then set HF_HUB_OFFLINE=0: huggingface_hub still blocks every
+    request, and the error blamed the server ("cannot be reached"), which was up (helper-7's trial)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)  # what it read when imported
+    with pytest.raises(HubError, match="huggingface_hub read HF_HUB_OFFLINE=1 when it was imported"):
+        wk.get_kernel(OFFICIAL, version=1)
+
+
 def test_the_contract_version_is_checked_whatever_came_first(server, hub_root):
     """Branch v2 holding a package whose metadata says version 1: version=2 is refused, also after
     revision="v2" loaded it (a shared memo skipped the check), and also when it says 1.0."""

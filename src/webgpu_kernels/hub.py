@@ -470,7 +470,12 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
         raise HubError(f"no kernel repository {repo_id!r} on {where} (or it is private/gated and no valid token "
                        "was sent)", repo_id=repo_id, revision=rev) from None  # fmt: skip
     except LocalEntryNotFoundError as exc:
-        why = "offline mode is on (HF_HUB_OFFLINE)" if offline else f"{where} cannot be reached"
+        from huggingface_hub import constants
+
+        why = ("offline mode is on (HF_HUB_OFFLINE)" if offline else
+               # huggingface_hub reads the variable once, when imported, and then blocks every request
+               "huggingface_hub read HF_HUB_OFFLINE=1 when it was imported and does not see it change"
+               if constants.HF_HUB_OFFLINE else f"{where} cannot be reached")  # fmt: skip
         if type(exc).__name__ == "IncompleteSnapshotError":  # huggingface_hub >= 2: names the missing files
             first = str(exc).strip().splitlines()[0]
             raise HubError(f"{repo_id} {what}: the Hugging Face cache holds an incomplete copy and {why}: {first}",
