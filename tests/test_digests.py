@@ -248,7 +248,12 @@ def test_a_template_cannot_include_an_unlisted_file(qg: Path) -> None:
     kernel = wk.load_kernel(qg)
     with pytest.raises(DigestError, match="helpers.txt: not listed") as info:
         kernel.render({"X": meta})
-    assert info.value.reason == "unlisted"
+    assert info.value.reason == "unlisted" and "run `webgpu-kernels digest`" in str(info.value)
+    # A downloaded package's user is not its author: digesting the cached copy would make it load.
+    hub_copy = wk.Kernel(open_folder(qg, origin="hub"))
+    with pytest.raises(DigestError, match="helpers.txt: not listed") as info:
+        hub_copy.render({"X": meta})
+    assert "webgpu-kernels digest" not in str(info.value) and "tell the repository's authors" in str(info.value)
 
 
 @pytest.mark.parametrize("name", ["../x.json", "/etc/passwd", "a/../../x", "", "a\\b"])

@@ -183,6 +183,11 @@ def test_tampered_file_on_the_server_is_refused(server, hub_root):
     assert info.value.file == "quick-gelu.wgsl.jinja" and info.value.reason == "mismatch"
     # an author's advice (record the digests again) would make a user sign what the server changed
     assert "webgpu-kernels digest" not in str(info.value) and "tell the repository's authors" in str(info.value)
+    bench = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "bench.json"
+    bench.write_text(bench.read_text(encoding="utf-8") + "\n", encoding="utf-8")  # a second problem
+    with pytest.raises(DigestError, match=r"and 1 more digest problem\) \(as ") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert "webgpu-kernels validate" not in str(info.value)  # nothing of it was kept to validate
 
 
 def test_tampered_cache_is_refused(server, monkeypatch):
@@ -398,6 +403,26 @@ def test_revision_pins_a_commit(server):
     assert wk.get_kernel(OFFICIAL, version=1).package.commit == v1
     with pytest.raises(HubError, match="no revision '0{40}'"):
         wk.get_kernel(OFFICIAL, revision="0" * 40)
+
+
+def test_a_tree_listing_refused_after_the_revision_was_listed_is_still_the_servers_answer(server, monkeypatch):
+    """Nothing cached, and the tree listing refused (429) after repo_info named the commit: the
+    files come from the server, so from_cache is False (helper-8's review of the change above)."""
+    import httpx2
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    real = HfApi.list_repo_tree
+
+    def refused(self, repo_id, *args, path_in_repo=None, **kwargs):
+        if path_in_repo == hub.PACKAGE_DIR:
+            request = httpx2.Request("GET", f"{server.url}/api/kernels/{repo_id}/tree")
+            raise HfHubHTTPError("429 Too Many Requests", response=httpx2.Response(429, request=request))
+        return real(self, repo_id, *args, path_in_repo=path_in_repo, **kwargs)
+
+    monkeypatch.setattr(HfApi, "list_repo_tree", refused)
+    package = wk.get_kernel(OFFICIAL, version=1).package
+    assert not package.from_cache
 
 
 def test_a_pinned_commit_the_server_no_longer_has_comes_from_the_cache_and_says_so(server, hub_root):

@@ -367,12 +367,14 @@ def test_a_default_no_caller_could_pass_is_refused_at_load(section, name, value,
     (set_path(["inputs", 0, "rank"], "ranks.Y"), "inputs[0].rank", r"'Y' is not an input \(input ranks see only inputs\)"),
     (set_path(["inputs", 0, "rank"], "attrs.alhpa"), "inputs[0].rank", "no attribute 'alhpa'"),
     (set_path(["inputs", 0, "rank"], "vec4Ok"), "inputs[0].rank", r"unknown name 'vec4Ok' \(input ranks see only the namespaces\)"),
+    (lambda d: d.update(constants={"k": "attrs.alhpa"}), "constants.k", "no attribute 'alhpa'"),
 ], ids=["shapes", "attrs", "tunables", "dtypes", "input-rank-role", "input-rank-output", "input-rank-attrs",
-        "input-rank-derive"])  # fmt: skip
+        "input-rank-derive", "top-level-constant"])  # fmt: skip
 def test_a_misspelt_name_under_a_namespace_is_refused_at_load(change, where, fragment):
     """`shapes.Xx` loaded and failed only where it was evaluated, perhaps in a variant no test
     reached; validate reported it, a load did not. An input's rank expression was not checked at
-    all (helper-6's audit): it is evaluated before outputs, derive entries and constants exist."""
+    all (helper-6's audit): it is evaluated before outputs, derive entries and constants exist.
+    Nor was a top-level constant, compiled after the check (helper-8's review)."""
     with pytest.raises(errors.ExpressionError, match=fragment) as info:
         compile_program(parse_manifest(mutate(QG, change)))
     assert info.value.where == where
@@ -389,4 +391,33 @@ def test_a_dollar_name_in_a_struct_field_type_must_name_a_constant(name):
     with pytest.raises(errors.ManifestError, match=rf"'\${name}' names no constant of this variant") as info:
         compile_program(parse_manifest(mutate(QG, change)))
     assert info.value.json_path == "variants[2].passes[0].bindings[2].struct.fields[0].type"
+
+
+def test_input_ranks_count_in_the_packages_expression_budget():
+    """Input ranks were compiled apart from the package's other expressions (helper-8's review):
+    past the 64 KiB budget, they loaded."""
+    from webgpu_kernels.errors import ExpressionSandboxError
+
+    def change(d):
+        for i in range(16):  # 16 x 3,998 characters: within 64 KiB
+            d["derive"][f"filler{i}"] = f"'{i:04d}{'a' * 3988}' != ''"
+        d["inputs"][0]["rank"] = f"ranks.X if '{'b' * 1600}' else 0"
+    with pytest.raises(ExpressionSandboxError, match="characters together") as info:
+        compile_program(parse_manifest(mutate(QG, change)))
+    assert info.value.where == "inputs[0].rank"
+
+
+def test_too_many_expressions_are_refused_before_any_is_compiled():
+    """Compiling 2,048 expressions to find the 2,049th took about 3 s (a test allowing 5 s failed
+    under load); counting the manifest's distinct strings first takes no compile."""
+    import time
+
+    from webgpu_kernels.errors import ExpressionSandboxError
+
+    manifest = parse_manifest(mutate(QG, lambda d: d.update(constants={f"c{i}": f"{i} + 1" for i in range(3000)})))
+    started = time.perf_counter()
+    with pytest.raises(ExpressionSandboxError, match="more than 2048 distinct expressions") as info:
+        compile_program(manifest)
+    assert info.value.expression == "2044 + 1"  # after the 4 derive entries: the 2,049th distinct string
+    assert time.perf_counter() - started < 1.0  # about 1 ms here; compiling them took seconds
 

@@ -262,7 +262,7 @@ def test_not_a_package(tmp_path: Path, runner: CliRunner) -> None:
     assert result.exit_code == 2 and "neither a package folder nor an embedded kernel" in result.stderr
     # a Hub repository is read as every command reads it, and validate says how to get its folder
     # (with the pin as download takes it: the hint had left out the --version download requires)
-    for ref, fetch in [("@v2", "--version 2"), ("", "--version 1"), ("@dev", "--revision dev")]:
+    for ref, fetch in [("@v2", "--version 2"), ("", "--version 1"), ("@dev", "--revision dev"), ("@v²", "--revision v²")]:
         result = runner.invoke(main, ["validate", f"webgpu-kernels/com.example.Nothing{ref}"])
         assert result.exit_code == 2 and f"download webgpu-kernels/com.example.Nothing {fetch}`" in result.stderr
 

@@ -323,13 +323,19 @@ def resolve_kernel(ref: str) -> Kernel:
     return get_kernel(ref)  # embedded, or the library's "no embedded kernel" error
 
 
+def hub_pin(where: KernelRef) -> tuple[int | None, str | None]:
+    """(version, revision) of a Hub KERNEL argument: ``@vN`` is contract version N, another ``@REV``
+    a revision, none version 1. (ASCII digits only: ``"v²"[1:].isdigit()`` is true, and int() of it
+    raised a ValueError.)"""
+    if not where.pin:
+        return 1, None
+    match = re.fullmatch(r"v([0-9]+)", where.pin)
+    return (int(match[1]), None) if match else (None, where.pin)
+
+
 def _from_hub(where: KernelRef) -> Kernel:
-    trust, pin = trusting(), where.pin
-    if pin.startswith("v") and pin[1:].isdigit():
-        return get_kernel(where.repo, version=int(pin[1:]), trust_remote_code=trust)
-    if pin:
-        return get_kernel(where.repo, revision=pin, trust_remote_code=trust)
-    return get_kernel(where.repo, version=1, trust_remote_code=trust)
+    version, revision = hub_pin(where)
+    return get_kernel(where.repo, version=version, revision=revision, trust_remote_code=trusting())
 
 
 def trusting() -> bool:

@@ -385,9 +385,8 @@ def _package_path(ref: str) -> Path:
             raise PackageError("no such folder", path=str(where.path))
         return where.path
     if where.kind == "hub":
-        # the pin as every KERNEL argument reads it: @vN a contract version, @REV a revision, none v1
-        pin = where.pin or "v1"
-        fetch = f"--version {pin[1:]}" if pin.startswith("v") and pin[1:].isdigit() else f"--revision {pin}"
+        version, revision = _cli().hub_pin(where)  # as every KERNEL argument reads it
+        fetch = f"--version {version}" if revision is None else f"--revision {revision}"
         raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel; validate checks a folder: "
                            f"`webgpu-kernels download {where.repo} {fetch}` fetches a Hub kernel, then validate "
                            "the folder it prints")  # fmt: skip

@@ -73,8 +73,9 @@ class DigestProblem:
 
     def error(self, root: Path, more: int = 0, *, author: bool = True) -> DigestError:
         message = self.text if author else self.message
-        if more:
-            message += f" (and {more} more digest problem{'s' if more > 1 else ''}: run `webgpu-kernels validate`)"
+        if more:  # validate lists them all; a downloaded copy is not the user's to validate
+            message += f" (and {more} more digest problem{'s' if more > 1 else ''}"
+            message += ": run `webgpu-kernels validate`)" if author else ")"
         return DigestError(message, file=self.file, reason=self.reason, path=str(root / self.file))
 
 

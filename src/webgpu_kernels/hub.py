@@ -499,9 +499,10 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each): they would be refused after the download,
     once they had filled the disk. (The listing is the server's word: a file listed smaller than it
     is still downloads in full, then is refused.) Returns whether the endpoint listed the revision:
-    if not, what snapshot_download returns is the cache's (a 4xx for a pinned commit the server no
-    longer has still finds the cached copy; a 5xx or no answer, any cached copy)."""
+    if not, what snapshot_download returns is the cache's (a pinned commit the server no longer
+    has still finds its cached copy; a Hub that does not answer, any cached copy)."""
     from huggingface_hub import HfApi, RepoFile
+    from huggingface_hub.errors import HfHubHTTPError
 
     api = HfApi(endpoint=endpoint, token=token)
     files: list[RepoFile] = []
@@ -509,15 +510,21 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
         # repo_info fails at once when the Hub cannot be reached; the tree listing would retry for
         # 23 s first (five times, with backoff), delaying the fallback to the cache.
         commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE).sha or rev
+    except Exception:  # noqa: BLE001 - unreachable, no such repository or revision: snapshot_download
+        # reports it, or serves the cache (a pinned commit the Hub no longer has, still cached)
+        return False
+    try:
         for entry in api.list_repo_tree(repo_id, path_in_repo=PACKAGE_DIR, recursive=True, revision=commit,
                                         repo_type=REPO_TYPE):  # fmt: skip
             if isinstance(entry, RepoFile) and entry.size is not None:  # not a folder
                 files.append(entry)
                 if len(files) > MAX_PACKAGE_FILES:
                     break
-    except Exception:  # noqa: BLE001 - unreachable, not found, no such folder: snapshot_download
-        # reports it (or serves the cache), as it did before this check existed
-        return False
+    except Exception as exc:  # noqa: BLE001 - no such folder, a refusal: snapshot_download reports it
+        # The Hub listed the revision; its 4xx here is its answer (the files come from it), while
+        # after a 5xx or no answer huggingface_hub serves the cache.
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        return isinstance(exc, HfHubHTTPError) and isinstance(status, int) and status < 500
     if len(files) > MAX_PACKAGE_FILES:
         raise HubError(f"{repo_id} revision {rev!r}: {PACKAGE_DIR}/ holds more than {MAX_PACKAGE_FILES} files, "
                        "more than a kernel package may", repo_id=repo_id, revision=rev)  # fmt: skip

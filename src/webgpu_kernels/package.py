@@ -80,9 +80,10 @@ class KernelPackage:
             if rel in self.metadata["digest"]["files"]:  # validate's view of a package that does not open
                 raise DigestError("listed in metadata.json but it failed the digest check (see that problem)",
                                   file=rel, reason="mismatch", path=str(self.path_of(rel)))  # fmt: skip
+            fix = ("tell the repository's authors: it must be listed where the package is published" if
+                   self.origin == "hub" else "run `webgpu-kernels digest` on the package to list it")  # fmt: skip
             raise DigestError("not listed in metadata.json's digest.files, so it was not verified when the package "
-                              "was opened (run `webgpu-kernels digest` on the package to list it)", file=rel,
-                              reason="unlisted", path=str(self.path_of(rel)))  # fmt: skip
+                              f"was opened ({fix})", file=rel, reason="unlisted", path=str(self.path_of(rel)))  # fmt: skip
         return read_file(self.root, rel)
 
     def read_text(self, name: str) -> str:
