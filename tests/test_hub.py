@@ -467,6 +467,22 @@ def test_embedded_names_stay_embedded(hub_env):
         wk.get_kernel(OP_ID, revision="v1")
 
 
+def test_an_embedded_packages_contract_version_is_its_metadata_version(tmp_path, monkeypatch):
+    """As a Hub revision's is (check_contract_version): it was the manifest's sinceVersion, the
+    op's opset version, which a package published as v2 keeps (helper-8's review)."""
+    from webgpu_kernels import api
+    from webgpu_kernels.package import open_folder
+
+    root = shutil.copytree(embedded_root() / OP_ID, tmp_path / OP_ID)
+    for path in root.iterdir():
+        os.chmod(path, 0o644)
+    write_metadata(root, version=2)
+    monkeypatch.setitem(api._embedded, OP_ID, wk.Kernel(open_folder(root, origin="embedded")))
+    assert wk.get_kernel(OP_ID, version=2).manifest.since_version == 1
+    with pytest.raises(PackageError, match="contract version 2, not 1"):
+        wk.get_kernel(OP_ID, version=1)
+
+
 @pytest.mark.parametrize(
     ("name", "kind"),
     [("com.microsoft.BiasAdd", "embedded"), ("webgpu-kernels/com.microsoft.BiasAdd", "hub"), ("./x", "path"),

@@ -36,7 +36,7 @@ def get_kernel(
     """A kernel by op id (embedded package) or by Hugging Face Hub kernel repository.
 
     * ``get_kernel("com.microsoft.BiasAdd")``: the package embedded in the library. ``version=``,
-      if given, must be its contract version (the manifest's ``sinceVersion``).
+      if given, must be its contract version (``metadata.json``'s ``version``, as on the Hub).
     * ``get_kernel("webgpu-kernels/com.microsoft.BiasAdd", version=1)``: the kernel repository on
       the Hub (``HF_ENDPOINT``), contract version N = revision ``vN``; ``revision=`` pins a branch,
       tag or commit instead. Files come from ``build/webgpu/`` into the Hugging Face cache (reused
@@ -76,7 +76,8 @@ def get_kernel(
         kernel = _embedded[shown]
     if version is not None:
         hub.check_version(version, shown)
-        embedded_version = kernel.manifest.since_version
+        # what a Hub revision vN must hold (hub.check_contract_version), so both read it alike
+        embedded_version = (kernel.package.metadata or {}).get("version", kernel.manifest.since_version)
         if version != embedded_version:
             raise PackageError(f"the embedded {shown} package is contract version {embedded_version}, not {version}; "
                                f"for another version load it from the Hub: get_kernel('{hub.OFFICIAL_ORG}/{shown}', "
