@@ -519,6 +519,10 @@ class Kernel:
         wgsl = self.renderer.render_passes(resolved, scope)
         passes = tuple(build_pass(device, r, text, kernel=self.op_id, variant=variant_id)
                        for r, text in zip(resolved, wgsl, strict=True))  # fmt: skip
+        # An optional output the chosen variant binds nowhere is not returned: its buffer would hold
+        # a pooled buffer's old bytes. (Every other output is bound as storage: a load-time check.)
+        bound = {b.arg for r in resolved for b in r.bindings}
+        outputs = tuple(o for o in outputs if o.role in bound)
         plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs, tunables=signature.tunable_map())
         with self._lock:
             self._plans[key] = plan
