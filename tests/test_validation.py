@@ -489,6 +489,16 @@ def test_a_constant_named_like_a_template_name_is_a_warning(qg: Path) -> None:
                 if "template" in p.message]  # fmt: skip
 
 
+def test_a_constant_shadowing_a_derive_entry_is_a_warning(qg: Path) -> None:
+    """Only a shadowed entry an output shape read was warned about; a variant constant `vec4Ok: true`
+    silently replaced the derive entry in the variant's when clauses (helper-9's trial)."""
+    edit_json(qg / "manifest.json", lambda m: m["variants"][0]["constants"].update(vec4Ok=True))
+    digests.write_metadata(qg)
+    warned = {p.json_path: p.message for p in validate_package(qg, gpu=False).warnings}
+    assert "shadows derive entry 'vec4Ok': the variant's when clauses" in warned["variants[0].constants.vec4Ok"]
+    assert not [p for p in validate_package(embedded_root() / QUICK_GELU, gpu=False).warnings if "shadows" in p.message]
+
+
 def test_a_template_including_an_unlisted_file_is_invalid_as_every_call_refuses_it(qg: Path) -> None:
     """A template that includes a file added after `digest` (a .txt may sit unlisted) validated
     as "valid", while every call, test and render refused it with a DigestError."""

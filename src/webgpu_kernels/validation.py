@@ -321,6 +321,9 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
             out.warning(MANIFEST_FILE, where, f"shadows derive entry {name!r}, which {read_by_outputs[name].json_path}"
                                               ".shape reads: the output is sized by the derive value, the passes "
                                               "use this one")  # fmt: skip
+        elif name in manifest.derive:  # legal, but a when clause meant to read the derive entry reads this
+            out.warning(MANIFEST_FILE, where, f"shadows derive entry {name!r}: the variant's when clauses, constants "
+                                              "and passes read this value instead (rename one if both are meant)")  # fmt: skip
     for cycle in evaluation_order(output_reads, derive_reads)[1]:
         labels = [node_label(node, output_reads, derive_reads) for node in cycle.path]
         kind, i = cycle.path[0]
