@@ -42,8 +42,9 @@ def test_test_case_inputs_of_a_case_not_yet_in_test_json(quick_gelu):
         "distribution": "uniform", "seed": 103, "low": -12.0, "high": 12.0}}}}  # tail-5x77x13-f32 less `expected`
     np.testing.assert_array_equal(wk.test_case_inputs(quick_gelu, draft)["X"],
                                   wk.test_case_inputs(quick_gelu, "tail-5x77x13-f32")["X"])
-    with pytest.raises(wk.CaseFileError, match="cases\\[0\\].inputs.X"):
+    with pytest.raises(wk.CaseFileError, match="cases\\[0\\].inputs.X") as info:
         wk.test_case_inputs(quick_gelu, {**draft, "inputs": {"X": {"shape": [2], "values": [1, 2, 3]}}})
+    assert info.value.file == "case 'new-case' given as a dict (read as cases[0])"  # it had read "case"
     with pytest.raises(errors.InputError, match="a case name, or a case as a dict, got list"):
         wk.test_case_inputs(quick_gelu, ["new-case"])
 

@@ -28,7 +28,7 @@ from . import errors as error_classes
 from .case_data import MAX_CASE_ELEMENTS, dtype_name, generate, inline_values, load_array
 from .contract import MAX_ELEMENTS, shape_text, too_many_elements
 from .digests import decode_json, json_path
-from .errors import CaseFileError, PackageError
+from .errors import CaseFileError, PackageError, shorten
 from .forks import fresh_in_child
 from .json_schema import validator as schema_validator
 
@@ -394,7 +394,10 @@ def parse_draft_case(case: Mapping[str, Any]) -> TestCase:
     draft = dict(case)
     if "refused" not in draft and not draft.get("expected"):
         draft["expected"] = {"placeholder": {"shape": [], "values": 0}}
-    return parse_test_file({"cases": [draft]}, file="case").cases[0]
+    # Errors name the case and say why their paths read cases[0]: it had read "file: case".
+    name = case.get("name") if isinstance(case.get("name"), str) else None
+    where = f"case {shorten(name)!r} given as a dict (read as cases[0])" if name else "a case given as a dict (read as cases[0])"
+    return parse_test_file({"cases": [draft]}, file=where).cases[0]
 
 
 def read_test_file(package: Any) -> TestFile:
