@@ -362,3 +362,13 @@ def test_the_trace_shows_a_variant_constant_that_shadows_a_top_level_one():
     selection = select_variant(program.variants, scope, exhaustive=True, definitions=program.definitions)
     thirds = selection.trace[0]
     assert not thirds.accepted and thirds.values == {"ok": False, "n": 8, "shapes.X": (8,)}, thirds.values
+
+
+def test_a_namespace_read_whole_is_traced_with_all_its_names():
+    """`'beta' in shapes` showed shapes=['input', 'skip', 'gamma', ... cut at 60 characters, so
+    the name the clause asks about could be cut off (helper-9's trial)."""
+    from webgpu_kernels.selection import Verdict
+
+    names = ["input", "skip", "gamma", "output", "mean", "inv_std_var", "input_skip_bias_sum", "beta"]
+    verdict = Verdict("row", 0, False, clause="'beta' in shapes", clause_index=0, values={"shapes": names})
+    assert "shapes=[input, skip, gamma, output, mean, inv_std_var, input_skip_bias_sum, beta])" in verdict.reason()

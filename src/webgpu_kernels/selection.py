@@ -52,8 +52,13 @@ class Selection:
 
 
 def _short(value: Any) -> str:
-    text = repr(list(value) if isinstance(value, tuple) else value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        # a namespace read whole (`'beta' in shapes`): its names, unquoted and cut later, since
+        # the one a clause asks about may come last (cut at 60, it had been lost)
+        text, most = "[" + ", ".join(value) + "]", 200
+    else:
+        text, most = repr(list(value) if isinstance(value, tuple) else value), 60
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def judge(
