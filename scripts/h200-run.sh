@@ -29,6 +29,7 @@
 #   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
 #   bash scripts/h200-run.sh testsn [N]   the suite in N processes (pytest-xdist; default 8)
 #   bash scripts/h200-run.sh largetestsn   large, then testsn
+#   bash scripts/h200-run.sh runaway   test --timeout against a shader that runs on, the GPU after the kill, then testsn
 #   bash scripts/h200-run.sh large   host cost per call and bench on the large cases (headcheck less the suite)
 #   bash scripts/h200-run.sh largepackages   large, then demo.Where and demo.Transpose through bench
 #   bash scripts/h200-run.sh throttle [SECONDS] [IDLE_EVERY]   the large cases and copies round after round, beside nvidia-smi
@@ -282,6 +283,14 @@ case "${1:-bench}" in
   testsn)  # session 32: the suite in N processes (pytest-xdist, default 8 of the 16 cores), each with its own device
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 400 python3 -m pytest -q -p no:cacheprovider -n "${2:-8}" -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
+  runaway)  # session 33: test --timeout against a shader that runs on (1e8 iterations a loop: minutes if not stopped),
+    # the GPU's utilization before and after the kill, then the suite in 8 processes
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    { nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv
+      timeout 120 python3 scripts/runaway_shader.py 100000000 20
+      for i in 1 2 3; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; sleep 2; done
+      nvidia-smi --query-compute-apps=pid,used_memory --format=csv; } 2>&1 | tee "$OUT/runaway.log"
+    bash "$0" testsn ;;
   largetestsn)  # session 32: large, then the suite in 8 processes (headcheck's pair, which in one process passed 600 s)
     bash "$0" large
     bash "$0" testsn ;;
