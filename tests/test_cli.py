@@ -555,6 +555,54 @@ def test_onnxruntime_reference() -> None:
     assert references.onnxruntime_reference(BIAS_ADD, three, {}) is None
 
 
+_LAYER_NORM_MANIFEST = {
+    "domain": "ai.onnx", "name": "LayerNormalization", "sinceVersion": 17,
+    "inputs": [{"role": "X", "dtype": "T", "rank": 2}, {"role": "Scale", "dtype": "T"}],
+    "outputs": [{"role": "Y", "dtype": "T", "rank": 2, "shape": "shapes.X"},
+                {"role": "Mean", "dtype": "T", "rank": 2, "shape": "[shapes.X[0], 1]", "optional": True},
+                {"role": "InvStdDev", "dtype": "T", "rank": 2, "shape": "[shapes.X[0], 1]", "optional": True}],
+    "attributes": {"axis": -1, "epsilon": 1e-05},
+    "typeConstraints": {"T": ["float32"]},
+    "variants": [{"id": "main", "passes": [{"id": "main", "shader": "ln.wgsl.jinja", "bindings": [
+        {"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
+        {"name": "scale", "arg": "Scale", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
+        {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
+        {"name": "inv", "arg": "InvStdDev", "buffer": {"type": "storage"}, "elementType": "f32"},
+        {"name": "params", "semantic": "kernel.params", "buffer": {"type": "uniform"}, "struct": {"name": "Params", "fields": [
+            {"name": "rows", "type": "u32", "value": "shapes.X[0]"}, {"name": "cols", "type": "u32", "value": "shapes.X[1]"},
+            {"name": "eps", "type": "f32", "value": "attrs.epsilon"}]}}],
+        "dispatch": {"threads": "shapes.X[0]"}}]}],
+}  # fmt: skip
+_LAYER_NORM_TEMPLATE = """{{ declarations }}
+@compute @workgroup_size({{ workgroupSize }})
+fn {{ entryPoint }}({{ entryParams }}) {
+  let r = {{ globalIndex }};
+  if (r >= params.rows) { return; }
+  var s = 0.0;
+  for (var c = 0u; c < params.cols; c++) { s += x[r * params.cols + c]; }
+  let m = s / f32(params.cols);
+  var v = 0.0;
+  for (var c = 0u; c < params.cols; c++) { let d = x[r * params.cols + c] - m; v += d * d; }
+  let iv = 1.0 / sqrt(v / f32(params.cols) + params.eps);
+  inv[r] = iv;
+  for (var c = 0u; c < params.cols; c++) { y[r * params.cols + c] = (x[r * params.cols + c] - m) * iv * scale[c]; }
+}
+"""
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_compares_with_onnxruntime_by_position(write_package, runner: CliRunner) -> None:
+    """ONNX reads a node's inputs and outputs by position. A LayerNormalization that leaves out its
+    optional Mean: InvStdDev had been compared with ORT's Mean (WRONG, exit 1); and inputs given as
+    `-i Scale=... -i X=...` had built the node as (Scale, X) (helper-10's review)."""
+    root = write_package(_LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    for order in (["-i", "X=4x16:f32", "-i", "Scale=16:f32"], ["-i", "Scale=16:f32", "-i", "X=4x16:f32"]):
+        result = runner.invoke(main, ["run", str(root), *order, "--json"])
+        assert result.exit_code == 0, result.output
+        compared = json.loads(result.stdout)["reference"]["onnxruntime"]
+        assert set(compared) == {"Y", "InvStdDev"} and all(c["ok"] for c in compared.values()), compared
+
+
 def test_compare_and_summarize() -> None:
     got = np.array([1.0, np.nan, np.inf, 2.0, 0.0], np.float32)
     want = np.array([1.5, np.nan, np.inf, np.nan, 0.0])

@@ -22,7 +22,7 @@ from webgpu_kernels.cli import main
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.kernel import Kernel
 
-from conftest import copy_package, tuning_file
+from conftest import copy_package, optional_output_package, tuning_file
 
 
 @pytest.fixture
@@ -619,3 +619,14 @@ def test_the_speed_up_shown_is_the_one_the_choice_was_made_on(runner, tuning_dir
     assert "1.08x" in out and "0.78x" not in out and "2900.0" not in out
     entry = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"][TINY_KEY]
     assert (entry["variant"], entry["tunables"], entry["median_s"]) == (*winner, 3.7e-3)
+
+
+def test_a_candidate_with_other_outputs_is_skipped_not_a_crash(write_package, runner):
+    """A variant that leaves an optional output out (no pass binds it) had crashed tune with a
+    KeyError once such outputs were left out of results (helper-10's review): it computes other
+    outputs than the default, so it is skipped, as a variant whose output differs is."""
+    root = optional_output_package(write_package, [("withz", 10, True), ("noz", 1, False)])
+    result = runner.invoke(main, ["tune", str(root), "--dry-run"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "skipped (output differs from the default's): noz" in " ".join(result.output.split())
+

@@ -11,6 +11,7 @@ from webgpu_kernels import errors
 from webgpu_kernels.execution import _pipeline_cache
 
 import references as ref
+from conftest import optional_output_package
 
 DTYPES = (np.float32, np.float16)
 DTYPE_IDS = ("f32", "f16")
@@ -654,39 +655,20 @@ def test_a_template_declaring_a_binding_the_pass_lacks_is_told_the_passs_binding
     assert "{{ bindings.NAME.binding }}" in str(info.value)
 
 
-def _optional_output_package(write_package, *, writes_z: bool):
-    """Y = X always; Z = 2X, an optional output, only from a variant that binds it."""
-    bindings = [{"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
-                {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
-                {"name": "params", "semantic": "kernel.params", "buffer": {"type": "uniform"},
-                 "struct": {"name": "Params", "fields": [{"name": "n", "type": "u32", "value": "numel(shapes.X)"}]}}]
-    if writes_z:
-        bindings.insert(2, {"name": "z", "arg": "Z", "buffer": {"type": "storage"}, "elementType": "f32"})
-    manifest = {
-        "domain": "demo", "name": "OptOut", "inputs": [{"role": "X", "dtype": "T"}],
-        "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"},
-                    {"role": "Z", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X", "optional": True}],
-        "typeConstraints": {"T": ["float32"]},
-        "variants": [{"id": "main", "passes": [{"id": "main", "shader": "copy.wgsl.jinja", "bindings": bindings,
-                                                "dispatch": {"threads": "numel(shapes.X)"}}]}],
-    }  # fmt: skip
-    template = ("{{ declarations }}\n@compute @workgroup_size({{ workgroupSize }})\n"
-                "fn {{ entryPoint }}({{ entryParams }}) {\n  let i = {{ globalIndex }};\n"
-                "  if (i >= params.n) { return; }\n  y[i] = x[i];\n"
-                + ("  z[i] = 2.0 * x[i];\n" if writes_z else "") + "}\n")  # fmt: skip
-    return wk.load_kernel(write_package(manifest, {"copy.wgsl.jinja": template}))
-
-
 def test_an_optional_output_no_pass_binds_is_not_returned(write_package, device):
     """It was returned holding whatever its pooled buffer held last: another call's Y, silently
     (helper-9's SkipLayerNormalization trial)."""
     x = np.arange(4, dtype=np.float32)
-    without = _optional_output_package(write_package, writes_z=False)
+    without = wk.load_kernel(optional_output_package(write_package, [("main", 0, False)]))
     stale = wk.to_gpu(np.full(4, 7.0, np.float32))
     stale.release()  # a pooled buffer of Z's size holding 7s
     for output in ("numpy", "gpu"):
         got = without({"X": x}, output=output)
         assert set(got) == {"Y"}, output
         np.testing.assert_array_equal(np.asarray(got["Y"].numpy() if output == "gpu" else got["Y"]), x)
-    with_z = _optional_output_package(write_package, writes_z=True)({"X": x})
+    with_z = wk.load_kernel(optional_output_package(write_package, [("main", 0, True)]))({"X": x})
     np.testing.assert_array_equal(with_z["Z"], 2 * x)
+    # explain lists every output's shape and says which the chosen variant leaves out (helper-10)
+    explained = without.explain({"X": x})
+    assert "output Z: shape [4] float32 (optional: variant 'main' does not produce it)" in str(explained)
+    assert [(o["name"], o["produced"]) for o in explained.as_dict()["outputs"]] == [("Y", True), ("Z", False)]

@@ -71,7 +71,11 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     if ref is not None:
         expected = ref(arrays, all_attrs)
         report["reference"]["numpy"] = {n: compare(outputs[n], expected[n]) for n in outputs if n in expected}
-    ort_out = onnxruntime_reference(k.op_id, arrays, all_attrs, output_names=list(outputs))
+    # ONNX reads a node's inputs and outputs by position: the manifest's order, "" for one left out
+    # (listing only what there was shifted a later one into an earlier one's place).
+    ort_out = onnxruntime_reference(
+        k.op_id, arrays, all_attrs, input_names=[s.role if s.role in arrays else "" for s in k.manifest.inputs],
+        output_names=[s.role if s.role in outputs else "" for s in k.manifest.outputs])  # fmt: skip
     if ort_out is not None:
         report["reference"]["onnxruntime"] = {n: compare(outputs[n], ort_out[n]) for n in outputs if n in ort_out}
     for results in report["reference"].values():

@@ -455,13 +455,15 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
     cache_dir = cache_dir_for(endpoint)
     try:
-        listed = not offline and _check_listing(repo_id, rev, endpoint=endpoint, token=token)
+        listed = None if offline else _check_listing(repo_id, rev, endpoint=endpoint, token=token)
         path = snapshot_download(
             repo_id, repo_type=REPO_TYPE, revision=rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
             cache_dir=str(cache_dir), endpoint=endpoint, local_files_only=offline, token=token,
             library_name="webgpu-kernels", library_version=_library_version(),
         )  # fmt: skip
-        return path, not listed
+        # From the Hub only if it is the commit the Hub named: snapshot_download serves the cache
+        # on its own when its requests fail (a 4xx included), and then the listing cannot tell.
+        return path, listed is None or Path(path).name != listed
     except RevisionNotFoundError:
         published = _published_versions(repo_id, endpoint, token)
         hint = f"; published versions: {', '.join(published)}" if published else ""
@@ -494,15 +496,14 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
 
 
-def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> bool:
+def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> str | None:
     """Refuse, before anything is downloaded, a package the Hub lists as larger than a package may
     be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each): they would be refused after the download,
     once they had filled the disk. (The listing is the server's word: a file listed smaller than it
-    is still downloads in full, then is refused.) Returns whether the endpoint listed the revision:
-    if not, what snapshot_download returns is the cache's (a pinned commit the server no longer
-    has still finds its cached copy; a Hub that does not answer, any cached copy)."""
+    is still downloads in full, then is refused.) Returns the commit the endpoint named for the
+    revision, or None when it named none (it could not be reached, or does not list the revision:
+    a pinned commit it no longer has, still cached)."""
     from huggingface_hub import HfApi, RepoFile
-    from huggingface_hub.errors import HfHubHTTPError
 
     api = HfApi(endpoint=endpoint, token=token)
     files: list[RepoFile] = []
@@ -512,7 +513,7 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
         commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE).sha or rev
     except Exception:  # noqa: BLE001 - unreachable, no such repository or revision: snapshot_download
         # reports it, or serves the cache (a pinned commit the Hub no longer has, still cached)
-        return False
+        return None
     try:
         for entry in api.list_repo_tree(repo_id, path_in_repo=PACKAGE_DIR, recursive=True, revision=commit,
                                         repo_type=REPO_TYPE):  # fmt: skip
@@ -520,11 +521,9 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
                 files.append(entry)
                 if len(files) > MAX_PACKAGE_FILES:
                     break
-    except Exception as exc:  # noqa: BLE001 - no such folder, a refusal: snapshot_download reports it
-        # The Hub listed the revision; its 4xx here is its answer (the files come from it), while
-        # after a 5xx or no answer huggingface_hub serves the cache.
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        return isinstance(exc, HfHubHTTPError) and isinstance(status, int) and status < 500
+    except Exception:  # noqa: BLE001 - no such folder, a refusal: snapshot_download reports it (or
+        # serves the cache, which the commit it returns then tells)
+        return commit
     if len(files) > MAX_PACKAGE_FILES:
         raise HubError(f"{repo_id} revision {rev!r}: {PACKAGE_DIR}/ holds more than {MAX_PACKAGE_FILES} files, "
                        "more than a kernel package may", repo_id=repo_id, revision=rev)  # fmt: skip
@@ -537,7 +536,7 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
         if entry.size > MAX_FILE_BYTES:
             raise HubError(f"{repo_id} revision {rev!r}: {entry.path} is {entry.size} bytes, more than a package "
                            f"file may be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
-    return True
+    return commit
 
 
 def _name_problem(path: str) -> str | None:

@@ -45,7 +45,7 @@ from .expressions import Expression, ExpressionCompiler
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
-from .rendering import TemplateRenderer, resolve_variant
+from .rendering import ResolvedPass, TemplateRenderer, resolve_variant
 from .selection import Selection, Verdict, require_choice, select_variant
 from .templates import NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 from .tensor import LOST_TENSOR, GpuTensor
@@ -74,6 +74,9 @@ class Explanation:
     #: The variant the call forces (``variant=``), if it does: ``chosen`` is it if its ``when``
     #: holds, else None with the call's VariantRejectedError in ``refused``.
     forced: str | None = None
+    #: The outputs the chosen variant returns (an optional output it binds nowhere is left out of
+    #: the call's result); None when no variant was chosen. ``outputs`` lists every output's shape.
+    produced: frozenset[str] | None = None
 
     def __str__(self) -> str:
         if self.forced is not None:
@@ -86,7 +89,9 @@ class Explanation:
             mark = "*" if v.variant == self.chosen else ("+" if v.accepted else "-")
             lines.append(f"  {mark} {v.variant} (priority {v.priority:g}): {v.reason()}")
         for out in self.outputs:
-            lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}")
+            left_out = self.produced is not None and out.role not in self.produced
+            lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}"
+                         + (f" (optional: variant {self.chosen!r} does not produce it)" if left_out else ""))  # fmt: skip
         if self.refused:
             lines.append(f"  {'but the call would fail' if self.chosen else 'the call fails'}: {self.refused}")
         if self.tuned:
@@ -97,7 +102,8 @@ class Explanation:
     def as_dict(self) -> dict[str, Any]:
         return {
             "op": self.op_id, "chosen": self.chosen, "variants": [v.as_dict() for v in self.verdicts],
-            "outputs": [{"name": o.role, "shape": list(o.shape), "dtype": o.dtype} for o in self.outputs],
+            "outputs": [{"name": o.role, "shape": list(o.shape), "dtype": o.dtype,
+                         "produced": None if self.produced is None else o.role in self.produced} for o in self.outputs],
             "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
             "refused": self.refused, "tuned": self.tuned, "forced": self.forced,
         }  # fmt: skip
@@ -256,7 +262,7 @@ class Kernel:
                                                                                  signature, device, check=True)  # fmt: skip
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
-        chosen, refused = None, None
+        chosen, refused, resolved = None, None, None
         if variant is not None:
             chosen = variant if next(v for v in selection.trace if v.variant == variant).accepted else None
             try:  # the call's own path (_plan's), so that explain says what the call raises: its
@@ -281,7 +287,9 @@ class Kernel:
             except DeviceLimitError as exc:
                 refused = str(exc)
         tuned = None if stored is None else {"variant": stored[1], "tunables": stored[0].tunable_map()}
-        return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned, forced=variant)
+        produced = None if chosen is None or resolved is None else frozenset(_bound_roles(resolved))
+        return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned, forced=variant,
+                           produced=produced)  # fmt: skip
 
     def evaluate(
         self,
@@ -521,7 +529,7 @@ class Kernel:
                        for r, text in zip(resolved, wgsl, strict=True))  # fmt: skip
         # An optional output the chosen variant binds nowhere is not returned: its buffer would hold
         # a pooled buffer's old bytes. (Every other output is bound as storage: a load-time check.)
-        bound = {b.arg for r in resolved for b in r.bindings}
+        bound = _bound_roles(resolved)
         outputs = tuple(o for o in outputs if o.role in bound)
         plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs, tunables=signature.tunable_map())
         with self._lock:
@@ -529,6 +537,11 @@ class Kernel:
             if len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
         return plan
+
+
+def _bound_roles(resolved: Sequence[ResolvedPass]) -> set[str]:
+    """The tensors some pass binds (its inputs and the outputs the variant returns)."""
+    return {b.arg for r in resolved for b in r.bindings if b.arg is not None}
 
 
 def _template_files(package: KernelPackage) -> list[str]:

@@ -39,6 +39,8 @@ def max_abs_error(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
     equal; a NaN anywhere else, an infinity mismatch or a shape mismatch is infinitely wrong."""
     worst = 0.0
     for name, ref in expected.items():
+        if name not in outputs:  # an optional output this variant does not produce
+            return float("inf")
         got = np.asarray(outputs[name], dtype=np.float64)
         if got.shape != ref.shape:
             return float("inf")
@@ -119,24 +121,27 @@ def one_node_model(
     inputs: Mapping[str, np.ndarray],
     attrs: Mapping[str, Any] | None = None,
     *,
+    input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
 ) -> tuple[bytes, dict[str, np.ndarray], list[str]]:
     """A serialized one-node ONNX model of ``op_id`` for these inputs, the inputs in the node's
-    order, and the output names. Needs the ``onnx`` package."""
+    order, and the output names. ``input_names``/``output_names`` are the node's, by position
+    (ONNX reads them so), ``""`` for an optional one left out. Needs the ``onnx`` package."""
     import onnx
     from onnx import helper
 
     spec = ONNX_OPS.get(op_id)
-    order = list(spec.inputs) if spec else list(inputs)
-    outputs = list(output_names or (spec.outputs if spec else ("Y",)))
+    order = list(input_names) if input_names is not None else list(spec.inputs) if spec else list(inputs)
+    node_outputs = list(output_names or (spec.outputs if spec else ("Y",)))
+    outputs = [o for o in node_outputs if o]
     domain, _, name = op_id.rpartition(".")
     onnx_domain = "" if domain in ("ai.onnx", "") else domain
     node_attrs: dict[str, Any] = {}
     for key, value in (attrs or {}).items():
         node_attrs[key] = float(value) if spec and key in spec.float_attrs else value
     # np.asarray keeps rank 0; np.ascontiguousarray would make it shape (1,).
-    arrays = {k: np.asarray(inputs[k], order="C") for k in order}
-    node = helper.make_node(name, order, outputs, domain=onnx_domain, **node_attrs)
+    arrays = {k: np.asarray(inputs[k], order="C") for k in order if k}
+    node = helper.make_node(name, order, node_outputs, domain=onnx_domain, **node_attrs)
     graph = helper.make_graph(
         [node], f"{name}_reference",
         [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
@@ -156,9 +161,11 @@ def onnxruntime_reference(
     inputs: Mapping[str, np.ndarray],
     attrs: Mapping[str, Any] | None = None,
     *,
+    input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray] | None:
-    """Run ``op_id`` as a one-node ONNX model on onnxruntime's CPU provider.
+    """Run ``op_id`` as a one-node ONNX model on onnxruntime's CPU provider (``input_names`` and
+    ``output_names`` as for :func:`one_node_model`).
 
     Inputs keep their dtype (f16 inputs run ORT's f16 kernel where it has one). Returns the
     outputs by name, or None when onnx/onnxruntime is not installed or onnxruntime cannot run the
@@ -170,7 +177,8 @@ def onnxruntime_reference(
     except ImportError:
         return None
     try:
-        model, arrays, outputs = one_node_model(op_id, inputs, attrs, output_names=output_names)
+        model, arrays, outputs = one_node_model(op_id, inputs, attrs, input_names=input_names,
+                                                output_names=output_names)  # fmt: skip
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only; a missing kernel is an answer, not a warning
         session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
