@@ -388,7 +388,7 @@ def test_the_spin_is_set_by_the_environment(monkeypatch, setting, spin_s):
 
 
 @pytest.mark.parametrize("name", ["WEBGPU_KERNELS_SPIN_US", "WEBGPU_KERNELS_POOL_MB", "WEBGPU_KERNELS_WAIT_WARN_S"])
-@pytest.mark.parametrize("setting", ["-1", "1.5", "lots", "1e3"])
+@pytest.mark.parametrize("setting", ["-1", "1.5", "lots", "1e3", "²"])
 def test_bad_device_settings_are_refused_by_name(monkeypatch, name, setting):
     """A bad setting names the variable, what it must be and what it was, before any device opens."""
     from wgpu.backends.wgpu_native import GPUAdapter

@@ -95,6 +95,7 @@ def test_parse_input_spec(text: str, expected: InputSpec) -> None:
         ("X=2xax3:f32", "bad dimension 'a'"),
         ("X=2x-1:f32", "bad dimension '-1'"),
         ("X=2x:f32", "bad dimension ''"),
+        ("X=2x²:f32", "bad dimension '²'"),  # str.isdigit() takes it; int() had raised
         ("=2:f32", "is not NAME=DIMS:DTYPE"),
     ],
 )

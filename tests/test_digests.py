@@ -67,6 +67,17 @@ def test_embedded_packages_are_small() -> None:
         assert size < 200 * 1024, (op_id, size)
 
 
+def test_a_changed_installed_copy_says_reinstall_not_digest(qg: Path) -> None:
+    """An installed (embedded) package's user is not its author: "run digest" on site-packages
+    would make a changed install load (helper-10's review)."""
+    (qg / "bench.json").write_text((qg / "bench.json").read_text("utf-8") + "\n", encoding="utf-8")
+    with pytest.raises(DigestError) as info:
+        open_folder(qg, origin="embedded")
+    assert "reinstall webgpu-kernels" in str(info.value) and "webgpu-kernels digest" not in str(info.value)
+    with pytest.raises(DigestError, match="webgpu-kernels digest"):  # an author's folder keeps the advice
+        open_folder(qg)
+
+
 def test_opening_is_fast() -> None:
     start = time.perf_counter()
     for _ in range(10):

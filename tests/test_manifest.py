@@ -367,9 +367,10 @@ def test_a_default_no_caller_could_pass_is_refused_at_load(section, name, value,
     (set_path(["inputs", 0, "rank"], "ranks.Y"), "inputs[0].rank", r"'Y' is not an input \(input ranks see only inputs\)"),
     (set_path(["inputs", 0, "rank"], "attrs.alhpa"), "inputs[0].rank", "no attribute 'alhpa'"),
     (set_path(["inputs", 0, "rank"], "vec4Ok"), "inputs[0].rank", r"unknown name 'vec4Ok' \(input ranks see only the namespaces\)"),
+    (set_path(["inputs", 0, "rank"], "vec4Okk"), "inputs[0].rank", r"unknown name 'vec4Okk' \(input ranks see only the namespaces\)"),
     (lambda d: d.update(constants={"k": "attrs.alhpa"}), "constants.k", "no attribute 'alhpa'"),
 ], ids=["shapes", "attrs", "tunables", "dtypes", "input-rank-role", "input-rank-output", "input-rank-attrs",
-        "input-rank-derive", "top-level-constant"])  # fmt: skip
+        "input-rank-derive", "input-rank-unknown", "top-level-constant"])  # fmt: skip
 def test_a_misspelt_name_under_a_namespace_is_refused_at_load(change, where, fragment):
     """`shapes.Xx` loaded and failed only where it was evaluated, perhaps in a variant no test
     reached; validate reported it, a load did not. An input's rank expression was not checked at
@@ -419,5 +420,6 @@ def test_too_many_expressions_are_refused_before_any_is_compiled():
     with pytest.raises(ExpressionSandboxError, match="more than 2048 distinct expressions") as info:
         compile_program(manifest)
     assert info.value.expression == "2044 + 1"  # after the 4 derive entries: the 2,049th distinct string
+    assert info.value.where == "constants.c2044"  # validate reports it there, not at the manifest's root
     assert time.perf_counter() - started < 1.0  # about 1 ms here; compiling them took seconds
 

@@ -367,8 +367,13 @@ def test_the_trace_shows_a_variant_constant_that_shadows_a_top_level_one():
 def test_a_namespace_read_whole_is_traced_with_all_its_names():
     """`'beta' in shapes` showed shapes=['input', 'skip', 'gamma', ... cut at 60 characters, so
     the name the clause asks about could be cut off (helper-9's trial)."""
+    from webgpu_kernels.expressions import ExpressionCompiler
     from webgpu_kernels.selection import Verdict
 
     names = ["input", "skip", "gamma", "output", "mean", "inv_std_var", "input_skip_bias_sum", "beta"]
-    verdict = Verdict("row", 0, False, clause="'beta' in shapes", clause_index=0, values={"shapes": names})
+    seen = ExpressionCompiler(()).compile("'beta' in shapes", "when[0]").peek({"shapes": dict.fromkeys(names)})
+    verdict = Verdict("row", 0, False, clause="'beta' in shapes", clause_index=0, values=seen)
     assert "shapes=[input, skip, gamma, output, mean, inv_std_var, input_skip_bias_sum, beta])" in verdict.reason()
+    # a list of strings that is a value, not a namespace's names, keeps its quotes
+    value = Verdict("row", 0, False, clause="mode in ['', 'a, b']", clause_index=0, values={"modes": ["", "a, b"]})
+    assert "modes=['', 'a, b']" in value.reason()

@@ -219,7 +219,7 @@ def parse_input_spec(spec: str) -> InputSpec:
     if dims not in ("", "scalar"):
         for part in dims.split("x"):
             part = part.strip()
-            if not part.isdigit():
+            if not (part.isascii() and part.isdigit()):  # "²".isdigit() is true, and int() refuses it
                 raise ValueError(f"bad dimension {part!r} in {spec!r}: dims are non-negative integers joined by 'x'")
             shape.append(int(part))
     return InputSpec(name, tuple(shape), DTYPE_ALIASES[alias])

@@ -227,7 +227,7 @@ def env_count(name: str, default: int) -> int:
     text = os.environ.get(name, "").strip()
     if not text:
         return default
-    if not text.isdigit():  # also refuses "-1", "1.5", "1e3"
+    if not (text.isascii() and text.isdigit()):  # also refuses "-1", "1.5", "1e3" and "²" (int() would raise)
         raise InputError(f"${name}", "a non-negative integer", repr(text))
     return int(text)
 

@@ -270,10 +270,14 @@ class Expression:
                 if value is None or isinstance(value, Undefined):
                     break
             if isinstance(value, Mapping):  # a namespace read whole (`'B' in shapes`): its names say enough
-                value = list(value)
+                value = NamespaceNames(value)
             if value is not None and not isinstance(value, Undefined) and not callable(value):
                 seen[ref] = value
         return seen
+
+
+class NamespaceNames(list):
+    """The names of a namespace an expression read whole (a trace shows them unquoted, in full)."""
 
 
 def _bounded(value: Any, what: str) -> Any:

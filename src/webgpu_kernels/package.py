@@ -80,8 +80,9 @@ class KernelPackage:
             if rel in self.metadata["digest"]["files"]:  # validate's view of a package that does not open
                 raise DigestError("listed in metadata.json but it failed the digest check (see that problem)",
                                   file=rel, reason="mismatch", path=str(self.path_of(rel)))  # fmt: skip
-            fix = ("tell the repository's authors: it must be listed where the package is published" if
-                   self.origin == "hub" else "run `webgpu-kernels digest` on the package to list it")  # fmt: skip
+            fix = {"hub": "tell the repository's authors: it must be listed where the package is published",
+                   "embedded": "the installed library's copy has changed: reinstall webgpu-kernels",
+                   }.get(self.origin, "run `webgpu-kernels digest` on the package to list it")  # fmt: skip
             raise DigestError("not listed in metadata.json's digest.files, so it was not verified when the package "
                               f"was opened ({fix})", file=rel, reason="unlisted", path=str(self.path_of(rel)))  # fmt: skip
         return read_file(self.root, rel)
@@ -157,7 +158,14 @@ def open_folder(
     metadata: dict[str, Any] | None = None
     verified: dict[str, bytes] = {}
     if verify_digests:
-        metadata, verified = verify_package(root, author=origin != "hub")
+        # A downloaded or installed copy's user is not its author: no "run digest" advice there.
+        try:
+            metadata, verified = verify_package(root, author=origin not in ("hub", "embedded"))
+        except DigestError as exc:
+            if origin != "embedded":
+                raise
+            raise DigestError(f"{exc.detail} (the installed library's copy has changed: reinstall webgpu-kernels)",
+                              file=exc.file, reason=exc.reason, path=exc.path) from None  # fmt: skip
         if metadata is None and require_metadata:
             raise DigestError(f"no {METADATA_FILE}: the package's files cannot be verified", file=METADATA_FILE,
                               reason="missing", path=str(root / METADATA_FILE))  # fmt: skip

@@ -453,7 +453,13 @@ def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
 def _input_rank(compiler: ExpressionCompiler, spec: TensorSpec) -> Expression:
     """An input's rank expression (within the package's expression budget). It is checked before
     any derive entry or constant exists, so it reads none of them."""
-    expr = compiler.compile(spec.rank, f"{spec.json_path}.rank")
+    try:
+        expr = compiler.compile(spec.rank, f"{spec.json_path}.rank")
+    except ExpressionError as exc:
+        if exc.detail.startswith("unknown name"):
+            raise ExpressionError(f"{exc.detail} (input ranks see only the namespaces)", expression=exc.expression,
+                                  where=exc.where) from None  # fmt: skip
+        raise
     for ref in expr.references:
         if "." not in ref and ref not in NAMESPACES:
             raise ExpressionError(f"unknown name {ref!r} (input ranks see only the namespaces)",
@@ -464,14 +470,20 @@ def _input_rank(compiler: ExpressionCompiler, spec: TensorSpec) -> Expression:
 def _refuse_too_many_expressions(manifest: Manifest) -> None:
     """Refuse, before compiling any, a manifest whose distinct expression strings alone pass the
     budget: compiling 2,048 of them first took about 3 s."""
-    values = [*manifest.derive.values(), *manifest.constants.values()]
-    for variant in manifest.variants:
-        values += [*variant.constants.values(), *variant.when]
-    sources = list(dict.fromkeys(e for e in values if isinstance(e, str)))
-    if len(sources) > MAX_EXPRESSIONS:  # the first one past the budget, as compiling would name it
+    places = [(f"derive.{k}", e) for k, e in manifest.derive.items()]
+    places += [(f"constants.{k}", e) for k, e in manifest.constants.items()]
+    for v in manifest.variants:
+        places += [(f"{v.json_path}.constants.{k}", e) for k, e in v.constants.items()]
+        places += [(f"{v.json_path}.when[{i}]", e) for i, e in enumerate(v.when)]
+    first: dict[str, str] = {}  # each distinct string and its first place
+    for where, e in places:
+        if isinstance(e, str):
+            first.setdefault(e, where)
+    if len(first) > MAX_EXPRESSIONS:
+        source, where = list(first.items())[MAX_EXPRESSIONS]  # the 2,049th distinct one
         raise ExpressionSandboxError(f"the package has more than {MAX_EXPRESSIONS} distinct expressions "
-                                     f"({len(sources)} in its derive, constants and when clauses alone)",
-                                     expression=shorten(sources[MAX_EXPRESSIONS]))  # fmt: skip
+                                     f"({len(first)} in its derive, constants and when clauses alone)",
+                                     expression=shorten(source), where=where)  # fmt: skip
 
 
 def defined_names(manifest: Manifest) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ExpressionError, SelectionError, VariantRejectedError
-from .expressions import Expression
+from .expressions import Expression, NamespaceNames
 from .program import CompiledVariant, Program
 
 
@@ -52,7 +52,7 @@ class Selection:
 
 
 def _short(value: Any) -> str:
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+    if isinstance(value, NamespaceNames):
         # a namespace read whole (`'beta' in shapes`): its names, unquoted and cut later, since
         # the one a clause asks about may come last (cut at 60, it had been lost)
         text, most = "[" + ", ".join(value) + "]", 200
