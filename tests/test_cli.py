@@ -323,7 +323,7 @@ def test_explain_json(runner: CliRunner, has_f16: bool) -> None:
     data = invoke_json(runner, "explain", BIAS_ADD, *BA_F32)
     assert data["chosen"] == "scalar"
     assert data["variants"][0]["clause"] == "dim(shapes.X, 2) % 4 == 0"
-    assert data["outputs"] == [{"name": "Y", "shape": [2, 5, 6], "dtype": "float32"}]
+    assert data["outputs"] == [{"name": "Y", "shape": [2, 5, 6], "dtype": "float32", "produced": True}]
     assert data["values"]["hidden"] == 6
 
     data = invoke_json(runner, "explain", QUICK_GELU, "-i", "X=:f32", "--attr", "alpha=1.0", "--tunable",
