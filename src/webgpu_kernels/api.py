@@ -76,8 +76,7 @@ def get_kernel(
         kernel = _embedded[shown]
     if version is not None:
         hub.check_version(version, shown)
-        # what a Hub revision vN must hold (hub.check_contract_version), so both read it alike
-        embedded_version = (kernel.package.metadata or {}).get("version", kernel.manifest.since_version)
+        embedded_version = kernel.contract_version  # as a Hub revision's is read
         if version != embedded_version:
             raise PackageError(f"the embedded {shown} package is contract version {embedded_version}, not {version}; "
                                f"for another version load it from the Hub: get_kernel('{hub.OFFICIAL_ORG}/{shown}', "

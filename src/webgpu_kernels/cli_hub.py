@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from . import hub
-from .cli import _console, _echo_json, trusting
+from .cli import _console, _echo_json, trust_option, trusting
 from .errors import PackageError
 from .kernel import Kernel
 
@@ -23,13 +23,11 @@ from .kernel import Kernel
               help="Contract version: fetches revision vN.")  # fmt: skip
 @click.option("--revision", default=None, metavar="REV",
               help="A branch, tag or commit sha to pin instead (overrides --version).")  # fmt: skip
-@click.option("--trust-remote-code", is_flag=True,
-              help=f"Allow a repository outside the {hub.OFFICIAL_ORG!r} organisation (or given by URL).")  # fmt: skip
+@trust_option
 @click.option("--expected-op-id", default=None, metavar="OP_ID",
               help="Refuse the package unless its manifest is this op.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def download_cmd(repo: str, version: int | None, revision: str | None, trust_remote_code: bool,
-                 expected_op_id: str | None, as_json: bool) -> None:  # fmt: skip
+def download_cmd(repo: str, version: int | None, revision: str | None, expected_op_id: str | None, as_json: bool) -> None:  # fmt: skip
     """Download kernel repository REPO ('org/op' or https://<hub>/kernels/org/op) from the Hub.
 
     Example: webgpu-kernels download webgpu-kernels/com.microsoft.QuickGelu --version 1
@@ -40,7 +38,7 @@ def download_cmd(repo: str, version: int | None, revision: str | None, trust_rem
                                  param_hint="REPO")  # fmt: skip
     if version is None and revision is None:
         raise click.UsageError("give --version N (revision vN) or --revision REV")
-    trust_remote_code = trust_remote_code or trusting()  # after the command, or before it as for the others
+    trust_remote_code = trusting()  # before the command or after it
     hub.check_trust(location, trust_remote_code=trust_remote_code, shown=repo)
     kernel = hub.load(location.value, version=version, revision=revision, trust_remote_code=trust_remote_code,
                       endpoint=location.endpoint, url_like=location.url_like)  # fmt: skip
@@ -73,12 +71,11 @@ def _info(kernel: Kernel, *, offline: bool) -> dict:
     package = kernel.package
     if not isinstance(package, hub.HubPackage):  # pragma: no cover - hub.load only makes HubPackages
         raise PackageError("not a Hub package")
-    metadata = package.metadata or {}
     return {
         "repo": package.repo_id, "revision": package.revision, "commit": package.commit,
         "endpoint": package.endpoint or hub.DEFAULT_ENDPOINT, "offline": offline, "fromCache": package.from_cache,
         "path": str(package.root), "op": kernel.op_id,
-        "version": metadata.get("version", kernel.manifest.since_version), "variants": kernel.variants,
+        "version": kernel.contract_version, "variants": kernel.variants,
         "needsTrust": package.needs_trust, "digests": dict(sorted(package.digests.items())),
     }  # fmt: skip
 

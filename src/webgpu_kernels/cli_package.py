@@ -151,8 +151,9 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
         metadata, changes = build_metadata(root, existing if isinstance(existing, dict) else None, version=version)
         # Equal digests are not enough: a version 0 or a stray field is a file every load refuses.
         broken = schema_problems(existing) if isinstance(existing, dict) else []
-        current = (existing is not None and not broken and all(c.status in ("unchanged", UNLISTABLE) for c in changes)
-                   and existing.get("version") == metadata["version"])  # fmt: skip
+        other_version = isinstance(existing, dict) and existing.get("version") != metadata["version"]
+        current = (existing is not None and not broken and not other_version
+                   and all(c.status in ("unchanged", UNLISTABLE) for c in changes))  # fmt: skip
     else:
         metadata, changes = write_metadata(root, version=version)
         current = True
@@ -178,9 +179,8 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
                               f"metadata.json is not a regular file ({kind})" if kind else
                               ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"
                                + (f" ({broken[0].json_path or '(root)'}: {broken[0].message})" if broken else
-                                  f" (it says contract version {existing.get('version')!r}, not {version})"
-                                  if isinstance(existing, dict) and existing.get("version") != metadata["version"]
-                                  else "")))  # fmt: skip
+                                  f" (it says contract version {(existing or {}).get('version')!r}, not {version})"
+                                  if other_version else "")))  # fmt: skip
         else:
             console.print(f"wrote {root / METADATA_FILE}")
         if old_id is not None and old_id != metadata["id"]:

@@ -139,6 +139,12 @@ class Kernel:
     def _variant_ids(self) -> frozenset[str]:
         return frozenset(self.variants)
 
+    @property
+    def contract_version(self) -> int:
+        """The package's contract version: metadata.json's ``version`` (what a Hub revision vN
+        must hold), else the manifest's ``sinceVersion``."""
+        return (self.package.metadata or {}).get("version", self.manifest.since_version)
+
     @functools.cached_property
     def tuning_key(self) -> str:
         """The op id and a digest of the manifest and every file a template could read: autotuning

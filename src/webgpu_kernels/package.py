@@ -81,8 +81,7 @@ class KernelPackage:
                 raise DigestError("listed in metadata.json but it failed the digest check (see that problem)",
                                   file=rel, reason="mismatch", path=str(self.path_of(rel)))  # fmt: skip
             fix = {"hub": "tell the repository's authors: it must be listed where the package is published",
-                   "embedded": "the installed library's copy has changed: reinstall webgpu-kernels",
-                   }.get(self.origin, "run `webgpu-kernels digest` on the package to list it")  # fmt: skip
+                   "embedded": _INSTALLED_COPY_CHANGED}.get(self.origin, "run `webgpu-kernels digest` on the package to list it")  # fmt: skip
             raise DigestError("not listed in metadata.json's digest.files, so it was not verified when the package "
                               f"was opened ({fix})", file=rel, reason="unlisted", path=str(self.path_of(rel)))  # fmt: skip
         return read_file(self.root, rel)
@@ -119,6 +118,11 @@ def embedded_ids() -> list[str]:
     """The op ids of the packages shipped inside the library."""
     root = embedded_root()
     return sorted(p.name for p in root.iterdir() if (p / MANIFEST_FILE).is_file())
+
+
+#: What a user does about an embedded package that fails its digests (not "run digest", which
+#: would make a changed install load).
+_INSTALLED_COPY_CHANGED = "the installed library's copy has changed: reinstall webgpu-kernels"
 
 
 def open_embedded(op_id: str, *, verify_digests: bool = True) -> KernelPackage:
@@ -164,7 +168,7 @@ def open_folder(
         except DigestError as exc:
             if origin != "embedded":
                 raise
-            raise DigestError(f"{exc.detail} (the installed library's copy has changed: reinstall webgpu-kernels)",
+            raise DigestError(f"{exc.detail} ({_INSTALLED_COPY_CHANGED})",
                               file=exc.file, reason=exc.reason, path=exc.path) from None  # fmt: skip
         if metadata is None and require_metadata:
             raise DigestError(f"no {METADATA_FILE}: the package's files cannot be verified", file=METADATA_FILE,
