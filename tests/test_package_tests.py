@@ -598,10 +598,11 @@ def test_a_template_that_does_not_compile_is_reported_once_and_counted_as_errors
 def test_a_timeout_stops_a_shader_that_runs_on(tmp_path: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
     """--timeout had only been seen to stop a child before its runs began: here the child is inside
     a run, waiting on a shader that would take many minutes, and the run in progress is the error
-    that says so. (lavapipe ends a loop after 65,535 iterations, so the time comes from 2M
-    invocations of a costly loop: 256K of them took 97 s on this 2-core machine. The child enters
-    its run 4-7 s after the spawn here under load, so 25 s leaves room. A GPU would run all 4e9
-    iterations of each loop: lavapipe only.)"""
+    that says so. (lavapipe ends an invocation's loops after 65,535 iterations in all
+    (scripts/loop_cap_probe.py), so the time comes from 2M invocations of a costly loop: 256K of
+    them took 101 s in all on this 2-core machine. `scripts/runaway_shader.py 4000000000 12` had
+    its child 9.5 s into the run at a 12 s timeout, so the run starts about 2.5 s after the spawn;
+    25 s leaves room for a loaded machine. A GPU would run all 4e9 iterations: lavapipe only.)"""
     import numpy as np
 
     if "llvmpipe" not in wk.get_device().adapter.label():
