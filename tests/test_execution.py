@@ -11,7 +11,7 @@ from webgpu_kernels import errors
 from webgpu_kernels.execution import _pipeline_cache
 
 import references as ref
-from conftest import optional_output_package
+from conftest import PACKAGES_DIR, optional_output_package
 
 DTYPES = (np.float32, np.float16)
 DTYPE_IDS = ("f32", "f16")
@@ -460,6 +460,35 @@ def test_a_list_attribute_takes_the_fast_path(write_package):
     with pytest.raises(errors.AttributeValueError):
         kernel({"X": x}, attrs={"coef": [True, 1]})
     assert len(kernel._fast_plans) == 3
+
+
+class _Mislabelled:
+    """An array-like whose own .shape and .dtype do not describe what NumPy reads from it (a padded
+    ring buffer, a wrapper with a stale dtype)."""
+
+    def __init__(self, data, shape, dtype):
+        self.data, self.shape, self.dtype = data, shape, np.dtype(dtype)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.data
+
+
+def test_an_array_like_files_no_plan_under_its_own_shape_and_dtype(quick_gelu):
+    """The fast-plan key read the array-like's .shape and .dtype while the call ran on its data: a
+    later plain array of that shape got the array-like's plan (8 outputs for 4 inputs, read past the
+    binding), and a float64 array ran a float32 plan on its bytes instead of being refused."""
+    stored = np.linspace(-2, 2, 8, dtype=np.float32)
+    assert quick_gelu({"X": _Mislabelled(stored, (4,), np.float32)})["Y"].shape == (8,)  # what NumPy reads
+    x = np.array([1.0, -2.0, 3.0, 0.5], np.float32)
+    for _ in range(2):  # the checked path, then the fast path
+        y = quick_gelu({"X": x})["Y"]
+        assert y.shape == (4,)
+        qg_check(y, x, np.float32)
+
+    scale_shift = wk.load_kernel(PACKAGES_DIR / "demo.ScaleShift")
+    scale_shift({"X": _Mislabelled(np.ones(4, np.float32), (4,), np.float64)}, attrs={"scale": 2.0})
+    with pytest.raises(errors.DTypeError):
+        scale_shift({"X": np.ones(4, np.float64)}, attrs={"scale": 2.0})
 
 
 def test_many_distinct_evaluated_expressions_keep_evaluate_working(quick_gelu, monkeypatch):

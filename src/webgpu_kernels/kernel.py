@@ -215,8 +215,10 @@ class Kernel:
             plan = self._fast_plans.get(key)
         except (TypeError, AttributeError, ValueError):  # ValueError: a released memoryview's shape
             key, plan = None, None
-        if plan is not None and not all(type(v) is np.ndarray or type(v) is GpuTensor for v in inputs.values()):
-            plan = None  # array-likes take the checked path
+        if key is not None and not all(type(v) is np.ndarray or type(v) is GpuTensor for v in inputs.values()):
+            # An array-like's own .shape and .dtype need not describe what NumPy reads from it: it
+            # takes the checked path, and a plan made from its data is never filed under its key.
+            key, plan = None, None
         if plan is not None:
             return run_plan(device, plan, _prepare_inputs(inputs, device, host_ready=True), to_numpy=output == "numpy")
         if output not in _OUTPUT_KINDS:
