@@ -410,9 +410,11 @@ def test_run_bias_add(runner: CliRunner, has_f16: bool) -> None:
     assert data["outputs"]["Y"]["shape"] == [2, 5, 6]
     assert data["reference"]["numpy"]["Y"]["maxAbsError"] < 1e-5
     assert data["reference"]["onnxruntime"] is None  # ORT has no CPU BiasAdd
+    why = "onnxruntime has no CPU kernel for this op and dtype" if HAS_ORT else "is not installed"
+    assert why in data["referenceUnavailable"]["onnxruntime"]
     out = invoke(runner, "run", BIAS_ADD, *BA_F32, "--variant", "scalar", "--repeat", "0").stdout
     assert "variant: scalar (forced)" in out and "median" not in out
-    assert "ONNX Runtime CPU: not available" in out
+    assert "ONNX Runtime CPU: not available (" in out and why in out
     if has_f16:
         data = invoke_json(runner, "run", BIAS_ADD, *BA_F16_VEC4, "--repeat", "1")
         assert data["variant"] == "vec4" and data["outputs"]["Y"]["dtype"] == "float16"
@@ -553,7 +555,14 @@ def test_onnxruntime_reference() -> None:
     assert references.onnxruntime_reference(QUICK_GELU, {"X": np.float32(2.0)}, {})["Y"].shape == ()
     x3 = np.ones((1, 2, 4), np.float32)
     three = {"X": x3, "bias": np.ones(4, np.float32), "skip": x3}
-    assert references.onnxruntime_reference(BIAS_ADD, three, {}) is None
+    with pytest.raises(references.ReferenceUnavailable, match="^onnxruntime has no CPU kernel for this op and dtype$"):
+        references.onnxruntime_reference(BIAS_ADD, three, {})
+    with pytest.raises(references.ReferenceUnavailable, match="^onnxruntime does not know this op$"):
+        references.onnxruntime_reference("demo.ScaleShift", {"X": x}, {"scale": 1.0})
+    # Refusals of this call's data or attributes say what ORT said (they had read "no CPU kernel").
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with pytest.raises(references.ReferenceUnavailable, match="^onnxruntime refused this call: .*indices"):
+        references.onnxruntime_reference("ai.onnx.Gather", {"data": data, "indices": np.array([5], np.int64)}, {})
 
 
 _LAYER_NORM_MANIFEST = {
@@ -602,6 +611,22 @@ def test_run_compares_with_onnxruntime_by_position(write_package, runner: CliRun
         assert result.exit_code == 0, result.output
         compared = json.loads(result.stdout)["reference"]["onnxruntime"]
         assert set(compared) == {"Y", "InvStdDev"} and all(c["ok"] for c in compared.values()), compared
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_says_why_onnxruntime_refused_the_call(write_package, runner: CliRunner) -> None:
+    """An attribute of another type than the op declares (epsilon written 1, an int) makes ORT refuse
+    the model; `run` had said "onnxruntime has no CPU kernel" for every ORT error (helper-11)."""
+    root = write_package(_LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    result = runner.invoke(main, ["run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32", "--attr", "epsilon=1",
+                                  "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["reference"]["onnxruntime"] is None
+    assert data["referenceUnavailable"]["onnxruntime"].startswith("onnxruntime refused this call: ")
+    assert "epsilon" in data["referenceUnavailable"]["onnxruntime"], data["referenceUnavailable"]
+    out = runner.invoke(main, ["run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32", "--attr", "epsilon=1"]).stdout
+    assert "ONNX Runtime CPU: not available (onnxruntime refused this call: " in " ".join(out.split())
 
 
 def test_compare_and_summarize() -> None:

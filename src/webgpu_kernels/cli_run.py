@@ -3,7 +3,6 @@ host, and compared with the NumPy float64 and ONNX Runtime references (where the
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import time
 from collections.abc import Iterator, Mapping
@@ -20,7 +19,7 @@ from .case_data import random_values
 from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, is_live, resolve_kernel, trust_option
 from .cli_bench import _wrong
 from .device import choose_adapter
-from .references import numpy_reference, onnxruntime_reference
+from .references import ReferenceUnavailable, numpy_reference, onnxruntime_reference
 
 TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU kernel time"
 
@@ -66,6 +65,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
         "timing": {"clock": TIMING_NOTE, "firstCallMs": first * 1e3, "repeat": repeat,
                    "medianMs": statistics.median(times) * 1e3 if times else None},
         "reference": {"numpy": None, "onnxruntime": None},
+        "referenceUnavailable": {},  # why a reference compared nothing, by reference
     }  # fmt: skip
     ref = numpy_reference(k.op_id)
     if ref is not None:
@@ -73,10 +73,13 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
         report["reference"]["numpy"] = {n: compare(outputs[n], expected[n]) for n in outputs if n in expected}
     # ONNX reads a node's inputs and outputs by position: the manifest's order, "" for one left out
     # (listing only what there was shifted a later one into an earlier one's place).
-    ort_out = onnxruntime_reference(
-        k.op_id, arrays, all_attrs, input_names=[s.role if s.role in arrays else "" for s in k.manifest.inputs],
-        output_names=[s.role if s.role in outputs else "" for s in k.manifest.outputs])  # fmt: skip
-    if ort_out is not None:
+    try:
+        ort_out = onnxruntime_reference(
+            k.op_id, arrays, all_attrs, input_names=[s.role if s.role in arrays else "" for s in k.manifest.inputs],
+            output_names=[s.role if s.role in outputs else "" for s in k.manifest.outputs])  # fmt: skip
+    except ReferenceUnavailable as why:
+        report["referenceUnavailable"]["onnxruntime"] = str(why)
+    else:
         report["reference"]["onnxruntime"] = {n: compare(outputs[n], ort_out[n]) for n in outputs if n in ort_out}
     for results in report["reference"].values():
         for name, c in (results or {}).items():
@@ -190,10 +193,8 @@ def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
     for key, label in (("numpy", "NumPy float64 reference"), ("onnxruntime", "ONNX Runtime CPU")):
         results = refs[key]
         if results is None:
-            if key == "onnxruntime":
-                why = ("onnxruntime has no CPU kernel for this op and dtype" if importlib.util.find_spec("onnxruntime")
-                       else "onnxruntime is not installed")  # fmt: skip
-                console.print(f"{label}: not available ({why})")
+            if key in r["referenceUnavailable"]:
+                console.print(f"{label}: not available ({r['referenceUnavailable'][key]})", markup=False)
             continue
         for name, c in results.items():
             if "shapeMismatch" in c:

@@ -13,6 +13,7 @@ Per-op knowledge lives here and only here; the engine never knows what an op com
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,6 +157,22 @@ def one_node_model(
     return model.SerializeToString(), arrays, outputs
 
 
+class ReferenceUnavailable(Exception):
+    """Why a reference gives no outputs for a call (``run`` says so and compares nothing):
+    onnxruntime missing, without a CPU kernel for the op, or refusing this call's model or data."""
+
+
+def _ort_refusal(error: Exception) -> str:
+    """What onnxruntime's error means for the comparison, in one line without its code prefix."""
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", message)
+    if type(error).__name__ == "NotImplemented":
+        return "onnxruntime has no CPU kernel for this op and dtype"
+    if "is not a registered function/op" in message:
+        return "onnxruntime does not know this op"
+    return f"onnxruntime refused this call: {message}"
+
+
 def onnxruntime_reference(
     op_id: str,
     inputs: Mapping[str, np.ndarray],
@@ -163,26 +180,27 @@ def onnxruntime_reference(
     *,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
-) -> dict[str, np.ndarray] | None:
+) -> dict[str, np.ndarray]:
     """Run ``op_id`` as a one-node ONNX model on onnxruntime's CPU provider (``input_names`` and
     ``output_names`` as for :func:`one_node_model`).
 
     Inputs keep their dtype (f16 inputs run ORT's f16 kernel where it has one). Returns the
-    outputs by name, or None when onnx/onnxruntime is not installed or onnxruntime cannot run the
-    op on the CPU (no kernel for the op or for that dtype, as for ``com.microsoft.BiasAdd``).
+    outputs by name. Raises :class:`ReferenceUnavailable` saying why when onnx/onnxruntime is not
+    installed, onnxruntime has no CPU kernel for the op or dtype (as for ``com.microsoft.BiasAdd``),
+    or it refuses the call (an attribute of another type than the op declares, an index out of range).
     """
     try:
         import onnx  # noqa: F401
         import onnxruntime as ort
-    except ImportError:
-        return None
+    except ImportError as error:
+        raise ReferenceUnavailable(f"{error.name or 'onnxruntime'} is not installed") from None
     try:
         model, arrays, outputs = one_node_model(op_id, inputs, attrs, input_names=input_names,
                                                 output_names=output_names)  # fmt: skip
         options = ort.SessionOptions()
-        options.log_severity_level = 3  # errors only; a missing kernel is an answer, not a warning
+        options.log_severity_level = 4  # fatal only: its errors come back as exceptions, which say why
         session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         results = session.run(outputs, arrays)
-    except Exception:  # noqa: BLE001 - ORT raises its own exception types (NOT_IMPLEMENTED, ...)
-        return None
+    except Exception as error:  # noqa: BLE001 - ORT raises its own exception types (NOT_IMPLEMENTED, ...)
+        raise ReferenceUnavailable(_ort_refusal(error)) from None
     return dict(zip(outputs, (np.asarray(r) for r in results), strict=True))
