@@ -393,6 +393,24 @@ def test_a_variant_binding_a_tensor_the_call_lacks_is_one_error_not_a_crash(qg: 
     assert not any("failed unexpectedly" in p.message for p in report.problems)
 
 
+def test_a_field_value_out_of_range_is_one_error_per_variant_and_dtype_naming_its_expression(qg: Path) -> None:
+    """A uniform field's value out of its type's range is the manifest's mistake, made in every case:
+    validate repeated it once per case and variant (26 errors for one expression, helper-11), and
+    named the field but not the expression that made the value."""
+    def shrink_count(manifest: dict) -> None:
+        manifest["bindingSets"]["scalarTail"][2]["struct"]["fields"][0]["value"] = "numel(shapes.X) - 1000000"
+
+    edit_json(qg / "manifest.json", shrink_count)
+    digests.write_metadata(qg)
+    report = validate_package(qg, progress=None)
+    unresolved = [p for p in report.errors if "cannot resolve the variant" in p.message]
+    assert unresolved
+    per_variant_dtype = [(p.variant, p.dtype) for p in unresolved]
+    assert len(per_variant_dtype) == len(set(per_variant_dtype)), [p.message for p in unresolved]
+    assert all("(the value of 'numel(shapes.X) - 1000000')" in p.message for p in unresolved)
+    assert any(" more cases: " in p.message for p in unresolved)  # the others are counted, a few named
+
+
 def test_a_case_naming_a_variant_that_rejects_it_is_an_error(qg: Path, runner: CliRunner) -> None:
     """`test` fails a case whose `variants` names a variant its `when` rejects, and validate said
     "valid" (the variant counted as merely not exercised)."""

@@ -222,6 +222,8 @@ class TemplateSandboxError(TemplateError, SandboxError):
 class LayoutError(KernelError):
     """A uniform struct field has a type or value that cannot be packed."""
 
+    field: str | None = None  # the struct field whose value could not be packed, where known
+
 
 class GPUError(KernelError):
     """Base of errors reported by WebGPU."""

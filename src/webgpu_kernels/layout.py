@@ -98,13 +98,17 @@ class StructLayout:
         """Pack one value per field (numbers, or lists for vectors and arrays)."""
         out = bytearray(self.size)
         for (name, t, offset), value in zip(self.fields, values, strict=True):
-            elements = _split(name, t, value)
-            for e, element in enumerate(elements):
-                lanes = element if isinstance(element, (list, tuple)) else [element]
-                base = offset + e * (t.stride if t.count is not None else 0)
-                fmt, width = _SCALARS[t.scalar]
-                for lane, number in enumerate(lanes):
-                    struct.pack_into(fmt, out, base + lane * width, _convert(name, t.scalar, number))
+            try:
+                elements = _split(name, t, value)
+                for e, element in enumerate(elements):
+                    lanes = element if isinstance(element, (list, tuple)) else [element]
+                    base = offset + e * (t.stride if t.count is not None else 0)
+                    fmt, width = _SCALARS[t.scalar]
+                    for lane, number in enumerate(lanes):
+                        struct.pack_into(fmt, out, base + lane * width, _convert(name, t.scalar, number))
+            except LayoutError as exc:
+                exc.field = name  # so that the caller can name the expression that made the value
+                raise
         return bytes(out)
 
 

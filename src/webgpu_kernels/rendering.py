@@ -147,7 +147,8 @@ def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
             try:
                 uniform = layout.pack(values)
             except LayoutError as exc:
-                raise LayoutError(f"{b.json_path}: {exc}") from None
+                made_by = next((f" (the value of {v.source!r})" for n, _, v in cb.fields if n == exc.field), "")
+                raise LayoutError(f"{b.json_path}: {exc}{made_by}") from None
             except (OverflowError, ValueError, TypeError, struct.error) as exc:  # e.g. 1e39 into an f32 field
                 raise _unpackable(b.json_path, types, values, exc) from None
         bindings.append(ResolvedBinding(

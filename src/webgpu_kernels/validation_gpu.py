@@ -116,6 +116,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     tested: set[tuple[str, str]] = set()  # variant x dtype that a test.json case runs (`test` checks its results)
     needs_f16: set[tuple[str, str]] = set()  # variant x dtype rejected here only for want of shader-f16
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
+    unresolved: dict[tuple[str, str, str], list[tuple[str, str]]] = {}  # (json path, variant, dtype) -> (case, why)
     unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
     too_much: dict[str, str] = {}  # WGSL refused for its workgroup memory -> the refusal, for every case it serves
     # A variant guards itself with the limit when its `when` or constants, or the top-level
@@ -175,8 +176,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             except (ExpressionError, LayoutError) as exc:
                 cov.failed += 1
                 where = getattr(exc, "where", "") or cv.variant.json_path
-                out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {exc}",
-                          variant=vid, dtype=label, case=call.case)  # fmt: skip
+                unresolved.setdefault((where, vid, label), []).append((call.case, str(exc)))
                 continue
             try:
                 for r in resolved:
@@ -269,6 +269,11 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             out.add(severity, call.source, call.json_path,
                     f"no variant accepts case {call.case!r} ({label}) on this adapter: {reasons}",
                     dtype=label, case=call.case)  # fmt: skip
+    for (where, vid, label), failures in unresolved.items():  # one error per place, variant and dtype, not per case
+        (case, why), others = failures[0], [c for c, _ in failures[1:]]
+        also = f" (and in {len(others)} more cases: {', '.join(others[:3])}{' ...' if len(others) > 3 else ''})"
+        out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {why}{also if others else ''}",
+                  variant=vid, dtype=label, case=case)  # fmt: skip
     for (where, vid, arg), calls_without in unbound.items():  # one error per variant and tensor, not per case
         shown = ", ".join(calls_without[:3]) + (f" and {len(calls_without) - 3} more" if len(calls_without) > 3 else "")
         out.error(MANIFEST_FILE, where, f"accepts calls that have no tensor {arg!r} but binds it: its `when` must "
