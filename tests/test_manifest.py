@@ -338,7 +338,12 @@ def test_a_pattern_error_says_what_the_field_takes_not_its_regex():
     """A bad literal elementType printed the schema's 400-character regex (truncated)."""
     problems = check_manifest(mutate(QG, lambda d: d["variants"][0]["passes"][0]["bindings"][0].update(elementType="f33")))
     detail = next(p.detail for p in problems if p.json_path.endswith("elementType"))
-    assert detail == "'f33' is not what this field takes: WGSL element type (f32, vec4<f16>, ...) or a \"$constant\" reference."
+    assert detail.startswith("'f33' is not what this field takes: WGSL element type (f32, vec4<f16>, ...) or a "
+                             "\"$constant\" reference.")
+    # An int64 tensor's elementType written as i64 is told how the format reads it (helper-11).
+    problems = check_manifest(mutate(QG, lambda d: d["variants"][0]["passes"][0]["bindings"][0].update(elementType="i64")))
+    detail = next(p.detail for p in problems if p.json_path.endswith("elementType"))
+    assert "storage-only" in detail and "vec2<u32> per int64 element" in detail
 
 
 @pytest.mark.parametrize("section, name, value, fragment", [

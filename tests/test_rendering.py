@@ -308,6 +308,24 @@ def test_wgsl_the_device_refuses_is_a_shader_compile_error(write_package):
     assert str(error).startswith(f"scale-shift.wgsl.jinja:{template_line}: ")
 
 
+@pytest.mark.parametrize("wide", ["i64", "f64"])
+def test_a_64_bit_type_in_wgsl_says_how_the_format_reads_such_tensors(write_package, wide):
+    """The compiler's "requires the SHADER_INT64 flag" told an author of an int64 input nothing of
+    the format's way: such a tensor is storage-only, read as vec2<u32> words (helper-11)."""
+    template = DEMO_TEMPLATE.replace("return;", f"let wide: {wide} = {wide}(1); return;")
+    kernel = demo_with_template(write_package, template)
+    with pytest.raises(errors.ShaderCompileError) as info:
+        kernel({"X": np.ones(3, f32)})
+    assert "storage-only" in str(info.value) and "array<vec2<u32>>" in str(info.value)
+
+
+def test_an_ordinary_compile_error_gets_no_64_bit_advice(write_package):
+    kernel = demo_with_template(write_package, DEMO_TEMPLATE.replace("return;", "return 1;"))
+    with pytest.raises(errors.ShaderCompileError) as info:
+        kernel({"X": np.ones(3, f32)})
+    assert "storage-only" not in str(info.value)
+
+
 def test_a_compile_error_after_a_multi_line_expression_and_an_include_names_the_template_line(write_package):
     """Rendered lines and template lines drift apart (a value of several lines, an included file,
     trimmed block tags); the error still names the template line with the mistake."""

@@ -112,6 +112,10 @@ def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kerne
                 known = ", ".join(f"@group({b.group}) @binding({b.binding}) {b.name}" for b in resolved.bindings)
                 message += (f"\n(this pass's bindings are {known}; a template that declares its own variables takes "
                             "each place from {{ bindings.NAME.group }} and {{ bindings.NAME.binding }})")
+            if _WIDE_TYPES.search(message):  # the compiler names its capability, not the format's way round it
+                message += ("\n(the engine enables no 64-bit shader types: an int64, uint64 or float64 tensor is "
+                            "storage-only, bound as its bytes; read int64 as array<vec2<u32>>, the low word first: "
+                            "format.md, storage-only types)")
             position = _COMPILER_POSITION.search(message)
             if position and isinstance(wgsl, RenderedWGSL):  # it knows which template line made each line
                 origin = wgsl.template_line(int(position[1]), int(position[2]))
@@ -214,6 +218,7 @@ def _padded_bytes(array: np.ndarray, *, whole: bool = False) -> np.ndarray:
 
 #: Where naga's report points in the rendered WGSL: "┌─ wgsl:28:33" (parse errors) or
 #: "┌─ QuickGelu.vec4:15:12" (validation errors, under the shader's label).
+_WIDE_TYPES = re.compile(r"SHADER_(?:INT64|FLOAT64)|\b(?:i64|u64|f64)\b")
 _MISSING_BINDING = re.compile(r"ResourceBinding \{ group: \d+, binding: \d+ \} is not available in the pipeline layout")
 _COMPILER_POSITION = re.compile(r"┌─ .*?:(\d+):(\d+)\s*$", re.MULTILINE)
 
