@@ -281,7 +281,7 @@ def test_bench_does_not_retime_a_tuned_choice_equal_to_the_default(runner, tunin
     assert_tiny_row(row)
     assert row["tuned"] == {"variant": "vec4", "tunables": {"WORKGROUP_SIZE": 256}, "tbps": row["tbps"],
                             "tflops": None, "median_s": row["median_s"], "same_as_default": True,
-                            "max_error": row["max_error"], "error_ok": True}  # fmt: skip
+                            "max_error": row["max_error"], "error_ok": True, "checked_against": "reference"}  # fmt: skip
 
 
 def test_a_stored_choice_that_calls_ignore_is_not_the_tuned_figure(runner, tuning_dir, tmp_path):
@@ -318,6 +318,34 @@ def test_a_tuned_choice_whose_output_is_wrong_is_reported_wrong(runner, tuning_d
     assert row["error_ok"] is True and row["variant"] == "vec4"  # the default is right
     assert row["tuned"]["variant"] == "scalar" and row["tuned"]["error_ok"] is False and row["tuned"]["max_error"] > 0.1
     assert "WRONG" in result.output and "1 of 1 cases failed" in result.output
+
+
+def test_a_package_without_a_reference_has_its_tuned_choice_checked_against_the_default(runner, tuning_dir, tmp_path):
+    """bench compares outputs with NumPy references, which only the shipped ops have: a package's own
+    op had its tuned choice timed unchecked, so a stored variant that writes nothing read as fast
+    (helper-11). Its output is now compared with the default's."""
+    root = copy_package(QG, tmp_path / "qg")
+    edit = json.loads((root / "manifest.json").read_text("utf-8"))
+    edit["domain"] = "example"  # an op with no registered reference
+    (root / "manifest.json").write_text(json.dumps(edit), "utf-8")
+    template = root / "quick-gelu.wgsl.jinja"
+    broken = "{% else %}\n  if (i >= params.count) {"
+    template.write_text(template.read_text("utf-8").replace(broken, "{% else %}\n  if (true) {"), "utf-8")
+    write_metadata(root)
+    copy = wk.load_kernel(root)
+    assert copy.op_id == "example.QuickGelu"
+    cache = tuning.TuningCache(tuning_file(tuning_dir))
+    cache.record(copy.tuning_key, {"T": "float32"}, {"X": (4096,)}, tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 256}, 1e-5))
+    cache.save()
+    path = tmp_path / "bench.json"
+    result = runner.invoke(main, ["bench", str(root), *TINY, "--no-host", "--json", str(path)])
+    assert result.exit_code == 1, result.output
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["max_error"] is None and row["variant"] == "vec4"  # the default: nothing to compare with
+    tuned = row["tuned"]
+    assert tuned["variant"] == "scalar" and tuned["checked_against"] == "default"
+    assert tuned["error_ok"] is False and tuned["max_error"] > 0.1
+    assert "WRONG" in result.output
 
 
 def test_without_timestamp_queries_bench_reports_error_rows_not_a_traceback(runner, monkeypatch, tmp_path):
