@@ -468,6 +468,38 @@ def test_deep_wgsl_expressions_are_refused_before_the_driver_parses_them(write_p
         assert kernel({"X": np.ones(4, np.float32)})["Y"].shape == (4,)
 
 
+@pytest.mark.parametrize("line_break", ["\r", "\v", "\f", "\x85", "\u2028", "\u2029"],
+                         ids=["cr", "vt", "ff", "nel", "ls", "ps"])
+def test_a_comment_ends_at_every_wgsl_line_break(line_break):
+    """The checks blanked a `//` comment to the next "\n", but WGSL ends it at any line break: code
+    after "// x\r" was hidden from them and the compiler read 5,000 nested brackets (exit 139,
+    helper-12), or a workgroup array past the device's limit."""
+    from webgpu_kernels.rendering import check_nesting
+    from webgpu_kernels.workgroup_memory import workgroup_storage
+
+    with pytest.raises(errors.TemplateSandboxError, match="nests brackets"):
+        check_nesting(f"// hidden{line_break} const Q = " + "(" * 5000 + "1.0" + ")" * 5000 + ";\n", SHADER)
+    wgsl = (f"// hidden{line_break} var<workgroup> big: array<f32, 1000000>;\n"
+            "@compute @workgroup_size(1) fn main() { big[0] = 1.0; }\n")
+    assert workgroup_storage(wgsl, "main") == {"big": 4_000_000}
+
+
+def test_else_if_chains_and_index_chains_count_as_depth():
+    """The compiler nests each `else if` in the one before and each index in the expression before,
+    though the brackets close: 10,000 `else if`s and 30,000 `[0]`s killed the process (helper-12)."""
+    from webgpu_kernels.rendering import check_nesting
+
+    chain = "fn f(c: bool) {\n  if c {}" + " else if c {}" * 300 + "\n}\n"
+    with pytest.raises(errors.TemplateSandboxError, match="else-if chain"):
+        check_nesting(chain, SHADER)
+    check_nesting("fn f(c: bool) {\n  if c {}" + " else if c {}" * 200 + "\n}\n", SHADER)
+    # separate statements are separate chains
+    check_nesting("fn f(c: bool) {\n" + "  var x = 0;\n  if c { x = 1; } else if c { x = 2; }\n" * 300 + "}\n", SHADER)
+    with pytest.raises(errors.TemplateSandboxError, match="nests expressions"):
+        check_nesting("fn f() {\n  let z = a" + "[0]" * 2000 + ";\n}\n", SHADER)
+    check_nesting("fn f() {\n  let z = a" + "[0]" * 4 + " + b[c[d[0]]];\n}\n", SHADER)
+
+
 def test_the_depth_check_reads_numbers_and_comments_as_such():
     """A table of 4,096 negative literals is 4,096 short terms, and a comment of dashes no chain."""
     from webgpu_kernels.rendering import check_nesting

@@ -24,6 +24,7 @@ from .layout import StructLayout, struct_layout
 from .program import CompiledPass, CompiledVariant
 from .sandbox import render_budget
 from .templates import MAX_RENDERED_BYTES, PackageLoader, TemplateSandbox, template_error
+from .workgroup_memory import WGSL_LINE_BREAK
 
 _ACCESS = {"read-only-storage": ("storage", "read"), "storage": ("storage", "read_write"), "uniform": ("uniform", None)}
 
@@ -284,7 +285,7 @@ _COMMENT_START = re.compile(r"//|/\*")
 _TEMPLATE_TOKENS = re.compile(r"(?<=[A-Za-z0-9_])<(?=[A-Za-z_])|[>;{}:\n]")
 #: The tokens that decide how deep an expression tree gets: numbers and names (skipped whole, so
 #: the point in 1.5 or the e in 1e5 is no operator), brackets, separators, operator characters.
-_DEPTH_TOKENS = re.compile(r"(?:\d|\.\d)(?:[eEpP][+-]|[\w.])*|[A-Za-z_]\w*|([()\[\]{},;\n]|[-+*/%&|^!~<>=.@])")
+_DEPTH_TOKENS = re.compile(r"(?:\d|\.\d)(?:[eEpP][+-]|[\w.])*|(else\s+if\b|[()\[\]{},;\n]|[-+*/%&|^!~<>=.@])|[A-Za-z_]\w*")
 #: The deepest expression tree (operators chained in one term, through every bracket) allowed.
 MAX_WGSL_EXPRESSION_DEPTH = 1024
 
@@ -324,8 +325,8 @@ def _blank_comments(wgsl: str) -> str:
     while (mark := _COMMENT_START.search(wgsl, pos)) is not None:
         begin = mark.start()
         if mark.group() == "//":
-            end = wgsl.find("\n", begin)
-            end = len(wgsl) if end < 0 else end
+            line_end = WGSL_LINE_BREAK.search(wgsl, begin)
+            end = len(wgsl) if line_end is None else line_end.start()
         else:
             # Once one "/*" finds no "*/" after it, no later one can: not searched again.
             end = wgsl.find("*/", begin + 2) if closable else -1
@@ -343,8 +344,9 @@ def _check_expression_depth(code: str, shader: str) -> None:
     """Brackets at most MAX_WGSL_NESTING deep, and an upper bound of every expression tree's
     depth: within one term (between commas and semicolons) each operator character may add a
     level, and a bracket adds its deepest term."""
-    # frames[i] = [operators in the current term, deepest bracket in it, deepest finished term]
-    frames, line_number = [[0, 0, 0]], 1
+    # frames[i] = [operators in the current term, deepest bracket in it, deepest finished term,
+    #              `else if`s since the last `;`]
+    frames, line_number = [[0, 0, 0, 0]], 1
     for token in _DEPTH_TOKENS.findall(code):
         if not token:
             continue  # a number or a name
@@ -352,16 +354,25 @@ def _check_expression_depth(code: str, shader: str) -> None:
         if token in "([{":
             if len(frames) > MAX_WGSL_NESTING:
                 raise _too_deep(shader, "brackets", MAX_WGSL_NESTING, line_number)
-            frames.append([0, 0, 0])
+            if token == "[":  # an index is a postfix operator: a[0][0]...[0] nests one level per index
+                frame[0] += 1
+            frames.append([0, 0, 0, 0])
         elif token in ")]}":
             if len(frames) > 1:
                 frames.pop()
                 frames[-1][1] = max(frames[-1][1], max(frame[2], frame[0] + frame[1]) + 1)
         elif token in ",;":
             frame[2] = max(frame[2], frame[0] + frame[1])
-            frame[0] = frame[1] = 0
+            frame[0] = frame[1] = frame[3] = 0
         elif token == "\n":
             line_number += 1
+        elif token.startswith("else"):
+            # The compiler nests each `else if` inside the one before, though the braces close: a
+            # chain of them is that deep (counted to the next `;`, which may join chains: never less).
+            frame[3] += 1
+            line_number += token.count("\n")
+            if len(frames) + frame[3] > MAX_WGSL_NESTING:
+                raise _too_deep(shader, "blocks (an else-if chain)", MAX_WGSL_NESTING, line_number)
         else:
             frame[0] += 1
         if frame[0] + frame[1] > MAX_WGSL_EXPRESSION_DEPTH or frames[-1][1] > MAX_WGSL_EXPRESSION_DEPTH:

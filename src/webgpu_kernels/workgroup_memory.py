@@ -27,6 +27,10 @@ from collections.abc import Mapping, Sequence
 _SCALARS = {"f32": (4, 4), "i32": (4, 4), "u32": (4, 4), "f16": (2, 2), "bool": (4, 4)}
 _SUFFIX = {"f": "f32", "i": "i32", "u": "u32", "h": "f16"}
 _COMMENT_MARK = re.compile(r"//|/\*|\*/")
+#: What ends a `//` comment: every WGSL line break, not only "\n". A comment taken to run on past a
+#: "\r" or U+2028 hid code that the compiler then read: a workgroup array past the device's limit,
+#: or nesting deep enough to crash it (rendering.check_nesting).
+WGSL_LINE_BREAK = re.compile("[\n\v\f\r\x85\u2028\u2029]")
 # identifiers (Unicode, as WGSL's), numbers with their suffixes (``1u``, ``0x400``), one punctuation character
 _TOKEN = re.compile(r"[^\W\d]\w*|\d\w*|\S")
 _IDENT = re.compile(r"[^\W\d]\w*")
@@ -54,8 +58,8 @@ def _strip_comments(text: str) -> str:
         token = mark.group()
         if depth == 0 and token == "//":
             out.append(text[start:mark.start()])
-            end = text.find("\n", mark.end())
-            pos = start = len(text) if end < 0 else end
+            line_end = WGSL_LINE_BREAK.search(text, mark.end())
+            pos = start = len(text) if line_end is None else line_end.start()
         elif token == "/*":
             if depth == 0:
                 out.append(text[start:mark.start()])
