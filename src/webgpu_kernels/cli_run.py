@@ -76,7 +76,8 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     try:
         ort_out = onnxruntime_reference(
             k.op_id, arrays, all_attrs, input_names=[s.role if s.role in arrays else "" for s in k.manifest.inputs],
-            output_names=[s.role if s.role in outputs else "" for s in k.manifest.outputs])  # fmt: skip
+            output_names=[s.role if s.role in outputs else "" for s in k.manifest.outputs],
+            output_shapes={name: array.shape for name, array in outputs.items()})  # fmt: skip
     except ReferenceUnavailable as why:
         report["referenceUnavailable"]["onnxruntime"] = str(why)
     else:

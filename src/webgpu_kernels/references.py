@@ -180,9 +180,13 @@ def onnxruntime_reference(
     *,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
+    output_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, np.ndarray]:
     """Run ``op_id`` as a one-node ONNX model on onnxruntime's CPU provider (``input_names`` and
-    ``output_names`` as for :func:`one_node_model`).
+    ``output_names`` as for :func:`one_node_model`). With ``output_shapes`` (the kernel's), a model
+    that ONNX's shape inference says makes outputs of other shapes is not run: its op id and
+    attributes come from the package, and `ai.onnx.RandomNormal` with ``shape=[65536, 65536]``
+    would have ORT allocate 16 GiB.
 
     Inputs keep their dtype (f16 inputs run ORT's f16 kernel where it has one). Returns the
     outputs by name. Raises :class:`ReferenceUnavailable` saying why when onnx/onnxruntime is not
@@ -197,10 +201,35 @@ def onnxruntime_reference(
     try:
         model, arrays, outputs = one_node_model(op_id, inputs, attrs, input_names=input_names,
                                                 output_names=output_names)  # fmt: skip
+        if output_shapes is not None:
+            _check_inferred_shapes(model, output_shapes)
         options = ort.SessionOptions()
         options.log_severity_level = 4  # fatal only: its errors come back as exceptions, which say why
         session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         results = session.run(outputs, arrays)
+    except ReferenceUnavailable:
+        raise
     except Exception as error:  # noqa: BLE001 - ORT raises its own exception types (NOT_IMPLEMENTED, ...)
         raise ReferenceUnavailable(_ort_refusal(error)) from None
     return dict(zip(outputs, (np.asarray(r) for r in results), strict=True))
+
+
+def _check_inferred_shapes(model: bytes, output_shapes: Mapping[str, Sequence[int]]) -> None:
+    """Refuse a model whose outputs ONNX infers to other shapes than the kernel's (dims it cannot
+    infer, as for contrib ops, pass: ORT would size those from the call's inputs)."""
+    import onnx
+    from onnx import shape_inference
+
+    try:
+        inferred = shape_inference.infer_shapes(onnx.load_from_string(model), data_prop=True)
+    except Exception:  # noqa: BLE001 - a model inference cannot read: ORT says what is wrong with it
+        return
+    for value in inferred.graph.output:
+        tensor = value.type.tensor_type
+        want = output_shapes.get(value.name)
+        if want is None or not tensor.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+        if None not in dims and dims != list(want):
+            raise ReferenceUnavailable(f"onnxruntime would make output {value.name} of shape {dims}, not the "
+                                       f"kernel's {list(want)}: not run")  # fmt: skip
