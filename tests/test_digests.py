@@ -556,6 +556,20 @@ def test_a_lone_surrogate_in_package_json_is_refused() -> None:
     assert decode_json(b'{"description": "\\ud83d\\ude00"}') == {"description": "\U0001f600"}
 
 
+def test_a_repeated_key_in_package_json_is_refused(qg: Path) -> None:
+    """Python's JSON reader keeps the last of a repeated key, other readers the first: a second
+    "domain" changed the op id where a reviewer reading the file saw the first (helper-12)."""
+    from webgpu_kernels.digests import decode_json
+
+    with pytest.raises(ValueError, match="the key 'domain' appears more than once in one object"):
+        decode_json(b'{"domain": "com.microsoft", "name": "QuickGelu", "domain": "evil"}')
+    assert decode_json(b'{"a": {"x": 1}, "b": {"x": 2}}') == {"a": {"x": 1}, "b": {"x": 2}}  # per object
+    text = (qg / "manifest.json").read_text("utf-8")
+    (qg / "manifest.json").write_text(text.replace('"domain":', '"domain": "evil", "domain":', 1), "utf-8")
+    with pytest.raises(PackageError, match="appears more than once"):
+        wk.load_kernel(qg)
+
+
 @pytest.mark.parametrize("name", ["node_modules/data.npy", "__pycache__/data.npy", "data.npy~"])
 def test_a_file_digest_never_lists_is_refused_unverified_too(qg: Path, name: str) -> None:
     """validate opens a package unverified and read such a file from disk ("valid"); `test` opens it

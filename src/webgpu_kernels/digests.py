@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import DigestError, PackageError
+from .errors import DigestError, PackageError, shorten
 from .json_schema import validator as schema_validator
 
 METADATA_FILE = "metadata.json"
@@ -257,6 +257,19 @@ def _float_sized_int(text: str) -> int:
     return value
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all distinct: JSON readers disagree about a repeated key (Python's
+    keeps the last), so a second "domain" would change the op id where a reviewer sees the first."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {shorten(key, 60)!r} appears more than once in one object")
+            seen.add(key)
+    return value
+
+
 def decode_json(data: bytes) -> Any:
     """A package JSON file's bytes decoded; every way it can be malformed is a ValueError whose
     message says which (deep nesting and 5,000-digit numbers included, not only bad syntax)."""
@@ -266,7 +279,7 @@ def decode_json(data: bytes) -> Any:
         raise ValueError("not UTF-8 text") from None
     try:
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
-                           parse_int=_float_sized_int)
+                           parse_int=_float_sized_int, object_pairs_hook=_unique_keys)
         # "\ud800" is valid JSON for a lone surrogate, which is no text: it would fail later,
         # when a template's output or the console encodes it.
         if _SURROGATE_ESCAPE.search(text):
