@@ -689,3 +689,38 @@ def test_run_fails_an_output_beyond_benchs_tolerance(runner: CliRunner, tmp_path
     assert data["ok"] is False and data["reference"]["numpy"]["Y"]["ok"] is False
     right = runner.invoke(main, ["run", str(package), "-i", "X=8:f32", "--variant", "vec4_tail", "--json"])
     assert right.exit_code == 0 and json.loads(right.stdout)["ok"] is True
+
+
+@pytest.mark.parametrize("args", [["--trust-remote-code", "info", "nodir/x/pkg"], ["info", "nodir/x/pkg"]])
+def test_a_missing_path_of_three_parts_is_a_missing_folder_not_a_hub_repository(runner: CliRunner, args) -> None:
+    """A repository id has one slash: `nodir/x/pkg` with --trust-remote-code got "version= and
+    revision= apply to Hub repositories", without it the Python trust advice (helper-14)."""
+    result = runner.invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "nodir/x/pkg: not a folder" in result.output and "version=" not in result.output
+
+
+@pytest.mark.parametrize(("command", "option"), [("bench", "--warm-up"), ("tune", "--warm-up"), ("test", "--timeout"),
+                                                 ("validate", "--timeout")])  # fmt: skip
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_seconds_option_refuses_nan_and_infinity(runner: CliRunner, command, option, value) -> None:
+    """click's FloatRange passes NaN (every comparison is false) and infinity: `--warm-up inf` warmed up
+    for ever, `--timeout nan` meant no timeout (helper-14)."""
+    result = runner.invoke(main, [command, QUICK_GELU, option, value])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output and "not a finite number" in result.output
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_an_unknown_dtype_filter_is_named(runner: CliRunner, command) -> None:
+    """`--dtype fp16` matched no case and the error blamed --case/--tag/--dtype together (helper-14)."""
+    result = runner.invoke(main, [command, QUICK_GELU, "--dtype", "fp16"])
+    assert result.exit_code == 2, result.output
+    assert "unknown dtype 'fp16'" in result.output and "f16" in result.output
+
+
+def test_summarize_of_both_infinities_warns_nothing() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning leaked to run's stderr (helper-14)
+        stats = summarize(np.array([np.inf, -np.inf, 1.0], np.float32))
+    assert stats["min"] == -np.inf and stats["max"] == np.inf and math.isnan(stats["mean"])

@@ -299,6 +299,8 @@ def classify_kernel_ref(ref: str) -> KernelRef:
         return KernelRef("folder", path)
     if "/" in ref:
         repo, _, pin = ref.partition("@")
+        if repo.count("/") >= 2 and not re.match(r"[A-Za-z][A-Za-z0-9+.\-]+:", repo):
+            return KernelRef("folder", path)  # a repository id has one slash: `a/b/c` is a path (hub.classify)
         return KernelRef("hub", path, repo=repo, pin=pin)
     return KernelRef("unknown", path)
 
@@ -348,6 +350,29 @@ def _trust_after_the_command(ctx: click.Context, param: click.Parameter, value: 
     if value:
         ctx.find_root().params["trust_remote_code"] = True  # what trusting() reads
     return value
+
+
+def dtypes_callback(ctx: Any, param: Any, values: tuple[str, ...]) -> tuple[str, ...]:
+    """bench's and tune's --dtype, in -i's spellings: a typo (`fp16`) had matched no case, and the
+    error blamed the filters as a whole."""
+    for value in values:
+        if value.strip().lower() not in DTYPE_ALIASES:
+            known = ", ".join(sorted(set(DTYPE_ALIASES)))
+            raise click.BadParameter(f"unknown dtype {value.strip()!r} (known: {known})", ctx, param)
+    return values
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange, less NaN and infinity: NaN passes every bound (its comparisons are all
+    false), so `--timeout nan` meant no timeout, and `--warm-up inf` warmed up for ever."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def trust_option(fn: Any) -> Any:

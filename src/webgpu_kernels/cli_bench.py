@@ -43,11 +43,13 @@ from .case_data import numpy_dtype
 from .casefile import BENCH_FILE, case_name_matches, parse_bench_file
 from .cli import (
     DTYPE_ALIASES,
+    FiniteFloatRange,
     _adapter,
     _console,
     _echo_json,
     _inputs_callback,
     _jsonable,
+    dtypes_callback,
     is_live,
     resolve_kernel,
     trust_option,
@@ -103,7 +105,7 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
     if tags:
         cases = [c for c in cases if set(tags) & set(c["tags"])]
     if dtypes:
-        wanted = {DTYPE_ALIASES.get(d.strip().lower(), d) for d in dtypes}  # f16 as -i takes it
+        wanted = {DTYPE_ALIASES[d.strip().lower()] for d in dtypes}  # f16 as -i takes it (checked by dtypes_callback)
         cases = [c for c in cases if set(c["types"].values()) & wanted]  # a gather's (float32, int64): f32
     return cases
 
@@ -230,7 +232,7 @@ def _plottable(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 #: bench and tune: seconds of GPU load before their first timing (benchmark.warm_up).
-WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
+WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=FiniteFloatRange(min=0), default=2.0, show_default=True,
               help="Seconds of back-to-back copies before the first timing, so the GPU's clocks are up.")  # fmt: skip
 
 
@@ -256,7 +258,7 @@ def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], names: 
 @click.option("--case", "names", multiple=True,
               help="Only cases whose name contains this or matches it as a glob. Repeatable.")  # fmt: skip
 @click.option("--tag", "tags", multiple=True, help="Only cases with this tag (large, small, model:...). Repeatable.")
-@click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")
+@click.option("--dtype", "dtypes", multiple=True, callback=dtypes_callback, help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")
 @click.option("--variant", default=None, metavar="ID",
               help="Time this variant on every case (a case it does not accept is an error row); "
                    "without it, the manifest's selection and the tuned choice.")  # fmt: skip

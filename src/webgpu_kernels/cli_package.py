@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .cli import trust_option
+from .cli import FiniteFloatRange, trust_option
 from .device import choose_adapter
 from .digests import (
     METADATA_FILE,
@@ -212,7 +212,7 @@ _JUNIT_OPTION = click.option(
 @click.option("--isolate/--no-isolate", default=None,
               help="Run the GPU work in a child process. Default: on for packages loaded with "
                    "trust_remote_code, off otherwise.")  # fmt: skip
-@click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+@click.option("--timeout", type=FiniteFloatRange(min=1), default=None, metavar="SECONDS",
               help="Give up on a package after this long (counted from the child's start, imports "
                    "included). Runs isolated: --isolate is implied.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -399,7 +399,7 @@ def _package_path(ref: str) -> Path:
               help="Render and compile every variant x dtype on the current adapter.")  # fmt: skip
 @click.option("--isolate/--no-isolate", default=None,
               help="Run the checks in a child process (a crash there is reported, not suffered). Default: off.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+@click.option("--timeout", type=FiniteFloatRange(min=1), default=None, metavar="SECONDS",
               help="Give up after this long (counted from the child's start, imports included). "
                    "Runs isolated: --isolate is implied.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

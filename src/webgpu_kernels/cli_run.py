@@ -124,7 +124,8 @@ def summarize(array: Any) -> dict[str, Any]:
     stats: dict[str, Any] = {"shape": list(a.shape), "dtype": a.dtype.name, "size": int(a.size),
                              "nanCount": int(nan.sum())}  # fmt: skip
     if rest.size:
-        stats.update(min=float(rest.min()), max=float(rest.max()), mean=float(rest.mean()))
+        with np.errstate(invalid="ignore", over="ignore"):  # +inf and -inf make a NaN mean: the summary says so
+            stats.update(min=float(rest.min()), max=float(rest.max()), mean=float(rest.mean()))
     else:
         stats.update(min=None, max=None, mean=None)
     return stats

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from . import tuning
 from .benchmark import bench_kernel
-from .cli import _adapter, _console, is_live, resolve_kernel, trust_option
+from .cli import _adapter, _console, dtypes_callback, is_live, resolve_kernel, trust_option
 from .cli_bench import (
     SEED_OPTION,
     WARM_UP_OPTION,
@@ -45,7 +45,7 @@ WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
 @click.option("--case", "names", multiple=True,
               help="Only cases whose name contains this or matches it as a glob. Repeatable.")  # fmt: skip
 @click.option("--tag", "tags", multiple=True, help="Only cases with this tag. Repeatable.")
-@click.option("--dtype", "dtypes", multiple=True, help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")
+@click.option("--dtype", "dtypes", multiple=True, callback=dtypes_callback, help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")
 @WARM_UP_OPTION
 @SEED_OPTION
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
