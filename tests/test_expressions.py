@@ -414,3 +414,62 @@ def test_a_float_literal_past_float64_is_refused_at_compile(source):
 
     with pytest.raises(ExpressionSandboxError, match="a float literal past the float64 range"):
         ExpressionCompiler([]).compile(source, "variants[0].when[0]")
+
+
+#: A derive entry's value within every bound (4095 items, strings of 4096), 16 MiB as repr():
+#: `d = "[s] * 4095"` of `s = "'x' * 4096"`.
+HEAVY = ["x" * 4096] * 4095
+
+
+def _peak_bytes(call):
+    """Run ``call`` (which must raise ExpressionError); the error and the peak of memory allocated."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ExpressionError) as info:
+            call()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return info.value, peak
+
+
+@pytest.mark.parametrize("source, fragment", [
+    ("ceilDiv(hidden, 1)", "ceilDiv() takes numbers, got ['xxx"), ("dim(hidden, 0)", "dim() expects a shape"),
+    ("dim([1], hidden)", "axis must be an integer, got ['xxx"), ("numel(hidden)", "numel() expects a shape"),
+    ("sameShape([1], hidden)", "got ['xxx"), ("broadcastable([1], hidden)", "got ['xxx"),
+    ("broadcastStrides([1], hidden)", "got ['xxx"),
+])  # fmt: skip
+def test_a_function_quotes_a_heavy_argument_without_building_its_repr(source, fragment):
+    """The functions' messages repr()'d the whole argument, then kept 80 characters: a list literal
+    of 200 such values in one `when` clause took 22 s and 2.5 GB for one explain (review, f3)."""
+    error, peak = _peak_bytes(lambda: ev(source, hidden=HEAVY))
+    assert fragment in str(error) and len(error.detail) < 200, f"{len(error.detail)} characters"
+    assert peak < 4 * 2**20, f"{source}: {peak / 2**20:.0f} MiB allocated for an 80-character quote"
+
+
+@pytest.mark.parametrize("source", ["[hidden, hidden][0][0]", "(hidden, 1, hidden)[1]", "([hidden] + [hidden])[0][0]",
+                                    "ceilDiv([hidden, hidden], 1)", "[[hidden], [[hidden]]][0]"])  # fmt: skip
+def test_a_list_literal_is_bounded_through_every_level_as_a_result_is(source):
+    """Only an expression's result was bounded through every nesting level, so `[d, d, ...]` held
+    800,000 items by reference for a function to walk or quote."""
+    from webgpu_kernels.errors import ExpressionSandboxError
+
+    with pytest.raises(ExpressionSandboxError, match="holds values of more than 4096 items in all"):
+        ev(source, hidden=HEAVY)
+    assert ev("[hidden][0][1]", hidden=HEAVY) == "x" * 4096 and ev("[1, [2]] + [3]") == [1, [2], 3]
+
+
+def test_short_repr_is_repr_cut_and_built_only_as_far_as_it_is_shown():
+    from webgpu_kernels.errors import short_repr, shorten
+
+    for value in [1, -2.5, "a'b\n", None, True, (), (1,), [1, (2, "x")], {"a": [1, {}]}, range(3), 2**100, "x" * 90,
+                  [list(range(50))] * 3]:  # fmt: skip
+        assert short_repr(value) == shorten(repr(value)), value
+    nested: tuple = (0,)
+    for _ in range(60):  # 2^60 leaves by reference: repr() would never finish
+        nested = (nested, nested)
+    assert short_repr(nested, 40) == "(" * 37 + "..."
+    # a function's repr() names its address; short_repr() its type only
+    assert short_repr([STATIC_FUNCTIONS["dim"]]) == "[<function>]" and short_repr(2**5000) == "<int of 5001 bits>"

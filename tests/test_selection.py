@@ -377,3 +377,21 @@ def test_a_namespace_read_whole_is_traced_with_all_its_names():
     # a list of strings that is a value, not a namespace's names, keeps its quotes
     value = Verdict("row", 0, False, clause="mode in ['', 'a, b']", clause_index=0, values={"modes": ["", "a, b"]})
     assert "modes=['', 'a, b']" in value.reason()
+
+
+def test_a_heavy_value_is_traced_without_building_its_repr():
+    """A clause's values were repr()'d whole and cut to 60 characters: a derive entry of 4095
+    references to a 4096-character string (within every bound) built 16 MiB per verdict shown."""
+    import tracemalloc
+
+    from webgpu_kernels.selection import Verdict
+
+    verdict = Verdict("v", 0, False, clause="d == 0", clause_index=0, values={"d": ["x" * 4096] * 4095})
+    tracemalloc.start()
+    try:
+        reason = verdict.reason()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "(with d=['xxx" in reason and len(reason) < 120, f"{len(reason)} characters"
+    assert peak < 2**20, f"{peak / 2**20:.0f} MiB allocated for a 60-character quote"

@@ -7,6 +7,7 @@ so that tools can report them without parsing messages.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 
@@ -27,6 +28,61 @@ def _restore(cls: type[KernelError], args: tuple[Any, ...]) -> KernelError:
 def shorten(text: str, limit: int = 80) -> str:
     """``text`` cut to ``limit`` characters (ending ``...``), for a value quoted in a message."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _Text(str):
+    """A piece of :func:`short_repr`'s output (a bracket or separator), not a value to show."""
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``shorten(repr(value), limit)`` of a plain value (string, number, list, tuple, dict), built
+    from about ``limit`` characters of it only: ``shorten(repr(...))`` of a package's value (4096
+    references to a 4096-character string, a tuple nesting 2^40 leaves by reference) had built all
+    of it first. Any other object is shown by its type alone (no address, nothing it holds)."""
+    parts: list[str] = []
+    size = 0
+    stack: list[Iterator[Any]] = [iter((value,))]
+    while stack and size <= limit:  # a container is opened lazily, as far as its items are shown
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+            continue
+        if isinstance(item, _Text):
+            text = str(item)
+        elif isinstance(item, str):
+            text = repr(item[: limit + 1])  # cut inside its quotes: shorten() cuts the rest
+        elif item is None or isinstance(item, (bool, float, range)):
+            text = repr(item)
+        elif isinstance(item, int):  # int -> decimal is quadratic in the digits
+            text = repr(item) if item.bit_length() <= 1024 else f"<int of {item.bit_length()} bits>"
+        elif isinstance(item, (list, tuple, Mapping)):
+            stack.append(_pieces(item))
+            continue
+        else:
+            text = f"<{type(item).__name__}>"
+        parts.append(text)
+        size += len(text)
+    return shorten("".join(parts), limit)
+
+
+_END = object()
+
+
+def _pieces(value: list[Any] | tuple[Any, ...] | Mapping[Any, Any]) -> Iterator[Any]:
+    """The brackets, separators and items of a container, in repr() order (items unexpanded)."""
+    if isinstance(value, Mapping):
+        yield _Text("{")
+        for index, (key, item) in enumerate(value.items()):
+            yield from (_Text(", "), key, _Text(": "), item) if index else (key, _Text(": "), item)
+        yield _Text("}")
+        return
+    opening, closing = ("[", "]") if isinstance(value, list) else ("(", ",)" if len(value) == 1 else ")")
+    yield _Text(opening)
+    for index, item in enumerate(value):
+        if index:
+            yield _Text(", ")
+        yield item
+    yield _Text(closing)
 
 
 # --- packages and manifests -------------------------------------------------------------------

@@ -21,7 +21,7 @@ from jinja2.exceptions import TemplateError as JinjaTemplateError
 from jinja2.parser import Parser
 from jinja2.runtime import Undefined
 
-from .errors import BroadcastError, ExpressionError, ExpressionSandboxError, shorten
+from .errors import BroadcastError, ExpressionError, ExpressionSandboxError, short_repr, shorten
 from .sandbox import (
     MAX_EXPRESSION_DEPTH,
     MAX_INT_BITS,
@@ -54,7 +54,7 @@ MAX_EXPRESSION_CHARS = 64 * 1024
 def _dim(shape: Any, axis: Any) -> int:
     shape = _as_shape(shape, "dim")
     if not isinstance(axis, int) or isinstance(axis, bool):
-        raise ExpressionEvalError(f"dim(): axis must be an integer, got {axis!r}")
+        raise ExpressionEvalError(f"dim(): axis must be an integer, got {_short(axis)}")
     if not -len(shape) <= axis < len(shape):
         raise ExpressionEvalError(f"dim(): axis {axis} is out of range for a shape of rank {len(shape)}")
     return shape[axis]
@@ -118,7 +118,7 @@ def _broadcast_shape(*shapes: Any) -> tuple[int, ...]:
 def _broadcast_strides(shape: Any, target: Any) -> tuple[int, ...]:
     dims, out = _as_shape(shape, "broadcastStrides", sizes=True), _as_shape(target, "broadcastStrides", sizes=True)
     if _broadcast((dims, out), "broadcastStrides") != out:
-        raise ExpressionEvalError(f"broadcastStrides(): {list(dims)} does not broadcast to {list(out)}")
+        raise ExpressionEvalError(f"broadcastStrides(): {_short(list(dims))} does not broadcast to {_short(list(out))}")
     strides, step = [0] * len(out), 1
     for axis in range(1, len(dims) + 1):  # C order, from the last axis; a broadcast axis reads one element
         strides[-axis] = step if dims[-axis] != 1 else 0
@@ -156,7 +156,9 @@ def _check_compared(values: tuple[Any, ...], fn: str) -> None:
 
 
 def _short(value: Any) -> str:
-    return shorten(repr(value))
+    # Never repr() whole: 4095 references to a 4096-character string, 200 times in one list
+    # literal, had built 3 GB of text to keep 80 characters of it.
+    return short_repr(value)
 
 
 #: Functions every expression may call. ``f16Ok`` depends on the device and is added per device.
@@ -186,7 +188,7 @@ class ShapesDoNotBroadcast(ExpressionEvalError):
     """broadcastShape() of ``shapes`` that do not broadcast (``reason`` says where)."""
 
     def __init__(self, shapes: tuple[tuple[int, ...], ...], reason: str) -> None:
-        super().__init__(f"broadcastShape(): {', '.join(str(list(s)) for s in shapes)} do not broadcast: {reason}")
+        super().__init__(f"broadcastShape(): {', '.join(_short(list(s)) for s in shapes)} do not broadcast: {reason}")
         self.shapes, self.reason = shapes, reason
 
 
@@ -195,6 +197,12 @@ class ExpressionSandbox(BoundedSandbox):
 
     def __init__(self) -> None:
         super().__init__(cache_size=0)
+
+    def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
+        result = super().call_binop(context, operator_name, left, right)
+        if operator_name == "+" and isinstance(result, (list, tuple)):  # [d] + [d] nests as [d, d] does
+            self.check_weight(result, "a sum of lists holds")
+        return result
 
 
 _SANDBOX = ExpressionSandbox()

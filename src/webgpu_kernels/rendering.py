@@ -18,7 +18,7 @@ from typing import Any
 
 from jinja2.runtime import Undefined
 
-from .errors import AttributeValueError, ExpressionError, LayoutError, TemplateSandboxError, shorten
+from .errors import AttributeValueError, ExpressionError, LayoutError, TemplateSandboxError, short_repr
 from .expressions import NAMESPACES, STATIC_FUNCTIONS, Expression, as_count
 from .layout import StructLayout, struct_layout
 from .program import CompiledPass, CompiledVariant
@@ -91,7 +91,7 @@ def _unpackable(json_path: str, types: list[tuple[str, str]], values: list[Any],
 
 
 def _short(value: Any) -> str:
-    return shorten(repr(value))
+    return short_repr(value)
 
 
 def _struct_layout(json_path: str, name: str, types: list[tuple[str, str]]) -> StructLayout:

@@ -483,6 +483,9 @@ class BoundedSandbox(SandboxedEnvironment):
     def _key(self, value: Any) -> Any:
         return self.check_weight(value, "hashing")
 
+    def _literal(self, value: Any) -> Any:
+        return self.check_weight(value, "a list or tuple literal holds")
+
     def _slice(self, obj: Any, start: Any, stop: Any, step: Any) -> Any:
         if isinstance(obj, Undefined):
             obj._fail_with_undefined_error()
@@ -501,6 +504,7 @@ class BoundedSandbox(SandboxedEnvironment):
 
     wk_compare = _Internal(_compare)
     wk_key = _Internal(_key)
+    wk_literal = _Internal(_literal)
     wk_slice = _Internal(_slice)
     wk_concat = _Internal(_concat)
     wk_iterate = _Internal(_iterate)
@@ -520,7 +524,8 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
     """Rewrite a checked tree so that what Jinja leaves unbounded goes through the sandbox.
 
     Every ``a ~ b`` becomes a bounded join, every comparison a bounded one, every slice a checked
-    ``getitem``. In templates also: every piece of output is charged
+    ``getitem``. In expressions also: every list or tuple literal is bounded through every level as
+    a result is. In templates also: every piece of output is charged
     (text written inside macros, ``{% set %}`` blocks and filters counts too), every loop
     iteration is charged by the size of what it runs, and every template body, macro body and
     ``{% call %}`` body is charged by its size when it runs.
@@ -555,6 +560,10 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
             for operand in node.ops:
                 args += [nodes.Const(operand.op), operand.expr]
             return _internal_call("wk_compare", args, node.lineno)
+        if not template and isinstance(node, (nodes.List, nodes.Tuple)):
+            # Only the result had been: [d, d, ...] of d = [s] * 4095 held 800,000 items by
+            # reference for a function's argument (whose error message had repr()'d all of it).
+            return _internal_call("wk_literal", [node], node.lineno)
         if template and isinstance(node, nodes.Output):
             node.nodes = [
                 _internal_call("wk_emit", [nodes.Const(child.data) if isinstance(child, nodes.TemplateData) else child,

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ExpressionError, SelectionError, VariantRejectedError
+from .errors import ExpressionError, SelectionError, VariantRejectedError, short_repr, shorten
 from .expressions import Expression, NamespaceNames
 from .program import CompiledVariant, Program
 
@@ -55,10 +55,9 @@ def _short(value: Any) -> str:
     if isinstance(value, NamespaceNames):
         # a namespace read whole (`'beta' in shapes`): its names, unquoted and cut later, since
         # the one a clause asks about may come last (cut at 60, it had been lost)
-        text, most = "[" + ", ".join(value) + "]", 200
-    else:
-        text, most = repr(list(value) if isinstance(value, tuple) else value), 60
-    return text if len(text) <= most else text[: most - 3] + "..."
+        return shorten("[" + ", ".join(value) + "]", 200)
+    # never repr() whole: a derive entry of 4095 references to a 4096-character string is 16 MB of it
+    return short_repr(list(value) if isinstance(value, tuple) else value, 60)
 
 
 def judge(
