@@ -675,3 +675,27 @@ def test_a_package_loads_a_bounded_amount_of_template_source(write_package):
     with pytest.raises(errors.TemplateSandboxError, match="templates hold more than 262144 bytes together") as info:
         kernel.render({"X": wk.TensorMeta((8,), "float32")})
     assert info.value.file == "t4.wgsl.jinja"
+
+
+#: A tuple of 2^16 leaves by reference (`(t, t)` 16 times; the review's 40 times rendered until killed).
+NESTED_TUPLE = "{% set t = (0,) %}" + "{% set t = (t, t) %}" * 16
+
+
+@pytest.mark.parametrize("call", ["t|wgsl_float", "t|wgsl_uint", "1.0|wgsl_float(t)", "1.5|round(t)",
+                                  "1.5|round(0, t)", "[1][s]"])  # fmt: skip
+def test_a_filter_quotes_a_huge_argument_by_a_bounded_text(call):
+    """wgsl_float and wgsl_uint repr()'d the value whole into their message: `(t, t)` 40 times
+    then `t|wgsl_float` built text of 2^40 leaves, never charged to the render budget (review,
+    f4); round() built 1 MiB of text to quote 40 characters and hashed its method whole; `[1][s]`
+    quoted all of a 1 MiB key."""
+    template, key = TemplateSandbox().from_string(NESTED_TUPLE + "{{ " + call + " }}"), "k" * MAX_RENDERED_BYTES
+    tracemalloc.start()
+    try:
+        with pytest.raises(Exception) as info:  # Jinja's own classes: rendered outside the library
+            template.render(s=key)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    message = str(info.value)
+    assert len(message) < 200 and ("(tuple)" in message or "'kkk" in message), f"{len(message)} characters"
+    assert peak < 256 * 1024, f"{peak / 2**20:.1f} MiB allocated for a 40-character quote"

@@ -34,6 +34,8 @@ from jinja2.exceptions import SecurityError
 from jinja2.runtime import Undefined
 from jinja2.sandbox import SandboxedEnvironment
 
+from .errors import short_repr, shorten
+
 # Largest string or sequence an expression may build (and the longest expression source), the
 # largest integer (in bits) and the deepest nesting: manifest values are shapes and small numbers.
 MAX_SEQUENCE_LENGTH = 4096
@@ -384,7 +386,8 @@ class BoundedSandbox(SandboxedEnvironment):
         return self._other_attribute(obj, attribute)
 
     def _other_attribute(self, obj: Any, attribute: str) -> Any:
-        return self.undefined(f"attribute {attribute!r} of a {type(obj).__name__} is not accessible here",
+        # (built at once: `[1][s]` of a 1 MiB s in a loop had built 1 MiB per iteration)
+        return self.undefined(f"attribute {short_repr(attribute, 60)} of a {type(obj).__name__} is not accessible here",
                               name=attribute, exc=SecurityError)  # fmt: skip
 
     def getitem(self, obj: Any, argument: Any) -> Any:
@@ -397,7 +400,9 @@ class BoundedSandbox(SandboxedEnvironment):
             try:
                 return obj[argument]
             except (KeyError, TypeError):  # name a key that is not a plain value by its type (no repr, no address)
-                shown = argument if isinstance(argument, (str, int, float, type(None))) else f"<{type(argument).__name__}>"
+                shown = argument if isinstance(argument, (int, float, type(None))) else f"<{type(argument).__name__}>"
+                if isinstance(argument, str):
+                    shown = shorten(argument, 60)  # a template's key may be 1 MiB long
                 return self.undefined(obj=obj, name=shown)  # type: ignore[arg-type]  # Jinja names items by any key
         if isinstance(obj, (list, tuple, str, range)):
             if _is_index(argument):

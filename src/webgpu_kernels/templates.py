@@ -24,10 +24,10 @@ from jinja2 import BaseLoader, Template, TemplateNotFound, TemplateSyntaxError, 
 from jinja2 import filters as jinja_filters
 from jinja2 import tests as jinja_tests
 from jinja2.environment import TemplateModule
-from jinja2.exceptions import SecurityError, UndefinedError
+from jinja2.exceptions import FilterArgumentError, SecurityError, UndefinedError
 from jinja2.runtime import LoopContext, Macro
 
-from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError
+from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, short_repr
 from .sandbox import (
     MAX_EXPRESSION_DEPTH,
     MAX_INT_BITS,
@@ -67,12 +67,18 @@ _FILTERS = ("abs", "default", "first", "float", "int", "join", "last", "length",
 _FLOAT_SUFFIX_MAX = {"": math.inf, "f": 3.4028234663852886e38, "h": 65504.0}
 
 
+def _shown(value: Any) -> str:
+    """A template's value in a filter's message: its type and at most 40 characters of it, built from
+    no more (repr() of a tuple nesting 2^40 leaves by reference, ``(t, t)`` 40 times, never ended)."""
+    return f"{short_repr(value, 40)} ({type(value).__name__})"
+
+
 def wgsl_float(value: Any, suffix: str = "") -> str:
     """A WGSL floating-point literal for ``value`` (``1.702``, ``1e-05``); ``suffix`` "f" or "h"."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"wgsl_float needs a number, got {value!r}")
-    if suffix not in _FLOAT_SUFFIX_MAX:
-        raise ValueError(f"wgsl_float's suffix is 'f', 'h' or none, got {suffix!r}")
+        raise ValueError(f"wgsl_float needs a number, got {_shown(value)}")
+    if not isinstance(suffix, str) or suffix not in _FLOAT_SUFFIX_MAX:  # (a tuple would be hashed whole)
+        raise ValueError(f"wgsl_float's suffix is 'f', 'h' or none, got {_shown(suffix)}")
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"WGSL has no literal for {number!r}")
@@ -87,7 +93,7 @@ def wgsl_float(value: Any, suffix: str = "") -> str:
 def wgsl_uint(value: Any) -> str:
     """A WGSL u32 literal for ``value`` (``7u``)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
-        raise ValueError(f"wgsl_uint needs an integer in [0, 2^32), got {value!r}")
+        raise ValueError(f"wgsl_uint needs an integer in [0, 2^32), got {_shown(value)}")
     return f"{value}u"
 
 
@@ -419,7 +425,9 @@ def _f_round(context: Any, value: Any, precision: int = 0,
     # has no digits past about 330 places either way.
     if isinstance(precision, bool) or not isinstance(precision, int) or abs(precision) > MAX_ROUND_PRECISION:
         raise SandboxViolation(f"round() takes a precision of at most {MAX_ROUND_PRECISION} digits either "
-                               f"way, an integer; got {_env(context).to_text(precision)[:40]}")  # fmt: skip
+                               f"way, an integer; got {_shown(precision)}")  # fmt: skip
+    if not isinstance(method, str):  # Jinja's `method not in {...}` hashes it: a nested tuple walks every leaf
+        raise FilterArgumentError(f"round()'s method is 'common', 'ceil' or 'floor', got {_shown(method)}")
     return _result(context, jinja_filters.do_round(value, precision, method))
 
 
