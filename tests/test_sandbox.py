@@ -699,3 +699,20 @@ def test_a_filter_quotes_a_huge_argument_by_a_bounded_text(call):
     message = str(info.value)
     assert len(message) < 200 and ("(tuple)" in message or "'kkk" in message), f"{len(message)} characters"
     assert peak < 256 * 1024, f"{peak / 2**20:.1f} MiB allocated for a 40-character quote"
+
+
+def test_trim_with_characters_takes_linear_time():
+    """str.strip(chars) scans chars for each character it strips: 131,072 emoji stripped by
+    131,072 other characters and that emoji took 45 s in one step, past the render deadline
+    (review, f5; 65,536 took 7 s of CPU). Now about 0.02 s: the bound is generous."""
+    emoji, other = "\U0001f600", "\U0001f601"
+    template = TemplateSandbox().from_string("{{ s|trim(c)|length }},{{ ('ab' ~ s ~ 'ba')|trim(c ~ 'ab') }}")
+    text, chars = emoji * 65536, other * 65535 + emoji
+    started = time.process_time()
+    assert template.render(s=text, c=chars) == "0,"
+    assert time.process_time() - started < 1.5
+    # as str.strip does, with few characters (str.strip itself) and with many (a set)
+    many = "".join(chr(0x4E00 + i) for i in range(100))
+    for value, strip in [("xxabcxx", "x"), ("  a b  ", " "), ("abc", ""), ("ab\u00e9cba", "ba"), ("", "ab"),
+                         (many[:5] + "mid" + many[-5:], many), ("mid", many), (many, many + "x")]:  # fmt: skip
+        assert TemplateSandbox().from_string("{{ v|trim(c) }}").render(v=value, c=strip) == value.strip(strip)

@@ -351,9 +351,25 @@ def _f_upper(context: Any, value: Any) -> str:
 
 @pass_context
 def _f_trim(context: Any, value: Any, chars: Any = None) -> str:
-    if chars is not None:
-        chars = _env(context).to_text(chars)
-    return _result(context, _env(context).to_text(value).strip(chars))
+    text = _env(context).to_text(value)
+    if chars is None:
+        return _result(context, text.strip())
+    return _result(context, _strip(text, _env(context).to_text(chars)))
+
+
+def _strip(text: str, chars: str) -> str:
+    """``text.strip(chars)`` in time linear in both: str.strip scans ``chars`` for each character it
+    strips, so 131,072 emoji stripped by 131,072 characters took 45 s in one step (review, f5)."""
+    distinct = "".join(set(chars))
+    if len(distinct) <= 64:  # at most 64 comparisons a character, in C
+        return text.strip(distinct)
+    strip = frozenset(distinct)
+    start, end = 0, len(text)
+    while start < end and text[start] in strip:
+        start += 1
+    while end > start and text[end - 1] in strip:
+        end -= 1
+    return text[start:end]
 
 
 @pass_context
