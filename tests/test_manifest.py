@@ -299,6 +299,37 @@ def test_a_manifest_past_the_value_bound_is_refused_before_the_schema(write_pack
     assert check_manifest(data) == []
 
 
+def test_a_binding_set_named_by_many_passes_is_counted_per_pass(write_package):
+    """A binding set is compiled for every pass that names it: 1,400 bindings named by 1,300
+    passes (252 KB, within the value bound) took 104 s and 1.3 GB to load (helper-12's review).
+    Past MAX_EXPANDED_BINDINGS it is one error, at once, from load_kernel and validate."""
+    from webgpu_kernels.manifest import MAX_EXPANDED_BINDINGS, expanded_bindings
+    from webgpu_kernels.validation import validate_package
+
+    data = seed(QG)
+    assert expanded_bindings(data) == (12, "bindingSets.scalarTail holds 4, named by 2 passes")  # 3 + 3 + 3, 3 fields
+    # scalarTail's uniform struct gets 60 more fields (each is compiled per pass too): 64 per pass
+    fields = data["bindingSets"]["scalarTail"][2]["struct"]["fields"]
+    fields += [{"name": f"pad{i}", "type": "u32", "value": "0"} for i in range(60)]
+    tail = data["variants"][1]["passes"][0]
+    passes = (MAX_EXPANDED_BINDINGS - 4 - 64) // 64  # besides vec4's own 4 and the scalar variant's 64
+    data["variants"][1]["passes"] = [{**tail, "id": f"p{i}"} for i in range(passes)]
+    at_bound = expanded_bindings(data)[0]
+    assert MAX_EXPANDED_BINDINGS - 64 < at_bound <= MAX_EXPANDED_BINDINGS
+    assert check_manifest(data) == []  # up to the bound it loads as usual
+    data["variants"][1]["passes"].append({**tail, "id": "one-more"})
+    count = at_bound + 64
+    message = (f"the passes hold {count} bindings and struct fields together, each bindingSets entry counted once "
+               f"for every pass that names it; the format allows at most {MAX_EXPANDED_BINDINGS} (the largest share: "
+               f"bindingSets.scalarTail holds 64, named by {passes + 2} passes)")
+    assert [(p.json_path, p.detail) for p in check_manifest(data)] == [("variants", message)]
+    root = write_package(data, {"quick-gelu.wgsl.jinja": "// unused"})
+    with pytest.raises(errors.ManifestError, match=f"the passes hold {count} bindings and struct fields"):
+        wk.load_kernel(root)
+    problems = validate_package(root, gpu=False).problems
+    assert [p.message for p in problems if p.file == "manifest.json"] == [message]
+
+
 def test_every_type_has_a_dtypes_name_and_a_size():
     """The tables the engine sizes and names tensors by cover the schema's types, with NumPy's sizes."""
     import numpy as np

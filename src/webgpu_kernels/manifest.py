@@ -16,13 +16,20 @@ from typing import Any
 
 import jsonschema
 
-from .errors import ManifestError
+from .errors import ManifestError, shorten
 from .json_schema import validator as schema_validator
 
 #: Most JSON values (objects, arrays, strings, numbers...) a manifest may hold. JSON Schema
 #: validation costs about 35-90 us per value: the shipped manifests hold under 200 (6 ms), and a
 #: 7 MB manifest of 192,000 values took 17 s. This bound keeps a hostile one near a second.
 MAX_MANIFEST_VALUES = 20_000
+#: Most bindings the passes may hold together, each ``bindingSets`` name expanded to its list and a
+#: uniform struct's fields counted too. A set is written once but checked, built and compiled for
+#: every pass that names it: one of 1,400 bindings named by 1,300 passes (252 KB, within the value
+#: bound) took 104 s and 1.3 GB to load, about 60 us per expanded binding. The packages in this
+#: repository hold at most 50 (demo.LayerNorm: 34 bindings, 16 fields); inline bindings cost 4 or
+#: more values each, so the value bound alone allows about as many as this.
+MAX_EXPANDED_BINDINGS = 4096
 
 #: ONNX tensor element types and their name in ``dtypes.<T>``: the WGSL scalar where WGSL has one,
 #: else a storage-only name (:data:`STORAGE_ONLY`). A type missing here (complex64, ...) is refused.
@@ -147,7 +154,8 @@ def _validator() -> jsonschema.protocols.Validator:
 
 def _too_large(data: Any) -> ManifestError | None:
     """The error for a manifest of more than :data:`MAX_MANIFEST_VALUES` values (counted without
-    recursion, stopping at the bound), before the schema spends seconds on it."""
+    recursion, stopping at the bound) or :data:`MAX_EXPANDED_BINDINGS` bindings, before the schema
+    spends seconds on it."""
     pending, count = [data], 0
     while pending:
         value = pending.pop()
@@ -159,7 +167,53 @@ def _too_large(data: Any) -> ManifestError | None:
             pending.extend(value.values())
         elif isinstance(value, list):
             pending.extend(value)
+    bindings, heaviest = expanded_bindings(data)
+    if bindings > MAX_EXPANDED_BINDINGS:
+        return ManifestError(f"the passes hold {bindings} bindings and struct fields together, each bindingSets "
+                             f"entry counted once for every pass that names it; the format allows at most "
+                             f"{MAX_EXPANDED_BINDINGS}" + (f" (the largest share: {heaviest})" if heaviest else ""),
+                             json_path="variants")  # fmt: skip
     return None
+
+
+def expanded_bindings(data: Any) -> tuple[int, str]:
+    """The bindings of every pass, ``bindingSets`` names expanded, plus their uniform structs'
+    fields; and which shared set adds the most, in words ("" for none). Counted on the data as
+    decoded, before the schema: what is not shaped as the schema wants counts as nothing (the
+    schema reports it)."""
+    if not isinstance(data, dict):
+        return 0, ""
+    sets = data.get("bindingSets")
+    sizes = {name: _list_size(b) for name, b in sets.items()} if isinstance(sets, dict) else {}
+    uses: dict[str, int] = {}
+    total = 0
+    variants = data.get("variants")
+    for variant in variants if isinstance(variants, list) else ():
+        passes = variant.get("passes") if isinstance(variant, dict) else None
+        for pass_ in passes if isinstance(passes, list) else ():
+            bindings = pass_.get("bindings") if isinstance(pass_, dict) else None
+            if isinstance(bindings, str):
+                uses[bindings] = uses.get(bindings, 0) + 1
+                total += sizes.get(bindings, 0)
+            else:
+                total += _list_size(bindings)
+    named = [(sizes[name] * count, name) for name, count in uses.items() if name in sizes]
+    if not named:
+        return total, ""
+    _, name = max(named)
+    return total, f"bindingSets.{shorten(name)} holds {sizes[name]}, named by {uses[name]} passes"
+
+
+def _list_size(bindings: Any) -> int:
+    """A binding list's bindings and their structs' fields."""
+    if not isinstance(bindings, list):
+        return 0
+    size = len(bindings)
+    for binding in bindings:
+        struct = binding.get("struct") if isinstance(binding, dict) else None
+        fields = struct.get("fields") if isinstance(struct, dict) else None
+        size += len(fields) if isinstance(fields, list) else 0
+    return size
 
 
 def schema_errors(data: Any) -> list[ManifestError]:
