@@ -471,6 +471,40 @@ def test_a_file_too_large_to_read_fails_no_call(tmp_path, rng):
     np.testing.assert_allclose(y, x / (1 + np.exp(-1.702 * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
 
 
+def test_the_tuning_key_reads_only_what_a_template_can_be(tmp_path, monkeypatch):
+    """A folder without metadata.json is held to no package limit when it opens, and the tuning key
+    read every top-level file: 1,000 links to one 8 MiB file added 38 s to the first call
+    (helper-12's review). It reads a file only if a template can be one (at most 4 bytes for each
+    of MAX_TEMPLATE_BYTES characters), and at most MAX_PACKAGE_FILES of them; the others count
+    by their size."""
+    import shutil
+
+    from webgpu_kernels.digests import MAX_PACKAGE_FILES
+    from webgpu_kernels.kernel import TEMPLATE_FILE_BYTES
+    from webgpu_kernels.package import KernelPackage
+
+    package = tmp_path / "qg"
+    shutil.copytree(wk.get_kernel(QG).package.root, package)
+    (package / "metadata.json").unlink()
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"\0" * (TEMPLATE_FILE_BYTES + 1))
+    for i in range(20):
+        (package / f"link{i}.txt").symlink_to(big)
+    for i in range(MAX_PACKAGE_FILES):  # with quick-gelu.wgsl.jinja, one more than a package holds
+        (package / f"small{i:04}.txt").write_text("// small\n", "utf-8")
+    kernel = wk.load_kernel(package)
+    read: list[str] = []
+    read_bytes = KernelPackage.read_bytes
+    monkeypatch.setattr(KernelPackage, "read_bytes", lambda self, name: read.append(name) or read_bytes(self, name))
+    key = kernel.tuning_key
+    # by name: the 20 links (too large to be a template), the template, then the small files up
+    # to the MAX_PACKAGE_FILES-th file
+    assert read == ["manifest.json", "quick-gelu.wgsl.jinja"] + [f"small{i:04}.txt" for i in range(MAX_PACKAGE_FILES - 21)]
+    # what was not read still changes the key when its size does
+    big.write_bytes(b"\0" * (TEMPLATE_FILE_BYTES + 2))
+    assert wk.load_kernel(package).tuning_key != key
+
+
 def test_two_processes_saving_keep_each_others_results(tuning_dir):
     """Two caches of one file (two `tune` processes): each save merges with what is on disk, so
     neither loses the other's entries, and no temporary file is left."""
