@@ -203,6 +203,53 @@ def test_case_inputs_and_expected_through_the_manifest() -> None:
     assert info.value.json_path == "cases[0].inputs.W"
 
 
+def test_a_case_holds_at_most_max_case_total_elements() -> None:
+    """Each tensor is at most 2^24 elements, but a case's count of them was free: one of 12
+    generated inputs of 2^24 took `webgpu-kernels test` to 2.8 GB (helper-12's review). The
+    shapes the file gives are summed when it is read, inputs and expected outputs together."""
+    from webgpu_kernels.case_data import MAX_CASE_ELEMENTS, MAX_CASE_TOTAL_ELEMENTS
+
+    generate = {"distribution": "normal", "seed": 1}
+    big = {"shape": [MAX_CASE_ELEMENTS], "generate": generate}
+    n = MAX_CASE_TOTAL_ELEMENTS // MAX_CASE_ELEMENTS  # 4: a full case, its expected output included
+    case = {"name": "many-big", "inputs": {f"I{i}": big for i in range(n - 1)},
+            "expected": {"Y": {"shape": [MAX_CASE_ELEMENTS], "file": "y.npy"}}}  # fmt: skip
+    assert casefile.check_test_data({"cases": [case]}) == []
+    case["inputs"]["A"] = {"shape": [1], "values": [0]}  # one element more
+    [error] = casefile.check_test_data({"cases": [case]})
+    assert (error.json_path, error.detail) == ("cases[0]", (
+        f"case 'many-big' holds {MAX_CASE_TOTAL_ELEMENTS + 1} elements in its inputs and expected outputs together, "
+        f"more than the {MAX_CASE_TOTAL_ELEMENTS} (2^26) a case may hold: split it"))
+    with pytest.raises(CaseFileError, match="holds 67108865 elements"):
+        casefile.parse_test_file({"cases": [case]})
+
+
+def test_data_files_without_a_shape_count_toward_the_case_when_read(monkeypatch) -> None:
+    """A data file's shape is known once it is read (a .npz member of 2^24 zeros is 65 KB): the
+    case is refused as it reaches the bound, before its next shaped entry is built."""
+    monkeypatch.setattr(casefile, "MAX_CASE_TOTAL_ELEMENTS", 100)
+    manifest = wk.get_kernel(BIAS_ADD).manifest
+    files = {"x.npy": npy(np.zeros(60, np.float32)), "y.npy": npy(np.zeros(60, np.float32))}
+    generate = {"distribution": "normal", "seed": 1}
+    case = {"name": "c", "types": {"T": "float32"}, "inputs": {"X": {"file": "x.npy"}},
+            "expected": {"Y": {"file": "y.npy"}}}  # fmt: skip
+    parsed = casefile.parse_test_file({"cases": [case]}).cases[0]  # no shape given: nothing to sum yet
+    inputs = parsed.build_inputs(manifest, files.__getitem__)
+    with pytest.raises(CaseFileError, match="case 'c' holds 120 elements in its inputs and expected") as info:
+        parsed.build_expected(files.__getitem__, {"Y": "float32"}, inputs=inputs)
+    assert info.value.json_path == "cases[0].expected"
+    case["inputs"]["bias"] = {"shape": [41], "generate": generate}  # 60 read, 41 would be built
+    parsed = casefile.parse_test_file({"cases": [case]}).cases[0]
+    with pytest.raises(CaseFileError, match="case 'c' holds 101 elements") as info:
+        parsed.build_inputs(manifest, files.__getitem__)
+    assert info.value.json_path == "cases[0].inputs.bias"
+    case["inputs"] = {"bias": {"shape": [41], "generate": generate}, "X": {"file": "x.npy"}}  # the file last
+    parsed = casefile.parse_test_file({"cases": [case]}).cases[0]
+    with pytest.raises(CaseFileError, match="case 'c' holds 101 elements") as info:
+        parsed.build_inputs(manifest, files.__getitem__)
+    assert info.value.json_path == "cases[0].inputs"
+
+
 # --- the comparison -----------------------------------------------------------------------------------
 
 
@@ -310,6 +357,25 @@ def test_a_bench_shape_no_array_can_have_is_refused_when_the_file_is_read() -> N
         [error] = casefile.check_bench_data(bad)
         assert error.json_path == "cases[0].inputs.Y.shape" and "no array has it" in error.detail
     assert casefile.check_bench_data({"cases": [{"name": "a", "inputs": {"X": {"shape": [0, 2**61]}}}]}) == []
+
+
+def test_a_bench_case_draws_at_most_max_bench_case_elements() -> None:
+    """bench draws one case at a time and each input must fit the device's maxBufferSize, but a
+    case's number of inputs was free. Its inputs together are bounded when the file is read,
+    far above the shipped cases (the largest draws 168 million)."""
+    bound = casefile.MAX_BENCH_CASE_ELEMENTS
+    half = {"shape": [bound // 2]}
+    assert casefile.check_bench_data({"cases": [{"name": "a", "inputs": {"X": half, "Y": half}}]}) == []
+    bad = {"cases": [{"name": "a", "inputs": {"X": half, "Y": half, "Z": {"shape": [1]}}}]}
+    [error] = casefile.check_bench_data(bad)
+    assert (error.json_path, error.detail) == ("cases[0].inputs", (
+        f"case 'a' draws {bound + 1} input elements, more than the {bound} (2^30) a bench.json case may: split it, "
+        "or give such shapes with -i"))
+    for op_id in embedded_ids():
+        package = open_embedded(op_id)
+        cases = package.read_json("bench.json")["cases"]
+        assert casefile.check_bench_data({"cases": cases}) == []
+        assert max(sum(math.prod(s["shape"]) for s in c["inputs"].values()) for c in cases) < bound // 4
 
 
 def test_a_bench_input_may_say_how_it_is_drawn() -> None:

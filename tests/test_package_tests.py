@@ -192,6 +192,24 @@ def test_a_case_whose_call_is_refused_names_its_place_in_test_json(tmp_path: Pat
     assert re.match(r"test\.json cases\[\d+\]: argument 'alhpa': expected one of the attributes", result.message), result.message
 
 
+def test_the_runner_keeps_inputs_for_the_runs_up_to_the_case_bound(monkeypatch) -> None:
+    """`test` built every case's inputs before running any and kept them all: 12 cases of one
+    2^24-element input each held as much as the one case of 12 the case bound now refuses. Past
+    MAX_CASE_TOTAL_ELEMENTS kept, a case's inputs are built again when it runs."""
+    from webgpu_kernels import package_tests
+    from webgpu_kernels.casefile import TestCase
+
+    monkeypatch.setattr(package_tests, "MAX_CASE_TOTAL_ELEMENTS", 15)
+    built: list[str] = []
+    build_inputs = TestCase.build_inputs
+    monkeypatch.setattr(TestCase, "build_inputs", lambda self, *a: built.append(self.name) or build_inputs(self, *a))
+    names = ["tail-3x5-f32", "one-element-f32", "refused-vec4-on-5-elements"]
+    report = run_package_tests(wk.get_kernel(QUICK_GELU), cases=names)
+    assert report.ok and {r.case for r in report.results} == set(names), report.results
+    # 15 elements kept; then 1 and 5, past the 15, built again to run (a refusal's too)
+    assert sorted(built) == sorted([*names, "one-element-f32", "refused-vec4-on-5-elements"])
+
+
 # --- cases whose call must be refused ------------------------------------------------------------
 
 REFUSED_CASES = [

@@ -15,7 +15,7 @@ import itertools
 import json
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -25,7 +25,7 @@ import jsonschema
 import numpy as np
 
 from . import errors as error_classes
-from .case_data import MAX_CASE_ELEMENTS, dtype_name, generate, inline_values, load_array
+from .case_data import MAX_CASE_ELEMENTS, MAX_CASE_TOTAL_ELEMENTS, dtype_name, generate, inline_values, load_array
 from .contract import MAX_ELEMENTS, shape_text, too_many_elements
 from .digests import decode_json, json_path
 from .errors import CaseFileError, PackageError, shorten
@@ -59,6 +59,12 @@ def _validator(kind: str) -> Any:
 
 #: Most runs one bench.json case may expand to (the product of its types lists' lengths).
 MAX_TYPE_COMBINATIONS = 64
+#: Most input elements one bench.json case may draw, all its inputs together. bench and tune draw
+#: one case at a time and refuse an input past the device's maxBufferSize, but the number of
+#: inputs was unbounded. Bench shapes are meant to be large: the largest shipped case draws 168
+#: million (BiasAdd's large-16x4096x1280), 4 GiB of float32 at the bound; shapes given with
+#: ``-i`` are the user's own and not held to it.
+MAX_BENCH_CASE_ELEMENTS = 1 << 30
 #: Deepest nesting a case file may have: values of rank 64 need 64, and jsonschema (like NumPy)
 #: recurses once per level.
 MAX_CASE_FILE_DEPTH = 80
@@ -174,8 +180,9 @@ class TestCase:
     def build_inputs(self, manifest: Any, read_bytes: Any) -> dict[str, np.ndarray]:
         """The case's input arrays. ``read_bytes(name)`` reads a package file (``KernelPackage.read_bytes``)."""
         type_vars = {spec.role: spec.dtype for spec in manifest.inputs}
-        arrays = {}
+        arrays: dict[str, np.ndarray] = {}
         for role, spec in self.inputs.items():
+            self._check_total(arrays.values(), "inputs", role)
             where = json_path(["cases", self.index, "inputs", role])
             if role not in type_vars and not (self.refused is not None and "dtype" in spec):
                 # (a refused case may pass an unknown input, to test its refusal: with a dtype of its own)
@@ -184,14 +191,19 @@ class TestCase:
                                     file=self.file, json_path=where)  # fmt: skip
             dtype = self.input_dtype(role, type_vars.get(role), manifest)
             arrays[role] = build_tensor(spec, dtype=dtype, read_bytes=read_bytes, file=self.file, where=where)
+        self._check_total(arrays.values(), "inputs")
         return arrays
 
-    def build_expected(self, read_bytes: Any, output_dtypes: Mapping[str, str]) -> dict[str, np.ndarray]:
+    def build_expected(self, read_bytes: Any, output_dtypes: Mapping[str, str], *,
+                       inputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
         """The expected outputs in float64, integer and boolean ones as they are (compared exactly).
         Inline values are rounded to their ``dtype`` first (default: the output's dtype,
-        ``output_dtypes[role]``)."""
-        expected = {}
+        ``output_dtypes[role]``). ``inputs``: the case's built inputs, which count toward its
+        MAX_CASE_TOTAL_ELEMENTS."""
+        expected: dict[str, np.ndarray] = {}
+        built = list((inputs or {}).values())
         for role, spec in self.expected.items():
+            self._check_total([*built, *expected.values()], "expected", role)
             where = json_path(["cases", self.index, "expected", role])
             dtype = spec.get("dtype") or output_dtypes.get(role) or "float64"
             array = build_tensor(spec, dtype=dtype, read_bytes=read_bytes, file=self.file, where=where,
@@ -201,7 +213,20 @@ class TestCase:
                 continue
             with np.errstate(invalid="ignore"):
                 expected[role] = array.astype(np.float64)
+        self._check_total([*built, *expected.values()], "expected")
         return expected
+
+    def _check_total(self, arrays: Iterable[np.ndarray], section: str, next_role: str | None = None) -> None:
+        """Refuse the case once what it built holds more than MAX_CASE_TOTAL_ELEMENTS, and before it
+        builds ``next_role`` if its shape would take it past (check_test_data refused the shapes
+        the file gives; a data file's is known once read)."""
+        count = sum(a.size for a in arrays)
+        if next_role is not None:
+            shape = (self.inputs if section == "inputs" else self.expected)[next_role].get("shape")
+            count += math.prod(shape) if shape is not None else 0
+        if count > MAX_CASE_TOTAL_ELEMENTS:
+            raise CaseFileError(too_many_case_elements(self.name, count), file=self.file,
+                                json_path=json_path(["cases", self.index, section] + ([next_role] if next_role else [])))  # fmt: skip
 
     def type_label(self, manifest: Any) -> str:
         """The case's dtypes for tables: ``float16``, or ``T=float16, U=int32`` for several type variables."""
@@ -220,6 +245,11 @@ class TestCase:
         for tv, dtype in self.types.items():
             binding.setdefault(tv, dtype)
         return binding
+
+
+def too_many_case_elements(case: str, count: int) -> str:
+    return (f"case {shorten(case)!r} holds {count} elements in its inputs and expected outputs together, more than "
+            f"the {MAX_CASE_TOTAL_ELEMENTS} (2^{MAX_CASE_TOTAL_ELEMENTS.bit_length() - 1}) a case may hold: split it")
 
 
 def sole_type(manifest: Any, type_var: str | None) -> str | None:
@@ -330,6 +360,13 @@ def check_test_data(data: Any, *, file: str = TEST_FILE) -> list[CaseFileError]:
                     errors.append(CaseFileError(f"{key} must be a finite number, not {value!r}", file=file,
                                                 json_path=json_path([*where, dtype, key])))  # fmt: skip
     for i, case in enumerate(data["cases"]):
+        # Summed before anything is built; a data file without a shape counts when it is read
+        # (TestCase._check_total).
+        count = sum(math.prod(spec["shape"]) for section in ("inputs", "expected")
+                    for spec in case.get(section, {}).values() if "shape" in spec)  # fmt: skip
+        if count > MAX_CASE_TOTAL_ELEMENTS:
+            errors.append(CaseFileError(too_many_case_elements(case["name"], count), file=file,
+                                        json_path=json_path(["cases", i])))  # fmt: skip
         if ("expected" in case) == ("refused" in case):
             errors.append(CaseFileError("give exactly one of 'expected' (the outputs to compare) and 'refused' (the "
                                         "error the call must raise)", file=file, json_path=json_path(["cases", i])))  # fmt: skip
@@ -588,6 +625,7 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError
     if errors:
         return errors
     for i, case in enumerate(data["cases"]):
+        no_array = False  # set when a shape is refused already: its total would say nothing more
         for role, spec in case["inputs"].items():
             if "generate" in spec:
                 errors += _generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
@@ -595,10 +633,17 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError
             # checks them, and NumPy raised a raw ValueError for [0, 2**70] (0 bytes: past the
             # maxBufferSize check). The contract refuses the same shapes for a call.
             if too_many_elements(spec["shape"]):
+                no_array = True
                 errors.append(CaseFileError(f"shape {shape_text(spec['shape'])} has 2^{MAX_ELEMENTS.bit_length() - 1} "
                                             "elements or more (a zero dimension counted as 1), or a dimension that "
                                             "large: no array has it", file=file,
                                             json_path=json_path(["cases", i, "inputs", role, "shape"])))  # fmt: skip
+        count = sum(math.prod(spec["shape"]) for spec in case["inputs"].values())
+        if count > MAX_BENCH_CASE_ELEMENTS and not no_array:
+            errors.append(CaseFileError(f"case {shorten(case['name'])!r} draws {count} input elements, more than the "
+                                        f"{MAX_BENCH_CASE_ELEMENTS} (2^{MAX_BENCH_CASE_ELEMENTS.bit_length() - 1}) a "
+                                        "bench.json case may: split it, or give such shapes with -i", file=file,
+                                        json_path=json_path(["cases", i, "inputs"])))  # fmt: skip
     return errors + _duplicate_names(data["cases"], file)
 
 

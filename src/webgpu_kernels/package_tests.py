@@ -30,7 +30,7 @@ import numpy as np
 
 from .buffers import translate_gpu_errors
 from .call_inputs import TensorMeta
-from .case_data import numpy_dtype
+from .case_data import MAX_CASE_TOTAL_ELEMENTS, numpy_dtype
 from .casefile import (
     TEST_FILE,
     CaseFileError,
@@ -197,15 +197,28 @@ def run_package_tests(
     manifest = kernel.manifest
     selected = [c for c in test_file.cases if case_name_matches(c.name, cases)]
 
-    # Plan: build each case's inputs and find the variants that accept it (no GPU work yet).
-    plans: list[tuple[TestCase, str, dict[str, np.ndarray], list[str], tuple[OutputSpec, ...]]] = []
-    refusals: list[tuple[TestCase, Refusal, str, dict[str, np.ndarray]]] = []
+    # Plan: build each case's inputs and find the variants that accept it (no GPU work yet). The
+    # inputs are kept for the runs while they hold at most MAX_CASE_TOTAL_ELEMENTS in all, else
+    # built again when their case runs: every case's at once let a file of many cases, each
+    # within the case bound, take gigabytes.
+    plans: list[tuple[TestCase, str, dict[str, np.ndarray] | None, list[str], tuple[OutputSpec, ...]]] = []
+    refusals: list[tuple[TestCase, Refusal, str, dict[str, np.ndarray] | None]] = []
+    held = 0
+
+    def keep(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        nonlocal held
+        size = sum(a.size for a in arrays.values())
+        if held + size > MAX_CASE_TOTAL_ELEMENTS:
+            return None
+        held += size
+        return arrays
+
     for case in selected:
         label = case.type_label(manifest)
         try:
             arrays = case.build_inputs(manifest, read)
             if case.refused is not None:  # its call is judged whole, refusal included
-                refusals.append((case, case.refused, label, arrays))
+                refusals.append((case, case.refused, label, keep(arrays)))
                 continue
             explanation = kernel.explain({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()},
                                          attrs=case.attrs or None, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
@@ -232,7 +245,8 @@ def run_package_tests(
             reasons = "; ".join(f"{v.variant}: {v.reason()}" for v in explanation.verdicts)
             add(RunResult(kernel.op_id, case.name, None, label, FAIL, message=f"no variant accepts the case ({reasons})"))
             continue
-        plans.append((case, label, arrays, accepted, tuple(explanation.outputs)))
+        plans.append((case, label, keep(arrays), accepted, tuple(explanation.outputs)))
+    arrays = {}  # the last case's, when its plan does not keep them
 
     # Every run, before any: an isolated child that dies midway leaves the parent the list of those it never reached.
     notify("plan", [{"case": case.name, "variant": variant, "dtype": label}
@@ -240,14 +254,23 @@ def run_package_tests(
                    + [{"case": case.name, "variant": vid, "dtype": label}
                       for case, label, _, accepted, _ in plans for vid in accepted])  # fmt: skip
     notify("total", sum(len(p[3]) for p in plans) + sum(len(r[0].variants or (None,)) for r in refusals))
-    for case, refusal, label, arrays in refusals:
+    for case, refusal, label, held_arrays in refusals:
+        try:
+            arrays = held_arrays if held_arrays is not None else case.build_inputs(manifest, read)
+        except KernelError as exc:  # built once already: a data file changed since
+            for variant in case.variants or (None,):
+                add(RunResult(kernel.op_id, case.name, variant, label, ERROR, refused=True,
+                              message=_message(exc, case.json_path)))  # fmt: skip
+                notify("advance", 1)
+            continue
         for variant in case.variants or (None,):
             notify("start", {"case": case.name, "variant": variant or "-", "dtype": label})
             add(_judge_refusal(kernel, case, refusal, label, variant, arrays, adapter, device.info))
             notify("advance", 1)
-    for case, label, arrays, accepted, output_specs in plans:
+    for case, label, held_arrays, accepted, output_specs in plans:
         try:
-            expected = case.build_expected(read, {o.role: o.dtype for o in output_specs})
+            arrays = held_arrays if held_arrays is not None else case.build_inputs(manifest, read)
+            expected = case.build_expected(read, {o.role: o.dtype for o in output_specs}, inputs=arrays)
         except KernelError as exc:
             for vid in accepted:
                 add(RunResult(kernel.op_id, case.name, vid, label, ERROR, message=_message(exc)))

@@ -443,7 +443,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
                 out.error(TEST_FILE, f"{case.json_path}.expected.{role}",
                           f"{role!r} is not an output of {manifest.op_id} (outputs: {', '.join(output_types)})")  # fmt: skip
         try:
-            expected = case.build_expected(package.read_bytes, out_dtypes)
+            expected = case.build_expected(package.read_bytes, out_dtypes, inputs=arrays)
         except CaseFileError as exc:
             out.error(TEST_FILE, exc.json_path, exc.detail, case=case.name)
             continue
