@@ -36,7 +36,7 @@ SPECIAL_STRINGS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 MAX_CASE_ELEMENTS = 1 << 24
 #: Most elements one test.json case may build in all, its inputs and expected outputs together: the
 #: tensor bound alone let one case of 12 generated inputs of 2^24 elements take 2.8 GB. The largest
-#: case in this repository's test.json files holds 2.4 million (demo.MatMul's clip-fc2).
+#: case in this repository's test.json files holds 2.4 million (a matrix product's, in tests/packages).
 MAX_CASE_TOTAL_ELEMENTS = 1 << 26
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -59,12 +59,6 @@ def _validator(kind: str) -> Any:
 
 #: Most runs one bench.json case may expand to (the product of its types lists' lengths).
 MAX_TYPE_COMBINATIONS = 64
-#: Most input elements one bench.json case may draw, all its inputs together. bench and tune draw
-#: one case at a time and refuse an input past the device's maxBufferSize, but the number of
-#: inputs was unbounded. Bench shapes are meant to be large: the largest shipped case draws 168
-#: million (BiasAdd's large-16x4096x1280), 4 GiB of float32 at the bound; shapes given with
-#: ``-i`` are the user's own and not held to it.
-MAX_BENCH_CASE_ELEMENTS = 1 << 30
 #: Deepest nesting a case file may have: values of rank 64 need 64, and jsonschema (like NumPy)
 #: recurses once per level.
 MAX_CASE_FILE_DEPTH = 80
@@ -625,7 +619,6 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError
     if errors:
         return errors
     for i, case in enumerate(data["cases"]):
-        no_array = False  # set when a shape is refused already: its total would say nothing more
         for role, spec in case["inputs"].items():
             if "generate" in spec:
                 errors += _generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
@@ -633,17 +626,10 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError
             # checks them, and NumPy raised a raw ValueError for [0, 2**70] (0 bytes: past the
             # maxBufferSize check). The contract refuses the same shapes for a call.
             if too_many_elements(spec["shape"]):
-                no_array = True
                 errors.append(CaseFileError(f"shape {shape_text(spec['shape'])} has 2^{MAX_ELEMENTS.bit_length() - 1} "
                                             "elements or more (a zero dimension counted as 1), or a dimension that "
                                             "large: no array has it", file=file,
                                             json_path=json_path(["cases", i, "inputs", role, "shape"])))  # fmt: skip
-        count = sum(math.prod(spec["shape"]) for spec in case["inputs"].values())
-        if count > MAX_BENCH_CASE_ELEMENTS and not no_array:
-            errors.append(CaseFileError(f"case {shorten(case['name'])!r} draws {count} input elements, more than the "
-                                        f"{MAX_BENCH_CASE_ELEMENTS} (2^{MAX_BENCH_CASE_ELEMENTS.bit_length() - 1}) a "
-                                        "bench.json case may: split it, or give such shapes with -i", file=file,
-                                        json_path=json_path(["cases", i, "inputs"])))  # fmt: skip
     return errors + _duplicate_names(data["cases"], file)
 
 
