@@ -716,3 +716,15 @@ def test_trim_with_characters_takes_linear_time():
     for value, strip in [("xxabcxx", "x"), ("  a b  ", " "), ("abc", ""), ("ab\u00e9cba", "ba"), ("", "ab"),
                          (many[:5] + "mid" + many[-5:], many), ("mid", many), (many, many + "x")]:  # fmt: skip
         assert TemplateSandbox().from_string("{{ v|trim(c) }}").render(v=value, c=strip) == value.strip(strip)
+
+
+def test_an_include_of_many_names_is_charged_per_name(write_package):
+    """`{% include names %}` tries each name of a list; 100,000 names of 200 characters took 20 s,
+    none of it charged to the render's budget (helper-15). Each attempt is charged now."""
+    kernel = wk.load_kernel(demo_with_probe(write_package, template="{% include ['a' * 200] * 100000 %}\n"))
+    with pytest.raises(errors.TemplateSandboxError, match="units of work"):
+        kernel.render(X)
+    # a short list still works: the first name that exists is included
+    template = "{% include ['missing.wgsl.jinja', 'helper.wgsl.jinja'] %}\n" + DEMO_TEMPLATE
+    root = write_package(copy.deepcopy(DEMO_MANIFEST), {SHADER: template, "helper.wgsl.jinja": "// the helper\n"})
+    assert "// the helper" in wk.load_kernel(root).render(X)["main"]

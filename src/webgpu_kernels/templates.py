@@ -29,12 +29,14 @@ from jinja2.runtime import LoopContext, Macro
 
 from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, short_repr
 from .sandbox import (
+    LOAD_COST,
     MAX_EXPRESSION_DEPTH,
     MAX_INT_BITS,
     MISPLACED_SLICE,
     BoundedSandbox,
     SandboxViolation,
     charge_text,
+    charge_work,
     harden,
     misplaced_slice,
     nested_items_exceed,
@@ -235,6 +237,7 @@ class TemplateSandbox(BoundedSandbox):
         # Before Jinja's template cache hashes the name: a tuple nested by reference
         # ((t0,) * 10**5 of t0 = (0,) * 10**5) would be hashed item by item, past the budget.
         _check_template_name(name)
+        charge_work(LOAD_COST)  # per name tried: an include of a list of names tries each
         return super()._load_template(name, globals)
 
     # --- access: mappings, loop objects, imported templates; nothing else --------------------------
