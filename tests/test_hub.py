@@ -527,6 +527,14 @@ def test_download_command(server, hub_env):
     assert trusted.exit_code == 0 and json.loads(trusted.stdout)["needsTrust"] is True
     missing = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "2"])
     assert missing.exit_code == 2 and "no contract version 2" in missing.output
+    # org/op@vN, as every KERNEL argument takes it (it had been refused with Python advice, helper-14)
+    pinned = CliRunner().invoke(_cli(), ["download", f"{OFFICIAL}@v1", "--json"])
+    assert pinned.exit_code == 0, pinned.output
+    assert json.loads(pinned.stdout)["commit"] == commit
+    both = CliRunner().invoke(_cli(), ["download", f"{OFFICIAL}@v1", "--version", "1"])
+    assert both.exit_code == 2 and "names its revision" in both.output
+    untrusted = " ".join(refused.output.split())
+    assert "--expected-op-id" in untrusted  # download's own option, next to the Python keyword
 
 
 # --- found by the Hub review (each failed on the code before it) ----------------------------------------

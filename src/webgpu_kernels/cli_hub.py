@@ -9,10 +9,12 @@ the package landed, its op id and the verified digests.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from . import hub
-from .cli import _console, _echo_json, trust_option, trusting
+from .cli import KernelRef, _console, _echo_json, hub_pin, trust_option, trusting
 from .errors import PackageError
 from .kernel import Kernel
 
@@ -28,10 +30,15 @@ from .kernel import Kernel
               help="Refuse the package unless its manifest is this op.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def download_cmd(repo: str, version: int | None, revision: str | None, expected_op_id: str | None, as_json: bool) -> None:  # fmt: skip
-    """Download kernel repository REPO ('org/op' or https://<hub>/kernels/org/op) from the Hub.
+    """Download kernel repository REPO ('org/op', 'org/op@vN' or https://<hub>/kernels/org/op) from the Hub.
 
     Example: webgpu-kernels download webgpu-kernels/com.microsoft.QuickGelu --version 1
     """
+    if "@" in repo and "://" not in repo:  # org/op@vN or org/op@REV, as every KERNEL argument takes it
+        if version is not None or revision is not None:
+            raise click.UsageError(f"{repo!r} names its revision: leave out --version and --revision, or the @ part")
+        repo, _, pin = repo.partition("@")
+        version, revision = hub_pin(KernelRef("hub", Path(repo), repo=repo, pin=pin))
     location = hub.classify(repo)
     if location.kind != "hub":
         raise click.BadParameter("expected a Hub kernel repository 'org/op' or https://<hub>/kernels/org/op",

@@ -155,16 +155,18 @@ def check_trust(location: Location, *, trust_remote_code: bool, shown: str) -> b
         # A folder of one's own is load_kernel's; the command line opens a folder without the flag,
         # so its flag is named only for what needs it there (session 27: an author was told it).
         if location.kind == "path":
-            advice = "a folder of your own opens with load_kernel(path); else pass trust_remote_code=True"
+            advice = ("a folder of your own opens with load_kernel(path); else pass trust_remote_code=True and "
+                      "expected_op_id=...")
         else:
-            advice = "pass trust_remote_code=True (on the command line: webgpu-kernels --trust-remote-code COMMAND ...)"
+            advice = ("pass trust_remote_code=True and expected_op_id=... (on the command line: webgpu-kernels "
+                      "--trust-remote-code COMMAND ..., and download's --expected-op-id)")
             org, _, name = location.value.partition("/")
             if not location.url_like and difflib.get_close_matches(org.lower(), [OFFICIAL_ORG], cutoff=0.75):
                 # a typo of the official name must not be steered to trust: that is where a squatter waits
                 reason += f" (did you mean {OFFICIAL_ORG}/{name}?)"
         raise TrustError(
             f"refusing to load {shown!r}: {reason}. Its templates become shaders that run on your GPU; "
-            f"{advice}, and expected_op_id=..., if you trust its author",
+            f"{advice}, if you trust its author",
             location=shown, reason=reason,
         )  # fmt: skip
     return True
