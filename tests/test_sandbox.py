@@ -482,6 +482,8 @@ def test_a_comment_ends_at_every_wgsl_line_break(line_break):
     wgsl = (f"// hidden{line_break} var<workgroup> big: array<f32, 1000000>;\n"
             "@compute @workgroup_size(1) fn main() { big[0] = 1.0; }\n")
     assert workgroup_storage(wgsl, "main") == {"big": 4_000_000}
+    hidden = "var\u200e<workgroup> big: array<f32, 1000000>;\n@compute @workgroup_size(1) fn main() { big[0] = 1.0; }\n"
+    assert workgroup_storage(hidden, "main") == {"big": 4_000_000}  # U+200E is blankspace (helper-18)
 
 
 def test_else_if_chains_and_index_chains_count_as_depth():
@@ -489,15 +491,22 @@ def test_else_if_chains_and_index_chains_count_as_depth():
     though the brackets close: 10,000 `else if`s and 30,000 `[0]`s killed the process (helper-12)."""
     from webgpu_kernels.rendering import check_nesting
 
-    chain = "fn f(c: bool) {\n  if c {}" + " else if c {}" * 300 + "\n}\n"
-    with pytest.raises(errors.TemplateSandboxError, match="else-if chain"):
-        check_nesting(chain, SHADER)
+    for between in (" ", "/**/", "\u200e", "\n// x\n"):  # a comment and U+200E are blankspace to WGSL (helper-18)
+        chain = "fn f(c: bool) {\n  if c {}" + f" else{between}if c {{}}" * 300 + "\n}\n"
+        with pytest.raises(errors.TemplateSandboxError, match="else-if chain"):
+            check_nesting(chain, SHADER)
     check_nesting("fn f(c: bool) {\n  if c {}" + " else if c {}" * 200 + "\n}\n", SHADER)
-    # separate statements are separate chains
-    check_nesting("fn f(c: bool) {\n" + "  var x = 0;\n  if c { x = 1; } else if c { x = 2; }\n" * 300 + "}\n", SHADER)
+    # a chain inside the last link's block goes on as deep: 50 chains of 20, nested so, are 1,000 deep
+    nested = "fn f(c: bool) {\n" + ("if c {}" + " else if c {}" * 20 + " else {\n") * 50 + "}\n" * 51
+    with pytest.raises(errors.TemplateSandboxError, match="else-if chain"):
+        check_nesting(nested, SHADER)
+    # separate statements are separate chains, with or without a `;` between them
+    check_nesting("fn f(c: bool) {\n" + "  if c { x = 1; } else if c { x = 2; } else if c {}\n" * 300 + "}\n", SHADER)
     with pytest.raises(errors.TemplateSandboxError, match="nests expressions"):
         check_nesting("fn f() {\n  let z = a" + "[0]" * 2000 + ";\n}\n", SHADER)
     check_nesting("fn f() {\n  let z = a" + "[0]" * 4 + " + b[c[d[0]]];\n}\n", SHADER)
+    # an unrolled dot product's indexes are no chain: 500 taps in one term, as before
+    check_nesting("fn f() {\n  let z = " + " + ".join(f"a[{i}] * b[{i}]" for i in range(500)) + ";\n}\n", SHADER)
 
 
 def test_the_depth_check_reads_numbers_and_comments_as_such():

@@ -24,7 +24,7 @@ from .layout import StructLayout, struct_layout
 from .program import CompiledPass, CompiledVariant
 from .sandbox import render_budget
 from .templates import MAX_RENDERED_BYTES, PackageLoader, TemplateSandbox, template_error
-from .workgroup_memory import WGSL_LINE_BREAK
+from .workgroup_memory import WGSL_LINE_BREAK, WGSL_MARKS_AS_SPACES
 
 _ACCESS = {"read-only-storage": ("storage", "read"), "storage": ("storage", "read_write"), "uniform": ("uniform", None)}
 
@@ -285,7 +285,7 @@ _COMMENT_START = re.compile(r"//|/\*")
 _TEMPLATE_TOKENS = re.compile(r"(?<=[A-Za-z0-9_])<(?=[A-Za-z_])|[>;{}:\n]")
 #: The tokens that decide how deep an expression tree gets: numbers and names (skipped whole, so
 #: the point in 1.5 or the e in 1e5 is no operator), brackets, separators, operator characters.
-_DEPTH_TOKENS = re.compile(r"(?:\d|\.\d)(?:[eEpP][+-]|[\w.])*|(else\s+if\b|[()\[\]{},;\n]|[-+*/%&|^!~<>=.@])|[A-Za-z_]\w*")
+_DEPTH_TOKENS = re.compile(r"(?:\d|\.\d)(?:[eEpP][+-]|[\w.])*|(\belse\s+if\b|\bif\b|[()\[\]{},;\n]|[-+*/%&|^!~<>=.@])|[A-Za-z_]\w*")
 #: The deepest expression tree (operators chained in one term, through every bracket) allowed.
 MAX_WGSL_EXPRESSION_DEPTH = 1024
 
@@ -297,7 +297,7 @@ def check_nesting(wgsl: str, shader: str) -> None:
     into each level while it parses and lowers a shader, and a few thousand levels overflow the
     stack, which kills the process. Every new plan renders, so this must stay cheap: comments
     blanked, then one regular expression pass for template lists and one over the tokens."""
-    code = _blank_comments(wgsl)
+    code = _blank_comments(wgsl.translate(WGSL_MARKS_AS_SPACES))
     depth, line_number = 0, 1
     for token in _TEMPLATE_TOKENS.findall(code):
         if token == "<":
@@ -334,7 +334,8 @@ def _blank_comments(wgsl: str) -> str:
                 closable, pos = False, begin + 1
                 continue
             end += 2
-        pieces += [wgsl[start:begin], "\n" * wgsl.count("\n", begin, end)]
+        # a space too: `else/**/if` is two words to the compiler
+        pieces += [wgsl[start:begin], " " + "\n" * wgsl.count("\n", begin, end)]
         start = pos = end
     pieces.append(wgsl[start:])
     return "".join(pieces)
@@ -342,33 +343,40 @@ def _blank_comments(wgsl: str) -> str:
 
 def _check_expression_depth(code: str, shader: str) -> None:
     """Brackets at most MAX_WGSL_NESTING deep, and an upper bound of every expression tree's
-    depth: within one term (between commas and semicolons) each operator character may add a
-    level, and a bracket adds its deepest term."""
+    depth: within one term (between commas, semicolons and braces) each operator character and
+    each chained index (`a[0][0]`) may add a level, and a bracket adds its deepest term. An
+    `else if` chain counts as deep as it is long: the compiler nests each link in the one before
+    (and a chain inside a link's block continues that depth)."""
     # frames[i] = [operators in the current term, deepest bracket in it, deepest finished term,
-    #              `else if`s since the last `;`]
-    frames, line_number = [[0, 0, 0, 0]], 1
+    #              depth of the else-if chain now, that depth where the frame opened]
+    frames, line_number, previous = [[0, 0, 0, 0, 0]], 1, ""
     for token in _DEPTH_TOKENS.findall(code):
+        before, previous = previous, token
         if not token:
             continue  # a number or a name
         frame = frames[-1]
         if token in "([{":
             if len(frames) > MAX_WGSL_NESTING:
                 raise _too_deep(shader, "brackets", MAX_WGSL_NESTING, line_number)
-            if token == "[":  # an index is a postfix operator: a[0][0]...[0] nests one level per index
+            if token == "[" and before in ("]", ")"):  # a chained index nests in the one before
                 frame[0] += 1
-            frames.append([0, 0, 0, 0])
+            if token == "{":  # a block: the condition or header before it has ended
+                _end_term(frame)
+            frames.append([0, 0, 0, frame[3], frame[3]])
         elif token in ")]}":
             if len(frames) > 1:
                 frames.pop()
                 frames[-1][1] = max(frames[-1][1], max(frame[2], frame[0] + frame[1]) + 1)
+                if token == "}":  # no expression goes on past a block
+                    _end_term(frames[-1])
         elif token in ",;":
-            frame[2] = max(frame[2], frame[0] + frame[1])
-            frame[0] = frame[1] = frame[3] = 0
+            _end_term(frame)
+            frame[3] = frame[4]
         elif token == "\n":
             line_number += 1
+        elif token == "if":  # a new chain, as deep as the block it is in
+            frame[3] = frame[4]
         elif token.startswith("else"):
-            # The compiler nests each `else if` inside the one before, though the braces close: a
-            # chain of them is that deep (counted to the next `;`, which may join chains: never less).
             frame[3] += 1
             line_number += token.count("\n")
             if len(frames) + frame[3] > MAX_WGSL_NESTING:
@@ -377,6 +385,11 @@ def _check_expression_depth(code: str, shader: str) -> None:
             frame[0] += 1
         if frame[0] + frame[1] > MAX_WGSL_EXPRESSION_DEPTH or frames[-1][1] > MAX_WGSL_EXPRESSION_DEPTH:
             raise _too_deep(shader, "expressions", MAX_WGSL_EXPRESSION_DEPTH, line_number)
+
+
+def _end_term(frame: list[int]) -> None:
+    frame[2] = max(frame[2], frame[0] + frame[1])
+    frame[0] = frame[1] = 0
 
 
 def _too_deep(shader: str, what: str, limit: int, line_number: int) -> TemplateSandboxError:

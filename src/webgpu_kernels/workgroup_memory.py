@@ -31,6 +31,9 @@ _COMMENT_MARK = re.compile(r"//|/\*|\*/")
 #: "\r" or U+2028 hid code that the compiler then read: a workgroup array past the device's limit,
 #: or nesting deep enough to crash it (rendering.check_nesting).
 WGSL_LINE_BREAK = re.compile("[\n\v\f\r\x85\u2028\u2029]")
+#: WGSL's blankspace that Python's \s does not match (the left-to-right and right-to-left marks),
+#: as str.translate spaces them: `var\u200e<workgroup>` is a declaration to the compiler.
+WGSL_MARKS_AS_SPACES = {0x200E: " ", 0x200F: " "}
 # identifiers (Unicode, as WGSL's), numbers with their suffixes (``1u``, ``0x400``), one punctuation character
 _TOKEN = re.compile(r"[^\W\d]\w*|\d\w*|\S")
 _IDENT = re.compile(r"[^\W\d]\w*")
@@ -276,7 +279,7 @@ def workgroup_storage(wgsl: str, entry_point: str) -> Mapping[str, int] | None:
     if "workgroup" not in wgsl:
         return {}
     try:
-        module = _Module(_TOKEN.findall(_strip_comments(wgsl)))
+        module = _Module(_TOKEN.findall(_strip_comments(wgsl.translate(WGSL_MARKS_AS_SPACES))))
         if not module.workgroup:
             return {}
         named = module.names_reached(entry_point)
