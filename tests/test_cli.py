@@ -639,6 +639,20 @@ def test_run_says_why_onnxruntime_refused_the_call(write_package, runner: CliRun
     assert "ONNX Runtime CPU: not available (onnxruntime refused this call: " in " ".join(out.split())
 
 
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_marks_an_output_shape_onnx_infers_otherwise_wrong(write_package, runner: CliRunner) -> None:
+    """The guard that keeps ORT from a model sized otherwise turned a kernel's wrong output shape into
+    "not available", exit 0 (helper-18): ORT is the only reference a package's own op has."""
+    manifest = json.loads(json.dumps(_LAYER_NORM_MANIFEST))
+    manifest["outputs"][0].update(rank=3, shape="[shapes.X[0], shapes.X[1], 1]")  # the elements of X, not its shape
+    root = write_package(manifest, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    result = runner.invoke(main, ["run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32", "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert data["reference"]["onnxruntime"] == {"Y": {"shapeMismatch": [[4, 16, 1], [4, 16]], "ok": False}}
+    assert data["ok"] is False and "onnxruntime" not in data["referenceUnavailable"]
+
+
 def test_compare_and_summarize() -> None:
     got = np.array([1.0, np.nan, np.inf, 2.0, 0.0], np.float32)
     want = np.array([1.5, np.nan, np.inf, np.nan, 0.0])

@@ -19,7 +19,7 @@ from .case_data import random_values
 from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, is_live, resolve_kernel, trust_option
 from .cli_bench import _wrong
 from .device import choose_adapter
-from .references import ReferenceUnavailable, numpy_reference, onnxruntime_reference
+from .references import ReferenceShapeMismatch, ReferenceUnavailable, numpy_reference, onnxruntime_reference
 
 TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU kernel time"
 
@@ -78,6 +78,8 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
             k.op_id, arrays, all_attrs, input_names=[s.role if s.role in arrays else "" for s in k.manifest.inputs],
             output_names=[s.role if s.role in outputs else "" for s in k.manifest.outputs],
             output_shapes={name: array.shape for name, array in outputs.items()})  # fmt: skip
+    except ReferenceShapeMismatch as mismatch:  # the kernel's shape is not the op's: WRONG, as a compared shape is
+        report["reference"]["onnxruntime"] = {mismatch.output: {"shapeMismatch": [mismatch.kernel, mismatch.inferred]}}
     except ReferenceUnavailable as why:
         report["referenceUnavailable"]["onnxruntime"] = str(why)
     else:

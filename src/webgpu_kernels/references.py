@@ -162,6 +162,15 @@ class ReferenceUnavailable(Exception):
     onnxruntime missing, without a CPU kernel for the op, or refusing this call's model or data."""
 
 
+class ReferenceShapeMismatch(ReferenceUnavailable):
+    """ONNX infers an output of another shape than the kernel's: not run, and the kernel's output
+    is WRONG by that reference (the op's contract, as ONNX knows it, gives another shape)."""
+
+    def __init__(self, output: str, inferred: list[int], kernel: list[int]) -> None:
+        super().__init__(f"onnxruntime would make output {output} of shape {inferred}, not the kernel's {kernel}: not run")
+        self.output, self.inferred, self.kernel = output, inferred, kernel
+
+
 def _ort_refusal(error: Exception) -> str:
     """What onnxruntime's error means for the comparison, in one line without its code prefix."""
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -231,5 +240,4 @@ def _check_inferred_shapes(model: bytes, output_shapes: Mapping[str, Sequence[in
             continue
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
         if None not in dims and dims != list(want):
-            raise ReferenceUnavailable(f"onnxruntime would make output {value.name} of shape {dims}, not the "
-                                       f"kernel's {list(want)}: not run")  # fmt: skip
+            raise ReferenceShapeMismatch(value.name, [int(d) for d in dims if d is not None], list(want))
