@@ -9,9 +9,9 @@ Before (helper-12): with SIDE 16384, `run` reached 3.4 GB RSS inside ONNX Runtim
 would ask for 16 GiB; attribute lists take values up to 2^63).
 
 Now (lavapipe, 2 shared cores): `run` infers the ONNX model's output shapes first and does not hand
-ONNX Runtime a model whose outputs differ from the kernel's: it reports 'ONNX Runtime CPU: not
-available (onnxruntime would make output Y of shape [16384, 16384], not the kernel's [4]: not run)'
-and exits 0, at 185 MB peak RSS in 8 s.
+ONNX Runtime a model whose outputs differ from the kernel's: it reports 'ONNX Runtime CPU: Y shape
+[4] != reference [16384, 16384]: WRONG' and exits 1 (the kernel's output is not the op's), at
+184 MB peak RSS.
 
     python3 scripts/redteam/f2_ort_random_normal.py 16384
     webgpu-kernels run PACKAGE      # the folder the script prints
