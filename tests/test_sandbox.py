@@ -737,3 +737,7 @@ def test_an_include_of_many_names_is_charged_per_name(write_package):
     template = "{% include ['missing.wgsl.jinja', 'helper.wgsl.jinja'] %}\n" + DEMO_TEMPLATE
     root = write_package(copy.deepcopy(DEMO_MANIFEST), {SHADER: template, "helper.wgsl.jinja": "// the helper\n"})
     assert "// the helper" in wk.load_kernel(root).render(X)["main"]
+    # a file Jinja loaded once is not charged again: a helper included in a loop of 2,000 (helper-18)
+    template = "{% for i in range(2000) %}{% include 'helper.wgsl.jinja' %}{% endfor %}\n" + DEMO_TEMPLATE
+    root = write_package(copy.deepcopy(DEMO_MANIFEST), {SHADER: template, "helper.wgsl.jinja": "// h\n"})
+    assert wk.load_kernel(root).render(X)["main"].count("// h") == 2000

@@ -237,7 +237,6 @@ class TemplateSandbox(BoundedSandbox):
         # Before Jinja's template cache hashes the name: a tuple nested by reference
         # ((t0,) * 10**5 of t0 = (0,) * 10**5) would be hashed item by item, past the budget.
         _check_template_name(name)
-        charge_work(LOAD_COST)  # per name tried: an include of a list of names tries each
         return super()._load_template(name, globals)
 
     # --- access: mappings, loop objects, imported templates; nothing else --------------------------
@@ -532,6 +531,9 @@ class PackageLoader(BaseLoader):
 
     def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
         _check_template_name(template)  # TemplateSandbox checked it already; the loader holds on its own
+        # Each file looked up, not each include: Jinja keeps what it loaded, but a name that is not
+        # there is looked up again each time (an include of a list of names tries each).
+        charge_work(LOAD_COST)
         if template.endswith(NOT_TEMPLATE_SUFFIXES):
             raise TemplateError(f"not a template: {', '.join(NOT_TEMPLATE_SUFFIXES)} files (the package's documents, "
                                 "data and notes) cannot be included or imported", file=template)  # fmt: skip
