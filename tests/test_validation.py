@@ -410,6 +410,17 @@ def test_a_field_value_out_of_range_is_one_error_per_variant_and_dtype_naming_it
     assert all("(the value of 'numel(shapes.X) - 1000000')" in p.message for p in unresolved)
     assert any(" more cases: " in p.message for p in unresolved)  # the others are counted, a few named
 
+    # cases that fail there for other reasons are not counted under the first one's (helper-18)
+    def two_reasons(manifest: dict) -> None:
+        manifest["bindingSets"]["scalarTail"][2]["struct"]["fields"][0]["value"] = \
+            "dim(shapes.X, -2) * 0 + 1 // (numel(shapes.X) - 15)"
+
+    edit_json(qg / "manifest.json", two_reasons)
+    digests.write_metadata(qg)
+    messages = [p.message for p in validate_package(qg, progress=None).errors
+                if p.variant == "scalar" and p.dtype == "float32" and "cannot resolve the variant" in p.message]
+    assert any("out of range" in m for m in messages) and any("ZeroDivisionError" in m for m in messages), messages
+
 
 def test_a_case_naming_a_variant_that_rejects_it_is_an_error(qg: Path, runner: CliRunner) -> None:
     """`test` fails a case whose `variants` names a variant its `when` rejects, and validate said

@@ -216,10 +216,12 @@ def _padded_bytes(array: np.ndarray, *, whole: bool = False) -> np.ndarray:
     return data
 
 
+#: What naga says of a 64-bit type the device was not opened for ("Using `i64` values requires the
+#: `naga::valid::Capabilities::SHADER_INT64` flag"; FLOAT64 for f64), not the source lines it echoes.
+_WIDE_TYPES = re.compile(r"Capabilities::(?:SHADER_INT64|FLOAT64)\b")
+_MISSING_BINDING = re.compile(r"ResourceBinding \{ group: \d+, binding: \d+ \} is not available in the pipeline layout")
 #: Where naga's report points in the rendered WGSL: "┌─ wgsl:28:33" (parse errors) or
 #: "┌─ QuickGelu.vec4:15:12" (validation errors, under the shader's label).
-_WIDE_TYPES = re.compile(r"SHADER_(?:INT64|FLOAT64)|\b(?:i64|u64|f64)\b")
-_MISSING_BINDING = re.compile(r"ResourceBinding \{ group: \d+, binding: \d+ \} is not available in the pipeline layout")
 _COMPILER_POSITION = re.compile(r"┌─ .*?:(\d+):(\d+)\s*$", re.MULTILINE)
 
 

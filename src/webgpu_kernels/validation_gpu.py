@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -51,6 +52,10 @@ class _Call:
     attrs: dict[str, Any]
     tunables: dict[str, Any]
     variants: tuple[str, ...] | None = None  # a test.json case's own list (`test` runs only those)
+
+
+#: A number in an error message (a case's own values), where reasons are compared.
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_file: Any) -> list[_Call]:
@@ -116,7 +121,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     tested: set[tuple[str, str]] = set()  # variant x dtype that a test.json case runs (`test` checks its results)
     needs_f16: set[tuple[str, str]] = set()  # variant x dtype rejected here only for want of shader-f16
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
-    unresolved: dict[tuple[str, str, str], list[tuple[str, str]]] = {}  # (json path, variant, dtype) -> (case, why)
+    unresolved: dict[tuple[str, str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, variant, dtype, reason) -> (case, why)
     unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
     too_much: dict[str, str] = {}  # WGSL refused for its workgroup memory -> the refusal, for every case it serves
     # A variant guards itself with the limit when its `when` or constants, or the top-level
@@ -176,7 +181,9 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             except (ExpressionError, LayoutError) as exc:
                 cov.failed += 1
                 where = getattr(exc, "where", "") or cv.variant.json_path
-                unresolved.setdefault((where, vid, label), []).append((call.case, str(exc)))
+                # grouped by the reason less its numbers (each case's differ), never across reasons
+                reason = (type(exc).__name__, _NUMBER.sub("#", getattr(exc, "detail", "") or str(exc)))
+                unresolved.setdefault((where, vid, label, reason), []).append((call.case, str(exc)))
                 continue
             try:
                 for r in resolved:
@@ -269,7 +276,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             out.add(severity, call.source, call.json_path,
                     f"no variant accepts case {call.case!r} ({label}) on this adapter: {reasons}",
                     dtype=label, case=call.case)  # fmt: skip
-    for (where, vid, label), failures in unresolved.items():  # one error per place, variant and dtype, not per case
+    for (where, vid, label, _), failures in unresolved.items():  # one error per place, variant, dtype and reason
         (case, why), others = failures[0], [c for c, _ in failures[1:]]
         also = f" (and in {len(others)} more cases: {', '.join(others[:3])}{' ...' if len(others) > 3 else ''})"
         out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {why}{also if others else ''}",
