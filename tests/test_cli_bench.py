@@ -299,10 +299,14 @@ def test_a_stored_choice_that_calls_ignore_is_not_the_tuned_figure(runner, tunin
     assert row["tuned"]["same_as_default"] is True and row["tuned"]["tunables"] == {"WORKGROUP_SIZE": 256}
 
 
-def test_a_tuned_choice_whose_output_is_wrong_is_reported_wrong(runner, tuning_dir, tmp_path):
-    """The tuned kernel was timed without a check: a stored variant that writes nothing showed as a
-    fast "tuned TB/s". It is checked as the default is, marked WRONG, and fails the command."""
+def _bench_a_stored_scalar_that_writes_nothing(runner, tuning_dir, tmp_path, domain=None):
+    """bench of a QuickGelu copy whose scalar variant writes nothing, stored as the tuned choice of
+    the tiny case (with ``domain``, an op of that domain): the command's result and its one row."""
     root = copy_package(QG, tmp_path / "qg")
+    if domain is not None:
+        edit = json.loads((root / "manifest.json").read_text("utf-8"))
+        edit["domain"] = domain
+        (root / "manifest.json").write_text(json.dumps(edit), "utf-8")
     template = root / "quick-gelu.wgsl.jinja"
     broken = "{% else %}\n  if (i >= params.count) {"
     template.write_text(template.read_text("utf-8").replace(broken, "{% else %}\n  if (true) {"), "utf-8")
@@ -313,8 +317,15 @@ def test_a_tuned_choice_whose_output_is_wrong_is_reported_wrong(runner, tuning_d
     cache.save()
     path = tmp_path / "bench.json"
     result = runner.invoke(main, ["bench", str(root), *TINY, "--no-host", "--json", str(path)])
-    assert result.exit_code == 1, result.output
     (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    return copy, result, row
+
+
+def test_a_tuned_choice_whose_output_is_wrong_is_reported_wrong(runner, tuning_dir, tmp_path):
+    """The tuned kernel was timed without a check: a stored variant that writes nothing showed as a
+    fast "tuned TB/s". It is checked as the default is, marked WRONG, and fails the command."""
+    _, result, row = _bench_a_stored_scalar_that_writes_nothing(runner, tuning_dir, tmp_path)
+    assert result.exit_code == 1, result.output
     assert row["error_ok"] is True and row["variant"] == "vec4"  # the default is right
     assert row["tuned"]["variant"] == "scalar" and row["tuned"]["error_ok"] is False and row["tuned"]["max_error"] > 0.1
     assert "WRONG" in result.output and "1 of 1 cases failed" in result.output
@@ -324,23 +335,9 @@ def test_a_package_without_a_reference_has_its_tuned_choice_checked_against_the_
     """bench compares outputs with NumPy references, which only the shipped ops have: a package's own
     op had its tuned choice timed unchecked, so a stored variant that writes nothing read as fast
     (helper-11). Its output is now compared with the default's."""
-    root = copy_package(QG, tmp_path / "qg")
-    edit = json.loads((root / "manifest.json").read_text("utf-8"))
-    edit["domain"] = "example"  # an op with no registered reference
-    (root / "manifest.json").write_text(json.dumps(edit), "utf-8")
-    template = root / "quick-gelu.wgsl.jinja"
-    broken = "{% else %}\n  if (i >= params.count) {"
-    template.write_text(template.read_text("utf-8").replace(broken, "{% else %}\n  if (true) {"), "utf-8")
-    write_metadata(root)
-    copy = wk.load_kernel(root)
-    assert copy.op_id == "example.QuickGelu"
-    cache = tuning.TuningCache(tuning_file(tuning_dir))
-    cache.record(copy.tuning_key, {"T": "float32"}, {"X": (4096,)}, tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 256}, 1e-5))
-    cache.save()
-    path = tmp_path / "bench.json"
-    result = runner.invoke(main, ["bench", str(root), *TINY, "--no-host", "--json", str(path)])
+    copy, result, row = _bench_a_stored_scalar_that_writes_nothing(runner, tuning_dir, tmp_path, domain="example")
+    assert copy.op_id == "example.QuickGelu"  # an op with no registered reference
     assert result.exit_code == 1, result.output
-    (row,) = json.loads(path.read_text("utf-8"))["cases"]
     assert row["max_error"] is None and row["variant"] == "vec4"  # the default: nothing to compare with
     tuned = row["tuned"]
     assert tuned["variant"] == "scalar" and tuned["checked_against"] == "default"
