@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from webgpu_kernels.errors import BroadcastError, ExpressionError
@@ -473,3 +474,5 @@ def test_short_repr_is_repr_cut_and_built_only_as_far_as_it_is_shown():
     assert short_repr(nested, 40) == "(" * 37 + "..."
     # a function's repr() names its address; short_repr() its type only
     assert short_repr([STATIC_FUNCTIONS["dim"]]) == "[<function>]" and short_repr(2**5000) == "<int of 5001 bits>"
+    # a NumPy scalar (an attribute a caller passed) by its value, an array by its type (helper-18)
+    assert short_repr([np.float32(1.5), np.int64(3), np.array(2.0), np.arange(3)]) == "[1.5, 3, 2.0, <ndarray>]"

@@ -58,6 +58,8 @@ def short_repr(value: Any, limit: int = 80) -> str:
         elif isinstance(item, (list, tuple, Mapping)):
             stack.append(_pieces(item))
             continue
+        elif type(item).__module__ == "numpy" and not getattr(item, "ndim", 1):  # a NumPy scalar: its value
+            text = repr(item.item())
         else:
             text = f"<{type(item).__name__}>"
         parts.append(text)
