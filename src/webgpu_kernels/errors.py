@@ -59,7 +59,7 @@ def short_repr(value: Any, limit: int = 80) -> str:
             stack.append(_pieces(item))
             continue
         elif type(item).__module__ == "numpy" and not getattr(item, "ndim", 1):  # a NumPy scalar: its value
-            text = repr(item.item())
+            text = repr(item.item())  # type: ignore[attr-defined]  # NumPy's scalars and 0-d arrays have it
         else:
             text = f"<{type(item).__name__}>"
         parts.append(text)
