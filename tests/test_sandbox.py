@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import subprocess
+import sys
 import time
 import tracemalloc
 from dataclasses import dataclass
@@ -743,3 +745,34 @@ def test_an_include_of_many_names_is_charged_per_name(write_package):
     template = "{% for i in range(2000) %}{% include 'helper.wgsl.jinja' %}{% endfor %}\n" + DEMO_TEMPLATE
     root = write_package(copy.deepcopy(DEMO_MANIFEST), {SHADER: template, "helper.wgsl.jinja": "// h\n"})
     assert wk.load_kernel(root).render(X)["main"].count("// h") == 2000
+
+
+def test_nested_block_comments_and_line_broken_index_chains_hide_nothing():
+    """WGSL's block comments nest: `/* /* */ // */ code` is one comment then code, which the checks
+    had read as a comment ending at the first `*/` and a line comment hiding `code`; and a line
+    break between two indexes had hidden their chain (helper-19: both crashed the compiler)."""
+    from webgpu_kernels.rendering import check_nesting
+
+    deep = "let z = " + "(" * 5000 + "1.0" + ")" * 5000 + ";"
+    with pytest.raises(errors.TemplateSandboxError, match="nests brackets"):
+        check_nesting("fn f() {\n  /* /* */ // */ " + deep + "\n}\n", SHADER)
+    check_nesting("fn f() {\n  /* /* " + deep + " */ */\n}\n", SHADER)  # all of it a comment
+    with pytest.raises(errors.TemplateSandboxError, match="nests expressions"):
+        check_nesting("fn f() {\n  let z = a" + "[0]\n" * 2000 + ";\n}\n", SHADER)
+
+
+def test_flat_wgsl_the_compiler_recurses_on_compiles_on_the_deep_stack(tmp_path):
+    """No bracket or operator is deep in 40,000 functions each calling the next (1 MB), yet the
+    compiler's recursion over them killed the process on an 8 MiB stack (helper-19). Pipelines are
+    built on a thread with a 512 MiB stack (deep_stack.py); the crash was in the module's parse,
+    which is all this builds (lavapipe takes a minute to make a pipeline of it). In a child: a
+    regression must not kill the suite."""
+    code = "".join(f"fn f{i}() {{ f{i + 1}(); }}\n" for i in range(40_000)) + \
+        "fn f40000() {}\n@compute @workgroup_size(1) fn main() { f0(); }\n"
+    (tmp_path / "chain.wgsl").write_text(code, "utf-8")
+    child = ("import sys, wgpu\nfrom webgpu_kernels.deep_stack import on_deep_stack\n"
+             "gpu = wgpu.utils.get_default_device()\ncode = open(sys.argv[1]).read()\n"
+             "on_deep_stack(lambda: gpu.create_shader_module(code=code))\nprint('built')\n")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", child, str(tmp_path / "chain.wgsl")], capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0 and "built" in result.stdout, (result.returncode, result.stderr[-2000:])

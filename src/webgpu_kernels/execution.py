@@ -20,6 +20,7 @@ import numpy as np
 import wgpu
 
 from .buffers import STORAGE_USAGE, append_dispatch, is_device_lost, padded_size, translate_gpu_errors
+from .deep_stack import on_deep_stack
 from .device import Device
 from .errors import DeviceLimitError, InputError, MissingInputError, ShaderCompileError
 from .program import DeviceInfo, OutputSpec
@@ -91,18 +92,24 @@ def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kerne
             return hit
         check_workgroup_storage(device, wgsl, resolved, variant)
         gpu = device.gpu
-        try:
+        layout = None
+
+        def build() -> Any:  # the compiler recurses per level of the WGSL: on a deep stack (deep_stack.py)
+            nonlocal layout
             module = gpu.create_shader_module(label=resolved.label, code=wgsl)
             layout = gpu.create_bind_group_layout(entries=[
                 {"binding": b.binding, "visibility": wgpu.ShaderStage.COMPUTE,
                  "buffer": {"type": _BUFFER_TYPES[b.buffer_type]}}
                 for b in resolved.bindings
             ])  # fmt: skip
-            pipeline = gpu.create_compute_pipeline(
+            return gpu.create_compute_pipeline(
                 label=resolved.label,
                 layout=gpu.create_pipeline_layout(bind_group_layouts=[layout]),
                 compute={"module": module, "entry_point": resolved.entry_point},
             )
+
+        try:
+            pipeline = on_deep_stack(build)
         except wgpu.GPUError as exc:
             if is_device_lost(exc):
                 with translate_gpu_errors("building a pipeline", device.memory):
