@@ -776,3 +776,12 @@ def test_flat_wgsl_the_compiler_recurses_on_compiles_on_the_deep_stack(tmp_path)
     result = subprocess.run([sys.executable, "-c", child, str(tmp_path / "chain.wgsl")], capture_output=True,
                             text=True, timeout=300)  # fmt: skip
     assert result.returncode == 0 and "built" in result.stdout, (result.returncode, result.stderr[-2000:])
+
+
+def test_the_deep_stack_hands_back_results_and_errors_and_nests():
+    from webgpu_kernels.deep_stack import on_deep_stack
+
+    assert on_deep_stack(lambda: 7) == 7
+    with pytest.raises(ZeroDivisionError):
+        on_deep_stack(lambda: 1 // 0)
+    assert on_deep_stack(lambda: on_deep_stack(lambda: 8)) == 8  # a call from its own thread runs there

@@ -22,6 +22,7 @@ from .forks import fresh_in_child
 STACK_BYTES = 512 << 20
 
 T = TypeVar("T")
+_NAME = "webgpu-kernels-deep-stack"
 
 _lock = threading.Lock()
 _jobs: queue.SimpleQueue[Any] | None = None
@@ -32,7 +33,7 @@ def on_deep_stack(fn: Callable[[], T]) -> T:
     """``fn()``, run on the deep-stack thread; its exception is raised here. Where the thread cannot
     be started (a process limit on virtual memory), ``fn()`` runs on the caller's thread."""
     jobs = _worker()
-    if jobs is None:
+    if jobs is None or threading.current_thread().name == _NAME:  # (on it already: waiting on itself would hang)
         return fn()
     done = threading.Event()
     box: list[tuple[bool, Any]] = []
@@ -51,7 +52,7 @@ def _worker() -> queue.SimpleQueue[Any] | None:
             jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
             previous = threading.stack_size(STACK_BYTES)
             try:
-                threading.Thread(target=_serve, args=(jobs,), name="webgpu-kernels-compile", daemon=True).start()
+                threading.Thread(target=_serve, args=(jobs,), name=_NAME, daemon=True).start()
             except (RuntimeError, MemoryError):
                 return None
             finally:
