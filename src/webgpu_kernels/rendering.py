@@ -287,7 +287,9 @@ _TEMPLATE_TOKENS = re.compile(r"(?<=[A-Za-z0-9_])<(?=[A-Za-z_])|[>;{}:\n]")
 #: the point in 1.5 or the e in 1e5 is no operator), brackets, separators, operator characters.
 _DEPTH_TOKENS = re.compile(r"(?:\d|\.\d)(?:[eEpP][+-]|[\w.])*|(\belse\s+if\b|\bif\b|[()\[\]{},;\n]|[-+*/%&|^!~<>=.@])|[A-Za-z_]\w*")
 #: The deepest expression tree (operators chained in one term, through every bracket) allowed.
-MAX_WGSL_EXPRESSION_DEPTH = 1024
+#: 1024 refused a 600-tap dot product written as one sum; on the deep-stack thread trees of 8192
+#: compile on lavapipe and the H200 (`python3 scripts/expr_depth_probe.py`, docs/perf/h200-expr-depth-34.log).
+MAX_WGSL_EXPRESSION_DEPTH = 4096
 
 
 def check_nesting(wgsl: str, shader: str) -> None:
