@@ -24,7 +24,7 @@ from .layout import StructLayout, struct_layout
 from .program import CompiledPass, CompiledVariant
 from .sandbox import render_budget
 from .templates import MAX_RENDERED_BYTES, PackageLoader, TemplateSandbox, template_error
-from .workgroup_memory import WGSL_LINE_BREAK, WGSL_MARKS_AS_SPACES
+from .workgroup_memory import blank_comments
 
 _ACCESS = {"read-only-storage": ("storage", "read"), "storage": ("storage", "read_write"), "uniform": ("uniform", None)}
 
@@ -277,9 +277,8 @@ class RenderedWGSL(str):
 #: Deepest bracket nesting the rendered WGSL may have. wgpu-native's WGSL parser recurses per level
 #: and overflows its stack (a segfault: the whole process dies) somewhere between 2,000 and 10,000.
 MAX_WGSL_NESTING = 256
-#: Where a comment may start; comments are blanked before the checks below (a line of dashes is
-#: no chain of minus signs) by :func:`_blank_comments`.
-_COMMENT_MARK = re.compile(r"//|/\*|\*/")
+#: Comments are blanked before the checks below (a line of dashes is no chain of minus signs) by
+#: workgroup_memory.blank_comments, which that module's own reading of the WGSL shares.
 #: What opens a template list (`array<`: a `<` right after a name, before a name), closes one,
 #: or ends every open one (WGSL's template list discovery gives up at `;`, `{`, `}` and `:`).
 _TEMPLATE_TOKENS = re.compile(r"(?<=[A-Za-z0-9_])<(?=[A-Za-z_])|[>;{}:\n]")
@@ -299,7 +298,7 @@ def check_nesting(wgsl: str, shader: str) -> None:
     into each level while it parses and lowers a shader, and a few thousand levels overflow the
     stack, which kills the process. Every new plan renders, so this must stay cheap: comments
     blanked, then one regular expression pass for template lists and one over the tokens."""
-    code = _blank_comments(wgsl.translate(WGSL_MARKS_AS_SPACES))
+    code = blank_comments(wgsl)
     depth, line_number = 0, 1
     for token in _TEMPLATE_TOKENS.findall(code):
         if token == "<":
@@ -313,33 +312,6 @@ def check_nesting(wgsl: str, shader: str) -> None:
         else:
             depth = 0
     _check_expression_depth(code, shader)
-
-
-def _blank_comments(wgsl: str) -> str:
-    """``wgsl`` with every ``// ...`` and ``/* ... */`` comment replaced by a space and the newlines
-    it holds, in one pass (a regular expression over an unclosed ``/*`` repeated had scanned to the
-    end of the text from each: 120 KB took 29 s). Block comments nest, as WGSL's do: reading
-    ``/* /* */ // */ code`` as a comment that ends at the first ``*/`` hid ``code`` from the checks,
-    which the compiler read (helper-19). A ``/*`` never closed is no comment: its text is checked."""
-    pieces, start, pos, depth, opened = [], 0, 0, 0, 0
-    while (mark := _COMMENT_MARK.search(wgsl, pos)) is not None:
-        token, pos = mark.group(), mark.end()
-        if depth == 0 and token == "//":
-            line_end = WGSL_LINE_BREAK.search(wgsl, mark.start())
-            end = len(wgsl) if line_end is None else line_end.start()
-            pieces += [wgsl[start:mark.start()], " "]
-            start = pos = end
-        elif token == "/*":
-            if depth == 0:
-                opened = mark.start()
-            depth += 1
-        elif token == "*/" and depth > 0:
-            depth -= 1
-            if depth == 0:
-                pieces += [wgsl[start:opened], " " + "\n" * wgsl.count("\n", opened, pos)]
-                start = pos
-    pieces.append(wgsl[start:])  # from an unclosed comment's start: checked as code
-    return "".join(pieces)
 
 
 def _check_expression_depth(code: str, shader: str) -> None:
