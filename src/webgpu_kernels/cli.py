@@ -210,10 +210,7 @@ def parse_input_spec(spec: str) -> InputSpec:
     dims, colon, dtype = rest.rpartition(":")
     if not colon:
         raise ValueError(f"{spec!r} has no dtype: write NAME=DIMS:DTYPE (e.g. {name}=2x64x320:f16)")
-    alias = dtype.strip().lower()
-    if alias not in DTYPE_ALIASES:
-        known = ", ".join(sorted(set(DTYPE_ALIASES)))
-        raise ValueError(f"unknown dtype {dtype.strip()!r} in {spec!r} (known: {known})")
+    _check_dtype_alias(dtype, f" in {spec!r}")
     dims = dims.strip().lower()
     shape: list[int] = []
     if dims not in ("", "scalar"):
@@ -222,7 +219,7 @@ def parse_input_spec(spec: str) -> InputSpec:
             if not (part.isascii() and part.isdigit()):  # "²".isdigit() is true, and int() refuses it
                 raise ValueError(f"bad dimension {part!r} in {spec!r}: dims are non-negative integers joined by 'x'")
             shape.append(int(part))
-    return InputSpec(name, tuple(shape), DTYPE_ALIASES[alias])
+    return InputSpec(name, tuple(shape), DTYPE_ALIASES[dtype.strip().lower()])
 
 
 def parse_value(text: str) -> Any:
@@ -325,18 +322,18 @@ def resolve_kernel(ref: str) -> Kernel:
     return get_kernel(ref)  # embedded, or the library's "no embedded kernel" error
 
 
-def hub_pin(where: KernelRef) -> tuple[int | None, str | None]:
-    """(version, revision) of a Hub KERNEL argument: ``@vN`` is contract version N, another ``@REV``
+def hub_pin(pin: str) -> tuple[int | None, str | None]:
+    """(version, revision) of the ``pin`` after a Hub KERNEL argument's @: ``vN`` is contract version N, another
     a revision, none version 1. (ASCII digits only: ``"v²"[1:].isdigit()`` is true, and int() of it
     raised a ValueError.)"""
-    if not where.pin:
+    if not pin:
         return 1, None
-    match = re.fullmatch(r"v([0-9]+)", where.pin)
-    return (int(match[1]), None) if match else (None, where.pin)
+    match = re.fullmatch(r"v([0-9]+)", pin)
+    return (int(match[1]), None) if match else (None, pin)
 
 
 def _from_hub(where: KernelRef) -> Kernel:
-    version, revision = hub_pin(where)
+    version, revision = hub_pin(where.pin)
     return get_kernel(where.repo, version=version, revision=revision, trust_remote_code=trusting())
 
 
@@ -356,10 +353,17 @@ def dtypes_callback(ctx: Any, param: Any, values: tuple[str, ...]) -> tuple[str,
     """bench's and tune's --dtype, in -i's spellings: a typo (`fp16`) had matched no case, and the
     error blamed the filters as a whole."""
     for value in values:
-        if value.strip().lower() not in DTYPE_ALIASES:
-            known = ", ".join(sorted(set(DTYPE_ALIASES)))
-            raise click.BadParameter(f"unknown dtype {value.strip()!r} (known: {known})", ctx, param)
+        try:
+            _check_dtype_alias(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
     return values
+
+
+def _check_dtype_alias(dtype: str, where: str = "") -> None:
+    """Refuse a dtype the command line does not spell (-i's :f16, --dtype f16), naming the known ones."""
+    if dtype.strip().lower() not in DTYPE_ALIASES:
+        raise ValueError(f"unknown dtype {dtype.strip()!r}{where} (known: {', '.join(sorted(set(DTYPE_ALIASES)))})")
 
 
 class FiniteFloatRange(click.FloatRange):

@@ -9,12 +9,10 @@ the package landed, its op id and the verified digests.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from . import hub
-from .cli import KernelRef, _console, _echo_json, hub_pin, trust_option, trusting
+from .cli import _console, _echo_json, hub_pin, trust_option, trusting
 from .errors import PackageError
 from .kernel import Kernel
 
@@ -38,7 +36,7 @@ def download_cmd(repo: str, version: int | None, revision: str | None, expected_
         if version is not None or revision is not None:
             raise click.UsageError(f"{repo!r} names its revision: leave out --version and --revision, or the @ part")
         repo, _, pin = repo.partition("@")
-        version, revision = hub_pin(KernelRef("hub", Path(repo), repo=repo, pin=pin))
+        version, revision = hub_pin(pin)
     location = hub.classify(repo)
     if location.kind != "hub":
         raise click.BadParameter("expected a Hub kernel repository 'org/op' or https://<hub>/kernels/org/op",

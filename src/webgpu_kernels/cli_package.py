@@ -385,7 +385,7 @@ def _package_path(ref: str) -> Path:
             raise PackageError("no such folder", path=str(where.path))
         return where.path
     if where.kind == "hub":
-        version, revision = _cli().hub_pin(where)  # as every KERNEL argument reads it
+        version, revision = _cli().hub_pin(where.pin)  # as every KERNEL argument reads it
         fetch = f"--version {version}" if revision is None else f"--revision {revision}"
         raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel; validate checks a folder: "
                            f"`webgpu-kernels download {where.repo} {fetch}` fetches a Hub kernel, then validate "
