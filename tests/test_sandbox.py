@@ -512,6 +512,23 @@ def test_else_if_chains_and_index_chains_count_as_depth():
     check_nesting("fn f() {\n  let z = " + " + ".join(f"a[{i}] * b[{i}]" for i in range(600)) + ";\n}\n", SHADER)
 
 
+def test_a_text_that_passed_the_depth_check_is_not_read_again(monkeypatch):
+    """Every new plan renders, and a new shape mostly renders a text already checked: the check ran
+    on each (a fifth of a new plan's host time on lavapipe). A text refused is refused every time."""
+    from webgpu_kernels import rendering
+
+    reads = []
+    real = rendering._check_nesting
+    monkeypatch.setattr(rendering, "_check_nesting", lambda wgsl, shader: (reads.append(shader), real(wgsl, shader)))
+    fine = f"fn f() {{ let z = {time.time_ns()}.0; }}\n"  # a text no earlier test checked
+    deep = f"// {time.time_ns()}\nconst Q = " + "(" * 5000 + "1.0" + ")" * 5000 + ";\n"
+    for shader in ("a.wgsl.jinja", "b.wgsl.jinja"):
+        rendering.check_nesting(rendering.RenderedWGSL(fine, ((0, shader, 1, True),)), shader)
+        with pytest.raises(errors.TemplateSandboxError, match=f"{shader}.*nests brackets"):
+            rendering.check_nesting(deep, shader)
+    assert reads == ["a.wgsl.jinja", "a.wgsl.jinja", "b.wgsl.jinja"]
+
+
 def test_the_depth_check_reads_numbers_and_comments_as_such():
     """A table of 4,096 negative literals is 4,096 short terms, and a comment of dashes no chain."""
     from webgpu_kernels.rendering import check_nesting
