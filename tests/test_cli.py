@@ -421,6 +421,40 @@ def test_run_bias_add(runner: CliRunner, has_f16: bool) -> None:
         assert data["reference"]["numpy"]["Y"]["maxRelError"] < 2e-3
 
 
+def test_run_generate_draws_an_input_from_its_distribution(runner: CliRunner) -> None:
+    """run drew every input standard normal: an integer input got about 68% zeros, so a gather's
+    indices read the same few rows. --generate takes bench.json's distributions."""
+    from webgpu_kernels.cli_run import random_inputs
+
+    data = invoke_json(runner, "run", QUICK_GELU, "-i", "X=4x64:f32", "--generate", "X=uniform:5:6", "--repeat", "0")
+    assert data["inputs"]["X"]["generate"] == {"distribution": "uniform", "low": 5.0, "high": 6.0}
+    y = data["outputs"]["Y"]  # x * sigmoid(1.702 x) for x in [5, 6): within [4.999, 6)
+    assert 4.99 < y["min"] and y["max"] < 6 and data["ok"]
+    assert data["reference"]["numpy"]["Y"]["maxAbsError"] < 1e-5  # the reference read the same data
+    out = invoke(runner, "run", QUICK_GELU, "-i", "X=4x64:f32", "--generate", "X=normal:-4:0.5", "--repeat", "0").stdout
+    assert "X [4, 64] float32 normal (mean -4, std 0.5)" in out and "standard normal unless said" in out
+    indices = InputSpec("indices", (10_000,), "int64", {"distribution": "uniform", "low": 0, "high": 999})
+    drawn = random_inputs({"indices": indices}, seed=0)["indices"]
+    assert drawn.dtype == np.int64 and drawn.min() == 0 and drawn.max() == 999
+    assert len(np.unique(drawn)) == 1000  # every row, where the normal default gave -3..3
+    normal = random_inputs({"indices": InputSpec("indices", (10_000,), "int64")}, seed=0)["indices"]
+    assert (normal == 0).mean() > 0.6
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ("Z=uniform:0:1", "--generate names 'Z', which no -i/--input gives (-i inputs: X)"),
+    ("X=uniform:1:0", "low must not exceed high"),
+    ("X=normal:0:-1", "std in 'X=normal:0:-1' must be at least 0"),
+    ("X=uniform:0:inf", "high in 'X=uniform:0:inf' must be a finite number, got 'inf'"),
+    ("X=uniform:a:1", "low in 'X=uniform:a:1' must be a finite number, got 'a'"),
+    ("X=poisson:3", "write X=uniform:LOW:HIGH or X=normal:MEAN:STD"),
+    ("X", "is not NAME=uniform:LOW:HIGH"),
+])  # fmt: skip
+def test_run_generate_refuses_what_it_cannot_draw(runner: CliRunner, spec: str, fragment: str) -> None:
+    result = runner.invoke(main, ["run", QUICK_GELU, "-i", "X=4:f32", "--generate", spec])
+    assert result.exit_code == 2 and fragment in result.output and "Traceback" not in result.output, result.output
+
+
 def test_run_empty(runner: CliRunner) -> None:
     data = invoke_json(runner, "run", QUICK_GELU, "-i", "X=0x3:f32", "--repeat", "1")
     assert data["variant"] == "scalar"

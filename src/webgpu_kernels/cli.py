@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +191,8 @@ class InputSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str  # ONNX element type name
+    #: How random data for it is drawn (--generate): bench.json's ``generate`` object; None: the default.
+    generate: Mapping[str, Any] | None = None
 
     def meta(self) -> TensorMeta:
         return TensorMeta(self.shape, self.dtype)
@@ -220,6 +222,66 @@ def parse_input_spec(spec: str) -> InputSpec:
                 raise ValueError(f"bad dimension {part!r} in {spec!r}: dims are non-negative integers joined by 'x'")
             shape.append(int(part))
     return InputSpec(name, tuple(shape), DTYPE_ALIASES[dtype.strip().lower()])
+
+
+#: --generate's distributions: the names of their two parameters, as bench.json's ``generate`` has them.
+_DISTRIBUTIONS = {"uniform": ("low", "high"), "normal": ("mean", "std")}
+
+
+def parse_generate_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``NAME=uniform:LOW:HIGH`` or ``NAME=normal:MEAN:STD``: the input's name and bench.json's
+    ``generate`` object for it (``{"distribution": "uniform", "low": 0.0, "high": 49407.0}``)."""
+    name, eq, rest = spec.partition("=")
+    name = name.strip()
+    if not eq or not name:
+        raise ValueError(f"{spec!r} is not NAME=uniform:LOW:HIGH or NAME=normal:MEAN:STD")
+    distribution, *numbers = (part.strip() for part in rest.split(":"))
+    params = _DISTRIBUTIONS.get(distribution.lower())
+    if params is None or len(numbers) != 2:
+        raise ValueError(f"{spec!r}: write {name}=uniform:LOW:HIGH or {name}=normal:MEAN:STD")
+    values = []
+    for param, text in zip(params, numbers, strict=True):
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise ValueError(f"{param} in {spec!r} must be a finite number, got {text!r}")
+        values.append(value)
+    if distribution.lower() == "uniform" and values[0] > values[1]:
+        raise ValueError(f"{spec!r}: low must not exceed high")
+    if distribution.lower() == "normal" and values[1] < 0:
+        raise ValueError(f"std in {spec!r} must be at least 0, got {numbers[1]!r}")
+    return name, {"distribution": distribution.lower(), **dict(zip(params, values, strict=True))}
+
+
+def _generate_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    generators: dict[str, dict[str, Any]] = {}
+    for value in values:
+        try:
+            name, generate = parse_generate_spec(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        if name in generators:
+            raise click.BadParameter(f"input {name!r} given twice", ctx=ctx, param=param)
+        generators[name] = generate
+    return generators
+
+
+GENERATE_OPTION = click.option(
+    "--generate", "generators", multiple=True, metavar="NAME=DIST:A:B", callback=_generate_callback,
+    help="Draw -i input NAME from uniform:LOW:HIGH or normal:MEAN:STD (rounded to its dtype) instead of the "
+         "standard normal: integer inputs that index something need their range. Repeatable.")  # fmt: skip
+
+
+def with_generators(inputs: Mapping[str, InputSpec], generators: Mapping[str, dict[str, Any]]) -> dict[str, InputSpec]:
+    """``inputs`` with --generate's distributions attached; one for an input no -i gives is refused."""
+    unknown = sorted(set(generators) - set(inputs))
+    if unknown:
+        given = ", ".join(inputs) or "none"
+        raise click.UsageError(f"--generate names {', '.join(map(repr, unknown))}, which no -i/--input gives "
+                               f"(-i inputs: {given})")  # fmt: skip
+    return {name: replace(spec, generate=generators.get(name)) for name, spec in inputs.items()}
 
 
 def parse_value(text: str) -> Any:

@@ -43,6 +43,7 @@ from .case_data import numpy_dtype
 from .casefile import BENCH_FILE, case_name_matches, parse_bench_file
 from .cli import (
     DTYPE_ALIASES,
+    GENERATE_OPTION,
     FiniteFloatRange,
     _adapter,
     _console,
@@ -53,6 +54,7 @@ from .cli import (
     is_live,
     resolve_kernel,
     trust_option,
+    with_generators,
 )
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
@@ -92,7 +94,7 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
         metas = {role: (spec.shape, spec.dtype) for role, spec in inputs.items()}
         types = check_call(kernel.manifest, metas, None, None).type_bindings()
         return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": types, "flops": flops,
-                 "inputs": {k: {"shape": v.shape, "dtype": v.dtype} for k, v in inputs.items()}}]  # fmt: skip
+                 "inputs": {k: {"shape": v.shape, "dtype": v.dtype, **_generate(v.generate)} for k, v in inputs.items()}}]  # fmt: skip
     if bench is None:
         return []
     cases: list[dict[str, Any]] = [
@@ -237,18 +239,27 @@ WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=FiniteFloatRange(mi
 
 
 def given_shapes_option(verb: str) -> Callable[[Any], Any]:
-    """bench's and tune's -i: shapes of one kernel's inputs instead of its bench.json cases."""
-    return click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE", callback=_inputs_callback,
-                        help=f"{verb} this shape instead of bench.json cases (one kernel).")  # fmt: skip
+    """bench's and tune's -i (shapes of one kernel's inputs instead of its bench.json cases) and
+    --generate (how those inputs are drawn)."""
+    def options(fn: Any) -> Any:
+        fn = GENERATE_OPTION(fn)
+        return click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE",
+                            callback=_inputs_callback, help=f"{verb} this shape instead of bench.json cases (one kernel).")(fn)  # fmt: skip
+    return options
 
 
-def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], names: tuple[str, ...], tags: tuple[str, ...],
-                       dtypes: tuple[str, ...]) -> None:  # fmt: skip
-    """-i's usage errors, said before anything is loaded or timed."""
+def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any],
+                       names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
+    """-i's usage errors, said before anything is loaded or timed; the -i inputs with --generate's
+    distributions."""
+    if generators and not inputs:
+        raise click.UsageError("--generate draws -i/--input shapes: bench.json cases give their own `generate`")
+    inputs = with_generators(inputs, generators)
     if inputs and len(kernels) != 1:
         raise click.UsageError("-i/--input gives one kernel's shapes: name exactly one KERNEL with it")
     if inputs and (names or tags or dtypes):
         raise click.UsageError("-i/--input replaces bench.json's cases: --case, --tag and --dtype do not apply")
+    return inputs
 
 
 @click.command("bench")
@@ -276,7 +287,7 @@ def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], names: 
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=_plottable,
               help="Save bandwidth against size, with the rooflines, to this PNG.")  # fmt: skip
 @click.pass_context
-def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], names: tuple[str, ...],
+def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any], names: tuple[str, ...],
               tags: tuple[str, ...], dtypes: tuple[str, ...], variant: str | None, compare: bool, compile_tag: str,
               host: bool, calls: int, warm_up_s: float, seed: int, json_path: str | None,
               plot_path: str | None) -> None:  # fmt: skip
@@ -294,7 +305,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     peak = known_peak(device.adapter.name)
     console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
-    check_given_shapes(kernels, inputs, names, tags, dtypes)
+    inputs = check_given_shapes(kernels, inputs, generators, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
     for kernel in loaded if variant else []:
         if variant not in kernel.variants:

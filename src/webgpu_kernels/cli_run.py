@@ -16,7 +16,19 @@ from rich.table import Table
 from rich.text import Text
 
 from .case_data import random_values
-from .cli import InputSpec, _adapter, _console, _echo_json, _fmt, _input_options, is_live, resolve_kernel, trust_option
+from .cli import (
+    GENERATE_OPTION,
+    InputSpec,
+    _adapter,
+    _console,
+    _echo_json,
+    _fmt,
+    _input_options,
+    is_live,
+    resolve_kernel,
+    trust_option,
+    with_generators,
+)
 from .cli_bench import _wrong
 from .device import choose_adapter
 from .references import ReferenceShapeMismatch, ReferenceUnavailable, numpy_reference, onnxruntime_reference
@@ -27,6 +39,7 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 @click.command("run")
 @trust_option
 @_input_options
+@GENERATE_OPTION
 @click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--repeat", type=click.IntRange(min=0), default=10, show_default=True,
@@ -34,9 +47,12 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
-            tunables: dict[str, Any], variant: str | None, seed: int, repeat: int, as_json: bool) -> None:  # fmt: skip
-    """Run KERNEL on seeded random inputs (standard normal; bool half true): output summary, time
-    and error against the references. Exit status 1 when an output is beyond bench's tolerance."""
+            tunables: dict[str, Any], generators: dict[str, dict[str, Any]], variant: str | None, seed: int,
+            repeat: int, as_json: bool) -> None:  # fmt: skip
+    """Run KERNEL on seeded random inputs (standard normal unless --generate; bool half true):
+    output summary, time and error against the references. Exit status 1 when an output is beyond
+    bench's tolerance."""
+    inputs = with_generators(inputs, generators)
     adapter = _adapter(ctx)
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
@@ -59,7 +75,8 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     report: dict[str, Any] = {
         "op": k.op_id, "adapter": choose_adapter(adapter).label(), "variant": plan.variant,
         "forced": variant is not None, "tuned": plan is not k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)[1], "seed": seed,
-        "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype} for n, s in inputs.items()},
+        "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype, **({"generate": dict(s.generate)} if s.generate else {})}
+                   for n, s in inputs.items()},
         "attrs": all_attrs, "tunables": dict(plan.tunables),
         "outputs": {name: summarize(array) for name, array in outputs.items()},
         "timing": {"clock": TIMING_NOTE, "firstCallMs": first * 1e3, "repeat": repeat,
@@ -114,7 +131,7 @@ def _status(console: Console, message: str) -> Iterator[None]:
 def random_inputs(inputs: Mapping[str, InputSpec], seed: int) -> dict[str, np.ndarray]:
     """Each input drawn in the order given as bench draws it (case_data.random_values)."""
     rng = np.random.default_rng(seed)
-    return {name: random_values(tuple(spec.shape), spec.dtype, rng) for name, spec in inputs.items()}
+    return {name: random_values(tuple(spec.shape), spec.dtype, rng, spec.generate) for name, spec in inputs.items()}
 
 
 def summarize(array: Any) -> dict[str, Any]:
@@ -162,6 +179,15 @@ def compare(actual: Any, expected: Any) -> dict[str, Any]:
     }
 
 
+def _drawn_from(generate: Mapping[str, Any] | None) -> str:
+    """`` uniform [0, 49407)`` or `` normal (mean 0, std 2)``: how --generate drew an input."""
+    if not generate:
+        return ""
+    if generate["distribution"] == "uniform":
+        return f" uniform [{generate['low']:g}, {generate['high']:g})"
+    return f" normal (mean {generate['mean']:g}, std {generate['std']:g})"
+
+
 def _num(value: float | None, fmt: str = ".6g") -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -169,8 +195,9 @@ def _num(value: float | None, fmt: str = ".6g") -> str:
 def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
     console = _console()
     console.print(Text(f"{r['op']} on {r['adapter']}", style="bold"))
-    inputs = ", ".join(f"{n} {s['shape']} {s['dtype']}" for n, s in r["inputs"].items())
+    inputs = ", ".join(f"{n} {s['shape']} {s['dtype']}{_drawn_from(s.get('generate'))}" for n, s in r["inputs"].items())
     drawn = "standard normal" + ("; bool half true" if any(s["dtype"] == "bool" for s in r["inputs"].values()) else "")
+    drawn = f"{drawn} unless said" if any("generate" in s for s in r["inputs"].values()) else drawn
     console.print(f"inputs ({drawn}, seed {r['seed']}): {inputs}", soft_wrap=True)
     if r["attrs"]:
         console.print("attributes: " + ", ".join(f"{k}={_fmt(v)}" for k, v in r["attrs"].items()))
