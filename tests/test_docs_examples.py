@@ -140,6 +140,23 @@ def test_python_block(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         block, tmp_path)
 
 
+def test_python_blocks_type_check(tmp_path: Path) -> None:
+    """The package ships its type hints (py.typed): the docs' examples, as a user copies them into
+    typed code, pass mypy. Kernel calls returned ``ndarray | GpuTensor`` whatever ``output`` said,
+    so README's ``y[0, 0, :4]`` and ``h.release()`` were mypy errors (helper-20). mypy is in the
+    ``lint`` extra, which .ci/run installs."""
+    mypy_api = pytest.importorskip("mypy.api")
+    files = []
+    for n, block in enumerate(b for b in PYTHON_BLOCKS if python_block_kind(b) in ("run", "errors", "axpby")):
+        path = tmp_path / f"block_{n}.py"
+        path.write_text(f"# {block.where}\n{block.text}", encoding="utf-8")
+        files.append(str(path))
+    assert len(files) >= 3, files
+    stdout, stderr, status = mypy_api.run(["--no-incremental", "--cache-dir", os.devnull, "--follow-imports=silent",
+                                           "--ignore-missing-imports", *files])  # fmt: skip
+    assert status == 0, stdout + stderr
+
+
 def _check_runs(block: Block, tmp_path: Path) -> None:
     namespace, out = run_block(block)
     if block.file == "README.md" and 'output="gpu"' in block.text:  # what its comments say

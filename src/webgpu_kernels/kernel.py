@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 
@@ -193,6 +193,23 @@ class Kernel:
 
     # --- calls ------------------------------------------------------------------------------
 
+    # The output kind decides the outputs' type, so that typed code can index a NumPy result or
+    # release a GpuTensor without a cast (the union alone made the docs' own examples mypy errors).
+    @overload
+    def __call__(self, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None = None,
+                 variant: str | None = None, tunables: Mapping[str, Any] | None = None,
+                 output: Literal["numpy"] = "numpy", adapter: str | None = None) -> dict[str, np.ndarray]: ...  # fmt: skip
+
+    @overload
+    def __call__(self, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None = None,
+                 variant: str | None = None, tunables: Mapping[str, Any] | None = None,
+                 output: Literal["gpu"], adapter: str | None = None) -> dict[str, GpuTensor]: ...  # fmt: skip
+
+    @overload
+    def __call__(self, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None = None,
+                 variant: str | None = None, tunables: Mapping[str, Any] | None = None,
+                 output: str, adapter: str | None = None) -> dict[str, np.ndarray | GpuTensor]: ...  # fmt: skip
+
     def __call__(
         self,
         inputs: Mapping[str, Any],
@@ -202,7 +219,7 @@ class Kernel:
         tunables: Mapping[str, Any] | None = None,
         output: str = "numpy",
         adapter: str | None = None,
-    ) -> dict[str, np.ndarray | GpuTensor]:
+    ) -> dict[str, np.ndarray] | dict[str, GpuTensor] | dict[str, np.ndarray | GpuTensor]:
         """Run the kernel. Inputs are NumPy arrays, GpuTensors, or lists and numbers (made arrays by
         NumPy's rules: Python floats become float64, which a float32 kernel refuses, so give
         ``np.asarray(values, np.float32)``); returns outputs by name.
