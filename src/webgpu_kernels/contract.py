@@ -222,8 +222,7 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
             try:
                 value = float(value)
             except OverflowError:  # past float64, so past f32 too
-                raise AttributeValueError(name, f"a number within the f32 range (|x| <= {F32_MAX:.7g}) ({kind})",
-                                          _describe(value)) from None  # fmt: skip
+                raise AttributeValueError(name, f"{_F32_RANGE} ({kind})", _describe(value)) from None
         value = _number(kind, name, value, f"a number ({kind})")
         if isinstance(default, int) and not isinstance(value, int):
             if not value.is_integer():
@@ -256,6 +255,11 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
 
 
 F32_MAX = 3.4028234663852886e38
+#: The float32 rounding bound: the largest f32 plus half its last unit (2^103). A float below it in
+#: magnitude rounds to a finite f32 (3.4028235e38, NumPy's print of F32_MAX, is such a float; it
+#: had been refused); one at it or past it rounds to infinity.
+F32_ROUNDING_BOUND = F32_MAX + 2.0**103
+_F32_RANGE = f"a number float32 holds (|x| <= {F32_MAX!r}, the largest f32)"
 
 
 def _number(kind: str, name: str, value: Any, expected: str) -> int | float:
@@ -268,9 +272,11 @@ def _number(kind: str, name: str, value: Any, expected: str) -> int | float:
         return int(value)
     if not math.isfinite(value):
         raise AttributeValueError(name, f"a finite number ({kind})", repr(value))
-    if abs(value) > F32_MAX:
+    if abs(value) >= F32_ROUNDING_BOUND:
         # WebGPU computes in at most 32-bit floats: a larger value cannot reach a shader.
-        raise AttributeValueError(name, f"a number within the f32 range (|x| <= {F32_MAX:.7g}) ({kind})", repr(value))
+        raise AttributeValueError(name, f"{_F32_RANGE} ({kind})", repr(value))
+    if abs(value) > F32_MAX:  # rounds to the largest f32, as a float32 conversion would
+        return math.copysign(F32_MAX, value)
     return float(value)
 
 
