@@ -15,7 +15,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -256,16 +256,7 @@ def parse_generate_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 def _generate_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    generators: dict[str, dict[str, Any]] = {}
-    for value in values:
-        try:
-            name, generate = parse_generate_spec(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-        if name in generators:
-            raise click.BadParameter(f"input {name!r} given twice", ctx=ctx, param=param)
-        generators[name] = generate
-    return generators
+    return _by_name(ctx, param, values, parse_generate_spec, "input {!r} given twice")
 
 
 GENERATE_OPTION = click.option(
@@ -303,30 +294,32 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     return name, parse_value(value.strip())
 
 
-def _inputs_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, InputSpec]:
-    specs: dict[str, InputSpec] = {}
+def _by_name(ctx: click.Context, param: click.Parameter, values: tuple[str, ...],
+             parse: Callable[[str], tuple[str, Any]], twice: str) -> dict[str, Any]:  # fmt: skip
+    """A repeatable NAME=... option's values parsed by name, each ValueError as the option's usage
+    error; a name given twice is refused (``twice`` formats it)."""
+    items: dict[str, Any] = {}
     for value in values:
         try:
-            spec = parse_input_spec(value)
+            name, item = parse(value)
         except ValueError as exc:
             raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-        if spec.name in specs:
-            raise click.BadParameter(f"input {spec.name!r} given twice", ctx=ctx, param=param)
-        specs[spec.name] = spec
-    return specs
+        if name in items:
+            raise click.BadParameter(twice.format(name), ctx=ctx, param=param)
+        items[name] = item
+    return items
+
+
+def _inputs_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, InputSpec]:
+    def parse(value: str) -> tuple[str, InputSpec]:
+        spec = parse_input_spec(value)
+        return spec.name, spec
+
+    return _by_name(ctx, param, values, parse, "input {!r} given twice")
 
 
 def _assignments_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for value in values:
-        try:
-            name, parsed = parse_assignment(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-        if name in result:
-            raise click.BadParameter(f"{name!r} given twice", ctx=ctx, param=param)
-        result[name] = parsed
-    return result
+    return _by_name(ctx, param, values, parse_assignment, "{!r} given twice")
 
 
 @dataclass(frozen=True)
