@@ -133,21 +133,23 @@ def test_bench_custom_input(runner, tmp_path):
     assert row["error_ok"] is True and row["max_error"] <= 1e-6
 
 
-@pytest.mark.parametrize("command", ["bench", "tune"])
-def test_generate_draws_the_given_shapes_inputs(runner, tmp_path, monkeypatch, command):
+def test_generate_draws_the_given_shapes_inputs(runner, tmp_path, monkeypatch):
     """--generate gives -i shapes a distribution, as bench.json's `generate` does for its cases (a
-    gather's indices need their range); the row records it, so the peers draw the same data."""
+    gather's indices need their range); the row records it, so the peers draw the same data. tune
+    reads -i and --generate through the same check_given_shapes and _cases."""
     drawn = []
     real = cli_bench.random_array
     monkeypatch.setattr(cli_bench, "random_array", lambda *a, **k: drawn.append(real(*a, **k)) or drawn[-1])
-    extra = ["--no-host", "--json", str(tmp_path / "rows.json")] if command == "bench" else ["--dry-run"]
-    invoke(runner, command, QG_DIR, "-i", "X=4x64:f32", "--generate", "X=uniform:5:6", *QUICK_WARM_UP, *extra)
+    invoke(runner, "bench", QG_DIR, "-i", "X=4x64:f32", "--generate", "X=uniform:5:6", *QUICK_WARM_UP, "--no-host",
+           "--json", str(tmp_path / "rows.json"))  # fmt: skip
     assert drawn and all(5 <= a.min() and a.max() < 6 for a in drawn)
-    if command == "bench":
-        (row,) = json.loads((tmp_path / "rows.json").read_text("utf-8"))["cases"]
-        assert row["generate"] == {"X": {"distribution": "uniform", "low": 5.0, "high": 6.0}} and row["error_ok"]
-    result = runner.invoke(main, [command, QG_DIR, "--generate", "X=uniform:5:6", *QUICK_WARM_UP])
-    assert result.exit_code == 2 and "--generate draws -i/--input shapes" in result.output, result.output
+    (row,) = json.loads((tmp_path / "rows.json").read_text("utf-8"))["cases"]
+    assert row["generate"] == {"X": {"distribution": "uniform", "low": 5.0, "high": 6.0}} and row["error_ok"]
+    for command in ("bench", "tune"):
+        result = runner.invoke(main, [command, QG_DIR, "--generate", "X=uniform:5:6", *QUICK_WARM_UP])
+        assert result.exit_code == 2 and "--generate draws -i/--input shapes" in result.output, result.output
+        result = runner.invoke(main, [command, QG_DIR, "-i", "X=4:f32", "--generate", "Y=uniform:5:6", *QUICK_WARM_UP])
+        assert result.exit_code == 2 and "--generate names 'Y'" in result.output, result.output
 
 
 def test_bench_custom_input_of_odd_size_and_a_failing_case_in_full(runner, tmp_path, monkeypatch):
