@@ -28,6 +28,7 @@
 #   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
 #   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
 #   bash scripts/h200-run.sh testsn [N]   the suite in N processes (pytest-xdist; default 8)
+#   bash scripts/h200-run.sh plancost [DIR]   a new plan's host cost and the cached call's, this tree against DIR/src (default ab-old)
 #   bash scripts/h200-run.sh largetestsn   large, then testsn
 #   bash scripts/h200-run.sh runaway   test --timeout against a shader that runs on, the GPU after the kill, then testsn
 #   bash scripts/h200-run.sh large   host cost per call and bench on the large cases (headcheck less the suite)
@@ -280,6 +281,14 @@ case "${1:-bench}" in
     bash "$0" large
     timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.Where tests/packages/demo.Transpose --no-host \
       --json "$OUT/packages.json" 2>&1 | tee "$OUT/packages.log" ;;
+  plancost)  # session 35: host time of a call with a new shape (a plan built) and of one cached, this tree
+             # against DIR/src, fresh processes, interleaved, three rounds
+    for round in 1 2 3; do for side in new old; do
+      src=$PWD/src; [ "$side" = old ] && src=$PWD/${2:-ab-old}/src
+      echo "== $side (round $round)" | tee -a "$OUT/plan-cost.log"
+      PYTHONPATH=/tmp/site:$src timeout 90 python3 scripts/new_shape_cost.py 2>&1 | tee -a "$OUT/plan-cost.log"
+      PYTHONPATH=/tmp/site:$src timeout 60 python3 scripts/host_cost.py 2>&1 | tee -a "$OUT/plan-cost.log"
+    done; done ;;
   testsn)  # session 32: the suite in N processes (pytest-xdist, default 8 of the 16 cores), each with its own device
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 400 python3 -m pytest -q -p no:cacheprovider -n "${2:-8}" -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
