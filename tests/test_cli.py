@@ -668,6 +668,28 @@ def test_run_compares_with_onnxruntime_by_position(write_package, runner: CliRun
 
 
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_places_onnxruntimes_inputs_and_outputs_by_their_formal_names(write_package, runner: CliRunner) -> None:
+    """A manifest listing the op's own names in another order than ONNX's had them compared by its
+    order: ORT's Mean against the kernel's InvStdDev, all WRONG on a correct kernel (helper-21). The
+    roles are LayerNormalization's formal names, so each goes to its place; with a name that is
+    not one, the manifest's order holds and `run` says so."""
+    manifest = json.loads(json.dumps(_LAYER_NORM_MANIFEST))
+    manifest["inputs"].reverse()  # Scale, X
+    y, mean, inv = manifest["outputs"]
+    manifest["outputs"] = [y, inv, mean]
+    root = write_package(manifest, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    data = invoke_json(runner, "run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32")
+    assert data["onnxruntimeMatchedBy"] == "name" and data["ok"], data
+    assert set(data["reference"]["onnxruntime"]) == {"Y", "InvStdDev"}
+    manifest = json.loads(json.dumps(_LAYER_NORM_MANIFEST))
+    manifest["inputs"][1]["role"] = "Gamma"
+    manifest["variants"][0]["passes"][0]["bindings"][1]["arg"] = "Gamma"
+    root = write_package(manifest, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    out = invoke(runner, "run", str(root), "-i", "X=4x16:f32", "-i", "Gamma=16:f32").stdout
+    assert "matched to the manifest's by position: its roles are not all the op's formal names" in " ".join(out.split())
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_run_says_why_onnxruntime_refused_the_call(write_package, runner: CliRunner) -> None:
     """An attribute of another type than the op declares (epsilon written 1, an int) makes ORT refuse
     the model; `run` had said "onnxruntime has no CPU kernel" for every ORT error (helper-11)."""

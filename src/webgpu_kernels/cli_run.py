@@ -31,7 +31,13 @@ from .cli import (
 )
 from .cli_bench import _tolerance
 from .device import choose_adapter
-from .references import ReferenceShapeMismatch, ReferenceUnavailable, numpy_reference, onnxruntime_reference
+from .references import (
+    ReferenceShapeMismatch,
+    ReferenceUnavailable,
+    node_positions,
+    numpy_reference,
+    onnxruntime_reference,
+)
 
 TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU kernel time"
 
@@ -88,12 +94,15 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     if ref is not None:
         expected = ref(arrays, all_attrs)
         report["reference"]["numpy"] = {n: compare(outputs[n], expected[n]) for n in outputs if n in expected}
-    # ONNX reads a node's inputs and outputs by position: the manifest's order, "" for one left out
-    # (listing only what there was shifted a later one into an earlier one's place).
+    # ONNX reads a node's inputs and outputs by position: the op's formal positions where the roles
+    # are its formal names, else the manifest's order, "" for one left out (listing only what there
+    # was shifted a later one into an earlier one's place).
+    node_inputs, node_outputs, by_name = node_positions(
+        k.op_id, [s.role for s in k.manifest.inputs], [s.role for s in k.manifest.outputs], arrays, outputs)
+    report["onnxruntimeMatchedBy"] = "name" if by_name else "position"
     try:
         ort_out = onnxruntime_reference(
-            k.op_id, arrays, all_attrs, input_names=[s.role if s.role in arrays else "" for s in k.manifest.inputs],
-            output_names=[s.role if s.role in outputs else "" for s in k.manifest.outputs],
+            k.op_id, arrays, all_attrs, input_names=node_inputs, output_names=node_outputs,
             output_shapes={name: array.shape for name, array in outputs.items()})  # fmt: skip
     except ReferenceShapeMismatch as mismatch:  # the kernel's shape is not the op's: WRONG, as a compared shape is
         report["reference"]["onnxruntime"] = {mismatch.output: {"shapeMismatch": [mismatch.kernel, mismatch.inferred]}}
@@ -245,6 +254,9 @@ def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
             if key in r["referenceUnavailable"]:
                 console.print(f"{label}: not available ({r['referenceUnavailable'][key]})", markup=False)
             continue
+        if key == "onnxruntime" and r["onnxruntimeMatchedBy"] == "position":
+            console.print("ONNX Runtime's inputs and outputs are matched to the manifest's by position: its roles "
+                          "are not all the op's formal names")  # fmt: skip
         for name, c in results.items():
             if "shapeMismatch" in c:
                 console.print(Text(f"{label}: {name} shape {c['shapeMismatch'][0]} != {label}'s "

@@ -13,8 +13,9 @@ Per-op knowledge lives here and only here; the engine never knows what an op com
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +156,44 @@ def one_node_model(
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = IR_VERSION
     return model.SerializeToString(), arrays, outputs
+
+
+@functools.lru_cache(maxsize=64)
+def formal_names(op_id: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``op_id``'s formal input and output names in their ONNX positions, from onnxruntime's
+    operator schemas (its contrib ops included; the newest version), or None where onnxruntime is
+    not installed or has no schema for the op."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+    except ImportError:
+        return None
+    domain, _, name = op_id.rpartition(".")
+    domain = "" if domain in ("ai.onnx", "") else domain
+    schemas = [s for s in ort_state.get_all_operator_schema() if s.name == name and s.domain == domain]
+    if not schemas:
+        return None
+    newest = max(schemas, key=lambda s: s.since_version)
+    return tuple(i.name for i in newest.inputs), tuple(o.name for o in newest.outputs)
+
+
+def node_positions(op_id: str, input_roles: Sequence[str], output_roles: Sequence[str], given: Collection[str],
+                   produced: Collection[str]) -> tuple[list[str], list[str], bool]:  # fmt: skip
+    """The node's input and output names by position for a call that gives ``given`` and produces
+    ``produced`` (``""`` for one left out), and whether they were placed by name: where every role
+    is one of the op's formal names (``formal_names``), each goes to its formal position, so a
+    manifest listing them in another order is still compared output for output; otherwise in the
+    manifest's order (ONNX reads a node's inputs and outputs by position only)."""
+    formal = formal_names(op_id)
+    by_name = False
+    if formal is not None and set(input_roles) <= set(formal[0]) and set(output_roles) <= set(formal[1]):
+        (input_roles, output_roles), by_name = formal, True
+    inputs = [role if role in given else "" for role in input_roles]
+    outputs = [role if role in produced else "" for role in output_roles]
+    while inputs and not inputs[-1]:  # trailing optional ones left out are simply absent
+        inputs.pop()
+    while outputs and not outputs[-1]:
+        outputs.pop()
+    return inputs, outputs, by_name
 
 
 class ReferenceUnavailable(Exception):
