@@ -200,6 +200,22 @@ def test_a_wrong_buffer_type_says_which_kind_of_binding_it_makes(buffer_type, bi
     assert info.value.json_path == f"bindingSets.scalarTail[{binding}]" and fragment in str(info.value)
 
 
+def test_an_optional_output_bound_only_read_only_is_refused():
+    """An optional output a variant binds, but only read-only, was returned unwritten (the pooled
+    buffer's bytes) while validate said valid (helper-21). Left unbound, it is simply not returned."""
+    def optional_y(read_only: bool):
+        def change(d):
+            d["outputs"][0]["optional"] = True
+            if read_only:
+                d["bindingSets"]["scalarTail"][1]["buffer"]["type"] = "read-only-storage"
+        return change
+
+    problems = check_manifest(mutate(QG, optional_y(read_only=True)))
+    assert [p.json_path for p in problems] == ["variants[1]", "variants[2]"]
+    assert "optional output 'Y' is bound, but as 'storage' by none of this variant's passes" in problems[0].detail
+    assert check_manifest(mutate(QG, optional_y(read_only=False))) == []
+
+
 def test_an_output_no_pass_binds_read_write_is_refused():
     """An output bound read-only everywhere is never written (the call would return what the pooled
     buffer held); before, only the WGSL compiler complained, about the template."""

@@ -320,11 +320,14 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
     binding_sets = data.get("bindingSets", {})
     top_constants = set(data.get("constants", {}))
     # An output no pass binds read-write is never written: the call would return whatever the
-    # pooled buffer held (outputs marked optional are left to the author).
+    # pooled buffer held. An optional one a variant leaves unbound is not returned; one it binds
+    # only read-only would be returned unwritten.
     must_write = [t["role"] for t in data.get("outputs", []) if not t.get("optional")]
+    optional_outputs = [t["role"] for t in data.get("outputs", []) if t.get("optional")]
     for v, variant in enumerate(data["variants"]):
         constants = top_constants | set(variant.get("constants", {}))
         written: set[str] = set()
+        bound: set[str] = set()
         for p, pass_ in enumerate(variant["passes"]):
             where = f"variants[{v}].passes[{p}]"
             bindings = pass_.get("bindings", [])
@@ -343,6 +346,7 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                 errors.append(ManifestError(f"binding names must be unique{used_by}", json_path=list_path))
             for b, binding in enumerate(bindings):
                 bpath = f"{list_path}[{b}]"
+                bound.add(binding.get("arg"))
                 if binding["buffer"]["type"] == "storage":
                     written.add(binding.get("arg"))
                 if binding.get("arg") is not None and binding["arg"] not in all_roles:
@@ -369,6 +373,11 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
             if role not in written:
                 errors.append(ManifestError(f"output {role!r} is bound as 'storage' by none of this variant's passes, "
                                             "so nothing writes it", json_path=f"variants[{v}]"))  # fmt: skip
+        for role in optional_outputs:
+            if role in bound and role not in written:
+                errors.append(ManifestError(f"optional output {role!r} is bound, but as 'storage' by none of this "
+                                            "variant's passes: it would be returned unwritten. Bind it as 'storage' "
+                                            "to produce it, or not at all to leave it out", json_path=f"variants[{v}]"))  # fmt: skip
     ids = [v["id"] for v in data["variants"]]
     for v, vid in enumerate(ids):
         if ids.index(vid) != v:
