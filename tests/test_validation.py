@@ -15,7 +15,7 @@ from webgpu_kernels.package import embedded_root
 from webgpu_kernels.package_tests import CRASH_HOOK_ENV
 from webgpu_kernels.validation import validate_package, validate_package_isolated
 
-from conftest import copy_package  # noqa: E402
+from conftest import copy_package, optional_output_package  # noqa: E402
 
 QUICK_GELU = "com.microsoft.QuickGelu"
 BIAS_ADD = "com.microsoft.BiasAdd"
@@ -469,6 +469,27 @@ def test_an_output_no_case_checks_is_a_warning(tmp_path: Path) -> None:
     assert problem.severity == "warning" and (problem.file, problem.json_path) == ("test.json", "cases")
     assert "no case lists output 'InvStdDev' under `expected`" in problem.message
     assert not [p for p in validate_package(PACKAGES_DIR / "demo.LayerNorm", gpu=False).problems if "no case lists" in p.message]
+
+
+def test_a_case_expecting_an_optional_output_a_variant_leaves_out_is_an_error(write_package, runner: CliRunner) -> None:
+    """validate said valid, then `test` failed the case on every variant that does not produce the
+    optional output it expects ("the kernel returned no output 'Z'", helper-21). Pinning the case
+    to the variants that produce it makes it valid; `test` then passes."""
+    root = optional_output_package(write_package, [("withz", 10, True), ("noz", 1, False)])
+    x = [1.0, -2.0, 3.5, 0.25]
+    case = {"name": "both", "inputs": {"X": {"shape": [4], "values": x}},
+            "expected": {"Y": {"shape": [4], "values": x}, "Z": {"shape": [4], "values": [2 * v for v in x]}}}  # fmt: skip
+    (root / "test.json").write_text(json.dumps({"cases": [case]}), encoding="utf-8")
+    digests.write_metadata(root)
+    problems = [p for p in validate_package(root).problems if p.severity == "error"]
+    assert [(p.file, p.json_path, p.variant) for p in problems] == [("test.json", "cases[0].expected", "noz")]
+    assert "expects optional output 'Z', which variant 'noz' (it accepts the case) does not produce" in problems[0].message
+    assert runner.invoke(main, ["test", str(root)]).exit_code == 1  # as validate said
+    case["variants"] = ["withz"]
+    (root / "test.json").write_text(json.dumps({"cases": [case]}), encoding="utf-8")
+    digests.write_metadata(root)
+    assert not [p for p in validate_package(root).problems if p.severity == "error"]
+    assert runner.invoke(main, ["test", str(root)]).exit_code == 0
 
 
 def test_a_test_case_no_variant_accepts_says_what_the_clauses_read(qg: Path) -> None:

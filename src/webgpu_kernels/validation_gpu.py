@@ -52,6 +52,7 @@ class _Call:
     attrs: dict[str, Any]
     tunables: dict[str, Any]
     variants: tuple[str, ...] | None = None  # a test.json case's own list (`test` runs only those)
+    expected: tuple[str, ...] = ()  # the outputs a test.json case checks
 
 
 #: A number in an error message (a case's own values), where reasons are compared.
@@ -70,7 +71,8 @@ def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_fil
                 continue  # reported by the test.json stage
             metas = {k: (tuple(a.shape), dtype_name(a.dtype)) for k, a in arrays.items()}
             calls.append(_Call(TEST_FILE, case.name, case.json_path, metas, case.attrs, case.tunables,
-                               tuple(case.variants) if case.variants is not None else None))  # fmt: skip
+                               tuple(case.variants) if case.variants is not None else None,
+                               tuple(case.expected)))  # fmt: skip
     if bench_file is not None:
         for case in bench_file.cases:
             try:
@@ -121,6 +123,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     tested: set[tuple[str, str]] = set()  # variant x dtype that a test.json case runs (`test` checks its results)
     needs_f16: set[tuple[str, str]] = set()  # variant x dtype rejected here only for want of shader-f16
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
+    unproduced: dict[tuple[str, tuple[str, ...]], list[_Call]] = {}  # (variant, outputs) -> test cases expecting them
     unresolved: dict[tuple[str, str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, variant, dtype, reason) -> (case, why)
     unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
     too_much: dict[str, str] = {}  # WGSL refused for its workgroup memory -> the refusal, for every case it serves
@@ -185,6 +188,11 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 reason = (type(exc).__name__, _NUMBER.sub("#", getattr(exc, "detail", "") or str(exc)))
                 unresolved.setdefault((where, vid, label, reason), []).append((call.case, str(exc)))
                 continue
+            if call.source == TEST_FILE and (call.variants is None or vid in call.variants):
+                produced = {b.arg for r in resolved for b in r.bindings if b.arg is not None}
+                missing = tuple(role for role in call.expected if role not in produced)
+                if missing:  # an optional output this variant leaves out: `test` would fail the case on it
+                    unproduced.setdefault((vid, missing), []).append(call)
             try:
                 for r in resolved:
                     check_bound(r, sizes, vid)
@@ -285,6 +293,15 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         shown = ", ".join(calls_without[:3]) + (f" and {len(calls_without) - 3} more" if len(calls_without) > 3 else "")
         out.error(MANIFEST_FILE, where, f"accepts calls that have no tensor {arg!r} but binds it: its `when` must "
                                         f"require it (`'{arg}' in shapes`); calls: {shown}", variant=vid)  # fmt: skip
+    for (vid, missing), cases in unproduced.items():  # one error per variant and outputs, not per case
+        first, names = cases[0], sorted({c.case for c in cases})
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        roles = ", ".join(map(repr, missing))
+        out.error(TEST_FILE, f"{first.json_path}.expected",
+                  f"expects optional output{'s' if len(missing) > 1 else ''} {roles}, which variant {vid!r} (it "
+                  f"accepts the case) does not produce: `test` would fail it there. List under `variants` only the "
+                  f"variants that produce {'them' if len(missing) > 1 else 'it'}, or leave {roles} out of `expected`"
+                  f" (cases: {shown})", variant=vid, case=first.case)  # fmt: skip
     # a case file with errors has no cases here: say so where its variants look unexercised
     broken = [name for name, parsed in ((TEST_FILE, test_file), (BENCH_FILE, bench_file))
               if parsed is None and package.has(name)]  # fmt: skip
