@@ -367,6 +367,20 @@ def test_twopass_hands_over_f32_statistics(layer_norm, need_dtype, rng, variant)
     assert err < 0.01, err
 
 
+def test_an_optional_input_given_as_none_is_left_out(layer_norm, rng):
+    """`"B": None` (ONNX's and PyTorch's way of leaving out an optional input) was refused: "expected
+    a NumPy array or a GpuTensor, got NoneType" (helper-21). It is the call without B, on the cached
+    path too; a required input given as None is still refused by name."""
+    x, scale, _ = make_inputs(rng, (4, 64), -1, np.float32)
+    want = reference(x, scale)
+    for _ in range(2):  # the second call takes the cached plan
+        got = layer_norm({"X": x, "Scale": scale, "B": None})
+        np.testing.assert_allclose(got["Y"], want["Y"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(got["Y"], layer_norm({"X": x, "Scale": scale})["Y"])
+    with pytest.raises(wk.errors.InputError, match="argument 'Scale'"):
+        layer_norm({"X": x, "Scale": None, "B": None})
+
+
 @pytest.mark.parametrize("variant", ["onepass", "twopass"])
 def test_empty_rows(layer_norm, plan_of, variant):
     """No rows: empty outputs, nothing dispatched."""

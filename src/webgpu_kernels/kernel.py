@@ -239,6 +239,9 @@ class Kernel:
             plan = self._fast_plans.get(key)
         except (TypeError, AttributeError, ValueError):  # ValueError: a released memoryview's shape
             key, plan = None, None
+            present = _without_absent(self.manifest, inputs)
+            if present is not inputs:  # an optional input given as None: the call that leaves it out
+                return self(present, attrs=attrs, variant=variant, tunables=tunables, output=output, adapter=adapter)
         if key is not None and not all(type(v) is np.ndarray or type(v) is GpuTensor for v in inputs.values()):
             # An array-like's own .shape and .dtype need not describe what NumPy reads from it: it
             # takes the checked path, and a plan made from its data is never filed under its key.
@@ -640,6 +643,17 @@ def _by_value(options: Mapping[str, Any] | None) -> bool:
 
 def _tuple_terms(value: Sequence[Any]) -> tuple[bool, tuple[type, ...]]:
     return has_negative_zero(value), tuple(map(type, value))
+
+
+def _without_absent(manifest: Manifest, inputs: Any) -> Any:
+    """``inputs`` less the optional inputs given as None (ONNX's and PyTorch's way of leaving one
+    out), or ``inputs`` itself where there are none: a required input given as None stays, for the
+    call to refuse by name."""
+    if not isinstance(inputs, Mapping) or not any(v is None for v in inputs.values()):
+        return inputs
+    optional = {spec.role for spec in manifest.inputs if spec.optional}
+    present = {name: value for name, value in inputs.items() if value is not None or name not in optional}
+    return present if len(present) < len(inputs) else inputs
 
 
 def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bool) -> dict[str, np.ndarray | GpuTensor]:
