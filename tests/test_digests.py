@@ -406,6 +406,20 @@ def test_refresh_keeps_identity_and_reports_changes(qg: Path) -> None:
     assert open_folder(qg).is_verified
 
 
+def test_digest_lists_what_changed_and_counts_the_rest(qg: Path) -> None:
+    """`digest --check` printed a row per file, 49 for a package with that many, when nothing had
+    changed (helper-21): it lists the files added, changed or removed, and counts the others."""
+    runner = CliRunner(env={"COLUMNS": "200"})
+    total = len(json.loads((qg / "metadata.json").read_text("utf-8"))["digest"]["files"])
+    result = runner.invoke(main, ["digest", "--check", str(qg)])
+    assert result.exit_code == 0 and f"{total} files, all unchanged" in result.output, result.output
+    assert "manifest.json" not in result.output and "metadata.json is up to date" in result.output
+    flip_byte(qg / "bench.json")
+    result = runner.invoke(main, ["digest", "--check", str(qg)])
+    assert result.exit_code == 1 and "bench.json" in result.output and "changed" in result.output, result.output
+    assert f"{total - 1} other files unchanged" in result.output and "manifest.json" not in result.output
+
+
 def test_file_names_that_cannot_be_listed_are_refused(qg: Path) -> None:
     (qg / "bad name.json").write_text("{}", encoding="utf-8")
     with pytest.raises(PackageError, match="cannot be listed"):

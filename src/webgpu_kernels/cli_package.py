@@ -162,14 +162,21 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
                     "metadata": metadata, "changes": [c.__dict__ for c in changes]})  # fmt: skip
     else:
         console = _console()
-        table = Table(title=f"{metadata['id']} (version {metadata['version']}): {root / METADATA_FILE}",
-                      title_justify="left")  # fmt: skip
-        for col in ("file", "status", "sha256"):
-            table.add_column(col)
-        for c in changes:
-            style = {"unchanged": "", "added": "green", "changed": "yellow", "removed": "red", UNLISTABLE: "dim"}[c.status]
-            table.add_row(c.file, Text(c.status, style=style), (c.sha256 or "-")[:16] + ("..." if c.sha256 else ""))
-        console.print(table)
+        title = f"{metadata['id']} (version {metadata['version']}): {root / METADATA_FILE}"
+        shown = [c for c in changes if c.status != "unchanged"]  # a package of 49 files listed them all
+        same = len(changes) - len(shown)
+        if shown:
+            table = Table(title=title, title_justify="left")
+            for col in ("file", "status", "sha256"):
+                table.add_column(col)
+            for c in shown:
+                style = {"added": "green", "changed": "yellow", "removed": "red", UNLISTABLE: "dim"}[c.status]
+                table.add_row(c.file, Text(c.status, style=style), (c.sha256 or "-")[:16] + ("..." if c.sha256 else ""))
+            console.print(table)
+            if same:
+                console.print(f"{same} other file{'' if same == 1 else 's'} unchanged")
+        else:
+            console.print(Text(f"{title}\n{same} file{'' if same == 1 else 's'}, all unchanged"), soft_wrap=True)
         if check:
             if unreadable:
                 console.print(f"metadata.json cannot be read ({unreadable}): fix or delete it, then run digest")
