@@ -492,6 +492,24 @@ def test_a_case_expecting_an_optional_output_a_variant_leaves_out_is_an_error(wr
     assert runner.invoke(main, ["test", str(root)]).exit_code == 0
 
 
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda o: o.update(shape="shapes.X[:-1] + [1]"), "write `shapes.X[:-1] + (1,)`"),
+    (lambda o: o.update(rank=5), "the manifest's rank says 5 (at outputs[0].rank: one of the two is wrong)"),
+], ids=["tuple-plus-list", "rank"])  # fmt: skip
+def test_an_output_shape_error_is_one_error_per_dtype_with_its_fix(qg: Path, edit, fragment) -> None:
+    """An output shape every case fails on was one error per case (24 for helper-21's package), each
+    variant then warned "not exercised", and `shapes.X[:-1] + [1]` said only Python's "can only
+    concatenate tuple (not "list") to tuple"."""
+    edit_json(qg / "manifest.json", lambda m: edit(m["outputs"][0]))
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    errors = [p for p in report.problems if p.severity == "error"]
+    assert {p.json_path for p in errors} == {"outputs[0].shape"} and len(errors) == 2  # float32, float16
+    assert all(fragment in p.message and "more cases" in p.message for p in errors), errors
+    assert not [p for p in report.problems if "exercises variant" in p.message]
+    assert {c.status for c in report.coverage} == {"not reached (scope error)"}
+
+
 def test_a_test_case_no_variant_accepts_says_what_the_clauses_read(qg: Path) -> None:
     """validate's "no variant accepts" showed `baseOk=False` alone, where `test` and `explain` show
     what baseOk was made of."""

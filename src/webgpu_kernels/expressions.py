@@ -254,7 +254,9 @@ class Expression:
                                          where=self.where) from None  # fmt: skip
         except (JinjaTemplateError, ArithmeticError, LookupError, TypeError, ValueError, AttributeError,
                 MemoryError) as exc:  # fmt: skip
-            raise ExpressionError(f"{type(exc).__name__}: {exc}", expression=self.source, where=self.where) from None
+            hint = _JOIN_HINT if isinstance(exc, TypeError) and "can only concatenate" in str(exc) else ""
+            raise ExpressionError(f"{type(exc).__name__}: {exc}{hint}", expression=self.source,
+                                  where=self.where) from None  # fmt: skip
 
     def _absent_tensor(self, scope: Mapping[str, Any]) -> str | None:
         """Why ``shapes.C`` is undefined, in an author's words: Jinja's own "'dict object' has no
@@ -282,6 +284,11 @@ class Expression:
             if value is not None and not isinstance(value, Undefined) and not callable(value):
                 seen[ref] = value
         return seen
+
+
+#: `shapes.X[:-1] + [1]` is the natural way to write a reduced shape, and Python refuses it.
+_JOIN_HINT = (" (a shape such as shapes.X is a tuple, and `+` joins a tuple only to a tuple: write "
+              "`shapes.X[:-1] + (1,)`)")
 
 
 class NamespaceNames(list):

@@ -159,8 +159,8 @@ class Program:
                 rank = as_count(rank_expr.evaluate(scope), rank_expr, "an output rank")
                 if rank != scope["ranks"][role]:
                     raise ExpressionError(f"shape {list(scope['shapes'][role])} has rank {scope['ranks'][role]}, the "
-                                          f"manifest's rank says {rank}", expression=shape_expr.source,
-                                          where=shape_expr.where)  # fmt: skip
+                                          f"manifest's rank says {rank} (at {rank_expr.where}: one of the two is "
+                                          f"wrong)", expression=shape_expr.source, where=shape_expr.where)  # fmt: skip
         _define_all(scope, self.constants)
         return scope, tuple(outputs[i] for i in range(len(self.outputs)))
 

@@ -55,8 +55,9 @@ class _Call:
     expected: tuple[str, ...] = ()  # the outputs a test.json case checks
 
 
-#: A number in an error message (a case's own values), where reasons are compared.
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+#: A number or a list of them in an error message (a case's own values: a shape of any rank),
+#: where reasons are compared.
+_NUMBER = re.compile(r"\[[-\d.,e+ ]*\]|-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_file: Any) -> list[_Call]:
@@ -86,6 +87,13 @@ def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_fil
 
 #: The most type combinations the coverage lists whether or not a case exercises them.
 MAX_LISTED_COMBINATIONS = 256
+
+
+def _more_cases(others: list[str]) -> str:
+    """`` (and in 2 more cases: a, b)``: where else an error grouped by its reason was met."""
+    if not others:
+        return ""
+    return f" (and in {len(others)} more cases: {', '.join(others[:3])}{' ...' if len(others) > 3 else ''})"
 
 
 def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
@@ -124,6 +132,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     needs_f16: set[tuple[str, str]] = set()  # variant x dtype rejected here only for want of shader-f16
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
     unproduced: dict[tuple[str, tuple[str, ...]], list[_Call]] = {}  # (variant, outputs) -> test cases expecting them
+    no_scope: dict[tuple[str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, dtype, reason) -> (case, why)
     unresolved: dict[tuple[str, str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, variant, dtype, reason) -> (case, why)
     unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
     too_much: dict[str, str] = {}  # WGSL refused for its workgroup memory -> the refusal, for every case it serves
@@ -153,8 +162,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             continue  # an input rank given by an expression: reported by the case-file stages too
         except KernelError as exc:
             where = getattr(exc, "where", "") or ""
-            out.error(MANIFEST_FILE, where, f"cannot evaluate the call's scope ({label}): {exc}",
-                      dtype=label, case=call.case)  # fmt: skip
+            reason = (type(exc).__name__, _NUMBER.sub("#", getattr(exc, "detail", "") or str(exc)))
+            no_scope.setdefault((where, label, reason), []).append((call.case, str(exc)))
             continue
         sizes = tensor_bytes(manifest, signature, outputs)
         accepted_any = False
@@ -284,10 +293,13 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             out.add(severity, call.source, call.json_path,
                     f"no variant accepts case {call.case!r} ({label}) on this adapter: {reasons}",
                     dtype=label, case=call.case)  # fmt: skip
+    for (where, label, _), failures in no_scope.items():  # one error per place, dtype and reason, as below
+        (case, why), others = failures[0], [c for c, _ in failures[1:]]
+        out.error(MANIFEST_FILE, where, f"cannot evaluate the call's scope ({label}): {why}{_more_cases(others)}",
+                  dtype=label, case=case)  # fmt: skip
     for (where, vid, label, _), failures in unresolved.items():  # one error per place, variant, dtype and reason
         (case, why), others = failures[0], [c for c, _ in failures[1:]]
-        also = f" (and in {len(others)} more cases: {', '.join(others[:3])}{' ...' if len(others) > 3 else ''})"
-        out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {why}{also if others else ''}",
+        out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {why}{_more_cases(others)}",
                   variant=vid, dtype=label, case=case)  # fmt: skip
     for (where, vid, arg), calls_without in unbound.items():  # one error per variant and tensor, not per case
         shown = ", ".join(calls_without[:3]) + (f" and {len(calls_without) - 3} more" if len(calls_without) > 3 else "")
@@ -306,6 +318,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     broken = [name for name, parsed in ((TEST_FILE, test_file), (BENCH_FILE, bench_file))
               if parsed is None and package.has(name)]  # fmt: skip
     unread = f" ({' and '.join(broken)} has errors, so its cases were not used)" if broken else ""
+    scopeless = {label for _, label, _ in no_scope}
     for cov in coverage.values():
         if cov.cases and test_file is not None and (cov.variant, cov.dtype) not in tested:
             # bench.json only compiles it: `test` never runs it, so nothing checks what it computes,
@@ -320,6 +333,9 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             cov.note = "no shader-f16"
             out.warning("", "", f"this adapter has no shader-f16 feature: variant {cov.variant!r} ({cov.dtype}) "
                                 "was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
+            continue
+        if cov.dtype in scopeless:  # its cases stopped at the scope error above, which is what to fix
+            cov.note = "not reached (scope error)"
             continue
         variant = manifest.variant(cov.variant)
         out.warning(MANIFEST_FILE, variant.json_path if variant else "",
