@@ -96,6 +96,23 @@ def test_wgsl_error_is_reported_with_variant_dtype_and_message(qg: Path, runner:
     assert status[("vec4_tail", "float16")] == "failed" and status[("vec4_tail", "float32")] == "compiled"
 
 
+def test_one_template_mistake_every_variant_renders_is_one_error(qg: Path) -> None:
+    """A WGSL error in a line every variant and dtype renders printed the compiler's whole text once
+    per variant x dtype (8 copies, 187 lines, for helper-21's package): one error now, naming the
+    others; a different error at another line stays its own."""
+    template = qg / "quick-gelu.wgsl.jinja"
+    text = template.read_text("utf-8")
+    mistake = "  let broken: f32 = 1u;\n"  # a u32 where an f32 goes, in every variant's WGSL
+    head, sep, tail = text.rpartition("fn quick_gelu(v: f32) -> f32 {\n")
+    template.write_text(head + sep + mistake + BROKEN_F16_TAIL + tail, encoding="utf-8")
+    digests.write_metadata(qg)
+    errors = [p for p in validate_package(qg).problems if p.severity == "error"]
+    assert len(errors) == 2, [p.message[:80] for p in errors]
+    typed, unnamed = sorted(errors, key=lambda p: "no_such_name" in p.message)
+    assert "the same error in 4 more variant x dtype: " in typed.message and typed.message.count("Caused by") <= 1
+    assert "no_such_name" in unnamed.message and "the same error" not in unnamed.message  # vec4_tail f16 only
+
+
 def test_template_that_does_not_render_or_parse(qg: Path) -> None:
     template = qg / "quick-gelu.wgsl.jinja"
     text = template.read_text("utf-8").replace("const ALPHA", "{{ no_such_value }}\nconst ALPHA")

@@ -85,6 +85,11 @@ def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_fil
     return calls
 
 
+#: What differs between variants in the compiler's report of one template mistake: the shader's
+#: label ('QuickGelu.vec4'), positions in the rendered WGSL ("┌─ wgsl:80:12", the "80 │" gutter,
+#: "rendered line 80") and naga's expression numbers ("[72]"). Types and messages stay.
+_COMPILER_PLACES = re.compile(r"'[^'\n]*'|┌─ [^\n]*|^\s*\d+ │|rendered line \d+|\[\d+\]", re.MULTILINE)
+
 #: The most type combinations the coverage lists whether or not a case exercises them.
 MAX_LISTED_COMBINATIONS = 256
 
@@ -133,6 +138,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
     unproduced: dict[tuple[str, tuple[str, ...]], list[_Call]] = {}  # (variant, outputs) -> test cases expecting them
     no_scope: dict[tuple[str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, dtype, reason) -> (case, why)
+    uncompiled: dict[tuple[str, int | None, str, str], list[tuple[str, str, str, str, str, str]]] = {}
     unresolved: dict[tuple[str, str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, variant, dtype, reason) -> (case, why)
     unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
     too_much: dict[str, str] = {}  # WGSL refused for its workgroup memory -> the refusal, for every case it serves
@@ -253,9 +259,11 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     advice = (f"\nthis adapter has no shader-f16 feature and the WGSL enables f16: with "
                               f"\"{guards}\" in the variant's `when`, such calls are refused with a clear error"
                               if no_f16 and "enable f16" in wgsl else "")  # fmt: skip
-                    out.error(exc.file or r.shader, shader_path(manifest, cv.variant.index, p_index),
-                              f"WGSL does not compile for variant {vid!r} ({label}), pass {r.pass_id!r}:\n{exc.detail}"
-                              + advice, variant=vid, dtype=label, case=call.case, line=exc.line)  # fmt: skip
+                    # grouped by template line and the compiler's text less where it points in this
+                    # variant's WGSL: one template mistake had printed it whole once per variant and dtype
+                    key = (exc.file or r.shader, exc.line, _COMPILER_PLACES.sub("#", exc.detail or ""), advice)
+                    uncompiled.setdefault(key, []).append(
+                        (shader_path(manifest, cv.variant.index, p_index), vid, label, r.pass_id, call.case, exc.detail))
                     done.add(wgsl)
                     continue
                 done.add(wgsl)
@@ -293,6 +301,13 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             out.add(severity, call.source, call.json_path,
                     f"no variant accepts case {call.case!r} ({label}) on this adapter: {reasons}",
                     dtype=label, case=call.case)  # fmt: skip
+    for (file, line, _, advice), alike in uncompiled.items():
+        (where, vid, label, pass_id, case, detail) = alike[0]
+        rest = list(dict.fromkeys((v, d) for _, v, d, _, _, _ in alike if (v, d) != (vid, label)))  # each once
+        also = ", ".join(f"{v!r} ({d})" for v, d in rest[:4]) + (" ..." if len(rest) > 4 else "")
+        out.error(file, where, f"WGSL does not compile for variant {vid!r} ({label}), pass {pass_id!r}:\n{detail}"
+                  + advice + (f"\nthe same error in {len(rest)} more variant x dtype: {also}" if rest else ""),
+                  variant=vid, dtype=label, case=case, line=line)  # fmt: skip
     for (where, label, _), failures in no_scope.items():  # one error per place, dtype and reason, as below
         (case, why), others = failures[0], [c for c, _ in failures[1:]]
         out.error(MANIFEST_FILE, where, f"cannot evaluate the call's scope ({label}): {why}{_more_cases(others)}",
