@@ -130,7 +130,7 @@ def _agrees(c: dict[str, Any]) -> bool:
 
 #: The relative part of an element's tolerance, per unit of bench's absolute one for its dtype: 1e-4
 #: + 1e-5 |reference| for float32, 1e-2 + 1e-3 |reference| for float16 (about two roundings of a
-#: float16 result). The absolute part alone marked a correct LayerNorm's mean of 1000, off by 5e-7
+#: float16 result). The absolute part alone marked a correct layer norm's mean of 1000, off by 5e-7
 #: relative, WRONG (helper-21); float32 holds 1000 to 6e-5.
 RELATIVE_PER_ABSOLUTE = 0.1
 
