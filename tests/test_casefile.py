@@ -372,6 +372,9 @@ def test_a_bench_input_may_say_how_it_is_drawn() -> None:
 
     where = "cases[0].inputs.I.generate"
     assert errors({"distribution": "uniform", "low": 2, "high": 1}) == [(where, "low is above high")]
+    # low + (high - low) * u with high - low past float64: every value inf (helper-22)
+    assert errors({"distribution": "uniform", "low": -1e308, "high": 1e308}) == [
+        (where, "high - low is past float64's range: every value drawn would be infinite")]
     assert errors({"distribution": "normal", "low": 0}) == [(where, "['low'] do not apply to the normal distribution")]
     assert errors({"distribution": "normal", "std": 2}) == []
     assert [p for p, _ in errors({"distribution": "uniform", "seed": 3})] == [where]  # bench's --seed, not the file's

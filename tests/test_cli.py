@@ -443,7 +443,8 @@ def test_run_generate_draws_an_input_from_its_distribution(runner: CliRunner) ->
 
 @pytest.mark.parametrize("spec, fragment", [
     ("Z=uniform:0:1", "--generate names 'Z', which no -i/--input gives (-i inputs: X)"),
-    ("X=uniform:1:0", "low must not exceed high"),
+    ("X=uniform:1:0", "'X=uniform:1:0': low is above high"),
+    ("X=uniform:-1e308:1e308", "high - low is past float64's range"),  # every value inf (helper-22)
     ("X=normal:0:-1", "std in 'X=normal:0:-1' must be at least 0"),
     ("X=uniform:0:inf", "high in 'X=uniform:0:inf' must be a finite number, got 'inf'"),
     ("X=uniform:a:1", "low in 'X=uniform:a:1' must be a finite number, got 'a'"),
@@ -729,6 +730,9 @@ def test_compare_and_summarize() -> None:
     near = compare(np.array([1.0003, 1000.0003], np.float32), np.array([1.0, 1000.0]))
     assert near["beyondTolerance"] == 1 and near["tolerance"] == {"absolute": 1e-4, "relative": 1e-5}
     assert compare(np.array([1.02, 1000.5], np.float16), np.array([1.0, 1000.0]))["beyondTolerance"] == 1
+    # integers have no relative part: an index of 50000 off by 40 is wrong (helper-22)
+    indices = compare(np.array([1000, 50000], np.int64), np.array([1000, 50040]))
+    assert indices["beyondTolerance"] == 1 and indices["tolerance"]["relative"] == 0.0
     s = summarize(got)
     assert s["nanCount"] == 1 and s["min"] == 0.0 and s["max"] == np.inf and s["shape"] == [5]
 

@@ -183,6 +183,19 @@ def test_a_wgsl_type_meant_as_a_string_gets_the_quoting_hint(source, hinted):
     assert (f"quoted inside the JSON string: \"'{source}'\"" in str(info.value)) is hinted
 
 
+@pytest.mark.parametrize("source, hinted", [("shapes.X[:-1] + [1]", True), ("[1] + shapes.X[:-1]", True),
+                                            ('"n" + shapes.X[0]', False), ("shapes.X[:-1] + (1,)", None)])  # fmt: skip
+def test_a_tuple_joined_to_a_list_gets_the_tuple_hint(source, hinted):
+    """`shapes.X[:-1] + [1]` said only Python's "can only concatenate tuple (not "list") to tuple"
+    (helper-21); other concatenation errors get no shape hint (helper-22)."""
+    if hinted is None:
+        assert ev(source) == (2, 3, 1)
+        return
+    with pytest.raises(ExpressionError) as info:
+        ev(source)
+    assert ("write `shapes.X[:-1] + (1,)`" in str(info.value)) is hinted
+
+
 def test_reading_a_tensor_the_call_lacks_says_how_to_guard_it():
     """Jinja's own message, "'dict object' has no attribute 'C'", did not say that an optional
     input the call left out reads this way, nor what guards it."""

@@ -394,7 +394,7 @@ def test_a_pattern_error_says_what_the_field_takes_not_its_regex():
 
 
 @pytest.mark.parametrize("section, name, value, fragment", [
-    ("attributes", "alpha", 1e39, "a number float32 holds"),
+    ("attributes", "alpha", 1e39, "rounds to a finite float32"),
     ("tunables", "WORKGROUP_SIZE", 2**70, r"below 2\^63"),
     ("attributes", "alpha", "x", None),  # a string default is a string attribute: fine
 ], ids=["f32-range", "int-range", "string-ok"])  # fmt: skip

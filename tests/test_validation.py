@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -502,6 +503,11 @@ def test_a_case_expecting_an_optional_output_a_variant_leaves_out_is_an_error(wr
     assert [(p.file, p.json_path, p.variant) for p in problems] == [("test.json", "cases[0].expected", "noz")]
     assert "expects optional output 'Z', which variant 'noz' (it accepts the case) does not produce" in problems[0].message
     assert runner.invoke(main, ["test", str(root)]).exit_code == 1  # as validate said
+    misspelt = {**case, "expected": {"Y": case["expected"]["Y"], "Zz": case["expected"]["Z"]}}
+    (root / "test.json").write_text(json.dumps({"cases": [misspelt]}), encoding="utf-8")
+    digests.write_metadata(root)
+    problems = [p for p in validate_package(root).problems if p.severity == "error"]
+    assert [p.json_path for p in problems] == ["cases[0].expected.Zz"]  # no output: one error, not one per variant
     case["variants"] = ["withz"]
     (root / "test.json").write_text(json.dumps({"cases": [case]}), encoding="utf-8")
     digests.write_metadata(root)
@@ -525,6 +531,22 @@ def test_an_output_shape_error_is_one_error_per_dtype_with_its_fix(qg: Path, edi
     assert all(fragment in p.message and "more cases" in p.message for p in errors), errors
     assert not [p for p in report.problems if "exercises variant" in p.message]
     assert {c.status for c in report.coverage} == {"not reached (scope error)"}
+
+
+def test_a_scope_error_of_some_cases_leaves_the_other_warnings(qg: Path) -> None:
+    """One case's scope error marked every case-less variant of its dtype 'not reached' and dropped
+    its 'not exercised' warning, though the dtype's other cases were judged (helper-22)."""
+    def edit(m):
+        m["outputs"][0]["shape"] = "shapes.X if numel(shapes.X) != 4096 else (1, 2, 3)"  # the 4096 case fails
+        m["variants"].append({**copy.deepcopy(m["variants"][-1]), "id": "never", "when": ["false"]})
+
+    edit_json(qg / "manifest.json", edit)
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    assert [p.json_path for p in report.problems if p.severity == "error"] == ["outputs[0].shape"] * 2  # f32, f16
+    unexercised = [p for p in report.problems if "exercises variant 'never'" in p.message]
+    assert {p.dtype for p in unexercised} == {"float32", "float16"}
+    assert {c.status for c in report.coverage if c.variant == "never"} == {"not exercised"}
 
 
 def test_a_test_case_no_variant_accepts_says_what_the_clauses_read(qg: Path) -> None:

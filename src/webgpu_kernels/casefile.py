@@ -380,11 +380,11 @@ def check_test_data(data: Any, *, file: str = TEST_FILE) -> list[CaseFileError]:
                                                 f"{len(special['values'])} values", file=file,
                                                 json_path=f"{entry}.special"))  # fmt: skip
                 if spec.get("generate") is not None:
-                    errors += _generate_errors(spec["generate"], file, f"{entry}.generate")
+                    errors += generate_errors(spec["generate"], file, f"{entry}.generate")
     return errors
 
 
-def _generate_errors(gen: Mapping[str, Any], file: str, where: str) -> list[CaseFileError]:
+def generate_errors(gen: Mapping[str, Any], file: str, where: str) -> list[CaseFileError]:
     """What the schema cannot say of a ``generate`` object (test.json's and bench.json's)."""
     errors = []
     allowed = {"normal": {"mean", "std"}, "uniform": {"low", "high"}}[gen["distribution"]]
@@ -394,6 +394,10 @@ def _generate_errors(gen: Mapping[str, Any], file: str, where: str) -> list[Case
                                     json_path=where))  # fmt: skip
     if gen["distribution"] == "uniform" and gen.get("low", 0.0) > gen.get("high", 1.0):
         errors.append(CaseFileError("low is above high", file=file, json_path=where))
+    elif gen["distribution"] == "uniform" and not math.isfinite(gen.get("high", 1.0) - gen.get("low", 0.0)):
+        # values are drawn as low + (high - low) * u: every one would be infinite (helper-22)
+        errors.append(CaseFileError("high - low is past float64's range: every value drawn would be infinite",
+                                    file=file, json_path=where))  # fmt: skip
     return errors
 
 
@@ -621,7 +625,7 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError
     for i, case in enumerate(data["cases"]):
         for role, spec in case["inputs"].items():
             if "generate" in spec:
-                errors += _generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
+                errors += generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
             # A shape no array can have, whatever the device: `bench` draws its inputs before any call
             # checks them, and NumPy raised a raw ValueError for [0, 2**70] (0 bytes: past the
             # maxBufferSize check). The contract refuses the same shapes for a call.

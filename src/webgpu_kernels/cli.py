@@ -31,6 +31,7 @@ from . import __version__
 from .api import get_kernel, list_kernels, load_kernel
 from .call_inputs import TensorMeta
 from .case_data import SPECIAL_STRINGS
+from .casefile import generate_errors
 from .device import ADAPTER_ENV, AdapterSummary, choose_adapter, list_adapters
 from .errors import KernelError, PackageError
 from .kernel import Kernel
@@ -248,11 +249,12 @@ def parse_generate_spec(spec: str) -> tuple[str, dict[str, Any]]:
         if not math.isfinite(value):
             raise ValueError(f"{param} in {spec!r} must be a finite number, got {text!r}")
         values.append(value)
-    if distribution.lower() == "uniform" and values[0] > values[1]:
-        raise ValueError(f"{spec!r}: low must not exceed high")
     if distribution.lower() == "normal" and values[1] < 0:
         raise ValueError(f"std in {spec!r} must be at least 0, got {numbers[1]!r}")
-    return name, {"distribution": distribution.lower(), **dict(zip(params, values, strict=True))}
+    generate = {"distribution": distribution.lower(), **dict(zip(params, values, strict=True))}
+    for problem in generate_errors(generate, "--generate", name):  # as bench.json's `generate` is checked
+        raise ValueError(f"{spec!r}: {problem.detail}")
+    return name, generate
 
 
 def _generate_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, dict[str, Any]]:

@@ -56,8 +56,8 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
             tunables: dict[str, Any], generators: dict[str, dict[str, Any]], variant: str | None, seed: int,
             repeat: int, as_json: bool) -> None:  # fmt: skip
     """Run KERNEL on seeded random inputs (standard normal unless --generate; bool half true):
-    output summary, time and error against the references. Exit status 1 when an output is beyond
-    bench's tolerance."""
+    output summary, time and error against the references. Exit status 1 when an output element is
+    beyond its tolerance (float32: 1e-4 + 1e-5 x |reference|; float16: 1e-2 + 1e-3 x |reference|)."""
     inputs = with_generators(inputs, generators)
     adapter = _adapter(ctx)
     k = resolve_kernel(kernel)
@@ -137,9 +137,10 @@ RELATIVE_PER_ABSOLUTE = 0.1
 
 def tolerance(dtype: str) -> tuple[float, float]:
     """(absolute, relative) tolerance of an output of ``dtype``: an element agrees with the
-    reference when |output - reference| <= absolute + relative * |reference|."""
+    reference when |output - reference| <= absolute + relative * |reference|. Only float32 and
+    float16 have a relative part: an index of 50000 off by 40 is wrong (helper-22)."""
     absolute = _tolerance([dtype])
-    return absolute, absolute * RELATIVE_PER_ABSOLUTE
+    return absolute, absolute * RELATIVE_PER_ABSOLUTE if dtype in ("float32", "float16") else 0.0
 
 
 @contextmanager

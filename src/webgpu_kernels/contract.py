@@ -259,7 +259,7 @@ F32_MAX = 3.4028234663852886e38
 #: magnitude rounds to a finite f32 (3.4028235e38, NumPy's print of F32_MAX, is such a float; it
 #: had been refused); one at it or past it rounds to infinity.
 F32_ROUNDING_BOUND = F32_MAX + 2.0**103
-_F32_RANGE = f"a number float32 holds (|x| <= {F32_MAX!r}, the largest f32)"
+_F32_RANGE = f"a number that rounds to a finite float32 (|x| < {F32_ROUNDING_BOUND!r}; the largest is {F32_MAX!r})"
 
 
 def _number(kind: str, name: str, value: Any, expected: str) -> int | float:

@@ -254,7 +254,7 @@ class Expression:
                                          where=self.where) from None  # fmt: skip
         except (JinjaTemplateError, ArithmeticError, LookupError, TypeError, ValueError, AttributeError,
                 MemoryError) as exc:  # fmt: skip
-            hint = _JOIN_HINT if isinstance(exc, TypeError) and "can only concatenate" in str(exc) else ""
+            hint = _JOIN_HINT if isinstance(exc, TypeError) and _TUPLE_AND_LIST.search(str(exc)) else ""
             raise ExpressionError(f"{type(exc).__name__}: {exc}{hint}", expression=self.source,
                                   where=self.where) from None  # fmt: skip
 
@@ -287,6 +287,7 @@ class Expression:
 
 
 #: `shapes.X[:-1] + [1]` is the natural way to write a reduced shape, and Python refuses it.
+_TUPLE_AND_LIST = re.compile(r'can only concatenate (tuple \(not "list"\)|list \(not "tuple"\))')
 _JOIN_HINT = (" (a shape such as shapes.X is a tuple, and `+` joins a tuple only to a tuple: write "
               "`shapes.X[:-1] + (1,)`)")
 

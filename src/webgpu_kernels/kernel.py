@@ -290,11 +290,11 @@ class Kernel:
         its ``when`` holds, as in a call that forces it; if not, ``chosen`` is None and ``refused``
         the message of the call's VariantRejectedError. An unknown variant id raises, as in a call."""
         self._check_variant_arg(variant)
-        device, signature = self._checked(inputs, attrs, tunables, adapter)
+        device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, outputs, selection = self._select(signature, device.info, exhaustive=True)
         # A forced variant, like tunables, is a call that no stored tuning result applies to.
-        stored = None if tunables or variant is not None else self._tuned_choice(describe_inputs(inputs), attrs,
-                                                                                 signature, device, check=True)  # fmt: skip
+        stored = None if tunables or variant is not None else self._tuned_choice(metas, attrs, signature, device,
+                                                                                 check=True)  # fmt: skip
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
         chosen, refused, resolved = None, None, None
@@ -349,7 +349,7 @@ class Kernel:
         if not (isinstance(expression, str) or type(expression) in (int, float, bool)):
             raise InputError("expression", "an expression string, or a number or boolean (a literal value, as in "
                              "a manifest)", f"{type(expression).__name__} {shorten(repr(expression), 60)}")  # fmt: skip
-        device, signature = self._checked(inputs, attrs, tunables, adapter)
+        device, _, signature = self._checked(inputs, attrs, tunables, adapter)
         compiled = self._compiled(expression, where)  # cached by source: cheap when repeated
         scope, _ = self.program.call_scope(signature, device.info)
         return compiled.evaluate(scope)
@@ -384,9 +384,9 @@ class Kernel:
         """The WGSL of each pass (by pass id) of the variant a call with these inputs would run (a
         stored tuning result included, when neither ``variant`` nor ``tunables`` is given)."""
         self._check_variant_arg(variant)
-        device, signature = self._checked(inputs, attrs, tunables, adapter)
+        device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         if variant is None and not tunables:
-            signature, variant = (self._tuned_choice(describe_inputs(inputs), attrs, signature, device, check=True)
+            signature, variant = (self._tuned_choice(metas, attrs, signature, device, check=True)
                                   or (signature, None))  # fmt: skip
         _, resolved, scope = self._resolve(signature, variant, device.info)
         return dict(zip((r.pass_id for r in resolved), self.renderer.render_passes(resolved, scope), strict=True))
@@ -404,7 +404,7 @@ class Kernel:
         size, the uniform bytes. Calls with equal keys do the same work: the tuner times one (a
         tunable the chosen variant never reads changes nothing). No pipeline is built."""
         self._check_variant_arg(variant)
-        device, signature = self._checked(inputs, attrs, tunables, adapter)
+        device, _, signature = self._checked(inputs, attrs, tunables, adapter)
         (chosen, _), resolved, scope = self._resolve(signature, variant, device.info)
         wgsl = self.renderer.render_passes(resolved, scope)
         return (chosen.variant.id, *((text, r.threads, r.workgroup_size, tuple(b.uniform_bytes for b in r.bindings))
@@ -423,19 +423,21 @@ class Kernel:
         """The device and the cached execution plan of the manifest's own selection for these inputs
         (``variant``/``tunables`` as given). Stored autotuning results apply only with ``tuned=True``
         (what a call would run), so that ``bench`` can time the default against the tuned choice."""
-        device, signature = self._checked(inputs, attrs, tunables, adapter)
+        device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         if tuned and variant is None and not tunables:
-            plan = self._tuned_plan(describe_inputs(inputs), attrs, signature, device)
+            plan = self._tuned_plan(metas, attrs, signature, device)
             if plan is not None:
                 return device, plan
         return device, self._plan(signature, variant, device)
 
     # --- plans ------------------------------------------------------------------------------
 
-    def _checked(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None,
-                 tunables: Mapping[str, Any] | None, adapter: str | None) -> tuple[Device, CallSignature]:  # fmt: skip
-        """The device and the contract-checked signature of a call described by shapes/dtypes."""
-        return get_device(adapter), check_call(self.manifest, describe_inputs(inputs), attrs, tunables)
+    def _checked(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None, tunables: Mapping[str, Any] | None,
+                 adapter: str | None) -> tuple[Device, dict[str, Any], CallSignature]:  # fmt: skip
+        """The device, the inputs' (shape, dtype) and the contract-checked signature of a call
+        described by shapes/dtypes (an optional input given as None left out, as a call leaves it)."""
+        metas = describe_inputs(_without_absent(self.manifest, inputs))
+        return get_device(adapter), metas, check_call(self.manifest, metas, attrs, tunables)
 
     def _check_variant_arg(self, forced: Any) -> None:
         """Refuse a ``variant=`` that is no variant id (SelectionError, as selection words it), before
@@ -510,7 +512,7 @@ class Kernel:
         """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):
         the type variables' dtypes, the inputs' shapes (tuning.shape_class buckets them), the
         optional inputs left out and the attributes set to other than their defaults."""
-        metas = describe_inputs(inputs)
+        metas = describe_inputs(_without_absent(self.manifest, inputs))
         return self._tuning_class(check_call(self.manifest, metas, attrs, None))
 
     def _tuning_class(self, signature: CallSignature) -> TuningClass:

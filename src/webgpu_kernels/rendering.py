@@ -9,6 +9,7 @@ documented template context (docs/format.md, "Template contract").
 from __future__ import annotations
 
 import bisect
+import hashlib
 import math
 import re
 import struct
@@ -293,10 +294,12 @@ _DEPTH_TOKENS = re.compile(r"(?:\d|\.\d)(?:[eEpP][+-]|[\w.])*|(\belse\s+if\b|\bi
 MAX_WGSL_EXPRESSION_DEPTH = 4096
 
 
-#: Texts check_nesting passed, most recent last. Every new plan renders, and a new shape of the
-#: same variant mostly renders the same text: the check (~0.4 ms for QuickGelu's 2 KB on this
-#: machine, a fifth of a new plan's host time) then runs once per text, not once per shape.
-_CHECKED_TEXTS: OrderedDict[str, None] = OrderedDict()
+#: The sha256 of the texts check_nesting passed, most recent last. Every new plan renders, and a new
+#: shape of the same variant mostly renders the same text: the check (~0.4 ms for QuickGelu's 2 KB
+#: on this machine, a fifth of a new plan's host time) then runs once per text, not once per shape.
+#: Digests, not the texts: 256 rendered texts may be 256 MiB (helper-22), and a collision of
+#: Python's hash() would skip the check.
+_CHECKED_TEXTS: OrderedDict[bytes, None] = OrderedDict()
 _CHECKED_TEXTS_SIZE = 256
 _checked_lock = threading.Lock()
 
@@ -309,7 +312,7 @@ def check_nesting(wgsl: str, shader: str) -> None:
     stack, which kills the process. Every new plan renders, so this must stay cheap: comments
     blanked, then one regular expression pass for template lists and one over the tokens; a text
     that passed before is not read again."""
-    key = str(wgsl)  # a RenderedWGSL's origins differ between renders of one text; its check does not
+    key = hashlib.sha256(wgsl.encode("utf-8", "surrogatepass")).digest()
     with _checked_lock:
         if key in _CHECKED_TEXTS:
             _CHECKED_TEXTS.move_to_end(key)

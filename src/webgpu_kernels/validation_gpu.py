@@ -138,6 +138,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
     unproduced: dict[tuple[str, tuple[str, ...]], list[_Call]] = {}  # (variant, outputs) -> test cases expecting them
     no_scope: dict[tuple[str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, dtype, reason) -> (case, why)
+    scoped: set[str] = set()  # dtypes some call got a scope for
+    optional_outputs = {spec.role for spec in manifest.outputs if spec.optional}  # other roles: validation.py's error
     uncompiled: dict[tuple[str, int | None, str, str], list[tuple[str, str, str, str, str, str]]] = {}
     unresolved: dict[tuple[str, str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, variant, dtype, reason) -> (case, why)
     unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
@@ -171,6 +173,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             reason = (type(exc).__name__, _NUMBER.sub("#", getattr(exc, "detail", "") or str(exc)))
             no_scope.setdefault((where, label, reason), []).append((call.case, str(exc)))
             continue
+        scoped.add(label)
         sizes = tensor_bytes(manifest, signature, outputs)
         accepted_any = False
         refusals: dict[str, list[str]] = {}  # the device's refusal -> the variants it stops, one warning each
@@ -205,7 +208,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 continue
             if call.source == TEST_FILE and (call.variants is None or vid in call.variants):
                 produced = {b.arg for r in resolved for b in r.bindings if b.arg is not None}
-                missing = tuple(role for role in call.expected if role not in produced)
+                missing = tuple(role for role in call.expected if role in optional_outputs and role not in produced)
                 if missing:  # an optional output this variant leaves out: `test` would fail the case on it
                     unproduced.setdefault((vid, missing), []).append(call)
             try:
@@ -333,7 +336,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     broken = [name for name, parsed in ((TEST_FILE, test_file), (BENCH_FILE, bench_file))
               if parsed is None and package.has(name)]  # fmt: skip
     unread = f" ({' and '.join(broken)} has errors, so its cases were not used)" if broken else ""
-    scopeless = {label for _, label, _ in no_scope}
+    scopeless = {label for _, label, _ in no_scope} - scoped  # every call of the dtype stopped there
     for cov in coverage.values():
         if cov.cases and test_file is not None and (cov.variant, cov.dtype) not in tested:
             # bench.json only compiles it: `test` never runs it, so nothing checks what it computes,
