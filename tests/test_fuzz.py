@@ -3,8 +3,8 @@ and call inputs. The library must raise only its own errors (KernelError subclas
 TypeError, KeyError or RecursionError from inside), never hang, and never dispatch a shader for a
 call that failed its contract (nor leave GPU state behind).
 
-CI runs 3,300 cases (``derandomize``: the same ones each run), about 40 s on the project's 2-core
-machine; they had been 5,000 and 68 s, the suite's largest share after the memory soaks.
+CI runs 3,300 cases (``derandomize``: the same ones each run): 56 s in one process on the
+project's 2-core machine, where the 5,000 it had run took 81 s, the suite's largest share.
 ``python scripts/fuzz_long.py`` runs the same strategies with many more, randomly
 (``WK_FUZZ_SCALE`` multiplies every ``max_examples``; ``WK_FUZZ_RANDOM=1`` drops ``derandomize``).
 """
