@@ -10,12 +10,12 @@ import threading
 
 import pytest
 
-from webgpu_kernels import api, buffers, casefile, hub, tuning
+from webgpu_kernels import api, buffers, casefile, hub, rendering, tuning
 
 from forking import forking, in_forked_child
 
 MODULE_LOCKS = [(api, "_lock"), (hub, "_lock"), (casefile, "_parsed_lock"), (tuning, "_lock"),
-                (buffers, "_copy_pool_lock")]  # fmt: skip
+                (buffers, "_copy_pool_lock"), (rendering, "_checked_lock")]  # fmt: skip
 
 
 @forking

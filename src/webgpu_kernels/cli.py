@@ -252,8 +252,9 @@ def parse_generate_spec(spec: str) -> tuple[str, dict[str, Any]]:
     if distribution.lower() == "normal" and values[1] < 0:
         raise ValueError(f"std in {spec!r} must be at least 0, got {numbers[1]!r}")
     generate = {"distribution": distribution.lower(), **dict(zip(params, values, strict=True))}
-    for problem in generate_errors(generate, "--generate", name):  # as bench.json's `generate` is checked
-        raise ValueError(f"{spec!r}: {problem.detail}")
+    problems = generate_errors(generate, "--generate", name)  # as bench.json's `generate` is checked
+    if problems:
+        raise ValueError(f"{spec!r}: {problems[0].detail}")
     return name, generate
 
 

@@ -23,6 +23,7 @@ from jinja2.runtime import Undefined
 
 from .errors import AttributeValueError, ExpressionError, LayoutError, TemplateSandboxError, short_repr
 from .expressions import NAMESPACES, STATIC_FUNCTIONS, Expression, as_count
+from .forks import fresh_in_child
 from .layout import StructLayout, struct_layout
 from .program import CompiledPass, CompiledVariant
 from .sandbox import render_budget
@@ -302,6 +303,7 @@ MAX_WGSL_EXPRESSION_DEPTH = 4096
 _CHECKED_TEXTS: OrderedDict[bytes, None] = OrderedDict()
 _CHECKED_TEXTS_SIZE = 256
 _checked_lock = threading.Lock()
+fresh_in_child(globals(), _checked_lock=threading.Lock)  # a fork while another thread held it
 
 
 def check_nesting(wgsl: str, shader: str) -> None:
