@@ -4,7 +4,7 @@ TypeError, KeyError or RecursionError from inside), never hang, and never dispat
 call that failed its contract (nor leave GPU state behind).
 
 CI runs 3,300 cases (``derandomize``: the same ones each run): 56 s in one process on the
-project's 2-core machine, where the 5,000 it had run took 81 s, the suite's largest share.
+project's 2-core machine, where the 4,700 it had run took 81 s, the suite's largest share.
 ``python scripts/fuzz_long.py`` runs the same strategies with many more, randomly
 (``WK_FUZZ_SCALE`` multiplies every ``max_examples``; ``WK_FUZZ_RANDOM=1`` drops ``derandomize``).
 """
