@@ -518,9 +518,14 @@ def test_missing_folder(runner: CliRunner, tmp_path) -> None:
 
 
 def test_float64_input(runner: CliRunner) -> None:
+    """The command line says how to write the dtype there; a Python caller's message no longer
+    does (it had named `-i NAME=DIMS:f32` to Python users, helper-20)."""
     for command in ("explain", "render", "run"):
         result = runner.invoke(main, [command, QUICK_GELU, "-i", "X=2x3:f64"])
-        assert_error(result, "argument 'X'", "float64", "['float32', 'float16']")
+        assert_error(result, "argument 'X'", "float64", "['float32', 'float16']", "on the command line: -i X=DIMS:f32")
+    with pytest.raises(wk.errors.DTypeError) as info:
+        wk.get_kernel(QUICK_GELU)({"X": np.zeros(3)})
+    assert ".astype(np.float32)" in str(info.value) and "command line" not in str(info.value)
 
 
 def test_contract_errors(runner: CliRunner) -> None:

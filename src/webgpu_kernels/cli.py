@@ -33,7 +33,7 @@ from .call_inputs import TensorMeta
 from .case_data import SPECIAL_STRINGS
 from .casefile import generate_errors
 from .device import ADAPTER_ENV, AdapterSummary, choose_adapter, list_adapters
-from .errors import KernelError, PackageError
+from .errors import DTypeError, KernelError, PackageError
 from .kernel import Kernel
 from .package import embedded_root
 
@@ -167,6 +167,10 @@ class KernelGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KernelError as exc:
+            if isinstance(exc, DTypeError) and exc.received == "float64":  # the contract's hint is Python's
+                short = "f32" if "float32" in exc.expected else "f16" if "float16" in exc.expected else None
+                if short:
+                    exc.add_note(f"on the command line: -i {exc.argument}=DIMS:{short}")
             _report_error(exc)
             ctx.exit(2)
         except KeyboardInterrupt:  # click would say "Aborted!" with status 1, which means "a check failed"

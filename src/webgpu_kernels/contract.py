@@ -166,9 +166,7 @@ def _float64_hint(dtype: str, allowed: Sequence[str]) -> str:
     floats = [t for t in allowed if t in ("float32", "float16")]
     if dtype != "float64" or not floats:
         return ""
-    short = {"float32": "f32", "float16": "f16"}[floats[0]]
-    return (f"NumPy's default, Python floats and lists of them are float64: convert with .astype(np.{floats[0]}) "
-            f"(on the command line: -i NAME=DIMS:{short})")
+    return f"NumPy's default, Python floats and lists of them are float64: convert with .astype(np.{floats[0]})"
 
 
 def _check_values(
