@@ -33,9 +33,10 @@ from conftest import run_script_for_result
 
 f32 = np.float32
 SOAK_CALLS = int(os.environ.get("WK_SOAK_CALLS", "400"))
-# The flat-memory tests' calls. A plan kept per call (the leak they exist for) adds ~4.3 KiB of RSS
-# on lavapipe, 8.5 MiB between calls 1,000 and 3,000, against 0.2 MiB with eviction (measured with
-# the plan cache unbounded): 3,000 calls with a small cache see it at a third of 10,000's time.
+# The flat-memory tests' calls. A plan kept per call (the leak they exist for) grew RSS 8.4 MiB
+# between calls 1,000 and 3,000 on lavapipe, against 0.3 MiB with eviction (this file's shapes test
+# with flat_caches' 64 made 10**6: `python3 -m pytest -s tests/test_resources.py -k distinct_shapes`):
+# 3,000 calls with a small cache see it at a third of 10,000's time.
 FLAT_CALLS = 10_000 if SOAK_CALLS >= 10_000 else 3_000
 FLAT_GROWTH_MIB = 24 * (FLAT_CALLS - 1_000) / 9_000  # 24 MiB over 9,000 calls; 5.3 over 2,000
 
