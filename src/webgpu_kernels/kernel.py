@@ -47,7 +47,7 @@ from .expressions import Expression, ExpressionCompiler
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
-from .rendering import ResolvedPass, TemplateRenderer, resolve_variant
+from .rendering import TemplateRenderer, bound_roles, resolve_variant
 from .selection import Selection, Verdict, require_choice, select_variant
 from .templates import MAX_TEMPLATE_BYTES, NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 from .tensor import LOST_TENSOR, GpuTensor
@@ -322,7 +322,7 @@ class Kernel:
             except DeviceLimitError as exc:
                 refused = str(exc)
         tuned = None if stored is None else {"variant": stored[1], "tunables": stored[0].tunable_map()}
-        produced = None if chosen is None or resolved is None else frozenset(_bound_roles(resolved))
+        produced = None if chosen is None or resolved is None else frozenset(bound_roles(resolved))
         return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned, forced=variant,
                            produced=produced)  # fmt: skip
 
@@ -566,7 +566,7 @@ class Kernel:
                        for r, text in zip(resolved, wgsl, strict=True))  # fmt: skip
         # An optional output the chosen variant binds nowhere is not returned: its buffer would hold
         # a pooled buffer's old bytes. (Every other output is bound as storage: a load-time check.)
-        bound = _bound_roles(resolved)
+        bound = bound_roles(resolved)
         outputs = tuple(o for o in outputs if o.role in bound)
         plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs, tunables=signature.tunable_map())
         with self._lock:
@@ -574,11 +574,6 @@ class Kernel:
             if len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
         return plan
-
-
-def _bound_roles(resolved: Sequence[ResolvedPass]) -> set[str]:
-    """The tensors some pass binds (its inputs and the outputs the variant returns)."""
-    return {b.arg for r in resolved for b in r.bindings if b.arg is not None}
 
 
 #: Largest file a template can be: the loader takes at most MAX_TEMPLATE_BYTES characters, and

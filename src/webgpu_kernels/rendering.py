@@ -196,6 +196,11 @@ def resolve_variant(variant: CompiledVariant, scope: Mapping[str, Any]) -> tuple
     return tuple(resolve_pass(cp, scope) for cp in variant.passes)
 
 
+def bound_roles(resolved: Sequence[ResolvedPass]) -> set[str]:
+    """The tensors some pass binds (its inputs and the outputs the variant returns)."""
+    return {b.arg for r in resolved for b in r.bindings if b.arg is not None}
+
+
 class TemplateRenderer:
     """One sandboxed Jinja environment per package; templates compile once and are cached."""
 

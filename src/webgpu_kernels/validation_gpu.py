@@ -94,6 +94,11 @@ _COMPILER_PLACES = re.compile(r"'[^'\n]*'|┌─ [^\n]*|^\s*\d+ │|rendered lin
 MAX_LISTED_COMBINATIONS = 256
 
 
+def _first_few(names: list[str]) -> str:
+    """``a, b, c and 4 more``: the names an error grouped over several cases shows."""
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 def _more_cases(others: list[str]) -> str:
     """`` (and in 2 more cases: a, b)``: where else an error grouped by its reason was met."""
     if not others:
@@ -118,7 +123,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     from .contract import check_call
     from .execution import check_bound, check_limits, compile_pipeline
     from .program import tensor_bytes
-    from .rendering import TemplateRenderer, resolve_variant
+    from .rendering import TemplateRenderer, bound_roles, resolve_variant
     from .selection import judge
 
     renderer = TemplateRenderer(package.read_text)
@@ -207,7 +212,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 unresolved.setdefault((where, vid, label, reason), []).append((call.case, str(exc)))
                 continue
             if call.source == TEST_FILE and (call.variants is None or vid in call.variants):
-                produced = {b.arg for r in resolved for b in r.bindings if b.arg is not None}
+                produced = bound_roles(resolved)
                 missing = tuple(role for role in call.expected if role in optional_outputs and role not in produced)
                 if missing:  # an optional output this variant leaves out: `test` would fail the case on it
                     unproduced.setdefault((vid, missing), []).append(call)
@@ -320,12 +325,11 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {why}{_more_cases(others)}",
                   variant=vid, dtype=label, case=case)  # fmt: skip
     for (where, vid, arg), calls_without in unbound.items():  # one error per variant and tensor, not per case
-        shown = ", ".join(calls_without[:3]) + (f" and {len(calls_without) - 3} more" if len(calls_without) > 3 else "")
+        shown = _first_few(calls_without)
         out.error(MANIFEST_FILE, where, f"accepts calls that have no tensor {arg!r} but binds it: its `when` must "
                                         f"require it (`'{arg}' in shapes`); calls: {shown}", variant=vid)  # fmt: skip
     for (vid, missing), cases in unproduced.items():  # one error per variant and outputs, not per case
-        first, names = cases[0], sorted({c.case for c in cases})
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        first, shown = cases[0], _first_few(sorted({c.case for c in cases}))
         roles = ", ".join(map(repr, missing))
         out.error(TEST_FILE, f"{first.json_path}.expected",
                   f"expects optional output{'s' if len(missing) > 1 else ''} {roles}, which variant {vid!r} (it "
