@@ -10,7 +10,7 @@ import json
 import math
 import sys
 
-from webgpu_kernels.cli_bench import _tolerance
+from webgpu_kernels.references import Tolerance
 
 
 def fmt(value, spec):
@@ -18,15 +18,21 @@ def fmt(value, spec):
     return "-" if value is None else value if isinstance(value, str) else format(value, spec)
 
 
-def wrong(error, dtype):
-    if error is None:
-        return False
+def wrong(error, dtype, ok=None):
+    """bench's verdict where the file has one (``*_ok``, since session 36); before, the absolute
+    part of its tolerance was the rule."""
+    if ok is not None or error is None:
+        return ok is False
     error = float(error)
-    return not math.isfinite(error) or error > _tolerance(dtype.split(","))
+    return not math.isfinite(error) or error > Tolerance.of(dtype.split(",")).absolute
 
 
-def mark(error, dtype):
-    return " WRONG" if wrong(error, dtype) else ""
+def mark(error, dtype, ok=None):
+    return " WRONG" if wrong(error, dtype, ok) else ""
+
+
+def peer_mark(peer, figure, dtype):
+    return mark(peer.get(f"{figure}_error"), dtype, peer.get(f"{figure}_ok"))
 
 
 def main(path: str) -> None:
@@ -45,10 +51,10 @@ def main(path: str) -> None:
         tb = lambda s: None if not s else r["bytes"] / s / 1e12  # noqa: E731
         ort_s, ort_rt, rt = ort.get("device_s"), ort.get("numpy_roundtrip_s"), r.get("roundtrip_s")
         dt = r["dtype"]
-        ort_mark, ort_rt_mark = mark(ort.get("device_error"), dt), mark(ort.get("numpy_error"), dt)
-        eager_mark, compile_mark = mark(torch.get("eager_error"), dt), mark(torch.get("compile_error"), dt)
+        ort_mark, ort_rt_mark = peer_mark(ort, "device", dt), peer_mark(ort, "numpy", dt)
+        eager_mark, compile_mark = peer_mark(torch, "eager", dt), peer_mark(torch, "compile", dt)
         tuned_row = r.get("tuned", {})
-        tuned = "error" if "error" in tuned_row else fmt(tuned_row.get("tbps"), ".3f") + mark(tuned_row.get("max_error"), dt)
+        tuned = "error" if "error" in tuned_row else fmt(tuned_row.get("tbps"), ".3f") + mark(tuned_row.get("max_error"), dt, tuned_row.get("error_ok"))
         for name, peer in (("torch", torch), ("ORT", ort)):
             if "error" in peer and not any(k.endswith("_s") for k in peer):
                 print(f"<!-- {r['case']} {dt}: {name}: {peer['error'][:120]} -->")

@@ -28,6 +28,7 @@ from webgpu_kernels.benchmark import (
     random_array,
     warm_up,
 )  # fmt: skip
+from webgpu_kernels.references import Agreement, Tolerance, check_against
 
 import references as ref
 
@@ -35,6 +36,11 @@ import references as ref
 FAST = {"target_batch_s": 0.005, "min_batches": 2, "max_batches": 4, "min_total_s": 0.0}
 DTYPES = (np.float32, np.float16)
 DTYPE_IDS = ("f32", "f16")
+
+
+def _against(expected: dict[str, np.ndarray]):
+    """bench's check (cli_bench._checker) against ``expected``, at float32's tolerance."""
+    return lambda outputs: check_against(outputs, expected, Tolerance.of(["float32"]))
 EMBEDDED = ("com.microsoft.BiasAdd", "com.microsoft.QuickGelu")
 
 
@@ -83,7 +89,7 @@ def test_bench_kernel_quick_gelu(quick_gelu, need_dtype, dtype):
 
     def check(outputs):
         seen.update(outputs)
-        return float(np.max(np.abs(outputs["Y"].astype(np.float64) - expected)))
+        return Agreement(float(np.max(np.abs(outputs["Y"].astype(np.float64) - expected))), True)
 
     r = bench_kernel(quick_gelu, {"X": x}, case="tiny", check=check, **FAST)
     assert isinstance(r, BenchResult)
@@ -95,7 +101,7 @@ def test_bench_kernel_quick_gelu(quick_gelu, need_dtype, dtype):
     assert set(seen) == {"Y"} and seen["Y"].shape == (4096,) and seen["Y"].dtype == np.dtype(dtype)
     ref.assert_matches(seen["Y"], ref.quick_gelu(x), dtype, **ref.quick_gelu_tolerance(dtype))
     assert r.max_error == float(np.max(np.abs(seen["Y"].astype(np.float64) - expected)))
-    assert r.max_error < (1e-5 if dtype == np.float32 else 1e-2)
+    assert r.max_error < (1e-5 if dtype == np.float32 else 1e-2) and r.error_ok is True
     peak = known_peak(wk.get_device().adapter.name)
     assert r.peak_fraction == (pytest.approx(r.tbps * 1e12 / peak) if peak else None)
     assert r.copy_tbps is None and r.tunables == {"WORKGROUP_SIZE": 256}  # the effective tunables
@@ -110,8 +116,8 @@ def test_bench_kernel_on_sizes_that_are_not_whole_16_byte_units(quick_gelu, shap
     not, so an f32 tensor of 20,020 bytes failed ("Binding with size 20032 would overflow ... 20020")."""
     x = random_array(shape, "float32", np.random.default_rng(5))
     expected = x.astype(np.float64) / (1.0 + np.exp(-1.702 * x.astype(np.float64)))
-    r = bench_kernel(quick_gelu, {"X": x}, check=lambda out: float(np.max(np.abs(out["Y"] - expected))), **FAST)
-    assert r.variant == "vec4_tail" and r.median_s > 0 and r.max_error < 1e-5
+    r = bench_kernel(quick_gelu, {"X": x}, check=_against({"Y": expected}), **FAST)
+    assert r.variant == "vec4_tail" and r.median_s > 0 and r.max_error < 1e-5 and r.error_ok is True
 
 
 def test_bench_kernel_bias_add_forced_variant(bias_add):
@@ -122,14 +128,14 @@ def test_bench_kernel_bias_add_forced_variant(bias_add):
               "skip": random_array((2, 5, 320), "float32", rng)}  # fmt: skip
     expected = ref.bias_add(arrays["X"], arrays["bias"], arrays["skip"])
     r = bench_kernel(bias_add, arrays, case="ort", variant="scalar", tunables={"WORKGROUP_SIZE": 64},
-                     check=lambda out: float(np.max(np.abs(out["Y"].astype(np.float64) - expected))), **FAST)  # fmt: skip
+                     check=_against({"Y": expected}), **FAST)  # fmt: skip
     in_bytes = (3200 + 320 + 3200) * 4
     assert r.bytes == in_bytes + 3200 * 4 == sum(a.nbytes for a in arrays.values()) + 3200 * 4
     assert r.variant == "scalar" and r.tunables == {"WORKGROUP_SIZE": 64} and r.elements == 3200
     assert r.shapes == {"X": [2, 5, 320], "bias": [320], "skip": [2, 5, 320]}
     assert_timing(r)
     assert r.tbps == pytest.approx(r.bytes / r.median_s / 1e12, rel=1e-9)
-    assert r.max_error is not None and r.max_error <= 1e-5
+    assert r.max_error is not None and r.max_error <= 1e-5 and r.error_ok is True
 
 
 def test_bench_kernel_reduction_counts_its_input():
@@ -144,12 +150,13 @@ def test_bench_kernel_reduction_counts_its_input():
 
 
 def test_bench_kernel_check_sees_wrong_reference(quick_gelu):
-    """max_error is the callback's verdict, so a wrong reference is reported as a large error."""
+    """max_error and error_ok are the callback's verdict, so a wrong reference is reported as a
+    large error, and WRONG."""
     x = random_array((1024,), "float32", np.random.default_rng(5))
-    r = bench_kernel(quick_gelu, {"X": x}, check=lambda out: float(np.max(np.abs(out["Y"] - x))), **FAST)
-    assert r.max_error > 0.1  # QuickGelu(x) differs from x by far more than rounding
+    r = bench_kernel(quick_gelu, {"X": x}, check=_against({"Y": x.astype(np.float64)}), **FAST)
+    assert r.max_error > 0.1 and r.error_ok is False  # QuickGelu(x) differs from x by far more than rounding
     r = bench_kernel(quick_gelu, {"X": x}, **FAST)
-    assert r.max_error is None
+    assert r.max_error is None and r.error_ok is None
 
 
 def test_a_gpu_error_while_benchmarking_is_the_librarys_error(quick_gelu, device, monkeypatch):

@@ -596,6 +596,22 @@ def test_bias_add_reference() -> None:
     np.testing.assert_array_equal(got, 2 * x.astype(np.float64) + bias)
 
 
+def test_the_tolerance_is_judged_element_by_element() -> None:
+    """bench and tune's check (references.Tolerance): each element against absolute + relative x
+    its own |reference|, so a large element's allowance does not cover a small one's error."""
+    tol = references.Tolerance.of(["float32"])
+    ref = np.array([1000.0, 1.0, np.nan, np.inf])
+    ok = np.array([1000.0 + 0.009, 1.0 + 1e-4, np.nan, np.inf])  # 0.009 <= 1e-4 + 1e-5 * 1000
+    assert tol.agrees({"Y": ok}, {"Y": ref}) and references.max_abs_error({"Y": ok}, {"Y": ref}) > tol.absolute
+    for i, bad in ((1, 1.0 + 0.009), (0, 1000.0 + 0.02), (2, 0.0), (3, -np.inf), (0, np.nan)):
+        got = ok.copy()
+        got[i] = bad
+        assert not tol.agrees({"Y": got}, {"Y": ref}), (i, bad)
+    assert not tol.agrees({}, {"Y": ref}) and not tol.agrees({"Y": ok[:2]}, {"Y": ref})
+    assert references.Tolerance.of(["int64"]).agrees({"Y": np.array([5])}, {"Y": np.array([5.0])})
+    assert not references.Tolerance.of(["int64"]).agrees({"Y": np.array([50040])}, {"Y": np.array([50000.0])})
+
+
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_onnxruntime_reference() -> None:
     x = np.linspace(-4, 4, 10, dtype=np.float32).reshape(2, 5)

@@ -21,6 +21,7 @@ from webgpu_kernels import cli_tune, tuning
 from webgpu_kernels.cli import main
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.kernel import Kernel
+from webgpu_kernels.references import Tolerance
 
 from conftest import copy_package, optional_output_package, tuning_file
 
@@ -144,6 +145,7 @@ def test_tunable_axes_cover_every_tunable_a_manifest_declares(device):
     assert dict(cli_tune._tunable_axes(wk.get_kernel(QG), device)) == {"WORKGROUP_SIZE": sizes}
 
 
+F32 = Tolerance.of(["float32"])
 CLIP_L = "B=512,Scale=512,X=1x64x512"  # LayerNorm's clip-l-1x77x768: its shape class
 CLIP_L_NO_B = "Scale=512,X=1x64x512"
 
@@ -280,7 +282,7 @@ def _layer_norm_search(monkeypatch, costs, kernel=None, timed=None, on_candidate
         return fake(kernel, arrays, variant=variant, tunables=tunables, **kwargs)
 
     monkeypatch.setattr(cli_tune, "bench_kernel", bench)
-    return cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, wk.get_device()), 1e-4,
+    return cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, wk.get_device()), F32,
                             on_candidate=on_candidate)  # fmt: skip
 
 
@@ -349,7 +351,7 @@ def test_the_reference_output_is_the_default_selection_not_a_stored_choice(monke
     default = SimpleNamespace(median_s=10e-6, variant=default_variant)
     monkeypatch.setattr(cli_tune, "bench_kernel", lambda kernel, arrays, *, variant=None, **_: SimpleNamespace(
         median_s=5e-6 if variant == "scalar" else 10e-6, variant=variant))  # fmt: skip
-    cli_tune._search(kernel, arrays, {}, default, [], 1e-4)
+    cli_tune._search(kernel, arrays, {}, default, [], F32)
     assert calls[0]["variant"] == default_variant  # the reference, then the candidate
 
 
@@ -391,7 +393,7 @@ def test_a_candidate_that_gives_the_gpu_the_same_work_is_not_timed(monkeypatch):
     monkeypatch.setattr(cli_tune, "bench_kernel", fake_bench)
     default = fake_bench(kernel, arrays, tunables=dict(kernel.manifest.tunables))
     timed.clear()
-    cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, wk.get_device()), 1e-4)
+    cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, wk.get_device()), F32)
     tiled = [t for v, t in timed if v == "tiled"]
     naive = [t for v, t in timed if v == "naive"]
     assert tiled and all(t["WORKGROUP_SIZE"] == 64 for t in tiled), tiled  # only TILE varies
@@ -491,7 +493,7 @@ def test_the_search_tries_a_variant_the_manifest_tunables_refuse(monkeypatch, de
 
     monkeypatch.setattr(cli_tune, "bench_kernel", fake_bench)
     default = SimpleNamespace(median_s=1e-5, variant="strided")
-    best, _ = cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, device), 1e-3)
+    best, _ = cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, device), Tolerance(1e-3, 0.0))
     assert ("workgroup", 128) in timed and best[1] == "workgroup"
 
 
@@ -571,7 +573,7 @@ def test_a_refused_candidate_is_not_tried_again_by_the_second_sweep(monkeypatch,
     monkeypatch.setattr(kernel, "work_key", counted)
     monkeypatch.setattr(cli_tune, "bench_kernel", lambda k, a, *, variant=None, **_: SimpleNamespace(median_s=1e-5, variant=variant))
     cli_tune._search(kernel, arrays, {"axis": 1}, SimpleNamespace(median_s=1e-5, variant="strided"),
-                     cli_tune._tunable_axes(kernel, device), 1e-3)  # fmt: skip
+                     cli_tune._tunable_axes(kernel, device), Tolerance(1e-3, 0.0))  # fmt: skip
     refused = [a for a in attempts if a[0] == "workgroup"]
     assert refused and len(refused) == len(set(refused))
 
@@ -579,14 +581,13 @@ def test_a_refused_candidate_is_not_tried_again_by_the_second_sweep(monkeypatch,
 def test_tune_given_shapes_stores_their_class(runner, tuning_dir, monkeypatch):
     """-i tunes a shape of the caller's (a model's) instead of bench.json's cases, as bench's -i
     times one; its dtype is the case's (the label, and the tolerance a candidate must meet)."""
-    monkeypatch.setattr(cli_tune, "_search", lambda kernel, arrays, attrs, default, axes, tolerance, defaults,
-                        on_candidate: ((default.median_s / 2, "scalar", {"WORKGROUP_SIZE": 128}), []))  # fmt: skip
-    monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
     seen = []
-    real_tolerance = cli_tune._tolerance
-    monkeypatch.setattr(cli_tune, "_tolerance", lambda dtypes: seen.append(list(dtypes)) or real_tolerance(dtypes))
+    monkeypatch.setattr(cli_tune, "_search", lambda kernel, arrays, attrs, default, axes, tolerance, defaults,
+                        on_candidate: seen.append(tolerance) or ((default.median_s / 2, "scalar",
+                                                                  {"WORKGROUP_SIZE": 128}), []))  # fmt: skip
+    monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
     result = invoke(runner, "tune", QG_DIR, "-i", "X=3x1000:f16", *QUICK_WARM_UP)
-    assert seen == [["float16"]]
+    assert seen == [Tolerance.of(["float16"])]
     assert "custom" in result.stdout and "float16" in result.stdout
     stored = json.loads(tuning_file(tuning_dir).read_text())
     key = f"{wk.get_kernel(QG).tuning_key}|T=float16|X=2x512"  # dimensions rounded down to powers of two

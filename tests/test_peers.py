@@ -23,9 +23,18 @@ def test_peer_inputs_and_error():
         "X": ((2, 5, 8), np.float16), "bias": ((8,), np.float16), "skip": ((2, 5, 8), np.float16)}  # fmt: skip
     assert all(np.count_nonzero(a) > 0 for a in arrays.values())
     exact = arrays["X"].astype(np.float64) + arrays["bias"] + arrays["skip"]
-    assert peers._max_error({"Y": exact}, arrays, "com.microsoft.BiasAdd", {}) == 0.0
-    assert peers._max_error({"Y": exact + 0.25}, arrays, "com.microsoft.BiasAdd", {}) == pytest.approx(0.25)
-    assert peers._max_error({"Y": exact[:1]}, arrays, "com.microsoft.BiasAdd", {}) == math.inf
+    case["op"] = "com.microsoft.BiasAdd"
+
+    def checked(y: np.ndarray) -> tuple[float, bool]:
+        result: dict = {}
+        peers._check(result, "eager", {"Y": y}, arrays, case)
+        return result["eager_error"], result["eager_ok"]
+
+    assert checked(exact) == (0.0, True)
+    assert checked(exact + 0.25) == (pytest.approx(0.25), False)  # beyond float16's 1e-2 + 1e-3 |y|
+    error, ok = checked(exact + (1e-2 + 5e-4 * np.abs(exact)) * np.sign(exact))  # within 1e-2 + 1e-3 |y| everywhere
+    assert ok and error > 1e-2
+    assert checked(exact[:1]) == (math.inf, False)
     assert set(peers.TORCH_OPS) == set(embedded_ids()) and set(peers.PEERS) == {"torch", "ort-webgpu"}
 
 

@@ -30,6 +30,7 @@ from .errors import GPUError
 from .execution import BoundPass, ExecutionPlan, bind, dispatch_calls, upload
 from .expressions import as_count
 from .kernel import Kernel
+from .references import Agreement
 from .tensor import GpuTensor
 from .walltime import MAX_BATCHES, MIN_BATCHES, MIN_TOTAL_S, REL_TOL, TARGET_BATCH_S, back_to_back, settle
 
@@ -202,7 +203,8 @@ class BenchResult:
     copy_tbps: float | None = None
     copy_fraction: float | None = None
     tunables: dict[str, Any] = field(default_factory=dict)
-    max_error: float | None = None
+    max_error: float | None = None  # against the check's reference (see ``check``)
+    error_ok: bool | None = None  # every element within the check's tolerance (None: not checked)
     flops: int | None = None  # of one call, when the package's bench.json says (its `flops`)
     tflops: float | None = None
 
@@ -219,15 +221,16 @@ def bench_kernel(
     tunables: Mapping[str, Any] | None = None,
     variant: str | None = None,
     adapter: str | None = None,
-    check: Callable[[dict[str, np.ndarray]], float] | None = None,
+    check: Callable[[dict[str, np.ndarray]], Agreement] | None = None,
     flops: int | None = None,
     **timing: Any,
 ) -> BenchResult:
     """Time one kernel call on GPU-resident copies of ``arrays``; bytes = inputs read + outputs
-    written; ``flops``, the call's floating-point operations if known, gives TFLOP/s."""
+    written; ``flops``, the call's floating-point operations if known, gives TFLOP/s. ``check``
+    compares the outputs with a reference (its ``max_error`` and ``ok`` become the result's)."""
     device, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
     with translate_gpu_errors(f"benchmarking {plan.label}", device.memory):
-        t, out_bytes, max_error = _time_plan(device, plan, arrays, check, timing)
+        t, out_bytes, agreement = _time_plan(device, plan, arrays, check, timing)
     in_bytes = sum(a.nbytes for a in arrays.values())
     total = in_bytes + out_bytes
     tbps = total / t.median_s / 1e12 if t.median_s > 0 else float("nan")
@@ -240,7 +243,8 @@ def bench_kernel(
         elements=max([a.size for a in arrays.values()] + [math.prod(o.shape) for o in plan.outputs], default=0),
         bytes=total, median_s=t.median_s, p10_s=t.p10_s, p90_s=t.p90_s, samples=t.samples, tbps=tbps,
         batches=t.batches, stable=t.stable, calls_per_span=t.calls_per_span,
-        peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables={**kernel.manifest.tunables, **(tunables or {})}, max_error=max_error,
+        peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables={**kernel.manifest.tunables, **(tunables or {})},
+        max_error=None if agreement is None else agreement.max_error, error_ok=None if agreement is None else agreement.ok,
         flops=flops, tflops=flops / t.median_s / 1e12 if flops is not None and t.median_s > 0 else None,
     )  # fmt: skip
 
@@ -255,8 +259,8 @@ def flop_count(kernel: Kernel, flops: str | int, inputs: Mapping[str, Any], *, a
 
 
 def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndarray],
-               check: Callable[[dict[str, np.ndarray]], float] | None, timing: dict[str, Any]) -> tuple[Timing, int, float | None]:  # fmt: skip
-    """GPU timing of ``plan`` on fresh device copies of ``arrays``: (timing, output bytes, max error)."""
+               check: Callable[[dict[str, np.ndarray]], Agreement] | None, timing: dict[str, Any]) -> tuple[Timing, int, Agreement | None]:  # fmt: skip
+    """GPU timing of ``plan`` on fresh device copies of ``arrays``: (timing, output bytes, the check's verdict)."""
     buffers = {name: (upload(device, np.asarray(a, order="C")), padded_size(a.nbytes)) for name, a in arrays.items()}
     out_bytes = 0
     try:
@@ -266,18 +270,18 @@ def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndar
             buffer = device.gpu.create_buffer(size=padded_size(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
             buffers[out.role] = (buffer, padded_size(nbytes))
         t = time_calls(device, bind(device, plan, buffers), **timing)
-        max_error = None
+        agreement = None
         if check is not None:
             outputs = {
                 out.role: np.frombuffer(device.gpu.queue.read_buffer(buffers[out.role][0]), dtype=out.dtype,
                                         count=math.prod(out.shape)).reshape(out.shape)
                 for out in plan.outputs
             }  # fmt: skip
-            max_error = check(outputs)
+            agreement = check(outputs)
     finally:
         for b, _ in buffers.values():
             b.destroy()
-    return t, out_bytes, max_error
+    return t, out_bytes, agreement
 
 
 _COPY_WGSL = """

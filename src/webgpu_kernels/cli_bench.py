@@ -61,11 +61,7 @@ from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, KernelError
 from .kernel import Kernel
 from .package import embedded_ids
-from .references import max_abs_error, numpy_reference
-
-# Maximum |error| accepted from any implementation, per dtype, against the float64 reference.
-ERROR_TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
-DEFAULT_TOLERANCE = 1e-2  # other dtypes (bfloat16, integers)
+from .references import Tolerance, check_against, numpy_reference
 
 
 def _no_cases(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
@@ -131,26 +127,15 @@ def _arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
             for name, spec in case["inputs"].items()}  # fmt: skip
 
 
-def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]) -> Any:
+def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], dtype_label: str) -> Any:
+    """The check of an output against the op's registered NumPy reference (None: there is none),
+    with the tolerance of the case's dtypes: one rule for ours, tuned and every peer's figure."""
     reference = numpy_reference(kernel.op_id)
     if reference is None:
         return None
     full_attrs = {**kernel.manifest.attributes, **attrs}
-
-    return lambda outputs: max_abs_error(outputs, reference(arrays, full_attrs))
-
-
-def _tolerance(dtypes: Iterable[str]) -> float:
-    """The error accepted for a case of these dtypes: that of its least precise floating-point one
-    (a gather's int64 indices do not make its float32 rows less exact)."""
-    floats = [ERROR_TOLERANCE[d] for d in dtypes if d in ERROR_TOLERANCE]
-    return max(floats) if floats else DEFAULT_TOLERANCE
-
-
-def _wrong(max_error: float | None, dtype_label: str) -> bool:
-    """Whether an output with this max error against the reference fails a case of these dtypes
-    (ours, tuned or a peer's: one rule for every figure bench reports)."""
-    return max_error is not None and not max_error <= _tolerance(dtype_label.split(","))  # NaN is wrong
+    tolerance = Tolerance.of(dtype_label.split(","))
+    return lambda outputs: check_against(outputs, reference(arrays, full_attrs), tolerance)
 
 
 def _dtype_label(dtypes: Iterable[str]) -> str:
@@ -443,7 +428,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         choice = None if variant else run.tuning_cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
         def timed() -> Any:
             return bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
-                                variant=variant, check=_checker(kernel, arrays, attrs), flops=flops)  # fmt: skip
+                                variant=variant, check=_checker(kernel, arrays, attrs, row["dtype"]), flops=flops)  # fmt: skip
 
         result = timed()
         _copy_tbps(device, result.bytes, copies)
@@ -461,7 +446,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         row["copy_tbps"] = copies[result.bytes]
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
         row["beyond_memory"] = _beyond_memory(result.peak_fraction, row["copy_fraction"])
-        row["error_ok"] = not _wrong(result.max_error, row["dtype"])
+        row["error_ok"] = result.error_ok is not False
     except KernelError as exc:
         row["error"] = str(exc)
         return row
@@ -485,15 +470,16 @@ def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str,
     same = (variant == default.variant and tunables == default.tunables) or (
         kernel.work_key(arrays, attrs=attrs, variant=variant, tunables=tunables)
         == kernel.work_key(arrays, attrs=attrs, variant=default.variant, tunables=default.tunables))
-    check, against = _checker(kernel, arrays, attrs), "reference"
+    check, against = _checker(kernel, arrays, attrs, dtype), "reference"
     if check is None and not same:  # no NumPy reference (a package's own op): the default's output is the measure
         expected = {n: np.asarray(v, dtype=np.float64) for n, v in
                     kernel(arrays, attrs=attrs, variant=default.variant, tunables=default.tunables).items()}  # fmt: skip
-        check, against = (lambda outputs: max_abs_error(outputs, expected)), "default"
+        tolerance = Tolerance.of(dtype.split(","))
+        check, against = (lambda outputs: check_against(outputs, expected, tolerance)), "default"
     tuned = default if same else bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
                                               check=check, flops=flops)  # fmt: skip
     # A tuned kernel that computes something else is WRONG, not fast.
-    ok = not _wrong(tuned.max_error, dtype)
+    ok = tuned.error_ok is not False
     return {"variant": variant, "tunables": tunables, "tbps": tuned.tbps, "tflops": tuned.tflops,
             "median_s": tuned.median_s, "same_as_default": same, "max_error": tuned.max_error, "error_ok": ok,
             "checked_against": against if tuned.max_error is not None else None}
@@ -651,9 +637,9 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         ort_s = ort_peer.get("device_s")
         err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok", True) else " WRONG")
 
-        def checked(text: str, error: float | None) -> str:
+        def checked(text: str, ok: bool | None) -> str:
             # A figure whose output failed the reference check says so in its own cell.
-            return text + (" WRONG" if _wrong(error, row["dtype"]) else "")
+            return text + (" WRONG" if ok is False else "")
 
         tuned = row.get("tuned", {})
         table.add_row(
@@ -662,13 +648,13 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
             _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
             f"{row['copy_fraction'] * 100:.1f}",
             "error" if "error" in tuned else _fmt(tuned.get("tbps"), ".3f") + ("" if tuned.get("error_ok", True) else " WRONG"),
-            checked(_fmt(per_s(torch_peer.get("eager_s")), ".3f"), torch_peer.get("eager_error")),
-            checked(_fmt(per_s(torch_peer.get("compile_s")), ".3f"), torch_peer.get("compile_error")),
-            checked(_fmt(ort_s and ort_s * 1e6, ".1f"), ort_peer.get("device_error")),
-            checked(_fmt(ort_s and ort_s / row["median_s"], ".2f"), ort_peer.get("device_error")),
+            checked(_fmt(per_s(torch_peer.get("eager_s")), ".3f"), torch_peer.get("eager_ok")),
+            checked(_fmt(per_s(torch_peer.get("compile_s")), ".3f"), torch_peer.get("compile_ok")),
+            checked(_fmt(ort_s and ort_s * 1e6, ".1f"), ort_peer.get("device_ok")),
+            checked(_fmt(ort_s and ort_s / row["median_s"], ".2f"), ort_peer.get("device_ok")),
             _fmt(row.get("roundtrip_s") and row["roundtrip_s"] * 1e3, ".3f"),
             checked(_fmt(ort_peer.get("numpy_roundtrip_s") and ort_peer["numpy_roundtrip_s"] * 1e3, ".3f"),
-                    ort_peer.get("numpy_error")),
+                    ort_peer.get("numpy_ok")),
             _fmt(torch_peer.get("transfer_s") and torch_peer["transfer_s"] * 1e3, ".3f"), err,
         )  # fmt: skip
     # 18 or 19 columns: a log (no terminal) gets them whole rather than cells cut to "Quick…"
@@ -685,10 +671,10 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         for peer, result in row.get("peers", {}).items():
             if "error" in result:
                 console.print(Text(f"{peer} on {row['case']} {row['dtype']}: {result['error'][:160]}", style="yellow"))
-            for key in ("eager_error", "compile_error", "device_error", "numpy_error"):
-                if _wrong(result.get(key), row["dtype"]):
-                    console.print(Text(f"{peer} {key.split('_')[0]} on {row['case']} {row['dtype']} is WRONG: "
-                                       f"max error {result[key]:.3g}", style="red"))  # fmt: skip
+            for key in ("eager", "compile", "device", "numpy"):
+                if result.get(f"{key}_ok") is False:
+                    console.print(Text(f"{peer} {key} on {row['case']} {row['dtype']} is WRONG: "
+                                       f"max error {result[f'{key}_error']:.3g}", style="red"))  # fmt: skip
     for h in host_rows:
         if "error" in h:
             console.print(Text(f"host per call, {h['kernel']}: {h['error']}", style="red"))

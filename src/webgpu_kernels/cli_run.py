@@ -7,6 +7,7 @@ import statistics
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import astuple
 from typing import Any
 
 import click
@@ -29,11 +30,11 @@ from .cli import (
     trust_option,
     with_generators,
 )
-from .cli_bench import _tolerance
 from .device import choose_adapter
 from .references import (
     ReferenceShapeMismatch,
     ReferenceUnavailable,
+    Tolerance,
     node_positions,
     numpy_reference,
     onnxruntime_reference,
@@ -128,21 +129,6 @@ def _agrees(c: dict[str, Any]) -> bool:
     return "shapeMismatch" not in c and not c["nonFiniteMismatches"] and not c["beyondTolerance"]
 
 
-#: The relative part of an element's tolerance, per unit of bench's absolute one for its dtype: 1e-4
-#: + 1e-5 |reference| for float32, 1e-2 + 1e-3 |reference| for float16 (about two roundings of a
-#: float16 result). The absolute part alone marked a correct layer norm's mean of 1000, off by 5e-7
-#: relative, WRONG (helper-21); float32 holds 1000 to 6e-5.
-RELATIVE_PER_ABSOLUTE = 0.1
-
-
-def tolerance(dtype: str) -> tuple[float, float]:
-    """(absolute, relative) tolerance of an output of ``dtype``: an element agrees with the
-    reference when |output - reference| <= absolute + relative * |reference|. Only float32 and
-    float16 have a relative part: an index of 50000 off by 40 is wrong (helper-22)."""
-    absolute = _tolerance([dtype])
-    return absolute, absolute * RELATIVE_PER_ABSOLUTE if dtype in ("float32", "float16") else 0.0
-
-
 @contextmanager
 def _status(console: Console, message: str) -> Iterator[None]:
     if is_live(console):
@@ -180,12 +166,12 @@ def compare(actual: Any, expected: Any) -> dict[str, Any]:
     Errors are over elements where both are finite; the relative one where ``|expected|`` is at
     least the smallest normal number of ``actual``'s dtype. ``nonFiniteMismatches`` counts the
     elements where one is NaN or infinite and the other does not hold the same value;
-    ``beyondTolerance`` the finite ones past ``tolerance(actual's dtype)``, which it names.
+    ``beyondTolerance`` the finite ones past ``Tolerance.of`` actual's dtype, which it names.
     """
     a = np.asarray(actual)
     got = a.astype(np.float64)
     want = np.asarray(expected).astype(np.float64)
-    absolute, relative = tolerance(a.dtype.name)
+    absolute, relative = astuple(Tolerance.of([a.dtype.name]))
     if got.shape != want.shape:
         return {"shapeMismatch": [list(got.shape), list(want.shape)], "maxAbsError": None, "maxRelError": None,
                 "nonFiniteMismatches": None, "beyondTolerance": None}  # fmt: skip

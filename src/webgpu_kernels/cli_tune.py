@@ -24,7 +24,6 @@ from .cli_bench import (
     _cases,
     _dtype_label,
     _no_cases,
-    _tolerance,
     _warm_up,
     check_given_shapes,
     given_shapes_option,
@@ -34,7 +33,7 @@ from .device import default_device
 from .errors import KernelError
 from .kernel import Kernel
 from .package import embedded_ids
-from .references import max_abs_error
+from .references import Tolerance
 
 WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
 
@@ -98,7 +97,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                               Text("error", style="red"))  # fmt: skip
                 progress.advance(task)
                 continue
-            tolerance = _tolerance(case["types"].values())
+            tolerance = Tolerance.of(case["types"].values())
             label = f"{kernel.manifest.name} {case['name']} {case['types']}"
 
             def show(variant: str, tunables: dict[str, Any], label: str = label) -> None:
@@ -186,7 +185,7 @@ def _outcome_text(outcome: tuple[str, dict[str, Any]] | None) -> str:
 
 
 def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
-            axes: list[tuple[str, list[Any]]], tolerance: float, defaults: dict[str, Any] | None = None,
+            axes: list[tuple[str, list[Any]]], tolerance: Tolerance, defaults: dict[str, Any] | None = None,
             on_candidate: Callable[[str, dict[str, Any]], None] | None = None,
             ) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
     """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
@@ -246,7 +245,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                                                            tunables=defaults)))  # fmt: skip
                     outputs = kernel(arrays, attrs=attrs, variant=variant, tunables=tunables)
                     # other outputs (an optional one only some variants produce) are other work
-                    if set(outputs) != set(expected) or not max_abs_error(outputs, expected) <= tolerance:
+                    if set(outputs) != set(expected) or not tolerance.agrees(outputs, expected):
                         skipped.append(f"{variant} {tunables}")
                         continue  # not a point to search around either
                     here, here_s = tunables, r.median_s

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import walltime
 from .case_data import random_values
-from .references import REFERENCES, max_abs_error, one_node_model
+from .references import REFERENCES, Tolerance, check_against, one_node_model
 from .walltime import back_to_back
 
 
@@ -49,8 +49,13 @@ def _random_inputs(case: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]
             for name, spec in case["inputs"].items()}  # fmt: skip
 
 
-def _max_error(outputs: dict[str, np.ndarray], inputs: dict[str, np.ndarray], op: str, attrs: dict[str, Any]) -> float:
-    return max_abs_error(outputs, REFERENCES[op](inputs, attrs))
+def _check(result: dict[str, Any], label: str, outputs: dict[str, np.ndarray], inputs: dict[str, np.ndarray],
+           case: dict[str, Any]) -> None:  # fmt: skip
+    """``result[label_error]`` and ``result[label_ok]``: the peer's output against the reference,
+    with the tolerance bench holds ours to (of the case's dtypes)."""
+    agreement = check_against(outputs, REFERENCES[case["op"]](inputs, case.get("attrs", {})),
+                              Tolerance.of(str(np.dtype(a.dtype)) for a in inputs.values()))  # fmt: skip
+    result[f"{label}_error"], result[f"{label}_ok"] = agreement.max_error, agreement.ok
 
 
 def _once(fn: Callable[[], Any]) -> float:
@@ -125,7 +130,7 @@ def run_torch(cases: list[dict[str, Any]]) -> None:
                 impls.append(("compile", lambda: compiled(tensors)))
             for label, impl in impls:
                 out = impl()
-                result[f"{label}_error"] = _max_error({k: v.cpu().numpy() for k, v in out.items()}, arrays, op, attrs)
+                _check(result, label, {k: v.cpu().numpy() for k, v in out.items()}, arrays, case)
                 result[f"{label}_s"] = _gpu_time(impl, torch)
             outs = fn(tensors, attrs)
 
@@ -189,7 +194,7 @@ def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:
             model, feeds, _ = one_node_model(op, arrays, attrs)
             session = ort.InferenceSession(model, sess_options=options)
             out = session.run(None, feeds)
-            result["numpy_error"] = _max_error({"Y": out[0]}, arrays, op, attrs)
+            _check(result, "numpy", {"Y": out[0]}, arrays, case)
             result["numpy_roundtrip_s"] = back_to_back(lambda: session.run(None, feeds), lambda: None, min_s=0.15, batches=3)
             binding = session.io_binding()
             for k, v in feeds.items():
@@ -197,7 +202,7 @@ def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:
             binding.bind_output("Y", "webgpu")
             session.run_with_iobinding(binding)
             y = binding.copy_outputs_to_cpu()[0]
-            result["device_error"] = _max_error({"Y": y}, arrays, op, attrs)
+            _check(result, "device", {"Y": y}, arrays, case)
             # Device-resident runs may be asynchronous, and the only way to wait for them is a
             # readback of the output. Time n and 4n back-to-back runs, each ended by one readback:
             # the difference divided by 3n is the time per run, with the readback cancelled out.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,45 @@ def register(op_id: str) -> Callable[[Reference], Reference]:
     return decorate
 
 
+#: The error a float output may have against the float64 reference: (absolute, relative), an
+#: element agreeing when |output - reference| <= absolute + relative * |reference|. The relative
+#: part is about two roundings of a float16 result; without it a correct layer norm's mean of 1000,
+#: off by 5e-7 relative, was WRONG (helper-21), as was a correct QuickGelu of inputs near 3000 in
+#: float32 (an ulp there is 2.4e-4).
+FLOAT_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3)}
+#: Other dtypes (bfloat16, integers): no relative part, or an index of 50000 off by 40 would pass
+#: (helper-22).
+OTHER_TOLERANCE = (1e-2, 0.0)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far an output may be from the float64 reference, element by element."""
+
+    absolute: float
+    relative: float
+
+    @classmethod
+    def of(cls, dtypes: Iterable[str]) -> Tolerance:
+        """That of the least precise floating-point dtype among ``dtypes`` (a gather's int64
+        indices do not make its float32 rows less exact); no float dtype: :data:`OTHER_TOLERANCE`."""
+        floats = [FLOAT_TOLERANCE[d] for d in dtypes if d in FLOAT_TOLERANCE]
+        return cls(*max(floats) if floats else OTHER_TOLERANCE)
+
+    def agrees(self, outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]) -> bool:
+        """Every expected output is there, of its shape, with every element within the tolerance
+        (NaN where the reference has NaN and equal infinities agree; see :func:`max_abs_error`)."""
+        for name, ref in expected.items():
+            if name not in outputs or np.shape(outputs[name]) != ref.shape:
+                return False
+            got = np.asarray(outputs[name], dtype=np.float64)
+            with np.errstate(invalid="ignore"):  # NaN is beyond; an infinite reference allows nothing but itself
+                within = (np.abs(got - ref) <= self.absolute + self.relative * np.abs(ref)) & np.isfinite(ref)
+            if not (within | (got == ref) | (np.isnan(got) & np.isnan(ref))).all():
+                return False
+        return True
+
+
 def max_abs_error(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]) -> float:
     """Largest |output - reference| over all outputs. NaN where the reference has NaN counts as
     equal; a NaN anywhere else, an infinity mismatch or a shape mismatch is infinitely wrong."""
@@ -52,6 +91,20 @@ def max_abs_error(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
         diff = np.where(np.isnan(diff), np.inf, diff)
         worst = max(worst, float(diff.max()) if diff.size else 0.0)
     return worst
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """An output checked against the reference: its largest error, and whether every element
+    was within ``Tolerance`` (``ok``; a large-magnitude output may err by more than the absolute
+    part and agree)."""
+
+    max_error: float
+    ok: bool
+
+
+def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray], tolerance: Tolerance) -> Agreement:
+    return Agreement(max_abs_error(outputs, expected), tolerance.agrees(outputs, expected))
 
 
 def numpy_reference(op_id: str) -> Reference | None:
