@@ -278,6 +278,24 @@ def test_a_misspelt_template_name_suggests_the_one_meant(write_package):
     assert "did you mean" not in str(info.value)
 
 
+@pytest.mark.parametrize("use", [
+    "workgroupSiz | abs", "workgroupSiz | round", "workgroupSiz | wgsl_uint", "workgroupSiz | wgsl_float",
+    "1.5 | wgsl_float(workgroupSiz)", "1.5 | round(workgroupSiz)", "[1, 2] | join(workgroupSiz)",
+    "workgroupSiz | default(workgroupSiz)", "workgroupSiz | int", "'a' | replace('a', workgroupSiz)",
+])  # fmt: skip
+def test_a_misspelt_name_given_to_a_filter_is_named(write_package, use):
+    """abs, round and wgsl_float/wgsl_uint said "got <StrictUndefined> (StrictUndefined)" or "bad
+    operand type for abs()" of a misspelt name, which the message then never named (helper-24)."""
+    kernel = demo_with_template(write_package, f"// {{{{ {use} }}}}\n" + DEMO_TEMPLATE)
+    with pytest.raises(errors.TemplateError, match=r"'workgroupSiz' is undefined \(did you mean 'workgroupSize'\?\)"):
+        kernel.render({"X": meta((3,), f32)})
+
+
+def test_default_still_takes_an_undefined_value(write_package):
+    kernel = demo_with_template(write_package, "// {{ notAName | default(7) | wgsl_uint }}\n" + DEMO_TEMPLATE)
+    assert "// 7u" in kernel.render({"X": meta((3,), f32)})["main"]
+
+
 @pytest.mark.parametrize("name", ["shapes", "ranks", "device"])
 def test_an_expression_namespace_in_a_template_says_templates_do_not_see_it(write_package, name):
     """It had read "'shapes' is undefined (did you mean 'same'?)"."""

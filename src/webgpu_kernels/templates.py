@@ -11,6 +11,7 @@ The names a template sees are rendering.py's :func:`~webgpu_kernels.rendering.te
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import operator
 import re
@@ -25,7 +26,7 @@ from jinja2 import filters as jinja_filters
 from jinja2 import tests as jinja_tests
 from jinja2.environment import TemplateModule
 from jinja2.exceptions import FilterArgumentError, SecurityError, UndefinedError
-from jinja2.runtime import LoopContext, Macro
+from jinja2.runtime import LoopContext, Macro, Undefined
 
 from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, short_repr
 from .sandbox import (
@@ -463,12 +464,30 @@ def _f_float(context: Any, value: Any, default: float = 0.0) -> float:
     return _result(context, jinja_filters.do_float(value, default))
 
 
+def _defined_arguments(f: Callable[..., Any], *, skip: int = 0) -> Callable[..., Any]:
+    """``f``, failing with Jinja's "'name' is undefined" on an undefined argument (past the first
+    ``skip``). abs, round and wgsl_float/wgsl_uint had said "got <StrictUndefined>" or "bad operand
+    type" of a misspelt name (helper-24), with no name to look for."""
+
+    @functools.wraps(f)  # keeps pass_context's mark
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for value in (*args[skip:], *kwargs.values()):
+            if isinstance(value, Undefined):
+                value._fail_with_undefined_error()
+        return f(*args, **kwargs)
+
+    return checked
+
+
 _TEMPLATE_FILTERS: dict[str, Callable[..., Any]] = {
-    "abs": _f_abs, "default": _f_default, "first": _f_first, "float": _f_float, "int": _f_int, "join": _f_join,
-    "last": _f_last, "length": _f_length, "lower": _f_lower, "max": _f_max, "min": _f_min, "round": _f_round,
-    "string": _f_string, "trim": _f_trim, "upper": _f_upper, "list": _f_list, "replace": _f_replace,
-    "indent": _f_indent, "wgsl_float": wgsl_float, "wgsl_uint": wgsl_uint,
+    name: _defined_arguments(f) for name, f in {
+        "abs": _f_abs, "first": _f_first, "float": _f_float, "int": _f_int, "join": _f_join,
+        "last": _f_last, "length": _f_length, "lower": _f_lower, "max": _f_max, "min": _f_min, "round": _f_round,
+        "string": _f_string, "trim": _f_trim, "upper": _f_upper, "list": _f_list, "replace": _f_replace,
+        "indent": _f_indent, "wgsl_float": wgsl_float, "wgsl_uint": wgsl_uint,
+    }.items()
 }  # fmt: skip
+_TEMPLATE_FILTERS["default"] = _defined_arguments(_f_default, skip=2)  # (context, value): an undefined value is its use
 assert set(_TEMPLATE_FILTERS) == set(_FILTERS) | {"wgsl_float", "wgsl_uint"}
 
 
