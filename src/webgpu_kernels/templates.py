@@ -479,14 +479,13 @@ def _defined_arguments(f: Callable[..., Any], *, skip: int = 0) -> Callable[...,
     return checked
 
 
-_TEMPLATE_FILTERS: dict[str, Callable[..., Any]] = {
-    name: _defined_arguments(f) for name, f in {
-        "abs": _f_abs, "first": _f_first, "float": _f_float, "int": _f_int, "join": _f_join,
-        "last": _f_last, "length": _f_length, "lower": _f_lower, "max": _f_max, "min": _f_min, "round": _f_round,
-        "string": _f_string, "trim": _f_trim, "upper": _f_upper, "list": _f_list, "replace": _f_replace,
-        "indent": _f_indent, "wgsl_float": wgsl_float, "wgsl_uint": wgsl_uint,
-    }.items()
+_UNCHECKED_FILTERS: dict[str, Callable[..., Any]] = {
+    "abs": _f_abs, "first": _f_first, "float": _f_float, "int": _f_int, "join": _f_join,
+    "last": _f_last, "length": _f_length, "lower": _f_lower, "max": _f_max, "min": _f_min, "round": _f_round,
+    "string": _f_string, "trim": _f_trim, "upper": _f_upper, "list": _f_list, "replace": _f_replace,
+    "indent": _f_indent, "wgsl_float": wgsl_float, "wgsl_uint": wgsl_uint,
 }  # fmt: skip
+_TEMPLATE_FILTERS = {name: _defined_arguments(f) for name, f in _UNCHECKED_FILTERS.items()}
 _TEMPLATE_FILTERS["default"] = _defined_arguments(_f_default, skip=2)  # (context, value): an undefined value is its use
 assert set(_TEMPLATE_FILTERS) == set(_FILTERS) | {"wgsl_float", "wgsl_uint"}
 
