@@ -587,10 +587,16 @@ def test_a_case_an_input_rank_expression_refuses_is_an_error_without_the_gpu(tmp
 def test_a_constant_named_like_a_template_name_is_a_warning(qg: Path) -> None:
     """A constant `bindings` was hidden from every template by the contract's own `bindings`, and a
     constant `range` hid the templates' one global: both silently."""
-    edit_json(qg / "manifest.json", lambda m: m.setdefault("constants", {}).update(bindings="1", range="2"))
+    def shadow(m: dict) -> None:
+        m.setdefault("constants", {}).update(bindings="1", range="2")
+        m["variants"][0]["passes"][0]["source"].setdefault("inputs", {})["declarations"] = "3"
+
+    edit_json(qg / "manifest.json", shadow)
     digests.write_metadata(qg)
     warned = {p.json_path: p.message for p in validate_package(qg, gpu=False).warnings}
-    assert "template contract's own 'bindings'" in warned["constants.bindings"]
+    # where each is reached: it had said "constants.bindings or inputs.bindings", and inputs has no constants
+    assert warned["constants.bindings"].endswith("under this name (reach this value as constants.bindings)")
+    assert warned["variants[0].passes[0].source.inputs.declarations"].endswith("(reach this value as inputs.declarations)")
     assert "hides `range`" in warned["constants.range"]
     assert not [p for p in validate_package(embedded_root() / QUICK_GELU, gpu=False).warnings
                 if "template" in p.message]  # fmt: skip

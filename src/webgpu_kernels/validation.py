@@ -266,8 +266,10 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
         if name == "range":
             out.warning(MANIFEST_FILE, where, "hides `range`, the templates' one global, in every template")
         elif name in TEMPLATE_NAMES:
+            # A template input is in `inputs`, a derive entry or constant in `constants` (not both).
+            reach = f"inputs.{name}" if ".source.inputs." in where else f"constants.{name}"
             out.warning(MANIFEST_FILE, where, f"templates see the template contract's own {name!r} under this name "
-                                              f"(reach this value as constants.{name} or inputs.{name})")  # fmt: skip
+                                              f"(reach this value as {reach})")  # fmt: skip
 
     def check(value: Any, where: str, visible: set[str], roles: list[str], scope_note: str,
               suffix: str = "") -> tuple[str, ...]:  # fmt: skip
