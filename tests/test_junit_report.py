@@ -433,3 +433,32 @@ def test_two_errors_at_one_place_are_two_testcases() -> None:
     summary = suite.find("testcase[@name='validate']/system-out").text
     assert "warning test.json: no case for variant 'w'" in summary
     assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("5", "3", "1")
+
+
+def test_validate_strict_fails_on_the_packages_warnings_not_the_adapters(tmp_path: Path, runner: CliRunner) -> None:
+    """A `when` that never holds left its variant "not exercised", a warning, and validate exited 0,
+    so CI never noticed a fast path gone (helper-24). --strict fails on such warnings; the shipped
+    packages' 84M-element bench cases, beyond lavapipe's binding limit, warn about the adapter only."""
+    shipped = runner.invoke(main, ["validate", str(copy_package(QUICK_GELU, tmp_path / "qg")), "--strict", "--json"])
+    report = json.loads(shipped.stdout)
+    assert shipped.exit_code == 0 and report["passed"] is True, shipped.output
+    assert all(p["severity"] == "warning" and p["adapterOnly"] for p in report["problems"]), report["problems"]
+
+    root = copy_package(QUICK_GELU, tmp_path / "never")
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    manifest["variants"][0]["when"] = [*manifest["variants"][0].get("when", []), "dtypes.T == 'float32'"]  # 'f32'
+    (root / "manifest.json").write_text(json.dumps(manifest), "utf-8")
+    digests.write_metadata(root)
+    plain = runner.invoke(main, ["validate", str(root)])
+    assert plain.exit_code == 0 and "not exercised" in plain.output, plain.output
+    xml_path = tmp_path / "strict.xml"
+    strict = runner.invoke(main, ["validate", str(root), "--strict", "--junit", str(xml_path)])
+    assert strict.exit_code == 1 and "INVALID (--strict: warnings fail)" in strict.output, strict.output
+    as_json = json.loads(runner.invoke(main, ["validate", str(root), "--strict", "--json"]).stdout)
+    assert as_json["strict"] is True and as_json["passed"] is False and as_json["ok"] is True
+    (suite,) = ET.parse(xml_path).getroot().findall("testsuite")
+    failed = {name for name, outcome in outcomes(suite).items() if outcome == "failure"}
+    vid = manifest["variants"][0]["id"]
+    assert failed and all(name.startswith("manifest.json") for name in failed), failed
+    assert any(f"{vid!r}" in c.find("failure").get("message", "") + (c.find("failure").text or "")
+               for c in suite.iter("testcase") if c.find("failure") is not None)  # fmt: skip

@@ -409,17 +409,21 @@ def _package_path(ref: str) -> Path:
 @click.option("--timeout", type=FiniteFloatRange(min=1), default=None, metavar="SECONDS",
               help="Give up after this long (counted from the child's start, imports included). "
                    "Runs isolated: --isolate is implied.")  # fmt: skip
+@click.option("--strict", is_flag=True,
+              help="Fail on the package's warnings too (exit 1; in --junit each is a failing testcase): for a CI "
+                   "job that must keep every variant exercised. Warnings about this adapter (a case beyond its "
+                   "limits, no shader-f16) do not fail.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_JUNIT_OPTION
 @click.pass_context
 def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None, timeout: float | None,
-                 as_json: bool, junit_path: str | None) -> None:  # fmt: skip
+                 strict: bool, as_json: bool, junit_path: str | None) -> None:  # fmt: skip
     """Check the package folder PATH and report every problem at once.
 
     Digests (metadata.json), the manifest schema, every expression and the names it reads,
     bindingSets and $ references, templates, test.json and bench.json, and every variant x
     dtype rendered and compiled on the current adapter for the shapes of the package's cases.
-    Exit status 1 if there is any error.
+    Exit status 1 if there is any error (with --strict, any warning too).
     """
     adapter = _adapter(ctx)
     isolate = bool(_isolation(isolate, timeout))
@@ -433,16 +437,17 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None,
             report = validate_package_isolated(root, adapter=adapter, gpu=gpu, progress=progress, timeout=timeout)
         else:
             report = validate_package(root, adapter=adapter, gpu=gpu, progress=progress)
+    failed_strictly = strict and report.ok and bool(report.package_warnings)
     if as_json:
-        _echo_json(report.as_dict())
+        _echo_json({**report.as_dict(), "strict": strict, "passed": report.ok and not failed_strictly})
     else:
-        _print_validation(report, gpu_skipped=not gpu)
-    _write_report(junit_path, lambda: validation_junit_xml([report], started=started))
-    if not report.ok:
+        _print_validation(report, gpu_skipped=not gpu, strict=strict)
+    _write_report(junit_path, lambda: validation_junit_xml([report], started=started, strict=strict))
+    if not report.ok or failed_strictly:
         click.get_current_context().exit(1)
 
 
-def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False) -> None:
+def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False, strict: bool = False) -> None:
     console = _console()
     title = report.op_id or Path(report.path).name
     console.print(Text(f"{title}: {report.path}", style="bold"))
@@ -494,8 +499,9 @@ def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False) ->
     uncompiled = report.uncompiled
     caveat = (f" ({uncompiled} of {len(report.coverage)} variant x dtype pairs not compiled: their status above "
               "says why)" if report.ok and uncompiled else "")  # fmt: skip
-    console.print(Text(f"{summary}: " + ("valid" if report.ok else "INVALID") + caveat,
-                       style="bold green" if report.ok else "bold red"), soft_wrap=True)  # fmt: skip
+    passed = report.ok and not (strict and report.package_warnings)
+    verdict = "valid" if passed else "INVALID" if not report.ok else "INVALID (--strict: warnings fail)"
+    console.print(Text(f"{summary}: {verdict}" + caveat, style="bold green" if passed else "bold red"), soft_wrap=True)
 
 
 COMMANDS = [digest_cmd, test_cmd, validate_cmd]

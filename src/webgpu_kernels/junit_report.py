@@ -154,7 +154,7 @@ def _problem_name(problem: Problem) -> str:
     return (problem.location() or PACKAGE_CASE) + (f" [{extra}]" if extra else "")
 
 
-def _validation_suite(report: ValidationReport, name: str, started: float) -> ET.Element:
+def _validation_suite(report: ValidationReport, name: str, started: float, strict: bool) -> ET.Element:
     cases: list[ET.Element] = []
     names: Counter[str] = Counter()
 
@@ -180,27 +180,31 @@ def _validation_suite(report: ValidationReport, name: str, started: float) -> ET
     for problem in report.errors:
         if id(problem) not in absorbed:
             _outcome(add(_problem_name(problem)), "failure", problem.message, "error")
+    failing = report.package_warnings if strict else []  # validate --strict: each fails, as a testcase of its own
+    for problem in failing:
+        _outcome(add(_problem_name(problem)), "failure", problem.message, "warning")
     summary = add("validate")  # always there: a valid package is one passing testcase, its warnings in it
     lines = [f"checked: {', '.join(f'{k} {v}' for k, v in report.checked.items()) or 'nothing'}"]
     if report.skipped:
         lines.append(f"not checked: {report.skipped}")
     if not report.adapter:
         lines.append("not checked: the GPU stage (no adapter, --no-gpu, or the manifest did not load)")
-    lines += [f"warning {_problem_name(p)}: {p.message}" for p in report.warnings]
+    lines += [f"warning {_problem_name(p)}: {p.message}" for p in report.warnings if p not in failing]
     ET.SubElement(summary, "system-out").text = _text("\n".join(lines))
     return _suite(name, cases, (("adapter", report.adapter), ("path", report.path),
                                 ("isolated", str(report.isolated).lower())), started)  # fmt: skip
 
 
 def validation_junit_xml(reports: Sequence[ValidationReport], *, name: str = "webgpu-kernels validate",
-                         started: float | None = None) -> str:  # fmt: skip
+                         started: float | None = None, strict: bool = False) -> str:  # fmt: skip
     """``validate``'s reports as one JUnit XML document: per package a testcase per variant x dtype
     compiled (failed, or skipped when nothing compiled it), one per error elsewhere, and a
-    ``validate`` testcase holding what was checked and the warnings. ``started``: when the
-    validation began (epoch seconds; a ValidationReport does not say), default now."""
+    ``validate`` testcase holding what was checked and the warnings (``strict``: each warning is
+    a failing testcase instead). ``started``: when the validation began (epoch seconds; a
+    ValidationReport does not say), default now."""
     names = _suite_names([(r.op_id or Path(r.path).name, r.path) for r in reports])
     when = time.time() if started is None else started
-    return _document([_validation_suite(r, n, when) for r, n in zip(reports, names)], name)
+    return _document([_validation_suite(r, n, when, strict) for r, n in zip(reports, names)], name)
 
 
 def write_junit(path: str | os.PathLike[str], document: str) -> None:

@@ -302,7 +302,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         for refusal, variants in refusals.items():
             out.warning(call.source, call.json_path, f"a call of case {call.case!r} ({label}) is refused on this "
                                                      f"adapter ({', '.join(variants)}): {refusal}",
-                        dtype=label, case=call.case)  # fmt: skip
+                        dtype=label, case=call.case, adapter_only=True)  # fmt: skip
         if not accepted_any and not skipped:
             reasons = "; ".join(f"{vv.variant.id}: {judge(vv, scope, definitions)[0].reason()}" for vv in program.variants)
             severity = ERROR if call.source == TEST_FILE else WARNING
@@ -354,7 +354,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         if (cov.variant, cov.dtype) in needs_f16:
             cov.note = "no shader-f16"
             out.warning("", "", f"this adapter has no shader-f16 feature: variant {cov.variant!r} ({cov.dtype}) "
-                                "was not compiled", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
+                                "was not compiled", variant=cov.variant, dtype=cov.dtype, adapter_only=True)  # fmt: skip
             continue
         if cov.dtype in scopeless:  # its cases stopped at the scope error above, which is what to fix
             cov.note = "not reached (scope error)"
