@@ -719,3 +719,19 @@ def test_without_shader_f16_a_pair_no_case_reaches_is_not_exercised_not_no_shade
     status = {(c.variant, c.dtype): c.status for c in validate_package(package, adapter="gl").coverage}
     assert status[("flat", "B=bool, T=float16")] == "not exercised"
     assert status[("broadcast", "B=bool, T=float16")] == "compiled"
+
+
+def test_a_dtype_compared_with_an_onnx_type_name_is_a_warning(qg: Path) -> None:
+    """`dtypes.T in ["float32", "float16"]` never holds (dtypes.T is "f32"), so the variant it
+    guards silently ran on nothing: validate only said "not exercised" (helper-24)."""
+    def guard(m: dict) -> None:
+        m["variants"][0]["when"] = [*m["variants"][0].get("when", []), 'dtypes.T in ["float32", \'float16\']']
+
+    edit_json(qg / "manifest.json", guard)
+    digests.write_metadata(qg)
+    warned = [p.message for p in validate_package(qg, gpu=False).warnings if "WGSL-style name" in p.message]
+    assert warned == ["expression 'dtypes.T in [\"float32\", \\'float16\\']' reads dtypes and writes 'float32', "
+                      "'float16': dtypes.<T> is the WGSL-style name ('f32', 'f16'), so a comparison of the two "
+                      "never holds"], warned
+    assert not [p for p in validate_package(embedded_root() / QUICK_GELU, gpu=False).warnings
+                if "WGSL-style" in p.message]  # the seeds compare nothing with ONNX names

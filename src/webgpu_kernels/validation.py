@@ -24,6 +24,7 @@ the variant and dtype (validation_report.py; stage 6 lives in validation_gpu.py)
 from __future__ import annotations
 
 import os
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -46,7 +47,7 @@ from .errors import (
     TemplateError,
 )  # fmt: skip
 from .expressions import NAMESPACES, RESERVED_NAMES, ExpressionCompiler, as_count
-from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
+from .manifest import ONNX_TO_WGSL, Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
 from .program import (
     DeviceInfo,
@@ -241,6 +242,16 @@ def _list_source(value: Any) -> Any:
     return "[" + ", ".join(parts) + "]"
 
 
+
+#: A quoted ONNX type name other than bool, whose WGSL-style name differs ('float16', "int32").
+_ONNX_DTYPE_LITERAL = re.compile(r"""(['"])(%s)\1""" % "|".join(n for n, w in ONNX_TO_WGSL.items() if w != n))
+
+
+def _onnx_dtype_literals(source: str) -> list[str]:
+    """The ONNX type names an expression writes as strings, each once."""
+    return list(dict.fromkeys(m.group(2) for m in _ONNX_DTYPE_LITERAL.finditer(source)))
+
+
 def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: set[str] | None = None) -> list[Problem]:
     """Compile every expression of the manifest on its own and check each name it reads is visible there."""
     found: list[Problem] = []
@@ -281,6 +292,12 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
         except ExpressionError as exc:
             report(where, f"expression {exc.expression!r}: {exc.detail}{suffix}")
             return ()
+        onnx_names = _onnx_dtype_literals(expr.source) if any(r.startswith("dtypes.") for r in expr.references) else []
+        if onnx_names:  # dtypes.T == 'float16' is never true: a `when` that never holds hides its variant
+            out.warning(MANIFEST_FILE, where, f"expression {expr.source!r} reads dtypes and writes "
+                        f"{', '.join(repr(n) for n in onnx_names)}: dtypes.<T> is the WGSL-style name "
+                        f"({', '.join(repr(ONNX_TO_WGSL[n]) for n in onnx_names)}), so a comparison of the two "
+                        "never holds")  # fmt: skip
         for ref in expr.references:
             head, _, rest = ref.partition(".")
             wrong = misread_namespace(ref, manifest, roles)
