@@ -404,12 +404,24 @@ def test_run_quick_gelu_json(runner: CliRunner, has_f16: bool, dtype: str) -> No
         assert data["reference"]["onnxruntime"]["Y"]["maxRelError"] < (1e-5 if dtype == "f32" else 2e-3)
 
 
+def test_run_says_when_no_reference_checked_the_outputs(runner: CliRunner) -> None:
+    """A package's own op, which no NumPy reference and no ONNX Runtime kernel knows: `run` printed
+    no verdict and its JSON said "ok": true, which a CI gate read as checked (helper-24)."""
+    from conftest import PACKAGES_DIR
+
+    package = str(PACKAGES_DIR / "demo.ScaleShift")
+    data = invoke_json(runner, "run", package, "-i", "X=4x8:f32")
+    assert data["ok"] is True and data["checked"] is False and data["reference"] == {"numpy": None, "onnxruntime": None}
+    assert "not checked: no reference compared the outputs" in invoke(runner, "run", package, "-i", "X=4x8:f32").stdout
+
+
 def test_run_bias_add(runner: CliRunner, has_f16: bool) -> None:
     data = invoke_json(runner, "run", BIAS_ADD, *BA_F32, "--repeat", "1")
     assert data["variant"] == "scalar"
     assert data["outputs"]["Y"]["shape"] == [2, 5, 6]
     assert data["reference"]["numpy"]["Y"]["maxAbsError"] < 1e-5
     assert data["reference"]["onnxruntime"] is None  # ORT has no CPU BiasAdd
+    assert data["ok"] is True and data["checked"] is True  # by the NumPy reference
     why = "onnxruntime has no CPU kernel for this op and dtype" if HAS_ORT else "is not installed"
     assert why in data["referenceUnavailable"]["onnxruntime"]
     out = invoke(runner, "run", BIAS_ADD, *BA_F32, "--variant", "scalar", "--repeat", "0").stdout

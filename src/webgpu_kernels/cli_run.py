@@ -114,7 +114,9 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     for results in report["reference"].values():
         for c in (results or {}).values():
             c["ok"] = _agrees(c)
-    report["ok"] = all(c["ok"] for results in report["reference"].values() for c in (results or {}).values())
+    compared = [c for results in report["reference"].values() for c in (results or {}).values()]
+    report["ok"] = all(c["ok"] for c in compared)  # nothing found wrong ...
+    report["checked"] = bool(compared)  # ... by at least one reference: `ok` alone read true for a package no reference knows
     if as_json:
         _echo_json(report)
     else:
@@ -261,6 +263,9 @@ def _print_run(r: dict[str, Any], *, has_numpy_ref: bool) -> None:
                 line += (f", {c['beyondTolerance']} elements beyond {tol['absolute']:g} + "
                          f"{tol['relative']:g} x |reference|")  # fmt: skip
             console.print(Text(line + ("" if c["ok"] else ": WRONG"), style="" if c["ok"] else "bold red"))
+    if not r["checked"]:
+        console.print(Text("not checked: no reference compared the outputs (a package's own op is checked by "
+                           "`webgpu-kernels test` against its test.json)", style="yellow"))  # fmt: skip
 
 
 COMMANDS = [run_cmd]
