@@ -203,6 +203,19 @@ def test_case_inputs_and_expected_through_the_manifest() -> None:
     assert info.value.json_path == "cases[0].inputs.W"
 
 
+def test_a_tensor_past_max_case_elements_says_how_many_it_holds() -> None:
+    """It said "more than 16777216 elements" of a real SD shape, with no count (helper-24)."""
+    manifest = wk.get_kernel(QUICK_GELU).manifest
+    big = {"name": "sd", "types": {"T": "float32"},
+           "inputs": {"X": {"shape": [2, 4096, 2560], "generate": {"distribution": "normal", "seed": 1}}},
+           "expected": {"Y": {"shape": [1], "values": [0]}}}  # fmt: skip
+    with pytest.raises(CaseFileError) as info:
+        casefile.parse_test_file({"cases": [big]}).cases[0].build_inputs(manifest, lambda name: b"")
+    assert info.value.json_path == "cases[0].inputs.X.shape"
+    assert info.value.detail == ("[2, 4096, 2560] holds 20971520 elements, more than the 16777216 (2^24) one tensor "
+                                 "of a case may hold (bench.json's shapes have no such bound)")
+
+
 def test_a_case_holds_at_most_max_case_total_elements() -> None:
     """Each tensor is at most 2^24 elements, but a case's count of them was free: one of 12
     generated inputs of 2^24 took `webgpu-kernels test` to 2.8 GB (helper-12's review). The

@@ -270,7 +270,9 @@ def build_tensor(
     kind = kinds[0]
     shape = tuple(spec["shape"]) if "shape" in spec else None
     if shape is not None and math.prod(shape) > MAX_CASE_ELEMENTS:
-        raise CaseFileError(f"more than {MAX_CASE_ELEMENTS} elements", file=file, json_path=f"{where}.shape")
+        raise CaseFileError(f"{list(shape)} holds {math.prod(shape)} elements, more than the {MAX_CASE_ELEMENTS} (2^24) "
+                            "one tensor of a case may hold (bench.json's shapes have no such bound)",
+                            file=file, json_path=f"{where}.shape")  # fmt: skip
     try:
         if kind == "file":
             name = spec["file"]
