@@ -145,6 +145,22 @@ def test_a_passing_run_and_the_isolated_child_name_the_adapter(tmp_path: Path, r
     assert "refused: DTypeError" in refused.find("system-out").text
 
 
+def test_a_message_ending_its_first_line_with_a_colon_keeps_the_reason() -> None:
+    """A CI page lists the outcome's message attribute: for a shader it read "... shader does not
+    compile:" and stopped there, the compiler's reason only in the body (helper-24)."""
+    compile_error = ("bias-split-gelu.wgsl.jinja:44: shader does not compile:\n\n"
+                     "  Shader 'X' parsing error: no definition in scope for identifier: `HAFL`\n  ┌─ wgsl:38:9\n")
+    report = PackageReport(kernel="demo.X", path="-", origin="local", isolated=False, results=[
+        RunResult("demo.X", "a", "v", "float32", "error", message=compile_error),
+        RunResult("demo.X", "b", "v", "float32", "fail", message="Y: 1 of 3 elements outside\nfirst at [0]"),
+    ])  # fmt: skip
+    cases = {c.get("name"): c for c in ET.fromstring(junit_xml([report]).encode("utf-8")).iter("testcase")}
+    assert cases["a [v]"].find("error").get("message") == (
+        "bias-split-gelu.wgsl.jinja:44: shader does not compile: Shader 'X' parsing error: no definition in scope "
+        "for identifier: `HAFL`")
+    assert cases["b [v]"].find("failure").get("message") == "Y: 1 of 3 elements outside"
+
+
 def test_control_characters_cannot_break_the_document() -> None:
     """A message may quote bytes of a package's file; XML 1.0 has no way to hold most control characters."""
     report = PackageReport(kernel="demo.X", path="-", origin="local", isolated=False, results=[

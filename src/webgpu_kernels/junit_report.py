@@ -57,8 +57,12 @@ def _text(value: object) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
-def _first_line(message: str) -> str:
-    return message.strip().split("\n")[0].rstrip("\r")  # not splitlines: it also splits at \x1c-\x1e, \x85
+def _summary(message: str) -> str:
+    """The outcome's ``message`` attribute, what a CI page lists: the first line, and the next one
+    where the first ends with a colon ("... does not compile:" and then the compiler's reason)."""
+    lines = [line.strip() for line in message.strip().split("\n")]  # not splitlines: it also splits at \x1c-\x1e, \x85
+    lines = [line for line in lines if line]
+    return " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
 
 
 def _testcase(kernel: str, result: RunResult, kind: str | None = None) -> ET.Element:
@@ -101,7 +105,7 @@ def _suite(name: str, cases: list[ET.Element], properties: Sequence[tuple[str, s
 
 
 def _outcome(case: ET.Element, tag: str, message: str, kind: str) -> None:
-    outcome = ET.SubElement(case, tag, message=_text(_first_line(message)), type=kind)
+    outcome = ET.SubElement(case, tag, message=_text(_summary(message)), type=kind)
     if tag != "skipped":
         outcome.text = _text(message)
 

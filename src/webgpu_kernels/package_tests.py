@@ -364,7 +364,8 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
         messages.append(f"the kernel returned no output {', '.join(map(repr, missing))}")
     unwritten = sum(_unwritten(*judged[c.output], expected[c.output], byte) for c in failed)
     if unwritten:  # the likeliest reason, said only where the fill is what the output holds
-        messages.append(f"({unwritten} element{'s' if unwritten > 1 else ''} still hold{'s' if unwritten == 1 else ''} "
+        # "failing": an unwritten element whose expected value the fill matches (NaN) is not counted
+        messages.append(f"({unwritten} failing element{'s' if unwritten > 1 else ''} still hold{'s' if unwritten == 1 else ''} "
                         f"the 0x{byte:02X} bytes the buffers were filled with before the run: the kernel does not "
                         "write them)")
     return RunResult(
