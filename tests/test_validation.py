@@ -735,3 +735,25 @@ def test_a_dtype_compared_with_an_onnx_type_name_is_a_warning(qg: Path) -> None:
                       "never holds"], warned
     assert not [p for p in validate_package(embedded_root() / QUICK_GELU, gpu=False).warnings
                 if "WGSL-style" in p.message]  # the seeds compare nothing with ONNX names
+
+
+def test_an_output_sized_with_true_division_is_a_warning(qg: Path) -> None:
+    """`shapes.X[-1] / 2` gives 1280.0 for the even widths every case has, so validate and test
+    passed, and an odd width was refused at the call (helper-24's BiasSplitGelu). Output shapes and
+    the derive entries they read are checked; `//` and a `/` elsewhere are not warned of."""
+    def halve(m: dict) -> None:
+        m["derive"] = {**m.get("derive", {}), "half": "shapes.X[-1] / 2", "ratio": "1 / 3"}
+        m["outputs"][0]["shape"] = "shapes.X[:-1] + (half * 2,)"
+
+    edit_json(qg / "manifest.json", halve)
+    digests.write_metadata(qg)
+    warned = {p.json_path: p.message for p in validate_package(qg, gpu=False).warnings if "true division" in p.message}
+    assert list(warned) == ["derive.half"], warned
+    assert warned["derive.half"].startswith("expression 'shapes.X[-1] / 2' sizes an output with `/`, true division")
+
+    edit_json(qg / "manifest.json", lambda m: m["outputs"][0].update(shape="shapes.X[:-1] + (shapes.X[-1] / 1,)"))
+    digests.write_metadata(qg)
+    warned = [p.json_path for p in validate_package(qg, gpu=False).warnings if "true division" in p.message]
+    assert warned == ["outputs[0].shape"], warned
+    assert not [p for p in validate_package(embedded_root() / QUICK_GELU, gpu=False).warnings
+                if "true division" in p.message]  # fmt: skip

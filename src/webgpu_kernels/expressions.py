@@ -322,6 +322,12 @@ def _check_items(value: Any) -> None:
             _check_items(item)
 
 
+def divides_truly(source: str) -> bool:
+    """Whether an expression that compiled uses ``/`` (true division: a float) rather than ``//``."""
+    return any(kind == "operator" and value == "/" for _, kind, value in
+               _SANDBOX.lexer.tokeniter(source, None, state="variable"))  # fmt: skip
+
+
 def literal(value: Any, where: str) -> Expression:
     """An Expression standing for a literal JSON value (numbers, booleans, lists), held to the
     bounds an expression's value is (``"derive": {"big": 2**200}`` as JSON, not as ``"2**200"``)."""

@@ -46,7 +46,7 @@ from .errors import (
     PackageError,
     TemplateError,
 )  # fmt: skip
-from .expressions import NAMESPACES, RESERVED_NAMES, ExpressionCompiler, as_count
+from .expressions import NAMESPACES, RESERVED_NAMES, ExpressionCompiler, as_count, divides_truly
 from .manifest import ONNX_TO_WGSL, Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
 from .program import (
@@ -247,6 +247,15 @@ def _list_source(value: Any) -> Any:
 _ONNX_DTYPE_LITERAL = re.compile(r"""(['"])(%s)\1""" % "|".join(n for n, w in ONNX_TO_WGSL.items() if w != n))
 
 
+def _compiles(compiler: ExpressionCompiler, source: str, where: str) -> bool:
+    """Whether ``source`` compiles (its errors were reported where it was checked)."""
+    try:
+        compiler.compile(source, where)
+    except ExpressionError:
+        return False
+    return True
+
+
 def _onnx_dtype_literals(source: str) -> list[str]:
     """The ONNX type names an expression writes as strings, each once."""
     return list(dict.fromkeys(m.group(2) for m in _ONNX_DTYPE_LITERAL.finditer(source)))
@@ -333,6 +342,13 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
     # variant's passes, which would then size their work differently from the output.
     read_by_outputs = {ref: spec for spec, (_, reads) in zip(manifest.outputs, output_reads) for ref in reads
                        if ref in manifest.derive}  # fmt: skip
+    # A dimension must be an integer: `/` gives 1280.0 for an even D, and 2.5, refused at the call, for an odd one.
+    sized = [(f"{spec.json_path}.shape", spec.shape) for spec in manifest.outputs if isinstance(spec.shape, str)]
+    for where, source in sized + [(f"derive.{n}", manifest.derive[n]) for n in read_by_outputs]:
+        if isinstance(source, str) and _compiles(compiler, source, where) and divides_truly(source):
+            out.warning(MANIFEST_FILE, where, f"expression {source!r} sizes an output with `/`, true division: its "
+                                              "result is a float, and a dimension that does not divide evenly "
+                                              "(5 / 2 is 2.5) is refused at the call; `//` is integer division")  # fmt: skip
     shadows = [(f"constants.{n}", n) for n in manifest.constants] + [
         (f"{v.json_path}.constants.{n}", n) for v in manifest.variants for n in v.constants]
     for where, name in shadows:
