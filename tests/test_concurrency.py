@@ -127,6 +127,37 @@ def test_8_threads_release_tensors_made_by_other_threads(quick_gelu, device):
     assert device.memory.pooled_bytes <= device.memory.pool_bytes
 
 
+@pytest.mark.parametrize("read", ["numpy", "copy"])
+def test_a_read_waiting_for_the_device_sees_a_release_made_meanwhile(quick_gelu, device, read):
+    """numpy() and copy.copy() took the tensor's buffer before waiting for the device lock: a
+    release() on another thread in that wait pooled the buffer for the next call, and the read
+    returned that call's data, with no error (helper-25)."""
+    import copy
+    import time
+
+    from webgpu_kernels.errors import TensorReleasedError
+
+    t = wk.to_gpu(np.ones(1024, np.float32))
+    quick_gelu({"X": np.zeros(1024, np.float32)})  # the plan exists: the next call only takes buffers
+    seen: dict = {}
+
+    def reader() -> None:
+        try:
+            seen["value"] = t.numpy() if read == "numpy" else copy.copy(t).numpy()
+        except TensorReleasedError as exc:
+            seen["error"] = exc
+
+    with device.lock:  # another thread busy on the device: the reader waits for it
+        thread = threading.Thread(target=reader)
+        thread.start()
+        time.sleep(0.3)
+        t.release()
+        other = quick_gelu({"X": np.full(1024, 5.0, np.float32)}, output="gpu")["Y"]  # may take t's buffer
+    thread.join(10)
+    assert "error" in seen or np.array_equal(seen["value"], np.ones(1024, np.float32)), seen
+    other.release()
+
+
 def test_binding_outside_the_recorder_waits_for_the_device_lock(quick_gelu, device):
     """execution.bind (the benchmark's timing) uses the bind-group cache that calls on other
     threads change under the device lock: unlocked, a call destroying a pooled buffer met

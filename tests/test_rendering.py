@@ -337,6 +337,32 @@ def test_a_64_bit_type_in_wgsl_says_how_the_format_reads_such_tensors(write_pack
     assert "storage-only" in str(info.value) and "array<vec2<u32>>" in str(info.value)
 
 
+def test_a_compile_error_on_a_line_that_says_lost_leaves_the_device_alone(write_package):
+    """Any "lost" in a GPU error made it a lost device: naga quotes the failing WGSL line, so a
+    mistake on `let lost_lanes = ...` (or a comment "device is lost") dropped the healthy device and
+    every tensor on it (helper-25)."""
+    held = wk.to_gpu(np.arange(4, dtype=f32))
+    device = wk.get_device()
+    for line in ("let lost_lanes = undefined_name;", "let x = undefined_name; // the device is lost here"):
+        kernel = demo_with_template(write_package, DEMO_TEMPLATE.replace("return;", line + "\n  return;"))
+        with pytest.raises(errors.ShaderCompileError, match="undefined_name"):
+            kernel({"X": np.ones(3, f32)})
+        assert not device.lost and wk.get_device() is device
+    np.testing.assert_array_equal(held.numpy(), np.arange(4, dtype=f32))
+
+
+def test_is_device_lost_reads_wgpus_phrases_not_the_word():
+    from webgpu_kernels.buffers import is_device_lost
+
+    lost = ["Validation Error\n\nCaused by:\n  In wgpuDeviceCreateBuffer\n    Parent device is lost",
+            "The WGPU device was lost (destroyed):\nDevice lost",
+            "ERROR_DEVICE_LOST: The logical device has been lost."]  # fmt: skip
+    assert all(is_device_lost(Exception(text)) for text in lost)
+    shader = ("Validation Error\n\nShader 'demo' parsing error: no definition in scope for identifier: `lost`\n"
+              "   ┌─ wgsl:15:21\n   │\n15 │   let y = lost; // device is lost\n   │           ^^^^ unknown identifier")
+    assert not is_device_lost(Exception(shader))
+
+
 def test_an_ordinary_compile_error_gets_no_64_bit_advice(write_package):
     kernel = demo_with_template(write_package, DEMO_TEMPLATE.replace("return;", "return 1;"))
     with pytest.raises(errors.ShaderCompileError) as info:

@@ -311,5 +311,36 @@ def test_a_tensor_of_a_lost_device_says_so():
     assert result["repr"] == "GpuTensor(shape=(64,), dtype=float32, device lost)"
 
 
+LOST_DEVICE_NEW_SHAPE_SCRIPT = textwrap.dedent("""
+    import json, numpy as np
+    import webgpu_kernels as wk
+    out = {}
+    k = wk.get_kernel("com.microsoft.QuickGelu")
+    k({"X": np.ones(64, np.float32)})
+    first = wk.get_device()
+    first.gpu.destroy()
+    for n in (128, 256):  # new plans of the vec4 WGSL compiled already: only their uniforms touch the device
+        try:
+            y = k({"X": np.full(n, 2.0, np.float32)})["Y"]
+            out[str(n)] = ["ok", float(y[0])]
+        except Exception as exc:
+            out[str(n)] = [type(exc).__name__, type(exc).__module__]
+    out["first_lost"] = first.lost
+    out["new_device"] = wk.get_device() is not first
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_a_new_shape_on_a_lost_device_is_a_device_lost_error_and_the_next_call_recovers():
+    """A new shape whose WGSL was compiled builds its plan's uniforms first, outside the one place
+    that translates GPU errors: every such call raised wgpu's raw GPUValidationError ("Parent
+    device is lost"), and the device was never replaced (helper-25)."""
+    result = run_script_for_result(LOST_DEVICE_NEW_SHAPE_SCRIPT)
+    assert result["128"] == ["DeviceLostError", "webgpu_kernels.errors"], result
+    expected = 2.0 / (1 + np.exp(-1.702 * 2.0))
+    assert result["256"][0] == "ok" and abs(result["256"][1] - expected) < 1e-5, result
+    assert result["first_lost"] and result["new_device"], result
+
+
 def test_device_error_classes():
     assert issubclass(errors.DeviceLostError, errors.DeviceError)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 import time
 import warnings
@@ -56,9 +57,18 @@ MAX_UNSUBMITTED_WRITE_BYTES = 64 << 20
 BIND_GROUP_CACHE_SIZE = 1024
 
 
+#: How wgpu-native and the drivers say a device is gone: wgpu-core's "Parent device is lost", its
+#: lost callback's "device was lost", Vulkan's VK_ERROR_DEVICE_LOST ("The logical device has been lost").
+_DEVICE_LOST = re.compile(r"Parent device is lost|[Dd]evice (?:is|was|has been) lost|\bDevice lost\b|"
+                          r"ERROR_DEVICE_LOST|\bDeviceLost\b")
+
+
 def is_device_lost(exc: BaseException) -> bool:
-    """wgpu-native reports work on a lost (destroyed, reset) device as a validation error."""
-    return "lost" in str(exc).lower()
+    """wgpu-native reports work on a lost (destroyed, reset) device as a validation error. Its
+    phrases are matched outside the WGSL lines a compile error quotes (naga's ``15 │ ...``): "lost"
+    anywhere had made a shader error on a line naming ``lost_lanes`` a lost device, and dropped a
+    healthy one with every tensor on it (helper-25)."""
+    return any(_DEVICE_LOST.search(line) for line in str(exc).splitlines() if "│" not in line)
 
 
 def raised_by_wgpu_promise(exc: BaseException) -> bool:

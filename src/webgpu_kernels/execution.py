@@ -188,11 +188,14 @@ def check_workgroup_storage(device: Device, wgsl: str, resolved: ResolvedPass, v
 def build_pass(device: Device, resolved: ResolvedPass, wgsl: str, *, kernel: str, variant: str) -> PassProgram:
     compiled = compile_pipeline(device, wgsl, resolved, kernel=kernel, variant=variant)
     entries = []
-    for b in resolved.bindings:
-        uniform = None
-        if b.uniform_bytes is not None:
-            uniform = device.gpu.create_buffer_with_data(data=b.uniform_bytes, usage=wgpu.BufferUsage.UNIFORM)
-        entries.append((b.binding, b.arg, uniform))
+    # A new shape whose WGSL is compiled already reaches the device first here: on a lost one that
+    # was wgpu's raw error, and the device was never replaced (helper-25).
+    with translate_gpu_errors("building a plan", device.memory):
+        for b in resolved.bindings:
+            uniform = None
+            if b.uniform_bytes is not None:
+                uniform = device.gpu.create_buffer_with_data(data=b.uniform_bytes, usage=wgpu.BufferUsage.UNIFORM)
+            entries.append((b.binding, b.arg, uniform))
     grid = workgroup_grid(resolved.threads, resolved.invocations_per_workgroup,
                           device.limits["max-compute-workgroups-per-dimension"])  # fmt: skip
     return PassProgram(label=resolved.label, pipeline=compiled, entries=tuple(entries), grid=grid)

@@ -101,6 +101,9 @@ class GpuTensor:
         with memory.lock:  # checked under the lock: another thread's failing flush may lose it until then
             if self.uncomputed:
                 raise UncomputedTensorError(f"cannot read {UNCOMPUTED_TENSOR}")
+            # Taken again under the lock: another thread's release() before it had pooled the buffer
+            # for the next call, and this read returned that call's data (helper-25).
+            buffer = self.buffer
             if out.nbytes:
                 with translate_gpu_errors("reading a GPU tensor", memory):
                     memory.read_into(buffer, out)
@@ -131,6 +134,7 @@ class GpuTensor:
         with translate_gpu_errors("copying a GPU tensor", memory), self._device.lock:
             if self.uncomputed:
                 raise UncomputedTensorError(f"cannot copy {UNCOMPUTED_TENSOR}")
+            source = self.buffer  # again under the lock, as numpy() takes it
             target = memory.acquire(self._nbytes)
             try:
                 if self._nbytes:  # after the recorded work that writes the source, in its submission
