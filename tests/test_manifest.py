@@ -170,6 +170,9 @@ def test_schema_errors_carry_the_json_path(op_id, change, json_path):
          "'Z' is not an input or output (as used by variants[1].passes[0])"),
         (QG, set_path(["inputs", 0, "dtype"], "U"), "inputs[0].dtype", "'U'"),
         (QG, set_path(["variants", 2, "id"], "vec4"), "variants[2].id", "duplicate"),
+        # render() returns WGSL by pass id: a second 'main' hid the first (helper-26)
+        (QG, lambda d: d["variants"][0]["passes"].append(copy.deepcopy(d["variants"][0]["passes"][0])),
+         "variants[0].passes[1].id", "duplicate pass id 'main' in variant 'vec4'"),
         (QG, set_path(["args", "X", "role"], "output"), "args.X", "'X'"),
         (BA, set_path(["variants", 1, "passes", 0, "bindings", 0, "arg"], "Z"), "variants[1].passes[0].bindings[0].arg",
          "'Z'"),
@@ -475,3 +478,15 @@ def test_too_many_expressions_are_refused_before_any_is_compiled():
     assert info.value.where == "constants.c2044"  # validate reports it there, not at the manifest's root
     assert time.perf_counter() - started < 1.0  # about 1 ms here; compiling them took seconds
 
+
+
+def test_a_rank_written_as_a_whole_float_is_that_rank():
+    """JSON Schema's integer takes `"rank": 2.0`; kept as a float it matched neither the contract's
+    int check nor the expression one, and a call of any rank passed (helper-26)."""
+    from webgpu_kernels.contract import check_call
+
+    manifest = parse_manifest(mutate(BA, set_path(["inputs", 1, "rank"], 1.0)))
+    assert manifest.inputs[1].rank == 1 and type(manifest.inputs[1].rank) is int
+    metas = {"X": ((2, 3, 4), "float32"), "bias": ((1, 4), "float32"), "skip": ((2, 3, 4), "float32")}
+    with pytest.raises(errors.RankError, match="argument 'bias': expected rank 1, got rank 2"):
+        check_call(manifest, metas, None, None)

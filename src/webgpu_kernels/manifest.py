@@ -382,13 +382,25 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
     for v, vid in enumerate(ids):
         if ids.index(vid) != v:
             errors.append(ManifestError(f"duplicate variant id {vid!r}", json_path=f"variants[{v}].id"))
+    for v, variant in enumerate(data["variants"]):  # render() returns WGSL by pass id: one would hide another
+        pass_ids = [p["id"] for p in variant["passes"]]
+        for p, pid in enumerate(pass_ids):
+            if pass_ids.index(pid) != p:
+                errors.append(ManifestError(f"duplicate pass id {pid!r} in variant {variant['id']!r}",
+                                            json_path=f"variants[{v}].passes[{p}].id"))  # fmt: skip
     return errors
+
+
+def _integral(value: Any) -> Any:
+    """A float the schema took as an integer (``2.0``), as the int; anything else as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _build(data: dict[str, Any]) -> Manifest:
     def tensor(spec: dict[str, Any], path: str) -> TensorSpec:
         return TensorSpec(
-            role=spec["role"], dtype=spec["dtype"], rank=spec.get("rank"), shape=spec.get("shape"),
+            # JSON Schema's integer takes 2.0: as a float it matched no rank check, and any rank passed
+            role=spec["role"], dtype=spec["dtype"], rank=_integral(spec.get("rank")), shape=spec.get("shape"),
             optional=bool(spec.get("optional", False)), description=spec.get("description", ""), json_path=path,
         )  # fmt: skip
 
