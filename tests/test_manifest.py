@@ -170,6 +170,9 @@ def test_schema_errors_carry_the_json_path(op_id, change, json_path):
          "'Z' is not an input or output (as used by variants[1].passes[0])"),
         (QG, set_path(["inputs", 0, "dtype"], "U"), "inputs[0].dtype", "'U'"),
         (QG, set_path(["variants", 2, "id"], "vec4"), "variants[2].id", "duplicate"),
+        (BA, lambda d: d["variants"][0]["passes"][0]["bindings"][4]["struct"]["fields"].append(
+            copy.deepcopy(d["variants"][0]["passes"][0]["bindings"][4]["struct"]["fields"][0])),
+         "variants[0].passes[0].bindings[4].struct.fields", "struct field names must be unique"),
         # render() returns WGSL by pass id: a second 'main' hid the first (helper-26)
         (QG, lambda d: d["variants"][0]["passes"].append(copy.deepcopy(d["variants"][0]["passes"][0])),
          "variants[0].passes[1].id", "duplicate pass id 'main' in variant 'vec4'"),

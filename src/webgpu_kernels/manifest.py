@@ -361,6 +361,11 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                                                 json_path=f"{bpath}.buffer.type"))  # fmt: skip
                 struct = binding.get("struct")
                 fields = struct.get("fields", []) if isinstance(struct, dict) else []
+                field_names = [field.get("name") for field in fields if isinstance(field, dict)]
+                twice = next((n for i, n in enumerate(field_names) if field_names.index(n) != i), None)
+                if twice is not None:  # the shader compiler's "redefinition" came only at the first call
+                    errors.append(ManifestError(f"struct field names must be unique: {twice!r} is there twice"
+                                                f"{used_by}", json_path=f"{bpath}.struct.fields"))  # fmt: skip
                 refs = [(key, binding.get(key)) for key in ("elementType", "length")]
                 refs += [(f"struct.fields[{f}].type", field.get("type")) for f, field in enumerate(fields)
                          if isinstance(field, dict)]  # fmt: skip
