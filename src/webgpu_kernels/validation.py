@@ -242,7 +242,6 @@ def _list_source(value: Any) -> Any:
     return "[" + ", ".join(parts) + "]"
 
 
-
 #: A quoted ONNX type name other than bool, whose WGSL-style name differs ('float16', "int32").
 _ONNX_DTYPE_LITERAL = re.compile(r"""(['"])(%s)\1""" % "|".join(n for n, w in ONNX_TO_WGSL.items() if w != n))
 
