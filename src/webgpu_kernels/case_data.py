@@ -242,15 +242,18 @@ def _npy_array(data: bytes) -> np.ndarray:
         if version not in read_header:
             raise ValueError(f".npy format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
         shape, _, dtype = read_header[version](stream)
-    except ValueError as exc:
-        raise ValueError(f"not a valid .npy file ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - NumPy's header parser also raises tokenize.TokenError, SyntaxError
+        raise ValueError(f"not a valid .npy file ({exc or type(exc).__name__})") from None
     count = math.prod(shape)
     if count > MAX_CASE_ELEMENTS:
         raise ValueError(f"the file holds {count} elements, more than {MAX_CASE_ELEMENTS}")
     if dtype.hasobject or count * dtype.itemsize > len(data) - stream.tell():
         raise ValueError(f"the header claims {count} {dtype} elements, more than the file's {len(data)} bytes hold"
                          if not dtype.hasobject else "object arrays are not data")  # fmt: skip
-    return np.load(io.BytesIO(data), allow_pickle=False)
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - a file the header check passed may still be malformed
+        raise ValueError(f"not a valid .npy file ({exc or type(exc).__name__})") from None
 
 
 def _npz_member(data: bytes, tensor: str | None) -> np.ndarray:
