@@ -439,6 +439,17 @@ def test_a_non_content_file_whose_name_cannot_be_listed_stays_unlisted(qg: Path)
     assert result.exit_code == 0 and "metadata.json is up to date" in result.output, result.output
 
 
+def test_a_file_name_ending_in_a_newline_cannot_be_listed(qg: Path) -> None:
+    """The name check's `$` matched before a final newline: digest listed "notes\\n", then refused
+    the metadata.json it wrote ("is no package file name"), and --check failed for good (helper-27)."""
+    (qg / "notes\n").write_text("notes", encoding="utf-8")
+    metadata, changes = digests.write_metadata(qg)
+    assert "notes\n" not in metadata["digest"]["files"]
+    assert digests.DigestChange("notes\n", digests.UNLISTABLE, None) in changes
+    result = CliRunner().invoke(main, ["digest", "--check", str(qg)])
+    assert result.exit_code == 0 and "metadata.json is up to date" in result.output, result.output
+
+
 def test_a_missing_file_is_reported_as_missing_not_as_unlisted(qg: Path) -> None:
     """A verified package asked for a file that is not there said "not listed in metadata.json ...
     run digest", which running digest never fixed."""

@@ -57,7 +57,7 @@ DTYPE_ALIASES: dict[str, str] = {
     "bool": "bool",
 }  # fmt: skip
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*\Z")
 
 
 # --- output helpers ---------------------------------------------------------------------------------

@@ -54,8 +54,8 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 #: Below the Hub cache: one folder per other endpoint (a repository given by its URL on another Hub).
 OTHER_ENDPOINTS_DIR = "webgpu-kernels-endpoints"
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?/[A-Za-z0-9_.\-]+$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?/[A-Za-z0-9_.\-]+\Z")
+_COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
 
 
 # --- where a name points ----------------------------------------------------------------------------

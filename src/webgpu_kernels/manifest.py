@@ -269,7 +269,7 @@ def _json_path(parts: Any) -> str:
     return path
 
 
-_DOLLAR_REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+_DOLLAR_REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)\Z")
 
 
 def parse_manifest(data: Any, *, file: str | None = None) -> Manifest:
