@@ -501,6 +501,44 @@ def test_integer_outputs_without_a_tolerance_compare_exactly_as_integers():
     assert elements_ok(np.array([3], np.int32), np.array([4], np.int32), Tolerance(atol=1.0)).tolist() == [True]
 
 
+def test_a_bool_output_is_compared_as_its_bytes():
+    """NumPy reads any nonzero byte as True: a kernel writing byte 2 for true passed against true,
+    while the format's bool is one byte of 0 or 1 (helper-28)."""
+    want = np.array([True, False, True])
+    twos = np.array([2, 0, 2], np.uint8).view(np.bool_)
+    assert not compare("Y", twos, want, Tolerance()).ok and not compare("Y", twos, want, Tolerance(atol=0.5)).ok
+    assert compare("Y", np.array([1, 0, 1], np.uint8).view(np.bool_), want, Tolerance()).ok
+
+
+def test_integer_outputs_against_a_tolerance_compare_exactly_past_2_to_the_53():
+    """With a tolerance both sides went through float64: 2^62 + 300 passed against 2^62 at atol=1
+    (helper-28)."""
+    from webgpu_kernels.casefile import elements_ok
+
+    want = np.array([2**62, 5], np.int64)
+    assert elements_ok(np.array([2**62 + 300, 5], np.int64), want, Tolerance(atol=1.0)).tolist() == [False, True]
+    assert elements_ok(np.array([2**62 + 1, 6], np.int64), want, Tolerance(atol=1.0)).tolist() == [True, True]
+    assert not compare("Y", np.array([2**64 - 1], np.uint64), np.array([2**64 - 400], np.uint64), Tolerance(atol=2.0)).ok
+
+
+def test_an_expected_integer_the_output_cannot_hold_is_refused_not_clipped():
+    """Expected inline integers were clipped to the output's range, so a saturating int32 kernel
+    passed against the wrapped or wider result the case wrote (helper-28). Inputs still clip."""
+    def expected(values: list, dtype: str) -> np.ndarray:
+        return casefile.build_tensor({"shape": [len(values)], "values": values}, dtype=dtype, read_bytes=None,
+                                     file="test.json", where="cases[0].expected.Y", expected=True)  # fmt: skip
+
+    with pytest.raises(CaseFileError, match=r"2147483648 is outside int32's range \[-2147483648, 2147483647\]") as info:
+        expected([7, 2**31], "int32")
+    assert info.value.json_path == "cases[0].expected.Y.values"
+    with pytest.raises(CaseFileError, match="99999999999999999999999 is outside int64's range"):
+        expected([1, 99999999999999999999999], "int64")
+    with pytest.raises(CaseFileError, match="-1 is outside uint8's range"):
+        expected([300 - 300, -1], "uint8")
+    assert expected([2**31 - 1, -(2**31)], "int32").tolist() == [2**31 - 1, -(2**31)]
+    assert build({"shape": [2], "values": [300, -1]}, dtype="uint8").tolist() == [255, 0]  # an input clips
+
+
 def test_inline_integers_stay_exact_past_2_to_the_53():
     """Inline values went through float64, where 2^53 + 1 is 2^53 and 2^63 - 1 is 2^63 (clipped
     back to 2^63 - 1 only by luck of the bound): an int64 input or expected value there was

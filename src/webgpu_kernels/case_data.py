@@ -154,20 +154,30 @@ def decode_values(values: Any) -> Any:
     return float(values)
 
 
-def inline_values(values: Any, dtype: str) -> np.ndarray:
+def inline_values(values: Any, dtype: str, *, clip: bool = True) -> np.ndarray:
     """test.json's inline ``values`` (nested lists kept) as an array of ``dtype``. Float and boolean
     dtypes go through float64 (:func:`cast`); integer dtypes are converted value by value, so a
     JSON integer stays exact past 2^53 (float64 would turn 2^63 - 1 into 2^63) and is clipped to the
-    type's range; other numbers go through :func:`cast` (rounded to nearest even, clipped)."""
+    type's range (``clip``; otherwise one outside it is a ValueError); other numbers go through
+    :func:`cast` (rounded to nearest even, clipped)."""
     target = numpy_dtype(dtype)
     if target.kind not in "iu":
         return cast(np.asarray(decode_values(values), dtype=np.float64), dtype)
     low, high = int(np.iinfo(target).min), int(np.iinfo(target).max)
+
+    def outside(value: int) -> ValueError:
+        # An expected value: clipped, it had let a saturating kernel pass where the case wrote the
+        # true (wider or wrapped) result (helper-28).
+        return ValueError(f"{value} is outside {dtype}'s range [{low}, {high}]: an expected value must be one "
+                          "the output can hold")  # fmt: skip
+
     try:  # all JSON integers within int64 or uint64 (the usual case): NumPy converts them exactly, 3x faster
         whole = np.array(values)
     except (ValueError, OverflowError):  # ragged, or an integer past 64 bits
         whole = None
     if whole is not None and whole.dtype.kind in "iu":
+        if not clip and whole.size and (int(whole.min()) < low or int(whole.max()) > high):
+            raise outside(int(whole.min()) if int(whole.min()) < low else int(whole.max()))
         return np.clip(whole, max(low, int(np.iinfo(whole.dtype).min)), min(high, int(np.iinfo(whole.dtype).max))
                        ).astype(target)  # fmt: skip
 
@@ -175,6 +185,8 @@ def inline_values(values: Any, dtype: str) -> np.ndarray:
         if isinstance(value, list):
             return [exact(v) for v in value]
         if isinstance(value, int):  # bool too
+            if not clip and not low <= int(value) <= high:
+                raise outside(int(value))
             return min(max(int(value), low), high)
         f = SPECIAL_STRINGS[value] if isinstance(value, str) else float(value)
         return int(cast(np.array([f]), dtype)[0])  # a float: cast's rounding, clipping and NaN refusal

@@ -201,7 +201,7 @@ class TestCase:
             where = json_path(["cases", self.index, "expected", role])
             dtype = spec.get("dtype") or output_dtypes.get(role) or "float64"
             array = build_tensor(spec, dtype=dtype, read_bytes=read_bytes, file=self.file, where=where,
-                                 check_dtype=False)  # fmt: skip
+                                 expected=True)  # fmt: skip
             if array.dtype.kind in "iub":
                 expected[role] = array
                 continue
@@ -260,9 +260,11 @@ def build_tensor(
     read_bytes: Any,
     file: str,
     where: str,
-    check_dtype: bool = True,
+    expected: bool = False,
 ) -> np.ndarray:
-    """An array from an input or expected entry (inline ``values``, ``generate`` or ``file``)."""
+    """An array from an input or (``expected``) an expected entry (inline ``values``, ``generate`` or
+    ``file``). An expected entry's data file may hold any dtype, and its inline integers are never
+    clipped to ``dtype``'s range."""
     kinds = [k for k in ("values", "generate", "file") if k in spec]
     if len(kinds) != 1:
         raise CaseFileError("give exactly one of 'values', 'generate' or 'file'" + (f" (found {kinds})" if kinds else ""),
@@ -280,7 +282,7 @@ def build_tensor(
             if shape is not None and array.shape != shape:
                 raise CaseFileError(f"{name} holds shape {list(array.shape)}, the entry says {list(shape)}",
                                     file=file, json_path=f"{where}.shape")  # fmt: skip
-            if check_dtype and dtype is not None and dtype_name(array.dtype) != dtype:
+            if not expected and dtype is not None and dtype_name(array.dtype) != dtype:
                 raise CaseFileError(f"{name} holds {dtype_name(array.dtype)} data, the input is {dtype}",
                                     file=file, json_path=f"{where}.file")  # fmt: skip
             array = np.array(array, copy=True, order="C")  # C order: `special` writes through reshape(-1)
@@ -293,8 +295,8 @@ def build_tensor(
             if kind == "generate":
                 array = generate(spec["generate"], shape, dtype)
             else:
-                try:
-                    values = inline_values(spec["values"], dtype)
+                try:  # an expected entry is the true result: never clipped
+                    values = inline_values(spec["values"], dtype, clip=not expected)
                 except ValueError as exc:
                     raise CaseFileError(str(exc), file=file, json_path=f"{where}.values") from None
                 if values.shape != shape:
@@ -486,18 +488,37 @@ class Comparison:
         }  # fmt: skip
 
 
+def _as_bytes_if_bool(a: np.ndarray) -> np.ndarray:
+    """A bool array as its bytes: NumPy reads any nonzero byte as True, so a kernel writing 2 (or
+    0xFF) for true had passed against true (helper-28); the format's bool is one byte of 0 or 1."""
+    return a.view(np.uint8) if a.dtype.kind == "b" else a
+
+
 def elements_ok(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.ndarray:
-    """Which elements of ``got`` pass against ``want`` (equal shapes): integers with no tolerance
-    exactly, as integers (float64 would equate int64s past 2^53); otherwise in float64, NaN where
-    NaN is expected, the same infinity where one is, elsewhere ``|got - want| <= atol + rtol * |want|``."""
-    got, want = np.asarray(got), np.asarray(want)
-    if got.dtype.kind in "iub" and want.dtype.kind in "iub" and not (tolerance.atol or tolerance.rtol):
-        return _equal_integers(got, want)
+    """Which elements of ``got`` pass against ``want`` (equal shapes): integers (bools as their bytes)
+    exactly, as integers (float64 would equate int64s past 2^53), also against a tolerance; others
+    in float64, NaN where NaN is expected, the same infinity where one is, elsewhere ``|got - want|
+    <= atol + rtol * |want|``."""
+    got, want = _as_bytes_if_bool(np.asarray(got)), _as_bytes_if_bool(np.asarray(want))
+    if got.dtype.kind in "iu" and want.dtype.kind in "iu":
+        if not (tolerance.atol or tolerance.rtol):
+            return _equal_integers(got, want)
+        if max(_magnitude(got), _magnitude(want)) >= 2**53:  # float64 is exact below: the fast way
+            # Python ints: exact differences, compared exactly with the float bound (helper-28:
+            # 2^62 + 300 passed against 2^62 at atol=1 in float64).
+            g, w = got.astype(object), want.astype(object)
+            bound = tolerance.atol + tolerance.rtol * np.abs(w)
+            return np.asarray(np.abs(g - w) <= bound, dtype=bool)
     with np.errstate(invalid="ignore", over="ignore"):  # a signalling NaN's cast is "invalid"
         got, want = got.astype(np.float64), want.astype(np.float64)
         finite = np.isfinite(got) & np.isfinite(want)
         within = finite & (np.abs(got - want) <= tolerance.atol + tolerance.rtol * np.abs(want))
         return within | (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
+
+
+def _magnitude(a: np.ndarray) -> int:
+    """The largest |value| of an integer array (0 when empty), as a Python int."""
+    return max(abs(int(a.min())), abs(int(a.max()))) if a.size else 0
 
 
 def _equal_integers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -515,7 +536,7 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
 
     Errors are reported over the elements finite in both; the relative one where ``expected`` is not 0.
     """
-    got = np.asarray(actual)
+    got, expected = _as_bytes_if_bool(np.asarray(actual)), _as_bytes_if_bool(np.asarray(expected))
     tol = tolerance.as_dict()
     if got.shape != expected.shape:
         return Comparison(output, False, size=int(expected.size), tolerance=tol,
