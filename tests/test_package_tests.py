@@ -397,6 +397,22 @@ def test_isolated_run_matches_in_process(reports) -> None:
     assert there == here
 
 
+def test_the_isolated_child_tests_the_bytes_the_parent_verified(tmp_path: Path) -> None:
+    """The child opened the folder again: a template edited (and digested) after the parent opened
+    the package, or a Hub copy's metadata.json deleted, was what it tested, where the in-process run
+    tests what was opened (helper-27)."""
+    from conftest import copy_package
+
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    kernel = wk.load_kernel(root)
+    _skip_writes(root, "quick-gelu.wgsl.jinja", "y[i] = {{ scalar }}(quick_gelu(f32(x[i])));",
+                 "y[i] = {{ scalar }}(2.0 * quick_gelu(f32(x[i])));")  # wrong now, and digested
+    (root / "metadata.json").unlink()
+    isolated = run_package_tests_isolated(kernel, cases=["tail-3x5-f32"], timeout=120)
+    assert isolated.error is None and isolated.ok, isolated
+    assert [r.status for r in isolated.results] == ["pass"] * len(isolated.results) and isolated.results
+
+
 def test_crashing_child_fails_the_package_not_the_command(runner: CliRunner, monkeypatch) -> None:
     monkeypatch.setenv(CRASH_HOOK_ENV, "tail-3x5-f16")
     result = runner.invoke(main, ["test", "--isolate", QUICK_GELU, BIAS_ADD, "--json"])

@@ -24,6 +24,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -148,7 +149,8 @@ class PackageReport:
 
 @dataclass(frozen=True)
 class TestJob:
-    """What a child process needs to run a package's tests: where the package is, and the options."""
+    """What a child process needs to run a package's tests: the package as the parent opened it
+    (for a verified one, the very bytes it verified), and the options."""
 
     __test__ = False  # not a pytest class
 
@@ -157,6 +159,8 @@ class TestJob:
     needs_trust: bool
     adapter: str | None
     cases: tuple[str, ...] | None
+    metadata: dict[str, Any] | None = None
+    verified: dict[str, bytes] = field(default_factory=dict)
 
 
 # --- the runner -------------------------------------------------------------------------------------
@@ -419,14 +423,23 @@ def _message(exc: BaseException, case_path: str | None = None) -> str:
 def job_for(kernel: Kernel, *, adapter: str | None, cases: Sequence[str] | None) -> TestJob:
     p = kernel.package
     return TestJob(root=str(p.root), origin=p.origin, needs_trust=p.needs_trust, adapter=adapter,
-                   cases=tuple(cases) if cases else None)  # fmt: skip
+                   cases=tuple(cases) if cases else None, metadata=None if p.metadata is None else dict(p.metadata),
+                   verified=dict(p.verified))  # fmt: skip
 
 
 def open_job_kernel(job: TestJob) -> Kernel:
-    """The kernel of a job, opened again (and its digests checked again) in the child."""
-    from .package import open_folder
+    """The kernel of a job in the child: a verified package from the bytes the parent verified. It
+    had opened the folder again, without the Hub's and embedded packages' require_metadata, so a
+    file changed (or a metadata.json removed) after the parent opened it was what the child tested
+    (helper-27). An unverified package (an author's folder without metadata.json) is read from its
+    folder, as in the parent."""
+    from .package import KernelPackage, open_folder
 
-    package = open_folder(job.root, origin=job.origin, needs_trust=job.needs_trust)
+    if job.metadata is not None:
+        package = KernelPackage(root=Path(job.root), origin=job.origin, needs_trust=job.needs_trust,
+                                metadata=job.metadata, verified=job.verified)  # fmt: skip
+    else:
+        package = open_folder(job.root, origin=job.origin, needs_trust=job.needs_trust, verify_digests=False)
     return Kernel(package)
 
 
