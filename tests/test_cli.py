@@ -237,6 +237,21 @@ def test_an_embedded_id_that_is_also_a_package_folder_here_is_refused(runner: Cl
         assert invoke_json(runner, "info", QUICK_GELU)["origin"] == "embedded"
 
 
+def test_a_folder_named_like_a_hub_repository_is_ambiguous(runner: CliRunner, tmp_path, monkeypatch) -> None:
+    """`someone-else/com.microsoft.QuickGelu` read the folder of that name here, unverified, where
+    Python's get_kernel reads the Hub repository, which another organisation's needs trust
+    (helper-27). `./org/op` and a path of two slashes name the folder."""
+    from conftest import copy_package
+
+    monkeypatch.chdir(tmp_path)
+    copy_package(QUICK_GELU, tmp_path / "someone-else" / QUICK_GELU)
+    ref = f"someone-else/{QUICK_GELU}"
+    result = runner.invoke(main, ["info", ref])
+    assert result.exit_code == 2 and f"{ref!r} names both a Hub repository and the package folder ./{ref}" in result.output
+    assert invoke_json(runner, "info", f"./{ref}")["origin"] == "local"
+    assert invoke_json(runner, "info", str(tmp_path / ref))["origin"] == "local"
+
+
 @pytest.mark.parametrize("ref, kind, repo, pin", [
     (QUICK_GELU, "embedded", "", ""), ("./pkg", "folder", "", ""), ("/no/such/pkg", "folder", "", ""),
     ("~/pkg", "folder", "", ""), ("webgpu-kernels/com.x.Op", "hub", "webgpu-kernels/com.x.Op", ""),

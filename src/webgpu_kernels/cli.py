@@ -354,6 +354,9 @@ def classify_kernel_ref(ref: str) -> KernelRef:
                                    f"write ./{ref} for the folder, or run from another directory for the "
                                    "embedded kernel")  # fmt: skip
         return KernelRef("embedded", path)
+    if (path / "manifest.json").exists() and _hub_repo(ref):  # the same rule: Python's get_kernel reads the Hub
+        raise click.UsageError(f"{ref!r} names both a Hub repository and the package folder ./{ref} here: write "
+                               f"./{ref} for the folder, or run from another directory for the Hub repository")  # fmt: skip
     if path.exists() or ref.startswith((".", "/", "~")) or os.sep in ref and os.sep != "/":
         return KernelRef("folder", path)
     if "/" in ref:
@@ -362,6 +365,18 @@ def classify_kernel_ref(ref: str) -> KernelRef:
             return KernelRef("folder", path)  # a repository id has one slash: `a/b/c` is a path (hub.classify)
         return KernelRef("hub", path, repo=repo, pin=pin)
     return KernelRef("unknown", path)
+
+
+def _hub_repo(ref: str) -> bool:
+    """Whether get_kernel reads ``ref`` as a Hub repository (``org/op``). A folder of that name here
+    had silently stood in for it, unverified and without the trust another organisation needs
+    (helper-27)."""
+    from .hub import classify
+
+    try:
+        return classify(ref).kind == "hub"
+    except PackageError:
+        return False
 
 
 def resolve_kernel(ref: str) -> Kernel:
