@@ -519,6 +519,8 @@ def test_integer_outputs_against_a_tolerance_compare_exactly_past_2_to_the_53():
     assert elements_ok(np.array([2**62 + 300, 5], np.int64), want, Tolerance(atol=1.0)).tolist() == [False, True]
     assert elements_ok(np.array([2**62 + 1, 6], np.int64), want, Tolerance(atol=1.0)).tolist() == [True, True]
     assert not compare("Y", np.array([2**64 - 1], np.uint64), np.array([2**64 - 400], np.uint64), Tolerance(atol=2.0)).ok
+    judged = compare("Y", np.array([2**62 + 300, 5], np.int64), want, Tolerance(atol=1.0))  # its figures exact too
+    assert judged.max_abs_error == 300.0 and judged.message.endswith(f"got {2**62 + 300}, expected {2**62}")
 
 
 def test_an_expected_integer_the_output_cannot_hold_is_refused_not_clipped():
@@ -535,6 +537,10 @@ def test_an_expected_integer_the_output_cannot_hold_is_refused_not_clipped():
         expected([1, 99999999999999999999999], "int64")
     with pytest.raises(CaseFileError, match="-1 is outside uint8's range"):
         expected([300 - 300, -1], "uint8")
+    for written in ([1.0, 300.0], [1, "inf"]):  # floats and infinities are held to the range too
+        with pytest.raises(CaseFileError, match="is outside uint8's range"):
+            expected(written, "uint8")
+    assert expected([254.6, 0.4], "uint8").tolist() == [255, 0]  # whole numbers after rounding
     assert expected([2**31 - 1, -(2**31)], "int32").tolist() == [2**31 - 1, -(2**31)]
     assert build({"shape": [2], "values": [300, -1]}, dtype="uint8").tolist() == [255, 0]  # an input clips
 

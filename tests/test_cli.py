@@ -250,6 +250,8 @@ def test_a_folder_named_like_a_hub_repository_is_ambiguous(runner: CliRunner, tm
     assert result.exit_code == 2 and f"{ref!r} names both a Hub repository and the package folder ./{ref}" in result.output
     assert invoke_json(runner, "info", f"./{ref}")["origin"] == "local"
     assert invoke_json(runner, "info", str(tmp_path / ref))["origin"] == "local"
+    for command in (["validate", ref, "--no-gpu"], ["digest", "--check", ref]):  # these read only folders
+        assert runner.invoke(main, command).exit_code == 0, command
 
 
 @pytest.mark.parametrize("ref, kind, repo, pin", [

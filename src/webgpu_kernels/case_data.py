@@ -165,7 +165,7 @@ def inline_values(values: Any, dtype: str, *, clip: bool = True) -> np.ndarray:
         return cast(np.asarray(decode_values(values), dtype=np.float64), dtype)
     low, high = int(np.iinfo(target).min), int(np.iinfo(target).max)
 
-    def outside(value: int) -> ValueError:
+    def outside(value: float) -> ValueError:
         # An expected value: clipped, it had let a saturating kernel pass where the case wrote the
         # true (wider or wrapped) result (helper-28).
         return ValueError(f"{value} is outside {dtype}'s range [{low}, {high}]: an expected value must be one "
@@ -189,6 +189,8 @@ def inline_values(values: Any, dtype: str, *, clip: bool = True) -> np.ndarray:
                 raise outside(int(value))
             return min(max(int(value), low), high)
         f = SPECIAL_STRINGS[value] if isinstance(value, str) else float(value)
+        if not clip and not math.isnan(f) and not low - 0.5 <= f < high + 0.5:  # 300.0 as 300 (json.dumps writes so)
+            raise outside(f)
         return int(cast(np.array([f]), dtype)[0])  # a float: cast's rounding, clipping and NaN refusal
 
     return np.array(exact(values), dtype=target)
@@ -255,7 +257,7 @@ def _npy_array(data: bytes) -> np.ndarray:
             raise ValueError(f".npy format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
         shape, _, dtype = read_header[version](stream)
     except Exception as exc:  # noqa: BLE001 - NumPy's header parser also raises tokenize.TokenError, SyntaxError
-        raise ValueError(f"not a valid .npy file ({exc or type(exc).__name__})") from None
+        raise ValueError(f"not a valid .npy file ({str(exc) or type(exc).__name__})") from None
     count = math.prod(shape)
     if count > MAX_CASE_ELEMENTS:
         raise ValueError(f"the file holds {count} elements, more than {MAX_CASE_ELEMENTS}")
@@ -265,7 +267,7 @@ def _npy_array(data: bytes) -> np.ndarray:
     try:
         return np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 - a file the header check passed may still be malformed
-        raise ValueError(f"not a valid .npy file ({exc or type(exc).__name__})") from None
+        raise ValueError(f"not a valid .npy file ({str(exc) or type(exc).__name__})") from None
 
 
 def _npz_member(data: bytes, tensor: str | None) -> np.ndarray:

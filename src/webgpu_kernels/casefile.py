@@ -328,7 +328,7 @@ def build_tensor(
     except PackageError as exc:
         raise CaseFileError(str(exc), file=file, json_path=where) from None
     except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError, MemoryError, OverflowError) as exc:
-        raise CaseFileError(f"{spec.get('file', kind)}: {exc or type(exc).__name__}", file=file, json_path=where) from None
+        raise CaseFileError(f"{spec.get('file', kind)}: {str(exc) or type(exc).__name__}", file=file, json_path=where) from None
 
 
 @dataclass(frozen=True)
@@ -542,9 +542,14 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
         return Comparison(output, False, size=int(expected.size), tolerance=tol,
                           message=f"shape {list(got.shape)}, expected {list(expected.shape)}")  # fmt: skip
     bad = ~elements_ok(got, expected, tolerance)
+    integers = got.dtype.kind in "iu" and expected.dtype.kind in "iu"
+    as_ints = got, expected  # for the message: float64 printed 2^62 + 300 and 2^62 alike
+    # past 2^53 float64 differences are not exact: Python ints there (as elements_ok judges them)
+    exact_diff = (np.abs(got.astype(object) - expected.astype(object)).astype(np.float64)
+                  if integers and max(_magnitude(got), _magnitude(expected)) >= 2**53 else None)  # fmt: skip
     with np.errstate(invalid="ignore", over="ignore"):  # as in elements_ok
         got, want = got.astype(np.float64), expected.astype(np.float64)  # the reported errors
-        diff = np.abs(got - want)
+        diff = np.abs(got - want) if exact_diff is None else exact_diff
     nan_got, nan_want = np.isnan(got), np.isnan(want)
     finite = np.isfinite(got) & np.isfinite(want)
     mismatches = int(bad.sum())
@@ -559,6 +564,8 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
     if mismatches:
         index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), want.shape)) if want.ndim else ()
         g, w = float(got[index]), float(want[index])
+        if integers:
+            g, w = int(as_ints[0][index]), int(as_ints[1][index])
         nan_bad = int((nan_got != nan_want).sum())
         extra = f", {nan_bad} NaN position mismatch{'es' if nan_bad != 1 else ''}" if nan_bad else ""
         result.message = (f"{mismatches} of {want.size} elements outside rtol={tolerance.rtol:g} "

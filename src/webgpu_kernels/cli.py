@@ -354,9 +354,6 @@ def classify_kernel_ref(ref: str) -> KernelRef:
                                    f"write ./{ref} for the folder, or run from another directory for the "
                                    "embedded kernel")  # fmt: skip
         return KernelRef("embedded", path)
-    if (path / "manifest.json").exists() and _hub_repo(ref):  # the same rule: Python's get_kernel reads the Hub
-        raise click.UsageError(f"{ref!r} names both a Hub repository and the package folder ./{ref} here: write "
-                               f"./{ref} for the folder, or run from another directory for the Hub repository")  # fmt: skip
     if path.exists() or ref.startswith((".", "/", "~")) or os.sep in ref and os.sep != "/":
         return KernelRef("folder", path)
     if "/" in ref:
@@ -383,6 +380,10 @@ def resolve_kernel(ref: str) -> Kernel:
     """The kernel a KERNEL argument names (:func:`classify_kernel_ref`); a Hub repository is
     contract version 1 unless ``@vN`` or ``@REVISION`` follows."""
     where = classify_kernel_ref(ref)
+    if where.kind == "folder" and (where.path / "manifest.json").exists() and _hub_repo(ref):
+        # as for an embedded id; commands that take only a folder (validate, digest) read it
+        raise click.UsageError(f"{ref!r} names both a Hub repository and the package folder ./{ref} here: write "
+                               f"./{ref} for the folder, or run from another directory for the Hub repository")  # fmt: skip
     if where.kind == "folder":
         return load_kernel(where.path)
     if where.kind == "hub":

@@ -159,8 +159,8 @@ class TestJob:
     needs_trust: bool
     adapter: str | None
     cases: tuple[str, ...] | None
-    metadata: dict[str, Any] | None = None
-    verified: dict[str, bytes] = field(default_factory=dict)
+    metadata: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    verified: dict[str, bytes] = field(default_factory=dict, hash=False, compare=False)
 
 
 # --- the runner -------------------------------------------------------------------------------------
