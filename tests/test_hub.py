@@ -648,6 +648,25 @@ def test_a_tampered_cached_copy_names_the_cache_and_the_fix(server):
     assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID
 
 
+def test_a_file_the_server_sends_wrong_into_a_cached_snapshot_blames_the_server(server, hub_root):
+    """One file gone from a cached snapshot is fetched again; when the server now sends it wrong,
+    the error had blamed the cache (`snapshot.exists()`), whose advice to delete it and download
+    again fetched the same bytes (helper-27)."""
+    kernel = wk.get_kernel(OFFICIAL, version=1)
+    link = kernel.package.root / "bench.json"
+    blob = link.resolve()
+    link.unlink()
+    blob.unlink()
+    served = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "bench.json"
+    served.write_text(served.read_text(encoding="utf-8").replace("{", "{ ", 1), encoding="utf-8")  # same commit
+    hub.clear_cache()
+    with pytest.raises(DigestError) as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.file == "bench.json"
+    assert f"serves it at commit {kernel.package.commit}" in str(info.value), str(info.value)
+    assert "changed in the Hugging Face cache" not in str(info.value)
+
+
 @pytest.mark.parametrize("change, fragment", [
     ("manifest", "ManifestError"),
     ("metadata id", "names op 'com.example.Other'"),

@@ -376,11 +376,15 @@ def download(
         try:
             base = open_folder(root, origin="hub", needs_trust=trusted, require_metadata=True)
         except DigestError as exc:
+            # The failing file was the cache's if its snapshot entry was there before this call, else
+            # the server sent it now: a file re-fetched into a cached snapshot had been blamed on the
+            # cache, whose advice (delete it, download again) fetched the same bytes (helper-27).
+            failing = root / exc.file if exc.file else snapshot
+            cached = undo is None or failing in undo.entries
             if undo is not None:
                 undo.restore()
                 undo = None
-            # a snapshot left after the undo was cached before this call; else it came from the server now
-            raise _hub_digest_error(exc, repo_id, commit, endpoint, cached=snapshot.exists()) from None
+            raise _hub_digest_error(exc, repo_id, commit, endpoint, cached=cached) from None
         package = _hub_package(base, repo_id=repo_id, revision=rev, commit=commit, endpoint=endpoint,
                                from_cache=from_cache)  # fmt: skip
         if revision is None:
