@@ -648,6 +648,30 @@ def test_a_tampered_cached_copy_names_the_cache_and_the_fix(server):
     assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID
 
 
+def test_the_download_fetches_the_commit_the_listing_checked(server, monkeypatch):
+    """The listing checked one commit and snapshot_download resolved `v1` again: a push between the
+    two downloaded a commit no listing had checked, reported as the cache's (helper-27: 9 MiB more).
+    Here `v1` stops resolving right after the listing (this fake Hub keeps no old commits): only a
+    download of the listed commit succeeds. refs/v1 names it for offline use."""
+    import hub_server
+
+    real_listing, real_lookup = hub._check_listing, hub_server.HubServer._lookup
+    listed = {}
+
+    def listing(repo_id, rev, **kwargs):
+        listed["commit"] = real_listing(repo_id, rev, **kwargs)
+        monkeypatch.setattr(hub_server.HubServer, "_lookup",
+                            lambda self, repo, r: False if r == "v1" else real_lookup(self, repo, r))
+        return listed["commit"]
+
+    monkeypatch.setattr(hub, "_check_listing", listing)
+    package = wk.get_kernel(OFFICIAL, version=1).package
+    assert package.commit == listed["commit"] == server.commit_of(OFFICIAL, "v1") and not package.from_cache
+    go_offline(monkeypatch)
+    hub.clear_cache()
+    assert wk.get_kernel(OFFICIAL, version=1).package.commit == listed["commit"]
+
+
 def test_a_file_the_server_sends_wrong_into_a_cached_snapshot_blames_the_server(server, hub_root):
     """One file gone from a cached snapshot is fetched again; when the server now sends it wrong,
     the error had blamed the cache (`snapshot.exists()`), whose advice to delete it and download

@@ -412,6 +412,22 @@ def _hub_digest_error(exc: DigestError, repo_id: str, commit: str, endpoint: str
     return DigestError(f"{exc.detail} ({advice})", file=exc.file, reason=exc.reason, path=exc.path)
 
 
+def _point_ref(endpoint: str | None, repo_id: str, rev: str, commit: str) -> None:
+    """refs/<rev> of the repository's cache folder names ``commit`` (written whole, then renamed
+    into place, as huggingface_hub writes its refs), unless it already does."""
+    ref = _repo_cache_folder(endpoint, repo_id) / "refs" / rev
+    with suppress(OSError):  # a cache it cannot write is read-only: offline use then finds the older ref
+        if ref.is_file() and ref.read_text(encoding="utf-8") == commit:
+            return
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ref.with_name(f".{ref.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            tmp.write_text(commit, encoding="utf-8")
+            os.replace(tmp, ref)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
 def _repo_cache_folder(endpoint: str | None, repo_id: str) -> Path:
     """The Hub cache's folder of one repository (refs, snapshots, blobs)."""
     from huggingface_hub.file_download import repo_folder_name
@@ -462,11 +478,15 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
     cache_dir = cache_dir_for(endpoint)
     try:
         listed = None if offline else _check_listing(repo_id, rev, endpoint=endpoint, token=token)
+        # The commit the listing checked, not `rev` again: a branch moved between the two requests
+        # had downloaded a commit no listing checked, reported as the cache's (helper-27).
         path = snapshot_download(
-            repo_id, repo_type=REPO_TYPE, revision=rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
+            repo_id, repo_type=REPO_TYPE, revision=listed or rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
             cache_dir=str(cache_dir), endpoint=endpoint, local_files_only=offline, token=token,
             library_name="webgpu-kernels", library_version=_library_version(),
         )  # fmt: skip
+        if listed is not None and Path(path).name == listed != rev:
+            _point_ref(endpoint, repo_id, rev, listed)  # as a download of `rev` records it, for offline use
         # From the Hub only if it is the commit the Hub named: snapshot_download serves the cache
         # on its own when its requests fail (a 4xx included), and then the listing cannot tell.
         return path, listed is None or Path(path).name != listed
