@@ -742,8 +742,9 @@ def test_an_output_sized_with_true_division_is_a_warning(qg: Path) -> None:
     passed, and an odd width was refused at the call (helper-24's BiasSplitGelu). Output shapes and
     the derive entries they read are checked; `//` and a `/` elsewhere are not warned of."""
     def halve(m: dict) -> None:
-        m["derive"] = {**m.get("derive", {}), "half": "shapes.X[-1] / 2", "ratio": "1 / 3"}
-        m["outputs"][0]["shape"] = "shapes.X[:-1] + (half * 2,)"
+        m["derive"] = {**m.get("derive", {}), "half": "shapes.X[-1] / 2", "ratio": "1 / 3",
+                       "whole": "(shapes.X[-1] / 2) | int"}  # `| int` makes it an integer: not warned
+        m["outputs"][0]["shape"] = "shapes.X[:-1] + (half * 2 + whole - whole,)"
 
     edit_json(qg / "manifest.json", halve)
     digests.write_metadata(qg)

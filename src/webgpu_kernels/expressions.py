@@ -323,9 +323,16 @@ def _check_items(value: Any) -> None:
 
 
 def divides_truly(source: str) -> bool:
-    """Whether an expression that compiled uses ``/`` (true division: a float) rather than ``//``."""
-    return any(kind == "operator" and value == "/" for _, kind, value in
-               _SANDBOX.lexer.tokeniter(source, None, state="variable"))  # fmt: skip
+    """Whether an expression that compiled uses ``/`` (true division: a float) rather than ``//``,
+    other than under ``| int``, which makes the float an integer again (helper-29)."""
+
+    def found(node: nodes.Node, converted: bool) -> bool:
+        if isinstance(node, nodes.Div) and not converted:
+            return True
+        converted = converted or (isinstance(node, nodes.Filter) and node.name == "int")
+        return any(found(child, converted) for child in node.iter_child_nodes())
+
+    return found(Parser(_SANDBOX, source, state="variable").parse_expression(), False)
 
 
 def literal(value: Any, where: str) -> Expression:
