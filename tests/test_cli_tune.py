@@ -631,3 +631,15 @@ def test_a_candidate_with_other_outputs_is_skipped_not_a_crash(write_package, ru
     assert result.exit_code == 0, (result.output, result.exception)
     assert "skipped (output differs from the default's): noz" in " ".join(result.output.split())
 
+
+
+def test_tune_refuses_a_tuning_file_it_cannot_read_before_any_search(runner, tuning_dir, monkeypatch):
+    """Another user's tuning file (or lock) in a shared folder: tune searched a whole case, then
+    crashed with a raw PermissionError when it saved (helper-30)."""
+    tuning_dir.mkdir(exist_ok=True)
+    cache = tuning.cache_for(wk.get_device().adapter.name, wk.get_device().adapter.backend)
+    cache.path.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {}}), "utf-8")
+    monkeypatch.setattr(cli_tune.os, "access", lambda p, mode: str(p) != str(cache.path))
+    monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed before refusing"))
+    result = runner.invoke(main, ["tune", QG_DIR, *TINY])
+    assert result.exit_code == 2 and "this user cannot read the tuning file" in result.output, result.output

@@ -37,6 +37,24 @@ def test_a_lock_another_thread_held_at_the_fork_is_fresh_in_the_child(module, na
 
 
 @forking
+def test_a_tuning_cache_saving_on_another_thread_at_the_fork_is_usable_in_the_child(tuning_dir):
+    """save() holds its cache's own lock while it waits for the folder lock: a fork then left the
+    child's cache locked for good, and its first record() waited forever (helper-30)."""
+    cache = tuning.cache_for("some adapter", "vulkan")
+    held, done = threading.Event(), threading.Event()
+    holder = threading.Thread(target=lambda: (cache._lock.acquire(), held.set(), done.wait(), cache._lock.release()))
+    holder.start()
+    held.wait()
+    try:
+        got_it = in_forked_child(lambda: tuning.cache_for("some adapter", "vulkan")._lock.acquire(timeout=5),
+                                 timeout_s=30)  # fmt: skip
+    finally:
+        done.set()
+        holder.join()
+    assert got_it is True
+
+
+@forking
 def test_the_copy_pool_is_not_inherited():
     """The parent's copy threads do not exist in the child: its pool would never run a copy."""
     buffers.parallel_copy(2 * buffers.PARALLEL_COPY_MIN_CHUNK, lambda offset, size: None)  # the pool exists

@@ -522,6 +522,60 @@ def test_two_processes_saving_keep_each_others_results(tuning_dir):
     assert sorted(p.name for p in tuning_dir.iterdir() if p.name != tuning.LOCK_NAME) == ["gpu.json"]
 
 
+def test_a_later_save_does_not_put_back_what_another_process_saved_over(tuning_dir):
+    """Every save re-applied all this process's records and removals since it started: a long
+    `tune` put its old result back over a newer one, and re-deleted an entry another process had
+    saved again since (helper-30)."""
+    path = tuning_dir / "gpu.json"
+    a, b, c, d = (tuning.TuningCache(path) for _ in range(4))
+    newer = tuning.TunedChoice("vec4", {"WORKGROUP_SIZE": 128}, 5e-6)
+    a.record(QG, QG_F32, X_N, SCALAR_64)
+    a.save()
+    b.record(QG, QG_F32, X_N, newer)
+    b.save()
+    a.record("opOther", QG_F32, X_N, SCALAR_64)
+    a.save()
+    assert tuning.TuningCache(path).lookup(QG, QG_F32, X_N) == newer
+    c.forget(QG, QG_F32, X_N)
+    c.save()
+    d.record(QG, QG_F32, X_N, newer)
+    d.save()
+    c.record("opThird", QG_F32, X_N, SCALAR_64)
+    c.save()
+    assert tuning.TuningCache(path).lookup(QG, QG_F32, X_N) == newer
+
+
+def test_a_file_with_an_entry_edited_wrong_is_backed_up_before_a_save(tuning_dir):
+    """A version-3 file whose entry was hand-edited wrong ("median_s": "1e-5") lost it silently at
+    the next save; entries that are no dict were overwritten without a backup (helper-30)."""
+    path = tuning_dir / "gpu.json"
+    tuning_dir.mkdir()
+    for entries in ({"k": {"variant": "scalar", "tunables": {}, "median_s": "1e-5"}}, [["k"]]):
+        text = json.dumps({"version": 3, "entries": entries})
+        path.write_text(text, "utf-8")
+        cache = tuning.TuningCache(path)
+        cache.record(QG, QG_F32, X_N, SCALAR_64)
+        cache.save()
+        backups = list(tuning_dir.glob("gpu.json*" + tuning.BACKUP_SUFFIX))
+        assert [b.read_text("utf-8") for b in backups] == [text], backups
+        backups[0].unlink()
+
+
+def test_a_tuning_file_this_user_cannot_read_is_not_replaced(tuning_dir, monkeypatch):
+    """Another user's 0600 file in a shared folder read as corrupt: save moved it aside and wrote
+    its own, and the other user's calls lost their entries (helper-30)."""
+    path = tuning_dir / "gpu.json"
+    tuning_dir.mkdir()
+    text = json.dumps({"version": 3, "entries": {}})
+    path.write_text(text, "utf-8")
+    monkeypatch.setattr(tuning.os, "access", lambda p, mode: str(p) != str(path))  # as a user it is not
+    cache = tuning.TuningCache(path)
+    cache.record(QG, QG_F32, X_N, SCALAR_64)
+    with pytest.raises(PermissionError, match="cannot read the tuning file"):
+        cache.save()
+    assert path.read_text("utf-8") == text and not list(tuning_dir.glob("*" + tuning.BACKUP_SUFFIX))
+
+
 def test_explain_and_render_say_what_a_tuned_call_runs(adapter_file, fresh_kernel):
     """explain keeps the manifest's choice and says that a stored result applies; render shows the
     WGSL the call runs (64-wide workgroups), and the manifest's when a variant or tunables are given."""

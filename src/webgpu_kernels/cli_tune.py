@@ -3,6 +3,8 @@ per adapter and shape class (tuning.py), timed as `bench` times (benchmark.py)."
 
 from __future__ import annotations
 
+import errno
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -70,7 +72,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     if not work:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
     if not dry_run:
-        _check_writable(cache.path.parent)
+        _check_writable(cache.path)
     table = Table(title=f"tuning on {device.adapter.label()}")
     for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
         table.add_column(col)
@@ -136,7 +138,10 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                 else:
                     cache.record(kernel.tuning_key, tuning_class[0], tuning_class[1],
                                  tuning.TunedChoice(best[1], best[2], best[0]), *tuning_class[2:])  # fmt: skip
-                cache.save()  # after every case: an interrupted search keeps what it found
+                try:
+                    cache.save()  # after every case: an interrupted search keeps what it found
+                except OSError as exc:  # what _check_writable could not foresee (the folder changed since)
+                    raise click.ClickException(f"cannot save the tuning file {cache.path}: {exc}") from None
             table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
                           f"{default.variant} {defaults}", f"{default_s * 1e6:.1f}",
                           f"{best[1]} {best[2]}", f"{best[0] * 1e6:.1f}", f"{default_s / best[0]:.2f}x")  # fmt: skip
@@ -151,16 +156,25 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
         ctx.exit(1)
 
 
-def _check_writable(folder: Path) -> None:
-    """The tuning folder, made and writable now: a read-only one had crashed with a raw OSError
-    after the first case's search."""
+def _check_writable(path: Path) -> None:
+    """The tuning file's folder made and writable now, its lock file writable and the file itself
+    readable: a read-only folder had crashed with a raw OSError after the first case's search, and
+    another user's lock file (or tuning file) in a shared folder the same (helper-30)."""
+    folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check.")  # noqa: SIM115 - closed at once
         probe.close()
+        lock = folder / tuning.LOCK_NAME
+        if lock.exists():
+            with open(lock, "a"):  # as filelock opens it
+                pass
+        if path.is_file() and not os.access(path, os.R_OK):
+            raise PermissionError(errno.EACCES, "this user cannot read the tuning file", str(path))
     except OSError as exc:
-        raise click.UsageError(f"the tuning folder {folder} is not writable ({exc.strerror or exc}): set "
-                               f"{tuning.CACHE_ENV} to a writable folder, or pass --dry-run") from None  # fmt: skip
+        raise click.UsageError(f"the tuning folder {folder} is not writable ({exc.strerror or exc}"
+                               f"{': ' + exc.filename if exc.filename and exc.filename != str(folder) else ''}): set "
+                               f"{tuning.CACHE_ENV} to a folder of your own, or pass --dry-run") from None  # fmt: skip
 
 
 def _same_work(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any],

@@ -11,6 +11,7 @@ call is ignored.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -151,6 +152,11 @@ class TuningCache:
                 self._merge_and_replace()
 
     def _merge_and_replace(self) -> None:  # under both locks
+        if _is_regular_file(self.path) and not os.access(self.path, os.R_OK):
+            # another user's file in a shared folder: unreadable is not corrupt, so it is not ours to
+            # move aside and replace (it had been, and its entries left their calls; helper-30)
+            raise PermissionError(errno.EACCES, "this user cannot read the tuning file, so it is not replaced",
+                                  str(self.path))  # fmt: skip
         on_disk, foreign = _load(self.path)
         if foreign:  # another version's results, or a hand edit gone wrong: kept, not lost
             os.replace(self.path, _free_backup_name(self.path))
@@ -159,6 +165,10 @@ class TuningCache:
         self.entries = entries
         text = json.dumps({"version": FILE_VERSION, "entries": entries}, indent=1, sort_keys=True)
         replace_file(self.path, text)  # readable as the umask allows: a shared cache is read by others
+        # On disk now: a later save must not write them over what another process saved since
+        # (a long tune had put back its old results over newer ones; helper-30).
+        self._recorded.clear()
+        self._forgotten.clear()
 
 
 def _folder_lock(folder: Path) -> FileLock:
@@ -183,7 +193,10 @@ def _load(path: Path) -> tuple[dict[str, dict[str, Any]], bool]:
         return {}, _is_regular_file(path)  # a corrupt cache is ignored, never fatal
     if isinstance(data, dict) and data.get("version") == FILE_VERSION:
         entries = data.get("entries")
-        return ({k: e for k, e in entries.items() if _valid_entry(e)} if isinstance(entries, dict) else {}), False
+        if not isinstance(entries, dict):
+            return {}, True
+        valid = {k: e for k, e in entries.items() if _valid_entry(e)}
+        return valid, len(valid) != len(entries)  # an entry edited wrong: the file is backed up, not lost
     return {}, True
 
 
@@ -220,7 +233,17 @@ def _valid_entry(entry: Any) -> bool:
 generation = 0
 _caches: dict[str, TuningCache] = {}
 _lock = threading.Lock()
-fresh_in_child(globals(), _lock=threading.Lock)
+
+
+def _caches_with_fresh_locks() -> dict[str, TuningCache]:
+    """The caches, each with a new lock: a fork while another thread saved (and waited on the folder
+    lock) had left the child's cache locked for good (helper-30)."""
+    for cache in _caches.values():
+        cache._lock = threading.Lock()
+    return _caches
+
+
+fresh_in_child(globals(), _lock=threading.Lock, _caches=_caches_with_fresh_locks)
 
 
 def cache_for(adapter_name: str, backend: str) -> TuningCache:
