@@ -59,7 +59,7 @@ def main(path: str) -> None:
             if "error" in peer and not any(k.endswith("_s") for k in peer):
                 print(f"<!-- {r['case']} {dt}: {name}: {peer['error'][:120]} -->")
         print(f"| {r['kernel'].split('.')[-1]} | {r['case']} | {r['dtype'].replace('float', 'f')} "
-              f"| {r['median_s'] * 1e6:.1f} | {r['tbps']:.3f} | {fmt(r.get('peak_fraction') and r['peak_fraction'] * 100, '.1f')} "
+              f"| {r['median_s'] * 1e6:.1f} | {r['tbps']:.3f}{mark(r.get('max_error'), dt, r.get('error_ok'))} | {fmt(r.get('peak_fraction') and r['peak_fraction'] * 100, '.1f')} "
               f"| {r['copy_fraction'] * 100:.0f} | {tuned} | {fmt(tb(torch.get('eager_s')), '.3f')}{eager_mark} "
               f"| {fmt(tb(torch.get('compile_s')), '.3f')}{compile_mark} "
               f"| {fmt(ort_s and ort_s * 1e6, '.1f')}{ort_mark} | {fmt(ort_s and ort_s / r['median_s'], '.2f')} "
@@ -67,6 +67,9 @@ def main(path: str) -> None:
               f"| {fmt(ort_rt and rt and ort_rt / rt, '.2f')} "
               f"| {fmt(torch.get('transfer_s') and torch['transfer_s'] * 1e3, '.3f')} | {fmt(r.get('max_error'), '.1e')} |")
     for h in data.get("host", []):
+        if "error" in h:  # a kernel whose smallest f32 case could not run (helper-31: a KeyError here)
+            print(f"\nHost time per call, {h['kernel']}: error: {h['error']}")
+            continue
         print(f"\nHost time per call, {h['kernel']} {h.get('shapes')} on GPU-resident tensors: median "
               f"{h['median_s'] * 1e6:.1f} µs, p90 {h['p90_s'] * 1e6:.1f} µs over {h['calls']} calls"
               + (f"; after the GPU timing, {h['after_gpu_timing_median_s'] * 1e6:.1f} µs."

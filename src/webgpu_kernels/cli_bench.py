@@ -337,7 +337,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     if plot_path:
         _plot(rows, peak, plot_path)
         console.print(f"plot: {plot_path}")
-    failed = [r for r in rows if "error" in r or not r.get("error_ok", True) or not r.get("tuned", {}).get("error_ok", True)]
+    failed = [r for r in rows if "error" in r or r.get("error_ok") is False or r.get("tuned", {}).get("error_ok") is False]
     if failed:  # a CI job must see it: exit status 1, as `test` and `validate` do
         names_ = ", ".join(f"{r['kernel'].split('.')[-1]} {r['case']} {r['dtype']}" for r in failed)
         console.print(Text(f"{len(failed)} of {len(rows)} cases failed (error or WRONG output): {names_}", style="red"))
@@ -446,7 +446,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         row["copy_tbps"] = copies[result.bytes]
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
         row["beyond_memory"] = _beyond_memory(result.peak_fraction, row["copy_fraction"])
-        row["error_ok"] = result.error_ok is not False
+        row["error_ok"] = result.error_ok  # None: no reference checked it (it had read True; helper-31)
     except KernelError as exc:
         row["error"] = str(exc)
         return row
@@ -478,10 +478,11 @@ def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str,
         check, against = (lambda outputs: check_against(outputs, expected, tolerance)), "default"
     tuned = default if same else bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
                                               check=check, flops=flops)  # fmt: skip
-    # A tuned kernel that computes something else is WRONG, not fast.
-    ok = tuned.error_ok is not False
-    return {"variant": variant, "tunables": tunables, "tbps": tuned.tbps, "tflops": tuned.tflops,
-            "median_s": tuned.median_s, "same_as_default": same, "max_error": tuned.max_error, "error_ok": ok,
+    # A tuned kernel that computes something else is WRONG, not fast. Its TB/s counts the default's
+    # bytes, as the peers' do: a variant writing an optional output the default does not had been
+    # credited with those bytes too (helper-31).
+    return {"variant": variant, "tunables": tunables, "tbps": default.bytes / tuned.median_s / 1e12 if tuned.median_s > 0 else float("nan"), "tflops": tuned.tflops,
+            "median_s": tuned.median_s, "same_as_default": same, "max_error": tuned.max_error, "error_ok": tuned.error_ok,
             "checked_against": against if tuned.max_error is not None else None}
 
 
@@ -592,9 +593,9 @@ def _one_line(row: dict[str, Any]) -> str:
     tuned = "" if "tbps" not in row.get("tuned", {}) else f", tuned {row['tuned']['tbps']:.3f} TB/s"
     if "error" in row.get("tuned", {}):
         tuned = f", tuned: error {row['tuned']['error'][:100]}"
-    if not row.get("tuned", {}).get("error_ok", True):
+    if row.get("tuned", {}).get("error_ok") is False:
         tuned += f" WRONG: max error {row['tuned']['max_error']:.3g}"
-    wrong = "" if row.get("error_ok", True) else f", WRONG: max error {row['max_error']:.3g}"
+    wrong = "" if row.get("error_ok") is not False else f", WRONG: max error {row['max_error']:.3g}"
     if not row.get("stable", True):  # the figure of two batches that did not agree
         wrong += f", unstable: batch medians did not agree in {row['batches']} batches"
     if "slow_state" in row:
@@ -635,7 +636,7 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
         torch_peer, ort_peer = by_peer.get("torch", {}), by_peer.get("ort-webgpu", {})
         per_s = lambda s: None if not s else row["bytes"] / s / 1e12  # noqa: E731
         ort_s = ort_peer.get("device_s")
-        err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok", True) else " WRONG")
+        err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok") is not False else " WRONG")
 
         def checked(text: str, ok: bool | None) -> str:
             # A figure whose output failed the reference check says so in its own cell.
@@ -647,7 +648,7 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
             f"{row['median_s'] * 1e6:.1f}", _tbps_text(row), *((_fmt(row.get("tflops"), ".3f"),) if flops else ()),
             _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
             f"{row['copy_fraction'] * 100:.1f}",
-            "error" if "error" in tuned else _fmt(tuned.get("tbps"), ".3f") + ("" if tuned.get("error_ok", True) else " WRONG"),
+            "error" if "error" in tuned else _fmt(tuned.get("tbps"), ".3f") + ("" if tuned.get("error_ok") is not False else " WRONG"),
             checked(_fmt(per_s(torch_peer.get("eager_s")), ".3f"), torch_peer.get("eager_ok")),
             checked(_fmt(per_s(torch_peer.get("compile_s")), ".3f"), torch_peer.get("compile_ok")),
             checked(_fmt(ort_s and ort_s * 1e6, ".1f"), ort_peer.get("device_ok")),
@@ -668,6 +669,9 @@ def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[s
     for row in rows:
         if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
             console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: error: {row['error']}", style="red"))
+        if "error" in row.get("tuned", {}):  # in full too (its line had cut it at 100 characters; helper-31)
+            console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: the tuned choice: error: "
+                               f"{row['tuned']['error']}", style="red"))  # fmt: skip
         for peer, result in row.get("peers", {}).items():
             if "error" in result:
                 console.print(Text(f"{peer} on {row['case']} {row['dtype']}: {result['error'][:160]}", style="yellow"))
@@ -700,7 +704,7 @@ def _plot(rows: list[dict[str, Any]], peak: float | None, path: str) -> None:
 
 #: Points the plot marks over its lines, as the table and the lines do: (label, test, style).
 _PLOT_MARKS: tuple[tuple[str, Callable[[dict[str, Any]], Any], dict[str, Any]], ...] = (
-    ("WRONG output", lambda row: not row.get("error_ok", True), {"marker": "x", "color": "red", "s": 90}),
+    ("WRONG output", lambda row: row.get("error_ok") is False, {"marker": "x", "color": "red", "s": 90}),
     ("past memory (* in the table)", lambda row: row.get("beyond_memory"),
      {"marker": "*", "color": "gold", "edgecolors": "black", "s": 120}),
     ("unsettled or in the slow state", lambda row: not row.get("stable", True) or row.get("slow_state", {}).get("persists"),
