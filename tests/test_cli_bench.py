@@ -950,3 +950,11 @@ def test_force_color_off_a_terminal_keeps_a_line_per_case_and_no_live_frames(run
     assert "\r" not in result.stderr
     starts = [line for line in result.stderr.splitlines() if "tiny-4096" in line]
     assert starts and "QuickGelu tiny-4096" in starts[0]
+
+
+def test_a_named_kernel_without_a_bench_json_is_said_not_left_out(runner):
+    """Named beside one that has cases, a package without bench.json had been dropped without a
+    word, and the run looked complete (helper-31)."""
+    result = runner.invoke(main, ["bench", QG_DIR, str(PACKAGES_DIR / "demo.ScaleShift"), *TINY, "--no-host"])
+    assert result.exit_code == 0, result.output
+    assert "demo.ScaleShift: no bench.json in the package, so nothing of it is timed" in " ".join(result.output.split())
