@@ -527,22 +527,16 @@ def test_a_later_save_does_not_put_back_what_another_process_saved_over(tuning_d
     `tune` put its old result back over a newer one, and re-deleted an entry another process had
     saved again since (helper-30)."""
     path = tuning_dir / "gpu.json"
-    a, b, c, d = (tuning.TuningCache(path) for _ in range(4))
     newer = tuning.TunedChoice("vec4", {"WORKGROUP_SIZE": 128}, 5e-6)
-    a.record(QG, QG_F32, X_N, SCALAR_64)
-    a.save()
-    b.record(QG, QG_F32, X_N, newer)
-    b.save()
-    a.record("opOther", QG_F32, X_N, SCALAR_64)
-    a.save()
-    assert tuning.TuningCache(path).lookup(QG, QG_F32, X_N) == newer
-    c.forget(QG, QG_F32, X_N)
-    c.save()
-    d.record(QG, QG_F32, X_N, newer)
-    d.save()
-    c.record("opThird", QG_F32, X_N, SCALAR_64)
-    c.save()
-    assert tuning.TuningCache(path).lookup(QG, QG_F32, X_N) == newer
+    for old_change in (lambda cache: cache.record(QG, QG_F32, X_N, SCALAR_64), lambda cache: cache.forget(QG, QG_F32, X_N)):
+        slow, fast = tuning.TuningCache(path), tuning.TuningCache(path)
+        old_change(slow)
+        slow.save()
+        fast.record(QG, QG_F32, X_N, newer)  # another process, after the slow one's save
+        fast.save()
+        slow.record("opOther", QG_F32, X_N, SCALAR_64)  # the slow one's next case
+        slow.save()
+        assert tuning.TuningCache(path).lookup(QG, QG_F32, X_N) == newer
 
 
 def test_a_file_with_an_entry_edited_wrong_is_backed_up_before_a_save(tuning_dir):
