@@ -186,7 +186,8 @@ def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
 
 def _load(path: Path) -> tuple[dict[str, dict[str, Any]], bool]:
     """A tuning file's valid entries, and whether it is a regular file that is no tuning file of
-    this version (another version's, or one that does not parse), which a save must not overwrite."""
+    this version (another version's, one that does not parse, or one with an entry edited wrong),
+    which a save must not overwrite."""
     try:
         data = decode_json(read_file(path.parent, path.name))
     except (PackageError, ValueError):
