@@ -122,6 +122,31 @@ def test_wgsl_float(value, suffix, text):
     assert wgsl_float(value, suffix) == text
 
 
+def _nearest(text: str, dtype) -> float:
+    """The value of type ``dtype`` nearest the decimal ``text`` (ties to even), as a shader compiler
+    that rounds the decimal straight to the type reads it."""
+    from fractions import Fraction
+
+    exact = Fraction(text)
+    guess = np.array(float(exact), dtype)
+    candidates = [np.nextafter(guess, -np.inf, dtype=dtype), guess, np.nextafter(guess, np.inf, dtype=dtype)]
+    finite = [c for c in candidates if np.isfinite(c)]
+    return float(min(finite, key=lambda c: (abs(Fraction(float(c)) - exact), int(c.view(f"u{c.itemsize}")) & 1)))
+
+
+@pytest.mark.parametrize("value, suffix", [
+    (1 + 2**-24, "f"), (1 + 3 * 2**-24, "f"), (1.702, "f"), (0.1, "f"), (3.4028235e38, "f"), (-1e-40, "f"),
+    (1 + 2**-11, "h"), (65519.0, "h"), (0.1, "h"), (6e-8, "h"),
+])  # fmt: skip
+def test_wgsl_float_with_a_suffix_reads_back_as_the_value_rounded_to_its_type(value, suffix):
+    """The float64 shortest text of 1 + 2^-24 (halfway between two f32s) read back, rounded straight
+    to f32, as the upper one; numpy's float32(1 + 2^-24) is 1.0. 3.4028235e38 (NumPy's print of
+    the largest f32) and 65519 (rounds to f16's 65504) were refused (helper-32)."""
+    dtype = np.float32 if suffix == "f" else np.float16
+    text = wgsl_float(value, suffix)
+    assert text.endswith(suffix) and _nearest(text[:-1], dtype) == float(dtype(value)), text
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), "1.0", True, None])
 def test_wgsl_float_refuses(value):
     with pytest.raises(ValueError):

@@ -15,12 +15,14 @@ import functools
 import math
 import operator
 import re
+import struct
 import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Literal, cast
 
+import numpy as np
 from jinja2 import BaseLoader, Template, TemplateNotFound, TemplateSyntaxError, nodes, pass_context
 from jinja2 import filters as jinja_filters
 from jinja2 import tests as jinja_tests
@@ -85,9 +87,19 @@ def wgsl_float(value: Any, suffix: str = "") -> str:
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"WGSL has no literal for {number!r}")
-    if abs(number) > _FLOAT_SUFFIX_MAX[suffix]:  # the shader compiler would refuse it, far from here
-        raise ValueError(f"{number!r} is beyond the range of {'f32' if suffix == 'f' else 'f16'}")
     text = repr(number)
+    if suffix:
+        # Rounded to the suffix's type first, then its shortest text in that type: the shortest
+        # float64 text of a value halfway between two f32s (1 + 2^-24) read back as the other one
+        # in the shader, and a value that rounds to the largest f32 (3.4028235e38, as NumPy prints
+        # it) was refused (helper-32). Only a value that rounds to an infinity is beyond the type.
+        packing = "<f" if suffix == "f" else "<e"
+        try:
+            rounded = struct.unpack(packing, struct.pack(packing, number))[0]
+        except OverflowError:  # the shader compiler would refuse it, far from here
+            raise ValueError(f"{number!r} is beyond the range of {'f32' if suffix == 'f' else 'f16'}") from None
+        # both read back as `rounded` in the type; the shorter ("1.702", not "1.7020000219345093")
+        text = min(str((np.float32 if suffix == "f" else np.float16)(rounded)), repr(rounded), key=len)
     if "e" not in text and "." not in text:
         text += ".0"
     return text + suffix
