@@ -489,3 +489,20 @@ def test_short_repr_is_repr_cut_and_built_only_as_far_as_it_is_shown():
     assert short_repr([STATIC_FUNCTIONS["dim"]]) == "[<function>]" and short_repr(2**5000) == "<int of 5001 bits>"
     # a NumPy scalar (an attribute a caller passed) by its value, an array by its type (helper-18)
     assert short_repr([np.float32(1.5), np.int64(3), np.array(2.0), np.arange(3)]) == "[1.5, 3, 2.0, <ndarray>]"
+
+
+def test_a_call_with_the_wrong_arguments_names_the_function_as_the_language_does():
+    """Python's message named its own functions: "_dim() missing 1 required positional argument",
+    and "<lambda>()" for f16Ok (helper-32)."""
+    import numpy as np
+
+    import webgpu_kernels as wk
+
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    x = {"X": np.ones((2, 3), np.float32)}
+    for source, said in (("dim(shapes.X)", "TypeError: dim() missing 1 required positional argument: 'axis'"),
+                         ("numel(shapes.X, 2)", "TypeError: numel() takes 1 positional argument but 2 were given"),
+                         ("f16Ok()", "TypeError: f16Ok() missing 1 required positional argument: 'dtype'")):  # fmt: skip
+        with pytest.raises(wk.ExpressionError) as info:
+            kernel.evaluate(source, x)
+        assert str(info.value).endswith(said), str(info.value)

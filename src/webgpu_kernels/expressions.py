@@ -173,6 +173,8 @@ STATIC_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "min": _min,
     "max": _max,
 }
+for _name, _function in STATIC_FUNCTIONS.items():  # Python's "_dim() missing 1 required ..." names them
+    _function.__name__ = _function.__qualname__ = _name  # as the language does (helper-32)
 DEVICE_FUNCTIONS = ("f16Ok",)
 FUNCTION_NAMES = frozenset(STATIC_FUNCTIONS) | frozenset(DEVICE_FUNCTIONS)
 #: Names a derive entry or constant may not take: the namespaces, the functions, and ``self``,

@@ -129,7 +129,12 @@ class Program:
         shapes = signature.shape_map()
         type_bindings = signature.type_bindings()
         scope: dict[str, Any] = dict(STATIC_FUNCTIONS)
-        scope["f16Ok"] = lambda dtype: dtype != "f16" or device.has_f16
+
+        def f16Ok(dtype: Any) -> bool:  # noqa: N802 - the language's name, which a wrong call's message shows
+            return bool(dtype != "f16" or device.has_f16)
+
+        f16Ok.__qualname__ = "f16Ok"
+        scope["f16Ok"] = f16Ok
         scope.update(
             shapes=shapes,
             ranks={role: len(shape) for role, shape in shapes.items()},
