@@ -129,7 +129,8 @@ def _nearest(text: str, dtype) -> float:
 
     exact = Fraction(text)
     guess = np.array(float(exact), dtype)
-    candidates = [np.nextafter(guess, -np.inf, dtype=dtype), guess, np.nextafter(guess, np.inf, dtype=dtype)]
+    with np.errstate(over="ignore"):  # past the largest value: inf, dropped below
+        candidates = [np.nextafter(guess, -np.inf, dtype=dtype), guess, np.nextafter(guess, np.inf, dtype=dtype)]
     finite = [c for c in candidates if np.isfinite(c)]
     return float(min(finite, key=lambda c: (abs(Fraction(float(c)) - exact), int(c.view(f"u{c.itemsize}")) & 1)))
 
