@@ -32,7 +32,7 @@ import numpy as np
 
 import webgpu_kernels as wk
 from webgpu_kernels.benchmark import bench_kernel, random_array
-from webgpu_kernels.references import REFERENCES, max_abs_error
+from webgpu_kernels.references import REFERENCES, Tolerance, check_against
 
 rng = np.random.default_rng(0)
 QG, BA = "com.microsoft.QuickGelu", "com.microsoft.BiasAdd"
@@ -50,7 +50,7 @@ def run(op: str, arrays: dict, configs: list) -> None:
     reference = REFERENCES[op](arrays, {"alpha": 1.702} if op == QG else {})
     for kernel, name, tunables, expected in configs:
         want = expected or reference
-        r = bench_kernel(kernel, arrays, tunables=tunables, check=lambda o, want=want: max_abs_error(o, want))
+        r = bench_kernel(kernel, arrays, tunables=tunables, check=lambda o, want=want: check_against(o, want, Tolerance.of([DTYPE])))
         print(f"{op.split('.')[-1]} {DTYPE} {name:24s}: {r.variant:8s} {r.median_s * 1e6:8.1f} us {r.tbps:.3f} TB/s "
               f"err {r.max_error:.2e}", flush=True)  # fmt: skip
 
