@@ -7,7 +7,7 @@ import statistics
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import astuple
+from dataclasses import asdict
 from typing import Any
 
 import click
@@ -174,7 +174,7 @@ def compare(actual: Any, expected: Any) -> dict[str, Any]:
     a = np.asarray(actual)
     got = a.astype(np.float64)
     want = overflow_as_inf(np.asarray(expected).astype(np.float64), a.dtype)  # as the output's dtype rounds it
-    absolute, relative = astuple(Tolerance.of([a.dtype.name]))
+    tolerance = Tolerance.of([a.dtype.name])
     if got.shape != want.shape:
         return {"shapeMismatch": [list(got.shape), list(want.shape)], "maxAbsError": None, "maxRelError": None,
                 "nonFiniteMismatches": None, "beyondTolerance": None}  # fmt: skip
@@ -191,8 +191,8 @@ def compare(actual: Any, expected: Any) -> dict[str, Any]:
         "maxAbsError": float(diff.max()) if diff.size else None,
         "maxRelError": float((diff[rel_mask] / scale[rel_mask]).max()) if rel_mask.any() else None,
         "nonFiniteMismatches": mismatches,
-        "beyondTolerance": int((diff > absolute + relative * scale).sum()),
-        "tolerance": {"absolute": absolute, "relative": relative},
+        "beyondTolerance": int((diff > tolerance.allowance(want[both])).sum()),
+        "tolerance": asdict(tolerance),
     }
 
 

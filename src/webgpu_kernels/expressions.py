@@ -325,8 +325,9 @@ def _check_items(value: Any) -> None:
 
 
 def divides_truly(source: str) -> bool:
-    """Whether an expression that compiled uses ``/`` (true division: a float) rather than ``//``,
-    other than under ``| int``, which makes the float an integer again (helper-29)."""
+    """Whether an expression uses ``/`` (true division: a float) rather than ``//``, other than
+    under ``| int``, which makes the float an integer again (helper-29); False for one that does
+    not parse (its compile error is reported where it is checked)."""
 
     def found(node: nodes.Node, converted: bool) -> bool:
         if isinstance(node, nodes.Div) and not converted:
@@ -334,7 +335,11 @@ def divides_truly(source: str) -> bool:
         converted = converted or (isinstance(node, nodes.Filter) and node.name == "int")
         return any(found(child, converted) for child in node.iter_child_nodes())
 
-    return found(Parser(_SANDBOX, source, state="variable").parse_expression(), False)
+    try:
+        tree = Parser(_SANDBOX, source, state="variable").parse_expression()
+    except TemplateSyntaxError:
+        return False
+    return found(tree, False)
 
 
 def literal(value: Any, where: str) -> Expression:

@@ -61,6 +61,17 @@ class Tolerance:
         floats = [FLOAT_TOLERANCE[d] for d in dtypes if d in FLOAT_TOLERANCE]
         return cls(*max(floats) if floats else OTHER_TOLERANCE)
 
+    def allowance(self, ref: np.ndarray) -> np.ndarray:
+        """Each element's allowed |output - reference|: absolute + relative x |reference|, and 0
+        where the reference is infinite or NaN (it allows nothing but itself). Built in place: one
+        array the reference's size (an 84M-element output is 670 MB in float64)."""
+        allowed = np.abs(ref)
+        with np.errstate(invalid="ignore"):  # 0 x inf, where the last line puts 0 anyway
+            allowed *= self.relative
+        allowed += self.absolute
+        allowed[~np.isfinite(ref)] = 0.0
+        return allowed
+
     def agrees(self, outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]) -> bool:
         """Every expected output is there, of its shape, with every element within the tolerance
         (NaN where the reference has NaN and equal infinities agree; see :func:`max_abs_error`)."""
@@ -111,12 +122,7 @@ def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
         diff = _errors(np.asarray(outputs[name], dtype=np.float64), ref)
         if diff.size:
             worst = max(worst, float(diff.max()))
-            allowed = np.abs(ref)  # in place from here: one array the output's size, not three
-            with np.errstate(invalid="ignore"):  # 0 x inf, where the next line puts 0 anyway
-                allowed *= tolerance.relative
-            allowed += tolerance.absolute
-            allowed[~np.isfinite(ref)] = 0.0  # an infinite (or NaN) reference allows nothing but itself
-            ok = ok and bool((diff <= allowed).all())
+            ok = ok and bool((diff <= tolerance.allowance(ref)).all())
     return Agreement(worst, ok)
 
 

@@ -68,8 +68,8 @@ _FILTERS = ("abs", "default", "first", "float", "int", "join", "last", "length",
             "string", "trim", "upper", "list", "replace", "indent")  # fmt: skip
 
 
-#: The largest magnitude each literal suffix can hold (none: an abstract float, any finite value).
-_FLOAT_SUFFIX_MAX = {"": math.inf, "f": 3.4028234663852886e38, "h": 65504.0}
+#: Each literal suffix and the struct format of its type (none: an abstract float, any finite value).
+_FLOAT_SUFFIX_PACKING = {"": None, "f": "<f", "h": "<e"}
 
 
 def _shown(value: Any) -> str:
@@ -82,18 +82,18 @@ def wgsl_float(value: Any, suffix: str = "") -> str:
     """A WGSL floating-point literal for ``value`` (``1.702``, ``1e-05``); ``suffix`` "f" or "h"."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"wgsl_float needs a number, got {_shown(value)}")
-    if not isinstance(suffix, str) or suffix not in _FLOAT_SUFFIX_MAX:  # (a tuple would be hashed whole)
+    if not isinstance(suffix, str) or suffix not in _FLOAT_SUFFIX_PACKING:  # (a tuple would be hashed whole)
         raise ValueError(f"wgsl_float's suffix is 'f', 'h' or none, got {_shown(suffix)}")
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"WGSL has no literal for {number!r}")
     text = repr(number)
-    if suffix:
+    packing = _FLOAT_SUFFIX_PACKING[suffix]
+    if packing:
         # Rounded to the suffix's type first, then its shortest text in that type: the shortest
         # float64 text of a value halfway between two f32s (1 + 2^-24) read back as the other one
         # in the shader, and a value that rounds to the largest f32 (3.4028235e38, as NumPy prints
         # it) was refused (helper-32). Only a value that rounds to an infinity is beyond the type.
-        packing = "<f" if suffix == "f" else "<e"
         try:
             rounded = struct.unpack(packing, struct.pack(packing, number))[0]
         except OverflowError:  # the shader compiler would refuse it, far from here

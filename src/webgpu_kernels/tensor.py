@@ -91,7 +91,7 @@ class GpuTensor:
 
     def numpy(self) -> np.ndarray:
         """Copy the tensor to a new NumPy array (submits any recorded work first)."""
-        buffer = self.buffer
+        self.buffer  # noqa: B018 - a released tensor says so first (its buffer is taken under the lock below)
         if self._device.memory.forked:  # a tensor the parent made (calls refuse in get_device instead)
             raise DeviceError(FORKED)
         if self._device.lost:  # the read would say "the next call opens a new one", which never helps this tensor
@@ -126,7 +126,8 @@ class GpuTensor:
     def __copy__(self) -> GpuTensor:
         """A new tensor with this one's data in a buffer of its own, copied on the device. (A copy
         sharing the buffer would give it back to the pool while this tensor still used it.)"""
-        source, memory, size = self.buffer, self._device.memory, self._bound_bytes
+        self.buffer  # noqa: B018 - a released tensor says so first (its buffer is taken under the lock below)
+        memory, size = self._device.memory, self._bound_bytes
         if memory.forked:
             raise DeviceError(FORKED)
         if self._device.lost:  # as numpy(): "the next call opens a new one" never helps this tensor
