@@ -503,17 +503,26 @@ def elements_ok(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.n
     if got.dtype.kind in "iu" and want.dtype.kind in "iu":
         if not (tolerance.atol or tolerance.rtol):
             return _equal_integers(got, want)
-        if max(_magnitude(got), _magnitude(want)) >= 2**53:  # float64 is exact below: the fast way
-            # Python ints: exact differences, compared exactly with the float bound (helper-28:
-            # 2^62 + 300 passed against 2^62 at atol=1 in float64).
-            g, w = got.astype(object), want.astype(object)
-            bound = tolerance.atol + tolerance.rtol * np.abs(w)
-            return np.asarray(np.abs(g - w) <= bound, dtype=bool)
+        exact = _exact_integer_diff(got, want)
+        if exact is not None:  # compared exactly with the float bound
+            bound = tolerance.atol + tolerance.rtol * np.abs(want.astype(object))
+            return np.asarray(exact <= bound, dtype=bool)
     with np.errstate(invalid="ignore", over="ignore"):  # a signalling NaN's cast is "invalid"
         got, want = got.astype(np.float64), want.astype(np.float64)
         finite = np.isfinite(got) & np.isfinite(want)
         within = finite & (np.abs(got - want) <= tolerance.atol + tolerance.rtol * np.abs(want))
         return within | (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
+
+
+def _exact_integer_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray | None:
+    """``|got - want|`` as Python ints when both are integers past 2^53, where float64 differences
+    are not exact (helper-28: 2^62 + 300 passed against 2^62 at atol=1); None where float64 is
+    exact, the fast way."""
+    if not (got.dtype.kind in "iu" and want.dtype.kind in "iu"):
+        return None
+    if max(_magnitude(got), _magnitude(want)) < 2**53:
+        return None
+    return np.abs(got.astype(object) - want.astype(object))
 
 
 def _magnitude(a: np.ndarray) -> int:
@@ -544,12 +553,10 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
     bad = ~elements_ok(got, expected, tolerance)
     integers = got.dtype.kind in "iu" and expected.dtype.kind in "iu"
     as_ints = got, expected  # for the message: float64 printed 2^62 + 300 and 2^62 alike
-    # past 2^53 float64 differences are not exact: Python ints there (as elements_ok judges them)
-    exact_diff = (np.abs(got.astype(object) - expected.astype(object)).astype(np.float64)
-                  if integers and max(_magnitude(got), _magnitude(expected)) >= 2**53 else None)  # fmt: skip
+    exact = _exact_integer_diff(got, expected)  # as elements_ok judges them
     with np.errstate(invalid="ignore", over="ignore"):  # as in elements_ok
         got, want = got.astype(np.float64), expected.astype(np.float64)  # the reported errors
-        diff = np.abs(got - want) if exact_diff is None else exact_diff
+        diff = np.abs(got - want) if exact is None else exact.astype(np.float64)
     nan_got, nan_want = np.isnan(got), np.isnan(want)
     finite = np.isfinite(got) & np.isfinite(want)
     mismatches = int(bad.sum())
