@@ -133,7 +133,7 @@ CASES = [
          ("no variant can run this call", "baseOk"), None,
          {"tunables": {"WORKGROUP_SIZE": 4 * LIMIT}}),
     Case("workgroup-above-device-limit", BA, bias_inputs, errors.DeviceLimitError,
-         ("maxComputeWorkgroupSizeX", f"{4 * LIMIT}", "pass 'main'"), "tunables",
+         ("maxComputeWorkgroupSizeX", f"{4 * LIMIT}", "pass 'main'"), "WORKGROUP_SIZE",
          {"tunables": {"WORKGROUP_SIZE": 4 * LIMIT}}, contract=False),
     # options
     Case("bad-output-kind", QG, qg_inputs, errors.InputError, ("numpy", "gpu"), "output", {"output": "torch"}),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -156,8 +156,11 @@ def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
                                    f"holds at most {min(max_binding, max_buffer)})", f"{size} bytes")  # fmt: skip
 
 
-def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int]) -> None:
-    """Refuse, before any GPU work, what the device cannot do: binding sizes, workgroup sizes."""
+def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int],
+                 workgroup_tunables: Sequence[str]) -> None:  # fmt: skip
+    """Refuse, before any GPU work, what the device cannot do: binding sizes, workgroup sizes. A
+    workgroup too large is blamed on the tunables its size reads (``workgroup_tunables``), which the
+    caller can lower; one fixed by the package is the variant's."""
     max_binding = device.limits["max-storage-buffer-binding-size"]
     max_buffer = device.limits["max-buffer-size"]
     for b in resolved.bindings:
@@ -170,8 +173,9 @@ def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int
               ("maxComputeInvocationsPerWorkgroup", x * y * z))  # fmt: skip
     for limit, value in checks:
         if value > limits[limit]:
-            raise DeviceLimitError("tunables", f"a workgroup within the device's {limit} = {limits[limit]}",
-                                   f"{value} (pass {resolved.pass_id!r})")  # fmt: skip
+            fixed = "" if workgroup_tunables else ", a workgroupSize the package fixes"
+            raise DeviceLimitError(", ".join(workgroup_tunables) or "variant", f"a workgroup within the device's "
+                                   f"{limit} = {limits[limit]}", f"{value} (pass {resolved.pass_id!r}{fixed})")  # fmt: skip
 
 
 def check_workgroup_storage(device: Device, wgsl: str, resolved: ResolvedPass, variant: str) -> None:

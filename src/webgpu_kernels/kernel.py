@@ -46,7 +46,7 @@ from .execution import (
 from .expressions import Expression, ExpressionCompiler
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
-from .program import DeviceInfo, OutputSpec, compile_program, tensor_bytes
+from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, bound_roles, resolve_variant
 from .selection import Selection, Verdict, require_choice, select_variant
 from .templates import MAX_TEMPLATE_BYTES, NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
@@ -504,9 +504,10 @@ class Kernel:
                       resolved: Any, device: Device) -> None:  # fmt: skip
         """Refuse, before anything is built, a binding with no tensor or one the device cannot hold."""
         sizes = tensor_bytes(self.manifest, signature, outputs)
-        for r in resolved:
+        variant = cast(CompiledVariant, self.program.variant(variant_id))
+        for r, compiled in zip(resolved, variant.passes, strict=True):
             check_bound(r, sizes, variant_id)
-            check_limits(device, r, sizes)
+            check_limits(device, r, sizes, self.program.tunables_read(compiled.workgroup_size, variant))
 
     def tuning_class(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None) -> TuningClass:
         """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):

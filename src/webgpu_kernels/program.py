@@ -191,18 +191,29 @@ class Program:
     def _inputs_read(self, expr: Expression) -> list[str]:
         """The inputs whose shape or rank ``expr`` reads, itself or through derive entries."""
         inputs = {spec.role for spec in self.manifest.inputs}
-        derive = dict(self.derive)
-        roles: list[str] = []
-        pending, seen = [expr], set()
+        return self._names_read([expr], ("shapes", "ranks"), inputs, dict(self.derive))
+
+    def tunables_read(self, exprs: Sequence[Expression], variant: CompiledVariant) -> list[str]:
+        """The tunables ``exprs`` of ``variant`` read, themselves or through derive entries and constants
+        (a tunable too large for the device is the caller's to change; a literal is the package's)."""
+        named = dict(self.derive + self.constants + variant.constants)  # a variant's constant shadows
+        return self._names_read(exprs, ("tunables",), set(self.manifest.tunables), named)
+
+    @staticmethod
+    def _names_read(exprs: Sequence[Expression], namespaces: tuple[str, ...], names: set[str],
+                    named: Mapping[str, Expression]) -> list[str]:  # fmt: skip
+        """The ``names`` under ``namespaces`` that ``exprs`` read, themselves or through ``named``."""
+        found: list[str] = []
+        pending, seen = list(exprs), set()
         while pending:
             for ref in pending.pop().references:
-                namespace, _, role = ref.partition(".")
-                if namespace in ("shapes", "ranks") and role in inputs and role not in roles:
-                    roles.append(role)
-                elif ref in derive and ref not in seen:
+                namespace, _, name = ref.partition(".")
+                if namespace in namespaces and name in names and name not in found:
+                    found.append(name)
+                elif ref in named and ref not in seen:
                     seen.add(ref)
-                    pending.append(derive[ref])
-        return roles
+                    pending.append(named[ref])
+        return found
 
     def _output_shape(self, expr: Expression, scope: Mapping[str, Any]) -> tuple[int, ...]:
         try:

@@ -223,9 +223,9 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 cov.failed += 1
                 unbound.setdefault((cv.variant.json_path, vid, exc.argument), []).append(f"{call.case} ({label})")
                 continue
-            for r in resolved:
+            for r, cpass in zip(resolved, cv.passes, strict=True):
                 try:
-                    check_limits(device, r, sizes)
+                    check_limits(device, r, sizes, program.tunables_read(cpass.workgroup_size, cv))
                 except DeviceLimitError as exc:  # this adapter's limits, not the package's fault: a warning
                     refusals.setdefault(str(exc), []).append(vid)
                     cov.refused += 1
