@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import webgpu_kernels as wk
-from webgpu_kernels import cli_bench, cli_tune, tuning
+from webgpu_kernels import bench_report, cli_bench, cli_tune, tuning
 from webgpu_kernels.benchmark import known_peak
 from webgpu_kernels.cli import main
 from webgpu_kernels.digests import write_metadata
@@ -256,7 +256,7 @@ def test_the_plot_marks_wrong_unsettled_and_past_memory_points():
             _row(bytes=1 << 20, tbps=9.0, copy_tbps=0.5, beyond_memory=True),
             _row(bytes=1 << 28, tbps=1.5, copy_tbps=1.7, slow_state={"replaced": [], "persists": "its copy read"}),
             _row(bytes=1 << 29, tbps=4.0, copy_tbps=4.1, stable=False), {**ok, "error": "refused"}]  # fmt: skip
-    fig = cli_bench._plot_figure(rows, 4.8e12)
+    fig = bench_report.plot_figure(rows, 4.8e12)
     try:
         ax = fig.axes[0]
         labels = ax.get_legend_handles_labels()[1]
@@ -268,7 +268,7 @@ def test_the_plot_marks_wrong_unsettled_and_past_memory_points():
         assert list(copy_line.get_xdata()) == [32768, 65536, 1 << 20, 1 << 28, 1 << 29]  # one per size
     finally:
         plt.close(fig)
-    assert not cli_bench._plot_figure([ok], None).axes[0].collections  # nothing to mark, no marks
+    assert not bench_report.plot_figure([ok], None).axes[0].collections  # nothing to mark, no marks
     plt.close("all")
 
 
@@ -462,7 +462,7 @@ def test_cli_modules_import_on_their_own():
     import subprocess
     import sys
 
-    for name in ("cli_bench", "cli_tune", "cli_hub", "cli_package", "cli_run"):
+    for name in ("bench_report", "cli_bench", "cli_tune", "cli_hub", "cli_package", "cli_run"):
         proc = subprocess.run([sys.executable, "-c", f"import webgpu_kernels.{name}"], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-1000:]
 
@@ -601,7 +601,7 @@ def test_a_peer_figure_whose_output_is_wrong_says_so_in_its_cell():
                         "ort-webgpu": {"device_s": 1e-6, "device_error": float("inf"), "device_ok": False,
                                        "numpy_roundtrip_s": 1e-3, "numpy_error": 0.0, "numpy_ok": True}})]  # fmt: skip
     console = Console(record=True, width=400)
-    cli_bench._print_rows(console, rows, [])
+    bench_report.print_rows(console, rows, [])
     (line,) = [line for line in console.export_text().splitlines() if "tiny-4096" in line and "│" in line]
     cells = [c.strip() for c in line.split("│")[1:-1]]
     assert cells[10] == "0.033 WRONG" and cells[11] == "0.016"  # torch eager wrong, compile right
@@ -781,7 +781,7 @@ def test_a_large_case_in_the_slow_state_is_timed_again(monkeypatch: pytest.Monke
     (replaced,) = row["slow_state"]["replaced"]
     assert replaced["tbps"] == pytest.approx((336 << 20) / 229e-6 / 1e12) and "copy read 1.77 TB/s" in replaced["why"]
     assert row["slow_state"]["persists"] is None
-    line = cli_bench._one_line(row)
+    line = bench_report.one_line(row)
     assert "re-timed 1x (first 1.539 TB/s: its copy read 1.77" in line and "SLOW STATE" not in line
 
 
@@ -813,7 +813,7 @@ def test_a_slow_state_that_outlasts_the_retries_is_reported(monkeypatch: pytest.
     slow = [(118.6, 229.0)] * (1 + cli_bench.SLOW_STATE_RETRIES)
     row = _slow_state_case(monkeypatch, slow, [199.0] * (1 + cli_bench.SLOW_STATE_RETRIES), {512 << 20: 4.2})
     assert len(row["slow_state"]["replaced"]) == cli_bench.SLOW_STATE_RETRIES
-    assert "SLOW STATE persisted: its copy read" in cli_bench._one_line(row)
+    assert "SLOW STATE persisted: its copy read" in bench_report.one_line(row)
 
 
 def test_a_steady_large_case_and_any_small_one_are_timed_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -934,9 +934,9 @@ def test_a_stored_choice_that_gives_the_gpu_the_same_work_is_not_timed_again(run
 
 def test_the_table_title_gives_the_calls_per_span_the_rows_had() -> None:
     """The title said 50 calls per span for every table, after slow calls got shorter spans."""
-    assert cli_bench._span_text([{"calls_per_span": 50}, {"calls_per_span": 50}]) == "50"
-    assert cli_bench._span_text([{"calls_per_span": 50}, {"calls_per_span": 4}, {"calls_per_span": 12}]) == "4 to 50"
-    assert cli_bench._span_text([]) == str(cli_bench.CALLS_PER_SPAN)
+    assert bench_report.span_text([{"calls_per_span": 50}, {"calls_per_span": 50}]) == "50"
+    assert bench_report.span_text([{"calls_per_span": 50}, {"calls_per_span": 4}, {"calls_per_span": 12}]) == "4 to 50"
+    assert bench_report.span_text([]) == str(bench_report.CALLS_PER_SPAN)
 
 
 def test_force_color_off_a_terminal_keeps_a_line_per_case_and_no_live_frames(runner, monkeypatch):

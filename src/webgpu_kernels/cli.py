@@ -1,8 +1,8 @@
 """The ``webgpu-kernels`` command line: adapters, the embedded kernels, and running one.
 
 Commands: ``devices``, ``list``, ``info``, ``explain``, ``render`` here; ``run`` (cli_run.py),
-``bench`` (cli_bench.py), ``tune`` (cli_tune.py), ``download`` (cli_hub.py), ``test``/``validate``/``digest``
-(cli_package.py). Every library error
+``bench`` (cli_bench.py, its output in bench_report.py), ``tune`` (cli_tune.py), ``download``
+(cli_hub.py), ``test``/``validate``/``digest`` (cli_package.py). Every library error
 (:class:`~webgpu_kernels.errors.KernelError`) ends the command with one red ``error: ...`` line on
 stderr and exit status 2, like click's own usage errors.
 """

@@ -24,12 +24,10 @@ from typing import Any
 import click
 import numpy as np
 from rich.progress import Progress
-from rich.table import Table
 from rich.text import Text
 
-from . import peers, tuning
+from . import bench_report, peers, tuning
 from .benchmark import (
-    CALLS_PER_SPAN,
     bench_copy,
     bench_kernel,
     flop_count,
@@ -342,11 +340,11 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
             _echo_json(results)
         ctx.exit(130)
     host_rows = results["host"]
-    _print_rows(console, rows, host_rows)
+    bench_report.print_rows(console, rows, host_rows)
     if json_path == "-":
         _echo_json(results)
     if plot_path:
-        _plot(rows, peak, plot_path)
+        bench_report.plot(rows, peak, plot_path)
         console.print(f"plot: {plot_path}")
     failed = [r for r in rows if "error" in r or r.get("error_ok") is False or r.get("tuned", {}).get("error_ok") is False]
     if failed:  # a CI job must see it: exit status 1, as `test` and `validate` do
@@ -396,7 +394,7 @@ def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, d
             if round_trip is not None and "error" not in row:
                 row["roundtrip_s"] = round_trip
             rows.append(row)
-            progress.console.print(_one_line(row))
+            progress.console.print(bench_report.one_line(row))
             progress.advance(task)
 
 
@@ -594,176 +592,6 @@ def _stream_peer(peer: str, command: list[str], console: Any, timeout_s: int, wh
                 console.print(Text(said, style="red"))
                 if why is not None:
                     why.append(said)
-
-
-def _tbps_text(row: dict[str, Any]) -> str:
-    """The row's TB/s, marked ``*`` when it is past what memory allows (see :func:`_beyond_memory`)."""
-    return f"{row['tbps']:.3f}" + ("*" if row.get("beyond_memory") else "")
-
-
-def _one_line(row: dict[str, Any]) -> str:
-    name = f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}"
-    if "error" in row:
-        return f"{name}: error {row['error'][:100]}"
-    tuned = "" if "tbps" not in row.get("tuned", {}) else f", tuned {row['tuned']['tbps']:.3f} TB/s"
-    if "error" in row.get("tuned", {}):
-        tuned = f", tuned: error {row['tuned']['error'][:100]}"
-    if row.get("tuned", {}).get("error_ok") is False:
-        tuned += f" WRONG: max error {row['tuned']['max_error']:.3g}"
-    wrong = "" if row.get("error_ok") is not False else f", WRONG: max error {row['max_error']:.3g}"
-    if not row.get("stable", True):  # the figure of two batches that did not agree
-        wrong += f", unstable: batch medians did not agree in {row['batches']} batches"
-    if "slow_state" in row:
-        slow = row["slow_state"]
-        wrong += (f", re-timed {len(slow['replaced'])}x (first {slow['replaced'][0]['tbps']:.3f} TB/s: "
-                  f"{slow['replaced'][0]['why']})")  # fmt: skip
-        if slow["persists"]:
-            wrong += f", SLOW STATE persisted: {slow['persists']}"
-    flops = f" {row['tflops']:.3f} TFLOP/s" if row.get("tflops") is not None else ""
-    return (f"{name}: {row['variant']} {row['median_s'] * 1e6:.1f} µs {_tbps_text(row)} TB/s{flops} "
-            f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}{wrong}")  # fmt: skip
-
-
-def _span_text(rows: list[dict[str, Any]]) -> str:
-    """How many calls the rows' timestamp spans held: "50", or "4 to 50" where slow calls got shorter spans."""
-    spans = sorted({row["calls_per_span"] for row in rows if row.get("calls_per_span")}) or [CALLS_PER_SPAN]
-    return str(spans[0]) if len(spans) == 1 else f"{spans[0]} to {spans[-1]}"
-
-
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[str, Any]]) -> None:
-    table = Table(title=f"GPU time per call (timestamps around {_span_text(rows)} back-to-back calls, median, sustained "
-                        "load, random data)")  # fmt: skip
-    # TFLOP/s only where some package's bench.json counts FLOPs (a compute-bound op)
-    flops = any(row.get("tflops") is not None for row in rows)
-    for col in ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", *(("TFLOP/s",) if flops else ()),
-                "% peak", "% copy", "tuned TB/s", "torch TB/s", "compile TB/s", "ORT µs", "ORT/ours", "round trip ms",
-                "ORT rt ms", "torch xfer ms", "max err"):  # fmt: skip
-        table.add_column(col, justify="left" if col in ("kernel", "case", "dtype", "variant") else "right")
-    for row in rows:
-        if "error" in row:
-            table.add_row(row["kernel"].split(".")[-1], row["case"], row["dtype"], Text("error", style="red"))
-            continue
-        by_peer = row.get("peers", {})
-        torch_peer, ort_peer = by_peer.get("torch", {}), by_peer.get("ort-webgpu", {})
-        per_s = lambda s: None if not s else row["bytes"] / s / 1e12  # noqa: E731
-        ort_s = ort_peer.get("device_s")
-        err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok") is not False else " WRONG")
-
-        def checked(text: str, ok: bool | None) -> str:
-            # A figure whose output failed the reference check says so in its own cell.
-            return text + (" WRONG" if ok is False else "")
-
-        tuned = row.get("tuned", {})
-        table.add_row(
-            row["kernel"].split(".")[-1], row["case"], row["dtype"], row["variant"], str(row["elements"]),
-            f"{row['median_s'] * 1e6:.1f}", _tbps_text(row), *((_fmt(row.get("tflops"), ".3f"),) if flops else ()),
-            _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
-            f"{row['copy_fraction'] * 100:.1f}",
-            "error" if "error" in tuned else _fmt(tuned.get("tbps"), ".3f") + ("" if tuned.get("error_ok") is not False else " WRONG"),
-            checked(_fmt(per_s(torch_peer.get("eager_s")), ".3f"), torch_peer.get("eager_ok")),
-            checked(_fmt(per_s(torch_peer.get("compile_s")), ".3f"), torch_peer.get("compile_ok")),
-            checked(_fmt(ort_s and ort_s * 1e6, ".1f"), ort_peer.get("device_ok")),
-            checked(_fmt(ort_s and ort_s / row["median_s"], ".2f"), ort_peer.get("device_ok")),
-            _fmt(row.get("roundtrip_s") and row["roundtrip_s"] * 1e3, ".3f"),
-            checked(_fmt(ort_peer.get("numpy_roundtrip_s") and ort_peer["numpy_roundtrip_s"] * 1e3, ".3f"),
-                    ort_peer.get("numpy_ok")),
-            _fmt(torch_peer.get("transfer_s") and torch_peer["transfer_s"] * 1e3, ".3f"), err,
-        )  # fmt: skip
-    # 18 or 19 columns: a log (no terminal) gets them whole rather than cells cut to "Quick…"
-    if not is_live(console):
-        console.width = max(console.width, 250)
-    console.print(table)
-    if any(row.get("beyond_memory") for row in rows):
-        console.print("* faster than the device's memory allows for the bytes counted (each input read once, "
-                      "each output written once): the kernel reads less than its inputs, as a gather does, or "
-                      "works from cache; its TB/s is not a bandwidth")  # fmt: skip
-    for row in rows:
-        if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
-            console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: error: {row['error']}", style="red"))
-        if "error" in row.get("tuned", {}):  # in full too (its line had cut it at 100 characters; helper-31)
-            console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: the tuned choice: error: "
-                               f"{row['tuned']['error']}", style="red"))  # fmt: skip
-        for peer, result in row.get("peers", {}).items():
-            if "error" in result:
-                console.print(Text(f"{peer} on {row['case']} {row['dtype']}: {result['error'][:160]}", style="yellow"))
-            for key in ("eager", "compile", "device", "numpy"):
-                if result.get(f"{key}_ok") is False:
-                    console.print(Text(f"{peer} {key} on {row['case']} {row['dtype']} is WRONG: "
-                                       f"max error {result[f'{key}_error']:.3g}", style="red"))  # fmt: skip
-    for h in host_rows:
-        if "error" in h:
-            console.print(Text(f"host per call, {h['kernel']}: {h['error']}", style="red"))
-        else:
-            console.print(f"host per call, {h['kernel']} {h['shapes']} (GPU in/out, cached plan, {h['calls']} calls): "
-                          f"median {h['median_s'] * 1e6:.1f} µs, p90 {h['p90_s'] * 1e6:.1f} µs"
-                          + (f" (after the GPU timing: {h['after_gpu_timing_median_s'] * 1e6:.1f} µs)"
-                             if "after_gpu_timing_median_s" in h else ""))  # fmt: skip
-
-
-def _plot(rows: list[dict[str, Any]], peak: float | None, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = _plot_figure(rows, peak)
-    try:
-        fig.savefig(path, dpi=120)
-    finally:
-        plt.close(fig)
-
-
-#: Points the plot marks over its lines, as the table and the lines do: (label, test, style).
-_PLOT_MARKS: tuple[tuple[str, Callable[[dict[str, Any]], Any], dict[str, Any]], ...] = (
-    ("WRONG output", lambda row: row.get("error_ok") is False, {"marker": "x", "color": "red", "s": 90}),
-    ("past memory (* in the table)", lambda row: row.get("beyond_memory"),
-     {"marker": "*", "color": "gold", "edgecolors": "black", "s": 120}),
-    ("unsettled or in the slow state", lambda row: not row.get("stable", True) or row.get("slow_state", {}).get("persists"),
-     {"marker": "s", "facecolors": "none", "edgecolors": "gray", "s": 110}),
-)  # fmt: skip
-
-
-def _plot_figure(rows: list[dict[str, Any]], peak: float | None) -> Any:
-    """Bandwidth against bytes moved: a line per kernel and dtype, the copy kernel and the datasheet
-    peak, and marks on the points whose figure is WRONG, past memory, or not settled."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    series: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    copies: dict[int, float] = {}
-    marked: dict[str, list[tuple[int, float]]] = {label: [] for label, _, _ in _PLOT_MARKS}
-    for row in rows:
-        if "error" in row:
-            continue
-        point = (row["bytes"], row["tbps"])
-        series.setdefault((row["kernel"].split(".")[-1], row["dtype"]), []).append(point)
-        copies[row["bytes"]] = row["copy_tbps"]  # one copy per size, however many rows share it
-        for label, applies, _ in _PLOT_MARKS:
-            if applies(row):
-                marked[label].append(point)
-    for (kernel, dtype), points in sorted(series.items()):
-        points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{kernel} {dtype}")
-    if copies:
-        sizes = sorted(copies)
-        ax.plot(sizes, [copies[n] for n in sizes], "k--", label="copy kernel (same timing)")
-    for label, _, style in _PLOT_MARKS:
-        if marked[label]:
-            ax.scatter([p[0] for p in marked[label]], [p[1] for p in marked[label]], label=label, zorder=5, **style)
-    if peak:
-        ax.axhline(peak / 1e12, color="red", linestyle=":", label=f"datasheet peak {peak / 1e12:.1f} TB/s")
-    ax.set_xscale("log")
-    ax.set_xlabel("bytes moved per call (read + written)")
-    ax.set_ylabel("effective bandwidth (TB/s)")
-    ax.set_title("webgpu-kernels: bandwidth against size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 COMMANDS = [bench_cmd]
