@@ -430,6 +430,24 @@ def test_a_misspelt_name_inside_an_included_file_names_that_file_and_line(write_
     assert "did you mean 'scalar'" in str(info.value)
 
 
+@pytest.mark.parametrize("statement", ["{% import 'helper.wgsl.jinja' as h %}", "{% from 'helper.wgsl.jinja' import f %}"])
+def test_a_context_name_read_by_a_macro_imported_without_context_says_so(write_package, statement):
+    """Jinja's import does not pass the context: a macro reading a constant had failed with
+    "'scalar' is undefined (did you mean 'scalar'?)" (helper-33)."""
+    helper = "{% macro f() %}// {{ scalar }}{% endmacro %}\n"
+    call = "{{ h.f() }}" if "as h" in statement else "{{ f() }}"
+    template = statement + "\n" + call + "\n" + DEMO_TEMPLATE
+    manifest = json.loads(json.dumps(DEMO_MANIFEST))
+    kernel = wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": template, "helper.wgsl.jinja": helper}))
+    with pytest.raises(errors.TemplateError, match="'scalar' is undefined") as info:
+        kernel.render({"X": meta((3,), f32)})
+    assert "did you mean" not in str(info.value)
+    assert "with context" in str(info.value) and info.value.file == "helper.wgsl.jinja"
+    fixed = template.replace(" %}", " with context %}", 1)
+    kernel = wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": fixed, "helper.wgsl.jinja": helper}))
+    assert "// f32" in kernel.render({"X": meta((3,), f32)})["main"]
+
+
 @pytest.mark.parametrize("name", ["extra.json", "notes.md", "test.json"])
 def test_a_template_may_not_include_the_packages_documents_or_data(write_package, name):
     """Their edits do not change the tuning key (kernel._template_files leaves them out), so an
