@@ -411,6 +411,28 @@ def test_a_variant_binding_a_tensor_the_call_lacks_is_one_error_not_a_crash(qg: 
     assert not any("failed unexpectedly" in p.message for p in report.problems)
 
 
+def test_a_variant_that_accepts_an_optional_input_it_never_binds_is_warned_of(qg: Path) -> None:
+    """A variant whose `when` forgot to refuse an optional input it does not bind (a SkipLayerNormalization
+    `_nobeta` variant without `'beta' not in shapes`) returned results computed without it, and
+    validate --strict passed the package (helper-33)."""
+    def add_optional_input(manifest: dict) -> None:
+        manifest["inputs"].append({"role": "Z", "dtype": "T", "optional": True})
+        manifest["args"]["Z"] = {"kind": "tensor", "semantic": "Z", "role": "input"}
+
+    def give_z(tests: dict) -> None:
+        case = next(c for c in tests["cases"] if "expected" in c and c["types"] == {"T": "float32"})
+        case["inputs"]["Z"] = {"shape": [1], "values": [0.0]}
+
+    edit_json(qg / "manifest.json", add_optional_input)
+    edit_json(qg / "test.json", give_z)
+    digests.write_metadata(qg)
+    report = validate_package(qg, progress=None)
+    flagged = [p for p in report.warnings if "optional input 'Z'" in p.message]
+    assert flagged and all(p.json_path.startswith("variants[") and p.variant for p in flagged)
+    assert all("binds it nowhere" in p.message and "`'Z' not in shapes`" in p.message for p in flagged)
+    assert report.ok  # a warning: ignoring it may be the package's intent
+
+
 def test_a_field_value_out_of_range_is_one_error_per_variant_and_dtype_naming_its_expression(qg: Path) -> None:
     """A uniform field's value out of its type's range is the manifest's mistake, made in every case:
     validate repeated it once per case and variant (26 errors for one expression, helper-11), and

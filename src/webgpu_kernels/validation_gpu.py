@@ -142,9 +142,11 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     needs_f16: set[tuple[str, str]] = set()  # variant x dtype rejected here only for want of shader-f16
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
     unproduced: dict[tuple[str, tuple[str, ...]], list[_Call]] = {}  # (variant, outputs) -> test cases expecting them
+    ignored: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, optional input) -> calls giving it
     no_scope: dict[tuple[str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, dtype, reason) -> (case, why)
     scoped: set[str] = set()  # dtypes some call got a scope for
     optional_outputs = {spec.role for spec in manifest.outputs if spec.optional}  # other roles: validation.py's error
+    optional_inputs = {spec.role for spec in manifest.inputs if spec.optional}
     uncompiled: dict[tuple[str, int | None, str, str], list[tuple[str, str, str, str, str, str]]] = {}
     unresolved: dict[tuple[str, str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, variant, dtype, reason) -> (case, why)
     unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
@@ -223,6 +225,9 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 cov.failed += 1
                 unbound.setdefault((cv.variant.json_path, vid, exc.argument), []).append(f"{call.case} ({label})")
                 continue
+            for role in sorted(optional_inputs & set(call.inputs) - bound_roles(resolved)):
+                # a call giving it gets a result computed without it, and nothing says so
+                ignored.setdefault((cv.variant.json_path, vid, role), []).append(f"{call.case} ({label})")
             for r, cpass in zip(resolved, cv.passes, strict=True):
                 try:
                     check_limits(device, r, sizes, program.tunables_read(cpass.workgroup_size, cv))
@@ -328,6 +333,11 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         shown = _first_few(calls_without)
         out.error(MANIFEST_FILE, where, f"accepts calls that have no tensor {arg!r} but binds it: its `when` must "
                                         f"require it (`'{arg}' in shapes`); calls: {shown}", variant=vid)  # fmt: skip
+    for (where, vid, arg), calls_with in ignored.items():  # one warning per variant and tensor, not per case
+        out.warning(MANIFEST_FILE, where, f"accepts calls that give the optional input {arg!r} but binds it nowhere, "
+                                          f"so their {arg!r} is ignored: unless that is right, its `when` must refuse "
+                                          f"them (`'{arg}' not in shapes`); calls: {_first_few(calls_with)}",
+                    variant=vid)  # fmt: skip
     for (vid, missing), cases in unproduced.items():  # one error per variant and outputs, not per case
         first, shown = cases[0], _first_few(sorted({c.case for c in cases}))
         roles = ", ".join(map(repr, missing))
