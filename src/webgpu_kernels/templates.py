@@ -539,7 +539,6 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = ()) -> Ke
         hint = (f" (it is in the template context, but not in {shader}: a file brought in by {{% import %}} or "
                 f"{{% from ... import %}} sees the context only when imported `with context` "
                 f"(`{{% import '{shader}' as m with context %}}`); or pass the value to the macro as an argument)")
-
     if misspelt and misspelt[1] in TEMPLATE_HIDDEN_NAMESPACES and misspelt[1] not in names:
         hint = (f" (the expression namespace {misspelt[1]!r} is not in the template contract: give the template "
                 "what it needs through the pass's source.inputs or a constant; docs/format.md, Template contract)")
