@@ -8,6 +8,7 @@ own tuning folder. ``--compare`` is not run: its peers need CUDA or ONNX Runtime
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import shutil
@@ -958,3 +959,19 @@ def test_a_named_kernel_without_a_bench_json_is_said_not_left_out(runner):
     result = runner.invoke(main, ["bench", QG_DIR, str(PACKAGES_DIR / "demo.ScaleShift"), *TINY, "--no-host"])
     assert result.exit_code == 0, result.output
     assert "demo.ScaleShift: no bench.json in the package, so nothing of it is timed" in " ".join(result.output.split())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime not installed")
+def test_a_package_op_onnxruntime_runs_is_checked_against_it_as_run_does(runner, write_package, tmp_path):
+    """bench checked only the ops with a NumPy reference: a LayerNormalization package showed "max
+    err -" where `run` compared the same call with onnxruntime (helper-33). A kernel that scales
+    twice is WRONG now, in bench as in run."""
+    from test_cli import _LAYER_NORM_MANIFEST, _LAYER_NORM_TEMPLATE
+
+    shapes = ["-i", "X=4x16:f32", "-i", "Scale=16:f32", "--no-host", *QUICK_WARM_UP]
+    for template, ok in ((_LAYER_NORM_TEMPLATE, True), (_LAYER_NORM_TEMPLATE.replace("* scale[c]", "* 2.0 * scale[c]"), False)):
+        root = write_package(_LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": template})
+        result = runner.invoke(main, ["bench", str(root), *shapes, "--json", str(tmp_path / "b.json")])
+        assert result.exit_code == (0 if ok else 1), result.output
+        (row,) = json.loads((tmp_path / "b.json").read_text("utf-8"))["cases"]
+        assert row["error_ok"] is ok and (row["max_error"] < 1e-5 if ok else row["max_error"] > 0.5), row

@@ -221,13 +221,14 @@ def bench_kernel(
     tunables: Mapping[str, Any] | None = None,
     variant: str | None = None,
     adapter: str | None = None,
-    check: Callable[[dict[str, np.ndarray]], Agreement] | None = None,
+    check: Callable[[dict[str, np.ndarray]], Agreement | None] | None = None,
     flops: int | None = None,
     **timing: Any,
 ) -> BenchResult:
     """Time one kernel call on GPU-resident copies of ``arrays``; bytes = inputs read + outputs
     written; ``flops``, the call's floating-point operations if known, gives TFLOP/s. ``check``
-    compares the outputs with a reference (its ``max_error`` and ``ok`` become the result's)."""
+    compares the outputs with a reference (its ``max_error`` and ``ok`` become the result's; None
+    from it, as no check, leaves them None)."""
     device, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
     with translate_gpu_errors(f"benchmarking {plan.label}", device.memory):
         t, out_bytes, agreement = _time_plan(device, plan, arrays, check, timing)
@@ -259,7 +260,7 @@ def flop_count(kernel: Kernel, flops: str | int, inputs: Mapping[str, Any], *, a
 
 
 def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndarray],
-               check: Callable[[dict[str, np.ndarray]], Agreement] | None, timing: dict[str, Any]) -> tuple[Timing, int, Agreement | None]:  # fmt: skip
+               check: Callable[[dict[str, np.ndarray]], Agreement | None] | None, timing: dict[str, Any]) -> tuple[Timing, int, Agreement | None]:  # fmt: skip
     """GPU timing of ``plan`` on fresh device copies of ``arrays``: (timing, output bytes, the check's verdict)."""
     buffers = {name: (upload(device, np.asarray(a, order="C")), padded_size(a.nbytes)) for name, a in arrays.items()}
     out_bytes = 0

@@ -59,7 +59,16 @@ from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, KernelError
 from .kernel import Kernel
 from .package import embedded_ids
-from .references import Tolerance, check_against, numpy_reference
+from .references import (
+    Agreement,
+    ReferenceShapeMismatch,
+    ReferenceUnavailable,
+    Tolerance,
+    check_against,
+    node_positions,
+    numpy_reference,
+    onnxruntime_reference,
+)
 
 
 def _no_cases(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
@@ -126,19 +135,35 @@ def _arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
 
 
 def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], dtype_label: str) -> Any:
-    """The check of an output against the op's registered NumPy reference (None: there is none),
-    with the tolerance of the case's dtypes: one rule for ours, tuned and every peer's figure."""
+    """The check of an output against the op's registered NumPy reference, else onnxruntime's CPU
+    provider as `run` uses it, with the tolerance of the case's dtypes: one rule for ours, tuned
+    and every peer's figure. The check returns None where no reference has the op."""
     reference = numpy_reference(kernel.op_id)
-    if reference is None:
-        return None
     full_attrs = {**kernel.manifest.attributes, **attrs}
     tolerance = Tolerance.of(dtype_label.split(","))
-    expected: dict[str, np.ndarray] = {}  # computed at the first check: retries and the tuned run reuse it
+    # Computed at the first check (retries and the tuned run reuse it); onnxruntime's per set of
+    # outputs, since a variant may leave an optional output out and the node then lists fewer.
+    expected: dict[frozenset[str] | None, dict[str, np.ndarray] | ReferenceUnavailable] = {}
 
-    def check(outputs: dict[str, np.ndarray]) -> Any:
-        if not expected:
-            expected.update(reference(arrays, full_attrs))
-        return check_against(outputs, expected, tolerance)
+    def onnxruntime_expected(outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | ReferenceUnavailable:
+        manifest = kernel.manifest
+        node_inputs, node_outputs, _ = node_positions(kernel.op_id, [s.role for s in manifest.inputs],
+                                                      [s.role for s in manifest.outputs], arrays, outputs)  # fmt: skip
+        try:
+            return onnxruntime_reference(kernel.op_id, arrays, full_attrs, input_names=node_inputs,
+                                         output_names=node_outputs,
+                                         output_shapes={n: a.shape for n, a in outputs.items()})  # fmt: skip
+        except ReferenceUnavailable as why:  # a shape mismatch among them: WRONG, as `run` says
+            return why
+
+    def check(outputs: dict[str, np.ndarray]) -> Agreement | None:
+        key = None if reference is not None else frozenset(outputs)
+        if key not in expected:
+            expected[key] = reference(arrays, full_attrs) if reference is not None else onnxruntime_expected(outputs)
+        found = expected[key]
+        if isinstance(found, ReferenceShapeMismatch):
+            return Agreement(float("inf"), False)
+        return None if isinstance(found, ReferenceUnavailable) else check_against(outputs, found, tolerance)
 
     return check
 
@@ -472,7 +497,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
 def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any, dtype: str,
                  flops: int | None, check: Any) -> dict[str, Any]:  # fmt: skip
     """The "tuned" figures: what a call without variant or tunables runs, checked as the default is
-    (``check``: the default's, None where the op has no reference)."""
+    (``check``: the default's; where no reference checked the default, against its output)."""
     # A stored choice the call cannot use (stale, or refused by `when` or the device) falls back to
     # the default selection there, so it is that plan that is timed, not the stored entry.
     _, runs = kernel.plan(arrays, attrs=attrs, tuned=True)
@@ -483,7 +508,7 @@ def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str,
         kernel.work_key(arrays, attrs=attrs, variant=variant, tunables=tunables)
         == kernel.work_key(arrays, attrs=attrs, variant=default.variant, tunables=default.tunables))
     against = "reference"
-    if check is None and not same:  # no NumPy reference (a package's own op): the default's output is the measure
+    if default.error_ok is None and not same:  # no reference has the op: the default's output is the measure
         expected = {n: np.asarray(v, dtype=np.float64) for n, v in
                     kernel(arrays, attrs=attrs, variant=default.variant, tunables=default.tunables).items()}  # fmt: skip
         tolerance = Tolerance.of(dtype.split(","))
