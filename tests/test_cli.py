@@ -657,6 +657,16 @@ def test_the_tolerance_is_judged_element_by_element() -> None:
     assert not references.Tolerance.of(["int64"]).agrees({"Y": np.array([50040])}, {"Y": np.array([50000.0])})
 
 
+def test_the_tolerance_judges_a_rank_0_output() -> None:
+    """A rank-0 output (QuickGelu of X=:f32) crashed bench's and tune's check with "'numpy.float64'
+    object does not support item assignment": np.abs of a 0-d array is a scalar (helper-34)."""
+    tol = references.Tolerance.of(["float32"])
+    assert tol.agrees({"Y": np.array(1.00001, np.float32)}, {"Y": np.array(1.0)})
+    assert not tol.agrees({"Y": np.array(1.5, np.float32)}, {"Y": np.array(1.0)})
+    assert tol.agrees({"Y": np.array(np.inf, np.float32)}, {"Y": np.array(np.inf)})
+    assert tol.allowance(np.array(np.nan)).shape == ()
+
+
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_onnxruntime_reference() -> None:
     x = np.linspace(-4, 4, 10, dtype=np.float32).reshape(2, 5)

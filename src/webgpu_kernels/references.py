@@ -66,6 +66,8 @@ class Tolerance:
         where the reference is infinite or NaN (it allows nothing but itself). Built in place: one
         array the reference's size (an 84M-element output is 670 MB in float64)."""
         allowed = np.abs(ref)
+        if not isinstance(allowed, np.ndarray):  # a rank-0 reference: NumPy gives a scalar, which cannot be indexed
+            allowed = np.array(allowed, dtype=np.float64)
         with np.errstate(invalid="ignore"):  # 0 x inf, where the last line puts 0 anyway
             allowed *= self.relative
         allowed += self.absolute
