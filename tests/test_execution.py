@@ -627,6 +627,9 @@ def test_storage_only_types_are_bound_as_bytes(write_package, rng, onnx, shape):
     t = kernel({"X": x}, output="gpu")["Y"]
     assert t.dtype == x.dtype and kernel({"X": t})["Y"].tobytes() == x.tobytes()  # fed on as a GpuTensor
     t.release()
+    u = wk.to_gpu(x)  # uploaded once, as for many calls: bfloat16 (ml_dtypes' kind "V") had been refused
+    assert u.dtype == x.dtype and u.numpy().tobytes() == x.tobytes() and kernel({"X": u})["Y"].tobytes() == x.tobytes()
+    u.release()
 
 
 # A package whose shader reads X as mat2x4<f32> (32 bytes an element): a 4-float X is a 16-byte

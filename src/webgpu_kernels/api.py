@@ -129,7 +129,9 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
             return array
         array = array.numpy()
     array = as_array("array", array)
-    if array.dtype.kind in "OUSVMm":  # V: raw bytes (np.void) and structured records, no numbers
+    # V: raw bytes (np.void) and structured records, no numbers; but ml_dtypes' bfloat16, a type
+    # the engine binds (storage-only) and a call takes, is of kind V too
+    if array.dtype.kind in "OUSVMm" and array.dtype.name != "bfloat16":
         raise DTypeError("array", "numbers (a numeric NumPy dtype)", f"dtype {array.dtype}")
     # Refused before the host copy: a broadcast view of 2**33 elements would allocate tens of GB.
     limit = device.limits["max-buffer-size"]
