@@ -359,6 +359,21 @@ def test_the_wait_warning_is_set_by_the_environment(monkeypatch, setting, wait_w
     assert Device(_enumerate()[summary.index], summary).memory.wait_warn_s == wait_warn_s
 
 
+def test_a_wait_warning_past_the_longest_wait_reads_right(device, quick_gelu, monkeypatch):
+    """A wait warning of more seconds than threading can wait (99999999999, meant as "never") made
+    every readback that had to wait raise OverflowError from Event.wait (helper-34)."""
+    monkeypatch.setattr(device.memory, "spin_s", 0.0)
+    monkeypatch.setattr(device.memory, "wait_warn_s", 99999999999)  # $WEBGPU_KERNELS_WAIT_WARN_S takes it
+    x = np.random.default_rng(7).standard_normal(1 << 22).astype(f32)
+    source = wk.to_gpu(x)
+    calls = [quick_gelu({"X": source}, output="gpu")["Y"] for _ in range(4)]  # the read waits for them
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", wk.GpuWaitWarning)
+        np.testing.assert_allclose(calls[-1].numpy(), ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
+    for t in (source, *calls):
+        t.release()
+
+
 def test_a_wait_warning_of_0_never_warns(device, quick_gelu, monkeypatch):
     monkeypatch.setattr(device.memory, "spin_s", 0.0)
     monkeypatch.setattr(device.memory, "wait_warn_s", 0.0)

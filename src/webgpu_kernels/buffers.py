@@ -453,7 +453,9 @@ class DeviceMemory:
         # on the H200 after a forked child's normal exit, before device._skip_inherited_exit_handlers)
         # would otherwise hang without a word; without wgpu-py 0.32's private event it has no warning.
         event = getattr(promise, "_thread_event", None)
-        if self.wait_warn_s and event is not None and not event.wait(self.wait_warn_s):
+        # A wait past threading.TIMEOUT_MAX (292 years: $WEBGPU_KERNELS_WAIT_WARN_S=99999999999, "never")
+        # is that long: Event.wait raised OverflowError, and no readback could complete.
+        if self.wait_warn_s and event is not None and not event.wait(min(self.wait_warn_s, threading.TIMEOUT_MAX)):
             warnings.warn(GpuWaitWarning(
                 f"a readback of {size} bytes has waited {self.wait_warn_s:g} s for the GPU and still waits: long "
                 "recorded work, a hung driver, or a forked child of this process whose exit ran the drivers' exit "
