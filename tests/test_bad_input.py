@@ -112,6 +112,11 @@ CASES = [
     Case("attr-bool", QG, qg_inputs, errors.AttributeValueError, ("a number",), "alpha", {"attrs": {"alpha": True}}),
     Case("attr-array", QG, qg_inputs, errors.AttributeValueError, ("a number",), "alpha",
          {"attrs": {"alpha": np.array([1.0, 2.0])}}),
+    # a masked value had run as what its mask hides: np.ma.masked as 0 (helper-34)
+    Case("attr-masked", QG, qg_inputs, errors.AttributeValueError, ("a masked array", ".filled("), "alpha",
+         {"attrs": {"alpha": np.ma.masked}}),
+    Case("attr-masked-array", QG, qg_inputs, errors.AttributeValueError, ("a masked array",), "alpha",
+         {"attrs": {"alpha": np.ma.masked_array(2.0, mask=True)}}),
     Case("unknown-attribute", QG, qg_inputs, errors.UnknownInputError, ("an unknown attribute", "['alpha']"), "beta",
          {"attrs": {"beta": 1.0}}),
     Case("attrs-not-a-dict", QG, qg_inputs, errors.InputError, ("a dict",), "attrs", {"attrs": [("alpha", 1.0)]}),

@@ -429,3 +429,13 @@ def test_a_list_attribute_of_integers_takes_integral_floats_as_integers():
         _check_value("attribute", "axes", [0], [1.5])
     assert _check_value("attribute", "scales", [1.0, 2.0], [3, 4.5]) == [3, 4.5]  # a float list keeps its items
     assert _check_value("attribute", "perm", [], [1.0, 0]) == [1.0, 0]  # an empty default says nothing
+
+
+def test_a_masked_value_in_a_list_attribute_is_refused():
+    """np.ma.masked as a list item had been taken as 0 (its item()), as the integer 0 under an
+    integer default: axes=[1, np.ma.masked] ran as [1, 0] (helper-34)."""
+    from webgpu_kernels.contract import _check_value
+
+    for value in ([1, np.ma.masked], np.ma.masked_array([1, 2], mask=[0, 1]), np.ma.masked_array([1, 2])):
+        with pytest.raises(errors.AttributeValueError, match=r"argument 'axes': expected a"):
+            _check_value("attribute", "axes", [0], value)

@@ -207,6 +207,9 @@ def default_value_problems(manifest: Manifest) -> list[tuple[str, str]]:
 def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
     """``value`` as a plain Python value of its default's kind (bool, number, string, list of
     numbers), within the sizes expressions handle; anything else is an AttributeValueError."""
+    if isinstance(value, np.ma.MaskedArray):  # as an input is: a masked alpha had run as 0, or as the data under its mask
+        raise AttributeValueError(name, f"a value of its default's kind ({kind})", "a masked array",
+                                  hint="pass .filled(...) or .data")  # fmt: skip
     value = _unwrap_numpy(value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
@@ -281,7 +284,10 @@ def _number(kind: str, name: str, value: Any, expected: str) -> int | float:
 def _unwrap_numpy(value: Any) -> Any:
     # NumPy scalars (and 0-d arrays) arrive from user code all the time; compare them as Python values.
     # Other array-likes (a torch or JAX 0-d tensor, a 1-d one for a list) are read through NumPy;
-    # one NumPy cannot read (a CUDA tensor) is described as it came.
+    # one NumPy cannot read (a CUDA tensor) is described as it came. A masked value (np.ma.masked in
+    # a list) stays as it came, to be refused: its item() is 0, or the data under its mask.
+    if isinstance(value, np.ma.MaskedArray):
+        return value
     if not isinstance(value, _PLAIN) and hasattr(value, "__array__"):
         try:
             value = np.asarray(value)
