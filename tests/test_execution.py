@@ -704,6 +704,7 @@ def test_an_optional_output_no_pass_binds_is_not_returned(write_package, device)
     explained = without.explain({"X": x})
     assert "output Z: shape [4] float32 (optional: variant 'main' does not produce it)" in str(explained)
     assert [(o["name"], o["produced"]) for o in explained.as_dict()["outputs"]] == [("Y", True), ("Z", False)]
+    assert explained.produced == frozenset({"Y"})  # outputs only: it had held the input X too (helper-34)
 
 
 @pytest.mark.parametrize("workgroup_size, extra, tunables, blamed", [

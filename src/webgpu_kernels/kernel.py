@@ -322,7 +322,9 @@ class Kernel:
             except DeviceLimitError as exc:
                 refused = str(exc)
         tuned = None if stored is None else {"variant": stored[1], "tunables": stored[0].tunable_map()}
-        produced = None if chosen is None or resolved is None else frozenset(bound_roles(resolved))
+        # the outputs it binds (bound_roles holds the inputs too: "produced" had named X and bias)
+        produced = (None if chosen is None or resolved is None else
+                    frozenset(bound_roles(resolved)) & {o.role for o in outputs})  # fmt: skip
         return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned, forced=variant,
                            produced=produced)  # fmt: skip
 
