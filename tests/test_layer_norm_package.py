@@ -297,6 +297,8 @@ def test_model_shapes(layer_norm, need_dtype, rng, shape, dtype):
         ((3, 128), -1, {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["onepass", "twopass"]),  # exactly WG x ROW_ITEMS
         ((4, 300), -1, {"SUBGROUPS": True}, ["onepass", "twopass"]),  # onepass's sums with subgroupAdd
         ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "SUBGROUPS": True}, ["onepass", "twopass"]),
+        # a workgroup of 33: a partial last subgroup, which lavapipe's num_subgroups leaves out (helper-34)
+        ((3, 300), -1, {"WORKGROUP_SIZE": 33, "ROW_ITEMS": 10, "SUBGROUPS": True}, ["onepass", "twopass"]),
         ((3, 129), -1, {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["twopass"]),  # one more
         ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "APPLY_WORKGROUP_SIZE": 7}, ["onepass", "twopass"]),
         ((4, 9), -1, {"WORKGROUP_SIZE": 1, "ROW_ITEMS": 9}, ["onepass", "twopass"]),  # a workgroup of one
