@@ -297,6 +297,32 @@ def test_explain_and_render_check_the_contract_too(quick_gelu, bias_add):
     raises(errors.MissingInputError, lambda: bias_add.explain({"X": ((1, 1, 4), "float32")}), argument="bias")
 
 
+class _TorchLike:
+    """A CPU torch tensor as the engine sees one: shape, a dtype NumPy does not know (torch.float32)
+    and __array__."""
+
+    def __init__(self, array):
+        self._array, self.shape = array, array.shape
+        self.dtype = type("dtype", (), {"__str__": lambda self: "torch.float32"})()
+
+    def __array__(self, dtype=None, copy=None):
+        return self._array if dtype is None else self._array.astype(dtype)
+
+
+def test_explain_reads_what_a_call_runs(quick_gelu):
+    """A list, a buffer or a tensor whose dtype is not NumPy's, which a call reads through NumPy,
+    had been refused by explain (InputError, or DTypeError "got torch.float32") (helper-34)."""
+    import array
+
+    x = np.linspace(-1, 1, 8, dtype=f32)
+    for value in ([np.float32(1.0), np.float32(2.0)], memoryview(x), array.array("f", x.tolist()), _TorchLike(x)):
+        expected = quick_gelu({"X": value})["Y"].shape
+        explained = quick_gelu.explain({"X": value})
+        assert explained.chosen is not None and explained.outputs[0].shape == expected, value
+    raises(errors.DTypeError, lambda: quick_gelu.explain({"X": [1.0, 2.0]}), "float64", argument="X")  # as a call
+    raises(errors.InputError, lambda: quick_gelu.explain({"X": "text"}), "a TensorMeta", argument="X")
+
+
 def test_binding_larger_than_the_device_allows(quick_gelu, device):
     limit = min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"])
     if limit > 256 * 2**20:

@@ -43,8 +43,13 @@ def describe_inputs(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...
             shape, dtype = value.shape, value.dtype
         elif isinstance(value, tuple) and len(value) == 2 and not hasattr(value, "shape"):
             shape, dtype = value
-        elif hasattr(value, "shape") and hasattr(value, "dtype"):
+        elif hasattr(value, "shape") and hasattr(value, "dtype") and (_numpy_dtype(value.dtype) or not _array_like(value)):
             shape, dtype = value.shape, value.dtype
+        elif _array_like(value):
+            # What a call reads from it, as the call reads it: a list, a buffer, a tensor whose dtype
+            # NumPy does not know (torch.float32). explain had refused what the call ran (helper-34).
+            array = as_array(name, value)
+            shape, dtype = array.shape, array.dtype
         else:
             raise InputError(name, "an array, a GpuTensor or a TensorMeta", type(value).__name__)
         shape = _shape_tuple(shape)
@@ -58,6 +63,22 @@ def describe_inputs(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...
                                    f"{short_reading!r} (the CLI's and dtypes' {dtype!r})", repr(dtype))  # fmt: skip
         metas[name] = (tuple(shape), _dtype_name(dtype))
     return metas
+
+
+def _numpy_dtype(dtype: Any) -> bool:
+    """Whether NumPy reads ``dtype`` as a dtype (np.float32, "float32"; not torch.float32)."""
+    if dtype is None:  # np.dtype(None) is float64
+        return False
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        return False
+    return True
+
+
+def _array_like(value: Any) -> bool:
+    """Data a call reads through NumPy (as_array): a list, a typed buffer, an object with __array__."""
+    return isinstance(value, list) or hasattr(value, "__array__") or _is_buffer(value)
 
 
 def _shape_tuple(shape: Any) -> Any:
