@@ -252,7 +252,7 @@ def test_integral_float_tunable_is_accepted(bias_add):
 def test_workgroup_size_beyond_the_device(bias_add, quick_gelu):
     limit = wk.get_device().info.limits["maxComputeInvocationsPerWorkgroup"]
     raises(errors.DeviceLimitError, lambda: bias_add(bias_inputs(), tunables={"WORKGROUP_SIZE": limit * 2}),
-           "maxCompute", argument="tunables")  # fmt: skip
+           "maxCompute", argument="WORKGROUP_SIZE")  # fmt: skip
     # QuickGelu guards it in its `when` clauses instead: no variant applies
     raises(errors.SelectionError, lambda: quick_gelu({"X": np.ones(8, f32)}, tunables={"WORKGROUP_SIZE": limit * 2}),
            "baseOk")  # fmt: skip

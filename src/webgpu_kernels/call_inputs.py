@@ -39,6 +39,8 @@ def describe_inputs(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...
     tuple: what the contract checks a call against, data or not."""
     metas = {}
     for name, value in checked_mapping(inputs).items():
+        shape: Any
+        dtype: Any  # a name, a NumPy dtype, or what the caller's tensor calls its dtype
         if isinstance(value, TensorMeta):
             shape, dtype = value.shape, value.dtype
         elif isinstance(value, tuple) and len(value) == 2 and not hasattr(value, "shape"):
