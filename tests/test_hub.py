@@ -788,3 +788,19 @@ def test_the_global_trust_option_reaches_every_command(server):
     assert result.exit_code == 0 and json.loads(result.stdout)["op"] == OP_ID, result.output
     for command in ("run", "test", "bench", "tune", "explain", "render"):
         assert "--trust-remote-code" in CliRunner().invoke(_cli(), [command, "--help"]).output, command
+
+
+@pytest.mark.parametrize("name", ["webgpu-kernels/op.", "webgpu-kernels/-op", "webgpu-kernels/.op",
+                                  "webgpu-kernels/op-", "webgpu-kernels/" + "a" * 97, "webgpu-kernels/op.git",
+                                  "https://h/kernels/webgpu-kernels/op."])  # fmt: skip
+def test_a_repository_id_huggingface_hub_refuses_is_a_package_error(hub_env, name):
+    """Names this library took as repository ids but huggingface_hub's validate_repo_id refuses (a
+    name starting or ending with '-' or '.', longer than 96, ending in '.git') raised its
+    HFValidationError, no KernelError: the command line printed a traceback (helper-36)."""
+    with pytest.raises(PackageError, match="not a valid Hub repository id"):
+        wk.get_kernel(name, version=1, trust_remote_code=True)
+    from huggingface_hub.utils import validate_repo_id
+
+    for good in ("webgpu-kernels/_op_", "webgpu-kernels/" + "a" * 96, "a/b", "webgpu-kernels/com.microsoft.QuickGelu"):
+        assert hub.classify(good).kind == "hub"
+        validate_repo_id(good)

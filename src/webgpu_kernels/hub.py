@@ -54,7 +54,10 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 #: Below the Hub cache: one folder per other endpoint (a repository given by its URL on another Hub).
 OTHER_ENDPOINTS_DIR = "webgpu-kernels-endpoints"
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?/[A-Za-z0-9_.\-]+\Z")
+#: An 'org/name' that huggingface_hub's validate_repo_id accepts too (each part at most 96 characters,
+#: the name starting and ending with a letter, digit or '_'; no '--', '..' or '.git' end: checked
+#: in _valid_repo_id). A name it refuses had raised its HFValidationError, no KernelError.
+_REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?/[A-Za-z0-9_](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?\Z")
 _COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
 
 
@@ -108,7 +111,8 @@ def classify(name: str | os.PathLike[str]) -> Location:
 
 
 def _valid_repo_id(repo_id: object) -> bool:
-    return isinstance(repo_id, str) and bool(_REPO_ID.match(repo_id)) and ".." not in repo_id and "--" not in repo_id
+    return (isinstance(repo_id, str) and bool(_REPO_ID.match(repo_id)) and ".." not in repo_id and "--" not in repo_id
+            and not repo_id.endswith(".git"))
 
 
 def _checked_repo_id(repo_id: str) -> str:
@@ -117,7 +121,9 @@ def _checked_repo_id(repo_id: str) -> str:
         # `org/op@v2` is the command line's spelling; a Python user copying it needs the keyword
         hint = (f": in Python write get_kernel({pinned[1]!r}, version={pinned[2]})"
                 if pinned and _valid_repo_id(pinned[1]) else "")  # fmt: skip
-        raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name'){hint}")
+        raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name' of letters, digits, '_', "
+                           "'-' and '.', each part at most 96 characters, the name starting and ending with a letter, "
+                           f"digit or '_', no '--' or '..', not ending in '.git'){hint}")
     return repo_id
 
 
