@@ -804,3 +804,41 @@ def test_a_repository_id_huggingface_hub_refuses_is_a_package_error(hub_env, nam
     for good in ("webgpu-kernels/_op_", "webgpu-kernels/" + "a" * 96, "a/b", "webgpu-kernels/com.microsoft.QuickGelu"):
         assert hub.classify(good).kind == "hub"
         validate_repo_id(good)
+
+
+@pytest.mark.parametrize("status, reason", [(429, "Too Many Requests"), (403, "Forbidden"), (500, "Internal Server Error")])
+def test_an_http_refusal_with_nothing_cached_names_the_answer(server, monkeypatch, status, reason):
+    """huggingface_hub falls back to the cache on a 403, a 429 or a 5xx; with nothing cached the
+    error said the Hub "cannot be reached", hiding a rate limit or a refusal behind a network
+    problem (helper-36)."""
+    import hub_server
+
+    monkeypatch.setattr(hub_server._Handler, "_dispatch", lambda handler, method: handler._error(status, None, reason))
+    with pytest.raises(HubError, match="is not in the Hugging Face cache") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert f"answered {status} " in str(info.value) or f"'{status} {reason}'" in str(info.value), str(info.value)
+    assert "cannot be reached" not in str(info.value)
+
+
+def test_a_listed_file_the_server_then_lacks_is_named(server, monkeypatch):
+    """A 404 for one listed file read "the Hub answered 404 Client Error.", naming no file (helper-36)."""
+    import hub_server
+
+    original = hub_server._Handler._resolve
+
+    def lacking(self, method, repo_id, rev_name, path):
+        if path.endswith("test.json"):
+            return self._error(404, "EntryNotFound", "gone")
+        return original(self, method, repo_id, rev_name, path)
+
+    monkeypatch.setattr(hub_server._Handler, "_resolve", lacking)
+    monkeypatch.setattr(huggingface_hub_file_download(), "time", types.SimpleNamespace(sleep=lambda seconds: None),
+                        raising=False)  # fmt: skip
+    with pytest.raises(HubError, match=r"answered 404 .*build/webgpu/test\.json"):
+        wk.get_kernel(OFFICIAL, version=1)
+
+
+def huggingface_hub_file_download():
+    import huggingface_hub.file_download
+
+    return huggingface_hub.file_download

@@ -509,7 +509,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
         why = ("offline mode is on (HF_HUB_OFFLINE)" if offline else
                # huggingface_hub reads the variable once, when imported, and then blocks every request
                "huggingface_hub read HF_HUB_OFFLINE=1 when it was imported and does not see it change"
-               if constants.HF_HUB_OFFLINE else f"{where} cannot be reached")  # fmt: skip
+               if constants.HF_HUB_OFFLINE else _unreachable(exc, where))  # fmt: skip
         if type(exc).__name__ == "IncompleteSnapshotError":  # huggingface_hub >= 2: names the missing files
             first = str(exc).strip().splitlines()[0]
             raise HubError(f"{repo_id} {what}: the Hugging Face cache holds an incomplete copy and {why}: {first}",
@@ -517,8 +517,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
         raise HubError(f"{repo_id} {what} is not in the Hugging Face cache ({cache_dir}) and {why}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
     except HfHubHTTPError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise HubError(f"{repo_id} revision {rev!r}: the Hub answered {first}", repo_id=repo_id,
+        raise HubError(f"{repo_id} revision {rev!r}: the Hub answered {_http_answer(exc)}", repo_id=repo_id,
                        revision=rev) from exc  # fmt: skip
     except HubError:
         raise
@@ -526,6 +525,33 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
         # RemoteProtocolError when a connection dies mid-file): the caller gets one error type, naming what failed
         raise HubError(f"{repo_id} revision {rev!r}: download from {where} failed: {type(exc).__name__}: {exc}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
+
+
+def _http_answer(exc: Exception) -> str:
+    """An HTTP error's first line, and the URL asked when that line does not name it (huggingface_hub's
+    404 for a listed file the server then did not have read "404 Client Error.", no file named)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    with suppress(Exception):  # no response, or one without its request
+        url = str(exc.response.request.url)  # type: ignore[attr-defined]
+        if url and url not in first:
+            first = f"{first.rstrip('.')} (for {url})"
+    return first
+
+
+def _unreachable(exc: BaseException, where: str) -> str:
+    """Why huggingface_hub fell back to the cache, in words: an HTTP answer it counted as the Hub
+    being down (a 5xx, a 403, a 429) is named with its status, not as "cannot be reached" (a rate
+    limit or a refusal had read as a network problem, helper-36)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    cause: BaseException | None = exc
+    for _ in range(8):  # the chain snapshot_download and hf_hub_download raise from
+        if cause is None:
+            break
+        if isinstance(cause, HfHubHTTPError) and getattr(cause, "response", None) is not None:
+            return f"{where} answered {_http_answer(cause)}"
+        cause = cause.__cause__ or cause.__context__
+    return f"{where} cannot be reached"
 
 
 def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> str | None:
