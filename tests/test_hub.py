@@ -842,3 +842,26 @@ def huggingface_hub_file_download():
     import huggingface_hub.file_download
 
     return huggingface_hub.file_download
+
+
+def test_a_commit_sha_that_is_a_path_is_refused_before_anything_is_written(server, hub_env, tmp_path, monkeypatch):
+    """huggingface_hub makes the commit the Hub names a path of the cache (trees/<commit>.json, the
+    snapshot folder) without checking it: a repo info naming '../../../../escaped' wrote
+    escaped.json and a file 'escaped' beside HF_HOME, outside the cache, left there (helper-36)."""
+    import hub_server
+
+    original_json, original_lookup = hub_server._Handler._json, hub_server.HubServer._lookup
+
+    def json_(self, value, *, commit=None):
+        if isinstance(value, dict) and "sha" in value:
+            value = {**value, "sha": "../../../../escaped"}
+        return original_json(self, value, commit=commit)
+
+    monkeypatch.setattr(hub_server._Handler, "_json", json_)
+    monkeypatch.setattr(hub_server.HubServer, "_lookup",
+                        lambda self, repo, rev: original_lookup(self, repo, "v1" if "escaped" in rev else rev))
+    with pytest.raises(HubError, match=r"named the commit '\.\./\.\./\.\./\.\./escaped' for it, not a 40-hex") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.repo_id == OFFICIAL and info.value.revision == "v1"
+    assert not [p for p in tmp_path.rglob("escaped*")], "a file was written outside the cache"
+    assert cache_state(hub_env) == {}

@@ -568,10 +568,17 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     try:
         # repo_info fails at once when the Hub cannot be reached; the tree listing would retry for
         # 23 s first (five times, with backoff), delaying the fallback to the cache.
-        commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE).sha or rev
+        named = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE).sha
     except Exception:  # noqa: BLE001 - unreachable, no such repository or revision: snapshot_download
         # reports it, or serves the cache (a pinned commit the Hub no longer has, still cached)
         return None
+    if not (isinstance(named, str) and _COMMIT.match(named)):
+        # huggingface_hub makes the commit a path of the cache (trees/<commit>.json, snapshots/<commit>/)
+        # without checking it: a sha of '../../x' had written x.json and a ref outside the cache (helper-36)
+        raise HubError(f"{repo_id} revision {rev!r}: {endpoint or DEFAULT_ENDPOINT} named the commit {named!r} for it, "
+                       "not a 40-hex commit sha: refused before anything was downloaded", repo_id=repo_id,
+                       revision=rev)  # fmt: skip
+    commit = named
     try:
         for entry in api.list_repo_tree(repo_id, path_in_repo=PACKAGE_DIR, recursive=True, revision=commit,
                                         repo_type=REPO_TYPE):  # fmt: skip
