@@ -865,3 +865,17 @@ def test_a_commit_sha_that_is_a_path_is_refused_before_anything_is_written(serve
     assert info.value.repo_id == OFFICIAL and info.value.revision == "v1"
     assert not [p for p in tmp_path.rglob("escaped*")], "a file was written outside the cache"
     assert cache_state(hub_env) == {}
+
+
+def test_download_takes_a_urls_version_pin_as_the_other_commands_do(server):
+    """`info https://<hub>/kernels/org/op@v1` loads; `download` refused the same name, telling a
+    command-line user how to write it in Python (helper-36)."""
+    url = f"{server.url}/kernels/{OFFICIAL}"
+    info = CliRunner().invoke(_cli(), ["--trust-remote-code", "info", f"{url}@v1", "--json"])
+    assert info.exit_code == 0, info.output
+    result = CliRunner().invoke(_cli(), ["--trust-remote-code", "download", f"{url}@v1", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["commit"] == server.commit_of(OFFICIAL, "v1") and data["revision"] == "v1" and data["needsTrust"]
+    both = CliRunner().invoke(_cli(), ["--trust-remote-code", "download", f"{url}@v1", "--version", "1"])
+    assert both.exit_code == 2 and "names its revision" in both.output

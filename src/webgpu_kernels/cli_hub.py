@@ -9,6 +9,8 @@ the package landed, its op id and the verified digests.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 import click
 
 from . import hub
@@ -32,10 +34,17 @@ def download_cmd(repo: str, version: int | None, revision: str | None, expected_
 
     Example: webgpu-kernels download webgpu-kernels/com.microsoft.QuickGelu --version 1
     """
-    if "@" in repo and "://" not in repo:  # org/op@vN or org/op@REV, as every KERNEL argument takes it
+    # org/op@vN or org/op@REV, as every KERNEL argument takes it; a URL's too (an @ in its path, not
+    # in a user@host): https://<hub>/kernels/org/op@v1 had been refused with advice for Python (helper-36)
+    url = urlsplit(repo) if "://" in repo else None
+    if "@" in (url.path if url else repo):
         if version is not None or revision is not None:
             raise click.UsageError(f"{repo!r} names its revision: leave out --version and --revision, or the @ part")
-        repo, _, pin = repo.partition("@")
+        if url:
+            path, _, pin = url.path.partition("@")
+            repo = urlunsplit(url._replace(path=path))
+        else:
+            repo, _, pin = repo.partition("@")
         version, revision = hub_pin(pin)
     location = hub.classify(repo)
     if location.kind != "hub":
