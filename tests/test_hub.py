@@ -879,3 +879,29 @@ def test_download_takes_a_urls_version_pin_as_the_other_commands_do(server):
     assert data["commit"] == server.commit_of(OFFICIAL, "v1") and data["revision"] == "v1" and data["needsTrust"]
     both = CliRunner().invoke(_cli(), ["--trust-remote-code", "download", f"{url}@v1", "--version", "1"])
     assert both.exit_code == 2 and "names its revision" in both.output
+
+
+def test_a_package_listed_larger_than_a_package_may_be_is_refused_before_it_is_downloaded(server, hub_root, hub_env,
+                                                                                         monkeypatch):  # fmt: skip
+    """Each file under the per-file bound but the package's content over the total a package may
+    hold (MAX_PACKAGE_BYTES; shrunk here): every file was fetched, then refused when it opened
+    (64 files of 8 MiB each: 512 MiB and more to disk) (helper-36)."""
+    from webgpu_kernels import digests
+
+    monkeypatch.setattr(digests, "MAX_PACKAGE_BYTES", 1 << 20)  # what the package's opening holds it to
+    monkeypatch.setattr(hub, "MAX_PACKAGE_BYTES", 1 << 20, raising=False)
+    pkg = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR
+    for i in range(3):
+        (pkg / f"blob{i}.npy").write_bytes(b"\1" * 600_000)
+    write_metadata(pkg)
+    server.rescan()
+    with pytest.raises(HubError, match=r"hold \d+ bytes, more than a package may \(1048576\)") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.repo_id == OFFICIAL
+    assert not any("/resolve/" in path for _, path in server.requests), "a file was downloaded"
+    (pkg / "blob2.npy").unlink()
+    (pkg / "blob1.npy").write_bytes(b"\1" * 300_000)
+    write_metadata(pkg)
+    (pkg / "notes.txt").write_bytes(b"n" * 600_000)  # unlisted and no content file: never read, not counted
+    server.rescan()
+    assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID  # under the bound, the README beside it not counted

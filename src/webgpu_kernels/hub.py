@@ -35,7 +35,7 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 from .device import TRUE_VALUES
-from .digests import MAX_FILE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE
+from .digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE, is_content_file
 from .errors import DigestError, HubError, KernelError, PackageError, TrustError
 from .forks import fresh_in_child
 from .package import KernelPackage, open_folder
@@ -556,8 +556,8 @@ def _unreachable(exc: BaseException, where: str) -> str:
 
 def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> str | None:
     """Refuse, before anything is downloaded, a package the Hub lists as larger than a package may
-    be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each): they would be refused after the download,
-    once they had filled the disk. (The listing is the server's word: a file listed smaller than it
+    be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each, content files of MAX_PACKAGE_BYTES together):
+    they would be refused after the download, once they had filled the disk. (The listing is the server's word: a file listed smaller than it
     is still downloads in full, then is refused.) Returns the commit the endpoint named for the
     revision, or None when it named none (it could not be reached, or does not list the revision:
     a pinned commit it no longer has, still cached)."""
@@ -601,6 +601,13 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
         if entry.size > MAX_FILE_BYTES:
             raise HubError(f"{repo_id} revision {rev!r}: {entry.path} is {entry.size} bytes, more than a package "
                            f"file may be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
+    # Every content file is read when the package opens (an unlisted one is refused), and what it
+    # reads is bounded in all: 64 files under the per-file bound had been fetched, 512 MiB and more,
+    # then refused (helper-36). Other files (a README) are not read, so they do not count.
+    content = sum(e.size for e in files if is_content_file(e.path[len(PACKAGE_DIR) + 1 :]))
+    if content > MAX_PACKAGE_BYTES:
+        raise HubError(f"{repo_id} revision {rev!r}: the package files of {PACKAGE_DIR}/ hold {content} bytes, more "
+                       f"than a package may ({MAX_PACKAGE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
     return commit
 
 
