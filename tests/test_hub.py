@@ -905,3 +905,32 @@ def test_a_package_listed_larger_than_a_package_may_be_is_refused_before_it_is_d
     (pkg / "notes.txt").write_bytes(b"n" * 600_000)  # unlisted and no content file: never read, not counted
     server.rescan()
     assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID  # under the bound, the README beside it not counted
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_hub_that_never_answers_is_unreachable_in_bounded_time(server, monkeypatch, cached):
+    """A Hub that takes the connection and never answers (a stalled proxy): huggingface_hub's
+    repo_info has no time limit, so get_kernel hung, a cached copy or not (helper-36). Now the
+    first request waits HF_HUB_ETAG_TIMEOUT seconds, then the cache answers as for a Hub down."""
+    import threading
+    import time
+
+    import hub_server
+
+    if cached:
+        commit = wk.get_kernel(OFFICIAL, version=1).package.commit
+        hub.clear_cache()
+    release = threading.Event()
+    monkeypatch.setattr(hub_server._Handler, "_dispatch", lambda handler, method: release.wait(60))
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "1")
+    start = time.monotonic()
+    try:
+        if cached:
+            package = wk.get_kernel(OFFICIAL, version=1).package
+            assert package.from_cache and package.commit == commit
+        else:
+            with pytest.raises(HubError, match=r"is not in the Hugging Face cache .* cannot be reached \(ReadTimeout"):
+                wk.get_kernel(OFFICIAL, version=1)
+    finally:
+        release.set()
+    assert time.monotonic() - start < 20

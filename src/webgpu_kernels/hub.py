@@ -482,13 +482,18 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
     where = endpoint or DEFAULT_ENDPOINT
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
     cache_dir = cache_dir_for(endpoint)
+    unreached: Exception | None = None
     try:
-        listed = None if offline else _check_listing(repo_id, rev, endpoint=endpoint, token=token)
+        try:
+            listed = None if offline else _check_listing(repo_id, rev, endpoint=endpoint, token=token)
+        except _Unreachable as exc:  # the cache answers, as huggingface_hub's own fallback would, but
+            # without asking again: its request has no time limit, and a stalled Hub had hung the load
+            listed, unreached = None, exc.error
         # The commit the listing checked, not `rev` again: a branch moved between the two requests
         # had downloaded a commit no listing checked, reported as the cache's (helper-27).
         path = snapshot_download(
             repo_id, repo_type=REPO_TYPE, revision=listed or rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
-            cache_dir=str(cache_dir), endpoint=endpoint, local_files_only=offline, token=token,
+            cache_dir=str(cache_dir), endpoint=endpoint, local_files_only=offline or unreached is not None, token=token,
             library_name="webgpu-kernels", library_version=_library_version(),
         )  # fmt: skip
         if listed is not None and Path(path).name == listed != rev:
@@ -509,7 +514,9 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
         why = ("offline mode is on (HF_HUB_OFFLINE)" if offline else
                # huggingface_hub reads the variable once, when imported, and then blocks every request
                "huggingface_hub read HF_HUB_OFFLINE=1 when it was imported and does not see it change"
-               if constants.HF_HUB_OFFLINE else _unreachable(exc, where))  # fmt: skip
+               if constants.HF_HUB_OFFLINE else
+               f"{where} cannot be reached ({type(unreached).__name__}: {unreached})" if unreached is not None else
+               _unreachable(exc, where))  # fmt: skip
         if type(exc).__name__ == "IncompleteSnapshotError":  # huggingface_hub >= 2: names the missing files
             first = str(exc).strip().splitlines()[0]
             raise HubError(f"{repo_id} {what}: the Hugging Face cache holds an incomplete copy and {why}: {first}",
@@ -554,6 +561,25 @@ def _unreachable(exc: BaseException, where: str) -> str:
     return f"{where} cannot be reached"
 
 
+class _Unreachable(Exception):
+    """The endpoint did not answer hub.py's first request (no connection, or no answer in time)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _metadata_timeout() -> float:
+    """Seconds to wait for the Hub's answer about a revision: huggingface_hub's own time limit for
+    metadata requests (HF_HUB_ETAG_TIMEOUT, 10 s by default). Its repo_info has none by default, so
+    a Hub that took the connection and never answered hung get_kernel, cached copy or not (helper-36)."""
+    from huggingface_hub import constants
+
+    with suppress(ValueError):
+        return float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or constants.HF_HUB_ETAG_TIMEOUT)
+    return float(constants.HF_HUB_ETAG_TIMEOUT)
+
+
 def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> str | None:
     """Refuse, before anything is downloaded, a package the Hub lists as larger than a package may
     be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each, content files of MAX_PACKAGE_BYTES together):
@@ -568,8 +594,10 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     try:
         # repo_info fails at once when the Hub cannot be reached; the tree listing would retry for
         # 23 s first (five times, with backoff), delaying the fallback to the cache.
-        named = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE).sha
-    except Exception:  # noqa: BLE001 - unreachable, no such repository or revision: snapshot_download
+        named = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE, timeout=_metadata_timeout()).sha
+    except Exception as exc:  # noqa: BLE001 - unreachable, no such repository or revision: snapshot_download
+        if {"ConnectError", "TimeoutException"} & {c.__name__ for c in type(exc).__mro__}:  # httpx's (httpx2's)
+            raise _Unreachable(exc) from exc  # what snapshot_download counts as no connection: the cache answers
         # reports it, or serves the cache (a pinned commit the Hub no longer has, still cached)
         return None
     if not (isinstance(named, str) and _COMMIT.match(named)):
