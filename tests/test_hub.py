@@ -934,3 +934,15 @@ def test_a_hub_that_never_answers_is_unreachable_in_bounded_time(server, monkeyp
     finally:
         release.set()
     assert time.monotonic() - start < 20
+
+
+def test_a_package_folder_without_a_manifest_names_the_repository(server, hub_root, hub_env):
+    """build/webgpu/ without manifest.json: the PackageError named the snapshot's path, which the
+    refused download then removed, and not the repository or revision asked for (helper-36)."""
+    (hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "manifest.json").unlink()
+    server.rescan()
+    with pytest.raises(HubError, match=r"webgpu-kernels/com\.microsoft\.QuickGelu at revision 'v1' \(commit [0-9a-f]{40}\): "
+                                       r"build/webgpu/ is not a WebGPU kernel package: no manifest\.json") as info:  # fmt: skip
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.repo_id == OFFICIAL and info.value.revision == "v1"
+    assert cache_state(hub_env) == {}

@@ -391,6 +391,10 @@ def download(
                 undo.restore()
                 undo = None
             raise _hub_digest_error(exc, repo_id, commit, endpoint, cached=cached) from None
+        except PackageError as exc:  # no manifest.json, too many files: its path named the snapshot, removed
+            # below, and not the repository (helper-36)
+            raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}): {PACKAGE_DIR}/ is not a WebGPU kernel "
+                           f"package: {exc.detail}", repo_id=repo_id, revision=rev) from None  # fmt: skip
         package = _hub_package(base, repo_id=repo_id, revision=rev, commit=commit, endpoint=endpoint,
                                from_cache=from_cache)  # fmt: skip
         if revision is None:
