@@ -946,3 +946,27 @@ def test_a_package_folder_without_a_manifest_names_the_repository(server, hub_ro
         wk.get_kernel(OFFICIAL, version=1)
     assert info.value.repo_id == OFFICIAL and info.value.revision == "v1"
     assert cache_state(hub_env) == {}
+
+
+@pytest.mark.parametrize("how", ["a link", "a relative path"])
+def test_a_changed_cached_copy_is_the_caches_fault_whatever_the_path_to_the_cache(server, tmp_path, monkeypatch, how):
+    """snapshot_download resolves the cache folder, hub.py listed it as given: with HF_HOME through a
+    symbolic link (a home on a linked volume) or relative, no cached file was recognised as cached,
+    and a copy changed in the cache was blamed on the server ("nothing of it was kept in the cache:
+    tell the repository's authors") while it stayed, refused at every load (helper-36)."""
+    real = tmp_path / "real-home"
+    real.mkdir()
+    if how == "a link":
+        (tmp_path / "linked-home").symlink_to(real, target_is_directory=True)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "linked-home"))
+    else:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("HF_HOME", "real-home")
+    kernel = wk.get_kernel(OFFICIAL, version=1)
+    blob = (kernel.package.root / "manifest.json").resolve()
+    os.chmod(blob, 0o644)
+    blob.write_bytes(blob.read_bytes().replace(b"1.702", b"1.703"))
+    hub.clear_cache()
+    with pytest.raises(DigestError, match="changed in the Hugging Face cache after it was downloaded") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert "tell the repository's authors" not in str(info.value)

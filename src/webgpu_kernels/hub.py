@@ -301,6 +301,10 @@ class _CacheUndo:
 
     def __init__(self, endpoint: str | None, repo_id: str) -> None:
         self.folder = _repo_cache_folder(endpoint, repo_id)
+        with suppress(OSError, RuntimeError):  # as snapshot_download resolves the cache folder: the paths
+            # it returns are then compared with these (an HF_HOME through a link had read every cached
+            # file as one the server had just sent, and its change was blamed on the server, helper-36)
+            self.folder = self.folder.resolve()
         self.entries = set(_entries_below(self.folder))
         self.refs: dict[Path, bytes] = {}
         for path in _entries_below(self.folder / "refs"):
