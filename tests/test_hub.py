@@ -970,3 +970,16 @@ def test_a_changed_cached_copy_is_the_caches_fault_whatever_the_path_to_the_cach
     with pytest.raises(DigestError, match="changed in the Hugging Face cache after it was downloaded") as info:
         wk.get_kernel(OFFICIAL, version=1)
     assert "tell the repository's authors" not in str(info.value)
+
+
+def test_an_empty_cached_ref_says_the_cache_is_damaged(server, hub_env, monkeypatch):
+    """refs/v1 empty (a write cut short by an older client or a full disk): offline, huggingface_hub
+    serves snapshots/ itself, and the error read "(commit snapshots) has no build/webgpu/ folder: not
+    a WebGPU kernel package", blaming the package (helper-36)."""
+    wk.get_kernel(OFFICIAL, version=1)
+    (hub_env / "hub" / REPO_FOLDER / "refs" / "v1").write_text("")
+    go_offline(monkeypatch)
+    with pytest.raises(HubError, match=r"the Hugging Face cache names no commit for it .*refs/v1\): delete .*"
+                                       + re.escape(REPO_FOLDER)) as info:  # fmt: skip
+        wk.get_kernel(OFFICIAL, version=1)
+    assert "not a WebGPU kernel package" not in str(info.value)

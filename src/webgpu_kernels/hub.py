@@ -380,6 +380,11 @@ def download(
     commit = snapshot.name
     root = snapshot / PACKAGE_DIR
     try:
+        if not _COMMIT.match(commit):  # snapshot_download read an empty or garbled refs/<rev> and served
+            # snapshots/ itself: this had read "(commit snapshots) has no build/webgpu/ folder" (helper-36)
+            raise HubError(f"{repo_id} revision {rev!r}: the Hugging Face cache names no commit for it (an empty or "
+                           f"damaged refs/{rev}): delete {_repo_cache_folder(endpoint, repo_id)} to download it again",
+                           repo_id=repo_id, revision=rev)  # fmt: skip
         if not root.is_dir():
             raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}) has no {PACKAGE_DIR}/ folder: "
                            "not a WebGPU kernel package", repo_id=repo_id, revision=rev)  # fmt: skip
