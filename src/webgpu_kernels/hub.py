@@ -57,7 +57,8 @@ OTHER_ENDPOINTS_DIR = "webgpu-kernels-endpoints"
 #: An 'org/name' that huggingface_hub's validate_repo_id accepts too (each part at most 96 characters,
 #: the name starting and ending with a letter, digit or '_'; no '--', '..' or '.git' end: checked
 #: in _valid_repo_id). A name it refuses had raised its HFValidationError, no KernelError.
-_REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?/[A-Za-z0-9_](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?\Z")
+_REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?"
+                      r"/[A-Za-z0-9_](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?\Z")  # fmt: skip
 _COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
 
 
@@ -112,7 +113,7 @@ def classify(name: str | os.PathLike[str]) -> Location:
 
 def _valid_repo_id(repo_id: object) -> bool:
     return (isinstance(repo_id, str) and bool(_REPO_ID.match(repo_id)) and ".." not in repo_id and "--" not in repo_id
-            and not repo_id.endswith(".git"))
+            and not repo_id.endswith(".git"))  # fmt: skip
 
 
 def _checked_repo_id(repo_id: str) -> str:
@@ -121,9 +122,9 @@ def _checked_repo_id(repo_id: str) -> str:
         # `org/op@v2` is the command line's spelling; a Python user copying it needs the keyword
         hint = (f": in Python write get_kernel({pinned[1]!r}, version={pinned[2]})"
                 if pinned and _valid_repo_id(pinned[1]) else "")  # fmt: skip
-        raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name' of letters, digits, '_', "
-                           "'-' and '.', each part at most 96 characters, the name starting and ending with a letter, "
-                           f"digit or '_', no '--' or '..', not ending in '.git'){hint}")
+        raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name' of letters, digits, "
+                           "'_', '-' and '.', each part at most 96 characters, the name starting and ending with a "
+                           f"letter, digit or '_', no '--' or '..', not ending in '.git'){hint}")  # fmt: skip
     return repo_id
 
 
@@ -596,10 +597,12 @@ def _metadata_timeout() -> float:
 def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> str | None:
     """Refuse, before anything is downloaded, a package the Hub lists as larger than a package may
     be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each, content files of MAX_PACKAGE_BYTES together):
-    they would be refused after the download, once they had filled the disk. (The listing is the server's word: a file listed smaller than it
-    is still downloads in full, then is refused.) Returns the commit the endpoint named for the
-    revision, or None when it named none (it could not be reached, or does not list the revision:
-    a pinned commit it no longer has, still cached)."""
+    they would be refused after the download, once they had filled the disk. (The listing is the
+    server's word: a file listed smaller than it is still downloads in full, then is refused.)
+    Returns the commit the endpoint named for the revision, or None when it named none (it does
+    not list the revision, perhaps a pinned commit it no longer has, still cached; or it answered
+    an error: snapshot_download says which); raises _Unreachable when the endpoint could not be
+    reached or did not answer in time."""
     from huggingface_hub import HfApi, RepoFile
 
     api = HfApi(endpoint=endpoint, token=token)
