@@ -214,6 +214,20 @@ def test_bad_options_are_refused_before_any_timing(runner, args, fragment):
     assert "adapter:" not in result.output  # nothing ran
 
 
+@pytest.mark.parametrize("option, name", [("--json", "out.json"), ("--plot", "out.png")])
+def test_an_output_path_under_home_is_written_where_it_was_checked(runner, tmp_path, monkeypatch, option, name):
+    """The folder check expanded ~ and the write did not: `--json '~/out.json'` (quoted, or
+    --json=~/x, which the shell leaves as it is) passed the check, then crashed after the run."""
+    if option == "--plot":
+        pytest.importorskip("matplotlib")
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)  # no ./~ here
+    invoke(runner, "bench", QG_DIR, *TINY, "--no-host", option, f"~/{name}")
+    assert (home / name).is_file()
+
+
 def test_input_shapes_name_one_kernel(runner):
     result = runner.invoke(main, ["bench", QG_DIR, BA_DIR, "-i", "X=2x64:f32", "--no-host"])
     assert result.exit_code == 2 and "name exactly one KERNEL" in result.output

@@ -227,13 +227,16 @@ SEED_OPTION = click.option("--seed", type=click.IntRange(min=0), default=0, show
 
 
 def _writable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """An output file's folder must exist and be writable now, not after a run of many minutes."""
+    """An output file's folder must exist and be writable now, not after a run of many minutes. The
+    path is returned with ``~`` expanded, as it was checked: the write had taken ``~/out.json``
+    literally (./~/out.json), and crashed after the run."""
     if value is None or value == "-":
         return value
-    folder = Path(value).expanduser().resolve().parent
+    path = Path(value).expanduser()
+    folder = path.resolve().parent
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         raise click.BadParameter(f"cannot write {value!r}: {folder} is not a writable folder", ctx=ctx, param=param)
-    return value
+    return str(path)
 
 
 def _plottable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
