@@ -206,6 +206,8 @@ def test_case_globs_and_dtype_aliases_select_as_elsewhere(runner, tmp_path):
     (["--calls", "0"], "--calls"),
     (["--json", "no/such/folder/out.json"], "is not a writable folder"),
     (["--plot", "no/such/folder/out.png"], "is not a writable folder"),
+    (["--plot", "out.txt"], "ending in .png"),  # matplotlib's ValueError (no such format) after the run
+    (["--plot", "out"], "ending in .png"),  # written as out.png, while bench said "plot: out"
 ])  # fmt: skip
 def test_bad_options_are_refused_before_any_timing(runner, args, fragment):
     """These crashed with tracebacks, the output paths only after the whole run."""

@@ -248,6 +248,9 @@ def _plottable(ctx: click.Context, param: click.Parameter, value: str | None) ->
             raise click.BadParameter("needs matplotlib: pip install 'webgpu-kernels[plot]'", ctx=ctx, param=param) from None
         if value == "-":  # --json's stdout; a PNG has nowhere to go there (it had been written to ./-.png)
             raise click.BadParameter("a PNG file's path ('-', stdout, is for --json only)", ctx=ctx, param=param)
+        if Path(value).suffix.lower() != ".png":  # matplotlib picks the format by it: `x.txt` crashed after the
+            # run (no such format), and `x` was written as x.png while bench said "plot: x"
+            raise click.BadParameter(f"{value!r}: a PNG file's path, ending in .png", ctx=ctx, param=param)
     return _writable(ctx, param, value)
 
 
