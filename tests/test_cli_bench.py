@@ -230,6 +230,22 @@ def test_an_output_path_under_home_is_written_where_it_was_checked(runner, tmp_p
     assert (home / name).is_file()
 
 
+def test_a_json_file_that_cannot_be_written_after_the_run_is_an_error_after_the_table(runner, tmp_path, monkeypatch):
+    """A --json write that failed after the timing (a full disk; here the path became a folder
+    meanwhile) was an OSError traceback raised before the table was printed: every figure lost."""
+    path, real = tmp_path / "bench.json", cli_bench._time_cases
+
+    def then_a_folder(*args, **kwargs):
+        real(*args, **kwargs)
+        path.mkdir()
+
+    monkeypatch.setattr(cli_bench, "_time_cases", then_a_folder)
+    result = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host", "--json", str(path)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
+    assert "tiny-4096" in result.stdout  # the table
+    assert "Could not open file" in result.stderr and str(path) in " ".join(result.stderr.split())
+
+
 def test_input_shapes_name_one_kernel(runner):
     result = runner.invoke(main, ["bench", QG_DIR, BA_DIR, "-i", "X=2x64:f32", "--no-host"])
     assert result.exit_code == 2 and "name exactly one KERNEL" in result.output

@@ -347,10 +347,17 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     results: dict[str, Any] = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
                                "cases": rows, "host": []}  # fmt: skip
 
+    unsaved: list[OSError] = []  # the last write of the --json file, if it failed
+
     def save() -> None:
         # Written after every phase and on Ctrl-C, so a run cut short still leaves its figures.
         if json_path and json_path != "-":  # as stdout gets it: strict JSON ("inf" as a string)
-            Path(json_path).write_text(json.dumps(_jsonable(results), indent=1, allow_nan=False), "utf-8")
+            try:
+                Path(json_path).write_text(json.dumps(_jsonable(results), indent=1, allow_nan=False), "utf-8")
+            except OSError as exc:  # a full disk: said after the table (the traceback had lost the figures)
+                unsaved[:] = [exc]
+            else:
+                unsaved.clear()
 
     try:
         _time_cases(run, loaded, plan, results, console, host=host, calls=calls, warm_up_s=warm_up_s)
@@ -365,7 +372,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
             _compare(rows, compile_tag, console, save, peer_timeout_s)
     except KeyboardInterrupt:  # what was measured is kept, in the file or on stdout
         save()
-        where = f"; they are in {json_path}" if json_path and json_path != "-" else ""
+        where = f"; they are in {json_path}" if json_path and json_path != "-" and not unsaved else ""
         console.print(Text(f"interrupted with {len(rows)} of {len(plan)} cases timed{where}", style="red"))
         if json_path == "-":
             _echo_json(results)
@@ -375,12 +382,19 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     if json_path == "-":
         _echo_json(results)
     if plot_path:
-        bench_report.plot(rows, peak, plot_path)
-        console.print(f"plot: {plot_path}")
+        try:
+            bench_report.plot(rows, peak, plot_path)
+        except OSError as exc:
+            unsaved.append(exc)
+        else:
+            console.print(f"plot: {plot_path}")
     failed = [r for r in rows if "error" in r or r.get("error_ok") is False or r.get("tuned", {}).get("error_ok") is False]
     if failed:  # a CI job must see it: exit status 1, as `test` and `validate` do
         names_ = ", ".join(f"{r['kernel'].split('.')[-1]} {r['case']} {r['dtype']}" for r in failed)
         console.print(Text(f"{len(failed)} of {len(rows)} cases failed (error or WRONG output): {names_}", style="red"))
+    if unsaved:  # exit 1, as test's and validate's --junit file that cannot be written after the run
+        raise click.FileError(unsaved[0].filename or json_path or plot_path or "", hint=unsaved[0].strerror or str(unsaved[0]))
+    if failed:
         ctx.exit(1)
 
 
