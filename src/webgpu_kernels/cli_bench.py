@@ -76,8 +76,8 @@ def _no_cases(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ..
     """Why there is nothing to ``what``: no package has a bench.json, or the filters left nothing."""
     without = [k.op_id for k in kernels if not k.package.has(BENCH_FILE)]
     if len(without) == len(kernels):
-        shapes = "give shapes with -i ROLE=SHAPE:DTYPE, or " if what == "time" else ""  # bench's option
-        return f"{', '.join(without)}: no {BENCH_FILE} in the package (nothing to {what}: {shapes}add one)"
+        # bench's and tune's option (tune's since 3bba5b5: its message had still offered only a bench.json)
+        return f"{', '.join(without)}: no {BENCH_FILE} in the package (nothing to {what}: give shapes with -i ROLE=SHAPE:DTYPE, or add one)"
     if not (names or tags or dtypes):
         return f"the {BENCH_FILE} cases expand to nothing (nothing to {what})"
     return f"no {BENCH_FILE} case matches --case/--tag/--dtype (nothing to {what})"
