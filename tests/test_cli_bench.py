@@ -246,6 +246,22 @@ def test_a_json_file_that_cannot_be_written_after_the_run_is_an_error_after_the_
     assert "Could not open file" in result.stderr and str(path) in " ".join(result.stderr.split())
 
 
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_a_template_that_does_not_compile_for_given_shapes_fails_as_a_bench_json_case(runner, tmp_path, command):
+    """With -i shapes a shader that does not compile stopped the command as a usage error (exit 2, "could not
+    run"), where the same package's bench.json case is an error row (exit 1, "found a problem")."""
+    root = copy_package(QG, tmp_path / "qg")
+    template = root / "quick-gelu.wgsl.jinja"
+    template.write_text(template.read_text("utf-8").replace("fn quick_gelu(", "fn quick_gelu(nonsense "), "utf-8")
+    write_metadata(root)
+    args = ["--no-host"] if command == "bench" else ["--dry-run"]
+    result = runner.invoke(main, [command, str(root), "-i", "X=4096:f32", *QUICK_WARM_UP, *args])
+    assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None))), result.output
+    assert "does not compile" in result.output
+    given = runner.invoke(main, [command, str(root), *TINY, *args])
+    assert given.exit_code == result.exit_code, given.output
+
+
 def test_input_shapes_name_one_kernel(runner):
     result = runner.invoke(main, ["bench", QG_DIR, BA_DIR, "-i", "X=2x64:f32", "--no-host"])
     assert result.exit_code == 2 and "name exactly one KERNEL" in result.output
