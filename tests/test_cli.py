@@ -536,6 +536,18 @@ def test_run_past_the_binding_limit_fails_before_making_data(runner: CliRunner) 
 # --- errors -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("command", [["test", "com.microsoft.QuickGelu", "--case", "vec4-2x64-f32"],
+                                     ["run", "com.microsoft.QuickGelu", "-i", "X=4:f32"]])
+def test_a_bad_no_tuning_setting_is_the_callers_error_in_every_command(runner: CliRunner, monkeypatch,
+                                                                        command: list[str]) -> None:
+    """`test` had reported each case as an ERROR of the package (exit 1, a JUnit error per case) where
+    run, explain and bench refuse the setting (exit 2)."""
+    monkeypatch.setenv(wk.tuning.DISABLE_ENV, "maybe")
+    result = runner.invoke(main, command)
+    assert result.exit_code == 2, result.output
+    assert "WEBGPU_KERNELS_NO_TUNING" in result.output and "ERROR" not in result.output
+
+
 def test_unknown_kernel(runner: CliRunner) -> None:
     for command in (["info", "com.microsoft.Nope"], ["run", "com.microsoft.Nope", "-i", "X=2:f32"]):
         assert_error(runner.invoke(main, command), "no embedded kernel 'com.microsoft.Nope'", QUICK_GELU)

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from . import tuning
 from .cli import FiniteFloatRange, trust_option
 from .device import choose_adapter
 from .digests import (
@@ -237,6 +238,9 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
     isolate = _isolation(isolate, timeout)
     if adapter is not None:
         choose_adapter(adapter)  # a mistyped --adapter is the caller's error (exit 2), in a child process too
+    # So is a bad WEBGPU_KERNELS_NO_TUNING, read only when a call chooses its plan: it had made every
+    # case an ERROR of the package (exit 1, each a JUnit error), as bench, run and explain refuse it (2).
+    tuning.disabled()
     refs = list(kernels) or embedded_ids()
     reports: list[PackageReport] = []
     status = _console(stderr=True)
