@@ -548,6 +548,17 @@ def test_a_bad_no_tuning_setting_is_the_callers_error_in_every_command(runner: C
     assert "WEBGPU_KERNELS_NO_TUNING" in result.output and "ERROR" not in result.output
 
 
+def test_digest_check_names_the_metadata_file_on_one_line(runner: CliRunner, tmp_path) -> None:
+    """The title of digest's table of changes was wrapped to the table's width: the path of
+    metadata.json came out cut mid-name ("metadata.js" / "on") in a log, where nothing needs wrapping."""
+    root = tmp_path / "a-package-folder-with-a-rather-long-name" / "com.microsoft.QuickGelu"
+    shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", root)
+    (root / "bench.json").write_text("{}", "utf-8")
+    result = runner.invoke(main, ["digest", "--check", str(root)])
+    assert result.exit_code == 1 and "changed" in result.output, result.output
+    assert str(root / "metadata.json") in result.output, result.output
+
+
 def test_unknown_kernel(runner: CliRunner) -> None:
     for command in (["info", "com.microsoft.Nope"], ["run", "com.microsoft.Nope", "-i", "X=2:f32"]):
         assert_error(runner.invoke(main, command), "no embedded kernel 'com.microsoft.Nope'", QUICK_GELU)

@@ -167,7 +167,10 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
         shown = [c for c in changes if c.status != "unchanged"]  # a package of 49 files listed them all
         same = len(changes) - len(shown)
         if shown:
-            table = Table(title=title, title_justify="left")
+            # The title on a line of its own: as the table's, it was wrapped to the table's width, the
+            # metadata.json path cut mid-name even in a log 160 columns wide.
+            console.print(Text(title, style="italic"), soft_wrap=True)
+            table = Table()
             for col in ("file", "status", "sha256"):
                 table.add_column(col)
             for c in shown:
