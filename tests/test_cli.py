@@ -559,6 +559,16 @@ def test_digest_check_names_the_metadata_file_on_one_line(runner: CliRunner, tmp
     assert str(root / "metadata.json") in result.output, result.output
 
 
+def test_columns_zero_does_not_silence_the_output() -> None:
+    """rich took COLUMNS=0 (a terminal of unknown size) for a width of 0: every table, verdict and
+    error message came out empty, with only the exit status left."""
+    runner = CliRunner(env={"COLUMNS": "0"})
+    result = runner.invoke(main, ["list"])
+    assert result.exit_code == 0 and "com.microsoft.QuickGelu" in result.output, result.output
+    result = runner.invoke(main, ["run", "no.such.Op", "-i", "X=4:f32"])
+    assert result.exit_code == 2 and "no embedded kernel 'no.such.Op'" in result.output, result.output
+
+
 def test_unknown_kernel(runner: CliRunner) -> None:
     for command in (["info", "com.microsoft.Nope"], ["run", "com.microsoft.Nope", "-i", "X=2:f32"]):
         assert_error(runner.invoke(main, command), "no embedded kernel 'com.microsoft.Nope'", QUICK_GELU)

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -94,8 +95,15 @@ def _console(*, stderr: bool = False) -> Console:
     wide when not writing to a terminal."""
     stream = sys.stderr if stderr else sys.stdout
     width = None
-    if not (hasattr(stream, "isatty") and stream.isatty()) and "COLUMNS" not in os.environ:
-        width = 160
+    columns = os.environ.get("COLUMNS")
+    # rich reads COLUMNS=0 (a terminal of unknown size, as some CI runners report it) as a width of
+    # 0 and then prints nothing at all: tables, verdicts and error messages were lost. Unset, then.
+    zero = columns is not None and columns.isdigit() and int(columns) == 0
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        if columns is None or zero:
+            width = 160
+    elif zero:
+        width = shutil.get_terminal_size().columns  # the terminal's own (it ignores a COLUMNS of 0)
     return _PackageTextConsole(stderr=stderr, markup=False, highlight=False, emoji=False, width=width)
 
 
