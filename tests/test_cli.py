@@ -569,6 +569,27 @@ def test_columns_zero_does_not_silence_the_output() -> None:
     assert result.exit_code == 2 and "no embedded kernel 'no.such.Op'" in result.output, result.output
 
 
+@pytest.mark.parametrize("term, live", [("xterm-256color", True), ("dumb", False)])
+def test_progress_is_live_only_on_a_terminal_that_redraws(monkeypatch, term: str, live: bool) -> None:
+    """On TERM=dumb rich draws no live progress, and the lines written where progress cannot redraw
+    were not written either: a tune search of minutes printed nothing until its case ended."""
+    import io
+
+    from rich.console import Console
+
+    from webgpu_kernels.cli import is_live
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("TERM", term)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    console = Console(file=Terminal())
+    assert console.is_terminal and is_live(console) is live
+
+
 def test_unknown_kernel(runner: CliRunner) -> None:
     for command in (["info", "com.microsoft.Nope"], ["run", "com.microsoft.Nope", "-i", "X=2:f32"]):
         assert_error(runner.invoke(main, command), "no embedded kernel 'com.microsoft.Nope'", QUICK_GELU)

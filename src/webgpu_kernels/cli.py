@@ -112,7 +112,9 @@ def is_live(console: Console) -> bool:
     (set by many CI configurations for coloured logs) makes rich take any stream for a terminal,
     and its live frames then filled the log where a line per case belongs."""
     isatty = getattr(console.file, "isatty", None)
-    return console.is_terminal and bool(isatty and isatty())
+    # Nor on a dumb terminal (TERM=dumb: an editor's shell, some CI ptys): rich draws no live frames
+    # there, so a tune search of minutes showed nothing, neither progress nor the lines a log gets.
+    return console.is_terminal and not console.is_dumb_terminal and bool(isatty and isatty())
 
 
 def _echo_json(data: Any) -> None:
