@@ -942,3 +942,18 @@ def test_summarize_of_both_infinities_warns_nothing() -> None:
         warnings.simplefilter("error")  # a RuntimeWarning leaked to run's stderr (helper-14)
         stats = summarize(np.array([np.inf, -np.inf, 1.0], np.float32))
     assert stats["min"] == -np.inf and stats["max"] == np.inf and math.isnan(stats["mean"])
+
+
+def test_a_reader_that_stops_early_leaves_the_commands_own_exit_status() -> None:
+    """`test PKG | head -1`: rich exited 1 on the broken pipe, which says "a case failed", so a
+    passing command failed a CI step run with pipefail (helper-35). The rest is dropped now and the
+    command goes on to its own verdict."""
+    from webgpu_kernels.cli import _PackageTextConsole
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as head does after its line
+    with os.fdopen(write_end, "w") as stream:
+        console = _PackageTextConsole(file=stream, width=80)
+        console.print("a line nobody reads")  # rich raised SystemExit(1) here
+        console.print("and the next one")
+        assert console.quiet

@@ -81,6 +81,15 @@ class _PackageTextConsole(Console):
     def render_str(self, text: str, **options: Any) -> Text:
         return super().render_str(printable(text), **options)
 
+    def on_broken_pipe(self) -> None:
+        # A reader that stopped early (`| head -1`): the rest is dropped and the command ends with its
+        # own verdict. rich exits 1 here, which says "a case failed", so a passing `test | head` failed
+        # a CI step run with pipefail (helper-35); the --json path already ended with its verdict.
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.file.fileno())
+        os.close(devnull)
+
     def render(self, renderable: Any, options: Any = None) -> Any:
         if isinstance(renderable, Text):
             plain = printable(renderable.plain)
