@@ -763,6 +763,15 @@ def test_urls_get_the_repository_id_checks_too(name):
         hub.classify(name)
 
 
+@pytest.mark.parametrize("name", ["https://user:s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu",
+                                  "https://s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu"])
+def test_credentials_in_a_url_are_refused_without_being_shown(name):
+    """They had named the endpoint's cache folder and been printed in every message (helper-36)."""
+    with pytest.raises(PackageError, match="credentials in the URL") as refused:
+        hub.classify(name)
+    assert "s3cret" not in str(refused.value) and "hub.example/kernels" in str(refused.value)
+
+
 def test_the_command_lines_version_pin_in_python_says_how_to_write_it():
     """`org/op@v1` is what the command line takes; get_kernel refused it without saying what to write."""
     with pytest.raises(PackageError, match=r"in Python write get_kernel\('webgpu-kernels/com.microsoft.QuickGelu', "

@@ -31,7 +31,7 @@ from contextlib import suppress
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
 from .device import TRUE_VALUES
@@ -135,6 +135,12 @@ def _classify_url(name: str, scheme: str) -> Location:
             raise PackageError(f"{name!r}: only local file:// URLs can be loaded")
         return Location("path", url2pathname(unquote(parts.path)), url_like=True)
     if scheme in ("http", "https"):
+        if parts.username is not None or parts.password is not None:
+            # They would name the endpoint's cache folder and appear in every message and log; the
+            # message shows the URL without them.
+            shown = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+            raise PackageError(f"{shown!r} with credentials in the URL: give a token as token= (or HF_TOKEN) "
+                               "instead, so that it is kept out of the cache folder's name and the messages")  # fmt: skip
         segments = [unquote(s) for s in parts.path.split("/") if s]
         if len(segments) == 3 and segments[0] == "kernels" and parts.netloc:
             repo_id = _checked_repo_id(f"{segments[1]}/{segments[2]}")
