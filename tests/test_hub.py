@@ -718,6 +718,8 @@ def test_a_package_refused_after_its_digests_leaves_the_cache_as_it_was(server, 
     with pytest.raises(wk.KernelError) as info:
         wk.get_kernel(OFFICIAL, version=1)
     assert fragment in f"{type(info.value).__name__}: {info.value}"
+    # each names the repository: the manifest's error had named only a snapshot path, then removed
+    assert OFFICIAL in " ".join([str(info.value), *getattr(info.value, "__notes__", ())])
     assert cache_state(hub_env) == before
     go_offline(monkeypatch)
     assert wk.get_kernel(OFFICIAL, version=1).package.commit == first.package.commit

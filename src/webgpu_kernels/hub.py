@@ -417,12 +417,14 @@ def download(
             check_contract_version(package, version)
         if accept is not None:
             accept(package)
-    except KernelError:
+    except KernelError as exc:
         # Refused after the download as well (its digests, its contract version, its manifest): the
         # cache is put back, or refs/<rev> stayed on the refused commit and offline use lost the
         # copy cached before.
         if undo is not None:
             undo.restore()
+        if repo_id not in str(exc):  # a manifest's error names the snapshot's file, perhaps just removed
+            exc.add_note(f"in {repo_id} at revision {rev!r} (commit {commit})")
         raise
     return package
 
