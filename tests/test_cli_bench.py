@@ -204,8 +204,8 @@ def test_case_globs_and_dtype_aliases_select_as_elsewhere(runner, tmp_path):
 @pytest.mark.parametrize("args, fragment", [
     (["--seed", "-1"], "--seed"),
     (["--calls", "0"], "--calls"),
-    (["--json", "no/such/folder/out.json"], "is not a writable folder"),
-    (["--plot", "no/such/folder/out.png"], "is not a writable folder"),
+    (["--json", "no/such/folder/out.json"], "does not exist"),
+    (["--plot", "no/such/folder/out.png"], "does not exist"),
     (["--plot", "out.txt"], "ending in .png"),  # matplotlib's ValueError (no such format) after the run
     (["--plot", "out"], "ending in .png"),  # written as out.png, while bench said "plot: out"
 ])  # fmt: skip

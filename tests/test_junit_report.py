@@ -478,3 +478,13 @@ def test_validate_strict_fails_on_the_packages_warnings_not_the_adapters(tmp_pat
     assert failed and all(name.startswith("manifest.json") for name in failed), failed
     assert any(f"{vid!r}" in c.find("failure").get("message", "") + (c.find("failure").text or "")
                for c in suite.iter("testcase") if c.find("failure") is not None)  # fmt: skip
+
+
+def test_a_report_path_under_home_is_written_there(tmp_path: Path, runner: CliRunner,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """`--junit '~/r.xml'` (quoted, or `--junit=~/r.xml`, which the shell does not expand) had been
+    refused as "'~' does not exist", while bench's --json wrote there (helper-35)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", "~/r.xml"])
+    assert result.exit_code == 0, result.output
+    assert "<testsuites" in (tmp_path / "r.xml").read_text(encoding="utf-8")

@@ -446,6 +446,27 @@ def _trust_after_the_command(ctx: click.Context, param: click.Parameter, value: 
     return value
 
 
+def output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An output file (``--json``, ``--plot``, ``--junit``) that can be written, checked now and not
+    after a run of many minutes: a name, not a folder, in a writable folder that exists. Returned with
+    ``~`` expanded, as it was checked (the write had taken ``~/out.json`` literally and crashed after
+    the run, while --junit refused it). ``-`` (stdout) is the caller's to allow."""
+    if value is None or value == "-":
+        return value
+    if not value:
+        raise click.BadParameter("an empty file name", ctx=ctx, param=param)
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise click.BadParameter(f"{value!r} is a folder, not a file name", ctx=ctx, param=param)
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise click.BadParameter(f"{value!r}: {str(folder)!r} {'is not a folder' if folder.exists() else 'does not exist'}",
+                                 ctx=ctx, param=param)  # fmt: skip
+    if not os.access(folder, os.W_OK):
+        raise click.BadParameter(f"cannot write {value!r}: {folder} is not a writable folder", ctx=ctx, param=param)
+    return str(path)
+
+
 def dtypes_callback(ctx: Any, param: Any, values: tuple[str, ...]) -> tuple[str, ...]:
     """bench's and tune's --dtype, in -i's spellings: a typo (`fp16`) had matched no case, and the
     error blamed the filters as a whole."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from .cli import (
     _jsonable,
     dtypes_callback,
     is_live,
+    output_file,
     resolve_kernel,
     trust_option,
     with_generators,
@@ -230,19 +230,6 @@ SEED_OPTION = click.option("--seed", type=click.IntRange(min=0), default=0, show
                            help="Seed of the random inputs.")  # fmt: skip
 
 
-def _writable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """An output file's folder must exist and be writable now, not after a run of many minutes. The
-    path is returned with ``~`` expanded, as it was checked: the write had taken ``~/out.json``
-    literally (./~/out.json), and crashed after the run."""
-    if value is None or value == "-":
-        return value
-    path = Path(value).expanduser()
-    folder = path.resolve().parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise click.BadParameter(f"cannot write {value!r}: {folder} is not a writable folder", ctx=ctx, param=param)
-    return str(path)
-
-
 def _plottable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--plot needs matplotlib (the ``plot`` extra): said now, not after a run of many minutes."""
     if value is not None:
@@ -255,7 +242,7 @@ def _plottable(ctx: click.Context, param: click.Parameter, value: str | None) ->
         if Path(value).suffix.lower() != ".png":  # matplotlib picks the format by it: `x.txt` crashed after the
             # run (no such format), and `x` was written as x.png while bench said "plot: x"
             raise click.BadParameter(f"{value!r}: a PNG file's path, ending in .png", ctx=ctx, param=param)
-    return _writable(ctx, param, value)
+    return output_file(ctx, param, value)
 
 
 #: bench and tune: seconds of GPU load before their first timing (benchmark.warm_up).
@@ -307,7 +294,7 @@ def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], generat
               help="Calls timed for the per-call host cost.")  # fmt: skip
 @WARM_UP_OPTION
 @SEED_OPTION
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, callback=_writable,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, callback=output_file,
               help="Write all results as JSON to this file ('-' for stdout).")  # fmt: skip
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=_plottable,
               help="Save bandwidth against size, with the rooflines, to this PNG.")  # fmt: skip

@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import tuning
-from .cli import FiniteFloatRange, trust_option
+from .cli import FiniteFloatRange, output_file, trust_option
 from .device import choose_adapter
 from .digests import (
     METADATA_FILE,
@@ -211,7 +211,7 @@ def _metadata_id(root: Path) -> str | None:
 # --- test -------------------------------------------------------------------------------------------
 
 _JUNIT_OPTION = click.option(
-    "--junit", "junit_path", default=None, metavar="FILE", callback=lambda ctx, param, value: _report_path(value),
+    "--junit", "junit_path", default=None, metavar="FILE", callback=output_file,
     help="Also write the results as JUnit XML to FILE, for CI systems to show.")
 
 
@@ -303,22 +303,6 @@ def _write_report(path: str | None, document: Callable[[], str]) -> None:
             write_junit(path, document())
         except OSError as exc:
             raise click.FileError(path, hint=exc.strerror or str(exc)) from None
-
-
-def _report_path(value: str | None) -> str | None:
-    """Refuse, before any test runs, a report path that can never be written: a folder, or a file
-    in a folder that does not exist. Other write errors (a full disk) come after the results."""
-    if value is None:
-        return None
-    path = Path(value)
-    if not value:
-        raise click.BadParameter("an empty file name", param_hint="'--junit'")
-    if path.is_dir():
-        raise click.BadParameter(f"{value!r} is a folder, not a file name", param_hint="'--junit'")
-    if not path.parent.is_dir():
-        why = "is not a folder" if path.parent.exists() else "does not exist"
-        raise click.BadParameter(f"{value!r}: {str(path.parent)!r} {why}", param_hint="'--junit'")
-    return value
 
 
 def _print_test_reports(reports: list[PackageReport]) -> None:
