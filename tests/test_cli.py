@@ -957,3 +957,17 @@ def test_a_reader_that_stops_early_leaves_the_commands_own_exit_status() -> None
         console.print("a line nobody reads")  # rich raised SystemExit(1) here
         console.print("and the next one")
         assert console.quiet
+
+
+@pytest.mark.parametrize("columns", ["80", "60"])
+def test_the_test_table_keeps_every_column_on_a_narrow_terminal(runner: CliRunner, columns) -> None:
+    """At 80 columns the table's right edge was cropped, its result column first ("pas"), since
+    rich cannot narrow a no-wrap column (helper-35); its columns now fold."""
+    from conftest import PACKAGES_DIR
+
+    result = runner.invoke(main, ["test", str(PACKAGES_DIR / "demo.Softmax"), "--case", "rank3-3x5x100-wg64-f32"],
+                           env={"COLUMNS": columns})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.stdout.splitlines() if line.startswith(("│", "┃"))]
+    assert table and all(len(line) <= int(columns) and line.endswith(("│", "┃")) for line in table), result.stdout
+    assert any(line.rstrip("│ ").endswith("pass") for line in table), result.stdout

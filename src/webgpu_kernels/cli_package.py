@@ -309,9 +309,9 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
     console = _console()
     table = Table(title="Test results", title_justify="left")
     for col in ("kernel", "case", "variant", "dtype", "max abs err", "max rel err", "result"):
-        wrap = col in ("kernel", "case")
-        table.add_column(col, justify="right" if col.startswith("max") else "left", no_wrap=not wrap,
-                         overflow="fold" if wrap else "ellipsis", min_width=12 if col == "case" else None)  # fmt: skip
+        # Every column folds: rich cannot narrow a no-wrap one, and cropped the table's right edge
+        # instead, the result column first ("pas" at 80 columns; helper-35).
+        table.add_column(col, justify="right" if col.startswith("max") else "left", overflow="fold")
     failures: list[tuple[str, RunResult]] = []
     for report in reports:
         for r in report.results:
