@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 import webgpu_kernels as wk
-from webgpu_kernels import hub
+from webgpu_kernels import hub, locations
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.errors import DigestError, HubError, PackageError, TrustError
 from webgpu_kernels.package import embedded_root
@@ -496,7 +496,7 @@ def test_an_embedded_packages_contract_version_is_its_metadata_version(tmp_path,
      ("https://h/o/n", "url"), ("C:\\pkg", "path")],
 )  # fmt: skip
 def test_classify(name, kind):
-    assert hub.classify(name).kind == kind
+    assert locations.classify(name).kind == kind
 
 
 # --- the command ----------------------------------------------------------------------------------
@@ -762,7 +762,7 @@ def test_a_hub_answering_5xx_is_unreachable_and_the_cache_answers(server, hub_en
 @pytest.mark.parametrize("name", ["https://h/kernels/webgpu-kernels/a--b", "https://h/kernels/webgpu-kernels/.."])
 def test_urls_get_the_repository_id_checks_too(name):
     with pytest.raises(PackageError, match="not a valid Hub repository id"):
-        hub.classify(name)
+        locations.classify(name)
 
 
 @pytest.mark.parametrize("name", ["https://user:s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu",
@@ -770,7 +770,7 @@ def test_urls_get_the_repository_id_checks_too(name):
 def test_credentials_in_a_url_are_refused_without_being_shown(name):
     """They had named the endpoint's cache folder and been printed in every message (helper-36)."""
     with pytest.raises(PackageError, match="credentials in the URL") as refused:
-        hub.classify(name)
+        locations.classify(name)
     assert "s3cret" not in str(refused.value) and "hub.example/kernels" in str(refused.value)
 
 
@@ -813,7 +813,7 @@ def test_a_repository_id_huggingface_hub_refuses_is_a_package_error(hub_env, nam
     from huggingface_hub.utils import validate_repo_id
 
     for good in ("webgpu-kernels/_op_", "webgpu-kernels/" + "a" * 96, "a/b", "webgpu-kernels/com.microsoft.QuickGelu"):
-        assert hub.classify(good).kind == "hub"
+        assert locations.classify(good).kind == "hub"
         validate_repo_id(good)
 
 

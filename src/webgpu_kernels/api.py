@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import execution
+from . import execution, locations
 from .buffers import padded_size, translate_gpu_errors
 from .call_inputs import as_array
 from .casefile import parse_draft_case, read_test_file
@@ -52,9 +52,9 @@ def get_kernel(
     """
     from . import hub
 
-    location = hub.classify(name)
+    location = locations.classify(name)
     shown = name if isinstance(name, str) else str(name)
-    hub.check_trust(location, trust_remote_code=trust_remote_code, shown=shown)  # before anything is read
+    locations.check_trust(location, trust_remote_code=trust_remote_code, shown=shown)  # before anything is read
     if location.kind == "hub":
         kernel = hub.load(location.value, version=version, revision=revision, trust_remote_code=trust_remote_code,
                           endpoint=location.endpoint, url_like=location.url_like)  # fmt: skip
@@ -69,7 +69,7 @@ def get_kernel(
                            "'org/name' or https://<hub>/kernels/org/name, a local folder or a file:// URL")  # fmt: skip
     if revision is not None:
         raise PackageError(f"{shown!r} is an embedded kernel: revision= applies to Hub repositories "
-                           f"('{hub.OFFICIAL_ORG}/{shown}')")  # fmt: skip
+                           f"('{locations.OFFICIAL_ORG}/{shown}')")  # fmt: skip
     with _lock:
         if shown not in _embedded:
             _embedded[shown] = Kernel(open_embedded(shown))
@@ -79,7 +79,7 @@ def get_kernel(
         embedded_version = kernel.contract_version  # as a Hub revision's is read
         if version != embedded_version:
             raise PackageError(f"the embedded {shown} package is contract version {embedded_version}, not {version}; "
-                               f"for another version load it from the Hub: get_kernel('{hub.OFFICIAL_ORG}/{shown}', "
+                               f"for another version load it from the Hub: get_kernel('{locations.OFFICIAL_ORG}/{shown}', "
                                f"version={version})")  # fmt: skip
     return hub.check_op_id(kernel, expected_op_id, shown)
 

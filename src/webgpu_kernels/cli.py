@@ -378,7 +378,7 @@ def classify_kernel_ref(ref: str) -> KernelRef:
     if "/" in ref:
         repo, _, pin = ref.partition("@")
         if repo.count("/") >= 2 and not re.match(r"[A-Za-z][A-Za-z0-9+.\-]+:", repo):
-            return KernelRef("folder", path)  # a repository id has one slash: `a/b/c` is a path (hub.classify)
+            return KernelRef("folder", path)  # a repository id has one slash: `a/b/c` is a path (locations.classify)
         return KernelRef("hub", path, repo=repo, pin=pin)
     return KernelRef("unknown", path)
 
@@ -387,7 +387,7 @@ def _hub_repo(ref: str) -> bool:
     """Whether get_kernel reads ``ref`` as a Hub repository (``org/op``). A folder of that name here
     had silently stood in for it, unverified and without the trust another organisation needs
     (helper-27)."""
-    from .hub import classify
+    from .locations import classify
 
     try:
         return classify(ref).kind == "hub"

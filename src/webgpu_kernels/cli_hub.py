@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from . import hub
+from . import hub, locations
 from .cli import _console, _echo_json, hub_pin, trust_option, trusting
 from .errors import PackageError
 from .kernel import Kernel
@@ -46,14 +46,14 @@ def download_cmd(repo: str, version: int | None, revision: str | None, expected_
         else:
             repo, _, pin = repo.partition("@")
         version, revision = hub_pin(pin)
-    location = hub.classify(repo)
+    location = locations.classify(repo)
     if location.kind != "hub":
         raise click.BadParameter("expected a Hub kernel repository 'org/op' or https://<hub>/kernels/org/op",
                                  param_hint="REPO")  # fmt: skip
     if version is None and revision is None:
         raise click.UsageError("give --version N (revision vN) or --revision REV")
     trust_remote_code = trusting()  # before the command or after it
-    hub.check_trust(location, trust_remote_code=trust_remote_code, shown=repo)
+    locations.check_trust(location, trust_remote_code=trust_remote_code, shown=repo)
     kernel = hub.load(location.value, version=version, revision=revision, trust_remote_code=trust_remote_code,
                       endpoint=location.endpoint, url_like=location.url_like)  # fmt: skip
     hub.check_op_id(kernel, expected_op_id, repo)

@@ -20,7 +20,6 @@ after import (as tests do) takes effect.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import re
@@ -31,20 +30,18 @@ from contextlib import suppress
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import unquote, urlsplit, urlunsplit
-from urllib.request import url2pathname
+from urllib.parse import urlsplit
 
 from .device import TRUE_VALUES
 from .digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE, is_content_file
-from .errors import DigestError, HubError, KernelError, PackageError, TrustError
+from .errors import DigestError, HubError, KernelError, PackageError
 from .forks import fresh_in_child
+from .locations import Location, check_trust, checked_repo_id
 from .package import KernelPackage, open_folder
 
 if TYPE_CHECKING:
     from .kernel import Kernel
 
-#: The organisation whose repositories load without ``trust_remote_code``.
-OFFICIAL_ORG = "webgpu-kernels"
 #: huggingface_hub's repository type for kernel repositories (URL prefix ``kernels/``).
 REPO_TYPE = "kernel"
 #: Where a repository keeps the WebGPU package.
@@ -54,135 +51,7 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 #: Below the Hub cache: one folder per other endpoint (a repository given by its URL on another Hub).
 OTHER_ENDPOINTS_DIR = "webgpu-kernels-endpoints"
 
-#: An 'org/name' that huggingface_hub's validate_repo_id accepts too (each part at most 96 characters,
-#: the name starting and ending with a letter, digit or '_'; no '--', '..' or '.git' end: checked
-#: in _valid_repo_id). A name it refuses had raised its HFValidationError, no KernelError.
-_REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?"
-                      r"/[A-Za-z0-9_](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?\Z")  # fmt: skip
 _COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
-
-
-# --- where a name points ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Location:
-    """What a ``get_kernel`` name designates.
-
-    ``kind`` is ``"embedded"`` (an op id), ``"hub"`` (a repository id, ``value``) or ``"path"``
-    (a local folder, ``value``). ``url_like`` is true for paths and URLs, which always need trust.
-    ``endpoint`` is set for a Hub repository given by its URL.
-    """
-
-    kind: str
-    value: str
-    url_like: bool = False
-    endpoint: str | None = None
-
-
-def classify(name: str | os.PathLike[str]) -> Location:
-    """Sort a name into an embedded op id, a Hub repository or a local path.
-
-    * ``"com.microsoft.BiasAdd"`` (no slash): an embedded package;
-    * ``"org/op"`` (one slash, a valid repository id): a Hub kernel repository;
-    * ``"https://host/kernels/org/op"``: the same, on that endpoint (URL-like);
-    * ``"file:///abs/pkg"``, ``"./pkg"``, ``"../pkg"``, ``"/abs/pkg"``, ``"~/pkg"``, a name with two
-      or more slashes or a backslash, or a ``Path``: a local folder (URL-like).
-    """
-    if isinstance(name, os.PathLike):
-        return Location("path", os.fspath(name), url_like=True)
-    if not isinstance(name, str):
-        raise PackageError(f"a kernel name must be a string or a path, got {type(name).__name__}")
-    if not name.strip():
-        raise PackageError("empty kernel name")
-    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*):", name)
-    if scheme and len(scheme.group(1)) > 1:  # not a Windows drive letter
-        return _classify_url(name, scheme.group(1).lower())
-    if (
-        name.startswith(("/", "./", "../", "~", ".\\", "..\\"))
-        or name in (".", "..")
-        or "\\" in name
-        or re.match(r"^[A-Za-z]:", name)
-        or name.count("/") >= 2
-    ):
-        return Location("path", name, url_like=True)
-    if "/" in name:
-        return Location("hub", _checked_repo_id(name))
-    return Location("embedded", name)
-
-
-def _valid_repo_id(repo_id: object) -> bool:
-    return (isinstance(repo_id, str) and bool(_REPO_ID.match(repo_id)) and ".." not in repo_id and "--" not in repo_id
-            and not repo_id.endswith(".git"))  # fmt: skip
-
-
-def _checked_repo_id(repo_id: str) -> str:
-    if not _valid_repo_id(repo_id):
-        pinned = re.fullmatch(r"(.+)@v([0-9]+)", repo_id) if isinstance(repo_id, str) else None
-        # `org/op@v2` is the command line's spelling; a Python user copying it needs the keyword
-        hint = (f": in Python write get_kernel({pinned[1]!r}, version={pinned[2]})"
-                if pinned and _valid_repo_id(pinned[1]) else "")  # fmt: skip
-        raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name' of letters, digits, "
-                           "'_', '-' and '.', each part at most 96 characters, the name starting and ending with a "
-                           f"letter, digit or '_', no '--' or '..', not ending in '.git'){hint}")  # fmt: skip
-    return repo_id
-
-
-def _classify_url(name: str, scheme: str) -> Location:
-    parts = urlsplit(name)
-    if scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise PackageError(f"{name!r}: only local file:// URLs can be loaded")
-        return Location("path", url2pathname(unquote(parts.path)), url_like=True)
-    if scheme in ("http", "https"):
-        if parts.username is not None or parts.password is not None:
-            # They would name the endpoint's cache folder and appear in every message and log; the
-            # message shows the URL without them.
-            shown = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-            raise PackageError(f"{shown!r} with credentials in the URL: give a token as token= (or HF_TOKEN) "
-                               "instead, so that it is kept out of the cache folder's name and the messages")  # fmt: skip
-        segments = [unquote(s) for s in parts.path.split("/") if s]
-        if len(segments) == 3 and segments[0] == "kernels" and parts.netloc:
-            repo_id = _checked_repo_id(f"{segments[1]}/{segments[2]}")
-            return Location("hub", repo_id, url_like=True, endpoint=f"{parts.scheme}://{parts.netloc}")
-        # Anything else at an http(s) URL is still refused for lack of trust first (check_trust),
-        # then as an unsupported shape.
-        return Location("url", name, url_like=True)
-    return Location("url", name, url_like=True)
-
-
-def check_trust(location: Location, *, trust_remote_code: bool, shown: str) -> bool:
-    """Refuse (TrustError) a location that needs trust without ``trust_remote_code``.
-
-    Returns whether the location needed trust (``KernelPackage.needs_trust`` for what it loads).
-    """
-    if location.kind == "embedded":
-        return False
-    if location.url_like:
-        reason = "it is a local path or URL-like location, not a repository of the official organisation"
-    elif location.value.split("/", 1)[0] != OFFICIAL_ORG:
-        reason = f"repository {location.value!r} is outside the {OFFICIAL_ORG!r} organisation"
-    else:
-        return False
-    if not trust_remote_code:
-        # A folder of one's own is load_kernel's; the command line opens a folder without the flag,
-        # so its flag is named only for what needs it there (session 27: an author was told it).
-        if location.kind == "path":
-            advice = ("a folder of your own opens with load_kernel(path); else pass trust_remote_code=True and "
-                      "expected_op_id=...")
-        else:
-            advice = ("pass trust_remote_code=True and expected_op_id=... (on the command line: webgpu-kernels "
-                      "--trust-remote-code COMMAND ..., and download's --expected-op-id)")
-            org, _, name = location.value.partition("/")
-            if not location.url_like and difflib.get_close_matches(org.lower(), [OFFICIAL_ORG], cutoff=0.75):
-                # a typo of the official name must not be steered to trust: that is where a squatter waits
-                reason += f" (did you mean {OFFICIAL_ORG}/{name}?)"
-        raise TrustError(
-            f"refusing to load {shown!r}: {reason}. Its templates become shaders that run on your GPU; "
-            f"{advice}, if you trust its author",
-            location=shown, reason=reason,
-        )  # fmt: skip
-    return True
 
 
 # --- the environment, read at call time ---------------------------------------------------------------
@@ -369,7 +238,7 @@ def download(
     ``accept`` checks the opened package further (its manifest): a KernelError it raises refuses
     the download as a digest problem does, leaving the cache as it was.
     """
-    _checked_repo_id(repo_id)
+    checked_repo_id(repo_id)
     location = Location("hub", repo_id, url_like=url_like, endpoint=endpoint)
     trusted = check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
     rev = revision_for(version, revision, repo_id)
