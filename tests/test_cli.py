@@ -836,6 +836,55 @@ def test_run_says_why_onnxruntime_refused_the_call(write_package, runner: CliRun
     assert "ONNX Runtime CPU: not available (onnxruntime refused this call: " in " ".join(out.split())
 
 
+_SOFTMAX_11_MANIFEST = {
+    "domain": "ai.onnx", "name": "Softmax", "sinceVersion": 11,
+    "inputs": [{"role": "input", "dtype": "T"}],
+    "outputs": [{"role": "output", "dtype": "T", "rank": "ranks.input", "shape": "shapes.input"}],
+    "attributes": {"axis": 1},
+    "typeConstraints": {"T": ["float32"]},
+    "derive": {"a": "attrs.axis % ranks.input"},
+    "variants": [{"id": "main", "passes": [{"id": "main", "shader": "sm.wgsl.jinja", "bindings": [
+        {"name": "x", "arg": "input", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
+        {"name": "y", "arg": "output", "buffer": {"type": "storage"}, "elementType": "f32"},
+        {"name": "params", "semantic": "kernel.params", "buffer": {"type": "uniform"}, "struct": {"name": "Params", "fields": [
+            {"name": "rows", "type": "u32", "value": "numel(shapes.input[:a])"},
+            {"name": "cols", "type": "u32", "value": "numel(shapes.input[a:])"}]}}],
+        "dispatch": {"threads": "numel(shapes.input[:a])"}}]}],
+}  # fmt: skip
+_SOFTMAX_11_TEMPLATE = """{{ declarations }}
+@compute @workgroup_size({{ workgroupSize }})
+fn {{ entryPoint }}({{ entryParams }}) {
+  let r = {{ globalIndex }};
+  if (r >= params.rows) { return; }
+  var m = x[r * params.cols];
+  for (var c = 1u; c < params.cols; c++) { m = max(m, x[r * params.cols + c]); }
+  var s = 0.0;
+  for (var c = 0u; c < params.cols; c++) { s += exp(x[r * params.cols + c] - m); }
+  for (var c = 0u; c < params.cols; c++) { y[r * params.cols + c] = exp(x[r * params.cols + c] - m) / s; }
+}
+"""
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_compares_with_the_onnx_version_the_manifest_names(write_package, runner: CliRunner) -> None:
+    """The one-node model imported ai.onnx opset 17 whatever the manifest's sinceVersion: a correct
+    Softmax-11 (the input coerced to 2-D at axis 1) was compared with Softmax-13 (axis 1 alone),
+    WRONG and exit 1 (helper-37)."""
+    root = write_package(_SOFTMAX_11_MANIFEST, {"sm.wgsl.jinja": _SOFTMAX_11_TEMPLATE})
+    result = runner.invoke(main, ["run", str(root), "-i", "input=2x3x4:f32", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["checked"] and data["ok"], data["reference"]
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 10
+    flat = np.exp(x.reshape(2, 12) - x.reshape(2, 12).max(1, keepdims=True))
+    v11 = references.onnxruntime_reference("ai.onnx.Softmax", {"input": x}, {"axis": 1}, opset=11,
+                                              output_names=["output"])["output"]  # fmt: skip
+    np.testing.assert_allclose(v11, (flat / flat.sum(1, keepdims=True)).reshape(2, 3, 4), rtol=1e-6)
+    v13 = references.onnxruntime_reference("ai.onnx.Softmax", {"input": x}, {"axis": 1},
+                                              output_names=["output"])["output"]  # fmt: skip
+    np.testing.assert_allclose(v13.sum(1), np.ones((2, 4)), rtol=1e-6)  # without an opset: AI_ONNX_OPSET's
+
+
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_run_marks_an_output_shape_onnx_infers_otherwise_wrong(write_package, runner: CliRunner) -> None:
     """The guard that keeps ORT from a model sized otherwise turned a kernel's wrong output shape into

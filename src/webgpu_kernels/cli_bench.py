@@ -155,7 +155,7 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
                                                       [s.role for s in manifest.outputs], arrays, outputs)  # fmt: skip
         try:
             return onnxruntime_reference(kernel.op_id, arrays, full_attrs, input_names=node_inputs,
-                                         output_names=node_outputs,
+                                         output_names=node_outputs, opset=manifest.since_version,
                                          output_shapes={n: a.shape for n, a in outputs.items()})  # fmt: skip
         except ReferenceUnavailable as why:  # a shape mismatch among them: WRONG, as `run` says
             return why

@@ -105,7 +105,8 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     try:
         ort_out = onnxruntime_reference(
             k.op_id, arrays, all_attrs, input_names=node_inputs, output_names=node_outputs,
-            output_shapes={name: array.shape for name, array in outputs.items()})  # fmt: skip
+            output_shapes={name: array.shape for name, array in outputs.items()},
+            opset=k.manifest.since_version)  # fmt: skip
     except ReferenceShapeMismatch as mismatch:  # the kernel's shape is not the op's: WRONG, as a compared shape is
         report["reference"]["onnxruntime"] = {mismatch.output: {"shapeMismatch": [mismatch.kernel, mismatch.inferred]}}
     except ReferenceUnavailable as why:

@@ -220,10 +220,13 @@ def one_node_model(
     *,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
+    opset: int | None = None,
 ) -> tuple[bytes, dict[str, np.ndarray], list[str]]:
     """A serialized one-node ONNX model of ``op_id`` for these inputs, the inputs in the node's
     order, and the output names. ``input_names``/``output_names`` are the node's, by position
-    (ONNX reads them so), ``""`` for an optional one left out. Needs the ``onnx`` package."""
+    (ONNX reads them so), ``""`` for an optional one left out. ``opset``: the version of the op's
+    domain the model imports (a package's ``sinceVersion``, which selects that version of the op),
+    else :data:`AI_ONNX_OPSET` for ai.onnx and 1 for another domain. Needs the ``onnx`` package."""
     import onnx
     from onnx import helper
 
@@ -245,9 +248,9 @@ def one_node_model(
          for k, a in arrays.items()],
         [onnx.ValueInfoProto(name=o) for o in outputs],  # types inferred by onnxruntime
     )  # fmt: skip
-    opsets = [helper.make_opsetid("", AI_ONNX_OPSET)]
+    opsets = [helper.make_opsetid("", opset if opset is not None and not onnx_domain else AI_ONNX_OPSET)]
     if onnx_domain:
-        opsets.append(helper.make_opsetid(onnx_domain, 1))
+        opsets.append(helper.make_opsetid(onnx_domain, opset if opset is not None else 1))
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = IR_VERSION
     return model.SerializeToString(), arrays, outputs
@@ -324,9 +327,10 @@ def onnxruntime_reference(
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     output_shapes: Mapping[str, Sequence[int]] | None = None,
+    opset: int | None = None,
 ) -> dict[str, np.ndarray]:
-    """Run ``op_id`` as a one-node ONNX model on onnxruntime's CPU provider (``input_names`` and
-    ``output_names`` as for :func:`one_node_model`). With ``output_shapes`` (the kernel's), a model
+    """Run ``op_id`` as a one-node ONNX model on onnxruntime's CPU provider (``input_names``,
+    ``output_names`` and ``opset`` as for :func:`one_node_model`). With ``output_shapes`` (the kernel's), a model
     that ONNX's shape inference says makes outputs of other shapes is not run: its op id and
     attributes come from the package, and `ai.onnx.RandomNormal` with ``shape=[65536, 65536]``
     would have ORT allocate 16 GiB.
@@ -343,7 +347,7 @@ def onnxruntime_reference(
         raise ReferenceUnavailable(f"{error.name or 'onnxruntime'} is not installed") from None
     try:
         model, arrays, outputs = one_node_model(op_id, inputs, attrs, input_names=input_names,
-                                                output_names=output_names)  # fmt: skip
+                                                output_names=output_names, opset=opset)  # fmt: skip
         if output_shapes is not None:
             _check_inferred_shapes(model, output_shapes)
         options = ort.SessionOptions()
