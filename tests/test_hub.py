@@ -948,6 +948,16 @@ def test_a_hub_that_never_answers_is_unreachable_in_bounded_time(server, monkeyp
     assert time.monotonic() - start < 20
 
 
+@pytest.mark.parametrize("setting", ["0", "-1", "nan"])
+def test_a_metadata_time_limit_of_0_is_huggingface_hubs_default(server, monkeypatch, setting):
+    """huggingface_hub reads HF_HUB_ETAG_TIMEOUT=0 as unset (`int(...) or 10`); hub.py's first
+    request took it as a limit of no time: it timed out at once, and with nothing cached every load
+    failed with "cannot be reached (ConnectError: ...)" while the Hub answered."""
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", setting)
+    package = wk.get_kernel(OFFICIAL, version=1).package
+    assert not package.from_cache and package.commit == server.commit_of(OFFICIAL, "v1")
+
+
 def test_a_package_folder_without_a_manifest_names_the_repository(server, hub_root, hub_env):
     """build/webgpu/ without manifest.json: the PackageError named the snapshot's path, which the
     refused download then removed, and not the repository or revision asked for (helper-36)."""

@@ -21,6 +21,7 @@ after import (as tests do) takes effect.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import secrets
@@ -466,9 +467,14 @@ def _metadata_timeout() -> float:
     a Hub that took the connection and never answered hung get_kernel, cached copy or not (helper-36)."""
     from huggingface_hub import constants
 
-    with suppress(ValueError):
-        return float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or constants.HF_HUB_ETAG_TIMEOUT)
-    return float(constants.HF_HUB_ETAG_TIMEOUT)
+    # Read as huggingface_hub reads it (`int(...) or 10`): 0 is its default, not a limit of no time,
+    # which had timed the first request out at once, every load then the cache's (or refused).
+    for value in (os.environ.get("HF_HUB_ETAG_TIMEOUT"), constants.HF_HUB_ETAG_TIMEOUT):
+        with suppress(TypeError, ValueError):
+            seconds = float(value)  # type: ignore[arg-type]  # None: TypeError, skipped
+            if 0 < seconds < math.inf:
+                return seconds
+    return float(getattr(constants, "DEFAULT_ETAG_TIMEOUT", 10))
 
 
 def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> str | None:
