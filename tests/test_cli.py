@@ -721,6 +721,16 @@ def test_the_tolerance_judges_a_rank_0_output() -> None:
     assert tol.allowance(np.array(np.nan)).shape == ()
 
 
+def test_the_tolerance_judges_an_integer_reference() -> None:
+    """onnxruntime's reference for an int output (bench checks with it since 004cbc2) is an integer
+    array: the allowance scaled |ref| in place in its dtype, and NumPy's casting error escaped bench."""
+    tol = references.Tolerance.of(["int32"])
+    assert tol.agrees({"Y": np.array([3, -4], np.int32)}, {"Y": np.array([3, -4], np.int32)})
+    assert not tol.agrees({"Y": np.array([3, -5], np.int32)}, {"Y": np.array([3, -4], np.int32)})
+    assert references.Tolerance.of(["float32"]).agrees({"Y": np.array(7, np.int64)}, {"Y": np.array(7, np.int64)})
+    assert references.Tolerance.of(["int32"]).allowance(np.array([np.iinfo(np.int32).min], np.int32))[0] > 0
+
+
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_onnxruntime_reference() -> None:
     x = np.linspace(-4, 4, 10, dtype=np.float32).reshape(2, 5)

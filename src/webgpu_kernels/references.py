@@ -65,7 +65,9 @@ class Tolerance:
         """Each element's allowed |output - reference|: absolute + relative x |reference|, and 0
         where the reference is infinite or NaN (it allows nothing but itself). Built in place: one
         array the reference's size (an 84M-element output is 670 MB in float64)."""
-        allowed = np.abs(ref)
+        # An integer reference (onnxruntime's for an int output) in float64: |ref| x relative, in place
+        # in its own dtype, was NumPy's casting error, and bench died with a traceback.
+        allowed = np.abs(ref) if ref.dtype.kind == "f" else np.abs(ref, dtype=np.float64)
         if not isinstance(allowed, np.ndarray):  # a rank-0 reference: NumPy gives a scalar, which cannot be indexed
             allowed = np.array(allowed, dtype=np.float64)
         with np.errstate(invalid="ignore"):  # 0 x inf, where the last line puts 0 anyway
