@@ -1030,3 +1030,21 @@ def test_the_test_table_keeps_every_column_on_a_narrow_terminal(runner: CliRunne
     table = [line for line in result.stdout.splitlines() if line.startswith(("│", "┃"))]
     assert table and all(len(line) <= int(columns) and line.endswith(("│", "┃")) for line in table), result.stdout
     assert any(line.rstrip("│ ").endswith("pass") for line in table), result.stdout
+
+
+@pytest.mark.parametrize("command", [["info", "com.microsoft.QuickGelu", "--json"],
+                                     ["render", "com.microsoft.QuickGelu", "-i", "X=8:f32"]])
+def test_a_reader_that_stops_early_leaves_the_status_of_click_echos_output(command: list[str]) -> None:
+    """`test --json | head -1`, `render ... | head`: click.echo met the closed pipe and click exited 1,
+    "a case failed", the status 34cb5c0 had fixed for the console's text only (helper-38)."""
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # a reader that has stopped already: the first write meets the closed pipe
+    try:
+        proc = subprocess.run([sys.executable, "-m", "webgpu_kernels", *command], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -74,6 +74,22 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL_CHARACTERS)
 
 
+def _drop_the_rest(stream: Any) -> None:
+    """What is still written to ``stream``, whose reader has closed the pipe, goes to os.devnull."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
+def _echo(text: str = "") -> None:
+    """click.echo to stdout, whose reader may stop early (`--json | head -1`) as for the console's
+    text: click exits 1 on the broken pipe, which says a case failed (helper-38)."""
+    try:
+        click.echo(text)
+    except BrokenPipeError:
+        _drop_the_rest(sys.stdout)
+
+
 class _PackageTextConsole(Console):
     """A console for text that may come from a package: every string and Text it prints goes
     through :func:`printable` (one for one, so a Text's styled spans still fit)."""
@@ -84,11 +100,9 @@ class _PackageTextConsole(Console):
     def on_broken_pipe(self) -> None:
         # A reader that stopped early (`| head -1`): the rest is dropped and the command ends with its
         # own verdict. rich exits 1 here, which says "a case failed", so a passing `test | head` failed
-        # a CI step run with pipefail (helper-35); the --json path already ended with its verdict.
+        # a CI step run with pipefail (helper-35); click.echo's output is _echo's.
         self.quiet = True
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, self.file.fileno())
-        os.close(devnull)
+        _drop_the_rest(self.file)
 
     def render(self, renderable: Any, options: Any = None) -> Any:
         if isinstance(renderable, Text):
@@ -127,7 +141,7 @@ def is_live(console: Console) -> bool:
 
 
 def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(_jsonable(data), indent=2, allow_nan=False))
+    _echo(json.dumps(_jsonable(data), indent=2, allow_nan=False))
 
 
 def _jsonable(value: Any) -> Any:
@@ -752,6 +766,6 @@ def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], at
     for i, (pass_id, wgsl) in enumerate(shaders.items()):
         if many:
             if i:
-                click.echo()
-            click.echo(f"// ---- pass {pass_id} ----")
-        click.echo(printable(wgsl.rstrip("\n")))
+                _echo()
+            _echo(f"// ---- pass {pass_id} ----")
+        _echo(printable(wgsl.rstrip("\n")))
