@@ -707,23 +707,27 @@ def test_an_optional_output_no_pass_binds_is_not_returned(write_package, device)
     assert explained.produced == frozenset({"Y"})  # outputs only: it had held the input X too (helper-34)
 
 
-@pytest.mark.parametrize("workgroup_size, extra, tunables, blamed", [
-    ("4096", {}, {}, "variant"),  # a literal: the package's, which the caller cannot change
-    ("tunables.WG", {"tunables": {"WG": 64}}, {"WG": 4096}, "WG"),
-    ("WIDE", {"tunables": {"WG": 64}, "derive": {"WIDE": "tunables.WG * 2"}}, {"WG": 2048}, "WG"),
-    ("WIDE", {"tunables": {"WG": 64}, "constants": {"WIDE": "tunables.WG * 2"}}, {"WG": 2048}, "WG"),
+@pytest.mark.parametrize("workgroup_size, extra, n, tunables, attrs, blamed", [
+    ("4096", {}, 8, {}, None, "variant"),  # a literal: the package's, which the caller cannot change
+    ("tunables.WG", {"tunables": {"WG": 64}}, 8, {"WG": 4096}, None, "WG"),
+    ("WIDE", {"tunables": {"WG": 64}, "derive": {"WIDE": "tunables.WG * 2"}}, 8, {"WG": 2048}, None, "WG"),
+    ("WIDE", {"tunables": {"WG": 64}, "constants": {"WIDE": "tunables.WG * 2"}}, 8, {"WG": 2048}, None, "WG"),
+    # the size of an input's dimension or an attribute: not "fixed by the package" (helper-38)
+    ("shapes.X[0]", {}, 4096, {}, None, "X"),
+    ("attrs.wg", {"attributes": {"wg": 64}}, 8, {}, {"wg": 4096}, "wg"),
 ])  # fmt: skip
-def test_a_workgroup_past_the_device_blames_the_tunables_it_reads(write_package, workgroup_size, extra, tunables,
-                                                                  blamed):  # fmt: skip
-    """Every too-large workgroup had been blamed on 'tunables', also one fixed by the package."""
+def test_a_workgroup_past_the_device_blames_the_tunables_it_reads(write_package, workgroup_size, extra, n, tunables,
+                                                                  attrs, blamed):  # fmt: skip
+    """Every too-large workgroup had been blamed on 'tunables', also one fixed by the package; one the
+    size of an input's dimension or an attribute was then said to be fixed by the package."""
     manifest = one_pass_manifest("Wide", "raw.wgsl.jinja", **extra)
     manifest["variants"][0]["passes"][0]["dispatch"]["workgroupSize"] = workgroup_size
     kernel = wk.load_kernel(write_package(manifest, {"raw.wgsl.jinja": RAW_ATTRS_WGSL.replace(
         "f32({{ attrs.scale }} / 2) + f32({{ attrs.coef[0] }} / 2)", "2.0")}))  # fmt: skip
     assert wk.get_device().info.limits["maxComputeWorkgroupSizeX"] < 4096
     with pytest.raises(wk.DeviceLimitError, match="maxComputeWorkgroupSizeX") as refused:
-        kernel({"X": np.ones(8, np.float32)}, tunables=tunables)
+        kernel({"X": np.ones(n, np.float32)}, tunables=tunables, attrs=attrs)
     assert refused.value.argument == blamed
     assert ("a workgroupSize the package fixes" in str(refused.value)) == (blamed == "variant")
-    if tunables:  # the same kernel runs with a workgroup the device holds
+    if blamed != "variant":  # the same kernel runs with a workgroup the device holds
         np.testing.assert_array_equal(kernel({"X": np.ones(8, np.float32)})["Y"], np.full(8, 2, np.float32))

@@ -157,10 +157,11 @@ def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
 
 
 def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int],
-                 workgroup_tunables: Sequence[str]) -> None:  # fmt: skip
+                 workgroup_arguments: Sequence[str]) -> None:  # fmt: skip
     """Refuse, before any GPU work, what the device cannot do: binding sizes, workgroup sizes. A
-    workgroup too large is blamed on the tunables its size reads (``workgroup_tunables``), which the
-    caller can lower; one fixed by the package is the variant's."""
+    workgroup too large is blamed on the tunables its size reads, else the attributes and inputs
+    (``workgroup_arguments``: Program.arguments_read), which the caller can change; one fixed by the
+    package is the variant's."""
     max_binding = device.limits["max-storage-buffer-binding-size"]
     max_buffer = device.limits["max-buffer-size"]
     for b in resolved.bindings:
@@ -173,8 +174,8 @@ def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int
               ("maxComputeInvocationsPerWorkgroup", x * y * z))  # fmt: skip
     for limit, value in checks:
         if value > limits[limit]:
-            fixed = "" if workgroup_tunables else ", a workgroupSize the package fixes"
-            raise DeviceLimitError(", ".join(workgroup_tunables) or "variant", f"a workgroup within the device's "
+            fixed = "" if workgroup_arguments else ", a workgroupSize the package fixes"
+            raise DeviceLimitError(", ".join(workgroup_arguments) or "variant", f"a workgroup within the device's "
                                    f"{limit} = {limits[limit]}", f"{value} (pass {resolved.pass_id!r}{fixed})")  # fmt: skip
 
 

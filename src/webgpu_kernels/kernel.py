@@ -509,7 +509,7 @@ class Kernel:
         variant = cast(CompiledVariant, self.program.variant(variant_id))
         for r, compiled in zip(resolved, variant.passes, strict=True):
             check_bound(r, sizes, variant_id)
-            check_limits(device, r, sizes, self.program.tunables_read(compiled.workgroup_size, variant))
+            check_limits(device, r, sizes, self.program.arguments_read(compiled.workgroup_size, variant))
 
     def tuning_class(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None) -> TuningClass:
         """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):

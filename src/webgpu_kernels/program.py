@@ -193,11 +193,15 @@ class Program:
         inputs = {spec.role for spec in self.manifest.inputs}
         return self._names_read([expr], ("shapes", "ranks"), inputs, dict(self.derive))
 
-    def tunables_read(self, exprs: Sequence[Expression], variant: CompiledVariant) -> list[str]:
-        """The tunables ``exprs`` of ``variant`` read, themselves or through derive entries and constants
-        (a tunable too large for the device is the caller's to change; a literal is the package's)."""
+    def arguments_read(self, exprs: Sequence[Expression], variant: CompiledVariant) -> list[str]:
+        """The tunables ``exprs`` of ``variant`` read, themselves or through derive entries and constants;
+        where they read none, the attributes and inputs (shapes, ranks) they read: what the caller can
+        change (a tunable first). None: a literal, the package's ("the package fixes" had been said
+        of a workgroup the size of an input's dimension)."""
         named = dict(self.derive + self.constants + variant.constants)  # a variant's constant shadows
-        return self._names_read(exprs, ("tunables",), set(self.manifest.tunables), named)
+        tunables = self._names_read(exprs, ("tunables",), set(self.manifest.tunables), named)
+        return tunables or [*self._names_read(exprs, ("attrs",), set(self.manifest.attributes), named),
+                            *self._names_read(exprs, ("shapes", "ranks"), {s.role for s in self.manifest.inputs}, named)]
 
     @staticmethod
     def _names_read(exprs: Sequence[Expression], namespaces: tuple[str, ...], names: set[str],

@@ -230,7 +230,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 ignored.setdefault((cv.variant.json_path, vid, role), []).append(f"{call.case} ({label})")
             for r, cpass in zip(resolved, cv.passes, strict=True):
                 try:
-                    check_limits(device, r, sizes, program.tunables_read(cpass.workgroup_size, cv))
+                    check_limits(device, r, sizes, program.arguments_read(cpass.workgroup_size, cv))
                 except DeviceLimitError as exc:  # this adapter's limits, not the package's fault: a warning
                     refusals.setdefault(str(exc), []).append(vid)
                     cov.refused += 1
