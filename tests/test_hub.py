@@ -774,6 +774,18 @@ def test_credentials_in_a_url_are_refused_without_being_shown(name):
     assert "s3cret" not in str(refused.value) and "hub.example/kernels" in str(refused.value)
 
 
+@pytest.mark.parametrize("command", [["info"], ["run", "-i", "X=4:f32"], ["download"], ["download", "--version", "1"]])
+@pytest.mark.parametrize("pin", ["", "@v1"])
+def test_credentials_in_a_kernel_url_are_refused_without_being_shown_by_every_command(hub_env, command, pin):
+    """A KERNEL argument was cut at its first @, the user:token@host one: every command but download
+    printed the repository 'https://user:s3cret', the token in its message (helper-38)."""
+    url = "https://user:s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu" + pin
+    args = [command[0], url, *command[1:]]
+    result = CliRunner().invoke(_cli(), ["--trust-remote-code", *args])
+    assert result.exit_code == 2, result.output
+    assert "credentials in the URL" in result.output and "s3cret" not in result.output, result.output
+
+
 def test_the_command_lines_version_pin_in_python_says_how_to_write_it():
     """`org/op@v1` is what the command line takes; get_kernel refused it without saying what to write."""
     with pytest.raises(PackageError, match=r"in Python write get_kernel\('webgpu-kernels/com.microsoft.QuickGelu', "

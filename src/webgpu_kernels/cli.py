@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 import numpy as np
@@ -390,11 +391,25 @@ def classify_kernel_ref(ref: str) -> KernelRef:
     if path.exists() or ref.startswith((".", "/", "~")) or os.sep in ref and os.sep != "/":
         return KernelRef("folder", path)
     if "/" in ref:
-        repo, _, pin = ref.partition("@")
+        repo, pin = split_pin(ref)
         if repo.count("/") >= 2 and not re.match(r"[A-Za-z][A-Za-z0-9+.\-]+:", repo):
             return KernelRef("folder", path)  # a repository id has one slash: `a/b/c` is a path (locations.classify)
         return KernelRef("hub", path, repo=repo, pin=pin)
     return KernelRef("unknown", path)
+
+
+def split_pin(ref: str) -> tuple[str, str]:
+    """``org/op@pin`` as (``org/op``, ``pin``); ``""`` where no @ follows. In a URL only its path's @
+    counts: the first @ of https://user:token@host/kernels/org/op had cut it into the repository
+    'https://user:token', which every message then showed (helper-38)."""
+    if "://" in ref:
+        url = urlsplit(ref)
+        if "@" not in url.path:
+            return ref, ""
+        path, _, pin = url.path.partition("@")
+        return urlunsplit(url._replace(path=path)), pin
+    repo, _, pin = ref.partition("@")
+    return repo, pin
 
 
 def _hub_repo(ref: str) -> bool:

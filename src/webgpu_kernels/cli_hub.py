@@ -9,12 +9,10 @@ the package landed, its op id and the verified digests.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 import click
 
 from . import hub, locations
-from .cli import _console, _echo_json, hub_pin, trust_option, trusting
+from .cli import _console, _echo_json, hub_pin, split_pin, trust_option, trusting
 from .errors import PackageError
 from .kernel import Kernel
 
@@ -36,17 +34,13 @@ def download_cmd(repo: str, version: int | None, revision: str | None, expected_
     """
     # org/op@vN or org/op@REV, as every KERNEL argument takes it; a URL's too (an @ in its path, not
     # in a user@host): https://<hub>/kernels/org/op@v1 had been refused with advice for Python (helper-36)
-    url = urlsplit(repo) if "://" in repo else None
-    if "@" in (url.path if url else repo):
+    given = repo
+    repo, pin = split_pin(repo)
+    location = locations.classify(repo)  # first: it refuses credentials in a URL without showing them
+    if repo != given:  # an @ part was there
         if version is not None or revision is not None:
-            raise click.UsageError(f"{repo!r} names its revision: leave out --version and --revision, or the @ part")
-        if url:
-            path, _, pin = url.path.partition("@")
-            repo = urlunsplit(url._replace(path=path))
-        else:
-            repo, _, pin = repo.partition("@")
+            raise click.UsageError(f"{given!r} names its revision: leave out --version and --revision, or the @ part")
         version, revision = hub_pin(pin)
-    location = locations.classify(repo)
     if location.kind != "hub":
         raise click.BadParameter("expected a Hub kernel repository 'org/op' or https://<hub>/kernels/org/op",
                                  param_hint="REPO")  # fmt: skip
