@@ -178,11 +178,11 @@ def test_control_characters_cannot_break_the_document() -> None:
     assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("3", "1", "1", "1")
 
 
-@pytest.mark.parametrize("where", ["folder", "missing-folder/report.xml", ""])
+@pytest.mark.parametrize("where", ["folder", "missing-folder/report.xml", "", "new-folder/"])  # a slash: a folder
 def test_a_report_path_that_can_never_be_written_is_refused_before_any_test(tmp_path: Path, runner: CliRunner,
                                                                            where: str) -> None:  # fmt: skip
     (tmp_path / "folder").mkdir()
-    path = str(tmp_path / where) if where else ""
+    path = str(tmp_path / where) + "/" * where.endswith("/") if where else ""  # Path drops a trailing slash
     result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", path])
     assert result.exit_code == 2, result.output
     assert "--junit" in result.stderr and "rank0-f32" not in result.stdout  # nothing ran

@@ -485,7 +485,7 @@ def output_file(ctx: click.Context, param: click.Parameter, value: str | None) -
     if not value:
         raise click.BadParameter("an empty file name", ctx=ctx, param=param)
     path = Path(value).expanduser()
-    if path.is_dir():
+    if path.is_dir() or value.endswith(("/", os.sep)):  # Path drops the slash: `out/` had written a file `out`
         raise click.BadParameter(f"{value!r} is a folder, not a file name", ctx=ctx, param=param)
     folder = path.resolve().parent
     if not folder.is_dir():
