@@ -598,6 +598,31 @@ def test_run_json_reports_the_tunables_the_call_ran(adapter_file, monkeypatch):
     assert data["variant"] == "scalar" and data["tuned"] is True and data["tunables"] == {"WORKGROUP_SIZE": 64}
 
 
+def test_run_reports_a_tuned_call_whose_default_the_device_cannot_run(adapter_file, runner, tmp_path):
+    """A package whose default workgroup is past the device's limit runs with a stored choice (one a
+    bench.json case's tunables gave the tuner); run ran it and then exited 2 with the default's
+    DeviceLimitError, building the manifest's own plan to tell whether the call was tuned."""
+    import shutil
+
+    from webgpu_kernels.cli import main
+
+    folder = tmp_path / "big"
+    shutil.copytree(embedded_root() / QG, folder)
+    (folder / "metadata.json").unlink()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["tunables"]["WORKGROUP_SIZE"] = 1 << 20
+    manifest["derive"]["workgroupOk"] = "tunables.WORKGROUP_SIZE > 0"  # the device's limit checks it
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    k = wk.load_kernel(folder)
+    cache = tuning.TuningCache(adapter_file)
+    cache.record(k.tuning_key, QG_F32, X_N, SCALAR_64)
+    cache.save()
+    result = runner.invoke(main, ["run", str(folder), "-i", f"X={N}:f32", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["variant"] == "scalar" and data["tuned"] is True and data["tunables"] == {"WORKGROUP_SIZE": 64}
+
+
 def test_a_fifo_in_place_of_the_tuning_file_is_ignored_not_waited_on(adapter_file, fresh_kernel):
     """The first call of every shape read the file with read_text(): a FIFO there blocked it for ever."""
     import os

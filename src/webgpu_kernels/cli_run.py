@@ -31,6 +31,7 @@ from .cli import (
     with_generators,
 )
 from .device import choose_adapter
+from .errors import KernelError
 from .references import (
     ReferenceShapeMismatch,
     ReferenceUnavailable,
@@ -68,6 +69,10 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     # the device's limits are checked, with the call's own typed errors, before any data is made
     # (gigabytes of random data for an input the device would refuse).
     _, plan = k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter, tuned=True)
+    try:  # whether that is a stored tuning result's plan, not the manifest's own selection's
+        tuned = plan is not k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)[1]
+    except KernelError:  # the manifest's selection cannot run here (its tunables past a device
+        tuned = True  # limit, say), the stored result can: run had exited 2 on the former (helper-39)
     arrays = random_inputs(inputs, seed)
     status_console = _console(stderr=True)
     with _status(status_console, f"running {k.op_id} ..."):
@@ -82,7 +87,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     all_attrs = {**k.manifest.attributes, **attrs}
     report: dict[str, Any] = {
         "op": k.op_id, "adapter": choose_adapter(adapter).label(), "variant": plan.variant,
-        "forced": variant is not None, "tuned": plan is not k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)[1], "seed": seed,
+        "forced": variant is not None, "tuned": tuned, "seed": seed,
         "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype, **({"generate": dict(s.generate)} if s.generate else {})}
                    for n, s in inputs.items()},
         "attrs": all_attrs, "tunables": dict(plan.tunables),
