@@ -373,6 +373,21 @@ def test_tune_goes_on_past_a_case_the_device_refuses(runner, tuning_dir):
     assert len(entries) <= 1 and all("indices=" in k for k in entries)  # small-64x13's, unless its default won
 
 
+def test_tune_of_cases_that_all_error_says_it_saved_nothing(runner, tuning_dir):
+    """Every case refused by the device: tune printed "saved: <file>", a file it never wrote."""
+    from conftest import PACKAGES_DIR
+
+    if wk.get_device().info.limits["maxStorageBufferBindingSize"] >= 160 * 2**20:
+        pytest.skip("the device can bind the 152 MB table")
+    result = runner.invoke(main, ["tune", str(PACKAGES_DIR / "demo.Gather"), "--case", "clip-token-embedding-1x77",
+                                  "--dtype", "f32", *QUICK_WARM_UP])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert not any(line.startswith("saved:") for line in lines), result.output
+    assert any(line.startswith("nothing saved: no case was tuned") for line in lines), result.output
+    assert not tuning_file(tuning_dir).exists()
+
+
 def test_a_candidate_that_gives_the_gpu_the_same_work_is_not_timed(monkeypatch):
     """demo.MatMul's tiled variant never reads WORKGROUP_SIZE (naive's): on the H200 the tuner timed
     five identical tiled kernels per case and stored whichever noise made fastest (TILE 32 with

@@ -77,6 +77,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
         table.add_column(col)
     errors = 0
+    saved = False  # whether a case's result reached the tuning file
     outcomes: dict[str, tuple[str, Any]] = {}  # tuning class -> the first case's name and outcome
     conflicted: set[str] = set()  # classes whose cases disagree
     with Progress(console=console, transient=True, disable=not is_live(console)) as progress:
@@ -140,6 +141,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                                  tuning.TunedChoice(best[1], best[2], best[0]), *tuning_class[2:])  # fmt: skip
                 try:
                     cache.save()  # after every case: an interrupted search keeps what it found
+                    saved = True
                 except OSError as exc:  # what _check_writable could not foresee (the folder changed since)
                     raise click.ClickException(f"cannot save the tuning file {cache.path}: {exc}") from None
             table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
@@ -149,8 +151,10 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                                    f"{default_s * 1e6:.1f} µs, best {best[1]} {best[2]} {best[0] * 1e6:.1f} µs")
             progress.advance(task)
     console.print(table)
-    if not dry_run:
+    if saved:
         console.print(f"saved: {cache.path}")
+    elif not dry_run:  # every case errored: "saved:" had named a file that nothing was written to
+        console.print(f"nothing saved: no case was tuned, so {cache.path} is as it was")
     if errors:  # as bench: a CI job must see that a case could not run
         console.print(Text(f"{errors} of {len(work)} cases could not run on this device", style="red"))
         ctx.exit(1)
