@@ -598,25 +598,44 @@ def test_run_json_reports_the_tunables_the_call_ran(adapter_file, monkeypatch):
     assert data["variant"] == "scalar" and data["tuned"] is True and data["tunables"] == {"WORKGROUP_SIZE": 64}
 
 
-def test_run_reports_a_tuned_call_whose_default_the_device_cannot_run(adapter_file, runner, tmp_path):
-    """A package whose default workgroup is past the device's limit runs with a stored choice (one a
-    bench.json case's tunables gave the tuner); run ran it and then exited 2 with the default's
-    DeviceLimitError, building the manifest's own plan to tell whether the call was tuned."""
+def _tuned_past_the_device(tmp_path, adapter_file):
+    """A QuickGelu copy whose default workgroup is past any device's limit (its `when` leaves that
+    to the engine's device check), with SCALAR_64 stored for X_N: the stored result runs there."""
     import shutil
-
-    from webgpu_kernels.cli import main
 
     folder = tmp_path / "big"
     shutil.copytree(embedded_root() / QG, folder)
     (folder / "metadata.json").unlink()
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["tunables"]["WORKGROUP_SIZE"] = 1 << 20
-    manifest["derive"]["workgroupOk"] = "tunables.WORKGROUP_SIZE > 0"  # the device's limit checks it
+    manifest["derive"]["workgroupOk"] = "tunables.WORKGROUP_SIZE > 0"
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    k = wk.load_kernel(folder)
     cache = tuning.TuningCache(adapter_file)
-    cache.record(k.tuning_key, QG_F32, X_N, SCALAR_64)
+    cache.record(wk.load_kernel(folder).tuning_key, QG_F32, X_N, SCALAR_64)
     cache.save()
+    return folder
+
+
+def test_explain_does_not_say_a_call_fails_that_runs_a_stored_result(adapter_file, tmp_path):
+    """explain said "but the call would fail: ..." about the manifest's selection, then that a
+    stored result applies; the call ran that result and did not fail."""
+    k = wk.load_kernel(_tuned_past_the_device(tmp_path, adapter_file))
+    x = np.random.default_rng(0).standard_normal(N).astype(np.float32)
+    explanation = k.explain({"X": x})
+    assert explanation.tuned == {"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 64}}
+    assert "WORKGROUP_SIZE" in explanation.refused  # the manifest's selection's reason, kept
+    text = str(explanation)
+    assert "but the call would fail" not in text and "the manifest's selection would fail" in text, text
+    assert_quick_gelu(k({"X": x})["Y"], x)  # what explain says the call does
+
+
+def test_run_reports_a_tuned_call_whose_default_the_device_cannot_run(adapter_file, runner, tmp_path):
+    """A package whose default workgroup is past the device's limit runs with a stored choice (one a
+    bench.json case's tunables gave the tuner); run ran it and then exited 2 with the default's
+    DeviceLimitError, building the manifest's own plan to tell whether the call was tuned."""
+    from webgpu_kernels.cli import main
+
+    folder = _tuned_past_the_device(tmp_path, adapter_file)
     result = runner.invoke(main, ["run", str(folder), "-i", f"X={N}:f32", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

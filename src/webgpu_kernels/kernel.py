@@ -69,6 +69,7 @@ class Explanation:
     #: Why a call would still fail with the chosen variant (a binding over the device's limits, a
     #: grid expression that fails), if it would; with no variant chosen, the device's reason if it
     #: has one (float16 on an adapter without shader-f16, which a variant would accept with it).
+    #: Where ``tuned`` is set the call runs that instead, and does not fail for this reason.
     refused: str | None = None
     #: The stored tuning result a call would run instead, {"variant": ..., "tunables": {...}}, if any
     #: (`webgpu-kernels tune`); ``chosen`` stays the manifest's own selection.
@@ -94,7 +95,10 @@ class Explanation:
             left_out = self.produced is not None and out.role not in self.produced
             lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}"
                          + (f" (optional: variant {self.chosen!r} does not produce it)" if left_out else ""))  # fmt: skip
-        if self.refused:
+        if self.refused and self.tuned:  # the call runs the stored result, which passed the call's checks
+            lines.append(f"  the manifest's selection would fail, so without the stored result below the call "
+                         f"would: {self.refused}")  # fmt: skip
+        elif self.refused:
             lines.append(f"  {'but the call would fail' if self.chosen else 'the call fails'}: {self.refused}")
         if self.tuned:
             lines.append(f"  a stored tuning result applies: the call runs {self.tuned['variant']!r} with "
