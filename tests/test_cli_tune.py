@@ -523,6 +523,15 @@ def test_an_unwritable_tuning_folder_is_a_usage_error_before_any_timing(runner, 
     assert result.exit_code == 2 and "is not writable" in result.output and "--dry-run" in result.output, result.output
 
 
+def test_a_folder_named_as_the_tuning_file_is_a_usage_error_before_any_timing(runner, tuning_dir, monkeypatch):
+    """The first save failed on it (exit 1), after that case's whole search."""
+    tuning_file(tuning_dir).mkdir(parents=True)
+    monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed before refusing"))
+    result = runner.invoke(main, ["tune", QG_DIR, *TINY])
+    assert result.exit_code == 2, result.output
+    assert "a folder has the tuning file's name" in result.output and "--dry-run" in result.output, result.output
+
+
 def test_explain_says_no_stored_result_applies_when_the_device_refuses_it(tuning_dir):
     """A stored BiasAdd entry with a workgroup past the device's limit: explain and render said it
     applied while the call fell back to the selection."""

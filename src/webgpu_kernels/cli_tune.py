@@ -175,6 +175,8 @@ def _check_writable(path: Path) -> None:
                 pass
         if path.is_file() and not os.access(path, os.R_OK):
             raise PermissionError(errno.EACCES, "this user cannot read the tuning file", str(path))
+        if path.is_dir():  # no file can be renamed over it: the first save had failed, after a search
+            raise IsADirectoryError(errno.EISDIR, "a folder has the tuning file's name", str(path))
     except OSError as exc:
         raise click.UsageError(f"the tuning folder {folder} is not writable ({exc.strerror or exc}"
                                f"{': ' + exc.filename if exc.filename and exc.filename != str(folder) else ''}): set "
