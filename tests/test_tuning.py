@@ -598,6 +598,44 @@ def test_run_json_reports_the_tunables_the_call_ran(adapter_file, monkeypatch):
     assert data["variant"] == "scalar" and data["tuned"] is True and data["tunables"] == {"WORKGROUP_SIZE": 64}
 
 
+def test_a_stored_result_never_drops_an_output_the_call_returns(tuning_dir, device, write_package):
+    """Z is an optional output only vz writes; v8 takes multiples of 8. Tuned at 4104 (class 4096),
+    where the default is v8, vs has v8's outputs and may be kept. At 4100 (class 4096 too) the
+    manifest picks vz, so the call returns Y and Z: with the stored vs it had returned Y alone."""
+    def bindings(writes_z):
+        found = [{"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
+                 {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
+                 {"name": "params", "semantic": "kernel.params", "buffer": {"type": "uniform"},
+                  "struct": {"name": "Params", "fields": [{"name": "n", "type": "u32", "value": "numel(shapes.X)"}]}}]
+        return found[:2] + [{"name": "z", "arg": "Z", "buffer": {"type": "storage"}, "elementType": "f32"}] + found[2:] \
+            if writes_z else found
+
+    variants = [("v8", 30, False, ["numel(shapes.X) % 8 == 0"]), ("vz", 20, True, ["true"]), ("vs", 10, False, ["true"])]
+    manifest = {
+        "domain": "demo", "name": "OptOut", "inputs": [{"role": "X", "dtype": "T"}],
+        "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"},
+                    {"role": "Z", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X", "optional": True}],
+        "typeConstraints": {"T": ["float32"]}, "tunables": {"WORKGROUP_SIZE": 64},
+        "variants": [{"id": vid, "priority": priority, "when": when, "passes": [{
+            "id": "main", "shader": f"{vid}.wgsl.jinja", "bindings": bindings(writes_z),
+            "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": "tunables.WORKGROUP_SIZE"}}]}
+            for vid, priority, writes_z, when in variants],
+    }  # fmt: skip
+    templates = {f"{vid}.wgsl.jinja": (
+        "{{ declarations }}\n@compute @workgroup_size({{ workgroupSize }})\n"
+        "fn {{ entryPoint }}({{ entryParams }}) {\n  let i = {{ globalIndex }};\n"
+        "  if (i >= params.n) { return; }\n  y[i] = x[i];\n" + ("  z[i] = 2.0 * x[i];\n" if writes_z else "") + "}\n")
+        for vid, _, writes_z, _ in variants}  # fmt: skip
+    k = wk.load_kernel(write_package(manifest, templates))
+    tuned, x = np.ones(4104, np.float32), np.ones(4100, np.float32)
+    assert set(k({"X": tuned})) == set(k({"X": tuned}, variant="vs")) == {"Y"}  # what tune compares
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)  # the one the call above read
+    cache.record(k.tuning_key, {"T": "float32"}, {"X": tuned.shape}, tuning.TunedChoice("vs", {"WORKGROUP_SIZE": 128}, 1e-5))
+    assert set(k({"X": x})) == {"Y", "Z"}  # the manifest's selection's outputs: the entry does not apply
+    assert k.explain({"X": x}).tuned is None and k.plan({"X": x}, tuned=True)[1].variant == "vz"
+    assert k.plan({"X": tuned}, tuned=True)[1].variant == "vs"  # where the outputs agree, it still does
+
+
 def _tuned_past_the_device(tmp_path, adapter_file):
     """A QuickGelu copy whose default workgroup is past any device's limit (its `when` leaves that
     to the engine's device check), with SCALAR_64 stored for X_N: the stored result runs there."""

@@ -544,7 +544,29 @@ class Kernel:
                 self._check_device(tuned, chosen.variant.id, outputs, resolved, device)
         except KernelError:
             return None  # stale or foreign entry: the default selection still applies
+        if any(spec.optional for spec in self.manifest.outputs) and not self._keeps_outputs(signature, tuned,
+                                                                                           choice.variant, device):
+            return None  # the call's result would lack an output its own selection returns
         return tuned, choice.variant
+
+    def _keeps_outputs(self, signature: CallSignature, tuned: CallSignature, variant: str, device: Device) -> bool:
+        """Whether the stored ``variant`` at ``tuned``'s tunables returns every output the manifest's
+        own selection returns for this call. `tune` keeps only a candidate with the outputs of the
+        tuned shape's default, but another shape of its class may have another default: where some
+        variants write an optional output and others do not, a call of that shape had come back
+        without that output where a tuning file held an entry for its class (helper-39)."""
+        def produced(sig: CallSignature, forced: str | None) -> frozenset[str]:
+            (_, outputs), resolved, _ = self._resolve(sig, forced, device.info)
+            return frozenset(bound_roles(resolved)) & {o.role for o in outputs}
+
+        try:
+            own = produced(signature, None)
+        except KernelError:  # the manifest's selection cannot run the call: nothing to keep the same
+            return True
+        try:
+            return own <= produced(tuned, variant)
+        except KernelError:
+            return False
 
     def _tuned_plan(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
                     device: Device) -> ExecutionPlan | None:  # fmt: skip

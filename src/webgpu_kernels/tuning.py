@@ -6,7 +6,8 @@ call and its shape class (every dimension of every input rounded down to a power
 reduction over 100 and one over 768 elements per row are different classes even at one element
 count), and records the variant and tunables that ran fastest there. Calls that pass neither
 ``variant`` nor ``tunables`` use a matching entry; an entry whose variant does not apply to the
-call is ignored.
+call, or that would not return an output the call's own selection returns (an optional output
+only some variants write), is ignored.
 """
 
 from __future__ import annotations
