@@ -93,6 +93,8 @@ def test_tuning_dir_from_env(tmp_path, monkeypatch):
     assert tuning.tuning_dir() == tmp_path / "home" / ".cache" / "webgpu-kernels" / "tuning"
     monkeypatch.setenv("XDG_CACHE_HOME", "")  # so does an empty XDG_CACHE_HOME (not a relative path)
     assert tuning.tuning_dir() == tmp_path / "home" / ".cache" / "webgpu-kernels" / "tuning"
+    monkeypatch.setenv(tuning.CACHE_ENV, "~/tuning")  # the home folder's, not ./~/tuning (helper-39)
+    assert tuning.tuning_dir() == tmp_path / "home" / "tuning"
 
 
 def test_adapter_slug():

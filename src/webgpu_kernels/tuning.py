@@ -53,7 +53,9 @@ def disabled() -> bool:
 def tuning_dir() -> Path:
     base = os.environ.get(CACHE_ENV)
     if base:
-        return Path(base)
+        # ~ as the home folder, as HF_HOME's is (hub.py): a quoted or Dockerfile '~/tuning' had made
+        # a folder named '~' in the working directory, which calls from any other one never read
+        return Path(base).expanduser()
     # An empty XDG_CACHE_HOME counts as unset (XDG base directory spec).
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "webgpu-kernels" / "tuning"
 
