@@ -511,7 +511,7 @@ def test_cli_modules_import_on_their_own():
     import subprocess
     import sys
 
-    for name in ("bench_report", "cli_bench", "cli_tune", "cli_hub", "cli_package", "cli_run"):
+    for name in ("bench_report", "cli_inspect", "cli_bench", "cli_tune", "cli_hub", "cli_package", "cli_run"):
         proc = subprocess.run([sys.executable, "-c", f"import webgpu_kernels.{name}"], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-1000:]
 

@@ -1,8 +1,9 @@
-"""The ``webgpu-kernels`` command line: adapters, the embedded kernels, and running one.
+"""The ``webgpu-kernels`` command line: the command group and what its commands share (the console,
+``--input`` specs, kernel names, output files, options).
 
-Commands: ``devices``, ``list``, ``info``, ``explain``, ``render`` here; ``run`` (cli_run.py),
-``bench`` (cli_bench.py, its output in bench_report.py), ``tune`` (cli_tune.py), ``download``
-(cli_hub.py), ``test``/``validate``/``digest`` (cli_package.py). Every library error
+Commands: ``devices``, ``list``, ``info``, ``explain``, ``render`` (cli_inspect.py); ``run``
+(cli_run.py), ``bench`` (cli_bench.py, its output in bench_report.py), ``tune`` (cli_tune.py),
+``download`` (cli_hub.py), ``test``/``validate``/``digest`` (cli_package.py). Every library error
 (:class:`~webgpu_kernels.errors.KernelError`) ends the command with one red ``error: ...`` line on
 stderr and exit status 2, like click's own usage errors.
 """
@@ -25,8 +26,6 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 import numpy as np
 from rich.console import Console
-from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from . import __version__
@@ -34,16 +33,10 @@ from .api import get_kernel, list_kernels, load_kernel
 from .call_inputs import TensorMeta
 from .case_data import SPECIAL_STRINGS
 from .casefile import generate_errors
-from .device import ADAPTER_ENV, AdapterSummary, choose_adapter, list_adapters
+from .device import ADAPTER_ENV
 from .errors import DTypeError, KernelError, PackageError
 from .kernel import Kernel
 from .package import embedded_root
-
-#: Limits ``devices`` shows (WebGPU names, camelCase).
-KEY_LIMITS = (
-    "maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupsPerDimension",
-    "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX", "maxComputeWorkgroupStorageSize",
-)  # fmt: skip
 
 #: ``--input`` dtype spellings -> ONNX element type names. Types the kernels cannot take are
 #: accepted here on purpose: the engine's contract check reports them.
@@ -166,15 +159,9 @@ def _fmt(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(_jsonable(value))
 
 
-def _first_sentence(text: str) -> str:
-    text = " ".join(text.split())
-    match = re.match(r"^(.+?[.!?])(?=\s+[A-Z`(]|$)", text)
-    return match.group(1) if match else text
-
-
 #: Modules holding more commands (each exposes COMMANDS); they import helpers from this module, so
 #: they are loaded when the group first lists or looks up a command, not while this module loads.
-COMMAND_MODULES = ("cli_run", "cli_bench", "cli_tune", "cli_hub", "cli_package")
+COMMAND_MODULES = ("cli_inspect", "cli_run", "cli_bench", "cli_tune", "cli_hub", "cli_package")
 
 
 class KernelGroup(click.Group):
@@ -566,221 +553,3 @@ def main(adapter: str | None, trust_remote_code: bool) -> None:
     KERNEL is an embedded op id (see `webgpu-kernels list`), the path of a kernel package
     folder holding a manifest.json and its templates, or a Hub kernel repository org/op[@vN].
     """
-
-
-@main.command("devices")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.pass_context
-def devices_cmd(ctx: click.Context, as_json: bool) -> None:
-    """The WebGPU adapters present: features and key limits; the chosen one marked."""
-    adapters = list_adapters()
-    chosen = choose_adapter(_adapter(ctx)).index if adapters else None
-    if as_json:
-        _echo_json([_adapter_dict(a, a.index == chosen) for a in adapters])
-        return
-    console = _console()
-    if not adapters:
-        console.print("no WebGPU adapter found")
-        return
-    table = Table(title="WebGPU adapters", title_justify="left")
-    for col in ("#", "name", "backend", "type", "chosen"):
-        table.add_column(col)
-    for a in adapters:
-        table.add_row(str(a.index), a.name, a.backend, a.adapter_type, "yes" if a.index == chosen else "")
-    console.print(table)
-    for a in adapters:
-        console.print()
-        title = Text.assemble((f"[{a.index}] {a.label()}", "bold"), (" (chosen)" if a.index == chosen else "", "green"))
-        console.print(title)
-        if a.description and a.description != a.name:
-            console.print(f"  driver: {a.description}")
-        limits = _camel_limits(a)
-        console.print("  shader-f16: " + ("yes" if "shader-f16" in a.features else "no"))
-        for name in KEY_LIMITS:
-            console.print(f"  {name}: {limits.get(name, '-')}")
-        console.print("  device.features (what manifests see): " + (", ".join(a.device_features) or "none"))
-        console.print(f"  adapter features, wgpu-native's names ({len(a.features)}):")
-        console.print(Padding(Text(", ".join(sorted(a.features))), (0, 0, 0, 4), expand=False))
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("-")
-    return head + "".join(part.capitalize() for part in rest)
-
-
-def _camel_limits(adapter: AdapterSummary) -> dict[str, int]:
-    return {_camel(k): v for k, v in adapter.limits.items()}
-
-
-def _adapter_dict(a: AdapterSummary, chosen: bool) -> dict[str, Any]:
-    limits = _camel_limits(a)
-    return {
-        "index": a.index, "name": a.name, "vendor": a.vendor, "backend": a.backend, "type": a.adapter_type,
-        "description": a.description, "chosen": chosen, "features": sorted(a.features),
-        "deviceFeatures": list(a.device_features),
-        "limits": {k: limits.get(k) for k in KEY_LIMITS}, "allLimits": dict(sorted(limits.items())),
-    }  # fmt: skip
-
-
-@main.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def list_cmd(as_json: bool) -> None:
-    """The kernels embedded in the library."""
-    rows: list[dict[str, Any]] = []
-    for op_id in list_kernels():
-        kernel = get_kernel(op_id)
-        description = _first_sentence(kernel.manifest.description)
-        rows.append({"op": op_id, "variants": kernel.variants, "description": description})
-    if as_json:
-        _echo_json(rows)
-        return
-    table = Table(title="Embedded kernels", title_justify="left")
-    table.add_column("op id", no_wrap=True)
-    table.add_column("variants")
-    table.add_column("description")
-    for row in rows:
-        table.add_row(row["op"], ", ".join(row["variants"]), row["description"])
-    _console().print(table)
-
-
-@main.command("info")
-@trust_option
-@click.argument("kernel")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def info_cmd(kernel: str, as_json: bool) -> None:
-    """The contract of KERNEL: inputs, outputs, types, attributes, tunables and variants."""
-    k = resolve_kernel(kernel)
-    data = kernel_info(k)
-    if as_json:
-        _echo_json(data)
-        return
-    _print_info(data)
-
-
-def kernel_info(kernel: Kernel) -> dict[str, Any]:
-    """The contract of a kernel as plain data (what ``info --json`` prints)."""
-    m = kernel.manifest
-    descriptions = m.raw.get("attributeDescriptions", {}) or {}
-    return {
-        "op": m.op_id, "domain": m.domain, "name": m.name, "sinceVersion": m.since_version,
-        "origin": kernel.package.origin, "path": str(kernel.package.root), "description": m.description,
-        "inputs": [{"role": s.role, "typeVar": s.dtype, "rank": s.rank, "optional": s.optional,
-                    "description": s.description} for s in m.inputs],
-        "outputs": [{"role": s.role, "typeVar": s.dtype, "rank": s.rank, "shape": s.shape,
-                     "description": s.description} for s in m.outputs],
-        "typeConstraints": {k: list(v) for k, v in m.type_constraints.items()},
-        "attributes": {name: {"default": default, "description": descriptions.get(name, "")}
-                       for name, default in m.attributes.items()},
-        "tunables": dict(m.tunables), "derive": dict(m.derive), "constants": dict(m.constants),
-        "variants": [{
-            "id": v.id, "priority": v.priority, "when": list(v.when), "constants": dict(v.constants),
-            "passes": [{
-                "id": p.id, "name": p.name, "shader": p.shader, "entryPoint": p.entry_point,
-                "sourceInputs": dict(p.source_inputs),
-                "dispatch": {"threads": p.dispatch.threads, "workgroupSize": list(p.dispatch.workgroup_size)},
-                "bindings": [{"name": b.name, "buffer": b.buffer_type, "arg": b.arg, "semantic": b.semantic,
-                              "elementType": b.element_type, "length": b.length, "struct": b.struct_name,
-                              "fields": [{"name": f.name, "type": f.type, "value": f.value} for f in b.fields]}
-                             for b in p.bindings],
-            } for p in v.passes],
-        } for v in m.variants],
-    }  # fmt: skip
-
-
-def _print_info(d: dict[str, Any]) -> None:
-    console = _console()
-    console.print(Text(f"{d['op']} (since version {d['sinceVersion']})", style="bold"))
-    console.print(f"{d['origin']} package: {d['path']}")
-    if d["description"]:
-        console.print(d["description"])
-
-    table = Table(title="Inputs", title_justify="left")
-    for col in ("role", "type", "rank", "description"):
-        table.add_column(col)
-    for s in d["inputs"]:
-        rank = "any" if s["rank"] is None else _fmt(s["rank"])
-        table.add_row(s["role"] + (" (optional)" if s["optional"] else ""), s["typeVar"], rank, s["description"])
-    console.print(table)
-
-    table = Table(title="Outputs", title_justify="left")
-    for col in ("role", "type", "rank", "shape", "description"):
-        table.add_column(col)
-    for s in d["outputs"]:
-        rank = "any" if s["rank"] is None else _fmt(s["rank"])
-        table.add_row(s["role"], s["typeVar"], rank, s["shape"] or "-", s["description"])
-    console.print(table)
-
-    console.print(Text("Type constraints", style="italic"))
-    for name, types in d["typeConstraints"].items():
-        console.print(f"  {name}: {', '.join(types)}")
-
-    if d["attributes"]:
-        table = Table(title="Attributes", title_justify="left")
-        for col in ("name", "default", "description"):
-            table.add_column(col)
-        for name, attr in d["attributes"].items():
-            table.add_row(name, _fmt(attr["default"]), attr["description"])
-        console.print(table)
-    else:
-        console.print(Text("Attributes: none", style="italic"))
-
-    for title, key in (("Tunables", "tunables"), ("Derive", "derive"), ("Constants", "constants")):
-        entries = d[key]
-        console.print(Text(f"{title}" + ("" if entries else ": none"), style="italic"))
-        sep = " = " if key == "tunables" else " := "
-        for name, value in entries.items():
-            console.print(f"  {name}{sep}{_fmt(value)}")
-
-    console.print(Text("Variants (selection: highest priority whose when clauses all hold)", style="italic"))
-    for v in d["variants"]:
-        console.print(Text(f"  {v['id']} (priority {v['priority']:g})", style="bold"))
-        for i, clause in enumerate(v["when"]):
-            console.print(f"    when[{i}]: {_fmt(clause)}")
-        for name, value in v["constants"].items():
-            console.print(f"    constant {name} := {_fmt(value)}")
-        for p in v["passes"]:
-            wg = ", ".join(_fmt(w) for w in p["dispatch"]["workgroupSize"])
-            console.print(f"    pass {p['id']!r}: shader {p['shader']}, threads {_fmt(p['dispatch']['threads'])}, "
-                          f"workgroupSize {wg}")  # fmt: skip
-            for name, value in p["sourceInputs"].items():
-                console.print(f"      template input {name} := {_fmt(value)}")
-            bindings = ", ".join(f"{b['name']} ({b['buffer']})" for b in p["bindings"])
-            console.print(f"      bindings: {bindings}")
-
-
-@main.command("explain")
-@trust_option
-@_input_options
-@click.option("--variant", metavar="ID", default=None, help="Explain a call that forces this variant.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.pass_context
-def explain_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
-                tunables: dict[str, Any], variant: str | None, as_json: bool) -> None:  # fmt: skip
-    """Which variant KERNEL would run for these inputs, and why each other one would not."""
-    k = resolve_kernel(kernel)
-    metas = {name: spec.meta() for name, spec in inputs.items()}
-    explanation = k.explain(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=_adapter(ctx))
-    if as_json:
-        _echo_json(explanation.as_dict())
-    else:
-        _console().print(str(explanation), soft_wrap=True)
-
-
-@main.command("render")
-@trust_option
-@_input_options
-@click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
-@click.pass_context
-def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
-               tunables: dict[str, Any], variant: str | None) -> None:  # fmt: skip
-    """The WGSL that KERNEL would run for these inputs, pass by pass."""
-    k = resolve_kernel(kernel)
-    metas = {name: spec.meta() for name, spec in inputs.items()}
-    shaders = k.render(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=_adapter(ctx))
-    many = len(shaders) > 1
-    for i, (pass_id, wgsl) in enumerate(shaders.items()):
-        if many:
-            if i:
-                _echo()
-            _echo(f"// ---- pass {pass_id} ----")
-        _echo(printable(wgsl.rstrip("\n")))
