@@ -560,6 +560,21 @@ def test_a_wrong_value_the_kernel_wrote_is_not_blamed_on_the_fill(tmp_path: Path
     assert by["vec4_tail"].status == "pass"
 
 
+def test_a_written_value_with_the_fills_bytes_is_not_called_unwritten(tmp_path: Path) -> None:
+    """A Transpose that ignores perm writes every element, but one of them is the data's -1, whose
+    bytes are the 0xFF fill: the note said "the kernel does not write them" (helper-42). A second
+    run with another fill tells the two apart."""
+    import shutil
+
+    from conftest import PACKAGES_DIR
+
+    root = Path(shutil.copytree(PACKAGES_DIR / "demo.Transpose", tmp_path / "t"))
+    _skip_writes(root, "transpose-general.wgsl.jinja", "  y[u] = x[source(u)];", "  y[u] = x[u];")
+    (run,) = run_package_tests(wk.load_kernel(root), cases=["specials-3x4-i32"]).results
+    assert run.status == "fail" and "10 of 12 elements" in run.message, run.message
+    assert "filled with" not in run.message, run.message
+
+
 # --- the command's own arguments (CLI review, session 24) ----------------------------------------
 
 

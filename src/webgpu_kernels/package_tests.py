@@ -23,7 +23,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -322,8 +322,10 @@ def _run_one(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: M
     left = list(POISON_BYTES)
     while True:
         byte = left.pop(0)
-        result = _poisoned_run(kernel, case, label, variant, arrays, outputs, expected, adapter, byte)
-        if result.failed or not left:
+        result, suspects = _poisoned_run(kernel, case, label, variant, arrays, outputs, expected, adapter, byte)
+        if result.failed:
+            return _note_unwritten(kernel, case, variant, arrays, outputs, adapter, result, suspects, byte)
+        if not left:
             return result
         for role, mask in undetected.items():
             if role in dtypes:  # (a role that is no output failed above)
@@ -336,7 +338,8 @@ def _run_one(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: M
 
 def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: Mapping[str, np.ndarray],
                   outputs: Sequence[OutputSpec], expected: Mapping[str, np.ndarray], adapter: str | None,
-                  byte: int) -> RunResult:  # fmt: skip
+                  byte: int) -> tuple[RunResult, dict[str, np.ndarray]]:  # fmt: skip
+    """The run, and per failing output the elements (flat) that fail and hold the fill ``byte``."""
     from .device import get_device
 
     device = get_device(adapter)
@@ -348,7 +351,7 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
                          tunables=case.tunables or None, adapter=adapter)  # fmt: skip
     except KernelError as exc:
         return RunResult(kernel.op_id, case.name, variant, label, ERROR, message=_message(exc),
-                         seconds=time.perf_counter() - start)  # fmt: skip
+                         seconds=time.perf_counter() - start), {}  # fmt: skip
     seconds = time.perf_counter() - start
     comparisons = []
     missing = []
@@ -366,17 +369,42 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
     messages = [f"{c.output}: {c.message}" for c in failed]
     if missing:
         messages.append(f"the kernel returned no output {', '.join(map(repr, missing))}")
-    unwritten = sum(_unwritten(*judged[c.output], expected[c.output], byte) for c in failed)
-    if unwritten:  # the likeliest reason, said only where the fill is what the output holds
-        # "failing": an unwritten element whose expected value the fill matches (NaN) is not counted
-        messages.append(f"({unwritten} failing element{'s' if unwritten > 1 else ''} still hold{'s' if unwritten == 1 else ''} "
-                        f"the 0x{byte:02X} bytes the buffers were filled with before the run: the kernel does not "
-                        "write them)")
+    # "failing": an unwritten element whose expected value the fill matches (NaN) is not counted
+    suspects = {c.output: _unwritten(*judged[c.output], expected[c.output], byte) for c in failed}
     return RunResult(
         kernel.op_id, case.name, variant, label, FAIL if (failed or missing) else PASS,
         max_abs_error=max(abs_errors) if abs_errors else None, max_rel_error=max(rel_errors) if rel_errors else None,
         message="; ".join(messages), outputs=[c.as_dict() for c in comparisons], seconds=seconds,
-    )  # fmt: skip
+    ), {role: mask for role, mask in suspects.items() if mask.any()}  # fmt: skip
+
+
+def _note_unwritten(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[str, np.ndarray],
+                    outputs: Sequence[OutputSpec], adapter: str | None, result: RunResult,
+                    suspects: Mapping[str, np.ndarray], byte: int) -> RunResult:  # fmt: skip
+    """``result`` with a note on how many of its failing elements the kernel does not write: those
+    that held the fill ``byte`` (``suspects``) and again hold another fill in a second run. A value
+    the kernel computes can have the fill's bytes (-1 under 0xFF in an integer output, a data value
+    a wrong index copied there): it stays the same under the other fill, and is not blamed on it."""
+    if not suspects:
+        return result
+    from .device import get_device
+
+    other = next(b for b in POISON_BYTES if b != byte)
+    device = get_device(adapter)
+    try:
+        with device.lock:  # as in _poisoned_run
+            fill_pooled_buffers(device, arrays, outputs, other)
+            got = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
+                         tunables=case.tunables or None, adapter=adapter)  # fmt: skip
+    except KernelError:  # it ran once: without the second run, nothing is claimed
+        return result
+    unwritten = sum(int((mask & _holds(np.asarray(got[role]), other)).sum())
+                    for role, mask in suspects.items() if role in got)  # fmt: skip
+    if not unwritten:
+        return result
+    note = (f"({unwritten} failing element{'s' if unwritten > 1 else ''} still hold{'s' if unwritten == 1 else ''} "
+            f"the 0x{byte:02X} bytes the buffers were filled with before the run: the kernel does not write them)")
+    return replace(result, message="; ".join(m for m in (result.message, note) if m))
 
 
 def fill_pooled_buffers(device: Device, inputs: Mapping[str, Any], outputs: Sequence[OutputSpec], byte: int) -> None:
@@ -400,13 +428,20 @@ def fill_pooled_buffers(device: Device, inputs: Mapping[str, Any], outputs: Sequ
                 memory.release(buffer)
 
 
-def _unwritten(actual: np.ndarray, tolerance: Any, want: np.ndarray, byte: int) -> int:
-    """How many failing elements of ``actual`` are made of the fill ``byte`` alone."""
+def _unwritten(actual: np.ndarray, tolerance: Any, want: np.ndarray, byte: int) -> np.ndarray:
+    """Which failing elements of ``actual`` (flat) are made of the fill ``byte`` alone."""
     if not actual.size or actual.shape != want.shape:
-        return 0
-    raw = np.ascontiguousarray(actual).view(np.uint8).reshape(actual.size, -1)
+        return np.zeros(0, dtype=bool)
     bad = ~elements_ok(actual.reshape(-1), want.reshape(-1), tolerance)
-    return int(((raw == byte).all(axis=1) & bad).sum())
+    return _holds(actual, byte) & bad
+
+
+def _holds(actual: np.ndarray, byte: int) -> np.ndarray:
+    """Which elements of ``actual`` (flat) are made of ``byte`` alone."""
+    if not actual.size:
+        return np.zeros(0, dtype=bool)
+    raw = np.ascontiguousarray(actual).view(np.uint8).reshape(actual.size, -1)
+    return np.asarray((raw == byte).all(axis=1))
 
 
 def _message(exc: BaseException, case_path: str | None = None) -> str:
