@@ -682,3 +682,21 @@ def test_a_timeout_stops_a_shader_that_runs_on(tmp_path: Path, runner: CliRunner
     (run,) = package["results"]
     assert (run["case"], run["variant"], run["status"]) == ("big", "scalar", "error")
     assert "during this run" in run["message"]
+
+
+def test_a_case_whose_input_is_a_data_file_shows_the_files_dtype(tmp_path: Path) -> None:
+    """A case whose dtype only its data file gives (no `types`, no `dtype`: the file's is the
+    input's) had '-' in the dtype column, also on the row of a float16 case skipped for want of
+    shader-f16 (helper-42)."""
+    import numpy as np
+
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    np.save(root / "x16.npy", np.array([1.0, -2.0, 0.5], dtype=np.float16))
+
+    def add(data: dict) -> None:
+        data["cases"] = [{"name": "from-file", "inputs": {"X": {"file": "x16.npy"}},
+                          "expected": {"Y": {"file": "x16.npy"}}}]  # (compared or not: the label is the point)
+
+    edit_test_json(root, add)
+    report = run_package_tests(wk.load_kernel(root))
+    assert report.results and {r.dtype for r in report.results} == {"float16"}, [r.as_dict() for r in report.results]

@@ -222,18 +222,22 @@ class TestCase:
             raise CaseFileError(too_many_case_elements(self.name, count), file=self.file,
                                 json_path=json_path(["cases", self.index, section] + ([next_role] if next_role else [])))  # fmt: skip
 
-    def type_label(self, manifest: Any) -> str:
-        """The case's dtypes for tables: ``float16``, or ``T=float16, U=int32`` for several type variables."""
-        binding = self.type_binding(manifest)
+    def type_label(self, manifest: Any, arrays: Mapping[str, np.ndarray] | None = None) -> str:
+        """The case's dtypes for tables: ``float16``, or ``T=float16, U=int32`` for several type variables.
+        ``arrays``: its built inputs, whose dtypes a data file gives (the file alone says it)."""
+        binding = self.type_binding(manifest, arrays)
         if len(set(binding.values())) == 1:
             return next(iter(binding.values()))
         return ", ".join(f"{k}={v}" for k, v in binding.items()) or "-"
 
-    def type_binding(self, manifest: Any) -> dict[str, str]:
+    def type_binding(self, manifest: Any, arrays: Mapping[str, np.ndarray] | None = None) -> dict[str, str]:
         binding: dict[str, str] = {}
         for spec in manifest.inputs:
             if spec.role in self.inputs:
-                dtype = self.input_dtype(spec.role, spec.dtype, manifest)
+                if arrays is not None and spec.role in arrays:
+                    dtype: str | None = dtype_name(arrays[spec.role].dtype)
+                else:
+                    dtype = self.input_dtype(spec.role, spec.dtype, manifest)
                 if dtype is not None:
                     binding.setdefault(spec.dtype, dtype)
         for tv, dtype in self.types.items():

@@ -221,6 +221,7 @@ def run_package_tests(
         label = case.type_label(manifest)
         try:
             arrays = case.build_inputs(manifest, read)
+            label = case.type_label(manifest, arrays)  # a data file's dtype is known once it is read
             if case.refused is not None:  # its call is judged whole, refusal included
                 refusals.append((case, case.refused, label, keep(arrays)))
                 continue
