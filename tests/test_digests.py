@@ -16,6 +16,7 @@ from webgpu_kernels import digests
 from webgpu_kernels.cli import main
 from webgpu_kernels.errors import DigestError, PackageError
 from webgpu_kernels.package import embedded_ids, embedded_root, open_embedded, open_folder
+from webgpu_kernels.validation import validate_package
 
 from conftest import copy_package  # noqa: E402
 
@@ -684,3 +685,14 @@ def test_metadata_listing_more_files_than_a_package_holds_is_one_problem(qg: Pat
     metadata["digest"]["files"] = {f"f{i} bad": "x" for i in range(digests.MAX_PACKAGE_FILES + 1)}
     problems = digests.schema_problems(metadata)
     assert len(problems) == 1 and "lists 1001 files, more than a package may hold (1000)" in problems[0].message
+
+
+def test_a_content_file_whose_name_cannot_be_listed_is_not_sent_to_digest(qg: Path) -> None:
+    """validate (and a load) said of "x 32.npy" to run `webgpu-kernels digest PATH` to record it,
+    which refuses that name ("rename it"): the two commands disagreed on what to do (helper-42)."""
+    (qg / "x 32.npy").write_bytes((qg / "vec4-2x64-f32.Y.npy").read_bytes())
+    problems = [p for p in validate_package(qg, gpu=False).errors if p.file == "x 32.npy"]
+    assert len(problems) == 1 and "rename or remove it" in problems[0].message, problems
+    assert "webgpu-kernels digest" not in problems[0].message
+    with pytest.raises(PackageError, match="cannot be listed"):
+        digests.write_metadata(qg)

@@ -426,10 +426,12 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
         verified[name] = data
     for name in package_files(root):
         if name not in listed and is_content_file(name):
+            # `digest` refuses a content file whose name metadata.json cannot hold: rerunning it is no advice
+            hint = (f" ({_REDIGEST} if the file belongs to the package)" if valid_file_name(name) else
+                    f" (its name can never be listed: metadata.json's {_NAME_RULE}; rename or remove it)")  # fmt: skip
             problems.append(DigestProblem(name, "unlisted",
                                           "present in the package but not listed in metadata.json's digest.files",
-                                          json_path(["digest", "files"]),
-                                          f" ({_REDIGEST} if the file belongs to the package)"))  # fmt: skip
+                                          json_path(["digest", "files"]), hint))  # fmt: skip
     return problems, verified
 
 
