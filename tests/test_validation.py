@@ -389,6 +389,30 @@ def test_a_variant_only_bench_cases_exercise_is_a_warning(qg: Path) -> None:
     assert report.ok  # a warning: a package may ship a variant its tests do not reach
 
 
+def test_a_bench_only_variant_that_does_not_compile_is_not_said_to_compile(qg: Path) -> None:
+    """The bench-only warning said "it compiles" of a variant x dtype whose WGSL failed (its table
+    status "failed", its compile error just above) (helper-41)."""
+    (qg / "zeros.wgsl.jinja").write_text(
+        "{{ enables }}\n{{ declarations }}\n@compute @workgroup_size({{ workgroupSize }})\n"
+        "fn {{ entryPoint }}({{ entryParams }}) {\n  let i = {{ globalIndex }};\n"
+        "  y[i] = no_such_name;\n}\n", encoding="utf-8")
+
+    def add_variant(manifest: dict) -> None:
+        manifest["variants"].insert(0, {
+            "id": "big", "priority": 30, "when": ["baseOk", "numel(shapes.X) >= 100000"],
+            "constants": {"scalar": "dtypes.T"},
+            "passes": [{"id": "main", "name": "QuickGelu.big", "shader": "zeros.wgsl.jinja", "bindings": "scalarTail",
+                        "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": "tunables.WORKGROUP_SIZE"}}],
+        })  # fmt: skip
+
+    edit_json(qg / "manifest.json", add_variant)
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    assert {c.status for c in report.coverage if c.variant == "big"} == {"failed"}
+    bench_only = [p for p in report.warnings if p.variant == "big" and "only bench.json cases" in p.message]
+    assert bench_only and all("it compiles" not in p.message for p in bench_only), bench_only
+
+
 def test_a_variant_binding_a_tensor_the_call_lacks_is_one_error_not_a_crash(qg: Path) -> None:
     """A variant whose `when` forgot to require an optional input crashed the GPU stage with
     "KeyError: 'Z'" and hid every other problem; `test` and calls already said it plainly."""
