@@ -177,6 +177,19 @@ def test_unknown_attribute(quick_gelu):
            argument="beta")  # fmt: skip
 
 
+@pytest.mark.parametrize(("inputs", "attrs", "tunables", "argument", "hint"), [
+    ({"X": np.ones(4, f32)}, {"X": 1.0}, None, "X", "it is an input of this kernel: pass it in the inputs dict"),
+    ({"X": np.ones(4, f32), "alpha": np.float32(1.0)}, None, None, "alpha", "it is an attribute of this kernel: pass it in attrs="),
+    ({"X": np.ones(4, f32)}, None, {"alpha": 1.0}, "alpha", "it is an attribute of this kernel: pass it in attrs="),
+    ({"X": np.ones(4, f32)}, {"WORKGROUP_SIZE": 64}, None, "WORKGROUP_SIZE", "it is a tunable of this kernel: pass it in tunables="),
+])  # fmt: skip
+def test_a_name_given_in_the_wrong_place_says_where_it_goes(quick_gelu, inputs, attrs, tunables, argument, hint):
+    """attrs={"axis": 1} for an op whose axis is an input (ONNX CumSum, ReduceSum-13) said only
+    "unknown attribute", though the output passed as an input says what it is (helper-41)."""
+    raises(errors.UnknownInputError, lambda: quick_gelu(inputs, attrs=attrs, tunables=tunables), hint,
+           argument=argument)  # fmt: skip
+
+
 @pytest.mark.parametrize("alpha", ["1.7", None, [1.0], True, float("nan"), float("inf"), -float("inf")])
 def test_bad_attribute_value(quick_gelu, alpha):
     raises(errors.AttributeValueError, lambda: quick_gelu({"X": np.ones(4, f32)}, attrs={"alpha": alpha}),

@@ -75,7 +75,8 @@ def check_call(
     for name in tensors:
         if name not in declared:
             outputs = {spec.role for spec in manifest.outputs}
-            hint = "it is an output, returned by the call" if name in outputs else ""
+            hint = ("it is an output, returned by the call" if name in outputs
+                    else _elsewhere(name, {"attribute": manifest.attributes, "tunable": manifest.tunables}))  # fmt: skip
             raise UnknownInputError(str(name), f"one of the inputs {sorted(declared)}", "an unknown input", hint=hint)
     type_bindings: dict[str, tuple[str, str]] = {}  # type variable -> (dtype, the argument that bound it)
     shapes = []
@@ -104,8 +105,10 @@ def check_call(
         # type variable no tensor has stays unbound: a float16 one would make every call need f16.
         if type_var not in type_bindings and len(allowed) == 1 and type_var in output_types:
             type_bindings[type_var] = (allowed[0], "")
-    checked_attrs = _check_values("attribute", manifest.attributes, attrs)
-    checked_tunables = _check_values("tunable", manifest.tunables, tunables)
+    checked_attrs = _check_values("attribute", manifest.attributes, attrs,
+                                  {"input": declared, "tunable": manifest.tunables})  # fmt: skip
+    checked_tunables = _check_values("tunable", manifest.tunables, tunables,
+                                     {"input": declared, "attribute": manifest.attributes})  # fmt: skip
     return CallSignature(
         shapes=tuple(shapes),
         dtypes=tuple((tv, dt) for tv, (dt, _) in type_bindings.items()),
@@ -169,10 +172,22 @@ def _float64_hint(dtype: str, allowed: Sequence[str]) -> str:
     return f"NumPy's default, Python floats and lists of them are float64: convert with .astype(np.{floats[0]})"
 
 
+def _elsewhere(name: str, sections: Mapping[str, Mapping[str, Any]]) -> str:
+    """The hint for a name given in the wrong place that the manifest declares as another kind: an
+    ONNX op's axis or axes, an attribute in early opsets, is an input of CumSum, Squeeze or ReduceSum-13."""
+    where = {"input": "the inputs dict", "attribute": "attrs=", "tunable": "tunables="}
+    for kind, names in sections.items():
+        if name in names:
+            return f"it is {'an' if kind[0] in 'aeiou' else 'a'} {kind} of this kernel: pass it in {where[kind]}"
+    return ""
+
+
 def _check_values(
-    kind: str, defaults: Mapping[str, Any], given: Mapping[str, Any] | None
+    kind: str, defaults: Mapping[str, Any], given: Mapping[str, Any] | None,
+    elsewhere: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[tuple[str, Any], ...]:
-    """Merge caller values over the manifest's defaults; each must match its default's kind."""
+    """Merge caller values over the manifest's defaults; each must match its default's kind.
+    ``elsewhere``: the manifest's other kinds of names (kind -> names), for an unknown name's hint."""
     keyword = "attrs" if kind == "attribute" else f"{kind}s"  # the call's keyword: attrs=, tunables=
     if given is not None and not isinstance(given, Mapping):
         raise InputError(keyword, f"a dict of {kind} name -> value", _describe(given))
@@ -181,7 +196,8 @@ def _check_values(
         if not isinstance(name, str):
             raise InputError(keyword, f"{kind} names (strings)", _describe(name))
         if name not in defaults:
-            raise UnknownInputError(name, f"one of the {kind}s {sorted(defaults)}", f"an unknown {kind}")
+            raise UnknownInputError(name, f"one of the {kind}s {sorted(defaults)}", f"an unknown {kind}",
+                                    hint=_elsewhere(name, elsewhere or {}))  # fmt: skip
     merged = []
     for name, default in defaults.items():
         value = given.get(name, default)
