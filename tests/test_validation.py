@@ -535,6 +535,30 @@ def test_an_output_no_case_checks_is_a_warning(tmp_path: Path) -> None:
     assert not [p for p in validate_package(PACKAGES_DIR / "demo.LayerNorm", gpu=False).problems if "no case lists" in p.message]
 
 
+def test_an_inline_integer_input_the_dtype_cannot_hold_is_a_warning(tmp_path: Path) -> None:
+    """An inline integer input outside its dtype's range is clipped, silently: a wrap-around case
+    writing 2147483648 into an int32 input ran with 2147483647 (helper-41). An expected value of
+    that kind was already an error; the input is a warning at its JSON path."""
+    import shutil
+
+    from conftest import PACKAGES_DIR
+
+    root = Path(shutil.copytree(PACKAGES_DIR / "demo.Gather", tmp_path / "gather"))
+
+    def widen(t: dict) -> None:
+        case = t["cases"][0]
+        case["types"]["Tind"] = "int32"
+        case["inputs"]["indices"]["values"] = [[0, 9, -1], [-10, 3, 2147483648]]
+
+    edit_json(root / "test.json", widen)
+    digests.write_metadata(root)
+    report = validate_package(root, gpu=False)
+    (problem,) = [p for p in report.problems if "outside int32's range" in p.message]
+    assert (problem.severity, problem.json_path) == ("warning", "cases[0].inputs.indices.values"), problem
+    assert "2147483648" in problem.message and "clipped" in problem.message
+    assert not [p for p in validate_package(PACKAGES_DIR / "demo.Gather", gpu=False).problems if "range" in p.message]
+
+
 def test_a_case_expecting_an_optional_output_a_variant_leaves_out_is_an_error(write_package, runner: CliRunner) -> None:
     """validate said valid, then `test` failed the case on every variant that does not produce the
     optional output it expects ("the kernel returned no output 'Z'", helper-21). Pinning the case

@@ -154,12 +154,13 @@ def decode_values(values: Any) -> Any:
     return float(values)
 
 
-def inline_values(values: Any, dtype: str, *, clip: bool = True) -> np.ndarray:
+def inline_values(values: Any, dtype: str, *, clip: bool = True,
+                  why: str = "an expected value must be one the output can hold") -> np.ndarray:
     """test.json's inline ``values`` (nested lists kept) as an array of ``dtype``. Float and boolean
     dtypes go through float64 (:func:`cast`); integer dtypes are converted value by value, so a
     JSON integer stays exact past 2^53 (float64 would turn 2^63 - 1 into 2^63) and is clipped to the
-    type's range (``clip``; otherwise one outside it is a ValueError); other numbers go through
-    :func:`cast` (rounded to nearest even, clipped)."""
+    type's range (``clip``; otherwise one outside it is a ValueError, its message ending in ``why``);
+    other numbers go through :func:`cast` (rounded to nearest even, clipped)."""
     target = numpy_dtype(dtype)
     if target.kind not in "iu":
         return cast(np.asarray(decode_values(values), dtype=np.float64), dtype)
@@ -168,8 +169,7 @@ def inline_values(values: Any, dtype: str, *, clip: bool = True) -> np.ndarray:
     def outside(value: float) -> ValueError:
         # An expected value: clipped, it had let a saturating kernel pass where the case wrote the
         # true (wider or wrapped) result (helper-28).
-        return ValueError(f"{value} is outside {dtype}'s range [{low}, {high}]: an expected value must be one "
-                          "the output can hold")  # fmt: skip
+        return ValueError(f"{value} is outside {dtype}'s range [{low}, {high}]: {why}")
 
     try:  # all JSON integers within int64 or uint64 (the usual case): NumPy converts them exactly, 3x faster
         whole = np.array(values)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import casefile
-from .case_data import dtype_name
+from .case_data import dtype_name, inline_values
 from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
 from .contract import default_value_problems
 from .digests import METADATA_FILE, DigestProblem, ReadBudget, inspect_package, read_file
@@ -454,6 +454,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
                 out.error(TEST_FILE, f"{case.json_path}.refused", f"the call is {case.refused.mismatch(exc)}",
                           case=case.name)  # fmt: skip
             continue
+        _check_inline_integers(case, arrays, out)
         for tv in case.types:
             if tv not in manifest.type_constraints:
                 out.error(TEST_FILE, f"{case.json_path}.types.{tv}", f"{tv!r} is not a type variable of the manifest")
@@ -496,6 +497,24 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
             out.warning(TEST_FILE, "cases", f"no case lists output {role!r} under `expected`: `webgpu-kernels test` "
                                             "never checks what the kernel writes there")  # fmt: skip
     return test_file
+
+
+def _check_inline_integers(case: casefile.TestCase, arrays: dict[str, Any], out: ProblemCollector) -> None:
+    """An inline integer input the dtype cannot hold is clipped (as a generated one is), silently: a
+    wrap-around case writing x = [2147483648, 1] for int32 ran with [2147483647, 1] and failed
+    against its own wrapped expectation (helper-41). An expected value of that kind is an error."""
+    for role, spec in case.inputs.items():
+        array = arrays.get(role)
+        if array is None or array.dtype.kind not in "iu":
+            continue
+        for key, values in (("values", spec.get("values")), ("special.values", (spec.get("special") or {}).get("values"))):
+            if values is None:
+                continue
+            try:
+                inline_values(values, dtype_name(array.dtype), clip=False,
+                              why="the input holds the nearest bound instead (inline inputs are clipped)")  # fmt: skip
+            except ValueError as exc:
+                out.warning(TEST_FILE, f"{case.json_path}.inputs.{role}.{key}", str(exc), case=case.name)
 
 
 #: Refusals only the contract check makes (contract.check_call): a call it accepts never raises them.
