@@ -174,7 +174,7 @@ def _float64_hint(dtype: str, allowed: Sequence[str]) -> str:
 
 def _elsewhere(name: str, sections: Mapping[str, Mapping[str, Any]]) -> str:
     """The hint for a name given in the wrong place that the manifest declares as another kind: an
-    ONNX op's axis or axes, an attribute in early opsets, is an input of CumSum, Squeeze or ReduceSum-13."""
+    ONNX op's axis or axes, an attribute in early opsets, is an input in later ones."""
     where = {"input": "the inputs dict", "attribute": "attrs=", "tunable": "tunables="}
     for kind, names in sections.items():
         if name in names:

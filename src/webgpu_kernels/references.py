@@ -118,7 +118,7 @@ def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
     float64): the largest error (:func:`max_abs_error`) and whether every element is within
     ``tolerance``. A missing output or another shape is infinitely wrong.
 
-    An integer or boolean output (ArgMax's int64 indices) is held to :data:`OTHER_TOLERANCE`
+    An integer or boolean output (int64 indices, say) is held to :data:`OTHER_TOLERANCE`
     whatever ``tolerance`` the case's float dtypes give, as `run` holds it: with float32's relative
     part an index of 200000 off by one agreed. An integer reference is taken in float64:
     onnxruntime's int64 one made allowance() raise a NumPy casting error in bench (helper-37)."""
