@@ -364,13 +364,12 @@ def test_a_case_over_the_adapters_limits_is_a_warning(device) -> None:
     assert report.ok
 
 
-def test_a_variant_only_bench_cases_exercise_is_a_warning(qg: Path) -> None:
-    """A variant whose `when` holds only for bench.json's shapes was compiled ("compiled", no warning)
-    and never run by `test`: a wrong one passed both, and calls of those shapes select it."""
+def _add_bench_only_variant(qg: Path, body: str) -> None:
+    """A variant 'big' of QuickGelu whose `when` holds only for bench.json's large shapes, its
+    shader's body ``body``; the package's digests written again."""
     (qg / "zeros.wgsl.jinja").write_text(
         "{{ enables }}\n{{ declarations }}\n@compute @workgroup_size({{ workgroupSize }})\n"
-        "fn {{ entryPoint }}({{ entryParams }}) {\n  let i = {{ globalIndex }};\n"
-        "  if (i >= params.count) {\n    return;\n  }\n  y[i] = {{ scalar }}(0.0);\n}\n", encoding="utf-8")
+        "fn {{ entryPoint }}({{ entryParams }}) {\n  let i = {{ globalIndex }};\n" + body + "}\n", encoding="utf-8")
 
     def add_variant(manifest: dict) -> None:
         manifest["variants"].insert(0, {
@@ -382,6 +381,12 @@ def test_a_variant_only_bench_cases_exercise_is_a_warning(qg: Path) -> None:
 
     edit_json(qg / "manifest.json", add_variant)
     digests.write_metadata(qg)
+
+
+def test_a_variant_only_bench_cases_exercise_is_a_warning(qg: Path) -> None:
+    """A variant whose `when` holds only for bench.json's shapes was compiled ("compiled", no warning)
+    and never run by `test`: a wrong one passed both, and calls of those shapes select it."""
+    _add_bench_only_variant(qg, "  if (i >= params.count) {\n    return;\n  }\n  y[i] = {{ scalar }}(0.0);\n")
     report = validate_package(qg)
     flagged = {(p.severity, p.variant, p.dtype, p.json_path) for p in package_problems(report.problems)}
     assert flagged == {("warning", "big", "float32", "variants[0]"), ("warning", "big", "float16", "variants[0]")}
@@ -392,21 +397,7 @@ def test_a_variant_only_bench_cases_exercise_is_a_warning(qg: Path) -> None:
 def test_a_bench_only_variant_that_does_not_compile_is_not_said_to_compile(qg: Path) -> None:
     """The bench-only warning said "it compiles" of a variant x dtype whose WGSL failed (its table
     status "failed", its compile error just above) (helper-41)."""
-    (qg / "zeros.wgsl.jinja").write_text(
-        "{{ enables }}\n{{ declarations }}\n@compute @workgroup_size({{ workgroupSize }})\n"
-        "fn {{ entryPoint }}({{ entryParams }}) {\n  let i = {{ globalIndex }};\n"
-        "  y[i] = no_such_name;\n}\n", encoding="utf-8")
-
-    def add_variant(manifest: dict) -> None:
-        manifest["variants"].insert(0, {
-            "id": "big", "priority": 30, "when": ["baseOk", "numel(shapes.X) >= 100000"],
-            "constants": {"scalar": "dtypes.T"},
-            "passes": [{"id": "main", "name": "QuickGelu.big", "shader": "zeros.wgsl.jinja", "bindings": "scalarTail",
-                        "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": "tunables.WORKGROUP_SIZE"}}],
-        })  # fmt: skip
-
-    edit_json(qg / "manifest.json", add_variant)
-    digests.write_metadata(qg)
+    _add_bench_only_variant(qg, "  y[i] = no_such_name;\n")
     report = validate_package(qg)
     assert {c.status for c in report.coverage if c.variant == "big"} == {"failed"}
     bench_only = [p for p in report.warnings if p.variant == "big" and "only bench.json cases" in p.message]
