@@ -65,11 +65,10 @@ class Tolerance:
         """Each element's allowed |output - reference|: absolute + relative x |reference|, and 0
         where the reference is infinite or NaN (it allows nothing but itself). Built in place: one
         array the reference's size (an 84M-element output is 670 MB in float64)."""
-        # An integer reference (onnxruntime's for an int output) in float64: |ref| x relative, in place
-        # in its own dtype, was NumPy's casting error, and bench died with a traceback.
-        allowed = np.abs(ref) if ref.dtype.kind == "f" else np.abs(ref, dtype=np.float64)
-        if not isinstance(allowed, np.ndarray):  # a rank-0 reference: NumPy gives a scalar, which cannot be indexed
-            allowed = np.array(allowed, dtype=np.float64)
+        # In float64 whatever the reference's dtype: |ref| x relative in place in an integer one
+        # (onnxruntime's for an int output) was NumPy's casting error; asarray, since NumPy gives a
+        # rank-0 reference's |ref| as a scalar, which cannot be indexed.
+        allowed = np.asarray(np.abs(ref, dtype=np.float64))
         with np.errstate(invalid="ignore"):  # 0 x inf, where the last line puts 0 anyway
             allowed *= self.relative
         allowed += self.absolute
@@ -120,16 +119,13 @@ def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
 
     An integer or boolean output (int64 indices, say) is held to :data:`OTHER_TOLERANCE`
     whatever ``tolerance`` the case's float dtypes give, as `run` holds it: with float32's relative
-    part an index of 200000 off by one agreed. An integer reference is taken in float64:
-    onnxruntime's int64 one made allowance() raise a NumPy casting error in bench (helper-37)."""
+    part an index of 200000 off by one agreed (helper-37)."""
     worst = 0.0
     ok = True
     for name, ref in expected.items():
         if name not in outputs or np.shape(outputs[name]) != ref.shape:  # an optional output not produced
             return Agreement(float("inf"), False)
         got = np.asarray(outputs[name])
-        if ref.dtype.kind in "iub":
-            ref = ref.astype(np.float64)
         ref = overflow_as_inf(ref, got.dtype)
         diff = _errors(got.astype(np.float64, copy=False), ref)
         if diff.size:
