@@ -65,9 +65,8 @@ from .references import (
     ReferenceUnavailable,
     Tolerance,
     check_against,
-    node_positions,
     numpy_reference,
-    onnxruntime_reference,
+    onnxruntime_for,
 )
 
 
@@ -150,13 +149,8 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
     expected: dict[frozenset[str] | None, dict[str, np.ndarray] | ReferenceUnavailable] = {}
 
     def onnxruntime_expected(outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | ReferenceUnavailable:
-        manifest = kernel.manifest
-        node_inputs, node_outputs, _ = node_positions(kernel.op_id, [s.role for s in manifest.inputs],
-                                                      [s.role for s in manifest.outputs], arrays, outputs)  # fmt: skip
         try:
-            return onnxruntime_reference(kernel.op_id, arrays, full_attrs, input_names=node_inputs,
-                                         output_names=node_outputs, opset=manifest.since_version,
-                                         output_shapes={n: a.shape for n, a in outputs.items()})  # fmt: skip
+            return onnxruntime_for(kernel.manifest, arrays, full_attrs, outputs)
         except ReferenceUnavailable as why:  # a shape mismatch among them: WRONG, as `run` says
             return why
 

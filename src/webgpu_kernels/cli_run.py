@@ -36,9 +36,9 @@ from .references import (
     ReferenceShapeMismatch,
     ReferenceUnavailable,
     Tolerance,
-    node_positions,
+    manifest_positions,
     numpy_reference,
-    onnxruntime_reference,
+    onnxruntime_for,
     overflow_as_inf,
 )
 
@@ -104,14 +104,10 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     # ONNX reads a node's inputs and outputs by position: the op's formal positions where the roles
     # are its formal names, else the manifest's order, "" for one left out (listing only what there
     # was shifted a later one into an earlier one's place).
-    node_inputs, node_outputs, by_name = node_positions(
-        k.op_id, [s.role for s in k.manifest.inputs], [s.role for s in k.manifest.outputs], arrays, outputs)
-    report["onnxruntimeMatchedBy"] = "name" if by_name else "position"
+    positions = manifest_positions(k.manifest, arrays, outputs)
+    report["onnxruntimeMatchedBy"] = "name" if positions[2] else "position"
     try:
-        ort_out = onnxruntime_reference(
-            k.op_id, arrays, all_attrs, input_names=node_inputs, output_names=node_outputs,
-            output_shapes={name: array.shape for name, array in outputs.items()},
-            opset=k.manifest.since_version)  # fmt: skip
+        ort_out = onnxruntime_for(k.manifest, arrays, all_attrs, outputs, positions=positions)
     except ReferenceShapeMismatch as mismatch:  # the kernel's shape is not the op's: WRONG, as a compared shape is
         report["reference"]["onnxruntime"] = {mismatch.output: {"shapeMismatch": [mismatch.kernel, mismatch.inferred]}}
     except ReferenceUnavailable as why:

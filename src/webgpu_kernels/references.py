@@ -359,6 +359,24 @@ def onnxruntime_reference(
     return dict(zip(outputs, (np.asarray(r) for r in results), strict=True))
 
 
+def manifest_positions(manifest: Any, given: Collection[str], produced: Collection[str]) -> tuple[list[str], list[str], bool]:
+    """:func:`node_positions` for a package's call: its manifest's op id and roles."""
+    return node_positions(manifest.op_id, [s.role for s in manifest.inputs], [s.role for s in manifest.outputs],
+                          given, produced)  # fmt: skip
+
+
+def onnxruntime_for(manifest: Any, inputs: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
+                    outputs: Mapping[str, Any], *, positions: tuple[list[str], list[str], bool] | None = None,
+                    ) -> dict[str, np.ndarray]:  # fmt: skip
+    """:func:`onnxruntime_reference` for a package's call, as `run` and `bench` compare it: the node's
+    inputs and outputs placed by :func:`manifest_positions` (or ``positions``), the op at the
+    manifest's ``sinceVersion``, the kernel's ``outputs``' shapes checked before ORT runs."""
+    node_inputs, node_outputs, _ = positions or manifest_positions(manifest, inputs, outputs)
+    return onnxruntime_reference(manifest.op_id, inputs, attrs, input_names=node_inputs, output_names=node_outputs,
+                                 output_shapes={n: np.shape(a) for n, a in outputs.items()},
+                                 opset=manifest.since_version)  # fmt: skip
+
+
 def _check_inferred_shapes(model: bytes, output_shapes: Mapping[str, Sequence[int]]) -> None:
     """Refuse a model whose outputs ONNX infers to other shapes than the kernel's (dims it cannot
     infer, as for contrib ops, pass: ORT would size those from the call's inputs)."""
