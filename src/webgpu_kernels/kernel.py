@@ -47,7 +47,7 @@ from .expressions import Expression, ExpressionCompiler
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, tensor_bytes
-from .rendering import TemplateRenderer, bound_roles, resolve_variant
+from .rendering import TemplateRenderer, bound_roles, produced_outputs, resolve_variant
 from .selection import Selection, Verdict, require_choice, select_variant
 from .templates import MAX_TEMPLATE_BYTES, NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 from .tensor import LOST_TENSOR, GpuTensor
@@ -327,8 +327,7 @@ class Kernel:
                 refused = str(exc)
         tuned = None if stored is None else {"variant": stored[1], "tunables": stored[0].tunable_map()}
         # the outputs it binds (bound_roles holds the inputs too: "produced" had named X and bias)
-        produced = (None if chosen is None or resolved is None else
-                    frozenset(bound_roles(resolved)) & {o.role for o in outputs})  # fmt: skip
+        produced = None if chosen is None or resolved is None else produced_outputs(resolved, outputs)
         return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned, forced=variant,
                            produced=produced)  # fmt: skip
 
@@ -557,7 +556,7 @@ class Kernel:
         without that output where a tuning file held an entry for its class (helper-39)."""
         def produced(sig: CallSignature, forced: str | None) -> frozenset[str]:
             (_, outputs), resolved, _ = self._resolve(sig, forced, device.info)
-            return frozenset(bound_roles(resolved)) & {o.role for o in outputs}
+            return produced_outputs(resolved, outputs)
 
         try:
             own = produced(signature, None)

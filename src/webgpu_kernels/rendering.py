@@ -15,7 +15,7 @@ import re
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,6 +199,11 @@ def resolve_variant(variant: CompiledVariant, scope: Mapping[str, Any]) -> tuple
 def bound_roles(resolved: Sequence[ResolvedPass]) -> set[str]:
     """The tensors some pass binds (its inputs and the outputs the variant returns)."""
     return {b.arg for r in resolved for b in r.bindings if b.arg is not None}
+
+
+def produced_outputs(resolved: Sequence[ResolvedPass], outputs: Iterable[Any]) -> frozenset[str]:
+    """The roles of ``outputs`` (OutputSpecs) that some pass binds: what the variant returns."""
+    return frozenset(bound_roles(resolved)) & {o.role for o in outputs}
 
 
 class TemplateRenderer:
