@@ -16,13 +16,17 @@ cancels; its tolerance is bounded by eps * (|X| + |bias| + |skip|) instead.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="wk-xdg-"))
+if not os.environ.get("XDG_RUNTIME_DIR"):  # a folder made only when needed, and removed at exit
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="wk-xdg-")
+    atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], ignore_errors=True)
 
 import numpy as np  # noqa: E402
 

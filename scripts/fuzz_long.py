@@ -16,7 +16,9 @@ lavapipe, since each compiles a pipeline). Extra arguments go to pytest. Exit st
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,7 +46,9 @@ def main() -> int:
     args, pytest_args = parser.parse_known_args()
 
     env = dict(os.environ)
-    env.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="wk-xdg-"))
+    if not env.get("XDG_RUNTIME_DIR"):  # a folder made only when needed, and removed at exit
+        env["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="wk-xdg-")
+        atexit.register(shutil.rmtree, env["XDG_RUNTIME_DIR"], ignore_errors=True)
     env["WK_FUZZ_SCALE"] = str(args.scale)
     env["WK_FUZZ_RANDOM"] = "1"
     status = 0

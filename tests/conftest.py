@@ -6,6 +6,7 @@ it), so it is set here, before anything imports wgpu.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -16,11 +17,21 @@ import tempfile
 import zlib
 from pathlib import Path
 
-os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="wk-xdg-"))
+
+def _temporary_folder(prefix: str) -> str:
+    """A new folder removed when this process exits (each xdist worker makes its own: a run had
+    left four such folders per process in /tmp)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+if not os.environ.get("XDG_RUNTIME_DIR"):
+    os.environ["XDG_RUNTIME_DIR"] = _temporary_folder("wk-xdg-")
 # Hermetic selection: calls without `variant`/`tunables` may follow autotuning results stored per
 # adapter (webgpu_kernels.tuning); the tests want the manifest's own selection, so point the
 # tuning cache at an empty folder.
-os.environ["WEBGPU_KERNELS_TUNING_DIR"] = tempfile.mkdtemp(prefix="wk-tuning-")
+os.environ["WEBGPU_KERNELS_TUNING_DIR"] = _temporary_folder("wk-tuning-")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

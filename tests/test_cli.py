@@ -9,20 +9,17 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import warnings
 
-os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="wk-xdg-"))
+import numpy as np
+import pytest
+from click.testing import CliRunner
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
-
-import webgpu_kernels as wk  # noqa: E402
-from webgpu_kernels import references  # noqa: E402
-from webgpu_kernels.cli import InputSpec, main, parse_input_spec, parse_value  # noqa: E402
-from webgpu_kernels.cli_run import compare, summarize  # noqa: E402
-from webgpu_kernels.package import embedded_root  # noqa: E402
+import webgpu_kernels as wk
+from webgpu_kernels import references
+from webgpu_kernels.cli import InputSpec, main, parse_input_spec, parse_value
+from webgpu_kernels.cli_run import compare, summarize
+from webgpu_kernels.package import embedded_root
 
 BIAS_ADD = "com.microsoft.BiasAdd"
 QUICK_GELU = "com.microsoft.QuickGelu"

@@ -28,21 +28,18 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="wk-xdg-"))
+import numpy as np
+import pytest
+from click.testing import CliRunner
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
-
-import webgpu_kernels as wk  # noqa: E402
-from webgpu_kernels import errors  # noqa: E402
-from webgpu_kernels.cli import main  # noqa: E402
-from webgpu_kernels.package import embedded_root  # noqa: E402
+import webgpu_kernels as wk
+from webgpu_kernels import errors
+from webgpu_kernels.cli import main
+from webgpu_kernels.package import embedded_root
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
