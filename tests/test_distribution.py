@@ -1,0 +1,76 @@
+"""What a wheel carries: every file of the library's package folder that is no Python module is
+declared as package data in pyproject.toml, the way setuptools reads the declaration (each pattern
+a recursive glob from the package folder, files only, plus py.typed). An editable install reads
+src/ directly and so never notices an undeclared file; the wheel would lack it, and an embedded
+kernel whose metadata.json lists it would not load ("the installed library's copy has changed").
+
+Reads pyproject.toml and src/ of a checkout or of the sdist (which carries both), not the
+installed library: building a wheel in every test run would be slow.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from webgpu_kernels.digests import METADATA_FILE, package_files
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_DIR = REPO_ROOT / "src" / "webgpu_kernels"
+# setuptools' build_py adds these to every package's patterns (_IMPLICIT_DATA_FILES)
+IMPLICIT_PATTERNS = ("*.pyi", "py.typed")
+
+
+def declared_patterns() -> list[str]:
+    if not (REPO_ROOT / "pyproject.toml").is_file() or not PACKAGE_DIR.is_dir():
+        pytest.skip("needs a checkout or an sdist: pyproject.toml and src/webgpu_kernels")
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text("utf-8"))
+    package_data = config["tool"]["setuptools"]["package-data"]
+    return [*IMPLICIT_PATTERNS, *package_data.get("", []), *package_data.get("webgpu_kernels", [])]
+
+
+def shipped(package_dir: Path, patterns: list[str]) -> set[str]:
+    """The package-relative names the patterns select, as setuptools' build_py selects them."""
+    names = set()
+    for pattern in patterns:
+        for match in glob.glob(os.path.join(package_dir, pattern), recursive=True):
+            if os.path.isfile(match):
+                names.add(Path(match).relative_to(package_dir).as_posix())
+    return names
+
+
+def data_files(package_dir: Path) -> set[str]:
+    """Every file but Python sources and caches (hidden files too: a build would drop them)."""
+    return {
+        p.relative_to(package_dir).as_posix()
+        for p in package_dir.rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    }
+
+
+def test_every_data_file_of_the_package_is_declared() -> None:
+    missing = data_files(PACKAGE_DIR) - shipped(PACKAGE_DIR, declared_patterns())
+    assert not missing, f"not in [tool.setuptools.package-data] of pyproject.toml, so not in the wheel: {missing}"
+    names = shipped(PACKAGE_DIR, declared_patterns())
+    assert "py.typed" in names and any(n.startswith("schemas/") for n in names)
+
+
+def test_a_kernel_file_in_a_subfolder_would_ship(tmp_path: Path) -> None:
+    """A package's files may lie in subfolders (digest lists them at any depth), so an embedded
+    package's would have to ship at any depth too; ``kernels/*/*`` took only the first level."""
+    package_dir = tmp_path / "webgpu_kernels"
+    kernel = package_dir / "kernels" / "com.example.Op"
+    shutil.copytree(PACKAGE_DIR / "kernels" / "com.microsoft.QuickGelu", kernel)
+    (kernel / "data").mkdir()
+    (kernel / "data" / "case-f32.Y.npy").write_bytes(b"\x93NUMPY")
+    (kernel / "templates" / "common").mkdir(parents=True)
+    (kernel / "templates" / "common" / "helpers.wgsl.jinja").write_text("// helpers\n", "utf-8")
+
+    names = shipped(package_dir, declared_patterns())
+    package = {f"kernels/com.example.Op/{name}" for name in [*package_files(kernel), METADATA_FILE]}
+    assert package - names == set()
