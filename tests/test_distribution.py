@@ -5,7 +5,8 @@ src/ directly and so never notices an undeclared file; the wheel would lack it, 
 kernel whose metadata.json lists it would not load ("the installed library's copy has changed").
 
 Reads pyproject.toml and src/ of a checkout or of the sdist (which carries both), not the
-installed library: building a wheel in every test run would be slow.
+installed library: building a wheel in every test run would be slow (`.ci/run` builds one once and
+runs the embedded kernels' tests from it).
 """
 
 from __future__ import annotations
