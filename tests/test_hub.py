@@ -16,6 +16,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -1017,3 +1019,100 @@ def test_an_empty_cached_ref_says_the_cache_is_damaged(server, hub_env, monkeypa
                                        + re.escape(REPO_FOLDER)) as info:  # fmt: skip
         wk.get_kernel(OFFICIAL, version=1)
     assert "not a WebGPU kernel package" not in str(info.value)
+
+
+# --- several processes loading one repository at once --------------------------------------------------
+
+_WORKER = """
+import json, sys
+import webgpu_kernels as wk
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    kernel = wk.get_kernel(sys.argv[1], **json.loads(sys.argv[2]))
+    print(json.dumps({"commit": kernel.package.commit}))
+except wk.KernelError as exc:
+    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+"""
+
+
+def start_workers(server, *specs: tuple[dict, bool]) -> list[subprocess.Popen]:
+    """One process per (get_kernel keywords, whether it is the failing one), each loading OFFICIAL once
+    all are imported. The failing one reaches the server as 'localhost' (the same cache folder: the
+    configured endpoint), which tells the server which process it is."""
+    processes = []
+    for kwargs, failing in specs:
+        env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+               "PYTHONPATH": os.pathsep.join([str(Path(wk.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+        if failing:
+            env["HF_ENDPOINT"] = server.url.replace("127.0.0.1", "localhost")
+        processes.append(subprocess.Popen([sys.executable, "-c", _WORKER, OFFICIAL, json.dumps(kwargs)], env=env,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))  # fmt: skip
+    for process in processes:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    return processes
+
+
+def worker_result(process: subprocess.Popen) -> dict:
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, out  # a traceback out of get_kernel ends the process with 1
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("failing_revision", ["v1", "dev"])
+def test_a_download_failing_in_one_process_keeps_what_another_downloads(server, hub_env, monkeypatch,
+                                                                          failing_revision):  # fmt: skip
+    """Two processes load the repository on a cold cache; one's download fails midway (the server
+    refuses it a file) while the other downloads v1. The failing one's undo had removed what the
+    other had fetched meanwhile: the other then failed too ("has no build/webgpu/ folder: not a
+    WebGPU kernel package", or a FileNotFoundError on a blob), and the cache kept nothing of v1."""
+    import hub_server
+
+    original = hub_server._Handler._resolve
+    held, release, served = threading.Event(), threading.Event(), []
+
+    def resolve(self, method, repo_id, rev_name, path):
+        if self.headers.get("Host", "").startswith("localhost") and path.endswith("test.json"):
+            held.set()
+            release.wait(2)  # until the other has fetched some files (never, while it waits for the lock)
+            return self._error(403, None, "refused to this process")
+        if method == "GET":
+            served.append(path)
+            if len(served) >= 5:
+                release.set()
+            time.sleep(0.02)  # the other is still downloading when the failing one gives up
+        return original(self, method, repo_id, rev_name, path)
+
+    monkeypatch.setattr(hub_server._Handler, "_resolve", resolve)
+    failing, other = start_workers(server, ({"revision": failing_revision}, True), ({"version": 1}, False))
+    assert worker_result(failing)["error"] == "HubError"
+    assert held.is_set()
+    assert worker_result(other) == {"commit": server.commit_of(OFFICIAL, "v1")}
+    state = cache_state(hub_env)
+    assert f"{REPO_FOLDER}/refs/v1" in state and f"{REPO_FOLDER}/refs/dev" not in state
+    go_offline(monkeypatch)
+    assert wk.get_kernel(OFFICIAL, version=1).package.commit == server.commit_of(OFFICIAL, "v1")
+
+
+def test_a_load_waits_for_the_repositorys_lock_in_bounded_time(server, hub_env, monkeypatch):
+    """Another process holds the repository's lock (downloading it): a load waits at most
+    $WEBGPU_KERNELS_HUB_LOCK_TIMEOUT seconds, then names the lock file."""
+    lock = hub_env / "hub" / ".locks" / REPO_FOLDER / "webgpu-kernels.lock"
+    lock.parent.mkdir(parents=True)
+    code = "import sys, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); print('held', flush=True); input()"
+    holder = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("WEBGPU_KERNELS_HUB_LOCK_TIMEOUT", "0")
+        with pytest.raises(HubError, match=rf"waited 0 s for the lock {re.escape(str(lock))}, held by another "
+                                           r"process .*\$WEBGPU_KERNELS_HUB_LOCK_TIMEOUT") as info:  # fmt: skip
+            wk.get_kernel(OFFICIAL, version=1)
+        assert info.value.repo_id == OFFICIAL and cache_state(hub_env) == {}
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID

@@ -26,14 +26,16 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
-from .device import TRUE_VALUES
+from filelock import FileLock, Timeout
+
+from .device import TRUE_VALUES, env_count
 from .digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE, is_content_file
 from .errors import DigestError, HubError, KernelError, PackageError
 from .forks import fresh_in_child
@@ -51,6 +53,11 @@ PACKAGE_DIR = "build/webgpu"
 DEFAULT_ENDPOINT = "https://huggingface.co"
 #: Below the Hub cache: one folder per other endpoint (a repository given by its URL on another Hub).
 OTHER_ENDPOINTS_DIR = "webgpu-kernels-endpoints"
+#: Seconds a load waits for another process's download or check of the same repository (600).
+LOCK_TIMEOUT_ENV = "WEBGPU_KERNELS_HUB_LOCK_TIMEOUT"
+LOCK_TIMEOUT_S = 600
+#: The lock file of a repository, in huggingface_hub's folder of lock files for it.
+LOCK_NAME = "webgpu-kernels.lock"
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
 
@@ -171,9 +178,9 @@ class _CacheUndo:
     download replaced.
 
     Put back: entries that were not there are removed, refs that changed get their old content.
-    huggingface_hub's lock files (``.locks/``, empty) stay, as it leaves them itself. A download of
-    another revision of the same repository running in another process at the same moment may lose
-    a blob both fetched; its own digest check then refuses that copy, and the next load fetches it.
+    huggingface_hub's lock files (``.locks/``, empty) stay, as it leaves them itself. Recorded and
+    put back under the repository's lock (:func:`_repo_lock`), so that only this download's entries
+    are removed.
     """
 
     def __init__(self, endpoint: str | None, repo_id: str) -> None:
@@ -210,6 +217,36 @@ class _CacheUndo:
                         tmp.unlink(missing_ok=True)
 
 
+@contextmanager
+def _repo_lock(endpoint: str | None, repo_id: str, rev: str) -> Iterator[None]:
+    """Hold the repository's lock between processes (and threads) while its cache folder is read,
+    written or put back: workers started together (torchrun, a DataLoader, pytest-xdist) load the
+    same repository at once, and a download that failed in one had removed, as its undo, what
+    another downloaded meanwhile. Per repository, not per revision: revisions share blobs.
+    A cache this process cannot write (a read-only copy) is read without the lock."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    timeout = env_count(LOCK_TIMEOUT_ENV, LOCK_TIMEOUT_S)
+    path = cache_dir_for(endpoint) / ".locks" / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE) / LOCK_NAME
+    lock = FileLock(path, mode=0o664)  # group-writable, as huggingface_hub's: a cache shared by a group
+    held = False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire(timeout=timeout)
+        held = True
+    except Timeout:  # before OSError: filelock's Timeout is a TimeoutError
+        raise HubError(f"{repo_id} revision {rev!r}: waited {timeout} s for the lock {path}, held by another process "
+                       f"downloading or checking this repository; retry when it is done, or set ${LOCK_TIMEOUT_ENV} "
+                       "to wait longer", repo_id=repo_id, revision=rev) from None  # fmt: skip
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        if held:
+            lock.release()
+
+
 def _entries_below(folder: Path) -> list[Path]:
     """``folder`` and everything below it (links listed, never followed); empty if it does not exist."""
     if not os.path.isdir(folder):
@@ -244,11 +281,26 @@ def download(
     trusted = check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
     rev = revision_for(version, revision, repo_id)
     endpoint = endpoint or hub_endpoint()
-    # Offline nothing is written, so there is nothing to put back (and nothing to race with).
+    offline = hub_offline()
+    _require_kernel_repos()
+    # Asked before the lock: it writes nothing, and a refused listing leaves no trace in the cache.
+    listed, unreached = (None, None) if offline else _listing(repo_id, rev, endpoint=endpoint, token=token)
+    with _repo_lock(endpoint, repo_id, rev):
+        return _download_locked(repo_id, rev, trusted=trusted, endpoint=endpoint, token=token, version=version,
+                                revision=revision, accept=accept, listed=listed, unreached=unreached)  # fmt: skip
+
+
+def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | None, token: Any,
+                     version: int | None, revision: str | None, accept: Callable[[HubPackage], object] | None,
+                     listed: str | None, unreached: Exception | None) -> HubPackage:  # fmt: skip
+    """:func:`download`'s fetch, open and undo, under the repository's lock: nothing another process
+    of this library writes to the repository's cache folder can come between its _CacheUndo's
+    record and its restore (a restore had removed what another process downloaded meanwhile)."""
+    # Offline nothing is written, so there is nothing to put back.
     undo = None if hub_offline() else _CacheUndo(endpoint, repo_id)
     try:
-        path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token,
-                                     version=version if revision is None else None)  # fmt: skip
+        path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token, listed=listed,
+                                     unreached=unreached, version=version if revision is None else None)  # fmt: skip
     except HubError:
         if undo is not None:
             undo.restore()
@@ -357,11 +409,21 @@ def _require_kernel_repos() -> None:
                        f"pip install -U 'huggingface_hub>={MIN_HUGGINGFACE_HUB}'")  # fmt: skip
 
 
-def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, version: int | None) -> tuple[str, bool]:
-    """The snapshot folder of ``rev``, and whether it is the cache's copy (the endpoint was not
-    asked, could not be reached, or did not list the revision). Every failure is a HubError naming
-    the repository."""
-    _require_kernel_repos()
+def _listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> tuple[str | None, Exception | None]:
+    """The commit the endpoint names for ``rev`` once its listing is checked (:func:`_check_listing`),
+    and, when the endpoint could not be reached, why (the cache then answers)."""
+    try:
+        return _check_listing(repo_id, rev, endpoint=endpoint, token=token), None
+    except _Unreachable as exc:  # the cache answers, as huggingface_hub's own fallback would, but
+        # without asking again: its request has no time limit, and a stalled Hub had hung the load
+        return None, exc.error
+
+
+def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, listed: str | None,
+              unreached: Exception | None, version: int | None) -> tuple[str, bool]:  # fmt: skip
+    """The snapshot folder of ``rev`` (``listed``: the commit :func:`_listing` checked), and whether
+    it is the cache's copy (the endpoint was not asked, could not be reached, or did not list the
+    revision). Every failure is a HubError naming the repository."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         HfHubHTTPError,
@@ -374,13 +436,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, versi
     where = endpoint or DEFAULT_ENDPOINT
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
     cache_dir = cache_dir_for(endpoint)
-    unreached: Exception | None = None
     try:
-        try:
-            listed = None if offline else _check_listing(repo_id, rev, endpoint=endpoint, token=token)
-        except _Unreachable as exc:  # the cache answers, as huggingface_hub's own fallback would, but
-            # without asking again: its request has no time limit, and a stalled Hub had hung the load
-            listed, unreached = None, exc.error
         # The commit the listing checked, not `rev` again: a branch moved between the two requests
         # had downloaded a commit no listing checked, reported as the cache's (helper-27).
         path = snapshot_download(
