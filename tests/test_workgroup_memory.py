@@ -146,7 +146,7 @@ def test_a_pass_past_the_limit_is_refused_before_any_gpu_work(scratch_kernel: wk
     np.testing.assert_array_equal(scratch_kernel({"X": x}, tunables={"FLOATS": at_limit})["Y"], x + 2)
     with pytest.raises(wk.DeviceLimitError) as refused:
         scratch_kernel({"X": x}, tunables={"FLOATS": at_limit + 4})
-    assert refused.value.argument == "tunables"
+    assert refused.value.argument == "FLOATS"
     assert f"maxComputeWorkgroupStorageSize = {limit} bytes" in str(refused.value)
     assert f"scratch {limit + 16} bytes in pass 'main' of variant 'main'" in str(refused.value)
     np.testing.assert_array_equal(x, before)
@@ -222,3 +222,35 @@ def test_validate_says_when_it_cannot_size_the_workgroup_memory(write_package) -
     report = validate_package(root)
     unsized = [p.message for p in report.warnings if "cannot be sized" in p.message]
     assert len(unsized) == 1 and "pass 'main' of variant 'main'" in unsized[0], report.problems
+
+
+@pytest.mark.parametrize(("count", "extra", "call", "blamed"), [
+    ("{{ attrs.FLOATS }}", {"attributes": {"FLOATS": 64}}, "attrs", "FLOATS"),
+    ("{{ floats }}", {"attributes": {"FLOATS": 64}, "constants": {"floats": "attrs.FLOATS"}}, "attrs", "FLOATS"),
+    ("{{ tunables.FLOATS }}", {"tunables": {"FLOATS": 64}}, "tunables", "FLOATS"),
+    ("{{ inputs.n }}", {}, "shape", "X"),  # a pass input that reads the input's shape
+])  # fmt: skip
+def test_a_refusal_names_what_the_workgroup_memory_follows(write_package, count: str, extra: dict, call: str,
+                                                           blamed: str) -> None:  # fmt: skip
+    """The argument had been 'tunables' whatever the array's size came from: an attribute or the
+    input's shape too, which the caller changes, not a tunable."""
+    manifest = one_pass_manifest("Follows", "scratch.wgsl.jinja", **extra)
+    manifest["variants"][0]["passes"][0]["source"] = {"inputs": {"n": "shapes.X[0]"}}
+    kernel = wk.load_kernel(write_package(manifest, {"scratch.wgsl.jinja": SCRATCH_WGSL.replace(
+        "{{ tunables.FLOATS }}", count)}))  # fmt: skip
+    past = wk.get_device().limits["max-compute-workgroup-storage-size"] // 4 + 4
+    x = np.arange(past if call == "shape" else 8, dtype=np.float32)
+    arguments = {"attrs": {"attrs": {"FLOATS": past}}, "tunables": {"tunables": {"FLOATS": past}}, "shape": {}}[call]
+    with pytest.raises(wk.DeviceLimitError) as refused:
+        kernel({"X": x}, **arguments)
+    assert refused.value.argument == blamed
+    assert "the package fixes" not in str(refused.value)
+
+
+def test_a_size_the_package_fixes_is_the_variants(write_package) -> None:
+    limit = wk.get_device().limits["max-compute-workgroup-storage-size"]
+    wgsl = SCRATCH_WGSL.replace("{{ tunables.FLOATS }}", str(limit // 4 + 4))
+    kernel = wk.load_kernel(write_package(one_pass_manifest("Fixed", "scratch.wgsl.jinja"), {"scratch.wgsl.jinja": wgsl}))
+    with pytest.raises(wk.DeviceLimitError, match="variant 'main', a size the package fixes") as refused:
+        kernel({"X": np.arange(8, dtype=np.float32)})
+    assert refused.value.argument == "variant"

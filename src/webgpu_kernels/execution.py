@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -80,7 +80,13 @@ def _pipeline_cache(device: Device) -> OrderedDict[Any, CompiledPipeline]:
     return cache
 
 
-def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kernel: str, variant: str) -> CompiledPipeline:
+#: What the caller could change to shrink the named workgroup variables of a pass (see
+#: rendering.workgroup_memory_arguments), asked only when the pass is refused; None: not known.
+Blame = Callable[[Sequence[str]], "Sequence[str] | None"]
+
+
+def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kernel: str, variant: str,
+                     blame: Blame | None = None) -> CompiledPipeline:  # fmt: skip
     """The compute pipeline for ``wgsl`` with ``resolved``'s binding layout, from the cache if built."""
     layout_key = tuple((b.binding, b.buffer_type) for b in resolved.bindings)
     key = (wgsl, resolved.entry_point, layout_key)
@@ -90,7 +96,7 @@ def compile_pipeline(device: Device, wgsl: str, resolved: ResolvedPass, *, kerne
         if hit is not None:
             cache.move_to_end(key)
             return hit
-        check_workgroup_storage(device, wgsl, resolved, variant)
+        check_workgroup_storage(device, wgsl, resolved, variant, blame)
         gpu = device.gpu
         layout = None
 
@@ -174,24 +180,38 @@ def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int
               ("maxComputeInvocationsPerWorkgroup", x * y * z))  # fmt: skip
     for limit, value in checks:
         if value > limits[limit]:
-            fixed = "" if workgroup_arguments else ", a workgroupSize the package fixes"
-            raise DeviceLimitError(", ".join(workgroup_arguments) or "variant", f"a workgroup within the device's "
-                                   f"{limit} = {limits[limit]}", f"{value} (pass {resolved.pass_id!r}{fixed})")  # fmt: skip
+            argument, fixed = _blamed(workgroup_arguments, "a workgroupSize")
+            raise DeviceLimitError(argument, f"a workgroup within the device's {limit} = {limits[limit]}",
+                                   f"{value} (pass {resolved.pass_id!r}{fixed})")  # fmt: skip
 
 
-def check_workgroup_storage(device: Device, wgsl: str, resolved: ResolvedPass, variant: str) -> None:
+def _blamed(arguments: Sequence[str] | None, what: str) -> tuple[str, str]:
+    """The argument a device limit refusal names (Program.arguments_read: the tunables, else the
+    attributes and inputs, the value past the limit follows) and what it adds where the package
+    fixes ``what`` (no argument: 'variant'). None, not known: 'tunables', what every such refusal
+    had named."""
+    if arguments is None:
+        return "tunables", ""
+    return ", ".join(arguments) or "variant", "" if arguments else f", {what} the package fixes"
+
+
+def check_workgroup_storage(device: Device, wgsl: str, resolved: ResolvedPass, variant: str,
+                            blame: Blame | None = None) -> None:  # fmt: skip
     """Refuse a pass whose WGSL uses more workgroup memory than the device allows: wgpu-native does
-    not check it, and a driver may then hang (workgroup_memory.py). Runs once per pipeline built."""
+    not check it, and a driver may then hang (workgroup_memory.py). Runs once per pipeline built.
+    The refusal names what ``blame`` says the sizes follow, as check_limits does for the workgroup."""
     usage = workgroup_storage(wgsl, resolved.entry_point)
     limit = device.limits.get("max-compute-workgroup-storage-size")
     if usage and limit is not None and sum(usage.values()) > limit:
-        raise DeviceLimitError("tunables", f"workgroup memory within the device's maxComputeWorkgroupStorageSize = "
+        argument, fixed = _blamed(None if blame is None else blame(list(usage)), "a size")
+        raise DeviceLimitError(argument, f"workgroup memory within the device's maxComputeWorkgroupStorageSize = "
                                f"{limit} bytes", f"{describe(usage)} in pass {resolved.pass_id!r} of variant "
-                               f"{variant!r}")  # fmt: skip
+                               f"{variant!r}{fixed}")  # fmt: skip
 
 
-def build_pass(device: Device, resolved: ResolvedPass, wgsl: str, *, kernel: str, variant: str) -> PassProgram:
-    compiled = compile_pipeline(device, wgsl, resolved, kernel=kernel, variant=variant)
+def build_pass(device: Device, resolved: ResolvedPass, wgsl: str, *, kernel: str, variant: str,
+               blame: Blame | None = None) -> PassProgram:  # fmt: skip
+    compiled = compile_pipeline(device, wgsl, resolved, kernel=kernel, variant=variant, blame=blame)
     entries = []
     # A new shape whose WGSL is compiled already reaches the device first here: on a lost one that
     # was wgpu's raw error, and the device was never replaced (helper-25).

@@ -191,32 +191,36 @@ class Program:
     def _inputs_read(self, expr: Expression) -> list[str]:
         """The inputs whose shape or rank ``expr`` reads, itself or through derive entries."""
         inputs = {spec.role for spec in self.manifest.inputs}
-        return self._names_read([expr], ("shapes", "ranks"), inputs, dict(self.derive))
+        return self._names_read([expr.references], ("shapes", "ranks"), inputs, dict(self.derive))
 
-    def arguments_read(self, exprs: Sequence[Expression], variant: CompiledVariant) -> list[str]:
-        """The tunables ``exprs`` of ``variant`` read, themselves or through derive entries and constants;
-        where they read none, the attributes and inputs (shapes, ranks) they read: what the caller can
-        change (a tunable first). None: a literal, the package's ("the package fixes" had been said
-        of a workgroup the size of an input's dimension)."""
+    def arguments_read(self, exprs: Sequence[Expression], variant: CompiledVariant,
+                       references: Sequence[str] = ()) -> list[str]:  # fmt: skip
+        """The tunables ``exprs`` of ``variant`` (and ``references``, written as theirs: a template
+        line's) read, themselves or through derive entries and constants; where they read none, the
+        attributes and inputs (shapes, ranks) they read: what the caller can change (a tunable
+        first). None: a literal, the package's ("the package fixes" had been said of a workgroup the
+        size of an input's dimension)."""
         named = dict(self.derive + self.constants + variant.constants)  # a variant's constant shadows
-        tunables = self._names_read(exprs, ("tunables",), set(self.manifest.tunables), named)
-        return tunables or [*self._names_read(exprs, ("attrs",), set(self.manifest.attributes), named),
-                            *self._names_read(exprs, ("shapes", "ranks"), {s.role for s in self.manifest.inputs}, named)]
+        reads = [*(e.references for e in exprs), references]
+        tunables = self._names_read(reads, ("tunables",), set(self.manifest.tunables), named)
+        return tunables or [*self._names_read(reads, ("attrs",), set(self.manifest.attributes), named),
+                            *self._names_read(reads, ("shapes", "ranks"), {s.role for s in self.manifest.inputs}, named)]
 
     @staticmethod
-    def _names_read(exprs: Sequence[Expression], namespaces: tuple[str, ...], names: set[str],
+    def _names_read(reads: Sequence[Sequence[str]], namespaces: tuple[str, ...], names: set[str],
                     named: Mapping[str, Expression]) -> list[str]:  # fmt: skip
-        """The ``names`` under ``namespaces`` that ``exprs`` read, themselves or through ``named``."""
+        """The ``names`` under ``namespaces`` that ``reads`` (lists of references) read, themselves
+        or through ``named``."""
         found: list[str] = []
-        pending, seen = list(exprs), set()
+        pending, seen = list(reads), set()
         while pending:
-            for ref in pending.pop().references:
+            for ref in pending.pop():
                 namespace, _, name = ref.partition(".")
                 if namespace in namespaces and name in names and name not in found:
                     found.append(name)
                 elif ref in named and ref not in seen:
                     seen.add(ref)
-                    pending.append(named[ref])
+                    pending.append(named[ref].references)
         return found
 
     def _output_shape(self, expr: Expression, scope: Mapping[str, Any]) -> tuple[int, ...]:

@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jinja2 import nodes
 from jinja2.runtime import Undefined
 
 from .errors import AttributeValueError, ExpressionError, LayoutError, TemplateSandboxError, short_repr
 from .expressions import NAMESPACES, STATIC_FUNCTIONS, Expression, as_count
 from .forks import fresh_in_child
 from .layout import StructLayout, struct_layout
-from .program import CompiledPass, CompiledVariant
+from .program import CompiledPass, CompiledVariant, Program
 from .sandbox import render_budget
 from .templates import MAX_RENDERED_BYTES, PackageLoader, TemplateSandbox, template_error
 from .workgroup_memory import blank_comments
@@ -220,6 +221,29 @@ class TemplateRenderer:
             self.env.get_template(name)
         except Exception as exc:  # noqa: BLE001 - every failure becomes the library's error
             raise template_error(exc, name) from None
+
+    def line_reads(self, shader: str, line: int) -> list[str] | None:
+        """What line ``line`` of template ``shader`` reads, as expressions' references are written
+        (``tunables.X``, ``attrs.X``, ``inputs.X``, ``constants.X``, a bare name); None where it
+        reads a namespace some other way (``tunables | length``) or the template cannot be parsed."""
+        try:
+            tree = self.env.parse(self.env.loader.get_source(self.env, shader)[0])  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - rendering would have failed first; no blame is then known
+            return None
+        on_line = [n for n in tree.find_all((nodes.Name, nodes.Getattr, nodes.Getitem)) if n.lineno == line]
+        reads, heads = [], set()
+        for node in on_line:
+            if isinstance(node, (nodes.Getattr, nodes.Getitem)) and isinstance(node.node, nodes.Name):
+                key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
+                if node.node.name in _TEMPLATE_NAMESPACES and isinstance(key, str):
+                    reads.append(f"{node.node.name}.{key}")
+                    heads.add(id(node.node))
+        for node in on_line:
+            if isinstance(node, nodes.Name) and id(node) not in heads:
+                if node.name in _TEMPLATE_NAMESPACES:
+                    return None
+                reads.append(node.name)
+        return reads
 
     def render_passes(self, resolved: Sequence[ResolvedPass], scope: Mapping[str, Any]) -> list[str]:
         """Every pass of one variant under one render budget: the passes share its deadline and
@@ -461,3 +485,49 @@ def template_context(resolved: ResolvedPass, scope: Mapping[str, Any]) -> dict[s
         workgroupIndex=_WORKGROUP_INDEX,
     )
     return context
+
+
+#: The template context's namespaces a line reads by key (templates see no ``shapes``).
+_TEMPLATE_NAMESPACES = frozenset({"tunables", "attrs", "constants", "inputs"})
+#: Template names that follow the pass's workgroup size.
+_WORKGROUP_NAMES = frozenset({"workgroupSize", "workgroupSizeX", "workgroupSizeY", "workgroupSizeZ",
+                              "workgroupInvocations", "globalIndex"})  # fmt: skip
+
+
+def workgroup_memory_arguments(program: Program, variant: CompiledVariant, cpass: CompiledPass,
+                               renderer: TemplateRenderer, wgsl: str, names: Iterable[str]) -> list[str] | None:  # fmt: skip
+    """What the caller can change to shrink the workgroup variables ``names`` of ``cpass``'s
+    rendered ``wgsl``: Program.arguments_read of what their declarations' template lines read (a
+    tunable, attribute or input, directly or through a constant, a pass input or the workgroup
+    size); [] where they read none of those (the package fixes the size); None where a declaration
+    cannot be traced to a template line the engine can read (a ``{% set %}`` name, a macro)."""
+    if not isinstance(wgsl, RenderedWGSL):
+        return None
+    named = {name for name, _ in (*program.derive, *program.constants, *variant.constants)}
+    source_inputs = dict(cpass.source_inputs)
+    exprs: list[Expression] = []
+    references: list[str] = []
+    for name in names:
+        match = re.search(rf"\bvar\s*<\s*workgroup\s*,?\s*>\s*{re.escape(name)}\s*:", wgsl)
+        origin = None
+        if match is not None:
+            line = wgsl.count("\n", 0, match.start()) + 1
+            origin = wgsl.template_line(line, match.start() - wgsl.rfind("\n", 0, match.start()))
+        reads = None if origin is None else renderer.line_reads(*origin)
+        if reads is None:
+            return None
+        for ref in reads:
+            head, _, key = ref.partition(".")
+            if head in ("tunables", "attrs"):
+                references.append(ref)
+            elif head == "constants" and key in named:
+                references.append(key)
+            elif (head == "inputs" and key in source_inputs) or (not key and ref in source_inputs):
+                exprs.append(source_inputs[key or ref])
+            elif ref in _WORKGROUP_NAMES:
+                exprs.extend(cpass.workgroup_size)
+            elif ref in named:
+                references.append(ref)
+            elif ref not in TEMPLATE_NAMES:  # a name set inside the template, a loop's variable: not traced
+                return None
+    return program.arguments_read(exprs, variant, references)
