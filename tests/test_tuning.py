@@ -313,6 +313,24 @@ def test_call_uses_tuned_choice(adapter_file, fresh_kernel, plans_run):
     assert plans_run[-1].variant == "vec4"
 
 
+def test_a_float32_attribute_finds_the_result_tuned_for_the_same_number(adapter_file, fresh_kernel, plans_run):
+    """np.float32(1.702) is QuickGelu's default alpha to the GPU, but checked it is 1.7020000219345093,
+    which had been an attribute off its default: such a call missed the result tuned for the default,
+    and a result tuned for it (from a bench.json that wrote that float) missed the default's calls."""
+    store(adapter_file, SCALAR_64)
+    k = fresh_kernel()
+    x = np.random.default_rng(2).standard_normal(4096).astype(np.float32)
+    for alpha in (np.float32(1.702), float(np.float32(1.702)), np.float64(1.702)):
+        assert k.tuning_class({"X": x}, {"alpha": alpha}) == k.tuning_class({"X": x}), alpha
+        assert_quick_gelu(k({"X": x}, attrs={"alpha": alpha})["Y"], x)
+        assert plans_run[-1].variant == "scalar", alpha
+    other = k.tuning_class({"X": x}, {"alpha": np.float32(1.5)})
+    assert other[3] == {"alpha": 1.5}  # another number is still off the default
+    # a key written from the float32's float64 value is the default's key
+    assert tuning.entry_key(QG, QG_F32, X_N, (), {"alpha": 1.7020000219345093, "v": [np.float32(0.1).item()]}) == (
+        tuning.entry_key(QG, QG_F32, X_N, (), {"alpha": 1.702, "v": [0.1]}))
+
+
 def test_a_result_recorded_later_applies_to_shapes_already_run(adapter_file, fresh_kernel, plans_run, device):
     """A kernel that already ran a shape follows a tuning result recorded afterwards in the same
     process (the per-call plan cache is keyed by the tuning generation)."""

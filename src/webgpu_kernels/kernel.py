@@ -524,7 +524,8 @@ class Kernel:
     def _tuning_class(self, signature: CallSignature) -> TuningClass:
         shapes = signature.shape_map()  # checked: Python ints, whatever the caller's shapes held
         absent = tuple(spec.role for spec in self.manifest.inputs if spec.optional and spec.role not in shapes)
-        changed = {k: v for k, v in signature.attr_map().items() if v != self.manifest.attributes[k]}
+        changed = {k: value for k, v in signature.attr_map().items()  # as the key writes them: 1.702 in float32 is 1.702
+                   if (value := tuning.canonical_attr(v)) != tuning.canonical_attr(self.manifest.attributes[k])}
         return signature.type_bindings(), shapes, absent, changed
 
     def _tuned_choice(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,

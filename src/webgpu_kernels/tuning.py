@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from filelock import FileLock
 
 from .device import env_flag
@@ -74,12 +75,16 @@ def shape_class(shapes: Mapping[str, Sequence[int]]) -> str:
     return ",".join(f"{role}={dims(shape)}" for role, shape in sorted(shapes.items()))
 
 
-def _canonical(value: Any) -> Any:
-    """An attribute value as the key writes it: 2.0 and 2 are one value (calls treat them alike)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
+def canonical_attr(value: Any) -> Any:
+    """An attribute value as the key writes it: 2.0 and 2 are one value (calls treat them alike),
+    and a float is the shortest decimal of the float32 it rounds to, what a kernel computes with
+    (the contract bounds floats at float32's range): np.float32(1.702), 1.7020000219345093 once
+    checked, is the default 1.702 to the GPU, and had missed the entry tuned for the default."""
+    if isinstance(value, float):
+        value = float(str(np.float32(value)))  # NumPy prints a float32 as its shortest round-trip decimal
+        return int(value) if value.is_integer() else value
     if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
+        return [canonical_attr(v) for v in value]
     return value
 
 
@@ -90,7 +95,7 @@ def entry_key(op_id: str, dtypes: Mapping[str, str], shapes: Mapping[str, Sequen
     normalisation's axis). Each may change which variants apply and how fast they are."""
     types = ",".join(f"{k}={v}" for k, v in sorted(dtypes.items()))
     without = f"|without={','.join(sorted(absent))}" if absent else ""
-    settings = ",".join(f"{k}={json.dumps(_canonical(v), sort_keys=True)}" for k, v in sorted((attrs or {}).items()))
+    settings = ",".join(f"{k}={json.dumps(canonical_attr(v), sort_keys=True)}" for k, v in sorted((attrs or {}).items()))
     return f"{op_id}|{types}|{shape_class(shapes)}{without}" + (f"|attrs={settings}" if settings else "")
 
 
