@@ -262,6 +262,26 @@ def test_a_template_that_does_not_compile_for_given_shapes_fails_as_a_bench_json
     assert given.exit_code == result.exit_code, given.output
 
 
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_a_uniform_value_the_layout_cannot_hold_for_given_shapes_fails_as_a_bench_json_case(runner, tmp_path, command):
+    """A LayoutError (the package's uniform field cannot hold the value its expression gives for the
+    shape) stopped a run with -i shapes as a usage error (exit 2), where the same package's bench.json
+    case of that shape is an error row (exit 1); shapes the contract refuses stay a usage error."""
+    root = copy_package(QG, tmp_path / "qg")
+    manifest = root / "manifest.json"
+    manifest.write_text(manifest.read_text("utf-8").replace('"numel(shapes.X) / 4"', '"numel(shapes.X) / 4 - 5000"')
+                        .replace('"numel(shapes.X)" }', '"numel(shapes.X) - 5000" }'), "utf-8")  # fmt: skip
+    write_metadata(root)
+    args = ["--no-host"] if command == "bench" else ["--dry-run"]
+    result = runner.invoke(main, [command, str(root), "-i", "X=4096:f32", *QUICK_WARM_UP, *args])
+    assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None))), result.output
+    assert "(u32) value -3976 is outside" in result.output
+    given = runner.invoke(main, [command, str(root), *TINY, *args])
+    assert given.exit_code == result.exit_code, given.output
+    refused = runner.invoke(main, [command, str(root), "-i", "X=4096:i32", *QUICK_WARM_UP, *args])
+    assert refused.exit_code == 2 and "got int32" in refused.output, refused.output
+
+
 def test_input_shapes_name_one_kernel(runner):
     result = runner.invoke(main, ["bench", QG_DIR, BA_DIR, "-i", "X=2x64:f32", "--no-host"])
     assert result.exit_code == 2 and "name exactly one KERNEL" in result.output

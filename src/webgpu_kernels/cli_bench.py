@@ -56,7 +56,7 @@ from .cli import (
 )
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
-from .errors import DeviceLimitError, KernelError, ShaderCompileError, TemplateError
+from .errors import DeviceLimitError, InputError, KernelError, SelectionError
 from .kernel import Kernel
 from .package import embedded_ids
 from .references import (
@@ -89,13 +89,17 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
     bench = parse_bench_file(kernel.package.read_json(BENCH_FILE)) if kernel.package.has(BENCH_FILE) else None
     flops = bench.flops if bench is not None else None  # applies to -i shapes too: it is the op's count
     if inputs:
-        # Shapes the contract refuses or the device cannot hold are the caller's mistake (exit 2;
-        # a --variant that refuses them is an error row). A template that does not render or compile
-        # is the package's: an error row (exit 1), as for a bench.json case (it had exited 2). Then
-        # the type variables they bind, as a bench.json case has them (tune's labels and tolerance).
+        # Shapes the contract refuses, the device cannot hold or no variant takes are the caller's
+        # mistake (exit 2; a --variant that refuses them is an error row). Any other failure is the
+        # package's (a template that does not render or compile, a uniform value its layout cannot
+        # hold, an expression that fails, the GPU refusing what it built): an error row (exit 1), as
+        # for a bench.json case (each had exited 2). Then the type variables they bind, as a
+        # bench.json case has them (tune's labels and tolerance).
         try:
             kernel.plan({role: spec.meta() for role, spec in inputs.items()})
-        except (TemplateError, ShaderCompileError):
+        except (InputError, SelectionError):
+            raise
+        except KernelError:
             pass
         metas = {role: (spec.shape, spec.dtype) for role, spec in inputs.items()}
         types = check_call(kernel.manifest, metas, None, None).type_bindings()
