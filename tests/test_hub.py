@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 import webgpu_kernels as wk
-from webgpu_kernels import hub, locations
+from webgpu_kernels import api, hub, locations
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.errors import DigestError, HubError, PackageError, TrustError
 from webgpu_kernels.package import embedded_root
@@ -135,6 +135,23 @@ def test_download_and_run(server, hub_env, rng):
     assert wk.get_kernel(OFFICIAL, version=1) is kernel
     assert wk.get_kernel(OFFICIAL, revision=commit) is kernel
     assert len(server.requests) == before
+
+
+def test_a_hub_kernel_pickles_as_its_repository_and_commit(server, hub_env, monkeypatch, rng):
+    """Pickling a Hub kernel (a worker process's argument) had been a TypeError: it pickles as its
+    repository, commit, endpoint and trust, and opens again from the cache, offline too."""
+    import pickle
+
+    kernel = wk.get_kernel(OTHER_ORG, version=1, trust_remote_code=True)
+    assert pickle.loads(pickle.dumps(kernel)).package.commit == kernel.package.commit
+    pickled = pickle.dumps(kernel)
+    go_offline(monkeypatch)  # a worker with the same Hugging Face cache, no kernel opened yet
+    monkeypatch.setattr(api, "_reopened", {})
+    again = pickle.loads(pickled)
+    assert again is not kernel and again.package.from_cache
+    assert (again.package.repo_id, again.package.commit, again.package.needs_trust) == (OTHER_ORG, kernel.package.commit, True)
+    x = rng.standard_normal(99).astype(np.float32)
+    np.testing.assert_allclose(again({"X": x})["Y"], quick_gelu_ref(x), rtol=2e-6, atol=2e-6)
 
 
 @pytest.mark.parametrize("how", ["HF_HUB_OFFLINE", "server down"])

@@ -17,12 +17,15 @@ from .device import get_device
 from .errors import DeviceLimitError, DTypeError, InputError, PackageError
 from .forks import fresh_in_child
 from .kernel import Kernel
-from .package import embedded_ids, open_embedded, open_folder
+from .package import KernelPackage, embedded_ids, open_embedded, open_folder
 from .tensor import LOST_TENSOR, GpuTensor
 
 _embedded: dict[str, Kernel] = {}
 _lock = threading.Lock()
 fresh_in_child(globals(), _lock=threading.Lock)
+#: Kernels opened again from a pickled reference (Kernel.__reduce__), so that a worker opens each
+#: once however many tasks carry it: a Pool pickles every task's arguments anew.
+_reopened: dict[tuple[Any, ...], Kernel] = {}
 
 
 def get_kernel(
@@ -92,6 +95,45 @@ def load_kernel(path: str | Path, *, verify_digests: bool = True) -> Kernel:
     the package's data files (test.json, .npy) while metadata.json is stale, and then refreshes it
     (``webgpu_kernels.digests.write_metadata``, as ``webgpu-kernels digest`` does)."""
     return Kernel(open_folder(path, verify_digests=verify_digests))
+
+
+def kernel_reference(package: KernelPackage) -> tuple[Any, ...]:
+    """How another process opens ``package`` again (a Hub repository at its commit, or a folder)."""
+    from .hub import HubPackage
+
+    if isinstance(package, HubPackage):
+        return ("hub", package.repo_id, package.commit, package.endpoint, package.needs_trust)
+    return ("folder", str(package.root), package.needs_trust, package.is_verified)
+
+
+def reopen_kernel(reference: tuple[Any, ...], tuning_key: str) -> Kernel:
+    """A pickled kernel, opened again in this process from ``kernel_reference``'s tuple, as its
+    pickling process had opened it (the trust it was given included). ``tuning_key`` digests its
+    manifest and templates: a folder whose files changed in between is a PackageError."""
+    memo = (reference, tuning_key)
+    with _lock:
+        kernel = _reopened.get(memo)
+    if kernel is not None:
+        return kernel
+    where = f"{reference[1]} at commit {reference[2]}" if reference[0] == "hub" else reference[1]
+    try:
+        if reference[0] == "hub":
+            from . import hub
+
+            _, repo_id, commit, endpoint, trusted = reference
+            kernel = hub.load(repo_id, revision=commit, trust_remote_code=trusted, endpoint=endpoint, url_like=trusted)
+        else:
+            _, root, trusted, verified = reference
+            kernel = Kernel(open_folder(root, verify_digests=verified, needs_trust=trusted))
+        if kernel.tuning_key != tuning_key:
+            raise PackageError(f"the package's manifest or templates changed after the kernel ({kernel.op_id}) was "
+                               "pickled: this process would run other code than the pickling one", path=where)  # fmt: skip
+    except PackageError as exc:
+        exc.add_note(f"opening again a kernel pickled in another process (a Kernel pickles as where it was "
+                     f"loaded from: {where})")  # fmt: skip
+        raise
+    with _lock:
+        return _reopened.setdefault(memo, kernel)
 
 
 def test_case_inputs(kernel: Kernel, case: str | Mapping[str, Any]) -> dict[str, np.ndarray]:

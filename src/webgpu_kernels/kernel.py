@@ -184,16 +184,14 @@ class Kernel:
         return self
 
     def __reduce__(self) -> Any:
-        """An embedded kernel pickles as its op id (a spawn worker gets its own process's kernel);
-        any other is a TypeError saying how to open it there (it had been a PicklingError about a
-        local function)."""
-        if self.package.origin == "embedded":
-            from .api import get_kernel
+        """A kernel pickles as where it came from, so a worker process opens it again there: an
+        embedded one as its op id, a Hub one as its repository and commit, a folder's as its path
+        and its files' digest, which the worker's copy must match (api.reopen_kernel)."""
+        from . import api
 
-            return get_kernel, (self.op_id,)
-        raise TypeError(f"a Kernel of a {self.package.origin} package ({self.op_id}, {self.package.root}) cannot be "
-                        "pickled: pass its path or Hub repository to the other process and open it there with "
-                        "load_kernel or get_kernel")  # fmt: skip
+        if self.package.origin == "embedded":
+            return api.get_kernel, (self.op_id,)
+        return api.reopen_kernel, (api.kernel_reference(self.package), self.tuning_key)
 
     # --- calls ------------------------------------------------------------------------------
 
