@@ -79,10 +79,12 @@ def test_a_released_tensor_cannot_be_copied(device):
 
 def test_pickling_is_a_clear_type_error(device):
     """pickle and deepcopy had walked into the device's internals: a cffi TypeError, then two
-    finalizer tracebacks from half-built objects."""
+    finalizer tracebacks from half-built objects. It was a bare TypeError, which a caller catching
+    KernelError around a Pool's work missed (helper-54)."""
     t = wk.to_gpu(np.ones(4, np.float32))
-    with pytest.raises(TypeError, match=r"a GpuTensor cannot be pickled.*t\.numpy\(\)"):
+    with pytest.raises(wk.NotPicklableError, match=r"a GpuTensor cannot be pickled.*t\.numpy\(\)") as info:
         pickle.dumps({"weights": t})
+    assert isinstance(info.value, TypeError)  # as pickle's own refusals; and a KernelError, so typed
     t.release()
 
 

@@ -23,6 +23,7 @@ from .errors import (
     LayoutError,
     ManifestError,
     MissingInputError,
+    NotPicklableError,
     PackageError,
     RankError,
     SandboxError,
@@ -50,5 +51,5 @@ __all__ = [
     "RankError", "DTypeError", "ShapeError", "AttributeValueError", "DeviceLimitError", "SelectionError",
     "VariantRejectedError", "TemplateError", "TemplateSandboxError", "LayoutError", "GPUError",
     "AdapterNotFoundError", "ShaderCompileError", "DeviceError", "DeviceLostError", "TensorReleasedError",
-    "UncomputedTensorError", "GpuWaitWarning",
+    "UncomputedTensorError", "NotPicklableError", "GpuWaitWarning",
 ]  # fmt: skip

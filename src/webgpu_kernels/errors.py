@@ -324,6 +324,11 @@ class UncomputedTensorError(KernelError):
     failed or was cut short (Ctrl-C), so its buffer holds whatever it held before."""
 
 
+class NotPicklableError(KernelError, TypeError):
+    """An object that cannot go to another process (a GpuTensor: its data is in one process's GPU
+    memory) was pickled. A TypeError too, as pickle's own refusals are."""
+
+
 class GpuWaitWarning(RuntimeWarning):
     """A readback has waited long for the GPU and still waits (``$WEBGPU_KERNELS_WAIT_WARN_S``): the
     one sign a user gets of work that never ends, such as a driver wedged by a forked child's exit."""

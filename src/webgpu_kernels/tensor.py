@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .buffers import FORKED, padded_size, translate_gpu_errors
-from .errors import DeviceError, DeviceLostError, TensorReleasedError, UncomputedTensorError
+from .errors import DeviceError, DeviceLostError, NotPicklableError, TensorReleasedError, UncomputedTensorError
 
 if TYPE_CHECKING:
     from .device import Device
@@ -149,8 +149,9 @@ class GpuTensor:
         return self.__copy__()
 
     def __reduce__(self) -> Any:
-        raise TypeError("a GpuTensor cannot be pickled: its data lives on one process's GPU device; "
-                        "pickle t.numpy() and upload it again with to_gpu()")  # fmt: skip
+        # Typed, so that a Pool's caller catching KernelError catches it; still a TypeError, as pickle's own.
+        raise NotPicklableError("a GpuTensor cannot be pickled: its data lives on one process's GPU device; "
+                                "pickle t.numpy() and upload it again with to_gpu()")  # fmt: skip
 
     def __del__(self) -> None:
         # Never release() here: a collection can start inside the pool's own code or in a thread
