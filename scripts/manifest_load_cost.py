@@ -1,4 +1,5 @@
-"""How long the manifest checks take at the 20,000-value bound, for manifests of different shapes.
+"""How long the manifest checks take at the 20,000-value bound, for manifests of different shapes,
+and how long opening an embedded package takes (its digests checked; tests time nothing).
 
     python3 scripts/manifest_load_cost.py
 
@@ -15,7 +16,7 @@ import json
 import time
 
 from webgpu_kernels.manifest import MAX_EXPANDED_BINDINGS, MAX_MANIFEST_VALUES, expanded_bindings, schema_errors
-from webgpu_kernels.package import embedded_root
+from webgpu_kernels.package import embedded_ids, embedded_root, open_embedded
 
 
 def values(data: object) -> int:
@@ -33,7 +34,21 @@ def timed(label: str, manifest: dict) -> None:
     print(f"{label}: {values(manifest)} values, {len(errors)} errors, {took:.2f} s")
 
 
+def opening() -> None:
+    for op_id in embedded_ids():
+        best = min(_open_time(op_id) for _ in range(5))
+        print(f"open_embedded({op_id!r}), digests checked: {best * 1e3:.2f} ms (best of 5 x 10)")
+
+
+def _open_time(op_id: str) -> float:
+    start = time.perf_counter()
+    for _ in range(10):
+        open_embedded(op_id)
+    return (time.perf_counter() - start) / 10
+
+
 def main() -> None:
+    opening()
     base = json.loads((embedded_root() / "com.microsoft.QuickGelu" / "manifest.json").read_text("utf-8"))
     scalar = next(v for v in base["variants"] if v["id"] == "scalar")
     for passes_per_variant in (1, 16):

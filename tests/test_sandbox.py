@@ -416,10 +416,11 @@ def test_include_and_import_of_package_files(write_package):
 def test_self_including_template_is_stopped(write_package):
     root = demo_with_probe(write_package, template="{% include 'scale-shift.wgsl.jinja' %}"
                                                    "{% include 'scale-shift.wgsl.jinja' %}")  # fmt: skip
-    started = time.perf_counter()
-    with pytest.raises(errors.TemplateSandboxError):
+    # Stopped by a limit that counts (include depth, work units), not by the wall-clock deadline,
+    # which 2**N renders would reach (a test timing it had failed on a loaded machine).
+    with pytest.raises(errors.TemplateSandboxError) as info:
         wk.load_kernel(root).render(X)
-    assert time.perf_counter() - started < 5.0
+    assert "took longer" not in str(info.value)
 
 
 def test_rendered_size_limit_names_the_template(write_package):
