@@ -1054,9 +1054,10 @@ except wk.KernelError as exc:
 
 
 def start_workers(server, *specs: tuple[dict, bool]) -> list[subprocess.Popen]:
-    """One process per (get_kernel keywords, whether it is the failing one), each loading OFFICIAL once
-    all are imported. The failing one reaches the server as 'localhost' (the same cache folder: the
-    configured endpoint), which tells the server which process it is."""
+    """One process per (get_kernel keywords, whether it is the failing one), each ready to load
+    OFFICIAL once told to (:func:`go`): imported first, so that the loads start when the test says.
+    The failing one reaches the server as 'localhost' (the same cache folder: the configured
+    endpoint), which tells the server which process it is."""
     processes = []
     for kwargs, failing in specs:
         env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
@@ -1067,11 +1068,13 @@ def start_workers(server, *specs: tuple[dict, bool]) -> list[subprocess.Popen]:
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))  # fmt: skip
     for process in processes:
         assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-    for process in processes:
-        assert process.stdin is not None
-        process.stdin.write("go\n")
-        process.stdin.flush()
     return processes
+
+
+def go(process: subprocess.Popen) -> None:
+    assert process.stdin is not None
+    process.stdin.write("go\n")
+    process.stdin.flush()
 
 
 def worker_result(process: subprocess.Popen) -> dict:
@@ -1093,11 +1096,12 @@ def test_a_download_failing_in_one_process_keeps_what_another_downloads(server, 
     held, release, served = threading.Event(), threading.Event(), []
 
     def resolve(self, method, repo_id, rev_name, path):
-        if self.headers.get("Host", "").startswith("localhost") and path.endswith("test.json"):
+        failing_one = self.headers.get("Host", "").startswith("localhost")
+        if failing_one and path.endswith("test.json"):
             held.set()
             release.wait(2)  # until the other has fetched some files (never, while it waits for the lock)
             return self._error(403, None, "refused to this process")
-        if method == "GET":
+        if method == "GET" and not failing_one:  # the other's files only: the failing one's own had released it early
             served.append(path)
             if len(served) >= 5:
                 release.set()
@@ -1106,8 +1110,12 @@ def test_a_download_failing_in_one_process_keeps_what_another_downloads(server, 
 
     monkeypatch.setattr(hub_server._Handler, "_resolve", resolve)
     failing, other = start_workers(server, ({"revision": failing_revision}, True), ({"version": 1}, False))
+    # The failing one first, until the server holds its request: had the other loaded v1 first, the
+    # failing one would find test.json in the cache and never fail (a flaky ordering).
+    go(failing)
+    assert held.wait(60)
+    go(other)
     assert worker_result(failing)["error"] == "HubError"
-    assert held.is_set()
     assert worker_result(other) == {"commit": server.commit_of(OFFICIAL, "v1")}
     state = cache_state(hub_env)
     assert f"{REPO_FOLDER}/refs/v1" in state and f"{REPO_FOLDER}/refs/dev" not in state
