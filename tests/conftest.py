@@ -221,6 +221,20 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
 
 
 @pytest.fixture
+def package_folder(tmp_path):
+    """A copy of the embedded QuickGelu package, renamed, with a second pass in its scalar variant."""
+    folder = tmp_path / "my.QuickGelu2"
+    # Without metadata.json: an author's working copy, whose digests have not been taken yet.
+    shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", folder, ignore=shutil.ignore_patterns("metadata.json"))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["domain"], manifest["name"] = "my", "QuickGelu2"
+    scalar = manifest["variants"][2]
+    scalar["passes"].append({**scalar["passes"][0], "id": "again", "name": "QuickGelu.again"})
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+@pytest.fixture
 def tuning_dir(tmp_path, monkeypatch):
     """An empty tuning folder of this test's own, tuning enabled, no cache loaded yet."""
     folder = tmp_path / "tuning"

@@ -13,7 +13,7 @@
   table (hierarchy by indentation, attribute columns) matches the classes.
 
 docs/errors.md's "Bad input, case by case" table is checked row by row in tests/test_bad_input.py,
-and the CLI's behaviour beyond the quoted commands in tests/test_cli.py: not repeated here.
+and the CLI's behaviour beyond the quoted commands in tests/test_cli*.py: not repeated here.
 """
 
 from __future__ import annotations

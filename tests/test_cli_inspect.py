@@ -1,0 +1,199 @@
+"""cli_inspect.py: `devices`, `list`, `info`, `explain` and `render`, through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import webgpu_kernels as wk
+from webgpu_kernels.cli import main
+
+from cli_helpers import (
+    BA_F16_VEC4,
+    BA_F32,
+    BIAS_ADD,
+    QG_F16_VEC4,
+    QG_F32,
+    QUICK_GELU,
+    assert_error,
+    invoke,
+    invoke_json,
+)
+
+# --- devices, list ------------------------------------------------------------------------------------
+
+
+def test_devices(runner: CliRunner) -> None:
+    out = invoke(runner, "devices").stdout
+    chosen = wk.choose_adapter()
+    assert chosen.name in out and chosen.backend in out
+    for limit in ("maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupsPerDimension",
+                  "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX"):  # fmt: skip
+        assert limit in out
+    # What format.md tells authors to bound var<workgroup> arrays with (an author missed it here).
+    storage = wk.get_device().limits["max-compute-workgroup-storage-size"]
+    assert f"maxComputeWorkgroupStorageSize: {storage}" in out
+    assert "(chosen)" in out and "features" in out
+    # What manifests see, by the names they use: wgpu-native lists WebGPU's "subgroups" as "subgroup".
+    seen = {"shader-f16", "subgroups", "timestamp-query"} & set(wk.get_device().info.feature_names)
+    assert f"device.features (what manifests see): {', '.join(sorted(seen))}" in out
+
+
+def test_devices_json(runner: CliRunner) -> None:
+    data = invoke_json(runner, "devices")
+    assert len(data) == len(wk.list_adapters()) >= 1
+    assert [d["chosen"] for d in data].count(True) == 1
+    chosen = next(d for d in data if d["chosen"])
+    assert chosen["index"] == wk.choose_adapter().index
+    for d in data:
+        assert set(d["limits"]) == {"maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupsPerDimension",
+                                    "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX",
+                                    "maxComputeWorkgroupStorageSize"}  # fmt: skip
+        assert all(isinstance(v, int) for v in d["limits"].values())
+        assert isinstance(d["features"], list) and d["backend"] and d["type"]
+    assert chosen["deviceFeatures"] == list(wk.get_device().info.feature_names)
+
+
+def test_devices_adapter_option_and_env(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    adapters = wk.list_adapters()
+    last = adapters[-1]
+    data = json.loads(invoke(runner, "--adapter", last.backend, "devices", "--json").stdout)
+    assert next(d for d in data if d["chosen"])["backend"] == last.backend
+    monkeypatch.setenv("WEBGPU_KERNELS_ADAPTER", last.backend)
+    data = json.loads(invoke(runner, "devices", "--json").stdout)
+    assert next(d for d in data if d["chosen"])["backend"] == last.backend
+
+
+def test_unknown_adapter(runner: CliRunner) -> None:
+    result = invoke(runner, "--adapter", "no-such-gpu", "devices", code=2)
+    assert_error(result, "no adapter matches 'no-such-gpu'", "present:")
+
+
+def test_list(runner: CliRunner) -> None:
+    out = invoke(runner, "list").stdout
+    assert BIAS_ADD in out and QUICK_GELU in out
+    assert "vec4_tail" in out
+    assert "Computes `x * sigmoid(alpha * x)` elementwise, a fast approximation of GELU activation." in out
+    assert "The output has the same shape" not in out  # first sentence only
+
+
+def test_list_json(runner: CliRunner) -> None:
+    data = {row["op"]: row for row in invoke_json(runner, "list")}
+    assert set(data) >= {BIAS_ADD, QUICK_GELU}
+    assert data[BIAS_ADD]["variants"] == ["vec4", "scalar"]
+    assert data[QUICK_GELU]["variants"] == ["vec4", "vec4_tail", "scalar"]
+    assert data[BIAS_ADD]["description"].startswith("Adds a 1-D `bias`") and data[BIAS_ADD]["description"].endswith(".")
+
+
+# --- info ---------------------------------------------------------------------------------------------
+
+
+def test_info_quick_gelu(runner: CliRunner) -> None:
+    out = invoke(runner, "info", QUICK_GELU).stdout
+    for fragment in ("com.microsoft.QuickGelu", "T: float32, float16", "alpha", "1.702", "approximates GELU",
+                     "WORKGROUP_SIZE = 256", "vec4Ok := numel(shapes.X) > 0 and numel(shapes.X) % 4 == 0",
+                     "vec4_tail (priority 10)", "when[1]: vec4Ok", "shader quick-gelu.wgsl.jinja",
+                     "threads ceilDiv(numel(shapes.X), 4)", "shapes.X"):  # fmt: skip
+        assert fragment in out, fragment
+
+
+def test_info_bias_add(runner: CliRunner) -> None:
+    out = invoke(runner, "info", BIAS_ADD).stdout
+    for fragment in ("bias", "skip", "Attributes: none", "hidden := dim(shapes.X, ranks.X - 1)",
+                     "vec4 (priority 30)", "when[10]: dim(shapes.X, 2) % 4 == 0",
+                     "template input itemsPerInvocation := 4",
+                     "shader bias-add.wgsl.jinja"):  # fmt: skip
+        assert fragment in out, fragment
+
+
+def test_info_json(runner: CliRunner) -> None:
+    data = invoke_json(runner, "info", BIAS_ADD)
+    assert data["op"] == BIAS_ADD and data["origin"] == "embedded"
+    assert [(i["role"], i["typeVar"], i["rank"]) for i in data["inputs"]] == [("X", "T", 3), ("bias", "T", 1),
+                                                                            ("skip", "T", 3)]  # fmt: skip
+    assert data["outputs"][0]["shape"] == "shapes.X"
+    assert data["typeConstraints"] == {"T": ["float32", "float16"]}
+    vec4 = data["variants"][0]
+    assert vec4["id"] == "vec4" and vec4["priority"] == 30 and len(vec4["when"]) == 11
+    dispatch = vec4["passes"][0]["dispatch"]
+    assert dispatch == {"threads": "numel(shapes.X) / 4", "workgroupSize": ["tunables.WORKGROUP_SIZE"]}
+
+    data = invoke_json(runner, "info", QUICK_GELU)
+    assert data["attributes"]["alpha"]["default"] == 1.702
+    assert "GELU" in data["attributes"]["alpha"]["description"]
+    assert data["inputs"][0]["rank"] is None
+    assert list(data["derive"]) == ["deviceWorkgroupCap", "workgroupOk", "baseOk", "vec4Ok"]
+    assert data["variants"][2]["passes"][0]["shader"] == "quick-gelu.wgsl.jinja"
+
+
+def test_info_package_folder(runner: CliRunner, package_folder) -> None:
+    out = invoke(runner, "info", str(package_folder)).stdout
+    assert "my.QuickGelu2" in out and "local package" in out and "pass 'again'" in out
+    data = json.loads(invoke(runner, "info", str(package_folder), "--json").stdout)
+    assert data["op"] == "my.QuickGelu2" and data["origin"] == "local"
+    assert [p["id"] for p in data["variants"][2]["passes"]] == ["main", "again"]
+
+
+def test_render_two_passes_from_folder(runner: CliRunner, package_folder) -> None:
+    out = invoke(runner, "render", str(package_folder), "-i", "X=5:f32", "--variant", "scalar").stdout
+    assert "// ---- pass main ----" in out and "// ---- pass again ----" in out
+    assert out.count("@compute") == 2
+
+
+# --- explain ------------------------------------------------------------------------------------------
+
+
+def test_explain_bias_add(runner: CliRunner) -> None:
+    out = invoke(runner, "explain", BIAS_ADD, *BA_F32).stdout
+    assert "chosen variant 'scalar'" in out
+    assert "- vec4 (priority 30): when[10] 'dim(shapes.X, 2) % 4 == 0' is false (with shapes.X=[2, 5, 6])" in out
+    assert "output Y: shape [2, 5, 6] float32" in out
+
+
+def test_explain_json(runner: CliRunner, has_f16: bool) -> None:
+    data = invoke_json(runner, "explain", BIAS_ADD, *BA_F32)
+    assert data["chosen"] == "scalar"
+    assert data["variants"][0]["clause"] == "dim(shapes.X, 2) % 4 == 0"
+    assert data["outputs"] == [{"name": "Y", "shape": [2, 5, 6], "dtype": "float32", "produced": True}]
+    assert data["values"]["hidden"] == 6
+
+    data = invoke_json(runner, "explain", QUICK_GELU, "-i", "X=:f32", "--attr", "alpha=1.0", "--tunable",
+                       "WORKGROUP_SIZE=64")  # fmt: skip
+    assert data["chosen"] == "vec4_tail"  # rank 0: one element
+    assert data["outputs"][0]["shape"] == []
+    if has_f16:
+        assert invoke_json(runner, "explain", QUICK_GELU, *QG_F16_VEC4)["chosen"] == "vec4"
+
+
+def test_explain_no_variant(runner: CliRunner) -> None:
+    out = invoke(runner, "explain", QUICK_GELU, *QG_F32, "--tunable", "WORKGROUP_SIZE=100000").stdout
+    assert "no variant applies" in out and "'baseOk' is false" in out
+
+
+def test_explain_a_forced_variant(runner: CliRunner) -> None:
+    """`explain --variant ID` explains the call `run --variant ID` makes (it had no --variant)."""
+    out = invoke(runner, "explain", QUICK_GELU, *QG_F32, "--variant", "scalar").stdout
+    assert "chosen variant 'scalar' (forced)" in out and "  * scalar (priority 0): accepted" in out
+    rejected = invoke(runner, "explain", QUICK_GELU, *QG_F32, "--variant", "vec4").stdout  # explained: exit 0
+    assert "forced variant 'vec4' rejected" in rejected
+    assert "the call fails: variant 'vec4' cannot run this call: when[1] 'vec4Ok' is false" in rejected
+    data = invoke_json(runner, "explain", QUICK_GELU, *QG_F32, "--variant", "vec4")
+    assert data["forced"] == "vec4" and data["chosen"] is None and "cannot run this call" in data["refused"]
+    assert_error(runner.invoke(main, ["explain", QUICK_GELU, *QG_F32, "--variant", "vec8"]), "no variant 'vec8'")
+
+
+# --- render -------------------------------------------------------------------------------------------
+
+
+def test_render(runner: CliRunner, has_f16: bool) -> None:
+    out = invoke(runner, "render", BIAS_ADD, *BA_F32).stdout
+    assert "@compute @workgroup_size(256)" in out and "array<f32>" in out
+    assert "// ---- pass" not in out  # one pass: no header
+    out = invoke(runner, "render", QUICK_GELU, *QG_F32, "--variant", "scalar", "--tunable", "WORKGROUP_SIZE=64").stdout
+    assert "@workgroup_size(64)" in out
+    out = invoke(runner, "render", QUICK_GELU, *QG_F32, "--attr", "alpha=0.5").stdout
+    assert "0.5" in out
+    if has_f16:
+        assert "enable f16;" in invoke(runner, "render", BIAS_ADD, *BA_F16_VEC4).stdout

@@ -1,0 +1,36 @@
+"""cli_package.py's printing: `digest --check`'s table of changes, `test`'s table of results."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from webgpu_kernels.cli import main
+from webgpu_kernels.package import embedded_root
+
+
+def test_digest_check_names_the_metadata_file_on_one_line(runner: CliRunner, tmp_path) -> None:
+    """The title of digest's table of changes was wrapped to the table's width: the path of
+    metadata.json came out cut mid-name ("metadata.js" / "on") in a log, where nothing needs wrapping."""
+    root = tmp_path / "a-package-folder-with-a-rather-long-name" / "com.microsoft.QuickGelu"
+    shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", root)
+    (root / "bench.json").write_text("{}", "utf-8")
+    result = runner.invoke(main, ["digest", "--check", str(root)])
+    assert result.exit_code == 1 and "changed" in result.output, result.output
+    assert str(root / "metadata.json") in result.output, result.output
+
+
+@pytest.mark.parametrize("columns", ["80", "60"])
+def test_the_test_table_keeps_every_column_on_a_narrow_terminal(runner: CliRunner, columns) -> None:
+    """At 80 columns the table's right edge was cropped, its result column first ("pas"), since
+    rich cannot narrow a no-wrap column (helper-35); its columns now fold."""
+    from conftest import PACKAGES_DIR
+
+    result = runner.invoke(main, ["test", str(PACKAGES_DIR / "demo.Softmax"), "--case", "rank3-3x5x100-wg64-f32"],
+                           env={"COLUMNS": columns})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.stdout.splitlines() if line.startswith(("│", "┃"))]
+    assert table and all(len(line) <= int(columns) and line.endswith(("│", "┃")) for line in table), result.stdout
+    assert any(line.rstrip("│ ").endswith("pass") for line in table), result.stdout

@@ -1,0 +1,330 @@
+"""cli_run.py: `run` (its outputs, references, verdict and timing) and its compare/summarize, on real shaders."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import webgpu_kernels as wk
+from webgpu_kernels import references
+from webgpu_kernels.cli import InputSpec, main
+from webgpu_kernels.cli_run import compare, summarize
+
+from cli_helpers import (
+    _LAYER_NORM_MANIFEST,
+    _LAYER_NORM_TEMPLATE,
+    BA_F16_VEC4,
+    BA_F32,
+    BIAS_ADD,
+    HAS_ORT,
+    QG_F32,
+    QUICK_GELU,
+    assert_error,
+    invoke,
+    invoke_json,
+)
+
+
+def test_run_quick_gelu_text(runner: CliRunner) -> None:
+    out = invoke(runner, "run", QUICK_GELU, *QG_F32, "--repeat", "2").stdout
+    assert "variant: vec4_tail (selected)" in out
+    assert "[3, 5]" in out and "float32" in out
+    assert "host wall clock" in out and "not GPU kernel time" in out
+    assert "first call:" in out and "median of 2 more calls:" in out
+    assert "error vs NumPy float64 reference (Y): max abs" in out
+    if HAS_ORT:
+        assert "error vs ONNX Runtime CPU (Y): max abs" in out
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_run_quick_gelu_json(runner: CliRunner, has_f16: bool, dtype: str) -> None:
+    if dtype == "f16" and not has_f16:
+        pytest.skip("no shader-f16")
+    data = invoke_json(runner, "run", QUICK_GELU, "-i", f"X=2x8:{dtype}", "--repeat", "1", "--seed", "3",
+                       "--attr", "alpha=1.5")  # fmt: skip
+    assert data["variant"] == "vec4" and data["forced"] is False and data["attrs"] == {"alpha": 1.5}
+    y = data["outputs"]["Y"]
+    assert y["shape"] == [2, 8] and y["dtype"] == ("float32" if dtype == "f32" else "float16") and y["nanCount"] == 0
+    assert y["min"] <= y["mean"] <= y["max"]
+    # the same seeded inputs, drawn here as bench draws them (standard normal float32, cast)
+    x = np.random.default_rng(3).standard_normal((2, 8), dtype=np.float32).astype(np.float32 if dtype == "f32"
+                                                                                  else np.float16)  # fmt: skip
+    expected = references.quick_gelu({"X": x}, {"alpha": 1.5})["Y"]
+    assert y["max"] == pytest.approx(expected.max(), rel=2e-3)
+    numpy_err = data["reference"]["numpy"]["Y"]
+    assert numpy_err["nonFiniteMismatches"] == 0
+    assert numpy_err["maxRelError"] < (1e-5 if dtype == "f32" else 2e-3)
+    assert data["timing"]["firstCallMs"] > 0 and data["timing"]["repeat"] == 1 and data["timing"]["medianMs"] > 0
+    assert "not GPU kernel time" in data["timing"]["clock"]
+    if HAS_ORT:
+        assert data["reference"]["onnxruntime"]["Y"]["maxRelError"] < (1e-5 if dtype == "f32" else 2e-3)
+
+
+def test_run_says_when_no_reference_checked_the_outputs(runner: CliRunner) -> None:
+    """A package's own op, which no NumPy reference and no ONNX Runtime kernel knows: `run` printed
+    no verdict and its JSON said "ok": true, which a CI gate read as checked (helper-24)."""
+    from conftest import PACKAGES_DIR
+
+    package = str(PACKAGES_DIR / "demo.ScaleShift")
+    data = invoke_json(runner, "run", package, "-i", "X=4x8:f32")
+    assert data["ok"] is True and data["checked"] is False and data["reference"] == {"numpy": None, "onnxruntime": None}
+    assert "not checked: no reference compared the outputs" in invoke(runner, "run", package, "-i", "X=4x8:f32").stdout
+
+
+def test_run_bias_add(runner: CliRunner, has_f16: bool) -> None:
+    data = invoke_json(runner, "run", BIAS_ADD, *BA_F32, "--repeat", "1")
+    assert data["variant"] == "scalar"
+    assert data["outputs"]["Y"]["shape"] == [2, 5, 6]
+    assert data["reference"]["numpy"]["Y"]["maxAbsError"] < 1e-5
+    assert data["reference"]["onnxruntime"] is None  # ORT has no CPU BiasAdd
+    assert data["ok"] is True and data["checked"] is True  # by the NumPy reference
+    why = "onnxruntime has no CPU kernel for this op and dtype" if HAS_ORT else "is not installed"
+    assert why in data["referenceUnavailable"]["onnxruntime"]
+    out = invoke(runner, "run", BIAS_ADD, *BA_F32, "--variant", "scalar", "--repeat", "0").stdout
+    assert "variant: scalar (forced)" in out and "median" not in out
+    assert "ONNX Runtime CPU: not available (" in out and why in out
+    if has_f16:
+        data = invoke_json(runner, "run", BIAS_ADD, *BA_F16_VEC4, "--repeat", "1")
+        assert data["variant"] == "vec4" and data["outputs"]["Y"]["dtype"] == "float16"
+        assert data["reference"]["numpy"]["Y"]["maxRelError"] < 2e-3
+
+
+def test_run_generate_draws_an_input_from_its_distribution(runner: CliRunner) -> None:
+    """run drew every input standard normal: an integer input got about 68% zeros, so a gather's
+    indices read the same few rows. --generate takes bench.json's distributions."""
+    from webgpu_kernels.cli_run import random_inputs
+
+    data = invoke_json(runner, "run", QUICK_GELU, "-i", "X=4x64:f32", "--generate", "X=uniform:5:6", "--repeat", "0")
+    assert data["inputs"]["X"]["generate"] == {"distribution": "uniform", "low": 5.0, "high": 6.0}
+    y = data["outputs"]["Y"]  # x * sigmoid(1.702 x) for x in [5, 6): within [4.999, 6)
+    assert 4.99 < y["min"] and y["max"] < 6 and data["ok"]
+    assert data["reference"]["numpy"]["Y"]["maxAbsError"] < 1e-5  # the reference read the same data
+    out = invoke(runner, "run", QUICK_GELU, "-i", "X=4x64:f32", "--generate", "X=normal:-4:0.5", "--repeat", "0").stdout
+    assert "X [4, 64] float32 normal (mean -4, std 0.5)" in out and "standard normal unless said" in out
+    indices = InputSpec("indices", (10_000,), "int64", {"distribution": "uniform", "low": 0, "high": 999})
+    drawn = random_inputs({"indices": indices}, seed=0)["indices"]
+    assert drawn.dtype == np.int64 and drawn.min() == 0 and drawn.max() == 999
+    assert len(np.unique(drawn)) == 1000  # every row, where the normal default gave -3..3
+    normal = random_inputs({"indices": InputSpec("indices", (10_000,), "int64")}, seed=0)["indices"]
+    assert (normal == 0).mean() > 0.6
+
+
+def test_run_holds_large_outputs_to_a_relative_tolerance(runner: CliRunner) -> None:
+    """The absolute tolerance alone (1e-4 float32) marked a correct output WRONG wherever it is large:
+    float32 holds 3000 to 2.4e-4 (helper-21: a LayerNorm's mean of 1000, 5e-7 off relative)."""
+    data = invoke_json(runner, "run", QUICK_GELU, "-i", "X=64x64:f32", "--generate", "X=uniform:3000:4000",
+                       "--attr", "alpha=0.001", "--repeat", "0")  # fmt: skip
+    numpy_err = data["reference"]["numpy"]["Y"]
+    assert numpy_err["maxAbsError"] > 1e-4 and numpy_err["maxRelError"] < 1e-6  # past the absolute tolerance alone
+    assert numpy_err["beyondTolerance"] == 0 and numpy_err["ok"] and data["ok"]
+
+
+def test_run_empty(runner: CliRunner) -> None:
+    data = invoke_json(runner, "run", QUICK_GELU, "-i", "X=0x3:f32", "--repeat", "1")
+    assert data["variant"] == "scalar"
+    assert data["outputs"]["Y"] == {"shape": [0, 3], "dtype": "float32", "size": 0, "nanCount": 0, "min": None,
+                                    "max": None, "mean": None}  # fmt: skip
+
+
+def test_run_rank0(runner: CliRunner) -> None:
+    data = invoke_json(runner, "run", QUICK_GELU, "-i", "X=:f32", "--repeat", "0")
+    assert data["outputs"]["Y"]["shape"] == []
+    assert data["reference"]["numpy"]["Y"]["maxAbsError"] < 1e-6
+
+
+def test_run_past_the_binding_limit_fails_before_making_data(runner: CliRunner) -> None:
+    """One element past the device's binding limit: refused by the limit check, before random data
+    (a NumPy allocation that large would take seconds and gigabytes first). Within maxBufferSize:
+    the H200's 4 * its binding limit had been past it too, a message this test did not expect."""
+    import tracemalloc
+
+    device = wk.get_device()
+    binding, buffer = device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"]
+    elements = min(binding, buffer) // 4 + 1
+    if 4 * elements > buffer:
+        pytest.skip(f"the binding limit ({binding} bytes) is the device's maxBufferSize ({buffer})")
+    command = ["run", QUICK_GELU, "-i", f"X={elements}:f32", "--repeat", "0"]
+    runner.invoke(main, command)  # the modules a first run imports are not what is measured
+    tracemalloc.start()
+    try:
+        result = runner.invoke(main, command)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert_error(result, "maxStorageBufferBindingSize", f"{4 * elements} bytes")
+    assert peak < 2**20, peak
+    explained = invoke(runner, "explain", QUICK_GELU, "-i", f"X={elements}:f32").stdout
+    assert "chosen variant" in explained and "but the call would fail" in explained, explained
+
+
+def test_run_fails_an_output_beyond_benchs_tolerance(runner: CliRunner, tmp_path) -> None:
+    """A package copy whose scalar path computes 2 x QuickGelu printed its error (max rel 1.0) and
+    exited 0; `run` now marks it WRONG, as bench does, and exits 1. The right one exits 0."""
+    from webgpu_kernels.digests import write_metadata
+
+    from conftest import copy_package
+
+    package = copy_package(QUICK_GELU, tmp_path / "qg")
+    template = package / "quick-gelu.wgsl.jinja"
+    text = template.read_text("utf-8")
+    assert "return v / (1.0 + exp(-ALPHA * v));" in text
+    template.write_text(text.replace("return v / (1.0 + exp(-ALPHA * v));", "return 2.0 * v / (1.0 + exp(-ALPHA * v));"),
+                        encoding="utf-8")  # fmt: skip
+    write_metadata(package)
+    wrong = runner.invoke(main, ["run", str(package), "-i", "X=8:f32", "--variant", "scalar"])
+    assert wrong.exit_code == 1 and "elements beyond 0.0001 + 1e-05 x |reference|: WRONG" in " ".join(wrong.output.split())
+    data = json.loads(runner.invoke(main, ["run", str(package), "-i", "X=8:f32", "--variant", "scalar", "--json"]).stdout)
+    assert data["ok"] is False and data["reference"]["numpy"]["Y"]["ok"] is False
+    right = runner.invoke(main, ["run", str(package), "-i", "X=8:f32", "--variant", "vec4_tail", "--json"])
+    assert right.exit_code == 0 and json.loads(right.stdout)["ok"] is True
+
+
+# --- onnxruntime --------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_compares_with_onnxruntime_by_position(write_package, runner: CliRunner) -> None:
+    """ONNX reads a node's inputs and outputs by position. A LayerNormalization that leaves out its
+    optional Mean: InvStdDev had been compared with ORT's Mean (WRONG, exit 1); and inputs given as
+    `-i Scale=... -i X=...` had built the node as (Scale, X) (helper-10's review)."""
+    root = write_package(_LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    for order in (["-i", "X=4x16:f32", "-i", "Scale=16:f32"], ["-i", "Scale=16:f32", "-i", "X=4x16:f32"]):
+        result = runner.invoke(main, ["run", str(root), *order, "--json"])
+        assert result.exit_code == 0, result.output
+        compared = json.loads(result.stdout)["reference"]["onnxruntime"]
+        assert set(compared) == {"Y", "InvStdDev"} and all(c["ok"] for c in compared.values()), compared
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_places_onnxruntimes_inputs_and_outputs_by_their_formal_names(write_package, runner: CliRunner) -> None:
+    """A manifest listing the op's own names in another order than ONNX's had them compared by its
+    order: ORT's Mean against the kernel's InvStdDev, all WRONG on a correct kernel (helper-21). The
+    roles are LayerNormalization's formal names, so each goes to its place; with a name that is
+    not one, the manifest's order holds and `run` says so."""
+    manifest = json.loads(json.dumps(_LAYER_NORM_MANIFEST))
+    manifest["inputs"].reverse()  # Scale, X
+    y, mean, inv = manifest["outputs"]
+    manifest["outputs"] = [y, inv, mean]
+    root = write_package(manifest, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    data = invoke_json(runner, "run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32")
+    assert data["onnxruntimeMatchedBy"] == "name" and data["ok"], data
+    assert set(data["reference"]["onnxruntime"]) == {"Y", "InvStdDev"}
+    manifest = json.loads(json.dumps(_LAYER_NORM_MANIFEST))
+    manifest["inputs"][1]["role"] = "Gamma"
+    manifest["variants"][0]["passes"][0]["bindings"][1]["arg"] = "Gamma"
+    root = write_package(manifest, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    out = invoke(runner, "run", str(root), "-i", "X=4x16:f32", "-i", "Gamma=16:f32").stdout
+    assert "matched to the manifest's by position: its roles are not all the op's formal names" in " ".join(out.split())
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_says_why_onnxruntime_refused_the_call(write_package, runner: CliRunner) -> None:
+    """An attribute of another type than the op declares (epsilon written 1, an int) makes ORT refuse
+    the model; `run` had said "onnxruntime has no CPU kernel" for every ORT error (helper-11)."""
+    root = write_package(_LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    result = runner.invoke(main, ["run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32", "--attr", "epsilon=1",
+                                  "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["reference"]["onnxruntime"] is None
+    assert data["referenceUnavailable"]["onnxruntime"].startswith("onnxruntime refused this call: ")
+    assert "epsilon" in data["referenceUnavailable"]["onnxruntime"], data["referenceUnavailable"]
+    out = runner.invoke(main, ["run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32", "--attr", "epsilon=1"]).stdout
+    assert "ONNX Runtime CPU: not available (onnxruntime refused this call: " in " ".join(out.split())
+
+
+_SOFTMAX_11_MANIFEST = {
+    "domain": "ai.onnx", "name": "Softmax", "sinceVersion": 11,
+    "inputs": [{"role": "input", "dtype": "T"}],
+    "outputs": [{"role": "output", "dtype": "T", "rank": "ranks.input", "shape": "shapes.input"}],
+    "attributes": {"axis": 1},
+    "typeConstraints": {"T": ["float32"]},
+    "derive": {"a": "attrs.axis % ranks.input"},
+    "variants": [{"id": "main", "passes": [{"id": "main", "shader": "sm.wgsl.jinja", "bindings": [
+        {"name": "x", "arg": "input", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
+        {"name": "y", "arg": "output", "buffer": {"type": "storage"}, "elementType": "f32"},
+        {"name": "params", "semantic": "kernel.params", "buffer": {"type": "uniform"}, "struct": {"name": "Params", "fields": [
+            {"name": "rows", "type": "u32", "value": "numel(shapes.input[:a])"},
+            {"name": "cols", "type": "u32", "value": "numel(shapes.input[a:])"}]}}],
+        "dispatch": {"threads": "numel(shapes.input[:a])"}}]}],
+}  # fmt: skip
+
+
+_SOFTMAX_11_TEMPLATE = """{{ declarations }}
+@compute @workgroup_size({{ workgroupSize }})
+fn {{ entryPoint }}({{ entryParams }}) {
+  let r = {{ globalIndex }};
+  if (r >= params.rows) { return; }
+  var m = x[r * params.cols];
+  for (var c = 1u; c < params.cols; c++) { m = max(m, x[r * params.cols + c]); }
+  var s = 0.0;
+  for (var c = 0u; c < params.cols; c++) { s += exp(x[r * params.cols + c] - m); }
+  for (var c = 0u; c < params.cols; c++) { y[r * params.cols + c] = exp(x[r * params.cols + c] - m) / s; }
+}
+"""
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_compares_with_the_onnx_version_the_manifest_names(write_package, runner: CliRunner) -> None:
+    """The one-node model imported ai.onnx opset 17 whatever the manifest's sinceVersion: a correct
+    Softmax-11 (the input coerced to 2-D at axis 1) was compared with Softmax-13 (axis 1 alone),
+    WRONG and exit 1 (helper-37)."""
+    root = write_package(_SOFTMAX_11_MANIFEST, {"sm.wgsl.jinja": _SOFTMAX_11_TEMPLATE})
+    result = runner.invoke(main, ["run", str(root), "-i", "input=2x3x4:f32", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["checked"] and data["ok"], data["reference"]
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 10
+    flat = np.exp(x.reshape(2, 12) - x.reshape(2, 12).max(1, keepdims=True))
+    v11 = references.onnxruntime_reference("ai.onnx.Softmax", {"input": x}, {"axis": 1}, opset=11,
+                                              output_names=["output"])["output"]  # fmt: skip
+    np.testing.assert_allclose(v11, (flat / flat.sum(1, keepdims=True)).reshape(2, 3, 4), rtol=1e-6)
+    v13 = references.onnxruntime_reference("ai.onnx.Softmax", {"input": x}, {"axis": 1},
+                                              output_names=["output"])["output"]  # fmt: skip
+    np.testing.assert_allclose(v13.sum(1), np.ones((2, 4)), rtol=1e-6)  # without an opset: AI_ONNX_OPSET's
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_marks_an_output_shape_onnx_infers_otherwise_wrong(write_package, runner: CliRunner) -> None:
+    """The guard that keeps ORT from a model sized otherwise turned a kernel's wrong output shape into
+    "not available", exit 0 (helper-18): ORT is the only reference a package's own op has."""
+    manifest = json.loads(json.dumps(_LAYER_NORM_MANIFEST))
+    manifest["outputs"][0].update(rank=3, shape="[shapes.X[0], shapes.X[1], 1]")  # the elements of X, not its shape
+    root = write_package(manifest, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    result = runner.invoke(main, ["run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32", "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert data["reference"]["onnxruntime"] == {"Y": {"shapeMismatch": [[4, 16, 1], [4, 16]], "ok": False}}
+    assert data["ok"] is False and "onnxruntime" not in data["referenceUnavailable"]
+
+
+# --- compare, summarize -------------------------------------------------------------------------------
+
+
+def test_compare_and_summarize() -> None:
+    got = np.array([1.0, np.nan, np.inf, 2.0, 0.0], np.float32)
+    want = np.array([1.5, np.nan, np.inf, np.nan, 0.0])
+    c = compare(got, want)
+    assert c["maxAbsError"] == 0.5 and c["maxRelError"] == pytest.approx(0.5 / 1.5) and c["nonFiniteMismatches"] == 1
+    assert compare(np.zeros(2), np.zeros(3))["shapeMismatch"] == [[2], [3]]
+    # 1e-4 + 1e-5 |reference| for float32: 3e-4 off is beyond it at 1, within it at 1000
+    near = compare(np.array([1.0003, 1000.0003], np.float32), np.array([1.0, 1000.0]))
+    assert near["beyondTolerance"] == 1 and near["tolerance"] == {"absolute": 1e-4, "relative": 1e-5}
+    assert compare(np.array([1.02, 1000.5], np.float16), np.array([1.0, 1000.0]))["beyondTolerance"] == 1
+    # integers have no relative part: an index of 50000 off by 40 is wrong (helper-22)
+    indices = compare(np.array([1000, 50000], np.int64), np.array([1000, 50040]))
+    assert indices["beyondTolerance"] == 1 and indices["tolerance"]["relative"] == 0.0
+    s = summarize(got)
+    assert s["nanCount"] == 1 and s["min"] == 0.0 and s["max"] == np.inf and s["shape"] == [5]
+
+
+def test_summarize_of_both_infinities_warns_nothing() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning leaked to run's stderr (helper-14)
+        stats = summarize(np.array([np.inf, -np.inf, 1.0], np.float32))
+    assert stats["min"] == -np.inf and stats["max"] == np.inf and math.isnan(stats["mean"])
