@@ -42,7 +42,7 @@ if str(TESTS_DIR) not in sys.path:  # so that ``import references`` works from e
     sys.path.insert(0, str(TESTS_DIR))
 
 import webgpu_kernels as wk  # noqa: E402
-from webgpu_kernels import tuning  # noqa: E402
+from webgpu_kernels import hub, tuning  # noqa: E402
 from webgpu_kernels.device import get_device  # noqa: E402
 from webgpu_kernels.package import embedded_root  # noqa: E402
 from webgpu_kernels.package_tests import CRASH_HOOK_ENV, fill_pooled_buffers  # noqa: E402
@@ -232,6 +232,22 @@ def package_folder(tmp_path):
     scalar["passes"].append({**scalar["passes"][0], "id": "again", "name": "QuickGelu.again"})
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
+
+
+@pytest.fixture
+def hub_env(tmp_path, monkeypatch):
+    """A private Hugging Face home, online mode, no telemetry, no Hub kernels cached in the process."""
+    hf_constants = pytest.importorskip("huggingface_hub.constants")
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    # The client asks {ENDPOINT}/api/agent-harnesses (ENDPOINT as at import) for its user agent:
+    # telemetry off keeps every request on the local server.
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    hub.clear_cache()
+    yield tmp_path / "hf-home"
+    hub.clear_cache()
 
 
 @pytest.fixture

@@ -1,0 +1,89 @@
+"""locations.py: what a kernel name designates and what needs trust, decided before any Hub request."""
+
+from __future__ import annotations
+
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels import locations
+from webgpu_kernels.errors import PackageError, TrustError
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("com.microsoft.BiasAdd", "embedded"), ("webgpu-kernels/com.microsoft.BiasAdd", "hub"), ("./x", "path"),
+     ("a/b/c", "path"), ("/x", "path"), ("file:///x", "path"), ("https://h/kernels/o/n", "hub"),
+     ("https://h/o/n", "url"), ("C:\\pkg", "path")],
+)  # fmt: skip
+def test_classify(name, kind):
+    assert locations.classify(name).kind == kind
+
+
+@pytest.mark.parametrize("name", ["https://h/kernels/webgpu-kernels/a--b", "https://h/kernels/webgpu-kernels/.."])
+def test_urls_get_the_repository_id_checks_too(name):
+    with pytest.raises(PackageError, match="not a valid Hub repository id"):
+        locations.classify(name)
+
+
+@pytest.mark.parametrize("name", ["https://user:s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu",
+                                  "https://s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu"])
+def test_credentials_in_a_url_are_refused_without_being_shown(name):
+    """They had named the endpoint's cache folder and been printed in every message (helper-36)."""
+    with pytest.raises(PackageError, match="credentials in the URL") as refused:
+        locations.classify(name)
+    assert "s3cret" not in str(refused.value) and "hub.example/kernels" in str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["webgpu-kernels/op.", "webgpu-kernels/-op", "webgpu-kernels/.op",
+                                  "webgpu-kernels/op-", "webgpu-kernels/" + "a" * 97, "webgpu-kernels/op.git",
+                                  "https://h/kernels/webgpu-kernels/op."])  # fmt: skip
+def test_a_repository_id_huggingface_hub_refuses_is_a_package_error(hub_env, name):
+    """Names this library took as repository ids but huggingface_hub's validate_repo_id refuses (a
+    name starting or ending with '-' or '.', longer than 96, ending in '.git') raised its
+    HFValidationError, no KernelError: the command line printed a traceback (helper-36)."""
+    with pytest.raises(PackageError, match="not a valid Hub repository id"):
+        wk.get_kernel(name, version=1, trust_remote_code=True)
+    from huggingface_hub.utils import validate_repo_id
+
+    for good in ("webgpu-kernels/_op_", "webgpu-kernels/" + "a" * 96, "a/b", "webgpu-kernels/com.microsoft.QuickGelu"):
+        assert locations.classify(good).kind == "hub"
+        validate_repo_id(good)
+
+
+def test_the_command_lines_version_pin_in_python_says_how_to_write_it():
+    """`org/op@v1` is what the command line takes; get_kernel refused it without saying what to write."""
+    with pytest.raises(PackageError, match=r"in Python write get_kernel\('webgpu-kernels/com.microsoft.QuickGelu', "
+                                           r"version=1\)"):  # fmt: skip
+        wk.get_kernel("webgpu-kernels/com.microsoft.QuickGelu@v1")
+    with pytest.raises(PackageError) as refused:  # no advice to write another invalid id
+        wk.get_kernel("webgpu-kernels/a--b@v1")
+    assert "in Python write" not in str(refused.value)
+
+
+# --- trust --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("org, hinted", [("webgpu-kernel", True), ("WebGPU-Kernels", True), ("webgpukernels", True),
+                                         ("someone", False)])  # fmt: skip
+def test_a_near_miss_of_the_official_organisation_asks_did_you_mean(hub_env, org, hinted):
+    """A typo of the organisation was answered only with "pass trust_remote_code": on the real Hub
+    that steers the user to whoever registered the typo (helper-7's trial)."""
+    with pytest.raises(TrustError) as info:
+        wk.get_kernel(f"{org}/com.microsoft.QuickGelu", version=1)
+    assert ("did you mean webgpu-kernels/com.microsoft.QuickGelu?" in str(info.value)) is hinted
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["./pkg", "../pkg", "/abs/pkg", "~/pkg", "a/b/c", "file:///tmp/pkg", "https://example.com/kernels/webgpu-kernels/x",
+     "http://127.0.0.1:9/whatever", "ftp://example.com/pkg"],
+)  # fmt: skip
+def test_paths_and_urls_need_trust(hub_env, name):
+    with pytest.raises(TrustError, match="local path or URL-like location") as info:
+        wk.get_kernel(name)
+    # A local folder is told of load_kernel, and not of the CLI's flag: the CLI opens folders
+    # without it. A URL is told of the flag.
+    local = not name.startswith(("http", "ftp"))
+    assert ("load_kernel(path)" in str(info.value)) == local
+    assert ("--trust-remote-code" in str(info.value)) == (not local)
+    assert "trust_remote_code=True" in str(info.value)
