@@ -197,6 +197,17 @@ def peak_rss() -> int:
     return 0
 
 
+#: What the render deadline's error says: the wall-clock stop, there for what no limit counts. A
+#: corpus entry or bound stopped by it took seconds (10 of them) where a limit that counts (work
+#: units, sizes, depth) would have stopped it at once: the regression these tests look for,
+#: told apart without timing anything (a loaded machine slows both).
+DEADLINE_TEXT = "took longer than"
+
+
+def assert_not_the_deadline(error: Exception) -> None:
+    assert DEADLINE_TEXT not in str(error), f"stopped by the render deadline, not by a limit that counts: {error}"
+
+
 def _with_canary(text: str, canary) -> str:
     return text.replace(CANARY, str(canary))
 
@@ -224,10 +235,10 @@ def test_escape_as_manifest_expression(escape, write_package, tmp_path, device):
     canary = tmp_path / "canary"
     source = _with_canary(escape.expression, canary)
     root = demo_with_probe(write_package, expression=source)
-    peak_before, started = peak_rss(), time.perf_counter()
+    peak_before = peak_rss()
     with pytest.raises(errors.ExpressionError) as info:
         wk.load_kernel(root).render(X)
-    assert time.perf_counter() - started < 2.0
+    assert_not_the_deadline(info.value)
     assert peak_rss() - peak_before < 64 * 2**20, "the process's peak memory grew"
     error = info.value
     assert error.expression in (source, source[:80] + "...")
@@ -242,10 +253,10 @@ def test_escape_in_template(escape, write_package, tmp_path, device):
     canary = tmp_path / "canary"
     template = _with_canary(escape.template_source(), canary) + "\n"
     kernel = wk.load_kernel(demo_with_probe(write_package, template=template))
-    peak_before, started = peak_rss(), time.perf_counter()
+    peak_before = peak_rss()
     with pytest.raises(errors.TemplateError) as info:
         kernel.render(X)
-    assert time.perf_counter() - started < 5.0
+    assert_not_the_deadline(info.value)
     assert peak_rss() - peak_before < 96 * 2**20, "the process's peak memory grew"
     error = info.value
     assert error.file == SHADER
@@ -420,7 +431,7 @@ def test_self_including_template_is_stopped(write_package):
     # which 2**N renders would reach (a test timing it had failed on a loaded machine).
     with pytest.raises(errors.TemplateSandboxError) as info:
         wk.load_kernel(root).render(X)
-    assert "took longer" not in str(info.value)
+    assert_not_the_deadline(info.value)
 
 
 def test_rendered_size_limit_names_the_template(write_package):
@@ -547,9 +558,12 @@ def test_unclosed_block_comments_are_read_in_linear_time(write_package):
     from webgpu_kernels.rendering import check_nesting
 
     kernel = wk.load_kernel(demo_with_probe(write_package, template="{{ '/*;' * 30000 }}\n"))
-    started = time.perf_counter()
     kernel.render(X)  # ';' ends each term: nothing here is too deep, so all of it is read
-    assert time.perf_counter() - started < 2.0
+    # A hang guard, not a speed target: 1 MiB of them, checked in about a second, took the
+    # quadratic blanking about half an hour; a child process, since one regular expression step
+    # holds the interpreter and no thread could give up on it.
+    probe = "from webgpu_kernels.rendering import check_nesting; check_nesting('/*;' * 350_000, 'x.wgsl')"
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
     check_nesting("/* a */ // b /*\n/* " + "-" * 5000 + " */ x;\n", SHADER)  # both kinds still blanked
     with pytest.raises(errors.TemplateSandboxError, match="at rendered line 2"):
         check_nesting("/* never closed;\n" + "-" * 5000 + "1.0;\n", SHADER)
@@ -562,14 +576,14 @@ def test_template_source_limit(write_package):
     assert SHADER in str(info.value)
 
 
-# --- huge, deep or many: refused quickly --------------------------------------------------------------
+# --- huge, deep or many: refused by the limit that names them ------------------------------------------
 
 
-def _quickly(call, limit=1.0):
-    started = time.perf_counter()
-    with pytest.raises(wk.KernelError) as info:
+def _refused(call, limit_text: str):
+    """The library's error, saying which bound refused the input: a parse, walk or compile that ran
+    unbounded first fails some other way (a RecursionError, a raw error) or never ends."""
+    with pytest.raises(wk.KernelError, match=limit_text) as info:
         call()
-    assert time.perf_counter() - started < limit
     return info.value
 
 
@@ -584,21 +598,21 @@ def _load_text(tmp_path, text: str):
 @pytest.mark.parametrize("nesting", ["[" * 100_000 + "]" * 100_000, '{"a":' * 50_000 + "1" + "}" * 50_000],
                          ids=["lists", "objects"])
 def test_deeply_nested_manifest_json(tmp_path, nesting):
-    _quickly(_load_text(tmp_path, nesting))
+    _refused(_load_text(tmp_path, nesting), "JSON nested too deeply")
 
 
 def test_manifest_with_a_huge_integer(tmp_path):
     text = json.dumps(DEMO_MANIFEST).replace('"scale": 1.0', '"scale": ' + "9" * 5000)
-    _quickly(_load_text(tmp_path, text))
+    _refused(_load_text(tmp_path, text), "for integer string conversion")
 
 
 def test_manifest_with_huge_numbers_fails_at_load_or_at_the_call(write_package):
     manifest = copy.deepcopy(DEMO_MANIFEST)
     manifest["attributes"]["scale"] = 1e308 * 10  # json writes Infinity, which is not JSON: refused at load
-    assert "Infinity is not JSON" in str(_quickly(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE}))))
+    _refused(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})), "Infinity is not JSON")
     manifest["attributes"]["scale"] = 1.0
     manifest["tunables"]["WORKGROUP_SIZE"] = 1e300  # no caller could pass it: refused at load
-    error = _quickly(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})))
+    error = _refused(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})), "WORKGROUP_SIZE")
     assert isinstance(error, errors.ManifestError) and error.json_path == "tunables.WORKGROUP_SIZE"
 
 
@@ -608,32 +622,40 @@ def test_deeply_nested_manifest_value(write_package):
     for _ in range(5000):
         nested = [nested]
     manifest["attributes"]["scale"] = nested
-    _quickly(lambda: parse_manifest(manifest))
+    # the depth check, or (where something raised the recursion limit) the schema at the value
+    _refused(lambda: parse_manifest(manifest), "nested too deeply to validate|^attributes\\.scale\\[0\\]")
 
 
 def test_huge_strings_in_a_manifest(write_package, tmp_path):
     manifest = copy.deepcopy(DEMO_MANIFEST)
     manifest["derive"]["n"] = "numel(shapes.X)" + " + 0" * 100_000
-    error = _quickly(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})))
-    assert isinstance(error, errors.ExpressionSandboxError) and str(MAX_SEQUENCE_LENGTH) in str(error)
+    error = _refused(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})), str(MAX_SEQUENCE_LENGTH))
+    assert isinstance(error, errors.ExpressionSandboxError)
     manifest = copy.deepcopy(DEMO_MANIFEST)
     manifest["derive"]["n"] = "'" + "x" * 7_000_000 + "'"
-    _quickly(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})), limit=3.0)
+    _refused(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})), "longer than 4096 characters")
 
 
-def test_many_expressions_are_refused(write_package):
+def test_many_expressions_are_refused(write_package, monkeypatch):
+    """Refused before any is compiled (compiling 2,048 to find the 2,049th took seconds)."""
     manifest = copy.deepcopy(DEMO_MANIFEST)
     for i in range(3_000):  # past MAX_EXPRESSIONS (2048), inside the manifest value bound
         manifest["constants"][f"c{i}"] = f"{i} + 1"
-    error = _quickly(lambda: wk.load_kernel(write_package(manifest, {SHADER: DEMO_TEMPLATE})), limit=5.0)
+    root = write_package(manifest, {SHADER: DEMO_TEMPLATE})
+    compiled = []
+    real_compile = ExpressionCompiler.compile
+    monkeypatch.setattr(ExpressionCompiler, "compile", lambda self, *a, **k: compiled.append(a) or real_compile(self, *a, **k))
+    error = _refused(lambda: wk.load_kernel(root), "more than 2048 distinct expressions")
     assert isinstance(error, errors.ExpressionSandboxError)
+    assert compiled == []
 
 
 @pytest.mark.parametrize("source", ["(" * 3000 + "1" + ")" * 3000, "-" * 4000 + "1", "[" * 1500 + "]" * 1500,
                                     "not " * 1000 + "1", "a" * 4097],
                          ids=["parens", "minus", "lists", "not", "long"])  # fmt: skip
-def test_deep_or_long_expressions_are_refused_quickly(source):
-    error = _quickly(lambda: ExpressionCompiler(()).compile(source, "derive.x"))
+def test_deep_or_long_expressions_are_refused(source):
+    error = _refused(lambda: ExpressionCompiler(()).compile(source, "derive.x"),
+                     "longer than 4096 characters|nested more than 32 levels deep")
     assert isinstance(error, errors.ExpressionSandboxError)
     assert error.where == "derive.x"
 
@@ -735,13 +757,26 @@ def test_a_filter_quotes_a_huge_argument_by_a_bounded_text(call):
 def test_trim_with_characters_takes_linear_time():
     """str.strip(chars) scans chars for each character it strips: 131,072 emoji stripped by
     131,072 other characters and that emoji took 45 s in one step, past the render deadline
-    (review, f5; 65,536 took 7 s of CPU). Now about 0.02 s: the bound is generous."""
+    (review, f5; 65,536 took 7 s of CPU). str.strip is now given at most 64 distinct characters
+    (64 comparisons a character stripped: the 65,536 here are 2), more are looked up in a set."""
+    from webgpu_kernels import templates
+
     emoji, other = "\U0001f600", "\U0001f601"
     template = TemplateSandbox().from_string("{{ s|trim(c)|length }},{{ ('ab' ~ s ~ 'ba')|trim(c ~ 'ab') }}")
     text, chars = emoji * 65536, other * 65535 + emoji
-    started = time.process_time()
     assert template.render(s=text, c=chars) == "0,"
-    assert time.process_time() - started < 1.5
+
+    class Text(str):  # what str.strip is asked to scan for each character it strips
+        scanned: list[int] = []
+
+        def strip(self, chars=None):
+            Text.scanned.append(len(chars or ""))
+            return str(self).strip(chars)
+
+    assert templates._strip(Text(text), chars) == ""
+    hundred = "".join(chr(0x4E00 + i) for i in range(100))
+    assert templates._strip(Text(hundred + "mid"), hundred) == "mid"
+    assert Text.scanned == [2]  # the 65,536 as their 2 distinct characters; the 100 went to a set
     # as str.strip does, with few characters (str.strip itself) and with many (a set)
     many = "".join(chr(0x4E00 + i) for i in range(100))
     for value, strip in [("xxabcxx", "x"), ("  a b  ", " "), ("abc", ""), ("ab\u00e9cba", "ba"), ("", "ab"),
