@@ -8,7 +8,8 @@
                                                 # 10,000 with distinct shapes, shipped cache sizes
 
 The fuzz strategies are the CI ones (tests/test_fuzz.py); ``WK_FUZZ_SCALE`` multiplies every
-``max_examples`` and ``WK_FUZZ_RANDOM=1`` drops ``derandomize``, so each run explores new cases.
+``max_examples`` and ``WK_FUZZ_RANDOM=1`` drops ``derandomize``, so each run explores new cases;
+``WK_FUZZ_SLOW_S`` (3 unless set) fails an example that takes longer, which the CI run does not time.
 The soak is tests/test_resources.py with ``WK_SOAK_CALLS`` (distinct-alpha calls; ~16 ms each on
 lavapipe, since each compiles a pipeline). Extra arguments go to pytest. Exit status: pytest's.
 """
@@ -51,6 +52,7 @@ def main() -> int:
         atexit.register(shutil.rmtree, env["XDG_RUNTIME_DIR"], ignore_errors=True)
     env["WK_FUZZ_SCALE"] = str(args.scale)
     env["WK_FUZZ_RANDOM"] = "1"
+    env.setdefault("WK_FUZZ_SLOW_S", "3")  # an example slower than this fails here (the suite times nothing)
     status = 0
     if not args.no_fuzz:
         fuzz = ["tests/test_fuzz.py", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *pytest_args]

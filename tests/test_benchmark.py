@@ -343,7 +343,9 @@ def test_back_to_back_sleep():
         time.sleep(0.002)
 
     per_call = walltime.back_to_back(fn, lambda: syncs.append(1), min_s=0.06, batches=3)
-    assert 1.5e-3 <= per_call <= 20e-3
+    # at least the sleep; under a batch's 0.06 s, which an undivided batch would reach (a load only
+    # lengthens sleeps: 20 ms had been the bound; the division itself is test_back_to_back_sync_cost's)
+    assert 1.5e-3 <= per_call < 0.06
     assert len(syncs) == 2 + 2 * 3  # warm-up, calibration, then before and after each batch
     assert len(calls) >= 1 + 2 + 3 * 2  # warm-up, at least 2 calibration calls, at least 2 per batch
 
