@@ -47,7 +47,7 @@ def assert_error(result, *fragments: str) -> None:
 
 
 # A LayerNormalization package of one pass, Mean left out, which onnxruntime checks (run's and bench's tests).
-_LAYER_NORM_MANIFEST = {
+LAYER_NORM_MANIFEST = {
     "domain": "ai.onnx", "name": "LayerNormalization", "sinceVersion": 17,
     "inputs": [{"role": "X", "dtype": "T", "rank": 2}, {"role": "Scale", "dtype": "T"}],
     "outputs": [{"role": "Y", "dtype": "T", "rank": 2, "shape": "shapes.X"},
@@ -65,7 +65,7 @@ _LAYER_NORM_MANIFEST = {
             {"name": "eps", "type": "f32", "value": "attrs.epsilon"}]}}],
         "dispatch": {"threads": "shapes.X[0]"}}]}],
 }  # fmt: skip
-_LAYER_NORM_TEMPLATE = """{{ declarations }}
+LAYER_NORM_TEMPLATE = """{{ declarations }}
 @compute @workgroup_size({{ workgroupSize }})
 fn {{ entryPoint }}({{ entryParams }}) {
   let r = {{ globalIndex }};

@@ -15,9 +15,6 @@ import webgpu_kernels as wk
 from webgpu_kernels.cli import InputSpec, main, parse_input_spec, parse_value
 from webgpu_kernels.package import embedded_root
 
-# The two _LAYER_NORM names: test_cli_bench.py imports them from here (they are cli_helpers' now).
-from cli_helpers import _LAYER_NORM_MANIFEST as _LAYER_NORM_MANIFEST
-from cli_helpers import _LAYER_NORM_TEMPLATE as _LAYER_NORM_TEMPLATE
 from cli_helpers import BIAS_ADD, QG_F32, QUICK_GELU, assert_error, invoke, invoke_json
 
 # --- parsing ------------------------------------------------------------------------------------------

@@ -1048,11 +1048,11 @@ def test_a_package_op_onnxruntime_runs_is_checked_against_it_as_run_does(runner,
     """bench checked only the ops with a NumPy reference: a LayerNormalization package showed "max
     err -" where `run` compared the same call with onnxruntime (helper-33). A kernel that scales
     twice is WRONG now, in bench as in run."""
-    from test_cli import _LAYER_NORM_MANIFEST, _LAYER_NORM_TEMPLATE
+    from cli_helpers import LAYER_NORM_MANIFEST, LAYER_NORM_TEMPLATE
 
     shapes = ["-i", "X=4x16:f32", "-i", "Scale=16:f32", "--no-host", *QUICK_WARM_UP]
-    for template, ok in ((_LAYER_NORM_TEMPLATE, True), (_LAYER_NORM_TEMPLATE.replace("* scale[c]", "* 2.0 * scale[c]"), False)):
-        root = write_package(_LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": template})
+    for template, ok in ((LAYER_NORM_TEMPLATE, True), (LAYER_NORM_TEMPLATE.replace("* scale[c]", "* 2.0 * scale[c]"), False)):
+        root = write_package(LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": template})
         result = runner.invoke(main, ["bench", str(root), *shapes, "--json", str(tmp_path / "b.json")])
         assert result.exit_code == (0 if ok else 1), result.output
         (row,) = json.loads((tmp_path / "b.json").read_text("utf-8"))["cases"]

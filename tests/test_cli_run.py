@@ -16,12 +16,12 @@ from webgpu_kernels.cli import InputSpec, main
 from webgpu_kernels.cli_run import compare, summarize
 
 from cli_helpers import (
-    _LAYER_NORM_MANIFEST,
-    _LAYER_NORM_TEMPLATE,
     BA_F16_VEC4,
     BA_F32,
     BIAS_ADD,
     HAS_ORT,
+    LAYER_NORM_MANIFEST,
+    LAYER_NORM_TEMPLATE,
     QG_F32,
     QUICK_GELU,
     assert_error,
@@ -192,7 +192,7 @@ def test_run_compares_with_onnxruntime_by_position(write_package, runner: CliRun
     """ONNX reads a node's inputs and outputs by position. A LayerNormalization that leaves out its
     optional Mean: InvStdDev had been compared with ORT's Mean (WRONG, exit 1); and inputs given as
     `-i Scale=... -i X=...` had built the node as (Scale, X) (helper-10's review)."""
-    root = write_package(_LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    root = write_package(LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": LAYER_NORM_TEMPLATE})
     for order in (["-i", "X=4x16:f32", "-i", "Scale=16:f32"], ["-i", "Scale=16:f32", "-i", "X=4x16:f32"]):
         result = runner.invoke(main, ["run", str(root), *order, "--json"])
         assert result.exit_code == 0, result.output
@@ -206,18 +206,18 @@ def test_run_places_onnxruntimes_inputs_and_outputs_by_their_formal_names(write_
     order: ORT's Mean against the kernel's InvStdDev, all WRONG on a correct kernel (helper-21). The
     roles are LayerNormalization's formal names, so each goes to its place; with a name that is
     not one, the manifest's order holds and `run` says so."""
-    manifest = json.loads(json.dumps(_LAYER_NORM_MANIFEST))
+    manifest = json.loads(json.dumps(LAYER_NORM_MANIFEST))
     manifest["inputs"].reverse()  # Scale, X
     y, mean, inv = manifest["outputs"]
     manifest["outputs"] = [y, inv, mean]
-    root = write_package(manifest, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    root = write_package(manifest, {"ln.wgsl.jinja": LAYER_NORM_TEMPLATE})
     data = invoke_json(runner, "run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32")
     assert data["onnxruntimeMatchedBy"] == "name" and data["ok"], data
     assert set(data["reference"]["onnxruntime"]) == {"Y", "InvStdDev"}
-    manifest = json.loads(json.dumps(_LAYER_NORM_MANIFEST))
+    manifest = json.loads(json.dumps(LAYER_NORM_MANIFEST))
     manifest["inputs"][1]["role"] = "Gamma"
     manifest["variants"][0]["passes"][0]["bindings"][1]["arg"] = "Gamma"
-    root = write_package(manifest, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    root = write_package(manifest, {"ln.wgsl.jinja": LAYER_NORM_TEMPLATE})
     out = invoke(runner, "run", str(root), "-i", "X=4x16:f32", "-i", "Gamma=16:f32").stdout
     assert "matched to the manifest's by position: its roles are not all the op's formal names" in " ".join(out.split())
 
@@ -226,7 +226,7 @@ def test_run_places_onnxruntimes_inputs_and_outputs_by_their_formal_names(write_
 def test_run_says_why_onnxruntime_refused_the_call(write_package, runner: CliRunner) -> None:
     """An attribute of another type than the op declares (epsilon written 1, an int) makes ORT refuse
     the model; `run` had said "onnxruntime has no CPU kernel" for every ORT error (helper-11)."""
-    root = write_package(_LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    root = write_package(LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": LAYER_NORM_TEMPLATE})
     result = runner.invoke(main, ["run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32", "--attr", "epsilon=1",
                                   "--json"])  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -293,9 +293,9 @@ def test_run_compares_with_the_onnx_version_the_manifest_names(write_package, ru
 def test_run_marks_an_output_shape_onnx_infers_otherwise_wrong(write_package, runner: CliRunner) -> None:
     """The guard that keeps ORT from a model sized otherwise turned a kernel's wrong output shape into
     "not available", exit 0 (helper-18): ORT is the only reference a package's own op has."""
-    manifest = json.loads(json.dumps(_LAYER_NORM_MANIFEST))
+    manifest = json.loads(json.dumps(LAYER_NORM_MANIFEST))
     manifest["outputs"][0].update(rank=3, shape="[shapes.X[0], shapes.X[1], 1]")  # the elements of X, not its shape
-    root = write_package(manifest, {"ln.wgsl.jinja": _LAYER_NORM_TEMPLATE})
+    root = write_package(manifest, {"ln.wgsl.jinja": LAYER_NORM_TEMPLATE})
     result = runner.invoke(main, ["run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32", "--json"])
     assert result.exit_code == 1, result.output
     data = json.loads(result.stdout)
