@@ -254,3 +254,26 @@ def test_a_size_the_package_fixes_is_the_variants(write_package) -> None:
     with pytest.raises(wk.DeviceLimitError, match="variant 'main', a size the package fixes") as refused:
         kernel({"X": np.arange(8, dtype=np.float32)})
     assert refused.value.argument == "variant"
+
+
+@pytest.mark.parametrize(("declaration", "blamed"), [
+    # the type over two lines: the second line's tunable sizes it
+    ("var<workgroup> scratch: array<f32,\n  {{ tunables.FLOATS }}>;", "FLOATS"),
+    # a WGSL const (or a struct) sizes it: another line decides, not traced, so not 'the package fixes'
+    ("const FLOATS = {{ tunables.FLOATS }}u;\nvar<workgroup> scratch: array<f32, FLOATS>;", "tunables"),
+    ("struct Scratch { a: array<f32, {{ tunables.FLOATS }}> }\nalias S = Scratch;\nvar<workgroup> scratch: S;",
+     "tunables"),
+])  # fmt: skip
+def test_a_size_written_elsewhere_is_not_the_packages(write_package, declaration: str, blamed: str) -> None:
+    """Only the declaration's first line had been read: a tunable on its second line, or in the
+    const or struct it names, had been blamed on the variant as 'a size the package fixes'."""
+    wgsl = SCRATCH_WGSL.replace("var<workgroup> scratch: array<f32, {{ tunables.FLOATS }}>;", declaration)
+    if "Scratch" in declaration:
+        wgsl = wgsl.replace("scratch[lix]", "scratch.a[lix]")
+    manifest = one_pass_manifest("Elsewhere", "scratch.wgsl.jinja", tunables={"FLOATS": 64})
+    kernel = wk.load_kernel(write_package(manifest, {"scratch.wgsl.jinja": wgsl}))
+    past = wk.get_device().limits["max-compute-workgroup-storage-size"] // 4 + 4
+    with pytest.raises(wk.DeviceLimitError) as refused:
+        kernel({"X": np.arange(8, dtype=np.float32)}, tunables={"FLOATS": past})
+    assert refused.value.argument == blamed
+    assert "the package fixes" not in str(refused.value)

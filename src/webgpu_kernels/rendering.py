@@ -508,12 +508,7 @@ def workgroup_memory_arguments(program: Program, variant: CompiledVariant, cpass
     exprs: list[Expression] = []
     references: list[str] = []
     for name in names:
-        match = re.search(rf"\bvar\s*<\s*workgroup\s*,?\s*>\s*{re.escape(name)}\s*:", wgsl)
-        origin = None
-        if match is not None:
-            line = wgsl.count("\n", 0, match.start()) + 1
-            origin = wgsl.template_line(line, match.start() - wgsl.rfind("\n", 0, match.start()))
-        reads = None if origin is None else renderer.line_reads(*origin)
+        reads = _declaration_reads(renderer, wgsl, name)
         if reads is None:
             return None
         for ref in reads:
@@ -531,3 +526,33 @@ def workgroup_memory_arguments(program: Program, variant: CompiledVariant, cpass
             elif ref not in TEMPLATE_NAMES:  # a name set inside the template, a loop's variable: not traced
                 return None
     return program.arguments_read(exprs, variant, references)
+
+
+#: The types a workgroup variable's declaration may name that are WGSL's own. Any other name is a
+#: declaration of the module (a const count, an alias, a struct) whose own lines decide the size.
+_PREDECLARED_TYPE = re.compile(r"array|atomic|bool|f16|f32|i32|u32|vec[234][fhiu]?|mat[234]x[234][fh]?")
+
+
+def _declaration_reads(renderer: TemplateRenderer, wgsl: RenderedWGSL, name: str) -> list[str] | None:
+    """What the template lines of workgroup variable ``name``'s declaration read, every line from
+    ``var`` to its ``;`` (a type written over two lines); None where its type names a declaration of
+    the module (``array<f32, TILE>`` with ``const TILE = {{ tunables.TILE }}u;``: the size follows
+    another line, which had been taken for one the package fixes) or a line cannot be traced."""
+    match = re.search(rf"\bvar\s*<\s*workgroup\s*,?\s*>\s*{re.escape(name)}\s*:([^;]*)", wgsl)
+    if match is None or any(word and not _PREDECLARED_TYPE.fullmatch(word)
+                            for word in re.findall(r"\d\w*|([^\W\d]\w*)", match[1])):  # fmt: skip
+        return None
+
+    def origin(offset: int) -> tuple[str, int] | None:
+        return wgsl.template_line(wgsl.count("\n", 0, offset) + 1, offset - wgsl.rfind("\n", 0, offset))
+
+    first, last = origin(match.start()), origin(max(match.end() - 1, match.start()))
+    if first is None or last is None or first[0] != last[0] or last[1] < first[1]:
+        return None
+    reads: list[str] = []
+    for line in range(first[1], last[1] + 1):
+        on_line = renderer.line_reads(first[0], line)
+        if on_line is None:
+            return None
+        reads.extend(on_line)
+    return reads
