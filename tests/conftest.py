@@ -21,8 +21,10 @@ from pathlib import Path
 def _temporary_folder(prefix: str) -> str:
     """A new folder removed when this process exits (each xdist worker makes its own: a run had
     left four such folders per process in /tmp)."""
-    path = tempfile.mkdtemp(prefix=prefix)
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    path, owner = tempfile.mkdtemp(prefix=prefix), os.getpid()
+    # Only by the process that made it: a forked child leaving through sys.exit runs the atexit
+    # handlers it inherited, and would remove its parent's folders while the parent still runs.
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(path, ignore_errors=True))
     return path
 
 
