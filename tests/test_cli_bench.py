@@ -246,6 +246,18 @@ def test_a_json_file_that_cannot_be_written_after_the_run_is_an_error_after_the_
     assert "Could not open file" in result.stderr and str(path) in " ".join(result.stderr.split())
 
 
+def fails_as_a_case(runner, command: str, root, message: str) -> list[str]:
+    """``command`` on ``root`` with -i shapes is an error row saying ``message`` (exit 1), as its
+    bench.json case is; returns the options it ran with (bench without host timing, tune dry)."""
+    args = ["--no-host"] if command == "bench" else ["--dry-run"]
+    result = runner.invoke(main, [command, str(root), "-i", "X=4096:f32", *QUICK_WARM_UP, *args])
+    assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None))), result.output
+    assert message in result.output
+    given = runner.invoke(main, [command, str(root), *TINY, *args])
+    assert given.exit_code == result.exit_code, given.output
+    return args
+
+
 @pytest.mark.parametrize("command", ["bench", "tune"])
 def test_a_template_that_does_not_compile_for_given_shapes_fails_as_a_bench_json_case(runner, tmp_path, command):
     """With -i shapes a shader that does not compile stopped the command as a usage error (exit 2, "could not
@@ -254,12 +266,7 @@ def test_a_template_that_does_not_compile_for_given_shapes_fails_as_a_bench_json
     template = root / "quick-gelu.wgsl.jinja"
     template.write_text(template.read_text("utf-8").replace("fn quick_gelu(", "fn quick_gelu(nonsense "), "utf-8")
     write_metadata(root)
-    args = ["--no-host"] if command == "bench" else ["--dry-run"]
-    result = runner.invoke(main, [command, str(root), "-i", "X=4096:f32", *QUICK_WARM_UP, *args])
-    assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None))), result.output
-    assert "does not compile" in result.output
-    given = runner.invoke(main, [command, str(root), *TINY, *args])
-    assert given.exit_code == result.exit_code, given.output
+    fails_as_a_case(runner, command, root, "does not compile")
 
 
 @pytest.mark.parametrize("command", ["bench", "tune"])
@@ -272,12 +279,7 @@ def test_a_uniform_value_the_layout_cannot_hold_for_given_shapes_fails_as_a_benc
     manifest.write_text(manifest.read_text("utf-8").replace('"numel(shapes.X) / 4"', '"numel(shapes.X) / 4 - 5000"')
                         .replace('"numel(shapes.X)" }', '"numel(shapes.X) - 5000" }'), "utf-8")  # fmt: skip
     write_metadata(root)
-    args = ["--no-host"] if command == "bench" else ["--dry-run"]
-    result = runner.invoke(main, [command, str(root), "-i", "X=4096:f32", *QUICK_WARM_UP, *args])
-    assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None))), result.output
-    assert "(u32) value -3976 is outside" in result.output
-    given = runner.invoke(main, [command, str(root), *TINY, *args])
-    assert given.exit_code == result.exit_code, given.output
+    args = fails_as_a_case(runner, command, root, "(u32) value -3976 is outside")
     refused = runner.invoke(main, [command, str(root), "-i", "X=4096:i32", *QUICK_WARM_UP, *args])
     assert refused.exit_code == 2 and "got int32" in refused.output, refused.output
 
