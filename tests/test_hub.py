@@ -1049,3 +1049,13 @@ def test_a_load_waits_for_the_repositorys_lock_in_bounded_time(server, hub_env, 
     finally:
         holder.communicate("\n", timeout=30)
     assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID
+
+
+def test_a_load_nested_in_a_load_of_the_same_repository_does_not_wait_for_itself(server, hub_env, monkeypatch):
+    """The repository's lock is reentrant in the thread that holds it: a load made while it is held
+    (an `accept` callback of hub.download loading the same repository) had waited for itself for
+    $WEBGPU_KERNELS_HUB_LOCK_TIMEOUT seconds, then blamed "another process"."""
+    monkeypatch.setenv("WEBGPU_KERNELS_HUB_LOCK_TIMEOUT", "0")
+    nested = []
+    package = hub.download(OFFICIAL, version=1, accept=lambda _: nested.append(wk.get_kernel(OFFICIAL, version=1)))
+    assert [kernel.package.commit for kernel in nested] == [package.commit]

@@ -228,7 +228,10 @@ def _repo_lock(endpoint: str | None, repo_id: str, rev: str) -> Iterator[None]:
 
     timeout = env_count(LOCK_TIMEOUT_ENV, LOCK_TIMEOUT_S)
     path = cache_dir_for(endpoint) / ".locks" / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE) / LOCK_NAME
-    lock = FileLock(path, mode=0o664)  # group-writable, as huggingface_hub's: a cache shared by a group
+    # One lock object per path (is_singleton): reentrant in the thread that holds it, so a load nested
+    # in another of the same repository (an accept callback) does not wait for itself; group-writable,
+    # as huggingface_hub's lock files are, for a cache shared by a group.
+    lock = FileLock(path, mode=0o664, is_singleton=True)
     held = False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
