@@ -1059,3 +1059,49 @@ def test_a_load_nested_in_a_load_of_the_same_repository_does_not_wait_for_itself
     nested = []
     package = hub.download(OFFICIAL, version=1, accept=lambda _: nested.append(wk.get_kernel(OFFICIAL, version=1)))
     assert [kernel.package.commit for kernel in nested] == [package.commit]
+
+
+# --- a cache this process cannot write (a Docker image's, a cluster's shared copy) --------------------
+
+
+def refuse_writes_below(monkeypatch, folder: Path) -> None:
+    """os.mkdir refuses every folder below ``folder`` as a read-only cache refuses a user who does not
+    own it (tests run as root, whom permissions do not stop): huggingface_hub's and the lock's
+    folders are all made through it."""
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        if str(os.path.abspath(path)).startswith(f"{folder}{os.sep}"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+
+
+def test_a_download_into_a_cache_this_process_cannot_write_says_so(server, hub_env, monkeypatch):
+    """A revision the read-only cache lacks: a HubError naming the cache and what to set, not
+    "download from <endpoint> failed: PermissionError", which blamed the Hub."""
+    refuse_writes_below(monkeypatch, hub_env)
+    with pytest.raises(HubError, match=rf"contract version 1 \(revision 'v1'\): the Hugging Face cache "
+                                       rf"{re.escape(str(hub_env / 'hub'))} is not writable by this process "
+                                       r"\(Permission denied: .*\).*set HF_HOME or HF_HUB_CACHE") as info:  # fmt: skip
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.repo_id == OFFICIAL and "download from" not in str(info.value)
+
+
+def test_a_cache_this_process_cannot_write_is_read_without_the_lock(server, hub_env, monkeypatch, rng):
+    """Filled by another user (root building an image), then read: the lock file cannot be opened
+    (filelock raises PermissionError), and the cached copy loads and runs, online and offline."""
+    wk.get_kernel(OFFICIAL, version=1)
+    hub.clear_cache()
+    refuse_writes_below(monkeypatch, hub_env)
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self.lock_file))
+
+    monkeypatch.setattr(hub.FileLock, "acquire", refused)
+    monkeypatch.setenv("WEBGPU_KERNELS_HUB_LOCK_TIMEOUT", "0")
+    x = rng.standard_normal((3, 130)).astype(np.float32)
+    assert np.allclose(wk.get_kernel(OFFICIAL, version=1)({"X": x})["Y"], quick_gelu_ref(x), atol=1e-5)
+    go_offline(monkeypatch)
+    assert wk.get_kernel(OFFICIAL, revision="v1")({"X": x})["Y"].shape == x.shape

@@ -20,6 +20,7 @@ after import (as tests do) takes effect.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import os
@@ -481,8 +482,26 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
         raise
     except Exception as exc:  # noqa: BLE001 - OSError, ValueError, and the HTTP client's own errors (httpx's
         # RemoteProtocolError when a connection dies mid-file): the caller gets one error type, naming what failed
+        refused = _refused_write(exc, cache_dir)
+        if refused is not None:  # it had read "download from <endpoint> failed", as if the Hub had failed
+            raise HubError(f"{repo_id} {what}: the Hugging Face cache {cache_dir} is not writable by this process "
+                           f"({refused}), so the download cannot be stored there: set HF_HOME or HF_HUB_CACHE to a "
+                           "folder of your own", repo_id=repo_id, revision=rev) from exc  # fmt: skip
         raise HubError(f"{repo_id} revision {rev!r}: download from {where} failed: {type(exc).__name__}: {exc}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
+
+
+def _refused_write(exc: BaseException | None, cache_dir: Path) -> str | None:
+    """"<reason>: <path>" when ``exc`` (or its cause) is the system refusing this process a write into
+    the Hub cache or a folder above it (a read-only copy, another user's cache), else None."""
+    cache = os.path.abspath(cache_dir)
+    for _ in range(8):
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and exc.filename:
+            path = os.path.abspath(os.fsdecode(exc.filename))
+            if os.path.commonpath([path, cache]) in (path, cache):  # the cache, below it or above it
+                return f"{exc.strerror or 'refused'}: {path}"
+        exc = None if exc is None else exc.__cause__ or exc.__context__
+    return None
 
 
 def _http_answer(exc: Exception) -> str:
