@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 import webgpu_kernels as wk
-from webgpu_kernels import api, hub
+from webgpu_kernels import api, hub, hub_cache
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.errors import DigestError, HubError, PackageError, TrustError
 from webgpu_kernels.package import embedded_root
@@ -523,8 +523,8 @@ def test_another_hub_never_answers_for_the_configured_one(server, hub_env, tmp_p
         url = f"{other_server.url}/kernels/{OFFICIAL}"
         fetched = wk.get_kernel(url, version=1, trust_remote_code=True)
         assert "from the other Hub" in fetched.package.read_text("quick-gelu.wgsl.jinja")
-        assert fetched.package.root.is_relative_to(hub_env / "hub" / hub.OTHER_ENDPOINTS_DIR)
-        assert hub.cache_dir_for(other_server.url) != hub.cache_dir_for(None) == hub_env / "hub"
+        assert fetched.package.root.is_relative_to(hub_env / "hub" / hub_cache.OTHER_ENDPOINTS_DIR)
+        assert hub_cache.cache_dir_for(other_server.url) != hub_cache.cache_dir_for(None) == hub_env / "hub"
     finally:
         other_server.stop()
     go_offline(monkeypatch)
@@ -1099,7 +1099,7 @@ def test_a_cache_this_process_cannot_write_is_read_without_the_lock(server, hub_
     def refused(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(self.lock_file))
 
-    monkeypatch.setattr(hub.FileLock, "acquire", refused)
+    monkeypatch.setattr(hub_cache.FileLock, "acquire", refused)
     monkeypatch.setenv("WEBGPU_KERNELS_HUB_LOCK_TIMEOUT", "0")
     x = rng.standard_normal((3, 130)).astype(np.float32)
     assert np.allclose(wk.get_kernel(OFFICIAL, version=1)({"X": x})["Y"], quick_gelu_ref(x), atol=1e-5)

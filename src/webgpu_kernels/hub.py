@@ -20,98 +20,37 @@ after import (as tests do) takes effect.
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import math
 import os
 import re
-import secrets
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
 
-from filelock import FileLock, Timeout
-
-from .device import TRUE_VALUES, env_count
+from . import hub_cache
 from .digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE, is_content_file
 from .errors import DigestError, HubError, KernelError, PackageError
 from .forks import fresh_in_child
+from .hub_cache import (
+    DEFAULT_ENDPOINT,
+    REPO_TYPE,
+    cache_dir_for,
+    hub_endpoint,
+    hub_offline,
+)
 from .locations import Location, check_trust, checked_repo_id
 from .package import KernelPackage, open_folder
 
 if TYPE_CHECKING:
     from .kernel import Kernel
 
-#: huggingface_hub's repository type for kernel repositories (URL prefix ``kernels/``).
-REPO_TYPE = "kernel"
 #: Where a repository keeps the WebGPU package.
 PACKAGE_DIR = "build/webgpu"
-#: huggingface_hub's endpoint when HF_ENDPOINT is not set.
-DEFAULT_ENDPOINT = "https://huggingface.co"
-#: Below the Hub cache: one folder per other endpoint (a repository given by its URL on another Hub).
-OTHER_ENDPOINTS_DIR = "webgpu-kernels-endpoints"
-#: Seconds a load waits for another process's download or check of the same repository (600).
-LOCK_TIMEOUT_ENV = "WEBGPU_KERNELS_HUB_LOCK_TIMEOUT"
-LOCK_TIMEOUT_S = 600
-#: The lock file of a repository, in huggingface_hub's folder of lock files for it.
-LOCK_NAME = "webgpu-kernels.lock"
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
-
-
-# --- the environment, read at call time ---------------------------------------------------------------
-
-
-def hub_endpoint() -> str | None:
-    """``HF_ENDPOINT`` as it is now (None: huggingface_hub's default, https://huggingface.co)."""
-    value = os.environ.get("HF_ENDPOINT", "").strip()
-    return value.rstrip("/") or None
-
-
-def hub_cache_dir() -> Path:
-    """The Hub cache folder as huggingface_hub would compute it from the environment now."""
-
-    def expand(value: str) -> Path:
-        return Path(os.path.expandvars(os.path.expanduser(value)))
-
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return expand(os.environ[var])
-    if os.environ.get("HF_HOME"):
-        return expand(os.environ["HF_HOME"]) / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return expand(os.path.join(xdg, "huggingface")) / "hub"
-
-
-def cache_dir_for(endpoint: str | None) -> Path:
-    """The Hub cache for the configured endpoint (HF_ENDPOINT, else huggingface.co); a folder of its
-    own below it for any other endpoint. huggingface_hub's cache is not keyed by endpoint: without
-    this, a repository fetched (with trust) from another Hub by its URL would later be read back,
-    offline or under the same commit sha, as the official repository of that name."""
-    base = hub_cache_dir()
-    home = hub_endpoint() or DEFAULT_ENDPOINT
-    endpoint = (endpoint or home).rstrip("/")
-    if endpoint == home:
-        return base
-    host = re.sub(r"[^A-Za-z0-9.\-]", "_", urlsplit(endpoint).netloc)[:64] or "endpoint"
-    return base / OTHER_ENDPOINTS_DIR / f"{host}-{hashlib.sha256(endpoint.encode()).hexdigest()[:16]}"
-
-
-def hub_offline() -> bool:
-    """``HF_HUB_OFFLINE`` (or the legacy ``TRANSFORMERS_OFFLINE``) as it is now."""
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    if value.strip().upper() in TRUE_VALUES:
-        return True
-    try:  # set at import time (e.g. the process was started offline): huggingface_hub blocks requests then
-        from huggingface_hub import constants
-
-        return bool(constants.HF_HUB_OFFLINE) and "HF_HUB_OFFLINE" not in os.environ
-    except ImportError:  # pragma: no cover - a dependency of the project
-        return False
 
 
 # --- packages in the cache ----------------------------------------------------------------------------
@@ -170,97 +109,6 @@ def check_version(version: Any, repo_id: str) -> int:
     return version
 
 
-class _CacheUndo:
-    """A repository's folder of the Hub cache as it was before a download, so that a download that
-    fails, or whose package is refused when opened, leaves the cache as it was. Without it a refused
-    repository stayed cached: the files fetched before huggingface_hub refused a '..' name (a
-    partial snapshot), refs/<revision> moved to the refused commit (offline use then found that
-    instead of the copy cached before), its tree listing, and a refused copy that no later
-    download replaced.
-
-    Put back: entries that were not there are removed, refs that changed get their old content.
-    huggingface_hub's lock files (``.locks/``, empty) stay, as it leaves them itself. Recorded and
-    put back under the repository's lock (:func:`_repo_lock`), so that only this download's entries
-    are removed.
-    """
-
-    def __init__(self, endpoint: str | None, repo_id: str) -> None:
-        self.folder = _repo_cache_folder(endpoint, repo_id)
-        with suppress(OSError, RuntimeError):  # as snapshot_download resolves the cache folder: the paths
-            # it returns are then compared with these (an HF_HOME through a link had read every cached
-            # file as one the server had just sent, and its change was blamed on the server, helper-36)
-            self.folder = self.folder.resolve()
-        self.entries = set(_entries_below(self.folder))
-        self.refs: dict[Path, bytes] = {}
-        for path in _entries_below(self.folder / "refs"):
-            with suppress(OSError):
-                if path.is_file() and not path.is_symlink():
-                    self.refs[path] = path.read_bytes()
-
-    def restore(self) -> None:
-        """Best effort: a file that cannot be removed stays, and the error being raised is kept."""
-        added = set(_entries_below(self.folder)) - self.entries
-        for path in sorted(added, key=lambda p: len(p.parts), reverse=True):  # what a folder holds first
-            with suppress(OSError):
-                if path.is_dir() and not path.is_symlink():
-                    path.rmdir()
-                else:
-                    path.unlink()
-        for path, data in self.refs.items():
-            with suppress(OSError):
-                if path.is_symlink() or not path.is_file() or path.read_bytes() != data:
-                    # renamed into place, as huggingface_hub writes refs: no reader sees an empty one
-                    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-                    try:
-                        tmp.write_bytes(data)
-                        os.replace(tmp, path)
-                    finally:
-                        tmp.unlink(missing_ok=True)
-
-
-@contextmanager
-def _repo_lock(endpoint: str | None, repo_id: str, rev: str) -> Iterator[None]:
-    """Hold the repository's lock between processes (and threads) while its cache folder is read,
-    written or put back: workers started together (torchrun, a DataLoader, pytest-xdist) load the
-    same repository at once, and a download that failed in one had removed, as its undo, what
-    another downloaded meanwhile. Per repository, not per revision: revisions share blobs.
-    A cache this process cannot write (a read-only copy) is read without the lock."""
-    from huggingface_hub.file_download import repo_folder_name
-
-    timeout = env_count(LOCK_TIMEOUT_ENV, LOCK_TIMEOUT_S)
-    path = cache_dir_for(endpoint) / ".locks" / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE) / LOCK_NAME
-    # One lock object per path (is_singleton): reentrant in the thread that holds it, so a load nested
-    # in another of the same repository (an accept callback) does not wait for itself; group-writable,
-    # as huggingface_hub's lock files are, for a cache shared by a group.
-    lock = FileLock(path, mode=0o664, is_singleton=True)
-    held = False
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock.acquire(timeout=timeout)
-        held = True
-    except Timeout:  # before OSError: filelock's Timeout is a TimeoutError
-        raise HubError(f"{repo_id} revision {rev!r}: waited {timeout} s for the lock {path}, held by another process "
-                       f"downloading or checking this repository; retry when it is done, or set ${LOCK_TIMEOUT_ENV} "
-                       "to wait longer", repo_id=repo_id, revision=rev) from None  # fmt: skip
-    except OSError:
-        pass
-    try:
-        yield
-    finally:
-        if held:
-            lock.release()
-
-
-def _entries_below(folder: Path) -> list[Path]:
-    """``folder`` and everything below it (links listed, never followed); empty if it does not exist."""
-    if not os.path.isdir(folder):
-        return []
-    found = [folder]
-    for dirpath, dirnames, filenames in os.walk(folder):
-        found.extend(Path(dirpath, name) for name in [*dirnames, *filenames])
-    return found
-
-
 def download(
     repo_id: str,
     *,
@@ -289,7 +137,7 @@ def download(
     _require_kernel_repos()
     # Asked before the lock: it writes nothing, and a refused listing leaves no trace in the cache.
     listed, unreached = (None, None) if offline else _listing(repo_id, rev, endpoint=endpoint, token=token)
-    with _repo_lock(endpoint, repo_id, rev):
+    with hub_cache.repo_lock(endpoint, repo_id, rev):
         return _download_locked(repo_id, rev, trusted=trusted, endpoint=endpoint, token=token, version=version,
                                 revision=revision, accept=accept, listed=listed, unreached=unreached)  # fmt: skip
 
@@ -298,10 +146,10 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
                      version: int | None, revision: str | None, accept: Callable[[HubPackage], object] | None,
                      listed: str | None, unreached: Exception | None) -> HubPackage:  # fmt: skip
     """:func:`download`'s fetch, open and undo, under the repository's lock: nothing another process
-    of this library writes to the repository's cache folder can come between its _CacheUndo's
+    of this library writes to the repository's cache folder can come between its CacheUndo's
     record and its restore (a restore had removed what another process downloaded meanwhile)."""
     # Offline nothing is written, so there is nothing to put back.
-    undo = None if hub_offline() else _CacheUndo(endpoint, repo_id)
+    undo = None if hub_offline() else hub_cache.CacheUndo(endpoint, repo_id)
     try:
         path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token, listed=listed,
                                      unreached=unreached, version=version if revision is None else None)  # fmt: skip
@@ -316,7 +164,7 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
         if not _COMMIT.match(commit):  # snapshot_download read an empty or garbled refs/<rev> and served
             # snapshots/ itself: this had read "(commit snapshots) has no build/webgpu/ folder" (helper-36)
             raise HubError(f"{repo_id} revision {rev!r}: the Hugging Face cache names no commit for it (an empty or "
-                           f"damaged refs/{rev}): delete {_repo_cache_folder(endpoint, repo_id)} to download it again",
+                           f"damaged refs/{rev}): delete {hub_cache.repo_cache_folder(endpoint, repo_id)} to download it again",
                            repo_id=repo_id, revision=rev)  # fmt: skip
         if not root.is_dir():
             raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}) has no {PACKAGE_DIR}/ folder: "
@@ -359,34 +207,11 @@ def _hub_digest_error(exc: DigestError, repo_id: str, commit: str, endpoint: str
     """A downloaded package's digest problem, with what its user (not its author) can do about it."""
     if cached:  # huggingface_hub reuses a cached blob, so deleting the snapshot alone fetched nothing new
         advice = (f"this copy of {repo_id} changed in the Hugging Face cache after it was downloaded: delete "
-                  f"{_repo_cache_folder(endpoint, repo_id)} to download it again")  # fmt: skip
+                  f"{hub_cache.repo_cache_folder(endpoint, repo_id)} to download it again")  # fmt: skip
     else:
         advice = (f"as {repo_id} serves it at commit {commit}; nothing of it was kept in the cache: tell the "
                   "repository's authors")  # fmt: skip
     return DigestError(f"{exc.detail} ({advice})", file=exc.file, reason=exc.reason, path=exc.path)
-
-
-def _point_ref(endpoint: str | None, repo_id: str, rev: str, commit: str) -> None:
-    """refs/<rev> of the repository's cache folder names ``commit`` (written whole, then renamed
-    into place, as huggingface_hub writes its refs), unless it already does."""
-    ref = _repo_cache_folder(endpoint, repo_id) / "refs" / rev
-    with suppress(OSError):  # a cache it cannot write is read-only: offline use then finds the older ref
-        if ref.is_file() and ref.read_text(encoding="utf-8") == commit:
-            return
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ref.with_name(f".{ref.name}.{secrets.token_hex(8)}.tmp")
-        try:
-            tmp.write_text(commit, encoding="utf-8")
-            os.replace(tmp, ref)
-        finally:
-            tmp.unlink(missing_ok=True)
-
-
-def _repo_cache_folder(endpoint: str | None, repo_id: str) -> Path:
-    """The Hub cache's folder of one repository (refs, snapshots, blobs)."""
-    from huggingface_hub.file_download import repo_folder_name
-
-    return cache_dir_for(endpoint) / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE)
 
 
 def check_contract_version(package: HubPackage, version: int | None) -> None:
@@ -449,7 +274,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
             library_name="webgpu-kernels", library_version=_library_version(),
         )  # fmt: skip
         if listed is not None and Path(path).name == listed != rev:
-            _point_ref(endpoint, repo_id, rev, listed)  # as a download of `rev` records it, for offline use
+            hub_cache.point_ref(endpoint, repo_id, rev, listed)  # as a download of `rev` records it, for offline use
         # From the Hub only if it is the commit the Hub named: snapshot_download serves the cache
         # on its own when its requests fail (a 4xx included), and then the listing cannot tell.
         return path, listed is None or Path(path).name != listed
@@ -482,26 +307,13 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
         raise
     except Exception as exc:  # noqa: BLE001 - OSError, ValueError, and the HTTP client's own errors (httpx's
         # RemoteProtocolError when a connection dies mid-file): the caller gets one error type, naming what failed
-        refused = _refused_write(exc, cache_dir)
+        refused = hub_cache.refused_write(exc, cache_dir)
         if refused is not None:  # it had read "download from <endpoint> failed", as if the Hub had failed
             raise HubError(f"{repo_id} {what}: the Hugging Face cache {cache_dir} is not writable by this process "
                            f"({refused}), so the download cannot be stored there: set HF_HOME or HF_HUB_CACHE to a "
                            "folder of your own", repo_id=repo_id, revision=rev) from exc  # fmt: skip
         raise HubError(f"{repo_id} revision {rev!r}: download from {where} failed: {type(exc).__name__}: {exc}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
-
-
-def _refused_write(exc: BaseException | None, cache_dir: Path) -> str | None:
-    """"<reason>: <path>" when ``exc`` (or its cause) is the system refusing this process a write into
-    the Hub cache or a folder above it (a read-only copy, another user's cache), else None."""
-    cache = os.path.abspath(cache_dir)
-    for _ in range(8):
-        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and exc.filename:
-            path = os.path.abspath(os.fsdecode(exc.filename))
-            if os.path.commonpath([path, cache]) in (path, cache):  # the cache, below it or above it
-                return f"{exc.strerror or 'refused'}: {path}"
-        exc = None if exc is None else exc.__cause__ or exc.__context__
-    return None
 
 
 def _http_answer(exc: Exception) -> str:
