@@ -222,15 +222,15 @@ class TemplateRenderer:
         except Exception as exc:  # noqa: BLE001 - every failure becomes the library's error
             raise template_error(exc, name) from None
 
-    def line_reads(self, shader: str, line: int) -> list[str] | None:
-        """What line ``line`` of template ``shader`` reads, as expressions' references are written
-        (``tunables.X``, ``attrs.X``, ``inputs.X``, ``constants.X``, a bare name); None where it
-        reads a namespace some other way (``tunables | length``) or the template cannot be parsed."""
+    def lines_read(self, shader: str, lines: range) -> list[str] | None:
+        """What ``lines`` of template ``shader`` read, as expressions' references are written
+        (``tunables.X``, ``attrs.X``, ``inputs.X``, ``constants.X``, a bare name); None where they
+        read a namespace some other way (``tunables | length``) or the template cannot be parsed."""
         try:
             tree = self.env.parse(self.env.loader.get_source(self.env, shader)[0])  # type: ignore[union-attr]
         except Exception:  # noqa: BLE001 - rendering would have failed first; no blame is then known
             return None
-        on_line = [n for n in tree.find_all((nodes.Name, nodes.Getattr, nodes.Getitem)) if n.lineno == line]
+        on_line = [n for n in tree.find_all((nodes.Name, nodes.Getattr, nodes.Getitem)) if n.lineno in lines]
         reads, heads = [], set()
         for node in on_line:
             if isinstance(node, (nodes.Getattr, nodes.Getitem)) and isinstance(node.node, nodes.Name):
@@ -549,10 +549,4 @@ def _declaration_reads(renderer: TemplateRenderer, wgsl: RenderedWGSL, name: str
     first, last = origin(match.start()), origin(max(match.end() - 1, match.start()))
     if first is None or last is None or first[0] != last[0] or last[1] < first[1]:
         return None
-    reads: list[str] = []
-    for line in range(first[1], last[1] + 1):
-        on_line = renderer.line_reads(first[0], line)
-        if on_line is None:
-            return None
-        reads.extend(on_line)
-    return reads
+    return renderer.lines_read(first[0], range(first[1], last[1] + 1))  # the template parsed once, not per line
