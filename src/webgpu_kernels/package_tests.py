@@ -341,15 +341,9 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
                   outputs: Sequence[OutputSpec], expected: Mapping[str, np.ndarray], adapter: str | None,
                   byte: int) -> tuple[RunResult, dict[str, np.ndarray]]:  # fmt: skip
     """The run, and per failing output the elements (flat) that fail and hold the fill ``byte``."""
-    from .device import get_device
-
-    device = get_device(adapter)
     start = time.perf_counter()
     try:
-        with device.lock:  # no other thread's call takes the filled buffers first (an RLock: the call takes it too)
-            fill_pooled_buffers(device, arrays, outputs, byte)
-            got = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
-                         tunables=case.tunables or None, adapter=adapter)  # fmt: skip
+        got = _filled_call(kernel, case, variant, arrays, outputs, adapter, byte)
     except KernelError as exc:
         return RunResult(kernel.op_id, case.name, variant, label, ERROR, message=_message(exc),
                          seconds=time.perf_counter() - start), {}  # fmt: skip
@@ -379,6 +373,18 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
     ), {role: mask for role, mask in suspects.items() if mask.any()}  # fmt: skip
 
 
+def _filled_call(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[str, np.ndarray],
+                 outputs: Sequence[OutputSpec], adapter: str | None, byte: int) -> Mapping[str, Any]:  # fmt: skip
+    """The case's call on copies of ``arrays``, its pooled buffers filled with ``byte`` first."""
+    from .device import get_device
+
+    device = get_device(adapter)
+    with device.lock:  # no other thread's call takes the filled buffers first (an RLock: the call takes it too)
+        fill_pooled_buffers(device, arrays, outputs, byte)
+        return kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
+                      tunables=case.tunables or None, adapter=adapter)  # fmt: skip
+
+
 def _note_unwritten(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[str, np.ndarray],
                     outputs: Sequence[OutputSpec], adapter: str | None, result: RunResult,
                     suspects: Mapping[str, np.ndarray], byte: int) -> RunResult:  # fmt: skip
@@ -388,15 +394,9 @@ def _note_unwritten(kernel: Kernel, case: TestCase, variant: str, arrays: Mappin
     a wrong index copied there): it stays the same under the other fill, and is not blamed on it."""
     if not suspects:
         return result
-    from .device import get_device
-
     other = next(b for b in POISON_BYTES if b != byte)
-    device = get_device(adapter)
     try:
-        with device.lock:  # as in _poisoned_run
-            fill_pooled_buffers(device, arrays, outputs, other)
-            got = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
-                         tunables=case.tunables or None, adapter=adapter)  # fmt: skip
+        got = _filled_call(kernel, case, variant, arrays, outputs, adapter, other)
     except KernelError:  # it ran once: without the second run, nothing is claimed
         return result
     unwritten = sum(int((mask & _holds(np.asarray(got[role]), other)).sum())
