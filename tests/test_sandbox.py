@@ -28,7 +28,7 @@ from webgpu_kernels import errors
 from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler
 from webgpu_kernels.manifest import parse_manifest
 from webgpu_kernels.package import KernelPackage
-from webgpu_kernels.sandbox import MAX_SEQUENCE_LENGTH
+from webgpu_kernels.sandbox import MAX_RENDER_SECONDS, MAX_SEQUENCE_LENGTH, RenderBudget, SandboxViolation
 from webgpu_kernels.templates import MAX_RENDERED_BYTES, TemplateSandbox
 
 from conftest import PACKAGES_DIR
@@ -206,6 +206,18 @@ DEADLINE_TEXT = "took longer than"
 
 def assert_not_the_deadline(error: Exception) -> None:
     assert DEADLINE_TEXT not in str(error), f"stopped by the render deadline, not by a limit that counts: {error}"
+
+
+def test_render_deadline_stops_work_past_it():
+    """The backstop for work no limit counts: a charge past the deadline stops the render. The suite
+    lengthens the deadline (conftest.py), which a budget reads when it is made."""
+    budget = RenderBudget()
+    assert budget.seconds == MAX_RENDER_SECONDS == 120.0
+    budget.charge(1)
+    budget.deadline = time.monotonic() - 1.0
+    with pytest.raises(SandboxViolation, match=f"{DEADLINE_TEXT} 120 s$"):
+        budget.charge(1)
+    assert RenderBudget(seconds=2.5).seconds == 2.5
 
 
 def _with_canary(text: str, canary) -> str:
