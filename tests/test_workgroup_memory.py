@@ -9,7 +9,7 @@ from test_execution import one_pass_manifest  # noqa: E402
 
 import webgpu_kernels as wk
 from webgpu_kernels.validation import validate_package
-from webgpu_kernels.workgroup_memory import workgroup_storage
+from webgpu_kernels.workgroup_memory import workgroup_declarations, workgroup_storage
 
 ENTRY = "@compute @workgroup_size(64)\nfn main() {{ {body} }}\n"
 
@@ -114,6 +114,21 @@ def test_an_override_counts_as_its_default(declaration: str, want: int) -> None:
 
 def test_unbalanced_braces_are_not_guessed() -> None:
     assert workgroup_storage("var<workgroup> a: array<f32, 4>;\nfn main() { a[0] = 1.0;", "main") is None
+
+
+def test_a_declaration_is_found_where_the_compiler_reads_it() -> None:
+    """Its offsets are the text's own through every kind of comment (a "\\r" ends a line comment,
+    block comments nest), and its type is WGSL's only where no module name shadows or sizes it."""
+    wgsl = ("// var<workgroup> a: array<f32, 1>;\r/* /* */ var<workgroup> b: f32; */\n"
+            "var<workgroup>\u200ea: array<vec4f, N>;\nconst N = 4u;\nalias f32 = u32;\n"
+            "var<workgroup> b: array<f32, 2> ;\nvar<workgroup> c: mat2x2h")  # fmt: skip
+    found = workgroup_declarations(wgsl)
+    assert found is not None and list(found) == ["a", "b", "c"]
+    spans = {name: wgsl[d.start:d.end] for name, d in found.items()}
+    assert spans == {"a": "var<workgroup>\u200ea: array<vec4f, N>", "b": "var<workgroup> b: array<f32, 2> ",
+                     "c": "var<workgroup> c: mat2x2h"}  # fmt: skip
+    assert {name: d.predeclared for name, d in found.items()} == {"a": False, "b": False, "c": True}
+    assert workgroup_declarations("var<workgroup> a: f32;\nfn main() {") is None
 
 
 # --- the engine refuses a pass past the device's limit -----------------------------------------------
@@ -277,3 +292,28 @@ def test_a_size_written_elsewhere_is_not_the_packages(write_package, declaration
         kernel({"X": np.arange(8, dtype=np.float32)}, tunables={"FLOATS": past})
     assert refused.value.argument == blamed
     assert "the package fixes" not in str(refused.value)
+
+
+@pytest.mark.parametrize(("declaration", "blamed"), [
+    # a commented-out fixed size before the real one, which follows the tunable
+    ("// var<workgroup> scratch: array<f32, 64>;\nvar<workgroup> scratch: array<f32, {{ tunables.FLOATS }}>;", "FLOATS"),
+    ("/* var<workgroup> scratch: array<f32, 64>; /* nested */ */\n"
+     "var<workgroup> scratch: array<f32, {{ tunables.FLOATS }}>;", "FLOATS"),
+    # a commented-out tunable before the real one, whose size the package fixes
+    ("// var<workgroup> scratch: array<f32, {{ tunables.FLOATS }}>;\nvar<workgroup> scratch: array<f32, FIXED>;",
+     "variant"),
+    # a ";" in a comment inside the type is no end of the declaration: its second line sizes it
+    ("var<workgroup> scratch: array<f32, // the count;\n  {{ tunables.FLOATS }}>;", "FLOATS"),
+])  # fmt: skip
+def test_a_commented_out_declaration_is_not_the_one_blamed(write_package, declaration: str, blamed: str) -> None:
+    """The declaration's template lines had been found by a regular expression over the rendered WGSL
+    that read comments as code: a commented-out declaration before the real one was the one blamed."""
+    past = wk.get_device().limits["max-compute-workgroup-storage-size"] // 4 + 4
+    wgsl = SCRATCH_WGSL.replace("var<workgroup> scratch: array<f32, {{ tunables.FLOATS }}>;",
+                                declaration.replace("FIXED", str(past)))  # fmt: skip
+    manifest = one_pass_manifest("Commented", "scratch.wgsl.jinja", tunables={"FLOATS": 64})
+    kernel = wk.load_kernel(write_package(manifest, {"scratch.wgsl.jinja": wgsl}))
+    with pytest.raises(wk.DeviceLimitError) as refused:
+        kernel({"X": np.arange(8, dtype=np.float32)}, tunables={"FLOATS": past if blamed == "FLOATS" else 64})
+    assert refused.value.argument == blamed
+    assert ("a size the package fixes" in str(refused.value)) == (blamed == "variant")

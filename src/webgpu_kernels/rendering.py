@@ -29,7 +29,7 @@ from .layout import StructLayout, struct_layout
 from .program import CompiledPass, CompiledVariant, Program
 from .sandbox import render_budget
 from .templates import MAX_RENDERED_BYTES, PackageLoader, TemplateSandbox, template_error
-from .workgroup_memory import blank_comments
+from .workgroup_memory import WorkgroupDeclaration, blank_comments, workgroup_declarations
 
 _ACCESS = {"read-only-storage": ("storage", "read"), "storage": ("storage", "read_write"), "uniform": ("uniform", None)}
 
@@ -503,12 +503,16 @@ def workgroup_memory_arguments(program: Program, variant: CompiledVariant, cpass
     cannot be traced to a template line the engine can read (a ``{% set %}`` name, a macro)."""
     if not isinstance(wgsl, RenderedWGSL):
         return None
+    declarations = workgroup_declarations(wgsl)  # the reader that sized them: a comment is no declaration
+    if declarations is None:
+        return None
     named = {name for name, _ in (*program.derive, *program.constants, *variant.constants)}
     source_inputs = dict(cpass.source_inputs)
     exprs: list[Expression] = []
     references: list[str] = []
     for name in names:
-        reads = _declaration_reads(renderer, wgsl, name)
+        declaration = declarations.get(name)
+        reads = None if declaration is None else _declaration_reads(renderer, wgsl, declaration)
         if reads is None:
             return None
         for ref in reads:
@@ -528,25 +532,20 @@ def workgroup_memory_arguments(program: Program, variant: CompiledVariant, cpass
     return program.arguments_read(exprs, variant, references)
 
 
-#: The types a workgroup variable's declaration may name that are WGSL's own. Any other name is a
-#: declaration of the module (a const count, an alias, a struct) whose own lines decide the size.
-_PREDECLARED_TYPE = re.compile(r"array|atomic|bool|f16|f32|i32|u32|vec[234][fhiu]?|mat[234]x[234][fh]?")
-
-
-def _declaration_reads(renderer: TemplateRenderer, wgsl: RenderedWGSL, name: str) -> list[str] | None:
-    """What the template lines of workgroup variable ``name``'s declaration read, every line from
+def _declaration_reads(renderer: TemplateRenderer, wgsl: RenderedWGSL,
+                       declaration: WorkgroupDeclaration) -> list[str] | None:  # fmt: skip
+    """What the template lines of a workgroup variable's ``declaration`` read, every line from
     ``var`` to its ``;`` (a type written over two lines); None where its type names a declaration of
     the module (``array<f32, TILE>`` with ``const TILE = {{ tunables.TILE }}u;``: the size follows
     another line, which had been taken for one the package fixes) or a line cannot be traced."""
-    match = re.search(rf"\bvar\s*<\s*workgroup\s*,?\s*>\s*{re.escape(name)}\s*:([^;]*)", wgsl)
-    if match is None or any(word and not _PREDECLARED_TYPE.fullmatch(word)
-                            for word in re.findall(r"\d\w*|([^\W\d]\w*)", match[1])):  # fmt: skip
+    if not declaration.predeclared:
         return None
 
     def origin(offset: int) -> tuple[str, int] | None:
         return wgsl.template_line(wgsl.count("\n", 0, offset) + 1, offset - wgsl.rfind("\n", 0, offset))
 
-    first, last = origin(match.start()), origin(max(match.end() - 1, match.start()))
+    first, last = origin(declaration.start), origin(max(declaration.end - 1, declaration.start))
     if first is None or last is None or first[0] != last[0] or last[1] < first[1]:
         return None
     return renderer.lines_read(first[0], range(first[1], last[1] + 1))  # the template parsed once, not per line
+

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 _SCALARS = {"f32": (4, 4), "i32": (4, 4), "u32": (4, 4), "f16": (2, 2), "bool": (4, 4)}
 _SUFFIX = {"f": "f32", "i": "i32", "u": "u32", "h": "f16"}
@@ -34,6 +35,7 @@ _LINE_BREAK = re.compile("[\n\v\f\r\x85\u2028\u2029]")
 #: WGSL's blankspace that Python's \s does not match (the left-to-right and right-to-left marks),
 #: as str.translate spaces them: `var\u200e<workgroup>` is a declaration to the compiler.
 _MARKS_AS_SPACES = {0x200E: " ", 0x200F: " "}
+_NOT_NEWLINE = re.compile("[^\n]")
 # identifiers (Unicode, as WGSL's), numbers with their suffixes (``1u``, ``0x400``), one punctuation character
 _TOKEN = re.compile(r"[^\W\d]\w*|\d\w*|\S")
 _IDENT = re.compile(r"[^\W\d]\w*")
@@ -47,17 +49,25 @@ class _Unknown(Exception):
     """A type, count or declaration this reader cannot size."""
 
 
+def _predeclared(name: str) -> bool:
+    """Whether ``name`` is one of WGSL's types that align_size knows (a module may shadow it)."""
+    return (name in _SCALARS or name in ("array", "atomic")
+            or any(p.fullmatch(name) for p in (_SHORT, _VECTOR, _MATRIX)))  # fmt: skip
+
+
 def _round_up(k: int, n: int) -> int:
     return -(-n // k) * k
 
 
-def blank_comments(wgsl: str) -> str:
+def blank_comments(wgsl: str, *, keep_offsets: bool = False) -> str:
     """``wgsl`` with every ``// ...`` and ``/* ... */`` comment replaced by a space and the newlines
     it holds, in one pass (a regular expression over an unclosed ``/*`` repeated had scanned to the
     end of the text from each: 120 KB took 29 s). Block comments nest, as WGSL's do: reading
     ``/* /* */ // */ code`` as a comment that ends at the first ``*/`` hid ``code`` from the checks,
     which the compiler read (helper-19). A ``/*`` never closed is no comment: its text is checked.
-    U+200E and U+200F, blankspace to WGSL but not to ``\\s``, become spaces."""
+    U+200E and U+200F, blankspace to WGSL but not to ``\\s``, become spaces. With ``keep_offsets``
+    each comment character but "\\n" becomes a space instead, so that an offset in the result is
+    the same one in ``wgsl`` (workgroup_declarations)."""
     wgsl = wgsl.translate(_MARKS_AS_SPACES)
     pieces, start, pos, depth, opened = [], 0, 0, 0, 0
     while (mark := _COMMENT_MARK.search(wgsl, pos)) is not None:
@@ -65,7 +75,7 @@ def blank_comments(wgsl: str) -> str:
         if depth == 0 and token == "//":
             line_end = _LINE_BREAK.search(wgsl, mark.start())
             end = len(wgsl) if line_end is None else line_end.start()
-            pieces += [wgsl[start:mark.start()], " "]
+            pieces += [wgsl[start:mark.start()], " " * (end - mark.start()) if keep_offsets else " "]
             start = pos = end
         elif token == "/*":
             if depth == 0:
@@ -74,7 +84,9 @@ def blank_comments(wgsl: str) -> str:
         elif token == "*/" and depth > 0:
             depth -= 1
             if depth == 0:
-                pieces += [wgsl[start:opened], " " + "\n" * wgsl.count("\n", opened, pos)]
+                blank = (_NOT_NEWLINE.sub(" ", wgsl[opened:pos]) if keep_offsets
+                         else " " + "\n" * wgsl.count("\n", opened, pos))  # fmt: skip
+                pieces += [wgsl[start:opened], blank]
                 start = pos
     pieces.append(wgsl[start:])  # from an unclosed comment's start: checked as code
     return "".join(pieces)
@@ -117,6 +129,8 @@ class _Module:
         self.aliases: dict[str, list[str]] = {}
         self.consts: dict[str, list[str]] = {}
         self.workgroup: dict[str, list[str]] = {}
+        #: each workgroup variable -> the indexes of its ``var`` and of its ``;`` (len(tokens): none)
+        self.workgroup_at: dict[str, tuple[int, int]] = {}
         self._sized: dict[str, tuple[int, int]] = {}
         self._scan()
 
@@ -145,12 +159,13 @@ class _Module:
                 self.structs[tokens[i + 1]] = tokens[i + 3:self.close[i + 2]]
                 i = self.close[i + 2] + 1
             elif t in ("alias", "const", "override", "var"):
+                at = i
                 statement, i = self._statement(i + 1)
-                self._declare(t, statement)
+                self._declare(t, statement, at)
             else:
                 i += 1
 
-    def _declare(self, keyword: str, statement: list[str]) -> None:
+    def _declare(self, keyword: str, statement: list[str], at: int) -> None:
         if keyword == "var":
             if not statement or statement[0] != "<":
                 return
@@ -159,6 +174,7 @@ class _Module:
             rest = statement[end + 1:]
             if space[:1] == ["workgroup"] and len(rest) >= 3 and rest[1] == ":":
                 self.workgroup[rest[0]] = rest[2:rest.index("=")] if "=" in rest else rest[2:]
+                self.workgroup_at[rest[0]] = (at, at + 1 + len(statement))
             return
         if not statement:
             return
@@ -170,6 +186,13 @@ class _Module:
             (self.aliases if keyword == "alias" else self.consts)[name] = value
 
     # --- sizes -----------------------------------------------------------------------------------
+
+    def predeclared(self, tokens: Sequence[str]) -> bool:
+        """Whether the type ``tokens`` spell names only WGSL's own types (and numbers): no const,
+        override, alias or struct of the module (which shadow WGSL's names), whose lines size it."""
+        return all(not _IDENT.fullmatch(t) or (t not in self.consts and t not in self.aliases
+                                                and t not in self.structs and _predeclared(t))
+                   for t in tokens)  # fmt: skip
 
     def count(self, tokens: Sequence[str], depth: int = 0) -> int:
         if len(tokens) == 1:
@@ -288,6 +311,31 @@ def workgroup_storage(wgsl: str, entry_point: str) -> Mapping[str, int] | None:
                 for name, type_tokens in module.workgroup.items() if name in named}  # fmt: skip
     except (_Unknown, KeyError, ValueError, IndexError):
         return None
+
+
+@dataclass(frozen=True)
+class WorkgroupDeclaration:
+    """Where one workgroup variable is declared, and whether its type alone decides its size."""
+
+    #: offset of its ``var`` in the text, and of the ``;`` that ends it (the text's length: none)
+    start: int
+    end: int
+    #: its type names only WGSL's own types: no const, override, alias or struct of the module
+    predeclared: bool
+
+
+def workgroup_declarations(wgsl: str) -> Mapping[str, WorkgroupDeclaration] | None:
+    """Each module-scope workgroup variable of ``wgsl`` -> its declaration, read as
+    workgroup_storage reads it (comments are none); None when the module cannot be read. For a
+    refusal's message only: it tokenizes the text again, with the offsets."""
+    try:
+        found = list(_TOKEN.finditer(blank_comments(wgsl, keep_offsets=True)))
+        module = _Module([m.group() for m in found])
+    except (_Unknown, KeyError, ValueError, IndexError):
+        return None
+    return {name: WorkgroupDeclaration(found[at].start(), found[end].start() if end < len(found) else len(wgsl),
+                                       module.predeclared(module.workgroup[name]))
+            for name, (at, end) in module.workgroup_at.items()}  # fmt: skip
 
 
 def describe(usage: Mapping[str, int]) -> str:
