@@ -47,7 +47,7 @@ from .expressions import Expression, ExpressionCompiler
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, tensor_bytes
-from .rendering import TemplateRenderer, bound_roles, produced_outputs, resolve_variant, workgroup_memory_arguments
+from .rendering import TemplateRenderer, bound_roles, produced_outputs, resolve_variant, workgroup_memory_blame
 from .selection import Selection, Verdict, require_choice, select_variant
 from .templates import MAX_TEMPLATE_BYTES, NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 from .tensor import LOST_TENSOR, GpuTensor
@@ -590,7 +590,7 @@ class Kernel:
         self._check_device(signature, variant_id, outputs, resolved, device)
         wgsl = self.renderer.render_passes(resolved, scope)
         passes = tuple(build_pass(device, r, text, kernel=self.op_id, variant=variant_id,
-                                  blame=functools.partial(workgroup_memory_arguments, self.program, chosen, cpass, self.renderer, text))
+                                  blame=workgroup_memory_blame(self.program, chosen, cpass, self.renderer, text))
                        for r, text, cpass in zip(resolved, wgsl, chosen.passes, strict=True))  # fmt: skip
         # An optional output the chosen variant binds nowhere is not returned: its buffer would hold
         # a pooled buffer's old bytes. (Every other output is bound as storage: a load-time check.)

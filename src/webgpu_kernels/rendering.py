@@ -9,6 +9,7 @@ documented template context (docs/format.md, "Template contract").
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import math
 import re
@@ -549,3 +550,9 @@ def _declaration_reads(renderer: TemplateRenderer, wgsl: RenderedWGSL,
         return None
     return renderer.lines_read(first[0], range(first[1], last[1] + 1))  # the template parsed once, not per line
 
+
+def workgroup_memory_blame(program: Program, variant: CompiledVariant, cpass: CompiledPass, renderer: TemplateRenderer,
+                           wgsl: str) -> Callable[[Iterable[str]], list[str] | None]:  # fmt: skip
+    """The blame a refused pass's message asks (execution.Blame): workgroup_memory_arguments of
+    ``cpass``'s rendered ``wgsl``, traced only when the pass is refused."""
+    return functools.partial(workgroup_memory_arguments, program, variant, cpass, renderer, wgsl)

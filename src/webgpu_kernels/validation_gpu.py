@@ -4,7 +4,6 @@ current adapter; a variant x dtype no case exercises is a warning."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import math
@@ -124,7 +123,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     from .contract import check_call
     from .execution import check_bound, check_limits, compile_pipeline
     from .program import tensor_bytes
-    from .rendering import TemplateRenderer, bound_roles, resolve_variant, workgroup_memory_arguments
+    from .rendering import TemplateRenderer, bound_roles, resolve_variant, workgroup_memory_blame
     from .selection import judge
 
     renderer = TemplateRenderer(package.read_text)
@@ -262,8 +261,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     continue
                 try:
                     compile_pipeline(device, wgsl, r, kernel=manifest.op_id, variant=vid,
-                                     blame=functools.partial(workgroup_memory_arguments, program, cv, cv.passes[p_index], renderer,
-                                                   wgsl))  # fmt: skip
+                                     blame=workgroup_memory_blame(program, cv, cv.passes[p_index], renderer, wgsl))
                 except DeviceLimitError as exc:  # its workgroup memory is past this adapter's: a warning, as above
                     too_much[wgsl] = str(exc)
                     refusals.setdefault(str(exc), []).append(vid)
