@@ -32,7 +32,8 @@ import numpy as np
 
 import webgpu_kernels as wk
 from webgpu_kernels.benchmark import bench_kernel, random_array
-from webgpu_kernels.references import REFERENCES, Tolerance, check_against
+from webgpu_kernels.comparison import Tolerance, check_against
+from webgpu_kernels.references import REFERENCES
 
 rng = np.random.default_rng(0)
 QG, BA = "com.microsoft.QuickGelu", "com.microsoft.BiasAdd"

@@ -11,8 +11,8 @@ import numpy as np
 
 import webgpu_kernels as wk
 from webgpu_kernels.benchmark import bench_copy, bench_kernel, random_array
+from webgpu_kernels.comparison import Tolerance, check_against
 from webgpu_kernels.device import get_device
-from webgpu_kernels.references import Tolerance, check_against
 
 rng = np.random.default_rng(0)
 dev = get_device()
@@ -62,7 +62,7 @@ experiments = {name: wk.load_kernel(os.path.join("scripts/experiments", name))
 for n, label in ((84 * 2**20 // 1, "84M"), (268435456, "268M")):
     for dt in ("float32", "float16"):
         x = random_array((n // 4096, 4096), dt, rng)
-        def err(o, x=x, dt=dt):  # bench_kernel's check gives an Agreement (references.check_against)
+        def err(o, x=x, dt=dt):  # bench_kernel's check gives an Agreement (comparison.check_against)
             return check_against(o, {"Y": ref_qg(x)}, Tolerance.of([dt]))
 
         c = copy_for(2 * x.nbytes)

@@ -9,7 +9,8 @@ outputs are not finite. Needs the H200 machine (the plugin refuses lavapipe).
 
 import numpy as np
 
-from webgpu_kernels.references import REFERENCES, max_abs_error, one_node_model
+from webgpu_kernels.comparison import max_abs_error
+from webgpu_kernels.references import REFERENCES, one_node_model
 
 BA, QG = "com.microsoft.BiasAdd", "com.microsoft.QuickGelu"
 

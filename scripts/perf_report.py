@@ -10,7 +10,7 @@ import json
 import math
 import sys
 
-from webgpu_kernels.references import Tolerance
+from webgpu_kernels.comparison import Tolerance
 
 
 def fmt(value, spec):

@@ -28,7 +28,7 @@ from webgpu_kernels.benchmark import (
     random_array,
     warm_up,
 )  # fmt: skip
-from webgpu_kernels.references import Agreement, Tolerance, check_against
+from webgpu_kernels.comparison import Agreement, Tolerance, check_against
 
 import references as ref
 

@@ -1,4 +1,4 @@
-"""test.json and bench.json: schemas, tensor entries, data files, the comparison rule."""
+"""test.json and bench.json: schemas, tensor entries, data files (the comparison rule: test_comparison.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import safetensors.numpy
 
 import webgpu_kernels as wk
 from webgpu_kernels import casefile
-from webgpu_kernels.casefile import CaseFileError, Tolerance, compare
+from webgpu_kernels.casefile import CaseFileError
+from webgpu_kernels.comparison import Tolerance
 from webgpu_kernels.package import embedded_ids, open_embedded
 
 REPO = Path(__file__).resolve().parent.parent
@@ -263,30 +264,6 @@ def test_data_files_without_a_shape_count_toward_the_case_when_read(monkeypatch)
     assert info.value.json_path == "cases[0].inputs"
 
 
-# --- the comparison -----------------------------------------------------------------------------------
-
-
-def test_compare_rules() -> None:
-    want = np.array([1.0, np.nan, np.inf, -np.inf, 0.0, 100.0])
-    ok = compare("Y", np.array([1.0, np.nan, np.inf, -np.inf, -0.0, 100.0009]), want, Tolerance(rtol=1e-5, atol=0))
-    assert ok.ok and ok.mismatches == 0
-    assert ok.max_abs_error == pytest.approx(0.0009) and ok.max_rel_error == pytest.approx(9e-6)
-    bad = compare("Y", np.array([1.0, 0.0, np.inf, np.inf, 0.0, 100.0]), want, Tolerance(rtol=1e-5))
-    assert not bad.ok and bad.mismatches == 2
-    assert "1 NaN position mismatch" in bad.message and "first at [1]" in bad.message
-    assert not compare("Y", np.array([np.nan]), np.array([1.0]), Tolerance(atol=1.0)).ok
-    assert not compare("Y", np.array([np.inf]), np.array([1e300]), Tolerance(rtol=1.0)).ok
-    edge = compare("Y", np.array([1.5]), np.array([1.0]), Tolerance(rtol=0.25, atol=0.25))
-    assert edge.ok  # |1.5 - 1| <= 0.25 + 0.25 * 1
-    assert not compare("Y", np.array([1.51]), np.array([1.0]), Tolerance(rtol=0.25, atol=0.25)).ok
-    shape = compare("Y", np.zeros((2, 2)), np.zeros(4), Tolerance())
-    assert not shape.ok and "shape [2, 2], expected [4]" in shape.message
-    empty = compare("Y", np.zeros((0, 3), np.float16), np.zeros((0, 3)), Tolerance())
-    assert empty.ok and empty.max_abs_error is None
-    scalar = compare("Y", np.float32(2.0), np.array(1.0), Tolerance())
-    assert not scalar.ok and "first at []" in scalar.message
-
-
 # --- bench.json -------------------------------------------------------------------------------------
 
 
@@ -488,41 +465,6 @@ def test_package_json_refuses_numbers_json_does_not_have(text: str, reason: str)
     assert decode_json(b'[18446744073709551615]') == [2**64 - 1]  # uint64's largest stays exact
 
 
-def test_integer_outputs_without_a_tolerance_compare_exactly_as_integers():
-    """Expected values and outputs went through float64, where 2^53 + 1 equals 2^53: an int64
-    output off by one there passed. int64 against uint64 compares by value too."""
-    from webgpu_kernels.casefile import Tolerance, compare, elements_ok
-
-    want = np.array([2**53, -1, 7], np.int64)
-    assert not compare("Y", np.array([2**53 + 1, -1, 7], np.int64), want, Tolerance()).ok
-    assert compare("Y", want.copy(), want, Tolerance()).ok
-    unsigned = np.array([2**64 - 1, 2**63, 7], np.uint64)
-    assert elements_ok(np.array([-1, -2**63, 7], np.int64), unsigned, Tolerance()).tolist() == [False, False, True]
-    assert elements_ok(np.array([3], np.int32), np.array([4], np.int32), Tolerance(atol=1.0)).tolist() == [True]
-
-
-def test_a_bool_output_is_compared_as_its_bytes():
-    """NumPy reads any nonzero byte as True: a kernel writing byte 2 for true passed against true,
-    while the format's bool is one byte of 0 or 1 (helper-28)."""
-    want = np.array([True, False, True])
-    twos = np.array([2, 0, 2], np.uint8).view(np.bool_)
-    assert not compare("Y", twos, want, Tolerance()).ok and not compare("Y", twos, want, Tolerance(atol=0.5)).ok
-    assert compare("Y", np.array([1, 0, 1], np.uint8).view(np.bool_), want, Tolerance()).ok
-
-
-def test_integer_outputs_against_a_tolerance_compare_exactly_past_2_to_the_53():
-    """With a tolerance both sides went through float64: 2^62 + 300 passed against 2^62 at atol=1
-    (helper-28)."""
-    from webgpu_kernels.casefile import elements_ok
-
-    want = np.array([2**62, 5], np.int64)
-    assert elements_ok(np.array([2**62 + 300, 5], np.int64), want, Tolerance(atol=1.0)).tolist() == [False, True]
-    assert elements_ok(np.array([2**62 + 1, 6], np.int64), want, Tolerance(atol=1.0)).tolist() == [True, True]
-    assert not compare("Y", np.array([2**64 - 1], np.uint64), np.array([2**64 - 400], np.uint64), Tolerance(atol=2.0)).ok
-    judged = compare("Y", np.array([2**62 + 300, 5], np.int64), want, Tolerance(atol=1.0))  # its figures exact too
-    assert judged.max_abs_error == 300.0 and judged.message.endswith(f"got {2**62 + 300}, expected {2**62}")
-
-
 def test_an_expected_integer_the_output_cannot_hold_is_refused_not_clipped():
     """Expected inline integers were clipped to the output's range, so a saturating int32 kernel
     passed against the wrapped or wider result the case wrote (helper-28). Inputs still clip."""
@@ -582,19 +524,6 @@ def test_an_npy_header_with_a_dimension_past_c_long_is_a_case_file_error() -> No
     data = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
     with pytest.raises(CaseFileError, match="x.npy"):  # had escaped as a raw OverflowError
         build({"file": "x.npy"}, files={"x.npy": data})
-
-
-def test_signalling_nans_are_compared_without_a_warning():
-    """Their cast to float64 is an "invalid" operation: `test` printed NumPy's RuntimeWarning from
-    casefile.py on a kernel that outputs NaN bit patterns (the verdict was right)."""
-    import warnings
-
-    got = np.array([0x7F800001, 0x7FA00000, 0x3F800000, 0xFF800001], dtype=np.uint32).view(np.float32)
-    want = np.array([np.nan, np.nan, 1.0, 2.0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        result = casefile.compare("Y", got, want, casefile.Tolerance(rtol=1e-5))
-    assert not result.ok and result.mismatches == 1  # the NaN against 2.0
 
 
 def test_a_one_type_constraint_binds_case_inputs_without_a_types_entry() -> None:

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 import webgpu_kernels as wk
 from webgpu_kernels import references
 from webgpu_kernels.cli import InputSpec, main
-from webgpu_kernels.cli_run import compare, summarize
+from webgpu_kernels.cli_run import summarize
+from webgpu_kernels.comparison import reference_report as compare
 
 from cli_helpers import (
     BA_F16_VEC4,

@@ -19,9 +19,9 @@ from test_cli_bench import QG, QG_DIR, QUICK_WARM_UP, TINY, TINY_KEY, invoke
 import webgpu_kernels as wk
 from webgpu_kernels import cli_tune, tuning
 from webgpu_kernels.cli import main
+from webgpu_kernels.comparison import Tolerance
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.kernel import Kernel
-from webgpu_kernels.references import Tolerance
 
 from conftest import copy_package, optional_output_package, tuning_file
 

@@ -25,12 +25,12 @@ import wgpu
 
 from .buffers import padded_size, translate_gpu_errors
 from .case_data import random_values
+from .comparison import Agreement
 from .device import Device
 from .errors import GPUError
 from .execution import BoundPass, ExecutionPlan, bind, dispatch_calls, upload
 from .expressions import as_count
 from .kernel import Kernel
-from .references import Agreement
 from .tensor import GpuTensor
 from .walltime import MAX_BATCHES, MIN_BATCHES, MIN_TOTAL_S, REL_TOL, TARGET_BATCH_S, back_to_back, settle
 

@@ -16,7 +16,7 @@ import json
 import math
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -26,6 +26,7 @@ import numpy as np
 
 from . import errors as error_classes
 from .case_data import MAX_CASE_ELEMENTS, MAX_CASE_TOTAL_ELEMENTS, dtype_name, generate, inline_values, load_array
+from .comparison import Tolerance
 from .contract import MAX_ELEMENTS, shape_text, too_many_elements
 from .digests import decode_json, json_path
 from .errors import CaseFileError, PackageError, shorten
@@ -97,17 +98,6 @@ def schema_errors(data: Any, kind: str, *, file: str) -> list[CaseFileError]:
 
 
 # --- test.json ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """``|actual - expected| <= atol + rtol * |expected|`` for finite elements."""
-
-    rtol: float = 0.0
-    atol: float = 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        return {"rtol": self.rtol, "atol": self.atol}
 
 
 def _merge_tolerances(base: Mapping[str, Tolerance], override: Mapping[str, Any]) -> dict[str, Tolerance]:
@@ -467,121 +457,6 @@ def read_test_file(package: Any) -> TestFile:
 _parsed_test_files: dict[tuple[bytes, str], TestFile] = {}
 _parsed_lock = threading.Lock()
 fresh_in_child(globals(), _parsed_lock=threading.Lock)
-
-
-# --- comparison -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Comparison:
-    """How one output compares with its expected values."""
-
-    output: str
-    ok: bool
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    mismatches: int = 0
-    size: int = 0
-    message: str = ""
-    tolerance: dict[str, float] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "output": self.output, "ok": self.ok, "maxAbsError": self.max_abs_error, "maxRelError": self.max_rel_error,
-            "mismatches": self.mismatches, "size": self.size, "message": self.message, "tolerance": self.tolerance,
-        }  # fmt: skip
-
-
-def _as_bytes_if_bool(a: np.ndarray) -> np.ndarray:
-    """A bool array as its bytes: NumPy reads any nonzero byte as True, so a kernel writing 2 (or
-    0xFF) for true had passed against true (helper-28); the format's bool is one byte of 0 or 1."""
-    return a.view(np.uint8) if a.dtype.kind == "b" else a
-
-
-def elements_ok(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.ndarray:
-    """Which elements of ``got`` pass against ``want`` (equal shapes): integers (bools as their bytes)
-    exactly, as integers (float64 would equate int64s past 2^53), also against a tolerance; others
-    in float64, NaN where NaN is expected, the same infinity where one is, elsewhere ``|got - want|
-    <= atol + rtol * |want|``."""
-    got, want = _as_bytes_if_bool(np.asarray(got)), _as_bytes_if_bool(np.asarray(want))
-    if got.dtype.kind in "iu" and want.dtype.kind in "iu":
-        if not (tolerance.atol or tolerance.rtol):
-            return _equal_integers(got, want)
-        exact = _exact_integer_diff(got, want)
-        if exact is not None:  # compared exactly with the float bound
-            bound = tolerance.atol + tolerance.rtol * np.abs(want.astype(object))
-            return np.asarray(exact <= bound, dtype=bool)
-    with np.errstate(invalid="ignore", over="ignore"):  # a signalling NaN's cast is "invalid"
-        got, want = got.astype(np.float64), want.astype(np.float64)
-        finite = np.isfinite(got) & np.isfinite(want)
-        within = finite & (np.abs(got - want) <= tolerance.atol + tolerance.rtol * np.abs(want))
-        return within | (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
-
-
-def _exact_integer_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray | None:
-    """``|got - want|`` as Python ints when both are integers past 2^53, where float64 differences
-    are not exact (helper-28: 2^62 + 300 passed against 2^62 at atol=1); None where float64 is
-    exact, the fast way."""
-    if not (got.dtype.kind in "iu" and want.dtype.kind in "iu"):
-        return None
-    if max(_magnitude(got), _magnitude(want)) < 2**53:
-        return None
-    return np.abs(got.astype(object) - want.astype(object))
-
-
-def _magnitude(a: np.ndarray) -> int:
-    """The largest |value| of an integer array (0 when empty), as a Python int."""
-    return max(abs(int(a.min())), abs(int(a.max()))) if a.size else 0
-
-
-def _equal_integers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    # NumPy before 2.0 compared int64 with uint64 through float64.
-    if {a.dtype.kind, b.dtype.kind} == {"i", "u"}:
-        signed, unsigned = (a, b) if a.dtype.kind == "i" else (b, a)
-        return (signed >= 0) & (signed.astype(np.uint64) == unsigned.astype(np.uint64))
-    return a == b
-
-
-def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance) -> Comparison:
-    """Judge ``actual`` against ``expected`` (float64, or integers: :func:`elements_ok`): shapes
-    equal, NaN where and only where expected, infinities equal, finite values within ``atol + rtol *
-    |expected|``.
-
-    Errors are reported over the elements finite in both; the relative one where ``expected`` is not 0.
-    """
-    got, expected = _as_bytes_if_bool(np.asarray(actual)), _as_bytes_if_bool(np.asarray(expected))
-    tol = tolerance.as_dict()
-    if got.shape != expected.shape:
-        return Comparison(output, False, size=int(expected.size), tolerance=tol,
-                          message=f"shape {list(got.shape)}, expected {list(expected.shape)}")  # fmt: skip
-    bad = ~elements_ok(got, expected, tolerance)
-    integers = got.dtype.kind in "iu" and expected.dtype.kind in "iu"
-    as_ints = got, expected  # for the message: float64 printed 2^62 + 300 and 2^62 alike
-    exact = _exact_integer_diff(got, expected)  # as elements_ok judges them
-    with np.errstate(invalid="ignore", over="ignore"):  # as in elements_ok
-        got, want = got.astype(np.float64), expected.astype(np.float64)  # the reported errors
-        diff = np.abs(got - want) if exact is None else exact.astype(np.float64)
-    nan_got, nan_want = np.isnan(got), np.isnan(want)
-    finite = np.isfinite(got) & np.isfinite(want)
-    mismatches = int(bad.sum())
-    fd = diff[finite]
-    scale = np.abs(want[finite])
-    nonzero = scale > 0
-    result = Comparison(
-        output, mismatches == 0, max_abs_error=float(fd.max()) if fd.size else None,
-        max_rel_error=float((fd[nonzero] / scale[nonzero]).max()) if nonzero.any() else None,
-        mismatches=mismatches, size=int(want.size), tolerance=tol,
-    )  # fmt: skip
-    if mismatches:
-        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), want.shape)) if want.ndim else ()
-        g, w = float(got[index]), float(want[index])
-        if integers:
-            g, w = int(as_ints[0][index]), int(as_ints[1][index])
-        nan_bad = int((nan_got != nan_want).sum())
-        extra = f", {nan_bad} NaN position mismatch{'es' if nan_bad != 1 else ''}" if nan_bad else ""
-        result.message = (f"{mismatches} of {want.size} elements outside rtol={tolerance.rtol:g} "
-                          f"atol={tolerance.atol:g}{extra}; first at {list(index)}: got {g!r}, expected {w!r}")  # fmt: skip
-    return result
 
 
 # --- bench.json -----------------------------------------------------------------------------------

@@ -54,20 +54,13 @@ from .cli import (
     trust_option,
     with_generators,
 )
+from .comparison import Agreement, Tolerance, check_against
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, InputError, KernelError, SelectionError
 from .kernel import Kernel
 from .package import embedded_ids
-from .references import (
-    Agreement,
-    ReferenceShapeMismatch,
-    ReferenceUnavailable,
-    Tolerance,
-    check_against,
-    numpy_reference,
-    onnxruntime_for,
-)
+from .references import ReferenceShapeMismatch, ReferenceUnavailable, numpy_reference, onnxruntime_for
 
 
 def _no_cases(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],

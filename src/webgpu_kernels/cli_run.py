@@ -7,7 +7,6 @@ import statistics
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict
 from typing import Any
 
 import click
@@ -30,16 +29,15 @@ from .cli import (
     trust_option,
     with_generators,
 )
+from .comparison import reference_report
 from .device import choose_adapter
 from .errors import KernelError
 from .references import (
     ReferenceShapeMismatch,
     ReferenceUnavailable,
-    Tolerance,
     manifest_positions,
     numpy_reference,
     onnxruntime_for,
-    overflow_as_inf,
 )
 
 TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU kernel time"
@@ -100,7 +98,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     ref = numpy_reference(k.op_id)
     if ref is not None:
         expected = ref(arrays, all_attrs)
-        report["reference"]["numpy"] = {n: compare(outputs[n], expected[n]) for n in outputs if n in expected}
+        report["reference"]["numpy"] = {n: reference_report(outputs[n], expected[n]) for n in outputs if n in expected}
     # ONNX reads a node's inputs and outputs by position: the op's formal positions where the roles
     # are its formal names, else the manifest's order, "" for one left out (listing only what there
     # was shifted a later one into an earlier one's place).
@@ -113,7 +111,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     except ReferenceUnavailable as why:
         report["referenceUnavailable"]["onnxruntime"] = str(why)
     else:
-        report["reference"]["onnxruntime"] = {n: compare(outputs[n], ort_out[n]) for n in outputs if n in ort_out}
+        report["reference"]["onnxruntime"] = {n: reference_report(outputs[n], ort_out[n]) for n in outputs if n in ort_out}
     for results in report["reference"].values():
         for c in (results or {}).values():
             c["ok"] = _agrees(c)
@@ -130,7 +128,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
 
 def _agrees(c: dict[str, Any]) -> bool:
     """An output agrees with a reference: same shape, the same NaN and inf, and no element beyond
-    its tolerance (``compare``)."""
+    its tolerance (``reference_report``)."""
     return "shapeMismatch" not in c and not c["nonFiniteMismatches"] and not c["beyondTolerance"]
 
 
@@ -163,39 +161,6 @@ def summarize(array: Any) -> dict[str, Any]:
     else:
         stats.update(min=None, max=None, mean=None)
     return stats
-
-
-def compare(actual: Any, expected: Any) -> dict[str, Any]:
-    """Max abs and rel error of ``actual`` against ``expected``, both taken in float64.
-
-    Errors are over elements where both are finite; the relative one where ``|expected|`` is at
-    least the smallest normal number of ``actual``'s dtype. ``nonFiniteMismatches`` counts the
-    elements where one is NaN or infinite and the other does not hold the same value;
-    ``beyondTolerance`` the finite ones past ``Tolerance.of`` actual's dtype, which it names.
-    """
-    a = np.asarray(actual)
-    got = a.astype(np.float64)
-    want = overflow_as_inf(np.asarray(expected).astype(np.float64), a.dtype)  # as the output's dtype rounds it
-    tolerance = Tolerance.of([a.dtype.name])
-    if got.shape != want.shape:
-        return {"shapeMismatch": [list(got.shape), list(want.shape)], "maxAbsError": None, "maxRelError": None,
-                "nonFiniteMismatches": None, "beyondTolerance": None}  # fmt: skip
-    both = np.isfinite(got) & np.isfinite(want)
-    same_nan = np.isnan(got) & np.isnan(want)
-    with np.errstate(invalid="ignore"):
-        same_inf = np.isinf(got) & (got == want)
-    mismatches = int((~(both | same_nan | same_inf)).sum())
-    diff = np.abs(got[both] - want[both])
-    tiny = float(np.finfo(a.dtype).tiny) if np.issubdtype(a.dtype, np.floating) else 1.0
-    scale = np.abs(want[both])
-    rel_mask = scale >= tiny
-    return {
-        "maxAbsError": float(diff.max()) if diff.size else None,
-        "maxRelError": float((diff[rel_mask] / scale[rel_mask]).max()) if rel_mask.any() else None,
-        "nonFiniteMismatches": mismatches,
-        "beyondTolerance": int((diff > tolerance.allowance(want[both])).sum()),
-        "tolerance": asdict(tolerance),
-    }
 
 
 def _drawn_from(generate: Mapping[str, Any] | None) -> str:

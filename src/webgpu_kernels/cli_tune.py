@@ -31,11 +31,11 @@ from .cli_bench import (
     given_shapes_option,
     now_running,
 )
+from .comparison import Tolerance
 from .device import default_device
 from .errors import KernelError
 from .kernel import Kernel
 from .package import embedded_ids
-from .references import Tolerance
 
 WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
 

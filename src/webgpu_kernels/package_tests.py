@@ -38,10 +38,9 @@ from .casefile import (
     Refusal,
     TestCase,
     case_name_matches,
-    compare,
-    elements_ok,
     read_test_file,
 )
+from .comparison import compare, elements_ok
 from .errors import KernelError
 from .kernel import Kernel
 from .program import DeviceInfo, OutputSpec

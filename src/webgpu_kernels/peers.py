@@ -22,7 +22,8 @@ import numpy as np
 
 from . import walltime
 from .case_data import random_values
-from .references import REFERENCES, Tolerance, check_against, one_node_model
+from .comparison import Tolerance, check_against
+from .references import REFERENCES, one_node_model
 from .walltime import back_to_back
 
 

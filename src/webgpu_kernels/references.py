@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,117 +34,6 @@ def register(op_id: str) -> Callable[[Reference], Reference]:
         return fn
 
     return decorate
-
-
-#: The error a float output may have against the float64 reference: (absolute, relative), an
-#: element agreeing when |output - reference| <= absolute + relative * |reference|. The relative
-#: part is about two roundings of a float16 result; without it a correct layer norm's mean of 1000,
-#: off by 5e-7 relative, was WRONG (helper-21), as was a correct QuickGelu of inputs near 3000 in
-#: float32 (an ulp there is 2.4e-4).
-FLOAT_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3)}
-#: Other dtypes (bfloat16, integers): no relative part, or an index of 50000 off by 40 would pass
-#: (helper-22).
-OTHER_TOLERANCE = (1e-2, 0.0)
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How far an output may be from the float64 reference, element by element."""
-
-    absolute: float
-    relative: float
-
-    @classmethod
-    def of(cls, dtypes: Iterable[str]) -> Tolerance:
-        """That of the least precise floating-point dtype among ``dtypes`` (a gather's int64
-        indices do not make its float32 rows less exact); no float dtype: :data:`OTHER_TOLERANCE`."""
-        floats = [FLOAT_TOLERANCE[d] for d in dtypes if d in FLOAT_TOLERANCE]
-        return cls(*max(floats) if floats else OTHER_TOLERANCE)
-
-    def allowance(self, ref: np.ndarray) -> np.ndarray:
-        """Each element's allowed |output - reference|: absolute + relative x |reference|, and 0
-        where the reference is infinite or NaN (it allows nothing but itself). Built in place: one
-        array the reference's size (an 84M-element output is 670 MB in float64)."""
-        # In float64 whatever the reference's dtype: |ref| x relative in place in an integer one
-        # (onnxruntime's for an int output) was NumPy's casting error; asarray, since NumPy gives a
-        # rank-0 reference's |ref| as a scalar, which cannot be indexed.
-        allowed = np.asarray(np.abs(ref, dtype=np.float64))
-        with np.errstate(invalid="ignore"):  # 0 x inf, where the last line puts 0 anyway
-            allowed *= self.relative
-        allowed += self.absolute
-        allowed[~np.isfinite(ref)] = 0.0
-        return allowed
-
-    def agrees(self, outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]) -> bool:
-        """Every expected output is there, of its shape, with every element within the tolerance
-        (NaN where the reference has NaN and equal infinities agree; see :func:`max_abs_error`)."""
-        return check_against(outputs, expected, self).ok
-
-
-def overflow_as_inf(ref: np.ndarray, dtype: Any) -> np.ndarray:
-    """``ref`` with each value that ``dtype`` rounds to an infinity as that infinity: a correct
-    float16 BiasAdd of 50000 + 50000 is inf, which the finite float64 reference had made WRONG
-    (helper-31)."""
-    dtype = np.dtype(dtype)
-    if dtype.kind != "f" or dtype.itemsize >= 8:
-        return ref
-    with np.errstate(over="ignore", invalid="ignore"):
-        rounded = ref.astype(dtype)
-    over = np.isinf(rounded) & np.isfinite(ref)
-    return np.where(over, rounded.astype(np.float64), ref) if over.any() else ref
-
-
-def _errors(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """|got - ref| per element: 0 where equal (equal infinities) or both NaN, inf for any other NaN."""
-    with np.errstate(invalid="ignore"):
-        diff = np.abs(got - ref)
-    diff = np.where((got == ref) | (np.isnan(got) & np.isnan(ref)), 0.0, diff)
-    return np.where(np.isnan(diff), np.inf, diff)
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """An output checked against the reference: its largest error, and whether every element
-    was within ``Tolerance`` (``ok``; a large-magnitude output may err by more than the absolute
-    part and agree)."""
-
-    max_error: float
-    ok: bool
-
-
-def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray], tolerance: Tolerance) -> Agreement:
-    """Each expected output against ``outputs`` in one pass (an 84M-element output is 670 MB in
-    float64): the largest error (:func:`max_abs_error`) and whether every element is within
-    ``tolerance``. A missing output or another shape is infinitely wrong.
-
-    An integer or boolean output (int64 indices, say) is held to :data:`OTHER_TOLERANCE`
-    whatever ``tolerance`` the case's float dtypes give, as `run` holds it: with float32's relative
-    part an index of 200000 off by one agreed (helper-37)."""
-    worst = 0.0
-    ok = True
-    for name, ref in expected.items():
-        if name not in outputs or np.shape(outputs[name]) != ref.shape:  # an optional output not produced
-            return Agreement(float("inf"), False)
-        got = np.asarray(outputs[name])
-        ref = overflow_as_inf(ref, got.dtype)
-        diff = _errors(got.astype(np.float64, copy=False), ref)
-        if diff.size:
-            worst = max(worst, float(diff.max()))
-            allowed = (Tolerance(*OTHER_TOLERANCE) if got.dtype.kind in "iub" else tolerance).allowance(ref)
-            ok = ok and bool((diff <= allowed).all())
-    return Agreement(worst, ok)
-
-
-def max_abs_error(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]) -> float:
-    """Largest |output - reference| over all outputs. NaN where the reference has NaN counts as
-    equal; a NaN anywhere else, an infinity mismatch or a shape mismatch is infinitely wrong."""
-    worst = 0.0
-    for name, ref in expected.items():
-        if name not in outputs or np.shape(outputs[name]) != ref.shape:  # an optional output not produced
-            return float("inf")
-        diff = _errors(np.asarray(outputs[name], dtype=np.float64), overflow_as_inf(ref, np.asarray(outputs[name]).dtype))
-        worst = max(worst, float(diff.max()) if diff.size else 0.0)
-    return worst
 
 
 def numpy_reference(op_id: str) -> Reference | None:

@@ -1,0 +1,300 @@
+"""Judging an output against its expected values: one :class:`Tolerance`, the element rule
+(:func:`elements_ok`) and the reports of `test` (:func:`compare`, against test.json's expected
+values), of `bench`, `tune` and the peers (:func:`check_against`, against a reference) and of `run`
+(:func:`reference_report`).
+
+The rule is one: an element is ok when ``|got - want| <= atol + rtol * |want|`` for finite
+values, NaN only where NaN is expected, the same infinity where one is. Where they differ is
+deliberate: test.json's integer and bool outputs are compared exactly, as integers (bools as their
+bytes); a reference computed in float64 has what the output's dtype rounds to an infinity as that
+infinity (:func:`overflow_as_inf`); bench holds integer outputs to :data:`OTHER_TOLERANCE`.
+
+Imports nothing of the engine: casefile, references and the commands import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: The error a float output may have against the float64 reference: (absolute, relative), an
+#: element agreeing when |output - reference| <= absolute + relative * |reference|. The relative
+#: part is about two roundings of a float16 result; without it a correct normalization's mean of 1000,
+#: off by 5e-7 relative, was WRONG (helper-21), as was a correct activation of inputs near 3000 in
+#: float32 (an ulp there is 2.4e-4).
+FLOAT_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3)}
+#: Other dtypes (bfloat16, integers): no relative part, or an index of 50000 off by 40 would pass
+#: (helper-22).
+OTHER_TOLERANCE = (1e-2, 0.0)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far an output may be from its expected values, element by element: ``|actual -
+    expected| <= atol + rtol * |expected|`` for finite elements (test.json's ``atol`` and ``rtol``,
+    `test`'s JSON; `run`'s JSON calls them ``absolute`` and ``relative``). Positionally absolute
+    first, as :data:`FLOAT_TOLERANCE` lists them."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    @property
+    def absolute(self) -> float:
+        return self.atol
+
+    @property
+    def relative(self) -> float:
+        return self.rtol
+
+    def as_dict(self) -> dict[str, float]:
+        """test.json's spelling, which `test`'s reports use."""
+        return {"rtol": self.rtol, "atol": self.atol}
+
+    @classmethod
+    def of(cls, dtypes: Iterable[str]) -> Tolerance:
+        """That of the least precise floating-point dtype among ``dtypes`` (a gather's int64
+        indices do not make its float32 rows less exact); no float dtype: :data:`OTHER_TOLERANCE`."""
+        floats = [FLOAT_TOLERANCE[d] for d in dtypes if d in FLOAT_TOLERANCE]
+        return cls(*max(floats) if floats else OTHER_TOLERANCE)
+
+    def allowance(self, ref: np.ndarray) -> np.ndarray:
+        """Each element's allowed |output - reference|: absolute + relative x |reference|, and 0
+        where the reference is infinite or NaN (it allows nothing but itself). Built in place: one
+        array the reference's size (an 84M-element output is 670 MB in float64)."""
+        # In float64 whatever the reference's dtype: |ref| x relative in place in an integer one
+        # (onnxruntime's for an int output) was NumPy's casting error; asarray, since NumPy gives a
+        # rank-0 reference's |ref| as a scalar, which cannot be indexed.
+        allowed = np.asarray(np.abs(ref, dtype=np.float64))
+        with np.errstate(invalid="ignore"):  # 0 x inf, where the last line puts 0 anyway
+            allowed *= self.rtol
+        allowed += self.atol
+        allowed[~np.isfinite(ref)] = 0.0
+        return allowed
+
+    def agrees(self, outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]) -> bool:
+        """Every expected output is there, of its shape, with every element within the tolerance
+        (NaN where the reference has NaN and equal infinities agree; see :func:`max_abs_error`)."""
+        return check_against(outputs, expected, self).ok
+
+
+# --- test: against test.json's expected values --------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    """How one output compares with its expected values."""
+
+    output: str
+    ok: bool
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatches: int = 0
+    size: int = 0
+    message: str = ""
+    tolerance: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "output": self.output, "ok": self.ok, "maxAbsError": self.max_abs_error, "maxRelError": self.max_rel_error,
+            "mismatches": self.mismatches, "size": self.size, "message": self.message, "tolerance": self.tolerance,
+        }  # fmt: skip
+
+
+def _as_bytes_if_bool(a: np.ndarray) -> np.ndarray:
+    """A bool array as its bytes: NumPy reads any nonzero byte as True, so a kernel writing 2 (or
+    0xFF) for true had passed against true (helper-28); the format's bool is one byte of 0 or 1."""
+    return a.view(np.uint8) if a.dtype.kind == "b" else a
+
+
+def elements_ok(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.ndarray:
+    """Which elements of ``got`` pass against ``want`` (equal shapes): integers (bools as their bytes)
+    exactly, as integers (float64 would equate int64s past 2^53), also against a tolerance; others
+    in float64, NaN where NaN is expected, the same infinity where one is, elsewhere ``|got - want|
+    <= atol + rtol * |want|``."""
+    got, want = _as_bytes_if_bool(np.asarray(got)), _as_bytes_if_bool(np.asarray(want))
+    if got.dtype.kind in "iu" and want.dtype.kind in "iu":
+        if not (tolerance.atol or tolerance.rtol):
+            return _equal_integers(got, want)
+        exact = _exact_integer_diff(got, want)
+        if exact is not None:  # compared exactly with the float bound
+            bound = tolerance.atol + tolerance.rtol * np.abs(want.astype(object))
+            return np.asarray(exact <= bound, dtype=bool)
+    with np.errstate(invalid="ignore", over="ignore"):  # a signalling NaN's cast is "invalid"
+        got, want = got.astype(np.float64), want.astype(np.float64)
+        finite = np.isfinite(got) & np.isfinite(want)
+        within = finite & (np.abs(got - want) <= tolerance.atol + tolerance.rtol * np.abs(want))
+        return within | (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
+
+
+def _exact_integer_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray | None:
+    """``|got - want|`` as Python ints when both are integers past 2^53, where float64 differences
+    are not exact (helper-28: 2^62 + 300 passed against 2^62 at atol=1); None where float64 is
+    exact, the fast way."""
+    if not (got.dtype.kind in "iu" and want.dtype.kind in "iu"):
+        return None
+    if max(_magnitude(got), _magnitude(want)) < 2**53:
+        return None
+    return np.abs(got.astype(object) - want.astype(object))
+
+
+def _magnitude(a: np.ndarray) -> int:
+    """The largest |value| of an integer array (0 when empty), as a Python int."""
+    return max(abs(int(a.min())), abs(int(a.max()))) if a.size else 0
+
+
+def _equal_integers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # NumPy before 2.0 compared int64 with uint64 through float64.
+    if {a.dtype.kind, b.dtype.kind} == {"i", "u"}:
+        signed, unsigned = (a, b) if a.dtype.kind == "i" else (b, a)
+        return (signed >= 0) & (signed.astype(np.uint64) == unsigned.astype(np.uint64))
+    return a == b
+
+
+def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance) -> Comparison:
+    """Judge ``actual`` against ``expected`` (float64, or integers: :func:`elements_ok`): shapes
+    equal, NaN where and only where expected, infinities equal, finite values within ``atol + rtol *
+    |expected|``.
+
+    Errors are reported over the elements finite in both; the relative one where ``expected`` is not 0.
+    """
+    got, expected = _as_bytes_if_bool(np.asarray(actual)), _as_bytes_if_bool(np.asarray(expected))
+    tol = tolerance.as_dict()
+    if got.shape != expected.shape:
+        return Comparison(output, False, size=int(expected.size), tolerance=tol,
+                          message=f"shape {list(got.shape)}, expected {list(expected.shape)}")  # fmt: skip
+    bad = ~elements_ok(got, expected, tolerance)
+    integers = got.dtype.kind in "iu" and expected.dtype.kind in "iu"
+    as_ints = got, expected  # for the message: float64 printed 2^62 + 300 and 2^62 alike
+    exact = _exact_integer_diff(got, expected)  # as elements_ok judges them
+    with np.errstate(invalid="ignore", over="ignore"):  # as in elements_ok
+        got, want = got.astype(np.float64), expected.astype(np.float64)  # the reported errors
+        diff = np.abs(got - want) if exact is None else exact.astype(np.float64)
+    nan_got, nan_want = np.isnan(got), np.isnan(want)
+    finite = np.isfinite(got) & np.isfinite(want)
+    mismatches = int(bad.sum())
+    fd = diff[finite]
+    scale = np.abs(want[finite])
+    nonzero = scale > 0
+    result = Comparison(
+        output, mismatches == 0, max_abs_error=float(fd.max()) if fd.size else None,
+        max_rel_error=float((fd[nonzero] / scale[nonzero]).max()) if nonzero.any() else None,
+        mismatches=mismatches, size=int(want.size), tolerance=tol,
+    )  # fmt: skip
+    if mismatches:
+        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), want.shape)) if want.ndim else ()
+        g, w = float(got[index]), float(want[index])
+        if integers:
+            g, w = int(as_ints[0][index]), int(as_ints[1][index])
+        nan_bad = int((nan_got != nan_want).sum())
+        extra = f", {nan_bad} NaN position mismatch{'es' if nan_bad != 1 else ''}" if nan_bad else ""
+        result.message = (f"{mismatches} of {want.size} elements outside rtol={tolerance.rtol:g} "
+                          f"atol={tolerance.atol:g}{extra}; first at {list(index)}: got {g!r}, expected {w!r}")  # fmt: skip
+    return result
+
+
+# --- bench, tune, peers: against a reference ------------------------------------------------------
+
+
+def overflow_as_inf(ref: np.ndarray, dtype: Any) -> np.ndarray:
+    """``ref`` with each value that ``dtype`` rounds to an infinity as that infinity: a correct
+    float16 sum of 50000 + 50000 is inf, which the finite float64 reference had made WRONG
+    (helper-31)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f" or dtype.itemsize >= 8:
+        return ref
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = ref.astype(dtype)
+    over = np.isinf(rounded) & np.isfinite(ref)
+    return np.where(over, rounded.astype(np.float64), ref) if over.any() else ref
+
+
+def _errors(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """|got - ref| per element: 0 where equal (equal infinities) or both NaN, inf for any other NaN."""
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(got - ref)
+    diff = np.where((got == ref) | (np.isnan(got) & np.isnan(ref)), 0.0, diff)
+    return np.where(np.isnan(diff), np.inf, diff)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """An output checked against the reference: its largest error, and whether every element
+    was within ``Tolerance`` (``ok``; a large-magnitude output may err by more than the absolute
+    part and agree)."""
+
+    max_error: float
+    ok: bool
+
+
+def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray], tolerance: Tolerance) -> Agreement:
+    """Each expected output against ``outputs`` in one pass (an 84M-element output is 670 MB in
+    float64): the largest error (:func:`max_abs_error`) and whether every element is within
+    ``tolerance``. A missing output or another shape is infinitely wrong.
+
+    An integer or boolean output (int64 indices, say) is held to :data:`OTHER_TOLERANCE`
+    whatever ``tolerance`` the case's float dtypes give, as `run` holds it: with float32's relative
+    part an index of 200000 off by one agreed (helper-37)."""
+    worst = 0.0
+    ok = True
+    for name, ref in expected.items():
+        if name not in outputs or np.shape(outputs[name]) != ref.shape:  # an optional output not produced
+            return Agreement(float("inf"), False)
+        got = np.asarray(outputs[name])
+        ref = overflow_as_inf(ref, got.dtype)
+        diff = _errors(got.astype(np.float64, copy=False), ref)
+        if diff.size:
+            worst = max(worst, float(diff.max()))
+            allowed = (Tolerance(*OTHER_TOLERANCE) if got.dtype.kind in "iub" else tolerance).allowance(ref)
+            ok = ok and bool((diff <= allowed).all())
+    return Agreement(worst, ok)
+
+
+def max_abs_error(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]) -> float:
+    """Largest |output - reference| over all outputs. NaN where the reference has NaN counts as
+    equal; a NaN anywhere else, an infinity mismatch or a shape mismatch is infinitely wrong."""
+    worst = 0.0
+    for name, ref in expected.items():
+        if name not in outputs or np.shape(outputs[name]) != ref.shape:  # an optional output not produced
+            return float("inf")
+        diff = _errors(np.asarray(outputs[name], dtype=np.float64), overflow_as_inf(ref, np.asarray(outputs[name]).dtype))
+        worst = max(worst, float(diff.max()) if diff.size else 0.0)
+    return worst
+
+
+# --- run: against a reference, reported -----------------------------------------------------------
+
+
+def reference_report(actual: Any, expected: Any) -> dict[str, Any]:
+    """Max abs and rel error of ``actual`` against ``expected``, both taken in float64.
+
+    Errors are over elements where both are finite; the relative one where ``|expected|`` is at
+    least the smallest normal number of ``actual``'s dtype. ``nonFiniteMismatches`` counts the
+    elements where one is NaN or infinite and the other does not hold the same value;
+    ``beyondTolerance`` the finite ones past ``Tolerance.of`` actual's dtype, which it names.
+    """
+    a = np.asarray(actual)
+    got = a.astype(np.float64)
+    want = overflow_as_inf(np.asarray(expected).astype(np.float64), a.dtype)  # as the output's dtype rounds it
+    tolerance = Tolerance.of([a.dtype.name])
+    if got.shape != want.shape:
+        return {"shapeMismatch": [list(got.shape), list(want.shape)], "maxAbsError": None, "maxRelError": None,
+                "nonFiniteMismatches": None, "beyondTolerance": None}  # fmt: skip
+    both = np.isfinite(got) & np.isfinite(want)
+    same_nan = np.isnan(got) & np.isnan(want)
+    with np.errstate(invalid="ignore"):
+        same_inf = np.isinf(got) & (got == want)
+    mismatches = int((~(both | same_nan | same_inf)).sum())
+    diff = np.abs(got[both] - want[both])
+    tiny = float(np.finfo(a.dtype).tiny) if np.issubdtype(a.dtype, np.floating) else 1.0
+    scale = np.abs(want[both])
+    rel_mask = scale >= tiny
+    return {
+        "maxAbsError": float(diff.max()) if diff.size else None,
+        "maxRelError": float((diff[rel_mask] / scale[rel_mask]).max()) if rel_mask.any() else None,
+        "nonFiniteMismatches": mismatches,
+        "beyondTolerance": int((diff > tolerance.allowance(want[both])).sum()),
+        "tolerance": {"absolute": tolerance.absolute, "relative": tolerance.relative},
+    }

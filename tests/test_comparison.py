@@ -1,0 +1,158 @@
+"""comparison.py: the one Tolerance, the element rule and the reports of test, bench/tune/peers and run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from webgpu_kernels import comparison
+from webgpu_kernels.comparison import FLOAT_TOLERANCE, OTHER_TOLERANCE, Agreement, Tolerance, check_against, compare
+
+from cli_helpers import BIAS_ADD, invoke_json
+
+# --- test: against test.json's expected values ----------------------------------------------------
+
+
+def test_compare_rules() -> None:
+    want = np.array([1.0, np.nan, np.inf, -np.inf, 0.0, 100.0])
+    ok = compare("Y", np.array([1.0, np.nan, np.inf, -np.inf, -0.0, 100.0009]), want, Tolerance(rtol=1e-5, atol=0))
+    assert ok.ok and ok.mismatches == 0
+    assert ok.max_abs_error == pytest.approx(0.0009) and ok.max_rel_error == pytest.approx(9e-6)
+    bad = compare("Y", np.array([1.0, 0.0, np.inf, np.inf, 0.0, 100.0]), want, Tolerance(rtol=1e-5))
+    assert not bad.ok and bad.mismatches == 2
+    assert "1 NaN position mismatch" in bad.message and "first at [1]" in bad.message
+    assert not compare("Y", np.array([np.nan]), np.array([1.0]), Tolerance(atol=1.0)).ok
+    assert not compare("Y", np.array([np.inf]), np.array([1e300]), Tolerance(rtol=1.0)).ok
+    edge = compare("Y", np.array([1.5]), np.array([1.0]), Tolerance(rtol=0.25, atol=0.25))
+    assert edge.ok  # |1.5 - 1| <= 0.25 + 0.25 * 1
+    assert not compare("Y", np.array([1.51]), np.array([1.0]), Tolerance(rtol=0.25, atol=0.25)).ok
+    shape = compare("Y", np.zeros((2, 2)), np.zeros(4), Tolerance())
+    assert not shape.ok and "shape [2, 2], expected [4]" in shape.message
+    empty = compare("Y", np.zeros((0, 3), np.float16), np.zeros((0, 3)), Tolerance())
+    assert empty.ok and empty.max_abs_error is None
+    scalar = compare("Y", np.float32(2.0), np.array(1.0), Tolerance())
+    assert not scalar.ok and "first at []" in scalar.message
+
+
+def test_integer_outputs_without_a_tolerance_compare_exactly_as_integers():
+    """Expected values and outputs went through float64, where 2^53 + 1 equals 2^53: an int64
+    output off by one there passed. int64 against uint64 compares by value too."""
+    from webgpu_kernels.comparison import Tolerance, compare, elements_ok
+
+    want = np.array([2**53, -1, 7], np.int64)
+    assert not compare("Y", np.array([2**53 + 1, -1, 7], np.int64), want, Tolerance()).ok
+    assert compare("Y", want.copy(), want, Tolerance()).ok
+    unsigned = np.array([2**64 - 1, 2**63, 7], np.uint64)
+    assert elements_ok(np.array([-1, -2**63, 7], np.int64), unsigned, Tolerance()).tolist() == [False, False, True]
+    assert elements_ok(np.array([3], np.int32), np.array([4], np.int32), Tolerance(atol=1.0)).tolist() == [True]
+
+
+def test_a_bool_output_is_compared_as_its_bytes():
+    """NumPy reads any nonzero byte as True: a kernel writing byte 2 for true passed against true,
+    while the format's bool is one byte of 0 or 1 (helper-28)."""
+    want = np.array([True, False, True])
+    twos = np.array([2, 0, 2], np.uint8).view(np.bool_)
+    assert not compare("Y", twos, want, Tolerance()).ok and not compare("Y", twos, want, Tolerance(atol=0.5)).ok
+    assert compare("Y", np.array([1, 0, 1], np.uint8).view(np.bool_), want, Tolerance()).ok
+
+
+def test_integer_outputs_against_a_tolerance_compare_exactly_past_2_to_the_53():
+    """With a tolerance both sides went through float64: 2^62 + 300 passed against 2^62 at atol=1
+    (helper-28)."""
+    from webgpu_kernels.comparison import elements_ok
+
+    want = np.array([2**62, 5], np.int64)
+    assert elements_ok(np.array([2**62 + 300, 5], np.int64), want, Tolerance(atol=1.0)).tolist() == [False, True]
+    assert elements_ok(np.array([2**62 + 1, 6], np.int64), want, Tolerance(atol=1.0)).tolist() == [True, True]
+    assert not compare("Y", np.array([2**64 - 1], np.uint64), np.array([2**64 - 400], np.uint64), Tolerance(atol=2.0)).ok
+    judged = compare("Y", np.array([2**62 + 300, 5], np.int64), want, Tolerance(atol=1.0))  # its figures exact too
+    assert judged.max_abs_error == 300.0 and judged.message.endswith(f"got {2**62 + 300}, expected {2**62}")
+
+
+def test_signalling_nans_are_compared_without_a_warning():
+    """Their cast to float64 is an "invalid" operation: `test` printed NumPy's RuntimeWarning from
+    casefile.py on a kernel that outputs NaN bit patterns (the verdict was right)."""
+    import warnings
+
+    got = np.array([0x7F800001, 0x7FA00000, 0x3F800000, 0xFF800001], dtype=np.uint32).view(np.float32)
+    want = np.array([np.nan, np.nan, 1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = comparison.compare("Y", got, want, comparison.Tolerance(rtol=1e-5))
+    assert not result.ok and result.mismatches == 1  # the NaN against 2.0
+
+
+# --- bench, tune, peers, run: against a reference -------------------------------------------------
+
+
+def test_the_tolerance_is_judged_element_by_element() -> None:
+    """bench and tune's check (comparison.Tolerance): each element against absolute + relative x
+    its own |reference|, so a large element's allowance does not cover a small one's error."""
+    tol = comparison.Tolerance.of(["float32"])
+    ref = np.array([1000.0, 1.0, np.nan, np.inf])
+    ok = np.array([1000.0 + 0.009, 1.0 + 1e-4, np.nan, np.inf])  # 0.009 <= 1e-4 + 1e-5 * 1000
+    assert tol.agrees({"Y": ok}, {"Y": ref}) and comparison.max_abs_error({"Y": ok}, {"Y": ref}) > tol.absolute
+    for i, bad in ((1, 1.0 + 0.009), (0, 1000.0 + 0.02), (2, 0.0), (3, -np.inf), (0, np.nan)):
+        got = ok.copy()
+        got[i] = bad
+        assert not tol.agrees({"Y": got}, {"Y": ref}), (i, bad)
+    assert not tol.agrees({}, {"Y": ref}) and not tol.agrees({"Y": ok[:2]}, {"Y": ref})
+    assert comparison.Tolerance.of(["int64"]).agrees({"Y": np.array([5])}, {"Y": np.array([5.0])})
+    assert not comparison.Tolerance.of(["int64"]).agrees({"Y": np.array([50040])}, {"Y": np.array([50000.0])})
+
+
+def test_the_tolerance_judges_a_rank_0_output() -> None:
+    """A rank-0 output (QuickGelu of X=:f32) crashed bench's and tune's check with "'numpy.float64'
+    object does not support item assignment": np.abs of a 0-d array is a scalar (helper-34)."""
+    tol = comparison.Tolerance.of(["float32"])
+    assert tol.agrees({"Y": np.array(1.00001, np.float32)}, {"Y": np.array(1.0)})
+    assert not tol.agrees({"Y": np.array(1.5, np.float32)}, {"Y": np.array(1.0)})
+    assert tol.agrees({"Y": np.array(np.inf, np.float32)}, {"Y": np.array(np.inf)})
+    assert tol.allowance(np.array(np.nan)).shape == ()
+
+
+def test_the_tolerance_judges_an_integer_reference() -> None:
+    """onnxruntime's reference for an int output (bench checks with it since 004cbc2) is an integer
+    array: the allowance scaled |ref| in place in its dtype, and NumPy's casting error escaped bench."""
+    tol = comparison.Tolerance.of(["int32"])
+    assert tol.agrees({"Y": np.array([3, -4], np.int32)}, {"Y": np.array([3, -4], np.int32)})
+    assert not tol.agrees({"Y": np.array([3, -5], np.int32)}, {"Y": np.array([3, -4], np.int32)})
+    assert comparison.Tolerance.of(["float32"]).agrees({"Y": np.array(7, np.int64)}, {"Y": np.array(7, np.int64)})
+    assert comparison.Tolerance.of(["int32"]).allowance(np.array([np.iinfo(np.int32).min], np.int32))[0] > 0
+
+
+def test_a_reference_past_the_outputs_range_is_its_infinity(runner: CliRunner, has_f16: bool) -> None:
+    """A correct float16 BiasAdd of 50000 + 50000 is inf; against the finite float64 reference it
+    was WRONG in bench, tune's check, the peers' and run (helper-31). What the output's dtype rounds
+    to an infinity is that infinity; 65504 (the largest finite float16) is still wrong there."""
+    tol = comparison.Tolerance.of(["float16"])
+    ref = np.array([1e5, -1e5, 65504.0, 1.0])
+    assert tol.agrees({"Y": np.array([np.inf, -np.inf, 65504, 1], np.float16)}, {"Y": ref})
+    assert not tol.agrees({"Y": np.array([65504, -np.inf, 65504, 1], np.float16)}, {"Y": ref})
+    assert not comparison.Tolerance.of(["float32"]).agrees({"Y": np.array([np.inf], np.float32)}, {"Y": ref[:1]})
+    if has_f16:
+        large = [a for role in ("X", "skip") for a in ("--generate", f"{role}=uniform:40000:60000")]
+        data = invoke_json(runner, "run", BIAS_ADD, "-i", "X=1x4x8:f16", "-i", "bias=8:f16", "-i", "skip=1x4x8:f16",
+                           *large, "--generate", "bias=uniform:0:1")  # fmt: skip
+        assert data["ok"] is True and data["reference"]["numpy"]["Y"]["nonFiniteMismatches"] == 0, data
+
+
+def test_the_error_tolerance_of_a_case_is_its_least_precise_float_dtype():
+    assert Tolerance.of(["float32", "int64"]) == Tolerance(*FLOAT_TOLERANCE["float32"])  # was 1e-2 ("float32,int64")
+    assert Tolerance.of(["float16", "float32"]) == Tolerance(*FLOAT_TOLERANCE["float16"])
+    assert Tolerance.of(["int32"]) == Tolerance(*OTHER_TOLERANCE) and OTHER_TOLERANCE[1] == 0.0
+
+
+def test_an_integer_output_is_checked_exactly_whatever_the_cases_float_tolerance():
+    """ArgMax's int64 indices against onnxruntime's int64 reference: allowance() multiplied the int64
+    array in place by the float relative part, a NumPy casting traceback that ended `bench`; and
+    under the case's float32 tolerance (1e-4 + 1e-5 x 200000 = 2) an index off by one agreed, in
+    tune's check too, where `run` holds an int64 output to 1e-2 (helper-37)."""
+    ref = np.array([3, 200000], np.int64)
+    f32 = Tolerance.of(["float32"])
+    assert check_against({"reduced": ref.copy()}, {"reduced": ref}, f32) == Agreement(0.0, True)
+    assert check_against({"reduced": np.array([3, 200001], np.int64)}, {"reduced": ref}, f32) == Agreement(1.0, False)
+    assert not f32.agrees({"reduced": np.array([3, 200001], np.int64)}, {"reduced": ref.astype(np.float64)})
+    # a float output keeps the case's tolerance: 200001 against 200000 in float32 is within 2
+    assert f32.agrees({"Y": np.array([200001.0], np.float32)}, {"Y": np.array([200000.0])})
