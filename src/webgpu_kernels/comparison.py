@@ -80,27 +80,7 @@ class Tolerance:
         return check_against(outputs, expected, self).ok
 
 
-# --- test: against test.json's expected values --------------------------------------------------
-
-
-@dataclass
-class Comparison:
-    """How one output compares with its expected values."""
-
-    output: str
-    ok: bool
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    mismatches: int = 0
-    size: int = 0
-    message: str = ""
-    tolerance: dict[str, float] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "output": self.output, "ok": self.ok, "maxAbsError": self.max_abs_error, "maxRelError": self.max_rel_error,
-            "mismatches": self.mismatches, "size": self.size, "message": self.message, "tolerance": self.tolerance,
-        }  # fmt: skip
+# --- the element rule ---------------------------------------------------------------------------
 
 
 def _as_bytes_if_bool(a: np.ndarray) -> np.ndarray:
@@ -125,8 +105,8 @@ def elements_ok(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.n
     with np.errstate(invalid="ignore", over="ignore"):  # a signalling NaN's cast is "invalid"
         got, want = got.astype(np.float64), want.astype(np.float64)
         finite = np.isfinite(got) & np.isfinite(want)
-        within = finite & (np.abs(got - want) <= tolerance.atol + tolerance.rtol * np.abs(want))
-        return within | (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
+        within = finite & (np.abs(got - want) <= tolerance.allowance(want))
+        return within | _nonfinite_agree(got, want)
 
 
 def _exact_integer_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray | None:
@@ -153,6 +133,43 @@ def _equal_integers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a == b
 
 
+def _nonfinite_agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Where ``got`` holds what a non-finite ``want`` does: NaN where NaN is expected, the same
+    infinity where one is (float64 arrays of one shape)."""
+    return (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
+
+
+def _largest_errors(diff: np.ndarray, scale: np.ndarray, floor: float = 0.0) -> tuple[float | None, float | None]:
+    """The largest of ``diff`` and of ``diff / scale`` (``scale``: |expected|, of the same elements)
+    where ``scale`` is positive and at least ``floor``; None where there is none."""
+    relative = (scale > 0) & (scale >= floor)
+    return (float(diff.max()) if diff.size else None,
+            float((diff[relative] / scale[relative]).max()) if relative.any() else None)  # fmt: skip
+
+
+# --- test: against test.json's expected values --------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    """How one output compares with its expected values."""
+
+    output: str
+    ok: bool
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatches: int = 0
+    size: int = 0
+    message: str = ""
+    tolerance: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "output": self.output, "ok": self.ok, "maxAbsError": self.max_abs_error, "maxRelError": self.max_rel_error,
+            "mismatches": self.mismatches, "size": self.size, "message": self.message, "tolerance": self.tolerance,
+        }  # fmt: skip
+
+
 def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance) -> Comparison:
     """Judge ``actual`` against ``expected`` (float64, or integers: :func:`elements_ok`): shapes
     equal, NaN where and only where expected, infinities equal, finite values within ``atol + rtol *
@@ -175,14 +192,9 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
     nan_got, nan_want = np.isnan(got), np.isnan(want)
     finite = np.isfinite(got) & np.isfinite(want)
     mismatches = int(bad.sum())
-    fd = diff[finite]
-    scale = np.abs(want[finite])
-    nonzero = scale > 0
-    result = Comparison(
-        output, mismatches == 0, max_abs_error=float(fd.max()) if fd.size else None,
-        max_rel_error=float((fd[nonzero] / scale[nonzero]).max()) if nonzero.any() else None,
-        mismatches=mismatches, size=int(want.size), tolerance=tol,
-    )  # fmt: skip
+    max_abs, max_rel = _largest_errors(diff[finite], np.abs(want[finite]))
+    result = Comparison(output, mismatches == 0, max_abs_error=max_abs, max_rel_error=max_rel, mismatches=mismatches,
+                        size=int(want.size), tolerance=tol)  # fmt: skip
     if mismatches:
         index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), want.shape)) if want.ndim else ()
         g, w = float(got[index]), float(want[index])
@@ -215,7 +227,7 @@ def _errors(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """|got - ref| per element: 0 where equal (equal infinities) or both NaN, inf for any other NaN."""
     with np.errstate(invalid="ignore"):
         diff = np.abs(got - ref)
-    diff = np.where((got == ref) | (np.isnan(got) & np.isnan(ref)), 0.0, diff)
+    diff = np.where(_nonfinite_agree(got, ref), 0.0, diff)  # inf - inf is NaN
     return np.where(np.isnan(diff), np.inf, diff)
 
 
@@ -283,17 +295,13 @@ def reference_report(actual: Any, expected: Any) -> dict[str, Any]:
         return {"shapeMismatch": [list(got.shape), list(want.shape)], "maxAbsError": None, "maxRelError": None,
                 "nonFiniteMismatches": None, "beyondTolerance": None}  # fmt: skip
     both = np.isfinite(got) & np.isfinite(want)
-    same_nan = np.isnan(got) & np.isnan(want)
-    with np.errstate(invalid="ignore"):
-        same_inf = np.isinf(got) & (got == want)
-    mismatches = int((~(both | same_nan | same_inf)).sum())
+    mismatches = int((~(both | _nonfinite_agree(got, want))).sum())
     diff = np.abs(got[both] - want[both])
     tiny = float(np.finfo(a.dtype).tiny) if np.issubdtype(a.dtype, np.floating) else 1.0
-    scale = np.abs(want[both])
-    rel_mask = scale >= tiny
+    max_abs, max_rel = _largest_errors(diff, np.abs(want[both]), tiny)
     return {
-        "maxAbsError": float(diff.max()) if diff.size else None,
-        "maxRelError": float((diff[rel_mask] / scale[rel_mask]).max()) if rel_mask.any() else None,
+        "maxAbsError": max_abs,
+        "maxRelError": max_rel,
         "nonFiniteMismatches": mismatches,
         "beyondTolerance": int((diff > tolerance.allowance(want[both])).sum()),
         "tolerance": {"absolute": tolerance.absolute, "relative": tolerance.relative},
