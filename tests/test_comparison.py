@@ -156,3 +156,17 @@ def test_an_integer_output_is_checked_exactly_whatever_the_cases_float_tolerance
     assert not f32.agrees({"reduced": np.array([3, 200001], np.int64)}, {"reduced": ref.astype(np.float64)})
     # a float output keeps the case's tolerance: 200001 against 200000 in float32 is within 2
     assert f32.agrees({"Y": np.array([200001.0], np.float32)}, {"Y": np.array([200000.0])})
+
+
+def test_a_bool_output_is_judged_as_its_bytes_against_a_reference_too():
+    """`test` fails a kernel writing byte 2 (or 0xFF) for true (helper-28), but bench, tune, the peers
+    and `run` cast the output to float64, where any nonzero byte is 1.0: the same output agreed."""
+    twos = np.array([2, 0, 0xFF], np.uint8).view(np.bool_)
+    ref = np.array([1.0, 0.0, 1.0])
+    assert check_against({"Y": twos}, {"Y": ref}, Tolerance.of(["float32"])) == Agreement(254.0, False)
+    assert comparison.max_abs_error({"Y": twos}, {"Y": ref}) == 254.0
+    report = comparison.reference_report(twos, ref)
+    assert report["beyondTolerance"] == 2 and report["maxAbsError"] == 254.0
+    ones = np.array([1, 0, 1], np.uint8).view(np.bool_)
+    assert check_against({"Y": ones}, {"Y": ref}, Tolerance.of(["float32"])) == Agreement(0.0, True)
+    assert comparison.reference_report(ones, ref)["beyondTolerance"] == 0
