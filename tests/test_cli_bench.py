@@ -679,6 +679,66 @@ def test_a_peer_figure_whose_output_is_wrong_says_so_in_its_cell():
     assert cells[12] == "1.0 WRONG" and cells[13] == "0.50 WRONG" and cells[15] == "1.000"  # ORT device wrong
 
 
+def _terminal_table(monkeypatch, rows, width):
+    """What print_rows shows on a live terminal ``width`` columns wide: the table's lines and the rest."""
+    import io
+
+    from rich.console import Console
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR", "COLUMNS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    console = Console(file=Terminal(), width=width, record=True)
+    bench_report.print_rows(console, rows, [])
+    lines = console.export_text().splitlines()
+    return [line for line in lines if line[:1] in "┏┃┡│└"], [line for line in lines if line[:1] not in "┏┃┡│└"]
+
+
+def test_a_narrow_terminal_shows_the_essential_columns_whole_and_names_those_left_out(monkeypatch):
+    """On an 80-column terminal rich cut each of the 18 columns to "…": no figure could be read.
+    The essential columns now show whole, and a line says which went and where to see them all."""
+    peers = {"torch": {"eager_s": 1e-6, "eager_ok": True, "compile_s": 2e-6, "compile_ok": True, "transfer_s": 1e-3},
+             "ort-webgpu": {"device_s": 1e-6, "device_ok": True, "numpy_roundtrip_s": 1e-3, "numpy_ok": True}}  # fmt: skip
+    rows = [_row(peak_fraction=0.012, roundtrip_s=3e-3, tuned={"tbps": 0.02, "error_ok": True}, peers=peers),
+            _row(case="sdxl-refiner-2x1024x1536", error_ok=False, max_error=0.5, peak_fraction=0.5, peers=peers),
+            {"kernel": QG, "case": "broken", "dtype": "float16", "error": "no variant applies"}]  # fmt: skip
+    table, rest = _terminal_table(monkeypatch, rows, 80)
+    assert table and all(len(line) <= 80 and "…" not in line for line in table), "\n".join(table)
+    header = next(line for line in table if "kernel" in line)
+    assert [c.strip() for c in header.split("┃")[1:-1]][:3] == ["kernel", "case", "dtype"]
+    for name in ("µs", "TB/s", "peak", "max err"):
+        assert name in "".join(table), name
+    cells: list[list[str]] = []  # a cell too wide for its column folds onto the row's next lines
+    for line in (line for line in table if line.startswith("│")):
+        parts = [c.strip() for c in line.split("│")[1:-1]]
+        if parts[0]:
+            cells.append(parts)
+        else:
+            cells[-1] = [a + b if a.endswith("-") else " ".join(filter(None, (a, b))) for a, b in zip(cells[-1], parts)]
+    assert cells[0][:3] == ["QuickGelu", "tiny-4096", "float32"] and "2.0" in cells[0] and "1.2" in cells[0]
+    assert cells[1][1] == "sdxl-refiner-2x1024x1536" and "5.0e-01 WRONG" in cells[1]
+    assert cells[2][:4] == ["QuickGelu", "broken", "float16", "error"]
+    note = " ".join(rest)
+    assert "left out to fit 80 columns" in note and "torch xfer ms" in note and "--json" in note, note
+
+
+def test_a_log_and_a_wide_terminal_get_every_column(monkeypatch):
+    """Columns go only where the terminal cannot hold them: a log (no terminal) and a terminal
+    wide enough get all 18, and no line about columns left out."""
+    from rich.console import Console
+
+    console = Console(record=True, width=80)  # a log: not a terminal
+    bench_report.print_rows(console, [_row()], [])
+    assert "torch xfer ms" in console.export_text() and "left out" not in console.export_text()
+    table, rest = _terminal_table(monkeypatch, [_row()], 300)
+    header = next(line for line in table if "kernel" in line)
+    assert len(header.split("┃")[1:-1]) == 18 and not any("left out" in line for line in rest)
+
+
 @pytest.mark.parametrize("peak_fraction, copy_fraction, beyond", [
     (1.05, 0.5, True), (0.95, 3.0, False), (None, 2.5, True), (None, 1.2, False),
 ])  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -51,18 +52,27 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[str, Any]]) -> None:
-    table = Table(title=f"GPU time per call (timestamps around {span_text(rows)} back-to-back calls, median, sustained "
-                        "load, random data)")  # fmt: skip
+#: The columns a terminal too narrow for the table leaves out, in this order, until it fits (after
+#: those with no figure): it keeps which case, its time and bandwidth, and whether its output was
+#: right ("max err" says WRONG): kernel, case, dtype, µs, TB/s, % peak, max err.
+_DROPPED_FIRST = ("torch xfer ms", "ORT rt ms", "round trip ms", "ORT/ours", "ORT µs", "compile TB/s", "torch TB/s",
+                  "elements", "% copy", "TFLOP/s", "variant", "tuned TB/s")  # fmt: skip
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str | Text]]:
+    """The table's cells, by column: an error row fills kernel, case and dtype, and says "error"
+    in the first column shown after them (see _table)."""
     # TFLOP/s only where some package's bench.json counts FLOPs (a compute-bound op)
     flops = any(row.get("tflops") is not None for row in rows)
-    for col in ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", *(("TFLOP/s",) if flops else ()),
-                "% peak", "% copy", "tuned TB/s", "torch TB/s", "compile TB/s", "ORT µs", "ORT/ours", "round trip ms",
-                "ORT rt ms", "torch xfer ms", "max err"):  # fmt: skip
-        table.add_column(col, justify="left" if col in ("kernel", "case", "dtype", "variant") else "right")
+    names = ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", *(("TFLOP/s",) if flops else ()),
+             "% peak", "% copy", "tuned TB/s", "torch TB/s", "compile TB/s", "ORT µs", "ORT/ours", "round trip ms",
+             "ORT rt ms", "torch xfer ms", "max err")  # fmt: skip
+    columns: dict[str, list[str | Text]] = {name: [] for name in names}
     for row in rows:
         if "error" in row:
-            table.add_row(row["kernel"].split(".")[-1], row["case"], row["dtype"], Text("error", style="red"))
+            cells: tuple[str, ...] = (row["kernel"].split(".")[-1], row["case"], row["dtype"])
+            for name, cell in zip(names, cells + ("",) * (len(names) - len(cells))):
+                columns[name].append(cell)
             continue
         by_peer = row.get("peers", {})
         torch_peer, ort_peer = by_peer.get("torch", {}), by_peer.get("ort-webgpu", {})
@@ -75,7 +85,7 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
             return text + (" WRONG" if ok is False else "")
 
         tuned = row.get("tuned", {})
-        table.add_row(
+        cells = (
             row["kernel"].split(".")[-1], row["case"], row["dtype"], row["variant"], str(row["elements"]),
             f"{row['median_s'] * 1e6:.1f}", tbps_text(row), *((_fmt(row.get("tflops"), ".3f"),) if flops else ()),
             _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
@@ -90,10 +100,56 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
                     ort_peer.get("numpy_ok")),
             _fmt(torch_peer.get("transfer_s") and torch_peer["transfer_s"] * 1e3, ".3f"), err,
         )  # fmt: skip
-    # 18 or 19 columns: a log (no terminal) gets them whole rather than cells cut to "Quick…"
-    if not is_live(console):
+        for name, cell in zip(names, cells, strict=True):
+            columns[name].append(cell)
+    return columns
+
+
+def _table(rows: list[dict[str, Any]], columns: dict[str, list[str | Text]], shown: list[str]) -> Table:
+    table = Table(title=f"GPU time per call (timestamps around {span_text(rows)} back-to-back calls, median, sustained "
+                        "load, random data)")  # fmt: skip
+    for name in shown:
+        # folded, not cut to "…", where even the essential columns do not fit
+        table.add_column(name, justify="left" if name in ("kernel", "case", "dtype", "variant") else "right",
+                         overflow="fold")  # fmt: skip
+    for i, row in enumerate(rows):
+        cells = [columns[name][i] for name in shown]
+        if "error" in row and len(shown) > 3:
+            cells[3] = Text("error", style="red")  # its message is printed in full under the table
+        table.add_row(*cells)
+    return table
+
+
+def _fitted(console: Any, rows: list[dict[str, Any]], columns: dict[str, list[str | Text]]) -> tuple[Table, list[str]]:
+    """The table, less the columns a live terminal too narrow for it cannot show, and those left
+    out. rich had cut every cell of the 18 or 19 columns to "…" on an 80-column terminal (so the
+    figures were lost); columns with no figure ("-" in every row) go first, then _DROPPED_FIRST's."""
+    shown = list(columns)
+    table = _table(rows, columns, shown)
+    if not is_live(console):  # a log (no terminal) gets them all: its width is set to hold them
         console.width = max(console.width, 250)
+        return table, []
+
+    def fits() -> bool:  # unwrapped: rich meets a narrower width by cutting the widest cells, not by wrapping
+        return Measurement.get(console, console.options.update_width(10_000), table).maximum <= console.width
+
+    empty = [name for name in shown if name not in ("kernel", "case", "dtype") and rows
+             and all(str(cell) in ("-", "") for cell, row in zip(columns[name], rows) if "error" not in row)]  # fmt: skip
+    for name in [*empty, *(n for n in _DROPPED_FIRST if n not in empty)]:
+        if fits():
+            break
+        if name in shown:
+            shown.remove(name)
+            table = _table(rows, columns, shown)
+    return table, [name for name in columns if name not in shown]
+
+
+def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[str, Any]]) -> None:
+    table, left_out = _fitted(console, rows, _columns(rows))
     console.print(table)
+    if left_out:
+        console.print(f"{len(left_out)} columns left out to fit {console.width} columns: {', '.join(left_out)} "
+                      "(all of them: a wider terminal, `| cat`, or --json FILE)")  # fmt: skip
     if any(row.get("beyond_memory") for row in rows):
         console.print("* faster than the device's memory allows for the bytes counted (each input read once, "
                       "each output written once): the kernel reads less than its inputs, as a gather does, or "
