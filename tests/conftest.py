@@ -166,9 +166,9 @@ def write_package(tmp_path):
     return write
 
 
-def optional_output_package(write_package, variants: list[tuple[str, float, bool]]) -> Path:
+def optional_output_package(write_package, variants: list[tuple]) -> Path:
     """demo.OptOut: Y = X always; Z = 2X, an optional output, from the variants (id, priority,
-    writes Z) that bind it. A bench.json with one 4,096-element case."""
+    writes Z[, when clauses]) that bind it. A bench.json with one 4,096-element case."""
     def bindings(writes_z: bool) -> list[dict]:
         found = [{"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
                  {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
@@ -183,16 +183,16 @@ def optional_output_package(write_package, variants: list[tuple[str, float, bool
         "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"},
                     {"role": "Z", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X", "optional": True}],
         "typeConstraints": {"T": ["float32"]}, "tunables": {"WORKGROUP_SIZE": 64},
-        "variants": [{"id": vid, "priority": priority, "passes": [{
+        "variants": [{"id": vid, "priority": priority, **({"when": when[0]} if when else {}), "passes": [{
             "id": "main", "shader": f"{vid}.wgsl.jinja", "bindings": bindings(writes_z),
             "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": "tunables.WORKGROUP_SIZE"}}]}
-            for vid, priority, writes_z in variants],
+            for vid, priority, writes_z, *when in variants],
     }  # fmt: skip
     templates = {f"{vid}.wgsl.jinja": (
         "{{ declarations }}\n@compute @workgroup_size({{ workgroupSize }})\n"
         "fn {{ entryPoint }}({{ entryParams }}) {\n  let i = {{ globalIndex }};\n"
         "  if (i >= params.n) { return; }\n  y[i] = x[i];\n" + ("  z[i] = 2.0 * x[i];\n" if writes_z else "") + "}\n")
-        for vid, _, writes_z in variants}  # fmt: skip
+        for vid, _, writes_z, *_ in variants}  # fmt: skip
     root = write_package(manifest, templates)
     bench = {"cases": [{"name": "tiny-4096", "inputs": {"X": {"shape": [4096]}}, "types": {"T": ["float32"]}}]}
     (root / "bench.json").write_text(json.dumps(bench), encoding="utf-8")

@@ -656,6 +656,28 @@ def test_a_stored_result_never_drops_an_output_the_call_returns(tuning_dir, devi
     assert k.plan({"X": tuned}, tuned=True)[1].variant == "vs"  # where the outputs agree, it still does
 
 
+def test_a_stored_result_writing_every_output_or_refused_by_its_when(tuning_dir, device, write_package):
+    """Where an output is optional: a stored variant that writes every output is kept whatever the
+    manifest's own selection returns (Z comes back too); one whose `when` fails for the call is
+    ignored by the call, plan, explain and render alike, and applies where its `when` holds."""
+    from conftest import optional_output_package
+
+    k = wk.load_kernel(optional_output_package(write_package, [("v8", 30, False, ["numel(shapes.X) % 8 == 0"]),
+                                                               ("vz", 20, True, ["true"])]))  # fmt: skip
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    at8, x = np.ones(4104, np.float32), np.ones(4100, np.float32)  # both of class 4096
+    cache.record(k.tuning_key, QG_F32, {"X": at8.shape}, tuning.TunedChoice("vz", {"WORKGROUP_SIZE": 128}, 1e-5))
+    assert k.plan({"X": at8})[1].variant == "v8" and k.plan({"X": at8}, tuned=True)[1].variant == "vz"
+    assert set(k({"X": at8})) == {"Y", "Z"} and "z[i]" in k.render({"X": at8})["main"]
+    assert k.explain({"X": at8}).tuned == {"variant": "vz", "tunables": {"WORKGROUP_SIZE": 128}}
+    cache.record(k.tuning_key, QG_F32, {"X": at8.shape}, tuning.TunedChoice("v8", {"WORKGROUP_SIZE": 128}, 1e-5))
+    plan = k.plan({"X": x}, tuned=True)[1]
+    assert (plan.variant, plan.tunables) == ("vz", {"WORKGROUP_SIZE": 64}) and set(k({"X": x})) == {"Y", "Z"}
+    assert k.explain({"X": x}).tuned is None and "z[i]" in k.render({"X": x})["main"]
+    plan = k.plan({"X": at8}, tuned=True)[1]
+    assert (plan.variant, plan.tunables) == ("v8", {"WORKGROUP_SIZE": 128}) and set(k({"X": at8})) == {"Y"}
+
+
 def _tuned_past_the_device(tmp_path, adapter_file):
     """A QuickGelu copy whose default workgroup is past any device's limit (its `when` leaves that
     to the engine's device check), with SCALAR_64 stored for X_N: the stored result runs there."""

@@ -117,6 +117,9 @@ class Explanation:
 
 #: (dtypes, input shapes, absent optional inputs, attributes off their defaults): tuning.entry_key's terms
 TuningClass = tuple[dict[str, str], dict[str, tuple[int, ...]], tuple[str, ...], dict[str, Any]]
+#: What Kernel._resolve gives for (signature, forced variant, device info): ((the chosen variant, the
+#: outputs' specs), its resolved passes, its scope). Handed on so that a plan does not resolve again.
+Resolution = tuple[Any, Any, Any]
 
 
 class Kernel:
@@ -388,10 +391,12 @@ class Kernel:
         stored tuning result included, when neither ``variant`` nor ``tunables`` is given)."""
         self._check_variant_arg(variant)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
-        if variant is None and not tunables:
-            signature, variant = (self._tuned_choice(metas, attrs, signature, device, check=True)
-                                  or (signature, None))  # fmt: skip
-        _, resolved, scope = self._resolve(signature, variant, device.info)
+        resolution = None
+        if variant is None and not tunables and (stored := self._tuned_choice(metas, attrs, signature, device, check=True)):
+            signature, variant, resolution = stored  # resolved there (``check``)
+        if resolution is None:
+            resolution = self._resolve(signature, variant, device.info)
+        _, resolved, scope = resolution
         return dict(zip((r.pass_id for r in resolved), self.renderer.render_passes(resolved, scope), strict=True))
 
     def work_key(
@@ -452,7 +457,7 @@ class Kernel:
         if forced not in self._variant_ids:
             raise SelectionError(f"no variant {forced!r}; the variants are {', '.join(self.variants)}")
 
-    def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> tuple[Any, Any, Any]:
+    def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> Resolution:
         """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller."""
         check_input_sizes(info, tensor_bytes(self.manifest, signature, ()))  # before expressions overflow on it
         try:  # a forced variant is refused inside _select, any other call by require_choice
@@ -527,44 +532,43 @@ class Kernel:
         return signature.type_bindings(), shapes, absent, changed
 
     def _tuned_choice(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
-                      device: Device, *, check: bool = False) -> tuple[CallSignature, str] | None:  # fmt: skip
+                      device: Device, *, check: bool = False) -> tuple[CallSignature, str, Resolution | None] | None:  # fmt: skip
         """The signature (with its tunables) and variant `webgpu-kernels tune` found fastest for
         this call, if one is stored and its tunables fit the contract; with ``check``, only if its
-        variant's `when` also holds for the call (a call finds that out by building the plan)."""
+        variant's `when` also holds for the call (a call finds that out by building the plan); and
+        its resolution for the call where it was resolved here (with ``check`` or optional outputs)."""
         cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
         choice = cache.lookup(self.tuning_key, *self._tuning_class(signature))
         if choice is None:
             return None
+        optional_outputs = any(spec.optional for spec in self.manifest.outputs)
+        resolution = None
         try:
             tuned = check_call(self.manifest, metas, attrs, choice.tunables)
-            if check:  # as a call would build it: `when`, then the device's limits
-                (chosen, outputs), resolved, _ = self._resolve(tuned, choice.variant, device.info)
-                self._check_device(tuned, chosen.variant.id, outputs, resolved, device)
+            if check or optional_outputs:  # its `when` (without ``check``, building the plan checks it)
+                resolution = self._resolve(tuned, choice.variant, device.info)
+                if check:  # as a call would build it: `when`, then the device's limits
+                    (chosen, outputs), resolved, _ = resolution
+                    self._check_device(tuned, chosen.variant.id, outputs, resolved, device)
+                if optional_outputs and not self._keeps_outputs(signature, resolution, device):
+                    return None  # the call's result would lack an output its own selection returns
         except KernelError:
             return None  # stale or foreign entry: the default selection still applies
-        if any(spec.optional for spec in self.manifest.outputs) and not self._keeps_outputs(signature, tuned,
-                                                                                           choice.variant, device):
-            return None  # the call's result would lack an output its own selection returns
-        return tuned, choice.variant
+        return tuned, choice.variant, resolution
 
-    def _keeps_outputs(self, signature: CallSignature, tuned: CallSignature, variant: str, device: Device) -> bool:
-        """Whether the stored ``variant`` at ``tuned``'s tunables returns every output the manifest's
-        own selection returns for this call. `tune` keeps only a candidate with the outputs of the
-        tuned shape's default, but another shape of its class may have another default: where some
-        variants write an optional output and others do not, a call of that shape had come back
-        without that output where a tuning file held an entry for its class (helper-39)."""
-        def produced(sig: CallSignature, forced: str | None) -> frozenset[str]:
-            (_, outputs), resolved, _ = self._resolve(sig, forced, device.info)
-            return produced_outputs(resolved, outputs)
-
+    def _keeps_outputs(self, signature: CallSignature, tuned: Resolution, device: Device) -> bool:
+        """Whether the stored variant, resolved for the call at its tunables (``tuned``), returns
+        every output the manifest's own selection returns for this call. `tune` keeps only a
+        candidate with the outputs of the tuned shape's default, but another shape of its class may
+        have another default: where some variants write an optional output and others do not, a
+        call of that shape had come back without that output where a tuning file held an entry for
+        its class (helper-39)."""
         try:
-            own = produced(signature, None)
+            (_, outputs), resolved, _ = self._resolve(signature, None, device.info)
         except KernelError:  # the manifest's selection cannot run the call: nothing to keep the same
             return True
-        try:
-            return own <= produced(tuned, variant)
-        except KernelError:
-            return False
+        (_, tuned_outputs), tuned_resolved, _ = tuned
+        return produced_outputs(resolved, outputs) <= produced_outputs(tuned_resolved, tuned_outputs)
 
     def _tuned_plan(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
                     device: Device) -> ExecutionPlan | None:  # fmt: skip
@@ -573,11 +577,13 @@ class Kernel:
         if choice is None:
             return None
         try:
-            return self._plan(*choice, device)
+            return self._plan(*choice[:2], device, resolution=choice[2])
         except KernelError:
             return None  # stale, foreign or refused by the device: the default selection still applies
 
-    def _plan(self, signature: CallSignature, forced: str | None, device: Device) -> ExecutionPlan:
+    def _plan(self, signature: CallSignature, forced: str | None, device: Device, *,
+              resolution: Resolution | None = None) -> ExecutionPlan:  # fmt: skip
+        """The call's plan (cached); ``resolution``: ``_resolve``'s for these arguments, if the caller has it."""
         self._check_variant_arg(forced)  # before the key: a list is unhashable
         key = (signature, forced, device.serial)
         with self._lock:
@@ -585,7 +591,9 @@ class Kernel:
             if plan is not None:
                 self._plans.move_to_end(key)
                 return plan
-        (chosen, outputs), resolved, scope = self._resolve(signature, forced, device.info)
+        if resolution is None:
+            resolution = self._resolve(signature, forced, device.info)
+        (chosen, outputs), resolved, scope = resolution
         variant_id = chosen.variant.id
         self._check_device(signature, variant_id, outputs, resolved, device)
         wgsl = self.renderer.render_passes(resolved, scope)
