@@ -563,12 +563,15 @@ class Kernel:
         have another default: where some variants write an optional output and others do not, a
         call of that shape had come back without that output where a tuning file held an entry for
         its class (helper-39)."""
+        (_, tuned_outputs), tuned_resolved, _ = tuned
+        kept = produced_outputs(tuned_resolved, tuned_outputs)
+        if len(kept) == len(tuned_outputs):  # it returns every output: the call's own selection needs no resolving
+            return True
         try:
             (_, outputs), resolved, _ = self._resolve(signature, None, device.info)
         except KernelError:  # the manifest's selection cannot run the call: nothing to keep the same
             return True
-        (_, tuned_outputs), tuned_resolved, _ = tuned
-        return produced_outputs(resolved, outputs) <= produced_outputs(tuned_resolved, tuned_outputs)
+        return produced_outputs(resolved, outputs) <= kept
 
     def _tuned_plan(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
                     device: Device) -> ExecutionPlan | None:  # fmt: skip
