@@ -524,11 +524,17 @@ class Kernel:
         metas = describe_inputs(_without_absent(self.manifest, inputs))
         return self._tuning_class(check_call(self.manifest, metas, attrs, None))
 
+    @functools.cached_property
+    def _canonical_defaults(self) -> dict[str, Any]:
+        """The attributes' defaults as the tuning key writes them (each new shape compared against them)."""
+        return {k: tuning.canonical_attr(v) for k, v in self.manifest.attributes.items()}
+
     def _tuning_class(self, signature: CallSignature) -> TuningClass:
         shapes = signature.shape_map()  # checked: Python ints, whatever the caller's shapes held
         absent = tuple(spec.role for spec in self.manifest.inputs if spec.optional and spec.role not in shapes)
+        defaults = self._canonical_defaults
         changed = {k: value for k, v in signature.attr_map().items()  # as the key writes them: 1.702 in float32 is 1.702
-                   if (value := tuning.canonical_attr(v)) != tuning.canonical_attr(self.manifest.attributes[k])}
+                   if (value := tuning.canonical_attr(v)) != defaults[k]}
         return signature.type_bindings(), shapes, absent, changed
 
     def _tuned_choice(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
