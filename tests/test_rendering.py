@@ -117,8 +117,11 @@ def test_render_for_zero_and_rank_zero(quick_gelu):
 
 @pytest.mark.parametrize("value, suffix, text", [(1.702, "", "1.702"), (1, "", "1.0"), (-0.0, "", "-0.0"),
                                                  (1e-5, "", "1e-05"), (3.0, "f", "3.0f"), (0.5, "h", "0.5h"),
-                                                 (np.float64(0.25), "", "0.25")])  # fmt: skip
+                                                 (np.float64(0.25), "", "0.25"), (1000.0, "h", "1e+03h"),
+                                                 (1e7, "f", "1e+07f"), (65504.0, "h", "65504.0h")])  # fmt: skip
 def test_wgsl_float(value, suffix, text):
+    """The same text whatever NumPy's version: 1.26's str() wrote "1000.0h", "10000000.0f" and
+    "65500.0h" (helper-63)."""
     assert wgsl_float(value, suffix) == text
 
 

@@ -98,8 +98,12 @@ def wgsl_float(value: Any, suffix: str = "") -> str:
             rounded = struct.unpack(packing, struct.pack(packing, number))[0]
         except OverflowError:  # the shader compiler would refuse it, far from here
             raise ValueError(f"{number!r} is beyond the range of {'f32' if suffix == 'f' else 'f16'}") from None
-        # both read back as `rounded` in the type; the shorter ("1.702", not "1.7020000219345093")
-        text = min(str((np.float32 if suffix == "f" else np.float16)(rounded)), repr(rounded), key=len)
+        # all read back as `rounded` in the type; the shortest ("1.702", not "1.7020000219345093"), ties
+        # to the first. NumPy's shortest digits, not str(): its choice of positional or scientific
+        # changed in NumPy 2 (1.26 wrote 65504 in f16 as "65500.0"), and the WGSL with it.
+        typed = (np.float32 if suffix == "f" else np.float16)(rounded)
+        text = min(repr(rounded), np.format_float_positional(typed, unique=True, trim="0"),
+                   np.format_float_scientific(typed, unique=True, trim="-"), key=len)  # fmt: skip
     if "e" not in text and "." not in text:
         text += ".0"
     return text + suffix
