@@ -453,6 +453,56 @@ def test_a_package_without_a_reference_has_its_tuned_choice_checked_against_the_
     assert "WRONG" in result.output
 
 
+def _fixed_read_package(write_package) -> Path:
+    """demo.Fixed: Y = X, whose tunable FIXED (0: off) declares X as a fixed-size array of that many
+    elements. A FIXED above X's element count passes every check before the run (contract, `when`,
+    device limits, WGSL compile) and fails at the dispatch: WebGPU refuses a binding smaller than
+    the shader's array. A bench.json with one 4,096-element case."""
+    manifest = {
+        "domain": "demo", "name": "Fixed", "inputs": [{"role": "X", "dtype": "T"}],
+        "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"}],
+        "typeConstraints": {"T": ["float32"]}, "tunables": {"WORKGROUP_SIZE": 64, "FIXED": 0},
+        "variants": [{"id": "main", "priority": 1, "passes": [{
+            "id": "main", "shader": "main.wgsl.jinja",
+            "bindings": [{"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
+                         {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
+                         {"name": "params", "semantic": "kernel.params", "buffer": {"type": "uniform"},
+                          "struct": {"name": "Params", "fields": [{"name": "n", "type": "u32", "value": "numel(shapes.X)"}]}}],
+            "dispatch": {"threads": "numel(shapes.X)", "workgroupSize": "tunables.WORKGROUP_SIZE"}}]}],
+    }  # fmt: skip
+    fixed = "'x: array<f32' ~ (', ' ~ tunables.FIXED if tunables.FIXED else '') ~ '>'"
+    template = ("{{ declarations | replace('x: array<f32>', " + fixed + ") }}\n"
+                "@compute @workgroup_size({{ workgroupSize }})\nfn {{ entryPoint }}({{ entryParams }}) {\n"
+                "  let i = {{ globalIndex }};\n  if (i >= params.n) { return; }\n  y[i] = x[i];\n}\n")  # fmt: skip
+    root = write_package(manifest, {"main.wgsl.jinja": template})
+    bench = {"cases": [{"name": "tiny-4096", "inputs": {"X": {"shape": [4096]}}, "types": {"T": ["float32"]}}]}
+    (root / "bench.json").write_text(json.dumps(bench), encoding="utf-8")
+    return root
+
+
+def test_a_tuned_choice_that_fails_at_run_time_fails_the_command(runner, tuning_dir, tmp_path, write_package):
+    """A stored choice that passes every check a call makes before running (here: an array the
+    shader declares larger than the input, which WebGPU refuses at the dispatch) made bench's
+    tuned figure an error, said in red, yet the command exited 0 where a default that errors
+    exits 1: a CI job that benches after tuning never saw that calls of the class now fail."""
+    root = _fixed_read_package(write_package)
+    kernel = wk.load_kernel(root)
+    x = np.arange(4096, dtype=np.float32)
+    with pytest.raises(wk.errors.DeviceError, match="binding"):  # a call of the class fails: no fake
+        kernel({"X": x}, tunables={"FIXED": 8192})
+    cache = tuning.TuningCache(tuning_file(tuning_dir))
+    cache.record(kernel.tuning_key, {"T": "float32"}, {"X": (4096,)},
+                 tuning.TunedChoice("main", {"WORKGROUP_SIZE": 64, "FIXED": 8192}, 1e-5))  # fmt: skip
+    cache.save()
+    path = tmp_path / "bench.json"
+    result = runner.invoke(main, ["bench", str(root), *QUICK_WARM_UP, "--no-host", "--json", str(path)])
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert "error" not in row and row["variant"] == "main"  # the default ran
+    assert row["tuned"]["tunables"]["FIXED"] == 8192 and "binding" in row["tuned"]["error"]
+    assert result.exit_code == 1, result.output
+    assert "1 of 1 cases failed" in result.output and "Fixed tiny-4096 float32" in result.output
+
+
 def test_without_timestamp_queries_bench_reports_error_rows_not_a_traceback(runner, monkeypatch, tmp_path):
     import dataclasses
 
