@@ -523,6 +523,7 @@ def test_an_unwritable_tuning_folder_is_a_usage_error_before_any_timing(runner, 
     assert result.exit_code == 2 and "is not writable" in result.output and "--dry-run" in result.output, result.output
 
 
+@pytest.mark.filterwarnings("ignore::webgpu_kernels.TuningFileWarning")
 def test_a_folder_named_as_the_tuning_file_is_a_usage_error_before_any_timing(runner, tuning_dir, monkeypatch):
     """The first save failed on it (exit 1), after that case's whole search."""
     tuning_file(tuning_dir).mkdir(parents=True)
@@ -530,6 +531,31 @@ def test_a_folder_named_as_the_tuning_file_is_a_usage_error_before_any_timing(ru
     result = runner.invoke(main, ["tune", QG_DIR, *TINY])
     assert result.exit_code == 2, result.output
     assert "a folder has the tuning file's name" in result.output and "--dry-run" in result.output, result.output
+
+
+def test_tune_says_what_is_wrong_with_the_tuning_file_and_where_it_kept_it(runner, tuning_dir, monkeypatch):
+    """A damaged tuning file (one typo of a hand edit) was moved aside by the first save without a
+    word: the user never learnt why calls had ignored it, nor where it went. tune says both; bench
+    says what is wrong as a line of its own, not as Python's warning text."""
+    path = tuning_file(tuning_dir)
+    path.parent.mkdir(parents=True)
+    text = '{"version": 3, "entries": {"x": 1}'
+    path.write_text(text, "utf-8")
+    bench = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host"])
+    assert bench.exit_code == 0, bench.output
+    said = f"tuning file {path}: invalid JSON at line 1 column 35"
+    assert said in bench.output and "calls run the manifests' own selection" in bench.output, bench.output
+    assert "TuningFileWarning" not in bench.output
+    monkeypatch.setattr(cli_tune, "_search", lambda kernel, arrays, attrs, default, *a, **k: (
+        (default.median_s / 2, "scalar", {"WORKGROUP_SIZE": 128}), []))  # fmt: skip
+    monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
+    tuning._caches.clear()  # a new process's
+    out = invoke(runner, "tune", QG_DIR, *TINY).output.replace("\n", "")
+    backup = path.with_name(path.name + tuning.BACKUP_SUFFIX)
+    assert f"{said}" in out and f"the first save moves it aside to {backup.name}" in out, out
+    assert f"the tuning file as it was is kept as {backup}" in out, out
+    assert backup.read_text("utf-8") == text
+    assert list(json.loads(path.read_text("utf-8"))["entries"]) == [TINY_KEY]
 
 
 def test_explain_says_no_stored_result_applies_when_the_device_refuses_it(tuning_dir):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import warnings
 
 import numpy as np
 import pytest
@@ -27,6 +28,8 @@ X_N = {"X": (N,)}  # its shape class: X=4096
 SCALAR_64 = tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5)
 #: What calls look entries up by: the op id and a digest of the package's manifest and templates.
 QG_KEY = wk.get_kernel(QG).tuning_key
+#: For tests of a damaged file's other effects (test_a_damaged_tuning_file_is_said_once... checks the warning).
+DAMAGED_FILE_WARNS = pytest.mark.filterwarnings("ignore::webgpu_kernels.TuningFileWarning")
 
 
 @pytest.fixture
@@ -231,6 +234,7 @@ def test_no_tuning_env(tuning_dir, monkeypatch):
         cache.lookup(QG, QG_F32, X_N)
 
 
+@DAMAGED_FILE_WARNS
 @pytest.mark.parametrize(
     "content",
     [b"{not json", b"", b"[1, 2]", b'"entries"', b"\xff\xfe{}", b'{"entries": "abc"}', b"null",
@@ -253,6 +257,7 @@ def test_corrupt_file_is_ignored(adapter_file, fresh_kernel, plans_run, content)
     assert tuning.TuningCache(adapter_file).lookup(QG, QG_F32, X_N) == SCALAR_64
 
 
+@DAMAGED_FILE_WARNS
 @pytest.mark.parametrize(
     "entries",
     [[1], {"com.microsoft.QuickGelu|T=float32|X=4096": "scalar"},
@@ -268,6 +273,7 @@ def test_malformed_entries_are_ignored(adapter_file, fresh_kernel, entries):
     assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
 
 
+@DAMAGED_FILE_WARNS
 def test_other_version_file_is_ignored(adapter_file, fresh_kernel, plans_run):
     """A tuning file of another format version is not trusted."""
     adapter_file.parent.mkdir(parents=True)
@@ -276,6 +282,82 @@ def test_other_version_file_is_ignored(adapter_file, fresh_kernel, plans_run):
     x = np.linspace(-4, 4, N, dtype=np.float32)
     assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
     assert plans_run[-1].variant == "vec4"
+
+
+GOOD_ENTRY = {"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 64}, "median_s": 1e-5}
+DAMAGED = {  # what the file holds -> what the warning says is wrong with it
+    "syntax": (b"{not json", "invalid JSON at line 1 column 2"),
+    "not-utf8": (b"\xff\xfe{}", "not UTF-8 text"),
+    "list": (b"[1, 2]", "not a JSON object with 'version' and 'entries'"),
+    "other-version": (json.dumps({"version": 2, "entries": {}}).encode(), "written by another release (file version 2"),
+    "entries-list": (json.dumps({"version": 3, "entries": [1]}).encode(), "its 'entries' is not a JSON object"),
+}
+
+
+@pytest.mark.parametrize("content, said", DAMAGED.values(), ids=DAMAGED.keys())
+def test_a_damaged_tuning_file_is_said_once_not_ignored_silently(adapter_file, fresh_kernel, plans_run, content, said):
+    """A tuning file that does not parse, or that another release wrote, was ignored without a word:
+    calls ran the defaults, and whoever had tuned for an hour never learnt why nothing got faster.
+    The first call that reads it warns, naming the file, what is wrong and what to do; once per file
+    and process (a cache loaded again for the same file says nothing more)."""
+    adapter_file.parent.mkdir(parents=True)
+    adapter_file.write_bytes(content)
+    x = np.linspace(-4, 4, N, dtype=np.float32)
+    with pytest.warns(wk.TuningFileWarning) as caught:
+        assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
+    (warning,) = [w for w in caught if issubclass(w.category, wk.TuningFileWarning)]
+    text = str(warning.message)
+    assert str(adapter_file) in text and said in text, text
+    assert "webgpu-kernels tune" in text and tuning.BACKUP_SUFFIX in text, text  # what to do
+    assert plans_run[-1].variant == "vec4"
+    tuning._caches.clear()  # read again, as after $WEBGPU_KERNELS_TUNING_DIR went elsewhere and back
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fresh_kernel()({"X": x})
+
+
+def test_the_good_entries_of_a_file_with_a_malformed_one_apply_and_the_rest_is_said(adapter_file, fresh_kernel,
+                                                                                     plans_run):  # fmt: skip
+    """One hand-edited entry gone wrong ("median_s": "1e-5") dropped that entry without a word."""
+    adapter_file.parent.mkdir(parents=True)
+    bad = "com.microsoft.QuickGelu@0|T=float32|X=64"
+    adapter_file.write_text(json.dumps({"version": 3, "entries": {
+        tuning.entry_key(QG_KEY, QG_F32, X_N): GOOD_ENTRY, bad: {**GOOD_ENTRY, "median_s": "1e-5"}}}), "utf-8")  # fmt: skip
+    x = np.linspace(-4, 4, N, dtype=np.float32)
+    with pytest.warns(wk.TuningFileWarning, match=r"1 of its 2 entries is malformed and ignored") as caught:
+        assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
+    text = str(next(w.message for w in caught if issubclass(w.category, wk.TuningFileWarning)))
+    assert str(adapter_file) in text and repr(bad) in text, text
+    assert plans_run[-1].variant == "scalar"  # the good entry still applies
+
+
+def test_a_tuning_file_that_cannot_be_read_is_said(adapter_file, fresh_kernel, monkeypatch):
+    """A folder in the file's place, or a file this user may not read (emulated as root, whom
+    os.access never refuses), was ignored without a word."""
+    adapter_file.mkdir(parents=True)
+    x = np.linspace(-4, 4, N, dtype=np.float32)
+    with pytest.warns(wk.TuningFileWarning, match="cannot read: Is a directory") as caught:
+        fresh_kernel()({"X": x})
+    assert str(adapter_file) in str(caught[0].message) and tuning.CACHE_ENV in str(caught[0].message)
+
+    adapter_file.rmdir()
+    adapter_file.write_text(json.dumps({"version": 3, "entries": {}}), "utf-8")
+    monkeypatch.setattr(tuning.os, "access", lambda p, mode: str(p) != str(adapter_file))  # as a user it is not
+    tuning._caches.clear()
+    with pytest.warns(wk.TuningFileWarning, match="this user cannot read it") as caught:
+        fresh_kernel()({"X": x})
+    assert tuning.CACHE_ENV in str(caught[0].message)
+
+
+def test_no_tuning_file_or_a_good_one_is_no_warning(adapter_file, fresh_kernel):
+    """Never having tuned is no problem to warn of, nor is a file `tune` wrote."""
+    x = np.linspace(-4, 4, N, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fresh_kernel()({"X": x})
+        store(adapter_file, SCALAR_64)
+        tuning._caches.clear()
+        fresh_kernel()({"X": x})
 
 
 # --- kernel calls follow the stored choice -------------------------------------------------------------
@@ -390,9 +472,9 @@ def test_no_tuning_env_restores_default(adapter_file, fresh_kernel, plans_run, m
 
 @pytest.mark.parametrize(
     "entry",
-    [{"variant": "no-such-variant", "tunables": {}},
-     {"variant": "vec4", "tunables": {"WORKGROUP_SIZE": 1 << 20}},
-     {"variant": "scalar", "tunables": {"NO_SUCH_TUNABLE": 3}}],
+    [{"variant": "no-such-variant", "tunables": {}, "median_s": 1e-5},
+     {"variant": "vec4", "tunables": {"WORKGROUP_SIZE": 1 << 20}, "median_s": 1e-5},
+     {"variant": "scalar", "tunables": {"NO_SUCH_TUNABLE": 3}, "median_s": 1e-5}],
     ids=["unknown-variant", "workgroup-too-large", "unknown-tunable"],
 )  # fmt: skip
 def test_stale_entry_falls_back(adapter_file, fresh_kernel, plans_run, entry):
@@ -559,6 +641,7 @@ def test_a_later_save_does_not_put_back_what_another_process_saved_over(tuning_d
         assert tuning.TuningCache(path).lookup(QG, QG_F32, X_N) == newer
 
 
+@DAMAGED_FILE_WARNS
 def test_a_file_with_an_entry_edited_wrong_is_backed_up_before_a_save(tuning_dir):
     """A version-3 file whose entry was hand-edited wrong ("median_s": "1e-5") lost it silently at
     the next save; entries that are no dict were overwritten without a backup (helper-30)."""
@@ -575,6 +658,7 @@ def test_a_file_with_an_entry_edited_wrong_is_backed_up_before_a_save(tuning_dir
         backups[0].unlink()
 
 
+@DAMAGED_FILE_WARNS
 def test_a_tuning_file_this_user_cannot_read_is_not_replaced(tuning_dir, monkeypatch):
     """Another user's 0600 file in a shared folder read as corrupt: save moved it aside and wrote
     its own, and the other user's calls lost their entries (helper-30)."""
@@ -722,6 +806,7 @@ def test_run_reports_a_tuned_call_whose_default_the_device_cannot_run(adapter_fi
     assert data["variant"] == "scalar" and data["tuned"] is True and data["tunables"] == {"WORKGROUP_SIZE": 64}
 
 
+@DAMAGED_FILE_WARNS
 def test_a_fifo_in_place_of_the_tuning_file_is_ignored_not_waited_on(adapter_file, fresh_kernel):
     """The first call of every shape read the file with read_text(): a FIFO there blocked it for ever."""
     import os
@@ -758,6 +843,7 @@ def test_concurrent_saves_keep_every_entry(tuning_dir):
     assert len(entries) == 4 * 60
 
 
+@DAMAGED_FILE_WARNS
 @pytest.mark.parametrize("text", ['{"version": 4, "entries": {"future-key": {"variant": "v"}}}', '{"version": 3, "entr'])
 def test_a_save_keeps_a_file_of_another_version_or_a_broken_one(tmp_path, text):
     """Ignored on reading, as before, but a save had overwritten it: a newer library's results, or
@@ -774,6 +860,7 @@ def test_a_save_keeps_a_file_of_another_version_or_a_broken_one(tmp_path, text):
     assert (tmp_path / ("adapter.json" + tuning.BACKUP_SUFFIX)).read_text("utf-8") == text
 
 
+@DAMAGED_FILE_WARNS
 def test_a_second_foreign_file_and_a_folder_named_like_the_backup_keep_every_backup(tmp_path):
     """The backup had been replaced by the next foreign file, and a folder at its name crashed the save."""
     path = tmp_path / "adapter.json"

@@ -34,6 +34,7 @@ from .errors import (
     TemplateSandboxError,
     TensorReleasedError,
     TrustError,
+    TuningFileWarning,
     UncomputedTensorError,
     UnknownInputError,
     VariantRejectedError,
@@ -51,5 +52,5 @@ __all__ = [
     "RankError", "DTypeError", "ShapeError", "AttributeValueError", "DeviceLimitError", "SelectionError",
     "VariantRejectedError", "TemplateError", "TemplateSandboxError", "LayoutError", "GPUError",
     "AdapterNotFoundError", "ShaderCompileError", "DeviceError", "DeviceLostError", "TensorReleasedError",
-    "UncomputedTensorError", "NotPicklableError", "GpuWaitWarning",
+    "UncomputedTensorError", "NotPicklableError", "GpuWaitWarning", "TuningFileWarning",
 ]  # fmt: skip

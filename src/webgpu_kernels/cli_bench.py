@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,7 @@ from .cli import (
 from .comparison import Agreement, Tolerance, check_against
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
-from .errors import DeviceLimitError, InputError, KernelError, SelectionError
+from .errors import DeviceLimitError, InputError, KernelError, SelectionError, TuningFileWarning
 from .kernel import Kernel
 from .package import embedded_ids
 from .references import ReferenceShapeMismatch, ReferenceUnavailable, numpy_reference, onnxruntime_for
@@ -324,7 +325,10 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     # The caller's own mistakes are usage errors (exit 2), said before any timing; a bench.json
     # case the kernel refuses stays a failed row (exit 1).
     tuning.disabled()  # a bad WEBGPU_KERNELS_NO_TUNING
-    run = _BenchRun(device, tuning.cache_for(device.adapter.name, device.adapter.backend), seed, variant)
+    cache = load_tuning_cache(device)
+    if cache.problem is not None:  # the tuned column would be missing without a word
+        _console(stderr=True).print(Text(cache.problem.message(cache.path), style="yellow"), soft_wrap=True)
+    run = _BenchRun(device, cache, seed, variant)
     rows: list[dict[str, Any]] = []
     results: dict[str, Any] = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
                                "cases": rows, "host": []}  # fmt: skip
@@ -378,6 +382,14 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
         raise click.FileError(unsaved[0].filename or json_path or plot_path or "", hint=unsaved[0].strerror or str(unsaved[0]))
     if failed:
         ctx.exit(1)
+
+
+def load_tuning_cache(device: Any) -> tuning.TuningCache:
+    """The adapter's tuning cache. A problem with its file (``cache.problem``) is the command's to
+    say, in its own words: Python's warning text adds a source line of this package."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TuningFileWarning)
+        return tuning.cache_for(device.adapter.name, device.adapter.backend)
 
 
 def _failed(row: dict[str, Any]) -> bool:

@@ -29,6 +29,7 @@ from .cli_bench import (
     _warm_up,
     check_given_shapes,
     given_shapes_option,
+    load_tuning_cache,
     now_running,
 )
 from .comparison import Tolerance
@@ -65,7 +66,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     disagree: calls there run the manifest's selection."""
     console = _console()
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
-    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    cache = load_tuning_cache(device)
     inputs = check_given_shapes(kernels, inputs, generators, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
     work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
@@ -73,6 +74,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
     if not dry_run:
         _check_writable(cache.path)
+    _say_problem(console, cache, dry_run)
     table = Table(title=f"tuning on {device.adapter.label()}")
     for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
         table.add_column(col)
@@ -153,6 +155,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     console.print(table)
     if saved:
         console.print(f"saved: {cache.path}")
+    if cache.backup is not None:
+        console.print(Text(f"the tuning file as it was is kept as {cache.backup}", style="yellow"), soft_wrap=True)
     elif not dry_run:  # every case errored: "saved:" had named a file that nothing was written to
         console.print(f"nothing saved: no case was tuned, so {cache.path} is as it was")
     if errors:  # as bench: a CI job must see that a case could not run
@@ -181,6 +185,21 @@ def _check_writable(path: Path) -> None:
         raise click.UsageError(f"the tuning folder {folder} is not writable ({exc.strerror or exc}"
                                f"{': ' + exc.filename if exc.filename and exc.filename != str(folder) else ''}): set "
                                f"{tuning.CACHE_ENV} to a folder of your own, or pass --dry-run") from None  # fmt: skip
+
+
+def _say_problem(console: Any, cache: tuning.TuningCache, dry_run: bool) -> None:
+    """What is wrong with the tuning file, and what this run does with it: the first save moves a
+    damaged or other-version file aside, never over it (a hand edit with one typo is kept)."""
+    problem = cache.problem
+    if problem is None:
+        return
+    if dry_run or not problem.readable:  # as calls and bench say it (an unreadable file: refused before this)
+        text = problem.message(cache.path)
+    else:
+        kept = "its valid entries go into the new file" if not problem.whole else "nothing of it goes into the new file"
+        text = (f"tuning file {cache.path}: {problem.what}; the first save moves it aside to {cache.path.name}"
+                f"{tuning.BACKUP_SUFFIX} (an earlier backup is kept) and {kept}")  # fmt: skip
+    console.print(Text(text, style="yellow"), soft_wrap=True)
 
 
 def _same_work(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any],

@@ -332,3 +332,9 @@ class NotPicklableError(KernelError, TypeError):
 class GpuWaitWarning(RuntimeWarning):
     """A readback has waited long for the GPU and still waits (``$WEBGPU_KERNELS_WAIT_WARN_S``): the
     one sign a user gets of work that never ends, such as a driver wedged by a forked child's exit."""
+
+
+class TuningFileWarning(UserWarning):
+    """A tuning file (``webgpu-kernels tune``'s results) that cannot be read, or that holds what
+    ``tune`` never writes: calls it would have sped up run the manifests' own selection. Said once
+    per file and process, naming the file, what is wrong and what to do."""

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from filelock import FileLock
 
 from .device import env_flag
 from .digests import decode_json, read_file, replace_file
-from .errors import PackageError
+from .errors import PackageError, TuningFileWarning
 from .forks import fresh_in_child
 
 CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
@@ -112,7 +113,12 @@ class TuningCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self.entries: dict[str, dict[str, Any]] = _read_entries(path)
+        entries, self.problem = _load(path)
+        self.entries: dict[str, dict[str, Any]] = entries
+        #: Where the last save moved a damaged or other-version file aside (None: it moved none).
+        self.backup: Path | None = None
+        if self.problem is not None:
+            _warn_once(path, self.problem)
         self._recorded: set[str] = set()  # keys this process found: what save() writes over the file
         self._forgotten: set[str] = set()  # keys this process dropped: what save() removes from it
 
@@ -165,9 +171,10 @@ class TuningCache:
             # move aside and replace (it had been, and its entries left their calls; helper-30)
             raise PermissionError(errno.EACCES, "this user cannot read the tuning file, so it is not replaced",
                                   str(self.path))  # fmt: skip
-        on_disk, foreign = _load(self.path)
-        if foreign:  # another version's results, or a hand edit gone wrong: kept, not lost
-            os.replace(self.path, _free_backup_name(self.path))
+        on_disk, problem = _load(self.path)
+        if problem is not None and _is_regular_file(self.path):  # another version's results, or a hand
+            self.backup = _free_backup_name(self.path)  # edit gone wrong: kept, not lost
+            os.replace(self.path, self.backup)
         on_disk = {k: e for k, e in on_disk.items() if k not in self._forgotten}
         entries = {**on_disk, **{k: self.entries[k] for k in self._recorded}}
         self.entries = entries
@@ -186,27 +193,73 @@ def _folder_lock(folder: Path) -> FileLock:
     return FileLock(folder / LOCK_NAME)
 
 
-def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
-    """The valid entries of a tuning file; a missing, corrupt, oversized, other-version or
-    not-regular file (a FIFO would block every first call) has none."""
-    return _load(path)[0]
+@dataclass(frozen=True)
+class FileProblem:
+    """What is wrong with a tuning file: ``what``, and whether it is the whole file (``whole``: no
+    entry of it is used) or some entries (the others still apply); ``readable``: whether the file
+    is a regular file this user can read (a save moves such a file aside, see :meth:`TuningCache.save`)."""
+
+    what: str
+    whole: bool = True
+    readable: bool = True
+
+    def message(self, path: Path) -> str:
+        """The warning: the file, what is wrong, what calls do meanwhile and what to do."""
+        used = ("calls run the manifests' own selection" if self.whole
+                else "those calls run the manifests' own selection; the other entries apply")  # fmt: skip
+        if not self.readable:
+            todo = f"make it a regular file this user can read, or set ${CACHE_ENV} to a folder of your own"
+        else:
+            todo = (f"fix it, or run `webgpu-kernels tune` again: its first save moves this file aside to "
+                    f"{path.name}{BACKUP_SUFFIX} (an earlier backup is kept) and writes a new one")  # fmt: skip
+        return f"tuning file {path}: {self.what}; {used}. To use tuning results, {todo}"
 
 
-def _load(path: Path) -> tuple[dict[str, dict[str, Any]], bool]:
-    """A tuning file's valid entries, and whether it is a regular file that is no tuning file of
-    this version (another version's, one that does not parse, or one with an entry edited wrong),
-    which a save must not overwrite."""
+#: The tuning files and problems this process has warned of (each once).
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()  # not _lock: cache_for holds that while a cache loads
+
+
+def _warn_once(path: Path, problem: FileProblem) -> None:
+    with _warned_lock:
+        if (str(path), problem.what) in _warned:
+            return
+        _warned.add((str(path), problem.what))
+    # A damaged file had been ignored without a word: calls ran the defaults, and whoever had tuned
+    # for an hour never learnt why nothing got faster (helper-61).
+    warnings.warn(TuningFileWarning(problem.message(path)), stacklevel=2)
+
+
+def _load(path: Path) -> tuple[dict[str, dict[str, Any]], FileProblem | None]:
+    """A tuning file's valid entries, and what is wrong with it (None for a good or missing file):
+    unreadable, not a regular file (a FIFO would block every first call), oversized, not JSON,
+    another version's, or with an entry edited wrong. A save must not overwrite a regular file
+    that has a problem."""
+    if not os.path.lexists(path):
+        return {}, None  # never tuned: nothing to say
+    if _is_regular_file(path) and not os.access(path, os.R_OK):  # another user's, in a shared folder
+        return {}, FileProblem("this user cannot read it", readable=False)
     try:
         data = decode_json(read_file(path.parent, path.name))
-    except (PackageError, ValueError):
-        return {}, _is_regular_file(path)  # a corrupt cache is ignored, never fatal
-    if isinstance(data, dict) and data.get("version") == FILE_VERSION:
-        entries = data.get("entries")
-        if not isinstance(entries, dict):
-            return {}, True
-        valid = {k: e for k, e in entries.items() if _valid_entry(e)}
-        return valid, len(valid) != len(entries)  # an entry edited wrong: the file is backed up, not lost
-    return {}, True
+    except PackageError as exc:  # a corrupt cache is ignored, never fatal
+        return {}, FileProblem(exc.detail, readable=_is_regular_file(path))  # a folder or FIFO: not ours to move
+    except ValueError as exc:
+        return {}, FileProblem(str(exc))
+    if not isinstance(data, dict) or "version" not in data:
+        return {}, FileProblem("not a JSON object with 'version' and 'entries', as `webgpu-kernels tune` writes")
+    if data.get("version") != FILE_VERSION:
+        return {}, FileProblem(f"written by another release (file version {json.dumps(data.get('version'))[:40]}; "
+                               f"this one reads version {FILE_VERSION})")  # fmt: skip
+    entries = data.get("entries")
+    if not isinstance(entries, dict):
+        return {}, FileProblem("its 'entries' is not a JSON object")
+    valid = {k: e for k, e in entries.items() if _valid_entry(e)}
+    if len(valid) == len(entries):
+        return valid, None
+    wrong = [k for k in entries if k not in valid]
+    verb = "is" if len(wrong) == 1 else "are"
+    return valid, FileProblem(f"{len(wrong)} of its {len(entries)} entries {verb} malformed and ignored "
+                              f"(first: {wrong[0][:200]!r})", whole=False)  # fmt: skip
 
 
 def _is_regular_file(path: Path) -> bool:
@@ -252,7 +305,7 @@ def _caches_with_fresh_locks() -> dict[str, TuningCache]:
     return _caches
 
 
-fresh_in_child(globals(), _lock=threading.Lock, _caches=_caches_with_fresh_locks)
+fresh_in_child(globals(), _lock=threading.Lock, _warned_lock=threading.Lock, _caches=_caches_with_fresh_locks)
 
 
 def cache_for(adapter_name: str, backend: str) -> TuningCache:
