@@ -413,6 +413,41 @@ def test_a_float32_attribute_finds_the_result_tuned_for_the_same_number(adapter_
         tuning.entry_key(QG, QG_F32, X_N, (), {"alpha": 1.702, "v": [0.1]}))
 
 
+def test_an_entry_keyed_by_an_older_releases_float_is_found(adapter_file, fresh_kernel, plans_run):
+    """Keys write a float attribute as the shortest decimal of its float32 (canonical_attr); an entry
+    an older release wrote as alpha=0.3333333333333333 was found by no call once keys became
+    alpha=0.33333334. Keys are read as the current rules write them, and a save writes them so."""
+    old_key = f"{tuning.entry_key(QG_KEY, QG_F32, X_N)}|attrs=alpha=0.3333333333333333"
+    assert tuning.entry_key(QG_KEY, QG_F32, X_N, (), {"alpha": 1 / 3}) != old_key  # what calls look up now
+    adapter_file.parent.mkdir(parents=True)
+    adapter_file.write_text(json.dumps({"version": 3, "entries": {old_key: GOOD_ENTRY}}), "utf-8")
+    x = np.linspace(-4, 4, N, dtype=np.float32)
+    y = fresh_kernel()({"X": x}, attrs={"alpha": 1 / 3})["Y"]
+    np.testing.assert_allclose(y, x / (1 + np.exp(-x.astype(np.float64) / 3)), rtol=1e-5, atol=1e-6)
+    assert plans_run[-1].variant == "scalar" and grid_of(plans_run[-1]) == [(64, 1, 1)]
+    cache = tuning.cache_for(wk.get_device().adapter.name, wk.get_device().adapter.backend)
+    cache.save()
+    assert list(json.loads(adapter_file.read_text("utf-8"))["entries"]) == [
+        tuning.entry_key(QG_KEY, QG_F32, X_N, (), {"alpha": 1 / 3})]
+
+
+def test_old_keys_that_read_as_one_keep_one_entry():
+    """Two keys that read as one (an old float and the current key, or two old floats of one
+    float32): the current key's entry wins (written under the rules calls use), else the fastest.
+    A key whose attributes do not parse is kept as it was."""
+    head = "op@1|T=float32|X=4096|attrs="
+    now, old, older = head + "alpha=0.33333334", head + "alpha=0.3333333333333333", head + "alpha=0.333333333"
+    fast, slow = {**GOOD_ENTRY, "median_s": 1e-6}, {**GOOD_ENTRY, "variant": "vec4", "median_s": 2e-6}
+    assert tuning._canonical_entries({old: fast, now: slow}) == {now: slow}
+    assert tuning._canonical_entries({now: slow, old: fast}) == {now: slow}
+    assert tuning._canonical_entries({old: slow, older: fast}) == {now: fast}
+    assert tuning._canonical_entries({older: fast, old: slow}) == {now: fast}
+    many = head + 'eps=[1.0, 0.1],mode="a,b=c",n=2.0'  # lists, a string holding the separators, 2.0 as 2
+    assert tuning._canonical_entries({many: fast}) == {head + 'eps=[1, 0.1],mode="a,b=c",n=2': fast}
+    for odd in (head + "alpha=", head + "alpha=0.5,", head + "=1", head + "alpha=0.5 beta=1", "op@1|T=float32|X=4096"):
+        assert tuning._canonical_entries({odd: fast}) == {odd: fast}
+
+
 def test_a_result_recorded_later_applies_to_shapes_already_run(adapter_file, fresh_kernel, plans_run, device):
     """A kernel that already ran a shape follows a tuning result recorded afterwards in the same
     process (the per-call plan cache is keyed by the tuning generation)."""
