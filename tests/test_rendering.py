@@ -453,7 +453,7 @@ def test_a_context_name_read_by_a_macro_imported_without_context_says_so(write_p
 
 @pytest.mark.parametrize("name", ["extra.json", "notes.md", "test.json"])
 def test_a_template_may_not_include_the_packages_documents_or_data(write_package, name):
-    """Their edits do not change the tuning key (kernel._template_files leaves them out), so an
+    """Their edits do not change the tuning key (tuning._template_files leaves them out), so an
     included one could change the WGSL behind a stored result: such an include is refused."""
     template = "{% include '" + name + "' %}\n" + DEMO_TEMPLATE
     kernel = wk.load_kernel(write_package(json.loads(json.dumps(DEMO_MANIFEST)),

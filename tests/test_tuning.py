@@ -617,7 +617,7 @@ def test_the_tuning_key_reads_only_what_a_template_can_be(tmp_path, monkeypatch)
     import shutil
 
     from webgpu_kernels.digests import MAX_PACKAGE_FILES
-    from webgpu_kernels.kernel import TEMPLATE_FILE_BYTES
+    from webgpu_kernels.tuning import TEMPLATE_FILE_BYTES
     from webgpu_kernels.package import KernelPackage
 
     package = tmp_path / "qg"

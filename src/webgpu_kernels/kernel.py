@@ -8,8 +8,6 @@ uniform buffers and the grid. A call whose signature was seen before evaluates n
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,13 +21,11 @@ from . import tuning
 from .call_inputs import as_array, checked_mapping, describe_inputs
 from .contract import CallSignature, check_call, has_negative_zero
 from .device import Device, get_device
-from .digests import MAX_PACKAGE_FILES
 from .errors import (
     DeviceLimitError,
     ExpressionError,
     InputError,
     KernelError,
-    PackageError,
     SelectionError,
     shorten,
 )
@@ -49,7 +45,6 @@ from .package import MANIFEST_FILE, KernelPackage
 from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, bound_roles, produced_outputs, resolve_variant, workgroup_memory_blame
 from .selection import Selection, Verdict, require_choice, select_variant
-from .templates import MAX_TEMPLATE_BYTES, NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 from .tensor import LOST_TENSOR, GpuTensor
 
 #: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
@@ -157,21 +152,8 @@ class Kernel:
     @functools.cached_property
     def tuning_key(self) -> str:
         """The op id and a digest of the manifest and every file a template could read: autotuning
-        results belong to this package's code (a local copy being edited, same op id, has its own;
-        so does one whose `{% include %}`d helper changed). Read within bounds: at most
-        MAX_PACKAGE_FILES files of at most TEMPLATE_FILE_BYTES each (250 MiB in all)."""
-        digest = hashlib.sha256()
-        digest.update(_key_part(self.package, MANIFEST_FILE))
-        for i, (name, size) in enumerate(_template_files(self.package)):
-            # Only a file a template can be is read, and at most a package's number of them: a
-            # folder without metadata.json is not held to the package's limits when it opens, and
-            # 1,000 links to one 8 MiB file had added 38 s to the first call. Any other file
-            # counts by its size: none of its bytes can reach the WGSL.
-            if i < MAX_PACKAGE_FILES and size <= TEMPLATE_FILE_BYTES:
-                digest.update(_key_part(self.package, name))
-            else:
-                digest.update(f"{name}:{size}:unread".encode())
-        return f"{self.op_id}@{digest.hexdigest()[:16]}"
+        results belong to this package's code (tuning.package_key)."""
+        return tuning.package_key(self.package, self.op_id)
 
     def __repr__(self) -> str:
         return f"Kernel({self.op_id!r}, variants={self.variants}, origin={self.package.origin!r})"
@@ -619,40 +601,6 @@ class Kernel:
             if len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
         return plan
-
-
-#: Largest file a template can be: the loader takes at most MAX_TEMPLATE_BYTES characters, and
-#: UTF-8 spends at most 4 bytes on one.
-TEMPLATE_FILE_BYTES = 4 * MAX_TEMPLATE_BYTES
-
-
-def _template_files(package: KernelPackage) -> list[tuple[str, int]]:
-    """The files a template could load (templates.PackageLoader: a top-level file of a valid name),
-    less the NOT_TEMPLATE_SUFFIXES files it refuses, with their sizes in bytes, by name; of a
-    verified package, only what it verified (the rest cannot load)."""
-    def candidate(name: str) -> bool:
-        return bool(TEMPLATE_NAME.match(name)) and not name.endswith(NOT_TEMPLATE_SUFFIXES)
-
-    if package.is_verified:
-        return sorted((n, len(data)) for n, data in package.verified.items() if candidate(n))
-    found = []
-    with os.scandir(package.root) as entries:
-        for entry in entries:
-            try:
-                if candidate(entry.name) and entry.is_file():  # is_file and stat follow links, as reads do
-                    found.append((entry.name, entry.stat().st_size))
-            except OSError:  # gone since the listing, or not ours to read: nothing can load it either
-                continue
-    return sorted(found)
-
-
-def _key_part(package: KernelPackage, name: str) -> bytes:
-    """A file's name, size and bytes, as the tuning key hashes them."""
-    try:
-        data = package.read_bytes(name)
-    except PackageError:  # changed since the listing (grown past a package file's size, gone): no
-        data = b"unreadable"  # template can load it either, and a call must not fail over it
-    return f"{name}:{len(data)}:".encode() + data
 
 
 def _frozen(options: Mapping[str, Any] | None) -> Any:

@@ -554,7 +554,7 @@ TEMPLATE_HIDDEN_NAMESPACES = frozenset({"shapes", "ranks", "device"})
 
 
 #: Files no template may load: the package's JSON documents, test data and notes. The tuning key
-#: (kernel._template_files) digests every other file a template could load, so an edit to one of
+#: (tuning._template_files) digests every other file a template could load, so an edit to one of
 #: these cannot change the WGSL behind a stored result.
 NOT_TEMPLATE_SUFFIXES = (".json", ".npy", ".npz", ".safetensors", ".md")
 

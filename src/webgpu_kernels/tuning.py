@@ -13,6 +13,7 @@ only some variants write), is ignored.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -27,9 +28,11 @@ import numpy as np
 from filelock import FileLock
 
 from .device import env_flag
-from .digests import decode_json, read_file, replace_file
+from .digests import MAX_PACKAGE_FILES, decode_json, read_file, replace_file
 from .errors import PackageError, TuningFileWarning
 from .forks import fresh_in_child
+from .package import MANIFEST_FILE, KernelPackage
+from .templates import MAX_TEMPLATE_BYTES, NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 
 CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
 DISABLE_ENV = "WEBGPU_KERNELS_NO_TUNING"
@@ -60,6 +63,59 @@ def tuning_dir() -> Path:
         return Path(base).expanduser()
     # An empty XDG_CACHE_HOME counts as unset (XDG base directory spec).
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "webgpu-kernels" / "tuning"
+
+
+def package_key(package: KernelPackage, op_id: str) -> str:
+    """The op id and a digest of the manifest and every file a template could read: autotuning
+    results belong to this package's code (a local copy being edited, same op id, has its own;
+    so does one whose `{% include %}`d helper changed). Read within bounds: at most
+    MAX_PACKAGE_FILES files of at most TEMPLATE_FILE_BYTES each (250 MiB in all)."""
+    digest = hashlib.sha256()
+    digest.update(_key_part(package, MANIFEST_FILE))
+    for i, (name, size) in enumerate(_template_files(package)):
+        # Only a file a template can be is read, and at most a package's number of them: a
+        # folder without metadata.json is not held to the package's limits when it opens, and
+        # 1,000 links to one 8 MiB file had added 38 s to the first call. Any other file
+        # counts by its size: none of its bytes can reach the WGSL.
+        if i < MAX_PACKAGE_FILES and size <= TEMPLATE_FILE_BYTES:
+            digest.update(_key_part(package, name))
+        else:
+            digest.update(f"{name}:{size}:unread".encode())
+    return f"{op_id}@{digest.hexdigest()[:16]}"
+
+
+#: Largest file a template can be: the loader takes at most MAX_TEMPLATE_BYTES characters, and
+#: UTF-8 spends at most 4 bytes on one.
+TEMPLATE_FILE_BYTES = 4 * MAX_TEMPLATE_BYTES
+
+
+def _template_files(package: KernelPackage) -> list[tuple[str, int]]:
+    """The files a template could load (templates.PackageLoader: a top-level file of a valid name),
+    less the NOT_TEMPLATE_SUFFIXES files it refuses, with their sizes in bytes, by name; of a
+    verified package, only what it verified (the rest cannot load)."""
+    def candidate(name: str) -> bool:
+        return bool(TEMPLATE_NAME.match(name)) and not name.endswith(NOT_TEMPLATE_SUFFIXES)
+
+    if package.is_verified:
+        return sorted((n, len(data)) for n, data in package.verified.items() if candidate(n))
+    found = []
+    with os.scandir(package.root) as entries:
+        for entry in entries:
+            try:
+                if candidate(entry.name) and entry.is_file():  # is_file and stat follow links, as reads do
+                    found.append((entry.name, entry.stat().st_size))
+            except OSError:  # gone since the listing, or not ours to read: nothing can load it either
+                continue
+    return sorted(found)
+
+
+def _key_part(package: KernelPackage, name: str) -> bytes:
+    """A file's name, size and bytes, as the tuning key hashes them."""
+    try:
+        data = package.read_bytes(name)
+    except PackageError:  # changed since the listing (grown past a package file's size, gone): no
+        data = b"unreadable"  # template can load it either, and a call must not fail over it
+    return f"{name}:{len(data)}:".encode() + data
 
 
 def adapter_slug(name: str, backend: str) -> str:
