@@ -47,6 +47,7 @@ def test_tune_then_bench(runner, tuning_dir, tmp_path, monkeypatch):
     out = invoke(runner, "tune", QG_DIR, *TINY).output
     path = tuning_file(tuning_dir)
     assert f"saved: {path}" in out.replace("\n", "")
+    assert "nothing saved" not in out, out  # said after "saved:" too, where a save had moved nothing aside
     assert "tiny-4096" in out and "speed-up" in out
     data = json.loads(path.read_text("utf-8"))
     assert data["version"] == tuning.FILE_VERSION and list(data["entries"]) == [TINY_KEY]

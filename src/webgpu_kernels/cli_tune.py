@@ -155,10 +155,10 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     console.print(table)
     if saved:
         console.print(f"saved: {cache.path}")
-    if cache.backup is not None:
-        console.print(Text(f"the tuning file as it was is kept as {cache.backup}", style="yellow"), soft_wrap=True)
     elif not dry_run:  # every case errored: "saved:" had named a file that nothing was written to
         console.print(f"nothing saved: no case was tuned, so {cache.path} is as it was")
+    if cache.backup is not None:
+        console.print(Text(f"the tuning file as it was is kept as {cache.backup}", style="yellow"), soft_wrap=True)
     if errors:  # as bench: a CI job must see that a case could not run
         console.print(Text(f"{errors} of {len(work)} cases could not run on this device", style="red"))
         ctx.exit(1)
