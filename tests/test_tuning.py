@@ -617,8 +617,8 @@ def test_the_tuning_key_reads_only_what_a_template_can_be(tmp_path, monkeypatch)
     import shutil
 
     from webgpu_kernels.digests import MAX_PACKAGE_FILES
-    from webgpu_kernels.tuning import TEMPLATE_FILE_BYTES
     from webgpu_kernels.package import KernelPackage
+    from webgpu_kernels.tuning import TEMPLATE_FILE_BYTES
 
     package = tmp_path / "qg"
     shutil.copytree(wk.get_kernel(QG).package.root, package)
