@@ -542,6 +542,8 @@ def test_tune_says_what_is_wrong_with_the_tuning_file_and_where_it_kept_it(runne
     path.parent.mkdir(parents=True)
     text = '{"version": 3, "entries": {"x": 1}'
     path.write_text(text, "utf-8")
+    off = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host"], env={tuning.DISABLE_ENV: "1"})
+    assert off.exit_code == 0 and "tuning file" not in off.output, off.output  # no call reads it
     bench = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host"])
     assert bench.exit_code == 0, bench.output
     said = f"tuning file {path}: invalid JSON at line 1 column 35"

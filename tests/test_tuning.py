@@ -360,6 +360,23 @@ def test_no_tuning_file_or_a_good_one_is_no_warning(adapter_file, fresh_kernel):
         fresh_kernel()({"X": x})
 
 
+def test_a_damaged_tuning_file_is_not_said_while_tuning_is_off(adapter_file, fresh_kernel, plans_run, monkeypatch):
+    """$WEBGPU_KERNELS_NO_TUNING turns stored results off: a damaged file no call would read had
+    still warned, and failed the first call of a suite run with warnings as errors (the switch
+    that keeps a user's tuning file out of it). Once tuning is on again, the first call says it."""
+    adapter_file.parent.mkdir(parents=True)
+    adapter_file.write_bytes(b"{not json")
+    monkeypatch.setenv(tuning.DISABLE_ENV, "1")
+    x = np.linspace(-4, 4, N, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
+    assert plans_run[-1].variant == "vec4"
+    monkeypatch.delenv(tuning.DISABLE_ENV)
+    with pytest.warns(wk.TuningFileWarning, match="invalid JSON"):
+        fresh_kernel()({"X": x})
+
+
 # --- kernel calls follow the stored choice -------------------------------------------------------------
 
 

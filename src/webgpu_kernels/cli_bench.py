@@ -326,7 +326,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     # case the kernel refuses stays a failed row (exit 1).
     tuning.disabled()  # a bad WEBGPU_KERNELS_NO_TUNING
     cache = load_tuning_cache(device)
-    if cache.problem is not None:  # the tuned column would be missing without a word
+    if cache.problem is not None and not tuning.disabled():  # the tuned column would be missing without a word
         _console(stderr=True).print(Text(cache.problem.message(cache.path), style="yellow"), soft_wrap=True)
     run = _BenchRun(device, cache, seed, variant)
     rows: list[dict[str, Any]] = []

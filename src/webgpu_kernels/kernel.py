@@ -525,6 +525,8 @@ class Kernel:
         this call, if one is stored and its tunables fit the contract; with ``check``, only if its
         variant's `when` also holds for the call (a call finds that out by building the plan); and
         its resolution for the call where it was resolved here (with ``check`` or optional outputs)."""
+        if tuning.disabled():  # before the file is read: a damaged one no call uses is not warned of
+            return None
         cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
         choice = cache.lookup(self.tuning_key, *self._tuning_class(signature))
         if choice is None:
