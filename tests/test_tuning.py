@@ -316,6 +316,21 @@ def test_a_damaged_tuning_file_is_said_once_not_ignored_silently(adapter_file, f
         fresh_kernel()({"X": x})
 
 
+def test_a_save_over_a_damaged_file_clears_its_problem(adapter_file):
+    """A save moves the damaged file aside and writes a good one: the cache no longer holds the
+    problem, which a later bench in the same process had printed again about the new file."""
+    adapter_file.parent.mkdir(parents=True)
+    adapter_file.write_bytes(b"{not json")
+    with pytest.warns(wk.TuningFileWarning):
+        cache = tuning.TuningCache(adapter_file)
+    assert cache.problem is not None
+    cache.record(QG_KEY, QG_F32, X_N, tuning.TunedChoice(**GOOD_ENTRY))
+    cache.save()
+    assert cache.backup is not None and cache.backup.read_bytes() == b"{not json"
+    assert cache.problem is None
+    assert tuning.TuningCache(adapter_file).problem is None  # and the file on disk is a good one
+
+
 def test_the_good_entries_of_a_file_with_a_malformed_one_apply_and_the_rest_is_said(adapter_file, fresh_kernel,
                                                                                      plans_run):  # fmt: skip
     """One hand-edited entry gone wrong ("median_s": "1e-5") dropped that entry without a word."""

@@ -236,6 +236,7 @@ class TuningCache:
         self.entries = entries
         text = json.dumps({"version": FILE_VERSION, "entries": entries}, indent=1, sort_keys=True)
         replace_file(self.path, text)  # readable as the umask allows: a shared cache is read by others
+        self.problem = None  # the file is one this release wrote: a later bench must not say it is damaged
         # On disk now: a later save must not write them over what another process saved since
         # (a long tune had put back its old results over newer ones; helper-30).
         self._recorded.clear()
