@@ -170,3 +170,102 @@ def test_a_bool_output_is_judged_as_its_bytes_against_a_reference_too():
     ones = np.array([1, 0, 1], np.uint8).view(np.bool_)
     assert check_against({"Y": ones}, {"Y": ref}, Tolerance.of(["float32"])) == Agreement(0.0, True)
     assert comparison.reference_report(ones, ref)["beyondTolerance"] == 0
+
+
+# --- the reference checks a chunk at a time -----------------------------------------------------
+
+
+def _whole_array_check(got, ref, tolerance):
+    """check_against, max_abs_error and reference_report of one output as they were before they went
+    a chunk at a time (the formulas of 3b846cf), for integers within 2^53 and any other dtype."""
+    got = comparison._as_bytes_if_bool(np.asarray(got))
+    ref_inf = comparison.overflow_as_inf(ref, got.dtype)
+    diff = comparison._errors(got.astype(np.float64, copy=False), ref_inf)
+    allowed = (Tolerance(*OTHER_TOLERANCE) if got.dtype.kind in "iub" else tolerance).allowance(ref_inf)
+    agreement = Agreement(float(diff.max()) if diff.size else 0.0, bool((diff <= allowed).all()))
+    as_f64 = got.astype(np.float64)
+    want = comparison.overflow_as_inf(ref.astype(np.float64), got.dtype)
+    both = np.isfinite(as_f64) & np.isfinite(want)
+    d = np.abs(as_f64[both] - want[both])
+    tiny = float(np.finfo(got.dtype).tiny) if np.issubdtype(got.dtype, np.floating) else 1.0
+    max_abs, max_rel = comparison._largest_errors(d, np.abs(want[both]), tiny)
+    own = Tolerance.of([got.dtype.name])
+    report = {"maxAbsError": max_abs, "maxRelError": max_rel,
+              "nonFiniteMismatches": int((~(both | comparison._nonfinite_agree(as_f64, want))).sum()),
+              "beyondTolerance": int((d > own.allowance(want[both])).sum()),
+              "tolerance": {"absolute": own.absolute, "relative": own.relative}}  # fmt: skip
+    return agreement, agreement.max_error, report
+
+
+def _random_pair(rng, shape, dtype):
+    """A reference (float64, or int64 for integer outputs half the time; sometimes not contiguous)
+    and an output near it: exact, slightly off or far off, with NaN, infinities and, in float16,
+    values past its range."""
+    size = int(np.prod(shape))
+    ref = rng.standard_normal(size) * rng.choice([1.0, 1e3, 1e5])
+    if np.dtype(dtype).kind in "iub":
+        ref = np.rint(ref if dtype != "bool" else rng.integers(0, 2, size))
+        if rng.random() < 0.5:
+            ref = ref.astype(np.int64)
+    else:
+        for value in (np.nan, np.inf, -np.inf, 7e4):
+            ref[rng.random(size) < 0.05] = value
+    got = ref.astype(np.float64) + rng.choice([0.0, 1e-6, 1e-3, 1.0]) * rng.standard_normal(size)
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = got.astype(dtype) if dtype != "bool" else got != 0
+    if dtype == "bool" and rng.random() < 0.5:  # byte 2 for true
+        got = (got.view(np.uint8) * 2).view(np.bool_)
+    elif np.dtype(dtype).kind == "f":
+        for value in (np.nan, np.inf, -np.inf):
+            got[rng.random(size) < 0.02] = value
+    ref = ref.reshape(shape)
+    if ref.ndim == 2 and rng.random() < 0.5:
+        ref = np.ascontiguousarray(ref.T).T  # same values and shape, Fortran order
+    return got.reshape(shape), ref
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32", "int64", "uint8", "bool"])
+def test_the_reference_checks_a_chunk_at_a_time_judge_as_the_whole_arrays_did(monkeypatch, dtype):
+    """check_against, max_abs_error and reference_report take CHUNK_ELEMENTS at a time (whole arrays
+    took 3-6x the output in float64: 2-4 GB of host memory at bench.json's 84M elements): their
+    figures and verdicts are those of the whole-array formulas, chunk sizes not dividing the size."""
+    monkeypatch.setattr(comparison, "CHUNK_ELEMENTS", 8)
+    rng = np.random.default_rng(sum(map(ord, dtype)))
+    verdicts = set()
+    for shape in [(), (0,), (0, 3), (1,), (8,), (37,), (5, 21), (13, 7), (3, 4, 9)] * 6:
+        got, ref = _random_pair(rng, shape, dtype)
+        for tolerance in (Tolerance.of(["float32"]), Tolerance.of(["float16"]), Tolerance(0.5, 0.1)):
+            agreement, worst, report = _whole_array_check(got, ref, tolerance)
+            assert check_against({"Y": got}, {"Y": ref}, tolerance) == agreement, (shape, got, ref)
+            verdicts.add(agreement.ok)
+        assert comparison.max_abs_error({"Y": got}, {"Y": ref}) == worst
+        assert comparison.reference_report(got, ref) == report, (shape, got, ref)
+    assert verdicts == {True, False}  # both were judged
+    # several outputs: the largest error over them, ok only if each is
+    got, ref = _random_pair(rng, (37,), dtype)
+    good, bad = ({"Y": ref}, {"Y": ref.copy()}), ({"Z": got}, {"Z": ref})
+    both = check_against({**good[0], **bad[0]}, {**good[1], **bad[1]}, Tolerance(0.5, 0.1))
+    assert both == _whole_array_check(got, ref, Tolerance(0.5, 0.1))[0]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_reference_checks_memory_does_not_grow_with_the_output(monkeypatch, dtype):
+    """Their float64 temporaries were 3-4 whole outputs (tracemalloc: 477 MiB for 20M float32
+    elements; 2 GB for bench.json's 84M): now a few chunks, under half of one output in float64."""
+    import tracemalloc
+
+    monkeypatch.setattr(comparison, "CHUNK_ELEMENTS", 1 << 14)
+    ref = np.random.default_rng(0).standard_normal(1 << 20)
+    ref[::1000], ref[1::1000], ref[2::1000] = np.nan, np.inf, 1e5  # 1e5: float16's inf
+    with np.errstate(over="ignore"):
+        got = ref.astype(dtype)
+    for check in (lambda: check_against({"Y": got}, {"Y": ref}, Tolerance.of([dtype])),
+                  lambda: comparison.max_abs_error({"Y": got}, {"Y": ref}),
+                  lambda: comparison.reference_report(got, ref)):  # fmt: skip
+        tracemalloc.start()
+        try:
+            check()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < ref.nbytes // 2, (check, peak)

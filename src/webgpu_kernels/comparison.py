@@ -14,7 +14,7 @@ Imports nothing of the engine: casefile, references and the commands import it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,11 @@ FLOAT_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3)}
 #: Other dtypes (bfloat16, integers): no relative part, or an index of 50000 off by 40 would pass
 #: (helper-22).
 OTHER_TOLERANCE = (1e-2, 0.0)
+#: Elements the reference checks (:func:`check_against`, :func:`max_abs_error`,
+#: :func:`reference_report`) take at a time, so that their float64 temporaries are a few chunks'
+#: worth (8 MiB each) whatever the output's size: whole arrays took 3-6x the output in float64, 2 to
+#: 4 GB of host memory for an 84M-element output. Read at each call (a test makes it small).
+CHUNK_ELEMENTS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class Tolerance:
     def allowance(self, ref: np.ndarray) -> np.ndarray:
         """Each element's allowed |output - reference|: absolute + relative x |reference|, and 0
         where the reference is infinite or NaN (it allows nothing but itself). Built in place: one
-        array the reference's size (an 84M-element output is 670 MB in float64)."""
+        float64 array the reference's size (the reference checks pass it a chunk at a time)."""
         # In float64 whatever the reference's dtype: |ref| x relative in place in an integer one
         # (onnxruntime's for an int output) was NumPy's casting error; asarray, since NumPy gives a
         # rank-0 reference's |ref| as a scalar, which cannot be indexed.
@@ -231,6 +236,22 @@ def _errors(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(diff), np.inf, diff)
 
 
+def _chunks(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
+    """Arrays of one size, :data:`CHUNK_ELEMENTS` of each at a time in C order, flat: views of a
+    contiguous array, copies of that chunk of another (ravel would copy the whole of it)."""
+    flat = [a.reshape(-1) if a.flags.c_contiguous else a.flat for a in arrays]
+    step = CHUNK_ELEMENTS
+    for start in range(0, arrays[0].size, step):
+        yield tuple(np.asarray(f[start : start + step]) for f in flat)
+
+
+def _reference_errors(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """|got - ref| per element as :func:`_errors` takes it against ``ref`` as ``got``'s dtype
+    rounds it (:func:`overflow_as_inf`), and that reference."""
+    ref = overflow_as_inf(ref, got.dtype)
+    return _errors(got.astype(np.float64, copy=False), ref), ref
+
+
 @dataclass(frozen=True)
 class Agreement:
     """An output checked against the reference: its largest error, and whether every element
@@ -242,9 +263,9 @@ class Agreement:
 
 
 def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray], tolerance: Tolerance) -> Agreement:
-    """Each expected output against ``outputs`` in one pass (an 84M-element output is 670 MB in
-    float64): the largest error (:func:`max_abs_error`) and whether every element is within
-    ``tolerance``. A missing output or another shape is infinitely wrong.
+    """Each expected output against ``outputs``, :data:`CHUNK_ELEMENTS` at a time (an 84M-element
+    output is 670 MB in float64): the largest error (:func:`max_abs_error`) and whether every
+    element is within ``tolerance``. A missing output or another shape is infinitely wrong.
 
     An integer or boolean output (int64 indices, say) is held to :data:`OTHER_TOLERANCE`
     whatever ``tolerance`` the case's float dtypes give, as `run` holds it: with float32's relative
@@ -255,25 +276,26 @@ def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
         if name not in outputs or np.shape(outputs[name]) != ref.shape:  # an optional output not produced
             return Agreement(float("inf"), False)
         got = _as_bytes_if_bool(np.asarray(outputs[name]))  # as `test` judges it: byte 2 is not true
-        ref = overflow_as_inf(ref, got.dtype)
-        diff = _errors(got.astype(np.float64, copy=False), ref)
-        if diff.size:
+        allowed = Tolerance(*OTHER_TOLERANCE) if got.dtype.kind in "iub" else tolerance
+        for got_part, ref_part in _chunks(got, np.asarray(ref)):
+            diff, ref_part = _reference_errors(got_part, ref_part)
             worst = max(worst, float(diff.max()))
-            allowed = (Tolerance(*OTHER_TOLERANCE) if got.dtype.kind in "iub" else tolerance).allowance(ref)
-            ok = ok and bool((diff <= allowed).all())
+            if ok:
+                ok = bool((diff <= allowed.allowance(ref_part)).all())
     return Agreement(worst, ok)
 
 
 def max_abs_error(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]) -> float:
-    """Largest |output - reference| over all outputs. NaN where the reference has NaN counts as
-    equal; a NaN anywhere else, an infinity mismatch or a shape mismatch is infinitely wrong."""
+    """Largest |output - reference| over all outputs, :data:`CHUNK_ELEMENTS` at a time. NaN where
+    the reference has NaN counts as equal; a NaN anywhere else, an infinity mismatch or a shape
+    mismatch is infinitely wrong."""
     worst = 0.0
     for name, ref in expected.items():
         if name not in outputs or np.shape(outputs[name]) != ref.shape:  # an optional output not produced
             return float("inf")
         got = _as_bytes_if_bool(np.asarray(outputs[name]))
-        diff = _errors(got.astype(np.float64, copy=False), overflow_as_inf(ref, got.dtype))
-        worst = max(worst, float(diff.max()) if diff.size else 0.0)
+        for got_part, ref_part in _chunks(got, np.asarray(ref)):
+            worst = max(worst, float(_reference_errors(got_part, ref_part)[0].max()))
     return worst
 
 
@@ -281,7 +303,8 @@ def max_abs_error(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
 
 
 def reference_report(actual: Any, expected: Any) -> dict[str, Any]:
-    """Max abs and rel error of ``actual`` against ``expected``, both taken in float64.
+    """Max abs and rel error of ``actual`` against ``expected``, both taken in float64,
+    :data:`CHUNK_ELEMENTS` at a time.
 
     Errors are over elements where both are finite; the relative one where ``|expected|`` is at
     least the smallest normal number of ``actual``'s dtype. ``nonFiniteMismatches`` counts the
@@ -289,21 +312,28 @@ def reference_report(actual: Any, expected: Any) -> dict[str, Any]:
     ``beyondTolerance`` the finite ones past ``Tolerance.of`` actual's dtype, which it names.
     """
     a = _as_bytes_if_bool(np.asarray(actual))  # as `test` judges it: byte 2 is not true
-    got = a.astype(np.float64)
-    want = overflow_as_inf(np.asarray(expected).astype(np.float64), a.dtype)  # as the output's dtype rounds it
+    e = np.asarray(expected)
     tolerance = Tolerance.of([a.dtype.name])
-    if got.shape != want.shape:
-        return {"shapeMismatch": [list(got.shape), list(want.shape)], "maxAbsError": None, "maxRelError": None,
+    if a.shape != e.shape:
+        return {"shapeMismatch": [list(a.shape), list(e.shape)], "maxAbsError": None, "maxRelError": None,
                 "nonFiniteMismatches": None, "beyondTolerance": None}  # fmt: skip
-    both = np.isfinite(got) & np.isfinite(want)
-    mismatches = int((~(both | _nonfinite_agree(got, want))).sum())
-    diff = np.abs(got[both] - want[both])
     tiny = float(np.finfo(a.dtype).tiny) if np.issubdtype(a.dtype, np.floating) else 1.0
-    max_abs, max_rel = _largest_errors(diff, np.abs(want[both]), tiny)
+    mismatches = beyond = 0
+    largest: list[list[float]] = [[], []]  # each chunk's max abs and rel error, where it has one
+    for a_part, e_part in _chunks(a, e):
+        got = a_part.astype(np.float64)
+        want = overflow_as_inf(e_part.astype(np.float64), a.dtype)  # as the output's dtype rounds it
+        both = np.isfinite(got) & np.isfinite(want)
+        mismatches += int((~(both | _nonfinite_agree(got, want))).sum())
+        diff = np.abs(got[both] - want[both])
+        beyond += int((diff > tolerance.allowance(want[both])).sum())
+        for found, error in zip(largest, _largest_errors(diff, np.abs(want[both]), tiny)):
+            if error is not None:
+                found.append(error)
     return {
-        "maxAbsError": max_abs,
-        "maxRelError": max_rel,
+        "maxAbsError": max(largest[0], default=None),
+        "maxRelError": max(largest[1], default=None),
         "nonFiniteMismatches": mismatches,
-        "beyondTolerance": int((diff > tolerance.allowance(want[both])).sum()),
+        "beyondTolerance": beyond,
         "tolerance": {"absolute": tolerance.absolute, "relative": tolerance.relative},
     }
