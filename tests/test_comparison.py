@@ -269,3 +269,23 @@ def test_the_reference_checks_memory_does_not_grow_with_the_output(monkeypatch, 
         finally:
             tracemalloc.stop()
         assert peak < ref.nbytes // 2, (check, peak)
+
+
+def test_the_reference_checks_judge_integers_past_2_to_the_53_exactly(monkeypatch):
+    """`test` compares int64 exactly (helper-28), but bench, tune, the peers and `run` went through
+    float64, where 2^62 + 300 is 2^62: that output agreed with its reference, error 0.0."""
+    monkeypatch.setattr(comparison, "CHUNK_ELEMENTS", 2)  # the large values in one chunk, small in others
+    ref = np.array([3, 5, 2**62, -(2**62), 7], np.int64)
+    off = ref.copy()
+    off[2] += 300
+    f32 = Tolerance.of(["float32"])
+    assert check_against({"Y": off}, {"Y": ref}, f32) == Agreement(300.0, False)
+    assert comparison.max_abs_error({"Y": off}, {"Y": ref}) == 300.0
+    report = comparison.reference_report(off, ref)
+    assert report["maxAbsError"] == 300.0 and report["beyondTolerance"] == 1 and report["nonFiniteMismatches"] == 0
+    assert check_against({"Y": ref.copy()}, {"Y": ref}, f32) == Agreement(0.0, True)
+    assert comparison.reference_report(ref.copy(), ref)["beyondTolerance"] == 0
+    # uint64 against an int64 reference, by value
+    big = np.array([2**63 + 1], np.uint64)
+    assert check_against({"Y": big}, {"Y": np.array([2**63 - 1], np.int64)}, f32) == Agreement(2.0, False)
+    assert check_against({"Y": big}, {"Y": big.copy()}, f32) == Agreement(0.0, True)

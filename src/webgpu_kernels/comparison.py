@@ -104,9 +104,8 @@ def elements_ok(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.n
         if not (tolerance.atol or tolerance.rtol):
             return _equal_integers(got, want)
         exact = _exact_integer_diff(got, want)
-        if exact is not None:  # compared exactly with the float bound
-            bound = tolerance.atol + tolerance.rtol * np.abs(want.astype(object))
-            return np.asarray(exact <= bound, dtype=bool)
+        if exact is not None:
+            return _exact_within(exact, want, tolerance)
     with np.errstate(invalid="ignore", over="ignore"):  # a signalling NaN's cast is "invalid"
         got, want = got.astype(np.float64), want.astype(np.float64)
         finite = np.isfinite(got) & np.isfinite(want)
@@ -123,6 +122,13 @@ def _exact_integer_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray | None:
     if max(_magnitude(got), _magnitude(want)) < 2**53:
         return None
     return np.abs(got.astype(object) - want.astype(object))
+
+
+def _exact_within(exact: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.ndarray:
+    """Where the exact integer differences (:func:`_exact_integer_diff`) are within ``tolerance``
+    of the integers ``want``: Python compares an int with the float bound exactly."""
+    bound = tolerance.atol + tolerance.rtol * np.abs(want.astype(object))
+    return np.asarray(exact <= bound, dtype=bool)
 
 
 def _magnitude(a: np.ndarray) -> int:
@@ -247,7 +253,11 @@ def _chunks(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
 
 def _reference_errors(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """|got - ref| per element as :func:`_errors` takes it against ``ref`` as ``got``'s dtype
-    rounds it (:func:`overflow_as_inf`), and that reference."""
+    rounds it (:func:`overflow_as_inf`), and that reference; integers past 2^53 exactly, as Python
+    ints (float64 equated an int64 2^62 + 300 with 2^62), as `test` compares them."""
+    exact = _exact_integer_diff(got, ref)
+    if exact is not None:
+        return exact, ref
     ref = overflow_as_inf(ref, got.dtype)
     return _errors(got.astype(np.float64, copy=False), ref), ref
 
@@ -280,7 +290,9 @@ def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
         for got_part, ref_part in _chunks(got, np.asarray(ref)):
             diff, ref_part = _reference_errors(got_part, ref_part)
             worst = max(worst, float(diff.max()))
-            if ok:
+            if ok and diff.dtype == object:  # exact integers
+                ok = bool(_exact_within(diff, ref_part, allowed).all())
+            elif ok:
                 ok = bool((diff <= allowed.allowance(ref_part)).all())
     return Agreement(worst, ok)
 
@@ -303,8 +315,8 @@ def max_abs_error(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
 
 
 def reference_report(actual: Any, expected: Any) -> dict[str, Any]:
-    """Max abs and rel error of ``actual`` against ``expected``, both taken in float64,
-    :data:`CHUNK_ELEMENTS` at a time.
+    """Max abs and rel error of ``actual`` against ``expected``, both taken in float64 (integers
+    past 2^53 exactly, as `test` takes them), :data:`CHUNK_ELEMENTS` at a time.
 
     Errors are over elements where both are finite; the relative one where ``|expected|`` is at
     least the smallest normal number of ``actual``'s dtype. ``nonFiniteMismatches`` counts the
@@ -321,12 +333,17 @@ def reference_report(actual: Any, expected: Any) -> dict[str, Any]:
     mismatches = beyond = 0
     largest: list[list[float]] = [[], []]  # each chunk's max abs and rel error, where it has one
     for a_part, e_part in _chunks(a, e):
+        exact = _exact_integer_diff(a_part, e_part)
         got = a_part.astype(np.float64)
         want = overflow_as_inf(e_part.astype(np.float64), a.dtype)  # as the output's dtype rounds it
         both = np.isfinite(got) & np.isfinite(want)
         mismatches += int((~(both | _nonfinite_agree(got, want))).sum())
-        diff = np.abs(got[both] - want[both])
-        beyond += int((diff > tolerance.allowance(want[both])).sum())
+        if exact is None:
+            diff = np.abs(got[both] - want[both])
+            beyond += int((diff > tolerance.allowance(want[both])).sum())
+        else:  # integers, every one finite
+            beyond += int((~_exact_within(exact, e_part, tolerance)).sum())
+            diff = exact.astype(np.float64)
         for found, error in zip(largest, _largest_errors(diff, np.abs(want[both]), tiny)):
             if error is not None:
                 found.append(error)
