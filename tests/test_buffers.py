@@ -348,6 +348,7 @@ def test_a_readback_that_waits_long_says_so_and_still_reads_right(device, quick_
     with pytest.warns(wk.GpuWaitWarning) as caught:
         y = calls[-1].numpy()
     assert len(caught) == 1
+    assert caught[0].filename == __file__, caught[0].filename  # the user's line, not the library's
     message = str(caught[0].message)
     assert "still waits" in message and "$WEBGPU_KERNELS_WAIT_WARN_S" in message and "os._exit" in message
     np.testing.assert_allclose(y, ref.quick_gelu(x), rtol=2e-6, atol=2e-6)

@@ -306,6 +306,7 @@ def test_a_damaged_tuning_file_is_said_once_not_ignored_silently(adapter_file, f
     with pytest.warns(wk.TuningFileWarning) as caught:
         assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
     (warning,) = [w for w in caught if issubclass(w.category, wk.TuningFileWarning)]
+    assert warning.filename == __file__, warning.filename  # the user's call, not tuning.py
     text = str(warning.message)
     assert str(adapter_file) in text and said in text, text
     assert "webgpu-kernels tune" in text and tuning.BACKUP_SUFFIX in text, text  # what to do

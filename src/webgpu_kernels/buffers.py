@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from .errors import DeviceError, DeviceLostError, GpuWaitWarning
+from .errors import DeviceError, DeviceLostError, GpuWaitWarning, user_stacklevel
 from .forks import fresh_in_child
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -460,7 +460,7 @@ class DeviceMemory:
                 f"a readback of {size} bytes has waited {self.wait_warn_s:g} s for the GPU and still waits: long "
                 "recorded work, a hung driver, or a forked child of this process whose exit ran the drivers' exit "
                 "handlers (docs/python-api.md: end it with os._exit where libc has no on_exit); "
-                f"${WAIT_WARN_ENV} sets when this is said, 0 never"), stacklevel=2)  # fmt: skip
+                f"${WAIT_WARN_ENV} sets when this is said, 0 never"), stacklevel=user_stacklevel())  # fmt: skip
         promise.sync_wait()
 
     def read_into(self, buffer: Any, out: np.ndarray) -> None:

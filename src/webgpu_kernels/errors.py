@@ -7,6 +7,8 @@ so that tools can report them without parsing messages.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,6 +25,20 @@ class KernelError(Exception):
 
 def _restore(cls: type[KernelError], args: tuple[Any, ...]) -> KernelError:
     return cls.__new__(cls, *args)
+
+
+#: This package's folder: a frame whose file lies in it is the library's, not the user's.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` made by this function's caller that names the
+    first frame outside this package: the user's line, however deep in the library the warning is
+    raised (a fixed 2 named tuning.py or buffers.py; Python 3.11 has no ``skip_file_prefixes``)."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def shorten(text: str, limit: int = 80) -> str:

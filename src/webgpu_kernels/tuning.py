@@ -29,7 +29,7 @@ from filelock import FileLock
 
 from .device import env_flag
 from .digests import MAX_PACKAGE_FILES, decode_json, read_file, replace_file
-from .errors import PackageError, TuningFileWarning
+from .errors import PackageError, TuningFileWarning, user_stacklevel
 from .forks import fresh_in_child
 from .package import MANIFEST_FILE, KernelPackage
 from .templates import MAX_TEMPLATE_BYTES, NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
@@ -284,7 +284,7 @@ def _warn_once(path: Path, problem: FileProblem) -> None:
         _warned.add((str(path), problem.what))
     # A damaged file had been ignored without a word: calls ran the defaults, and whoever had tuned
     # for an hour never learnt why nothing got faster (helper-61).
-    warnings.warn(TuningFileWarning(problem.message(path)), stacklevel=2)
+    warnings.warn(TuningFileWarning(problem.message(path)), stacklevel=user_stacklevel())
 
 
 def _load(path: Path) -> tuple[dict[str, dict[str, Any]], FileProblem | None]:
