@@ -3,7 +3,7 @@
 
 Commands: ``devices``, ``list``, ``info``, ``explain``, ``render`` (cli_inspect.py); ``run``
 (cli_run.py), ``bench`` (cli_bench.py, its output in bench_report.py), ``tune`` (cli_tune.py),
-``download`` (cli_hub.py), ``test``/``validate``/``digest`` (cli_package.py). Every library error
+``download`` (cli_hub.py), ``test``/``validate``/``digest`` (cli_package.py), ``new`` (cli_new.py). Every library error
 (:class:`~webgpu_kernels.errors.KernelError`) ends the command with one red ``error: ...`` line on
 stderr and exit status 2, like click's own usage errors.
 """
@@ -161,7 +161,7 @@ def _fmt(value: Any) -> str:
 
 #: Modules holding more commands (each exposes COMMANDS); they import helpers from this module, so
 #: they are loaded when the group first lists or looks up a command, not while this module loads.
-COMMAND_MODULES = ("cli_inspect", "cli_run", "cli_bench", "cli_tune", "cli_hub", "cli_package")
+COMMAND_MODULES = ("cli_inspect", "cli_run", "cli_bench", "cli_tune", "cli_hub", "cli_package", "cli_new")
 
 
 class KernelGroup(click.Group):

@@ -1,0 +1,165 @@
+"""``new PATH --op DOMAIN.NAME``: a kernel author's first package, in one command (registered by cli.py).
+
+The package is written from the files under ``scaffold/`` (package data): an elementwise op
+``Y = 2 * X`` for float32 and float16, one variant, a WORKGROUP_SIZE tunable, a uniform struct
+holding the element count; test.json's cases get their expected values here, from the inputs
+``webgpu-kernels test`` builds; metadata.json is written by ``digest``'s own code. The result
+passes ``validate`` and ``test`` as it is, and the author grows it from there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from .api import load_kernel, test_case_inputs
+from .case_data import cast, encode_values
+from .digests import METADATA_FILE, write_metadata
+from .json_schema import validator
+from .manifest import manifest_schema
+
+#: The scaffold's template, written to the package as ``<the op's name, kebab-case>.wgsl.jinja``.
+SCAFFOLD_TEMPLATE = "kernel.wgsl.jinja"
+#: The scaffold's files copied as they are, and those the command fills in.
+_COPIED = ("bench.json",)
+
+
+def _reference(x: np.ndarray) -> np.ndarray:
+    """What scaffold/kernel.wgsl.jinja computes, in float64 (change the two together)."""
+    return 2.0 * x.astype(np.float64)
+
+
+def split_op_id(op_id: str) -> tuple[str, str]:
+    """``DOMAIN.NAME`` -> (domain, name), each as the manifest schema takes it; ValueError says why not."""
+    domain, dot, name = op_id.rpartition(".")
+    if not dot or not domain:
+        raise ValueError(f"an op id DOMAIN.NAME (com.example.MyOp), not {op_id!r}: it has no domain")
+    properties = manifest_schema()["properties"]
+    for part, key in ((domain, "domain"), (name, "name")):
+        if not validator(properties[key]).is_valid(part):
+            raise ValueError(f"an op id DOMAIN.NAME (com.example.MyOp), not {op_id!r}: its {key} {part!r} is not "
+                             f"one the manifest takes (pattern {properties[key]['pattern']!r})")  # fmt: skip
+    return domain, name
+
+
+def template_name(name: str) -> str:
+    """The template's file name: ``MyOp`` -> ``my-op.wgsl.jinja``, as the shipped packages name theirs."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).lower() + ".wgsl.jinja"
+
+
+def _scaffold(name: str) -> bytes:
+    return resources.files(__package__).joinpath("scaffold", name).read_bytes()
+
+
+def _dumps(value: Any, indent: str = "") -> str:
+    """JSON with two-space indents, lists of plain values and small objects of them on one line, as
+    the shipped files are written (a case's 130 expected values one per line would bury the rest)."""
+    inner = indent + "  "
+    flat = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    if isinstance(value, dict) and value and all(not isinstance(v, (dict, list)) for v in value.values()):
+        if len(indent) + len(flat) <= 100:  # a small object of plain values: one line
+            return flat
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k)}: {_dumps(v, inner)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return "[\n" + ",\n".join(inner + _dumps(v, inner) for v in value) + "\n" + indent + "]"
+    return flat
+
+
+def write_package(root: Path, op_id: str) -> list[str]:
+    """Write the scaffold package for ``op_id`` into the folder ``root`` (made if missing, else
+    empty); returns the names written. ``op_id`` must pass :func:`split_op_id`."""
+    domain, name = split_op_id(op_id)
+    template = template_name(name)
+    manifest = json.loads(_scaffold("manifest.json"))
+    manifest["domain"], manifest["name"] = domain, name
+    for variant in manifest["variants"]:
+        for pass_ in variant["passes"]:
+            pass_["name"] = f"{name}.{variant['id']}"
+            pass_["shader"] = template
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "manifest.json").write_text(_dumps(manifest) + "\n", "utf-8")
+    (root / template).write_bytes(_scaffold(SCAFFOLD_TEMPLATE))
+    for file in _COPIED:
+        (root / file).write_bytes(_scaffold(file))
+    # The expected outputs from the inputs exactly as `test` builds them (the generator's draws,
+    # rounded to the case's dtype), through the package just written: its manifest binds T.
+    tests = json.loads(_scaffold("test.json"))
+    kernel = load_kernel(root, verify_digests=False)
+    for case in tests["cases"]:
+        x = test_case_inputs(kernel, case)["X"]
+        dtype = case["types"]["T"]
+        y = cast(_reference(x), dtype)
+        case["expected"] = {"Y": {"dtype": dtype, "shape": list(y.shape), "values": encode_values(y)}}
+    (root / "test.json").write_text(_dumps(tests) + "\n", "utf-8")
+    write_metadata(root)
+    return ["manifest.json", template, "test.json", *_COPIED, METADATA_FILE]
+
+
+def _op_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            split_op_id(value)
+        except ValueError as exc:
+            raise click.BadParameter(f"expected {exc}", ctx=ctx, param=param) from None
+    return value
+
+
+@click.command("new")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--op", "op_id", metavar="DOMAIN.NAME", callback=_op_option,
+              help="The op id (com.example.MyOp). Default: PATH's folder name, when it is one.")  # fmt: skip
+def new_cmd(path: Path, op_id: str | None) -> None:
+    """Write a new kernel package in PATH (a new or empty folder) to start from.
+
+    An elementwise op Y = 2 * X for float32 and float16: manifest.json (one variant, a
+    WORKGROUP_SIZE tunable, a uniform struct with the element count), its WGSL template,
+    test.json (cases with their expected values), bench.json and metadata.json. It passes
+    `validate` and `test` as written; change the template and the manifest, write the expected
+    values again with your own reference, then `digest`, `validate` and `test` it.
+    """
+    ctx = click.get_current_context()
+    param = next(p for p in ctx.command.params if p.name == "path")
+    root = path.expanduser()
+    if root.exists():
+        entries = sorted(p.name for p in root.iterdir())
+        if entries:
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise click.BadParameter(f"expected a new or empty folder, got {str(path)!r}, which holds "
+                                     f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({shown})",
+                                     ctx=ctx, param=param)  # fmt: skip
+    if op_id is None:
+        folder = root.resolve().name
+        try:
+            split_op_id(folder)
+        except ValueError:
+            raise click.UsageError(f"--op DOMAIN.NAME is needed: the folder name {folder!r} is not an op id "
+                                   "to take it from", ctx=ctx) from None  # fmt: skip
+        op_id = folder
+    created = not root.exists()
+    try:
+        written = write_package(root, op_id)
+    except BaseException:
+        # Nothing half-written is left behind: a second try then finds the folder as it was.
+        if created:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            for child in root.iterdir():
+                if child.is_dir():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+        raise
+    click.echo(f"wrote {op_id} in {root}: {', '.join(written)}")
+    click.echo(f"next: webgpu-kernels validate {path} && webgpu-kernels test {path}")
+
+
+COMMANDS = [new_cmd]

@@ -1,0 +1,99 @@
+"""``webgpu-kernels new``: the package it writes is valid, passes its tests and computes what it says;
+what it refuses (a folder in use, an op id the manifest would not take)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import webgpu_kernels as wk
+from webgpu_kernels.digests import build_metadata, package_files
+
+from cli_helpers import invoke
+
+OP = "com.example.DoubleIt"
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    root = tmp_path_factory.mktemp("new") / "pkg"
+    result = invoke(CliRunner(), "new", str(root), "--op", OP)
+    assert "metadata.json" in result.stdout
+    return root
+
+
+def test_the_new_package_validates_clean_and_passes_its_tests(package) -> None:
+    report = json.loads(invoke(CliRunner(), "validate", str(package), "--json").stdout)
+    assert report["ok"] and report["op"] == OP
+    assert (report["errors"], report["warnings"]) == (0, 0), report["problems"]
+    tested = json.loads(invoke(CliRunner(), "test", str(package), "--json").stdout)
+    results = tested["packages"][0]["results"]
+    assert tested["ok"] and {r["dtype"] for r in results} == {"float32", "float16"}
+    assert all(r["status"] == "pass" for r in results), results
+
+
+def test_the_new_package_holds_one_of_each_feature(package) -> None:
+    assert sorted(package_files(package)) == ["bench.json", "double-it.wgsl.jinja", "manifest.json", "test.json"]
+    manifest = json.loads((package / "manifest.json").read_text("utf-8"))
+    assert f"{manifest['domain']}.{manifest['name']}" == OP
+    assert manifest["typeConstraints"] == {"T": ["float32", "float16"]}
+    (variant,) = manifest["variants"]
+    assert variant["when"] and list(manifest["tunables"]) == ["WORKGROUP_SIZE"]
+    cases = json.loads((package / "test.json").read_text("utf-8"))["cases"]
+    assert {c["types"]["T"] for c in cases} == {"float32", "float16"}
+    assert any(np.prod(c["inputs"]["X"]["shape"]) % 4 for c in cases)  # a tail that is no multiple of 4
+    # metadata.json is what `digest` writes: the folder is current
+    metadata = json.loads((package / "metadata.json").read_text("utf-8"))
+    assert build_metadata(package, metadata)[0] == metadata
+    assert invoke(CliRunner(), "digest", str(package), "--check").exit_code == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_the_new_package_computes_twice_its_input(package, dtype) -> None:
+    x = np.random.default_rng(5).standard_normal((3, 7, 11)).astype(dtype)
+    y = wk.load_kernel(package)({"X": x})["Y"]
+    assert y.dtype == dtype and y.shape == x.shape
+    np.testing.assert_array_equal(y, (2.0 * x.astype(np.float64)).astype(dtype))
+
+
+def test_the_op_id_defaults_to_the_folder_name_and_an_empty_folder_is_taken(tmp_path) -> None:
+    root = tmp_path / "org.lab.Scale_2"
+    root.mkdir()
+    invoke(CliRunner(), "new", str(root))
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    assert (manifest["domain"], manifest["name"]) == ("org.lab", "Scale_2")
+    assert wk.load_kernel(root).op_id == "org.lab.Scale_2"
+
+
+def test_a_folder_in_use_is_refused_and_left_as_it_was(tmp_path) -> None:
+    (tmp_path / "notes.txt").write_text("mine", "utf-8")
+    result = invoke(CliRunner(), "new", str(tmp_path), "--op", OP, code=2)
+    assert "Invalid value for 'PATH'" in result.stderr
+    assert "expected a new or empty folder" in result.stderr and "notes.txt" in result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    file = tmp_path / "notes.txt"
+    result = invoke(CliRunner(), "new", str(file), "--op", OP, code=2)
+    assert "Invalid value for 'PATH'" in result.stderr and "is a file" in result.stderr
+
+
+@pytest.mark.parametrize("op_id, says", [
+    ("DoubleIt", "it has no domain"),
+    (".DoubleIt", "it has no domain"),
+    ("com.example.2x", "its name '2x'"),
+    ("com..DoubleIt", "its domain 'com.'"),
+    ("com.example.Double-It", "its name 'Double-It'"),
+])  # fmt: skip
+def test_an_op_id_the_manifest_would_not_take_is_refused(tmp_path, op_id, says) -> None:
+    result = invoke(CliRunner(), "new", str(tmp_path / "pkg"), "--op", op_id, code=2)
+    assert "Invalid value for '--op'" in result.stderr and "DOMAIN.NAME" in result.stderr
+    assert says in result.stderr and repr(op_id) in result.stderr
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_without_op_a_folder_name_that_is_no_op_id_is_refused(tmp_path) -> None:
+    result = invoke(CliRunner(), "new", str(tmp_path / "my-kernel"), code=2)
+    assert "--op DOMAIN.NAME is needed" in result.stderr and "'my-kernel'" in result.stderr
+    assert not (tmp_path / "my-kernel").exists()
