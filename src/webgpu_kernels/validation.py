@@ -3,13 +3,15 @@
 In order, each stage reporting every problem it finds (a stage that needs a sound earlier one is
 skipped when that one failed):
 
+0. file names that break on macOS or Windows (portability.py): case collisions, Windows names;
 1. metadata.json: present, well formed, every digest matching, no unlisted file, id = the op id;
 2. manifest.json: the JSON Schema and the references between parts (``manifest.check_manifest``);
 3. expressions: each compiled on its own, so that every bad one is reported, and every name it
    reads checked against what is visible where it is evaluated (outputs and derive entries see
    each other but not constants, a variant sees its own constants, ``shapes.<role>`` names an
    input or output, ...), and no output or derive entry reads itself through the others;
-4. templates: each pass's template exists and parses;
+4. templates: each pass's template exists and parses, and no pass or literal include names its
+   file in another case;
 5. test.json and bench.json: their JSON Schemas, then each case against the manifest (inputs,
    dtypes, attributes, data files, expected shapes);
 6. the GPU: for every case of test.json and bench.json, every variant whose ``when`` holds is
@@ -49,6 +51,7 @@ from .errors import (
 from .expressions import NAMESPACES, RESERVED_NAMES, ExpressionCompiler, as_count, divides_truly
 from .manifest import ONNX_TO_WGSL, Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
+from .portability import case_twin, check_file_names, include_case_problems, twin_message
 from .program import (
     DeviceInfo,
     Program,
@@ -95,6 +98,7 @@ def validate_package(
         return report
     report.path = str(package.root)
 
+    files = _guarded(out, "file name", check_file_names, package.root, out)  # what breaks on macOS/Windows
     checked = _guarded(out, "metadata.json", _check_metadata, package, out)
     metadata = checked[0] if checked is not None else None
     if metadata is not None:
@@ -117,7 +121,7 @@ def validate_package(
     if manifest is not None:
         limits = set(device.info.limits) if device is not None else None
         expression_problems = check_expressions(manifest, out, limits)
-        _guarded(out, "templates", _check_templates, package, manifest, out)
+        _guarded(out, "templates", _check_templates, package, manifest, out, files)
         if not expression_problems:
             try:
                 program = compile_program(manifest)
@@ -388,7 +392,8 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
     return found
 
 
-def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCollector) -> None:
+def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCollector,
+                     files: list[str] | None = None) -> None:  # fmt: skip
     from .rendering import TemplateRenderer
 
     renderer = TemplateRenderer(package.read_text)
@@ -396,6 +401,10 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
     for v in manifest.variants:
         for p_index, p in enumerate(v.passes):
             where = shader_path(manifest, v.index, p_index)
+            twin = case_twin(p.shader, files or ())  # before has(), which macOS and Windows answer for it
+            if twin is not None:
+                out.error(MANIFEST_FILE, where, twin_message("the pass names template", p.shader, twin), variant=v.id)
+                continue
             if not package.has(p.shader):
                 out.error(MANIFEST_FILE, where, f"template {p.shader!r} is not in the package", variant=v.id)
                 continue
@@ -408,6 +417,8 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
                 out.error(p.shader, "", exc.detail, line=exc.line)
             except KernelError as exc:
                 out.error(p.shader, "", str(exc))
+    for name, line, message in include_case_problems(renderer.env, parsed, files or ()):
+        out.error(name, "", message, line=line)
 
 
 def _load_case_data(package: KernelPackage, name: str, check: Any, out: ProblemCollector, missing: str) -> Any:

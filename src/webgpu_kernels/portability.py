@@ -1,0 +1,156 @@
+"""Package file names that work on Linux and break on macOS or Windows, for ``validate``.
+
+Packages are published to the Hub and loaded on every OS (wgpu-native runs on Metal and D3D12),
+but their authors check them on Linux, whose file systems are case-sensitive and take almost any
+name. Elsewhere two names that differ only in case are one file (one overwrites the other when
+the package is downloaded, and its digest then fails), Windows refuses device names (``CON``,
+``nul.txt``) and some characters, and a reference spelt in another case than its file finds it
+on macOS and Windows but not on Linux. The metadata.json name rule already keeps most characters
+out of listed names; these checks cover every file of the folder, since the Hub loader downloads
+them all.
+
+Loading does not refuse any of this: on the machine it runs on, such a package works. ``validate``
+reports it (as errors), so the author fixes it before publishing.
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from jinja2 import nodes
+
+from .digests import METADATA_FILE, package_files
+from .errors import PackageError
+from .validation_report import ProblemCollector
+
+#: Device names Windows reserves in every folder, whatever the extension (``con.wgsl.jinja``).
+WINDOWS_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
+                             | {f"{port}{n}" for port in ("COM", "LPT") for n in "123456789\u00b9\u00b2\u00b3"})  # fmt: skip
+#: Characters no Windows file name may hold (besides the separators).
+WINDOWS_CHARACTERS = frozenset('<>:"\\|?*') | frozenset(map(chr, range(32)))
+
+_ONE_FILE = ("on macOS and Windows, whose file systems ignore case by default, they are one file: one "
+             "overwrites the other when the package is downloaded, and its digest check fails there "
+             "(on Linux it works)")  # fmt: skip
+
+
+def folded(name: str) -> str:
+    """``name`` as a case-insensitive file system compares it (NFC, as macOS also ignores the
+    Unicode normal form; lower case, as Windows compares upper-cased names)."""
+    return unicodedata.normalize("NFC", name).lower()
+
+
+def windows_problem(name: str) -> str | None:
+    """Why Windows cannot hold the package-relative ``name`` (a segment that is a device name,
+    holds a forbidden character, or ends in a dot or space, which Windows strips), else None."""
+    for segment in name.split("/"):
+        bad = sorted(set(segment) & WINDOWS_CHARACTERS)
+        if bad:
+            return f"{segment!r} holds {', '.join(map(repr, bad))}, which Windows does not allow in a file name"
+        if segment.endswith((".", " ")):
+            end = "a dot" if segment.endswith(".") else "a space"
+            return f"{segment!r} ends in {end}, which Windows drops from a file name (it then names another file)"
+        stem = segment.split(".", 1)[0].rstrip(" ").upper()
+        if stem in WINDOWS_RESERVED:
+            return f"{segment!r} is the device {stem} to Windows, whatever follows the first dot"
+    return None
+
+
+def case_collisions(names: Iterable[str]) -> list[tuple[str, ...]]:
+    """Groups of paths (the files ``names`` and the folders above them) that differ only in case,
+    folders shown with a trailing ``/``, shallowest first; one below a colliding folder is not
+    repeated (``Sub/a`` and ``sub/a`` is the folders' collision)."""
+    spellings: dict[str, set[str]] = {}
+    folders: set[str] = set()
+    for name in names:
+        parts = name.split("/")
+        for depth in range(1, len(parts) + 1):
+            path = "/".join(parts[:depth])
+            spellings.setdefault(folded(path), set()).add(path)
+            if depth < len(parts):
+                folders.add(path)
+    found: list[tuple[str, ...]] = []
+    collided: set[str] = set()
+    for key in sorted(spellings, key=lambda k: (k.count("/"), k)):
+        group = spellings[key]
+        if len(group) < 2:
+            continue
+        parts = key.split("/")
+        collided.add(key)
+        if any("/".join(parts[:depth]) in collided for depth in range(1, len(parts))):
+            continue
+        found.append(tuple(sorted(p + "/" if p in folders else p for p in group)))
+    return found
+
+
+def case_twin(name: str, files: Iterable[str]) -> str | None:
+    """The file of ``files`` whose name is ``name`` but for case, when ``name`` is none of them."""
+    files = set(files)
+    if name in files:
+        return None
+    key = folded(name)
+    return next((f for f in sorted(files) if folded(f) == key), None)
+
+
+def check_file_names(root: Path, out: ProblemCollector) -> list[str] | None:
+    """Report the package's file names that break on macOS or Windows; return the names found
+    (None when the folder cannot be listed: the metadata checks say why)."""
+    try:
+        files = package_files(root)
+    except PackageError:
+        return None
+    names = files + ([METADATA_FILE] if os.path.lexists(root / METADATA_FILE) else [])
+    for group in case_collisions(names):
+        shown = " and ".join(map(repr, group))
+        out.error(group[0].rstrip("/"), "", f"{shown} differ only in case: {_ONE_FILE}: rename one (and what "
+                                             "names it), then run `webgpu-kernels digest PATH`")  # fmt: skip
+    for name in names:
+        why = windows_problem(name)
+        if why:
+            out.error(name, "", f"{why}: the package cannot be downloaded or loaded on Windows (it works on Linux "
+                                "and macOS): rename it (and what names it), then run `webgpu-kernels digest PATH`")  # fmt: skip
+    return files
+
+
+def twin_message(lead: str, name: str, twin: str) -> str:
+    """The error for a reference to ``name`` whose file is spelt ``twin``."""
+    return (f"{lead} {name!r}, which is not in the package, but {twin!r} is: a name that differs from its file only in "
+            "case finds it on macOS and Windows, whose file systems ignore case, and not on Linux (nor in a "
+            f"verified package): spell it {twin!r}")  # fmt: skip
+
+
+def _static_names(node: nodes.Expr) -> list[str]:
+    """The template names an include/import target writes as literals (a list for an include of
+    the first that exists); names computed at render time are not known here."""
+    items = node.items if isinstance(node, (nodes.List, nodes.Tuple)) else [node]
+    return [i.value for i in items if isinstance(i, nodes.Const) and isinstance(i.value, str)]
+
+
+def include_case_problems(env: Any, shaders: Iterable[str], files: Iterable[str]) -> list[tuple[str, int, str]]:
+    """(template, line, message) for each ``{% include %}``/``{% import %}`` that names a template
+    in another case than its file, in the templates ``shaders`` and all they include by name.
+    ``env`` is the package's TemplateSandbox (its loader applies the loader's rules and bounds)."""
+    files = set(files)
+    queue = list(dict.fromkeys(shaders))
+    seen = set(queue)
+    found: list[tuple[str, int, str]] = []
+    while queue:
+        name = queue.pop(0)
+        try:
+            tree = env.parse(env.loader.get_source(env, name)[0])
+        except Exception:  # noqa: BLE001 - a template that does not load or parse is reported by the template checks
+            continue
+        for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport)):
+            for target in _static_names(node.template):
+                twin = case_twin(target, files)
+                if twin is not None:
+                    statement = "{% include %}" if isinstance(node, nodes.Include) else "{% import %}"
+                    found.append((name, node.lineno, twin_message(f"{statement} names", target, twin)))
+                elif target in files and target not in seen:
+                    seen.add(target)
+                    queue.append(target)
+    return found

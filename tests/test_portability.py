@@ -1,0 +1,107 @@
+"""validate's checks for package file names that work on Linux and break on macOS or Windows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from webgpu_kernels import digests
+from webgpu_kernels.cli import main
+from webgpu_kernels.portability import case_collisions, windows_problem
+from webgpu_kernels.validation import validate_package
+
+from conftest import copy_package  # noqa: E402
+
+TEMPLATE = "quick-gelu.wgsl.jinja"
+
+
+@pytest.fixture
+def qg(tmp_path: Path) -> Path:
+    return copy_package("com.microsoft.QuickGelu", tmp_path / "qg")
+
+
+def errors_of(root: Path) -> list:
+    digests.write_metadata(root)  # the package is otherwise sound: only the names are wrong
+    return validate_package(root, gpu=False).errors
+
+
+def test_two_files_that_differ_only_in_case_are_an_error(qg: Path, runner: CliRunner) -> None:
+    (qg / "Quick-Gelu.wgsl.jinja").write_text((qg / TEMPLATE).read_text("utf-8"), encoding="utf-8")
+    [error] = errors_of(qg)
+    assert error.file == "Quick-Gelu.wgsl.jinja"
+    assert "'Quick-Gelu.wgsl.jinja' and 'quick-gelu.wgsl.jinja' differ only in case" in error.message
+    assert "macOS and Windows" in error.message and "rename one" in error.message
+    result = runner.invoke(main, ["validate", str(qg), "--no-gpu"])
+    assert result.exit_code == 1 and "differ only in case" in result.output
+
+
+def test_folders_that_differ_only_in_case_are_one_error_naming_the_folders(qg: Path) -> None:
+    for folder, name in (("Data", "a.txt"), ("data", "a.txt"), ("data", "b.txt")):
+        (qg / folder).mkdir(exist_ok=True)
+        (qg / folder / name).write_text("notes\n", encoding="utf-8")
+    (qg / "Manifest.json").write_text("{}", encoding="utf-8")  # beside manifest.json
+    found = {(e.file, e.message.split(" differ")[0]) for e in errors_of(qg)}
+    assert found == {("Data", "'Data/' and 'data/'"), ("Manifest.json", "'Manifest.json' and 'manifest.json'")}
+
+
+def test_a_file_and_a_folder_that_differ_only_in_case_collide() -> None:
+    assert case_collisions(["a.txt", "A.txt/x.npy", "b/c", "b/d"]) == [("A.txt/", "a.txt")]
+    assert case_collisions(["manifest.json", "metadata.json", "x/y.npy"]) == []
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("con.npy", "the device CON"),
+    ("NUL", "the device NUL"),
+    ("lpt1.wgsl.jinja", "the device LPT1"),
+    ("Com9.tar.gz", "the device COM9"),
+    ("sub/aux/notes.txt", "'aux' is the device AUX"),
+    ("notes.", "ends in a dot"),
+    ("notes ", "ends in a space"),
+    ("a:b.txt", "holds ':'"),
+    ("what?.md", "holds '?'"),
+    ("tab\there.txt", "holds '\\t'"),
+])  # fmt: skip
+def test_a_name_windows_refuses_is_an_error(qg: Path, name: str, fragment: str) -> None:
+    path = qg / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+    [error] = errors_of(qg)
+    assert error.file == name and fragment in error.message, error.message
+    assert "cannot be downloaded or loaded on Windows" in error.message
+
+
+@pytest.mark.parametrize("name", ["console.txt", "com10.npy", "nul-handling.md", "auxiliary", "LPT.txt", "a.b.c"])
+def test_names_that_only_look_reserved_are_fine(name: str) -> None:
+    assert windows_problem(name) is None
+
+
+def test_a_pass_naming_its_template_in_another_case_says_which_file_it_meant(qg: Path) -> None:
+    (qg / TEMPLATE).rename(qg / "Quick-Gelu.wgsl.jinja")
+    errors = errors_of(qg)
+    assert errors and all(e.file == "manifest.json" and e.json_path.endswith(".source.shader") for e in errors)
+    assert all("'quick-gelu.wgsl.jinja', which is not in the package, but 'Quick-Gelu.wgsl.jinja' is" in e.message
+               and "not on Linux" in e.message for e in errors)  # fmt: skip
+
+
+@pytest.mark.parametrize("statement", ['{% include "Common.wgsl.jinja" %}',
+                                       '{% include ["nothere.jinja", "Common.wgsl.jinja"] %}',
+                                       '{% import "Common.wgsl.jinja" as c %}',
+                                       '{% from "Common.wgsl.jinja" import m %}'])  # fmt: skip
+def test_an_include_naming_a_template_in_another_case_is_an_error_at_its_line(qg: Path, statement: str) -> None:
+    (qg / "common.wgsl.jinja").write_text("{% macro m() %}{% endmacro %}// common\n", encoding="utf-8")
+    template = qg / TEMPLATE
+    template.write_text("// first line\n" + statement + "\n" + template.read_text("utf-8"), encoding="utf-8")
+    [error] = errors_of(qg)
+    assert (error.file, error.line) == (TEMPLATE, 2)
+    assert "'Common.wgsl.jinja', which is not in the package, but 'common.wgsl.jinja' is" in error.message
+
+
+def test_an_include_in_an_included_template_is_checked_too(qg: Path) -> None:
+    (qg / "outer.wgsl.jinja").write_text('{% include "Inner.wgsl.jinja" %}\n', encoding="utf-8")
+    (qg / "inner.wgsl.jinja").write_text("// inner\n", encoding="utf-8")
+    template = qg / TEMPLATE
+    template.write_text('{% include "outer.wgsl.jinja" %}\n' + template.read_text("utf-8"), encoding="utf-8")
+    [error] = errors_of(qg)
+    assert (error.file, error.line) == ("outer.wgsl.jinja", 1) and "'Inner.wgsl.jinja'" in error.message
