@@ -407,14 +407,14 @@ def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
     def compile_binding(binding: Binding) -> CompiledBinding:
         element = None
         if binding.element_type is not None:
-            element = c(_dollar(binding.element_type), f"{binding.json_path}.elementType")
+            element = c(dollar_source(binding.element_type), f"{binding.json_path}.elementType")
         length = None
         if binding.length is not None:
             # "$name" reads a constant; any other string is an expression, numbers are literals.
             source = binding.length[1:] if isinstance(binding.length, str) and binding.length.startswith("$") else binding.length
             length = c(source, f"{binding.json_path}.length")
         fields = tuple(
-            (f.name, c(_dollar(f.type), f"{f.json_path}.type"), c(_list_source(f.value), f"{f.json_path}.value")) for f in binding.fields
+            (f.name, c(dollar_source(f.type), f"{f.json_path}.type"), c(list_source(f.value), f"{f.json_path}.value")) for f in binding.fields
         )
         return CompiledBinding(binding=binding, element_type=element, length=length, fields=fields)
 
@@ -552,7 +552,7 @@ def node_label(node: tuple[str, int], outputs: Sequence[tuple[Any, ...]], derive
     return f"shapes.{outputs[index][0]}" if kind == "output" else str(derive[index][0])
 
 
-def _list_source(value: Any) -> Any:
+def list_source(value: Any) -> Any:
     """A JSON list of expressions and numbers as one list expression; anything else unchanged."""
     if not isinstance(value, list):
         return value
@@ -560,7 +560,7 @@ def _list_source(value: Any) -> Any:
     return "[" + ", ".join(parts) + "]"
 
 
-def _dollar(value: str) -> str:
+def dollar_source(value: str) -> str:
     """``$name`` reads the constant ``name``; any other string is a literal WGSL type name."""
     if value.startswith("$"):
         return value[1:]
