@@ -97,3 +97,16 @@ def test_without_op_a_folder_name_that_is_no_op_id_is_refused(tmp_path) -> None:
     result = invoke(CliRunner(), "new", str(tmp_path / "my-kernel"), code=2)
     assert "--op DOMAIN.NAME is needed" in result.stderr and "'my-kernel'" in result.stderr
     assert not (tmp_path / "my-kernel").exists()
+
+
+@pytest.mark.parametrize("name", ["Con", "Lpt1"])
+def test_an_op_named_as_a_windows_device_gets_a_template_windows_can_hold(tmp_path, name) -> None:
+    """`--op com.example.Con` had written con.wgsl.jinja, a name validate refuses (Windows reads it
+    as the device CON): the package `new` writes passes validate whatever the op's name."""
+    root = tmp_path / "pkg"
+    invoke(CliRunner(), "new", str(root), "--op", f"com.example.{name}")
+    report = json.loads(invoke(CliRunner(), "validate", str(root), "--no-gpu", "--json").stdout)
+    assert report["ok"] and report["errors"] == 0, report["problems"]
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    assert manifest["variants"][0]["passes"][0]["shader"].startswith(name.lower())  # still named after the op
+

@@ -24,6 +24,7 @@ from .case_data import cast, encode_values
 from .digests import METADATA_FILE, write_metadata
 from .json_schema import validator
 from .manifest import manifest_schema
+from .portability import windows_problem
 
 #: The scaffold's template, written to the package as ``<the op's name, kebab-case>.wgsl.jinja``.
 SCAFFOLD_TEMPLATE = "kernel.wgsl.jinja"
@@ -50,8 +51,12 @@ def split_op_id(op_id: str) -> tuple[str, str]:
 
 
 def template_name(name: str) -> str:
-    """The template's file name: ``MyOp`` -> ``my-op.wgsl.jinja``, as the shipped packages name theirs."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).lower() + ".wgsl.jinja"
+    """The template's file name: ``MyOp`` -> ``my-op.wgsl.jinja``, as the shipped packages name theirs;
+    ``Con`` -> ``con-op.wgsl.jinja``: ``con.wgsl.jinja`` is the device CON to Windows, which validate refuses."""
+    stem = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).lower()
+    if windows_problem(stem):
+        stem += "-op"
+    return stem + ".wgsl.jinja"
 
 
 def _scaffold(name: str) -> bytes:
