@@ -110,3 +110,16 @@ def test_an_op_named_as_a_windows_device_gets_a_template_windows_can_hold(tmp_pa
     manifest = json.loads((root / "manifest.json").read_text("utf-8"))
     assert manifest["variants"][0]["passes"][0]["shader"].startswith(name.lower())  # still named after the op
 
+
+def test_a_path_that_is_a_file_through_tilde_or_a_dangling_link_is_refused(tmp_path, monkeypatch) -> None:
+    """click checks PATH as written: a file reached through '~' (quoted, so the shell left it) had
+    ended in a NotADirectoryError traceback, a symbolic link to nothing in a FileExistsError."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "notes.txt").write_text("mine", "utf-8")
+    result = invoke(CliRunner(), "new", "~/notes.txt", "--op", OP, code=2)
+    assert "Invalid value for 'PATH'" in result.stderr and "'~/notes.txt'" in result.stderr, result.stderr
+    assert "is a file" in result.stderr and (tmp_path / "notes.txt").read_text("utf-8") == "mine"
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    result = invoke(CliRunner(), "new", str(tmp_path / "link"), "--op", OP, code=2)
+    assert "Invalid value for 'PATH'" in result.stderr and "symbolic link to nothing" in result.stderr, result.stderr
+    assert (tmp_path / "link").is_symlink() and not (tmp_path / "nowhere").exists()

@@ -10,6 +10,7 @@ passes ``validate`` and ``test`` as it is, and the author grows it from there.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from importlib import resources
@@ -134,6 +135,13 @@ def new_cmd(path: Path, op_id: str | None) -> None:
     ctx = click.get_current_context()
     param = next(p for p in ctx.command.params if p.name == "path")
     root = path.expanduser()
+    # click checked PATH as written: a quoted '~' reaches another path, and a link to nothing is no folder
+    if root.is_symlink() and not root.exists():
+        raise click.BadParameter(f"expected a new or empty folder, got {str(path)!r}, a symbolic link to nothing "
+                                 f"({os.readlink(root)!r})", ctx=ctx, param=param)  # fmt: skip
+    if root.exists() and not root.is_dir():
+        raise click.BadParameter(f"expected a new or empty folder, got {str(path)!r}, which is a file",
+                                 ctx=ctx, param=param)  # fmt: skip
     if root.exists():
         entries = sorted(p.name for p in root.iterdir())
         if entries:
