@@ -123,3 +123,11 @@ def test_a_path_that_is_a_file_through_tilde_or_a_dangling_link_is_refused(tmp_p
     result = invoke(CliRunner(), "new", str(tmp_path / "link"), "--op", OP, code=2)
     assert "Invalid value for 'PATH'" in result.stderr and "symbolic link to nothing" in result.stderr, result.stderr
     assert (tmp_path / "link").is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+def test_a_path_that_cannot_be_made_is_refused_and_says_why(tmp_path) -> None:
+    """A PATH below a file had ended in a NotADirectoryError traceback from mkdir."""
+    (tmp_path / "notes.txt").write_text("mine", "utf-8")
+    result = invoke(CliRunner(), "new", str(tmp_path / "notes.txt" / "pkg"), "--op", OP, code=2)
+    assert "Invalid value for 'PATH'" in result.stderr and "cannot be made" in result.stderr, result.stderr
+    assert "Not a directory" in result.stderr and (tmp_path / "notes.txt").read_text("utf-8") == "mine"

@@ -159,6 +159,11 @@ def new_cmd(path: Path, op_id: str | None) -> None:
         op_id = folder
     created = not root.exists()
     try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # below a file, or in a folder this user cannot write to
+        raise click.BadParameter(f"expected a new or empty folder, got {str(path)!r}, which cannot be made "
+                                 f"({exc.strerror})", ctx=ctx, param=param) from None  # fmt: skip
+    try:
         written = write_package(root, op_id)
     except BaseException:
         # Nothing half-written is left behind: a second try then finds the folder as it was.
