@@ -131,3 +131,34 @@ def test_a_path_that_cannot_be_made_is_refused_and_says_why(tmp_path) -> None:
     result = invoke(CliRunner(), "new", str(tmp_path / "notes.txt" / "pkg"), "--op", OP, code=2)
     assert "Invalid value for 'PATH'" in result.stderr and "cannot be made" in result.stderr, result.stderr
     assert "Not a directory" in result.stderr and (tmp_path / "notes.txt").read_text("utf-8") == "mine"
+
+
+@pytest.mark.parametrize("args", [
+    ["com.microsoft.QuickGelu"],  # the op id from the folder name: an embedded kernel's
+    ["myorg/myop", "--op", "com.example.MyOp"],  # a folder named as a Hub repository
+])  # fmt: skip
+def test_the_next_commands_new_prints_name_the_folder_it_wrote(tmp_path, monkeypatch, args) -> None:
+    """A bare com.microsoft.QuickGelu (or myorg/myop) names the embedded kernel (the Hub repository)
+    as well as the folder: the commands `new` suggested were refused as ambiguous (exit 2)."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke(CliRunner(), "new", *args)
+    next_line = result.stdout.splitlines()[-1]
+    assert next_line.startswith("next: ")
+    for command in next_line.removeprefix("next: ").split(" && "):
+        name, *rest = command.split()
+        assert name == "webgpu-kernels"
+        invoke(CliRunner(), *rest)
+
+
+def test_an_embedded_kernels_op_id_is_taken_with_a_note(tmp_path, monkeypatch) -> None:
+    """An op id that is an embedded kernel's is the op a package reimplements (a copy beside the
+    original is tested so): taken, with a note on which the bare id names and how to name the folder."""
+    from cli_helpers import QUICK_GELU
+
+    monkeypatch.chdir(tmp_path)
+    result = invoke(CliRunner(), "new", QUICK_GELU)
+    assert f"{QUICK_GELU} is also the op id of an embedded kernel" in result.stderr, result.stderr
+    assert f"./{QUICK_GELU}" in result.stderr and "--op" in result.stderr
+    assert wk.load_kernel(tmp_path / QUICK_GELU).op_id == QUICK_GELU
+    result = invoke(CliRunner(), "new", str(tmp_path / "pkg"), "--op", OP)
+    assert "embedded" not in result.stderr

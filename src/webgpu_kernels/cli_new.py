@@ -20,7 +20,7 @@ from typing import Any
 import click
 import numpy as np
 
-from .api import load_kernel, test_case_inputs
+from .api import list_kernels, load_kernel, test_case_inputs
 from .case_data import cast, encode_values
 from .digests import METADATA_FILE, write_metadata
 from .json_schema import validator
@@ -119,6 +119,18 @@ def _op_option(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value
 
 
+def _folder_argument(path: Path) -> str:
+    """PATH as a KERNEL argument that names the folder: a bare embedded op id or ``org/op`` there
+    names the embedded kernel or Hub repository too, which the commands refuse as ambiguous."""
+    shown = str(path)
+    if not path.is_absolute() and not shown.startswith((".", "~")):
+        from .cli import _hub_repo  # cli imports this module
+
+        if shown in list_kernels() or _hub_repo(shown):
+            return f".{os.sep}{shown}"
+    return shown
+
+
 @click.command("new")
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--op", "op_id", metavar="DOMAIN.NAME", callback=_op_option,
@@ -176,8 +188,16 @@ def new_cmd(path: Path, op_id: str | None) -> None:
                 else:
                     child.unlink()
         raise
+    shown = _folder_argument(path)
+    if op_id in list_kernels():
+        # Not refused: the op id is the op a package implements, and a reimplementation of a shipped
+        # op (tested beside the original) is one an author may mean to write.
+        click.echo(f"note: {op_id} is also the op id of an embedded kernel: a bare {op_id} still names that "
+                   f"kernel (get_kernel, the commands), refused as ambiguous where a folder of that name is "
+                   f"in the working directory; name this package by its path ({shown}, load_kernel), or pick "
+                   "another op id with --op if you did not mean to implement that op", err=True)  # fmt: skip
     click.echo(f"wrote {op_id} in {root}: {', '.join(written)}")
-    click.echo(f"next: webgpu-kernels validate {path} && webgpu-kernels test {path}")
+    click.echo(f"next: webgpu-kernels validate {shown} && webgpu-kernels test {shown}")
 
 
 COMMANDS = [new_cmd]
