@@ -105,3 +105,19 @@ def test_an_include_in_an_included_template_is_checked_too(qg: Path) -> None:
     template.write_text('{% include "outer.wgsl.jinja" %}\n' + template.read_text("utf-8"), encoding="utf-8")
     [error] = errors_of(qg)
     assert (error.file, error.line) == ("outer.wgsl.jinja", 1) and "'Inner.wgsl.jinja'" in error.message
+
+
+@pytest.mark.parametrize("data", ["Vec4-2x64-f32.Y.npy", "data/Vec4-2x64-f32.Y.npy"])
+def test_a_data_file_named_in_another_case_says_which_file_it_meant(qg: Path, data: str) -> None:
+    """test.json's `"file"` had got only 'file not found' where the templates say which file was meant."""
+    import json
+
+    (qg / "data").mkdir()
+    (qg / "vec4-2x64-f32.Y.npy").rename(qg / data)
+    tests = json.loads((qg / "test.json").read_text("utf-8"))
+    assert tests["cases"][0]["expected"]["Y"] == {"file": "vec4-2x64-f32.Y.npy"}
+    tests["cases"][0]["expected"]["Y"]["file"] = data.lower()
+    (qg / "test.json").write_text(json.dumps(tests), encoding="utf-8")
+    [error] = errors_of(qg)
+    assert (error.file, error.json_path, error.case) == ("test.json", "cases[0].expected.Y.file", "vec4-2x64-f32")
+    assert f"{data.lower()!r}, which is not in the package, but {data!r} is" in error.message, error.message

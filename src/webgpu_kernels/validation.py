@@ -126,7 +126,7 @@ def validate_package(
     # reported, and the cases' output shapes and flops are not evaluated).
     if manifest is not None and program is None:
         report.skipped = "the manifest's expressions have errors: fix them, then validate again"
-    test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, program, out)
+    test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, program, out, files)
     bench_file = _guarded(out, BENCH_FILE, _check_bench_json, package, manifest, program, out)
     if metadata is not None:
         report.checked["digests"] = len(metadata["digest"]["files"])
@@ -271,14 +271,37 @@ def _load_case_data(package: KernelPackage, name: str, check: Any, out: ProblemC
     return None if errors else data
 
 
+def _data_file_twins(package: KernelPackage, case: casefile.TestCase, files: list[str]) -> list[tuple[str, str]]:
+    """(where, message) for each data file the case names in another case than its file's name."""
+    found = []
+    for section, entries in (("inputs", case.inputs), ("expected", case.expected)):
+        for role, spec in entries.items():
+            if not isinstance(spec.get("file"), str):
+                continue
+            try:
+                name = package.relative_name(spec["file"])
+            except PackageError:
+                continue  # building the case says why
+            twin = case_twin(name, files)  # before has(), which macOS and Windows answer for it
+            if twin is not None:
+                where = f"{case.json_path}.{section}.{role}.file"
+                found.append((where, twin_message("the entry names data file", spec["file"], twin)))
+    return found
+
+
 def _check_test_json(package: KernelPackage, manifest: Manifest | None, program: Program | None,
-                     out: ProblemCollector) -> casefile.TestFile | None:  # fmt: skip
+                     out: ProblemCollector, files: list[str] | None = None) -> casefile.TestFile | None:  # fmt: skip
     data = _load_case_data(package, TEST_FILE, casefile.check_test_data, out,
                            "the package has no test.json: `webgpu-kernels test` has nothing to run, and "
                            "pipelines are compiled only for bench.json shapes")  # fmt: skip
     if data is None:
         return None
     test_file = casefile.parse_test_file(data, file=TEST_FILE)
+    twinned: set[int] = set()  # cases whose data would only be 'not found'
+    for case in test_file.cases:
+        for where, message in _data_file_twins(package, case, files or []):
+            out.error(TEST_FILE, where, message, case=case.name)
+            twinned.add(case.index)
     if manifest is None:
         return test_file
     from .contract import check_call
@@ -287,6 +310,8 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
     float_dtypes = {"float32", "float16", "bfloat16", "float64"}
     missing_tolerance: set[str] = set()
     for case in test_file.cases:
+        if case.index in twinned:
+            continue
         try:
             arrays = case.build_inputs(manifest, package.read_bytes)
             signature = check_call(manifest, {k: (a.shape, dtype_name(a.dtype)) for k, a in arrays.items()},
