@@ -332,6 +332,23 @@ def test_a_save_over_a_damaged_file_clears_its_problem(adapter_file):
     assert tuning.TuningCache(adapter_file).problem is None  # and the file on disk is a good one
 
 
+def test_a_file_damaged_again_after_a_save_is_said_again(adapter_file):
+    """A save writes a good file; the same damage found again later in the process is news, which
+    the (file, problem) remembered from the first warning had kept quiet."""
+    adapter_file.parent.mkdir(parents=True)
+    adapter_file.write_bytes(b"{not json")
+    with pytest.warns(wk.TuningFileWarning, match="invalid JSON"):
+        cache = tuning.TuningCache(adapter_file)
+    cache.record(QG_KEY, QG_F32, X_N, tuning.TunedChoice(**GOOD_ENTRY))
+    cache.save()
+    adapter_file.write_bytes(b"{not json")  # damaged the same way again
+    with pytest.warns(wk.TuningFileWarning, match="invalid JSON"):
+        tuning.TuningCache(adapter_file)
+    with warnings.catch_warnings():  # and said once again, not at every load
+        warnings.simplefilter("error")
+        tuning.TuningCache(adapter_file)
+
+
 def test_the_good_entries_of_a_file_with_a_malformed_one_apply_and_the_rest_is_said(adapter_file, fresh_kernel,
                                                                                      plans_run):  # fmt: skip
     """One hand-edited entry gone wrong ("median_s": "1e-5") dropped that entry without a word."""

@@ -237,6 +237,7 @@ class TuningCache:
         text = json.dumps({"version": FILE_VERSION, "entries": entries}, indent=1, sort_keys=True)
         replace_file(self.path, text)  # readable as the umask allows: a shared cache is read by others
         self.problem = None  # the file is one this release wrote: a later bench must not say it is damaged
+        _forget_warnings(self.path)  # the same damage found again later is news
         # On disk now: a later save must not write them over what another process saved since
         # (a long tune had put back its old results over newer ones; helper-30).
         self._recorded.clear()
@@ -285,6 +286,12 @@ def _warn_once(path: Path, problem: FileProblem) -> None:
     # A damaged file had been ignored without a word: calls ran the defaults, and whoever had tuned
     # for an hour never learnt why nothing got faster (helper-61).
     warnings.warn(TuningFileWarning(problem.message(path)), stacklevel=user_stacklevel())
+
+
+def _forget_warnings(path: Path) -> None:
+    """Forget the problems warned of for ``path``, which now holds a good file."""
+    with _warned_lock:
+        _warned.difference_update({w for w in _warned if w[0] == str(path)})
 
 
 def _load(path: Path) -> tuple[dict[str, dict[str, Any]], FileProblem | None]:
