@@ -23,7 +23,9 @@ import numpy as np
 from .api import list_kernels, load_kernel, test_case_inputs
 from .case_data import cast, encode_values
 from .digests import METADATA_FILE, write_metadata
+from .errors import PackageError
 from .json_schema import validator
+from .locations import classify
 from .manifest import manifest_schema
 from .portability import windows_problem
 
@@ -124,9 +126,11 @@ def _folder_argument(path: Path) -> str:
     names the embedded kernel or Hub repository too, which the commands refuse as ambiguous."""
     shown = str(path)
     if not path.is_absolute() and not shown.startswith((".", "~")):
-        from .cli import _hub_repo  # cli imports this module
-
-        if shown in list_kernels() or _hub_repo(shown):
+        try:
+            kind = classify(shown).kind
+        except PackageError:  # no Hub repository id: a folder name
+            kind = "path"
+        if kind == "hub" or (kind == "embedded" and shown in list_kernels()):
             return f".{os.sep}{shown}"
     return shown
 
