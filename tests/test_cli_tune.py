@@ -93,6 +93,8 @@ def test_tune_dry_run_writes_nothing(dry_run):
     assert "tiny-4096" in result.output and "speed-up" in result.output
     assert "saved:" not in result.output
     assert not folder.exists() or list(folder.iterdir()) == []
+    # It says so: a dry run had ended on the table, with no word of what it wrote (helper-70).
+    assert f"dry run: nothing written to {folder}" in result.output, result.output
 
 
 def test_tune_off_a_terminal_says_what_it_tries_on_stderr_as_it_starts(dry_run):
@@ -471,8 +473,10 @@ def test_a_tuner_that_keeps_the_manifest_selection_stores_nothing_and_drops_an_o
     invoke(runner, "tune", QG_DIR, *TINY)
     assert list(json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]) == [TINY_KEY]
     monkeypatch.setattr(cli_tune, "_search", _fake_search({(4096,): None}))
-    invoke(runner, "tune", QG_DIR, *TINY)
+    out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
     assert json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"] == {}
+    # "saved: FILE" alone had read as a stored choice (helper-70): it says nothing was stored.
+    assert "1 of 1 tuning classes keep the manifest's own selection: nothing is stored for them" in out, out
     x = np.ones(6000, np.float32)  # same class as 4096
     assert wk.load_kernel(QG_DIR).explain({"X": x}).tuned is None
 

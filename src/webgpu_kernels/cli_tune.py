@@ -153,9 +153,17 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                                    f"{default_s * 1e6:.1f} µs, best {best[1]} {best[2]} {best[0] * 1e6:.1f} µs")
             progress.advance(task)
     console.print(table)
-    if saved:
+    # "saved:" alone had read as a stored choice where the selection won and nothing was stored.
+    stored = sum(1 for key, (_, outcome) in outcomes.items() if outcome is not None and key not in conflicted)
+    if dry_run:
+        console.print(f"dry run: nothing written to {cache.path} (a run would store a choice for "
+                      f"{stored} of {len(outcomes)} tuning classes)", soft_wrap=True)  # fmt: skip
+    elif saved:
         console.print(f"saved: {cache.path}")
-    elif not dry_run:  # every case errored: "saved:" had named a file that nothing was written to
+        if stored < len(outcomes):
+            console.print(f"{len(outcomes) - stored} of {len(outcomes)} tuning classes keep the manifest's own selection: "
+                          "nothing is stored for them (the selection won, or their cases disagreed)", soft_wrap=True)  # fmt: skip
+    else:  # every case errored: "saved:" had named a file that nothing was written to
         console.print(f"nothing saved: no case was tuned, so {cache.path} is as it was")
     if cache.backup is not None:
         console.print(Text(f"the tuning file as it was is kept as {cache.backup}", style="yellow"), soft_wrap=True)
