@@ -261,6 +261,17 @@ def test_a_template_cannot_include_an_unlisted_file(qg: Path) -> None:
     assert "webgpu-kernels digest" not in str(info.value) and "tell the repository's authors" in str(info.value)
 
 
+def test_a_file_named_in_another_case_says_which_file_is_there(qg: Path) -> None:
+    """A test.json naming X.npy for x.npy failed `test` with only "file not found" (validate names the
+    file meant: portability.py); a verified package's read says it too."""
+    name = next(n for n in sorted(open_folder(qg).verified) if n.endswith(".npy"))
+    with pytest.raises(PackageError, match=f"file not found in the package \\({name!r} is: names are case-sensitive\\)"):
+        open_folder(qg).read_bytes(name.upper())
+    with pytest.raises(PackageError) as info:
+        open_folder(qg).read_bytes("nothing-like-it.npy")
+    assert "case-sensitive" not in str(info.value)
+
+
 @pytest.mark.parametrize("name", ["../x.json", "/etc/passwd", "a/../../x", "", "a\\b"])
 def test_names_leaving_the_package_are_refused(qg: Path, name: str) -> None:
     with pytest.raises(PackageError):

@@ -19,6 +19,8 @@ import os
 import re
 import secrets
 import stat
+import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -621,3 +623,18 @@ def manifest_op_id(root: Path) -> str | None:
         return _op_id(_read_manifest(root))
     except PackageError:
         return None
+
+
+def folded(name: str) -> str:
+    """``name`` as a case-insensitive file system compares it (NFC, as macOS also ignores the
+    Unicode normal form; lower case, as Windows compares upper-cased names)."""
+    return unicodedata.normalize("NFC", name).lower()
+
+
+def case_twin(name: str, files: Iterable[str]) -> str | None:
+    """The file of ``files`` whose name is ``name`` but for case, when ``name`` is none of them."""
+    files = set(files)
+    if name in files:
+        return None
+    key = folded(name)
+    return next((f for f in sorted(files) if folded(f) == key), None)

@@ -17,6 +17,7 @@ from typing import Any
 
 from .digests import (
     METADATA_FILE,
+    case_twin,
     check_manifest_file,
     decode_json,
     never_listed,
@@ -76,7 +77,9 @@ class KernelPackage:
         if self.metadata is not None:  # a verified package reads only what it verified (a README may sit
             # unlisted in the folder, but a template that includes it would run unverified bytes)
             if not self.has(rel):  # "run digest" would not help a file that is not there
-                raise PackageError("file not found in the package", path=str(self.path_of(rel)))
+                twin = case_twin(rel, self.verified)  # a name spelt in another case: say which file is there
+                hint = f" ({twin!r} is: names are case-sensitive)" if twin is not None else ""
+                raise PackageError(f"file not found in the package{hint}", path=str(self.path_of(rel)))
             if rel in self.metadata["digest"]["files"]:  # validate's view of a package that does not open
                 raise DigestError("listed in metadata.json but it failed the digest check (see that problem)",
                                   file=rel, reason="mismatch", path=str(self.path_of(rel)))  # fmt: skip

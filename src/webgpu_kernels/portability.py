@@ -16,14 +16,13 @@ reports it (as errors), so the author fixes it before publishing.
 from __future__ import annotations
 
 import os
-import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from jinja2 import nodes
 
-from .digests import METADATA_FILE, package_files
+from .digests import METADATA_FILE, case_twin, folded, package_files
 from .errors import PackageError
 from .validation_report import ProblemCollector
 
@@ -36,12 +35,6 @@ WINDOWS_CHARACTERS = frozenset('<>:"\\|?*') | frozenset(map(chr, range(32)))
 _ONE_FILE = ("on macOS and Windows, whose file systems ignore case by default, they are one file: one "
              "overwrites the other when the package is downloaded, and its digest check fails there "
              "(on Linux it works)")  # fmt: skip
-
-
-def folded(name: str) -> str:
-    """``name`` as a case-insensitive file system compares it (NFC, as macOS also ignores the
-    Unicode normal form; lower case, as Windows compares upper-cased names)."""
-    return unicodedata.normalize("NFC", name).lower()
 
 
 def windows_problem(name: str) -> str | None:
@@ -85,15 +78,6 @@ def case_collisions(names: Iterable[str]) -> list[tuple[str, ...]]:
             continue
         found.append(tuple(sorted(p + "/" if p in folders else p for p in group)))
     return found
-
-
-def case_twin(name: str, files: Iterable[str]) -> str | None:
-    """The file of ``files`` whose name is ``name`` but for case, when ``name`` is none of them."""
-    files = set(files)
-    if name in files:
-        return None
-    key = folded(name)
-    return next((f for f in sorted(files) if folded(f) == key), None)
 
 
 def check_file_names(root: Path, out: ProblemCollector) -> list[str] | None:
