@@ -3,7 +3,7 @@
 
 Commands: ``devices``, ``list``, ``info``, ``explain``, ``render`` (cli_inspect.py); ``run``
 (cli_run.py), ``bench`` (cli_bench.py, its output in bench_report.py), ``tune`` (cli_tune.py),
-``download`` (cli_hub.py), ``test``/``validate``/``digest`` (cli_package.py), ``new`` (cli_new.py). Every library error
+``download`` (cli_hub.py), ``test``/``validate``/``digest`` (cli_package.py), ``new``/``expect`` (cli_new.py). Every library error
 (:class:`~webgpu_kernels.errors.KernelError`) ends the command with one red ``error: ...`` line on
 stderr and exit status 2, like click's own usage errors.
 """

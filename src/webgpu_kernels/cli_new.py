@@ -1,4 +1,5 @@
-"""``new PATH --op DOMAIN.NAME``: a kernel author's first package, in one command (registered by cli.py).
+"""``new PATH --op DOMAIN.NAME``: a kernel author's first package, in one command; ``expect PATH
+--reference FILE.py:FUNCTION``: its test.json's expected values written again (registered by cli.py).
 
 The package is written from the files under ``scaffold/`` (package data): an elementwise op
 ``Y = 2 * X`` for float32 and float16, one variant, a WORKGROUP_SIZE tunable, a uniform struct
@@ -9,10 +10,12 @@ passes ``validate`` and ``test`` as it is, and the author grows it from there.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import shutil
+import traceback
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,10 +23,11 @@ from typing import Any
 import click
 import numpy as np
 
-from .api import list_kernels, load_kernel, test_case_inputs
-from .case_data import cast, encode_values
+from .api import list_kernels, load_kernel
+from .casefile import TEST_FILE, read_test_file
 from .digests import METADATA_FILE, write_metadata
-from .errors import PackageError
+from .errors import KernelError, PackageError
+from .expected import ReferenceFailed, dumps, write_expected
 from .json_schema import validator
 from .locations import classify
 from .manifest import manifest_schema
@@ -35,9 +39,9 @@ SCAFFOLD_TEMPLATE = "kernel.wgsl.jinja"
 _COPIED = ("bench.json",)
 
 
-def _reference(x: np.ndarray) -> np.ndarray:
+def _reference(inputs: dict[str, np.ndarray], attrs: dict[str, Any]) -> dict[str, np.ndarray]:
     """What scaffold/kernel.wgsl.jinja computes, in float64 (change the two together)."""
-    return 2.0 * x.astype(np.float64)
+    return {"Y": 2.0 * inputs["X"]}
 
 
 def split_op_id(op_id: str) -> tuple[str, str]:
@@ -66,22 +70,6 @@ def _scaffold(name: str) -> bytes:
     return resources.files(__package__).joinpath("scaffold", name).read_bytes()
 
 
-def _dumps(value: Any, indent: str = "") -> str:
-    """JSON with two-space indents, lists of plain values and small objects of them on one line, as
-    the shipped files are written (a case's 130 expected values one per line would bury the rest)."""
-    inner = indent + "  "
-    flat = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
-    if isinstance(value, dict) and value and all(not isinstance(v, (dict, list)) for v in value.values()):
-        if len(indent) + len(flat) <= 100:  # a small object of plain values: one line
-            return flat
-    if isinstance(value, dict) and value:
-        items = [f"{inner}{json.dumps(k)}: {_dumps(v, inner)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
-    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
-        return "[\n" + ",\n".join(inner + _dumps(v, inner) for v in value) + "\n" + indent + "]"
-    return flat
-
-
 def write_package(root: Path, op_id: str) -> list[str]:
     """Write the scaffold package for ``op_id`` into the folder ``root`` (made if missing, else
     empty); returns the names written. ``op_id`` must pass :func:`split_op_id`."""
@@ -94,20 +82,16 @@ def write_package(root: Path, op_id: str) -> list[str]:
             pass_["name"] = f"{name}.{variant['id']}"
             pass_["shader"] = template
     root.mkdir(parents=True, exist_ok=True)
-    (root / "manifest.json").write_text(_dumps(manifest) + "\n", "utf-8")
+    (root / "manifest.json").write_text(dumps(manifest) + "\n", "utf-8")
     (root / template).write_bytes(_scaffold(SCAFFOLD_TEMPLATE))
     for file in _COPIED:
         (root / file).write_bytes(_scaffold(file))
     # The expected outputs from the inputs exactly as `test` builds them (the generator's draws,
     # rounded to the case's dtype), through the package just written: its manifest binds T.
     tests = json.loads(_scaffold("test.json"))
-    kernel = load_kernel(root, verify_digests=False)
-    for case in tests["cases"]:
-        x = test_case_inputs(kernel, case)["X"]
-        dtype = case["types"]["T"]
-        y = cast(_reference(x), dtype)
-        case["expected"] = {"Y": {"dtype": dtype, "shape": list(y.shape), "values": encode_values(y)}}
-    (root / "test.json").write_text(_dumps(tests) + "\n", "utf-8")
+    # (no device is needed here: the shapes are the inputs', as the reference computes them)
+    write_expected(load_kernel(root, verify_digests=False), tests["cases"], _reference, check_shapes=False)
+    (root / "test.json").write_text(dumps(tests) + "\n", "utf-8")
     write_metadata(root)
     return ["manifest.json", template, "test.json", *_COPIED, METADATA_FILE]
 
@@ -146,7 +130,7 @@ def new_cmd(path: Path, op_id: str | None) -> None:
     WORKGROUP_SIZE tunable, a uniform struct with the element count), its WGSL template,
     test.json (cases with their expected values), bench.json and metadata.json. It passes
     `validate` and `test` as written; change the template and the manifest, write the expected
-    values again with your own reference, then `digest`, `validate` and `test` it.
+    values again from your own reference with `expect`, then `validate` and `test` it.
     """
     ctx = click.get_current_context()
     param = next(p for p in ctx.command.params if p.name == "path")
@@ -204,4 +188,80 @@ def new_cmd(path: Path, op_id: str | None) -> None:
     click.echo(f"next: webgpu-kernels validate {shown} && webgpu-kernels test {shown}")
 
 
-COMMANDS = [new_cmd]
+
+# --- expect -----------------------------------------------------------------------------------------
+
+
+def _import_reference(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, Any]:
+    """``FILE.py:FUNCTION`` -> (its label, the function), importing FILE (the author's own code)."""
+    file, colon, function = value.rpartition(":")
+    if not colon or not file or not function.isidentifier():
+        raise click.BadParameter(f"expected FILE.py:FUNCTION (ref.py:swish), got {value!r}", ctx=ctx, param=param)
+    path = Path(file).expanduser()
+    if not path.is_file():
+        raise click.BadParameter(f"expected FILE.py:FUNCTION, got {value!r}: no file {file!r}", ctx=ctx, param=param)
+    spec = importlib.util.spec_from_file_location(f"_webgpu_kernels_reference_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise click.BadParameter(f"expected FILE.py:FUNCTION, got {value!r}: {file!r} is no Python file",
+                                 ctx=ctx, param=param)  # fmt: skip
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the author's code: their traceback, then exit 1
+        traceback.print_exc()
+        click.echo(f"error: importing {file} raised {type(exc).__name__}: {exc}", err=True)
+        ctx.exit(1)
+    found = getattr(module, function, None)
+    if not callable(found):
+        names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)  # fmt: skip
+        raise click.BadParameter(f"expected FILE.py:FUNCTION, got {value!r}: {file} has no function {function!r}"
+                                 + (f" (its functions: {', '.join(names)})" if names else ""),
+                                 ctx=ctx, param=param)  # fmt: skip
+    return value, found
+
+
+@click.command("expect")
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--reference", "reference", required=True, metavar="FILE.py:FUNCTION", callback=_import_reference,
+              help="Your float64 reference: FILE is imported (its code runs) and FUNCTION(inputs, attrs) "
+                   "must return a dict of output arrays.")  # fmt: skip
+@click.pass_context
+def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> None:
+    """Write the expected values of PATH's test.json again, from your own reference.
+
+    FILE.py is imported, running its code, as python would. For each case, FUNCTION(inputs, attrs)
+    gets the case's inputs exactly as `test` builds them (float ones as float64, others as they
+    are) and its attributes over the manifest's defaults, and returns {output: array}; each
+    output, rounded once to its dtype, is written inline as the case's `expected` (a data file it
+    named is left where it is). Cases expecting a refusal are left alone. test.json is written
+    only once every case succeeded, then metadata.json is refreshed as `digest` does. Exit 1 if
+    FUNCTION raises, 2 if it returns anything but the outputs in their shapes.
+    """
+    label, function = reference
+    root = path.expanduser().resolve()
+    # The manifest or a template changed since metadata.json was written: that is why one runs this.
+    kernel = load_kernel(root, verify_digests=False)
+    try:
+        doc = json.loads(kernel.package.read_bytes(TEST_FILE))
+    except (KernelError, ValueError) as exc:
+        raise PackageError(f"{TEST_FILE} cannot be read: {exc}", path=str(root / TEST_FILE)) from None
+    read_test_file(kernel.package)  # refuses a test.json that `test` would refuse, naming where
+    try:
+        count = write_expected(kernel, doc["cases"], function, name=label)
+    except ReferenceFailed as exc:
+        traceback.print_exception(exc.__cause__)
+        click.echo(f"error: {exc}: {type(exc.__cause__).__name__}: {exc.__cause__}; nothing was written", err=True)
+        ctx.exit(1)
+    target = root / TEST_FILE
+    partial = target.with_name(f".{TEST_FILE}.{os.getpid()}.tmp")
+    partial.write_text(dumps(doc) + "\n", "utf-8")
+    os.replace(partial, target)  # whole or not at all
+    write_metadata(root)
+    refused = sum(1 for case in doc["cases"] if "refused" in case)
+    click.echo(f"{count} case{'' if count == 1 else 's'} written, {refused} refusal case{'' if refused == 1 else 's'} "
+               f"left: {target}; metadata.json refreshed")  # fmt: skip
+    click.echo(f"next: webgpu-kernels validate {_folder_argument(path)} && webgpu-kernels test {_folder_argument(path)}")
+
+
+COMMANDS = [new_cmd, expect_cmd]
