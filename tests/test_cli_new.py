@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import webgpu_kernels as wk
+from webgpu_kernels.cli import main
 from webgpu_kernels.digests import build_metadata, package_files
 
 from cli_helpers import invoke
@@ -162,3 +163,21 @@ def test_an_embedded_kernels_op_id_is_taken_with_a_note(tmp_path, monkeypatch) -
     assert wk.load_kernel(tmp_path / QUICK_GELU).op_id == QUICK_GELU
     result = invoke(CliRunner(), "new", str(tmp_path / "pkg"), "--op", OP)
     assert "embedded" not in result.stderr
+
+
+def test_a_failed_write_leaves_no_folder_it_made(tmp_path, monkeypatch) -> None:
+    """A write that fails removes what it wrote and the folders it made for PATH, parents too (they
+    had been left behind, empty), and leaves an existing empty folder as it was, empty."""
+    from webgpu_kernels import cli_new
+
+    def fail(root, op_id):
+        (root / "manifest.json").write_text("{}", "utf-8")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli_new, "write_package", fail)
+    result = CliRunner().invoke(main, ["new", str(tmp_path / "a" / "b" / OP)])
+    assert result.exit_code != 0 and isinstance(result.exception, OSError)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "empty").mkdir()
+    CliRunner().invoke(main, ["new", str(tmp_path / "empty"), "--op", OP])
+    assert [p.name for p in tmp_path.iterdir()] == ["empty"] and list((tmp_path / "empty").iterdir()) == []

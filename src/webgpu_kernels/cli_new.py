@@ -157,7 +157,8 @@ def new_cmd(path: Path, op_id: str | None) -> None:
             raise click.UsageError(f"--op DOMAIN.NAME is needed: the folder name {folder!r} is not an op id "
                                    "to take it from", ctx=ctx) from None  # fmt: skip
         op_id = folder
-    created = not root.exists()
+    # The outermost folder this command makes (PATH or a missing parent), which a failure removes
+    made = next((p for p in reversed([root.absolute(), *root.absolute().parents]) if not p.exists()), None)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # below a file, or in a folder this user cannot write to
@@ -167,8 +168,8 @@ def new_cmd(path: Path, op_id: str | None) -> None:
         written = write_package(root, op_id)
     except BaseException:
         # Nothing half-written is left behind: a second try then finds the folder as it was.
-        if created:
-            shutil.rmtree(root, ignore_errors=True)
+        if made is not None:  # with the parents it made, which had been left behind
+            shutil.rmtree(made, ignore_errors=True)
         else:
             for child in root.iterdir():
                 if child.is_dir():
