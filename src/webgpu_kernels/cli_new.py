@@ -25,7 +25,7 @@ import numpy as np
 
 from .api import list_kernels, load_kernel
 from .casefile import TEST_FILE, read_test_file
-from .digests import METADATA_FILE, write_metadata
+from .digests import METADATA_FILE, replace_file, write_metadata
 from .errors import KernelError, PackageError
 from .expected import ReferenceFailed, dumps, write_expected
 from .json_schema import validator
@@ -255,9 +255,7 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
         click.echo(f"error: {exc}: {type(exc.__cause__).__name__}: {exc.__cause__}; nothing was written", err=True)
         ctx.exit(1)
     target = root / TEST_FILE
-    partial = target.with_name(f".{TEST_FILE}.{os.getpid()}.tmp")
-    partial.write_text(dumps(doc) + "\n", "utf-8")
-    os.replace(partial, target)  # whole or not at all
+    replace_file(target, dumps(doc) + "\n")  # whole or not at all
     write_metadata(root)
     refused = sum(1 for case in doc["cases"] if "refused" in case)
     click.echo(f"{count} case{'' if count == 1 else 's'} written, {refused} refusal case{'' if refused == 1 else 's'} "

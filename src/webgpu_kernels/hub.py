@@ -139,20 +139,21 @@ def download(
     listed, unreached = (None, None) if offline else _listing(repo_id, rev, endpoint=endpoint, token=token)
     with hub_cache.repo_lock(endpoint, repo_id, rev):
         return _download_locked(repo_id, rev, trusted=trusted, endpoint=endpoint, token=token, version=version,
-                                revision=revision, accept=accept, listed=listed, unreached=unreached)  # fmt: skip
+                                revision=revision, accept=accept, listed=listed, unreached=unreached,
+                                offline=offline)  # fmt: skip
 
 
 def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | None, token: Any,
                      version: int | None, revision: str | None, accept: Callable[[HubPackage], object] | None,
-                     listed: str | None, unreached: Exception | None) -> HubPackage:  # fmt: skip
+                     listed: str | None, unreached: Exception | None, offline: bool) -> HubPackage:  # fmt: skip
     """:func:`download`'s fetch, open and undo, under the repository's lock: nothing another process
     of this library writes to the repository's cache folder can come between its CacheUndo's
     record and its restore (a restore had removed what another process downloaded meanwhile)."""
     # Offline nothing is written, so there is nothing to put back.
-    undo = None if hub_offline() else hub_cache.CacheUndo(endpoint, repo_id)
+    undo = None if offline else hub_cache.CacheUndo(endpoint, repo_id)
     try:
-        path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token, listed=listed,
-                                     unreached=unreached, version=version if revision is None else None)  # fmt: skip
+        path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token, listed=listed, unreached=unreached,
+                                     version=version if revision is None else None, offline=offline)  # fmt: skip
     except HubError:
         if undo is not None:
             undo.restore()
@@ -249,10 +250,11 @@ def _listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> tup
 
 
 def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, listed: str | None,
-              unreached: Exception | None, version: int | None) -> tuple[str, bool]:  # fmt: skip
+              unreached: Exception | None, version: int | None, offline: bool) -> tuple[str, bool]:  # fmt: skip
     """The snapshot folder of ``rev`` (``listed``: the commit :func:`_listing` checked), and whether
     it is the cache's copy (the endpoint was not asked, could not be reached, or did not list the
-    revision). Every failure is a HubError naming the repository."""
+    revision; ``offline``: download's one reading of HF_HUB_OFFLINE). Every failure is a HubError
+    naming the repository."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         HfHubHTTPError,
@@ -261,7 +263,6 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
         RevisionNotFoundError,
     )  # fmt: skip
 
-    offline = hub_offline()
     where = endpoint or DEFAULT_ENDPOINT
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
     cache_dir = cache_dir_for(endpoint)

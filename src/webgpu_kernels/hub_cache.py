@@ -143,10 +143,8 @@ def repo_lock(endpoint: str | None, repo_id: str, rev: str) -> Iterator[None]:
     same repository at once, and a download that failed in one had removed, as its undo, what
     another downloaded meanwhile. Per repository, not per revision: revisions share blobs.
     A cache this process cannot write (a read-only copy) is read without the lock."""
-    from huggingface_hub.file_download import repo_folder_name
-
     timeout = env_count(LOCK_TIMEOUT_ENV, LOCK_TIMEOUT_S)
-    path = cache_dir_for(endpoint) / ".locks" / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE) / LOCK_NAME
+    path = cache_dir_for(endpoint) / ".locks" / repo_cache_folder(endpoint, repo_id).name / LOCK_NAME
     # One lock object per path (is_singleton): reentrant in the thread that holds it, so a load nested
     # in another of the same repository (an accept callback) does not wait for itself; group-writable,
     # as huggingface_hub's lock files are, for a cache shared by a group.

@@ -317,8 +317,9 @@ def _load(path: Path) -> tuple[dict[str, dict[str, Any]], FileProblem | None]:
     entries = data.get("entries")
     if not isinstance(entries, dict):
         return {}, FileProblem("its 'entries' is not a JSON object")
-    wrong = [k for k, e in entries.items() if not _valid_entry(e)]
-    valid = _canonical_entries({k: e for k, e in entries.items() if _valid_entry(e)})
+    valid = {k: e for k, e in entries.items() if _valid_entry(e)}
+    wrong = [k for k in entries if k not in valid]
+    valid = _canonical_entries(valid)
     if not wrong:
         return valid, None
     verb = "is" if len(wrong) == 1 else "are"
