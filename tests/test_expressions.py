@@ -300,6 +300,30 @@ def test_compiled_once_per_source():
     assert a.evaluate(scope()) == b.evaluate(scope()) == 12
 
 
+@pytest.mark.parametrize(
+    "source", ["0 < 1 < 5", "0 < 1 > 5", "1 == 1 == 1", "n > hidden >= 8 != 9", "'a' in 'abc' not in 'xy'",
+               "3 > 2 > 1 > 0 > -1", "3 > 2 > 5 > 0"],
+)  # fmt: skip
+def test_chained_comparisons_are_pythons(source):
+    assert ev(source) is eval(source, {}, {"n": 48, "hidden": 8})
+
+
+def test_a_chained_comparison_stops_at_its_first_false_link():
+    """As in Python: a later operand is not evaluated (one call of the whole chain had evaluated
+    every operand first, so dim()'s bad axis raised)."""
+    assert ev("1 < 0 < dim(shapes.X, 9)") is False
+    assert ev("0 < 1 < 2 < 3 < 2 < dim(shapes.X, 9)") is False
+    with pytest.raises(ExpressionError, match="axis 9 is out of range"):
+        ev("0 < 1 < dim(shapes.X, 9)")
+
+
+def test_a_long_chained_comparison_compiles():
+    """Its links are joined by `and` in a balanced tree: 400 links nested one per link had been
+    too deep for Python's compiler."""
+    assert ev(" < ".join(map(str, range(400)))) is True
+    assert ev(" < ".join(map(str, range(399))) + " < 0") is False
+
+
 # --- counts -------------------------------------------------------------------------------------
 
 

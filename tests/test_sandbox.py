@@ -403,6 +403,8 @@ ALLOWED = {
                    "// 1024 3 1 ababab [1, 2] v4"),
     "range-unroll": ("{% for i in range(4) %}x[{{ i }}]{% endfor %}\n", "x[0]x[1]x[2]x[3]"),
     "big-but-bounded": ("{% set s = 'y' * 100000 %}// {{ (s ~ s)|length }}\n", "// 200000"),
+    "chained-comparison": ("// {{ 0 < 1 < 5 }} {{ 0 < 1 > 5 }} {{ 1 < 0 < 'abc'[0.5:] }}\n",
+                           "// True False False"),
     "slice": ("// {{ 'abcdef'[1:3] }} {{ bindingList[:1]|length }} {{ range(10)[::3]|list }}\n",
               "// bc 1 [0, 3, 6, 9]"),
 }  # fmt: skip

@@ -25,7 +25,7 @@ import dataclasses
 import operator
 import time
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -470,19 +470,14 @@ class BoundedSandbox(SandboxedEnvironment):
             _charge(weight)
             yield item
 
-    def _compare(self, left: Any, *ops: Any) -> bool:
-        """A chained comparison ``left op1 a op2 b ...`` whose operands are first bounded by
-        :meth:`check_weight` (ops alternate: operator name, operand)."""
-        for index in range(0, len(ops), 2):
-            name, right = ops[index], ops[index + 1]
-            for operand in (left, right):
-                if isinstance(operand, Undefined):
-                    operand._fail_with_undefined_error()
-                self.check_weight(operand, "comparing")
-            if not _COMPARE[name](left, right):
-                return False
-            left = right
-        return True
+    def _compare(self, left: Any, name: str, right: Any) -> bool:
+        """One comparison ``left name right`` (a link of a chain) whose operands are first bounded by
+        :meth:`check_weight`."""
+        for operand in (left, right):
+            if isinstance(operand, Undefined):
+                operand._fail_with_undefined_error()
+            self.check_weight(operand, "comparing")
+        return _COMPARE[name](left, right)
 
     def _charge_work(self, units: int) -> str:
         _charge(units)
@@ -532,6 +527,16 @@ def _internal_call(name: str, args: list[nodes.Expr], lineno: int) -> nodes.Call
     return nodes.Call(nodes.EnvironmentAttribute(name, lineno=lineno), args, [], None, None, lineno=lineno)
 
 
+def _all_of(links: Sequence[nodes.Expr], lineno: int) -> nodes.Expr:
+    """``links`` joined by `and` in a balanced tree: evaluated left to right and stopping at the
+    first false one, yet nested only log2(n) deep (a chain of 300 nested one `and` per link had
+    been too deep for Python's compiler)."""
+    if len(links) == 1:
+        return links[0]
+    half = len(links) // 2
+    return nodes.And(_all_of(links[:half], lineno), _all_of(links[half:], lineno), lineno=lineno)
+
+
 def _weight(node_list: Iterable[nodes.Node]) -> int:
     return sum(1 + sum(1 for _ in node.find_all(nodes.Node)) for node in node_list)
 
@@ -572,10 +577,13 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
         if isinstance(node, nodes.Pair):  # a dict literal's key is hashed, which walks all of it
             node.key = _internal_call("wk_key", [node.key], node.lineno)
         if isinstance(node, nodes.Compare):
-            args: list[nodes.Expr] = [node.expr]
-            for operand in node.ops:
-                args += [nodes.Const(operand.op), operand.expr]
-            return _internal_call("wk_compare", args, node.lineno)
+            # One bounded link per operator, joined by `and`: a false link stops the chain, as in
+            # Python (`1 < 0 < dim(shapes.X, 9)` is false; one call of the whole chain had raised).
+            # A middle operand appears in two links, so it is evaluated again when the first holds.
+            lefts = [node.expr, *(operand.expr for operand in node.ops[:-1])]
+            links = [_internal_call("wk_compare", [left, nodes.Const(operand.op), operand.expr], node.lineno)
+                     for left, operand in zip(lefts, node.ops)]  # fmt: skip
+            return _all_of(links, node.lineno)
         if not template and isinstance(node, (nodes.List, nodes.Tuple)):
             # Only the result had been: [d, d, ...] of d = [s] * 4095 held 800,000 items by
             # reference for a function's argument (whose error message had repr()'d all of it).
