@@ -3,6 +3,7 @@ again from the author's reference after the kernel changed; what it refuses, wri
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -114,3 +115,140 @@ def test_importing_a_reference_that_raises_exits_1(package) -> None:
     (package.parent / "broken.py").write_text("raise RuntimeError('import-time failure')\n", "utf-8")
     result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'broken.py'}:f", code=1)
     assert "RuntimeError: import-time failure" in result.stderr
+
+
+# --- data files -----------------------------------------------------------------------------------
+
+
+def _edit_tests(package, edit) -> None:
+    doc = json.loads((package / "test.json").read_text("utf-8"))
+    edit(doc["cases"])
+    (package / "test.json").write_text(json.dumps(doc, indent=1), "utf-8")
+    invoke(CliRunner(), "digest", str(package))  # a package whose digests held before the kernel changed
+
+
+def _npy(array) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def _npz(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def _tripled(package, case):
+    x = wk.test_case_inputs(wk.load_kernel(package, verify_digests=False), case)["X"]
+    return (3.0 * x.astype(np.float64)).astype(x.dtype)
+
+
+@pytest.mark.parametrize("form", ["npy", "npz", "safetensors"])
+def test_a_data_file_entry_stays_a_data_file(package, form) -> None:
+    """The entry keeps naming its file, which holds the new values (other arrays of a shared archive
+    kept, an input read from it too); test.json gets no inline values and metadata.json is fresh."""
+    x = wk.test_case_inputs(wk.load_kernel(package, verify_digests=False), "tail-3x5-f32")["X"]
+    old = (2.0 * x).astype(np.float32)
+    other = np.arange(6, dtype=np.int32).reshape(2, 3)
+    name = f"data/tail.{form}"
+    (package / "data").mkdir()
+    if form == "npy":
+        (package / name).write_bytes(_npy(old))
+        entry = {"file": name}
+    elif form == "npz":
+        (package / name).write_bytes(_npz(X=x, Y=old, other=other))
+        entry = {"file": name, "tensor": "Y"}
+    else:
+        import safetensors.numpy
+
+        (package / name).write_bytes(safetensors.numpy.save({"Y": old, "other": other}, metadata={"by": "me"}))
+        entry = {"file": name, "tensor": "Y", "shape": [3, 5]}
+
+    def edit(cases):
+        cases[0]["expected"] = {"Y": dict(entry)}
+        if form == "npz":  # the input from the same archive: another member, left as it is
+            cases[0]["inputs"]["X"] = {"file": name, "tensor": "X"}
+
+    _edit_tests(package, edit)
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple")
+    assert "2 cases written, 1 refusal case left" in result.stdout and "1 data file written" in result.stdout
+    text = (package / "test.json").read_text("utf-8")
+    after = json.loads(text)["cases"]
+    assert after[0]["expected"] == {"Y": entry}
+    assert after[2]["expected"]["Y"]["values"]  # an inline entry stays inline
+    data = (package / name).read_bytes()
+    got = wk.case_data.load_array(data, name, entry.get("tensor"))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, _tripled(package, "tail-3x5-f32"))
+    if form == "npz":
+        np.testing.assert_array_equal(wk.case_data.load_array(data, name, "X"), x)
+        np.testing.assert_array_equal(wk.case_data.load_array(data, name, "other"), other)
+    elif form == "safetensors":
+        np.testing.assert_array_equal(wk.case_data.load_array(data, name, "other"), other)
+        header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])
+        assert header["__metadata__"] == {"by": "me"}
+    invoke(CliRunner(), "digest", str(package), "--check")
+    tested = json.loads(invoke(CliRunner(), "test", str(package), "--json").stdout)
+    assert tested["ok"] and {r["status"] for r in tested["packages"][0]["results"]} == {"pass"}
+
+
+def test_a_failing_case_leaves_the_data_files_as_they_were(package) -> None:
+    (package / "tail.Y.npy").write_bytes(_npy(np.zeros((3, 5), np.float32)))
+    _edit_tests(package, lambda cases: cases[0].update(expected={"Y": {"file": "tail.Y.npy"}}))
+    (package.parent / "late.py").write_text(
+        "def fails_for_f16(inputs, attrs):\n"
+        "    if inputs['X'].shape != (3, 5):\n"
+        "        raise RuntimeError('second case')\n"
+        "    return {'Y': 3.0 * inputs['X']}\n", "utf-8")  # fmt: skip
+    files = {p.name: p.read_bytes() for p in package.iterdir()}
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'late.py'}:fails_for_f16",
+                    code=1)  # fmt: skip
+    assert "nothing was written" in result.stderr
+    assert {p.name: p.read_bytes() for p in package.iterdir()} == files
+
+
+def test_two_entries_of_one_array_with_other_values_are_refused(package) -> None:
+    (package / "shared.npy").write_bytes(_npy(np.zeros((3, 5), np.float32)))
+
+    def edit(cases):
+        cases[0]["expected"] = {"Y": {"file": "shared.npy"}}
+        twin = json.loads(json.dumps(cases[0]))
+        twin["name"], twin["inputs"]["X"]["generate"]["seed"] = "tail-3x5-f32-seed-9", 9
+        cases.append(twin)
+
+    _edit_tests(package, edit)
+    files = {p.name: p.read_bytes() for p in package.iterdir()}
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
+    assert_error(result, "cases[3].expected.Y", "shared.npy", "cases[0].expected.Y", "other values")
+    assert {p.name: p.read_bytes() for p in package.iterdir()} == files
+
+
+def test_two_entries_of_one_array_with_the_same_values_write_it_once(package) -> None:
+    (package / "shared.npy").write_bytes(_npy(np.zeros((3, 5), np.float32)))
+
+    def edit(cases):
+        cases[0]["expected"] = {"Y": {"file": "shared.npy"}}
+        twin = json.loads(json.dumps(cases[0]))
+        twin["name"], twin["tunables"] = "tail-3x5-f32-wg32", {"WORKGROUP_SIZE": 32}
+        cases.append(twin)
+
+    _edit_tests(package, edit)
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple")
+    assert "3 cases written" in result.stdout and "1 data file written" in result.stdout
+    np.testing.assert_array_equal(np.load(package / "shared.npy"), _tripled(package, "tail-3x5-f32"))
+
+
+def test_an_expected_entry_on_an_input_s_array_is_refused(package) -> None:
+    x = wk.test_case_inputs(wk.load_kernel(package, verify_digests=False), "tail-3x5-f32")["X"]
+    (package / "x.npz").write_bytes(_npz(X=x))
+
+    def edit(cases):
+        cases[0]["inputs"]["X"] = {"file": "x.npz"}
+        cases[0]["expected"] = {"Y": {"file": "x.npz", "tensor": "X"}}
+
+    _edit_tests(package, edit)
+    files = {p.name: p.read_bytes() for p in package.iterdir()}
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
+    assert_error(result, "cases[0].expected.Y", "x.npz", "cases[0].inputs.X reads")
+    assert {p.name: p.read_bytes() for p in package.iterdir()} == files

@@ -27,7 +27,7 @@ from .api import list_kernels, load_kernel
 from .casefile import TEST_FILE, read_test_file
 from .digests import METADATA_FILE, replace_file, write_metadata
 from .errors import KernelError, PackageError
-from .expected import ReferenceFailed, dumps, write_expected
+from .expected import ReferenceFailed, dumps, replace_files, write_expected
 from .json_schema import validator
 from .locations import classify
 from .manifest import manifest_schema
@@ -233,11 +233,11 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
 
     FILE.py is imported, running its code, as python would. For each case, FUNCTION(inputs, attrs)
     gets the case's inputs exactly as `test` builds them (float ones as float64, others as they
-    are) and its attributes over the manifest's defaults, and returns {output: array}; each
-    output, rounded once to its dtype, is written inline as the case's `expected` (a data file it
-    named is left where it is). Cases expecting a refusal are left alone. test.json is written
-    only once every case succeeded, then metadata.json is refreshed as `digest` does. Exit 1 if
-    FUNCTION raises, 2 if it returns anything but the outputs in their shapes.
+    are) and its attributes over the manifest's defaults, and returns {output: array}. Each
+    output, rounded once to its dtype, is written as the case's `expected` entry: inline, or into the data file
+    the entry names (other arrays of the file kept). Cases expecting a refusal are left alone.
+    Nothing is written until every case succeeded; metadata.json is then refreshed as `digest`
+    does. Exit 1 if FUNCTION raises, 2 if it returns anything but the outputs in their shapes.
     """
     label, function = reference
     root = path.expanduser().resolve()
@@ -249,17 +249,21 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
         raise PackageError(f"{TEST_FILE} cannot be read: {exc}", path=str(root / TEST_FILE)) from None
     read_test_file(kernel.package)  # refuses a test.json that `test` would refuse, naming where
     try:
-        count = write_expected(kernel, doc["cases"], function, name=label)
+        written = write_expected(kernel, doc["cases"], function, name=label)
     except ReferenceFailed as exc:
         traceback.print_exception(exc.__cause__)
         click.echo(f"error: {exc}: {type(exc.__cause__).__name__}: {exc.__cause__}; nothing was written", err=True)
         ctx.exit(1)
+    # The data files first, each whole or not at all: test.json's entries keep naming them.
+    replace_files({kernel.package.path_of(name): data for name, data in written.files.items()})
     target = root / TEST_FILE
-    replace_file(target, dumps(doc) + "\n")  # whole or not at all
+    replace_file(target, dumps(doc) + "\n")
     write_metadata(root)
     refused = sum(1 for case in doc["cases"] if "refused" in case)
+    count, files = written.count, len(written.files)
     click.echo(f"{count} case{'' if count == 1 else 's'} written, {refused} refusal case{'' if refused == 1 else 's'} "
-               f"left: {target}; metadata.json refreshed")  # fmt: skip
+               f"left: {target}" + (f", {files} data file{'' if files == 1 else 's'} written" if files else "")
+               + "; metadata.json refreshed")  # fmt: skip
     click.echo(f"next: webgpu-kernels validate {_folder_argument(path)} && webgpu-kernels test {_folder_argument(path)}")
 
 

@@ -3,22 +3,31 @@ and ``expect`` for a package whose kernel changed share this loop (cli_new.py).
 
 A reference is ``reference(inputs, attrs) -> {output role: array}``: ``inputs`` the case's input
 arrays exactly as ``webgpu-kernels test`` builds them, float ones widened to float64 (integer and
-boolean ones as they are), ``attrs`` the case's attributes over the manifest's defaults. Each
-output is rounded once to the output's dtype and written inline, as the docs say to store it.
+boolean ones as they are), ``attrs`` the case's attributes over the manifest's defaults. Each output is rounded once to the
+output's dtype and written inline, as the docs say to store it, unless the case's entry named a
+data file: that file's new content is returned instead (:class:`Written`), for the caller to write.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import secrets
+import stat
+import zipfile
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .call_inputs import TensorMeta
-from .case_data import cast, dtype_name, encode_values, numpy_dtype
-from .casefile import parse_draft_case
-from .errors import InputError, KernelError
+from .case_data import _SAFETENSORS_DTYPES, cast, dtype_name, encode_values, numpy_dtype
+from .casefile import TEST_FILE, parse_draft_case
+from .digests import json_path
+from .errors import CaseFileError, InputError, KernelError, PackageError
 from .kernel import Kernel
 
 Reference = Callable[[dict[str, np.ndarray], dict[str, Any]], Any]
@@ -67,17 +76,33 @@ def _rounded(value: Any, dtype: str, argument: str) -> np.ndarray:
         raise InputError(argument, f"values a {dtype} output holds", str(exc)) from None
 
 
+@dataclass
+class Written:
+    """What :func:`write_expected` did: ``count`` cases written; ``files``: the new content of each
+    data file an expected entry names (package-relative name -> bytes), which the caller writes."""
+
+    count: int
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+#: An array of a data file: the file's package-relative name and the array's key (None in a .npy file).
+_Array = tuple[str, str | None]
+
+
 def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], reference: Reference, *,
-                   name: str = "the reference", check_shapes: bool = True) -> int:  # fmt: skip
+                   name: str = "the reference", check_shapes: bool = True) -> Written:  # fmt: skip
     """Set ``expected`` of every case of ``cases`` (test.json's form) that expects no refusal, from
-    ``reference``; returns how many. Nothing is changed unless every case succeeded. Outputs are
-    checked against the manifest's outputs and their dtypes; with ``check_shapes`` their shapes
-    too, as a call on the device computes them (``kernel.explain``). A reference that raises
-    gives :class:`ReferenceFailed`; one that returns the wrong thing, an :class:`InputError` naming
-    the case."""
+    ``reference``. Nothing is changed unless every case succeeded. Outputs are checked against the
+    manifest's outputs and their dtypes; with ``check_shapes`` their shapes too, as a call on the
+    device computes them (``kernel.explain``). An entry that names a data file keeps naming it
+    (its ``shape`` and ``dtype``, where given, updated) and the file's new content is returned.
+    A reference that raises gives :class:`ReferenceFailed`; one that returns the wrong thing, an
+    :class:`InputError` naming the case; an entry whose data file cannot take the values (an
+    input's array, or one another entry gets other values for), a :class:`CaseFileError`."""
     manifest = kernel.manifest
     written: list[tuple[MutableMapping[str, Any], dict[str, Any]]] = []
-    for raw in cases:
+    to_files: dict[_Array, tuple[np.ndarray, str]] = {}  # each array's new values, and the entry giving them
+    for index, raw in enumerate(cases):
         if "refused" in raw:
             continue
         case = parse_draft_case(raw)
@@ -106,14 +131,178 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
             raise InputError(where, f"a dict of output arrays ({', '.join(dtypes)})", _received(got))
         if set(got) != set(dtypes):
             raise InputError(where, f"a dict of the outputs {sorted(dtypes)}", f"the keys {sorted(map(str, got))}")
+        old: Mapping[str, Any] = raw.get("expected") or {}
+        # the case's entries in their order (one for a role that is no longer an output left out), then new ones
+        roles = [r for r in old if r in got] + [o.role for o in manifest.outputs if o.role not in old]
         entries: dict[str, Any] = {}
-        for role, dtype in dtypes.items():
+        for role in roles:
+            dtype = dtypes[role]
             y = _rounded(got[role], dtype, f"{where}[{role!r}]")
             if role in shapes and y.shape != shapes[role]:
                 raise InputError(f"{where}[{role!r}]", f"shape {list(shapes[role])} (the kernel's output for "
                                  "the case's inputs)", f"shape {list(y.shape)}")  # fmt: skip
-            entries[role] = {"dtype": dtype, "shape": list(y.shape), "values": encode_values(y)}
+            # the entry's own keys, in their order; a new one as `new` writes it
+            entry = dict(old.get(role) or {"dtype": dtype, "shape": None, "values": None})
+            if "file" in entry:  # a data file stays one: test.json would grow by the values
+                path = json_path(["cases", index, "expected", role])
+                array = _array_of(kernel, entry, path)
+                if array in to_files and not _same(to_files[array][0], y):
+                    raise CaseFileError(f"{_shown(array)} is also {to_files[array][1]}'s, which gets other values "
+                                        "from the reference: give each entry a file (or tensor) of its own",
+                                        file=TEST_FILE, json_path=path)  # fmt: skip
+                to_files[array] = (y, path)
+            else:
+                entry["values"] = encode_values(y)  # (an inline entry without a dtype has the output's)
+            for key, value in (("dtype", dtype), ("shape", list(y.shape))):
+                if key in entry:
+                    entry[key] = value
+            entries[role] = entry
         written.append((raw, entries))
+    _check_inputs(kernel, cases, to_files)
+    files = _file_contents(kernel, to_files)
     for raw, entries in written:  # every case succeeded: only now is anything changed
         raw["expected"] = entries
-    return len(written)
+    return Written(len(written), files)
+
+
+def _shown(array: _Array) -> str:
+    return repr(array[0]) + (f" tensor {array[1]!r}" if array[1] is not None else "")
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _array_of(kernel: Kernel, spec: Mapping[str, Any], path: str) -> _Array:
+    """The array a case entry's ``file`` and ``tensor`` name (the only one where it names none)."""
+    try:
+        name = kernel.package.relative_name(spec["file"])
+        data = kernel.package.read_bytes(name)
+        tensor = spec.get("tensor")
+        lower = name.lower()
+        if lower.endswith(".npy"):
+            if tensor is not None:
+                raise ValueError("'tensor' applies to .npz and .safetensors files only")
+            return name, None
+        if lower.endswith(".npz"):
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                keys = sorted(info.filename.removesuffix(".npy") for info in archive.infolist())
+        else:
+            keys = sorted(k for k in _safetensors_header(data)[0] if k != "__metadata__")
+        if tensor is None and len(keys) != 1:
+            raise ValueError(f"{name} holds {keys}: name one with 'tensor'")
+        if tensor is not None and tensor not in keys:
+            raise ValueError(f"no array {tensor!r} in {name} (it holds {keys})")
+        return name, tensor if tensor is not None else keys[0]
+    except PackageError as exc:
+        raise CaseFileError(str(exc), file=TEST_FILE, json_path=path) from None
+    except (ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+        raise CaseFileError(f"{spec.get('file')}: {exc}", file=TEST_FILE, json_path=path) from None
+
+
+def _check_inputs(kernel: Kernel, cases: Sequence[Mapping[str, Any]], to_files: Mapping[_Array, Any]) -> None:
+    """Refuse to write expected values over an array some case reads as an input."""
+    names = {name for name, _ in to_files}
+    for index, raw in enumerate(cases):
+        for role, spec in (raw.get("inputs") or {}).items():
+            if not isinstance(spec, Mapping) or "file" not in spec:
+                continue
+            path = json_path(["cases", index, "inputs", role])
+            try:
+                if kernel.package.relative_name(spec["file"]) not in names:
+                    continue
+                array = _array_of(kernel, spec, path)
+            except KernelError:  # an input that cannot be read is no array to protect (a refusal case's)
+                continue
+            if array in to_files:
+                raise CaseFileError(f"{_shown(array)} is the array {path} reads: writing the expected values there "
+                                    "would change that input; give them a file (or tensor) of their own",
+                                    file=TEST_FILE, json_path=to_files[array][1])  # fmt: skip
+
+
+def _storable(array: np.ndarray) -> np.ndarray:
+    """``array`` as a .npy file holds it: bfloat16 as float32 (exact; NumPy saves it as raw bytes)."""
+    return array.astype(np.float32) if dtype_name(array.dtype) == "bfloat16" else array
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, _storable(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _safetensors_header(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """A .safetensors file's header (its tensors and ``__metadata__``) and the bytes after it."""
+    size = int.from_bytes(data[:8], "little")
+    if len(data) < 8 or size > len(data) - 8:
+        raise ValueError("not a valid safetensors file (its header runs past its end)")
+    header = json.loads(data[8 : 8 + size])
+    if not isinstance(header, dict):
+        raise ValueError("not a valid safetensors file (its header is no JSON object)")
+    return header, data[8 + size :]
+
+
+_SAFETENSORS_CODES = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
+
+
+def _file_contents(kernel: Kernel, to_files: Mapping[_Array, tuple[np.ndarray, str]]) -> dict[str, bytes]:
+    """Each data file's new content: the arrays of ``to_files`` in place of the old ones, every
+    other array of the file as it was."""
+    by_file: dict[str, dict[str | None, np.ndarray]] = {}
+    for (name, key), (array, _) in to_files.items():
+        by_file.setdefault(name, {})[key] = array
+    files = {}
+    for name, arrays in by_file.items():
+        if None in arrays:  # a .npy file
+            files[name] = _npy_bytes(arrays[None])
+            continue
+        old = kernel.package.read_bytes(name)
+        if name.lower().endswith(".npz"):  # every member copied as it was stored (compressed or not)
+            out = io.BytesIO()
+            with zipfile.ZipFile(io.BytesIO(old)) as archive, zipfile.ZipFile(out, "w") as new:
+                for info in archive.infolist():
+                    key = info.filename.removesuffix(".npy")
+                    member = zipfile.ZipInfo(info.filename, info.date_time)
+                    member.compress_type, member.external_attr = info.compress_type, info.external_attr
+                    new.writestr(member, _npy_bytes(arrays[key]) if key in arrays else archive.read(info))
+            files[name] = out.getvalue()
+            continue
+        header, body = _safetensors_header(old)
+        tensors: dict[str, Any] = {"__metadata__": header.pop("__metadata__")} if "__metadata__" in header else {}
+        blobs: list[bytes] = []
+        for key, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):  # the old layout
+            if key in arrays:
+                array = arrays[key]
+                spec = {"dtype": _SAFETENSORS_CODES[dtype_name(array.dtype)], "shape": list(array.shape)}
+                blob = array.astype(array.dtype.newbyteorder("<")).tobytes()  # safetensors is little-endian
+            else:
+                spec, blob = {"dtype": info["dtype"], "shape": info["shape"]}, body[slice(*info["data_offsets"])]
+            start = sum(len(blob) for blob in blobs)
+            tensors[key] = {**spec, "data_offsets": [start, start + len(blob)]}
+            blobs.append(blob)
+        text = json.dumps(tensors, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the library writes it
+        files[name] = len(text).to_bytes(8, "little") + text + b"".join(blobs)
+    return files
+
+
+def replace_files(files: Mapping[Path, bytes]) -> None:
+    """Write each file of ``files`` as a new file renamed over the old one (as
+    digests.replace_file does for text), all written before any is renamed. Raises OSError."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")  # hidden: never a package file
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            if path.is_file() and not path.is_symlink():
+                os.chmod(tmp, stat.S_IMODE(os.lstat(path).st_mode))
+        while staged:
+            tmp, path = staged[0]
+            os.replace(tmp, path)
+            staged.pop(0)
+    finally:  # a full disk, Ctrl-C: no temporary file left
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
