@@ -81,7 +81,7 @@ def test_expect_writes_what_the_changed_kernel_computes(package) -> None:
 @pytest.mark.parametrize(("function", "code", "fragments"), [
     ("raises", 1, ["ref.py:raises raised for case 'tail-3x5-f32'", "ZeroDivisionError: my reference broke"]),
     ("not_a_dict", 2, ["case 'tail-3x5-f32'", "expected a dict of output arrays (Y)", "got an array of shape [3, 5]"]),
-    ("no_output", 2, ["expected a dict of the outputs ['Y']", "got the keys ['Z']"]),
+    ("no_output", 2, ["expected the required outputs ['Y'], got the keys ['Z']"]),
     ("wrong_shape", 2, ["['Y']", "expected shape [3, 5]", "got shape [15]"]),
     ("not_numbers", 2, ["expected an array of numbers (rounded to the output's float32)", "got str 'three'"]),
 ])  # fmt: skip
@@ -252,3 +252,71 @@ def test_an_expected_entry_on_an_input_s_array_is_refused(package) -> None:
     result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
     assert_error(result, "cases[0].expected.Y", "x.npz", "cases[0].inputs.X reads")
     assert {p.name: p.read_bytes() for p in package.iterdir()} == files
+
+
+# --- optional outputs -----------------------------------------------------------------------------
+
+OPTIONAL = '''
+def y_only(inputs, attrs):
+    return {"Y": 3.0 * inputs["X"]}
+
+def y_and_z(inputs, attrs):
+    return {"Y": 3.0 * inputs["X"], "Z": -inputs["X"]}
+
+def z_only(inputs, attrs):
+    return {"Z": -inputs["X"]}
+'''
+
+
+@pytest.fixture
+def optional_package(package):
+    """The package with an optional output Z = -X, which its one variant writes."""
+    manifest = json.loads((package / "manifest.json").read_text("utf-8"))
+    manifest["outputs"].append({"role": "Z", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X", "optional": True})
+    manifest["args"]["Z"] = {"kind": "tensor", "semantic": "Z", "role": "output"}
+    bindings = manifest["variants"][0]["passes"][0]["bindings"]
+    bindings.insert(2, {"name": "z", "arg": "Z", "semantic": "Z", "buffer": {"type": "storage"},
+                        "elementType": "$scalar"})  # fmt: skip
+    (package / "manifest.json").write_text(json.dumps(manifest, indent=2), "utf-8")
+    shader = package / "triple-it.wgsl.jinja"
+    text = shader.read_text("utf-8").replace("  y[i] =", "  z[i] = -x[i];\n  y[i] =")
+    shader.write_text(text, "utf-8")
+    (package.parent / "optional.py").write_text(OPTIONAL, "utf-8")
+    return package
+
+
+def test_an_optional_output_is_written_where_the_case_lists_it(optional_package) -> None:
+    ref = f"{optional_package.parent / 'optional.py'}"
+    result = invoke(CliRunner(), "expect", str(optional_package), "--reference", f"{ref}:y_only")
+    assert "2 cases written" in result.stdout
+    cases = json.loads((optional_package / "test.json").read_text("utf-8"))["cases"]
+    assert [sorted(c["expected"]) for c in (cases[0], cases[2])] == [["Y"], ["Y"]]
+    tested = json.loads(invoke(CliRunner(), "test", str(optional_package), "--json").stdout)
+    assert tested["ok"]  # Z is not compared where no value is expected for it
+    # returned, Z is written where the case lists it (here a placeholder entry), and compared; the
+    # other case keeps its own choice of outputs
+    _edit_tests(optional_package, lambda cases: cases[0]["expected"].update(Z={"shape": [0], "values": []}))
+    invoke(CliRunner(), "expect", str(optional_package), "--reference", f"{ref}:y_and_z")
+    cases = json.loads((optional_package / "test.json").read_text("utf-8"))["cases"]
+    assert [list(c["expected"]) for c in (cases[0], cases[2])] == [["Y", "Z"], ["Y"]]
+    x = wk.test_case_inputs(wk.load_kernel(optional_package), "tail-3x5-f32")["X"]
+    assert cases[0]["expected"]["Z"]["shape"] == [3, 5]
+    np.testing.assert_array_equal(np.asarray(cases[0]["expected"]["Z"]["values"], np.float32), -x.reshape(-1))
+    tested = json.loads(invoke(CliRunner(), "test", str(optional_package), "--json").stdout)
+    assert tested["ok"] and {r["status"] for r in tested["packages"][0]["results"]} == {"pass"}
+    assert {tuple(sorted(o["output"] for o in r["outputs"])) for r in tested["packages"][0]["results"]
+            if r["case"] != REFUSAL["name"]} == {("Y", "Z"), ("Y",)}  # fmt: skip
+
+
+def test_an_expected_value_the_reference_leaves_out_is_refused(optional_package) -> None:
+    ref = f"{optional_package.parent / 'optional.py'}"
+    _edit_tests(optional_package, lambda cases: cases[0]["expected"].update(Z={"shape": [0], "values": []}))
+    invoke(CliRunner(), "expect", str(optional_package), "--reference", f"{ref}:y_and_z")
+    files = {p.name: p.read_bytes() for p in optional_package.iterdir()}
+    result = invoke(CliRunner(), "expect", str(optional_package), "--reference", f"{ref}:y_only", code=2)
+    assert_error(result, "case 'tail-3x5-f32'", "'Z'", "the case has an expected value for the optional output",
+                 "delete the case's expected entry")  # fmt: skip
+    assert {p.name: p.read_bytes() for p in optional_package.iterdir()} == files
+    # a required output still must be returned
+    result = invoke(CliRunner(), "expect", str(optional_package), "--reference", f"{ref}:z_only", code=2)
+    assert_error(result, "expected the required outputs ['Y']", "got the keys ['Z']")

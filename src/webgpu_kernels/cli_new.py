@@ -233,8 +233,9 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
 
     FILE.py is imported, running its code, as python would. For each case, FUNCTION(inputs, attrs)
     gets the case's inputs exactly as `test` builds them (float ones as float64, others as they
-    are) and its attributes over the manifest's defaults, and returns {output: array}. Each
-    output, rounded once to its dtype, is written as the case's `expected` entry: inline, or into the data file
+    are) and its attributes over the manifest's defaults, and returns {output: array}: every
+    required output, any optional one (one the case lists too). Each output the case lists,
+    rounded once to its dtype, is written as its `expected` entry: inline, or into the data file
     the entry names (other arrays of the file kept). Cases expecting a refusal are left alone.
     Nothing is written until every case succeeded; metadata.json is then refreshed as `digest`
     does. Exit 1 if FUNCTION raises, 2 if it returns anything but the outputs in their shapes.

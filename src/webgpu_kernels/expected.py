@@ -3,7 +3,8 @@ and ``expect`` for a package whose kernel changed share this loop (cli_new.py).
 
 A reference is ``reference(inputs, attrs) -> {output role: array}``: ``inputs`` the case's input
 arrays exactly as ``webgpu-kernels test`` builds them, float ones widened to float64 (integer and
-boolean ones as they are), ``attrs`` the case's attributes over the manifest's defaults. Each output is rounded once to the
+boolean ones as they are), ``attrs`` the case's attributes over the manifest's defaults, and
+returns every required output and any of the optional ones. Each output is rounded once to the
 output's dtype and written inline, as the docs say to store it, unless the case's entry named a
 data file: that file's new content is returned instead (:class:`Written`), for the caller to write.
 """
@@ -92,7 +93,8 @@ _Array = tuple[str, str | None]
 def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], reference: Reference, *,
                    name: str = "the reference", check_shapes: bool = True) -> Written:  # fmt: skip
     """Set ``expected`` of every case of ``cases`` (test.json's form) that expects no refusal, from
-    ``reference``. Nothing is changed unless every case succeeded. Outputs are checked against the
+    ``reference``: the outputs a case lists (a case without ``expected``: every one returned).
+    Nothing is changed unless every case succeeded. Outputs are checked against the
     manifest's outputs and their dtypes; with ``check_shapes`` their shapes too, as a call on the
     device computes them (``kernel.explain``). An entry that names a data file keeps naming it
     (its ``shape`` and ``dtype``, where given, updated) and the file's new content is returned.
@@ -100,6 +102,9 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
     :class:`InputError` naming the case; an entry whose data file cannot take the values (an
     input's array, or one another entry gets other values for), a :class:`CaseFileError`."""
     manifest = kernel.manifest
+    required = [o.role for o in manifest.outputs if not o.optional]
+    optional = [o.role for o in manifest.outputs if o.optional]
+    wanted = f"the required outputs {required}" + (f", and any of the optional outputs {optional}" if optional else "")
     written: list[tuple[MutableMapping[str, Any], dict[str, Any]]] = []
     to_files: dict[_Array, tuple[np.ndarray, str]] = {}  # each array's new values, and the entry giving them
     for index, raw in enumerate(cases):
@@ -129,12 +134,22 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
         where = f"{name}'s return value for case {case.name!r}"
         if not isinstance(got, Mapping):
             raise InputError(where, f"a dict of output arrays ({', '.join(dtypes)})", _received(got))
-        if set(got) != set(dtypes):
-            raise InputError(where, f"a dict of the outputs {sorted(dtypes)}", f"the keys {sorted(map(str, got))}")
+        keys = sorted(map(str, got))
+        if set(got) - set(dtypes) or set(required) - set(got):
+            raise InputError(where, wanted, f"the keys {keys}")
         old: Mapping[str, Any] = raw.get("expected") or {}
-        # the case's entries in their order (one for a role that is no longer an output left out), then new ones
-        roles = [r for r in old if r in got] + [o.role for o in manifest.outputs if o.role not in old]
+        # An optional output a reference may leave out, but not one the case compares: its old value
+        # would be stale (the kernel changed), and dropping it would stop comparing it unasked.
+        dropped = [role for role in old if role in optional and role not in got]
+        if dropped:
+            raise InputError(where, f"{dropped} too: the case has an expected value for the optional output"
+                             f"{'s' if len(dropped) > 1 else ''} (return it, or delete the case's expected entry "
+                             "to stop comparing it)", f"the keys {keys}")  # fmt: skip
         entries: dict[str, Any] = {}
+        # The outputs the case lists, in their order (a role no longer an output left out): one it
+        # does not list stays so, as the author chose (a large output of a many-row case had
+        # gone into test.json inline, megabytes); a case yet without any (`new`'s) gets them all.
+        roles = [r for r in old if r in got] if old else [o.role for o in manifest.outputs if o.role in got]
         for role in roles:
             dtype = dtypes[role]
             y = _rounded(got[role], dtype, f"{where}[{role!r}]")
