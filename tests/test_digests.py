@@ -717,3 +717,19 @@ def test_a_content_file_whose_name_cannot_be_listed_is_not_sent_to_digest(qg: Pa
     assert "webgpu-kernels digest" not in problems[0].message
     with pytest.raises(PackageError, match="cannot be listed"):
         digests.write_metadata(qg)
+
+
+def test_replace_files_writes_all_before_replacing_any(tmp_path):
+    """expect rewrites data files and test.json together: one that cannot be written (here its
+    folder is missing) leaves every other file as it was, and no temporary file behind."""
+    first, second = tmp_path / "a.npy", tmp_path / "b.json"
+    first.write_bytes(b"old")
+    second.write_text("old")
+    os.chmod(first, 0o640)
+    with pytest.raises(OSError):
+        digests.replace_files({first: b"new", second: "new", tmp_path / "gone" / "c.json": "new"})
+    assert first.read_bytes() == b"old" and second.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "b.json"]
+    digests.replace_files({first: b"\x00new", second: "n\u00e9w\n"})
+    assert first.read_bytes() == b"\x00new" and second.read_bytes() == "n\u00e9w\n".encode()
+    assert os.stat(first).st_mode & 0o777 == 0o640  # the old file's permissions kept

@@ -1,5 +1,6 @@
 """Tensor data in case files: dtype names, the seeded generator, inline JSON values, and data
-files (``.npy``, ``.npz``, ``.safetensors`` through the safetensors library). No package or schema
+files (``.npy``, ``.npz``, ``.safetensors`` through the safetensors library: read, and written again
+with new arrays for ``expect``). No package or schema
 knowledge: casefile.py gives these functions their context.
 
 The generator (so that any implementation, in any language, draws the same inputs):
@@ -20,6 +21,7 @@ The generator (so that any implementation, in any language, draws the same input
 from __future__ import annotations
 
 import io
+import json
 import lzma
 import math
 import zipfile
@@ -309,13 +311,17 @@ def _pick(names: Any, tensor: str | None, container: str, item: str) -> str:
     return tensor
 
 
-def _safetensors_tensor(data: bytes, tensor: str | None) -> np.ndarray:
+def _safetensors_entries(data: bytes) -> dict[str, Any]:
     import safetensors  # parses and checks the header and offsets; imported only when a case uses it
 
     try:
-        entries = dict(safetensors.deserialize(data))
+        return dict(safetensors.deserialize(data))
     except safetensors.SafetensorError as exc:
         raise ValueError(f"not a valid safetensors file ({exc})") from None
+
+
+def _safetensors_tensor(data: bytes, tensor: str | None) -> np.ndarray:
+    entries = _safetensors_entries(data)
     entry = entries[_pick(entries, tensor, "the file", "tensor")]
     dtype = _SAFETENSORS_DTYPES.get(entry["dtype"])
     if dtype is None:
@@ -323,3 +329,79 @@ def _safetensors_tensor(data: bytes, tensor: str | None) -> np.ndarray:
     np_dtype = numpy_dtype(dtype)
     # safetensors stores little-endian; the copy detaches the array from the library's buffer.
     return np.frombuffer(entry["data"], dtype=np_dtype.newbyteorder("<")).reshape(entry["shape"]).astype(np_dtype)
+
+
+def array_key(data: bytes, name: str, tensor: str | None) -> str | None:
+    """The key of the array ``tensor`` names in data file ``name`` (None for a .npy file's one), as
+    :func:`load_array` picks it. Raises ValueError."""
+    lower = name.lower()
+    if lower.endswith(".npy"):
+        if tensor is not None:
+            raise ValueError("'tensor' applies to .npz and .safetensors files only")
+        return None
+    if lower.endswith(".npz"):
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                keys = [entry.filename.removesuffix(".npy") for entry in archive.infolist()]
+        except zipfile.BadZipFile as exc:
+            raise ValueError(f"not a valid .npz file ({exc})") from None
+        return _pick(keys, tensor, "the archive", "member")
+    if lower.endswith(".safetensors"):
+        return _pick(_safetensors_entries(data), tensor, "the file", "tensor")  # checked by the library
+    raise ValueError("data files are .npy, .npz or .safetensors")
+
+
+def with_arrays(data: bytes, name: str, arrays: Mapping[str | None, np.ndarray]) -> bytes:
+    """Data file ``name``'s bytes ``data`` with ``arrays`` (by :func:`array_key`'s key) in place of
+    its old ones; its other arrays kept byte for byte, as stored (compressed or not), and a
+    .safetensors file's ``__metadata__`` too. bfloat16 goes into .npy and .npz as float32 (exact):
+    NumPy saves it as raw bytes that :func:`load_array` refuses."""
+    if name.lower().endswith(".npy"):
+        return _npy_bytes(arrays[None])
+    if name.lower().endswith(".npz"):
+        out = io.BytesIO()
+        with zipfile.ZipFile(io.BytesIO(data)) as archive, zipfile.ZipFile(out, "w") as new:
+            for info in archive.infolist():
+                key = info.filename.removesuffix(".npy")
+                member = zipfile.ZipInfo(info.filename, info.date_time)
+                member.compress_type, member.external_attr = info.compress_type, info.external_attr
+                new.writestr(member, _npy_bytes(arrays[key]) if key in arrays else archive.read(info))
+        return out.getvalue()
+    # .safetensors, written here: the library's serialize() takes other arguments from one release
+    # to the next (bytes, then pointers), and the format is a length, a JSON header and the data.
+    header, body = _safetensors_header(data)
+    tensors: dict[str, Any] = {"__metadata__": header.pop("__metadata__")} if "__metadata__" in header else {}
+    blobs: list[bytes] = []
+    offset = 0
+    for key, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):  # the old layout
+        if key in arrays:
+            array = arrays[key]
+            spec = {"dtype": _SAFETENSORS_CODES[dtype_name(array.dtype)], "shape": list(array.shape)}
+            blob = array.astype(array.dtype.newbyteorder("<")).tobytes()  # safetensors is little-endian
+        else:
+            spec, blob = {"dtype": info["dtype"], "shape": info["shape"]}, body[slice(*info["data_offsets"])]
+        tensors[key] = {**spec, "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    text = json.dumps(tensors, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the library writes it
+    return len(text).to_bytes(8, "little") + text + b"".join(blobs)
+
+
+_SAFETENSORS_CODES = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    if dtype_name(array.dtype) == "bfloat16":
+        array = array.astype(np.float32)
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _safetensors_header(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """A .safetensors file's header (its tensors and ``__metadata__``) and the bytes after it, of a
+    file :func:`array_key` read (so the library has checked it)."""
+    size = int.from_bytes(data[:8], "little")
+    return json.loads(data[8 : 8 + size]), data[8 + size :]
+

@@ -25,9 +25,9 @@ import numpy as np
 
 from .api import list_kernels, load_kernel
 from .casefile import TEST_FILE, read_test_file
-from .digests import METADATA_FILE, replace_file, write_metadata
+from .digests import METADATA_FILE, replace_files, write_metadata
 from .errors import KernelError, PackageError
-from .expected import ReferenceFailed, dumps, replace_files, write_expected
+from .expected import ReferenceFailed, dumps, write_expected
 from .json_schema import validator
 from .locations import classify
 from .manifest import manifest_schema
@@ -255,10 +255,10 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
         traceback.print_exception(exc.__cause__)
         click.echo(f"error: {exc}: {type(exc.__cause__).__name__}: {exc.__cause__}; nothing was written", err=True)
         ctx.exit(1)
-    # The data files first, each whole or not at all: test.json's entries keep naming them.
-    replace_files({kernel.package.path_of(name): data for name, data in written.files.items()})
     target = root / TEST_FILE
-    replace_file(target, dumps(doc) + "\n")
+    # The data files and test.json are all written before any replaces its old one.
+    replace_files({**{kernel.package.path_of(name): data for name, data in written.files.items()},
+                   target: dumps(doc) + "\n"})  # fmt: skip
     write_metadata(root)
     refused = sum(1 for case in doc["cases"] if "refused" in case)
     count, files = written.count, len(written.files)

@@ -11,21 +11,15 @@ data file: that file's new content is returned instead (:class:`Written`), for t
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import secrets
-import stat
-import zipfile
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .call_inputs import TensorMeta
-from .case_data import _SAFETENSORS_DTYPES, cast, dtype_name, encode_values, numpy_dtype
+from .case_data import array_key, cast, dtype_name, encode_values, numpy_dtype, with_arrays
 from .casefile import TEST_FILE, parse_draft_case
 from .digests import json_path
 from .errors import CaseFileError, InputError, KernelError, PackageError
@@ -192,26 +186,10 @@ def _array_of(kernel: Kernel, spec: Mapping[str, Any], path: str) -> _Array:
     """The array a case entry's ``file`` and ``tensor`` name (the only one where it names none)."""
     try:
         name = kernel.package.relative_name(spec["file"])
-        data = kernel.package.read_bytes(name)
-        tensor = spec.get("tensor")
-        lower = name.lower()
-        if lower.endswith(".npy"):
-            if tensor is not None:
-                raise ValueError("'tensor' applies to .npz and .safetensors files only")
-            return name, None
-        if lower.endswith(".npz"):
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                keys = sorted(info.filename.removesuffix(".npy") for info in archive.infolist())
-        else:
-            keys = sorted(k for k in _safetensors_header(data)[0] if k != "__metadata__")
-        if tensor is None and len(keys) != 1:
-            raise ValueError(f"{name} holds {keys}: name one with 'tensor'")
-        if tensor is not None and tensor not in keys:
-            raise ValueError(f"no array {tensor!r} in {name} (it holds {keys})")
-        return name, tensor if tensor is not None else keys[0]
+        return name, array_key(kernel.package.read_bytes(name), name, spec.get("tensor"))
     except PackageError as exc:
         raise CaseFileError(str(exc), file=TEST_FILE, json_path=path) from None
-    except (ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+    except ValueError as exc:
         raise CaseFileError(f"{spec.get('file')}: {exc}", file=TEST_FILE, json_path=path) from None
 
 
@@ -235,89 +213,10 @@ def _check_inputs(kernel: Kernel, cases: Sequence[Mapping[str, Any]], to_files: 
                                     file=TEST_FILE, json_path=to_files[array][1])  # fmt: skip
 
 
-def _storable(array: np.ndarray) -> np.ndarray:
-    """``array`` as a .npy file holds it: bfloat16 as float32 (exact; NumPy saves it as raw bytes)."""
-    return array.astype(np.float32) if dtype_name(array.dtype) == "bfloat16" else array
-
-
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, _storable(array), allow_pickle=False)
-    return buffer.getvalue()
-
-
-def _safetensors_header(data: bytes) -> tuple[dict[str, Any], bytes]:
-    """A .safetensors file's header (its tensors and ``__metadata__``) and the bytes after it."""
-    size = int.from_bytes(data[:8], "little")
-    if len(data) < 8 or size > len(data) - 8:
-        raise ValueError("not a valid safetensors file (its header runs past its end)")
-    header = json.loads(data[8 : 8 + size])
-    if not isinstance(header, dict):
-        raise ValueError("not a valid safetensors file (its header is no JSON object)")
-    return header, data[8 + size :]
-
-
-_SAFETENSORS_CODES = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
-
-
 def _file_contents(kernel: Kernel, to_files: Mapping[_Array, tuple[np.ndarray, str]]) -> dict[str, bytes]:
     """Each data file's new content: the arrays of ``to_files`` in place of the old ones, every
     other array of the file as it was."""
     by_file: dict[str, dict[str | None, np.ndarray]] = {}
     for (name, key), (array, _) in to_files.items():
         by_file.setdefault(name, {})[key] = array
-    files = {}
-    for name, arrays in by_file.items():
-        if None in arrays:  # a .npy file
-            files[name] = _npy_bytes(arrays[None])
-            continue
-        old = kernel.package.read_bytes(name)
-        if name.lower().endswith(".npz"):  # every member copied as it was stored (compressed or not)
-            out = io.BytesIO()
-            with zipfile.ZipFile(io.BytesIO(old)) as archive, zipfile.ZipFile(out, "w") as new:
-                for info in archive.infolist():
-                    key = info.filename.removesuffix(".npy")
-                    member = zipfile.ZipInfo(info.filename, info.date_time)
-                    member.compress_type, member.external_attr = info.compress_type, info.external_attr
-                    new.writestr(member, _npy_bytes(arrays[key]) if key in arrays else archive.read(info))
-            files[name] = out.getvalue()
-            continue
-        header, body = _safetensors_header(old)
-        tensors: dict[str, Any] = {"__metadata__": header.pop("__metadata__")} if "__metadata__" in header else {}
-        blobs: list[bytes] = []
-        for key, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):  # the old layout
-            if key in arrays:
-                array = arrays[key]
-                spec = {"dtype": _SAFETENSORS_CODES[dtype_name(array.dtype)], "shape": list(array.shape)}
-                blob = array.astype(array.dtype.newbyteorder("<")).tobytes()  # safetensors is little-endian
-            else:
-                spec, blob = {"dtype": info["dtype"], "shape": info["shape"]}, body[slice(*info["data_offsets"])]
-            start = sum(len(blob) for blob in blobs)
-            tensors[key] = {**spec, "data_offsets": [start, start + len(blob)]}
-            blobs.append(blob)
-        text = json.dumps(tensors, separators=(",", ":")).encode()
-        text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the library writes it
-        files[name] = len(text).to_bytes(8, "little") + text + b"".join(blobs)
-    return files
-
-
-def replace_files(files: Mapping[Path, bytes]) -> None:
-    """Write each file of ``files`` as a new file renamed over the old one (as
-    digests.replace_file does for text), all written before any is renamed. Raises OSError."""
-    staged: list[tuple[Path, Path]] = []
-    try:
-        for path, data in files.items():
-            tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")  # hidden: never a package file
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
-            staged.append((tmp, path))
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            if path.is_file() and not path.is_symlink():
-                os.chmod(tmp, stat.S_IMODE(os.lstat(path).st_mode))
-        while staged:
-            tmp, path = staged[0]
-            os.replace(tmp, path)
-            staged.pop(0)
-    finally:  # a full disk, Ctrl-C: no temporary file left
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+    return {name: with_arrays(kernel.package.read_bytes(name), name, arrays) for name, arrays in by_file.items()}
