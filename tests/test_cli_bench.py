@@ -1149,3 +1149,18 @@ def test_a_package_op_onnxruntime_runs_is_checked_against_it_as_run_does(runner,
         assert result.exit_code == (0 if ok else 1), result.output
         (row,) = json.loads((tmp_path / "b.json").read_text("utf-8"))["cases"]
         assert row["error_ok"] is ok and (row["max_error"] < 1e-5 if ok else row["max_error"] > 0.5), row
+
+
+def test_bench_with_tuning_off_leaves_the_tuning_file_unread(runner, tuning_dir):
+    """bench under $WEBGPU_KERNELS_NO_TUNING still loaded the tuning file and marked its problem as
+    warned of: a library call later in the process, with tuning on again, read the damaged file
+    without a word (the warning is once per file and problem)."""
+    path = tuning_file(tuning_dir)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"{not json")
+    off = runner.invoke(main, ["bench", QG_DIR, *TINY, "--no-host"], env={tuning.DISABLE_ENV: "1"})
+    assert off.exit_code == 0, off.output
+    assert tuning._caches == {}  # nothing read the file
+    x = np.linspace(-4, 4, 4096, dtype=np.float32)
+    with pytest.warns(wk.TuningFileWarning, match="invalid JSON"):
+        wk.load_kernel(embedded_root() / QG)({"X": x})

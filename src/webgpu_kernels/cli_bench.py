@@ -324,9 +324,10 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
                                              "timed (give shapes with -i ROLE=SHAPE:DTYPE)", style="yellow"))  # fmt: skip
     # The caller's own mistakes are usage errors (exit 2), said before any timing; a bench.json
     # case the kernel refuses stays a failed row (exit 1).
-    tuning.disabled()  # a bad WEBGPU_KERNELS_NO_TUNING
-    cache = load_tuning_cache(device)
-    if cache.problem is not None and not tuning.disabled():  # the tuned column would be missing without a word
+    # Off: the file is not read at all (a load marks its problem as said, and a library call later
+    # in the process, with tuning on again, had then read the damaged file without a word).
+    cache = None if tuning.disabled() else load_tuning_cache(device)  # also refuses a bad WEBGPU_KERNELS_NO_TUNING
+    if cache is not None and cache.problem is not None:  # the tuned column would be missing without a word
         _console(stderr=True).print(Text(cache.problem.message(cache.path), style="yellow"), soft_wrap=True)
     run = _BenchRun(device, cache, seed, variant)
     rows: list[dict[str, Any]] = []
@@ -401,12 +402,12 @@ def _failed(row: dict[str, Any]) -> bool:
 
 @dataclass
 class _BenchRun:
-    """What every case of one bench run is timed with: the device, its stored tuning results, the
-    seed of the random inputs, the --variant forced, and the copy kernel's figure per size in bytes
+    """What every case of one bench run is timed with: the device, its stored tuning results (None
+    with tuning off), the seed of the random inputs, the --variant forced, and the copy kernel's figure per size in bytes
     (each size timed once, by its first case)."""
 
     device: Any
-    tuning_cache: tuning.TuningCache
+    tuning_cache: tuning.TuningCache | None  # None: $WEBGPU_KERNELS_NO_TUNING
     seed: int
     variant: str | None = None
     copies: dict[int, float] = field(default_factory=dict)
@@ -480,7 +481,8 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
                                                                   tunables=case["tunables"] or None)  # fmt: skip
         # The default selection (manifest tunables) or the --variant given, then the tuned choice if
         # `tune` stored one (not with --variant: the tuner's choice may be another variant).
-        choice = None if variant else run.tuning_cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
+        cache = None if variant else run.tuning_cache  # None too with tuning off
+        choice = None if cache is None else cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
         check = _checker(kernel, arrays, attrs, row["dtype"])
 
         def timed() -> Any:
