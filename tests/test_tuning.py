@@ -393,6 +393,49 @@ def test_no_tuning_file_or_a_good_one_is_no_warning(adapter_file, fresh_kernel):
         fresh_kernel()({"X": x})
 
 
+def test_the_tuning_warning_is_raised_outside_the_cache_table_lock(adapter_file, device):
+    """The warning of a damaged file was raised while cache_for held the lock every first call of a
+    shape takes: a warning handler that was slow, or that reached the library from another thread,
+    held every other thread's first call back (one calling it on its own thread deadlocked)."""
+    import threading
+
+    adapter_file.parent.mkdir(parents=True)
+    adapter_file.write_bytes(b"{not json")
+    waited: list[bool] = []  # whether another thread's cache_for was still waiting after 20 s
+
+    def handler(message, category, filename, lineno, file=None, line=None):
+        other = threading.Thread(target=lambda: tuning.cache_for("another adapter", "vulkan"), daemon=True)
+        other.start()
+        other.join(20)
+        waited.append(other.is_alive())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = handler  # restored by catch_warnings
+        cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    assert cache.problem is not None and waited == [False]
+
+
+def test_a_damaged_tuning_file_is_said_once_by_threads_loading_it_at_once(adapter_file, device):
+    """Threads whose first calls load the file together say its problem once between them."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    adapter_file.parent.mkdir(parents=True)
+    adapter_file.write_bytes(b"{not json")
+    barrier = threading.Barrier(8)
+
+    def load(_):
+        barrier.wait()
+        return tuning.cache_for(device.adapter.name, device.adapter.backend)
+
+    with warnings.catch_warnings(record=True) as caught, ThreadPoolExecutor(8) as pool:
+        warnings.simplefilter("always")
+        caches = list(pool.map(load, range(8)))
+    assert len({id(c) for c in caches}) == 1
+    assert len([w for w in caught if issubclass(w.category, wk.TuningFileWarning)]) == 1
+
+
 def test_a_damaged_tuning_file_is_not_said_while_tuning_is_off(adapter_file, fresh_kernel, plans_run, monkeypatch):
     """$WEBGPU_KERNELS_NO_TUNING turns stored results off: a damaged file no call would read had
     still warned, and failed the first call of a suite run with warnings as errors (the switch

@@ -166,14 +166,16 @@ class TunedChoice:
 class TuningCache:
     """The tuning file of one adapter, loaded once; writes go through :meth:`record` + :meth:`save`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, warn: bool = True) -> None:
+        """``warn``: warn of the file's problem now (once per file and problem); cache_for warns
+        itself, after releasing its lock."""
         self.path = path
         self._lock = threading.Lock()
         entries, self.problem = _load(path)
         self.entries: dict[str, dict[str, Any]] = entries
         #: Where the last save moved a damaged or other-version file aside (None: it moved none).
         self.backup: Path | None = None
-        if self.problem is not None:
+        if warn and self.problem is not None:
             _warn_once(path, self.problem)
         self._recorded: set[str] = set()  # keys this process found: what save() writes over the file
         self._forgotten: set[str] = set()  # keys this process dropped: what save() removes from it
@@ -275,7 +277,7 @@ class FileProblem:
 
 #: The tuning files and problems this process has warned of (each once).
 _warned: set[tuple[str, str]] = set()
-_warned_lock = threading.Lock()  # not _lock: cache_for holds that while a cache loads
+_warned_lock = threading.Lock()  # not _lock: a cache loads under that
 
 
 def _warn_once(path: Path, problem: FileProblem) -> None:
@@ -418,6 +420,13 @@ def cache_for(adapter_name: str, backend: str) -> TuningCache:
     path = tuning_dir() / f"{adapter_slug(adapter_name, backend)}.json"
     with _lock:
         cache = _caches.get(str(path))
-        if cache is None:
-            cache = _caches[str(path)] = TuningCache(path)
-        return cache
+        if cache is not None:
+            return cache
+        cache = _caches[str(path)] = TuningCache(path, warn=False)
+        problem = cache.problem
+    # Warned after the lock: a warning handler (slow, or one reaching the library from another
+    # thread) had held back every thread's first call of a shape. Only the thread that loaded the
+    # file gets here, and _warn_once says each problem once whatever the threads.
+    if problem is not None:
+        _warn_once(path, problem)
+    return cache
