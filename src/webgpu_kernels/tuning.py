@@ -182,8 +182,9 @@ class TuningCache:
 
     def lookup(self, op_id: str, dtypes: Mapping[str, str], shapes: Mapping[str, Sequence[int]],
                absent: tuple[str, ...] = (), attrs: Mapping[str, Any] | None = None) -> TunedChoice | None:  # fmt: skip
-        if disabled():
-            return None
+        """The stored entry of the class, if any. Whether tuning is off (:func:`disabled`) is the
+        caller's to ask, before the file is loaded: asked here too, a new call shape read the
+        environment twice."""
         entry = self.entries.get(entry_key(op_id, dtypes, shapes, absent, attrs))
         if not entry:
             return None
