@@ -385,8 +385,10 @@ def json_path(parts: Any) -> str:
     return path
 
 
-def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProblem], dict[str, bytes]]:
-    """Compare the folder with ``metadata`` (already schema-valid): problems, and the bytes that matched."""
+def check_digests(root: Path, metadata: dict[str, Any], files: list[str] | None = None
+                  ) -> tuple[list[DigestProblem], dict[str, bytes]]:  # fmt: skip
+    """Compare the folder with ``metadata`` (already schema-valid): problems, and the bytes that
+    matched. ``files``: :func:`package_files` of ``root``, where the caller listed it already."""
     listed: dict[str, str] = metadata["digest"]["files"]
     problems: list[DigestProblem] = []
     verified: dict[str, bytes] = {}
@@ -426,7 +428,7 @@ def check_digests(root: Path, metadata: dict[str, Any]) -> tuple[list[DigestProb
                                           f" ({_REDIGEST} if you changed it){_json_syntax_note(name, data)}"))  # fmt: skip
             continue
         verified[name] = data
-    for name in package_files(root):
+    for name in package_files(root) if files is None else files:
         if name not in listed and is_content_file(name):
             # `digest` refuses a content file whose name metadata.json cannot hold: rerunning it is no advice
             hint = (f" ({_REDIGEST} if the file belongs to the package)" if valid_file_name(name) else
@@ -449,12 +451,14 @@ def _json_syntax_note(name: str, data: bytes) -> str:
     return ""
 
 
-def inspect_package(root: Path) -> tuple[dict[str, Any] | None, list[DigestProblem], dict[str, bytes]]:
-    """Everything :func:`verify_package` checks, returned instead of raised (for ``validate``)."""
+def inspect_package(root: Path, files: list[str] | None = None
+                    ) -> tuple[dict[str, Any] | None, list[DigestProblem], dict[str, bytes]]:  # fmt: skip
+    """Everything :func:`verify_package` checks, returned instead of raised (for ``validate``, which
+    passes the ``files`` it listed: :func:`package_files` of ``root``)."""
     metadata, problems = load_metadata(root)
     if metadata is None:
         return None, problems, {}
-    more, verified = check_digests(root, metadata)
+    more, verified = check_digests(root, metadata, files)
     return metadata, problems + more, verified
 
 

@@ -92,7 +92,7 @@ def validate_package(
     report.path = str(package.root)
 
     files = _guarded(out, "file name", check_file_names, package.root, out)  # what breaks on macOS/Windows
-    checked = _guarded(out, "metadata.json", _check_metadata, package, out)
+    checked = _guarded(out, "metadata.json", _check_metadata, package, out, files)  # the folder listed once
     metadata = checked[0] if checked is not None else None
     if metadata is not None:
         package = _as_opened(package, metadata, *checked[1:])
@@ -183,9 +183,10 @@ def _as_opened(package: KernelPackage, metadata: dict[str, Any], verified: dict[
     return replace(package, metadata=metadata, verified=view)
 
 
-def _check_metadata(package: KernelPackage, out: ProblemCollector
+def _check_metadata(package: KernelPackage, out: ProblemCollector, files: list[str] | None
                     ) -> tuple[dict[str, Any] | None, dict[str, bytes], list[DigestProblem]]:  # fmt: skip
-    metadata, problems, verified = inspect_package(package.root)
+    """``files``: check_file_names' listing (None where the folder could not be listed)."""
+    metadata, problems, verified = inspect_package(package.root, files)
     if metadata is None and not problems:
         out.error(METADATA_FILE, "", "the package has no metadata.json, so its files cannot be verified: "
                                      "run `webgpu-kernels digest PATH` to write one")  # fmt: skip
