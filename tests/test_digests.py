@@ -733,3 +733,13 @@ def test_replace_files_writes_all_before_replacing_any(tmp_path):
     digests.replace_files({first: b"\x00new", second: "n\u00e9w\n"})
     assert first.read_bytes() == b"\x00new" and second.read_bytes() == "n\u00e9w\n".encode()
     assert os.stat(first).st_mode & 0o777 == 0o640  # the old file's permissions kept
+
+
+def test_case_twins_answers_as_case_twin_does():
+    """case_twins (the list folded once, for validate's loops) names the twin case_twin names: the
+    first in sorted order where several fold alike, none for a name that is a file."""
+    files = ["b.npy", "A.npy", "a.npy", "Caf\u00e9.wgsl.jinja", "data/X.npy"]
+    twin = digests.case_twins(files)
+    for name in ["A.NPY", "a.npy", "B.npy", "cafe\u0301.wgsl.jinja", "data/x.npy", "DATA/x.npy", "none.npy"]:
+        assert twin(name) == digests.case_twin(name, files), name
+    assert twin("A.NPY") == "A.npy" and twin("a.npy") is None and twin("cafe\u0301.wgsl.jinja") == "Caf\u00e9.wgsl.jinja"

@@ -35,7 +35,7 @@ from typing import Any
 from . import casefile
 from .case_data import dtype_name, inline_values
 from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
-from .digests import METADATA_FILE, DigestProblem, ReadBudget, inspect_package, read_file
+from .digests import METADATA_FILE, DigestProblem, ReadBudget, case_twins, inspect_package, read_file
 from .errors import (
     AdapterNotFoundError,
     DeviceError,
@@ -49,7 +49,7 @@ from .errors import (
 from .expressions import as_count
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
-from .portability import case_twin, check_file_names, include_case_problems, twin_message
+from .portability import check_file_names, include_case_problems, twin_message
 from .program import (
     DeviceInfo,
     Program,
@@ -235,10 +235,11 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
 
     renderer = TemplateRenderer(package.read_text)
     parsed: set[str] = set()
+    twin_of = case_twins(files or ())
     for v in manifest.variants:
         for p_index, p in enumerate(v.passes):
             where = shader_path(manifest, v.index, p_index)
-            twin = case_twin(p.shader, files or ())  # before has(), which macOS and Windows answer for it
+            twin = twin_of(p.shader)  # before has(), which macOS and Windows answer for it
             if twin is not None:
                 out.error(MANIFEST_FILE, where, twin_message("the pass names template", p.shader, twin), variant=v.id)
                 continue
@@ -272,8 +273,10 @@ def _load_case_data(package: KernelPackage, name: str, check: Any, out: ProblemC
     return None if errors else data
 
 
-def _data_file_twins(package: KernelPackage, case: casefile.TestCase, files: list[str]) -> list[tuple[str, str]]:
-    """(where, message) for each data file the case names in another case than its file's name."""
+def _data_file_twins(package: KernelPackage, case: casefile.TestCase,
+                     twin_of: Callable[[str], str | None]) -> list[tuple[str, str]]:  # fmt: skip
+    """(where, message) for each data file the case names in another case than its file's name
+    (``twin_of``: digests.case_twins of the package's files)."""
     found = []
     for section, entries in (("inputs", case.inputs), ("expected", case.expected)):
         for role, spec in entries.items():
@@ -283,7 +286,7 @@ def _data_file_twins(package: KernelPackage, case: casefile.TestCase, files: lis
                 name = package.relative_name(spec["file"])
             except PackageError:
                 continue  # building the case says why
-            twin = case_twin(name, files)  # before has(), which macOS and Windows answer for it
+            twin = twin_of(name)  # before has(), which macOS and Windows answer for it
             if twin is not None:
                 where = f"{case.json_path}.{section}.{role}.file"
                 found.append((where, twin_message("the entry names data file", spec["file"], twin)))
@@ -299,8 +302,9 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
         return None
     test_file = casefile.parse_test_file(data, file=TEST_FILE)
     twinned: set[int] = set()  # cases whose data would only be 'not found'
+    twin_of = case_twins(files or ())  # folded once for every case
     for case in test_file.cases:
-        for where, message in _data_file_twins(package, case, files or []):
+        for where, message in _data_file_twins(package, case, twin_of):
             out.error(TEST_FILE, where, message, case=case.name)
             twinned.add(case.index)
     if manifest is None:
