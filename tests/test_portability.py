@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from click.testing import CliRunner
 
 from webgpu_kernels import digests
 from webgpu_kernels.cli import main
-from webgpu_kernels.portability import case_collisions, windows_problem
+from webgpu_kernels.portability import case_collisions, name_problems, windows_problem
 from webgpu_kernels.validation import validate_package
 
 from conftest import copy_package  # noqa: E402
@@ -44,6 +45,29 @@ def test_folders_that_differ_only_in_case_are_one_error_naming_the_folders(qg: P
     (qg / "Manifest.json").write_text("{}", encoding="utf-8")  # beside manifest.json
     found = {(e.file, e.message.split(" differ")[0]) for e in errors_of(qg)}
     assert found == {("Data", "'Data/' and 'data/'"), ("Manifest.json", "'Manifest.json' and 'manifest.json'")}
+
+
+def test_names_that_differ_only_in_unicode_normal_form_are_one_file_on_macos_only(qg: Path) -> None:
+    """The message had said "differ only in case: on macOS and Windows": Windows (NTFS) keeps the
+    normal forms apart; macOS's file systems do not. The names are shown escaped: printed, they
+    look the same."""
+    nfc = unicodedata.normalize("NFC", "caf\u00e9.txt")
+    for name in (nfc, unicodedata.normalize("NFD", nfc)):
+        (qg / name).write_text("notes\n", encoding="utf-8")
+    [error] = errors_of(qg)
+    assert "'cafe\\u0301.txt' and 'caf\\xe9.txt' differ only in their Unicode normal form" in error.message
+    assert "on macOS, whose file systems ignore the normal form, they are one file" in error.message
+    assert "(on Linux and Windows it works)" in error.message and "on macOS and Windows" not in error.message
+
+
+def test_names_differing_in_case_and_normal_form_say_which_are_one_file_on_windows() -> None:
+    nfc = unicodedata.normalize("NFC", "caf\u00e9.txt")
+    nfd = unicodedata.normalize("NFD", nfc)
+    [two] = name_problems(["Caf\u00e9.txt", nfd])
+    assert "differ only in case and Unicode normal form: on macOS" in two.why
+    assert "(on Linux and Windows it works: Windows ignores case but not the normal form)" in two.why
+    [three] = name_problems(["Caf\u00e9.txt", nfc, nfd])
+    assert len(three.names) == 3 and three.why.endswith("'Caf\\xe9.txt' and 'caf\\xe9.txt' are one file too")
 
 
 def test_a_file_and_a_folder_that_differ_only_in_case_collide() -> None:

@@ -2,23 +2,25 @@
 
 Packages are published to the Hub and loaded on every OS (wgpu-native runs on Metal and D3D12),
 but their authors check them on Linux, whose file systems are case-sensitive and take almost any
-name. Elsewhere two names that differ only in case are one file (one overwrites the other when
-the package is downloaded, and its digest then fails), Windows refuses device names (``CON``,
+name. Elsewhere two names that differ only in case are one file (on macOS and Windows; names that
+differ in their Unicode normal form are one file on macOS only): one overwrites the other when the
+package is downloaded, and its digest then fails. Windows refuses device names (``CON``,
 ``nul.txt``) and some characters, and a reference spelt in another case than its file finds it
 on macOS and Windows but not on Linux. The metadata.json name rule already keeps most characters
 out of listed names; these checks cover every file of the folder, since the Hub loader downloads
 them all.
 
-Loading does not refuse any of this: on the machine it runs on, such a package works. ``validate``
-reports it (as errors), so the author fixes it before publishing.
+Loading a folder does not refuse any of this: on the machine it runs on, such a package works.
+``validate`` reports it (as errors), so the author fixes it before publishing.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from jinja2 import nodes
 
@@ -32,9 +34,60 @@ WINDOWS_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
 #: Characters no Windows file name may hold (besides the separators).
 WINDOWS_CHARACTERS = frozenset('<>:"\\|?*') | frozenset(map(chr, range(32)))
 
-_ONE_FILE = ("on macOS and Windows, whose file systems ignore case by default, they are one file: one "
-             "overwrites the other when the package is downloaded, and its digest check fails there "
-             "(on Linux it works)")  # fmt: skip
+_OVERWRITES = "one overwrites the other when the package is downloaded, and its digest check fails there"
+
+
+class NameProblem(NamedTuple):
+    """A package file name that breaks the package on macOS or Windows: ``names`` are the names
+    concerned (several when they are one file there), ``file`` the one to report it at, ``why``
+    what is wrong and where (not what to do about it)."""
+
+    file: str
+    names: tuple[str, ...]
+    why: str
+
+
+def one_file_message(group: tuple[str, ...]) -> str:
+    """What the names of ``group`` (one of :func:`case_collisions`) have in common and on which
+    systems they are one file: macOS ignores case and the Unicode normal form, Windows case only."""
+    paths = [name.rstrip("/") for name in group]
+    windows = [g for g in _grouped(paths, str.lower) if len(g) > 1]  # Windows compares case-folded names
+    if len(windows) == 1 and len(windows[0]) == len(paths):
+        shown = " and ".join(map(repr, group))
+        return (f"{shown} differ only in case: on macOS and Windows, whose file systems ignore case by default, "
+                f"they are one file: {_OVERWRITES} (on Linux it works)")  # fmt: skip
+    shown = " and ".join(map(ascii, group))  # the normal forms print alike: escaped, the difference shows
+    if len({unicodedata.normalize("NFC", path) for path in paths}) == 1:
+        return (f"{shown} differ only in their Unicode normal form (an accented letter as one character or as a "
+                "letter and a combining accent): on macOS, whose file systems ignore the normal form, they are one "
+                f"file: {_OVERWRITES} (on Linux and Windows it works)")  # fmt: skip
+    if windows:
+        also = "; on Windows, which ignores case but not the normal form, " + "; ".join(
+            " and ".join(map(ascii, g)) + " are one file too" for g in windows)  # fmt: skip
+    else:
+        also = " (on Linux and Windows it works: Windows ignores case but not the normal form)"
+    return (f"{shown} differ only in case and Unicode normal form: on macOS, whose file systems ignore both by "
+            f"default, they are one file: {_OVERWRITES}{also}")  # fmt: skip
+
+
+def _grouped(names: list[str], key: Callable[[str], str]) -> list[list[str]]:
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(key(name), []).append(name)
+    return list(groups.values())
+
+
+def name_problems(names: Iterable[str]) -> list[NameProblem]:
+    """The problems of a package's file ``names`` (package-relative, metadata.json included) on
+    macOS or Windows: each group of names that are one file there, each name Windows refuses."""
+    names = list(names)
+    found = [NameProblem(group[0].rstrip("/"), group, one_file_message(group)) for group in case_collisions(names)]
+    for name in names:
+        why = windows_problem(name)
+        if why:
+            found.append(NameProblem(name, (name,), f"{why}: the package cannot be downloaded or loaded on Windows "
+                                                    "(it works on Linux and macOS)"))  # fmt: skip
+    return found
 
 
 def windows_problem(name: str) -> str | None:
@@ -88,15 +141,10 @@ def check_file_names(root: Path, out: ProblemCollector) -> list[str] | None:
     except PackageError:
         return None
     names = files + ([METADATA_FILE] if os.path.lexists(root / METADATA_FILE) else [])
-    for group in case_collisions(names):
-        shown = " and ".join(map(repr, group))
-        out.error(group[0].rstrip("/"), "", f"{shown} differ only in case: {_ONE_FILE}: rename one (and what "
-                                             "names it), then run `webgpu-kernels digest PATH`")  # fmt: skip
-    for name in names:
-        why = windows_problem(name)
-        if why:
-            out.error(name, "", f"{why}: the package cannot be downloaded or loaded on Windows (it works on Linux "
-                                "and macOS): rename it (and what names it), then run `webgpu-kernels digest PATH`")  # fmt: skip
+    for problem in name_problems(names):
+        rename = "rename one" if len(problem.names) > 1 else "rename it"
+        out.error(problem.file, "", f"{problem.why}: {rename} (and what names it), then run "
+                                    "`webgpu-kernels digest PATH`")  # fmt: skip
     return files
 
 
