@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import types
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -275,6 +276,39 @@ def test_a_listed_name_leaving_the_package_is_refused_before_anything_is_written
     assert repr(name) in str(info.value) and info.value.repo_id == OFFICIAL
     assert not any("/resolve/" in path for _, path in server.requests), "a file was downloaded"
     assert not (hub_env / "hub").exists()  # not even huggingface_hub's bookkeeping
+
+
+NFC_NAME = unicodedata.normalize("NFC", "caf\u00e9.txt")
+NFD_NAME = unicodedata.normalize("NFD", NFC_NAME)
+
+
+@pytest.mark.parametrize("names, message", [
+    (["Notes.txt", "notes.txt"], "'Notes.txt' and 'notes.txt' differ only in case: on macOS and Windows"),
+    (["data/Sub/a.txt", "data/sub/b.txt"], "'data/Sub/' and 'data/sub/' differ only in case"),
+    ([NFC_NAME, NFD_NAME], "'cafe\\u0301.txt' and 'caf\\xe9.txt' differ only in their Unicode normal form"),
+    (["con.npy"], "'con.npy' is the device CON to Windows"),
+    (["notes.txt", "Notes.txt", "aux/x.txt"], "(and 1 more such name problems)"),
+])  # fmt: skip
+def test_file_names_that_are_one_file_on_macos_or_windows_are_refused_before_anything_is_written(
+        server, hub_root, hub_env, names, message):  # fmt: skip
+    """On a case-insensitive file system two such files of the repository had landed on one path of
+    the cache, met later as a digest mismatch or a missing file; on Linux the package loaded. It is
+    refused on every system, naming the files and the repository, as validate refuses it."""
+    pkg = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR
+    for name in names:
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(f"{name}\n", encoding="utf-8")
+    server.rescan()
+    with pytest.raises(HubError, match="refused on every system before anything was downloaded") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert message in str(info.value) and "tell the repository's authors" in str(info.value)
+    assert OFFICIAL in str(info.value) and info.value.repo_id == OFFICIAL and info.value.revision == "v1"
+    assert not any("/resolve/" in path for _, path in server.requests), "a file was downloaded"
+    assert not (hub_env / "hub").exists()
+    for name in names:  # renamed, the package loads
+        (pkg / name).unlink()
+    server.rescan()
+    assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID
 
 
 def test_a_download_refused_midway_leaves_the_cache_as_it_was(server, hub_env, monkeypatch):

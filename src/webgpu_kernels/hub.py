@@ -43,6 +43,7 @@ from .hub_cache import (
 )
 from .locations import Location, check_trust, checked_repo_id
 from .package import KernelPackage, open_folder
+from .portability import name_problems
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -415,6 +416,7 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
         if why:  # huggingface_hub refuses a '..' name only when it comes to it, after fetching the others
             raise HubError(f"{repo_id} revision {rev!r}: the repository lists the file {entry.path!r}, whose name "
                            f"{why}: refused before anything was downloaded", repo_id=repo_id, revision=rev)  # fmt: skip
+    _check_portable(repo_id, rev, [e.path.removeprefix(f"{PACKAGE_DIR}/") for e in files])
     for entry in files:
         if entry.size > MAX_FILE_BYTES:
             raise HubError(f"{repo_id} revision {rev!r}: {entry.path} is {entry.size} bytes, more than a package "
@@ -441,6 +443,20 @@ def _name_problem(path: str) -> str | None:
     if "\\" in rel or "\x00" in rel or "" in segments or "." in segments:
         return f"is no plain name below {PACKAGE_DIR}/ (a backslash, NUL, empty or '.' segment)"
     return None
+
+
+def _check_portable(repo_id: str, rev: str, names: list[str]) -> None:
+    """Refuse a package whose file names break it on macOS or Windows (two names that are one file
+    there, a name Windows refuses), on every system: on a case-insensitive cache one file had
+    overwritten the other, met later as a digest mismatch, and a package that loads on Linux CI
+    failed only for its users elsewhere. ``validate`` reports the same names to the authors."""
+    problems = name_problems(names)
+    if problems:
+        more = f" (and {len(problems) - 1} more such name problems)" if len(problems) > 1 else ""
+        raise HubError(f"{repo_id} revision {rev!r}: in {PACKAGE_DIR}/, {problems[0].why}{more}: refused on every "
+                       "system before anything was downloaded, so that the package loads everywhere or nowhere "
+                       "(`webgpu-kernels validate` reports these names to its authors): tell the repository's "
+                       "authors", repo_id=repo_id, revision=rev)  # fmt: skip
 
 
 def _published_versions(repo_id: str, endpoint: str | None, token: Any) -> list[str]:

@@ -11,7 +11,9 @@ out of listed names; these checks cover every file of the folder, since the Hub 
 them all.
 
 Loading a folder does not refuse any of this: on the machine it runs on, such a package works.
-``validate`` reports it (as errors), so the author fixes it before publishing.
+``validate`` reports it (as errors), so the author fixes it before publishing, and the Hub loader
+refuses a repository that lists such names (:func:`name_problems`), on every system, before it
+downloads anything.
 """
 
 from __future__ import annotations
