@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from webgpu_kernels import digests
 from webgpu_kernels.cli import main
-from webgpu_kernels.portability import case_collisions, name_problems, windows_problem
+from webgpu_kernels.portability import LONG_NAME, case_collisions, name_problems, windows_problem
 from webgpu_kernels.validation import validate_package
 
 from conftest import copy_package  # noqa: E402
@@ -68,6 +68,19 @@ def test_names_differing_in_case_and_normal_form_say_which_are_one_file_on_windo
     assert "(on Linux and Windows it works: Windows ignores case but not the normal form)" in two.why
     [three] = name_problems(["Caf\u00e9.txt", nfc, nfd])
     assert len(three.names) == 3 and three.why.endswith("'Caf\\xe9.txt' and 'caf\\xe9.txt' are one file too")
+
+
+def test_a_name_too_long_for_the_hub_cache_on_windows_is_a_warning(qg: Path) -> None:
+    """The Hub cache's package folder on Windows is about 159 characters: a longer name passes the
+    260-character path limit there (docs/package-files.md says how the threshold is counted)."""
+    ok, long = "n" * (LONG_NAME - 4) + ".txt", "data/" + "n" * (LONG_NAME - 8) + ".txt"
+    for name in (ok, long):
+        (qg / name).parent.mkdir(exist_ok=True)
+        (qg / name).write_text("notes\n", encoding="utf-8")
+    assert errors_of(qg) == []
+    [warning] = [w for w in validate_package(qg, gpu=False).warnings if w.file in (ok, long)]
+    assert warning.file == long and f"is {LONG_NAME + 1} characters long" in warning.message
+    assert "Windows' 260-character limit" in warning.message and f"keep names to {LONG_NAME}" in warning.message
 
 
 def test_a_file_and_a_folder_that_differ_only_in_case_collide() -> None:

@@ -36,6 +36,16 @@ WINDOWS_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
 #: Characters no Windows file name may hold (besides the separators).
 WINDOWS_CHARACTERS = frozenset('<>:"\\|?*') | frozenset(map(chr, range(32)))
 
+#: Windows refuses a path longer than this (MAX_PATH: 260 UTF-16 units with the terminating NUL)
+#: unless long paths are enabled on the machine.
+WINDOWS_MAX_PATH = 259
+#: The length of the Hub cache's path to a package folder on Windows, for a 12-character user name
+#: and the repository webgpu-kernels/<an op id of 24 characters> (docs/package-files.md):
+#: C:\Users\<user>\.cache\huggingface\hub\kernels--<org>--<op>\snapshots\<commit>\build\webgpu\
+HUB_CACHE_PREFIX = 159
+#: A package-relative name longer than this passes WINDOWS_MAX_PATH in that folder: validate warns.
+LONG_NAME = WINDOWS_MAX_PATH - HUB_CACHE_PREFIX
+
 _OVERWRITES = "one overwrites the other when the package is downloaded, and its digest check fails there"
 
 
@@ -90,6 +100,18 @@ def name_problems(names: Iterable[str]) -> list[NameProblem]:
             found.append(NameProblem(name, (name,), f"{why}: the package cannot be downloaded or loaded on Windows "
                                                     "(it works on Linux and macOS)"))  # fmt: skip
     return found
+
+
+def long_name_problem(name: str) -> str | None:
+    """Why the package-relative ``name`` may be too long for the Hub cache on Windows, else None."""
+    length = len(name.encode("utf-16-le")) // 2  # what Windows counts
+    if length <= LONG_NAME:
+        return None
+    return (f"{name!r} is {length} characters long: in the Hub cache on Windows, whose package folder is about "
+            f"{HUB_CACHE_PREFIX} characters (C:\\Users\\<user>\\.cache\\huggingface\\hub\\kernels--<org>--<op>\\"
+            f"snapshots\\<commit>\\build\\webgpu\\), its path passes Windows' {WINDOWS_MAX_PATH + 1}-character limit, "
+            "and the package does not load on a machine without long paths enabled: keep names to "
+            f"{LONG_NAME} characters")  # fmt: skip
 
 
 def windows_problem(name: str) -> str | None:
@@ -147,6 +169,10 @@ def check_file_names(root: Path, out: ProblemCollector) -> list[str] | None:
         rename = "rename one" if len(problem.names) > 1 else "rename it"
         out.error(problem.file, "", f"{problem.why}: {rename} (and what names it), then run "
                                     "`webgpu-kernels digest PATH`")  # fmt: skip
+    for name in names:
+        why = long_name_problem(name)
+        if why:
+            out.warning(name, "", why)
     return files
 
 
