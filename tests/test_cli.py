@@ -351,3 +351,53 @@ def test_a_reader_that_stops_early_leaves_the_status_of_click_echos_output(comma
     finally:
         os.close(write_end)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+#: A child that starts the command line as the console script or `python -m` does, holding the
+#: import of numpy (which only the command line's heavy import brings in) until a SIGINT comes:
+#: the signal then provably lands while the command line is still being imported.
+_HELD_START = r"""
+import importlib, importlib.abc, runpy, sys, time
+
+class HoldNumpy(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            sys.meta_path.remove(self)
+            print("importing numpy", flush=True)
+            time.sleep(120)  # bounded: a signal that never comes does not hang the suite
+        return None
+
+sys.meta_path.insert(0, HoldNumpy())
+how, target = sys.argv[1:3]
+sys.argv = ["webgpu-kernels", "list"]
+if how == "script":  # what the console script pip writes does: `from MODULE import FUNCTION`, then call it
+    module, _, function = target.partition(":")
+    sys.exit(getattr(importlib.import_module(module), function)())
+runpy.run_module(target, run_name="__main__", alter_sys=True)  # python -m PACKAGE
+"""
+
+
+@pytest.mark.skipif(os.name == "nt", reason="sends SIGINT, which Windows has no way to send to a child")
+@pytest.mark.parametrize("how", ["script", "-m"])
+def test_ctrl_c_while_the_command_line_is_imported_is_one_line_and_status_130(how: str) -> None:
+    """The console script imported the whole package (numpy, jsonschema, the engine: most of the
+    start-up) before click ran, so Ctrl-C then printed a KeyboardInterrupt traceback, where a
+    running command prints "interrupted" and exits 130."""
+    import signal
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    target = pyproject["project"]["scripts"]["webgpu-kernels"] if how == "script" else "webgpu_kernels"
+    child = subprocess.Popen([sys.executable, "-c", _HELD_START, how, target], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "importing numpy\n"
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+        child.wait()
+    assert (child.returncode, err.strip(), out) == (130, "interrupted", ""), err[-2000:]

@@ -1,8 +1,13 @@
-"""webgpu_kernels: manifest-driven WebGPU compute kernels, run natively through wgpu-py."""
+"""webgpu_kernels: manifest-driven WebGPU compute kernels, run natively through wgpu-py.
 
-from .api import empty_cache, get_kernel, list_kernels, load_kernel, synchronize, test_case_inputs, to_gpu
-from .call_inputs import TensorMeta
-from .device import choose_adapter, get_device, list_adapters
+The errors are imported with the package; the rest of what it exports (the engine, numpy,
+jsonschema: most of a command's start-up) on first use, so that the command line's entry
+(``__main__.py``) is running before that import begins and Ctrl-C during it ends as Ctrl-C in a
+command does. What ``import webgpu_kernels`` and its first use cost together is unchanged.
+"""
+
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AdapterNotFoundError,
     AttributeValueError,
@@ -39,8 +44,36 @@ from .errors import (
     UnknownInputError,
     VariantRejectedError,
 )  # fmt: skip
-from .kernel import Explanation, Kernel
-from .tensor import GpuTensor
+
+if TYPE_CHECKING:  # type checkers see plain imports (and no __getattr__, which would hide a misspelt name)
+    from .api import empty_cache, get_kernel, list_kernels, load_kernel, synchronize, test_case_inputs, to_gpu
+    from .call_inputs import TensorMeta
+    from .device import choose_adapter, get_device, list_adapters
+    from .kernel import Explanation, Kernel
+    from .tensor import GpuTensor
+else:
+    #: Exported name -> the module that defines it, imported on first use.
+    _LAZY = {
+        **dict.fromkeys(["empty_cache", "get_kernel", "list_kernels", "load_kernel", "synchronize",
+                         "test_case_inputs", "to_gpu"], "api"),
+        "TensorMeta": "call_inputs",
+        **dict.fromkeys(["choose_adapter", "get_device", "list_adapters"], "device"),
+        "Explanation": "kernel", "Kernel": "kernel",
+        "GpuTensor": "tensor",
+    }  # fmt: skip
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value  # later reads find it without this call
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
 
 __version__ = "0.1.0"
 
