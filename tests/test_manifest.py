@@ -243,6 +243,19 @@ def test_reserved_names_are_refused():
     assert info.value.json_path.startswith("derive")
 
 
+def test_schema_refuses_every_reserved_name():
+    """The shipped JSON Schema (which an editor checks a manifest against) refuses every name the
+    engine reserves for derive and constants: it had left out broadcastable, broadcastShape and
+    broadcastStrides, which a load then refused with a ManifestError the editor had not flagged."""
+    from webgpu_kernels.expressions import RESERVED_NAMES
+
+    validator = jsonschema.Draft202012Validator(manifest_schema())
+    for name in sorted(RESERVED_NAMES):
+        for key in ("derive", "constants"):
+            data = mutate(QG, lambda d, key=key, name=name: d.setdefault(key, {}).update({name: "1"}))
+            assert not validator.is_valid(data), f"the schema accepts {key} named {name!r}"
+
+
 def test_check_manifest_lists_every_problem():
     def change(data):
         data["variants"][0]["passes"][0]["dispatch"]["threads"] = -1
