@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import pytest
 
 import webgpu_kernels as wk
@@ -32,6 +35,16 @@ def test_credentials_in_a_url_are_refused_without_being_shown(name):
     with pytest.raises(PackageError, match="credentials in the URL") as refused:
         locations.classify(name)
     assert "s3cret" not in str(refused.value) and "hub.example/kernels" in str(refused.value)
+
+
+def test_the_credentials_refusal_advises_what_get_kernel_takes():
+    """It said "give a token as token=", which get_kernel has no parameter for (a TypeError):
+    the token goes in HF_TOKEN, which huggingface_hub reads (helper-75)."""
+    with pytest.raises(PackageError) as refused:
+        locations.classify("https://user:s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu")
+    taken = inspect.signature(wk.get_kernel).parameters
+    assert all(m in taken for m in re.findall(r"\b(\w+)=", str(refused.value))), str(refused.value)
+    assert "HF_TOKEN" in str(refused.value)
 
 
 @pytest.mark.parametrize("name", ["webgpu-kernels/op.", "webgpu-kernels/-op", "webgpu-kernels/.op",
