@@ -10,7 +10,8 @@
   block) parse with ``--help`` appended, and the cheap ones run for real through click's
   CliRunner with exit status 0.
 * Names: every ``webgpu_kernels.<name>`` the docs mention resolves, and docs/errors.md's class
-  table (hierarchy by indentation, attribute columns) matches the classes.
+  table (hierarchy by indentation, attribute columns) matches the classes, and the example messages
+  of its rows that a cheap call reproduces are the library's.
 
 docs/errors.md's "Bad input, case by case" table is checked row by row in tests/test_bad_input.py,
 and the CLI's behaviour beyond the quoted commands in tests/test_cli*.py: not repeated here.
@@ -436,3 +437,73 @@ def test_shown_digests_are_the_embedded_ones() -> None:
             stale.append(f"{example.where}: {m[1]} shown as {m[2]}, is {real.get(m[1], 'absent')[:8]}")
     assert not stale, "\n".join(stale)
     assert checked == 10, f"expected 5 digests in docs/hub.md and 5 in docs/package-files.md, read {checked}"
+
+
+# --- docs/errors.md's example messages ---------------------------------------------------------------
+
+def _class_examples() -> dict[str, str]:
+    """docs/errors.md "The classes": class name -> its example message (the last cell, unquoted)."""
+    lines = (REPO_ROOT / "docs/errors.md").read_text(encoding="utf-8").splitlines()
+    examples = {}
+    for _, _, name, _ in _error_rows():
+        row = next(ln for ln in lines if re.match(rf"\|\s*(?:&nbsp;)*`{name}`\s*\|", ln))
+        cell = re.split(r"(?<!\\)\|", row.strip().strip("|"))[-1].strip()
+        if cell.startswith("`") and cell.endswith("`"):
+            examples[name] = cell[1:-1]
+    return examples
+
+
+def _scale_shift(tmp_path: Path, change=None, template: str | None = None) -> Path:
+    """A copy of tests/packages/demo.ScaleShift (no metadata.json), its manifest changed by ``change``."""
+    folder = tmp_path / "demo.ScaleShift"
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(REPO_ROOT / "tests/packages/demo.ScaleShift", folder)
+    data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    if change is not None:
+        change(data)
+    (folder / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
+    if template is not None:
+        (folder / "scale-shift.wgsl.jinja").write_text(template, encoding="utf-8")
+    return folder
+
+
+def test_errors_md_class_examples_are_real(tmp_path: Path) -> None:
+    """The class table says its example messages are real ones: those a cheap call reproduces are
+    what the library says (a leading ``...`` stands for a path that differs)."""
+    examples = _class_examples()
+    x = {"X": np.ones((1, 4), np.float32)}
+
+    def threads(variant: int, expression: str):
+        return lambda d: d["variants"][variant]["passes"][0]["dispatch"].update(threads=expression)
+
+    def priority(d: dict) -> None:
+        d["variants"][0]["priority"] = "high"
+
+    def released() -> None:
+        t = wk.to_gpu(np.ones(2, np.float32))
+        t.release()
+        t.numpy()
+
+    cases = {
+        "PackageError": lambda: wk.load_kernel("/nonexistent"),
+        "ManifestError": lambda: wk.load_kernel(_scale_shift(tmp_path, priority)),
+        "ExpressionError": lambda: wk.load_kernel(_scale_shift(tmp_path, lambda d: d["derive"].update(
+            n="numel(shapes.X) +"))),
+        "ExpressionSandboxError": lambda: wk.load_kernel(_scale_shift(tmp_path, threads(1, "'x' * 10**8")))(
+            x, variant="scalar"),
+        "BroadcastError": lambda: wk.load_kernel(_scale_shift(tmp_path, threads(0, "numel(broadcastShape(shapes.X, [9]))")))(
+            x, variant="vec4"),
+        "TemplateError": lambda: wk.load_kernel(_scale_shift(tmp_path, template="{{ nope }}\n")).render(x),
+        "TemplateSandboxError": lambda: wk.load_kernel(_scale_shift(tmp_path, template="{{ 'a'.format(1) }}\n")).render(x),
+        "TensorReleasedError": released,
+        "NotPicklableError": lambda: __import__("pickle").dumps(wk.to_gpu(np.ones(2, np.float32))),
+    }  # fmt: skip
+    wrong = []
+    for name, cause in cases.items():
+        shown = examples[name]
+        with pytest.raises(getattr(wk, name)) as caught:
+            cause()
+        said = str(caught.value)
+        if not (said == shown or (shown.startswith("...") and said.endswith(shown[3:]))):
+            wrong.append(f"docs/errors.md: {name}'s example is {shown!r}, the library says {said!r}")
+    assert not wrong, "\n".join(wrong)
