@@ -254,6 +254,17 @@ def test_u32_field_with_fractional_value_names_binding_and_field(write_package):
         kernel({"X": np.zeros(42, np.float32)})
     message = str(info.value)
     assert "variants[0].passes[0].bindings[2]" in message and "'count'" in message and "10.5" in message
+    assert info.value.field == "count"  # re-raised with the binding's path, it had lost the field (None)
+
+
+def test_a_value_the_struct_cannot_pack_names_its_field_in_the_error_attribute(write_package):
+    """1e39 passes the f32 field's finiteness check and fails in struct.pack: the LayoutError built for
+    it names the field in its message and in ``field``."""
+    fields = [{"name": "n", "type": "u32", "value": 1}, {"name": "big", "type": "f32", "value": "10.0 ** 39"}]
+    kernel = layout_package(write_package, fields, ["params.n", "params.big"])
+    with pytest.raises(LayoutError, match=r"fields\[1\]: field 'big' \(f32\) cannot hold") as info:
+        kernel({"X": np.zeros(1, np.float32)})
+    assert info.value.field == "big"
 
 
 @pytest.mark.parametrize("count", [4097, 300_000_000, 100_000_000_000_000])

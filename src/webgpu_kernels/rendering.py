@@ -91,9 +91,14 @@ def _unpackable(json_path: str, types: list[tuple[str, str]], values: list[Any],
         try:
             struct_layout("Field", [(name, type_text)]).pack([value])
         except Exception:  # noqa: BLE001 - this is the field that fails, whatever the reason
-            return LayoutError(f"{json_path}.struct.fields[{i}]: field {name!r} ({type_text}) cannot hold "
-                               f"{_short(value)}: {type(exc).__name__}: {exc}")  # fmt: skip
+            return _with_field(LayoutError(f"{json_path}.struct.fields[{i}]: field {name!r} ({type_text}) cannot "
+                                           f"hold {_short(value)}: {type(exc).__name__}: {exc}"), name)  # fmt: skip
     return LayoutError(f"{json_path}: the uniform values cannot be packed: {type(exc).__name__}: {exc}")
+
+
+def _with_field(error: LayoutError, field: str | None) -> LayoutError:
+    error.field = field  # the re-raised error keeps the field, which callers read (docs/errors.md)
+    return error
 
 
 def _short(value: Any) -> str:
@@ -155,7 +160,7 @@ def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
                 uniform = layout.pack(values)
             except LayoutError as exc:
                 made_by = next((f" (the value of {v.source!r})" for n, _, v in cb.fields if n == exc.field), "")
-                raise LayoutError(f"{b.json_path}: {exc}{made_by}") from None
+                raise _with_field(LayoutError(f"{b.json_path}: {exc}{made_by}"), exc.field) from None
             except (OverflowError, ValueError, TypeError, struct.error) as exc:  # e.g. 1e39 into an f32 field
                 raise _unpackable(b.json_path, types, values, exc) from None
         bindings.append(ResolvedBinding(
