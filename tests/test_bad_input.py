@@ -55,6 +55,13 @@ CASES = [
          ("an unknown input", "['X', 'bias', 'skip']"), "residual"),
     Case("output-as-input", QG, lambda: {**qg_inputs(), "Y": np.ones(4, f32)}, errors.UnknownInputError,
          ("output",), "Y"),
+    # an unknown name whatever its value: the names are checked before any value is read (None and a
+    # string had been refused as "expected a NumPy array or a GpuTensor, got NoneType")
+    Case("extra-input-none", BA, lambda: {**bias_inputs(), "nothing": None}, errors.UnknownInputError,
+         ("an unknown input", "['X', 'bias', 'skip']"), "nothing"),
+    Case("extra-input-str", BA, lambda: {**bias_inputs(), "nothing": "text"}, errors.UnknownInputError,
+         ("an unknown input",), "nothing"),
+    Case("output-as-input-none", QG, lambda: {**qg_inputs(), "Y": None}, errors.UnknownInputError, ("output",), "Y"),
     # ranks and shapes
     Case("wrong-rank", BA, lambda: bias_inputs(X=np.ones((6, 8), f32)), errors.RankError, ("rank 3", "rank 2"), "X"),
     Case("wrong-rank-bias", BA, lambda: bias_inputs(bias=np.ones((1, 8), f32)), errors.RankError,
@@ -308,6 +315,13 @@ def test_an_input_past_every_buffer_is_named_before_the_manifest_runs(quick_gelu
     with pytest.raises(errors.DeviceLimitError, match="per binding") as info:
         quick_gelu.plan({"X": wk.TensorMeta((n,), "float32")})
     assert "maxBufferSize" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", [None, "text", np.ones(8, f32)])
+def test_explain_refuses_an_unknown_input_by_its_name_whatever_its_value(bias_add, value):
+    """As a call does: explain had said "expected an array, a GpuTensor or a TensorMeta, got NoneType"."""
+    with pytest.raises(errors.UnknownInputError, match="'nothing': expected one of the inputs"):
+        bias_add.explain({**bias_inputs(), "nothing": value})
 
 
 def test_explain_within_the_limits_refuses_nothing(quick_gelu):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,12 +72,7 @@ def check_call(
 ) -> CallSignature:
     """Check inputs (name -> (shape, ONNX dtype name)), attributes and tunables."""
     declared = {spec.role: spec for spec in manifest.inputs}
-    for name in tensors:
-        if name not in declared:
-            outputs = {spec.role for spec in manifest.outputs}
-            hint = ("it is an output, returned by the call" if name in outputs
-                    else _elsewhere(name, {"attribute": manifest.attributes, "tunable": manifest.tunables}))  # fmt: skip
-            raise UnknownInputError(str(name), f"one of the inputs {sorted(declared)}", "an unknown input", hint=hint)
+    check_input_names(manifest, tensors)
     type_bindings: dict[str, tuple[str, str]] = {}  # type variable -> (dtype, the argument that bound it)
     shapes = []
     for spec in manifest.inputs:
@@ -119,6 +114,19 @@ def check_call(
             tuple(map(type, v)) if isinstance(v, tuple) else type(v) for _, v in checked_attrs + checked_tunables
         ),
     )
+
+
+def check_input_names(manifest: Manifest, names: Iterable[Any]) -> None:
+    """Refuse a name the manifest declares no input for (UnknownInputError), whatever its value: a
+    call checks the names before it reads any value, so an unknown name given None or a string is
+    reported as unknown, not as a value that is no array."""
+    declared = {spec.role for spec in manifest.inputs}
+    for name in names:
+        if name not in declared:
+            outputs = {spec.role for spec in manifest.outputs}
+            hint = ("it is an output, returned by the call" if name in outputs
+                    else _elsewhere(name, {"attribute": manifest.attributes, "tunable": manifest.tunables}))  # fmt: skip
+            raise UnknownInputError(str(name), f"one of the inputs {sorted(declared)}", "an unknown input", hint=hint)
 
 
 def has_negative_zero(value: Any) -> bool:

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import tuning
 from .call_inputs import as_array, checked_mapping, describe_inputs
-from .contract import CallSignature, check_call, has_negative_zero
+from .contract import CallSignature, check_call, check_input_names, has_negative_zero
 from .device import Device, get_device
 from .errors import (
     DeviceLimitError,
@@ -226,9 +226,6 @@ class Kernel:
             plan = self._fast_plans.get(key)
         except (TypeError, AttributeError, ValueError):  # ValueError: a released memoryview's shape
             key, plan = None, None
-            present = _without_absent(self.manifest, inputs)
-            if present is not inputs:  # an optional input given as None: the call that leaves it out
-                return self(present, attrs=attrs, variant=variant, tunables=tunables, output=output, adapter=adapter)
         if key is not None and not all(type(v) is np.ndarray or type(v) is GpuTensor for v in inputs.values()):
             # An array-like's own .shape and .dtype need not describe what NumPy reads from it: it
             # takes the checked path, and a plan made from its data is never filed under its key.
@@ -237,6 +234,9 @@ class Kernel:
             return run_plan(device, plan, _prepare_inputs(inputs, device, host_ready=True), to_numpy=output == "numpy")
         if output not in _OUTPUT_KINDS:
             raise InputError("output", f"one of {list(_OUTPUT_KINDS)}", repr(output))
+        present = _declared_present(self.manifest, inputs)
+        if present is not inputs:  # an optional input given as None: the call that leaves it out
+            return self(present, attrs=attrs, variant=variant, tunables=tunables, output=output, adapter=adapter)
         # Contract and device limits first, host copies after: a wrong or oversized input must
         # not cost a copy (a broadcast view of 2**33 elements would allocate tens of GB).
         arrays = _prepare_inputs(inputs, device, host_ready=False)
@@ -426,7 +426,7 @@ class Kernel:
                  adapter: str | None) -> tuple[Device, dict[str, Any], CallSignature]:  # fmt: skip
         """The device, the inputs' (shape, dtype) and the contract-checked signature of a call
         described by shapes/dtypes (an optional input given as None left out, as a call leaves it)."""
-        metas = describe_inputs(_without_absent(self.manifest, inputs))
+        metas = describe_inputs(_declared_present(self.manifest, inputs))
         return get_device(adapter), metas, check_call(self.manifest, metas, attrs, tunables)
 
     def _check_variant_arg(self, forced: Any) -> None:
@@ -503,7 +503,7 @@ class Kernel:
         """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):
         the type variables' dtypes, the inputs' shapes (tuning.shape_class buckets them), the
         optional inputs left out and the attributes set to other than their defaults."""
-        metas = describe_inputs(_without_absent(self.manifest, inputs))
+        metas = describe_inputs(_declared_present(self.manifest, inputs))
         return self._tuning_class(check_call(self.manifest, metas, attrs, None))
 
     @functools.cached_property
@@ -635,6 +635,14 @@ def _by_value(options: Mapping[str, Any] | None) -> bool:
 
 def _tuple_terms(value: Sequence[Any]) -> tuple[bool, tuple[type, ...]]:
     return has_negative_zero(value), tuple(map(type, value))
+
+
+def _declared_present(manifest: Manifest, inputs: Any) -> Any:
+    """``inputs`` checked to be a mapping of declared input names, before any value is read (an
+    unknown name given None had been refused as a value that is no array), less the optional
+    inputs given as None (:func:`_without_absent`)."""
+    check_input_names(manifest, checked_mapping(inputs))
+    return _without_absent(manifest, inputs)
 
 
 def _without_absent(manifest: Manifest, inputs: Any) -> Any:
