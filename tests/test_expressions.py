@@ -271,6 +271,23 @@ def test_an_undefined_index_fails_with_its_own_reason(source):
         compiled.evaluate(scope(bad=failed_value("bad", reason)))
 
 
+def test_a_failed_broadcast_derive_names_itself_and_stays_a_broadcast_error():
+    """Read by another expression, a derive whose broadcastShape() failed says which derive failed,
+    as any other failed derive does (it had said only "broadcastShape(): ... do not broadcast"), and
+    keeps BroadcastError's class, shapes and reason (the caller's shapes are at fault)."""
+    from webgpu_kernels.expressions import failed_value
+
+    with pytest.raises(BroadcastError) as failed:
+        ExpressionCompiler(KNOWN).compile("broadcastShape(shapes.X, [9])", "derive.s").evaluate(scope())
+    compiled = ExpressionCompiler((*KNOWN, "s")).compile("numel(s) > 0", "variants[0].when[0]")
+    with pytest.raises(BroadcastError) as info:
+        compiled.evaluate(scope(s=failed_value("s", failed.value)))
+    assert str(info.value).startswith("variants[0].when[0]: expression 'numel(s) > 0': 's' could not be evaluated: "
+                                      "derive.s: expression 'broadcastShape(shapes.X, [9])': broadcastShape(): ")
+    assert "do not broadcast" in str(info.value)
+    assert (info.value.shapes, info.value.reason) == (failed.value.shapes, failed.value.reason)
+
+
 @pytest.mark.parametrize("source, expected", [("shapes.X", (2, 3, 8)), ("attrs.axes", [1, 2]),
                                               ("device.limits.maxComputeWorkgroupSizeX", 256),
                                               ("tunables.WORKGROUP_SIZE", 256), ("ranks.S", 0)])  # fmt: skip

@@ -90,6 +90,33 @@ def test_a_cycle_refused_at_load_names_the_manifest_file(write_package):
     assert info.value.file == str(root / "manifest.json") and str(root) in str(info.value)
 
 
+@pytest.mark.parametrize("read_by", ["when", "dispatch"])
+def test_a_failed_broadcast_derive_is_named_where_a_call_reads_it(write_package, read_by):
+    """derive `s = broadcastShape(shapes.X, [9])` read by a `when` clause (the variants are rejected)
+    or by the dispatch (a BroadcastError, the caller's shapes at fault): the reason names derive.s,
+    as for any failed derive; it had said only "broadcastShape(): [1, 4], [9] do not broadcast"."""
+    import json
+
+    import numpy as np
+    from test_rendering import DEMO_MANIFEST, DEMO_TEMPLATE
+
+    import webgpu_kernels as wk
+    from webgpu_kernels.errors import BroadcastError, SelectionError
+
+    manifest = json.loads(json.dumps(DEMO_MANIFEST))
+    manifest["derive"]["s"] = "broadcastShape(shapes.X, [9])"
+    for v in manifest["variants"]:
+        if read_by == "when":
+            v["when"].append("numel(s) > 0")
+        else:
+            v["passes"][0]["dispatch"]["threads"] = "numel(s)"
+    kernel = wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": DEMO_TEMPLATE}))
+    with pytest.raises(SelectionError if read_by == "when" else BroadcastError) as info:
+        kernel({"X": np.ones((1, 4), np.float32)})
+    assert ("'s' could not be evaluated: derive.s: expression 'broadcastShape(shapes.X, [9])': broadcastShape(): "
+            "[1, 4], [9] do not broadcast: sizes 4 and 9") in str(info.value)
+
+
 def test_an_output_shape_that_reads_its_own_shape_is_refused_at_load():
     with pytest.raises(ManifestError, match=r"reads itself: shapes.S -> shapes.S"):
         compile_program(manifest_with_output_shape("[ranks.S]", "1"))

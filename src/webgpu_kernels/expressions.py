@@ -187,10 +187,12 @@ class ExpressionEvalError(Exception):
 
 
 class ShapesDoNotBroadcast(ExpressionEvalError):
-    """broadcastShape() of ``shapes`` that do not broadcast (``reason`` says where)."""
+    """broadcastShape() of ``shapes`` that do not broadcast (``reason`` says where); ``message``,
+    where given, replaces the default one (a failed derive's, which names the derive)."""
 
-    def __init__(self, shapes: tuple[tuple[int, ...], ...], reason: str) -> None:
-        super().__init__(f"broadcastShape(): {', '.join(_short(list(s)) for s in shapes)} do not broadcast: {reason}")
+    def __init__(self, shapes: tuple[tuple[int, ...], ...], reason: str, message: str = "") -> None:
+        super().__init__(message or f"broadcastShape(): {', '.join(_short(list(s)) for s in shapes)} do not "
+                                    f"broadcast: {reason}")  # fmt: skip
         self.shapes, self.reason = shapes, reason
 
 
@@ -508,7 +510,8 @@ def failed_value(name: str, error: ExpressionError) -> Undefined:
 
 class _FailedBroadcast(StrictUndefined):
     """A derive whose broadcastShape() failed: reading it fails as that call did, so that an
-    output shape reading the derive is refused as the inputs' error too (a BroadcastError)."""
+    output shape reading the derive is refused as the inputs' error too (a BroadcastError), with
+    the message of any other failed derive ("'s' could not be evaluated: derive.s: ...")."""
 
     __slots__ = ("_broadcast",)
 
@@ -517,7 +520,7 @@ class _FailedBroadcast(StrictUndefined):
         self._broadcast = broadcast
 
     def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> Any:
-        raise ShapesDoNotBroadcast(*self._broadcast)
+        raise ShapesDoNotBroadcast(*self._broadcast, message=self._undefined_hint or "")
 
 
 def as_count(value: Any, expression: Expression, what: str) -> int:
