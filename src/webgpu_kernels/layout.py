@@ -122,7 +122,7 @@ def struct_layout(name: str, fields: list[tuple[str, str]]) -> StructLayout:
         offset += t.size
         align = max(align, t.align)
     size = _round_up(16, _round_up(align, max(offset, 1)))
-    if size > MAX_UNIFORM_BYTES:  # refused when the manifest loads: a call would allocate it first
+    if size > MAX_UNIFORM_BYTES:  # refused when a call is planned, before pack() allocates the bytes
         raise LayoutError(f"uniform struct {name!r} needs {size} bytes, more than WebGPU's maxUniformBufferBindingSize "
                           f"of {MAX_UNIFORM_BYTES} (the limit every device has; the engine asks for no more)")  # fmt: skip
     return StructLayout(name=name, fields=tuple(placed), size=size)
