@@ -731,3 +731,34 @@ def test_a_workgroup_past_the_device_blames_the_tunables_it_reads(write_package,
     assert ("a workgroupSize the package fixes" in str(refused.value)) == (blamed == "variant")
     if blamed != "variant":  # the same kernel runs with a workgroup the device holds
         np.testing.assert_array_equal(kernel({"X": np.ones(8, np.float32)})["Y"], np.full(8, 2, np.float32))
+
+
+# --- device limits: what to do ------------------------------------------------------------------
+
+
+def test_a_tensor_past_the_device_limits_is_refused_with_what_to_do(quick_gelu, bias_add, device):
+    """A CLIP ViT-L/14@336 MLP batch past the binding limit (15x577x4096 float32 on lavapipe's
+    128 MiB) had said only what the limit was: the refusal says the engine does not split a call,
+    and into how many calls (along the batch, say) it would fit."""
+    binding = min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"])
+    n = binding // (577 * 4096 * 4) + 1  # the smallest batch past the limit
+    x = wk.TensorMeta((n, 577, 4096), "float32")
+    pieces = -(-n * 577 * 4096 * 4 // binding)
+    with pytest.raises(errors.DeviceLimitError) as info:
+        quick_gelu.plan({"X": x})
+    assert info.value.argument == "X" and "per binding" in str(info.value)
+    assert f"split it into at least {pieces} calls" in str(info.value), str(info.value)
+    assert f"split it into at least {pieces} calls" in quick_gelu.explain({"X": x}).refused
+    # an output past the limit names the output and says the same
+    c = binding // (4 * 4) + 4
+    metas = {"X": wk.TensorMeta((1, 4, c), "float32"), "bias": wk.TensorMeta((c,), "float32"),
+             "skip": wk.TensorMeta((1, 4, c), "float32")}  # fmt: skip
+    with pytest.raises(errors.DeviceLimitError, match="split it into at least 2 calls"):
+        bias_add.plan(metas)
+    # past every buffer of the device: the call and to_gpu say so too
+    huge = device.limits["max-buffer-size"] // 4 + 2**20
+    calls = -(-huge * 4 // binding)  # each call's tensors must fit a binding, not just a buffer
+    with pytest.raises(errors.DeviceLimitError, match=rf"maxBufferSize.*split it into at least {calls} calls"):
+        quick_gelu.plan({"X": wk.TensorMeta((huge,), "float32")})
+    with pytest.raises(errors.DeviceLimitError, match=r"argument 'array'.*maxBufferSize.*split the array into at least 2 pieces"):
+        wk.to_gpu(np.broadcast_to(np.float32(1), (huge,)))

@@ -178,7 +178,9 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
     # Refused before the host copy: a broadcast view of 2**33 elements would allocate tens of GB.
     limit = device.limits["max-buffer-size"]
     if padded_size(array.nbytes) > limit:
-        raise DeviceLimitError("array", f"at most {limit} bytes (the device's maxBufferSize)", f"{array.nbytes} bytes")
+        raise DeviceLimitError("array", f"at most {limit} bytes (the device's maxBufferSize)", f"{array.nbytes} bytes",
+                               hint=f"no buffer of this device holds it: split the array into at least "
+                                    f"{-(-padded_size(array.nbytes) // limit)} pieces and upload each")  # fmt: skip
     return execution.to_gpu(device, execution.host_array(array))
 
 

@@ -152,6 +152,12 @@ def check_bound(resolved: ResolvedPass, sizes: Mapping[str, int], variant: str) 
             raise MissingInputError(b.arg, f"a tensor (variant {variant!r} binds it)", "nothing")
 
 
+def split_hint(size: int, limit: int) -> str:
+    """What to do about a tensor past a device limit: the engine never splits a call itself."""
+    return (f"the engine does not split a call: split it into at least {-(-size // max(limit, 1))} calls "
+            f"along a dimension the op keeps apart (the batch, say) and join the results")
+
+
 def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
     """Refuse an input no buffer of the device can hold, before the variant's expressions run:
     a shape of 10^15 elements had been reported as a uniform field past u32, in the manifest's terms."""
@@ -159,7 +165,8 @@ def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
     for role, size in sizes.items():
         if size > max_buffer:  # one within it but past a binding is check_limits' to refuse, as a binding
             raise DeviceLimitError(role, f"at most {max_buffer} bytes (the device's maxBufferSize; a storage binding "
-                                   f"holds at most {min(max_binding, max_buffer)})", f"{size} bytes")  # fmt: skip
+                                   f"holds at most {min(max_binding, max_buffer)})", f"{size} bytes",
+                                   hint=split_hint(size, min(max_binding, max_buffer)))  # fmt: skip
 
 
 def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int],
@@ -173,7 +180,8 @@ def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int
     for b in resolved.bindings:
         if b.arg is not None and padded_size(sizes[b.arg]) > min(max_binding, max_buffer):
             raise DeviceLimitError(b.arg, f"at most {min(max_binding, max_buffer)} bytes per binding "
-                                   f"(the device's maxStorageBufferBindingSize)", f"{sizes[b.arg]} bytes")  # fmt: skip
+                                   f"(the device's maxStorageBufferBindingSize)", f"{sizes[b.arg]} bytes",
+                                   hint=split_hint(padded_size(sizes[b.arg]), min(max_binding, max_buffer)))  # fmt: skip
     x, y, z = resolved.workgroup_size
     limits = device.info.limits
     checks = (("maxComputeWorkgroupSizeX", x), ("maxComputeWorkgroupSizeY", y), ("maxComputeWorkgroupSizeZ", z),
