@@ -186,8 +186,22 @@ def test_a_tensor_read_after_its_finalizer_at_exit_says_the_interpreter_is_exiti
     ], (done.stdout, done.stderr[-2000:])
     tensor = wk.to_gpu(np.ones(2, np.float32))
     tensor.release()
-    with pytest.raises(TensorReleasedError, match=r"^this GPU tensor was released$"):
+    with pytest.raises(TensorReleasedError, match=r"^this GPU tensor was released: release\(\) gave its buffer"):
         tensor.numpy()
+
+
+def test_a_released_tensor_says_what_happened_and_what_to_do():
+    """to_gpu(t) on t's own device is t itself: a user who took it for a copy released one name and
+    read the other, and was told only "this GPU tensor was released". The message says how a tensor
+    comes to be released under another name, and to release after the last use."""
+    x = wk.to_gpu(np.ones(4, np.float32))
+    y = wk.to_gpu(x)  # the same tensor
+    x.release()
+    for use in (y.numpy, lambda: np.asarray(y), lambda: copy.copy(y)):
+        with pytest.raises(TensorReleasedError) as info:
+            use()
+        assert "to_gpu(t) on t's device returns t itself" in str(info.value)
+        assert "release a tensor after its last use" in str(info.value)
 
 
 LOST_COPY_SCRIPT = """

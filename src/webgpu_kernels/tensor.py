@@ -20,6 +20,11 @@ _READ_ONLY = ("GpuTensor.{} is read-only: calls trust a GPU tensor's shape, dtyp
               "its buffer (read it back with numpy(), reshape there, and upload with to_gpu)")
 
 
+EXITING = "(the interpreter is exiting, and it finalizes objects in any order)"
+# to_gpu(t) is t on t's own device: a user who took it for a copy released "the other" tensor.
+RELEASED_TENSOR = ("this GPU tensor was released: release() gave its buffer back to the pool (also when called on "
+                   "the same tensor under another name: to_gpu(t) on t's device returns t itself, copy.copy(t) "
+                   "copies); release a tensor after its last use")
 LOST_TENSOR = "a GpuTensor whose device was lost (driver reset, destroyed): its data is gone; make it again"
 UNCOMPUTED_TENSOR = ("a GpuTensor whose computing work never reached the GPU (the submission that carried it "
                      "failed or was cut short by Ctrl-C): its data was never computed; make it again")
@@ -85,8 +90,9 @@ class GpuTensor:
         if self._buffer is None:
             # At exit, Python finalizes module globals in any order: a finalizer reading a tensor
             # may come after the tensor's own, which the user never called release() for.
-            exiting = " (the interpreter is exiting, and it finalizes objects in any order)" if sys.is_finalizing() else ""
-            raise TensorReleasedError(f"this GPU tensor was released{exiting}")
+            if sys.is_finalizing():
+                raise TensorReleasedError(f"this GPU tensor was released {EXITING}")
+            raise TensorReleasedError(RELEASED_TENSOR)
         return self._buffer
 
     def numpy(self) -> np.ndarray:
