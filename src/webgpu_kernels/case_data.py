@@ -20,13 +20,14 @@ The generator (so that any implementation, in any language, draws the same input
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import lzma
 import math
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -275,28 +276,49 @@ def _npy_array(data: bytes) -> np.ndarray:
 def _npz_member(data: bytes, tensor: str | None) -> np.ndarray:
     """A member of a .npz archive, read only if its unpacked size fits (a small archive can unpack to
     gigabytes), then checked as a .npy file."""
+    with _npz_archive(data) as archive:
+        members = _npz_members(archive)
+        content = _npz_read(archive, members[_pick(members, tensor, "the archive", "member")])
+    return _npy_array(content)
+
+
+def _npz_archive(data: bytes) -> zipfile.ZipFile:
+    with _npz_errors():
+        return zipfile.ZipFile(io.BytesIO(data))
+
+
+@contextlib.contextmanager
+def _npz_errors() -> Iterator[None]:
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members: dict[str, zipfile.ZipInfo] = {}
-            for entry in archive.infolist():
-                key = entry.filename.removesuffix(".npy")
-                if key in members:  # NumPy's key for both: it reads whichever comes last, silently
-                    raise ValueError(f"members {members[key].filename!r} and {entry.filename!r} are both the array "
-                                     f"{key!r} (NumPy drops the .npy suffix): rename or remove one")  # fmt: skip
-                members[key] = entry
-            info = members[_pick(members, tensor, "the archive", "member")]
-            limit = MAX_CASE_ELEMENTS * 16 + 65536  # the largest case tensor (complex128) and a header
-            if info.file_size > limit:
-                raise ValueError(f"member {info.filename!r} unpacks to {info.file_size} bytes, more than {limit}")
-            with archive.open(info) as member:
-                content = member.read(limit + 1)  # the stored size may lie; the read stops anyway
+        yield
     except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, OSError) as exc:
         raise ValueError(f"not a valid .npz file ({exc})") from None
     except (NotImplementedError, RuntimeError) as exc:  # another compression method; an encrypted member
         raise ValueError(f"a .npz member that cannot be read: {exc} (NumPy writes them stored or deflated)") from None
+
+
+def _npz_members(archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+    """The archive's members by NumPy's key (the name without ``.npy``)."""
+    members: dict[str, zipfile.ZipInfo] = {}
+    for entry in archive.infolist():
+        key = entry.filename.removesuffix(".npy")
+        if key in members:  # NumPy's key for both: it reads whichever comes last, silently
+            raise ValueError(f"members {members[key].filename!r} and {entry.filename!r} are both the array "
+                             f"{key!r} (NumPy drops the .npy suffix): rename or remove one")  # fmt: skip
+        members[key] = entry
+    return members
+
+
+def _npz_read(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """A member's bytes, read only if its unpacked size fits."""
+    limit = MAX_CASE_ELEMENTS * 16 + 65536  # the largest case tensor (complex128) and a header
+    if info.file_size > limit:
+        raise ValueError(f"member {info.filename!r} unpacks to {info.file_size} bytes, more than {limit}")
+    with _npz_errors(), archive.open(info) as member:
+        content = member.read(limit + 1)  # the stored size may lie; the read stops anyway
     if len(content) > limit:
         raise ValueError(f"member {info.filename!r} unpacks to more than {limit} bytes")
-    return _npy_array(content)
+    return content
 
 
 def _pick(names: Any, tensor: str | None, container: str, item: str) -> str:
@@ -333,19 +355,20 @@ def _safetensors_tensor(data: bytes, tensor: str | None) -> np.ndarray:
 
 def array_key(data: bytes, name: str, tensor: str | None) -> str | None:
     """The key of the array ``tensor`` names in data file ``name`` (None for a .npy file's one), as
-    :func:`load_array` picks it. Raises ValueError."""
+    :func:`load_array` picks it, of a file :func:`with_arrays` can write again (every member of a
+    .npz readable). Raises ValueError."""
     lower = name.lower()
     if lower.endswith(".npy"):
         if tensor is not None:
             raise ValueError("'tensor' applies to .npz and .safetensors files only")
         return None
     if lower.endswith(".npz"):
-        try:
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                keys = [entry.filename.removesuffix(".npy") for entry in archive.infolist()]
-        except zipfile.BadZipFile as exc:
-            raise ValueError(f"not a valid .npz file ({exc})") from None
-        return _pick(keys, tensor, "the archive", "member")
+        with _npz_archive(data) as archive:
+            members = _npz_members(archive)
+            key = _pick(members, tensor, "the archive", "member")
+            for info in members.values():  # with_arrays copies them all: one it cannot read is refused here
+                _npz_read(archive, info)
+        return key
     if lower.endswith(".safetensors"):
         return _pick(_safetensors_entries(data), tensor, "the file", "tensor")  # checked by the library
     raise ValueError("data files are .npy, .npz or .safetensors")
