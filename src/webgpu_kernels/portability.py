@@ -132,28 +132,23 @@ def windows_problem(name: str) -> str | None:
 
 def case_collisions(names: Iterable[str]) -> list[tuple[str, ...]]:
     """Groups of paths (the files ``names`` and the folders above them) that differ only in case,
-    folders shown with a trailing ``/``, shallowest first; one below a colliding folder is not
-    repeated (``Sub/a`` and ``sub/a`` is the folders' collision)."""
-    spellings: dict[str, set[str]] = {}
+    folders shown with a trailing ``/``, shallowest first. Only paths in one folder, spelt alike,
+    are grouped: ``Sub/a`` and ``sub/a`` is the folders' collision, not repeated, while ``Sub/A``
+    and ``Sub/a`` are one file whatever the folders are renamed to."""
+    spellings: dict[tuple[str, str], set[str]] = {}
     folders: set[str] = set()
     for name in names:
         parts = name.split("/")
         for depth in range(1, len(parts) + 1):
             path = "/".join(parts[:depth])
-            spellings.setdefault(folded(path), set()).add(path)
+            spellings.setdefault(("/".join(parts[: depth - 1]), folded(path)), set()).add(path)
             if depth < len(parts):
                 folders.add(path)
     found: list[tuple[str, ...]] = []
-    collided: set[str] = set()
-    for key in sorted(spellings, key=lambda k: (k.count("/"), k)):
+    for key in sorted(spellings, key=lambda k: (k[1].count("/"), k[1], k[0])):
         group = spellings[key]
-        if len(group) < 2:
-            continue
-        parts = key.split("/")
-        collided.add(key)
-        if any("/".join(parts[:depth]) in collided for depth in range(1, len(parts))):
-            continue
-        found.append(tuple(sorted(p + "/" if p in folders else p for p in group)))
+        if len(group) > 1:
+            found.append(tuple(sorted(p + "/" if p in folders else p for p in group)))
     return found
 
 
