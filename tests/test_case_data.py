@@ -397,7 +397,7 @@ def _npz_of_two() -> tuple[str, bytes, dict[str | None, np.ndarray]]:
     return "d.npz", buffer.getvalue(), dict(arrays)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(data_files(), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
        st.integers(0, 40), st.integers(0, 3))  # fmt: skip
 # array_key read only the zip's directory; with_arrays copies the other members and raised

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from webgpu_kernels import comparison
 from webgpu_kernels.comparison import FLOAT_TOLERANCE, OTHER_TOLERANCE, Agreement, Tolerance, check_against, compare
@@ -289,3 +293,130 @@ def test_the_reference_checks_judge_integers_past_2_to_the_53_exactly(monkeypatc
     big = np.array([2**63 + 1], np.uint64)
     assert check_against({"Y": big}, {"Y": np.array([2**63 - 1], np.int64)}, f32) == Agreement(2.0, False)
     assert check_against({"Y": big}, {"Y": big.copy()}, f32) == Agreement(0.0, True)
+
+
+# --- properties against a float64 / Python-int model (hypothesis) -----------------------------------
+
+_FLOATS = ["float16", "float32", "float64"]
+_INTS = ["int8", "uint8", "int16", "int32", "uint32", "int64", "uint64"]
+
+
+def _values(dtype: str) -> st.SearchStrategy:
+    if dtype == "bool":
+        return st.integers(0, 2)  # a byte: 2 is no format bool
+    if dtype in _INTS:
+        info = np.iinfo(dtype)
+        near = [int(info.max), int(info.min)] + [v for b in (53, 62, 63) for v in (2**b - 1, 2**b, 2**b + 1, -(2**b)) if info.min <= v <= info.max]
+        return st.integers(int(info.min), int(info.max)) | st.sampled_from(near) | st.integers(-3, 3).filter(
+            lambda v: v >= info.min)  # fmt: skip
+    return st.floats(width=np.finfo(dtype).bits, allow_subnormal=True) | st.sampled_from([0.0, 1.0, -1.0])
+
+
+def _array(dtype: str, values: list) -> np.ndarray:
+    if dtype == "bool":
+        return np.array(values, np.uint8).view(np.bool_)
+    return np.array(values, dtype=dtype)
+
+
+@st.composite
+def pairs(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, list, list]:
+    """(got, want, got's values, want's values): one shape, dtypes of one kind; got near want at times."""
+    kind = draw(st.sampled_from(["float", "int", "bool"]))
+    got_dtype = draw(st.sampled_from({"float": _FLOATS, "int": _INTS, "bool": ["bool"]}[kind]))
+    want_dtype = got_dtype if kind == "bool" else draw(st.sampled_from({"float": _FLOATS, "int": _INTS}[kind]))
+    want = [draw(_values(want_dtype)) for _ in range(draw(st.integers(0, 9)))]
+    if kind == "bool":
+        want = [min(w, 1) for w in want]  # expected bools are 0 or 1
+    got = []
+    for w in want:
+        choice = draw(st.sampled_from(["same", "near", "any"]))
+        if kind == "float" and choice != "any":
+            scale = 1.0 if choice == "same" else 1.0 + draw(st.sampled_from([1e-6, -1e-4, 1e-2]))
+            with np.errstate(over="ignore", invalid="ignore"):
+                got.append(float(np.array(w * scale).astype(got_dtype)))
+        elif kind != "float" and choice != "any" and _fits(v := w + (0 if choice == "same" else draw(st.integers(-2, 2))),
+                                                            got_dtype):  # fmt: skip
+            got.append(v)
+        else:
+            got.append(draw(_values(got_dtype)))
+    return _array(got_dtype, got), _array(want_dtype, want), got, want
+
+
+def _fits(v: int, dtype: str) -> bool:
+    if dtype == "bool":
+        return 0 <= v <= 2
+    info = np.iinfo(dtype)
+    return info.min <= v <= info.max
+
+
+tolerances = st.builds(Tolerance, st.sampled_from([0.0, 0.5, 1.0, 1e-4, 1e-2, 3.0]),
+                       st.sampled_from([0.0, 1e-5, 1e-3, 0.25]))  # fmt: skip
+
+
+def _model_ok(g, w, tol: Tolerance) -> bool:
+    """One element by the documented rule, in Python: integers' difference exact, against the
+    bound in float64 (Python compares an int with a float exactly); floats in float64."""
+    if isinstance(g, int) and isinstance(w, int):
+        return abs(g - w) <= tol.atol + tol.rtol * float(abs(w))
+    g, w = float(g), float(w)
+    if math.isnan(w):
+        return math.isnan(g)
+    if math.isinf(w):
+        return g == w
+    if not math.isfinite(g):
+        return False
+    return abs(g - w) <= tol.atol + tol.rtol * abs(w)
+
+
+@settings(max_examples=250, deadline=None)
+@given(pairs(), tolerances)
+def test_elements_ok_and_compare_follow_the_documented_rule(pair, tol: Tolerance) -> None:
+    got, want, g, w = pair
+    model = [_model_ok(a, b, tol) for a, b in zip(g, w)]
+    assert comparison.elements_ok(got, want, tol).tolist() == model
+    judged = compare("Y", got, want, tol)
+    assert judged.ok == all(model) and judged.mismatches == model.count(False)
+    if not all(model):
+        assert f"first at [{model.index(False)}]" in judged.message
+
+
+def _model_error(g, r, dtype: np.dtype) -> tuple[float, float]:
+    """check_against's error of one element and the reference it is taken against: the reference
+    as ``dtype`` rounds it to an infinity; 0 for equal infinities and NaN against NaN, inf for any
+    other NaN."""
+    if isinstance(g, int) and isinstance(r, int):
+        return abs(g - r), r
+    g, r = float(g), float(r)
+    if dtype.kind == "f" and dtype.itemsize < 8 and math.isfinite(r):
+        with np.errstate(over="ignore"):
+            rounded = float(np.array(r).astype(dtype))
+        r = rounded if math.isinf(rounded) else r
+    if (math.isnan(g) and math.isnan(r)) or (math.isinf(r) and g == r):
+        return 0.0, r
+    if math.isnan(g) or math.isnan(r) or math.isinf(r) and math.isinf(g):
+        return math.inf, r
+    return abs(g - r), r
+
+
+@settings(max_examples=200, deadline=None)
+@given(pairs(), tolerances, st.integers(1, 4), st.booleans())
+def test_check_against_agrees_with_the_element_model_in_chunks(pair, tol: Tolerance, chunk: int, as_float64) -> None:
+    """The largest error and the verdict, a chunk of 1 to 4 elements at a time, as one pass of the
+    model over all elements gives them (a float64 reference, or one of the output's dtype)."""
+    got, ref, g, r = pair
+    if as_float64:
+        ref = ref.astype(np.float64)
+        r = ref.tolist()
+    allowed = Tolerance(*comparison.OTHER_TOLERANCE) if got.dtype.kind in "iub" else tol
+    errors, oks = [], []
+    for a, b in zip(g, r):
+        error, reference = _model_error(a, b, got.dtype)
+        errors.append(error)
+        if isinstance(error, int):
+            oks.append(_model_ok(a, b, allowed))
+        else:  # nothing allowed against an infinite or NaN reference but itself
+            oks.append(error <= (allowed.atol + allowed.rtol * abs(reference) if math.isfinite(reference) else 0.0))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(comparison, "CHUNK_ELEMENTS", chunk)
+        agreement = check_against({"Y": got}, {"Y": ref}, tol)
+    assert (agreement.max_error, agreement.ok) == (float(max(errors, default=0.0)), all(oks))

@@ -7,6 +7,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from webgpu_kernels.errors import BroadcastError, ExpressionError
 from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler, as_count
@@ -557,3 +559,38 @@ def test_a_call_with_the_wrong_arguments_names_the_function_as_the_language_does
         with pytest.raises(wk.ExpressionError) as info:
             kernel.evaluate(source, x)
         assert str(info.value).endswith(said), str(info.value)
+
+
+# --- chained comparisons against Python (hypothesis) --------------------------------------------
+
+_operands = (st.integers(-3, 3).map(str) | st.sampled_from(["hidden", "n", "(1 + 2)", "-1"])
+             | st.lists(st.integers(-2, 3), max_size=3).map(str))  # fmt: skip
+_operators = st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "in", "not in"])
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> str:
+    """A chain of 1 to 9 comparisons, at times negated or joined to another by `and`/`or`."""
+    links = draw(st.integers(1, 9))
+    text = draw(_operands) + "".join(f" {draw(_operators)} {draw(_operands)}" for _ in range(links))
+    if draw(st.booleans()):
+        text = f"not {text}"
+    if draw(st.booleans()):
+        text = f"{text} {draw(st.sampled_from(['and', 'or']))} {draw(chains())}"
+    return text
+
+
+@settings(max_examples=120, deadline=None)
+@given(chains())
+def test_a_chained_comparison_is_what_python_makes_of_it(source: str) -> None:
+    """Each link holds as in Python and the chain stops at its first false one; where Python
+    raises (an int compared with a list, `in` an int), the expression is refused."""
+    names = {"hidden": 8, "n": 48}
+    try:
+        want = eval(source, {"__builtins__": {}}, dict(names))  # noqa: S307 - generated comparisons of literals
+    except TypeError:
+        with pytest.raises(ExpressionError):
+            ev(source)
+        return
+    got = ev(source)
+    assert got == want and type(got) is type(want), source
