@@ -311,6 +311,31 @@ def test_file_names_that_are_one_file_on_macos_or_windows_are_refused_before_any
     assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID
 
 
+@pytest.mark.parametrize("how", ["HF_HUB_OFFLINE", "server down"])
+def test_such_names_in_a_cached_copy_are_refused_too(server, hub_root, hub_env, monkeypatch, how):
+    """A snapshot another program fetched into the cache (huggingface_hub itself, an older release)
+    had loaded offline or with the Hub down on Linux, where it is refused online: the same
+    repository and commit must load everywhere or nowhere, from the cache too."""
+    from huggingface_hub import snapshot_download
+
+    pkg = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR
+    for name in ("Notes.txt", "notes.txt"):
+        (pkg / name).write_text(f"{name}\n", encoding="utf-8")
+    server.rescan()
+    snapshot_download(OFFICIAL, repo_type="kernel", revision="v1", allow_patterns=[f"{hub.PACKAGE_DIR}/*"],
+                      cache_dir=str(hub_env / "hub"), endpoint=server.url)  # fmt: skip
+    before = cache_state(hub_env)
+    if how == "HF_HUB_OFFLINE":
+        go_offline(monkeypatch)
+    else:
+        server.stop()
+    with pytest.raises(HubError, match="'Notes.txt' and 'notes.txt' differ only in case") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    commit = server.commit_of(OFFICIAL, "v1")
+    assert f"the Hugging Face cache's copy (commit {commit}) is refused on every system" in str(info.value)
+    assert info.value.repo_id == OFFICIAL and cache_state(hub_env) == before
+
+
 def test_a_download_refused_midway_leaves_the_cache_as_it_was(server, hub_env, monkeypatch):
     """huggingface_hub refuses a '..' name itself, but only when it comes to that file: the files
     fetched before it, refs/v1 and the commit's tree listing stayed in the cache (a partial

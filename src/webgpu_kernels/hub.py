@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from . import hub_cache
-from .digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE, is_content_file
+from .digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE, is_content_file, package_files
 from .errors import DigestError, HubError, KernelError, PackageError
 from .forks import fresh_in_child
 from .hub_cache import (
@@ -171,6 +171,9 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
         if not root.is_dir():
             raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}) has no {PACKAGE_DIR}/ folder: "
                            "not a WebGPU kernel package", repo_id=repo_id, revision=rev)  # fmt: skip
+        if from_cache:  # no listing of this commit was checked (offline, unreachable, or the listing
+            # failed): a copy that huggingface_hub or an older release put in the cache had loaded on Linux
+            _check_portable(repo_id, rev, _snapshot_names(root), cached=commit)
         try:
             base = open_folder(root, origin="hub", needs_trust=trusted, require_metadata=True)
         except DigestError as exc:
@@ -445,18 +448,29 @@ def _name_problem(path: str) -> str | None:
     return None
 
 
-def _check_portable(repo_id: str, rev: str, names: list[str]) -> None:
+def _check_portable(repo_id: str, rev: str, names: list[str], *, cached: str | None = None) -> None:
     """Refuse a package whose file names break it on macOS or Windows (two names that are one file
     there, a name Windows refuses), on every system: on a case-insensitive cache one file had
     overwritten the other, met later as a digest mismatch, and a package that loads on Linux CI
-    failed only for its users elsewhere. ``validate`` reports the same names to the authors."""
+    failed only for its users elsewhere. ``validate`` reports the same names to the authors.
+    ``cached``: the commit of the cache's snapshot the names are from (no listing was checked)."""
     problems = name_problems(names)
     if problems:
         more = f" (and {len(problems) - 1} more such name problems)" if len(problems) > 1 else ""
-        raise HubError(f"{repo_id} revision {rev!r}: in {PACKAGE_DIR}/, {problems[0].why}{more}: refused on every "
-                       "system before anything was downloaded, so that the package loads everywhere or nowhere "
+        when = (f"the Hugging Face cache's copy (commit {cached}) is refused on every system" if cached is not None
+                else "refused on every system before anything was downloaded")  # fmt: skip
+        raise HubError(f"{repo_id} revision {rev!r}: in {PACKAGE_DIR}/, {problems[0].why}{more}: {when}, so that the package loads everywhere or nowhere "
                        "(`webgpu-kernels validate` reports these names to its authors): tell the repository's "
                        "authors", repo_id=repo_id, revision=rev)  # fmt: skip
+
+
+def _snapshot_names(root: Path) -> list[str]:
+    """The names of a cached snapshot's package files, as validate reads them (none where the folder
+    cannot be listed: opening it says why)."""
+    try:
+        return [*package_files(root), METADATA_FILE]
+    except PackageError:
+        return []
 
 
 def _published_versions(repo_id: str, endpoint: str | None, token: Any) -> list[str]:
