@@ -71,16 +71,19 @@ def test_a_ctrl_c_in_the_copy_wait_raises_once_every_running_chunk_is_done(threa
     import time
 
     started, finished, lock, real_wait = [], [], threading.Lock(), buffers.wait
+    running = threading.Event()
 
     def copy(offset, size):
         with lock:
             started.append(offset)
+        running.set()
         time.sleep(0.05)
         with lock:
             finished.append(offset)
 
     def interrupted_wait(futures):
-        time.sleep(0.01)  # some chunks are running
+        # Some chunk is running (a fixed 10 ms sleep had found none started on a loaded machine).
+        assert running.wait(30)
         monkeypatch.setattr(buffers, "wait", real_wait)
         raise KeyboardInterrupt
 
