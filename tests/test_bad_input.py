@@ -74,8 +74,13 @@ CASES = [
     # dtypes
     Case("dtype-float64", QG, lambda: {"X": np.ones(4, np.float64)}, errors.DTypeError,
          ("float64", "float32", "float16", "type variable T"), "X"),
-    Case("dtype-int32", BA, lambda: bias_inputs(dtype=np.int32), errors.DTypeError, ("int32",), "X"),
-    Case("dtype-bool", QG, lambda: {"X": np.ones(4, bool)}, errors.DTypeError, ("bool",), "X"),
+    # a bfloat16, integer or bool array got no advice where float64 got one (helper-82)
+    Case("dtype-int32", BA, lambda: bias_inputs(dtype=np.int32), errors.DTypeError,
+         ("int32", "(convert with .astype(np.float32))"), "X"),
+    Case("dtype-bool", QG, lambda: {"X": np.ones(4, bool)}, errors.DTypeError,
+         ("bool", "(convert with .astype(np.float32))"), "X"),
+    Case("dtype-bfloat16", QG, lambda: {"X": np.ones(4, pytest.importorskip("ml_dtypes").bfloat16)},
+         errors.DTypeError, ("got bfloat16 (convert with .astype(np.float32))",), "X"),
     Case("mixed-dtypes", BA, lambda: bias_inputs(bias=np.ones(8, f16)), errors.DTypeError,
          ("float32 like 'X'", "type variable T", "float16"), "bias"),
     Case("mixed-dtypes-skip", BA, lambda: bias_inputs(dtype=f16, skip=np.ones((2, 3, 8), f32)), errors.DTypeError,
@@ -570,7 +575,7 @@ def test_a_tensor_meta_takes_the_short_dtype_names(quick_gelu):
             explained = quick_gelu.explain(meta)
             assert explained.chosen == "vec4" and explained.outputs[0].dtype == read
         else:
-            with pytest.raises(errors.DTypeError, match=f"got {read}$"):
+            with pytest.raises(errors.DTypeError, match=f"got {read}( \\(convert with|$)"):  # then a conversion hint
                 quick_gelu.explain(meta)
     for given, numpy_reading, short_reading in (("i8", "int64", "int8"), ("u8", "uint64", "uint8")):
         with pytest.raises(errors.DTypeError, match=f"argument 'X': expected a dtype name with one reading: "

@@ -90,6 +90,38 @@ def test_bfloat16_is_refused(quick_gelu):
     raises(errors.DTypeError, lambda: quick_gelu({"X": x}), "bfloat16", argument="X")
 
 
+@pytest.mark.parametrize("dtype, hint", [
+    ("bfloat16", "(convert with .astype(np.float32))"),
+    ("int64", "(convert with .astype(np.float32))"),
+    ("uint8", "(convert with .astype(np.float32))"),
+    ("bool", "(convert with .astype(np.float32))"),
+    ("float64", "(NumPy's default, Python floats and lists of them are float64: convert with .astype(np.float32))"),
+])  # fmt: skip
+def test_a_refused_numeric_dtype_says_how_to_convert(quick_gelu, dtype, hint):
+    """Only float64 got advice; a bfloat16, integer or bool array for a float input got none."""
+    if dtype == "bfloat16":
+        dtype = pytest.importorskip("ml_dtypes").bfloat16
+    error = raises(errors.DTypeError, lambda: quick_gelu({"X": np.ones(4, dtype)}), argument="X")
+    assert str(error).endswith(hint)
+
+
+def test_a_conversion_hint_keeps_to_the_kind_of_the_values():
+    """Integers to an integer type first; a float is never told to become an integer (that truncates);
+    what converts to no number (strings, objects, complex) gets no advice."""
+    from conftest import PACKAGES_DIR
+
+    gather = wk.load_kernel(PACKAGES_DIR / "demo.Gather")
+    data = np.ones((4, 2), f32)
+    error = raises(errors.DTypeError, lambda: gather({"data": data, "indices": np.zeros(2, np.uint8)}),
+                   argument="indices")  # fmt: skip
+    assert str(error).endswith("(convert with .astype(np.int32))")
+    error = raises(errors.DTypeError, lambda: gather({"data": data, "indices": np.zeros(2, f32)}), argument="indices")
+    assert str(error).endswith("got float32")
+    for value in (np.array(["1.0"]), np.array([1.0, None]), np.ones(2, np.complex64)):
+        error = raises(errors.DTypeError, lambda v=value: gather({"data": v, "indices": np.zeros(2, np.int32)}))
+        assert str(error).endswith(f"got {value.dtype.name}")
+
+
 @pytest.mark.parametrize("arg", ["bias", "skip"])
 def test_type_variable_bound_to_two_dtypes(bias_add, arg):
     inputs = bias_inputs(dtype=f32)

@@ -87,7 +87,7 @@ def check_call(
         allowed = manifest.type_constraints[spec.dtype]
         if dtype not in allowed:
             raise DTypeError(spec.role, f"dtype in {list(allowed)} (type variable {spec.dtype})", dtype,
-                             hint=_float64_hint(dtype, allowed))  # fmt: skip
+                             hint=conversion_hint(dtype, allowed))  # fmt: skip
         bound = type_bindings.setdefault(spec.dtype, (dtype, spec.role))
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype)
@@ -172,12 +172,44 @@ def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
     return tuple(checked), dtype
 
 
-def _float64_hint(dtype: str, allowed: Sequence[str]) -> str:
-    """float64 is what NumPy's defaults, Python floats and lists of them give: say how to convert."""
-    floats = [t for t in allowed if t in ("float32", "float16")]
-    if dtype != "float64" or not floats:
+#: The dtypes a refused one may be converted to, most wanted first, by the kind of what came: a
+#: float (bfloat16 too) only to floats, float32 first (the type kernels compute in); an integer or
+#: bool to integers, then floats. A float is never advised to become an integer: that truncates.
+_FLOAT_TARGETS = ("float32", "float16", "bfloat16", "float64")
+_INT_TARGETS = ("int32", "int64", "uint32", "uint64", "int16", "uint16", "int8", "uint8")
+_CONVERSION_TARGETS = {"f": _FLOAT_TARGETS, "i": _INT_TARGETS + _FLOAT_TARGETS, "u": _INT_TARGETS + _FLOAT_TARGETS,
+                       "b": _INT_TARGETS + _FLOAT_TARGETS}  # fmt: skip
+
+
+def conversion_hint(dtype: str, allowed: Sequence[str]) -> str:
+    """How to convert an input of ``dtype`` that the constraint ``allowed`` refused, or "" where no
+    conversion fits (an object or string array, a float for an integer input)."""
+    target = _conversion_target(dtype, allowed)
+    if target is None:
         return ""
-    return f"NumPy's default, Python floats and lists of them are float64: convert with .astype(np.{floats[0]})"
+    convert = f".astype({_dtype_expression(target)})"
+    how = f"convert with {convert}"
+    if dtype == "float64":  # what NumPy's defaults, Python floats and lists of them give
+        return f"NumPy's default, Python floats and lists of them are float64: {how}"
+    return how
+
+
+def _conversion_target(dtype: str, allowed: Sequence[str]) -> str | None:
+    if dtype == "bfloat16":  # ml_dtypes' type: NumPy's kind for it is V (raw bytes)
+        kind = "f"
+    else:
+        try:
+            kind = np.dtype(dtype).kind
+        except (TypeError, ValueError):  # a name NumPy does not know (the CLI's, a typo)
+            return None
+    return next((t for t in _CONVERSION_TARGETS.get(kind, ()) if t in allowed), None)
+
+
+def _dtype_expression(name: str) -> str:
+    """The Python expression for a dtype, as a user would write it in ``.astype(...)``."""
+    if name == "bfloat16":
+        return "ml_dtypes.bfloat16"
+    return "np.bool_" if name == "bool" else f"np.{name}"
 
 
 def _elsewhere(name: str, sections: Mapping[str, Mapping[str, Any]]) -> str:
