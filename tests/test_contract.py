@@ -122,6 +122,21 @@ def test_a_conversion_hint_keeps_to_the_kind_of_the_values():
         assert str(error).endswith(f"got {value.dtype.name}")
 
 
+def test_a_float64_gpu_tensor_is_told_to_upload_a_converted_array(quick_gelu):
+    """wk.to_gpu([1.0]) is float64: the hint said .astype(np.float32), which a GpuTensor lacks."""
+    t = wk.to_gpu([1.0, 2.0])
+    try:
+        for call in (lambda: quick_gelu({"X": t}), lambda: quick_gelu.explain({"X": t})):
+            message = str(raises(errors.DTypeError, call, "got float64", argument="X"))
+            assert "convert with" not in message
+            assert "to_gpu(a.astype(np.float32))" in message and "to_gpu(t.numpy().astype(np.float32))" in message
+        converted = wk.to_gpu(t.numpy().astype(np.float32))  # the advice, as written
+        np.testing.assert_allclose(quick_gelu({"X": converted})["Y"], quick_gelu({"X": t.numpy().astype(f32)})["Y"])
+        converted.release()
+    finally:
+        t.release()
+
+
 @pytest.mark.parametrize("arg", ["bias", "skip"])
 def test_type_variable_bound_to_two_dtypes(bias_add, arg):
     inputs = bias_inputs(dtype=f32)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +69,11 @@ def check_call(
     tensors: Mapping[str, tuple[tuple[int, ...], str]],
     attrs: Mapping[str, Any] | None,
     tunables: Mapping[str, Any] | None,
+    *,
+    gpu_inputs: Collection[str] = (),
 ) -> CallSignature:
-    """Check inputs (name -> (shape, ONNX dtype name)), attributes and tunables."""
+    """Check inputs (name -> (shape, ONNX dtype name)), attributes and tunables. ``gpu_inputs``
+    names the inputs given as GpuTensors, which a dtype's conversion hint treats apart."""
     declared = {spec.role: spec for spec in manifest.inputs}
     check_input_names(manifest, tensors)
     type_bindings: dict[str, tuple[str, str]] = {}  # type variable -> (dtype, the argument that bound it)
@@ -87,7 +90,7 @@ def check_call(
         allowed = manifest.type_constraints[spec.dtype]
         if dtype not in allowed:
             raise DTypeError(spec.role, f"dtype in {list(allowed)} (type variable {spec.dtype})", dtype,
-                             hint=conversion_hint(dtype, allowed))  # fmt: skip
+                             hint=conversion_hint(dtype, allowed, on_gpu=spec.role in gpu_inputs))  # fmt: skip
         bound = type_bindings.setdefault(spec.dtype, (dtype, spec.role))
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype)
@@ -181,14 +184,16 @@ _CONVERSION_TARGETS = {"f": _FLOAT_TARGETS, "i": _INT_TARGETS + _FLOAT_TARGETS, 
                        "b": _INT_TARGETS + _FLOAT_TARGETS}  # fmt: skip
 
 
-def conversion_hint(dtype: str, allowed: Sequence[str]) -> str:
+def conversion_hint(dtype: str, allowed: Sequence[str], *, on_gpu: bool = False) -> str:
     """How to convert an input of ``dtype`` that the constraint ``allowed`` refused, or "" where no
-    conversion fits (an object or string array, a float for an integer input)."""
+    conversion fits (an object or string array, a float for an integer input). A GpuTensor has no
+    ``.astype``: it is uploaded again, converted (``on_gpu``)."""
     target = _conversion_target(dtype, allowed)
     if target is None:
         return ""
     convert = f".astype({_dtype_expression(target)})"
-    how = f"convert with {convert}"
+    how = (f"upload it converted: to_gpu(a{convert}) from the array, or to_gpu(t.numpy(){convert}) from this "
+           f"tensor (a GpuTensor has no .astype)" if on_gpu else f"convert with {convert}")  # fmt: skip
     if dtype == "float64":  # what NumPy's defaults, Python floats and lists of them give
         return f"NumPy's default, Python floats and lists of them are float64: {how}"
     return how

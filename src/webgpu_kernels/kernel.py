@@ -241,7 +241,7 @@ class Kernel:
         # not cost a copy (a broadcast view of 2**33 elements would allocate tens of GB).
         arrays = _prepare_inputs(inputs, device, host_ready=False)
         metas = {k: (v.shape, v.dtype.name) for k, v in arrays.items()}
-        signature = check_call(self.manifest, metas, attrs, tunables)
+        signature = check_call(self.manifest, metas, attrs, tunables, gpu_inputs=_on_gpu(arrays))
         if variant is None and not tunables:  # {} is no override too (the fast-path key says the same)
             plan = self._tuned_plan(metas, attrs, signature, device)
         if plan is None:
@@ -426,8 +426,9 @@ class Kernel:
                  adapter: str | None) -> tuple[Device, dict[str, Any], CallSignature]:  # fmt: skip
         """The device, the inputs' (shape, dtype) and the contract-checked signature of a call
         described by shapes/dtypes (an optional input given as None left out, as a call leaves it)."""
-        metas = describe_inputs(_declared_present(self.manifest, inputs))
-        return get_device(adapter), metas, check_call(self.manifest, metas, attrs, tunables)
+        present = _declared_present(self.manifest, inputs)
+        metas = describe_inputs(present)
+        return get_device(adapter), metas, check_call(self.manifest, metas, attrs, tunables, gpu_inputs=_on_gpu(present))
 
     def _check_variant_arg(self, forced: Any) -> None:
         """Refuse a ``variant=`` that is no variant id (SelectionError, as selection words it), before
@@ -635,6 +636,11 @@ def _by_value(options: Mapping[str, Any] | None) -> bool:
 
 def _tuple_terms(value: Sequence[Any]) -> tuple[bool, tuple[type, ...]]:
     return has_negative_zero(value), tuple(map(type, value))
+
+
+def _on_gpu(inputs: Mapping[str, Any]) -> list[str]:
+    """The names of the inputs given as GpuTensors (a dtype's conversion hint differs for them)."""
+    return [name for name, value in inputs.items() if isinstance(value, GpuTensor)]
 
 
 def _declared_present(manifest: Manifest, inputs: Any) -> Any:
