@@ -486,6 +486,30 @@ def test_to_gpu_with_another_adapter_copies_the_tensor(quick_gelu, device, gl_de
         moved.release()
 
 
+def test_a_tensor_on_another_adapter_says_how_to_run_the_call(quick_gelu, device, gl_device, dispatches):
+    """The error named both adapters but not what to do: the adapter= it quotes runs the call on
+    the tensor's device, and the to_gpu it quotes copies the tensor to the call's (helper-82)."""
+    if gl_device is device:
+        pytest.skip("the default adapter is the OpenGL one")
+    x = np.linspace(-2, 2, 64, dtype=f32)
+    t = to_gpu(x, adapter="gl")
+    try:
+        error = check_refused(quick_gelu, lambda: quick_gelu({"X": t}), errors.InputError,
+                              (gl_device.adapter.label(), device.adapter.label()), "X", device=device,
+                              dispatches=dispatches)  # fmt: skip
+        there, here = re.search(r"with adapter=('[^']+'), or copy the tensor to the call's device with "
+                                r"to_gpu\(t, adapter=('[^']+')\)\)$", str(error)).groups()  # fmt: skip
+        moved = to_gpu(t, adapter=eval(here))
+        try:
+            expected = quick_gelu({"X": x})["Y"]
+            np.testing.assert_array_equal(quick_gelu({"X": t}, adapter=eval(there))["Y"], expected)
+            np.testing.assert_array_equal(quick_gelu({"X": moved})["Y"], expected)
+        finally:
+            moved.release()
+    finally:
+        t.release()
+
+
 # --- what comes back after an error -------------------------------------------------------------
 
 

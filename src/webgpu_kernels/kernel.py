@@ -18,7 +18,7 @@ from typing import Any, Literal, cast, overload
 import numpy as np
 
 from . import tuning
-from .call_inputs import as_array, checked_mapping, describe_inputs
+from .call_inputs import as_array, checked_mapping, describe_inputs, foreign_tensor_error
 from .contract import CallSignature, check_call, check_input_names, has_negative_zero
 from .device import Device, get_device
 from .errors import (
@@ -673,7 +673,7 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bo
             if value._device is not device:  # the slot: the property costs 17 ns more a read (CPU machine)
                 if value.device.lost:  # same adapter, so the labels alone would read alike
                     raise InputError(name, "a GpuTensor on a live device", LOST_TENSOR)
-                raise InputError(name, f"a GpuTensor on {device.adapter.label()}", f"one on {value.device.adapter.label()}")
+                raise foreign_tensor_error(name, value.device.adapter, device.adapter)
             prepared[name] = value
             continue
         if type(value) is not np.ndarray:  # plain arrays (the per-call path) skip as_array's checks
