@@ -131,6 +131,9 @@ CASES = [
          {"attrs": {"alpha": np.ma.masked_array(2.0, mask=True)}}),
     Case("unknown-attribute", QG, qg_inputs, errors.UnknownInputError, ("an unknown attribute", "['alpha']"), "beta",
          {"attrs": {"beta": 1.0}}),
+    # it said "expected one of the attributes [], got an unknown attribute" (helper-82)
+    Case("no-attributes", BA, bias_inputs, errors.UnknownInputError,
+         ("expected no attributes (this kernel has none), got an unknown attribute",), "alpha", {"attrs": {"alpha": 1}}),
     Case("attrs-not-a-dict", QG, qg_inputs, errors.InputError, ("a dict",), "attrs", {"attrs": [("alpha", 1.0)]}),
     Case("attr-name-not-a-string", QG, qg_inputs, errors.InputError, ("names",), "attrs", {"attrs": {1: 1.0}}),
     # tunables

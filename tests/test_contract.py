@@ -292,6 +292,23 @@ def test_attribute_beyond_f32_is_a_contract_error(quick_gelu):
     raises(errors.InputError, lambda: quick_gelu({"X": np.ones(4, f32)}, attrs={"alpha": 1e39}), argument="alpha")
 
 
+def test_an_attribute_for_a_kernel_without_attributes_says_it_has_none(bias_add):
+    """It said "expected one of the attributes [], got an unknown attribute"."""
+    error = raises(errors.UnknownInputError, lambda: bias_add(bias_inputs(), attrs={"alpha": 1}),
+                   "expected no attributes (this kernel has none), got an unknown attribute", argument="alpha")  # fmt: skip
+    assert "[]" not in str(error)
+
+
+def test_a_tunable_for_a_kernel_without_tunables_says_it_has_none():
+    from webgpu_kernels.contract import check_call
+    from webgpu_kernels.manifest import parse_manifest
+
+    manifest = parse_manifest(_stats_manifest(["float32"]))
+    assert not manifest.tunables
+    raises(errors.UnknownInputError, lambda: check_call(manifest, {"X": ((2,), "float32")}, None, {"TILE": 4}),
+           "expected no tunables (this kernel has none), got an unknown tunable", argument="TILE")  # fmt: skip
+
+
 def test_unknown_tunable(bias_add):
     raises(errors.UnknownInputError, lambda: bias_add(bias_inputs(), tunables={"TILE": 4}), "WORKGROUP_SIZE",
            argument="TILE")  # fmt: skip

@@ -241,8 +241,9 @@ def _check_values(
         if not isinstance(name, str):
             raise InputError(keyword, f"{kind} names (strings)", _describe(name))
         if name not in defaults:
-            raise UnknownInputError(name, f"one of the {kind}s {sorted(defaults)}", f"an unknown {kind}",
-                                    hint=_elsewhere(name, elsewhere or {}))  # fmt: skip
+            # "one of the attributes []" read as a list the caller had failed to find a name in
+            expected = f"one of the {kind}s {sorted(defaults)}" if defaults else f"no {kind}s (this kernel has none)"
+            raise UnknownInputError(name, expected, f"an unknown {kind}", hint=_elsewhere(name, elsewhere or {}))
     merged = []
     for name, default in defaults.items():
         value = given.get(name, default)
