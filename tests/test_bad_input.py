@@ -513,6 +513,18 @@ def test_a_tensor_on_another_adapter_says_how_to_run_the_call(quick_gelu, device
         t.release()
 
 
+def test_a_released_tensor_as_input_says_what_to_do(quick_gelu, device, dispatches):
+    """It said only "expected a live GpuTensor, got a released GpuTensor", without the advice the
+    tensor's own error gives (helper-82)."""
+    t = to_gpu(np.ones(8, f32))
+    t.release()
+    error = check_refused(quick_gelu, lambda: quick_gelu({"X": t}), errors.InputError,
+                          ("expected a live GpuTensor, got a released GpuTensor (release() gave its buffer back to "
+                           "the pool", "to_gpu(t) on t's device returns t itself", "release a tensor after its last use)"),
+                          "X", device=device, dispatches=dispatches)  # fmt: skip
+    assert "was released" not in str(error)  # "got a released GpuTensor" says it once
+
+
 # --- what comes back after an error -------------------------------------------------------------
 
 
