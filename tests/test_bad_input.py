@@ -525,6 +525,16 @@ def test_a_released_tensor_as_input_says_what_to_do(quick_gelu, device, dispatch
     assert "was released" not in str(error)  # "got a released GpuTensor" says it once
 
 
+def test_to_gpu_of_a_released_tensor_says_what_to_do(device):
+    t = to_gpu(np.ones(8, f32))
+    t.release()
+    with pytest.raises(errors.InputError) as info:
+        to_gpu(t)
+    assert info.value.argument == "array"
+    assert str(info.value).startswith("argument 'array': expected a live GpuTensor or an array, got a released "
+                                      "GpuTensor (release() gave its buffer back to the pool")  # fmt: skip
+
+
 # --- what comes back after an error -------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from .errors import DeviceLimitError, DTypeError, InputError, PackageError
 from .forks import fresh_in_child
 from .kernel import Kernel
 from .package import KernelPackage, embedded_ids, open_embedded, open_folder
-from .tensor import LOST_TENSOR, GpuTensor
+from .tensor import LOST_TENSOR, RELEASED_ADVICE, GpuTensor
 
 _embedded: dict[str, Kernel] = {}
 _lock = threading.Lock()
@@ -164,7 +164,7 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
     device = get_device(adapter)
     if isinstance(array, GpuTensor):
         if array.released:
-            raise InputError("array", "a live GpuTensor or an array", "a released GpuTensor")
+            raise InputError("array", "a live GpuTensor or an array", "a released GpuTensor", hint=RELEASED_ADVICE)
         if array.device.lost:
             raise InputError("array", "a live GpuTensor or an array", LOST_TENSOR)
         if array.device is device or adapter is None:

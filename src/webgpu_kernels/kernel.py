@@ -45,15 +45,13 @@ from .package import MANIFEST_FILE, KernelPackage
 from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, bound_roles, produced_outputs, resolve_variant, workgroup_memory_blame
 from .selection import Selection, Verdict, require_choice, select_variant
-from .tensor import LOST_TENSOR, RELEASED_TENSOR, GpuTensor
+from .tensor import LOST_TENSOR, RELEASED_ADVICE, GpuTensor
 
 #: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
 PLAN_CACHE_SIZE = 128
 #: Expressions given to :meth:`Kernel.evaluate` kept compiled, per kernel.
 EVALUATED_CACHE_SIZE = 256
 _OUTPUT_KINDS = ("numpy", "gpu")
-#: What a released tensor's own error says to do, after its opening words ("got a released GpuTensor" says those).
-_RELEASED_ADVICE = RELEASED_TENSOR.removeprefix("this GPU tensor was released: ")
 
 
 @dataclass(frozen=True)
@@ -671,7 +669,7 @@ def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bo
     for name, value in checked_mapping(inputs).items():
         if isinstance(value, GpuTensor):
             if value.released:
-                raise InputError(name, "a live GpuTensor", "a released GpuTensor", hint=_RELEASED_ADVICE)
+                raise InputError(name, "a live GpuTensor", "a released GpuTensor", hint=RELEASED_ADVICE)
             if value._device is not device:  # the slot: the property costs 17 ns more a read (CPU machine)
                 if value.device.lost:  # same adapter, so the labels alone would read alike
                     raise InputError(name, "a GpuTensor on a live device", LOST_TENSOR)

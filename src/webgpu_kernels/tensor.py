@@ -22,9 +22,11 @@ _READ_ONLY = ("GpuTensor.{} is read-only: calls trust a GPU tensor's shape, dtyp
 
 EXITING = "(the interpreter is exiting, and it finalizes objects in any order)"
 # to_gpu(t) is t on t's own device: a user who took it for a copy released "the other" tensor.
-RELEASED_TENSOR = ("this GPU tensor was released: release() gave its buffer back to the pool (also when called on "
-                   "the same tensor under another name: to_gpu(t) on t's device returns t itself, copy.copy(t) "
-                   "copies); release a tensor after its last use")
+#: What to do about a released tensor, for every error that meets one (its own, a call's, to_gpu's).
+RELEASED_ADVICE = ("release() gave its buffer back to the pool (also when called on the same tensor under another "
+                   "name: to_gpu(t) on t's device returns t itself, copy.copy(t) copies); release a tensor after its "
+                   "last use")
+RELEASED_TENSOR = f"this GPU tensor was released: {RELEASED_ADVICE}"
 LOST_TENSOR = "a GpuTensor whose device was lost (driver reset, destroyed): its data is gone; make it again"
 UNCOMPUTED_TENSOR = ("a GpuTensor whose computing work never reached the GPU (the submission that carried it "
                      "failed or was cut short by Ctrl-C): its data was never computed; make it again")
