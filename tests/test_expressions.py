@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jinja2 import nodes
+from jinja2.parser import Parser
 
 from webgpu_kernels.errors import BroadcastError, ExpressionError
-from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler, as_count
+from webgpu_kernels.expressions import _SANDBOX, STATIC_FUNCTIONS, ExpressionCompiler, as_count
+from webgpu_kernels.sandbox import harden
 
 KNOWN = ("hidden", "baseOk", "n")
 
@@ -341,6 +344,19 @@ def test_a_long_chained_comparison_compiles():
     too deep for Python's compiler."""
     assert ev(" < ".join(map(str, range(400)))) is True
     assert ev(" < ".join(map(str, range(399))) + " < 0") is False
+
+
+def test_a_nested_chained_comparison_compiles_each_operand_once():
+    """A chain's middle operand is compiled (and evaluated) once, as Python evaluates it: made a
+    link of two calls joined by `and`, a chain nested 16 deep in 161 characters had compiled to
+    2^16 copies of its innermost operand and taken 28 s to load."""
+    source = "12345"
+    for _ in range(10):
+        source = f"0 < ({source}) < 99999"
+    tree = Parser(_SANDBOX, source, state="variable").parse_expression()
+    code = _SANDBOX.compile(nodes.Template([nodes.Output([harden(tree, template=False)])]), raw=True)
+    assert code.count("12345") == 1
+    assert ev(source) is eval(source)  # noqa: S307 - a literal comparison
 
 
 # --- counts -------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import dataclasses
 import operator
 import time
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -205,10 +205,6 @@ class _Internal:
 
 
 _NUMBER = (int, float)
-_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
-    "eq": operator.eq, "ne": operator.ne, "gt": operator.gt, "gteq": operator.ge, "lt": operator.lt,
-    "lteq": operator.le, "in": lambda a, b: a in b, "notin": lambda a, b: a not in b,
-}  # fmt: skip
 _BINOPS = {
     "*": operator.mul, "**": operator.pow, "+": operator.add, "%": operator.mod,
     "//": operator.floordiv, "/": operator.truediv, "-": operator.sub,
@@ -470,14 +466,12 @@ class BoundedSandbox(SandboxedEnvironment):
             _charge(weight)
             yield item
 
-    def _compare(self, left: Any, name: str, right: Any) -> bool:
-        """One comparison ``left name right`` (a link of a chain) whose operands are first bounded by
-        :meth:`check_weight`."""
-        for operand in (left, right):
-            if isinstance(operand, Undefined):
-                operand._fail_with_undefined_error()
-            self.check_weight(operand, "comparing")
-        return _COMPARE[name](left, right)
+    def _operand(self, value: Any) -> Any:
+        """An operand of a comparison, bounded by :meth:`check_weight` before Python compares it
+        (comparing walks all of it)."""
+        if isinstance(value, Undefined):
+            value._fail_with_undefined_error()
+        return self.check_weight(value, "comparing")
 
     def _charge_work(self, units: int) -> str:
         _charge(units)
@@ -513,7 +507,7 @@ class BoundedSandbox(SandboxedEnvironment):
             charge_text(len(result))  # a copy, built like '+' builds one
         return result
 
-    wk_compare = _Internal(_compare)
+    wk_operand = _Internal(_operand)
     wk_key = _Internal(_key)
     wk_literal = _Internal(_literal)
     wk_slice = _Internal(_slice)
@@ -525,16 +519,6 @@ class BoundedSandbox(SandboxedEnvironment):
 
 def _internal_call(name: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:
     return nodes.Call(nodes.EnvironmentAttribute(name, lineno=lineno), args, [], None, None, lineno=lineno)
-
-
-def _all_of(links: Sequence[nodes.Expr], lineno: int) -> nodes.Expr:
-    """``links`` joined by `and` in a balanced tree: evaluated left to right and stopping at the
-    first false one, yet nested only log2(n) deep (a chain of 300 nested one `and` per link had
-    been too deep for Python's compiler)."""
-    if len(links) == 1:
-        return links[0]
-    half = len(links) // 2
-    return nodes.And(_all_of(links[:half], lineno), _all_of(links[half:], lineno), lineno=lineno)
 
 
 def _weight(node_list: Iterable[nodes.Node]) -> int:
@@ -577,13 +561,14 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
         if isinstance(node, nodes.Pair):  # a dict literal's key is hashed, which walks all of it
             node.key = _internal_call("wk_key", [node.key], node.lineno)
         if isinstance(node, nodes.Compare):
-            # One bounded link per operator, joined by `and`: a false link stops the chain, as in
-            # Python (`1 < 0 < dim(shapes.X, 9)` is false; one call of the whole chain had raised).
-            # A middle operand appears in two links, so it is evaluated again when the first holds.
-            lefts = [node.expr, *(operand.expr for operand in node.ops[:-1])]
-            links = [_internal_call("wk_compare", [left, nodes.Const(operand.op), operand.expr], node.lineno)
-                     for left, operand in zip(lefts, node.ops)]  # fmt: skip
-            return _all_of(links, node.lineno)
+            # Each operand bounded, the chain left to Python's: every operand evaluated once, and
+            # the chain stops at its first false link (`1 < 0 < dim(shapes.X, 9)` is false). Links
+            # as calls joined by `and` had evaluated a middle operand in two of them: nested chains
+            # compiled to code 2^depth long (161 characters took 28 s to load).
+            node.expr = _internal_call("wk_operand", [node.expr], node.lineno)
+            for operand in node.ops:
+                operand.expr = _internal_call("wk_operand", [operand.expr], node.lineno)
+            return node
         if not template and isinstance(node, (nodes.List, nodes.Tuple)):
             # Only the result had been: [d, d, ...] of d = [s] * 4095 held 800,000 items by
             # reference for a function's argument (whose error message had repr()'d all of it).
