@@ -178,9 +178,13 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
     # Refused before the host copy: a broadcast view of 2**33 elements would allocate tens of GB.
     limit = device.limits["max-buffer-size"]
     if padded_size(array.nbytes) > limit:
+        # Pieces sized for a call's binding, not just for a buffer: a piece of maxBufferSize bytes
+        # uploads but no call takes it where bindings hold less.
+        piece = min(limit, device.limits["max-storage-buffer-binding-size"])
         raise DeviceLimitError("array", f"at most {limit} bytes (the device's maxBufferSize)", f"{array.nbytes} bytes",
                                hint=f"no buffer of this device holds it: split the array into at least "
-                                    f"{-(-padded_size(array.nbytes) // limit)} pieces and upload each")  # fmt: skip
+                                    f"{-(-padded_size(array.nbytes) // piece)} pieces of at most {piece} bytes (what "
+                                    "a call binds) and upload each")  # fmt: skip
     return execution.to_gpu(device, execution.host_array(array))
 
 

@@ -653,12 +653,9 @@ def folded(name: str) -> str:
 
 
 def case_twin(name: str, files: Iterable[str]) -> str | None:
-    """The file of ``files`` whose name is ``name`` but for case, when ``name`` is none of them."""
-    files = set(files)
-    if name in files:
-        return None
-    key = folded(name)
-    return next((f for f in sorted(files) if folded(f) == key), None)
+    """The file of ``files`` whose name is ``name`` but for case, when ``name`` is none of them
+    (the first in sorted order where several are)."""
+    return case_twins(files)(name)
 
 
 def case_twins(files: Iterable[str]) -> Callable[[str], str | None]:
@@ -667,7 +664,7 @@ def case_twins(files: Iterable[str]) -> Callable[[str], str | None]:
     present = set(files)
     by_fold: dict[str, str] = {}
     for f in sorted(present):
-        by_fold.setdefault(folded(f), f)  # the first in sorted order, as case_twin answers
+        by_fold.setdefault(folded(f), f)  # the first in sorted order
 
     def twin(name: str) -> str | None:
         return None if name in present else by_fold.get(folded(name))

@@ -24,8 +24,8 @@ EXITING = "(the interpreter is exiting, and it finalizes objects in any order)"
 # to_gpu(t) is t on t's own device: a user who took it for a copy released "the other" tensor.
 #: What to do about a released tensor, for every error that meets one (its own, a call's, to_gpu's).
 RELEASED_ADVICE = ("release() gave its buffer back to the pool (also when called on the same tensor under another "
-                   "name: to_gpu(t) on t's device returns t itself, copy.copy(t) copies); release a tensor after its "
-                   "last use")
+                   "name: to_gpu(t) on t's device returns t itself; use copy.copy(t) for a separate tensor); release "
+                   "a tensor after its last use")
 RELEASED_TENSOR = f"this GPU tensor was released: {RELEASED_ADVICE}"
 LOST_TENSOR = "a GpuTensor whose device was lost (driver reset, destroyed): its data is gone; make it again"
 UNCOMPUTED_TENSOR = ("a GpuTensor whose computing work never reached the GPU (the submission that carried it "
