@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import struct
 import zipfile
 
@@ -414,3 +415,37 @@ def test_a_malformed_data_file_is_a_value_error(file, edits, cut, pick) -> None:
         return
     out = case_data.with_arrays(damaged, name, {key: np.zeros(2, np.float32)})  # as `expect` writes it
     assert case_data.load_array(out, name, key).tolist() == [0.0, 0.0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["npy", "npz", "safetensors"]), _member_names, st.data())
+def test_with_arrays_creates_a_new_file_holding_just_its_arrays(kind, names, data) -> None:
+    """``expect`` creating a data file an expected entry names: array_key(None, ...) picks each
+    entry's key, with_arrays(None, ...) writes a file of those arrays, which the readers take."""
+    name = f"d.{kind}"
+    tensors: list[str | None] = [None] if kind == "npy" else [*names]
+    if kind == "npz" and len(names) == 1 and data.draw(st.booleans()):
+        tensors = [None]  # an entry without tensor: the archive's one member, NumPy's key for it
+    keys = [case_data.array_key(None, name, tensor) for tensor in tensors]
+    assert keys == ([None] if kind == "npy" else ["arr_0"] if tensors == [None] else tensors)
+    arrays = {key: data.draw(data_arrays()) for key in keys}
+    out = case_data.with_arrays(None, name, arrays)
+    for tensor, key in zip(tensors, keys):
+        want = arrays[key] if kind == "safetensors" else _as_npy_expects(arrays[key])
+        assert _same_array(case_data.load_array(out, name, tensor), want)
+    if kind == "npz":
+        with np.load(io.BytesIO(out), allow_pickle=False) as npz:  # NumPy reads it
+            assert sorted(npz.files) == sorted(map(str, keys))
+    elif kind == "safetensors":
+        import safetensors
+
+        assert sorted(k for k, _ in safetensors.deserialize(out)) == sorted(map(str, keys))  # the library reads it
+
+
+@pytest.mark.parametrize(("name", "tensor", "fragment"), [
+    ("d.safetensors", None, "a new .safetensors file needs 'tensor'"),
+    ("d.safetensors", "__metadata__", "'__metadata__' is the format's own key"),
+])  # fmt: skip
+def test_a_new_file_s_key_that_cannot_be_written_is_a_value_error(name, tensor, fragment) -> None:
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        case_data.array_key(None, name, tensor)

@@ -320,3 +320,122 @@ def test_an_expected_value_the_reference_leaves_out_is_refused(optional_package)
     # a required output still must be returned
     result = invoke(CliRunner(), "expect", str(optional_package), "--reference", f"{ref}:z_only", code=2)
     assert_error(result, "expected the required outputs ['Y']", "got the keys ['Z']")
+
+
+# --- new data files -------------------------------------------------------------------------------
+
+
+def _tree(package) -> dict[str, bytes | None]:
+    """Every file (its bytes) and folder (None) under the package, hidden ones too."""
+    return {p.relative_to(package).as_posix(): None if p.is_dir() else p.read_bytes() for p in package.rglob("*")}
+
+
+def _expect(package, function="triple", code=0):
+    return invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:{function}",
+                  code=code)  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "tensor", "key"), [
+    ("tail.Y.npy", None, None),
+    ("tail.npz", "Y", "Y"),
+    ("tail.npz", None, "arr_0"),  # NumPy's key for np.savez(file, array), the archive's only member
+    ("tail.safetensors", "Y", "Y"),
+    ("data/new/tail.Y.npy", None, None),  # the missing folders made
+])  # fmt: skip
+def test_an_entry_naming_a_new_data_file_creates_it(package, name, tensor, key) -> None:
+    entry = {"file": name, **({"tensor": tensor} if tensor else {})}
+    _edit_tests(package, lambda cases: cases[0].update(expected={"Y": dict(entry)}))
+    result = _expect(package)
+    assert f"1 data file written (1 new: {name})" in result.stdout
+    assert json.loads((package / "test.json").read_text("utf-8"))["cases"][0]["expected"] == {"Y": entry}
+    data = (package / name).read_bytes()
+    want = _tripled(package, "tail-3x5-f32")
+    np.testing.assert_array_equal(wk.case_data.load_array(data, name, tensor), want)
+    if name.endswith(".npz"):
+        assert list(np.load(package / name)) == [key]  # the one array, as NumPy reads it too
+        np.testing.assert_array_equal(np.load(package / name)[key], want)
+    metadata = json.loads((package / "metadata.json").read_text("utf-8"))
+    assert name in metadata["digest"]["files"]
+    invoke(CliRunner(), "digest", str(package), "--check")
+    tested = json.loads(invoke(CliRunner(), "test", str(package), "--json").stdout)
+    assert tested["ok"] and {r["status"] for r in tested["packages"][0]["results"]} == {"pass"}
+
+
+@pytest.mark.parametrize("form", ["npz", "safetensors"])
+def test_two_entries_of_one_new_file_with_other_tensors_share_it(package, form) -> None:
+    name = f"outputs.{form}"
+
+    def edit(cases):
+        cases[0]["expected"] = {"Y": {"file": name, "tensor": "tail"}}
+        cases[2]["expected"] = {"Y": {"file": name, "tensor": "workgroups"}}
+
+    _edit_tests(package, edit)
+    assert "1 data file written (1 new: outputs." in _expect(package).stdout
+    data = (package / name).read_bytes()
+    for case, tensor in (("tail-3x5-f32", "tail"), ("workgroups-2x65-f16", "workgroups")):
+        np.testing.assert_array_equal(wk.case_data.load_array(data, name, tensor), _tripled(package, case))
+    tested = json.loads(invoke(CliRunner(), "test", str(package), "--json").stdout)
+    assert tested["ok"] and {r["status"] for r in tested["packages"][0]["results"]} == {"pass"}
+
+
+@pytest.mark.parametrize(("entries", "fragments"), [
+    # one array of a new file, two values: refused as for a file already there
+    ({0: {"file": "new.npz", "tensor": "Y"}, 2: {"file": "new.npz", "tensor": "Y"}},
+     ["cases[2].expected.Y", "'new.npz' tensor 'Y' is also cases[0].expected.Y's", "other values"]),
+    # a .npz without tensor holds one array, which another entry's tensor would make two
+    ({0: {"file": "new.npz"}, 2: {"file": "new.npz", "tensor": "Z"}},
+     ["cases[0].expected.Y", "'new.npz', a new .npz file, would hold the arrays ['Z', 'arr_0']", "names no 'tensor'"]),
+    ({0: {"file": "new.safetensors"}}, ["cases[0].expected.Y", "a new .safetensors file needs 'tensor'"]),
+    ({0: {"file": "new.npy", "tensor": "Y"}}, ["cases[0].expected.Y", "'tensor' applies to .npz and .safetensors"]),
+    ({0: {"file": "con.npy"}}, ["cases[0].expected.Y", "expect does not create it", "the device CON to Windows"]),
+    ({0: {"file": "__pycache__/y.npy"}}, ["expect does not create it", "files under __pycache__/ are never listed"]),
+    ({0: {"file": "Data/y.npy"}}, ["expect does not create it", "'Data' differs from the package's 'data' only in case"]),
+    ({0: {"file": "data/X.npy"}}, ["expect does not create it", "'data/X.npy' differs from the package's 'data/x.npy'"]),
+    ({0: {"file": "new/y.npy"}, 2: {"file": "NEW/y.npy"}}, ["cases[2].expected.Y", "from the package's 'new' only"]),
+    ({0: {"file": "data/x.npy/y.npy"}}, ["expect does not create it", "'data/x.npy' is a file, not a folder"]),
+    ({0: {"file": "linked/y.npy"}}, ["expect does not create it", "linked/ is a symbolic link to a folder"]),
+])  # fmt: skip
+def test_a_new_data_file_that_cannot_be_created_is_refused(package, entries, fragments) -> None:
+    (package / "data").mkdir()
+    (package / "data" / "x.npy").write_bytes(_npy(np.zeros(3, np.float32)))
+    outside = package.parent / "outside"
+    outside.mkdir()
+    (package / "linked").symlink_to(outside, target_is_directory=True)
+
+    def edit(cases):
+        for index, entry in entries.items():
+            cases[index]["expected"] = {"Y": entry}
+
+    _edit_tests(package, edit)
+    files = _tree(package)
+    result = _expect(package, code=2)
+    assert_error(result, *fragments)
+    assert _tree(package) == files and not list(outside.iterdir())
+
+
+def test_a_failing_case_leaves_no_new_file_behind(package) -> None:
+    _edit_tests(package, lambda cases: cases[0].update(expected={"Y": {"file": "data/new/tail.Y.npy"}}))
+    (package.parent / "ref.py").write_text(
+        REFERENCES + "\ndef fails_for_f16(inputs, attrs):\n"
+        "    if inputs['X'].shape != (3, 5):\n"
+        "        raise RuntimeError('second case')\n"
+        "    return {'Y': 3.0 * inputs['X']}\n", "utf-8")  # fmt: skip
+    files = _tree(package)
+    assert "nothing was written" in _expect(package, "fails_for_f16", code=1).stderr
+    assert _tree(package) == files
+
+
+def test_a_write_that_fails_removes_the_folders_it_made(package) -> None:
+    """The second new file's name is too long for the file system's temporary file: the first's
+    folder, made before the files were written, goes too."""
+    long_name = "y" * 240 + ".npy"  # a name the package may hold, whose temporary file (22 more) may not
+
+    def edit(cases):
+        cases[0]["expected"] = {"Y": {"file": "data/new/tail.Y.npy"}}
+        cases[2]["expected"] = {"Y": {"file": long_name}}
+
+    _edit_tests(package, edit)
+    files = _tree(package)
+    result = _expect(package, code=1)
+    assert "cannot write" in result.stderr and "nothing was written" in result.stderr, result.stderr
+    assert _tree(package) == files

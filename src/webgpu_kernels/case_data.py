@@ -353,16 +353,24 @@ def _safetensors_tensor(data: bytes, tensor: str | None) -> np.ndarray:
     return np.frombuffer(entry["data"], dtype=np_dtype.newbyteorder("<")).reshape(entry["shape"]).astype(np_dtype)
 
 
-def array_key(data: bytes, name: str, tensor: str | None) -> str | None:
+#: The key of the one array of a new .npz whose entry names no ``tensor``: NumPy's name for the
+#: array ``np.savez(file, array)`` is given, which :func:`load_array` reads as the archive's only member.
+NPZ_DEFAULT_KEY = "arr_0"
+
+
+def array_key(data: bytes | None, name: str, tensor: str | None) -> str | None:
     """The key of the array ``tensor`` names in data file ``name`` (None for a .npy file's one), as
     :func:`load_array` picks it, of a file :func:`with_arrays` can write again (every member of a
-    .npz readable). Raises ValueError."""
+    .npz readable). ``data`` None: a file not yet written, which :func:`with_arrays` creates
+    (a .npz without ``tensor`` gets NPZ_DEFAULT_KEY; a .safetensors one needs ``tensor``). Raises ValueError."""
     lower = name.lower()
     if lower.endswith(".npy"):
         if tensor is not None:
             raise ValueError("'tensor' applies to .npz and .safetensors files only")
         return None
     if lower.endswith(".npz"):
+        if data is None:
+            return NPZ_DEFAULT_KEY if tensor is None else tensor
         with _npz_archive(data) as archive:
             members = _npz_members(archive)
             key = _pick(members, tensor, "the archive", "member")
@@ -370,39 +378,53 @@ def array_key(data: bytes, name: str, tensor: str | None) -> str | None:
                 _npz_read(archive, info)
         return key
     if lower.endswith(".safetensors"):
+        if data is None:
+            if tensor is None or tensor == "__metadata__":  # the format has no default name; that one is its header's
+                raise ValueError("a new .safetensors file needs 'tensor', the name to store the array under"
+                                 + (" ('__metadata__' is the format's own key)" if tensor else ""))  # fmt: skip
+            return tensor
         return _pick(_safetensors_entries(data), tensor, "the file", "tensor")  # checked by the library
     raise ValueError("data files are .npy, .npz or .safetensors")
 
 
-def with_arrays(data: bytes, name: str, arrays: Mapping[str | None, np.ndarray]) -> bytes:
+def with_arrays(data: bytes | None, name: str, arrays: Mapping[str | None, np.ndarray]) -> bytes:
     """Data file ``name``'s bytes ``data`` with ``arrays`` (by :func:`array_key`'s key) in place of
     its old ones; its other arrays kept byte for byte, as stored (compressed or not), and a
-    .safetensors file's ``__metadata__`` too. bfloat16 goes into .npy and .npz as float32 (exact):
-    NumPy saves it as raw bytes that :func:`load_array` refuses."""
+    .safetensors file's ``__metadata__`` too. A key the file lacks is added after its arrays
+    (``data`` None: a new file holding just ``arrays``). bfloat16 goes into .npy and .npz as
+    float32 (exact): NumPy saves it as raw bytes that :func:`load_array` refuses."""
     if name.lower().endswith(".npy"):
         return _npy_bytes(arrays[None])
     if name.lower().endswith(".npz"):
         out = io.BytesIO()
-        with zipfile.ZipFile(io.BytesIO(data)) as archive, zipfile.ZipFile(out, "w") as new:
-            for info in archive.infolist():
-                key = info.filename.removesuffix(".npy")
-                member = zipfile.ZipInfo(info.filename, info.date_time)
-                member.compress_type, member.external_attr = info.compress_type, info.external_attr
-                new.writestr(member, _npy_bytes(arrays[key]) if key in arrays else archive.read(info))
+        with zipfile.ZipFile(out, "w") as new:
+            kept: set[str | None] = set()
+            if data is not None:
+                with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                    for info in archive.infolist():
+                        key = info.filename.removesuffix(".npy")
+                        member = zipfile.ZipInfo(info.filename, info.date_time)
+                        member.compress_type, member.external_attr = info.compress_type, info.external_attr
+                        new.writestr(member, _npy_bytes(arrays[key]) if key in arrays else archive.read(info))
+                        kept.add(key)
+            for added, array in arrays.items():  # stored, as np.savez writes them (a fixed date: the same bytes)
+                if added not in kept:
+                    new.writestr(zipfile.ZipInfo(f"{added}.npy"), _npy_bytes(array))
         return out.getvalue()
     # .safetensors, written here: the library's serialize() takes other arguments from one release
     # to the next (bytes, then pointers), and the format is a length, a JSON header and the data.
-    header, body = _safetensors_header(data)
+    header, body = _safetensors_header(data) if data is not None else ({}, b"")
     tensors: dict[str, Any] = {"__metadata__": header.pop("__metadata__")} if "__metadata__" in header else {}
+    # the old layout, each array with new values in its place and a new one at the end
+    stored = {key: ({"dtype": info["dtype"], "shape": info["shape"]}, body[slice(*info["data_offsets"])])
+              for key, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0])}  # fmt: skip
+    for tensor, array in arrays.items():
+        if tensor is not None:
+            spec = {"dtype": _SAFETENSORS_CODES[dtype_name(array.dtype)], "shape": list(array.shape)}
+            stored[tensor] = (spec, array.astype(array.dtype.newbyteorder("<")).tobytes())  # safetensors is little-endian
     blobs: list[bytes] = []
     offset = 0
-    for key, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):  # the old layout
-        if key in arrays:
-            array = arrays[key]
-            spec = {"dtype": _SAFETENSORS_CODES[dtype_name(array.dtype)], "shape": list(array.shape)}
-            blob = array.astype(array.dtype.newbyteorder("<")).tobytes()  # safetensors is little-endian
-        else:
-            spec, blob = {"dtype": info["dtype"], "shape": info["shape"]}, body[slice(*info["data_offsets"])]
+    for key, (spec, blob) in stored.items():
         tensors[key] = {**spec, "data_offsets": [offset, offset + len(blob)]}
         offset += len(blob)
         blobs.append(blob)

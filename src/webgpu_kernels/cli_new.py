@@ -10,6 +10,7 @@ passes ``validate`` and ``test`` as it is, and the author grows it from there.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -222,6 +223,31 @@ def _import_reference(ctx: click.Context, param: click.Parameter, value: str) ->
     return value, found
 
 
+def _make_folders(root: Path, names: list[str]) -> list[Path]:
+    """The folders of the package-relative ``names`` that are missing, made, outermost first
+    (write_expected checked that none of their names' folders is a link or a file)."""
+    made: list[Path] = []
+    try:
+        for name in names:
+            folder = root
+            for part in name.split("/")[:-1]:
+                folder = folder / part
+                if not folder.is_dir():
+                    folder.mkdir()
+                    made.append(folder)
+    except BaseException:
+        _remove_folders(made)
+        raise
+    return made
+
+
+def _remove_folders(made: list[Path]) -> None:
+    """Undo :func:`_make_folders` (innermost first; one something else wrote into stays)."""
+    for folder in reversed(made):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 @click.command("expect")
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--reference", "reference", required=True, metavar="FILE.py:FUNCTION", callback=_import_reference,
@@ -236,7 +262,8 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
     are) and its attributes over the manifest's defaults, and returns {output: array}: every
     required output, any optional one (one the case lists too). Each output the case lists,
     rounded once to its dtype, is written as its `expected` entry: inline, or into the data file
-    the entry names (other arrays of the file kept). Cases expecting a refusal are left alone.
+    the entry names (other arrays of the file kept; one not yet there is created, its folders too).
+    Cases expecting a refusal are left alone.
     Nothing is written until every case succeeded; metadata.json is then refreshed as `digest`
     does. Exit 1 if FUNCTION raises, 2 if it returns anything but the outputs in their shapes.
     """
@@ -256,14 +283,24 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
         click.echo(f"error: {exc}: {type(exc.__cause__).__name__}: {exc.__cause__}; nothing was written", err=True)
         ctx.exit(1)
     target = root / TEST_FILE
-    # The data files and test.json are all written before any replaces its old one.
-    replace_files({**{kernel.package.path_of(name): data for name, data in written.files.items()},
-                   target: dumps(doc) + "\n"})  # fmt: skip
+    made: list[Path] = []
+    try:
+        made = _make_folders(root, written.created)
+        # The data files and test.json are all written before any replaces its old one.
+        replace_files({**{kernel.package.path_of(name): data for name, data in written.files.items()},
+                       target: dumps(doc) + "\n"})  # fmt: skip
+    except BaseException as exc:
+        _remove_folders(made)  # a new file's folders go with it: the package as it was
+        if isinstance(exc, OSError):  # a full disk, a name too long for the file system
+            where = f" {exc.filename}" if exc.filename else ""
+            raise click.ClickException(f"cannot write{where}: {exc.strerror or exc}; nothing was written") from None
+        raise
     write_metadata(root)
     refused = sum(1 for case in doc["cases"] if "refused" in case)
     count, files = written.count, len(written.files)
+    new = f" ({len(written.created)} new: {', '.join(written.created)})" if written.created else ""
     click.echo(f"{count} case{'' if count == 1 else 's'} written, {refused} refusal case{'' if refused == 1 else 's'} "
-               f"left: {target}" + (f", {files} data file{'' if files == 1 else 's'} written" if files else "")
+               f"left: {target}" + (f", {files} data file{'' if files == 1 else 's'} written{new}" if files else "")
                + "; metadata.json refreshed")  # fmt: skip
     click.echo(f"next: webgpu-kernels validate {_folder_argument(path)} && webgpu-kernels test {_folder_argument(path)}")
 

@@ -6,12 +6,14 @@ arrays exactly as ``webgpu-kernels test`` builds them, float ones widened to flo
 boolean ones as they are), ``attrs`` the case's attributes over the manifest's defaults, and
 returns every required output and any of the optional ones. Each output is rounded once to the
 output's dtype and written inline, as the docs say to store it, unless the case's entry named a
-data file: that file's new content is returned instead (:class:`Written`), for the caller to write.
+data file: that file's new content is returned instead (:class:`Written`), for the caller to write
+(a file not yet in the package too, once its name passed the rules of a listed file's).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,9 +23,10 @@ import numpy as np
 from .call_inputs import TensorMeta
 from .case_data import array_key, cast, dtype_name, encode_values, numpy_dtype, with_arrays
 from .casefile import TEST_FILE, parse_draft_case
-from .digests import json_path
+from .digests import folded, json_path, never_listed, package_files, through_folder_link
 from .errors import CaseFileError, InputError, KernelError, PackageError
 from .kernel import Kernel
+from .portability import windows_problem
 
 Reference = Callable[[dict[str, np.ndarray], dict[str, Any]], Any]
 
@@ -74,10 +77,12 @@ def _rounded(value: Any, dtype: str, argument: str) -> np.ndarray:
 @dataclass
 class Written:
     """What :func:`write_expected` did: ``count`` cases written; ``files``: the new content of each
-    data file an expected entry names (package-relative name -> bytes), which the caller writes."""
+    data file an expected entry names (package-relative name -> bytes), which the caller writes;
+    ``created``: those of them not yet in the package (their missing folders the caller makes)."""
 
     count: int
     files: dict[str, bytes] = field(default_factory=dict)
+    created: list[str] = field(default_factory=list)
 
 
 #: An array of a data file: the file's package-relative name and the array's key (None in a .npy file).
@@ -101,6 +106,7 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
     wanted = f"the required outputs {required}" + (f", and any of the optional outputs {optional}" if optional else "")
     written: list[tuple[MutableMapping[str, Any], dict[str, Any]]] = []
     to_files: dict[_Array, tuple[np.ndarray, str]] = {}  # each array's new values, and the entry giving them
+    created: dict[str, str | None] = {}  # each new file, and the entry naming it without a tensor (a .npz's)
     for index, raw in enumerate(cases):
         if "refused" in raw:
             continue
@@ -154,7 +160,7 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
             entry = dict(old.get(role) or {"dtype": dtype, "shape": None, "values": None})
             if "file" in entry:  # a data file stays one: test.json would grow by the values
                 path = json_path(["cases", index, "expected", role])
-                array = _array_of(kernel, entry, path)
+                array = _expected_array(kernel, entry, path, created)
                 if array in to_files and not _same(to_files[array][0], y):
                     raise CaseFileError(f"{_shown(array)} is also {to_files[array][1]}'s, which gets other values "
                                         "from the reference: give each entry a file (or tensor) of its own",
@@ -167,11 +173,12 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
                     entry[key] = value
             entries[role] = entry
         written.append((raw, entries))
+    _check_new_files(to_files, created)
     _check_inputs(kernel, cases, to_files)
-    files = _file_contents(kernel, to_files)
+    files = _file_contents(kernel, to_files, created)
     for raw, entries in written:  # every case succeeded: only now is anything changed
         raw["expected"] = entries
-    return Written(len(written), files)
+    return Written(len(written), files, list(created))
 
 
 def _shown(array: _Array) -> str:
@@ -191,6 +198,66 @@ def _array_of(kernel: Kernel, spec: Mapping[str, Any], path: str) -> _Array:
         raise CaseFileError(str(exc), file=TEST_FILE, json_path=path) from None
     except ValueError as exc:
         raise CaseFileError(f"{spec.get('file')}: {exc}", file=TEST_FILE, json_path=path) from None
+
+
+def _expected_array(kernel: Kernel, spec: Mapping[str, Any], path: str, created: dict[str, str | None]) -> _Array:
+    """:func:`_array_of` for an expected entry, whose file may not exist yet: ``created`` gets it
+    (and ``path`` where the entry names no tensor), once its name passed :func:`_creatable`."""
+    try:
+        name = kernel.package.relative_name(spec["file"])
+    except PackageError as exc:
+        raise CaseFileError(str(exc), file=TEST_FILE, json_path=path) from None
+    if name not in created and not _creatable(kernel, name, path, created):
+        return _array_of(kernel, spec, path)  # a file of the package (or something else there, refused as today)
+    try:
+        key = array_key(None, name, spec.get("tensor"))
+    except ValueError as exc:
+        raise CaseFileError(f"{name!r} is not in the package and expect creates it, but {exc}",
+                            file=TEST_FILE, json_path=path) from None  # fmt: skip
+    created.setdefault(name, None)
+    if spec.get("tensor") is None and created[name] is None:
+        created[name] = path
+    return name, key
+
+
+def _creatable(kernel: Kernel, name: str, path: str, created: Mapping[str, Any]) -> bool:
+    """Whether ``name`` (package-relative) is a data file to create: False where something is at its
+    path already (the package's file, read as such). A name a listed file could not have, or whose
+    file would not be the package's, is refused naming the entry at ``path``."""
+    root = kernel.package.root
+    if os.path.lexists(root / name):
+        return False
+    parts = name.split("/")
+    why = never_listed(name) or through_folder_link(root, name) or windows_problem(name)
+    for depth in range(1, len(parts)):
+        folder = "/".join(parts[:depth])
+        if not why and os.path.lexists(root / folder) and not os.path.isdir(root / folder):
+            why = f"{folder!r} is a file, not a folder"
+    if not why:  # a name that differs from a file's or a folder's only in case is that file on macOS and Windows
+        known = {"/".join(p.split("/")[:d]) for p in [*package_files(root), *created] for d in range(1, p.count("/") + 2)}
+        spelt = {folded(p): p for p in sorted(known, reverse=True)}  # the first in sorted order
+        for depth in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:depth])
+            twin = spelt.get(folded(prefix)) if prefix not in known else None
+            if twin is not None:
+                why = (f"{prefix!r} differs from the package's {twin!r} only in case, and the two are one file on macOS "
+                       f"and Windows (spell it {twin!r}, or pick another name)")  # fmt: skip
+                break
+    if why:
+        raise CaseFileError(f"{name!r} is not in the package, and expect does not create it: {why}",
+                            file=TEST_FILE, json_path=path)  # fmt: skip
+    return True
+
+
+def _check_new_files(to_files: Mapping[_Array, Any], created: Mapping[str, str | None]) -> None:
+    """Refuse a new .npz that an entry without ``tensor`` names but others give other arrays: that
+    entry could not read its array back (an archive of several needs its ``tensor``)."""
+    for name, bare in created.items():
+        keys = sorted(str(key) for file, key in to_files if file == name)
+        if bare is not None and len(keys) > 1:
+            raise CaseFileError(f"{name!r}, a new .npz file, would hold the arrays {keys}, but this entry names no "
+                                "'tensor' to read its own by: name one (or give the entry a file of its own)",
+                                file=TEST_FILE, json_path=bare)  # fmt: skip
 
 
 def _check_inputs(kernel: Kernel, cases: Sequence[Mapping[str, Any]], to_files: Mapping[_Array, Any]) -> None:
@@ -213,10 +280,12 @@ def _check_inputs(kernel: Kernel, cases: Sequence[Mapping[str, Any]], to_files: 
                                     file=TEST_FILE, json_path=to_files[array][1])  # fmt: skip
 
 
-def _file_contents(kernel: Kernel, to_files: Mapping[_Array, tuple[np.ndarray, str]]) -> dict[str, bytes]:
+def _file_contents(kernel: Kernel, to_files: Mapping[_Array, tuple[np.ndarray, str]],
+                   created: Mapping[str, Any]) -> dict[str, bytes]:  # fmt: skip
     """Each data file's new content: the arrays of ``to_files`` in place of the old ones, every
-    other array of the file as it was."""
+    other array of the file as it was (a file of ``created``: just those arrays)."""
     by_file: dict[str, dict[str | None, np.ndarray]] = {}
     for (name, key), (array, _) in to_files.items():
         by_file.setdefault(name, {})[key] = array
-    return {name: with_arrays(kernel.package.read_bytes(name), name, arrays) for name, arrays in by_file.items()}
+    return {name: with_arrays(None if name in created else kernel.package.read_bytes(name), name, arrays)
+            for name, arrays in by_file.items()}  # fmt: skip
