@@ -439,3 +439,21 @@ def test_a_write_that_fails_removes_the_folders_it_made(package) -> None:
     result = _expect(package, code=1)
     assert "cannot write" in result.stderr and "nothing was written" in result.stderr, result.stderr
     assert _tree(package) == files
+
+
+@pytest.mark.parametrize("there", [True, False])
+def test_a_data_file_larger_than_a_package_file_may_be_is_refused(package, there) -> None:
+    """9 MB of float32 values: refused before anything is written (the file and test.json had been
+    replaced, then metadata.json's refresh failed reading the file, leaving the package stale)."""
+    if there:
+        (package / "big.Y.npy").write_bytes(_npy(np.zeros((3, 5), np.float32)))
+
+    def edit(cases):
+        cases[0]["inputs"]["X"]["shape"] = [1500, 1500]
+        cases[0]["expected"] = {"Y": {"file": "big.Y.npy"}}
+
+    _edit_tests(package, edit)
+    files = _tree(package)
+    result = _expect(package, code=2)
+    assert_error(result, "cases[0].expected.Y", "'big.Y.npy' would be 9000128 bytes", "more than a package file may be")
+    assert _tree(package) == files

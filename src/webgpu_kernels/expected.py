@@ -23,7 +23,7 @@ import numpy as np
 from .call_inputs import TensorMeta
 from .case_data import array_key, cast, dtype_name, encode_values, numpy_dtype, with_arrays
 from .casefile import TEST_FILE, parse_draft_case
-from .digests import folded, json_path, never_listed, package_files, through_folder_link
+from .digests import MAX_FILE_BYTES, folded, json_path, never_listed, package_files, through_folder_link
 from .errors import CaseFileError, InputError, KernelError, PackageError
 from .kernel import Kernel
 from .portability import windows_problem
@@ -285,7 +285,16 @@ def _file_contents(kernel: Kernel, to_files: Mapping[_Array, tuple[np.ndarray, s
     """Each data file's new content: the arrays of ``to_files`` in place of the old ones, every
     other array of the file as it was (a file of ``created``: just those arrays)."""
     by_file: dict[str, dict[str | None, np.ndarray]] = {}
-    for (name, key), (array, _) in to_files.items():
+    first: dict[str, str] = {}  # the first entry naming each file
+    for (name, key), (array, path) in to_files.items():
         by_file.setdefault(name, {})[key] = array
-    return {name: with_arrays(None if name in created else kernel.package.read_bytes(name), name, arrays)
-            for name, arrays in by_file.items()}  # fmt: skip
+        first.setdefault(name, path)
+    files = {name: with_arrays(None if name in created else kernel.package.read_bytes(name), name, arrays)
+             for name, arrays in by_file.items()}  # fmt: skip
+    for name, content in files.items():
+        # no package reads a larger file: written, it had failed metadata.json's refresh after test.json was replaced
+        if len(content) > MAX_FILE_BYTES:
+            raise CaseFileError(f"{name!r} would be {len(content)} bytes, more than a package file may be "
+                                f"({MAX_FILE_BYTES}): make the case smaller, or give the arrays of a shared file "
+                                "files of their own", file=TEST_FILE, json_path=first[name])  # fmt: skip
+    return files
