@@ -394,6 +394,11 @@ def test_two_entries_of_one_new_file_with_other_tensors_share_it(package, form) 
     ({0: {"file": "new/y.npy"}, 2: {"file": "NEW/y.npy"}}, ["cases[2].expected.Y", "from the package's 'new' only"]),
     ({0: {"file": "data/x.npy/y.npy"}}, ["expect does not create it", "'data/x.npy' is a file, not a folder"]),
     ({0: {"file": "linked/y.npy"}}, ["expect does not create it", "linked/ is a symbolic link to a folder"]),
+    # one new name the folder of another: written, one had failed on the other, leaving a.npy/b.npy behind
+    ({0: {"file": "a.npy"}, 2: {"file": "a.npy/b.npy"}},
+     ["cases[2].expected.Y", "'a.npy' is a new file another entry names, not a folder"]),
+    ({0: {"file": "a.npy/b.npy"}, 2: {"file": "a.npy"}},
+     ["cases[2].expected.Y", "'a.npy' is a folder of the new file 'a.npy/b.npy' another entry names"]),
 ])  # fmt: skip
 def test_a_new_data_file_that_cannot_be_created_is_refused(package, entries, fragments) -> None:
     (package / "data").mkdir()

@@ -233,6 +233,8 @@ def _creatable(kernel: Kernel, name: str, path: str, created: Mapping[str, Any])
         folder = "/".join(parts[:depth])
         if not why and os.path.lexists(root / folder) and not os.path.isdir(root / folder):
             why = f"{folder!r} is a file, not a folder"
+    if not why:  # one new name a folder of another: written, one failed on the other, leaving it behind
+        why = _file_and_folder(name, created)
     if not why:  # a name that differs from a file's or a folder's only in case is that file on macOS and Windows
         known = {"/".join(p.split("/")[:d]) for p in [*package_files(root), *created] for d in range(1, p.count("/") + 2)}
         spelt = {folded(p): p for p in sorted(known, reverse=True)}  # the first in sorted order
@@ -247,6 +249,17 @@ def _creatable(kernel: Kernel, name: str, path: str, created: Mapping[str, Any])
         raise CaseFileError(f"{name!r} is not in the package, and expect does not create it: {why}",
                             file=TEST_FILE, json_path=path)  # fmt: skip
     return True
+
+
+def _file_and_folder(name: str, created: Mapping[str, Any]) -> str | None:
+    """Why new file ``name`` cannot be written beside the new files ``created``: one of its folders
+    is one of them, or it is one of their folders."""
+    parts = name.split("/")
+    folder = next((f for f in ("/".join(parts[:d]) for d in range(1, len(parts))) if f in created), None)
+    if folder is not None:
+        return f"{folder!r} is a new file another entry names, not a folder"
+    inside = next((other for other in created if other.startswith(f"{name}/")), None)
+    return f"{name!r} is a folder of the new file {inside!r} another entry names" if inside else None
 
 
 def _check_new_files(to_files: Mapping[_Array, Any], created: Mapping[str, str | None]) -> None:
