@@ -462,3 +462,15 @@ def test_a_data_file_larger_than_a_package_file_may_be_is_refused(package, there
     result = _expect(package, code=2)
     assert_error(result, "cases[0].expected.Y", "'big.Y.npy' would be 9000128 bytes", "more than a package file may be")
     assert _tree(package) == files
+
+
+def test_a_test_json_larger_than_a_package_file_may_be_is_refused(package) -> None:
+    """A million values written inline make test.json about 11 MB: refused before anything is
+    written, naming the entry and the data file to name instead (test.json had been replaced, then
+    metadata.json's refresh failed reading it, and the package no longer loaded)."""
+    _edit_tests(package, lambda cases: cases[0]["inputs"]["X"].update(shape=[1000, 1000]))
+    files = _tree(package)
+    result = _expect(package, code=2)
+    assert_error(result, "cases[0].expected.Y", "test.json would be", "more than a package file may be (8388608)",
+                 "1000000 values inline", '{"file": "tail-3x5-f32.Y.npy"}')  # fmt: skip
+    assert _tree(package) == files

@@ -28,7 +28,7 @@ from .api import list_kernels, load_kernel
 from .casefile import TEST_FILE, read_test_file
 from .digests import METADATA_FILE, replace_files, write_metadata
 from .errors import KernelError, PackageError
-from .expected import ReferenceFailed, dumps, write_expected
+from .expected import ReferenceFailed, check_test_file_size, dumps, write_expected
 from .json_schema import validator
 from .locations import classify
 from .manifest import manifest_schema
@@ -283,12 +283,14 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
         click.echo(f"error: {exc}: {type(exc.__cause__).__name__}: {exc.__cause__}; nothing was written", err=True)
         ctx.exit(1)
     target = root / TEST_FILE
+    text = dumps(doc) + "\n"
+    check_test_file_size(doc["cases"], text)  # before any file is written
     made: list[Path] = []
     try:
         made = _make_folders(root, written.created)
         # The data files and test.json are all written before any replaces its old one.
         replace_files({**{kernel.package.path_of(name): data for name, data in written.files.items()},
-                       target: dumps(doc) + "\n"})  # fmt: skip
+                       target: text})  # fmt: skip
     except BaseException as exc:
         _remove_folders(made)  # a new file's folders go with it: the package as it was
         if isinstance(exc, OSError):  # a full disk, a name too long for the file system

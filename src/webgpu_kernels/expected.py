@@ -13,6 +13,7 @@ data file: that file's new content is returned instead (:class:`Written`), for t
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,15 @@ import numpy as np
 from .call_inputs import TensorMeta
 from .case_data import array_key, cast, dtype_name, encode_values, numpy_dtype, with_arrays
 from .casefile import TEST_FILE, parse_draft_case
-from .digests import MAX_FILE_BYTES, folded, json_path, never_listed, package_files, through_folder_link
+from .digests import (
+    MAX_FILE_BYTES,
+    folded,
+    json_path,
+    never_listed,
+    package_files,
+    through_folder_link,
+    valid_file_name,
+)
 from .errors import CaseFileError, InputError, KernelError, PackageError
 from .kernel import Kernel
 from .portability import windows_problem
@@ -179,6 +188,27 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
     for raw, entries in written:  # every case succeeded: only now is anything changed
         raw["expected"] = entries
     return Written(len(written), files, list(created))
+
+
+def check_test_file_size(cases: Sequence[Mapping[str, Any]], text: str) -> None:
+    """Refuse test.json's new ``text`` where it is larger than a package file may be, naming the
+    inline expected entry holding the most values: written, metadata.json's refresh had failed
+    reading it, leaving the package stale and unloadable."""
+    size = len(text.encode())
+    if size <= MAX_FILE_BYTES:
+        return
+    inline = [(math.prod(entry["shape"]), index, role, case.get("name")) for index, case in enumerate(cases)
+              for role, entry in (case.get("expected") or {}).items()
+              if isinstance(entry, Mapping) and "values" in entry and isinstance(entry.get("shape"), list)]  # fmt: skip
+    count, index, role, case_name = max(inline, key=lambda item: item[0], default=(0, None, None, None))
+    suggested = f"{case_name}.{role}.npy"
+    if not valid_file_name(suggested):
+        suggested = f"data/case{index}.{role}.npy"
+    where = (f": this entry holds {count} values inline; name a data file instead ({{\"file\": \"{suggested}\"}}), "
+             "which expect creates" if index is not None else "")  # fmt: skip
+    raise CaseFileError(f"{TEST_FILE} would be {size} bytes, more than a package file may be ({MAX_FILE_BYTES}){where}",
+                        file=TEST_FILE, json_path=json_path(["cases", index, "expected", role]) if index is not None
+                        else "cases")  # fmt: skip
 
 
 def _shown(array: _Array) -> str:
