@@ -474,3 +474,26 @@ def test_a_test_json_larger_than_a_package_file_may_be_is_refused(package) -> No
     assert_error(result, "cases[0].expected.Y", "test.json would be", "more than a package file may be (8388608)",
                  "1000000 values inline", '{"file": "tail-3x5-f32.Y.npy"}')  # fmt: skip
     assert _tree(package) == files
+
+
+def test_new_data_files_past_the_package_s_file_count_are_refused(package) -> None:
+    """A package of 999 files (metadata.json aside) gets two new ones: refused before anything is
+    written, naming the entry (the files and test.json had been written, then metadata.json's
+    refresh refused the folder as 'not a kernel package', leaving it stale)."""
+    from webgpu_kernels.digests import MAX_PACKAGE_FILES, package_files
+
+    notes = package / "notes"
+    notes.mkdir()
+    for i in range(MAX_PACKAGE_FILES - 1 - len(package_files(package))):
+        (notes / f"n{i}.txt").write_text("x", "utf-8")
+
+    def edit(cases):
+        cases[0]["expected"] = {"Y": {"file": "a.Y.npy"}}
+        cases[2]["expected"] = {"Y": {"file": "b.Y.npy"}}
+
+    _edit_tests(package, edit)
+    files = _tree(package)
+    result = _expect(package, code=2)
+    assert_error(result, "cases[2].expected.Y", "'b.Y.npy' would make the package's files 1001",
+                 f"more than a package may hold ({MAX_PACKAGE_FILES})")  # fmt: skip
+    assert _tree(package) == files

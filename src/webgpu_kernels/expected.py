@@ -26,6 +26,7 @@ from .case_data import array_key, cast, dtype_name, encode_values, numpy_dtype, 
 from .casefile import TEST_FILE, parse_draft_case
 from .digests import (
     MAX_FILE_BYTES,
+    MAX_PACKAGE_FILES,
     folded,
     json_path,
     never_listed,
@@ -265,8 +266,12 @@ def _creatable(kernel: Kernel, name: str, path: str, created: Mapping[str, Any])
             why = f"{folder!r} is a file, not a folder"
     if not why:  # one new name a folder of another: written, one failed on the other, leaving it behind
         why = _file_and_folder(name, created)
+    listed = package_files(root) if not why else []
+    if not why and len(listed) + len(created) + 1 > MAX_PACKAGE_FILES:  # written, metadata.json's refresh had failed
+        why = (f"{name!r} would make the package's files {len(listed) + len(created) + 1}, more than a package may "
+               f"hold ({MAX_PACKAGE_FILES}): give cases a shared .npz or .safetensors file (a 'tensor' each)")  # fmt: skip
     if not why:  # a name that differs from a file's or a folder's only in case is that file on macOS and Windows
-        known = {"/".join(p.split("/")[:d]) for p in [*package_files(root), *created] for d in range(1, p.count("/") + 2)}
+        known = {"/".join(p.split("/")[:d]) for p in [*listed, *created] for d in range(1, p.count("/") + 2)}
         spelt = {folded(p): p for p in sorted(known, reverse=True)}  # the first in sorted order
         for depth in range(1, len(parts) + 1):
             prefix = "/".join(parts[:depth])
