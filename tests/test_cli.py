@@ -357,7 +357,11 @@ def test_a_reader_that_stops_early_leaves_the_status_of_click_echos_output(comma
 #: import of numpy (which only the command line's heavy import brings in) until a SIGINT comes:
 #: the signal then provably lands while the command line is still being imported.
 _HELD_START = r"""
-import importlib, importlib.abc, runpy, sys, time
+import importlib, importlib.abc, runpy, signal, sys, time
+
+# Ctrl-C as a terminal delivers it: a suite started in the background by a non-interactive shell
+# (a CI runner's `cmd &`) hands its children SIGINT ignored, and the signal then never came.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 class HoldNumpy(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
