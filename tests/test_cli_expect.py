@@ -391,6 +391,8 @@ def test_two_entries_of_one_new_file_with_other_tensors_share_it(package, form) 
     ({0: {"file": "__pycache__/y.npy"}}, ["expect does not create it", "files under __pycache__/ are never listed"]),
     ({0: {"file": "Data/y.npy"}}, ["expect does not create it", "'Data' differs from the package's 'data' only in case"]),
     ({0: {"file": "data/X.npy"}}, ["expect does not create it", "'data/X.npy' differs from the package's 'data/x.npy'"]),
+    # a folder on disk that holds no listed file (empty here) is a case twin too
+    ({0: {"file": "EMPTY/y.npy"}}, ["expect does not create it", "'EMPTY' differs from the package's 'empty' only"]),
     ({0: {"file": "new/y.npy"}, 2: {"file": "NEW/y.npy"}}, ["cases[2].expected.Y", "from the package's 'new' only"]),
     ({0: {"file": "data/x.npy/y.npy"}}, ["expect does not create it", "'data/x.npy' is a file, not a folder"]),
     ({0: {"file": "linked/y.npy"}}, ["expect does not create it", "linked/ is a symbolic link to a folder"]),
@@ -403,6 +405,7 @@ def test_two_entries_of_one_new_file_with_other_tensors_share_it(package, form) 
 def test_a_new_data_file_that_cannot_be_created_is_refused(package, entries, fragments) -> None:
     (package / "data").mkdir()
     (package / "data" / "x.npy").write_bytes(_npy(np.zeros(3, np.float32)))
+    (package / "empty").mkdir()
     outside = package.parent / "outside"
     outside.mkdir()
     (package / "linked").symlink_to(outside, target_is_directory=True)

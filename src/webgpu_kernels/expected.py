@@ -272,6 +272,10 @@ def _creatable(kernel: Kernel, name: str, path: str, created: Mapping[str, Any])
                f"hold ({MAX_PACKAGE_FILES}): give cases a shared .npz or .safetensors file (a 'tensor' each)")  # fmt: skip
     if not why:  # a name that differs from a file's or a folder's only in case is that file on macOS and Windows
         known = {"/".join(p.split("/")[:d]) for p in [*listed, *created] for d in range(1, p.count("/") + 2)}
+        for depth in range(len(parts)):  # and what is on disk along the way: a folder holding no listed file
+            parent = "/".join(parts[:depth])
+            if os.path.isdir(root / parent):
+                known.update(f"{parent}/{entry}" if parent else entry for entry in os.listdir(root / parent))
         spelt = {folded(p): p for p in sorted(known, reverse=True)}  # the first in sorted order
         for depth in range(1, len(parts) + 1):
             prefix = "/".join(parts[:depth])
