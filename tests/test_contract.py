@@ -105,6 +105,17 @@ def test_a_refused_numeric_dtype_says_how_to_convert(quick_gelu, dtype, hint):
     assert str(error).endswith(hint)
 
 
+def test_a_conversion_hint_picks_a_type_that_holds_the_values():
+    """One that holds every value of what came first, else the widest: uint64 had been told
+    int32 (the first integer type allowed), whose range it passes far more often than int64's."""
+    from webgpu_kernels.contract import conversion_hint
+
+    assert conversion_hint("uint64", ["int32", "int64"]).endswith(".astype(np.int64)")
+    assert conversion_hint("uint8", ["int32", "int64"]).endswith(".astype(np.int32)")
+    assert conversion_hint("int16", ["int8", "float16", "float32"]).endswith(".astype(np.float32)")
+    assert conversion_hint("float64", ["float16", "float32"]).endswith(".astype(np.float32)")
+
+
 def test_a_conversion_hint_keeps_to_the_kind_of_the_values():
     """Integers to an integer type first; a float is never told to become an integer (that truncates);
     what converts to no number (strings, objects, complex) gets no advice."""

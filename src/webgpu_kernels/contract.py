@@ -207,7 +207,13 @@ def _conversion_target(dtype: str, allowed: Sequence[str]) -> str | None:
             kind = np.dtype(dtype).kind
         except (TypeError, ValueError):  # a name NumPy does not know (the CLI's, a typo)
             return None
-    return next((t for t in _CONVERSION_TARGETS.get(kind, ()) if t in allowed), None)
+    targets = [t for t in _CONVERSION_TARGETS.get(kind, ()) if t in allowed]
+    # One that holds every value first (uint8 to int32); else the widest (uint64 to int64, not to
+    # int32, whose range it passes far more often).
+    safe = [t for t in targets if dtype != "bfloat16" and t != "bfloat16" and np.can_cast(dtype, t, "safe")]
+    if safe or not targets:
+        return safe[0] if safe else None
+    return max(targets, key=lambda t: 2 if t == "bfloat16" else np.dtype(t).itemsize)
 
 
 def _dtype_expression(name: str) -> str:
