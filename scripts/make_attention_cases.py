@@ -1,6 +1,6 @@
 """Write tests/packages/com.example.Attention/test.json: its cases (inputs drawn by the test.json
 generator, the causal mask one .npz of a member per dtype that every causal case names), then the
-expected values from the float64 reference scripts/attention_reference.py through
+expected values from the float64 reference tests/attention_reference.py through
 `webgpu-kernels expect`, which also refreshes metadata.json and writes the data files the expected
 entries name.
 
@@ -160,7 +160,7 @@ def main() -> None:
                       "refused": {"error": "VariantRejectedError", "message": clause}})
     doc = {
         "description": "Correctness cases for com.example.Attention, expected values from "
-                       "scripts/attention_reference.py (float64) by scripts/make_attention_cases.py.",
+                       "tests/attention_reference.py (float64) by scripts/make_attention_cases.py.",
         "tolerances": {"float32": {"rtol": 2e-5, "atol": 2e-6}, "float16": {"rtol": 2e-3, "atol": 2e-4}},
         "cases": cases,
     }
@@ -168,7 +168,7 @@ def main() -> None:
         json.dump(doc, f, indent=1)
         f.write("\n")
     subprocess.run([sys.executable, "-m", "webgpu_kernels", "expect", PKG, "--reference",
-                    os.path.join(HERE, "attention_reference.py") + ":attention"], check=True)
+                    os.path.join(HERE, "..", "tests", "attention_reference.py") + ":attention"], check=True)
 
 
 if __name__ == "__main__":

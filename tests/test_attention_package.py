@@ -5,7 +5,7 @@ passes through the optional float32 output P (the format has no scratch buffers)
 without the optional mask (a variant's bindings are fixed). It runs through load_kernel() with no
 engine change.
 
-Results are judged against the float64 NumPy reference of scripts/attention_reference.py. The
+Results are judged against the float64 NumPy reference of tests/attention_reference.py. The
 bound per output follows WGSL's f32 accuracy: a score of D products is off by about
 (D + 2) * 2^-24 * scale * sum |q_d k_d|, exp(x) by (3 + 2|x|) ULP over the row's score range, the
 sums of T terms by (T + 4) * 2^-24; each moves an output by at most that much of the row's
@@ -15,9 +15,7 @@ subnormal).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +24,7 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
+import attention_reference as reference_module  # tests/, beside conftest: the sdist ships it
 from conftest import (
     PACKAGES_DIR,
     assert_engine_has_no_code_for,
@@ -40,10 +39,6 @@ DTYPES = (np.float32, np.float16)
 DTYPE_IDS = ("f32", "f16")
 EPS = 2.0**-24
 
-_spec = importlib.util.spec_from_file_location(
-    "attention_reference", Path(__file__).parent.parent / "scripts" / "attention_reference.py")
-reference_module = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(reference_module)  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Float64 NumPy reference of tests/packages/com.example.Attention, for
-`webgpu-kernels expect tests/packages/com.example.Attention --reference scripts/attention_reference.py:attention`
+`webgpu-kernels expect tests/packages/com.example.Attention --reference tests/attention_reference.py:attention`
 (scripts/make_attention_cases.py runs it) and tests/test_attention_package.py.
 
 Written from the definition, independent of the WGSL: scores = Q K^T * scale (+ mask), a softmax
