@@ -27,7 +27,7 @@ from .casefile import TEST_FILE, parse_draft_case
 from .digests import (
     MAX_FILE_BYTES,
     MAX_PACKAGE_FILES,
-    folded,
+    case_twins,
     json_path,
     never_listed,
     package_files,
@@ -276,10 +276,10 @@ def _creatable(kernel: Kernel, name: str, path: str, created: Mapping[str, Any])
             parent = "/".join(parts[:depth])
             if os.path.isdir(root / parent):
                 known.update(f"{parent}/{entry}" if parent else entry for entry in os.listdir(root / parent))
-        spelt = {folded(p): p for p in sorted(known, reverse=True)}  # the first in sorted order
+        twin_of = case_twins(known)
         for depth in range(1, len(parts) + 1):
             prefix = "/".join(parts[:depth])
-            twin = spelt.get(folded(prefix)) if prefix not in known else None
+            twin = twin_of(prefix)
             if twin is not None:
                 why = (f"{prefix!r} differs from the package's {twin!r} only in case, and the two are one file on macOS "
                        f"and Windows (spell it {twin!r}, or pick another name)")  # fmt: skip
