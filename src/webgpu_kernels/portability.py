@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from jinja2 import nodes
 
-from .digests import METADATA_FILE, case_twin, folded, package_files
+from .digests import METADATA_FILE, case_twins, folded, package_files
 from .errors import PackageError
 from .validation_report import ProblemCollector
 
@@ -190,6 +190,7 @@ def include_case_problems(env: Any, shaders: Iterable[str], files: Iterable[str]
     in another case than its file, in the templates ``shaders`` and all they include by name.
     ``env`` is the package's TemplateSandbox (its loader applies the loader's rules and bounds)."""
     files = set(files)
+    twin_of = case_twins(files)  # folded once for every target
     queue = list(dict.fromkeys(shaders))
     seen = set(queue)
     found: list[tuple[str, int, str]] = []
@@ -201,7 +202,7 @@ def include_case_problems(env: Any, shaders: Iterable[str], files: Iterable[str]
             continue
         for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport)):
             for target in _static_names(node.template):
-                twin = case_twin(target, files)
+                twin = twin_of(target)
                 if twin is not None:
                     statement = "{% include %}" if isinstance(node, nodes.Include) else "{% import %}"
                     found.append((name, node.lineno, twin_message(f"{statement} names", target, twin)))
