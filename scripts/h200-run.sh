@@ -40,6 +40,8 @@
 #   bash scripts/h200-run.sh forkfixed   a forked child's normal exit on this engine, the fork tests, then the suite
 #   bash scripts/h200-run.sh forkwhere   where a forked child crashes at a normal exit, and which exits leave the parent working
 #   bash scripts/h200-run.sh softmax   demo.Softmax: validate, test, one long row (wrong on lavapipe), bench; then the suite
+#   bash scripts/h200-run.sh attention   com.example.Attention: validate, test, bench
+#   bash scripts/h200-run.sh largeattentiontestsn   large, attention, then testsn
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -303,6 +305,16 @@ case "${1:-bench}" in
     bash "$0" testsn ;;
   largetestsn)  # session 32: large, then the suite in 8 processes (headcheck's pair, which in one process passed 600 s)
     bash "$0" large
+    bash "$0" testsn ;;
+  attention)  # session 41: com.example.Attention (session 40, lavapipe only so far) on NVIDIA: validate, test, bench
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    { timeout 30 python3 -m webgpu_kernels validate tests/packages/com.example.Attention
+      timeout 60 python3 -m webgpu_kernels test tests/packages/com.example.Attention
+      timeout 90 python3 -m webgpu_kernels bench tests/packages/com.example.Attention --no-host --json "$OUT/attention.json"
+    } 2>&1 | tee "$OUT/attention.log" ;;
+  largeattentiontestsn)  # session 41, after two sessions without a lend: large, attention, then the suite in 8 processes
+    bash "$0" large
+    bash "$0" attention
     bash "$0" testsn ;;
   headcheck)  # after a change to the engine or bench, in one call: host cost per call, the large cases, the suite
     bash "$0" large
