@@ -80,3 +80,21 @@ def test_test_case_inputs_parses_test_json_once_per_content(tmp_path, monkeypatc
     assert len(parses) == 1
     (root / "test.json").write_text(json.dumps({"cases": [case("c")]}), encoding="utf-8")  # an unverified folder
     assert list(wk.test_case_inputs(kernel, "c")) == ["X"] and len(parses) == 2
+
+
+def test_dir_of_the_package_is_its_public_api_lazy_exports_included():
+    """dir(webgpu_kernels) listed the names that build the module (TYPE_CHECKING, Any, _LAZY) and
+    the submodules imports had left on it. It lists __all__ and the dunders, the lazily exported
+    names before their first use too, and reading it imports nothing (helper-91)."""
+    from conftest import run_script_for_result
+
+    script = ("import json, sys, webgpu_kernels as wk\n"
+              "listed = dir(wk)\n"
+              "print('RESULT ' + json.dumps({'dir': listed, 'all': wk.__all__, 'numpy': 'numpy' in sys.modules}))\n")  # fmt: skip
+    fresh = run_script_for_result(script)
+    assert not fresh["numpy"]  # dir() loads no lazy export
+    for listed in (fresh["dir"], dir(wk)):  # before the first use, and in this process after many
+        public = [name for name in listed if not (name.startswith("__") and name.endswith("__"))]
+        assert sorted(public) == sorted(name for name in fresh["all"] if name != "__version__")
+        assert {"get_kernel", "Kernel", "GpuTensor", "TensorMeta", "__version__", "__doc__"} <= set(listed)
+        assert all(hasattr(wk, name) for name in listed)

@@ -72,9 +72,6 @@ else:
         globals()[name] = value  # later reads find it without this call
         return value
 
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_LAZY})
-
 __version__ = "0.1.0"
 
 __all__ = [
@@ -87,3 +84,9 @@ __all__ = [
     "AdapterNotFoundError", "ShaderCompileError", "DeviceError", "DeviceLostError", "TensorReleasedError",
     "UncomputedTensorError", "NotPicklableError", "GpuWaitWarning", "TuningFileWarning",
 ]  # fmt: skip
+
+
+def __dir__() -> list[str]:
+    """The public API and the module's dunders: the lazy exports before their first use, and not
+    the names that build the module (TYPE_CHECKING, Any, _LAZY) or the submodules imports leave here."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__") and name.endswith("__"))})
