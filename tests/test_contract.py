@@ -162,6 +162,53 @@ def test_x_in_f16_with_f32_bias(bias_add):
     raises(errors.DTypeError, lambda: bias_add(inputs), "float16", argument="bias")
 
 
+_ONE_DTYPE = "but a call gives type variable T one dtype"
+
+
+@pytest.mark.parametrize("dtype, changed, hint", [
+    (f32, {"bias": f16}, f"('X' is float32 and 'bias' float16, {_ONE_DTYPE}: convert 'bias' with .astype(np.float32))"),
+    (f32, {"skip": f16},
+     f"('X' and 'bias' are float32 and 'skip' float16, {_ONE_DTYPE}: convert 'skip' with .astype(np.float32))"),
+    (f16, {"bias": f32}, f"('X' is float16 and 'bias' float32, {_ONE_DTYPE}: convert 'bias' with .astype(np.float16))"),
+])  # fmt: skip
+def test_a_type_variable_given_two_dtypes_says_which_inputs_and_how_to_convert(bias_add, dtype, changed, hint):
+    """X float32 with a float16 bias said what T was bound to, not what to do (helper-91)."""
+    inputs = bias_inputs(dtype=dtype)
+    inputs.update({k: inputs[k].astype(v) for k, v in changed.items()})
+    (argument,) = changed
+    for call in (lambda: bias_add(inputs), lambda: bias_add.explain(inputs)):
+        assert str(raises(errors.DTypeError, call, argument=argument)).endswith(hint)
+    if dtype is f32:  # the advice, as written
+        inputs[argument] = inputs[argument].astype(np.float32)
+        np.testing.assert_array_equal(bias_add(inputs)["Y"], bias_add(bias_inputs())["Y"])
+
+
+def test_a_type_variable_given_two_dtypes_by_a_gpu_tensor_says_to_upload_it_converted(bias_add):
+    inputs = bias_inputs()
+    inputs["bias"] = wk.to_gpu(np.ones(8, f16))
+    try:
+        for call in (lambda: bias_add(inputs), lambda: bias_add.explain(inputs)):
+            message = str(raises(errors.DTypeError, call, "'X' is float32 and 'bias' float16", argument="bias"))
+            assert message.endswith("upload 'bias' converted: to_gpu(a.astype(np.float32)) from the array, or "
+                                    "to_gpu(t.numpy().astype(np.float32)) from this tensor (a GpuTensor has no .astype))")
+    finally:
+        inputs["bias"].release()
+
+
+def test_a_type_variable_given_a_float_after_an_integer_converts_the_integers():
+    """A float is never advised to become an integer: the inputs before it are advised to convert."""
+    from webgpu_kernels.contract import _mixed_dtypes_hint
+
+    assert _mixed_dtypes_hint("T", "B", "float32", ["A", "C"], "int32", ()).endswith(
+        ": convert 'A' and 'C' with .astype(np.float32)")
+    assert _mixed_dtypes_hint("T", "B", "float32", ["A"], "int32", ["A"]).endswith(
+        ": upload 'A' converted: to_gpu(a.astype(np.float32)) from the array, or to_gpu(t.numpy().astype(np.float32)) "
+        "from this tensor (a GpuTensor has no .astype)")
+    assert _mixed_dtypes_hint("T", "B", "int32", ["A"], "bool", ()).endswith(": convert 'A' with .astype(np.int32)")
+    assert _mixed_dtypes_hint("T", "B", "complex64", ["A"], "float32", ()) == (  # no conversion fits: the facts alone
+        "'A' is float32 and 'B' complex64, but a call gives type variable T one dtype")
+
+
 def test_python_lists_become_float64_and_are_refused(quick_gelu):
     raises(errors.DTypeError, lambda: quick_gelu({"X": [1.0, 2.0]}), "float64", argument="X")
 

@@ -77,6 +77,7 @@ def check_call(
     declared = {spec.role: spec for spec in manifest.inputs}
     check_input_names(manifest, tensors)
     type_bindings: dict[str, tuple[str, str]] = {}  # type variable -> (dtype, the argument that bound it)
+    bound_by: dict[str, list[str]] = {}  # type variable -> every input of that dtype so far, for the hint
     shapes = []
     for spec in manifest.inputs:
         if spec.role not in tensors:
@@ -93,7 +94,10 @@ def check_call(
                              hint=conversion_hint(dtype, allowed, on_gpu=spec.role in gpu_inputs))  # fmt: skip
         bound = type_bindings.setdefault(spec.dtype, (dtype, spec.role))
         if bound[0] != dtype:
-            raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype)
+            raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype,
+                             hint=_mixed_dtypes_hint(spec.dtype, spec.role, dtype, bound_by[spec.dtype], bound[0],
+                                                     gpu_inputs))  # fmt: skip
+        bound_by.setdefault(spec.dtype, []).append(spec.role)
         shapes.append((spec.role, shape))
     output_types = {spec.dtype for spec in manifest.outputs}
     for type_var, allowed in manifest.type_constraints.items():
@@ -184,19 +188,35 @@ _CONVERSION_TARGETS = {"f": _FLOAT_TARGETS, "i": _INT_TARGETS + _FLOAT_TARGETS, 
                        "b": _INT_TARGETS + _FLOAT_TARGETS}  # fmt: skip
 
 
-def conversion_hint(dtype: str, allowed: Sequence[str], *, on_gpu: bool = False) -> str:
+def conversion_hint(dtype: str, allowed: Sequence[str], *, on_gpu: bool = False, names: str = "") -> str:
     """How to convert an input of ``dtype`` that the constraint ``allowed`` refused, or "" where no
     conversion fits (an object or string array, a float for an integer input). A GpuTensor has no
-    ``.astype``: it is uploaded again, converted (``on_gpu``)."""
+    ``.astype``: it is uploaded again, converted (``on_gpu``). ``names`` says which inputs to
+    convert, where the message names others too."""
     target = _conversion_target(dtype, allowed)
     if target is None:
         return ""
     convert = f".astype({_dtype_expression(target)})"
-    how = (f"upload it converted: to_gpu(a{convert}) from the array, or to_gpu(t.numpy(){convert}) from this "
-           f"tensor (a GpuTensor has no .astype)" if on_gpu else f"convert with {convert}")  # fmt: skip
+    how = (f"upload {names or 'it'} converted: to_gpu(a{convert}) from the array, or to_gpu(t.numpy(){convert}) "
+           f"from this tensor (a GpuTensor has no .astype)" if on_gpu
+           else f"convert {names + ' ' if names else ''}with {convert}")  # fmt: skip
     if dtype == "float64":  # what NumPy's defaults, Python floats and lists of them give
         return f"NumPy's default, Python floats and lists of them are float64: {how}"
     return how
+
+
+def _mixed_dtypes_hint(type_var: str, role: str, dtype: str, bound_roles: Sequence[str], bound_dtype: str,
+                       gpu_inputs: Collection[str]) -> str:  # fmt: skip
+    """Which inputs gave type variable ``type_var`` which dtype, and the conversion that makes them
+    one: ``role``'s to the dtype the inputs before it have, else theirs to ``role``'s (a float
+    is never advised to become an integer)."""
+    others = " and ".join(map(repr, bound_roles))
+    said = (f"{others} {'is' if len(bound_roles) == 1 else 'are'} {bound_dtype} and {role!r} {dtype}, but a call "
+            f"gives type variable {type_var} one dtype")  # fmt: skip
+    how = conversion_hint(dtype, [bound_dtype], on_gpu=role in gpu_inputs, names=repr(role))
+    if not how:
+        how = conversion_hint(bound_dtype, [dtype], on_gpu=any(r in gpu_inputs for r in bound_roles), names=others)
+    return f"{said}: {how}" if how else said
 
 
 def _conversion_target(dtype: str, allowed: Sequence[str]) -> str | None:
