@@ -89,3 +89,34 @@ def test_a_kernel_copies_as_itself_and_pickles_as_where_it_came_from(tmp_path):
     local = wk.load_kernel(tmp_path / "pkg")
     assert copy.deepcopy(local) is local
     assert pickle.loads(pickle.dumps(local)).package.root == local.package.root  # as its path (test_processes.py)
+
+
+def test_a_new_shape_checks_the_input_names_once(tmp_path, monkeypatch):
+    """The names were checked before any value was read, then again by the contract check: twice on
+    every call of a new shape (and for explain, plan and tuning_class). Once now (helper-91)."""
+    import shutil
+
+    from webgpu_kernels import contract
+    from webgpu_kernels import kernel as kernel_module
+
+    kernel = wk.load_kernel(shutil.copytree(wk.get_kernel("com.microsoft.BiasAdd").package.root, tmp_path / "pkg"))
+    checks = []
+    real = contract.check_input_names
+
+    def counted(manifest, names):
+        checks.append(sorted(names))
+        return real(manifest, names)
+
+    monkeypatch.setattr(contract, "check_input_names", counted)
+    monkeypatch.setattr(kernel_module, "check_input_names", counted)
+    inputs = {"X": np.ones((2, 3, 8), np.float32), "bias": np.ones(8, np.float32), "skip": np.ones((2, 3, 8), np.float32)}
+    for use in (kernel, kernel.explain, kernel.plan, kernel.tuning_class):
+        checks.clear()
+        use(inputs)
+        assert checks == [["X", "bias", "skip"]], use
+    checks.clear()
+    kernel(inputs)  # a shape planned before: no check at all
+    assert checks == []
+    with pytest.raises(errors.UnknownInputError, match="'nothing'"):  # refused as before, by that one check
+        kernel({**inputs, "nothing": None})
+    assert len(checks) == 1

@@ -71,11 +71,14 @@ def check_call(
     tunables: Mapping[str, Any] | None,
     *,
     gpu_inputs: Collection[str] = (),
+    names_checked: bool = False,
 ) -> CallSignature:
     """Check inputs (name -> (shape, ONNX dtype name)), attributes and tunables. ``gpu_inputs``
-    names the inputs given as GpuTensors, which a dtype's conversion hint treats apart."""
+    names the inputs given as GpuTensors, which a dtype's conversion hint treats apart;
+    ``names_checked``: the caller ran :func:`check_input_names` on these names (or more) already."""
     declared = {spec.role: spec for spec in manifest.inputs}
-    check_input_names(manifest, tensors)
+    if not names_checked:
+        check_input_names(manifest, tensors)
     type_bindings: dict[str, tuple[str, str]] = {}  # type variable -> (dtype, the argument that bound it)
     bound_by: dict[str, list[str]] = {}  # type variable -> every input of that dtype so far, for the hint
     shapes = []

@@ -241,7 +241,7 @@ class Kernel:
         # not cost a copy (a broadcast view of 2**33 elements would allocate tens of GB).
         arrays = _prepare_inputs(inputs, device, host_ready=False)
         metas = {k: (v.shape, v.dtype.name) for k, v in arrays.items()}
-        signature = check_call(self.manifest, metas, attrs, tunables, gpu_inputs=_on_gpu(arrays))
+        signature = check_call(self.manifest, metas, attrs, tunables, gpu_inputs=_on_gpu(arrays), names_checked=True)
         if variant is None and not tunables:  # {} is no override too (the fast-path key says the same)
             plan = self._tuned_plan(metas, attrs, signature, device)
         if plan is None:
@@ -428,7 +428,8 @@ class Kernel:
         described by shapes/dtypes (an optional input given as None left out, as a call leaves it)."""
         present = _declared_present(self.manifest, inputs)
         metas = describe_inputs(present)
-        return get_device(adapter), metas, check_call(self.manifest, metas, attrs, tunables, gpu_inputs=_on_gpu(present))
+        return get_device(adapter), metas, check_call(self.manifest, metas, attrs, tunables, gpu_inputs=_on_gpu(present),
+                                                      names_checked=True)  # fmt: skip
 
     def _check_variant_arg(self, forced: Any) -> None:
         """Refuse a ``variant=`` that is no variant id (SelectionError, as selection words it), before
@@ -505,7 +506,7 @@ class Kernel:
         the type variables' dtypes, the inputs' shapes (tuning.shape_class buckets them), the
         optional inputs left out and the attributes set to other than their defaults."""
         metas = describe_inputs(_declared_present(self.manifest, inputs))
-        return self._tuning_class(check_call(self.manifest, metas, attrs, None))
+        return self._tuning_class(check_call(self.manifest, metas, attrs, None, names_checked=True))
 
     @functools.cached_property
     def _canonical_defaults(self) -> dict[str, Any]:
@@ -535,7 +536,7 @@ class Kernel:
         optional_outputs = any(spec.optional for spec in self.manifest.outputs)
         resolution = None
         try:
-            tuned = check_call(self.manifest, metas, attrs, choice.tunables)
+            tuned = check_call(self.manifest, metas, attrs, choice.tunables, names_checked=True)  # the call's names
             if check or optional_outputs:  # its `when` (without ``check``, building the plan checks it)
                 resolution = self._resolve(tuned, choice.variant, device.info)
                 if check:  # as a call would build it: `when`, then the device's limits
