@@ -819,3 +819,22 @@ def test_an_output_sized_with_true_division_is_a_warning(qg: Path) -> None:
     assert warned == ["outputs[0].shape"], warned
     assert not [p for p in validate_package(embedded_root() / QUICK_GELU, gpu=False).warnings
                 if "true division" in p.message]  # fmt: skip
+
+
+def test_validate_folds_the_package_s_file_names_once(qg: Path, monkeypatch) -> None:
+    """The case-twin lookup (digests.case_twins) was built three times a package: for the passes'
+    templates, their includes and test.json's data files. Once now, passed down (helper-91); what
+    it finds is tests/test_portability.py's."""
+    from webgpu_kernels import portability, validation
+
+    built = []
+    real = digests.case_twins
+
+    def counted(files):
+        built.append(1)
+        return real(files)
+
+    monkeypatch.setattr(validation, "case_twins", counted)
+    monkeypatch.setattr(portability, "case_twins", counted)
+    assert not validate_package(qg, gpu=False).errors
+    assert len(built) == 1

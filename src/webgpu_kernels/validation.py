@@ -92,6 +92,7 @@ def validate_package(
     report.path = str(package.root)
 
     files = _guarded(out, "file name", check_file_names, package.root, out)  # what breaks on macOS/Windows
+    twin_of = case_twins(files or ())  # the names folded once, for the templates' and the cases' checks
     checked = _guarded(out, "metadata.json", _check_metadata, package, out, files)  # the folder listed once
     metadata = checked[0] if checked is not None else None
     if metadata is not None:
@@ -114,7 +115,7 @@ def validate_package(
     if manifest is not None:
         limits = set(device.info.limits) if device is not None else None
         expression_problems = check_expressions(manifest, out, limits)
-        _guarded(out, "templates", _check_templates, package, manifest, out, files)
+        _guarded(out, "templates", _check_templates, package, manifest, out, files, twin_of)
         if not expression_problems:
             try:
                 program = compile_program(manifest)
@@ -126,7 +127,7 @@ def validate_package(
     # reported, and the cases' output shapes and flops are not evaluated).
     if manifest is not None and program is None:
         report.skipped = "the manifest's expressions have errors: fix them, then validate again"
-    test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, program, out, files)
+    test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, program, out, twin_of)
     bench_file = _guarded(out, BENCH_FILE, _check_bench_json, package, manifest, program, out)
     if metadata is not None:
         report.checked["digests"] = len(metadata["digest"]["files"])
@@ -229,13 +230,14 @@ def _check_manifest(package: KernelPackage, out: ProblemCollector) -> Manifest |
         return None
 
 
-def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCollector,
-                     files: list[str] | None = None) -> None:  # fmt: skip
+def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCollector, files: list[str] | None,
+                     twin_of: Callable[[str], str | None]) -> None:  # fmt: skip
+    """``files``: check_file_names' listing (None where the folder could not be listed);
+    ``twin_of``: digests.case_twins of it."""
     from .rendering import TemplateRenderer
 
     renderer = TemplateRenderer(package.read_text)
     parsed: set[str] = set()
-    twin_of = case_twins(files or ())
     for v in manifest.variants:
         for p_index, p in enumerate(v.passes):
             where = shader_path(manifest, v.index, p_index)
@@ -255,7 +257,7 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
                 out.error(p.shader, "", exc.detail, line=exc.line)
             except KernelError as exc:
                 out.error(p.shader, "", str(exc))
-    for name, line, message in include_case_problems(renderer.env, parsed, files or ()):
+    for name, line, message in include_case_problems(renderer.env, parsed, files or (), twin_of=twin_of):
         out.error(name, "", message, line=line)
 
 
@@ -294,7 +296,8 @@ def _data_file_twins(package: KernelPackage, case: casefile.TestCase,
 
 
 def _check_test_json(package: KernelPackage, manifest: Manifest | None, program: Program | None,
-                     out: ProblemCollector, files: list[str] | None = None) -> casefile.TestFile | None:  # fmt: skip
+                     out: ProblemCollector, twin_of: Callable[[str], str | None]) -> casefile.TestFile | None:  # fmt: skip
+    """``twin_of``: digests.case_twins of the package's files."""
     data = _load_case_data(package, TEST_FILE, casefile.check_test_data, out,
                            "the package has no test.json: `webgpu-kernels test` has nothing to run, and "
                            "pipelines are compiled only for bench.json shapes")  # fmt: skip
@@ -302,7 +305,6 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
         return None
     test_file = casefile.parse_test_file(data, file=TEST_FILE)
     twinned: set[int] = set()  # cases whose data would only be 'not found'
-    twin_of = case_twins(files or ())  # folded once for every case
     for case in test_file.cases:
         for where, message in _data_file_twins(package, case, twin_of):
             out.error(TEST_FILE, where, message, case=case.name)
