@@ -449,6 +449,35 @@ def test_a_write_that_fails_removes_the_folders_it_made(package) -> None:
     assert _tree(package) == files
 
 
+def test_a_rename_that_fails_puts_back_the_files_already_replaced(package, monkeypatch) -> None:
+    """test.json's rename fails (a full disk, injected) after the data files' succeeded: they are
+    put back and the new one removed, so the package is as it was and its digests still hold (the
+    data files had stayed new beside the old test.json, a package half-written)."""
+    import os
+
+    (package / "tail.Y.npy").write_bytes(_npy(np.zeros((3, 5), np.float32)))
+
+    def edit(cases):
+        cases[0]["expected"] = {"Y": {"file": "tail.Y.npy"}}
+        cases[2]["expected"] = {"Y": {"file": "data/new.Y.npy"}}
+
+    _edit_tests(package, edit)
+    files = _tree(package)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if os.path.basename(dst) == "test.json":
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    result = _expect(package, code=1)
+    assert "test.json: cannot write it (No space left on device); nothing was written" in result.stderr, result.stderr
+    assert _tree(package) == files
+    monkeypatch.undo()
+    invoke(CliRunner(), "digest", str(package), "--check")
+
+
 @pytest.mark.parametrize("there", [True, False])
 def test_a_data_file_larger_than_a_package_file_may_be_is_refused(package, there) -> None:
     """9 MB of float32 values: refused before anything is written (the file and test.json had been

@@ -726,13 +726,50 @@ def test_replace_files_writes_all_before_replacing_any(tmp_path):
     first.write_bytes(b"old")
     second.write_text("old")
     os.chmod(first, 0o640)
-    with pytest.raises(OSError):
+    with pytest.raises(PackageError, match="gone/c.json: cannot write it"):
         digests.replace_files({first: b"new", second: "new", tmp_path / "gone" / "c.json": "new"})
     assert first.read_bytes() == b"old" and second.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "b.json"]
     digests.replace_files({first: b"\x00new", second: "n\u00e9w\n"})
     assert first.read_bytes() == b"\x00new" and second.read_bytes() == "n\u00e9w\n".encode()
     assert os.stat(first).st_mode & 0o777 == 0o640  # the old file's permissions kept
+
+
+@pytest.mark.parametrize("fault", ["folder", "full disk"])
+def test_replace_files_puts_back_what_it_replaced_when_a_rename_fails(tmp_path, monkeypatch, fault):
+    """A rename that fails after others succeeded (a non-empty folder where the last file goes, or
+    a full disk injected into the last rename) puts back every file already replaced (a regular
+    file with its bytes and permissions, a symbolic link as a link, a new file removed) and leaves
+    no temporary or backup file: the package had been left half-written, its digests stale."""
+    kept, link, new, last = (tmp_path / n for n in ("a.npy", "b.json", "c.npy", "test.json"))
+    kept.write_bytes(b"old a")
+    os.chmod(kept, 0o640)
+    (tmp_path / "elsewhere.json").write_text("old b")
+    link.symlink_to("elsewhere.json")
+    if fault == "folder":
+        last.mkdir()
+        (last / "inside").write_text("x")
+    else:
+        last.write_text("old test.json")
+
+        def replace(src, dst):
+            if dst == last:
+                raise OSError(28, "No space left on device")  # as a full disk reports it
+            return real_replace(src, dst)
+
+        real_replace = os.replace
+        monkeypatch.setattr(os, "replace", replace)
+
+    def tree():
+        return {p.name: (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else "folder",
+                         os.lstat(p).st_mode) for p in tmp_path.rglob("*")}  # fmt: skip
+
+    before = tree()
+    with pytest.raises(PackageError) as caught:
+        digests.replace_files({kept: b"new a", link: "new b", new: b"new c", last: "new test.json"})
+    assert caught.value.path == str(last) and "nothing was written" in str(caught.value), caught.value
+    assert isinstance(caught.value.__cause__, OSError)
+    assert tree() == before  # no hidden .tmp or .old file either
 
 
 def test_case_twins_answers_as_case_twin_does():

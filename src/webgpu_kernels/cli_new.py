@@ -293,9 +293,11 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
                        target: text})  # fmt: skip
     except BaseException as exc:
         _remove_folders(made)  # a new file's folders go with it: the package as it was
-        if isinstance(exc, OSError):  # a full disk, a name too long for the file system
+        if isinstance(exc, OSError):  # a folder that cannot be made
             where = f" {exc.filename}" if exc.filename else ""
             raise click.ClickException(f"cannot write{where}: {exc.strerror or exc}; nothing was written") from None
+        if isinstance(exc, PackageError) and isinstance(exc.__cause__, OSError):  # a full disk, a folder in the way
+            raise click.ClickException(str(exc)) from None  # replace_files put back what it had replaced
         raise
     write_metadata(root)
     refused = sum(1 for case in doc["cases"] if "refused" in case)

@@ -17,10 +17,9 @@ import json
 import math
 import os
 import re
-import secrets
 import stat
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -29,6 +28,8 @@ from typing import Any
 
 from .errors import DigestError, PackageError, shorten
 from .json_schema import validator as schema_validator
+from .replacing import replace_file as replace_file
+from .replacing import replace_files as replace_files
 
 METADATA_FILE = "metadata.json"
 MANIFEST_FILE = "manifest.json"
@@ -541,52 +542,6 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, versio
     metadata["provenance"] = provenance
     metadata["digest"] = {"algorithm": ALGORITHM, "files": files}
     return metadata, changes
-
-
-def replace_file(path: Path, content: str | bytes) -> None:
-    """Write ``path`` (text as UTF-8) as a new file renamed over the old one, so that no reader
-    sees half a file and a symbolic link at ``path`` is replaced, never followed (writing through a
-    metadata.json that links elsewhere would create or overwrite its target, outside the package).
-    The new file takes the old one's permissions, or the umask's; in a folder that only lets the
-    existing file be written, that regular file is written in place. Raises OSError."""
-    replace_files({path: content})
-
-
-def replace_files(files: Mapping[Path, str | bytes]) -> None:
-    """:func:`replace_file` for several files, all written before any is renamed over its old one,
-    so that a failure (a full disk) while writing leaves every file as it was."""
-    data = {path: content.encode() if isinstance(content, str) else content for path, content in files.items()}
-    staged: list[tuple[Path, Path]] = []
-    try:
-        for path, content in data.items():
-            try:
-                old_mode = stat.S_IMODE(os.lstat(path).st_mode) if path.is_file() and not path.is_symlink() else None
-            except OSError:
-                old_mode = None
-            tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")  # hidden: never a package file
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
-            except OSError:
-                if old_mode is None:  # a read-only folder and no regular file to write into
-                    raise
-                staged.append((path, path))  # written in place, with the renames
-                continue
-            staged.append((tmp, path))
-            with os.fdopen(fd, "wb") as f:
-                f.write(content)
-            if old_mode is not None:
-                os.chmod(tmp, old_mode)
-        while staged:
-            tmp, path = staged[0]
-            if tmp == path:
-                path.write_bytes(data[path])
-            else:
-                os.replace(tmp, path)
-            staged.pop(0)
-    finally:  # a folder named like the file, a full disk, Ctrl-C: no temporary file left
-        for tmp, path in staged:
-            if tmp != path:
-                tmp.unlink(missing_ok=True)
 
 
 def _is_version(value: Any) -> bool:

@@ -1,0 +1,176 @@
+"""Files written whole: a new file renamed over the old one, and several files all or nothing
+(``expect`` writes data files and test.json, then metadata.json's digests of them, which a package
+half-written would not match). :func:`replace_file` and :func:`replace_files`, also imported from
+``digests``, where they began."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from .errors import PackageError
+
+#: How a failed write's note begins where a file it had replaced could not be put back.
+_NOT_PUT_BACK = "could not put back"
+
+
+def replace_file(path: Path, content: str | bytes) -> None:
+    """Write ``path`` (text as UTF-8) as a new file renamed over the old one, so that no reader
+    sees half a file and a symbolic link at ``path`` is replaced, never followed (writing through a
+    metadata.json that links elsewhere would create or overwrite its target, outside the package).
+    The new file takes the old one's permissions, or the umask's; in a folder that only lets the
+    existing file be written, that regular file is written in place. Raises OSError, its
+    ``filename`` the file that failed (not its temporary file)."""
+    _replace_all({path: content})
+
+
+def replace_files(files: Mapping[Path, str | bytes]) -> None:
+    """:func:`replace_file` for several files, all or nothing as far as the OS allows: all are
+    written before any is renamed over its old one (a full disk while writing leaves every file as
+    it was), and each old file is kept (a hard link, or its bytes) until every rename succeeded, so
+    that one failing (a folder in its place, no permission) puts back those already replaced and
+    removes the new ones. Raises PackageError naming the file that failed (its OSError the cause)."""
+    try:
+        _replace_all(files)
+    except OSError as exc:
+        lost = [note for note in getattr(exc, "__notes__", []) if note.startswith(_NOT_PUT_BACK)]
+        undone = lost[0] if lost else "nothing was written (every file of the write is as it was)"
+        raise PackageError(f"cannot write it ({exc.strerror or exc}); {undone}", path=exc.filename) from exc
+
+
+def _replace_all(files: Mapping[Path, str | bytes]) -> None:
+    data = {path: content.encode() if isinstance(content, str) else content for path, content in files.items()}
+    staged: dict[Path, Path] = {}  # each file's new one (itself: written in place, with the renames)
+    done: list[tuple[Path, _Old]] = []  # the files replaced so far, each with what puts its old one back
+    target: Path | None = None
+    try:
+        for target, content in data.items():
+            staged[target] = _stage(target, content)
+        for target, new in staged.items():
+            old = _Old(target, in_place=new == target)
+            if new == target:  # a write in place can fail half-way: its old bytes go back too
+                done.append((target, old))
+                target.write_bytes(data[target])
+            else:
+                try:
+                    os.replace(new, target)
+                except BaseException:
+                    old.discard()
+                    raise
+                done.append((target, old))
+        target = None
+    except BaseException as exc:
+        lost = [str(path) for path, old in reversed(done) if not old.put_back()]
+        if lost:
+            exc.add_note(f"{_NOT_PUT_BACK} {', '.join(lost)}, which hold the new content (the others are as they were)")
+        if isinstance(exc, OSError) and target is not None and exc.errno is not None:  # the file, not its temporary one
+            error = OSError(exc.errno, exc.strerror, str(target))
+            for note in getattr(exc, "__notes__", []):
+                error.add_note(note)
+            raise error from exc
+        raise
+    finally:  # a folder named like the file, a full disk, Ctrl-C: no temporary file left
+        for path, new in staged.items():
+            if new != path:
+                new.unlink(missing_ok=True)
+        for _, old in done:
+            old.discard()
+
+
+def _hidden(path: Path, kind: str) -> Path:
+    return path.with_name(f".{path.name}.{secrets.token_hex(8)}.{kind}")  # hidden: never a package file
+
+
+def _stage(path: Path, content: bytes) -> Path:
+    """``content`` written to a new file beside ``path`` with its permissions (or the umask's); ``path``
+    itself where its folder lets no file be created but ``path`` is a regular file (written in place)."""
+    try:
+        old_mode = stat.S_IMODE(os.lstat(path).st_mode) if path.is_file() and not path.is_symlink() else None
+    except OSError:
+        old_mode = None
+    tmp = _hidden(path, "tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+    except OSError:
+        if old_mode is None:  # a read-only folder and no regular file to write into
+            raise
+        return path
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+        if old_mode is not None:
+            os.chmod(tmp, old_mode)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+class _Old:
+    """What was at ``path`` before it is replaced, kept until :meth:`discard`: nothing, a symbolic
+    link's target, a hard link to the old file (its inode: bytes, permissions, owner), or, where no
+    link can be made (a file system without them, a folder that takes no new file), its bytes."""
+
+    def __init__(self, path: Path, *, in_place: bool) -> None:
+        self.path = path
+        self.link: str | None = None
+        self.backup: Path | None = None
+        self.content: bytes | None = None
+        self.mode = 0
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            self.kind = "absent"
+            return
+        self.kind = "other"  # a folder, a FIFO: a rename over it fails, and nothing can put it back
+        if stat.S_ISLNK(info.st_mode):
+            self.kind, self.link = "symlink", os.readlink(path)
+        elif stat.S_ISREG(info.st_mode):
+            self.mode = stat.S_IMODE(info.st_mode)
+            if not in_place:
+                with contextlib.suppress(OSError):
+                    backup = _hidden(path, "old")
+                    os.link(path, backup)
+                    self.kind, self.backup = "backup", backup
+                    return
+            with contextlib.suppress(OSError):
+                self.kind, self.content = "bytes", path.read_bytes()
+
+    def put_back(self) -> bool:
+        """Put the old entry back at ``path``; False where it could not be."""
+        try:
+            if self.kind == "absent":
+                self.path.unlink(missing_ok=True)
+            elif self.kind == "backup" and self.backup is not None:
+                os.replace(self.backup, self.path)
+                self.backup = None
+            elif self.kind == "symlink" and self.link is not None:
+                tmp = _hidden(self.path, "tmp")
+                os.symlink(self.link, tmp)
+                try:
+                    os.replace(tmp, self.path)
+                finally:
+                    tmp.unlink(missing_ok=True)
+            elif self.kind == "bytes" and self.content is not None:
+                try:
+                    tmp = _stage(self.path, self.content)
+                except OSError:
+                    tmp = self.path
+                if tmp == self.path:
+                    self.path.write_bytes(self.content)
+                else:
+                    os.replace(tmp, self.path)
+            else:
+                return False
+        except OSError:
+            return False
+        return True
+
+    def discard(self) -> None:
+        if self.backup is not None:
+            self.backup.unlink(missing_ok=True)
+            self.backup = None
