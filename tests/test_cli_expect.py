@@ -193,6 +193,39 @@ def test_a_data_file_entry_stays_a_data_file(package, form) -> None:
     assert tested["ok"] and {r["status"] for r in tested["packages"][0]["results"]} == {"pass"}
 
 
+def test_each_data_file_is_read_once(package, monkeypatch) -> None:
+    """A case's archive holding its input and its expected array, and another case's .npy, are
+    read from the package once each in a run (the archive had been read four times: the input, the
+    entry, the check that no input reads the array, the rewrite; the .npy twice), whatever reads them."""
+    from collections import Counter
+
+    from webgpu_kernels.package import KernelPackage
+
+    x = wk.test_case_inputs(wk.load_kernel(package, verify_digests=False), "tail-3x5-f32")["X"]
+    (package / "tail.npz").write_bytes(_npz(X=x, Y=x))
+    (package / "wide.Y.npy").write_bytes(_npy(np.zeros((2, 65), np.float16)))
+
+    def edit(cases):
+        cases[0]["inputs"]["X"] = {"file": "tail.npz", "tensor": "X"}
+        cases[0]["expected"] = {"Y": {"file": "tail.npz", "tensor": "Y"}}
+        cases[2]["expected"] = {"Y": {"file": "wide.Y.npy"}}
+
+    _edit_tests(package, edit)
+    reads: Counter[str] = Counter()
+    real_read = KernelPackage.read_bytes
+
+    def read_bytes(self, name):
+        reads[self.relative_name(name)] += 1
+        return real_read(self, name)
+
+    monkeypatch.setattr(KernelPackage, "read_bytes", read_bytes)
+    assert "2 data files written" in _expect(package).stdout
+    assert reads["tail.npz"] == 1 and reads["wide.Y.npy"] == 1, reads
+    monkeypatch.undo()
+    tested = json.loads(invoke(CliRunner(), "test", str(package), "--json").stdout)
+    assert tested["ok"] and {r["status"] for r in tested["packages"][0]["results"]} == {"pass"}
+
+
 def test_a_failing_case_leaves_the_data_files_as_they_were(package) -> None:
     (package / "tail.Y.npy").write_bytes(_npy(np.zeros((3, 5), np.float32)))
     _edit_tests(package, lambda cases: cases[0].update(expected={"Y": {"file": "tail.Y.npy"}}))

@@ -117,12 +117,13 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
     written: list[tuple[MutableMapping[str, Any], dict[str, Any]]] = []
     to_files: dict[_Array, tuple[np.ndarray, str]] = {}  # each array's new values, and the entry giving them
     created: dict[str, str | None] = {}  # each new file, and the entry naming it without a tensor (a .npz's)
+    files = _Files(kernel)  # each data file read once, though the inputs, the entries and the rewrite all read it
     for index, raw in enumerate(cases):
         if "refused" in raw:
             continue
         case = parse_draft_case(raw)
         try:
-            arrays = case.build_inputs(manifest, kernel.package.read_bytes)
+            arrays = case.build_inputs(manifest, files.read)
             binding = case.type_binding(manifest, arrays)
             dtypes = {o.role: binding.get(o.dtype, "float64") for o in manifest.outputs}
             shapes: dict[str, tuple[int, ...]] = {}
@@ -170,7 +171,7 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
             entry = dict(old.get(role) or {"dtype": dtype, "shape": None, "values": None})
             if "file" in entry:  # a data file stays one: test.json would grow by the values
                 path = json_path(["cases", index, "expected", role])
-                array = _expected_array(kernel, entry, path, created)
+                array = _expected_array(kernel, files, entry, path, created)
                 if array in to_files and not _same(to_files[array][0], y):
                     raise CaseFileError(f"{_shown(array)} is also {to_files[array][1]}'s, which gets other values "
                                         "from the reference: give each entry a file (or tensor) of its own",
@@ -184,11 +185,11 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
             entries[role] = entry
         written.append((raw, entries))
     _check_new_files(to_files, created)
-    _check_inputs(kernel, cases, to_files)
-    files = _file_contents(kernel, to_files, created)
+    _check_inputs(kernel, files, cases, to_files)
+    contents = _file_contents(files, to_files, created)
     for raw, entries in written:  # every case succeeded: only now is anything changed
         raw["expected"] = entries
-    return Written(len(written), files, list(created))
+    return Written(len(written), contents, list(created))
 
 
 def check_test_file_size(cases: Sequence[Mapping[str, Any]], text: str) -> None:
@@ -220,18 +221,42 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-def _array_of(kernel: Kernel, spec: Mapping[str, Any], path: str) -> _Array:
+class _Files:
+    """The package's files as one run reads them: each file's bytes read once and each array's key
+    found once (the keys' cache keyed by name and tensor). A case's data file had been read up to
+    four times: its inputs, its expected entry, the check that no input reads that array, and its
+    rewrite. Kept for the run: at most what a verified open of the package keeps of it anyway."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.package = kernel.package
+        self.data: dict[str, bytes] = {}
+        self.keys: dict[tuple[str, str | None], str | None] = {}
+
+    def read(self, name: str) -> bytes:
+        name = self.package.relative_name(name)
+        if name not in self.data:
+            self.data[name] = self.package.read_bytes(name)
+        return self.data[name]
+
+    def key(self, name: str, tensor: str | None) -> str | None:
+        if (name, tensor) not in self.keys:
+            self.keys[name, tensor] = array_key(self.read(name), name, tensor)
+        return self.keys[name, tensor]
+
+
+def _array_of(kernel: Kernel, files: _Files, spec: Mapping[str, Any], path: str) -> _Array:
     """The array a case entry's ``file`` and ``tensor`` name (the only one where it names none)."""
     try:
         name = kernel.package.relative_name(spec["file"])
-        return name, array_key(kernel.package.read_bytes(name), name, spec.get("tensor"))
+        return name, files.key(name, spec.get("tensor"))
     except PackageError as exc:
         raise CaseFileError(str(exc), file=TEST_FILE, json_path=path) from None
     except ValueError as exc:
         raise CaseFileError(f"{spec.get('file')}: {exc}", file=TEST_FILE, json_path=path) from None
 
 
-def _expected_array(kernel: Kernel, spec: Mapping[str, Any], path: str, created: dict[str, str | None]) -> _Array:
+def _expected_array(kernel: Kernel, files: _Files, spec: Mapping[str, Any], path: str,
+                    created: dict[str, str | None]) -> _Array:  # fmt: skip
     """:func:`_array_of` for an expected entry, whose file may not exist yet: ``created`` gets it
     (and ``path`` where the entry names no tensor), once its name passed :func:`_creatable`."""
     try:
@@ -239,7 +264,7 @@ def _expected_array(kernel: Kernel, spec: Mapping[str, Any], path: str, created:
     except PackageError as exc:
         raise CaseFileError(str(exc), file=TEST_FILE, json_path=path) from None
     if name not in created and not _creatable(kernel, name, path, created):
-        return _array_of(kernel, spec, path)  # a file of the package (or something else there, refused as today)
+        return _array_of(kernel, files, spec, path)  # a file of the package (or something else there, refused as today)
     try:
         key = array_key(None, name, spec.get("tensor"))
     except ValueError as exc:
@@ -312,7 +337,8 @@ def _check_new_files(to_files: Mapping[_Array, Any], created: Mapping[str, str |
                                 file=TEST_FILE, json_path=bare)  # fmt: skip
 
 
-def _check_inputs(kernel: Kernel, cases: Sequence[Mapping[str, Any]], to_files: Mapping[_Array, Any]) -> None:
+def _check_inputs(kernel: Kernel, files: _Files, cases: Sequence[Mapping[str, Any]],
+                  to_files: Mapping[_Array, Any]) -> None:  # fmt: skip
     """Refuse to write expected values over an array some case reads as an input."""
     names = {name for name, _ in to_files}
     for index, raw in enumerate(cases):
@@ -323,7 +349,7 @@ def _check_inputs(kernel: Kernel, cases: Sequence[Mapping[str, Any]], to_files: 
             try:
                 if kernel.package.relative_name(spec["file"]) not in names:
                     continue
-                array = _array_of(kernel, spec, path)
+                array = _array_of(kernel, files, spec, path)
             except KernelError:  # an input that cannot be read is no array to protect (a refusal case's)
                 continue
             if array in to_files:
@@ -332,7 +358,7 @@ def _check_inputs(kernel: Kernel, cases: Sequence[Mapping[str, Any]], to_files: 
                                     file=TEST_FILE, json_path=to_files[array][1])  # fmt: skip
 
 
-def _file_contents(kernel: Kernel, to_files: Mapping[_Array, tuple[np.ndarray, str]],
+def _file_contents(files: _Files, to_files: Mapping[_Array, tuple[np.ndarray, str]],
                    created: Mapping[str, Any]) -> dict[str, bytes]:  # fmt: skip
     """Each data file's new content: the arrays of ``to_files`` in place of the old ones, every
     other array of the file as it was (a file of ``created``: just those arrays)."""
@@ -341,12 +367,12 @@ def _file_contents(kernel: Kernel, to_files: Mapping[_Array, tuple[np.ndarray, s
     for (name, key), (array, path) in to_files.items():
         by_file.setdefault(name, {})[key] = array
         first.setdefault(name, path)
-    files = {name: with_arrays(None if name in created else kernel.package.read_bytes(name), name, arrays)
-             for name, arrays in by_file.items()}  # fmt: skip
-    for name, content in files.items():
+    contents = {name: with_arrays(None if name in created else files.read(name), name, arrays)
+                for name, arrays in by_file.items()}  # fmt: skip
+    for name, content in contents.items():
         # no package reads a larger file: written, it had failed metadata.json's refresh after test.json was replaced
         if len(content) > MAX_FILE_BYTES:
             raise CaseFileError(f"{name!r} would be {len(content)} bytes, more than a package file may be "
                                 f"({MAX_FILE_BYTES}): make the case smaller, or give the arrays of a shared file "
                                 "files of their own", file=TEST_FILE, json_path=first[name])  # fmt: skip
-    return files
+    return contents
