@@ -541,6 +541,31 @@ def test_a_test_json_larger_than_a_package_file_may_be_is_refused(package) -> No
     assert _tree(package) == files
 
 
+def test_a_package_larger_than_the_loader_opens_is_refused(package) -> None:
+    """Files of 8 MiB (sparse: no disk used) leave the package 1 MiB below the 512 MiB its listed
+    files may hold together; a new 2 MB data file would pass it: refused before anything is
+    written, naming the entry (it had been written and the digests refreshed, and the package no
+    longer loaded: 'the listed files hold more than 512 MiB together')."""
+    from webgpu_kernels.digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, package_files
+
+    def edit(cases):
+        cases[2]["inputs"]["X"]["shape"] = [1000, 1000]
+        cases[2]["expected"] = {"Y": {"file": "data/wide.Y.npy"}}
+
+    _edit_tests(package, edit)
+    room = MAX_PACKAGE_BYTES - sum((package / name).stat().st_size for name in package_files(package)) - (1 << 20)
+    (package / "blobs").mkdir()
+    for i in range(room // MAX_FILE_BYTES + 1):
+        with open(package / "blobs" / f"b{i}.bin", "wb") as blob:
+            blob.truncate(min(MAX_FILE_BYTES, room - i * MAX_FILE_BYTES))
+    before = (package / "test.json").read_bytes(), (package / "metadata.json").read_bytes()
+    result = _expect(package, code=2)
+    assert_error(result, "cases[2].expected.Y", "bytes together, more than the loader opens (536870912)",
+                 "the largest file written is 'data/wide.Y.npy' (2000128 bytes)")  # fmt: skip
+    assert ((package / "test.json").read_bytes(), (package / "metadata.json").read_bytes()) == before
+    assert not (package / "data").exists()
+
+
 def test_new_data_files_past_the_package_s_file_count_are_refused(package) -> None:
     """A package of 999 files (metadata.json aside) gets two new ones: refused before anything is
     written, naming the entry (the files and test.json had been written, then metadata.json's

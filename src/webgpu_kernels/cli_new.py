@@ -28,7 +28,7 @@ from .api import list_kernels, load_kernel
 from .casefile import TEST_FILE, read_test_file
 from .digests import METADATA_FILE, replace_files, write_metadata
 from .errors import KernelError, PackageError
-from .expected import ReferenceFailed, check_test_file_size, dumps, write_expected
+from .expected import ReferenceFailed, check_package_size, check_test_file_size, dumps, write_expected
 from .json_schema import validator
 from .locations import classify
 from .manifest import manifest_schema
@@ -285,6 +285,7 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
     target = root / TEST_FILE
     text = dumps(doc) + "\n"
     check_test_file_size(doc["cases"], text)  # before any file is written
+    check_package_size(kernel, written, text)
     made: list[Path] = []
     try:
         made = _make_folders(root, written.created)

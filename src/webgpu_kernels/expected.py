@@ -12,6 +12,7 @@ data file: that file's new content is returned instead (:class:`Written`), for t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -26,6 +27,7 @@ from .case_data import array_key, cast, dtype_name, encode_values, numpy_dtype, 
 from .casefile import TEST_FILE, parse_draft_case
 from .digests import (
     MAX_FILE_BYTES,
+    MAX_PACKAGE_BYTES,
     MAX_PACKAGE_FILES,
     case_twins,
     json_path,
@@ -88,11 +90,13 @@ def _rounded(value: Any, dtype: str, argument: str) -> np.ndarray:
 class Written:
     """What :func:`write_expected` did: ``count`` cases written; ``files``: the new content of each
     data file an expected entry names (package-relative name -> bytes), which the caller writes;
-    ``created``: those of them not yet in the package (their missing folders the caller makes)."""
+    ``created``: those of them not yet in the package (their missing folders the caller makes);
+    ``entries``: the first entry naming each file (its JSON path in test.json)."""
 
     count: int
     files: dict[str, bytes] = field(default_factory=dict)
     created: list[str] = field(default_factory=list)
+    entries: dict[str, str] = field(default_factory=dict)
 
 
 #: An array of a data file: the file's package-relative name and the array's key (None in a .npy file).
@@ -189,7 +193,10 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
     contents = _file_contents(files, to_files, created)
     for raw, entries in written:  # every case succeeded: only now is anything changed
         raw["expected"] = entries
-    return Written(len(written), contents, list(created))
+    entries_of: dict[str, str] = {}  # the first entry naming each file
+    for (name, _), (_, path) in to_files.items():
+        entries_of.setdefault(name, path)
+    return Written(len(written), contents, list(created), entries_of)
 
 
 def check_test_file_size(cases: Sequence[Mapping[str, Any]], text: str) -> None:
@@ -211,6 +218,30 @@ def check_test_file_size(cases: Sequence[Mapping[str, Any]], text: str) -> None:
     raise CaseFileError(f"{TEST_FILE} would be {size} bytes, more than a package file may be ({MAX_FILE_BYTES}){where}",
                         file=TEST_FILE, json_path=json_path(["cases", index, "expected", role]) if index is not None
                         else "cases")  # fmt: skip
+
+
+def check_package_size(kernel: Kernel, written: Written, text: str) -> None:
+    """Refuse, before anything is written, data files and test.json's new ``text`` that would make
+    the files metadata.json lists hold more together than the loader opens (MAX_PACKAGE_BYTES,
+    each listed file charged its size, as digests.ReadBudget does): written, and the digests
+    refreshed, the package no longer loaded. Names the entry of the largest data file written."""
+    root = kernel.package.root
+    sizes: dict[str, int] = {}
+    for name in package_files(root):
+        if valid_file_name(name):  # those write_metadata lists
+            with contextlib.suppress(OSError):  # gone since: the loader charges nothing for it either
+                sizes[name] = min(os.stat(root / name).st_size, MAX_FILE_BYTES + 1)
+    sizes.update({name: len(content) for name, content in written.files.items()})
+    sizes[TEST_FILE] = len(text.encode())
+    total = sum(sizes.values())
+    if total <= MAX_PACKAGE_BYTES:
+        return
+    largest = max(written.files, key=lambda name: len(written.files[name]), default=None)
+    why = (f"; the largest file written is {largest!r} ({len(written.files[largest])} bytes): make cases smaller or "
+           "fewer" if largest is not None else "")  # fmt: skip
+    raise CaseFileError(f"the package's files would hold {total} bytes together, more than the loader opens "
+                        f"({MAX_PACKAGE_BYTES}){why}", file=TEST_FILE,
+                        json_path=written.entries.get(largest or "", "cases"))  # fmt: skip
 
 
 def _shown(array: _Array) -> str:
