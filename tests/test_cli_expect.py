@@ -78,6 +78,20 @@ def test_expect_writes_what_the_changed_kernel_computes(package) -> None:
     assert tested["ok"] and {r["status"] for r in tested["packages"][0]["results"]} == {"pass"}
 
 
+@pytest.mark.parametrize("step", ["    ", "\t", "  "])
+def test_the_author_s_indent_is_kept(package, step) -> None:
+    """A test.json indented by four spaces (or a tab) is written again so, not in new's two spaces
+    (every line of the file had changed, burying the new values in the diff)."""
+    doc = json.loads((package / "test.json").read_text("utf-8"))
+    (package / "test.json").write_text(json.dumps(doc, indent=step), "utf-8")
+    _expect(package)
+    lines = (package / "test.json").read_text("utf-8").splitlines()
+    assert lines[1].startswith(step + '"') and lines[1][len(step)] == '"', lines[:3]
+    indents = {len(line) - len(line.lstrip()) for line in lines}
+    assert all(n % len(step) == 0 for n in indents) and len(step) * 3 in indents, sorted(indents)
+    assert all(set(line[: len(line) - len(line.lstrip())]) <= set(step) for line in lines)
+
+
 @pytest.mark.parametrize(("function", "code", "fragments"), [
     ("raises", 1, ["ref.py:raises raised for case 'tail-3x5-f32'", "ZeroDivisionError: my reference broke"]),
     ("not_a_dict", 2, ["case 'tail-3x5-f32'", "expected a dict of output arrays (Y)", "got an array of shape [3, 5]"]),

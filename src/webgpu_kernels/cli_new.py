@@ -28,7 +28,7 @@ from .api import list_kernels, load_kernel
 from .casefile import TEST_FILE, read_test_file
 from .digests import METADATA_FILE, replace_files, write_metadata
 from .errors import KernelError, PackageError
-from .expected import ReferenceFailed, check_package_size, check_test_file_size, dumps, write_expected
+from .expected import ReferenceFailed, check_package_size, check_test_file_size, dumps, indent_of, write_expected
 from .json_schema import validator
 from .locations import classify
 from .manifest import manifest_schema
@@ -272,7 +272,8 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
     # The manifest or a template changed since metadata.json was written: that is why one runs this.
     kernel = load_kernel(root, verify_digests=False)
     try:
-        doc = json.loads(kernel.package.read_bytes(TEST_FILE))
+        original = kernel.package.read_bytes(TEST_FILE)
+        doc = json.loads(original)
     except (KernelError, ValueError) as exc:
         raise PackageError(f"{TEST_FILE} cannot be read: {exc}", path=str(root / TEST_FILE)) from None
     read_test_file(kernel.package)  # refuses a test.json that `test` would refuse, naming where
@@ -283,7 +284,7 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
         click.echo(f"error: {exc}: {type(exc.__cause__).__name__}: {exc.__cause__}; nothing was written", err=True)
         ctx.exit(1)
     target = root / TEST_FILE
-    text = dumps(doc) + "\n"
+    text = dumps(doc, step=indent_of(original.decode("utf-8", "replace"))) + "\n"  # the author's indent kept
     check_test_file_size(doc["cases"], text)  # before any file is written
     check_package_size(kernel, written, text)
     made: list[Path] = []

@@ -16,6 +16,7 @@ import contextlib
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,20 +52,29 @@ class ReferenceFailed(Exception):
         super().__init__(f"{name} raised for case {case!r}")
 
 
-def dumps(value: Any, indent: str = "") -> str:
-    """JSON with two-space indents, lists of plain values and small objects of them on one line, as
-    the shipped files are written (a case's 130 expected values one per line would bury the rest)."""
-    inner = indent + "  "
+def dumps(value: Any, indent: str = "", step: str = "  ") -> str:
+    """JSON indented by ``step`` (two spaces), lists of plain values and small objects of them on
+    one line, as the shipped files are written (a case's 130 expected values one per line would
+    bury the rest)."""
+    inner = indent + step
     flat = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
     if isinstance(value, dict) and value and all(not isinstance(v, (dict, list)) for v in value.values()):
         if len(indent) + len(flat) <= 100:  # a small object of plain values: one line
             return flat
     if isinstance(value, dict) and value:
-        items = [f"{inner}{json.dumps(k)}: {dumps(v, inner)}" for k, v in value.items()]
+        items = [f"{inner}{json.dumps(k)}: {dumps(v, inner, step)}" for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + indent + "}"
     if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
-        return "[\n" + ",\n".join(inner + dumps(v, inner) for v in value) + "\n" + indent + "]"
+        return "[\n" + ",\n".join(inner + dumps(v, inner, step) for v in value) + "\n" + indent + "]"
     return flat
+
+
+def indent_of(text: str) -> str:
+    """The indent step of a JSON document as its author wrote it: the whitespace before its first
+    indented line (1 to 8 spaces, or one tab); two spaces for one on a single line or another."""
+    found = re.search(r"\n([ \t]+)\S", text)
+    step = found.group(1) if found else "  "
+    return step if step == "\t" or (set(step) == {" "} and len(step) <= 8) else "  "
 
 
 def _received(value: Any) -> str:
