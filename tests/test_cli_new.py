@@ -4,6 +4,7 @@ what it refuses (a folder in use, an op id the manifest would not take)."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import numpy as np
 import pytest
@@ -137,17 +138,20 @@ def test_a_path_that_cannot_be_made_is_refused_and_says_why(tmp_path) -> None:
 @pytest.mark.parametrize("args", [
     ["com.microsoft.QuickGelu"],  # the op id from the folder name: an embedded kernel's
     ["myorg/myop", "--op", "com.example.MyOp"],  # a folder named as a Hub repository
+    ["my pkgs/com.example.MyOp"],  # a space: the shell had split the folder in two
+    ["it's/com.example.MyOp"],  # a quote: the shell had waited for its closing one
 ])  # fmt: skip
 def test_the_next_commands_new_prints_name_the_folder_it_wrote(tmp_path, monkeypatch, args) -> None:
     """A bare com.microsoft.QuickGelu (or myorg/myop) names the embedded kernel (the Hub repository)
-    as well as the folder: the commands `new` suggested were refused as ambiguous (exit 2)."""
+    as well as the folder: the commands `new` suggested were refused as ambiguous (exit 2). Read as
+    a shell reads them, they name the folder written, whatever characters its name holds."""
     monkeypatch.chdir(tmp_path)
     result = invoke(CliRunner(), "new", *args)
     next_line = result.stdout.splitlines()[-1]
     assert next_line.startswith("next: ")
     for command in next_line.removeprefix("next: ").split(" && "):
-        name, *rest = command.split()
-        assert name == "webgpu-kernels"
+        name, *rest = shlex.split(command)
+        assert name == "webgpu-kernels" and (tmp_path / rest[-1]).resolve() == (tmp_path / args[0]).resolve()
         invoke(CliRunner(), *rest)
 
 

@@ -15,7 +15,9 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
+import subprocess
 import traceback
 from importlib import resources
 from pathlib import Path
@@ -116,8 +118,19 @@ def _folder_argument(path: Path) -> str:
         except PackageError:  # no Hub repository id: a folder name
             kind = "path"
         if kind == "hub" or (kind == "embedded" and shown in list_kernels()):
-            return f".{os.sep}{shown}"
-    return shown
+            shown = f".{os.sep}{shown}"
+    return _shell_word(shown)
+
+
+def _shell_word(path: str) -> str:
+    """``path`` as one word of the shell the user copies the suggested commands into: a folder name
+    with a space or a quote had been printed bare, and the command run as written split it in two."""
+    if os.name == "nt":
+        return subprocess.list2cmdline([path])
+    home = "~" + os.sep
+    if path.startswith(home) and len(path) > len(home):  # the shell expands an unquoted ~/ only
+        return home + shlex.quote(path[len(home):])
+    return shlex.quote(path)
 
 
 @click.command("new")
