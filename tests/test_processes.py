@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,3 +127,56 @@ def test_fork_workers_of_a_parent_without_a_device_run_its_kernel(request):
     done = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", FORK_BEFORE_ANY_DEVICE,
                            str(request.path.parent)], capture_output=True, text=True, timeout=180)  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+#: `python -m webgpu_kernels ARGS` with Ctrl-C delivered as a terminal delivers it: a suite started
+#: in the background by a non-interactive shell hands its children SIGINT ignored.
+_CTRL_C_ABLE = r"""
+import runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv = ["webgpu-kernels", *sys.argv[1:]]
+runpy.run_module("webgpu_kernels", run_name="__main__", alter_sys=True)
+"""
+
+
+def _spawned_children(pid: int) -> list[int]:
+    """The multiprocessing spawn children of ``pid`` (not its resource tracker), from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid and b"spawn_main" in (stat.parent / "cmdline").read_bytes():
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):  # a process that ended meanwhile
+            continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the spawned child through /proc")
+def test_ctrl_c_during_an_isolated_test_is_one_line_and_leaves_no_child(tmp_path):
+    """Ctrl-C signals the whole process group: the spawned child, still importing (jsonschema, wgpu),
+    printed its own KeyboardInterrupt traceback under the parent's `interrupted` line. Interrupted
+    at a few moments after the spawn, the command says `interrupted` alone, exits 130, and its
+    child is gone with it (it ignores SIGINT now, so the parent must stop it)."""
+    root = shutil.copytree(wk.get_kernel("com.microsoft.QuickGelu").package.root, tmp_path / "pkg")
+    for delay in (0.0, 0.1, 0.2, 0.35, 0.5):
+        proc = subprocess.Popen([sys.executable, "-c", _CTRL_C_ABLE, "test", str(root), "--timeout", "120"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while not (children := _spawned_children(proc.pid)):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+                time.sleep(0.01)
+            time.sleep(delay)
+            os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert (proc.returncode, err.strip()) == (130, "interrupted"), f"after {delay} s: {err[-3000:]}"
+        deadline = time.monotonic() + 30  # reaped by the parent; an orphan would be init's to reap
+        while any(Path(f"/proc/{child}").exists() for child in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(Path(f"/proc/{child}").exists() for child in children), f"after {delay} s"

@@ -42,6 +42,7 @@ from .casefile import (
 )
 from .comparison import compare, elements_ok
 from .errors import KernelError
+from .forks import quiet_child, sigint_held_for_spawn
 from .kernel import Kernel
 from .program import DeviceInfo, OutputSpec
 
@@ -523,16 +524,20 @@ def run_in_child(
     Returns (finished, how the child ended): finished is False when the child died (or timed out)
     before sending a ``("done", ...)`` message. ``timeout`` counts from the spawn (the child's
     imports included); a child stopped for it is said to have timed out, not to have been killed
-    by a signal that a driver crash or the OOM killer would also send.
+    by a signal that a driver crash or the OOM killer would also send. The child ignores SIGINT:
+    Ctrl-C interrupts the caller, which stops the child before the KeyboardInterrupt goes on.
     """
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=target, args=(sender, payload), daemon=True)
-    process.start()
-    sender.close()
-    finished = timed_out = False
+    process = context.Process(target=quiet_child, args=(target, sender, payload), daemon=True)
+    finished = timed_out = interrupted = False
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
+        # Ctrl-C reaches the child too (a terminal signals the whole process group): in its
+        # imports it had printed a KeyboardInterrupt traceback under the parent's one line.
+        with sigint_held_for_spawn():
+            process.start()
+        sender.close()
         while True:
             if deadline is not None and time.monotonic() > deadline:
                 process.kill()
@@ -557,11 +562,18 @@ def run_in_child(
                     finished = finished or message[0] == "done"
                     handle(message)
                 break
+    except BaseException:  # Ctrl-C: the parent says so; the child, deaf to it, must not outlive it
+        interrupted = True
+        raise
     finally:
-        process.join(timeout=10)
-        if process.is_alive():
-            process.kill()
-            process.join()
+        sender.close()
+        if process.pid is not None:  # started
+            if interrupted:
+                process.kill()
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+                process.join()
         receiver.close()
     if timed_out:
         return finished, f"ran past its {timeout:g} s timeout (--timeout) and was stopped"
