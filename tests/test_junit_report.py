@@ -21,6 +21,7 @@ from webgpu_kernels.cli import main
 from webgpu_kernels.junit_report import PACKAGE_CASE, junit_xml
 from webgpu_kernels.package import open_folder
 from webgpu_kernels.package_tests import CRASH_HOOK_ENV, PackageReport, RunResult, unreached_runs
+from webgpu_kernels.validation_report import Problem
 
 from conftest import copy_package  # noqa: E402
 
@@ -491,3 +492,17 @@ def test_a_report_path_under_home_is_written_there(tmp_path: Path, runner: CliRu
     result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", "~/r.xml"])
     assert result.exit_code == 0, result.output
     assert "<testsuites" in (tmp_path / "r.xml").read_text(encoding="utf-8")
+
+
+def test_a_warning_about_the_adapter_alone_is_labelled_adapter(tmp_path: Path, runner: CliRunner, gl_device) -> None:
+    """No shader-f16 on this adapter is a warning with no file: --json marks it adapterOnly and
+    --strict ignores it, yet the text and JUnit reports labelled it `(package)`, the package's fault."""
+    junit = tmp_path / "validate.xml"
+    out = runner.invoke(main, ["--adapter", "gl", "validate", QUICK_GELU, "--junit", str(junit)])
+    assert out.exit_code == 0, out.output
+    heads = [line.split("  [")[0] for line in out.output.splitlines() if "[variant" in line]
+    assert heads and set(heads) == {"warning (adapter)"} and "(package)" not in out.output, out.output
+    summary = ET.parse(junit).getroot().find("testsuite/testcase[@name='validate']/system-out").text
+    f16 = [line for line in summary.splitlines() if "no shader-f16" in line]
+    assert f16 and all(line.startswith("warning (adapter) [") for line in f16), summary
+    assert Problem("warning", "", "", "about the package as a whole").place() == PACKAGE_CASE

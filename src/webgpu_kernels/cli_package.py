@@ -472,7 +472,7 @@ def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False, st
         style = "bold red" if p.severity == ERROR else "yellow"
         extra = ", ".join(x for x in (f"variant {p.variant}" if p.variant else "", p.dtype or "",
                                       f"case {p.case}" if p.case else "") if x)
-        head = Text.assemble((f"{p.severity:<7} ", style), (p.location() or "(package)", "bold"),
+        head = Text.assemble((f"{p.severity:<7} ", style), (p.place(), "bold"),
                              (f"  [{extra}]" if extra else "", "cyan"))  # fmt: skip
         console.print(head, soft_wrap=True)
         console.print(Text("        " + p.message.replace("\n", "\n        ")), soft_wrap=True)

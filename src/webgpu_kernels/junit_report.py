@@ -155,7 +155,7 @@ def _count(n: int, noun: str) -> str:
 
 def _problem_name(problem: Problem) -> str:
     extra = ", ".join(x for x in (problem.variant, problem.dtype, f"case {problem.case}" if problem.case else None) if x)
-    return (problem.location() or PACKAGE_CASE) + (f" [{extra}]" if extra else "")
+    return problem.place() + (f" [{extra}]" if extra else "")
 
 
 def _validation_suite(report: ValidationReport, name: str, started: float, strict: bool) -> ET.Element:
@@ -175,7 +175,7 @@ def _validation_suite(report: ValidationReport, name: str, started: float, stric
         if cov.failed:
             mine = [p for p in report.errors if p.variant == cov.variant and p.dtype == cov.dtype]
             absorbed.update(id(p) for p in mine)
-            text = "\n".join(f"{p.location()}: {p.message}" for p in mine) or f"{cov.failed} render or compile failures"
+            text = "\n".join(f"{p.place()}: {p.message}" for p in mine) or f"{cov.failed} render or compile failures"
             _outcome(case, "failure", text, "compile")
         elif not cov.pipelines:
             _outcome(case, "skipped", cov.status, "not compiled")

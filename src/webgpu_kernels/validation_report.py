@@ -36,6 +36,11 @@ class Problem:
             where += f" {self.json_path}"
         return where
 
+    def place(self) -> str:
+        """Where the text and JUnit reports say it is: its location, else what it is about, this
+        adapter (no shader-f16: a larger GPU has it) or the package as a whole."""
+        return self.location() or ("(adapter)" if self.adapter_only else "(package)")
+
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["jsonPath"] = data.pop("json_path")
