@@ -46,7 +46,7 @@ def test_tune_then_bench(runner, tuning_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
     out = invoke(runner, "tune", QG_DIR, *TINY).output
     path = tuning_file(tuning_dir)
-    assert f"saved: {path}" in out.replace("\n", "")
+    assert f"saved: {path} (a choice for 1 of 1 tuning classes)" in out.replace("\n", "")
     assert "nothing saved" not in out, out  # said after "saved:" too, where a save had moved nothing aside
     assert "tiny-4096" in out and "speed-up" in out
     data = json.loads(path.read_text("utf-8"))
@@ -474,9 +474,14 @@ def test_a_tuner_that_keeps_the_manifest_selection_stores_nothing_and_drops_an_o
     assert list(json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]) == [TINY_KEY]
     monkeypatch.setattr(cli_tune, "_search", _fake_search({(4096,): None}))
     out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
-    assert json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"] == {}
-    # "saved: FILE" alone had read as a stored choice (helper-70): it says nothing was stored.
-    assert "1 of 1 tuning classes keep the manifest's own selection: nothing is stored for them" in out, out
+    path = tuning_file(tuning_dir)
+    assert json.loads(path.read_text("utf-8"))["entries"] == {}
+    # "saved: FILE" had still ended the run, though the file held no entry (helper-70, helper-94):
+    # it says that nothing was stored, and that the earlier result went.
+    assert "saved:" not in out, out
+    assert (f"nothing stored in {path}: its one tuning class keeps the manifest's own selection: nothing is "
+            f"stored for it (the selection won, or their cases disagreed); 1 earlier entry for it removed "
+            f"from {path}") in out, out
     x = np.ones(6000, np.float32)  # same class as 4096
     assert wk.load_kernel(QG_DIR).explain({"X": x}).tuned is None
 
@@ -492,8 +497,12 @@ def test_cases_of_one_class_that_disagree_store_nothing_for_it(runner, tuning_di
     monkeypatch.setattr(cli_tune, "_search", _fake_search({(4096,): ("scalar", {"WORKGROUP_SIZE": 128}),
                                                            (4097,): None}))  # fmt: skip
     out = " ".join(invoke(runner, "tune", str(root), *QUICK_WARM_UP).output.split())
-    assert "odd-4097: shares its tuning class with case 'even-4096'" in out and "nothing is stored" in out
-    assert json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"] == {}
+    # with the dtypes: a case runs in each of its dtypes, each dtype a tuning class of its own
+    assert "'odd-4097' (float32): shares its tuning class with case 'even-4096' (float32), which found" in out, out
+    path = tuning_file(tuning_dir)
+    assert json.loads(path.read_text("utf-8"))["entries"] == {}
+    assert "saved:" not in out and f"nothing stored in {path}: its one tuning class keeps" in out, out
+    assert "earlier entr" not in out  # the entry even-4096 stored in this run was no earlier result
 
 
 def test_the_search_tries_a_variant_the_manifest_tunables_refuse(monkeypatch, device):

@@ -80,7 +80,9 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
         table.add_column(col)
     errors = 0
     saved = False  # whether a case's result reached the tuning file
-    outcomes: dict[str, tuple[str, Any]] = {}  # tuning class -> the first case's name and outcome
+    outcomes: dict[str, tuple[str, Any]] = {}  # tuning class -> the first case's name (and dtype) and outcome
+    earlier_entries = set(cache.entries)  # the classes the file held before this run
+    dropped: set[str] = set()  # of those, the classes whose entry this run removed
     conflicted: set[str] = set()  # classes whose cases disagree
     with Progress(console=console, transient=True, disable=not is_live(console)) as progress:
         _warm_up(progress, device, warm_up_s)
@@ -128,15 +130,19 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             winner = (best[1], best[2])
             outcome = None if _same_work(kernel, arrays, case["attrs"], winner, None) else winner
             key = tuning.entry_key(kernel.tuning_key, *tuning_class)
-            earlier = outcomes.setdefault(key, (case["name"], outcome))
+            # the dtype: a case name runs in each of its dtypes, and each dtype is a class of its own
+            named = f"{case['name']!r} ({_dtype_label(case['types'].values())})"
+            earlier = outcomes.setdefault(key, (named, outcome))
             if not _same_work(kernel, arrays, case["attrs"], earlier[1], outcome) and key not in conflicted:
                 conflicted.add(key)
-                progress.console.print(Text(f"{kernel.manifest.name} {case['name']}: shares its tuning class with case "
-                                            f"{earlier[0]!r}, which found {_outcome_text(earlier[1])} where this one "
+                progress.console.print(Text(f"{kernel.manifest.name} {named}: shares its tuning class with case "
+                                            f"{earlier[0]}, which found {_outcome_text(earlier[1])} where this one "
                                             f"found {_outcome_text(outcome)}: nothing is stored for the class, so its "
                                             "calls run the manifest's selection", style="yellow"), soft_wrap=True)  # fmt: skip
             if not dry_run:
                 if outcome is None or key in conflicted:
+                    if key in earlier_entries:
+                        dropped.add(key)
                     cache.forget(kernel.tuning_key, *tuning_class)
                 else:
                     cache.record(kernel.tuning_key, tuning_class[0], tuning_class[1],
@@ -159,10 +165,20 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
         console.print(f"dry run: nothing written to {cache.path} (a run would store a choice for "
                       f"{stored} of {len(outcomes)} tuning classes)", soft_wrap=True)  # fmt: skip
     elif saved:
-        console.print(f"saved: {cache.path}")
-        if stored < len(outcomes):
-            console.print(f"{len(outcomes) - stored} of {len(outcomes)} tuning classes keep the manifest's own selection: "
-                          "nothing is stored for them (the selection won, or their cases disagreed)", soft_wrap=True)  # fmt: skip
+        # "saved:" had also ended a run that stored nothing, its file holding no entry for it.
+        kept = len(outcomes) - stored
+        them = "it" if kept == 1 else "them"
+        entries = f"{len(dropped)} earlier entr{'y' if len(dropped) == 1 else 'ies'}"
+        removed = f"; {entries} for {them} removed from {cache.path}" if dropped else ""
+        why = (f"the manifest's own selection: nothing is stored for {them} (the selection won, or their cases "
+               f"disagreed){removed}")  # fmt: skip
+        if not stored:
+            classes = "its one tuning class keeps" if kept == 1 else f"all {kept} tuning classes keep"
+            console.print(f"nothing stored in {cache.path}: {classes} {why}", soft_wrap=True)
+        else:
+            console.print(f"saved: {cache.path} (a choice for {stored} of {len(outcomes)} tuning classes)", soft_wrap=True)
+            if kept:
+                console.print(f"{kept} of {len(outcomes)} tuning classes keep {why}", soft_wrap=True)
     else:  # every case errored: "saved:" had named a file that nothing was written to
         console.print(f"nothing saved: no case was tuned, so {cache.path} is as it was")
     if cache.backup is not None:
