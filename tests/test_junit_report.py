@@ -506,3 +506,22 @@ def test_a_warning_about_the_adapter_alone_is_labelled_adapter(tmp_path: Path, r
     f16 = [line for line in summary.splitlines() if "no shader-f16" in line]
     assert f16 and all(line.startswith("warning (adapter) [") for line in f16), summary
     assert Problem("warning", "", "", "about the package as a whole").place() == PACKAGE_CASE
+
+
+def test_validate_junit_gives_each_compile_and_the_suite_the_time_it_took(tmp_path: Path, runner: CliRunner) -> None:
+    """Every testcase and the suite had time="0" though validate takes seconds: a compile testcase
+    now has its variant x dtype's time, `validate` the rest, so the suite's is the whole run's."""
+    from webgpu_kernels.validation import validate_package_isolated
+
+    junit = tmp_path / "validate.xml"
+    out = runner.invoke(main, ["validate", QUICK_GELU, "--junit", str(junit)])
+    assert out.exit_code == 0, out.output
+    root = ET.parse(junit).getroot()
+    (suite,) = root.findall("testsuite")
+    times = {c.get("name"): float(c.get("time")) for c in suite.findall("testcase")}
+    compiled = [name for name, seconds in times.items() if name.startswith("compile") and seconds > 0]
+    assert "compile vec4 [float32]" in compiled and times["validate"] > 0, times
+    assert float(suite.get("time")) == pytest.approx(sum(times.values()), abs=1e-5) == float(root.get("time"))
+    # isolated: the child's start counts too, and the figures come back from it
+    report = validate_package_isolated(copy_package(QUICK_GELU, tmp_path / "qg"), timeout=120)
+    assert report.ok and report.seconds > sum(c.seconds for c in report.coverage) > 0, report

@@ -25,7 +25,9 @@ second) and a ``hostname``; the ``<testsuites>`` root sums the counts.
 ``validate``: one ``<testsuite>`` per package, a testcase per variant x dtype (``compile vec4
 [float16]``: a ``<failure>`` with its render or compile errors, ``<skipped>`` when no case made it
 compile), one per other error (named by file and JSON path or line), and a ``validate`` testcase
-that always passes, holding what was checked and every warning.
+that always passes, holding what was checked and every warning. A compile testcase takes its
+row's time (``Coverage.seconds``), ``validate`` the rest of the report's (``seconds``), the errors
+none: the suite's time is the validation's.
 
 XML 1.0 cannot hold most control characters, which a message may quote from a package's file;
 they are written as ``\\xNN``.
@@ -162,16 +164,16 @@ def _validation_suite(report: ValidationReport, name: str, started: float, stric
     cases: list[ET.Element] = []
     names: Counter[str] = Counter()
 
-    def add(case_name: str) -> ET.Element:
+    def add(case_name: str, seconds: float = 0.0) -> ET.Element:
         names[case_name] += 1  # two problems at one place: each its own testcase, not merged
         shown = case_name if names[case_name] == 1 else f"{case_name} #{names[case_name]}"
-        case = ET.Element("testcase", classname=_text(name), name=_text(shown), time="0")
+        case = ET.Element("testcase", classname=_text(name), name=_text(shown), time=f"{seconds:.6f}")
         cases.append(case)
         return case
 
     absorbed: set[int] = set()
     for cov in report.coverage:
-        case = add(f"compile {cov.variant} [{cov.dtype}]")
+        case = add(f"compile {cov.variant} [{cov.dtype}]", cov.seconds)
         if cov.failed:
             mine = [p for p in report.errors if p.variant == cov.variant and p.dtype == cov.dtype]
             absorbed.update(id(p) for p in mine)
@@ -187,7 +189,9 @@ def _validation_suite(report: ValidationReport, name: str, started: float, stric
     failing = report.package_warnings if strict else []  # validate --strict: each fails, as a testcase of its own
     for problem in failing:
         _outcome(add(_problem_name(problem)), "failure", problem.message, "warning")
-    summary = add("validate")  # always there: a valid package is one passing testcase, its warnings in it
+    # always there: a valid package is one passing testcase, its warnings in it; its time is the
+    # validation's not spent compiling (the files, expressions, the device), so the suite's is the whole
+    summary = add("validate", max(0.0, report.seconds - sum(cov.seconds for cov in report.coverage)))
     lines = [f"checked: {', '.join(f'{k} {v}' for k, v in report.checked.items()) or 'nothing'}"]
     if report.skipped:
         lines.append(f"not checked: {report.skipped}")

@@ -26,6 +26,7 @@ the variant and dtype (validation_report.py; stage 6 lives in validation_gpu.py)
 from __future__ import annotations
 
 import os
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -79,6 +80,13 @@ def validate_package(
     progress: Progress | None = None,
 ) -> ValidationReport:
     """Every problem with the package folder at ``path`` (``gpu=False`` skips stage 6)."""
+    began = time.perf_counter()
+    report = _validate(path, adapter=adapter, gpu=gpu, progress=progress)
+    report.seconds = time.perf_counter() - began
+    return report
+
+
+def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Progress | None) -> ValidationReport:
     notify = progress or (lambda kind, value: None)
     root = Path(path).expanduser()
     report = ValidationReport(path=str(root))
@@ -564,12 +572,14 @@ def validate_package_isolated(
         elif message[0] == "done":
             result.update(message[1])
 
+    began = time.perf_counter()
     finished, ended = run_in_child(_child_main, ValidateJob(str(path), adapter, gpu), handle, timeout=timeout)
+    seconds = time.perf_counter() - began  # the child's start and imports too: what a CI job waited
     if finished and "crash" not in result:
         report = ValidationReport.from_dict(result)
-        report.isolated = True
+        report.isolated, report.seconds = True, seconds
         return report
-    report = ValidationReport(path=str(Path(path).expanduser()), isolated=True)
+    report = ValidationReport(path=str(Path(path).expanduser()), isolated=True, seconds=seconds)
     if finished:
         message = f"validation failed unexpectedly: {result['crash']}"
     else:

@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -157,6 +158,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     guards_storage = {v.id: "maxComputeWorkgroupStorageSize" in shared + json.dumps(manifest.raw["variants"][v.index])
                       for v in manifest.variants}  # fmt: skip
     definitions = program.definitions
+    clock = _Clock()
     notify("total", len(calls))
     for call in calls:
         notify("advance", 1)
@@ -186,6 +188,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         refusals: dict[str, list[str]] = {}  # the device's refusal -> the variants it stops, one warning each
         rejected: dict[str, Any] = {}  # variant -> its verdict, where `when` rejects the call
         for cv in program.variants:
+            clock.charge(None)
             vid = cv.variant.id
             verdict, inner = judge(cv, scope, definitions)  # definitions: traces show what `baseOk` was made of
             if not verdict.accepted:
@@ -202,6 +205,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             if call.source == TEST_FILE:
                 tested.add((vid, label))
             cov = coverage.setdefault((vid, label), Coverage(vid, label))
+            clock.charge(cov)  # what follows, to the next variant, is this row's work
             cov.cases += 1
             notify("start", {"variant": vid, "dtype": label, "case": call.case})
             try:
@@ -299,6 +303,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                                 "device offers: on a device with less its calls are refused (DeviceLimitError); a "
                                 "`when` on device.limits.maxComputeWorkgroupStorageSize lets another variant take "
                                 "them", variant=vid, dtype=label, case=call.case)  # fmt: skip
+        clock.charge(None)
         skipped = no_f16 and not accepted_any  # `test` skips such a case: this adapter cannot run float16
         for i, vid in enumerate(call.variants or ()):
             if vid in rejected and not skipped:  # `test` would fail the case: it names a variant that refuses it
@@ -379,6 +384,20 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     f"it was not compiled{unread}", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
     report.coverage = sorted(coverage.values(), key=lambda c: ([v.id for v in manifest.variants].index(c.variant)
                                                                 if manifest.variant(c.variant) else 99, c.dtype))  # fmt: skip
+
+
+class _Clock:
+    """Charges the time from one :meth:`charge` to the next to the row named then (None: to no row)."""
+
+    def __init__(self) -> None:
+        self.row: Coverage | None = None
+        self.since = time.perf_counter()
+
+    def charge(self, row: Coverage | None) -> None:
+        now = time.perf_counter()
+        if self.row is not None:
+            self.row.seconds += now - self.since
+        self.row, self.since = row, now
 
 
 def _accepted_with_f16(program: Any, signature: Any, info: Any, cv: Any, definitions: Any, cache: list[Any]) -> bool:

@@ -65,6 +65,7 @@ class Coverage:
     failed: int = 0  # render or compile failures
     refused: int = 0  # cases this adapter's limits refuse (workgroup size or memory, a binding's size)
     note: str = ""
+    seconds: float = 0.0  # spent on its cases: resolving, rendering and compiling (JUnit's testcase time)
 
     @property
     def status(self) -> str:
@@ -79,12 +80,14 @@ class Coverage:
 
     def as_dict(self) -> dict[str, Any]:
         return {"variant": self.variant, "dtype": self.dtype, "cases": self.cases, "pipelines": self.pipelines,
-                "failed": self.failed, "refused": self.refused, "status": self.status, "note": self.note}  # fmt: skip
+                "failed": self.failed, "refused": self.refused, "status": self.status, "note": self.note,
+                "seconds": self.seconds}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Coverage:
         return cls(variant=data["variant"], dtype=data["dtype"], cases=data["cases"], pipelines=data["pipelines"],
-                   failed=data["failed"], refused=data.get("refused", 0), note=data.get("note", ""))  # fmt: skip
+                   failed=data["failed"], refused=data.get("refused", 0), note=data.get("note", ""),
+                   seconds=data.get("seconds", 0.0))  # fmt: skip
 
 
 @dataclass
@@ -99,6 +102,8 @@ class ValidationReport:
     isolated: bool = False
     #: Why the stages that need the compiled manifest did not run (None: they ran, or it did not load).
     skipped: str | None = None
+    #: How long the validation took (isolated: from the child's spawn to its end).
+    seconds: float = 0.0
 
     @property
     def errors(self) -> list[Problem]:
@@ -128,7 +133,7 @@ class ValidationReport:
             "path": self.path, "op": self.op_id, "adapter": self.adapter, "isolated": self.isolated, "ok": self.ok,
             "errors": len(self.errors), "warnings": len(self.warnings), "uncompiled": self.uncompiled,
             "checked": dict(self.checked), "skipped": self.skipped, "problems": [p.as_dict() for p in self.problems],
-            "coverage": [c.as_dict() for c in self.coverage],
+            "coverage": [c.as_dict() for c in self.coverage], "seconds": self.seconds,
         }  # fmt: skip
 
     @classmethod
@@ -136,7 +141,8 @@ class ValidationReport:
         return cls(path=data["path"], op_id=data["op"], adapter=data["adapter"], isolated=data["isolated"],
                    problems=[Problem.from_dict(p) for p in data["problems"]],
                    coverage=[Coverage.from_dict(c) for c in data["coverage"]],
-                   checked=dict(data.get("checked", {})), skipped=data.get("skipped"))  # fmt: skip
+                   checked=dict(data.get("checked", {})), skipped=data.get("skipped"),
+                   seconds=data.get("seconds", 0.0))  # fmt: skip
 
 
 class ProblemCollector:
