@@ -78,6 +78,28 @@ def test_expect_writes_what_the_changed_kernel_computes(package) -> None:
     assert tested["ok"] and {r["status"] for r in tested["packages"][0]["results"]} == {"pass"}
 
 
+def test_a_case_with_inputs_only_gets_every_output_and_test_refuses_it_until_then(package) -> None:
+    """A case the author adds with its inputs alone: `expect` had refused it (give exactly one of
+    'expected' and 'refused', exit 2) though docs/cli.md says it gets every output returned."""
+    added = {"name": "added-7-f32", "types": {"T": "float32"},
+             "inputs": {"X": {"shape": [7], "generate": {"distribution": "normal", "seed": 9}}}}  # fmt: skip
+    _edit_tests(package, lambda cases: cases.append(added))
+    # test and validate still refuse it, pointing at expect: a case comparing nothing must not pass
+    tested = invoke(CliRunner(), "test", str(package), code=1)
+    assert "cases[3]" in tested.output and "has neither" in tested.output and "webgpu-kernels expect" in tested.output
+    validated = invoke(CliRunner(), "validate", str(package), code=1)
+    assert "has neither" in validated.output and "webgpu-kernels expect" in validated.output
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple")
+    assert "3 cases written, 1 refusal case left" in result.stdout
+    case = json.loads((package / "test.json").read_text("utf-8"))["cases"][3]
+    x = wk.test_case_inputs(wk.load_kernel(package), "added-7-f32")["X"]
+    assert case["expected"]["Y"]["shape"] == [7] and case["expected"]["Y"]["dtype"] == "float32"
+    np.testing.assert_array_equal(np.asarray(case["expected"]["Y"]["values"], np.float32),
+                                  (3.0 * x.astype(np.float64)).astype(np.float32))  # fmt: skip
+    tested_json = json.loads(invoke(CliRunner(), "test", str(package), "--json").stdout)
+    assert tested_json["ok"] and "added-7-f32" in {r["case"] for r in tested_json["packages"][0]["results"]}
+
+
 @pytest.mark.parametrize("step", ["    ", "\t", "  "])
 def test_the_author_s_indent_is_kept(package, step) -> None:
     """A test.json indented by four spaces (or a tab) is written again so, not in new's two spaces

@@ -335,8 +335,10 @@ class TestFile:
     file: str = TEST_FILE
 
 
-def check_test_data(data: Any, *, file: str = TEST_FILE) -> list[CaseFileError]:
-    """Every problem with a decoded test.json that needs no manifest: schema, then structure."""
+def check_test_data(data: Any, *, file: str = TEST_FILE, drafts: bool = False) -> list[CaseFileError]:
+    """Every problem with a decoded test.json that needs no manifest: schema, then structure.
+    ``drafts``: a case with neither ``expected`` nor ``refused`` is taken (``expect`` writes its
+    expected values); elsewhere it is refused, since it would compare nothing and pass."""
     errors = schema_errors(data, "test", file=file)
     if errors:
         return errors
@@ -359,9 +361,16 @@ def check_test_data(data: Any, *, file: str = TEST_FILE) -> list[CaseFileError]:
         if count > MAX_CASE_TOTAL_ELEMENTS:
             errors.append(CaseFileError(too_many_case_elements(case["name"], count), file=file,
                                         json_path=json_path(["cases", i])))  # fmt: skip
-        if ("expected" in case) == ("refused" in case):
+        if "expected" in case and "refused" in case:
             errors.append(CaseFileError("give exactly one of 'expected' (the outputs to compare) and 'refused' (the "
-                                        "error the call must raise)", file=file, json_path=json_path(["cases", i])))  # fmt: skip
+                                        "error the call must raise), not both", file=file,
+                                        json_path=json_path(["cases", i])))  # fmt: skip
+        elif "expected" not in case and "refused" not in case and not drafts:
+            errors.append(CaseFileError("give exactly one of 'expected' (the outputs to compare) and 'refused' (the "
+                                        "error the call must raise): the case has neither, and would compare nothing; "
+                                        "write its expected values from your reference with `webgpu-kernels expect "
+                                        "PATH --reference FILE.py:FUNCTION`", file=file,
+                                        json_path=json_path(["cases", i])))  # fmt: skip
         for section in ("inputs", "expected"):
             for role, spec in case.get(section, {}).items():
                 kinds = [k for k in ("values", "generate", "file") if k in spec]
@@ -399,9 +408,10 @@ def generate_errors(gen: Mapping[str, Any], file: str, where: str) -> list[CaseF
     return errors
 
 
-def parse_test_file(data: Any, *, file: str = TEST_FILE) -> TestFile:
-    """A decoded test.json as a :class:`TestFile`; raises the first :class:`CaseFileError`."""
-    errors = check_test_data(data, file=file)
+def parse_test_file(data: Any, *, file: str = TEST_FILE, drafts: bool = False) -> TestFile:
+    """A decoded test.json as a :class:`TestFile`; raises the first :class:`CaseFileError`.
+    ``drafts``: cases may have neither ``expected`` nor ``refused`` (:func:`check_test_data`)."""
+    errors = check_test_data(data, file=file, drafts=drafts)
     if errors:
         raise errors[0]
     base = _merge_tolerances({}, data.get("tolerances", {}))
@@ -423,14 +433,13 @@ def parse_test_file(data: Any, *, file: str = TEST_FILE) -> TestFile:
 def parse_draft_case(case: Mapping[str, Any]) -> TestCase:
     """One case as test.json would hold it, its ``expected`` optional: authors build its inputs to
     compute the expected outputs before the case can go into the file."""
-    # The file wants an expected or a refused entry; a placeholder stands in (build_inputs reads neither).
     draft = dict(case)
-    if "refused" not in draft and not draft.get("expected"):
-        draft["expected"] = {"placeholder": {"shape": [], "values": 0}}
+    if not draft.get("expected"):  # an empty one too: the schema wants one entry at least
+        draft.pop("expected", None)
     # Errors name the case and say why their paths read cases[0]: it had read "file: case".
     name = case.get("name") if isinstance(case.get("name"), str) else None
     where = f"case {shorten(name)!r} given as a dict (read as cases[0])" if name else "a case given as a dict (read as cases[0])"
-    return parse_test_file({"cases": [draft]}, file=where).cases[0]
+    return parse_test_file({"cases": [draft]}, file=where, drafts=True).cases[0]
 
 
 def read_test_file(package: Any) -> TestFile:

@@ -27,8 +27,8 @@ import click
 import numpy as np
 
 from .api import list_kernels, load_kernel
-from .casefile import TEST_FILE, read_test_file
-from .digests import METADATA_FILE, replace_files, write_metadata
+from .casefile import TEST_FILE, parse_test_file
+from .digests import METADATA_FILE, decode_json, replace_files, write_metadata
 from .errors import KernelError, PackageError
 from .expected import ReferenceFailed, check_package_size, check_test_file_size, dumps, indent_of, write_expected
 from .json_schema import validator
@@ -286,10 +286,12 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
     kernel = load_kernel(root, verify_digests=False)
     try:
         original = kernel.package.read_bytes(TEST_FILE)
-        doc = json.loads(original)
+        doc = decode_json(original)
     except (KernelError, ValueError) as exc:
         raise PackageError(f"{TEST_FILE} cannot be read: {exc}", path=str(root / TEST_FILE)) from None
-    read_test_file(kernel.package)  # refuses a test.json that `test` would refuse, naming where
+    # Refuses a test.json that `test` would refuse, naming where, but for cases with neither
+    # expected nor refused: those this command is for (a case the author added, its inputs only).
+    parse_test_file(doc, file=str(root / TEST_FILE), drafts=True)
     try:
         written = write_expected(kernel, doc["cases"], function, name=label)
     except ReferenceFailed as exc:
