@@ -150,7 +150,7 @@ def test_a_mistyped_folder_that_reads_as_a_hub_repository_says_so(runner, tmp_pa
     assert "write ./tests/demo.Gathr " in pinned + " " and "@v2 here" not in pinned  # a ./ path takes no pin
     # three parts are no repository id (one slash): a missing folder, trusted or not, exit 2 in `test` as in `info`
     deep = runner.invoke(main, ["--trust-remote-code", command, "tests/packages/demo.Gathr"])
-    assert deep.exit_code == 2 and "tests/packages/demo.Gathr: not a folder" in deep.output, deep.output
+    assert deep.exit_code == 2 and "tests/packages/demo.Gathr: no such folder" in deep.output, deep.output
 
 
 @pytest.mark.parametrize("args", [["--trust-remote-code", "info", "nodir/x/pkg"], ["info", "nodir/x/pkg"]])
@@ -159,7 +159,7 @@ def test_a_missing_path_of_three_parts_is_a_missing_folder_not_a_hub_repository(
     revision= apply to Hub repositories", without it the Python trust advice (helper-14)."""
     result = runner.invoke(main, args)
     assert result.exit_code == 2, result.output
-    assert "nodir/x/pkg: not a folder" in result.output and "version=" not in result.output
+    assert "nodir/x/pkg: no such folder" in result.output and "version=" not in result.output
 
 
 # --- options and errors -------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_unknown_kernel(runner: CliRunner) -> None:
 
 
 def test_missing_folder(runner: CliRunner, tmp_path) -> None:
-    assert_error(runner.invoke(main, ["info", str(tmp_path / "nope")]), "not a folder")
+    assert_error(runner.invoke(main, ["info", str(tmp_path / "nope")]), f"{tmp_path / 'nope'}: no such folder")
     assert_error(runner.invoke(main, ["info", str(tmp_path)]), "no manifest.json")
 
 

@@ -100,3 +100,26 @@ def test_paths_and_urls_need_trust(hub_env, name):
     assert ("load_kernel(path)" in str(info.value)) == local
     assert ("--trust-remote-code" in str(info.value)) == (not local)
     assert "trust_remote_code=True" in str(info.value)
+
+
+_REFERENCE = "def ref(inputs, attrs):\n    return {}\n"
+
+
+@pytest.mark.parametrize("command", ["validate", "test", "bench", "tune", "info", "explain", "render", "run",
+                                     "digest", "expect"])  # fmt: skip
+@pytest.mark.parametrize("path", ["./nope", "nope/a/b", "~nosuchuser/nope"])
+def test_every_command_says_no_such_folder_naming_the_path_as_typed(tmp_path, monkeypatch, command, path) -> None:
+    """`test ./nope` had said `nope: not a folder` (the ./ dropped), digest the absolute path,
+    expect click's `Directory './nope' does not exist`, while validate said `no such folder`;
+    `info ~nosuchuser/nope` had been a traceback."""
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ref.py").write_text(_REFERENCE, "utf-8")
+    extra = {"expect": ["--reference", "ref.py:ref"], "run": ["-i", "X=4:f32"], "explain": ["-i", "X=4:f32"],
+             "render": ["-i", "X=4:f32"]}.get(command, [])  # fmt: skip
+    result = CliRunner().invoke(main, [command, path, *extra])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.stderr.splitlines()[0] == f"error: {path}: no such folder", result.stderr

@@ -79,7 +79,7 @@ def test_a_pickled_folder_kernel_opens_once_per_process_and_only_as_it_was(folde
     with pytest.raises(errors.DigestError, match="sha256"):  # verified when pickled: verified again
         pickle.loads(pickled_verified)
     shutil.rmtree(root)
-    with pytest.raises(errors.PackageError, match="not a folder"):
+    with pytest.raises(errors.PackageError, match="no such folder"):
         pickle.loads(pickled)
 
 

@@ -331,10 +331,10 @@ def test_cli_validate_timeout_runs_isolated_and_says_it_timed_out(qg: Path, runn
 @pytest.mark.parametrize("args, fragment", [
     (["--adapter", "no-such-adapter", "validate"], "no adapter matches 'no-such-adapter'"),
     (["validate", "@manifest"], "a file, not a package folder"),
-    (["validate", "./no-such-folder"], "no such folder"),  # `validate no-such-folder` was 2 already
+    (["validate", "./no-such-folder"], "./no-such-folder: no such folder"),  # `validate no-such-folder` was 2 already
     (["--adapter", "no-such-adapter", "test", "--isolate"], "no adapter matches 'no-such-adapter'"),
     (["test", "com.microsoft.NoSuchOp"], "com.microsoft.NoSuchOp"),
-    (["test", "./no-such-folder"], "not a folder"),
+    (["test", "./no-such-folder"], "./no-such-folder: no such folder"),
 ])  # fmt: skip
 def test_the_callers_mistakes_exit_2_not_invalid(qg: Path, runner: CliRunner, args, fragment) -> None:
     """A mistyped --adapter, or manifest.json named instead of its folder, read as "INVALID" (exit 1)

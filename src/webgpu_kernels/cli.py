@@ -36,7 +36,7 @@ from .casefile import generate_errors
 from .device import ADAPTER_ENV
 from .errors import DTypeError, KernelError, PackageError
 from .kernel import Kernel
-from .package import embedded_root
+from .package import check_folder, embedded_root
 
 #: ``--input`` dtype spellings -> ONNX element type names. Types the kernels cannot take are
 #: accepted here on purpose: the engine's contract check reports them.
@@ -368,14 +368,17 @@ def classify_kernel_ref(ref: str) -> KernelRef:
     the shipped kernel, or the shipped kernel for the package a CI script checks (it had passed a
     broken copy). Anything that exists, or starts like a path, is a folder; else
     ``org/op[@pin]`` is a Hub repository."""
-    path = Path(ref).expanduser()
+    try:
+        path = Path(ref).expanduser()
+    except RuntimeError:  # ~nosuchuser: no home to expand, so no such folder (it had been a traceback)
+        path = Path(ref)
     if ref in list_kernels():
         if (path / "manifest.json").exists() and path.resolve() != (embedded_root() / ref).resolve():
             raise click.UsageError(f"{ref!r} names both the embedded kernel and the package folder ./{ref} here: "
                                    f"write ./{ref} for the folder, or run from another directory for the "
                                    "embedded kernel")  # fmt: skip
         return KernelRef("embedded", path)
-    if path.exists() or ref.startswith((".", "/", "~")) or os.sep in ref and os.sep != "/":
+    if _exists(path) or ref.startswith((".", "/", "~")) or os.sep in ref and os.sep != "/":
         return KernelRef("folder", path)
     if "/" in ref:
         repo, pin = split_pin(ref)
@@ -383,6 +386,28 @@ def classify_kernel_ref(ref: str) -> KernelRef:
             return KernelRef("folder", path)  # a repository id has one slash: `a/b/c` is a path (locations.classify)
         return KernelRef("hub", path, repo=repo, pin=pin)
     return KernelRef("unknown", path)
+
+
+def _exists(path: Path) -> bool:
+    """Whether something is at ``path``; not where no file can be: a name too long, a NUL byte
+    (their OSError and ValueError had been tracebacks)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+class FolderPath(click.ParamType):
+    """A PATH argument that must name an existing folder: refused as a KERNEL argument is
+    (``error: ./nope: no such folder``, exit 2), not in click's words. Converts to a Path."""
+
+    name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        return check_folder(os.fspath(value))
+
+
+FOLDER = FolderPath()
 
 
 def split_pin(ref: str) -> tuple[str, str]:
@@ -420,7 +445,7 @@ def resolve_kernel(ref: str) -> Kernel:
         raise click.UsageError(f"{ref!r} names both a Hub repository and the package folder ./{ref} here: write "
                                f"./{ref} for the folder, or run from another directory for the Hub repository")  # fmt: skip
     if where.kind == "folder":
-        return load_kernel(where.path)
+        return load_kernel(ref)  # the argument as typed: a refusal names ./x, which Path drops
     if where.kind == "hub":
         try:
             return _from_hub(where)

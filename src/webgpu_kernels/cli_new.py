@@ -28,6 +28,7 @@ import numpy as np
 
 from .api import list_kernels, load_kernel
 from .casefile import TEST_FILE, parse_test_file
+from .cli import FOLDER
 from .digests import METADATA_FILE, decode_json, replace_files, write_metadata
 from .errors import KernelError, PackageError
 from .expected import ReferenceFailed, check_package_size, check_test_file_size, dumps, indent_of, write_expected
@@ -262,7 +263,7 @@ def _remove_folders(made: list[Path]) -> None:
 
 
 @click.command("expect")
-@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("path", type=FOLDER)
 @click.option("--reference", "reference", required=True, metavar="FILE.py:FUNCTION", callback=_import_reference,
               help="Your float64 reference: FILE is imported (its code runs) and FUNCTION(inputs, attrs) "
                    "must return a dict of output arrays.")  # fmt: skip

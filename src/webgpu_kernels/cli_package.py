@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import tuning
-from .cli import FiniteFloatRange, output_file, trust_option
+from .cli import FOLDER, FiniteFloatRange, output_file, trust_option
 from .device import choose_adapter
 from .digests import (
     METADATA_FILE,
@@ -39,7 +39,7 @@ from .digests import (
 )
 from .errors import DigestError, KernelError, PackageError
 from .junit_report import junit_xml, validation_junit_xml, write_junit
-from .package import embedded_ids, embedded_root, open_folder
+from .package import embedded_ids, embedded_root, no_such_folder, open_folder
 from .package_tests import FAIL, PackageReport, RunResult, run_package_tests, run_package_tests_isolated
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
 
@@ -127,7 +127,7 @@ def _worst(result: RunResult, key: str) -> str:
 
 
 @click.command("digest")
-@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("path", type=FOLDER)
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if metadata.json is missing or out of date.")
 @click.option("--version", "version", type=click.IntRange(min=1), default=None, metavar="N",
               help="Set the contract version to N (a Hub revision vN must hold N); kept otherwise.")  # fmt: skip
@@ -380,7 +380,7 @@ def _package_path(ref: str) -> Path:
             raise PackageError("a file, not a package folder (name the folder that holds manifest.json)",
                                path=str(where.path))  # fmt: skip
         if not where.path.exists():
-            raise PackageError("no such folder", path=str(where.path))
+            raise no_such_folder(ref)  # as typed: str(where.path) dropped ./
         return where.path
     if where.kind == "hub":
         version, revision = _cli().hub_pin(where.pin)  # as every KERNEL argument reads it

@@ -9,6 +9,7 @@ manifest means is the next stage's business.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -137,6 +138,31 @@ def open_embedded(op_id: str, *, verify_digests: bool = True) -> KernelPackage:
                        require_metadata=verify_digests)  # fmt: skip
 
 
+def check_folder(path: str | Path) -> Path:
+    """``path`` (``~`` expanded) where it is a folder; else a PackageError naming it as given (a
+    str keeps its ``./``, which ``Path`` drops): :func:`no_such_folder`'s where nothing is there.
+    The commands had said ``nope: not a folder`` of ``./nope``, and validate ``no such folder``."""
+    try:
+        root = Path(path).expanduser()
+    except RuntimeError:  # ~nosuchuser: no home to expand, so nothing there
+        raise no_such_folder(path) from None
+    try:
+        exists, is_dir = root.exists(), root.is_dir()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        raise PackageError(f"cannot be opened: {getattr(exc, 'strerror', None) or exc}",
+                           path=shorten(os.fspath(path), 300)) from None  # fmt: skip
+    if not exists:
+        raise no_such_folder(path)
+    if not is_dir:
+        raise PackageError("not a folder", path=shorten(os.fspath(path), 300))
+    return root
+
+
+def no_such_folder(path: str | os.PathLike[str]) -> PackageError:
+    """The error every command gives for a path argument where nothing is, naming it as typed."""
+    return PackageError("no such folder", path=shorten(os.fspath(path), 300))
+
+
 def open_folder(
     path: str | Path,
     *,
@@ -154,9 +180,7 @@ def open_folder(
     if not isinstance(path, (str, Path)):
         raise PackageError(f"a package folder is a path (str or pathlib.Path), got {type(path).__name__} {path!r}")
     try:
-        root = Path(path).expanduser()
-        if not root.is_dir():
-            raise PackageError("not a folder", path=shorten(str(root)))
+        root = check_folder(path)
         check_manifest_file(root)
         root = root.resolve()
     except (OSError, RuntimeError, ValueError) as exc:  # ~nosuchuser, a name too long, a NUL byte
