@@ -74,7 +74,13 @@ def test_run_says_when_no_reference_checked_the_outputs(runner: CliRunner) -> No
     package = str(PACKAGES_DIR / "demo.ScaleShift")
     data = invoke_json(runner, "run", package, "-i", "X=4x8:f32")
     assert data["ok"] is True and data["checked"] is False and data["reference"] == {"numpy": None, "onnxruntime": None}
-    assert "not checked: no reference compared the outputs" in invoke(runner, "run", package, "-i", "X=4x8:f32").stdout
+    out = invoke(runner, "run", package, "-i", "X=4x8:f32").stdout
+    assert "not checked: no reference compared the outputs" in out
+    # each reference says why it compared nothing, in the JSON as in the text (the JSON had named
+    # onnxruntime alone, though no NumPy reference is registered for the op either)
+    assert set(data["referenceUnavailable"]) == {"numpy", "onnxruntime"}
+    assert data["referenceUnavailable"]["numpy"].startswith("none registered for demo.ScaleShift")
+    assert f"NumPy float64 reference: not available ({data['referenceUnavailable']['numpy']})" in " ".join(out.split())
 
 
 def test_run_bias_add(runner: CliRunner, has_f16: bool) -> None:
@@ -84,6 +90,7 @@ def test_run_bias_add(runner: CliRunner, has_f16: bool) -> None:
     assert data["reference"]["numpy"]["Y"]["maxAbsError"] < 1e-5
     assert data["reference"]["onnxruntime"] is None  # ORT has no CPU BiasAdd
     assert data["ok"] is True and data["checked"] is True  # by the NumPy reference
+    assert "numpy" not in data["referenceUnavailable"]
     why = "onnxruntime has no CPU kernel for this op and dtype" if HAS_ORT else "is not installed"
     assert why in data["referenceUnavailable"]["onnxruntime"]
     out = invoke(runner, "run", BIAS_ADD, *BA_F32, "--variant", "scalar", "--repeat", "0").stdout
