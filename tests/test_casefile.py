@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import subprocess
 import sys
@@ -337,6 +338,67 @@ def test_bench_errors() -> None:
         case.expand(manifest)
     typed = casefile.parse_bench_file({"cases": [{"name": "a", "inputs": {"X": {"shape": [4], "dtype": "float16"}}}]})
     assert typed.cases[0].expand(manifest)[0].inputs == {"X": ((4,), "float16")}
+
+
+_MISPLACED = {"X": {"shape": [4]}, "generate": {"distribution": "uniform", "seed": 1}}
+_MISPLACED_TEST = {"X": {"shape": [4], "values": [1, 2, 3, 4]}, "generate": {"distribution": "uniform", "seed": 1}}
+
+
+@pytest.mark.parametrize(("kind", "case"), [
+    ("bench", {"name": "c", "types": {"T": ["float32"]}, "inputs": _MISPLACED}),
+    ("test", {"name": "c", "types": {"T": "float32"}, "inputs": _MISPLACED_TEST,
+              "expected": {"Y": {"shape": [4], "values": [0, 0, 0, 0]}}}),
+])  # fmt: skip
+def test_a_key_written_beside_the_inputs_is_said_to_be_no_input(kind: str, case: dict) -> None:
+    """`"inputs": {"X": {...}, "generate": {...}}` got `'shape' is a required property` (bench.json)
+    or "Additional properties are not allowed" (test.json) at cases[0].inputs.generate: nothing said
+    generate is no input of the op, nor that it belongs inside one."""
+    manifest = wk.get_kernel(QUICK_GELU).manifest
+    check = casefile.check_bench_data if kind == "bench" else casefile.check_test_data
+    [error] = check({"cases": [case]}, manifest=manifest)
+    assert error.json_path == "cases[0].inputs.generate"
+    assert error.detail.startswith(f"'generate' is not an input of {QUICK_GELU} (its inputs: X); did you mean it "
+                                   "inside an input's entry, as in \"X\": {\"shape\": [...], \"generate\": ...}?")
+    assert check({"cases": [case]}), "without the manifest: the schema's errors, as before"
+    parse = casefile.parse_bench_file if kind == "bench" else casefile.parse_test_file
+    with pytest.raises(CaseFileError, match="'generate' is not an input of"):
+        parse({"cases": [case]}, manifest=manifest)
+
+
+def test_an_input_of_another_name_gets_a_did_you_mean() -> None:
+    manifest = wk.get_kernel(BIAS_ADD).manifest
+    [error] = casefile.check_bench_data({"cases": [{"name": "c", "inputs": {"x": {"shap": [4]}}}]}, manifest=manifest)
+    assert error.detail == f"'x' is not an input of {BIAS_ADD} (its inputs: X, bias, skip); did you mean 'X'?"
+    parsed = casefile.parse_bench_file({"cases": [{"name": "c", "inputs": {"Bias": {"shape": [4]}}}]})
+    with pytest.raises(CaseFileError, match="'Bias' is not an input of .*; did you mean 'bias'"):
+        parsed.cases[0].expand(manifest)  # a valid entry under a wrong name: said alike when it is built
+
+
+def test_a_misplaced_key_in_a_package_s_files_is_named_by_test_validate_and_bench(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from webgpu_kernels import digests
+    from webgpu_kernels.cli import main
+
+    from conftest import copy_package
+
+    def edit_json(path: Path, edit) -> None:
+        data = json.loads(path.read_text("utf-8"))
+        edit(data)
+        path.write_text(json.dumps(data), "utf-8")
+
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    edit_json(root / "bench.json", lambda b: b["cases"].append({"name": "misplaced", "inputs": _MISPLACED}))
+    edit_json(root / "test.json", lambda t: t["cases"].append({
+        "name": "misplaced", "types": {"T": "float32"}, "inputs": _MISPLACED_TEST, "refused": {"error": "InputError"}}))
+    digests.write_metadata(root)
+    said = "'generate' is not an input of com.microsoft.QuickGelu (its inputs: X); did you mean it inside"
+    for command, code in ((["validate", str(root), "--no-gpu"], 1), (["test", str(root)], 1),
+                          (["bench", str(root)], 2)):  # fmt: skip
+        result = CliRunner().invoke(main, command)
+        text = " ".join(result.output.split())
+        assert result.exit_code == code and said in text, (command, result.output)
+        assert "required property" not in text and "Additional properties" not in text
 
 
 def test_a_bench_shape_no_array_can_have_is_refused_when_the_file_is_read() -> None:

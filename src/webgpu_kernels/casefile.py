@@ -9,6 +9,7 @@ Python code is involved. The formats are documented in docs/package-files.md.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import hashlib
 import itertools
@@ -29,9 +30,10 @@ from .case_data import MAX_CASE_ELEMENTS, MAX_CASE_TOTAL_ELEMENTS, dtype_name, g
 from .comparison import Tolerance
 from .contract import MAX_ELEMENTS, shape_text, too_many_elements
 from .digests import decode_json, json_path
-from .errors import CaseFileError, PackageError, shorten
+from .errors import CaseFileError, KernelError, PackageError, shorten
 from .forks import fresh_in_child
 from .json_schema import validator as schema_validator
+from .manifest import parse_manifest
 
 TEST_FILE = "test.json"
 BENCH_FILE = "bench.json"
@@ -79,15 +81,27 @@ def _too_deep(data: Any) -> list[str | int] | None:
     return None
 
 
-def schema_errors(data: Any, kind: str, *, file: str) -> list[CaseFileError]:
-    """Every schema violation of a test.json (``kind="test"``) or bench.json (``"bench"``)."""
+def schema_errors(data: Any, kind: str, *, file: str, manifest: Any = None) -> list[CaseFileError]:
+    """Every schema violation of a test.json (``kind="test"``) or bench.json (``"bench"``).
+    ``manifest`` (the op's, where known): an entry under a case's ``inputs`` whose name is no input
+    of the op is said to be so, once, instead of its schema errors."""
     deep = _too_deep(data)
     if deep is not None:
         return [CaseFileError(f"nested more than {MAX_CASE_FILE_DEPTH} levels deep", file=file,
                               json_path=json_path(deep[:8]) + "...")]  # fmt: skip
     errors = []
+    named: set[tuple[Any, ...]] = set()  # the entries already said to be no input
     for error in sorted(_validator(kind).iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
         best = jsonschema.exceptions.best_match([error])
+        where = list(best.absolute_path)
+        if manifest is not None and _no_input(manifest, where):
+            if tuple(where[:4]) not in named:
+                named.add(tuple(where[:4]))
+                case = data["cases"][where[1]]  # (the schema error lies inside a case and its inputs object)
+                errors.append(CaseFileError(not_an_input(manifest, where[3], given=case["inputs"],
+                                                         refused=kind == "test" and "refused" in case),
+                                            file=file, json_path=json_path(where[:4])))  # fmt: skip
+            continue
         message = best.message
         if len(message) > 300:
             message = message[:297] + "..."
@@ -95,6 +109,36 @@ def schema_errors(data: Any, kind: str, *, file: str) -> list[CaseFileError]:
             message += ' (non-finite values are spelt "nan", "inf" and "-inf")'  # "NaN", "Infinity": JSON has none
         errors.append(CaseFileError(message, file=file, json_path=json_path(best.absolute_path)))
     return errors
+
+
+#: The keys of an input's entry: one of them named as an input was meant inside one.
+_ENTRY_KEYS = ("shape", "dtype", "generate", "values", "file", "tensor", "special")
+
+
+def _no_input(manifest: Any, where: list[Any]) -> bool:
+    """Whether the JSON path ``where`` lies in a case's ``inputs`` entry of a name the op has no input of."""
+    return (len(where) >= 4 and where[0] == "cases" and where[2] == "inputs" and isinstance(where[3], str)
+            and where[3] not in {spec.role for spec in manifest.inputs})  # fmt: skip
+
+
+def not_an_input(manifest: Any, name: str, *, given: Iterable[str] = (), refused: bool = False) -> str:
+    """Why a case's ``inputs`` entry ``name`` is wrong: no input of the op has that name (with what
+    the author likely meant: an input's key written beside the inputs, or an input's other spelling).
+    Its schema errors (``'shape' is a required property``) had said nothing of the kind. ``given``:
+    the case's other inputs' names; ``refused``: a case expecting a refusal, which may name one."""
+    roles = [spec.role for spec in manifest.inputs]
+    message = f"{name!r} is not an input of {manifest.op_id} " + (f"(its inputs: {', '.join(roles)})" if roles
+                                                                   else "(it has no inputs)")  # fmt: skip
+    if name in _ENTRY_KEYS and roles:
+        role = next((r for r in roles if r in set(given)), roles[0])
+        message += f"; did you mean it inside an input's entry, as in \"{role}\": {{\"shape\": [...], \"{name}\": ...}}?"
+    else:
+        close = difflib.get_close_matches(name, roles, n=1, cutoff=0.6) or [r for r in roles if r.lower() == name.lower()]
+        if close:
+            message += f"; did you mean {close[0]!r}?"
+    if refused:
+        message += "; a refused case may name one, with its own 'dtype'"
+    return message
 
 
 # --- test.json ------------------------------------------------------------------------------------
@@ -170,8 +214,7 @@ class TestCase:
             where = json_path(["cases", self.index, "inputs", role])
             if role not in type_vars and not (self.refused is not None and "dtype" in spec):
                 # (a refused case may pass an unknown input, to test its refusal: with a dtype of its own)
-                raise CaseFileError(f"{role!r} is not an input of {manifest.op_id} (inputs: {sorted(type_vars)})"
-                                    + ("; a refused case may name one, with its own 'dtype'" if self.refused else ""),
+                raise CaseFileError(not_an_input(manifest, role, given=self.inputs, refused=self.refused is not None),
                                     file=self.file, json_path=where)  # fmt: skip
             dtype = self.input_dtype(role, type_vars.get(role), manifest)
             arrays[role] = build_tensor(spec, dtype=dtype, read_bytes=read_bytes, file=self.file, where=where)
@@ -335,11 +378,12 @@ class TestFile:
     file: str = TEST_FILE
 
 
-def check_test_data(data: Any, *, file: str = TEST_FILE, drafts: bool = False) -> list[CaseFileError]:
+def check_test_data(data: Any, *, file: str = TEST_FILE, drafts: bool = False, manifest: Any = None) -> list[CaseFileError]:
     """Every problem with a decoded test.json that needs no manifest: schema, then structure.
     ``drafts``: a case with neither ``expected`` nor ``refused`` is taken (``expect`` writes its
-    expected values); elsewhere it is refused, since it would compare nothing and pass."""
-    errors = schema_errors(data, "test", file=file)
+    expected values); elsewhere it is refused, since it would compare nothing and pass. ``manifest``:
+    the op's, where known (:func:`schema_errors`)."""
+    errors = schema_errors(data, "test", file=file, manifest=manifest)
     if errors:
         return errors
     errors.extend(_duplicate_names(data["cases"], file))
@@ -408,10 +452,10 @@ def generate_errors(gen: Mapping[str, Any], file: str, where: str) -> list[CaseF
     return errors
 
 
-def parse_test_file(data: Any, *, file: str = TEST_FILE, drafts: bool = False) -> TestFile:
+def parse_test_file(data: Any, *, file: str = TEST_FILE, drafts: bool = False, manifest: Any = None) -> TestFile:
     """A decoded test.json as a :class:`TestFile`; raises the first :class:`CaseFileError`.
-    ``drafts``: cases may have neither ``expected`` nor ``refused`` (:func:`check_test_data`)."""
-    errors = check_test_data(data, file=file, drafts=drafts)
+    ``drafts``, ``manifest``: as :func:`check_test_data` takes them."""
+    errors = check_test_data(data, file=file, drafts=drafts, manifest=manifest)
     if errors:
         raise errors[0]
     base = _merge_tolerances({}, data.get("tolerances", {}))
@@ -445,7 +489,8 @@ def parse_draft_case(case: Mapping[str, Any]) -> TestCase:
 def read_test_file(package: Any) -> TestFile:
     """The package's test.json (raises PackageError when absent or unreadable). Parsed once per
     content: its schema check costs about 0.1 s for a 40-case file, and authors' scripts ask for one
-    case at a time (api.test_case_inputs)."""
+    case at a time (api.test_case_inputs). A refusal names an entry of no input of the op as such
+    (the package's manifest read for it)."""
     file = str(package.path_of(TEST_FILE))
     data = package.read_bytes(TEST_FILE)
     key = (hashlib.sha256(data).digest(), file)  # the content, not its bytes: nothing large stays alive
@@ -455,12 +500,24 @@ def read_test_file(package: Any) -> TestFile:
             document = decode_json(data)
         except ValueError as exc:
             raise PackageError(str(exc), path=file) from None
-        parsed = parse_test_file(document, file=file)
+        try:
+            parsed = parse_test_file(document, file=file)
+        except CaseFileError:  # again, knowing the op's inputs: that refusal, where it says more
+            parse_test_file(document, file=file, manifest=_manifest_of(package))
+            raise
         with _parsed_lock:  # calls from several threads may fill it at once
             if len(_parsed_test_files) >= 16:
                 _parsed_test_files.pop(next(iter(_parsed_test_files)))  # the oldest
             _parsed_test_files[key] = parsed
     return parsed
+
+
+def _manifest_of(package: Any) -> Any:
+    """The package's manifest, None where it cannot be read (the refusal it would refine is given as it is)."""
+    try:
+        return parse_manifest(package.read_json("manifest.json"))
+    except KernelError:
+        return None
 
 
 _parsed_test_files: dict[tuple[bytes, str], TestFile] = {}
@@ -507,8 +564,7 @@ class BenchCase:
             for role, spec in self.inputs.items():
                 where = json_path(["cases", self.index, "inputs", role])
                 if role not in type_vars:
-                    raise CaseFileError(f"{role!r} is not an input of {manifest.op_id} (inputs: {sorted(type_vars)})",
-                                        file=self.file, json_path=where)  # fmt: skip
+                    raise CaseFileError(not_an_input(manifest, role, given=self.inputs), file=self.file, json_path=where)
                 dtype = spec.get("dtype") or binding.get(type_vars[role]) or sole_type(manifest, type_vars[role])
                 if dtype is None:
                     raise CaseFileError(f"no dtype: give 'dtype' here or the case's 'types' for {type_vars[role]!r}",
@@ -542,9 +598,10 @@ class BenchFile:
     flops: str | int | None = None
 
 
-def check_bench_data(data: Any, *, file: str = BENCH_FILE) -> list[CaseFileError]:
-    """Every problem with a decoded bench.json that needs no manifest: schema, duplicate names."""
-    errors = schema_errors(data, "bench", file=file)
+def check_bench_data(data: Any, *, file: str = BENCH_FILE, manifest: Any = None) -> list[CaseFileError]:
+    """Every problem with a decoded bench.json that needs no manifest: schema, duplicate names.
+    ``manifest``: the op's, where known (:func:`schema_errors`)."""
+    errors = schema_errors(data, "bench", file=file, manifest=manifest)
     if errors:
         return errors
     for i, case in enumerate(data["cases"]):
@@ -574,9 +631,10 @@ def _duplicate_names(cases: list[dict[str, Any]], file: str) -> list[CaseFileErr
     return errors
 
 
-def parse_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
-    """A decoded bench.json as a :class:`BenchFile`; raises the first :class:`CaseFileError`."""
-    errors = check_bench_data(data, file=file)
+def parse_bench_file(data: Any, *, file: str = BENCH_FILE, manifest: Any = None) -> BenchFile:
+    """A decoded bench.json as a :class:`BenchFile`; raises the first :class:`CaseFileError`.
+    ``manifest``: the op's, where known (:func:`schema_errors`)."""
+    errors = check_bench_data(data, file=file, manifest=manifest)
     if errors:
         raise errors[0]
     cases = tuple(

@@ -80,7 +80,8 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
            inputs: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
     """The cases to run, each with every input's shape and dtype resolved. bench.json is read the
     way `validate` reads it: a malformed file stops the command with its file and JSON path."""
-    bench = parse_bench_file(kernel.package.read_json(BENCH_FILE)) if kernel.package.has(BENCH_FILE) else None
+    bench = (parse_bench_file(kernel.package.read_json(BENCH_FILE), manifest=kernel.manifest)
+             if kernel.package.has(BENCH_FILE) else None)  # fmt: skip
     flops = bench.flops if bench is not None else None  # applies to -i shapes too: it is the op's count
     if inputs:
         # Shapes the contract refuses, the device cannot hold or no variant takes are the caller's

@@ -292,7 +292,7 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
         raise PackageError(f"{TEST_FILE} cannot be read: {exc}", path=str(root / TEST_FILE)) from None
     # Refuses a test.json that `test` would refuse, naming where, but for cases with neither
     # expected nor refused: those this command is for (a case the author added, its inputs only).
-    parse_test_file(doc, file=str(root / TEST_FILE), drafts=True)
+    parse_test_file(doc, file=str(root / TEST_FILE), drafts=True, manifest=kernel.manifest)
     try:
         written = write_expected(kernel, doc["cases"], function, name=label)
     except ReferenceFailed as exc:
