@@ -469,6 +469,44 @@ def test_a_run_where_every_case_skipped_does_not_say_all_passed(capsys: pytest.C
     assert report.ok
 
 
+def test_a_run_with_some_skipped_says_how_many(capsys: pytest.CaptureFixture[str]) -> None:
+    """"all passed" alone had read as every case run where float16's were skipped (helper-92)."""
+    from webgpu_kernels.cli_package import _print_test_reports
+    from webgpu_kernels.package_tests import PackageReport, RunResult
+
+    report = PackageReport(kernel=QUICK_GELU, path="-", origin="embedded", isolated=False,
+                           results=[RunResult(QUICK_GELU, "rank0-f32", None, "float32", "pass"),
+                                    RunResult(QUICK_GELU, "rank0-f16", None, "float16", "skip", message="no f16")])  # fmt: skip
+    _print_test_reports([report])
+    assert "all passed, 1 skipped" in capsys.readouterr().out
+    _print_test_reports([report], strict=True)
+    assert "FAILED (--strict: 1 skipped)" in capsys.readouterr().out
+
+
+def test_strict_fails_a_run_with_a_skip_in_every_report(tmp_path: Path, runner: CliRunner, gl_device) -> None:
+    """A CI job that must run every case had to parse the JUnit counts itself: on an adapter
+    without shader-f16 the float16 cases skip and the run exits 0. --strict makes a skip fail:
+    exit 1, the summary, --json's ok and the JUnit report (a failure, not a skip) all say so."""
+    import xml.etree.ElementTree as ET
+
+    args = ["--adapter", "gl", "test", QUICK_GELU, "--case", "rank0-f*"]
+    lenient = runner.invoke(main, args)
+    assert lenient.exit_code == 0 and "all passed, 1 skipped" in lenient.stdout, lenient.output
+    junit = tmp_path / "r.xml"
+    strict = runner.invoke(main, [*args, "--strict", "--junit", str(junit)])
+    assert strict.exit_code == 1 and "FAILED (--strict: 1 skipped)" in strict.stdout, strict.output
+    root = ET.parse(junit).getroot()
+    assert (root.get("failures"), root.get("skipped")) == ("1", "0") and int(root.get("tests")) >= 2
+    failure = root.find(".//testcase/failure")
+    assert failure is not None and "--strict" in failure.get("message") and "shader-f16" in failure.get("message")
+    data = json.loads(runner.invoke(main, [*args, "--strict", "--json"]).stdout)
+    assert (data["ok"], data["strict"]) == (False, True) and data["packages"][0]["ok"] is True
+    assert json.loads(runner.invoke(main, [*args, "--json"]).stdout)["ok"] is True
+    # nothing skipped: --strict passes
+    passed = runner.invoke(main, ["--adapter", "gl", "test", QUICK_GELU, "--case", "rank0-f32", "--strict"])
+    assert passed.exit_code == 0 and "all passed" in passed.stdout, passed.output
+
+
 def test_a_case_filter_that_matches_nothing_fails(runner: CliRunner) -> None:
     """`test --case 'nomatch*'` said "all passed" with exit status 0: a typo in a CI filter ran nothing."""
     result = runner.invoke(main, ["test", QUICK_GELU, "--case", "nomatch*"])

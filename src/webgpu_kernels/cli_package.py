@@ -40,7 +40,7 @@ from .digests import (
 from .errors import DigestError, KernelError, PackageError
 from .junit_report import junit_xml, validation_junit_xml, write_junit
 from .package import embedded_ids, embedded_root, no_such_folder, open_folder
-from .package_tests import FAIL, PackageReport, RunResult, run_package_tests, run_package_tests_isolated
+from .package_tests import FAIL, SKIP, PackageReport, RunResult, run_package_tests, run_package_tests_isolated
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
 
 # cli.py imports this module to register its commands, so its helpers are looked up at call time.
@@ -226,16 +226,19 @@ _JUNIT_OPTION = click.option(
 @click.option("--timeout", type=FiniteFloatRange(min=1), default=None, metavar="SECONDS",
               help="Give up on a package after this long (counted from the child's start, imports "
                    "included). Runs isolated: --isolate is implied.")  # fmt: skip
+@click.option("--strict", is_flag=True,
+              help="Skipped runs fail too (exit 1): for a CI job that must run every case, where an adapter "
+                   "without shader-f16 would skip the float16 ones.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_JUNIT_OPTION
 @click.pass_context
 def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...], isolate: bool | None,
-             timeout: float | None, as_json: bool, junit_path: str | None) -> None:  # fmt: skip
+             timeout: float | None, strict: bool, as_json: bool, junit_path: str | None) -> None:  # fmt: skip
     """Run each package's test.json: every case on every variant whose `when` holds for it.
 
     KERNEL is an embedded op id or a package folder; default: every embedded kernel. Exit
     status 1 if any case fails or errors, a package cannot be loaded or has no test.json (nothing
-    was tested), or --case matches no case in any package.
+    was tested), or --case matches no case in any package; with --strict, if any run was skipped.
     """
     adapter = _adapter(ctx)
     isolate = _isolation(isolate, timeout)
@@ -285,12 +288,13 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
         for report in reports:
             if report.error is None:
                 report.error = f"no test.json case matches --case {' '.join(cases)}"
-    ok = all(r.ok for r in reports)
+    skipped = sum(r.counts()[SKIP] for r in reports)
+    ok = all(r.ok for r in reports) and not (strict and skipped)
     if as_json:
-        _echo_json({"ok": ok, "packages": [r.as_dict() for r in reports]})
+        _echo_json({"ok": ok, "strict": strict, "packages": [r.as_dict() for r in reports]})
     else:
-        _print_test_reports(reports)
-    _write_report(junit_path, lambda: junit_xml(reports))
+        _print_test_reports(reports, strict=strict)
+    _write_report(junit_path, lambda: junit_xml(reports, strict=strict))
     if not ok:
         click.get_current_context().exit(1)
 
@@ -305,7 +309,7 @@ def _write_report(path: str | None, document: Callable[[], str]) -> None:
             raise click.FileError(path, hint=exc.strerror or str(exc)) from None
 
 
-def _print_test_reports(reports: list[PackageReport]) -> None:
+def _print_test_reports(reports: list[PackageReport], *, strict: bool = False) -> None:
     console = _console()
     table = Table(title="Test results", title_justify="left")
     for col in ("kernel", "case", "variant", "dtype", "max abs err", "max rel err", "result"):
@@ -343,10 +347,14 @@ def _print_test_reports(reports: list[PackageReport]) -> None:
             console.print(Text(line, style="bold red" if not report.ok else "green" if counts["pass"] else "yellow"))
     total_failed = sum(1 for rep in reports for r in rep.results if r.failed) + sum(1 for rep in reports if rep.error)
     passed = sum(1 for rep in reports for r in rep.results if r.status == "pass")
+    skipped = sum(1 for rep in reports for r in rep.results if r.status == SKIP)
     if total_failed:
         console.print(Text("FAILED", style="bold red"))
-    elif passed:
-        console.print(Text("all passed", style="bold green"))
+    elif strict and skipped:
+        console.print(Text(f"FAILED (--strict: {skipped} skipped)", style="bold red"))
+    elif passed:  # a skip is said here too: "all passed" alone had read as every case run
+        console.print(Text("all passed" + (f", {skipped} skipped" if skipped else ""),
+                           style="bold yellow" if skipped else "bold green"))  # fmt: skip
     else:  # as pytest: all skipped is no failure (exit 0), but it is no pass either
         console.print(Text("nothing ran: every case was skipped", style="yellow"))
 

@@ -67,12 +67,15 @@ def _summary(message: str) -> str:
     return " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
 
 
-def _testcase(kernel: str, result: RunResult, kind: str | None = None) -> ET.Element:
-    """``kind``: the outcome's ``type`` (default: the run's status)."""
+def _testcase(kernel: str, result: RunResult, kind: str | None = None, *, strict: bool = False) -> ET.Element:
+    """``kind``: the outcome's ``type`` (default: the run's status); ``strict`` (test --strict):
+    a skipped run is a failure, as the exit status has it."""
     name = f"{result.case} [{result.variant}]" if result.variant else result.case
     case = ET.Element("testcase", classname=_text(kernel), name=_text(name), time=f"{result.seconds:.6f}")
     tag = _TAG.get(result.status)
-    if tag is not None:
+    if strict and result.status == SKIP:
+        _outcome(case, "failure", f"skipped, and --strict fails a skip: {result.message}", kind or result.status)
+    elif tag is not None:
         _outcome(case, tag, result.message, kind or result.status)
     details = [f"dtype: {result.dtype}"]
     for output in result.outputs:
@@ -112,9 +115,9 @@ def _outcome(case: ET.Element, tag: str, message: str, kind: str) -> None:
         outcome.text = _text(message)
 
 
-def _test_suite(report: PackageReport, name: str) -> ET.Element:
-    cases = [_testcase(name, r) for r in report.results]
-    cases += [_testcase(name, r, "not run") for r in report.not_run]
+def _test_suite(report: PackageReport, name: str, strict: bool) -> ET.Element:
+    cases = [_testcase(name, r, strict=strict) for r in report.results]
+    cases += [_testcase(name, r, "not run", strict=strict) for r in report.not_run]
     if report.error is not None:
         # the time in no run (the child's start, the device, the crash): the suite's time is then the real one
         rest = max(0.0, report.seconds - sum(r.seconds for r in report.results))
@@ -142,10 +145,11 @@ def _document(suites: list[ET.Element], name: str) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def junit_xml(reports: Sequence[PackageReport], *, name: str = "webgpu-kernels test") -> str:
-    """``test``'s reports as one JUnit XML document (with its declaration; write it as UTF-8)."""
+def junit_xml(reports: Sequence[PackageReport], *, name: str = "webgpu-kernels test", strict: bool = False) -> str:
+    """``test``'s reports as one JUnit XML document (with its declaration; write it as UTF-8);
+    ``strict`` (test --strict): each skipped run a failure."""
     names = _suite_names([(r.kernel, r.path) for r in reports])
-    return _document([_test_suite(r, n) for r, n in zip(reports, names)], name)
+    return _document([_test_suite(r, n, strict) for r, n in zip(reports, names)], name)
 
 
 # --- validate ---------------------------------------------------------------------------------------
