@@ -123,3 +123,26 @@ def test_every_command_says_no_such_folder_naming_the_path_as_typed(tmp_path, mo
     result = CliRunner().invoke(main, [command, path, *extra])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert result.stderr.splitlines()[0] == f"error: {path}: no such folder", result.stderr
+    assert result.stdout == "", result.stdout  # bench had printed its adapter line first
+
+
+@pytest.mark.parametrize("command", ["validate", "test", "bench", "tune", "info", "explain", "render", "run",
+                                     "digest", "expect"])  # fmt: skip
+def test_every_command_says_a_file_is_no_package_folder(tmp_path, monkeypatch, command) -> None:
+    """A file named as the package: validate said `a file, not a package folder`, the others
+    `not a folder`, and `test` ran it as a package that does not load (exit 1, a results table)
+    where a path to nothing is the caller's slip (2). bench printed its adapter line first."""
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ref.py").write_text(_REFERENCE, "utf-8")
+    (tmp_path / "manifest.json").write_text("{}", "utf-8")
+    extra = {"expect": ["--reference", "ref.py:ref"], "run": ["-i", "X=4:f32"], "explain": ["-i", "X=4:f32"],
+             "render": ["-i", "X=4:f32"]}.get(command, [])  # fmt: skip
+    result = CliRunner().invoke(main, [command, "./manifest.json", *extra])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.stderr.splitlines()[0] == ("error: ./manifest.json: a file, not a package folder (name the folder "
+                                             "that holds manifest.json)"), result.stderr  # fmt: skip
+    assert result.stdout == "", result.stdout

@@ -309,7 +309,6 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     peer_timeout_s = env_count(PEER_TIMEOUT_ENV, 420) if compare else 0
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     peak = known_peak(device.adapter.name)
-    console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
     inputs = check_given_shapes(kernels, inputs, generators, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
     for kernel in loaded if variant else []:
@@ -319,6 +318,8 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
     if not plan:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "time"))
+    # After the caller's arguments are checked: a mistyped KERNEL had printed this line above its error.
+    console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
     for kernel in loaded if not inputs else []:  # one named among others had been left out without a word (helper-31)
         if not kernel.package.has(BENCH_FILE):
             _console(stderr=True).print(Text(f"{kernel.op_id}: no {BENCH_FILE} in the package, so nothing of it is "

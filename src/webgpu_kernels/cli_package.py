@@ -39,7 +39,7 @@ from .digests import (
 )
 from .errors import DigestError, KernelError, PackageError
 from .junit_report import junit_xml, validation_junit_xml, write_junit
-from .package import embedded_ids, embedded_root, no_such_folder, open_folder
+from .package import check_folder, embedded_ids, embedded_root, open_folder
 from .package_tests import FAIL, SKIP, PackageReport, RunResult, run_package_tests, run_package_tests_isolated
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
 
@@ -373,9 +373,15 @@ def _isolation(isolate: bool | None, timeout: float | None) -> bool | None:
 
 
 def _names_nothing(ref: str) -> bool:
-    """Whether a KERNEL argument is neither an embedded id, nor an existing path, nor a Hub repository."""
+    """Whether a KERNEL argument is neither an embedded id, nor a folder, nor a Hub repository (a
+    file named as a package is the caller's slip too, refused as the other commands refuse it)."""
     where = _cli().classify_kernel_ref(ref)
-    return where.kind == "unknown" or (where.kind == "folder" and not where.path.exists())
+    if where.kind != "folder":
+        return where.kind == "unknown"
+    try:
+        return not where.path.is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        return True
 
 
 def _package_path(ref: str) -> Path:
@@ -384,12 +390,7 @@ def _package_path(ref: str) -> Path:
     if where.kind == "embedded":
         return embedded_root() / ref
     if where.kind == "folder":
-        if where.path.is_file():
-            raise PackageError("a file, not a package folder (name the folder that holds manifest.json)",
-                               path=str(where.path))  # fmt: skip
-        if not where.path.exists():
-            raise no_such_folder(ref)  # as typed: str(where.path) dropped ./
-        return where.path
+        return check_folder(ref)  # as every command refuses a path that is no folder, naming it as typed
     if where.kind == "hub":
         version, revision = _cli().hub_pin(where.pin)  # as every KERNEL argument reads it
         fetch = f"--version {version}" if revision is None else f"--revision {revision}"

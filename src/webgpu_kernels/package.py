@@ -153,8 +153,9 @@ def check_folder(path: str | Path) -> Path:
                            path=shorten(os.fspath(path), 300)) from None  # fmt: skip
     if not exists:
         raise no_such_folder(path)
-    if not is_dir:
-        raise PackageError("not a folder", path=shorten(os.fspath(path), 300))
+    if not is_dir:  # validate had said this of a file, and the other commands only "not a folder"
+        why = "a file, not a package folder (name the folder that holds manifest.json)" if root.is_file() else "not a folder"
+        raise PackageError(why, path=shorten(os.fspath(path), 300))
     return root
 
 
