@@ -401,6 +401,22 @@ def test_a_misplaced_key_in_a_package_s_files_is_named_by_test_validate_and_benc
         assert "required property" not in text and "Additional properties" not in text
 
 
+@pytest.mark.xfail(strict=True, reason="helper-95: a refused case's input of its own, given its own dtype, is said "
+                   "to be no input (a refused case may name one, with its own 'dtype') instead of its schema error")
+def test_a_refused_case_s_own_input_keeps_its_schema_error() -> None:
+    """A refused case may pass an input the op lacks, with its own dtype, to test its refusal. Its
+    entry without a shape had said 'shape' is a dependency of 'values'; with the manifest known it
+    says the name is no input and that a refused case may name one with its own 'dtype', which it
+    does: nothing says what is wrong with it."""
+    manifest = wk.get_kernel(QUICK_GELU).manifest
+    case = {"name": "c", "types": {"T": "float32"}, "refused": {"error": "UnknownInputError"},
+            "inputs": {"X": {"shape": [2], "values": [1, 2]}, "W": {"dtype": "float32", "values": [1]}}}  # fmt: skip
+    [bare] = casefile.check_test_data({"cases": [case]})
+    assert "'shape'" in bare.detail and bare.json_path == "cases[0].inputs.W"
+    [error] = casefile.check_test_data({"cases": [case]}, manifest=manifest)
+    assert "'shape'" in error.detail, error.detail
+
+
 def test_a_bench_shape_no_array_can_have_is_refused_when_the_file_is_read() -> None:
     """[0, 2**70] holds no element, so it passed bench's maxBufferSize check, and NumPy raised a raw
     ValueError drawing its inputs (a traceback from `webgpu-kernels bench`)."""
