@@ -773,8 +773,6 @@ def test_replace_files_puts_back_what_it_replaced_when_a_rename_fails(tmp_path, 
     assert tree() == before  # no hidden .tmp or .old file either
 
 
-@pytest.mark.xfail(strict=True, reason="helper-95: a Ctrl-C raised as a successful rename returns is not undone: "
-                   "that file stays new (its old content dropped with its backup), the others are put back")
 def test_replace_files_is_all_or_nothing_when_ctrl_c_lands_on_a_rename(tmp_path, monkeypatch):
     """A SIGINT that arrives while a rename runs is raised as the call returns, the rename done: the
     file it replaced was neither put back nor kept (its backup discarded), so expect left one file

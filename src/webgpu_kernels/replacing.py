@@ -52,16 +52,19 @@ def _replace_all(files: Mapping[Path, str | bytes]) -> None:
             staged[target] = _stage(target, content)
         for target, new in staged.items():
             old = _Old(target, in_place=new == target)
-            if new == target:  # a write in place can fail half-way: its old bytes go back too
-                done.append((target, old))
+            # Listed before the write: a write in place can fail half-way, and a Ctrl-C raised as
+            # os.replace returns comes after the rename. Putting back an old entry that was never
+            # replaced changes nothing; only an OSError says the rename did not happen.
+            done.append((target, old))
+            if new == target:
                 target.write_bytes(data[target])
             else:
                 try:
                     os.replace(new, target)
-                except BaseException:
+                except OSError:
+                    done.pop()
                     old.discard()
                     raise
-                done.append((target, old))
         target = None
     except BaseException as exc:
         lost = [str(path) for path, old in reversed(done) if not old.put_back()]
