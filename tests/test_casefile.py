@@ -401,8 +401,6 @@ def test_a_misplaced_key_in_a_package_s_files_is_named_by_test_validate_and_benc
         assert "required property" not in text and "Additional properties" not in text
 
 
-@pytest.mark.xfail(strict=True, reason="helper-95: a refused case's input of its own, given its own dtype, is said "
-                   "to be no input (a refused case may name one, with its own 'dtype') instead of its schema error")
 def test_a_refused_case_s_own_input_keeps_its_schema_error() -> None:
     """A refused case may pass an input the op lacks, with its own dtype, to test its refusal. Its
     entry without a shape had said 'shape' is a dependency of 'values'; with the manifest known it

@@ -95,13 +95,15 @@ def schema_errors(data: Any, kind: str, *, file: str, manifest: Any = None) -> l
         best = jsonschema.exceptions.best_match([error])
         where = list(best.absolute_path)
         if manifest is not None and _no_input(manifest, where):
-            if tuple(where[:4]) not in named:
-                named.add(tuple(where[:4]))
-                case = data["cases"][where[1]]  # (the schema error lies inside a case and its inputs object)
-                errors.append(CaseFileError(not_an_input(manifest, where[3], given=case["inputs"],
-                                                         refused=kind == "test" and "refused" in case),
-                                            file=file, json_path=json_path(where[:4])))  # fmt: skip
-            continue
+            case = data["cases"][where[1]]  # (the schema error lies inside a case and its inputs object)
+            refused = kind == "test" and "refused" in case
+            entry = case["inputs"][where[3]]
+            if not (refused and isinstance(entry, dict) and "dtype" in entry):  # else: a refused case's own input,
+                if tuple(where[:4]) not in named:                              # whose schema error says what is wrong
+                    named.add(tuple(where[:4]))
+                    errors.append(CaseFileError(not_an_input(manifest, where[3], given=case["inputs"], refused=refused),
+                                                file=file, json_path=json_path(where[:4])))  # fmt: skip
+                continue
         message = best.message
         if len(message) > 300:
             message = message[:297] + "..."
