@@ -146,3 +146,19 @@ def test_every_command_says_a_file_is_no_package_folder(tmp_path, monkeypatch, c
     assert result.stderr.splitlines()[0] == ("error: ./manifest.json: a file, not a package folder (name the folder "
                                              "that holds manifest.json)"), result.stderr  # fmt: skip
     assert result.stdout == "", result.stdout
+
+
+@pytest.mark.parametrize("target", ["loop", "gone"])
+def test_a_link_to_no_folder_is_said_to_be_one(tmp_path, monkeypatch, target) -> None:
+    """A symbolic link that loops (ELOOP) or whose target is gone had been 'no such folder', though
+    the link is there for `ls` to show (helper-95)."""
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loop").symlink_to(target)
+    result = CliRunner().invoke(main, ["test", "./loop"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines()[0] == ("error: ./loop: a symbolic link that leads to no folder (its target is "
+                                             "missing, or it loops)"), result.stderr  # fmt: skip

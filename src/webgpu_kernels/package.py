@@ -152,6 +152,9 @@ def check_folder(path: str | Path) -> Path:
         raise PackageError(f"cannot be opened: {getattr(exc, 'strerror', None) or exc}",
                            path=shorten(os.fspath(path), 300)) from None  # fmt: skip
     if not exists:
+        if root.is_symlink():  # exists() follows it: a dangling link or a loop (ELOOP) reads as nothing there
+            raise PackageError("a symbolic link that leads to no folder (its target is missing, or it loops)",
+                               path=shorten(os.fspath(path), 300))  # fmt: skip
         raise no_such_folder(path)
     if not is_dir:  # validate had said this of a file, and the other commands only "not a folder"
         why = "a file, not a package folder (name the folder that holds manifest.json)" if root.is_file() else "not a folder"
