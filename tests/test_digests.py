@@ -798,6 +798,27 @@ def test_replace_files_is_all_or_nothing_when_ctrl_c_lands_on_a_rename(tmp_path,
     assert states in ({"old"}, {"new"}), {path.name: path.read_text() for path in files}
 
 
+@pytest.mark.parametrize("call", ["open"])
+def test_replace_files_leaves_no_hidden_file_when_ctrl_c_lands_on_making_one(tmp_path, monkeypatch, call):
+    """A SIGINT raised as os.open returns (the temporary file made) left that hidden .tmp file
+    beside the package's files, for good: it was not yet listed for removal (hypothesis found it)."""
+    path = tmp_path / "a.npy"
+    path.write_bytes(b"old")
+    real = getattr(os, call)
+
+    def made_then_ctrl_c(*args, **kwargs):
+        result = real(*args, **kwargs)
+        if call == "open":
+            os.close(result)
+        raise KeyboardInterrupt  # as Python raises a SIGINT that came during the call
+
+    monkeypatch.setattr(os, call, made_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        digests.replace_files({path: b"new"})
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["a.npy"] and path.read_bytes() == b"old"
+
+
 def test_case_twins_answers_as_case_twin_does():
     """case_twins (the list folded once, for validate's loops) names the twin case_twin names: the
     first in sorted order where several fold alike, none for a name that is a file."""

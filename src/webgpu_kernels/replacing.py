@@ -102,6 +102,9 @@ def _stage(path: Path, content: bytes) -> Path:
         if old_mode is None:  # a read-only folder and no regular file to write into
             raise
         return path
+    except BaseException:  # a Ctrl-C raised as the file was made: not left behind
+        tmp.unlink(missing_ok=True)
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
