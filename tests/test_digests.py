@@ -798,10 +798,11 @@ def test_replace_files_is_all_or_nothing_when_ctrl_c_lands_on_a_rename(tmp_path,
     assert states in ({"old"}, {"new"}), {path.name: path.read_text() for path in files}
 
 
-@pytest.mark.parametrize("call", ["open"])
+@pytest.mark.parametrize("call", ["open", "link"])
 def test_replace_files_leaves_no_hidden_file_when_ctrl_c_lands_on_making_one(tmp_path, monkeypatch, call):
-    """A SIGINT raised as os.open returns (the temporary file made) left that hidden .tmp file
-    beside the package's files, for good: it was not yet listed for removal (hypothesis found it)."""
+    """A SIGINT raised as os.open returns (the temporary file made) or as os.link does (the old
+    file's backup made) left that hidden .tmp or .old file beside the package's files, for good:
+    neither was yet listed for removal (hypothesis found both)."""
     path = tmp_path / "a.npy"
     path.write_bytes(b"old")
     real = getattr(os, call)

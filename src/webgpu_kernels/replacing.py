@@ -138,9 +138,15 @@ class _Old:
         elif stat.S_ISREG(info.st_mode):
             self.mode = stat.S_IMODE(info.st_mode)
             if not in_place:
-                with contextlib.suppress(OSError):
-                    backup = _hidden(path, "old")
+                backup = _hidden(path, "old")
+                try:
                     os.link(path, backup)
+                except OSError:
+                    pass  # no link: kept as its bytes
+                except BaseException:  # a Ctrl-C raised as the link was made: not left behind
+                    backup.unlink(missing_ok=True)
+                    raise
+                else:
                     self.kind, self.backup = "backup", backup
                     return
             with contextlib.suppress(OSError):
