@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import webgpu_kernels as wk
 from webgpu_kernels import digests
@@ -828,3 +832,113 @@ def test_case_twins_answers_as_case_twin_does():
     for name in ["A.NPY", "a.npy", "B.npy", "cafe\u0301.wgsl.jinja", "data/x.npy", "DATA/x.npy", "none.npy"]:
         assert twin(name) == digests.case_twin(name, files), name
     assert twin("A.NPY") == "A.npy" and twin("a.npy") is None and twin("cafe\u0301.wgsl.jinja") == "Caf\u00e9.wgsl.jinja"
+
+
+# --- replace_files, all or nothing: a property (hypothesis) ----------------------------------------
+
+_NAMES = ("a.npy", "b.json", "test.json", "metadata.json", "data/c d.npz", "\u00e9.npy")
+
+
+def _entry(path: Path) -> tuple[str, bytes | str, int]:
+    """What is at ``path``: a symbolic link (its target), a regular file (its bytes) or nothing."""
+    if path.is_symlink():
+        return "symlink", os.readlink(path), 0
+    if path.exists():
+        return "file", path.read_bytes(), os.lstat(path).st_mode & 0o777
+    return "absent", b"", 0
+
+
+def _folder(root: Path) -> dict[str, tuple[str, bytes | str, int]]:
+    return {str(p.relative_to(root)): _entry(p) for p in root.rglob("*") if not p.is_dir() or p.is_symlink()}
+
+
+_FAULTS = st.one_of(
+    st.none(),
+    # a rename that fails (a full disk, a folder in its place): the file stays as it was
+    st.tuples(st.just("replace"), st.integers(1, 3), st.sampled_from([errno.ENOSPC, errno.EISDIR])),
+    # a Ctrl-C raised as a rename returns, the rename done
+    st.tuples(st.just("replace, then Ctrl-C"), st.integers(1, 3), st.none()),
+    # staging: a temporary file that cannot be made (a full disk: written in place where a regular
+    # file is there), its permissions not set, or a Ctrl-C as either returns
+    st.tuples(st.sampled_from(["open", "open, then Ctrl-C", "chmod", "chmod, then Ctrl-C"]), st.integers(1, 3),
+              st.sampled_from([errno.ENOSPC, errno.EACCES])),
+    # an old file's backup: no link made (kept as its bytes), or a Ctrl-C as it is made
+    st.tuples(st.sampled_from(["link", "link, then Ctrl-C"]), st.integers(1, 3), st.just(errno.EPERM)),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    names=st.lists(st.sampled_from(_NAMES), min_size=1, max_size=5, unique=True),
+    data=st.data(),
+    fault=_FAULTS,
+    hard_links=st.booleans(),
+)
+def test_replace_files_leaves_every_file_old_or_every_file_new(tmp_path_factory, names, data, fault, hard_links):
+    """Whatever step fails (a rename, a temporary file, a Ctrl-C as a call returns), every file holds
+    its old entry (bytes and permissions, a link, or nothing) or, only where the failure came after
+    the last rename, every file its new one; no hidden temporary or backup file is left. Without a
+    failure, every file is new (a link replaced, never followed). ``hard_links`` off: old files are
+    kept as their bytes (a file system without links)."""
+    root = Path(tempfile.mkdtemp(dir=tmp_path_factory.getbasetemp()))
+    (root / "data").mkdir()
+    (root / "elsewhere.json").write_bytes(b"the link's target")
+    umask_mode = os.lstat(root / "elsewhere.json").st_mode & 0o777
+    files: dict[Path, str | bytes] = {}
+    linked = False
+    for name in names:
+        path = root / name
+        kind = data.draw(st.sampled_from(["file", "file", "absent"] + ([] if linked else ["symlink"])), label=name)
+        if kind == "symlink":
+            linked = True
+            path.symlink_to(root / "elsewhere.json" if data.draw(st.booleans()) else "nowhere.json")
+        elif kind == "file":
+            path.write_bytes(data.draw(st.binary(max_size=64)))
+            os.chmod(path, data.draw(st.sampled_from([0o600, 0o640, 0o644, 0o755])))
+        files[path] = data.draw(st.one_of(st.binary(max_size=64), st.text(max_size=16)), label=f"new {name}")
+    old = _folder(root)
+    new = dict(old)
+    for path, content in files.items():
+        name = str(path.relative_to(root))
+        mode = old[name][2] if name in old and old[name][0] == "file" else umask_mode  # a link: replaced
+        new[name] = ("file", content.encode() if isinstance(content, str) else content, mode)
+
+    calls = {"replace": 0, "open": 0, "chmod": 0, "link": 0}
+    fired: list[Path] = []
+    real = {"replace": os.replace, "open": os.open, "chmod": os.chmod, "link": os.link}
+
+    def faulty(call: str):
+        def step(*args, **kwargs):
+            calls[call] += 1
+            if call == "link" and not hard_links:  # a file system without them
+                raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+            if fault is None or fired or not fault[0].startswith(call) or calls[call] != fault[1]:
+                return real[call](*args, **kwargs)
+            fired.append(Path(args[1] if call == "replace" else args[0]))
+            if fault[0].endswith("Ctrl-C"):
+                result = real[call](*args, **kwargs)
+                if call == "open":
+                    os.close(result)
+                raise KeyboardInterrupt  # as Python raises a SIGINT that came during the call
+            raise OSError(fault[2], os.strerror(fault[2]))
+        return step
+
+    with pytest.MonkeyPatch.context() as patch:
+        for call in calls:
+            patch.setattr(os, call, faulty(call))
+        try:
+            digests.replace_files(files)
+            failed: BaseException | None = None
+        except (PackageError, KeyboardInterrupt) as exc:
+            failed = exc
+    event(fault[0] if fired and fault is not None else "no failure")
+    after = _folder(root)
+    assert not [n for n in after if Path(n).name.startswith(".")], after  # no .NAME.*.tmp or .old left
+    if failed is None:
+        assert after == new
+        return
+    assert fired, f"{failed!r} with no failure injected"
+    if isinstance(failed, PackageError):
+        assert failed.path in {str(p) for p in files} and "nothing was written" in str(failed), failed
+    renamed_last = fault is not None and fault[0] == "replace, then Ctrl-C" and fired[-1] == list(files)[-1]
+    assert after == old or (renamed_last and after == new), (fault, after, old)
