@@ -1,0 +1,50 @@
+"""expected.py's JSON writing: ``dumps`` (how ``new`` and ``expect`` write test.json) and
+``indent_of`` (the author's indent, which ``expect`` keeps); properties checked with hypothesis.
+The command's behaviour: test_cli_expect.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webgpu_kernels.expected import dumps, indent_of
+
+STEPS = st.sampled_from(["  ", "    ", "\t", " "])
+
+#: What a test.json may hold: nested objects and lists of numbers, strings (any Unicode), booleans, null.
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same JSON types (Python has 1 == 1.0 == True)."""
+    return a == b and json.dumps(a) == json.dumps(b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES, step=STEPS)
+def test_dumps_reads_back_as_the_value_indented_by_its_step(value: Any, step: str) -> None:
+    """What ``expect`` writes reads back as what it was given, every line indented by whole steps
+    (a nested level written with another step would mix the author's indent with two spaces), and
+    ``indent_of`` finds that step again, or two spaces where no line is indented."""
+    text = dumps(value, step=step)
+    assert _same(json.loads(text), value), text
+    indents = [line[: len(line) - len(line.lstrip(" \t"))] for line in text.split("\n")]
+    assert all(indent == step * (len(indent) // len(step)) for indent in indents), (step, text)
+    assert indent_of(text) == (step if any(indents) else "  "), (step, text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=JSON_VALUES, step=STEPS)
+def test_indent_of_finds_the_step_of_an_author_s_file(value: Any, step: str) -> None:
+    """An author's test.json written by another tool (here Python's own ``json.dumps``) keeps its
+    indent when ``expect`` rewrites it."""
+    text = json.dumps(value, indent=step, ensure_ascii=False)
+    assert indent_of(text) == (step if "\n" in text else "  "), (step, text)
+    assert indent_of(text.replace("\n", "\r\n")) == indent_of(text)  # written on Windows
