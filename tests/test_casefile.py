@@ -15,11 +15,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import safetensors.numpy
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 import webgpu_kernels as wk
 from webgpu_kernels import casefile
 from webgpu_kernels.casefile import CaseFileError
 from webgpu_kernels.comparison import Tolerance
+from webgpu_kernels.digests import json_path as json_path_of
 from webgpu_kernels.package import embedded_ids, open_embedded
 
 REPO = Path(__file__).resolve().parent.parent
@@ -622,3 +625,66 @@ def test_a_one_type_constraint_binds_case_inputs_without_a_types_entry() -> None
     # A type variable of two or more types still needs saying.
     with pytest.raises(CaseFileError, match="no dtype"):
         wk.test_case_inputs(kernel, {**case, "types": {}})
+
+
+# --- the manifest's part in a case file's errors: a property (hypothesis) ------------------------
+
+#: An op without inputs: its every case input is no input of it ("(it has no inputs)").
+_NO_INPUTS = SimpleNamespace(op_id="demo.NoInputs", inputs=[])
+_ENTRY_PARTS = st.fixed_dictionaries({}, optional={
+    "shape": st.sampled_from([[2], [], "2", [-1]]), "values": st.sampled_from([[1, 2], 1.5, "nan", [[True]], {}]),
+    "dtype": st.sampled_from(["float32", "float8"]), "file": st.sampled_from(["a.npy", "../a.npy"]),
+    "generate": st.sampled_from([{"distribution": "normal", "seed": 1}, {"distribution": "cauchy"}]),
+    "tensor": st.sampled_from(["t", ""]), "special": st.sampled_from([{"at": [0], "values": [1.0]}, {"at": []}]),
+    "shap": st.just([2]),
+})  # fmt: skip
+_ENTRIES = st.sampled_from([{"shape": [2], "values": [1, 2]}, {"shape": [2]}, {"dtype": "float32", "values": [1]},
+                            {"shape": [2], "generate": {"distribution": "uniform", "seed": 1, "low": 2, "high": 1}}]) \
+    | _ENTRY_PARTS | st.sampled_from([[2], 2, "X", None])  # fmt: skip
+
+
+@st.composite
+def _case_files(draw, roles: list[str], kind: str) -> dict:
+    names = st.sampled_from([*roles, *casefile._ENTRY_KEYS, "x", "Bias", "1bad", "a.b", ""]) | st.text(max_size=4)
+    cases = []
+    for i in range(draw(st.integers(1, 3))):
+        case: dict = {"name": f"c{i}", "inputs": draw(st.dictionaries(names, _ENTRIES, max_size=4))}
+        if kind == "test" and draw(st.booleans()):
+            case["refused"] = {"error": "UnknownInputError"}
+        if kind == "test" and draw(st.booleans()):
+            case["expected"] = {"Y": draw(_ENTRIES)}
+        case["types"] = {"T": "float32" if kind == "test" else ["float32"]}
+        cases.append(case)
+    return {"cases": cases}
+
+
+def _entry_of(error: CaseFileError, data: dict) -> str:
+    """The JSON path of the case's input entry ``error`` lies in, else the error's own."""
+    path = error.json_path
+    for i, case in enumerate(data["cases"]):
+        for name in case["inputs"]:
+            entry = json_path_of(["cases", i, "inputs", name])
+            if path == entry or path.startswith((entry + ".", entry + "[")):
+                return entry
+    return path
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), op=st.sampled_from([QUICK_GELU, BIAS_ADD, None]), kind=st.sampled_from(["test", "bench"]))
+def test_the_manifest_says_an_entry_is_no_input_in_place_of_its_errors_never_beside_them(data, op, kind) -> None:
+    """With the op's manifest, an input entry of a name the op lacks gets one error saying so in
+    place of its schema errors: every entry (or other place) in error without the manifest is in
+    error with it, and no other; an entry no input of the op gets exactly one; nothing raises."""
+    manifest = wk.get_kernel(op).manifest if op else _NO_INPUTS
+    roles = [spec.role for spec in manifest.inputs]
+    doc = data.draw(_case_files(roles, kind))
+    check = casefile.check_test_data if kind == "test" else casefile.check_bench_data
+    bare, known = check(doc), check(doc, manifest=manifest)
+    entries = [_entry_of(error, doc) for error in known]
+    assert set(entries) == {_entry_of(error, doc) for error in bare}, ([e.json_path for e in bare], known)
+    said = [error.json_path for error in known if "is not an input of" in error.detail]
+    assert all(entries.count(path) == 1 for path in said), known
+    others = {json_path_of(["cases", i, "inputs", n]) for i, c in enumerate(doc["cases"]) for n in c["inputs"]
+              if n not in roles}  # fmt: skip
+    assert set(said) <= others, (said, roles)
+    event("no error" if not bare else "an entry said to be no input" if said else "errors")
