@@ -420,3 +420,15 @@ def test_check_against_agrees_with_the_element_model_in_chunks(pair, tol: Tolera
         patch.setattr(comparison, "CHUNK_ELEMENTS", chunk)
         agreement = check_against({"Y": got}, {"Y": ref}, tol)
     assert (agreement.max_error, agreement.ok) == (float(max(errors, default=0.0)), all(oks))
+
+
+def test_a_relative_error_past_float64_is_infinite_without_a_warning() -> None:
+    """An error of 1e300 against an expected 1e-300 overflowed the division: NumPy's RuntimeWarning
+    (hypothesis met it on Python 3.13) in the middle of `test`'s output."""
+    import warnings
+
+    got, want = np.array([1e300, 1.0]), np.array([1e-300, 1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        judged = compare("Y", got, want, Tolerance(0.0, 1e-3))
+    assert not judged.ok and judged.mismatches == 1 and judged.max_rel_error == math.inf
