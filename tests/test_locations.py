@@ -162,3 +162,29 @@ def test_a_link_to_no_folder_is_said_to_be_one(tmp_path, monkeypatch, target) ->
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines()[0] == ("error: ./loop: a symbolic link that leads to no folder (its target is "
                                              "missing, or it loops)"), result.stderr  # fmt: skip
+
+
+def test_a_path_this_user_may_not_search_is_a_folder_not_a_hub_repository(tmp_path, monkeypatch) -> None:
+    """`org/op` under a folder this user may not search raised PermissionError in Path.exists, read
+    as nothing there: the argument went to the Hub as a repository id (helper-95). Opening it now
+    says the folder cannot be opened. (Root searches every folder, so the denial is injected.)"""
+    import errno
+    import pathlib
+
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import classify_kernel_ref, main
+
+    monkeypatch.chdir(tmp_path)
+    real_stat = pathlib.Path.stat
+
+    def stat(self, *args, **kwargs):
+        if self.parts[:1] == ("locked",) or self.name == "locked" or "locked" in self.parts:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "stat", stat)
+    assert classify_kernel_ref("locked/op").kind == "folder"
+    result = CliRunner().invoke(main, ["info", "locked/op"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines()[0] == "error: locked/op: cannot be opened: Permission denied", result.stderr

@@ -388,11 +388,15 @@ def classify_kernel_ref(ref: str) -> KernelRef:
     return KernelRef("unknown", path)
 
 
-def _exists(path: Path) -> bool:
+def _exists(path: Path, *, denied: bool = True) -> bool:
     """Whether something is at ``path``; not where no file can be: a name too long, a NUL byte
-    (their OSError and ValueError had been tracebacks)."""
+    (their OSError and ValueError had been tracebacks). Where a folder on the way is one this user
+    may not search, ``denied``: by default taken as there, so that opening it says so (a local
+    ``org/op`` had been read as a Hub repository)."""
     try:
         return path.exists()
+    except PermissionError:
+        return denied
     except (OSError, ValueError):
         return False
 
@@ -440,7 +444,7 @@ def resolve_kernel(ref: str) -> Kernel:
     """The kernel a KERNEL argument names (:func:`classify_kernel_ref`); a Hub repository is
     contract version 1 unless ``@vN`` or ``@REVISION`` follows."""
     where = classify_kernel_ref(ref)
-    if where.kind == "folder" and (where.path / "manifest.json").exists() and _hub_repo(ref):
+    if where.kind == "folder" and _exists(where.path / "manifest.json", denied=False) and _hub_repo(ref):
         # as for an embedded id; commands that take only a folder (validate, digest) read it
         raise click.UsageError(f"{ref!r} names both a Hub repository and the package folder ./{ref} here: write "
                                f"./{ref} for the folder, or run from another directory for the Hub repository")  # fmt: skip
