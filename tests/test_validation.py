@@ -835,6 +835,6 @@ def test_validate_folds_the_package_s_file_names_once(qg: Path, monkeypatch) -> 
         return real(files)
 
     monkeypatch.setattr(validation, "case_twins", counted)
-    monkeypatch.setattr(portability, "case_twins", counted)
+    monkeypatch.setattr(portability, "case_twins", counted, raising=False)  # (it builds none now)
     assert not validate_package(qg, gpu=False).errors
     assert len(built) == 1

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from jinja2 import nodes
 
-from .digests import METADATA_FILE, case_twins, folded, package_files
+from .digests import METADATA_FILE, folded, package_files
 from .errors import PackageError
 from .validation_report import ProblemCollector
 
@@ -185,15 +185,13 @@ def _static_names(node: nodes.Expr) -> list[str]:
     return [i.value for i in items if isinstance(i, nodes.Const) and isinstance(i.value, str)]
 
 
-def include_case_problems(env: Any, shaders: Iterable[str], files: Iterable[str], *,
-                          twin_of: Callable[[str], str | None] | None = None) -> list[tuple[str, int, str]]:  # fmt: skip
+def include_case_problems(env: Any, shaders: Iterable[str], files: Iterable[str],
+                          twin_of: Callable[[str], str | None]) -> list[tuple[str, int, str]]:  # fmt: skip
     """(template, line, message) for each ``{% include %}``/``{% import %}`` that names a template
     in another case than its file, in the templates ``shaders`` and all they include by name.
     ``env`` is the package's TemplateSandbox (its loader applies the loader's rules and bounds);
-    ``twin_of``: digests.case_twins(files), where the caller has it (validate folds the names once)."""
+    ``twin_of``: digests.case_twins(files), which validate folds once for all its checks."""
     files = set(files)
-    if twin_of is None:
-        twin_of = case_twins(files)  # folded once for every target
     queue = list(dict.fromkeys(shaders))
     seen = set(queue)
     found: list[tuple[str, int, str]] = []

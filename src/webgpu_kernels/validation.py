@@ -266,7 +266,7 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
                 out.error(p.shader, "", exc.detail, line=exc.line)
             except KernelError as exc:
                 out.error(p.shader, "", str(exc))
-    for name, line, message in include_case_problems(renderer.env, parsed, files or (), twin_of=twin_of):
+    for name, line, message in include_case_problems(renderer.env, parsed, files or (), twin_of):
         out.error(name, "", message, line=line)
 
 
