@@ -200,12 +200,12 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
         written.append((raw, entries))
     _check_new_files(to_files, created)
     _check_inputs(kernel, files, cases, to_files)
-    contents = _file_contents(files, to_files, created)
-    for raw, entries in written:  # every case succeeded: only now is anything changed
-        raw["expected"] = entries
     entries_of: dict[str, str] = {}  # the first entry naming each file
     for (name, _), (_, path) in to_files.items():
         entries_of.setdefault(name, path)
+    contents = _file_contents(files, to_files, created, entries_of)
+    for raw, entries in written:  # every case succeeded: only now is anything changed
+        raw["expected"] = entries
     return Written(len(written), contents, list(created), entries_of)
 
 
@@ -272,6 +272,13 @@ class _Files:
         self.package = kernel.package
         self.data: dict[str, bytes] = {}
         self.keys: dict[tuple[str, str | None], str | None] = {}
+        self._listed: list[str] | None = None
+
+    def listed(self) -> list[str]:
+        """The package's files as write_metadata lists them, listed once (each new file's checks read it)."""
+        if self._listed is None:
+            self._listed = package_files(self.package.root)
+        return self._listed
 
     def read(self, name: str) -> bytes:
         name = self.package.relative_name(name)
@@ -304,7 +311,7 @@ def _expected_array(kernel: Kernel, files: _Files, spec: Mapping[str, Any], path
         name = kernel.package.relative_name(spec["file"])
     except PackageError as exc:
         raise CaseFileError(str(exc), file=TEST_FILE, json_path=path) from None
-    if name not in created and not _creatable(kernel, name, path, created):
+    if name not in created and not _creatable(kernel, files, name, path, created):
         return _array_of(kernel, files, spec, path)  # a file of the package (or something else there, refused as today)
     try:
         key = array_key(None, name, spec.get("tensor"))
@@ -317,7 +324,7 @@ def _expected_array(kernel: Kernel, files: _Files, spec: Mapping[str, Any], path
     return name, key
 
 
-def _creatable(kernel: Kernel, name: str, path: str, created: Mapping[str, Any]) -> bool:
+def _creatable(kernel: Kernel, files: _Files, name: str, path: str, created: Mapping[str, Any]) -> bool:
     """Whether ``name`` (package-relative) is a data file to create: False where something is at its
     path already (the package's file, read as such). A name a listed file could not have, or whose
     file would not be the package's, is refused naming the entry at ``path``."""
@@ -332,7 +339,7 @@ def _creatable(kernel: Kernel, name: str, path: str, created: Mapping[str, Any])
             why = f"{folder!r} is a file, not a folder"
     if not why:  # one new name a folder of another: written, one failed on the other, leaving it behind
         why = _file_and_folder(name, created)
-    listed = package_files(root) if not why else []
+    listed = files.listed() if not why else []
     if not why and len(listed) + len(created) + 1 > MAX_PACKAGE_FILES:  # written, metadata.json's refresh had failed
         why = (f"{name!r} would make the package's files {len(listed) + len(created) + 1}, more than a package may "
                f"hold ({MAX_PACKAGE_FILES}): give cases a shared .npz or .safetensors file (a 'tensor' each)")  # fmt: skip
@@ -400,14 +407,13 @@ def _check_inputs(kernel: Kernel, files: _Files, cases: Sequence[Mapping[str, An
 
 
 def _file_contents(files: _Files, to_files: Mapping[_Array, tuple[np.ndarray, str]],
-                   created: Mapping[str, Any]) -> dict[str, bytes]:  # fmt: skip
+                   created: Mapping[str, Any], entries_of: Mapping[str, str]) -> dict[str, bytes]:  # fmt: skip
     """Each data file's new content: the arrays of ``to_files`` in place of the old ones, every
-    other array of the file as it was (a file of ``created``: just those arrays)."""
+    other array of the file as it was (a file of ``created``: just those arrays); ``entries_of``:
+    the first entry naming each file, which a refusal names."""
     by_file: dict[str, dict[str | None, np.ndarray]] = {}
-    first: dict[str, str] = {}  # the first entry naming each file
-    for (name, key), (array, path) in to_files.items():
+    for (name, key), (array, _) in to_files.items():
         by_file.setdefault(name, {})[key] = array
-        first.setdefault(name, path)
     contents = {name: with_arrays(None if name in created else files.read(name), name, arrays)
                 for name, arrays in by_file.items()}  # fmt: skip
     for name, content in contents.items():
@@ -415,5 +421,5 @@ def _file_contents(files: _Files, to_files: Mapping[_Array, tuple[np.ndarray, st
         if len(content) > MAX_FILE_BYTES:
             raise CaseFileError(f"{name!r} would be {len(content)} bytes, more than a package file may be "
                                 f"({MAX_FILE_BYTES}): make the case smaller, or give the arrays of a shared file "
-                                "files of their own", file=TEST_FILE, json_path=first[name])  # fmt: skip
+                                "files of their own", file=TEST_FILE, json_path=entries_of[name])  # fmt: skip
     return contents
