@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -580,9 +581,6 @@ def test_a_malformed_bench_json_stops_with_its_file_and_json_path(runner, tmp_pa
 
 def test_cli_modules_import_on_their_own():
     """Each command module imports first without the circular-import failure it once had."""
-    import subprocess
-    import sys
-
     for name in ("bench_report", "cli_inspect", "cli_bench", "cli_tune", "cli_hub", "cli_package", "cli_run"):
         proc = subprocess.run([sys.executable, "-c", f"import webgpu_kernels.{name}"], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-1000:]
@@ -608,6 +606,21 @@ def test_peer_lines_are_streamed_and_a_chatty_stderr_cannot_stall_the_peer():
     results, out = stream(code)
     assert results == [{"case": 0}, {"case": 1}, {"case": 2}]
     assert "peer fake" not in out  # exit 0: nothing to report
+
+
+def test_a_peer_s_stdout_pipe_is_closed_when_it_is_done(monkeypatch):
+    """The pipe had been left to the garbage collector: a ResourceWarning for every peer."""
+    started = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(cli_bench.subprocess, "Popen", recording_popen)
+    results, _ = stream("import json\nprint(json.dumps({'case': 0}))")
+    assert results == [{"case": 0}]
+    assert len(started) == 1 and started[0].stdout.closed
 
 
 def test_a_failing_peer_is_reported_with_its_last_error_line():

@@ -613,8 +613,9 @@ def _stream_peer(peer: str, command: list[str], console: Any, timeout_s: int, wh
     """Yield the JSON lines of the peer process ``command`` as they come; a peer past ``timeout_s``
     is killed, keeping what it said. A failed process's reason is appended to ``why``."""
     # stderr goes to a file: a pipe read only at the end would stall a chatty peer once it filled.
-    with tempfile.TemporaryFile("w+") as errors:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
+    # Popen's context closes the stdout pipe (left to the garbage collector, a ResourceWarning).
+    with tempfile.TemporaryFile("w+") as errors, \
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True) as process:
         killed = threading.Event()
 
         def kill() -> None:
