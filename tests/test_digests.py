@@ -705,6 +705,30 @@ def test_the_bytes_a_package_opens_with_are_bounded_before_they_are_read(qg: Pat
     assert sum((qg / n).stat().st_size for n in read if n != "metadata.json") <= 30_000  # none past the bound
 
 
+def test_digest_refuses_files_past_what_the_loader_opens(qg: Path, monkeypatch) -> None:
+    """digest listed files holding more together than a package's opening reads (MAX_PACKAGE_BYTES,
+    shrunk here to a byte below this package), and the package it had digested no longer loaded
+    ('the listed files hold more than 512 MiB together'), where expect refuses such a run. Refused
+    as expect refuses it (exit 2), naming the largest file, before any file is read; at the limit
+    it is digested, and loads."""
+    (qg / "notes.txt").write_bytes(b"x" * 30_000)  # no content file, but listed and read all the same
+    total = sum((qg / name).stat().st_size for name in digests.package_files(qg))
+    before = (qg / "metadata.json").read_bytes()
+    read = []
+    real_read = digests.read_file
+    monkeypatch.setattr(digests, "read_file", lambda root, name: read.append(name) or real_read(root, name))
+    monkeypatch.setattr(digests, "MAX_PACKAGE_BYTES", total - 1)
+    result = CliRunner().invoke(main, ["digest", str(qg)])
+    assert result.exit_code == 2, result.output
+    assert f"hold {total} bytes together, more than the loader opens ({total - 1})" in result.stderr, result.stderr
+    assert "the largest is 'notes.txt', 30000 bytes" in result.stderr and "Traceback" not in result.output
+    assert (qg / "metadata.json").read_bytes() == before
+    assert set(read) == {"metadata.json", "manifest.json"}  # for the id and what is kept, no file hashed
+    monkeypatch.setattr(digests, "MAX_PACKAGE_BYTES", total)
+    assert CliRunner().invoke(main, ["digest", str(qg)]).exit_code == 0
+    assert open_folder(qg).is_verified
+
+
 def test_metadata_listing_more_files_than_a_package_holds_is_one_problem(qg: Path) -> None:
     """Every bad entry gave its own schema errors: a huge list made validate take minutes."""
     metadata = json.loads((qg / "metadata.json").read_text("utf-8"))

@@ -898,12 +898,12 @@ def test_a_package_listed_larger_than_a_package_may_be_is_refused_before_it_is_d
     (64 files of 8 MiB each: 512 MiB and more to disk) (helper-36)."""
     from webgpu_kernels import digests
 
-    monkeypatch.setattr(digests, "MAX_PACKAGE_BYTES", 1 << 20)  # what the package's opening holds it to
-    monkeypatch.setattr(hub, "MAX_PACKAGE_BYTES", 1 << 20, raising=False)
     pkg = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR
     for i in range(3):
         (pkg / f"blob{i}.npy").write_bytes(b"\1" * 600_000)
-    write_metadata(pkg)
+    write_metadata(pkg)  # before the bound is shrunk: digest refuses a package past it
+    monkeypatch.setattr(digests, "MAX_PACKAGE_BYTES", 1 << 20)  # what the package's opening holds it to
+    monkeypatch.setattr(hub, "MAX_PACKAGE_BYTES", 1 << 20, raising=False)
     server.rescan()
     with pytest.raises(HubError, match=r"hold \d+ bytes, more than a package may \(1048576\)") as info:
         wk.get_kernel(OFFICIAL, version=1)

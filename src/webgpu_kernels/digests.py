@@ -12,6 +12,7 @@ is exactly what was verified (no second read of a file that could have changed i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -19,7 +20,7 @@ import os
 import re
 import stat
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -311,10 +312,37 @@ class ReadBudget:
         """Charge ``path``'s size (capped: read_file refuses a file past MAX_FILE_BYTES itself);
         False once the package holds more than the bound."""
         try:
-            self.used += min(path.stat().st_size, MAX_FILE_BYTES + 1)
+            self.used += charged_size(path)
         except OSError:
             pass  # read_file says what is wrong with it
         return self.used <= MAX_PACKAGE_BYTES
+
+
+def charged_size(path: Path) -> int:
+    """What a file costs a :class:`ReadBudget`: its size, capped one past MAX_FILE_BYTES (read_file
+    refuses a larger file itself). Raises OSError where it cannot be stat'ed."""
+    return min(os.stat(path).st_size, MAX_FILE_BYTES + 1)
+
+
+def listed_sizes(root: Path, names: Iterable[str]) -> dict[str, int]:
+    """What each of ``names`` (:func:`package_files` of ``root``) that ``digest`` lists will cost
+    the package's opening (:func:`charged_size`); a file gone since costs nothing."""
+    sizes = {}
+    for name in names:
+        if valid_file_name(name):
+            with contextlib.suppress(OSError):
+                sizes[name] = charged_size(root / name)
+    return sizes
+
+
+def past_package_bytes(sizes: Mapping[str, int]) -> str | None:
+    """Files of these sizes (:func:`listed_sizes`), said to be more than a package's opening reads
+    (MAX_PACKAGE_BYTES) where they are, else None: checked before `digest` or `expect` writes, as
+    a package written past it no longer loads."""
+    total = sum(sizes.values())
+    if total <= MAX_PACKAGE_BYTES:
+        return None
+    return f"{total} bytes together, more than the loader opens ({MAX_PACKAGE_BYTES})"
 
 
 def read_json(root: Path, name: str) -> Any:
@@ -520,13 +548,16 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, versio
         old_files = old_digest["files"]
     files: dict[str, str] = {}
     changes: list[DigestChange] = []
-    for name in package_files(root):
-        if not valid_file_name(name):
-            if not is_content_file(name):  # a "design notes.txt" may sit unlisted (docs/package-files.md)
-                changes.append(DigestChange(name, UNLISTABLE, None))
-                continue
+    names = package_files(root)
+    for name in names:
+        if not valid_file_name(name) and is_content_file(name):
             raise PackageError(f"cannot be listed in metadata.json, whose {_NAME_RULE}: rename it",
                                path=str(root / name))  # fmt: skip
+    _check_package_bytes(root, names)
+    for name in names:
+        if not valid_file_name(name):  # a "design notes.txt" may sit unlisted (docs/package-files.md)
+            changes.append(DigestChange(name, UNLISTABLE, None))
+            continue
         digest = sha256_hex(read_file(root, name))
         files[name] = digest
         if name not in old_files:
@@ -542,6 +573,18 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, versio
     metadata["provenance"] = provenance
     metadata["digest"] = {"algorithm": ALGORITHM, "files": files}
     return metadata, changes
+
+
+def _check_package_bytes(root: Path, names: list[str]) -> None:
+    """Refuse, before any file is read, files that would hold more together than a package's
+    opening reads: digested, the package no longer loaded ('the listed files hold more than 512 MiB
+    together'). Names the largest file."""
+    sizes = listed_sizes(root, names)
+    past = past_package_bytes(sizes)
+    if past is not None:
+        largest = max(sizes, key=lambda name: sizes[name])
+        raise PackageError(f"the files metadata.json would list hold {past}: not a kernel package (the largest is "
+                           f"{largest!r}, {sizes[largest]} bytes)", path=str(root))  # fmt: skip
 
 
 def _is_version(value: Any) -> bool:

@@ -12,7 +12,6 @@ data file: that file's new content is returned instead (:class:`Written`), for t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -28,12 +27,13 @@ from .case_data import array_key, cast, dtype_name, encode_values, numpy_dtype, 
 from .casefile import TEST_FILE, parse_draft_case
 from .digests import (
     MAX_FILE_BYTES,
-    MAX_PACKAGE_BYTES,
     MAX_PACKAGE_FILES,
     case_twins,
     json_path,
+    listed_sizes,
     never_listed,
     package_files,
+    past_package_bytes,
     through_folder_link,
     valid_file_name,
 )
@@ -232,25 +232,20 @@ def check_test_file_size(cases: Sequence[Mapping[str, Any]], text: str) -> None:
 
 def check_package_size(kernel: Kernel, written: Written, text: str) -> None:
     """Refuse, before anything is written, data files and test.json's new ``text`` that would make
-    the files metadata.json lists hold more together than the loader opens (MAX_PACKAGE_BYTES,
-    each listed file charged its size, as digests.ReadBudget does): written, and the digests
-    refreshed, the package no longer loaded. Names the entry of the largest data file written."""
+    the files metadata.json lists hold more together than the loader opens (digests.past_package_bytes,
+    as `digest` checks it): written, and the digests refreshed, the package no longer loaded. Names
+    the entry of the largest data file written."""
     root = kernel.package.root
-    sizes: dict[str, int] = {}
-    for name in package_files(root):
-        if valid_file_name(name):  # those write_metadata lists
-            with contextlib.suppress(OSError):  # gone since: the loader charges nothing for it either
-                sizes[name] = min(os.stat(root / name).st_size, MAX_FILE_BYTES + 1)
+    sizes = listed_sizes(root, package_files(root))
     sizes.update({name: len(content) for name, content in written.files.items()})
     sizes[TEST_FILE] = len(text.encode())
-    total = sum(sizes.values())
-    if total <= MAX_PACKAGE_BYTES:
+    past = past_package_bytes(sizes)
+    if past is None:
         return
     largest = max(written.files, key=lambda name: len(written.files[name]), default=None)
     why = (f"; the largest file written is {largest!r} ({len(written.files[largest])} bytes): make cases smaller or "
            "fewer" if largest is not None else "")  # fmt: skip
-    raise CaseFileError(f"the package's files would hold {total} bytes together, more than the loader opens "
-                        f"({MAX_PACKAGE_BYTES}){why}", file=TEST_FILE,
+    raise CaseFileError(f"the package's files would hold {past}{why}", file=TEST_FILE,
                         json_path=written.entries.get(largest or "", "cases"))  # fmt: skip
 
 
