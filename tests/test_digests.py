@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import webgpu_kernels as wk
-from webgpu_kernels import digests
+from webgpu_kernels import digests, replacing
 from webgpu_kernels.cli import main
 from webgpu_kernels.errors import DigestError, PackageError
 from webgpu_kernels.package import embedded_ids, embedded_root, open_embedded, open_folder
@@ -888,6 +888,8 @@ _FAULTS = st.one_of(
               st.sampled_from([errno.ENOSPC, errno.EACCES])),
     # an old file's backup: no link made (kept as its bytes), or a Ctrl-C as it is made
     st.tuples(st.sampled_from(["link", "link, then Ctrl-C"]), st.integers(1, 3), st.just(errno.EPERM)),
+    # a Ctrl-C raised as what puts an old entry back (its backup made) is complete, before the rename
+    st.tuples(st.just("old kept, then Ctrl-C"), st.integers(1, 3), st.none()),
 )  # fmt: skip
 
 
@@ -927,9 +929,17 @@ def test_replace_files_leaves_every_file_old_or_every_file_new(tmp_path_factory,
         mode = old[name][2] if name in old and old[name][0] == "file" else umask_mode  # a link: replaced
         new[name] = ("file", content.encode() if isinstance(content, str) else content, mode)
 
-    calls = {"replace": 0, "open": 0, "chmod": 0, "link": 0}
+    calls = {"replace": 0, "open": 0, "chmod": 0, "link": 0, "old kept": 0}
     fired: list[Path] = []
     real = {"replace": os.replace, "open": os.open, "chmod": os.chmod, "link": os.link}
+    real_old = replacing._Old.__init__
+
+    def old_kept(self, path, *args, **kwargs):
+        real_old(self, path, *args, **kwargs)
+        calls["old kept"] += 1
+        if fault is not None and not fired and fault[0].startswith("old kept") and calls["old kept"] == fault[1]:
+            fired.append(path)
+            raise KeyboardInterrupt  # as Python raises a SIGINT that came as the constructor returned
 
     def faulty(call: str):
         def step(*args, **kwargs):
@@ -948,8 +958,9 @@ def test_replace_files_leaves_every_file_old_or_every_file_new(tmp_path_factory,
         return step
 
     with pytest.MonkeyPatch.context() as patch:
-        for call in calls:
+        for call in real:
             patch.setattr(os, call, faulty(call))
+        patch.setattr(replacing._Old, "__init__", old_kept)
         try:
             digests.replace_files(files)
             failed: BaseException | None = None

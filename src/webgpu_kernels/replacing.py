@@ -51,11 +51,11 @@ def _replace_all(files: Mapping[Path, str | bytes]) -> None:
         for target, content in data.items():
             staged[target] = _stage(target, content)
         for target, new in staged.items():
-            old = _Old(target, in_place=new == target)
-            # Listed before the write: a write in place can fail half-way, and a Ctrl-C raised as
-            # os.replace returns comes after the rename. Putting back an old entry that was never
-            # replaced changes nothing; only an OSError says the rename did not happen.
-            done.append((target, old))
+            # Listed in done (by _Old itself, before it makes a backup) before the write: a write in
+            # place can fail half-way, and a Ctrl-C raised as os.replace returns comes after the
+            # rename. Putting back an old entry that was never replaced changes nothing; only an
+            # OSError says the rename did not happen.
+            old = _Old(target, in_place=new == target, done=done)
             if new == target:
                 target.write_bytes(data[target])
             else:
@@ -119,47 +119,57 @@ def _stage(path: Path, content: bytes) -> Path:
 class _Old:
     """What was at ``path`` before it is replaced, kept until :meth:`discard`: nothing, a symbolic
     link's target, a hard link to the old file (its inode: bytes, permissions, owner), or, where no
-    link can be made (a file system without them, a folder that takes no new file), its bytes."""
+    link can be made (a file system without them, a folder that takes no new file), its bytes.
 
-    def __init__(self, path: Path, *, in_place: bool) -> None:
+    It appends itself to ``done`` before it makes anything, and its backup's name is recorded before
+    the link is made: a Ctrl-C landing anywhere in here, or as it returns, leaves no hidden backup
+    behind (``done``'s entries are discarded). Until it is complete it is "pending": nothing to put
+    back, as the rename comes after."""
+
+    def __init__(self, path: Path, *, in_place: bool, done: list[tuple[Path, _Old]]) -> None:
         self.path = path
         self.link: str | None = None
         self.backup: Path | None = None
         self.content: bytes | None = None
         self.mode = 0
+        self.kind = "pending"
+        done.append((path, self))
         try:
             info = os.lstat(path)
         except FileNotFoundError:
             self.kind = "absent"
             return
-        self.kind = "other"  # a folder, a FIFO: a rename over it fails, and nothing can put it back
+        kind = "other"  # a folder, a FIFO: a rename over it fails, and nothing can put it back
         if stat.S_ISLNK(info.st_mode):
-            self.kind, self.link = "symlink", os.readlink(path)
+            self.link = os.readlink(path)
+            kind = "symlink"
         elif stat.S_ISREG(info.st_mode):
             self.mode = stat.S_IMODE(info.st_mode)
             if not in_place:
-                backup = _hidden(path, "old")
+                self.backup = _hidden(path, "old")
                 try:
-                    os.link(path, backup)
+                    os.link(path, self.backup)
                 except OSError:
-                    pass  # no link: kept as its bytes
-                except BaseException:  # a Ctrl-C raised as the link was made: not left behind
-                    backup.unlink(missing_ok=True)
-                    raise
+                    self.backup = None  # no link: kept as its bytes
                 else:
-                    self.kind, self.backup = "backup", backup
+                    self.kind = "backup"
                     return
             with contextlib.suppress(OSError):
-                self.kind, self.content = "bytes", path.read_bytes()
+                self.content = path.read_bytes()
+                kind = "bytes"
+        self.kind = kind
 
     def put_back(self) -> bool:
         """Put the old entry back at ``path``; False where it could not be."""
         try:
-            if self.kind == "absent":
+            if self.kind == "pending":
+                pass
+            elif self.kind == "absent":
                 self.path.unlink(missing_ok=True)
             elif self.kind == "backup" and self.backup is not None:
+                # (backup kept for discard: a rename between two links to one file, the old one never
+                # replaced, succeeds and removes neither)
                 os.replace(self.backup, self.path)
-                self.backup = None
             elif self.kind == "symlink" and self.link is not None:
                 tmp = _hidden(self.path, "tmp")
                 os.symlink(self.link, tmp)
