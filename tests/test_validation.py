@@ -838,3 +838,15 @@ def test_validate_folds_the_package_s_file_names_once(qg: Path, monkeypatch) -> 
     monkeypatch.setattr(portability, "case_twins", counted, raising=False)  # (it builds none now)
     assert not validate_package(qg, gpu=False).errors
     assert len(built) == 1
+
+
+def test_validate_checks_test_json_and_bench_json_against_their_schemas_once(monkeypatch) -> None:
+    """Each file was checked when it was loaded (every problem reported) and again when its cases
+    were built, the schema walk (about 0.1 s for a 40-case test.json) done twice for nothing."""
+    from webgpu_kernels import casefile
+
+    checked: list[str] = []
+    real = casefile.schema_errors
+    monkeypatch.setattr(casefile, "schema_errors", lambda data, kind, **kw: checked.append(kind) or real(data, kind, **kw))
+    report = validate_package(embedded_root() / QUICK_GELU, gpu=False)
+    assert not report.errors and sorted(checked) == ["bench", "test"], (report.errors, checked)

@@ -460,6 +460,12 @@ def parse_test_file(data: Any, *, file: str = TEST_FILE, drafts: bool = False, m
     errors = check_test_data(data, file=file, drafts=drafts, manifest=manifest)
     if errors:
         raise errors[0]
+    return checked_test_file(data, file=file)
+
+
+def checked_test_file(data: Any, *, file: str = TEST_FILE) -> TestFile:
+    """:func:`parse_test_file` of ``data`` that :func:`check_test_data` found no problem in, not
+    checked again (validate reports every problem first; the schema check is most of the cost)."""
     base = _merge_tolerances({}, data.get("tolerances", {}))
     cases = []
     for i, case in enumerate(data["cases"]):
@@ -639,6 +645,12 @@ def parse_bench_file(data: Any, *, file: str = BENCH_FILE, manifest: Any = None)
     errors = check_bench_data(data, file=file, manifest=manifest)
     if errors:
         raise errors[0]
+    return checked_bench_file(data, file=file)
+
+
+def checked_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
+    """:func:`parse_bench_file` of ``data`` that :func:`check_bench_data` found no problem in, not
+    checked again (as :func:`checked_test_file`)."""
     cases = tuple(
         BenchCase(
             name=case["name"], index=i, json_path=json_path(["cases", i]), description=case.get("description", ""),

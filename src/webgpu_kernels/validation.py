@@ -271,7 +271,8 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
 
 
 def _load_case_data(package: KernelPackage, name: str, check: Any, out: ProblemCollector, missing: str) -> Any:
-    """The decoded test.json/bench.json if present and valid on its own; problems go to ``out``."""
+    """The decoded test.json/bench.json if present and valid on its own (``check``: its checks, made
+    once here: the caller builds its cases with casefile.checked_*_file); problems go to ``out``."""
     if not package.has(name):
         out.warning(name, "", missing)
         return None
@@ -312,7 +313,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
                            "pipelines are compiled only for bench.json shapes")  # fmt: skip
     if data is None:
         return None
-    test_file = casefile.parse_test_file(data, file=TEST_FILE)
+    test_file = casefile.checked_test_file(data, file=TEST_FILE)
     twinned: set[int] = set()  # cases whose data would only be 'not found'
     for case in test_file.cases:
         for where, message in _data_file_twins(package, case, twin_of):
@@ -474,7 +475,7 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, program
                            "the package has no bench.json: `webgpu-kernels bench` and `tune` have no cases")
     if data is None:
         return None
-    bench = casefile.parse_bench_file(data, file=BENCH_FILE)
+    bench = casefile.checked_bench_file(data, file=BENCH_FILE)
     if manifest is None:
         return bench
     from .contract import check_call
