@@ -644,10 +644,17 @@ def _on_gpu(inputs: Mapping[str, Any]) -> list[str]:
     return [name for name, value in inputs.items() if isinstance(value, GpuTensor)]
 
 
+class _Present(dict[str, Any]):
+    """Inputs :func:`_declared_present` checked and left the optional Nones out of: the call that
+    re-enters with them does not check their names again."""
+
+
 def _declared_present(manifest: Manifest, inputs: Any) -> Any:
     """``inputs`` checked to be a mapping of declared input names, before any value is read (an
     unknown name given None had been refused as a value that is no array), less the optional
     inputs given as None (:func:`_without_absent`)."""
+    if type(inputs) is _Present:
+        return inputs
     check_input_names(manifest, checked_mapping(inputs))
     return _without_absent(manifest, inputs)
 
@@ -659,7 +666,7 @@ def _without_absent(manifest: Manifest, inputs: Any) -> Any:
     if not isinstance(inputs, Mapping) or not any(v is None for v in inputs.values()):
         return inputs
     optional = {spec.role for spec in manifest.inputs if spec.optional}
-    present = {name: value for name, value in inputs.items() if value is not None or name not in optional}
+    present = _Present((name, value) for name, value in inputs.items() if value is not None or name not in optional)
     return present if len(present) < len(inputs) else inputs
 
 
