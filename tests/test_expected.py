@@ -48,3 +48,29 @@ def test_indent_of_finds_the_step_of_an_author_s_file(value: Any, step: str) -> 
     text = json.dumps(value, indent=step, ensure_ascii=False)
     assert indent_of(text) == (step if "\n" in text else "  "), (step, text)
     assert indent_of(text.replace("\n", "\r\n")) == indent_of(text)  # written on Windows
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string of a JSON value, object keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for key, item in value.items() for s in [key, *_strings(item)]]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=JSON_VALUES)
+def test_dumps_writes_every_string_as_the_package_s_json_files_do(value: Any) -> None:
+    """Non-ASCII text as itself (ensure_ascii=False, as metadata.json is written), in the one-line
+    form and the multi-line one alike: a multi-line object's keys had been escaped ("\\u00e9")."""
+    text = dumps(value)
+    for string in _strings(value):
+        assert json.dumps(string, ensure_ascii=False) in text, (string, text)
+
+
+def test_dumps_writes_a_non_ascii_key_alike_on_one_line_and_on_several() -> None:
+    assert dumps({"\u00e9": 1}) == '{"\u00e9": 1}'
+    assert dumps({"\u00e9": {"x": [1, {"\u00fc": 2}]}}) == '{\n  "\u00e9": {\n    "x": [\n      1,\n      {"\u00fc": 2}\n    ]\n  }\n}'

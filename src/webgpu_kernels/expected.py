@@ -55,14 +55,14 @@ class ReferenceFailed(Exception):
 def dumps(value: Any, indent: str = "", step: str = "  ") -> str:
     """JSON indented by ``step`` (two spaces), lists of plain values and small objects of them on
     one line, as the shipped files are written (a case's 130 expected values one per line would
-    bury the rest)."""
+    bury the rest); non-ASCII text as itself, keys too, as metadata.json is written."""
     inner = indent + step
     flat = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
     if isinstance(value, dict) and value and all(not isinstance(v, (dict, list)) for v in value.values()):
         if len(indent) + len(flat) <= 100:  # a small object of plain values: one line
             return flat
     if isinstance(value, dict) and value:
-        items = [f"{inner}{json.dumps(k)}: {dumps(v, inner, step)}" for k, v in value.items()]
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {dumps(v, inner, step)}" for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + indent + "}"
     if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
         return "[\n" + ",\n".join(inner + dumps(v, inner, step) for v in value) + "\n" + indent + "]"
