@@ -600,32 +600,3 @@ def test_a_masked_value_in_a_list_attribute_is_refused():
     for value in ([1, np.ma.masked], np.ma.masked_array([1, 2], mask=[0, 1]), np.ma.masked_array([1, 2])):
         with pytest.raises(errors.AttributeValueError, match=r"argument 'axes': expected a"):
             _check_value("attribute", "axes", [0], value)
-
-
-def test_a_call_with_an_optional_input_given_as_none_checks_the_names_once(monkeypatch):
-    """The call left the input out by calling itself again without it, which checked the names a
-    second time: twice on every such call, of a new shape or not."""
-    from webgpu_kernels import contract
-    from webgpu_kernels import kernel as kernel_module
-
-    from conftest import PACKAGES_DIR
-
-    kernel = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
-    checks = []
-    real = contract.check_input_names
-
-    def counted(manifest, names):
-        checks.append(sorted(names))
-        return real(manifest, names)
-
-    monkeypatch.setattr(contract, "check_input_names", counted)
-    monkeypatch.setattr(kernel_module, "check_input_names", counted)
-    inputs = {"X": np.ones((2, 8), f32), "Scale": np.ones(8, f32), "B": None}
-    for _ in range(2):  # a new shape, then one planned before
-        checks.clear()
-        out = kernel(inputs)
-        assert checks == [["B", "Scale", "X"]] and np.allclose(out["Y"], 0), checks  # each row's X is its mean
-    checks.clear()
-    with pytest.raises(errors.UnknownInputError, match="'nothing'"):  # refused as before, by that one check
-        kernel({**inputs, "nothing": None})
-    assert len(checks) == 1

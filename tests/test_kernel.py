@@ -91,15 +91,12 @@ def test_a_kernel_copies_as_itself_and_pickles_as_where_it_came_from(tmp_path):
     assert pickle.loads(pickle.dumps(local)).package.root == local.package.root  # as its path (test_processes.py)
 
 
-def test_a_new_shape_checks_the_input_names_once(tmp_path, monkeypatch):
-    """The names were checked before any value was read, then again by the contract check: twice on
-    every call of a new shape (and for explain, plan and tuning_class). Once now (helper-91)."""
-    import shutil
-
+@pytest.fixture
+def name_checks(monkeypatch):
+    """The input names each check_input_names call was given, sorted, in order."""
     from webgpu_kernels import contract
     from webgpu_kernels import kernel as kernel_module
 
-    kernel = wk.load_kernel(shutil.copytree(wk.get_kernel("com.microsoft.BiasAdd").package.root, tmp_path / "pkg"))
     checks = []
     real = contract.check_input_names
 
@@ -109,14 +106,41 @@ def test_a_new_shape_checks_the_input_names_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(contract, "check_input_names", counted)
     monkeypatch.setattr(kernel_module, "check_input_names", counted)
+    return checks
+
+
+def test_a_new_shape_checks_the_input_names_once(tmp_path, name_checks):
+    """The names were checked before any value was read, then again by the contract check: twice on
+    every call of a new shape (and for explain, plan and tuning_class). Once now (helper-91)."""
+    import shutil
+
+    kernel = wk.load_kernel(shutil.copytree(wk.get_kernel("com.microsoft.BiasAdd").package.root, tmp_path / "pkg"))
     inputs = {"X": np.ones((2, 3, 8), np.float32), "bias": np.ones(8, np.float32), "skip": np.ones((2, 3, 8), np.float32)}
     for use in (kernel, kernel.explain, kernel.plan, kernel.tuning_class):
-        checks.clear()
+        name_checks.clear()
         use(inputs)
-        assert checks == [["X", "bias", "skip"]], use
-    checks.clear()
+        assert name_checks == [["X", "bias", "skip"]], use
+    name_checks.clear()
     kernel(inputs)  # a shape planned before: no check at all
-    assert checks == []
+    assert name_checks == []
     with pytest.raises(errors.UnknownInputError, match="'nothing'"):  # refused as before, by that one check
         kernel({**inputs, "nothing": None})
-    assert len(checks) == 1
+    assert len(name_checks) == 1
+
+
+def test_a_call_with_an_optional_input_given_as_none_checks_the_names_once(name_checks):
+    """The call left the input out by calling itself again without it, which checked the names a
+    second time: twice on every such call, of a new shape or not (helper-98)."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    f32 = np.float32
+    inputs = {"X": np.ones((2, 8), f32), "Scale": np.ones(8, f32), "B": None}
+    for _ in range(2):  # a new shape, then one planned before
+        name_checks.clear()
+        out = kernel(inputs)
+        assert name_checks == [["B", "Scale", "X"]] and np.allclose(out["Y"], 0), name_checks  # each row's X is its mean
+    name_checks.clear()
+    with pytest.raises(errors.UnknownInputError, match="'nothing'"):  # refused as before, by that one check
+        kernel({**inputs, "nothing": None})
+    assert len(name_checks) == 1
