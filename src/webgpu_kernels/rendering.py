@@ -135,6 +135,9 @@ def workgroup_grid(threads: int, invocations: int, max_per_dimension: int) -> tu
 def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
     """Evaluate a pass's expressions in the chosen variant's scope."""
     p = cpass.pass_
+    # In the manifest's reading order (source, bindings, dispatch): the first failing expression
+    # is the one reported (docs/format.md, "Evaluation order").
+    inputs = {name: expr.evaluate(scope) for name, expr in cpass.source_inputs}
     bindings = []
     for index, cb in enumerate(cpass.bindings):
         b = cb.binding
@@ -175,7 +178,6 @@ def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
     except ExpressionError as exc:
         raise ExpressionError(f"{exc.detail} of {math.prod(sizes)}", expression=cpass.threads.source,
                               where=cpass.threads.where) from None  # fmt: skip
-    inputs = {name: expr.evaluate(scope) for name, expr in cpass.source_inputs}
     return ResolvedPass(
         pass_id=p.id, label=p.name, shader=p.shader, entry_point=p.entry_point, bindings=tuple(bindings),
         threads=threads, workgroup_size=(sizes[0], sizes[1], sizes[2]), source_inputs=inputs,
