@@ -45,7 +45,238 @@ def scalar_pass(manifest: dict) -> dict:
     return manifest["variants"][1]["passes"][0]
 
 
+# --- The expression language: Syntax --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["7 // 0", "7 % 0", "7 / 0", "7.0 // 0", "1 % 0.0"])
+def test_division_or_modulo_by_zero_is_an_expression_error(source):
+    """Doc: "a division or modulo by zero is an `ExpressionError` (`ZeroDivisionError: integer modulo by zero`)" """
+    with pytest.raises(errors.ExpressionError, match="ZeroDivisionError"):
+        ev(source)
+
+
+def test_a_chained_comparison_stops_at_its_first_false_link():
+    """Doc: "chained (`0 < x < 5`, which stops at its first false link as in Python)" """
+    assert ev("0 < x < 5", x=3) is True and ev("0 < x < 5", x=5) is False
+    assert ev("0 > 1 < (1 // 0)") is False  # the second link is never evaluated
+
+
+def test_and_or_return_an_operand_and_skip_the_side_that_does_not_decide():
+    """Doc: "`G >= 1 and C % G == 0` is false, not an error, for `G = 0` (the same holds for the branch
+    `a if cond else b` does not take)" """
+    assert ev("G >= 1 and C % G == 0", G=0, C=6) is False
+    assert ev("0 and 5") == 0 and ev("0 or 5") == 5
+    assert ev("1 if G == 0 else C // G", G=0, C=6) == 1
+
+
+def test_an_if_without_else_is_falsy_and_an_error_where_its_value_is_used():
+    """Doc: "without it a false condition yields Jinja's plain (not strict) undefined. Its truth value is
+    false, so `not x` is true and `x or y` is `y`; as an expression's result (`x and y` returns it),
+    in arithmetic and in `==`/`!=` it is an error" """
+    assert ev("not (1 if false)") is True
+    assert ev("(1 if false) or 5") == 5
+    for source in ["1 if false", "true and (1 if false)", "(1 if false) + 1", "(1 if false) == 1",
+                   "(1 if false) != 1"]:  # fmt: skip
+        with pytest.raises(errors.ExpressionError, match="no else"):
+            ev(source)
+
+
+@pytest.mark.parametrize("source, value", [("true", True), ("True", True), ("False", False), ("none", None),
+                                           ("'a' ~ 1 ~ 2.5", "a12.5"), ("(1, 2)", (1, 2))])  # fmt: skip
+def test_literals_and_concatenation(source, value):
+    """Doc: "`true`/`false` (also `True`/`False`), `none`" and "`~` | string concatenation (operands
+    converted with `str`)" """
+    assert ev(source) == value
+
+
+def test_indices_and_slice_bounds_are_integers_not_booleans():
+    """Doc: "indices and slice bounds are integers (not booleans), a bound may be left out, a step of 0
+    is an error" """
+    assert ev("shapes.X[:-1]") == (2,) and ev("shapes.X[::-1]") == (3, 2)
+    for source in ["shapes.X[true]", "shapes.X[1:true]", "shapes.X[::0]"]:
+        with pytest.raises(errors.ExpressionError):
+            ev(source)
+
+
+@pytest.mark.parametrize("source", ["x | length", "x is defined", "{'a': 1}", "foo(1)", "min(a=1)", "min(*x)"])
+def test_what_is_refused_at_load_time(source):
+    """Doc: "Refused at load time: filters (`x | length`), tests (`x is defined`), dict literals, calls of
+    anything but the functions below, keyword arguments, `*args`." """
+    with pytest.raises(errors.ExpressionError):
+        ExpressionCompiler(["x"]).compile(source, "claim")
+
+
+# --- The expression language: Names ---------------------------------------------------------------
+
+
+def test_a_shape_is_a_tuple_that_never_equals_a_list():
+    """Doc: "a **tuple** of ints (`shapes.X == [2, 3]` is false because a tuple never equals a list; use
+    `sameShape` or `dim`)" """
+    assert ev("shapes.X == [2, 3]") is False
+    assert ev("sameShape(shapes.X, [2, 3])") is True and ev("shapes.X == (2, 3)") is True
+
+
+def test_when_clauses_can_use_an_outputs_rank_and_shape(demo):
+    """Doc: "Outputs appear in `shapes`/`ranks` once their shape is computed, so `when` clauses can use
+    `ranks.Y`." """
+    kernel = demo(lambda m: m["variants"][0]["when"].append("ranks.Y == 1 and shapes['Y'] == shapes.X"))
+    assert kernel.explain(X8).chosen == "vec4"
+    kernel = demo(lambda m: m["variants"][0]["when"].append("ranks.Y == 2"))
+    assert kernel.explain(X8).chosen == "scalar"
+
+
+# --- The expression language: Functions -----------------------------------------------------------
+
+
+def test_min_and_max_compare_shapes_lexicographically_and_refuse_no_values():
+    """Doc: "On shapes they compare lexicographically (`max([1, 9], [2, 1])` is `[2, 1]`)" and "empty is
+    an error" """
+    assert ev("max([1, 9], [2, 1])") == [2, 1] and ev("min([1, 9], [2, 1])") == [1, 9]
+    for source in ["min([])", "max()"]:
+        with pytest.raises(errors.ExpressionError):
+            ev(source)
+
+
+@pytest.mark.parametrize("source", ["ceilDiv(true, 2)", "ceilDiv(4, 0)", "numel('ab')", "dim(3, 0)",
+                                    "sameShape([1.5], [1.5])", "dim(shapes.X, 2)", "dim(shapes.X, -3)"])  # fmt: skip
+def test_functions_refuse_what_they_do_not_take(source):
+    """Doc: "`ceilDiv(a, b)` ... numbers only (not booleans); `b == 0` is an error", "out of range is an
+    error", "`dim`, `numel`, `sameShape` and the `broadcast` functions take shapes: lists or tuples
+    of integers; anything else is an error" """
+    with pytest.raises(errors.ExpressionError):
+        ev(source)
+
+
+def test_ceil_div_rounds_up_as_negated_floor_division():
+    """Doc: "`ceil(a / b)` as an int (computed as `-(-a // b)`)" """
+    assert [ev(f"ceilDiv({a}, 2)") for a in (-5, -4, 0, 5)] == [-2, -2, 0, 3]
+    assert ev("ceilDiv(7.5, 2)") == 4 and isinstance(ev("ceilDiv(7.5, 2)"), int)
+
+
+# --- The expression language: Strictness ----------------------------------------------------------
+
+
+def test_a_derive_that_uses_a_constant_fails_when_evaluated_not_at_load(demo):
+    """Doc: "A known name with no value at this point (... a derive that uses a constant, a variant
+    constant used outside its variant) is an error when evaluated" """
+    kernel = demo(lambda m: (m["derive"].__setitem__("q", "scalar"), m["variants"][0]["when"].append("q != ''")))
+    verdict = kernel.explain(X8).verdicts[0]
+    assert not verdict.accepted and "'scalar' is undefined" in str(kernel.explain(X8))
+    kernel = demo(lambda m: m["variants"][1]["when"].append("vectorType != ''"))
+    assert "'vectorType' is undefined" in str(kernel.explain(X8))
+
+
+@pytest.mark.parametrize("source", ["[1 if false]", "(1 if false,)", "max(1 if false, 2)"])
+def test_undefined_inside_a_list_or_a_call_is_an_error_too(source):
+    """Doc: "undefined is never silently `None` ..., inside a list or tuple literal (`[shapes.Z]`) too" """
+    with pytest.raises(errors.ExpressionError, match="undefined"):
+        ev(source)
+
+
+# --- The expression language: Size bounds ---------------------------------------------------------
+
+
+def test_an_expression_source_is_at_most_4096_characters():
+    """Doc: "An expression's source is at most 4096 characters." """
+    ExpressionCompiler([]).compile("1" + " " * 4095, "claim")
+    with pytest.raises(errors.ExpressionSandboxError, match="4096"):
+        ExpressionCompiler([]).compile("1" + " " * 4096, "claim")
+
+
+@pytest.mark.parametrize("operator", [" and ", " + "])
+def test_a_flat_chain_of_34_operands_is_refused_and_33_pass(operator):
+    """Doc: "`a and b and c ...` or `1 + 1 + ...` of 34 operands or more is refused" """
+    ExpressionCompiler(["a"]).compile(operator.join(["1"] * 33), "claim")
+    with pytest.raises(errors.ExpressionSandboxError, match="32 levels"):
+        ExpressionCompiler(["a"]).compile(operator.join(["1"] * 34), "claim")
+
+
+def test_an_expression_nests_at_most_32_levels():
+    """Doc: "An expression nests at most 32 levels deep" """
+    ExpressionCompiler([]).compile("[" * 32 + "1" + "]" * 32, "claim")
+    with pytest.raises(errors.ExpressionSandboxError):
+        ExpressionCompiler([]).compile("[" * 33 + "1" + "]" * 33, "claim")
+
+
+@pytest.mark.parametrize("source", ["'a' * 4096 ~ 'b'", "[1] * 4097", "'ab' * 2049", "numel([2**64, 2**64, 2])",
+                                    "2 ** 129", "2 ** -129", "2**127 + 2**127"])  # fmt: skip
+def test_values_past_the_bounds_are_sandbox_errors(source):
+    """Doc: "a string, list or tuple ... is at most 4096 long, an integer at most 128 bits, an exponent of
+    `**` at most 128 in magnitude; ... `~` concatenation is bounded the same way, and so is
+    `numel()`'s product as it grows" """
+    with pytest.raises(errors.ExpressionSandboxError):
+        ev(source)
+
+
+def test_a_value_nests_at_most_32_levels_through_derive_entries(demo):
+    """Doc: "and so does a value (a derive entry wrapping another in a list, `[[b]]`, counts the levels of
+    both)" """
+
+    def chain(m: dict, links: int) -> None:
+        m["derive"]["d0"] = "1"
+        for i in range(1, links + 1):
+            m["derive"][f"d{i}"] = f"[[d{i - 1}]]"
+        m["variants"][0]["when"].append(f"d{links} != 0")
+
+    assert demo(lambda m: chain(m, 16)).explain(X8).chosen == "vec4"  # 32 levels
+    text = str(demo(lambda m: chain(m, 17)).explain(X8))
+    assert "nested more than 32 levels" in text
+
+
+def test_a_json_literal_is_held_to_the_integer_bound_at_load(demo):
+    """Doc: "A JSON literal in place of an expression (`"derive": {"n": 64}`) is held to the same integer,
+    length and nesting bounds when the package loads." """
+    with pytest.raises(errors.ExpressionSandboxError, match="128"):
+        demo(lambda m: m["derive"].__setitem__("big", 2**200))
+
+
 # --- Evaluation order and deferred errors ---------------------------------------------------------
+
+
+def test_a_derive_entry_may_read_one_below_it(demo):
+    """Doc: "a derive entry may read outputs (`ranks.Y`) and other derive entries, above or below it" """
+    kernel = demo(lambda m: (m["derive"].__setitem__("up", "down + 1"), m["derive"].__setitem__("down", "ranks.Y"),
+                             m["variants"][0]["when"].append("up == 2")))  # fmt: skip
+    assert kernel.explain(X8).chosen == "vec4"
+
+
+def test_top_level_constants_see_only_earlier_constants(demo):
+    """Doc: "**Top-level `constants`**, in order; each sees all derive entries and earlier constants." """
+    kernel = demo(lambda m: (m["constants"].update(a="b + 1", b="n"), m["variants"][0]["when"].append("a > 0")))
+    assert "'b' is undefined" in str(kernel.explain(X8))
+    kernel = demo(lambda m: (m["constants"].update(b="n", a="b + 1"), m["variants"][0]["when"].append("a == 9")))
+    assert kernel.explain(X8).chosen == "vec4"
+
+
+def test_a_constant_overrides_a_derive_entry_in_when_but_not_in_output_shapes(demo):
+    """Doc: "A constant of the same name as a derive entry overrides it for the variant's expressions
+    (its `when` clauses included) but not for the output shapes" """
+
+    def change(m: dict) -> None:
+        m["derive"]["k"], m["constants"]["k"] = "1", "2"
+        m["outputs"][0].update(shape="shapes.X[:k] + (1,)", rank="2")
+        m["variants"][0]["when"].append("k == 2")
+
+    explanation = demo(change, template="// k={{ k }}\n").explain({"X": wk.TensorMeta((4, 8), "float32")})
+    assert explanation.chosen == "vec4" and explanation.outputs[0].shape == (4, 1)
+
+
+def test_a_failed_constant_is_missing_in_a_template(demo):
+    """Doc: "In a template, a failed constant is simply missing (the template then fails with `'name' is
+    undefined`, without the original reason)." """
+    kernel = demo(lambda m: m["derive"].__setitem__("bad", "dim(shapes.X, 5)"), template="{{ bad }}\n")
+    with pytest.raises(errors.TemplateError, match="'bad' is undefined") as info:
+        kernel.render(X8)
+    assert "out of range" not in str(info.value)
+
+
+def test_a_failed_derive_fails_the_call_where_a_dispatch_reads_it(demo):
+    """Doc: "in a binding or dispatch expression it fails the call with an `ExpressionError`" """
+    kernel = demo(lambda m: (m["derive"].__setitem__("bad", "dim(shapes.X, 5)"),
+                             scalar_pass(m)["dispatch"].__setitem__("threads", "bad")))  # fmt: skip
+    with pytest.raises(errors.ExpressionError, match="'bad' could not be evaluated") as info:
+        kernel.render(X8, variant="scalar")
+    assert info.value.where == "variants[1].passes[0].dispatch.threads"
 
 
 def test_pass_expressions_are_evaluated_source_inputs_then_bindings_then_dispatch(demo):
@@ -76,3 +307,196 @@ def test_pass_expressions_are_evaluated_source_inputs_then_bindings_then_dispatc
         with pytest.raises(errors.ExpressionError) as info:
             demo(failing(*places)).render(X8, variant="scalar")
         assert info.value.where.endswith(where), (places, info.value.where)
+
+
+# --- Variants and the selection rule --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("clause", ["1", "0", "''", "none", "[1]", "'false'"])
+def test_a_when_clause_that_is_not_a_boolean_rejects_the_variant(demo, clause):
+    """Doc: "the first one that is false, is not a boolean (`0`, `""`, `none` or `[1]`: the trace says "a
+    when clause must be true or false", since a truthy `'false'` would otherwise choose the variant)" """
+    explanation = demo(lambda m: m["variants"][0]["when"].append(clause)).explain(X8)
+    assert explanation.chosen == "scalar" and "a when clause must be true or false" in str(explanation)
+
+
+def test_an_empty_when_always_holds(demo):
+    """Doc: "An empty `when` always holds." """
+    assert demo(lambda m: m["variants"][0].__setitem__("when", [])).explain({"X": wk.TensorMeta((7,), "float32")}).chosen == "vec4"
+
+
+# --- Passes and bindings: `$name` references ------------------------------------------------------
+
+
+def test_a_struct_named_through_a_constant_is_not_checked(demo):
+    """Doc: "a struct the template declares is named through a constant (`"elementType": "$pair"` with
+    `"pair": "'Pair'"`), which is not checked" """
+    kernel = demo(lambda m: (m["constants"].__setitem__("pair", "'Pair'"),
+                             m["bindingSets"]["scalarIO"][0].__setitem__("elementType", "$pair")),
+                  template="// {{ bindings.x.declaration }}\n")  # fmt: skip
+    assert kernel.render(X8, variant="scalar")["main"] == "// @group(0) @binding(0) var<storage, read> x: array<Pair>;\n"
+
+
+def test_a_literal_element_type_must_be_a_wgsl_type_name(demo):
+    """Doc: "any other string is taken literally (`"elementType": "f32"`), and must then be a WGSL scalar,
+    vector, matrix, `atomic<...>` or `array<..., N>` type name (the schema's pattern)" """
+    with pytest.raises(errors.ManifestError, match="elementType"):
+        demo(lambda m: m["bindingSets"]["scalarIO"][0].__setitem__("elementType", "float"))
+
+
+def test_length_takes_a_reference_an_expression_or_a_number(demo):
+    """Doc: "`length` also takes `"$name"`, and any other string there is an expression" and "`"$name"`
+    reads a constant, another string is an expression, a number is itself" """
+
+    def change(m: dict) -> None:
+        m["constants"]["L"] = "7"
+        io = m["bindingSets"]["scalarIO"]
+        io[0]["length"], io[1]["length"] = "$L", "numel(shapes.X) // 4"
+
+    probe = "// {{ bindings.x.length }} {{ bindings.y.length }} {{ bindingList[2].length }}\n"
+    assert demo(change, template=probe).render(X8, variant="scalar")["main"] == "// 7 2 None\n"
+    kernel = demo(lambda m: m["bindingSets"]["scalarIO"][0].__setitem__("length", 5), template=probe)
+    assert kernel.render(X8, variant="scalar")["main"] == "// 5 None None\n"
+
+
+# --- The params uniform struct --------------------------------------------------------------------
+
+
+def struct_fields(fields: list[dict]) -> Callable[[dict], None]:
+    return lambda m: m["bindingSets"]["scalarIO"][2]["struct"].__setitem__("fields", fields)
+
+
+@pytest.mark.parametrize("type_, value", [("u32", 2.5), ("u32", True), ("u32", "-1"), ("i32", "2**31"),
+                                          ("f16", 65520), ("f32", 3.4028235677973366e38), ("mat2x2<f32>", "[[1, 2], [3, 4]]"),
+                                          ("atomic<u32>", 1), ("array<vec4<f32>, 4097>", "[[0, 0, 0, 0]] * 4097")])  # fmt: skip
+def test_uniform_values_and_types_refused_when_the_call_is_planned(demo, type_, value):
+    """Doc: "u32 and i32 take integers in range (integral floats accepted, `2.5` and booleans refused ...);
+    f32 and f16 take finite numbers (f16 at most 65504 in magnitude; f32 below 3.4028235677973366e38
+    ...)", "(The schema also admits matrix and atomic
+    types; the layout code refuses them when the call is planned.)", "a struct of more than 65,536
+    bytes ... is a `LayoutError`" """
+    kernel = demo(struct_fields([{"name": "a", "type": type_, "value": value}]), template="// -\n")
+    with pytest.raises(errors.LayoutError):
+        kernel.render(X8, variant="scalar")
+
+
+@pytest.mark.parametrize("type_, value", [("u32", "4.0"), ("f16", 65504), ("f16", -65504), ("i32", "-2**31"),
+                                          ("f32", 3.4028234663852886e38)])  # fmt: skip
+def test_uniform_values_at_the_edges_are_accepted(demo, type_, value):
+    """Doc: "integral floats accepted" and "(f16 at most 65504 in magnitude; f32 below
+    3.4028235677973366e38 ...)" """
+    kernel = demo(struct_fields([{"name": "a", "type": type_, "value": value}]), template="// -\n")
+    assert kernel.render(X8, variant="scalar")["main"] == "// -\n"
+
+
+# --- Dispatch -------------------------------------------------------------------------------------
+
+
+def test_workgroup_size_defaults_to_64(demo):
+    """Doc: "(`workgroupSize` defaults to `64`; missing y/z are 1)" """
+    kernel = demo(lambda m: scalar_pass(m)["dispatch"].pop("workgroupSize"), template="// {{ workgroupSize }}\n")
+    assert kernel.render(X8, variant="scalar")["main"] == "// 64\n"
+    kernel = demo(lambda m: scalar_pass(m)["dispatch"].__setitem__("workgroupSize", [8]),
+                  template="// {{ workgroupSizeX }} {{ workgroupSizeY }} {{ workgroupSizeZ }}\n")  # fmt: skip
+    assert kernel.render(X8, variant="scalar")["main"] == "// 8 1 1\n"
+
+
+@pytest.mark.parametrize("threads", ["10.5", "-1", "true", "'4'", "n / 3"])
+def test_a_dispatch_count_must_be_a_non_negative_integer(demo, threads):
+    """Doc: "the value must be a non-negative integer. An integral float is accepted ...; `10.5`, a
+    negative number, a boolean or a string is an `ExpressionError` naming the expression" """
+    kernel = demo(lambda m: scalar_pass(m)["dispatch"].__setitem__("threads", threads))
+    with pytest.raises(errors.ExpressionError) as info:
+        kernel.render(X8, variant="scalar")
+    assert info.value.expression == threads
+    demo(lambda m: scalar_pass(m)["dispatch"].__setitem__("threads", "n / 4")).render(X8, variant="scalar")
+
+
+# --- The template contract ------------------------------------------------------------------------
+
+
+def test_index_texts_for_a_two_dimensional_workgroup(demo):
+    """Doc: "`workgroupSize` | text for `@workgroup_size(...)`: `"256"`, or `"8, 4, 1"` when y or z is not
+    1", and the `entryParams`, `globalIndex` and `workgroupIndex` texts """
+    kernel = demo(lambda m: scalar_pass(m)["dispatch"].__setitem__("workgroupSize", [8, 4]),
+                  template="{{ workgroupSize }}|{{ workgroupInvocations }}|{{ globalIndex }}|{{ workgroupIndex }}|"
+                           "{{ entryParams }}")  # fmt: skip
+    assert kernel.render(X8, variant="scalar")["main"].split("|") == [
+        "8, 4, 1", "32", "(((wid.z * nwg.y + wid.y) * nwg.x + wid.x) * 32u + lix)",
+        "((wid.z * nwg.y + wid.y) * nwg.x + wid.x)",
+        "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, "
+        "@builtin(local_invocation_index) lix: u32",
+    ]  # fmt: skip
+
+
+def test_enables_notices_f16_element_types_and_fields_but_not_vec4h(demo):
+    """Doc: "`"enable f16;"` if a type variable is bound to f16, or an element type contains the text
+    `f16` (`vec4h` alone is not noticed), or a uniform field is f16" """
+
+    def element_type(name: str) -> Callable[[dict], None]:
+        return lambda m: [b.__setitem__("elementType", name) for b in m["bindingSets"]["scalarIO"][:2]]
+
+    probe = "{{ enables }}"
+    assert demo(element_type("vec4h"), template=probe).render(X8, variant="scalar")["main"] == ""
+    assert demo(element_type("vec4<f16>"), template=probe).render(X8, variant="scalar")["main"] == "enable f16;"
+    field = struct_fields([{"name": "count", "type": "u32", "value": "n"}, {"name": "h", "type": "f16", "value": 1}])
+    assert demo(field, template=probe).render(X8, variant="scalar")["main"] == "enable f16;"
+
+
+def test_a_template_input_overrides_a_constant_which_constants_still_reaches(demo):
+    """Doc: "a template input overrides a constant of the same name" and "`constants` | dict of the
+    constants above (to reach one that a template input or a fixed name below shadows)" """
+    kernel = demo(lambda m: m["constants"].update(lanes=99, entryPoint="'mine'"),
+                  template="{{ lanes }} {{ constants.lanes }} {{ inputs.lanes }} {{ entryPoint }} "
+                           "{{ constants.entryPoint }}")  # fmt: skip
+    assert kernel.render(X8, variant="scalar")["main"] == "1 99 1 main mine"
+
+
+def test_whitespace_options_of_the_template_environment(demo):
+    """Doc: "`trim_blocks` and `lstrip_blocks` on (a block tag's line leaves no blank line or indentation
+    behind), `keep_trailing_newline`" """
+    kernel = demo(template="a\n  {% if true %}\nb\n  {% endif %}\nc\n")
+    assert kernel.render(X8)["main"] == "a\nb\nc\n"
+
+
+@pytest.mark.parametrize("template, error", [
+    ("{{ range(100001) | length }}", errors.TemplateSandboxError), ("{{ 64.0 | wgsl_uint }}", errors.TemplateError),
+    ("{{ 1 is callable }}", errors.TemplateError), ("{{ 'a' is lower }}", errors.TemplateError),
+    ("{{ 'a' | capitalize }}", errors.TemplateError), ("{% extends 'x' %}", errors.TemplateSandboxError),
+    ("{% for i in range(3) %}{% break %}{% endfor %}", errors.TemplateError),
+    ("{% for i in range(3) %}{% do i %}{% endfor %}", errors.TemplateError),
+])  # fmt: skip
+def test_what_templates_refuse(demo, template, error):
+    """Doc: "The only global is `range` (at most 100000 items...)", "**a float, even `64.0`, is
+    refused**", "any other (`is callable`, `is lower`) is a `TemplateError`", "only these Jinja
+    filters exist", "`{% extends %}` ... refused, and `{% break %}`, `{% continue %}` and `{% do %}`
+    do not exist" """
+    with pytest.raises(error):
+        demo(template=template).render(X8)
+    if "range" in template:
+        assert demo(template="{{ range(100000) | length }}").render(X8)["main"] == "100000"
+
+
+def test_an_included_file_sees_the_names_and_an_imported_one_only_with_context(demo):
+    """Doc: "an included file sees the template's names, but an imported one ... sees them only when
+    imported `with context`" """
+    macro = {"c.wgsl.jinja": "{% macro m() %}{{ scalar }}{% endmacro %}{{ scalar }}"}
+    assert demo(template="{% include 'c.wgsl.jinja' %}", **macro).render(X8)["main"] == "f32"
+    with_context = "{% import 'c.wgsl.jinja' as c with context %}{{ c.m() }}"
+    assert demo(template=with_context, **macro).render(X8)["main"] == "f32"
+    with pytest.raises(errors.TemplateError, match="'scalar' is undefined"):
+        demo(template="{% import 'c.wgsl.jinja' as c %}{{ c.m() }}", **macro).render(X8)
+
+
+# --- What makes a new pipeline --------------------------------------------------------------------
+
+
+def test_each_workgroup_size_is_its_own_wgsl(demo):
+    """Doc: "everything rendered into the WGSL makes one pipeline per distinct value: the dtype, the
+    variant, the workgroup size" (pipelines are keyed by the rendered WGSL text) """
+    kernel = demo()
+    texts = {kernel.render(X8, variant="scalar", tunables={"WORKGROUP_SIZE": size})["main"] for size in (32, 64)}
+    assert len(texts) == 2
+    same = {kernel.render(X8, attrs={"scale": s}, variant="scalar")["main"] for s in (1.0, 2.0)}
+    assert len(same) == 1  # a uniform value never changes the WGSL
+
