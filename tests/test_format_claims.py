@@ -208,6 +208,14 @@ def test_values_past_the_bounds_are_sandbox_errors(source):
         ev(source)
 
 
+@pytest.mark.parametrize("source", ["'%d' % 5", "'a%sb' % 'c'"])
+def test_percent_formats_no_string(source):
+    """Doc: "(`%` formats no string: `"%d" % 5` is refused)"; `%` stays an integer modulo."""
+    with pytest.raises(errors.ExpressionSandboxError, match="string formatting"):
+        ev(source)
+    assert ev("-7 % 3") == 2
+
+
 def test_a_value_nests_at_most_32_levels_through_derive_entries(demo):
     """Doc: "and so does a value (a derive entry wrapping another in a list, `[[b]]`, counts the levels of
     both)" """
