@@ -257,14 +257,23 @@ def test_u32_field_with_fractional_value_names_binding_and_field(write_package):
     assert info.value.field == "count"  # re-raised with the binding's path, it had lost the field (None)
 
 
-def test_a_value_the_struct_cannot_pack_names_its_field_in_the_error_attribute(write_package):
-    """1e39 passes the f32 field's finiteness check and fails in struct.pack: the LayoutError built for
-    it names the field in its message and in ``field``."""
-    fields = [{"name": "n", "type": "u32", "value": 1}, {"name": "big", "type": "f32", "value": "10.0 ** 39"}]
+@pytest.mark.parametrize("value", ["10.0 ** 39", "-3.4028235677973366e38"])
+def test_an_f32_value_past_float32_is_refused_as_an_overflow_naming_its_field(write_package, value):
+    """1e39 had passed the f32 field's finiteness check and failed in struct.pack ("OverflowError: float
+    too large to pack with f format"); it overflows f32 as 65520 overflows f16, and the LayoutError
+    names the field in its message and in ``field``."""
+    fields = [{"name": "n", "type": "u32", "value": 1}, {"name": "big", "type": "f32", "value": value}]
     kernel = layout_package(write_package, fields, ["params.n", "params.big"])
-    with pytest.raises(LayoutError, match=r"fields\[1\]: field 'big' \(f32\) cannot hold") as info:
+    with pytest.raises(LayoutError, match=r"field 'big' \(f32\) value .* overflows f32") as info:
         kernel({"X": np.zeros(1, np.float32)})
     assert info.value.field == "big"
+
+
+def test_the_largest_values_that_round_to_a_finite_float32_are_packed_as_its_largest():
+    """Below 2**128 - 2**103 a value rounds to float32's largest finite value, as struct packs it."""
+    layout = struct_layout("P", [("a", "f32"), ("b", "f32")])
+    packed = layout.pack([3.4028235677973362e38, -float(np.finfo(np.float32).max)])
+    assert np.frombuffer(packed, np.float32)[:2].tolist() == [np.finfo(np.float32).max, -np.finfo(np.float32).max]
 
 
 @pytest.mark.parametrize("count", [4097, 300_000_000, 100_000_000_000_000])

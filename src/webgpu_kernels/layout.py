@@ -141,6 +141,10 @@ def _split(name: str, t: WgslType, value: Any) -> list[Any]:
     return elements
 
 
+# The smallest magnitude that rounds to infinity in float32 (half an ulp past its largest finite value).
+F32_ROUNDS_TO_INFINITY = 2.0**128 - 2.0**103
+
+
 def _convert(name: str, scalar: str, value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LayoutError(f"field {name!r} ({scalar}) needs a number, got {value!r}")
@@ -157,4 +161,6 @@ def _convert(name: str, scalar: str, value: Any) -> int | float:
         raise LayoutError(f"field {name!r} ({scalar}) needs a finite number, got {value!r}")
     if scalar == "f16" and abs(value) > 65504:
         raise LayoutError(f"field {name!r} (f16) value {value!r} overflows f16")
+    if scalar == "f32" and abs(value) >= F32_ROUNDS_TO_INFINITY:
+        raise LayoutError(f"field {name!r} (f32) value {value!r} overflows f32")
     return float(value)
