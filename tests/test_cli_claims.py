@@ -1,0 +1,212 @@
+"""docs/cli.md's claims that no other test pinned, organised by the page's headings.
+
+Each test's docstring quotes the line it holds the command line to; the other claims of the page
+are covered where the command's tests live (tests/test_cli*.py, test_locations.py,
+test_package_tests.py, test_junit_report.py, test_tuning.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from webgpu_kernels.cli import main
+from webgpu_kernels.package import embedded_root
+
+from cli_helpers import QG_F32, QUICK_GELU
+from conftest import REPO_ROOT, copy_package
+
+CLI_MD = (REPO_ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
+def _commands() -> dict[str, click.Command]:
+    ctx = click.Context(main)
+    found = {name: main.get_command(ctx, name) for name in main.list_commands(ctx)}
+    return {name: command for name, command in found.items() if command is not None}
+
+
+def _long_options(params: list[click.Parameter]) -> set[str]:
+    return {opt for p in params if isinstance(p, click.Option) for opt in (*p.opts, *p.secondary_opts)
+            if opt.startswith("--")}  # fmt: skip
+
+
+# --- Naming a kernel and its inputs -------------------------------------------------------------
+
+
+def test_every_option_the_page_names_is_an_option_of_the_command_line() -> None:
+    """Pins "This page is what the help does not say": every `--option` it names must be one that
+    `webgpu-kernels` or one of its commands takes (a renamed option leaves the page behind)."""
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", CLI_MD)) - {"--help"}
+    taken = _long_options(main.params)
+    for command in _commands().values():
+        taken |= _long_options(command.params)
+    assert named and named <= taken, sorted(named - taken)
+
+
+def test_trust_remote_code_is_taken_after_every_command_that_takes_a_kernel_and_download() -> None:
+    """Pins "`--trust-remote-code` allows a Hub repository outside the `webgpu-kernels` organisation
+    ...; the commands that take a KERNEL and `download` also take it after the command"."""
+    commands = _commands()
+    takes_kernel = {name for name, command in commands.items()
+                    if any(isinstance(p, click.Argument) and p.name in {"kernel", "kernels"} for p in command.params)}  # fmt: skip
+    assert {"bench", "explain", "info", "render", "run", "test", "tune"} <= takes_kernel
+    for name in sorted(takes_kernel | {"download"}):
+        assert "--trust-remote-code" in _long_options(commands[name].params), name
+    assert "--trust-remote-code" in _long_options(main.params)
+
+
+# --- JSON output --------------------------------------------------------------------------------
+
+# The "main keys" column of the page's table, top level only (nested keys are the commands' own tests').
+TABLE_KEYS = {
+    "list": ["op", "variants", "description"],
+    "devices": ["index", "name", "vendor", "backend", "type", "description", "chosen", "features", "deviceFeatures",
+                "limits", "allLimits"],
+    "info": ["op", "domain", "name", "sinceVersion", "origin", "path", "description", "inputs", "outputs",
+             "typeConstraints", "attributes", "tunables", "derive", "constants", "variants"],
+    "explain": ["op", "chosen", "variants", "outputs", "values", "refused", "tuned", "forced"],
+    "run": ["op", "adapter", "variant", "forced", "tuned", "seed", "inputs", "attrs", "tunables", "outputs", "timing",
+            "reference", "referenceUnavailable", "onnxruntimeMatchedBy", "ok", "checked"],
+    "test": ["ok", "strict", "packages"],
+    "validate": ["path", "op", "adapter", "isolated", "ok", "errors", "warnings", "uncompiled", "checked", "skipped",
+                 "problems", "coverage", "seconds", "strict", "passed"],
+    "digest": ["path", "written", "upToDate", "metadata", "changes"],
+    "bench": ["adapter", "peak_tbps", "cases", "host"],
+}  # fmt: skip
+
+
+def _json_args(command: str) -> list[str]:
+    folder = str(embedded_root() / QUICK_GELU)
+    return {
+        "list": ["list", "--json"], "devices": ["devices", "--json"], "info": ["info", QUICK_GELU, "--json"],
+        "explain": ["explain", QUICK_GELU, *QG_F32, "--json"], "run": ["run", QUICK_GELU, *QG_F32, "--json"],
+        "test": ["test", QUICK_GELU, "--case", "rank0-f32", "--json"],
+        "validate": ["validate", folder, "--no-gpu", "--json"], "digest": ["digest", folder, "--check", "--json"],
+        "bench": ["bench", QUICK_GELU, *QG_F32, "--warm-up", "0", "--no-host", "--json", "-"],
+    }[command]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(TABLE_KEYS))
+def test_each_commands_json_has_the_tables_top_level(runner: CliRunner, command: str) -> None:
+    """Pins "| `list` | list | per kernel: `op`, `variants`, `description` |" and the table's other rows:
+    the top level (a list of objects for `list` and `devices`, an object otherwise) and its keys,
+    in one JSON document that is all of stdout."""
+    result = runner.invoke(main, _json_args(command))
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    if command in ("list", "devices"):
+        assert isinstance(data, list) and data
+        data = data[0]
+    assert isinstance(data, dict)
+    missing = [key for key in TABLE_KEYS[command] if key not in data]
+    assert not missing, (command, missing, list(data))
+
+
+def test_json_figures_that_are_not_numbers_are_strings_and_shapes_lists_of_integers(runner: CliRunner) -> None:
+    """Pins "NaN and infinities, which JSON has no numbers for, are the strings `"nan"`, `"inf"` and
+    `"-inf"` (a max error, an output's min or max) ... Shapes are lists of integers, dtypes ONNX
+    element type names (`float32`, `int64`)"."""
+    # Drawn in float64 and rounded to float16, values past 65504 become infinities: QuickGelu(inf) is
+    # inf, QuickGelu(-inf) is -inf x 0, NaN.
+    result = runner.invoke(main, ["run", QUICK_GELU, "-i", "X=64:f16", "--generate", "X=normal:0:1e6", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "NaN" not in result.stdout and "Infinity" not in result.stdout  # strict JSON
+    y = json.loads(result.stdout)["outputs"]["Y"]
+    assert y["nanCount"] > 0 and y["max"] == "inf" and y["mean"] in ("inf", "nan")
+    assert y["shape"] == [64] and y["dtype"] == "float16"
+    data = json.loads(runner.invoke(main, ["run", QUICK_GELU, *QG_F32, "--json"]).stdout)
+    assert data["outputs"]["Y"]["shape"] == [3, 5] and data["outputs"]["Y"]["dtype"] == "float32"
+    assert data["inputs"]["X"]["shape"] == [3, 5] and data["inputs"]["X"]["dtype"] == "float32"
+
+
+def test_json_is_written_when_the_command_ran_and_found_a_problem(runner: CliRunner, tmp_path: Path) -> None:
+    """Pins "It is written whenever the command ran, exit 1 included: a failed test, an invalid
+    package, a WRONG output are in the document." (`validate` of an invalid package, `digest
+    --check` of a stale metadata.json, `test --case` matching nothing.)"""
+    package = copy_package(QUICK_GELU, tmp_path / "qg")
+    manifest = json.loads((package / "manifest.json").read_text("utf-8"))
+    manifest["sinceVersion"] = "one"
+    (package / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    for args, verdict in ((["validate", str(package), "--no-gpu"], "ok"), (["digest", str(package), "--check"], "upToDate"),
+                          (["test", QUICK_GELU, "--case", "no-such-case"], "ok")):  # fmt: skip
+        result = runner.invoke(main, [*args, "--json"])
+        assert result.exit_code == 1, (args, result.output)
+        assert json.loads(result.stdout)[verdict] is False, args
+
+
+@pytest.mark.parametrize("command", ["info", "explain", "run", "test", "validate", "digest"])
+def test_json_leaves_stdout_empty_when_the_command_could_not_run(runner: CliRunner, command: str) -> None:
+    """Pins "When the command could not run (exit 2: a bad option, an unknown kernel or adapter, ...)
+    ..., stdout is empty and the error is on stderr"."""
+    result = runner.invoke(main, [command, "./nope", "--json"])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.startswith("error: ./nope: no such folder"), result.stderr
+    adapter = runner.invoke(main, ["--adapter", "no-such-adapter", "devices", "--json"])
+    assert adapter.exit_code == 2 and adapter.stdout == "" and adapter.stderr, adapter.output
+
+
+@pytest.mark.parametrize("command", ["tune", "render", "new", "expect"])
+def test_the_commands_without_json_refuse_the_option(runner: CliRunner, command: str) -> None:
+    """Pins "`tune`, `render`, `new` and `expect` have no JSON.\""""
+    result = runner.invoke(main, [command, "x", "--json"])
+    assert result.exit_code == 2 and "No such option '--json'" in result.stderr, result.output
+
+
+# --- Exit status --------------------------------------------------------------------------------
+
+
+def test_bench_without_shader_f16_makes_each_float16_case_an_error_row(runner: CliRunner, gl_device) -> None:
+    """Pins "on an adapter without shader-f16 each float16 bench.json case is such a row, where `test`
+    skips it: `--dtype f32` leaves them out; `-i` float16 shapes there exit 2"."""
+    args = ["--adapter", "gl", "bench", QUICK_GELU, "--case", "tiny-4096", "--warm-up", "0", "--no-host"]
+    result = runner.invoke(main, [*args, "--json", "-"])
+    assert result.exit_code == 1, result.output
+    rows = {row["dtype"]: row for row in json.loads(result.stdout)["cases"]}
+    assert "shader-f16" in rows["float16"]["error"] and "error" not in rows["float32"], rows
+    only_f32 = runner.invoke(main, [*args, "--dtype", "f32"])
+    assert only_f32.exit_code == 0, only_f32.output
+    given = runner.invoke(
+        main, ["--adapter", "gl", "bench", QUICK_GELU, "-i", "X=8:f16", "--warm-up", "0", "--no-host"]
+    )
+    assert given.exit_code == 2 and "shader-f16" in given.stderr, given.output
+
+
+# --- Progress and output streams ----------------------------------------------------------------
+
+
+def test_test_and_validate_write_nothing_on_stderr_off_a_terminal(runner: CliRunner, tmp_path: Path) -> None:
+    """Pins "Where that stream is no terminal (a CI log, a pipe, ...) ... `test` and `validate` write
+    nothing there. stdout keeps the results"."""
+    folder = tmp_path / "qg"
+    shutil.copytree(embedded_root() / QUICK_GELU, folder)
+    for args in (["test", str(folder), "--case", "rank0-f32"], ["validate", str(folder)]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+        assert result.stderr == "" and result.stdout, (args, result.stderr)
+
+
+# --- Tuning -------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::webgpu_kernels.TuningFileWarning")
+def test_a_folder_in_the_tuning_files_place_leaves_a_dry_run_running(runner: CliRunner, tuning_dir: Path) -> None:
+    """Pins "A file this user cannot read, or a folder in its place, stops `tune` before any timing
+    (exit 2; `--dry-run` runs)\": the dry run writes nothing, so nothing is in its way."""
+    import webgpu_kernels as wk
+    from webgpu_kernels import tuning
+
+    device = wk.get_device()
+    path = tuning.cache_for(device.adapter.name, device.adapter.backend).path
+    path.mkdir(parents=True)
+    args = ["tune", QUICK_GELU, "--case", "tiny-4096", "--dtype", "f32", "--warm-up", "0"]
+    result = runner.invoke(main, [*args, "--dry-run"])
+    assert result.exit_code == 0 and f"dry run: nothing written to {path}" in " ".join(result.stdout.split()), (
+        result.output
+    )
+    assert path.is_dir() and not any(path.iterdir())
