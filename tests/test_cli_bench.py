@@ -703,6 +703,54 @@ def test_an_input_drawn_from_its_range_is_drawn_so_by_bench_and_its_peers(monkey
     assert x.min() >= -2.0 and x.max() <= 2.0 and np.abs(x).max() > 1.0
 
 
+def _skipped(**extra):
+    """A row as bench makes it for a case skipped on this adapter (float16 without shader-f16)."""
+    return {"kernel": QG, "case": "tiny-4096", "tags": ["small"], "dtype": "float16", "shapes": {"X": [4096]},
+            "attrs": {}, "skipped": "this adapter has no shader-f16 feature", **extra}  # fmt: skip
+
+
+def test_no_peer_is_asked_to_run_a_case_bench_skipped(monkeypatch):
+    """A skipped row (no figure of ours) goes to no peer, as an error row does: it has no dtypes to
+    send, and a peer's figure would have nothing to stand against."""
+    from rich.console import Console
+
+    sent = []
+
+    def fake_stream(peer, command, console, timeout_s, why=None):
+        cases = json.loads(Path(command[-1]).read_text("utf-8"))
+        sent.extend((peer, case["id"]) for case in cases)
+        for case in cases:
+            yield {"case": case["id"], "peer": peer, "device_s": 1e-3}
+
+    monkeypatch.setattr(cli_bench, "_stream_peer", fake_stream)
+    rows = [_skipped(), {**_row(), "tags": [], "attrs": {}, "shapes": {"X": [4096]}, "dtypes": {"X": "float32"}}]
+    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5)
+    assert sent == [("torch", 1), ("ort-webgpu", 1)]
+    assert "peers" not in rows[0] and set(rows[1]["peers"]) == {"torch", "ort-webgpu"}
+
+
+def test_a_skipped_row_says_skipped_in_the_table_and_is_no_point_of_the_plot():
+    """The table names a skipped case with "skipped" where a figure would be, not in red and not as
+    an error; the plot leaves it out, as it leaves out an error row."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from rich.console import Console
+
+    rows = [_row(copy_tbps=0.02), _skipped()]
+    console = Console(record=True, width=400)
+    bench_report.print_rows(console, rows, [])
+    (line,) = [line for line in console.export_text().splitlines() if "float16" in line and "│" in line]
+    assert [c.strip() for c in line.split("│")[1:-1]][:5] == ["QuickGelu", "tiny-4096", "float16", "skipped", ""]
+    assert "error" not in console.export_text()
+    assert bench_report.one_line(rows[1]) == "QuickGelu tiny-4096 float16: skipped: this adapter has no shader-f16 feature"
+    fig = bench_report.plot_figure(rows, None)
+    try:
+        labels = fig.axes[0].get_legend_handles_labels()[1]
+        assert labels == ["QuickGelu float32", "copy kernel (same timing)"], labels
+    finally:
+        plt.close(fig)
+
+
 def test_a_case_a_peer_never_answered_is_recorded_with_the_reason(monkeypatch):
     """A peer that is not installed or dies part way left its cases without any entry: "-" in the
     table and nothing in the JSON, as if never asked. Each such case now records why."""

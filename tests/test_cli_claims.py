@@ -161,20 +161,35 @@ def test_the_commands_without_json_refuse_the_option(runner: CliRunner, command:
 # --- Exit status --------------------------------------------------------------------------------
 
 
-def test_bench_without_shader_f16_makes_each_float16_case_an_error_row(runner: CliRunner, gl_device) -> None:
-    """Pins "on an adapter without shader-f16 each float16 bench.json case is such a row, where `test`
-    skips it: `--dtype f32` leaves them out; `-i` float16 shapes there exit 2"."""
+def test_bench_without_shader_f16_skips_each_float16_case_as_test_does(runner: CliRunner, gl_device) -> None:
+    """Pins "On an adapter without shader-f16, `bench` and `tune` skip a float16 bench.json case that
+    no variant accepts there, as `test` does: a line each (`skipped: this adapter has no shader-f16
+    feature`) and a count under the table, no failure ...; `-i` float16 shapes there exit 2"."""
     args = ["--adapter", "gl", "bench", QUICK_GELU, "--case", "tiny-4096", "--warm-up", "0", "--no-host"]
-    result = runner.invoke(main, [*args, "--json", "-"])
-    assert result.exit_code == 1, result.output
-    rows = {row["dtype"]: row for row in json.loads(result.stdout)["cases"]}
-    assert "shader-f16" in rows["float16"]["error"] and "error" not in rows["float32"], rows
-    only_f32 = runner.invoke(main, [*args, "--dtype", "f32"])
-    assert only_f32.exit_code == 0, only_f32.output
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "QuickGelu tiny-4096 float16: skipped: this adapter has no shader-f16 feature" in lines, result.stdout
+    assert any(line.startswith("QuickGelu tiny-4096 float32: vec4") for line in lines), result.stdout
+    assert ("1 of 2 cases skipped (this adapter has no shader-f16 feature): QuickGelu tiny-4096 float16" in lines
+            and "failed" not in result.stdout and "error" not in result.stdout), result.stdout  # fmt: skip
     given = runner.invoke(
         main, ["--adapter", "gl", "bench", QUICK_GELU, "-i", "X=8:f16", "--warm-up", "0", "--no-host"]
     )
     assert given.exit_code == 2 and "shader-f16" in given.stderr, given.output
+
+
+def test_bench_json_has_a_skipped_row_without_figures(runner: CliRunner, gl_device) -> None:
+    """Pins "a case skipped on this adapter has `skipped`, the reason, and no figure" (bench --json)."""
+    args = ["--adapter", "gl", "bench", QUICK_GELU, "--case", "tiny-4096", "--warm-up", "0", "--no-host"]
+    result = runner.invoke(main, [*args, "--json", "-"])
+    assert result.exit_code == 0, result.output
+    rows = {row["dtype"]: row for row in json.loads(result.stdout)["cases"]}
+    skipped, timed = rows["float16"], rows["float32"]
+    assert skipped["skipped"] == "this adapter has no shader-f16 feature", skipped
+    assert skipped["case"] == "tiny-4096" and skipped["shapes"] == {"X": [4096]}, skipped
+    assert not {"error", "median_s", "tbps", "copy_fraction", "error_ok"} & set(skipped), skipped
+    assert "skipped" not in timed and timed["median_s"] > 0 and timed["error_ok"] is True, timed
 
 
 # --- Progress and output streams ----------------------------------------------------------------

@@ -391,6 +391,19 @@ def test_tune_of_cases_that_all_error_says_it_saved_nothing(runner, tuning_dir):
     assert not tuning_file(tuning_dir).exists()
 
 
+def test_tune_without_shader_f16_skips_each_float16_case_as_test_does(runner, tuning_dir, gl_device):
+    """On an adapter without shader-f16 tune counted each float16 bench.json case as one "the device
+    could not run" and exited 1 (a CI job tuning there failed with nothing wrong): it is skipped, with
+    its reason, counted apart, and the float32 case is still tuned (exit 0)."""
+    result = runner.invoke(main, ["--adapter", "gl", "tune", QG_DIR, "--case", "tiny-4096", *QUICK_WARM_UP])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "QuickGelu tiny-4096 {'T': 'float16'}: skipped: this adapter has no shader-f16 feature" in lines, result.stdout
+    assert "1 of 2 cases skipped (this adapter has no shader-f16 feature): QuickGelu tiny-4096 float16" in lines
+    assert "could not run" not in result.stdout and "not tuned" not in result.stdout, result.stdout
+    assert any(line.startswith("QuickGelu tiny-4096 {'T': 'float32'}: default") for line in lines), result.stdout
+
+
 def test_a_candidate_that_gives_the_gpu_the_same_work_is_not_timed(monkeypatch):
     """demo.MatMul's tiled variant never reads WORKGROUP_SIZE (naive's): on the H200 the tuner timed
     five identical tiled kernels per case and stored whichever noise made fastest (TILE 32 with

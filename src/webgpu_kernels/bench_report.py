@@ -19,8 +19,15 @@ def tbps_text(row: dict[str, Any]) -> str:
     return f"{row['tbps']:.3f}" + ("*" if row.get("beyond_memory") else "")
 
 
+def timed(row: dict[str, Any]) -> bool:
+    """Whether the row has figures: not an error row, nor a case skipped on this adapter."""
+    return "error" not in row and "skipped" not in row
+
+
 def one_line(row: dict[str, Any]) -> str:
     name = f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}"
+    if "skipped" in row:
+        return f"{name}: skipped: {row['skipped']}"
     if "error" in row:
         return f"{name}: error {row['error'][:100]}"
     tuned = "" if "tbps" not in row.get("tuned", {}) else f", tuned {row['tuned']['tbps']:.3f} TB/s"
@@ -60,8 +67,8 @@ _DROPPED_FIRST = ("torch xfer ms", "ORT rt ms", "round trip ms", "ORT/ours", "OR
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str | Text]]:
-    """The table's cells, by column: an error row fills kernel, case and dtype, and says "error"
-    in the first column shown after them (see _table)."""
+    """The table's cells, by column: an error or skipped row fills kernel, case and dtype, and says
+    "error" or "skipped" in the first column shown after them (see _table)."""
     # TFLOP/s only where some package's bench.json counts FLOPs (a compute-bound op)
     flops = any(row.get("tflops") is not None for row in rows)
     names = ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", *(("TFLOP/s",) if flops else ()),
@@ -69,7 +76,7 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str | Text]]:
              "ORT rt ms", "torch xfer ms", "max err")  # fmt: skip
     columns: dict[str, list[str | Text]] = {name: [] for name in names}
     for row in rows:
-        if "error" in row:
+        if not timed(row):
             cells: tuple[str, ...] = (row["kernel"].split(".")[-1], row["case"], row["dtype"])
             for name, cell in zip(names, cells + ("",) * (len(names) - len(cells))):
                 columns[name].append(cell)
@@ -116,6 +123,8 @@ def _table(rows: list[dict[str, Any]], columns: dict[str, list[str | Text]], sho
         cells = [columns[name][i] for name in shown]
         if "error" in row and len(shown) > 3:
             cells[3] = Text("error", style="red")  # its message is printed in full under the table
+        elif "skipped" in row and len(shown) > 3:  # why: its line, and the count under the table
+            cells[3] = Text("skipped", style="yellow")
         table.add_row(*cells)
     return table
 
@@ -134,7 +143,7 @@ def _fitted(console: Any, rows: list[dict[str, Any]], columns: dict[str, list[st
         return Measurement.get(console, console.options.update_width(10_000), table).maximum <= console.width
 
     empty = [name for name in shown if name not in ("kernel", "case", "dtype") and rows
-             and all(str(cell) in ("-", "") for cell, row in zip(columns[name], rows) if "error" not in row)]  # fmt: skip
+             and all(str(cell) in ("-", "") for cell, row in zip(columns[name], rows) if timed(row))]  # fmt: skip
     for name in [*empty, *(n for n in _DROPPED_FIRST if n not in empty)]:
         if name not in shown:  # TFLOP/s where no case counts FLOPs: nothing to measure for it
             continue
@@ -211,7 +220,7 @@ def plot_figure(rows: list[dict[str, Any]], peak: float | None) -> Any:
     copies: dict[int, float] = {}
     marked: dict[str, list[tuple[int, float]]] = {label: [] for label, _, _ in _PLOT_MARKS}
     for row in rows:
-        if "error" in row:
+        if not timed(row):
             continue
         point = (row["bytes"], row["tbps"])
         series.setdefault((row["kernel"].split(".")[-1], row["dtype"]), []).append(point)

@@ -98,7 +98,8 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
             pass
         metas = {role: (spec.shape, spec.dtype) for role, spec in inputs.items()}
         types = check_call(kernel.manifest, metas, None, None).type_bindings()
-        return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": types, "flops": flops,
+        # "given": a float16 shape the device cannot run was refused above, and is never skipped
+        return [{"name": "custom", "given": True, "tags": [], "attrs": {}, "tunables": {}, "types": types, "flops": flops,
                  "inputs": {k: {"shape": v.shape, "dtype": v.dtype, **_generate(v.generate)} for k, v in inputs.items()}}]  # fmt: skip
     if bench is None:
         return []
@@ -115,6 +116,36 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
         wanted = {DTYPE_ALIASES[d.strip().lower()] for d in dtypes}  # f16 as -i takes it (checked by dtypes_callback)
         cases = [c for c in cases if set(c["types"].values()) & wanted]  # a gather's (float32, int64): f32
     return cases
+
+
+#: Why bench and tune skip a bench.json case, in `test`'s words for the same skip.
+NO_F16 = "this adapter has no shader-f16 feature"
+
+
+def skip_reason(kernel: Kernel, case: dict[str, Any]) -> str | None:
+    """Why a bench.json case is skipped on the command's device, or None: float16 data that no
+    variant accepts on an adapter without shader-f16, which `test` skips (package_tests.py). It had
+    been an error row, and a CI job on such an adapter failed where nothing was wrong."""
+    dtypes = [numpy_dtype(spec["dtype"]).name for spec in case["inputs"].values()]
+    if case.get("given") or not get_device().info.lacks_f16_for(dtypes):
+        return None
+    try:
+        explanation = kernel.explain({role: (spec["shape"], spec["dtype"]) for role, spec in case["inputs"].items()},
+                                     attrs=case["attrs"] or None, tunables=case["tunables"] or None)  # fmt: skip
+    except KernelError:  # a call refused for another reason: its error row says which
+        return None
+    return None if any(v.accepted for v in explanation.verdicts) else NO_F16
+
+
+def _skipped_row(kernel: Kernel, case: dict[str, Any], why: str) -> dict[str, Any]:
+    """A skipped case's row: which case, and why; no figure (the plot and the peers leave it out)."""
+    return {**_row_head(kernel, case), "skipped": why}
+
+
+def _row_head(kernel: Kernel, case: dict[str, Any]) -> dict[str, Any]:
+    return {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
+            "dtype": _dtype_label(str(numpy_dtype(s["dtype"])) for s in case["inputs"].values()),
+            "shapes": {k: list(s["shape"]) for k, s in case["inputs"].items()}, "attrs": case["attrs"]}  # fmt: skip
 
 
 def _generate(generate: dict[str, Any] | None) -> dict[str, Any]:
@@ -377,6 +408,11 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
             unsaved.append(exc)
         else:
             console.print(f"plot: {plot_path}")
+    skipped = [r for r in rows if "skipped" in r]
+    if skipped:  # apart from the failures: a skip is the adapter's, and fails nothing (as in `test`)
+        for why in dict.fromkeys(r["skipped"] for r in skipped):
+            these = [f"{r['kernel'].split('.')[-1]} {r['case']} {r['dtype']}" for r in skipped if r["skipped"] == why]
+            console.print(Text(f"{len(these)} of {len(rows)} cases skipped ({why}): {', '.join(these)}", style="yellow"))
     failed = [r for r in rows if _failed(r)]
     if failed:  # a CI job must see it: exit status 1, as `test` and `validate` do
         names_ = ", ".join(f"{r['kernel'].split('.')[-1]} {r['case']} {r['dtype']}" for r in failed)
@@ -425,21 +461,23 @@ def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, d
         # rest of the process (benchmark._one_batch), which a user's process never sees. Each
         # phase makes its own (seeded, identical) arrays: keeping every case's at once takes GBs.
         round_trips: list[float | None] = [None] * len(plan)
+        skips = [skip_reason(kernel, case) for kernel, case in plan]
         results["host"] = _host_per_call(loaded, calls, seed) if host else []
         if host:
             task = progress.add_task("NumPy round trips", total=len(plan))
             for i, (kernel, case) in enumerate(plan):
                 try:
-                    round_trips[i] = numpy_round_trip(kernel, _arrays(case, seed), attrs=case["attrs"], variant=variant,
-                                                      tunables=case["tunables"] or None)
+                    if skips[i] is None:  # a skipped case makes no arrays either
+                        round_trips[i] = numpy_round_trip(kernel, _arrays(case, seed), attrs=case["attrs"],
+                                                          variant=variant, tunables=case["tunables"] or None)
                 except KernelError:
                     pass  # reported by the timing below
                 progress.advance(task)
         _warm_up(progress, run.device, warm_up_s)
         task = progress.add_task("benchmarking", total=len(plan))
-        for (kernel, case), round_trip in zip(plan, round_trips):
+        for (kernel, case), round_trip, why in zip(plan, round_trips, skips):
             now_running(progress, task, f"{kernel.manifest.name} {case['name']} {case['types']}")
-            row = _bench_case(kernel, case, run)
+            row = _bench_case(kernel, case, run) if why is None else _skipped_row(kernel, case, why)
             if round_trip is not None and "error" not in row:
                 row["roundtrip_s"] = round_trip
             rows.append(row)
@@ -471,9 +509,7 @@ def _warm_up(progress: Progress, device: Any, seconds: float) -> None:
 
 def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[str, Any]:
     attrs, device, variant, copies = case["attrs"], run.device, run.variant, run.copies
-    row: dict[str, Any] = {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
-                           "dtype": _dtype_label(str(numpy_dtype(s["dtype"])) for s in case["inputs"].values()),
-                           "shapes": {k: list(s["shape"]) for k, s in case["inputs"].items()}, "attrs": attrs}  # fmt: skip
+    row = _row_head(kernel, case)
     generated = {k: spec["generate"] for k, spec in case["inputs"].items() if "generate" in spec}
     if generated:  # the peers draw their inputs the same way
         row["generate"] = generated
@@ -572,7 +608,7 @@ def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: A
     """Run each peer in its own process over the same cases and merge its figures into rows."""
     cases = []
     for i, row in enumerate(rows):
-        if "error" in row:
+        if "error" in row or "skipped" in row:  # no figure of ours to set a peer's against
             continue
         dtypes = {k: row["dtypes"][k] for k in row["shapes"]}
         cases.append({"id": i, "op": row["kernel"], "attrs": row["attrs"],

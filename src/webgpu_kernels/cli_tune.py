@@ -31,6 +31,7 @@ from .cli_bench import (
     given_shapes_option,
     load_tuning_cache,
     now_running,
+    skip_reason,
 )
 from .comparison import Tolerance
 from .device import default_device
@@ -79,6 +80,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     for col in ("kernel", "case", "dtype", "default", "default µs", "best", "best µs", "speed-up"):
         table.add_column(col)
     errors = 0
+    skips: dict[str, list[str]] = {}  # why -> the cases skipped for it on this adapter
     saved = False  # whether a case's result reached the tuning file
     outcomes: dict[str, tuple[str, Any]] = {}  # tuning class -> the first case's name (and dtype) and outcome
     earlier_entries = set(cache.entries)  # the classes the file held before this run
@@ -92,6 +94,16 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             # The case's own tunables over the manifest's are where its search starts and what a
             # candidate must beat (a case may name them because the manifest's cannot run it).
             defaults = {**kernel.manifest.tunables, **case["tunables"]}
+            reason = skip_reason(kernel, case)
+            if reason is not None:  # as `test` and bench skip it: the adapter's, no failure
+                skips.setdefault(reason, []).append(f"{kernel.manifest.name} {case['name']} "
+                                                 f"{_dtype_label(case['types'].values())}")  # fmt: skip
+                progress.console.print(f"{kernel.manifest.name} {case['name']} {case['types']}: skipped: {reason}",
+                                       soft_wrap=True)  # fmt: skip
+                table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
+                              Text("skipped", style="yellow"))  # fmt: skip
+                progress.advance(task)
+                continue
             # Full timing first: it also brings the GPU to sustained load before the search.
             try:
                 arrays = _arrays(case, seed)
@@ -179,10 +191,13 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             console.print(f"saved: {cache.path} (a choice for {stored} of {len(outcomes)} tuning classes)", soft_wrap=True)
             if kept:
                 console.print(f"{kept} of {len(outcomes)} tuning classes keep {why}", soft_wrap=True)
-    else:  # every case errored: "saved:" had named a file that nothing was written to
+    else:  # every case errored or was skipped: "saved:" had named a file that nothing was written to
         console.print(f"nothing saved: no case was tuned, so {cache.path} is as it was")
     if cache.backup is not None:
         console.print(Text(f"the tuning file as it was is kept as {cache.backup}", style="yellow"), soft_wrap=True)
+    for reason, these in skips.items():  # apart from the errors: a skip fails nothing
+        console.print(Text(f"{len(these)} of {len(work)} cases skipped ({reason}): {', '.join(these)}", style="yellow"),
+                      soft_wrap=True)  # fmt: skip
     if errors:  # as bench: a CI job must see that a case could not run
         console.print(Text(f"{errors} of {len(work)} cases could not run on this device", style="red"))
         ctx.exit(1)
