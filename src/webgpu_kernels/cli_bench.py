@@ -393,7 +393,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     except KeyboardInterrupt:  # what was measured is kept, in the file or on stdout
         save()
         where = f"; they are in {json_path}" if json_path and json_path != "-" and not unsaved else ""
-        console.print(Text(f"interrupted with {len(rows)} of {len(plan)} cases timed{where}", style="red"))
+        console.print(Text(f"interrupted with {len(rows)} of {len(plan)} cases done{where}", style="red"))
         if json_path == "-":
             _echo_json(results)
         ctx.exit(130)
