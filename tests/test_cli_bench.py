@@ -1113,7 +1113,7 @@ def test_ctrl_c_keeps_the_cases_timed_and_exits_130(runner, monkeypatch, tmp_pat
     monkeypatch.setattr(cli_bench, "_bench_case", interrupted_second)
     result = runner.invoke(main, ["bench", QG_DIR, "--case", "tiny*", "--no-host", *QUICK_WARM_UP, "--json", str(path)])
     assert result.exit_code == 130, result.output
-    assert "interrupted with 1 of" in result.output
+    assert "interrupted with 1 of 2 cases done" in result.output
     (row,) = json.loads(path.read_text("utf-8"))["cases"]
     assert row["case"].startswith("tiny") and "error" not in row
 
