@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The long fuzz run (and the resource soak) as one command.
 
-    python scripts/fuzz_long.py                 # tests/test_fuzz.py with 20x the CI examples, random
+    python scripts/fuzz_long.py                 # tests/test_fuzz.py and the runtime's state machine
+                                                # (tests/test_runtime_state_machine.py), 20x the CI
+                                                # examples, random
     python scripts/fuzz_long.py --scale 100     # more
     python scripts/fuzz_long.py --seed 1234     # reproduce a run
     python scripts/fuzz_long.py --soak          # also: 10,000 calls with distinct alpha values and
@@ -55,7 +57,7 @@ def main() -> int:
     env.setdefault("WK_FUZZ_SLOW_S", "3")  # an example slower than this fails here (the suite times nothing)
     status = 0
     if not args.no_fuzz:
-        fuzz = ["tests/test_fuzz.py", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *pytest_args]
+        fuzz = ["tests/test_fuzz.py", "tests/test_runtime_state_machine.py", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *pytest_args]
         if args.seed is not None:
             fuzz.append(f"--hypothesis-seed={args.seed}")
         status = run(f"fuzz x{args.scale:g}", fuzz, env) or status
