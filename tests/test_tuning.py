@@ -92,8 +92,9 @@ def test_tuning_dir_from_env(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert tuning.tuning_dir() == tmp_path / "home" / ".cache" / "webgpu-kernels" / "tuning"
-    monkeypatch.setenv(tuning.CACHE_ENV, "")  # empty counts as unset
-    assert tuning.tuning_dir() == tmp_path / "home" / ".cache" / "webgpu-kernels" / "tuning"
+    for blank in ("", "  ", "\t\n"):  # empty or blank counts as unset (blank had been a relative folder)
+        monkeypatch.setenv(tuning.CACHE_ENV, blank)
+        assert tuning.tuning_dir() == tmp_path / "home" / ".cache" / "webgpu-kernels" / "tuning", repr(blank)
     monkeypatch.setenv("XDG_CACHE_HOME", "")  # so does an empty XDG_CACHE_HOME (not a relative path)
     assert tuning.tuning_dir() == tmp_path / "home" / ".cache" / "webgpu-kernels" / "tuning"
     monkeypatch.setenv(tuning.CACHE_ENV, "~/tuning")  # the home folder's, not ./~/tuning (helper-39)

@@ -57,7 +57,7 @@ def disabled() -> bool:
 
 def tuning_dir() -> Path:
     base = os.environ.get(CACHE_ENV)
-    if base:
+    if base and base.strip():  # blank counts as unset, as for the other settings (not a folder named '  ')
         # ~ as the home folder, as HF_HOME's is (hub.py): a quoted or Dockerfile '~/tuning' had made
         # a folder named '~' in the working directory, which calls from any other one never read
         return Path(base).expanduser()
