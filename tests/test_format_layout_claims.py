@@ -10,6 +10,7 @@ import copy
 import json
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 import webgpu_kernels as wk
@@ -59,3 +60,23 @@ def test_a_shader_name_of_letters_digits_dots_dashes_and_underscores_loads_and_r
     name = "Scale_shift-2.v1.wgsl.jinja"
     kernel = demo(lambda m: vec4_pass(m).update(shader=name), **{name: SCALE_SHIFT_WGSL})
     assert "fn main" in kernel.render(X8)["main"]
+
+
+# --- Inputs, outputs, args and the call -----------------------------------------------------------
+
+
+def test_a_python_number_is_an_input_to_explain_render_and_evaluate_as_to_the_call():
+    """Doc: "Inputs are NumPy arrays (...), lists and Python numbers (through `np.asarray`, so a Python
+    float is float64 and refused by a float32/float16 constraint)". explain, render and evaluate had
+    refused a Python int the call ran (demo.Gather's int64 indices) as "expected an array, a
+    GpuTensor or a TensorMeta, got int"."""
+    gather = wk.load_kernel(PACKAGES_DIR / "demo.Gather")
+    inputs = {"data": np.arange(12, dtype=np.float32).reshape(4, 3), "indices": 2}
+    assert gather(inputs)["Y"].tolist() == [6.0, 7.0, 8.0]
+    explained = gather.explain(inputs)
+    assert explained.chosen is not None and explained.outputs[0].shape == (3,)
+    assert set(gather.render(inputs)) and gather.evaluate("shapes.indices", inputs) == ()
+    for judge in (gather, gather.explain):  # a float is float64, refused the same way by both
+        with pytest.raises(errors.DTypeError, match="float64") as info:
+            judge({**inputs, "indices": 2.0})
+        assert info.value.argument == "indices"

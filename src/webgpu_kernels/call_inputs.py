@@ -82,8 +82,9 @@ def _numpy_dtype(dtype: Any) -> bool:
 
 
 def _array_like(value: Any) -> bool:
-    """Data a call reads through NumPy (as_array): a list, a typed buffer, an object with __array__."""
-    return isinstance(value, list) or hasattr(value, "__array__") or _is_buffer(value)
+    """Data a call reads through NumPy (as_array): a list, a Python number (a 0-d array), a typed
+    buffer, an object with __array__."""
+    return isinstance(value, (list, int, float)) or hasattr(value, "__array__") or _is_buffer(value)
 
 
 def _shape_tuple(shape: Any) -> Any:
