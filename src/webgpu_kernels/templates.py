@@ -597,9 +597,11 @@ def _check_template_name(name: Any) -> None:
     and Jinja's code object file name: letters, digits, . _ - only, so no path, quote, newline or
     control character gets anywhere (CVE-2024-56201)."""
     if not isinstance(name, str) or not TEMPLATE_NAME.match(name):
-        shown = repr(name[:80]) if isinstance(name, str) else f"of type {type(name).__name__}"
+        # (the length said: a 256-letter name, shown cut to 80, had been refused "named with letters")
+        shown = f"{name[:80]!r} ({len(name)} characters)" if isinstance(name, str) else f"of type {type(name).__name__}"
         raise SandboxViolation(f"template name {shown} is refused: a file at the top of the package, named "
-                               "with letters, digits, '.', '_' and '-'")  # fmt: skip
+                               "with letters, digits, '.', '_' and '-', not starting with '.' or '-', at most "
+                               "255 characters")  # fmt: skip
 
 
 def _template_frames(tb: TracebackType | None) -> Iterator[tuple[str, int]]:
