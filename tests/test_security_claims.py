@@ -109,6 +109,26 @@ def test_a_dicts_items_keys_values_are_its_only_calls():
         render("{{ bindings.keys().mapping }}")
 
 
+@pytest.mark.parametrize(("source", "written"), [
+    ("{{ 1|abs(2) }}", "the filter 'abs': too many positional arguments"),
+    ("{{ 'x'|replace('x') }}", "the filter 'replace': missing a required argument: 'new'"),
+    ("{{ 1|int(z=1) }}", "the filter 'int': got an unexpected keyword argument 'z'"),
+    ("{{ 1|wgsl_uint(2) }}", "the filter 'wgsl_uint': too many positional arguments"),
+    ("{{ 1 is odd(2) }}", "the test 'odd': too many positional arguments"),
+    ("{{ 1 is defined(2) }}", "the test 'defined': too many positional arguments"),
+    ("{{ range(stop=3) }}", "range() takes no keyword arguments, got 'stop'"),
+])  # fmt: skip
+def test_a_filter_test_or_range_called_wrongly_is_named_as_the_template_wrote_it(source, written):
+    """Doc: "**Filters**: `abs default first ...`" and "**Tests**: the harmless ones" by those names:
+    Python's own message had named the function behind one (`_f_abs() takes 2 positional arguments
+    but 3 were given` of `1|abs(2)`, counting the context Jinja passes; `test_odd()`,
+    `_Range.__call__()`)."""
+    with pytest.raises(errors.TemplateError) as error:
+        render(source)
+    assert written in str(error.value)
+    assert "_f_" not in str(error.value) and "test_" not in str(error.value) and "__call__" not in str(error.value)
+
+
 def test_the_allowed_filters_and_tests_still_take_their_arguments():
     """Doc: the filters and tests listed, with their arguments, still work."""
     text = ("{{ -1|abs }} {{ 'a b'|replace(' ', '-', 1) }} {{ 'zz'|int(0, 36) }} {{ [3, 1]|max }} "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 import math
 import operator
 import re
@@ -27,7 +28,7 @@ from jinja2 import BaseLoader, Template, TemplateNotFound, TemplateSyntaxError, 
 from jinja2 import filters as jinja_filters
 from jinja2 import tests as jinja_tests
 from jinja2.environment import TemplateModule
-from jinja2.exceptions import FilterArgumentError, SecurityError, UndefinedError
+from jinja2.exceptions import FilterArgumentError, SecurityError, TemplateRuntimeError, UndefinedError
 from jinja2.runtime import LoopContext, Macro, Undefined
 
 from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, short_repr
@@ -167,7 +168,30 @@ def _bounded_comparison(name: str, test: Callable[..., bool]) -> Callable[..., b
 _JINJA_TESTS = cast(dict[str, Callable[..., bool]], jinja_tests.TESTS)  # Jinja's tests all return bool
 _COMPARISON_TESTS = ("in", "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt",
                      "greaterthan", ">", "ge", ">=")  # fmt: skip
-_TESTS: dict[str, Callable[..., bool]] = {
+
+
+def _as_written(kind: str, name: str, f: Callable[..., Any], like: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """``f``, its arguments bound to ``like``'s signature (``f``'s by default) before it runs: Python's
+    own message named the function behind a filter or test, not what the template wrote, and counted
+    the context Jinja passes (``1|abs(2)``: "_f_abs() takes 2 positional arguments but 3 were given")."""
+    try:
+        signature = inspect.signature(like or f)
+    except (TypeError, ValueError):  # no signature to read: Python's message stands
+        return f
+
+    @functools.wraps(f)  # keeps pass_context's mark
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:  # bind's messages count nothing: "too many positional arguments"
+            error = FilterArgumentError if kind == "filter" else TemplateRuntimeError
+            raise error(f"the {kind} {name!r}: {exc}") from None
+        return f(*args, **kwargs)
+
+    return checked
+
+
+_TESTS: dict[str, Callable[..., bool]] = {name: _as_written("test", name, test, _JINJA_TESTS.get(name)) for name, test in {
     **{name: _JINJA_TESTS[name] for name in (
         "defined", "undefined", "none", "boolean", "false", "true", "integer", "float", "number", "string",
         "mapping", "sequence", "iterable", "sameas")},
@@ -175,13 +199,15 @@ _TESTS: dict[str, Callable[..., bool]] = {
     "odd": _numbers_only("odd", jinja_tests.test_odd),
     "even": _numbers_only("even", jinja_tests.test_even),
     "divisibleby": _numbers_only("divisibleby", jinja_tests.test_divisibleby),
-}  # fmt: skip
+}.items()}  # fmt: skip
 
 
 class _Range:
     """The ``range`` global: Python's range, at most :data:`MAX_TEMPLATE_ITEMS` long."""
 
-    def __call__(self, *args: Any) -> range:
+    def __call__(self, *args: Any, **kwargs: Any) -> range:
+        if kwargs:  # Python's message named _Range.__call__
+            raise TemplateRuntimeError(f"range() takes no keyword arguments, got {', '.join(map(repr, kwargs))}")
         for a in args:
             if isinstance(a, bool) or not isinstance(a, int):
                 raise SandboxViolation(f"range() takes integers, got a {type(a).__name__}")
@@ -501,8 +527,8 @@ _UNCHECKED_FILTERS: dict[str, Callable[..., Any]] = {
     "string": _f_string, "trim": _f_trim, "upper": _f_upper, "list": _f_list, "replace": _f_replace,
     "indent": _f_indent, "wgsl_float": wgsl_float, "wgsl_uint": wgsl_uint,
 }  # fmt: skip
-_TEMPLATE_FILTERS = {name: _defined_arguments(f) for name, f in _UNCHECKED_FILTERS.items()}
-_TEMPLATE_FILTERS["default"] = _defined_arguments(_f_default, skip=2)  # (context, value): an undefined value is its use
+_TEMPLATE_FILTERS = {name: _defined_arguments(_as_written("filter", name, f)) for name, f in _UNCHECKED_FILTERS.items()}
+_TEMPLATE_FILTERS["default"] = _defined_arguments(_as_written("filter", "default", _f_default), skip=2)  # (context, value): an undefined value is its use
 assert set(_TEMPLATE_FILTERS) == set(_FILTERS) | {"wgsl_float", "wgsl_uint"}
 
 
