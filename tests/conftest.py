@@ -166,6 +166,27 @@ def write_package(tmp_path):
     return write
 
 
+@pytest.fixture
+def scale_shift_variant(write_package):
+    """``scale_shift_variant(change, template, **files)``: a copy of demo.ScaleShift with
+    ``change(manifest)`` applied (a function that edits the dict), its template replaced by
+    ``template`` and ``files`` (name -> text) added: a kernel for the format's claims."""
+    import copy
+    import json
+
+    folder = PACKAGES_DIR / "demo.ScaleShift"
+    manifest_text = (folder / "manifest.json").read_text(encoding="utf-8")
+    default_template = (folder / "scale-shift.wgsl.jinja").read_text(encoding="utf-8")
+
+    def load(change=None, template: str = default_template, **files: str) -> wk.Kernel:
+        manifest = copy.deepcopy(json.loads(manifest_text))
+        if change is not None:
+            change(manifest)
+        return wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": template, **files}))
+
+    return load
+
+
 def optional_output_package(write_package, variants: list[tuple]) -> Path:
     """demo.OptOut: Y = X always; Z = 2X, an optional output, from the variants (id, priority,
     writes Z[, when clauses]) that bind it. A bench.json with one 4,096-element case."""

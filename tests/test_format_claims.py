@@ -6,7 +6,6 @@ package claims render or explain (no pipeline is built) a copy of tests/packages
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
 
 import pytest
@@ -15,10 +14,6 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler
 
-from conftest import PACKAGES_DIR
-
-SCALE_SHIFT = json.loads((PACKAGES_DIR / "demo.ScaleShift" / "manifest.json").read_text())
-SCALE_SHIFT_WGSL = (PACKAGES_DIR / "demo.ScaleShift" / "scale-shift.wgsl.jinja").read_text()
 X8 = {"X": wk.TensorMeta((8,), "float32")}
 
 
@@ -28,17 +23,9 @@ def ev(source: str, **names):
 
 
 @pytest.fixture
-def demo(write_package) -> Callable[..., wk.Kernel]:
-    """``demo(change, template, **files)``: demo.ScaleShift with ``change(manifest)`` applied and
-    its template replaced by ``template``."""
-
-    def load(change: Callable[[dict], object] | None = None, template: str = SCALE_SHIFT_WGSL, **files: str):
-        manifest = copy.deepcopy(SCALE_SHIFT)
-        if change is not None:
-            change(manifest)
-        return wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": template, **files}))
-
-    return load
+def demo(scale_shift_variant) -> Callable[..., wk.Kernel]:
+    """``demo(change, template, **files)``: conftest's scale_shift_variant."""
+    return scale_shift_variant
 
 
 def scalar_pass(manifest: dict) -> dict:

@@ -6,8 +6,6 @@ tests/packages/demo.ScaleShift; calls run on the test adapter."""
 
 from __future__ import annotations
 
-import copy
-import json
 from collections.abc import Callable
 
 import numpy as np
@@ -18,23 +16,14 @@ from webgpu_kernels import errors
 
 from conftest import PACKAGES_DIR
 
-SCALE_SHIFT = json.loads((PACKAGES_DIR / "demo.ScaleShift" / "manifest.json").read_text())
 SCALE_SHIFT_WGSL = (PACKAGES_DIR / "demo.ScaleShift" / "scale-shift.wgsl.jinja").read_text()
 X8 = {"X": wk.TensorMeta((8,), "float32")}
 
 
 @pytest.fixture
-def demo(write_package) -> Callable[..., wk.Kernel]:
-    """``demo(change, **files)``: demo.ScaleShift with ``change(manifest)`` applied and ``files``
-    (name -> text) added to the folder."""
-
-    def load(change: Callable[[dict], object] | None = None, **files: str) -> wk.Kernel:
-        manifest = copy.deepcopy(SCALE_SHIFT)
-        if change is not None:
-            change(manifest)
-        return wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": SCALE_SHIFT_WGSL, **files}))
-
-    return load
+def demo(scale_shift_variant) -> Callable[..., wk.Kernel]:
+    """``demo(change, template, **files)``: conftest's scale_shift_variant."""
+    return scale_shift_variant
 
 
 def vec4_pass(manifest: dict) -> dict:
