@@ -128,30 +128,36 @@ class FakeTensor:
 
 
 class FakeCuda:
-    """A GPU on a virtual clock: each launch queues ``cost(gpu time so far)`` seconds of work;
-    events read the time at which the work queued before them is done."""
+    """A GPU on a virtual clock: each launch costs the host ``launch_s`` and queues ``cost(gpu time
+    so far)`` seconds of work, which starts once the GPU is free and the launch was made; an event
+    reads the time at which the work queued before it is done (or at which it was recorded, on an
+    idle GPU); a synchronize makes the host wait for the GPU."""
 
-    def __init__(self, available=True, cost=lambda now: 1e-4):
-        self.available, self.cost, self.now = available, cost, 0.0
+    def __init__(self, available=True, cost=lambda now: 1e-4, launch_s=0.0):
+        self.available, self.cost, self.launch_s = available, cost, launch_s
+        self.now = 0.0  # when the GPU's queued work is done
+        self.host = 0.0
 
     def is_available(self):
         return self.available
 
     def synchronize(self):
-        pass
+        self.host = max(self.host, self.now)
 
     def launch(self):
-        self.now += self.cost(self.now)
+        self.host += self.launch_s
+        start = max(self.now, self.host)
+        self.now = start + self.cost(start)
 
     def Event(self, enable_timing=False):  # noqa: N802 - torch's name
         cuda = self
 
         class Event:
             def record(self):
-                self.t = cuda.now
+                self.t = max(cuda.now, cuda.host)
 
             def synchronize(self):
-                pass
+                cuda.synchronize()
 
             def elapsed_time(self, end):
                 return (end.t - self.t) * 1e3  # ms, as torch's
@@ -177,6 +183,19 @@ def test_torch_without_cuda_is_reported_not_timed_on_the_cpu(monkeypatch, capsys
     peers.run_torch([case])
     (result,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert "no CUDA device" in result.get("error", "") and "eager_s" not in result, result
+
+
+def test_torch_s_spans_start_on_a_busy_gpu_as_ours_do():
+    """Each span had started on a GPU left idle by the previous span's wait: the start event was
+    taken at once, and the first launch's host time (50 us here) fell inside the span, 1% of a span
+    of 50 calls of 100 us. Ours time 50 calls recorded in one submission, with no such gap; torch's
+    span now starts behind launches already queued."""
+    cuda = FakeCuda(cost=lambda now: 1e-4, launch_s=5e-5)
+
+    def impl():
+        cuda.launch()
+
+    assert peers._gpu_time(impl, fake_torch(cuda)) == pytest.approx(1e-4, rel=1e-3)
 
 
 def test_torch_is_timed_under_sustained_load_as_ours_is():

@@ -166,6 +166,11 @@ def _gpu_time(impl: Callable[[], Any], torch: Any) -> float:
     def one_batch(spans: int) -> list[float]:
         samples = []
         for _ in range(spans):
+            # Two launches queued first: the span's first launch then waits on the GPU, not the GPU
+            # on its launch, as in ours (50 calls in one submission). After the previous span's
+            # wait, the start event had been taken on an idle GPU, with the launch's host time inside.
+            impl()
+            impl()
             start.record()
             for _ in range(SPAN_CALLS):
                 impl()
