@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 
+import pytest
 from click.testing import CliRunner
 
 from webgpu_kernels import benchmark, cli_bench, peers, walltime
@@ -85,6 +86,35 @@ def test_forty_batches_that_never_agree_are_reported_unstable():
 
 
 # --- Warm-up -----------------------------------------------------------------------------------
+
+
+class CopyClock:
+    """benchmark's ``time``: it moves only when a copy runs, ``per_copy`` seconds each."""
+
+    def __init__(self, per_copy: float):
+        self.now, self.per_copy = 0.0, per_copy
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("per_copy", [0.015, 0.0003])
+def test_the_warm_up_stops_near_its_seconds_on_a_slow_adapter(device, monkeypatch, per_copy):
+    """"keep the GPU busy with back-to-back 64 MiB copies for 2 s": submissions doubling from one
+    copy had run 3.0 s on lavapipe (15 ms a copy), the last as long as all before it."""
+    clock = CopyClock(per_copy)
+    real_one_batch = benchmark._one_batch
+
+    def copies_then_tick(gpu, bound, spans, calls):
+        real_one_batch(gpu, bound, spans, calls)  # the real copies, on the GPU
+        clock.now += calls * clock.per_copy
+        return []
+
+    monkeypatch.setattr(benchmark, "time", clock)
+    monkeypatch.setattr(benchmark, "_one_batch", copies_then_tick)
+    copies = benchmark.warm_up(device, 2.0, nbytes=1 << 12)
+    assert 2.0 <= clock.now < 2.0 + per_copy  # at most one copy past the seconds asked
+    assert copies == round(clock.now / per_copy)
 
 
 def test_bench_and_tune_warm_up_with_2_s_of_64_mib_copies_by_default():

@@ -365,12 +365,15 @@ def warm_up(device: Device, seconds: float, *, nbytes: int = WARM_UP_BYTES) -> i
     copies, calls = 0, 1
     with translate_gpu_errors("warming up the GPU", device.memory), _copy_pass(device, nbytes, 0) as copy:
         start = time.perf_counter()  # after the buffers are made: a short warm-up had run no copy at all
-        while time.perf_counter() - start < seconds:
+        while (elapsed := time.perf_counter() - start) < seconds:
             # One pass per submission (few passes: see _one_batch); it returns once the GPU is done.
             _one_batch(device.gpu, copy[0], 1, calls)
             copies += calls
-            # Doubling, capped, keeps each submission short enough to stop near ``seconds``.
-            calls = min(2 * calls, WARM_UP_MAX_CALLS)
+            now = time.perf_counter() - start
+            per_copy = max(now - elapsed, 1e-9) / calls
+            # Doubling, capped, and never past the time left: doubling alone let the last submission
+            # run as long as all before it (lavapipe, 15 ms a copy: 2 s asked, 3.0 s run).
+            calls = max(1, min(2 * calls, WARM_UP_MAX_CALLS, int((seconds - now) / per_copy)))
     return copies
 
 
