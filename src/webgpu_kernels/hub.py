@@ -134,6 +134,10 @@ def download(
     trusted = check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
     rev = revision_for(version, revision, repo_id)
     endpoint = endpoint or hub_endpoint()
+    if token is None and (endpoint or DEFAULT_ENDPOINT) != (hub_endpoint() or DEFAULT_ENDPOINT):
+        # The Hugging Face token (HF_TOKEN, a login) is for the configured Hub: huggingface_hub had sent
+        # it to any host a kernel URL named (helper-106)
+        token = False
     offline = hub_offline()
     _require_kernel_repos()
     # Asked before the lock: it writes nothing, and a refused listing leaves no trace in the cache.
