@@ -103,7 +103,9 @@ def _classify_url(name: str, scheme: str) -> Location:
             # message shows the URL without them.
             shown = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
             raise PackageError(f"{shown!r} with credentials in the URL: set HF_TOKEN (or log in with huggingface_hub) "
-                               "instead, so that the token is kept out of the cache folder's name and the messages")  # fmt: skip
+                               "instead, so that the token is kept out of the cache folder's name and the messages; "
+                               "the token goes only to the Hub HF_ENDPOINT names, so set HF_ENDPOINT to this one "
+                               "if it is not the configured Hub")  # fmt: skip
         segments = [unquote(s) for s in parts.path.split("/") if s]
         if len(segments) == 3 and segments[0] == "kernels" and parts.netloc:
             repo_id = checked_repo_id(f"{segments[1]}/{segments[2]}")
