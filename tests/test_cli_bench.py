@@ -774,6 +774,20 @@ def _row(**extra):
             "error_ok": True, **extra}  # fmt: skip
 
 
+def test_a_peer_figure_that_never_settled_says_so_under_the_table():
+    """As our own unsettled figure's line says "unstable", so does torch's (peers.run_torch's
+    ``<label>_stable: false``); a settled one says nothing."""
+    from rich.console import Console
+
+    rows = [_row(peers={"torch": {"eager_s": 1e-6, "eager_ok": True, "compile_s": 2e-6, "compile_ok": True,
+                                  "compile_stable": False, "compile_batches": 40}})]  # fmt: skip
+    console = Console(record=True, width=300)
+    bench_report.print_rows(console, rows, [])
+    text = console.export_text()
+    assert "torch compile on tiny-4096 float32 is unstable: batch medians did not agree in 40 batches" in text
+    assert "torch eager on" not in text
+
+
 def test_a_peer_figure_whose_output_is_wrong_says_so_in_its_cell():
     """A wrong peer's TB/s stood in the table like any other, the WRONG only in a line under it."""
     from rich.console import Console

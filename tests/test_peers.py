@@ -10,7 +10,7 @@ import statistics
 import numpy as np
 import pytest
 
-from webgpu_kernels import peers
+from webgpu_kernels import peers, walltime
 from webgpu_kernels.package import embedded_ids
 
 
@@ -185,6 +185,30 @@ def test_torch_without_cuda_is_reported_not_timed_on_the_cpu(monkeypatch, capsys
     assert "no CUDA device" in result.get("error", "") and "eager_s" not in result, result
 
 
+def per_call(settled) -> float:
+    """A torch figure as run_torch takes it from _gpu_time: the median of the settled samples."""
+    return statistics.median(settled.samples)
+
+
+def test_a_torch_figure_whose_batches_never_agree_says_so(monkeypatch, capsys):
+    """_gpu_time had returned the median alone, dropping settle's verdict: a torch figure whose batch
+    medians never agreed stood in the table as a settled one, while ours says "unstable". The peer
+    now records ``<label>_stable: false`` and the batches (bench_report prints a line for it)."""
+    import json
+    import sys
+
+    cuda = FakeCuda(cost=lambda now: 1e-4 if int(now / 0.04) % 2 else 1.3e-4)  # a clock that swings 30%
+    torch = fake_torch(cuda)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(peers.TORCH_OPS, "com.microsoft.QuickGelu", lambda t, a: (cuda.launch(), {"Y": t["X"]})[1])
+    case = {"id": 0, "op": "com.microsoft.QuickGelu", "attrs": {}, "compile": False,
+            "inputs": {"X": {"shape": [64], "dtype": "float32"}}}  # fmt: skip
+    peers.run_torch([case])
+    (result,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert result["eager_stable"] is False and result["eager_batches"] == walltime.MAX_BATCHES, result
+    assert result["eager_s"] > 0
+
+
 def test_torch_s_spans_start_on_a_busy_gpu_as_ours_do():
     """Each span had started on a GPU left idle by the previous span's wait: the start event was
     taken at once, and the first launch's host time (50 us here) fell inside the span, 1% of a span
@@ -195,7 +219,7 @@ def test_torch_s_spans_start_on_a_busy_gpu_as_ours_do():
     def impl():
         cuda.launch()
 
-    assert peers._gpu_time(impl, fake_torch(cuda)) == pytest.approx(1e-4, rel=1e-3)
+    assert per_call(peers._gpu_time(impl, fake_torch(cuda))) == pytest.approx(1e-4, rel=1e-3)
 
 
 def test_torch_is_timed_under_sustained_load_as_ours_is():
@@ -207,5 +231,6 @@ def test_torch_is_timed_under_sustained_load_as_ours_is():
     def impl():
         cuda.launch()
 
-    assert peers._gpu_time(impl, fake_torch(cuda)) == pytest.approx(1e-4, rel=0.03)
+    settled = peers._gpu_time(impl, fake_torch(cuda))
+    assert per_call(settled) == pytest.approx(1e-4, rel=0.03) and settled.stable
     assert cuda.now >= peers.MIN_TOTAL_S

@@ -173,6 +173,10 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
         for peer, result in row.get("peers", {}).items():
             if "error" in result:
                 console.print(Text(f"{peer} on {row['case']} {row['dtype']}: {result['error'][:160]}", style="yellow"))
+            for key in ("eager", "compile"):
+                if result.get(f"{key}_stable") is False:  # as our own unsettled figure's line says
+                    console.print(Text(f"{peer} {key} on {row['case']} {row['dtype']} is unstable: batch medians did "
+                                       f"not agree in {result[f'{key}_batches']} batches", style="yellow"))  # fmt: skip
             for key in ("eager", "compile", "device", "numpy"):
                 if result.get(f"{key}_ok") is False:
                     console.print(Text(f"{peer} {key} on {row['case']} {row['dtype']} is WRONG: "

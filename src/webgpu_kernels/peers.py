@@ -132,7 +132,11 @@ def run_torch(cases: list[dict[str, Any]]) -> None:
             for label, impl in impls:
                 out = impl()
                 _check(result, label, {k: v.cpu().numpy() for k, v in out.items()}, arrays, case)
-                result[f"{label}_s"] = _gpu_time(impl, torch)
+                settled = _gpu_time(impl, torch)
+                result[f"{label}_s"] = statistics.median(settled.samples)
+                if not settled.stable:  # as ours: a figure whose batches never agreed says so
+                    result[f"{label}_batches"] = settled.batches
+                    result[f"{label}_stable"] = False
             outs = fn(tensors, attrs)
 
             def round_trip() -> None:
@@ -154,7 +158,7 @@ SPAN_CALLS = 50
 MIN_TOTAL_S = walltime.MIN_TOTAL_S
 
 
-def _gpu_time(impl: Callable[[], Any], torch: Any) -> float:
+def _gpu_time(impl: Callable[[], Any], torch: Any) -> walltime.Settled:
     """GPU time per call from CUDA events around spans of back-to-back launches: the median of the
     last two batches, once their medians agree. Ten warm-up launches and five spans (the old rule)
     could time a GPU idle since the process started or since torch.compile's seconds on the CPU,
@@ -179,7 +183,7 @@ def _gpu_time(impl: Callable[[], Any], torch: Any) -> float:
             samples.append(start.elapsed_time(end) / 1e3 / SPAN_CALLS)
         return samples
 
-    return statistics.median(walltime.settle(one_batch, calls_per_span=SPAN_CALLS).samples)
+    return walltime.settle(one_batch, calls_per_span=SPAN_CALLS)
 
 
 def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:
