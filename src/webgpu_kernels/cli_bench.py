@@ -98,8 +98,7 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
             pass
         metas = {role: (spec.shape, spec.dtype) for role, spec in inputs.items()}
         types = check_call(kernel.manifest, metas, None, None).type_bindings()
-        # "given": a float16 shape the device cannot run was refused above, and is never skipped
-        return [{"name": "custom", "given": True, "tags": [], "attrs": {}, "tunables": {}, "types": types, "flops": flops,
+        return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": types, "flops": flops,
                  "inputs": {k: {"shape": v.shape, "dtype": v.dtype, **_generate(v.generate)} for k, v in inputs.items()}}]  # fmt: skip
     if bench is None:
         return []
@@ -126,8 +125,9 @@ def skip_reason(kernel: Kernel, case: dict[str, Any]) -> str | None:
     """Why a bench.json case is skipped on the command's device, or None: float16 data that no
     variant accepts on an adapter without shader-f16, which `test` skips (package_tests.py). It had
     been an error row, and a CI job on such an adapter failed where nothing was wrong."""
+    # (-i shapes that no variant takes were refused before, exit 2: they are never skipped here)
     dtypes = [numpy_dtype(spec["dtype"]).name for spec in case["inputs"].values()]
-    if case.get("given") or not get_device().info.lacks_f16_for(dtypes):
+    if not get_device().info.lacks_f16_for(dtypes):
         return None
     try:
         explanation = kernel.explain({role: (spec["shape"], spec["dtype"]) for role, spec in case["inputs"].items()},
@@ -608,7 +608,7 @@ def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: A
     """Run each peer in its own process over the same cases and merge its figures into rows."""
     cases = []
     for i, row in enumerate(rows):
-        if "error" in row or "skipped" in row:  # no figure of ours to set a peer's against
+        if not bench_report.timed(row):  # no figure of ours to set a peer's against
             continue
         dtypes = {k: row["dtypes"][k] for k in row["shapes"]}
         cases.append({"id": i, "op": row["kernel"], "attrs": row["attrs"],

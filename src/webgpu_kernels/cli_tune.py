@@ -96,12 +96,11 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             defaults = {**kernel.manifest.tunables, **case["tunables"]}
             reason = skip_reason(kernel, case)
             if reason is not None:  # as `test` and bench skip it: the adapter's, no failure
-                skips.setdefault(reason, []).append(f"{kernel.manifest.name} {case['name']} "
-                                                 f"{_dtype_label(case['types'].values())}")  # fmt: skip
+                label = _dtype_label(case["types"].values())
+                skips.setdefault(reason, []).append(f"{kernel.manifest.name} {case['name']} {label}")
                 progress.console.print(f"{kernel.manifest.name} {case['name']} {case['types']}: skipped: {reason}",
                                        soft_wrap=True)  # fmt: skip
-                table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
-                              Text("skipped", style="yellow"))  # fmt: skip
+                table.add_row(kernel.manifest.name, case["name"], label, Text("skipped", style="yellow"))
                 progress.advance(task)
                 continue
             # Full timing first: it also brings the GPU to sustained load before the search.
