@@ -1239,3 +1239,20 @@ def test_bench_with_tuning_off_leaves_the_tuning_file_unread(runner, tuning_dir)
     x = np.linspace(-4, 4, 4096, dtype=np.float32)
     with pytest.warns(wk.TuningFileWarning, match="invalid JSON"):
         wk.load_kernel(embedded_root() / QG)({"X": x})
+
+
+def test_each_peer_process_gets_benchs_warm_up(monkeypatch):
+    """torch's peer warms the GPU up as bench did before its first case: the seconds travel on the
+    peer's command line, before the cases file."""
+    from rich.console import Console
+
+    commands = []
+
+    def fake_stream(peer, command, console, timeout_s, why=None):
+        commands.append(command)
+        return iter(())
+
+    monkeypatch.setattr(cli_bench, "_stream_peer", fake_stream)
+    rows = [{"kernel": QG, "attrs": {}, "tags": [], "shapes": {"X": [8]}, "dtypes": {"X": "float32"}}]
+    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5, 1.5)
+    assert [c[-2] for c in commands] == ["1.5", "1.5"] and all(c[-1].endswith("cases.json") for c in commands)

@@ -234,3 +234,49 @@ def test_torch_is_timed_under_sustained_load_as_ours_is():
     settled = peers._gpu_time(impl, fake_torch(cuda))
     assert per_call(settled) == pytest.approx(1e-4, rel=0.03) and settled.stable
     assert cuda.now >= peers.MIN_TOTAL_S
+
+
+def test_sustain_keeps_the_gpu_busy_for_about_the_seconds_asked(monkeypatch):
+    cuda = FakeCuda(cost=lambda now: 1e-4)
+    monkeypatch.setattr(peers, "clock", lambda: cuda.host)
+    launches = peers.sustain(cuda.launch, cuda.synchronize, 0.5)
+    assert 0.5 <= cuda.now <= 0.55 and launches == pytest.approx(cuda.now / 1e-4, rel=1e-6)
+
+
+def test_torch_is_warmed_up_before_its_first_timing_as_ours_is(monkeypatch, capsys):
+    """bench warms the GPU up for --warm-up seconds before its first case; torch's peer had only its
+    batch rule, which a clock slow for longer than its 0.3 s also satisfies (two batches agree at
+    half speed). A GPU at half speed for its first second: the peer now times the steady speed."""
+    import json
+    import sys
+
+    cuda = FakeCuda(cost=lambda now: 2e-4 if now < 1.0 else 1e-4)
+
+    class Buffer:
+        def copy_(self, other):
+            cuda.launch()
+
+    torch = fake_torch(cuda)
+    torch.empty = lambda n, device=None: Buffer()
+    torch.empty_like = lambda t: Buffer()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(peers, "clock", lambda: cuda.host)
+    monkeypatch.setitem(peers.TORCH_OPS, "com.microsoft.QuickGelu", lambda t, a: (cuda.launch(), {"Y": t["X"]})[1])
+    monkeypatch.setattr(peers, "_check", lambda *args: None)
+    monkeypatch.setattr(peers, "back_to_back", lambda *args, **kwargs: 0.0)
+    case = {"id": 0, "op": "com.microsoft.QuickGelu", "attrs": {}, "compile": False,
+            "inputs": {"X": {"shape": [64], "dtype": "float32"}}}  # fmt: skip
+    peers.run_torch([case], warm_up_s=2.0)
+    (result,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert result["eager_s"] == pytest.approx(1e-4, rel=0.01), result
+
+
+def test_bench_passes_its_warm_up_to_the_peers(monkeypatch, tmp_path):
+    """The peer process's command line carries bench's --warm-up seconds; main hands them over."""
+    import json
+
+    seen = []
+    monkeypatch.setitem(peers.PEERS, "torch", lambda cases, warm_up_s: seen.append((len(cases), warm_up_s)))
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([{"id": 0}]))
+    assert peers.main(["torch", repr(2.5), str(path)]) == 0 and seen == [(1, 2.5)]

@@ -271,7 +271,8 @@ def _plottable(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 #: bench and tune: seconds of GPU load before their first timing (benchmark.warm_up).
 WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=FiniteFloatRange(min=0), default=2.0, show_default=True,
-              help="Seconds of back-to-back copies before the first timing, so the GPU's clocks are up.")  # fmt: skip
+              help="Seconds of back-to-back copies before the first timing (ours, and torch's under bench --compare), "
+                                   "so the GPU's clocks are up.")  # fmt: skip
 
 
 def given_shapes_option(verb: str) -> Callable[[Any], Any]:
@@ -389,7 +390,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
                     row["after_gpu_timing_median_s"] = again["median_s"]
             save()
         if compare:
-            _compare(rows, compile_tag, console, save, peer_timeout_s)
+            _compare(rows, compile_tag, console, save, peer_timeout_s, warm_up_s)
     except KeyboardInterrupt:  # what was measured is kept, in the file or on stdout
         save()
         where = f"; they are in {json_path}" if json_path and json_path != "-" and not unsaved else ""
@@ -604,7 +605,8 @@ def _host_per_call(kernels: list[Kernel], calls: int, seed: int) -> list[dict[st
     return rows
 
 
-def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: Any, timeout_s: int) -> None:
+def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: Any, timeout_s: int,
+             warm_up_s: float = 0.0) -> None:  # fmt: skip
     """Run each peer in its own process over the same cases and merge its figures into rows."""
     cases = []
     for i, row in enumerate(rows):
@@ -627,7 +629,7 @@ def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: A
             with tempfile.TemporaryDirectory() as folder:
                 path = Path(folder) / "cases.json"
                 path.write_text(json.dumps(group), "utf-8")
-                command = [sys.executable, "-m", f"{__package__}.peers", peer, str(path)]
+                command = [sys.executable, "-m", f"{__package__}.peers", peer, repr(warm_up_s), str(path)]
                 why: list[str] = []
                 for result in _stream_peer(peer, command, console, timeout_s, why=why):
                     rows[int(result.pop("case"))].setdefault("peers", {})[peer] = result

@@ -110,12 +110,15 @@ def _differential(fn: Callable[[], Any], sync: Callable[[], Any], *, target_s: f
         n *= 2
 
 
-def run_torch(cases: list[dict[str, Any]]) -> None:
+def run_torch(cases: list[dict[str, Any]], warm_up_s: float = 0.0) -> None:
     import torch
 
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
     sync = torch.cuda.synchronize
+    # bench warms the GPU up with copies before its first timing (benchmark.warm_up); torch gets the
+    # same before its first, after its process's start-up and first torch.compile on the CPU.
+    warm_up_left = warm_up_s if cuda else 0.0
     for case in cases:
         op, attrs = case["op"], case.get("attrs", {})
         result: dict[str, Any] = {"case": case["id"], "peer": "torch", "device": str(dev)}
@@ -132,6 +135,11 @@ def run_torch(cases: list[dict[str, Any]]) -> None:
             for label, impl in impls:
                 out = impl()
                 _check(result, label, {k: v.cpu().numpy() for k, v in out.items()}, arrays, case)
+                if warm_up_left > 0:
+                    source = torch.empty(WARM_UP_BYTES // 4, device=dev)
+                    target = torch.empty_like(source)
+                    sustain(lambda: target.copy_(source), sync, warm_up_left)
+                    warm_up_left = 0.0
                 settled = _gpu_time(impl, torch)
                 result[f"{label}_s"] = statistics.median(settled.samples)
                 if not settled.stable:  # as ours: a figure whose batches never agreed says so
@@ -150,6 +158,26 @@ def run_torch(cases: list[dict[str, Any]]) -> None:
         except Exception as exc:  # a peer failure is reported, never fatal
             result["error"] = f"{type(exc).__name__}: {exc}"
         print(json.dumps(result), flush=True)
+
+
+WARM_UP_BYTES = 64 << 20  # as benchmark.WARM_UP_BYTES
+clock = time.perf_counter  # sustain's (a test's virtual GPU sets its own)
+
+
+def sustain(launch: Callable[[], Any], sync: Callable[[], Any], seconds: float) -> int:
+    """Keep the GPU busy with back-to-back ``launch``es for about ``seconds`` of wall time, in
+    doubling batches each ended by ``sync``, capped at the time left; returns the launches made."""
+    launches, n = 0, 1
+    start = clock()
+    while (elapsed := clock() - start) < seconds:
+        for _ in range(n):
+            launch()
+        sync()
+        launches += n
+        now = clock() - start
+        per_launch = max(now - elapsed, 1e-9) / n
+        n = max(1, min(2 * n, 1024, int((seconds - now) / per_launch)))
+    return launches
 
 
 #: Launches between torch's two CUDA events (benchmark.CALLS_PER_SPAN for ours); the batch rule
@@ -186,7 +214,10 @@ def _gpu_time(impl: Callable[[], Any], torch: Any) -> walltime.Settled:
     return walltime.settle(one_batch, calls_per_span=SPAN_CALLS)
 
 
-def run_ort_webgpu(cases: list[dict[str, Any]]) -> None:
+def run_ort_webgpu(cases: list[dict[str, Any]], warm_up_s: float = 0.0) -> None:
+    # No warm-up of its own (warm_up_s is taken for the common signature): torch's copies would
+    # put CUDA beside Dawn in one process, and the differential below times batches of at least
+    # 0.1 s each, three times, after doubling up to them.
     import onnxruntime as ort
     import onnxruntime_ep_webgpu as webgpu_ep
 
@@ -228,10 +259,11 @@ PEERS = {"torch": run_torch, "ort-webgpu": run_ort_webgpu}
 
 
 def main(argv: list[str]) -> int:
-    peer, path = argv
+    """``PEER [WARM_UP_SECONDS] CASES.json`` (bench's --warm-up)"""
+    peer, *warm_up, path = argv
     with open(path, encoding="utf-8") as f:
         cases = json.load(f)
-    PEERS[peer](cases)
+    PEERS[peer](cases, float(warm_up[0]) if warm_up else 0.0)
     return 0
 
 
