@@ -42,6 +42,7 @@
 #   bash scripts/h200-run.sh softmax   demo.Softmax: validate, test, one long row (wrong on lavapipe), bench; then the suite
 #   bash scripts/h200-run.sh attention   com.example.Attention: validate, test, bench
 #   bash scripts/h200-run.sh largeattentiontestsn   large, attention, then testsn
+#   bash scripts/h200-run.sh peerslarge   host cost, then the large cases against torch and ORT WebGPU, each peer's verdict
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -280,6 +281,18 @@ case "${1:-bench}" in
   large)  # host cost per call and the large cases alone (headcheck's first half: with the suite it can pass 600 s)
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log" ;;
+  peerslarge)  # session 43: host cost, then the large cases against torch (eager, compile; now warmed up as ours
+              # and each span behind queued launches) and ORT WebGPU, every peer's verdict; then the suite if time is left
+    timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
+    WEBGPU_KERNELS_PEER_TIMEOUT=200 timeout 420 python3 -m webgpu_kernels bench --compare --tag large --json "$OUT/peers.json" \
+      --plot "$OUT/peers.png" 2>&1 | tee "$OUT/peers.log"
+    python3 -c "
+import json, sys
+rows = json.load(open(sys.argv[1]))['cases']
+for r in rows:
+    verdicts = {f'{p}.{k}': v for p, res in r.get('peers', {}).items() for k, v in res.items() if k.endswith('_ok')}
+    print(r['kernel'].split('.')[-1], r['case'], r['dtype'], 'ours', r.get('error_ok'), r.get('max_error'), verdicts)
+" "$OUT/peers.json" 2>&1 | tee "$OUT/peers-verdicts.log" ;;
   largepackages)  # session 29: large (calls_per_span on calls over 1 ms), then demo.Where and demo.Transpose benched
     bash "$0" large
     timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.Where tests/packages/demo.Transpose --no-host \
