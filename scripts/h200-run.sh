@@ -282,7 +282,7 @@ case "${1:-bench}" in
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log" ;;
   peerslarge)  # session 43: host cost, then the large cases against torch (eager, compile; now warmed up as ours
-              # and each span behind queued launches) and ORT WebGPU, every peer's verdict; then the suite if time is left
+              # and each span behind queued launches) and ORT WebGPU, every peer's verdict
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     WEBGPU_KERNELS_PEER_TIMEOUT=200 timeout 420 python3 -m webgpu_kernels bench --compare --tag large --json "$OUT/peers.json" \
       --plot "$OUT/peers.png" 2>&1 | tee "$OUT/peers.log"
