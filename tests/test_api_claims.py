@@ -11,6 +11,7 @@ from __future__ import annotations
 import array
 import copy
 import inspect
+import math
 import re
 from pathlib import Path
 
@@ -215,20 +216,32 @@ def test_an_attribute_array_like_is_read_again_on_every_call(quick_gelu):
     np.testing.assert_array_equal(quick_gelu({"X": x}, attrs={"alpha": alpha})["Y"], expected[3.0])
 
 
-def test_a_list_attribute_takes_a_1d_array_like_but_not_a_typed_buffer():
-    """"(... a 1-d one for a list; a typed buffer such as `array.array` or `memoryview`, which an
-    input may be, is refused here: pass `list(buf)`)"."""
+def test_an_attribute_takes_a_1d_array_like_or_a_typed_buffer():
+    """"(... a 1-d one for a list; a typed buffer such as `array.array` or `memoryview` is read
+    as NumPy reads it, as an input is)". A typed buffer had been refused here ("expected a list of
+    finite numbers, got array ...") while an input took it."""
     transpose = wk.load_kernel(PACKAGES_DIR / "demo.Transpose")
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     (want,) = transpose({"data": x}, attrs={"perm": [2, 0, 1]}).values()
     np.testing.assert_array_equal(want, x.transpose(2, 0, 1))
-    for perm in ((2, 0, 1), np.array([2, 0, 1]), ArrayOwner([2, 0, 1]), list(array.array("q", [2, 0, 1]))):
+    for perm in ((2, 0, 1), np.array([2, 0, 1]), ArrayOwner([2, 0, 1]), array.array("q", [2, 0, 1]),
+                 memoryview(np.array([2, 0, 1]))):  # fmt: skip
         (got,) = transpose({"data": x}, attrs={"perm": perm}).values()
         np.testing.assert_array_equal(got, want)
-    for perm in (array.array("q", [2, 0, 1]), memoryview(np.array([2, 0, 1]))):
-        with pytest.raises(wk.AttributeValueError) as info:
-            transpose({"data": x}, attrs={"perm": perm})
-        assert info.value.argument == "perm" and "a list of finite numbers" in info.value.expected
+    with pytest.raises(wk.AttributeValueError) as info:  # read as a list, it is checked as one
+        transpose({"data": x}, attrs={"perm": array.array("d", [2.0, math.inf, 1.0])})
+    assert info.value.argument == "perm" and info.value.received == "inf"
+
+
+def test_a_scalar_attribute_reads_a_0d_buffer_and_refuses_a_1d_one(quick_gelu):
+    """A buffer is read as NumPy reads it: a 0-d one is a number, a 1-d one a list, which a
+    number attribute refuses."""
+    x = np.linspace(-2, 2, 8, dtype=np.float32)
+    want = quick_gelu({"X": x}, attrs={"alpha": 1.5})["Y"]
+    np.testing.assert_array_equal(quick_gelu({"X": x}, attrs={"alpha": memoryview(np.array(1.5))})["Y"], want)
+    with pytest.raises(wk.AttributeValueError) as info:
+        quick_gelu({"X": x}, attrs={"alpha": array.array("f", [1.5])})
+    assert info.value.argument == "alpha" and info.value.received.startswith("list")
 
 
 def test_a_misspelt_keyword_is_pythons_own_type_error(quick_gelu):

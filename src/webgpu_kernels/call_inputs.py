@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .contract import MAX_RANK
+from .contract import is_buffer as _is_buffer
 from .errors import DTypeError, InputError, KernelError, RankError, ShapeError, shorten
 from .manifest import ONNX_TO_WGSL
 
@@ -222,14 +223,3 @@ def _is_released(view: memoryview) -> bool:
         return view.nbytes < 0  # never: a released view refuses to say
     except ValueError:
         return True
-
-
-def _is_buffer(value: Any) -> bool:
-    """A typed buffer (memoryview, array.array); str and bytes are text, not tensors."""
-    if isinstance(value, (str, bytes)):
-        return False
-    try:
-        memoryview(value).release()
-    except (TypeError, ValueError):  # ValueError: a released memoryview
-        return False
-    return True

@@ -374,12 +374,13 @@ def _number(kind: str, name: str, value: Any, expected: str) -> int | float:
 
 def _unwrap_numpy(value: Any) -> Any:
     # NumPy scalars (and 0-d arrays) arrive from user code all the time; compare them as Python values.
-    # Other array-likes (a torch or JAX 0-d tensor, a 1-d one for a list) are read through NumPy;
-    # one NumPy cannot read (a CUDA tensor) is described as it came. A masked value (np.ma.masked in
+    # Other array-likes (a torch or JAX 0-d tensor, a 1-d one for a list, a typed buffer such as
+    # array.array or memoryview, as an input takes) are read through NumPy; one NumPy cannot read
+    # (a CUDA tensor, a buffer of pointers) is described as it came. A masked value (np.ma.masked in
     # a list) stays as it came, to be refused: its item() is 0, or the data under its mask.
     if isinstance(value, np.ma.MaskedArray):
         return value
-    if not isinstance(value, _PLAIN) and hasattr(value, "__array__"):
+    if not isinstance(value, _PLAIN) and (hasattr(value, "__array__") or is_buffer(value)):
         try:
             value = np.asarray(value)
         except Exception:
@@ -394,6 +395,17 @@ def _unwrap_numpy(value: Any) -> Any:
 
 
 _PLAIN = (int, float, str, list, tuple, np.generic, np.ndarray)
+
+
+def is_buffer(value: Any) -> bool:
+    """A typed buffer (memoryview, array.array); str and bytes are text, not numbers."""
+    if isinstance(value, (str, bytes)):
+        return False
+    try:
+        memoryview(value).release()
+    except (TypeError, ValueError):  # ValueError: a released memoryview
+        return False
+    return True
 
 
 def too_many_elements(dims: Sequence[int]) -> bool:
