@@ -141,7 +141,7 @@ CASES = [
          "TILE", {"tunables": {"TILE": 4}}),
     Case("tunable-fraction", BA, bias_inputs, errors.AttributeValueError, ("an integer",), "WORKGROUP_SIZE",
          {"tunables": {"WORKGROUP_SIZE": 1.5}}),
-    Case("tunable-string", BA, bias_inputs, errors.AttributeValueError, ("a number",), "WORKGROUP_SIZE",
+    Case("tunable-string", BA, bias_inputs, errors.AttributeValueError, ("an integer (tunable)",), "WORKGROUP_SIZE",
          {"tunables": {"WORKGROUP_SIZE": "64"}}),
     Case("tunable-huge", BA, bias_inputs, errors.AttributeValueError, ("2^63",), "WORKGROUP_SIZE",
          {"tunables": {"WORKGROUP_SIZE": 2**70}}),

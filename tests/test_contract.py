@@ -600,3 +600,36 @@ def test_a_masked_value_in_a_list_attribute_is_refused():
     for value in ([1, np.ma.masked], np.ma.masked_array([1, 2], mask=[0, 1]), np.ma.masked_array([1, 2])):
         with pytest.raises(errors.AttributeValueError, match=r"argument 'axes': expected a"):
             _check_value("attribute", "axes", [0], value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "default", "value", "expected"),
+    [
+        ("attribute", True, 1, "a boolean (attribute)"),
+        ("tunable", False, "yes", "a boolean (tunable)"),
+        ("attribute", 1.5, "x", "a number (attribute)"),
+        ("attribute", 1.5, float("nan"), "a finite number (attribute)"),
+        ("attribute", 2, 1.5, "an integer (attribute)"),
+        ("tunable", 2, 2**63, "an integer below 2^63 in magnitude (tunable)"),
+        ("attribute", 2.0, [1.0], "a number (attribute)"),
+        ("attribute", "a", 1, "a string (attribute)"),
+        ("attribute", [1.0], "x", "a list of finite numbers (attribute)"),
+        ("attribute", [1.0], [2**64], "a list of finite numbers below 2^63 in magnitude (attribute)"),
+        ("attribute", [1], [1.5], "a list of integers (attribute)"),
+    ],
+)
+def test_attribute_and_tunable_messages_share_one_form(kind, default, value, expected):
+    """Every kind check says "argument NAME: expected WHAT (KIND), got WHAT CAME": a boolean had read
+    "expected a boolean attribute" and a big integer "expected a number (tunable), below 2^63 in
+    magnitude", beside "expected a number (attribute)" (helper-108)."""
+    from webgpu_kernels.contract import check_call
+    from webgpu_kernels.manifest import parse_manifest
+
+    data = _stats_manifest(["float32"])
+    data["attributes" if kind == "attribute" else "tunables"] = {"v": default}
+    manifest = parse_manifest(data)
+    given = {"v": value}
+    call = lambda: check_call(manifest, {"X": ((2,), "float32")}, given if kind == "attribute" else None,  # noqa: E731
+                              given if kind == "tunable" else None)  # fmt: skip
+    error = raises(errors.AttributeValueError, call, f"argument 'v': expected {expected}, got ", argument="v")
+    assert error.expected == expected

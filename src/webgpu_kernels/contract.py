@@ -304,7 +304,7 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
     value = _unwrap_numpy(value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise AttributeValueError(name, f"a boolean {kind}", _describe(value))
+            raise AttributeValueError(name, f"a boolean ({kind})", _describe(value))
         return bool(value)
     if isinstance(default, (int, float)):
         if isinstance(default, float) and isinstance(value, int) and abs(value) >= 2**63:
@@ -315,11 +315,11 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
                 value = float(value)
             except OverflowError:  # past float64, so past f32 too
                 raise AttributeValueError(name, f"{_F32_RANGE} ({kind})", _describe(value)) from None
-        value = _number(kind, name, value, f"a number ({kind})")
+        value = _number(kind, name, value, "an integer" if isinstance(default, int) else "a number")
         if isinstance(default, int) and not isinstance(value, int):
             if not value.is_integer():
                 raise AttributeValueError(name, f"an integer ({kind})", repr(value))
-            value = _number(kind, name, int(value), f"an integer ({kind})")
+            value = _number(kind, name, int(value), "an integer")
         return value
     if isinstance(default, str):
         if not isinstance(value, str):
@@ -335,15 +335,15 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
             raise AttributeValueError(name, f"a list of finite numbers ({kind})", _describe(value))
         if len(value) > MAX_TEXT:
             raise AttributeValueError(name, f"a list of at most {MAX_TEXT} numbers ({kind})", f"{len(value)} items")
-        items = [_number(kind, name, _unwrap_numpy(v), f"a list of finite numbers ({kind})") for v in value]
+        items = [_number(kind, name, _unwrap_numpy(v), "a list of finite numbers") for v in value]
         if default and all(isinstance(d, int) and not isinstance(d, bool) for d in default):
             # A list of integers by its default, as an int scalar is: [1.0] had reached expressions as
             # a float, where indexing with it was blamed on the manifest.
             if not all(isinstance(v, int) or v.is_integer() for v in items):
                 raise AttributeValueError(name, f"a list of integers ({kind})", _describe(value))
-            items = [_number(kind, name, int(v), f"a list of integers ({kind})") for v in items]
+            items = [_number(kind, name, int(v), "a list of integers") for v in items]
         return items
-    raise AttributeValueError(name, f"the kind of the manifest's default {default!r}", _describe(value))
+    raise AttributeValueError(name, f"a value of the kind of the manifest's default {default!r} ({kind})", _describe(value))
 
 
 F32_MAX = 3.4028234663852886e38
@@ -354,13 +354,14 @@ F32_ROUNDING_BOUND = F32_MAX + 2.0**103
 _F32_RANGE = f"a number that rounds to a finite float32 (|x| < {F32_ROUNDING_BOUND!r}; the largest is {F32_MAX!r})"
 
 
-def _number(kind: str, name: str, value: Any, expected: str) -> int | float:
-    """A finite int or float (plain Python, integers below 2^63 in magnitude)."""
+def _number(kind: str, name: str, value: Any, what: str) -> int | float:
+    """A finite int or float (plain Python, integers below 2^63 in magnitude). ``what``: the value
+    expected, as "a number"; every message says it as "WHAT (KIND)"."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AttributeValueError(name, expected, _describe(value))
+        raise AttributeValueError(name, f"{what} ({kind})", _describe(value))
     if isinstance(value, int):
         if abs(value) >= 2**63:
-            raise AttributeValueError(name, f"{expected}, below 2^63 in magnitude", _describe(value))
+            raise AttributeValueError(name, f"{what} below 2^63 in magnitude ({kind})", _describe(value))
         return int(value)
     if not math.isfinite(value):
         raise AttributeValueError(name, f"a finite number ({kind})", repr(value))

@@ -197,7 +197,7 @@ def _workgroup_size(expr: Expression, scope: Mapping[str, Any]) -> int:
             raise
         got = f"{expr.peek(scope).get(tunable)!r} (workgroup size {value!r} from {expr.source!r})"
         raise AttributeValueError(tunable.removeprefix("tunables."), "a value that makes the workgroup size a positive "
-                                  "integer", got) from None  # fmt: skip
+                                  "integer (tunable)", got) from None  # fmt: skip
     return size
 
 
