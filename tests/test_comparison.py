@@ -39,6 +39,25 @@ def test_compare_rules() -> None:
     assert not scalar.ok and "first at []" in scalar.message
 
 
+@pytest.mark.parametrize(("got", "want"), [(np.inf, -np.inf), (-np.inf, np.inf), (np.inf, 2.0), (2.0, -np.inf)])
+def test_an_infinity_mismatch_says_the_infinities_do_not_match(got, want) -> None:
+    """An infinity where the expected value is the other infinity or a number (or the reverse) had
+    been reported as "outside rtol=0 atol=1e-06", a tolerance no infinity is judged by (helper-108)."""
+    judged = compare("Y", np.array([1.0, got, 3.0]), np.array([1.0, want, 3.0]), Tolerance(atol=1e-6))
+    assert not judged.ok and judged.mismatches == 1 and judged.max_abs_error == 0.0  # the fields as they were
+    assert "outside" not in judged.message
+    assert judged.message == (f"1 of 3 elements do not match: 1 where the infinities do not match; "
+                              f"first at [1]: got {got!r} where the expected value is {want!r}")  # fmt: skip
+
+
+def test_a_mixed_mismatch_counts_each_kind() -> None:
+    want = np.array([1.0, np.inf, np.nan, 4.0])
+    judged = compare("Y", np.array([9.0, -np.inf, 0.0, 4.0]), want, Tolerance(rtol=1e-5, atol=1e-6))
+    assert judged.mismatches == 3
+    assert judged.message == ("3 of 4 elements do not match: 1 where the infinities do not match, 1 outside "
+                              "rtol=1e-05 atol=1e-06, 1 NaN position mismatch; first at [0]: got 9.0, expected 1.0")
+
+
 def test_integer_outputs_without_a_tolerance_compare_exactly_as_integers():
     """Expected values and outputs went through float64, where 2^53 + 1 equals 2^53: an int64
     output off by one there passed. int64 against uint64 compares by value too."""

@@ -213,9 +213,23 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
         if integers:
             g, w = int(as_ints[0][index]), int(as_ints[1][index])
         nan_bad = int((nan_got != nan_want).sum())
-        extra = f", {nan_bad} NaN position mismatch{'es' if nan_bad != 1 else ''}" if nan_bad else ""
-        result.message = (f"{mismatches} of {want.size} elements outside rtol={tolerance.rtol:g} "
-                          f"atol={tolerance.atol:g}{extra}; first at {list(index)}: got {g!r}, expected {w!r}")  # fmt: skip
+        nan_text = f"{nan_bad} NaN position mismatch{'es' if nan_bad != 1 else ''}"
+        outside = f"rtol={tolerance.rtol:g} atol={tolerance.atol:g}"
+        # An infinity against the other one or a number is judged by no tolerance: saying "outside
+        # rtol=0 atol=1e-06" of it sent the reader looking at the tolerance.
+        inf_wrong = (np.isinf(got) | np.isinf(want)) & ~nan_got & ~nan_want & (got != want)
+        inf_bad = int(inf_wrong.sum())
+        if not inf_bad:
+            extra = f", {nan_text}" if nan_bad else ""
+            head = f"{mismatches} of {want.size} elements outside {outside}{extra}"
+        else:
+            finite_bad = mismatches - inf_bad - nan_bad
+            kinds = [f"{inf_bad} where the infinities do not match"]
+            kinds += [f"{finite_bad} outside {outside}"] if finite_bad else []
+            kinds += [nan_text] if nan_bad else []
+            head = f"{mismatches} of {want.size} elements do not match: {', '.join(kinds)}"
+        first = f"got {g!r} where the expected value is {w!r}" if inf_wrong[index] else f"got {g!r}, expected {w!r}"
+        result.message = f"{head}; first at {list(index)}: {first}"
     return result
 
 
