@@ -207,10 +207,12 @@ def test_offline_mode_is_read_at_each_call(monkeypatch, var):
 
 def test_a_malformed_lock_timeout_is_an_input_error_naming_it(server, monkeypatch):
     """Pins "`WEBGPU_KERNELS_HUB_LOCK_TIMEOUT` | seconds ... (a value that is no non-negative integer
-    is an `InputError` naming the variable)" """
+    is an `InputError` naming the variable, before any request)" """
     monkeypatch.setenv(hub_cache.LOCK_TIMEOUT_ENV, "ten")
     with pytest.raises(InputError, match=hub_cache.LOCK_TIMEOUT_ENV):
         wk.get_kernel(OFFICIAL, version=1)
+    # refused before any request: it had been read at the lock, after the listing went to the Hub
+    assert server.requests == []
 
 
 def test_the_lock_file_is_where_the_doc_says(server, hub_env):
@@ -406,6 +408,24 @@ def test_the_routes_a_load_asks(server):
     wk.get_kernel(OFFICIAL, version=1)
     api_routes, _ = asked(before)
     assert api_routes == [("GET", f"{api_root}/revision/v1"), ("GET", f"{api_root}/tree/{commit}/build/webgpu")]
+
+
+def test_a_revision_the_hub_does_not_have_is_asked_for_once(server):
+    """Pins "(`hub.py`; `snapshot_download` asks it again only when this named no commit; a revision
+    the Hub answers it does not have is asked for once)" and the `refs` row ("only for the
+    "published versions" hint"): snapshot_download had asked `/revision/v2` a second time, to be
+    refused as the first request was."""
+    from urllib.parse import unquote
+
+    api_root = f"/api/kernels/{OFFICIAL}"
+    with pytest.raises(HubError, match=r"has no contract version 2 \(revision 'v2'\) on .*; published versions: v1"):
+        wk.get_kernel(OFFICIAL, version=2)
+    assert [(m, unquote(p)) for m, p in server.requests] == [("GET", f"{api_root}/revision/v2"),
+                                                             ("GET", f"{api_root}/refs")]  # fmt: skip
+    before = len(server.requests)
+    with pytest.raises(HubError, match=r"has no revision 'nothing' on .*; published versions: v1"):
+        wk.get_kernel(OFFICIAL, revision="nothing")
+    assert [unquote(p) for _, p in server.requests[before:]] == [f"{api_root}/revision/nothing", f"{api_root}/refs"]
 
 
 def test_an_old_client_is_asked_to_upgrade(server, monkeypatch):

@@ -139,10 +139,12 @@ def download(
         # it to any host a kernel URL named (helper-106)
         token = False
     offline = hub_offline()
+    lock_timeout = hub_cache.lock_timeout()  # a malformed value is refused before any request
     _require_kernel_repos()
     # Asked before the lock: it writes nothing, and a refused listing leaves no trace in the cache.
-    listed, unreached = (None, None) if offline else _listing(repo_id, rev, endpoint=endpoint, token=token)
-    with hub_cache.repo_lock(endpoint, repo_id, rev):
+    listed, unreached = (None, None) if offline else _listing(repo_id, rev, endpoint=endpoint, token=token,
+                                                              version=version if revision is None else None)  # fmt: skip
+    with hub_cache.repo_lock(endpoint, repo_id, rev, timeout=lock_timeout):
         return _download_locked(repo_id, rev, trusted=trusted, endpoint=endpoint, token=token, version=version,
                                 revision=revision, accept=accept, listed=listed, unreached=unreached,
                                 offline=offline)  # fmt: skip
@@ -247,14 +249,27 @@ def _require_kernel_repos() -> None:
                        f"pip install -U 'huggingface_hub>={MIN_HUGGINGFACE_HUB}'")  # fmt: skip
 
 
-def _listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> tuple[str | None, Exception | None]:
+def _listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any,
+             version: int | None) -> tuple[str | None, Exception | None]:  # fmt: skip
     """The commit the endpoint names for ``rev`` once its listing is checked (:func:`_check_listing`),
-    and, when the endpoint could not be reached, why (the cache then answers)."""
+    and, when the endpoint could not be reached, why (the cache then answers). A branch or tag the
+    endpoint says it does not have is a HubError here (``version``: as asked, for its message)."""
     try:
         return _check_listing(repo_id, rev, endpoint=endpoint, token=token), None
     except _Unreachable as exc:  # the cache answers, as huggingface_hub's own fallback would, but
         # without asking again: its request has no time limit, and a stalled Hub had hung the load
         return None, exc.error
+    except _NoSuchRevision:  # snapshot_download raises RevisionNotFoundError for it too, cached or not,
+        # after asking the same request again (helper-109)
+        raise _no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
+
+
+def _no_revision(repo_id: str, rev: str, *, endpoint: str | None, token: Any, version: int | None) -> HubError:
+    """The endpoint has no revision ``rev`` of the repository: the error, with its published versions."""
+    what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
+    published = _published_versions(repo_id, endpoint, token)
+    hint = f"; published versions: {', '.join(published)}" if published else ""
+    return HubError(f"{repo_id} has no {what} on {endpoint or DEFAULT_ENDPOINT}{hint}", repo_id=repo_id, revision=rev)
 
 
 def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, listed: str | None,
@@ -287,10 +302,9 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
         # From the Hub only if it is the commit the Hub named: snapshot_download serves the cache
         # on its own when its requests fail (a 4xx included), and then the listing cannot tell.
         return path, listed is None or Path(path).name != listed
-    except RevisionNotFoundError:
-        published = _published_versions(repo_id, endpoint, token)
-        hint = f"; published versions: {', '.join(published)}" if published else ""
-        raise HubError(f"{repo_id} has no {what} on {where}{hint}", repo_id=repo_id, revision=rev) from None
+    except RevisionNotFoundError:  # a commit the endpoint does not have, not cached (a branch or tag is refused
+        # by _listing already)
+        raise _no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
     except RepositoryNotFoundError:
         raise HubError(f"no kernel repository {repo_id!r} on {where} (or it is private/gated and no valid token "
                        "was sent)", repo_id=repo_id, revision=rev) from None  # fmt: skip
@@ -352,6 +366,10 @@ def _unreachable(exc: BaseException, where: str) -> str:
     return f"{where} cannot be reached"
 
 
+class _NoSuchRevision(Exception):
+    """The endpoint answered that the repository has no such branch or tag (RevisionNotFoundError)."""
+
+
 class _Unreachable(Exception):
     """The endpoint did not answer hub.py's first request (no connection, or no answer in time)."""
 
@@ -386,6 +404,7 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     an error: snapshot_download says which); raises _Unreachable when the endpoint could not be
     reached or did not answer in time."""
     from huggingface_hub import HfApi, RepoFile
+    from huggingface_hub.errors import RevisionNotFoundError
 
     api = HfApi(endpoint=endpoint, token=token)
     files: list[RepoFile] = []
@@ -396,6 +415,9 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     except Exception as exc:  # noqa: BLE001 - unreachable, no such repository or revision: snapshot_download
         if {"ConnectError", "TimeoutException"} & {c.__name__ for c in type(exc).__mro__}:  # httpx's (httpx2's)
             raise _Unreachable(exc) from exc  # what snapshot_download counts as no connection: the cache answers
+        if isinstance(exc, RevisionNotFoundError) and not _COMMIT.match(rev):  # snapshot_download would ask
+            # again and raise it, cached or not (a commit sha it does not ask about: a cached one is served)
+            raise _NoSuchRevision() from exc
         # reports it, or serves the cache (a pinned commit the Hub no longer has, still cached)
         return None
     if not (isinstance(named, str) and _COMMIT.match(named)):

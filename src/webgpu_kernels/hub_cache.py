@@ -136,14 +136,23 @@ class CacheUndo:
                         tmp.unlink(missing_ok=True)
 
 
+def lock_timeout() -> int:
+    """``$WEBGPU_KERNELS_HUB_LOCK_TIMEOUT`` as it is now (LOCK_TIMEOUT_S when unset), else an
+    InputError naming it. Read by a load before its first request (a malformed value had been
+    refused only at the lock, after the listing went to the Hub)."""
+    return env_count(LOCK_TIMEOUT_ENV, LOCK_TIMEOUT_S)
+
+
 @contextmanager
-def repo_lock(endpoint: str | None, repo_id: str, rev: str) -> Iterator[None]:
+def repo_lock(endpoint: str | None, repo_id: str, rev: str, *, timeout: int | None = None) -> Iterator[None]:
     """Hold the repository's lock between processes (and threads) while its cache folder is read,
     written or put back: workers started together (torchrun, a DataLoader, pytest-xdist) load the
     same repository at once, and a download that failed in one had removed, as its undo, what
     another downloaded meanwhile. Per repository, not per revision: revisions share blobs.
-    A cache this process cannot write (a read-only copy) is read without the lock."""
-    timeout = env_count(LOCK_TIMEOUT_ENV, LOCK_TIMEOUT_S)
+    A cache this process cannot write (a read-only copy) is read without the lock. ``timeout``:
+    seconds to wait (None: :func:`lock_timeout` now)."""
+    if timeout is None:
+        timeout = lock_timeout()
     path = cache_dir_for(endpoint) / ".locks" / repo_cache_folder(endpoint, repo_id).name / LOCK_NAME
     # One lock object per path (is_singleton): reentrant in the thread that holds it, so a load nested
     # in another of the same repository (an accept callback) does not wait for itself; group-writable,
