@@ -296,6 +296,56 @@ def test_template_error_has_the_line(write_package):
     assert info.value.line == 3 and "scale-shift.wgsl.jinja:3" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "expression, shown",
+    [
+        ("1e300 * 1e300", "inf"), ("-1e300 * 1e300", "-inf"), ("'nan' | float", "nan"),
+        ("'inf' | float | round", "inf"), ("'x = ' ~ (1e300 * 1e300)", "inf"), ("(0 - 1e300 * 1e300) | string", "-inf"),
+        ("['a', 1e300 * 1e300] | join(',')", "inf"), ("(1e300 * 1e300) | abs | lower", "inf"),
+    ],
+)  # fmt: skip
+def test_a_template_printing_a_non_finite_number_is_a_template_error_at_its_line(write_package, expression, shown):
+    """Pins docs/format.md's "A float that is not finite ... is never written as text: printing it with
+    `{{ }}`, or making text of it with `~`, `string`, `join` or a printed list, is a `TemplateError`
+    naming the template file ..., the line and the value". "inf"/"nan" text had reached the shader
+    compiler, whose error named the rendered WGSL, far from the template line that printed it."""
+    kernel = demo_with_template(write_package, f"// one\n// {{{{ {expression} }}}}\n" + DEMO_TEMPLATE)
+    with pytest.raises(errors.TemplateError) as info:
+        kernel.render({"X": meta((3,), f32)})
+    assert info.value.file == "scale-shift.wgsl.jinja" and info.value.line == 2
+    assert f"prints {shown}" in str(info.value) and "no WGSL literal" in str(info.value)
+    assert not isinstance(info.value, errors.TemplateSandboxError)
+
+
+def test_a_non_finite_number_printed_by_an_included_template_names_that_file(write_package):
+    """Pins "naming the template file (an included one's)" """
+    manifest = json.loads(json.dumps(DEMO_MANIFEST))
+    kernel = wk.load_kernel(write_package(manifest, {
+        "scale-shift.wgsl.jinja": "{% include 'part.wgsl' %}\n" + DEMO_TEMPLATE,
+        "part.wgsl": "// a\n// b\nconst big = {{ 'nan' | float }};\n",
+    }))  # fmt: skip
+    with pytest.raises(errors.TemplateError) as info:
+        kernel.render({"X": meta((3,), f32)})
+    assert (info.value.file, info.value.line) == ("part.wgsl", 3) and "prints nan" in str(info.value)
+
+
+def test_a_float_literal_beyond_a_float_is_refused_when_the_template_compiles(write_package):
+    """Pins "A float literal beyond the largest float (`1e400`) is a `TemplateError` ("syntax error")
+    when the template compiles": it had read "NameError: name 'inf' is not defined" (Jinja's code)."""
+    kernel = demo_with_template(write_package, "// one\n// {{ 1e400 }}\n" + DEMO_TEMPLATE)
+    with pytest.raises(errors.TemplateError, match=r"scale-shift\.wgsl\.jinja:2: syntax error: a float literal beyond the largest float") as info:
+        kernel.render({"X": meta((3,), f32)})
+    assert info.value.line == 2
+
+
+def test_non_finite_numbers_that_are_not_printed_are_fine(write_package):
+    """Pins "compared, tested or counted it is an ordinary value" """
+    text = demo_with_template(write_package, "{% set inf = 1e300 * 1e300 %}// {{ 1e300 < inf }} "
+                              "{{ (inf > 0) | string }} {{ [inf] | length }} {{ 1.5 }} {{ -0.0 }}\n"
+                              + DEMO_TEMPLATE).render({"X": meta((3,), f32)})["main"]  # fmt: skip
+    assert text.startswith("// True True 1 1.5 -0.0\n")
+
+
 def test_a_misspelt_template_name_suggests_the_one_meant(write_package):
     """"'declarashuns' is undefined" alone left the author to find the name in docs/format.md."""
     kernel = demo_with_template(write_package, "{{ declarashuns }}\n" + DEMO_TEMPLATE)

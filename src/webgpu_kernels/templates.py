@@ -17,6 +17,7 @@ import math
 import operator
 import re
 import struct
+import sys
 import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
@@ -265,7 +266,7 @@ class TemplateSandbox(BoundedSandbox):
                     tree = self._parse(source, name, filename)
                 except RecursionError:
                     raise SandboxViolation("the template is nested too deeply") from None
-                _check_template(tree)
+                _check_template(tree, name)
                 source = harden(tree, template=True, name=name)
             try:
                 return super().compile(  # type: ignore[call-overload]  # Jinja has no raw: bool overload
@@ -275,6 +276,15 @@ class TemplateSandbox(BoundedSandbox):
         except SandboxViolation as exc:
             exc.template_name = name  # type: ignore[attr-defined]
             raise
+
+    def text_size(self, value: Any, limit: int, depth: int = 0) -> int:
+        """As the sandbox's, and a float that is not finite is refused: every conversion of a value to
+        text (``{{ }}``, ``~``, ``string``, ``join``, a list printed) sizes it here first, and WGSL has no
+        literal for inf or NaN. "inf" text had reached the shader compiler, whose error named the
+        rendered WGSL, far from the template line that printed it."""
+        if isinstance(value, float) and not math.isfinite(value):
+            raise NonFiniteText(value)
+        return super().text_size(value, limit, depth)
 
     def _load_template(self, name: Any, globals: Any) -> Any:
         # Before Jinja's template cache hashes the name: a tuple nested by reference
@@ -307,9 +317,21 @@ class TemplateSandbox(BoundedSandbox):
                 and type(obj.__self__) is dict)  # fmt: skip
 
 
-def _check_template(tree: nodes.Template) -> None:
+class NonFiniteText(TemplateRuntimeError):
+    """A template turned a float that is not finite into text (:meth:`TemplateSandbox.text_size`);
+    :func:`template_error` makes it a TemplateError naming the template line."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(f"prints {value!r}: there is no WGSL literal for a number that is not finite (an "
+                         "overflow, or NaN, in the template's arithmetic); test it (`is number`, a comparison) "
+                         "before it is printed, or print it with wgsl_float, which names the value")  # fmt: skip
+
+
+def _check_template(tree: nodes.Template, name: str | None = None) -> None:
     """Refuse nodes outside the allow-list, ``self``, recursive loops, huge literals, deep nesting,
-    and a slice that is not an index's one subscript."""
+    and a slice that is not an index's one subscript; and, as a syntax error, a float literal
+    beyond the largest float (Jinja reads ``1e400`` as inf, and its compiled code then failed with
+    "NameError: name 'inf' is not defined")."""
     stray = misplaced_slice(tree)
     if stray is not None:
         raise SandboxViolation(MISPLACED_SLICE, stray.lineno)
@@ -326,6 +348,9 @@ def _check_template(tree: nodes.Template) -> None:
             raise SandboxViolation("recursive loops are not allowed in templates", node.lineno)
         if type(node) is nodes.Const and isinstance(node.value, int) and node.value.bit_length() > MAX_INT_BITS:
             raise SandboxViolation(f"an integer literal of more than {MAX_INT_BITS} bits", node.lineno)
+        if type(node) is nodes.Const and isinstance(node.value, float) and not math.isfinite(node.value):
+            raise TemplateSyntaxError(f"a float literal beyond the largest float ({sys.float_info.max!r}), read as "
+                                      f"{node.value!r}, which WGSL has no literal for", node.lineno, name)  # fmt: skip
         if isinstance(node, nodes.Stmt):
             statements, expression = statements + 1, 0
             if statements > MAX_TEMPLATE_NESTING:
@@ -561,6 +586,8 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = ()) -> Ke
     # Where it failed: the innermost template line, in an included file too (the include line of
     # the top template had been named for a misspelt name inside the included file).
     shader, line = _innermost_template_line(exc.__traceback__) or (shader, None)
+    if isinstance(exc, NonFiniteText):
+        return TemplateError(str(exc), file=shader, line=line)
     misspelt = _UNDEFINED_NAME.match(str(exc)) if isinstance(exc, UndefinedError) else None
     names = list(names)
     close = difflib.get_close_matches(misspelt[1], names, n=1) if misspelt else []
