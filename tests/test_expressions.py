@@ -375,7 +375,11 @@ def test_integral_values_are_counts(source, expected):
 
 
 @pytest.mark.parametrize("source, value", [("42 / 4", "10.5"), ("-1", "-1"), ("-2.0", "-2.0"), ("true", "True"),
-                                           ("'4'", "'4'"), ("[4]", "[4]"), ("none", "None")])  # fmt: skip
+                                           ("'4'", "'4'"), ("[4]", "[4]"), ("none", "None"),
+                                           # not finite: a count, a dispatch size, a length or an output
+                                           # dimension of inf or NaN is refused here, never reaching the GPU
+                                           ("1e300 * 1e300", "inf"), ("-1e300 * 1e300", "-inf"),
+                                           ("1e300 * 1e300 - 1e300 * 1e300", "nan")])  # fmt: skip
 def test_non_counts_are_refused_naming_the_expression(source, value):
     with pytest.raises(ExpressionError) as info:
         count_of(source)

@@ -329,6 +329,18 @@ def test_a_non_finite_number_printed_by_an_included_template_names_that_file(wri
     assert (info.value.file, info.value.line) == ("part.wgsl", 3) and "prints nan" in str(info.value)
 
 
+def test_a_constant_that_overflows_for_some_attributes_is_refused_where_the_template_prints_it(write_package):
+    """An expression's non-finite result (a constant or a source input, made from finite attributes)
+    reaches the template as a float; the template line printing it is named, with the value."""
+    constants = {**DEMO_MANIFEST["constants"], "big": "attrs.scale * 1e308"}
+    kernel = demo_with_template(write_package, "// one\nconst BIG = {{ constants.big }};\n" + DEMO_TEMPLATE,
+                                constants=constants)  # fmt: skip
+    assert "const BIG = 1e+308;" in kernel.render({"X": meta((3,), f32)})["main"]
+    with pytest.raises(errors.TemplateError, match=r"scale-shift\.wgsl\.jinja:2: prints inf: ") as info:
+        kernel.render({"X": meta((3,), f32)}, attrs={"scale": 10.0})
+    assert info.value.line == 2
+
+
 def test_a_float_literal_beyond_a_float_is_refused_when_the_template_compiles(write_package):
     """Pins "A float literal beyond the largest float (`1e400`) is a `TemplateError` ("syntax error")
     when the template compiles": it had read "NameError: name 'inf' is not defined" (Jinja's code)."""
