@@ -79,18 +79,6 @@ def test_an_args_key_must_be_a_role_of_its_kind(demo):
     assert info.value.json_path == "args.Q" and "no such entry in inputs" in str(info.value)
 
 
-def test_an_attribute_description_must_describe_a_declared_attribute(demo):
-    """Doc: "every `attributeDescriptions` key is a declared attribute": one that is not (a
-    misspelling, an attribute since removed) had loaded, its text documenting nothing (helper-108)."""
-    with pytest.raises(errors.ManifestError) as info:
-        demo(lambda m: m["attributeDescriptions"].update(sclae="A misspelt scale."))
-    assert info.value.json_path == "attributeDescriptions.sclae"
-    assert "'sclae' is not an attribute of this manifest" in str(info.value)
-    assert "['scale', 'shift']" in str(info.value)
-    with pytest.raises(errors.ManifestError, match=r"\(it declares none\)"):
-        demo(lambda m: (m.pop("attributes"), m["attributeDescriptions"].update(scale="Multiplier.")))
-
-
 @pytest.mark.parametrize("both", [True, False])
 def test_the_shader_goes_in_exactly_one_place(demo, both):
     """Doc: "The shader goes **either** in `pass.shader` **or** in `source.shader`, never both." """

@@ -84,6 +84,21 @@ def test_digest_leaves_out_editor_backups_and_tool_folders(package):
 # --- test.json: The file ---------------------------------------------------------------------------
 
 
+def test_an_attribute_description_of_no_declared_attribute_is_a_warning_not_a_load_error(package):
+    """Doc: "An `attributeDescriptions` key that names no declared attribute (a misspelling, an
+    attribute since removed) is a warning: it documents nothing, and a package that runs still
+    loads." Nothing had checked it (helper-108 made it a load error; a warning keeps such a package
+    running, as the format's other documentation-only slips do)."""
+    misspelt = package({"cases": [case()]}, lambda m: m["attributeDescriptions"].update(sclae="A misspelt scale."))
+    assert [w for w in warnings_of(misspelt) if "attributeDescriptions" in w] == [
+        "manifest.json attributeDescriptions.sclae: describes 'sclae', which is not an attribute of this manifest "
+        "(the declared ones are ['scale', 'shift'])"]
+    wk.load_kernel(misspelt)  # loads, and runs as before
+    none = package({"cases": [case()]}, lambda m: (m.pop("attributes"), m["attributeDescriptions"].update(scale="x")))
+    assert any(w.endswith("(it declares none)") for w in warnings_of(none))
+    assert not [w for w in warnings_of(package({"cases": [case()]})) if "attributeDescriptions" in w]
+
+
 def test_validate_warns_of_a_floating_point_output_dtype_without_a_tolerance(package):
     """Doc: "A dtype with no entry is compared exactly (`validate` warns about floating-point dtypes
     without one)." """

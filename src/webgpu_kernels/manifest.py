@@ -317,14 +317,6 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
         if name not in roles[arg["role"]]:
             errors.append(ManifestError(f"arg {name!r} has role {arg['role']!r} but no such entry in {arg['role']}s",
                                         json_path=f"args.{name}"))  # fmt: skip
-    # A description of no declared attribute (misspelt, or of one since removed) documents nothing,
-    # and inspect would list it beside attributes a call cannot pass.
-    attributes = sorted(data.get("attributes", {}))
-    for name in data.get("attributeDescriptions", {}):
-        if name not in attributes:
-            declared = f"the declared ones are {attributes}" if attributes else "it declares none"
-            errors.append(ManifestError(f"{name!r} is not an attribute of this manifest "
-                                        f"({declared})", json_path=f"attributeDescriptions.{name}"))  # fmt: skip
     binding_sets = data.get("bindingSets", {})
     top_constants = set(data.get("constants", {}))
     # An output no pass binds read-write is never written: the call would return whatever the

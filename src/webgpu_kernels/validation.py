@@ -231,6 +231,14 @@ def _check_manifest(package: KernelPackage, out: ProblemCollector) -> Manifest |
             return None
     for p in reference_errors(data):
         out.error(MANIFEST_FILE, p.json_path, p.detail)
+    # A description of no declared attribute (misspelt, or one since removed) documents nothing. A
+    # warning, not a load error: documentation never stops a package that runs.
+    attributes = sorted(data.get("attributes", {}))
+    for name in data.get("attributeDescriptions", {}):
+        if name not in attributes:
+            declared = f"the declared ones are {attributes}" if attributes else "it declares none"
+            out.warning(MANIFEST_FILE, f"attributeDescriptions.{name}",
+                        f"describes {name!r}, which is not an attribute of this manifest ({declared})")  # fmt: skip
     # With references broken between parts the model can usually still be built, so the later
     # stages can report their problems too.
     try:
