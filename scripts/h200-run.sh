@@ -43,6 +43,7 @@
 #   bash scripts/h200-run.sh attention   com.example.Attention: validate, test, bench
 #   bash scripts/h200-run.sh largeattentiontestsn   large, attention, then testsn
 #   bash scripts/h200-run.sh peerslarge   host cost, then the large cases against torch and ORT WebGPU, each peer's verdict
+#   bash scripts/h200-run.sh torchab   torch's peer figures from three codes of peers.py (ab-old, ab-mid, this), then testsn
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -293,6 +294,21 @@ for r in rows:
     verdicts = {f'{p}.{k}': v for p, res in r.get('peers', {}).items() for k, v in res.items() if k.endswith('_ok')}
     print(r['kernel'].split('.')[-1], r['case'], r['dtype'], 'ours', r.get('error_ok'), r.get('max_error'), verdicts)
 " "$OUT/peers.json" 2>&1 | tee "$OUT/peers-verdicts.log" ;;
+  torchab)  # session 43: torch's peer figures from three codes of peers.py, alternated, two rounds, on two large
+            # cases: ab-old (before session 42's queued launches), ab-mid (before session 43's warm-up) and this tree;
+            # then the suite in 8 processes (untracked ab-old, ab-mid: git archive REV src | tar -x -C DIR)
+    printf '%s' '[{"id": 0, "op": "com.microsoft.QuickGelu", "attrs": {}, "compile": true,
+      "inputs": {"X": {"shape": [16, 1280, 4096], "dtype": "float16"}}},
+     {"id": 1, "op": "com.microsoft.BiasAdd", "attrs": {}, "compile": true,
+      "inputs": {"X": {"shape": [16, 4096, 1280], "dtype": "float32"}, "bias": {"shape": [1280], "dtype": "float32"},
+                 "skip": {"shape": [16, 4096, 1280], "dtype": "float32"}}}]' > /tmp/torch-cases.json
+    for round in 1 2; do for side in old mid new; do
+      case $side in old) src=$PWD/ab-old/src; warm=();; mid) src=$PWD/ab-mid/src; warm=();; new) src=$PWD/src; warm=(2.0);; esac
+      echo "== $side (round $round)" | tee -a "$OUT/torch-ab.log"
+      PYTHONPATH=/tmp/site:$src timeout 120 python3 -m webgpu_kernels.peers torch "${warm[@]}" /tmp/torch-cases.json \
+        2>&1 | tee -a "$OUT/torch-ab.log"
+    done; done
+    bash "$0" testsn ;;
   largepackages)  # session 29: large (calls_per_span on calls over 1 ms), then demo.Where and demo.Transpose benched
     bash "$0" large
     timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.Where tests/packages/demo.Transpose --no-host \
