@@ -26,7 +26,7 @@ from webgpu_kernels.device import get_device
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
 seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 150
 scale = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-SLOW = 0.6  # cli_bench.SLOW_STATE_FRACTION
+SLOW = 0.6  # slow_states.SLOW_STATE_FRACTION
 
 rng = np.random.default_rng(0)
 qg, ba = wk.get_kernel("com.microsoft.QuickGelu"), wk.get_kernel("com.microsoft.BiasAdd")

@@ -44,6 +44,7 @@
 #   bash scripts/h200-run.sh largeattentiontestsn   large, attention, then testsn
 #   bash scripts/h200-run.sh peerslarge   host cost, then the large cases against torch and ORT WebGPU, each peer's verdict
 #   bash scripts/h200-run.sh torchab   torch's peer figures from three codes of peers.py (ab-old, ab-mid, this), then testsn
+#   bash scripts/h200-run.sh qgab   f16 QuickGelu's large case alone, this tree against ab-mid, alternated; then all large
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -309,6 +310,15 @@ for r in rows:
         2>&1 | tee -a "$OUT/torch-ab.log"
     done; done
     bash "$0" testsn ;;
+  qgab)  # session 43: run Z's f16 QuickGelu at 84M read 186 us (44% of copy, stable) where every run before read 83:
+         # that case alone in fresh processes, this tree against ab-mid (9802525), alternated, three rounds; then all large
+    for round in 1 2 3; do for side in new mid; do
+      src=$PWD/src; [ "$side" = mid ] && src=$PWD/ab-mid/src
+      echo "== $side (round $round)" | tee -a "$OUT/qg-ab.log"
+      PYTHONPATH=/tmp/site:$src timeout 60 python3 -m webgpu_kernels bench com.microsoft.QuickGelu --tag large --dtype f16 \
+        --no-host 2>&1 | grep -E "TB/s \(|re-timed|Error" | tee -a "$OUT/qg-ab.log"
+    done; done
+    timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log" ;;
   largepackages)  # session 29: large (calls_per_span on calls over 1 ms), then demo.Where and demo.Transpose benched
     bash "$0" large
     timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.Where tests/packages/demo.Transpose --no-host \

@@ -14,7 +14,7 @@ import statistics
 import pytest
 from click.testing import CliRunner
 
-from webgpu_kernels import benchmark, cli_bench, peers, walltime
+from webgpu_kernels import benchmark, cli_bench, peers, slow_states, walltime
 from webgpu_kernels.cli import main
 from webgpu_kernels.package import embedded_root
 
@@ -146,11 +146,11 @@ def test_percent_of_copy_divides_by_a_copy_moving_the_same_bytes(device, monkeyp
         timed.append(nbytes)
         return benchmark.bench_copy(dev, nbytes, target_batch_s=0.005, min_batches=2, max_batches=4, min_total_s=0.0)
 
-    monkeypatch.setattr(cli_bench, "bench_copy", copy)
+    monkeypatch.setattr(slow_states, "bench_copy", copy)
     cache: dict[int, float] = {}
-    tbps = cli_bench._copy_tbps(device, 1 << 16, cache)
+    tbps = slow_states.copy_tbps(device, 1 << 16, cache)
     assert timed == [1 << 15] and cache == {1 << 16: tbps} and tbps > 0
-    assert cli_bench._copy_tbps(device, 1 << 16, cache) == tbps and len(timed) == 1  # once per size
+    assert slow_states.copy_tbps(device, 1 << 16, cache) == tbps and len(timed) == 1  # once per size
     assert "array<vec4<u32>>" in benchmark._COPY_WGSL  # 16 bytes per invocation
 
 
@@ -184,13 +184,13 @@ def test_host_cost_per_call_is_taken_before_any_gpu_timing_and_again_after(monke
 def test_the_slow_state_rule_is_past_64_mib_below_60_percent_twice_at_most():
     """"past 64 MiB ... `bench` times a case again (twice at most, keeping the fastest kernel and
     copy) while its copy reads below 60% of the run's best copy past 64 MiB"."""
-    assert (cli_bench.SLOW_STATE_BYTES, cli_bench.SLOW_STATE_FRACTION, cli_bench.SLOW_STATE_RETRIES) == (64 << 20, 0.6, 2)
+    assert (slow_states.SLOW_STATE_BYTES, slow_states.SLOW_STATE_FRACTION, slow_states.SLOW_STATE_RETRIES) == (64 << 20, 0.6, 2)
     result = benchmark.BenchResult(kernel="k", case="c", variant="v", dtypes={}, shapes={}, elements=0,
                                    bytes=(64 << 20) - 1, median_s=1e-4, p10_s=1e-5, p90_s=1e-4, samples=8, tbps=1.0)  # fmt: skip
     copies = {(64 << 20) - 1: 0.1, 1 << 30: 4.0}
-    assert cli_bench._slow_state(result, copies) is None  # just under 64 MiB: never
+    assert slow_states.slow_state(result, copies) is None  # just under 64 MiB: never
     result.bytes = 64 << 20
     copies[64 << 20] = 0.59 * 4.0
-    assert "its copy read 2.36 TB/s" in (cli_bench._slow_state(result, copies) or "")
+    assert "its copy read 2.36 TB/s" in (slow_states.slow_state(result, copies) or "")
     copies[64 << 20] = 0.61 * 4.0
-    assert "spread" in (cli_bench._slow_state(result, copies) or "")  # p10 a tenth of the median
+    assert "spread" in (slow_states.slow_state(result, copies) or "")  # p10 a tenth of the median

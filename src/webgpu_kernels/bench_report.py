@@ -15,7 +15,7 @@ from .cli import is_live
 
 
 def tbps_text(row: dict[str, Any]) -> str:
-    """The row's TB/s, marked ``*`` when it is past what memory allows (cli_bench's ``_beyond_memory``)."""
+    """The row's TB/s, marked ``*`` when it is past what memory allows (slow_states.beyond_memory)."""
     return f"{row['tbps']:.3f}" + ("*" if row.get("beyond_memory") else "")
 
 

@@ -26,9 +26,8 @@ import numpy as np
 from rich.progress import Progress
 from rich.text import Text
 
-from . import bench_report, peers, tuning
+from . import bench_report, peers, slow_states, tuning
 from .benchmark import (
-    bench_copy,
     bench_kernel,
     flop_count,
     host_per_call,
@@ -198,55 +197,6 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
 
 def _dtype_label(dtypes: Iterable[str]) -> str:
     return ",".join(sorted(set(dtypes)))
-
-
-def _beyond_memory(peak_fraction: float | None, copy_fraction: float) -> bool:
-    """Faster than memory allows for the bytes counted (every input read once): the kernel read
-    less than its inputs (a gather reads a few rows of its table) or worked from cache."""
-    return peak_fraction > 1.0 if peak_fraction is not None else copy_fraction > 2.0
-
-
-#: The H200 sometimes runs every kernel about 2.4x slower for a while, a state of the machine and
-#: not of a kernel: run P read QuickGelu 84M f16 at 1.465 TB/s, its samples from 119 to 229 us
-#: (83 us in the tuner on that lend), and its copy at 1.69 TB/s where the other three 84M cases'
-#: copies read 4.18-4.26; run O read that copy at 1.69 too (240% "of copy").
-#: scripts/throttle_probe.py timed the four large cases and their copies 196 times over five
-#: minutes on the next lend without meeting it, with clocks and temperatures steady. So a case
-#: past SLOW_STATE_BYTES is timed again (at most SLOW_STATE_RETRIES times, the fastest kernel and
-#: copy kept) while its copy reads below SLOW_STATE_FRACTION of the run's best copy past that size
-#: or of the kernel's own figure, or its kernel's p10 below that fraction of its median (the state
-#: changed while it was timed), the last two only for a kernel within what memory allows (not
-#: marked `*`, _beyond_memory, against the run's best large copy where the peak is unknown);
-#: the row keeps the readings it replaced, and says so if the state outlasted the retries.
-SLOW_STATE_BYTES, SLOW_STATE_FRACTION, SLOW_STATE_RETRIES = 64 << 20, 0.6, 2
-
-
-def _copy_tbps(device: Any, nbytes: int, cache: dict[int, float], *, again: bool = False) -> float:
-    """Copy throughput for a kernel moving ``nbytes`` (read + written), measured once per size;
-    ``again`` measures it once more and keeps the faster."""
-    half = max(16, nbytes // 2 // 16 * 16)
-    if nbytes not in cache or again:
-        cache[nbytes] = max(cache.get(nbytes, 0.0), 2 * half / bench_copy(device, half).median_s / 1e12)
-    return cache[nbytes]
-
-
-def _slow_state(result: Any, copies: dict[int, float]) -> str | None:
-    """Why ``result`` looks timed in the machine's slow state (see SLOW_STATE_BYTES), or None."""
-    if result.bytes < SLOW_STATE_BYTES:
-        return None  # small cases are launch-bound or in L2: their spread and copies say nothing of it
-    copy, best = copies[result.bytes], max(v for n, v in copies.items() if n >= SLOW_STATE_BYTES)
-    if copy < SLOW_STATE_FRACTION * best:
-        return f"its copy read {copy:.2f} TB/s, the run's best copy past 64 MiB {best:.2f}"
-    # The kernel's own figures tell only of a kernel that streams the bytes counted: a gather reads
-    # a few rows of its table and runs in microseconds (H200: a CLIP token lookup at "61.8 TB/s",
-    # which read as a slow copy until this test; docs/perf/h200-gather-generate-ab.log).
-    if _beyond_memory(result.peak_fraction, result.tbps / best):  # as the table's `*` says
-        return None
-    if result.tbps > copy / SLOW_STATE_FRACTION:  # a roofline is a best case: the copy is the slow one
-        return f"the kernel read {result.tbps:.2f} TB/s, over {1 / SLOW_STATE_FRACTION:.2g}x its copy's {copy:.2f}"
-    if result.p10_s < SLOW_STATE_FRACTION * result.median_s:
-        return f"its samples spread from {result.p10_s * 1e6:.1f} µs (p10) to {result.median_s * 1e6:.1f} (median)"
-    return None
 
 
 #: bench and tune: the seed of the random inputs.
@@ -528,22 +478,13 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
             return bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
                                 variant=variant, check=check, flops=flops)  # fmt: skip
 
-        result = timed()
-        _copy_tbps(device, result.bytes, copies)
-        slow = _slow_state(result, copies)
-        replaced: list[dict[str, Any]] = []
-        while slow is not None and len(replaced) < SLOW_STATE_RETRIES:
-            replaced.append({"tbps": result.tbps, "copy_tbps": copies[result.bytes], "why": slow})
-            again = timed()
-            result = again if again.median_s < result.median_s else result
-            _copy_tbps(device, result.bytes, copies, again=True)
-            slow = _slow_state(result, copies)
-        if replaced:
-            row["slow_state"] = {"replaced": replaced, "persists": slow}
+        result, slow_state = slow_states.time_steadily(timed, device, copies)
+        if slow_state is not None:
+            row["slow_state"] = slow_state
         row.update(result.as_dict())
         row["copy_tbps"] = copies[result.bytes]
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
-        row["beyond_memory"] = _beyond_memory(result.peak_fraction, row["copy_fraction"])
+        row["beyond_memory"] = slow_states.beyond_memory(result.peak_fraction, row["copy_fraction"])
         row["error_ok"] = result.error_ok  # None: no reference checked it (it had read True; helper-31)
     except KernelError as exc:
         row["error"] = str(exc)
