@@ -45,6 +45,7 @@
 #   bash scripts/h200-run.sh peerslarge   host cost, then the large cases against torch and ORT WebGPU, each peer's verdict
 #   bash scripts/h200-run.sh torchab   torch's peer figures from three codes of peers.py (ab-old, ab-mid, this), then testsn
 #   bash scripts/h200-run.sh qgab   f16 QuickGelu's large case alone, this tree against ab-mid, alternated; then all large
+#   bash scripts/h200-run.sh qgretime   f16 QuickGelu's large case alone in eight fresh processes (the under-copy re-time)
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -319,6 +320,13 @@ for r in rows:
         --no-host 2>&1 | grep -E "TB/s \(|re-timed|Error" | tee -a "$OUT/qg-ab.log"
     done; done
     timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log" ;;
+  qgretime)  # session 43: f16 QuickGelu's large case alone in eight fresh processes, on the rule that times a kernel
+            # under 60% of its copy once more (slow_states.under_its_copy): does a second timing on fresh buffers recover?
+    for round in 1 2 3 4 5 6 7 8; do
+      echo "== round $round" | tee -a "$OUT/qg-retime.log"
+      timeout 60 python3 -m webgpu_kernels bench com.microsoft.QuickGelu --tag large --dtype f16 --no-host 2>&1 \
+        | grep -E "TB/s \(|re-timed|Error" | tee -a "$OUT/qg-retime.log"
+    done ;;
   largepackages)  # session 29: large (calls_per_span on calls over 1 ms), then demo.Where and demo.Transpose benched
     bash "$0" large
     timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.Where tests/packages/demo.Transpose --no-host \
