@@ -269,6 +269,15 @@ def test_an_f32_value_past_float32_is_refused_as_an_overflow_naming_its_field(wr
     assert info.value.field == "big"
 
 
+def test_an_f16_field_takes_what_rounds_to_a_finite_half_as_wgsl_float_does():
+    """65519 rounds to f16's largest, 65504, as wgsl_float(65519, 'h') writes "65504.0h"; the field
+    had refused anything past 65504. From 65520 rounding gives an infinity: an overflow, as before."""
+    layout = struct_layout("P", [("a", "f16"), ("b", "f16")])
+    assert np.frombuffer(layout.pack([65519.0, -65510.0]), np.float16)[:2].tolist() == [65504.0, -65504.0]
+    with pytest.raises(LayoutError, match=r"field 'b' \(f16\) value 65520.0 overflows f16"):
+        layout.pack([1.0, 65520.0])
+
+
 def test_the_largest_values_that_round_to_a_finite_float32_are_packed_as_its_largest():
     """Below 2**128 - 2**103 a value rounds to float32's largest finite value, as struct packs it."""
     layout = struct_layout("P", [("a", "f32"), ("b", "f32")])

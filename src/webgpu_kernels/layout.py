@@ -141,8 +141,10 @@ def _split(name: str, t: WgslType, value: Any) -> list[Any]:
     return elements
 
 
-# The smallest magnitude that rounds to infinity in float32 (half an ulp past its largest finite value).
+# The smallest magnitudes that round to infinity (half an ulp past the largest finite value): below
+# them a value packs as the largest finite one, as wgsl_float writes it (65519 -> 65504.0h).
 F32_ROUNDS_TO_INFINITY = 2.0**128 - 2.0**103
+F16_ROUNDS_TO_INFINITY = 65520.0
 
 
 def _convert(name: str, scalar: str, value: Any) -> int | float:
@@ -159,7 +161,7 @@ def _convert(name: str, scalar: str, value: Any) -> int | float:
         return value
     if not math.isfinite(value):
         raise LayoutError(f"field {name!r} ({scalar}) needs a finite number, got {value!r}")
-    if scalar == "f16" and abs(value) > 65504:
+    if scalar == "f16" and abs(value) >= F16_ROUNDS_TO_INFINITY:
         raise LayoutError(f"field {name!r} (f16) value {value!r} overflows f16")
     if scalar == "f32" and abs(value) >= F32_ROUNDS_TO_INFINITY:
         raise LayoutError(f"field {name!r} (f32) value {value!r} overflows f32")
