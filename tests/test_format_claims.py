@@ -366,8 +366,8 @@ def struct_fields(fields: list[dict]) -> Callable[[dict], None]:
                                           ("atomic<u32>", 1), ("array<vec4<f32>, 4097>", "[[0, 0, 0, 0]] * 4097")])  # fmt: skip
 def test_uniform_values_and_types_refused_when_the_call_is_planned(demo, type_, value):
     """Doc: "u32 and i32 take integers in range (integral floats accepted, `2.5` and booleans refused ...);
-    f32 and f16 take finite numbers (f16 at most 65504 in magnitude; f32 below 3.4028235677973366e38
-    ...)", "(The schema also admits matrix and atomic
+    f32 and f16 take finite numbers that round to a finite value of the type (f16 below 65520, f32
+    below 3.4028235677973366e38 ...)", "(The schema also admits matrix and atomic
     types; the layout code refuses them when the call is planned.)", "a struct of more than 65,536
     bytes ... is a `LayoutError`" """
     kernel = demo(struct_fields([{"name": "a", "type": type_, "value": value}]), template="// -\n")
@@ -375,11 +375,10 @@ def test_uniform_values_and_types_refused_when_the_call_is_planned(demo, type_, 
         kernel.render(X8, variant="scalar")
 
 
-@pytest.mark.parametrize("type_, value", [("u32", "4.0"), ("f16", 65504), ("f16", -65504), ("i32", "-2**31"),
+@pytest.mark.parametrize("type_, value", [("u32", "4.0"), ("f16", 65504), ("f16", -65504), ("f16", 65519.9), ("i32", "-2**31"),
                                           ("f32", 3.4028234663852886e38)])  # fmt: skip
 def test_uniform_values_at_the_edges_are_accepted(demo, type_, value):
-    """Doc: "integral floats accepted" and "(f16 at most 65504 in magnitude; f32 below
-    3.4028235677973366e38 ...)" """
+    """Doc: "integral floats accepted" and "(f16 below 65520, f32 below 3.4028235677973366e38 ...)" """
     kernel = demo(struct_fields([{"name": "a", "type": type_, "value": value}]), template="// -\n")
     assert kernel.render(X8, variant="scalar")["main"] == "// -\n"
 
