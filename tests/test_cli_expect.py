@@ -78,6 +78,28 @@ def test_expect_writes_what_the_changed_kernel_computes(package) -> None:
     assert tested["ok"] and {r["status"] for r in tested["packages"][0]["results"]} == {"pass"}
 
 
+
+def test_the_authors_loop_of_package_files_md_ends_in_a_passing_test(package) -> None:
+    """docs/package-files.md's loop after `new` (edit; then its commands in order) had been digest,
+    validate, test: after a template that computes something else, that ended in a failing test
+    (the starter's expected values, 2 * X, kept) with nothing naming `expect`. The commands as the
+    page writes them, FILE.py:FUNCTION the author's reference, pass."""
+    import re
+    import shlex
+
+    from conftest import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "package-files.md").read_text("utf-8")
+    loop = re.search(r"then loops: (.*?)\n\n", page, re.S)
+    assert loop, "the author's loop is no longer on the page"
+    commands = re.findall(r"`webgpu-kernels ([^`]*)`", loop.group(1))
+    assert commands[-2:] == ["validate PATH", "test PATH"], commands
+    reference = f"{package.parent / 'ref.py'}:triple"
+    for command in commands:
+        args = [str(package) if a == "PATH" else reference if a == "FILE.py:FUNCTION" else a
+                for a in shlex.split(command)]
+        invoke(CliRunner(), *args)
+
 def test_a_case_with_inputs_only_gets_every_output_and_test_refuses_it_until_then(package) -> None:
     """A case the author adds with its inputs alone: `expect` had refused it (give exactly one of
     'expected' and 'refused', exit 2) though docs/cli.md says it gets every output returned."""

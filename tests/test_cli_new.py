@@ -185,3 +185,22 @@ def test_a_failed_write_leaves_no_folder_it_made(tmp_path, monkeypatch) -> None:
     (tmp_path / "empty").mkdir()
     CliRunner().invoke(main, ["new", str(tmp_path / "empty"), "--op", OP])
     assert [p.name for p in tmp_path.iterdir()] == ["empty"] and list((tmp_path / "empty").iterdir()) == []
+
+
+@pytest.mark.parametrize("name, template", [
+    ("MyOp", "my-op.wgsl.jinja"),
+    ("QuickGelu", "quick-gelu.wgsl.jinja"),
+    ("RMSNorm", "rms-norm.wgsl.jinja"),  # an acronym is a word of its own
+    ("GELU", "gelu.wgsl.jinja"),
+    ("QLinearMatMul", "q-linear-mat-mul.wgsl.jinja"),
+    ("Conv2D", "conv2d.wgsl.jinja"),  # a digit and the capital after it stay one word
+    ("Conv2DTranspose", "conv2d-transpose.wgsl.jinja"),
+    ("ReduceL2", "reduce-l2.wgsl.jinja"),
+    ("Scale_2", "scale_2.wgsl.jinja"),
+])  # fmt: skip
+def test_the_template_is_named_after_the_op_in_kebab_case(name, template) -> None:
+    """`RMSNorm` had given `rmsnorm.wgsl.jinja` and `Conv2D` `conv2-d.wgsl.jinja`: docs/cli.md's
+    rule (`MyOp` gives `my-op.wgsl.jinja`) splits words, an acronym's too, and nothing inside one."""
+    from webgpu_kernels.cli_new import template_name
+
+    assert template_name(name) == template

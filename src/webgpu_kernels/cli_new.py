@@ -63,8 +63,12 @@ def split_op_id(op_id: str) -> tuple[str, str]:
 
 def template_name(name: str) -> str:
     """The template's file name: ``MyOp`` -> ``my-op.wgsl.jinja``, as the shipped packages name theirs;
-    ``Con`` -> ``con-op.wgsl.jinja``: ``con.wgsl.jinja`` is the device CON to Windows, which validate refuses."""
-    stem = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).lower()
+    an acronym is a word (``RMSNorm`` -> ``rms-norm``), a digit and a capital after it one (``Conv2D``
+    -> ``conv2d``, ``Conv2DTranspose`` -> ``conv2d-transpose``); ``Con`` -> ``con-op.wgsl.jinja``:
+    ``con.wgsl.jinja`` is the device CON to Windows, which validate refuses."""
+    # a hyphen before a capital that follows a small letter, or that starts a capitalised word
+    # after a capital or a digit (the N of RMSNorm, the T of Conv2DTranspose)
+    stem = re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z0-9])(?=[A-Z][a-z])", "-", name).lower()
     if windows_problem(stem):
         stem += "-op"
     return stem + ".wgsl.jinja"
