@@ -89,6 +89,8 @@ def test_bench_default_kernels_json(runner, tmp_path):
     out = invoke(runner, "bench", *TINY, "--calls", "50", "--json", str(path)).output
     assert "tiny-4096" in out and "QuickGelu" in out and "GPU time per call" in out
     assert "host per call" in out and "50 calls" in out
+    # shapes and dtypes as -i writes them (a dict's repr had been printed)
+    assert "host per call, com.microsoft.QuickGelu X=4096 (GPU in/out" in out and "{'X'" not in out
     data = json.loads(path.read_text("utf-8"))
     device = wk.get_device()
     assert data["adapter"] == device.adapter.label() and data["adapter"] in out
@@ -1167,3 +1169,11 @@ def test_each_peer_process_gets_benchs_warm_up(monkeypatch):
     rows = [{"kernel": QG, "attrs": {}, "tags": [], "shapes": {"X": [8]}, "dtypes": {"X": "float32"}}]
     cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5, 1.5)
     assert [c[-2] for c in commands] == ["1.5", "1.5"] and all(c[-1].endswith("cases.json") for c in commands)
+
+
+@pytest.mark.parametrize("values, text", [
+    ({"T": "float32"}, "T=float32"), ({"X": [2, 5, 320], "bias": [320]}, "X=2x5x320 bias=320"),
+    ({"X": []}, "X=scalar"), ({"WORKGROUP_SIZE": 64, "VEC": True}, "WORKGROUP_SIZE=64 VEC=True"), ({}, ""),
+])  # fmt: skip
+def test_bench_and_tune_lines_write_types_shapes_and_tunables_as_the_options_do(values, text):
+    assert bench_report.assignments(values) == text

@@ -103,7 +103,7 @@ def test_tune_off_a_terminal_says_what_it_tries_on_stderr_as_it_starts(dry_run):
     and candidate is now a stderr line as it starts; stdout keeps only the results."""
     result, _, _ = dry_run
     tried = [line for line in result.stderr.splitlines() if ": trying " in line]
-    assert "QuickGelu tiny-4096 {'T': 'float32'}: trying vec4_tail {'WORKGROUP_SIZE': 64}" in tried
+    assert "QuickGelu tiny-4096 T=float32: trying vec4_tail WORKGROUP_SIZE=64" in tried
     assert len(tried) >= 3
     assert result.stderr.splitlines()[0].startswith("warming up the GPU")
     assert "trying" not in result.stdout and "speed-up" in result.stdout
@@ -327,7 +327,7 @@ def test_the_search_does_not_move_to_a_candidate_whose_output_is_wrong(monkeypat
     (_, variant, tunables), skipped = _layer_norm_search(
         monkeypatch, {(256, 8): 10.0, (512, 8): 8.0, (1024, 8): 9.0, (1024, 2): 6.0}, broken)
     assert (variant, tunables["WORKGROUP_SIZE"], tunables["ROW_ITEMS"]) == ("onepass", 1024, 2)
-    assert skipped and all("'WORKGROUP_SIZE': 512" in s for s in skipped)
+    assert skipped and all("WORKGROUP_SIZE=512" in s for s in skipped)
 
 
 def test_the_reference_output_is_the_default_selection_not_a_stored_choice(monkeypatch, tuning_dir):
@@ -398,10 +398,10 @@ def test_tune_without_shader_f16_skips_each_float16_case_as_test_does(runner, tu
     result = runner.invoke(main, ["--adapter", "gl", "tune", QG_DIR, "--case", "tiny-4096", *QUICK_WARM_UP])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert "QuickGelu tiny-4096 {'T': 'float16'}: skipped: this adapter has no shader-f16 feature" in lines, result.stdout
+    assert "QuickGelu tiny-4096 T=float16: skipped: this adapter has no shader-f16 feature" in lines, result.stdout
     assert "1 of 2 cases skipped (this adapter has no shader-f16 feature): QuickGelu tiny-4096 float16" in lines
     assert "could not run" not in result.stdout and "not tuned" not in result.stdout, result.stdout
-    assert any(line.startswith("QuickGelu tiny-4096 {'T': 'float32'}: default") for line in lines), result.stdout
+    assert any(line.startswith("QuickGelu tiny-4096 T=float32: default") for line in lines), result.stdout
 
 
 def test_a_candidate_that_gives_the_gpu_the_same_work_is_not_timed(monkeypatch):
@@ -695,7 +695,7 @@ def test_the_speed_up_shown_is_the_one_the_choice_was_made_on(runner, tuning_dir
     monkeypatch.setattr(cli_tune, "bench_kernel", lambda kernel, arrays, **kw: SimpleNamespace(
         median_s=next(times), variant=kw.get("variant") or "vec4"))  # fmt: skip
     out = invoke(runner, "tune", QG_DIR, *TINY).output
-    assert "default vec4 4000.0 µs, best scalar {'WORKGROUP_SIZE': 128} 3700.0 µs" in out
+    assert "default vec4 4000.0 µs, best scalar WORKGROUP_SIZE=128 3700.0 µs" in out
     assert "1.08x" in out and "0.78x" not in out and "2900.0" not in out
     entry = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"][TINY_KEY]
     assert (entry["variant"], entry["tunables"], entry["median_s"]) == (*winner, 3.7e-3)

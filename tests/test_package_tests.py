@@ -134,6 +134,8 @@ def test_wrong_expected_values_fail_with_exit_1(tmp_path: Path, runner: CliRunne
     assert "FAIL com.microsoft.QuickGelu tail-3x5-f32 [vec4_tail]" in result.stdout
     assert "1 of 15 elements outside rtol=1e-05 atol=1e-06" in result.stdout
     assert "NaN position mismatch" in result.stdout
+    # an author who changed the kernel on purpose is pointed at the command that writes the values again
+    assert "if the kernel's results changed on purpose, `webgpu-kernels expect PATH" in " ".join(result.stdout.split())
     # the table's result says how many elements are off: the NaN case's error columns (finite elements
     # alone) read as small as a pass
     rows = [line for line in result.stdout.splitlines() if "│" in line]
@@ -359,6 +361,7 @@ def test_package_without_test_json_fails(tmp_path: Path, runner: CliRunner) -> N
     result = runner.invoke(main, ["test", str(root), QUICK_GELU])
     assert result.exit_code == 1
     assert "the package has no test.json" in result.stdout
+    assert "webgpu-kernels expect" not in result.stdout  # no values failed: the hint would send the reader astray
     assert re.search(r"com\.microsoft\.QuickGelu: [1-9][0-9]* passed", result.stdout)  # the other package still ran
 
 

@@ -14,6 +14,17 @@ from .benchmark import CALLS_PER_SPAN
 from .cli import is_live
 
 
+def assignments(values: dict[str, Any]) -> str:
+    """``{'T': 'float32'}`` as ``T=float32``, ``{'X': [2, 5]}`` as ``X=2x5`` (a rank-0 shape as
+    ``scalar``): as -i and --tunable are written, for the lines bench and tune print."""
+    def text(value: Any) -> str:
+        if isinstance(value, (list, tuple)):
+            return "x".join(map(str, value)) or "scalar"
+        return str(value)
+
+    return " ".join(f"{name}={text(value)}" for name, value in values.items())
+
+
 def tbps_text(row: dict[str, Any]) -> str:
     """The row's TB/s, marked ``*`` when it is past what memory allows (slow_states.beyond_memory)."""
     return f"{row['tbps']:.3f}" + ("*" if row.get("beyond_memory") else "")
@@ -185,7 +196,7 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
         if "error" in h:
             console.print(Text(f"host per call, {h['kernel']}: {h['error']}", style="red"))
         else:
-            console.print(f"host per call, {h['kernel']} {h['shapes']} (GPU in/out, cached plan, {h['calls']} calls): "
+            console.print(f"host per call, {h['kernel']} {assignments(h['shapes'])} (GPU in/out, cached plan, {h['calls']} calls): "
                           f"median {h['median_s'] * 1e6:.1f} µs, p90 {h['p90_s'] * 1e6:.1f} µs"
                           + (f" (after the GPU timing: {h['after_gpu_timing_median_s'] * 1e6:.1f} µs)"
                              if "after_gpu_timing_median_s" in h else ""))  # fmt: skip

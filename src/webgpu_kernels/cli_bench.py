@@ -427,7 +427,7 @@ def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, d
         _warm_up(progress, run.device, warm_up_s)
         task = progress.add_task("benchmarking", total=len(plan))
         for (kernel, case), round_trip, why in zip(plan, round_trips, skips):
-            now_running(progress, task, f"{kernel.manifest.name} {case['name']} {case['types']}")
+            now_running(progress, task, f"{kernel.manifest.name} {case['name']} {bench_report.assignments(case['types'])}")
             row = _bench_case(kernel, case, run) if why is None else _skipped_row(kernel, case, why)
             if round_trip is not None and "error" not in row:
                 row["roundtrip_s"] = round_trip

@@ -354,6 +354,11 @@ def _print_test_reports(reports: list[PackageReport], *, strict: bool = False) -
     skipped = _skipped(reports)
     if not all(r.ok for r in reports):  # a failed or errored run, or a package error: test_cmd's exit 1
         console.print(Text("FAILED", style="bold red"))
+        if any(r.status == FAIL for report in reports for r in report.results):
+            # An author who changed what the kernel computes meets this first (helper-111's walkthrough)
+            console.print("if the kernel's results changed on purpose, `webgpu-kernels expect PATH --reference "
+                          "FILE.py:FUNCTION` writes test.json's expected values again (docs/package-files.md)",
+                          soft_wrap=True)  # fmt: skip
     elif strict and skipped:
         console.print(Text(f"FAILED (--strict: {skipped} skipped)", style="bold red"))
     elif passed:  # a skip is said here too: "all passed" alone had read as every case run

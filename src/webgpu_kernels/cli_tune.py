@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import tuning
+from .bench_report import assignments
 from .benchmark import bench_kernel
 from .cli import _adapter, _console, dtypes_callback, is_live, resolve_kernel, trust_option
 from .cli_bench import (
@@ -90,7 +91,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
         _warm_up(progress, device, warm_up_s)
         task = progress.add_task("tuning", total=len(work))
         for kernel, case in work:
-            now_running(progress, task, f"{kernel.manifest.name} {case['name']} {case['types']}")
+            now_running(progress, task, f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}")
             # The case's own tunables over the manifest's are where its search starts and what a
             # candidate must beat (a case may name them because the manifest's cannot run it).
             defaults = {**kernel.manifest.tunables, **case["tunables"]}
@@ -98,7 +99,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             if reason is not None:  # as `test` and bench skip it: the adapter's, no failure
                 label = _dtype_label(case["types"].values())
                 skips.setdefault(reason, []).append(f"{kernel.manifest.name} {case['name']} {label}")
-                progress.console.print(f"{kernel.manifest.name} {case['name']} {case['types']}: skipped: {reason}",
+                progress.console.print(f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}: skipped: {reason}",
                                        soft_wrap=True)  # fmt: skip
                 table.add_row(kernel.manifest.name, case["name"], label, Text("skipped", style="yellow"))
                 progress.advance(task)
@@ -109,18 +110,18 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                 default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
             except KernelError as exc:  # a case this device cannot run (bench shows it as an error row)
                 errors += 1
-                progress.console.print(Text(f"{kernel.manifest.name} {case['name']} {case['types']}: not tuned: {exc}",
+                progress.console.print(Text(f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}: not tuned: {exc}",
                                             style="red"), soft_wrap=True)  # fmt: skip
                 table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
                               Text("error", style="red"))  # fmt: skip
                 progress.advance(task)
                 continue
             tolerance = Tolerance.of(case["types"].values())
-            label = f"{kernel.manifest.name} {case['name']} {case['types']}"
+            label = f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}"
 
             def show(variant: str, tunables: dict[str, Any], label: str = label) -> None:
                 # A search on a slow adapter takes minutes per case: the line names what runs now.
-                now_running(progress, task, f"{label}: trying {variant} {tunables}")
+                now_running(progress, task, f"{label}: trying {variant} {assignments(tunables)}")
 
             best, skipped = _search(kernel, arrays, case["attrs"], default, _tunable_axes(kernel, device, defaults),
                                     tolerance, defaults, on_candidate=show)  # fmt: skip
@@ -164,10 +165,10 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                 except OSError as exc:  # what _check_writable could not foresee (the folder changed since)
                     raise click.ClickException(f"cannot save the tuning file {cache.path}: {exc}") from None
             table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
-                          f"{default.variant} {defaults}", f"{default_s * 1e6:.1f}",
-                          f"{best[1]} {best[2]}", f"{best[0] * 1e6:.1f}", f"{default_s / best[0]:.2f}x")  # fmt: skip
-            progress.console.print(f"{kernel.manifest.name} {case['name']} {case['types']}: default {default.variant} "
-                                   f"{default_s * 1e6:.1f} µs, best {best[1]} {best[2]} {best[0] * 1e6:.1f} µs")
+                          f"{default.variant} {assignments(defaults)}", f"{default_s * 1e6:.1f}",
+                          f"{best[1]} {assignments(best[2])}", f"{best[0] * 1e6:.1f}", f"{default_s / best[0]:.2f}x")  # fmt: skip
+            progress.console.print(f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}: default {default.variant} "
+                                   f"{default_s * 1e6:.1f} µs, best {best[1]} {assignments(best[2])} {best[0] * 1e6:.1f} µs")
             progress.advance(task)
     console.print(table)
     # "saved:" alone had read as a stored choice where the selection won and nothing was stored.
@@ -323,7 +324,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                     outputs = kernel(arrays, attrs=attrs, variant=variant, tunables=tunables)
                     # other outputs (an optional one only some variants produce) are other work
                     if set(outputs) != set(expected) or not tolerance.agrees(outputs, expected):
-                        skipped.append(f"{variant} {tunables}")
+                        skipped.append(f"{variant} {assignments(tunables)}")
                         continue  # not a point to search around either
                     here, here_s = tunables, r.median_s
                     if r.median_s < best[0]:
