@@ -94,8 +94,7 @@ def test_a_kernel_copies_as_itself_and_pickles_as_where_it_came_from(tmp_path):
 @pytest.fixture
 def name_checks(monkeypatch):
     """The input names each check_input_names call was given, sorted, in order."""
-    from webgpu_kernels import contract
-    from webgpu_kernels import kernel as kernel_module
+    from webgpu_kernels import call_arguments, contract
 
     checks = []
     real = contract.check_input_names
@@ -105,7 +104,7 @@ def name_checks(monkeypatch):
         return real(manifest, names)
 
     monkeypatch.setattr(contract, "check_input_names", counted)
-    monkeypatch.setattr(kernel_module, "check_input_names", counted)
+    monkeypatch.setattr(call_arguments, "check_input_names", counted)
     return checks
 
 

@@ -1,4 +1,4 @@
-"""Autotuning results (tuning.py) and their use by kernel calls (Kernel._tuned_plan): where the
+"""Autotuning results (tuning.py) and their use by kernel calls (tuned_choice.py): where the
 per-adapter file lives, the record/save/lookup round trip, shape classes, damaged files, and that
 a call leaving variant and tunables open follows a stored choice while explicit options win.
 

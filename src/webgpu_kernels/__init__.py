@@ -49,7 +49,8 @@ if TYPE_CHECKING:  # type checkers see plain imports (and no __getattr__, which 
     from .api import empty_cache, get_kernel, list_kernels, load_kernel, synchronize, test_case_inputs, to_gpu
     from .call_inputs import TensorMeta
     from .device import choose_adapter, get_device, list_adapters
-    from .kernel import Explanation, Kernel
+    from .explanation import Explanation
+    from .kernel import Kernel
     from .tensor import GpuTensor
 else:
     #: Exported name -> the module that defines it, imported on first use.
@@ -58,7 +59,7 @@ else:
                          "test_case_inputs", "to_gpu"], "api"),
         "TensorMeta": "call_inputs",
         **dict.fromkeys(["choose_adapter", "get_device", "list_adapters"], "device"),
-        "Explanation": "kernel", "Kernel": "kernel",
+        "Explanation": "explanation", "Kernel": "kernel",
         "GpuTensor": "tensor",
     }  # fmt: skip
 

@@ -3,6 +3,8 @@
 It strings the stages together (contract -> program scope -> selection -> rendering ->
 execution) and caches, per call signature, the finished plan: the variant, the pipelines, the
 uniform buffers and the grid. A call whose signature was seen before evaluates no expression.
+Beside it: the call's arguments made ready (call_arguments.py), the stored tuning result a call
+runs instead (tuned_choice.py) and what explain returns (explanation.py).
 """
 
 from __future__ import annotations
@@ -10,16 +12,17 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal, cast, overload
 
 import numpy as np
 
 from . import tuning
-from .call_inputs import as_array, checked_mapping, describe_inputs, foreign_tensor_error
-from .contract import CallSignature, check_call, check_input_names, has_negative_zero
+from .call_arguments import declared_present, frozen_options, gpu_input_names, keyed_by_value, prepare_inputs
+from .call_inputs import describe_inputs
+from .contract import CallSignature, check_call
 from .device import Device, get_device
 from .errors import (
     DeviceLimitError,
@@ -39,82 +42,21 @@ from .execution import (
     host_array,
     run_plan,
 )
+from .explanation import Explanation
 from .expressions import Expression, ExpressionCompiler
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, tensor_bytes
 from .rendering import TemplateRenderer, bound_roles, produced_outputs, resolve_variant, workgroup_memory_blame
-from .selection import Selection, Verdict, require_choice, select_variant
-from .tensor import LOST_TENSOR, RELEASED_ADVICE, GpuTensor
+from .selection import Selection, require_choice, select_variant
+from .tensor import GpuTensor
+from .tuned_choice import Resolution, TuningClass, tuned_choice, tuned_plan, tuning_class_of
 
 #: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
 PLAN_CACHE_SIZE = 128
 #: Expressions given to :meth:`Kernel.evaluate` kept compiled, per kernel.
 EVALUATED_CACHE_SIZE = 256
 _OUTPUT_KINDS = ("numpy", "gpu")
-
-
-@dataclass(frozen=True)
-class Explanation:
-    op_id: str
-    chosen: str | None
-    verdicts: tuple[Verdict, ...]
-    outputs: tuple[OutputSpec, ...]
-    values: dict[str, Any]  # derive and constant values of the call (top level)
-    #: Why a call would still fail with the chosen variant (a binding over the device's limits, a
-    #: grid expression that fails), if it would; with no variant chosen, the device's reason if it
-    #: has one (float16 on an adapter without shader-f16, which a variant would accept with it).
-    #: Where ``tuned`` is set the call runs that instead, and does not fail for this reason.
-    refused: str | None = None
-    #: The stored tuning result a call would run instead, {"variant": ..., "tunables": {...}}, if any
-    #: (`webgpu-kernels tune`); ``chosen`` stays the manifest's own selection.
-    tuned: dict[str, Any] | None = None
-    #: The variant the call forces (``variant=``), if it does: ``chosen`` is it if its ``when``
-    #: holds, else None with the call's VariantRejectedError in ``refused``.
-    forced: str | None = None
-    #: The outputs the chosen variant returns (an optional output it binds nowhere is left out of
-    #: the call's result); None when no variant was chosen. ``outputs`` lists every output's shape.
-    produced: frozenset[str] | None = None
-
-    def __str__(self) -> str:
-        if self.forced is not None:
-            head = (f"chosen variant {self.chosen!r} (forced)" if self.chosen else
-                    f"forced variant {self.forced!r} rejected")  # fmt: skip
-        else:
-            head = f"chosen variant {self.chosen!r}" if self.chosen else "no variant applies"
-        lines = [f"{self.op_id}: {head}"]
-        for v in self.verdicts:
-            mark = "*" if v.variant == self.chosen else ("+" if v.accepted else "-")
-            lines.append(f"  {mark} {v.variant} (priority {v.priority:g}): {v.reason()}")
-        for out in self.outputs:
-            left_out = self.produced is not None and out.role not in self.produced
-            lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}"
-                         + (f" (optional: variant {self.chosen!r} does not produce it)" if left_out else ""))  # fmt: skip
-        if self.refused and self.tuned:  # the call runs the stored result, which passed the call's checks
-            lines.append(f"  the manifest's selection would fail, so without the stored result below the call "
-                         f"would: {self.refused}")  # fmt: skip
-        elif self.refused:
-            lines.append(f"  {'but the call would fail' if self.chosen else 'the call fails'}: {self.refused}")
-        if self.tuned:
-            lines.append(f"  a stored tuning result applies: the call runs {self.tuned['variant']!r} with "
-                         f"tunables {self.tuned['tunables']}")  # fmt: skip
-        return "\n".join(lines)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "op": self.op_id, "chosen": self.chosen, "variants": [v.as_dict() for v in self.verdicts],
-            "outputs": [{"name": o.role, "shape": list(o.shape), "dtype": o.dtype,
-                         "produced": None if self.produced is None else o.role in self.produced} for o in self.outputs],
-            "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
-            "refused": self.refused, "tuned": self.tuned, "forced": self.forced,
-        }  # fmt: skip
-
-
-#: (dtypes, input shapes, absent optional inputs, attributes off their defaults): tuning.entry_key's terms
-TuningClass = tuple[dict[str, str], dict[str, tuple[int, ...]], tuple[str, ...], dict[str, Any]]
-#: What Kernel._resolve gives for (signature, forced variant, device info): ((the chosen variant, the
-#: outputs' specs), its resolved passes, its scope). Handed on so that a plan does not resolve again.
-Resolution = tuple[Any, Any, Any]
 
 
 class Kernel:
@@ -154,6 +96,11 @@ class Kernel:
         """The op id and a digest of the manifest and every file a template could read: autotuning
         results belong to this package's code (tuning.package_key)."""
         return tuning.package_key(self.package, self.op_id)
+
+    @functools.cached_property
+    def _canonical_defaults(self) -> dict[str, Any]:
+        """The attributes' defaults as the tuning key writes them (each new shape compared against them)."""
+        return {k: tuning.canonical_attr(v) for k, v in self.manifest.attributes.items()}
 
     def __repr__(self) -> str:
         return f"Kernel({self.op_id!r}, variants={self.variants}, origin={self.package.origin!r})"
@@ -221,7 +168,7 @@ class Kernel:
         # plan by one dict lookup, with no contract check or expression evaluation (the first call
         # with that key did both).
         try:
-            key = (variant, output, _frozen(attrs), _frozen(tunables), device.serial, tuning.generation,
+            key = (variant, output, frozen_options(attrs), frozen_options(tunables), device.serial, tuning.generation,
                    *[(name, value.shape, value.dtype) for name, value in inputs.items()])  # fmt: skip
             plan = self._fast_plans.get(key)
         except (TypeError, AttributeError, ValueError):  # ValueError: a released memoryview's shape
@@ -231,22 +178,23 @@ class Kernel:
             # takes the checked path, and a plan made from its data is never filed under its key.
             key, plan = None, None
         if plan is not None:
-            return run_plan(device, plan, _prepare_inputs(inputs, device, host_ready=True), to_numpy=output == "numpy")
+            return run_plan(device, plan, prepare_inputs(inputs, device, host_ready=True), to_numpy=output == "numpy")
         if output not in _OUTPUT_KINDS:
             raise InputError("output", f"one of {list(_OUTPUT_KINDS)}", repr(output))
-        present = _declared_present(self.manifest, inputs)
+        present = declared_present(self.manifest, inputs)
         if present is not inputs:  # an optional input given as None: the call that leaves it out
             return self(present, attrs=attrs, variant=variant, tunables=tunables, output=output, adapter=adapter)
         # Contract and device limits first, host copies after: a wrong or oversized input must
         # not cost a copy (a broadcast view of 2**33 elements would allocate tens of GB).
-        arrays = _prepare_inputs(inputs, device, host_ready=False)
+        arrays = prepare_inputs(inputs, device, host_ready=False)
         metas = {k: (v.shape, v.dtype.name) for k, v in arrays.items()}
-        signature = check_call(self.manifest, metas, attrs, tunables, gpu_inputs=_on_gpu(arrays), names_checked=True)
+        signature = check_call(self.manifest, metas, attrs, tunables, gpu_inputs=gpu_input_names(arrays),
+                               names_checked=True)  # fmt: skip
         if variant is None and not tunables:  # {} is no override too (the fast-path key says the same)
-            plan = self._tuned_plan(metas, attrs, signature, device)
+            plan = tuned_plan(self, metas, attrs, signature, device)
         if plan is None:
             plan = self._plan(signature, variant, device)
-        if key is not None and _by_value(attrs) and _by_value(tunables):
+        if key is not None and keyed_by_value(attrs) and keyed_by_value(tunables):
             with self._lock:
                 self._fast_plans[key] = plan
                 if len(self._fast_plans) > PLAN_CACHE_SIZE:
@@ -280,7 +228,7 @@ class Kernel:
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, outputs, selection = self._select(signature, device.info, exhaustive=True)
         # A forced variant, like tunables, is a call that no stored tuning result applies to.
-        stored = None if tunables or variant is not None else self._tuned_choice(metas, attrs, signature, device,
+        stored = None if tunables or variant is not None else tuned_choice(self, metas, attrs, signature, device,
                                                                                  check=True)  # fmt: skip
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
@@ -374,7 +322,7 @@ class Kernel:
         self._check_variant_arg(variant)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         resolution = None
-        if variant is None and not tunables and (stored := self._tuned_choice(metas, attrs, signature, device, check=True)):
+        if variant is None and not tunables and (stored := tuned_choice(self, metas, attrs, signature, device, check=True)):
             signature, variant, resolution = stored  # resolved there (``check``)
         if resolution is None:
             resolution = self._resolve(signature, variant, device.info)
@@ -415,10 +363,17 @@ class Kernel:
         (what a call would run), so that ``bench`` can time the default against the tuned choice."""
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         if tuned and variant is None and not tunables:
-            plan = self._tuned_plan(metas, attrs, signature, device)
+            plan = tuned_plan(self, metas, attrs, signature, device)
             if plan is not None:
                 return device, plan
         return device, self._plan(signature, variant, device)
+
+    def tuning_class(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None) -> TuningClass:
+        """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):
+        the type variables' dtypes, the inputs' shapes (tuning.shape_class buckets them), the
+        optional inputs left out and the attributes set to other than their defaults."""
+        metas = describe_inputs(declared_present(self.manifest, inputs))
+        return tuning_class_of(self, check_call(self.manifest, metas, attrs, None, names_checked=True))
 
     # --- plans ------------------------------------------------------------------------------
 
@@ -426,10 +381,10 @@ class Kernel:
                  adapter: str | None) -> tuple[Device, dict[str, Any], CallSignature]:  # fmt: skip
         """The device, the inputs' (shape, dtype) and the contract-checked signature of a call
         described by shapes/dtypes (an optional input given as None left out, as a call leaves it)."""
-        present = _declared_present(self.manifest, inputs)
+        present = declared_present(self.manifest, inputs)
         metas = describe_inputs(present)
-        return get_device(adapter), metas, check_call(self.manifest, metas, attrs, tunables, gpu_inputs=_on_gpu(present),
-                                                      names_checked=True)  # fmt: skip
+        return get_device(adapter), metas, check_call(self.manifest, metas, attrs, tunables,
+                                                      gpu_inputs=gpu_input_names(present), names_checked=True)  # fmt: skip
 
     def _check_variant_arg(self, forced: Any) -> None:
         """Refuse a ``variant=`` that is no variant id (SelectionError, as selection words it), before
@@ -501,81 +456,6 @@ class Kernel:
             check_bound(r, sizes, variant_id)
             check_limits(device, r, sizes, self.program.arguments_read(compiled.workgroup_size, variant))
 
-    def tuning_class(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None) -> TuningClass:
-        """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):
-        the type variables' dtypes, the inputs' shapes (tuning.shape_class buckets them), the
-        optional inputs left out and the attributes set to other than their defaults."""
-        metas = describe_inputs(_declared_present(self.manifest, inputs))
-        return self._tuning_class(check_call(self.manifest, metas, attrs, None, names_checked=True))
-
-    @functools.cached_property
-    def _canonical_defaults(self) -> dict[str, Any]:
-        """The attributes' defaults as the tuning key writes them (each new shape compared against them)."""
-        return {k: tuning.canonical_attr(v) for k, v in self.manifest.attributes.items()}
-
-    def _tuning_class(self, signature: CallSignature) -> TuningClass:
-        shapes = signature.shape_map()  # checked: Python ints, whatever the caller's shapes held
-        absent = tuple(spec.role for spec in self.manifest.inputs if spec.optional and spec.role not in shapes)
-        defaults = self._canonical_defaults
-        changed = {k: value for k, v in signature.attr_map().items()  # as the key writes them: 1.702 in float32 is 1.702
-                   if (value := tuning.canonical_attr(v)) != defaults[k]}
-        return signature.type_bindings(), shapes, absent, changed
-
-    def _tuned_choice(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
-                      device: Device, *, check: bool = False) -> tuple[CallSignature, str, Resolution | None] | None:  # fmt: skip
-        """The signature (with its tunables) and variant `webgpu-kernels tune` found fastest for
-        this call, if one is stored and its tunables fit the contract; with ``check``, only if its
-        variant's `when` also holds for the call (a call finds that out by building the plan); and
-        its resolution for the call where it was resolved here (with ``check`` or optional outputs)."""
-        if tuning.disabled():  # before the file is read: a damaged one no call uses is not warned of
-            return None
-        cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
-        choice = cache.lookup(self.tuning_key, *self._tuning_class(signature))
-        if choice is None:
-            return None
-        optional_outputs = any(spec.optional for spec in self.manifest.outputs)
-        resolution = None
-        try:
-            tuned = check_call(self.manifest, metas, attrs, choice.tunables, names_checked=True)  # the call's names
-            if check or optional_outputs:  # its `when` (without ``check``, building the plan checks it)
-                resolution = self._resolve(tuned, choice.variant, device.info)
-                if check:  # as a call would build it: `when`, then the device's limits
-                    (chosen, outputs), resolved, _ = resolution
-                    self._check_device(tuned, chosen.variant.id, outputs, resolved, device)
-                if optional_outputs and not self._keeps_outputs(signature, resolution, device):
-                    return None  # the call's result would lack an output its own selection returns
-        except KernelError:
-            return None  # stale or foreign entry: the default selection still applies
-        return tuned, choice.variant, resolution
-
-    def _keeps_outputs(self, signature: CallSignature, tuned: Resolution, device: Device) -> bool:
-        """Whether the stored variant, resolved for the call at its tunables (``tuned``), returns
-        every output the manifest's own selection returns for this call. `tune` keeps only a
-        candidate with the outputs of the tuned shape's default, but another shape of its class may
-        have another default: where some variants write an optional output and others do not, a
-        call of that shape had come back without that output where a tuning file held an entry for
-        its class (helper-39)."""
-        (_, tuned_outputs), tuned_resolved, _ = tuned
-        kept = produced_outputs(tuned_resolved, tuned_outputs)
-        if len(kept) == len(tuned_outputs):  # it returns every output: the call's own selection needs no resolving
-            return True
-        try:
-            (_, outputs), resolved, _ = self._resolve(signature, None, device.info)
-        except KernelError:  # the manifest's selection cannot run the call: nothing to keep the same
-            return True
-        return produced_outputs(resolved, outputs) <= kept
-
-    def _tuned_plan(self, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None, signature: CallSignature,
-                    device: Device) -> ExecutionPlan | None:  # fmt: skip
-        """The plan of the stored tuning result for this call, if one applies (:meth:`_tuned_choice`)."""
-        choice = self._tuned_choice(metas, attrs, signature, device)
-        if choice is None:
-            return None
-        try:
-            return self._plan(*choice[:2], device, resolution=choice[2])
-        except KernelError:
-            return None  # stale, foreign or refused by the device: the default selection still applies
-
     def _plan(self, signature: CallSignature, forced: str | None, device: Device, *,
               resolution: Resolution | None = None) -> ExecutionPlan:  # fmt: skip
         """The call's plan (cached); ``resolution``: ``_resolve``'s for these arguments, if the caller has it."""
@@ -605,86 +485,3 @@ class Kernel:
             if len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
         return plan
-
-
-def _frozen(options: Mapping[str, Any] | None) -> Any:
-    # The value's type is part of the key: True == 1 must not share a plan with a checked True;
-    # and so is a zero's sign: -0.0 == 0.0 must not either (CallSignature.negative_zeros). Only a
-    # float zero or a tuple is looked into: a call with attributes pays no function call for it.
-    # A tuple's items' types too: (1, 2) == (1.0, 2.0) == (True, 2), which render differently
-    # or are refused (CallSignature.value_types).
-    # A list (JSON's arrays: what a list attribute's default is) is keyed as its tuple of items.
-    return None if not options else tuple(
-        (k, v.__class__, v, (v == 0.0 and has_negative_zero(v)) if isinstance(v, _FLOATS) else
-         v.__class__ is tuple and _tuple_terms(v)) if v.__class__ is not list else
-        (k, list, tuple(v), _tuple_terms(v))
-        for k, v in options.items()
-    )  # fmt: skip
-
-
-_FLOATS = (float, np.floating)
-# Values a fast-plan key holds by value. Another hashable (a torch tensor hashes by identity) could
-# change in place after its plan was stored, so a call with one always takes the checked path.
-_SCALAR_TYPES = (bool, int, float, str, np.generic)
-
-
-def _by_value(options: Mapping[str, Any] | None) -> bool:
-    return not options or all(
-        isinstance(v, _SCALAR_TYPES) or isinstance(v, (tuple, list)) and all(isinstance(i, _SCALAR_TYPES) for i in v)
-        for v in options.values()
-    )  # fmt: skip
-
-
-def _tuple_terms(value: Sequence[Any]) -> tuple[bool, tuple[type, ...]]:
-    return has_negative_zero(value), tuple(map(type, value))
-
-
-def _on_gpu(inputs: Mapping[str, Any]) -> list[str]:
-    """The names of the inputs given as GpuTensors (a dtype's conversion hint differs for them)."""
-    return [name for name, value in inputs.items() if isinstance(value, GpuTensor)]
-
-
-class _Present(dict[str, Any]):
-    """Inputs :func:`_declared_present` checked and left the optional Nones out of: the call that
-    re-enters with them does not check their names again."""
-
-
-def _declared_present(manifest: Manifest, inputs: Any) -> Any:
-    """``inputs`` checked to be a mapping of declared input names, before any value is read (an
-    unknown name given None had been refused as a value that is no array), less the optional
-    inputs given as None (:func:`_without_absent`)."""
-    if type(inputs) is _Present:
-        return inputs
-    check_input_names(manifest, checked_mapping(inputs))
-    return _without_absent(manifest, inputs)
-
-
-def _without_absent(manifest: Manifest, inputs: Any) -> Any:
-    """``inputs`` less the optional inputs given as None (ONNX's and PyTorch's way of leaving one
-    out), or ``inputs`` itself where there are none: a required input given as None stays, for the
-    call to refuse by name."""
-    if not isinstance(inputs, Mapping) or not any(v is None for v in inputs.values()):
-        return inputs
-    optional = {spec.role for spec in manifest.inputs if spec.optional}
-    present = _Present((name, value) for name, value in inputs.items() if value is not None or name not in optional)
-    return present if len(present) < len(inputs) else inputs
-
-
-def _prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bool) -> dict[str, np.ndarray | GpuTensor]:
-    """Inputs as NumPy arrays or live GpuTensors on ``device``; with ``host_ready`` the arrays are
-    also made C-contiguous and little-endian (copies, never the caller's array)."""
-    prepared: dict[str, np.ndarray | GpuTensor] = {}
-    for name, value in checked_mapping(inputs).items():
-        if isinstance(value, GpuTensor):
-            if value.released:
-                raise InputError(name, "a live GpuTensor", "a released GpuTensor", hint=RELEASED_ADVICE)
-            if value._device is not device:  # the slot: the property costs 17 ns more a read (CPU machine)
-                if value.device.lost:  # same adapter, so the labels alone would read alike
-                    raise InputError(name, "a GpuTensor on a live device", LOST_TENSOR)
-                raise foreign_tensor_error(name, value.device.adapter, device.adapter)
-            prepared[name] = value
-            continue
-        if type(value) is not np.ndarray:  # plain arrays (the per-call path) skip as_array's checks
-            value = as_array(name, value)
-        prepared[name] = host_array(value) if host_ready else value
-    return prepared

@@ -1,0 +1,104 @@
+"""A call's arguments on their way to its plan: the options frozen into the fast-plan key (what
+a repeated call is found by), and the inputs checked against the manifest's names and readied for
+the device. What each input is (an array, a GpuTensor, a description) is read in call_inputs.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .call_inputs import as_array, checked_mapping, foreign_tensor_error
+from .contract import check_input_names, has_negative_zero
+from .device import Device
+from .errors import InputError
+from .execution import host_array
+from .manifest import Manifest
+from .tensor import LOST_TENSOR, RELEASED_ADVICE, GpuTensor
+
+
+def frozen_options(options: Mapping[str, Any] | None) -> Any:
+    """``attrs`` or ``tunables`` as a hashable term of the fast-plan key, unequal wherever a
+    checked call could tell the options apart."""
+    # The value's type is part of the key: True == 1 must not share a plan with a checked True;
+    # and so is a zero's sign: -0.0 == 0.0 must not either (CallSignature.negative_zeros). Only a
+    # float zero or a tuple is looked into: a call with attributes pays no function call for it.
+    # A tuple's items' types too: (1, 2) == (1.0, 2.0) == (True, 2), which render differently
+    # or are refused (CallSignature.value_types).
+    # A list (JSON's arrays: what a list attribute's default is) is keyed as its tuple of items.
+    return None if not options else tuple(
+        (k, v.__class__, v, (v == 0.0 and has_negative_zero(v)) if isinstance(v, _FLOATS) else
+         v.__class__ is tuple and _tuple_terms(v)) if v.__class__ is not list else
+        (k, list, tuple(v), _tuple_terms(v))
+        for k, v in options.items()
+    )  # fmt: skip
+
+
+_FLOATS = (float, np.floating)
+# Values a fast-plan key holds by value. Another hashable (a torch tensor hashes by identity) could
+# change in place after its plan was stored, so a call with one always takes the checked path.
+_SCALAR_TYPES = (bool, int, float, str, np.generic)
+
+
+def keyed_by_value(options: Mapping[str, Any] | None) -> bool:
+    """Whether a plan may be filed under ``options``' key: every value one the key holds by value."""
+    return not options or all(
+        isinstance(v, _SCALAR_TYPES) or isinstance(v, (tuple, list)) and all(isinstance(i, _SCALAR_TYPES) for i in v)
+        for v in options.values()
+    )  # fmt: skip
+
+
+def _tuple_terms(value: Sequence[Any]) -> tuple[bool, tuple[type, ...]]:
+    return has_negative_zero(value), tuple(map(type, value))
+
+
+def gpu_input_names(inputs: Mapping[str, Any]) -> list[str]:
+    """The names of the inputs given as GpuTensors (a dtype's conversion hint differs for them)."""
+    return [name for name, value in inputs.items() if isinstance(value, GpuTensor)]
+
+
+class _Present(dict[str, Any]):
+    """Inputs :func:`declared_present` checked and left the optional Nones out of: the call that
+    re-enters with them does not check their names again."""
+
+
+def declared_present(manifest: Manifest, inputs: Any) -> Any:
+    """``inputs`` checked to be a mapping of declared input names, before any value is read (an
+    unknown name given None had been refused as a value that is no array), less the optional
+    inputs given as None (:func:`_without_absent`)."""
+    if type(inputs) is _Present:
+        return inputs
+    check_input_names(manifest, checked_mapping(inputs))
+    return _without_absent(manifest, inputs)
+
+
+def _without_absent(manifest: Manifest, inputs: Any) -> Any:
+    """``inputs`` less the optional inputs given as None (ONNX's and PyTorch's way of leaving one
+    out), or ``inputs`` itself where there are none: a required input given as None stays, for the
+    call to refuse by name."""
+    if not isinstance(inputs, Mapping) or not any(v is None for v in inputs.values()):
+        return inputs
+    optional = {spec.role for spec in manifest.inputs if spec.optional}
+    present = _Present((name, value) for name, value in inputs.items() if value is not None or name not in optional)
+    return present if len(present) < len(inputs) else inputs
+
+
+def prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: bool) -> dict[str, np.ndarray | GpuTensor]:
+    """Inputs as NumPy arrays or live GpuTensors on ``device``; with ``host_ready`` the arrays are
+    also made C-contiguous and little-endian (copies, never the caller's array)."""
+    prepared: dict[str, np.ndarray | GpuTensor] = {}
+    for name, value in checked_mapping(inputs).items():
+        if isinstance(value, GpuTensor):
+            if value.released:
+                raise InputError(name, "a live GpuTensor", "a released GpuTensor", hint=RELEASED_ADVICE)
+            if value._device is not device:  # the slot: the property costs 17 ns more a read (CPU machine)
+                if value.device.lost:  # same adapter, so the labels alone would read alike
+                    raise InputError(name, "a GpuTensor on a live device", LOST_TENSOR)
+                raise foreign_tensor_error(name, value.device.adapter, device.adapter)
+            prepared[name] = value
+            continue
+        if type(value) is not np.ndarray:  # plain arrays (the per-call path) skip as_array's checks
+            value = as_array(name, value)
+        prepared[name] = host_array(value) if host_ready else value
+    return prepared

@@ -1,0 +1,71 @@
+"""What :meth:`Kernel.explain <webgpu_kernels.kernel.Kernel.explain>` returns: the variant
+selection of one call, judged variant by variant, and its text and JSON forms. It holds the
+finished answer only; working it out is the kernel's (kernel.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .program import OutputSpec
+from .selection import Verdict
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What :meth:`Kernel.explain` found for a call: every variant's verdict, the one chosen, the
+    outputs' shapes and why the call would still fail, if it would. ``str()`` is the
+    `webgpu-kernels explain` text; :meth:`as_dict` its ``--json``."""
+
+    op_id: str
+    chosen: str | None
+    verdicts: tuple[Verdict, ...]
+    outputs: tuple[OutputSpec, ...]
+    values: dict[str, Any]  # derive and constant values of the call (top level)
+    #: Why a call would still fail with the chosen variant (a binding over the device's limits, a
+    #: grid expression that fails), if it would; with no variant chosen, the device's reason if it
+    #: has one (float16 on an adapter without shader-f16, which a variant would accept with it).
+    #: Where ``tuned`` is set the call runs that instead, and does not fail for this reason.
+    refused: str | None = None
+    #: The stored tuning result a call would run instead, {"variant": ..., "tunables": {...}}, if any
+    #: (`webgpu-kernels tune`); ``chosen`` stays the manifest's own selection.
+    tuned: dict[str, Any] | None = None
+    #: The variant the call forces (``variant=``), if it does: ``chosen`` is it if its ``when``
+    #: holds, else None with the call's VariantRejectedError in ``refused``.
+    forced: str | None = None
+    #: The outputs the chosen variant returns (an optional output it binds nowhere is left out of
+    #: the call's result); None when no variant was chosen. ``outputs`` lists every output's shape.
+    produced: frozenset[str] | None = None
+
+    def __str__(self) -> str:
+        if self.forced is not None:
+            head = (f"chosen variant {self.chosen!r} (forced)" if self.chosen else
+                    f"forced variant {self.forced!r} rejected")  # fmt: skip
+        else:
+            head = f"chosen variant {self.chosen!r}" if self.chosen else "no variant applies"
+        lines = [f"{self.op_id}: {head}"]
+        for v in self.verdicts:
+            mark = "*" if v.variant == self.chosen else ("+" if v.accepted else "-")
+            lines.append(f"  {mark} {v.variant} (priority {v.priority:g}): {v.reason()}")
+        for out in self.outputs:
+            left_out = self.produced is not None and out.role not in self.produced
+            lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}"
+                         + (f" (optional: variant {self.chosen!r} does not produce it)" if left_out else ""))  # fmt: skip
+        if self.refused and self.tuned:  # the call runs the stored result, which passed the call's checks
+            lines.append(f"  the manifest's selection would fail, so without the stored result below the call "
+                         f"would: {self.refused}")  # fmt: skip
+        elif self.refused:
+            lines.append(f"  {'but the call would fail' if self.chosen else 'the call fails'}: {self.refused}")
+        if self.tuned:
+            lines.append(f"  a stored tuning result applies: the call runs {self.tuned['variant']!r} with "
+                         f"tunables {self.tuned['tunables']}")  # fmt: skip
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op_id, "chosen": self.chosen, "variants": [v.as_dict() for v in self.verdicts],
+            "outputs": [{"name": o.role, "shape": list(o.shape), "dtype": o.dtype,
+                         "produced": None if self.produced is None else o.role in self.produced} for o in self.outputs],
+            "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
+            "refused": self.refused, "tuned": self.tuned, "forced": self.forced,
+        }  # fmt: skip
