@@ -58,6 +58,16 @@ export COLUMNS=250 WEBGPU_KERNELS_TUNING_DIR=/tmp/tuning WEBGPU_KERNELS_PEER_TIM
 # ONNX Runtime's peer needs about 200 s for all 40 cases (170 s reached 38 in run E).
 # Run I: bench took about 440 s of its limit (ORT 196 s in two processes); hence tune 60, bench 485.
 # Run J (call-span timing): the whole call 402 s, ORT 192 s.
+# Every peer's verdict (each *_ok) per case, read back from bench --json's peers.json
+verdicts() {
+  python3 -c "
+import json, sys
+rows = json.load(open(sys.argv[1]))['cases']
+for r in rows:
+    verdicts = {f'{p}.{k}': v for p, res in r.get('peers', {}).items() for k, v in res.items() if k.endswith('_ok')}
+    print(r['kernel'].split('.')[-1], r['case'], r['dtype'], 'ours', r.get('error_ok'), r.get('max_error'), verdicts)
+" "$OUT/peers.json" 2>&1 | tee "$OUT/peers-verdicts.log"
+}
 tune() { timeout "$1" python3 -m webgpu_kernels tune --tag large 2>&1 | tee "$OUT/tune.log"
          cp /tmp/tuning/*.json "$OUT/tuning.json" 2>/dev/null; }
 case "${1:-bench}" in
@@ -289,13 +299,7 @@ case "${1:-bench}" in
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
     WEBGPU_KERNELS_PEER_TIMEOUT=200 timeout 420 python3 -m webgpu_kernels bench --compare --tag large --json "$OUT/peers.json" \
       --plot "$OUT/peers.png" 2>&1 | tee "$OUT/peers.log"
-    python3 -c "
-import json, sys
-rows = json.load(open(sys.argv[1]))['cases']
-for r in rows:
-    verdicts = {f'{p}.{k}': v for p, res in r.get('peers', {}).items() for k, v in res.items() if k.endswith('_ok')}
-    print(r['kernel'].split('.')[-1], r['case'], r['dtype'], 'ours', r.get('error_ok'), r.get('max_error'), verdicts)
-" "$OUT/peers.json" 2>&1 | tee "$OUT/peers-verdicts.log" ;;
+    verdicts ;;
   torchab)  # session 43: torch's peer figures from three codes of peers.py, alternated, two rounds, on two large
             # cases: ab-old (before session 42's queued launches), ab-mid (before session 43's warm-up) and this tree;
             # then the suite in 8 processes (untracked ab-old, ab-mid: git archive REV src | tar -x -C DIR)
@@ -379,13 +383,7 @@ for r in rows:
           # no suite after it (testsn alone: 168 s on that lend)
     timeout 540 python3 -m webgpu_kernels bench --compare --tag small --tag large --json "$OUT/peers.json" 2>&1 \
       | tee "$OUT/peers.log"
-    python3 -c "
-import json, sys
-rows = json.load(open(sys.argv[1]))['cases']
-for r in rows:
-    verdicts = {f'{p}.{k}': v for p, res in r.get('peers', {}).items() for k, v in res.items() if k.endswith('_ok')}
-    print(r['kernel'].split('.')[-1], r['case'], r['dtype'], 'ours', r.get('error_ok'), r.get('max_error'), verdicts)
-" "$OUT/peers.json" 2>&1 | tee "$OUT/peers-verdicts.log" ;;
+    verdicts ;;
   roundtrip)  # the comparison on the small, model and large cases (round trips, ORT on the large ones)
     timeout 390 python3 -m webgpu_kernels bench --compare --tag small --tag large --tag model:clip-text --tag model:sd1.5 \
       --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
