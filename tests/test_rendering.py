@@ -317,6 +317,19 @@ def test_a_template_printing_a_non_finite_number_is_a_template_error_at_its_line
     assert not isinstance(info.value, errors.TemplateSandboxError)
 
 
+@pytest.mark.parametrize("expression, shown", [("'nan' | float | int", "nan"), ("(1e300 * 1e300) | int", "inf"),
+                                               ("(0 - 1e300 * 1e300) | int(7)", "-inf")])  # fmt: skip
+def test_int_of_a_non_finite_number_is_a_template_error_not_a_silent_default(write_package, expression, shown):
+    """Jinja's `int` filter gives NaN its default, 0: `const n = {{ x | int }};` wrote 0 into the
+    WGSL with no word said (and inf raised a bare OverflowError)."""
+    kernel = demo_with_template(write_package, f"// one\n// {{{{ {expression} }}}}\n" + DEMO_TEMPLATE)
+    with pytest.raises(errors.TemplateError) as info:
+        kernel.render({"X": meta((3,), f32)})
+    assert info.value.line == 2 and f"| int of {shown}" in str(info.value)
+    assert "// 3" in demo_with_template(write_package, "// {{ 3.7 | int }}\n" + DEMO_TEMPLATE).render(
+        {"X": meta((3,), f32)})["main"]  # a finite float still truncates
+
+
 def test_a_non_finite_number_printed_by_an_included_template_names_that_file(write_package):
     """Pins "naming the template file (an included one's)" """
     manifest = json.loads(json.dumps(DEMO_MANIFEST))

@@ -318,11 +318,11 @@ class TemplateSandbox(BoundedSandbox):
 
 
 class NonFiniteText(TemplateRuntimeError):
-    """A template turned a float that is not finite into text (:meth:`TemplateSandbox.text_size`);
-    :func:`template_error` makes it a TemplateError naming the template line."""
+    """A template turned a float that is not finite into text (:meth:`TemplateSandbox.text_size`) or
+    an integer (``| int``); :func:`template_error` makes it a TemplateError naming the template line."""
 
-    def __init__(self, value: float) -> None:
-        super().__init__(f"prints {value!r}: there is no WGSL literal for a number that is not finite (an "
+    def __init__(self, value: float, what: str = "prints") -> None:
+        super().__init__(f"{what} {value!r}: there is no WGSL literal for a number that is not finite (an "
                          "overflow, or NaN, in the template's arithmetic); test it (`is number`, a comparison) "
                          "before it is printed, or print it with wgsl_float, which names the value")  # fmt: skip
 
@@ -521,6 +521,10 @@ def _f_round(context: Any, value: Any, precision: int = 0,
 def _f_int(context: Any, value: Any, default: int = 0, base: int = 10) -> int:
     if isinstance(value, str) and len(value) > 64:
         raise SandboxViolation("int() of a string longer than 64 characters")
+    if isinstance(value, float) and not math.isfinite(value):
+        # Jinja gives NaN the default (0), a wrong constant in the WGSL with no word said, and inf
+        # a bare OverflowError
+        raise NonFiniteText(value, "| int of")
     return _result(context, jinja_filters.do_int(value, default, base))
 
 
