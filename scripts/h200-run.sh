@@ -46,6 +46,7 @@
 #   bash scripts/h200-run.sh torchab   torch's peer figures from three codes of peers.py (ab-old, ab-mid, this), then testsn
 #   bash scripts/h200-run.sh qgab   f16 QuickGelu's large case alone, this tree against ab-mid, alternated; then all large
 #   bash scripts/h200-run.sh qgretime   f16 QuickGelu's large case alone in eight fresh processes (the under-copy re-time)
+#   bash scripts/h200-run.sh kernelalloc   run Z's kernel-only slow state: the buffers' or the process's? then all large
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -331,6 +332,13 @@ case "${1:-bench}" in
       timeout 60 python3 -m webgpu_kernels bench com.microsoft.QuickGelu --tag large --dtype f16 --no-host 2>&1 \
         | grep -E "TB/s \(|re-timed|Error" | tee -a "$OUT/qg-retime.log"
     done ;;
+  kernelalloc)  # session 43 (for the next lend): run Z's kernel-only slow state, the buffers' or the process's?
+               # scripts/kernel_alloc_probe.py in six fresh processes (fresh pairs timed twice, a kept pair), then all large
+    for p in 1 2 3 4 5 6; do
+      echo "== process $p" | tee -a "$OUT/kernel-alloc.log"
+      timeout 60 python3 scripts/kernel_alloc_probe.py 20 40 2>&1 | tee -a "$OUT/kernel-alloc.log"
+    done
+    timeout 150 python3 -m webgpu_kernels bench --tag large --no-host --json "$OUT/large.json" 2>&1 | tee "$OUT/large.log" ;;
   largepackages)  # session 29: large (calls_per_span on calls over 1 ms), then demo.Where and demo.Transpose benched
     bash "$0" large
     timeout 120 python3 -m webgpu_kernels bench tests/packages/demo.Where tests/packages/demo.Transpose --no-host \
