@@ -494,3 +494,14 @@ def test_each_workgroup_size_is_its_own_wgsl(demo):
     same = {kernel.render(X8, attrs={"scale": s}, variant="scalar")["main"] for s in (1.0, 2.0)}
     assert len(same) == 1  # a uniform value never changes the WGSL
 
+
+
+@pytest.mark.parametrize("size, holds", [(256, True), (1, True), (1024, True), (96, False), (2048, False)])
+def test_a_power_of_two_workgroup_is_said_with_a_list(demo, size, holds):
+    """Doc: "The expression language has no bitwise operators: a kernel whose tree reduction needs a
+    power-of-two workgroup says so with a list, `"tunables.WORKGROUP_SIZE in [1, 2, 4, ..., 1024]"`" """
+    rule = "tunables.WORKGROUP_SIZE in [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]"
+    kernel = demo()
+    assert kernel.evaluate(rule, X8, tunables={"WORKGROUP_SIZE": size}) is holds
+    with pytest.raises(errors.ExpressionError):
+        kernel.evaluate("tunables.WORKGROUP_SIZE & 255", X8)  # no bitwise operator to say it otherwise
