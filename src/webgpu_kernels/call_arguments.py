@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from .call_inputs import as_array, checked_mapping, foreign_tensor_error
+from .call_inputs import as_array, checked_mapping
 from .contract import check_input_names, has_negative_zero
-from .device import Device
+from .device import AdapterSummary, Device, adapter_request
 from .errors import InputError
 from .execution import host_array
 from .manifest import Manifest
@@ -102,3 +102,13 @@ def prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: boo
             value = as_array(name, value)
         prepared[name] = host_array(value) if host_ready else value
     return prepared
+
+
+def foreign_tensor_error(name: str, tensor_adapter: AdapterSummary, call_adapter: AdapterSummary) -> InputError:
+    """The error for a GpuTensor on another adapter's device than the call's, saying both ways out:
+    run the call where the tensor lives, or copy the tensor over (to_gpu without adapter= returns it
+    as it is, so the hint names both adapters as ``adapter=`` values)."""
+    there, here = adapter_request(tensor_adapter), adapter_request(call_adapter)
+    return InputError(name, f"a GpuTensor on {call_adapter.label()}", f"one on {tensor_adapter.label()}",
+                      hint=f"a call runs on one device: run it on the tensor's device with adapter={there}, or copy "
+                           f"the tensor to the call's device with to_gpu(t, adapter={here})")  # fmt: skip

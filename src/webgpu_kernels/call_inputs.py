@@ -6,17 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .contract import MAX_RANK
 from .contract import is_buffer as _is_buffer
-from .errors import DTypeError, InputError, KernelError, RankError, ShapeError, shorten
+from .errors import DTypeError, InputError, RankError, ShapeError, shorten
 from .manifest import ONNX_TO_WGSL
-
-if TYPE_CHECKING:
-    from .device import AdapterSummary
 
 
 @dataclass(frozen=True)
@@ -147,30 +144,6 @@ def checked_mapping(inputs: Any) -> Mapping[str, Any]:
         if not isinstance(name, str):
             raise InputError("inputs", "string keys (input names)", repr(name))
     return inputs
-
-
-def foreign_tensor_error(name: str, tensor_adapter: AdapterSummary, call_adapter: AdapterSummary) -> InputError:
-    """The error for a GpuTensor on another adapter's device than the call's, saying both ways out:
-    run the call where the tensor lives, or copy the tensor over (to_gpu without adapter= returns it
-    as it is, so the hint names both adapters as ``adapter=`` values)."""
-    there, here = _adapter_request(tensor_adapter), _adapter_request(call_adapter)
-    return InputError(name, f"a GpuTensor on {call_adapter.label()}", f"one on {tensor_adapter.label()}",
-                      hint=f"a call runs on one device: run it on the tensor's device with adapter={there}, or copy "
-                           f"the tensor to the call's device with to_gpu(t, adapter={here})")  # fmt: skip
-
-
-def _adapter_request(adapter: AdapterSummary) -> str:
-    """The ``adapter=`` value (quoted) that chooses ``adapter``: its backend where that does, else its
-    name; else words, where no request tells it from an adapter listed before it (two alike GPUs)."""
-    from .device import choose_adapter  # device imports what calls need; a call only gets here on an error
-
-    for request in (adapter.backend.lower(), adapter.name):
-        try:
-            if request and choose_adapter(request).index == adapter.index:
-                return repr(request)
-        except KernelError:  # AdapterNotFoundError: a backend name no alias knows
-            continue
-    return "<a backend or part of the name of that adapter>"
 
 
 def as_array(name: str, value: Any) -> np.ndarray:

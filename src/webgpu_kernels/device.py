@@ -21,7 +21,7 @@ from typing import Any
 import wgpu
 
 from .buffers import FORKED, READBACK_SPIN_S, WAIT_WARN_ENV, WAIT_WARN_S, DeviceMemory, raised_by_wgpu_promise
-from .errors import AdapterNotFoundError, DeviceError, InputError
+from .errors import AdapterNotFoundError, DeviceError, InputError, KernelError
 from .program import WEBGPU_FEATURE_NAMES, DeviceInfo
 
 ADAPTER_ENV = "WEBGPU_KERNELS_ADAPTER"
@@ -201,6 +201,19 @@ def choose_adapter(request: str | None = None) -> AdapterSummary:
     seen = "; ".join(a.label() for a in adapters)
     raise AdapterNotFoundError(f"no adapter matches {request!r} (from the adapter argument or ${ADAPTER_ENV}); "
                                f"present: {seen}")  # fmt: skip
+
+
+def adapter_request(adapter: AdapterSummary) -> str:
+    """The ``adapter=`` value (quoted) that chooses ``adapter`` (choose_adapter's inverse): its
+    backend where that does, else its name; else words, where no request tells it from an adapter
+    listed before it (two alike GPUs)."""
+    for request in (adapter.backend.lower(), adapter.name):
+        try:
+            if request and choose_adapter(request).index == adapter.index:
+                return repr(request)
+        except KernelError:  # AdapterNotFoundError: a backend name no alias knows
+            continue
+    return "<a backend or part of the name of that adapter>"
 
 
 def _camel(name: str) -> str:
