@@ -115,6 +115,32 @@ def test_an_upload_cut_short_leaks_no_buffer(device, monkeypatch):
     assert len(device.memory._leased) == leased
 
 
+
+def test_a_release_interrupted_while_it_waits_for_the_lock_leaks_no_buffer(device, monkeypatch):
+    """A Ctrl-C while release() waited for the device lock (another thread reading back, say) had
+    taken the buffer from the tensor and never given it to the pool: leased for good (helper-113)."""
+    gc.collect()
+    with device.memory.lock:
+        device.memory._pool_collected()
+    tensor = wk.to_gpu(np.ones(1024, f32))
+    leased = len(device.memory._leased)
+
+    class Interrupted:  # what a lock acquire does when a Ctrl-C comes while it waits
+        def __enter__(self):
+            raise KeyboardInterrupt
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(device.memory, "lock", Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        tensor.release()
+    monkeypatch.undo()
+    assert tensor.released
+    assert device.memory.live_buffers  # pools what waits to be pooled
+    assert len(device.memory._leased) == leased - 1
+
+
 READBACK_CUT_SHORT = """
 import numpy as np
 import webgpu_kernels as wk

@@ -286,10 +286,18 @@ class DeviceMemory:
         """Give a buffer back to the pool; the oldest free buffers beyond the cap are destroyed."""
         if self.forked:  # a forked child must not touch its parent's device (device._after_fork_in_child)
             return
-        with self.lock:
-            if self._collected:
-                self._pool_collected()
-            self._release(buffer)
+        try:
+            with self.lock:
+                if self._collected:
+                    self._pool_collected()
+                self._release(buffer)
+        except BaseException:
+            # Cut short before _release took it (a Ctrl-C while waiting for the lock another thread
+            # holds): the caller (GpuTensor.release) has let go of it, so it had stayed leased for
+            # good. Pooled at the next safe point instead; one _release took is never queued twice.
+            if buffer.uid in self._leased:
+                self._collected.append(buffer)
+            raise
 
     def _release(self, buffer: Any) -> None:  # under the lock
         size, uid = buffer.size, buffer.uid
