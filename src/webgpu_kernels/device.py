@@ -13,6 +13,7 @@ import ctypes
 import itertools
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -82,6 +83,9 @@ _devices: dict[int, Device] = {}
 #: features and limits, which a call passing ``adapter=`` would pay every time (CPU machine,
 #: `python scripts/list_attr_cost.py`: get_device("vulkan") 27-31 us before, 0.26-0.28 after).
 _requested: dict[str, Device] = {}
+#: Every device opened here and still referenced, lost ones included (a lost device is forgotten by
+#: _devices, but its tensors live on): a forked child marks them all (_after_fork_in_child).
+_opened: weakref.WeakSet[Device] = weakref.WeakSet()
 
 
 _forked = False  # this process is a fork of one that had opened a device (FORKED)
@@ -156,7 +160,10 @@ def _after_fork_in_child() -> None:
     # H200, sessions 24-25: the suite stopped after the fork test). The child cannot use the device
     # anyway, so none of its wgpu objects is released.
     wgpu.GPUObjectBase.__del__ = wgpu.GPUAdapter.__del__ = _never_release
-    for device in _devices.values():
+    # Every device, not just those _devices still holds: a lost one's tensor released in the child
+    # had taken its parent's lock (held at the fork by another thread: the child waited for good)
+    # and trimmed its pool, destroying the parent's buffers.
+    for device in list(_opened):
         device.memory.forked = True
         device.lock = device.memory.lock = threading.RLock()  # another thread of the parent may have held it
     _devices.clear()
@@ -350,4 +357,5 @@ def _get_device(adapter: str | None) -> Device:
             _opened_any = True  # before: an open that fails halfway may leave driver state too
             device = Device(_enumerate()[summary.index], summary)
             _devices[summary.index] = device
+            _opened.add(device)
         return device
