@@ -110,6 +110,15 @@ def test_bench_kernel_quick_gelu(quick_gelu, need_dtype, dtype):
     json.dumps(d)  # the CLI writes it as JSON
 
 
+
+def test_bench_kernel_leaves_no_bind_group_over_its_destroyed_buffers(quick_gelu):
+    """bench's timing makes its own buffers and destroys them; the bind groups over them had stayed in
+    the device's cache (up to 1,024 of them) until newer ones pushed them out (helper-113)."""
+    memory = wk.get_device().memory
+    before = set(memory._bind_groups)
+    bench_kernel(quick_gelu, {"X": random_array((4096,), "float32", np.random.default_rng(0))}, **FAST)
+    assert not set(memory._bind_groups) - before, "the timing's bind groups, over its destroyed buffers, stayed cached"
+
 @pytest.mark.parametrize("shape", [(3,), (5, 77, 13), (1, 77, 3071)])
 def test_bench_kernel_on_sizes_that_are_not_whole_16_byte_units(quick_gelu, shape):
     """Inputs are bound as their bytes rounded up to 16 (docs/format.md); bench's own uploads were

@@ -281,7 +281,7 @@ def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndar
             agreement = check(outputs)
     finally:
         for b, _ in buffers.values():
-            b.destroy()
+            device.memory.destroy(b)
     return t, out_bytes, agreement
 
 

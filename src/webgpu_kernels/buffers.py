@@ -320,6 +320,12 @@ class DeviceMemory:
             self._free_total -= old.size
             self._destroy(old)
 
+    def destroy(self, buffer: Any) -> None:
+        """Destroy a buffer made outside the pool (bench's timing buffers), and drop the cached bind
+        groups over it: destroyed directly, they had stayed cached until 1,024 more pushed them out."""
+        with self.lock:
+            self._destroy(buffer)
+
     def _destroy(self, buffer: Any) -> None:
         stale = [k for k in self._bind_groups if any(e[1] is buffer for e in k[1])]  # they would bind a dead buffer
         for k in stale:
