@@ -194,3 +194,21 @@ def test_the_slow_state_rule_is_past_64_mib_below_60_percent_twice_at_most():
     assert "its copy read 2.36 TB/s" in (slow_states.slow_state(result, copies) or "")
     copies[64 << 20] = 0.61 * 4.0
     assert "spread" in (slow_states.slow_state(result, copies) or "")  # p10 a tenth of the median
+
+
+def test_the_under_copy_rule_is_asked_of_the_reading_kept_within_three_timings(monkeypatch):
+    """"this is asked of the reading kept after a re-timing too, within the same three timings at
+    most"."""
+    nbytes = 336 << 20
+
+    def reading(p10_us: float, median_us: float) -> benchmark.BenchResult:
+        return benchmark.BenchResult(kernel="k", case="c", variant="v", dtypes={}, shapes={}, elements=0, bytes=nbytes,
+                                     median_s=median_us * 1e-6, p10_s=p10_us * 1e-6, p90_s=median_us * 1e-6, samples=8,
+                                     tbps=nbytes / (median_us * 1e-6) / 1e12, peak_fraction=0.1)  # fmt: skip
+
+    monkeypatch.setattr(slow_states, "bench_copy", lambda device, half: type("T", (), {"median_s": 84e-6})())
+    # spread (timed again), then steady at 44% of its copy (asked again: 83 µs), then no fourth
+    readings = iter([reading(118.6, 229.0), reading(185.6, 186.0), reading(83.0, 83.1), reading(83.0, 83.0)])
+    result, slow = slow_states.time_steadily(lambda: next(readings), None, {})
+    assert result.median_s == pytest.approx(83.1e-6) and len(slow["replaced"]) == 2
+    assert next(readings).median_s == pytest.approx(83.0e-6)  # three timings, the fourth never taken

@@ -46,6 +46,8 @@ def one_line(row: dict[str, Any]) -> str:
         tuned = f", tuned: error {row['tuned']['error'][:100]}"
     if row.get("tuned", {}).get("error_ok") is False:
         tuned += f" WRONG: max error {row['tuned']['max_error']:.3g}"
+    if (row.get("tuned", {}).get("slow_state") or {}).get("persists"):  # as the default's below
+        tuned += f" (SLOW STATE persisted: {row['tuned']['slow_state']['persists']})"
     wrong = "" if row.get("error_ok") is not False else f", WRONG: max error {row['max_error']:.3g}"
     if not row.get("stable", True):  # the figure of two batches that did not agree
         wrong += f", unstable: batch medians did not agree in {row['batches']} batches"

@@ -491,16 +491,17 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         return row
     if choice is not None:
         try:
-            row["tuned"] = _bench_tuned(kernel, arrays, attrs, result, row["dtype"], flops, check)
+            row["tuned"] = _bench_tuned(kernel, arrays, attrs, result, row["dtype"], flops, check, run)
         except KernelError as exc:  # the default's figures stand
             row["tuned"] = {"variant": choice.variant, "tunables": choice.tunables, "error": str(exc)}
     return row
 
 
 def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any, dtype: str,
-                 flops: int | None, check: Any) -> dict[str, Any]:  # fmt: skip
+                 flops: int | None, check: Any, run: _BenchRun) -> dict[str, Any]:  # fmt: skip
     """The "tuned" figures: what a call without variant or tunables runs, checked as the default is
-    (``check``: the default's; where no reference checked the default, against its output)."""
+    (``check``: the default's; where no reference checked the default, against its output), and
+    timed under the default's slow-state rule (``run``'s device and copies)."""
     # A stored choice the call cannot use (stale, or refused by `when` or the device) falls back to
     # the default selection there, so it is that plan that is timed, not the stored entry.
     _, runs = kernel.plan(arrays, attrs=attrs, tuned=True)
@@ -516,15 +517,23 @@ def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str,
                     kernel(arrays, attrs=attrs, variant=default.variant, tunables=default.tunables).items()}  # fmt: skip
         tolerance = Tolerance.of(dtype.split(","))
         check, against = (lambda outputs: check_against(outputs, expected, tolerance)), "default"
-    tuned = default if same else bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables,
-                                              check=check, flops=flops)  # fmt: skip
+    slow_state = None
+    if same:
+        tuned = default
+    else:
+        # Under the default's rule: a tuned reading taken in the slow state, timed once where the
+        # default had been timed again and the fastest kept, read as a loss tuning never made.
+        tuned, slow_state = slow_states.time_steadily(
+            lambda: bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables, check=check,
+                                 flops=flops), run.device, run.copies)  # fmt: skip
     # A tuned kernel that computes something else is WRONG, not fast. Its TB/s counts the default's
     # bytes, as the peers' do: a variant writing an optional output the default does not had been
     # credited with those bytes too (helper-31).
     tbps = default.bytes / tuned.median_s / 1e12 if tuned.median_s > 0 else float("nan")
     return {"variant": variant, "tunables": tunables, "tbps": tbps, "tflops": tuned.tflops, "median_s": tuned.median_s,
             "same_as_default": same, "max_error": tuned.max_error, "error_ok": tuned.error_ok,
-            "checked_against": against if tuned.max_error is not None else None}
+            "checked_against": against if tuned.max_error is not None else None,
+            **({"slow_state": slow_state} if slow_state is not None else {})}
 
 
 def _host_per_call(kernels: list[Kernel], calls: int, seed: int) -> list[dict[str, Any]]:
