@@ -65,6 +65,14 @@ def test_batches_repeat_until_two_medians_agree_within_2_percent_after_03_s():
     assert not walltime.settle(apart, calls_per_span=50).stable
 
 
+def test_two_medians_are_compared_whatever_min_batches_says():
+    """"until two consecutive batch medians agree": a caller's min_batches of 1 (bench_kernel passes
+    it through) had compared the first batch's median with a second that did not exist (IndexError)."""
+    steady = Batches([1e-3])
+    settled = walltime.settle(steady, calls_per_span=50, min_batches=1, min_total_s=0.0)
+    assert settled.stable and settled.batches == 2 and len(steady.spans_asked) == 2
+
+
 def test_the_first_span_is_dropped_and_the_figure_is_the_median_of_the_two_batches_that_agreed():
     """"the first span of each batch is dropped (clock ramp-up). The figure is the median over the
     two batches that agreed." """

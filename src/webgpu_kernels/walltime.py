@@ -37,7 +37,8 @@ def settle(one_batch: Callable[[int], list[float]], *, calls_per_span: int, targ
         medians.append(statistics.median(batches[-1]))
         # Size the next batch to about target_batch_s of GPU time.
         spans = int(target_batch_s / max(medians[-1] * calls_per_span, 1e-7))
-        if batch + 1 >= min_batches and total >= min_total_s and abs(medians[-1] - medians[-2]) <= rel_tol * medians[-1]:
+        # Two medians whatever min_batches says (1 had compared the first with one not yet taken).
+        if batch + 1 >= max(min_batches, 2) and total >= min_total_s and abs(medians[-1] - medians[-2]) <= rel_tol * medians[-1]:
             stable = True
             break
     return Settled(sorted(batches[-1] + (batches[-2] if len(batches) > 1 else [])), len(medians), stable)
