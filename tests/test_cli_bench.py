@@ -609,6 +609,16 @@ def test_peer_lines_are_streamed_and_a_chatty_stderr_cannot_stall_the_peer():
     assert "peer fake" not in out  # exit 0: nothing to report
 
 
+def test_a_peer_line_that_is_json_but_no_result_is_skipped_not_a_crash():
+    """A library printing `1`, `[2]` or a dict without a case to the peer's stdout parsed as JSON and
+    reached the merge, whose result.pop("case") raised (helper-115)."""
+    code = ("import json\n"
+            "print(1); print('[2]'); print(json.dumps({'peer': 'x'})); print('null')\n"
+            "print(json.dumps({'case': 0, 'device_s': 1e-3}), flush=True)\n")  # fmt: skip
+    results, _ = stream(code)
+    assert results == [{"case": 0, "device_s": 1e-3}]
+
+
 def test_a_peer_s_stdout_pipe_is_closed_when_it_is_done(monkeypatch):
     """The pipe had been left to the garbage collector: a ResourceWarning for every peer."""
     started = []

@@ -616,9 +616,13 @@ def _stream_peer(peer: str, command: list[str], console: Any, timeout_s: int, wh
             assert process.stdout is not None
             for line in process.stdout:
                 try:
-                    yield json.loads(line)
+                    result = json.loads(line)
                 except ValueError:
                     continue
+                # What else a peer's libraries print may parse as JSON too (`1`, a list): a result
+                # is an object naming its case
+                if isinstance(result, dict) and isinstance(result.get("case"), int):
+                    yield result
         finally:
             timer.cancel()
             process.wait()
