@@ -552,6 +552,17 @@ def test_a_negative_zero_attribute_is_its_own_signature(quick_gelu):
     assert minus == check_call(quick_gelu.manifest, meta, {"alpha": -0.0}, None)
 
 
+def test_a_negative_zero_list_item_is_its_own_signature():
+    """[-0.0, 0.0] == [0.0, -0.0]: signatures carry which items are the negative zeros, not only
+    that the list holds one."""
+    from webgpu_kernels.contract import check_call
+    from webgpu_kernels.manifest import parse_manifest
+
+    manifest = parse_manifest({**_stats_manifest(["float32"]), "attributes": {"coef": [1.0, 2.0]}})
+    first, second = (check_call(manifest, {"X": ((4,), "float32")}, {"coef": c}, None) for c in ([-0.0, 0.0], [0.0, -0.0]))
+    assert first != second and first.negative_zeros == ("coef[0]",) and second.negative_zeros == ("coef[1]",)
+
+
 def test_an_int_and_an_equal_float_attribute_are_two_signatures():
     """1 == 1.0, yet a float attribute given an int keeps it (a template renders "1", not "1.0"):
     signatures (plan keys) carry each value's type, and each list item's."""

@@ -462,6 +462,49 @@ def test_a_list_attribute_takes_the_fast_path(write_package):
     assert len(kernel._fast_plans) == 3
 
 
+SIGNS_MANIFEST = one_pass_manifest("Signs", "signs.wgsl.jinja", attributes={"coef": [1.0, 1.0]})
+SIGNS_MANIFEST["variants"][0]["passes"][0]["bindings"].append(
+    {"name": "params", "semantic": "kernel.params", "buffer": {"type": "uniform"},
+     "struct": {"name": "Params", "fields": [{"name": "c0", "type": "f32", "value": "attrs.coef[0]"},
+                                             {"name": "c1", "type": "f32", "value": "attrs.coef[1]"}]}})  # fmt: skip
+#: Y = 2 * (coef[0]'s sign bit) + (coef[1]'s sign bit): which of the two zeros is the negative one
+SIGNS_WGSL = """{{ declarations }}
+@compute @workgroup_size({{ workgroupSize }})
+fn {{ entryPoint }}({{ entryParams }}) {
+  let i = {{ globalIndex }};
+  if (i < arrayLength(&y)) {
+    y[i] = x[i] * 0.0 + f32(bitcast<u32>(params.c0) >> 31u) * 2.0 + f32(bitcast<u32>(params.c1) >> 31u);
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_list_attributes_with_a_negative_zero_at_other_places_share_no_plan(write_package, kind):
+    """[-0.0, 0.0] == [0.0, -0.0], and both hold a negative zero: the plan key had said only that the
+    list held one, so the second call ran the first's uniform bytes (on either path)."""
+    x = np.ones(4, np.float32)
+    kernel = wk.load_kernel(write_package(SIGNS_MANIFEST, {"signs.wgsl.jinja": SIGNS_WGSL}))
+    for coef, want in [([-0.0, 0.0], 2.0), ([0.0, -0.0], 1.0), ([-0.0, -0.0], 3.0), ([0.0, 0.0], 0.0)] * 2:
+        np.testing.assert_array_equal(kernel({"X": x}, attrs={"coef": kind(coef)})["Y"], want, err_msg=str(coef))
+
+
+def test_a_named_tuple_attribute_keys_its_items_like_a_tuple(write_package):
+    """A tuple subclass (a namedtuple) is a list attribute's value as a tuple is; the fast-plan key
+    had looked into a plain tuple only, so Pair(1, 1) found the plan of Pair(1.0, 1.0), and
+    Pair(0.0, -0.0) that of Pair(0.0, 0.0)."""
+    import collections
+
+    pair = collections.namedtuple("pair", "a b")
+    x = np.ones(4, np.float32)
+    kernel = wk.load_kernel(write_package(RAW_ATTRS_MANIFEST, {"raw.wgsl.jinja": RAW_ATTRS_WGSL}))
+    for coef, want in ((pair(1.0, 1.0), 1.0), (pair(1, 1), 0.5)) * 2:  # scale 1.0: 0.5; coef[0] 1.0: 0.5, 1: 0
+        np.testing.assert_array_equal(kernel({"X": x}, attrs={"coef": coef})["Y"], want, err_msg=repr(coef))
+    kernel = wk.load_kernel(write_package(SIGNS_MANIFEST, {"signs.wgsl.jinja": SIGNS_WGSL}))
+    for coef, want in ((pair(0.0, 0.0), 0.0), (pair(0.0, -0.0), 1.0)) * 2:
+        np.testing.assert_array_equal(kernel({"X": x}, attrs={"coef": coef})["Y"], want, err_msg=repr(coef))
+
+
 class _Mislabelled:
     """An array-like whose own .shape and .dtype do not describe what NumPy reads from it (a padded
     ring buffer, a wrapper with a stale dtype)."""

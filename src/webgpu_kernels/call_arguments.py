@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .call_inputs import as_array, checked_mapping
-from .contract import check_input_names, has_negative_zero
+from .contract import check_input_names, has_negative_zero, negative_zero_indices
 from .device import AdapterSummary, Device, adapter_request
 from .errors import InputError
 from .execution import host_array
@@ -25,11 +25,13 @@ def frozen_options(options: Mapping[str, Any] | None) -> Any:
     # and so is a zero's sign: -0.0 == 0.0 must not either (CallSignature.negative_zeros). Only a
     # float zero or a tuple is looked into: a call with attributes pays no function call for it.
     # A tuple's items' types too: (1, 2) == (1.0, 2.0) == (True, 2), which render differently
-    # or are refused (CallSignature.value_types).
+    # or are refused (CallSignature.value_types); and which items are -0.0, not only whether one
+    # is: (-0.0, 0.0) == (0.0, -0.0). A tuple subclass (a namedtuple) is a tuple to the contract,
+    # so it is looked into too: `__class__ is tuple` had keyed pair(1, 1) as pair(1.0, 1.0).
     # A list (JSON's arrays: what a list attribute's default is) is keyed as its tuple of items.
     return None if not options else tuple(
         (k, v.__class__, v, (v == 0.0 and has_negative_zero(v)) if isinstance(v, _FLOATS) else
-         v.__class__ is tuple and _tuple_terms(v)) if v.__class__ is not list else
+         isinstance(v, tuple) and _tuple_terms(v)) if v.__class__ is not list else
         (k, list, tuple(v), _tuple_terms(v))
         for k, v in options.items()
     )  # fmt: skip
@@ -49,8 +51,8 @@ def keyed_by_value(options: Mapping[str, Any] | None) -> bool:
     )  # fmt: skip
 
 
-def _tuple_terms(value: Sequence[Any]) -> tuple[bool, tuple[type, ...]]:
-    return has_negative_zero(value), tuple(map(type, value))
+def _tuple_terms(value: Sequence[Any]) -> tuple[tuple[int, ...], tuple[type, ...]]:
+    return negative_zero_indices(value), tuple(map(type, value))
 
 
 def gpu_input_names(inputs: Mapping[str, Any]) -> list[str]:

@@ -43,8 +43,9 @@ class CallSignature:
     dtypes: tuple[tuple[str, str], ...]  # type variable -> ONNX dtype name
     attrs: tuple[tuple[str, Any], ...]
     tunables: tuple[tuple[str, Any], ...]
-    #: the names among attrs and tunables whose value holds a -0.0: it equals 0.0, yet a kernel
-    #: given it (a uniform, a template) can compute another result, so the two share no plan
+    #: where among attrs and tunables a value is -0.0 (``alpha``, or ``coef[1]`` for a list's
+    #: item): it equals 0.0, yet a kernel given it (a uniform, a template) can compute another
+    #: result, so the two share no plan. A list's items by index: [-0.0, 0.0] == [0.0, -0.0]
     negative_zeros: tuple[str, ...] = ()
     #: the type of each value among attrs and tunables (of each item of a list): a float default
     #: keeps an int an int (docs/format.md), and 1 == 1.0, yet a template renders "1" for one and
@@ -119,7 +120,7 @@ def check_call(
         dtypes=tuple((tv, dt) for tv, (dt, _) in type_bindings.items()),
         attrs=checked_attrs,
         tunables=checked_tunables,
-        negative_zeros=tuple(k for k, v in checked_attrs + checked_tunables if has_negative_zero(v)),
+        negative_zeros=tuple(place for k, v in checked_attrs + checked_tunables for place in _negative_zeros(k, v)),
         value_types=tuple(
             tuple(map(type, v)) if isinstance(v, tuple) else type(v) for _, v in checked_attrs + checked_tunables
         ),
@@ -146,6 +147,18 @@ def has_negative_zero(value: Any) -> bool:
     if isinstance(value, (tuple, list)):
         return any(has_negative_zero(v) for v in value)
     return False
+
+
+def negative_zero_indices(value: Any) -> tuple[int, ...]:
+    """The indices of a tuple's or list's items that are -0.0."""
+    return tuple(i for i, v in enumerate(value) if has_negative_zero(v))
+
+
+def _negative_zeros(name: str, value: Any) -> list[str]:
+    """Where a checked value (a number, or a tuple of numbers) holds -0.0: ``name``, ``name[i]``."""
+    if isinstance(value, tuple):
+        return [f"{name}[{i}]" for i in negative_zero_indices(value)]
+    return [name] if has_negative_zero(value) else []
 
 
 def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
