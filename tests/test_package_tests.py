@@ -741,3 +741,14 @@ def test_a_case_whose_input_is_a_data_file_shows_the_files_dtype(tmp_path: Path)
     edit_test_json(root, add)
     report = run_package_tests(wk.load_kernel(root))
     assert report.results and {r.dtype for r in report.results} == {"float16"}, [r.as_dict() for r in report.results]
+
+
+def test_a_child_dying_in_a_refused_case_counts_that_run_once(monkeypatch) -> None:
+    """A refused case without ``variants`` runs once, with no variant: its "start" event had
+    named the variant "-" (the progress bar's text), so the dead child's run was reported as an
+    error of variant "-" and again as a run never reached, two testcases for one run."""
+    monkeypatch.setenv(CRASH_HOOK_ENV, "refused-int32-input")
+    report = run_package_tests_isolated(wk.get_kernel(QUICK_GELU), cases=["refused-int32-input"], timeout=120)
+    assert [(r.case, r.variant, r.status) for r in report.results] == [("refused-int32-input", None, "error")]
+    assert report.not_run == []
+    assert report.error == "the test process exit status 70 while running case 'refused-int32-input' (int32)"

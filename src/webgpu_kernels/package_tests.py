@@ -605,7 +605,9 @@ def run_package_tests_isolated(
             if message[1] == "plan":
                 planned = message[2]
             if message[1] == "start":
-                current[:] = [message[2]]
+                # A refused case run with no variant is "-" in the event (the progress bar's text), None
+                # in its result and the plan: "-" had made a dead child's run an error and a run not reached.
+                current[:] = [{**message[2], "variant": None if message[2]["variant"] == "-" else message[2]["variant"]}]
                 run_began = time.perf_counter()
             notify(message[1], message[2])
         elif kind == "result":
@@ -618,7 +620,8 @@ def run_package_tests_isolated(
     report.seconds = now - spawned
     if not finished:
         run = current[0] if current else None
-        where = f" while running case {run['case']!r} on variant {run['variant']!r} ({run['dtype']})" if run else ""
+        on = f" on variant {run['variant']!r}" if run and run["variant"] is not None else ""
+        where = f" while running case {run['case']!r}{on} ({run['dtype']})" if run else ""
         report.error = f"the test process {ended}{where}"
         if run and not any(r.case == run["case"] and r.variant == run["variant"] for r in report.results):
             report.results.append(RunResult(kernel.op_id, run["case"], run["variant"], run["dtype"], ERROR,
