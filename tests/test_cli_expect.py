@@ -645,3 +645,28 @@ def test_new_data_files_past_the_package_s_file_count_are_refused(package) -> No
     assert_error(result, "cases[2].expected.Y", "'b.Y.npy' would make the package's files 1001",
                  f"more than a package may hold ({MAX_PACKAGE_FILES})")  # fmt: skip
     assert _tree(package) == files
+
+
+@pytest.mark.parametrize("function", ["wider_float", "wider_int"])
+def test_an_integer_output_the_dtype_cannot_hold_is_refused(tmp_path, function) -> None:
+    """A reference's integer result past the output's range was clipped (a float64 one: 2^40 + x as
+    int32's maximum) or wrapped (an int64 one), and written: a saturating (or wrapping) kernel then
+    passed, where test.json's own inline value past the range is refused (an expected value is the
+    true result, never clipped)."""
+    import shutil
+
+    from conftest import PACKAGES_DIR
+
+    root = shutil.copytree(PACKAGES_DIR / "demo.Transpose", tmp_path / "pkg")
+    doc = json.loads((root / "test.json").read_text("utf-8"))
+    doc["cases"] = [c for c in doc["cases"] if c["name"] == "rank1-7-i32"]
+    (root / "test.json").write_text(json.dumps(doc, indent=1), "utf-8")
+    (tmp_path / "ref.py").write_text("import numpy as np\n\n"
+                                     "def wider_float(inputs, attrs):\n"
+                                     "    return {'transposed': inputs['data'].astype(np.float64) + 2.0**40}\n\n"
+                                     "def wider_int(inputs, attrs):\n"
+                                     "    return {'transposed': inputs['data'].astype(np.int64) + 2**40}\n", "utf-8")  # fmt: skip
+    before = (root / "test.json").read_bytes()
+    result = invoke(CliRunner(), "expect", str(root), "--reference", f"{tmp_path / 'ref.py'}:{function}", code=2)
+    assert_error(result, "case 'rank1-7-i32'", "outside int32's range")
+    assert (root / "test.json").read_bytes() == before

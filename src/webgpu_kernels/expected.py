@@ -88,12 +88,35 @@ def _rounded(value: Any, dtype: str, argument: str) -> np.ndarray:
     array = np.asarray(value) if isinstance(value, (np.ndarray, np.generic, int, float, bool, list)) else None
     if array is None or array.dtype.kind not in "fiub":
         raise InputError(argument, f"an array of numbers (rounded to the output's {dtype})", _received(value))
+    outside = _outside_range(array, dtype)
+    if outside is not None:
+        raise InputError(argument, f"values a {dtype} output holds (an expected value is the true result)", outside)
     if array.dtype.kind in "iub" and numpy_dtype(dtype).kind in "iub":
         return array.astype(numpy_dtype(dtype))
     try:
         return cast(array.astype(np.float64), dtype)
     except ValueError as exc:  # NaN for an integer output
         raise InputError(argument, f"values a {dtype} output holds", str(exc)) from None
+
+
+def _outside_range(array: np.ndarray, dtype: str) -> str | None:
+    """Why ``array`` cannot be an integer output of ``dtype``: a value past its range once rounded.
+    It had been clipped (a float one) or wrapped (an integer one) and written, so that a saturating
+    or wrapping kernel passed, where test.json's own inline value past the range is refused."""
+    target = numpy_dtype(dtype)
+    if target.kind not in "iu" or not array.size or array.dtype.kind == "b":
+        return None
+    if array.dtype.kind == "f":
+        if np.isnan(array).any():
+            return None  # cast's refusal says so
+        with np.errstate(invalid="ignore", over="ignore"):
+            ends = [float(np.rint(array.min())), float(np.rint(array.max()))]
+        values: list[float | int] = [int(v) if math.isfinite(v) else v for v in ends]
+    else:
+        values = [int(array.min()), int(array.max())]
+    low, high = int(np.iinfo(target).min), int(np.iinfo(target).max)
+    bad = next((v for v in values if not low <= v <= high), None)
+    return None if bad is None else f"{bad} is outside {dtype}'s range [{low}, {high}]"
 
 
 @dataclass
