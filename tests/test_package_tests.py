@@ -752,3 +752,25 @@ def test_a_child_dying_in_a_refused_case_counts_that_run_once(monkeypatch) -> No
     assert [(r.case, r.variant, r.status) for r in report.results] == [("refused-int32-input", None, "error")]
     assert report.not_run == []
     assert report.error == "the test process exit status 70 while running case 'refused-int32-input' (int32)"
+
+
+def test_a_child_dying_between_runs_blames_no_finished_run(monkeypatch) -> None:
+    """After a run's result the child builds the next case's inputs and expected values before it
+    says which run starts: a child that died (or timed out) there had its death reported "while
+    running" the run that had already passed."""
+    from webgpu_kernels import package_tests
+
+    run = {"case": "tail-3x5-f32", "variant": "scalar", "dtype": "float32"}
+    passed = package_tests.RunResult(QUICK_GELU, "tail-3x5-f32", "scalar", "float32", "pass")
+
+    def child(target, payload, handle, *, timeout=None):
+        handle(("progress", "plan", [run, {**run, "case": "tail-3x5-f16", "dtype": "float16"}]))
+        handle(("progress", "start", run))
+        handle(("result", passed.as_dict()))
+        return False, "ran past its 5 s timeout (--timeout) and was stopped"
+
+    monkeypatch.setattr(package_tests, "run_in_child", child)
+    report = run_package_tests_isolated(wk.get_kernel(QUICK_GELU), timeout=5)
+    assert [(r.case, r.status) for r in report.results] == [("tail-3x5-f32", "pass")]
+    assert report.error == "the test process ran past its 5 s timeout (--timeout) and was stopped"
+    assert [(r.case, r.variant) for r in report.not_run] == [("tail-3x5-f16", "scalar")]

@@ -612,6 +612,10 @@ def run_package_tests_isolated(
             notify(message[1], message[2])
         elif kind == "result":
             report.results.append(RunResult.from_dict(message[1]))
+            # That run is over: a child dying before the next "start" (building the next case) had
+            # been reported as dying "while running" it, a run that had passed.
+            if current and (current[0]["case"], current[0]["variant"]) == (message[1]["case"], message[1]["variant"]):
+                current.clear()
         elif kind == "done":
             report.error = message[1]["error"]
 
