@@ -592,7 +592,7 @@ def run_package_tests_isolated(
     notify = progress or (lambda kind, value: None)
     job = job_for(kernel, adapter=adapter, cases=cases)
     report = PackageReport(kernel=kernel.op_id, path=job.root, origin=job.origin, isolated=True)
-    current: list[dict[str, str]] = []
+    current: list[dict[str, Any]] = []  # the run going on (its variant None: a refused case run without one)
     planned: list[dict[str, Any]] | None = None  # None: the child never got as far as sending its plan
     spawned = run_began = time.perf_counter()
 
