@@ -232,3 +232,70 @@ def test_a_forked_child_that_exits_normally_keeps_its_status_and_its_parent_goes
     assert ended == "3"
     assert stream.read_text() == "buffered by C stdio"
     assert float(parent) == pytest.approx(3 / (1 + np.exp(-1.702 * 3)), rel=1e-5)
+
+
+class _FakeAdapter:
+    """An adapter as wgpu lists it: info, features and limits (no device is opened on it)."""
+
+    def __init__(self, name: str) -> None:
+        self.info = {"device": name, "vendor": "v", "backend_type": "Vulkan", "adapter_type": "DiscreteGPU",
+                     "description": name}  # fmt: skip
+        self.features: set[str] = set()
+        self.limits = {"max-buffer-size": 1 << 20}
+
+
+def _fake_adapters(monkeypatch) -> list[list[_FakeAdapter]]:
+    """Devices of fake adapters: wgpu's listing is what the returned list's last entry holds
+    (each enumeration reads it anew), and a device remembers the adapter object it was opened on."""
+    listing: list[list[_FakeAdapter]] = [[]]
+
+    class FakeDevice(device_module.Device):
+        def __init__(self, adapter, summary) -> None:
+            self.on, self.adapter, self.lost = adapter, summary, False
+
+    monkeypatch.setattr(device_module.wgpu.gpu, "enumerate_adapters_sync", lambda: list(listing[-1]))
+    monkeypatch.setattr(device_module, "Device", FakeDevice)
+    for name, value in (("_adapters", None), ("_devices", {}), ("_requested", {}), ("_default", None)):
+        monkeypatch.setattr(device_module, name, value)
+    monkeypatch.setattr(device_module, "_listed", [])
+    return listing
+
+
+def test_a_device_on_another_adapter_is_never_returned_after_a_loss_reorders_the_adapters(monkeypatch):
+    """Devices were filed by their adapter's position in wgpu's list, and a loss lists the adapters
+    again: a lost adapter gone from the list (fallen off the bus), or the list in another order,
+    had a request for one adapter get the surviving device of another."""
+    listing = _fake_adapters(monkeypatch)
+    a, b, c = _FakeAdapter("GPU A"), _FakeAdapter("GPU B"), _FakeAdapter("GPU C")
+    listing.append([a, b, c])
+    on_a, on_b = wk.get_device("GPU A"), wk.get_device("GPU B")
+    assert (on_a.on, on_b.on) == (a, b)
+    on_a._forget()
+    b2, c2 = _FakeAdapter("GPU B"), _FakeAdapter("GPU C")
+    listing.append([b2, c2])  # A is gone: B and C moved up one place
+    on_c = wk.get_device("GPU C")
+    assert on_c is not on_b and on_c.on is c2
+    assert wk.get_device(" gpu b") is on_b  # the survivor, found by a new request string too
+    assert on_b.adapter.index == 0 and on_c.adapter.index == 1  # its summary names its place now
+    on_c._forget()
+    listing.append([_FakeAdapter("GPU C"), b2])  # another order
+    assert wk.get_device("gpu B ") is on_b and wk.get_device("GPU C").on is listing[-1][0]
+
+
+def test_alike_adapters_keep_their_devices_apart_after_a_loss(monkeypatch):
+    """Two identical GPUs (same name, vendor, backend): after another adapter's loss, the device of
+    the first is still the first's, as wgpu lists alike adapters in the driver's order; where one of
+    them is gone, which one is left cannot be told, so no request is given its device by position."""
+    listing = _fake_adapters(monkeypatch)
+    cpu, g1, g2 = _FakeAdapter("cpu"), _FakeAdapter("GPU"), _FakeAdapter("GPU")
+    listing.append([cpu, g1, g2])
+    on_cpu, on_g1 = wk.get_device("cpu"), wk.get_device("GPU")
+    assert on_g1.on is g1
+    on_cpu._forget()
+    listing.append([_FakeAdapter("GPU"), _FakeAdapter("GPU"), _FakeAdapter("cpu")])
+    assert wk.get_device("gpu") is on_g1 and wk.get_device("cpu").on is listing[-1][2]
+    assert on_g1.adapter.index == 0
+    wk.get_device("cpu")._forget()
+    listing.append([_FakeAdapter("cpu"), _FakeAdapter("GPU")])  # one GPU gone: g1's, or the other?
+    fresh = wk.get_device("GPU ")
+    assert fresh is not on_g1 and fresh.on is listing[-1][1]

@@ -10,6 +10,7 @@ frees devices, so each adapter's device is created once per process and reused.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import os
 import threading
@@ -78,6 +79,9 @@ def _summary(index: int, adapter: Any) -> AdapterSummary:
 _lock = threading.RLock()
 _serials = itertools.count(1)
 _adapters: list[Any] | None = None
+#: Each listed adapter's _identity, by its place in _adapters (kept when a loss drops _adapters).
+_listed: list[tuple[str, ...]] = []
+#: Devices by their adapter's place in _adapters (AdapterSummary.index).
 _devices: dict[int, Device] = {}
 #: The device each ``adapter`` request string chose: choosing again lists every adapter's info,
 #: features and limits, which a call passing ``adapter=`` would pay every time (CPU machine,
@@ -176,10 +180,44 @@ if hasattr(os, "register_at_fork"):  # POSIX
 
 
 def _enumerate() -> list[Any]:
-    global _adapters
-    if _adapters is None:
-        _adapters = list(wgpu.gpu.enumerate_adapters_sync())
-    return _adapters
+    global _adapters, _listed
+    adapters = _adapters
+    if adapters is None:
+        with _lock:
+            if _adapters is None:
+                fresh = list(wgpu.gpu.enumerate_adapters_sync())
+                summaries = [_summary(i, a) for i, a in enumerate(fresh)]
+                _refile(summaries)
+                _adapters, _listed = fresh, [_identity(s) for s in summaries]
+            adapters = _adapters
+    return adapters
+
+
+def _identity(summary: AdapterSummary) -> tuple[str, ...]:
+    """What tells an adapter from others in wgpu's list (two identical GPUs share it)."""
+    return (summary.name, summary.vendor, summary.backend, summary.adapter_type, summary.description)
+
+
+def _refile(summaries: list[AdapterSummary]) -> None:
+    """File the devices that survived a loss under their adapters' places in the new listing
+    (``summaries``). Filed by the old places, a list whose order changed (an adapter gone, fallen
+    off the bus, or listed elsewhere) had handed a request for one adapter the device of another.
+    Alike adapters are matched in their order, as wgpu lists them in the driver's; where their
+    number changed, which is which cannot be told, and the device is filed nowhere (whoever holds
+    it keeps it; a request opens a new one)."""
+    places: dict[tuple[str, ...], list[int]] = {}
+    for summary in summaries:
+        places.setdefault(_identity(summary), []).append(summary.index)
+    refiled: dict[int, Device] = {}
+    for index, device in _devices.items():
+        identity = _listed[index] if index < len(_listed) else _identity(device.adapter)
+        now = places.get(identity, [])
+        if len(now) == _listed.count(identity):
+            place = now[_listed[:index].count(identity)]
+            device.adapter = dataclasses.replace(device.adapter, index=place)
+            refiled[place] = device
+    _devices.clear()
+    _devices.update(refiled)
 
 
 def list_adapters() -> list[AdapterSummary]:
@@ -350,8 +388,8 @@ def _get_device(adapter: str | None) -> Device:
     global _opened_any
     if _forked:
         raise DeviceError(FORKED)
-    summary = choose_adapter(adapter)
-    with _lock:
+    with _lock:  # chosen under it too: a loss on another thread lists the adapters again, in another order
+        summary = choose_adapter(adapter)
         device = _devices.get(summary.index)
         if device is None:
             _opened_any = True  # before: an open that fails halfway may leave driver state too
