@@ -83,6 +83,26 @@ def test_a_pickled_folder_kernel_opens_once_per_process_and_only_as_it_was(folde
         pickle.loads(pickled)
 
 
+def test_an_unverified_kernel_edited_after_its_first_call_is_not_reopened_as_the_edited_code(folder_kernel, monkeypatch):
+    """A folder without metadata.json reads its templates when a call first renders them, and keeps
+    them: one edited after that call and before pickling had been digested as edited, so a worker
+    ran the edited template while its parent ran the one it had kept (a call that reads no stored
+    tuning result, as with WEBGPU_KERNELS_NO_TUNING, had not digested the files yet)."""
+    monkeypatch.setenv("WEBGPU_KERNELS_NO_TUNING", "1")
+    root = folder_kernel.package.root
+    (root / "metadata.json").unlink()
+    unverified = wk.load_kernel(root)
+    assert not unverified.package.is_verified
+    x = np.linspace(-3, 3, 16, dtype=np.float32)
+    np.testing.assert_allclose(unverified({"X": x})["Y"], quick_gelu_ref(x), rtol=2e-6, atol=2e-6)
+    template = next(root.glob("*.wgsl.jinja"))
+    template.write_text(template.read_text(encoding="utf-8") + "\n// edited\n", encoding="utf-8")
+    pickled = pickle.dumps(unverified)
+    monkeypatch.setattr(api, "_reopened", {})
+    with pytest.raises(errors.PackageError, match="changed after the kernel"):
+        pickle.loads(pickled)
+
+
 def test_forkserver_workers_after_the_parent_used_its_device(quick_gelu, rng):
     """The parent has run a kernel (its device is open): forkserver workers get a kernel pickled as
     its op id and run it; their errors come back with their context; a GpuTensor is refused in the

@@ -94,7 +94,18 @@ def load_kernel(path: str | Path, *, verify_digests: bool = True) -> Kernel:
     ``verify_digests=False`` opens the folder unchecked: for an author's script that regenerates
     the package's data files (test.json, .npy) while metadata.json is stale, and then refreshes it
     (``webgpu_kernels.digests.write_metadata``, as ``webgpu-kernels digest`` does)."""
-    return Kernel(open_folder(path, verify_digests=verify_digests))
+    return folder_kernel(open_folder(path, verify_digests=verify_digests))
+
+
+def folder_kernel(package: KernelPackage) -> Kernel:
+    """The kernel of a package folder. An unverified one's files are digested now (its tuning_key),
+    as they are at load: its templates are read when a call first renders them, and kept, so one
+    edited after that call and digested only when the kernel was pickled had let a worker run the
+    edited template while its parent ran the kept one (reopen_kernel compares this digest)."""
+    kernel = Kernel(package)
+    if not package.is_verified:  # a verified package's bytes were all read, and kept, at open
+        _ = kernel.tuning_key
+    return kernel
 
 
 def kernel_reference(package: KernelPackage) -> tuple[Any, ...]:
@@ -124,7 +135,7 @@ def reopen_kernel(reference: tuple[Any, ...], tuning_key: str) -> Kernel:
             kernel = hub.load(repo_id, revision=commit, trust_remote_code=trusted, endpoint=endpoint, url_like=trusted)
         else:
             _, root, trusted, verified = reference
-            kernel = Kernel(open_folder(root, verify_digests=verified, needs_trust=trusted))
+            kernel = folder_kernel(open_folder(root, verify_digests=verified, needs_trust=trusted))
         if kernel.tuning_key != tuning_key:
             raise PackageError(f"the package's manifest or templates changed after the kernel ({kernel.op_id}) was "
                                "pickled: this process would run other code than the pickling one", path=where)  # fmt: skip

@@ -578,11 +578,11 @@ def load(
 
 def load_path(path: str, *, trust_remote_code: bool, shown: str | None = None) -> Kernel:
     """A package folder named by a path or file:// URL (needs trust; its package gets needs_trust)."""
-    from .kernel import Kernel
+    from .api import folder_kernel
 
     location = Location("path", path, url_like=True)
     check_trust(location, trust_remote_code=trust_remote_code, shown=shown or path)
-    return Kernel(open_folder(path, needs_trust=True))
+    return folder_kernel(open_folder(path, needs_trust=True))
 
 
 def clear_cache() -> None:
