@@ -83,6 +83,18 @@ def test_a_pickled_folder_kernel_opens_once_per_process_and_only_as_it_was(folde
         pickle.loads(pickled)
 
 
+def test_a_verified_folder_kernel_is_not_reopened_unverified_once_its_metadata_went(folder_kernel, monkeypatch):
+    """A kernel whose folder was checked against metadata.json pickles as such: with that file gone
+    (its templates unchanged), the worker had opened the folder unverified, its data files unchecked."""
+    assert folder_kernel.package.is_verified
+    pickled = pickle.dumps(folder_kernel)
+    (folder_kernel.package.root / "metadata.json").unlink()
+    monkeypatch.setattr(api, "_reopened", {})
+    with pytest.raises(errors.DigestError, match="no metadata.json") as info:
+        pickle.loads(pickled)
+    assert any("pickled in another process" in note for note in info.value.__notes__)
+
+
 def test_an_unverified_kernel_edited_after_its_first_call_is_not_reopened_as_the_edited_code(folder_kernel, monkeypatch):
     """A folder without metadata.json reads its templates when a call first renders them, and keeps
     them: one edited after that call and before pickling had been digested as edited, so a worker

@@ -135,7 +135,10 @@ def reopen_kernel(reference: tuple[Any, ...], tuning_key: str) -> Kernel:
             kernel = hub.load(repo_id, revision=commit, trust_remote_code=trusted, endpoint=endpoint, url_like=trusted)
         else:
             _, root, trusted, verified = reference
-            kernel = folder_kernel(open_folder(root, verify_digests=verified, needs_trust=trusted))
+            # verified when pickled: verified again, metadata.json required (gone, the folder had
+            # opened unverified, its data files unchecked)
+            kernel = folder_kernel(open_folder(root, verify_digests=verified, needs_trust=trusted,
+                                               require_metadata=verified))  # fmt: skip
         if kernel.tuning_key != tuning_key:
             raise PackageError(f"the package's manifest or templates changed after the kernel ({kernel.op_id}) was "
                                "pickled: this process would run other code than the pickling one", path=where)  # fmt: skip
