@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -255,7 +256,8 @@ def _fake_adapters(monkeypatch) -> list[list[_FakeAdapter]]:
 
     monkeypatch.setattr(device_module.wgpu.gpu, "enumerate_adapters_sync", lambda: list(listing[-1]))
     monkeypatch.setattr(device_module, "Device", FakeDevice)
-    for name, value in (("_adapters", None), ("_devices", {}), ("_requested", {}), ("_default", None)):
+    for name, value in (("_adapters", None), ("_devices", {}), ("_requested", {}), ("_default", None),
+                        ("_opened", weakref.WeakSet()), ("_opened_any", device_module._opened_any)):
         monkeypatch.setattr(device_module, name, value)
     monkeypatch.setattr(device_module, "_listed", [])
     return listing
