@@ -713,7 +713,7 @@ def test_the_tuning_key_reads_only_what_a_template_can_be(tmp_path, monkeypatch)
     import shutil
 
     from webgpu_kernels.digests import MAX_PACKAGE_FILES
-    from webgpu_kernels.package import KernelPackage
+    from webgpu_kernels.package import KernelPackage, open_folder
     from webgpu_kernels.tuning import TEMPLATE_FILE_BYTES
 
     package = tmp_path / "qg"
@@ -725,7 +725,7 @@ def test_the_tuning_key_reads_only_what_a_template_can_be(tmp_path, monkeypatch)
         (package / f"link{i}.txt").symlink_to(big)
     for i in range(MAX_PACKAGE_FILES):  # with quick-gelu.wgsl.jinja, one more than a package holds
         (package / f"small{i:04}.txt").write_text("// small\n", "utf-8")
-    kernel = wk.load_kernel(package)
+    kernel = wk.Kernel(open_folder(package))  # load_kernel digests it at once (api.folder_kernel)
     read: list[str] = []
     read_bytes = KernelPackage.read_bytes
     monkeypatch.setattr(KernelPackage, "read_bytes", lambda self, name: read.append(name) or read_bytes(self, name))
