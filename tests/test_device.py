@@ -109,7 +109,21 @@ def test_a_forked_child_never_releases_its_parents_wgpu_objects(device):
     assert np.array_equal(np.frombuffer(device.gpu.queue.read_buffer(buffer), np.float32), data)
 
 
-FORKED_CHILD_EXITS = textwrap.dedent("""
+#: The forking scripts' wait for their child: a child that hangs fails the script, not the suite.
+WAIT_FOR = textwrap.dedent("""
+    import os, sys, time
+    def wait_for(pid, hung):
+        deadline = time.monotonic() + 30
+        while (status := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                sys.exit(hung)
+            time.sleep(0.05)
+        return status
+""")
+
+
+FORKED_CHILD_EXITS = WAIT_FOR + textwrap.dedent("""
     import atexit, ctypes, os, sys, time
     import numpy as np
     import webgpu_kernels as wk
@@ -125,12 +139,7 @@ FORKED_CHILD_EXITS = textwrap.dedent("""
         libc.fputs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
         libc.fputs(b"buffered by C stdio", libc.fopen(sys.argv[1].encode(), b"w"))  # never closed by the child
         sys.exit(3)  # a normal exit, with a status to keep
-    deadline = time.monotonic() + 30
-    while (status := os.waitpid(pid, os.WNOHANG)) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            sys.exit("the forked child hung at its exit")
-        time.sleep(0.05)
+    status = wait_for(pid, "the forked child hung at its exit")
     ended = os.WEXITSTATUS(status[1]) if os.WIFEXITED(status[1]) else f"signal{os.WTERMSIG(status[1])}"
     print(ended, float(kernel({"X": kept})["Y"][-1]))
 """)
@@ -170,7 +179,7 @@ def test_a_child_forked_after_its_parents_device_was_lost_is_a_forked_child_too(
 
 
 
-FORKED_AFTER_A_LOSS_WITH_ITS_LOCK_HELD = textwrap.dedent("""
+FORKED_AFTER_A_LOSS_WITH_ITS_LOCK_HELD = WAIT_FOR + textwrap.dedent("""
     import os, sys, threading, time
     import numpy as np
     import webgpu_kernels as wk
@@ -195,12 +204,7 @@ FORKED_AFTER_A_LOSS_WITH_ITS_LOCK_HELD = textwrap.dedent("""
         os._exit(3)
     done.set()
     holder.join()
-    deadline = time.monotonic() + 30
-    while (status := os.waitpid(pid, os.WNOHANG)) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            sys.exit("the forked child hung releasing a tensor of the lost device")
-        time.sleep(0.05)
+    status = wait_for(pid, "the forked child hung releasing a tensor of the lost device")
     print(os.waitstatus_to_exitcode(status[1]))
 """)
 
