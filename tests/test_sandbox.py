@@ -852,3 +852,23 @@ def test_the_deep_stack_hands_back_results_and_errors_and_nests():
     with pytest.raises(ZeroDivisionError):
         on_deep_stack(lambda: 1 // 0)
     assert on_deep_stack(lambda: on_deep_stack(lambda: 8)) == 8  # a call from its own thread runs there
+
+
+@pytest.mark.parametrize("line_break", ["\\n", "\\r", "\\r\\n", "\\x0b", "\\x0c", "\\x1c", "\\x1d", "\\x1e", "\\x85",
+                                        "\\u2028", "\\u2029"])  # fmt: skip
+def test_indent_counts_every_line_break_it_splits_at(line_break):
+    """indent splits its text with str.splitlines, which breaks at \\r, \\x85, U+2028 ... too, but
+    its bound counted only \\n: `('a\\r' * 300000)|indent(448000)` passed it as one line and built
+    134 GB of text (helper-118). Every line break is counted now, before anything is built."""
+    template = TemplateSandbox().from_string("{{ ('a" + line_break + "' * 20000)|indent(2000, true, true) }}")
+    tracemalloc.start()
+    try:
+        with pytest.raises(SecurityError, match="indent would build"):
+            template.render()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, f"{peak / 2**20:.0f} MiB built before the bound refused it"
+    # a text within the bound is indented as Jinja does it
+    text = TemplateSandbox().from_string("{{ ('a" + line_break + "' * 3)|indent(2) }}").render()
+    assert text.count("  a") == 2

@@ -456,6 +456,10 @@ def _f_replace(context: Any, s: Any, old: Any, new: Any, count: Any = None) -> s
     return _result(context, s.replace(old, new, -1 if count is None else count))
 
 
+#: Where str.splitlines breaks a line ("\r\n" is one break).
+_LINE_BREAKS = ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
 @pass_context
 def _f_indent(context: Any, s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> str:
     env = _env(context)
@@ -467,7 +471,10 @@ def _f_indent(context: Any, s: Any, width: Any = 4, first: bool = False, blank: 
         if width > env.max_text:
             raise SandboxViolation(f"indent width {width} exceeds the limit of {env.max_text}")
         indention = " " * max(width, 0)
-    if len(s) + (s.count("\n") + 1) * len(indention) > env.max_text:
+    # Jinja splits with str.splitlines, which breaks at \r, \x85, U+2028 ... too: counting only
+    # "\n", `('a\r' * 300000)|indent(448000)` passed as one line and built 134 GB (helper-118).
+    lines = sum(map(s.count, _LINE_BREAKS)) - s.count("\r\n") + 1
+    if len(s) + lines * len(indention) > env.max_text:
         raise SandboxViolation(f"indent would build more than {env.max_text} characters")
     return _result(context, jinja_filters.do_indent(s, indention, first, blank))
 
