@@ -872,3 +872,19 @@ def test_indent_counts_every_line_break_it_splits_at(line_break):
     # a text within the bound is indented as Jinja does it
     text = TemplateSandbox().from_string("{{ ('a" + line_break + "' * 3)|indent(2) }}").render()
     assert text.count("  a") == 2
+
+
+@pytest.mark.parametrize("use", ["({}.keys() - [t])|length", "({'a': t}.items() - [])|length",
+                                 "{'a': t}.items() == {'a': s}.items()", "{'a': t}.values() is eq({'a': s}.values())",
+                                 "{'a': t}.items() is in([{'a': s}.items()])"])  # fmt: skip
+def test_a_dicts_keys_items_and_values_are_lists_bounded_as_lists(use):
+    """keys() and items() had been dict views: their set algebra (`d.keys() - [t]`) hashed every
+    leaf of `t` and comparing two views compared every leaf, in one step past the render's budget
+    and deadline, since a comparison's bound counted no view (`(t, t)` 40 times: 2^40 leaves, hours;
+    helper-118). They are lists now: `-` of lists is no operator, and a comparison is bounded."""
+    chain = "{% set s = (0,) %}" + "{% set s = (s, s) %}" * 16
+    template = TemplateSandbox().from_string(NESTED_TUPLE + chain + "{{ " + use + " }}")
+    with pytest.raises((SecurityError, TypeError)):  # rendered outside the library: Python's and Jinja's classes
+        template.render()
+    listed = "{% set d = {'a': 1, 'b': 2} %}{{ d.keys()|list }} {{ d.items()|list }} {{ d.values()|list }} {{ 'a' in d.keys() }}"
+    assert TemplateSandbox().from_string(listed).render() == "['a', 'b'] [('a', 1), ('b', 2)] [1, 2] True"

@@ -105,7 +105,7 @@ def test_a_dicts_items_keys_values_are_its_only_calls():
     for method in ("get", "pop", "update", "setdefault", "copy"):  # keys of the mapping only: no such key
         with pytest.raises(errors.TemplateError, match=f"no attribute '{method}'"):
             render(f"{{{{ bindings.{method}('x') }}}}")
-    with pytest.raises(errors.TemplateSandboxError, match="'mapping' of a dict_keys"):
+    with pytest.raises(errors.TemplateSandboxError, match="'mapping' of a list"):
         render("{{ bindings.keys().mapping }}")
 
 
