@@ -888,3 +888,13 @@ def test_a_dicts_keys_items_and_values_are_lists_bounded_as_lists(use):
         template.render()
     listed = "{% set d = {'a': 1, 'b': 2} %}{{ d.keys()|list }} {{ d.items()|list }} {{ d.values()|list }} {{ 'a' in d.keys() }}"
     assert TemplateSandbox().from_string(listed).render() == "['a', 'b'] [('a', 1), ('b', 2)] [1, 2] True"
+
+
+def test_the_lists_a_dicts_methods_build_are_charged():
+    """items(), keys() and values() build a list each call (they had been views): charged per item,
+    as the list filter charges one, so that lists held in recursing macros' frames count."""
+    from webgpu_kernels.sandbox import render_budget
+
+    template = TemplateSandbox().from_string("{% for i in range(200) %}{{ d.items()|length }}{% endfor %}")
+    with render_budget(RenderBudget(text_limit=1000)), pytest.raises(SecurityError, match="characters of text"):
+        template.render(d={str(i): i for i in range(10)})

@@ -238,7 +238,9 @@ class _DictMethod:
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         if args or kwargs:
             raise TemplateRuntimeError(f"{self._name}() takes no arguments")
-        return list(getattr(self._dict, self._name)())
+        items = list(getattr(self._dict, self._name)())
+        charge_text(len(items))  # a list built, charged per item as the list filter charges one
+        return items
 
     def __repr__(self) -> str:
         return f"<dict.{self._name}>"
