@@ -540,6 +540,17 @@ def test_a_template_may_not_include_the_packages_documents_or_data(write_package
     assert wk.load_kernel(kernel.package.root).tuning_key == key
 
 
+@pytest.mark.parametrize("name", ["MANIFEST.JSON", "Notes.Md", "test.json.", "x.NPY.."])
+def test_a_documents_name_in_another_case_or_with_trailing_dots_is_no_template_either(write_package, name):
+    """macOS and Windows open MANIFEST.JSON as manifest.json, and Windows opens test.json. as test.json:
+    the suffix check had compared the name as written, so an unverified folder there could include
+    them (helper-118)."""
+    template = "{% include '" + name + "' %}\n" + DEMO_TEMPLATE
+    kernel = wk.load_kernel(write_package(json.loads(json.dumps(DEMO_MANIFEST)), {"scale-shift.wgsl.jinja": template}))
+    with pytest.raises(errors.TemplateError, match=rf"{re.escape(name)}: not a template"):
+        kernel.render({"X": meta((3,), f32)})
+
+
 @pytest.mark.parametrize("op", ["com.microsoft.QuickGelu", "com.microsoft.BiasAdd"])
 def test_every_rendered_line_of_the_shipped_templates_maps_to_a_line_that_could_make_it(op):
     """The literal text of the template line a rendered line maps to appears in that rendered line."""

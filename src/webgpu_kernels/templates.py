@@ -654,7 +654,9 @@ class PackageLoader(BaseLoader):
         # Each file looked up, not each include: Jinja keeps what it loaded, but a name that is not
         # there is looked up again each time (an include of a list of names tries each).
         charge_work(LOAD_COST)
-        if template.endswith(NOT_TEMPLATE_SUFFIXES):
+        # Case and trailing dots aside: macOS and Windows open MANIFEST.JSON as manifest.json, and
+        # Windows opens manifest.json. as well (helper-118)
+        if template.lower().rstrip(".").endswith(NOT_TEMPLATE_SUFFIXES):
             raise TemplateError(f"not a template: {', '.join(NOT_TEMPLATE_SUFFIXES)} files (the package's documents, "
                                 "data and notes) cannot be included or imported", file=template)  # fmt: skip
         try:
