@@ -898,3 +898,13 @@ def test_the_lists_a_dicts_methods_build_are_charged():
     template = TemplateSandbox().from_string("{% for i in range(200) %}{{ d.items()|length }}{% endfor %}")
     with render_budget(RenderBudget(text_limit=1000)), pytest.raises(SecurityError, match="characters of text"):
         template.render(d={str(i): i for i in range(10)})
+
+
+@pytest.mark.parametrize("digits", [40, 5000])
+def test_a_huge_integer_literal_is_refused_in_the_sandboxs_words(digits):
+    """A literal past Python's 4,300 digits failed in Jinja's lexer with Python's own advice ("use
+    sys.set_int_max_str_digits() to increase the limit"), which a package author cannot follow; it is
+    refused as a shorter one past 128 bits is (helper-118)."""
+    with pytest.raises(SandboxViolation, match="an integer literal of more than 128 bits") as info:
+        TemplateSandbox().from_string("{{ " + "1" * digits + " }}")
+    assert "set_int_max_str_digits" not in str(info.value)

@@ -287,6 +287,10 @@ class TemplateSandbox(BoundedSandbox):
                     tree = self._parse(source, name, filename)
                 except RecursionError:
                     raise SandboxViolation("the template is nested too deeply") from None
+                except ValueError as exc:  # Jinja's lexer reading a literal past Python's 4,300 digits
+                    if "integer string conversion" not in str(exc):  # its words: use sys.set_int_max_str_digits()
+                        raise
+                    raise SandboxViolation(f"an integer literal of more than {MAX_INT_BITS} bits") from None
                 _check_template(tree, name)
                 source = harden(tree, template=True, name=name)
             try:
