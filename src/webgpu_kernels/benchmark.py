@@ -32,7 +32,17 @@ from .execution import BoundPass, ExecutionPlan, bind, dispatch_calls, upload
 from .expressions import as_count
 from .kernel import Kernel
 from .tensor import GpuTensor
-from .walltime import MAX_BATCHES, MIN_BATCHES, MIN_TOTAL_S, REL_TOL, TARGET_BATCH_S, back_to_back, settle
+from .walltime import (
+    MAX_BATCHES,
+    MIN_BATCHES,
+    MIN_TOTAL_S,
+    REL_TOL,
+    TARGET_BATCH_S,
+    WARM_UP_BYTES,
+    back_to_back,
+    settle,
+    sustain,
+)
 
 #: Datasheet memory bandwidth (bytes/s) by model name, matched as a whole word in the adapter name.
 KNOWN_PEAKS: dict[str, float] = {
@@ -344,7 +354,6 @@ def bench_copy(device: Device, nbytes: int, *, seed: int = 0, **timing: Any) -> 
 
 #: Bytes the warm-up copies per call: large enough to load every memory channel, small enough for
 #: any adapter's storage binding (lavapipe allows 128 MiB).
-WARM_UP_BYTES = 64 << 20
 WARM_UP_MAX_CALLS = 1024  # H200: about 33 ms per submission
 
 
@@ -362,19 +371,11 @@ def warm_up(device: Device, seconds: float, *, nbytes: int = WARM_UP_BYTES) -> i
     if seconds <= 0 or "timestamp-query" not in device.info.features:
         return 0  # without timestamps nothing can be timed (time_calls says so); the waits below use them
     nbytes = min(nbytes, device.limits["max-storage-buffer-binding-size"])
-    copies, calls = 0, 1
     with translate_gpu_errors("warming up the GPU", device.memory), _copy_pass(device, nbytes, 0) as copy:
-        start = time.perf_counter()  # after the buffers are made: a short warm-up had run no copy at all
-        while (elapsed := time.perf_counter() - start) < seconds:
-            # One pass per submission (few passes: see _one_batch); it returns once the GPU is done.
-            _one_batch(device.gpu, copy[0], 1, calls)
-            copies += calls
-            now = time.perf_counter() - start
-            per_copy = max(now - elapsed, 1e-9) / calls
-            # Doubling, capped, and never past the time left: doubling alone let the last submission
-            # run as long as all before it (lavapipe, 15 ms a copy: 2 s asked, 3.0 s run).
-            calls = max(1, min(2 * calls, WARM_UP_MAX_CALLS, int((seconds - now) / per_copy)))
-    return copies
+        # Timed from after the buffers are made (a short warm-up had run no copy at all); one pass
+        # per submission (few passes: see _one_batch), which returns once the GPU is done.
+        return sustain(lambda calls: _one_batch(device.gpu, copy[0], 1, calls), seconds, max_calls=WARM_UP_MAX_CALLS,
+                       clock=time.perf_counter)  # fmt: skip
 
 
 # --- host-side costs -----------------------------------------------------------------------------

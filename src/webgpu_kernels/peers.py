@@ -136,7 +136,7 @@ def run_torch(cases: list[dict[str, Any]], warm_up_s: float = 0.0) -> None:
                 out = impl()
                 _check(result, label, {k: v.cpu().numpy() for k, v in out.items()}, arrays, case)
                 if warm_up_left > 0:
-                    source = torch.empty(WARM_UP_BYTES // 4, device=dev)
+                    source = torch.empty(walltime.WARM_UP_BYTES // 4, device=dev)
                     target = torch.empty_like(source)
                     sustain(lambda: target.copy_(source), sync, warm_up_left)
                     warm_up_left = 0.0
@@ -160,24 +160,19 @@ def run_torch(cases: list[dict[str, Any]], warm_up_s: float = 0.0) -> None:
         print(json.dumps(result), flush=True)
 
 
-WARM_UP_BYTES = 64 << 20  # as benchmark.WARM_UP_BYTES
 clock = time.perf_counter  # sustain's (a test's virtual GPU sets its own)
 
 
 def sustain(launch: Callable[[], Any], sync: Callable[[], Any], seconds: float) -> int:
-    """Keep the GPU busy with back-to-back ``launch``es for about ``seconds`` of wall time, in
-    doubling batches each ended by ``sync``, capped at the time left; returns the launches made."""
-    launches, n = 0, 1
-    start = clock()
-    while (elapsed := clock() - start) < seconds:
+    """walltime.sustain (ours) with torch's launches: back-to-back ``launch``es, each batch ended by
+    ``sync``; returns the launches made."""
+
+    def batch(n: int) -> None:
         for _ in range(n):
             launch()
         sync()
-        launches += n
-        now = clock() - start
-        per_launch = max(now - elapsed, 1e-9) / n
-        n = max(1, min(2 * n, 1024, int((seconds - now) / per_launch)))
-    return launches
+
+    return walltime.sustain(batch, seconds, max_calls=1024, clock=clock)
 
 
 #: Launches between torch's two CUDA events (benchmark.CALLS_PER_SPAN for ours); the batch rule

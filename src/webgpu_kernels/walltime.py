@@ -44,6 +44,27 @@ def settle(one_batch: Callable[[int], list[float]], *, calls_per_span: int, targ
     return Settled(sorted(batches[-1] + (batches[-2] if len(batches) > 1 else [])), len(medians), stable)
 
 
+#: Bytes each warm-up copy moves (benchmark.warm_up, and torch's peer before its first timing).
+WARM_UP_BYTES = 64 << 20
+
+
+def sustain(batch: Callable[[int], Any], seconds: float, *, max_calls: int,
+            clock: Callable[[], float] = time.perf_counter) -> int:  # fmt: skip
+    """Keep the GPU busy for about ``seconds`` of wall time: ``batch(n)`` makes n back-to-back calls
+    and waits for them; n doubles from 1, capped at ``max_calls`` and at what fits in the time left
+    (doubling alone let the last batch run as long as all before it: lavapipe, 15 ms a copy, 2 s
+    asked, 3.0 s run). Returns the calls made."""
+    calls, n = 0, 1
+    start = clock()
+    while (elapsed := clock() - start) < seconds:
+        batch(n)
+        calls += n
+        now = clock() - start
+        per_call = max(now - elapsed, 1e-9) / n
+        n = max(1, min(2 * n, max_calls, int((seconds - now) / per_call)))
+    return calls
+
+
 def back_to_back(fn: Callable[[], Any], sync: Callable[[], Any], *, min_s: float = 0.3, batches: int = 5,
                  sync_cost: float = 0.0) -> float:  # fmt: skip
     """Median per-call time of back-to-back calls, in batches sized to about min_s / batches;
