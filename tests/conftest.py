@@ -234,7 +234,7 @@ def gl_device():
     try:
         device = wk.get_device("gl")
     except wk.errors.GPUError as exc:
-        pytest.skip(f"no OpenGL adapter: {exc}")
+        pytest.skip(f"no usable OpenGL adapter: {exc}")
     if device.has_f16:
         pytest.skip("this OpenGL adapter has shader-f16")
     return device

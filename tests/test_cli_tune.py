@@ -443,7 +443,7 @@ def test_adapter_reaches_every_timing(runner, tuning_dir, monkeypatch, command):
     try:
         gl = get_device("gl")
     except wk.errors.GPUError as exc:
-        pytest.skip(f"no OpenGL adapter: {exc}")
+        pytest.skip(f"no usable OpenGL adapter: {exc}")
     if get_device() is gl:
         pytest.skip("the default adapter is the OpenGL one")
     timed_on = []
