@@ -1,0 +1,75 @@
+"""An ML engineer's first hour with the library, from README.md and docs/python-api.md alone:
+CLIP's QuickGelu after a UNet's BiasAdd on GPU-resident tensors, the inputs real code passes, and
+what explain and help say (helper-121). Results are checked against NumPy float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels import errors
+
+f32, f16 = np.float32, np.float16
+
+
+def quick_gelu_ref(x, alpha: float = 1.702) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x / (1.0 + np.exp(-alpha * x))
+
+
+def assert_close(got, want, dtype) -> None:
+    tol = 2e-3 if np.dtype(dtype) == f16 else 2e-6
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [f32, f16])
+def test_bias_add_then_quick_gelu_chained_on_the_gpu(bias_add, quick_gelu, need_dtype, rng, dtype):
+    """The README's chain the other way round: BiasAdd's GpuTensor feeds QuickGelu, read once."""
+    need_dtype(dtype)
+    x, skip = (rng.standard_normal((2, 5, 320)).astype(dtype) for _ in range(2))
+    bias = rng.standard_normal(320).astype(dtype)
+    tensors = [wk.to_gpu(a) for a in (x, bias, skip)]
+    h = bias_add(dict(zip(("X", "bias", "skip"), tensors)), output="gpu")["Y"]
+    y = quick_gelu({"X": h}, attrs={"alpha": 1.702}, output="gpu")["Y"]
+    try:
+        want = quick_gelu_ref(x.astype(np.float64) + bias.astype(np.float64) + skip.astype(np.float64))
+        assert_close(y.numpy(), want, dtype)
+    finally:
+        for t in (*tensors, h, y):
+            t.release()
+
+
+def _strided_inputs(base: np.ndarray) -> dict[str, np.ndarray]:
+    read_only = base.copy()
+    read_only.flags.writeable = False
+    return {"transposed": base.transpose(2, 0, 1), "stepped": base[::2, 1::3, ::-1],
+            "fortran": np.asfortranarray(base), "big-endian": base.astype(base.dtype.newbyteorder(">")),
+            "read-only": read_only, "0-d": base[1, 2, 3].copy().reshape(()), "empty": base[:0]}  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [f32, f16])
+def test_the_inputs_real_code_passes(quick_gelu, need_dtype, rng, dtype, tmp_path):
+    """Strided, Fortran-order, big-endian, read-only, 0-d, empty and memory-mapped arrays and NumPy
+    scalars, given directly or through to_gpu, give the float64 reference; none is modified."""
+    need_dtype(dtype)
+    base = rng.standard_normal((6, 8, 12)).astype(dtype)
+    mapped = np.memmap(tmp_path / "x.bin", dtype=dtype, mode="w+", shape=(4, 33))
+    mapped[:] = rng.standard_normal((4, 33))
+    mapped.flush()
+    cases = {**_strided_inputs(base), "scalar": dtype(-1.5),
+             "memmap": np.memmap(tmp_path / "x.bin", dtype=dtype, mode="r", shape=(4, 33))}  # fmt: skip
+    for name, x in cases.items():
+        before = np.array(x, copy=True)
+        for given in (x, wk.to_gpu(x)):
+            y = quick_gelu({"X": given})["Y"]
+            assert y.shape == np.shape(x) and y.dtype == dtype, name
+            assert_close(y, quick_gelu_ref(before), dtype)
+        np.testing.assert_array_equal(np.asarray(x), before)
+
+
+def test_a_list_is_refused_with_the_conversion_to_make(quick_gelu):
+    with pytest.raises(errors.DTypeError, match=r"astype\(np.float32\)") as caught:
+        quick_gelu({"X": [[1.0, 2.0]]})
+    assert caught.value.argument == "X" and caught.value.received == "float64"
+    assert_close(quick_gelu({"X": np.asarray([[1.0, 2.0]], f32)})["Y"], quick_gelu_ref([[1.0, 2.0]]), f32)
