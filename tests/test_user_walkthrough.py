@@ -73,3 +73,39 @@ def test_a_list_is_refused_with_the_conversion_to_make(quick_gelu):
         quick_gelu({"X": [[1.0, 2.0]]})
     assert caught.value.argument == "X" and caught.value.received == "float64"
     assert_close(quick_gelu({"X": np.asarray([[1.0, 2.0]], f32)})["Y"], quick_gelu_ref([[1.0, 2.0]]), f32)
+
+
+def _refusals(kernel, inputs) -> dict[str, Exception]:
+    """What a call and each way of asking about it raise for these inputs."""
+    raised = {}
+    for name, ask in {"call": lambda: kernel(inputs), "explain": lambda: kernel.explain(inputs),
+                      "render": lambda: kernel.render(inputs), "plan": lambda: kernel.plan(inputs),
+                      "evaluate": lambda: kernel.evaluate("numel(shapes.X)", inputs)}.items():  # fmt: skip
+        with pytest.raises(errors.InputError) as caught:
+            ask()
+        raised[name] = caught.value
+    return raised
+
+
+def test_explain_refuses_a_tensor_on_another_adapter_as_the_call_does(quick_gelu, device, gl_device):
+    """explain chose a variant (and render gave WGSL) for a GpuTensor of the OpenGL adapter, which
+    the call on the default adapter refuses: they now raise the call's InputError."""
+    if gl_device is device:
+        pytest.skip("the default adapter is the OpenGL one")
+    t = wk.to_gpu(np.ones((2, 3), f32), adapter="gl")
+    try:
+        raised = _refusals(quick_gelu, {"X": t})
+        assert {str(e) for e in raised.values()} == {str(raised["call"])}
+        assert raised["explain"].argument == "X" and "adapter=" in str(raised["explain"])
+        assert quick_gelu.explain({"X": t}, adapter="gl").chosen is not None  # where the tensor lives
+    finally:
+        t.release()
+
+
+def test_explain_refuses_a_released_tensor_as_the_call_does(quick_gelu):
+    t = wk.to_gpu(np.ones((2, 3), f32))
+    t.release()
+    raised = _refusals(quick_gelu, {"X": t})
+    assert {str(e) for e in raised.values()} == {str(raised["call"])}
+    assert "released" in str(raised["explain"])
+

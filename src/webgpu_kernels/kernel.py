@@ -382,9 +382,14 @@ class Kernel:
         """The device, the inputs' (shape, dtype) and the contract-checked signature of a call
         described by shapes/dtypes (an optional input given as None left out, as a call leaves it)."""
         present = declared_present(self.manifest, inputs)
+        device = get_device(adapter)
+        # A released GpuTensor or one of another adapter's device is the call's InputError here too:
+        # explain had chosen a variant, and render given WGSL, for a call that raises (helper-121).
+        # prepare_inputs raises the call's own error; the arrays it would copy are not passed to it.
+        prepare_inputs({k: v for k, v in present.items() if isinstance(v, GpuTensor)}, device, host_ready=False)
         metas = describe_inputs(present)
-        return get_device(adapter), metas, check_call(self.manifest, metas, attrs, tunables,
-                                                      gpu_inputs=gpu_input_names(present), names_checked=True)  # fmt: skip
+        return device, metas, check_call(self.manifest, metas, attrs, tunables,
+                                         gpu_inputs=gpu_input_names(present), names_checked=True)  # fmt: skip
 
     def _check_variant_arg(self, forced: Any) -> None:
         """Refuse a ``variant=`` that is no variant id (SelectionError, as selection words it), before
