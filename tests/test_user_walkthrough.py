@@ -109,3 +109,18 @@ def test_explain_refuses_a_released_tensor_as_the_call_does(quick_gelu):
     assert {str(e) for e in raised.values()} == {str(raised["call"])}
     assert "released" in str(raised["explain"])
 
+
+def test_help_of_a_kernel_says_what_to_pass(quick_gelu, bias_add):
+    """help(kernel) showed the Kernel class's methods only: not the op's inputs, their dtypes, the
+    attributes and their defaults, or the outputs, which a user reads it for."""
+    import pydoc
+
+    text = pydoc.render_doc(quick_gelu, renderer=pydoc.plaintext)
+    assert "com.microsoft.QuickGelu" in text and "alpha = 1.702" in text and "float32, float16" in text
+    assert 'kernel({"X": x}, attrs={"alpha": 1.702})' in text and "Y: T, rank ranks.X, shape shapes.X" in text
+    assert "help(webgpu_kernels.Kernel)" in text  # where the methods are now
+    text = pydoc.render_doc(bias_add, renderer=pydoc.plaintext)
+    assert 'kernel({"X": x, "bias": bias, "skip": skip})' in text and "bias: T, rank 1" in text
+    # the class keeps its own docstring, for help(Kernel) and tools that read it
+    assert wk.Kernel.__doc__.startswith("A kernel package ready to run.")
+    assert "Methods defined here" in pydoc.render_doc(wk.Kernel, renderer=pydoc.plaintext)

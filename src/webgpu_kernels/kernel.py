@@ -10,6 +10,7 @@ runs instead (tuned_choice.py) and what explain returns (explanation.py).
 from __future__ import annotations
 
 import functools
+import keyword
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -59,8 +60,68 @@ EVALUATED_CACHE_SIZE = 256
 _OUTPUT_KINDS = ("numpy", "gpu")
 
 
+class _KernelDoc:
+    """``Kernel.__doc__``: the class's docstring on the class, and on a kernel its op's contract, so
+    that ``help(kernel)`` says what to pass (it had listed the class's methods, not the inputs,
+    their dtypes or the attributes). Built when read: loading and calls pay nothing for it."""
+
+    def __init__(self, doc: str) -> None:
+        self.doc = doc
+
+    def __get__(self, kernel: Kernel | None, owner: type | None = None) -> str:
+        return self.doc if kernel is None else contract_doc(kernel)
+
+
+def contract_doc(kernel: Kernel) -> str:
+    """What ``help(kernel)`` shows: a call of this op, its inputs, outputs, types, attributes and
+    tunables (``webgpu-kernels info`` without the variants' internals)."""
+    m = kernel.manifest
+    names: dict[str, str] = {}  # each input's variable in the example call: X -> x, a clash or keyword -> input1
+    for i, s in enumerate(m.inputs):
+        name = s.role.lower()
+        ok = name.isidentifier() and not keyword.iskeyword(name) and name not in names.values()
+        names[s.role] = name if ok else f"input{i}"
+    args = ", ".join(f'"{s.role}": {names[s.role]}' for s in m.inputs if not s.optional)
+    attrs = ", ".join(f'"{k}": {v!r}' for k, v in m.attributes.items())
+    outs = ", ".join(f'"{s.role}": ...' for s in m.outputs)
+    lines = [f"{kernel.op_id} ({kernel.package.origin} kernel, contract version {kernel.contract_version})"]
+    if m.description:
+        lines += [m.description]
+    lines += ["", f"Call: kernel({{{args}}}{f', attrs={{{attrs}}}' if attrs else ''}) -> {{{outs}}}",
+              "(NumPy arrays or GpuTensors in; output=\"gpu\" for GpuTensors out)", "", "Inputs:"]  # fmt: skip
+
+    def rank(spec: Any) -> str:
+        return "any rank" if spec.rank is None else f"rank {spec.rank}"
+
+    for s in m.inputs:
+        optional = " (optional: leave it out or pass None)" if s.optional else ""
+        lines.append(_sentence(f"  {s.role}: {s.dtype}, {rank(s)}{optional}", s.description))
+    lines.append("Outputs:")
+    for s in m.outputs:
+        shape = f", shape {s.shape}" if s.shape else ""
+        lines.append(_sentence(f"  {s.role}: {s.dtype}, {rank(s)}{shape}", s.description))
+    lines.append("Types: " + "; ".join(f"{t} in {', '.join(ds)}" for t, ds in m.type_constraints.items()))
+    if m.attributes:
+        described = m.raw.get("attributeDescriptions")
+        described = described if isinstance(described, dict) else {}
+        lines.append("Attributes (attrs=):")
+        lines += [_sentence(f"  {k} = {v!r}", described.get(k)) for k, v in m.attributes.items()]
+    if m.tunables:
+        lines.append("Tunables (tunables=): " + ", ".join(f"{k} = {v!r}" for k, v in m.tunables.items()))
+    lines += [f"Variants: {', '.join(kernel.variants)} (kernel.explain(inputs) says which a call runs, and why)",
+              "", "The methods (explain, render, evaluate, flush, ...): help(webgpu_kernels.Kernel)."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _sentence(head: str, description: Any) -> str:
+    """``head``, then the manifest's description of it if any, ending in one full stop."""
+    text = f"{head}. {description.strip()}" if isinstance(description, str) and description.strip() else head
+    return text if text.endswith((".", ".)", "!", "?")) else text + "."
+
+
 class Kernel:
-    """A kernel package ready to run. Call it: ``kernel({"X": x}, attrs={...}) -> {"Y": y}``."""
+    __doc__ = _KernelDoc(  # a str on the class, the contract on a kernel
+        """A kernel package ready to run. Call it: ``kernel({"X": x}, attrs={...}) -> {"Y": y}``.""")
 
     def __init__(self, package: KernelPackage, manifest: Manifest | None = None) -> None:
         self.package = package
