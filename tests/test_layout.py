@@ -131,10 +131,10 @@ fn {{ entryPoint }}({{ entryParams }}) {
 """
 
 
-def layout_package(write_package, fields, reads):
+def layout_package(write_package, fields, reads, constants=None):
     """A package that copies each uniform field component named in ``reads`` into Y (as f32)."""
     manifest = {
-        "domain": "test", "name": "Layout",
+        "domain": "test", "name": "Layout", **({"constants": constants} if constants else {}),
         "inputs": [{"role": "X", "dtype": "T", "rank": 1}],
         "outputs": [{"role": "Y", "dtype": "T", "rank": 1, "shape": f"[{len(reads) + 1}]"}],
         "typeConstraints": {"T": ["float32"]},
@@ -292,3 +292,23 @@ def test_a_uniform_struct_past_webgpus_binding_limit_is_refused_before_any_alloc
     with pytest.raises(LayoutError, match=r"needs \d+ bytes, more than WebGPU's maxUniformBufferBindingSize of 65536"):
         struct_layout("Params", [("count", "u32"), ("table", f"array<vec4<u32>, {count}>")])
     assert struct_layout("Params", [("table", "array<vec4<u32>, 4096>")]).size == 65536  # the limit itself fits
+
+
+def test_a_uniform_array_of_length_0_is_refused_naming_the_field():
+    """0 elements had been laid out as 0 bytes and refused only by the WGSL compiler (count must be >= 1)."""
+    with pytest.raises(LayoutError, match=r"field 'table' \(array<vec4<u32>, 0>\) is an array of 0 elements"):
+        struct_layout("Params", [("count", "u32"), ("table", "array<vec4<u32>, 0>")])
+
+
+def test_a_uniform_array_whose_length_evaluates_to_0_is_a_layout_error(write_package):
+    """A "$name" type whose constant gives array<..., 0> (the schema refuses only a literal 0):
+    a LayoutError with the binding's path and the field, when the call is planned, not a ShaderCompileError."""
+    fields = [{"name": "n", "type": "u32", "value": 3},
+              {"name": "table", "type": "$table", "value": "[[1, 2, 3, 4]] * numel(shapes.X)"}]  # fmt: skip
+    kernel = layout_package(write_package, fields, ["params.n", "params.table[0].w"],
+                            constants={"table": "'array<vec4<u32>, ' ~ numel(shapes.X) ~ '>'"})  # fmt: skip
+    assert run_layout(kernel) == [3, 4]  # X has one element: array<vec4<u32>, 1>
+    with pytest.raises(LayoutError, match=r"bindings\[2\]: field 'table' \(array<vec4<u32>, 0>\) is an array of 0"):
+        kernel.render({"X": np.zeros(0, np.float32)})
+    with pytest.raises(LayoutError, match="at least 1"):
+        kernel({"X": np.zeros(0, np.float32)})
