@@ -4,6 +4,7 @@ what it refuses (a folder in use, an op id the manifest would not take)."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 
 import numpy as np
@@ -204,3 +205,23 @@ def test_the_template_is_named_after_the_op_in_kebab_case(name, template) -> Non
     from webgpu_kernels.cli_new import template_name
 
     assert template_name(name) == template
+
+
+def test_new_says_which_folder_and_files_it_wrote(tmp_path, monkeypatch) -> None:
+    """It had printed "wrote com.example.RMSNorm in com.example.RMSNorm" for a folder named after the op."""
+    monkeypatch.chdir(tmp_path)
+    files = "manifest.json, rms-norm.wgsl.jinja, test.json, bench.json, metadata.json"
+    result = invoke(CliRunner(), "new", "com.example.RMSNorm")
+    assert result.stdout.splitlines()[0] == f"wrote com.example.RMSNorm{os.sep} ({files})"
+    result = invoke(CliRunner(), "new", "mine", "--op", "com.example.RMSNorm")
+    assert result.stdout.splitlines()[0] == f"wrote com.example.RMSNorm in mine{os.sep} ({files})"
+
+
+def test_the_new_template_renders_with_no_blank_first_line(package, need_dtype) -> None:
+    """`{{ enables }}` is empty for f32: on a line of its own it had left the WGSL a blank first line."""
+    kernel = wk.load_kernel(package)
+    f32 = kernel.render({"X": np.zeros(5, np.float32)})
+    assert all(text.startswith("struct ") for text in f32.values()), f32
+    need_dtype(np.float16)
+    f16 = kernel.render({"X": np.zeros(5, np.float16)})
+    assert all(text.startswith("enable f16;\nstruct ") for text in f16.values()), f16

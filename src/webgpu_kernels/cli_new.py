@@ -104,6 +104,16 @@ def write_package(root: Path, op_id: str) -> list[str]:
     return ["manifest.json", template, "test.json", *_COPIED, METADATA_FILE]
 
 
+def wrote_line(root: Path, op_id: str, written: list[str]) -> str:
+    """What ``new`` says it wrote: the folder (with a trailing separator, so it reads as one) and its
+    files; the op id only where the folder is not named after it ("wrote X in X" had said it twice)."""
+    folder = str(root) + ("" if str(root).endswith(os.sep) else os.sep)
+    files = f"({', '.join(written)})"
+    if root.resolve().name == op_id:
+        return f"wrote {folder} {files}"
+    return f"wrote {op_id} in {folder} {files}"
+
+
 def _op_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
         try:
@@ -204,7 +214,7 @@ def new_cmd(path: Path, op_id: str | None) -> None:
                    f"kernel (get_kernel, the commands), refused as ambiguous where a folder of that name is "
                    f"in the working directory; name this package by its path ({shown}, load_kernel), or pick "
                    "another op id with --op if you did not mean to implement that op", err=True)  # fmt: skip
-    click.echo(f"wrote {op_id} in {root}: {', '.join(written)}")
+    click.echo(wrote_line(root, op_id, written))
     click.echo(f"next: webgpu-kernels validate {shown} && webgpu-kernels test {shown}")
 
 
