@@ -165,3 +165,27 @@ def test_a_tuned_figure_gets_the_slow_state_rule_as_the_default_does(monkeypatch
     row = _slow_state_case(monkeypatch, [(83.0, 83.1), *[(118.6, 229.0)] * 3], [84.0, 84.1, 84.2],
                            {512 << 20: 4.2}, peak_tbps=4.8, tuning_cache=tuning.TuningCache(tuning_file(tuning_dir)))  # fmt: skip
     assert "tuned 1.539 TB/s (SLOW STATE persisted: its samples spread" in bench_report.one_line(row)
+
+
+def test_each_re_timing_says_which_reading_was_kept(monkeypatch) -> None:
+    """A re-timing that reads slower than the reading found slow is dropped, and the record says so
+    (it had listed that kept reading as replaced); one that reads faster replaces it."""
+    tbps = {us: (336 << 20) / (us * 1e-6) / 1e12 for us in (229.0, 240.0, 83.1)}
+    # slower re-timing first (its samples still spread, so timed a third time), then a faster one
+    row = _slow_state_case(monkeypatch, [(118.6, 229.0), (118.0, 240.0), (83.0, 83.1)], [199.0, 84.0, 84.1],
+                           {512 << 20: 4.2})  # fmt: skip
+    assert row["median_s"] == pytest.approx(83.1e-6)
+    first, second = row["slow_state"]["replaced"]
+    assert first["kept"] == "earlier" and first["tbps"] == pytest.approx(tbps[229.0])
+    assert first["retimed_tbps"] == pytest.approx(tbps[240.0])
+    assert second["kept"] == "re-timing" and second["tbps"] == pytest.approx(tbps[229.0])
+    assert second["retimed_tbps"] == pytest.approx(tbps[83.1]) and row["slow_state"]["persists"] is None
+    # faster re-timing first: it replaces the reading found slow
+    row = _slow_state_case(monkeypatch, [(118.6, 229.0), (83.0, 83.1)], [199.0, 84.0], {512 << 20: 4.2})
+    (only,) = row["slow_state"]["replaced"]
+    assert only["kept"] == "re-timing" and only["tbps"] == pytest.approx(tbps[229.0])
+    assert only["retimed_tbps"] == pytest.approx(tbps[83.1])
+    # the under-copy rule records only a re-timing that replaced the reading
+    row = _slow_state_case(monkeypatch, [(185.6, 186.0), (83.0, 83.1)], [81.0], {512 << 20: 4.2}, peak_tbps=4.8)
+    (only,) = row["slow_state"]["replaced"]
+    assert only["kept"] == "re-timing" and only["retimed_tbps"] == pytest.approx(tbps[83.1])

@@ -46,8 +46,10 @@ def copy_tbps(device: Any, nbytes: int, cache: dict[int, float], *, again: bool 
 
 def time_steadily(timed: Callable[[], Any], device: Any, copies: dict[int, float]) -> tuple[Any, dict[str, Any] | None]:
     """``timed()``'s result (a BenchResult), timed again while it looks like the slow state, and the
-    row's ``slow_state`` ({"replaced": the readings replaced, "persists": why it still looks so, or
-    None}), None when the first timing stood."""
+    row's ``slow_state`` ({"replaced": one entry per re-timing, "persists": why it still looks so,
+    or None}), None when the first timing stood. An entry is the reading found slow (``tbps``,
+    ``copy_tbps``, ``why``), the re-timing's ``retimed_tbps``, and ``kept``: ``"re-timing"`` where
+    the re-timing replaced that reading, ``"earlier"`` where it read slower and was dropped."""
     result = timed()
     copy_tbps(device, result.bytes, copies)
     slow = slow_state(result, copies)
@@ -63,16 +65,23 @@ def time_steadily(timed: Callable[[], Any], device: Any, copies: dict[int, float
                 break
             again = timed()
             if again.median_s < SLOW_STATE_FRACTION * result.median_s:
-                replaced.append({"tbps": result.tbps, "copy_tbps": copies[result.bytes], "why": under})
+                replaced.append(_retimed(result, again, copies, under))
                 slow = slow_state(again, copies)
             result = again if again.median_s < result.median_s else result
             continue
-        replaced.append({"tbps": result.tbps, "copy_tbps": copies[result.bytes], "why": slow})
         again = timed()
+        replaced.append(_retimed(result, again, copies, slow))
         result = again if again.median_s < result.median_s else result
         copy_tbps(device, result.bytes, copies, again=True)
         slow = slow_state(result, copies)
     return result, ({"replaced": replaced, "persists": slow} if replaced else None)
+
+
+def _retimed(earlier: Any, again: Any, copies: dict[int, float], why: str) -> dict[str, Any]:
+    """The record of one re-timing: it had listed the reading found slow as replaced even where the
+    re-timing read slower and that reading was kept; ``kept`` says which of the two stood."""
+    return {"tbps": earlier.tbps, "copy_tbps": copies[earlier.bytes], "why": why, "retimed_tbps": again.tbps,
+            "kept": "re-timing" if again.median_s < earlier.median_s else "earlier"}  # fmt: skip
 
 
 def _best_large_copy(copies: dict[int, float]) -> float:
