@@ -677,7 +677,7 @@ def test_a_float_attribute_that_rounds_to_the_largest_f32_is_taken(quick_gelu):
     for alpha in (3.4028235e38, -3.4028235e38, np.nextafter(largest + 2.0**103, 0)):
         np.testing.assert_array_equal(quick_gelu({"X": x}, attrs={"alpha": alpha})["Y"],
                                       quick_gelu({"X": x}, attrs={"alpha": math.copysign(largest, alpha)})["Y"])  # fmt: skip
-    with pytest.raises(errors.AttributeValueError, match=r"the largest is 3\.4028234663852886e\+38\).*got 3\.40282356779"):
+    with pytest.raises(errors.AttributeValueError, match=r"the largest is 3\.4028234663852886e\+38\).*got float 3\.40282356779"):
         quick_gelu({"X": x}, attrs={"alpha": largest + 2.0**103})
 
 

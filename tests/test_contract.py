@@ -614,22 +614,28 @@ def test_a_masked_value_in_a_list_attribute_is_refused():
 
 
 @pytest.mark.parametrize(
-    ("kind", "default", "value", "expected"),
+    ("kind", "default", "value", "expected", "received"),
     [
-        ("attribute", True, 1, "a boolean (attribute)"),
-        ("tunable", False, "yes", "a boolean (tunable)"),
-        ("attribute", 1.5, "x", "a number (attribute)"),
-        ("attribute", 1.5, float("nan"), "a finite number (attribute)"),
-        ("attribute", 2, 1.5, "an integer (attribute)"),
-        ("tunable", 2, 2**63, "an integer below 2^63 in magnitude (tunable)"),
-        ("attribute", 2.0, [1.0], "a number (attribute)"),
-        ("attribute", "a", 1, "a string (attribute)"),
-        ("attribute", [1.0], "x", "a list of finite numbers (attribute)"),
-        ("attribute", [1.0], [2**64], "a list of finite numbers below 2^63 in magnitude (attribute)"),
-        ("attribute", [1], [1.5], "a list of integers (attribute)"),
+        ("attribute", True, 1, "a boolean (attribute)", "int 1"),
+        ("tunable", False, "yes", "a boolean (tunable)", "str 'yes'"),
+        ("attribute", 1.5, "x", "a number (attribute)", "str 'x'"),
+        ("attribute", 1.5, float("nan"), "a finite number (attribute)", "float nan"),
+        ("attribute", 2, 1.5, "an integer (attribute)", "float 1.5"),
+        ("tunable", 2, 2**63, "an integer below 2^63 in magnitude (tunable)", "int 9223372036854775808"),
+        ("attribute", 2.0, [1.0], "a number (attribute)", "list [1.0]"),
+        ("attribute", "a", 1, "a string (attribute)", "int 1"),
+        ("attribute", [1.0], "x", "a list of finite numbers (attribute)", "str 'x'"),
+        ("attribute", [1.0], [2**64], "a list of finite numbers below 2^63 in magnitude (attribute)",
+         "int 18446744073709551616"),
+        ("attribute", [1], [1.5], "a list of integers (attribute)", "list [1.5]"),
+        ("tunable", 2, 1.5, "an integer (tunable)", "float 1.5"),
+        ("attribute", 1.5, float("-inf"), "a finite number (attribute)", "float -inf"),
+        ("attribute", 1.5, 1e39, "a number that rounds to a finite float32 (|x| < 3.4028235677973366e+38; "
+                                 "the largest is 3.4028234663852886e+38) (attribute)", "float 1e+39"),
+        ("attribute", [1.0], [float("nan")], "a finite number (attribute)", "float nan"),
     ],
-)
-def test_attribute_and_tunable_messages_share_one_form(kind, default, value, expected):
+)  # fmt: skip
+def test_attribute_and_tunable_messages_share_one_form(kind, default, value, expected, received):
     """Every kind check says "argument NAME: expected WHAT (KIND), got WHAT CAME": a boolean had read
     "expected a boolean attribute" and a big integer "expected a number (tunable), below 2^63 in
     magnitude", beside "expected a number (attribute)" (helper-108)."""
@@ -644,3 +650,5 @@ def test_attribute_and_tunable_messages_share_one_form(kind, default, value, exp
                               given if kind == "tunable" else None)  # fmt: skip
     error = raises(errors.AttributeValueError, call, f"argument 'v': expected {expected}, got ", argument="v")
     assert error.expected == expected
+    # a value is named by its type and repr, as every InputError's is: nan, 1.5 and 1e+39 had come bare
+    assert error.received == received

@@ -331,7 +331,7 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
         value = _number(kind, name, value, "an integer" if isinstance(default, int) else "a number")
         if isinstance(default, int) and not isinstance(value, int):
             if not value.is_integer():
-                raise AttributeValueError(name, f"an integer ({kind})", repr(value))
+                raise AttributeValueError(name, f"an integer ({kind})", _describe(value))
             value = _number(kind, name, int(value), "an integer")
         return value
     if isinstance(default, str):
@@ -377,10 +377,10 @@ def _number(kind: str, name: str, value: Any, what: str) -> int | float:
             raise AttributeValueError(name, f"{what} below 2^63 in magnitude ({kind})", _describe(value))
         return int(value)
     if not math.isfinite(value):
-        raise AttributeValueError(name, f"a finite number ({kind})", repr(value))
+        raise AttributeValueError(name, f"a finite number ({kind})", _describe(value))
     if abs(value) >= F32_ROUNDING_BOUND:
         # WebGPU computes in at most 32-bit floats: a larger value cannot reach a shader.
-        raise AttributeValueError(name, f"{_F32_RANGE} ({kind})", repr(value))
+        raise AttributeValueError(name, f"{_F32_RANGE} ({kind})", _describe(value))
     if abs(value) > F32_MAX:  # rounds to the largest f32, as a float32 conversion would
         return math.copysign(F32_MAX, value)
     return float(value)
