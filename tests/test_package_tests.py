@@ -774,3 +774,27 @@ def test_a_child_dying_between_runs_blames_no_finished_run(monkeypatch) -> None:
     assert [(r.case, r.status) for r in report.results] == [("tail-3x5-f32", "pass")]
     assert report.error == "the test process ran past its 5 s timeout (--timeout) and was stopped"
     assert [(r.case, r.variant) for r in report.not_run] == [("tail-3x5-f16", "scalar")]
+
+
+def test_cases_run_and_are_reported_in_test_json_order(tmp_path: Path) -> None:
+    """Cases expecting a refusal had all run and been reported first, and a case refused while
+    planning (an unknown attribute) before every run: the order is test.json's, as its author wrote it."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    order = ["refused-int32-input", "tail-3x5-f32", "bad-attr", "refused-vec4-on-5-elements", "one-element-f32"]
+
+    def edit(data: dict) -> None:
+        bad = {**case_named(data, "one-element-f32"), "name": "bad-attr", "attrs": {"alhpa": 1.0}}
+        data["cases"] = [bad if name == "bad-attr" else case_named(data, name) for name in order]
+
+    edit_test_json(root, edit)
+    events: list[tuple[str, object]] = []
+    for run in (run_package_tests, run_package_tests_isolated):
+        events.clear()
+        report = run(wk.load_kernel(root), progress=lambda kind, value: events.append((kind, value)))
+        seen = [r.case for r in report.results]
+        assert list(dict.fromkeys(seen)) == order, (run.__name__, seen)
+        assert [r.status for r in report.results if r.case == "bad-attr"] == ["error"]
+        started = [v["case"] for k, v in events if k == "start"]
+        assert list(dict.fromkeys(started)) == [n for n in order if n != "bad-attr"], (run.__name__, started)
+        (plan,) = [v for k, v in events if k == "plan"]
+        assert list(dict.fromkeys(p["case"] for p in plan)) == [n for n in order if n != "bad-attr"]

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -205,8 +205,9 @@ def run_package_tests(
     # inputs are kept for the runs while they hold at most MAX_CASE_TOTAL_ELEMENTS in all, else
     # built again when their case runs: every case's at once let a file of many cases, each
     # within the case bound, take gigabytes.
-    plans: list[tuple[TestCase, str, dict[str, np.ndarray] | None, list[str], tuple[OutputSpec, ...]]] = []
-    refusals: list[tuple[TestCase, Refusal, str, dict[str, np.ndarray] | None]] = []
+    # One list in test.json's order, refusals among the others: the order the author wrote is the
+    # order the cases run and are reported in (refusals had all come first).
+    plans: list[_Planned | _PlannedRefusal] = []
     held = 0
 
     def keep(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
@@ -223,7 +224,7 @@ def run_package_tests(
             arrays = case.build_inputs(manifest, read)
             label = case.type_label(manifest, arrays)  # a data file's dtype is known once it is read
             if case.refused is not None:  # its call is judged whole, refusal included
-                refusals.append((case, case.refused, label, keep(arrays)))
+                plans.append(_PlannedRefusal(case, case.refused, label, keep(arrays)))
                 continue
             explanation = kernel.explain({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()},
                                          attrs=case.attrs or None, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
@@ -250,29 +251,17 @@ def run_package_tests(
             reasons = "; ".join(f"{v.variant}: {v.reason()}" for v in explanation.verdicts)
             add(RunResult(kernel.op_id, case.name, None, label, FAIL, message=f"no variant accepts the case ({reasons})"))
             continue
-        plans.append((case, label, keep(arrays), accepted, tuple(explanation.outputs)))
+        plans.append(_Planned(case, label, keep(arrays), accepted, tuple(explanation.outputs)))
     arrays = {}  # the last case's, when its plan does not keep them
 
     # Every run, before any: an isolated child that dies midway leaves the parent the list of those it never reached.
-    notify("plan", [{"case": case.name, "variant": variant, "dtype": label}
-                    for case, _, label, _ in refusals for variant in case.variants or (None,)]
-                   + [{"case": case.name, "variant": vid, "dtype": label}
-                      for case, label, _, accepted, _ in plans for vid in accepted])  # fmt: skip
-    notify("total", sum(len(p[3]) for p in plans) + sum(len(r[0].variants or (None,)) for r in refusals))
-    for case, refusal, label, held_arrays in refusals:
-        try:
-            arrays = held_arrays if held_arrays is not None else case.build_inputs(manifest, read)
-        except KernelError as exc:  # built once already: a data file changed since
-            for variant in case.variants or (None,):
-                add(RunResult(kernel.op_id, case.name, variant, label, ERROR, refused=True,
-                              message=_message(exc, case.json_path)))  # fmt: skip
-                notify("advance", 1)
+    notify("plan", [{"case": p.case.name, "variant": variant, "dtype": p.label} for p in plans for variant in p.runs])
+    notify("total", sum(len(p.runs) for p in plans))
+    for plan in plans:
+        if isinstance(plan, _PlannedRefusal):
+            _run_refusal(kernel, plan, adapter, device.info, add, notify)
             continue
-        for variant in case.variants or (None,):
-            notify("start", {"case": case.name, "variant": variant or "-", "dtype": label})
-            add(_judge_refusal(kernel, case, refusal, label, variant, arrays, adapter, device.info))
-            notify("advance", 1)
-    for case, label, held_arrays, accepted, output_specs in plans:
+        case, label, held_arrays, accepted, output_specs = plan
         try:
             arrays = held_arrays if held_arrays is not None else case.build_inputs(manifest, read)
             expected = case.build_expected(read, {o.role: o.dtype for o in output_specs}, inputs=arrays)
@@ -285,7 +274,62 @@ def run_package_tests(
             notify("start", {"case": case.name, "variant": vid, "dtype": label})
             add(_run_one(kernel, case, label, vid, arrays, output_specs, expected, adapter))
             notify("advance", 1)
+    # A case refused while planning (no variant accepts it, its attrs) was reported then: put in its place.
+    report.results = in_case_order(report.results, [c.name for c in selected])
     return report
+
+
+class _Planned(NamedTuple):
+    """A case to run on the variants that accept it."""
+
+    case: TestCase
+    label: str
+    arrays: dict[str, np.ndarray] | None  # None: built again when it runs
+    accepted: list[str]
+    outputs: tuple[OutputSpec, ...]
+
+    @property
+    def runs(self) -> list[str | None]:
+        return list(self.accepted)
+
+
+class _PlannedRefusal(NamedTuple):
+    """A case whose call must be refused, judged on each variant it names (or on none)."""
+
+    case: TestCase
+    refusal: Refusal
+    label: str
+    arrays: dict[str, np.ndarray] | None
+
+    @property
+    def runs(self) -> list[str | None]:
+        return list(self.case.variants or (None,))
+
+
+def _run_refusal(kernel: Kernel, plan: _PlannedRefusal, adapter: str | None, info: DeviceInfo,
+                 add: Callable[[RunResult], None], notify: Callable[[str, Any], None]) -> None:  # fmt: skip
+    case, label = plan.case, plan.label
+    try:
+        arrays = plan.arrays if plan.arrays is not None else case.build_inputs(kernel.manifest, kernel.package.read_bytes)
+    except KernelError as exc:  # built once already: a data file changed since
+        for variant in plan.runs:
+            add(RunResult(kernel.op_id, case.name, variant, label, ERROR, refused=True,
+                          message=_message(exc, case.json_path)))  # fmt: skip
+            notify("advance", 1)
+        return
+    for variant in plan.runs:
+        notify("start", {"case": case.name, "variant": variant or "-", "dtype": label})
+        add(_judge_refusal(kernel, case, plan.refusal, label, variant, arrays, adapter, info))
+        notify("advance", 1)
+
+
+def in_case_order(results: list[RunResult], names: Sequence[str]) -> list[RunResult]:
+    """``results`` in the order of their cases in ``names`` (test.json's), a case's own results in
+    the order they came; a result of a case not named goes last."""
+    place: dict[str, int] = {}
+    for i, name in enumerate(names):
+        place.setdefault(name, i)
+    return sorted(results, key=lambda r: place.get(r.case, len(place)))
 
 
 def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str, variant: str | None,
@@ -622,6 +666,8 @@ def run_package_tests_isolated(
     finished, ended = run_in_child(_child_main, job, handle, timeout=timeout)
     now = time.perf_counter()
     report.seconds = now - spawned
+    # The child sends a case refused while planning before any run: its place is test.json's, as in process.
+    report.results = in_case_order(report.results, _case_names(kernel, cases))
     if not finished:
         run = current[0] if current else None
         on = f" on variant {run['variant']!r}" if run and run["variant"] is not None else ""
@@ -633,6 +679,16 @@ def run_package_tests_isolated(
                                             seconds=now - run_began))  # fmt: skip
         report.not_run = unreached_runs(kernel, report, planned, cases)
     return report
+
+
+def _case_names(kernel: Kernel, cases: Sequence[str] | None) -> list[str]:
+    """The selected cases' names in test.json's order ([] where it cannot be read: the child says why)."""
+    if not kernel.package.has(TEST_FILE):
+        return []
+    try:
+        return [c.name for c in read_test_file(kernel.package).cases if case_name_matches(c.name, cases)]
+    except KernelError:
+        return []
 
 
 def unreached_runs(kernel: Kernel, report: PackageReport, planned: Sequence[Mapping[str, Any]] | None,
