@@ -513,6 +513,35 @@ def test_a_tensor_on_another_adapter_says_how_to_run_the_call(quick_gelu, device
         t.release()
 
 
+def test_tensors_on_two_devices_are_told_to_copy_not_to_move_the_call(bias_add, device, gl_device, dispatches, rng):
+    """With X on the default device and bias on the OpenGL one, the hint said "run it on the
+    tensor's device with adapter='opengl'", and that call then refused X with the mirror hint: the
+    user was sent back and forth (helper-121). Running elsewhere cannot help; copying can."""
+    if gl_device is device:
+        pytest.skip("the default adapter is the OpenGL one")
+    x, skip = (rng.standard_normal((2, 3, 8)).astype(f32) for _ in range(2))
+    bias = rng.standard_normal(8).astype(f32)
+    tx, tb = to_gpu(x), to_gpu(bias, adapter="gl")
+    try:
+        inputs, raised = {"X": tx, "bias": tb, "skip": skip}, {}
+        for adapter, foreign, other in ((None, "bias", "X"), ("gl", "X", "bias")):
+            raised[adapter] = error = check_refused(bias_add, lambda: bias_add(inputs, adapter=adapter), errors.InputError,
+                                  (f"a call runs on one device, and {other!r} is not on this tensor's: copy the "
+                                   "tensor to the call's device with to_gpu(t, adapter=",), foreign,
+                                  device=gl_device if adapter else device, dispatches=dispatches)  # fmt: skip
+            assert "run it on the tensor's device" not in str(error)
+        # The default call's hint, followed: bias copied to the default device.
+        moved = to_gpu(tb, adapter=eval(re.search(r"to_gpu\(t, adapter=('[^']+')\)", str(raised[None])).group(1)))
+        try:
+            want = x.astype(np.float64) + bias.astype(np.float64) + skip.astype(np.float64)
+            np.testing.assert_allclose(bias_add({"X": tx, "bias": moved, "skip": skip})["Y"], want, rtol=1e-6, atol=1e-6)
+        finally:
+            moved.release()
+    finally:
+        tx.release()
+        tb.release()
+
+
 def test_a_released_tensor_as_input_says_what_to_do(quick_gelu, device, dispatches):
     """It said only "expected a live GpuTensor, got a released GpuTensor", without the advice the
     tensor's own error gives (helper-82)."""

@@ -97,7 +97,8 @@ def prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: boo
             if value._device is not device:  # the slot: the property costs 17 ns more a read (CPU machine)
                 if value.device.lost:  # same adapter, so the labels alone would read alike
                     raise InputError(name, "a GpuTensor on a live device", LOST_TENSOR)
-                raise foreign_tensor_error(name, value.device.adapter, device.adapter)
+                raise foreign_tensor_error(name, value.device.adapter, device.adapter,
+                                           split=_on_other_devices(inputs, value._device))  # fmt: skip
             prepared[name] = value
             continue
         if type(value) is not np.ndarray:  # plain arrays (the per-call path) skip as_array's checks
@@ -106,11 +107,23 @@ def prepare_inputs(inputs: Mapping[str, Any], device: Device, *, host_ready: boo
     return prepared
 
 
-def foreign_tensor_error(name: str, tensor_adapter: AdapterSummary, call_adapter: AdapterSummary) -> InputError:
-    """The error for a GpuTensor on another adapter's device than the call's, saying both ways out:
+def _on_other_devices(inputs: Mapping[str, Any], tensor_device: Any) -> list[str]:
+    """The GpuTensor inputs not on ``tensor_device``: where there are any, running the call on that
+    device would only refuse them instead (only on the error path)."""
+    return [k for k, v in inputs.items() if isinstance(v, GpuTensor) and v._device is not tensor_device]
+
+
+def foreign_tensor_error(name: str, tensor_adapter: AdapterSummary, call_adapter: AdapterSummary,
+                         split: list[str] | None = None) -> InputError:  # fmt: skip
+    """The error for a GpuTensor on another adapter's device than the call's, saying the ways out:
     run the call where the tensor lives, or copy the tensor over (to_gpu without adapter= returns it
-    as it is, so the hint names both adapters as ``adapter=`` values)."""
+    as it is, so the hint names both adapters as ``adapter=`` values). Where other GpuTensor inputs
+    (``split``) are not on the tensor's device, running there would refuse those: the hint says to copy."""
     there, here = adapter_request(tensor_adapter), adapter_request(call_adapter)
-    return InputError(name, f"a GpuTensor on {call_adapter.label()}", f"one on {tensor_adapter.label()}",
-                      hint=f"a call runs on one device: run it on the tensor's device with adapter={there}, or copy "
-                           f"the tensor to the call's device with to_gpu(t, adapter={here})")  # fmt: skip
+    copy = f"copy the tensor to the call's device with to_gpu(t, adapter={here})"
+    if split:
+        others = ", ".join(repr(k) for k in split)
+        hint = f"a call runs on one device, and {others} {'is' if len(split) == 1 else 'are'} not on this tensor's: {copy}"
+    else:
+        hint = f"a call runs on one device: run it on the tensor's device with adapter={there}, or {copy}"
+    return InputError(name, f"a GpuTensor on {call_adapter.label()}", f"one on {tensor_adapter.label()}", hint=hint)
