@@ -195,7 +195,8 @@ def _workgroup_size(expr: Expression, scope: Mapping[str, Any]) -> int:
         tunable = next((ref for ref in expr.references if ref.startswith("tunables.")), None)
         if tunable is None:
             raise
-        got = f"{expr.peek(scope).get(tunable)!r} (workgroup size {value!r} from {expr.source!r})"
+        given = expr.peek(scope).get(tunable)  # named by type and value, as every attribute and tunable error does
+        got = f"{type(given).__name__} {given!r} (workgroup size {value!r} from {expr.source!r})"
         raise AttributeValueError(tunable.removeprefix("tunables."), "a value that makes the workgroup size a positive "
                                   "integer (tunable)", got) from None  # fmt: skip
     return size
