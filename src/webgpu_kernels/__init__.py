@@ -29,6 +29,7 @@ from .errors import (
     ManifestError,
     MissingInputError,
     NotPicklableError,
+    OutOfMemoryError,
     PackageError,
     RankError,
     SandboxError,
@@ -82,7 +83,7 @@ __all__ = [
     "BroadcastError", "SandboxError", "ExpressionSandboxError", "InputError", "UnknownInputError", "MissingInputError",
     "RankError", "DTypeError", "ShapeError", "AttributeValueError", "DeviceLimitError", "SelectionError",
     "VariantRejectedError", "TemplateError", "TemplateSandboxError", "LayoutError", "GPUError",
-    "AdapterNotFoundError", "ShaderCompileError", "DeviceError", "DeviceLostError", "TensorReleasedError",
+    "AdapterNotFoundError", "ShaderCompileError", "DeviceError", "DeviceLostError", "OutOfMemoryError", "TensorReleasedError",
     "UncomputedTensorError", "NotPicklableError", "GpuWaitWarning", "TuningFileWarning",
 ]  # fmt: skip
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from .errors import DeviceError, DeviceLostError, GpuWaitWarning, user_stacklevel
+from .errors import DeviceError, DeviceLostError, GpuWaitWarning, OutOfMemoryError, user_stacklevel
 from .forks import fresh_in_child
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -69,6 +69,34 @@ def is_device_lost(exc: BaseException) -> bool:
     anywhere had made a shader error on a line naming ``lost_lanes`` a lost device, and dropped a
     healthy one with every tensor on it (helper-25)."""
     return any(_DEVICE_LOST.search(line) for line in str(exc).splitlines() if "│" not in line)
+
+
+#: How wgpu-native and the drivers say an allocation failed: wgpu-core's "Not enough memory left"
+#: (a validation error on lavapipe), its "Out of memory", Vulkan's VK_ERROR_OUT_OF_DEVICE_MEMORY.
+_OUT_OF_MEMORY = re.compile(r"Not enough memory left|\b[Oo]ut of (?:device |host )?memory\b|\bOutOfMemory\b|"
+                            r"ERROR_OUT_OF_(?:DEVICE|HOST)_MEMORY")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether wgpu's ``exc`` says the device ran out of memory: a GPUOutOfMemoryError, or (as
+    wgpu-native reports it on lavapipe) a validation error with that text, matched outside quoted
+    WGSL lines as is_device_lost does (a shader naming ``out_of_memory`` is no such error)."""
+    if isinstance(exc, wgpu.GPUOutOfMemoryError):
+        return True
+    return isinstance(exc, wgpu.GPUError) and any(
+        _OUT_OF_MEMORY.search(line) for line in str(exc).splitlines() if "│" not in line)
+
+
+def describe_bytes(nbytes: int, *, exact: bool = False) -> str:
+    """``nbytes`` for a message: in MiB from 1 MiB (and in bytes too where ``exact``), else in bytes."""
+    if nbytes < 1 << 20:
+        return f"{nbytes} bytes"
+    return f"{nbytes / 2**20:.4g} MiB ({nbytes} bytes)" if exact else f"{nbytes / 2**20:.4g} MiB"
+
+
+#: What an out-of-memory message tells the user to do.
+OUT_OF_MEMORY_ADVICE = ("release GpuTensors no longer needed (t.release()), call webgpu_kernels.empty_cache() to "
+                        "give the pool's memory to other programs, or split the work into smaller calls")
 
 
 def raised_by_wgpu_promise(exc: BaseException) -> bool:
@@ -114,6 +142,17 @@ class translate_gpu_errors:  # noqa: N801 - used as a function: `with translate_
             if self.memory is not None and self.memory.on_lost is not None:
                 self.memory.on_lost()
             raise DeviceLostError(f"the WebGPU device was lost ({self.what}): {text}; the next call opens a new one") from None
+        if is_out_of_memory(exc):  # an allocation other than a pooled buffer's (those retry in DeviceMemory.create)
+            if self.memory is not None and self.memory.lost_to_out_of_memory():
+                if self.memory.on_lost is not None:
+                    self.memory.on_lost()
+                raise DeviceLostError(f"the WebGPU device was lost ({self.what}) when it ran out of memory: "
+                                      f"{' '.join(text.split())}; {OUT_OF_MEMORY_ADVICE}; the next call opens a new "
+                                      "device") from None  # fmt: skip
+            live, pooled = (0, 0) if self.memory is None else self.memory.held_bytes()
+            raise OutOfMemoryError(f"out of GPU memory ({self.what}): live buffers hold {describe_bytes(live)}, the "
+                                   f"pool {describe_bytes(pooled)}; {OUT_OF_MEMORY_ADVICE} (wgpu: {' '.join(text.split())})",
+                                   nbytes=None, live_bytes=live, pooled_bytes=pooled) from None  # fmt: skip
         raise DeviceError(f"WebGPU refused the work ({self.what}): {text}") from None
 
 
@@ -268,10 +307,74 @@ class DeviceMemory:
                 buffer = stack.pop()
                 self._free_order.pop(buffer.uid, None)
                 self._free_total -= size
-            else:
-                buffer = self.gpu.create_buffer(size=size, usage=usage)
+            else:  # the pool's miss only: the hit above gains no work from the retry
+                buffer = self.create(size, lambda: self.gpu.create_buffer(size=size, usage=usage), usage == STORAGE_USAGE)
             self._leased[buffer.uid] = buffer
             return buffer
+
+    def create(self, nbytes: int, make: Callable[[], Any], written: bool = False) -> Any:
+        """``make()``, a new wgpu buffer of ``nbytes``. When the device is out of memory, the pool's free
+        buffers are destroyed and ``make()`` runs once more, as PyTorch's caching allocator frees its
+        cache and retries; failing again raises OutOfMemoryError.
+
+        A buffer that may be ``written`` through the queue needs room for wgpu's staging copy of the
+        data too, and wgpu-native loses the device when that copy does not fit (lavapipe): so when
+        memory is this tight, the retry also asks for (and frees) a staging buffer of ``nbytes``, and
+        a call that would have lost the device raises OutOfMemoryError instead."""
+        try:
+            return make()
+        except wgpu.GPUError as exc:
+            if not is_out_of_memory(exc):
+                raise
+        with self.lock:
+            live, pooled = self.held_bytes()
+            self._make_room()
+            buffer = None
+            try:
+                buffer = make()
+                if written:  # made while the buffer is held: both must fit at once
+                    self.gpu.create_buffer(size=nbytes, usage=wgpu.BufferUsage.MAP_WRITE | wgpu.BufferUsage.COPY_SRC).destroy()
+                return buffer
+            except wgpu.GPUError as exc:
+                if buffer is not None:
+                    buffer.destroy()  # never leased, never used
+                if not is_out_of_memory(exc):
+                    raise
+                text = " ".join(str(exc).split())
+        raise OutOfMemoryError(f"out of GPU memory for a buffer of {describe_bytes(nbytes, exact=True)}: live buffers "
+                               f"(GpuTensors, the call's own) hold {describe_bytes(live)} and the pool held "
+                               f"{describe_bytes(pooled)}, freed for one more try that failed too; {OUT_OF_MEMORY_ADVICE} "
+                               f"(wgpu: {text})", nbytes=nbytes, live_bytes=live, pooled_bytes=pooled)  # fmt: skip
+
+    def _make_room(self) -> None:  # under the lock
+        """Free the pool's buffers for a retry, for real: a buffer destroyed while a pass is open is
+        only doomed until that work is submitted, and wgpu-native frees a destroyed buffer's memory
+        once the submitted work that used it has finished. So: trim, submit, wait for the queue."""
+        self.trim()
+        self.flush()
+        # A blocking poll: it waits for the last submission and runs wgpu-core's cleanup. wgpu-py 0.32's
+        # public queue.on_submitted_work_done_sync() fails on its wgpu-native (a cffi TypeError); if
+        # the private name changes, the retry runs without the wait (and may fail where it had not).
+        wait = getattr(self.gpu, "_poll_wait", None)
+        if wait is not None:
+            wait()
+
+    def lost_to_out_of_memory(self) -> bool:
+        """Whether the device was lost to the out-of-memory error just raised: wgpu-native loses it when
+        an allocation other than a buffer's or texture's fails (queue.write_buffer's staging copy, on
+        lavapipe), and the next call would otherwise fail on it once more. A 16-byte probe tells."""
+        try:
+            with self.lock:
+                self.gpu.create_buffer(size=16, usage=wgpu.BufferUsage.COPY_DST).destroy()
+        except wgpu.GPUError as exc:
+            return is_device_lost(exc)
+        return False
+
+    def held_bytes(self) -> tuple[int, int]:
+        """Bytes in live (leased) buffers and in the pool's free ones, for an out-of-memory message."""
+        with self.lock:
+            self._pool_collected()
+            return sum(b.size for b in self._leased.values()), self._free_total
 
     def release_collected(self, buffer: Any) -> None:
         """:meth:`release` for a finalizer: queued without the lock (a deque's append is atomic),

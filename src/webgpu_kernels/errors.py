@@ -331,6 +331,19 @@ class DeviceLostError(DeviceError):
     """The WebGPU device was lost (driver reset, destroyed); the next call opens a new one."""
 
 
+class OutOfMemoryError(DeviceError):
+    """The device could not allocate a buffer, even after the pool's free buffers were destroyed and
+    the allocation retried once. ``nbytes`` is the size asked for (None where wgpu did not say),
+    ``live_bytes`` what live buffers (GpuTensors, the failing call's own) held then, ``pooled_bytes``
+    what the pool held before it was trimmed."""
+
+    def __init__(self, message: str, *, nbytes: int | None, live_bytes: int, pooled_bytes: int) -> None:
+        self.nbytes = nbytes
+        self.live_bytes = live_bytes
+        self.pooled_bytes = pooled_bytes
+        super().__init__(message)
+
+
 class TensorReleasedError(KernelError):
     """A GPU tensor was used after ``release()``."""
 

@@ -226,8 +226,10 @@ def build_pass(device: Device, resolved: ResolvedPass, wgsl: str, *, kernel: str
     with translate_gpu_errors("building a plan", device.memory):
         for b in resolved.bindings:
             uniform = None
-            if b.uniform_bytes is not None:
-                uniform = device.gpu.create_buffer_with_data(data=b.uniform_bytes, usage=wgpu.BufferUsage.UNIFORM)
+            if b.uniform_bytes is not None:  # mapped at creation, so no staging copy: not ``written``
+                data = b.uniform_bytes
+                uniform = device.memory.create(len(data), lambda: device.gpu.create_buffer_with_data(
+                    data=data, usage=wgpu.BufferUsage.UNIFORM))  # fmt: skip
             entries.append((b.binding, b.arg, uniform))
     grid = workgroup_grid(resolved.threads, resolved.invocations_per_workgroup,
                           device.limits["max-compute-workgroups-per-dimension"])  # fmt: skip
@@ -245,7 +247,8 @@ def host_array(value: np.ndarray) -> np.ndarray:
 def upload(device: Device, array: np.ndarray) -> Any:
     """A new storage buffer holding ``array`` (C-contiguous, little-endian), zero-padded to the
     size a binding binds (``padded_size``): a 20,020-byte tensor is bound as 20,032 bytes."""
-    return device.gpu.create_buffer_with_data(data=_padded_bytes(array, whole=True), usage=STORAGE_USAGE)
+    data = _padded_bytes(array, whole=True)
+    return device.memory.create(data.nbytes, lambda: device.gpu.create_buffer_with_data(data=data, usage=STORAGE_USAGE))
 
 
 def _padded_bytes(array: np.ndarray, *, whole: bool = False) -> np.ndarray:

@@ -1,0 +1,70 @@
+"""Out of GPU memory: the pool is trimmed and the allocation retried, and only then a typed error.
+
+On lavapipe the device's memory is the process's, so an address-space limit (RLIMIT_AS) set after
+the first call (LLVM's JIT has what it needs by then) stands for a full GPU. The limit binds a whole
+process, so the work runs in tests/out_of_memory_script.py, once for this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import webgpu_kernels as wk
+
+SCRIPT = Path(__file__).resolve().parent / "out_of_memory_script.py"
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def seen(device) -> dict:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the script reads its address space from /proc/self/status (Linux)")
+    if device.adapter.adapter_type != "CPU":
+        pytest.skip(f"{device.adapter.label()} is no CPU adapter: RLIMIT_AS does not limit its memory")
+    # A pool budget that keeps every released buffer: what is trimmed is then the retry's doing.
+    env = {**os.environ, "WEBGPU_KERNELS_POOL_MB": "4096"}
+    done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    return result
+
+
+def test_a_full_pool_is_trimmed_and_the_allocation_retried(seen) -> None:
+    """448 MiB of free pooled buffers, 512 MiB of room: the call's 128 MiB output fits only once the
+    pool's buffers are destroyed. It succeeds, with the right values, and the pool was emptied."""
+    assert seen["a_pooled_before"] == 4 * 112 * MiB
+    assert seen["a_pooled_after"] == 0
+    assert seen["a_max_error"] < 1e-5
+
+
+@pytest.mark.parametrize("step", ["call", "staged", "upload"])
+def test_an_allocation_that_never_fits_raises_out_of_memory(seen, step) -> None:
+    """A call's output, a call's NumPy input and to_gpu, each 128 MiB with 64 MiB of room: an
+    OutOfMemoryError (a DeviceError too) naming the size, nothing left leased."""
+    error = seen[f"b_{step}"]
+    assert error != "no error"
+    assert error["type"] == "OutOfMemoryError" and error["device_error"], error
+    assert "out of GPU memory for a buffer of 128 MiB (134217728 bytes)" in error["message"]
+    assert "empty_cache()" in error["message"] and "live buffers" in error["message"]
+    assert error["nbytes"] == 128 * MiB
+    assert error["leased_change"] == 0
+
+
+def test_the_device_stays_usable_and_inputs_unchanged_after_out_of_memory(seen) -> None:
+    assert seen["b_small_max_error"] < 1e-5  # against NumPy float64, under the same limit
+    assert seen["b_input_unchanged"] and seen["b_big_host_unchanged"]
+    assert seen["b_pooled_after"] == 0
+
+
+def test_out_of_memory_is_a_device_error_that_keeps_its_facts() -> None:
+    error = wk.OutOfMemoryError("out of GPU memory", nbytes=16, live_bytes=32, pooled_bytes=0)
+    assert isinstance(error, wk.DeviceError)
+    assert (error.nbytes, error.live_bytes, error.pooled_bytes) == (16, 32, 0)
