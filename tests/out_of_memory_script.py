@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 import webgpu_kernels as wk
+from webgpu_kernels import buffers
 
 MiB = 1 << 20
 SIZE = 128 * MiB  # the tensors under test: lavapipe's largest storage binding
@@ -48,12 +49,14 @@ def main() -> dict:
     wk.empty_cache()
     seen: dict = {}
 
-    # (a) The pool holds 448 MiB of free buffers (of another size class than the output's); 512 MiB
-    # are left, so the call's 128 MiB output fits only once the pool is trimmed.
-    limit(512 * MiB)
+    # (a) The pool holds 448 MiB of free buffers (of another size class than the output's) and 96 MiB
+    # are left, so the call's 128 MiB output fits only once the pool is trimmed. The limit is set
+    # after the pool is filled: memory the process takes meanwhile (a thread's malloc arena reserves
+    # 64 MiB) then only makes the first try fail more surely.
     filler = [memory.acquire(112 * MiB) for _ in range(4)]
     for buffer in filler:
         memory.release(buffer)
+    limit(96 * MiB)
     seen["a_pooled_before"] = memory.pooled_bytes
     y = kernel({"X": x}, output="gpu")["Y"]
     seen["a_pooled_after"] = memory.pooled_bytes
@@ -81,6 +84,24 @@ def main() -> dict:
     limit(2048 * MiB)
     seen["b_input_unchanged"] = bool(np.array_equal(x.numpy(), host))
     seen["b_big_host_unchanged"] = bool((big_host == 1).all())
+
+    # (c) An upload into a pooled buffer whose staging copy does not fit: wgpu-native loses the device
+    # (a failed allocation outside a buffer's creation is fatal to wgpu-core). Said as a lost device,
+    # so that the next call opens a new one instead of failing on the dead one.
+    # One write_buffer: split across copy threads, another piece's error ("Parent device is lost")
+    # could be the one reported.
+    buffers.COPY_THREADS = 1
+    y.release()  # the 128 MiB storage buffer the upload gets from the pool
+    limit(64 * MiB)
+    try:
+        wk.to_gpu(big_host)
+        seen["c_upload"] = "no error"
+    except wk.DeviceError as exc:
+        seen["c_upload"] = {"type": type(exc).__name__, "message": str(exc)}
+    limit(2048 * MiB)  # the new device compiles its shader again
+    out = kernel({"X": small})["Y"]
+    seen["c_small_max_error"] = float(np.abs(out - quick_gelu(small)).max())
+    seen["c_new_device"] = wk.get_device() is not device
     return seen
 
 

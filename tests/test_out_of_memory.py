@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import wgpu
 
 import webgpu_kernels as wk
+from webgpu_kernels.buffers import is_out_of_memory
 
 SCRIPT = Path(__file__).resolve().parent / "out_of_memory_script.py"
 MiB = 1 << 20
@@ -38,7 +40,7 @@ def seen(device) -> dict:
 
 
 def test_a_full_pool_is_trimmed_and_the_allocation_retried(seen) -> None:
-    """448 MiB of free pooled buffers, 512 MiB of room: the call's 128 MiB output fits only once the
+    """448 MiB of free pooled buffers, 96 MiB of room: the call's 128 MiB output fits only once the
     pool's buffers are destroyed. It succeeds, with the right values, and the pool was emptied."""
     assert seen["a_pooled_before"] == 4 * 112 * MiB
     assert seen["a_pooled_after"] == 0
@@ -68,3 +70,22 @@ def test_out_of_memory_is_a_device_error_that_keeps_its_facts() -> None:
     error = wk.OutOfMemoryError("out of GPU memory", nbytes=16, live_bytes=32, pooled_bytes=0)
     assert isinstance(error, wk.DeviceError)
     assert (error.nbytes, error.live_bytes, error.pooled_bytes) == (16, 32, 0)
+
+
+def test_an_upload_whose_staging_copy_does_not_fit_is_a_lost_device_and_the_next_call_opens_one(seen) -> None:
+    """wgpu-native loses the device when write_buffer's staging copy cannot be allocated: said so (a
+    DeviceLostError naming the out-of-memory), and the next call runs on a new device."""
+    error = seen["c_upload"]
+    assert error != "no error" and error["type"] == "DeviceLostError", error
+    assert "when it ran out of memory" in error["message"] and "Not enough memory left" in error["message"]
+    assert seen["c_new_device"] and seen["c_small_max_error"] < 1e-5
+
+
+def test_out_of_memory_is_recognised_by_type_or_by_wgpu_natives_text() -> None:
+    assert is_out_of_memory(wgpu.GPUOutOfMemoryError("any text"))
+    assert is_out_of_memory(wgpu.GPUValidationError("Validation Error\n\nCaused by:\n  In wgpuDeviceCreateBuffer\n"
+                                                    "    Not enough memory left."))  # fmt: skip
+    assert not is_out_of_memory(wgpu.GPUValidationError("Validation Error: Buffer size 16 is too small"))
+    # a shader's line quoted by naga is no allocation failure, whatever it names
+    assert not is_out_of_memory(wgpu.GPUValidationError("error: bad\n  15 │ let out_of_memory = 1; // Out of memory"))
+    assert not is_out_of_memory(RuntimeError("Not enough memory left"))  # not wgpu's

@@ -308,9 +308,14 @@ class DeviceMemory:
                 self._free_order.pop(buffer.uid, None)
                 self._free_total -= size
             else:  # the pool's miss only: the hit above gains no work from the retry
-                buffer = self.create(size, lambda: self.gpu.create_buffer(size=size, usage=usage), usage == STORAGE_USAGE)
+                buffer = self._new_buffer(size, usage)
             self._leased[buffer.uid] = buffer
             return buffer
+
+    def _new_buffer(self, size: int, usage: int) -> Any:
+        # A method of its own: a lambda in acquire made its locals closure cells, and the pool's hit
+        # 90 ns slower (CPU machine, acquire + release 1.50 -> 1.59 us).
+        return self.create(size, lambda: self.gpu.create_buffer(size=size, usage=usage), usage == STORAGE_USAGE)
 
     def create(self, nbytes: int, make: Callable[[], Any], written: bool = False) -> Any:
         """``make()``, a new wgpu buffer of ``nbytes``. When the device is out of memory, the pool's free
