@@ -124,3 +124,20 @@ def test_help_of_a_kernel_says_what_to_pass(quick_gelu, bias_add):
     # the class keeps its own docstring, for help(Kernel) and tools that read it
     assert wk.Kernel.__doc__.startswith("A kernel package ready to run.")
     assert "Methods defined here" in pydoc.render_doc(wk.Kernel, renderer=pydoc.plaintext)
+
+
+def test_help_shows_no_escape_sequence_from_a_package(tmp_path):
+    """help(kernel) prints the package's descriptions on the user's terminal: an ESC sequence in
+    one (a Hub package's) must not move the cursor or retitle the terminal, as on the command line."""
+    import json
+
+    from conftest import copy_package
+
+    root = copy_package("com.microsoft.QuickGelu", tmp_path / "pkg")
+    (root / "metadata.json").unlink()
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["description"] = "fine\x1b]0;owned\x07 text\x1b[2J"
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    text = wk.load_kernel(root).__doc__
+    assert "fine\ufffd]0;owned\ufffd text\ufffd[2J" in text
+    assert not any(c in text for c in "\x1b\x07")

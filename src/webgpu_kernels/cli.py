@@ -34,7 +34,7 @@ from .call_inputs import TensorMeta
 from .case_data import SPECIAL_STRINGS
 from .casefile import generate_errors
 from .device import ADAPTER_ENV
-from .errors import DTypeError, KernelError, PackageError
+from .errors import DTypeError, KernelError, PackageError, printable
 from .kernel import Kernel
 from .package import check_folder, embedded_root
 
@@ -56,16 +56,6 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*\Z")
 
 
 # --- output helpers ---------------------------------------------------------------------------------
-
-
-#: C0 and C1 control characters but tab and newline, each shown as U+FFFD: package text (a
-#: description, an id inside an error message) must not move the cursor or retitle the terminal.
-_CONTROL_CHARACTERS = dict.fromkeys([*range(0, 9), *range(11, 32), 127, *range(128, 160)], "\ufffd")
-
-
-def printable(text: str) -> str:
-    """``text`` with its control characters (ESC included) replaced, one for one."""
-    return text.translate(_CONTROL_CHARACTERS)
 
 
 def _drop_the_rest(stream: Any) -> None:

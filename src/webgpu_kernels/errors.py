@@ -50,6 +50,17 @@ class _Text(str):
     """A piece of :func:`short_repr`'s output (a bracket or separator), not a value to show."""
 
 
+#: C0 and C1 control characters but tab and newline, each shown as U+FFFD: package text (a
+#: description, an id inside an error message) must not move the cursor or retitle the terminal.
+_CONTROL_CHARACTERS = dict.fromkeys([*range(0, 9), *range(11, 32), 127, *range(128, 160)], "\ufffd")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (ESC included) replaced, one for one: for package text
+    shown on a terminal (the command line's output, ``help(kernel)``)."""
+    return text.translate(_CONTROL_CHARACTERS)
+
+
 def short_repr(value: Any, limit: int = 80) -> str:
     """``shorten(repr(value), limit)`` of a plain value (string, number, list, tuple, dict), built
     from about ``limit`` characters of it only: ``shorten(repr(...))`` of a package's value (4096

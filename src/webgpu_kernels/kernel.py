@@ -31,6 +31,7 @@ from .errors import (
     InputError,
     KernelError,
     SelectionError,
+    printable,
     shorten,
 )
 from .execution import (
@@ -74,7 +75,7 @@ class _KernelDoc:
 
 def contract_doc(kernel: Kernel) -> str:
     """What ``help(kernel)`` shows: a call of this op, its inputs, outputs, types, attributes and
-    tunables (``webgpu-kernels info`` without the variants' internals)."""
+    tunables (``webgpu-kernels info`` without the variants' internals), control characters replaced."""
     m = kernel.manifest
     names: dict[str, str] = {}  # each input's variable in the example call: X -> x, a clash or keyword -> input1
     for i, s in enumerate(m.inputs):
@@ -110,7 +111,8 @@ def contract_doc(kernel: Kernel) -> str:
         lines.append("Tunables (tunables=): " + ", ".join(f"{k} = {v!r}" for k, v in m.tunables.items()))
     lines += [f"Variants: {', '.join(kernel.variants)} (kernel.explain(inputs) says which a call runs, and why)",
               "", "The methods (explain, render, evaluate, flush, ...): help(webgpu_kernels.Kernel)."]  # fmt: skip
-    return "\n".join(lines)
+    # Descriptions are the package's text, shown on a terminal: no escape sequence gets through.
+    return printable("\n".join(lines))
 
 
 def _sentence(head: str, description: Any) -> str:
