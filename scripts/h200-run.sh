@@ -47,6 +47,7 @@
 #   bash scripts/h200-run.sh qgab   f16 QuickGelu's large case alone, this tree against ab-mid, alternated; then all large
 #   bash scripts/h200-run.sh qgretime   f16 QuickGelu's large case alone in eight fresh processes (the under-copy re-time)
 #   bash scripts/h200-run.sh kernelalloc   run Z's kernel-only slow state: the buffers' or the process's? then all large
+#   bash scripts/h200-run.sh oom   buffers past the card's memory: OutOfMemoryError, the pool's trim-and-retry, a call after it
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -332,6 +333,12 @@ case "${1:-bench}" in
       timeout 60 python3 -m webgpu_kernels bench com.microsoft.QuickGelu --tag large --dtype f16 --no-host 2>&1 \
         | grep -E "TB/s \(|re-timed|Error" | tee -a "$OUT/qg-retime.log"
     done ;;
+  oom)  # session 44: out of GPU memory on a real GPU: OutOfMemoryError, the pool's trim-and-retry, the device after it.
+        # Held at most the card's memory plus 16 GiB and at most 100 GiB: should the driver spill to host memory, the
+        # probe stops before the host's 128 GiB run out.
+    total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    cap=$(( total / 1024 + 16 )); [ "$cap" -gt 100 ] && cap=100
+    timeout 200 python3 scripts/oom_probe.py 1024 "$cap" 90 2>&1 | tee "$OUT/oom.log" ;;
   kernelalloc)  # session 43 (for the next lend): run Z's kernel-only slow state, the buffers' or the process's?
                # scripts/kernel_alloc_probe.py in six fresh processes (fresh pairs timed twice, a kept pair), then all large
     for p in 1 2 3 4 5 6; do
