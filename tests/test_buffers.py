@@ -14,7 +14,7 @@ import pytest
 
 import webgpu_kernels as wk
 from webgpu_kernels import buffers
-from webgpu_kernels.buffers import copy_chunks, parallel_copy
+from webgpu_kernels.buffers import LARGE_BUFFERS_KEPT, copy_chunks, parallel_copy
 
 import references as ref
 
@@ -225,6 +225,23 @@ def test_empty_cache_frees_the_pool_but_not_live_tensors(device, quick_gelu):
     assert device.memory.pooled_bytes == 0
     np.testing.assert_allclose(kept.numpy(), ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
     kept.release()
+
+
+def test_empty_cache_forgets_the_largest_recent_size(device, monkeypatch):
+    """The pool keeps room for LARGE_BUFFERS_KEPT buffers the size of the largest recent release
+    beyond its budget; after empty_cache() that room stayed for the next LARGE_BUFFER_WINDOW
+    releases, so small buffers could fill 4 x the large size again right after the user asked
+    for the memory back (helper-122's finding)."""
+    monkeypatch.setattr(device.memory, "pool_bytes", 1 << 20)
+    big = device.memory.acquire(16 << 20)
+    device.memory.release(big)
+    assert device.memory.pool_budget >= (1 << 20) + LARGE_BUFFERS_KEPT * (16 << 20)
+    wk.empty_cache()
+    assert device.memory.pool_budget == 1 << 20
+    smalls = [device.memory.acquire(256 << 10) for _ in range(12)]  # 3 MiB, over the 1 MiB budget
+    for buffer in smalls:
+        device.memory.release(buffer)
+    assert device.memory.pooled_bytes <= (1 << 20) + LARGE_BUFFERS_KEPT * (256 << 10)  # the new largest: 256 KiB
 
 
 def test_empty_cache_turns_wgpu_errors_into_the_library_s(device, monkeypatch):

@@ -444,7 +444,9 @@ class DeviceMemory:
             buffer.destroy()
 
     def trim(self) -> None:
-        """Destroy every pooled buffer (they are recreated on demand)."""
+        """Destroy every pooled buffer (they are recreated on demand), and forget the largest recent
+        size: its room (LARGE_BUFFERS_KEPT of it beyond the budget) had outlived empty_cache() and an
+        out-of-memory retry for the next LARGE_BUFFER_WINDOW releases, filling with small buffers."""
         with self.lock:
             self._pool_collected()
             for buffer in [b for _, b in self._free_order.values()]:
@@ -452,6 +454,7 @@ class DeviceMemory:
             self._free.clear()
             self._free_order.clear()
             self._free_total = 0
+            self._large_size, self._large_seen = 0, self._releases
 
     @property
     def live_buffers(self) -> int:
