@@ -5,8 +5,8 @@ DeviceMemory.create) give their memory to a new size?
 1. Lease buffers of SIZE_MIB until the device refuses one (or CAP_GIB are held, or SECONDS pass):
    what was raised, after how many, and how long the refusal took (the retry's trim and wait).
 2. Release them all to the pool (it keeps its budget plus four of the largest size), then lease
-   buffers of another size class until as many bytes are held again: the pool's free buffers
-   must be trimmed for them to fit.
+   buffers of another size class until the device refuses one: as many bytes as in step 1 fit
+   only if the pool's free buffers were trimmed (it ends empty).
 3. A QuickGelu call afterwards, checked against NumPy float64: the device still works.
 
     python scripts/oom_probe.py [SIZE_MIB] [CAP_GIB] [SECONDS]
@@ -57,7 +57,7 @@ for buffer in held:
     memory.release(buffer)
 print(json.dumps({"step": 2, "pooled_gib": round(memory.pooled_bytes / 2**30, 2)}), flush=True)
 other = size - (size >> 2)  # another size class: no pool hit
-again, second = fill(other, len(held) * size * 0.95)
+again, second = fill(other, cap_gib * 2**30)  # until refused: past what the pool's trim frees
 print(json.dumps({"step": 2, **second, "pooled_gib_after": round(memory.pooled_bytes / 2**30, 2)}), flush=True)
 for buffer in again:
     memory.release(buffer)

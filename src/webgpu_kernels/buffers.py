@@ -88,10 +88,12 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def describe_bytes(nbytes: int, *, exact: bool = False) -> str:
-    """``nbytes`` for a message: in MiB from 1 MiB (and in bytes too where ``exact``), else in bytes."""
+    """``nbytes`` for a message: in GiB from 1 GiB, in MiB from 1 MiB (and in bytes too where
+    ``exact``), else in bytes (an H100's 78 GiB had read "7.987e+04 MiB")."""
     if nbytes < 1 << 20:
         return f"{nbytes} bytes"
-    return f"{nbytes / 2**20:.4g} MiB ({nbytes} bytes)" if exact else f"{nbytes / 2**20:.4g} MiB"
+    short = f"{nbytes / 2**30:.4g} GiB" if nbytes >= 1 << 30 else f"{nbytes / 2**20:.4g} MiB"
+    return f"{short} ({nbytes} bytes)" if exact else short
 
 
 #: What an out-of-memory message tells the user to do.
