@@ -235,6 +235,15 @@ def given_shapes_option(verb: str) -> Callable[[Any], Any]:
     return options
 
 
+def case_selection_options(fn: Any) -> Any:
+    """bench's and tune's --case, --tag and --dtype: which bench.json cases run."""
+    fn = click.option("--dtype", "dtypes", multiple=True, callback=dtypes_callback,
+                      help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")(fn)  # fmt: skip
+    fn = click.option("--tag", "tags", multiple=True, help="Only cases with this tag (large, small, model:...). Repeatable.")(fn)
+    return click.option("--case", "names", multiple=True,
+                        help="Only cases whose name contains this or matches it as a glob. Repeatable.")(fn)  # fmt: skip
+
+
 def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any],
                        names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
     """-i's usage errors, said before anything is loaded or timed; the -i inputs with --generate's
@@ -253,10 +262,7 @@ def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], generat
 @trust_option
 @click.argument("kernels", nargs=-1)
 @given_shapes_option("Benchmark")
-@click.option("--case", "names", multiple=True,
-              help="Only cases whose name contains this or matches it as a glob. Repeatable.")  # fmt: skip
-@click.option("--tag", "tags", multiple=True, help="Only cases with this tag (large, small, model:...). Repeatable.")
-@click.option("--dtype", "dtypes", multiple=True, callback=dtypes_callback, help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")
+@case_selection_options
 @click.option("--variant", default=None, metavar="ID",
               help="Time this variant on every case (a case it does not accept is an error row); "
                    "without it, the manifest's selection and the tuned choice.")  # fmt: skip

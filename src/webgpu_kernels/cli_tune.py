@@ -19,7 +19,7 @@ from rich.text import Text
 from . import tuning
 from .bench_report import assignments
 from .benchmark import bench_kernel
-from .cli import _adapter, _console, dtypes_callback, is_live, resolve_kernel, trust_option
+from .cli import _adapter, _console, is_live, resolve_kernel, trust_option
 from .cli_bench import (
     SEED_OPTION,
     WARM_UP_OPTION,
@@ -28,6 +28,7 @@ from .cli_bench import (
     _dtype_label,
     _no_cases,
     _warm_up,
+    case_selection_options,
     check_given_shapes,
     given_shapes_option,
     load_tuning_cache,
@@ -46,10 +47,7 @@ WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
 @trust_option
 @click.argument("kernels", nargs=-1)
 @given_shapes_option("Tune")
-@click.option("--case", "names", multiple=True,
-              help="Only cases whose name contains this or matches it as a glob. Repeatable.")  # fmt: skip
-@click.option("--tag", "tags", multiple=True, help="Only cases with this tag. Repeatable.")
-@click.option("--dtype", "dtypes", multiple=True, callback=dtypes_callback, help="Only cases of this dtype (float32/f32, float16/f16). Repeatable.")
+@case_selection_options
 @WARM_UP_OPTION
 @SEED_OPTION
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
