@@ -244,6 +244,37 @@ def test_empty_cache_forgets_the_largest_recent_size(device, monkeypatch):
     assert device.memory.pooled_bytes <= (1 << 20) + LARGE_BUFFERS_KEPT * (256 << 10)  # the new largest: 256 KiB
 
 
+def test_empty_cache_cut_short_leaves_no_destroyed_buffer_in_the_pool(device, monkeypatch):
+    """A Ctrl-C inside trim() (empty_cache, the out-of-memory retry: one bind-group scan and destroy
+    per pooled buffer) had left the buffers already destroyed in the pool, handed to later calls,
+    which WebGPU then refused for using a destroyed buffer."""
+    wk.empty_cache()
+    pooled = [device.memory.acquire(4096 + 4096 * n) for n in range(4)]  # four size classes
+    for buffer in pooled:
+        device.memory.release(buffer)
+    real_destroy, destroyed = device.memory._destroy, []
+
+    def interrupted_destroy(buffer):
+        if destroyed:
+            raise KeyboardInterrupt
+        destroyed.append(buffer)
+        real_destroy(buffer)
+
+    monkeypatch.setattr(device.memory, "_destroy", interrupted_destroy)
+    with pytest.raises(KeyboardInterrupt):
+        wk.empty_cache()
+    monkeypatch.undo()
+    with device.memory.lock:
+        free = [b for _, b in device.memory._free_order.values()]
+    assert not any(b is destroyed[0] for b in free)
+    assert device.memory.pooled_bytes == sum(b.size for b in free)
+    for n in range(4):  # each size class again: a live buffer, pooled or new
+        buffer = device.memory.acquire(4096 + 4096 * n)
+        assert buffer is not destroyed[0]
+        device.memory.release(buffer)
+    wk.empty_cache()
+
+
 def test_empty_cache_turns_wgpu_errors_into_the_library_s(device, monkeypatch):
     """empty_cache submits recorded work; a refusal there came out as wgpu's GPUValidationError."""
     import wgpu
