@@ -451,12 +451,14 @@ class DeviceMemory:
         out-of-memory retry for the next LARGE_BUFFER_WINDOW releases, filling with small buffers."""
         with self.lock:
             self._pool_collected()
-            for buffer in [b for _, b in self._free_order.values()]:
-                self._destroy(buffer)
-            self._free.clear()
-            self._free_order.clear()
-            self._free_total = 0
+            # Out of the pool before any is destroyed: a Ctrl-C in the loop (a bind-group scan and a
+            # destroy each) had left destroyed buffers pooled, handed to later calls that WebGPU
+            # refused. Cut short now, the rest are only unpooled, freed when collected.
+            free = self._free_order
+            self._free, self._free_order, self._free_total = {}, OrderedDict(), 0
             self._large_size, self._large_seen = 0, self._releases
+            for _, buffer in free.values():
+                self._destroy(buffer)
 
     @property
     def live_buffers(self) -> int:
