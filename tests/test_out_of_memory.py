@@ -17,7 +17,7 @@ import pytest
 import wgpu
 
 import webgpu_kernels as wk
-from webgpu_kernels.buffers import is_out_of_memory
+from webgpu_kernels.buffers import is_device_lost, is_out_of_memory, translate_gpu_errors
 
 SCRIPT = Path(__file__).resolve().parent / "out_of_memory_script.py"
 MiB = 1 << 20
@@ -89,3 +89,42 @@ def test_out_of_memory_is_recognised_by_type_or_by_wgpu_natives_text() -> None:
     # a shader's line quoted by naga is no allocation failure, whatever it names
     assert not is_out_of_memory(wgpu.GPUValidationError("error: bad\n  15 │ let out_of_memory = 1; // Out of memory"))
     assert not is_out_of_memory(RuntimeError("Not enough memory left"))  # not wgpu's
+
+
+#: wgpu-core quotes user text in its errors' own lines, not only in the WGSL lines naga echoes: a
+#: label (a manifest's pass name) as "label = 'X'", "Shader 'X' parsing error", "ComputePipeline
+#: with 'X' label", and an identifier as `X`.
+USER_TEXTS = ["OutOfMemory", "out of memory", "ERROR_OUT_OF_DEVICE_MEMORY", "DeviceLost", "Device lost"]
+WGSL = ("@group(0) @binding(0) var<storage, read_write> x: array<f32>;\n"
+        "@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) i: vec3<u32>) { x[i.x] = 1.0; }")  # fmt: skip
+
+
+@pytest.mark.parametrize("label", USER_TEXTS)
+def test_a_refused_dispatch_whose_pipeline_label_names_out_of_memory_or_loss_is_neither(device, label) -> None:
+    """A pipeline named like an out-of-memory or a lost device, refused at finish (no bind group): the
+    work's refusal (a DeviceError), not an OutOfMemoryError or a DeviceLostError that drops a healthy
+    device with every tensor on it."""
+    gpu = device.gpu
+    module = gpu.create_shader_module(label=label, code=WGSL)
+    pipeline = gpu.create_compute_pipeline(label=label, layout="auto", compute={"module": module, "entry_point": "main"})
+    encoder = gpu.create_command_encoder()
+    compute = encoder.begin_compute_pass()
+    compute.set_pipeline(pipeline)
+    compute.dispatch_workgroups(1)
+    compute.end()
+    with pytest.raises(wk.DeviceError) as caught:
+        with translate_gpu_errors("a test", device.memory):
+            gpu.queue.submit([encoder.finish()])
+    assert type(caught.value) is wk.DeviceError and "refused the work" in str(caught.value), str(caught.value)
+    assert wk.get_device() is device
+
+
+@pytest.mark.parametrize("label", USER_TEXTS)
+def test_a_shader_error_quoting_a_label_or_identifier_is_no_allocation_failure_or_loss(device, label) -> None:
+    identifier = "".join(c for c in label if c.isalnum() or c == "_")
+    try:
+        device.gpu.create_shader_module(label=label, code=f"@compute @workgroup_size(1) fn main() {{ let a = {identifier}; }}")
+    except wgpu.GPUError as exc:
+        assert not is_out_of_memory(exc) and not is_device_lost(exc), str(exc)
+    else:
+        pytest.fail("the shader compiled")
