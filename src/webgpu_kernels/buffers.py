@@ -63,12 +63,24 @@ _DEVICE_LOST = re.compile(r"Parent device is lost|[Dd]evice (?:is|was|has been) 
                           r"ERROR_DEVICE_LOST|\bDeviceLost\b")
 
 
+#: User text wgpu-core quotes in its own lines: a label (a manifest's pass name: "label = 'X'",
+#: "Shader 'X' parsing error", "ComputePipeline with 'X' label"), an identifier (`X`), a token ("{").
+#: A quote opens only after a non-word character, so a "doesn't" in wgpu's own text opens none.
+_QUOTED = re.compile(r"(?<!\w)'[^'\n]*'(?!\w)|`[^`\n]*`|\"[^\"\n]*\"")
+
+
+def _own_lines(exc: BaseException) -> list[str]:
+    """wgpu's own words in ``exc``: the lines outside the WGSL a compile error quotes (naga's ``15 │
+    ...``), less the user text quoted in them."""
+    return [_QUOTED.sub("''", line) for line in str(exc).splitlines() if "│" not in line]
+
+
 def is_device_lost(exc: BaseException) -> bool:
     """wgpu-native reports work on a lost (destroyed, reset) device as a validation error. Its
-    phrases are matched outside the WGSL lines a compile error quotes (naga's ``15 │ ...``): "lost"
-    anywhere had made a shader error on a line naming ``lost_lanes`` a lost device, and dropped a
-    healthy one with every tensor on it (helper-25)."""
-    return any(_DEVICE_LOST.search(line) for line in str(exc).splitlines() if "│" not in line)
+    phrases are matched in wgpu's own words only (_own_lines): "lost" anywhere had made a shader
+    error on a line naming ``lost_lanes`` a lost device, and dropped a healthy one with every tensor
+    on it (helper-25); a pass named "DeviceLost" did so through its quoted label (helper-123)."""
+    return any(_DEVICE_LOST.search(line) for line in _own_lines(exc))
 
 
 #: How wgpu-native and the drivers say an allocation failed: wgpu-core's "Not enough memory left"
@@ -79,12 +91,12 @@ _OUT_OF_MEMORY = re.compile(r"Not enough memory left|\b[Oo]ut of (?:device |host
 
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether wgpu's ``exc`` says the device ran out of memory: a GPUOutOfMemoryError, or (as
-    wgpu-native reports it on lavapipe) a validation error with that text, matched outside quoted
-    WGSL lines as is_device_lost does (a shader naming ``out_of_memory`` is no such error)."""
+    wgpu-native reports it on lavapipe) a validation error with that text, matched in wgpu's own
+    words as is_device_lost does (a shader naming ``out_of_memory``, a pipeline labelled
+    "OutOfMemory" refused for another reason, is no such error)."""
     if isinstance(exc, wgpu.GPUOutOfMemoryError):
         return True
-    return isinstance(exc, wgpu.GPUError) and any(
-        _OUT_OF_MEMORY.search(line) for line in str(exc).splitlines() if "│" not in line)
+    return isinstance(exc, wgpu.GPUError) and any(_OUT_OF_MEMORY.search(line) for line in _own_lines(exc))
 
 
 def describe_bytes(nbytes: int, *, exact: bool = False) -> str:
