@@ -128,3 +128,28 @@ def test_a_shader_error_quoting_a_label_or_identifier_is_no_allocation_failure_o
         assert not is_out_of_memory(exc) and not is_device_lost(exc), str(exc)
     else:
         pytest.fail("the shader compiled")
+
+
+class _FullGpu:
+    """The device, out of memory for buffers larger than ``room`` (wgpu's GPUOutOfMemoryError)."""
+
+    def __init__(self, gpu: object, room: int) -> None:
+        self.gpu, self.room = gpu, room
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.gpu, name)
+
+    def create_buffer(self, *, size: int, **kwargs: object) -> object:
+        if size > self.room:
+            raise wgpu.GPUOutOfMemoryError("Out of memory (a test)")
+        return self.gpu.create_buffer(size=size, **kwargs)  # type: ignore[attr-defined]
+
+
+def test_out_of_memory_names_the_data_a_size_class_buffer_was_for(device, monkeypatch) -> None:
+    """A pooled buffer is its size class, up to 25% over the tensor: the message said only "a buffer
+    of 112 MiB" for a 100 MiB tensor, a size the user never asked for."""
+    monkeypatch.setattr(device.memory, "gpu", _FullGpu(device.gpu, 1 * MiB))
+    with pytest.raises(wk.OutOfMemoryError) as caught:
+        device.memory.acquire(100 * MiB + 16)
+    assert caught.value.nbytes == 112 * MiB  # what wgpu was asked for
+    assert "a buffer of 112 MiB (117440512 bytes), the pool's size class for 100 MiB (104857616 bytes) of data" in str(caught.value)
