@@ -322,17 +322,19 @@ class DeviceMemory:
                 self._free_order.pop(buffer.uid, None)
                 self._free_total -= size
             else:  # the pool's miss only: the hit above gains no work from the retry
-                buffer = self._new_buffer(size, usage)
+                buffer = self._new_buffer(size, usage, nbytes)
             self._leased[buffer.uid] = buffer
             return buffer
 
-    def _new_buffer(self, size: int, usage: int) -> Any:
+    def _new_buffer(self, size: int, usage: int, nbytes: int) -> Any:
         # A method of its own: a lambda in acquire made its locals closure cells, and the pool's hit
         # 90 ns slower (CPU machine, acquire + release 1.50 -> 1.59 us).
-        return self.create(size, lambda: self.gpu.create_buffer(size=size, usage=usage), usage == STORAGE_USAGE)
+        return self.create(size, lambda: self.gpu.create_buffer(size=size, usage=usage), usage == STORAGE_USAGE,
+                           data_bytes=nbytes)  # fmt: skip
 
-    def create(self, nbytes: int, make: Callable[[], Any], written: bool = False) -> Any:
-        """``make()``, a new wgpu buffer of ``nbytes``. When the device is out of memory, the pool's free
+    def create(self, nbytes: int, make: Callable[[], Any], written: bool = False, *,
+               data_bytes: int | None = None) -> Any:  # fmt: skip
+        """``make()``, a new wgpu buffer of ``nbytes`` (a pooled buffer's size class, for ``data_bytes``). When the device is out of memory, the pool's free
         buffers are destroyed and ``make()`` runs once more, as PyTorch's caching allocator frees its
         cache and retries; failing again raises OutOfMemoryError.
 
@@ -360,7 +362,10 @@ class DeviceMemory:
                 if not is_out_of_memory(exc):
                     raise
                 text = " ".join(str(exc).split())
-        raise OutOfMemoryError(f"out of GPU memory for a buffer of {describe_bytes(nbytes, exact=True)}: live buffers "
+        # The size class may be 25% over the tensor: the user knows the tensor's size, not the class's.
+        data = ("" if data_bytes is None or data_bytes == nbytes else
+                f", the pool's size class for {describe_bytes(data_bytes, exact=True)} of data")  # fmt: skip
+        raise OutOfMemoryError(f"out of GPU memory for a buffer of {describe_bytes(nbytes, exact=True)}{data}: live buffers "
                                f"(GpuTensors, the call's own) hold {describe_bytes(live)} and the pool held "
                                f"{describe_bytes(pooled)}, freed for one more try that failed too; {OUT_OF_MEMORY_ADVICE} "
                                f"(wgpu: {text})", nbytes=nbytes, live_bytes=live, pooled_bytes=pooled)  # fmt: skip

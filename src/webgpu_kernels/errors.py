@@ -344,7 +344,8 @@ class DeviceLostError(DeviceError):
 
 class OutOfMemoryError(DeviceError):
     """The device could not allocate a buffer, even after the pool's free buffers were destroyed and
-    the allocation retried once. ``nbytes`` is the size asked for (None where wgpu did not say),
+    the allocation retried once. ``nbytes`` is the buffer's size asked of wgpu (a pooled buffer's size
+    class, up to 25% over the tensor's bytes; None where wgpu did not say),
     ``live_bytes`` what live buffers (GpuTensors, the failing call's own) held then, ``pooled_bytes``
     what the pool held before it was trimmed."""
 
