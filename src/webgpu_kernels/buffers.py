@@ -334,9 +334,10 @@ class DeviceMemory:
 
     def create(self, nbytes: int, make: Callable[[], Any], written: bool = False, *,
                data_bytes: int | None = None) -> Any:  # fmt: skip
-        """``make()``, a new wgpu buffer of ``nbytes`` (a pooled buffer's size class, for ``data_bytes``). When the device is out of memory, the pool's free
-        buffers are destroyed and ``make()`` runs once more, as PyTorch's caching allocator frees its
-        cache and retries; failing again raises OutOfMemoryError.
+        """``make()``, a new wgpu buffer of ``nbytes`` (a pooled buffer's size class, for ``data_bytes``).
+        When the device is out of memory, the pool's free buffers are destroyed and ``make()`` runs
+        once more, as PyTorch's caching allocator frees its cache and retries; failing again raises
+        OutOfMemoryError.
 
         A buffer that may be ``written`` through the queue needs room for wgpu's staging copy of the
         data too, and wgpu-native loses the device when that copy does not fit (lavapipe): so when
