@@ -1,14 +1,20 @@
 """What :meth:`Kernel.explain <webgpu_kernels.kernel.Kernel.explain>` returns: the variant
 selection of one call, judged variant by variant, and its text and JSON forms. It holds the
-finished answer only; working it out is the kernel's (kernel.py)."""
+finished answer only; working it out is the kernel's (kernel.py). And what ``help(kernel)`` shows:
+the op's contract as text (:func:`contract_doc`)."""
 
 from __future__ import annotations
 
+import keyword
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .errors import printable
 from .program import OutputSpec
 from .selection import Verdict
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
 
 
 @dataclass(frozen=True)
@@ -69,3 +75,51 @@ class Explanation:
             "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
             "refused": self.refused, "tuned": self.tuned, "forced": self.forced,
         }  # fmt: skip
+
+
+def contract_doc(kernel: Kernel) -> str:
+    """What ``help(kernel)`` shows: a call of this op, its inputs, outputs, types, attributes and
+    tunables (``webgpu-kernels info`` without the variants' internals), control characters replaced."""
+    m = kernel.manifest
+    names: dict[str, str] = {}  # each input's variable in the example call: X -> x, a clash or keyword -> input1
+    for i, s in enumerate(m.inputs):
+        name = s.role.lower()
+        ok = name.isidentifier() and not keyword.iskeyword(name) and name not in names.values()
+        names[s.role] = name if ok else f"input{i}"
+    args = ", ".join(f'"{s.role}": {names[s.role]}' for s in m.inputs if not s.optional)
+    attrs = ", ".join(f'"{k}": {v!r}' for k, v in m.attributes.items())
+    outs = ", ".join(f'"{s.role}": ...' for s in m.outputs)
+    lines = [f"{kernel.op_id} ({kernel.package.origin} kernel, contract version {kernel.contract_version})"]
+    if m.description:
+        lines += [m.description]
+    lines += ["", f"Call: kernel({{{args}}}{f', attrs={{{attrs}}}' if attrs else ''}) -> {{{outs}}}",
+              "(NumPy arrays or GpuTensors in; output=\"gpu\" for GpuTensors out)", "", "Inputs:"]  # fmt: skip
+
+    def rank(spec: Any) -> str:
+        return "any rank" if spec.rank is None else f"rank {spec.rank}"
+
+    for s in m.inputs:
+        optional = " (optional: leave it out or pass None)" if s.optional else ""
+        lines.append(_sentence(f"  {s.role}: {s.dtype}, {rank(s)}{optional}", s.description))
+    lines.append("Outputs:")
+    for s in m.outputs:
+        shape = f", shape {s.shape}" if s.shape else ""
+        lines.append(_sentence(f"  {s.role}: {s.dtype}, {rank(s)}{shape}", s.description))
+    lines.append("Types: " + "; ".join(f"{t} in {', '.join(ds)}" for t, ds in m.type_constraints.items()))
+    if m.attributes:
+        described = m.raw.get("attributeDescriptions")
+        described = described if isinstance(described, dict) else {}
+        lines.append("Attributes (attrs=):")
+        lines += [_sentence(f"  {k} = {v!r}", described.get(k)) for k, v in m.attributes.items()]
+    if m.tunables:
+        lines.append("Tunables (tunables=): " + ", ".join(f"{k} = {v!r}" for k, v in m.tunables.items()))
+    lines += [f"Variants: {', '.join(kernel.variants)} (kernel.explain(inputs) says which a call runs, and why)",
+              "", "The methods (explain, render, evaluate, flush, ...): help(webgpu_kernels.Kernel)."]  # fmt: skip
+    # Descriptions are the package's text, shown on a terminal: no escape sequence gets through.
+    return printable("\n".join(lines))
+
+
+def _sentence(head: str, description: Any) -> str:
+    """``head``, then the manifest's description of it if any, ending in one full stop."""
+    text = f"{head}. {description.strip()}" if isinstance(description, str) and description.strip() else head
+    return text if text.endswith((".", ".)", "!", "?")) else text + "."

@@ -10,7 +10,6 @@ runs instead (tuned_choice.py) and what explain returns (explanation.py).
 from __future__ import annotations
 
 import functools
-import keyword
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -31,7 +30,6 @@ from .errors import (
     InputError,
     KernelError,
     SelectionError,
-    printable,
     shorten,
 )
 from .execution import (
@@ -44,7 +42,7 @@ from .execution import (
     host_array,
     run_plan,
 )
-from .explanation import Explanation
+from .explanation import Explanation, contract_doc
 from .expressions import Expression, ExpressionCompiler
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
@@ -71,54 +69,6 @@ class _KernelDoc:
 
     def __get__(self, kernel: Kernel | None, owner: type | None = None) -> str:
         return self.doc if kernel is None else contract_doc(kernel)
-
-
-def contract_doc(kernel: Kernel) -> str:
-    """What ``help(kernel)`` shows: a call of this op, its inputs, outputs, types, attributes and
-    tunables (``webgpu-kernels info`` without the variants' internals), control characters replaced."""
-    m = kernel.manifest
-    names: dict[str, str] = {}  # each input's variable in the example call: X -> x, a clash or keyword -> input1
-    for i, s in enumerate(m.inputs):
-        name = s.role.lower()
-        ok = name.isidentifier() and not keyword.iskeyword(name) and name not in names.values()
-        names[s.role] = name if ok else f"input{i}"
-    args = ", ".join(f'"{s.role}": {names[s.role]}' for s in m.inputs if not s.optional)
-    attrs = ", ".join(f'"{k}": {v!r}' for k, v in m.attributes.items())
-    outs = ", ".join(f'"{s.role}": ...' for s in m.outputs)
-    lines = [f"{kernel.op_id} ({kernel.package.origin} kernel, contract version {kernel.contract_version})"]
-    if m.description:
-        lines += [m.description]
-    lines += ["", f"Call: kernel({{{args}}}{f', attrs={{{attrs}}}' if attrs else ''}) -> {{{outs}}}",
-              "(NumPy arrays or GpuTensors in; output=\"gpu\" for GpuTensors out)", "", "Inputs:"]  # fmt: skip
-
-    def rank(spec: Any) -> str:
-        return "any rank" if spec.rank is None else f"rank {spec.rank}"
-
-    for s in m.inputs:
-        optional = " (optional: leave it out or pass None)" if s.optional else ""
-        lines.append(_sentence(f"  {s.role}: {s.dtype}, {rank(s)}{optional}", s.description))
-    lines.append("Outputs:")
-    for s in m.outputs:
-        shape = f", shape {s.shape}" if s.shape else ""
-        lines.append(_sentence(f"  {s.role}: {s.dtype}, {rank(s)}{shape}", s.description))
-    lines.append("Types: " + "; ".join(f"{t} in {', '.join(ds)}" for t, ds in m.type_constraints.items()))
-    if m.attributes:
-        described = m.raw.get("attributeDescriptions")
-        described = described if isinstance(described, dict) else {}
-        lines.append("Attributes (attrs=):")
-        lines += [_sentence(f"  {k} = {v!r}", described.get(k)) for k, v in m.attributes.items()]
-    if m.tunables:
-        lines.append("Tunables (tunables=): " + ", ".join(f"{k} = {v!r}" for k, v in m.tunables.items()))
-    lines += [f"Variants: {', '.join(kernel.variants)} (kernel.explain(inputs) says which a call runs, and why)",
-              "", "The methods (explain, render, evaluate, flush, ...): help(webgpu_kernels.Kernel)."]  # fmt: skip
-    # Descriptions are the package's text, shown on a terminal: no escape sequence gets through.
-    return printable("\n".join(lines))
-
-
-def _sentence(head: str, description: Any) -> str:
-    """``head``, then the manifest's description of it if any, ending in one full stop."""
-    text = f"{head}. {description.strip()}" if isinstance(description, str) and description.strip() else head
-    return text if text.endswith((".", ".)", "!", "?")) else text + "."
 
 
 class Kernel:
