@@ -670,3 +670,13 @@ def test_an_integer_output_the_dtype_cannot_hold_is_refused(tmp_path, function) 
     result = invoke(CliRunner(), "expect", str(root), "--reference", f"{tmp_path / 'ref.py'}:{function}", code=2)
     assert_error(result, "case 'rank1-7-i32'", "outside int32's range")
     assert (root / "test.json").read_bytes() == before
+
+
+def test_a_case_s_bad_input_is_placed_in_test_json(package) -> None:
+    """A case whose inputs cannot be built is named where test.json holds it, as `validate` and
+    `test` name it: `expect` had said "case 'x' given as a dict (read as cases[0]): cases[0]...",
+    a path that was not in the file, for the third case of test.json (helper-125)."""
+    _edit_tests(package, lambda cases: cases[2]["inputs"]["X"].update(special={"at": [130], "values": [1]}))
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
+    assert_error(result, f"{package / 'test.json'}: cases[2].inputs.X.special.at: index 130 is out of range")
+    assert "read as cases[0]" not in result.stderr

@@ -308,7 +308,7 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
     # expected nor refused: those this command is for (a case the author added, its inputs only).
     parse_test_file(doc, file=str(root / TEST_FILE), drafts=True, manifest=kernel.manifest)
     try:
-        written = write_expected(kernel, doc["cases"], function, name=label)
+        written = write_expected(kernel, doc["cases"], function, name=label, file=str(root / TEST_FILE))
     except ReferenceFailed as exc:
         traceback.print_exception(exc.__cause__)
         click.echo(f"error: {exc}: {type(exc.__cause__).__name__}: {exc.__cause__}; nothing was written", err=True)

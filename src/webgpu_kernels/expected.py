@@ -17,7 +17,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -137,7 +137,7 @@ _Array = tuple[str, str | None]
 
 
 def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], reference: Reference, *,
-                   name: str = "the reference", check_shapes: bool = True) -> Written:  # fmt: skip
+                   name: str = "the reference", check_shapes: bool = True, file: str | None = None) -> Written:  # fmt: skip
     """Set ``expected`` of every case of ``cases`` (test.json's form) that expects no refusal, from
     ``reference``: the outputs a case lists (a case without ``expected``: every one returned).
     Nothing is changed unless every case succeeded. Outputs are checked against the
@@ -146,7 +146,9 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
     (its ``shape`` and ``dtype``, where given, updated) and the file's new content is returned.
     A reference that raises gives :class:`ReferenceFailed`; one that returns the wrong thing, an
     :class:`InputError` naming the case; an entry whose data file cannot take the values (an
-    input's array, or one another entry gets other values for), a :class:`CaseFileError`."""
+    input's array, or one another entry gets other values for), a :class:`CaseFileError`.
+    ``file``: the test.json ``cases`` were read from, so that an error names a case where the file
+    holds it (``cases[i]``), not as a case given alone."""
     manifest = kernel.manifest
     required = [o.role for o in manifest.outputs if not o.optional]
     optional = [o.role for o in manifest.outputs if o.optional]
@@ -159,6 +161,8 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
         if "refused" in raw:
             continue
         case = parse_draft_case(raw)
+        if file is not None:  # the case's own place: errors had said "given as a dict (read as cases[0])"
+            case = replace(case, index=index, json_path=json_path(["cases", index]), file=file)
         try:
             arrays = case.build_inputs(manifest, files.read)
             binding = case.type_binding(manifest, arrays)
