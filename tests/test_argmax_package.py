@@ -140,3 +140,27 @@ def test_bad_attributes_are_refused(argmax, attrs, clause):
 def test_rank_0_is_refused(argmax):
     with pytest.raises(errors.RankError):
         argmax({"X": np.float32(1.0)})
+
+
+# --- the doc claims this package led to ----------------------------------------------------------
+
+
+def test_comparisons_in_a_call_need_parentheses():
+    """docs/format.md: "`select(i < j, i > j, last)` does not parse ...: put such comparisons in
+    parentheses" (the workgroup template's tie rule first failed so)."""
+    device = wk.get_device()
+    source = "fn f(i: u32, j: u32, last: bool) -> bool {{ return select({}, last); }}"
+    with pytest.raises(Exception, match="expected `\\)`"):
+        device.gpu.create_shader_module(code=source.format("i < j, i > j"))
+    device.gpu.create_shader_module(code=source.format("(i < j), (i > j)"))
+
+
+def test_an_expression_error_cannot_be_a_refused_case():
+    """docs/package-files.md: "A call that fails while an expression is evaluated (an
+    `ExpressionError` ...) cannot be a `refused` case": hence `axisOk` in every variant's `when`."""
+    from webgpu_kernels.casefile import check_test_data
+
+    case = {"name": "c", "types": {"T": "float32"}, "attrs": {"axis": 2},
+            "inputs": {"X": {"shape": [2, 3], "values": [0, 1, 2, 3, 4, 5]}}}  # fmt: skip
+    assert check_test_data({"cases": [{**case, "refused": {"error": "ExpressionError"}}]})
+    assert not check_test_data({"cases": [{**case, "refused": {"error": "SelectionError", "message": "axisOk=False"}}]})
