@@ -110,6 +110,18 @@ def test_long_rows_on_both_variants(argmax, rng, dtype, last, wg):
     assert ran == ["workgroup", "strided"]
 
 
+@pytest.mark.parametrize(("shape", "axis"), [((70000, 2), 0), ((2, 70000), 1)], ids=["axis0", "last-axis"])
+def test_axes_past_lavapipe_s_loop_cap_go_to_the_workgroup_variant(argmax, shape, axis):
+    """An axis of 65,536 or more: the strided walk stops after 65,535 iterations on lavapipe (it had
+    returned 0 for a maximum at 69,000), so selection takes the workgroup variant, any axis."""
+    x = np.zeros(shape, np.float32)
+    hits = [69000, 65535]
+    for col, at in enumerate(hits):
+        x[(at, col) if axis == 0 else (col, at)] = 1.0
+    assert argmax.explain({"X": x}, attrs={"axis": axis}).chosen == "workgroup"
+    assert argmax({"X": x}, attrs={"axis": axis, "keepdims": 0})["reduced"].tolist() == hits
+
+
 def test_signed_zeros_tie(argmax):
     x = np.array([[-0.0, 0.0, -0.0], [0.0, -0.0, -1.0]], np.float32)
     assert argmax({"X": x}, attrs={"axis": 1, "keepdims": 0})["reduced"].tolist() == [0, 0]
