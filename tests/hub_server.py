@@ -20,6 +20,10 @@ metadata ones around them)::
     HEAD /kernels/<org>/<name>/resolve/<rev>/<path>         X-Repo-Commit, ETag, Content-Length
     GET  /kernels/<org>/<name>/resolve/<rev>/<path>         the bytes
 
+A repository in :attr:`HubServer.private` is answered only to its token, as the Hub answers a private
+one (401, ``RepoNotFound``); one in :attr:`HubServer.gated` lists its files to anyone but serves them
+only to its token (``GatedRepo``); with :attr:`HubServer.tokens` set, another token is "Invalid credentials".
+
 Errors carry the Hub's ``X-Error-Code`` header (``RepoNotFound``, ``RevisionNotFound``,
 ``EntryNotFound``), which the client turns into its typed errors. Files are read at request time
 and their ETag is their git blob sha1, so a file changed on disk after the scan is served under
@@ -66,6 +70,15 @@ class HubServer:
     def __init__(self, root: str | Path, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.root = Path(root)
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request, in order
+        #: repository -> the token that may read it (``Authorization: Bearer <token>``); without it the
+        #: repository is answered as the Hub answers a private one: 401, ``X-Error-Code: RepoNotFound``.
+        self.private: dict[str, str] = {}
+        #: When not empty, the only tokens the server knows: another one is answered as the Hub answers a
+        #: revoked or mistyped token, 401 "Invalid credentials in Authorization header", on every route.
+        self.tokens: set[str] = set()
+        #: repository -> the token granted access to it: its listing is public, its files are answered
+        #: to another token as the Hub answers a gated repository (403, or 401 with no token; ``GatedRepo``).
+        self.gated: dict[str, str] = {}
         self._lock = threading.Lock()
         self._repos: dict[str, list[Revision]] = {}
         self.rescan()
@@ -206,6 +219,8 @@ class _Handler(BaseHTTPRequestHandler):
         segments = [unquote(s) for s in url.path.split("/")[1:]]
         query = parse_qs(url.query)
         try:
+            if self._refused(segments):
+                return
             if segments[:2] == ["api", "kernels"] and len(segments) >= 4:
                 self._api(method, f"{segments[2]}/{segments[3]}", segments[4:], query)
             elif segments[:1] == ["kernels"] and len(segments) >= 6 and segments[3] == "resolve":
@@ -216,6 +231,26 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(404, None, "Not found")
         except BrokenPipeError:  # the client went away
             pass
+
+    def _refused(self, segments: list[str]) -> bool:
+        """Answer as the Hub does a token it does not know, or a private repository asked without its
+        token (True: answered)."""
+        auth = self.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+        if self.hub.tokens and token is not None and token not in self.hub.tokens:
+            self._error(401, None, "Invalid credentials in Authorization header")
+            return True
+        offset = 2 if segments[:2] == ["api", "kernels"] else 1 if segments[:1] == ["kernels"] else None
+        repo_id = "/".join(segments[offset : offset + 2]) if offset is not None else ""
+        needed = self.hub.private.get(repo_id)
+        if needed is not None and token != needed:
+            self._error(401, "RepoNotFound", "Repository not found")
+            return True
+        granted = self.hub.gated.get(repo_id)
+        if granted is not None and offset == 1 and token != granted:
+            self._error(401 if token is None else 403, "GatedRepo", f"Access to kernel {repo_id} is restricted")
+            return True
+        return False
 
     # --- /api/kernels/... -------------------------------------------------------------------------
 

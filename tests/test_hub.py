@@ -786,6 +786,41 @@ def test_a_hub_answering_5xx_is_unreachable_and_the_cache_answers(server, hub_en
     assert answered and data["fromCache"] is True
 
 
+@pytest.fixture
+def no_login(monkeypatch, tmp_path) -> None:
+    """No token from a huggingface_hub login on this machine: HF_TOKEN alone is what is sent."""
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(hf_constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no-stored-tokens"))
+
+
+def test_a_private_repository_says_whether_a_token_was_sent(server, monkeypatch, no_login):
+    """It read "(or it is private/gated and no valid token was sent)" whether a token was sent or
+    not, and said nothing of how to send one (helper-124)."""
+    server.private[OFFICIAL] = "hf_reader"
+    with pytest.raises(HubError, match=r"or it is private and no token was sent: set HF_TOKEN"):
+        wk.get_kernel(OFFICIAL, version=1)
+    monkeypatch.setenv("HF_TOKEN", "hf_another")
+    with pytest.raises(HubError, match=r"or it is private and the token sent \(HF_TOKEN"):
+        wk.get_kernel(OFFICIAL, version=1)
+    monkeypatch.setenv("HF_TOKEN", "hf_reader")
+    assert wk.get_kernel(OFFICIAL, version=1).package.commit == server.commit_of(OFFICIAL, "v1")
+
+
+def test_a_gated_repository_is_named_gated_not_missing(server, monkeypatch, no_login):
+    """A gated repository lists its files to anyone and serves them only to accounts granted access:
+    huggingface_hub's GatedRepoError is a RepositoryNotFoundError, so a repository just listed
+    read "no kernel repository" (helper-124)."""
+    server.gated[OFFICIAL] = "hf_granted"
+    with pytest.raises(HubError, match=r"is gated: .*no token was sent: set HF_TOKEN") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert "no kernel repository" not in str(info.value)
+    monkeypatch.setenv("HF_TOKEN", "hf_other")
+    with pytest.raises(HubError, match=r"is gated: .*the token sent .* has not been granted access"):
+        wk.get_kernel(OFFICIAL, version=1)
+    monkeypatch.setenv("HF_TOKEN", "hf_granted")
+    assert wk.get_kernel(OFFICIAL, version=1).package.commit == server.commit_of(OFFICIAL, "v1")
+
+
 @pytest.mark.parametrize("command", [["info"], ["run", "-i", "X=4:f32"], ["download"], ["download", "--version", "1"]])
 @pytest.mark.parametrize("pin", ["", "@v1"])
 def test_credentials_in_a_kernel_url_are_refused_without_being_shown_by_every_command(hub_env, command, pin):

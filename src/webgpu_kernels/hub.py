@@ -280,6 +280,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
     naming the repository."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
+        GatedRepoError,
         HfHubHTTPError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
@@ -305,9 +306,12 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
     except RevisionNotFoundError:  # a commit the endpoint does not have, not cached (a branch or tag is refused
         # by _listing already)
         raise _no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
+    except GatedRepoError:  # a RepositoryNotFoundError too: a repository just listed had read "no kernel repository"
+        raise HubError(f"{repo_id} on {where} is gated: its files are served only to accounts granted access; "
+                       f"{_token_advice(token, endpoint, gated=True)}", repo_id=repo_id, revision=rev) from None  # fmt: skip
     except RepositoryNotFoundError:
-        raise HubError(f"no kernel repository {repo_id!r} on {where} (or it is private/gated and no valid token "
-                       "was sent)", repo_id=repo_id, revision=rev) from None  # fmt: skip
+        raise HubError(f"no kernel repository {repo_id!r} on {where} (or it is private and "
+                       f"{_token_advice(token, endpoint)})", repo_id=repo_id, revision=rev) from None  # fmt: skip
     except LocalEntryNotFoundError as exc:
         from huggingface_hub import constants
 
@@ -348,6 +352,25 @@ def _http_answer(exc: Exception) -> str:
         if url and url not in first:
             first = f"{first.rstrip('.')} (for {url})"
     return first
+
+
+def _token_advice(token: Any, endpoint: str | None, *, gated: bool = False) -> str:
+    """Which token went with the request (none, HF_TOKEN or a login) and what to do, for a private or
+    gated repository: it had read "no valid token was sent" whether one was sent or not."""
+    sent = isinstance(token, str) or token is True
+    if token is None:
+        from huggingface_hub import get_token
+
+        with suppress(Exception):  # best effort: only words of an error message
+            sent = get_token() is not None
+    if token is False:  # download() sends the token only to HF_ENDPOINT's Hub
+        return (f"no token was sent: the Hugging Face token goes only to the Hub HF_ENDPOINT names "
+                f"({hub_endpoint() or DEFAULT_ENDPOINT}); set HF_ENDPOINT={endpoint} to send it to this one")  # fmt: skip
+    if not sent:
+        return "no token was sent: set HF_TOKEN, or log in with `hf auth login`, as an account that may read it"
+    if gated:
+        return "the token sent (HF_TOKEN or huggingface_hub's login) has not been granted access: ask for it on the repository's page"
+    return "the token sent (HF_TOKEN or huggingface_hub's login) may not read it"
 
 
 def _unreachable(exc: BaseException, where: str) -> str:
