@@ -821,6 +821,16 @@ def test_a_gated_repository_is_named_gated_not_missing(server, monkeypatch, no_l
     assert wk.get_kernel(OFFICIAL, version=1).package.commit == server.commit_of(OFFICIAL, "v1")
 
 
+def test_a_token_the_hub_refuses_is_named_with_what_to_do(server, monkeypatch):
+    """A revoked or mistyped HF_TOKEN: the Hub answers 401 "Invalid credentials in Authorization
+    header" on a line the error dropped, leaving a bare "401 Unauthorized" (helper-124)."""
+    server.tokens = {"hf_valid"}
+    monkeypatch.setenv("HF_TOKEN", "hf_revoked")
+    with pytest.raises(HubError, match=r"401 .*: Invalid credentials in Authorization header .*renew it, or unset "
+                                       r"HF_TOKEN"):  # fmt: skip
+        wk.get_kernel(OFFICIAL, version=1)
+
+
 @pytest.mark.parametrize("command", [["info"], ["run", "-i", "X=4:f32"], ["download"], ["download", "--version", "1"]])
 @pytest.mark.parametrize("pin", ["", "@v1"])
 def test_credentials_in_a_kernel_url_are_refused_without_being_shown_by_every_command(hub_env, command, pin):

@@ -345,12 +345,21 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
 
 def _http_answer(exc: Exception) -> str:
     """An HTTP error's first line, and the URL asked when that line does not name it (huggingface_hub's
-    404 for a listed file the server then did not have read "404 Client Error.", no file named)."""
+    404 for a listed file the server then did not have read "404 Client Error.", no file named), then
+    what the Hub said and, for a 401, what to do about the token."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     with suppress(Exception):  # no response, or one without its request
         url = str(exc.response.request.url)  # type: ignore[attr-defined]
         if url and url not in first:
             first = f"{first.rstrip('.')} (for {url})"
+    # The Hub's own words (X-Error-Message) are on a later line: "Invalid credentials in Authorization
+    # header" had been dropped, a revoked HF_TOKEN reading as a bare "401 Unauthorized" (helper-124).
+    said = getattr(exc, "server_message", None)
+    if isinstance(said, str) and said.strip() and said.strip() not in first:
+        first = f"{first}: {said.strip().splitlines()[0]}"
+    if getattr(getattr(exc, "response", None), "status_code", None) == 401:
+        first += (" (the Hub refused the token this process sent, HF_TOKEN or huggingface_hub's login: renew it, "
+                  "or unset HF_TOKEN for a public repository)")  # fmt: skip
     return first
 
 
