@@ -443,6 +443,17 @@ def test_revision_pins_a_commit(server):
         wk.get_kernel(OFFICIAL, revision="0" * 40)
 
 
+def test_an_abbreviated_commit_sha_says_the_full_one_is_needed(server):
+    """revision='49209ed' (as `git log --oneline` prints it) read only "has no revision '49209ed'":
+    the Hub resolves a commit by its full sha alone (helper-124)."""
+    short = server.commit_of(OFFICIAL, "v1")[:7]
+    with pytest.raises(HubError, match=rf"has no revision '{short}' .*full 40-hex sha"):
+        wk.get_kernel(OFFICIAL, revision=short)
+    with pytest.raises(HubError, match="has no revision 'nope'") as info:
+        wk.get_kernel(OFFICIAL, revision="nope")  # a branch or tag name (not hex) gets no such hint
+    assert "40-hex" not in str(info.value)
+
+
 def test_a_tree_listing_refused_after_the_revision_was_listed_is_still_the_servers_answer(server, monkeypatch):
     """Nothing cached, and the tree listing refused (429) after repo_info named the commit: the
     files come from the server, so from_cache is False (helper-8's review of the change above)."""

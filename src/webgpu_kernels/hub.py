@@ -269,6 +269,8 @@ def _no_revision(repo_id: str, rev: str, *, endpoint: str | None, token: Any, ve
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
     published = _published_versions(repo_id, endpoint, token)
     hint = f"; published versions: {', '.join(published)}" if published else ""
+    if re.fullmatch(r"[0-9a-f]{4,39}", rev):  # `git log --oneline`'s sha: the Hub resolves only the full one
+        hint += f"; a commit is named by its full 40-hex sha (the Hub does not resolve an abbreviated one like {rev!r})"
     return HubError(f"{repo_id} has no {what} on {endpoint or DEFAULT_ENDPOINT}{hint}", repo_id=repo_id, revision=rev)
 
 
