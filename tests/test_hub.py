@@ -161,6 +161,18 @@ def test_second_load_uses_the_cache(server, hub_env, monkeypatch, rng, how):
         wk.get_kernel(OFFICIAL, revision="dev")
 
 
+def test_offline_with_nothing_cached_says_how_to_get_it(server, monkeypatch):
+    """A worker started offline on a cold cache read "... is not in the Hugging Face cache (...) and
+    offline mode is on", no way out named (helper-124)."""
+    go_offline(monkeypatch)
+    with pytest.raises(HubError, match=rf"offline mode is on \(HF_HUB_OFFLINE\): fetch it once online "
+                                       rf"\(`webgpu-kernels download {OFFICIAL} --version 1` without HF_HUB_OFFLINE\), "
+                                       "or set HF_HOME or HF_HUB_CACHE to the cache that holds it"):  # fmt: skip
+        wk.get_kernel(OFFICIAL, version=1)
+    with pytest.raises(HubError, match=r"--revision dev` without HF_HUB_OFFLINE"):
+        wk.get_kernel(OFFICIAL, revision="dev")
+
+
 def test_offline_cli_in_a_fresh_process(server, hub_env):
     """HF_HUB_OFFLINE set before huggingface_hub is imported (the usual way), server stopped."""
     CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"], catch_exceptions=False)

@@ -327,7 +327,13 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
             first = str(exc).strip().splitlines()[0]
             raise HubError(f"{repo_id} {what}: the Hugging Face cache holds an incomplete copy and {why}: {first}",
                            repo_id=repo_id, revision=rev) from exc  # fmt: skip
-        raise HubError(f"{repo_id} {what} is not in the Hugging Face cache ({cache_dir}) and {why}",
+        fix = ""
+        if offline or constants.HF_HUB_OFFLINE:  # a worker started offline on a cold cache had read no way out
+            pin = f"--version {version}" if version is not None else f"--revision {rev}"
+            how = (f"`webgpu-kernels download {repo_id} {pin}` " if cache_dir == hub_cache.hub_cache_dir() else "")
+            fix = (f": fetch it once online ({how}without HF_HUB_OFFLINE), or set HF_HOME or HF_HUB_CACHE to the "
+                   "cache that holds it")  # fmt: skip
+        raise HubError(f"{repo_id} {what} is not in the Hugging Face cache ({cache_dir}) and {why}{fix}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
     except HfHubHTTPError as exc:
         raise HubError(f"{repo_id} revision {rev!r}: the Hub answered {_http_answer(exc)}", repo_id=repo_id,
