@@ -1191,6 +1191,43 @@ def test_a_load_nested_in_a_load_of_the_same_repository_does_not_wait_for_itself
 # --- a cache this process cannot write (a Docker image's, a cluster's shared copy) --------------------
 
 
+def test_a_slow_download_holds_up_no_other_repositorys_load_in_the_process(server, hub_root, monkeypatch):
+    """hub.load held the process's one lock through the download: while one thread fetched a
+    repository (or waited up to $WEBGPU_KERNELS_HUB_LOCK_TIMEOUT for another process's), every other
+    thread's get_kernel of any Hub kernel waited too, an already loaded one included (helper-124)."""
+    import hub_server
+
+    slow = "webgpu-kernels/com.microsoft.BiasAdd"
+    put_package(hub_root, slow, "v1", op="com.microsoft.BiasAdd")
+    server.rescan()
+    loaded = wk.get_kernel(OFFICIAL, version=1)
+    fetching, release = threading.Event(), threading.Event()
+    original = hub_server._Handler._resolve
+
+    def held(self, method, repo_id, rev_name, path):
+        if repo_id == slow:
+            fetching.set()
+            release.wait(60)
+        return original(self, method, repo_id, rev_name, path)
+
+    monkeypatch.setattr(hub_server._Handler, "_resolve", held)
+    slow_load = threading.Thread(target=lambda: wk.get_kernel(slow, version=1))
+    slow_load.start()
+    try:
+        assert fetching.wait(60)
+        others: list[object] = []
+        other = threading.Thread(target=lambda: others.extend([wk.get_kernel(OFFICIAL, version=1),
+                                                               wk.get_kernel(OFFICIAL, revision="dev")]))  # fmt: skip
+        other.start()
+        other.join(60)  # a bound for a hang, not a timing: it returns at once unless it waits for the slow load
+        assert not other.is_alive(), "get_kernel of another repository waited for a download in another thread"
+        assert others[0] is loaded and others[1].package.revision == "dev"
+    finally:
+        release.set()
+        slow_load.join(60)
+    assert wk.get_kernel(slow, version=1).op_id == "com.microsoft.BiasAdd"
+
+
 def refuse_writes_below(monkeypatch, folder: Path) -> None:
     """os.mkdir refuses every folder below ``folder`` as a read-only cache refuses a user who does not
     own it (tests run as root, whom permissions do not stop): huggingface_hub's and the lock's

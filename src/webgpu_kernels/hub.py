@@ -569,7 +569,11 @@ _kernels: dict[tuple[str | None, str, str, bool], Kernel] = {}
 #: process asks the network nothing.
 _resolved: dict[tuple[str | None, str, str, str], str] = {}
 _lock = threading.RLock()
-fresh_in_child(globals(), _lock=threading.RLock)
+#: memo -> the lock one load of it holds through its download: a second thread asking the same
+#: repository and revision waits for it and then finds the kernel, and loads of other ones go on
+#: (one process-wide lock through the download had held up every Hub load in the process, helper-124).
+_loading: dict[tuple[str | None, str, str, str], threading.RLock] = {}
+fresh_in_child(globals(), _lock=threading.RLock, _loading=dict)
 
 
 def load(
@@ -589,17 +593,29 @@ def load(
     rev = revision_for(version, revision, repo_id)
     endpoint = endpoint or hub_endpoint()
     memo = (endpoint, str(cache_dir_for(endpoint)), repo_id, rev)
+
+    def shared() -> Kernel | None:
+        with _lock:
+            commit = rev if _COMMIT.match(rev) else _resolved.get(memo)
+            cached = None if commit is None else _kernels.get((endpoint, repo_id, commit, url_like))
+        if cached is not None and revision is None:  # revision="v2" may have loaded it first, unchecked
+            check_contract_version(cast(HubPackage, cached.package), version)  # _kernels holds Hub packages
+        return cached
+
+    found = shared()
+    if found is not None:
+        return found
     with _lock:
-        commit = rev if _COMMIT.match(rev) else _resolved.get(memo)
-        if commit is not None and (endpoint, repo_id, commit, url_like) in _kernels:
-            cached = _kernels[(endpoint, repo_id, commit, url_like)]
-            if revision is None:  # revision="v2" may have loaded it first, unchecked
-                check_contract_version(cast(HubPackage, cached.package), version)  # _kernels holds Hub packages
-            return cached
+        loading = _loading.setdefault(memo, threading.RLock())
+    with loading:  # reentrant: a load nested in this one (an accept callback) does not wait for itself
+        found = shared()  # another thread's load of it, done while this one waited
+        if found is not None:
+            return found
         opened: list[Kernel] = []
 
         def accept(package: HubPackage) -> None:  # while the download can still be undone
-            kernel = _kernels.get((endpoint, repo_id, package.commit, url_like))
+            with _lock:
+                kernel = _kernels.get((endpoint, repo_id, package.commit, url_like))
             if kernel is None:
                 kernel = Kernel(package)
                 meta_id = (package.metadata or {}).get("id")
@@ -611,8 +627,9 @@ def load(
 
         package = download(repo_id, version=version, revision=revision, trust_remote_code=trust_remote_code,
                            endpoint=endpoint, url_like=url_like, accept=accept)  # fmt: skip
-        kernel = _kernels.setdefault((endpoint, repo_id, package.commit, url_like), opened[0])
-        _resolved[memo] = package.commit
+        with _lock:  # another memo (revision="main" beside version=1) may have loaded the commit meanwhile
+            kernel = _kernels.setdefault((endpoint, repo_id, package.commit, url_like), opened[0])
+            _resolved[memo] = package.commit
         return kernel
 
 
@@ -630,6 +647,7 @@ def clear_cache() -> None:
     with _lock:
         _kernels.clear()
         _resolved.clear()
+        _loading.clear()
 
 
 def check_op_id(kernel: Kernel, expected_op_id: str | None, shown: str) -> Kernel:
