@@ -570,5 +570,6 @@ def main(adapter: str | None, trust_remote_code: bool) -> None:
     """Run manifest-driven WebGPU compute kernels natively (wgpu-py).
 
     KERNEL is an embedded op id (see `webgpu-kernels list`), the path of a kernel package
-    folder holding a manifest.json and its templates, or a Hub kernel repository org/op[@vN].
+    folder holding a manifest.json and its templates, or a Hub kernel repository org/op[@vN]
+    (contract version 1 unless @vN or @REVISION follows).
     """
