@@ -88,3 +88,19 @@ def test_every_dependency_has_a_lower_bound() -> None:
     requirements = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
     unbounded = [r for r in requirements if not re.search(r"(>=|==|~=)\s*\d", r.split(";")[0])]
     assert requirements and not unbounded, unbounded
+
+
+def test_the_build_backend_release_reads_the_license_field() -> None:
+    """``license = "Apache-2.0"`` (a PEP 639 SPDX expression) is read by setuptools 77 and later;
+    68 to 76 refuse the whole pyproject.toml ("`project.license` must be valid exactly by one
+    definition"), so a build with the oldest setuptools `[build-system]` allowed failed
+    (helper-126: 76.1.0 failed, 77.0.3 built; 77.0.0 is not on PyPI)."""
+    if not (REPO_ROOT / "pyproject.toml").is_file():
+        pytest.skip("needs a checkout or an sdist: pyproject.toml")
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text("utf-8"))
+    (spec,) = [r for r in config["build-system"]["requires"] if re.match(r"setuptools\b", r)]
+    found = re.search(r">=\s*(\d+(?:\.\d+)*)", spec)
+    assert found, f"{spec!r} names no oldest release"
+    oldest = tuple(int(part) for part in found.group(1).split("."))
+    if isinstance(config["project"].get("license"), str):
+        assert oldest >= (77, 0, 3), f"{spec!r}: a license given as an SPDX string needs setuptools>=77.0.3"
