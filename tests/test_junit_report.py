@@ -162,6 +162,22 @@ def test_a_message_ending_its_first_line_with_a_colon_keeps_the_reason() -> None
     assert cases["b [v]"].find("failure").get("message") == "Y: 1 of 3 elements outside"
 
 
+def test_the_summary_skips_wgpus_preamble_for_the_reason() -> None:
+    """wgpu 0.32 opens a shader error with "Validation Error", "Caused by:" and the call it came
+    from: the message attribute, all a CI page lists, read "... shader does not compile:
+    Validation Error" and never said what was wrong (helper-126)."""
+    compile_error = ("silu.wgsl.jinja:18: com.example.Silu variant 'scalar' pass 'main': shader does not compile:\n"
+                     "Validation Error\n\nCaused by:\n  In wgpuDeviceCreateShaderModule, label = 'Silu.scalar'\n\n"
+                     "Shader 'Silu.scalar' parsing error: expected expression, found \";\"\n   \u250c\u2500 wgsl:15:22\n")
+    report = PackageReport(kernel="com.example.Silu", path="-", origin="local", isolated=False, results=[
+        RunResult("com.example.Silu", "a", "scalar", "float32", "error", message=compile_error)])  # fmt: skip
+    (case,) = ET.fromstring(junit_xml([report]).encode("utf-8")).iter("testcase")
+    assert case.find("error").get("message") == (
+        "silu.wgsl.jinja:18: com.example.Silu variant 'scalar' pass 'main': shader does not compile: "
+        "Shader 'Silu.scalar' parsing error: expected expression, found \";\"")
+    assert case.find("error").text == compile_error  # the body keeps every line
+
+
 def test_control_characters_cannot_break_the_document() -> None:
     """A message may quote bytes of a package's file; XML 1.0 has no way to hold most control characters."""
     report = PackageReport(kernel="demo.X", path="-", origin="local", isolated=False, results=[
@@ -525,3 +541,21 @@ def test_validate_junit_gives_each_compile_and_the_suite_the_time_it_took(tmp_pa
     # isolated: the child's start counts too, and the figures come back from it
     report = validate_package_isolated(copy_package(QUICK_GELU, tmp_path / "qg"), timeout=120)
     assert report.ok and report.seconds > sum(c.seconds for c in report.coverage) > 0, report
+
+
+def test_validate_junit_gives_every_failed_compile_its_error(tmp_path: Path, runner: CliRunner) -> None:
+    """validate reports an error that several variant x dtype share once, under the first ("the same
+    error in 1 more variant x dtype: ..."): the other's testcase said only "1 render or compile
+    failures", nothing a CI page reader could act on (helper-126)."""
+    root = Path(shutil.copytree(SOFTMAX, tmp_path / "sm"))
+    break_template(root)
+    xml_path = tmp_path / "validate.xml"
+    result = runner.invoke(main, ["validate", str(root), "--junit", str(xml_path)])
+    assert result.exit_code == 1, result.output
+    (suite,) = ET.parse(xml_path).getroot().findall("testsuite")
+    failed = [c for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert len(failed) == 2
+    for case in failed:
+        failure = case.find("failure")
+        assert "no definition in scope for identifier: `nope`" in failure.text, case.get("name")
+        assert "softmax-wg.wgsl.jinja:" in failure.get("message"), case.get("name")
