@@ -59,11 +59,18 @@ def _text(value: object) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
+# wgpu's lines before the reason of a refused call ("Validation Error", "Caused by:", "In
+# wgpuDeviceCreateShaderModule, label = ..."): the same for every error, they say nothing of it
+_WGPU_PREAMBLE = re.compile(r"Validation Error|Caused by:|In wgpu[A-Za-z]+\b.*")
+
+
 def _summary(message: str) -> str:
     """The outcome's ``message`` attribute, what a CI page lists: the first line, and the next one
-    where the first ends with a colon ("... does not compile:" and then the compiler's reason)."""
+    where the first ends with a colon ("... does not compile:" and then the compiler's reason),
+    wgpu's preamble left out."""
     lines = [line.strip() for line in message.strip().split("\n")]  # not splitlines: it also splits at \x1c-\x1e, \x85
     lines = [line for line in lines if line]
+    lines = [line for line in lines if not _WGPU_PREAMBLE.fullmatch(line)] or lines
     return " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
 
 
@@ -164,6 +171,14 @@ def _problem_name(problem: Problem) -> str:
     return problem.place() + (f" [{extra}]" if extra else "")
 
 
+def _shares(problem: Problem, variant: str, dtype: str) -> bool:
+    """Whether ``problem`` is also the error of ``variant`` x ``dtype``: validate reports an error
+    that several share once, under the first, its last line naming up to four others ("the same
+    error in 2 more variant x dtype: 'vec4' (float16), 'scalar' (float16)")."""
+    last = problem.message.rsplit("\n", 1)[-1]
+    return last.startswith("the same error in ") and f"{variant!r} ({dtype})" in last
+
+
 def _validation_suite(report: ValidationReport, name: str, started: float, strict: bool) -> ET.Element:
     cases: list[ET.Element] = []
     names: Counter[str] = Counter()
@@ -181,7 +196,11 @@ def _validation_suite(report: ValidationReport, name: str, started: float, stric
         if cov.failed:
             mine = [p for p in report.errors if p.variant == cov.variant and p.dtype == cov.dtype]
             absorbed.update(id(p) for p in mine)
-            text = "\n".join(f"{p.place()}: {p.message}" for p in mine) or f"{cov.failed} render or compile failures"
+            text = "\n".join(f"{p.place()}: {p.message}" for p in mine)
+            text = text or "\n".join(f"the same error as compile {p.variant} [{p.dtype}]: {p.place()}: {p.message}"
+                                     for p in report.errors if _shares(p, cov.variant, cov.dtype))  # fmt: skip
+            text = text or (f"{_count(cov.failed, 'render or compile failure')}: the errors are in the other "
+                            "failing compile testcases")  # past the four others a shared error names
             _outcome(case, "failure", text, "compile")
         elif not cov.pipelines:
             _outcome(case, "skipped", cov.status, "not compiled")
