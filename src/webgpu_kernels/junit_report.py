@@ -23,8 +23,9 @@ from its testcases, a ``timestamp`` (when it started: local time with its UTC of
 second) and a ``hostname``; the ``<testsuites>`` root sums the counts.
 
 ``validate``: one ``<testsuite>`` per package, a testcase per variant x dtype (``compile vec4
-[float16]``: a ``<failure>`` with its render or compile errors, ``<skipped>`` when no case made it
-compile), one per other error (named by file and JSON path or line), and a ``validate`` testcase
+[float16]``: a ``<failure>`` with its render or compile errors, an error validate reports once for
+several under the first of them and as "the same error as compile ..." in the others, ``<skipped>``
+when no case made it compile), one per other error (named by file and JSON path or line), and a ``validate`` testcase
 that always passes, holding what was checked and every warning. A compile testcase takes its
 row's time (``Coverage.seconds``), ``validate`` the rest of the report's (``seconds``), the errors
 none: the suite's time is the validation's.
