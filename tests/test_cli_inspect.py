@@ -197,3 +197,27 @@ def test_render(runner: CliRunner, has_f16: bool) -> None:
     assert "0.5" in out
     if has_f16:
         assert "enable f16;" in invoke(runner, "render", BIAS_ADD, *BA_F16_VEC4).stdout
+
+
+def test_no_adapter_at_all_says_what_to_install(tmp_path):
+    """With no Vulkan driver and no EGL vendor (a CI machine without Mesa), `devices` said only "no
+    WebGPU adapter found", and the error of the other commands named one package of the two the
+    CI step installs (helper-126). Run in fresh processes: the drivers are read once per process."""
+    import os
+    import subprocess
+    import sys
+
+    nowhere = str(tmp_path / "none.json")
+    env = {**os.environ, "VK_ICD_FILENAMES": nowhere, "VK_DRIVER_FILES": nowhere,
+           "__EGL_VENDOR_LIBRARY_FILENAMES": nowhere, "WEBGPU_KERNELS_ADAPTER": ""}  # fmt: skip
+    cli = [sys.executable, "-m", "webgpu_kernels"]
+    devices = subprocess.run([*cli, "devices"], env=env, capture_output=True, text=True, timeout=120)
+    if "WebGPU adapters" in devices.stdout:
+        pytest.skip("an adapter is still listed with the drivers hidden (another backend on this machine)")
+    from webgpu_kernels.device import NO_ADAPTER
+
+    assert devices.returncode == 0 and NO_ADAPTER in devices.stdout
+    assert "apt-get install mesa-vulkan-drivers libvulkan1" in NO_ADAPTER
+    run = subprocess.run([*cli, "run", "com.microsoft.QuickGelu", "-i", "X=4:f32"], env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and NO_ADAPTER in run.stderr

@@ -25,7 +25,7 @@ from .cli import (
     resolve_kernel,
     trust_option,
 )
-from .device import AdapterSummary, choose_adapter, list_adapters
+from .device import NO_ADAPTER, AdapterSummary, choose_adapter, list_adapters
 from .kernel import Kernel
 
 #: Limits ``devices`` shows (WebGPU names, camelCase).
@@ -53,7 +53,7 @@ def devices_cmd(ctx: click.Context, as_json: bool) -> None:
         return
     console = _console()
     if not adapters:
-        console.print("no WebGPU adapter found")
+        console.print(NO_ADAPTER)
         return
     table = Table(title="WebGPU adapters", title_justify="left")
     for col in ("#", "name", "backend", "type", "chosen"):

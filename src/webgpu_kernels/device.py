@@ -225,6 +225,11 @@ def list_adapters() -> list[AdapterSummary]:
     return sorted((_summary(i, a) for i, a in enumerate(_enumerate())), key=lambda s: s.rank, reverse=True)
 
 
+#: What to say where wgpu lists no adapter: the packages package-files.md's CI step installs.
+NO_ADAPTER = ("no WebGPU adapter found (on Linux without a GPU, install Mesa's Vulkan driver and the loader: "
+              "apt-get install mesa-vulkan-drivers libvulkan1)")
+
+
 def choose_adapter(request: str | None = None) -> AdapterSummary:
     """The adapter for ``request`` (backend or name substring), else ``$WEBGPU_KERNELS_ADAPTER``, else the best."""
     if request is not None and (not isinstance(request, str) or not request.strip()):  # "" matched every name
@@ -233,7 +238,7 @@ def choose_adapter(request: str | None = None) -> AdapterSummary:
     request = request if request is not None else os.environ.get(ADAPTER_ENV) or None
     adapters = list_adapters()
     if not adapters:
-        raise AdapterNotFoundError("no WebGPU adapter found (on Linux without a GPU, install mesa-vulkan-drivers)")
+        raise AdapterNotFoundError(NO_ADAPTER)
     if request is None:
         return adapters[0]
     wanted = request.strip().lower()
