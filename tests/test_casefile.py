@@ -688,3 +688,25 @@ def test_the_manifest_says_an_entry_is_no_input_in_place_of_its_errors_never_bes
               if n not in roles}  # fmt: skip
     assert set(said) <= others, (said, roles)
     event("no error" if not bare else "an entry said to be no input" if said else "errors")
+
+
+@pytest.mark.parametrize(("package", "case_name", "label"), [
+    ("demo.ArgMax", "default-axis0-4x5-f32", "T=float32, I=int64"),
+    ("demo.LayerNorm", "clip-l-1x4x768-f16", "T=float16, U=float32"),
+    ("demo.LayerNorm", "nobias-3x50-f32", "float32"),
+])  # fmt: skip
+def test_type_label_names_a_type_variable_only_a_one_type_constraint_fixes(package: str, case_name: str,
+                                                                           label: str) -> None:  # fmt: skip
+    """`test` labels a run as `validate` labels the call (check_call's binding): demo.ArgMax's int64
+    output type I, bound by no input, had been left out (`float32` against validate's `T=float32, I=int64`)."""
+    from webgpu_kernels.contract import check_call
+
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / package)
+    case = next(c for c in casefile.read_test_file(kernel.package).cases if c.name == case_name)
+    arrays = case.build_inputs(kernel.manifest, kernel.package.read_bytes)
+    binding = check_call(kernel.manifest, {k: (a.shape, casefile.dtype_name(a.dtype)) for k, a in arrays.items()},
+                         case.attrs, case.tunables).type_bindings()  # fmt: skip
+    assert case.type_binding(kernel.manifest, arrays) == binding
+    assert case.type_label(kernel.manifest) == case.type_label(kernel.manifest, arrays) == label

@@ -116,6 +116,20 @@ def test_cli_test_json_and_case_filter(runner: CliRunner) -> None:
     assert first["outputs"][0]["tolerance"] == {"rtol": 1e-5, "atol": 1e-6}
 
 
+def test_a_run_is_labelled_with_every_type_variable_as_validate_labels_it(runner: CliRunner) -> None:
+    """demo.ArgMax's output type I (`"I": ["int64"]`, bound by no input) is in the run's dtype, as in
+    validate's coverage (`T=float32, I=int64`); it had been `float32`."""
+    from conftest import PACKAGES_DIR
+
+    package = str(PACKAGES_DIR / "demo.ArgMax")
+    result = runner.invoke(main, ["test", package, "--case", "default-axis0-4x5-f32", "--json"])
+    assert result.exit_code == 0, result.output
+    (tested,) = json.loads(result.stdout)["packages"]
+    assert {r["dtype"] for r in tested["results"]} == {"T=float32, I=int64"}
+    coverage = validate_package(package).coverage
+    assert {r["dtype"] for r in tested["results"]} <= {c.dtype for c in coverage}
+
+
 # --- failures ---------------------------------------------------------------------------------------
 
 

@@ -258,8 +258,9 @@ class TestCase:
                                 json_path=json_path(["cases", self.index, section] + ([next_role] if next_role else [])))  # fmt: skip
 
     def type_label(self, manifest: Any, arrays: Mapping[str, np.ndarray] | None = None) -> str:
-        """The case's dtypes for tables: ``float16``, or ``T=float16, U=int32`` for several type variables.
-        ``arrays``: its built inputs, whose dtypes a data file gives (the file alone says it)."""
+        """The case's dtypes for tables: ``float16``, or ``T=float16, U=int32`` for several type variables
+        (every one it binds, in the format of validate's coverage). ``arrays``: its built inputs, whose
+        dtypes a data file gives (the file alone says it)."""
         binding = self.type_binding(manifest, arrays)
         if len(set(binding.values())) == 1:
             return next(iter(binding.values()))
@@ -275,6 +276,13 @@ class TestCase:
                     dtype = self.input_dtype(spec.role, spec.dtype, manifest)
                 if dtype is not None:
                     binding.setdefault(spec.dtype, dtype)
+        # An output's type variable that no input binds and a one-type constraint fixes (an int64
+        # index output's, ONNX's stash type U) is bound as check_call binds it, so that `test`
+        # labels a run as `validate` labels the call.
+        outputs = {spec.dtype for spec in manifest.outputs}
+        for tv, allowed in manifest.type_constraints.items():
+            if tv not in binding and tv in outputs and len(allowed) == 1:
+                binding[tv] = allowed[0]
         for tv, dtype in self.types.items():
             binding.setdefault(tv, dtype)
         return binding
