@@ -585,6 +585,25 @@ def test_digest_sets_the_contract_version_a_hub_revision_must_hold(qg: Path) -> 
     assert runner.invoke(main, ["digest", str(qg), "--version", "0"]).exit_code == 2
 
 
+def test_digest_says_which_contract_version_it_kept_where_sinceversion_differs(qg: Path) -> None:
+    """`new` writes version 1; an author who then sets the manifest's sinceVersion to 13 (demo.ArgMax)
+    saw digest keep 1 without a word. The two are independent (the opset the op dates from; the
+    package's contract version), so digest keeps it, but says so and how to change it."""
+    runner = CliRunner(env={"COLUMNS": "200"})
+    manifest = json.loads((qg / "manifest.json").read_text("utf-8"))
+    (qg / "manifest.json").write_text(json.dumps({**manifest, "sinceVersion": 13}), encoding="utf-8")
+    for args in ([], ["--check"]):
+        out = " ".join(runner.invoke(main, ["digest", str(qg), *args]).output.split())
+        assert "contract version 1 kept from metadata.json, not the manifest's sinceVersion 13" in out, out
+        assert "--version N" in out, out
+    assert json.loads((qg / "metadata.json").read_text("utf-8"))["version"] == 1
+    (qg / "metadata.json").unlink()  # a new metadata.json starts at sinceVersion: nothing kept
+    assert "kept" not in runner.invoke(main, ["digest", str(qg)]).output
+    assert json.loads((qg / "metadata.json").read_text("utf-8"))["version"] == 13
+    for args in ([], ["--version", "2"]):  # the same number, or one the author just chose: no note
+        assert "kept" not in runner.invoke(main, ["digest", str(qg), *args]).output
+
+
 def test_digest_that_cannot_write_metadata_json_says_so(qg: Path) -> None:
     """A failed write (here a folder where the file goes) ended in an IsADirectoryError traceback."""
     (qg / "metadata.json").unlink()

@@ -67,6 +67,17 @@ def test_a_new_metadata_takes_its_version_from_since_version_and_keeps_it_after(
     assert (again["version"], again["description"], again["provenance"]) == (5, "mine", {"license": "MIT"})
 
 
+def test_a_contract_version_below_since_version_is_no_problem(package):
+    """Doc: "After that the two are independent ... so a version below `sinceVersion` is no error
+    (`validate` says nothing ...)" """
+    root = package(None, lambda m: m.update(sinceVersion=13))
+    digests.write_metadata(root, version=1)
+    report = validate_package(root, gpu=False)
+    assert report.ok and not [p for p in report.problems if p.file == "metadata.json" or "ersion" in p.message], \
+        [p.message for p in report.problems]
+    assert digests.kept_version_note(root, 1) is not None and digests.kept_version_note(root, 13) is None
+
+
 def test_digest_leaves_out_editor_backups_and_tool_folders(package):
     """Doc: "listing every file of the folder except hidden ones, editor backups (`x~`, `#x#`) and
     what lies in `__pycache__/` or `node_modules/`" """

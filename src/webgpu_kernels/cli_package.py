@@ -32,6 +32,7 @@ from .digests import (
     METADATA_FILE,
     UNLISTABLE,
     build_metadata,
+    kept_version_note,
     manifest_op_id,
     not_regular,
     schema_problems,
@@ -140,7 +141,8 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
     published as Hub revision vN must say N). Editor backups (x~, #x#) are skipped.
     """
     root = path.expanduser().resolve()
-    old_id = _metadata_id(root)
+    old = _old_metadata(root)
+    old_id = old.get("id") if isinstance(old.get("id"), str) else None
     unreadable = None
     if check:
         existing = None
@@ -196,16 +198,20 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
             console.print(f"wrote {root / METADATA_FILE}")
         if old_id is not None and old_id != metadata["id"]:
             console.print(f"id: {old_id} -> {metadata['id']} (the manifest's domain.name)")
+        note = kept_version_note(root, metadata["version"]) if version is None and "version" in old else None
+        if note is not None:
+            console.print(Text(note, style="dim"), soft_wrap=True)
     if check and (not current or old_id != metadata["id"]):
         click.get_current_context().exit(1)
 
 
-def _metadata_id(root: Path) -> str | None:
+def _old_metadata(root: Path) -> dict[str, Any]:
+    """metadata.json as digest found it ({} where there is none or it cannot be read)."""
     try:
         data = open_folder(root, verify_digests=False).read_json(METADATA_FILE)
     except KernelError:
-        return None
-    return data.get("id") if isinstance(data, dict) and isinstance(data.get("id"), str) else None
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 # --- test -------------------------------------------------------------------------------------------

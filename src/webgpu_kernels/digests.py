@@ -644,6 +644,23 @@ def manifest_op_id(root: Path) -> str | None:
         return None
 
 
+def kept_version_note(root: Path, kept: Any) -> str | None:
+    """What digest says where it kept metadata.json's contract version ``kept`` and the manifest's
+    sinceVersion is another number: the two are independent (the opset the op dates from; the
+    package's contract, Hub revision vN), and only a new metadata.json starts at sinceVersion, so
+    an author who raised sinceVersion after `new` wrote version 1 learns why 1 stayed. None where
+    they agree or either is not a version."""
+    try:
+        since = _read_manifest(root).get("sinceVersion", 1)
+    except PackageError:
+        return None
+    if not _is_version(kept) or not _is_version(since) or kept == since:
+        return None
+    return (f"contract version {kept} kept from metadata.json, not the manifest's sinceVersion {since} (the "
+            "opset the op dates from, which only a new metadata.json starts at): --version N sets it, as a "
+            "package published as Hub revision vN must say N")
+
+
 def folded(name: str) -> str:
     """``name`` as a case-insensitive file system compares it (NFC, as macOS also ignores the
     Unicode normal form; lower case, as Windows compares upper-cased names)."""
