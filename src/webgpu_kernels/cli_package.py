@@ -443,8 +443,8 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None,
     adapter = _adapter(ctx)
     isolate = bool(_isolation(isolate, timeout))
     root = _package_path(path)
-    if gpu and adapter is not None:
-        choose_adapter(adapter)  # a mistyped --adapter is the caller's error (exit 2), not the package's
+    if gpu:  # a mistyped --adapter, or no adapter at all, is the caller's problem (exit 2), not the package's:
+        choose_adapter(adapter)  # with none, validate had reported the package INVALID (exit 1)
     status = _console(stderr=True)
     started = time.time()  # the JUnit suite's timestamp: a ValidationReport does not keep it
     with _progress(status, f"validating {root.name}") as progress:
