@@ -188,3 +188,35 @@ def test_a_path_this_user_may_not_search_is_a_folder_not_a_hub_repository(tmp_pa
     result = CliRunner().invoke(main, ["info", "locked/op"])
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines()[0] == "error: locked/op: cannot be opened: Permission denied", result.stderr
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_a_hub_id_with_a_trailing_slash_and_no_such_folder_asks_did_you_mean(tmp_path, monkeypatch, trust) -> None:
+    """`org/op/` (pasted from a browser's URL path) is a path by the documented rule (two slashes);
+    with no folder of that name it had been refused as a trust question, or with trust as a local
+    folder that takes no version=, the repository it means never named."""
+    monkeypatch.chdir(tmp_path)
+    name = "webgpu-kernels/com.microsoft.QuickGelu/"
+    with pytest.raises(PackageError, match=r"did you mean webgpu-kernels/com\.microsoft\.QuickGelu\?") as info:
+        wk.get_kernel(name, version=1, trust_remote_code=trust)
+    assert not isinstance(info.value, TrustError) and "no folder" in str(info.value)
+    assert locations.classify(name).kind == "path"  # the rule itself stands: no disk decides it
+
+
+def test_a_folder_named_like_a_hub_id_with_a_trailing_slash_stays_a_path(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "webgpu-kernels" / "com.microsoft.QuickGelu").mkdir(parents=True)
+    with pytest.raises(TrustError, match="local path or URL-like location") as info:
+        wk.get_kernel("webgpu-kernels/com.microsoft.QuickGelu/")
+    assert "did you mean" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["webgpu-kernels/com.microsoft.QuickGelu/", "webgpu-kernels/com.microsoft.QuickGelu/@v1"])
+def test_download_of_a_hub_id_with_a_trailing_slash_asks_did_you_mean(tmp_path, monkeypatch, name) -> None:
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["download", name, *([] if "@" in name else ["--version", "1"])])
+    assert result.exit_code == 2 and "did you mean webgpu-kernels/com.microsoft.QuickGelu?" in result.output, result.output

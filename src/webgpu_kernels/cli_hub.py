@@ -42,7 +42,9 @@ def download_cmd(repo: str, version: int | None, revision: str | None, expected_
             raise click.UsageError(f"{given!r} names its revision: leave out --version and --revision, or the @ part")
         version, revision = hub_pin(pin)
     if location.kind != "hub":
-        raise click.BadParameter("expected a Hub kernel repository 'org/op' or https://<hub>/kernels/org/op",
+        meant = locations.slashed_repo_id(repo)  # `org/op/`, from a browser's URL path: a folder or not, download
+        hint = f" (did you mean {meant}?)" if meant else ""  # takes only a repository
+        raise click.BadParameter(f"expected a Hub kernel repository 'org/op' or https://<hub>/kernels/org/op{hint}",
                                  param_hint="REPO")  # fmt: skip
     if version is None and revision is None:
         raise click.UsageError("give --version N (revision vN) or --revision REV")

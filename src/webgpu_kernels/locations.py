@@ -91,6 +91,35 @@ def checked_repo_id(repo_id: str) -> str:
     return repo_id
 
 
+def slashed_repo_id(name: object) -> str | None:
+    """The Hub repository id ``name`` would be without one trailing slash (``org/op/`` as pasted from a
+    browser's URL path), else None."""
+    if not isinstance(name, str) or not name.endswith("/"):
+        return None
+    repo_id = name[:-1]
+    return repo_id if _valid_repo_id(repo_id) else None
+
+
+def refuse_slashed_repo_id(name: str) -> None:
+    """Refuse ``org/op/`` where nothing of that name is here, asking whether ``org/op`` was meant.
+
+    It stays a path (two slashes: security.md and cli.md's rule), not read as the repository: what
+    a name loads, a verified Hub package or an unverified folder, must not turn on what the disk
+    holds (the command line refuses ``org/op`` naming both for the same reason; shell completion
+    writes ``org/op/`` for a folder). Only a stat, before anything is read or fetched.
+    """
+    repo_id = slashed_repo_id(name)
+    if repo_id is None:
+        return
+    try:
+        present = os.path.lexists(name)
+    except (OSError, ValueError):
+        present = False
+    if not present:
+        raise PackageError(f"{name!r} is no folder here, and with its trailing slash it names a local folder, not "
+                           f"a Hub repository: did you mean {repo_id}?")  # fmt: skip
+
+
 def _classify_url(name: str, scheme: str) -> Location:
     parts = urlsplit(name)
     if scheme == "file":
@@ -120,9 +149,13 @@ def check_trust(location: Location, *, trust_remote_code: bool, shown: str) -> b
     """Refuse (TrustError) a location that needs trust without ``trust_remote_code``.
 
     Returns whether the location needed trust (``KernelPackage.needs_trust`` for what it loads).
+    A Hub id with a trailing slash and no such folder is a PackageError asking for the id
+    (:func:`refuse_slashed_repo_id`), trusted or not.
     """
     if location.kind == "embedded":
         return False
+    if location.kind == "path":  # the repository it means, not a trust question about a folder not there
+        refuse_slashed_repo_id(shown)
     if location.url_like:
         reason = "it is a local path or URL-like location, not a repository of the official organisation"
     elif location.value.split("/", 1)[0] != OFFICIAL_ORG:
