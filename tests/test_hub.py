@@ -782,13 +782,14 @@ def test_the_cli_says_when_the_cache_answered_for_an_unreachable_hub(server, hub
     # the same cache folder as the server's: HF_ENDPOINT names the configured Hub
     result = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"])
     assert result.exit_code == 0, result.output
-    assert "(from the Hugging Face cache (http://127.0.0.1:9 could not be reached or did not list it))" in result.output
+    assert "(from the Hugging Face cache: http://127.0.0.1:9 cannot be reached (ConnectError" in result.output, result.output
     data = json.loads(CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1", "--json"]).stdout)
     assert data["fromCache"] is True and data["offline"] is False
+    assert data["fromCacheReason"].startswith("http://127.0.0.1:9 cannot be reached")
     monkeypatch.setenv("HF_ENDPOINT", server.url)
     hub.clear_cache()
     data = json.loads(CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1", "--json"]).stdout)
-    assert data["fromCache"] is False
+    assert data["fromCache"] is False and data["fromCacheReason"] is None
 
 
 def test_a_hub_answering_5xx_is_unreachable_and_the_cache_answers(server, hub_env, monkeypatch):
@@ -807,6 +808,7 @@ def test_a_hub_answering_5xx_is_unreachable_and_the_cache_answers(server, hub_en
     hub.clear_cache()
     data = json.loads(CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1", "--json"]).stdout)
     assert answered and data["fromCache"] is True
+    assert re.search(r"answered .*503 Service Unavailable", data["fromCacheReason"]), data["fromCacheReason"]
 
 
 @pytest.fixture
@@ -852,6 +854,28 @@ def test_a_token_the_hub_refuses_is_named_with_what_to_do(server, monkeypatch):
     with pytest.raises(HubError, match=r"401 .*: Invalid credentials in Authorization header .*renew it, or unset "
                                        r"HF_TOKEN"):  # fmt: skip
         wk.get_kernel(OFFICIAL, version=1)
+
+
+def test_the_cache_answering_for_a_refused_token_says_the_token_was_refused(server, monkeypatch):
+    """A 401 with a cached copy: the cache answers, and `download` had said "could not be reached or
+    did not list it", a revoked HF_TOKEN hidden (helper-127)."""
+    first = wk.get_kernel(OFFICIAL, version=1)
+    assert first.package.from_cache_reason is None  # from the Hub
+    hub.clear_cache()
+    server.tokens = {"hf_valid"}
+    monkeypatch.setenv("HF_TOKEN", "hf_revoked")
+    package = wk.get_kernel(OFFICIAL, version=1).package
+    assert package.from_cache and package.commit == first.package.commit
+    assert re.search(r"refused the token .*\(401 Unauthorized: Invalid credentials in Authorization header\)", package.from_cache_reason)
+    hub.clear_cache()
+    result = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1"])
+    assert result.exit_code == 0, result.output
+    assert "could not be reached" not in result.output, result.output
+    assert re.search(r"from the Hugging Face cache: .*refused the token .*Invalid credentials in Authorization header"
+                     r".*renew it", result.output), result.output  # fmt: skip
+    hub.clear_cache()
+    data = json.loads(CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "1", "--json"]).stdout)
+    assert data["fromCache"] is True and "Invalid credentials" in data["fromCacheReason"]
 
 
 @pytest.mark.parametrize("command", [["info"], ["run", "-i", "X=4:f32"], ["download"], ["download", "--version", "1"]])

@@ -63,9 +63,9 @@ def download_cmd(repo: str, version: int | None, revision: str | None, expected_
         console.print(text, soft_wrap=True)
 
     source = info["endpoint"]
-    if info["fromCache"]:
-        why = "offline" if info["offline"] else f"{info['endpoint']} could not be reached or did not list it"
-        source = f"the Hugging Face cache ({why})"
+    if info["fromCache"]:  # why the Hub was not used: a revoked token had read as "could not be reached"
+        why = info["fromCacheReason"] or ("offline" if info["offline"] else f"{info['endpoint']} was not used")
+        source = f"the Hugging Face cache: {why}"
     print_(f"{info['repo']} @ {info['revision']} -> commit {info['commit']} (from {source})")
     print_(f"package: {info['path']}")
     print_(f"op: {info['op']} (contract version {info['version']}), variants: {', '.join(info['variants'])}")
@@ -84,6 +84,7 @@ def _info(kernel: Kernel, *, offline: bool) -> dict:
     return {
         "repo": package.repo_id, "revision": package.revision, "commit": package.commit,
         "endpoint": package.endpoint or hub.DEFAULT_ENDPOINT, "offline": offline, "fromCache": package.from_cache,
+        "fromCacheReason": package.from_cache_reason,
         "path": str(package.root), "op": kernel.op_id,
         "version": kernel.contract_version, "variants": kernel.variants,
         "needsTrust": package.needs_trust, "digests": dict(sorted(package.digests.items())),

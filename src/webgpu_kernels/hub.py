@@ -75,6 +75,10 @@ class HubPackage(KernelPackage):
     #: revision (a pinned commit it no longer has, still cached), so the files are
     #: the cache's copy from an earlier download.
     from_cache: bool = False
+    #: Why the cache's copy was used, in words (None when the endpoint served it): "offline mode is
+    #: on", "<endpoint> cannot be reached (...)", "<endpoint> refused the token ... (401 ...)": a
+    #: revoked HF_TOKEN had read as "could not be reached or did not list it" (helper-127).
+    from_cache_reason: str | None = None
 
     @property
     def digests(self) -> dict[str, str]:
@@ -142,25 +146,28 @@ def download(
     lock_timeout = hub_cache.lock_timeout()  # a malformed value is refused before any request
     _require_kernel_repos()
     # Asked before the lock: it writes nothing, and a refused listing leaves no trace in the cache.
-    listed, unreached = (None, None) if offline else _listing(repo_id, rev, endpoint=endpoint, token=token,
-                                                              version=version if revision is None else None)  # fmt: skip
+    listed, unreached, unlisted = (None, None, None) if offline else _listing(
+        repo_id, rev, endpoint=endpoint, token=token, version=version if revision is None else None)  # fmt: skip
     with hub_cache.repo_lock(endpoint, repo_id, rev, timeout=lock_timeout):
         return _download_locked(repo_id, rev, trusted=trusted, endpoint=endpoint, token=token, version=version,
                                 revision=revision, accept=accept, listed=listed, unreached=unreached,
-                                offline=offline)  # fmt: skip
+                                unlisted=unlisted, offline=offline)  # fmt: skip
 
 
 def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | None, token: Any,
                      version: int | None, revision: str | None, accept: Callable[[HubPackage], object] | None,
-                     listed: str | None, unreached: Exception | None, offline: bool) -> HubPackage:  # fmt: skip
+                     listed: str | None, unreached: Exception | None, unlisted: Exception | None,
+                     offline: bool) -> HubPackage:  # fmt: skip
     """:func:`download`'s fetch, open and undo, under the repository's lock: nothing another process
     of this library writes to the repository's cache folder can come between its CacheUndo's
     record and its restore (a restore had removed what another process downloaded meanwhile)."""
     # Offline nothing is written, so there is nothing to put back.
     undo = None if offline else hub_cache.CacheUndo(endpoint, repo_id)
     try:
-        path, from_cache = _snapshot(repo_id, rev, endpoint=endpoint, token=token, listed=listed, unreached=unreached,
-                                     version=version if revision is None else None, offline=offline)  # fmt: skip
+        path, cache_reason = _snapshot(repo_id, rev, endpoint=endpoint, token=token, listed=listed, unreached=unreached,
+                                       unlisted=unlisted, version=version if revision is None else None,
+                                       offline=offline)  # fmt: skip
+        from_cache = cache_reason is not None
     except HubError:
         if undo is not None:
             undo.restore()
@@ -197,7 +204,7 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
             raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}): {PACKAGE_DIR}/ is not a WebGPU kernel "
                            f"package: {exc.detail}", repo_id=repo_id, revision=rev) from None  # fmt: skip
         package = _hub_package(base, repo_id=repo_id, revision=rev, commit=commit, endpoint=endpoint,
-                               from_cache=from_cache)  # fmt: skip
+                               from_cache=from_cache, from_cache_reason=cache_reason)  # fmt: skip
         if revision is None:
             check_contract_version(package, version)
         if accept is not None:
@@ -250,15 +257,19 @@ def _require_kernel_repos() -> None:
 
 
 def _listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any,
-             version: int | None) -> tuple[str | None, Exception | None]:  # fmt: skip
-    """The commit the endpoint names for ``rev`` once its listing is checked (:func:`_check_listing`),
-    and, when the endpoint could not be reached, why (the cache then answers). A branch or tag the
-    endpoint says it does not have is a HubError here (``version``: as asked, for its message)."""
+             version: int | None) -> tuple[str | None, Exception | None, Exception | None]:  # fmt: skip
+    """The commit the endpoint names for ``rev`` once its listing is checked (:func:`_check_listing`);
+    when the endpoint could not be reached, why (the cache then answers); when it answered but named
+    no commit (a 401, 403, 429, 5xx, a pinned commit it no longer has), its answer (snapshot_download
+    asks again and reports it, or serves the cache). A branch or tag the endpoint says it does not
+    have is a HubError here (``version``: as asked, for its message)."""
     try:
-        return _check_listing(repo_id, rev, endpoint=endpoint, token=token), None
+        return _check_listing(repo_id, rev, endpoint=endpoint, token=token), None, None
     except _Unreachable as exc:  # the cache answers, as huggingface_hub's own fallback would, but
         # without asking again: its request has no time limit, and a stalled Hub had hung the load
-        return None, exc.error
+        return None, exc.error, None
+    except _NotListed as exc:
+        return None, None, exc.error
     except _NoSuchRevision:  # snapshot_download raises RevisionNotFoundError for it too, cached or not,
         # after asking the same request again (helper-109)
         raise _no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
@@ -275,11 +286,12 @@ def _no_revision(repo_id: str, rev: str, *, endpoint: str | None, token: Any, ve
 
 
 def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, listed: str | None,
-              unreached: Exception | None, version: int | None, offline: bool) -> tuple[str, bool]:  # fmt: skip
-    """The snapshot folder of ``rev`` (``listed``: the commit :func:`_listing` checked), and whether
-    it is the cache's copy (the endpoint was not asked, could not be reached, or did not list the
-    revision; ``offline``: download's one reading of HF_HUB_OFFLINE). Every failure is a HubError
-    naming the repository."""
+              unreached: Exception | None, unlisted: Exception | None, version: int | None,
+              offline: bool) -> tuple[str, str | None]:  # fmt: skip
+    """The snapshot folder of ``rev`` (``listed``: the commit :func:`_listing` checked), and, when it
+    is the cache's copy, why (the endpoint was not asked, could not be reached, or did not list the
+    revision: ``unlisted``, its answer; ``offline``: download's one reading of HF_HUB_OFFLINE), else
+    None. Every failure is a HubError naming the repository."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -304,7 +316,9 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
             hub_cache.point_ref(endpoint, repo_id, rev, listed)  # as a download of `rev` records it, for offline use
         # From the Hub only if it is the commit the Hub named: snapshot_download serves the cache
         # on its own when its requests fail (a 4xx included), and then the listing cannot tell.
-        return path, listed is None or Path(path).name != listed
+        if listed is not None and Path(path).name == listed:
+            return path, None
+        return path, _cache_reason(where, offline=offline, unreached=unreached, unlisted=unlisted)
     except RevisionNotFoundError:  # a commit the endpoint does not have, not cached (a branch or tag is refused
         # by _listing already)
         raise _no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
@@ -349,6 +363,33 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
                            "folder of your own", repo_id=repo_id, revision=rev) from exc  # fmt: skip
         raise HubError(f"{repo_id} revision {rev!r}: download from {where} failed: {type(exc).__name__}: {exc}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
+
+
+def _cache_reason(where: str, *, offline: bool, unreached: Exception | None, unlisted: Exception | None) -> str:
+    """Why the cache's copy was served, in words (HubPackage.from_cache_reason)."""
+    if offline:
+        return "offline mode is on (HF_HUB_OFFLINE)"
+    if unreached is not None:
+        return f"{where} cannot be reached ({type(unreached).__name__}: {_first_line(unreached)})"
+    if unlisted is not None:
+        status = getattr(getattr(unlisted, "response", None), "status_code", None)
+        if status == 401:  # a revoked or mistyped HF_TOKEN: the cache's copy goes on loading, so say it here
+            response = getattr(unlisted, "response", None)
+            said = getattr(unlisted, "server_message", None)
+            answer = f"401 {getattr(response, 'reason_phrase', '') or 'Unauthorized'}"
+            if isinstance(said, str) and said.strip():
+                answer += f": {said.strip().splitlines()[0]}"
+            return (f"{where} refused the token this process sent, HF_TOKEN or huggingface_hub's login ({answer}): "
+                    "renew it, or unset HF_TOKEN for a public repository")  # fmt: skip
+        if status is not None:
+            return f"{where} answered {_http_answer(unlisted)}"
+        return f"{where} did not list it ({type(unlisted).__name__}: {_first_line(unlisted)})"
+    return f"{where} did not list it"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _http_answer(exc: Exception) -> str:
@@ -410,6 +451,14 @@ class _NoSuchRevision(Exception):
     """The endpoint answered that the repository has no such branch or tag (RevisionNotFoundError)."""
 
 
+class _NotListed(Exception):
+    """The endpoint answered hub.py's first request with an error other than no such branch or tag."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class _Unreachable(Exception):
     """The endpoint did not answer hub.py's first request (no connection, or no answer in time)."""
 
@@ -439,10 +488,10 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each, content files of MAX_PACKAGE_BYTES together):
     they would be refused after the download, once they had filled the disk. (The listing is the
     server's word: a file listed smaller than it is still downloads in full, then is refused.)
-    Returns the commit the endpoint named for the revision, or None when it named none (it does
-    not list the revision, perhaps a pinned commit it no longer has, still cached; or it answered
-    an error: snapshot_download says which); raises _Unreachable when the endpoint could not be
-    reached or did not answer in time."""
+    Returns the commit the endpoint named for the revision; raises _NotListed with its answer when
+    it named none (it does not list the revision, perhaps a pinned commit it no longer has, still
+    cached; or it answered an error: snapshot_download says which), _Unreachable when the endpoint
+    could not be reached or did not answer in time."""
     from huggingface_hub import HfApi, RepoFile
     from huggingface_hub.errors import RevisionNotFoundError
 
@@ -459,7 +508,7 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
             # again and raise it, cached or not (a commit sha it does not ask about: a cached one is served)
             raise _NoSuchRevision() from exc
         # reports it, or serves the cache (a pinned commit the Hub no longer has, still cached)
-        return None
+        raise _NotListed(exc) from exc
     if not (isinstance(named, str) and _COMMIT.match(named)):
         # huggingface_hub makes the commit a path of the cache (trees/<commit>.json, snapshots/<commit>/)
         # without checking it: a sha of '../../x' had written x.json and a ref outside the cache (helper-36)
