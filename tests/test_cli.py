@@ -405,3 +405,16 @@ def test_ctrl_c_while_the_command_line_is_imported_is_one_line_and_status_130(ho
         child.kill()
         child.wait()
     assert (child.returncode, err.strip(), out) == (130, "interrupted", ""), err[-2000:]
+
+
+def test_a_hub_id_with_a_trailing_slash_asks_whether_the_repository_was_meant(tmp_path, monkeypatch):
+    """`info webgpu-kernels/com.microsoft.QuickGelu/` (a browser's URL path) said only "no such
+    folder"; it stays a folder by the two-slash rule, and now asks whether the Hub id was meant."""
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["info", "webgpu-kernels/com.microsoft.QuickGelu/"])
+    assert result.exit_code == 2
+    assert "did you mean the Hub repository webgpu-kernels/com.microsoft.QuickGelu?" in result.output

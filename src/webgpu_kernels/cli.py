@@ -439,6 +439,11 @@ def resolve_kernel(ref: str) -> Kernel:
         raise click.UsageError(f"{ref!r} names both a Hub repository and the package folder ./{ref} here: write "
                                f"./{ref} for the folder, or run from another directory for the Hub repository")  # fmt: skip
     if where.kind == "folder":
+        from .locations import slashed_repo_id
+
+        meant = slashed_repo_id(ref)  # `org/op/`, pasted from a browser's URL path, stays a path (two slashes)
+        if meant is not None and not os.path.lexists(ref):
+            raise click.UsageError(f"{ref}: no such folder (did you mean the Hub repository {meant}?)")
         return load_kernel(ref)  # the argument as typed: a refusal names ./x, which Path drops
     if where.kind == "hub":
         try:
