@@ -34,3 +34,22 @@ def test_the_test_table_keeps_every_column_on_a_narrow_terminal(runner: CliRunne
     table = [line for line in result.stdout.splitlines() if line.startswith(("│", "┃"))]
     assert table and all(len(line) <= int(columns) and line.endswith(("│", "┃")) for line in table), result.stdout
     assert any(line.rstrip("│ ").endswith("pass") for line in table), result.stdout
+
+
+def test_digest_check_out_of_date_says_what_to_do(runner: CliRunner, tmp_path) -> None:
+    """`digest --check` ended "metadata.json is out of date" and left the author to guess: it names
+    the digest command to run for changes that are theirs, and the added files (a report written
+    into the folder) to remove instead (helper-129's walkthrough)."""
+    root = tmp_path / "pkg"
+    shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", root)
+    (root / "report.xml").write_text("<testsuites/>", "utf-8")
+    result = runner.invoke(main, ["digest", "--check", str(root)])
+    assert result.exit_code == 1, result.output
+    last = " ".join(result.stdout.split("metadata.json is out of date", 1)[1].split())
+    assert f"`webgpu-kernels digest {root}`" in last and "report.xml" in last and "remove" in last, result.stdout
+    # a changed file alone: the digest command, no word of removing anything
+    (root / "report.xml").unlink()
+    (root / "bench.json").write_text("{}", "utf-8")
+    result = runner.invoke(main, ["digest", "--check", str(root)])
+    last = " ".join(result.stdout.split("metadata.json is out of date", 1)[1].split())
+    assert result.exit_code == 1 and f"`webgpu-kernels digest {root}`" in last and "remove" not in last, result.stdout

@@ -12,6 +12,7 @@ invalid GPU work, and then only the child dies.
 from __future__ import annotations
 
 import math
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from .device import choose_adapter
 from .digests import (
     METADATA_FILE,
     UNLISTABLE,
+    DigestChange,
     build_metadata,
     kept_version_note,
     manifest_op_id,
@@ -188,12 +190,15 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
                 console.print(f"metadata.json cannot be read ({unreadable}): fix or delete it, then run digest")
             else:
                 kind = not_regular(root / METADATA_FILE)  # a folder of that name is no missing file
-                console.print("metadata.json is up to date" if current else
-                              f"metadata.json is not a regular file ({kind})" if kind else
-                              ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"
-                               + (f" ({broken[0].json_path or '(root)'}: {broken[0].message})" if broken else
-                                  f" (it says contract version {(existing or {}).get('version')!r}, not {version})"
-                                  if other_version else "")))  # fmt: skip
+                verdict = ("metadata.json is up to date" if current else
+                           f"metadata.json is not a regular file ({kind})" if kind else
+                           ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"
+                            + (f" ({broken[0].json_path or '(root)'}: {broken[0].message})" if broken else
+                               f" (it says contract version {(existing or {}).get('version')!r}, not {version})"
+                               if other_version else "")))  # fmt: skip
+                if not current and not kind:
+                    verdict += _check_advice(path, version, changes, missing=not (root / METADATA_FILE).is_file())
+                console.print(verdict, soft_wrap=True)
         else:
             console.print(f"wrote {root / METADATA_FILE}")
         if old_id is not None and old_id != metadata["id"]:
@@ -203,6 +208,21 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
             console.print(Text(note, style="dim"), soft_wrap=True)
     if check and (not current or old_id != metadata["id"]):
         click.get_current_context().exit(1)
+
+
+def _check_advice(path: Path, version: int | None, changes: list[DigestChange], *, missing: bool) -> str:
+    """What `digest --check` adds to its verdict: "out of date" alone left a CI job's author to guess
+    whether to digest or to undo (helper-129's walkthrough). The command names PATH as typed."""
+    command = f"`webgpu-kernels digest {shlex.quote(str(path))}" + (f" --version {version}`" if version else "`")
+    if missing:
+        return f": run {command} to write one"
+    text = f": if these changes are yours, run {command} to record them"
+    added = [c.file for c in changes if c.status == "added"]
+    if added:
+        # a report or notes written into the folder would be digested as part of the package
+        text += ("; remove any file listed as added that is no package file (a report, notes: keep those "
+                 "outside the folder) instead of digesting it: " + ", ".join(added))  # fmt: skip
+    return text
 
 
 def _old_metadata(root: Path) -> dict[str, Any]:
