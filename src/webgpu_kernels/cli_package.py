@@ -36,6 +36,7 @@ from .digests import (
     build_metadata,
     kept_version_note,
     manifest_op_id,
+    missing_templates,
     not_regular,
     schema_problems,
     write_metadata,
@@ -162,9 +163,13 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
     else:
         metadata, changes = write_metadata(root, version=version)
         current = True
+    removed = {c.file for c in changes if c.status == "removed"}
+    warnings = [f"{where} names {name!r}, which the package {'no longer has' if name in removed else 'does not have'}: "
+                "every call that reaches it fails; restore the file, or change what names it"
+                for name, where in missing_templates(root)]  # fmt: skip
     if as_json:
         _echo_json({"path": str(root / METADATA_FILE), "written": not check, "upToDate": current,
-                    "metadata": metadata, "changes": [c.__dict__ for c in changes]})  # fmt: skip
+                    "metadata": metadata, "changes": [c.__dict__ for c in changes], "warnings": warnings})  # fmt: skip
     else:
         console = _console()
         title = f"{metadata['id']} (version {metadata['version']}): {root / METADATA_FILE}"
@@ -206,6 +211,8 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
         note = kept_version_note(root, metadata["version"]) if version is None and "version" in old else None
         if note is not None:
             console.print(Text(note, style="dim"), soft_wrap=True)
+    for warning in warnings:  # after the table, which lists the file as removed; the digest is still taken (exit 0)
+        _console(stderr=True).print(Text("warning: " + warning, style="yellow"), soft_wrap=True)
     if check and (not current or old_id != metadata["id"]):
         click.get_current_context().exit(1)
 

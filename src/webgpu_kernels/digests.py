@@ -575,6 +575,53 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, versio
     return metadata, changes
 
 
+def missing_templates(root: Path) -> list[tuple[str, str]]:
+    """(file, where it is named) for each template the manifest's passes name (``variants[0].passes[1].shader``)
+    and each literal ``{% include %}``/``{% import %}`` of those templates (``a.wgsl.jinja line 12``) that
+    is not in the folder: digest records such a file as removed, and every call that reaches it then
+    fails, so the author hears of it when the digest is taken. A manifest that cannot be read names none."""
+    from jinja2 import Environment, TemplateSyntaxError, nodes
+
+    try:
+        manifest = _read_manifest(root)
+    except PackageError:
+        return []
+    files = set(package_files(root))
+    found: list[tuple[str, str]] = []
+    queue: list[str] = []
+    variants = manifest.get("variants")
+    for v, variant in enumerate(variants if isinstance(variants, list) else []):
+        passes = variant.get("passes") if isinstance(variant, dict) else None
+        for p, pass_ in enumerate(passes if isinstance(passes, list) else []):
+            if not isinstance(pass_, dict):
+                continue
+            source = pass_.get("source")
+            for where, name in ((f"{MANIFEST_FILE} variants[{v}].passes[{p}].shader", pass_.get("shader")),
+                                (f"{MANIFEST_FILE} variants[{v}].passes[{p}].source.shader",
+                                 source.get("shader") if isinstance(source, dict) else None)):  # fmt: skip
+                if isinstance(name, str):
+                    if name not in files:
+                        found.append((name, where))
+                    elif name not in queue:
+                        queue.append(name)
+    env = Environment()  # parsing only: nothing of the package runs
+    for name in queue:  # grows as includes that are present are followed
+        try:
+            tree = env.parse(read_file(root, name).decode("utf-8"))
+        except (PackageError, UnicodeDecodeError, TemplateSyntaxError):
+            continue  # validate reports a template that does not read or parse
+        for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport)):
+            target = node.template  # type: ignore[attr-defined]  # each of the three has one
+            items = target.items if isinstance(target, (nodes.List, nodes.Tuple)) else [target]
+            for item in items:
+                if isinstance(item, nodes.Const) and isinstance(item.value, str):
+                    if item.value not in files:
+                        found.append((item.value, f"{name} line {node.lineno}"))
+                    elif item.value not in queue:
+                        queue.append(item.value)
+    return list(dict.fromkeys(found))
+
+
 def _check_package_bytes(root: Path, names: list[str]) -> None:
     """Refuse, before any file is read, files that would hold more together than a package's
     opening reads: digested, the package no longer loaded ('the listed files hold more than 512 MiB
