@@ -77,3 +77,33 @@ def test_digest_warns_of_a_template_the_package_no_longer_has(runner: CliRunner,
     assert "no longer has" in warnings[0] and "warning" not in result.stdout, result.output
     data = json.loads(runner.invoke(main, ["digest", str(root), "--json"]).stdout)
     assert len(data["warnings"]) == 2 and "does not have" in data["warnings"][0], data  # digested: not "no longer"
+
+
+def test_a_package_that_cannot_load_points_to_validate(runner: CliRunner, tmp_path, monkeypatch) -> None:
+    """`test` on a package whose manifest breaks the schema said "cannot load the package: ..."
+    under an empty results table. It names `validate PATH`, which lists every problem, prints no
+    empty table, and --json and --junit give the package's absolute path, as for a package that
+    loads (they had the argument as typed: "b")."""
+    import json
+    from xml.etree import ElementTree as ET
+
+    root = shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", tmp_path / "b")
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    (root / "manifest.json").write_text(json.dumps({**manifest, "bogus": 1}), "utf-8")
+    assert runner.invoke(main, ["digest", str(root)]).exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(main, ["test", "b", "--junit", str(tmp_path / "report.xml")])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.stdout.split())
+    assert "cannot load the package" in text and "`webgpu-kernels validate b` lists every problem" in text, text
+    assert "Test results" not in result.stdout and "┏" not in result.stdout, result.stdout
+    suite = ET.parse(tmp_path / "report.xml").getroot().find("testsuite")
+    assert suite is not None
+    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert properties["path"] == str(root.resolve()), properties
+    error = suite.find("testcase/error")
+    assert error is not None and "webgpu-kernels validate b" in (error.text or ""), ET.tostring(suite)
+    data = json.loads(runner.invoke(main, ["test", "b", "--json"]).stdout)
+    package = data["packages"][0]
+    assert package["path"] == str(root.resolve()) and "webgpu-kernels validate b" in package["error"], package
+    assert data["ok"] is False and package["results"] == [], data

@@ -303,9 +303,9 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
             # Named as when it loads (its op id, where the manifest says one), so that a CI system's
             # history of the package does not move to a new name on the day its digest is stale.
             where = _cli().classify_kernel_ref(ref)
-            reports.append(PackageReport(kernel=manifest_op_id(where.path) or ref, path=str(where.path),
+            reports.append(PackageReport(kernel=manifest_op_id(where.path) or ref, path=_unloaded_path(ref, where),
                                          origin="local" if where.kind == "folder" else where.kind,
-                                         isolated=bool(isolate), error=f"cannot load the package: {kernel}"))  # fmt: skip
+                                         isolated=bool(isolate), error=_load_error(ref, where.kind, kernel)))  # fmt: skip
             continue
         isolated = kernel.package.needs_trust if isolate is None else isolate
         with _progress(status, kernel.op_id) as progress:
@@ -329,6 +329,26 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
     _write_report(junit_path, lambda: junit_xml(reports, strict=strict))
     if not ok:
         click.get_current_context().exit(1)
+
+
+def _unloaded_path(ref: str, where: Any) -> str:
+    """The ``path`` a package that did not load is reported under: absolute, as a loaded package's
+    (its root), so that --json and the JUnit property do not hold the argument as typed instead."""
+    if where.kind == "embedded":
+        return str(embedded_root() / ref)
+    if where.kind == "folder":
+        return str(where.path.resolve())
+    return str(where.path)  # a Hub repository id: no folder of its own to name
+
+
+def _load_error(ref: str, kind: str, exc: KernelError) -> str:
+    """The package's error: "cannot load" stops at the first problem, so a folder's names
+    `validate`, which lists them all (helper-129's walkthrough; a Hub kernel is validated once
+    downloaded, which _package_path says)."""
+    text = f"cannot load the package: {exc}"
+    if kind in ("folder", "embedded"):
+        text += f"; `webgpu-kernels validate {shlex.quote(ref)}` lists every problem"
+    return text
 
 
 def _write_report(path: str | None, document: Callable[[], str]) -> None:
@@ -361,7 +381,8 @@ def _print_test_reports(reports: list[PackageReport], *, strict: bool = False) -
                           Text(_result_text(r), style=_STATUS_STYLE[r.status]))  # fmt: skip
             if r.failed or r.status == "skip":
                 failures.append((report.kernel, r))
-    console.print(table)
+    if table.rows:  # a run of packages that all failed to load had printed an empty table above their errors
+        console.print(table)
     first_with: dict[tuple[str, str], str] = {}  # (kernel, message) -> the run that printed it
     for kernel, r in failures:
         run = f"{r.case}" + (f" [{r.variant}]" if r.variant else "")
