@@ -608,8 +608,8 @@ def missing_templates(root: Path) -> list[tuple[str, str]]:
     for name in queue:  # grows as includes that are present are followed
         try:
             tree = env.parse(read_file(root, name).decode("utf-8"))
-        except (PackageError, UnicodeDecodeError, TemplateSyntaxError):
-            continue  # validate reports a template that does not read or parse
+        except (PackageError, UnicodeDecodeError, TemplateSyntaxError, RecursionError):
+            continue  # validate reports a template that does not read or parse (nested past the parser's depth too)
         for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport)):
             target = node.template  # type: ignore[attr-defined]  # each of the three has one
             items = target.items if isinstance(target, (nodes.List, nodes.Tuple)) else [target]
