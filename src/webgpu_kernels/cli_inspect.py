@@ -53,7 +53,7 @@ def devices_cmd(ctx: click.Context, as_json: bool) -> None:
         return
     console = _console()
     if not adapters:
-        console.print(NO_ADAPTER)
+        console.print(NO_ADAPTER, soft_wrap=True)  # one line, as the error is: a CI log is searched for it
         return
     table = Table(title="WebGPU adapters", title_justify="left")
     for col in ("#", "name", "backend", "type", "chosen"):
