@@ -1293,3 +1293,57 @@ def test_a_cache_this_process_cannot_write_is_read_without_the_lock(server, hub_
     assert np.allclose(wk.get_kernel(OFFICIAL, version=1)({"X": x})["Y"], quick_gelu_ref(x), atol=1e-5)
     go_offline(monkeypatch)
     assert wk.get_kernel(OFFICIAL, revision="v1")({"X": x})["Y"].shape == x.shape
+
+
+#: A hostile endpoint's words: a terminal title and a clear-screen, 8-bit CSI, and 200,000 more characters.
+HOSTILE_WORDS = "Invalid credentials\x1b]0;owned\x07\x9b2J" + "A" * 200_000
+
+
+def _unprintable(text: str) -> list[str]:
+    return [c for c in text if (ord(c) < 32 and c not in "\n\t") or 127 <= ord(c) < 160]
+
+
+@pytest.mark.parametrize("status", [401, 503])
+def test_an_endpoint_s_words_are_bounded_and_printable_wherever_they_are_echoed(server, monkeypatch, status):
+    """The server's message (X-Error-Message, or the JSON body's "error") reached from_cache_reason,
+    HubError's message and download's output as sent: escape sequences that retitle a terminal or
+    clear it, and a body of any length (helper-131)."""
+    import hub_server
+
+    first = wk.get_kernel(OFFICIAL, version=1)
+    monkeypatch.setenv("HF_TOKEN", "hf_revoked")
+
+    def hostile(handler, method):
+        body = json.dumps({"error": HOSTILE_WORDS}).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        if handler.command != "HEAD":
+            handler.wfile.write(body)
+
+    monkeypatch.setattr(hub_server._Handler, "_dispatch", hostile)
+    hub.clear_cache()
+    package = wk.get_kernel(OFFICIAL, version=1).package
+    assert package.from_cache and package.commit == first.package.commit
+    reason = package.from_cache_reason or ""
+    assert "Invalid credentials" in reason and not _unprintable(reason) and len(reason) < 2000, reason[:300]
+    hub.clear_cache()
+    for args in (["download", OFFICIAL, "--version", "1"], ["download", OFFICIAL, "--version", "1", "--json"]):
+        result = CliRunner().invoke(_cli(), args)
+        assert result.exit_code == 0 and len(result.output) < 8000, result.output[:300]
+        hub.clear_cache()
+    shutil.rmtree(hub_cache.repo_cache_folder(server.url, OFFICIAL))  # no cache: the answer is the error
+    with pytest.raises(HubError) as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    message = str(info.value)
+    assert "Invalid credentials" in message and not _unprintable(message) and len(message) < 2000, message[:300]
+
+
+def test_the_published_versions_an_error_lists_are_bounded(monkeypatch):
+    """A revision the endpoint does not have lists its vN refs: an endpoint with a million of them had
+    made a message of megabytes. The newest few are named, with the count (helper-131)."""
+    monkeypatch.setattr(hub, "_published_versions", lambda *a: [f"v{i}" for i in range(1, 100_001)])
+    message = str(hub._no_revision(OFFICIAL, "v0", endpoint=None, token=None, version=None))
+    assert message.endswith("published versions: " + ", ".join(f"v{i}" for i in range(99_989, 100_001))
+                            + " (100000 in all)") and len(message) < 400, message[:400]  # fmt: skip

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import hub_cache
 from .digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE, is_content_file, package_files
-from .errors import DigestError, HubError, KernelError, PackageError
+from .errors import DigestError, HubError, KernelError, PackageError, printable, shorten
 from .forks import fresh_in_child
 from .hub_cache import (
     DEFAULT_ENDPOINT,
@@ -279,7 +279,9 @@ def _no_revision(repo_id: str, rev: str, *, endpoint: str | None, token: Any, ve
     """The endpoint has no revision ``rev`` of the repository: the error, with its published versions."""
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
     published = _published_versions(repo_id, endpoint, token)
-    hint = f"; published versions: {', '.join(published)}" if published else ""
+    # The endpoint's list, of any length: the last few (the newest) are the ones to name.
+    shown = ", ".join(published[-12:]) + (f" ({len(published)} in all)" if len(published) > 12 else "")
+    hint = f"; published versions: {shown}" if published else ""
     if re.fullmatch(r"[0-9a-f]{4,39}", rev):  # `git log --oneline`'s sha: the Hub resolves only the full one
         hint += f"; a commit is named by its full 40-hex sha (the Hub does not resolve an abbreviated one like {rev!r})"
     return HubError(f"{repo_id} has no {what} on {endpoint or DEFAULT_ENDPOINT}{hint}", repo_id=repo_id, revision=rev)
@@ -338,7 +340,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
                f"{where} cannot be reached ({type(unreached).__name__}: {unreached})" if unreached is not None else
                _unreachable(exc, where))  # fmt: skip
         if type(exc).__name__ == "IncompleteSnapshotError":  # huggingface_hub >= 2: names the missing files
-            first = str(exc).strip().splitlines()[0]
+            first = _first_line(exc)
             raise HubError(f"{repo_id} {what}: the Hugging Face cache holds an incomplete copy and {why}: {first}",
                            repo_id=repo_id, revision=rev) from exc  # fmt: skip
         fix = ""
@@ -361,7 +363,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
             raise HubError(f"{repo_id} {what}: the Hugging Face cache {cache_dir} is not writable by this process "
                            f"({refused}), so the download cannot be stored there: set HF_HOME or HF_HUB_CACHE to a "
                            "folder of your own", repo_id=repo_id, revision=rev) from exc  # fmt: skip
-        raise HubError(f"{repo_id} revision {rev!r}: download from {where} failed: {type(exc).__name__}: {exc}",
+        raise HubError(f"{repo_id} revision {rev!r}: download from {where} failed: {type(exc).__name__}: {_first_line(exc)}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
 
 
@@ -378,7 +380,7 @@ def _cache_reason(where: str, *, offline: bool, unreached: Exception | None, unl
             said = getattr(unlisted, "server_message", None)
             answer = f"401 {getattr(response, 'reason_phrase', '') or 'Unauthorized'}"
             if isinstance(said, str) and said.strip():
-                answer += f": {said.strip().splitlines()[0]}"
+                answer += f": {_said(said)}"
             return (f"{where} refused the token this process sent, HF_TOKEN or huggingface_hub's login ({answer}): "
                     "renew it, or unset HF_TOKEN for a public repository")  # fmt: skip
         if status is not None:
@@ -387,16 +389,27 @@ def _cache_reason(where: str, *, offline: bool, unreached: Exception | None, unl
     return f"{where} did not list it"
 
 
+#: The most of an endpoint's words one message quotes: they are its to choose, of any length.
+MAX_SERVER_WORDS = 300
+
+
+def _said(text: str) -> str:
+    """The first line of what an endpoint (or its client's error) said, cut to MAX_SERVER_WORDS
+    characters and its control characters replaced: a hostile Hub's 401 or 503 body had reached
+    from_cache_reason, HubError and download's output whole, escape sequences included."""
+    text = text.strip()
+    return printable(shorten(text.splitlines()[0] if text else "", MAX_SERVER_WORDS))
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return _said(str(exc)) or type(exc).__name__
 
 
 def _http_answer(exc: Exception) -> str:
     """An HTTP error's first line, and the URL asked when that line does not name it (huggingface_hub's
     404 for a listed file the server then did not have read "404 Client Error.", no file named), then
     what the Hub said and, for a 401, what to do about the token."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    first = _first_line(exc)
     with suppress(Exception):  # no response, or one without its request
         url = str(exc.response.request.url)  # type: ignore[attr-defined]
         if url and url not in first:
@@ -404,8 +417,8 @@ def _http_answer(exc: Exception) -> str:
     # The Hub's own words (X-Error-Message) are on a later line: "Invalid credentials in Authorization
     # header" had been dropped, a revoked HF_TOKEN reading as a bare "401 Unauthorized" (helper-124).
     said = getattr(exc, "server_message", None)
-    if isinstance(said, str) and said.strip() and said.strip() not in first:
-        first = f"{first}: {said.strip().splitlines()[0]}"
+    if isinstance(said, str) and said.strip() and _said(said) not in first:
+        first = f"{first}: {_said(said)}"
     if getattr(getattr(exc, "response", None), "status_code", None) == 401:
         first += (" (the Hub refused the token this process sent, HF_TOKEN or huggingface_hub's login: renew it, "
                   "or unset HF_TOKEN for a public repository)")  # fmt: skip
