@@ -1347,3 +1347,15 @@ def test_the_published_versions_an_error_lists_are_bounded(monkeypatch):
     message = str(hub._no_revision(OFFICIAL, "v0", endpoint=None, token=None, version=None))
     assert message.endswith("published versions: " + ", ".join(f"v{i}" for i in range(99_989, 100_001))
                             + " (100000 in all)") and len(message) < 400, message[:400]  # fmt: skip
+
+
+def test_the_per_repository_load_locks_do_not_outlive_their_loads(server):
+    """hub.load kept one lock per (endpoint, cache, repository, revision) ever asked, failed loads
+    included: a service passing its users' repository ids grew the dict without bound (helper-131)."""
+    for i in range(20):
+        with pytest.raises(HubError):
+            hub.load(f"webgpu-kernels/com.example.Missing{i}", version=1)
+        with pytest.raises(HubError):
+            hub.load(OFFICIAL, revision=f"no-such-branch-{i}")
+    assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID
+    assert hub._loading == {}

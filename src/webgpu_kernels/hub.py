@@ -634,7 +634,9 @@ _lock = threading.RLock()
 #: memo -> the lock one load of it holds through its download: a second thread asking the same
 #: repository and revision waits for it and then finds the kernel, and loads of other ones go on
 #: (one process-wide lock through the download had held up every Hub load in the process, helper-124).
-_loading: dict[tuple[str | None, str, str, str], threading.RLock] = {}
+#: Each entry also counts the loads holding or waiting for it, and goes with the last of them: every
+#: repository id and revision ever asked (failed loads too) had kept one (helper-131).
+_loading: dict[tuple[str | None, str, str, str], tuple[threading.RLock, int]] = {}
 fresh_in_child(globals(), _lock=threading.RLock, _loading=dict)
 
 
@@ -648,7 +650,6 @@ def load(
     url_like: bool = False,
 ) -> Kernel:
     """The kernel of a Hub repository (see :func:`download`), shared per (repository, commit)."""
-    from .kernel import Kernel
 
     location = Location("hub", repo_id, url_like=url_like, endpoint=endpoint)
     check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
@@ -668,7 +669,28 @@ def load(
     if found is not None:
         return found
     with _lock:
-        loading = _loading.setdefault(memo, threading.RLock())
+        loading, users = _loading.get(memo, (threading.RLock(), 0))
+        _loading[memo] = (loading, users + 1)
+    try:
+        return _load_once(memo, loading, shared, repo_id, version=version, revision=revision,
+                          trust_remote_code=trust_remote_code, endpoint=endpoint, url_like=url_like)  # fmt: skip
+    finally:
+        with _lock:
+            entry = _loading.get(memo)
+            if entry is not None and entry[0] is loading:  # not one clear_cache() replaced meanwhile
+                if entry[1] <= 1:
+                    del _loading[memo]
+                else:
+                    _loading[memo] = (loading, entry[1] - 1)
+
+
+def _load_once(memo: tuple[str | None, str, str, str], loading: threading.RLock, shared: Callable[[], Kernel | None],
+               repo_id: str, *, version: int | None, revision: str | None, trust_remote_code: bool,
+               endpoint: str | None, url_like: bool) -> Kernel:  # fmt: skip
+    """:func:`load`'s download and open under ``memo``'s lock, unless another thread's load of it
+    finished while this one waited."""
+    from .kernel import Kernel
+
     with loading:  # reentrant: a load nested in this one (an accept callback) does not wait for itself
         found = shared()  # another thread's load of it, done while this one waited
         if found is not None:
