@@ -141,3 +141,28 @@ def test_help_shows_no_escape_sequence_from_a_package(tmp_path):
     text = wk.load_kernel(root).__doc__
     assert "fine\ufffd]0;owned\ufffd text\ufffd[2J" in text
     assert not any(c in text for c in "\x1b\x07")
+
+
+def test_help_of_a_kernel_is_bounded_whatever_the_package_s_text(tmp_path):
+    """help(kernel) (and every IDE reading __doc__, again at each hover) built the package's text
+    whole: a 7 MB description made a 7 MB docstring in 0.3 s. Each description is cut, a value
+    shown by at most a line, and the whole text bounded, ending where the rest is (helper-131)."""
+    import json
+
+    from conftest import copy_package
+
+    root = copy_package("com.microsoft.QuickGelu", tmp_path / "pkg")
+    (root / "metadata.json").unlink()
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["description"] = "D" * 1_000_000
+    manifest["inputs"][0]["description"] = "I" * 100_000
+    manifest["attributes"] |= {"big": [1.5] * 4096, "s": "S" * 4000}
+    manifest["attributes"] |= {f"a{i}": i for i in range(100)}
+    manifest["attributeDescriptions"] = {f"a{i}": "A" * 5000 for i in range(100)}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    kernel = wk.load_kernel(root)
+    text = kernel.__doc__
+    assert len(text) < 70_000 and "webgpu-kernels info" in text, len(text)
+    assert text.startswith("com.microsoft.QuickGelu (local kernel") and "D" * 1000 in text and "D" * 3000 not in text
+    assert "S" * 4000 not in text and "[1.5, 1.5" in text
+    assert kernel.manifest.description == "D" * 1_000_000  # the package itself keeps it all

@@ -9,7 +9,7 @@ import keyword
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import printable
+from .errors import printable, short_repr, shorten
 from .program import OutputSpec
 from .selection import Verdict
 
@@ -77,6 +77,15 @@ class Explanation:
         }  # fmt: skip
 
 
+#: The most of one description help(kernel) shows, in characters; the whole text is bounded by
+#: MAX_DOC. The package's text is of any length up to its manifest's 8 MiB, and IDEs read
+#: __doc__ again at each hover: a 7 MB description had made a 7 MB docstring (helper-131).
+MAX_DOC_DESCRIPTION = 2000
+MAX_DOC = 64 * 1024
+#: The most of a default value shown (a list of 4096 numbers had been shown whole, twice).
+MAX_DOC_VALUE = 120
+
+
 def contract_doc(kernel: Kernel) -> str:
     """What ``help(kernel)`` shows: a call of this op, its inputs, outputs, types, attributes and
     tunables (``webgpu-kernels info`` without the variants' internals), control characters replaced."""
@@ -87,11 +96,11 @@ def contract_doc(kernel: Kernel) -> str:
         ok = name.isidentifier() and not keyword.iskeyword(name) and name not in names.values()
         names[s.role] = name if ok else f"input{i}"
     args = ", ".join(f'"{s.role}": {names[s.role]}' for s in m.inputs if not s.optional)
-    attrs = ", ".join(f'"{k}": {v!r}' for k, v in m.attributes.items())
+    attrs = ", ".join(f'"{k}": {short_repr(v, MAX_DOC_VALUE)}' for k, v in m.attributes.items())
     outs = ", ".join(f'"{s.role}": ...' for s in m.outputs)
     lines = [f"{kernel.op_id} ({kernel.package.origin} kernel, contract version {kernel.contract_version})"]
     if m.description:
-        lines += [m.description]
+        lines += [_cut(m.description)]
     lines += ["", f"Call: kernel({{{args}}}{f', attrs={{{attrs}}}' if attrs else ''}) -> {{{outs}}}",
               "(NumPy arrays or GpuTensors in; output=\"gpu\" for GpuTensors out)", "", "Inputs:"]  # fmt: skip
 
@@ -110,16 +119,27 @@ def contract_doc(kernel: Kernel) -> str:
         described = m.raw.get("attributeDescriptions")
         described = described if isinstance(described, dict) else {}
         lines.append("Attributes (attrs=):")
-        lines += [_sentence(f"  {k} = {v!r}", described.get(k)) for k, v in m.attributes.items()]
+        lines += [_sentence(f"  {k} = {short_repr(v, MAX_DOC_VALUE)}", described.get(k)) for k, v in m.attributes.items()]
     if m.tunables:
-        lines.append("Tunables (tunables=): " + ", ".join(f"{k} = {v!r}" for k, v in m.tunables.items()))
-    lines += [f"Variants: {', '.join(kernel.variants)} (kernel.explain(inputs) says which a call runs, and why)",
-              "", "The methods (explain, render, evaluate, flush, ...): help(webgpu_kernels.Kernel)."]  # fmt: skip
+        lines.append("Tunables (tunables=): " + ", ".join(f"{k} = {short_repr(v, MAX_DOC_VALUE)}"
+                                                          for k, v in m.tunables.items()))  # fmt: skip
+    lines.append(f"Variants: {', '.join(kernel.variants)} (kernel.explain(inputs) says which a call runs, and why)")
+    tail = "\n\nThe methods (explain, render, evaluate, flush, ...): help(webgpu_kernels.Kernel)."
+    text = "\n".join(lines)
+    if len(text) > MAX_DOC:
+        text = text[:MAX_DOC] + "\n... (cut: `webgpu-kernels info` or kernel.manifest shows all of it)"
     # Descriptions are the package's text, shown on a terminal: no escape sequence gets through.
-    return printable("\n".join(lines))
+    return printable(text + tail)
 
 
 def _sentence(head: str, description: Any) -> str:
     """``head``, then the manifest's description of it if any, ending in one full stop."""
-    text = f"{head}. {description.strip()}" if isinstance(description, str) and description.strip() else head
+    text = f"{head}. {_cut(description.strip())}" if isinstance(description, str) and description.strip() else head
     return text if text.endswith((".", ".)", "!", "?")) else text + "."
+
+
+def _cut(description: str) -> str:
+    """A description as help(kernel) shows it: at most MAX_DOC_DESCRIPTION characters."""
+    if len(description) <= MAX_DOC_DESCRIPTION:
+        return description
+    return shorten(description, MAX_DOC_DESCRIPTION) + " (cut: `webgpu-kernels info` shows all of it)"
