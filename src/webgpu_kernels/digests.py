@@ -576,19 +576,18 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, versio
 
 
 def missing_templates(root: Path) -> list[tuple[str, str]]:
-    """(file, where it is named) for each template the manifest's passes name (``variants[0].passes[1].shader``)
-    and each literal ``{% include %}``/``{% import %}`` of those templates (``a.wgsl.jinja line 12``) that
-    is not in the folder: digest records such a file as removed, and every call that reaches it then
-    fails, so the author hears of it when the digest is taken. A manifest that cannot be read names none."""
-    from jinja2 import Environment, TemplateSyntaxError, nodes
-
+    """(file, where the manifest names it) for each template a pass names (``variants[0].passes[1].shader``)
+    that is not in the folder: digest records such a file as removed, and every call that reaches it
+    then fails, so the author hears of it when the digest is taken. Only the manifest is read: a
+    template's own includes are validate's to check (parsing templates here, outside the sandbox's
+    budgets, had cost 20 s for one 8 MiB template and a RecursionError for a deep one, helper-131).
+    A manifest that cannot be read names none."""
     try:
         manifest = _read_manifest(root)
     except PackageError:
         return []
     files = set(package_files(root))
     found: list[tuple[str, str]] = []
-    queue: list[str] = []
     variants = manifest.get("variants")
     for v, variant in enumerate(variants if isinstance(variants, list) else []):
         passes = variant.get("passes") if isinstance(variant, dict) else None
@@ -599,26 +598,8 @@ def missing_templates(root: Path) -> list[tuple[str, str]]:
             for where, name in ((f"{MANIFEST_FILE} variants[{v}].passes[{p}].shader", pass_.get("shader")),
                                 (f"{MANIFEST_FILE} variants[{v}].passes[{p}].source.shader",
                                  source.get("shader") if isinstance(source, dict) else None)):  # fmt: skip
-                if isinstance(name, str):
-                    if name not in files:
-                        found.append((name, where))
-                    elif name not in queue:
-                        queue.append(name)
-    env = Environment()  # parsing only: nothing of the package runs
-    for name in queue:  # grows as includes that are present are followed
-        try:
-            tree = env.parse(read_file(root, name).decode("utf-8"))
-        except (PackageError, UnicodeDecodeError, TemplateSyntaxError, RecursionError):
-            continue  # validate reports a template that does not read or parse (nested past the parser's depth too)
-        for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport)):
-            target = node.template  # type: ignore[attr-defined]  # each of the three has one
-            items = target.items if isinstance(target, (nodes.List, nodes.Tuple)) else [target]
-            for item in items:
-                if isinstance(item, nodes.Const) and isinstance(item.value, str):
-                    if item.value not in files:
-                        found.append((item.value, f"{name} line {node.lineno}"))
-                    elif item.value not in queue:
-                        queue.append(item.value)
+                if isinstance(name, str) and name not in files:
+                    found.append((name, where))
     return list(dict.fromkeys(found))
 
 
