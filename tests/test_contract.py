@@ -652,3 +652,19 @@ def test_attribute_and_tunable_messages_share_one_form(kind, default, value, exp
     assert error.expected == expected
     # a value is named by its type and repr, as every InputError's is: nan, 1.5 and 1e+39 had come bare
     assert error.received == received
+
+
+def test_workgroup_size_error_names_a_long_tunable_as_every_tunable_error_does(scale_shift_variant):
+    # The 'got' part is type and a repr of at most 60 characters, as _check_value's errors: a string
+    # tunable of 4,000 characters that makes the workgroup size 0 had been quoted whole.
+    def change(manifest: dict) -> None:
+        manifest["tunables"]["MODE"] = "wide"
+        for variant in manifest["variants"]:
+            for p in variant["passes"]:
+                p["dispatch"]["workgroupSize"] = "64 if tunables.MODE == 'wide' else 0"
+
+    kernel = scale_shift_variant(change)
+    with pytest.raises(errors.AttributeValueError) as info:
+        kernel({"X": np.ones(8, f32)}, tunables={"MODE": "x" * 4000})
+    assert info.value.argument == "MODE" and "got str 'xxx" in str(info.value)
+    assert "(workgroup size 0 from" in str(info.value) and len(str(info.value)) < 400

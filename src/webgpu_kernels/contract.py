@@ -23,6 +23,7 @@ from .errors import (
     RankError,
     ShapeError,
     UnknownInputError,
+    describe_value,
 )  # fmt: skip
 from .manifest import Manifest
 from .sandbox import MAX_SEQUENCE_LENGTH
@@ -166,11 +167,11 @@ def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
     try:
         shape, dtype = meta
     except (TypeError, ValueError):
-        raise InputError(role, "a tensor (an array, a GpuTensor or a TensorMeta)", _describe(meta)) from None
+        raise InputError(role, "a tensor (an array, a GpuTensor or a TensorMeta)", describe_value(meta)) from None
     try:
         dims = tuple(shape)
     except TypeError:
-        raise ShapeError(role, "a shape (a sequence of integers)", _describe(shape)) from None
+        raise ShapeError(role, "a shape (a sequence of integers)", describe_value(shape)) from None
     if len(dims) > MAX_RANK:
         raise RankError(role, f"rank at most {MAX_RANK}", f"rank {len(dims)}")
     checked: list[int] = []
@@ -181,7 +182,7 @@ def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
             d = operator.index(d)  # ints and NumPy integers; never a float, not even 2.0
         except TypeError:
             raise ShapeError(role, "integer dimensions",
-                             f"{_describe(d)} as dimension {i} of {_describe(shape)}") from None  # fmt: skip
+                             f"{describe_value(d)} as dimension {i} of {describe_value(shape)}") from None  # fmt: skip
         if d < 0:
             raise ShapeError(role, "non-negative dimensions", f"shape {shape_text(checked + [d])}")
         checked.append(d)
@@ -191,7 +192,7 @@ def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
         try:
             dtype = np.dtype(dtype).name
         except (TypeError, ValueError):
-            raise DTypeError(role, "a NumPy dtype or an ONNX dtype name", _describe(dtype)) from None
+            raise DTypeError(role, "a NumPy dtype or an ONNX dtype name", describe_value(dtype)) from None
     return tuple(checked), dtype
 
 
@@ -277,11 +278,11 @@ def _check_values(
     ``elsewhere``: the manifest's other kinds of names (kind -> names), for an unknown name's hint."""
     keyword = "attrs" if kind == "attribute" else f"{kind}s"  # the call's keyword: attrs=, tunables=
     if given is not None and not isinstance(given, Mapping):
-        raise InputError(keyword, f"a dict of {kind} name -> value", _describe(given))
+        raise InputError(keyword, f"a dict of {kind} name -> value", describe_value(given))
     given = dict(given or {})
     for name in given:
         if not isinstance(name, str):
-            raise InputError(keyword, f"{kind} names (strings)", _describe(name))
+            raise InputError(keyword, f"{kind} names (strings)", describe_value(name))
         if name not in defaults:
             # "one of the attributes []" read as a list the caller had failed to find a name in
             expected = f"one of the {kind}s {sorted(defaults)}" if defaults else f"no {kind}s (this kernel has none)"
@@ -317,7 +318,7 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
     value = _unwrap_numpy(value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise AttributeValueError(name, f"a boolean ({kind})", _describe(value))
+            raise AttributeValueError(name, f"a boolean ({kind})", describe_value(value))
         return bool(value)
     if isinstance(default, (int, float)):
         if isinstance(default, float) and isinstance(value, int) and abs(value) >= 2**63:
@@ -327,16 +328,16 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
             try:
                 value = float(value)
             except OverflowError:  # past float64, so past f32 too
-                raise AttributeValueError(name, f"{_F32_RANGE} ({kind})", _describe(value)) from None
+                raise AttributeValueError(name, f"{_F32_RANGE} ({kind})", describe_value(value)) from None
         value = _number(kind, name, value, "an integer" if isinstance(default, int) else "a number")
         if isinstance(default, int) and not isinstance(value, int):
             if not value.is_integer():
-                raise AttributeValueError(name, f"an integer ({kind})", _describe(value))
+                raise AttributeValueError(name, f"an integer ({kind})", describe_value(value))
             value = _number(kind, name, int(value), "an integer")
         return value
     if isinstance(default, str):
         if not isinstance(value, str):
-            raise AttributeValueError(name, f"a string ({kind})", _describe(value))
+            raise AttributeValueError(name, f"a string ({kind})", describe_value(value))
         if len(value) > MAX_TEXT:
             raise AttributeValueError(name, f"a string of at most {MAX_TEXT} characters ({kind})",
                                       f"{len(value)} characters")  # fmt: skip
@@ -345,7 +346,7 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
         if isinstance(value, np.ndarray) and value.ndim == 1:
             value = value.tolist()
         if not isinstance(value, (list, tuple)):
-            raise AttributeValueError(name, f"a list of finite numbers ({kind})", _describe(value))
+            raise AttributeValueError(name, f"a list of finite numbers ({kind})", describe_value(value))
         if len(value) > MAX_TEXT:
             raise AttributeValueError(name, f"a list of at most {MAX_TEXT} numbers ({kind})", f"{len(value)} items")
         items = [_number(kind, name, _unwrap_numpy(v), "a list of finite numbers") for v in value]
@@ -353,10 +354,10 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
             # A list of integers by its default, as an int scalar is: [1.0] had reached expressions as
             # a float, where indexing with it was blamed on the manifest.
             if not all(isinstance(v, int) or v.is_integer() for v in items):
-                raise AttributeValueError(name, f"a list of integers ({kind})", _describe(value))
+                raise AttributeValueError(name, f"a list of integers ({kind})", describe_value(value))
             items = [_number(kind, name, int(v), "a list of integers") for v in items]
         return items
-    raise AttributeValueError(name, f"a value of the kind of the manifest's default {default!r} ({kind})", _describe(value))
+    raise AttributeValueError(name, f"a value of the kind of the manifest's default {default!r} ({kind})", describe_value(value))
 
 
 F32_MAX = 3.4028234663852886e38
@@ -371,16 +372,16 @@ def _number(kind: str, name: str, value: Any, what: str) -> int | float:
     """A finite int or float (plain Python, integers below 2^63 in magnitude). ``what``: the value
     expected, as "a number"; every message says it as "WHAT (KIND)"."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AttributeValueError(name, f"{what} ({kind})", _describe(value))
+        raise AttributeValueError(name, f"{what} ({kind})", describe_value(value))
     if isinstance(value, int):
         if abs(value) >= 2**63:
-            raise AttributeValueError(name, f"{what} below 2^63 in magnitude ({kind})", _describe(value))
+            raise AttributeValueError(name, f"{what} below 2^63 in magnitude ({kind})", describe_value(value))
         return int(value)
     if not math.isfinite(value):
-        raise AttributeValueError(name, f"a finite number ({kind})", _describe(value))
+        raise AttributeValueError(name, f"a finite number ({kind})", describe_value(value))
     if abs(value) >= F32_ROUNDING_BOUND:
         # WebGPU computes in at most 32-bit floats: a larger value cannot reach a shader.
-        raise AttributeValueError(name, f"{_F32_RANGE} ({kind})", _describe(value))
+        raise AttributeValueError(name, f"{_F32_RANGE} ({kind})", describe_value(value))
     if abs(value) > F32_MAX:  # rounds to the largest f32, as a float32 conversion would
         return math.copysign(F32_MAX, value)
     return float(value)
@@ -433,14 +434,6 @@ def shape_text(dims: Any) -> str:
     of a 5,000-digit integer raises, and nobody reads one)."""
     return "[" + ", ".join(str(d) if abs(d).bit_length() <= 64 else f"<a {abs(d).bit_length()}-bit integer>"
                            for d in dims) + "]"  # fmt: skip
-
-
-def _describe(value: Any) -> str:
-    try:
-        text = repr(value)
-    except Exception:  # a caller's object whose repr fails still gets a clear error
-        text = "?"
-    return f"{type(value).__name__} {text[:60]}"
 
 
 def _freeze(value: Any) -> Any:

@@ -61,6 +61,16 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL_CHARACTERS)
 
 
+def describe_value(value: Any) -> str:
+    """The 'got' part of an attribute or tunable error: the value's type and at most 60 characters
+    of its repr (a 4096-character string tunable must not fill the message)."""
+    try:
+        text = repr(value)
+    except Exception:  # a caller's object whose repr fails still gets a clear error
+        text = "?"
+    return f"{type(value).__name__} {text[:60]}"
+
+
 def short_repr(value: Any, limit: int = 80) -> str:
     """``shorten(repr(value), limit)`` of a plain value (string, number, list, tuple, dict), built
     from about ``limit`` characters of it only: ``shorten(repr(...))`` of a package's value (4096

@@ -23,7 +23,7 @@ from typing import Any
 from jinja2 import nodes
 from jinja2.runtime import Undefined
 
-from .errors import AttributeValueError, ExpressionError, LayoutError, TemplateSandboxError, short_repr
+from .errors import AttributeValueError, ExpressionError, LayoutError, TemplateSandboxError, describe_value, short_repr
 from .expressions import NAMESPACES, STATIC_FUNCTIONS, Expression, as_count
 from .forks import fresh_in_child
 from .layout import StructLayout, struct_layout
@@ -195,8 +195,8 @@ def _workgroup_size(expr: Expression, scope: Mapping[str, Any]) -> int:
         tunable = next((ref for ref in expr.references if ref.startswith("tunables.")), None)
         if tunable is None:
             raise
-        given = expr.peek(scope).get(tunable)  # named by type and value, as every attribute and tunable error does
-        got = f"{type(given).__name__} {given!r} (workgroup size {value!r} from {expr.source!r})"
+        given = expr.peek(scope).get(tunable)  # named as every attribute and tunable error names a value
+        got = f"{describe_value(given)} (workgroup size {short_repr(value)} from {expr.source!r})"
         raise AttributeValueError(tunable.removeprefix("tunables."), "a value that makes the workgroup size a positive "
                                   "integer (tunable)", got) from None  # fmt: skip
     return size
