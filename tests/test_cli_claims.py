@@ -235,3 +235,13 @@ def test_a_folder_in_the_tuning_files_place_leaves_a_dry_run_running(runner: Cli
         result.output
     )
     assert path.is_dir() and not any(path.iterdir())
+
+
+def test_exit_status_2_names_what_to_install_with_no_adapter():
+    """cli.md's exit status 2: "no WebGPU adapter at all (... names what to install: `apt-get install
+    mesa-vulkan-drivers libvulkan1` ...)": the line device.NO_ADAPTER gives (validate exits 2 on it too,
+    tests/test_cli_inspect.py)."""
+    from webgpu_kernels.device import NO_ADAPTER
+
+    install = re.search(r"`(apt-get install [^`]+)` on Linux without a GPU", CLI_MD)
+    assert install is not None and install.group(1) in NO_ADAPTER
