@@ -357,7 +357,8 @@ class OutOfMemoryError(DeviceError):
     the allocation retried once. ``nbytes`` is the buffer's size asked of wgpu (a pooled buffer's size
     class, up to 25% over the tensor's bytes; None where wgpu did not say),
     ``live_bytes`` what live buffers (GpuTensors, the failing call's own) held then, ``pooled_bytes``
-    what the pool held before it was trimmed."""
+    what the pool held before it was trimmed. An allocation other than a buffer's
+    (translate_gpu_errors: ``nbytes`` None) is not retried, the pool left as it was."""
 
     def __init__(self, message: str, *, nbytes: int | None, live_bytes: int, pooled_bytes: int) -> None:
         self.nbytes = nbytes
