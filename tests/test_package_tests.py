@@ -812,3 +812,19 @@ def test_cases_run_and_are_reported_in_test_json_order(tmp_path: Path) -> None:
         assert list(dict.fromkeys(started)) == [n for n in order if n != "bad-attr"], (run.__name__, started)
         (plan,) = [v for k, v in events if k == "plan"]
         assert list(dict.fromkeys(p["case"] for p in plan)) == [n for n in order if n != "bad-attr"]
+
+
+def test_a_case_s_runs_follow_the_manifest_s_variant_order_refused_cases_too(tmp_path: Path) -> None:
+    """cli.md: "each case's runs in the manifest's variant order". A case expecting a refusal had run
+    (and been listed) in the order its `variants` names them, the others in the manifest's."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    named = ["scalar", "vec4"]  # the manifest's order is vec4, vec4_tail, scalar
+
+    def edit(data: dict) -> None:
+        data["cases"].append(refused_case("named-order-refused", "int32", [8], {"variants": named}, {"error": "DTypeError"}))
+
+    edit_test_json(root, edit)
+    for run in (run_package_tests, run_package_tests_isolated):
+        report = run(wk.load_kernel(root), cases=["named-order-refused"])
+        assert [r.variant for r in report.results] == ["vec4", "scalar"], (run.__name__, report.results)
+        assert report.ok, report.results
