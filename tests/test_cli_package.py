@@ -107,3 +107,23 @@ def test_a_package_that_cannot_load_points_to_validate(runner: CliRunner, tmp_pa
     package = data["packages"][0]
     assert package["path"] == str(root.resolve()) and "webgpu-kernels validate b" in package["error"], package
     assert data["ok"] is False and package["results"] == [], data
+
+
+def test_the_commands_digest_and_test_suggest_run_as_written_for_a_folder_named_like_an_option(
+        runner: CliRunner, tmp_path, monkeypatch) -> None:  # fmt: skip
+    """digest --check's "run `webgpu-kernels digest PATH`" and test's "`webgpu-kernels validate PATH`
+    lists every problem" had printed a folder named "-b" bare: the command as written read it as
+    options ("No such option: -b"). They name it as new's next: line does, ./-b."""
+    import json
+
+    root = shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", tmp_path / "-b")
+    monkeypatch.chdir(tmp_path)
+    (root / "notes.md").write_text("notes", "utf-8")
+    text = " ".join(runner.invoke(main, ["digest", "--check", "--", "-b"]).stdout.split())
+    assert "run `webgpu-kernels digest ./-b` to record them" in text, text
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    (root / "manifest.json").write_text(json.dumps({**manifest, "bogus": 1}), "utf-8")
+    assert runner.invoke(main, ["digest", "--", "-b"]).exit_code == 0
+    text = " ".join(runner.invoke(main, ["test", "--", "-b"]).stdout.split())
+    assert "`webgpu-kernels validate ./-b` lists every problem" in text, text
+    assert runner.invoke(main, ["validate", "./-b"]).exit_code == 1  # the package's problems, not a usage error

@@ -15,7 +15,9 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -402,6 +404,20 @@ class FolderPath(click.ParamType):
 
 
 FOLDER = FolderPath()
+
+
+def shell_word(path: str) -> str:
+    """``path`` as one word of the shell the user copies a suggested command into (new's next: line,
+    digest --check's and test's advice): a folder name with a space or a quote had been printed
+    bare, and the command run as written split it in two; one starting with "-" read as options."""
+    if path.startswith("-"):
+        path = f".{os.sep}{path}"
+    if os.name == "nt":
+        return subprocess.list2cmdline([path])
+    home = "~" + os.sep
+    if path.startswith(home) and len(path) > len(home):  # the shell expands an unquoted ~/ only
+        return home + shlex.quote(path[len(home):])
+    return shlex.quote(path)
 
 
 def split_pin(ref: str) -> tuple[str, str]:

@@ -15,9 +15,7 @@ import importlib.util
 import json
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import traceback
 from importlib import resources
 from pathlib import Path
@@ -28,7 +26,7 @@ import numpy as np
 
 from .api import list_kernels, load_kernel
 from .casefile import TEST_FILE, parse_test_file
-from .cli import FOLDER
+from .cli import FOLDER, shell_word
 from .digests import METADATA_FILE, decode_json, replace_files, write_metadata
 from .errors import KernelError, PackageError
 from .expected import ReferenceFailed, check_package_size, check_test_file_size, dumps, indent_of, write_expected
@@ -134,18 +132,8 @@ def _folder_argument(path: Path) -> str:
             kind = "path"
         if kind == "hub" or (kind == "embedded" and shown in list_kernels()):
             shown = f".{os.sep}{shown}"
-    return _shell_word(shown)
+    return shell_word(shown)
 
-
-def _shell_word(path: str) -> str:
-    """``path`` as one word of the shell the user copies the suggested commands into: a folder name
-    with a space or a quote had been printed bare, and the command run as written split it in two."""
-    if os.name == "nt":
-        return subprocess.list2cmdline([path])
-    home = "~" + os.sep
-    if path.startswith(home) and len(path) > len(home):  # the shell expands an unquoted ~/ only
-        return home + shlex.quote(path[len(home):])
-    return shlex.quote(path)
 
 
 @click.command("new")

@@ -12,7 +12,6 @@ invalid GPU work, and then only the child dies.
 from __future__ import annotations
 
 import math
-import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -220,7 +219,7 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
 def _check_advice(path: Path, version: int | None, changes: list[DigestChange], *, missing: bool) -> str:
     """What `digest --check` adds to its verdict: "out of date" alone left a CI job's author to guess
     whether to digest or to undo (helper-129's walkthrough). The command names PATH as typed."""
-    command = f"`webgpu-kernels digest {shlex.quote(str(path))}" + (f" --version {version}`" if version else "`")
+    command = f"`webgpu-kernels digest {_cli().shell_word(str(path))}" + (f" --version {version}`" if version else "`")
     if missing:
         return f": run {command} to write one"
     text = f": if these changes are yours, run {command} to record them"
@@ -347,7 +346,7 @@ def _load_error(ref: str, kind: str, exc: KernelError) -> str:
     downloaded, which _package_path says)."""
     text = f"cannot load the package: {exc}"
     if kind in ("folder", "embedded"):
-        text += f"; `webgpu-kernels validate {shlex.quote(ref)}` lists every problem"
+        text += f"; `webgpu-kernels validate {_cli().shell_word(ref)}` lists every problem"
     return text
 
 
