@@ -218,7 +218,7 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
 
 def _check_advice(path: Path, version: int | None, changes: list[DigestChange], *, missing: bool) -> str:
     """What `digest --check` adds to its verdict: "out of date" alone left a CI job's author to guess
-    whether to digest or to undo (helper-129's walkthrough). The command names PATH as typed."""
+    whether to digest or to undo (helper-129's walkthrough). PATH is one shell word (shell_word)."""
     command = f"`webgpu-kernels digest {_cli().shell_word(str(path))}" + (f" --version {version}`" if version else "`")
     if missing:
         return f": run {command} to write one"
