@@ -559,3 +559,23 @@ def test_validate_junit_gives_every_failed_compile_its_error(tmp_path: Path, run
         failure = case.find("failure")
         assert "no definition in scope for identifier: `nope`" in failure.text, case.get("name")
         assert "softmax-wg.wgsl.jinja:" in failure.get("message"), case.get("name")
+
+
+def test_a_compile_testcase_with_an_error_of_its_own_also_carries_one_it_shares() -> None:
+    """A variant x dtype whose pass 'a' fails on its own and whose pass 'b' fails as another's does
+    (validate reports that one under the other, "the same error in 1 more variant x dtype: ..."):
+    its testcase had held only its own error, the shared one left to the other testcase."""
+    from webgpu_kernels.junit_report import validation_junit_xml
+    from webgpu_kernels.validation_report import Coverage, ValidationReport
+
+    own = Problem("error", "v.wgsl.jinja", "", "WGSL does not compile for variant 'v' (float32), pass 'a':\nbad a",
+                  variant="v", dtype="float32", line=3)  # fmt: skip
+    shared = Problem("error", "b.wgsl.jinja", "", "WGSL does not compile for variant 'w' (float32), pass 'b':\nbad b\n"
+                     "the same error in 1 more variant x dtype: 'v' (float32)", variant="w", dtype="float32", line=5)  # fmt: skip
+    report = ValidationReport(path="/p/demo.X", op_id="demo.X", problems=[own, shared],
+                              coverage=[Coverage("v", "float32", cases=1, failed=2),
+                                        Coverage("w", "float32", cases=1, failed=1)])  # fmt: skip
+    cases = {c.get("name"): c for c in ET.fromstring(validation_junit_xml([report]).encode()).iter("testcase")}
+    text = cases["compile v [float32]"].find("failure").text
+    assert "bad a" in text and "the same error as compile w [float32]: b.wgsl.jinja:5: " in text and "bad b" in text, text
+    assert "bad b" in cases["compile w [float32]"].find("failure").text

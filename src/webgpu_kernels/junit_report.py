@@ -197,9 +197,11 @@ def _validation_suite(report: ValidationReport, name: str, started: float, stric
         if cov.failed:
             mine = [p for p in report.errors if p.variant == cov.variant and p.dtype == cov.dtype]
             absorbed.update(id(p) for p in mine)
-            text = "\n".join(f"{p.place()}: {p.message}" for p in mine)
-            text = text or "\n".join(f"the same error as compile {p.variant} [{p.dtype}]: {p.place()}: {p.message}"
-                                     for p in report.errors if _shares(p, cov.variant, cov.dtype))  # fmt: skip
+            # Its own errors and those reported under another that it shares: one pass may fail on its own
+            # and another as a second variant x dtype does.
+            text = "\n".join([*(f"{p.place()}: {p.message}" for p in mine),
+                              *(f"the same error as compile {p.variant} [{p.dtype}]: {p.place()}: {p.message}"
+                                for p in report.errors if _shares(p, cov.variant, cov.dtype))])  # fmt: skip
             text = text or (f"{_count(cov.failed, 'render or compile failure')}: the errors are in the other "
                             "failing compile testcases")  # past the four others a shared error names
             _outcome(case, "failure", text, "compile")
