@@ -305,3 +305,14 @@ def test_alike_adapters_keep_their_devices_apart_after_a_loss(monkeypatch):
     listing.append([_FakeAdapter("cpu"), _FakeAdapter("GPU")])  # one GPU gone: g1's, or the other?
     fresh = wk.get_device("GPU ")
     assert fresh is not on_g1 and fresh.on is listing[-1][1]
+
+
+def test_an_adapter_argument_of_another_type_is_named_briefly() -> None:
+    """adapter= of no string is an InputError whose 'got' part is type and at most 60 characters of
+    its repr, as every InputError's: a list of 100,000 numbers had been quoted whole."""
+    from webgpu_kernels import errors
+    from webgpu_kernels.device import choose_adapter
+
+    with pytest.raises(errors.InputError) as info:
+        choose_adapter(list(range(100_000)))  # type: ignore[arg-type]
+    assert "got list [0, 1, 2" in str(info.value) and len(str(info.value)) < 300, len(str(info.value))

@@ -23,7 +23,7 @@ from typing import Any
 import wgpu
 
 from .buffers import FORKED, READBACK_SPIN_S, WAIT_WARN_ENV, WAIT_WARN_S, DeviceMemory, raised_by_wgpu_promise
-from .errors import AdapterNotFoundError, DeviceError, InputError, KernelError
+from .errors import AdapterNotFoundError, DeviceError, InputError, KernelError, describe_value
 from .program import WEBGPU_FEATURE_NAMES, DeviceInfo
 
 ADAPTER_ENV = "WEBGPU_KERNELS_ADAPTER"
@@ -234,7 +234,7 @@ def choose_adapter(request: str | None = None) -> AdapterSummary:
     """The adapter for ``request`` (backend or name substring), else ``$WEBGPU_KERNELS_ADAPTER``, else the best."""
     if request is not None and (not isinstance(request, str) or not request.strip()):  # "" matched every name
         raise InputError("adapter", "a backend (vulkan, metal, d3d12, gl) or part of an adapter's name",
-                         f"{type(request).__name__} {request!r}")  # fmt: skip
+                         describe_value(request))  # fmt: skip
     request = request if request is not None else os.environ.get(ADAPTER_ENV) or None
     adapters = list_adapters()
     if not adapters:
