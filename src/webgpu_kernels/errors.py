@@ -62,8 +62,8 @@ def printable(text: str) -> str:
 
 
 def describe_value(value: Any) -> str:
-    """The 'got' part of an attribute or tunable error: the value's type and at most 60 characters
-    of its repr (a 4096-character string tunable must not fill the message)."""
+    """The 'got' part of an InputError about a value (an attribute, a tunable, adapter=): its type
+    and at most 60 characters of its repr (a 4096-character string tunable must not fill the message)."""
     try:
         text = repr(value)
     except Exception:  # a caller's object whose repr fails still gets a clear error
