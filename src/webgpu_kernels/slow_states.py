@@ -47,7 +47,9 @@ def copy_tbps(device: Any, nbytes: int, cache: dict[int, float], *, again: bool 
 def time_steadily(timed: Callable[[], Any], device: Any, copies: dict[int, float]) -> tuple[Any, dict[str, Any] | None]:
     """``timed()``'s result (a BenchResult), timed again while it looks like the slow state, and the
     row's ``slow_state`` ({"replaced": one entry per re-timing, "persists": why it still looks so,
-    or None}), None when the first timing stood. An entry is the reading found slow (``tbps``,
+    or None}), None when the first timing stood. A re-timing under its copy (under_its_copy) has an
+    entry only where it read SLOW_STATE_FRACTION faster: a kernel slower than a copy by its nature
+    keeps the faster of its two readings with no word of a slow state. An entry is the reading found slow (``tbps``,
     ``copy_tbps``, ``why``), the re-timing's ``retimed_tbps``, and ``kept``: ``"re-timing"`` where
     the re-timing replaced that reading, ``"earlier"`` where it read slower and was dropped."""
     result = timed()
