@@ -418,3 +418,21 @@ def test_a_hub_id_with_a_trailing_slash_asks_whether_the_repository_was_meant(tm
     result = CliRunner().invoke(main, ["info", "webgpu-kernels/com.microsoft.QuickGelu/"])
     assert result.exit_code == 2
     assert "did you mean the Hub repository webgpu-kernels/com.microsoft.QuickGelu?" in result.output
+
+
+def test_a_hub_id_with_a_trailing_slash_is_refused_alike_by_every_command(tmp_path, monkeypatch):
+    """validate said only "no such folder" of `webgpu-kernels/com.microsoft.QuickGelu/`, and info and
+    test asked about the Hub id in click's usage form ("Usage: ... Error: ..."), digest not at all: every command now
+    gives the one red `error: PATH: no such folder` line cli.md documents, with the question."""
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    ref = "webgpu-kernels/com.microsoft.QuickGelu/"
+    for command in (["info", ref], ["test", ref], ["validate", ref], ["explain", ref, "-i", "X=4:f32"], ["digest", ref]):
+        result = CliRunner().invoke(main, command)
+        text = " ".join(result.output.split())
+        assert result.exit_code == 2, (command, result.output)
+        assert text.startswith(f"error: {ref}: no such folder (did you mean the Hub repository "
+                               "webgpu-kernels/com.microsoft.QuickGelu?)"), (command, text)  # fmt: skip

@@ -400,7 +400,7 @@ class FolderPath(click.ParamType):
     name = "path"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
-        return check_folder(os.fspath(value))
+        return kernel_folder(os.fspath(value))  # `org/op/` asks about the Hub id here too
 
 
 FOLDER = FolderPath()
@@ -446,6 +446,23 @@ def _hub_repo(ref: str) -> bool:
         return False
 
 
+def kernel_folder(ref: str) -> Path:
+    """:func:`check_folder` of a KERNEL argument read as a folder, for every command alike (validate
+    too): ``org/op/`` (a browser's URL path) where nothing is asks whether the Hub repository was
+    meant; it stays a path by the two-slash rule, so no disk state decides Hub vs folder."""
+    from .locations import slashed_repo_id
+
+    meant = slashed_repo_id(ref)
+    if meant is not None:
+        try:
+            present = os.path.lexists(ref)
+        except (OSError, ValueError):
+            present = False
+        if not present:
+            raise PackageError(f"no such folder (did you mean the Hub repository {meant}?)", path=ref)
+    return check_folder(ref)
+
+
 def resolve_kernel(ref: str) -> Kernel:
     """The kernel a KERNEL argument names (:func:`classify_kernel_ref`); a Hub repository is
     contract version 1 unless ``@vN`` or ``@REVISION`` follows."""
@@ -455,11 +472,7 @@ def resolve_kernel(ref: str) -> Kernel:
         raise click.UsageError(f"{ref!r} names both a Hub repository and the package folder ./{ref} here: write "
                                f"./{ref} for the folder, or run from another directory for the Hub repository")  # fmt: skip
     if where.kind == "folder":
-        from .locations import slashed_repo_id
-
-        meant = slashed_repo_id(ref)  # `org/op/`, pasted from a browser's URL path, stays a path (two slashes)
-        if meant is not None and not os.path.lexists(ref):
-            raise click.UsageError(f"{ref}: no such folder (did you mean the Hub repository {meant}?)")
+        kernel_folder(ref)
         return load_kernel(ref)  # the argument as typed: a refusal names ./x, which Path drops
     if where.kind == "hub":
         try:

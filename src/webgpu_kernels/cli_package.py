@@ -42,7 +42,7 @@ from .digests import (
 )
 from .errors import DigestError, KernelError, PackageError
 from .junit_report import junit_xml, validation_junit_xml, write_junit
-from .package import check_folder, embedded_ids, embedded_root, open_folder
+from .package import embedded_ids, embedded_root, open_folder
 from .package_tests import FAIL, PASS, SKIP, PackageReport, RunResult, run_package_tests, run_package_tests_isolated
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
 
@@ -452,7 +452,7 @@ def _package_path(ref: str) -> Path:
     if where.kind == "embedded":
         return embedded_root() / ref
     if where.kind == "folder":
-        return check_folder(ref)  # as every command refuses a path that is no folder, naming it as typed
+        return _cli().kernel_folder(ref)  # as every command refuses a path that is no folder, naming it as typed
     if where.kind == "hub":
         version, revision = _cli().hub_pin(where.pin)  # as every KERNEL argument reads it
         fetch = f"--version {version}" if revision is None else f"--revision {revision}"
