@@ -436,3 +436,23 @@ def test_a_hub_id_with_a_trailing_slash_is_refused_alike_by_every_command(tmp_pa
         assert result.exit_code == 2, (command, result.output)
         assert text.startswith(f"error: {ref}: no such folder (did you mean the Hub repository "
                                "webgpu-kernels/com.microsoft.QuickGelu?)"), (command, text)  # fmt: skip
+
+
+@pytest.mark.parametrize("pin", ["", "@v1", "@main"])
+def test_a_folder_named_as_a_pinned_hub_id_is_refused_as_ambiguous(tmp_path, monkeypatch, pin):
+    """`info webgpu-kernels/com.microsoft.QuickGelu@v1` in a directory holding a folder of exactly
+    that name loaded the folder, unverified and without trust, where the user asked for the Hub's
+    package: only the form without @ was refused as naming both (helper-131)."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import main
+
+    from conftest import embedded_root
+
+    ref = f"webgpu-kernels/com.microsoft.QuickGelu{pin}"
+    shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", tmp_path / ref)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["info", ref])
+    assert result.exit_code == 2 and "names both a Hub repository and the package folder" in result.output, result.output

@@ -467,7 +467,9 @@ def resolve_kernel(ref: str) -> Kernel:
     """The kernel a KERNEL argument names (:func:`classify_kernel_ref`); a Hub repository is
     contract version 1 unless ``@vN`` or ``@REVISION`` follows."""
     where = classify_kernel_ref(ref)
-    if where.kind == "folder" and _exists(where.path / "manifest.json", denied=False) and _hub_repo(ref):
+    # The repository part decides: `org/op@v1` as a folder's name had loaded that folder, unverified,
+    # where the user asked for the Hub's (classify refuses the pinned string whole; helper-131).
+    if where.kind == "folder" and _exists(where.path / "manifest.json", denied=False) and _hub_repo(split_pin(ref)[0]):
         # as for an embedded id; commands that take only a folder (validate, digest) read it
         raise click.UsageError(f"{ref!r} names both a Hub repository and the package folder ./{ref} here: write "
                                f"./{ref} for the folder, or run from another directory for the Hub repository")  # fmt: skip
