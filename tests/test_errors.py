@@ -54,3 +54,14 @@ def test_a_spawned_workers_error_reaches_the_parent():
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         with pytest.raises(errors.DTypeError, match="argument 'X'"):
             pool.map_async(quick_gelu_in_a_worker, ["int32"]).get(timeout=120)
+
+
+def test_printable_replaces_bidirectional_controls_too():
+    """A description with U+202E (right-to-left override) shows its characters in another order
+    than they are, in help(kernel) and on the command line: "Trojan Source" (helper-131). Replaced
+    one for one, as control characters are; other text (accents, CJK, emoji) is left alone."""
+    from webgpu_kernels.errors import printable
+
+    for c in ("\u202e", "\u202a", "\u2066", "\u2069", "\u200f", "\u200e", "\u061c", "\x1b", "\x85"):
+        assert printable(f"a{c}b") == "a\ufffdb", repr(c)
+    assert printable("café 漢字 🙂\tx\ny") == "café 漢字 🙂\tx\ny"
