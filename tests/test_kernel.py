@@ -143,3 +143,16 @@ def test_a_call_with_an_optional_input_given_as_none_checks_the_names_once(name_
     with pytest.raises(errors.UnknownInputError, match="'nothing'"):  # refused as before, by that one check
         kernel({**inputs, "nothing": None})
     assert len(name_checks) == 1
+
+
+def test_a_variant_argument_of_another_type_is_named_briefly(quick_gelu):
+    """variant= given a 100,000-item list quoted it whole in the error; it is named by type and at
+    most 60 characters, as every attribute, tunable and adapter= error (helper-130's proposal)."""
+    import numpy as np
+
+    from webgpu_kernels import errors
+
+    with pytest.raises(errors.InputError) as info:
+        quick_gelu({"X": np.ones(4, np.float32)}, variant=list(range(100_000)))
+    assert info.value.argument == "variant" and len(str(info.value)) < 400, len(str(info.value))
+    assert "got list [0, 1, 2" in str(info.value)

@@ -367,6 +367,10 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
 
 
+#: What a 401 says to do, after "refused the token this process sent, " (answer: the Hub's words, or "").
+_TOKEN_ADVICE = "HF_TOKEN or huggingface_hub's login{answer}: renew it, or unset HF_TOKEN for a public repository"
+
+
 def _cache_reason(where: str, *, offline: bool, unreached: Exception | None, unlisted: Exception | None) -> str:
     """Why the cache's copy was served, in words (HubPackage.from_cache_reason)."""
     if offline:
@@ -381,8 +385,7 @@ def _cache_reason(where: str, *, offline: bool, unreached: Exception | None, unl
             answer = f"401 {getattr(response, 'reason_phrase', '') or 'Unauthorized'}"
             if isinstance(said, str) and said.strip():
                 answer += f": {_said(said)}"
-            return (f"{where} refused the token this process sent, HF_TOKEN or huggingface_hub's login ({answer}): "
-                    "renew it, or unset HF_TOKEN for a public repository")  # fmt: skip
+            return f"{where} refused the token this process sent, {_TOKEN_ADVICE.format(answer=f' ({answer})')}"
         if status is not None:
             return f"{where} answered {_http_answer(unlisted)}"
         return f"{where} did not list it ({type(unlisted).__name__}: {_first_line(unlisted)})"
@@ -420,8 +423,7 @@ def _http_answer(exc: Exception) -> str:
     if isinstance(said, str) and said.strip() and _said(said) not in first:
         first = f"{first}: {_said(said)}"
     if getattr(getattr(exc, "response", None), "status_code", None) == 401:
-        first += (" (the Hub refused the token this process sent, HF_TOKEN or huggingface_hub's login: renew it, "
-                  "or unset HF_TOKEN for a public repository)")  # fmt: skip
+        first += f" (the Hub refused the token this process sent, {_TOKEN_ADVICE.format(answer='')})"
     return first
 
 

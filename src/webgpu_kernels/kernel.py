@@ -30,6 +30,7 @@ from .errors import (
     InputError,
     KernelError,
     SelectionError,
+    describe_value,
     shorten,
 )
 from .execution import (
@@ -410,7 +411,7 @@ class Kernel:
         if forced is None:
             return
         if not isinstance(forced, str):
-            raise InputError("variant", f"a variant id, one of {self.variants}", f"{type(forced).__name__} {forced!r}")
+            raise InputError("variant", f"a variant id, one of {self.variants}", describe_value(forced))
         if forced not in self._variant_ids:
             raise SelectionError(f"no variant {forced!r}; the variants are {', '.join(self.variants)}")
 
