@@ -261,10 +261,7 @@ class TestCase:
         """The case's dtypes for tables: ``float16``, or ``T=float16, U=int32`` for several type variables
         (every one it binds, in the format of validate's coverage). ``arrays``: its built inputs, whose
         dtypes a data file gives (the file alone says it)."""
-        binding = self.type_binding(manifest, arrays)
-        if len(set(binding.values())) == 1:
-            return next(iter(binding.values()))
-        return ", ".join(f"{k}={v}" for k, v in binding.items()) or "-"
+        return binding_label(self.type_binding(manifest, arrays))
 
     def type_binding(self, manifest: Any, arrays: Mapping[str, np.ndarray] | None = None) -> dict[str, str]:
         binding: dict[str, str] = {}
@@ -600,9 +597,15 @@ class BenchInstance:
     inputs: dict[str, tuple[tuple[int, ...], str]]  # role -> (shape, dtype)
 
     def type_label(self) -> str:
-        if len(set(self.types.values())) == 1:
-            return next(iter(self.types.values()))
-        return ", ".join(f"{k}={v}" for k, v in self.types.items()) or "-"
+        return binding_label(self.types)
+
+
+def binding_label(binding: Mapping[str, str]) -> str:
+    """A type binding as tables show it, one format for test, bench and validate's coverage:
+    ``float16`` where every type variable has that dtype, else ``T=float16, U=int32``; ``-`` for none."""
+    if len(set(binding.values())) == 1:
+        return next(iter(binding.values()))
+    return ", ".join(f"{k}={v}" for k, v in binding.items()) or "-"
 
 
 @dataclass(frozen=True)

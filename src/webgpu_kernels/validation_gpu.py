@@ -9,12 +9,11 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .case_data import dtype_name
-from .casefile import BENCH_FILE, TEST_FILE
+from .casefile import BENCH_FILE, TEST_FILE, binding_label
 from .errors import (
     DeviceLimitError,
     DigestError,
@@ -113,12 +112,6 @@ def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
     return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
 
 
-def _label(binding: Mapping[str, str]) -> str:
-    if len(set(binding.values())) == 1:
-        return next(iter(binding.values()))
-    return ", ".join(f"{k}={v}" for k, v in binding.items()) or "-"
-
-
 def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_file: Any, bench_file: Any,
                out: ProblemCollector, report: ValidationReport, *, device: Any, notify: Progress) -> None:  # fmt: skip
     from .contract import check_call
@@ -136,7 +129,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     f"{MAX_LISTED_COMBINATIONS}: the coverage lists only those the cases exercise")  # fmt: skip
     for v in manifest.variants:
         for combo in combos:
-            coverage[(v.id, _label(combo))] = Coverage(v.id, _label(combo))
+            coverage[(v.id, binding_label(combo))] = Coverage(v.id, binding_label(combo))
     calls = _calls(package, manifest, test_file, bench_file)
     compiled: dict[tuple[str, str], set[str]] = {}
     tested: set[tuple[str, str]] = set()  # variant x dtype that a test.json case runs (`test` checks its results)
@@ -167,7 +160,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         except InputError:
             continue  # reported by the case-file stages
         binding = signature.type_bindings()
-        label = _label(binding)
+        label = binding_label(binding)
         # Without shader-f16 a float16 call is judged like any other: a variant that copies f16 data
         # as u32 words runs there, and `test` runs it; a guarded one (f16Ok) rejects it. `test`
         # skips a case that no variant accepts when an input is float16: so does this.
