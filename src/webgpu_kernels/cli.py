@@ -450,16 +450,11 @@ def kernel_folder(ref: str) -> Path:
     """:func:`check_folder` of a KERNEL argument read as a folder, for every command alike (validate
     too): ``org/op/`` (a browser's URL path) where nothing is asks whether the Hub repository was
     meant; it stays a path by the two-slash rule, so no disk state decides Hub vs folder."""
-    from .locations import slashed_repo_id
+    from .locations import meant_repo_id
 
-    meant = slashed_repo_id(ref)
+    meant = meant_repo_id(ref)
     if meant is not None:
-        try:
-            present = os.path.lexists(ref)
-        except (OSError, ValueError):
-            present = False
-        if not present:
-            raise PackageError(f"no such folder (did you mean the Hub repository {meant}?)", path=ref)
+        raise PackageError(f"no such folder (did you mean the Hub repository {meant}?)", path=ref)
     return check_folder(ref)
 
 

@@ -100,8 +100,9 @@ def slashed_repo_id(name: object) -> str | None:
     return repo_id if _valid_repo_id(repo_id) else None
 
 
-def refuse_slashed_repo_id(name: str) -> None:
-    """Refuse ``org/op/`` where nothing of that name is here, asking whether ``org/op`` was meant.
+def meant_repo_id(name: str) -> str | None:
+    """The Hub repository ``org/op`` where ``name`` is ``org/op/`` and nothing of that name is here,
+    else None: what get_kernel and every command ask about ("did you mean org/op?").
 
     It stays a path (two slashes: security.md and cli.md's rule), not read as the repository: what
     a name loads, a verified Hub package or an unverified folder, must not turn on what the disk
@@ -110,12 +111,18 @@ def refuse_slashed_repo_id(name: str) -> None:
     """
     repo_id = slashed_repo_id(name)
     if repo_id is None:
-        return
+        return None
     try:
         present = os.path.lexists(name)
     except (OSError, ValueError):
         present = False
-    if not present:
+    return None if present else repo_id
+
+
+def refuse_slashed_repo_id(name: str) -> None:
+    """Refuse ``org/op/`` where nothing of that name is here (:func:`meant_repo_id`)."""
+    repo_id = meant_repo_id(name)
+    if repo_id is not None:
         raise PackageError(f"{name!r} is no folder here, and with its trailing slash it names a local folder, not "
                            f"a Hub repository: did you mean {repo_id}?")  # fmt: skip
 
