@@ -39,6 +39,16 @@ def test_devices(runner: CliRunner) -> None:
     # What manifests see, by the names they use: wgpu-native lists WebGPU's "subgroups" as "subgroup".
     seen = {"shader-f16", "subgroups", "timestamp-query"} & set(wk.get_device().info.feature_names)
     assert f"device.features (what manifests see): {', '.join(sorted(seen))}" in out
+    # Every adapter feature is listed, wrapped under its heading without padding lines with spaces.
+    lines = out.splitlines()
+    heading = next(i for i, line in enumerate(lines) if line.startswith("  adapter features"))
+    listed = []
+    for line in lines[heading + 1:]:
+        if not line.startswith("    "):
+            break
+        assert line == line.rstrip(), f"trailing spaces: {line!r}"
+        listed += [f.strip() for f in line.split(",") if f.strip()]
+    assert listed == sorted(chosen.features)
 
 
 def test_devices_json(runner: CliRunner) -> None:

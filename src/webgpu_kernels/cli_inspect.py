@@ -5,10 +5,10 @@ others would not) and ``render`` (its WGSL)."""
 from __future__ import annotations
 
 import re
+import textwrap
 from typing import Any
 
 import click
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -73,7 +73,10 @@ def devices_cmd(ctx: click.Context, as_json: bool) -> None:
             console.print(f"  {name}: {limits.get(name, '-')}")
         console.print("  device.features (what manifests see): " + (", ".join(a.device_features) or "none"))
         console.print(f"  adapter features, wgpu-native's names ({len(a.features)}):")
-        console.print(Padding(Text(", ".join(sorted(a.features))), (0, 0, 0, 4), expand=False))
+        # Wrapped here, not by a Rich Padding, which pads every line with spaces to the widest one.
+        wrapped = textwrap.fill(", ".join(sorted(a.features)), width=max(console.width, 40), initial_indent="    ",
+                                subsequent_indent="    ", break_on_hyphens=False)  # fmt: skip
+        console.print(Text(wrapped), soft_wrap=True)
 
 
 def _camel(name: str) -> str:
