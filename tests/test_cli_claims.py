@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from webgpu_kernels.cli import main
 from webgpu_kernels.package import embedded_root
+from webgpu_kernels.validation_report import Problem
 
 from cli_helpers import QG_F32, QUICK_GELU
 from conftest import REPO_ROOT, copy_package
@@ -116,6 +117,15 @@ def test_the_tables_rows_name_the_keys_pinned_here() -> None:
         assert command in rows, (command, sorted(rows))
         missing = [key for key in keys if f"`{key}`" not in rows[command]]
         assert not missing, (command, missing)
+
+
+def test_the_validate_row_names_each_problems_keys() -> None:
+    """validate's row lists a problem's keys (`also` added for the pairs sharing an error): as
+    Problem.as_dict writes them, no more and no fewer."""
+    row = re.search(r"^\| `validate` \| \w+ \|.*?`problems` \(each ([^)]*)\)", CLI_MD, re.M)
+    assert row, "validate's row names no problem keys"
+    named = re.findall(r"`(\w+)`", row.group(1))
+    assert sorted(named) == sorted(Problem("error", "f", "", "m").as_dict()), named
 
 
 def test_json_figures_that_are_not_numbers_are_strings_and_shapes_lists_of_integers(runner: CliRunner) -> None:

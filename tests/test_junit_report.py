@@ -561,9 +561,32 @@ def test_validate_junit_gives_every_failed_compile_its_error(tmp_path: Path, run
         assert "softmax-wg.wgsl.jinja:" in failure.get("message"), case.get("name")
 
 
+def test_every_compile_testcase_names_its_shared_error_past_the_four_the_message_names(tmp_path: Path,
+                                                                                     runner: CliRunner) -> None:  # fmt: skip
+    """The testcases read the pairs sharing an error from its message, which names four: of
+    QuickGelu's six pairs failing on one template line, the sixth's said only "1 render or compile
+    failure: the errors are in the other failing compile testcases"."""
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    template = root / "quick-gelu.wgsl.jinja"
+    head, sep, tail = template.read_text("utf-8").rpartition("fn quick_gelu(v: f32) -> f32 {\n")
+    template.write_text(head + sep + "  let broken: f32 = 1u;\n" + tail, encoding="utf-8")
+    digests.write_metadata(root)
+    xml_path = tmp_path / "validate.xml"
+    result = runner.invoke(main, ["validate", str(root), "--junit", str(xml_path)])
+    assert result.exit_code == 1, result.output
+    (suite,) = ET.parse(xml_path).getroot().findall("testsuite")
+    compiles = [c for c in suite.iter("testcase") if c.get("name").startswith("compile ")]
+    assert len(compiles) == 6 and all(c.find("failure") is not None for c in compiles)
+    shared = [c for c in compiles if "the same error as compile " in c.find("failure").text]
+    assert len(shared) == 5, [c.find("failure").text for c in compiles]
+    for case in compiles:
+        text = case.find("failure").text
+        assert "quick-gelu.wgsl.jinja:" in text and "the errors are in the other" not in text, (case.get("name"), text)
+
+
 def test_a_compile_testcase_with_an_error_of_its_own_also_carries_one_it_shares() -> None:
     """A variant x dtype whose pass 'a' fails on its own and whose pass 'b' fails as another's does
-    (validate reports that one under the other, "the same error in 1 more variant x dtype: ..."):
+    (validate reports that one under the other, `also` naming this one):
     its testcase had held only its own error, the shared one left to the other testcase."""
     from webgpu_kernels.junit_report import validation_junit_xml
     from webgpu_kernels.validation_report import Coverage, ValidationReport
@@ -571,7 +594,8 @@ def test_a_compile_testcase_with_an_error_of_its_own_also_carries_one_it_shares(
     own = Problem("error", "v.wgsl.jinja", "", "WGSL does not compile for variant 'v' (float32), pass 'a':\nbad a",
                   variant="v", dtype="float32", line=3)  # fmt: skip
     shared = Problem("error", "b.wgsl.jinja", "", "WGSL does not compile for variant 'w' (float32), pass 'b':\nbad b\n"
-                     "the same error in 1 more variant x dtype: 'v' (float32)", variant="w", dtype="float32", line=5)  # fmt: skip
+                     "the same error in 1 more variant x dtype: 'v' (float32)", variant="w", dtype="float32", line=5,
+                     also=(("v", "float32"),))  # fmt: skip
     report = ValidationReport(path="/p/demo.X", op_id="demo.X", problems=[own, shared],
                               coverage=[Coverage("v", "float32", cases=1, failed=2),
                                         Coverage("w", "float32", cases=1, failed=1)])  # fmt: skip

@@ -114,6 +114,27 @@ def test_one_template_mistake_every_variant_renders_is_one_error(qg: Path) -> No
     assert "no_such_name" in unnamed.message and "the same error" not in unnamed.message  # vec4_tail f16 only
 
 
+def test_an_error_every_pair_shares_names_them_all_in_json_and_through_the_child(qg: Path, runner: CliRunner) -> None:
+    """The message names four of the pairs that share an error; JUnit had read them from it, so a
+    sixth's compile testcase got no error. `also` lists every one, in --json and from the child."""
+    template = qg / "quick-gelu.wgsl.jinja"
+    head, sep, tail = template.read_text("utf-8").rpartition("fn quick_gelu(v: f32) -> f32 {\n")
+    template.write_text(head + sep + "  let broken: f32 = 1u;\n" + tail, encoding="utf-8")
+    digests.write_metadata(qg)
+    result = runner.invoke(main, ["validate", str(qg), "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    (error,) = [p for p in data["problems"] if p["severity"] == "error"]
+    pairs = {(c["variant"], c["dtype"]) for c in data["coverage"]}
+    assert len(pairs) == 6 and {c["status"] for c in data["coverage"]} == {"failed"}
+    assert len(error["also"]) == 5 and all(isinstance(pair, list) for pair in error["also"])
+    assert {(error["variant"], error["dtype"]), *map(tuple, error["also"])} == pairs
+    assert "the same error in 5 more variant x dtype: " in error["message"] and error["message"].endswith(" ...")
+    assert all(p["also"] == [] for p in data["problems"] if p is not error)
+    (isolated,) = [p for p in validate_package_isolated(qg, timeout=120).problems if p.severity == "error"]
+    assert isolated.also == tuple(map(tuple, error["also"]))  # tuples again, as the parent's own report has them
+
+
 def test_template_that_does_not_render_or_parse(qg: Path) -> None:
     template = qg / "quick-gelu.wgsl.jinja"
     text = template.read_text("utf-8").replace("const ALPHA", "{{ no_such_value }}\nconst ALPHA")

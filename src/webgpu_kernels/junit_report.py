@@ -172,14 +172,6 @@ def _problem_name(problem: Problem) -> str:
     return problem.place() + (f" [{extra}]" if extra else "")
 
 
-def _shares(problem: Problem, variant: str, dtype: str) -> bool:
-    """Whether ``problem`` is also the error of ``variant`` x ``dtype``: validate reports an error
-    that several share once, under the first, its last line naming up to four others ("the same
-    error in 2 more variant x dtype: 'vec4' (float16), 'scalar' (float16)")."""
-    last = problem.message.rsplit("\n", 1)[-1]
-    return last.startswith("the same error in ") and f"{variant!r} ({dtype})" in last
-
-
 def _validation_suite(report: ValidationReport, name: str, started: float, strict: bool) -> ET.Element:
     cases: list[ET.Element] = []
     names: Counter[str] = Counter()
@@ -201,9 +193,10 @@ def _validation_suite(report: ValidationReport, name: str, started: float, stric
             # and another as a second variant x dtype does.
             text = "\n".join([*(f"{p.place()}: {p.message}" for p in mine),
                               *(f"the same error as compile {p.variant} [{p.dtype}]: {p.place()}: {p.message}"
-                                for p in report.errors if _shares(p, cov.variant, cov.dtype))])  # fmt: skip
+                                for p in report.errors if (cov.variant, cov.dtype) in p.also)])  # fmt: skip
+            # an error about the variant as a whole (a tensor some calls lack) has no dtype: its own testcase
             text = text or (f"{_count(cov.failed, 'render or compile failure')}: the errors are in the other "
-                            "failing compile testcases")  # past the four others a shared error names
+                            "failing testcases")
             _outcome(case, "failure", text, "compile")
         elif not cov.pipelines:
             _outcome(case, "skipped", cov.status, "not compiled")

@@ -319,7 +319,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         also = ", ".join(f"{v!r} ({d})" for v, d in rest[:4]) + (" ..." if len(rest) > 4 else "")
         out.error(file, where, f"WGSL does not compile for variant {vid!r} ({label}), pass {pass_id!r}:\n{detail}"
                   + advice + (f"\nthe same error in {len(rest)} more variant x dtype: {also}" if rest else ""),
-                  variant=vid, dtype=label, case=case, line=line)  # fmt: skip
+                  variant=vid, dtype=label, case=case, line=line, also=tuple(rest))  # fmt: skip
     for (where, label, _), failures in no_scope.items():  # one error per place, dtype and reason, as below
         (case, why), others = failures[0], [c for c, _ in failures[1:]]
         out.error(MANIFEST_FILE, where, f"cannot evaluate the call's scope ({label}): {why}{_more_cases(others)}",

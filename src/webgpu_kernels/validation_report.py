@@ -27,6 +27,9 @@ class Problem:
     #: About this adapter, not the package (a case beyond its binding limit, no shader-f16): a larger
     #: GPU runs it, so `validate --strict` does not fail on it.
     adapter_only: bool = False
+    #: The other variant x dtype pairs whose error this also is (reported once, under this pair): all of
+    #: them, where the message names four, so that a report per pair (JUnit's) reads no message text.
+    also: tuple[tuple[str, str], ...] = ()
 
     def location(self) -> str:
         where = self.file
@@ -45,13 +48,15 @@ class Problem:
         data = asdict(self)
         data["jsonPath"] = data.pop("json_path")
         data["adapterOnly"] = data.pop("adapter_only")
+        data["also"] = [list(pair) for pair in self.also]  # JSON has no tuples: [[variant, dtype], ...]
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Problem:
         return cls(severity=data["severity"], file=data["file"], json_path=data["jsonPath"], message=data["message"],
                    variant=data.get("variant"), dtype=data.get("dtype"), line=data.get("line"),
-                   case=data.get("case"), adapter_only=data.get("adapterOnly", False))  # fmt: skip
+                   case=data.get("case"), adapter_only=data.get("adapterOnly", False),
+                   also=tuple((v, d) for v, d in data.get("also", ())))  # fmt: skip
 
 
 @dataclass
