@@ -418,6 +418,30 @@ def test_a_refused_case_s_own_input_keeps_its_schema_error() -> None:
     assert "'shape'" in error.detail, error.detail
 
 
+def test_an_expression_error_refusal_matches_a_failed_evaluation_never_a_sandbox_refusal() -> None:
+    """A call refused while an expression is evaluated for its values (an axis out of range) may be
+    a refused case; a sandbox refusal is the package's defect, and no case turns it into a pass."""
+    from webgpu_kernels import errors
+
+    data = {"cases": [{"name": "c", "inputs": {}, "refused": {"error": "ExpressionError", "message": "out of range"}}]}
+    assert casefile.check_test_data(data) == []
+    refusal = casefile.checked_test_file(data).cases[0].refused
+    assert refusal == casefile.Refusal("ExpressionError", "out of range")
+    failed = errors.ExpressionError("axis 3 is out of range for a shape of rank 3", expression="dim(shapes.X, 3)")
+    assert refusal.matches(failed)
+    assert not refusal.matches(errors.ExpressionError("division by zero", expression="1 // 0"))  # another message
+    broadcast = errors.BroadcastError("[2], [3] do not broadcast: out of range", expression="broadcastShape(a, b)")
+    assert refusal.matches(broadcast)  # a subclass, as for any refusal
+    sandbox = errors.ExpressionSandboxError("refused by the sandbox: out of range", expression="[0] * n")
+    assert not refusal.matches(sandbox) and not casefile.Refusal("ExpressionError").matches(sandbox)
+    assert refusal.mismatch(sandbox).startswith("refused with ExpressionSandboxError: ")
+    assert "a sandbox refusal is the package's defect" in refusal.mismatch(sandbox)
+    assert not refusal.matches(errors.SelectionError("out of range"))
+    data["cases"][0]["refused"]["error"] = "ExpressionSandboxError"  # not an error a call is refused with
+    [problem] = casefile.check_test_data(data)
+    assert problem.json_path == "cases[0].refused.error", problem
+
+
 def test_a_bench_shape_no_array_can_have_is_refused_when_the_file_is_read() -> None:
     """[0, 2**70] holds no element, so it passed bench's maxBufferSize check, and NumPy raised a raw
     ValueError drawing its inputs (a traceback from `webgpu-kernels bench`)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from webgpu_kernels.package_tests import (
 )  # fmt: skip
 from webgpu_kernels.validation import validate_package
 
-from conftest import copy_package  # noqa: E402
+from conftest import PACKAGES_DIR, copy_package  # noqa: E402
 
 QUICK_GELU = "com.microsoft.QuickGelu"
 BIAS_ADD = "com.microsoft.BiasAdd"
@@ -340,6 +341,80 @@ def test_validate_flags_refusals_that_cannot_come_and_broad_ones_without_a_messa
     assert len(said) == 3 and report.checked["refusedCases"] == 4 + 3
 
 
+def reduce_sum_with_cases(root: Path, cases: list[dict]) -> Path:
+    """A writable copy of tests/packages/demo.ReduceSum whose test.json holds ``cases``."""
+    shutil.copytree(PACKAGES_DIR / "demo.ReduceSum", root)
+    (root / "test.json").write_text(json.dumps({"cases": cases}, indent=1), encoding="utf-8")
+    digests.write_metadata(root)
+    return root
+
+
+def axis_case(name: str, attrs: dict, refused: dict, dtype: str = "float32") -> dict:
+    generate = {"distribution": "normal", "seed": 1}
+    return {"name": name, "types": {"T": dtype}, "attrs": attrs,
+            "inputs": {"X": {"shape": [2, 3, 4], "generate": generate}}, "refused": refused}  # fmt: skip
+
+
+@pytest.mark.parametrize(("attrs", "refused", "status", "says"), [
+    ({"axis": 3}, {"error": "ExpressionError", "message": "axis 3 is out of range for a shape of rank 3"}, "pass",
+     "refused: ExpressionError: outputs[0].shape: "),
+    ({"axis": -4}, {"error": "ExpressionError"}, "pass", "refused: ExpressionError: "),
+    ({"axis": 3}, {"error": "ExpressionError", "message": "axis 4"}, "fail",
+     "the case expects ExpressionError whose message contains 'axis 4'"),
+    ({"axis": 1}, {"error": "ExpressionError"}, "fail",
+     "the call ran (outputs Y [2, 4]); the case expects a refusal: ExpressionError"),
+    ({"keepdims": 2}, {"error": "ExpressionError"}, "fail", "refused with SelectionError: "),
+    ({"axis": 3}, {"error": "SelectionError"}, "fail", "refused with ExpressionError: "),
+])  # fmt: skip
+def test_a_case_may_expect_the_expression_error_of_a_call(
+    tmp_path: Path, attrs: dict, refused: dict, status: str, says: str
+) -> None:
+    """demo.ReduceSum's dim(shapes.X, attrs.axis) fails for an axis out of range: the call's
+    ExpressionError is a refusal a case may expect, judged as any other."""
+    root = reduce_sum_with_cases(tmp_path / "rs", [axis_case("axis-case", attrs, refused)])
+    (result,) = run_package_tests(wk.load_kernel(root)).results
+    assert (result.status, result.refused) == (status, True), result
+    assert says in result.message, result.message
+
+
+def test_an_expression_error_case_does_not_pass_a_sandbox_refusal(tmp_path: Path) -> None:
+    """An expression the sandbox refuses for the call's values is the package's defect: a case
+    expecting an ExpressionError fails on it, whatever its message piece."""
+    cases = [
+        axis_case("any", {"axis": 100}, {"error": "ExpressionError"}),
+        axis_case("worded", {"axis": 100}, {"error": "ExpressionError", "message": "refused by the sandbox"}),
+    ]
+    root = reduce_sum_with_cases(tmp_path / "rs", cases)
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    shape = manifest["outputs"][0]["shape"]
+    manifest["outputs"][0]["shape"] = f"({shape}) if attrs.axis < 100 else [1] * (attrs.axis * 1000)"
+    (root / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    digests.write_metadata(root)
+    results = run_package_tests(wk.load_kernel(root)).results
+    assert [(r.case, r.status) for r in results] == [("any", "fail"), ("worded", "fail")], results
+    for result in results:
+        assert result.message.startswith("refused with ExpressionSandboxError: "), result.message
+        assert "a sandbox refusal is the package's defect" in result.message
+
+
+def test_validate_leaves_an_expression_error_to_test_and_wants_its_message(tmp_path: Path) -> None:
+    """Whether an expression fails can rest on the device (its limits, its features): validate
+    judges only what the contract decides, and warns of a case that names no message."""
+    cases = [
+        axis_case("worded", {"axis": 3}, {"error": "ExpressionError", "message": "out of range"}),
+        axis_case("unworded", {"axis": 3}, {"error": "ExpressionError"}),
+        axis_case("runs", {"axis": 1}, {"error": "ExpressionError", "message": "out of range"}),  # test's to fail
+        axis_case("int-input", {"axis": 3}, {"error": "ExpressionError"}, dtype="int32"),  # the contract's DTypeError
+    ]
+    root = reduce_sum_with_cases(tmp_path / "rs", cases)
+    report = validate_package(root, gpu=False)
+    said = {(p.severity, p.case): p.message for p in report.problems if p.file == "test.json" and p.case}
+    assert said.keys() == {("warning", "unworded"), ("error", "int-input")}, said
+    assert said[("warning", "unworded")].startswith("no 'message': a call refused with any ExpressionError passes")
+    assert said[("error", "int-input")].startswith("the call is refused with DTypeError: ")
+    assert report.checked["refusedCases"] == 4
+
+
 def test_the_table_marks_a_pass_that_was_a_refusal(runner: CliRunner) -> None:
     out = runner.invoke(main, ["test", QUICK_GELU, "--case", "refused-int32-input", "--case", "rank0-f32"])
     assert out.exit_code == 0, out.output
@@ -363,7 +438,9 @@ def test_the_schema_lists_every_error_a_call_can_be_refused_with() -> None:
     listed = set(case_schema("test")["$defs"]["refused"]["properties"]["error"]["enum"])
     classes = {name for name, cls in vars(errors).items()
                if isinstance(cls, type) and issubclass(cls, (errors.InputError, errors.SelectionError))}  # fmt: skip
-    assert listed == classes
+    # ExpressionError stands for its subclasses (a BroadcastError outside an output's shape); the
+    # sandbox's are a package's defect, which no refused case names (nor matches: test_casefile.py)
+    assert listed == classes | {"ExpressionError"}
 
 
 def test_package_without_test_json_fails(tmp_path: Path, runner: CliRunner) -> None:

@@ -157,21 +157,26 @@ def _merge_tolerances(base: Mapping[str, Tolerance], override: Mapping[str, Any]
 @dataclass(frozen=True)
 class Refusal:
     """What a case that must be refused expects: an error of class ``error`` (a name in errors.py;
-    a subclass counts) whose message contains ``message``."""
+    a subclass counts, but for a sandbox refusal) whose message contains ``message``."""
 
     error: str
     message: str | None = None
 
     def matches(self, exc: BaseException) -> bool:
-        # (the schema's enum limits ``error`` to the call's error classes)
-        return isinstance(exc, getattr(error_classes, self.error)) and (self.message is None or self.message in str(exc))
+        # (the schema's enum limits ``error`` to the call's error classes.) An ExpressionSandboxError
+        # is an ExpressionError, but it says the package's expression breaks the sandbox: a defect
+        # to fix, which a refused case must not turn into a pass.
+        return (isinstance(exc, getattr(error_classes, self.error)) and not isinstance(exc, error_classes.SandboxError)
+                and (self.message is None or self.message in str(exc)))  # fmt: skip
 
     def describe(self) -> str:
         return self.error + (f" whose message contains {self.message!r}" if self.message else "")
 
     def mismatch(self, exc: BaseException) -> str:
         """Why ``exc``, which does not match, fails the case (test and validate say it alike)."""
-        return f"refused with {type(exc).__name__}: {exc}; the case expects {self.describe()}"
+        why = " (a sandbox refusal is the package's defect, never a refusal a case expects)"
+        return (f"refused with {type(exc).__name__}: {exc}; the case expects {self.describe()}"
+                f"{why if isinstance(exc, error_classes.SandboxError) else ''}")  # fmt: skip
 
 
 @dataclass(frozen=True)

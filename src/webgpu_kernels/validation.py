@@ -355,7 +355,9 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
         for tv in case.types:
             if tv not in manifest.type_constraints:
                 out.error(TEST_FILE, f"{case.json_path}.types.{tv}", f"{tv!r} is not a type variable of the manifest")
-        if case.refused is not None:  # refused later than the contract (selection, device limits): `test` judges it
+        # Refused later than the contract (selection, an expression's failure, device limits: each
+        # may read the device's limits and features): `test` judges it.
+        if case.refused is not None:
             _check_case_variants(case, manifest, out)
             _check_late_refusal(case, case.refused, program, signature, out)
             continue
@@ -417,7 +419,7 @@ def _check_inline_integers(case: casefile.TestCase, arrays: dict[str, Any], out:
 #: Refusals only the contract check makes (contract.check_call): a call it accepts never raises them.
 _CONTRACT_ONLY_ERRORS = ("UnknownInputError", "DTypeError")
 #: Classes broad enough that a case naming one should say which message it expects.
-_BROAD_ERRORS = ("InputError", "SelectionError", "VariantRejectedError")
+_BROAD_ERRORS = ("InputError", "SelectionError", "VariantRejectedError", "ExpressionError")
 
 
 def _check_late_refusal(case: casefile.TestCase, refusal: casefile.Refusal, program: Program | None, signature: Any,
