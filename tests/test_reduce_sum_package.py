@@ -92,7 +92,7 @@ def small_ints(rng, shape, dtype):
 def test_package_files():
     names = sorted(p.name for p in PACKAGE.iterdir())
     assert names == ["bench.json", "manifest.json", "metadata.json", "reduce-sum-strided.wgsl.jinja",
-                     "reduce-sum-workgroup.wgsl.jinja"]  # fmt: skip
+                     "reduce-sum-workgroup.wgsl.jinja", "test.json"]  # fmt: skip
     data = json.loads((PACKAGE / "manifest.json").read_text("utf-8"))
     assert check_manifest(data) == []
     assert [v["id"] for v in data["variants"]] == ["workgroup", "strided"]
@@ -109,6 +109,21 @@ def test_validates():
 
     report = validate_package(PACKAGE, gpu=False)
     assert report.ok, [p.message for p in report.errors]
+
+
+def test_its_test_json_passes_with_the_out_of_range_axis_refused(reduce_sum):
+    """`webgpu-kernels test`: the cases' sums, and the refusals, the out-of-range axis's
+    ExpressionError among them (test_axis_out_of_range below raises it directly)."""
+    from webgpu_kernels.package_tests import run_package_tests
+
+    report = run_package_tests(reduce_sum)
+    assert report.ok, [(r.case, r.variant, r.message) for r in report.results if r.status != "pass"]
+    ran = {(r.case, r.variant) for r in report.results if not r.refused and r.status == "pass"}
+    assert {v for _, v in ran} == {"workgroup", "strided"}, ran
+    refused = {r.case: r.message for r in report.results if r.refused}
+    assert refused.keys() == {"axis-out-of-range-f32", "keepdims-2-f32", "rank0-f32"}, refused
+    assert refused["axis-out-of-range-f32"].startswith("refused: ExpressionError: outputs[0].shape: ")
+    assert "axis 3 is out of range for a shape of rank 3" in refused["axis-out-of-range-f32"]
 
 
 def test_loads(reduce_sum):
