@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import execution, locations
+from . import __version__, execution, locations
 from .buffers import padded_size, translate_gpu_errors
 from .call_inputs import as_array
 from .casefile import parse_draft_case, read_test_file
@@ -109,9 +109,12 @@ def folder_kernel(package: KernelPackage) -> Kernel:
 
 
 def kernel_reference(package: KernelPackage) -> tuple[Any, ...]:
-    """How another process opens ``package`` again (a Hub repository at its commit, or a folder)."""
+    """How another process opens ``package`` again (an embedded op id, a Hub repository at its
+    commit, or a folder)."""
     from .hub import HubPackage
 
+    if package.origin == "embedded":
+        return ("embedded", package.root.name)  # embedded packages lie in folders named by op id
     if isinstance(package, HubPackage):
         return ("hub", package.repo_id, package.commit, package.endpoint, package.needs_trust)
     return ("folder", str(package.root), package.needs_trust, package.is_verified)
@@ -128,7 +131,13 @@ def reopen_kernel(reference: tuple[Any, ...], tuning_key: str) -> Kernel:
         return kernel
     where = f"{reference[1]} at commit {reference[2]}" if reference[0] == "hub" else reference[1]
     try:
-        if reference[0] == "hub":
+        if reference[0] == "embedded":
+            # Another release of this library may embed another version of the op: the digest tells.
+            kernel = get_kernel(reference[1])
+            if kernel.tuning_key != tuning_key:
+                raise PackageError(f"this process's webgpu-kernels ({__version__}) embeds another {kernel.op_id} than "
+                                   "the pickling process's: install the same release in both", path=where)  # fmt: skip
+        elif reference[0] == "hub":
             from . import hub
 
             _, repo_id, commit, endpoint, trusted = reference

@@ -131,12 +131,10 @@ class Kernel:
 
     def __reduce__(self) -> Any:
         """A kernel pickles as where it came from, so a worker process opens it again there: an
-        embedded one as its op id, a Hub one as its repository and commit, a folder's as its path
-        and its files' digest, which the worker's copy must match (api.reopen_kernel)."""
+        embedded one as its op id, a Hub one as its repository and commit, a folder's as its path,
+        each with its files' digest, which the worker's copy must match (api.reopen_kernel)."""
         from . import api
 
-        if self.package.origin == "embedded":
-            return api.get_kernel, (self.op_id,)
         return api.reopen_kernel, (api.kernel_reference(self.package), self.tuning_key)
 
     # --- calls ------------------------------------------------------------------------------
