@@ -20,7 +20,7 @@ from webgpu_kernels import digests
 from webgpu_kernels.cli import main
 from webgpu_kernels.junit_report import PACKAGE_CASE, junit_xml
 from webgpu_kernels.package import open_folder
-from webgpu_kernels.package_tests import CRASH_HOOK_ENV, PackageReport, RunResult, unreached_runs
+from webgpu_kernels.package_tests import CRASH_HOOK_ENV, PackageReport, RunResult, selected_cases, unreached_runs
 from webgpu_kernels.validation_report import Problem
 
 from conftest import copy_package  # noqa: E402
@@ -343,11 +343,12 @@ def test_a_crashed_child_lists_every_run_it_did_not_reach(tmp_path: Path, runner
 
 
 def test_a_child_that_died_before_its_plan_leaves_the_test_json_cases(tmp_path: Path) -> None:
-    """No plan came (the child died opening the device): the selected cases are read here, on the
-    variants they name; a test.json that cannot be read lists nothing (and does not raise)."""
+    """No plan came (the child died opening the device): the selected cases (selected_cases) are
+    listed, on the variants they name; a test.json that cannot be read lists nothing (and does not raise)."""
     report = PackageReport(kernel=QUICK_GELU, path="-", origin="embedded", isolated=True,
                            error="the test process killed by signal SIGSEGV")  # fmt: skip
-    runs = unreached_runs(wk.get_kernel(QUICK_GELU), report, None, ["rank0-f16", "refused-*"])
+    kernel = wk.get_kernel(QUICK_GELU)
+    runs = unreached_runs(kernel, report, None, selected_cases(kernel, ["rank0-f16", "refused-*"]))
     assert [(r.case, r.variant, r.dtype, r.status) for r in runs] == [
         ("rank0-f16", None, "float16", "error"), ("refused-int32-input", None, "int32", "error"),
         ("refused-alpha-not-a-number", None, "float32", "error"), ("refused-workgroup-size-0", None, "float32", "error"),
@@ -359,12 +360,13 @@ def test_a_child_that_died_before_its_plan_leaves_the_test_json_cases(tmp_path: 
     assert [(r["case"], r["status"]) for r in data["notRun"]] == [(r.case, "error") for r in runs]
     assert PackageReport.from_dict(data).not_run == runs
     report.results.append(RunResult(QUICK_GELU, "rank0-f16", None, "float16", "error", message="crashed here"))
-    assert [r.case for r in unreached_runs(wk.get_kernel(QUICK_GELU), report, None, ["rank0-f16"])] == []
+    assert [r.case for r in unreached_runs(kernel, report, None, selected_cases(kernel, ["rank0-f16"]))] == []
 
     root = copy_package(QUICK_GELU, tmp_path / "qg")
     (root / "test.json").write_text("{", encoding="utf-8")
     digests.write_metadata(root)
-    assert unreached_runs(wk.Kernel(open_folder(root)), report, None, None) == []
+    unreadable = wk.Kernel(open_folder(root))
+    assert selected_cases(unreadable, None) == [] and unreached_runs(unreadable, report, None, []) == []
 
 
 def test_two_packages_of_one_op_id_are_told_apart(tmp_path: Path, runner: CliRunner) -> None:

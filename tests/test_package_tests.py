@@ -867,6 +867,44 @@ def test_a_child_dying_between_runs_blames_no_finished_run(monkeypatch) -> None:
     assert [(r.case, r.variant) for r in report.not_run] == [("tail-3x5-f16", "scalar")]
 
 
+def test_a_test_json_saved_during_an_isolated_run_leaves_one_version_in_the_report(
+    tmp_path: Path, runner: CliRunner, monkeypatch
+) -> None:
+    """An author's folder (no metadata.json: test.json is read from disk) saved while the child ran:
+    the parent had read test.json twice after the child ended, once for the results' order and once
+    for a plan-less child's runs not reached, so a save between them mixed two versions. Both come
+    from test.json as the command first read it."""
+    from webgpu_kernels import package_tests
+
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    (root / "metadata.json").unlink()
+    refused = package_tests.RunResult(QUICK_GELU, "refused-workgroup-size-0", None, "float32", "error",
+                                      message="refused while planning")  # fmt: skip
+
+    def child(target, payload, handle, *, timeout=None):
+        # The author reorders the cases and drops one, then the child dies before its plan, having
+        # sent the results of two cases refused while planning (in the new file's order).
+        path = root / "test.json"
+        data = json.loads(path.read_text("utf-8"))
+        data["cases"] = [c for c in reversed(data["cases"]) if c["name"] != "refused-int32-input"]
+        path.write_text(json.dumps(data), encoding="utf-8")
+        handle(("result", refused.as_dict()))
+        handle(("result", replace(refused, case="tail-3x5-f16", dtype="float16").as_dict()))
+        return False, "killed by signal SIGSEGV"
+
+    monkeypatch.setattr(package_tests, "run_in_child", child)
+    result = runner.invoke(main, ["test", "--isolate", str(root), "--case", "tail-3x5-*", "--case", "refused-*",
+                                  "--json"])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    (package,) = json.loads(result.stdout)["packages"]
+    assert package["error"] == "the test process killed by signal SIGSEGV"
+    assert [r["case"] for r in package["results"]] == ["tail-3x5-f16", "refused-workgroup-size-0"]
+    assert [(r["case"], r["variant"]) for r in package["notRun"]] == [
+        ("tail-3x5-f32", None), ("refused-int32-input", None), ("refused-alpha-not-a-number", None),
+        ("refused-vec4-on-5-elements", "vec4"),
+    ]  # fmt: skip
+
+
 def test_cases_run_and_are_reported_in_test_json_order(tmp_path: Path) -> None:
     """Cases expecting a refusal had all run and been reported first, and a case refused while
     planning (an unknown attribute) before every run: the order is test.json's, as its author wrote it."""

@@ -644,6 +644,13 @@ def run_package_tests_isolated(
     report = PackageReport(kernel=kernel.op_id, path=job.root, origin=job.origin, isolated=True)
     current: list[dict[str, Any]] = []  # the run going on (its variant None: a refused case run without one)
     planned: list[dict[str, Any]] | None = None  # None: the child never got as far as sending its plan
+    # test.json is read here once, before the child starts, for both the results' order and the runs a
+    # child that died before its plan did not reach: it had been read twice after the child ended, so
+    # an author's file saved in between could order the results by one version and list the runs not
+    # run from another. The child's own read is authoritative for what ran: its results and its plan
+    # (a verified package's bytes are the ones read here, sent with the job; an author's folder is
+    # read from disk again, and a result of a case this read lacks goes last, never dropped).
+    selected = selected_cases(kernel, cases)
     spawned = run_began = time.perf_counter()
 
     def handle(message: tuple[Any, ...]) -> None:
@@ -673,7 +680,7 @@ def run_package_tests_isolated(
     now = time.perf_counter()
     report.seconds = now - spawned
     # The child sends a case refused while planning before any run: its place is test.json's, as in process.
-    report.results = in_case_order(report.results, _case_names(kernel, cases))
+    report.results = in_case_order(report.results, [c.name for c in selected])
     if not finished:
         run = current[0] if current else None
         on = f" on variant {run['variant']!r}" if run and run["variant"] is not None else ""
@@ -683,36 +690,30 @@ def run_package_tests_isolated(
             report.results.append(RunResult(kernel.op_id, run["case"], run["variant"], run["dtype"], ERROR,
                                             message=f"the test process {ended} during this run",
                                             seconds=now - run_began))  # fmt: skip
-        report.not_run = unreached_runs(kernel, report, planned, cases)
+        report.not_run = unreached_runs(kernel, report, planned, selected)
     return report
 
 
-def _case_names(kernel: Kernel, cases: Sequence[str] | None) -> list[str]:
-    """The selected cases' names in test.json's order ([] where it cannot be read: the child says why)."""
+def selected_cases(kernel: Kernel, cases: Sequence[str] | None) -> list[TestCase]:
+    """The selected test.json cases in its order ([] where it cannot be read: the child says why)."""
     if not kernel.package.has(TEST_FILE):
         return []
     try:
-        return [c.name for c in read_test_file(kernel.package).cases if case_name_matches(c.name, cases)]
-    except KernelError:
+        return [c for c in read_test_file(kernel.package).cases if case_name_matches(c.name, cases)]
+    except KernelError:  # an unreadable test.json is its own error, not runs to list
         return []
 
 
 def unreached_runs(kernel: Kernel, report: PackageReport, planned: Sequence[Mapping[str, Any]] | None,
-                   cases: Sequence[str] | None) -> list[RunResult]:  # fmt: skip
+                   selected: Sequence[TestCase]) -> list[RunResult]:  # fmt: skip
     """The runs of ``planned`` (the child's plan) that have no result in ``report``, as errors
     saying why (``report.error``). A child that died before sending its plan (opening the device)
-    leaves the selected test.json cases, read here: on the variants a case names, else as the
-    case alone, since which variants accept it is the device's to say and this process opens none."""
+    leaves the runs of ``selected`` (:func:`selected_cases`, read by the caller): on the variants a
+    case names, else as the case alone, since which variants accept it is the device's to say and
+    this process opens none."""
     if planned is None:
-        if not kernel.package.has(TEST_FILE):
-            return []
-        try:
-            test_file = read_test_file(kernel.package)
-            planned = [{"case": case.name, "variant": variant, "dtype": case.type_label(kernel.manifest)}
-                       for case in test_file.cases if case_name_matches(case.name, cases)
-                       for variant in case.variants or (None,)]  # fmt: skip
-        except KernelError:  # an unreadable test.json is its own error, not runs to list
-            return []
+        planned = [{"case": case.name, "variant": variant, "dtype": case.type_label(kernel.manifest)}
+                   for case in selected for variant in case.variants or (None,)]  # fmt: skip
     reported = Counter((r.case, r.variant) for r in report.results)
     missing = []
     for run in planned:
