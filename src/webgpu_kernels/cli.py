@@ -450,11 +450,9 @@ def kernel_folder(ref: str) -> Path:
     """:func:`check_folder` of a KERNEL argument read as a folder, for every command alike (validate
     too): ``org/op/`` (a browser's URL path) where nothing is asks whether the Hub repository was
     meant; it stays a path by the two-slash rule, so no disk state decides Hub vs folder."""
-    from .locations import meant_repo_id
+    from .locations import refuse_slashed_repo_id
 
-    meant = meant_repo_id(ref)
-    if meant is not None:
-        raise PackageError(f"no such folder (did you mean the Hub repository {meant}?)", path=ref)
+    refuse_slashed_repo_id(ref)
     return check_folder(ref)
 
 

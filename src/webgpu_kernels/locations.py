@@ -120,11 +120,12 @@ def meant_repo_id(name: str) -> str | None:
 
 
 def refuse_slashed_repo_id(name: str) -> None:
-    """Refuse ``org/op/`` where nothing of that name is here (:func:`meant_repo_id`)."""
+    """Refuse ``org/op/`` where nothing of that name is here (:func:`meant_repo_id`): get_kernel's
+    refusal and every command's (cli.kernel_folder), in one wording, the one cli.md documents (the
+    API's had said it otherwise)."""
     repo_id = meant_repo_id(name)
     if repo_id is not None:
-        raise PackageError(f"{name!r} is no folder here, and with its trailing slash it names a local folder, not "
-                           f"a Hub repository: did you mean {repo_id}?")  # fmt: skip
+        raise PackageError(f"no such folder (did you mean the Hub repository {repo_id}?)", path=name)
 
 
 def _classify_url(name: str, scheme: str) -> Location:
