@@ -507,3 +507,14 @@ def test_errors_md_class_examples_are_real(tmp_path: Path) -> None:
         if not (said == shown or (shown.startswith("...") and said.endswith(shown[3:]))):
             wrong.append(f"docs/errors.md: {name}'s example is {shown!r}, the library says {said!r}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_readme_names_every_example_package() -> None:
+    """README's list of tests/packages had said nine while eleven were there (ArgMax and Attention
+    left out): each package folder is named there, and the count in words is the folders'."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    folders = sorted(p.name for p in (REPO_ROOT / "tests" / "packages").iterdir() if (p / "manifest.json").is_file())
+    assert [name for name in folders if f"`{name}`" not in readme] == []
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+             "twelve", "thirteen", "fourteen", "fifteen"]  # fmt: skip
+    assert f"[`tests/packages/`](tests/packages): {words[len(folders)]} packages" in readme
