@@ -654,6 +654,19 @@ def test_attribute_and_tunable_messages_share_one_form(kind, default, value, exp
     assert error.received == received
 
 
+@pytest.mark.parametrize(("default", "value", "hint"), [(0, True, "pass 1"), (1, np.bool_(False), "pass 0"),
+                                                    (1.5, True, "pass 1"), ([0], [1, False], "pass 0")])  # fmt: skip
+def test_a_boolean_for_a_number_attribute_says_which_number_to_pass(default, value, hint):
+    """ONNX's 0/1 flags (CumSum's exclusive) are int attributes: True was refused without saying that
+    1 is what to pass (a kernel author writing demo.CumSum from the docs, helper-135)."""
+    from webgpu_kernels.contract import _check_value
+
+    with pytest.raises(errors.AttributeValueError) as info:
+        _check_value("attribute", "exclusive", default, value)
+    assert info.value.received.startswith("bool ")
+    assert str(info.value).endswith(f"({hint}: a boolean is not a number here)")
+
+
 def test_workgroup_size_error_names_a_long_tunable_as_every_tunable_error_does(scale_shift_variant):
     # The 'got' part is type and a repr of at most 60 characters, as _check_value's errors: a string
     # tunable of 4,000 characters that makes the workgroup size 0 had been quoted whole.

@@ -371,7 +371,10 @@ _F32_RANGE = f"a number that rounds to a finite float32 (|x| < {F32_ROUNDING_BOU
 def _number(kind: str, name: str, value: Any, what: str) -> int | float:
     """A finite int or float (plain Python, integers below 2^63 in magnitude). ``what``: the value
     expected, as "a number"; every message says it as "WHAT (KIND)"."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool):  # ONNX's 0/1 flags are int attributes, where Python code writes True
+        raise AttributeValueError(name, f"{what} ({kind})", describe_value(value),
+                                  hint=f"pass {int(value)}: a boolean is not a number here")  # fmt: skip
+    if not isinstance(value, (int, float)):
         raise AttributeValueError(name, f"{what} ({kind})", describe_value(value))
     if isinstance(value, int):
         if abs(value) >= 2**63:
