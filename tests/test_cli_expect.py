@@ -587,6 +587,20 @@ def test_a_data_file_larger_than_a_package_file_may_be_is_refused(package, there
     assert _tree(package) == files
 
 
+def test_a_large_inline_entry_is_written_with_a_note_naming_the_data_file_to_name_instead(package) -> None:
+    """An author's 6,000 expected values went into test.json inline without a word (helper-135):
+    written, and a note names the entry and the data file that keeps test.json readable; at the
+    limit and below, no note."""
+    _edit_tests(package, lambda cases: cases[0]["inputs"]["X"].update(shape=[2, 513]))
+    result = _expect(package)
+    assert ('note: test.json cases[0].expected.Y: this entry holds 1026 values inline; name a data file instead '
+            '({"file": "tail-3x5-f32.Y.npy"}), which expect creates') in " ".join(result.stdout.split())  # fmt: skip
+    written = json.loads((package / "test.json").read_text("utf-8"))["cases"][0]["expected"]["Y"]
+    assert len(written["values"]) == 1026  # written inline all the same
+    _edit_tests(package, lambda cases: cases[0]["inputs"]["X"].update(shape=[2, 512]))
+    assert "note:" not in _expect(package).stdout
+
+
 def test_a_test_json_larger_than_a_package_file_may_be_is_refused(package) -> None:
     """A million values written inline make test.json about 11 MB: refused before anything is
     written, naming the entry and the data file to name instead (test.json had been replaced, then

@@ -29,7 +29,16 @@ from .casefile import TEST_FILE, parse_test_file
 from .cli import FOLDER, shell_word
 from .digests import METADATA_FILE, decode_json, replace_files, write_metadata
 from .errors import KernelError, PackageError
-from .expected import ReferenceFailed, check_package_size, check_test_file_size, dumps, indent_of, write_expected
+from .expected import (
+    INLINE_HINT_VALUES,
+    ReferenceFailed,
+    check_package_size,
+    check_test_file_size,
+    dumps,
+    indent_of,
+    largest_inline_entry,
+    write_expected,
+)
 from .json_schema import validator
 from .locations import classify
 from .manifest import manifest_schema
@@ -326,6 +335,9 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
     click.echo(f"{count} case{'' if count == 1 else 's'} written, {refused} refusal case{'' if refused == 1 else 's'} "
                f"left: {target}" + (f", {files} data file{'' if files == 1 else 's'} written{new}" if files else "")
                + "; metadata.json refreshed")  # fmt: skip
+    largest = largest_inline_entry(doc["cases"])
+    if largest and largest.count > INLINE_HINT_VALUES:  # written, but test.json is no longer for reading
+        click.echo(f"note: {TEST_FILE} {largest.json_path}: {largest.advice()}")
     click.echo(f"next: webgpu-kernels validate {_folder_argument(path)} && webgpu-kernels test {_folder_argument(path)}")
 
 

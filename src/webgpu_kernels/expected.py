@@ -243,18 +243,47 @@ def check_test_file_size(cases: Sequence[Mapping[str, Any]], text: str) -> None:
     size = len(text.encode())
     if size <= MAX_FILE_BYTES:
         return
+    largest = largest_inline_entry(cases)
+    where = f": {largest.advice()}" if largest else ""
+    raise CaseFileError(f"{TEST_FILE} would be {size} bytes, more than a package file may be ({MAX_FILE_BYTES}){where}",
+                        file=TEST_FILE, json_path=largest.json_path if largest else "cases")  # fmt: skip
+
+
+#: Past this many values an inline expected entry is worth a data file (test.json stays readable);
+#: the embedded packages' case script writes those past 64 as .npy.
+INLINE_HINT_VALUES = 1024
+
+
+@dataclass(frozen=True)
+class InlineEntry:
+    """test.json's inline expected entry holding the most values, and the data file to name instead."""
+
+    count: int
+    index: int
+    role: str
+    suggested: str
+
+    @property
+    def json_path(self) -> str:
+        return json_path(["cases", self.index, "expected", self.role])
+
+    def advice(self) -> str:
+        return (f"this entry holds {self.count} values inline; name a data file instead "
+                f"({{\"file\": \"{self.suggested}\"}}), which expect creates")  # fmt: skip
+
+
+def largest_inline_entry(cases: Sequence[Mapping[str, Any]]) -> InlineEntry | None:
+    """The inline expected entry holding the most values (None where no entry is inline)."""
     inline = [(math.prod(entry["shape"]), index, role, case.get("name")) for index, case in enumerate(cases)
               for role, entry in (case.get("expected") or {}).items()
               if isinstance(entry, Mapping) and "values" in entry and isinstance(entry.get("shape"), list)]  # fmt: skip
-    count, index, role, case_name = max(inline, key=lambda item: item[0], default=(0, None, None, None))
+    if not inline:
+        return None
+    count, index, role, case_name = max(inline, key=lambda item: item[0])
     suggested = f"{case_name}.{role}.npy"
     if not valid_file_name(suggested):
         suggested = f"data/case{index}.{role}.npy"
-    where = (f": this entry holds {count} values inline; name a data file instead ({{\"file\": \"{suggested}\"}}), "
-             "which expect creates" if index is not None else "")  # fmt: skip
-    raise CaseFileError(f"{TEST_FILE} would be {size} bytes, more than a package file may be ({MAX_FILE_BYTES}){where}",
-                        file=TEST_FILE, json_path=json_path(["cases", index, "expected", role]) if index is not None
-                        else "cases")  # fmt: skip
+    return InlineEntry(count, index, role, suggested)
 
 
 def check_package_size(kernel: Kernel, written: Written, text: str) -> None:
