@@ -1,7 +1,10 @@
 """Concurrency: calls from 8 threads at once on shared kernel objects and the shared device all
 return correct results (8 threads x 200 calls mixing both kernels, float32/float16, NumPy and GPU
-outputs, GPU-resident chains); plans built concurrently for new shapes; template renders in
-parallel each under their own budget. (The library has no asyncio API.)
+outputs, GPU-resident chains); plans built concurrently for new shapes, and evicted from caches
+shrunk to a few entries while other threads use them; the pool kept consistent under releases,
+collections and trims from other threads; GpuTensor.uncomputed asked while other threads'
+submissions fail; template renders in parallel each under their own budget. (The library has no
+asyncio API; threaded Hub loads are in test_hub.py.)
 """
 
 from __future__ import annotations
@@ -127,6 +130,106 @@ def test_8_threads_release_tensors_made_by_other_threads(quick_gelu, device):
     assert device.memory.pooled_bytes <= device.memory.pool_bytes
 
 
+def test_threads_calling_one_kernel_while_its_caches_evict_every_few_calls(monkeypatch, device):
+    """4 threads call one fresh kernel on 24 shapes, two workgroup sizes and both output kinds, and
+    evaluate expressions, with its plan caches, its compiled-expression cache and the device's
+    pipeline cache shrunk to 2-3 entries: every entry is evicted while other threads look theirs up
+    or run a plan they just took from it. Each result (GPU ones read back) matches the reference."""
+    from webgpu_kernels import execution
+    from webgpu_kernels import kernel as kernel_module
+
+    monkeypatch.setattr(kernel_module, "PLAN_CACHE_SIZE", 3)
+    monkeypatch.setattr(kernel_module, "EVALUATED_CACHE_SIZE", 2)
+    monkeypatch.setattr(execution, "PIPELINE_CACHE_SIZE", 2)
+    kernel = wk.load_kernel(embedded_root() / "com.microsoft.QuickGelu")
+
+    def work(t: int) -> int:
+        rng = np.random.default_rng(t)
+        for i in range(100):
+            size = 1 + (7 * i + 3 * t) % 24  # vec4 and scalar variants
+            tunables = None if i % 4 == 0 else {"WORKGROUP_SIZE": (64, 256)[(i // 3 + t) % 2]}
+            x = rng.standard_normal(size).astype(np.float32)
+            output = "gpu" if (i + t) % 2 else "numpy"
+            y = kernel({"X": x}, tunables=tunables, output=output)["Y"]
+            if isinstance(y, wk.GpuTensor):
+                host = y.numpy()
+                y.release()
+                y = host
+            close(y, quick_gelu_ref(x), np.float32)
+            assert kernel.evaluate(f"numel(shapes.X) * {i % 5}", {"X": x}) == size * (i % 5)
+        return 100
+
+    assert sum(run_threads(work, 4)) == 400
+    assert len(kernel._plans) <= 3 and len(kernel._fast_plans) <= 3 and len(kernel._evaluated) <= 2
+
+
+def test_pool_stays_consistent_under_cross_thread_releases_collections_and_trims(quick_gelu, device, monkeypatch):
+    """3 threads make GPU tensors and hand a third to each other, read and release them, drop others
+    unreleased (pooled from GpuTensor.__del__ through release_collected) and upload inputs, while a
+    4th empties the pool over and over (empty_cache: trim and flush). A tiny pool budget makes every
+    release shrink the pool, destroying buffers that unsubmitted work may use, and batches of 3
+    dispatches make recording submit mid-call. Every read matches the reference, and afterwards no
+    buffer is pooled twice or both pooled and leased."""
+    import queue
+
+    from webgpu_kernels import buffers
+
+    memory = device.memory
+    monkeypatch.setattr(buffers, "MAX_PENDING_DISPATCHES", 3)
+    monkeypatch.setattr(memory, "pool_bytes", 4096)
+    handed: queue.Queue = queue.Queue()
+    finished: list[int] = []  # the callers done (list.append is atomic)
+
+    def calls(t: int) -> int:
+        rng = np.random.default_rng(t)
+        for i in range(150):
+            x = rng.standard_normal(1 + (5 * i + t) % 40).astype(np.float32)
+            y = quick_gelu({"X": x}, output="gpu")["Y"]
+            expected = quick_gelu_ref(x)
+            if i % 3 == 0:
+                handed.put((y, expected))  # read and released by whichever thread takes it
+            elif i % 3 == 1:
+                close(y.numpy(), expected, np.float32)
+                del y  # never released: collected
+            else:
+                uploaded = wk.to_gpu(x)
+                close(quick_gelu({"X": uploaded})["Y"], expected, np.float32)
+                uploaded.release()
+                y.release()
+            try:
+                other, other_expected = handed.get_nowait()
+            except queue.Empty:
+                continue
+            close(other.numpy(), other_expected, np.float32)
+            other.release()
+        return 150
+
+    def work(t: int) -> int:
+        if t < 3:
+            try:
+                return calls(t)
+            finally:
+                finished.append(t)
+        trims = 0
+        while len(finished) < 3:
+            wk.empty_cache()
+            trims += 1
+        return trims
+
+    counts = run_threads(work, 4)
+    assert counts[:3] == [150, 150, 150]
+    while not handed.empty():
+        other, other_expected = handed.get()
+        close(other.numpy(), other_expected, np.float32)
+        other.release()
+    with memory.lock:
+        memory._pool_collected()
+        pooled = [b for stack in memory._free.values() for b in stack]
+        uids = [b.uid for b in pooled]
+        assert len(uids) == len(set(uids)), "a buffer pooled twice"
+        assert set(uids) == set(memory._free_order) and not set(uids) & set(memory._leased)
+        assert memory._free_total == sum(b.size for b in pooled)
+
 @pytest.mark.parametrize("read", ["numpy", "copy"])
 def test_a_read_waiting_for_the_device_sees_a_release_made_meanwhile(quick_gelu, device, read):
     """numpy() and copy.copy() took the tensor's buffer before waiting for the device lock: a
@@ -204,3 +307,40 @@ def test_parallel_renders_have_their_own_budgets(write_package):
 def test_threads_share_one_device(adapter):
     devices = run_threads(lambda t: wk.get_device(adapter))
     assert all(d is devices[0] for d in devices)
+
+
+def test_uncomputed_is_asked_while_other_threads_submissions_fail(quick_gelu, device, monkeypatch):
+    """GpuTensor.uncomputed read the device's lost batches without the lock while another thread's
+    failing submission added to them: "RuntimeError: Set changed size during iteration" (helper-136)."""
+    memory = device.memory
+    # Earlier failures (no real batch is < 0): each ask iterates long enough to be cut by a thread switch.
+    monkeypatch.setattr(memory, "lost_batches", set(range(-4000, 0)))
+    x = np.linspace(-2, 2, 64, dtype=np.float32)
+    y = quick_gelu({"X": x}, output="gpu")["Y"]
+    wk.synchronize()
+    failures, done = 2000, threading.Event()
+
+    class Refused(Exception):
+        pass
+
+    def refuse(encoder: object) -> None:  # as WebGPU refusing the batch at submission
+        raise Refused
+
+    def work(t: int) -> int:
+        if t == 0:
+            try:
+                for _ in range(failures):
+                    with pytest.raises(Refused):
+                        memory.flush(then=refuse)
+            finally:
+                done.set()
+            return 0
+        asked = 0
+        while asked < 3000 and not done.is_set():  # bounded: asking may hold the lock the failures need
+            assert not y.uncomputed
+            asked += 1
+        return asked
+
+    run_threads(work, 2)
+    close(y.numpy(), quick_gelu_ref(x), np.float32)
+    y.release()

@@ -1349,6 +1349,33 @@ def test_the_published_versions_an_error_lists_are_bounded(monkeypatch):
                             + " (100000 in all)") and len(message) < 400, message[:400]  # fmt: skip
 
 
+def test_threads_loading_one_repository_at_once_share_one_kernel(server, rng):
+    """8 threads' first get_kernel of one repository, released together, by its contract version,
+    its revision name and its commit: one kernel between them, each file fetched once, every
+    result right, and no per-repository load lock left behind (hub._loading's count, helper-131)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    commit = server.commit_of(OFFICIAL, "v1")
+    asked = [{"version": 1}, {"revision": "v1"}, {"revision": commit}]
+    x = rng.standard_normal((3, 67)).astype(np.float32)
+    for attempt in range(4):  # the first downloads; later ones (after clear_cache) open the cache's copy
+        hub.clear_cache()
+        barrier = threading.Barrier(8)
+
+        def load(t: int) -> wk.Kernel:
+            barrier.wait()
+            kernel = wk.get_kernel(OFFICIAL, **asked[t % len(asked)])
+            np.testing.assert_allclose(kernel({"X": x})["Y"], quick_gelu_ref(x), rtol=2e-6, atol=2e-6)
+            return kernel
+
+        with ThreadPoolExecutor(8) as pool:
+            kernels = list(pool.map(load, range(8)))
+        assert all(kernel is kernels[0] for kernel in kernels), attempt
+        assert kernels[0].package.commit == commit and hub._loading == {}
+    fetched = [path for method, path in server.requests if method == "GET" and "/resolve/" in path]
+    assert fetched and len(fetched) == len(set(fetched)), fetched
+
+
 def test_the_per_repository_load_locks_do_not_outlive_their_loads(server):
     """hub.load kept one lock per (endpoint, cache, repository, revision) ever asked, failed loads
     included: a service passing its users' repository ids grew the dict without bound (helper-131)."""

@@ -569,9 +569,12 @@ class DeviceMemory:
 
     def lost(self, work: tuple[int, int] | None) -> bool:
         """Whether any batch of ``work`` (first, last; None for data not computed by recorded work)
-        never reached the GPU (see flush)."""
-        lost = self.lost_batches
-        return bool(lost) and work is not None and any(work[0] <= batch <= work[1] for batch in lost)
+        never reached the GPU (see flush). Under the lock (run_plan and reads already hold it): a
+        failing flush on another thread adds to the set, and iterating it meanwhile raised
+        "Set changed size during iteration" from GpuTensor.uncomputed."""
+        with self.lock:
+            lost = self.lost_batches
+            return bool(lost) and work is not None and any(work[0] <= batch <= work[1] for batch in lost)
 
     def write(self, buffer: Any, data: np.ndarray) -> None:
         """Host bytes (1-D uint8) into ``buffer``, after submitting recorded work, which may use it."""
