@@ -75,8 +75,8 @@ class ExecutionPlan:
 
 def _pipeline_cache(device: Device) -> OrderedDict[Any, CompiledPipeline]:
     cache = getattr(device, "_pipelines", None)
-    if cache is None:
-        cache = device._pipelines = OrderedDict()  # type: ignore[attr-defined]
+    if cache is None:  # setdefault: two threads' first calls on a new device keep one cache, not one each
+        cache = vars(device).setdefault("_pipelines", OrderedDict())
     return cache
 
 
