@@ -175,6 +175,24 @@ def test_importing_a_reference_that_raises_exits_1(package) -> None:
     assert "RuntimeError: import-time failure" in result.stderr
 
 
+def test_a_reference_imports_the_modules_beside_it_as_python_file_would(package, tmp_path, monkeypatch) -> None:
+    """A reference in a tests folder that imports its neighbour (`references`) had failed with
+    ModuleNotFoundError, the working directory being first on sys.path instead of FILE's folder
+    (helper-137, writing a package's reference beside its tests)."""
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))  # the folder added is this test's alone
+    monkeypatch.chdir(tmp_path)  # elsewhere than FILE's folder
+    folder = package.parent / "refs"
+    folder.mkdir()
+    (folder / "scaled_helper.py").write_text("def three(x):\n    return 3 * x\n", "utf-8")
+    (folder / "ref_neighbour.py").write_text("import scaled_helper\n\n\ndef triple(inputs, attrs):\n"
+                                              "    import scaled_helper as late  # imported when called, too\n"
+                                              "    return {'Y': late.three(inputs['X'])}\n", "utf-8")  # fmt: skip
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{folder / 'ref_neighbour.py'}:triple")
+    assert "2 cases written" in result.stdout
+    tested = json.loads(invoke(CliRunner(), "test", str(package), "--json").stdout)
+    assert tested["ok"]
+
+
 # --- data files -----------------------------------------------------------------------------------
 
 

@@ -29,9 +29,9 @@ float32. onnxruntime gets its own bound on top (k = H: a sequential sum; it take
 E[s^2] - E[s]^2, which loses (mean inv)^2 gamma_H more, and for float16 it may round s to f16 first
 and compute the statistics of the rounded s: one f16 ulp of |s| more on dm).
 
-test.json's expected values come from this module's ``expect_reference`` (``expect`` does not put
-the reference file's folder on sys.path, so name tests/ for its conftest and references imports):
-``PYTHONPATH=tests webgpu-kernels expect tests/packages/com.example.SkipLayerNormalization
+test.json's expected values come from this module's ``expect_reference`` (``expect`` puts this
+file's folder first on sys.path, as ``python FILE`` does, so its conftest and references import):
+``webgpu-kernels expect tests/packages/com.example.SkipLayerNormalization
 --reference tests/test_skip_layer_norm_package.py:expect_reference``.
 """
 

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import traceback
 from importlib import resources
 from pathlib import Path
@@ -232,6 +233,11 @@ def _import_reference(ctx: click.Context, param: click.Parameter, value: str) ->
         raise click.BadParameter(f"expected FILE.py:FUNCTION, got {value!r}: {file!r} is no Python file",
                                  ctx=ctx, param=param)  # fmt: skip
     module = importlib.util.module_from_spec(spec)
+    # As `python FILE` runs it: FILE's folder first on sys.path, so that the modules beside it (a
+    # tests folder's helpers) import. Kept there: the function may import more when it is called.
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the author's code: their traceback, then exit 1
