@@ -177,6 +177,18 @@ def assert_within_bound(got, want: np.ndarray, tol, what: str) -> None:
                     f"{list(map(int, i))}: got {g64[i]!r}, want {want[i]!r}, tolerance {tol[i]:.3g}")
 
 
+def assert_outputs_within(got: dict, want: dict, tol: dict, dtypes: dict, what: str) -> None:
+    """Each output of ``want`` came back as a finite NumPy array of its ``dtypes[role]`` and shape,
+    within its derived bound (:func:`assert_within_bound`): the normalisation packages' check."""
+    for role, expected in want.items():
+        g = got[role]
+        assert isinstance(g, np.ndarray) and g.dtype == dtypes[role], (what, role, type(g), getattr(g, "dtype", None))
+        assert g.shape == expected.shape, (what, role, g.shape, expected.shape)
+        g64 = g.astype(np.float64)
+        assert np.all(np.isfinite(g64)), f"{what}: {role} has {np.count_nonzero(~np.isfinite(g64))} non-finite values"
+        assert_within_bound(g64, expected, tol[role], f"{what}: {role}")
+
+
 def one_node_session(node, inputs: list, outputs: list, opset: int):
     """An onnxruntime CPU session of one ONNX node with these graph inputs and outputs (value infos,
     symbolic dimensions allowed, so one session serves many shapes), single-threaded."""
