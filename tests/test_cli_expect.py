@@ -189,6 +189,7 @@ def test_a_reference_imports_the_modules_beside_it_as_python_file_would(package,
                                               "    return {'Y': late.three(inputs['X'])}\n", "utf-8")  # fmt: skip
     result = invoke(CliRunner(), "expect", str(package), "--reference", f"{folder / 'ref_neighbour.py'}:triple")
     assert "2 cases written" in result.stdout
+    assert str(folder) not in __import__("sys").path  # on it while the command ran, not after
     tested = json.loads(invoke(CliRunner(), "test", str(package), "--json").stdout)
     assert tested["ok"]
 

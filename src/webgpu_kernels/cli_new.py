@@ -234,10 +234,12 @@ def _import_reference(ctx: click.Context, param: click.Parameter, value: str) ->
                                  ctx=ctx, param=param)  # fmt: skip
     module = importlib.util.module_from_spec(spec)
     # As `python FILE` runs it: FILE's folder first on sys.path, so that the modules beside it (a
-    # tests folder's helpers) import. Kept there: the function may import more when it is called.
+    # tests folder's helpers) import. Kept there while the command runs (the function may import
+    # more when it is called), then taken off: a process running commands in turn (tests) keeps none.
     folder = str(path.resolve().parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
+        ctx.call_on_close(lambda: sys.path.remove(folder) if folder in sys.path else None)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the author's code: their traceback, then exit 1
