@@ -48,6 +48,7 @@
 #   bash scripts/h200-run.sh qgretime   f16 QuickGelu's large case alone in eight fresh processes (the under-copy re-time)
 #   bash scripts/h200-run.sh kernelalloc   run Z's kernel-only slow state: the buffers' or the process's? then all large
 #   bash scripts/h200-run.sh oom   buffers past the card's memory: OutOfMemoryError, the pool's trim-and-retry, a call after it
+#   bash scripts/h200-run.sh newpackages   demo.CumSum and com.example.SkipLayerNormalization: validate --strict, test, bench
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -339,6 +340,14 @@ case "${1:-bench}" in
     total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
     cap=$(( total / 1024 + 16 )); [ "$cap" -gt 100 ] && cap=100
     timeout 200 python3 scripts/oom_probe.py 1024 "$cap" 90 2>&1 | tee "$OUT/oom.log" ;;
+  newpackages)  # session 45: demo.CumSum and com.example.SkipLayerNormalization on a real GPU: validate, test, bench
+    for p in demo.CumSum com.example.SkipLayerNormalization; do
+      echo "== $p" | tee -a "$OUT/new-packages.log"
+      timeout 60 python3 -m webgpu_kernels validate "tests/packages/$p" --strict 2>&1 | tail -3 | tee -a "$OUT/new-packages.log"
+      timeout 90 python3 -m webgpu_kernels test "tests/packages/$p" 2>&1 | tail -4 | tee -a "$OUT/new-packages.log"
+      timeout 150 python3 -m webgpu_kernels bench "tests/packages/$p" --no-host --json "$OUT/bench-$p.json" 2>&1 \
+        | tee -a "$OUT/new-packages.log"
+    done ;;
   kernelalloc)  # session 43 (for the next lend): run Z's kernel-only slow state, the buffers' or the process's?
                # scripts/kernel_alloc_probe.py in six fresh processes (fresh pairs timed twice, a kept pair), then all large
     for p in 1 2 3 4 5 6; do
