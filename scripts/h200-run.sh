@@ -49,6 +49,7 @@
 #   bash scripts/h200-run.sh kernelalloc   run Z's kernel-only slow state: the buffers' or the process's? then all large
 #   bash scripts/h200-run.sh oom   buffers past the card's memory: OutOfMemoryError, the pool's trim-and-retry, a call after it
 #   bash scripts/h200-run.sh newpackages   demo.CumSum and com.example.SkipLayerNormalization: validate --strict, test, bench
+#   bash scripts/h200-run.sh skiplayernorm   com.example.SkipLayerNormalization's SD cases tuned, then benched default against tuned
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -348,6 +349,13 @@ case "${1:-bench}" in
       timeout 150 python3 -m webgpu_kernels bench "tests/packages/$p" --no-host --json "$OUT/bench-$p.json" 2>&1 \
         | tee -a "$OUT/new-packages.log"
     done ;;
+  skiplayernorm)  # session 45: com.example.SkipLayerNormalization's SD cases tuned (its vec4 default trailed row at
+                  # H=320 on an H100), then benched default against tuned
+    timeout 330 python3 -m webgpu_kernels tune tests/packages/com.example.SkipLayerNormalization --case 'sd15-2x*' \
+      --case 'sdxl-2x*' 2>&1 | tee "$OUT/skip-layer-norm-tune.log"
+    cp /tmp/tuning/*.json "$OUT/skip-layer-norm-tuning.json" 2>/dev/null
+    timeout 120 python3 -m webgpu_kernels bench tests/packages/com.example.SkipLayerNormalization --no-host \
+      --json "$OUT/skip-layer-norm-tuned.json" 2>&1 | tee "$OUT/skip-layer-norm-bench.log" ;;
   kernelalloc)  # session 43 (for the next lend): run Z's kernel-only slow state, the buffers' or the process's?
                # scripts/kernel_alloc_probe.py in six fresh processes (fresh pairs timed twice, a kept pair), then all large
     for p in 1 2 3 4 5 6; do
