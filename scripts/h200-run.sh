@@ -351,8 +351,8 @@ case "${1:-bench}" in
     done ;;
   skiplayernorm)  # session 45: com.example.SkipLayerNormalization's SD cases tuned (its vec4 default trailed row at
                   # H=320 on an H100), then benched default against tuned
-    timeout 330 python3 -m webgpu_kernels tune tests/packages/com.example.SkipLayerNormalization --case 'sd15-2x*' \
-      --case 'sdxl-2x*' 2>&1 | tee "$OUT/skip-layer-norm-tune.log"
+    timeout 330 python3 -m webgpu_kernels tune tests/packages/com.example.SkipLayerNormalization --case sd15-2x4096x320 --case sd15-2x1024x640 --case sd15-2x256x1280 \
+      --case sdxl-2x4096x640 2>&1 | tee "$OUT/skip-layer-norm-tune.log"
     cp /tmp/tuning/*.json "$OUT/skip-layer-norm-tuning.json" 2>/dev/null
     timeout 120 python3 -m webgpu_kernels bench tests/packages/com.example.SkipLayerNormalization --no-host \
       --json "$OUT/skip-layer-norm-tuned.json" 2>&1 | tee "$OUT/skip-layer-norm-bench.log" ;;
