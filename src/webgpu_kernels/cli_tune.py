@@ -7,6 +7,7 @@ import errno
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,19 @@ from .package import embedded_ids
 
 WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
 
+# What a tuning class's calls should run: (variant, tunables), or None for the manifest's own
+# selection at the manifest's tunables (what they run when nothing is stored).
+Outcome = tuple[str, dict[str, Any]] | None
+
+
+@dataclass
+class _ClassCases:
+    """One tuning class's cases tuned so far in a run and the distinct outcomes their searches found."""
+    cases: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # (case, its name and dtype)
+    candidates: list[Outcome] = field(default_factory=list)
+    kept: Outcome = None  # what the class keeps now
+
+
 @click.command("tune")
 @trust_option
 @click.argument("kernels", nargs=-1)
@@ -62,8 +76,10 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     4x the default for other integers, the other value for booleans), the others held at the best
     so far, starting from the case's own tunables where bench.json names some; a candidate is kept
     only if its output agrees with the default's. Nothing is stored for a class (the inputs' dimensions
-    rounded down to powers of two) whose winner is the manifest's own selection, or whose cases
-    disagree: calls there run the manifest's selection."""
+    rounded down to powers of two) whose winner is the manifest's own selection: calls there run
+    it. Where cases of one class find different winners, each of those is timed on every case of
+    the class, and the class keeps the one fastest over them all among those that run each case
+    with the default's output (nothing stored if that is the manifest's selection)."""
     console = _console()
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     cache = load_tuning_cache(device)
@@ -81,10 +97,9 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     errors = 0
     skips: dict[str, list[str]] = {}  # why -> the cases skipped for it on this adapter
     saved = False  # whether a case's result reached the tuning file
-    outcomes: dict[str, tuple[str, Any]] = {}  # tuning class -> the first case's name (and dtype) and outcome
+    by_class: dict[str, _ClassCases] = {}  # tuning class -> its cases and what it keeps
     earlier_entries = set(cache.entries)  # the classes the file held before this run
     dropped: set[str] = set()  # of those, the classes whose entry this run removed
-    conflicted: set[str] = set()  # classes whose cases disagree
     with Progress(console=console, transient=True, disable=not is_live(console)) as progress:
         _warm_up(progress, device, warm_up_s)
         task = progress.add_task("tuning", total=len(work))
@@ -134,7 +149,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             tuning_class = kernel.tuning_class(arrays, case["attrs"])
             # What calls of this class should run: nothing stored when the manifest's own selection
             # won (an entry would impose this shape's default variant on every shape of the class),
-            # nor when two cases of one class disagree; else the winner.
+            # where two cases of one class found different winners, the one fastest over all its
+            # cases (_resolve_class); else the winner.
             # Compared by the work the GPU is given (work_key): a tunable the winner never reads
             # makes no other outcome.
             winner = (best[1], best[2])
@@ -142,21 +158,25 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             key = tuning.entry_key(kernel.tuning_key, *tuning_class)
             # the dtype: a case name runs in each of its dtypes, and each dtype is a class of its own
             named = f"{case['name']!r} ({_dtype_label(case['types'].values())})"
-            earlier = outcomes.setdefault(key, (named, outcome))
-            if not _same_work(kernel, arrays, case["attrs"], earlier[1], outcome) and key not in conflicted:
-                conflicted.add(key)
-                progress.console.print(Text(f"{kernel.manifest.name} {named}: shares its tuning class with case "
-                                            f"{earlier[0]}, which found {_outcome_text(earlier[1])} where this one "
-                                            f"found {_outcome_text(outcome)}: nothing is stored for the class, so its "
-                                            "calls run the manifest's selection", style="yellow"), soft_wrap=True)  # fmt: skip
+            cls = by_class.setdefault(key, _ClassCases())
+            cls.cases.append((case, named))
+            if not any(_same_work(kernel, arrays, case["attrs"], c, outcome) for c in cls.candidates):
+                cls.candidates.append(outcome)
+            del arrays  # the resolution rebuilds each case's inputs: one case's at a time in memory
+            cls.kept, kept_s = outcome, best[0]
+            if len(cls.candidates) > 1:  # a conflict, now or earlier: this case joins the totals
+                now_running(progress, task, f"{label}: timing its class's {len(cls.candidates)} choices on its "
+                                            f"{len(cls.cases)} cases")  # fmt: skip
+                cls.kept, kept_s, text = _resolve_class(kernel, cls, seed)
+                progress.console.print(Text(f"{kernel.manifest.name} {named}: {text}", style="yellow"), soft_wrap=True)
             if not dry_run:
-                if outcome is None or key in conflicted:
+                if cls.kept is None:
                     if key in earlier_entries:
                         dropped.add(key)
                     cache.forget(kernel.tuning_key, *tuning_class)
                 else:
                     cache.record(kernel.tuning_key, tuning_class[0], tuning_class[1],
-                                 tuning.TunedChoice(best[1], best[2], best[0]), *tuning_class[2:])  # fmt: skip
+                                 tuning.TunedChoice(*cls.kept, kept_s), *tuning_class[2:])  # fmt: skip
                 try:
                     cache.save()  # after every case: an interrupted search keeps what it found
                     saved = True
@@ -170,25 +190,25 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             progress.advance(task)
     console.print(table)
     # "saved:" alone had read as a stored choice where the selection won and nothing was stored.
-    stored = sum(1 for key, (_, outcome) in outcomes.items() if outcome is not None and key not in conflicted)
+    stored = sum(1 for cls in by_class.values() if cls.kept is not None)
     if dry_run:
         console.print(f"dry run: nothing written to {cache.path} (a run would store a choice for "
-                      f"{stored} of {len(outcomes)} tuning classes)", soft_wrap=True)  # fmt: skip
+                      f"{stored} of {len(by_class)} tuning classes)", soft_wrap=True)  # fmt: skip
     elif saved:
         # "saved:" had also ended a run that stored nothing, its file holding no entry for it.
-        kept = len(outcomes) - stored
+        kept = len(by_class) - stored
         them = "it" if kept == 1 else "them"
         entries = f"{len(dropped)} earlier entr{'y' if len(dropped) == 1 else 'ies'}"
         removed = f"; {entries} for {them} removed from {cache.path}" if dropped else ""
-        why = (f"the manifest's own selection: nothing is stored for {them} (the selection won, or their cases "
-               f"disagreed){removed}")  # fmt: skip
+        why = (f"the manifest's own selection: nothing is stored for {them} (the selection won, over all their "
+               f"cases where those disagreed, or nothing else ran them all){removed}")  # fmt: skip
         if not stored:
             classes = "its one tuning class keeps" if kept == 1 else f"all {kept} tuning classes keep"
             console.print(f"nothing stored in {cache.path}: {classes} {why}", soft_wrap=True)
         else:
-            console.print(f"saved: {cache.path} (a choice for {stored} of {len(outcomes)} tuning classes)", soft_wrap=True)
+            console.print(f"saved: {cache.path} (a choice for {stored} of {len(by_class)} tuning classes)", soft_wrap=True)
             if kept:
-                console.print(f"{kept} of {len(outcomes)} tuning classes keep {why}", soft_wrap=True)
+                console.print(f"{kept} of {len(by_class)} tuning classes keep {why}", soft_wrap=True)
     else:  # every case errored or was skipped: "saved:" had named a file that nothing was written to
         console.print(f"nothing saved: no case was tuned, so {cache.path} is as it was")
     if cache.backup is not None:
@@ -256,8 +276,62 @@ def _same_work(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, A
         return False
 
 
-def _outcome_text(outcome: tuple[str, dict[str, Any]] | None) -> str:
-    return "the manifest's selection best" if outcome is None else f"{outcome[0]} {outcome[1]} best"
+def _outcome_text(outcome: Outcome) -> str:
+    return "the manifest's selection" if outcome is None else f"{outcome[0]} {assignments(outcome[1])}"
+
+
+def _resolve_class(kernel: Kernel, cls: _ClassCases, seed: int) -> tuple[Outcome, float, str]:
+    """What a class whose cases found different winners keeps: of its candidates (those winners)
+    that run every case of the class with the case default's output, the one with the smallest
+    total of full timings over the cases (the search's own two near-equal local optima were both
+    3.4x the selection's speed, and the class had kept the selection). Returns it, its time on the
+    latest case (what is stored with it) and the line that says why."""
+    per_case = [_time_candidates(kernel, case, seed, cls.candidates) for case, _ in cls.cases]
+    totals: list[float] = []
+    notes: list[str] = []  # per candidate: its total, or why it is out
+    for i, candidate in enumerate(cls.candidates):
+        failed = next(((named, r[i]) for (_, named), r in zip(cls.cases, per_case, strict=True)
+                       if isinstance(r[i], str)), None)  # fmt: skip
+        totals.append(float("inf") if failed else sum(float(r[i]) for r in per_case))
+        notes.append(f"{_outcome_text(candidate)} disqualified on {failed[0]} ({failed[1]})" if failed
+                     else f"{_outcome_text(candidate)} {totals[i] * 1e6:.1f} µs")  # fmt: skip
+    best = min(range(len(totals)), key=totals.__getitem__)
+    cases = ", ".join(named for _, named in cls.cases)
+    head = f"its tuning class's cases found different choices; timed on each of its {len(cls.cases)} cases ({cases}), "
+    if totals[best] == float("inf"):  # none runs them all: calls run the selection, as with nothing stored
+        return None, 0.0, f"{head}none ran them all: nothing is stored for the class ({'; '.join(notes)})"
+    kept = cls.candidates[best]
+    what = "the manifest's selection (nothing is stored for it)" if kept is None else _outcome_text(kept)
+    others = "; ".join(n for i, n in enumerate(notes) if i != best)
+    return kept, float(per_case[-1][best]), f"{head}the class keeps {what}: {totals[best] * 1e6:.1f} µs in all, against {others}"
+
+
+def _time_candidates(kernel: Kernel, case: dict[str, Any], seed: int, candidates: list[Outcome]) -> list[float | str]:
+    """Per candidate, its full timing on ``case`` (inputs rebuilt from it: a large case's are GBs,
+    not kept between cases), or why it cannot stand for the case: its variant refuses it, it
+    raises, or its output differs from the case default's (the search's check)."""
+    arrays, attrs = _arrays(case, seed), case["attrs"]
+    defaults = {**kernel.manifest.tunables, **case["tunables"]}
+    try:  # the default's variant forced: no stored choice answers (tunables {} would let one)
+        default_variant = kernel.work_key(arrays, attrs=attrs, tunables=defaults)[0]
+        expected = _as_float64(kernel(arrays, attrs=attrs, variant=default_variant, tunables=defaults))
+    except KernelError as exc:  # it ran in this run's search: a device gone wrong since
+        return [f"the case's default failed: {exc}"] * len(candidates)
+    tolerance = Tolerance.of(case["types"].values())
+    results: list[float | str] = []
+    for candidate in candidates:
+        try:
+            # None: the selection at the manifest's tunables, forced so that no stored choice answers
+            variant, tunables = (kernel.work_key(arrays, attrs=attrs)[0], dict(kernel.manifest.tunables)) \
+                if candidate is None else candidate
+            outputs = kernel(arrays, attrs=attrs, variant=variant, tunables=tunables)
+            if set(outputs) != set(expected) or not tolerance.agrees(outputs, expected):
+                results.append("its output differs from the default's")
+                continue
+            results.append(bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables).median_s)
+        except KernelError as exc:
+            results.append(f"refused or failed: {exc}")
+    return results
 
 
 def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
