@@ -597,6 +597,30 @@ def test_a_class_whose_cases_agree_times_nothing_more(runner, tuning_dir, monkey
     assert (entry["variant"], entry["tunables"]) == ("looped", FAST)
 
 
+def test_a_third_case_of_a_class_that_disagrees_times_only_its_new_pairs(runner, tuning_dir, monkeypatch,
+                                                                          write_package) -> None:  # fmt: skip
+    """Each case of a class whose cases disagree re-timed every candidate on every case (its cost
+    growing with the square of the class's cases): each (case, candidate) pair is timed once now.
+    Three cases, three winners: 3 defaults, then 2 x 2 pairs, then the 5 new ones (the third
+    candidate on the first two cases, every candidate on the third). --dry-run resolves alike and
+    writes nothing."""
+    root = _twice_package(write_package)
+    bench = json.loads((root / "bench.json").read_text("utf-8"))
+    bench["cases"].append({"name": "even-4098", "inputs": {"X": {"shape": [4098]}}, "types": {"T": ["float32"]}})
+    (root / "bench.json").write_text(json.dumps(bench), "utf-8")
+    wider = {"WORKGROUP_SIZE": 128, "REPEAT": 1}
+    monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
+    monkeypatch.setattr(cli_tune, "_search", _fake_search({(4096,): ("looped", FAST), (4097,): None,
+                                                           (4098,): ("looped", wider)}))  # fmt: skip
+    timed = []
+    real = cli_tune.bench_kernel
+    monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: timed.append(k) or real(*a, **k))
+    out = " ".join(invoke(runner, "tune", str(root), "--dry-run", *QUICK_WARM_UP).output.split())
+    assert len(timed) == 3 + 4 + 5, len(timed)
+    assert "timed on each of its 3 cases" in out and "a run would store a choice for 1 of 1 tuning classes" in out, out
+    assert not tuning_file(tuning_dir).exists()  # a dry run writes nothing
+
+
 def test_the_search_tries_a_variant_the_manifest_tunables_refuse(monkeypatch, device):
     """demo.ReduceSum's workgroup variant refuses 128-element rows at WORKGROUP_SIZE 256 (the
     manifest's) and accepts them at 64 or 128: only variants accepting the defaults had been searched."""

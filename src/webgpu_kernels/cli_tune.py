@@ -55,6 +55,9 @@ class _ClassCases:
     cases: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # (case, its name and dtype)
     candidates: list[Outcome] = field(default_factory=list)
     kept: Outcome = None  # what the class keeps now
+    #: (case index, candidate index) -> its timing or why it is out: each pair is timed once, so a
+    #: class's later cases time only what is new (the lists above only grow)
+    timed: dict[tuple[int, int], float | str] = field(default_factory=dict)
 
 
 @click.command("tune")
@@ -286,7 +289,12 @@ def _resolve_class(kernel: Kernel, cls: _ClassCases, seed: int) -> tuple[Outcome
     total of full timings over the cases (the search's own two near-equal local optima were both
     3.4x the selection's speed, and the class had kept the selection). Returns it, its time on the
     latest case (what is stored with it) and the line that says why."""
-    per_case = [_time_candidates(kernel, case, seed, cls.candidates) for case, _ in cls.cases]
+    for i, (case, _) in enumerate(cls.cases):
+        new = [j for j in range(len(cls.candidates)) if (i, j) not in cls.timed]
+        if new:
+            results = _time_candidates(kernel, case, seed, [cls.candidates[j] for j in new])
+            cls.timed.update(((i, j), r) for j, r in zip(new, results, strict=True))
+    per_case = [[cls.timed[i, j] for j in range(len(cls.candidates))] for i in range(len(cls.cases))]
     totals: list[float] = []
     notes: list[str] = []  # per candidate: its total, or why it is out
     for i, candidate in enumerate(cls.candidates):
