@@ -231,6 +231,29 @@ def test_run_places_onnxruntimes_inputs_and_outputs_by_their_formal_names(write_
 
 
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_onnx_op_compares_a_package_with_the_onnx_op_it_mirrors(runner: CliRunner) -> None:
+    """com.example.SkipLayerNormalization mirrors com.microsoft.SkipLayerNormalization under an id
+    of its own: run had said "onnxruntime does not know this op" and compared nothing (helper-137,
+    writing it from the docs). --onnx-op names the op: all four outputs compared, by name."""
+    from conftest import PACKAGES_DIR
+
+    package = str(PACKAGES_DIR / "com.example.SkipLayerNormalization")
+    shapes = ["-i", "input=2x7x64:f32", "-i", "skip=2x7x64:f32", "-i", "gamma=64:f32", "-i", "bias=64:f32"]
+    plain = invoke_json(runner, "run", package, *shapes)
+    assert plain["onnxruntimeOp"] == "com.example.SkipLayerNormalization" and not plain["checked"], plain
+    assert plain["referenceUnavailable"]["onnxruntime"] == "onnxruntime does not know this op"
+    data = invoke_json(runner, "run", package, *shapes, "--onnx-op", "com.microsoft.SkipLayerNormalization")
+    assert data["onnxruntimeOp"] == "com.microsoft.SkipLayerNormalization" and data["onnxruntimeMatchedBy"] == "name"
+    assert data["checked"] and data["ok"], data
+    assert set(data["reference"]["onnxruntime"]) == {"output", "mean", "inv_std_var", "input_skip_bias_sum"}
+    text = " ".join(invoke(runner, "run", package, *shapes, "--onnx-op", "com.microsoft.SkipLayerNormalization")
+                    .stdout.split())  # fmt: skip
+    assert "error vs ONNX Runtime CPU com.microsoft.SkipLayerNormalization (output): max abs" in text
+    refused = runner.invoke(main, ["run", package, *shapes, "--onnx-op", "SkipLayerNormalization"])
+    assert refused.exit_code == 2 and "expected DOMAIN.NAME" in refused.stderr, refused.output
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_run_says_why_onnxruntime_refused_the_call(write_package, runner: CliRunner) -> None:
     """An attribute of another type than the op declares (epsilon written 1, an int) makes ORT refuse
     the model; `run` had said "onnxruntime has no CPU kernel" for every ORT error (helper-11)."""

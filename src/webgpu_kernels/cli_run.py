@@ -3,6 +3,7 @@ host, and compared with the NumPy float64 and ONNX Runtime references (where the
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Iterator, Mapping
@@ -40,6 +41,15 @@ from .references import (
     onnxruntime_for,
 )
 
+
+def _onnx_op(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--onnx-op as DOMAIN.NAME (ai.onnx.CumSum, com.microsoft.SkipLayerNormalization)."""
+    if value is not None and not re.fullmatch(r"(?:[A-Za-z_][\w-]*\.)+[A-Za-z_]\w*", value):
+        raise click.BadParameter(f"expected DOMAIN.NAME (com.microsoft.SkipLayerNormalization, ai.onnx.CumSum), "
+                                 f"got {value!r}", ctx=ctx, param=param)  # fmt: skip
+    return value
+
+
 TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU kernel time"
 
 
@@ -51,11 +61,14 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--repeat", type=click.IntRange(min=0), default=10, show_default=True,
               help="Timed calls after the first one (their median is reported).")  # fmt: skip
+@click.option("--onnx-op", metavar="DOMAIN.NAME", default=None, callback=_onnx_op,
+              help="Compare with this ONNX op in onnxruntime (com.microsoft.SkipLayerNormalization): the op a "
+                   "package mirrors under an id of its own. Default: KERNEL's op id.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
             tunables: dict[str, Any], generators: dict[str, dict[str, Any]], variant: str | None, seed: int,
-            repeat: int, as_json: bool) -> None:  # fmt: skip
+            repeat: int, onnx_op: str | None, as_json: bool) -> None:  # fmt: skip
     """Run KERNEL on seeded random inputs (standard normal unless --generate; bool half true):
     output summary, time and error against the references. Exit status 1 when an output element is
     beyond its tolerance (float32: 1e-4 + 1e-5 x |reference|; float16: 1e-2 + 1e-3 x |reference|)."""
@@ -104,10 +117,11 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     # ONNX reads a node's inputs and outputs by position: the op's formal positions where the roles
     # are its formal names, else the manifest's order, "" for one left out (listing only what there
     # was shifted a later one into an earlier one's place).
-    positions = manifest_positions(k.manifest, arrays, outputs)
+    positions = manifest_positions(k.manifest, arrays, outputs, op_id=onnx_op)
+    report["onnxruntimeOp"] = onnx_op or k.op_id
     report["onnxruntimeMatchedBy"] = "name" if positions[2] else "position"
     try:
-        ort_out = onnxruntime_for(k.manifest, arrays, all_attrs, outputs, positions=positions)
+        ort_out = onnxruntime_for(k.manifest, arrays, all_attrs, outputs, positions=positions, op_id=onnx_op)
     except ReferenceShapeMismatch as mismatch:  # the kernel's shape is not the op's: WRONG, as a compared shape is
         report["reference"]["onnxruntime"] = {mismatch.output: {"shapeMismatch": [mismatch.kernel, mismatch.inferred]}}
     except ReferenceUnavailable as why:
@@ -205,7 +219,9 @@ def _print_run(r: dict[str, Any]) -> None:
         console.print(f"  median of {t['repeat']} more calls: {t['medianMs']:.3f} ms")
 
     refs = r["reference"]
-    for key, label in (("numpy", "NumPy float64 reference"), ("onnxruntime", "ONNX Runtime CPU")):
+    # --onnx-op: the ONNX op compared is named, not the package's own
+    ort_label = "ONNX Runtime CPU" + (f" {r['onnxruntimeOp']}" if r["onnxruntimeOp"] != r["op"] else "")
+    for key, label in (("numpy", "NumPy float64 reference"), ("onnxruntime", ort_label)):
         results = refs[key]
         if results is None:
             if key in r["referenceUnavailable"]:
@@ -233,7 +249,8 @@ def _print_run(r: dict[str, Any]) -> None:
             console.print(Text(line + ("" if c["ok"] else ": WRONG"), style="" if c["ok"] else "bold red"))
     if not r["checked"]:
         console.print(Text("not checked: no reference compared the outputs (a package's own op is checked by "
-                           "`webgpu-kernels test` against its test.json)", style="yellow"))  # fmt: skip
+                           "`webgpu-kernels test` against its test.json, or with --onnx-op DOMAIN.NAME against the "
+                           "ONNX op it mirrors)", style="yellow"))  # fmt: skip
 
 
 COMMANDS = [run_cmd]

@@ -248,21 +248,24 @@ def onnxruntime_reference(
     return dict(zip(outputs, (np.asarray(r) for r in results), strict=True))
 
 
-def manifest_positions(manifest: Any, given: Collection[str], produced: Collection[str]) -> tuple[list[str], list[str], bool]:
-    """:func:`node_positions` for a package's call: its manifest's op id and roles."""
-    return node_positions(manifest.op_id, [s.role for s in manifest.inputs], [s.role for s in manifest.outputs],
-                          given, produced)  # fmt: skip
+def manifest_positions(manifest: Any, given: Collection[str], produced: Collection[str], *,
+                       op_id: str | None = None) -> tuple[list[str], list[str], bool]:  # fmt: skip
+    """:func:`node_positions` for a package's call: its manifest's roles, and its op id unless
+    ``op_id`` names the ONNX op the package mirrors under an id of its own."""
+    return node_positions(op_id or manifest.op_id, [s.role for s in manifest.inputs],
+                          [s.role for s in manifest.outputs], given, produced)  # fmt: skip
 
 
 def onnxruntime_for(manifest: Any, inputs: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
                     outputs: Mapping[str, Any], *, positions: tuple[list[str], list[str], bool] | None = None,
-                    ) -> dict[str, np.ndarray]:  # fmt: skip
+                    op_id: str | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """:func:`onnxruntime_reference` for a package's call, as `run` and `bench` compare it: the node's
-    inputs and outputs placed by :func:`manifest_positions` (or ``positions``), the op at the
-    manifest's ``sinceVersion``, the kernel's ``outputs``' shapes checked before ORT runs."""
-    node_inputs, node_outputs, _ = positions or manifest_positions(manifest, inputs, outputs)
-    return onnxruntime_reference(manifest.op_id, inputs, attrs, input_names=node_inputs, output_names=node_outputs,
-                                 output_shapes={n: np.shape(a) for n, a in outputs.items()},
+    inputs and outputs placed by :func:`manifest_positions` (or ``positions``), the op (the
+    manifest's, or ``op_id``) at the manifest's ``sinceVersion``, the kernel's ``outputs``' shapes
+    checked before ORT runs."""
+    node_inputs, node_outputs, _ = positions or manifest_positions(manifest, inputs, outputs, op_id=op_id)
+    return onnxruntime_reference(op_id or manifest.op_id, inputs, attrs, input_names=node_inputs,
+                                 output_names=node_outputs, output_shapes={n: np.shape(a) for n, a in outputs.items()},
                                  opset=manifest.since_version)  # fmt: skip
 
 
