@@ -43,9 +43,9 @@ from .references import (
 
 
 def _onnx_op(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--onnx-op as DOMAIN.NAME (ai.onnx.CumSum, com.microsoft.SkipLayerNormalization)."""
+    """--onnx-op as DOMAIN.NAME (ai.onnx.Relu, com.microsoft.FastGelu)."""
     if value is not None and not re.fullmatch(r"(?:[A-Za-z_][\w-]*\.)+[A-Za-z_]\w*", value):
-        raise click.BadParameter(f"expected DOMAIN.NAME (com.microsoft.SkipLayerNormalization, ai.onnx.CumSum), "
+        raise click.BadParameter(f"expected DOMAIN.NAME (com.microsoft.FastGelu, ai.onnx.Relu), "
                                  f"got {value!r}", ctx=ctx, param=param)  # fmt: skip
     return value
 
@@ -62,7 +62,7 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 @click.option("--repeat", type=click.IntRange(min=0), default=10, show_default=True,
               help="Timed calls after the first one (their median is reported).")  # fmt: skip
 @click.option("--onnx-op", metavar="DOMAIN.NAME", default=None, callback=_onnx_op,
-              help="Compare with this ONNX op in onnxruntime (com.microsoft.SkipLayerNormalization): the op a "
+              help="Compare with this ONNX op in onnxruntime (com.microsoft.FastGelu): the op a "
                    "package mirrors under an id of its own. Default: KERNEL's op id.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
