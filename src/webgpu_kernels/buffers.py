@@ -153,13 +153,11 @@ class translate_gpu_errors:  # noqa: N801 - used as a function: `with translate_
             return
         text = str(exc).strip()
         if is_device_lost(exc):
-            if self.memory is not None and self.memory.on_lost is not None:
-                self.memory.on_lost()
+            self._tell_lost()
             raise DeviceLostError(f"the WebGPU device was lost ({self.what}): {text}; the next call opens a new one") from None
         if is_out_of_memory(exc):  # an allocation other than a pooled buffer's (those retry in DeviceMemory.create)
             if self.memory is not None and self.memory.lost_to_out_of_memory():
-                if self.memory.on_lost is not None:
-                    self.memory.on_lost()
+                self._tell_lost()
                 raise DeviceLostError(f"the WebGPU device was lost ({self.what}) when it ran out of memory: "
                                       f"{' '.join(text.split())}; {OUT_OF_MEMORY_ADVICE}; the next call opens a new "
                                       "device") from None  # fmt: skip
@@ -168,6 +166,11 @@ class translate_gpu_errors:  # noqa: N801 - used as a function: `with translate_
                                    f"pool {describe_bytes(pooled)}; {OUT_OF_MEMORY_ADVICE} (wgpu: {' '.join(text.split())})",
                                    nbytes=None, live_bytes=live, pooled_bytes=pooled) from None  # fmt: skip
         raise DeviceError(f"WebGPU refused the work ({self.what}): {text}") from None
+
+    def _tell_lost(self) -> None:
+        """Tell ``memory``'s owner (the Device) that its device is gone: the next call opens a new one."""
+        if self.memory is not None and self.memory.on_lost is not None:
+            self.memory.on_lost()
 
 
 MAX_POOLED_BUFFERS = 256

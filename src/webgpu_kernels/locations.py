@@ -100,9 +100,10 @@ def slashed_repo_id(name: object) -> str | None:
     return repo_id if _valid_repo_id(repo_id) else None
 
 
-def meant_repo_id(name: str) -> str | None:
-    """The Hub repository ``org/op`` where ``name`` is ``org/op/`` and nothing of that name is here,
-    else None: what get_kernel and every command ask about ("did you mean org/op?").
+def refuse_slashed_repo_id(name: str) -> None:
+    """Refuse ``org/op/`` where nothing of that name is here, asking whether the Hub repository
+    ``org/op`` was meant: get_kernel's refusal and every command's (cli.kernel_folder), in the one
+    wording cli.md documents.
 
     It stays a path (two slashes: security.md and cli.md's rule), not read as the repository: what
     a name loads, a verified Hub package or an unverified folder, must not turn on what the disk
@@ -111,20 +112,12 @@ def meant_repo_id(name: str) -> str | None:
     """
     repo_id = slashed_repo_id(name)
     if repo_id is None:
-        return None
+        return
     try:
         present = os.path.lexists(name)
     except (OSError, ValueError):
         present = False
-    return None if present else repo_id
-
-
-def refuse_slashed_repo_id(name: str) -> None:
-    """Refuse ``org/op/`` where nothing of that name is here (:func:`meant_repo_id`): get_kernel's
-    refusal and every command's (cli.kernel_folder), in one wording, the one cli.md documents (the
-    API's had said it otherwise)."""
-    repo_id = meant_repo_id(name)
-    if repo_id is not None:
+    if not present:
         raise PackageError(f"no such folder (did you mean the Hub repository {repo_id}?)", path=name)
 
 

@@ -224,7 +224,7 @@ def run_package_tests(
             arrays = case.build_inputs(manifest, read)
             label = case.type_label(manifest, arrays)  # a data file's dtype is known once it is read
             if case.refused is not None:  # its call is judged whole, refusal included
-                plans.append(_PlannedRefusal(case, case.refused, label, keep(arrays), tuple(kernel.variants)))
+                plans.append(_PlannedRefusal(case, case.refused, label, keep(arrays), _refusal_runs(case, kernel.variants)))
                 continue
             explanation = kernel.explain({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()},
                                          attrs=case.attrs or None, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
@@ -300,16 +300,15 @@ class _PlannedRefusal(NamedTuple):
     refusal: Refusal
     label: str
     arrays: dict[str, np.ndarray] | None
+    runs: list[str | None]  # _refusal_runs
 
-    variants: tuple[str, ...]  # the kernel's, in the manifest's order
 
-    @property
-    def runs(self) -> list[str | None]:
-        """The variants the case names in the manifest's order, as a case that runs is run (an
-        unknown id last, for its refusal); the case's own order had decided."""
-        if not self.case.variants:
-            return [None]
-        return sorted(self.case.variants, key=lambda v: self.variants.index(v) if v in self.variants else len(self.variants))
+def _refusal_runs(case: TestCase, variants: Sequence[str]) -> list[str | None]:
+    """The variants a refused case names, in the manifest's order (``variants``), as a case that runs
+    is run (an unknown id last, for its refusal; the case's own order had decided); [None] for none."""
+    if not case.variants:
+        return [None]
+    return sorted(case.variants, key=lambda v: variants.index(v) if v in variants else len(variants))
 
 
 def _run_refusal(kernel: Kernel, plan: _PlannedRefusal, adapter: str | None, info: DeviceInfo,
