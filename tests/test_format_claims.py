@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 import webgpu_kernels as wk
@@ -226,6 +227,37 @@ def test_a_json_literal_is_held_to_the_integer_bound_at_load(demo):
 
 
 # --- Evaluation order and deferred errors ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("pads", [[1, 2, 3, 4], (1, 2, 3, 4), np.array([1, 2, 3, 4]), [1, 2, 3], [1, 2, 3, 4, 5], []])
+def test_a_list_attribute_is_a_list_and_its_length_is_tested_with_slices(demo, pads):
+    """Doc: "A list attribute is a list, whatever the caller passed (a tuple or a 1-D array becomes a
+    list)", "`attrs.pads[3:] != [] and attrs.pads[4:] == []` being true exactly when `pads` has four items" """
+    kernel = demo(lambda m: m["attributes"].update(pads=[0, 0, 0, 0]))
+    four, as_list, joined = kernel.evaluate(
+        "[attrs.pads[3:] != [] and attrs.pads[4:] == [], attrs.pads == [1, 2, 3, 4], attrs.pads + [9]]",
+        X8, attrs={"pads": pads})  # fmt: skip
+    assert four is (len(pads) == 4) and as_list is (list(pads) == [1, 2, 3, 4])
+    assert joined == [*pads, 9] and type(joined) is list
+
+
+def test_an_output_shape_on_a_checked_attribute_lets_when_refuse_with_its_clause(demo):
+    """Doc: "Read such attributes through derive entries with a harmless fallback, and let `when`
+    refuse" (an output shape reading the attribute itself fails the call with an ExpressionError)"""
+
+    def change(m: dict, *, guarded: bool) -> None:
+        m["attributes"]["stride"] = [1]
+        m["derive"].update(strideOk="attrs.stride[1:] == [] and attrs.stride[0:] != [] and attrs.stride[0] >= 1",
+                           s="attrs.stride[0] if strideOk else 1")  # fmt: skip
+        m["outputs"][0].update(shape="(ceilDiv(dim(shapes.X, 0), s if strideOk else 1),)" if guarded
+                               else "(ceilDiv(dim(shapes.X, 0), attrs.stride[0]),)")  # fmt: skip
+        for variant in m["variants"]:
+            variant["when"].append("strideOk")
+
+    with pytest.raises(errors.SelectionError, match="strideOk"):
+        demo(lambda m: change(m, guarded=True))({"X": np.ones(8, np.float32)}, attrs={"stride": [0]})
+    with pytest.raises(errors.ExpressionError, match="ZeroDivisionError|division"):
+        demo(lambda m: change(m, guarded=False))({"X": np.ones(8, np.float32)}, attrs={"stride": [0]})
 
 
 def test_a_derive_entry_may_read_one_below_it(demo):
