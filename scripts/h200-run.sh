@@ -49,6 +49,8 @@
 #   bash scripts/h200-run.sh kernelalloc   run Z's kernel-only slow state: the buffers' or the process's? then all large
 #   bash scripts/h200-run.sh oom   buffers past the card's memory: OutOfMemoryError, the pool's trim-and-retry, a call after it
 #   bash scripts/h200-run.sh newpackages   demo.CumSum and com.example.SkipLayerNormalization: validate --strict, test, bench
+#   bash scripts/h200-run.sh conv   demo.Conv: validate --strict, test, torch's conv2d (scripts/torch_conv.py), bench of the defaults
+#   bash scripts/h200-run.sh convtune   demo.Conv tuned on four SD cases, then benched default against tuned
 #   bash scripts/h200-run.sh skiplayernorm   com.example.SkipLayerNormalization's SD cases tuned, then benched default against tuned
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
@@ -349,6 +351,19 @@ case "${1:-bench}" in
       timeout 150 python3 -m webgpu_kernels bench "tests/packages/$p" --no-host --json "$OUT/bench-$p.json" 2>&1 \
         | tee -a "$OUT/new-packages.log"
     done ;;
+  conv)  # session 46: demo.Conv (a compute-bound package written from the docs) on a real GPU, beside cuDNN
+    c=tests/packages/demo.Conv log=$OUT/conv.log
+    timeout 60 python3 -m webgpu_kernels validate $c --strict 2>&1 | tail -3 | tee "$log"
+    timeout 120 python3 -m webgpu_kernels test $c --strict 2>&1 | tail -4 | tee -a "$log"
+    timeout 120 python3 scripts/torch_conv.py --json "$OUT/conv-torch.json" 2>&1 | tee -a "$log"
+    timeout 240 python3 -m webgpu_kernels bench $c --no-host --json "$OUT/conv-default.json" 2>&1 | tee -a "$log" ;;
+  convtune)  # session 46: demo.Conv's tuner on four SD cases (WORKGROUP_SIZE x CHANNELS_PER_INVOCATION x variant),
+             # then bench, default against tuned
+    c=tests/packages/demo.Conv log=$OUT/conv-tune.log
+    timeout 360 python3 -m webgpu_kernels tune $c --case sd15-resnet-2x320x64x64 --case sd15-resnet-2x640x32x32 \
+      --case sd15-shortcut-1x1-2x640x32x32 --case sd15-mid-2x1280x8x8 2>&1 | tee "$log"
+    cp /tmp/tuning/*.json "$OUT/conv-tuning.json" 2>/dev/null
+    timeout 200 python3 -m webgpu_kernels bench $c --no-host --json "$OUT/conv-tuned.json" 2>&1 | tee -a "$log" ;;
   skiplayernorm)  # session 45: com.example.SkipLayerNormalization's SD cases tuned (its vec4 default trailed row at
                   # H=320 on an H100), then benched default against tuned
     timeout 330 python3 -m webgpu_kernels tune tests/packages/com.example.SkipLayerNormalization --case sd15-2x4096x320 --case sd15-2x1024x640 --case sd15-2x256x1280 \
