@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -59,10 +60,10 @@ def main() -> int:
             want = F.conv2d(F.pad(x.double(), (left, right, top, bottom)), w.double(),
                             None if b is None else b.double(), stride=strides, dilation=dilations, groups=group)  # fmt: skip
             err = (y.double() - want).abs().max().item()
-            seconds = _gpu_time(conv, torch)
+            seconds = statistics.median(_gpu_time(conv, torch).samples)
             n, m, out_h, out_w = y.shape
             flops = 2 * n * m * out_h * out_w * w_shape[1] * w_shape[2] * w_shape[3]
-            row = {"case": case["name"], "dtype": name, "seconds": float(seconds), "tflops": flops / seconds / 1e12,
+            row = {"case": case["name"], "dtype": name, "seconds": seconds, "tflops": flops / seconds / 1e12,
                    "max_abs_error": err, "x": x_shape, "w": w_shape}  # fmt: skip
             rows.append(row)
             print(f"{case['name']:<32} {name:<8} {seconds * 1e6:>10.1f} {row['tflops']:>8.2f} {err:>12.3g}")
