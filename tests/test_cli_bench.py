@@ -875,6 +875,26 @@ def test_a_log_and_a_wide_terminal_get_every_column(monkeypatch):
     assert len(header.split("┃")[1:-1]) == 18 and not any("left out" in line for line in rest)
 
 
+def test_a_tuned_figure_gives_its_time_its_speed_up_and_its_tflops_where_the_case_counts_flops(monkeypatch):
+    """A compute-bound package's tuned choice was shown as "tuned 0.009 TB/s" alone (demo.Conv on an
+    H100, 2.2x faster than its default): its line now gives the time, TFLOP/s and the speed-up, and
+    the table a "tuned TFLOP/s" column beside TFLOP/s's."""
+    tuned = {"variant": "vec4", "tunables": {}, "tbps": 0.008, "tflops": 5.0, "median_s": 1e-6, "max_error": 0.0,
+             "error_ok": True}  # fmt: skip
+    row = _row(tflops=2.5, tuned=tuned)
+    assert bench_report.one_line(row).endswith(", tuned 1.0 µs 0.008 TB/s 5.000 TFLOP/s (2.00x the default)")
+    plain = _row(tuned={**tuned, "tflops": None})  # no FLOPs counted: no TFLOP/s anywhere
+    assert bench_report.one_line(plain).endswith(", tuned 1.0 µs 0.008 TB/s (2.00x the default)")
+    table, _ = _terminal_table(monkeypatch, [row], 400)
+    header = next(line for line in table if "kernel" in line)
+    cells = [c.strip() for c in header.split("┃")[1:-1]]
+    assert cells.count("tuned TFLOP/s") == 1 and len(cells) == 20
+    values = [c.strip() for c in next(line for line in table if "tiny-4096" in line).split("│")[1:-1]]
+    assert values[cells.index("tuned TFLOP/s")] == "5.000" and values[cells.index("TFLOP/s")] == "2.500"
+    table, _ = _terminal_table(monkeypatch, [plain], 400)
+    assert "tuned TFLOP/s" not in next(line for line in table if "kernel" in line)
+
+
 def test_a_gather_is_marked_faster_than_memory(runner, tmp_path):
     """A gather reads a few rows of its table but bench counts the table whole: its TB/s is marked
     and explained, not presented as a bandwidth (the H200 showed CLIP's lookup at '61 TB/s')."""

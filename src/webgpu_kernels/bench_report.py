@@ -41,7 +41,7 @@ def one_line(row: dict[str, Any]) -> str:
         return f"{name}: skipped: {row['skipped']}"
     if "error" in row:
         return f"{name}: error {row['error'][:100]}"
-    tuned = "" if "tbps" not in row.get("tuned", {}) else f", tuned {row['tuned']['tbps']:.3f} TB/s"
+    tuned = "" if "tbps" not in row.get("tuned", {}) else _tuned_text(row)
     if "error" in row.get("tuned", {}):
         tuned = f", tuned: error {row['tuned']['error'][:100]}"
     if row.get("tuned", {}).get("error_ok") is False:
@@ -62,6 +62,17 @@ def one_line(row: dict[str, Any]) -> str:
             f"({row['copy_fraction'] * 100:.0f}% of copy){tuned}{wrong}")  # fmt: skip
 
 
+def _tuned_text(row: dict[str, Any]) -> str:
+    """The tuned figures after the default's: its time, TB/s, TFLOP/s where the case counts FLOPs
+    (a compute-bound kernel's TB/s says little), and its speed-up over the default."""
+    tuned = row["tuned"]
+    flops = f" {tuned['tflops']:.3f} TFLOP/s" if tuned.get("tflops") is not None else ""
+    if not tuned.get("median_s"):  # a report written before the tuned row had its time
+        return f", tuned {tuned['tbps']:.3f} TB/s{flops}"
+    return (f", tuned {tuned['median_s'] * 1e6:.1f} µs {tuned['tbps']:.3f} TB/s{flops} "
+            f"({row['median_s'] / tuned['median_s']:.2f}x the default)")  # fmt: skip
+
+
 def span_text(rows: list[dict[str, Any]]) -> str:
     """How many calls the rows' timestamp spans held: "50", or "4 to 50" where slow calls got shorter spans."""
     spans = sorted({row["calls_per_span"] for row in rows if row.get("calls_per_span")}) or [CALLS_PER_SPAN]
@@ -76,7 +87,7 @@ def _fmt(value: Any, spec: str) -> str:
 #: those with no figure): it keeps which case, its time and bandwidth, and whether its output was
 #: right ("max err" says WRONG): kernel, case, dtype, µs, TB/s, % peak, max err.
 _DROPPED_FIRST = ("torch xfer ms", "ORT rt ms", "round trip ms", "ORT/ours", "ORT µs", "compile TB/s", "torch TB/s",
-                  "elements", "% copy", "TFLOP/s", "variant", "tuned TB/s")  # fmt: skip
+                  "elements", "% copy", "tuned TFLOP/s", "TFLOP/s", "variant", "tuned TB/s")  # fmt: skip
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str | Text]]:
@@ -85,7 +96,7 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str | Text]]:
     # TFLOP/s only where some package's bench.json counts FLOPs (a compute-bound op)
     flops = any(row.get("tflops") is not None for row in rows)
     names = ("kernel", "case", "dtype", "variant", "elements", "µs", "TB/s", *(("TFLOP/s",) if flops else ()),
-             "% peak", "% copy", "tuned TB/s", "torch TB/s", "compile TB/s", "ORT µs", "ORT/ours", "round trip ms",
+             "% peak", "% copy", "tuned TB/s", *(("tuned TFLOP/s",) if flops else ()), "torch TB/s", "compile TB/s", "ORT µs", "ORT/ours", "round trip ms",
              "ORT rt ms", "torch xfer ms", "max err")  # fmt: skip
     columns: dict[str, list[str | Text]] = {name: [] for name in names}
     for row in rows:
@@ -111,6 +122,7 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str | Text]]:
             _fmt(row.get("peak_fraction") and row["peak_fraction"] * 100, ".1f"),
             f"{row['copy_fraction'] * 100:.1f}",
             "error" if "error" in tuned else _fmt(tuned.get("tbps"), ".3f") + ("" if tuned.get("error_ok") is not False else " WRONG"),
+            *(("error" if "error" in tuned else _fmt(tuned.get("tflops"), ".3f"),) if flops else ()),
             checked(_fmt(per_s(torch_peer.get("eager_s")), ".3f"), torch_peer.get("eager_ok")),
             checked(_fmt(per_s(torch_peer.get("compile_s")), ".3f"), torch_peer.get("compile_ok")),
             checked(_fmt(ort_s and ort_s * 1e6, ".1f"), ort_peer.get("device_ok")),
