@@ -20,9 +20,32 @@ metadata ones around them)::
     HEAD /kernels/<org>/<name>/resolve/<rev>/<path>         X-Repo-Commit, ETag, Content-Length
     GET  /kernels/<org>/<name>/resolve/<rev>/<path>         the bytes
 
+and the write routes huggingface_hub 2.x calls for ``create_repo``/``create_branch``/``create_commit``
+(what ``webgpu-kernels upload`` uses; each needs a token, and writes into ``ROOT`` and rescans)::
+
+    POST /api/repos/create                                  JSON {name, organization, type: "kernel",
+                                                            visibility}: ROOT/<org>/<name>/main/ with a
+                                                            .gitattributes, as the Hub's first commit;
+                                                            409 if it exists; "private": in `private`
+    POST /api/kernels/<org>/<name>/branch/<branch>          JSON {startingPoint}: a copy of that revision
+                                                            (main by default); 409 if it exists
+    POST /api/kernels/<org>/<name>/preupload/<rev>          JSON {files: [{path, sample, size}]}: every
+                                                            file "regular" (no LFS, no Xet), with the
+                                                            git blob sha of the file the revision holds
+                                                            at that path (the client skips equal ones)
+    POST /api/kernels/<org>/<name>/commit/<rev>             NDJSON: a header line {summary, description,
+                                                            parentCommit}, then file (base64 content),
+                                                            deletedFile and deletedFolder lines, applied
+                                                            to the branch's folder; 412 when parentCommit
+                                                            is no longer the branch's commit
+
+A write without a token is answered 401; :attr:`HubServer.writers` limits who may write where (403
+for another token); a repository is "private" to the token that created it so.
+
 A repository in :attr:`HubServer.private` is answered only to its token, as the Hub answers a private
 one (401, ``RepoNotFound``); one in :attr:`HubServer.gated` lists its files to anyone but serves them
 only to its token (``GatedRepo``); with :attr:`HubServer.tokens` set, another token is "Invalid credentials".
+:attr:`HubServer.commits` records every commit the write routes made (repository, branch, header, operations).
 
 Errors carry the Hub's ``X-Error-Code`` header (``RepoNotFound``, ``RevisionNotFound``,
 ``EntryNotFound``), which the client turns into its typed errors. Files are read at request time
@@ -36,9 +59,11 @@ Standard library only. Run it by hand: ``python tests/hub_server.py ROOT [--port
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import re
+import shutil
 import threading
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -49,6 +74,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _VERSION = re.compile(r"^v([1-9][0-9]*)$")
+#: An organisation, repository or branch name the write routes take (one plain path segment).
+_SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+
+
+def _plain_path(path: str) -> bool:
+    """A repository file path the write routes take: relative, no empty, '.' or '..' segment, no backslash."""
+    parts = path.split("/")
+    return bool(path) and "\\" not in path and "\x00" not in path and all(p not in ("", ".", "..") for p in parts)
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -79,6 +112,12 @@ class HubServer:
         #: repository -> the token granted access to it: its listing is public, its files are answered
         #: to another token as the Hub answers a gated repository (403, or 401 with no token; ``GatedRepo``).
         self.gated: dict[str, str] = {}
+        #: organisation -> the tokens that may write to its repositories (create one, a branch, a
+        #: commit); another token is answered 403, as the Hub answers a token without write access.
+        #: An organisation not in it takes any token. A write without a token is answered 401.
+        self.writers: dict[str, set[str]] = {}
+        #: (repository, branch, header, [(operation, path)]) of every commit the commit route made.
+        self.commits: list[tuple[str, str, dict, list[tuple[str, str]]]] = []
         self._lock = threading.Lock()
         self._repos: dict[str, list[Revision]] = {}
         self.rescan()
@@ -221,7 +260,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if self._refused(segments):
                 return
-            if segments[:2] == ["api", "kernels"] and len(segments) >= 4:
+            if segments == ["api", "repos", "create"] and method == "POST":
+                self._create_repo()
+            elif segments[:2] == ["api", "kernels"] and len(segments) >= 4:
                 self._api(method, f"{segments[2]}/{segments[3]}", segments[4:], query)
             elif segments[:1] == ["kernels"] and len(segments) >= 6 and segments[3] == "resolve":
                 self._resolve(method, f"{segments[1]}/{segments[2]}", segments[4], "/".join(segments[5:]))
@@ -255,6 +296,8 @@ class _Handler(BaseHTTPRequestHandler):
     # --- /api/kernels/... -------------------------------------------------------------------------
 
     def _api(self, method: str, repo_id: str, rest: list[str], query: dict) -> None:
+        if method == "POST" and len(rest) == 2 and rest[0] in ("branch", "preupload", "commit"):
+            return self._write(rest[0], repo_id, rest[1])
         if rest == ["refs"] and method == "GET":
             revs = self.hub.revisions(repo_id)
             if not revs:
@@ -320,6 +363,152 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET":
             self.wfile.write(data)
 
+    # --- the write routes -------------------------------------------------------------------------
+
+    def _token(self) -> str | None:
+        auth = self.headers.get("Authorization", "")
+        return auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _may_write(self, org: str) -> bool:
+        """Answer a write without a token (401) or by a token without write access there (403);
+        True: it may go on."""
+        token = self._token()
+        if token is None:
+            self._error(401, None, "You must be authenticated to write to a repository")
+            return False
+        allowed = self.hub.writers.get(org)
+        if allowed is not None and token not in allowed:
+            self._error(403, None, f"You don't have the rights to write to {org}")
+            return False
+        return True
+
+    def _create_repo(self) -> None:
+        try:
+            payload = json.loads(self._body() or b"{}")
+        except ValueError:
+            return self._error(400, None, "Invalid JSON")
+        org, name = payload.get("organization"), payload.get("name")
+        if payload.get("type") != "kernel" or not isinstance(org, str) or not isinstance(name, str):
+            return self._error(400, None, "This server creates kernel repositories of an organisation only")
+        if not _SEGMENT.match(org) or not _SEGMENT.match(name):
+            return self._error(400, None, "Invalid repository name")
+        if not self._may_write(org):
+            return None
+        repo_id = f"{org}/{name}"
+        folder = self.hub.root / org / name
+        if folder.exists():
+            return self._error(409, None, "You already created this kernel repository", body={"url": self._repo_url(repo_id)})
+        (folder / "main").mkdir(parents=True)
+        (folder / "main" / ".gitattributes").write_text("*.npy filter=lfs diff=lfs merge=lfs -text\n", encoding="utf-8")
+        if payload.get("visibility") == "private":
+            self.hub.private[repo_id] = self._token() or ""
+        self.hub.rescan()
+        return self._json({"url": self._repo_url(repo_id), "name": repo_id, "id": repo_id})
+
+    def _repo_url(self, repo_id: str) -> str:
+        return f"{self.hub.url}/kernels/{repo_id}"
+
+    def _write(self, route: str, repo_id: str, rev_name: str) -> None:
+        if not self._may_write(repo_id.split("/")[0]):
+            return None
+        if route == "branch":
+            return self._create_branch(repo_id, rev_name)
+        rev = self._revision(repo_id, rev_name)
+        if rev is None:
+            return None
+        if route == "preupload":
+            try:
+                files = json.loads(self._body() or b"{}").get("files", [])
+            except (ValueError, AttributeError):
+                return self._error(400, None, "Invalid JSON")
+            out = []
+            for f in files:
+                path = f.get("path", "") if isinstance(f, dict) else ""
+                target = rev.folder / path
+                oid = git_blob_sha1(target.read_bytes()) if _plain_path(path) and target.is_file() else None
+                out.append({"path": path, "uploadMode": "regular", "shouldIgnore": False, "oid": oid})
+            return self._json({"files": out, "commitOid": rev.commit})
+        return self._commit(repo_id, rev_name, rev)
+
+    def _create_branch(self, repo_id: str, branch: str) -> None:
+        found = self.hub._lookup(repo_id, "main")
+        if found is None:
+            return self._error(404, "RepoNotFound", "Repository not found")
+        if not _SEGMENT.match(branch):
+            return self._error(400, None, f"Invalid branch name: {branch}")
+        try:
+            start = json.loads(self._body() or b"{}").get("startingPoint") or "main"
+        except (ValueError, AttributeError):
+            return self._error(400, None, "Invalid JSON")
+        target = self.hub.root / repo_id / branch
+        if target.exists() or branch in self.hub.revisions(repo_id):
+            return self._error(409, None, f"Reference already exists: refs/heads/{branch}")
+        source = self.hub._lookup(repo_id, start)
+        if isinstance(source, Revision):
+            shutil.copytree(source.folder, target)
+        elif start == "main":
+            target.mkdir(parents=True)  # a repository with no commit yet
+        else:
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {start}")
+        self.hub.rescan()
+        return self._json({})
+
+    def _commit(self, repo_id: str, rev_name: str, rev: Revision) -> None:
+        if rev.ref != rev_name:  # a commit sha, or main with no folder of its own
+            return self._error(400, None, f"Cannot commit to {rev_name}: not a branch of its own")
+        try:
+            lines = [json.loads(line) for line in self._body().decode().splitlines() if line.strip()]
+        except ValueError:
+            return self._error(400, None, "Invalid NDJSON")
+        header = next((line["value"] for line in lines if line.get("key") == "header"), None)
+        if not isinstance(header, dict) or not header.get("summary"):
+            return self._error(400, None, "A commit needs a header line with a summary")
+        parent = header.get("parentCommit")
+        if parent is not None and parent != rev.commit:
+            return self._error(412, None, "A commit has happened since. Please refresh and try again.")
+        operations: list[tuple[str, str, bytes | None]] = []
+        for line in lines:
+            key, value = line.get("key"), line.get("value") or {}
+            if key == "header":
+                continue
+            path = value.get("path", "") if isinstance(value, dict) else ""
+            if key not in ("file", "deletedFile", "deletedFolder"):
+                return self._error(400, None, f"This server takes no {key!r} lines (no LFS, no copies)")
+            if not _plain_path(path.rstrip("/") if key == "deletedFolder" else path):
+                return self._error(400, None, f"Invalid path: {path!r}")
+            if key == "file":
+                if value.get("encoding") != "base64":
+                    return self._error(400, None, "file content must be base64")
+                operations.append((key, path, base64.b64decode(value.get("content", ""))))
+            else:
+                target = rev.folder / path.rstrip("/")
+                if not (target.is_dir() if key == "deletedFolder" else target.is_file()):
+                    return self._error(404, "EntryNotFound", "A file with this name doesn't exist")
+                operations.append((key, path.rstrip("/"), None))
+        for key, path, data in operations:  # all checked: applied together
+            target = rev.folder / path
+            if key == "file":
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data or b"")
+            elif key == "deletedFolder":
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+                for parent_dir in target.parents:  # git keeps no empty folder
+                    if parent_dir == rev.folder or any(parent_dir.iterdir()):
+                        break
+                    parent_dir.rmdir()
+        with self.hub._lock:
+            self.hub.commits.append((repo_id, rev_name, header, [(k, p) for k, p, _ in operations]))
+        self.hub.rescan()
+        commit = self.hub.commit_of(repo_id, rev_name)
+        return self._json({"success": True, "commitOid": commit, "commitUrl": f"{self._repo_url(repo_id)}/commit/{commit}",
+                           "hookOutput": ""}, commit=commit)  # fmt: skip
+
     # --- helpers ----------------------------------------------------------------------------------
 
     def _revision(self, repo_id: str, rev: str) -> Revision | None:
@@ -343,11 +532,12 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _error(self, status: int, code: str | None, message: str, *, commit: str | None = None) -> None:
-        body = json.dumps({"error": message}).encode()
+    def _error(self, status: int, code: str | None, message: str, *, commit: str | None = None,
+               body: dict | None = None) -> None:  # fmt: skip
+        data = json.dumps({"error": message, **(body or {})}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(len(data)))
         if code:
             self.send_header("X-Error-Code", code)
         self.send_header("X-Error-Message", message)
@@ -355,7 +545,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("X-Repo-Commit", commit)
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(body)
+            self.wfile.write(data)
 
 
 def main() -> None:  # pragma: no cover - manual use

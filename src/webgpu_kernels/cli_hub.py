@@ -1,18 +1,22 @@
-"""`webgpu-kernels download`: fetch a kernel package from the Hugging Face Hub into its cache.
+"""`webgpu-kernels download` and `upload`: a kernel package from and to the Hugging Face Hub.
 
 The same path as ``get_kernel("org/op", version=N)``: huggingface_hub downloads ``build/webgpu/``
 of the kernel repository at revision ``vN`` (or ``--revision``) into the Hugging Face cache
 (``HF_HOME``/``HF_HUB_CACHE``; ``HF_ENDPOINT`` picks the Hub; ``HF_HUB_OFFLINE=1`` uses the cache
 only), every file is checked against ``metadata.json`` and the manifest is parsed. It prints where
 the package landed, its op id and the verified digests.
+
+``upload PATH REPO`` publishes a package folder as revision vN of a kernel repository
+(hub_upload.py): refused before any request unless it validates and its metadata.json is current.
 """
 
 from __future__ import annotations
 
 import click
+from rich.text import Text
 
-from . import hub, locations
-from .cli import _console, _echo_json, hub_pin, split_pin, trust_option, trusting
+from . import hub, hub_upload, locations
+from .cli import _adapter, _console, _echo_json, hub_pin, split_pin, trust_option, trusting
 from .errors import PackageError
 from .kernel import Kernel
 
@@ -91,4 +95,41 @@ def _info(kernel: Kernel, *, offline: bool) -> dict:
     }  # fmt: skip
 
 
-COMMANDS = [download_cmd]
+@click.command("upload")
+@click.argument("path", metavar="PATH")
+@click.argument("repo", metavar="REPO")
+@click.option("--version", "version", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Refuse unless metadata.json's contract version is N (it is published as revision vN).")  # fmt: skip
+@click.option("--private", is_flag=True, help="Create the repository private (an existing one keeps its visibility).")
+@click.option("--message", default=None, metavar="TEXT", help="The commit message (default: names the op and version).")
+@click.option("--any-name", is_flag=True, help="Allow a repository name other than the package's op id.")
+@click.option("--dry-run", is_flag=True, help="Check the package and list what would be uploaded; send nothing.")
+@click.option("--gpu/--no-gpu", default=True, show_default=True,
+              help="Validate with the GPU stage (render and compile every variant x dtype), as validate does.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def upload_cmd(ctx: click.Context, path: str, repo: str, version: int | None, private: bool, message: str | None,
+               any_name: bool, dry_run: bool, gpu: bool, as_json: bool) -> None:  # fmt: skip
+    """Publish the package folder PATH as revision vN of the Hub kernel repository REPO ('org/op').
+
+    N is metadata.json's contract version. Refused, before anything is sent, unless `validate PATH`
+    finds no error, metadata.json is current (`digest PATH`) and REPO's name is the op id. Uploads
+    the files metadata.json lists, and metadata.json, to build/webgpu/ in one commit (deleting what
+    else was there), then downloads that commit and checks its digests. HF_ENDPOINT picks the Hub;
+    the token is HF_TOKEN or huggingface_hub's login.
+
+    Example: webgpu-kernels upload ./com.example.MyOp my-org/com.example.MyOp
+    """
+    result = hub_upload.upload_package(path, repo, version=version, private=private, message=message,
+                                       any_name=any_name, dry_run=dry_run, gpu=gpu, adapter=_adapter(ctx))  # fmt: skip
+    if as_json:
+        _echo_json(result.as_dict())
+        return
+    for warning in result.warnings:  # validate's: they do not stop the upload
+        _console(stderr=True).print(Text("warning: " + warning, style="yellow"), soft_wrap=True)
+    console = _console()
+    for line in hub_upload.describe(result):
+        console.print(Text(line), soft_wrap=True)
+
+
+COMMANDS = [download_cmd, upload_cmd]

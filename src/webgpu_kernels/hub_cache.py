@@ -13,6 +13,7 @@ import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -43,8 +44,28 @@ def hub_endpoint() -> str | None:
     return value.rstrip("/") or None
 
 
+#: A cache folder that replaces the environment's in this thread (or task) only: upload's check of what
+#: it published downloads into a temporary one, so the user's cache is not touched, and setting
+#: HF_HUB_CACHE for it would have redirected every other thread's load too.
+_cache_override: ContextVar[Path | None] = ContextVar("webgpu_kernels_hub_cache", default=None)
+
+
+@contextmanager
+def cache_folder(folder: Path) -> Iterator[None]:
+    """Use ``folder`` as the Hub cache (for every endpoint) in this context only."""
+    token = _cache_override.set(folder)
+    try:
+        yield
+    finally:
+        _cache_override.reset(token)
+
+
 def hub_cache_dir() -> Path:
-    """The Hub cache folder as huggingface_hub would compute it from the environment now."""
+    """The Hub cache folder as huggingface_hub would compute it from the environment now (or the one
+    :func:`cache_folder` set in this context)."""
+    override = _cache_override.get()
+    if override is not None:
+        return override
 
     def expand(value: str) -> Path:
         return Path(os.path.expandvars(os.path.expanduser(value)))

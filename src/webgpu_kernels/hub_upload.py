@@ -1,0 +1,358 @@
+"""Publishing a kernel package to the Hugging Face Hub: ``webgpu-kernels upload PATH REPO``.
+
+The layout is the one :mod:`webgpu_kernels.hub` reads (see ``docs/hub.md``): a kernel repository
+(``repo_type="kernel"``), the package under ``build/webgpu/``, contract version N on revision
+``vN``. :func:`upload_package` refuses, before any request, a folder that is no package, one that
+``validate`` finds errors in, one whose metadata.json is missing or out of date, a version other
+than ``--version`` asked, and a repository id that is no ``org/name`` or whose name is not the op id.
+Then it creates the repository and the branch where missing, makes one commit holding exactly the
+files metadata.json lists (the bytes whose digests were checked) plus metadata.json, deleting what
+else that revision held under ``build/webgpu/``, and downloads that commit through
+:func:`webgpu_kernels.hub.download` into a temporary cache, so the author knows ``get_kernel``
+loads it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from . import hub_cache
+from .digests import METADATA_FILE, UNLISTABLE, build_metadata, load_metadata, read_file
+from .errors import HubError, KernelError, PackageError
+from .hub import PACKAGE_DIR, _first_line, _http_answer, _require_kernel_repos, check_contract_version
+from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
+from .locations import OFFICIAL_ORG, checked_repo_id, classify, slashed_repo_id
+from .package import KernelPackage, open_folder
+from .validation import ERROR, validate_package
+
+#: How many of validate's errors a refusal names (validate PATH lists them all).
+SHOWN_PROBLEMS = 5
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """What :func:`upload_package` published (or, with ``dry_run``, would publish)."""
+
+    repo_id: str
+    revision: str  # "vN"
+    op_id: str
+    version: int
+    endpoint: str
+    #: Repository paths of the package's files, metadata.json included, sorted.
+    files: list[str]
+    #: Repository paths under build/webgpu/ the commit deleted (files the package no longer has).
+    deleted: list[str] = field(default_factory=list)
+    commit: str | None = None  # None for a dry run
+    new_commit: bool = False  # False where the revision held these bytes already (no commit made)
+    created_repo: bool = False
+    created_branch: bool = False
+    private: bool = False  # asked for a new repository; an existing one keeps its visibility
+    verified: bool = False  # the commit was downloaded and its digests checked
+    dry_run: bool = False
+    #: validate's warnings about the package (they do not stop an upload).
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def load_call(self) -> str:
+        """The one line of Python that loads what was published."""
+        extra = ""
+        if self.repo_id.split("/")[0] != OFFICIAL_ORG:  # what get_kernel asks of another organisation
+            extra = f", trust_remote_code=True, expected_op_id={self.op_id!r}"
+        return f"get_kernel({self.repo_id!r}, version={self.version}{extra})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "repo": self.repo_id, "revision": self.revision, "commit": self.commit, "endpoint": self.endpoint,
+            "op": self.op_id, "version": self.version, "fileCount": len(self.files), "files": self.files,
+            "deleted": self.deleted, "newCommit": self.new_commit, "createdRepository": self.created_repo,
+            "createdBranch": self.created_branch, "private": self.private, "verified": self.verified,
+            "dryRun": self.dry_run, "warnings": self.warnings, "load": self.load_call,
+        }  # fmt: skip
+
+
+def upload_package(
+    path: str | Path,
+    repo_id: str,
+    *,
+    version: int | None = None,
+    private: bool = False,
+    message: str | None = None,
+    any_name: bool = False,
+    endpoint: str | None = None,
+    token: str | None = None,
+    dry_run: bool = False,
+    gpu: bool = True,
+    adapter: str | None = None,
+) -> UploadResult:
+    """Publish the package folder ``path`` as revision ``vN`` of the kernel repository ``repo_id``.
+
+    N is metadata.json's contract version (``version``: refuse unless it is that). Refusals are
+    :class:`~webgpu_kernels.errors.PackageError`s raised before any request; what the Hub refuses
+    (a token, write access, no connection) is a :class:`~webgpu_kernels.errors.HubError`. ``token``:
+    the Hugging Face token (None: HF_TOKEN or huggingface_hub's login, sent only to the Hub that
+    HF_ENDPOINT names); ``gpu``/``adapter``: as ``validate``'s.
+    """
+    repo_id = _checked_target(repo_id)
+    root, package, metadata = _checked_package(path, version)
+    op_id = str(metadata["id"])
+    if not any_name and repo_id.split("/")[1] != op_id:
+        org = repo_id.split("/")[0]
+        raise PackageError(f"the repository's name {repo_id.split('/')[1]!r} is not the package's op id {op_id!r}: "
+                           f"the collection names each repository after its op, as get_kernel's users look for it; "
+                           f"upload to {org}/{op_id}, or pass --any-name (any_name=True) to publish it under this "
+                           "name anyway")  # fmt: skip
+    warnings = _validated(root, gpu=gpu, adapter=adapter)
+    version = int(metadata["version"])
+    rev = f"v{version}"
+    files = {f"{PACKAGE_DIR}/{name}": package.verified[name] for name in sorted(package.verified)}
+    files[f"{PACKAGE_DIR}/{METADATA_FILE}"] = read_file(root, METADATA_FILE)
+    where = (endpoint or hub_endpoint() or DEFAULT_ENDPOINT).rstrip("/")
+    result = UploadResult(repo_id=repo_id, revision=rev, op_id=op_id, version=version, endpoint=where,
+                          files=sorted(files), private=private, warnings=warnings, dry_run=dry_run)  # fmt: skip
+    if dry_run:
+        return result
+    if hub_offline():
+        raise HubError(f"{repo_id}: offline mode is on (HF_HUB_OFFLINE): an upload needs the Hub; unset it",
+                       repo_id=repo_id, revision=rev)  # fmt: skip
+    _require_kernel_repos()
+    if token is None and where != (hub_endpoint() or DEFAULT_ENDPOINT):
+        token_sent: str | bool | None = False  # the Hugging Face token goes only to HF_ENDPOINT's Hub (as download's)
+    else:
+        token_sent = token
+    message = message or f"Upload {op_id} contract version {version} ({rev}) with webgpu-kernels {_library_version()}"
+    published = _publish(repo_id, rev, files, endpoint=where, token=token_sent, private=private, message=message)
+    result = replace(result, **published)
+    _verify(result, token=token_sent)
+    return replace(result, verified=True)
+
+
+def _library_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+# --- the refusals, before any request ---------------------------------------------------------------
+
+
+def _checked_target(repo_id: str) -> str:
+    """``repo_id`` as an 'org/name' kernel repository id, else a PackageError saying what to write."""
+    if not isinstance(repo_id, str) or not repo_id.strip():
+        raise PackageError(f"expected a Hub repository 'org/name' to upload to, got {repo_id!r}")
+    base, _, pin = repo_id.partition("@")
+    if pin and "/" in base and "://" not in base:  # org/op@v2, as download takes it
+        raise PackageError(f"{repo_id!r}: the revision comes from metadata.json's version (vN): give the repository "
+                           f"as {base!r}, and --version N (version=N) to check the version")  # fmt: skip
+    meant = slashed_repo_id(repo_id)
+    if meant is not None:
+        raise PackageError(f"{repo_id!r} is not a Hub repository id 'org/name' (did you mean {meant}?)")
+    location = classify(repo_id) if "/" in repo_id else None
+    if location is not None and location.kind == "hub" and location.endpoint is not None:
+        # one Hub per upload, the one HF_ENDPOINT names, which the token goes to
+        raise PackageError(f"{repo_id!r}: give the repository as 'org/name' ({location.value}) and the Hub as "
+                           f"HF_ENDPOINT={location.endpoint}")  # fmt: skip
+    if location is None or location.kind != "hub":
+        raise PackageError(f"{repo_id!r} is not a Hub repository id: expected 'org/name', the name being the "
+                           "package's op id (e.g. my-org/com.example.MyOp)")  # fmt: skip
+    return checked_repo_id(location.value)
+
+
+def _checked_package(path: str | Path, version: int | None) -> tuple[Path, KernelPackage, dict[str, Any]]:
+    """The package folder, opened with its digests checked, and its metadata.json, or a PackageError
+    with the command that mends it."""
+    unchecked = open_folder(path, verify_digests=False)  # not a folder, no manifest.json: its own words
+    root = unchecked.root
+    shown = shlex.quote(str(path))  # the command is copied into a shell
+    redigest = f"`webgpu-kernels digest {shown}`"
+    metadata, problems = load_metadata(root)
+    if problems:
+        raise PackageError(f"{METADATA_FILE} cannot be used ({problems[0].text}): a Hub package must carry a "
+                           f"valid one; run {redigest}", path=str(root / METADATA_FILE))  # fmt: skip
+    if metadata is None:
+        raise PackageError(f"the package has no {METADATA_FILE}, which a Hub package must carry (its id, contract "
+                           f"version and the sha256 of every file): run {redigest} to write one"
+                           + (f" (`--version {version}` to record contract version {version})" if version else ""),
+                           path=str(root))  # fmt: skip
+    current, changes = build_metadata(root, metadata)  # digest --check's comparison
+    stale = [c for c in changes if c.status not in ("unchanged", UNLISTABLE)]
+    if stale or current["id"] != metadata.get("id"):
+        what = "; ".join(f"{c.status}: {c.file}" for c in stale[:8]) + (f"; and {len(stale) - 8} more" if len(stale) > 8 else "")
+        if current["id"] != metadata.get("id"):
+            what = "; ".join(x for x in (what, f"id {metadata.get('id')!r}, but the manifest is {current['id']!r}") if x)
+        raise PackageError(f"{METADATA_FILE} is out of date ({what}): if these changes are yours, run {redigest} to "
+                           "record them (remove instead any file listed as added that is no package file)",
+                           path=str(root / METADATA_FILE))  # fmt: skip
+    if version is not None and metadata.get("version") != version:
+        raise PackageError(f"{METADATA_FILE} says contract version {metadata.get('version')!r}, not {version}: run "
+                           f"`webgpu-kernels digest --version {version} {shown}` to publish it as v{version}",
+                           path=str(root / METADATA_FILE))  # fmt: skip
+    package = open_folder(root, require_metadata=True)  # the bytes checked now are the bytes uploaded
+    return root, package, dict(package.metadata or metadata)
+
+
+def _validated(root: Path, *, gpu: bool, adapter: str | None) -> list[str]:
+    """``validate PATH``'s checks: its errors refuse the upload (the first few named), its warnings are returned."""
+    report = validate_package(root, adapter=adapter, gpu=gpu)
+    errors = [p for p in report.problems if p.severity == ERROR]
+    if errors:
+        lines = [f"  {p.place()}: {p.message.splitlines()[0] if p.message else ''}" for p in errors[:SHOWN_PROBLEMS]]
+        more = f"\n  ... and {len(errors) - SHOWN_PROBLEMS} more" if len(errors) > SHOWN_PROBLEMS else ""
+        raise PackageError(f"`webgpu-kernels validate {root}` finds {len(errors)} error{'s' if len(errors) != 1 else ''} "
+                           f"in the package: fix {'it' if len(errors) == 1 else 'them'} before publishing it\n" + "\n".join(lines) + more)  # fmt: skip
+    return [f"{p.place()}: {p.message}" for p in report.problems if p.severity != ERROR]
+
+
+# --- the Hub ------------------------------------------------------------------------------------------
+
+
+def _publish(repo_id: str, rev: str, files: dict[str, bytes], *, endpoint: str, token: str | bool | None,
+             private: bool, message: str) -> dict[str, Any]:  # fmt: skip
+    """Create the repository and branch where missing, and commit ``files`` to ``rev`` with whatever
+    else it held under build/webgpu/ deleted: {commit, new_commit, deleted, created_repo, created_branch}."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    api = HfApi(endpoint=endpoint, token=token)
+    step = "reading the repository"
+    try:
+        created_repo = created_branch = False
+        try:
+            parent = api.repo_info(repo_id, repo_type=REPO_TYPE, revision=rev).sha
+        except RevisionNotFoundError:
+            parent = None
+        except RepositoryNotFoundError:  # missing, or private to another account: creating it says which
+            step = "creating the repository"
+            api.create_repo(repo_id, repo_type=REPO_TYPE, private=private or None, exist_ok=True)
+            created_repo, parent = True, None
+        if parent is None:
+            step = f"creating the branch {rev}"
+            api.create_branch(repo_id, branch=rev, repo_type=REPO_TYPE, exist_ok=True)
+            created_branch = True
+            step = "reading the new branch"
+            parent = api.repo_info(repo_id, repo_type=REPO_TYPE, revision=rev).sha
+        step = f"listing {PACKAGE_DIR}/ at {rev}"
+        # Listed at the parent commit, which the commit names: a push in between fails it rather than
+        # keeping files that this listing did not see.
+        held = [f for f in api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=parent)
+                if f.startswith(f"{PACKAGE_DIR}/")]  # fmt: skip
+        deleted = sorted(set(held) - set(files))
+        operations: list[Any] = [CommitOperationDelete(path_in_repo=name) for name in deleted]
+        operations += [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in files.items()]
+        step = f"committing to {rev}"
+        # create_commit, not upload_folder: with hf_xet installed, upload_folder may split the upload into
+        # several commits, and it reads the folder again (files the digests did not check included).
+        info = api.create_commit(repo_id, operations, commit_message=message, repo_type=REPO_TYPE, revision=rev,
+                                 parent_commit=parent)  # fmt: skip
+    except KernelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the client's HTTP errors, and the HTTP library's connection errors
+        raise _hub_error(exc, repo_id, rev, step, endpoint=endpoint, token=token) from exc
+    return {"commit": info.oid, "new_commit": info.oid != parent, "deleted": deleted, "created_repo": created_repo,
+            "created_branch": created_branch}  # fmt: skip
+
+
+def _verify(result: UploadResult, *, token: str | bool | None) -> None:
+    """Download the commit just made through the loader's own path (listing checks, digests, the
+    contract version, the manifest parsed) into a temporary cache: the user's cache is not touched."""
+    from . import hub
+    from .kernel import Kernel
+
+    def accept(package: hub.HubPackage) -> None:
+        check_contract_version(package, result.version)
+        Kernel(package)  # the manifest loads and compiles, as get_kernel's does
+
+    with tempfile.TemporaryDirectory(prefix="webgpu-kernels-upload-") as cache, hub_cache.cache_folder(Path(cache)):
+        try:
+            package = hub.download(result.repo_id, revision=result.commit, trust_remote_code=True,
+                                   endpoint=result.endpoint, token=token, accept=accept)  # fmt: skip
+        except KernelError as exc:
+            exc.add_note(f"the commit {result.commit} was made on {result.revision} of {result.repo_id}, but it does not "
+                         "load: fix the package and upload it again")  # fmt: skip
+            raise
+    if sorted(f"{PACKAGE_DIR}/{name}" for name in [*package.digests, METADATA_FILE]) != result.files:
+        raise HubError(f"{result.repo_id} at commit {result.commit}: the Hub serves other files than were uploaded "
+                       f"({len(package.digests) + 1} listed, {len(result.files)} uploaded)", repo_id=result.repo_id,
+                       revision=result.revision)  # fmt: skip
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _hub_error(exc: Exception, repo_id: str, rev: str, step: str, *, endpoint: str,
+               token: str | bool | None) -> HubError:  # fmt: skip
+    """A failed request of an upload, in download's words, with what to do about the token where the
+    Hub refused it. The token itself is never part of the message."""
+    org = repo_id.split("/")[0]
+    status = _status(exc)
+    head = f"{repo_id} {rev}: {step} on {endpoint} failed"
+    if status is None:
+        names = {c.__name__ for c in type(exc).__mro__}
+        if {"ConnectError", "TimeoutException"} & names:
+            return HubError(f"{head}: {endpoint} cannot be reached ({type(exc).__name__}: {_first_line(exc)})",
+                            repo_id=repo_id, revision=rev)  # fmt: skip
+        return HubError(f"{head}: {type(exc).__name__}: {_first_line(exc)}", repo_id=repo_id, revision=rev)
+    answer = _http_answer(exc).split(" (the Hub refused the token")[0]  # download's 401 advice is for reading
+    if status == 401:
+        advice = (_no_token_advice(token, endpoint, org) if not _token_sent(token) else
+                  "the Hub refused the token this process sent (HF_TOKEN or huggingface_hub's login): renew it, "
+                  f"with write access to {org}, and set it in HF_TOKEN or log in with `hf auth login`")  # fmt: skip
+    elif status == 403:
+        advice = (f"the token sent (HF_TOKEN or huggingface_hub's login) may not write to {org}: use one with write "
+                  "access there (HF_TOKEN, or `hf auth login`), or upload to an organisation of yours")  # fmt: skip
+    elif status == 412:
+        advice = f"{rev} moved while this upload ran (another push): upload again"
+    else:
+        advice = ""
+    return HubError(f"{head}: the Hub answered {answer}" + (f": {advice}" if advice else ""), repo_id=repo_id,
+                    revision=rev)  # fmt: skip
+
+
+def _token_sent(token: str | bool | None) -> bool:
+    if token is False:
+        return False
+    if isinstance(token, str):
+        return True
+    from huggingface_hub import get_token
+
+    try:
+        return get_token() is not None
+    except Exception:  # noqa: BLE001 - only words of an error message
+        return False
+
+
+def _no_token_advice(token: str | bool | None, endpoint: str, org: str) -> str:
+    if token is False:  # as download: the token goes only to the Hub HF_ENDPOINT names
+        return (f"no token was sent: the Hugging Face token goes only to the Hub HF_ENDPOINT names "
+                f"({hub_endpoint() or DEFAULT_ENDPOINT}); set HF_ENDPOINT={endpoint} to send it to this one")  # fmt: skip
+    return f"no token was sent: set HF_TOKEN, or log in with `hf auth login`, as an account that may write to {org}"
+
+
+def describe(result: UploadResult) -> list[str]:
+    """The lines ``upload`` prints for a result (its JSON is :meth:`UploadResult.as_dict`)."""
+    target = f"{result.repo_id} @ {result.revision} ({PACKAGE_DIR}/ on {result.endpoint})"
+    if result.dry_run:
+        lines = [f"dry run: would upload {len(result.files)} files of {result.op_id} (contract version "
+                 f"{result.version}) to {target}"]  # fmt: skip
+        return lines + [f"  {name}" for name in result.files] + [
+            "and delete whatever else that revision holds under build/webgpu/; nothing was sent"]
+    made = "commit" if result.new_commit else "commit (unchanged: the revision held these files already)"
+    lines = [f"uploaded {len(result.files)} files of {result.op_id} (contract version {result.version}) to {target}",
+             f"{made} {result.commit}"]  # fmt: skip
+    if result.created_repo:
+        lines.append("created the repository" + (" (private)" if result.private else ""))
+    elif result.private:
+        lines.append("--private applies to a new repository: this one existed and keeps its visibility")
+    if result.created_branch:
+        lines.append(f"created the branch {result.revision}")
+    if result.deleted:
+        lines.append("deleted (no longer in the package): " + ", ".join(result.deleted))
+    if result.verified:
+        lines.append(f"verified: the commit downloads and its {len(result.files) - 1} files match metadata.json")
+    lines.append(f"load it with: {result.load_call}")
+    return lines

@@ -1,0 +1,272 @@
+"""`webgpu-kernels upload PATH REPO` (hub_upload.py): publishing a package to a kernel repository,
+through the real huggingface_hub client against the local Hub of hub_server.py (its write routes).
+
+Each test copies the test package demo.ScaleShift to a temporary folder and digests it; the server
+starts on an empty folder (repositories are created by the uploads). ``HF_ENDPOINT``/``HF_HOME``
+are isolated as in test_hub.py (the ``hub_env`` fixture), and ``HF_TOKEN`` is a write token.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import webgpu_kernels as wk
+from webgpu_kernels import hub
+from webgpu_kernels.digests import write_metadata
+from webgpu_kernels.errors import HubError, PackageError
+from webgpu_kernels.hub_upload import upload_package
+
+from conftest import PACKAGES_DIR
+from hub_server import HubServer
+from references import scale_shift
+
+hf_constants = pytest.importorskip("huggingface_hub.constants")
+
+OP_ID = "demo.ScaleShift"
+REPO = f"webgpu-kernels/{OP_ID}"
+TOKEN = "hf_writer_secret_123"
+
+
+@pytest.fixture
+def package(tmp_path) -> Path:
+    """A digested copy of demo.ScaleShift, with files that are no part of the package beside it."""
+    root = shutil.copytree(PACKAGES_DIR / OP_ID, tmp_path / "pkg" / OP_ID)
+    (root / "README.md").write_text("# ScaleShift\n", encoding="utf-8")
+    write_metadata(root)
+    # Never uploaded: caches, editor backups, hidden files, a name metadata.json cannot hold.
+    (root / "__pycache__").mkdir()
+    (root / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (root / "scale-shift.wgsl.jinja~").write_text("old\n", encoding="utf-8")
+    (root / ".DS_Store").write_bytes(b"\0")
+    (root / "design notes.txt").write_text("notes\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def server(tmp_path, hub_env, monkeypatch):
+    """An empty local Hub; HF_TOKEN a token that may write; no huggingface_hub login."""
+    srv = HubServer(tmp_path / "hub-root").start()
+    monkeypatch.setenv("HF_ENDPOINT", srv.url)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(hf_constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no-stored-tokens"))
+    yield srv
+    srv.stop()
+
+
+def _cli():
+    from webgpu_kernels.cli import main
+
+    return main
+
+
+def upload(*args: str):
+    return CliRunner().invoke(_cli(), ["upload", *args])
+
+
+def served(server: HubServer, repo: str, ref: str) -> list[str]:
+    folder = server.root / repo / ref
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+PACKAGE_FILES = ["build/webgpu/README.md", "build/webgpu/manifest.json", "build/webgpu/metadata.json",
+                 "build/webgpu/scale-shift.wgsl.jinja"]  # fmt: skip
+
+
+# --- the round trip ---------------------------------------------------------------------------------
+
+
+def test_an_uploaded_package_loads_with_get_kernel(server, package, hub_env, rng):
+    result = upload_package(package, REPO)
+    commit = server.commit_of(REPO, "v1")
+    assert (result.repo_id, result.revision, result.commit, result.version) == (REPO, "v1", commit, 1)
+    assert result.created_repo and result.created_branch and result.new_commit and result.verified
+    assert result.files == PACKAGE_FILES  # exactly what metadata.json lists, and metadata.json
+    assert served(server, REPO, "v1") == [".gitattributes", *PACKAGE_FILES]  # the Hub's first commit's file stays
+    # One commit, named after the op and version
+    [(repo, branch, header, operations)] = server.commits
+    assert (repo, branch) == (REPO, "v1") and OP_ID in header["summary"] and "version 1" in header["summary"]
+    assert sorted(path for _, path in operations) == PACKAGE_FILES
+    # The check downloaded into a temporary cache: the user's is untouched.
+    assert not (hub_env / "hub").exists() or not any((hub_env / "hub").iterdir())
+    assert result.load_call == f"get_kernel('{REPO}', version=1)"
+
+    kernel = wk.get_kernel(REPO, version=1)
+    assert kernel.package.commit == commit
+    x = rng.standard_normal((3, 41)).astype(np.float32)
+    y = kernel({"X": x}, attrs={"scale": 2.5, "shift": -1.0})["Y"]
+    np.testing.assert_allclose(y, scale_shift(x, 2.5, -1.0), rtol=1e-6, atol=1e-6)
+
+
+def test_a_second_upload_removes_what_the_package_no_longer_has(server, package):
+    first = upload_package(package, REPO)
+    (package / "README.md").unlink()
+    manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
+    manifest["description"] = "changed"
+    (package / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    write_metadata(package)
+    second = upload_package(package, REPO, message="second")
+    assert second.deleted == ["build/webgpu/README.md"]
+    assert second.new_commit and second.commit != first.commit and not second.created_repo and not second.created_branch
+    assert served(server, REPO, "v1") == [".gitattributes", *(f for f in PACKAGE_FILES if not f.endswith("README.md"))]
+    assert server.commits[-1][2]["summary"] == "second"
+    assert ("deletedFile", "build/webgpu/README.md") in server.commits[-1][3]
+    hub.clear_cache()
+    assert wk.get_kernel(REPO, version=1).package.commit == second.commit == server.commit_of(REPO, "v1")
+    # The same package again: nothing changed, no commit made.
+    third = upload_package(package, REPO)
+    assert third.commit == second.commit and not third.new_commit and len(server.commits) == 2
+
+
+def test_a_new_version_is_a_new_branch_of_the_same_repository(server, package):
+    upload_package(package, REPO)
+    write_metadata(package, version=2)
+    result = upload_package(package, REPO, version=2)
+    assert (result.revision, result.created_repo, result.created_branch) == ("v2", False, True)
+    assert set(server.revisions(REPO)) >= {"v1", "v2"}
+    assert json.loads((server.root / REPO / "v2" / "build/webgpu/metadata.json").read_text())["version"] == 2
+
+
+def test_another_organisation_and_a_private_repository(server, package, monkeypatch):
+    repo = f"someone/{OP_ID}"
+    result = upload_package(package, repo, private=True)
+    assert server.private[repo] == TOKEN and result.verified
+    assert result.load_call == f"get_kernel('{repo}', version=1, trust_remote_code=True, expected_op_id='{OP_ID}')"
+    kernel = wk.get_kernel(repo, version=1, trust_remote_code=True, expected_op_id=OP_ID)
+    assert kernel.package.commit == result.commit
+
+
+def test_the_command_prints_where_it_went_and_how_to_load_it(server, package):
+    result = upload(str(package), REPO)
+    assert result.exit_code == 0, result.output
+    commit = server.commit_of(REPO, "v1")
+    out = " ".join(result.stdout.split())
+    assert f"uploaded 4 files of {OP_ID} (contract version 1) to {REPO} @ v1" in out
+    assert f"commit {commit}" in out and "created the repository" in out and "created the branch v1" in out
+    assert f"load it with: get_kernel('{REPO}', version=1)" in out
+    assert "warning: " in result.stderr  # validate's warnings (no test.json): printed, not fatal
+
+
+def test_json(server, package):
+    result = upload(str(package), REPO, "--json", "--message", "first")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) == {"repo", "revision", "commit", "endpoint", "op", "version", "fileCount", "files", "deleted",
+                         "newCommit", "createdRepository", "createdBranch", "private", "verified", "dryRun",
+                         "warnings", "load"}  # fmt: skip
+    assert (data["repo"], data["revision"], data["commit"]) == (REPO, "v1", server.commit_of(REPO, "v1"))
+    assert (data["fileCount"], data["files"], data["endpoint"]) == (4, PACKAGE_FILES, server.url)
+    assert data["verified"] is True and data["dryRun"] is False and data["warnings"]
+    assert data["load"] == f"get_kernel('{REPO}', version=1)"
+    assert server.commits[0][2]["summary"] == "first"
+
+
+def test_a_dry_run_sends_nothing(server, package):
+    result = upload(str(package), REPO, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "would upload 4 files" in result.stdout and all(f in result.stdout for f in PACKAGE_FILES)
+    assert "__pycache__" not in result.stdout and "notes" not in result.stdout
+    data = json.loads(upload(str(package), REPO, "--dry-run", "--json").stdout)
+    assert data["dryRun"] is True and data["commit"] is None and data["files"] == PACKAGE_FILES
+    assert server.requests == []
+
+
+# --- refused before any request ------------------------------------------------------------------
+
+
+def _stale(package: Path) -> None:
+    template = package / "scale-shift.wgsl.jinja"
+    template.write_text(template.read_text(encoding="utf-8") + "\n// edited\n", encoding="utf-8")
+
+
+def _invalid(package: Path) -> None:
+    manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
+    manifest["derive"]["n"] = "numel(shapes.Q)"
+    (package / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    write_metadata(package)
+
+
+@pytest.mark.parametrize(("change", "args", "said"), [
+    (lambda p: shutil.rmtree(p), [], "no such folder"),
+    (lambda p: (p / "manifest.json").unlink(), [], "manifest.json"),
+    (lambda p: (p / "metadata.json").unlink(), [], "has no metadata.json, which a Hub package must carry"),
+    (_stale, [], "metadata.json is out of date (changed: scale-shift.wgsl.jinja): if these changes are yours, run "
+                 "`webgpu-kernels digest"),
+    (lambda p: (p / "extra.json").write_text("{}"), [], "added: extra.json"),
+    (_invalid, [], "finds 1 error in the package"),
+    (None, ["--version", "2"], "says contract version 1, not 2: run `webgpu-kernels digest --version 2"),
+    (None, ["--repo", "com.example.NoSlash"], "is not a Hub repository id: expected 'org/name'"),
+    (None, ["--repo", "a/b/c"], "is not a Hub repository id"),
+    (None, ["--repo", "org/op/"], "did you mean org/op?"),
+    (None, ["--repo", f"{REPO}@v1"], "the revision comes from metadata.json's version"),
+    (None, ["--repo", f"https://hub.example/kernels/{REPO}"], "HF_ENDPOINT=https://hub.example"),
+    (None, ["--repo", "org/bad--name"], "is not a valid Hub repository id"),
+    (None, ["--repo", "webgpu-kernels/demo.Other"], "the repository's name 'demo.Other' is not the package's op id "
+                                                     f"'{OP_ID}'"),
+])  # fmt: skip
+def test_refused_before_any_request(server, package, change, args, said):
+    repo = REPO
+    if args[:1] == ["--repo"]:
+        repo, args = args[1], args[2:]
+    if change is not None:
+        change(package)
+    result = upload(str(package), repo, "--no-gpu", *args)
+    assert result.exit_code == 2, result.output
+    assert said in " ".join(result.stderr.split()), result.stderr
+    assert server.requests == []
+
+
+def test_a_validation_error_is_named(server, package):
+    _invalid(package)
+    with pytest.raises(PackageError, match=r"(?s)validate .* finds 1 error.*manifest\.json.*'Q'") as info:
+        upload_package(package, REPO, gpu=False)
+    assert "derive" in str(info.value)
+    assert server.requests == []
+
+
+def test_any_name_publishes_under_another_name(server, package):
+    result = upload(str(package), "webgpu-kernels/scale-shift", "--any-name", "--no-gpu", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["load"] == "get_kernel('webgpu-kernels/scale-shift', version=1)"
+
+
+# --- what the Hub refuses ------------------------------------------------------------------------
+
+
+def test_a_token_the_hub_refuses_says_what_to_do_and_is_never_shown(server, package):
+    server.tokens = {"hf_someone_else"}
+    with pytest.raises(HubError, match=r"401 .*Invalid credentials.*renew it, with write access to webgpu-kernels, "
+                                       r"and set it in HF_TOKEN or log in with `hf auth login`") as info:
+        upload_package(package, REPO, gpu=False)
+    assert info.value.repo_id == REPO and TOKEN not in str(info.value)
+    result = upload(str(package), REPO, "--no-gpu")
+    assert result.exit_code == 2 and "hf auth login" in result.stderr
+    assert TOKEN not in result.output
+    assert not any(path.endswith("/commit/v1") for _, path in server.requests)
+
+
+def test_no_token_says_how_to_send_one(server, package, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN")
+    with pytest.raises(HubError, match=r"401 .*no token was sent: set HF_TOKEN, or log in with `hf auth login`, as an "
+                                       "account that may write to webgpu-kernels"):  # fmt: skip
+        upload_package(package, REPO, gpu=False)
+
+
+def test_a_token_without_write_access_is_named(server, package):
+    server.writers["webgpu-kernels"] = {"hf_maintainer"}
+    with pytest.raises(HubError, match=r"403 .*may not write to webgpu-kernels: use one with write access"):
+        upload_package(package, REPO, gpu=False)
+    assert not server.commits and not (server.root / REPO).exists()
+
+
+def test_an_unreachable_hub_is_named(server, package, monkeypatch):
+    url = server.url
+    server.stop()
+    with pytest.raises(HubError, match=r"cannot be reached \(ConnectError"):
+        upload_package(package, REPO, gpu=False, endpoint=url)
