@@ -230,6 +230,19 @@ def test_a_validation_error_is_named(server, package):
     assert server.requests == []
 
 
+def test_no_adapter_for_the_gpu_stage_says_how_to_leave_it_out(server, package):
+    with pytest.raises(PackageError, match=r"(?s)no WebGPU device.*--no-gpu \(gpu=False\) leaves out the GPU stage"):
+        upload_package(package, REPO, adapter="no-such-adapter-anywhere")
+    assert server.requests == []
+
+
+def test_offline_mode_refuses_before_any_request(server, package, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubError, match=r"offline mode is on \(HF_HUB_OFFLINE\): an upload needs the Hub"):
+        upload_package(package, REPO, gpu=False)
+    assert server.requests == []
+
+
 def test_any_name_publishes_under_another_name(server, package):
     result = upload(str(package), "webgpu-kernels/scale-shift", "--any-name", "--no-gpu", "--json")
     assert result.exit_code == 0, result.output

@@ -199,11 +199,14 @@ def _validated(root: Path, *, gpu: bool, adapter: str | None) -> list[str]:
     report = validate_package(root, adapter=adapter, gpu=gpu)
     errors = [p for p in report.problems if p.severity == ERROR]
     if errors:
-        lines = [f"  {p.place()}: {p.message.splitlines()[0] if p.message else ''}" for p in errors[:SHOWN_PROBLEMS]]
+        lines = ["  " + ": ".join(x for x in (p.place(), p.message.splitlines()[0] if p.message else "") if x)
+                 for p in errors[:SHOWN_PROBLEMS]]
         more = f"\n  ... and {len(errors) - SHOWN_PROBLEMS} more" if len(errors) > SHOWN_PROBLEMS else ""
+        if any(p.message.startswith("no WebGPU device") for p in errors):  # the machine's, not the package's
+            more += "\n  (with no adapter here, --no-gpu (gpu=False) leaves out the GPU stage)"
         raise PackageError(f"`webgpu-kernels validate {root}` finds {len(errors)} error{'s' if len(errors) != 1 else ''} "
                            f"in the package: fix {'it' if len(errors) == 1 else 'them'} before publishing it\n" + "\n".join(lines) + more)  # fmt: skip
-    return [f"{p.place()}: {p.message}" for p in report.problems if p.severity != ERROR]
+    return [": ".join(x for x in (p.place(), p.message) if x) for p in report.problems if p.severity != ERROR]
 
 
 # --- the Hub ------------------------------------------------------------------------------------------
