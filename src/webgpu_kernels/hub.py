@@ -144,7 +144,7 @@ def download(
         token = False
     offline = hub_offline()
     lock_timeout = hub_cache.lock_timeout()  # a malformed value is refused before any request
-    _require_kernel_repos()
+    require_kernel_repos()
     # Asked before the lock: it writes nothing, and a refused listing leaves no trace in the cache.
     listed, unreached, unlisted = (None, None, None) if offline else _listing(
         repo_id, rev, endpoint=endpoint, token=token, version=version if revision is None else None)  # fmt: skip
@@ -246,7 +246,7 @@ def check_contract_version(package: HubPackage, version: int | None) -> None:
 MIN_HUGGINGFACE_HUB = "1.10"
 
 
-def _require_kernel_repos() -> None:
+def require_kernel_repos() -> None:
     import huggingface_hub
     from huggingface_hub import constants
 
@@ -340,7 +340,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
                f"{where} cannot be reached ({type(unreached).__name__}: {unreached})" if unreached is not None else
                _unreachable(exc, where))  # fmt: skip
         if type(exc).__name__ == "IncompleteSnapshotError":  # huggingface_hub >= 2: names the missing files
-            first = _first_line(exc)
+            first = first_line(exc)
             raise HubError(f"{repo_id} {what}: the Hugging Face cache holds an incomplete copy and {why}: {first}",
                            repo_id=repo_id, revision=rev) from exc  # fmt: skip
         fix = ""
@@ -352,7 +352,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
         raise HubError(f"{repo_id} {what} is not in the Hugging Face cache ({cache_dir}) and {why}{fix}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
     except HfHubHTTPError as exc:
-        raise HubError(f"{repo_id} revision {rev!r}: the Hub answered {_http_answer(exc)}", repo_id=repo_id,
+        raise HubError(f"{repo_id} revision {rev!r}: the Hub answered {http_answer(exc)}", repo_id=repo_id,
                        revision=rev) from exc  # fmt: skip
     except HubError:
         raise
@@ -363,7 +363,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
             raise HubError(f"{repo_id} {what}: the Hugging Face cache {cache_dir} is not writable by this process "
                            f"({refused}), so the download cannot be stored there: set HF_HOME or HF_HUB_CACHE to a "
                            "folder of your own", repo_id=repo_id, revision=rev) from exc  # fmt: skip
-        raise HubError(f"{repo_id} revision {rev!r}: download from {where} failed: {type(exc).__name__}: {_first_line(exc)}",
+        raise HubError(f"{repo_id} revision {rev!r}: download from {where} failed: {type(exc).__name__}: {first_line(exc)}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
 
 
@@ -376,7 +376,7 @@ def _cache_reason(where: str, *, offline: bool, unreached: Exception | None, unl
     if offline:
         return "offline mode is on (HF_HUB_OFFLINE)"
     if unreached is not None:
-        return f"{where} cannot be reached ({type(unreached).__name__}: {_first_line(unreached)})"
+        return f"{where} cannot be reached ({type(unreached).__name__}: {first_line(unreached)})"
     if unlisted is not None:
         status = getattr(getattr(unlisted, "response", None), "status_code", None)
         if status == 401:  # a revoked or mistyped HF_TOKEN: the cache's copy goes on loading, so say it here
@@ -387,8 +387,8 @@ def _cache_reason(where: str, *, offline: bool, unreached: Exception | None, unl
                 answer += f": {_said(said)}"
             return f"{where} refused the token this process sent, {_TOKEN_ADVICE.format(answer=f' ({answer})')}"
         if status is not None:
-            return f"{where} answered {_http_answer(unlisted)}"
-        return f"{where} did not list it ({type(unlisted).__name__}: {_first_line(unlisted)})"
+            return f"{where} answered {http_answer(unlisted)}"
+        return f"{where} did not list it ({type(unlisted).__name__}: {first_line(unlisted)})"
     return f"{where} did not list it"
 
 
@@ -404,15 +404,16 @@ def _said(text: str) -> str:
     return printable(shorten(text.splitlines()[0] if text else "", MAX_SERVER_WORDS))
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     return _said(str(exc)) or type(exc).__name__
 
 
-def _http_answer(exc: Exception) -> str:
+def http_answer(exc: Exception, *, token_advice: bool = True) -> str:
     """An HTTP error's first line, and the URL asked when that line does not name it (huggingface_hub's
     404 for a listed file the server then did not have read "404 Client Error.", no file named), then
-    what the Hub said and, for a 401, what to do about the token."""
-    first = _first_line(exc)
+    what the Hub said and, for a 401 (unless ``token_advice`` is off: a writer's advice differs), what
+    to do about the token."""
+    first = first_line(exc)
     with suppress(Exception):  # no response, or one without its request
         url = str(exc.response.request.url)  # type: ignore[attr-defined]
         if url and url not in first:
@@ -422,9 +423,15 @@ def _http_answer(exc: Exception) -> str:
     said = getattr(exc, "server_message", None)
     if isinstance(said, str) and said.strip() and _said(said) not in first:
         first = f"{first}: {_said(said)}"
-    if getattr(getattr(exc, "response", None), "status_code", None) == 401:
+    if token_advice and getattr(getattr(exc, "response", None), "status_code", None) == 401:
         first += f" (the Hub refused the token this process sent, {_TOKEN_ADVICE.format(answer='')})"
     return first
+
+
+def token_kept_from(endpoint: str | None) -> str:
+    """Why no token went to ``endpoint``: the Hugging Face token goes only to HF_ENDPOINT's Hub."""
+    return (f"no token was sent: the Hugging Face token goes only to the Hub HF_ENDPOINT names "
+            f"({hub_endpoint() or DEFAULT_ENDPOINT}); set HF_ENDPOINT={endpoint} to send it to this one")  # fmt: skip
 
 
 def _token_advice(token: Any, endpoint: str | None, *, gated: bool = False) -> str:
@@ -437,8 +444,7 @@ def _token_advice(token: Any, endpoint: str | None, *, gated: bool = False) -> s
         with suppress(Exception):  # best effort: only words of an error message
             sent = get_token() is not None
     if token is False:  # download() sends the token only to HF_ENDPOINT's Hub
-        return (f"no token was sent: the Hugging Face token goes only to the Hub HF_ENDPOINT names "
-                f"({hub_endpoint() or DEFAULT_ENDPOINT}); set HF_ENDPOINT={endpoint} to send it to this one")  # fmt: skip
+        return token_kept_from(endpoint)
     if not sent:
         return "no token was sent: set HF_TOKEN, or log in with `hf auth login`, as an account that may read it"
     if gated:
@@ -457,7 +463,7 @@ def _unreachable(exc: BaseException, where: str) -> str:
         if cause is None:
             break
         if isinstance(cause, HfHubHTTPError) and getattr(cause, "response", None) is not None:
-            return f"{where} answered {_http_answer(cause)}"
+            return f"{where} answered {http_answer(cause)}"
         cause = cause.__cause__ or cause.__context__
     return f"{where} cannot be reached"
 

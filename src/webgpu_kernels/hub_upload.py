@@ -23,7 +23,7 @@ from typing import Any
 from . import hub_cache
 from .digests import METADATA_FILE, UNLISTABLE, build_metadata, load_metadata, read_file
 from .errors import HubError, KernelError, PackageError
-from .hub import PACKAGE_DIR, _first_line, _http_answer, _require_kernel_repos, check_contract_version
+from .hub import PACKAGE_DIR, check_contract_version, first_line, http_answer, require_kernel_repos, token_kept_from
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
 from .locations import OFFICIAL_ORG, checked_repo_id, classify, slashed_repo_id
 from .package import KernelPackage, open_folder
@@ -118,7 +118,7 @@ def upload_package(
     if hub_offline():
         raise HubError(f"{repo_id}: offline mode is on (HF_HUB_OFFLINE): an upload needs the Hub; unset it",
                        repo_id=repo_id, revision=rev)  # fmt: skip
-    _require_kernel_repos()
+    require_kernel_repos()
     if token is None and where != (hub_endpoint() or DEFAULT_ENDPOINT):
         token_sent: str | bool | None = False  # the Hugging Face token goes only to HF_ENDPOINT's Hub (as download's)
     else:
@@ -297,10 +297,10 @@ def _hub_error(exc: Exception, repo_id: str, rev: str, step: str, *, endpoint: s
     if status is None:
         names = {c.__name__ for c in type(exc).__mro__}
         if {"ConnectError", "TimeoutException"} & names:
-            return HubError(f"{head}: {endpoint} cannot be reached ({type(exc).__name__}: {_first_line(exc)})",
+            return HubError(f"{head}: {endpoint} cannot be reached ({type(exc).__name__}: {first_line(exc)})",
                             repo_id=repo_id, revision=rev)  # fmt: skip
-        return HubError(f"{head}: {type(exc).__name__}: {_first_line(exc)}", repo_id=repo_id, revision=rev)
-    answer = _http_answer(exc).split(" (the Hub refused the token")[0]  # download's 401 advice is for reading
+        return HubError(f"{head}: {type(exc).__name__}: {first_line(exc)}", repo_id=repo_id, revision=rev)
+    answer = http_answer(exc, token_advice=False)  # download's 401 advice is for reading
     if status == 401:
         advice = (_no_token_advice(token, endpoint, org) if not _token_sent(token) else
                   "the Hub refused the token this process sent (HF_TOKEN or huggingface_hub's login): renew it, "
@@ -331,8 +331,7 @@ def _token_sent(token: str | bool | None) -> bool:
 
 def _no_token_advice(token: str | bool | None, endpoint: str, org: str) -> str:
     if token is False:  # as download: the token goes only to the Hub HF_ENDPOINT names
-        return (f"no token was sent: the Hugging Face token goes only to the Hub HF_ENDPOINT names "
-                f"({hub_endpoint() or DEFAULT_ENDPOINT}); set HF_ENDPOINT={endpoint} to send it to this one")  # fmt: skip
+        return token_kept_from(endpoint)
     return f"no token was sent: set HF_TOKEN, or log in with `hf auth login`, as an account that may write to {org}"
 
 
