@@ -164,7 +164,7 @@ def test_a_tuned_figure_gets_the_slow_state_rule_as_the_default_does(monkeypatch
     # one that outlasts the retries says so in the case's line, as the default's does
     row = _slow_state_case(monkeypatch, [(83.0, 83.1), *[(118.6, 229.0)] * 3], [84.0, 84.1, 84.2],
                            {512 << 20: 4.2}, peak_tbps=4.8, tuning_cache=tuning.TuningCache(tuning_file(tuning_dir)))  # fmt: skip
-    assert "tuned 1.539 TB/s (SLOW STATE persisted: its samples spread" in bench_report.one_line(row)
+    assert "tuned 229.0 µs 1.539 TB/s (0.36x the default) (SLOW STATE persisted: its samples spread" in bench_report.one_line(row)
 
 
 def test_each_re_timing_says_which_reading_was_kept(monkeypatch) -> None:
