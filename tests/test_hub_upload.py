@@ -283,3 +283,19 @@ def test_an_unreachable_hub_is_named(server, package, monkeypatch):
     server.stop()
     with pytest.raises(HubError, match=r"cannot be reached \(ConnectError"):
         upload_package(package, REPO, gpu=False, endpoint=url)
+
+
+# --- what the download refuses is refused before the upload ------------------------------------
+
+
+def test_as_many_files_as_a_package_may_hold_is_refused_before_any_request(server, package, monkeypatch):
+    # A folder holds MAX_PACKAGE_FILES files besides metadata.json; the repository's build/webgpu/
+    # holds metadata.json too, and the download counts it: the commit had been made, then not loaded.
+    from webgpu_kernels import digests
+
+    monkeypatch.setattr(digests, "MAX_PACKAGE_FILES", 3)
+    monkeypatch.setattr(hub, "MAX_PACKAGE_FILES", 3)
+    (package / "design notes.txt").unlink()  # the folder: manifest.json, the template and README.md
+    with pytest.raises(PackageError, match=r"holds more than 3 files, more than a kernel package may"):
+        upload_package(package, REPO, gpu=False)
+    assert server.requests == []

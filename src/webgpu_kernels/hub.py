@@ -547,27 +547,37 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     except Exception:  # noqa: BLE001 - no such folder, a refusal: snapshot_download reports it (or
         # serves the cache, which the commit it returns then tells)
         return commit
+    check_listed(repo_id, rev, [(e.path, e.size) for e in files])
+    return commit
+
+
+def check_listed(repo_id: str, rev: str, files: list[tuple[str, int]], *, upload: bool = False) -> None:
+    """Refuse (HubError) a ``build/webgpu/`` of these (repository path, size) files that :func:`download`
+    refuses before it downloads anything: more than MAX_PACKAGE_FILES files, a name that is no plain
+    one below it or that breaks on macOS or Windows, a file past MAX_FILE_BYTES, content files past
+    MAX_PACKAGE_BYTES together. ``upload``: the files an upload would commit (hub_upload.py), checked
+    by the same rule before it sends anything, so that nothing is published that get_kernel refuses."""
+    done = "uploaded" if upload else "downloaded"
     if len(files) > MAX_PACKAGE_FILES:
         raise HubError(f"{repo_id} revision {rev!r}: {PACKAGE_DIR}/ holds more than {MAX_PACKAGE_FILES} files, "
                        "more than a kernel package may", repo_id=repo_id, revision=rev)  # fmt: skip
-    for entry in files:
-        why = _name_problem(entry.path)
+    for path, _ in files:
+        why = _name_problem(path)
         if why:  # huggingface_hub refuses a '..' name only when it comes to it, after fetching the others
-            raise HubError(f"{repo_id} revision {rev!r}: the repository lists the file {entry.path!r}, whose name "
-                           f"{why}: refused before anything was downloaded", repo_id=repo_id, revision=rev)  # fmt: skip
-    _check_portable(repo_id, rev, [e.path.removeprefix(f"{PACKAGE_DIR}/") for e in files])
-    for entry in files:
-        if entry.size > MAX_FILE_BYTES:
-            raise HubError(f"{repo_id} revision {rev!r}: {entry.path} is {entry.size} bytes, more than a package "
+            raise HubError(f"{repo_id} revision {rev!r}: the repository lists the file {path!r}, whose name "
+                           f"{why}: refused before anything was {done}", repo_id=repo_id, revision=rev)  # fmt: skip
+    _check_portable(repo_id, rev, [path.removeprefix(f"{PACKAGE_DIR}/") for path, _ in files], upload=upload)
+    for path, size in files:
+        if size > MAX_FILE_BYTES:
+            raise HubError(f"{repo_id} revision {rev!r}: {path} is {size} bytes, more than a package "
                            f"file may be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
     # Every content file is read when the package opens (an unlisted one is refused), and what it
     # reads is bounded in all: 64 files under the per-file bound had been fetched, 512 MiB and more,
     # then refused (helper-36). Other files (a README) are not read, so they do not count.
-    content = sum(e.size for e in files if is_content_file(e.path[len(PACKAGE_DIR) + 1 :]))
+    content = sum(size for path, size in files if is_content_file(path[len(PACKAGE_DIR) + 1 :]))
     if content > MAX_PACKAGE_BYTES:
         raise HubError(f"{repo_id} revision {rev!r}: the package files of {PACKAGE_DIR}/ hold {content} bytes, more "
                        f"than a package may ({MAX_PACKAGE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
-    return commit
 
 
 def _name_problem(path: str) -> str | None:
@@ -584,20 +594,23 @@ def _name_problem(path: str) -> str | None:
     return None
 
 
-def _check_portable(repo_id: str, rev: str, names: list[str], *, cached: str | None = None) -> None:
+def _check_portable(repo_id: str, rev: str, names: list[str], *, cached: str | None = None,
+                    upload: bool = False) -> None:  # fmt: skip
     """Refuse a package whose file names break it on macOS or Windows (two names that are one file
     there, a name Windows refuses), on every system: on a case-insensitive cache one file had
     overwritten the other, met later as a digest mismatch, and a package that loads on Linux CI
     failed only for its users elsewhere. ``validate`` reports the same names to the authors.
-    ``cached``: the commit of the cache's snapshot the names are from (no listing was checked)."""
+    ``cached``: the commit of the cache's snapshot the names are from (no listing was checked);
+    ``upload``: the names an upload would commit."""
     problems = name_problems(names)
     if problems:
         more = f" (and {len(problems) - 1} more such name problems)" if len(problems) > 1 else ""
         when = (f"the Hugging Face cache's copy (commit {cached}) is refused on every system" if cached is not None
-                else "refused on every system before anything was downloaded")  # fmt: skip
+                else f"refused on every system before anything was {'uploaded' if upload else 'downloaded'}")  # fmt: skip
         raise HubError(f"{repo_id} revision {rev!r}: in {PACKAGE_DIR}/, {problems[0].why}{more}: {when}, so that the package loads everywhere or nowhere "
-                       "(`webgpu-kernels validate` reports these names to its authors): tell the repository's "
-                       "authors", repo_id=repo_id, revision=rev)  # fmt: skip
+                       "(`webgpu-kernels validate` reports these names to its authors): "
+                       + ("rename them, then run `webgpu-kernels digest`" if upload else "tell the repository's authors"),
+                       repo_id=repo_id, revision=rev)  # fmt: skip
 
 
 def _snapshot_names(root: Path) -> list[str]:

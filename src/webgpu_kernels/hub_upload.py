@@ -23,7 +23,15 @@ from typing import Any
 from . import hub_cache
 from .digests import METADATA_FILE, UNLISTABLE, build_metadata, load_metadata, read_file
 from .errors import HubError, KernelError, PackageError
-from .hub import PACKAGE_DIR, check_contract_version, first_line, http_answer, require_kernel_repos, token_kept_from
+from .hub import (
+    PACKAGE_DIR,
+    check_contract_version,
+    check_listed,
+    first_line,
+    http_answer,
+    require_kernel_repos,
+    token_kept_from,
+)
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
 from .locations import OFFICIAL_ORG, checked_repo_id, classify, slashed_repo_id
 from .package import KernelPackage, open_folder
@@ -110,6 +118,10 @@ def upload_package(
     rev = f"v{version}"
     files = {f"{PACKAGE_DIR}/{name}": package.verified[name] for name in sorted(package.verified)}
     files[f"{PACKAGE_DIR}/{METADATA_FILE}"] = read_file(root, METADATA_FILE)
+    try:  # the download's own checks of a listing (its count includes metadata.json), before any request
+        check_listed(repo_id, rev, [(name, len(data)) for name, data in files.items()], upload=True)
+    except HubError as exc:
+        raise PackageError(f"get_kernel would refuse this upload: {exc.detail}", path=str(root)) from None
     where = (endpoint or hub_endpoint() or DEFAULT_ENDPOINT).rstrip("/")
     result = UploadResult(repo_id=repo_id, revision=rev, op_id=op_id, version=version, endpoint=where,
                           files=sorted(files), private=private, warnings=warnings, dry_run=dry_run)  # fmt: skip
