@@ -29,17 +29,25 @@ and the write routes huggingface_hub 2.x calls for ``create_repo``/``create_bran
                                                             409 if it exists; "private": in `private`
     POST /api/kernels/<org>/<name>/branch/<branch>          JSON {startingPoint}: a copy of that revision
                                                             (main by default); 409 if it exists
-    POST /api/kernels/<org>/<name>/preupload/<rev>          JSON {files: [{path, sample, size}]}: every
-                                                            file "regular" (no LFS, no Xet), with the
-                                                            git blob sha of the file the revision holds
-                                                            at that path (the client skips equal ones)
+    POST /api/kernels/<org>/<name>/preupload/<rev>          JSON {files: [{path, sample, size}]}: "lfs"
+                                                            for a name the revision's .gitattributes
+                                                            marks filter=lfs (as the Hub's default one
+                                                            marks *.npy, *.npz), else "regular"; with
+                                                            the oid of the file the revision holds at
+                                                            that path (sha256 for LFS, else the git blob
+                                                            sha: the client skips equal ones)
+    POST /kernels/<org>/<name>.git/info/lfs/objects/batch   the git LFS batch API (basic transfer): an
+                                                            upload href for each object not stored yet
+    PUT  /lfs-upload/<sha256>                               the object's bytes (checked against the oid)
     POST /api/kernels/<org>/<name>/commit/<rev>             NDJSON: a header line {summary, description,
                                                             parentCommit}, then file (base64 content),
-                                                            deletedFile and deletedFolder lines, applied
-                                                            to the branch's folder; 412 when parentCommit
-                                                            is no longer the branch's commit
+                                                            lfsFile (an uploaded object: {path, oid,
+                                                            size}), deletedFile and deletedFolder lines,
+                                                            applied to the branch's folder; 412 when
+                                                            parentCommit is no longer the branch's commit
 
-A write without a token is answered 401; :attr:`HubServer.writers` limits who may write where (403
+The Xet protocol (which huggingface_hub uses instead of LFS when hf_xet is installed) is not served:
+a test that uploads an LFS file sets ``HF_HUB_DISABLE_XET``. A write without a token is answered 401; :attr:`HubServer.writers` limits who may write where (403
 for another token); a repository is "private" to the token that created it so.
 
 A repository in :attr:`HubServer.private` is answered only to its token, as the Hub answers a private
@@ -50,8 +58,9 @@ only to its token (``GatedRepo``); with :attr:`HubServer.tokens` set, another to
 Errors carry the Hub's ``X-Error-Code`` header (``RepoNotFound``, ``RevisionNotFound``,
 ``EntryNotFound``), which the client turns into its typed errors. Files are read at request time
 and their ETag is their git blob sha1, so a file changed on disk after the scan is served under
-the *same* commit: that is how the tests simulate a tampered server. Files are plain git blobs
-(no LFS redirects, no Xet): the client then downloads them straight from ``resolve``.
+the *same* commit: that is how the tests simulate a tampered server. Every file, one
+committed through LFS included, is served straight from ``resolve`` (no redirect to a CDN, no
+X-Linked-Etag, no Xet).
 
 Standard library only. Run it by hand: ``python tests/hub_server.py ROOT [--port N]``.
 """
@@ -60,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import fnmatch
 import hashlib
 import json
 import re
@@ -76,6 +86,22 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _VERSION = re.compile(r"^v([1-9][0-9]*)$")
 #: An organisation, repository or branch name the write routes take (one plain path segment).
 _SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+
+
+#: The .gitattributes of a new repository: the LFS lines of the Hub's default one that a package's files may match.
+DEFAULT_GITATTRIBUTES = "".join(f"*.{ext} filter=lfs diff=lfs merge=lfs -text\n" for ext in ("bin", "npy", "npz", "safetensors"))
+
+
+def _lfs_patterns(folder: Path) -> list[str]:
+    """The patterns a revision's .gitattributes stores in LFS."""
+    attributes = folder / ".gitattributes"
+    lines = attributes.read_text(encoding="utf-8").splitlines() if attributes.is_file() else []
+    return [line.split()[0] for line in lines if "filter=lfs" in line.split()[1:]]
+
+
+def _stored_in_lfs(folder: Path, path: str) -> bool:
+    return any(fnmatch.fnmatchcase(path if "/" in pattern else path.rsplit("/", 1)[-1], pattern)
+               for pattern in _lfs_patterns(folder))  # fmt: skip
 
 
 def _plain_path(path: str) -> bool:
@@ -118,6 +144,8 @@ class HubServer:
         self.writers: dict[str, set[str]] = {}
         #: (repository, branch, header, [(operation, path)]) of every commit the commit route made.
         self.commits: list[tuple[str, str, dict, list[tuple[str, str]]]] = []
+        #: sha256 -> the bytes of every LFS object uploaded (the LFS storage, shared by the repositories).
+        self.lfs_objects: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._repos: dict[str, list[Revision]] = {}
         self.rescan()
@@ -251,6 +279,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._dispatch("POST")
 
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         with self.hub._lock:
@@ -264,6 +295,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._create_repo()
             elif segments[:2] == ["api", "kernels"] and len(segments) >= 4:
                 self._api(method, f"{segments[2]}/{segments[3]}", segments[4:], query)
+            elif (method == "POST" and segments[:1] == ["kernels"] and len(segments) == 7 and segments[2].endswith(".git")
+                  and segments[3:] == ["info", "lfs", "objects", "batch"]):  # fmt: skip
+                self._lfs_batch(f"{segments[1]}/{segments[2].removesuffix('.git')}")
+            elif method == "PUT" and len(segments) == 2 and segments[0] == "lfs-upload":
+                self._lfs_upload(segments[1])
             elif segments[:1] == ["kernels"] and len(segments) >= 6 and segments[3] == "resolve":
                 self._resolve(method, f"{segments[1]}/{segments[2]}", segments[4], "/".join(segments[5:]))
             elif segments[:1] == ["api"]:
@@ -403,7 +439,7 @@ class _Handler(BaseHTTPRequestHandler):
         if folder.exists():
             return self._error(409, None, "You already created this kernel repository", body={"url": self._repo_url(repo_id)})
         (folder / "main").mkdir(parents=True)
-        (folder / "main" / ".gitattributes").write_text("*.npy filter=lfs diff=lfs merge=lfs -text\n", encoding="utf-8")
+        (folder / "main" / ".gitattributes").write_text(DEFAULT_GITATTRIBUTES, encoding="utf-8")
         if payload.get("visibility") == "private":
             self.hub.private[repo_id] = self._token() or ""
         self.hub.rescan()
@@ -429,10 +465,41 @@ class _Handler(BaseHTTPRequestHandler):
             for f in files:
                 path = f.get("path", "") if isinstance(f, dict) else ""
                 target = rev.folder / path
-                oid = git_blob_sha1(target.read_bytes()) if _plain_path(path) and target.is_file() else None
-                out.append({"path": path, "uploadMode": "regular", "shouldIgnore": False, "oid": oid})
+                lfs = _plain_path(path) and _stored_in_lfs(rev.folder, path)
+                oid = None
+                if _plain_path(path) and target.is_file():
+                    data = target.read_bytes()
+                    oid = hashlib.sha256(data).hexdigest() if lfs else git_blob_sha1(data)
+                out.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
             return self._json({"files": out, "commitOid": rev.commit})
         return self._commit(repo_id, rev_name, rev)
+
+    def _lfs_batch(self, repo_id: str) -> None:
+        """The LFS batch API's upload operation: where to PUT each object the storage lacks."""
+        if not self._may_write(repo_id.split("/")[0]):
+            return None
+        try:
+            payload = json.loads(self._body() or b"{}")
+        except ValueError:
+            return self._error(400, None, "Invalid JSON")
+        if payload.get("operation") != "upload" or "basic" not in payload.get("transfers", ["basic"]):
+            return self._error(400, None, "This server takes basic LFS uploads only")
+        objects = []
+        for obj in payload.get("objects", []):
+            oid, size = obj.get("oid"), obj.get("size")
+            entry = {"oid": oid, "size": size, "authenticated": True}
+            if oid not in self.hub.lfs_objects:
+                entry["actions"] = {"upload": {"href": f"{self.hub.url}/lfs-upload/{oid}"}}
+            objects.append(entry)
+        return self._json({"transfer": "basic", "objects": objects, "hash_algo": "sha256"})
+
+    def _lfs_upload(self, oid: str) -> None:
+        data = self._body()
+        if hashlib.sha256(data).hexdigest() != oid:
+            return self._error(400, None, "The object's bytes do not match its oid")
+        with self.hub._lock:
+            self.hub.lfs_objects[oid] = data
+        return self._json({})
 
     def _create_branch(self, repo_id: str, branch: str) -> None:
         found = self.hub._lookup(repo_id, "main")
@@ -476,14 +543,19 @@ class _Handler(BaseHTTPRequestHandler):
             if key == "header":
                 continue
             path = value.get("path", "") if isinstance(value, dict) else ""
-            if key not in ("file", "deletedFile", "deletedFolder"):
-                return self._error(400, None, f"This server takes no {key!r} lines (no LFS, no copies)")
+            if key not in ("file", "lfsFile", "deletedFile", "deletedFolder"):
+                return self._error(400, None, f"This server takes no {key!r} lines (no copies)")
             if not _plain_path(path.rstrip("/") if key == "deletedFolder" else path):
                 return self._error(400, None, f"Invalid path: {path!r}")
             if key == "file":
                 if value.get("encoding") != "base64":
                     return self._error(400, None, "file content must be base64")
                 operations.append((key, path, base64.b64decode(value.get("content", ""))))
+            elif key == "lfsFile":
+                data = self.hub.lfs_objects.get(value.get("oid", ""))
+                if data is None or value.get("algo") != "sha256" or value.get("size") != len(data):
+                    return self._error(400, None, f"LFS object {value.get('oid')} of {path} was not uploaded")
+                operations.append((key, path, data))
             else:
                 target = rev.folder / path.rstrip("/")
                 if not (target.is_dir() if key == "deletedFolder" else target.is_file()):
@@ -491,7 +563,7 @@ class _Handler(BaseHTTPRequestHandler):
                 operations.append((key, path.rstrip("/"), None))
         for key, path, data in operations:  # all checked: applied together
             target = rev.folder / path
-            if key == "file":
+            if key in ("file", "lfsFile"):
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data or b"")
             elif key == "deletedFolder":

@@ -299,3 +299,25 @@ def test_as_many_files_as_a_package_may_hold_is_refused_before_any_request(serve
     with pytest.raises(PackageError, match=r"holds more than 3 files, more than a kernel package may"):
         upload_package(package, REPO, gpu=False)
     assert server.requests == []
+
+
+@pytest.mark.filterwarnings("ignore:Use 'content=:DeprecationWarning")  # huggingface_hub's LFS PUT
+def test_binary_files_go_through_lfs_as_on_the_hub(server, package, monkeypatch):
+    # The Hub's .gitattributes stores *.npy and *.npz in LFS: preupload answers "lfs", the client
+    # uploads the object through the LFS batch API and commits a pointer (an lfsFile line).
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)  # hub_server.py serves no Xet
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.save(package / "reference.npy", data)
+    write_metadata(package)
+    first = upload_package(package, REPO, gpu=False)
+    assert "build/webgpu/reference.npy" in first.files and first.verified
+    assert ("lfsFile", "build/webgpu/reference.npy") in server.commits[-1][3]
+    assert ("file", "build/webgpu/manifest.json") in server.commits[-1][3]
+    assert np.array_equal(np.load(server.root / REPO / "v1" / "build/webgpu/reference.npy"), data)
+    # Again unchanged: the LFS oid (sha256) matches, no commit; changed: a new object, a new commit.
+    assert not upload_package(package, REPO, gpu=False).new_commit
+    np.save(package / "reference.npy", data * 2)
+    write_metadata(package)
+    second = upload_package(package, REPO, gpu=False)
+    assert second.new_commit and second.verified and len(server.lfs_objects) == 2
+    assert server.commits[-1][3] == [("lfsFile", "build/webgpu/reference.npy"), ("file", "build/webgpu/metadata.json")]
