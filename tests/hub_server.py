@@ -35,7 +35,10 @@ and the write routes huggingface_hub 2.x calls for ``create_repo``/``create_bran
                                                             marks *.npy, *.npz), else "regular"; with
                                                             the oid of the file the revision holds at
                                                             that path (sha256 for LFS, else the git blob
-                                                            sha: the client skips equal ones)
+                                                            sha: the client skips equal ones), and
+                                                            shouldIgnore for a name the revision's
+                                                            .gitignore ignores (the client leaves it
+                                                            out of the commit, as it does on the Hub)
     POST /kernels/<org>/<name>.git/info/lfs/objects/batch   the git LFS batch API (basic transfer): an
                                                             upload href for each object not stored yet
     PUT  /lfs-upload/<sha256>                               the object's bytes (checked against the oid)
@@ -104,6 +107,26 @@ def _stored_in_lfs(folder: Path, path: str) -> bool:
                for pattern in _lfs_patterns(folder))  # fmt: skip
 
 
+def _ignored(folder: Path, path: str) -> bool:
+    """Whether a revision's .gitignore ignores ``path`` (its simple patterns: ``name``, ``*.ext``,
+    ``folder/``, ``a/b*``)."""
+    ignore = folder / ".gitignore"
+    lines = ignore.read_text(encoding="utf-8").splitlines() if ignore.is_file() else []
+    parts = path.split("/")
+    for line in (line.strip() for line in lines):
+        if not line or line.startswith(("#", "!")):
+            continue
+        if line.endswith("/"):  # a folder: any folder segment of the path
+            if any(fnmatch.fnmatchcase(part, line.rstrip("/").lstrip("/")) for part in parts[:-1]):
+                return True
+        elif "/" in line.strip("/"):
+            if fnmatch.fnmatchcase(path, line.lstrip("/")):
+                return True
+        elif any(fnmatch.fnmatchcase(part, line.lstrip("/")) for part in parts):
+            return True
+    return False
+
+
 def _plain_path(path: str) -> bool:
     """A repository file path the write routes take: relative, no empty, '.' or '..' segment, no backslash."""
     parts = path.split("/")
@@ -144,6 +167,9 @@ class HubServer:
         self.writers: dict[str, set[str]] = {}
         #: (repository, branch, header, [(operation, path)]) of every commit the commit route made.
         self.commits: list[tuple[str, str, dict, list[tuple[str, str]]]] = []
+        #: write route ("create", "branch", "preupload", "commit", "lfs") -> (status, message) it answers
+        #: instead (after the token is checked): a Hub that fails midway through an upload.
+        self.failing: dict[str, tuple[int, str]] = {}
         #: sha256 -> the bytes of every LFS object uploaded (the LFS storage, shared by the repositories).
         self.lfs_objects: dict[str, bytes] = {}
         self._lock = threading.Lock()
@@ -432,7 +458,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, None, "This server creates kernel repositories of an organisation only")
         if not _SEGMENT.match(org) or not _SEGMENT.match(name):
             return self._error(400, None, "Invalid repository name")
-        if not self._may_write(org):
+        if not self._may_write(org) or self._failed("create"):
             return None
         repo_id = f"{org}/{name}"
         folder = self.hub.root / org / name
@@ -448,8 +474,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _repo_url(self, repo_id: str) -> str:
         return f"{self.hub.url}/kernels/{repo_id}"
 
+    def _failed(self, route: str) -> bool:
+        """Answer with the error :attr:`HubServer.failing` names for this route (True: answered)."""
+        failure = self.hub.failing.get(route)
+        if failure is not None:
+            self._error(failure[0], None, failure[1])
+        return failure is not None
+
     def _write(self, route: str, repo_id: str, rev_name: str) -> None:
-        if not self._may_write(repo_id.split("/")[0]):
+        if not self._may_write(repo_id.split("/")[0]) or self._failed(route):
             return None
         if route == "branch":
             return self._create_branch(repo_id, rev_name)
@@ -470,13 +503,14 @@ class _Handler(BaseHTTPRequestHandler):
                 if _plain_path(path) and target.is_file():
                     data = target.read_bytes()
                     oid = hashlib.sha256(data).hexdigest() if lfs else git_blob_sha1(data)
-                out.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
+                out.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "oid": oid,
+                            "shouldIgnore": _plain_path(path) and _ignored(rev.folder, path)})  # fmt: skip
             return self._json({"files": out, "commitOid": rev.commit})
         return self._commit(repo_id, rev_name, rev)
 
     def _lfs_batch(self, repo_id: str) -> None:
         """The LFS batch API's upload operation: where to PUT each object the storage lacks."""
-        if not self._may_write(repo_id.split("/")[0]):
+        if not self._may_write(repo_id.split("/")[0]) or self._failed("lfs"):
             return None
         try:
             payload = json.loads(self._body() or b"{}")

@@ -321,3 +321,72 @@ def test_binary_files_go_through_lfs_as_on_the_hub(server, package, monkeypatch)
     second = upload_package(package, REPO, gpu=False)
     assert second.new_commit and second.verified and len(server.lfs_objects) == 2
     assert server.commits[-1][3] == [("lfsFile", "build/webgpu/reference.npy"), ("file", "build/webgpu/metadata.json")]
+
+
+# --- a Hub that leaves files out, or fails midway --------------------------------------------------
+
+
+def _existing_repository(server: HubServer, gitignore: str) -> None:
+    """REPO, created before the upload, its main holding a .gitignore (a repository that also keeps sources)."""
+    main = server.root / REPO / "main"
+    main.mkdir(parents=True)
+    (main / ".gitattributes").write_text("*.npy filter=lfs diff=lfs merge=lfs -text\n", encoding="utf-8")
+    (main / ".gitignore").write_text(gitignore, encoding="utf-8")
+    server.rescan()
+
+
+@pytest.mark.parametrize("gitignore", ["build/\n", "*.md\n"])
+def test_files_the_repositorys_gitignore_ignores_are_named_before_the_commit(server, package, gitignore):
+    # The Hub answers preupload with shouldIgnore for them, and the client leaves them out of the
+    # commit without a word: the commit had been made without them, then refused by the check.
+    _existing_repository(server, gitignore)
+    with pytest.raises(HubError, match=r"the repository's \.gitignore \(on v1\) ignores build/webgpu/README\.md"
+                                       r".*nothing was committed") as info:  # fmt: skip
+        upload_package(package, REPO, gpu=False)
+    assert info.value.__notes__ == ["this upload created the branch v1 (which holds no package yet): upload again to "
+                                    "complete it"]  # fmt: skip
+    assert server.commits == []
+
+
+def test_a_failure_after_creating_the_repository_says_what_is_there_now(server, package):
+    server.failing["commit"] = (500, "Internal Error")
+    with pytest.raises(HubError, match=r"committing to v1 .*'500 Internal Server Error'") as info:
+        upload_package(package, REPO, gpu=False)
+    assert info.value.__notes__ == ["this upload created the repository and its branch v1 (which holds no package "
+                                    "yet): upload again to complete it"]  # fmt: skip
+    cli = upload(str(package), f"webgpu-kernels/{OP_ID}", "--no-gpu")  # the command prints the note
+    assert cli.exit_code == 2 and "this upload created" not in cli.stderr  # this time nothing was created
+    assert "committing to v1" in cli.stderr
+    # Again, the Hub mended: the repository and the branch are there, the commit completes them.
+    del server.failing["commit"]
+    result = upload_package(package, REPO, gpu=False)
+    assert result.verified and not result.created_repo and not result.created_branch
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), HubError("the Hub cannot be reached (ConnectError: down)")])
+def test_a_check_that_does_not_finish_says_the_commit_is_made(server, package, monkeypatch, stop):
+    def download(*args, **kwargs):
+        raise stop
+
+    monkeypatch.setattr(hub, "download", download)
+    result = upload(str(package), REPO, "--no-gpu")
+    commit = server.commit_of(REPO, "v1")
+    assert result.exit_code == (130 if isinstance(stop, KeyboardInterrupt) else 2), result.output
+    said = " ".join(result.stderr.split())
+    assert f"the commit {commit} was made on v1 of {REPO}, and is what get_kernel('{REPO}', version=1) loads now" in said
+    assert f"`webgpu-kernels download {REPO} --revision {commit}` checks it again" in said
+    assert ("interrupted while checking it" if isinstance(stop, KeyboardInterrupt) else "checking it failed") in said
+
+
+def test_an_interrupted_commit_says_what_to_do(server, package, monkeypatch):
+    from huggingface_hub import HfApi
+
+    def create_commit(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(HfApi, "create_commit", create_commit)
+    result = upload(str(package), REPO, "--no-gpu")
+    assert result.exit_code == 130, result.output
+    said = " ".join(result.stderr.split())
+    assert "interrupted" in said and "this upload created the repository and its branch v1" in said
+    assert f"v1 may hold the commit or not; `webgpu-kernels download {REPO} --revision v1` shows what it holds" in said

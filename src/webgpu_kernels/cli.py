@@ -186,8 +186,10 @@ class KernelGroup(click.Group):
                     exc.add_note(f"on the command line: -i {exc.argument}=DIMS:{short}")
             _report_error(exc)
             ctx.exit(2)
-        except KeyboardInterrupt:  # click would say "Aborted!" with status 1, which means "a check failed"
+        except KeyboardInterrupt as exc:  # click would say "Aborted!" with status 1, which means "a check failed"
             _console(stderr=True).print(Text("interrupted", style="red"))
+            for note in getattr(exc, "__notes__", ()):  # what an interrupted upload left on the Hub
+                _console(stderr=True).print(Text(note), soft_wrap=True)
             ctx.exit(130)
 
 

@@ -233,8 +233,8 @@ def _publish(repo_id: str, rev: str, files: dict[str, bytes], *, endpoint: str, 
 
     api = HfApi(endpoint=endpoint, token=token)
     step = "reading the repository"
+    created_repo = created_branch = False
     try:
-        created_repo = created_branch = False
         try:
             parent = api.repo_info(repo_id, repo_type=REPO_TYPE, revision=rev).sha
         except RevisionNotFoundError:
@@ -255,17 +255,40 @@ def _publish(repo_id: str, rev: str, files: dict[str, bytes], *, endpoint: str, 
         held = [f for f in api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=parent)
                 if f.startswith(f"{PACKAGE_DIR}/")]  # fmt: skip
         deleted = sorted(set(held) - set(files))
-        operations: list[Any] = [CommitOperationDelete(path_in_repo=name) for name in deleted]
-        operations += [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in files.items()]
+        additions = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in files.items()]
+        step = f"uploading the files to {rev}"
+        # What create_commit asks first (binary files go to LFS storage then), asked here: the Hub answers
+        # for each file whether the repository's .gitignore ignores it, and create_commit leaves those out
+        # without a word (a commit without them had been made, then refused by the check).
+        api.preupload_lfs_files(repo_id, additions, repo_type=REPO_TYPE, revision=rev, free_memory=False)
+        ignored = [op.path_in_repo for op in additions if getattr(op, "_should_ignore", False)]  # set by preupload
+        if ignored:
+            shown = ", ".join(ignored[:5]) + (f" and {len(ignored) - 5} more" if len(ignored) > 5 else "")
+            raise HubError(f"{repo_id} {rev}: the repository's .gitignore (on {rev}) ignores {shown}, so the Hub would "
+                           f"leave {'it' if len(ignored) == 1 else 'them'} out of the commit and get_kernel would "
+                           f"refuse the package: nothing was committed; remove that rule from .gitignore on {rev} "
+                           "(or upload to a repository of its own), then upload again", repo_id=repo_id,
+                           revision=rev)  # fmt: skip
+        operations: list[Any] = [CommitOperationDelete(path_in_repo=name) for name in deleted] + additions
         step = f"committing to {rev}"
         # create_commit, not upload_folder: with hf_xet installed, upload_folder may split the upload into
         # several commits, and it reads the folder again (files the digests did not check included).
         info = api.create_commit(repo_id, operations, commit_message=message, repo_type=REPO_TYPE, revision=rev,
                                  parent_commit=parent)  # fmt: skip
-    except KernelError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the client's HTTP errors, and the HTTP library's connection errors
-        raise _hub_error(exc, repo_id, rev, step, endpoint=endpoint, token=token) from exc
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the client's HTTP errors, the HTTP library's
+        # connection errors (in download's words), Ctrl-C: each with what this upload left on the Hub
+        error = exc if isinstance(exc, (KernelError, KeyboardInterrupt)) else _hub_error(
+            exc, repo_id, rev, step, endpoint=endpoint, token=token)  # fmt: skip
+        made = _made(created_repo, created_branch, rev)
+        if made:
+            error.add_note(f"{made}: upload again to complete it")
+        if isinstance(exc, KeyboardInterrupt) and step.startswith("committing"):
+            error.add_note(f"interrupted while committing: {rev} may hold the commit or not; `webgpu-kernels download "
+                           f"{repo_id} --revision {rev}` shows what it holds, and uploading again commits nothing "
+                           "where it holds these files already")  # fmt: skip
+        if error is exc:
+            raise
+        raise error from exc
     return {"commit": info.oid, "new_commit": info.oid != parent, "deleted": deleted, "created_repo": created_repo,
             "created_branch": created_branch}  # fmt: skip
 
@@ -284,14 +307,27 @@ def _verify(result: UploadResult, *, token: str | bool | None) -> None:
         try:
             package = hub.download(result.repo_id, revision=result.commit, trust_remote_code=True,
                                    endpoint=result.endpoint, token=token, accept=accept)  # fmt: skip
-        except KernelError as exc:
-            exc.add_note(f"the commit {result.commit} was made on {result.revision} of {result.repo_id}, but it does not "
-                         "load: fix the package and upload it again")  # fmt: skip
+        except (KernelError, KeyboardInterrupt) as exc:  # the commit is made: say so, whatever stopped its check
+            done = "interrupted while checking it" if isinstance(exc, KeyboardInterrupt) else "checking it failed"
+            exc.add_note(f"the commit {result.commit} was made on {result.revision} of {result.repo_id}, and is what "
+                         f"{result.load_call} loads now, but {done}: `webgpu-kernels download {result.repo_id} "
+                         f"--revision {result.commit}` checks it again; if the package is at fault, fix it and "
+                         "upload again")  # fmt: skip
             raise
     if sorted(f"{PACKAGE_DIR}/{name}" for name in [*package.digests, METADATA_FILE]) != result.files:
         raise HubError(f"{result.repo_id} at commit {result.commit}: the Hub serves other files than were uploaded "
                        f"({len(package.digests) + 1} listed, {len(result.files)} uploaded)", repo_id=result.repo_id,
                        revision=result.revision)  # fmt: skip
+
+
+def _made(created_repo: bool, created_branch: bool, rev: str) -> str:
+    """What an upload that stopped before its commit left on the Hub, in words ("" for nothing)."""
+    if created_repo:
+        branch = f" and its branch {rev}" if created_branch else ""
+        return f"this upload created the repository{branch} (which holds no package yet)"
+    if created_branch:
+        return f"this upload created the branch {rev} (which holds no package yet)"
+    return ""
 
 
 def _status(exc: BaseException) -> int | None:
