@@ -185,6 +185,14 @@ def _stale(package: Path) -> None:
     template.write_text(template.read_text(encoding="utf-8") + "\n// edited\n", encoding="utf-8")
 
 
+def _added(package: Path, *names: str) -> None:
+    """Files whose names get_kernel refuses (on every system), listed by digest."""
+    for name in names:
+        (package / name).parent.mkdir(exist_ok=True)
+        (package / name).write_text("x\n", encoding="utf-8")
+    write_metadata(package)
+
+
 def _invalid(package: Path) -> None:
     manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
     manifest["derive"]["n"] = "numel(shapes.Q)"
@@ -200,6 +208,9 @@ def _invalid(package: Path) -> None:
                  "`webgpu-kernels digest"),
     (lambda p: (p / "extra.json").write_text("{}"), [], "added: extra.json"),
     (_invalid, [], "finds 1 error in the package"),
+    (lambda p: _added(p, "readme.md"), [], "'README.md' and 'readme.md' differ only in case"),
+    (lambda p: _added(p, "docs/nul.md"), [], "docs/nul.md"),
+    (lambda p: _added(p, "caf\u00e9.md", "cafe\u0301.md"), [], "differ only in their Unicode normal form"),
     (None, ["--version", "2"], "says contract version 1, not 2: run `webgpu-kernels digest --version 2"),
     (None, ["--repo", "com.example.NoSlash"], "is not a Hub repository id: expected 'org/name'"),
     (None, ["--repo", "a/b/c"], "is not a Hub repository id"),
