@@ -401,3 +401,15 @@ def test_an_interrupted_commit_says_what_to_do(server, package, monkeypatch):
     said = " ".join(result.stderr.split())
     assert "interrupted" in said and "this upload created the repository and its branch v1" in said
     assert f"v1 may hold the commit or not; `webgpu-kernels download {REPO} --revision v1` shows what it holds" in said
+
+
+def test_a_repository_the_token_may_not_see_is_not_reported_as_created(server, package):
+    # The Hub answers a private repository of another account as missing; creating it answers 409,
+    # which create_repo(exist_ok=True) had taken for "created": the branch request then read as a
+    # refused token, with a note that this upload had created the repository.
+    _existing_repository(server, "")
+    server.private[REPO] = "hf_someone_else"
+    with pytest.raises(HubError, match=r"exists on .*, but the Hub does not show it to the token sent") as info:
+        upload_package(package, REPO, gpu=False)
+    assert "renew" not in str(info.value) and not getattr(info.value, "__notes__", [])
+    assert not any("/branch/" in path for _, path in server.requests)

@@ -229,7 +229,7 @@ def _publish(repo_id: str, rev: str, files: dict[str, bytes], *, endpoint: str, 
     """Create the repository and branch where missing, and commit ``files`` to ``rev`` with whatever
     else it held under build/webgpu/ deleted: {commit, new_commit, deleted, created_repo, created_branch}."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     api = HfApi(endpoint=endpoint, token=token)
     step = "reading the repository"
@@ -241,7 +241,15 @@ def _publish(repo_id: str, rev: str, files: dict[str, bytes], *, endpoint: str, 
             parent = None
         except RepositoryNotFoundError:  # missing, or private to another account: creating it says which
             step = "creating the repository"
-            api.create_repo(repo_id, repo_type=REPO_TYPE, private=private or None, exist_ok=True)
+            try:  # not exist_ok=True: it takes the Hub's 409 for a repository it does not show for "created"
+                api.create_repo(repo_id, repo_type=REPO_TYPE, private=private or None)
+            except HfHubHTTPError as exc:
+                if _status(exc) != 409:
+                    raise
+                raise HubError(f"{repo_id} exists on {endpoint}, but the Hub does not show it to the token sent (a "
+                               "private repository this account may not read, or one created meanwhile): use a token "
+                               "with access to it, upload again, or upload to another repository", repo_id=repo_id,
+                               revision=rev) from None  # fmt: skip
             created_repo, parent = True, None
         if parent is None:
             step = f"creating the branch {rev}"
