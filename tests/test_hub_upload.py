@@ -413,3 +413,8 @@ def test_a_repository_the_token_may_not_see_is_not_reported_as_created(server, p
         upload_package(package, REPO, gpu=False)
     assert "renew" not in str(info.value) and not getattr(info.value, "__notes__", [])
     assert not any("/branch/" in path for _, path in server.requests)
+
+
+def test_no_gpu_needs_no_adapter_for_the_check_either(server, package):
+    result = upload_package(package, REPO, gpu=False, adapter="no-such-adapter-anywhere")
+    assert result.verified

@@ -564,8 +564,9 @@ def check_listed(repo_id: str, rev: str, files: list[tuple[str, int]], *, upload
     for path, _ in files:
         why = _name_problem(path)
         if why:  # huggingface_hub refuses a '..' name only when it comes to it, after fetching the others
-            raise HubError(f"{repo_id} revision {rev!r}: the repository lists the file {path!r}, whose name "
-                           f"{why}: refused before anything was {done}", repo_id=repo_id, revision=rev)  # fmt: skip
+            raise HubError(f"{repo_id} revision {rev!r}: the {'package' if upload else 'repository'} lists the file "
+                           f"{path!r}, whose name {why}: refused before anything was {done}", repo_id=repo_id,
+                           revision=rev)  # fmt: skip
     _check_portable(repo_id, rev, [path.removeprefix(f"{PACKAGE_DIR}/") for path, _ in files], upload=upload)
     for path, size in files:
         if size > MAX_FILE_BYTES:
