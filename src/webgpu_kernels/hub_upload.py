@@ -20,11 +20,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import hub_cache
+from . import hub, hub_cache
 from .digests import METADATA_FILE, UNLISTABLE, build_metadata, load_metadata, read_file
 from .errors import HubError, KernelError, PackageError
 from .hub import (
     PACKAGE_DIR,
+    HubPackage,
     check_contract_version,
     check_listed,
     first_line,
@@ -33,6 +34,7 @@ from .hub import (
     token_kept_from,
 )
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
+from .kernel import Kernel
 from .locations import OFFICIAL_ORG, checked_repo_id, classify, slashed_repo_id
 from .package import KernelPackage, open_folder
 from .validation import ERROR, validate_package
@@ -304,10 +306,7 @@ def _publish(repo_id: str, rev: str, files: dict[str, bytes], *, endpoint: str, 
 def _verify(result: UploadResult, *, token: str | bool | None) -> None:
     """Download the commit just made through the loader's own path (listing checks, digests, the
     contract version, the manifest parsed) into a temporary cache: the user's cache is not touched."""
-    from . import hub
-    from .kernel import Kernel
-
-    def accept(package: hub.HubPackage) -> None:
+    def accept(package: HubPackage) -> None:
         check_contract_version(package, result.version)
         Kernel(package)  # the manifest loads and compiles, as get_kernel's does
 
