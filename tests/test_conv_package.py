@@ -6,9 +6,13 @@ scaffold), run through load_kernel() with no engine change.
 * W[m, c, ky, kx]`` with g = m // (M / group) and taps outside X reading zero. Attributes ``strides``,
 ``pads`` (begin then end), ``dilations`` and ``group`` (ONNX's defaults); no ``auto_pad`` or
 ``kernel_shape`` (the kernel's size is W's). Two algorithms, each with a twin for the optional B (an
-absent input cannot be bound): ``channels`` (CHANNELS_PER_INVOCATION output channels of one group
-per invocation, each X tap read once for them; chosen when a group has 2 or more output channels)
-and ``direct`` (one invocation per output element).
+absent input cannot be bound): ``gemm`` (implicit GEMM per group, W_g[Mg x K] * im2col(X)[K x P] with
+K = Cg*kH*kW and P = N*outH*outW, in GEMM_TILE_M x GEMM_TILE_N blocks staged through workgroup memory
+GEMM_TILE_K deep, GEMM_MICRO_M x GEMM_MICRO_N outputs per invocation; chosen when a group's channels
+and the output positions each fill a quarter of a tile), ``channels`` (CHANNELS_PER_INVOCATION
+output channels of one group per invocation, each X tap read once for them; chosen when a group has
+2 or more output channels) and ``direct`` (one invocation per output element). All three start from
+the bias and add the products in k order, so they agree bit for bit.
 
 Tolerances (``bound``) are worst-case bounds per element: an f32 sum of K = C/group*kH*kW products
 (and the bias) in any order errs by at most gamma_{K+1} sum |x w| (+ |b|), gamma_k = 2 k u with
@@ -34,7 +38,9 @@ from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_a
 
 PACKAGE_NAME = "demo.Conv"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
-VARIANTS = ["channels", "channels_bias", "direct", "direct_bias"]
+VARIANTS = ["gemm", "gemm_bias", "channels", "channels_bias", "direct", "direct_bias"]
+GEMM_TUNABLES = ("GEMM_TILE_M", "GEMM_TILE_N", "GEMM_TILE_K", "GEMM_MICRO_M", "GEMM_MICRO_N")
+GEMM_DEFAULTS = dict(zip(GEMM_TUNABLES, (64, 64, 16, 4, 4)))
 DEFAULT_ATTRS = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1}
 U32 = 2.0**-24
 F16_STEP = 2.0**-10
@@ -182,7 +188,7 @@ def test_package_is_valid_and_its_cases_pass(conv):
 
 def test_engine_has_no_code_for_it():
     # not the bare "Conv": the engine's own words hold it ("Converts", the `new` naming example "Conv2D")
-    for name in ("demo.Conv", "conv-direct", "conv-channels", "CHANNELS_PER_INVOCATION"):
+    for name in ("demo.Conv", "conv-direct", "conv-channels", "conv-gemm", "CHANNELS_PER_INVOCATION", "GEMM_TILE_M"):
         assert_engine_has_no_code_for(name)
 
 
@@ -200,7 +206,7 @@ def test_expected_outputs_are_the_reference(conv):
         want = case.build_expected(conv.package.read_bytes, {"Y": dtype.name})["Y"]
         assert_close(np.asarray(want).astype(dtype), inputs, case.attrs, dtype, case.name)
         checked += 1
-    assert checked >= 15
+    assert checked >= 19
 
 
 SHAPES = [
@@ -226,8 +232,62 @@ def test_shapes_and_attributes(conv, need_dtype, rng, dtype, x_shape, w_shape, a
     ids = run_every_variant(conv, inputs, attrs, dtype=dtype)
     suffix = "_bias" if bias else ""
     mg = w_shape[0] // attrs.get("group", 1)
+    # a group's channels (at most 10 here) fill less than a quarter of the default 64-row tile
     assert ids == ([f"channels{suffix}"] if mg >= 2 else []) + [f"direct{suffix}"]
     assert conv.explain(inputs, attrs=attrs).chosen == ids[0]
+
+
+def gemm_fills(inputs, attrs, tunables) -> bool:
+    """gemm's size condition: a group's output channels and the output positions each fill at least
+    a quarter of a tile."""
+    t = {**GEMM_DEFAULTS, **(tunables or {})}
+    y_shape = ref_of(inputs, attrs).shape
+    mg = inputs["W"].shape[0] // (attrs or {}).get("group", 1)
+    return mg * 4 >= t["GEMM_TILE_M"] and y_shape[0] * y_shape[2] * y_shape[3] * 4 >= t["GEMM_TILE_N"]
+
+
+SMALL_TILES = {"GEMM_TILE_M": 16, "GEMM_TILE_N": 16, "GEMM_TILE_K": 4, "GEMM_MICRO_M": 2, "GEMM_MICRO_N": 2}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("x_shape, w_shape, attrs, bias", SHAPES)
+def test_gemm_small_tiles_on_every_shape(conv, need_dtype, rng, dtype, x_shape, w_shape, attrs, bias):
+    """With 16 x 16 x 4 tiles (micro-tile 2 x 2, 64 invocations) gemm takes the shapes above whose
+    group has 4 or more channels and 4 or more output positions, every tile partial in M, P or K,
+    and gives the reference within the bound and the other variants' result bit for bit."""
+    need_dtype(dtype)
+    inputs = make_inputs(rng, x_shape, w_shape, dtype, bias=bias)
+    ids = run_every_variant(conv, inputs, attrs, tunables=SMALL_TILES, dtype=dtype)
+    suffix = "_bias" if bias else ""
+    assert (f"gemm{suffix}" in ids) == gemm_fills(inputs, attrs, SMALL_TILES)
+    assert conv.explain(inputs, attrs=attrs, tunables=SMALL_TILES).chosen == ids[0]
+
+
+GEMM_CONFIGS = [
+    # (GEMM_TILE_M, GEMM_TILE_N, GEMM_TILE_K, GEMM_MICRO_M, GEMM_MICRO_N)
+    (64, 64, 16, 4, 4),  # the default: 256 invocations, 4 loads of each tile per invocation
+    (16, 48, 5, 1, 3),  # 256 invocations, a partial load of W, columns not shared between loads
+    (32, 16, 8, 4, 1),  # 128 invocations, one load of each tile
+    (16, 256, 4, 4, 16),  # 64 invocations, 16 loads of the im2col tile
+    (64, 32, 4, 4, 2),  # 256 invocations, half of them idle in the im2col load
+    (8, 8, 1, 1, 1),  # one product per step
+]
+
+
+@pytest.mark.parametrize("config", GEMM_CONFIGS, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_gemm_tiles_partial_in_m_p_and_k(conv, need_dtype, rng, dtype, config):
+    """Mg = 20 per group (2 groups), P = 2 * 6 * 11 = 132, K = 7 * 3 * 3 = 63: no tile size above
+    divides any of them. gemm, forced, is within the float64 reference's bound and bit-identical to
+    direct (same order of summation)."""
+    need_dtype(dtype)
+    tunables = dict(zip(GEMM_TUNABLES, config))
+    attrs = {"group": 2, "strides": [2, 1], "pads": [1, 0, 1, 1]}
+    for bias in (False, True):
+        inputs = make_inputs(rng, (2, 14, 11, 11), (40, 7, 3, 3), dtype, bias=bias)
+        suffix = "_bias" if bias else ""
+        ids = run_every_variant(conv, inputs, attrs, tunables=tunables, dtype=dtype)
+        assert ids == [f"gemm{suffix}", f"channels{suffix}", f"direct{suffix}"]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
@@ -263,12 +323,68 @@ def test_explain_and_outputs(conv):
     meta = {"X": wk.TensorMeta((2, 320, 64, 64), "float16"), "W": wk.TensorMeta((320, 320, 3, 3), "float16"),
             "B": wk.TensorMeta((320,), "float16")}  # fmt: skip
     e = conv.explain(meta, attrs={"strides": [2, 2], "pads": [1, 1, 1, 1]})
-    assert e.chosen == "channels_bias"
+    assert e.chosen == "gemm_bias"
     assert conv.evaluate("shapes.Y", meta, attrs={"strides": [2, 2], "pads": [1, 1, 1, 1]}) == (2, 320, 32, 32)
     assert e.values["outH"] == 32 and e.values["Mg"] == 320 and e.values["blocks"] == 80
     del meta["B"]
     meta["W"] = wk.TensorMeta((320, 1, 3, 3), "float16")
     assert conv.explain(meta, attrs={"group": 320}).chosen == "direct"  # depthwise: Mg = 1
+
+
+SD_SHAPES = [
+    # (X shape, W shape, pads): Stable Diffusion 1.5's UNet and VAE at 512 x 512 (bench.json)
+    ((2, 4, 64, 64), (320, 4, 3, 3), [1, 1, 1, 1]),  # conv_in
+    ((2, 320, 64, 64), (320, 320, 3, 3), [1, 1, 1, 1]),  # resnet
+    ((2, 640, 32, 32), (1280, 640, 1, 1), [0, 0, 0, 0]),  # 1x1 shortcut
+    ((2, 1280, 8, 8), (1280, 1280, 3, 3), [1, 1, 1, 1]),  # mid block: P = 128
+    ((1, 512, 64, 64), (512, 512, 3, 3), [1, 1, 1, 1]),  # VAE decoder
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("x_shape, w_shape, pads", SD_SHAPES)
+def test_gemm_is_chosen_for_stable_diffusion_shapes(conv, dtype, x_shape, w_shape, pads):
+    """Selection only (no GPU run of the big shapes): gemm wins over channels on them, and its pass
+    fits the device (workgroup size, workgroup storage, bindings)."""
+    meta = {"X": wk.TensorMeta(x_shape, dtype), "W": wk.TensorMeta(w_shape, dtype)}
+    e = conv.explain(meta, attrs={"pads": pads})
+    assert e.chosen == "gemm" and e.refused is None, str(e)
+    assert e.values["gemmWG"] == 256 and e.values["Kg"] == w_shape[1] * w_shape[2] * w_shape[3]
+    meta["B"] = wk.TensorMeta((w_shape[0],), dtype)
+    assert conv.explain(meta, attrs={"pads": pads}).chosen == "gemm_bias"
+    # small cases keep their variants: VAE conv_out (3 channels), depthwise (Mg = 1)
+    vae_out = {"X": wk.TensorMeta((1, 128, 64, 64), dtype), "W": wk.TensorMeta((3, 128, 3, 3), dtype)}
+    assert conv.explain(vae_out, attrs={"pads": [1, 1, 1, 1]}).chosen == "channels"
+    depthwise = {"X": wk.TensorMeta((1, 64, 32, 32), dtype), "W": wk.TensorMeta((64, 1, 3, 3), dtype)}
+    assert conv.explain(depthwise, attrs={"group": 64, "pads": [1, 1, 1, 1]}).chosen == "direct"
+
+
+def test_gemm_refusals(conv):
+    """What gemm's `when` refuses goes to channels (or a forced gemm says which clause failed)."""
+    f32 = "float32"
+    meta = {"X": wk.TensorMeta((1, 64, 16, 16), f32), "W": wk.TensorMeta((64, 64, 3, 3), f32)}
+    assert conv.explain(meta).chosen == "gemm"
+    refusals = [
+        ({"GEMM_TILE_M": 64, "GEMM_MICRO_M": 3}, "gemmWorkgroupOk"),  # 64 % 3 != 0
+        ({"GEMM_MICRO_M": 16, "GEMM_MICRO_N": 8}, "gemmWorkgroupOk"),  # 128 accumulators
+        ({"GEMM_TILE_M": 256, "GEMM_TILE_N": 256, "GEMM_MICRO_M": 4, "GEMM_MICRO_N": 4}, "gemmWorkgroupOk"),  # 4096
+        ({"GEMM_TILE_K": 256}, "gemmStorageOk"),  # 4 * 256 * 129 bytes
+        ({"GEMM_TILE_K": 48, "GEMM_MICRO_M": 8, "GEMM_MICRO_N": 8}, "gemmLoadsOk"),  # 48 loads per invocation
+        ({"GEMM_TILE_K": 0}, "gemmWorkgroupOk"),  # gemmTilesOk
+    ]
+    for tunables, clause in refusals:
+        e = conv.explain(meta, tunables=tunables)
+        assert e.chosen == "channels", (tunables, str(e))
+        forced = conv.explain(meta, tunables=tunables, variant="gemm")
+        assert forced.chosen is None and f"'{clause}' is false" in forced.refused, (tunables, forced.refused)
+    # lavapipe's loop cap: ceil(K / 16) * 17 iterations must stay within 65,535 (K = 8000 * 9)
+    big_k = {"X": wk.TensorMeta((1, 8000, 3, 3), f32), "W": wk.TensorMeta((64, 8000, 3, 3), f32)}
+    e = conv.explain(big_k, attrs={"pads": [1, 1, 1, 1]})
+    assert e.chosen == "channels" and e.values["gemmLoopOk"] is False
+    # too few channels per group, or output positions, for a quarter of a tile
+    assert conv.explain({"X": wk.TensorMeta((1, 64, 16, 16), f32), "W": wk.TensorMeta((15, 64, 3, 3), f32)}).chosen == "channels"
+    assert conv.explain({"X": wk.TensorMeta((1, 64, 4, 4), f32), "W": wk.TensorMeta((64, 64, 1, 1), f32)}).chosen == "gemm"
+    assert conv.explain({"X": wk.TensorMeta((1, 64, 3, 5), f32), "W": wk.TensorMeta((64, 64, 1, 1), f32)}).chosen == "channels"
 
 
 def test_refusals(conv):
