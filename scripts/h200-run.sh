@@ -50,7 +50,7 @@
 #   bash scripts/h200-run.sh oom   buffers past the card's memory: OutOfMemoryError, the pool's trim-and-retry, a call after it
 #   bash scripts/h200-run.sh newpackages   demo.CumSum and com.example.SkipLayerNormalization: validate --strict, test, bench
 #   bash scripts/h200-run.sh conv   demo.Conv: validate --strict, test, torch's conv2d (scripts/torch_conv.py), bench of the defaults
-#   bash scripts/h200-run.sh convtune   demo.Conv tuned on four SD cases, then benched default against tuned
+#   bash scripts/h200-run.sh convtune [CASE ...]   demo.Conv tuned on SD cases (default four), then benched default against tuned
 #   bash scripts/h200-run.sh skiplayernorm   com.example.SkipLayerNormalization's SD cases tuned, then benched default against tuned
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
@@ -357,11 +357,11 @@ case "${1:-bench}" in
     timeout 120 python3 -m webgpu_kernels test $c --strict 2>&1 | tail -4 | tee -a "$log"
     timeout 120 python3 scripts/torch_conv.py --json "$OUT/conv-torch.json" 2>&1 | tee -a "$log"
     timeout 240 python3 -m webgpu_kernels bench $c --no-host --json "$OUT/conv-default.json" 2>&1 | tee -a "$log" ;;
-  convtune)  # session 46: demo.Conv's tuner on four SD cases (WORKGROUP_SIZE x CHANNELS_PER_INVOCATION x variant),
-             # then bench, default against tuned
+  convtune)  # session 46: demo.Conv's tuner (every variant and tile tunable) on the SD cases named (default: four),
+             # then bench, default against tuned; with gemm's five tunables, name fewer cases if 360 s runs out
     c=tests/packages/demo.Conv log=$OUT/conv-tune.log
-    timeout 360 python3 -m webgpu_kernels tune $c --case sd15-resnet-2x320x64x64 --case sd15-resnet-2x640x32x32 \
-      --case sd15-shortcut-1x1-2x640x32x32 --case sd15-mid-2x1280x8x8 2>&1 | tee "$log"
+    shift; cases=("${@:-sd15-resnet-2x320x64x64 sd15-resnet-2x640x32x32 sd15-shortcut-1x1-2x640x32x32 sd15-mid-2x1280x8x8}")
+    timeout 360 python3 -m webgpu_kernels tune $c $(for k in ${cases[@]}; do echo --case "$k"; done) 2>&1 | tee "$log"
     cp /tmp/tuning/*.json "$OUT/conv-tuning.json" 2>/dev/null
     timeout 200 python3 -m webgpu_kernels bench $c --no-host --json "$OUT/conv-tuned.json" 2>&1 | tee -a "$log" ;;
   skiplayernorm)  # session 45: com.example.SkipLayerNormalization's SD cases tuned (its vec4 default trailed row at
