@@ -378,7 +378,7 @@ def _cache_reason(where: str, *, offline: bool, unreached: Exception | None, unl
     if unreached is not None:
         return f"{where} cannot be reached ({type(unreached).__name__}: {first_line(unreached)})"
     if unlisted is not None:
-        status = getattr(getattr(unlisted, "response", None), "status_code", None)
+        status = http_status(unlisted)
         if status == 401:  # a revoked or mistyped HF_TOKEN: the cache's copy goes on loading, so say it here
             response = getattr(unlisted, "response", None)
             said = getattr(unlisted, "server_message", None)
@@ -423,7 +423,7 @@ def http_answer(exc: Exception, *, token_advice: bool = True) -> str:
     said = getattr(exc, "server_message", None)
     if isinstance(said, str) and said.strip() and _said(said) not in first:
         first = f"{first}: {_said(said)}"
-    if token_advice and getattr(getattr(exc, "response", None), "status_code", None) == 401:
+    if token_advice and http_status(exc) == 401:
         first += f" (the Hub refused the token this process sent, {_TOKEN_ADVICE.format(answer='')})"
     return first
 
@@ -434,18 +434,30 @@ def token_kept_from(endpoint: str | None) -> str:
             f"({hub_endpoint() or DEFAULT_ENDPOINT}); set HF_ENDPOINT={endpoint} to send it to this one")  # fmt: skip
 
 
-def _token_advice(token: Any, endpoint: str | None, *, gated: bool = False) -> str:
-    """Which token went with the request (none, HF_TOKEN or a login) and what to do, for a private or
-    gated repository: it had read "no valid token was sent" whether one was sent or not."""
-    sent = isinstance(token, str) or token is True
+def token_sent(token: Any) -> bool:
+    """Whether a request made with huggingface_hub's ``token=`` carried one: a string or True, or
+    for None the one HF_TOKEN or the login gives (False sends none)."""
     if token is None:
         from huggingface_hub import get_token
 
         with suppress(Exception):  # best effort: only words of an error message
-            sent = get_token() is not None
+            return get_token() is not None
+        return False
+    return isinstance(token, str) or token is True
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of an error huggingface_hub raised for an answer (None: no answer came)."""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _token_advice(token: Any, endpoint: str | None, *, gated: bool = False) -> str:
+    """Which token went with the request (none, HF_TOKEN or a login) and what to do, for a private or
+    gated repository: it had read "no valid token was sent" whether one was sent or not."""
     if token is False:  # download() sends the token only to HF_ENDPOINT's Hub
         return token_kept_from(endpoint)
-    if not sent:
+    if not token_sent(token):
         return "no token was sent: set HF_TOKEN, or log in with `hf auth login`, as an account that may read it"
     if gated:
         return "the token sent (HF_TOKEN or huggingface_hub's login) has not been granted access: ask for it on the repository's page"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import hub, hub_cache
+from . import __version__, hub, hub_cache
 from .digests import METADATA_FILE, UNLISTABLE, build_metadata, load_metadata, read_file
 from .errors import HubError, KernelError, PackageError
 from .hub import (
@@ -30,8 +30,10 @@ from .hub import (
     check_listed,
     first_line,
     http_answer,
+    http_status,
     require_kernel_repos,
     token_kept_from,
+    token_sent,
 )
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
 from .kernel import Kernel
@@ -134,23 +136,14 @@ def upload_package(
                        repo_id=repo_id, revision=rev)  # fmt: skip
     require_kernel_repos()
     if token is None and where != (hub_endpoint() or DEFAULT_ENDPOINT):
-        token_sent: str | bool | None = False  # the Hugging Face token goes only to HF_ENDPOINT's Hub (as download's)
+        sent_token: str | bool | None = False  # the Hugging Face token goes only to HF_ENDPOINT's Hub (as download's)
     else:
-        token_sent = token
-    message = message or f"Upload {op_id} contract version {version} ({rev}) with webgpu-kernels {_library_version()}"
-    published = _publish(repo_id, rev, files, endpoint=where, token=token_sent, private=private, message=message)
+        sent_token = token
+    message = message or f"Upload {op_id} contract version {version} ({rev}) with webgpu-kernels {__version__}"
+    published = _publish(repo_id, rev, files, endpoint=where, token=sent_token, private=private, message=message)
     result = replace(result, **published)
-    _verify(result, token=token_sent)
+    _verify(result, token=sent_token)
     return replace(result, verified=True)
-
-
-def _library_version() -> str:
-    from . import __version__
-
-    return __version__
-
-
-# --- the refusals, before any request ---------------------------------------------------------------
 
 
 def _checked_target(repo_id: str) -> str:
@@ -246,7 +239,7 @@ def _publish(repo_id: str, rev: str, files: dict[str, bytes], *, endpoint: str, 
             try:  # not exist_ok=True: it takes the Hub's 409 for a repository it does not show for "created"
                 api.create_repo(repo_id, repo_type=REPO_TYPE, private=private or None)
             except HfHubHTTPError as exc:
-                if _status(exc) != 409:
+                if http_status(exc) != 409:
                     raise
                 raise HubError(f"{repo_id} exists on {endpoint}, but the Hub does not show it to the token sent (a "
                                "private repository this account may not read, or one created meanwhile): use a token "
@@ -337,17 +330,12 @@ def _made(created_repo: bool, created_branch: bool, rev: str) -> str:
     return ""
 
 
-def _status(exc: BaseException) -> int | None:
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    return status if isinstance(status, int) else None
-
-
 def _hub_error(exc: Exception, repo_id: str, rev: str, step: str, *, endpoint: str,
                token: str | bool | None) -> HubError:  # fmt: skip
     """A failed request of an upload, in download's words, with what to do about the token where the
     Hub refused it. The token itself is never part of the message."""
     org = repo_id.split("/")[0]
-    status = _status(exc)
+    status = http_status(exc)
     head = f"{repo_id} {rev}: {step} on {endpoint} failed"
     if status is None:
         names = {c.__name__ for c in type(exc).__mro__}
@@ -357,7 +345,7 @@ def _hub_error(exc: Exception, repo_id: str, rev: str, step: str, *, endpoint: s
         return HubError(f"{head}: {type(exc).__name__}: {first_line(exc)}", repo_id=repo_id, revision=rev)
     answer = http_answer(exc, token_advice=False)  # download's 401 advice is for reading
     if status == 401:
-        advice = (_no_token_advice(token, endpoint, org) if not _token_sent(token) else
+        advice = (_no_token_advice(token, endpoint, org) if not token_sent(token) else
                   "the Hub refused the token this process sent (HF_TOKEN or huggingface_hub's login): renew it, "
                   f"with write access to {org}, and set it in HF_TOKEN or log in with `hf auth login`")  # fmt: skip
     elif status == 403:
@@ -369,19 +357,6 @@ def _hub_error(exc: Exception, repo_id: str, rev: str, step: str, *, endpoint: s
         advice = ""
     return HubError(f"{head}: the Hub answered {answer}" + (f": {advice}" if advice else ""), repo_id=repo_id,
                     revision=rev)  # fmt: skip
-
-
-def _token_sent(token: str | bool | None) -> bool:
-    if token is False:
-        return False
-    if isinstance(token, str):
-        return True
-    from huggingface_hub import get_token
-
-    try:
-        return get_token() is not None
-    except Exception:  # noqa: BLE001 - only words of an error message
-        return False
 
 
 def _no_token_advice(token: str | bool | None, endpoint: str, org: str) -> str:
