@@ -104,3 +104,16 @@ def test_the_build_backend_release_reads_the_license_field() -> None:
     oldest = tuple(int(part) for part in found.group(1).split("."))
     if isinstance(config["project"].get("license"), str):
         assert oldest >= (77, 0, 3), f"{spec!r}: a license given as an SPDX string needs setuptools>=77.0.3"
+
+
+def test_the_licence_text_ships_with_the_package() -> None:
+    """pyproject.toml's ``license-files`` name the text of the licence ``license`` names, so the sdist
+    and the wheel (``.dist-info/licenses/``) carry it; the packaging check in .ci/run looks in the wheel."""
+    if not (REPO_ROOT / "pyproject.toml").is_file():
+        pytest.skip("needs a checkout or an sdist: pyproject.toml")
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    text = (REPO_ROOT / "LICENSE").read_text("utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text  # the whole text, not a pointer to it
