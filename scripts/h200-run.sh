@@ -50,6 +50,7 @@
 #   bash scripts/h200-run.sh oom   buffers past the card's memory: OutOfMemoryError, the pool's trim-and-retry, a call after it
 #   bash scripts/h200-run.sh newpackages   demo.CumSum and com.example.SkipLayerNormalization: validate --strict, test, bench
 #   bash scripts/h200-run.sh conv   demo.Conv: validate --strict, test, torch's conv2d (scripts/torch_conv.py), bench of the defaults
+#   bash scripts/h200-run.sh convsuite   demo.Conv's defaults beside cuDNN (torch_conv.py), bench, then the suite in 8 processes
 #   bash scripts/h200-run.sh convtune [CASE ...]   demo.Conv tuned on SD cases (default four), then benched default against tuned
 #   bash scripts/h200-run.sh skiplayernorm   com.example.SkipLayerNormalization's SD cases tuned, then benched default against tuned
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
@@ -357,6 +358,12 @@ case "${1:-bench}" in
     timeout 120 python3 -m webgpu_kernels test $c --strict 2>&1 | tail -4 | tee -a "$log"
     timeout 120 python3 scripts/torch_conv.py --json "$OUT/conv-torch.json" 2>&1 | tee -a "$log"
     timeout 240 python3 -m webgpu_kernels bench $c --no-host --json "$OUT/conv-default.json" 2>&1 | tee -a "$log" ;;
+  convsuite)  # session 47: demo.Conv's defaults (gemm chosen for seven cases) beside cuDNN, then the suite in 8 processes
+    c=tests/packages/demo.Conv log=$OUT/conv.log
+    timeout 100 python3 scripts/torch_conv.py --json "$OUT/conv-torch.json" 2>&1 | tee "$log"
+    timeout 180 python3 -m webgpu_kernels bench $c --no-host --json "$OUT/conv-default.json" 2>&1 | tee -a "$log"
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
   convtune)  # session 46: demo.Conv's tuner (every variant and tile tunable) on the SD cases named (default: four),
              # then bench, default against tuned; with gemm's five tunables, name fewer cases if 360 s runs out
     c=tests/packages/demo.Conv log=$OUT/conv-tune.log
