@@ -1,4 +1,4 @@
-"""Is the H200's slow copy (1.66-1.70 TB/s where it reads 4.1-4.2; docs/performance.md, "Run P
+"""Is the H200's slow copy (1.66-1.70 TB/s where it reads 4.1-4.2; docs/perf/runs.md, "Run P
 and the slow state") a property of the buffers it was given, or of the moment it ran?
 
 Round after round, as `bench` does for a large case: the kernel on fresh buffers, then the copy

@@ -1,5 +1,5 @@
 """Is run Z's kernel-only slow state (QuickGelu 84M f16 at 155-204 us where it reads 83, steady over
-a whole timing, while its copy read 4.1 TB/s; docs/performance.md, "Run Z") a property of the
+a whole timing, while its copy read 4.1 TB/s; docs/perf/runs.md, "Run Z") a property of the
 buffers the kernel was given, or of the process?
 
 Round after round: the kernel on a fresh input and output, timed twice on those same buffers, then
