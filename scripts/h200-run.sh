@@ -365,12 +365,13 @@ case "${1:-bench}" in
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
   convtune)  # session 46: demo.Conv's tuner (every variant and tile tunable) on the SD cases named (default: four),
-             # then bench, default against tuned; with gemm's five tunables, name fewer cases if 360 s runs out
+             # then bench of those cases, default against tuned; with gemm's five tunables, name fewer cases if 360 s runs out
     c=tests/packages/demo.Conv log=$OUT/conv-tune.log
     shift; cases=("${@:-sd15-resnet-2x320x64x64 sd15-resnet-2x640x32x32 sd15-shortcut-1x1-2x640x32x32 sd15-mid-2x1280x8x8}")
     timeout 360 python3 -m webgpu_kernels tune $c $(for k in ${cases[@]}; do echo --case "$k"; done) 2>&1 | tee "$log"
     cp /tmp/tuning/*.json "$OUT/conv-tuning.json" 2>/dev/null
-    timeout 200 python3 -m webgpu_kernels bench $c --no-host --json "$OUT/conv-tuned.json" 2>&1 | tee -a "$log" ;;
+    timeout 200 python3 -m webgpu_kernels bench $c --no-host $(for k in ${cases[@]}; do echo --case "$k"; done) \
+      --json "$OUT/conv-tuned.json" 2>&1 | tee -a "$log" ;;
   skiplayernorm)  # session 45: com.example.SkipLayerNormalization's SD cases tuned (its vec4 default trailed row at
                   # H=320 on an H100), then benched default against tuned
     timeout 330 python3 -m webgpu_kernels tune tests/packages/com.example.SkipLayerNormalization --case sd15-2x4096x320 --case sd15-2x1024x640 --case sd15-2x256x1280 \
