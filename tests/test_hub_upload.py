@@ -9,6 +9,7 @@ are isolated as in test_hub.py (the ``hub_env`` fixture), and ``HF_TOKEN`` is a 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -20,13 +21,19 @@ import webgpu_kernels as wk
 from webgpu_kernels import hub
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.errors import HubError, PackageError
-from webgpu_kernels.hub_upload import upload_package
+from webgpu_kernels.hub_upload import MIN_HUGGINGFACE_HUB_UPLOAD, upload_package
 
 from conftest import PACKAGES_DIR
 from hub_server import HubServer
 from references import scale_shift
 
 hf_constants = pytest.importorskip("huggingface_hub.constants")
+_hf_version = pytest.importorskip("huggingface_hub").__version__
+_hf_release = re.match(r"(\d+)\.(\d+)", _hf_version)
+# Loading needs pyproject's floor (1.26), publishing 2.3: with an older release every upload is refused.
+pytestmark = pytest.mark.skipif(
+    _hf_release is not None and (int(_hf_release[1]), int(_hf_release[2])) < MIN_HUGGINGFACE_HUB_UPLOAD,
+    reason=f"upload needs huggingface_hub>=2.3; {_hf_version} is installed")
 
 OP_ID = "demo.ScaleShift"
 REPO = f"webgpu-kernels/{OP_ID}"
@@ -252,6 +259,32 @@ def test_offline_mode_refuses_before_any_request(server, package, monkeypatch):
     with pytest.raises(HubError, match=r"offline mode is on \(HF_HUB_OFFLINE\): an upload needs the Hub"):
         upload_package(package, REPO, gpu=False)
     assert server.requests == []
+
+
+@pytest.mark.parametrize("installed", ["1.26.0", "2.2.0", "2.2.1rc0"])
+def test_a_huggingface_hub_too_old_to_upload_is_refused_before_any_request(server, package, monkeypatch, installed):
+    """huggingface_hub 1.26.0 (loading's floor) to 2.2.0 raised "Invalid repo type" from preupload_lfs_files
+    after the repository and branch were made (the H100 run of session 47, whose huggingface_hub was
+    older: 15 of these tests failed; here with 1.26.0 and 2.2.0 installed); 2.3.0 passed them all."""
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "__version__", installed)
+    for dry_run in (False, True):  # a dry run stands for the upload, so it says it too
+        with pytest.raises(HubError, match=rf"uploading needs huggingface_hub 2\.3 or later.*this is {installed}, "
+                                           r"enough to load packages but not to publish one: "
+                                           r"pip install -U 'huggingface_hub>=2\.3'"):  # fmt: skip
+            upload_package(package, REPO, gpu=False, dry_run=dry_run)
+    result = upload(str(package), REPO, "--no-gpu")
+    assert result.exit_code == 2 and "uploading needs huggingface_hub 2.3 or later" in result.output
+    assert server.requests == [] and not (server.root / REPO).exists()
+
+
+@pytest.mark.parametrize("installed", ["2.3.0", "2.3.0.dev0", "2.10.1", "10.0.0"])
+def test_a_huggingface_hub_new_enough_uploads(server, package, monkeypatch, installed):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "__version__", installed)
+    assert upload_package(package, REPO, gpu=False, dry_run=True).dry_run
 
 
 def test_any_name_publishes_under_another_name(server, package):

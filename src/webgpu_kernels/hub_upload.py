@@ -14,6 +14,7 @@ loads it.
 
 from __future__ import annotations
 
+import re
 import shlex
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,12 @@ from .validation import ERROR, validate_package
 
 #: How many of validate's errors a refusal names (validate PATH lists them all).
 SHOWN_PROBLEMS = 5
+
+#: The first huggingface_hub whose upload calls take ``repo_type="kernel"``: 2.2 and earlier, down to
+#: the 1.26 that loading needs, raise "Invalid repo type" in ``preupload_lfs_files`` after the
+#: repository and branch were created (tests/test_hub_upload.py: 15 failed on 1.26.0 and 2.2.0, none
+#: on 2.3.0). No attribute tells the releases apart, so the version does.
+MIN_HUGGINGFACE_HUB_UPLOAD = (2, 3)
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,7 @@ def upload_package(
     where = (endpoint or hub_endpoint() or DEFAULT_ENDPOINT).rstrip("/")
     result = UploadResult(repo_id=repo_id, revision=rev, op_id=op_id, version=version, endpoint=where,
                           files=sorted(files), private=private, warnings=warnings, dry_run=dry_run)  # fmt: skip
+    _require_upload_support()  # a dry run says it too: it stands for the upload
     if dry_run:
         return result
     if hub_offline():
@@ -144,6 +152,19 @@ def upload_package(
     result = replace(result, **published)
     _verify(result, token=sent_token)
     return replace(result, verified=True)
+
+
+def _require_upload_support() -> None:
+    """Refuse, before any request, a huggingface_hub too old to upload to kernel repositories."""
+    import huggingface_hub
+
+    installed = huggingface_hub.__version__
+    found = re.match(r"(\d+)\.(\d+)", installed)
+    if found and (int(found[1]), int(found[2])) < MIN_HUGGINGFACE_HUB_UPLOAD:
+        needed = ".".join(map(str, MIN_HUGGINGFACE_HUB_UPLOAD))
+        raise HubError(f"uploading needs huggingface_hub {needed} or later, whose upload calls take kernel "
+                       f"repositories (repo_type='kernel'); this is {installed}, enough to load packages but not to "
+                       f"publish one: pip install -U 'huggingface_hub>={needed}'")  # fmt: skip
 
 
 def _checked_target(repo_id: str) -> str:
