@@ -9,7 +9,6 @@ are isolated as in test_hub.py (the ``hub_env`` fixture), and ``HF_TOKEN`` is a 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import webgpu_kernels as wk
 from webgpu_kernels import hub
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.errors import HubError, PackageError
-from webgpu_kernels.hub_upload import MIN_HUGGINGFACE_HUB_UPLOAD, upload_package
+from webgpu_kernels.hub_upload import can_upload, upload_package
 
 from conftest import PACKAGES_DIR
 from hub_server import HubServer
@@ -29,11 +28,9 @@ from references import scale_shift
 
 hf_constants = pytest.importorskip("huggingface_hub.constants")
 _hf_version = pytest.importorskip("huggingface_hub").__version__
-_hf_release = re.match(r"(\d+)\.(\d+)", _hf_version)
 # Loading needs pyproject's floor (1.26), publishing 2.3: with an older release every upload is refused.
-pytestmark = pytest.mark.skipif(
-    _hf_release is not None and (int(_hf_release[1]), int(_hf_release[2])) < MIN_HUGGINGFACE_HUB_UPLOAD,
-    reason=f"upload needs huggingface_hub>=2.3; {_hf_version} is installed")
+pytestmark = pytest.mark.skipif(not can_upload(_hf_version),
+                                reason=f"upload needs huggingface_hub>=2.3; {_hf_version} is installed")
 
 OP_ID = "demo.ScaleShift"
 REPO = f"webgpu-kernels/{OP_ID}"
@@ -279,12 +276,18 @@ def test_a_huggingface_hub_too_old_to_upload_is_refused_before_any_request(serve
     assert server.requests == [] and not (server.root / REPO).exists()
 
 
-@pytest.mark.parametrize("installed", ["2.3.0", "2.3.0.dev0", "2.10.1", "10.0.0"])
+@pytest.mark.parametrize("installed", ["2.3.0", "2.3.0.dev0", "2.10.1", "10.0.0", "unknown"])
 def test_a_huggingface_hub_new_enough_uploads(server, package, monkeypatch, installed):
     import huggingface_hub
 
+    assert can_upload(installed)
     monkeypatch.setattr(huggingface_hub, "__version__", installed)
     assert upload_package(package, REPO, gpu=False, dry_run=True).dry_run
+
+
+def test_which_releases_can_upload():
+    assert [v for v in ("1.26.0", "1.33.0", "2.0.0", "2.2.0", "2.2.9", "2.3.0", "3.0") if can_upload(v)] == [
+        "2.3.0", "3.0"]
 
 
 def test_any_name_publishes_under_another_name(server, package):

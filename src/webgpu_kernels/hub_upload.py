@@ -154,13 +154,19 @@ def upload_package(
     return replace(result, verified=True)
 
 
+def can_upload(huggingface_hub_version: str) -> bool:
+    """Whether this huggingface_hub release uploads to kernel repositories (one whose version does not
+    start with major.minor is given the benefit of the doubt)."""
+    found = re.match(r"(\d+)\.(\d+)", huggingface_hub_version)
+    return not found or (int(found[1]), int(found[2])) >= MIN_HUGGINGFACE_HUB_UPLOAD
+
+
 def _require_upload_support() -> None:
     """Refuse, before any request, a huggingface_hub too old to upload to kernel repositories."""
     import huggingface_hub
 
     installed = huggingface_hub.__version__
-    found = re.match(r"(\d+)\.(\d+)", installed)
-    if found and (int(found[1]), int(found[2])) < MIN_HUGGINGFACE_HUB_UPLOAD:
+    if not can_upload(installed):
         needed = ".".join(map(str, MIN_HUGGINGFACE_HUB_UPLOAD))
         raise HubError(f"uploading needs huggingface_hub {needed} or later, whose upload calls take kernel "
                        f"repositories (repo_type='kernel'); this is {installed}, enough to load packages but not to "
