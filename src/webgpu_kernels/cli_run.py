@@ -128,6 +128,8 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
         report["referenceUnavailable"]["onnxruntime"] = str(why)
     else:
         report["reference"]["onnxruntime"] = {n: reference_report(outputs[n], ort_out[n]) for n in outputs if n in ort_out}
+        # an optional output ORT computed no value for (onnxruntime_reference leaves it out): said, not silent
+        report["referenceUncompared"] = {"onnxruntime": [n for n in outputs if n not in ort_out]}
     for results in report["reference"].values():
         for c in (results or {}).values():
             c["ok"] = _agrees(c)
@@ -247,6 +249,10 @@ def _print_run(r: dict[str, Any]) -> None:
                 line += (f", {c['beyondTolerance']} elements beyond {tol['absolute']:g} + "
                          f"{tol['relative']:g} x |reference|")  # fmt: skip
             console.print(Text(line + ("" if c["ok"] else ": WRONG"), style="" if c["ok"] else "bold red"))
+        uncompared = r.get("referenceUncompared", {}).get(key)
+        if uncompared:
+            console.print(Text(f"{label}: computed no value for {', '.join(uncompared)} (optional outputs its "
+                               "release leaves out): not compared", style="yellow"))  # fmt: skip
     if not r["checked"]:
         console.print(Text("not checked: no reference compared the outputs (a package's own op is checked by "
                            "`webgpu-kernels test` against its test.json, or with --onnx-op DOMAIN.NAME against the "
