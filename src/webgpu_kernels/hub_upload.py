@@ -142,7 +142,6 @@ def upload_package(
     if hub_offline():
         raise HubError(f"{repo_id}: offline mode is on (HF_HUB_OFFLINE): an upload needs the Hub; unset it",
                        repo_id=repo_id, revision=rev)  # fmt: skip
-    require_kernel_repos()
     if token is None and where != (hub_endpoint() or DEFAULT_ENDPOINT):
         sent_token: str | bool | None = False  # the Hugging Face token goes only to HF_ENDPOINT's Hub (as download's)
     else:
@@ -162,9 +161,11 @@ def can_upload(huggingface_hub_version: str) -> bool:
 
 
 def _require_upload_support() -> None:
-    """Refuse, before any request, a huggingface_hub too old to upload to kernel repositories."""
+    """Refuse, before any request, a huggingface_hub too old to upload to kernel repositories (the one
+    check of the client an upload makes: loading's, that it has kernel repositories at all, first)."""
     import huggingface_hub
 
+    require_kernel_repos()
     installed = huggingface_hub.__version__
     if not can_upload(installed):
         needed = ".".join(map(str, MIN_HUGGINGFACE_HUB_UPLOAD))
