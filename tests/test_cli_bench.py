@@ -1167,6 +1167,33 @@ def test_a_package_op_onnxruntime_runs_is_checked_against_it_as_run_does(runner,
         assert result.exit_code == (0 if ok else 1), result.output
         (row,) = json.loads((tmp_path / "b.json").read_text("utf-8"))["cases"]
         assert row["error_ok"] is ok and (row["max_error"] < 1e-5 if ok else row["max_error"] > 0.5), row
+        assert "reference_uncompared" not in row  # ORT computed every output: nothing to say
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime not installed")
+def test_outputs_onnxruntime_computed_no_value_for_are_said_not_compared(runner, write_package, tmp_path, monkeypatch):
+    """onnxruntime 1.18 to 1.29 return None for some contrib normalisations' optional statistics;
+    the reference then leaves them out, and bench's check compared only the rest: the row read
+    correct while an output was never checked, without a word (`run` says so: test_cli_run.py).
+    Here ORT's session is made to answer None for InvStdDev, as those releases did."""
+    import onnxruntime as ort
+
+    from cli_helpers import LAYER_NORM_MANIFEST, LAYER_NORM_TEMPLATE
+
+    class SessionWithoutStatistics(ort.InferenceSession):  # type: ignore[misc]
+        def run(self, output_names, input_feed, run_options=None):
+            results = super().run(output_names, input_feed, run_options)
+            return [None if n == "InvStdDev" else r for n, r in zip(output_names, results)]
+
+    monkeypatch.setattr(ort, "InferenceSession", SessionWithoutStatistics)
+    root = write_package(LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": LAYER_NORM_TEMPLATE})
+    result = runner.invoke(main, ["bench", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32", "--no-host",
+                                  *QUICK_WARM_UP, "--json", str(tmp_path / "b.json")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads((tmp_path / "b.json").read_text("utf-8"))["cases"]
+    assert row["error_ok"] is True and row["reference_uncompared"] == ["InvStdDev"], row
+    assert ("1 of 1 cases had outputs not compared, the reference computing no value for them (optional outputs "
+            "its release leaves out): LayerNormalization custom float32 (InvStdDev)") in " ".join(result.output.split())
 
 
 def test_bench_with_tuning_off_leaves_the_tuning_file_unread(runner, tuning_dir):
