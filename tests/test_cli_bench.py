@@ -1234,3 +1234,22 @@ def test_each_peer_process_gets_benchs_warm_up(monkeypatch):
 ])  # fmt: skip
 def test_bench_and_tune_lines_write_types_shapes_and_tunables_as_the_options_do(values, text):
     assert bench_report.assignments(values) == text
+
+
+def test_a_reference_that_computed_none_of_the_outputs_checked_nothing(monkeypatch):
+    """Every output left out by the reference: no verdict (max err "-"), not a pass of nothing;
+    some left out: the rest compared and those named, once however often the check runs."""
+    from types import SimpleNamespace
+
+    kernel = SimpleNamespace(op_id="demo.Op", manifest=SimpleNamespace(attributes={}))
+    outputs = {"Y": np.ones(3, np.float32), "Z": np.ones(1, np.float32)}
+    monkeypatch.setattr(cli_bench, "numpy_reference", lambda op_id: None)
+    monkeypatch.setattr(cli_bench, "onnxruntime_for", lambda *a, **k: {})
+    uncompared: list[str] = []
+    assert cli_bench._checker(kernel, {}, {}, "float32", uncompared)(outputs) is None
+    assert uncompared == ["Y", "Z"]
+    monkeypatch.setattr(cli_bench, "onnxruntime_for", lambda *a, **k: {"Y": np.ones(3)})
+    uncompared.clear()
+    check = cli_bench._checker(kernel, {}, {}, "float32", uncompared)
+    assert check(outputs) == Agreement(0.0, True) and check(outputs) == Agreement(0.0, True)
+    assert uncompared == ["Z"]

@@ -189,6 +189,12 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
         console.print("* faster than the device's memory allows for the bytes counted (each input read once, "
                       "each output written once): the kernel reads less than its inputs, as a gather does, or "
                       "works from cache; its TB/s is not a bandwidth")  # fmt: skip
+    uncompared = [row for row in rows if row.get("reference_uncompared")]
+    if uncompared:  # their "max err" read as a check of every output (as `run` says it)
+        these = "; ".join(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']} "
+                          f"({', '.join(row['reference_uncompared'])})" for row in uncompared)  # fmt: skip
+        console.print(Text(f"{len(uncompared)} of {len(rows)} cases had outputs not compared, the reference computing "
+                           f"no value for them (optional outputs its release leaves out): {these}", style="yellow"))  # fmt: skip
     for row in rows:
         if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
             console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: error: {row['error']}", style="red"))

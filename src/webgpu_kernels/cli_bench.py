@@ -166,10 +166,12 @@ def _arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
             for name, spec in case["inputs"].items()}  # fmt: skip
 
 
-def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], dtype_label: str) -> Any:
+def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], dtype_label: str,
+             uncompared: list[str] | None = None) -> Any:  # fmt: skip
     """The check of an output against the op's registered NumPy reference, else onnxruntime's CPU
     provider as `run` uses it, with the tolerance of the case's dtypes: one rule for ours, tuned
-    and every peer's figure. The check returns None where no reference has the op."""
+    and every peer's figure. The check returns None where no reference has the op. The outputs
+    the reference computed no value for, so left unchecked, are added to ``uncompared``."""
     reference = numpy_reference(kernel.op_id)
     full_attrs = {**kernel.manifest.attributes, **attrs}
     tolerance = Tolerance.of(dtype_label.split(","))
@@ -190,7 +192,13 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
         found = expected[key]
         if isinstance(found, ReferenceShapeMismatch):
             return Agreement(float("inf"), False)
-        return None if isinstance(found, ReferenceUnavailable) else check_against(outputs, found, tolerance)
+        if isinstance(found, ReferenceUnavailable):
+            return None
+        if uncompared is not None and len(found) < len(outputs):  # onnxruntime's optional outputs that
+            # its release computes no value for (before 1.30): said, as `run` says them, not passed silently
+            uncompared.extend(n for n in outputs if n not in found and n not in uncompared)
+        # a reference that computed none of them checked nothing: no figure, as where none has the op
+        return check_against(outputs, found, tolerance) if found else None
 
     return check
 
@@ -478,7 +486,8 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         # `tune` stored one (not with --variant: the tuner's choice may be another variant).
         cache = None if variant else run.tuning_cache  # None too with tuning off
         choice = None if cache is None else cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
-        check = _checker(kernel, arrays, attrs, row["dtype"])
+        uncompared: list[str] = []
+        check = _checker(kernel, arrays, attrs, row["dtype"], uncompared)
 
         def timed() -> Any:
             return bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
@@ -500,6 +509,8 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
             row["tuned"] = _bench_tuned(kernel, arrays, attrs, result, row["dtype"], flops, check, run)
         except KernelError as exc:  # the default's figures stand
             row["tuned"] = {"variant": choice.variant, "tunables": choice.tunables, "error": str(exc)}
+    if uncompared:  # ours and the tuned run's, by the case's reference
+        row["reference_uncompared"] = uncompared
     return row
 
 
