@@ -157,6 +157,9 @@ def test_release_collection_and_empty_cache_leave_the_users_buffer_alone(device)
     assert_matches(wk.get_kernel(QUICK_GELU)({"X": fresh})["Y"], quick_gelu_reference(again), np.float32,
                    **quick_gelu_tolerance(np.float32))  # fmt: skip
     fresh.release()
+    # nor does the bind-group cache keep it alive once its tensors are released
+    assert not any(entry[1] is buffer for key in device.memory._bind_groups for entry in key[1])
+    wk.synchronize()
     buffer.destroy()  # the user's to destroy, once no call uses it
 
 

@@ -47,7 +47,16 @@ from .errors import (
 )  # fmt: skip
 
 if TYPE_CHECKING:  # type checkers see plain imports (and no __getattr__, which would hide a misspelt name)
-    from .api import empty_cache, get_kernel, list_kernels, load_kernel, synchronize, test_case_inputs, to_gpu
+    from .api import (
+        empty_cache,
+        from_wgpu_buffer,
+        get_kernel,
+        list_kernels,
+        load_kernel,
+        synchronize,
+        test_case_inputs,
+        to_gpu,
+    )
     from .call_inputs import TensorMeta
     from .device import choose_adapter, get_device, list_adapters
     from .explanation import Explanation
@@ -56,8 +65,8 @@ if TYPE_CHECKING:  # type checkers see plain imports (and no __getattr__, which 
 else:
     #: Exported name -> the module that defines it, imported on first use.
     _LAZY = {
-        **dict.fromkeys(["empty_cache", "get_kernel", "list_kernels", "load_kernel", "synchronize",
-                         "test_case_inputs", "to_gpu"], "api"),
+        **dict.fromkeys(["empty_cache", "from_wgpu_buffer", "get_kernel", "list_kernels", "load_kernel",
+                         "synchronize", "test_case_inputs", "to_gpu"], "api"),
         "TensorMeta": "call_inputs",
         **dict.fromkeys(["choose_adapter", "get_device", "list_adapters"], "device"),
         "Explanation": "explanation", "Kernel": "kernel",
@@ -77,7 +86,7 @@ else:
 __version__ = "0.1.0"
 
 __all__ = [
-    "get_kernel", "load_kernel", "list_kernels", "test_case_inputs", "to_gpu", "synchronize", "empty_cache", "list_adapters", "choose_adapter",
+    "get_kernel", "load_kernel", "list_kernels", "test_case_inputs", "to_gpu", "from_wgpu_buffer", "synchronize", "empty_cache", "list_adapters", "choose_adapter",
     "get_device", "Kernel", "Explanation", "TensorMeta", "GpuTensor", "__version__", "KernelError",
     "PackageError", "CaseFileError", "DigestError", "HubError", "TrustError", "ManifestError", "ExpressionError",
     "BroadcastError", "SandboxError", "ExpressionSandboxError", "InputError", "UnknownInputError", "MissingInputError",

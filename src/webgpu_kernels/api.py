@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import weakref
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import wgpu
 
 from . import __version__, execution, locations
-from .buffers import padded_size, translate_gpu_errors
-from .call_inputs import as_array
+from .buffers import is_device_lost, padded_size, translate_gpu_errors
+from .call_inputs import as_array, checked_shape_and_dtype
+from .case_data import numpy_dtype
 from .casefile import parse_draft_case, read_test_file
-from .device import get_device
-from .errors import DeviceLimitError, DTypeError, InputError, PackageError
+from .device import Device, adapter_request, get_device, opened_device
+from .errors import DeviceLimitError, DTypeError, InputError, PackageError, describe_value
 from .forks import fresh_in_child
 from .kernel import Kernel
 from .package import KernelPackage, embedded_ids, open_embedded, open_folder
@@ -209,6 +212,93 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
                                     f"{-(-padded_size(array.nbytes) // piece)} pieces of at most {piece} bytes (what "
                                     "a call binds) and upload each")  # fmt: skip
     return execution.to_gpu(device, execution.host_array(array))
+
+
+#: The flags a lent buffer needs: STORAGE to be bound, COPY_SRC for numpy() and device copies.
+_LENT_USAGE = {"STORAGE": wgpu.BufferUsage.STORAGE, "COPY_SRC": wgpu.BufferUsage.COPY_SRC}
+_MAKE_ONE = ("make it with wk.get_device().gpu.create_buffer(size=..., usage=wgpu.BufferUsage.STORAGE | "
+             "wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST), COPY_DST to write it with queue.write_buffer")
+#: Per device, the one-binding layout from_wgpu_buffer's bind-group probe uses.
+_probe_layouts: weakref.WeakKeyDictionary[Device, Any] = weakref.WeakKeyDictionary()
+
+
+def from_wgpu_buffer(buffer: Any, shape: Sequence[int], dtype: Any, *, adapter: str | None = None) -> GpuTensor:
+    """A GpuTensor over the caller's own wgpu buffer, to pass to calls as an input with no host
+    round trip. The data is the buffer's first bytes (C order, little-endian); the buffer must be
+    of the library's device (``get_device(adapter).gpu``), with STORAGE and COPY_SRC usage, and at
+    least ``bound_bytes`` long (nbytes rounded up to 16, at least 16). The tensor does not own it:
+    ``release()`` and collection let go of it, never pool or destroy it. Work the caller submitted
+    to the queue before a call runs before the call's kernel; see docs/python-api.md for the order
+    of the caller's later work."""
+    if not isinstance(buffer, wgpu.GPUBuffer):
+        raise InputError("buffer", "a wgpu GPUBuffer of the library's device", describe_value(buffer), hint=_MAKE_ONE)
+    device = get_device(adapter)
+    if device.lost:  # as to_gpu refuses a tensor of a lost device: its data is gone
+        raise InputError("buffer", "a GPUBuffer of a live device", "one of a device that was lost (driver reset, "
+                         "destroyed): its data is gone", hint=f"make it again: {_MAKE_ONE}")  # fmt: skip
+    # wgpu-py 0.32 keeps an object's device in the private _device; if it goes, wgpu refuses a
+    # foreign buffer when the call binds it instead (a DeviceError, not this InputError).
+    owner = getattr(buffer, "_device", None)
+    if owner is not None and owner is not device.gpu:
+        raise _foreign_buffer_error(owner, device)
+    usage = int(buffer.usage)
+    missing = [name for name, flag in _LENT_USAGE.items() if not usage & flag]
+    if missing:
+        present = [name for name in dir(wgpu.BufferUsage) if not name.startswith("_")
+                   and usage & int(getattr(wgpu.BufferUsage, name))] or ["none"]  # fmt: skip
+        raise InputError("buffer", "a GPUBuffer whose usage includes STORAGE and COPY_SRC (COPY_SRC: numpy() and "
+                         "device copies read it)", f"usage {' | '.join(present)}, without {' and '.join(missing)}",
+                         hint=_MAKE_ONE)  # fmt: skip
+    if buffer.map_state != "unmapped":  # a mapped buffer cannot be bound
+        raise InputError("buffer", "an unmapped GPUBuffer", f"one whose map_state is {buffer.map_state!r}",
+                         hint="unmap() it first")  # fmt: skip
+    dims, dtype_name = checked_shape_and_dtype(shape, dtype)
+    try:
+        numpy_type = numpy_dtype(dtype_name)
+    except PackageError as exc:  # bfloat16 without ml_dtypes
+        raise DTypeError("dtype", "a dtype NumPy can hold", dtype_name, hint=str(exc)) from None
+    nbytes = int(np.prod(dims, dtype=np.int64)) * numpy_type.itemsize
+    needed = padded_size(nbytes)  # kernels may read the binding's padding (whole vec4s at the tail)
+    if buffer.size < needed:
+        raise InputError("buffer", f"a buffer of at least {needed} bytes (the tensor's {nbytes} bytes rounded up to "
+                         "a multiple of 16, at least 16: a call binds that much)", f"one of {buffer.size} bytes",
+                         hint=f"create it with size={needed}: max(16, -(-nbytes // 16) * 16)")  # fmt: skip
+    _refuse_destroyed(buffer, device)
+    return GpuTensor(buffer, dims, numpy_type, device, nbytes, borrowed=True)
+
+
+def _foreign_buffer_error(owner: Any, device: Device) -> InputError:
+    """The error for a buffer of another wgpu device than ``device``'s: a lost one of this
+    library's, another adapter's, or one the user opened."""
+    expected = f"a GPUBuffer of the library's device on {device.adapter.label()}"
+    theirs = opened_device(owner)
+    if theirs is not None and theirs.lost:
+        return InputError("buffer", expected, "one of a device that was lost (driver reset, destroyed): its data "
+                          "is gone", hint=f"make it again: {_MAKE_ONE}")  # fmt: skip
+    if theirs is not None:
+        return InputError("buffer", expected, f"one of the library's device on {theirs.adapter.label()}",
+                          hint=f"pass adapter={adapter_request(theirs.adapter)}, the buffer's device")  # fmt: skip
+    return InputError("buffer", expected, "a buffer of another wgpu device (one this library did not open)",
+                      hint=f"calls run on the library's device: {_MAKE_ONE}")  # fmt: skip
+
+
+def _refuse_destroyed(buffer: Any, device: Device) -> None:
+    """wgpu-py 0.32 tells no destroyed buffer from a live one, but refuses to bind it: a bind group
+    over its first 16 bytes tells (at from_wgpu_buffer, not at a later call's submission, where
+    the failure would drop the other calls recorded with it)."""
+    with translate_gpu_errors("checking a wgpu buffer", device.memory), device.lock:
+        layout = _probe_layouts.get(device)
+        if layout is None:
+            layout = _probe_layouts[device] = device.gpu.create_bind_group_layout(entries=[
+                {"binding": 0, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": "read-only-storage"}}])  # fmt: skip
+        try:
+            device.gpu.create_bind_group(layout=layout, entries=[
+                {"binding": 0, "resource": {"buffer": buffer, "offset": 0, "size": 16}}])  # fmt: skip
+        except wgpu.GPUValidationError as exc:
+            if is_device_lost(exc):
+                raise  # translate_gpu_errors: DeviceLostError, and the next call opens a new device
+            raise InputError("buffer", "a live (not destroyed) GPUBuffer", "one wgpu refuses to bind: "
+                             f"{' '.join(str(exc).split())}", hint=f"a destroyed buffer is gone for good: {_MAKE_ONE}") from None  # fmt: skip
 
 
 def synchronize(*, adapter: str | None = None) -> None:

@@ -457,10 +457,20 @@ class DeviceMemory:
         with self.lock:
             self._destroy(buffer)
 
-    def _destroy(self, buffer: Any) -> None:
-        stale = [k for k in self._bind_groups if any(e[1] is buffer for e in k[1])]  # they would bind a dead buffer
+    def forget_bind_groups(self, buffer: Any) -> None:
+        """Drop the cached bind groups over ``buffer``: one the user lends (from_wgpu_buffer) is
+        not kept alive by the cache once its tensor is released. Recorded work that uses a
+        group keeps what it needs (wgpu counts references)."""
+        with self.lock:
+            self._forget_bind_groups(buffer)
+
+    def _forget_bind_groups(self, buffer: Any) -> None:  # under the lock
+        stale = [k for k in self._bind_groups if any(e[1] is buffer for e in k[1])]
         for k in stale:
             del self._bind_groups[k]
+
+    def _destroy(self, buffer: Any) -> None:
+        self._forget_bind_groups(buffer)  # they would bind a dead buffer
         if self._pass is not None:
             self._doomed.append(buffer)  # unsubmitted work may still use it
         else:

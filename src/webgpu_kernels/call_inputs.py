@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from .contract import MAX_RANK
+from .contract import _tensor_meta as _checked_tensor_meta
 from .contract import is_buffer as _is_buffer
-from .errors import DTypeError, InputError, RankError, ShapeError, shorten
+from .errors import DTypeError, InputError, RankError, ShapeError, describe_value, shorten
 from .manifest import ONNX_TO_WGSL
 
 
@@ -66,6 +67,27 @@ def describe_inputs(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...
                                    f"{short_reading!r} (the CLI's and dtypes' {dtype!r})", repr(dtype))  # fmt: skip
         metas[name] = (tuple(shape), _dtype_name(dtype))
     return metas
+
+
+def checked_shape_and_dtype(shape: Any, dtype: Any) -> tuple[tuple[int, ...], str]:
+    """A tensor's shape and dtype given as separate arguments (``from_wgpu_buffer``'s), read as a
+    TensorMeta reads them and checked as a call checks an input's: a sequence of non-negative ints,
+    and a dtype some kernel may bind (NumPy's and the manifests' names). Returns the shape as a
+    tuple and the dtype's ONNX name; errors name the argument ``shape`` or ``dtype``."""
+    dims = _shape_tuple(shape)
+    if not isinstance(dims, tuple):
+        if _is_sequence(dims):  # too long to be made a tuple
+            raise RankError("shape", f"rank at most {MAX_RANK}", f"rank {len(dims)}")
+        raise ShapeError("shape", "a shape (a sequence of non-negative ints)", describe_value(shape))
+    checked, _ = _checked_tensor_meta("shape", (dims, "float32"))  # ints, non-negative, rank, element count
+    if isinstance(dtype, str) and dtype in _AMBIGUOUS_DTYPE_NAMES:
+        numpy_reading, short_reading = _AMBIGUOUS_DTYPE_NAMES[dtype]
+        raise DTypeError("dtype", f"a dtype name with one reading: {numpy_reading!r} (NumPy's {dtype!r}) or "
+                                  f"{short_reading!r} (the CLI's and dtypes' {dtype!r})", repr(dtype))  # fmt: skip
+    name = _dtype_name(dtype)
+    if name not in ONNX_TO_WGSL:
+        raise DTypeError("dtype", f"a dtype kernels bind, one of {list(ONNX_TO_WGSL)}", name)
+    return checked, name
 
 
 def _numpy_dtype(dtype: Any) -> bool:

@@ -371,6 +371,12 @@ def get_device(adapter: str | None = None) -> Device:
     return device
 
 
+def opened_device(gpu: Any) -> Device | None:
+    """The Device, live or lost, whose wgpu device is ``gpu``; None for one this library never
+    opened (a user's own)."""
+    return next((device for device in list(_opened) if device.gpu is gpu), None)
+
+
 @contextmanager
 def default_device(adapter: str | None) -> Iterator[Device]:
     """Inside the block, ``get_device()`` without an adapter returns ``adapter``'s device: a

@@ -46,10 +46,15 @@ class GpuTensor:
     """A tensor in a WebGPU buffer. ``numpy()`` reads it back; ``release()`` frees the buffer;
     ``copy.copy`` and ``copy.deepcopy`` make a device-side copy in a buffer of its own."""
 
-    __slots__ = ("_buffer", "_shape", "_dtype", "_device", "_nbytes", "_bound_bytes", "_work", "__weakref__")
+    __slots__ = ("_buffer", "_shape", "_dtype", "_device", "_nbytes", "_bound_bytes", "_work", "_borrowed",
+                 "__weakref__")  # fmt: skip
 
     def __init__(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, device: Device,
-                 nbytes: int | None = None) -> None:  # fmt: skip
+                 nbytes: int | None = None, *, borrowed: bool = False) -> None:  # fmt: skip
+        # A borrowed buffer is the user's (from_wgpu_buffer): never pooled, never destroyed here. Set
+        # before the buffer, so that a finalizer never finds a buffer without knowing whose it is;
+        # read only by release() and __del__, not by a call.
+        self._borrowed = borrowed
         self._buffer = buffer
         self._work: tuple[int, int] | None = None  # the batches recording its computation (run_plan sets it)
         self._shape = tuple(shape)
@@ -126,10 +131,14 @@ class GpuTensor:
 
     def release(self) -> None:
         """Free the GPU buffer now (back to the device's bounded pool, for reuse by later calls);
-        using the tensor afterwards raises TensorReleasedError."""
+        using the tensor afterwards raises TensorReleasedError. A tensor over the user's own
+        buffer (``from_wgpu_buffer``) only lets go of it: the buffer stays theirs, untouched."""
         buffer, self._buffer = self._buffer, None
         if buffer is not None:
-            self.device.memory.release(buffer)
+            if self._borrowed:  # pooled, it would be handed to later calls while the user still uses it
+                self._device.memory.forget_bind_groups(buffer)
+            else:
+                self._device.memory.release(buffer)
 
     def __copy__(self) -> GpuTensor:
         """A new tensor with this one's data in a buffer of its own, copied on the device. (A copy
@@ -166,7 +175,7 @@ class GpuTensor:
         # the lock holder waits for (buffers.DeviceMemory.release_collected).
         buffer = getattr(self, "_buffer", None)  # None too for an instance __init__ never filled
         self._buffer = None
-        if buffer is not None:
+        if buffer is not None and not self._borrowed:  # the user's own buffer is theirs to free
             try:
                 self._device.memory.release_collected(buffer)
             except Exception:  # interpreter shutdown: the device may already be gone
