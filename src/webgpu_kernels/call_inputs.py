@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .contract import MAX_RANK
-from .contract import _tensor_meta as _checked_tensor_meta
+from .contract import MAX_RANK, checked_tensor_meta
 from .contract import is_buffer as _is_buffer
 from .errors import DTypeError, InputError, RankError, ShapeError, describe_value, shorten
 from .manifest import ONNX_TO_WGSL
@@ -79,7 +78,7 @@ def checked_shape_and_dtype(shape: Any, dtype: Any) -> tuple[tuple[int, ...], st
         if _is_sequence(dims):  # too long to be made a tuple
             raise RankError("shape", f"rank at most {MAX_RANK}", f"rank {len(dims)}")
         raise ShapeError("shape", "a shape (a sequence of non-negative ints)", describe_value(shape))
-    checked, _ = _checked_tensor_meta("shape", (dims, "float32"))  # ints, non-negative, rank, element count
+    checked, _ = checked_tensor_meta("shape", (dims, "float32"))  # ints, non-negative, rank, element count
     if isinstance(dtype, str) and dtype in _AMBIGUOUS_DTYPE_NAMES:
         numpy_reading, short_reading = _AMBIGUOUS_DTYPE_NAMES[dtype]
         raise DTypeError("dtype", f"a dtype name with one reading: {numpy_reading!r} (NumPy's {dtype!r}) or "

@@ -90,7 +90,7 @@ def check_call(
                 continue
             allowed = manifest.type_constraints.get(spec.dtype, ())
             raise MissingInputError(spec.role, f"a {spec.dtype} tensor ({' or '.join(allowed)})", "nothing")
-        shape, dtype = _tensor_meta(spec.role, tensors[spec.role])
+        shape, dtype = checked_tensor_meta(spec.role, tensors[spec.role])
         if isinstance(spec.rank, int) and len(shape) != spec.rank:
             raise RankError(spec.role, f"rank {spec.rank}", f"rank {len(shape)} (shape {list(shape)})")
         allowed = manifest.type_constraints[spec.dtype]
@@ -162,7 +162,7 @@ def _negative_zeros(name: str, value: Any) -> list[str]:
     return [name] if has_negative_zero(value) else []
 
 
-def _tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
+def checked_tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
     """(shape, ONNX dtype name) of one input: dimensions non-negative integers, dtype a name."""
     try:
         shape, dtype = meta
