@@ -519,3 +519,55 @@ def test_readme_names_every_example_package() -> None:
     words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
              "twelve", "thirteen", "fourteen", "fifteen"]  # fmt: skip
     assert f"[`tests/packages/`](tests/packages): {words[len(folders)]} packages" in readme
+
+
+def _heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives ``markdown``'s headings: lower case, punctuation but ``-`` and ``_``
+    dropped, spaces as ``-``, and ``-1``, ``-2`` ... after a repeated one."""
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    for line in re.sub(r"```.*?```", "", markdown, flags=re.S).splitlines():
+        heading = re.match(r"#{1,6}\s+(.*)", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading[1].strip().lower()).replace(" ", "-")
+            count = seen.get(slug, 0)
+            seen[slug] = count + 1
+            anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return anchors
+
+
+def _broken_links(doc: Path) -> list[str]:
+    """``doc``'s relative links whose file is missing, or whose ``#anchor`` names no heading of the
+    Markdown file it points into (code blocks left out)."""
+    broken = []
+    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
+    for link in re.findall(r"\]\(([^)\s]+)\)", text):
+        if link.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = link.partition("#")
+        target = doc.parent / path if path else doc
+        if not target.exists():
+            broken.append(f"{link} (no such file)")
+        elif anchor and target.suffix == ".md" and anchor not in _heading_anchors(target.read_text(encoding="utf-8")):
+            broken.append(f"{link} (no such heading)")
+    return broken
+
+
+def test_a_broken_link_or_anchor_is_found(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Run AG (session 48): the suite, on an H100\n## Notes\n## Notes\n", encoding="utf-8")
+    (tmp_path / "raw.log").write_text("", encoding="utf-8")
+    doc = tmp_path / "doc.md"
+    doc.write_text("[a](other.md#run-ag-session-48-the-suite-on-an-h100) [b](other.md#notes-1) [c](raw.log) "
+                   "[d](other.md#notes-2) [e](missing.log) [f](https://example.com/x) [g](#here)\n# Here\n"
+                   "```\n[h](inside-a-code-block.md)\n```\n", encoding="utf-8")  # fmt: skip
+    assert _broken_links(doc) == ["other.md#notes-2 (no such heading)", "missing.log (no such file)"]
+
+
+def test_every_relative_link_in_the_docs_resolves() -> None:
+    """README.md's and docs/'s links to files (docs/perf's raw logs, the packages) and to headings:
+    the performance docs link over a hundred raw files, and headings are renamed as runs are added."""
+    docs = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+    broken = {str(doc.relative_to(REPO_ROOT)): links for doc in docs if (links := _broken_links(doc))}
+    if not (REPO_ROOT / "docs" / "perf").is_dir():  # the sdist leaves the run logs out (MANIFEST.in)
+        broken = {doc: kept for doc, links in broken.items() if (kept := [x for x in links if "perf/" not in x])}
+    assert broken == {}
