@@ -218,6 +218,7 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
 _LENT_USAGE = {"STORAGE": wgpu.BufferUsage.STORAGE, "COPY_SRC": wgpu.BufferUsage.COPY_SRC}
 _MAKE_ONE = ("make it with wk.get_device().gpu.create_buffer(size=..., usage=wgpu.BufferUsage.STORAGE | "
              "wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST), COPY_DST to write it with queue.write_buffer")
+_LOST_DEVICE_BUFFER = "one of a device that was lost (driver reset, destroyed): its data is gone"
 #: Per device, the one-binding layout from_wgpu_buffer's bind-group probe uses.
 _probe_layouts: weakref.WeakKeyDictionary[Device, Any] = weakref.WeakKeyDictionary()
 
@@ -234,8 +235,7 @@ def from_wgpu_buffer(buffer: Any, shape: Sequence[int], dtype: Any, *, adapter: 
         raise InputError("buffer", "a wgpu GPUBuffer of the library's device", describe_value(buffer), hint=_MAKE_ONE)
     device = get_device(adapter)
     if device.lost:  # as to_gpu refuses a tensor of a lost device: its data is gone
-        raise InputError("buffer", "a GPUBuffer of a live device", "one of a device that was lost (driver reset, "
-                         "destroyed): its data is gone", hint=f"make it again: {_MAKE_ONE}")  # fmt: skip
+        raise InputError("buffer", "a GPUBuffer of a live device", _LOST_DEVICE_BUFFER, hint=f"make it again: {_MAKE_ONE}")
     # wgpu-py 0.32 keeps an object's device in the private _device; if it goes, wgpu refuses a
     # foreign buffer when the call binds it instead (a DeviceError, not this InputError).
     owner = getattr(buffer, "_device", None)
@@ -273,8 +273,7 @@ def _foreign_buffer_error(owner: Any, device: Device) -> InputError:
     expected = f"a GPUBuffer of the library's device on {device.adapter.label()}"
     theirs = opened_device(owner)
     if theirs is not None and theirs.lost:
-        return InputError("buffer", expected, "one of a device that was lost (driver reset, destroyed): its data "
-                          "is gone", hint=f"make it again: {_MAKE_ONE}")  # fmt: skip
+        return InputError("buffer", expected, _LOST_DEVICE_BUFFER, hint=f"make it again: {_MAKE_ONE}")
     if theirs is not None:
         return InputError("buffer", expected, f"one of the library's device on {theirs.adapter.label()}",
                           hint=f"pass adapter={adapter_request(theirs.adapter)}, the buffer's device")  # fmt: skip

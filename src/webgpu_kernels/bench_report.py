@@ -12,6 +12,7 @@ from rich.text import Text
 
 from .benchmark import CALLS_PER_SPAN
 from .cli import is_live
+from .references import UNCOMPUTED_OUTPUTS
 
 
 def assignments(values: dict[str, Any]) -> str:
@@ -194,7 +195,7 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
         these = "; ".join(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']} "
                           f"({', '.join(row['reference_uncompared'])})" for row in uncompared)  # fmt: skip
         console.print(Text(f"{len(uncompared)} of {len(rows)} cases had outputs not compared, the reference computing "
-                           f"no value for them (optional outputs its release leaves out): {these}", style="yellow"))  # fmt: skip
+                           f"no value for them ({UNCOMPUTED_OUTPUTS}): {these}", style="yellow"))  # fmt: skip
     for row in rows:
         if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
             console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: error: {row['error']}", style="red"))

@@ -12,7 +12,7 @@ import numpy as np
 
 from .contract import MAX_RANK, checked_tensor_meta
 from .contract import is_buffer as _is_buffer
-from .errors import DTypeError, InputError, RankError, ShapeError, describe_value, shorten
+from .errors import DTypeError, InputError, RankError, ShapeError, shorten
 from .manifest import ONNX_TO_WGSL
 
 
@@ -55,17 +55,23 @@ def describe_inputs(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...
             shape, dtype = array.shape, array.dtype
         else:
             raise InputError(name, "an array, a GpuTensor or a TensorMeta", type(value).__name__)
-        shape = _shape_tuple(shape)
-        if not isinstance(shape, tuple):
-            if _is_sequence(shape):  # too long to be made a tuple
-                raise RankError(name, f"rank at most {MAX_RANK}", f"rank {len(shape)}")
-            raise ShapeError(name, "a shape (a sequence of dimensions)", f"{type(shape).__name__} {shape!r:.60}")
-        if isinstance(dtype, str) and dtype in _AMBIGUOUS_DTYPE_NAMES:
-            numpy_reading, short_reading = _AMBIGUOUS_DTYPE_NAMES[dtype]
-            raise DTypeError(name, f"a dtype name with one reading: {numpy_reading!r} (NumPy's {dtype!r}) or "
-                                   f"{short_reading!r} (the CLI's and dtypes' {dtype!r})", repr(dtype))  # fmt: skip
-        metas[name] = (tuple(shape), _dtype_name(dtype))
+        metas[name] = _read_shape_and_dtype(shape, dtype, name, name)
     return metas
+
+
+def _read_shape_and_dtype(shape: Any, dtype: Any, shape_arg: str, dtype_arg: str) -> tuple[tuple[Any, ...], str]:
+    """``shape`` as a tuple and ``dtype``'s name, errors naming ``shape_arg`` or ``dtype_arg``: a
+    shape that is no sequence (or longer than any rank), and a dtype name with two readings."""
+    dims = _shape_tuple(shape)
+    if not isinstance(dims, tuple):
+        if _is_sequence(dims):  # too long to be made a tuple
+            raise RankError(shape_arg, f"rank at most {MAX_RANK}", f"rank {len(dims)}")
+        raise ShapeError(shape_arg, "a shape (a sequence of dimensions)", f"{type(dims).__name__} {dims!r:.60}")
+    if isinstance(dtype, str) and dtype in _AMBIGUOUS_DTYPE_NAMES:
+        numpy_reading, short_reading = _AMBIGUOUS_DTYPE_NAMES[dtype]
+        raise DTypeError(dtype_arg, f"a dtype name with one reading: {numpy_reading!r} (NumPy's {dtype!r}) or "
+                                    f"{short_reading!r} (the CLI's and dtypes' {dtype!r})", repr(dtype))  # fmt: skip
+    return dims, _dtype_name(dtype)
 
 
 def checked_shape_and_dtype(shape: Any, dtype: Any) -> tuple[tuple[int, ...], str]:
@@ -73,17 +79,8 @@ def checked_shape_and_dtype(shape: Any, dtype: Any) -> tuple[tuple[int, ...], st
     TensorMeta reads them and checked as a call checks an input's: a sequence of non-negative ints,
     and a dtype some kernel may bind (NumPy's and the manifests' names). Returns the shape as a
     tuple and the dtype's ONNX name; errors name the argument ``shape`` or ``dtype``."""
-    dims = _shape_tuple(shape)
-    if not isinstance(dims, tuple):
-        if _is_sequence(dims):  # too long to be made a tuple
-            raise RankError("shape", f"rank at most {MAX_RANK}", f"rank {len(dims)}")
-        raise ShapeError("shape", "a shape (a sequence of non-negative ints)", describe_value(shape))
+    dims, name = _read_shape_and_dtype(shape, dtype, "shape", "dtype")
     checked, _ = checked_tensor_meta("shape", (dims, "float32"))  # ints, non-negative, rank, element count
-    if isinstance(dtype, str) and dtype in _AMBIGUOUS_DTYPE_NAMES:
-        numpy_reading, short_reading = _AMBIGUOUS_DTYPE_NAMES[dtype]
-        raise DTypeError("dtype", f"a dtype name with one reading: {numpy_reading!r} (NumPy's {dtype!r}) or "
-                                  f"{short_reading!r} (the CLI's and dtypes' {dtype!r})", repr(dtype))  # fmt: skip
-    name = _dtype_name(dtype)
     if name not in ONNX_TO_WGSL:
         raise DTypeError("dtype", f"a dtype kernels bind, one of {list(ONNX_TO_WGSL)}", name)
     return checked, name

@@ -167,7 +167,7 @@ def _arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
 
 
 def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], dtype_label: str,
-             uncompared: list[str] | None = None) -> Any:  # fmt: skip
+             uncompared: list[str]) -> Any:  # fmt: skip
     """The check of an output against the op's registered NumPy reference, else onnxruntime's CPU
     provider as `run` uses it, with the tolerance of the case's dtypes: one rule for ours, tuned
     and every peer's figure. The check returns None where no reference has the op. The outputs
@@ -194,7 +194,7 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
             return Agreement(float("inf"), False)
         if isinstance(found, ReferenceUnavailable):
             return None
-        if uncompared is not None and len(found) < len(outputs):  # onnxruntime's optional outputs that
+        if len(found) < len(outputs):  # onnxruntime's optional outputs that
             # its release computes no value for (before 1.30): said, as `run` says them, not passed silently
             uncompared.extend(n for n in outputs if n not in found and n not in uncompared)
         # a reference that computed none of them checked nothing: no figure, as where none has the op

@@ -34,6 +34,7 @@ from .comparison import reference_report
 from .device import choose_adapter
 from .errors import KernelError
 from .references import (
+    UNCOMPUTED_OUTPUTS,
     ReferenceShapeMismatch,
     ReferenceUnavailable,
     manifest_positions,
@@ -251,8 +252,8 @@ def _print_run(r: dict[str, Any]) -> None:
             console.print(Text(line + ("" if c["ok"] else ": WRONG"), style="" if c["ok"] else "bold red"))
         uncompared = r.get("referenceUncompared", {}).get(key)
         if uncompared:
-            console.print(Text(f"{label}: computed no value for {', '.join(uncompared)} (optional outputs its "
-                               "release leaves out): not compared", style="yellow"))  # fmt: skip
+            console.print(Text(f"{label}: computed no value for {', '.join(uncompared)} ({UNCOMPUTED_OUTPUTS}): "
+                               "not compared", style="yellow"))  # fmt: skip
     if not r["checked"]:
         console.print(Text("not checked: no reference compared the outputs (a package's own op is checked by "
                            "`webgpu-kernels test` against its test.json, or with --onnx-op DOMAIN.NAME against the "

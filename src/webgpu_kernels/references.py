@@ -206,6 +206,11 @@ def _ort_refusal(error: Exception) -> str:
     return f"onnxruntime refused this call: {message}"
 
 
+#: Why an output has no ONNX Runtime reference value (onnxruntime_reference leaves it out), as `run` and
+#: `bench` say it.
+UNCOMPUTED_OUTPUTS = "optional outputs its release leaves out"
+
+
 def onnxruntime_reference(
     op_id: str,
     inputs: Mapping[str, np.ndarray],
