@@ -441,6 +441,19 @@ def test_check_against_agrees_with_the_element_model_in_chunks(pair, tol: Tolera
     assert (agreement.max_error, agreement.ok) == (float(max(errors, default=0.0)), all(oks))
 
 
+def test_test_reports_relative_error_only_where_the_output_dtype_holds_a_normal_value() -> None:
+    """`test`'s max rel error as `run` reports it: over expected values at least the output dtype's
+    smallest normal number. A float16 subnormal is a few ulps of 6e-8 apart, so a correct 1.19e-7
+    for an expected 1e-7 read as a 19% relative error in the table of a passing case."""
+    got = np.array([1.19209e-7, 1.0, 2.0], np.float16)
+    want = np.array([1e-7, 1.0, 2.001])
+    judged = compare("Y", got, want, Tolerance(rtol=1e-2, atol=1e-3))
+    assert judged.ok and judged.max_rel_error == pytest.approx(0.001 / 2.001)
+    assert judged.max_abs_error == pytest.approx(0.001)  # every finite element still counts here
+    agreement = comparison.reference_report(got, want)
+    assert agreement["maxRelError"] == pytest.approx(judged.max_rel_error)
+
+
 def test_a_relative_error_past_float64_is_infinite_without_a_warning() -> None:
     """An error of 1e300 against an expected 1e-300 overflowed the division: NumPy's RuntimeWarning
     (hypothesis met it on Python 3.13) in the middle of `test`'s output."""

@@ -150,6 +150,13 @@ def _nonfinite_agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
 
 
+def _relative_floor(dtype: np.dtype) -> float:
+    """The smallest expected magnitude a relative error is reported over: the smallest normal number
+    of a float ``dtype`` (its subnormals are a few ulps apart, so a correct value reads as a large
+    relative error), 1 for integers and bytes."""
+    return float(np.finfo(dtype).tiny) if np.issubdtype(dtype, np.floating) else 1.0
+
+
 def _largest_errors(diff: np.ndarray, scale: np.ndarray, floor: float = 0.0) -> tuple[float | None, float | None]:
     """The largest of ``diff`` and of ``diff / scale`` (``scale``: |expected|, of the same elements)
     where ``scale`` is positive and at least ``floor``; None where there is none."""
@@ -187,7 +194,8 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
     equal, NaN where and only where expected, infinities equal, finite values within ``atol + rtol *
     |expected|``.
 
-    Errors are reported over the elements finite in both; the relative one where ``expected`` is not 0.
+    Errors are reported over the elements finite in both; the relative one where |``expected``| is at
+    least :func:`_relative_floor` of ``actual``'s dtype, as ``run`` reports it.
     """
     got, expected = _as_bytes_if_bool(np.asarray(actual)), _as_bytes_if_bool(np.asarray(expected))
     tol = tolerance.as_dict()
@@ -204,7 +212,7 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
     nan_got, nan_want = np.isnan(got), np.isnan(want)
     finite = np.isfinite(got) & np.isfinite(want)
     mismatches = int(bad.sum())
-    max_abs, max_rel = _largest_errors(diff[finite], np.abs(want[finite]))
+    max_abs, max_rel = _largest_errors(diff[finite], np.abs(want[finite]), _relative_floor(as_ints[0].dtype))
     result = Comparison(output, mismatches == 0, max_abs_error=max_abs, max_rel_error=max_rel, mismatches=mismatches,
                         size=int(want.size), tolerance=tol)  # fmt: skip
     if mismatches:
@@ -337,7 +345,7 @@ def reference_report(actual: Any, expected: Any) -> dict[str, Any]:
     if a.shape != e.shape:
         return {"shapeMismatch": [list(a.shape), list(e.shape)], "maxAbsError": None, "maxRelError": None,
                 "nonFiniteMismatches": None, "beyondTolerance": None}  # fmt: skip
-    tiny = float(np.finfo(a.dtype).tiny) if np.issubdtype(a.dtype, np.floating) else 1.0
+    tiny = _relative_floor(a.dtype)
     mismatches = beyond = 0
     largest: list[list[float]] = [[], []]  # each chunk's max abs and rel error, where it has one
     for a_part, e_part in _chunks(a, e):
