@@ -214,6 +214,9 @@ BAD = [
      ("float32", "nonsense")),
     ("complex-dtype", lambda d: d.gpu.create_buffer(size=64, usage=USER_USAGE), (4,), np.complex64, "dtype",
      ("float32", "complex64")),
+    # the buffer holds little-endian data: a big-endian dtype would be read as another value
+    ("big-endian-dtype", lambda d: d.gpu.create_buffer(size=64, usage=USER_USAGE), (4,), ">f4", "dtype",
+     ("little-endian", ">f4")),
     ("another-device", lambda d: _another_wgpu_device().create_buffer(size=64, usage=USER_USAGE), (16,),
      np.float32, "buffer", ("another wgpu device", "get_device().gpu.create_buffer")),
 ]  # fmt: skip

@@ -83,6 +83,10 @@ def checked_shape_and_dtype(shape: Any, dtype: Any) -> tuple[tuple[int, ...], st
     checked, _ = checked_tensor_meta("shape", (dims, "float32"))  # ints, non-negative, rank, element count
     if name not in ONNX_TO_WGSL:
         raise DTypeError("dtype", f"a dtype kernels bind, one of {list(ONNX_TO_WGSL)}", name)
+    if _numpy_dtype(dtype) and np.dtype(dtype) != np.dtype(dtype).newbyteorder("<"):
+        # the name drops the byte order, and the buffer is read as little-endian data
+        raise DTypeError("dtype", f"a little-endian dtype (the buffer's data is read as little-endian {name})",
+                         f"{np.dtype(dtype).str} (big-endian {name})")  # fmt: skip
     return checked, name
 
 
