@@ -183,6 +183,17 @@ def test_a_type_variable_given_two_dtypes_says_which_inputs_and_how_to_convert(b
         np.testing.assert_array_equal(bias_add(inputs)["Y"], bias_add(bias_inputs())["Y"])
 
 
+@pytest.mark.parametrize("value", [[1.0] * 8, np.ones(8), np.ones(8, np.int64)], ids=["list", "float64", "int64"])
+def test_a_refused_dtype_after_the_type_variable_is_bound_is_told_the_bound_dtype(bias_add, value):
+    """A float16 X with a bias from a Python list was told .astype(np.float32), which the call then
+    refused as float32 unlike X: the advice is the dtype the inputs before it gave T (helper-148)."""
+    inputs = bias_inputs(dtype=f16, bias=value)
+    for call in (lambda: bias_add(inputs), lambda: bias_add.explain(inputs)):
+        assert str(raises(errors.DTypeError, call, argument="bias")).endswith("with .astype(np.float16))")
+    inputs["bias"] = np.asarray(value).astype(np.float16)  # the advice, as written
+    np.testing.assert_array_equal(bias_add(inputs)["Y"], bias_add(bias_inputs(dtype=f16))["Y"])
+
+
 def test_a_type_variable_given_two_dtypes_by_a_gpu_tensor_says_to_upload_it_converted(bias_add):
     inputs = bias_inputs()
     inputs["bias"] = wk.to_gpu(np.ones(8, f16))

@@ -95,8 +95,13 @@ def check_call(
             raise RankError(spec.role, f"rank {spec.rank}", f"rank {len(shape)} (shape {list(shape)})")
         allowed = manifest.type_constraints[spec.dtype]
         if dtype not in allowed:
+            # Inputs before it bound the type variable: converting to another allowed dtype would be
+            # refused next, as unlike theirs (float16 X, a bias from a list told float32).
+            bound = type_bindings.get(spec.dtype)
+            on_gpu = spec.role in gpu_inputs
+            hint = conversion_hint(dtype, [bound[0]], on_gpu=on_gpu) if bound else ""
             raise DTypeError(spec.role, f"dtype in {list(allowed)} (type variable {spec.dtype})", dtype,
-                             hint=conversion_hint(dtype, allowed, on_gpu=spec.role in gpu_inputs))  # fmt: skip
+                             hint=hint or conversion_hint(dtype, allowed, on_gpu=on_gpu))  # fmt: skip
         bound = type_bindings.setdefault(spec.dtype, (dtype, spec.role))
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype,
