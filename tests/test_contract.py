@@ -194,6 +194,16 @@ def test_a_refused_dtype_after_the_type_variable_is_bound_is_told_the_bound_dtyp
     np.testing.assert_array_equal(bias_add(inputs)["Y"], bias_add(bias_inputs(dtype=f16))["Y"])
 
 
+def test_a_refused_dtype_before_the_others_is_told_their_dtype(bias_add):
+    """X from a list before a float16 bias and skip: told float32, each of the others was then
+    refused in turn; the advice is the dtype the inputs after it agree on."""
+    inputs = bias_inputs(dtype=f16, X=np.ones((2, 3, 8)).tolist())
+    for call in (lambda: bias_add(inputs), lambda: bias_add.explain(inputs)):
+        assert str(raises(errors.DTypeError, call, argument="X")).endswith("with .astype(np.float16))")
+    inputs["X"] = np.asarray(inputs["X"]).astype(np.float16)  # the advice, as written
+    np.testing.assert_array_equal(bias_add(inputs)["Y"], bias_add(bias_inputs(dtype=f16))["Y"])
+
+
 def test_a_type_variable_given_two_dtypes_by_a_gpu_tensor_says_to_upload_it_converted(bias_add):
     inputs = bias_inputs()
     inputs["bias"] = wk.to_gpu(np.ones(8, f16))

@@ -95,11 +95,11 @@ def check_call(
             raise RankError(spec.role, f"rank {spec.rank}", f"rank {len(shape)} (shape {list(shape)})")
         allowed = manifest.type_constraints[spec.dtype]
         if dtype not in allowed:
-            # Inputs before it bound the type variable: converting to another allowed dtype would be
-            # refused next, as unlike theirs (float16 X, a bias from a list told float32).
-            bound = type_bindings.get(spec.dtype)
+            # Where other inputs give the type variable an allowed dtype, converting to another one
+            # would be refused next, as unlike theirs (float16 X, a bias from a list told float32).
+            peer = _peer_dtype(manifest, tensors, spec.role, spec.dtype, allowed)
             on_gpu = spec.role in gpu_inputs
-            hint = conversion_hint(dtype, [bound[0]], on_gpu=on_gpu) if bound else ""
+            hint = conversion_hint(dtype, [peer], on_gpu=on_gpu) if peer else ""
             raise DTypeError(spec.role, f"dtype in {list(allowed)} (type variable {spec.dtype})", dtype,
                              hint=hint or conversion_hint(dtype, allowed, on_gpu=on_gpu))  # fmt: skip
         bound = type_bindings.setdefault(spec.dtype, (dtype, spec.role))
@@ -225,6 +225,23 @@ def conversion_hint(dtype: str, allowed: Sequence[str], *, on_gpu: bool = False,
     if dtype == "float64":  # what NumPy's defaults, Python floats and lists of them give
         return f"NumPy's default, Python floats and lists of them are float64: {how}"
     return how
+
+
+def _peer_dtype(manifest: Manifest, tensors: Mapping[str, Any], role: str, type_var: str,
+                allowed: Sequence[str]) -> str | None:  # fmt: skip
+    """The first allowed dtype among the other inputs of ``type_var``, in the manifest's order (the
+    one that binds it), read as checked_tensor_meta reads it; None where none has one."""
+    for spec in manifest.inputs:
+        if spec.dtype != type_var or spec.role == role or spec.role not in tensors:
+            continue
+        try:
+            _, dtype = tensors[spec.role]
+            name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+        except (TypeError, ValueError):  # refused when its own turn comes
+            continue
+        if name in allowed:
+            return name
+    return None
 
 
 def _mixed_dtypes_hint(type_var: str, role: str, dtype: str, bound_roles: Sequence[str], bound_dtype: str,
