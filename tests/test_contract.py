@@ -92,13 +92,16 @@ def test_bfloat16_is_refused(quick_gelu):
 
 @pytest.mark.parametrize("dtype, hint", [
     ("bfloat16", "(convert with .astype(np.float32))"),
-    ("int64", "(convert with .astype(np.float32))"),
+    ("int64", "(convert with .astype(np.float32), or np.asarray(x, np.float32) from a list)"),
     ("uint8", "(convert with .astype(np.float32))"),
-    ("bool", "(convert with .astype(np.float32))"),
-    ("float64", "(NumPy's default, Python floats and lists of them are float64: convert with .astype(np.float32))"),
+    ("bool", "(convert with .astype(np.float32), or np.asarray(x, np.float32) from a list)"),
+    ("float64", "(NumPy's default, Python floats and lists of them are float64: convert with .astype(np.float32), "
+                "or np.asarray(x, np.float32) from a list)"),
 ])  # fmt: skip
 def test_a_refused_numeric_dtype_says_how_to_convert(quick_gelu, dtype, hint):
-    """Only float64 got advice; a bfloat16, integer or bool array for a float input got none."""
+    """Only float64 got advice; a bfloat16, integer or bool array for a float input got none. The
+    dtypes a Python list gives are also told the conversion from a list, which has no .astype
+    (helper-148)."""
     if dtype == "bfloat16":
         dtype = pytest.importorskip("ml_dtypes").bfloat16
     error = raises(errors.DTypeError, lambda: quick_gelu({"X": np.ones(4, dtype)}), argument="X")
@@ -113,7 +116,8 @@ def test_a_conversion_hint_picks_a_type_that_holds_the_values():
     assert conversion_hint("uint64", ["int32", "int64"]).endswith(".astype(np.int64)")
     assert conversion_hint("uint8", ["int32", "int64"]).endswith(".astype(np.int32)")
     assert conversion_hint("int16", ["int8", "float16", "float32"]).endswith(".astype(np.float32)")
-    assert conversion_hint("float64", ["float16", "float32"]).endswith(".astype(np.float32)")
+    assert conversion_hint("float64", ["float16", "float32"]).endswith(
+        ".astype(np.float32), or np.asarray(x, np.float32) from a list")
 
 
 def test_a_conversion_hint_keeps_to_the_kind_of_the_values():
@@ -189,8 +193,9 @@ def test_a_refused_dtype_after_the_type_variable_is_bound_is_told_the_bound_dtyp
     refused as float32 unlike X: the advice is the dtype the inputs before it gave T (helper-148)."""
     inputs = bias_inputs(dtype=f16, bias=value)
     for call in (lambda: bias_add(inputs), lambda: bias_add.explain(inputs)):
-        assert str(raises(errors.DTypeError, call, argument="bias")).endswith("with .astype(np.float16))")
-    inputs["bias"] = np.asarray(value).astype(np.float16)  # the advice, as written
+        assert str(raises(errors.DTypeError, call, argument="bias")).endswith(
+            "with .astype(np.float16), or np.asarray(x, np.float16) from a list)")
+    inputs["bias"] = np.asarray(value, np.float16)  # the advice, as written
     np.testing.assert_array_equal(bias_add(inputs)["Y"], bias_add(bias_inputs(dtype=f16))["Y"])
 
 
@@ -199,8 +204,9 @@ def test_a_refused_dtype_before_the_others_is_told_their_dtype(bias_add):
     refused in turn; the advice is the dtype the inputs after it agree on."""
     inputs = bias_inputs(dtype=f16, X=np.ones((2, 3, 8)).tolist())
     for call in (lambda: bias_add(inputs), lambda: bias_add.explain(inputs)):
-        assert str(raises(errors.DTypeError, call, argument="X")).endswith("with .astype(np.float16))")
-    inputs["X"] = np.asarray(inputs["X"]).astype(np.float16)  # the advice, as written
+        assert str(raises(errors.DTypeError, call, argument="X")).endswith(
+            "with .astype(np.float16), or np.asarray(x, np.float16) from a list)")
+    inputs["X"] = np.asarray(inputs["X"], np.float16)  # the advice, as written
     np.testing.assert_array_equal(bias_add(inputs)["Y"], bias_add(bias_inputs(dtype=f16))["Y"])
 
 

@@ -210,6 +210,9 @@ _CONVERSION_TARGETS = {"f": _FLOAT_TARGETS, "i": _INT_TARGETS + _FLOAT_TARGETS, 
                        "b": _INT_TARGETS + _FLOAT_TARGETS}  # fmt: skip
 
 
+_LIST_DTYPES = ("float64", "int64", "bool")  # what NumPy makes of a Python list of floats, ints or bools
+
+
 def conversion_hint(dtype: str, allowed: Sequence[str], *, on_gpu: bool = False, names: str = "") -> str:
     """How to convert an input of ``dtype`` that the constraint ``allowed`` refused, or "" where no
     conversion fits (an object or string array, a float for an integer input). A GpuTensor has no
@@ -222,6 +225,8 @@ def conversion_hint(dtype: str, allowed: Sequence[str], *, on_gpu: bool = False,
     how = (f"upload {names or 'it'} converted: to_gpu(a{convert}) from the array, or to_gpu(t.numpy(){convert}) "
            f"from this tensor (a GpuTensor has no .astype)" if on_gpu
            else f"convert {names + ' ' if names else ''}with {convert}")  # fmt: skip
+    if not on_gpu and not names and dtype in _LIST_DTYPES:  # a list has no .astype
+        how += f", or np.asarray(x, {_dtype_expression(target)}) from a list"
     if dtype == "float64":  # what NumPy's defaults, Python floats and lists of them give
         return f"NumPy's default, Python floats and lists of them are float64: {how}"
     return how
