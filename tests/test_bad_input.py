@@ -51,6 +51,11 @@ CASES = [
     # inputs present or not
     Case("missing-input", BA, lambda: bias_inputs(skip=None), errors.MissingInputError, ("nothing",), "skip"),
     Case("missing-all", QG, lambda: {}, errors.MissingInputError, (), "X"),
+    # None is how an optional input is left out; a required one given None had been refused as a
+    # value, "expected a NumPy array or a GpuTensor, got NoneType" (helper-148)
+    Case("required-input-none", BA, lambda: {**bias_inputs(), "bias": None}, errors.MissingInputError,
+         ("a T tensor (float32 or float16)", "got None (a required input: None leaves out only an optional one)"),
+         "bias"),
     Case("extra-input", BA, lambda: {**bias_inputs(), "residual": np.ones(8, f32)}, errors.UnknownInputError,
          ("an unknown input", "['X', 'bias', 'skip']"), "residual"),
     Case("output-as-input", QG, lambda: {**qg_inputs(), "Y": np.ones(4, f32)}, errors.UnknownInputError,

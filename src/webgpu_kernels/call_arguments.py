@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .call_inputs import as_array, checked_mapping
-from .contract import check_input_names, has_negative_zero, negative_zero_indices
+from .contract import check_input_names, has_negative_zero, missing_input, negative_zero_indices
 from .device import AdapterSummary, Device, adapter_request
 from .errors import InputError
 from .execution import host_array
@@ -77,11 +77,13 @@ def declared_present(manifest: Manifest, inputs: Any) -> Any:
 
 def _without_absent(manifest: Manifest, inputs: Any) -> Any:
     """``inputs`` less the optional inputs given as None (ONNX's and PyTorch's way of leaving one
-    out), or ``inputs`` itself where there are none: a required input given as None stays, for the
-    call to refuse by name."""
+    out), or ``inputs`` itself where there are none; a required input given as None is missing."""
     if not isinstance(inputs, Mapping) or not any(v is None for v in inputs.values()):
         return inputs
     optional = {spec.role for spec in manifest.inputs if spec.optional}
+    for spec in manifest.inputs:
+        if not spec.optional and spec.role in inputs and inputs[spec.role] is None:
+            raise missing_input(manifest, spec.role, "None (a required input: None leaves out only an optional one)")
     present = _Present((name, value) for name, value in inputs.items() if value is not None or name not in optional)
     return present if len(present) < len(inputs) else inputs
 

@@ -88,8 +88,7 @@ def check_call(
         if spec.role not in tensors:
             if spec.optional:
                 continue
-            allowed = manifest.type_constraints.get(spec.dtype, ())
-            raise MissingInputError(spec.role, f"a {spec.dtype} tensor ({' or '.join(allowed)})", "nothing")
+            raise missing_input(manifest, spec.role, "nothing")
         shape, dtype = checked_tensor_meta(spec.role, tensors[spec.role])
         if isinstance(spec.rank, int) and len(shape) != spec.rank:
             raise RankError(spec.role, f"rank {spec.rank}", f"rank {len(shape)} (shape {list(shape)})")
@@ -211,6 +210,13 @@ _CONVERSION_TARGETS = {"f": _FLOAT_TARGETS, "i": _INT_TARGETS + _FLOAT_TARGETS, 
 
 
 _LIST_DTYPES = ("float64", "int64", "bool")  # what NumPy makes of a Python list of floats, ints or bools
+
+
+def missing_input(manifest: Manifest, role: str, got: str) -> MissingInputError:
+    """The error for required input ``role`` given ``got`` instead of a tensor."""
+    spec = next(spec for spec in manifest.inputs if spec.role == role)
+    allowed = manifest.type_constraints.get(spec.dtype, ())
+    return MissingInputError(role, f"a {spec.dtype} tensor ({' or '.join(allowed)})", got)
 
 
 def conversion_hint(dtype: str, allowed: Sequence[str], *, on_gpu: bool = False, names: str = "") -> str:
