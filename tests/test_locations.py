@@ -236,3 +236,16 @@ def test_download_of_a_hub_id_with_a_trailing_slash_asks_did_you_mean(tmp_path, 
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["download", name, *([] if "@" in name else ["--version", "1"])])
     assert result.exit_code == 2 and "did you mean webgpu-kernels/com.microsoft.QuickGelu?" in result.output, result.output
+
+
+def test_load_kernel_of_an_embedded_id_says_get_kernel_opens_it(tmp_path, monkeypatch) -> None:
+    """load_kernel("com.microsoft.QuickGelu") had said only "no such folder" (helper-148): the id is
+    an embedded kernel's, which get_kernel opens. A folder of that name in the working directory is
+    still what load_kernel opens."""
+    monkeypatch.chdir(tmp_path)
+    op_id = wk.list_kernels()[0]
+    with pytest.raises(PackageError) as info:
+        wk.load_kernel(op_id)
+    assert str(info.value) == f"{op_id}: no such folder (an embedded kernel's id: get_kernel({op_id!r}) opens it)"
+    with pytest.raises(PackageError, match=r"^nope: no such folder$"):
+        wk.load_kernel("nope")

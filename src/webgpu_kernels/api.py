@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -97,6 +98,8 @@ def load_kernel(path: str | Path, *, verify_digests: bool = True) -> Kernel:
     ``verify_digests=False`` opens the folder unchecked: for an author's script that regenerates
     the package's data files (test.json, .npy) while metadata.json is stale, and then refreshes it
     (``webgpu_kernels.digests.write_metadata``, as ``webgpu-kernels digest`` does)."""
+    if isinstance(path, str) and path in embedded_ids() and not os.path.lexists(path):  # get_kernel's name for it
+        raise PackageError(f"no such folder (an embedded kernel's id: get_kernel({path!r}) opens it)", path=path)
     return folder_kernel(open_folder(path, verify_digests=verify_digests))
 
 
