@@ -743,6 +743,26 @@ def test_without_shader_f16_validate_compiles_what_test_runs(gl_device) -> None:
     assert [r.status for r in tested.results] == ["pass", "pass"]
 
 
+def test_without_shader_f16_a_named_variant_only_the_adapter_refuses_is_skipped(gl_device) -> None:
+    """demo.Concat's float16 case `last-3x4-3x8-axis-1-f16` names vec4 (which copies float16 as
+    u32 words) and scalar (guarded by f16Ok). On the OpenGL adapter, without shader-f16, `test`
+    failed scalar ("the case names this variant but it rejects the case") and validate called the
+    package invalid, though a case no variant accepts there is skipped and the docs say float16
+    cases are skipped, not failed, on such an adapter (helper-149): the rejection is the adapter's."""
+    import webgpu_kernels as wk
+    from webgpu_kernels.package_tests import run_package_tests
+
+    from conftest import PACKAGES_DIR
+
+    package = PACKAGES_DIR / "demo.Concat"
+    report = validate_package(package, adapter="gl")
+    assert report.ok, [p.message for p in report.errors]
+    assert all(p.adapter_only for p in report.warnings), [p.message for p in report.warnings]
+    tested = run_package_tests(wk.load_kernel(package), adapter="gl", cases=["last-3x4-3x8-axis-1-f16"])
+    assert sorted((r.variant, r.status) for r in tested.results) == [("scalar", "skip"), ("vec4", "pass")]
+    assert all("shader-f16" in r.message for r in tested.results if r.status == "skip")
+
+
 def test_without_shader_f16_an_unguarded_f16_variant_is_an_error_with_the_guard(tmp_path: Path, gl_device) -> None:
     """A variant that accepts float16 calls on an adapter without shader-f16 and enables f16 does
     not compile there (`test` fails it): validate says so, and names the guard that refuses such a

@@ -242,6 +242,9 @@ def run_package_tests(
                 if vid not in verdicts:
                     add(RunResult(kernel.op_id, case.name, vid, label, ERROR,
                                   message=f"no variant {vid!r} (the variants are {', '.join(kernel.variants)})"))  # fmt: skip
+                elif not verdicts[vid].accepted and vid in _accepted_with_f16(kernel, arrays, case, adapter, device.info):
+                    add(RunResult(kernel.op_id, case.name, vid, label, SKIP, message="this adapter has no shader-f16 "
+                                  "feature, which this variant needs for the case"))  # fmt: skip
                 elif not verdicts[vid].accepted:
                     add(RunResult(kernel.op_id, case.name, vid, label, FAIL,
                                   message=f"the case names this variant but it rejects the case: "
@@ -301,6 +304,23 @@ class _PlannedRefusal(NamedTuple):
     label: str
     arrays: dict[str, np.ndarray] | None
     runs: list[str | None]  # _refusal_runs
+
+
+def _accepted_with_f16(kernel: Kernel, arrays: Mapping[str, np.ndarray], case: TestCase, adapter: str | None,
+                       info: DeviceInfo) -> set[str]:  # fmt: skip
+    """The variants that would accept the case's float16 call if this adapter, which lacks it, had
+    shader-f16: their rejection is the adapter's (an f16Ok guard), not the case's. Empty where the
+    adapter has it or no input is float16."""
+    if not info.lacks_f16_for(a.dtype.name for a in arrays.values()):
+        return set()
+    metas = {k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()}
+    try:
+        _, _, signature = kernel._checked(metas, case.attrs or None, case.tunables or None, adapter)
+        _, _, selection = kernel._select(signature, replace(info, features=info.features | {"shader-f16"}),
+                                         exhaustive=True)  # fmt: skip
+    except KernelError:  # the call fails with shader-f16 too: the case's own rejection stands
+        return set()
+    return {v.variant for v in selection.trace if v.accepted}
 
 
 def _refusal_runs(case: TestCase, variants: Sequence[str]) -> list[str | None]:
