@@ -1196,6 +1196,27 @@ def test_outputs_onnxruntime_computed_no_value_for_are_said_not_compared(runner,
             "its release leaves out): LayerNormalization custom float32 (InvStdDev)") in " ".join(result.output.split())
 
 
+def test_a_case_no_reference_checked_is_said_with_why(runner, tmp_path):
+    """demo.Concat (a package's own op id for ONNX Concat) has no NumPy reference and onnxruntime
+    does not know its op: bench showed "max err -" and said nothing more, where `run` says "not
+    checked" and why (helper-149, writing the package from the docs). A line under the table now
+    names the cases and each reference's reason, as `run` does, and the JSON row holds them."""
+    path = tmp_path / "b.json"
+    result = invoke(runner, "bench", str(PACKAGES_DIR / "demo.Concat"), *TINY, "--no-host", "--json", str(path))
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["error_ok"] is None and set(row["reference_unavailable"]) == {"numpy", "onnxruntime"}, row
+    assert row["reference_unavailable"]["numpy"] == "none registered for demo.Concat; only the shipped ops have one"
+    text = " ".join(result.output.split())
+    assert ("1 of 1 cases not checked, no reference computing their outputs (demo.Concat: numpy: none registered "
+            "for demo.Concat; only the shipped ops have one; onnxruntime: ") in text, text
+    assert "`webgpu-kernels test` checks a package's own op against its test.json" in text
+    checked = tmp_path / "q.json"
+    quiet = invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(checked))
+    (qg_row,) = json.loads(checked.read_text("utf-8"))["cases"]
+    assert qg_row["error_ok"] is True and "reference_unavailable" not in qg_row
+    assert "not checked" not in quiet.output
+
+
 def test_bench_with_tuning_off_leaves_the_tuning_file_unread(runner, tuning_dir):
     """bench under $WEBGPU_KERNELS_NO_TUNING still loaded the tuning file and marked its problem as
     warned of: a library call later in the process, with tuning on again, read the damaged file
@@ -1246,10 +1267,10 @@ def test_a_reference_that_computed_none_of_the_outputs_checked_nothing(monkeypat
     monkeypatch.setattr(cli_bench, "numpy_reference", lambda op_id: None)
     monkeypatch.setattr(cli_bench, "onnxruntime_for", lambda *a, **k: {})
     uncompared: list[str] = []
-    assert cli_bench._checker(kernel, {}, {}, "float32", uncompared)(outputs) is None
+    assert cli_bench._checker(kernel, {}, {}, "float32", uncompared, {})(outputs) is None
     assert uncompared == ["Y", "Z"]
     monkeypatch.setattr(cli_bench, "onnxruntime_for", lambda *a, **k: {"Y": np.ones(3)})
     uncompared.clear()
-    check = cli_bench._checker(kernel, {}, {}, "float32", uncompared)
+    check = cli_bench._checker(kernel, {}, {}, "float32", uncompared, {})
     assert check(outputs) == Agreement(0.0, True) and check(outputs) == Agreement(0.0, True)
     assert uncompared == ["Z"]

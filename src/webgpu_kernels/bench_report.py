@@ -196,6 +196,13 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
                           f"({', '.join(row['reference_uncompared'])})" for row in uncompared)  # fmt: skip
         console.print(Text(f"{len(uncompared)} of {len(rows)} cases had outputs not compared, the reference computing "
                            f"no value for them ({UNCOMPUTED_OUTPUTS}): {these}", style="yellow"))  # fmt: skip
+    unchecked = [row for row in rows if row.get("reference_unavailable")]
+    if unchecked:  # their "max err" is "-": `run` says "not checked" and why, and so does this
+        why = {row["kernel"]: "; ".join(f"{ref}: {reason}" for ref, reason in row["reference_unavailable"].items())
+               for row in unchecked}  # fmt: skip
+        console.print(Text(f"{len(unchecked)} of {len(rows)} cases not checked, no reference computing their outputs "
+                           f"({'; '.join(f'{k}: {v}' for k, v in why.items())}): `webgpu-kernels test` checks a "
+                           "package's own op against its test.json", style="yellow"))  # fmt: skip
     for row in rows:
         if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
             console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: error: {row['error']}", style="red"))

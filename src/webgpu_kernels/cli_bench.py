@@ -167,12 +167,15 @@ def _arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
 
 
 def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], dtype_label: str,
-             uncompared: list[str]) -> Any:  # fmt: skip
+             uncompared: list[str], unavailable: dict[str, str]) -> Any:  # fmt: skip
     """The check of an output against the op's registered NumPy reference, else onnxruntime's CPU
     provider as `run` uses it, with the tolerance of the case's dtypes: one rule for ours, tuned
-    and every peer's figure. The check returns None where no reference has the op. The outputs
-    the reference computed no value for, so left unchecked, are added to ``uncompared``."""
+    and every peer's figure. The check returns None where no reference has the op, and
+    ``unavailable`` then says why, by reference, in `run`'s words. The outputs the reference
+    computed no value for, so left unchecked, are added to ``uncompared``."""
     reference = numpy_reference(kernel.op_id)
+    if reference is None:
+        unavailable["numpy"] = f"none registered for {kernel.op_id}; only the shipped ops have one"
     full_attrs = {**kernel.manifest.attributes, **attrs}
     tolerance = Tolerance.of(dtype_label.split(","))
     # Computed at the first check (retries and the tuned run reuse it); onnxruntime's per set of
@@ -183,6 +186,8 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
         try:
             return onnxruntime_for(kernel.manifest, arrays, full_attrs, outputs)
         except ReferenceUnavailable as why:  # a shape mismatch among them: WRONG, as `run` says
+            if not isinstance(why, ReferenceShapeMismatch):
+                unavailable["onnxruntime"] = str(why)
             return why
 
     def check(outputs: dict[str, np.ndarray]) -> Agreement | None:
@@ -487,7 +492,8 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         cache = None if variant else run.tuning_cache  # None too with tuning off
         choice = None if cache is None else cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
         uncompared: list[str] = []
-        check = _checker(kernel, arrays, attrs, row["dtype"], uncompared)
+        unavailable: dict[str, str] = {}  # why each reference checked nothing, where none did
+        check = _checker(kernel, arrays, attrs, row["dtype"], uncompared, unavailable)
 
         def timed() -> Any:
             return bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
@@ -501,6 +507,8 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
         row["beyond_memory"] = slow_states.beyond_memory(result.peak_fraction, row["copy_fraction"])
         row["error_ok"] = result.error_ok  # None: no reference checked it (it had read True; helper-31)
+        if result.error_ok is None and unavailable:  # said under the table, as `run` says "not checked"
+            row["reference_unavailable"] = unavailable
     except KernelError as exc:
         row["error"] = str(exc)
         return row
