@@ -183,6 +183,22 @@ def test_the_vec4_variant_runs_without_shader_f16(concat, gl_device, rng):
         concat({"A": a, "B": b}, attrs={"axis": 1}, variant="scalar", adapter="gl")
 
 
+def test_printing_enables_in_the_bit_copy_would_refuse_it_there(concat, gl_device, rng, tmp_path):
+    """docs/format.md: a shader that only moves float16 data as u32 words "leaves `{{ enables }}`
+    out: that says `enable f16;` for every call whose type variable is bound to float16, which an
+    adapter without `shader-f16` refuses to compile". demo.Concat's template prints it for scalar only."""
+    import shutil
+
+    root = shutil.copytree(PACKAGE, tmp_path / "concat")
+    (root / "metadata.json").unlink()
+    template = root / "concat.wgsl.jinja"
+    template.write_text(template.read_text("utf-8").replace("{% if enables and not vec4 %}", "{% if enables %}"), "utf-8")
+    a, b = draw(rng, (2, 4), np.float16), draw(rng, (2, 4), np.float16)
+    assert concat.render({"A": a, "B": b}, attrs={"axis": 1})["main"].startswith("struct Params")
+    with pytest.raises(errors.ShaderCompileError, match="enable"):
+        wk.load_kernel(root)({"A": a, "B": b}, attrs={"axis": 1}, adapter="gl")
+
+
 # --- refusals ------------------------------------------------------------------------------------
 
 
