@@ -1217,6 +1217,31 @@ def test_a_case_no_reference_checked_is_said_with_why(runner, tmp_path):
     assert "not checked" not in quiet.output
 
 
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime not installed")
+def test_onnx_op_checks_a_package_mirroring_an_onnx_op_as_run_does(runner, tmp_path):
+    """`run --onnx-op ai.onnx.Concat` compared demo.Concat with onnxruntime, but bench had no such
+    option: its "max err" stayed "-" (helper-149). With it, a right kernel passes and one that puts
+    B's block in A's place is WRONG (exit 1); it names the op of one package only."""
+    concat = str(PACKAGES_DIR / "demo.Concat")
+    path = tmp_path / "b.json"
+    result = invoke(runner, "bench", concat, *TINY, "--no-host", "--onnx-op", "ai.onnx.Concat", "--json", str(path))
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["error_ok"] is True and row["max_error"] == 0 and "reference_unavailable" not in row, row
+    assert "not checked" not in result.output
+    broken = shutil.copytree(concat, tmp_path / "broken")
+    (broken / "metadata.json").unlink()
+    template = broken / "concat.wgsl.jinja"
+    template.write_text(template.read_text("utf-8").replace("y[i] = z[", "y[i] = x["), "utf-8")
+    wrong = runner.invoke(main, ["bench", str(broken), *TINY, "--no-host", "--onnx-op", "ai.onnx.Concat",
+                                 "--json", str(path)])  # fmt: skip
+    assert wrong.exit_code == 1, wrong.output
+    assert json.loads(path.read_text("utf-8"))["cases"][0]["error_ok"] is False
+    two = runner.invoke(main, ["bench", concat, QG_DIR, *TINY, "--onnx-op", "ai.onnx.Concat"])
+    assert two.exit_code == 2 and "--onnx-op names the ONNX op of one package" in two.output, two.output
+    bad = runner.invoke(main, ["bench", concat, *TINY, "--onnx-op", "Concat"])
+    assert bad.exit_code == 2 and "expected DOMAIN.NAME" in bad.output, bad.output
+
+
 def test_bench_with_tuning_off_leaves_the_tuning_file_unread(runner, tuning_dir):
     """bench under $WEBGPU_KERNELS_NO_TUNING still loaded the tuning file and marked its problem as
     warned of: a library call later in the process, with tuning on again, read the damaged file

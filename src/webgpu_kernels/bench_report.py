@@ -202,7 +202,8 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
                for row in unchecked}  # fmt: skip
         console.print(Text(f"{len(unchecked)} of {len(rows)} cases not checked, no reference computing their outputs "
                            f"({'; '.join(f'{k}: {v}' for k, v in why.items())}): `webgpu-kernels test` checks a "
-                           "package's own op against its test.json", style="yellow"))  # fmt: skip
+                           "package's own op against its test.json, or --onnx-op DOMAIN.NAME against the ONNX op it "
+                           "mirrors", style="yellow"))  # fmt: skip
     for row in rows:
         if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
             console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: error: {row['error']}", style="red"))

@@ -512,6 +512,14 @@ def _trust_after_the_command(ctx: click.Context, param: click.Parameter, value: 
     return value
 
 
+def onnx_op_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--onnx-op (run, bench) as DOMAIN.NAME (ai.onnx.Relu, com.microsoft.FastGelu)."""
+    if value is not None and not re.fullmatch(r"(?:[A-Za-z_][\w-]*\.)+[A-Za-z_]\w*", value):
+        raise click.BadParameter(f"expected DOMAIN.NAME (com.microsoft.FastGelu, ai.onnx.Relu), "
+                                 f"got {value!r}", ctx=ctx, param=param)  # fmt: skip
+    return value
+
+
 def output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """An output file (``--json``, ``--plot``, ``--junit``) that can be written, checked now and not
     after a run of many minutes: a name, not a folder, in a writable folder that exists. Returned with

@@ -49,6 +49,7 @@ from .cli import (
     _jsonable,
     dtypes_callback,
     is_live,
+    onnx_op_option,
     output_file,
     resolve_kernel,
     trust_option,
@@ -167,13 +168,14 @@ def _arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
 
 
 def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], dtype_label: str,
-             uncompared: list[str], unavailable: dict[str, str]) -> Any:  # fmt: skip
+             uncompared: list[str], unavailable: dict[str, str], onnx_op: str | None = None) -> Any:  # fmt: skip
     """The check of an output against the op's registered NumPy reference, else onnxruntime's CPU
-    provider as `run` uses it, with the tolerance of the case's dtypes: one rule for ours, tuned
-    and every peer's figure. The check returns None where no reference has the op, and
-    ``unavailable`` then says why, by reference, in `run`'s words. The outputs the reference
-    computed no value for, so left unchecked, are added to ``uncompared``."""
-    reference = numpy_reference(kernel.op_id)
+    provider as `run` uses it (``onnx_op``: the ONNX op compared, as `run --onnx-op` names it),
+    with the tolerance of the case's dtypes: one rule for ours, tuned and every peer's figure. The
+    check returns None where no reference has the op, and ``unavailable`` then says why, by
+    reference, in `run`'s words. The outputs the reference computed no value for, so left
+    unchecked, are added to ``uncompared``."""
+    reference = numpy_reference(kernel.op_id) if onnx_op is None else None
     if reference is None:
         unavailable["numpy"] = f"none registered for {kernel.op_id}; only the shipped ops have one"
     full_attrs = {**kernel.manifest.attributes, **attrs}
@@ -184,7 +186,7 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
 
     def onnxruntime_expected(outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | ReferenceUnavailable:
         try:
-            return onnxruntime_for(kernel.manifest, arrays, full_attrs, outputs)
+            return onnxruntime_for(kernel.manifest, arrays, full_attrs, outputs, op_id=onnx_op)
         except ReferenceUnavailable as why:  # a shape mismatch among them: WRONG, as `run` says
             if not isinstance(why, ReferenceShapeMismatch):
                 unavailable["onnxruntime"] = str(why)
@@ -279,6 +281,9 @@ def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], generat
 @click.option("--variant", default=None, metavar="ID",
               help="Time this variant on every case (a case it does not accept is an error row); "
                    "without it, the manifest's selection and the tuned choice.")  # fmt: skip
+@click.option("--onnx-op", metavar="DOMAIN.NAME", default=None, callback=onnx_op_option,
+              help="Check the outputs against this ONNX op in onnxruntime's CPU provider, as `run --onnx-op` "
+                   "does: the op one package mirrors under an id of its own.")  # fmt: skip
 @click.option("--compare", is_flag=True, help="Also run torch (eager, torch.compile) and ONNX Runtime WebGPU.")
 @click.option("--compile-tag", default="large", show_default=True,
               help="torch.compile only cases with this tag (compiles take seconds each); 'all' for every case.")
@@ -294,7 +299,8 @@ def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], generat
               help="Save bandwidth against size, with the rooflines, to this PNG.")  # fmt: skip
 @click.pass_context
 def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any], names: tuple[str, ...],
-              tags: tuple[str, ...], dtypes: tuple[str, ...], variant: str | None, compare: bool, compile_tag: str,
+              tags: tuple[str, ...], dtypes: tuple[str, ...], variant: str | None, onnx_op: str | None,
+              compare: bool, compile_tag: str,
               host: bool, calls: int, warm_up_s: float, seed: int, json_path: str | None,
               plot_path: str | None) -> None:  # fmt: skip
     """Time kernels on the GPU: effective TB/s, share of the device's peak and of a copy kernel,
@@ -312,6 +318,9 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     peak = known_peak(device.adapter.name)
     inputs = check_given_shapes(kernels, inputs, generators, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
+    if onnx_op is not None and len(loaded) != 1:
+        raise click.BadParameter(f"--onnx-op names the ONNX op of one package, and {len(loaded)} kernels are "
+                                 "benched: give one KERNEL", ctx=ctx, param_hint="'--onnx-op'")  # fmt: skip
     for kernel in loaded if variant else []:
         if variant not in kernel.variants:
             raise click.BadParameter(f"{kernel.op_id} has no variant {variant!r} (its variants: "
@@ -332,7 +341,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     cache = None if tuning.disabled() else load_tuning_cache(device)  # also refuses a bad WEBGPU_KERNELS_NO_TUNING
     if cache is not None and cache.problem is not None:  # the tuned column would be missing without a word
         _console(stderr=True).print(Text(cache.problem.message(cache.path), style="yellow"), soft_wrap=True)
-    run = _BenchRun(device, cache, seed, variant)
+    run = _BenchRun(device, cache, seed, variant, onnx_op=onnx_op)
     rows: list[dict[str, Any]] = []
     results: dict[str, Any] = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
                                "cases": rows, "host": []}  # fmt: skip
@@ -419,6 +428,7 @@ class _BenchRun:
     seed: int
     variant: str | None = None
     copies: dict[int, float] = field(default_factory=dict)
+    onnx_op: str | None = None  # --onnx-op: the ONNX op the outputs are compared with in onnxruntime
 
 
 def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, dict[str, Any]]], results: dict[str, Any],
@@ -493,7 +503,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         choice = None if cache is None else cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
         uncompared: list[str] = []
         unavailable: dict[str, str] = {}  # why each reference checked nothing, where none did
-        check = _checker(kernel, arrays, attrs, row["dtype"], uncompared, unavailable)
+        check = _checker(kernel, arrays, attrs, row["dtype"], uncompared, unavailable, run.onnx_op)
 
         def timed() -> Any:
             return bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,

@@ -3,7 +3,6 @@ host, and compared with the NumPy float64 and ONNX Runtime references (where the
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from collections.abc import Iterator, Mapping
@@ -26,6 +25,7 @@ from .cli import (
     _fmt,
     _input_options,
     is_live,
+    onnx_op_option,
     resolve_kernel,
     trust_option,
     with_generators,
@@ -42,15 +42,6 @@ from .references import (
     onnxruntime_for,
 )
 
-
-def _onnx_op(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--onnx-op as DOMAIN.NAME (ai.onnx.Relu, com.microsoft.FastGelu)."""
-    if value is not None and not re.fullmatch(r"(?:[A-Za-z_][\w-]*\.)+[A-Za-z_]\w*", value):
-        raise click.BadParameter(f"expected DOMAIN.NAME (com.microsoft.FastGelu, ai.onnx.Relu), "
-                                 f"got {value!r}", ctx=ctx, param=param)  # fmt: skip
-    return value
-
-
 TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU kernel time"
 
 
@@ -62,7 +53,7 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--repeat", type=click.IntRange(min=0), default=10, show_default=True,
               help="Timed calls after the first one (their median is reported).")  # fmt: skip
-@click.option("--onnx-op", metavar="DOMAIN.NAME", default=None, callback=_onnx_op,
+@click.option("--onnx-op", metavar="DOMAIN.NAME", default=None, callback=onnx_op_option,
               help="Compare with this ONNX op in onnxruntime (com.microsoft.FastGelu): the op a "
                    "package mirrors under an id of its own. Default: KERNEL's op id.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
