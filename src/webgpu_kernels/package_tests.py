@@ -41,10 +41,12 @@ from .casefile import (
     read_test_file,
 )
 from .comparison import compare, elements_ok
+from .contract import check_call
 from .errors import KernelError
 from .forks import quiet_child, sigint_held_for_spawn
 from .kernel import Kernel
 from .program import DeviceInfo, OutputSpec
+from .selection import accepted_with_f16
 
 if TYPE_CHECKING:
     from .device import Device
@@ -242,7 +244,7 @@ def run_package_tests(
                 if vid not in verdicts:
                     add(RunResult(kernel.op_id, case.name, vid, label, ERROR,
                                   message=f"no variant {vid!r} (the variants are {', '.join(kernel.variants)})"))  # fmt: skip
-                elif not verdicts[vid].accepted and vid in _accepted_with_f16(kernel, arrays, case, adapter, device.info):
+                elif not verdicts[vid].accepted and vid in _accepted_with_f16(kernel, arrays, case, device.info):
                     add(RunResult(kernel.op_id, case.name, vid, label, SKIP, message="this adapter has no shader-f16 "
                                   "feature, which this variant needs for the case"))  # fmt: skip
                 elif not verdicts[vid].accepted:
@@ -306,21 +308,17 @@ class _PlannedRefusal(NamedTuple):
     runs: list[str | None]  # _refusal_runs
 
 
-def _accepted_with_f16(kernel: Kernel, arrays: Mapping[str, np.ndarray], case: TestCase, adapter: str | None,
-                       info: DeviceInfo) -> set[str]:  # fmt: skip
+def _accepted_with_f16(kernel: Kernel, arrays: Mapping[str, np.ndarray], case: TestCase, info: DeviceInfo) -> frozenset[str]:
     """The variants that would accept the case's float16 call if this adapter, which lacks it, had
-    shader-f16: their rejection is the adapter's (an f16Ok guard), not the case's. Empty where the
-    adapter has it or no input is float16."""
+    shader-f16 (selection.accepted_with_f16). Empty where the adapter has it or no input is float16."""
     if not info.lacks_f16_for(a.dtype.name for a in arrays.values()):
-        return set()
-    metas = {k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()}
+        return frozenset()
+    metas = {k: (a.shape, a.dtype.name) for k, a in arrays.items()}
     try:
-        _, _, signature = kernel._checked(metas, case.attrs or None, case.tunables or None, adapter)
-        _, _, selection = kernel._select(signature, replace(info, features=info.features | {"shader-f16"}),
-                                         exhaustive=True)  # fmt: skip
-    except KernelError:  # the call fails with shader-f16 too: the case's own rejection stands
-        return set()
-    return {v.variant for v in selection.trace if v.accepted}
+        signature = check_call(kernel.manifest, metas, case.attrs or None, case.tunables or None)
+    except KernelError:  # explain accepted these inputs, so this is not reached
+        return frozenset()
+    return accepted_with_f16(kernel.program, signature, info)
 
 
 def _refusal_runs(case: TestCase, variants: Sequence[str]) -> list[str | None]:

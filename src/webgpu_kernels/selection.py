@@ -8,12 +8,13 @@ or fails to evaluate) rejects the variant; the trace keeps that clause and the v
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .errors import ExpressionError, SelectionError, VariantRejectedError, short_repr, shorten
+from .contract import CallSignature
+from .errors import ExpressionError, KernelError, SelectionError, VariantRejectedError, short_repr, shorten
 from .expressions import Expression, NamespaceNames
-from .program import CompiledVariant, Program
+from .program import CompiledVariant, DeviceInfo, Program
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,18 @@ def select_variant(
             if not exhaustive:
                 break
     return Selection(chosen, chosen_scope, tuple(trace))
+
+
+def accepted_with_f16(program: Program, signature: CallSignature, info: DeviceInfo) -> frozenset[str]:
+    """The variants that would accept the call if the device had shader-f16: on one that lacks it,
+    their rejection is the adapter's (an f16Ok guard), not the call's. Empty where the call fails
+    with shader-f16 too. `test` skips such a variant a case names; `validate` reports no error."""
+    try:
+        scope, _ = program.call_scope(signature, replace(info, features=info.features | {"shader-f16"}))
+    except KernelError:
+        return frozenset()
+    selection = select_variant(program.variants, scope, exhaustive=True, definitions=program.definitions)
+    return frozenset(verdict.variant for verdict in selection.trace if verdict.accepted)
 
 
 def require_choice(selection: Selection, op_id: str) -> CompiledVariant:

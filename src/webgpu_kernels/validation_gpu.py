@@ -9,7 +9,7 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .case_data import dtype_name
@@ -118,7 +118,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     from .execution import check_bound, check_limits, compile_pipeline
     from .program import tensor_bytes
     from .rendering import TemplateRenderer, bound_roles, resolve_variant, workgroup_memory_blame
-    from .selection import judge
+    from .selection import accepted_with_f16, judge
 
     renderer = TemplateRenderer(package.read_text)
     coverage: dict[tuple[str, str], Coverage] = {}
@@ -165,7 +165,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         # as u32 words runs there, and `test` runs it; a guarded one (f16Ok) rejects it. `test`
         # skips a case that no variant accepts when an input is float16: so does this.
         no_f16 = device.info.lacks_f16_for(dtype for _, dtype in call.inputs.values())
-        with_f16: list[Any] = []  # the call's scope on this device with shader-f16, built when needed
+        f16_accepts: frozenset[str] | None = None  # accepted_with_f16, computed where first needed
         try:
             scope, outputs = program.call_scope(signature, device.info)
         except InputError:
@@ -180,16 +180,16 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         accepted_any = False
         refusals: dict[str, list[str]] = {}  # the device's refusal -> the variants it stops, one warning each
         rejected: dict[str, Any] = {}  # variant -> its verdict, where `when` rejects the call
-        adapters: set[str] = set()  # the rejected variants that would accept the call with shader-f16
         for cv in program.variants:
             clock.charge(None)
             vid = cv.variant.id
             verdict, inner = judge(cv, scope, definitions)  # definitions: traces show what `baseOk` was made of
             if not verdict.accepted:
                 rejected[vid] = verdict
-                if no_f16 and _accepted_with_f16(program, signature, device.info, cv, definitions, with_f16):
+                if no_f16 and f16_accepts is None:
+                    f16_accepts = accepted_with_f16(program, signature, device.info)
+                if no_f16 and vid in (f16_accepts or ()):
                     needs_f16.add((vid, label))  # its f16Ok guard, not the case, keeps it from compiling
-                    adapters.add(vid)
                 if verdict.error is not None:
                     out.warning(MANIFEST_FILE, f"{cv.variant.json_path}.when[{verdict.clause_index}]",
                                 f"clause {verdict.clause!r} gives neither true nor false (which rejects the variant): "
@@ -303,7 +303,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         for i, vid in enumerate(call.variants or ()):
             # `test` would fail the case: it names a variant that refuses it (not for want of shader-f16 alone,
             # which `test` skips, as it does a case no variant accepts here)
-            if vid in rejected and not skipped and vid not in adapters:
+            if vid in rejected and not skipped and vid not in (f16_accepts or ()):
                 out.error(TEST_FILE, f"{call.json_path}.variants[{i}]", f"names variant {vid!r}, which rejects case "
                           f"{call.case!r} ({label}): {rejected[vid].reason()}", variant=vid, dtype=label,
                           case=call.case)  # fmt: skip
@@ -395,16 +395,3 @@ class _Clock:
         if self.row is not None:
             self.row.seconds += now - self.since
         self.row, self.since = row, now
-
-
-def _accepted_with_f16(program: Any, signature: Any, info: Any, cv: Any, definitions: Any, cache: list[Any]) -> bool:
-    """Whether variant ``cv`` would accept the call on this device if it had shader-f16: its
-    rejection is then the adapter's (an f16Ok guard), not the case's."""
-    from .selection import judge
-
-    if not cache:
-        try:
-            cache.append(program.call_scope(signature, replace(info, features=info.features | {"shader-f16"}))[0])
-        except KernelError:
-            cache.append(None)
-    return cache[0] is not None and judge(cv, cache[0], definitions)[0].accepted
