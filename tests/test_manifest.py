@@ -86,6 +86,24 @@ def test_typed_model_of_quick_gelu():
     assert m.inputs[0].rank is None and m.outputs[0].rank == "ranks.X"
 
 
+def test_a_kernels_manifest_is_read_only():
+    """get_kernel shares one Kernel per op id: `k.manifest.attributes["alpha"] = 5.0` had changed
+    the default for every caller in the process, and only for shapes no plan was cached for yet, so
+    a call of a shape seen before kept 1.702 (helper-148)."""
+    import numpy as np
+
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    m = kernel.manifest
+    for mapping in (m.attributes, m.tunables, m.type_constraints, m.constants, m.derive,
+                    m.variants[0].constants, m.variants[0].passes[0].source_inputs):  # fmt: skip
+        with pytest.raises(TypeError):
+            mapping["alpha"] = 5.0  # type: ignore[index]
+    x = np.linspace(-3, 3, 8, dtype=np.float32)
+    want = x / (1 + np.exp(-1.702 * x.astype(np.float64)))
+    np.testing.assert_allclose(kernel({"X": x})["Y"], want, rtol=1e-5, atol=1e-6)
+    assert json.loads(json.dumps({**m.attributes})) == {"alpha": 1.702}
+
+
 def test_typed_model_of_bias_add():
     m = parse_manifest(seed("com.microsoft.BiasAdd"))
     assert [s.role for s in m.inputs] == ["X", "bias", "skip"] and [s.rank for s in m.inputs] == [3, 1, 3]

@@ -9,9 +9,11 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from types import MappingProxyType
 from typing import Any
 
 import jsonschema
@@ -92,7 +94,7 @@ class Pass:
     id: str
     name: str
     shader: str
-    source_inputs: dict[str, Any]
+    source_inputs: Mapping[str, Any]
     bindings: tuple[Binding, ...]
     dispatch: Dispatch
     entry_point: str
@@ -104,7 +106,7 @@ class Variant:
     id: str
     priority: float
     when: tuple[Any, ...]
-    constants: dict[str, Any]
+    constants: Mapping[str, Any]
     passes: tuple[Pass, ...]
     index: int
     json_path: str
@@ -118,11 +120,13 @@ class Manifest:
     description: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    attributes: dict[str, Any]
-    type_constraints: dict[str, tuple[str, ...]]
-    tunables: dict[str, Any]
-    constants: dict[str, Any]
-    derive: dict[str, Any]
+    # Read-only: get_kernel shares one Kernel per op id, and a default changed in place had reached
+    # every caller, and only the calls of shapes no plan was cached for yet (helper-148).
+    attributes: Mapping[str, Any]
+    type_constraints: Mapping[str, tuple[str, ...]]
+    tunables: Mapping[str, Any]
+    constants: Mapping[str, Any]
+    derive: Mapping[str, Any]
     variants: tuple[Variant, ...]
     raw: dict[str, Any] = field(repr=False)
 
@@ -428,7 +432,7 @@ def _build(data: dict[str, Any]) -> Manifest:
             passes.append(Pass(
                 id=pdata["id"], name=pdata.get("name", pdata["id"]),
                 shader=pdata.get("shader") or source["shader"],
-                source_inputs=dict(source.get("inputs", {})),
+                source_inputs=MappingProxyType(dict(source.get("inputs", {}))),
                 bindings=tuple(_binding(b, f"{bpath}[{i}]") for i, b in enumerate(raw_bindings)),
                 dispatch=Dispatch(threads=dispatch["threads"], workgroup_size=tuple(wg) if isinstance(wg, list) else (wg,),
                                   json_path=f"{ppath}.dispatch"),
@@ -436,17 +440,18 @@ def _build(data: dict[str, Any]) -> Manifest:
             ))  # fmt: skip
         variants.append(Variant(
             id=vdata["id"], priority=vdata.get("priority", 0), when=tuple(vdata.get("when", [])),
-            constants=dict(vdata.get("constants", {})), passes=tuple(passes), index=v, json_path=f"variants[{v}]",
+            constants=MappingProxyType(dict(vdata.get("constants", {}))), passes=tuple(passes), index=v, json_path=f"variants[{v}]",
         ))  # fmt: skip
     return Manifest(
         domain=data["domain"], name=data["name"], since_version=data.get("sinceVersion", 1),
         description=data.get("description", ""),
         inputs=tuple(tensor(t, f"inputs[{i}]") for i, t in enumerate(data.get("inputs", []))),
         outputs=tuple(tensor(t, f"outputs[{i}]") for i, t in enumerate(data.get("outputs", []))),
-        attributes=dict(data.get("attributes", {})),
-        type_constraints={k: tuple(v) for k, v in data.get("typeConstraints", {}).items()},
-        tunables=dict(data.get("tunables", {})), constants=dict(data.get("constants", {})),
-        derive=dict(data.get("derive", {})), variants=tuple(variants), raw=data,
+        attributes=MappingProxyType(dict(data.get("attributes", {}))),
+        type_constraints=MappingProxyType({k: tuple(v) for k, v in data.get("typeConstraints", {}).items()}),
+        tunables=MappingProxyType(dict(data.get("tunables", {}))),
+        constants=MappingProxyType(dict(data.get("constants", {}))),
+        derive=MappingProxyType(dict(data.get("derive", {}))), variants=tuple(variants), raw=data,
     )  # fmt: skip
 
 
