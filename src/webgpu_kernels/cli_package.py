@@ -274,8 +274,9 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
     """
     adapter = _adapter(ctx)
     isolate = _isolation(isolate, timeout)
-    if adapter is not None:
-        choose_adapter(adapter)  # a mistyped --adapter is the caller's error (exit 2), in a child process too
+    # A mistyped --adapter, or no adapter at all, is the caller's error (exit 2, no report), in a child
+    # process too: isolated (--timeout), no adapter had been the package's error (exit 1, a report).
+    choose_adapter(adapter)
     # So is a bad WEBGPU_KERNELS_NO_TUNING, read only when a call chooses its plan: it had made every
     # case an ERROR of the package (exit 1, each a JUnit error), as bench, run and explain refuse it (2).
     tuning.disabled()
