@@ -153,3 +153,21 @@ def test_test_isolated_without_any_adapter_exits_2_and_writes_no_report(tmp_path
                              capture_output=True, text=True, timeout=120)  # fmt: skip
         assert run.returncode == 2 and NO_ADAPTER in run.stderr, (isolation, run.stdout, run.stderr)
         assert not report.exists(), isolation
+
+
+def test_digest_check_ends_with_what_to_do_where_the_version_differs_from_since_version(runner: CliRunner,
+                                                                                      tmp_path) -> None:  # fmt: skip
+    """cli.md: `digest --check` on an out-of-date metadata.json, "its last line says what to do". For
+    a package whose contract version is not its sinceVersion (any ONNX op past opset 1 that `new`
+    started at version 1: demo.ArgMax, opset 13) the kept-version note came after the verdict, so a
+    CI log's last line said "--version N sets it" instead of the digest to run (helper-150)."""
+    from conftest import PACKAGES_DIR
+
+    root = tmp_path / "demo.ArgMax"
+    shutil.copytree(PACKAGES_DIR / "demo.ArgMax", root)
+    (root / "bench.json").write_text((root / "bench.json").read_text("utf-8") + "\n", "utf-8")
+    result = runner.invoke(main, ["digest", "--check", str(root)])
+    assert result.exit_code == 1, result.output
+    assert "sinceVersion 13" in result.stdout, result.stdout  # the note is still said
+    last = " ".join(result.stdout.split("metadata.json is out of date", 1)[1].split())
+    assert last.endswith(f"run `webgpu-kernels digest {root}` to record them"), result.stdout

@@ -189,7 +189,17 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
                 console.print(f"{same} other file{'' if same == 1 else 's'} unchanged")
         else:
             console.print(Text(f"{title}\n{same} file{'' if same == 1 else 's'}, all unchanged"), soft_wrap=True)
+        notes: list[Text] = []  # what digest renamed or kept
+        if old_id is not None and old_id != metadata["id"]:
+            notes.append(Text(f"id: {old_id} -> {metadata['id']} (the manifest's domain.name)"))
+        note = kept_version_note(root, metadata["version"]) if version is None and "version" in old else None
+        if note is not None:
+            notes.append(Text(note, style="dim"))
         if check:
+            # before the verdict, whose last line says what to do (cli.md): the kept-version note had
+            # followed it, and a CI log ended on "--version N sets it" instead of the digest to run
+            for line in notes:
+                console.print(line, soft_wrap=True)
             if unreadable:
                 console.print(f"metadata.json cannot be read ({unreadable}): fix or delete it, then run digest")
             else:
@@ -205,11 +215,8 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
                 console.print(verdict, soft_wrap=True)
         else:
             console.print(f"wrote {root / METADATA_FILE}")
-        if old_id is not None and old_id != metadata["id"]:
-            console.print(f"id: {old_id} -> {metadata['id']} (the manifest's domain.name)")
-        note = kept_version_note(root, metadata["version"]) if version is None and "version" in old else None
-        if note is not None:
-            console.print(Text(note, style="dim"), soft_wrap=True)
+            for line in notes:
+                console.print(line, soft_wrap=True)
     for warning in warnings:  # after the table, which lists the file as removed; the digest is still taken (exit 0)
         _console(stderr=True).print(Text("warning: " + warning, style="yellow"), soft_wrap=True)
     if check and (not current or old_id != metadata["id"]):
