@@ -171,3 +171,22 @@ def test_digest_check_ends_with_what_to_do_where_the_version_differs_from_since_
     assert "sinceVersion 13" in result.stdout, result.stdout  # the note is still said
     last = " ".join(result.stdout.split("metadata.json is out of date", 1)[1].split())
     assert last.endswith(f"run `webgpu-kernels digest {root}` to record them"), result.stdout
+
+
+def test_digest_check_of_another_op_id_is_not_up_to_date(runner: CliRunner, tmp_path) -> None:
+    """A metadata.json whose id is not the manifest's domain.name (the op renamed in the manifest,
+    digest not run) failed `digest --check` (exit 1) under "metadata.json is up to date", with no
+    digest to run, and --json said "upToDate": true (helper-150)."""
+    import json
+
+    root = tmp_path / "pkg"
+    shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", root)
+    metadata = json.loads((root / "metadata.json").read_text("utf-8"))
+    metadata["id"] = "com.microsoft.QuickGeluOld"
+    (root / "metadata.json").write_text(json.dumps(metadata, indent=2), "utf-8")
+    result = runner.invoke(main, ["digest", "--check", str(root)])
+    assert result.exit_code == 1 and "up to date" not in result.stdout, result.stdout
+    last = " ".join(result.stdout.split("metadata.json is out of date", 1)[1].split())
+    assert "com.microsoft.QuickGeluOld" in last and f"run `webgpu-kernels digest {root}`" in last, result.stdout
+    result = runner.invoke(main, ["digest", "--check", "--json", str(root)])
+    assert result.exit_code == 1 and json.loads(result.stdout)["upToDate"] is False, result.stdout

@@ -157,7 +157,9 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
         # Equal digests are not enough: a version 0 or a stray field is a file every load refuses.
         broken = schema_problems(existing) if isinstance(existing, dict) else []
         other_version = isinstance(existing, dict) and existing.get("version") != metadata["version"]
-        current = (existing is not None and not broken and not other_version
+        # another op's id (the manifest renamed): exit 1 had come under "metadata.json is up to date"
+        other_id = isinstance(existing, dict) and not broken and old_id != metadata["id"]
+        current = (existing is not None and not broken and not other_version and not other_id
                    and all(c.status in ("unchanged", UNLISTABLE) for c in changes))  # fmt: skip
     else:
         metadata, changes = write_metadata(root, version=version)
@@ -209,7 +211,8 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
                            ("no metadata.json" if not (root / METADATA_FILE).is_file() else "metadata.json is out of date"
                             + (f" ({broken[0].json_path or '(root)'}: {broken[0].message})" if broken else
                                f" (it says contract version {(existing or {}).get('version')!r}, not {version})"
-                               if other_version else "")))  # fmt: skip
+                               if other_version else
+                               f" (it says id {old_id}, not the manifest's {metadata['id']})" if other_id else "")))  # fmt: skip
                 if not current and not kind:
                     verdict += _check_advice(path, version, changes, missing=not (root / METADATA_FILE).is_file())
                 console.print(verdict, soft_wrap=True)
