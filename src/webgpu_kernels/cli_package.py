@@ -194,7 +194,9 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
         notes: list[Text] = []  # what digest renamed or kept
         if old_id is not None and old_id != metadata["id"]:
             notes.append(Text(f"id: {old_id} -> {metadata['id']} (the manifest's domain.name)"))
-        note = kept_version_note(root, metadata["version"]) if version is None and "version" in old else None
+        # Not on a passing --check: every green CI log had carried it.
+        keep_note = version is None and "version" in old and not (check and current)
+        note = kept_version_note(root, metadata["version"]) if keep_note else None
         if note is not None:
             notes.append(Text(note, style="dim"))
         if check:
