@@ -114,7 +114,7 @@ def test_a_folder_named_like_a_hub_repository_is_ambiguous(runner: CliRunner, tm
     copy_package(QUICK_GELU, tmp_path / "someone-else" / QUICK_GELU)
     ref = f"someone-else/{QUICK_GELU}"
     result = runner.invoke(main, ["info", ref])
-    assert result.exit_code == 2 and f"{ref!r} names both a Hub repository and the package folder ./{ref}" in result.output
+    assert result.exit_code == 2 and f"{ref!r} reads both as a Hub repository id (org/op) and as the package folder ./{ref}" in result.output
     assert invoke_json(runner, "info", f"./{ref}")["origin"] == "local"
     assert invoke_json(runner, "info", str(tmp_path / ref))["origin"] == "local"
     for command in (["validate", ref, "--no-gpu"], ["digest", "--check", ref]):  # these read only folders
@@ -455,4 +455,4 @@ def test_a_folder_named_as_a_pinned_hub_id_is_refused_as_ambiguous(tmp_path, mon
     shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", tmp_path / ref)
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["info", ref])
-    assert result.exit_code == 2 and "names both a Hub repository and the package folder" in result.output, result.output
+    assert result.exit_code == 2 and "reads both as a Hub repository id (org/op) and as the package folder" in result.output, result.output

@@ -466,8 +466,10 @@ def resolve_kernel(ref: str) -> Kernel:
     # where the user asked for the Hub's (classify refuses the pinned string whole; helper-131).
     if where.kind == "folder" and _exists(where.path / "manifest.json", denied=False) and _hub_repo(split_pin(ref)[0]):
         # as for an embedded id; commands that take only a folder (validate, digest) read it
-        raise click.UsageError(f"{ref!r} names both a Hub repository and the package folder ./{ref} here: write "
-                               f"./{ref} for the folder, or run from another directory for the Hub repository")  # fmt: skip
+        # "names a Hub repository" had read as if one had been found: the Hub is not asked
+        raise click.UsageError(f"{ref!r} reads both as a Hub repository id (org/op) and as the package folder ./{ref} "
+                               f"here: write ./{ref} for the folder, or run from another directory for the Hub "
+                               "repository")  # fmt: skip
     if where.kind == "folder":
         kernel_folder(ref)
         return load_kernel(ref)  # the argument as typed: a refusal names ./x, which Path drops
