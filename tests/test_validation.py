@@ -891,3 +891,20 @@ def test_validate_checks_test_json_and_bench_json_against_their_schemas_once(mon
     monkeypatch.setattr(casefile, "schema_errors", lambda data, kind, **kw: checked.append(kind) or real(data, kind, **kw))
     report = validate_package(embedded_root() / QUICK_GELU, gpu=False)
     assert not report.errors and sorted(checked) == ["bench", "test"], (report.errors, checked)
+
+
+def test_a_template_syntax_error_is_one_error_not_one_per_variant_and_dtype(tmp_path: Path) -> None:
+    """One typo in demo.Where's template had been three errors (and three JUnit failures): the
+    syntax error, then "does not render" for each dtype whose cases render it (helper-150). The
+    variants and dtypes it stops still read "failed" in the coverage."""
+    from conftest import PACKAGES_DIR
+
+    package = tmp_path / "where"
+    shutil.copytree(PACKAGES_DIR / "demo.Where", package)
+    template = package / "where-broadcast.wgsl.jinja"
+    template.write_text(template.read_text("utf-8").replace("{% for k in", "{% if %}{% for k in", 1), "utf-8")
+    digests.write_metadata(package)
+    report = validate_package(package)
+    errors = [(p.file, p.message) for p in report.errors]
+    assert len(errors) == 1 and errors[0][0] == "where-broadcast.wgsl.jinja" and "syntax error" in errors[0][1], errors
+    assert {c.status for c in report.coverage if c.variant == "broadcast" and c.cases} == {"failed"}

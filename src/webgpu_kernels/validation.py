@@ -124,7 +124,7 @@ def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Pro
     if manifest is not None:
         limits = set(device.info.limits) if device is not None else None
         expression_problems = check_expressions(manifest, out, limits)
-        _guarded(out, "templates", _check_templates, package, manifest, out, files, twin_of)
+        broken_templates = _guarded(out, "templates", _check_templates, package, manifest, out, files, twin_of)
         if not expression_problems:
             try:
                 program = compile_program(manifest)
@@ -155,7 +155,7 @@ def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Pro
                 pass
     if device is not None and manifest is not None and program is not None:
         _guarded(out, "GPU", check_gpu, package, manifest, program, test_file, bench_file, out, report, device=device,
-                 notify=notify)
+                 notify=notify, broken_templates=broken_templates or set())  # fmt: skip
     order = {ERROR: 0, WARNING: 1}
     files = [METADATA_FILE, MANIFEST_FILE]
     report.problems = out.problems = sorted(
@@ -248,13 +248,15 @@ def _check_manifest(package: KernelPackage, out: ProblemCollector) -> Manifest |
 
 
 def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCollector, files: list[str] | None,
-                     twin_of: Callable[[str], str | None]) -> None:  # fmt: skip
+                     twin_of: Callable[[str], str | None]) -> set[str]:  # fmt: skip
     """``files``: check_file_names' listing (None where the folder could not be listed);
-    ``twin_of``: digests.case_twins of it."""
+    ``twin_of``: digests.case_twins of it. Returns the templates whose error it reported, which
+    every call that renders them meets again."""
     from .rendering import TemplateRenderer
 
     renderer = TemplateRenderer(package.read_text)
     parsed: set[str] = set()
+    broken: set[str] = set()
     for v in manifest.variants:
         for p_index, p in enumerate(v.passes):
             where = shader_path(manifest, v.index, p_index)
@@ -272,10 +274,13 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
                 renderer.check(p.shader)  # name, syntax and the sandbox's allow-list
             except TemplateError as exc:
                 out.error(p.shader, "", exc.detail, line=exc.line)
+                broken.add(exc.file or p.shader)
             except KernelError as exc:
                 out.error(p.shader, "", str(exc))
+                broken.add(p.shader)
     for name, line, message in include_case_problems(renderer.env, parsed, files or (), twin_of):
         out.error(name, "", message, line=line)
+    return broken
 
 
 def _load_case_data(package: KernelPackage, name: str, check: Any, out: ProblemCollector, missing: str) -> Any:

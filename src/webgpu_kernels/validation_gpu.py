@@ -9,6 +9,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +114,11 @@ def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
 
 
 def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_file: Any, bench_file: Any,
-               out: ProblemCollector, report: ValidationReport, *, device: Any, notify: Progress) -> None:  # fmt: skip
+               out: ProblemCollector, report: ValidationReport, *, device: Any, notify: Progress,
+               broken_templates: AbstractSet[str] = frozenset()) -> None:  # fmt: skip
+    """``broken_templates``: those whose error the static checks reported; a render that fails in one
+    counts against its variant and dtype without saying it again (a typo had been one error per
+    variant and dtype)."""
     from .contract import check_call
     from .execution import check_bound, check_limits, compile_pipeline
     from .program import tensor_bytes
@@ -245,6 +250,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                             file, line, detail = r.shader, None, "; ".join([str(exc), *getattr(exc, "__notes__", ())])
                         else:
                             file, line, detail = exc.file, exc.line, exc.detail
+                        if file in broken_templates:  # said once already, by the template checks
+                            break
                         out.error(file, shader_path(manifest, cv.variant.index, p_index),
                                   f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}"
                                   + (f" (its {len(resolved)} passes share one render budget)" if len(resolved) > 1 else "")
