@@ -61,7 +61,13 @@ from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, InputError, KernelError, SelectionError, TuningFileWarning
 from .kernel import Kernel
 from .package import embedded_ids
-from .references import ReferenceShapeMismatch, ReferenceUnavailable, numpy_reference, onnxruntime_for
+from .references import (
+    ReferenceShapeMismatch,
+    ReferenceUnavailable,
+    no_numpy_reference,
+    numpy_reference,
+    onnxruntime_for,
+)
 
 
 def _no_cases(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
@@ -177,7 +183,7 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
     unchecked, are added to ``uncompared``."""
     reference = numpy_reference(kernel.op_id) if onnx_op is None else None
     if reference is None:
-        unavailable["numpy"] = f"none registered for {kernel.op_id}; only the shipped ops have one"
+        unavailable["numpy"] = no_numpy_reference(kernel.op_id)
     full_attrs = {**kernel.manifest.attributes, **attrs}
     tolerance = Tolerance.of(dtype_label.split(","))
     # Computed at the first check (retries and the tuned run reuse it); onnxruntime's per set of

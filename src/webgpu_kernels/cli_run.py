@@ -38,6 +38,7 @@ from .references import (
     ReferenceShapeMismatch,
     ReferenceUnavailable,
     manifest_positions,
+    no_numpy_reference,
     numpy_reference,
     onnxruntime_for,
 )
@@ -105,7 +106,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
         expected = ref(arrays, all_attrs)
         report["reference"]["numpy"] = {n: reference_report(outputs[n], expected[n]) for n in outputs if n in expected}
     else:  # said as onnxruntime's reason is: the JSON had named onnxruntime's alone
-        report["referenceUnavailable"]["numpy"] = f"none registered for {k.op_id}; only the shipped ops have one"
+        report["referenceUnavailable"]["numpy"] = no_numpy_reference(k.op_id)
     # ONNX reads a node's inputs and outputs by position: the op's formal positions where the roles
     # are its formal names, else the manifest's order, "" for one left out (listing only what there
     # was shifted a later one into an earlier one's place).

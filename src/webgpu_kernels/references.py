@@ -211,6 +211,11 @@ def _ort_refusal(error: Exception) -> str:
 UNCOMPUTED_OUTPUTS = "optional outputs its release leaves out"
 
 
+def no_numpy_reference(op_id: str) -> str:
+    """Why no NumPy reference checked ``op_id``'s outputs, as `run` and `bench` say it."""
+    return f"none registered for {op_id}; only the shipped ops have one"
+
+
 def onnxruntime_reference(
     op_id: str,
     inputs: Mapping[str, np.ndarray],
