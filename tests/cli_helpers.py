@@ -1,9 +1,15 @@
-"""What the command-line tests share: the seed kernels' ids and -i options, HAS_ORT, and invoke/assert_error."""
+"""What the command-line tests share: the seed kernels' ids and -i options, HAS_ORT, invoke/assert_error,
+and a machine without any adapter (without_any_adapter)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from webgpu_kernels.cli import main
@@ -80,3 +86,22 @@ fn {{ entryPoint }}({{ entryParams }}) {
   for (var c = 0u; c < params.cols; c++) { y[r * params.cols + c] = (x[r * params.cols + c] - m) * iv * scale[c]; }
 }
 """
+
+
+#: The command line in a fresh process, as a user runs it.
+CLI = [sys.executable, "-m", "webgpu_kernels"]
+
+
+def without_any_adapter(tmp_path: Path) -> tuple[dict[str, str], subprocess.CompletedProcess[str]]:
+    """The environment of a machine with no WebGPU adapter (no Vulkan driver, no EGL vendor: a CI
+    machine without Mesa), for commands run in fresh processes (the drivers are read once per
+    process), and what `devices` printed there. Skips the test where an adapter is still listed."""
+    from webgpu_kernels.device import NO_ADAPTER
+
+    nowhere = str(tmp_path / "none.json")
+    env = {**os.environ, "VK_ICD_FILENAMES": nowhere, "VK_DRIVER_FILES": nowhere,
+           "__EGL_VENDOR_LIBRARY_FILENAMES": nowhere, "WEBGPU_KERNELS_ADAPTER": ""}  # fmt: skip
+    devices = subprocess.run([*CLI, "devices"], env=env, capture_output=True, text=True, timeout=120)
+    if NO_ADAPTER not in devices.stdout:
+        pytest.skip("an adapter is still listed with the drivers hidden (another backend on this machine)")
+    return env, devices

@@ -14,12 +14,14 @@ from cli_helpers import (
     BA_F16_VEC4,
     BA_F32,
     BIAS_ADD,
+    CLI,
     QG_F16_VEC4,
     QG_F32,
     QUICK_GELU,
     assert_error,
     invoke,
     invoke_json,
+    without_any_adapter,
 )
 
 # --- devices, list ------------------------------------------------------------------------------------
@@ -213,22 +215,14 @@ def test_no_adapter_at_all_says_what_to_install(tmp_path):
     """With no Vulkan driver and no EGL vendor (a CI machine without Mesa), `devices` said only "no
     WebGPU adapter found", and the error of the other commands named one package of the two the
     CI step installs (helper-126). Run in fresh processes: the drivers are read once per process."""
-    import os
     import subprocess
-    import sys
 
-    nowhere = str(tmp_path / "none.json")
-    env = {**os.environ, "VK_ICD_FILENAMES": nowhere, "VK_DRIVER_FILES": nowhere,
-           "__EGL_VENDOR_LIBRARY_FILENAMES": nowhere, "WEBGPU_KERNELS_ADAPTER": ""}  # fmt: skip
-    cli = [sys.executable, "-m", "webgpu_kernels"]
-    devices = subprocess.run([*cli, "devices"], env=env, capture_output=True, text=True, timeout=120)
-    if "WebGPU adapters" in devices.stdout:
-        pytest.skip("an adapter is still listed with the drivers hidden (another backend on this machine)")
     from webgpu_kernels.device import NO_ADAPTER
 
+    env, devices = without_any_adapter(tmp_path)
     assert devices.returncode == 0 and NO_ADAPTER in devices.stdout
     assert "apt-get install mesa-vulkan-drivers libvulkan1" in NO_ADAPTER
-    run = subprocess.run([*cli, "run", "com.microsoft.QuickGelu", "-i", "X=4:f32"], env=env, capture_output=True,
+    run = subprocess.run([*CLI, "run", "com.microsoft.QuickGelu", "-i", "X=4:f32"], env=env, capture_output=True,
                          text=True, timeout=120)  # fmt: skip
     assert run.returncode == 2 and NO_ADAPTER in run.stderr
 
@@ -236,22 +230,14 @@ def test_no_adapter_at_all_says_what_to_install(tmp_path):
 def test_validate_without_any_adapter_is_the_machine_s_problem_not_the_package_s(tmp_path):
     """With no adapter at all, validate reported the embedded package INVALID (exit 1) where `test`
     exits 2 with what to install; --no-gpu still validates without one (helper-126)."""
-    import os
     import subprocess
-    import sys
 
     from webgpu_kernels.device import NO_ADAPTER
 
-    nowhere = str(tmp_path / "none.json")
-    env = {**os.environ, "VK_ICD_FILENAMES": nowhere, "VK_DRIVER_FILES": nowhere,
-           "__EGL_VENDOR_LIBRARY_FILENAMES": nowhere, "WEBGPU_KERNELS_ADAPTER": ""}  # fmt: skip
-    cli = [sys.executable, "-m", "webgpu_kernels"]
-    devices = subprocess.run([*cli, "devices"], env=env, capture_output=True, text=True, timeout=120)
-    if NO_ADAPTER not in devices.stdout:
-        pytest.skip("an adapter is still listed with the drivers hidden (another backend on this machine)")
-    gpu = subprocess.run([*cli, "validate", "com.microsoft.QuickGelu"], env=env, capture_output=True, text=True,
+    env, _ = without_any_adapter(tmp_path)
+    gpu = subprocess.run([*CLI, "validate", "com.microsoft.QuickGelu"], env=env, capture_output=True, text=True,
                          timeout=120)  # fmt: skip
     assert gpu.returncode == 2 and NO_ADAPTER in gpu.stderr and "INVALID" not in gpu.stdout + gpu.stderr
-    offline = subprocess.run([*cli, "validate", "--no-gpu", "com.microsoft.QuickGelu"], env=env, capture_output=True,
+    offline = subprocess.run([*CLI, "validate", "--no-gpu", "com.microsoft.QuickGelu"], env=env, capture_output=True,
                              text=True, timeout=120)  # fmt: skip
     assert offline.returncode == 0, offline.stdout + offline.stderr

@@ -10,6 +10,8 @@ from click.testing import CliRunner
 from webgpu_kernels.cli import main
 from webgpu_kernels.package import embedded_root
 
+from cli_helpers import CLI, without_any_adapter
+
 
 def test_digest_check_names_the_metadata_file_on_one_line(runner: CliRunner, tmp_path) -> None:
     """The title of digest's table of changes was wrapped to the table's width: the path of
@@ -134,22 +136,14 @@ def test_test_isolated_without_any_adapter_exits_2_and_writes_no_report(tmp_path
     command that could not run ("no adapter at all") exits 2 and writes no report. Isolated
     (--timeout, --isolate) the child's AdapterNotFoundError had become the package's error: exit 1,
     NO_ADAPTER on stdout and a JUnit report with one error, where in-process it exits 2 (helper-150)."""
-    import os
     import subprocess
-    import sys
 
     from webgpu_kernels.device import NO_ADAPTER
 
-    nowhere = str(tmp_path / "none.json")
-    env = {**os.environ, "VK_ICD_FILENAMES": nowhere, "VK_DRIVER_FILES": nowhere,
-           "__EGL_VENDOR_LIBRARY_FILENAMES": nowhere, "WEBGPU_KERNELS_ADAPTER": ""}  # fmt: skip
-    cli = [sys.executable, "-m", "webgpu_kernels"]
-    devices = subprocess.run([*cli, "devices"], env=env, capture_output=True, text=True, timeout=120)
-    if NO_ADAPTER not in devices.stdout:
-        pytest.skip("an adapter is still listed with the drivers hidden (another backend on this machine)")
+    env, _ = without_any_adapter(tmp_path)
     for isolation in (["--timeout", "600"], ["--isolate"], []):
         report = tmp_path / "report.xml"
-        run = subprocess.run([*cli, "test", "com.microsoft.QuickGelu", *isolation, "--junit", str(report)], env=env,
+        run = subprocess.run([*CLI, "test", "com.microsoft.QuickGelu", *isolation, "--junit", str(report)], env=env,
                              capture_output=True, text=True, timeout=120)  # fmt: skip
         assert run.returncode == 2 and NO_ADAPTER in run.stderr, (isolation, run.stdout, run.stderr)
         assert not report.exists(), isolation
