@@ -140,6 +140,22 @@ def test_a_hub_kernel_pickles_as_its_repository_and_commit(server, hub_env, monk
     np.testing.assert_allclose(again({"X": x})["Y"], quick_gelu_ref(x), rtol=2e-6, atol=2e-6)
 
 
+def test_a_hub_kernel_a_worker_cannot_open_again_raises_at_its_first_use(server, hub_env, monkeypatch):
+    """A worker whose Hugging Face cache lacks the commit, offline: the HubError had been raised while
+    the worker unpickled its task (a ProcessPoolExecutor broke, a Pool lost the task); it is raised
+    where the kernel is first used, with the note naming the pickled kernel."""
+    import pickle
+
+    pickled = pickle.dumps(wk.get_kernel(OFFICIAL, version=1))
+    go_offline(monkeypatch)
+    monkeypatch.setenv("HF_HOME", str(hub_env.parent / "another-hf-home"))  # the worker's own, empty
+    monkeypatch.setattr(api, "_reopened", {})
+    unopened = pickle.loads(pickled)
+    with pytest.raises(HubError, match="is not in the Hugging Face cache") as info:
+        unopened({"X": np.ones(4, np.float32)})
+    assert any("pickled in another process" in note for note in info.value.__notes__)
+
+
 @pytest.mark.parametrize("how", ["HF_HUB_OFFLINE", "server down"])
 def test_second_load_uses_the_cache(server, hub_env, monkeypatch, rng, how):
     first = wk.get_kernel(OFFICIAL, version=1)

@@ -86,12 +86,12 @@ def test_a_kernel_copies_as_itself_and_pickles_as_where_it_came_from(tmp_path):
     assert dataclasses.asdict(Block(kernel))["act"] is kernel
     assert pickle.loads(pickle.dumps(kernel)) is kernel  # the process's shared embedded kernel
     # With its digest: a process whose release embeds another QuickGelu (here: a pickle whose digest
-    # differs) refuses it rather than run other code than the pickling process did.
+    # differs) refuses it, at its first use, rather than run other code than the pickling process did.
     pickled = pickle.dumps(kernel)
     assert kernel.tuning_key.encode() in pickled
     other = pickled.replace(kernel.tuning_key.encode(), kernel.tuning_key[::-1].encode())
     with pytest.raises(wk.PackageError, match=r"embeds another com\.microsoft\.QuickGelu than the pickling process's"):
-        pickle.loads(other)
+        pickle.loads(other)({"X": np.ones(4, np.float32)})
     shutil.copytree(kernel.package.root, tmp_path / "pkg")
     local = wk.load_kernel(tmp_path / "pkg")
     assert copy.deepcopy(local) is local

@@ -62,7 +62,8 @@ def test_a_folder_kernel_reaches_spawn_workers_as_its_path(folder_kernel, rng):
 
 def test_a_pickled_folder_kernel_opens_once_per_process_and_only_as_it_was(folder_kernel, monkeypatch):
     """A process opens a pickled kernel once, however many tasks carry it; a folder whose files
-    changed (or went) since is a PackageError saying so, not other code run silently."""
+    changed (or went) since is a PackageError saying so, not other code run silently, raised where
+    the kernel is first used (a call, an attribute), not while unpickling."""
     root = folder_kernel.package.root
     unverified = wk.load_kernel(root, verify_digests=False)
     pickled, pickled_verified = pickle.dumps(unverified), pickle.dumps(folder_kernel)
@@ -73,14 +74,19 @@ def test_a_pickled_folder_kernel_opens_once_per_process_and_only_as_it_was(folde
     template = next(root.glob("*.wgsl.jinja"))
     template.write_text(template.read_text(encoding="utf-8") + "\n// edited\n", encoding="utf-8")
     monkeypatch.setattr(api, "_reopened", {})  # as in a worker that has not opened it yet
+    unopened = pickle.loads(pickled)
+    assert isinstance(unopened, wk.Kernel) and "changed after the kernel" in repr(unopened)
     with pytest.raises(errors.PackageError, match=r"changed after the kernel \(com.microsoft.QuickGelu\) was pickled") as info:
-        pickle.loads(pickled)
+        unopened({"X": np.ones(4, np.float32)})
     assert any("pickled in another process" in note for note in info.value.__notes__)
+    with pytest.raises(errors.PackageError, match="changed after the kernel"):  # any attribute, the same
+        _ = unopened.op_id
+    assert pickle.loads(pickle.dumps(unopened)) is not unopened  # pickles as the kernel it stands for
     with pytest.raises(errors.DigestError, match="sha256"):  # verified when pickled: verified again
-        pickle.loads(pickled_verified)
+        _ = pickle.loads(pickled_verified).op_id
     shutil.rmtree(root)
     with pytest.raises(errors.PackageError, match="no such folder"):
-        pickle.loads(pickled)
+        _ = pickle.loads(pickled).op_id
 
 
 def test_a_verified_folder_kernel_is_not_reopened_unverified_once_its_metadata_went(folder_kernel, monkeypatch):
@@ -91,7 +97,7 @@ def test_a_verified_folder_kernel_is_not_reopened_unverified_once_its_metadata_w
     (folder_kernel.package.root / "metadata.json").unlink()
     monkeypatch.setattr(api, "_reopened", {})
     with pytest.raises(errors.DigestError, match="no metadata.json") as info:
-        pickle.loads(pickled)
+        pickle.loads(pickled)({"X": np.ones(4, np.float32)})
     assert any("pickled in another process" in note for note in info.value.__notes__)
 
 
@@ -112,7 +118,39 @@ def test_an_unverified_kernel_edited_after_its_first_call_is_not_reopened_as_the
     pickled = pickle.dumps(unverified)
     monkeypatch.setattr(api, "_reopened", {})
     with pytest.raises(errors.PackageError, match="changed after the kernel"):
-        pickle.loads(pickled)
+        pickle.loads(pickled)({"X": x})
+
+
+def edit_template(root: Path) -> None:
+    template = next(root.glob("*.wgsl.jinja"))
+    template.write_text(template.read_text(encoding="utf-8") + "\n// edited\n", encoding="utf-8")
+
+
+def test_a_changed_folder_reaches_a_process_pool_executor_caller_as_its_error(folder_kernel):
+    """A folder edited after its kernel was pickled: the worker raised the DigestError while it
+    unpickled the task, outside any task, so ProcessPoolExecutor said only BrokenProcessPool (the
+    error on the worker's stderr) and refused every later task. The error is raised where the
+    worker first uses the kernel: the future raises it, message and note intact, and the pool goes on."""
+    x = np.linspace(-3, 3, 17, dtype=np.float32)
+    edit_template(folder_kernel.package.root)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with pytest.raises(errors.DigestError, match=r"quick-gelu\.wgsl\.jinja: sha256 .* does not match") as info:
+            pool.submit(run_kernel, folder_kernel, x).result(timeout=120)
+        assert pool.submit(returns_one, None).result(timeout=120) == 1
+    assert any("pickled in another process" in note for note in info.value.__notes__)
+
+
+def test_a_changed_folder_reaches_a_multiprocessing_pool_caller_as_its_error(folder_kernel):
+    """The same with multiprocessing.Pool, whose worker died unpickling the task: the pool started
+    another and the task was lost, so its get() without a timeout waited for good."""
+    x = np.linspace(-3, 3, 17, dtype=np.float32)
+    unverified = wk.load_kernel(folder_kernel.package.root, verify_digests=False)
+    edit_template(unverified.package.root)
+    with multiprocessing.get_context("forkserver").Pool(1) as pool:
+        with pytest.raises(errors.PackageError, match=r"changed after the kernel \(com.microsoft.QuickGelu\) was pickled") as info:
+            pool.apply_async(run_kernel, (unverified, x)).get(timeout=60)
+        assert pool.apply_async(returns_one, (None,)).get(timeout=60) == 1
+    assert any("pickled in another process" in note for note in info.value.__notes__)
 
 
 def test_forkserver_workers_after_the_parent_used_its_device(quick_gelu, rng):

@@ -18,7 +18,7 @@ from .call_inputs import as_array, checked_shape_and_dtype
 from .case_data import numpy_dtype
 from .casefile import parse_draft_case, read_test_file
 from .device import Device, adapter_request, get_device, opened_device
-from .errors import DeviceLimitError, DTypeError, InputError, PackageError, describe_value
+from .errors import DeviceLimitError, DTypeError, InputError, KernelError, PackageError, describe_value
 from .forks import fresh_in_child
 from .kernel import Kernel
 from .package import KernelPackage, embedded_ids, open_embedded, open_folder
@@ -126,10 +126,40 @@ def kernel_reference(package: KernelPackage) -> tuple[Any, ...]:
     return ("folder", str(package.root), package.needs_trust, package.is_verified)
 
 
+class UnopenedKernel(Kernel):
+    """What unpickling gives for a kernel this process could not open again: the error, raised
+    where the kernel is first used (called, or any attribute read), not while unpickling. A worker
+    of a process pool unpickles a task outside the task: raised there, the error had broken a
+    ProcessPoolExecutor (BrokenProcessPool, the error only on the worker's stderr) and lost a
+    multiprocessing.Pool task (its ``get()`` waited for good); raised in the task, it reaches the
+    caller through the future or result, message and notes intact. Pickled, it is the kernel it
+    stands for again (its reference and digest), opened where it is unpickled."""
+
+    def __init__(self, reference: tuple[Any, ...], tuning_key: str, error: KernelError) -> None:
+        # Kernel.__init__ is not run: every attribute of a kernel is missing, so reading one raises the error.
+        self._unopened = (reference, tuning_key, error)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # protocols probed by copy, inspect, IPython: absent, as on any object
+            raise AttributeError(name)
+        raise self._unopened[2].with_traceback(None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._unopened[2].with_traceback(None)
+
+    def __repr__(self) -> str:
+        reference, _, error = self._unopened
+        return f"UnopenedKernel({reference[1]!r}, {type(error).__name__}: {error})"
+
+    def __reduce__(self) -> Any:
+        return reopen_kernel, self._unopened[:2]
+
+
 def reopen_kernel(reference: tuple[Any, ...], tuning_key: str) -> Kernel:
     """A pickled kernel, opened again in this process from ``kernel_reference``'s tuple, as its
     pickling process had opened it (the trust it was given included). ``tuning_key`` digests its
-    manifest and templates: a folder whose files changed in between is a PackageError."""
+    manifest and templates: a folder whose files changed in between is a PackageError. A kernel
+    that does not open is an UnopenedKernel, which raises the error at first use."""
     memo = (reference, tuning_key)
     with _lock:
         kernel = _reopened.get(memo)
@@ -157,10 +187,10 @@ def reopen_kernel(reference: tuple[Any, ...], tuning_key: str) -> Kernel:
         if kernel.tuning_key != tuning_key:
             raise PackageError(f"the package's manifest or templates changed after the kernel ({kernel.op_id}) was "
                                "pickled: this process would run other code than the pickling one", path=where)  # fmt: skip
-    except PackageError as exc:
+    except KernelError as exc:
         exc.add_note(f"opening again a kernel pickled in another process (a Kernel pickles as where it was "
                      f"loaded from: {where})")  # fmt: skip
-        raise
+        return UnopenedKernel(reference, tuning_key, exc)
     with _lock:
         return _reopened.setdefault(memo, kernel)
 
