@@ -71,6 +71,11 @@ def test_the_command_lines_version_pin_in_python_says_how_to_write_it():
     with pytest.raises(PackageError) as refused:  # no advice to write another invalid id
         wk.get_kernel("webgpu-kernels/a--b@v1")
     assert "in Python write" not in str(refused.value)
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    for rev in (sha, "main"):  # `org/op@REVISION`, the command line's other pin, had no advice
+        with pytest.raises(PackageError, match=r"in Python write get_kernel\('webgpu-kernels/com.microsoft.QuickGelu', "
+                                               rf"revision='{rev}'\)"):  # fmt: skip
+            wk.get_kernel(f"webgpu-kernels/com.microsoft.QuickGelu@{rev}")
 
 
 # --- trust --------------------------------------------------------------------------------------------

@@ -81,10 +81,11 @@ def _valid_repo_id(repo_id: object) -> bool:
 
 def checked_repo_id(repo_id: str) -> str:
     if not _valid_repo_id(repo_id):
-        pinned = re.fullmatch(r"(.+)@v([0-9]+)", repo_id) if isinstance(repo_id, str) else None
-        # `org/op@v2` is the command line's spelling; a Python user copying it needs the keyword
-        hint = (f": in Python write get_kernel({pinned[1]!r}, version={pinned[2]})"
-                if pinned and _valid_repo_id(pinned[1]) else "")  # fmt: skip
+        base, _, pin = repo_id.partition("@") if isinstance(repo_id, str) else ("", "", "")
+        # `org/op@v2` and `org/op@REVISION` are the command line's spelling; a Python user copying
+        # it needs the keyword (`@<commit sha>` or `@main` had no advice)
+        keyword = f"version={int(pin[1:])}" if re.fullmatch(r"v[0-9]+", pin) else f"revision={pin!r}"  # as cli.hub_pin
+        hint = f": in Python write get_kernel({base!r}, {keyword})" if pin and _valid_repo_id(base) else ""
         raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name' of letters, digits, "
                            "'_', '-' and '.', each part at most 96 characters, the name starting and ending with a "
                            f"letter, digit or '_', no '--' or '..', not ending in '.git'){hint}")  # fmt: skip
