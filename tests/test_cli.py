@@ -213,6 +213,16 @@ def test_float64_input(runner: CliRunner) -> None:
     assert ".astype(np.float32)" in str(info.value) and "command line" not in str(info.value)
 
 
+def test_a_missing_input_on_the_command_line_says_how_to_give_it(runner: CliRunner) -> None:
+    """`run com.microsoft.BiasAdd -i X=...` said only "argument 'bias': expected a T tensor (float32
+    or float16), got nothing", never how the command line gives one (helper-151's friction)."""
+    for command in ("explain", "render", "run"):
+        result = runner.invoke(main, [command, BIAS_ADD, "-i", "X=2x3x8:f16"])
+        assert_error(result, "argument 'bias'", "got nothing", "on the command line: -i bias=DIMS:f32 (or f16)")
+    result = runner.invoke(main, ["run", QUICK_GELU])
+    assert_error(result, "argument 'X'", "on the command line: -i X=DIMS:f32 (or f16)")
+
+
 def test_contract_errors(runner: CliRunner) -> None:
     assert_error(runner.invoke(main, ["run", BIAS_ADD, "-i", "X=2x3x4:f32", "-i", "bias=4:f32"]),
                  "argument 'skip'", "got nothing")  # fmt: skip

@@ -36,7 +36,7 @@ from .call_inputs import TensorMeta
 from .case_data import SPECIAL_STRINGS
 from .casefile import generate_errors
 from .device import ADAPTER_ENV
-from .errors import DTypeError, KernelError, PackageError, printable
+from .errors import DTypeError, KernelError, MissingInputError, PackageError, printable
 from .kernel import Kernel
 from .package import check_folder, embedded_root
 
@@ -184,6 +184,10 @@ class KernelGroup(click.Group):
                 short = "f32" if "float32" in exc.expected else "f16" if "float16" in exc.expected else None
                 if short:
                     exc.add_note(f"on the command line: -i {exc.argument}=DIMS:{short}")
+            if isinstance(exc, MissingInputError) and exc.received == "nothing":  # no -i for it
+                shorts = _spellings(exc.expected)
+                dtype = shorts[0] + (f" (or {', '.join(shorts[1:])})" if len(shorts) > 1 else "") if shorts else "DTYPE"
+                exc.add_note(f"on the command line: -i {exc.argument}=DIMS:{dtype}")
             _report_error(exc)
             ctx.exit(2)
         except KeyboardInterrupt as exc:  # click would say "Aborted!" with status 1, which means "a check failed"
@@ -191,6 +195,15 @@ class KernelGroup(click.Group):
             for note in getattr(exc, "__notes__", ()):  # what an interrupted upload left on the Hub
                 _console(stderr=True).print(Text(note), soft_wrap=True)
             ctx.exit(130)
+
+
+def _spellings(expected: str) -> list[str]:
+    """The command line's shortest spelling of each ONNX type name ``expected`` names, in its order."""
+    shortest: dict[str, str] = {}
+    for alias, name in DTYPE_ALIASES.items():
+        if len(alias) < len(shortest.get(name, alias + "_")):
+            shortest[name] = alias
+    return [shortest[word] for word in re.findall(r"[a-z]+[0-9]*", expected) if word in shortest]
 
 
 def _report_error(exc: BaseException) -> None:
