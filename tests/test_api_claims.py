@@ -69,6 +69,19 @@ def test_a_folder_needs_trust_from_get_kernel_not_from_load_kernel():
     assert trusted.op_id == loaded.op_id == "demo.ScaleShift"
 
 
+def test_every_exported_name_is_documented():
+    """"Also in the package: ... every error class and the two warnings ... are exported too
+    ([errors.md](errors.md))": each name of ``webgpu_kernels.__all__`` is named in python-api.md, or,
+    an error or warning class, in errors.md (``Explanation`` had been named in neither)."""
+    def named(name: str, text: str) -> bool:
+        return re.search(rf"`(?:wk\.|webgpu_kernels\.)?{re.escape(name)}[`(]", text) is not None
+
+    missing = [name for name in wk.__all__ if not named(name, PYTHON_API)
+               and not (isinstance(getattr(wk, name), type) and issubclass(getattr(wk, name), (Exception, Warning))
+                        and named(name, ERRORS_MD))]  # fmt: skip
+    assert missing == []
+
+
 def test_list_kernels_names_the_embedded_packages():
     """"`list_kernels()` (the embedded op ids)"."""
     assert {"com.microsoft.QuickGelu", "com.microsoft.BiasAdd"} <= set(wk.list_kernels())
