@@ -24,8 +24,9 @@ OUTER = "outer"
 #: (importer, imported) -> why the import reaches back to a later stage. Each must still be in the
 #: code (a stale entry fails) and is named in docs/architecture.md.
 REACHING_BACK = {
-    # Pickling a kernel names the function another process opens it again with: api.get_kernel
-    # (an embedded op id) or api.reopen_kernel (a Hub commit or a folder, with its trust). Those
+    # Pickling a kernel names the function another process opens it again with, api.reopen_kernel,
+    # and what it opens (api.kernel_reference: an embedded op id, a Hub commit or a folder, with its
+    # trust, checked against the pickled digest; api.get_kernel opens the first). Those
     # loaders sit above the kernel (they import hub.py, which builds Kernels); moving them under
     # kernel.py would bring the Hub and the folder loaders down with them, and a hook api.py set
     # on Kernel would leave a kernel built without api.py imported unpicklable. The import runs
