@@ -430,8 +430,9 @@ def test_a_revision_the_hub_does_not_have_is_asked_for_once(server):
 
 def test_an_old_client_is_asked_to_upgrade(server, monkeypatch):
     """Pins "With an older client `get_kernel` raises a `HubError` asking for
-    `pip install -U 'huggingface_hub>=1.10'`" """
+    `pip install -U 'huggingface_hub>=1.26'`" (pyproject.toml's floor; the message had asked for 1.10,
+    the first release with kernel repositories, below what loading needs)"""
     monkeypatch.delattr(hf_constants, "REPO_TYPE_KERNEL")
-    with pytest.raises(HubError, match=r"pip install -U 'huggingface_hub>=1\.10'"):
+    with pytest.raises(HubError, match=r"pip install -U 'huggingface_hub>=1\.26'"):
         wk.get_kernel(OFFICIAL, version=1)
 

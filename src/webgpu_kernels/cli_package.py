@@ -280,9 +280,10 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
              timeout: float | None, strict: bool, as_json: bool, junit_path: str | None) -> None:  # fmt: skip
     """Run each package's test.json: every case on every variant whose `when` holds for it.
 
-    KERNEL is an embedded op id or a package folder; default: every embedded kernel. Exit
-    status 1 if any case fails or errors, a package cannot be loaded or has no test.json (nothing
-    was tested), or --case matches no case in any package; with --strict, if any run was skipped.
+    KERNEL is an embedded op id, a package folder or a Hub repository org/op[@vN]; default:
+    every embedded kernel. Exit status 1 if any case fails or errors, a package cannot be loaded
+    or has no test.json (nothing was tested), or --case matches no case in any package; with
+    --strict, if any run was skipped.
     """
     adapter = _adapter(ctx)
     isolate = _isolation(isolate, timeout)

@@ -244,6 +244,9 @@ def check_contract_version(package: HubPackage, version: int | None) -> None:
 
 #: The first huggingface_hub with kernel repositories (``repo_type="kernel"``, ``kernels/`` URLs).
 MIN_HUGGINGFACE_HUB = "1.10"
+#: What an upgrade asks for: pyproject.toml's floor (a cached copy of a pinned commit the Hub answers
+#: 404 for is served from 1.26), not the first release with kernel repositories.
+SUPPORTED_HUGGINGFACE_HUB = "1.26"
 
 
 def require_kernel_repos() -> None:
@@ -253,7 +256,7 @@ def require_kernel_repos() -> None:
     if getattr(constants, "REPO_TYPE_KERNEL", None) != REPO_TYPE:
         raise HubError(f"huggingface_hub {huggingface_hub.__version__} has no kernel repositories "
                        f"(repo_type='kernel', added in {MIN_HUGGINGFACE_HUB}); upgrade it: "
-                       f"pip install -U 'huggingface_hub>={MIN_HUGGINGFACE_HUB}'")  # fmt: skip
+                       f"pip install -U 'huggingface_hub>={SUPPORTED_HUGGINGFACE_HUB}'")  # fmt: skip
 
 
 def _listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any,
