@@ -108,6 +108,24 @@ def test_pack_refuses_bad_values(type_text, value):
         layout.pack([value])
 
 
+#: A manifest value within the expression bounds (4,096 items counted through every level), whose
+#: repr() is 16 MB: 4,095 references to one 4,096-character string.
+HEAVY = [["x" * 4096] * 4095]
+
+
+@pytest.mark.parametrize("type_text, value", [
+    ("u32", HEAVY), ("f32", HEAVY), ("array<vec4<u32>, 2>", HEAVY[0]), ("vec2<f32>", HEAVY), ("array<vec4<u32>, 1>", HEAVY),
+])  # fmt: skip
+def test_pack_quotes_a_bad_value_by_a_bounded_text(type_text, value):
+    """A field's error repr()'d the package's value whole: a struct field reading `[[s] * 4095]` of a
+    4,096-character s gave each call a 16 MB LayoutError (docs/security.md: a value is quoted by at
+    most 80 characters, built from no more of it)."""
+    layout = struct_layout("P", [("field", type_text)])
+    with pytest.raises(LayoutError, match="field 'field'") as info:
+        layout.pack([value])
+    assert len(str(info.value)) < 300, f"{len(str(info.value))} characters"
+
+
 def test_pack_accepts_integral_float_for_u32():
     layout = struct_layout("P", [("count", "u32")])
     assert struct.unpack_from("<I", layout.pack([16.0]), 0) == (16,)

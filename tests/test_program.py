@@ -211,3 +211,11 @@ def test_an_output_rank_past_64_is_refused_before_any_gpu_work():
     assert info.value.where == "outputs[0].shape"
     _, outputs = scope_for(manifest_with_output_shape("[1]*64", "64"))
     assert outputs[0].shape == (1,) * 64
+
+
+def test_an_output_shape_that_is_no_list_is_quoted_by_a_bounded_text():
+    """A shape that is no list was repr()'d whole into the error: a 4,096-character string, or the
+    `shapes` namespace, where docs/security.md quotes a value by at most 80 characters."""
+    with pytest.raises(ExpressionError, match="an output shape must be a list of integers, got 'xxx") as info:
+        scope_for(manifest_with_output_shape("'x' * 4096", "1"))
+    assert len(info.value.detail) < 200, f"{len(info.value.detail)} characters"

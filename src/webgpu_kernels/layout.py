@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import LayoutError
+from .errors import LayoutError, short_repr
 
 _SCALARS = {"u32": ("<I", 4), "i32": ("<i", 4), "f32": ("<f", 4), "f16": ("<e", 2)}
 _SHORT_SUFFIX = {"f": "f32", "i": "i32", "u": "u32", "h": "f16"}
@@ -136,11 +136,11 @@ def _split(name: str, t: WgslType, value: Any) -> list[Any]:
         elements = [value]
     else:
         if not isinstance(value, (list, tuple)) or len(value) != t.count:
-            raise LayoutError(f"field {name!r} of type {t.wgsl()} needs a list of {t.count} values, got {value!r}")
+            raise LayoutError(f"field {name!r} of type {t.wgsl()} needs a list of {t.count} values, got {short_repr(value)}")
         elements = list(value)
     for element in elements:
         if t.lanes > 1 and (not isinstance(element, (list, tuple)) or len(element) != t.lanes):
-            raise LayoutError(f"field {name!r} needs vectors of {t.lanes} values, got {element!r}")
+            raise LayoutError(f"field {name!r} needs vectors of {t.lanes} values, got {short_repr(element)}")
     return elements
 
 
@@ -152,20 +152,20 @@ F16_ROUNDS_TO_INFINITY = 65520.0
 
 def _convert(name: str, scalar: str, value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LayoutError(f"field {name!r} ({scalar}) needs a number, got {value!r}")
+        raise LayoutError(f"field {name!r} ({scalar}) needs a number, got {short_repr(value)}")
     if scalar in ("u32", "i32"):
         if isinstance(value, float):
             if not value.is_integer():
-                raise LayoutError(f"field {name!r} ({scalar}) needs an integer, got {value!r}")
+                raise LayoutError(f"field {name!r} ({scalar}) needs an integer, got {short_repr(value)}")
             value = int(value)
         low, high = (0, 2**32 - 1) if scalar == "u32" else (-(2**31), 2**31 - 1)
         if not low <= value <= high:
             raise LayoutError(f"field {name!r} ({scalar}) value {value} is outside [{low}, {high}]")
         return value
     if not math.isfinite(value):
-        raise LayoutError(f"field {name!r} ({scalar}) needs a finite number, got {value!r}")
+        raise LayoutError(f"field {name!r} ({scalar}) needs a finite number, got {short_repr(value)}")
     if scalar == "f16" and abs(value) >= F16_ROUNDS_TO_INFINITY:
-        raise LayoutError(f"field {name!r} (f16) value {value!r} overflows f16")
+        raise LayoutError(f"field {name!r} (f16) value {short_repr(value)} overflows f16")
     if scalar == "f32" and abs(value) >= F32_ROUNDS_TO_INFINITY:
-        raise LayoutError(f"field {name!r} (f32) value {value!r} overflows f32")
+        raise LayoutError(f"field {name!r} (f32) value {short_repr(value)} overflows f32")
     return float(value)

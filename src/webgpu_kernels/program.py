@@ -27,6 +27,7 @@ from .errors import (
     ManifestError,
     RankError,
     ShapeError,
+    short_repr,
     shorten,
 )
 from .expressions import (
@@ -241,7 +242,7 @@ class Program:
                                           "not constants)", expression=expr.source, where=expr.where) from None  # fmt: skip
             raise
         if not isinstance(value, (list, tuple)):
-            raise ExpressionError(f"an output shape must be a list of integers, got {value!r}",
+            raise ExpressionError(f"an output shape must be a list of integers, got {short_repr(value)}",
                                   expression=expr.source, where=expr.where)  # fmt: skip
         if len(value) > MAX_RANK:  # as inputs are held; NumPy refuses more, after the GPU work had run
             raise ExpressionError(f"an output of rank {len(value)}, more than {MAX_RANK}", expression=expr.source,
