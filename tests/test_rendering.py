@@ -591,3 +591,23 @@ def test_threads_no_grid_can_hold_are_refused_naming_the_expression(write_packag
     with pytest.raises(errors.ExpressionError, match="threads need more than") as info:
         kernel({"X": x})
     assert info.value.where.endswith("dispatch.threads") and "maxComputeWorkgroupsPerDimension" in info.value.expression
+
+
+@pytest.mark.parametrize("where", ["elementType", "fieldType", "fieldValue"])
+def test_a_type_or_field_value_that_is_no_type_is_quoted_by_a_bounded_text(scale_shift_variant, where):
+    """An element type, a struct field type or a field value of the wrong kind was repr()'d whole
+    into the call's error: `[['x' * 4096] * 4095]`, within the expression bounds, made a 16 MB
+    message on every call (docs/security.md: a value is quoted by at most 80 characters)."""
+    def change(manifest):
+        manifest["constants"]["big"] = "[['x' * 4096] * 4095]"
+        manifest["variants"] = manifest["variants"][1:]
+        io = manifest["bindingSets"]["scalarIO"]
+        if where == "elementType":
+            io[0]["elementType"] = "$big"
+        else:
+            io[2]["struct"]["fields"][0]["type" if where == "fieldType" else "value"] = "$big" if where == "fieldType" else "big"
+
+    kernel = scale_shift_variant(change)
+    with pytest.raises((wk.ExpressionError, wk.LayoutError)) as info:
+        kernel({"X": np.ones(4, np.float32)})
+    assert "xxx" in str(info.value) and len(str(info.value)) < 600, f"{len(str(info.value))} characters"

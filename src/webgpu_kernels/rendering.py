@@ -145,7 +145,7 @@ def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
         if cb.element_type is not None:
             element_type = cb.element_type.evaluate(scope)
             if not isinstance(element_type, str) or not element_type:
-                raise ExpressionError(f"an element type must be a WGSL type name, got {element_type!r}",
+                raise ExpressionError(f"an element type must be a WGSL type name, got {short_repr(element_type)}",
                                       expression=cb.element_type.source, where=cb.element_type.where)  # fmt: skip
         length = as_count(cb.length.evaluate(scope), cb.length, "a length") if cb.length is not None else None
         layout, uniform = None, None
@@ -154,7 +154,7 @@ def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
             for name, type_expr, _ in cb.fields:
                 type_text = type_expr.evaluate(scope)
                 if not isinstance(type_text, str):
-                    raise ExpressionError(f"a field type must be a WGSL type name, got {type_text!r}",
+                    raise ExpressionError(f"a field type must be a WGSL type name, got {short_repr(type_text)}",
                                           expression=type_expr.source, where=type_expr.where)  # fmt: skip
                 types.append((name, type_text))
             layout = _struct_layout(b.json_path, b.struct_name, types)
