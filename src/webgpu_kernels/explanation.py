@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import printable, short_repr, shorten
 from .program import OutputSpec
-from .selection import Verdict
+from .selection import Verdict, json_value
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -72,7 +72,7 @@ class Explanation:
             "op": self.op_id, "chosen": self.chosen, "variants": [v.as_dict() for v in self.verdicts],
             "outputs": [{"name": o.role, "shape": list(o.shape), "dtype": o.dtype,
                          "produced": None if self.produced is None else o.role in self.produced} for o in self.outputs],
-            "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
+            "values": {k: json_value(v) for k, v in self.values.items()},
             "refused": self.refused, "tuned": self.tuned, "forced": self.forced,
         }  # fmt: skip
 

@@ -15,6 +15,11 @@ from .contract import CallSignature
 from .errors import ExpressionError, KernelError, SelectionError, VariantRejectedError, short_repr, shorten
 from .expressions import Expression, NamespaceNames
 from .program import CompiledVariant, DeviceInfo, Program
+from .sandbox import MAX_SEQUENCE_LENGTH, nested_items_exceed
+
+#: Most characters of text one value of a JSON trace holds in all (its strings counted at every
+#: reference): a heavier value is shown as the string of its first 80 characters.
+MAX_JSON_VALUE_TEXT = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class Verdict:
         return {
             "variant": self.variant, "priority": self.priority, "accepted": self.accepted,
             "clause": self.clause, "clauseIndex": self.clause_index,
-            "values": {k: list(v) if isinstance(v, tuple) else v for k, v in self.values.items()},
+            "values": {k: json_value(v) for k, v in self.values.items()},
             "error": self.error,
         }  # fmt: skip
 
@@ -50,6 +55,17 @@ class Selection:
     chosen: CompiledVariant | None
     scope: dict[str, Any] | None  # the chosen variant's scope (its constants added)
     trace: tuple[Verdict, ...]
+
+
+def json_value(value: Any) -> Any:
+    """A derive or constant value for JSON output: a tuple as a list, and a value holding more than
+    MAX_SEQUENCE_LENGTH items or MAX_JSON_VALUE_TEXT characters of text, counted through every
+    nesting level, as its short_repr. Such a value is a few references (a constant of
+    ``[['x' * 4096] * 4095]`` holds 4,096 items): written whole, 16 MB of JSON for each name that
+    holds it (20 made one `explain --json` 353 MB)."""
+    if nested_items_exceed(value, MAX_SEQUENCE_LENGTH, MAX_JSON_VALUE_TEXT):
+        return short_repr(value)
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _short(value: Any) -> str:
