@@ -230,3 +230,17 @@ def _grouped_by(paths: list[str], key) -> list[list[str]]:
     for p in sorted(paths):
         out.setdefault(key(p), []).append(p)
     return list(out.values())
+
+
+def test_a_file_name_that_is_not_utf8_is_an_error_not_a_crash(qg: Path) -> None:
+    """A name of bytes that are not UTF-8 (Linux takes any; Python reads them as lone surrogates)
+    made validate's file name checks fail "unexpectedly" with a UnicodeEncodeError traceback, where
+    Windows' length of it was counted in UTF-16."""
+    (qg / "notes.txt").write_text("notes\n", encoding="utf-8")
+    digests.write_metadata(qg)
+    with open(bytes(qg) + b"/\xff\xfe.wgsl.jinja", "w", encoding="utf-8") as file:
+        file.write("{{ x }}")
+    errors = validate_package(qg, gpu=False).errors
+    assert not [e for e in errors if "unexpectedly" in e.message], [e.message for e in errors]
+    [error] = [e for e in errors if e.file == "\udcff\udcfe.wgsl.jinja" and "not UTF-8" in e.message]
+    assert "b'\\xff\\xfe.wgsl.jinja'" in error.message and "rename it" in error.message

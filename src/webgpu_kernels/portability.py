@@ -95,6 +95,11 @@ def name_problems(names: Iterable[str]) -> list[NameProblem]:
     names = list(names)
     found = [NameProblem(group[0].rstrip("/"), group, one_file_message(group)) for group in case_collisions(names)]
     for name in names:
+        if not_utf8(name):
+            found.append(NameProblem(name, (name,), f"{_as_bytes(name)} is not UTF-8 text: Linux takes any bytes in "
+                                                    "a file name, but the Hub and other systems name files in Unicode, "
+                                                    "so no other machine has this file"))  # fmt: skip
+            continue
         why = windows_problem(name)
         if why:
             found.append(NameProblem(name, (name,), f"{why}: the package cannot be downloaded or loaded on Windows "
@@ -102,8 +107,30 @@ def name_problems(names: Iterable[str]) -> list[NameProblem]:
     return found
 
 
+def not_utf8(name: str) -> bool:
+    """Whether the file name ``name`` was bytes that are not UTF-8 (os.fsdecode made each such byte a
+    lone surrogate, which no other text operation takes: encoding it for Windows' length had made
+    validate's name checks fail with a UnicodeEncodeError)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _as_bytes(name: str) -> str:
+    """A name that is not UTF-8 as the bytes the file system holds (b'\\xff.txt'), else escaped (a
+    lone surrogate that no byte decodes to: a Hub listing's JSON can hold one)."""
+    try:
+        return repr(os.fsencode(name))
+    except UnicodeEncodeError:
+        return ascii(name)
+
+
 def long_name_problem(name: str) -> str | None:
     """Why the package-relative ``name`` may be too long for the Hub cache on Windows, else None."""
+    if not_utf8(name):  # an error of its own (name_problems)
+        return None
     length = len(name.encode("utf-16-le")) // 2  # what Windows counts
     if length <= LONG_NAME:
         return None
