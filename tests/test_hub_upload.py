@@ -454,3 +454,103 @@ def test_a_repository_the_token_may_not_see_is_not_reported_as_created(server, p
 def test_no_gpu_needs_no_adapter_for_the_check_either(server, package):
     result = upload_package(package, REPO, gpu=False, adapter="no-such-adapter-anywhere")
     assert result.verified
+
+
+# --- symbolic links that lead out of the package folder ------------------------------------------
+
+
+def _secret(tmp_path: Path) -> Path:
+    """A private file outside the package folder (as ~/.ssh/id_rsa would be)."""
+    secret = tmp_path / "home" / ".ssh" / "id_rsa"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("-----BEGIN PRIVATE KEY----- not for the Hub\n", encoding="utf-8")
+    return secret
+
+
+def _linked_outside(package: Path, tmp_path: Path) -> Path:
+    """A folder written by a stranger: notes.txt a link to the user's private file, digested."""
+    secret = _secret(tmp_path)
+    (package / "notes.txt").symlink_to(secret)
+    write_metadata(package)  # digest follows it: the digest covers what loading reads
+    return secret
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_link_to_a_file_outside_the_folder_is_refused_before_any_request(server, package, tmp_path, dry_run):
+    secret = _linked_outside(package, tmp_path)
+    args = ["--dry-run"] if dry_run else []
+    result = upload(str(package), REPO, "--no-gpu", *args)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.stderr.split())
+    assert f"notes.txt -> {secret}" in said, said
+    assert "--follow-outside-links" in said and "Hugging Face cache" in said and "copy" in said
+    assert "BEGIN PRIVATE KEY" not in result.output and "would upload" not in result.output
+    assert server.requests == [] and server.commits == []
+    with pytest.raises(PackageError, match=r"(?s)symbolic link.*outside.*notes\.txt -> .*id_rsa.*follow_outside_links"):
+        upload_package(package, REPO, gpu=False, dry_run=dry_run)
+    assert server.requests == []
+
+
+def test_each_link_leading_outside_is_named_a_chain_through_the_folder_too(server, package, tmp_path):
+    secret = _secret(tmp_path)
+    (package / "b.txt").symlink_to(secret)
+    (package / "a.txt").symlink_to("b.txt")  # inside the folder, then out of it
+    write_metadata(package)
+    with pytest.raises(PackageError) as info:
+        upload_package(package, REPO, gpu=False, dry_run=True)
+    said = str(info.value)
+    assert f"a.txt -> {secret}" in said and f"b.txt -> {secret}" in said and "2 files" in said
+    assert server.requests == []
+
+
+def test_the_opt_in_publishes_what_the_links_read(server, package, tmp_path):
+    secret = _linked_outside(package, tmp_path)
+    dry = upload(str(package), REPO, "--no-gpu", "--dry-run", "--follow-outside-links")
+    assert dry.exit_code == 0 and "build/webgpu/notes.txt" in dry.stdout, dry.output
+    assert server.requests == []
+    result = upload_package(package, REPO, gpu=False, follow_outside_links=True)
+    assert "build/webgpu/notes.txt" in result.files and result.verified
+    assert (server.root / REPO / "v1" / "build/webgpu/notes.txt").read_bytes() == secret.read_bytes()
+    cli = upload(str(package), REPO, "--no-gpu", "--follow-outside-links")  # the command's flag
+    assert cli.exit_code == 0 and "unchanged" in cli.stdout, cli.output
+
+
+def test_a_link_inside_the_folder_uploads(server, package, tmp_path):
+    (package / "copy.md").symlink_to("README.md")
+    (package / "docs").mkdir()
+    (package / "docs" / "up.md").symlink_to("../README.md")
+    write_metadata(package)
+    via = tmp_path / "via"
+    via.symlink_to(package, target_is_directory=True)  # the folder itself reached through a link: fine
+    result = upload_package(via, REPO, gpu=False)
+    assert {"build/webgpu/copy.md", "build/webgpu/docs/up.md"} <= set(result.files) and result.verified
+    assert (server.root / REPO / "v1" / "build/webgpu/copy.md").read_bytes() == (package / "README.md").read_bytes()
+
+
+def test_a_link_to_a_folder_outside_sends_nothing_behind_it(server, package, tmp_path):
+    # The one rule for links to folders (digests.through_folder_link): digest does not list what lies
+    # behind one, and a metadata.json that lists such a name is refused (digest --check's comparison
+    # finds it gone) before any request, with the opt-in too.
+    secret = _secret(tmp_path)
+    (package / "keys").symlink_to(secret.parent, target_is_directory=True)
+    write_metadata(package)
+    result = upload_package(package, REPO, gpu=False, dry_run=True)
+    assert not any("keys" in name for name in result.files)
+    metadata = json.loads((package / "metadata.json").read_text(encoding="utf-8"))
+    metadata["digest"]["files"]["keys/id_rsa"] = "0" * 64
+    (package / "metadata.json").write_text(json.dumps(metadata, indent=2), encoding="utf-8")
+    with pytest.raises(PackageError, match=r"metadata\.json is out of date \(removed: keys/id_rsa\)"):
+        upload_package(package, REPO, gpu=False, dry_run=True, follow_outside_links=True)
+    assert server.requests == []
+
+
+def test_a_downloaded_snapshot_is_republished_only_with_the_opt_in(server, package):
+    # The Hugging Face cache makes each file of a snapshot a link into its blobs/, outside the snapshot.
+    first = upload_package(package, REPO, gpu=False)
+    hub.clear_cache()
+    snapshot = wk.get_kernel(REPO, version=1).package.root
+    with pytest.raises(PackageError, match=r"(?s)manifest\.json -> .*blobs.*Hugging Face cache") as info:
+        upload_package(snapshot, REPO, gpu=False)
+    assert "metadata.json -> " in str(info.value)
+    again = upload_package(snapshot, REPO, gpu=False, follow_outside_links=True)
+    assert again.commit == first.commit and not again.new_commit

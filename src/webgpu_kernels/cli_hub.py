@@ -104,16 +104,20 @@ def _info(kernel: Kernel, *, offline: bool) -> dict:
 @click.option("--message", default=None, metavar="TEXT", help="The commit message (default: names the op and version).")
 @click.option("--any-name", is_flag=True, help="Allow a repository name other than the package's op id.")
 @click.option("--dry-run", is_flag=True, help="Check the package and list what would be uploaded; send nothing.")
+@click.option("--follow-outside-links", is_flag=True,
+              help="Publish what symbolic links to files outside PATH read (refused by default; a Hugging Face "
+                   "cache snapshot is made of such links).")  # fmt: skip
 @click.option("--gpu/--no-gpu", default=True, show_default=True,
               help="Validate with the GPU stage (render and compile every variant x dtype), as validate does.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def upload_cmd(ctx: click.Context, path: str, repo: str, version: int | None, private: bool, message: str | None,
-               any_name: bool, dry_run: bool, gpu: bool, as_json: bool) -> None:  # fmt: skip
+               any_name: bool, dry_run: bool, follow_outside_links: bool, gpu: bool, as_json: bool) -> None:  # fmt: skip
     """Publish the package folder PATH as revision vN of the Hub kernel repository REPO ('org/op').
 
     N is metadata.json's contract version. Refused, before anything is sent, unless `validate PATH`
-    finds no error, metadata.json is current (`digest PATH`) and REPO's name is the op id. Uploads
+    finds no error, metadata.json is current (`digest PATH`), REPO's name is the op id and no file
+    is a symbolic link to a file outside PATH (unless --follow-outside-links). Uploads
     the files metadata.json lists, and metadata.json, to build/webgpu/ in one commit (deleting what
     else was there), then downloads that commit and checks its digests. HF_ENDPOINT picks the Hub;
     the token is HF_TOKEN or huggingface_hub's login.
@@ -121,7 +125,8 @@ def upload_cmd(ctx: click.Context, path: str, repo: str, version: int | None, pr
     Example: webgpu-kernels upload ./com.example.MyOp my-org/com.example.MyOp
     """
     result = hub_upload.upload_package(path, repo, version=version, private=private, message=message,
-                                       any_name=any_name, dry_run=dry_run, gpu=gpu, adapter=_adapter(ctx))  # fmt: skip
+                                       any_name=any_name, dry_run=dry_run, gpu=gpu, adapter=_adapter(ctx),
+                                       follow_outside_links=follow_outside_links)  # fmt: skip
     if as_json:
         _echo_json(result.as_dict())
         return

@@ -4,7 +4,8 @@ The layout is the one :mod:`webgpu_kernels.hub` reads (see ``docs/hub.md``): a k
 (``repo_type="kernel"``), the package under ``build/webgpu/``, contract version N on revision
 ``vN``. :func:`upload_package` refuses, before any request, a folder that is no package, one that
 ``validate`` finds errors in, one whose metadata.json is missing or out of date, a version other
-than ``--version`` asked, and a repository id that is no ``org/name`` or whose name is not the op id.
+than ``--version`` asked, a repository id that is no ``org/name`` or whose name is not the op id,
+and (unless ``--follow-outside-links``) a file that is a symbolic link to a file outside the folder.
 Then it creates the repository and the branch where missing, makes one commit holding exactly the
 files metadata.json lists (the bytes whose digests were checked) plus metadata.json, deleting what
 else that revision held under ``build/webgpu/``, and downloads that commit through
@@ -14,6 +15,7 @@ loads it.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import tempfile
@@ -106,6 +108,7 @@ def upload_package(
     dry_run: bool = False,
     gpu: bool = True,
     adapter: str | None = None,
+    follow_outside_links: bool = False,
 ) -> UploadResult:
     """Publish the package folder ``path`` as revision ``vN`` of the kernel repository ``repo_id``.
 
@@ -113,10 +116,13 @@ def upload_package(
     :class:`~webgpu_kernels.errors.PackageError`s raised before any request; what the Hub refuses
     (a token, write access, no connection) is a :class:`~webgpu_kernels.errors.HubError`. ``token``:
     the Hugging Face token (None: HF_TOKEN or huggingface_hub's login, sent only to the Hub that
-    HF_ENDPOINT names); ``gpu``/``adapter``: as ``validate``'s.
+    HF_ENDPOINT names); ``gpu``/``adapter``: as ``validate``'s. ``follow_outside_links``: publish
+    what symbolic links to files outside the folder read (refused by default, see :func:`_outside_links`).
     """
     repo_id = _checked_target(repo_id)
     root, package, metadata = _checked_package(path, version)
+    if not follow_outside_links:
+        _refuse_outside_links(root, [*package.verified, METADATA_FILE])
     op_id = str(metadata["id"])
     if not any_name and repo_id.split("/")[1] != op_id:
         org = repo_id.split("/")[0]
@@ -227,6 +233,42 @@ def _checked_package(path: str | Path, version: int | None) -> tuple[Path, Kerne
                            path=str(root / METADATA_FILE))  # fmt: skip
     package = open_folder(root, require_metadata=True)  # the bytes checked now are the bytes uploaded
     return root, package, dict(package.metadata or metadata)
+
+
+def _outside_links(root: Path, names: list[str]) -> list[tuple[str, str]]:
+    """(name, where it leads) for each of the package-relative ``names`` whose path is or passes
+    through a symbolic link that resolves outside the folder ``root`` (resolved itself: a folder
+    reached through a link is fine; a link to another file of the folder is fine).
+
+    Loading follows links to files wherever they point (digests.through_folder_link: the Hugging
+    Face cache is made of them), and the digest covers what they read; an upload publishes those
+    bytes, so a folder from a stranger holding ``notes.txt -> ~/.ssh/id_rsa`` would publish the
+    user's private file."""
+    base = Path(os.path.realpath(root))
+    found = []
+    for name in sorted(names):
+        target = Path(os.path.realpath(root / name))
+        if not target.is_relative_to(base):
+            found.append((name, str(target)))
+    return found
+
+
+def _refuse_outside_links(root: Path, names: list[str]) -> None:
+    """A PackageError naming each file that leads outside the folder, and the two ways on."""
+    found = _outside_links(root, names)
+    if not found:
+        return
+    many = len(found) != 1
+    listed = "\n".join(f"  {name} -> {target}" for name, target in found)
+    raise PackageError(f"{len(found)} file{'s' if many else ''} of the package {'are' if many else 'is a'} symbolic "
+                       f"link{'s' if many else ''} to {'files' if many else 'a file'} outside its folder, and an "
+                       f"upload publishes what {'they read' if many else 'it reads'}:\n{listed}\n"
+                       "if such a file belongs in the package, copy it into the folder in place of its link; if not "
+                       "(a folder from someone else may link to a private file of yours), remove the link and run "
+                       f"`webgpu-kernels digest {shlex.quote(str(root))}`; or pass --follow-outside-links (follow_outside_links=True) to "
+                       "publish what the links read. A Hugging Face cache snapshot (what `download` gives) is made of "
+                       "such links into its blobs/, so republishing one needs --follow-outside-links",
+                       path=str(root))  # fmt: skip
 
 
 def _validated(root: Path, *, gpu: bool, adapter: str | None) -> list[str]:
