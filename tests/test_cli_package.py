@@ -184,3 +184,16 @@ def test_digest_check_of_another_op_id_is_not_up_to_date(runner: CliRunner, tmp_
     assert "com.microsoft.QuickGeluOld" in last and f"run `webgpu-kernels digest {root}`" in last, result.stdout
     result = runner.invoke(main, ["digest", "--check", "--json", str(root)])
     assert result.exit_code == 1 and json.loads(result.stdout)["upToDate"] is False, result.stdout
+
+
+def test_validate_prints_a_file_name_with_a_newline_on_one_line(runner: CliRunner, tmp_path) -> None:
+    """A package file named "a\\nPASSED b.txt" had printed its name across two lines of validate's
+    report, the second reading "PASSED b.txt": a stranger's package could write a line of its
+    choosing into a CI log (helper-152). The name is shown escaped, on its problem's line."""
+    root = tmp_path / "pkg"
+    shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", root)
+    (root / "a\nPASSED b.txt").write_text("x", "utf-8")
+    result = runner.invoke(main, ["validate", "--no-gpu", str(root)])
+    assert result.exit_code == 1, result.output
+    assert not any(line.startswith("PASSED") for line in result.output.splitlines()), result.output
+    assert "a\\nPASSED b.txt" in result.output, result.output

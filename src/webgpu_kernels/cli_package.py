@@ -40,7 +40,7 @@ from .digests import (
     schema_problems,
     write_metadata,
 )
-from .errors import DigestError, KernelError, PackageError
+from .errors import DigestError, KernelError, PackageError, one_line
 from .junit_report import junit_xml, validation_junit_xml, write_junit
 from .package import embedded_ids, embedded_root, open_folder
 from .package_tests import FAIL, PASS, SKIP, PackageReport, RunResult, run_package_tests, run_package_tests_isolated
@@ -185,7 +185,7 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
                 table.add_column(col)
             for c in shown:
                 style = {"added": "green", "changed": "yellow", "removed": "red", UNLISTABLE: "dim"}[c.status]
-                table.add_row(c.file, Text(c.status, style=style), (c.sha256 or "-")[:16] + ("..." if c.sha256 else ""))
+                table.add_row(one_line(c.file), Text(c.status, style=style), (c.sha256 or "-")[:16] + ("..." if c.sha256 else ""))
             console.print(table)
             if same:
                 console.print(f"{same} other file{'' if same == 1 else 's'} unchanged")
@@ -390,7 +390,7 @@ def _print_test_reports(reports: list[PackageReport], *, strict: bool = False) -
     failures: list[tuple[str, RunResult]] = []
     for report in reports:
         for r in report.results:
-            table.add_row(report.kernel, r.case, r.variant or "-", r.dtype, _worst(r, "maxAbsError"), _worst(r, "maxRelError"),
+            table.add_row(report.kernel, one_line(r.case), r.variant or "-", r.dtype, _worst(r, "maxAbsError"), _worst(r, "maxRelError"),
                           Text(_result_text(r), style=_STATUS_STYLE[r.status]))  # fmt: skip
             if r.failed or r.status == "skip":
                 failures.append((report.kernel, r))
@@ -555,9 +555,10 @@ def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False, st
                       "and rendering and compiling every variant x dtype", soft_wrap=True)  # fmt: skip
     for p in report.problems:
         style = "bold red" if p.severity == ERROR else "yellow"
-        extra = ", ".join(x for x in (f"variant {p.variant}" if p.variant else "", p.dtype or "",
-                                      f"case {p.case}" if p.case else "") if x)
-        head = Text.assemble((f"{p.severity:<7} ", style), (p.place(), "bold"),
+        extra = one_line(", ".join(x for x in (f"variant {p.variant}" if p.variant else "", p.dtype or "",
+                                               f"case {p.case}" if p.case else "") if x))  # fmt: skip
+        # one line: a file named "a\nPASSED" had printed a line of the package's choosing
+        head = Text.assemble((f"{p.severity:<7} ", style), (one_line(p.place()), "bold"),
                              (f"  [{extra}]" if extra else "", "cyan"))  # fmt: skip
         console.print(head, soft_wrap=True)
         console.print(Text("        " + p.message.replace("\n", "\n        ")), soft_wrap=True)

@@ -64,6 +64,12 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL_CHARACTERS)
 
 
+def one_line(text: str) -> str:
+    """:func:`printable` ``text`` for a field of one line (a file or case name a package chose):
+    a newline or tab shown as ``\\n`` / ``\\t``, so a name cannot start a line of its own in a log."""
+    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def describe_value(value: Any) -> str:
     """The 'got' part of an InputError about a value (an attribute, a tunable, adapter=): its type
     and at most 60 characters of its repr (a 4096-character string tunable must not fill the message)."""
