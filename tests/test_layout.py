@@ -330,3 +330,13 @@ def test_a_uniform_array_whose_length_evaluates_to_0_is_a_layout_error(write_pac
         kernel.render({"X": np.zeros(0, np.float32)})
     with pytest.raises(LayoutError, match="at least 1"):
         kernel({"X": np.zeros(0, np.float32)})
+
+
+@pytest.mark.parametrize("text", ["vec4<" + "f" * 4096 + ">", "array<array<f32, 4>, " + "9" * 4096 + ">",
+                                  "array<f32, " + "9" * 4096 + ">"])
+def test_an_unsupported_field_type_is_quoted_short(text):
+    """security.md: a message quotes a package's value by at most 80 characters; a uniform field
+    type of 4,096 characters had been quoted whole (helper-152)."""
+    with pytest.raises(LayoutError) as info:
+        parse_type(text)
+    assert len(str(info.value)) < 300, str(info.value)

@@ -24,6 +24,7 @@ from .errors import (
     ShapeError,
     UnknownInputError,
     describe_value,
+    short_repr,
 )  # fmt: skip
 from .manifest import Manifest
 from .sandbox import MAX_SEQUENCE_LENGTH
@@ -390,7 +391,8 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
                 raise AttributeValueError(name, f"a list of integers ({kind})", describe_value(value))
             items = [_number(kind, name, int(v), "a list of integers") for v in items]
         return items
-    raise AttributeValueError(name, f"a value of the kind of the manifest's default {default!r} ({kind})", describe_value(value))
+    raise AttributeValueError(name, f"a value of the kind of the manifest's default {short_repr(default)} ({kind})",
+                              describe_value(value))  # fmt: skip
 
 
 F32_MAX = 3.4028234663852886e38

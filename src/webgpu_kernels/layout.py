@@ -59,10 +59,10 @@ def parse_type(text: str) -> WgslType:
     if array:
         element = parse_type(array.group(1))
         if element.count is not None:
-            raise LayoutError(f"nested arrays are not supported in uniform structs: {text!r}")
+            raise LayoutError(f"nested arrays are not supported in uniform structs: {short_repr(text)}")
         if _round_up(element._element_align, element._element_size) % 16:
             # WGSL requires a uniform array's element stride to be a multiple of 16 bytes.
-            raise LayoutError(f"{text!r} cannot live in a uniform buffer (element stride must be a multiple "
+            raise LayoutError(f"{short_repr(text)} cannot live in a uniform buffer (element stride must be a multiple "
                               f"of 16 bytes); use an array of vec4 (e.g. array<vec4<u32>, N>)")  # fmt: skip
         return WgslType(element.scalar, element.lanes, int(array.group(2)))
     if text in _SCALARS:
@@ -72,7 +72,7 @@ def parse_type(text: str) -> WgslType:
         scalar = vector.group(2) or _SHORT_SUFFIX[vector.group(3)]
         if scalar in _SCALARS:
             return WgslType(scalar, int(vector.group(1)))
-    raise LayoutError(f"unsupported uniform field type {text!r} (use u32, i32, f32, f16, vecN<T> or array<T, N>)")
+    raise LayoutError(f"unsupported uniform field type {short_repr(text)} (use u32, i32, f32, f16, vecN<T> or array<T, N>)")
 
 
 #: WebGPU's default maxUniformBufferBindingSize: a struct of 100,000,000,000,000 vec4s had raised
