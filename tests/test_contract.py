@@ -708,4 +708,3 @@ def test_workgroup_size_error_names_a_long_tunable_as_every_tunable_error_does(s
         kernel({"X": np.ones(8, f32)}, tunables={"MODE": "x" * 4000})
     assert info.value.argument == "MODE" and "got str 'xxx" in str(info.value)
     assert "(workgroup size 0 from" in str(info.value) and len(str(info.value)) < 400
-
