@@ -202,8 +202,12 @@ def test_the_vec4_variant_runs_without_shader_f16(upsample, gl_device, rng):
 # --- refusals ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, value", [("scale_h", 0), ("scale_h", -2), ("scale_w", 0), ("scale_w", -1)])
-def test_a_scale_below_1_leaves_no_variant(upsample, name, value):
+@pytest.mark.parametrize("name, value", [("scale_h", 0), ("scale_h", -2), ("scale_w", 0), ("scale_w", -1),
+                                         ("scale_h", 2**32), ("scale_w", 2**62)])  # fmt: skip
+def test_a_scale_out_of_range_leaves_no_variant(upsample, name, value):
+    """Below 1, or past a u32 (the uniform field, and an output shape of 2^62 elements, which
+    would be the shape's ExpressionError): the attribute is read through a derive entry with a
+    fallback, so that `when` names the clause (docs/format.md)."""
     clause = "scaleHOk" if name == "scale_h" else "scaleWOk"
     with pytest.raises(errors.SelectionError, match=f"{clause}=False"):
         upsample({"X": np.ones((1, 1, 2, 2), np.float32)}, attrs={name: value})
