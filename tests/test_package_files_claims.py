@@ -112,9 +112,13 @@ def test_an_attribute_description_of_no_declared_attribute_is_a_warning_not_a_lo
 
 def test_validate_warns_of_a_floating_point_output_dtype_without_a_tolerance(package):
     """Doc: "A dtype with no entry is compared exactly (`validate` warns about floating-point dtypes
-    without one)." """
+    without one: a kernel that copies values, which must match exactly, says so with `{"rtol": 0,
+    "atol": 0}`)." The warning had not said how to mean it (helper-156, writing a copy kernel)."""
     warned = [w for w in warnings_of(package({"cases": [case()]})) if "no tolerance" in w]
-    assert warned == ["test.json tolerances: no tolerance for float32 outputs: they must match exactly"]
+    assert warned == ["test.json tolerances: no tolerance for float32 outputs: they must match exactly "
+                      '(where that is meant, a copy, say so with "float32": {"rtol": 0, "atol": 0})']
+    exact = {"tolerances": {"float32": {"rtol": 0, "atol": 0}}, "cases": [case()]}
+    assert not [w for w in warnings_of(package(exact)) if "no tolerance" in w]
     tolerant = {"tolerances": {"float32": {"atol": 1e-6}}, "cases": [case()]}
     assert not [w for w in warnings_of(package(tolerant)) if "no tolerance" in w]
     # a case's own entry covers it as well

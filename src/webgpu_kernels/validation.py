@@ -394,7 +394,8 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
                           f"shape {list(shape)} for these inputs", case=case.name)  # fmt: skip
         _check_case_variants(case, manifest, out)
     for dtype in sorted(missing_tolerance):
-        out.warning(TEST_FILE, "tolerances", f"no tolerance for {dtype} outputs: they must match exactly")
+        out.warning(TEST_FILE, "tolerances", f"no tolerance for {dtype} outputs: they must match exactly "
+                    f'(where that is meant, a copy, say so with "{dtype}": {{"rtol": 0, "atol": 0}})')
     checked = {role for case in test_file.cases for role in case.expected}
     for role in output_types:
         if role not in checked:  # `test` compares only the outputs a case lists: this one, never
