@@ -50,7 +50,8 @@
 #   bash scripts/h200-run.sh oom   buffers past the card's memory: OutOfMemoryError, the pool's trim-and-retry, a call after it
 #   bash scripts/h200-run.sh newpackages   demo.CumSum and com.example.SkipLayerNormalization: validate --strict, test, bench
 #   bash scripts/h200-run.sh conv   demo.Conv: validate --strict, test, torch's conv2d (scripts/torch_conv.py), bench of the defaults
-#   bash scripts/h200-run.sh concatsuite   demo.Concat validated, tested and benched (checked against onnxruntime), then the suite in 8 processes
+#   bash scripts/h200-run.sh packagesuite NAME [ONNX_OP]   tests/packages/NAME validated, tested and benched (checked against ONNX_OP in onnxruntime), then the suite
+#   bash scripts/h200-run.sh concatsuite   packagesuite demo.Concat ai.onnx.Concat (run AH)
 #   bash scripts/h200-run.sh convsuite   demo.Conv's defaults beside cuDNN (torch_conv.py), bench, then the suite in 8 processes
 #   bash scripts/h200-run.sh convtune [CASE ...]   demo.Conv tuned on SD cases (default four), then benched default against tuned
 #   bash scripts/h200-run.sh skiplayernorm   com.example.SkipLayerNormalization's SD cases tuned, then benched default against tuned
@@ -354,14 +355,17 @@ case "${1:-bench}" in
       timeout 150 python3 -m webgpu_kernels bench "tests/packages/$p" --no-host --json "$OUT/bench-$p.json" 2>&1 \
         | tee -a "$OUT/new-packages.log"
     done ;;
-  concatsuite)  # session 49: demo.Concat (written from the docs that session) on a real GPU: validate, test, bench
-                # checked against onnxruntime's ai.onnx.Concat, then the suite in 8 processes
-    c=tests/packages/demo.Concat log=$OUT/concat.log
+  packagesuite)  # session 49: a test package on a real GPU (validate, test, bench; checked against onnxruntime's
+                 # op where ONNX_OP is given), then the suite in 8 processes: packagesuite demo.Concat ai.onnx.Concat
+    c=tests/packages/$2 log=$OUT/package.log
     timeout 60 python3 -m webgpu_kernels validate $c --strict 2>&1 | tail -3 | tee "$log"
     timeout 90 python3 -m webgpu_kernels test $c 2>&1 | tail -3 | tee -a "$log"
-    timeout 150 python3 -m webgpu_kernels bench $c --onnx-op ai.onnx.Concat --no-host --json "$OUT/concat.json" 2>&1 | tee -a "$log"
+    timeout 150 python3 -m webgpu_kernels bench $c ${3:+--onnx-op $3} --no-host --json "$OUT/package.json" 2>&1 | tee -a "$log"
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
+  concatsuite)  # session 49 (run AH): packagesuite demo.Concat ai.onnx.Concat, its files named concat.*
+    bash "$0" packagesuite demo.Concat ai.onnx.Concat
+    mv "$OUT/package.log" "$OUT/concat.log"; mv "$OUT/package.json" "$OUT/concat.json" ;;
   conv)  # session 46: demo.Conv (a compute-bound package written from the docs) on a real GPU, beside cuDNN
     c=tests/packages/demo.Conv log=$OUT/conv.log
     timeout 60 python3 -m webgpu_kernels validate $c --strict 2>&1 | tail -3 | tee "$log"
