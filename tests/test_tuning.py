@@ -381,6 +381,18 @@ def test_a_tuning_file_that_cannot_be_read_is_said(adapter_file, fresh_kernel, m
     assert tuning.CACHE_ENV in str(caught[0].message)
 
 
+def test_a_tuning_file_linked_to_nothing_is_said_as_such(adapter_file, fresh_kernel):
+    """A symlink to a missing file was said to be a 'file not found in the package': the words of
+    a package's file, about a tuning file."""
+    adapter_file.parent.mkdir(parents=True)
+    adapter_file.symlink_to(adapter_file.parent / "elsewhere.json")
+    x = np.linspace(-4, 4, N, dtype=np.float32)
+    with pytest.warns(wk.TuningFileWarning, match="a symbolic link to a missing file") as caught:
+        fresh_kernel()({"X": x})
+    text = str(caught[0].message)
+    assert "package" not in text and tuning.CACHE_ENV in text, text
+
+
 def test_no_tuning_file_or_a_good_one_is_no_warning(adapter_file, fresh_kernel):
     """Never having tuned is no problem to warn of, nor is a file `tune` wrote."""
     x = np.linspace(-4, 4, N, dtype=np.float32)

@@ -304,6 +304,8 @@ def _load(path: Path) -> tuple[dict[str, dict[str, Any]], FileProblem | None]:
     that has a problem."""
     if not os.path.lexists(path):
         return {}, None  # never tuned: nothing to say
+    if os.path.islink(path) and not os.path.exists(path):  # read_file would call it a package's missing file
+        return {}, FileProblem("a symbolic link to a missing file", readable=False)
     if _is_regular_file(path) and not os.access(path, os.R_OK):  # another user's, in a shared folder
         return {}, FileProblem("this user cannot read it", readable=False)
     try:
