@@ -231,8 +231,8 @@ def test_test_and_validate_write_nothing_on_stderr_off_a_terminal(runner: CliRun
 
 @pytest.mark.filterwarnings("ignore::webgpu_kernels.TuningFileWarning")
 def test_a_folder_in_the_tuning_files_place_leaves_a_dry_run_running(runner: CliRunner, tuning_dir: Path) -> None:
-    """Pins "A file this user cannot read, or a folder in its place, stops `tune` before any timing
-    (exit 2; `--dry-run` runs)\": the dry run writes nothing, so nothing is in its way."""
+    """Pins "A file this user cannot read, or a folder in its place (...), stops `tune` before any
+    timing (exit 2; `--dry-run` runs)\": the dry run writes nothing, so nothing is in its way."""
     import webgpu_kernels as wk
     from webgpu_kernels import tuning
 

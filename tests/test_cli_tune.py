@@ -663,6 +663,27 @@ def test_a_folder_named_as_the_tuning_file_is_a_usage_error_before_any_timing(ru
     assert "a folder has the tuning file's name" in result.output and "--dry-run" in result.output, result.output
 
 
+@pytest.mark.filterwarnings("ignore::webgpu_kernels.TuningFileWarning")
+@pytest.mark.parametrize("kind", ["fifo", "dangling link"])
+def test_a_fifo_or_a_link_to_nothing_as_the_tuning_file_is_a_usage_error_before_any_timing(runner, tuning_dir, monkeypatch,
+                                                                                            kind):  # fmt: skip
+    """Calls said of either 'make it a regular file this user can read', and tune printed that too,
+    then searched and saved over it (the link replaced by a file of its own), exit status 0."""
+    import os
+
+    path = tuning_file(tuning_dir)
+    path.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(tuning_dir / "elsewhere.json")
+    monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed before refusing"))
+    result = runner.invoke(main, ["tune", QG_DIR, *TINY])
+    assert result.exit_code == 2, result.output
+    assert "not a regular file" in result.output and "--dry-run" in result.output, result.output
+    assert os.path.lexists(path) and not path.is_file()  # left as it was
+
+
 def test_tune_says_what_is_wrong_with_the_tuning_file_and_where_it_kept_it(runner, tuning_dir, monkeypatch):
     """A damaged tuning file (one typo of a hand edit) was moved aside by the first save without a
     word: the user never learnt why calls had ignored it, nor where it went. tune says both; bench

@@ -241,6 +241,10 @@ def _check_writable(path: Path) -> None:
             raise PermissionError(errno.EACCES, "this user cannot read the tuning file", str(path))
         if path.is_dir():  # no file can be renamed over it: the first save had failed, after a search
             raise IsADirectoryError(errno.EISDIR, "a folder has the tuning file's name", str(path))
+        if os.path.lexists(path) and not path.is_file():  # a FIFO, a link to nothing: calls say to make it a
+            # regular file, and the first save had replaced it with one of its own (not moved it aside)
+            raise OSError(errno.EEXIST, "the tuning file's name is not a regular file (a FIFO, or a link to nothing)",
+                          str(path))  # fmt: skip
     except OSError as exc:
         raise click.UsageError(f"the tuning folder {folder} is not writable ({exc.strerror or exc}"
                                f"{': ' + exc.filename if exc.filename and exc.filename != str(folder) else ''}): set "
