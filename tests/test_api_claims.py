@@ -207,6 +207,26 @@ def test_explain_of_a_forced_variant_that_cannot_run(quick_gelu):
         quick_gelu.explain(meta, variant="vec8")
 
 
+def test_explain_names_the_stored_tuning_result_a_call_runs_instead(tuning_dir):
+    """explain's paragraph names `tuned`, the stored result a call runs instead, and says that
+    `chosen` stays the manifest's own selection: it had read "the variant a call would run", and a
+    tuned call ran another."""
+    from webgpu_kernels import tuning
+    from webgpu_kernels.package import embedded_root
+
+    paragraph = PYTHON_API.split("- `kernel.explain(...)`", 1)[1].split("\n- ", 1)[0]
+    assert "`tuned`" in paragraph and "`chosen`" in paragraph, paragraph
+    kernel = wk.load_kernel(embedded_root() / "com.microsoft.QuickGelu")
+    device = wk.get_device()
+    cache = tuning.TuningCache(tuning_dir / f"{tuning.adapter_slug(device.adapter.name, device.adapter.backend)}.json")
+    cache.record(kernel.tuning_key, {"T": "float32"}, {"X": (4096,)},
+                 tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 64}, 1e-5))  # fmt: skip
+    cache.save()
+    explanation = kernel.explain({"X": ((4096,), "float32")})
+    assert explanation.chosen == "vec4"
+    assert explanation.tuned == {"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 64}}
+
+
 def test_evaluate_returns_a_literal_as_it_is(quick_gelu):
     """"a number or boolean a literal value, returned as it is (`evaluate(5, ...)` is 5)"."""
     meta = {"X": ((2, 3), "float32")}
