@@ -28,6 +28,7 @@ from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.package import embedded_root
 from webgpu_kernels.validation import validate_package
 
+from cli_helpers import HAS_ORT
 from conftest import PACKAGES_DIR, copy_package, tuning_file
 
 QG = "com.microsoft.QuickGelu"
@@ -153,6 +154,27 @@ def test_generate_draws_the_given_shapes_inputs(runner, tmp_path, monkeypatch):
         assert result.exit_code == 2 and "--generate draws -i/--input shapes" in result.output, result.output
         result = runner.invoke(main, [command, QG_DIR, "-i", "X=4:f32", "--generate", "Y=uniform:5:6", *QUICK_WARM_UP])
         assert result.exit_code == 2 and "--generate names 'Y'" in result.output, result.output
+
+
+def test_given_shapes_take_attributes(runner, tmp_path):
+    """`bench` and `tune` with -i had no --attr, so an op whose attribute has no usable default
+    (demo.Concat's `axis`) could not be timed or tuned at a shape of the author's own: its call was
+    refused on `axisGiven` (helper-155). --attr sets the -i call's attributes, as `run`'s does; the
+    row records them and the output is checked against onnxruntime's Concat."""
+    concat = str(PACKAGES_DIR / "demo.Concat")
+    given = ["-i", "A=2x8x4:f32", "-i", "B=2x4x4:f32", "--attr", "axis=1"]
+    path = tmp_path / "rows.json"
+    invoke(runner, "bench", concat, *given, "--onnx-op", "ai.onnx.Concat", "--no-host", *QUICK_WARM_UP,
+           "--json", str(path))  # fmt: skip
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["attrs"] == {"axis": 1} and "error" not in row, row
+    if HAS_ORT:
+        assert row["error_ok"] is True and row["max_error"] == 0.0, row
+    tuned = runner.invoke(main, ["tune", concat, *given, *QUICK_WARM_UP, "--dry-run"])
+    assert tuned.exit_code == 0, tuned.output
+    for command in ("bench", "tune"):  # attributes belong to -i shapes: bench.json cases carry their own
+        result = runner.invoke(main, [command, concat, "--attr", "axis=1", *QUICK_WARM_UP])
+        assert result.exit_code == 2 and "--attr sets the -i/--input shapes' attributes" in result.output, result.output
 
 
 def test_bench_custom_input_of_odd_size_and_a_failing_case_in_full(runner, tmp_path, monkeypatch):

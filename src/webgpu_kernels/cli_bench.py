@@ -43,6 +43,7 @@ from .cli import (
     GENERATE_OPTION,
     FiniteFloatRange,
     _adapter,
+    _assignments_callback,
     _console,
     _echo_json,
     _inputs_callback,
@@ -83,7 +84,7 @@ def _no_cases(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ..
 
 
 def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
-           inputs: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+           inputs: dict[str, Any], attrs: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The cases to run, each with every input's shape and dtype resolved. bench.json is read the
     way `validate` reads it: a malformed file stops the command with its file and JSON path."""
     bench = (parse_bench_file(kernel.package.read_json(BENCH_FILE), manifest=kernel.manifest)
@@ -97,14 +98,14 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
         # for a bench.json case (each had exited 2). Then the type variables they bind, as a
         # bench.json case has them (tune's labels and tolerance).
         try:
-            kernel.plan({role: spec.meta() for role, spec in inputs.items()})
+            kernel.plan({role: spec.meta() for role, spec in inputs.items()}, attrs=attrs or None)
         except (InputError, SelectionError):
             raise
         except KernelError:
             pass
         metas = {role: (spec.shape, spec.dtype) for role, spec in inputs.items()}
-        types = check_call(kernel.manifest, metas, None, None).type_bindings()
-        return [{"name": "custom", "tags": [], "attrs": {}, "tunables": {}, "types": types, "flops": flops,
+        types = check_call(kernel.manifest, metas, attrs or None, None).type_bindings()
+        return [{"name": "custom", "tags": [], "attrs": dict(attrs or {}), "tunables": {}, "types": types, "flops": flops,
                  "inputs": {k: {"shape": v.shape, "dtype": v.dtype, **_generate(v.generate)} for k, v in inputs.items()}}]  # fmt: skip
     if bench is None:
         return []
@@ -247,9 +248,12 @@ WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=FiniteFloatRange(mi
 
 
 def given_shapes_option(verb: str) -> Callable[[Any], Any]:
-    """bench's and tune's -i (shapes of one kernel's inputs instead of its bench.json cases) and
-    --generate (how those inputs are drawn)."""
+    """bench's and tune's -i (shapes of one kernel's inputs instead of its bench.json cases),
+    --generate (how those inputs are drawn) and --attr (the attributes of their call)."""
     def options(fn: Any) -> Any:
+        fn = click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE", callback=_assignments_callback,
+                          help="An attribute of the -i shapes' call (value parsed as JSON, else a string). "
+                               "Repeatable.")(fn)  # fmt: skip
         fn = GENERATE_OPTION(fn)
         return click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE",
                             callback=_inputs_callback, help=f"{verb} this shape instead of bench.json cases (one kernel).")(fn)  # fmt: skip
@@ -266,11 +270,14 @@ def case_selection_options(fn: Any) -> Any:
 
 
 def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any],
-                       names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
+                       attrs: dict[str, Any], names: tuple[str, ...], tags: tuple[str, ...],
+                       dtypes: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
     """-i's usage errors, said before anything is loaded or timed; the -i inputs with --generate's
     distributions."""
     if generators and not inputs:
         raise click.UsageError("--generate draws -i/--input shapes: bench.json cases give their own `generate`")
+    if attrs and not inputs:
+        raise click.UsageError("--attr sets the -i/--input shapes' attributes: bench.json cases give their own `attrs`")
     inputs = with_generators(inputs, generators)
     if inputs and len(kernels) != 1:
         raise click.UsageError("-i/--input gives one kernel's shapes: name exactly one KERNEL with it")
@@ -304,7 +311,8 @@ def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], generat
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=_plottable,
               help="Save bandwidth against size, with the rooflines, to this PNG.")  # fmt: skip
 @click.pass_context
-def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any], names: tuple[str, ...],
+def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any],
+              attrs: dict[str, Any], names: tuple[str, ...],
               tags: tuple[str, ...], dtypes: tuple[str, ...], variant: str | None, onnx_op: str | None,
               compare: bool, compile_tag: str,
               host: bool, calls: int, warm_up_s: float, seed: int, json_path: str | None,
@@ -322,7 +330,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     peer_timeout_s = env_count(PEER_TIMEOUT_ENV, 420) if compare else 0
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     peak = known_peak(device.adapter.name)
-    inputs = check_given_shapes(kernels, inputs, generators, names, tags, dtypes)
+    inputs = check_given_shapes(kernels, inputs, generators, attrs, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
     if onnx_op is not None and len(loaded) != 1:
         raise click.BadParameter(f"--onnx-op names the ONNX op of one package, and {len(loaded)} kernels are "
@@ -331,7 +339,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
         if variant not in kernel.variants:
             raise click.BadParameter(f"{kernel.op_id} has no variant {variant!r} (its variants: "
                                      f"{', '.join(kernel.variants)})", ctx=ctx, param_hint="'--variant'")  # fmt: skip
-    plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
+    plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs, attrs)]
     if not plan:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "time"))
     # After the caller's arguments are checked: a mistyped KERNEL had printed this line above its error.

@@ -69,7 +69,8 @@ class _ClassCases:
 @SEED_OPTION
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
 @click.pass_context
-def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any], names: tuple[str, ...],
+def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any],
+             attrs: dict[str, Any], names: tuple[str, ...],
              tags: tuple[str, ...], dtypes: tuple[str, ...], warm_up_s: float, seed: int, dry_run: bool) -> None:  # fmt: skip
     """Search variants and tunables per case; keep the fastest per adapter.
 
@@ -86,9 +87,9 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     console = _console()
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     cache = load_tuning_cache(device)
-    inputs = check_given_shapes(kernels, inputs, generators, names, tags, dtypes)
+    inputs = check_given_shapes(kernels, inputs, generators, attrs, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
-    work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs)]
+    work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs, attrs)]
     if not work:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
     if not dry_run:
