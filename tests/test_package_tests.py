@@ -710,10 +710,15 @@ def test_a_written_value_with_the_fills_bytes_is_not_called_unwritten(tmp_path: 
 # --- the command's own arguments (CLI review, session 24) ----------------------------------------
 
 
-def test_a_timeout_runs_isolated_and_says_it_timed_out(runner: CliRunner) -> None:
+def test_a_timeout_runs_isolated_and_says_it_timed_out(runner: CliRunner, monkeypatch) -> None:
     """--timeout without --isolate had been ignored (the run went to its end, exit 0), and an
-    isolated timeout read as "killed by signal SIGKILL", as a driver crash or the OOM killer reads."""
+    isolated timeout read as "killed by signal SIGKILL", as a driver crash or the OOM killer reads.
+    The child stalls at its first case (STALL_HOOK_ENV), so the 1 s timeout is reached on any machine."""
+    from webgpu_kernels.package_tests import STALL_HOOK_ENV
+
     from conftest import PACKAGES_DIR
+
+    monkeypatch.setenv(STALL_HOOK_ENV, "1")
 
     result = runner.invoke(main, ["test", str(PACKAGES_DIR / "demo.Gather"), "--timeout", "1", "--json"])
     assert result.exit_code == 1, result.output

@@ -340,8 +340,14 @@ def test_cli_validate_isolated_crash(qg: Path, runner: CliRunner, monkeypatch: p
     assert "exit status 70 while compiling variant 'vec4' (float32) for case 'vec4-2x64-f32'" in result.stdout
 
 
-def test_cli_validate_timeout_runs_isolated_and_says_it_timed_out(qg: Path, runner: CliRunner) -> None:
-    """--timeout without --isolate had been ignored; an isolated timeout read as SIGKILL."""
+def test_cli_validate_timeout_runs_isolated_and_says_it_timed_out(qg: Path, runner: CliRunner,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """--timeout without --isolate had been ignored; an isolated timeout read as SIGKILL. The child
+    stalls at its first case (STALL_HOOK_ENV): the whole run had taken less than 1 s on a fast machine
+    (session 49's fresh clone), and the test failed."""
+    from webgpu_kernels.package_tests import STALL_HOOK_ENV
+
+    monkeypatch.setenv(STALL_HOOK_ENV, "1")
     result = runner.invoke(main, ["validate", str(qg), "--timeout", "1"])
     assert result.exit_code == 1, result.output
     assert "the validation process ran past its 1 s timeout (--timeout) and was stopped" in " ".join(result.stdout.split())

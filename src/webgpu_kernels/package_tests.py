@@ -54,6 +54,19 @@ if TYPE_CHECKING:
 #: Test-only hook: a child process whose environment names a case here exits abruptly (as
 #: wgpu-native does when it aborts) when it reaches that case. Only the isolated child reads it.
 CRASH_HOOK_ENV = "WEBGPU_KERNELS_TEST_CRASH_AT"
+#: Test-only hook: such a child stops for good at the first case it reaches (any value), so that a
+#: --timeout test times out on any machine: a 1 s timeout had passed where the whole run took less.
+STALL_HOOK_ENV = "WEBGPU_KERNELS_TEST_STALL"
+
+
+def child_hooks(kind: str, case: Any) -> None:
+    """The test-only hooks an isolated child runs at each progress event (CRASH_HOOK_ENV, STALL_HOOK_ENV)."""
+    if kind != "start":
+        return
+    if os.environ.get(STALL_HOOK_ENV):
+        time.sleep(3600)  # the parent's timeout stops it
+    if case is not None and case == os.environ.get(CRASH_HOOK_ENV):
+        os._exit(70)  # what an abort inside wgpu-native looks like from outside
 
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
 #: Before each run every buffer the call will get from the device's pool is filled with one of these
@@ -548,12 +561,9 @@ def open_job_kernel(job: TestJob) -> Kernel:
 
 def _child_main(conn: Any, job: TestJob) -> None:
     """Entry point of the child process: run the tests, sending each result as it comes."""
-    crash_at = os.environ.get(CRASH_HOOK_ENV)
-
     def progress(kind: str, value: Any) -> None:
         conn.send(("progress", kind, value))
-        if kind == "start" and crash_at and value["case"] == crash_at:
-            os._exit(70)  # test-only: what an abort inside wgpu-native looks like from outside
+        child_hooks(kind, value.get("case") if isinstance(value, dict) else None)
 
     try:
         kernel = open_job_kernel(job)

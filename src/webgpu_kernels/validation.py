@@ -25,7 +25,6 @@ the variant and dtype (validation_report.py; stage 6 lives in validation_gpu.py)
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
 from collections.abc import Callable
@@ -549,14 +548,11 @@ class ValidateJob:
 
 
 def _child_main(conn: Any, job: ValidateJob) -> None:
-    from .package_tests import CRASH_HOOK_ENV
-
-    crash_at = os.environ.get(CRASH_HOOK_ENV)
+    from .package_tests import child_hooks
 
     def progress(kind: str, value: Any) -> None:
         conn.send(("progress", kind, value))
-        if kind == "start" and crash_at and value.get("case") == crash_at:
-            os._exit(70)  # test-only hook (see package_tests.CRASH_HOOK_ENV)
+        child_hooks(kind, value.get("case") if isinstance(value, dict) else None)
 
     try:
         report = validate_package(job.path, adapter=job.adapter, gpu=job.gpu, progress=progress)
