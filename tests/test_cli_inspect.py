@@ -246,7 +246,7 @@ def test_validate_without_any_adapter_is_the_machine_s_problem_not_the_package_s
 def test_explain_json_bounds_a_heavy_value(runner: CliRunner, scale_shift_variant) -> None:
     """`values` (and a verdict's) had been each derive and constant value whole: a constant of
     `[['x' * 4096] * 4095]` (4,096 items, within the expression bounds) is 16 MB of JSON, and 20
-    constants naming it printed 353 MB (1.2 GB resident) for one `explain --json`."""
+    constants naming it printed 336 MB (1.1 GB resident) for one `explain --json`."""
     def change(manifest):
         manifest["constants"] = {"big": "[['x' * 4096] * 4095]", **{f"c{i}": "big" for i in range(3)},
                                  **manifest["constants"]}  # fmt: skip

@@ -62,7 +62,7 @@ def json_value(value: Any) -> Any:
     MAX_SEQUENCE_LENGTH items or MAX_JSON_VALUE_TEXT characters of text, counted through every
     nesting level, as its short_repr. Such a value is a few references (a constant of
     ``[['x' * 4096] * 4095]`` holds 4,096 items): written whole, 16 MB of JSON for each name that
-    holds it (20 made one `explain --json` 353 MB)."""
+    holds it (20 made one `explain --json` 336 MB)."""
     if nested_items_exceed(value, MAX_SEQUENCE_LENGTH, MAX_JSON_VALUE_TEXT):
         return short_repr(value)
     return list(value) if isinstance(value, tuple) else value
