@@ -60,6 +60,9 @@ PACKAGES_DIR = TESTS_DIR / "packages"
 SHARED_SEEDS = REPO_ROOT.parent / "shared" / "seeds"
 
 DTYPES = (np.float32, np.float16)
+DTYPE_IDS = ("f32", "f16")  # pytest ids of DTYPES
+#: The unsigned integer of each float's width: float outputs compared bit for bit (copies keep NaN payloads, -0.0).
+BITS = {np.dtype(np.float32): np.uint32, np.dtype(np.float16): np.uint16}
 
 
 @pytest.fixture(scope="session")

@@ -17,15 +17,20 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
-from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, poison_outputs
+from conftest import (
+    BITS,
+    DTYPE_IDS,
+    DTYPES,
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+)
 
 PACKAGE = PACKAGES_DIR / "demo.Gather"
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 INDEX_DTYPES = (np.int32, np.int64)
 INDEX_IDS = ("i32", "i64")
 CLIP_VOCAB, CLIP_HIDDEN = 49408, 768  # CLIP ViT-L/14 text encoder (SD 1.x, Flux): token embedding
-BITS = {np.dtype(np.float32): np.uint32, np.dtype(np.float16): np.uint16}
 
 
 @pytest.fixture(scope="module")

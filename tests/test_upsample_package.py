@@ -23,6 +23,9 @@ from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
 from conftest import (
+    BITS,
+    DTYPE_IDS,
+    DTYPES,
     PACKAGES_DIR,
     assert_engine_has_no_code_for,
     assert_valid_and_passing,
@@ -32,9 +35,6 @@ from conftest import (
 
 PACKAGE = PACKAGES_DIR / "demo.Upsample"
 VARIANTS = ("vec4", "scalar")
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
-BITS = {np.dtype(np.float32): np.uint32, np.dtype(np.float16): np.uint16}
 
 
 @pytest.fixture(scope="module")
