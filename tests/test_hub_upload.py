@@ -20,7 +20,8 @@ import webgpu_kernels as wk
 from webgpu_kernels import hub
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.errors import HubError, PackageError
-from webgpu_kernels.hub_upload import can_upload, upload_package
+from webgpu_kernels.hub import PACKAGE_DIR
+from webgpu_kernels.hub_upload import SHOWN_LINKS, can_upload, describe, upload_package
 
 from conftest import PACKAGES_DIR
 from hub_server import HubServer
@@ -163,10 +164,10 @@ def test_json(server, package):
     data = json.loads(result.stdout)
     assert set(data) == {"repo", "revision", "commit", "endpoint", "op", "version", "fileCount", "files", "deleted",
                          "newCommit", "createdRepository", "createdBranch", "private", "verified", "dryRun",
-                         "warnings", "load"}  # fmt: skip
+                         "warnings", "load", "outsideLinks"}  # fmt: skip
     assert (data["repo"], data["revision"], data["commit"]) == (REPO, "v1", server.commit_of(REPO, "v1"))
     assert (data["fileCount"], data["files"], data["endpoint"]) == (4, PACKAGE_FILES, server.url)
-    assert data["verified"] is True and data["dryRun"] is False and data["warnings"]
+    assert data["verified"] is True and data["dryRun"] is False and data["warnings"] and data["outsideLinks"] == []
     assert data["load"] == f"get_kernel('{REPO}', version=1)"
     assert server.commits[0][2]["summary"] == "first"
 
@@ -554,3 +555,113 @@ def test_a_downloaded_snapshot_is_republished_only_with_the_opt_in(server, packa
     assert "metadata.json -> " in str(info.value)
     again = upload_package(snapshot, REPO, gpu=False, follow_outside_links=True)
     assert again.commit == first.commit and not again.new_commit
+    # Every file named, each as the symbolic link into blobs/ it is (a blob has one name: no hard link)
+    assert [f"{PACKAGE_DIR}/{link.file}" for link in again.outside_links] == again.files
+    assert all(link.kind == "symbolic" and "/blobs/" in str(link.target) for link in again.outside_links)
+
+
+def test_the_opt_in_names_each_file_that_came_through_an_outside_link(server, package, tmp_path):
+    # What left the folder is said, a dry run's listing included: the flag had published quietly.
+    secret = _linked_outside(package, tmp_path)
+    dry = upload(str(package), REPO, "--no-gpu", "--dry-run", "--follow-outside-links")
+    assert dry.exit_code == 0, dry.output
+    said = dry.stdout
+    assert "1 file read through a link outside the folder (--follow-outside-links)" in said, said
+    assert f"  notes.txt -> {secret}" in said and "BEGIN PRIVATE KEY" not in said
+    result = upload_package(package, REPO, gpu=False, follow_outside_links=True)
+    assert [(link.file, link.target) for link in result.outside_links] == [("notes.txt", str(secret))]
+    cli = upload(str(package), REPO, "--no-gpu", "--follow-outside-links", "--json")
+    assert cli.exit_code == 0, cli.output
+    assert json.loads(cli.stdout)["outsideLinks"] == [{"file": "notes.txt", "kind": "symbolic", "target": str(secret)}]
+    plain = upload(str(package), REPO, "--no-gpu", "--follow-outside-links")
+    assert f"  notes.txt -> {secret}" in plain.stdout, plain.output
+
+
+def test_a_package_without_outside_links_says_nothing_of_them(server, package):
+    result = upload_package(package, REPO, gpu=False, dry_run=True, follow_outside_links=True)
+    assert result.outside_links == [] and result.as_dict()["outsideLinks"] == []
+    assert not any("outside" in line for line in describe(result))
+
+
+# --- hard links: a second name of a file elsewhere -------------------------------------------------
+
+
+def test_a_hard_link_to_a_file_outside_the_folder_is_refused(server, package, tmp_path):
+    # A hard link is the file itself under a second name: by its path, notes.txt is a plain file of the
+    # folder, but its link count says another name of it lies elsewhere (~/.ssh/id_rsa here).
+    secret = _secret(tmp_path)
+    (package / "notes.txt").hardlink_to(secret)
+    write_metadata(package)
+    for args in ([], ["--dry-run"]):
+        result = upload(str(package), REPO, "--no-gpu", *args)
+        assert result.exit_code == 2, result.output
+        said = " ".join(result.stderr.split())
+        assert "notes.txt (a hard link: 1 of its 2 names is outside the folder)" in said, said
+        assert "--follow-outside-links" in said and "copy" in said and "would upload" not in result.output
+    assert server.requests == []
+    dry = upload_package(package, REPO, gpu=False, dry_run=True, follow_outside_links=True)
+    assert [(link.file, link.kind, link.names, link.names_inside) for link in dry.outside_links] == [
+        ("notes.txt", "hard", 2, 1)]
+    assert any("notes.txt (a hard link: 1 of its 2 names is outside the folder)" in line for line in describe(dry))
+    assert {"file": "notes.txt", "kind": "hard", "names": 2, "namesInFolder": 1} in dry.as_dict()["outsideLinks"]
+
+
+def test_hard_links_whose_names_are_all_in_the_folder_upload(server, package):
+    # Two files of the package that are one file, and a hidden backup beside them: every name of the
+    # file is in the folder, so nothing of it comes from elsewhere.
+    (package / "copy.md").hardlink_to(package / "README.md")
+    (package / ".README.md.bak").hardlink_to(package / "README.md")
+    (package / "docs").mkdir()
+    (package / "docs" / "again.md").hardlink_to(package / "README.md")
+    (package / "via.md").symlink_to("copy.md")  # a symbolic link to one of them counts no name
+    write_metadata(package)
+    assert (package / "README.md").stat().st_nlink == 4
+    result = upload_package(package, REPO, gpu=False)
+    assert {"build/webgpu/copy.md", "build/webgpu/docs/again.md", "build/webgpu/via.md"} <= set(result.files)
+    assert result.verified and result.outside_links == []
+
+
+def test_a_hard_link_behind_an_inside_symbolic_link_is_named_by_its_link(server, package, tmp_path):
+    secret = _secret(tmp_path)
+    (package / "b.txt").hardlink_to(secret)
+    (package / "a.txt").symlink_to("b.txt")
+    write_metadata(package)
+    with pytest.raises(PackageError) as info:
+        upload_package(package, REPO, gpu=False, dry_run=True)
+    said = str(info.value)
+    assert "a.txt (a hard link: 1 of its 2 names" in said and "b.txt (a hard link: 1 of its 2 names" in said, said
+
+
+# --- the lists are capped --------------------------------------------------------------------------
+
+
+def _many_outside_links(package: Path, tmp_path: Path, count: int) -> Path:
+    secret = _secret(tmp_path)
+    for i in range(count):
+        (package / f"n{i:03}.txt").symlink_to(secret)
+    write_metadata(package)
+    return secret
+
+
+def test_the_refusal_names_the_first_links_and_counts_the_rest(server, package, tmp_path):
+    secret = _many_outside_links(package, tmp_path, SHOWN_LINKS + 30)
+    result = upload(str(package), REPO, "--no-gpu", "--dry-run")
+    assert result.exit_code == 2, result.output
+    said = result.stderr
+    assert f"{SHOWN_LINKS + 30} files of the package" in " ".join(said.split())
+    shown = [f"n{i:03}.txt -> {secret}" for i in range(SHOWN_LINKS)]
+    assert all(line in said for line in shown) and f"n{SHOWN_LINKS:03}.txt" not in said
+    assert "... and 30 more" in said
+    assert len(said.splitlines()) < SHOWN_LINKS + 15, said
+
+
+def test_the_opt_in_list_is_capped_and_json_holds_every_link(server, package, tmp_path):
+    _many_outside_links(package, tmp_path, SHOWN_LINKS + 1)
+    dry = upload(str(package), REPO, "--no-gpu", "--dry-run", "--follow-outside-links")
+    assert dry.exit_code == 0, dry.output
+    said = dry.stdout
+    assert f"{SHOWN_LINKS + 1} files read through links outside the folder" in said, said
+    assert sum(1 for line in said.splitlines() if line.startswith("  n") and " -> " in line) == SHOWN_LINKS
+    assert "... and 1 more" in said
+    full = upload(str(package), REPO, "--no-gpu", "--dry-run", "--follow-outside-links", "--json")
+    assert len(json.loads(full.stdout)["outsideLinks"]) == SHOWN_LINKS + 1

@@ -105,8 +105,9 @@ def _info(kernel: Kernel, *, offline: bool) -> dict:
 @click.option("--any-name", is_flag=True, help="Allow a repository name other than the package's op id.")
 @click.option("--dry-run", is_flag=True, help="Check the package and list what would be uploaded; send nothing.")
 @click.option("--follow-outside-links", is_flag=True,
-              help="Publish what symbolic links to files outside PATH read (refused by default; a Hugging Face "
-                   "cache snapshot is made of such links).")  # fmt: skip
+              help="Publish files that lead outside PATH, symbolic links to files outside it and hard links with a "
+                   "name outside it (refused by default; a Hugging Face cache snapshot is made of such symbolic "
+                   "links); the output names them.")  # fmt: skip
 @click.option("--gpu/--no-gpu", default=True, show_default=True,
               help="Validate with the GPU stage (render and compile every variant x dtype), as validate does.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -117,7 +118,8 @@ def upload_cmd(ctx: click.Context, path: str, repo: str, version: int | None, pr
 
     N is metadata.json's contract version. Refused, before anything is sent, unless `validate PATH`
     finds no error, metadata.json is current (`digest PATH`), REPO's name is the op id and no file
-    is a symbolic link to a file outside PATH (unless --follow-outside-links). Uploads
+    leads outside PATH, a symbolic link to a file outside it or a hard link with a name outside it
+    (unless --follow-outside-links, whose files are then listed). Uploads
     the files metadata.json lists, and metadata.json, to build/webgpu/ in one commit (deleting what
     else was there), then downloads that commit and checks its digests. HF_ENDPOINT picks the Hub;
     the token is HF_TOKEN or huggingface_hub's login.

@@ -5,7 +5,8 @@ The layout is the one :mod:`webgpu_kernels.hub` reads (see ``docs/hub.md``): a k
 ``vN``. :func:`upload_package` refuses, before any request, a folder that is no package, one that
 ``validate`` finds errors in, one whose metadata.json is missing or out of date, a version other
 than ``--version`` asked, a repository id that is no ``org/name`` or whose name is not the op id,
-and (unless ``--follow-outside-links``) a file that is a symbolic link to a file outside the folder.
+and (unless ``--follow-outside-links``) a file that leads outside the folder: a symbolic link to a file
+outside it, or a hard link with a name outside it.
 Then it creates the repository and the branch where missing, makes one commit holding exactly the
 files metadata.json lists (the bytes whose digests were checked) plus metadata.json, deleting what
 else that revision held under ``build/webgpu/``, and downloads that commit through
@@ -47,11 +48,46 @@ from .validation import ERROR, validate_package
 #: How many of validate's errors a refusal names (validate PATH lists them all).
 SHOWN_PROBLEMS = 5
 
+#: How many files that lead outside the folder a refusal, or an upload that followed them, names.
+SHOWN_LINKS = 20
+
 #: The first huggingface_hub whose upload calls take ``repo_type="kernel"``: 2.2 and earlier, down to
 #: the 1.26 that loading needs, raise "Invalid repo type" in ``preupload_lfs_files`` after the
 #: repository and branch were created (tests/test_hub_upload.py: 15 failed on 1.26.0 and 2.2.0, none
 #: on 2.3.0). No attribute tells the releases apart, so the version does.
 MIN_HUGGINGFACE_HUB_UPLOAD = (2, 3)
+
+
+@dataclass(frozen=True)
+class OutsideLink:
+    """A file of the package whose bytes may come from outside its folder (:func:`_outside_links`)."""
+
+    file: str  # package-relative name
+    kind: str  # "symbolic": resolves outside the folder; "hard": a name of the file lies outside it
+    target: str | None = None  # where a symbolic link resolves
+    names: int = 0  # a hard link's link count (st_nlink)
+    names_inside: int = 0  # how many of those names the folder holds
+
+    def shown(self) -> str:
+        """The line that names it: ``notes.txt -> /home/me/.ssh/id_rsa``."""
+        if self.kind == "symbolic":
+            return f"{self.file} -> {self.target}"
+        outside = self.names - self.names_inside
+        return f"{self.file} (a hard link: {outside} of its {self.names} names {'is' if outside == 1 else 'are'} outside the folder)"
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.kind == "symbolic":
+            return {"file": self.file, "kind": self.kind, "target": self.target}
+        return {"file": self.file, "kind": self.kind, "names": self.names, "namesInFolder": self.names_inside}
+
+
+def shown_links(links: list[OutsideLink], *, more: str = "") -> list[str]:
+    """The first SHOWN_LINKS of ``links`` as indented lines, and how many more there are (``more``
+    follows that count): a folder may hold up to MAX_PACKAGE_FILES of them."""
+    lines = [f"  {link.shown()}" for link in links[:SHOWN_LINKS]]
+    if len(links) > SHOWN_LINKS:
+        lines.append(f"  ... and {len(links) - SHOWN_LINKS} more{more}")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -76,6 +112,8 @@ class UploadResult:
     dry_run: bool = False
     #: validate's warnings about the package (they do not stop an upload).
     warnings: list[str] = field(default_factory=list)
+    #: Files whose bytes came from outside the folder (only with follow_outside_links: else refused).
+    outside_links: list[OutsideLink] = field(default_factory=list)
 
     @property
     def load_call(self) -> str:
@@ -92,6 +130,7 @@ class UploadResult:
             "deleted": self.deleted, "newCommit": self.new_commit, "createdRepository": self.created_repo,
             "createdBranch": self.created_branch, "private": self.private, "verified": self.verified,
             "dryRun": self.dry_run, "warnings": self.warnings, "load": self.load_call,
+            "outsideLinks": [link.as_dict() for link in self.outside_links],
         }  # fmt: skip
 
 
@@ -117,12 +156,14 @@ def upload_package(
     (a token, write access, no connection) is a :class:`~webgpu_kernels.errors.HubError`. ``token``:
     the Hugging Face token (None: HF_TOKEN or huggingface_hub's login, sent only to the Hub that
     HF_ENDPOINT names); ``gpu``/``adapter``: as ``validate``'s. ``follow_outside_links``: publish
-    what symbolic links to files outside the folder read (refused by default, see :func:`_outside_links`).
+    files that lead outside the folder, symbolic links to files outside it and hard links with a name
+    outside it (refused by default, see :func:`_outside_links`); the result's ``outside_links`` names them.
     """
     repo_id = _checked_target(repo_id)
     root, package, metadata = _checked_package(path, version)
-    if not follow_outside_links:
-        _refuse_outside_links(root, [*package.verified, METADATA_FILE])
+    outside = _outside_links(root, [*package.verified, METADATA_FILE])
+    if outside and not follow_outside_links:
+        _refuse_outside_links(root, outside)
     op_id = str(metadata["id"])
     if not any_name and repo_id.split("/")[1] != op_id:
         org = repo_id.split("/")[0]
@@ -141,7 +182,8 @@ def upload_package(
         raise PackageError(f"get_kernel would refuse this upload: {exc.detail}", path=str(root)) from None
     where = (endpoint or hub_endpoint() or DEFAULT_ENDPOINT).rstrip("/")
     result = UploadResult(repo_id=repo_id, revision=rev, op_id=op_id, version=version, endpoint=where,
-                          files=sorted(files), private=private, warnings=warnings, dry_run=dry_run)  # fmt: skip
+                          files=sorted(files), private=private, warnings=warnings, dry_run=dry_run,
+                          outside_links=outside)  # fmt: skip
     _require_upload_support()  # a dry run says it too: it stands for the upload
     if dry_run:
         return result
@@ -235,40 +277,77 @@ def _checked_package(path: str | Path, version: int | None) -> tuple[Path, Kerne
     return root, package, dict(package.metadata or metadata)
 
 
-def _outside_links(root: Path, names: list[str]) -> list[tuple[str, str]]:
-    """(name, where it leads) for each of the package-relative ``names`` whose path is or passes
-    through a symbolic link that resolves outside the folder ``root`` (resolved itself: a folder
-    reached through a link is fine; a link to another file of the folder is fine).
+def _outside_links(root: Path, names: list[str]) -> list[OutsideLink]:
+    """The package-relative ``names`` whose bytes may come from outside the folder ``root``, sorted
+    by name: each whose path is or passes through a symbolic link that resolves outside the folder
+    (resolved itself: a folder reached through a link is fine; a link to another file of the folder
+    is fine), and each that is a hard link with more names than the folder holds.
 
     Loading follows links to files wherever they point (digests.through_folder_link: the Hugging
     Face cache is made of them), and the digest covers what they read; an upload publishes those
     bytes, so a folder from a stranger holding ``notes.txt -> ~/.ssh/id_rsa`` would publish the
-    user's private file."""
+    user's private file. A hard link (``ln ~/.ssh/id_rsa notes.txt``) is that file under a second
+    name, and no name is the original, so its link count is what tells: a count above the names
+    found in the folder means another name lies elsewhere. The cache's snapshot files are symbolic
+    links into its blobs/, named as such, not counted as hard links."""
     base = Path(os.path.realpath(root))
     found = []
+    linked: dict[tuple[int, int], list[tuple[str, int]]] = {}  # (device, inode): (name, link count)
     for name in sorted(names):
         target = Path(os.path.realpath(root / name))
         if not target.is_relative_to(base):
-            found.append((name, str(target)))
-    return found
+            found.append(OutsideLink(name, "symbolic", target=str(target)))
+            continue
+        try:
+            info = os.stat(target)
+        except OSError:  # gone since it was read: the digest check said what it had to
+            continue
+        if info.st_nlink > 1:  # some file systems say 0 or 1 for every file: nothing to tell then
+            linked.setdefault((info.st_dev, info.st_ino), []).append((name, info.st_nlink))
+    if linked:
+        inside = _names_in_folder(base, set(linked))
+        for key, entries in linked.items():
+            for name, count in entries:
+                if count > inside[key]:
+                    found.append(OutsideLink(name, "hard", names=count, names_inside=inside[key]))
+    return sorted(found, key=lambda link: link.file)
 
 
-def _refuse_outside_links(root: Path, names: list[str]) -> None:
-    """A PackageError naming each file that leads outside the folder, and the two ways on."""
-    found = _outside_links(root, names)
-    if not found:
-        return
+def _names_in_folder(base: Path, files: set[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """How many names under ``base`` (hidden ones and caches included, links to folders not
+    followed) each of the (device, inode) ``files`` has. A folder that cannot be read counts
+    none, which refuses rather than publishes."""
+    counts = dict.fromkeys(files, 0)
+    for dirpath, _dirnames, filenames in os.walk(base):
+        for filename in filenames:
+            try:
+                info = os.lstat(os.path.join(dirpath, filename))  # a symbolic link is a name of itself
+            except OSError:
+                continue
+            key = (info.st_dev, info.st_ino)
+            if key in counts:
+                counts[key] += 1
+    return counts
+
+
+def _refuse_outside_links(root: Path, found: list[OutsideLink]) -> None:
+    """A PackageError naming the files that lead outside the folder (the first SHOWN_LINKS), and the ways on."""
     many = len(found) != 1
-    listed = "\n".join(f"  {name} -> {target}" for name, target in found)
-    raise PackageError(f"{len(found)} file{'s' if many else ''} of the package {'are' if many else 'is a'} symbolic "
-                       f"link{'s' if many else ''} to {'files' if many else 'a file'} outside its folder, and an "
-                       f"upload publishes what {'they read' if many else 'it reads'}:\n{listed}\n"
-                       "if such a file belongs in the package, copy it into the folder in place of its link; if not "
-                       "(a folder from someone else may link to a private file of yours), remove the link and run "
-                       f"`webgpu-kernels digest {shlex.quote(str(root))}`; or pass --follow-outside-links (follow_outside_links=True) to "
-                       "publish what the links read. A Hugging Face cache snapshot (what `download` gives) is made of "
-                       "such links into its blobs/, so republishing one needs --follow-outside-links",
-                       path=str(root))  # fmt: skip
+    kinds = {link.kind for link in found}
+    symbolic = ("symbolic links to files" if many else "a symbolic link to a file") + " outside its folder"
+    hard = ("hard links" if many else "a hard link") + " with a name outside its folder"
+    what = {frozenset({"symbolic"}): symbolic, frozenset({"hard"}): hard}.get(frozenset(kinds), f"{symbolic} or {hard}")
+    listed = "\n".join(shown_links(found))
+    breaking = (" (a copy breaks a hard link: `cp FILE FILE.new && mv FILE.new FILE`; a package a tool installed "
+            "from its cache may be made of hard links)") if "hard" in kinds else ""
+    raise PackageError(f"{len(found)} file{'s' if many else ''} of the package {'are' if many else 'is'} {what}, and "
+                       f"an upload publishes what {'they read' if many else 'it reads'}:\n{listed}\n"
+                       "if such a file belongs in the package, copy it into the folder in place of its link" + breaking +
+                       "; if not (a folder from someone else may link to a private file of yours), remove the link "
+                       f"and run `webgpu-kernels digest {shlex.quote(str(root))}`; or pass --follow-outside-links "
+                       "(follow_outside_links=True) to publish what the links read. A Hugging Face cache snapshot "
+                       "(what `download` gives) is made of symbolic links into its blobs/, so republishing one "
+                       "needs --follow-outside-links", path=str(root))  # fmt: skip
 
 
 def _validated(root: Path, *, gpu: bool, adapter: str | None) -> list[str]:
@@ -441,11 +520,11 @@ def describe(result: UploadResult) -> list[str]:
     if result.dry_run:
         lines = [f"dry run: would upload {len(result.files)} files of {result.op_id} (contract version "
                  f"{result.version}) to {target}"]  # fmt: skip
-        return lines + [f"  {name}" for name in result.files] + [
+        return lines + [f"  {name}" for name in result.files] + _outside_lines(result) + [
             "and delete whatever else that revision holds under build/webgpu/; nothing was sent"]
     made = "commit" if result.new_commit else "commit (unchanged: the revision held these files already)"
     lines = [f"uploaded {len(result.files)} files of {result.op_id} (contract version {result.version}) to {target}",
-             f"{made} {result.commit}"]  # fmt: skip
+             f"{made} {result.commit}", *_outside_lines(result)]  # fmt: skip
     if result.created_repo:
         lines.append("created the repository" + (" (private)" if result.private else ""))
     elif result.private:
@@ -458,3 +537,14 @@ def describe(result: UploadResult) -> list[str]:
         lines.append(f"verified: the commit downloads and its {len(result.files) - 1} files match metadata.json")
     lines.append(f"load it with: {result.load_call}")
     return lines
+
+
+def _outside_lines(result: UploadResult) -> list[str]:
+    """What came from outside the folder (``--follow-outside-links``), said wherever the upload is
+    described: the flag had published such files without a word."""
+    count = len(result.outside_links)
+    if not count:
+        return []
+    head = (f"{count} file{'s' if count != 1 else ''} read through {'links' if count != 1 else 'a link'} outside the "
+            "folder (--follow-outside-links):")  # fmt: skip
+    return [head, *shown_links(result.outside_links, more=" (--json lists every one)")]
