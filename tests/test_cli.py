@@ -7,6 +7,7 @@ import json
 import math
 import os
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -282,6 +283,70 @@ def test_an_unknown_dtype_filter_is_named(runner: CliRunner, command) -> None:
     result = runner.invoke(main, [command, QUICK_GELU, "--dtype", "fp16"])
     assert result.exit_code == 2, result.output
     assert "unknown dtype 'fp16'" in result.output and "f16" in result.output
+
+
+# --- --adapter after the command ----------------------------------------------------------------------
+
+QG_FOLDER = str(embedded_root() / QUICK_GELU)
+
+#: The commands that open an adapter, with arguments that reach its choice quickly.
+ADAPTER_COMMANDS = {
+    "devices": [],
+    "explain": [QUICK_GELU, *QG_F32],
+    "render": [QUICK_GELU, *QG_F32],
+    "run": [QUICK_GELU, *QG_F32],
+    "bench": [QUICK_GELU, "--case", "tiny-4096", "--warm-up", "0", "--no-host"],
+    "tune": [QUICK_GELU, "--case", "tiny-4096"],
+    "test": [QUICK_GELU],
+    "validate": [QG_FOLDER],
+    "upload": [QG_FOLDER, f"webgpu-kernels/{QUICK_GELU}", "--dry-run"],
+}
+
+
+def test_adapter_is_an_option_of_exactly_the_commands_that_open_one(runner: CliRunner) -> None:
+    """`tune KERNEL --adapter gl` had been "No such option": users put options after the command.
+    Commands that never open an adapter do not take it (helper-159)."""
+    ctx = click.Context(main)
+    taking = set()
+    for name in main.list_commands(ctx):
+        command = main.get_command(ctx, name)
+        assert command is not None
+        if any(isinstance(p, click.Option) and "--adapter" in p.opts for p in command.params):
+            taking.add(name)
+    assert taking == set(ADAPTER_COMMANDS)
+    for name in ADAPTER_COMMANDS:
+        assert "--adapter NAME|BACKEND" in invoke(runner, name, "--help").stdout, name
+
+
+@pytest.mark.parametrize("command", sorted(ADAPTER_COMMANDS))
+def test_adapter_after_the_command_reaches_the_adapter_choice(runner: CliRunner, monkeypatch, command: str) -> None:
+    """A name that matches no adapter, after the command, is the no-such-adapter error naming it, as
+    before the command."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # upload: nothing is sent before its checks
+    result = runner.invoke(main, [command, *ADAPTER_COMMANDS[command], "--adapter", "no-such-adapter"])
+    assert_error(result, "no adapter matches 'no-such-adapter'")
+
+
+def test_adapter_after_run_picks_that_adapter(runner: CliRunner, gl_device) -> None:
+    for request, backend in (("vulkan", "Vulkan"), ("gl", "OpenGL")):
+        data = invoke_json(runner, "run", QUICK_GELU, *QG_F32, "--adapter", request)
+        assert f"({backend}, " in data["adapter"] and data["ok"] is True, (request, data["adapter"])
+
+
+def test_adapter_after_the_command_overrides_the_environment(runner: CliRunner, monkeypatch, gl_device) -> None:
+    monkeypatch.setenv("WEBGPU_KERNELS_ADAPTER", "gl")
+    assert "(OpenGL, " in invoke_json(runner, "run", QUICK_GELU, *QG_F32)["adapter"]
+    assert "(Vulkan, " in invoke_json(runner, "run", QUICK_GELU, *QG_F32, "--adapter", "vulkan")["adapter"]
+
+
+def test_adapter_before_and_after_the_command(runner: CliRunner, gl_device) -> None:
+    """The same adapter in both places is taken; two different ones are refused, naming both."""
+    data = invoke_json(runner, "--adapter", "gl", "run", QUICK_GELU, *QG_F32, "--adapter", "GL")
+    assert "(OpenGL, " in data["adapter"]
+    result = runner.invoke(main, ["--adapter", "vulkan", "run", QUICK_GELU, *QG_F32, "--adapter", "gl"])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert "--adapter" in result.stderr and "'vulkan'" in result.stderr and "'gl'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
 
 
 # --- output -------------------------------------------------------------------------------------------

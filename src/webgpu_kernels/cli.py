@@ -598,6 +598,30 @@ def _adapter(ctx: click.Context) -> str | None:
     return ctx.find_root().params.get("adapter")
 
 
+def _adapter_after_the_command(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return value
+    root = ctx.find_root()
+    before = root.params.get("adapter")
+    # The environment's choice gives way to the command line's, as it does before the command; two
+    # different ones on the command line would leave one silently unused.
+    given_before = root.get_parameter_source("adapter") == click.core.ParameterSource.COMMANDLINE
+    if given_before and before is not None and before.strip().lower() != value.strip().lower():
+        raise click.BadParameter(f"{value!r} after the command, but --adapter {before!r} before it: give one of them",
+                                 ctx=ctx, param=param)  # fmt: skip
+    root.params["adapter"] = value  # what _adapter() reads
+    return value
+
+
+def adapter_option(fn: Any) -> Any:
+    """``--adapter`` after a command that opens an adapter too: ``tune KERNEL --adapter gl`` had been
+    "No such option", with nothing saying it goes before the command."""
+    return click.option("--adapter", metavar="NAME|BACKEND", expose_value=False, callback=_adapter_after_the_command,
+                        help="The WebGPU adapter: a backend (vulkan, metal, d3d12, gl) or part of its name "
+                             f"(also accepted before the command, or from ${ADAPTER_ENV}). "
+                             "Default: the best one present.")(fn)  # fmt: skip
+
+
 def _input_options(fn: Any) -> Any:
     fn = click.option("--tunable", "tunables", multiple=True, metavar="NAME=VALUE", callback=_assignments_callback,
                       help="Override a tunable (value parsed as JSON, else a string). Repeatable.")(fn)  # fmt: skip
@@ -615,8 +639,8 @@ def _input_options(fn: Any) -> Any:
 
 @click.group(cls=KernelGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--adapter", metavar="NAME|BACKEND", envvar=ADAPTER_ENV, show_envvar=True, default=None,
-              help="The WebGPU adapter: a backend (vulkan, metal, d3d12, gl) or part of its name. "
-                   "Default: the best one present.")  # fmt: skip
+              help="The WebGPU adapter: a backend (vulkan, metal, d3d12, gl) or part of its name (the commands "
+                   "that open one also take it after the command). Default: the best one present.")  # fmt: skip
 @click.option("--trust-remote-code", is_flag=True,
               help="Allow a Hub repository outside the webgpu-kernels organisation (or given by URL) as KERNEL.")
 @click.version_option(__version__, "--version", "-V", prog_name="webgpu-kernels")

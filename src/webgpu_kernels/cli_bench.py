@@ -48,6 +48,7 @@ from .cli import (
     _echo_json,
     _inputs_callback,
     _jsonable,
+    adapter_option,
     dtypes_callback,
     is_live,
     onnx_op_option,
@@ -288,6 +289,7 @@ def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], generat
 
 @click.command("bench")
 @trust_option
+@adapter_option
 @click.argument("kernels", nargs=-1)
 @given_shapes_option("Benchmark")
 @case_selection_options

@@ -16,7 +16,7 @@ import click
 from rich.text import Text
 
 from . import hub, hub_upload, locations
-from .cli import _adapter, _console, _echo_json, hub_pin, split_pin, trust_option, trusting
+from .cli import _adapter, _console, _echo_json, adapter_option, hub_pin, split_pin, trust_option, trusting
 from .errors import PackageError
 from .kernel import Kernel
 
@@ -96,6 +96,7 @@ def _info(kernel: Kernel, *, offline: bool) -> dict:
 
 
 @click.command("upload")
+@adapter_option
 @click.argument("path", metavar="PATH")
 @click.argument("repo", metavar="REPO")
 @click.option("--version", "version", type=click.IntRange(min=1), default=None, metavar="N",

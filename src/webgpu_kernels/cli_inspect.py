@@ -21,6 +21,7 @@ from .cli import (
     _echo_json,
     _fmt,
     _input_options,
+    adapter_option,
     printable,
     resolve_kernel,
     trust_option,
@@ -42,6 +43,7 @@ def _first_sentence(text: str) -> str:
 
 
 @click.command("devices")
+@adapter_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def devices_cmd(ctx: click.Context, as_json: bool) -> None:
@@ -226,6 +228,7 @@ def _print_info(d: dict[str, Any]) -> None:
 
 @click.command("explain")
 @trust_option
+@adapter_option
 @_input_options
 @click.option("--variant", metavar="ID", default=None, help="Explain a call that forces this variant.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -244,6 +247,7 @@ def explain_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], a
 
 @click.command("render")
 @trust_option
+@adapter_option
 @_input_options
 @click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
 @click.pass_context

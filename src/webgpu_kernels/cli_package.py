@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import tuning
-from .cli import FOLDER, FiniteFloatRange, output_file, trust_option
+from .cli import FOLDER, FiniteFloatRange, adapter_option, output_file, trust_option
 from .device import choose_adapter
 from .digests import (
     METADATA_FILE,
@@ -261,6 +261,7 @@ _JUNIT_OPTION = click.option(
 
 @click.command("test")
 @trust_option
+@adapter_option
 @click.argument("kernels", nargs=-1, metavar="[KERNEL|PATH]...")
 @click.option("--case", "cases", multiple=True, metavar="NAME",
               help="Only cases whose name contains NAME or matches it as a glob. Repeatable.")
@@ -477,6 +478,7 @@ def _package_path(ref: str) -> Path:
 
 
 @click.command("validate")
+@adapter_option
 @click.argument("path", metavar="PATH")
 @click.option("--gpu/--no-gpu", default=True, show_default=True,
               help="Render and compile every variant x dtype on the current adapter.")  # fmt: skip

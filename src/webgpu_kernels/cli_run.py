@@ -24,6 +24,7 @@ from .cli import (
     _echo_json,
     _fmt,
     _input_options,
+    adapter_option,
     is_live,
     onnx_op_option,
     resolve_kernel,
@@ -48,6 +49,7 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 
 @click.command("run")
 @trust_option
+@adapter_option
 @_input_options
 @GENERATE_OPTION
 @click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")

@@ -20,7 +20,7 @@ from rich.text import Text
 from . import tuning
 from .bench_report import assignments
 from .benchmark import bench_kernel
-from .cli import _adapter, _console, is_live, resolve_kernel, trust_option
+from .cli import _adapter, _console, adapter_option, is_live, resolve_kernel, trust_option
 from .cli_bench import (
     SEED_OPTION,
     WARM_UP_OPTION,
@@ -62,6 +62,7 @@ class _ClassCases:
 
 @click.command("tune")
 @trust_option
+@adapter_option
 @click.argument("kernels", nargs=-1)
 @given_shapes_option("Tune")
 @case_selection_options
