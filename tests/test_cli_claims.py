@@ -62,6 +62,17 @@ def test_trust_remote_code_is_taken_after_every_command_that_takes_a_kernel_and_
     assert "--trust-remote-code" in _long_options(main.params)
 
 
+def test_adapter_is_taken_after_exactly_the_commands_the_page_names() -> None:
+    """Pins "the commands that open one (`devices`, `run`, ...) also take it after the command"
+    (--adapter): the list is the commands' own, no more and no fewer."""
+    listed = re.search(r"the commands that open one\s+\(([^)]*)\)", CLI_MD)
+    assert listed, "the page no longer lists the commands that take --adapter after them"
+    named = set(re.findall(r"`([a-z]+)`", listed[1]))
+    taking = {name for name, command in _commands().items() if "--adapter" in _long_options(command.params)}
+    assert named == taking, (sorted(named), sorted(taking))
+    assert "--adapter" in _long_options(main.params)
+
+
 # --- JSON output --------------------------------------------------------------------------------
 
 # The "main keys" column of the page's table, top level only (nested keys are the commands' own tests').
