@@ -1,0 +1,341 @@
+"""tests/packages/demo.BiasSplitGelu: a third-party package written from the docs alone by a kernel
+author (helper-162): ONNX Runtime's contrib op com.microsoft.BiasSplitGelu, the GEGLU of the
+Stable Diffusion UNets' transformer feed-forward, run through load_kernel() with no engine change.
+X (N, S, 2D) plus a bias (2D,) is split into halves, and Y = left * gelu(right) with the exact
+(erf) GELU. WGSL has no erf: the template approximates it (a polynomial near 0, erfc as exp times a
+polynomial beyond), computing in f32 for float16 too. It stresses an output shape that halves an
+input's dimension, shape relations refused by `when` clauses that name the shapes, an elementwise
+function with a long tail, and a vec4 variant that does f32 arithmetic on float16 moved as u32
+words, so without shader-f16.
+
+Results are judged against a float64 NumPy reference (tests/bias_split_gelu_reference.py, erf
+from Python's math module) rounded once to the output dtype, with test.json's tolerances.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import webgpu_kernels as wk
+from webgpu_kernels import errors
+from webgpu_kernels.manifest import check_manifest
+
+from bias_split_gelu_reference import split_gelu  # tests/, beside conftest: the sdist ships it
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+    stored_expectations,
+)
+
+PACKAGE = PACKAGES_DIR / "demo.BiasSplitGelu"
+VARIANTS = ("vec4", "scalar")
+#: test.json's tolerances, by output dtype.
+TOLERANCES = {np.dtype(np.float32): (1e-5, 1e-6), np.dtype(np.float16): (2e-3, 1e-5)}
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    return wk.load_kernel(PACKAGE)
+
+
+def draw(rng, shape, dtype, std=2.0) -> np.ndarray:
+    return np.asarray((rng.standard_normal(shape) * std).astype(dtype))
+
+
+def rounded_reference(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """The float64 reference rounded once to the inputs' dtype (an f16 overflow becomes inf)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return split_gelu(x, bias).astype(x.dtype)
+
+
+def assert_split_gelu(out: np.ndarray, x: np.ndarray, bias: np.ndarray, rtol=None, atol=None) -> None:
+    """out is the reference within the tolerance, with its NaNs and infinities where they are."""
+    want = rounded_reference(x, bias)
+    assert out.shape == want.shape and out.dtype == want.dtype == x.dtype, (out.shape, want.shape, out.dtype)
+    default_rtol, default_atol = TOLERANCES[out.dtype]
+    rtol, atol = (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
+    got, exp = out.astype(np.float64), want.astype(np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(exp)), "NaN positions differ"
+    finite = np.isfinite(exp)
+    assert np.array_equal(got[~finite & ~np.isnan(exp)], exp[~finite & ~np.isnan(exp)]), "infinities differ"
+    bad = np.abs(got[finite] - exp[finite]) > atol + rtol * np.abs(exp[finite])
+    assert not bad.any(), (f"{int(bad.sum())} of {out.size} elements beyond rtol {rtol}, atol {atol}; worst "
+                           f"{np.max(np.abs(got[finite] - exp[finite]))}")  # fmt: skip
+
+
+def run(kernel, x, bias, **options) -> np.ndarray:
+    inputs = {"X": x, "bias": bias}
+    poison_outputs(kernel, inputs, tunables=options.get("tunables"))
+    before = {k: np.array(v, copy=True) for k, v in inputs.items()}
+    out = kernel(inputs, **options)["Y"]
+    for name, value in inputs.items():
+        assert np.array_equal(value, before[name], equal_nan=True), name
+    return out
+
+
+def accepted(kernel, x, bias, tunables=None) -> list[str]:
+    explanation = kernel.explain({"X": x, "bias": bias}, tunables=tunables)
+    return [v.variant for v in explanation.verdicts if v.accepted]
+
+
+# --- the package ---------------------------------------------------------------------------------
+
+
+def test_package_files():
+    data = json.loads((PACKAGE / "manifest.json").read_text("utf-8"))
+    assert check_manifest(data) == []
+    assert [(v["id"], v["priority"]) for v in data["variants"]] == [("vec4", 10), ("scalar", 0)]
+    assert data["typeConstraints"] == {"T": ["float32", "float16"]}
+    assert "attributes" not in data
+
+
+def test_engine_has_no_code_for_it():
+    assert_engine_has_no_code_for("demo.BiasSplitGelu")
+    assert_engine_has_no_code_for("BiasSplitGelu")
+
+
+def test_validates_and_its_test_json_passes(kernel):
+    assert_valid_and_passing(kernel, PACKAGE, VARIANTS)
+
+
+def test_expected_outputs_are_the_reference(kernel):
+    """test.json's expected outputs are the float64 reference of the cases' inputs rounded once to
+    the dtype (written by `expect` with tests/bias_split_gelu_reference.py), independent of the WGSL."""
+    checked = 0
+    for case, ins, stored in stored_expectations(kernel, "Y", lambda ins: ins["X"].dtype.name):
+        want = rounded_reference(ins["X"], ins["bias"])
+        assert stored.shape == want.shape, case.name
+        np.testing.assert_array_equal(stored, want, err_msg=case.name)
+        checked += 1
+    assert checked >= 20
+
+
+# --- the erf approximation, in float64 -----------------------------------------------------------
+
+
+def template_value(name: str):
+    """A value the template sets (`{% set NAME = ... %}`): a number or a list of coefficients,
+    highest degree first."""
+    text = (PACKAGE / "bias-split-gelu.wgsl.jinja").read_text("utf-8")
+    found = re.search(r"\{% set " + name + r" = ([^%]*) %\}", text)
+    assert found, name
+    return json.loads(found[1])
+
+
+def horner(coefs: list[float], v: np.ndarray) -> np.ndarray:
+    r = np.full_like(v, coefs[0])
+    for c in coefs[1:]:
+        r = r * v + c
+    return r
+
+
+def approx_one_plus_erf(z: np.ndarray) -> np.ndarray:
+    """The template's 1 + erf(z), evaluated in float64 with its (f32-rounded) coefficients."""
+    near = [float(np.float32(c)) for c in template_value("ERF_NEAR")]
+    far = [float(np.float32(c)) for c in template_value("ERFC_FAR")]
+    limit = template_value("NEAR_LIMIT")
+    a = np.abs(z)
+    t = 1.0 / (1.0 + 0.5 * a)
+    with np.errstate(over="ignore", invalid="ignore"):
+        erfc_a = np.exp(-z * z) * t * horner(far, t)
+        return np.where(a <= limit, 1.0 + z * horner(near, z * z), np.where(z > 0, 2.0 - erfc_a, erfc_a))
+
+
+def test_the_erf_approximation_is_accurate_in_float64():
+    """As written in the template, 1 + erf(z) is within 1e-7 of itself, relative, over the whole
+    line (the negative tail computed as erfc, not as 1 - (1 - erfc)), and erf within 5e-8;
+    Abramowitz-Stegun 7.1.26 is 1.5e-7 absolute on erf, and 5e-5 relative on 1 + erf at z = -2."""
+    z = np.concatenate([np.linspace(-9.0, 9.0, 360_001), [-0.5, 0.5, -1e-30, 0.0, 1e-30, -20.0, 20.0]])
+    want = np.array([math.erfc(-v) for v in z])
+    got = approx_one_plus_erf(z)
+    assert np.max(np.abs(got - want) / want) < 1e-7
+    assert np.max(np.abs((got - 1.0) - np.array([math.erf(v) for v in z]))) < 5e-8
+
+
+def test_gelu_keeps_its_digits_in_the_negative_tail(kernel, rng):
+    """On the GPU, in f32: gelu of gates in [-8, 0] (|Y| from 5e-15 up to 0.17) is within 5e-5 of
+    itself, with no absolute slack (lavapipe: 6e-6; the rounding of x / sqrt(2) alone grows by 2 z^2
+    in exp(-z^2), and WGSL lets exp be 3 + 2|x| ulps off). Written as 1 - (1 - erfc), 1 + erf would
+    lose digits of the tail in f32 from x = -2 on and all of them past -5.8, and the float64
+    reference 2% at -8."""
+    d = 8192
+    right = -np.linspace(0.0, 8.0, d, dtype=np.float32)
+    x = np.concatenate([np.ones(d, np.float32), right]).reshape(1, 1, 2 * d)
+    bias = np.zeros(2 * d, np.float32)
+    for variant in VARIANTS:
+        assert_split_gelu(run(kernel, x, bias, variant=variant), x, bias, rtol=5e-5, atol=0.0)
+
+
+# --- results -------------------------------------------------------------------------------------
+
+# SD 1.5's feed-forward widths (D = 1280, 2560, 5120) with N * S cut down, then small and odd D.
+CALLS = [
+    (2, 16, 2560),
+    (1, 8, 5120),
+    (1, 2, 10240),
+    (2, 5, 16),
+    (3, 1, 10),
+    (1, 7, 2),
+    (1, 1, 8),
+    (4, 3, 6),
+    (0, 4, 8),
+    (2, 0, 8),
+    (2, 3, 0),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", CALLS, ids=lambda s: "x".join(map(str, s)))
+def test_shapes_on_every_variant_that_takes_them(kernel, rng, need_dtype, shape, dtype):
+    need_dtype(dtype)
+    x, bias = draw(rng, shape, dtype), draw(rng, shape[2:], dtype, std=0.5)
+    variants = accepted(kernel, x, bias)
+    assert "scalar" in variants and ("vec4" in variants) == (shape[2] // 2 % 4 == 0), variants
+    for variant in variants:
+        assert_split_gelu(run(kernel, x, bias, variant=variant), x, bias)
+
+
+def test_the_default_is_vec4_for_sd_widths(kernel, rng):
+    x, bias = draw(rng, (2, 4, 2560), np.float16), draw(rng, (2560,), np.float16)
+    assert kernel.explain({"X": x, "bias": bias}).chosen == "vec4"
+    assert kernel({"X": x, "bias": bias})["Y"].shape == (2, 4, 1280)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_float16_sums_past_its_range_are_kept_in_f32(kernel, need_dtype, variant):
+    """X + bias = 120,000 is no float16, but the result 120,000 * gelu(-3) is: the sum is made in
+    f32; a product past 65,504 is an infinity, and NaN, inf and -inf pass through as the formula
+    says (gelu(-inf) = -inf * 0 = NaN)."""
+    need_dtype(np.float16)
+    x = np.array([60000, 1e-4, 300, 2, np.nan, np.inf, 1, -0.0,
+                  -3, 60000, 300, -np.inf, 1, -200, np.inf, 0], np.float16).reshape(1, 1, 16)  # fmt: skip
+    bias = np.array([60000, 0, 0, 0, 0, 0, 0, 0, 0, 60000, 0, 0, 0, 0, 0, 0], np.float16)
+    out = run(kernel, x, bias, variant=variant)
+    assert out[0, 0, 0] == np.float16(120000 * -0.0040496525)  # -486
+    assert out[0, 0, 1] == np.float16(12.0)
+    assert np.isinf(out[0, 0, 2]) and np.isnan(out[0, 0, 3]) and np.isnan(out[0, 0, 4]) and np.isnan(out[0, 0, 5])
+    assert np.isinf(out[0, 0, 6]) and out[0, 0, 7] == 0
+    assert_split_gelu(out, x, bias)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_many_invocations_spill_the_grid(kernel, plan_of, rng, variant):
+    """More than 65,535 workgroups at WORKGROUP_SIZE 1: the grid spills into y, and each output
+    element is still written once."""
+    x, bias = draw(rng, (2, 160, 1664), np.float32), draw(rng, (1664,), np.float32)  # 266,240 outputs
+    tunables = {"WORKGROUP_SIZE": 1}
+    grid = plan_of(kernel, {"X": x, "bias": bias}, variant=variant, tunables=tunables).passes[0].grid
+    assert grid[1] > 1 and grid[0] * grid[1] * grid[2] >= 65_536
+    assert_split_gelu(run(kernel, x, bias, variant=variant, tunables=tunables), x, bias)
+
+
+@pytest.mark.parametrize("wg", [1, 7, 64, 1024])
+def test_workgroup_sizes(kernel, need_workgroup_size, rng, wg):
+    need_workgroup_size(wg)
+    x, bias = draw(rng, (3, 5, 24), np.float32), draw(rng, (24,), np.float32)
+    for variant in VARIANTS:
+        assert_split_gelu(run(kernel, x, bias, variant=variant, tunables={"WORKGROUP_SIZE": wg}), x, bias)
+
+
+def test_non_contiguous_inputs_and_gpu_tensors(kernel, rng):
+    x = draw(rng, (16, 3, 2), np.float32).transpose(2, 1, 0)  # (2, 3, 16), Fortran order
+    bias = wk.to_gpu(draw(rng, (16,), np.float32))
+    first = kernel({"X": x, "bias": bias}, output="gpu")["Y"]
+    assert isinstance(first, wk.GpuTensor) and first.shape == (2, 3, 8)
+    half = draw(rng, (8,), np.float32)
+    again = kernel({"X": first, "bias": half}, variant="scalar")["Y"]
+    assert_split_gelu(again, first.numpy(), half)
+    assert_split_gelu(first.numpy(), np.ascontiguousarray(x), bias.numpy())
+    first.release()
+    bias.release()
+
+
+def test_the_vec4_variant_runs_without_shader_f16(kernel, gl_device, rng):
+    """vec4 reads and writes float16 as u32 words (unpack2x16float, pack2x16float) and computes in
+    f32, so it runs on lavapipe's OpenGL adapter; scalar names f16, and a call only it takes (D not
+    a multiple of 4) is the adapter's DeviceLimitError there (its f16Ok guard)."""
+    x, bias = draw(rng, (2, 3, 16), np.float16), draw(rng, (16,), np.float16)
+    assert_split_gelu(kernel({"X": x, "bias": bias}, adapter="gl")["Y"], x, bias)
+    x, bias = draw(rng, (1, 2, 6), np.float16), draw(rng, (6,), np.float16)
+    with pytest.raises(errors.DeviceLimitError, match="shader-f16"):
+        kernel({"X": x, "bias": bias}, adapter="gl")
+
+
+# --- refusals ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("c", [1, 5, 2561])
+def test_an_odd_last_dimension_is_refused_naming_it(kernel, c):
+    with pytest.raises(errors.SelectionError) as info:
+        kernel({"X": np.ones((2, 3, c), np.float32), "bias": np.ones(c, np.float32)})
+    assert f"'dim(shapes.X, 2) % 2 == 0' is false (with shapes.X=[2, 3, {c}])" in str(info.value)
+
+
+@pytest.mark.parametrize("c, b", [(8, 6), (8, 4), (8, 16), (2560, 1280)])
+def test_a_bias_of_another_length_is_refused_naming_both(kernel, c, b):
+    with pytest.raises(errors.SelectionError) as info:
+        kernel({"X": np.ones((1, 2, c), np.float16), "bias": np.ones(b, np.float16)})
+    assert (f"'dim(shapes.bias, 0) == dim(shapes.X, 2)' is false (with shapes.bias=[{b}], shapes.X=[1, 2, {c}])"
+            in str(info.value))  # fmt: skip
+
+
+def test_ranks_are_3_and_1(kernel):
+    with pytest.raises(errors.RankError) as info:
+        kernel({"X": np.ones((3, 8), np.float32), "bias": np.ones(8, np.float32)})
+    assert info.value.argument == "X" and "rank 3" in str(info.value)
+    with pytest.raises(errors.RankError) as info:
+        kernel({"X": np.ones((1, 3, 8), np.float32), "bias": np.ones((1, 8), np.float32)})
+    assert info.value.argument == "bias" and "rank 1" in str(info.value)
+
+
+def test_other_and_mixed_dtypes_are_refused(kernel):
+    with pytest.raises(errors.DTypeError):
+        kernel({"X": np.ones((1, 2, 4), np.int32), "bias": np.ones(4, np.int32)})
+    with pytest.raises(errors.DTypeError):
+        kernel({"X": np.ones((1, 2, 4), np.float32), "bias": np.ones(4, np.float16)})
+    with pytest.raises(errors.UnknownInputError):
+        kernel({"X": np.ones((1, 2, 4), np.float32), "bias": np.ones(4, np.float32)}, attrs={"approximate": 1})
+
+
+def test_vec4_forced_on_d_not_of_4_is_rejected(kernel):
+    with pytest.raises(errors.VariantRejectedError, match=r"'D % 4 == 0' is false \(with D=5"):
+        kernel({"X": np.ones((1, 1, 10), np.float32), "bias": np.ones(10, np.float32)}, variant="vec4")
+
+
+# --- random shapes -------------------------------------------------------------------------------
+
+
+@st.composite
+def calls(draw_):
+    n, s = draw_(st.integers(0, 3)), draw_(st.integers(0, 9))
+    d = draw_(st.sampled_from([0, 1, 2, 3, 4, 5, 8, 12, 20, 33, 64, 130]))
+    wg = draw_(st.sampled_from([1, 7, 64, 256]))
+    return (n, s, 2 * d), draw_(st.sampled_from(DTYPES)), wg, draw_(st.floats(0.1, 8.0)), draw_(st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(call=calls())
+def test_property_random_shapes(kernel, has_f16, call):
+    """Random N, S and D (empty, odd, multiples of 4), dtypes, value scales and workgroup sizes, on
+    every variant that accepts them, against the float64 reference."""
+    shape, dtype, wg, std, seed = call
+    if dtype == np.float16 and not has_f16:
+        return
+    rng = np.random.default_rng(seed)
+    x, bias = draw(rng, shape, dtype, std), draw(rng, shape[2:], dtype, std / 2)
+    tunables = {"WORKGROUP_SIZE": wg}
+    variants = accepted(kernel, x, bias, tunables)
+    assert "scalar" in variants and ("vec4" in variants) == (shape[2] // 2 % 4 == 0), variants
+    for variant in variants:
+        assert_split_gelu(run(kernel, x, bias, variant=variant, tunables=tunables), x, bias)
