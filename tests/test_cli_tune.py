@@ -26,6 +26,13 @@ from webgpu_kernels.kernel import Kernel
 from conftest import copy_package, optional_output_package, tuning_file
 
 
+def stored_entries(folder):
+    """The entries of the default adapter's tuning file in ``folder``; none where there is no file
+    (a tune whose every class keeps the manifest's selection writes none)."""
+    path = tuning_file(folder)
+    return json.loads(path.read_text("utf-8"))["entries"] if path.exists() else {}
+
+
 @pytest.fixture
 def runner(runner, tuning_dir):  # conftest's, with a tuning folder of this test's own
     return runner
@@ -130,7 +137,7 @@ def test_tune_skips_a_candidate_that_computes_something_else(runner, tuning_dir,
     assert copy.op_id == QG and copy.tuning_key != wk.get_kernel(QG).tuning_key
     out = invoke(runner, "tune", str(root), *TINY).output
     assert "skipped (output differs from the default's): scalar" in " ".join(out.split())
-    entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
+    entries = stored_entries(tuning_dir)
     # under the copy's own key, and never scalar (nothing at all when the manifest's selection won)
     assert all(key == f"{copy.tuning_key}|T=float32|X=4096" and e["variant"] != "scalar" for key, e in entries.items())
 
@@ -372,7 +379,7 @@ def test_tune_goes_on_past_a_case_the_device_refuses(runner, tuning_dir):
     assert "clip-token-embedding-1x77" in result.output and "not tuned" in result.output
     assert "1 of 2 cases could not run on this device" in result.output
     assert "small-64x13" in result.output.split("not tuned")[-1]  # tuned after the refusal
-    entries = json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"]
+    entries = stored_entries(tuning_dir)
     assert len(entries) <= 1 and all("indices=" in k for k in entries)  # small-64x13's, unless its default won
 
 
@@ -456,11 +463,14 @@ def test_adapter_reaches_every_timing(runner, tuning_dir, monkeypatch, command):
 
     monkeypatch.setattr(module, "bench_kernel", spy)
     extra = ["--no-host"] if command == "bench" else []
-    invoke(runner, "--adapter", "gl", command, QG_DIR, *TINY, *extra)
+    out = " ".join(invoke(runner, "--adapter", "gl", command, QG_DIR, *TINY, *extra).output.split())
     assert timed_on and all(device is gl for device in timed_on)
     assert get_device() is not gl  # the default is the default again after the command
     if command == "tune":
-        assert [p.name for p in tuning_dir.iterdir() if p.name != tuning.LOCK_NAME] == [f"{tuning.adapter_slug(gl.adapter.name, gl.adapter.backend)}.json"]
+        gl_file = tuning_dir / f"{tuning.adapter_slug(gl.adapter.name, gl.adapter.backend)}.json"
+        # none where the manifest's selection won on the GL adapter: a run that stores nothing writes nothing
+        assert [p.name for p in tuning_dir.iterdir() if p.name != tuning.LOCK_NAME] in ([], [gl_file.name])
+        assert f"saved: {gl_file}" in out or f"nothing stored in {gl_file}" in out, out
 
 
 # --- what is stored for a shape class (tuning review, session 24) ---------------------------------
@@ -756,7 +766,7 @@ def test_a_case_tunable_its_winner_never_reads_is_the_manifest_selection(runner,
     monkeypatch.setattr(cli_tune, "_search", _fake_search({(2, 9, 16): None, (2, 10, 16): None}))
     out = " ".join(invoke(runner, "tune", str(root), *QUICK_WARM_UP).output.split())
     assert "different choices" not in out  # the two cases (one class) agree
-    assert json.loads(tuning_file(tuning_dir).read_text("utf-8"))["entries"] == {}
+    assert stored_entries(tuning_dir) == {}
 
 
 def test_a_refused_candidate_is_not_tried_again_by_the_second_sweep(monkeypatch, device):
@@ -846,3 +856,99 @@ def test_tune_refuses_a_tuning_file_it_cannot_read_before_any_search(runner, tun
     monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed before refusing"))
     result = runner.invoke(main, ["tune", QG_DIR, *TINY])
     assert result.exit_code == 2 and "this user cannot read the tuning file" in result.output, result.output
+
+
+def _scalar_wins(monkeypatch):
+    """The search answering scalar WORKGROUP_SIZE=128 and _confirm keeping it: what tune stores is under test."""
+    monkeypatch.setattr(cli_tune, "_search", _fake_search({(4096,): ("scalar", {"WORKGROUP_SIZE": 128})}))
+    monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
+
+
+def test_tune_writes_through_a_tuning_file_that_is_a_link_to_the_file_it_links_to(runner, tuning_dir, monkeypatch,
+                                                                                    tmp_path):  # fmt: skip
+    """A tuning file linked to one the user keeps elsewhere (a dotfiles repository): tune replaced the
+    link by a file of its own, so the file linked to never got the results. It writes that file now
+    (through a temporary file beside it), the link kept; a damaged one is moved aside beside it."""
+    import os
+
+    path = tuning_file(tuning_dir)
+    path.parent.mkdir(parents=True)
+    kept = tmp_path / "dotfiles" / "gpu.json"
+    kept.parent.mkdir()
+    kept.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {}}), "utf-8")
+    path.symlink_to(kept)
+    _scalar_wins(monkeypatch)
+    out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
+    assert path.is_symlink() and os.readlink(path) == str(kept)
+    assert list(json.loads(kept.read_text("utf-8"))["entries"]) == [TINY_KEY]
+    assert f"saved: {path}" in out, out
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["gpu.json"]  # no temporary file left
+
+    kept.write_text("{not json", "utf-8")  # damaged: moved aside beside the file it is, not the link
+    tuning._caches.clear()  # a new process's
+    out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
+    backup = kept.with_name(kept.name + tuning.BACKUP_SUFFIX)
+    assert f"the first save moves it aside to {backup}" in out and f"is kept as {backup}" in out, out
+    assert backup.read_text("utf-8") == "{not json"
+    assert path.is_symlink() and list(json.loads(kept.read_text("utf-8"))["entries"]) == [TINY_KEY]
+    assert sorted(p.name for p in tuning_dir.iterdir()) == sorted([path.name, tuning.LOCK_NAME])
+
+
+def test_tune_replaces_another_users_link_as_the_tuning_file_and_leaves_its_target(runner, tuning_dir, monkeypatch,
+                                                                                     tmp_path):  # fmt: skip
+    """A link another user put in a shared tuning folder is not written through: one to a file that
+    is no tuning file (a shell's rc file) would have been moved aside and overwritten. Emulated:
+    the tests run as the link's owner."""
+    import os
+
+    path = tuning_file(tuning_dir)
+    path.parent.mkdir(parents=True)
+    theirs = tmp_path / "bashrc"
+    theirs.write_text("export PATH=...\n", "utf-8")
+    path.symlink_to(theirs)
+    monkeypatch.setattr(tuning, "_link_is_own", lambda p: False)
+    _scalar_wins(monkeypatch)
+    out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
+    assert theirs.read_text("utf-8") == "export PATH=...\n" and not theirs.with_name("bashrc.bak").exists()
+    backup = path.with_name(path.name + tuning.BACKUP_SUFFIX)
+    assert os.readlink(backup) == str(theirs) and f"is kept as {backup}" in out, out  # the link, moved aside
+    assert not path.is_symlink() and list(json.loads(path.read_text("utf-8"))["entries"]) == [TINY_KEY]
+
+
+def test_tune_names_the_backup_it_makes_where_an_earlier_backup_is_kept(runner, tuning_dir, monkeypatch):
+    """Its first line named `<name>.bak` while the save, finding an earlier backup there, moved the
+    file to `<name>.1.bak` (the last line named that): both name the file written."""
+    path = tuning_file(tuning_dir)
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json", "utf-8")
+    earlier = path.with_name(path.name + tuning.BACKUP_SUFFIX)
+    earlier.write_text("an earlier backup", "utf-8")
+    _scalar_wins(monkeypatch)
+    out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
+    backup = path.with_name(f"{path.name}.1{tuning.BACKUP_SUFFIX}")
+    assert f"the first save moves it aside to {backup.name} " in out, out
+    assert f"the tuning file as it was is kept as {backup}" in out, out
+    assert backup.read_text("utf-8") == "{not json" and earlier.read_text("utf-8") == "an earlier backup"
+
+
+def test_a_tune_that_stores_nothing_creates_no_file_and_leaves_one_as_it_was(runner, tuning_dir, monkeypatch):
+    """A run whose every class keeps the manifest's selection wrote `{"entries": {}}`, creating the
+    file; and rewrote one that existed though nothing in it changed. Neither now, and it says so."""
+    import os
+
+    monkeypatch.setattr(cli_tune, "_search", _fake_search({(4096,): None}))
+    path = tuning_file(tuning_dir)
+    out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
+    assert not os.path.lexists(path), path.read_text("utf-8")
+    assert f"nothing stored in {path}" in out and f"{path} was not created" in out, out
+    assert "saved:" not in out, out
+
+    other = f"{wk.get_kernel(QG).tuning_key}|T=float32|X=64"  # another class: not this run's to drop
+    text = json.dumps({"version": tuning.FILE_VERSION, "entries": {other: {
+        "variant": "scalar", "tunables": {"WORKGROUP_SIZE": 64}, "median_s": 1e-5}}})  # fmt: skip
+    path.write_text(text, "utf-8")  # one line: a file tune rewrote would be indented
+    os.utime(path, ns=(10**9, 10**9))
+    tuning._caches.clear()  # a new process's
+    out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
+    assert path.read_text("utf-8") == text and path.stat().st_mtime_ns == 10**9
+    assert f"nothing stored in {path}" in out and f"{path} is as it was" in out, out

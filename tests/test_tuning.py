@@ -393,6 +393,34 @@ def test_a_tuning_file_linked_to_nothing_is_said_as_such(adapter_file, fresh_ker
     assert "package" not in text and tuning.CACHE_ENV in text, text
 
 
+@pytest.mark.parametrize("under", ["", "tuning"], ids=["the-file", "a-folder-under-it"])
+def test_a_tuning_dir_that_is_a_regular_file_is_said_once_and_calls_run(tmp_path, monkeypatch, fresh_kernel, plans_run,
+                                                                        under):  # fmt: skip
+    """$WEBGPU_KERNELS_TUNING_DIR naming a regular file (or a path under one): tune refused it, but
+    calls ignored every stored result without a word. The first call warns, naming the variable,
+    its value and that a folder is expected; the call still runs, and the warning is said once."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("", "utf-8")
+    value = str(blocker / under) if under else str(blocker)
+    monkeypatch.setenv(tuning.CACHE_ENV, value)
+    monkeypatch.delenv(tuning.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(tuning, "_caches", {})
+    x = np.linspace(-4, 4, N, dtype=np.float32)
+    with pytest.warns(wk.TuningFileWarning) as caught:
+        assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
+    (warning,) = [w for w in caught if issubclass(w.category, wk.TuningFileWarning)]
+    assert warning.filename == __file__, warning.filename  # the user's call
+    text = str(warning.message)
+    assert f"${tuning.CACHE_ENV} ({value!r})" in text and "a regular file" in text, text
+    assert "a folder is expected" in text and "calls run the manifests' own selection" in text, text
+    assert plans_run[-1].variant == "vec4"  # the manifest's own selection
+    tuning._caches.clear()  # read again, and another adapter's file in the same folder: no second word
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_quick_gelu(fresh_kernel()({"X": x})["Y"], x)
+        assert tuning.cache_for("Another GPU", "vulkan").entries == {}
+
+
 def test_no_tuning_file_or_a_good_one_is_no_warning(adapter_file, fresh_kernel):
     """Never having tuned is no problem to warn of, nor is a file `tune` wrote."""
     x = np.linspace(-4, 4, N, dtype=np.float32)

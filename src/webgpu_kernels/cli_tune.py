@@ -102,6 +102,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     errors = 0
     skips: dict[str, list[str]] = {}  # why -> the cases skipped for it on this adapter
     saved = False  # whether a case's result reached the tuning file
+    wrote = False  # whether a save changed the file (one that changes no entry writes nothing)
+    existed = os.path.lexists(cache.path)
     by_class: dict[str, _ClassCases] = {}  # tuning class -> its cases and what it keeps
     earlier_entries = set(cache.entries)  # the classes the file held before this run
     dropped: set[str] = set()  # of those, the classes whose entry this run removed
@@ -183,7 +185,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                     cache.record(kernel.tuning_key, tuning_class[0], tuning_class[1],
                                  tuning.TunedChoice(*cls.kept, kept_s), *tuning_class[2:])  # fmt: skip
                 try:
-                    cache.save()  # after every case: an interrupted search keeps what it found
+                    wrote = cache.save() or wrote  # after every case: an interrupted search keeps what it found
                     saved = True
                 except OSError as exc:  # what _check_writable could not foresee (the folder changed since)
                     raise click.ClickException(f"cannot save the tuning file {cache.path}: {exc}") from None
@@ -209,7 +211,9 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                f"cases where those disagreed, or nothing else ran them all){removed}")  # fmt: skip
         if not stored:
             classes = "its one tuning class keeps" if kept == 1 else f"all {kept} tuning classes keep"
-            console.print(f"nothing stored in {cache.path}: {classes} {why}", soft_wrap=True)
+            # a run that changed nothing writes nothing: no file of no entries, none rewritten
+            untouched = "" if wrote else f"; {cache.path} {'is as it was' if existed else 'was not created'}"
+            console.print(f"nothing stored in {cache.path}: {classes} {why}{untouched}", soft_wrap=True)
         else:
             console.print(f"saved: {cache.path} (a choice for {stored} of {len(by_class)} tuning classes)", soft_wrap=True)
             if kept:
@@ -263,8 +267,9 @@ def _say_problem(console: Any, cache: tuning.TuningCache, dry_run: bool) -> None
         text = problem.message(cache.path)
     else:
         kept = "its valid entries go into the new file" if not problem.whole else "nothing of it goes into the new file"
-        text = (f"tuning file {cache.path}: {problem.what}; the first save moves it aside to {cache.path.name}"
-                f"{tuning.BACKUP_SUFFIX} (an earlier backup is kept) and {kept}")  # fmt: skip
+        # the name the save will use: <name>.1.bak where <name>.bak is taken, beside a link's file
+        text = (f"tuning file {cache.path}: {problem.what}; the first save moves it aside to "
+                f"{tuning.backup_text(cache.path)} (an earlier backup is kept) and {kept}")  # fmt: skip
     console.print(Text(text, style="yellow"), soft_wrap=True)
 
 

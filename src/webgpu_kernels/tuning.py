@@ -28,7 +28,7 @@ import numpy as np
 from filelock import FileLock
 
 from .device import env_flag
-from .digests import MAX_PACKAGE_FILES, decode_json, read_file, replace_file
+from .digests import MAX_PACKAGE_FILES, decode_json, not_regular, read_file, replace_file
 from .errors import PackageError, TuningFileWarning, user_stacklevel
 from .forks import fresh_in_child
 from .package import MANIFEST_FILE, KernelPackage
@@ -216,33 +216,48 @@ class TuningCache:
             self.entries.pop(key, None)
             generation += 1  # plans chosen under the dropped entry are chosen again
 
-    def save(self) -> None:
+    def save(self) -> bool:
         """Write the file: what is on disk now (another process may have tuned meanwhile), with
-        this cache's recorded entries over it, through a temporary file of this process's own."""
+        this cache's recorded entries over it, through a temporary file of this process's own.
+        Where that changes no entry of the file, nothing is written (no file is created, none is
+        touched). A file that is a symbolic link is written where it points (:func:`write_path`).
+        Returns whether the file was written."""
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with _folder_lock(self.path.parent):  # another process's read-merge-replace must not interleave
-                self._merge_and_replace()
+                return self._merge_and_replace()
 
-    def _merge_and_replace(self) -> None:  # under both locks
+    def _merge_and_replace(self) -> bool:  # under both locks
         if _is_regular_file(self.path) and not os.access(self.path, os.R_OK):
             # another user's file in a shared folder: unreadable is not corrupt, so it is not ours to
             # move aside and replace (it had been, and its entries left their calls; helper-30)
             raise PermissionError(errno.EACCES, "this user cannot read the tuning file, so it is not replaced",
                                   str(self.path))  # fmt: skip
-        on_disk, problem = _load(self.path)
-        if problem is not None and _is_regular_file(self.path):  # another version's results, or a hand
-            self.backup = _free_backup_name(self.path)  # edit gone wrong: kept, not lost
-            os.replace(self.path, self.backup)
-        on_disk = {k: e for k, e in on_disk.items() if k not in self._forgotten}
-        entries = {**on_disk, **{k: self.entries[k] for k in self._recorded}}
+        on_disk, problem, as_written = _load_as_written(self.path)
+        kept = {k: e for k, e in on_disk.items() if k not in self._forgotten}
+        entries = {**kept, **{k: self.entries[k] for k in self._recorded}}
         self.entries = entries
+        if entries == on_disk and as_written:
+            # Nothing to change: a tune whose every class kept the manifest's selection had created
+            # a file of no entries, and rewritten (or moved aside) one it added nothing to.
+            self._on_disk()
+            return False
+        # A link is written through, to the file it points to (a dotfiles repository's): replacing
+        # the link had left that file without the results. The backup goes beside that file too.
+        target = write_path(self.path)
+        if problem is not None and _is_regular_file(target):  # another version's results, or a hand
+            self.backup = _free_backup_name(target)  # edit gone wrong: kept, not lost
+            os.replace(target, self.backup)
         text = json.dumps({"version": FILE_VERSION, "entries": entries}, indent=1, sort_keys=True)
-        replace_file(self.path, text)  # readable as the umask allows: a shared cache is read by others
+        replace_file(target, text)  # readable as the umask allows: a shared cache is read by others
         self.problem = None  # the file is one this release wrote: a later bench must not say it is damaged
         _forget_warnings(self.path)  # the same damage found again later is news
-        # On disk now: a later save must not write them over what another process saved since
-        # (a long tune had put back its old results over newer ones; helper-30).
+        self._on_disk()
+        return True
+
+    def _on_disk(self) -> None:
+        """This process's results are in the file now: a later save must not write them over what
+        another process saved since (a long tune had put back its old results over newer ones; helper-30)."""
         self._recorded.clear()
         self._forgotten.clear()
 
@@ -263,17 +278,40 @@ class FileProblem:
     what: str
     whole: bool = True
     readable: bool = True
+    #: The tuning folder is the problem (no folder), not the file: said once for every file in it.
+    folder: bool = False
 
     def message(self, path: Path) -> str:
         """The warning: the file, what is wrong, what calls do meanwhile and what to do."""
         used = ("calls run the manifests' own selection" if self.whole
                 else "those calls run the manifests' own selection; the other entries apply")  # fmt: skip
+        if self.folder:
+            return (f"tuning folder {path.parent}: {self.what}; {used}. To use tuning results, set ${CACHE_ENV} to "
+                    f"a folder (`webgpu-kernels tune` makes one that does not exist yet)")  # fmt: skip
         if not self.readable:
             todo = f"make it a regular file this user can read, or set ${CACHE_ENV} to a folder of your own"
         else:
             todo = (f"fix it, or run `webgpu-kernels tune` again: its first save moves this file aside to "
-                    f"{path.name}{BACKUP_SUFFIX} (an earlier backup is kept) and writes a new one")  # fmt: skip
+                    f"{backup_text(path)} (an earlier backup is kept) and writes a new one")  # fmt: skip
         return f"tuning file {path}: {self.what}; {used}. To use tuning results, {todo}"
+
+
+def _folder_problem(folder: Path) -> FileProblem | None:
+    """Why no tuning file can ever be in ``folder``: it, or the nearest part of its path that
+    exists, is no folder (a regular file that ``$WEBGPU_KERNELS_TUNING_DIR`` names by mistake).
+    Calls had ignored every stored result there without a word, while `tune` refused it."""
+    existing = folder
+    while not os.path.lexists(existing):  # False too for a path through a file (ENOTDIR)
+        if existing.parent == existing:
+            return None
+        existing = existing.parent
+    if os.path.isdir(existing):
+        return None  # a folder, or one `tune` makes: no problem
+    kind = "a regular file" if os.path.isfile(existing) else (not_regular(existing) or "no folder")
+    value = os.environ.get(CACHE_ENV, "")
+    named = f"${CACHE_ENV} ({value!r})" if value.strip() else "it"
+    where = "is" if existing == folder else f"lies under {existing}, which is"
+    return FileProblem(f"{named} {where} {kind}, but a folder is expected", readable=False, folder=True)
 
 
 #: The tuning files and problems this process has warned of (each once).
@@ -282,10 +320,12 @@ _warned_lock = threading.Lock()  # not _lock: a cache loads under that
 
 
 def _warn_once(path: Path, problem: FileProblem) -> None:
+    # a folder's problem once for all its files (each adapter has one)
+    said = (str(path.parent) if problem.folder else str(path), problem.what)
     with _warned_lock:
-        if (str(path), problem.what) in _warned:
+        if said in _warned:
             return
-        _warned.add((str(path), problem.what))
+        _warned.add(said)
     # A damaged file had been ignored without a word: calls ran the defaults, and whoever had tuned
     # for an hour never learnt why nothing got faster (helper-61).
     warnings.warn(TuningFileWarning(problem.message(path)), stacklevel=user_stacklevel())
@@ -300,36 +340,44 @@ def _forget_warnings(path: Path) -> None:
 def _load(path: Path) -> tuple[dict[str, dict[str, Any]], FileProblem | None]:
     """A tuning file's valid entries, and what is wrong with it (None for a good or missing file):
     unreadable, not a regular file (a FIFO would block every first call), oversized, not JSON,
-    another version's, or with an entry edited wrong. A save must not overwrite a regular file
-    that has a problem."""
+    another version's, or with an entry edited wrong, or its folder no folder. A save must not
+    overwrite a regular file that has a problem."""
+    entries, problem, _ = _load_as_written(path)
+    return entries, problem
+
+
+def _load_as_written(path: Path) -> tuple[dict[str, dict[str, Any]], FileProblem | None, bool]:
+    """:func:`_load`, and whether the file's valid entries are keyed as a save keys them (an older
+    release's float attributes are not, see :func:`_canonical_key`: a save rewrites those)."""
     if not os.path.lexists(path):
-        return {}, None  # never tuned: nothing to say
+        return {}, _folder_problem(path.parent), True  # never tuned: nothing to say, unless calls never can
     if os.path.islink(path) and not os.path.exists(path):  # read_file would call it a package's missing file
-        return {}, FileProblem("a symbolic link to a missing file", readable=False)
+        return {}, FileProblem("a symbolic link to a missing file", readable=False), True
     if _is_regular_file(path) and not os.access(path, os.R_OK):  # another user's, in a shared folder
-        return {}, FileProblem("this user cannot read it", readable=False)
+        return {}, FileProblem("this user cannot read it", readable=False), True
     try:
         data = decode_json(read_file(path.parent, path.name))
     except PackageError as exc:  # a corrupt cache is ignored, never fatal
-        return {}, FileProblem(exc.detail, readable=_is_regular_file(path))  # a folder or FIFO: not ours to move
+        return {}, FileProblem(exc.detail, readable=_is_regular_file(path)), True  # a folder or FIFO: not ours to move
     except ValueError as exc:
-        return {}, FileProblem(str(exc))
+        return {}, FileProblem(str(exc)), True
     if not isinstance(data, dict) or "version" not in data:
-        return {}, FileProblem("not a JSON object with 'version' and 'entries', as `webgpu-kernels tune` writes")
+        return {}, FileProblem("not a JSON object with 'version' and 'entries', as `webgpu-kernels tune` writes"), True
     if data.get("version") != FILE_VERSION:
         return {}, FileProblem(f"written by another release (file version {json.dumps(data.get('version'))[:40]}; "
-                               f"this one reads version {FILE_VERSION})")  # fmt: skip
+                               f"this one reads version {FILE_VERSION})"), True  # fmt: skip
     entries = data.get("entries")
     if not isinstance(entries, dict):
-        return {}, FileProblem("its 'entries' is not a JSON object")
+        return {}, FileProblem("its 'entries' is not a JSON object"), True
     valid = {k: e for k, e in entries.items() if _valid_entry(e)}
     wrong = [k for k in entries if k not in valid]
-    valid = _canonical_entries(valid)
+    canonical = _canonical_entries(valid)
+    as_written = set(canonical) == set(valid)
     if not wrong:
-        return valid, None
+        return canonical, None, as_written
     verb = "is" if len(wrong) == 1 else "are"
-    return valid, FileProblem(f"{len(wrong)} of its {len(entries)} entries {verb} malformed and ignored "
-                              f"(first: {wrong[0][:200]!r})", whole=False)  # fmt: skip
+    return canonical, FileProblem(f"{len(wrong)} of its {len(entries)} entries {verb} malformed and ignored "
+                                  f"(first: {wrong[0][:200]!r})", whole=False), as_written  # fmt: skip
 
 
 _ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")  # a manifest identifier (its JSON Schema's)
@@ -378,6 +426,37 @@ def _is_regular_file(path: Path) -> bool:
         return path.is_file()
     except OSError:
         return False
+
+
+def write_path(path: Path) -> Path:
+    """Where a save writes the tuning file ``path``: the file a symbolic link at ``path`` points
+    to (through every link), as an editor writes through one, where this user made the link; else
+    ``path`` (another user's link in a shared folder is replaced, as before: followed, it could
+    have had a damaged-file save move aside and overwrite any file this user may write)."""
+    if os.path.islink(path) and _link_is_own(path):
+        return Path(os.path.realpath(path))
+    return path
+
+
+def _link_is_own(path: Path) -> bool:
+    """Whether this user owns the symbolic link ``path`` (always, where the OS has no user ids)."""
+    getuid = getattr(os, "getuid", None)
+    try:
+        return getuid is None or os.lstat(path).st_uid == getuid()
+    except OSError:
+        return False
+
+
+def backup_path(path: Path) -> Path:
+    """Where a save would move the damaged tuning file ``path`` aside now (:func:`_free_backup_name`
+    beside the file written, see :func:`write_path`)."""
+    return _free_backup_name(write_path(path))
+
+
+def backup_text(path: Path) -> str:
+    """:func:`backup_path` as a message names it: its name where it lies beside ``path``, else in full."""
+    backup = backup_path(path)
+    return backup.name if backup.parent == path.parent else str(backup)
 
 
 def _free_backup_name(path: Path) -> Path:
