@@ -82,7 +82,7 @@ TABLE_KEYS = {
                 "limits", "allLimits"],
     "info": ["op", "domain", "name", "sinceVersion", "origin", "path", "description", "inputs", "outputs",
              "typeConstraints", "attributes", "tunables", "derive", "constants", "variants"],
-    "explain": ["op", "chosen", "variants", "outputs", "values", "refused", "tuned", "forced"],
+    "explain": ["op", "chosen", "variants", "outputs", "values", "refused", "tuned", "forced", "tuningEntry"],
     "run": ["op", "adapter", "variant", "forced", "tuned", "seed", "inputs", "attrs", "tunables", "outputs", "timing",
             "reference", "referenceUnavailable", "onnxruntimeMatchedBy", "ok", "checked"],
     "test": ["ok", "strict", "packages"],

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 import webgpu_kernels as wk
+from webgpu_kernels import tuning
 from webgpu_kernels.cli import main
 
 from cli_helpers import (
@@ -23,6 +24,7 @@ from cli_helpers import (
     invoke_json,
     without_any_adapter,
 )
+from conftest import tuning_file
 
 # --- devices, list ------------------------------------------------------------------------------------
 
@@ -209,6 +211,28 @@ def test_render(runner: CliRunner, has_f16: bool) -> None:
     assert "0.5" in out
     if has_f16:
         assert "enable f16;" in invoke(runner, "render", BIAS_ADD, *BA_F16_VEC4).stdout
+
+
+def _store_for_quick_gelu(folder, variant: str, tunables: dict) -> tuning.TuningCache:
+    """A tuning file entry for QuickGelu's X=4096 float32 class, as `tune` saves one."""
+    cache = tuning.TuningCache(tuning_file(folder))
+    cache.record(wk.get_kernel(QUICK_GELU).tuning_key, {"T": "float32"}, {"X": (4096,)},
+                 tuning.TunedChoice(variant, tunables, 1e-5))  # fmt: skip
+    cache.save()
+    return cache
+
+
+def test_explain_says_which_stored_entry_it_passes_over_and_why(runner: CliRunner, tuning_dir) -> None:
+    """An entry whose variant's `when` is false for the call (vec4 at 4097 elements, class 4096)
+    was left out of explain's text and JSON alike."""
+    cache = _store_for_quick_gelu(tuning_dir, "vec4", {"WORKGROUP_SIZE": 64})
+    (key,) = cache.entries
+    out = invoke(runner, "explain", QUICK_GELU, "-i", "X=4097:f32").stdout
+    assert "a stored tuning result is not used: " in out and "'vec4Ok' is false" in out, out
+    assert key in out and str(cache.path) in out
+    data = invoke_json(runner, "explain", QUICK_GELU, "-i", "X=4097:f32")
+    assert data["tuned"] is None and data["tuningEntry"]["key"] == key and data["tuningEntry"]["used"] is False
+    assert data["tuningEntry"]["file"] == str(cache.path) and "'vec4Ok' is false" in data["tuningEntry"]["reason"]
 
 
 def test_no_adapter_at_all_says_what_to_install(tmp_path):

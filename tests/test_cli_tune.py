@@ -743,7 +743,8 @@ def test_explain_of_a_forced_variant_reports_no_stored_result(tuning_dir):
                  absent, changed)  # fmt: skip
     assert bias_add.explain(metas).tuned == {"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 128}}
     forced = bias_add.explain(metas, variant="vec4")
-    assert forced.tuned is None and forced.chosen == "vec4" and "stored tuning result" not in str(forced)
+    assert forced.tuned is None and forced.chosen == "vec4" and "stored tuning result applies" not in str(forced)
+    assert "the call gives variant='vec4'" in forced.tuning_entry["reason"]  # the entry it passes over, and why
     assert bias_add.plan(metas, variant="vec4", tuned=True)[1].variant == "vec4"  # what the call runs
 
 

@@ -908,6 +908,8 @@ def test_a_stored_result_never_drops_an_output_the_call_returns(tuning_dir, devi
     cache.record(k.tuning_key, {"T": "float32"}, {"X": tuned.shape}, tuning.TunedChoice("vs", {"WORKGROUP_SIZE": 128}, 1e-5))
     assert set(k({"X": x})) == {"Y", "Z"}  # the manifest's selection's outputs: the entry does not apply
     assert k.explain({"X": x}).tuned is None and k.plan({"X": x}, tuned=True)[1].variant == "vz"
+    reason = k.explain({"X": x}).tuning_entry["reason"]
+    assert "'vs' does not return Z, which the manifest's own selection returns" in reason, reason
     assert k.plan({"X": tuned}, tuned=True)[1].variant == "vs"  # where the outputs agree, it still does
 
 
@@ -1044,3 +1046,94 @@ def test_a_second_foreign_file_and_a_folder_named_like_the_backup_keep_every_bac
         cache.save()
     backups = sorted(p.read_text("utf-8") for p in tmp_path.glob("adapter.json.*" + tuning.BACKUP_SUFFIX))
     assert backups == sorted(texts)
+
+
+# --- explain and render say which stored entry a call uses, or why not ---------------------------------
+
+
+def _write_entry(path, key, entry):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {key: entry}}), "utf-8")
+
+
+@pytest.mark.parametrize(
+    ("entry", "elements", "reason"),
+    [({"variant": "no-such-variant", "tunables": {}, "median_s": 1e-5}, N, "no variant 'no-such-variant'"),
+     ({"variant": "vec4", "tunables": {"WORKGROUP_SIZE": 64}, "median_s": 1e-5}, N + 1, "'vec4Ok' is false"),
+     ({"variant": "scalar", "tunables": {"NO_SUCH_TUNABLE": 3}, "median_s": 1e-5}, N, "NO_SUCH_TUNABLE"),
+     ({"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 1 << 20}, "median_s": 1e-5}, N, "WORKGROUP_SIZE")],
+    ids=["variant-gone", "when-false", "unknown-tunable", "workgroup-too-large"],
+)  # fmt: skip
+def test_explain_says_why_a_stored_entry_is_not_used(adapter_file, fresh_kernel, plans_run, entry, elements, reason):
+    """An entry for the call's class that the call does not run was passed over in silence: explain
+    said nothing of it, as if the tuning file held none. It names the entry and the reason, the
+    call's own judgement of it (the call runs the manifest's selection)."""
+    key = tuning.entry_key(QG_KEY, QG_F32, {"X": (elements,)})
+    _write_entry(adapter_file, key, entry)
+    k = fresh_kernel()
+    x = np.linspace(-5, 5, elements, dtype=np.float32)
+    explanation = k.explain({"X": x})
+    assert explanation.tuned is None
+    found = explanation.tuning_entry
+    assert found["file"] == str(adapter_file) and found["key"] == key and found["used"] is False
+    assert (found["variant"], found["tunables"]) == (entry["variant"], entry["tunables"])
+    assert reason in found["reason"], found
+    text = str(explanation)
+    assert "a stored tuning result is not used: " in text and reason in text and str(adapter_file) in text, text
+    assert explanation.as_dict()["tuningEntry"] == found
+    assert_quick_gelu(k({"X": x})["Y"], x)  # what explain says: the call runs the manifest's selection
+    assert plans_run[-1].variant == explanation.chosen
+
+
+def test_explain_names_the_stored_entry_a_call_uses(adapter_file, fresh_kernel):
+    store(adapter_file, SCALAR_64)
+    explanation = fresh_kernel().explain({"X": np.zeros(N, np.float32)})
+    key = tuning.entry_key(QG_KEY, QG_F32, X_N)
+    assert explanation.tuning_entry == {"file": str(adapter_file), "key": key, "variant": "scalar",
+                                        "tunables": {"WORKGROUP_SIZE": 64}, "used": True, "reason": None}  # fmt: skip
+    assert f"tuning file {adapter_file}" in str(explanation) and key in str(explanation)
+
+
+def test_explain_says_an_entry_was_tuned_for_another_version_of_the_package(adapter_file, tmp_path):
+    """An entry tuned before the package's manifest or a template changed has another tuning key:
+    the call never finds it, and explain said nothing."""
+    import shutil
+
+    folder = tmp_path / "qg"
+    shutil.copytree(embedded_root() / QG, folder)
+    (folder / "metadata.json").unlink()
+    old_key = wk.load_kernel(folder).tuning_key
+    store_cache = tuning.TuningCache(adapter_file)
+    store_cache.record(old_key, QG_F32, X_N, SCALAR_64)
+    store_cache.save()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["description"] += " Edited."
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    k = wk.load_kernel(folder)
+    assert k.tuning_key != old_key
+    explanation = k.explain({"X": np.zeros(N, np.float32)})
+    assert explanation.tuned is None
+    found = explanation.tuning_entry
+    assert found["key"] == tuning.entry_key(old_key, QG_F32, X_N) and found["used"] is False
+    assert "another version of this op's package" in found["reason"] and k.tuning_key in found["reason"], found
+
+
+@pytest.mark.parametrize("options", [{"variant": "scalar"}, {"tunables": {"WORKGROUP_SIZE": 128}}], ids=["variant", "tunables"])
+def test_explain_says_a_call_that_names_its_variant_or_tunables_runs_no_stored_entry(adapter_file, fresh_kernel, options):
+    store(adapter_file, SCALAR_64)
+    explanation = fresh_kernel().explain({"X": np.zeros(N, np.float32)}, **options)
+    assert explanation.tuned is None and explanation.tuning_entry["used"] is False
+    assert f"the call gives {next(iter(options))}=" in explanation.tuning_entry["reason"]
+
+
+def test_explain_says_tuning_is_off(adapter_file, fresh_kernel, monkeypatch):
+    store(adapter_file, SCALAR_64)
+    monkeypatch.setenv(tuning.DISABLE_ENV, "1")
+    explanation = fresh_kernel().explain({"X": np.zeros(N, np.float32)})
+    assert explanation.tuned is None and tuning.DISABLE_ENV in explanation.tuning_entry["reason"]
+
+
+def test_explain_with_no_entry_for_the_class_says_nothing_of_tuning(adapter_file, fresh_kernel):
+    store(adapter_file, SCALAR_64)
+    explanation = fresh_kernel().explain({"X": np.zeros(2 * N, np.float32)})  # another shape class
+    assert explanation.tuning_entry is None and "tuning" not in str(explanation)

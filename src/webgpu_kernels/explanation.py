@@ -6,6 +6,7 @@ the op's contract as text (:func:`contract_doc`)."""
 from __future__ import annotations
 
 import keyword
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,11 @@ class Explanation:
     #: The outputs the chosen variant returns (an optional output it binds nowhere is left out of
     #: the call's result); None when no variant was chosen. ``outputs`` lists every output's shape.
     produced: frozenset[str] | None = None
+    #: The tuning file's entry for the call's tuning class, if it has one: {"file", "key",
+    #: "variant", "tunables", "used", "reason"}, ``reason`` saying why the call does not run it
+    #: (None where it does: ``tuned``). Also an entry tuned for another version of the package,
+    #: which the call cannot find; None where the file has neither.
+    tuning_entry: dict[str, Any] | None = None
 
     def __str__(self) -> str:
         if self.forced is not None:
@@ -62,9 +68,14 @@ class Explanation:
                          f"would: {self.refused}")  # fmt: skip
         elif self.refused:
             lines.append(f"  {'but the call would fail' if self.chosen else 'the call fails'}: {self.refused}")
+        entry = self.tuning_entry
+        where = "" if entry is None else tuning_entry_place(entry)
         if self.tuned:
             lines.append(f"  a stored tuning result applies: the call runs {self.tuned['variant']!r} with "
-                         f"tunables {self.tuned['tunables']}")  # fmt: skip
+                         f"tunables {self.tuned['tunables']}" + (f" ({where})" if where else ""))  # fmt: skip
+        elif entry is not None and not entry["used"]:
+            lines.append(f"  a stored tuning result is not used: {entry['reason']}")
+            lines.append(f"    ({where}: variant {entry['variant']!r}, tunables {entry['tunables']})")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -73,8 +84,18 @@ class Explanation:
             "outputs": [{"name": o.role, "shape": list(o.shape), "dtype": o.dtype,
                          "produced": None if self.produced is None else o.role in self.produced} for o in self.outputs],
             "values": {k: json_value(v) for k, v in self.values.items()},
-            "refused": self.refused, "tuned": self.tuned, "forced": self.forced,
+            "refused": self.refused, "tuned": self.tuned, "forced": self.forced, "tuningEntry": self.tuning_entry,
         }  # fmt: skip
+
+
+#: The most of an entry's key the text shows (an attribute off its default is in the key: a list
+#: of 4,096 numbers would make a line of 40,000 characters); ``as_dict`` has it whole.
+MAX_KEY_SHOWN = 300
+
+
+def tuning_entry_place(entry: Mapping[str, Any]) -> str:
+    """``tuning file F, entry 'K'``: where a tuning entry (:attr:`Explanation.tuning_entry`) is."""
+    return f"tuning file {entry['file']}, entry {shorten(entry['key'], MAX_KEY_SHOWN)!r}"
 
 
 #: The most of one description help(kernel) shows, in characters; the whole text is bounded by

@@ -51,7 +51,7 @@ from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, t
 from .rendering import TemplateRenderer, bound_roles, produced_outputs, resolve_variant, workgroup_memory_blame
 from .selection import Selection, require_choice, select_variant
 from .tensor import GpuTensor
-from .tuned_choice import Resolution, TuningClass, tuned_choice, tuned_plan, tuning_class_of
+from .tuned_choice import Resolution, TuningClass, stored_entry, tuned_choice, tuned_plan, tuning_class_of
 
 #: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
 PLAN_CACHE_SIZE = 128
@@ -239,9 +239,7 @@ class Kernel:
         self._check_variant_arg(variant)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, outputs, selection = self._select(signature, device.info, exhaustive=True)
-        # A forced variant, like tunables, is a call that no stored tuning result applies to.
-        stored = None if tunables or variant is not None else tuned_choice(self, metas, attrs, signature, device,
-                                                                                 check=True)  # fmt: skip
+        stored, entry = stored_entry(self, metas, attrs, signature, device, overridden=_overridden(variant, tunables))
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
         chosen, refused, resolved = None, None, None
@@ -272,7 +270,7 @@ class Kernel:
         # the outputs it binds (bound_roles holds the inputs too: "produced" had named X and bias)
         produced = None if chosen is None or resolved is None else produced_outputs(resolved, outputs)
         return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned, forced=variant,
-                           produced=produced)  # fmt: skip
+                           produced=produced, tuning_entry=None if entry is None else entry.as_dict())  # fmt: skip
 
     def evaluate(
         self,
@@ -502,3 +500,12 @@ class Kernel:
             if len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
         return plan
+
+
+def _overridden(variant: str | None, tunables: Mapping[str, Any] | None) -> str | None:
+    """Why a call that forces ``variant`` or gives ``tunables`` runs no stored tuning result (None: it may)."""
+    named = (f"variant={variant!r}" if variant is not None else
+             f"tunables={shorten(repr(dict(tunables)), 200)}" if tunables else None)  # fmt: skip
+    if named is None:
+        return None
+    return f"the call gives {named}: a stored result applies only to a call that names neither a variant nor tunables"

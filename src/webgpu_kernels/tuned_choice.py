@@ -4,12 +4,15 @@ class (what an entry is keyed by), the lookup, and the checks that the entry sti
 `webgpu-kernels tune` writes the entries and tuning.py stores them; the kernel (kernel.py) asks here
 on a call, ``plan(tuned=True)``, ``explain`` and ``render``. A stored choice is judged and built by
 the kernel's own steps (:class:`Planner`), as the call's own selection is, so that an entry that
-no longer fits is dropped and the default selection applies.
+no longer fits is dropped and the default selection applies. ``explain`` and ``render`` get that
+judgement's reason too (:func:`stored_entry`), to say which entry a call passes over and why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from . import tuning
@@ -26,6 +29,29 @@ TuningClass = tuple[dict[str, str], dict[str, tuple[int, ...]], tuple[str, ...],
 #: What Kernel._resolve gives for (signature, forced variant, device info): ((the chosen variant, the
 #: outputs' specs), its resolved passes, its scope). Handed on so that a plan does not resolve again.
 Resolution = tuple[Any, Any, Any]
+#: A stored choice that fits the call: the signature with its tunables, its variant, and its
+#: resolution where the judgement resolved it.
+Choice = tuple[CallSignature, str, Resolution | None]
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """The tuning file's entry for a call's tuning class, as ``explain`` and ``render`` report it:
+    where it is, what it holds, and ``reason``, why the call does not run it (None: it does)."""
+
+    file: Path
+    key: str
+    variant: str
+    tunables: dict[str, Any]
+    reason: str | None = None
+
+    @property
+    def used(self) -> bool:
+        return self.reason is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": str(self.file), "key": self.key, "variant": self.variant, "tunables": dict(self.tunables),
+                "used": self.used, "reason": self.reason}  # fmt: skip
 
 
 class Planner(Protocol):
@@ -62,8 +88,7 @@ def tuning_class_of(kernel: Planner, signature: CallSignature) -> TuningClass:
 
 
 def tuned_choice(kernel: Planner, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None,
-                 signature: CallSignature, device: Device, *,
-                 check: bool = False) -> tuple[CallSignature, str, Resolution | None] | None:  # fmt: skip
+                 signature: CallSignature, device: Device, *, check: bool = False) -> Choice | None:  # fmt: skip
     """The signature (with its tunables) and variant `webgpu-kernels tune` found fastest for
     this call, if one is stored and its tunables fit the contract; with ``check``, only if its
     variant's `when` also holds for the call (a call finds that out by building the plan); and
@@ -74,25 +99,86 @@ def tuned_choice(kernel: Planner, metas: Mapping[str, Any], attrs: Mapping[str, 
     choice = cache.lookup(kernel.tuning_key, *tuning_class_of(kernel, signature))
     if choice is None:
         return None
+    return _judge(kernel, choice, metas, attrs, signature, device, check)[0]
+
+
+def _judge(kernel: Planner, choice: tuning.TunedChoice, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None,
+           signature: CallSignature, device: Device, check: bool) -> tuple[Choice | None, str | None]:  # fmt: skip
+    """Whether the call runs a stored ``choice`` (see :func:`tuned_choice`): the choice made ready,
+    else None and why not. The one judgement calls, ``explain`` and ``render`` share."""
     optional_outputs = any(spec.optional for spec in kernel.manifest.outputs)
-    resolution = None
+    resolution, resolving = None, False
     try:
         tuned = check_call(kernel.manifest, metas, attrs, choice.tunables, names_checked=True)  # the call's names
         if check or optional_outputs:  # its `when` (without ``check``, building the plan checks it)
+            resolving = True
             resolution = kernel._resolve(tuned, choice.variant, device.info)
             if check:  # as a call would build it: `when`, then the device's limits
                 (chosen, outputs), resolved, _ = resolution
                 kernel._check_device(tuned, chosen.variant.id, outputs, resolved, device)
-            if optional_outputs and not _keeps_outputs(kernel, signature, resolution, device):
-                return None  # the call's result would lack an output its own selection returns
-    except KernelError:
-        return None  # stale or foreign entry: the default selection still applies
-    return tuned, choice.variant, resolution
+            if optional_outputs and (lost := _lost_outputs(kernel, signature, resolution, device)):
+                # the call's result would lack an output its own selection returns
+                return None, (f"its variant {choice.variant!r} does not return {', '.join(sorted(lost))}, which "
+                              f"the manifest's own selection returns for this call")  # fmt: skip
+    except KernelError as exc:  # stale or foreign entry: the default selection still applies
+        # the error of resolving or checking names the variant (VariantRejectedError, SelectionError,
+        # DeviceLimitError); the contract's names only the tunable
+        return None, str(exc) if resolving else f"its tunables {choice.tunables} do not fit the manifest: {exc}"
+    return (tuned, choice.variant, resolution), None
 
 
-def _keeps_outputs(kernel: Planner, signature: CallSignature, tuned: Resolution, device: Device) -> bool:
-    """Whether the stored variant, resolved for the call at its tunables (``tuned``), returns
-    every output the manifest's own selection returns for this call. `tune` keeps only a
+def stored_entry(kernel: Planner, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None,
+                 signature: CallSignature, device: Device, *,
+                 overridden: str | None = None) -> tuple[Choice | None, StoredEntry | None]:  # fmt: skip
+    """``explain``'s and ``render``'s look at the tuning file: the choice the call runs (as
+    :func:`tuned_choice` with ``check``) and the entry for its class, with why the call passes
+    it over where it does; else an entry tuned for another version of the package (its manifest or
+    a template changed since), which the call cannot find. ``overridden``: the call names a variant
+    or tunables, which it runs instead (the reason said). Not for calls: it reads the file while
+    tuning is off, and looks through every entry where the class has none."""
+    off = tuning.disabled()
+    if off:  # the file as it is (cache_for's path), loaded apart: no warning of its damage, none kept for calls
+        slug = tuning.adapter_slug(device.adapter.name, device.adapter.backend)
+        cache = tuning.TuningCache(tuning.tuning_dir() / f"{slug}.json", warn=False)
+    else:
+        cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    tuning_class = tuning_class_of(kernel, signature)
+    key = tuning.entry_key(kernel.tuning_key, *tuning_class)
+    choice = cache.lookup(kernel.tuning_key, *tuning_class)
+    if choice is None:
+        return None, _other_version(kernel, cache, key)
+    if off:
+        reason: str | None = f"${tuning.DISABLE_ENV} is set: calls run the manifest's own selection"
+        found = None
+    elif overridden is not None:
+        reason, found = overridden, None
+    else:
+        found, reason = _judge(kernel, choice, metas, attrs, signature, device, True)
+    return found, StoredEntry(cache.path, key, choice.variant, choice.tunables, reason)
+
+
+def _other_version(kernel: Planner, cache: tuning.TuningCache, key: str) -> StoredEntry | None:
+    """An entry for the call's class tuned for another version of this op's package (same op id,
+    another digest in its tuning key), if the file holds one: the first by key where several do."""
+    rest = key[len(kernel.tuning_key):]  # from the first "|": the class
+    op = kernel.tuning_key.rsplit("@", 1)[0] + "@"
+    others = sorted(k for k in list(cache.entries) if k.endswith(rest) and k[:-len(rest)].startswith(op)
+                    and "|" not in k[len(op):-len(rest)] and k != key)  # fmt: skip
+    if not others:
+        return None
+    entry = cache.entries.get(others[0])
+    if entry is None:  # forgotten meanwhile by another thread
+        return None
+    more = f" (and {len(others) - 1} more such entries)" if len(others) > 1 else ""
+    reason = (f"it was tuned for another version of this op's package (its manifest or templates differ: "
+              f"tuning key {others[0][:-len(rest)]!r}, this package's {kernel.tuning_key!r}), so calls of this one "
+              f"never find it{more}; `webgpu-kernels tune` tunes this one")  # fmt: skip
+    return StoredEntry(cache.path, others[0], entry["variant"], dict(entry["tunables"]), reason)
+
+
+def _lost_outputs(kernel: Planner, signature: CallSignature, tuned: Resolution, device: Device) -> set[str]:
+    """The outputs the manifest's own selection returns for this call that the stored variant,
+    resolved for the call at its tunables (``tuned``), does not (none: it may run). `tune` keeps only a
     candidate with the outputs of the tuned shape's default, but another shape of its class may
     have another default: where some variants write an optional output and others do not, a
     call of that shape had come back without that output where a tuning file held an entry for
@@ -100,12 +186,12 @@ def _keeps_outputs(kernel: Planner, signature: CallSignature, tuned: Resolution,
     (_, tuned_outputs), tuned_resolved, _ = tuned
     kept = produced_outputs(tuned_resolved, tuned_outputs)
     if len(kept) == len(tuned_outputs):  # it returns every output: the call's own selection needs no resolving
-        return True
+        return set()
     try:
         (_, outputs), resolved, _ = kernel._resolve(signature, None, device.info)
     except KernelError:  # the manifest's selection cannot run the call: nothing to keep the same
-        return True
-    return produced_outputs(resolved, outputs) <= kept
+        return set()
+    return set(produced_outputs(resolved, outputs) - kept)
 
 
 def tuned_plan(kernel: Planner, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None,
