@@ -235,6 +235,27 @@ def test_explain_says_which_stored_entry_it_passes_over_and_why(runner: CliRunne
     assert data["tuningEntry"]["file"] == str(cache.path) and "'vec4Ok' is false" in data["tuningEntry"]["reason"]
 
 
+def test_render_says_on_stderr_that_a_stored_result_chose_the_wgsl(runner: CliRunner, tuning_dir) -> None:
+    """render printed a stored result's WGSL (64-wide workgroups here) as if it were the manifest's
+    choice. stdout stays the WGSL alone, byte for byte what the call compiles; the note is on stderr."""
+    cache = _store_for_quick_gelu(tuning_dir, "scalar", {"WORKGROUP_SIZE": 64})
+    result = invoke(runner, "render", QUICK_GELU, "-i", "X=4096:f32")
+    expected = wk.load_kernel(wk.get_kernel(QUICK_GELU).package.root).render({"X": ((4096,), "float32")})["main"]
+    assert result.stdout == expected.rstrip("\n") + "\n" and "@workgroup_size(64)" in result.stdout
+    assert "stored tuning result" in result.stderr and str(cache.path) in result.stderr, result.stderr
+    assert "'scalar'" in result.stderr and "WORKGROUP_SIZE" in result.stderr
+    for other in (["--variant", "scalar"], ["--tunable", "WORKGROUP_SIZE=64"]):  # what the command line names
+        assert invoke(runner, "render", QUICK_GELU, "-i", "X=4096:f32", *other).stderr == ""
+    assert invoke(runner, "render", QUICK_GELU, "-i", "X=8192:f32").stderr == ""  # no entry for its class
+
+
+def test_render_says_on_stderr_why_a_stored_result_is_not_used(runner: CliRunner, tuning_dir) -> None:
+    cache = _store_for_quick_gelu(tuning_dir, "vec4", {"WORKGROUP_SIZE": 64})
+    result = invoke(runner, "render", QUICK_GELU, "-i", "X=4097:f32")
+    assert "@workgroup_size(256)" in result.stdout  # the manifest's vec4_tail
+    assert "not used" in result.stderr and "'vec4Ok' is false" in result.stderr and str(cache.path) in result.stderr
+
+
 def test_no_adapter_at_all_says_what_to_install(tmp_path):
     """With no Vulkan driver and no EGL vendor (a CI machine without Mesa), `devices` said only "no
     WebGPU adapter found", and the error of the other commands named one package of the two the

@@ -27,6 +27,7 @@ from .cli import (
     trust_option,
 )
 from .device import NO_ADAPTER, AdapterSummary, choose_adapter, list_adapters
+from .explanation import tuning_entry_place
 from .kernel import Kernel
 
 #: Limits ``devices`` shows (WebGPU names, camelCase).
@@ -253,10 +254,15 @@ def explain_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], a
 @click.pass_context
 def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
                tunables: dict[str, Any], variant: str | None) -> None:  # fmt: skip
-    """The WGSL that KERNEL would run for these inputs, pass by pass."""
+    """The WGSL that KERNEL would run for these inputs, pass by pass (a stored tuning result's
+    choice included: a note on stderr says so, and names the tuning file)."""
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
-    shaders = k.render(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=_adapter(ctx))
+    shaders, entry = k._render(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=_adapter(ctx))
+    if entry is not None:
+        # On stderr: stdout stays the WGSL the call compiles, byte for byte (`render > x.wgsl`, a
+        # diff against another render), and the note still reaches the terminal where stdout is a file.
+        _console(stderr=True).print(_tuning_note(entry.as_dict()), soft_wrap=True)
     many = len(shaders) > 1
     for i, (pass_id, wgsl) in enumerate(shaders.items()):
         if many:
@@ -264,6 +270,17 @@ def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], at
                 _echo()
             _echo(f"// ---- pass {pass_id} ----")
         _echo(printable(wgsl.rstrip("\n")))
+
+
+def _tuning_note(entry: dict[str, Any]) -> str:
+    """render's stderr line on the tuning file's entry for the call's class: its choice is the WGSL
+    printed, or why it is not."""
+    place = tuning_entry_place(entry)
+    if entry["used"]:
+        return (f"note: a stored tuning result chose this WGSL: variant {entry['variant']!r}, tunables "
+                f"{entry['tunables']} ({place}); --variant or --tunable renders another choice")  # fmt: skip
+    return (f"note: a stored tuning result is not used, so this is the manifest's own selection: {entry['reason']} "
+            f"({place}: variant {entry['variant']!r}, tunables {entry['tunables']})")  # fmt: skip
 
 
 COMMANDS = [devices_cmd, list_cmd, info_cmd, explain_cmd, render_cmd]
