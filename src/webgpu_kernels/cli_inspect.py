@@ -258,11 +258,14 @@ def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], at
     choice included: a note on stderr says so, and names the tuning file)."""
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
-    shaders, entry = k._render(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=_adapter(ctx))
+    shaders = k.render(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=_adapter(ctx))
+    # explain's entry, as a Python user learns it: a call naming a variant or tunables runs what it
+    # names, so the note is left out there
+    entry = None if variant is not None or tunables else k.explain(metas, attrs=attrs, adapter=_adapter(ctx)).tuning_entry
     if entry is not None:
         # On stderr: stdout stays the WGSL the call compiles, byte for byte (`render > x.wgsl`, a
         # diff against another render), and the note still reaches the terminal where stdout is a file.
-        _console(stderr=True).print(_tuning_note(entry.as_dict()), soft_wrap=True)
+        _console(stderr=True).print(_tuning_note(entry), soft_wrap=True)
     many = len(shaders) > 1
     for i, (pass_id, wgsl) in enumerate(shaders.items()):
         if many:

@@ -51,7 +51,7 @@ from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, t
 from .rendering import TemplateRenderer, bound_roles, produced_outputs, resolve_variant, workgroup_memory_blame
 from .selection import Selection, require_choice, select_variant
 from .tensor import GpuTensor
-from .tuned_choice import Resolution, StoredEntry, TuningClass, stored_entry, tuned_plan, tuning_class_of
+from .tuned_choice import Resolution, TuningClass, stored_entry, tuned_choice, tuned_plan, tuning_class_of
 
 #: Plans hold their pipelines (about 300 KiB each on lavapipe), so this bounds pipeline memory too.
 PLAN_CACHE_SIZE = 128
@@ -330,24 +330,15 @@ class Kernel:
         """The WGSL of each pass (by pass id) of the variant a call with these inputs would run (a
         stored tuning result included, when neither ``variant`` nor ``tunables`` is given;
         :meth:`explain`'s ``tuning_entry`` says which)."""
-        return self._render(inputs, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)[0]
-
-    def _render(self, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None, variant: str | None,
-                tunables: Mapping[str, Any] | None, adapter: str | None) -> tuple[dict[str, str], StoredEntry | None]:  # fmt: skip
-        """:meth:`render`'s WGSL, and the tuning file's entry for the call's class where it has one
-        (whether the WGSL is its choice, or why not): what `webgpu-kernels render` tells on stderr."""
         self._check_variant_arg(variant)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
-        resolution, entry = None, None
-        if variant is None and not tunables:  # a call naming either runs what it names (no entry to tell of)
-            stored, entry = stored_entry(self, metas, attrs, signature, device)
-            if stored is not None:
-                signature, variant, resolution = stored  # resolved there (its judgement resolves)
+        resolution = None
+        if variant is None and not tunables and (stored := tuned_choice(self, metas, attrs, signature, device, check=True)):
+            signature, variant, resolution = stored  # resolved there (``check``)
         if resolution is None:
             resolution = self._resolve(signature, variant, device.info)
         _, resolved, scope = resolution
-        shaders = dict(zip((r.pass_id for r in resolved), self.renderer.render_passes(resolved, scope), strict=True))
-        return shaders, entry
+        return dict(zip((r.pass_id for r in resolved), self.renderer.render_passes(resolved, scope), strict=True))
 
     def work_key(
         self,
