@@ -1,4 +1,5 @@
-"""api.py beyond get_kernel/load_kernel (tested with the kernels themselves): test_case_inputs."""
+"""api.py beyond calls (tested with the kernels themselves): test_case_inputs, the stand-in for a
+kernel that did not open again, get_kernel's sharing between threads."""
 
 from __future__ import annotations
 
@@ -98,3 +99,45 @@ def test_dir_of_the_package_is_its_public_api_lazy_exports_included():
         assert sorted(public) == sorted(name for name in fresh["all"] if name != "__version__")
         assert {"get_kernel", "Kernel", "GpuTensor", "TensorMeta", "__version__", "__doc__"} <= set(listed)
         assert all(hasattr(wk, name) for name in listed)
+
+
+def unopened_kernel(monkeypatch) -> wk.Kernel:
+    """What a worker unpickles for an embedded kernel whose digest its release does not match."""
+    from webgpu_kernels import api
+
+    monkeypatch.setattr(api, "_reopened", {})
+    kernel = api.reopen_kernel(("embedded", "com.microsoft.QuickGelu"), "another release's digest")
+    assert isinstance(kernel, api.UnopenedKernel)
+    return kernel
+
+
+def test_probing_an_unopened_kernel_for_a_name_no_kernel_has_is_an_attribute_error(monkeypatch):
+    """hasattr(kernel, "x") raised the stored PackageError: probes (hasattr, getattr with a default,
+    IPython's _repr_*_ lookups) expect AttributeError for a missing name. A name no Kernel has is
+    missing here too; one a Kernel has still raises the error, from a property or method too."""
+    import copy
+
+    kernel = unopened_kernel(monkeypatch)
+    for name in ("x", "_repr_html_", "_ipython_canary_method_should_not_exist_", "__array__", "__wrapped__"):
+        assert not hasattr(kernel, name)
+        assert getattr(kernel, name, None) is None
+    with pytest.raises(AttributeError, match="'UnopenedKernel' object has no attribute 'x'") as info:
+        _ = kernel.x  # type: ignore[attr-defined]
+    assert info.value.name == "x" and info.value.obj is kernel
+    for use in (lambda: kernel.op_id, lambda: kernel.manifest, lambda: kernel.package, lambda: kernel._plans,
+                lambda: getattr(kernel, "variants", None), lambda: hasattr(kernel, "tuning_key"),
+                lambda: kernel.explain({"X": np.ones(4, np.float32)}), lambda: kernel({"X": np.ones(4, np.float32)})):
+        with pytest.raises(errors.PackageError, match="embeds another com.microsoft.QuickGelu") as failed:
+            use()
+        assert not isinstance(failed.value, AttributeError)
+        assert any("pickled in another process" in note for note in failed.value.__notes__)
+    assert copy.copy(kernel) is kernel and copy.deepcopy(kernel) is kernel
+    assert "PackageError" in repr(kernel) and "x" not in dir(kernel)
+
+
+def test_an_unopened_kernel_raises_its_error_for_every_name_a_kernel_sets_on_itself(quick_gelu):
+    """UnopenedKernel tells a Kernel's own names from others by a list of what Kernel.__init__ sets:
+    it must keep up with Kernel (a name it missed would be an AttributeError inside Kernel's methods)."""
+    from webgpu_kernels import api
+
+    assert set(vars(wk.Kernel(quick_gelu.package))) == api.KERNEL_INSTANCE_ATTRIBUTES

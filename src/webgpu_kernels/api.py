@@ -126,9 +126,20 @@ def kernel_reference(package: KernelPackage) -> tuple[Any, ...]:
     return ("folder", str(package.root), package.needs_trust, package.is_verified)
 
 
+#: What Kernel.__init__ sets on a kernel (tests/test_api.py keeps this in step with it): with the
+#: class's own names, the names an UnopenedKernel answers with its error.
+KERNEL_INSTANCE_ATTRIBUTES = frozenset({"package", "manifest", "program", "renderer", "_plans", "_fast_plans",
+                                        "_evaluated", "_lock"})  # fmt: skip
+
+
 class UnopenedKernel(Kernel):
     """What unpickling gives for a kernel this process could not open again: the error, raised
-    where the kernel is first used (called, or any attribute read), not while unpickling. A worker
+    where the kernel is first used (called, or any of a Kernel's attributes read), not while
+    unpickling. A name no Kernel has is an AttributeError, as on an opened kernel, so that probes
+    (``hasattr``, ``getattr`` with a default, IPython's ``_repr_html_``) answer "absent" rather
+    than raise; ``hasattr(kernel, "op_id")`` raises the error, which is not an AttributeError, so
+    that no ``getattr(kernel, "op_id", None)`` takes a kernel that failed to open for one that
+    has no such attribute. A worker
     of a process pool unpickles a task outside the task: raised there, the error had broken a
     ProcessPoolExecutor (BrokenProcessPool, the error only on the worker's stderr) and lost a
     multiprocessing.Pool task (its ``get()`` waited for good); raised in the task, it reaches the
@@ -140,9 +151,11 @@ class UnopenedKernel(Kernel):
         self._unopened = (reference, tuning_key, error)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):  # protocols probed by copy, inspect, IPython: absent, as on any object
-            raise AttributeError(name)
-        raise self._unopened[2].with_traceback(None)
+        # Reached for a name missing from the instance: a Kernel's own (Kernel's methods read them
+        # too, so those raise the error), or one no Kernel has.
+        if name in KERNEL_INSTANCE_ATTRIBUTES or hasattr(Kernel, name):
+            raise self._unopened[2].with_traceback(None)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise self._unopened[2].with_traceback(None)
