@@ -104,6 +104,57 @@ def test_a_kernels_manifest_is_read_only():
     assert json.loads(json.dumps({**m.attributes})) == {"alpha": 1.702}
 
 
+def test_a_manifests_raw_json_and_list_defaults_are_read_only_too():
+    """manifest.raw was the decoded JSON itself, and a list default the very list in it: setting
+    `k.manifest.raw["attributes"]["strides"][0] = 2` changed demo.Conv's default for every caller,
+    and only for shapes no plan was cached for (6x6 stayed 6x6 while 8x8 gave 4x8). Both are
+    read-only now; a copy (copy.deepcopy, dict(), list(), JSON) is plain and the caller's to edit."""
+    import pickle
+
+    import numpy as np
+
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.Conv")
+    m, w = kernel.manifest, np.ones((1, 1, 1, 1), np.float32)
+    shapes = [kernel({"X": np.ones((1, 1, n, n), np.float32), "W": w})["Y"].shape for n in (6, 8)]
+    strides, raw_strides = m.attributes["strides"], m.raw["attributes"]["strides"]
+    mutations = [lambda: raw_strides.__setitem__(0, 2), lambda: raw_strides.append(2), lambda: raw_strides.pop(),
+                 lambda: raw_strides.sort(reverse=True), lambda: raw_strides.__delitem__(0), lambda: strides.clear(),
+                 lambda: strides.extend([3]), lambda: strides.__iadd__([3]), lambda: strides.insert(0, 2),
+                 lambda: strides.remove(1), lambda: strides.reverse(), lambda: strides.__imul__(2),
+                 lambda: m.raw.__setitem__("name", "Other"), lambda: m.raw.__delitem__("name"),
+                 lambda: m.raw["attributes"].update(strides=[2, 2]), lambda: m.raw.setdefault("x", 1),
+                 lambda: m.raw.pop("name"), lambda: m.raw.popitem(), lambda: m.raw.clear(),
+                 lambda: m.raw["attributes"].__ior__({"strides": [2, 2]})]  # fmt: skip
+    for mutation in mutations:
+        with pytest.raises(TypeError, match="read-only"):
+            mutation()
+    assert strides == [1, 1] and isinstance(strides, list) and repr(strides) == "[1, 1]"
+    assert m.raw["name"] == "Conv" and raw_strides == [1, 1] and m.attributes["pads"] == [0, 0, 0, 0]
+    assert [kernel({"X": np.ones((1, 1, n, n), np.float32), "W": w})["Y"].shape for n in (6, 8, 10)] == [
+        *shapes, (1, 1, 10, 10)]  # fmt: skip
+    on_disk = json.loads((PACKAGES_DIR / "demo.Conv" / "manifest.json").read_text("utf-8"))
+    assert json.loads(json.dumps(m.raw)) == on_disk == m.raw
+    for plain in (copy.deepcopy(m.raw), pickle.loads(pickle.dumps(m.raw))):
+        assert plain == on_disk
+        plain["attributes"]["strides"][0] = 2  # a copy is the caller's own
+    assert m.raw == on_disk
+    edited = copy.copy(m.raw)
+    edited["name"] = "Edited"
+    assert m.raw["name"] == "Conv" and list(strides) + [5] == [1, 1, 5] and strides + [5] == [1, 1, 5]
+    # the defaults passed back as attrs find the plan filed for them, as plain lists did
+    kernel({"X": np.ones((1, 1, 6, 6), np.float32), "W": w}, attrs={**m.attributes})
+    filed = len(kernel._fast_plans)
+    assert kernel({"X": np.ones((1, 1, 6, 6), np.float32), "W": w}, attrs={**m.attributes})["Y"].shape == (1, 1, 6, 6)
+    kernel({"X": np.ones((1, 1, 6, 6), np.float32), "W": w}, attrs=json.loads(json.dumps({**m.attributes})))
+    assert len(kernel._fast_plans) == filed and any(key[2] for key in kernel._fast_plans)
+    data = seed("com.microsoft.QuickGelu")
+    parsed = parse_manifest(data)
+    data["attributes"]["alpha"] = 2.0  # the caller's dict stays the caller's, apart from the manifest
+    assert parsed.attributes["alpha"] == parsed.raw["attributes"]["alpha"] == 1.702
+
+
 def test_typed_model_of_bias_add():
     m = parse_manifest(seed("com.microsoft.BiasAdd"))
     assert [s.role for s in m.inputs] == ["X", "bias", "skip"] and [s.rank for s in m.inputs] == [3, 1, 3]

@@ -14,7 +14,7 @@ from .contract import check_input_names, has_negative_zero, missing_input, negat
 from .device import AdapterSummary, Device, adapter_request
 from .errors import InputError
 from .execution import host_array
-from .manifest import Manifest
+from .manifest import Manifest, ReadOnlyList
 from .tensor import LOST_TENSOR, RELEASED_ADVICE, GpuTensor
 
 
@@ -28,10 +28,12 @@ def frozen_options(options: Mapping[str, Any] | None) -> Any:
     # or are refused (CallSignature.value_types); and which items are -0.0, not only whether one
     # is: (-0.0, 0.0) == (0.0, -0.0). A tuple subclass (a namedtuple) is a tuple to the contract,
     # so it is looked into too: `__class__ is tuple` had keyed pair(1, 1) as pair(1.0, 1.0).
-    # A list (JSON's arrays: what a list attribute's default is) is keyed as its tuple of items.
+    # A list (JSON's arrays: what a list attribute's default is) is keyed as its tuple of items, a
+    # manifest's own read-only one too (attrs={**kernel.manifest.attributes}): unhashable, it had
+    # sent every such call down the checked path.
     return None if not options else tuple(
         (k, v.__class__, v, (v == 0.0 and has_negative_zero(v)) if isinstance(v, _FLOATS) else
-         isinstance(v, tuple) and _tuple_terms(v)) if v.__class__ is not list else
+         isinstance(v, tuple) and _tuple_terms(v)) if v.__class__ is not list and v.__class__ is not ReadOnlyList else
         (k, list, tuple(v), _tuple_terms(v))
         for k, v in options.items()
     )  # fmt: skip

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 import jsonschema
 
@@ -48,6 +48,45 @@ ITEMSIZE: dict[str, int] = {
 #: ``dtypes`` names of types WGSL cannot compute with: such a tensor is bound as its bytes, and the
 #: shader views it through an element type of its own (``u32``, ``vec2<u32>``) and converts.
 STORAGE_ONLY = frozenset({"bf16", "f64", "i8", "i16", "i64", "u8", "u16", "u64", "bool"})
+
+
+def _refuse_change(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError(f"a parsed manifest's {type(self).__mro__[1].__name__} is read-only: a kernel is shared "
+                    "(get_kernel keeps one per op id), so a change would reach every caller; change a copy "
+                    "(copy.deepcopy, dict(...), list(...)) and parse that")  # fmt: skip
+
+
+class ReadOnlyDict(dict[str, Any]):
+    """A JSON object of a parsed manifest: a dict to read (``isinstance``, ``==``, ``json.dumps``)
+    that refuses changes with a TypeError, as the model's MappingProxyType mappings do. A copy
+    (``copy.copy``, ``copy.deepcopy``, ``dict(...)``, pickling) is a plain dict, the caller's own."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse_change
+
+    def __reduce__(self) -> Any:  # what copy and pickle use: plain data, nested values included
+        return dict, (dict(self),)
+
+
+class ReadOnlyList(list[Any]):
+    """A JSON array of a parsed manifest (a list default among them): a list to read that refuses
+    changes; ``list(...)``, ``+``, slicing and copies give plain lists."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse_change
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse_change
+
+    def __reduce__(self) -> Any:
+        return list, (list(self),)
+
+
+def read_only(value: Any) -> Any:
+    """``value`` (decoded JSON) with every object and array read-only, a new tree: the caller's stays its own."""
+    if isinstance(value, dict):
+        return ReadOnlyDict({key: read_only(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return ReadOnlyList([read_only(item) for item in value])
+    return value
 
 
 @dataclass(frozen=True)
@@ -120,15 +159,16 @@ class Manifest:
     description: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    # Read-only: get_kernel shares one Kernel per op id, and a default changed in place had reached
-    # every caller, and only the calls of shapes no plan was cached for yet (helper-148).
+    # Read-only, each list and dict in them too (ReadOnlyList, ReadOnlyDict): get_kernel shares one
+    # Kernel per op id, and a default changed in place had reached every caller, and only the calls
+    # of shapes no plan was cached for yet (helper-148, helper-160).
     attributes: Mapping[str, Any]
     type_constraints: Mapping[str, tuple[str, ...]]
     tunables: Mapping[str, Any]
     constants: Mapping[str, Any]
     derive: Mapping[str, Any]
     variants: tuple[Variant, ...]
-    raw: dict[str, Any] = field(repr=False)
+    raw: dict[str, Any] = field(repr=False)  # the decoded JSON, read-only (a ReadOnlyDict)
 
     @property
     def op_id(self) -> str:
@@ -406,6 +446,10 @@ def _integral(value: Any) -> Any:
 
 
 def _build(data: dict[str, Any]) -> Manifest:
+    # Everything below is built from a read-only copy: raw and the model share its lists (a list
+    # default is raw's), and the caller's data stays its own.
+    data = read_only(data)
+
     def tensor(spec: dict[str, Any], path: str) -> TensorSpec:
         return TensorSpec(
             # JSON Schema's integer takes 2.0: as a float it matched no rank check, and any rank passed
