@@ -141,3 +141,62 @@ def test_an_unopened_kernel_raises_its_error_for_every_name_a_kernel_sets_on_its
     from webgpu_kernels import api
 
     assert set(vars(wk.Kernel(quick_gelu.package))) == api.KERNEL_INSTANCE_ATTRIBUTES
+
+
+def test_get_kernel_opens_each_embedded_kernel_once_and_two_at_once(monkeypatch):
+    """get_kernel held its module lock while it read and validated a package, so a thread opening
+    one kernel waited for another's. Two kernels open at once now (each opener waits here until the
+    other has started: one lock held through both had never let the second start), and a thread
+    asking for a kernel another thread is opening waits for that one instead of opening it again."""
+    import sys
+    import threading
+    import time
+
+    from webgpu_kernels import api
+
+    def in_get_kernel(thread: threading.Thread) -> bool:
+        frame = sys._current_frames().get(thread.ident or -1)
+        while frame is not None and frame.f_code is not api.get_kernel.__code__:
+            frame = frame.f_back
+        return frame is not None
+
+    ids = ("com.microsoft.QuickGelu", "com.microsoft.BiasAdd")
+    monkeypatch.setattr(api, "_embedded", {})
+    started = {op_id: threading.Event() for op_id in ids}
+    go = threading.Event()
+    opened: list[str] = []
+    real_open = api.open_embedded
+
+    def open_embedded(op_id: str):
+        opened.append(op_id)
+        started[op_id].set()
+        go.wait(timeout=60)  # a deadlock guard only: the main thread sets it once both have started
+        return real_open(op_id)
+
+    monkeypatch.setattr(api, "open_embedded", open_embedded)
+    got: dict[int, wk.Kernel] = {}
+
+    def get(i: int, op_id: str) -> None:
+        got[i] = wk.get_kernel(op_id)
+
+    first = [threading.Thread(target=get, args=(i, op_id)) for i, op_id in enumerate(ids)]
+    second = [threading.Thread(target=get, args=(i + 2, op_id)) for i, op_id in enumerate(ids)]
+    try:
+        for thread in first:
+            thread.start()
+        both = all(started[op_id].wait(timeout=60) for op_id in ids)
+        seen = list(opened)
+        for thread in second:  # each asks while its kernel is being opened
+            thread.start()
+        for thread in second:  # and is inside get_kernel (waiting, or opening it again: `opened` tells)
+            deadline = time.monotonic() + 60  # a guard only
+            while thread.is_alive() and not in_get_kernel(thread) and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        go.set()
+        for thread in first + second:
+            thread.join(timeout=120)
+    assert both, f"only {seen} started opening: one opening waited for the other"
+    assert sorted(opened) == sorted(ids)  # each once, the threads that asked meanwhile included
+    assert [got[i].op_id for i in range(4)] == [*ids, *ids]
+    assert got[0] is got[2] is wk.get_kernel(ids[0]) and got[1] is got[3] is wk.get_kernel(ids[1])

@@ -25,8 +25,13 @@ from .package import KernelPackage, embedded_ids, open_embedded, open_folder
 from .tensor import LOST_TENSOR, RELEASED_ADVICE, GpuTensor
 
 _embedded: dict[str, Kernel] = {}
+#: op id -> set once the thread opening that embedded kernel is done: the package is read and
+#: validated outside _lock, so that opening one kernel does not hold up another, and a thread
+#: asking for one being opened waits for it rather than open it a second time.
+_opening: dict[str, threading.Event] = {}
 _lock = threading.Lock()
-fresh_in_child(globals(), _lock=threading.Lock)
+# A fork while another thread opens a kernel leaves an event no child thread would ever set.
+fresh_in_child(globals(), _lock=threading.Lock, _opening=dict)
 #: Kernels opened again from a pickled reference (Kernel.__reduce__), so that a worker opens each
 #: once however many tasks carry it: a Pool pickles every task's arguments anew.
 _reopened: dict[tuple[Any, ...], Kernel] = {}
@@ -77,10 +82,7 @@ def get_kernel(
     if revision is not None:
         raise PackageError(f"{shown!r} is an embedded kernel: revision= applies to Hub repositories "
                            f"('{locations.OFFICIAL_ORG}/{shown}')")  # fmt: skip
-    with _lock:
-        if shown not in _embedded:
-            _embedded[shown] = Kernel(open_embedded(shown))
-        kernel = _embedded[shown]
+    kernel = _shared_embedded(shown)
     if version is not None:
         hub.check_version(version, shown)
         embedded_version = kernel.contract_version  # as a Hub revision's is read
@@ -89,6 +91,33 @@ def get_kernel(
                                f"for another version load it from the Hub: get_kernel('{locations.OFFICIAL_ORG}/{shown}', "
                                f"version={version})")  # fmt: skip
     return hub.check_op_id(kernel, expected_op_id, shown)
+
+
+def _shared_embedded(op_id: str) -> Kernel:
+    """The process's one kernel of an embedded package, opened by the first thread that asks."""
+    while True:
+        with _lock:
+            kernel = _embedded.get(op_id)
+            if kernel is not None:
+                return kernel
+            pending = _opening.get(op_id)
+            if pending is None:
+                done = _opening[op_id] = threading.Event()
+        if pending is None:
+            break
+        # Then look again: an opening that failed left nothing, and this thread tries it itself
+        # (with an error of its own, not one exception object raised in several threads).
+        pending.wait()
+    try:
+        kernel = Kernel(open_embedded(op_id))
+        with _lock:
+            _embedded[op_id] = kernel
+    finally:
+        with _lock:
+            if _opening.get(op_id) is done:
+                del _opening[op_id]
+        done.set()
+    return kernel
 
 
 def load_kernel(path: str | Path, *, verify_digests: bool = True) -> Kernel:
