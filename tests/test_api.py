@@ -200,3 +200,24 @@ def test_get_kernel_opens_each_embedded_kernel_once_and_two_at_once(monkeypatch)
     assert sorted(opened) == sorted(ids)  # each once, the threads that asked meanwhile included
     assert [got[i].op_id for i in range(4)] == [*ids, *ids]
     assert got[0] is got[2] is wk.get_kernel(ids[0]) and got[1] is got[3] is wk.get_kernel(ids[1])
+
+
+def test_a_failed_opening_leaves_nothing_behind_and_the_next_get_kernel_tries_again(monkeypatch):
+    from webgpu_kernels import api
+
+    monkeypatch.setattr(api, "_embedded", {})
+    real_open, calls = api.open_embedded, []
+
+    def open_embedded(op_id: str):
+        calls.append(op_id)
+        if len(calls) == 1:
+            raise errors.PackageError("unreadable for now", path=op_id)
+        return real_open(op_id)
+
+    monkeypatch.setattr(api, "open_embedded", open_embedded)
+    with pytest.raises(errors.PackageError, match="unreadable for now"):
+        wk.get_kernel("com.microsoft.QuickGelu")
+    assert api._opening == {} and api._embedded == {}
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    assert kernel.op_id == "com.microsoft.QuickGelu" and wk.get_kernel("com.microsoft.QuickGelu") is kernel
+    assert len(calls) == 2 and api._opening == {}
