@@ -517,7 +517,8 @@ def test_readme_names_every_example_package() -> None:
     folders = sorted(p.name for p in (REPO_ROOT / "tests" / "packages").iterdir() if (p / "manifest.json").is_file())
     assert [name for name in folders if f"`{name}`" not in readme] == []
     words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-             "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen"]  # fmt: skip
+             "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
+             "twenty"]  # fmt: skip
     assert f"[`tests/packages/`](tests/packages): {words[len(folders)]} packages" in readme
 
 
