@@ -1048,6 +1048,38 @@ def test_a_second_foreign_file_and_a_folder_named_like_the_backup_keep_every_bac
     assert backups == sorted(texts)
 
 
+@DAMAGED_FILE_WARNS
+@pytest.mark.parametrize("own_last", [False, True], ids=["theirs-to-a-file", "theirs-to-a-link-of-mine"])
+def test_a_link_chain_through_another_users_link_writes_no_further(tmp_path, monkeypatch, own_last):
+    """The user's own link to another user's link in a shared folder: the whole chain was followed, so
+    that other user, retargeting their link, chose which file of this user's a save moved aside
+    and overwrote (a shell's rc file, not JSON, is "damaged"). Their link is the tuning file, as
+    where it lies in the tuning folder itself: replaced, its target left alone. Emulated: the
+    tests run as every link's owner."""
+    victim = tmp_path / "home" / "bashrc"
+    victim.parent.mkdir()
+    victim.write_text("export PATH=...\n", "utf-8")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    theirs = shared / "gpu.json"
+    if own_last:  # theirs -> a link of mine -> the file: still not followed past theirs
+        (tmp_path / "home" / "mine.json").symlink_to(victim)
+        theirs.symlink_to(tmp_path / "home" / "mine.json")
+    else:
+        theirs.symlink_to(victim)
+    path = tmp_path / "tuning" / "adapter.json"
+    path.parent.mkdir()
+    path.symlink_to(theirs)
+    monkeypatch.setattr(tuning, "_link_is_own", lambda link: os.path.realpath(link.parent) != str(shared))
+    assert tuning.write_path(path) == theirs
+    cache = tuning.TuningCache(path)
+    cache.record("op@1", {"T": "float32"}, {"X": (4,)}, tuning.TunedChoice("v", {"W": 64}, 1e-6))
+    cache.save()
+    assert victim.read_text("utf-8") == "export PATH=...\n" and not list(victim.parent.glob("*.bak"))
+    assert path.is_symlink() and not theirs.is_symlink()  # mine written through, theirs replaced
+    assert list(json.loads(theirs.read_text("utf-8"))["entries"]) == [tuning.entry_key("op@1", {"T": "float32"}, {"X": (4,)})]
+
+
 # --- explain and render say which stored entry a call uses, or why not ---------------------------------
 
 

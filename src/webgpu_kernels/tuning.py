@@ -430,11 +430,16 @@ def _is_regular_file(path: Path) -> bool:
 
 def write_path(path: Path) -> Path:
     """Where a save writes the tuning file ``path``: the file a symbolic link at ``path`` points
-    to (through every link), as an editor writes through one, where this user made the link; else
-    ``path`` (another user's link in a shared folder is replaced, as before: followed, it could
-    have had a damaged-file save move aside and overwrite any file this user may write)."""
-    if os.path.islink(path) and _link_is_own(path):
-        return Path(os.path.realpath(path))
+    to (through every link this user made), as an editor writes through one; else ``path``
+    (another user's link in a shared folder is replaced, as before: followed, it could have had a
+    damaged-file save move aside and overwrite any file this user may write). A chain stops at
+    another user's link, which is replaced: realpath() had followed it too (helper-163)."""
+    current = path
+    for _ in range(40):  # the OS's own bound on a chain; past it (a loop) the user's link is replaced
+        if not (os.path.islink(current) and _link_is_own(current)):
+            # that link itself where it is another user's: only the folders above it are resolved
+            return current if current == path else Path(os.path.realpath(current.parent)) / current.name
+        current = current.parent / os.readlink(current)  # relative to the link's own folder
     return path
 
 
