@@ -895,6 +895,46 @@ def test_tune_writes_through_a_tuning_file_that_is_a_link_to_the_file_it_links_t
     assert sorted(p.name for p in tuning_dir.iterdir()) == sorted([path.name, tuning.LOCK_NAME])
 
 
+def _read_only(path, undo):
+    """``path`` made read-only for this user, for real: chmod, or, as root (whom modes do not stop),
+    the immutable flag; ``undo`` gets what puts it back. Skips where neither can be done."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(0o555 if path.is_dir() else 0o444)
+        undo.append(lambda: path.chmod(mode))
+        return
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("running as root where the immutable flag cannot be set: no folder is read-only to this user")
+    undo.append(lambda: subprocess.run(["chattr", "-i", str(path)], check=True))
+
+
+def test_tune_refuses_a_link_to_a_file_it_cannot_write_before_any_search(runner, tuning_dir, monkeypatch, tmp_path):
+    """A tuning file linked to a file in a folder this user cannot write (a read-only checkout): the
+    folder check looked at the link's folder only, so tune searched the first case and then failed
+    to save, the very thing the check is there to prevent (helper-30)."""
+    path = tuning_file(tuning_dir)
+    path.parent.mkdir(parents=True)
+    kept = tmp_path / "dotfiles" / "gpu.json"
+    kept.parent.mkdir()
+    kept.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {}}), "utf-8")
+    path.symlink_to(kept)
+    monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed before refusing"))
+    undo = []
+    try:
+        _read_only(kept, undo)
+        _read_only(kept.parent, undo)
+        result = runner.invoke(main, ["tune", QG_DIR, *TINY])
+    finally:
+        for step in reversed(undo):
+            step()
+    assert result.exit_code == 2 and str(kept) in result.output, result.output
+    assert "cannot write" in " ".join(result.output.split()), result.output
+
+
 def test_tune_replaces_another_users_link_as_the_tuning_file_and_leaves_its_target(runner, tuning_dir, monkeypatch,
                                                                                      tmp_path):  # fmt: skip
     """A link another user put in a shared tuning folder is not written through: one to a file that

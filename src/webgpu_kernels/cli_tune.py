@@ -251,10 +251,24 @@ def _check_writable(path: Path) -> None:
             # regular file, and the first save had replaced it with one of its own (not moved it aside)
             raise OSError(errno.EEXIST, "the tuning file's name is not a regular file (a FIFO, or a link to nothing)",
                           str(path))  # fmt: skip
+        target = tuning.write_path(path)
+        if target != path:  # a link of this user's: the save writes beside the file it points to (helper-163)
+            _check_writable_beside(target)
     except OSError as exc:
         raise click.UsageError(f"the tuning folder {folder} is not writable ({exc.strerror or exc}"
                                f"{': ' + exc.filename if exc.filename and exc.filename != str(folder) else ''}): set "
                                f"{tuning.CACHE_ENV} to a folder of your own, or pass --dry-run") from None  # fmt: skip
+
+
+def _check_writable_beside(target: Path) -> None:
+    """The folder of the file a tuning file's link points to takes a new file, or that file is
+    written in place (what replace_file does where its folder takes none)."""
+    try:
+        tempfile.NamedTemporaryFile(dir=target.parent, prefix=".write-check.").close()  # noqa: SIM115 - closed at once
+    except OSError as exc:
+        if not (target.is_file() and os.access(target, os.W_OK)):
+            raise PermissionError(exc.errno or errno.EACCES, "the tuning file is a link to a file this user cannot "
+                                  "write, in a folder this user cannot write", str(target)) from None  # fmt: skip
 
 
 def _say_problem(console: Any, cache: tuning.TuningCache, dry_run: bool) -> None:
