@@ -235,6 +235,24 @@ def test_explain_says_which_stored_entry_it_passes_over_and_why(runner: CliRunne
     assert data["tuningEntry"]["file"] == str(cache.path) and "'vec4Ok' is false" in data["tuningEntry"]["reason"]
 
 
+@pytest.mark.parametrize(("variant", "tunables"), [("s" * 100_000, {"WORKGROUP_SIZE": "x" * 200_000}),
+                                                 ("s" * 100_000, {"WORKGROUP_SIZE": 64}),
+                                                 ("scalar", {"W" * 100_000: 64})],
+                         ids=["huge-tunable-value", "huge-variant", "huge-tunable-name"])  # fmt: skip
+def test_a_stored_entry_of_a_huge_value_is_said_in_a_bounded_line(runner: CliRunner, tuning_dir, variant,
+                                                                   tunables) -> None:  # fmt: skip
+    """An entry the call passes over may hold anything a hand edit put there (up to the file's 8 MiB):
+    explain's text and render's note printed it whole, twice (in the reason, whose error quotes it,
+    and after it), as the key is not (MAX_KEY_SHOWN). The JSON keeps the entry whole, as the key."""
+    _store_for_quick_gelu(tuning_dir, variant, tunables)
+    out = invoke(runner, "explain", QUICK_GELU, "-i", "X=4096:f32").stdout
+    assert "a stored tuning result is not used: " in out and len(out) < 5_000, len(out)
+    entry = invoke_json(runner, "explain", QUICK_GELU, "-i", "X=4096:f32")["tuningEntry"]
+    assert (entry["variant"], entry["tunables"]) == (variant, tunables)
+    note = invoke(runner, "render", QUICK_GELU, "-i", "X=4096:f32").stderr
+    assert "a stored tuning result is not used" in note and len(note) < 5_000, len(note)
+
+
 def test_render_says_on_stderr_that_a_stored_result_chose_the_wgsl(runner: CliRunner, tuning_dir) -> None:
     """render printed a stored result's WGSL (64-wide workgroups here) as if it were the manifest's
     choice. stdout stays the WGSL alone, byte for byte what the call compiles; the note is on stderr."""

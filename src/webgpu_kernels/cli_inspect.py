@@ -27,7 +27,7 @@ from .cli import (
     trust_option,
 )
 from .device import NO_ADAPTER, AdapterSummary, choose_adapter, list_adapters
-from .explanation import tuning_entry_place
+from .explanation import tuning_entry_choice, tuning_entry_place
 from .kernel import Kernel
 
 #: Limits ``devices`` shows (WebGPU names, camelCase).
@@ -283,7 +283,7 @@ def _tuning_note(entry: dict[str, Any]) -> str:
         return (f"note: a stored tuning result chose this WGSL: variant {entry['variant']!r}, tunables "
                 f"{entry['tunables']} ({place}); --variant or --tunable renders another choice")  # fmt: skip
     return (f"note: a stored tuning result is not used, so this is the manifest's own selection: {entry['reason']} "
-            f"({place}: variant {entry['variant']!r}, tunables {entry['tunables']})")  # fmt: skip
+            f"({place}: {tuning_entry_choice(entry)})")  # fmt: skip
 
 
 COMMANDS = [devices_cmd, list_cmd, info_cmd, explain_cmd, render_cmd]

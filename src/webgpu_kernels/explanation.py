@@ -75,7 +75,7 @@ class Explanation:
                          f"tunables {self.tuned['tunables']}" + (f" ({where})" if where else ""))  # fmt: skip
         elif entry is not None and not entry["used"]:
             lines.append(f"  a stored tuning result is not used: {entry['reason']}")
-            lines.append(f"    ({where}: variant {entry['variant']!r}, tunables {entry['tunables']})")
+            lines.append(f"    ({where}: {tuning_entry_choice(entry)})")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -96,6 +96,12 @@ MAX_KEY_SHOWN = 300
 def tuning_entry_place(entry: Mapping[str, Any]) -> str:
     """``tuning file F, entry 'K'``: where a tuning entry (:attr:`Explanation.tuning_entry`) is."""
     return f"tuning file {entry['file']}, entry {shorten(entry['key'], MAX_KEY_SHOWN)!r}"
+
+
+def tuning_entry_choice(entry: Mapping[str, Any]) -> str:
+    """``variant 'V', tunables {...}``: what a tuning entry holds, cut as its key is (an entry the
+    call passes over may hold whatever a hand edit put in the file, up to its 8 MiB; helper-163)."""
+    return f"variant {short_repr(entry['variant'])}, tunables {short_repr(entry['tunables'], MAX_KEY_SHOWN)}"
 
 
 #: The most of one description help(kernel) shows, in characters; the whole text is bounded by

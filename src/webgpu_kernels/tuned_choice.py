@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from . import tuning
 from .contract import CallSignature, check_call
 from .device import Device
-from .errors import KernelError
+from .errors import KernelError, short_repr, shorten
 from .execution import ExecutionPlan
 from .manifest import Manifest
 from .program import DeviceInfo, OutputSpec
@@ -29,6 +29,8 @@ TuningClass = tuple[dict[str, str], dict[str, tuple[int, ...]], tuple[str, ...],
 #: What Kernel._resolve gives for (signature, forced variant, device info): ((the chosen variant, the
 #: outputs' specs), its resolved passes, its scope). Handed on so that a plan does not resolve again.
 Resolution = tuple[Any, Any, Any]
+#: The most of an error's text a reason for passing over a stored entry shows.
+MAX_REASON = 1000
 #: A stored choice that fits the call: the signature with its tunables, its variant, and its
 #: resolution where the judgement resolved it.
 Choice = tuple[CallSignature, str, Resolution | None]
@@ -123,7 +125,9 @@ def _judge(kernel: Planner, choice: tuning.TunedChoice, metas: Mapping[str, Any]
     except KernelError as exc:  # stale or foreign entry: the default selection still applies
         # the error of resolving or checking names the variant (VariantRejectedError, SelectionError,
         # DeviceLimitError); the contract's names only the tunable
-        return None, str(exc) if resolving else f"its tunables {choice.tunables} do not fit the manifest: {exc}"
+        # (cut: the entry may hold whatever a hand edit put in the file, and the errors quote it whole)
+        problem = shorten(str(exc), MAX_REASON)
+        return None, problem if resolving else f"its tunables {short_repr(choice.tunables, 300)} do not fit the manifest: {problem}"
     return (tuned, choice.variant, resolution), None
 
 
