@@ -254,3 +254,238 @@ def test_kernel_flush_submits_the_device_its_calls_ran_on(gl_device, monkeypatch
     monkeypatch.undo()
     np.testing.assert_allclose(y.numpy(), quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
     y.release()
+
+
+# --- reshape: views over one buffer ----------------------------------------------------------
+
+
+def times_pooled(memory, buffer) -> int:
+    """How often ``buffer`` sits in the pool's free stacks: twice, two later calls would both get it."""
+    memory.live_buffers  # noqa: B018 - pools the buffers finalizers queued
+    return sum(b is buffer for stack in memory._free.values() for b in stack)
+
+
+def test_reshape_gives_a_view_over_the_same_buffer(device):
+    x = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    t = wk.to_gpu(x)
+    live = device.memory.live_buffers
+    for asked, expected in [((6, 4), (6, 4)), (((6, 4),), (6, 4)), (([4, 6],), (4, 6)), ((-1,), (24,)),
+                            ((2, -1, 3), (2, 4, 3)), ((np.int64(3), -1), (3, 8)), ((np.array([12, 2]),), (12, 2))]:  # fmt: skip
+        view = t.reshape(*asked)
+        assert device.memory.live_buffers == live  # no copy
+        assert view.shape == expected, asked
+        assert view.buffer is t.buffer
+        assert (view.dtype, view.device, view.nbytes, view.bound_bytes) == (t.dtype, t.device, t.nbytes, t.bound_bytes)
+        np.testing.assert_array_equal(view.numpy(), x.reshape(expected))
+        assert repr(view) == f"GpuTensor(shape={expected}, dtype=float32, {device.adapter.label()})"
+        live = device.memory.live_buffers  # numpy()'s staging buffer, pooled
+    empty = wk.to_gpu(np.zeros((0, 3), np.float32)).reshape(3, 0)
+    assert empty.shape == (3, 0) and empty.numpy().shape == (3, 0)
+    assert wk.to_gpu(np.ones(1, np.float32)).reshape().shape == ()
+
+
+@pytest.mark.parametrize(
+    ("asked", "got"),
+    [((5, 5), "got shape [5, 5] of 25 elements"), ((-1, -1), "got shape [-1, -1], with 2 dimensions of -1"),
+     ((5, -1), "got shape [5, -1], which no size for its -1 fits"),
+     ((-2, -12), "got shape [-2, -12], with a negative dimension other than -1"),
+     ((2.0, 12), "expected integer dimensions (one may be -1, inferred), got float 2.0 as dimension 0"),
+     ((True, 24), "got bool True as dimension 0")],
+)  # fmt: skip
+def test_a_reshape_to_another_element_count_names_both_shapes(asked, got, device):
+    t = wk.to_gpu(np.ones((4, 6), np.float32))
+    with pytest.raises(wk.errors.ShapeError) as info:
+        t.reshape(*asked)
+    assert isinstance(info.value, wk.InputError) and info.value.argument == "shape"
+    assert got in str(info.value)
+    if "integer" not in got and "bool" not in got:
+        assert "expected a shape of 24 elements, as the tensor's shape [4, 6]" in str(info.value)
+    with pytest.raises(wk.errors.RankError, match="rank at most 64"):
+        t.reshape(range(10**12))
+    assert t._shares is None  # a refused reshape shares nothing
+    np.testing.assert_array_equal(t.numpy(), np.ones((4, 6), np.float32))
+
+
+def test_a_view_is_a_kernel_input_and_a_view_of_a_recorded_output_waits_for_it(device, quick_gelu):
+    x = np.random.default_rng(7).standard_normal((2, 77, 768)).astype(np.float32)
+    t = wk.to_gpu(x)
+    flat = t.reshape(2 * 77, 768)
+    y = quick_gelu({"X": flat}, output="gpu")["Y"]
+    assert y.shape == (2 * 77, 768)
+    np.testing.assert_allclose(y.numpy(), quick_gelu_reference(x.reshape(2 * 77, 768)), rtol=1e-5, atol=1e-6)
+    # a view of an output still being recorded: the call reading it follows the dispatch that writes it
+    z = quick_gelu({"X": y.reshape(2, 77, -1)}, output="gpu")["Y"]
+    assert z.shape == (2, 77, 768)
+    np.testing.assert_allclose(z.numpy(), quick_gelu_reference(quick_gelu_reference(x)), rtol=1e-4, atol=1e-5)
+    for tensor in (t, flat, y, z):
+        tensor.release()
+
+
+ORDERS = {
+    "base first": (0, 1, 2, 3),
+    "view first": (1, 0, 2, 3),
+    "views of views first": (2, 3, 1, 0),
+    "interleaved": (3, 0, 2, 1),
+}
+
+
+@pytest.mark.parametrize("order", ORDERS.values(), ids=ORDERS.keys())
+def test_the_buffer_goes_back_to_the_pool_once_after_the_last_tensor_over_it(order, device, quick_gelu):
+    """Tensors: a base, a view of it, a view of that view, a second view of the base. Releasing one
+    leaves the others working; the buffer is pooled once, on the last release."""
+    memory = device.memory
+    x = np.linspace(-3, 3, 4 * 256, dtype=np.float32).reshape(4, 256)
+    base = wk.to_gpu(x)
+    first = base.reshape(16, 64)
+    tensors = [base, first, first.reshape(-1), base.reshape(2, 2, 256)]
+    buffer, releases = base.buffer, memory._releases
+    for step, index in enumerate(order):
+        tensors[index].release()
+        with pytest.raises(TensorReleasedError):
+            tensors[index].numpy()
+        with pytest.raises(TensorReleasedError):
+            tensors[index].reshape(-1)
+        alive = [tensors[i] for i in order[step + 1 :]]
+        for tensor in alive:
+            np.testing.assert_array_equal(tensor.numpy(), x.reshape(tensor.shape))
+        if alive:  # still in use: not pooled, and it still works as a call's input
+            assert times_pooled(memory, buffer) == 0 and buffer.uid in memory._leased
+            y = quick_gelu({"X": alive[0]})["Y"]
+            np.testing.assert_allclose(y, quick_gelu_reference(x).reshape(alive[0].shape), rtol=1e-5, atol=1e-6)
+            releases = memory._releases  # the call's own buffers come and go
+    assert times_pooled(memory, buffer) == 1 and buffer.uid not in memory._leased
+    assert memory._releases == releases + 1
+    # Pooled twice, the next two tensors of this size would share it: one would overwrite the other.
+    a, b = wk.to_gpu(np.zeros_like(x)), wk.to_gpu(np.ones_like(x))
+    assert a.buffer is not b.buffer
+    np.testing.assert_array_equal(a.numpy(), np.zeros_like(x))
+    a.release()
+    b.release()
+
+
+@pytest.mark.parametrize("released", [None, "base", "view"])
+def test_collected_views_pool_the_buffer_once(released, device):
+    memory = device.memory
+    base = wk.to_gpu(np.arange(64, dtype=np.float32))
+    views = [base.reshape(8, 8), base.reshape(4, -1)]
+    views.append(views[0].reshape(2, 4, 8))
+    buffer = base.buffer
+    if released == "base":
+        base.release()
+    elif released == "view":
+        views[1].release()
+    cycle: dict = {"views": views}
+    cycle["self"] = cycle  # collected by gc.collect(), not by the reference count
+    del views
+    gc.collect()
+    assert times_pooled(memory, buffer) == 0
+    if released != "base":
+        np.testing.assert_array_equal(base.numpy(), np.arange(64, dtype=np.float32))
+        view = base.reshape(64)
+        del base
+        gc.collect()
+        assert times_pooled(memory, buffer) == 0
+        np.testing.assert_array_equal(view.numpy(), np.arange(64, dtype=np.float32))
+        del view
+    else:
+        del base
+    cycle.clear()
+    gc.collect()
+    assert times_pooled(memory, buffer) == 1 and buffer.uid not in memory._leased
+
+
+def test_collecting_a_view_never_waits_for_the_device_lock(device):
+    """A finalizer may run in a thread the lock holder waits for: a view's, like any tensor's, only
+    queues its buffer (or pops its share) and never takes the lock."""
+    import threading
+
+    memory = device.memory
+    base = wk.to_gpu(np.ones(256, np.float32))
+    buffer = base.buffer
+    holder = {"views": [base.reshape(16, 16), base.reshape(-1, 2)]}
+    holder["self"] = holder
+    base.release()
+    del base, holder
+    held, done = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        with memory.lock:
+            held.set()
+            done.wait(10)
+
+    holder_thread = threading.Thread(target=hold_the_lock)
+    holder_thread.start()
+    held.wait(10)
+    collector = threading.Thread(target=gc.collect)
+    collector.start()
+    collector.join(5)
+    finished = not collector.is_alive()
+    done.set()
+    holder_thread.join()
+    collector.join()
+    assert finished, "gc.collect() waited for the device lock"
+    assert times_pooled(memory, buffer) == 1
+
+
+def test_views_of_a_borrowed_buffer_never_pool_it(device, quick_gelu):
+    import wgpu
+
+    memory, gpu = device.memory, device.gpu
+    x = np.linspace(-3, 3, 512, dtype=np.float32)
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    mine = gpu.create_buffer(size=x.nbytes, usage=usage)
+    gpu.queue.write_buffer(mine, 0, x)
+    base = wk.from_wgpu_buffer(mine, x.shape, np.float32)
+    view = base.reshape(8, 64)
+    deeper = view.reshape(2, -1)
+    base.release()
+    np.testing.assert_allclose(quick_gelu({"X": view})["Y"], quick_gelu_reference(x).reshape(8, 64), rtol=1e-5, atol=1e-6)
+    view.release()
+    np.testing.assert_array_equal(deeper.numpy(), x.reshape(2, 256))
+    collected = deeper.reshape(512)
+    del collected
+    gc.collect()
+    deeper.release()
+    gc.collect()
+    assert times_pooled(memory, mine) == 0 and mine.uid not in memory._leased
+    np.testing.assert_array_equal(np.frombuffer(gpu.queue.read_buffer(mine), np.float32), x)  # still the user's
+    again = wk.from_wgpu_buffer(mine, x.shape, np.float32)
+    np.testing.assert_array_equal(again.numpy(), x)
+    again.release()
+    mine.destroy()
+
+
+def test_a_copy_of_a_view_is_a_tensor_of_its_own(device):
+    x = np.arange(12, dtype=np.float32)
+    base = wk.to_gpu(x)
+    view = base.reshape(3, 4)
+    duplicate = copy.copy(view)
+    assert duplicate.buffer is not view.buffer and duplicate.shape == (3, 4) and duplicate._shares is None
+    base.release()
+    view.release()
+    np.testing.assert_array_equal(duplicate.numpy(), x.reshape(3, 4))
+    buffer = duplicate.buffer
+    duplicate.release()
+    assert times_pooled(device.memory, buffer) == 1
+
+
+def test_threads_releasing_views_of_one_buffer_pool_it_once(device):
+    import threading
+
+    memory, holders = device.memory, 8
+    barrier = threading.Barrier(holders)
+    for _ in range(25):
+        base = wk.to_gpu(np.ones((8, 8), np.float32))
+        tensors = [base] + [base.reshape(-1, 8 * (i % 2 + 1)) for i in range(holders - 1)]
+        buffer, releases = base.buffer, memory._releases
+
+        def release(tensor) -> None:
+            barrier.wait(10)
+            tensor.release()
+
+        threads = [threading.Thread(target=release, args=(t,)) for t in tensors]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert times_pooled(memory, buffer) == 1 and memory._releases == releases + 1

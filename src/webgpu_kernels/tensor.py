@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 import math
+import operator
 import sys
+import threading
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .buffers import FORKED, padded_size, translate_gpu_errors
-from .errors import DeviceError, DeviceLostError, NotPicklableError, TensorReleasedError, UncomputedTensorError
+from .contract import MAX_RANK, shape_text
+from .errors import (
+    DeviceError,
+    DeviceLostError,
+    NotPicklableError,
+    RankError,
+    ShapeError,
+    TensorReleasedError,
+    UncomputedTensorError,
+    describe_value,
+)
 
 if TYPE_CHECKING:
     from .device import Device
 
 
 _READ_ONLY = ("GpuTensor.{} is read-only: calls trust a GPU tensor's shape, dtype, sizes and device to describe "
-              "its buffer (read it back with numpy(), reshape there, and upload with to_gpu)")
+              "its buffer (t.reshape(...) gives a view of another shape over the same buffer; for another dtype, read it "
+              "back with numpy(), convert there, and upload with to_gpu)")
 
 
 EXITING = "(the interpreter is exiting, and it finalizes objects in any order)"
@@ -30,6 +44,50 @@ RELEASED_TENSOR = f"this GPU tensor was released: {RELEASED_ADVICE}"
 LOST_TENSOR = "a GpuTensor whose device was lost (driver reset, destroyed): its data is gone; make it again"
 UNCOMPUTED_TENSOR = ("a GpuTensor whose computing work never reached the GPU (the submission that carried it "
                      "failed or was cut short by Ctrl-C): its data was never computed; make it again")
+
+# Tensors sharing one buffer (reshape's views) share one list, made by the first view: _LAST first,
+# then one _SHARED per holder beyond the first. Each holder's release or finalizer pops once (atomic
+# under the GIL, no lock: a finalizer may not wait for one) and only the one popping _LAST lets go
+# of the buffer, so it is pooled once, after the last holder, in whatever order they go.
+_LAST, _SHARED = object(), object()
+# Only makes the list (two threads viewing one unshared tensor at once had made two): never taken
+# by release() nor __del__. Reentrant: a collection inside it may run a finalizer that reshapes.
+_SHARING = threading.RLock()
+
+
+def _reshaped(asked: tuple[Any, ...], old: tuple[int, ...]) -> tuple[int, ...]:
+    """``asked`` (reshape's arguments: ints, or one sequence of them; one -1 inferred, as NumPy
+    does) checked against a tensor of shape ``old``: the same element count."""
+    given: Any = asked
+    first = asked[0] if len(asked) == 1 else None
+    if (isinstance(first, Sequence) and not isinstance(first, (str, bytes))) or (
+            isinstance(first, np.ndarray) and first.ndim == 1):  # fmt: skip
+        given = first  # reshape((2, 3)) as reshape(2, 3), as NumPy's
+    if len(given) > MAX_RANK:  # before reading it: range(10**12) is a sequence too
+        raise RankError("shape", f"rank at most {MAX_RANK}", f"rank {len(given)}")
+    dims: list[int] = []
+    for i, d in enumerate(given):
+        try:
+            if isinstance(d, (bool, np.bool_)):  # an int to Python, but never meant as a dimension
+                raise TypeError
+            dims.append(operator.index(d))  # ints and NumPy integers; never a float
+        except TypeError:
+            raise ShapeError("shape", "integer dimensions (one may be -1, inferred)",
+                             f"{describe_value(d)} as dimension {i} of {describe_value(given)}") from None  # fmt: skip
+    size = math.prod(old)
+    expected = f"a shape of {size} elements, as the tensor's shape {shape_text(old)} (one dimension may be -1, inferred)"
+    if dims.count(-1) > 1:
+        raise ShapeError("shape", expected, f"shape {shape_text(dims)}, with {dims.count(-1)} dimensions of -1")
+    if any(d < -1 for d in dims):
+        raise ShapeError("shape", expected, f"shape {shape_text(dims)}, with a negative dimension other than -1")
+    if -1 in dims:
+        known = math.prod(d for d in dims if d != -1)
+        if known == 0 or size % known:  # NumPy refuses both: no size, or a size that does not divide
+            raise ShapeError("shape", expected, f"shape {shape_text(dims)}, which no size for its -1 fits")
+        dims[dims.index(-1)] = size // known
+    elif math.prod(dims) != size:
+        raise ShapeError("shape", expected, f"shape {shape_text(dims)} of {math.prod(dims)} elements")
+    return tuple(dims)
 
 
 def _read_only(slot: str, doc: str) -> property:
@@ -44,10 +102,11 @@ def _read_only(slot: str, doc: str) -> property:
 
 class GpuTensor:
     """A tensor in a WebGPU buffer. ``numpy()`` reads it back; ``release()`` frees the buffer;
-    ``copy.copy`` and ``copy.deepcopy`` make a device-side copy in a buffer of its own."""
+    ``reshape()`` gives a view over the same buffer; ``copy.copy`` and ``copy.deepcopy`` make a
+    device-side copy in a buffer of its own."""
 
     __slots__ = ("_buffer", "_shape", "_dtype", "_device", "_nbytes", "_bound_bytes", "_work", "_borrowed",
-                 "__weakref__")  # fmt: skip
+                 "_shares", "__weakref__")  # fmt: skip
 
     def __init__(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, device: Device,
                  nbytes: int | None = None, *, borrowed: bool = False) -> None:  # fmt: skip
@@ -55,6 +114,7 @@ class GpuTensor:
         # before the buffer, so that a finalizer never finds a buffer without knowing whose it is;
         # read only by release() and __del__, not by a call.
         self._borrowed = borrowed
+        self._shares: list[object] | None = None  # set by reshape: tensors sharing the buffer (_LAST above)
         self._buffer = buffer
         self._work: tuple[int, int] | None = None  # the batches recording its computation (run_plan sets it)
         self._shape = tuple(shape)
@@ -129,12 +189,37 @@ class GpuTensor:
         array = self.numpy()
         return array if dtype is None else array.astype(dtype)
 
+    def reshape(self, *shape: int | Sequence[int]) -> GpuTensor:
+        """A view of this tensor in another shape of as many elements (``t.reshape(2, -1)`` or
+        ``t.reshape((2, -1))``, one -1 inferred as NumPy does): a new GpuTensor over the same
+        buffer, with no copy and no GPU work. The buffer goes back to the pool when the last
+        tensor over it is released or collected; releasing one leaves the others usable."""
+        buffer = self.buffer  # a released tensor says so first
+        dims = _reshaped(shape, self._shape)
+        view = GpuTensor.__new__(GpuTensor)
+        view._borrowed = self._borrowed  # a view of the user's buffer is never pooled either
+        view._shape, view._dtype, view._device = dims, self._dtype, self._device
+        view._nbytes, view._bound_bytes, view._work = self._nbytes, self._bound_bytes, self._work
+        with _SHARING:
+            shares = self._shares
+            if shares is None:
+                shares = self._shares = [_LAST]
+            view._shares = shares
+            # The share first, then the buffer: a view with the buffer always has its share to pop
+            # (cut short between the two, the buffer stays leased: never pooled while in use).
+            shares.append(_SHARED)
+            view._buffer = buffer
+        return view
+
     def release(self) -> None:
         """Free the GPU buffer now (back to the device's bounded pool, for reuse by later calls);
-        using the tensor afterwards raises TensorReleasedError. A tensor over the user's own
+        using the tensor afterwards raises TensorReleasedError. Where other tensors share the
+        buffer (``reshape``), it goes back with the last of them. A tensor over the user's own
         buffer (``from_wgpu_buffer``) only lets go of it: the buffer stays theirs, untouched."""
         buffer, self._buffer = self._buffer, None
         if buffer is not None:
+            if self._shares is not None and self._shares.pop() is not _LAST:
+                return  # a view over the same buffer still uses it
             if self._borrowed:  # pooled, it would be handed to later calls while the user still uses it
                 self._device.memory.forget_bind_groups(buffer)
             else:
@@ -175,7 +260,11 @@ class GpuTensor:
         # the lock holder waits for (buffers.DeviceMemory.release_collected).
         buffer = getattr(self, "_buffer", None)  # None too for an instance __init__ never filled
         self._buffer = None
-        if buffer is not None and not self._borrowed:  # the user's own buffer is theirs to free
+        if buffer is not None:
+            if self._shares is not None and self._shares.pop() is not _LAST:
+                return  # a view over the same buffer still uses it
+            if self._borrowed:  # the user's own buffer is theirs to free
+                return
             try:
                 self._device.memory.release_collected(buffer)
             except Exception:  # interpreter shutdown: the device may already be gone
