@@ -56,6 +56,7 @@
 #   bash scripts/h200-run.sh convtune [CASE ...]   demo.Conv tuned on SD cases (default four), then benched default against tuned
 #   bash scripts/h200-run.sh skiplayernorm   com.example.SkipLayerNormalization's SD cases tuned, then benched default against tuned
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
+#   bash scripts/h200-run.sh clipmlp [DIR]   examples/clip_mlp.py (f32, f16; batch 1 and 8), hostab DIR, then the suite in 8 processes
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors filelock \
@@ -412,6 +413,14 @@ case "${1:-bench}" in
       PYTHONPATH=/tmp/site:$src timeout 90 python3 scripts/new_shape_cost.py 2>&1 | tee -a "$OUT/plan-cost.log"
       PYTHONPATH=/tmp/site:$src timeout 60 python3 scripts/host_cost.py 2>&1 | tee -a "$OUT/plan-cost.log"
     done; done ;;
+  clipmlp)  # session 50: the CLIP MLP example chained on the GPU (demo.MatMul, BiasAdd, QuickGelu) on NVIDIA, host
+            # cost per call against the session's first code (hostab), then the suite with the time left
+    for dt in float32 float16; do for b in 1 8; do
+      timeout 120 python3 examples/clip_mlp.py --batch $b --dtype $dt --repeat 20 2>&1 | tee -a "$OUT/clip-mlp.log"
+    done; done
+    bash "$0" hostab "${2:-ab-old}"
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
   testsn)  # session 32: the suite in N processes (pytest-xdist, default 8 of the 16 cores), each with its own device
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 400 python3 -m pytest -q -p no:cacheprovider -n "${2:-8}" -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
