@@ -5,8 +5,8 @@ X (N, S, 2D) plus a bias (2D,) is split into halves, and Y = left * gelu(right) 
 (erf) GELU. WGSL has no erf: the template approximates it (a polynomial near 0, erfc as exp times a
 polynomial beyond), computing in f32 for float16 too. It stresses an output shape that halves an
 input's dimension, shape relations refused by `when` clauses that name the shapes, an elementwise
-function with a long tail, and a vec4 variant that does f32 arithmetic on float16 moved as u32
-words, so without shader-f16.
+function with a long tail, and vec4 and vec8 variants that do f32 arithmetic on float16 moved as
+u32 words, so without shader-f16 (vec8, float16 only, moves 16 bytes of each half of X per load).
 
 Results are judged against a float64 NumPy reference (tests/bias_split_gelu_reference.py, erf
 from Python's math module) rounded once to the output dtype, with test.json's tolerances.
@@ -39,7 +39,7 @@ from conftest import (
 )
 
 PACKAGE = PACKAGES_DIR / "demo.BiasSplitGelu"
-VARIANTS = ("vec4", "scalar")
+VARIANTS = ("vec8", "vec4", "scalar")
 #: test.json's tolerances, by output dtype.
 TOLERANCES = {np.dtype(np.float32): (1e-5, 1e-6), np.dtype(np.float16): (2e-3, 1e-5)}
 
@@ -89,13 +89,21 @@ def accepted(kernel, x, bias, tunables=None) -> list[str]:
     return [v.variant for v in explanation.verdicts if v.accepted]
 
 
+def expected_variants(shape, dtype) -> list[str]:
+    """The variants that take a call: vec8 float16 with D a multiple of 8 (and an empty float32
+    call, where nothing is dispatched), vec4 D a multiple of 4, scalar any D."""
+    d, n = shape[2] // 2, math.prod(shape[:2]) * (shape[2] // 2)
+    vec8 = d % 8 == 0 and (np.dtype(dtype) == np.float16 or n == 0)
+    return ["vec8"] * vec8 + ["vec4"] * (d % 4 == 0) + ["scalar"]
+
+
 # --- the package ---------------------------------------------------------------------------------
 
 
 def test_package_files():
     data = json.loads((PACKAGE / "manifest.json").read_text("utf-8"))
     assert check_manifest(data) == []
-    assert [(v["id"], v["priority"]) for v in data["variants"]] == [("vec4", 10), ("scalar", 0)]
+    assert [(v["id"], v["priority"]) for v in data["variants"]] == [("vec8", 20), ("vec4", 10), ("scalar", 0)]
     assert data["typeConstraints"] == {"T": ["float32", "float16"]}
     assert "attributes" not in data
 
@@ -173,7 +181,8 @@ def test_gelu_keeps_its_digits_in_the_negative_tail(kernel, rng):
     right = -np.linspace(0.0, 8.0, d, dtype=np.float32)
     x = np.concatenate([np.ones(d, np.float32), right]).reshape(1, 1, 2 * d)
     bias = np.zeros(2 * d, np.float32)
-    for variant in VARIANTS:
+    assert accepted(kernel, x, bias) == ["vec4", "scalar"]  # vec8 is float16 only
+    for variant in ("vec4", "scalar"):
         assert_split_gelu(run(kernel, x, bias, variant=variant), x, bias, rtol=5e-5, atol=0.0)
 
 
@@ -201,15 +210,39 @@ def test_shapes_on_every_variant_that_takes_them(kernel, rng, need_dtype, shape,
     need_dtype(dtype)
     x, bias = draw(rng, shape, dtype), draw(rng, shape[2:], dtype, std=0.5)
     variants = accepted(kernel, x, bias)
-    assert "scalar" in variants and ("vec4" in variants) == (shape[2] // 2 % 4 == 0), variants
+    assert variants == expected_variants(shape, dtype), variants
     for variant in variants:
         assert_split_gelu(run(kernel, x, bias, variant=variant), x, bias)
 
 
-def test_the_default_is_vec4_for_sd_widths(kernel, rng):
-    x, bias = draw(rng, (2, 4, 2560), np.float16), draw(rng, (2560,), np.float16)
-    assert kernel.explain({"X": x, "bias": bias}).chosen == "vec4"
-    assert kernel({"X": x, "bias": bias})["Y"].shape == (2, 4, 1280)
+@pytest.mark.parametrize("d", [1280, 2560, 5120])
+def test_the_default_is_vec8_for_float16_and_vec4_for_float32_at_sd_widths(kernel, rng, d):
+    for dtype, chosen in ((np.float16, "vec8"), (np.float32, "vec4")):
+        x, bias = draw(rng, (2, 4, 2 * d), dtype), draw(rng, (2 * d,), dtype)
+        assert kernel.explain({"X": x, "bias": bias}).chosen == chosen
+        out = kernel({"X": x, "bias": bias})["Y"]
+        assert out.shape == (2, 4, d)
+        assert_split_gelu(out, x, bias)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 16), (3, 1, 16), (2, 5, 32), (1, 3, 48), (2, 2, 2560), (1, 1, 10240)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_vec8_against_the_float64_reference(kernel, need_dtype, rng, shape):
+    """vec8 on D = 8, 16, 24 and SD widths with few rows: each output of the 8 an invocation
+    computes lands in its place (a mix-up of the two vec4 halves of a unit, or of a row's
+    halves, would show), within test.json's float16 tolerance."""
+    need_dtype(np.float16)
+    for std in (0.5, 2.0, 6.0):
+        x, bias = draw(rng, shape, np.float16, std), draw(rng, shape[2:], np.float16, std / 2)
+        assert_split_gelu(run(kernel, x, bias, variant="vec8"), x, bias)
+    # each output in its place, exactly: gates of 10 (gelu(10) is 10 in f32: 2 - erfc rounds to 2)
+    # and values k = (r * D + j) % 256 give Y = 10 k, a float16 (below 2560, even)
+    d = shape[2] // 2
+    rows = math.prod(shape[:2])
+    k = (np.arange(rows * d) % 256).reshape(rows, d)
+    x = np.concatenate([k, np.full((rows, d), 10)], axis=1).astype(np.float16).reshape(shape)
+    out = run(kernel, x, np.zeros(shape[2], np.float16), variant="vec8")
+    np.testing.assert_array_equal(out, (10 * k).astype(np.float16).reshape(shape[:2] + (d,)))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -230,10 +263,14 @@ def test_float16_sums_past_its_range_are_kept_in_f32(kernel, need_dtype, variant
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_many_invocations_spill_the_grid(kernel, plan_of, rng, variant):
+def test_many_invocations_spill_the_grid(kernel, plan_of, need_dtype, rng, variant):
     """More than 65,535 workgroups at WORKGROUP_SIZE 1: the grid spills into y, and each output
-    element is still written once."""
-    x, bias = draw(rng, (2, 160, 1664), np.float32), draw(rng, (1664,), np.float32)  # 266,240 outputs
+    element is still written once. vec8 (float16) needs 8 outputs per invocation: 532,480."""
+    if variant == "vec8":
+        need_dtype(np.float16)
+        x, bias = draw(rng, (2, 320, 1664), np.float16), draw(rng, (1664,), np.float16)
+    else:
+        x, bias = draw(rng, (2, 160, 1664), np.float32), draw(rng, (1664,), np.float32)  # 266,240 outputs
     tunables = {"WORKGROUP_SIZE": 1}
     grid = plan_of(kernel, {"X": x, "bias": bias}, variant=variant, tunables=tunables).passes[0].grid
     assert grid[1] > 1 and grid[0] * grid[1] * grid[2] >= 65_536
@@ -241,11 +278,14 @@ def test_many_invocations_spill_the_grid(kernel, plan_of, rng, variant):
 
 
 @pytest.mark.parametrize("wg", [1, 7, 64, 1024])
-def test_workgroup_sizes(kernel, need_workgroup_size, rng, wg):
+def test_workgroup_sizes(kernel, need_workgroup_size, has_f16, rng, wg):
     need_workgroup_size(wg)
     x, bias = draw(rng, (3, 5, 24), np.float32), draw(rng, (24,), np.float32)
-    for variant in VARIANTS:
+    for variant in ("vec4", "scalar"):
         assert_split_gelu(run(kernel, x, bias, variant=variant, tunables={"WORKGROUP_SIZE": wg}), x, bias)
+    if has_f16:  # vec8: D = 24, 45 invocations
+        x, bias = draw(rng, (3, 5, 48), np.float16), draw(rng, (48,), np.float16)
+        assert_split_gelu(run(kernel, x, bias, variant="vec8", tunables={"WORKGROUP_SIZE": wg}), x, bias)
 
 
 def test_non_contiguous_inputs_and_gpu_tensors(kernel, rng):
@@ -261,12 +301,36 @@ def test_non_contiguous_inputs_and_gpu_tensors(kernel, rng):
     bias.release()
 
 
-def test_the_vec4_variant_runs_without_shader_f16(kernel, gl_device, rng):
-    """vec4 reads and writes float16 as u32 words (unpack2x16float, pack2x16float) and computes in
-    f32, so it runs on lavapipe's OpenGL adapter; scalar names f16, and a call only it takes (D not
-    a multiple of 4) is the adapter's DeviceLimitError there (its f16Ok guard)."""
+def test_vec8_takes_non_contiguous_inputs_and_gpu_tensors(kernel, need_dtype, rng):
+    """float16 X in Fortran order and a GpuTensor bias go to vec8 (D = 16), and its GpuTensor output,
+    (2, 3, 16), is X for a second vec8 call (D = 8)."""
+    need_dtype(np.float16)
+    x = draw(rng, (32, 3, 2), np.float16).transpose(2, 1, 0)  # (2, 3, 32), Fortran order
+    bias = wk.to_gpu(draw(rng, (32,), np.float16))
+    assert kernel.explain({"X": x, "bias": bias}).chosen == "vec8"
+    first = kernel({"X": x, "bias": bias}, output="gpu")["Y"]
+    assert isinstance(first, wk.GpuTensor) and first.shape == (2, 3, 16)
+    half = draw(rng, (16,), np.float16)
+    again = kernel({"X": first, "bias": half}, variant="vec8")["Y"]
+    assert_split_gelu(again, first.numpy(), half)
+    assert_split_gelu(first.numpy(), np.ascontiguousarray(x), bias.numpy())
+    sliced = draw(rng, (2, 3, 64), np.float16)[:, :, ::2]  # strided: every other channel
+    assert_split_gelu(run(kernel, sliced, half.repeat(2), variant="vec8"), np.ascontiguousarray(sliced), half.repeat(2))
+    first.release()
+    bias.release()
+
+
+@pytest.mark.parametrize("variant", ["vec8", "vec4"])
+def test_the_vec8_and_vec4_variants_run_without_shader_f16(kernel, gl_device, rng, variant):
+    """vec8 and vec4 read and write float16 as u32 words (unpack2x16float, pack2x16float) and
+    compute in f32, so they run on lavapipe's OpenGL adapter (vec8 is chosen there for D = 8);
+    scalar names f16, and a call only it takes (D not a multiple of 4) is the adapter's
+    DeviceLimitError there (its f16Ok guard)."""
     x, bias = draw(rng, (2, 3, 16), np.float16), draw(rng, (16,), np.float16)
-    assert_split_gelu(kernel({"X": x, "bias": bias}, adapter="gl")["Y"], x, bias)
+    assert kernel.explain({"X": x, "bias": bias}, adapter="gl").chosen == "vec8"
+    assert_split_gelu(kernel({"X": x, "bias": bias}, adapter="gl", variant=variant)["Y"], x, bias)
+    x, bias = draw(rng, (3, 7, 48), np.float16) * 4, draw(rng, (48,), np.float16)  # D = 24
+    assert_split_gelu(kernel({"X": x, "bias": bias}, adapter="gl", variant=variant)["Y"], x, bias)
     x, bias = draw(rng, (1, 2, 6), np.float16), draw(rng, (6,), np.float16)
     with pytest.raises(errors.DeviceLimitError, match="shader-f16"):
         kernel({"X": x, "bias": bias}, adapter="gl")
@@ -313,13 +377,28 @@ def test_vec4_forced_on_d_not_of_4_is_rejected(kernel):
         kernel({"X": np.ones((1, 1, 10), np.float32), "bias": np.ones(10, np.float32)}, variant="vec4")
 
 
+@pytest.mark.parametrize("d", [4, 12, 5, 20])
+def test_vec8_forced_on_d_not_of_8_is_rejected(kernel, d):
+    with pytest.raises(errors.VariantRejectedError, match=rf"'D % 8 == 0' is false \(with D={d}"):
+        kernel({"X": np.ones((1, 2, 2 * d), np.float16), "bias": np.ones(2 * d, np.float16)}, variant="vec8")
+
+
+def test_vec8_forced_on_float32_is_rejected(kernel):
+    """float32 is vec4's (16 bytes a load already); only an empty float32 call, which dispatches
+    nothing, is accepted (so that validate compiles vec8 for both dtypes)."""
+    with pytest.raises(errors.VariantRejectedError, match=r"'f16' or n == 0\" is false \(with dtypes.T='f32', n=8"):
+        kernel({"X": np.ones((1, 1, 16), np.float32), "bias": np.ones(16, np.float32)}, variant="vec8")
+    out = kernel({"X": np.ones((0, 2, 16), np.float32), "bias": np.ones(16, np.float32)}, variant="vec8")["Y"]
+    assert out.shape == (0, 2, 8) and out.dtype == np.float32
+
+
 # --- random shapes -------------------------------------------------------------------------------
 
 
 @st.composite
 def calls(draw_):
     n, s = draw_(st.integers(0, 3)), draw_(st.integers(0, 9))
-    d = draw_(st.sampled_from([0, 1, 2, 3, 4, 5, 8, 12, 20, 33, 64, 130]))
+    d = draw_(st.sampled_from([0, 1, 2, 3, 4, 5, 8, 12, 16, 20, 24, 33, 64, 130]))
     wg = draw_(st.sampled_from([1, 7, 64, 256]))
     return (n, s, 2 * d), draw_(st.sampled_from(DTYPES)), wg, draw_(st.floats(0.1, 8.0)), draw_(st.integers(0, 2**32 - 1))
 
@@ -327,7 +406,7 @@ def calls(draw_):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(call=calls())
 def test_property_random_shapes(kernel, has_f16, call):
-    """Random N, S and D (empty, odd, multiples of 4), dtypes, value scales and workgroup sizes, on
+    """Random N, S and D (empty, odd, multiples of 4 and of 8), dtypes, value scales and workgroup sizes, on
     every variant that accepts them, against the float64 reference."""
     shape, dtype, wg, std, seed = call
     if dtype == np.float16 and not has_f16:
@@ -336,6 +415,6 @@ def test_property_random_shapes(kernel, has_f16, call):
     x, bias = draw(rng, shape, dtype, std), draw(rng, shape[2:], dtype, std / 2)
     tunables = {"WORKGROUP_SIZE": wg}
     variants = accepted(kernel, x, bias, tunables)
-    assert "scalar" in variants and ("vec4" in variants) == (shape[2] // 2 % 4 == 0), variants
+    assert variants == expected_variants(shape, dtype), variants
     for variant in variants:
         assert_split_gelu(run(kernel, x, bias, variant=variant, tunables=tunables), x, bias)
