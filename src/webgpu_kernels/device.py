@@ -42,6 +42,10 @@ _RAISED_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size", "max-com
 
 @dataclass(frozen=True)
 class AdapterSummary:
+    """An adapter as wgpu lists it (list_adapters, choose_adapter, Device.adapter): its place in
+    wgpu's list, names, backend, type, and every feature and integer limit it offers (a device the
+    engine opens on it uses only a few of the features: Device.has_f16, Device.gpu.features)."""
+
     index: int
     name: str
     vendor: str
@@ -57,6 +61,7 @@ class AdapterSummary:
         return (_TYPE_RANK.get(self.adapter_type, 0), native, int("shader-f16" in self.features))
 
     def label(self) -> str:
+        """The adapter in words: ``name (backend, adapter_type)``."""
         return f"{self.name} ({self.backend}, {self.adapter_type})"
 
     @property
@@ -296,7 +301,14 @@ def env_count(name: str, default: int) -> int:
 
 
 class Device:
-    """A wgpu device with what expressions may know about it and its own pipeline cache lock."""
+    """A wgpu device with what expressions may know about it and its own pipeline cache lock.
+
+    For users (docs/python-api.md): ``adapter`` (the AdapterSummary of its adapter), ``has_f16``,
+    ``gpu`` (the wgpu GPUDevice; ``gpu.features``, the features it was opened with: shader-f16,
+    subgroup and timestamp-query where the adapter has them), ``limits`` (the limits it was opened
+    with, wgpu's hyphenated names to ints) and ``lost``. ``info``, ``lock``, ``memory`` and
+    ``serial`` are the engine's own.
+    """
 
     def __init__(self, adapter: Any, summary: AdapterSummary) -> None:
         # Settings first: a bad value is refused before any device exists.
@@ -325,6 +337,8 @@ class Device:
 
     @property
     def has_f16(self) -> bool:
+        """Whether the device was opened with the shader-f16 feature, which float16 inputs need
+        (the adapter's ``features`` list what it offers, not what the device was opened with)."""
         return self.info.has_f16
 
     def __repr__(self) -> str:
