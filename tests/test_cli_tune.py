@@ -968,6 +968,7 @@ def test_tune_names_the_backup_it_makes_where_an_earlier_backup_is_kept(runner, 
     out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
     backup = path.with_name(f"{path.name}.1{tuning.BACKUP_SUFFIX}")
     assert f"the first save moves it aside to {backup.name} " in out, out
+    assert "a run that stores nothing leaves it as it is" in out, out
     assert f"the tuning file as it was is kept as {backup}" in out, out
     assert backup.read_text("utf-8") == "{not json" and earlier.read_text("utf-8") == "an earlier backup"
 

@@ -281,9 +281,11 @@ def _say_problem(console: Any, cache: tuning.TuningCache, dry_run: bool) -> None
         text = problem.message(cache.path)
     else:
         kept = "its valid entries go into the new file" if not problem.whole else "nothing of it goes into the new file"
-        # the name the save will use: <name>.1.bak where <name>.bak is taken, beside a link's file
+        # the name the save will use: <name>.1.bak where <name>.bak is taken, beside a link's file; a
+        # run that stores nothing makes no save (helper-163: the line had said the file moves regardless)
         text = (f"tuning file {cache.path}: {problem.what}; the first save moves it aside to "
-                f"{tuning.backup_text(cache.path)} (an earlier backup is kept) and {kept}")  # fmt: skip
+                f"{tuning.backup_text(cache.path)} (an earlier backup is kept) and {kept}; a run that stores "
+                "nothing leaves it as it is")  # fmt: skip
     console.print(Text(text, style="yellow"), soft_wrap=True)
 
 
