@@ -515,6 +515,81 @@ def test_a_case_naming_a_variant_that_rejects_it_is_an_error(qg: Path, runner: C
     assert "names variant 'vec4', which rejects case 'tail-3x5-f32' (float32): when[" in problem.message
 
 
+# --- a variant meant for one dtype, and the case saying so ----------------------------------------
+
+HALF_REFUSAL = {
+    "name": "half-forced-on-f32", "description": "half is float16 only.", "variants": ["half"],
+    "types": {"T": "float32"}, "inputs": {"X": {"shape": [2, 8], "generate": {"distribution": "normal", "seed": 7}}},
+    "refused": {"error": "VariantRejectedError", "message": "\"dtypes.T == 'f16'\" is false"},
+}  # fmt: skip
+HALF_REFUSED_STATUS = "refused, as test.json expects (case half-forced-on-f32)"
+
+
+def _add_f16_only_variant(qg: Path, refusal: dict | None) -> None:
+    """QuickGelu with 'half', its scalar variant for float16 only, and ``refusal`` (a test.json case) appended."""
+    def add_variant(manifest: dict) -> None:
+        scalar = next(v for v in manifest["variants"] if v["id"] == "scalar")
+        manifest["variants"].append({**copy.deepcopy(scalar), "id": "half", "when": ["baseOk", "dtypes.T == 'f16'"]})
+
+    edit_json(qg / "manifest.json", add_variant)
+    if refusal is not None:
+        edit_json(qg / "test.json", lambda t: t["cases"].append(refusal))
+    digests.write_metadata(qg)
+
+
+def test_a_one_dtype_variant_a_case_forces_and_expects_refused_is_no_warning(qg: Path, runner: CliRunner,
+                                                                             tmp_path: Path) -> None:  # fmt: skip
+    """A float16-only variant could not pass --strict: "no test.json or bench.json case exercises
+    variant 'vec8' with float32" though a case forced it on float32 and expected its refusal
+    (demo.BiasSplitGelu accepted empty float32 calls to get by). That case now says the refusal is meant."""
+    _add_f16_only_variant(qg, HALF_REFUSAL)
+    report = validate_package(qg)
+    status = {(c.variant, c.dtype): c.status for c in report.coverage}
+    assert status[("half", "float32")] == HALF_REFUSED_STATUS and status[("half", "float16")] == "compiled"
+    assert not [p for p in report.problems if p.variant == "half"], report.problems
+    assert report.uncompiled == 0  # nothing left unchecked: the verdict has no "not compiled" caveat
+    text = runner.invoke(main, ["validate", str(qg), "--strict"])
+    assert text.exit_code == 0 and HALF_REFUSED_STATUS in text.output and "not compiled" not in text.output, text.output
+    as_json = runner.invoke(main, ["validate", str(qg), "--strict", "--json"])
+    data = json.loads(as_json.stdout)
+    assert as_json.exit_code == 0 and data["passed"] is True and data["uncompiled"] == 0, as_json.output
+    (row,) = [c for c in data["coverage"] if (c["variant"], c["dtype"]) == ("half", "float32")]
+    assert row["status"] == HALF_REFUSED_STATUS and row["expectedRefusal"] == "half-forced-on-f32"
+    isolated = validate_package_isolated(qg)  # the child's report comes back through JSON
+    assert {(c.variant, c.dtype): c.status for c in isolated.coverage}[("half", "float32")] == HALF_REFUSED_STATUS
+    import xml.etree.ElementTree as ET
+
+    xml_path = tmp_path / "strict.xml"
+    junit = runner.invoke(main, ["validate", str(qg), "--strict", "--junit", str(xml_path)])
+    assert junit.exit_code == 0, junit.output
+    (case,) = ET.parse(xml_path).getroot().findall(".//testcase[@name='compile half [float32]']")
+    assert [child.tag for child in case] == ["system-out"]  # a pass: the refusal is what the package means
+    assert case.find("system-out").text == f"0 cases, 0 pipelines: {HALF_REFUSED_STATUS}"
+
+
+@pytest.mark.parametrize("refusal", [
+    None,
+    {**HALF_REFUSAL, "refused": {"error": "SelectionError", "message": "\"dtypes.T == 'f16'\" is false"}},
+    {**HALF_REFUSAL, "refused": {"error": "VariantRejectedError", "message": "'baseOk' is false"}},
+    {**HALF_REFUSAL, "variants": ["vec4"], "inputs": {"X": {"shape": [5], "generate": {"distribution": "normal", "seed": 7}}},
+     "refused": {"error": "VariantRejectedError", "message": "'vec4Ok' is false"}},
+], ids=["no-case", "selection-error", "another-message", "another-variant"])  # fmt: skip
+def test_a_one_dtype_variant_without_a_case_expecting_its_refusal_is_still_a_warning(qg: Path, runner: CliRunner,
+                                                                                     refusal) -> None:  # fmt: skip
+    """Only a VariantRejectedError of the variant's own `when`, which the case expects of it, says
+    the refusal is meant: a SelectionError says nothing of which variant refused, a message the
+    refusal does not contain fails `test`, and a case forcing another variant is about that one."""
+    _add_f16_only_variant(qg, refusal)
+    report = validate_package(qg)
+    status = {(c.variant, c.dtype): c.status for c in report.coverage}[("half", "float32")]
+    warned = [p for p in report.warnings if p.variant == "half"]
+    assert status == "not exercised"
+    assert [(p.dtype, p.message) for p in warned] == [("float32", "no test.json or bench.json case exercises variant "
+                                                                  "'half' with float32: it was not compiled")]  # fmt: skip
+    strict = runner.invoke(main, ["validate", str(qg), "--strict"])
+    assert strict.exit_code == 1 and "INVALID (--strict: warnings fail)" in strict.output, strict.output
+
+
 def test_not_checked_says_the_manifest_is_the_reason(qg: Path, runner: CliRunner) -> None:
     """An invalid manifest left validate saying "not checked (no GPU adapter)" on a machine with one."""
     edit_json(qg / "manifest.json", lambda m: m["variants"][0].update(priority="high"))

@@ -198,7 +198,7 @@ def _validation_suite(report: ValidationReport, name: str, started: float, stric
             text = text or (f"{_count(cov.failed, 'render or compile failure')}: the errors are in the other "
                             "failing testcases")
             _outcome(case, "failure", text, "compile")
-        elif not cov.pipelines:
+        elif not cov.pipelines and cov.expected_refusal is None:  # a refusal test.json expects passes
             _outcome(case, "skipped", cov.status, "not compiled")
         ET.SubElement(case, "system-out").text = _text(f"{_count(cov.cases, 'case')}, {_count(cov.pipelines, 'pipeline')}: "
                                                        f"{cov.status}")  # fmt: skip
@@ -225,7 +225,8 @@ def _validation_suite(report: ValidationReport, name: str, started: float, stric
 def validation_junit_xml(reports: Sequence[ValidationReport], *, name: str = "webgpu-kernels validate",
                          started: float | None = None, strict: bool = False) -> str:  # fmt: skip
     """``validate``'s reports as one JUnit XML document: per package a testcase per variant x dtype
-    compiled (failed, or skipped when nothing compiled it), one per error elsewhere, and a
+    compiled (failed, or skipped when nothing compiled it and test.json does not expect its
+    refusal), one per error elsewhere, and a
     ``validate`` testcase holding what was checked and the warnings (``strict``: each warning is
     a failing testcase instead). ``started``: when the validation began (epoch seconds; a
     ValidationReport does not say), default now."""

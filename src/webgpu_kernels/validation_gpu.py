@@ -1,6 +1,7 @@
 """The GPU stage of ``webgpu-kernels validate``: for every test.json and bench.json case, every
 variant whose ``when`` holds is resolved, rendered and compiled into a compute pipeline on the
-current adapter; a variant x dtype no case exercises is a warning."""
+current adapter; a variant x dtype no case exercises is a warning, unless a test.json case forces
+the variant on that dtype and expects its `when` to refuse it."""
 
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ from .errors import (
     KernelError,
     LayoutError,
     MissingInputError,
+    SelectionError,
     ShaderCompileError,
     TemplateError,
+    VariantRejectedError,
 )
 from .manifest import Manifest
 from .package import MANIFEST_FILE, KernelPackage
@@ -84,6 +87,49 @@ def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_fil
             for inst in instances:
                 calls.append(_Call(BENCH_FILE, case.name, case.json_path, inst.inputs, case.attrs, case.tunables))
     return calls
+
+
+#: The refusal a test.json case must expect for it to say that a variant's refusal of a dtype is
+#: meant: the variant's own `when` (a SelectionError, a parent class, says nothing of which
+#: variant refused; a RankError or another InputError comes before any variant is judged).
+VARIANT_REFUSAL = VariantRejectedError.__name__
+
+
+def _expected_refusals(package: KernelPackage, manifest: Manifest, program: Any, test_file: Any,
+                       device: Any) -> dict[tuple[str, str], str]:  # fmt: skip
+    """(variant, dtype label) -> the first test.json case that forces the variant (``variants``) on a
+    call of that dtype and expects (``refused``) the VariantRejectedError its `when` gives the call,
+    as `test` sees it: a clause that is false, not one that fails to evaluate (a defect), nor one
+    refusing only for want of shader-f16 on this adapter (the adapter's, not the variant's)."""
+    from .contract import check_call
+    from .selection import accepted_with_f16, select_variant
+
+    found: dict[tuple[str, str], str] = {}
+    for case in test_file.cases if test_file is not None else ():
+        refusal = case.refused
+        if refusal is None or refusal.error != VARIANT_REFUSAL or not case.variants:
+            continue
+        try:
+            arrays = case.build_inputs(manifest, package.read_bytes)
+            metas = {k: (tuple(a.shape), dtype_name(a.dtype)) for k, a in arrays.items()}
+            signature = check_call(manifest, metas, case.attrs, case.tunables)
+            scope, _ = program.call_scope(signature, device.info)
+        except KernelError:
+            continue  # refused before any variant is judged (or the case is broken: the test.json stage says so)
+        label = binding_label(signature.type_bindings())
+        no_f16 = device.info.lacks_f16_for(dtype for _, dtype in metas.values())
+        for vid in case.variants:
+            try:
+                select_variant(program.variants, scope, forced=vid, definitions=program.definitions)
+            except VariantRejectedError as exc:
+                verdict = exc.trace[0] if exc.trace else None
+                if (not refusal.matches(exc) or verdict is None or verdict.error is not None
+                        or (no_f16 and vid in accepted_with_f16(program, signature, device.info))):  # fmt: skip
+                    continue
+                found.setdefault((vid, label), case.name)
+            except SelectionError:
+                continue  # no such variant: the test.json stage's error
+    return found
 
 
 #: What differs between variants in the compiler's report of one template mistake: the shader's
@@ -361,6 +407,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
               if parsed is None and package.has(name)]  # fmt: skip
     unread = f" ({' and '.join(broken)} has errors, so its cases were not used)" if broken else ""
     scopeless = {label for _, label, _ in no_scope} - scoped  # every call of the dtype stopped there
+    expected_refusals = (_expected_refusals(package, manifest, program, test_file, device)
+                         if any(not cov.cases for cov in coverage.values()) else {})  # fmt: skip
     for cov in coverage.values():
         if cov.cases and test_file is not None and (cov.variant, cov.dtype) not in tested:
             # bench.json only compiles it: `test` never runs it, so nothing checks what it computes,
@@ -378,6 +426,10 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             cov.note = "no shader-f16"
             out.warning("", "", f"this adapter has no shader-f16 feature: variant {cov.variant!r} ({cov.dtype}) "
                                 "was not compiled", variant=cov.variant, dtype=cov.dtype, adapter_only=True)  # fmt: skip
+            continue
+        refusal_case = expected_refusals.get((cov.variant, cov.dtype))
+        if refusal_case is not None:  # the variant is not meant for the dtype, and a test.json case checks that
+            cov.expected_refusal = refusal_case
             continue
         if cov.dtype in scopeless:  # its cases stopped at the scope error above, which is what to fix
             cov.note = "not reached (scope error)"

@@ -71,6 +71,9 @@ class Coverage:
     refused: int = 0  # cases this adapter's limits refuse (workgroup size or memory, a binding's size)
     note: str = ""
     seconds: float = 0.0  # spent on its cases: resolving, rendering and compiling (JUnit's testcase time)
+    #: No case exercises it, and this test.json case forces the variant on the dtype and expects
+    #: the VariantRejectedError its `when` gives: the refusal is meant, not a gap in the cases.
+    expected_refusal: str | None = None
 
     @property
     def status(self) -> str:
@@ -80,19 +83,21 @@ class Coverage:
             return self.note
         if self.pipelines:
             return "compiled"
+        if self.expected_refusal is not None:
+            return f"refused, as test.json expects (case {self.expected_refusal})"
         # cases reached it, but the adapter refused every one: "not exercised" had sent authors to add cases
         return "refused by this adapter" if self.refused else "not exercised"
 
     def as_dict(self) -> dict[str, Any]:
         return {"variant": self.variant, "dtype": self.dtype, "cases": self.cases, "pipelines": self.pipelines,
                 "failed": self.failed, "refused": self.refused, "status": self.status, "note": self.note,
-                "seconds": self.seconds}  # fmt: skip
+                "expectedRefusal": self.expected_refusal, "seconds": self.seconds}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Coverage:
         return cls(variant=data["variant"], dtype=data["dtype"], cases=data["cases"], pipelines=data["pipelines"],
                    failed=data["failed"], refused=data.get("refused", 0), note=data.get("note", ""),
-                   seconds=data.get("seconds", 0.0))  # fmt: skip
+                   seconds=data.get("seconds", 0.0), expected_refusal=data.get("expectedRefusal"))  # fmt: skip
 
 
 @dataclass
@@ -130,8 +135,9 @@ class ValidationReport:
     @property
     def uncompiled(self) -> int:
         """Variant x dtype pairs that compiled no pipeline and did not fail (no case reached them,
-        or this adapter rejects them): a valid package not wholly checked on this adapter."""
-        return sum(1 for c in self.coverage if not c.pipelines and not c.failed)
+        or this adapter rejects them): a valid package not wholly checked on this adapter. A pair
+        whose refusal test.json expects is not counted: no call of it ever compiles."""
+        return sum(1 for c in self.coverage if not c.pipelines and not c.failed and c.expected_refusal is None)
 
     def as_dict(self) -> dict[str, Any]:
         return {
