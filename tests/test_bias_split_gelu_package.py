@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
+from webgpu_kernels.validation import validate_package
 
 from bias_split_gelu_reference import split_gelu  # tests/, beside conftest: the sdist ships it
 from conftest import (
@@ -90,10 +91,10 @@ def accepted(kernel, x, bias, tunables=None) -> list[str]:
 
 
 def expected_variants(shape, dtype) -> list[str]:
-    """The variants that take a call: vec8 float16 with D a multiple of 8 (and an empty float32
-    call, where nothing is dispatched), vec4 D a multiple of 4, scalar any D."""
-    d, n = shape[2] // 2, math.prod(shape[:2]) * (shape[2] // 2)
-    vec8 = d % 8 == 0 and (np.dtype(dtype) == np.float16 or n == 0)
+    """The variants that take a call: vec8 float16 with D a multiple of 8, vec4 D a multiple of 4,
+    scalar any D."""
+    d = shape[2] // 2
+    vec8 = d % 8 == 0 and np.dtype(dtype) == np.float16
     return ["vec8"] * vec8 + ["vec4"] * (d % 4 == 0) + ["scalar"]
 
 
@@ -383,13 +384,23 @@ def test_vec8_forced_on_d_not_of_8_is_rejected(kernel, d):
         kernel({"X": np.ones((1, 2, 2 * d), np.float16), "bias": np.ones(2 * d, np.float16)}, variant="vec8")
 
 
-def test_vec8_forced_on_float32_is_rejected(kernel):
-    """float32 is vec4's (16 bytes a load already); only an empty float32 call, which dispatches
-    nothing, is accepted (so that validate compiles vec8 for both dtypes)."""
-    with pytest.raises(errors.VariantRejectedError, match=r"'f16' or n == 0\" is false \(with dtypes.T='f32', n=8"):
-        kernel({"X": np.ones((1, 1, 16), np.float32), "bias": np.ones(16, np.float32)}, variant="vec8")
-    out = kernel({"X": np.ones((0, 2, 16), np.float32), "bias": np.ones(16, np.float32)}, variant="vec8")["Y"]
-    assert out.shape == (0, 2, 8) and out.dtype == np.float32
+@pytest.mark.parametrize("shape", [(1, 1, 16), (0, 2, 16)], ids=["d-8", "empty"])
+def test_vec8_forced_on_float32_is_rejected(kernel, shape):
+    """float32 is vec4's (16 bytes a load already), an empty call too: vec8 had accepted an empty
+    float32 call only so that validate --strict compiled it for both dtypes, before test.json's
+    refusal case could say that vec8 is meant for float16 only."""
+    x, bias = np.ones(shape, np.float32), np.ones(shape[2], np.float32)
+    with pytest.raises(errors.VariantRejectedError, match=r"\"dtypes.T == 'f16'\" is false \(with dtypes.T='f32'\)"):
+        kernel({"X": x, "bias": bias}, variant="vec8")
+
+
+def test_validate_takes_vec8_on_float32_as_refused_on_purpose():
+    """vec8 x float32 compiles nothing, and --strict passes: vec8-forced-on-f32 expects the refusal."""
+    report = validate_package(PACKAGE)
+    status = {(c.variant, c.dtype): c.status for c in report.coverage}
+    assert status[("vec8", "float32")] == "refused, as test.json expects (case vec8-forced-on-f32)"
+    assert status[("vec8", "float16")] == "compiled"
+    assert not report.package_warnings and report.uncompiled == 0, report.package_warnings
 
 
 # --- random shapes -------------------------------------------------------------------------------
