@@ -56,6 +56,7 @@
 #   bash scripts/h200-run.sh convtune [CASE ...]   demo.Conv tuned on SD cases (default four), then benched default against tuned
 #   bash scripts/h200-run.sh skiplayernorm   com.example.SkipLayerNormalization's SD cases tuned, then benched default against tuned
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
+#   bash scripts/h200-run.sh bsgvariants   demo.BiasSplitGelu float16: its default (vec8) and vec4 benched alternately, validate, test, then the suite
 #   bash scripts/h200-run.sh clipmlp [DIR]   examples/clip_mlp.py (f32, f16; batch 1 and 8), hostab DIR, then the suite in 8 processes
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -413,6 +414,18 @@ case "${1:-bench}" in
       PYTHONPATH=/tmp/site:$src timeout 90 python3 scripts/new_shape_cost.py 2>&1 | tee -a "$OUT/plan-cost.log"
       PYTHONPATH=/tmp/site:$src timeout 60 python3 scripts/host_cost.py 2>&1 | tee -a "$OUT/plan-cost.log"
     done; done ;;
+  bsgvariants)  # session 50: demo.BiasSplitGelu's float16 vec8 (16-byte loads) against its vec4 (8-byte), alternated,
+                # each bench run warmed up as bench does; then validate, test and the suite with the time left
+    c=tests/packages/demo.BiasSplitGelu log=$OUT/bsg-variants.log
+    for round in 1 2; do for v in default vec4; do
+      echo "== $v (round $round)" | tee -a "$log"
+      timeout 90 python3 -m webgpu_kernels bench $c --dtype float16 --no-host $([ $v = vec4 ] && echo --variant vec4) \
+        --json "$OUT/bsg-$v-$round.json" 2>&1 | grep -v "^BiasSplitGelu .* T=" | tee -a "$log"
+    done; done
+    timeout 60 python3 -m webgpu_kernels validate $c --strict 2>&1 | tail -12 | tee -a "$log"
+    timeout 90 python3 -m webgpu_kernels test $c 2>&1 | tail -3 | tee -a "$log"
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
   clipmlp)  # session 50: the CLIP MLP example chained on the GPU (demo.MatMul, BiasAdd, QuickGelu) on NVIDIA, host
             # cost per call against the session's first code (hostab), then the suite with the time left
     for dt in float32 float16; do for b in 1 8; do
