@@ -210,16 +210,19 @@ def test_a_refused_dtype_before_the_others_is_told_their_dtype(bias_add):
     np.testing.assert_array_equal(bias_add(inputs)["Y"], bias_add(bias_inputs(dtype=f16))["Y"])
 
 
-def test_a_type_variable_given_two_dtypes_by_a_gpu_tensor_says_to_upload_it_converted(bias_add):
+def test_a_type_variable_given_two_dtypes_by_a_gpu_tensor_says_to_convert_it_on_the_gpu(bias_add):
     inputs = bias_inputs()
-    inputs["bias"] = wk.to_gpu(np.ones(8, f16))
+    half = inputs["bias"] = wk.to_gpu(np.ones(8, f16))
     try:
         for call in (lambda: bias_add(inputs), lambda: bias_add.explain(inputs)):
             message = str(raises(errors.DTypeError, call, "'X' is float32 and 'bias' float16", argument="bias"))
-            assert message.endswith("upload 'bias' converted: to_gpu(a.astype(np.float32)) from the array, or "
-                                    "to_gpu(t.numpy().astype(np.float32)) from this tensor (a GpuTensor has no .astype))")
-    finally:
+            assert message.endswith("convert 'bias' on the GPU: t.astype(np.float32), a new GpuTensor (release the "
+                                    "old one after its last use))")
+        inputs["bias"] = half.astype(np.float32)  # the advice, as written
+        np.testing.assert_array_equal(bias_add(inputs)["Y"], bias_add({**inputs, "bias": np.ones(8, np.float32)})["Y"])
         inputs["bias"].release()
+    finally:
+        half.release()
 
 
 def test_a_type_variable_given_a_float_after_an_integer_converts_the_integers():
@@ -230,7 +233,7 @@ def test_a_type_variable_given_a_float_after_an_integer_converts_the_integers():
         ": convert 'A' and 'C' with .astype(np.float32)")
     assert _mixed_dtypes_hint("T", "B", "float32", ["A"], "int32", ["A"]).endswith(
         ": upload 'A' converted: to_gpu(a.astype(np.float32)) from the array, or to_gpu(t.numpy().astype(np.float32)) "
-        "from this tensor (a GpuTensor has no .astype)")
+        "from this tensor (GpuTensor.astype converts only between float32 and float16)")
     assert _mixed_dtypes_hint("T", "B", "int32", ["A"], "bool", ()).endswith(": convert 'A' with .astype(np.int32)")
     assert _mixed_dtypes_hint("T", "B", "complex64", ["A"], "float32", ()) == (  # no conversion fits: the facts alone
         "'A' is float32 and 'B' complex64, but a call gives type variable T one dtype")

@@ -58,7 +58,7 @@ def test_a_forked_child_is_refused_instead_of_hanging(device):
     def attempts() -> list[str]:
         outcomes = []
         for attempt in (lambda: kernel({"X": x}), kept.numpy, lambda: wk.to_gpu(x), wk.get_device,
-                        lambda: wk.get_device("vulkan"), lambda: copy.copy(kept),
+                        lambda: wk.get_device("vulkan"), lambda: copy.copy(kept), lambda: kept.astype(np.float16),
                         lambda: dropped.release() or wk.empty_cache()):  # fmt: skip
             try:
                 attempt()
@@ -80,7 +80,7 @@ def test_a_forked_child_is_refused_instead_of_hanging(device):
     finally:
         done.set()
         holder.join()
-    assert outcomes == ["forked"] * 7  # release() returns; empty_cache() refuses
+    assert outcomes == ["forked"] * 8  # release() returns; empty_cache() refuses
     expected = x / (1 + np.exp(-1.702 * x.astype(np.float64)))
     np.testing.assert_allclose(kernel({"X": kept})["Y"], expected, rtol=1e-5, atol=1e-6)  # the parent still works
     kept.release()

@@ -216,7 +216,7 @@ try:
 except wk.DeviceLostError:
     pass
 out = {}
-for name, copier in (("copy", copy.copy), ("deepcopy", copy.deepcopy)):
+for name, copier in (("copy", copy.copy), ("deepcopy", copy.deepcopy), ("astype", lambda t: t.astype(np.float16))):
     try:
         copier(old)
         out[name] = "no error"
@@ -234,7 +234,8 @@ def test_a_copy_of_a_tensor_whose_device_was_lost_says_its_data_is_gone():
 
     result = run_script_for_result(LOST_COPY_SCRIPT)
     expected = ["DeviceLostError", f"cannot copy {LOST_TENSOR}"]
-    assert result == {"copy": expected, "deepcopy": expected}, result
+    assert result == {"copy": expected, "deepcopy": expected,
+                      "astype": ["DeviceLostError", f"cannot convert {LOST_TENSOR}"]}, result
 
 
 def test_kernel_flush_submits_the_device_its_calls_ran_on(gl_device, monkeypatch):

@@ -222,16 +222,21 @@ def missing_input(manifest: Manifest, role: str, got: str) -> MissingInputError:
 
 def conversion_hint(dtype: str, allowed: Sequence[str], *, on_gpu: bool = False, names: str = "") -> str:
     """How to convert an input of ``dtype`` that the constraint ``allowed`` refused, or "" where no
-    conversion fits (an object or string array, a float for an integer input). A GpuTensor has no
-    ``.astype``: it is uploaded again, converted (``on_gpu``). ``names`` says which inputs to
-    convert, where the message names others too."""
+    conversion fits (an object or string array, a float for an integer input). A GpuTensor
+    (``on_gpu``) converts itself between float32 and float16 (GpuTensor.astype); another dtype is
+    uploaded again, converted. ``names`` says which inputs to convert, where the message names
+    others too."""
     target = _conversion_target(dtype, allowed)
     if target is None:
         return ""
     convert = f".astype({_dtype_expression(target)})"
-    how = (f"upload {names or 'it'} converted: to_gpu(a{convert}) from the array, or to_gpu(t.numpy(){convert}) "
-           f"from this tensor (a GpuTensor has no .astype)" if on_gpu
-           else f"convert {names + ' ' if names else ''}with {convert}")  # fmt: skip
+    if on_gpu and {dtype, target} == {"float32", "float16"}:
+        how = f"convert {names or 'it'} on the GPU: t{convert}, a new GpuTensor (release the old one after its last use)"
+    elif on_gpu:
+        how = (f"upload {names or 'it'} converted: to_gpu(a{convert}) from the array, or to_gpu(t.numpy(){convert}) "
+               "from this tensor (GpuTensor.astype converts only between float32 and float16)")
+    else:
+        how = f"convert {names + ' ' if names else ''}with {convert}"
     if not on_gpu and not names and dtype in _LIST_DTYPES:  # a list has no .astype
         how += f", or np.asarray(x, {_dtype_expression(target)}) from a list"
     if dtype == "float64":  # what NumPy's defaults, Python floats and lists of them give

@@ -11,9 +11,11 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .buffers import FORKED, padded_size, translate_gpu_errors
 from .contract import MAX_RANK, shape_text
+from .conversion import astype_target, record_conversion
 from .errors import (
     DeviceError,
     DeviceLostError,
@@ -30,8 +32,8 @@ if TYPE_CHECKING:
 
 
 _READ_ONLY = ("GpuTensor.{} is read-only: calls trust a GPU tensor's shape, dtype, sizes and device to describe "
-              "its buffer (t.reshape(...) gives a view of another shape over the same buffer; for another dtype, read it "
-              "back with numpy(), convert there, and upload with to_gpu)")
+              "its buffer (t.reshape(...) gives a view of another shape over the same buffer; t.astype(...) a copy "
+              "converted between float32 and float16)")
 
 
 EXITING = "(the interpreter is exiting, and it finalizes objects in any order)"
@@ -164,23 +166,32 @@ class GpuTensor:
 
     def numpy(self) -> np.ndarray:
         """Copy the tensor to a new NumPy array (submits any recorded work first)."""
-        self.buffer  # noqa: B018 - a released tensor says so first (its buffer is taken under the lock below)
-        if self._device.memory.forked:  # a tensor the parent made (calls refuse in get_device instead)
-            raise DeviceError(FORKED)
-        if self._device.lost:  # the read would say "the next call opens a new one", which never helps this tensor
-            raise DeviceLostError(f"cannot read {LOST_TENSOR}")
+        self._check_usable("read")
         out = np.empty(self.shape, dtype=self.dtype)
         memory = self.device.memory
         with memory.lock:  # checked under the lock: another thread's failing flush may lose it until then
-            if self.uncomputed:
-                raise UncomputedTensorError(f"cannot read {UNCOMPUTED_TENSOR}")
             # Taken again under the lock: another thread's release() before it had pooled the buffer
             # for the next call, and this read returned that call's data (helper-25).
-            buffer = self.buffer
+            buffer = self._computed_buffer("read")
             if out.nbytes:
                 with translate_gpu_errors("reading a GPU tensor", memory):
                     memory.read_into(buffer, out)
         return out
+
+    def _check_usable(self, verb: str) -> None:
+        """What numpy(), copies and astype refuse before taking the lock: a released tensor (said
+        first), a forked process, a lost device. ``verb`` completes "cannot ... a GpuTensor"."""
+        self.buffer  # noqa: B018 - a released tensor says so first (its buffer is taken under the lock after)
+        if self._device.memory.forked:  # a tensor the parent made (calls refuse in get_device instead)
+            raise DeviceError(FORKED)
+        if self._device.lost:  # wgpu would say "the next call opens a new one", which never helps this tensor
+            raise DeviceLostError(f"cannot {verb} {LOST_TENSOR}")
+
+    def _computed_buffer(self, verb: str) -> Any:
+        """The buffer, under the device's lock, of a tensor whose computing work reached the GPU."""
+        if self.uncomputed:
+            raise UncomputedTensorError(f"cannot {verb} {UNCOMPUTED_TENSOR}")
+        return self.buffer
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         if copy is False:  # NumPy 2's protocol: the data is on the GPU, so there is no copy-free view
@@ -228,16 +239,10 @@ class GpuTensor:
     def __copy__(self) -> GpuTensor:
         """A new tensor with this one's data in a buffer of its own, copied on the device. (A copy
         sharing the buffer would give it back to the pool while this tensor still used it.)"""
-        self.buffer  # noqa: B018 - a released tensor says so first (its buffer is taken under the lock below)
+        self._check_usable("copy")
         memory, size = self._device.memory, self._bound_bytes
-        if memory.forked:
-            raise DeviceError(FORKED)
-        if self._device.lost:  # as numpy(): "the next call opens a new one" never helps this tensor
-            raise DeviceLostError(f"cannot copy {LOST_TENSOR}")
         with translate_gpu_errors("copying a GPU tensor", memory), self._device.lock:
-            if self.uncomputed:
-                raise UncomputedTensorError(f"cannot copy {UNCOMPUTED_TENSOR}")
-            source = self.buffer  # again under the lock, as numpy() takes it
+            source = self._computed_buffer("copy")  # under the lock, as numpy() takes it
             target = memory.acquire(self._nbytes)
             try:
                 if self._nbytes:  # after the recorded work that writes the source, in its submission
@@ -246,6 +251,29 @@ class GpuTensor:
                 memory.release(target)
                 raise
         return GpuTensor(target, self._shape, self._dtype, self._device, self._nbytes)
+
+    def astype(self, dtype: npt.DTypeLike) -> GpuTensor:
+        """This tensor converted on the device between float32 and float16 (either way): a new
+        tensor of the same shape in a buffer of its own, with no host round trip. To its own dtype,
+        a device-side copy (as ``copy.copy``); any other dtype is a DTypeError. Rounding to float16
+        is the GPU's (NumPy's is to nearest even), and values past float16's range give what the
+        GPU's ``pack2x16float`` gives (the infinity on lavapipe and NVIDIA): docs/python-api.md."""
+        wanted = astype_target(dtype, self._dtype)
+        if wanted == self._dtype:
+            return self.__copy__()
+        self._check_usable("convert")
+        device, count = self._device, self.size
+        memory = device.memory
+        with translate_gpu_errors("converting a GPU tensor", memory), device.lock:
+            source = self._computed_buffer("convert")  # under the lock, as numpy() takes it
+            target = memory.acquire(count * wanted.itemsize)
+            try:
+                if count:  # after the recorded work that writes the source, in its submission
+                    memory.flush(then=record_conversion(device, source, target, count, (self._dtype, wanted)))
+            except BaseException:
+                memory.release(target)
+                raise
+        return GpuTensor(target, self._shape, wanted, device)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GpuTensor:
         return self.__copy__()

@@ -1,0 +1,269 @@
+"""GpuTensor.astype: float32 <-> float16 on the device (conversion.py), against NumPy's astype.
+
+On lavapipe (Vulkan and OpenGL) the GPU's conversion agrees with NumPy's bit for bit: every
+float16 pattern to float32, and float32 values of every kind to float16 (round to nearest even,
+subnormals, signed zeros, the infinity past 65504). NaN stays NaN; its payload is not compared.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels import conversion
+from webgpu_kernels.errors import DTypeError, TensorReleasedError, UncomputedTensorError
+from webgpu_kernels.rendering import workgroup_grid
+
+import references as ref
+
+F32, F16 = np.float32, np.float16
+QUICK_GELU = "com.microsoft.QuickGelu"
+
+
+def assert_same_floats(got: np.ndarray, expected: np.ndarray) -> None:
+    """Bit for bit, NaN only as NaN (payloads are the GPU's); -0.0 and 0.0 differ."""
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    nan = np.isnan(expected)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    bits = {2: np.uint16, 4: np.uint32}[expected.dtype.itemsize]
+    mismatch = np.flatnonzero(got[~nan].view(bits) != expected[~nan].view(bits))
+    assert mismatch.size == 0, (f"{mismatch.size} of {nan.size} differ; first: {expected[~nan][mismatch[:5]]} "
+                                f"gave {got[~nan][mismatch[:5]]}")  # fmt: skip
+
+
+def to_half(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # past 65504 is the infinity, as NumPy warns
+        return x.astype(F16)
+
+
+def float32_values(rng: np.random.Generator) -> np.ndarray:
+    """Every kind of float32 for a float16 target: specials, ties, float16's subnormal and normal
+    ranges, past its range, float32's subnormals, and random bit patterns."""
+    half_ulp_ties = (1 + np.arange(1, 64) * 2.0**-11).astype(F32)  # odd multiples of half an ulp at 1: ties
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 65504, 65519, 65520, 1e5, -1e6, 3.4e38,
+                         2.0**-24, 2.0**-25, 1.5 * 2.0**-25, 2.0**-26, -(2.0**-25), 2.0**-14, 2.0**-14 * (1 - 2.0**-11),
+                         1e-40, -1e-40, 1e-45], F32)  # fmt: skip
+    normal = (rng.standard_normal(4096) * 100).astype(F32)
+    subnormal = (rng.uniform(-(2.0**-14), 2.0**-14, 4096)).astype(F32)
+    tiny = rng.uniform(-1e-38, 1e-38, 256).astype(F32)  # float32 subnormals: to +-0 in float16
+    patterns = rng.integers(0, 2**32, 1 << 16, dtype=np.uint64).astype(np.uint32).view(F32)
+    return np.concatenate([specials, half_ulp_ties, -half_ulp_ties, normal, subnormal, tiny, patterns])
+
+
+@pytest.fixture(params=["default", "gl"])
+def adapter(request):
+    """The default adapter, and the OpenGL one without shader-f16 (astype needs no shader-f16)."""
+    if request.param == "gl":
+        request.getfixturevalue("gl_device")
+        return "gl"
+    return None
+
+
+def test_float32_to_float16_and_back_match_numpy_bit_for_bit(adapter):
+    x = float32_values(np.random.default_rng(0))
+    t = wk.to_gpu(x, adapter=adapter)
+    h = t.astype(np.float16)
+    assert (h.shape, h.dtype, h.nbytes) == (x.shape, np.dtype(F16), x.size * 2) and h.buffer is not t.buffer
+    expected = to_half(x)
+    assert_same_floats(h.numpy(), expected)
+    back = h.astype("float32")
+    assert_same_floats(back.numpy(), expected.astype(F32))
+    assert_same_floats(t.numpy(), x)  # the source is untouched
+    for tensor in (t, h, back):
+        tensor.release()
+
+
+def test_every_float16_becomes_its_float32(adapter):
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(F16).reshape(256, 256)
+    h = wk.to_gpu(halves, adapter=adapter)
+    f = h.astype(np.dtype(np.float32))
+    assert f.shape == (256, 256)
+    assert_same_floats(f.numpy(), halves.astype(F32))
+    h.release()
+    f.release()
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 127, 129])
+def test_odd_even_and_empty_counts_convert_and_the_padding_half_is_not_data(count, device):
+    """An odd count's last word holds one half of padding: written by the float32 -> float16
+    shader, it lies past nbytes, and the float16 -> float32 shader never writes a float for it."""
+    rng = np.random.default_rng(count)
+    x = (rng.standard_normal((count,)) * 10).astype(F32)
+    t = wk.to_gpu(x)
+    h = t.astype(np.float16)
+    assert h.nbytes == 2 * count
+    assert_same_floats(h.numpy(), x.astype(F16))
+    # A float32 target over a pooled buffer full of another tensor's data: only count floats are written.
+    wk.to_gpu(np.full(count + 8, 7.0, F32)).release()
+    back = h.astype(np.float32)
+    assert_same_floats(back.numpy(), x.astype(F16).astype(F32))
+    shaped = wk.to_gpu(x.reshape(1, count, 1)).astype(np.float16)
+    assert shaped.shape == (1, count, 1)
+    assert_same_floats(shaped.numpy(), x.astype(F16).reshape(1, count, 1))
+    for tensor in (t, h, back, shaped):
+        tensor.release()
+
+
+def test_a_grid_past_65535_workgroups_spills_into_y(device):
+    """65,535 workgroups of 64 invocations convert 8,388,480 elements; a few more need a second row."""
+    limit = device.limits["max-compute-workgroups-per-dimension"]
+    count = 2 * conversion.WORKGROUP_SIZE * limit + 2 * 3 * conversion.WORKGROUP_SIZE + 1
+    assert count <= conversion.chunk_elements(device)  # one dispatch, whose grid spills
+    assert workgroup_grid(-(-count // 2), conversion.WORKGROUP_SIZE, limit)[1] > 1
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(count) * 1000).astype(F32)
+    t = wk.to_gpu(x)
+    h = t.astype(np.float16)
+    t.release()
+    expected = to_half(x)
+    assert_same_floats(h.numpy(), expected)
+    back = h.astype(np.float32)
+    h.release()
+    got = back.numpy()
+    back.release()
+    assert_same_floats(got, expected.astype(F32))  # the tail, past the first row, included
+
+
+def test_a_tensor_past_one_binding_converts_in_chunks(device, monkeypatch):
+    """Past maxStorageBufferBindingSize the conversion binds the tensor a chunk at a time (offsets
+    of 256 bytes' multiples); chunks of 128 elements here, the last one odd."""
+    monkeypatch.setattr(conversion, "chunk_elements", lambda device: 128)
+    x = (np.random.default_rng(2).standard_normal(1000 + 1) * 50).astype(F32)
+    t = wk.to_gpu(x)
+    h = t.astype(np.float16)
+    assert_same_floats(h.numpy(), x.astype(F16))
+    back = h.astype(np.float32)
+    assert_same_floats(back.numpy(), x.astype(F16).astype(F32))
+    for tensor in (t, h, back):
+        tensor.release()
+
+
+def test_the_float16_result_is_a_kernel_input(device, need_dtype):
+    need_dtype(np.float16)
+    kernel = wk.get_kernel(QUICK_GELU)
+    x = (np.random.default_rng(3).standard_normal((2, 77, 64)) * 4).astype(F32)
+    h = wk.to_gpu(x).astype(np.float16)
+    y = kernel({"X": h})["Y"]
+    assert y.dtype == np.float16
+    ref.assert_matches(y, ref.quick_gelu(x.astype(F16), 1.702), np.float16, **ref.quick_gelu_tolerance(np.float16))
+    h.release()
+
+
+def test_astype_of_an_output_still_being_recorded_sees_its_data_and_later_calls_see_the_result(device):
+    """The conversion goes after the recorded dispatch that writes its source, in its submission; a
+    call recorded after it reads its output."""
+    kernel = wk.get_kernel(QUICK_GELU)
+    x = np.linspace(-4, 4, 4099, dtype=F32)
+    kernel({"X": x}, output="gpu")["Y"].release()  # the plan is proven: the next run is only recorded
+    y = kernel({"X": x}, output="gpu")["Y"]
+    assert device.memory._pass is not None  # recorded, not yet submitted
+    h = y.astype(np.float16)
+    y.release()  # its buffer goes back to the pool: the next call may write it
+    back = h.astype(np.float32)
+    again = kernel({"X": back}, output="gpu")["Y"]
+    expected = ref.quick_gelu(x, 1.702)
+    np.testing.assert_allclose(h.numpy().astype(np.float64), expected, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(again.numpy(), ref.quick_gelu(h.numpy().astype(F32), 1.702), rtol=1e-5, atol=1e-6)
+    for tensor in (h, back, again):
+        tensor.release()
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32, np.uint8])
+def test_astype_to_the_same_dtype_is_a_device_side_copy(dtype, device):
+    x = np.arange(9, dtype=dtype).reshape(3, 3)
+    t = wk.to_gpu(x)
+    same = t.astype(dtype)
+    assert same.buffer is not t.buffer and (same.shape, same.dtype) == (t.shape, t.dtype)
+    t.release()
+    np.testing.assert_array_equal(same.numpy(), x)
+    same.release()
+
+
+@pytest.mark.parametrize(("source", "dtype", "received"), [
+    (F32, np.float64, "got float64 for this float32 tensor"),
+    (F16, np.int32, "got int32 for this float16 tensor"),
+    (F32, "bfloat17", "got str 'bfloat17'"),
+    (F32, None, "got None"),
+    (F32, ">f2", "got >f2 (a GpuTensor is little-endian) for this float32 tensor"),
+], ids=["float64", "int32", "unknown name", "None", "big-endian"])  # fmt: skip
+def test_another_dtype_is_a_dtype_error_naming_what_is_supported(source, dtype, received, device):
+    t = wk.to_gpu(np.ones(3, source))
+    with pytest.raises(DTypeError) as info:
+        t.astype(dtype)
+    message = str(info.value)
+    assert info.value.argument == "dtype"
+    assert "expected float16 or float32 (astype converts between the two on the GPU" in message
+    assert received in message and "read the tensor back with numpy()" in message
+    t.release()
+
+
+def test_an_integer_tensor_converts_only_to_its_own_dtype(device):
+    t = wk.to_gpu(np.ones(3, np.int32))
+    with pytest.raises(DTypeError, match=r"expected int32, the tensor's own dtype \(a copy\).* got float16 for "
+                                         r"this int32 tensor"):  # fmt: skip
+        t.astype(np.float16)
+    t.release()
+
+
+def test_a_released_tensor_cannot_be_converted(device):
+    t = wk.to_gpu(np.ones(4, F32))
+    view = t.reshape(2, 2)
+    t.release()
+    view.release()
+    for dtype in (np.float16, np.float32):
+        with pytest.raises(TensorReleasedError, match="this GPU tensor was released"):
+            view.astype(dtype)
+
+
+def test_an_uncomputed_tensor_cannot_be_converted(device, monkeypatch):
+    kernel = wk.get_kernel(QUICK_GELU)
+    x = np.linspace(-3, 3, 64, dtype=F32)
+    kernel({"X": x}, output="gpu")["Y"].release()  # proven: the next run is recorded
+    cut = kernel({"X": x}, output="gpu")["Y"]
+    queue = device.gpu.queue
+    real_submit = queue.submit
+
+    def interrupted(command_buffers):
+        monkeypatch.setattr(queue, "submit", real_submit)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(queue, "submit", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        wk.synchronize()
+    live = device.memory.live_buffers
+    with pytest.raises(UncomputedTensorError, match="cannot convert a GpuTensor whose computing work never reached"):
+        cut.astype(np.float16)
+    assert device.memory.live_buffers == live  # no buffer was taken for it
+    cut.release()
+
+
+def test_a_conversion_cut_short_gives_its_buffer_back(device, monkeypatch):
+    t = wk.to_gpu(np.ones(64, F32))
+    queue = device.gpu.queue
+    real_submit = queue.submit
+    leased = len(device.memory._leased)
+
+    def interrupted(command_buffers):
+        monkeypatch.setattr(queue, "submit", real_submit)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(queue, "submit", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        t.astype(np.float16)
+    assert len(device.memory._leased) == leased
+    h = t.astype(np.float16)  # the next one runs
+    np.testing.assert_array_equal(h.numpy(), np.ones(64, F16))
+    for tensor in (t, h):
+        tensor.release()
+
+
+def test_copy_still_copies_after_the_shared_checks(device):
+    x = np.arange(5, dtype=F16)
+    t = wk.to_gpu(x)
+    for duplicate in (copy.copy(t), t.astype(np.float16)):
+        np.testing.assert_array_equal(duplicate.numpy(), x)
+        duplicate.release()
+    t.release()
