@@ -91,7 +91,7 @@ def astype_target(dtype: Any, current: np.dtype) -> np.dtype:
 def _pipeline(device: Device, pair: tuple[np.dtype, np.dtype]) -> tuple[Any, Any]:
     """(pipeline, bind group layout) for ``pair``, built on first use and kept on the device (as
     execution's pipeline cache is: a replacement device after a loss builds its own). Under the lock."""
-    cache: dict[tuple[np.dtype, np.dtype], tuple[Any, Any]] = vars(device).setdefault("_conversions", {})
+    cache = device.conversion_pipelines
     hit = cache.get(pair)
     if hit is None:
         gpu = device.gpu
