@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # type checkers see plain imports (and no __getattr__, which 
     from .call_inputs import TensorMeta
     from .device import choose_adapter, get_device, list_adapters
     from .explanation import Explanation
+    from .hub_lock import get_locked_kernel
     from .kernel import Kernel
     from .tensor import GpuTensor
 else:
@@ -69,7 +70,7 @@ else:
                          "synchronize", "test_case_inputs", "to_gpu"], "api"),
         "TensorMeta": "call_inputs",
         **dict.fromkeys(["choose_adapter", "get_device", "list_adapters"], "device"),
-        "Explanation": "explanation", "Kernel": "kernel",
+        "Explanation": "explanation", "Kernel": "kernel", "get_locked_kernel": "hub_lock",
         "GpuTensor": "tensor",
     }  # fmt: skip
 
@@ -86,7 +87,7 @@ else:
 __version__ = "0.1.0"
 
 __all__ = [
-    "get_kernel", "load_kernel", "list_kernels", "test_case_inputs", "to_gpu", "from_wgpu_buffer", "synchronize", "empty_cache", "list_adapters", "choose_adapter",
+    "get_kernel", "get_locked_kernel", "load_kernel", "list_kernels", "test_case_inputs", "to_gpu", "from_wgpu_buffer", "synchronize", "empty_cache", "list_adapters", "choose_adapter",
     "get_device", "Kernel", "Explanation", "TensorMeta", "GpuTensor", "__version__", "KernelError",
     "PackageError", "CaseFileError", "DigestError", "HubError", "TrustError", "ManifestError", "ExpressionError",
     "BroadcastError", "SandboxError", "ExpressionSandboxError", "InputError", "UnknownInputError", "MissingInputError",

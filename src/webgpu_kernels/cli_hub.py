@@ -6,6 +6,9 @@ of the kernel repository at revision ``vN`` (or ``--revision``) into the Hugging
 only), every file is checked against ``metadata.json`` and the manifest is parsed. It prints where
 the package landed, its op id and the verified digests.
 
+``download --lock`` fetches every commit a project's ``webgpu-kernels.lock`` pins, and ``lock
+[PROJECT_DIR]`` writes that file from the project's pyproject.toml (hub_lock.py).
+
 ``upload PATH REPO`` publishes a package folder as revision vN of a kernel repository
 (hub_upload.py): refused before any request unless it validates and its metadata.json is current.
 """
@@ -15,14 +18,14 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
-from . import hub, hub_upload, locations
+from . import hub, hub_lock, hub_upload, locations
 from .cli import _adapter, _console, _echo_json, adapter_option, hub_pin, split_pin, trust_option, trusting
 from .errors import PackageError
 from .kernel import Kernel
 
 
 @click.command("download")
-@click.argument("repo")
+@click.argument("repo", required=False)
 @click.option("--version", "version", type=click.IntRange(min=1), default=None, metavar="N",
               help="Contract version: fetches revision vN.")  # fmt: skip
 @click.option("--revision", default=None, metavar="REV",
@@ -30,12 +33,27 @@ from .kernel import Kernel
 @trust_option
 @click.option("--expected-op-id", default=None, metavar="OP_ID",
               help="Refuse the package unless its manifest is this op.")  # fmt: skip
+@click.option("--lock", "lock", is_flag=False, flag_value="", default=None, metavar="[PROJECT_DIR]",
+              help="Instead of REPO: fetch every commit the project's webgpu-kernels.lock pins (PROJECT_DIR's, or "
+                   "a lock file; without it, the first one in this folder or above).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def download_cmd(repo: str, version: int | None, revision: str | None, expected_op_id: str | None, as_json: bool) -> None:  # fmt: skip
+def download_cmd(repo: str | None, version: int | None, revision: str | None, expected_op_id: str | None,
+                 lock: str | None, as_json: bool) -> None:  # fmt: skip
     """Download kernel repository REPO ('org/op', 'org/op@vN' or https://<hub>/kernels/org/op) from the Hub.
+
+    With --lock instead of REPO: every commit a project's webgpu-kernels.lock pins (written by `lock`),
+    for a cache that later runs offline.
 
     Example: webgpu-kernels download webgpu-kernels/com.microsoft.QuickGelu --version 1
     """
+    if lock is not None:
+        if repo is not None or version is not None or revision is not None or expected_op_id is not None:
+            raise click.UsageError("--lock fetches what the lock file pins: leave out REPO, --version, --revision and "
+                                   "--expected-op-id (a project folder goes after --lock: --lock PROJECT_DIR)")  # fmt: skip
+        _download_locked(lock, as_json=as_json)
+        return
+    if repo is None:
+        raise click.UsageError("give REPO ('org/op'), or --lock for the kernels a project's lock file pins")
     # org/op@vN or org/op@REV, as every KERNEL argument takes it; a URL's too (an @ in its path, not
     # in a user@host): https://<hub>/kernels/org/op@v1 had been refused with advice for Python (helper-36)
     given = repo
@@ -79,6 +97,47 @@ def download_cmd(repo: str, version: int | None, revision: str | None, expected_
     print_(f"sha256 verified against metadata.json ({len(info['digests'])} files):")
     for name, digest in info["digests"].items():
         print_(f"  {digest}  {name}")
+
+
+def _download_locked(lock: str, *, as_json: bool) -> None:
+    path, kernels = hub_lock.download_locked(lock or None, trust_remote_code=trusting())
+    offline = hub.hub_offline()
+    infos = [_info(kernel, offline=offline) for kernel in kernels]
+    if as_json:
+        _echo_json({"lockfile": str(path), "kernels": infos})
+        return
+    console = _console()
+    for info in infos:
+        source = f"the Hugging Face cache: {info['fromCacheReason']}" if info["fromCache"] else info["endpoint"]
+        console.print(Text(f"{info['repo']} v{info['version']} -> commit {info['commit']} (from {source})"),
+                      soft_wrap=True)  # fmt: skip
+        console.print(Text(f"  package: {info['path']}"), soft_wrap=True)
+    console.print(Text(f"{len(infos)} locked kernel{'s' if len(infos) != 1 else ''} of {path} in the cache, "
+                       "sha256 verified"), soft_wrap=True)  # fmt: skip
+
+
+@click.command("lock")
+@click.argument("project_dir", default=".", metavar="[PROJECT_DIR]")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def lock_cmd(project_dir: str, as_json: bool) -> None:
+    """Pin the Hub kernels of PROJECT_DIR's pyproject.toml in PROJECT_DIR/webgpu-kernels.lock.
+
+    Each "org/op" = N of [tool.webgpu-kernels.dependencies] is resolved to the commit its branch vN
+    is now; the lock file records it with the sha256 of that commit's metadata.json.
+    get_locked_kernel("org/op") then opens exactly that commit.
+
+    Example: webgpu-kernels lock .
+    """
+    result = hub_lock.lock_project(project_dir)
+    if as_json:
+        _echo_json({"path": str(result.path), "changed": result.changed,
+                    "kernels": [entry.as_dict() for entry in result.entries]})  # fmt: skip
+        return
+    console = _console()
+    for entry in result.entries:
+        console.print(Text(f"{entry.repo} v{entry.version} -> commit {entry.commit} "
+                           f"({hub_lock.METADATA_FILE} sha256 {entry.metadata_sha256})"), soft_wrap=True)  # fmt: skip
+    console.print(Text(f"{'wrote' if result.changed else 'unchanged:'} {result.path}"), soft_wrap=True)
 
 
 def _info(kernel: Kernel, *, offline: bool) -> dict:
@@ -140,4 +199,4 @@ def upload_cmd(ctx: click.Context, path: str, repo: str, version: int | None, pr
         console.print(Text(line), soft_wrap=True)
 
 
-COMMANDS = [download_cmd, upload_cmd]
+COMMANDS = [download_cmd, lock_cmd, upload_cmd]

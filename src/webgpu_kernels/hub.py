@@ -685,8 +685,11 @@ def load(
     trust_remote_code: bool = False,
     endpoint: str | None = None,
     url_like: bool = False,
+    accept: Callable[[HubPackage], object] | None = None,
 ) -> Kernel:
-    """The kernel of a Hub repository (see :func:`download`), shared per (repository, commit)."""
+    """The kernel of a Hub repository (see :func:`download`), shared per (repository, commit).
+    ``accept`` checks a package this call downloads and opens (as download's does); a kernel
+    shared from an earlier load is returned unchecked by it."""
 
     location = Location("hub", repo_id, url_like=url_like, endpoint=endpoint)
     check_trust(location, trust_remote_code=trust_remote_code, shown=repo_id)
@@ -710,7 +713,8 @@ def load(
         _loading[memo] = (loading, users + 1)
     try:
         return _load_once(memo, loading, shared, repo_id, version=version, revision=revision,
-                          trust_remote_code=trust_remote_code, endpoint=endpoint, url_like=url_like)  # fmt: skip
+                          trust_remote_code=trust_remote_code, endpoint=endpoint, url_like=url_like,
+                          check=accept)  # fmt: skip
     finally:
         with _lock:
             entry = _loading.get(memo)
@@ -723,7 +727,7 @@ def load(
 
 def _load_once(memo: tuple[str | None, str, str, str], loading: threading.RLock, shared: Callable[[], Kernel | None],
                repo_id: str, *, version: int | None, revision: str | None, trust_remote_code: bool,
-               endpoint: str | None, url_like: bool) -> Kernel:  # fmt: skip
+               endpoint: str | None, url_like: bool, check: Callable[[HubPackage], object] | None) -> Kernel:  # fmt: skip
     """:func:`load`'s download and open under ``memo``'s lock, unless another thread's load of it
     finished while this one waited."""
     from .kernel import Kernel
@@ -744,6 +748,8 @@ def _load_once(memo: tuple[str | None, str, str, str], loading: threading.RLock,
                     raise DigestError(f"{METADATA_FILE} names op {meta_id!r} but the manifest is {kernel.op_id!r}",
                                       file=METADATA_FILE, reason="metadata",
                                       path=str(package.root / METADATA_FILE))  # fmt: skip
+            if check is not None:  # the caller's own check (a lock's pin), while the download can be undone
+                check(package)
             opened.append(kernel)
 
         package = download(repo_id, version=version, revision=revision, trust_remote_code=trust_remote_code,

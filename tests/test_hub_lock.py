@@ -1,0 +1,332 @@
+"""Locking a project's Hub kernels: ``webgpu-kernels lock``, ``get_locked_kernel`` and
+``download --lock`` (hub_lock.py), against the local Hub of tests/hub_server.py.
+
+Same repositories and server as test_hub.py (its ``hub_root`` and ``server`` fixtures): the
+official QuickGelu at v1 (and a branch 'dev'), the same package in another organisation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import test_hub
+from click.testing import CliRunner
+from test_hub import OFFICIAL, OTHER_ORG, go_offline, quick_gelu_ref
+
+import webgpu_kernels as wk
+from webgpu_kernels import hub, hub_lock
+from webgpu_kernels.digests import write_metadata
+from webgpu_kernels.errors import DigestError, HubError, PackageError, TrustError
+
+hub_root = test_hub.hub_root
+server = test_hub.server
+
+REPO_FOLDER = "kernels--webgpu-kernels--com.microsoft.QuickGelu"
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    """Exit status and output: stdout alone with --json (huggingface_hub's progress bar goes to stderr)."""
+    from webgpu_kernels.cli import main
+
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(main, list(args))
+    return result.exit_code, result.stdout if "--json" in args and result.exit_code == 0 else result.output
+
+
+def make_project(tmp_path: Path, dependencies: str, *, name: str = "project") -> Path:
+    project = tmp_path / name
+    project.mkdir()
+    (project / "pyproject.toml").write_text(f'[project]\nname = "demo"\n\n[tool.webgpu-kernels.dependencies]\n'
+                                            f"{dependencies}", encoding="utf-8")  # fmt: skip
+    return project
+
+
+def metadata_sha256(hub_root: Path, repo_id: str, ref: str) -> str:
+    return hashlib.sha256((hub_root / repo_id / ref / hub.PACKAGE_DIR / "metadata.json").read_bytes()).hexdigest()
+
+
+def move_v1(hub_root: Path, server, *, keep_history: bool) -> None:
+    """Commit a change to branch v1 (its bench.json description), as an author's fix would. With
+    ``keep_history``, the old commit stays served (under a ref of its own), as a real Hub keeps it."""
+    folder = hub_root / OFFICIAL / "v1"
+    if keep_history:
+        shutil.copytree(folder, hub_root / OFFICIAL / "v1-history")  # same files: the same commit sha
+    bench = folder / hub.PACKAGE_DIR / "bench.json"
+    bench.write_text(bench.read_text(encoding="utf-8").replace('"description": "', '"description": "v1.1: '),
+                     encoding="utf-8")  # fmt: skip
+    write_metadata(bench.parent)
+    server.rescan()
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    return make_project(tmp_path, f'"{OFFICIAL}" = 1\n"{OTHER_ORG}" = 1\n')
+
+
+# --- lock -------------------------------------------------------------------------------------------
+
+
+def test_lock_writes_one_sorted_entry_per_repository_and_the_same_bytes_again(server, hub_root, hub_env, project):
+    status, output = _cli("lock", str(project))
+    assert status == 0, output
+    lockfile = project / "webgpu-kernels.lock"
+    first = lockfile.read_bytes()
+    assert json.loads(first) == {"format": 1, "kernels": [
+        {"repo": OTHER_ORG, "version": 1, "commit": server.commit_of(OTHER_ORG, "v1"),
+         "metadataSha256": metadata_sha256(hub_root, OTHER_ORG, "v1")},
+        {"repo": OFFICIAL, "version": 1, "commit": server.commit_of(OFFICIAL, "v1"),
+         "metadataSha256": metadata_sha256(hub_root, OFFICIAL, "v1")},
+    ]}  # fmt: skip
+    assert first.endswith(b"}\n") and first.index(b'"commit"') < first.index(b'"metadataSha256"') < first.index(b'"repo"')
+    assert f"{OFFICIAL} v1 -> commit {server.commit_of(OFFICIAL, 'v1')}" in output and f"wrote {lockfile}" in output
+    # Locking reads metadata.json alone and keeps nothing of it in the Hugging Face cache (a lone file
+    # there would read as an incomplete snapshot of the commit).
+    assert not (hub_env / "hub" / REPO_FOLDER / "snapshots").exists()
+
+    # Nothing changed on the Hub: the same bytes, and the file is left alone.
+    mtime = lockfile.stat().st_mtime_ns
+    status, output = _cli("lock", str(project), "--json")
+    assert status == 0, output
+    assert lockfile.read_bytes() == first and lockfile.stat().st_mtime_ns == mtime
+    assert json.loads(output)["changed"] is False
+    # The Python function writes what the command writes; the order of pyproject's lines does not matter.
+    other = make_project(project.parent, f'"{OTHER_ORG}" = 1\n"{OFFICIAL}" = 1\n', name="reordered")
+    result = hub_lock.lock_project(other)
+    assert result.changed and (other / "webgpu-kernels.lock").read_bytes() == first
+
+
+def test_the_lock_moves_only_when_lock_runs_again(server, hub_root, project):
+    assert _cli("lock", str(project))[0] == 0
+    old = server.commit_of(OFFICIAL, "v1")
+    assert wk.get_locked_kernel(OFFICIAL, project).package.commit == old
+
+    move_v1(hub_root, server, keep_history=True)
+    new = server.commit_of(OFFICIAL, "v1")
+    assert new != old
+    hub.clear_cache()
+    assert wk.get_kernel(OFFICIAL, version=1).package.commit == new  # the branch moved
+    locked = wk.get_locked_kernel(OFFICIAL, project)  # the lock did not
+    assert locked.package.commit == old and not locked.package.from_cache
+    assert "v1.1" not in locked.package.read_text("bench.json")
+
+    assert _cli("lock", str(project))[0] == 0
+    entries = hub_lock.read_lockfile(project / "webgpu-kernels.lock")
+    assert entries[OFFICIAL].commit == new
+    assert entries[OFFICIAL].metadata_sha256 == metadata_sha256(hub_root, OFFICIAL, "v1")
+    moved = wk.get_locked_kernel(OFFICIAL, project)
+    assert moved.package.commit == new and "v1.1" in moved.package.read_text("bench.json")
+
+
+def test_a_locked_commit_the_hub_no_longer_serves_comes_from_the_cache(server, hub_root, project):
+    assert _cli("lock", str(project))[0] == 0
+    old = wk.get_locked_kernel(OFFICIAL, project).package.commit
+    move_v1(hub_root, server, keep_history=False)
+    hub.clear_cache()
+    package = wk.get_locked_kernel(OFFICIAL, project).package
+    assert package.commit == old and package.from_cache
+
+
+# --- refusals of get_locked_kernel ----------------------------------------------------------------------
+
+
+def test_a_lock_file_with_another_sha256_is_refused_and_nothing_is_kept(server, hub_env, project):
+    assert _cli("lock", str(project))[0] == 0
+    lockfile = project / "webgpu-kernels.lock"
+    good = lockfile.read_text(encoding="utf-8")
+    right = hub_lock.read_lockfile(lockfile)[OFFICIAL].metadata_sha256
+    lockfile.write_text(good.replace(right, "0" * 64), encoding="utf-8")
+    with pytest.raises(DigestError, match=rf"sha256 {right} of {OFFICIAL}'s metadata.json at commit [0-9a-f]{{40}} "
+                                          rf"is not 0{{64}}, the one {lockfile} locked") as info:  # fmt: skip
+        wk.get_locked_kernel(OFFICIAL, lockfile)
+    assert info.value.file == "metadata.json" and info.value.reason == "mismatch"
+    # Refused while the download could be undone: the commit is not in the cache.
+    assert not (hub_env / "hub" / REPO_FOLDER / "snapshots").exists()
+
+    # A kernel this process already opened at that commit is refused by the wrong lock too.
+    lockfile.write_text(good, encoding="utf-8")
+    assert wk.get_locked_kernel(OFFICIAL, lockfile).package.commit == server.commit_of(OFFICIAL, "v1")
+    lockfile.write_text(good.replace(right, "0" * 64), encoding="utf-8")
+    with pytest.raises(DigestError, match="the one .* locked"):
+        wk.get_locked_kernel(OFFICIAL, lockfile)
+
+
+def test_a_commit_whose_files_changed_on_the_hub_is_refused(server, hub_root, hub_env, project):
+    """A Hub that serves other files under the locked commit (the test server reads them at request
+    time) with a metadata.json to match: the files verify, the lock's sha256 does not."""
+    assert _cli("lock", str(project))[0] == 0
+    locked = server.commit_of(OFFICIAL, "v1")
+    bench = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "bench.json"
+    bench.write_text(bench.read_text(encoding="utf-8").replace('"description": "', '"description": "changed: '),
+                     encoding="utf-8")  # fmt: skip
+    write_metadata(bench.parent)  # no rescan: the server still names the locked commit for v1
+    assert server.commit_of(OFFICIAL, "v1") == locked
+    with pytest.raises(DigestError, match="this is not the package that was locked"):
+        wk.get_locked_kernel(OFFICIAL, project)
+    assert not (hub_env / "hub" / REPO_FOLDER / "snapshots").exists()
+
+
+def test_a_repository_missing_from_the_lock_names_the_file_and_what_it_lists(server, tmp_path, monkeypatch):
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
+    assert _cli("lock", str(project))[0] == 0
+    lockfile = project / "webgpu-kernels.lock"
+    missing = "webgpu-kernels/com.microsoft.BiasAdd"
+    with pytest.raises(HubError, match=rf"{missing} is not in the lock file {lockfile} \(it lists {OFFICIAL}\): add "
+                                       r"it to \[tool.webgpu-kernels.dependencies\] in pyproject.toml, then run "
+                                       "`webgpu-kernels lock`") as info:  # fmt: skip
+        wk.get_locked_kernel(missing, lockfile)
+    assert info.value.repo_id == missing
+
+    # The default lock file is the first one from the current folder upwards.
+    (project / "src" / "pkg").mkdir(parents=True)
+    monkeypatch.chdir(project / "src" / "pkg")
+    assert wk.get_locked_kernel(OFFICIAL).package.commit == server.commit_of(OFFICIAL, "v1")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PackageError, match=rf"no webgpu-kernels.lock in {tmp_path} or a folder above it: write one "
+                                           "with `webgpu-kernels lock PROJECT_DIR`"):  # fmt: skip
+        wk.get_locked_kernel(OFFICIAL)
+    with pytest.raises(PackageError, match="no such lock file"):
+        wk.get_locked_kernel(OFFICIAL, tmp_path / "nope.lock")
+
+
+def test_trust_is_get_kernels_and_comes_before_the_lock_file_is_read(server, project):
+    assert _cli("lock", str(project))[0] == 0  # locking runs nothing: no trust asked
+    with pytest.raises(TrustError, match="outside the 'webgpu-kernels' organisation"):
+        wk.get_locked_kernel(OTHER_ORG, project / "missing.lock")
+    kernel = wk.get_locked_kernel(OTHER_ORG, project, trust_remote_code=True, expected_op_id="com.microsoft.QuickGelu")
+    assert kernel.package.needs_trust and kernel.package.commit == server.commit_of(OTHER_ORG, "v1")
+    with pytest.raises(PackageError, match="expected_op_id"):
+        wk.get_locked_kernel(OFFICIAL, project, expected_op_id="com.microsoft.BiasAdd")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"format": 2, "kernels": []}', "expected a lock file of format 1"),
+    ('{"format": 1, "kernels": [{"repo": "a/b"}]}', r"kernels\[0\]: expected an object with the keys commit, "),
+    ('{"format": 1, "kernels": [{"repo": "a/b", "version": 1, "commit": "abc", "metadataSha256": "' + "0" * 64 + '"}]}',
+     r"kernels\[0\]: commit must be a 40-hex commit sha"),
+    ("not json", "not a lock file: invalid JSON"),
+])  # fmt: skip
+def test_a_malformed_lock_file_is_named(tmp_path, text, message):
+    lockfile = tmp_path / "webgpu-kernels.lock"
+    lockfile.write_text(text, encoding="utf-8")
+    with pytest.raises(PackageError, match=message) as info:
+        wk.get_locked_kernel(OFFICIAL, tmp_path)
+    assert info.value.path == str(lockfile)
+
+
+# --- offline ------------------------------------------------------------------------------------------
+
+
+def test_a_locked_cached_commit_loads_and_runs_offline(server, project, monkeypatch, rng):
+    assert _cli("lock", str(project))[0] == 0
+    commit = wk.get_locked_kernel(OFFICIAL, project).package.commit
+    server.stop()
+    go_offline(monkeypatch)
+    kernel = wk.get_locked_kernel(OFFICIAL, project)
+    assert kernel.package.commit == commit and kernel.package.from_cache
+    x = rng.standard_normal((2, 130)).astype(np.float32) * 4
+    np.testing.assert_allclose(kernel({"X": x})["Y"], quick_gelu_ref(x), rtol=2e-6, atol=2e-6)
+    # Not cached: the error says how to fill the cache for the lock.
+    with pytest.raises(HubError, match="not in the Hugging Face cache") as info:
+        wk.get_locked_kernel(OTHER_ORG, project, trust_remote_code=True)
+    assert f"`webgpu-kernels download --lock {project}`" in "\n".join(info.value.__notes__)
+
+
+def test_download_lock_fills_the_cache_for_an_offline_get_locked_kernel(server, hub_env, project, monkeypatch, rng):
+    assert _cli("lock", str(project))[0] == 0
+    # Another organisation's repository needs trust, refused before anything is fetched.
+    status, output = _cli("download", "--lock", str(project))
+    assert status == 2 and "--trust-remote-code" in output
+    assert not (hub_env / "hub" / REPO_FOLDER).exists()
+    status, output = _cli("download", OFFICIAL, "--lock", str(project))
+    assert status == 2 and "leave out REPO" in output
+
+    status, output = _cli("--trust-remote-code", "download", "--lock", str(project), "--json")
+    assert status == 0, output
+    data = json.loads(output)
+    assert data["lockfile"] == str(project / "webgpu-kernels.lock")
+    assert [(k["repo"], k["commit"]) for k in data["kernels"]] == [
+        (OTHER_ORG, server.commit_of(OTHER_ORG, "v1")), (OFFICIAL, server.commit_of(OFFICIAL, "v1"))]  # fmt: skip
+    monkeypatch.chdir(project)  # --lock alone: the lock file of this folder (or one above)
+    status, output = _cli("download", "--lock", "--trust-remote-code")
+    assert status == 0, output
+    assert "2 locked kernels of" in output and f"{OFFICIAL} v1 -> commit {server.commit_of(OFFICIAL, 'v1')}" in output
+
+    server.stop()
+    go_offline(monkeypatch)
+    for repo in (OFFICIAL, OTHER_ORG):
+        kernel = wk.get_locked_kernel(repo, trust_remote_code=True)
+        assert kernel.package.from_cache and kernel.package.commit == data["kernels"][[OTHER_ORG, OFFICIAL].index(repo)]["commit"]
+        x = rng.standard_normal((3, 33)).astype(np.float32)
+        np.testing.assert_allclose(kernel({"X": x})["Y"], quick_gelu_ref(x), rtol=2e-6, atol=2e-6)
+
+
+# --- lock's errors ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("pyproject", "message"), [
+    (None, "pyproject.toml: no such file: `lock` pins the kernels that its [tool.webgpu-kernels.dependencies] table "
+           "lists"),
+    ('[project]\nname = "x"\n', "has no [tool.webgpu-kernels.dependencies] table"),
+    ('[tool.webgpu-kernels]\ndependencies = 3\n', "must be a table of `\"org/op\" = N` lines, got an integer"),
+    ('[tool.webgpu-kernels.dependencies]\n"QuickGelu" = 1\n',
+     "'QuickGelu': expected a Hub kernel repository id 'org/op' as the key"),
+    ('[tool.webgpu-kernels.dependencies]\n"a/b@v2" = 2\n', "'a/b@v2': expected a Hub kernel repository id"),
+    ('[tool.webgpu-kernels.dependencies]\n"a/b" = "1"\n',
+     "'a/b': expected the contract version, an integer from 1 (\"a/b\" = 1), got '1' (a string)"),
+    ('[tool.webgpu-kernels.dependencies]\n"a/b" = 0\n', "got 0 (an integer)"),
+    ('[tool.webgpu-kernels.dependencies]\n"a/b" = true\n', "got True (a boolean)"),
+    ('[tool.webgpu-kernels.dependencies]\n"a/b" = 1.5\n', "got 1.5 (a float)"),
+    ('[tool.webgpu-kernels.dependencies]\n"a/b" = {version = 1}\n', "(a table)"),
+    ('[tool.webgpu-kernels.dependencies\n', "not valid TOML"),
+])  # fmt: skip
+def test_bad_pyproject_entries_are_named_before_the_hub_is_asked(server, tmp_path, pyproject, message):
+    project = tmp_path / "p"
+    project.mkdir()
+    if pyproject is not None:
+        (project / "pyproject.toml").write_text(pyproject, encoding="utf-8")
+    status, output = _cli("lock", str(project))
+    assert status == 2 and message in " ".join(output.split()), output
+    assert f"{project / 'pyproject.toml'}" in " ".join(output.split())
+    with pytest.raises(PackageError):
+        hub_lock.lock_project(project)
+    assert not server.requests and not (project / "webgpu-kernels.lock").exists()
+
+
+def test_lock_names_what_the_hub_lacks_and_writes_nothing(server, tmp_path, monkeypatch):
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 2\n')
+    status, output = _cli("lock", str(project))
+    assert status == 2 and f"{OFFICIAL} has no contract version 2 (revision 'v2')" in output
+    assert "published versions: v1" in output
+    (project / "pyproject.toml").write_text(
+        '[tool.webgpu-kernels.dependencies]\n"webgpu-kernels/com.example.Nope" = 1\n', encoding="utf-8")
+    with pytest.raises(HubError, match="no kernel repository 'webgpu-kernels/com.example.Nope'"):
+        hub_lock.lock_project(project)
+    (project / "pyproject.toml").write_text(
+        '[tool.webgpu-kernels.dependencies]\n"webgpu-kernels/com.example.NoMetadata" = 1\n', encoding="utf-8")
+    with pytest.raises(HubError, match="has no build/webgpu/metadata.json: not a WebGPU kernel package"):
+        hub_lock.lock_project(project)
+    assert not (project / "webgpu-kernels.lock").exists()
+
+
+def test_lock_needs_the_hub(server, tmp_path, monkeypatch):
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubError, match=r"offline mode is on \(HF_HUB_OFFLINE\): unset it to lock"):
+        hub_lock.lock_project(project)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    server.stop()  # no network: nothing answers on its port
+    status, output = _cli("lock", str(project))
+    assert status == 2 and "cannot be reached" in output and "so the lock cannot be made" in output
+    assert not (project / "webgpu-kernels.lock").exists()
+
+
+def test_lock_refuses_a_branch_whose_metadata_holds_another_version(server, hub_root, tmp_path):
+    write_metadata(hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR, version=2)
+    server.rescan()
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
+    with pytest.raises(DigestError, match=r"revision 'v1' of .* holds contract version 2, not 1"):
+        hub_lock.lock_project(project)
