@@ -248,6 +248,7 @@ def test_errors_md_selection_message() -> None:
 #: Commands checked with --help only: the work itself needs the network, a real GPU or a file of the author's.
 HELP_ONLY = {
     "download": "fetches from the Hugging Face Hub",
+    "lock": "asks the Hugging Face Hub (tests/test_hub_lock.py runs it against a local one)",
     "upload": "publishes to the Hugging Face Hub (tests/test_hub_upload.py runs it against a local one)",
     "bench": "timings need a real GPU (README: lavapipe says nothing about kernels)",
     "tune": "timings need a real GPU",
