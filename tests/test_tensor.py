@@ -490,3 +490,30 @@ def test_threads_releasing_views_of_one_buffer_pool_it_once(device):
         for thread in threads:
             thread.join()
         assert times_pooled(memory, buffer) == 1 and memory._releases == releases + 1
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["unshared", "already-viewed"])
+def test_a_tensor_released_while_it_is_being_reshaped_gives_no_view(shared, device, monkeypatch):
+    """Another thread's release() between reshape's read of the buffer and the view's link pooled
+    the buffer, and the view then read the next tensor's data (helper-173). Here the release runs
+    inside reshape, at that point: the view is refused and the buffer pooled once."""
+    from webgpu_kernels import tensor as tensor_module
+
+    x = np.arange(24, dtype=np.float32)
+    base = wk.to_gpu(x)
+    other = base.reshape(4, 6) if shared else None
+    buffer, real = base.buffer, tensor_module._reshaped
+
+    def released_meanwhile(asked, old):
+        base.release()
+        return real(asked, old)
+
+    monkeypatch.setattr(tensor_module, "_reshaped", released_meanwhile)
+    with pytest.raises(TensorReleasedError):
+        base.reshape(2, 12)
+    monkeypatch.setattr(tensor_module, "_reshaped", real)
+    if other is not None:  # still the buffer's holder: nothing pooled yet
+        assert times_pooled(device.memory, buffer) == 0
+        np.testing.assert_array_equal(other.numpy(), x.reshape(4, 6))
+        other.release()
+    assert times_pooled(device.memory, buffer) == 1

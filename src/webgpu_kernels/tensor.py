@@ -220,6 +220,12 @@ class GpuTensor:
             # (cut short between the two, the buffer stays leased: never pooled while in use).
             shares.append(_SHARED)
             view._buffer = buffer
+        if self._buffer is None:
+            # Another thread released this tensor after the read above: its share may have gone
+            # (the buffer pooled, for the next call's data). The view's own release pops the share
+            # it took, pooling the buffer only where no other holder is left.
+            view.release()
+            self.buffer  # noqa: B018 - raises TensorReleasedError
         return view
 
     def release(self) -> None:
