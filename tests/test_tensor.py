@@ -504,9 +504,9 @@ def test_a_tensor_released_while_it_is_being_reshaped_gives_no_view(shared, devi
     other = base.reshape(4, 6) if shared else None
     buffer, real = base.buffer, tensor_module._reshaped
 
-    def released_meanwhile(asked, old):
+    def released_meanwhile(*args):
         base.release()
-        return real(asked, old)
+        return real(*args)
 
     monkeypatch.setattr(tensor_module, "_reshaped", released_meanwhile)
     with pytest.raises(TensorReleasedError):
@@ -517,3 +517,15 @@ def test_a_tensor_released_while_it_is_being_reshaped_gives_no_view(shared, devi
         np.testing.assert_array_equal(other.numpy(), x.reshape(4, 6))
         other.release()
     assert times_pooled(device.memory, buffer) == 1
+
+
+def test_a_view_of_an_empty_tensor_refuses_a_dimension_no_array_can_have(device):
+    """reshape(2**62, 0) of an empty tensor made a view whose numpy() raised NumPy's bare ValueError
+    ("array is too big"), which from_wgpu_buffer refuses for the same shape (helper-173)."""
+    empty = wk.to_gpu(np.zeros((0, 4), np.float32))
+    with pytest.raises(wk.errors.ShapeError) as info:
+        empty.reshape(2**62, 0)
+    assert info.value.argument == "shape" and "[4611686018427387904, 0]" in str(info.value)
+    with pytest.raises(wk.errors.ShapeError):  # 2^61 elements of 4 bytes: too many bytes for NumPy
+        empty.reshape(0, 2**61)
+    assert empty.reshape(2**20, 0, 7).numpy().shape == (2**20, 0, 7)  # NumPy makes that one

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .buffers import FORKED, padded_size, translate_gpu_errors
-from .contract import MAX_RANK, shape_text
+from .contract import MAX_RANK, shape_text, too_many_elements
 from .conversion import astype_target, record_conversion
 from .errors import (
     DeviceError,
@@ -57,9 +57,10 @@ _LAST, _SHARED = object(), object()
 _SHARING = threading.RLock()
 
 
-def _reshaped(asked: tuple[Any, ...], old: tuple[int, ...]) -> tuple[int, ...]:
+def _reshaped(asked: tuple[Any, ...], old: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """``asked`` (reshape's arguments: ints, or one sequence of them; one -1 inferred, as NumPy
-    does) checked against a tensor of shape ``old``: the same element count."""
+    does) checked against a tensor of shape ``old``: the same element count, in a shape NumPy can
+    make for elements of ``itemsize`` bytes."""
     given: Any = asked
     first = asked[0] if len(asked) == 1 else None
     if (isinstance(first, Sequence) and not isinstance(first, (str, bytes))) or (
@@ -89,6 +90,11 @@ def _reshaped(asked: tuple[Any, ...], old: tuple[int, ...]) -> tuple[int, ...]:
         dims[dims.index(-1)] = size // known
     elif math.prod(dims) != size:
         raise ShapeError("shape", expected, f"shape {shape_text(dims)} of {math.prod(dims)} elements")
+    # Only an empty tensor gets here with huge dimensions ([2**62, 0]): NumPy, counting zeros as 1,
+    # cannot make its array, so numpy() would fail with a bare ValueError.
+    if too_many_elements(dims) or math.prod(max(d, 1) for d in dims) * itemsize > np.iinfo(np.intp).max:
+        raise ShapeError("shape", "a shape NumPy can make (its dimensions, zeros counted as 1, multiply to fewer "
+                         "than 2^62 elements and 2^63 bytes)", f"shape {shape_text(dims)}")  # fmt: skip
     return tuple(dims)
 
 
@@ -206,7 +212,7 @@ class GpuTensor:
         buffer, with no copy and no GPU work. The buffer goes back to the pool when the last
         tensor over it is released or collected; releasing one leaves the others usable."""
         buffer = self.buffer  # a released tensor says so first
-        dims = _reshaped(shape, self._shape)
+        dims = _reshaped(shape, self._shape, self._dtype.itemsize)
         view = GpuTensor.__new__(GpuTensor)
         view._borrowed = self._borrowed  # a view of the user's buffer is never pooled either
         view._shape, view._dtype, view._device = dims, self._dtype, self._device
