@@ -590,6 +590,26 @@ def test_a_one_dtype_variant_without_a_case_expecting_its_refusal_is_still_a_war
     assert strict.exit_code == 1 and "INVALID (--strict: warnings fail)" in strict.output, strict.output
 
 
+def test_a_forced_refusal_of_the_shapes_not_the_dtype_leaves_the_warning(qg: Path) -> None:
+    """A case forcing a variant on float32 and expecting the refusal of a shape clause (as
+    BiasSplitGelu's vec4-forced-on-d5-f32 does) marked the variant x float32 "refused, as test.json
+    expects", though the variant takes float32 calls of other shapes, which nothing compiled (helper-173)."""
+    def add_variant(manifest: dict) -> None:
+        scalar = next(v for v in manifest["variants"] if v["id"] == "scalar")
+        manifest["variants"].append({**copy.deepcopy(scalar), "id": "big", "when": ["baseOk", "numel(shapes.X) >= 100000000"]})
+
+    edit_json(qg / "manifest.json", add_variant)
+    refusal = {**HALF_REFUSAL, "name": "big-forced-on-f32", "variants": ["big"],
+               "refused": {"error": "VariantRejectedError", "message": "'numel(shapes.X) >= 100000000' is false"}}  # fmt: skip
+    edit_json(qg / "test.json", lambda t: t["cases"].append(refusal))
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    status = {(c.variant, c.dtype): c.status for c in report.coverage}
+    assert status[("big", "float32")] == "not exercised"
+    warned = [(p.dtype, p.message) for p in report.warnings if p.variant == "big"]
+    assert ("float32", "no test.json or bench.json case exercises variant 'big' with float32: it was not compiled") in warned
+
+
 def test_not_checked_says_the_manifest_is_the_reason(qg: Path, runner: CliRunner) -> None:
     """An invalid manifest left validate saying "not checked (no GPU adapter)" on a machine with one."""
     edit_json(qg / "manifest.json", lambda m: m["variants"][0].update(priority="high"))

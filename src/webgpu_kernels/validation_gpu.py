@@ -100,7 +100,8 @@ def _expected_refusals(package: KernelPackage, manifest: Manifest, program: Any,
     """(variant, dtype label) -> the first test.json case that forces the variant (``variants``) on a
     call of that dtype and expects (``refused``) the VariantRejectedError its `when` gives the call,
     as `test` sees it: a clause that is false, not one that fails to evaluate (a defect), nor one
-    refusing only for want of shader-f16 on this adapter (the adapter's, not the variant's)."""
+    refusing only for want of shader-f16 on this adapter (the adapter's, not the variant's), nor
+    one the call's shapes make false (the variant takes them in another dtype: _takes_another_dtype)."""
     from .contract import check_call
     from .selection import accepted_with_f16, select_variant
 
@@ -124,12 +125,43 @@ def _expected_refusals(package: KernelPackage, manifest: Manifest, program: Any,
             except VariantRejectedError as exc:
                 verdict = exc.trace[0] if exc.trace else None
                 if (not refusal.matches(exc) or verdict is None or verdict.error is not None
-                        or (no_f16 and vid in accepted_with_f16(program, signature, device.info))):  # fmt: skip
+                        or (no_f16 and vid in accepted_with_f16(program, signature, device.info))
+                        or (vid, label) in found):  # fmt: skip
                     continue
-                found.setdefault((vid, label), case.name)
+                if _takes_another_dtype(manifest, program, case, metas, vid, device.info):
+                    found[(vid, label)] = case.name
+
             except SelectionError:
                 continue  # no such variant: the test.json stage's error
     return found
+
+
+def _takes_another_dtype(manifest: Manifest, program: Any, case: Any, metas: dict[str, tuple[tuple[int, ...], str]],
+                         vid: str, info: Any) -> bool:  # fmt: skip
+    """Whether variant ``vid`` accepts the case's call, its shapes and attributes as they are, with
+    the inputs of one type variable in another dtype its constraint allows (shader-f16 assumed:
+    the adapter's lack of it is no dtype's refusal). Only then is the refusal the dtype's: one of
+    the shapes (D % 8 on float32) leaves other calls of the dtype that select the variant."""
+    from dataclasses import replace
+
+    from .contract import check_call
+    from .selection import judge
+
+    target = next(cv for cv in program.variants if cv.variant.id == vid)
+    type_vars = {spec.role: spec.dtype for spec in manifest.inputs}
+    with_f16 = replace(info, features=info.features | {"shader-f16"})
+    for tv, allowed in manifest.type_constraints.items():
+        for other in allowed:
+            swapped = {k: (shape, other if type_vars.get(k) == tv else dt) for k, (shape, dt) in metas.items()}
+            if swapped == metas:
+                continue
+            try:
+                scope, _ = program.call_scope(check_call(manifest, swapped, case.attrs, case.tunables), with_f16)
+            except KernelError:
+                continue
+            if judge(target, scope, program.definitions)[0].accepted:
+                return True
+    return False
 
 
 #: What differs between variants in the compiler's report of one template mistake: the shader's
