@@ -14,7 +14,7 @@ import pytest
 
 import webgpu_kernels as wk
 from webgpu_kernels import conversion
-from webgpu_kernels.errors import DTypeError, TensorReleasedError, UncomputedTensorError
+from webgpu_kernels.errors import DeviceLimitError, DTypeError, TensorReleasedError, UncomputedTensorError
 from webgpu_kernels.rendering import workgroup_grid
 
 import references as ref
@@ -205,6 +205,21 @@ def test_an_integer_tensor_converts_only_to_its_own_dtype(device):
     with pytest.raises(DTypeError, match=r"expected int32, the tensor's own dtype \(a copy\).* got float16 for "
                                          r"this int32 tensor"):  # fmt: skip
         t.astype(np.float16)
+    t.release()
+
+
+def test_a_result_past_the_devices_buffer_limit_is_a_device_limit_error(device, monkeypatch):
+    """float16 to float32 doubles the bytes: a result past maxBufferSize had reached WebGPU, whose
+    refusal was a DeviceError; it is refused first, as to_gpu refuses such an array (helper-173)."""
+    t = wk.to_gpu(np.arange(1000, dtype=np.float16))
+    monkeypatch.setitem(device.limits, "max-buffer-size", 2048)  # the float16 data fits, 4000 bytes do not
+    pooled = device.memory.pooled_bytes
+    with pytest.raises(DeviceLimitError, match=r"argument 'dtype': expected a result of at most 2048 bytes .* got "
+                                               r"float32, 4000 bytes for this tensor's 1000 elements"):  # fmt: skip
+        t.astype(np.float32)
+    assert device.memory.pooled_bytes == pooled  # nothing taken from the pool
+    monkeypatch.undo()
+    np.testing.assert_array_equal(t.astype(np.float32).numpy(), np.arange(1000, dtype=np.float32))
     t.release()
 
 

@@ -18,6 +18,7 @@ from .contract import MAX_RANK, shape_text, too_many_elements
 from .conversion import astype_target, record_conversion
 from .errors import (
     DeviceError,
+    DeviceLimitError,
     DeviceLostError,
     NotPicklableError,
     RankError,
@@ -275,6 +276,12 @@ class GpuTensor:
             return self.__copy__()
         self._check_usable("convert")
         device, count = self._device, self.size
+        limit = device.limits["max-buffer-size"]
+        if padded_size(count * wanted.itemsize) > limit:  # float16 to float32 doubles the bytes
+            # as to_gpu refuses such an array (WebGPU's own refusal had been a DeviceError)
+            raise DeviceLimitError("dtype", f"a result of at most {limit} bytes (the device's maxBufferSize)",
+                                   f"{wanted.name}, {count * wanted.itemsize} bytes for this tensor's {count} "
+                                   "elements", hint="convert the tensor in pieces no larger than that")  # fmt: skip
         memory = device.memory
         with translate_gpu_errors("converting a GPU tensor", memory), device.lock:
             source = self._computed_buffer("convert")  # under the lock, as numpy() takes it
