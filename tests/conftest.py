@@ -342,3 +342,42 @@ def run_script_for_result(script: str) -> dict:
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, f"the child process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def interrupt_next_submit(device, monkeypatch) -> None:
+    """The device's next queue.submit raises KeyboardInterrupt (Ctrl-C between emptying the
+    recorder and submitting); the one after submits again."""
+    queue = device.gpu.queue
+    real_submit = queue.submit
+
+    def interrupted(command_buffers):
+        monkeypatch.setattr(queue, "submit", real_submit)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(queue, "submit", interrupted)
+
+
+def collect_while_locked(memory) -> bool:
+    """Run gc.collect() in a thread while another thread holds ``memory``'s lock; whether the
+    collection finished without waiting for it (a finalizer may not take the lock)."""
+    import gc
+    import threading
+
+    held, done = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        with memory.lock:
+            held.set()
+            done.wait(10)
+
+    holder_thread = threading.Thread(target=hold_the_lock)
+    holder_thread.start()
+    held.wait(10)
+    collector = threading.Thread(target=gc.collect)
+    collector.start()
+    collector.join(5)
+    finished = not collector.is_alive()
+    done.set()
+    holder_thread.join()
+    collector.join()
+    return finished

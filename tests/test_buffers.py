@@ -17,6 +17,7 @@ from webgpu_kernels import buffers
 from webgpu_kernels.buffers import LARGE_BUFFERS_KEPT, copy_chunks, parallel_copy
 
 import references as ref
+from conftest import collect_while_locked
 
 f32 = np.float32
 
@@ -554,8 +555,6 @@ def test_a_tensor_collected_inside_flush_is_not_destroyed_under_the_submission()
 def test_a_finalizer_never_waits_for_the_device_lock(device, quick_gelu):
     """A copy thread (or wgpu-py's poll thread) that collected a GpuTensor blocked on the lock held
     by the thread waiting for it: a hang. Collection now queues the buffer, pooled by the next user."""
-    import gc
-    import threading
 
     x = np.ones(4096, f32)
     tensor = quick_gelu({"X": x}, output="gpu")["Y"]
@@ -564,24 +563,7 @@ def test_a_finalizer_never_waits_for_the_device_lock(device, quick_gelu):
     holder["self"] = holder
     live = device.memory.live_buffers
     del tensor, holder
-    held, done = threading.Event(), threading.Event()
-
-    def hold_the_lock() -> None:
-        with device.memory.lock:
-            held.set()
-            done.wait(10)
-
-    holder_thread = threading.Thread(target=hold_the_lock)
-    holder_thread.start()
-    held.wait(10)
-    collector = threading.Thread(target=gc.collect)
-    collector.start()
-    collector.join(5)
-    finished = not collector.is_alive()
-    done.set()
-    holder_thread.join()
-    collector.join()
-    assert finished, "gc.collect() waited for the device lock"
+    assert collect_while_locked(device.memory), "gc.collect() waited for the device lock"
     assert device.memory.live_buffers == live  # the collected buffer is pooled, not lost
     np.testing.assert_allclose(quick_gelu({"X": x})["Y"], ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
 

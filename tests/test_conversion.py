@@ -18,6 +18,7 @@ from webgpu_kernels.errors import DeviceLimitError, DTypeError, TensorReleasedEr
 from webgpu_kernels.rendering import workgroup_grid
 
 import references as ref
+from conftest import interrupt_next_submit
 
 F32, F16 = np.float32, np.float16
 QUICK_GELU = "com.microsoft.QuickGelu"
@@ -238,14 +239,7 @@ def test_an_uncomputed_tensor_cannot_be_converted(device, monkeypatch):
     x = np.linspace(-3, 3, 64, dtype=F32)
     kernel({"X": x}, output="gpu")["Y"].release()  # proven: the next run is recorded
     cut = kernel({"X": x}, output="gpu")["Y"]
-    queue = device.gpu.queue
-    real_submit = queue.submit
-
-    def interrupted(command_buffers):
-        monkeypatch.setattr(queue, "submit", real_submit)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(queue, "submit", interrupted)
+    interrupt_next_submit(device, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         wk.synchronize()
     live = device.memory.live_buffers
@@ -257,15 +251,8 @@ def test_an_uncomputed_tensor_cannot_be_converted(device, monkeypatch):
 
 def test_a_conversion_cut_short_gives_its_buffer_back(device, monkeypatch):
     t = wk.to_gpu(np.ones(64, F32))
-    queue = device.gpu.queue
-    real_submit = queue.submit
     leased = len(device.memory._leased)
-
-    def interrupted(command_buffers):
-        monkeypatch.setattr(queue, "submit", real_submit)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(queue, "submit", interrupted)
+    interrupt_next_submit(device, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         t.astype(np.float16)
     assert len(device.memory._leased) == leased

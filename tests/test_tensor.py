@@ -13,7 +13,7 @@ import webgpu_kernels as wk
 from webgpu_kernels.errors import TensorReleasedError
 from webgpu_kernels.tensor import GpuTensor
 
-from conftest import run_script_for_result
+from conftest import collect_while_locked, interrupt_next_submit, run_script_for_result
 
 QUICK_GELU = "com.microsoft.QuickGelu"
 
@@ -110,14 +110,7 @@ def test_a_tensor_whose_submission_was_cut_short_refuses_to_be_read(device, monk
     before = kernel({"X": x}, output="gpu")["Y"]  # its plan is proven: later runs are recorded
     wk.synchronize()
     cut = kernel({"X": x}, output="gpu")["Y"]
-    queue = device.gpu.queue
-    real_submit = queue.submit
-
-    def interrupted(command_buffers):
-        monkeypatch.setattr(queue, "submit", real_submit)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(queue, "submit", interrupted)
+    interrupt_next_submit(device, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         wk.synchronize()
     assert cut.uncomputed and not before.uncomputed
@@ -398,7 +391,6 @@ def test_collected_views_pool_the_buffer_once(released, device):
 def test_collecting_a_view_never_waits_for_the_device_lock(device):
     """A finalizer may run in a thread the lock holder waits for: a view's, like any tensor's, only
     queues its buffer (or pops its share) and never takes the lock."""
-    import threading
 
     memory = device.memory
     base = wk.to_gpu(np.ones(256, np.float32))
@@ -407,24 +399,7 @@ def test_collecting_a_view_never_waits_for_the_device_lock(device):
     holder["self"] = holder
     base.release()
     del base, holder
-    held, done = threading.Event(), threading.Event()
-
-    def hold_the_lock() -> None:
-        with memory.lock:
-            held.set()
-            done.wait(10)
-
-    holder_thread = threading.Thread(target=hold_the_lock)
-    holder_thread.start()
-    held.wait(10)
-    collector = threading.Thread(target=gc.collect)
-    collector.start()
-    collector.join(5)
-    finished = not collector.is_alive()
-    done.set()
-    holder_thread.join()
-    collector.join()
-    assert finished, "gc.collect() waited for the device lock"
+    assert collect_while_locked(memory), "gc.collect() waited for the device lock"
     assert times_pooled(memory, buffer) == 1
 
 
