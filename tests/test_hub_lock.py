@@ -330,3 +330,108 @@ def test_lock_refuses_a_branch_whose_metadata_holds_another_version(server, hub_
     project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
     with pytest.raises(DigestError, match=r"revision 'v1' of .* holds contract version 2, not 1"):
         hub_lock.lock_project(project)
+
+
+# --- lock --check -------------------------------------------------------------------------------------
+
+
+def test_lock_check_passes_on_a_current_lock_and_writes_nothing(server, project):
+    assert _cli("lock", str(project))[0] == 0
+    lockfile = project / "webgpu-kernels.lock"
+    before, mtime = lockfile.read_bytes(), lockfile.stat().st_mtime_ns
+    status, output = _cli("lock", "--check", str(project))
+    assert status == 0, output
+    assert f"{lockfile} matches pyproject.toml and {server.url} (2 kernels)" in " ".join(output.split())
+    status, output = _cli("lock", str(project), "--check", "--json")
+    assert status == 0, output
+    assert json.loads(output) == {"path": str(lockfile), "upToDate": True, "lockFound": True, "hubAsked": True,
+                                  "endpoint": server.url, "differences": []}  # fmt: skip
+    assert lockfile.read_bytes() == before and lockfile.stat().st_mtime_ns == mtime
+    result = hub_lock.check_lock(project)
+    assert result.up_to_date and result.hub_asked and result.differences == ()
+
+
+def test_lock_check_names_every_difference_and_writes_nothing(server, hub_root, project):
+    assert _cli("lock", str(project))[0] == 0
+    lockfile = project / "webgpu-kernels.lock"
+    before = lockfile.read_bytes()
+    old = server.commit_of(OFFICIAL, "v1")
+    added = "webgpu-kernels/com.example.Added"  # not asked of the Hub: no such repository there
+    (project / "pyproject.toml").write_text(f'[tool.webgpu-kernels.dependencies]\n"{OFFICIAL}" = 1\n"{added}" = 3\n',
+                                            encoding="utf-8")  # fmt: skip
+    move_v1(hub_root, server, keep_history=True)
+    new = server.commit_of(OFFICIAL, "v1")
+    status, output = _cli("lock", "--check", str(project))
+    assert status == 1, output
+    text = " ".join(output.split())
+    assert f"{lockfile} does not match" in text
+    assert f"added: {added} v3 (in pyproject.toml, not in the lock file)" in text
+    assert f"removed: {OTHER_ORG} v1 (in the lock file, not in pyproject.toml)" in text
+    assert f"moved: {OFFICIAL} v1: branch v1 is commit {new} on {server.url}, the lock file has {old}" in text
+    assert f"run `webgpu-kernels lock {project}`" in text
+    status, output = _cli("lock", "--check", "--json", str(project))
+    assert status == 1
+    data = json.loads(output)
+    assert data["upToDate"] is False and data["hubAsked"] is True
+    assert data["differences"] == [
+        {"kind": "removed", "repo": OTHER_ORG, "lockVersion": 1, "pyprojectVersion": None,
+         "lockCommit": server.commit_of(OTHER_ORG, "v1"), "hubCommit": None},
+        {"kind": "added", "repo": added, "lockVersion": None, "pyprojectVersion": 3, "lockCommit": None,
+         "hubCommit": None},
+        {"kind": "moved", "repo": OFFICIAL, "lockVersion": 1, "pyprojectVersion": 1, "lockCommit": old,
+         "hubCommit": new},
+    ]  # sorted by repository  # fmt: skip
+    assert lockfile.read_bytes() == before
+
+    # A version changed in the pyproject: named, and its new branch is not asked for.
+    (project / "pyproject.toml").write_text(f'[tool.webgpu-kernels.dependencies]\n"{OFFICIAL}" = 2\n'
+                                            f'"{OTHER_ORG}" = 1\n', encoding="utf-8")  # fmt: skip
+    server.requests.clear()
+    status, output = _cli("lock", "--check", str(project))
+    assert status == 1 and f"version: {OFFICIAL} v1 in the lock file, v2 in pyproject.toml" in " ".join(output.split())
+    assert not any("v2" in path for _, path in server.requests), server.requests
+    assert lockfile.read_bytes() == before
+
+
+def test_lock_check_offline_compares_the_pyproject_alone_and_says_so(server, hub_root, project, monkeypatch):
+    assert _cli("lock", str(project))[0] == 0
+    move_v1(hub_root, server, keep_history=True)
+    server.requests.clear()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    status, output = _cli("lock", "--check", str(project))
+    assert status == 0, output
+    assert "the Hub was not asked (HF_HUB_OFFLINE is set)" in " ".join(output.split())
+    status, output = _cli("lock", "--check", "--json", str(project))
+    assert json.loads(output)["hubAsked"] is False and json.loads(output)["endpoint"] is None
+    (project / "pyproject.toml").write_text(f'[tool.webgpu-kernels.dependencies]\n"{OFFICIAL}" = 1\n', encoding="utf-8")
+    status, output = _cli("lock", "--check", str(project))
+    assert status == 1 and f"removed: {OTHER_ORG} v1" in output
+    assert "the Hub was not asked (HF_HUB_OFFLINE is set)" in " ".join(output.split())
+    assert not server.requests
+
+
+def test_lock_check_without_a_lock_file_lists_every_kernel(server, project):
+    status, output = _cli("lock", "--check", str(project))
+    assert status == 1, output
+    text = " ".join(output.split())
+    assert f"no lock file {project / 'webgpu-kernels.lock'}" in text and f"added: {OFFICIAL} v1" in text
+    assert not server.requests and not (project / "webgpu-kernels.lock").exists()
+    assert hub_lock.check_lock(project).lock_found is False
+
+
+def test_lock_check_usage_errors_exit_2(server, tmp_path, project):
+    status, output = _cli("lock", "--check", str(tmp_path))  # no pyproject.toml
+    assert status == 2 and "pyproject.toml: no such file" in " ".join(output.split())
+    lockfile = project / "webgpu-kernels.lock"
+    lockfile.write_text('{"format": 7, "kernels": []}', encoding="utf-8")
+    status, output = _cli("lock", "--check", "--json", str(project))
+    assert status == 2 and "expected a lock file of format 1" in output
+    lockfile.unlink()
+    lockfile.mkdir()
+    status, output = _cli("lock", "--check", str(project))
+    assert status == 2 and "cannot read the lock file" in output
+    lockfile.rmdir()
+    assert _cli("lock", str(project))[0] == 0
+    server.stop()
+    status, output = _cli("lock", "--check", str(project))
+    assert status == 2 and "cannot be reached" in output

@@ -118,16 +118,22 @@ def _download_locked(lock: str, *, as_json: bool) -> None:
 
 @click.command("lock")
 @click.argument("project_dir", default=".", metavar="[PROJECT_DIR]")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 unless the lock file lists what pyproject.toml lists and each branch vN "
+                   "is still the locked commit on the Hub (with HF_HUB_OFFLINE, the Hub is not asked).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def lock_cmd(project_dir: str, as_json: bool) -> None:
+def lock_cmd(project_dir: str, check: bool, as_json: bool) -> None:
     """Pin the Hub kernels of PROJECT_DIR's pyproject.toml in PROJECT_DIR/webgpu-kernels.lock.
 
     Each "org/op" = N of [tool.webgpu-kernels.dependencies] is resolved to the commit its branch vN
     is now; the lock file records it with the sha256 of that commit's metadata.json.
-    get_locked_kernel("org/op") then opens exactly that commit.
+    get_locked_kernel("org/op") then opens exactly that commit. --check, for CI, only compares.
 
     Example: webgpu-kernels lock .
     """
+    if check:
+        _check_lock(project_dir, as_json=as_json)
+        return
     result = hub_lock.lock_project(project_dir)
     if as_json:
         _echo_json({"path": str(result.path), "changed": result.changed,
@@ -138,6 +144,33 @@ def lock_cmd(project_dir: str, as_json: bool) -> None:
         console.print(Text(f"{entry.repo} v{entry.version} -> commit {entry.commit} "
                            f"({hub_lock.METADATA_FILE} sha256 {entry.metadata_sha256})"), soft_wrap=True)  # fmt: skip
     console.print(Text(f"{'wrote' if result.changed else 'unchanged:'} {result.path}"), soft_wrap=True)
+
+
+def _check_lock(project_dir: str, *, as_json: bool) -> None:
+    result = hub_lock.check_lock(project_dir)
+    if as_json:
+        _echo_json({"path": str(result.path), "upToDate": result.up_to_date, "lockFound": result.lock_found,
+                    "hubAsked": result.hub_asked, "endpoint": result.endpoint,
+                    "differences": [d.as_dict() for d in result.differences]})  # fmt: skip
+    else:
+        console = _console()
+        # what was compared: a CI log must not read "matches" as "matches the Hub" when it was not asked
+        against = f"{hub_lock.PYPROJECT} and {result.endpoint}" if result.hub_asked else hub_lock.PYPROJECT
+        not_asked = "" if result.hub_asked else "; the Hub was not asked (HF_HUB_OFFLINE is set): a moved branch is not seen"
+        if result.up_to_date:
+            count = len(result.entries)
+            console.print(Text(f"{result.path} matches {against} ({count} kernel{'s' if count != 1 else ''})"
+                               f"{not_asked}"), soft_wrap=True)  # fmt: skip
+            return
+        head = (f"{result.path} does not match {against}{not_asked}:" if result.lock_found else
+                f"no lock file {result.path}{not_asked}:")  # fmt: skip
+        console.print(Text(head), soft_wrap=True)
+        for difference in result.differences:
+            console.print(Text(f"  {difference.describe(result.endpoint or '')}"), soft_wrap=True)
+        console.print(Text(f"run `webgpu-kernels lock {project_dir}` to lock what {hub_lock.PYPROJECT} lists now "
+                           "(and review what changed)"), soft_wrap=True)  # fmt: skip
+    if not result.up_to_date:
+        click.get_current_context().exit(1)
 
 
 def _info(kernel: Kernel, *, offline: bool) -> dict:

@@ -173,16 +173,9 @@ def resolve(repo_id: str, version: int) -> LockEntry:
     commit's metadata.json (whose contract version must be ``version``)."""
     from huggingface_hub import HfApi
 
-    rev = f"v{hub.check_version(version, repo_id)}"
-    endpoint = hub_endpoint()
-    api = HfApi(endpoint=endpoint)
-    try:
-        commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE, timeout=hub._metadata_timeout()).sha
-    except Exception as exc:  # noqa: BLE001 - each answer is named below; anything else is the client's
-        raise _hub_error(exc, repo_id, rev, version=version) from None
-    if not (isinstance(commit, str) and _COMMIT.fullmatch(commit)):
-        raise HubError(f"{repo_id} revision {rev!r}: {endpoint or DEFAULT_ENDPOINT} named the commit "
-                       f"{shorten(repr(commit), 60)}, not a 40-hex commit sha", repo_id=repo_id, revision=rev)  # fmt: skip
+    api = HfApi(endpoint=hub_endpoint())
+    commit = branch_commit(repo_id, version, api=api)
+    rev = f"v{version}"
     data = _metadata_bytes(api, repo_id, commit, rev)
     try:
         metadata = decode_json(data)
@@ -195,6 +188,23 @@ def resolve(repo_id: str, version: int) -> LockEntry:
                           f"{shorten(repr(declared), 40)}, not {version}, in its {METADATA_FILE}: tell the "
                           "repository's authors", file=METADATA_FILE, reason="metadata")  # fmt: skip
     return LockEntry(repo=repo_id, version=version, commit=commit, metadata_sha256=hashlib.sha256(data).hexdigest())
+
+
+def branch_commit(repo_id: str, version: int, *, api: Any = None) -> str:
+    """The commit branch ``v{version}`` of ``repo_id`` is on the Hub (``HF_ENDPOINT``) now."""
+    from huggingface_hub import HfApi
+
+    rev = f"v{hub.check_version(version, repo_id)}"
+    endpoint = hub_endpoint()
+    api = api if api is not None else HfApi(endpoint=endpoint)
+    try:
+        commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE, timeout=hub._metadata_timeout()).sha
+    except Exception as exc:  # noqa: BLE001 - each answer is named below; anything else is the client's
+        raise _hub_error(exc, repo_id, rev, version=version) from None
+    if not (isinstance(commit, str) and _COMMIT.fullmatch(commit)):
+        raise HubError(f"{repo_id} revision {rev!r}: {endpoint or DEFAULT_ENDPOINT} named the commit "
+                       f"{shorten(repr(commit), 60)}, not a 40-hex commit sha", repo_id=repo_id, revision=rev)  # fmt: skip
+    return commit
 
 
 def _metadata_bytes(api: Any, repo_id: str, commit: str, rev: str) -> bytes:
@@ -252,6 +262,90 @@ def _hub_error(exc: Exception, repo_id: str, rev: str, *, version: int | None) -
                         revision=rev)  # fmt: skip
     return HubError(f"{repo_id} revision {rev!r}: asking {where} failed: {type(exc).__name__}: {hub.first_line(exc)}",
                     repo_id=repo_id, revision=rev)  # fmt: skip
+
+
+# --- checking ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockDifference:
+    """One way a lock file disagrees with its pyproject or the Hub. ``kind``: ``"added"`` (in the
+    pyproject, not locked), ``"removed"`` (locked, not in the pyproject), ``"version"`` (another
+    contract version in each) or ``"moved"`` (branch vN is another commit on the Hub now)."""
+
+    kind: str
+    repo: str
+    lock_version: int | None
+    pyproject_version: int | None
+    lock_commit: str | None
+    hub_commit: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "repo": self.repo, "lockVersion": self.lock_version,
+                "pyprojectVersion": self.pyproject_version, "lockCommit": self.lock_commit,
+                "hubCommit": self.hub_commit}  # fmt: skip
+
+    def describe(self, endpoint: str) -> str:
+        if self.kind == "added":
+            return f"added: {self.repo} v{self.pyproject_version} (in {PYPROJECT}, not in the lock file)"
+        if self.kind == "removed":
+            return f"removed: {self.repo} v{self.lock_version} (in the lock file, not in {PYPROJECT})"
+        if self.kind == "version":
+            return f"version: {self.repo} v{self.lock_version} in the lock file, v{self.pyproject_version} in {PYPROJECT}"
+        return (f"moved: {self.repo} v{self.lock_version}: branch v{self.lock_version} is commit {self.hub_commit} "
+                f"on {endpoint}, the lock file has {self.lock_commit}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LockCheck:
+    """What :func:`check_lock` found: the lock file, whether it exists, its entries, whether the Hub
+    was asked (not offline) and on which endpoint, and the differences, sorted by repository."""
+
+    path: Path
+    lock_found: bool
+    entries: tuple[LockEntry, ...]
+    hub_asked: bool
+    endpoint: str | None
+    differences: tuple[LockDifference, ...]
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.lock_found and not self.differences
+
+
+def check_lock(project_dir: str | os.PathLike[str] = ".") -> LockCheck:
+    """Compare ``webgpu-kernels.lock`` with the project's pyproject table (the same repositories and
+    versions) and, unless offline (``HF_HUB_OFFLINE``), each locked commit with the one its ``vN``
+    branch is on the Hub now. Writes nothing. A missing lock file is a difference (every kernel is
+    "added"); an unreadable or malformed one, or a Hub that cannot answer, is an error."""
+    dependencies = read_dependencies(project_dir)
+    path = Path(project_dir) / LOCK_FILE
+    found = os.path.lexists(path)
+    entries = read_lockfile(path) if found else {}
+    differences: list[LockDifference] = []
+    asked: list[LockEntry] = []
+    for repo in sorted(dependencies.keys() | entries.keys()):
+        wanted, entry = dependencies.get(repo), entries.get(repo)
+        if entry is None:
+            differences.append(LockDifference("added", repo, None, wanted, None))
+        elif wanted is None:
+            differences.append(LockDifference("removed", repo, entry.version, None, entry.commit))
+        elif wanted != entry.version:
+            differences.append(LockDifference("version", repo, entry.version, wanted, entry.commit))
+        else:
+            asked.append(entry)
+    offline = hub_offline()
+    endpoint = None if offline else (hub_endpoint() or DEFAULT_ENDPOINT)
+    if not offline and asked:  # only the entries the pyproject still wants at their version: a new vN means lock
+        hub.require_kernel_repos()
+        for entry in asked:
+            commit = branch_commit(entry.repo, entry.version)
+            if commit != entry.commit:
+                differences.append(LockDifference("moved", entry.repo, entry.version, entry.version, entry.commit,
+                                                  commit))  # fmt: skip
+    differences.sort(key=lambda d: d.repo)
+    return LockCheck(path=path, lock_found=found, entries=tuple(entries.values()), hub_asked=not offline, endpoint=endpoint,
+                     differences=tuple(differences))  # fmt: skip
 
 
 # --- reading the lock ---------------------------------------------------------------------------------
