@@ -435,3 +435,30 @@ def test_lock_check_usage_errors_exit_2(server, tmp_path, project):
     server.stop()
     status, output = _cli("lock", "--check", str(project))
     assert status == 2 and "cannot be reached" in output
+
+
+# --- review (helper-174) --------------------------------------------------------------------------------
+
+
+def test_an_enormous_lock_file_is_refused_unread(tmp_path):
+    from webgpu_kernels.digests import MAX_FILE_BYTES
+
+    lockfile = tmp_path / "webgpu-kernels.lock"
+    with open(lockfile, "wb") as handle:  # sparse: a size, no bytes to write
+        handle.truncate(MAX_FILE_BYTES + 1)
+    with pytest.raises(PackageError, match=f"larger than {MAX_FILE_BYTES} bytes") as info:
+        hub_lock.read_lockfile(lockfile)
+    assert info.value.path == str(lockfile)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+def test_a_lock_file_that_is_a_fifo_is_refused_not_waited_on(server, project):
+    import os
+
+    lockfile = project / "webgpu-kernels.lock"
+    os.mkfifo(lockfile)  # nothing writes to it: reading it would wait forever
+    status, output = _cli("lock", "--check", str(project))
+    assert status == 2 and "not a regular file" in output
+    # `lock` puts a lock file in its place (the old one is only read to compare).
+    assert _cli("lock", str(project))[0] == 0 and lockfile.is_file()
+

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import tempfile
 import tomllib
 from dataclasses import dataclass
@@ -141,8 +142,8 @@ def lock_project(project_dir: str | os.PathLike[str] = ".") -> LockResult:
     path = Path(project_dir) / LOCK_FILE
     data = render_lock(entries).encode("utf-8")  # bytes: the same "\n" line ends on every system
     try:
-        changed = path.read_bytes() != data
-    except OSError:
+        changed = _read_bounded(path) != data
+    except (OSError, PackageError):  # none, or no lock file to keep: the new one replaces it
         changed = True
     if changed:
         _write_whole(path, data)
@@ -373,7 +374,7 @@ def read_lockfile(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
     """``{repository: entry}`` of a lock file; a malformed one is a PackageError naming it and the entry."""
     path = Path(path)
     try:
-        data = decode_json(path.read_bytes())
+        data = decode_json(_read_bounded(path))
     except OSError as exc:
         raise PackageError(f"cannot read the lock file: {exc.strerror or exc}", path=str(path)) from None
     except ValueError as exc:
@@ -404,6 +405,20 @@ def read_lockfile(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
             raise PackageError(f"{where}: {problem}, got {shorten(json.dumps(item), 160)}", path=str(path))
         entries[repo] = LockEntry(repo=repo, version=version, commit=commit, metadata_sha256=digest)
     return entries
+
+
+def _read_bounded(path: Path) -> bytes:
+    """A lock file's bytes, read as package files are (digests.read_file): a regular file of at most
+    MAX_FILE_BYTES, checked on the open file, since a FIFO would block forever and /dev/zero never
+    end. Raises OSError, or PackageError for another kind of file or one too large."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise PackageError("cannot read the lock file: not a regular file", path=str(path))
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise PackageError(f"cannot read the lock file: larger than {MAX_FILE_BYTES} bytes", path=str(path))
+    return data
 
 
 def _valid_repo(repo: str) -> bool:
