@@ -462,3 +462,11 @@ def test_a_lock_file_that_is_a_fifo_is_refused_not_waited_on(server, project):
     # `lock` puts a lock file in its place (the old one is only read to compare).
     assert _cli("lock", str(project))[0] == 0 and lockfile.is_file()
 
+
+def test_lock_keeps_the_lock_files_permissions(server, project):
+    lockfile = project / "webgpu-kernels.lock"
+    lockfile.write_text('{"format": 1, "kernels": []}\n', encoding="utf-8")
+    lockfile.chmod(0o640)
+    assert _cli("lock", str(project))[0] == 0
+    assert lockfile.stat().st_mode & 0o777 == 0o640 and len(hub_lock.read_lockfile(lockfile)) == 2
+

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import stat
 import tempfile
 import tomllib
@@ -35,6 +34,7 @@ from .digests import MAX_FILE_BYTES, METADATA_FILE, decode_json
 from .errors import DigestError, HubError, PackageError, shorten
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
 from .locations import OFFICIAL_ORG, Location, check_trust, checked_repo_id
+from .replacing import replace_file
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -158,15 +158,12 @@ def render_lock(entries: tuple[LockEntry, ...] | list[LockEntry]) -> str:
 
 
 def _write_whole(path: Path, data: bytes) -> None:
-    """Written beside, then renamed into place: a reader never sees half a lock file."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    """Written beside, then renamed into place (replace_file): a reader never sees half a lock file,
+    and the new one keeps the old one's permissions."""
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        replace_file(path, data)
     except OSError as exc:
         raise PackageError(f"cannot write the lock file: {exc.strerror or exc}", path=str(path)) from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def resolve(repo_id: str, version: int) -> LockEntry:
