@@ -470,3 +470,20 @@ def test_lock_keeps_the_lock_files_permissions(server, project):
     assert _cli("lock", str(project))[0] == 0
     assert lockfile.stat().st_mode & 0o777 == 0o640 and len(hub_lock.read_lockfile(lockfile)) == 2
 
+
+def test_the_upward_search_stops_at_a_folder_anyone_may_write(server, tmp_path, monkeypatch):
+    """A /tmp-like folder (world-writable): a lock file there could be another user's, and would
+    choose the commit a project below it loads."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    project = make_project(shared, f'"{OFFICIAL}" = 1\n', name="planted")
+    assert _cli("lock", str(project))[0] == 0
+    (project / "webgpu-kernels.lock").rename(shared / "webgpu-kernels.lock")
+    shared.chmod(0o1777)
+    (shared / "mine").mkdir()
+    monkeypatch.chdir(shared / "mine")
+    with pytest.raises(PackageError, match=rf"no webgpu-kernels.lock in {shared / 'mine'} or a folder above it:.*"
+                                           rf"the search stopped at {shared}, which may be written by any user"):  # fmt: skip
+        wk.get_locked_kernel(OFFICIAL)
+    # Named explicitly, it is used: the user chose it.
+    assert wk.get_locked_kernel(OFFICIAL, shared).package.commit == server.commit_of(OFFICIAL, "v1")

@@ -360,11 +360,24 @@ def find_lockfile(lockfile: str | os.PathLike[str] | None = None) -> Path:
             raise PackageError("no such lock file (write it with `webgpu-kernels lock PROJECT_DIR`)", path=str(path))
         return path
     here = Path.cwd()
+    stopped = ""
     for folder in (here, *here.parents):
+        # A folder any user may write (/tmp) ends the search unread: a lock file there could be
+        # another user's, choosing which commit of an official repository this project loads.
+        if _anyone_may_write(folder):
+            stopped = f" (the search stopped at {folder}, which may be written by any user: pass lockfile= to use one there)"
+            break
         if (folder / LOCK_FILE).is_file():
             return folder / LOCK_FILE
     raise PackageError(f"no {LOCK_FILE} in {here} or a folder above it: write one with `webgpu-kernels lock "
-                       "PROJECT_DIR`, or pass lockfile= its path")  # fmt: skip
+                       f"PROJECT_DIR`, or pass lockfile= its path{stopped}")  # fmt: skip
+
+
+def _anyone_may_write(folder: Path) -> bool:
+    try:
+        return bool(folder.stat().st_mode & stat.S_IWOTH)
+    except OSError:
+        return False
 
 
 def read_lockfile(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
