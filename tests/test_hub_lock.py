@@ -282,6 +282,8 @@ def test_download_lock_fills_the_cache_for_an_offline_get_locked_kernel(server, 
     ('[tool.webgpu-kernels.dependencies]\n"a/b" = 1.5\n', "got 1.5 (a float)"),
     ('[tool.webgpu-kernels.dependencies]\n"a/b" = {version = 1}\n', "(a table)"),
     ('[tool.webgpu-kernels.dependencies\n', "not valid TOML"),
+    ('\ufeff[tool.webgpu-kernels.dependencies]\r\n"a/b" = 1\r\n',
+     "starts with a byte order mark (U+FEFF), which TOML readers, pip's included, refuse: save it as UTF-8 without"),
 ])  # fmt: skip
 def test_bad_pyproject_entries_are_named_before_the_hub_is_asked(server, tmp_path, pyproject, message):
     project = tmp_path / "p"

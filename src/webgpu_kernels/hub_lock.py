@@ -88,14 +88,18 @@ def read_dependencies(project_dir: str | os.PathLike[str] = ".") -> dict[str, in
         raise PackageError("no such folder (PROJECT_DIR is the folder that holds pyproject.toml)", path=str(folder))
     path = folder / PYPROJECT
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except FileNotFoundError:
         raise PackageError(f"no such file: `lock` pins the kernels that its [{TABLE}] table lists, one "
                            '`"org/op" = N` line each (N: the contract version)', path=str(path)) from None  # fmt: skip
     except (OSError, UnicodeDecodeError) as exc:
         raise PackageError(f"cannot be read: {exc}", path=str(path)) from None
     except tomllib.TOMLDecodeError as exc:
-        raise PackageError(f"not valid TOML: {exc}", path=str(path)) from None
+        # Some Windows editors write one; tomllib's "Invalid statement (at line 1, column 1)" hides it
+        bom = text.startswith("\ufeff")
+        raise PackageError("starts with a byte order mark (U+FEFF), which TOML readers, pip's included, refuse: "
+                           "save it as UTF-8 without one" if bom else f"not valid TOML: {exc}", path=str(path)) from None  # fmt: skip
     table: Any = data
     for part in ("tool", "webgpu-kernels", "dependencies"):
         if not isinstance(table, dict) or part not in table:
