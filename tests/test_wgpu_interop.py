@@ -210,6 +210,10 @@ BAD = [
      ("integer",)),
     ("string-shape", lambda d: d.gpu.create_buffer(size=64, usage=USER_USAGE), "4x4", np.float32, "shape",
      ("sequence",)),
+    # an empty tensor NumPy cannot make (2^61 float32s, zeros counted as 1, are 2^63 bytes): its numpy()
+    # had failed with NumPy's bare ValueError ("array is too big"), as GpuTensor.reshape refuses it
+    ("huge-empty-shape", lambda d: d.gpu.create_buffer(size=64, usage=USER_USAGE), (2**61, 0), np.float32, "shape",
+     ("NumPy can make", "2^63 bytes", "[2305843009213693952, 0]")),
     ("unknown-dtype", lambda d: d.gpu.create_buffer(size=64, usage=USER_USAGE), (4,), "nonsense", "dtype",
      ("float32", "nonsense")),
     ("complex-dtype", lambda d: d.gpu.create_buffer(size=64, usage=USER_USAGE), (4,), np.complex64, "dtype",

@@ -17,6 +17,7 @@ from .buffers import is_device_lost, padded_size, translate_gpu_errors
 from .call_inputs import as_array, checked_shape_and_dtype
 from .case_data import numpy_dtype
 from .casefile import parse_draft_case, read_test_file
+from .contract import check_array_shape
 from .device import Device, adapter_request, get_device, opened_device
 from .errors import DeviceLimitError, DTypeError, InputError, KernelError, PackageError, describe_value
 from .forks import fresh_in_child
@@ -332,6 +333,7 @@ def from_wgpu_buffer(buffer: Any, shape: Sequence[int], dtype: Any, *, adapter: 
         numpy_type = numpy_dtype(dtype_name)
     except PackageError as exc:  # bfloat16 without ml_dtypes
         raise DTypeError("dtype", "a dtype NumPy can hold", dtype_name, hint=str(exc)) from None
+    check_array_shape("shape", dims, numpy_type.itemsize)  # an empty tensor's huge dimensions ([2**61, 0])
     nbytes = int(np.prod(dims, dtype=np.int64)) * numpy_type.itemsize
     needed = padded_size(nbytes)  # kernels may read the binding's padding (whole vec4s at the tail)
     if buffer.size < needed:

@@ -472,6 +472,16 @@ def too_many_elements(dims: Sequence[int]) -> bool:
     return any(d >= MAX_ELEMENTS for d in dims) or math.prod(max(d, 1) for d in dims) >= MAX_ELEMENTS
 
 
+def check_array_shape(argument: str, dims: Sequence[int], itemsize: int) -> None:
+    """Refuse, with a ShapeError naming ``argument``, a shape of non-negative dimensions that NumPy
+    cannot make an array of for elements of ``itemsize`` bytes: only an empty one gets past the
+    element count with huge dimensions ([2**62, 0], [2**61, 0] of float32), and NumPy, counting
+    zeros as 1, refuses it with a bare ValueError ("array is too big") that numpy() would raise."""
+    if too_many_elements(dims) or math.prod(max(d, 1) for d in dims) * itemsize > np.iinfo(np.intp).max:
+        raise ShapeError(argument, "a shape NumPy can make (its dimensions, zeros counted as 1, multiply to fewer "
+                         "than 2^62 elements and 2^63 bytes)", f"shape {shape_text(dims)}")  # fmt: skip
+
+
 def shape_text(dims: Any) -> str:
     """``[2, 3]`` for a message; a dimension of more than 64 bits is described, not printed (str()
     of a 5,000-digit integer raises, and nobody reads one)."""

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .buffers import FORKED, padded_size, translate_gpu_errors
-from .contract import MAX_RANK, shape_text, too_many_elements
+from .contract import MAX_RANK, check_array_shape, shape_text
 from .conversion import astype_target, record_conversion
 from .errors import (
     DeviceError,
@@ -91,11 +91,7 @@ def _reshaped(asked: tuple[Any, ...], old: tuple[int, ...], itemsize: int) -> tu
         dims[dims.index(-1)] = size // known
     elif math.prod(dims) != size:
         raise ShapeError("shape", expected, f"shape {shape_text(dims)} of {math.prod(dims)} elements")
-    # Only an empty tensor gets here with huge dimensions ([2**62, 0]): NumPy, counting zeros as 1,
-    # cannot make its array, so numpy() would fail with a bare ValueError.
-    if too_many_elements(dims) or math.prod(max(d, 1) for d in dims) * itemsize > np.iinfo(np.intp).max:
-        raise ShapeError("shape", "a shape NumPy can make (its dimensions, zeros counted as 1, multiply to fewer "
-                         "than 2^62 elements and 2^63 bytes)", f"shape {shape_text(dims)}")  # fmt: skip
+    check_array_shape("shape", dims, itemsize)  # an empty tensor's huge dimensions ([2**62, 0])
     return tuple(dims)
 
 
