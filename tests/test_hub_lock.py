@@ -465,6 +465,24 @@ def test_a_lock_file_that_is_a_fifo_is_refused_not_waited_on(server, project):
     assert _cli("lock", str(project))[0] == 0 and lockfile.is_file()
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+def test_get_locked_kernel_names_a_lock_file_that_is_a_fifo_as_one(server, tmp_path):
+    """lockfile= a FIFO (or a folder whose webgpu-kernels.lock is one) had said "no such lock file"."""
+    import os
+
+    fifo = tmp_path / "fifo.lock"
+    os.mkfifo(fifo)
+    with pytest.raises(PackageError, match=r"the lock file is not a regular file \(a FIFO\)") as info:
+        wk.get_locked_kernel(OFFICIAL, fifo)
+    assert info.value.path == str(fifo)
+    os.mkfifo(tmp_path / "webgpu-kernels.lock")
+    with pytest.raises(PackageError, match=r"the lock file is not a regular file \(a FIFO\)") as info:
+        wk.get_locked_kernel(OFFICIAL, tmp_path)
+    assert info.value.path == str(tmp_path / "webgpu-kernels.lock")
+    with pytest.raises(PackageError, match="no such lock file"):  # still said of no file at all
+        wk.get_locked_kernel(OFFICIAL, tmp_path / "nope.lock")
+
+
 def test_lock_keeps_the_lock_files_permissions(server, project):
     lockfile = project / "webgpu-kernels.lock"
     lockfile.write_text('{"format": 1, "kernels": []}\n', encoding="utf-8")

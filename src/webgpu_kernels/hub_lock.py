@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import hub
-from .digests import MAX_FILE_BYTES, METADATA_FILE, decode_json
+from .digests import MAX_FILE_BYTES, METADATA_FILE, decode_json, not_regular
 from .errors import DigestError, HubError, PackageError, shorten
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
 from .locations import OFFICIAL_ORG, Location, check_trust, checked_repo_id
@@ -360,6 +360,9 @@ def find_lockfile(lockfile: str | os.PathLike[str] | None = None) -> Path:
         path = Path(lockfile)
         if path.is_dir():
             path = path / LOCK_FILE
+        kind = not_regular(path)  # is_file() is False for a FIFO or a folder too: none is "no such lock file"
+        if kind is not None:
+            raise PackageError(f"the lock file is not a regular file ({kind})", path=str(path))
         if not path.is_file():
             raise PackageError("no such lock file (write it with `webgpu-kernels lock PROJECT_DIR`)", path=str(path))
         return path
