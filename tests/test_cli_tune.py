@@ -509,6 +509,29 @@ def test_a_tuner_that_keeps_the_manifest_selection_stores_nothing_and_drops_an_o
     assert wk.load_kernel(QG_DIR).explain({"X": x}).tuned is None
 
 
+def test_a_tune_that_stores_what_the_file_already_held_does_not_say_saved(runner, tuning_dir, monkeypatch):
+    """TuningCache.save() writes nothing where no entry changes, yet tune said "saved: FILE". With
+    real timings each run stores a new median; here the search's time is fixed, so the second run
+    of the same tune stores the very entry the first one wrote."""
+    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None, on_candidate=None):
+        return (1e-6, "scalar", {"WORKGROUP_SIZE": 128}), []
+
+    monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
+    monkeypatch.setattr(cli_tune, "_search", search)
+    path = tuning_file(tuning_dir)
+    first = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
+    assert f"saved: {path} (a choice for 1 of 1 tuning classes)" in first, first
+    written = path.read_bytes()
+    path.touch()
+    mtime = path.stat().st_mtime_ns
+    second = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
+    assert "saved:" not in second, second
+    assert f"{path} already held these choices (a choice for 1 of 1 tuning classes): nothing written" in second, second
+    assert path.read_bytes() == written and path.stat().st_mtime_ns == mtime  # not rewritten
+    assert stored_entries(tuning_dir)[TINY_KEY] == {"variant": "scalar", "tunables": {"WORKGROUP_SIZE": 128},
+                                                    "median_s": 1e-6}  # fmt: skip
+
+
 def _twice_package(write_package):
     """demo.Twice, Y = 2X, with two bench.json cases of one tuning class (X=4096): even-4096 and
     odd-4097. Its selection, `looped`, reads REPEAT elements of X per element (1000 by default: on

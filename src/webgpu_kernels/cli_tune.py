@@ -215,7 +215,11 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             untouched = "" if wrote else f"; {cache.path} {'is as it was' if existed else 'was not created'}"
             console.print(f"nothing stored in {cache.path}: {classes} {why}{untouched}", soft_wrap=True)
         else:
-            console.print(f"saved: {cache.path} (a choice for {stored} of {len(by_class)} tuning classes)", soft_wrap=True)
+            choices = f"(a choice for {stored} of {len(by_class)} tuning classes)"
+            if wrote:
+                console.print(f"saved: {cache.path} {choices}", soft_wrap=True)
+            else:  # every entry (median included) as the file held it: "saved:" had named a file not written
+                console.print(f"{cache.path} already held these choices {choices}: nothing written", soft_wrap=True)
             if kept:
                 console.print(f"{kept} of {len(by_class)} tuning classes keep {why}", soft_wrap=True)
     else:  # every case errored or was skipped: "saved:" had named a file that nothing was written to
