@@ -6,9 +6,12 @@
 
 with CLIP ViT-L/14's text tower sizes (hidden 768, intermediate 3072, 77 tokens). The weights are
 random (seeded, N(0, 0.02) as a fresh CLIP's init). Every intermediate stays on the GPU
-(``output="gpu"``); only Y is read back, and compared with a float64 NumPy reference.
+(``output="gpu"``); only Y is read back, and compared with a float64 NumPy reference. The weights
+stay 2-D (K, N), as a checkpoint has them: the MatMuls run on (B*77, K) views of X and A
+(``GpuTensor.reshape``, no copy). ``--input-dtype float32`` with ``--dtype float16`` uploads X in
+float32, as activations usually come, and converts it on the GPU (``GpuTensor.astype``).
 
-    python3 examples/clip_mlp.py --batch 2 --dtype float16 [--adapter vulkan]
+    python3 examples/clip_mlp.py --batch 2 --dtype float16 [--input-dtype float32] [--adapter vulkan]
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ TOLERANCE = {"float32": 3e-5, "float16": 8e-3}
 MATMUL_PACKAGE = Path(__file__).resolve().parents[1] / "tests" / "packages" / "demo.MatMul"
 
 
-def make_inputs(batch: int, dtype: str, seed: int) -> dict[str, np.ndarray]:
-    """X and the block's weights, in ``dtype``: W1 (768, 3072) and W2 (3072, 768) as nn.Linear's
-    transposed weights (y = x @ W), biases (3072,) and (768,)."""
+def make_inputs(batch: int, dtype: str, seed: int, input_dtype: str | None = None) -> dict[str, np.ndarray]:
+    """X in ``input_dtype`` (default ``dtype``) and the block's weights in ``dtype``: W1 (768, 3072)
+    and W2 (3072, 768) as nn.Linear's transposed weights (y = x @ W), biases (3072,) and (768,)."""
     rng = np.random.default_rng(seed)
     arrays = {
         "X": rng.standard_normal((batch, SEQUENCE, HIDDEN)),
@@ -46,12 +49,14 @@ def make_inputs(batch: int, dtype: str, seed: int) -> dict[str, np.ndarray]:
         "W2": rng.normal(0.0, INIT_STD, (INTERMEDIATE, HIDDEN)),
         "b2": rng.normal(0.0, INIT_STD, HIDDEN),
     }
-    return {name: array.astype(dtype) for name, array in arrays.items()}
+    return {name: array.astype((input_dtype or dtype) if name == "X" else dtype) for name, array in arrays.items()}
 
 
 def reference(arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """The block in float64 NumPy, from the same (rounded) inputs the GPU gets."""
-    x, w1, b1, w2, b2 = (arrays[name].astype(np.float64) for name in ("X", "W1", "b1", "W2", "b2"))
+    """The block in float64 NumPy, from the same (rounded) inputs the GPU gets: X in the weights'
+    dtype, as the block's ``astype`` converts it (on lavapipe bit for bit as NumPy's astype)."""
+    dtype = arrays["W1"].dtype
+    x, w1, b1, w2, b2 = (arrays[name].astype(dtype).astype(np.float64) for name in ("X", "W1", "b1", "W2", "b2"))
     h = x @ w1 + b1
     a = h / (1.0 + np.exp(-ALPHA * h))
     return a @ w2 + b2 + x
@@ -65,10 +70,9 @@ class ClipMlp:
         self.matmul = wk.load_kernel(MATMUL_PACKAGE)
         self.bias_add = wk.get_kernel("com.microsoft.BiasAdd")
         self.quick_gelu = wk.get_kernel("com.microsoft.QuickGelu")
-        # demo.MatMul takes A and B of one rank (2 to 4), B's batch dimensions 1 or A's: a 2-D W1
-        # beside a 3-D X is a RankError, so the weights go up as (1, K, N), broadcast over the batch.
-        self.w1 = wk.to_gpu(arrays["W1"][np.newaxis], adapter=adapter)
-        self.w2 = wk.to_gpu(arrays["W2"][np.newaxis], adapter=adapter)
+        self.dtype = arrays["W1"].dtype
+        self.w1 = wk.to_gpu(arrays["W1"], adapter=adapter)  # (768, 3072), 2-D as a checkpoint has it
+        self.w2 = wk.to_gpu(arrays["W2"], adapter=adapter)
         self.b1 = wk.to_gpu(arrays["b1"], adapter=adapter)
         self.b2 = wk.to_gpu(arrays["b2"], adapter=adapter)
         self._zeros: dict[tuple[int, ...], wk.GpuTensor] = {}  # BiasAdd's skip for H = X @ W1 + b1
@@ -80,15 +84,26 @@ class ClipMlp:
         return self._zeros[shape]
 
     def __call__(self, x: wk.GpuTensor) -> tuple[wk.GpuTensor, list[wk.GpuTensor]]:
-        """Y for a GPU-resident X, recorded and not yet run; also the intermediates, to release
+        """Y for a GPU-resident X (B, 77, 768), recorded and not yet run; also the tensors made on
+        the way, views included (a view and its base are released each on its own), to release
         once Y is read."""
         gpu: dict[str, Any] = {"output": "gpu", "adapter": self.adapter}
-        h0 = self.matmul({"A": x, "B": self.w1}, **gpu)["Y"]
+        made: list[wk.GpuTensor] = []
+        if x.dtype != self.dtype:  # float32 activations into a float16 block: converted on the GPU
+            x = x.astype(self.dtype)
+            made.append(x)
+        # demo.MatMul wants A and B of one rank: X and A go in as (B*77, K) views beside 2-D weights,
+        # and the products come back as (B, 77, N) views, the (N, S, C) that BiasAdd wants.
+        x_rows = x.reshape(-1, HIDDEN)
+        h0_rows = self.matmul({"A": x_rows, "B": self.w1}, **gpu)["Y"]
+        h0 = h0_rows.reshape(*x.shape[:-1], INTERMEDIATE)
         h = self.bias_add({"X": h0, "bias": self.b1, "skip": self.zeros(h0.shape, h0.dtype)}, **gpu)["Y"]
         a = self.quick_gelu({"X": h}, attrs={"alpha": ALPHA}, **gpu)["Y"]
-        z = self.matmul({"A": a, "B": self.w2}, **gpu)["Y"]
+        a_rows = a.reshape(-1, INTERMEDIATE)
+        z_rows = self.matmul({"A": a_rows, "B": self.w2}, **gpu)["Y"]
+        z = z_rows.reshape(x.shape)
         y = self.bias_add({"X": z, "bias": self.b2, "skip": x}, **gpu)["Y"]
-        return y, [h0, h, a, z]
+        return y, [*made, x_rows, h0_rows, h0, h, a, a_rows, z_rows, z]
 
     def release(self) -> None:
         for tensor in (self.w1, self.w2, self.b1, self.b2, *self._zeros.values()):
@@ -97,13 +112,14 @@ class ClipMlp:
 
 
 def run(batch: int = 2, dtype: str = "float32", adapter: str | None = None, repeats: int = 5,
-        seed: int = 0) -> dict[str, Any]:  # fmt: skip
+        seed: int = 0, input_dtype: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Runs the block once to check it, then ``repeats`` more times to time it (host wall clock
-    from the first call to Y in NumPy). Returns what ``main`` prints."""
+    from the first call to Y in NumPy; X's conversion, if any, included). Returns what ``main``
+    prints."""
     summary = wk.choose_adapter(adapter)
     if dtype == "float16" and "shader-f16" not in summary.features:
         raise SystemExit(f"{summary.name} ({summary.backend}) has no shader-f16 feature: use --dtype float32")
-    arrays = make_inputs(batch, dtype, seed)
+    arrays = make_inputs(batch, dtype, seed, input_dtype)
     want = reference(arrays)
     block = ClipMlp(arrays, adapter)
     x = wk.to_gpu(arrays["X"], adapter=adapter)
@@ -128,6 +144,7 @@ def run(batch: int = 2, dtype: str = "float32", adapter: str | None = None, repe
         "adapter": f"{summary.name} ({summary.backend})",
         "shape": got.shape,
         "dtype": str(got.dtype),
+        "input_dtype": str(arrays["X"].dtype),
         "max_error": error,
         "tolerance": TOLERANCE[dtype],
         "ok": error <= TOLERANCE[dtype],
@@ -139,7 +156,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description="A CLIP text encoder MLP block (768 -> 3072 -> 768, quick_gelu, "
                                                  "residual) through webgpu-kernels, checked against NumPy float64.")
     parser.add_argument("--batch", type=int, default=2, help="B of X (B, 77, 768); default 2")
-    parser.add_argument("--dtype", choices=sorted(TOLERANCE), default="float32")
+    parser.add_argument("--dtype", choices=sorted(TOLERANCE), default="float32", help="the block's; default float32")
+    parser.add_argument("--input-dtype", choices=sorted(TOLERANCE), default=None,
+                        help="X's, as uploaded (converted on the GPU to --dtype); default: --dtype")
     parser.add_argument("--adapter", default=None,
                         help="a backend (vulkan, metal, d3d12, gl) or part of the adapter's name; default: the best")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs after the checked one; default 5")
@@ -147,8 +166,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.batch < 1 or args.repeat < 0:
         parser.error("--batch must be at least 1 and --repeat at least 0")
-    result = run(args.batch, args.dtype, args.adapter, args.repeat, args.seed)
+    result = run(args.batch, args.dtype, args.adapter, args.repeat, args.seed, args.input_dtype)
     print(f"adapter: {result['adapter']}")
+    if result["input_dtype"] != result["dtype"]:
+        print(f"X uploaded in {result['input_dtype']}, converted to {result['dtype']} on the GPU (astype)")
     print(f"Y {result['shape']} {result['dtype']}: max |Y - float64 reference| = {result['max_error']:.3g} "
           f"(tolerance {result['tolerance']:g}): {'ok' if result['ok'] else 'TOO LARGE'}")
     if result["seconds"]:

@@ -26,16 +26,22 @@ def load_example(name: str) -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"], ids=["f32", "f16"])
-def test_clip_mlp_example(dtype: str, need_dtype, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "input_dtype"),
+    [("float32", "float32"), ("float16", "float16"), ("float16", "float32")],
+    ids=["f32", "f16", "f16-from-f32"],
+)
+def test_clip_mlp_example(dtype: str, input_dtype: str, need_dtype, capsys: pytest.CaptureFixture[str]) -> None:
+    """float16 from float32: X goes up in float32 and the block converts it with astype on the GPU."""
     need_dtype(dtype)
     clip_mlp = load_example("clip_mlp")
-    result = clip_mlp.main(["--batch", "1", "--dtype", dtype, "--repeat", "1"])
-    assert result["shape"] == (1, 77, 768) and result["dtype"] == dtype
+    result = clip_mlp.main(["--batch", "1", "--dtype", dtype, "--input-dtype", input_dtype, "--repeat", "1"])
+    assert result["shape"] == (1, 77, 768) and result["dtype"] == dtype and result["input_dtype"] == input_dtype
     assert math.isfinite(result["max_error"]) and result["max_error"] <= clip_mlp.TOLERANCE[dtype]
     assert result["ok"] and len(result["seconds"]) == 1
     out = capsys.readouterr().out
     assert "max |Y - float64 reference|" in out and ": ok" in out and "host wall clock" in out
+    assert ("converted to float16 on the GPU" in out) == (input_dtype != dtype)
 
 
 def test_clip_mlp_reference_is_the_block() -> None:
