@@ -888,6 +888,18 @@ def _scalar_wins(monkeypatch):
     monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
 
 
+
+def _linked_tuning_file(tuning_dir, tmp_path):
+    """The adapter's tuning file as a symbolic link to an empty tuning file the user keeps elsewhere
+    (a dotfiles repository): (the link, the file)."""
+    path = tuning_file(tuning_dir)
+    path.parent.mkdir(parents=True)
+    kept = tmp_path / "dotfiles" / "gpu.json"
+    kept.parent.mkdir()
+    kept.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {}}), "utf-8")
+    path.symlink_to(kept)
+    return path, kept
+
 def test_tune_writes_through_a_tuning_file_that_is_a_link_to_the_file_it_links_to(runner, tuning_dir, monkeypatch,
                                                                                     tmp_path):  # fmt: skip
     """A tuning file linked to one the user keeps elsewhere (a dotfiles repository): tune replaced the
@@ -895,12 +907,7 @@ def test_tune_writes_through_a_tuning_file_that_is_a_link_to_the_file_it_links_t
     (through a temporary file beside it), the link kept; a damaged one is moved aside beside it."""
     import os
 
-    path = tuning_file(tuning_dir)
-    path.parent.mkdir(parents=True)
-    kept = tmp_path / "dotfiles" / "gpu.json"
-    kept.parent.mkdir()
-    kept.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {}}), "utf-8")
-    path.symlink_to(kept)
+    path, kept = _linked_tuning_file(tuning_dir, tmp_path)
     _scalar_wins(monkeypatch)
     out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
     assert path.is_symlink() and os.readlink(path) == str(kept)
@@ -939,12 +946,7 @@ def test_tune_refuses_a_link_to_a_file_it_cannot_write_before_any_search(runner,
     """A tuning file linked to a file in a folder this user cannot write (a read-only checkout): the
     folder check looked at the link's folder only, so tune searched the first case and then failed
     to save, the very thing the check is there to prevent (helper-30)."""
-    path = tuning_file(tuning_dir)
-    path.parent.mkdir(parents=True)
-    kept = tmp_path / "dotfiles" / "gpu.json"
-    kept.parent.mkdir()
-    kept.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {}}), "utf-8")
-    path.symlink_to(kept)
+    path, kept = _linked_tuning_file(tuning_dir, tmp_path)
     monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed before refusing"))
     undo = []
     try:
