@@ -164,10 +164,7 @@ def stored_entry(kernel: Planner, metas: Mapping[str, Any], attrs: Mapping[str, 
 def _other_version(kernel: Planner, cache: tuning.TuningCache, key: str) -> StoredEntry | None:
     """An entry for the call's class tuned for another version of this op's package (same op id,
     another digest in its tuning key), if the file holds one: the first by key where several do."""
-    rest = key[len(kernel.tuning_key):]  # from the first "|": the class
-    op = kernel.tuning_key.rsplit("@", 1)[0] + "@"
-    others = sorted(k for k in list(cache.entries) if k.endswith(rest) and k[:-len(rest)].startswith(op)
-                    and "|" not in k[len(op):-len(rest)] and k != key)  # fmt: skip
+    others = tuning.other_versions(list(cache.entries), key, kernel.tuning_key)
     if not others:
         return None
     entry = cache.entries.get(others[0])
@@ -175,7 +172,7 @@ def _other_version(kernel: Planner, cache: tuning.TuningCache, key: str) -> Stor
         return None
     more = f" (and {len(others) - 1} more such entries)" if len(others) > 1 else ""
     reason = (f"it was tuned for another version of this op's package (its manifest or templates differ: "
-              f"tuning key {others[0][:-len(rest)]!r}, this package's {kernel.tuning_key!r}), so calls of this one "
+              f"tuning key {others[0].split('|', 1)[0]!r}, this package's {kernel.tuning_key!r}), so calls of this one "
               f"never find it{more}; `webgpu-kernels tune` tunes this one")  # fmt: skip
     return StoredEntry(cache.path, others[0], entry["variant"], dict(entry["tunables"]), reason)
 

@@ -19,7 +19,7 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,16 @@ def entry_key(op_id: str, dtypes: Mapping[str, str], shapes: Mapping[str, Sequen
     without = f"|without={','.join(sorted(absent))}" if absent else ""
     settings = ",".join(f"{k}={json.dumps(canonical_attr(v), sort_keys=True)}" for k, v in sorted((attrs or {}).items()))
     return f"{op_id}|{types}|{shape_class(shapes)}{without}" + (f"|attrs={settings}" if settings else "")
+
+
+def other_versions(entries: Iterable[str], key: str, package: str) -> list[str]:
+    """The keys among ``entries`` for ``key``'s tuning class (an :func:`entry_key` of ``package``, a
+    :func:`package_key`) made for another version of that op's package: the same op id and class,
+    another digest; sorted. Calls never find them (``explain`` says so)."""
+    rest = key[len(package):]  # from the first "|": the class
+    op = package.rsplit("@", 1)[0] + "@"
+    return sorted(k for k in entries if k != key and k.endswith(rest) and k[:-len(rest)].startswith(op)
+                  and "|" not in k[len(op):-len(rest)])  # fmt: skip
 
 
 @dataclass(frozen=True)
