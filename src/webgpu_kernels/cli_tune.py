@@ -241,8 +241,7 @@ def _check_writable(path: Path) -> None:
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check.")  # noqa: SIM115 - closed at once
-        probe.close()
+        _probe_new_file(folder)
         lock = folder / tuning.LOCK_NAME
         if lock.exists():
             with open(lock, "a"):  # as filelock opens it
@@ -264,11 +263,16 @@ def _check_writable(path: Path) -> None:
                                f"{tuning.CACHE_ENV} to a folder of your own, or pass --dry-run") from None  # fmt: skip
 
 
+def _probe_new_file(folder: Path) -> None:
+    """An OSError unless this user can make a file in ``folder`` (a temporary one, removed at once)."""
+    tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check.").close()  # noqa: SIM115 - closed at once
+
+
 def _check_writable_beside(target: Path) -> None:
     """The folder of the file a tuning file's link points to takes a new file, or that file is
     written in place (what replace_file does where its folder takes none)."""
     try:
-        tempfile.NamedTemporaryFile(dir=target.parent, prefix=".write-check.").close()  # noqa: SIM115 - closed at once
+        _probe_new_file(target.parent)
     except OSError as exc:
         if not (target.is_file() and os.access(target, os.W_OK)):
             raise PermissionError(exc.errno or errno.EACCES, "the tuning file is a link to a file this user cannot "
