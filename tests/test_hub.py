@@ -1360,7 +1360,7 @@ def test_the_published_versions_an_error_lists_are_bounded(monkeypatch):
     """A revision the endpoint does not have lists its vN refs: an endpoint with a million of them had
     made a message of megabytes. The newest few are named, with the count (helper-131)."""
     monkeypatch.setattr(hub, "_published_versions", lambda *a: [f"v{i}" for i in range(1, 100_001)])
-    message = str(hub._no_revision(OFFICIAL, "v0", endpoint=None, token=None, version=None))
+    message = str(hub.no_revision(OFFICIAL, "v0", endpoint=None, token=None, version=None))
     assert message.endswith("published versions: " + ", ".join(f"v{i}" for i in range(99_989, 100_001))
                             + " (100000 in all)") and len(message) < 400, message[:400]  # fmt: skip
 

@@ -275,10 +275,10 @@ def _listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any,
         return None, None, exc.error
     except _NoSuchRevision:  # snapshot_download raises RevisionNotFoundError for it too, cached or not,
         # after asking the same request again (helper-109)
-        raise _no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
+        raise no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
 
 
-def _no_revision(repo_id: str, rev: str, *, endpoint: str | None, token: Any, version: int | None) -> HubError:
+def no_revision(repo_id: str, rev: str, *, endpoint: str | None, token: Any, version: int | None) -> HubError:
     """The endpoint has no revision ``rev`` of the repository: the error, with its published versions."""
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
     published = _published_versions(repo_id, endpoint, token)
@@ -315,7 +315,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
         path = snapshot_download(
             repo_id, repo_type=REPO_TYPE, revision=listed or rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
             cache_dir=str(cache_dir), endpoint=endpoint, local_files_only=offline or unreached is not None, token=token,
-            library_name="webgpu-kernels", library_version=_library_version(),
+            library_name="webgpu-kernels", library_version=library_version(),
         )  # fmt: skip
         if listed is not None and Path(path).name == listed != rev:
             hub_cache.point_ref(endpoint, repo_id, rev, listed)  # as a download of `rev` records it, for offline use
@@ -326,13 +326,13 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
         return path, _cache_reason(where, offline=offline, unreached=unreached, unlisted=unlisted)
     except RevisionNotFoundError:  # a commit the endpoint does not have, not cached (a branch or tag is refused
         # by _listing already)
-        raise _no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
+        raise no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
     except GatedRepoError:  # a RepositoryNotFoundError too: a repository just listed had read "no kernel repository"
         raise HubError(f"{repo_id} on {where} is gated: its files are served only to accounts granted access; "
-                       f"{_token_advice(token, endpoint, gated=True)}", repo_id=repo_id, revision=rev) from None  # fmt: skip
+                       f"{token_hint(token, endpoint, gated=True)}", repo_id=repo_id, revision=rev) from None  # fmt: skip
     except RepositoryNotFoundError:
         raise HubError(f"no kernel repository {repo_id!r} on {where} (or it is private and "
-                       f"{_token_advice(token, endpoint)})", repo_id=repo_id, revision=rev) from None  # fmt: skip
+                       f"{token_hint(token, endpoint)})", repo_id=repo_id, revision=rev) from None  # fmt: skip
     except LocalEntryNotFoundError as exc:
         from huggingface_hub import constants
 
@@ -455,7 +455,7 @@ def http_status(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
-def _token_advice(token: Any, endpoint: str | None, *, gated: bool = False) -> str:
+def token_hint(token: Any, endpoint: str | None, *, gated: bool = False) -> str:
     """Which token went with the request (none, HF_TOKEN or a login) and what to do, for a private or
     gated repository: it had read "no valid token was sent" whether one was sent or not."""
     if token is False:  # download() sends the token only to HF_ENDPOINT's Hub
@@ -503,7 +503,7 @@ class _Unreachable(Exception):
         self.error = error
 
 
-def _metadata_timeout() -> float:
+def metadata_timeout() -> float:
     """Seconds to wait for the Hub's answer about a revision: huggingface_hub's own time limit for
     metadata requests (HF_HUB_ETAG_TIMEOUT, 10 s by default). Its repo_info has none by default, so
     a Hub that took the connection and never answered hung get_kernel, cached copy or not (helper-36)."""
@@ -536,7 +536,7 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     try:
         # repo_info fails at once when the Hub cannot be reached; the tree listing would retry for
         # 23 s first (five times, with backoff), delaying the fallback to the cache.
-        named = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE, timeout=_metadata_timeout()).sha
+        named = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE, timeout=metadata_timeout()).sha
     except Exception as exc:  # noqa: BLE001 - unreachable, no such repository or revision: snapshot_download
         if {"ConnectError", "TimeoutException"} & {c.__name__ for c in type(exc).__mro__}:  # httpx's (httpx2's)
             raise _Unreachable(exc) from exc  # what snapshot_download counts as no connection: the cache answers
@@ -653,7 +653,7 @@ def _published_versions(repo_id: str, endpoint: str | None, token: Any) -> list[
     return versions
 
 
-def _library_version() -> str:
+def library_version() -> str:
     from . import __version__
 
     return __version__

@@ -200,7 +200,7 @@ def branch_commit(repo_id: str, version: int, *, api: Any = None) -> str:
     endpoint = hub_endpoint()
     api = api if api is not None else HfApi(endpoint=endpoint)
     try:
-        commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE, timeout=hub._metadata_timeout()).sha
+        commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE, timeout=hub.metadata_timeout()).sha
     except Exception as exc:  # noqa: BLE001 - each answer is named below; anything else is the client's
         raise _hub_error(exc, repo_id, rev, version=version) from None
     if not (isinstance(commit, str) and _COMMIT.fullmatch(commit)):
@@ -227,7 +227,7 @@ def _metadata_bytes(api: Any, repo_id: str, commit: str, rev: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="webgpu-kernels-lock-") as tmp:
             path = hf_hub_download(repo_id, name, repo_type=REPO_TYPE, revision=commit, cache_dir=tmp,
                                    endpoint=api.endpoint, library_name="webgpu-kernels",
-                                   library_version=hub._library_version())  # fmt: skip
+                                   library_version=hub.library_version())  # fmt: skip
             with open(path, "rb") as handle:
                 data = handle.read(MAX_FILE_BYTES + 1)
     except HubError:
@@ -252,13 +252,13 @@ def _hub_error(exc: Exception, repo_id: str, rev: str, *, version: int | None) -
         return HubError(f"{repo_id} revision {rev!r}: {where} cannot be reached ({type(exc).__name__}: "
                         f"{hub.first_line(exc)}), so the lock cannot be made", repo_id=repo_id, revision=rev)  # fmt: skip
     if isinstance(exc, RevisionNotFoundError):
-        return hub._no_revision(repo_id, rev, endpoint=endpoint, token=None, version=version)
+        return hub.no_revision(repo_id, rev, endpoint=endpoint, token=None, version=version)
     if isinstance(exc, GatedRepoError):
         return HubError(f"{repo_id} on {where} is gated: its files are served only to accounts granted access; "
-                        f"{hub._token_advice(None, endpoint, gated=True)}", repo_id=repo_id, revision=rev)  # fmt: skip
+                        f"{hub.token_hint(None, endpoint, gated=True)}", repo_id=repo_id, revision=rev)  # fmt: skip
     if isinstance(exc, RepositoryNotFoundError):
         return HubError(f"no kernel repository {repo_id!r} on {where} (or it is private and "
-                        f"{hub._token_advice(None, endpoint)})", repo_id=repo_id, revision=rev)  # fmt: skip
+                        f"{hub.token_hint(None, endpoint)})", repo_id=repo_id, revision=rev)  # fmt: skip
     if isinstance(exc, HfHubHTTPError):
         return HubError(f"{repo_id} revision {rev!r}: the Hub answered {hub.http_answer(exc)}", repo_id=repo_id,
                         revision=rev)  # fmt: skip
