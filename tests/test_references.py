@@ -63,3 +63,24 @@ def test_onnxruntime_reference() -> None:
     got = references.onnxruntime_reference(QUICK_GELU, {"X": x}, {"alpha": 1.0}, output_shapes={"Y": x.shape})
     np.testing.assert_allclose(got["Y"], want, rtol=1e-6, atol=1e-7)  # a contrib op: nothing inferred, run
 
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_onnxruntime_refusal_names_an_older_opset() -> None:
+    """A package mirroring ai.onnx.HardSigmoid with `new`'s sinceVersion 1 had `run --onnx-op` say only
+    "no CPU kernel for this op and dtype" (float32) or an ORT Cast error (float16): ORT registers
+    HardSigmoid from version 6. The refusal names the opset, the version it selects and the op's
+    versions (helper-180)."""
+    x = np.linspace(-4, 4, 8, dtype=np.float32)
+    for dtype in (np.float32, np.float16):
+        with pytest.raises(references.ReferenceUnavailable, match=r"opset 1, .*HardSigmoid-1.*versions 1, 6, 22"):
+            references.onnxruntime_reference("ai.onnx.HardSigmoid", {"X": x.astype(dtype)}, {}, opset=1)
+    got = references.onnxruntime_reference("ai.onnx.HardSigmoid", {"X": x}, {"alpha": 0.25}, opset=6)["Y"]
+    np.testing.assert_allclose(got, np.clip(0.25 * x.astype(np.float64) + 0.5, 0, 1), rtol=1e-6)
+    # An op newer than the opset: "does not know this op" had read as if ONNX had no such op.
+    with pytest.raises(references.ReferenceUnavailable, match=r"opset 1 has no Gelu \(its versions 20\)"):
+        references.onnxruntime_reference("ai.onnx.Gelu", {"X": x}, {}, opset=1)
+    # The newest version selected: ORT's own reason, no hint.
+    with pytest.raises(references.ReferenceUnavailable, match="^onnxruntime has no CPU kernel for this op and dtype$"):
+        references.onnxruntime_reference("com.microsoft.BiasAdd", {"X": x.reshape(1, 2, 4), "bias": x[:4],
+                                                                   "skip": x.reshape(1, 2, 4)}, {}, opset=1)  # fmt: skip

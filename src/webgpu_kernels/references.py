@@ -206,6 +206,31 @@ def _ort_refusal(error: Exception) -> str:
     return f"onnxruntime refused this call: {message}"
 
 
+def _opset_hint(op_id: str, opset: int | None) -> str:
+    """Where the opset the model imports selects an older version of the op than its newest, or none
+    at all, the text that says so: `new` writes sinceVersion 1, and ORT registers many ai.onnx ops
+    from a later version only (HardSigmoid from 6), which it reported as "no CPU kernel"."""
+    domain, _, name = op_id.rpartition(".")
+    onnx_domain = "" if domain in ("ai.onnx", "") else domain
+    used = opset if opset is not None else AI_ONNX_OPSET if not onnx_domain else 1
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+        versions = sorted({s.since_version for s in ort_state.get_all_operator_schema()
+                           if s.name == name and s.domain == onnx_domain})  # fmt: skip
+    except Exception:  # noqa: BLE001 - no schemas to read: ORT's reason stands alone
+        return ""
+    selected = [v for v in versions if v <= used]
+    if not versions or (selected and selected[-1] == versions[-1]):
+        return ""
+    listed = ", ".join(map(str, versions))
+    domain_name = domain or "ai.onnx"
+    fix = "set the manifest's sinceVersion, the opset the model imports, to the version the package mirrors"
+    if not selected:
+        return f"; {domain_name} opset {used} has no {name} (its versions {listed}): {fix}"
+    return f" (the model imports {domain_name} opset {used}, which selects {name}-{selected[-1]} of its versions {listed}: {fix})"
+
+
 #: Why an output has no ONNX Runtime reference value (onnxruntime_reference leaves it out), as `run` and
 #: `bench` say it.
 UNCOMPUTED_OUTPUTS = "optional outputs its release leaves out"
@@ -255,7 +280,7 @@ def onnxruntime_reference(
     except ReferenceUnavailable:
         raise
     except Exception as error:  # noqa: BLE001 - ORT raises its own exception types (NOT_IMPLEMENTED, ...)
-        raise ReferenceUnavailable(_ort_refusal(error)) from None
+        raise ReferenceUnavailable(_ort_refusal(error) + _opset_hint(op_id, opset)) from None
     # An optional output its CPU kernel does not compute comes back None (a contrib normalisation's
     # statistics, in releases before 1.30): no reference for it. np.asarray(None) had been one of shape (),
     # which `run` and `bench` called a WRONG shape in a correct kernel's output (tests/test_cli_run.py).
