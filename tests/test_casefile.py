@@ -734,3 +734,17 @@ def test_type_label_names_a_type_variable_only_a_one_type_constraint_fixes(packa
                          case.attrs, case.tunables).type_bindings()  # fmt: skip
     assert case.type_binding(kernel.manifest, arrays) == binding
     assert case.type_label(kernel.manifest) == case.type_label(kernel.manifest, arrays) == label
+
+
+def test_misspelt_case_field_names_the_field_meant() -> None:
+    """'expcted' in a case, 'rtoll' in a tolerance, 'tgas' in a bench case: the schema error names the
+    field meant (helper-180; it had said only that the field was unexpected)."""
+    case = {"name": "a", "inputs": {"X": {"shape": [2], "values": [1, 2]}},
+            "expcted": {"Y": {"shape": [2], "values": [2, 4]}}}  # fmt: skip
+    data = {"tolerances": {"float32": {"rtoll": 1e-5}}, "cases": [case]}
+    found = {e.json_path: str(e) for e in casefile.schema_errors(data, "test", file="test.json")}
+    assert "(did you mean 'expected'?)" in found["cases[0]"]
+    assert "(did you mean 'rtol'?)" in found["tolerances.float32"]
+    bench = {"cases": [{"name": "b", "tgas": ["x"], "inputs": {"X": {"shape": [2]}}}]}
+    (error,) = casefile.schema_errors(bench, "bench", file="bench.json")
+    assert "(did you mean 'tags'?)" in str(error)

@@ -576,3 +576,18 @@ def test_a_rank_written_as_a_whole_float_is_that_rank():
     metas = {"X": ((2, 3, 4), "float32"), "bias": ((1, 4), "float32"), "skip": ((2, 3, 4), "float32")}
     with pytest.raises(errors.RankError, match="argument 'bias': expected rank 1, got rank 2"):
         check_call(manifest, metas, None, None)
+
+
+def test_misspelt_field_names_the_field_meant() -> None:
+    """A misspelt manifest key had read "Additional properties are not allowed ('atributes' was
+    unexpected)", and the attributes it held then read as undeclared; the schema error names the
+    field meant (helper-180)."""
+    data = seed("com.microsoft.QuickGelu")
+    data["atributes"] = data.pop("attributes")
+    data["variants"][0]["passes"][0]["bindings"][0]["elementtype"] = "f32"
+    problems = {p.json_path: p.detail for p in check_manifest(data)}
+    assert "did you mean 'attributes'?" in problems[""]
+    assert "did you mean 'elementType'?" in problems["variants[0].passes[0].bindings[0]"]
+    data.pop("atributes")
+    data["zzz"] = 1  # nothing near it: no guess
+    assert "did you mean" not in {p.json_path: p.detail for p in check_manifest(data)}[""]

@@ -8,6 +8,7 @@ the end of the string, which Python spells ``\\Z``.
 
 from __future__ import annotations
 
+import difflib
 import re
 from functools import cache
 from typing import Any
@@ -35,7 +36,29 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
             yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
+def _field_meant(instance: dict[str, Any], schema: dict[str, Any]) -> str:
+    """" (did you mean 'attributes'?)" for misspelt fields: the schema's message names the field that
+    came, not the one it takes, and what a misspelt field held then reads as missing elsewhere."""
+    known = [k for k in schema.get("properties", {}) if isinstance(k, str)]
+    extra = sorted(str(k) for k in instance if k not in known)
+    guesses = []
+    for name in extra:
+        close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(name, known, n=1)
+        if close:
+            guesses.append(repr(close[0]) + (f" for {name!r}" if len(extra) > 1 else ""))
+    return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+
+
 def validator(schema: dict[str, Any]) -> Any:
-    """A validator of ``schema``'s draft whose ``pattern`` anchors ``$`` at the end of the string."""
+    """A validator of ``schema``'s draft whose ``pattern`` anchors ``$`` at the end of the string,
+    and whose unknown-field errors name the field meant where one is close."""
     cls = jsonschema.validators.validator_for(schema)
-    return jsonschema.validators.extend(cls, {"pattern": _pattern})(schema)
+    additional = cls.VALIDATORS["additionalProperties"]
+
+    def additional_properties(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        for error in additional(validator, value, instance, schema):
+            if value is False and isinstance(instance, dict) and "patternProperties" not in schema:
+                error.message += _field_meant(instance, schema)
+            yield error
+
+    return jsonschema.validators.extend(cls, {"pattern": _pattern, "additionalProperties": additional_properties})(schema)
