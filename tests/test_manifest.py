@@ -297,10 +297,15 @@ def test_an_output_no_pass_binds_read_write_is_refused():
     data = mutate(QG, set_path(["bindingSets", "scalarTail", 1, "buffer", "type"], "read-only-storage"))
     with pytest.raises(errors.ManifestError) as info:
         parse_manifest(data)
-    assert info.value.json_path == "variants[1]"
-    assert "output 'Y' is bound as 'storage' by none of this variant's passes" in str(info.value)
+    # At the binding to fix (helper-180: it had been the variant), naming the variant that uses the set.
+    assert info.value.json_path == "bindingSets.scalarTail[1].buffer.type"
+    assert ("output 'Y' is bound as 'read-only-storage' here (as used by variants[1].passes[0]), and as 'storage' "
+            "by none of this variant's passes") in str(info.value)  # fmt: skip
     problems = check_manifest(data)
-    assert [p.json_path for p in problems] == ["variants[1]", "variants[2]"]  # the two variants using the set
+    assert [p.json_path for p in problems] == ["bindingSets.scalarTail[1].buffer.type"] * 2  # the two variants using the set
+    assert ["variants[1].passes[0]" in problems[0].detail, "variants[2].passes[0]" in problems[1].detail] == [True, True]
+    no_binding = mutate(QG, lambda d: d["bindingSets"]["scalarTail"].pop(1))  # Y bound nowhere: the variant
+    assert "variants[1]" in [p.json_path for p in check_manifest(no_binding)]
     misspelt = mutate(QG, set_path(["bindingSets", "scalarTail", 1, "arg"], "Z"))
     assert [p.json_path for p in check_manifest(misspelt)] == ["bindingSets.scalarTail[1].arg"] * 2  # no echo
 
@@ -591,3 +596,17 @@ def test_misspelt_field_names_the_field_meant() -> None:
     data.pop("atributes")
     data["zzz"] = 1  # nothing near it: no guess
     assert "did you mean" not in {p.json_path: p.detail for p in check_manifest(data)}[""]
+
+
+def test_output_bound_read_only_names_the_binding() -> None:
+    """An output bound as 'read-only-storage' (a copy of an input's binding) had read "bound as
+    'storage' by none of this variant's passes" at the variant, naming no binding; the error points
+    at the binding's buffer type and says what it was (helper-180)."""
+    data = seed("com.microsoft.BiasAdd")
+    v = next(i for i, var in enumerate(data["variants"]) if isinstance(var["passes"][0]["bindings"], list))
+    bindings = data["variants"][v]["passes"][0]["bindings"]
+    b = next(i for i, binding in enumerate(bindings) if binding.get("arg") == "Y")
+    bindings[b]["buffer"]["type"] = "read-only-storage"
+    (problem,) = check_manifest(data)
+    assert problem.json_path == f"variants[{v}].passes[0].bindings[{b}].buffer.type"
+    assert "output 'Y' is bound as 'read-only-storage' here" in problem.detail and "'storage'" in problem.detail

@@ -372,6 +372,7 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
         constants = top_constants | set(variant.get("constants", {}))
         written: set[str] = set()
         bound: set[str] = set()
+        read_only_at: dict[str, tuple[str, str]] = {}  # an output's first binding that is not 'storage', for the error below
         for p, pass_ in enumerate(variant["passes"]):
             where = f"variants[{v}].passes[{p}]"
             bindings = pass_.get("bindings", [])
@@ -393,6 +394,8 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                 bound.add(binding.get("arg"))
                 if binding["buffer"]["type"] == "storage":
                     written.add(binding.get("arg"))
+                else:
+                    read_only_at.setdefault(binding.get("arg"), (bpath, f"{binding['buffer']['type']!r} here{used_by}"))
                 if binding.get("arg") is not None and binding["arg"] not in all_roles:
                     errors.append(ManifestError(f"arg {binding['arg']!r} is not an input or output{used_by}",
                                                 json_path=f"{bpath}.arg"))  # fmt: skip
@@ -419,7 +422,12 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                         errors.append(ManifestError(f"{ref!r} names no constant of this variant{used_by}",
                                                     json_path=f"{bpath}.{key}"))  # fmt: skip
         for role in must_write:
-            if role not in written:
+            if role in read_only_at and role not in written:
+                at, kind = read_only_at[role]
+                errors.append(ManifestError(f"output {role!r} is bound as {kind}, and as 'storage' by none of "
+                                            "this variant's passes, so nothing writes it: bind it as 'storage'",
+                                            json_path=f"{at}.buffer.type"))  # fmt: skip
+            elif role not in written:
                 errors.append(ManifestError(f"output {role!r} is bound as 'storage' by none of this variant's passes, "
                                             "so nothing writes it", json_path=f"variants[{v}]"))  # fmt: skip
         for role in optional_outputs:
