@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import webgpu_kernels as wk
-from webgpu_kernels import conversion
+from webgpu_kernels import GpuTensor, conversion
 from webgpu_kernels.errors import DeviceLimitError, DTypeError, TensorReleasedError, UncomputedTensorError
 from webgpu_kernels.rendering import workgroup_grid
 
@@ -250,9 +250,15 @@ def test_an_uncomputed_tensor_cannot_be_converted(device, monkeypatch):
 
 
 def test_a_conversion_cut_short_gives_its_buffer_back(device, monkeypatch):
+    """Ctrl-C while the conversion is recorded (a record may submit: MAX_PENDING_DISPATCHES)."""
     t = wk.to_gpu(np.ones(64, F32))
     leased = len(device.memory._leased)
-    interrupt_next_submit(device, monkeypatch)
+
+    def interrupted(*args):
+        monkeypatch.undo()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(device.memory, "record", interrupted)
     with pytest.raises(KeyboardInterrupt):
         t.astype(np.float16)
     assert len(device.memory._leased) == leased
@@ -269,3 +275,101 @@ def test_copy_still_copies_after_the_shared_checks(device):
         np.testing.assert_array_equal(duplicate.numpy(), x)
         duplicate.release()
     t.release()
+
+
+def count_submits(device, monkeypatch) -> list[int]:
+    """The device's queue.submit calls from here on, counted (one entry each), then run."""
+    queue = device.gpu.queue
+    real_submit = queue.submit
+    submits: list[int] = []
+
+    def counted(command_buffers):
+        submits.append(len(command_buffers))
+        return real_submit(command_buffers)
+
+    monkeypatch.setattr(queue, "submit", counted)
+    return submits
+
+
+@pytest.mark.parametrize("chunk", [None, 128], ids=["one dispatch", "chunks of 128"])
+@pytest.mark.parametrize("start", [F32, F16])
+def test_astype_between_recorded_calls_is_recorded_with_them(start, chunk, device, monkeypatch):
+    """[astype ->] call -> astype -> astype -> call -> numpy(): the conversions join the calls' open
+    batch (no submission until the read), and every result is NumPy's astype of the GPU's data, bit
+    for bit."""
+    if chunk is not None:
+        monkeypatch.setattr(conversion, "chunk_elements", lambda device: chunk)
+    kernel = wk.get_kernel(QUICK_GELU)
+    x = (np.random.default_rng(4).standard_normal(1001) * 4).astype(start)
+    t = wk.to_gpu(x)
+
+    def chain() -> tuple[GpuTensor, ...]:
+        first = t if start == F32 else t.astype(F32)
+        y = kernel({"X": first}, output="gpu")["Y"]
+        h = y.astype(F16)
+        back = h.astype(F32)
+        return first, y, h, back, kernel({"X": back}, output="gpu")["Y"]
+
+    y_host = kernel({"X": x.astype(F32)})["Y"]  # the GPU's data the chain converts
+    for tensor in {id(v): v for v in chain()[1:]}.values():  # the same calls once: their plans proven
+        tensor.release()
+    wk.synchronize()
+    submits = count_submits(device, monkeypatch)
+    first, y, h, back, z = chain()
+    assert submits == [] and device.memory._pass is not None  # all recorded, nothing submitted
+    got = z.numpy()
+    assert len(submits) == 1  # the read submits the whole chain at once
+    assert_same_floats(first.numpy(), x.astype(F32))
+    assert_same_floats(y.numpy(), y_host)
+    assert_same_floats(h.numpy(), to_half(y_host))
+    assert_same_floats(back.numpy(), to_half(y_host).astype(F32))
+    np.testing.assert_allclose(got, ref.quick_gelu(to_half(y_host).astype(F32)), **ref.quick_gelu_tolerance(F32))
+    for tensor in {id(v): v for v in (t, first, y, h, back, z)}.values():
+        tensor.release()
+
+
+@pytest.mark.parametrize("chunk", [None, 128], ids=["one dispatch", "chunks of 128"])
+def test_a_source_released_after_a_recorded_astype_is_reused_after_the_conversion(chunk, device, monkeypatch):
+    """astype -> release the source -> a later call's output takes its buffer from the pool: that
+    call is recorded after the conversion, which read the source's data first."""
+    if chunk is not None:
+        monkeypatch.setattr(conversion, "chunk_elements", lambda device: chunk)
+    kernel = wk.get_kernel(QUICK_GELU)
+    rng = np.random.default_rng(5)
+    x, far = rng.uniform(-3, 3, 1001).astype(F32), rng.uniform(500, 1000, 1001).astype(F32)
+    tx, tfar = wk.to_gpu(x), wk.to_gpu(far)
+    y_host = kernel({"X": x})["Y"]
+    kernel({"X": tx}, output="gpu")["Y"].astype(F16).release()
+    wk.synchronize()
+    submits = count_submits(device, monkeypatch)
+    y = kernel({"X": tx}, output="gpu")["Y"]
+    source = y.buffer
+    h = y.astype(F16)
+    y.release()
+    w = kernel({"X": tfar}, output="gpu")["Y"]  # writes values near 500-1000 into y's old buffer
+    assert w.buffer is source and submits == []
+    assert_same_floats(h.numpy(), to_half(y_host))
+    np.testing.assert_allclose(w.numpy(), ref.quick_gelu(far), **ref.quick_gelu_tolerance(F32))
+    for tensor in (tx, tfar, h, w):
+        tensor.release()
+
+
+def test_a_recorded_conversion_whose_batch_is_lost_refuses_to_be_read(device, monkeypatch):
+    """The conversion is recorded: a submission cut short (Ctrl-C) loses it with the calls of its
+    batch, and its tensor says so instead of giving a pooled buffer's old data."""
+    t = wk.to_gpu(np.ones(64, F32))
+    t.astype(F16).release()  # the conversion's pipeline built
+    h = t.astype(F16)
+    interrupt_next_submit(device, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        wk.synchronize()
+    assert h.uncomputed
+    with pytest.raises(UncomputedTensorError, match="cannot read a GpuTensor whose computing work never reached"):
+        h.numpy()
+    with pytest.raises(UncomputedTensorError, match="cannot convert a GpuTensor whose computing work never reached"):
+        h.astype(F32)
+    h.release()
+    again = t.astype(F16)  # the next one runs
+    np.testing.assert_array_equal(again.numpy(), np.ones(64, F16))
+    for tensor in (t, again):
+        tensor.release()

@@ -121,35 +121,28 @@ def _words(elements: int) -> int:
 
 
 def record_conversion(device: Device, source: Any, target: Any, count: int,
-                      pair: tuple[np.dtype, np.dtype]) -> Any:  # fmt: skip
-    """The ``then`` of a memory.flush that converts ``count`` (> 0) elements of ``source`` into
-    ``target`` (``pair``: their dtypes): a compute pass appended after the recorded work, in its
-    submission. Builds the pipeline and bind groups now, under the device's lock."""
+                      pair: tuple[np.dtype, np.dtype]) -> tuple[int, int]:  # fmt: skip
+    """Record the conversion of ``count`` (> 0) elements of ``source`` into ``target`` (``pair``:
+    their dtypes) into the device's open compute pass, after the recorded work that writes the
+    source and before any recorded later, as a call's dispatches are; returns the batches it went
+    into (first, last), the target's ``_work``. Under the device's lock."""
     memory = device.memory
     with translate_gpu_errors("building the astype pipeline", memory):
         pipeline, layout = _pipeline(device, pair)
     step, limit = chunk_elements(device), device.limits["max-compute-workgroups-per-dimension"]
     sizes = {FLOAT32: lambda n: 4 * n, FLOAT16: _words}
-    dispatches = []
+    first_batch = last_batch = memory.batch
     for first in range(0, count, step):
         n = min(step, count - first)
         # Offsets: a float32 element is 4 bytes, a half 2, so a chunk starts at 4 or 2 * first.
         spans = [(buffer, first * dtype.itemsize, sizes[dtype](n)) for buffer, dtype in zip((source, target), pair)]
         if first == 0:  # the common case, one chunk: cached with the buffers (dropped when they are destroyed)
             group = memory.bind_group(layout, tuple((i, b, size) for i, (b, _, size) in enumerate(spans)))
-        else:
+        else:  # past a binding's limit only: the recorded pass keeps the group alive (wgpu counts references)
             group = device.gpu.create_bind_group(layout=layout, entries=[
                 {"binding": i, "resource": {"buffer": b, "offset": offset, "size": size}}
                 for i, (b, offset, size) in enumerate(spans)
             ])  # fmt: skip
-        dispatches.append((group, workgroup_grid(-(-n // 2), WORKGROUP_SIZE, limit)))
-
-    def then(encoder: Any) -> None:
-        compute = encoder.begin_compute_pass()
-        compute.set_pipeline(pipeline)
-        for group, grid in dispatches:
-            compute.set_bind_group(0, group)
-            compute.dispatch_workgroups(*grid)
-        compute.end()
-
-    return then
+        last_batch = memory.batch  # a record may submit the batch it joins (MAX_PENDING_DISPATCHES)
+        memory.record(pipeline, group, workgroup_grid(-(-n // 2), WORKGROUP_SIZE, limit))
+    return first_batch, last_batch

@@ -282,13 +282,16 @@ class GpuTensor:
         with translate_gpu_errors("converting a GPU tensor", memory), device.lock:
             source = self._computed_buffer("convert")  # under the lock, as numpy() takes it
             target = memory.acquire(count * wanted.itemsize)
+            work = None
             try:
-                if count:  # after the recorded work that writes the source, in its submission
-                    memory.flush(then=record_conversion(device, source, target, count, (self._dtype, wanted)))
+                if count:  # recorded as a call is: after the work that writes the source, before later reads
+                    work = record_conversion(device, source, target, count, (self._dtype, wanted))
             except BaseException:
-                memory.release(target)
+                memory.release(target)  # any dispatch recorded into it runs before later work that reuses it
                 raise
-        return GpuTensor(target, self._shape, wanted, device)
+            result = GpuTensor(target, self._shape, wanted, device)
+            result._work = work  # a lost batch makes it refuse to be read, as a call's output
+        return result
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GpuTensor:
         return self.__copy__()
