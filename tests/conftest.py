@@ -357,6 +357,20 @@ def interrupt_next_submit(device, monkeypatch) -> None:
     monkeypatch.setattr(queue, "submit", interrupted)
 
 
+def count_submits(device, monkeypatch) -> list[int]:
+    """The device's queue.submit calls from here on, counted (one entry each), then run."""
+    queue = device.gpu.queue
+    real_submit = queue.submit
+    submits: list[int] = []
+
+    def counted(command_buffers):
+        submits.append(len(command_buffers))
+        return real_submit(command_buffers)
+
+    monkeypatch.setattr(queue, "submit", counted)
+    return submits
+
+
 def collect_while_locked(memory) -> bool:
     """Run gc.collect() in a thread while another thread holds ``memory``'s lock; whether the
     collection finished without waiting for it (a finalizer may not take the lock)."""

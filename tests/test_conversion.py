@@ -18,7 +18,7 @@ from webgpu_kernels.errors import DeviceLimitError, DTypeError, TensorReleasedEr
 from webgpu_kernels.rendering import workgroup_grid
 
 import references as ref
-from conftest import interrupt_next_submit
+from conftest import count_submits, interrupt_next_submit
 
 F32, F16 = np.float32, np.float16
 QUICK_GELU = "com.microsoft.QuickGelu"
@@ -275,20 +275,6 @@ def test_copy_still_copies_after_the_shared_checks(device):
         np.testing.assert_array_equal(duplicate.numpy(), x)
         duplicate.release()
     t.release()
-
-
-def count_submits(device, monkeypatch) -> list[int]:
-    """The device's queue.submit calls from here on, counted (one entry each), then run."""
-    queue = device.gpu.queue
-    real_submit = queue.submit
-    submits: list[int] = []
-
-    def counted(command_buffers):
-        submits.append(len(command_buffers))
-        return real_submit(command_buffers)
-
-    monkeypatch.setattr(queue, "submit", counted)
-    return submits
 
 
 @pytest.mark.parametrize("chunk", [None, 128], ids=["one dispatch", "chunks of 128"])

@@ -13,7 +13,7 @@ import webgpu_kernels as wk
 from webgpu_kernels.errors import TensorReleasedError
 from webgpu_kernels.tensor import GpuTensor
 
-from conftest import collect_while_locked, interrupt_next_submit, run_script_for_result
+from conftest import collect_while_locked, count_submits, interrupt_next_submit, run_script_for_result
 
 QUICK_GELU = "com.microsoft.QuickGelu"
 
@@ -51,6 +51,52 @@ def test_a_copy_of_an_output_still_being_recorded_holds_the_result(device):
     y.release()
     np.testing.assert_allclose(duplicate.numpy(), quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
     duplicate.release()
+
+
+def test_a_copy_between_recorded_calls_is_recorded_with_them(device, monkeypatch):
+    """call -> copy -> call -> astype -> copy -> numpy(): the copies join the calls' batch (no
+    submission until the read), each bit for bit its source; a source released after its copy was
+    recorded gives its buffer to the next call's output, which the copy read before."""
+    kernel = wk.get_kernel("com.microsoft.QuickGelu")
+    rng = np.random.default_rng(7)
+    x, far = rng.uniform(-3, 3, 1001).astype(np.float32), rng.uniform(500, 1000, 1001).astype(np.float32)
+    tx, tfar = wk.to_gpu(x), wk.to_gpu(far)
+    y_host = kernel({"X": x})["Y"]  # the GPU's data the chain copies
+    z_host = kernel({"X": y_host})["Y"]
+    kernel({"X": tx}, output="gpu")["Y"].astype(np.float16).release()  # the plan proven, the pipeline built
+    wk.synchronize()
+    submits = count_submits(device, monkeypatch)
+    y = kernel({"X": tx}, output="gpu")["Y"]
+    source = y.buffer
+    duplicate = copy.copy(y)
+    y.release()
+    w = kernel({"X": tfar}, output="gpu")["Y"]  # writes values near 500-1000 into y's old buffer
+    z = kernel({"X": duplicate}, output="gpu")["Y"]
+    converted = z.astype(np.float16)
+    half = copy.deepcopy(converted)
+    assert w.buffer is source and submits == []  # all recorded, nothing submitted
+    np.testing.assert_array_equal(half.numpy(), z_host.astype(np.float16))
+    assert len(submits) == 1  # the read submits the whole chain at once
+    np.testing.assert_array_equal(duplicate.numpy(), y_host)
+    np.testing.assert_array_equal(z.numpy(), z_host)
+    np.testing.assert_allclose(w.numpy(), quick_gelu_reference(far), rtol=1e-5, atol=1e-6)
+    for t in (tx, tfar, duplicate, w, z, converted, half):
+        t.release()
+
+
+def test_a_recorded_copy_whose_batch_is_lost_refuses_to_be_read(device, monkeypatch):
+    t = wk.to_gpu(np.arange(64, dtype=np.float32))
+    duplicate = copy.copy(t)
+    interrupt_next_submit(device, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        wk.synchronize()
+    assert duplicate.uncomputed and not t.uncomputed
+    with pytest.raises(wk.UncomputedTensorError, match="cannot read a GpuTensor whose computing work never reached"):
+        duplicate.numpy()
+    again = copy.copy(t)  # the next one runs
+    np.testing.assert_array_equal(again.numpy(), np.arange(64, dtype=np.float32))
+    for tensor in (t, duplicate, again):
+        tensor.release()
 
 
 def test_deepcopy_copies_every_tensor_of_a_structure_and_keeps_shared_ones_shared(device):

@@ -2,8 +2,9 @@
 
 Creating a buffer, a bind group or a command encoder costs tens of microseconds in wgpu-py, more
 than recording a dispatch (about 2). So calls reuse pooled buffers and cached bind groups, and
-consecutive dispatches are recorded into one open compute pass that is submitted only when a
-result is read, the caller flushes, a host write needs the queue, or the pass grows long.
+consecutive dispatches are recorded into one open compute pass (a device-side copy, which no pass
+may hold, ends it: the next dispatch opens another on the same encoder), submitted only when a
+result is read, the caller flushes, a host write needs the queue, or the batch grows long.
 
 Ordering rules that keep this correct on one in-order queue:
 - a buffer released to the pool may be reused at once by later recorded work (the queue runs
@@ -284,6 +285,8 @@ class DeviceMemory:
         self._free_order: OrderedDict[int, tuple[tuple[int, int], Any]] = OrderedDict()  # uid -> entry, oldest first
         self._free_total = 0
         self._bind_groups: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        # The open batch: an encoder holding recorded work (None: nothing recorded since the last
+        # submit), and its open compute pass (None after a recorded copy, until the next dispatch).
         self._encoder: Any = None
         self._pass: Any = None
         self._pass_state: tuple[Any, Any] = (None, None)  # pipeline and bind group set in the open pass
@@ -471,7 +474,7 @@ class DeviceMemory:
 
     def _destroy(self, buffer: Any) -> None:
         self._forget_bind_groups(buffer)  # they would bind a dead buffer
-        if self._pass is not None:
+        if self._encoder is not None:
             self._doomed.append(buffer)  # unsubmitted work may still use it
         else:
             buffer.destroy()
@@ -535,10 +538,25 @@ class DeviceMemory:
     def record(self, pipeline: Any, bind_group: Any, grid: tuple[int, int, int]) -> None:
         """Append one dispatch to the open compute pass (opened on demand)."""
         if self._pass is None:
-            self._encoder = self.gpu.create_command_encoder()
+            if self._encoder is None:
+                self._encoder = self.gpu.create_command_encoder()
             self._pass = self._encoder.begin_compute_pass()
             self._pass_state = (None, None)
         self._pass_state = append_dispatch(self._pass, self._pass_state, pipeline, bind_group, grid)
+        self._pending += 1
+        if self._pending >= MAX_PENDING_DISPATCHES:
+            self.flush()
+
+    def record_copy(self, source: Any, target: Any, size: int) -> None:
+        """Append a copy of ``size`` bytes of ``source`` into ``target`` to the open batch, after the
+        work recorded so far and before any recorded later. A copy cannot sit in a compute pass: the
+        open one ends here, and the next dispatch opens another on the same encoder."""
+        if self._pass is not None:
+            compute, self._pass = self._pass, None  # never ended twice: flush ends an open pass too
+            compute.end()
+        elif self._encoder is None:
+            self._encoder = self.gpu.create_command_encoder()
+        self._encoder.copy_buffer_to_buffer(source, 0, target, 0, size)
         self._pending += 1
         if self._pending >= MAX_PENDING_DISPATCHES:
             self.flush()
@@ -550,7 +568,7 @@ class DeviceMemory:
             if self._collected:  # before the recorder is emptied: a buffer destroyed now would be doomed
                 self._pool_collected()
             writes, self._unsubmitted_writes = self._unsubmitted_writes, 0  # any submission carries them
-            if self._pass is None and then is None:
+            if self._encoder is None and then is None:
                 if writes:
                     self.gpu.queue.submit([])  # carries the writes' staging copies, then frees them
                 return
@@ -592,7 +610,7 @@ class DeviceMemory:
     def write(self, buffer: Any, data: np.ndarray) -> None:
         """Host bytes (1-D uint8) into ``buffer``, after submitting recorded work, which may use it."""
         with self.lock:
-            if self._pass is not None:  # recorded work that may read the buffer goes first; earlier writes wait
+            if self._encoder is not None:  # recorded work that may read the buffer goes first; earlier writes wait
                 self.flush()
             write_buffer = self.gpu.queue.write_buffer
             parallel_copy(data.nbytes, lambda offset, size: write_buffer(buffer, offset, data[offset:offset + size]))

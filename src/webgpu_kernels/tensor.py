@@ -246,20 +246,25 @@ class GpuTensor:
                 self._device.memory.release(buffer)
 
     def __copy__(self) -> GpuTensor:
-        """A new tensor with this one's data in a buffer of its own, copied on the device. (A copy
-        sharing the buffer would give it back to the pool while this tensor still used it.)"""
+        """A new tensor with this one's data in a buffer of its own, copied on the device, recorded
+        into the open batch as a call is. (A copy sharing the buffer would give it back to the pool
+        while this tensor still used it.)"""
         self._check_usable("copy")
         memory, size = self._device.memory, self._bound_bytes
         with translate_gpu_errors("copying a GPU tensor", memory), self._device.lock:
             source = self._computed_buffer("copy")  # under the lock, as numpy() takes it
             target = memory.acquire(self._nbytes)
+            work = None
             try:
-                if self._nbytes:  # after the recorded work that writes the source, in its submission
-                    memory.flush(then=lambda encoder: encoder.copy_buffer_to_buffer(source, 0, target, 0, size))
+                if self._nbytes:  # recorded as a call is: after the work that writes the source, before later reads
+                    work = (memory.batch, memory.batch)  # a record submits only after taking the copy in
+                    memory.record_copy(source, target, size)
             except BaseException:
-                memory.release(target)
+                memory.release(target)  # a recorded copy into it runs before later work that reuses it
                 raise
-        return GpuTensor(target, self._shape, self._dtype, self._device, self._nbytes)
+            result = GpuTensor(target, self._shape, self._dtype, self._device, self._nbytes)
+            result._work = work  # a lost batch makes it refuse to be read, as a call's output
+        return result
 
     def astype(self, dtype: npt.DTypeLike) -> GpuTensor:
         """This tensor converted on the device between float32 and float16 (either way): a new
