@@ -57,7 +57,7 @@
 #   bash scripts/h200-run.sh skiplayernorm   com.example.SkipLayerNormalization's SD cases tuned, then benched default against tuned
 #   bash scripts/h200-run.sh uploads [DIR]   host memory and time of back-to-back to_gpu, this tree then DIR/src (default ab-old)
 #   bash scripts/h200-run.sh bsgvariants   demo.BiasSplitGelu float16: its default (vec8) and vec4 benched alternately, validate, test, then the suite
-#   bash scripts/h200-run.sh astypesuite   GpuTensor.astype against the host round trip (scripts/astype_cost.py), then the suite
+#   bash scripts/h200-run.sh astypesuite   GpuTensor.astype against the host round trip (scripts/astype_cost.py), its and copy.copy's host time in a recorded chain (--chain), then the suite
 #   bash scripts/h200-run.sh clipmlp [DIR]   examples/clip_mlp.py (f32, f16; batch 1 and 8), hostab DIR, then the suite in 8 processes
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -430,6 +430,8 @@ case "${1:-bench}" in
   astypesuite)  # session 50: float32 -> float16 on the device (GpuTensor.astype) against numpy(), astype, to_gpu;
                 # then the suite in 8 processes with the time left
     timeout 120 python3 scripts/astype_cost.py 2>&1 | tee "$OUT/astype.log"
+    # helper-177: astype and copy.copy recorded into a chain's batch, host time per call
+    timeout 120 python3 scripts/astype_cost.py --chain 2>&1 | tee -a "$OUT/astype.log"
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
   clipmlp)  # session 50: the CLIP MLP example chained on the GPU (demo.MatMul, BiasAdd, QuickGelu) on NVIDIA, host
