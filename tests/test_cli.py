@@ -399,12 +399,12 @@ def test_a_reader_that_stops_early_leaves_the_commands_own_exit_status() -> None
     """`test PKG | head -1`: rich exited 1 on the broken pipe, which says "a case failed", so a
     passing command failed a CI step run with pipefail (helper-35). The rest is dropped now and the
     command goes on to its own verdict."""
-    from webgpu_kernels.cli import _PackageTextConsole
+    from webgpu_kernels.cli import package_text_console
 
     read_end, write_end = os.pipe()
     os.close(read_end)  # as head does after its line
     with os.fdopen(write_end, "w") as stream:
-        console = _PackageTextConsole(file=stream, width=80)
+        console = package_text_console()(file=stream, width=80)
         console.print("a line nobody reads")  # rich raised SystemExit(1) here
         console.print("and the next one")
         assert console.quiet

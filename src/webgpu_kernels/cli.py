@@ -21,24 +21,26 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import click
-import numpy as np
-from rich.console import Console
-from rich.text import Text
 
 from . import __version__
-from .api import get_kernel, list_kernels, load_kernel
-from .call_inputs import TensorMeta
-from .case_data import SPECIAL_STRINGS
-from .casefile import generate_errors
-from .device import ADAPTER_ENV
 from .errors import DTypeError, KernelError, MissingInputError, PackageError, printable
-from .kernel import Kernel
-from .package import check_folder, embedded_root
+
+# numpy, rich and the engine are imported where they are used, not here: the top-level --help, the
+# version and a command's help load this module alone (tests/test_cli_start.py).
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .call_inputs import TensorMeta
+    from .kernel import Kernel
+
+#: device.ADAPTER_ENV, spelled here because device.py imports wgpu (test_cli_start.py holds the two equal).
+ADAPTER_ENV = "WEBGPU_KERNELS_ADAPTER"
 
 #: ``--input`` dtype spellings -> ONNX element type names. Types the kernels cannot take are
 #: accepted here on purpose: the engine's contract check reports them.
@@ -76,27 +78,34 @@ def _echo(text: str = "") -> None:
         _drop_the_rest(sys.stdout)
 
 
-class _PackageTextConsole(Console):
-    """A console for text that may come from a package: every string and Text it prints goes
-    through :func:`printable` (one for one, so a Text's styled spans still fit)."""
+@cache
+def package_text_console() -> type[Console]:
+    """The console class for text that may come from a package: every string and Text it prints
+    goes through :func:`printable` (one for one, so a Text's styled spans still fit). Built on first
+    use, as rich is imported then."""
+    from rich.console import Console
+    from rich.text import Text
 
-    def render_str(self, text: str, **options: Any) -> Text:
-        return super().render_str(printable(text), **options)
+    class PackageTextConsole(Console):
+        def render_str(self, text: str, **options: Any) -> Text:
+            return super().render_str(printable(text), **options)
 
-    def on_broken_pipe(self) -> None:
-        # A reader that stopped early (`| head -1`): the rest is dropped and the command ends with its
-        # own verdict. rich exits 1 here, which says "a case failed", so a passing `test | head` failed
-        # a CI step run with pipefail (helper-35); click.echo's output is _echo's.
-        self.quiet = True
-        _drop_the_rest(self.file)
+        def on_broken_pipe(self) -> None:
+            # A reader that stopped early (`| head -1`): the rest is dropped and the command ends with
+            # its own verdict. rich exits 1 here, which says "a case failed", so a passing `test | head`
+            # failed a CI step run with pipefail (helper-35); click.echo's output is _echo's.
+            self.quiet = True
+            _drop_the_rest(self.file)
 
-    def render(self, renderable: Any, options: Any = None) -> Any:
-        if isinstance(renderable, Text):
-            plain = printable(renderable.plain)
-            if plain != renderable.plain:
-                renderable = renderable.copy()
-                renderable.plain = plain
-        return super().render(renderable, options)
+        def render(self, renderable: Any, options: Any = None) -> Any:
+            if isinstance(renderable, Text):
+                plain = printable(renderable.plain)
+                if plain != renderable.plain:
+                    renderable = renderable.copy()
+                    renderable.plain = plain
+            return super().render(renderable, options)
+
+    return PackageTextConsole
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -113,7 +122,7 @@ def _console(*, stderr: bool = False) -> Console:
             width = 160
     elif zero:
         width = shutil.get_terminal_size().columns  # the terminal's own (it ignores a COLUMNS of 0)
-    return _PackageTextConsole(stderr=stderr, markup=False, highlight=False, emoji=False, width=width)
+    return package_text_console()(stderr=stderr, markup=False, highlight=False, emoji=False, width=width)
 
 
 def is_live(console: Console) -> bool:
@@ -137,7 +146,8 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value) if isinstance(value, (set, frozenset)) else value
         return [_jsonable(v) for v in items]
-    if isinstance(value, np.generic):
+    numpy = sys.modules.get("numpy")  # a NumPy scalar exists only once numpy is imported; not imported for it
+    if numpy is not None and isinstance(value, numpy.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # "nan", "inf", "-inf": JSON has no such numbers
@@ -151,30 +161,64 @@ def _fmt(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(_jsonable(value))
 
 
-#: Modules holding more commands (each exposes COMMANDS); they import helpers from this module, so
-#: they are loaded when the group first lists or looks up a command, not while this module loads.
-COMMAND_MODULES = ("cli_inspect", "cli_run", "cli_bench", "cli_tune", "cli_hub", "cli_package", "cli_new")
+#: Every command: the module defining it (in its COMMANDS; it imports helpers from this module) and the
+#: first sentence of its help, which the top-level --help and shell completion show without importing
+#: the module. A command's module is imported when the command runs, completes or shows its own help.
+#: tests/test_cli_start.py holds this to the modules' commands and their help.
+COMMAND_INDEX: dict[str, tuple[str, str]] = {
+    "bench": ("cli_bench", "Time kernels on the GPU: effective TB/s, share of the device's peak and of a copy "
+                           "kernel, and TFLOP/s where the package's bench.json gives a `flops` count."),
+    "devices": ("cli_inspect", "The WebGPU adapters present: features and key limits; the chosen one marked."),
+    "digest": ("cli_package", "Write or refresh PATH/metadata.json: the sha256 of every file of the package."),
+    "download": ("cli_hub", "Download kernel repository REPO ('org/op', 'org/op@vN' or "
+                            "https://<hub>/kernels/org/op) from the Hub."),
+    "expect": ("cli_new", "Write the expected values of PATH's test.json again, from your own reference."),
+    "explain": ("cli_inspect", "Which variant KERNEL would run for these inputs, and why each other one would not."),
+    "info": ("cli_inspect", "The contract of KERNEL: inputs, outputs, types, attributes, tunables and variants."),
+    "list": ("cli_inspect", "The kernels embedded in the library."),
+    "lock": ("cli_hub", "Pin the Hub kernels of PROJECT_DIR's pyproject.toml in PROJECT_DIR/webgpu-kernels.lock."),
+    "new": ("cli_new", "Write a new kernel package in PATH (a new or empty folder) to start from."),
+    "render": ("cli_inspect", "The WGSL that KERNEL would run for these inputs, pass by pass (a stored tuning "
+                              "result's choice included: a note on stderr says so, and names the tuning file)."),
+    "run": ("cli_run", "Run KERNEL on seeded random inputs (standard normal unless --generate; bool half true): "
+                       "output summary, time and error against the references."),
+    "test": ("cli_package", "Run each package's test.json: every case on every variant whose `when` holds for it."),
+    "tune": ("cli_tune", "Search variants and tunables per case; keep the fastest per adapter."),
+    "upload": ("cli_hub", "Publish the package folder PATH as revision vN of the Hub kernel repository REPO "
+                          "('org/op')."),
+    "validate": ("cli_package", "Check the package folder PATH and report every problem at once."),
+}  # fmt: skip
 
 
 class KernelGroup(click.Group):
-    """A click group that turns library errors into one red line and exit status 2."""
-
-    _modules_loaded = False
-
-    def _load_modules(self) -> None:
-        if not self._modules_loaded:
-            self._modules_loaded = True
-            for name in COMMAND_MODULES:
-                for command in importlib.import_module(f"{__package__}.{name}").COMMANDS:
-                    self.add_command(command)
+    """A click group that turns library errors into one red line and exit status 2, and imports a
+    command's module only when that command is looked up (:data:`COMMAND_INDEX`)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        self._load_modules()
-        return super().list_commands(ctx)
+        return sorted(set(COMMAND_INDEX) | set(self.commands))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        self._load_modules()
+        if cmd_name not in self.commands and cmd_name in COMMAND_INDEX:
+            for command in importlib.import_module(f"{__package__}.{COMMAND_INDEX[cmd_name][0]}").COMMANDS:
+                self.commands.setdefault(str(command.name), command)
         return super().get_command(ctx, cmd_name)
+
+    def _listed(self) -> dict[str, click.Command]:
+        """Each command as the listings show it: one not imported yet by a stand-in carrying its first
+        sentence, which click cuts to the width as it cuts the command's own help."""
+        listed = {name: click.Command(name, help=short) for name, (_, short) in COMMAND_INDEX.items()}
+        listed.update((name, command) for name, command in self.commands.items() if name not in COMMAND_INDEX)
+        return {name: listed[name] for name in sorted(listed)}
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        click.Group(self.name, commands=self._listed()).format_commands(ctx, formatter)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        items = [CompletionItem(name, help=command.get_short_help_str())
+                 for name, command in self._listed().items() if name.startswith(incomplete) and not command.hidden]  # fmt: skip
+        return items + click.Command.shell_complete(self, ctx, incomplete)  # the group's options, as click's own
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -191,6 +235,8 @@ class KernelGroup(click.Group):
             _report_error(exc)
             ctx.exit(2)
         except KeyboardInterrupt as exc:  # click would say "Aborted!" with status 1, which means "a check failed"
+            from rich.text import Text
+
             _console(stderr=True).print(Text("interrupted", style="red"))
             for note in getattr(exc, "__notes__", ()):  # what an interrupted upload left on the Hub
                 _console(stderr=True).print(Text(note), soft_wrap=True)
@@ -207,6 +253,8 @@ def _spellings(expected: str) -> list[str]:
 
 
 def _report_error(exc: BaseException) -> None:
+    from rich.text import Text
+
     console = _console(stderr=True)
     first, _, rest = str(exc).partition("\n")
     console.print(Text(f"error: {first}", style="bold red"), soft_wrap=True)
@@ -228,6 +276,8 @@ class InputSpec:
     generate: Mapping[str, Any] | None = None
 
     def meta(self) -> TensorMeta:
+        from .call_inputs import TensorMeta
+
         return TensorMeta(self.shape, self.dtype)
 
     def text(self) -> str:
@@ -284,6 +334,8 @@ def parse_generate_spec(spec: str) -> tuple[str, dict[str, Any]]:
     if distribution.lower() == "normal" and values[1] < 0:
         raise ValueError(f"std in {spec!r} must be at least 0, got {numbers[1]!r}")
     generate = {"distribution": distribution.lower(), **dict(zip(params, values, strict=True))}
+    from .casefile import generate_errors
+
     problems = generate_errors(generate, "--generate", name)  # as bench.json's `generate` is checked
     if problems:
         raise ValueError(f"{spec!r}: {problems[0].detail}")
@@ -313,6 +365,8 @@ def with_generators(inputs: Mapping[str, InputSpec], generators: Mapping[str, di
 def parse_value(text: str) -> Any:
     """A JSON value (``1.0``, ``3``, ``true``, ``"s"``, ``[1, 2]``), ``nan``/``inf``/``-inf`` (the
     case files' spellings, as JSON's NaN and Infinity), else the text as a string."""
+    from .case_data import SPECIAL_STRINGS
+
     if text.lower() in SPECIAL_STRINGS:
         return SPECIAL_STRINGS[text.lower()]
     try:
@@ -379,7 +433,9 @@ def classify_kernel_ref(ref: str) -> KernelRef:
         path = Path(ref).expanduser()
     except RuntimeError:  # ~nosuchuser: no home to expand, so no such folder (it had been a traceback)
         path = Path(ref)
-    if ref in list_kernels():
+    from .package import embedded_ids, embedded_root
+
+    if ref in embedded_ids():
         if (path / "manifest.json").exists() and path.resolve() != (embedded_root() / ref).resolve():
             raise click.UsageError(f"{ref!r} names both the embedded kernel and the package folder ./{ref} here: "
                                    f"write ./{ref} for the folder, or run from another directory for the "
@@ -466,6 +522,7 @@ def kernel_folder(ref: str) -> Path:
     too): ``org/op/`` (a browser's URL path) where nothing is asks whether the Hub repository was
     meant; it stays a path by the two-slash rule, so no disk state decides Hub vs folder."""
     from .locations import refuse_slashed_repo_id
+    from .package import check_folder
 
     refuse_slashed_repo_id(ref)
     return check_folder(ref)
@@ -474,6 +531,8 @@ def kernel_folder(ref: str) -> Path:
 def resolve_kernel(ref: str) -> Kernel:
     """The kernel a KERNEL argument names (:func:`classify_kernel_ref`); a Hub repository is
     contract version 1 unless ``@vN`` or ``@REVISION`` follows."""
+    from .api import get_kernel, load_kernel
+
     where = classify_kernel_ref(ref)
     # The repository part decides: `org/op@v1` as a folder's name had loaded that folder, unverified,
     # where the user asked for the Hub's (classify refuses the pinned string whole; helper-131).
@@ -511,6 +570,8 @@ def hub_pin(pin: str) -> tuple[int | None, str | None]:
 
 
 def _from_hub(where: KernelRef) -> Kernel:
+    from .api import get_kernel
+
     version, revision = hub_pin(where.pin)
     return get_kernel(where.repo, version=version, revision=revision, trust_remote_code=trusting())
 
