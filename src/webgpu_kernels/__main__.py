@@ -1,9 +1,10 @@
 """The command line's entry: ``python -m webgpu_kernels`` and the ``webgpu-kernels`` console script.
 
-Importing the command line is most of its start-up (numpy, jsonschema, the engine). Imported
-here, inside the entry, Ctrl-C during it ends as Ctrl-C in a command does (one line, status 130);
-imported by the console script itself, it printed a KeyboardInterrupt traceback. The package's
-own import is light (``__init__.py``), so nothing heavy runs before this function.
+Imported here, inside the entry, Ctrl-C during the command line's import ends as Ctrl-C in a
+command does (one line, status 130); imported by the console script itself, it printed a
+KeyboardInterrupt traceback. The heavy part of the start-up (numpy, jsonschema, the engine) comes
+later, with the command's module, inside the group's own Ctrl-C handler (``cli.KernelGroup``). The
+package's own import is light (``__init__.py``), so nothing heavy runs before this function.
 """
 
 from __future__ import annotations
