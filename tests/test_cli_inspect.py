@@ -274,6 +274,33 @@ def test_render_says_on_stderr_why_a_stored_result_is_not_used(runner: CliRunner
     assert "not used" in result.stderr and "'vec4Ok' is false" in result.stderr and str(cache.path) in result.stderr
 
 
+def test_render_checks_the_call_once(runner: CliRunner, tuning_dir, monkeypatch) -> None:
+    """render checked the call twice: once to render and again through explain, for its note on the
+    stored tuning result (two contract checks and two selections a command)."""
+    from webgpu_kernels import kernel as kernel_module
+
+    counts = {"check_call": 0, "_select": 0}
+    check_call, select = kernel_module.check_call, kernel_module.Kernel._select
+
+    def counted_check_call(*args, **kwargs):
+        counts["check_call"] += 1
+        return check_call(*args, **kwargs)
+
+    def counted_select(self, *args, **kwargs):
+        counts["_select"] += 1
+        return select(self, *args, **kwargs)
+
+    monkeypatch.setattr(kernel_module, "check_call", counted_check_call)
+    monkeypatch.setattr(kernel_module.Kernel, "_select", counted_select)
+    _store_for_quick_gelu(tuning_dir, "scalar", {"WORKGROUP_SIZE": 64})
+    invoke(runner, "render", QUICK_GELU, "-i", "X=8192:f32")  # no entry for its class
+    assert counts == {"check_call": 1, "_select": 1}
+    counts.update(check_call=0, _select=0)
+    result = invoke(runner, "render", QUICK_GELU, "-i", "X=4096:f32")  # the stored entry chooses
+    assert "@workgroup_size(64)" in result.stdout and "stored tuning result chose" in result.stderr
+    assert counts == {"check_call": 1, "_select": 1}
+
+
 def test_no_adapter_at_all_says_what_to_install(tmp_path):
     """With no Vulkan driver and no EGL vendor (a CI machine without Mesa), `devices` said only "no
     WebGPU adapter found", and the error of the other commands named one package of the two the

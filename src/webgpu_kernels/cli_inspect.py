@@ -270,10 +270,9 @@ def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], at
     choice included: a note on stderr says so, and names the tuning file)."""
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
-    shaders = k.render(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=_adapter(ctx))
-    # explain's entry, as a Python user learns it: a call naming a variant or tunables runs what it
-    # names, so the note is left out there
-    entry = None if variant is not None or tunables else k.explain(metas, attrs=attrs, adapter=_adapter(ctx)).tuning_entry
+    # explain's tuning_entry, as a Python user learns it, from the one check of the call: a call
+    # naming a variant or tunables runs what it names, so the note is left out there
+    shaders, entry = k._render(metas, attrs, variant, tunables, _adapter(ctx), entry=True)
     if entry is not None:
         # On stderr: stdout stays the WGSL the call compiles, byte for byte (`render > x.wgsl`, a
         # diff against another render), and the note still reaches the terminal where stdout is a file.

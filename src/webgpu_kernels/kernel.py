@@ -330,15 +330,29 @@ class Kernel:
         """The WGSL of each pass (by pass id) of the variant a call with these inputs would run (a
         stored tuning result included, when neither ``variant`` nor ``tunables`` is given;
         :meth:`explain`'s ``tuning_entry`` says which)."""
+        return self._render(inputs, attrs, variant, tunables, adapter)[0]
+
+    def _render(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None, variant: str | None,
+                tunables: Mapping[str, Any] | None, adapter: str | None, *,
+                entry: bool = False) -> tuple[dict[str, str], dict[str, Any] | None]:  # fmt: skip
+        """:meth:`render`'s WGSL and, with ``entry``, the tuning file's entry for the call's class as
+        :meth:`explain`'s ``tuning_entry`` gives it (None where the call names a variant or tunables).
+        The command line's render prints both: asking explain for the entry checked the call twice."""
         self._check_variant_arg(variant)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
-        resolution = None
-        if variant is None and not tunables and (stored := tuned_choice(self, metas, attrs, signature, device, check=True)):
-            signature, variant, resolution = stored  # resolved there (``check``)
+        resolution, found = None, None
+        if variant is None and not tunables:
+            if entry:  # the same judgement as tuned_choice's with ``check``, and the entry it judged
+                stored, found = stored_entry(self, metas, attrs, signature, device)
+            else:
+                stored = tuned_choice(self, metas, attrs, signature, device, check=True)
+            if stored:
+                signature, variant, resolution = stored  # resolved there (``check``)
         if resolution is None:
             resolution = self._resolve(signature, variant, device.info)
         _, resolved, scope = resolution
-        return dict(zip((r.pass_id for r in resolved), self.renderer.render_passes(resolved, scope), strict=True))
+        shaders = dict(zip((r.pass_id for r in resolved), self.renderer.render_passes(resolved, scope), strict=True))
+        return shaders, None if found is None else found.as_dict()
 
     def work_key(
         self,
