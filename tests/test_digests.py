@@ -607,6 +607,32 @@ def test_digest_says_which_contract_version_it_kept_where_sinceversion_differs(q
         assert "kept" not in runner.invoke(main, ["digest", str(qg), *args]).output
 
 
+def test_digest_reads_the_manifest_once(qg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """digest read manifest.json up to four times a run (its digest, the op id, the templates it names,
+    the kept version's note), and each read could see another file. The digests are the same."""
+    runner = CliRunner(env={"COLUMNS": "200"})
+    manifest = json.loads((qg / "manifest.json").read_text("utf-8"))
+    (qg / "manifest.json").write_text(json.dumps({**manifest, "sinceVersion": 13}), encoding="utf-8")
+    reads = []
+    read_file = digests.read_file
+
+    def counted(root: Path, name: str) -> bytes:
+        reads.append(name)
+        return read_file(root, name)
+
+    monkeypatch.setattr(digests, "read_file", counted)
+    outputs = []
+    for args in ([], ["--check"], ["--json"]):
+        reads.clear()
+        result = runner.invoke(main, ["digest", str(qg), *args])
+        assert result.exit_code == 0, result.output
+        assert reads.count("manifest.json") == 1, (args, reads)
+        outputs.append(" ".join(result.output.split()))
+    assert "contract version 1 kept from metadata.json, not the manifest's sinceVersion 13" in outputs[0]
+    files = json.loads((qg / "metadata.json").read_text("utf-8"))["digest"]["files"]
+    assert files["manifest.json"] == digests.sha256_hex((qg / "manifest.json").read_bytes())
+
+
 def test_digest_that_cannot_write_metadata_json_says_so(qg: Path) -> None:
     """A failed write (here a folder where the file goes) ended in an IsADirectoryError traceback."""
     (qg / "metadata.json").unlink()

@@ -32,6 +32,7 @@ from .digests import (
     METADATA_FILE,
     UNLISTABLE,
     DigestChange,
+    ManifestFile,
     build_metadata,
     kept_version_note,
     manifest_op_id,
@@ -143,6 +144,7 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
     published as Hub revision vN must say N). Editor backups (x~, #x#) are skipped.
     """
     root = path.expanduser().resolve()
+    manifest_file = ManifestFile(root)  # read once, for all that follows
     old = _old_metadata(root)
     old_id = old.get("id") if isinstance(old.get("id"), str) else None
     unreadable = None
@@ -153,7 +155,8 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
                 existing = open_folder(root, verify_digests=False).read_json(METADATA_FILE)
             except PackageError as exc:  # out of date too (exit 1); writing it is refused until fixed
                 unreadable = exc.detail
-        metadata, changes = build_metadata(root, existing if isinstance(existing, dict) else None, version=version)
+        metadata, changes = build_metadata(root, existing if isinstance(existing, dict) else None, version=version,
+                                           manifest_file=manifest_file)  # fmt: skip
         # Equal digests are not enough: a version 0 or a stray field is a file every load refuses.
         broken = schema_problems(existing) if isinstance(existing, dict) else []
         other_version = isinstance(existing, dict) and existing.get("version") != metadata["version"]
@@ -162,12 +165,12 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
         current = (existing is not None and not broken and not other_version and not other_id
                    and all(c.status in ("unchanged", UNLISTABLE) for c in changes))  # fmt: skip
     else:
-        metadata, changes = write_metadata(root, version=version)
+        metadata, changes = write_metadata(root, version=version, manifest_file=manifest_file)
         current = True
     removed = {c.file for c in changes if c.status == "removed"}
     warnings = [f"{where} names {name!r}, which the package {'no longer has' if name in removed else 'does not have'}: "
                 "every call that reaches it fails; restore the file, or change what names it"
-                for name, where in missing_templates(root)]  # fmt: skip
+                for name, where in missing_templates(root, manifest_file)]  # fmt: skip
     if as_json:
         _echo_json({"path": str(root / METADATA_FILE), "written": not check, "upToDate": current,
                     "metadata": metadata, "changes": [c.__dict__ for c in changes], "warnings": warnings})  # fmt: skip
@@ -196,7 +199,7 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
             notes.append(Text(f"id: {old_id} -> {metadata['id']} (the manifest's domain.name)"))
         # Not on a passing --check: every green CI log had carried it.
         keep_note = version is None and "version" in old and not (check and current)
-        note = kept_version_note(root, metadata["version"]) if keep_note else None
+        note = kept_version_note(root, metadata["version"], manifest_file) if keep_note else None
         if note is not None:
             notes.append(Text(note, style="dim"))
         if check:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 from .errors import DigestError, PackageError, shorten
 from .json_schema import validator as schema_validator
@@ -345,10 +345,11 @@ def past_package_bytes(sizes: Mapping[str, int]) -> str | None:
     return f"{total} bytes together, more than the loader opens ({MAX_PACKAGE_BYTES})"
 
 
-def read_json(root: Path, name: str) -> Any:
-    """A package JSON file, decoded (PackageError naming the file when it cannot be)."""
+def read_json(root: Path, name: str, data: bytes | None = None) -> Any:
+    """A package JSON file, decoded (PackageError naming the file when it cannot be); ``data``: its
+    bytes, where already read."""
     try:
-        return decode_json(read_file(root, name))
+        return decode_json(read_file(root, name) if data is None else data)
     except ValueError as exc:
         raise PackageError(str(exc), path=str(root / name)) from None
 
@@ -519,14 +520,45 @@ class DigestChange:
     sha256: str | None
 
 
-def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, version: int | None = None
-                   ) -> tuple[dict[str, Any], list[DigestChange]]:  # fmt: skip
+class ManifestFile:
+    """A folder's manifest.json for one ``digest`` run, read and decoded at most once: its digest,
+    the op id, the templates it names and the kept version's note had each read the file again."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._data: bytes | None = None
+        self._value: dict[str, Any] | None = None
+        self._error: PackageError | None = None  # raised again to each asker, as a new read raised it
+
+    def data(self) -> bytes:
+        if self._data is None:
+            self._data = read_file(self.root, MANIFEST_FILE)
+        return self._data
+
+    def value(self) -> dict[str, Any]:
+        """The manifest as a JSON object (PackageError where it cannot be read or is no object)."""
+        if self._value is None and self._error is None:
+            try:
+                value = read_json(self.root, MANIFEST_FILE, self.data())
+                if not isinstance(value, dict):
+                    raise PackageError("the manifest is not a JSON object", path=str(self.root / MANIFEST_FILE))
+                self._value = value
+            except PackageError as exc:
+                self._error = exc
+        if self._error is not None:
+            raise self._error
+        return cast(dict[str, Any], self._value)
+
+
+def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, version: int | None = None,
+                   manifest_file: ManifestFile | None = None) -> tuple[dict[str, Any], list[DigestChange]]:  # fmt: skip
     """metadata.json for the folder as it is now: the id from the manifest (domain.name, which
     metadata.json must match), ``existing``'s version (unless ``version`` is given: the contract
     version a Hub revision vN must hold) and provenance kept."""
     from . import __version__
 
-    manifest = _read_manifest(root)
+    manifest_file = manifest_file or ManifestFile(root)
+    manifest = manifest_file.value()
     existing = dict(existing or {})
     # a copy renamed to a new op takes its new id (the old one would be refused)
     op_id = _op_id(manifest) or (existing["id"] if isinstance(existing.get("id"), str) else None)
@@ -558,7 +590,7 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, versio
         if not valid_file_name(name):  # a "design notes.txt" may sit unlisted (docs/package-files.md)
             changes.append(DigestChange(name, UNLISTABLE, None))
             continue
-        digest = sha256_hex(read_file(root, name))
+        digest = sha256_hex(manifest_file.data() if name == MANIFEST_FILE else read_file(root, name))
         files[name] = digest
         if name not in old_files:
             status = "added"
@@ -575,7 +607,7 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, versio
     return metadata, changes
 
 
-def missing_templates(root: Path) -> list[tuple[str, str]]:
+def missing_templates(root: Path, manifest_file: ManifestFile | None = None) -> list[tuple[str, str]]:
     """(file, where the manifest names it) for each template a pass names (``variants[0].passes[1].shader``)
     that is not in the folder: digest records such a file as removed, and every call that reaches it
     then fails, so the author hears of it when the digest is taken. Only the manifest is read: a
@@ -583,7 +615,7 @@ def missing_templates(root: Path) -> list[tuple[str, str]]:
     budgets, had cost 20 s for one 8 MiB template and a RecursionError for a deep one, helper-131).
     A manifest that cannot be read names none."""
     try:
-        manifest = _read_manifest(root)
+        manifest = (manifest_file or ManifestFile(root)).value()
     except PackageError:
         return []
     files = set(package_files(root))
@@ -619,7 +651,8 @@ def _is_version(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def write_metadata(root: str | Path, *, version: int | None = None) -> tuple[dict[str, Any], list[DigestChange]]:
+def write_metadata(root: str | Path, *, version: int | None = None,
+                   manifest_file: ManifestFile | None = None) -> tuple[dict[str, Any], list[DigestChange]]:  # fmt: skip
     """Write or refresh ``root/metadata.json`` (its contract version set to ``version`` if given);
     returns it and what changed per file.
 
@@ -639,7 +672,7 @@ def write_metadata(root: str | Path, *, version: int | None = None) -> tuple[dic
                                path=str(root / METADATA_FILE)) from None  # fmt: skip
         if not isinstance(existing, dict):
             existing = None
-    metadata, changes = build_metadata(root, existing, version=version)
+    metadata, changes = build_metadata(root, existing, version=version, manifest_file=manifest_file)
     problems = schema_problems(metadata)
     if problems:
         raise PackageError(f"{problems[0].json_path or '(root)'}: {problems[0].message}", path=str(root / METADATA_FILE))
@@ -651,13 +684,6 @@ def write_metadata(root: str | Path, *, version: int | None = None) -> tuple[dic
     return metadata, changes
 
 
-def _read_manifest(root: Path) -> dict[str, Any]:
-    data = read_json(root, MANIFEST_FILE)
-    if not isinstance(data, dict):
-        raise PackageError("the manifest is not a JSON object", path=str(root / MANIFEST_FILE))
-    return data
-
-
 def _op_id(manifest: dict[str, Any]) -> str | None:
     domain, name = manifest.get("domain"), manifest.get("name")
     return f"{domain}.{name}" if isinstance(domain, str) and isinstance(name, str) else None
@@ -667,19 +693,19 @@ def manifest_op_id(root: Path) -> str | None:
     """``domain.name`` from a folder's manifest.json read as plain JSON, for a package that may not
     load (a stale digest, a schema error); None if it has none or cannot be read."""
     try:
-        return _op_id(_read_manifest(root))
+        return _op_id(ManifestFile(root).value())
     except PackageError:
         return None
 
 
-def kept_version_note(root: Path, kept: Any) -> str | None:
+def kept_version_note(root: Path, kept: Any, manifest_file: ManifestFile | None = None) -> str | None:
     """What digest says where it kept metadata.json's contract version ``kept`` and the manifest's
     sinceVersion is another number: the two are independent (the opset the op dates from; the
     package's contract, Hub revision vN), and only a new metadata.json starts at sinceVersion, so
     an author who raised sinceVersion after `new` wrote version 1 learns why 1 stayed. None where
     they agree or either is not a version."""
     try:
-        since = _read_manifest(root).get("sinceVersion", 1)
+        since = (manifest_file or ManifestFile(root)).value().get("sinceVersion", 1)
     except PackageError:
         return None
     if not _is_version(kept) or not _is_version(since) or kept == since:
