@@ -708,6 +708,24 @@ def test_a_dispatch_webgpu_rejects_fails_its_own_call_and_nothing_else(write_pac
     t.release()
 
 
+def test_a_call_webgpu_rejects_again_and_again_leaves_no_lost_batch_behind(write_package, quick_gelu, device, rng):
+    """Each rejected first run added its batch to the device's lost batches, never emptied: a process
+    retrying such a call grew the set without bound, and every later call with a GpuTensor input
+    scanned it all. The batch held that call's work alone, whose tensors are released: nothing asks."""
+    bad = wk.load_kernel(write_package(TOO_SMALL_BINDING_MANIFEST, {"wide.wgsl.jinja": TOO_SMALL_BINDING_WGSL}))
+    x = rng.standard_normal(64).astype(np.float32)
+    pending = quick_gelu({"X": x}, output="gpu")["Y"]  # recorded, not yet submitted
+    before = set(device.memory.lost_batches)  # another test's Ctrl-C may have left some
+    for _ in range(20):
+        with pytest.raises(errors.DeviceError, match="'wide'"):
+            bad({"X": np.ones(4, np.float32)}, output="gpu")
+    assert device.memory.lost_batches == before
+    assert not pending.uncomputed
+    np.testing.assert_allclose(quick_gelu({"X": pending})["Y"], ref.quick_gelu(ref.quick_gelu(x)), rtol=1e-4,
+                               atol=1e-5)  # fmt: skip
+    pending.release()
+
+
 OWN_BINDING_WGSL = """@group(0) @binding(7) var<storage, read> x: array<f32>;
 @group({{ bindings.y.group }}) @binding({{ bindings.y.binding }}) var<storage, read_write> y: array<f32>;
 @compute @workgroup_size({{ workgroupSize }})

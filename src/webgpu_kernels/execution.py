@@ -356,7 +356,14 @@ def run_plan(
             for tensor in results.values():
                 tensor._work = work
             if unproven:
-                memory.flush()
+                try:
+                    memory.flush()
+                except BaseException:
+                    # Its batches held this call's work alone (the flush above submitted the rest, under
+                    # the lock) and its tensors are released below: kept, a call retried on and on
+                    # grew the lost batches without bound, each scanned by every GpuTensor input.
+                    memory.forget_lost(work)
+                    raise
                 plan.unproven[0] = False
         except BaseException:
             for tensor in results.values():  # nothing is half-returned, nothing leaks
