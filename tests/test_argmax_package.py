@@ -17,11 +17,16 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
-from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, poison_outputs
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+)
 
 PACKAGE = PACKAGES_DIR / "demo.ArgMax"
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,8 @@ from webgpu_kernels.manifest import check_manifest
 
 import attention_reference as reference_module  # tests/, beside conftest: the sdist ships it
 from conftest import (
+    DTYPE_IDS,
+    DTYPES,
     PACKAGES_DIR,
     assert_engine_has_no_code_for,
     assert_valid_and_passing,
@@ -35,10 +37,7 @@ from conftest import (
 
 PACKAGE = PACKAGES_DIR / "com.example.Attention"
 VARIANTS = ("tiled", "tiled_mask", "rows", "rows_mask", "passes", "passes_mask")
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 EPS = 2.0**-24
-
 
 
 @pytest.fixture(scope="module")

@@ -31,11 +31,10 @@ from webgpu_kernels.benchmark import (
 from webgpu_kernels.comparison import Agreement, Tolerance, check_against
 
 import references as ref
+from conftest import DTYPE_IDS, DTYPES
 
 # Short timing loops: enough batches to exercise the loop, far from the defaults' 0.3 s minimum.
 FAST = {"target_batch_s": 0.005, "min_batches": 2, "max_batches": 4, "min_total_s": 0.0}
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 
 
 def _against(expected: dict[str, np.ndarray]):
@@ -108,7 +107,6 @@ def test_bench_kernel_quick_gelu(quick_gelu, need_dtype, dtype):
     d = r.as_dict()
     assert d["bytes"] == r.bytes and d["max_error"] == r.max_error
     json.dumps(d)  # the CLI writes it as JSON
-
 
 
 def test_bench_kernel_leaves_no_bind_group_over_its_destroyed_buffers(quick_gelu):

@@ -12,11 +12,9 @@ from hypothesis import strategies as st
 import webgpu_kernels as wk
 
 import references as ref
-from conftest import poison_outputs
+from conftest import DTYPE_IDS, DTYPES, poison_outputs
 
 VARIANTS = ("vec4", "scalar")
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 
 SHAPES = [
     (1, 1, 3), (1, 5, 3), (2, 5, 3),      # C = 3: N*S*C = 3, 15, 30, never a multiple of 4

@@ -29,6 +29,8 @@ from webgpu_kernels.manifest import check_manifest
 
 import references as ref
 from conftest import (
+    DTYPE_IDS,
+    DTYPES,
     PACKAGES_DIR,
     assert_engine_has_no_code_for,
     assert_valid_and_passing,
@@ -38,8 +40,6 @@ from conftest import (
 
 PACKAGE = PACKAGES_DIR / "demo.CumSum"
 VARIANTS = ("workgroup", "sequential")
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 DEFAULTS = {"WORKGROUP_SIZE": 256, "ITEMS": 4}
 
 

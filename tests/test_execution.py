@@ -11,10 +11,7 @@ from webgpu_kernels import errors
 from webgpu_kernels.execution import _pipeline_cache
 
 import references as ref
-from conftest import PACKAGES_DIR, optional_output_package
-
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
+from conftest import DTYPE_IDS, DTYPES, PACKAGES_DIR, optional_output_package
 
 
 def qg_check(y, x, dtype, alpha=1.702):

@@ -49,13 +49,18 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
-from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, poison_outputs
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+)
 from references import F16_FLUSH, F16_STEP, F32_TINY, U32, assert_within_bound
 
 PACKAGE = PACKAGES_DIR / "demo.GroupNorm"
 VARIANTS = ["twopass_vec4", "twopass", "welford"]
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 DEFAULT_WG = 1024  # the manifest's WORKGROUP_SIZE, clamped to the device's largest workgroup
 
 

@@ -12,11 +12,9 @@ import pytest
 import webgpu_kernels as wk
 
 import references as ref
-from conftest import poison_outputs
+from conftest import DTYPE_IDS, DTYPES, poison_outputs
 
 VARIANTS = ("vec4", "vec4_tail", "scalar")
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 
 
 def rank_shapes() -> list[tuple[int, ...]]:
@@ -32,7 +30,6 @@ def rank_shapes() -> list[tuple[int, ...]]:
 
 
 SHAPES = rank_shapes()
-
 
 
 def applicable(numel: int) -> set[str]:

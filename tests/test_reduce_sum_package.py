@@ -20,11 +20,9 @@ from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
 import references as ref
-from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, poison_outputs
+from conftest import DTYPE_IDS, DTYPES, PACKAGES_DIR, assert_engine_has_no_code_for, poison_outputs
 
 PACKAGE = PACKAGES_DIR / "demo.ReduceSum"
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 DEFAULT_WG = 256
 
 

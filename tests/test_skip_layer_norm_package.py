@@ -47,7 +47,14 @@ from hypothesis import strategies as st
 import webgpu_kernels as wk
 from webgpu_kernels import errors
 
-from conftest import PACKAGES_DIR, assert_engine_has_no_code_for, assert_valid_and_passing, poison_outputs
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+)
 from references import F16_FLUSH, F16_STEP, F32_TINY, U32, assert_outputs_within
 
 PACKAGE_NAME = "com.example.SkipLayerNormalization"
@@ -84,12 +91,9 @@ def expect_reference(inputs: dict, attrs: dict) -> dict:
                      attrs["epsilon"])  # fmt: skip
 
 
-
 ALGOS = ("vec4", "row")
 TWINS = ("", "_nobeta", "_nobias", "_nobeta_nobias")
 VARIANTS = [a + t for a in ALGOS for t in TWINS]
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 DEFAULTS = {"WORKGROUP_SIZE": 256, "VEC_WORKGROUP_SIZE": 64, "VEC_ITEMS": 8}
 
 

@@ -23,6 +23,8 @@ from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
 from conftest import (
+    DTYPE_IDS,
+    DTYPES,
     PACKAGES_DIR,
     assert_engine_has_no_code_for,
     assert_valid_and_passing,
@@ -32,8 +34,6 @@ from conftest import (
 
 PACKAGE = PACKAGES_DIR / "demo.Softmax"
 VARIANTS = ("row", "workgroup")
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 
 
 @pytest.fixture(scope="module")

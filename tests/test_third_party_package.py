@@ -15,11 +15,9 @@ from webgpu_kernels import errors
 from webgpu_kernels.manifest import check_manifest
 
 import references as ref
-from conftest import PACKAGES_DIR, assert_engine_has_no_code_for
+from conftest import DTYPE_IDS, DTYPES, PACKAGES_DIR, assert_engine_has_no_code_for
 
 PACKAGE = PACKAGES_DIR / "demo.ScaleShift"
-DTYPES = (np.float32, np.float16)
-DTYPE_IDS = ("f32", "f16")
 SHAPES = [(), (1,), (3,), (5,), (8,), (2, 3), (4, 4), (2, 3, 5), (1, 2, 2, 2, 4), (0,), (3, 0)]
 
 
