@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from test_cli_bench import QG, QG_DIR, QUICK_WARM_UP, TINY, TINY_KEY, invoke
 
 import webgpu_kernels as wk
-from webgpu_kernels import cli_tune, tuning
+from webgpu_kernels import cli_tune, replacing, tuning
 from webgpu_kernels.cli import main
 from webgpu_kernels.comparison import Tolerance
 from webgpu_kernels.digests import write_metadata
@@ -972,7 +972,7 @@ def test_tune_replaces_another_users_link_as_the_tuning_file_and_leaves_its_targ
     theirs = tmp_path / "bashrc"
     theirs.write_text("export PATH=...\n", "utf-8")
     path.symlink_to(theirs)
-    monkeypatch.setattr(tuning, "_link_is_own", lambda p: False)
+    monkeypatch.setattr(replacing, "_link_is_own", lambda p: False)
     _scalar_wins(monkeypatch)
     out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
     assert theirs.read_text("utf-8") == "export PATH=...\n" and not theirs.with_name("bashrc.bak").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -443,12 +444,11 @@ def test_lock_check_usage_errors_exit_2(server, tmp_path, project):
 
 
 def test_an_enormous_lock_file_is_refused_unread(tmp_path):
-    from webgpu_kernels.digests import MAX_FILE_BYTES
-
+    limit = hub_lock.MAX_PROJECT_FILE_BYTES
     lockfile = tmp_path / "webgpu-kernels.lock"
     with open(lockfile, "wb") as handle:  # sparse: a size, no bytes to write
-        handle.truncate(MAX_FILE_BYTES + 1)
-    with pytest.raises(PackageError, match=f"larger than {MAX_FILE_BYTES} bytes") as info:
+        handle.truncate(limit + 1)
+    with pytest.raises(PackageError, match=f"larger than {limit} bytes") as info:
         hub_lock.read_lockfile(lockfile)
     assert info.value.path == str(lockfile)
 
@@ -507,3 +507,158 @@ def test_the_upward_search_stops_at_a_folder_anyone_may_write(server, tmp_path, 
         wk.get_locked_kernel(OFFICIAL)
     # Named explicitly, it is used: the user chose it.
     assert wk.get_locked_kernel(OFFICIAL, shared).package.commit == server.commit_of(OFFICIAL, "v1")
+
+
+# --- review (helper-179) --------------------------------------------------------------------------------
+
+
+def _lock_and_load_errors(project: Path) -> tuple[str, str]:
+    """The HubError of `lock` and of get_kernel at the same revision, side by side."""
+    with pytest.raises(HubError) as locking:
+        hub_lock.lock_project(project)
+    hub.clear_cache()
+    with pytest.raises(HubError) as loading:
+        wk.get_kernel(OFFICIAL, version=1)
+    return str(locking.value), str(loading.value)
+
+
+@pytest.mark.parametrize("case", ["private", "gated", "gated, another token", "refused token", "no such version"])
+def test_lock_and_get_kernel_say_one_hub_refusal_in_the_same_words(server, tmp_path, monkeypatch, case):
+    """hub_lock.py had its own copy of hub.py's translation of huggingface_hub's errors: one place
+    (hub.request_error) says each refusal now, and both paths give its words."""
+    monkeypatch.setattr(test_hub.hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(test_hub.hf_constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no-stored-tokens"))
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
+    if case == "private":
+        server.private[OFFICIAL] = "hf_reader"
+        expected = rf"no kernel repository '{OFFICIAL}' on .* \(or it is private and no token was sent: set HF_TOKEN"
+    elif case.startswith("gated"):
+        server.gated[OFFICIAL] = "hf_granted"
+        if case.endswith("token"):
+            monkeypatch.setenv("HF_TOKEN", "hf_other")
+        expected = rf"{OFFICIAL} on .* is gated: .*(no token was sent|has not been granted access)"
+    elif case == "refused token":
+        server.tokens = {"hf_valid"}
+        monkeypatch.setenv("HF_TOKEN", "hf_revoked")
+        expected = r"401 .*Invalid credentials in Authorization header .*renew it, or unset HF_TOKEN"
+    else:
+        project = make_project(tmp_path, f'"{OFFICIAL}" = 7\n', name="seven")
+        with pytest.raises(HubError) as locking:
+            hub_lock.lock_project(project)
+        with pytest.raises(HubError) as loading:
+            wk.get_kernel(OFFICIAL, version=7)
+        assert str(locking.value) == str(loading.value) and "has no contract version 7 (revision 'v7')" in str(loading.value)
+        return
+    locking, loading = _lock_and_load_errors(project)
+    assert locking == loading, (locking, loading)
+    assert re.search(expected, locking), locking
+
+
+def test_lock_says_an_unexpected_client_error_as_download_says_it(server, tmp_path, monkeypatch):
+    """An error huggingface_hub raises that is none of its HTTP ones (here an OSError from the
+    temporary download) is named with its type and first line, and with what the lock was doing."""
+    import huggingface_hub
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", broken)
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
+    with pytest.raises(HubError, match=rf"{OFFICIAL} revision 'v1': .* failed: OSError: \[Errno 28\] No space left") as info:
+        hub_lock.lock_project(project)
+    assert info.value.repo_id == OFFICIAL and info.value.revision == "v1"
+
+
+def test_two_spellings_of_one_repository_are_refused_naming_both(server, tmp_path):
+    """The Hub resolves repository ids case-insensitively: `Org/Op` and `org/op` had become two
+    lock entries of one repository."""
+    other = OFFICIAL.lower()
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n"{other}" = 1\n')
+    status, output = _cli("lock", str(project))
+    said = " ".join(output.split())
+    assert status == 2 and f"'{OFFICIAL}' and '{other}'" in said and "one repository" in said, output
+    assert str(project / "pyproject.toml") in said
+    assert not server.requests and not (project / "webgpu-kernels.lock").exists()
+
+
+def test_a_lock_file_with_two_spellings_of_one_repository_is_refused(tmp_path):
+    entry = {"commit": "a" * 40, "metadataSha256": "b" * 64, "repo": OFFICIAL, "version": 1}
+    lockfile = tmp_path / "webgpu-kernels.lock"
+    lockfile.write_text(json.dumps({"format": 1, "kernels": [entry, {**entry, "repo": OFFICIAL.upper()}]}), "utf-8")
+    with pytest.raises(PackageError, match=r"kernels\[1\]: .*an entry before") as info:
+        hub_lock.read_lockfile(lockfile)
+    assert info.value.path == str(lockfile)
+
+
+def test_get_locked_kernel_finds_the_entry_whatever_the_case_and_downloads_its_spelling(server, project):
+    assert _cli("lock", str(project))[0] == 0
+    other = OFFICIAL.replace("QuickGelu", "quickgelu")
+    kernel = wk.get_locked_kernel(other, project)
+    # The local Hub resolves ids case-sensitively: the download asked the lock entry's spelling.
+    assert kernel.package.repo_id == OFFICIAL and kernel.package.commit == server.commit_of(OFFICIAL, "v1")
+
+
+def test_lock_check_takes_another_spelling_in_the_pyproject_for_the_same_repository(server, project):
+    assert _cli("lock", str(project))[0] == 0
+    text = (project / "pyproject.toml").read_text("utf-8")
+    (project / "pyproject.toml").write_text(text.replace("QuickGelu", "quickgelu"), "utf-8")
+    check = hub_lock.check_lock(project)
+    assert check.up_to_date, check.differences
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+def test_the_upward_search_names_a_lock_file_that_is_no_regular_file(server, tmp_path, monkeypatch):
+    """A FIFO named webgpu-kernels.lock had been skipped, the search going on to a lock file above it."""
+    import os
+
+    outer = make_project(tmp_path, f'"{OFFICIAL}" = 1\n', name="outer")
+    assert _cli("lock", str(outer))[0] == 0
+    inner = outer / "inner"
+    inner.mkdir()
+    os.mkfifo(inner / "webgpu-kernels.lock")
+    monkeypatch.chdir(inner)
+    with pytest.raises(PackageError, match=r"expected a regular file .*, got a FIFO") as info:
+        wk.get_locked_kernel(OFFICIAL)
+    assert info.value.path == str(inner / "webgpu-kernels.lock")
+    (inner / "webgpu-kernels.lock").unlink()
+    (inner / "webgpu-kernels.lock").mkdir()
+    with pytest.raises(PackageError, match=r"expected a regular file .*, got a folder"):
+        wk.get_locked_kernel(OFFICIAL)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+def test_a_pyproject_that_is_a_fifo_is_refused_not_waited_on(server, tmp_path):
+    import os
+
+    project = tmp_path / "p"
+    project.mkdir()
+    os.mkfifo(project / "pyproject.toml")  # nothing writes to it: reading it would wait forever
+    with pytest.raises(PackageError, match=r"not a regular file \(a FIFO") as info:
+        hub_lock.read_dependencies(project)
+    assert info.value.path == str(project / "pyproject.toml")
+
+
+def test_an_enormous_pyproject_is_refused_unread(server, tmp_path):
+    project = tmp_path / "p"
+    project.mkdir()
+    with open(project / "pyproject.toml", "wb") as handle:  # sparse: a size, no bytes to write
+        handle.truncate(hub_lock.MAX_PROJECT_FILE_BYTES + 1)
+    with pytest.raises(PackageError, match=f"larger than {hub_lock.MAX_PROJECT_FILE_BYTES} bytes") as info:
+        hub_lock.read_dependencies(project)
+    assert info.value.path == str(project / "pyproject.toml")
+    assert hub_lock.MAX_PROJECT_FILE_BYTES >= 16 * 1024 * 1024
+
+
+def test_lock_writes_through_the_users_own_link(server, tmp_path, project):
+    """A lock file kept elsewhere (a shared configuration repository) and linked into the project:
+    `lock` had replaced the link by a file, leaving the linked one stale. As the tuning file's."""
+    import os
+
+    kept = tmp_path / "configs" / "project.lock"
+    kept.parent.mkdir()
+    kept.write_text('{"format": 1, "kernels": []}\n', encoding="utf-8")
+    link = project / "webgpu-kernels.lock"
+    link.symlink_to(os.path.relpath(kept, project))
+    assert _cli("lock", str(project))[0] == 0
+    assert link.is_symlink() and len(hub_lock.read_lockfile(kept)) == 2
+    assert hub_lock.check_lock(project).up_to_date

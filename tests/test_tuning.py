@@ -18,7 +18,7 @@ import pytest
 
 import webgpu_kernels as wk
 from webgpu_kernels import kernel as kernel_module
-from webgpu_kernels import tuning
+from webgpu_kernels import replacing, tuning
 from webgpu_kernels.package import embedded_root
 
 QG = "com.microsoft.QuickGelu"
@@ -1070,7 +1070,7 @@ def test_a_link_chain_through_another_users_link_writes_no_further(tmp_path, mon
     path = tmp_path / "tuning" / "adapter.json"
     path.parent.mkdir()
     path.symlink_to(theirs)
-    monkeypatch.setattr(tuning, "_link_is_own", lambda link: os.path.realpath(link.parent) != str(shared))
+    monkeypatch.setattr(replacing, "_link_is_own", lambda link: os.path.realpath(link.parent) != str(shared))
     assert tuning.write_path(path) == theirs
     cache = tuning.TuningCache(path)
     cache.record("op@1", {"T": "float32"}, {"X": (4,)}, tuning.TunedChoice("v", {"W": 64}, 1e-6))

@@ -222,20 +222,26 @@ def read_file(root: Path, name: str) -> bytes:
     if outside is not None:
         raise PackageError(outside, path=str(path))
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as file:
-            info = os.fstat(file.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise PackageError(f"not a regular file ({_kind(info.st_mode)}, perhaps through a symlink)",
-                                   path=str(path))  # fmt: skip
-            data = file.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise PackageError(f"larger than {MAX_FILE_BYTES} bytes", path=str(path))
-        return data
+        return read_bounded(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         raise PackageError("file not found in the package", path=str(path)) from None
     except OSError as exc:
         raise PackageError(f"cannot read: {exc.strerror}", path=str(path)) from None
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``, a regular file (after symlinks) of at most ``limit`` bytes: the kind is
+    checked on the open file and the read stops past the limit whatever the size said (a FIFO would
+    block forever, /dev/zero never end). Raises OSError, or PackageError naming ``path``."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise PackageError(f"not a regular file ({_kind(info.st_mode)}, perhaps through a symlink)", path=str(path))
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise PackageError(f"larger than {limit} bytes", path=str(path))
+    return data
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")

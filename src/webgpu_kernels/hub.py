@@ -298,13 +298,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
     revision: ``unlisted``, its answer; ``offline``: download's one reading of HF_HUB_OFFLINE), else
     None. Every failure is a HubError naming the repository."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )  # fmt: skip
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     where = endpoint or DEFAULT_ENDPOINT
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
@@ -324,15 +318,6 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
         if listed is not None and Path(path).name == listed:
             return path, None
         return path, _cache_reason(where, offline=offline, unreached=unreached, unlisted=unlisted)
-    except RevisionNotFoundError:  # a commit the endpoint does not have, not cached (a branch or tag is refused
-        # by _listing already)
-        raise no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
-    except GatedRepoError:  # a RepositoryNotFoundError too: a repository just listed had read "no kernel repository"
-        raise HubError(f"{repo_id} on {where} is gated: its files are served only to accounts granted access; "
-                       f"{token_hint(token, endpoint, gated=True)}", repo_id=repo_id, revision=rev) from None  # fmt: skip
-    except RepositoryNotFoundError:
-        raise HubError(f"no kernel repository {repo_id!r} on {where} (or it is private and "
-                       f"{token_hint(token, endpoint)})", repo_id=repo_id, revision=rev) from None  # fmt: skip
     except LocalEntryNotFoundError as exc:
         from huggingface_hub import constants
 
@@ -354,20 +339,45 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
                    "cache that holds it")  # fmt: skip
         raise HubError(f"{repo_id} {what} is not in the Hugging Face cache ({cache_dir}) and {why}{fix}",
                        repo_id=repo_id, revision=rev) from exc  # fmt: skip
-    except HfHubHTTPError as exc:
-        raise HubError(f"{repo_id} revision {rev!r}: the Hub answered {http_answer(exc)}", repo_id=repo_id,
-                       revision=rev) from exc  # fmt: skip
     except HubError:
         raise
-    except Exception as exc:  # noqa: BLE001 - OSError, ValueError, and the HTTP client's own errors (httpx's
+    except Exception as exc:  # noqa: BLE001 - the Hub's refusals, OSError, and the HTTP client's own errors (httpx's
         # RemoteProtocolError when a connection dies mid-file): the caller gets one error type, naming what failed
         refused = hub_cache.refused_write(exc, cache_dir)
         if refused is not None:  # it had read "download from <endpoint> failed", as if the Hub had failed
             raise HubError(f"{repo_id} {what}: the Hugging Face cache {cache_dir} is not writable by this process "
                            f"({refused}), so the download cannot be stored there: set HF_HOME or HF_HUB_CACHE to a "
                            "folder of your own", repo_id=repo_id, revision=rev) from exc  # fmt: skip
-        raise HubError(f"{repo_id} revision {rev!r}: download from {where} failed: {type(exc).__name__}: {first_line(exc)}",
-                       repo_id=repo_id, revision=rev) from exc  # fmt: skip
+        raise request_error(exc, repo_id, rev, endpoint=endpoint, token=token, version=version) from exc
+
+
+def request_error(exc: BaseException, repo_id: str, rev: str, *, endpoint: str | None, token: Any,
+                  version: int | None, lock: bool = False) -> HubError:  # fmt: skip
+    """huggingface_hub's error for a request about revision ``rev`` of ``repo_id``, in this library's
+    words: the one translation that download and ``webgpu-kernels lock`` (``lock``, hub_lock.py)
+    share. ``version``: the contract version asked (vN), for the words of a missing revision."""
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    where = endpoint or DEFAULT_ENDPOINT
+    if isinstance(exc, HubError):
+        return exc
+    if isinstance(exc, RevisionNotFoundError):  # a commit the endpoint does not have, not cached, or a vN branch
+        return no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version)
+    if isinstance(exc, GatedRepoError):  # a RepositoryNotFoundError too: a repository just listed had read "no kernel repository"
+        return HubError(f"{repo_id} on {where} is gated: its files are served only to accounts granted access; "
+                        f"{token_hint(token, endpoint, gated=True)}", repo_id=repo_id, revision=rev)  # fmt: skip
+    if isinstance(exc, RepositoryNotFoundError):
+        return HubError(f"no kernel repository {repo_id!r} on {where} (or it is private and "
+                        f"{token_hint(token, endpoint)})", repo_id=repo_id, revision=rev)  # fmt: skip
+    if isinstance(exc, HfHubHTTPError):
+        return HubError(f"{repo_id} revision {rev!r}: the Hub answered {http_answer(exc)}", repo_id=repo_id, revision=rev)
+    if {"ConnectError", "TimeoutException"} & {c.__name__ for c in type(exc).__mro__}:  # httpx's (httpx2's)
+        return HubError(f"{repo_id} revision {rev!r}: {where} cannot be reached ({type(exc).__name__}: "
+                        f"{first_line(exc)}), so {'the lock cannot be made' if lock else 'it cannot be downloaded'}",
+                        repo_id=repo_id, revision=rev)  # fmt: skip
+    doing = f"asking {where}" if lock else f"download from {where}"
+    return HubError(f"{repo_id} revision {rev!r}: {doing} failed: {type(exc).__name__}: {first_line(exc)}",
+                    repo_id=repo_id, revision=rev)  # fmt: skip
 
 
 #: What a 401 says to do, after "refused the token this process sent, " (answer: the Hub's words, or "").

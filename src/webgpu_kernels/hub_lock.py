@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import hub
-from .digests import MAX_FILE_BYTES, METADATA_FILE, decode_json, not_regular
+from .digests import MAX_FILE_BYTES, METADATA_FILE, decode_json, not_regular, read_bounded
 from .errors import DigestError, HubError, PackageError, shorten
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
 from .locations import OFFICIAL_ORG, Location, check_trust, checked_repo_id
-from .replacing import replace_file
+from .replacing import replace_file, write_path
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -46,6 +46,9 @@ PYPROJECT = "pyproject.toml"
 TABLE = "tool.webgpu-kernels.dependencies"
 #: The lock file's layout; a reader refuses another (a newer release's).
 LOCK_FORMAT = 1
+#: The most bytes of pyproject.toml or of a lock file read: far past any real one, and a FIFO or
+#: /dev/zero in their place is refused rather than waited on or read forever.
+MAX_PROJECT_FILE_BYTES = 16 * 1024 * 1024
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -88,7 +91,7 @@ def read_dependencies(project_dir: str | os.PathLike[str] = ".") -> dict[str, in
         raise PackageError("no such folder (PROJECT_DIR is the folder that holds pyproject.toml)", path=str(folder))
     path = folder / PYPROJECT
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_PROJECT_FILE_BYTES).decode("utf-8")
         data = tomllib.loads(text)
     except FileNotFoundError:
         raise PackageError(f"no such file: `lock` pins the kernels that its [{TABLE}] table lists, one "
@@ -111,6 +114,7 @@ def read_dependencies(project_dir: str | os.PathLike[str] = ".") -> dict[str, in
         raise PackageError(f"[{TABLE}] must be a table of `\"org/op\" = N` lines, got {_toml_kind(table)}",
                            path=str(path))  # fmt: skip
     found: dict[str, int] = {}
+    spelt: dict[str, str] = {}  # lower case -> the key as written: the Hub reads ids without regard to case
     for repo, version in table.items():
         where = f"[{TABLE}] {repo!r}"
         try:
@@ -121,6 +125,11 @@ def read_dependencies(project_dir: str | os.PathLike[str] = ".") -> dict[str, in
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise PackageError(f"{where}: expected the contract version, an integer from 1 (\"{repo}\" = 1), got "
                                f"{shorten(repr(version), 60)} ({_toml_kind(version)})", path=str(path))  # fmt: skip
+        earlier = spelt.setdefault(repo.lower(), repo)
+        if earlier != repo:
+            raise PackageError(f"[{TABLE}] {earlier!r} and {repo!r} are one repository (the Hub reads repository ids "
+                               "without regard to case): expected one entry for it, keep one spelling",
+                               path=str(path))  # fmt: skip
         found[repo] = version
     return dict(sorted(found.items()))
 
@@ -146,7 +155,7 @@ def lock_project(project_dir: str | os.PathLike[str] = ".") -> LockResult:
     path = Path(project_dir) / LOCK_FILE
     data = render_lock(entries).encode("utf-8")  # bytes: the same "\n" line ends on every system
     try:
-        changed = _read_bounded(path) != data
+        changed = read_bounded(path, MAX_PROJECT_FILE_BYTES) != data
     except (OSError, PackageError):  # none, or no lock file to keep: the new one replaces it
         changed = True
     if changed:
@@ -163,9 +172,10 @@ def render_lock(entries: tuple[LockEntry, ...] | list[LockEntry]) -> str:
 
 def _write_whole(path: Path, data: bytes) -> None:
     """Written beside, then renamed into place (replace_file): a reader never sees half a lock file,
-    and the new one keeps the old one's permissions."""
+    and the new one keeps the old one's permissions. A symbolic link of this user's is written
+    through, as the tuning file's is (write_path): replaced, the file it named had gone stale."""
     try:
-        replace_file(path, data)
+        replace_file(write_path(path), data)
     except OSError as exc:
         raise PackageError(f"cannot write the lock file: {exc.strerror or exc}", path=str(path)) from None
 
@@ -202,7 +212,7 @@ def branch_commit(repo_id: str, version: int, *, api: Any = None) -> str:
     try:
         commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE, timeout=hub.metadata_timeout()).sha
     except Exception as exc:  # noqa: BLE001 - each answer is named below; anything else is the client's
-        raise _hub_error(exc, repo_id, rev, version=version) from None
+        raise hub.request_error(exc, repo_id, rev, endpoint=endpoint, token=None, version=version, lock=True) from None
     if not (isinstance(commit, str) and _COMMIT.fullmatch(commit)):
         raise HubError(f"{repo_id} revision {rev!r}: {endpoint or DEFAULT_ENDPOINT} named the commit "
                        f"{shorten(repr(commit), 60)}, not a 40-hex commit sha", repo_id=repo_id, revision=rev)  # fmt: skip
@@ -233,37 +243,11 @@ def _metadata_bytes(api: Any, repo_id: str, commit: str, rev: str) -> bytes:
     except HubError:
         raise
     except Exception as exc:  # noqa: BLE001 - named below
-        raise _hub_error(exc, repo_id, rev, version=None) from None
+        raise hub.request_error(exc, repo_id, rev, endpoint=hub_endpoint(), token=None, version=None, lock=True) from None
     if len(data) > MAX_FILE_BYTES:
         raise HubError(f"{repo_id} revision {rev!r}: {name} is larger than a package file may be ({MAX_FILE_BYTES})",
                        repo_id=repo_id, revision=rev)  # fmt: skip
     return data
-
-
-def _hub_error(exc: Exception, repo_id: str, rev: str, *, version: int | None) -> HubError:
-    """A request of the lock refused or failed, in the words a download uses for it."""
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
-
-    endpoint = hub_endpoint()
-    where = endpoint or DEFAULT_ENDPOINT
-    if isinstance(exc, HubError):
-        return exc
-    if {"ConnectError", "TimeoutException"} & {c.__name__ for c in type(exc).__mro__}:  # httpx's (httpx2's)
-        return HubError(f"{repo_id} revision {rev!r}: {where} cannot be reached ({type(exc).__name__}: "
-                        f"{hub.first_line(exc)}), so the lock cannot be made", repo_id=repo_id, revision=rev)  # fmt: skip
-    if isinstance(exc, RevisionNotFoundError):
-        return hub.no_revision(repo_id, rev, endpoint=endpoint, token=None, version=version)
-    if isinstance(exc, GatedRepoError):
-        return HubError(f"{repo_id} on {where} is gated: its files are served only to accounts granted access; "
-                        f"{hub.token_hint(None, endpoint, gated=True)}", repo_id=repo_id, revision=rev)  # fmt: skip
-    if isinstance(exc, RepositoryNotFoundError):
-        return HubError(f"no kernel repository {repo_id!r} on {where} (or it is private and "
-                        f"{hub.token_hint(None, endpoint)})", repo_id=repo_id, revision=rev)  # fmt: skip
-    if isinstance(exc, HfHubHTTPError):
-        return HubError(f"{repo_id} revision {rev!r}: the Hub answered {hub.http_answer(exc)}", repo_id=repo_id,
-                        revision=rev)  # fmt: skip
-    return HubError(f"{repo_id} revision {rev!r}: asking {where} failed: {type(exc).__name__}: {hub.first_line(exc)}",
-                    repo_id=repo_id, revision=rev)  # fmt: skip
 
 
 # --- checking ------------------------------------------------------------------------------------------
@@ -326,8 +310,12 @@ def check_lock(project_dir: str | os.PathLike[str] = ".") -> LockCheck:
     entries = read_lockfile(path) if found else {}
     differences: list[LockDifference] = []
     asked: list[LockEntry] = []
-    for repo in sorted(dependencies.keys() | entries.keys()):
-        wanted, entry = dependencies.get(repo), entries.get(repo)
+    # Matched without regard to case, as the Hub reads ids: a respelt key is the same repository
+    wanted_by = {repo.lower(): (repo, version) for repo, version in dependencies.items()}
+    locked_by = {repo.lower(): entry for repo, entry in entries.items()}
+    for key in sorted(wanted_by.keys() | locked_by.keys()):
+        entry = locked_by.get(key)
+        repo, wanted = wanted_by.get(key, (entry.repo if entry else key, None))
         if entry is None:
             differences.append(LockDifference("added", repo, None, wanted, None))
         elif wanted is None:
@@ -374,8 +362,14 @@ def find_lockfile(lockfile: str | os.PathLike[str] | None = None) -> Path:
         if _anyone_may_write(folder):
             stopped = f" (the search stopped at {folder}, which may be written by any user: pass lockfile= to use one there)"
             break
-        if (folder / LOCK_FILE).is_file():
-            return folder / LOCK_FILE
+        candidate = folder / LOCK_FILE
+        if os.path.lexists(candidate):  # a FIFO or a folder of that name had been passed over, the search going on above
+            kind = not_regular(candidate)
+            if kind is not None:
+                raise PackageError(f"expected a regular file (the lock file `webgpu-kernels lock` writes), got {kind}: "
+                                   f"the search for {LOCK_FILE} from {here} upwards stops at the first entry of that "
+                                   "name; remove it, or pass lockfile=", path=str(candidate))  # fmt: skip
+            return candidate
     raise PackageError(f"no {LOCK_FILE} in {here} or a folder above it: write one with `webgpu-kernels lock "
                        f"PROJECT_DIR`, or pass lockfile= its path{stopped}")  # fmt: skip
 
@@ -391,7 +385,7 @@ def read_lockfile(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
     """``{repository: entry}`` of a lock file; a malformed one is a PackageError naming it and the entry."""
     path = Path(path)
     try:
-        data = decode_json(_read_bounded(path))
+        data = decode_json(read_bounded(path, MAX_PROJECT_FILE_BYTES))
     except OSError as exc:
         raise PackageError(f"cannot read the lock file: {exc.strerror or exc}", path=str(path)) from None
     except ValueError as exc:
@@ -403,6 +397,7 @@ def read_lockfile(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
                            "`webgpu-kernels lock` (a newer release's lock file needs that release)",
                            path=str(path))  # fmt: skip
     entries: dict[str, LockEntry] = {}
+    spelt: dict[str, str] = {}  # lower case -> the repository as listed: one repository, whatever its case
     for i, item in enumerate(data["kernels"]):
         where = f"kernels[{i}]"
         if not isinstance(item, dict) or sorted(item) != sorted(_ENTRY_KEYS):
@@ -416,26 +411,15 @@ def read_lockfile(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
             or version < 1 else
             "commit must be a 40-hex commit sha" if not isinstance(commit, str) or not _COMMIT.fullmatch(commit) else
             "metadataSha256 must be 64 lowercase hex" if not isinstance(digest, str) or not _SHA256.fullmatch(digest)
-            else "the repository has an entry before" if repo in entries else None
+            else "the repository has an entry before" if repo.lower() in spelt else None
         )  # fmt: skip
         if problem is not None:
+            if repo.lower() in spelt and spelt[repo.lower()] != repo:
+                problem += f" (spelt {spelt[repo.lower()]!r}: the Hub reads repository ids without regard to case)"
             raise PackageError(f"{where}: {problem}, got {shorten(json.dumps(item), 160)}", path=str(path))
+        spelt[repo.lower()] = repo
         entries[repo] = LockEntry(repo=repo, version=version, commit=commit, metadata_sha256=digest)
     return entries
-
-
-def _read_bounded(path: Path) -> bytes:
-    """A lock file's bytes, read as package files are (digests.read_file): a regular file of at most
-    MAX_FILE_BYTES, checked on the open file, since a FIFO would block forever and /dev/zero never
-    end. Raises OSError, or PackageError for another kind of file or one too large."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise PackageError("cannot read the lock file: not a regular file", path=str(path))
-        data = handle.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise PackageError(f"cannot read the lock file: larger than {MAX_FILE_BYTES} bytes", path=str(path))
-    return data
 
 
 def _valid_repo(repo: str) -> bool:
@@ -471,7 +455,8 @@ def get_locked_kernel(
     check_trust(Location("hub", repo_id), trust_remote_code=trust_remote_code, shown=repo_id)  # before anything is read
     path = find_lockfile(lockfile)
     entries = read_lockfile(path)
-    entry = entries.get(repo_id)
+    # The Hub reads repository ids without regard to case; the entry's own spelling is downloaded
+    entry = next((e for repo, e in entries.items() if repo.lower() == repo_id.lower()), None)
     if entry is None:
         listed = ", ".join(entries) or "no repository"
         raise HubError(f"{repo_id} is not in the lock file {path} (it lists {listed}): add it to [{TABLE}] in "

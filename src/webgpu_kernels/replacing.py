@@ -42,6 +42,31 @@ def replace_files(files: Mapping[Path, str | bytes]) -> None:
         raise PackageError(f"cannot write it ({exc.strerror or exc}); {undone}", path=exc.filename) from exc
 
 
+def write_path(path: Path) -> Path:
+    """Where a write of ``path`` (the tuning file, a project's lock file) goes: the file a symbolic
+    link at ``path`` points to (through every link this user made), as an editor writes through
+    one; else ``path`` (another user's link in a shared folder is replaced, as before: followed, it
+    could have had a damaged tuning file's save move aside and overwrite any file this user may
+    write). A chain stops at another user's link, which is replaced: realpath() had followed it too
+    (helper-163)."""
+    current = path
+    for _ in range(40):  # the OS's own bound on a chain; past it (a loop) the user's link is replaced
+        if not (os.path.islink(current) and _link_is_own(current)):
+            # that link itself where it is another user's: only the folders above it are resolved
+            return current if current == path else Path(os.path.realpath(current.parent)) / current.name
+        current = current.parent / os.readlink(current)  # relative to the link's own folder
+    return path
+
+
+def _link_is_own(path: Path) -> bool:
+    """Whether this user owns the symbolic link ``path`` (always, where the OS has no user ids)."""
+    getuid = getattr(os, "getuid", None)
+    try:
+        return getuid is None or os.lstat(path).st_uid == getuid()
+    except OSError:
+        return False
+
+
 def _replace_all(files: Mapping[Path, str | bytes]) -> None:
     data = {path: content.encode() if isinstance(content, str) else content for path, content in files.items()}
     staged: dict[Path, Path] = {}  # each file's new one (itself: written in place, with the renames)

@@ -32,6 +32,7 @@ from .digests import MAX_PACKAGE_FILES, decode_json, not_regular, read_file, rep
 from .errors import PackageError, TuningFileWarning, user_stacklevel
 from .forks import fresh_in_child
 from .package import MANIFEST_FILE, KernelPackage
+from .replacing import write_path
 from .templates import MAX_TEMPLATE_BYTES, NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 
 CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
@@ -434,30 +435,6 @@ def _canonical_entries(entries: dict[str, dict[str, Any]]) -> dict[str, dict[str
 def _is_regular_file(path: Path) -> bool:
     try:
         return path.is_file()
-    except OSError:
-        return False
-
-
-def write_path(path: Path) -> Path:
-    """Where a save writes the tuning file ``path``: the file a symbolic link at ``path`` points
-    to (through every link this user made), as an editor writes through one; else ``path``
-    (another user's link in a shared folder is replaced, as before: followed, it could have had a
-    damaged-file save move aside and overwrite any file this user may write). A chain stops at
-    another user's link, which is replaced: realpath() had followed it too (helper-163)."""
-    current = path
-    for _ in range(40):  # the OS's own bound on a chain; past it (a loop) the user's link is replaced
-        if not (os.path.islink(current) and _link_is_own(current)):
-            # that link itself where it is another user's: only the folders above it are resolved
-            return current if current == path else Path(os.path.realpath(current.parent)) / current.name
-        current = current.parent / os.readlink(current)  # relative to the link's own folder
-    return path
-
-
-def _link_is_own(path: Path) -> bool:
-    """Whether this user owns the symbolic link ``path`` (always, where the OS has no user ids)."""
-    getuid = getattr(os, "getuid", None)
-    try:
-        return getuid is None or os.lstat(path).st_uid == getuid()
     except OSError:
         return False
 
