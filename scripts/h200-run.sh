@@ -59,6 +59,7 @@
 #   bash scripts/h200-run.sh bsgvariants   demo.BiasSplitGelu float16: its default (vec8) and vec4 benched alternately, validate, test, then the suite
 #   bash scripts/h200-run.sh astypesuite   GpuTensor.astype against the host round trip (scripts/astype_cost.py), its and copy.copy's host time in a recorded chain (--chain), then the suite
 #   bash scripts/h200-run.sh clipmlp [DIR]   examples/clip_mlp.py (f32, f16; batch 1 and 8), hostab DIR, then the suite in 8 processes
+#   bash scripts/h200-run.sh chainab [DIR]   astype/copy in a chain (--chain) against DIR/src (default ab-old), hostab DIR, then the suite in 8 processes
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors filelock \
@@ -432,6 +433,17 @@ case "${1:-bench}" in
     timeout 120 python3 scripts/astype_cost.py 2>&1 | tee "$OUT/astype.log"
     # helper-177: astype and copy.copy recorded into a chain's batch, host time per call
     timeout 120 python3 scripts/astype_cost.py --chain 2>&1 | tee -a "$OUT/astype.log"
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
+  chainab)  # session 51: astype and copy.copy recorded into the batch (helper-177) against DIR/src (default ab-old,
+            # afd229d), scripts/astype_cost.py --chain alternated in fresh processes, two rounds; hostab DIR; then the
+            # suite in 8 processes with the time left
+    for round in 1 2; do for side in new old; do
+      src=$PWD/src; [ "$side" = old ] && src=$PWD/${2:-ab-old}/src
+      echo "== $side (round $round)" | tee -a "$OUT/chain-ab.log"
+      PYTHONPATH=/tmp/site:$src timeout 100 python3 scripts/astype_cost.py --chain 2>&1 | tee -a "$OUT/chain-ab.log"
+    done; done
+    bash "$0" hostab "${2:-ab-old}"
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
   clipmlp)  # session 50: the CLIP MLP example chained on the GPU (demo.MatMul, BiasAdd, QuickGelu) on NVIDIA, host
