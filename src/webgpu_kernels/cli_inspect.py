@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
+from rich.table import Table
+from rich.text import Text
 
+from .api import get_kernel, list_kernels
 from .cli import (
     InputSpec,
     _adapter,
@@ -23,12 +26,9 @@ from .cli import (
     resolve_kernel,
     trust_option,
 )
-
-# rich and the engine are imported by the commands that use them: a command's help loads none
-# (tests/test_cli_start.py).
-if TYPE_CHECKING:
-    from .device import AdapterSummary
-    from .kernel import Kernel
+from .device import NO_ADAPTER, AdapterSummary, choose_adapter, list_adapters
+from .explanation import tuning_entry_choice, tuning_entry_place
+from .kernel import Kernel
 
 #: Limits ``devices`` shows (WebGPU names, camelCase).
 KEY_LIMITS = (
@@ -49,11 +49,6 @@ def _first_sentence(text: str) -> str:
 @click.pass_context
 def devices_cmd(ctx: click.Context, as_json: bool) -> None:
     """The WebGPU adapters present: features and key limits; the chosen one marked."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from .device import NO_ADAPTER, choose_adapter, list_adapters
-
     adapters = list_adapters()
     chosen = choose_adapter(_adapter(ctx)).index if adapters else None
     if as_json:
@@ -110,10 +105,6 @@ def _adapter_dict(a: AdapterSummary, chosen: bool) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(as_json: bool) -> None:
     """The kernels embedded in the library."""
-    from rich.table import Table
-
-    from .api import get_kernel, list_kernels
-
     rows: list[dict[str, Any]] = []
     for op_id in list_kernels():
         kernel = get_kernel(op_id)
@@ -176,9 +167,6 @@ def kernel_info(kernel: Kernel) -> dict[str, Any]:
 
 
 def _print_info(d: dict[str, Any]) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
     console = _console()
     console.print(Text(f"{d['op']} (since version {d['sinceVersion']})", style="bold"))
     console.print(f"{d['origin']} package: {d['path']}")
@@ -289,8 +277,6 @@ def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], at
 def _tuning_note(entry: dict[str, Any]) -> str:
     """render's stderr line on the tuning file's entry for the call's class: its choice is the WGSL
     printed, or why it is not."""
-    from .explanation import tuning_entry_choice, tuning_entry_place
-
     place = tuning_entry_place(entry)
     if entry["used"]:
         return (f"note: a stored tuning result chose this WGSL: variant {entry['variant']!r}, tunables "

@@ -7,10 +7,15 @@ import statistics
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
+from .case_data import random_values
 from .cli import (
     GENERATE_OPTION,
     InputSpec,
@@ -26,13 +31,18 @@ from .cli import (
     trust_option,
     with_generators,
 )
+from .comparison import reference_report
+from .device import choose_adapter
 from .errors import KernelError
-
-# numpy, rich and the engine are imported where they are used: `run --help` loads none
-# (tests/test_cli_start.py).
-if TYPE_CHECKING:
-    import numpy as np
-    from rich.console import Console
+from .references import (
+    UNCOMPUTED_OUTPUTS,
+    ReferenceShapeMismatch,
+    ReferenceUnavailable,
+    manifest_positions,
+    no_numpy_reference,
+    numpy_reference,
+    onnxruntime_for,
+)
 
 TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU kernel time"
 
@@ -57,17 +67,6 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     """Run KERNEL on seeded random inputs (standard normal unless --generate; bool half true):
     output summary, time and error against the references. Exit status 1 when an output element is
     beyond its tolerance (float32: 1e-4 + 1e-5 x |reference|; float16: 1e-2 + 1e-3 x |reference|)."""
-    from .comparison import reference_report
-    from .device import choose_adapter
-    from .references import (
-        ReferenceShapeMismatch,
-        ReferenceUnavailable,
-        manifest_positions,
-        no_numpy_reference,
-        numpy_reference,
-        onnxruntime_for,
-    )
-
     inputs = with_generators(inputs, generators)
     adapter = _adapter(ctx)
     k = resolve_kernel(kernel)
@@ -157,18 +156,12 @@ def _status(console: Console, message: str) -> Iterator[None]:
 
 def random_inputs(inputs: Mapping[str, InputSpec], seed: int) -> dict[str, np.ndarray]:
     """Each input drawn in the order given as bench draws it (case_data.random_values)."""
-    import numpy as np
-
-    from .case_data import random_values
-
     rng = np.random.default_rng(seed)
     return {name: random_values(tuple(spec.shape), spec.dtype, rng, spec.generate) for name, spec in inputs.items()}
 
 
 def summarize(array: Any) -> dict[str, Any]:
     """Shape, dtype, NaN count and min/max/mean (over the non-NaN values, in float64)."""
-    import numpy as np
-
     a = np.asarray(array)
     values = a.astype(np.float64).ravel()
     nan = np.isnan(values)
@@ -197,11 +190,6 @@ def _num(value: float | None, fmt: str = ".6g") -> str:
 
 
 def _print_run(r: dict[str, Any]) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    from .references import UNCOMPUTED_OUTPUTS
-
     console = _console()
     console.print(Text(f"{r['op']} on {r['adapter']}", style="bold"))
     inputs = ", ".join(f"{n} {s['shape']} {s['dtype']}{_drawn_from(s.get('generate'))}" for n, s in r["inputs"].items())
