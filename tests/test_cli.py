@@ -208,10 +208,22 @@ def test_float64_input(runner: CliRunner) -> None:
     does (it had named `-i NAME=DIMS:f32` to Python users, helper-20)."""
     for command in ("explain", "render", "run"):
         result = runner.invoke(main, [command, QUICK_GELU, "-i", "X=2x3:f64"])
-        assert_error(result, "argument 'X'", "float64", "['float32', 'float16']", "on the command line: -i X=DIMS:f32")
+        assert_error(result, "argument 'X'", "float64", "['float32', 'float16']",
+                     "on the command line, a dtype T allows: -i X=DIMS:f32 or -i X=DIMS:f16")  # fmt: skip
+        assert ".astype" not in result.stderr
     with pytest.raises(wk.errors.DTypeError) as info:
         wk.get_kernel(QUICK_GELU)({"X": np.zeros(3)})
     assert ".astype(np.float32)" in str(info.value) and "command line" not in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "i32"])
+def test_a_dtype_outside_the_constraint_on_the_command_line_says_which_to_type(runner: CliRunner, dtype: str) -> None:
+    """`-i X=2x3:bf16` ended in "(convert with .astype(np.float32))", Python's advice (helper-180)."""
+    for command in ("explain", "run", "bench"):
+        result = runner.invoke(main, [command, QUICK_GELU, "-i", f"X=2x3:{dtype}", *(["--warm-up", "0"] if command == "bench" else [])])
+        assert_error(result, "argument 'X'", "['float32', 'float16']",
+                     "on the command line, a dtype T allows: -i X=DIMS:f32 or -i X=DIMS:f16")  # fmt: skip
+        assert ".astype" not in result.stderr
 
 
 def test_a_missing_input_on_the_command_line_says_how_to_give_it(runner: CliRunner) -> None:

@@ -713,3 +713,20 @@ def test_a_case_s_bad_input_is_placed_in_test_json(package) -> None:
     result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
     assert_error(result, f"{package / 'test.json'}: cases[2].inputs.X.special.at: index 130 is out of range")
     assert "read as cases[0]" not in result.stderr
+
+
+def test_a_case_dtype_outside_the_constraint_is_told_to_change_the_package_not_astype(package) -> None:
+    """A test.json case whose dtype its type constraint lacks ended in Python's advice, "(convert
+    with .astype(np.float32))", which a case file cannot follow (helper-180's review)."""
+    doc = json.loads((package / "test.json").read_text("utf-8"))
+    doc["cases"].append({**{k: v for k, v in REFUSAL.items() if k != "refused"}, "name": "int32-kept",
+                         "expected": {"Y": {"shape": [4], "values": [3, 6, 9, 12]}}})  # fmt: skip
+    (package / "test.json").write_text(json.dumps(doc, indent=1), "utf-8")
+    invoke(CliRunner(), "digest", str(package))
+    advice = "add int32 to typeConstraints.T in manifest.json, or make the case refused: \"refused\": {\"error\": \"DTypeError\""
+    tested = invoke(CliRunner(), "test", str(package), code=1)
+    validated = invoke(CliRunner(), "validate", str(package), code=1)
+    expected = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
+    for result in (tested, validated, expected):
+        text = " ".join(result.output.split())  # rich wraps long lines
+        assert "got int32" in text and advice in text and ".astype" not in text, result.output

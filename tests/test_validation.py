@@ -1009,3 +1009,20 @@ def test_a_template_syntax_error_is_one_error_not_one_per_variant_and_dtype(tmp_
     errors = [(p.file, p.message) for p in report.errors]
     assert len(errors) == 1 and errors[0][0] == "where-broadcast.wgsl.jinja" and "syntax error" in errors[0][1], errors
     assert {c.status for c in report.coverage if c.variant == "broadcast" and c.cases} == {"failed"}
+
+
+def test_a_missing_template_lists_those_there_and_the_one_meant(qg: Path, runner: CliRunner) -> None:
+    """`'quick-glu.wgsl.jinja' is not in the package` named neither the templates the package has nor the
+    one meant (helper-180's review); validate and digest both say them now, and validate says it
+    once, not again for each render of the missing file."""
+    edit_json(qg / "manifest.json",
+              lambda m: m["variants"][2]["passes"][0]["source"].update(shader="quick-glu.wgsl.jinja"))  # fmt: skip
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    missing = [p for p in report.errors if "quick-glu" in p.message or p.file == "quick-glu.wgsl.jinja"]
+    assert len(missing) == 1, missing
+    assert missing[0].message == ("template 'quick-glu.wgsl.jinja' is not in the package (its templates: "
+                                  "quick-gelu.wgsl.jinja; did you mean 'quick-gelu.wgsl.jinja'?)"), missing[0].message
+    result = runner.invoke(main, ["digest", str(qg)])
+    assert "(its templates: quick-gelu.wgsl.jinja; did you mean 'quick-gelu.wgsl.jinja'?)" in " ".join(
+        result.stderr.split()), result.stderr

@@ -30,7 +30,7 @@ from .case_data import MAX_CASE_ELEMENTS, MAX_CASE_TOTAL_ELEMENTS, dtype_name, g
 from .comparison import Tolerance
 from .contract import MAX_ELEMENTS, shape_text, too_many_elements
 from .digests import decode_json, json_path
-from .errors import CaseFileError, KernelError, PackageError, shorten
+from .errors import CaseFileError, DTypeError, KernelError, PackageError, shorten
 from .forks import fresh_in_child
 from .json_schema import validator as schema_validator
 from .manifest import parse_manifest
@@ -679,3 +679,11 @@ def checked_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
         for i, case in enumerate(data["cases"])
     )  # fmt: skip
     return BenchFile(description=data.get("description", ""), cases=cases, file=file, flops=data.get("flops"))
+
+
+def advise_case_dtype(exc: BaseException) -> None:
+    """A test.json case's dtype that its type constraint lacks is fixed in the package, not with
+    the contract's Python advice (.astype): say to widen the constraint or expect the refusal."""
+    if isinstance(exc, DTypeError) and exc.allowed and not exc.hint_replaced:
+        exc.replace_hint(f"add {exc.received} to typeConstraints.{exc.type_variable} in manifest.json, or make the "
+                         'case refused: "refused": {"error": "DTypeError"}, docs/package-files.md')

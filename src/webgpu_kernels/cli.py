@@ -224,10 +224,11 @@ class KernelGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KernelError as exc:
-            if isinstance(exc, DTypeError) and exc.received == "float64":  # the contract's hint is Python's
-                short = "f32" if "float32" in exc.expected else "f16" if "float16" in exc.expected else None
-                if short:
-                    exc.add_note(f"on the command line: -i {exc.argument}=DIMS:{short}")
+            if isinstance(exc, DTypeError) and exc.allowed and not exc.hint_replaced:  # -i's (a case's says so)
+                # The contract's hint is a Python call's (.astype); here the dtype is typed after -i.
+                spellings = " or ".join(f"-i {exc.argument}=DIMS:{short}" for short in _spellings(" ".join(exc.allowed)))
+                if spellings:
+                    exc.replace_hint(f"on the command line, a dtype {exc.type_variable} allows: {spellings}")
             if isinstance(exc, MissingInputError) and exc.received == "nothing":  # no -i for it
                 shorts = _spellings(exc.expected)
                 dtype = shorts[0] + (f" (or {', '.join(shorts[1:])})" if len(shorts) > 1 else "") if shorts else "DTYPE"

@@ -39,6 +39,7 @@ from .digests import (
     missing_templates,
     not_regular,
     schema_problems,
+    templates_there,
     write_metadata,
 )
 from .errors import DigestError, KernelError, PackageError, one_line
@@ -168,9 +169,10 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
         metadata, changes = write_metadata(root, version=version, manifest_file=manifest_file)
         current = True
     removed = {c.file for c in changes if c.status == "removed"}
-    warnings = [f"{where} names {name!r}, which the package {'no longer has' if name in removed else 'does not have'}: "
-                "every call that reaches it fails; restore the file, or change what names it"
-                for name, where in missing_templates(root, manifest_file)]  # fmt: skip
+    listed = [c.file for c in changes if c.status != "removed"]
+    warnings = [f"{where} names {name!r}, which the package {'no longer has' if name in removed else 'does not have'}"
+                f"{templates_there(name, listed)}: every call that reaches it fails; restore the file, or change what "
+                "names it" for name, where in missing_templates(root, manifest_file)]  # fmt: skip
     if as_json:
         _echo_json({"path": str(root / METADATA_FILE), "written": not check, "upToDate": current,
                     "metadata": metadata, "changes": [c.__dict__ for c in changes], "warnings": warnings})  # fmt: skip

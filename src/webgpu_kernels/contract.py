@@ -101,7 +101,8 @@ def check_call(
             on_gpu = spec.role in gpu_inputs
             hint = conversion_hint(dtype, [peer], on_gpu=on_gpu) if peer else ""
             raise DTypeError(spec.role, f"dtype in {list(allowed)} (type variable {spec.dtype})", dtype,
-                             hint=hint or conversion_hint(dtype, allowed, on_gpu=on_gpu))  # fmt: skip
+                             hint=hint or conversion_hint(dtype, allowed, on_gpu=on_gpu), type_variable=spec.dtype,
+                             allowed=tuple(allowed))  # fmt: skip
         bound = type_bindings.setdefault(spec.dtype, (dtype, spec.role))
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype,

@@ -13,6 +13,7 @@ is exactly what was verified (no second read of a file that could have changed i
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import json
 import math
@@ -611,6 +612,17 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, versio
     metadata["provenance"] = provenance
     metadata["digest"] = {"algorithm": ALGORITHM, "files": files}
     return metadata, changes
+
+
+def templates_there(name: str, files: Iterable[str]) -> str:
+    """What follows "template NAME is not in the package": the templates (``*.jinja``) among the
+    package's ``files``, and the one ``name`` may have meant, or "" where there is none."""
+    templates = sorted(f for f in files if f.endswith(".jinja"))
+    if not templates:
+        return ""
+    close = [t for t in templates if t.lower() == name.lower()] or difflib.get_close_matches(name, templates, n=1)
+    shown = ", ".join(templates[:20]) + (f", ... ({len(templates)} in all)" if len(templates) > 20 else "")
+    return f" (its templates: {shown}" + (f"; did you mean {close[0]!r}?)" if close else ")")
 
 
 def missing_templates(root: Path, manifest_file: ManifestFile | None = None) -> list[tuple[str, str]]:

@@ -254,10 +254,19 @@ class InputError(KernelError):
         self.argument = argument
         self.expected = expected
         self.received = received
-        message = f"argument {argument!r}: expected {expected}, got {received}"
-        if hint:
-            message += f" ({hint})"
-        super().__init__(message)
+        self.hint = hint
+        self.hint_replaced = False
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        message = f"argument {self.argument!r}: expected {self.expected}, got {self.received}"
+        return f"{message} ({self.hint})" if self.hint else message
+
+    def replace_hint(self, hint: str) -> None:
+        """Say ``hint`` instead of the library's: a caller that knows where the call came from (a
+        test.json case, the command line) says what to change there, not in a Python call."""
+        self.hint, self.hint_replaced = hint, True
+        self.args = (self._message(),)
 
 
 class UnknownInputError(InputError):
@@ -273,7 +282,17 @@ class RankError(InputError):
 
 
 class DTypeError(InputError):
-    """An input whose dtype is outside its type constraint, or a type variable bound twice."""
+    """An input whose dtype is outside its type constraint, or a type variable bound twice.
+
+    Outside its constraint, ``type_variable`` names the constraint and ``allowed`` its dtypes (for
+    a caller's own advice, :meth:`InputError.replace_hint`); bound twice, they are "" and ().
+    """
+
+    def __init__(self, argument: str, expected: str, received: str, *, hint: str = "", type_variable: str = "",
+                 allowed: tuple[str, ...] = ()) -> None:  # fmt: skip
+        self.type_variable = type_variable
+        self.allowed = allowed
+        super().__init__(argument, expected, received, hint=hint)
 
 
 class ShapeError(InputError):

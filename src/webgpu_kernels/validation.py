@@ -35,8 +35,8 @@ from typing import Any
 
 from . import casefile
 from .case_data import dtype_name, inline_values
-from .casefile import BENCH_FILE, TEST_FILE, CaseFileError
-from .digests import METADATA_FILE, DigestProblem, ReadBudget, case_twins, inspect_package, read_file
+from .casefile import BENCH_FILE, TEST_FILE, CaseFileError, advise_case_dtype
+from .digests import METADATA_FILE, DigestProblem, ReadBudget, case_twins, inspect_package, read_file, templates_there
 from .errors import (
     AdapterNotFoundError,
     DeviceError,
@@ -264,7 +264,9 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
                 out.error(MANIFEST_FILE, where, twin_message("the pass names template", p.shader, twin), variant=v.id)
                 continue
             if not package.has(p.shader):
-                out.error(MANIFEST_FILE, where, f"template {p.shader!r} is not in the package", variant=v.id)
+                there = templates_there(p.shader, files or ())
+                out.error(MANIFEST_FILE, where, f"template {p.shader!r} is not in the package{there}", variant=v.id)
+                broken.add(p.shader)  # every render of it would say so again
                 continue
             if p.shader in parsed:
                 continue
@@ -350,6 +352,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
             continue
         except InputError as exc:
             if case.refused is None:
+                advise_case_dtype(exc)
                 out.error(TEST_FILE, case.json_path, f"the case breaks the contract: {exc}", case=case.name)
             elif not case.refused.matches(exc):
                 out.error(TEST_FILE, f"{case.json_path}.refused", f"the call is {case.refused.mismatch(exc)}",
