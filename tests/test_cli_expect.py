@@ -35,6 +35,12 @@ def wrong_shape(inputs, attrs):
 
 def not_numbers(inputs, attrs):
     return {"Y": "three"}
+
+def lower_key(inputs, attrs):
+    return {"y": 3.0 * inputs["X"]}
+
+def near_key(inputs, attrs):
+    return {"YY": 3.0 * inputs["X"]}
 '''
 REFUSAL = {"name": "int32-refused", "types": {"T": "int32"},
            "inputs": {"X": {"shape": [4], "values": [1, 2, 3, 4]}},
@@ -140,6 +146,9 @@ def test_the_author_s_indent_is_kept(package, step) -> None:
     ("raises", 1, ["ref.py:raises raised for case 'tail-3x5-f32'", "ZeroDivisionError: my reference broke"]),
     ("not_a_dict", 2, ["case 'tail-3x5-f32'", "expected a dict of output arrays (Y)", "got an array of shape [3, 5]"]),
     ("no_output", 2, ["expected the required outputs ['Y'], got the keys ['Z']"]),
+    ("no_output", 2, ["got the keys ['Z']\n"]),  # no guess where none is close
+    ("lower_key", 2, ["expected the required outputs ['Y'], got the keys ['y'] (did you mean 'Y'?)"]),
+    ("near_key", 2, ["got the keys ['YY'] (did you mean 'Y'?)"]),
     ("wrong_shape", 2, ["['Y']", "expected shape [3, 5]", "got shape [15]"]),
     ("not_numbers", 2, ["expected an array of numbers (rounded to the output's float32)", "got str 'three'"]),
 ])  # fmt: skip
@@ -157,7 +166,7 @@ def test_a_reference_that_fails_writes_nothing(package, function, code, fragment
 
 @pytest.mark.parametrize(("reference", "fragment"), [
     ("missing.py:triple", "no file"),
-    ("REF:absent", "has no function 'absent' (its functions: no_output, not_a_dict, not_numbers, raises, "
+    ("REF:absent", "has no function 'absent' (its functions: lower_key, near_key, no_output, not_a_dict, not_numbers, raises, "
                    "triple, wrong_shape)"),
     ("REF", "expected FILE.py:FUNCTION"),
 ])  # fmt: skip

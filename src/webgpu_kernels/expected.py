@@ -38,6 +38,7 @@ from .digests import (
     valid_file_name,
 )
 from .errors import CaseFileError, InputError, KernelError, PackageError
+from .json_schema import names_meant
 from .kernel import Kernel
 from .portability import windows_problem
 
@@ -189,7 +190,8 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
             raise InputError(where, f"a dict of output arrays ({', '.join(dtypes)})", _received(got))
         keys = sorted(map(str, got))
         if set(got) - set(dtypes) or set(required) - set(got):
-            raise InputError(where, wanted, f"the keys {keys}")
+            meant = names_meant([k for k in keys if k not in dtypes], [o for o in dtypes if o not in got])
+            raise InputError(where, wanted, f"the keys {keys}{meant}")
         old: Mapping[str, Any] = raw.get("expected") or {}
         # An optional output a reference may leave out, but not one the case compares: its old value
         # would be stale (the kernel changed), and dropping it would stop comparing it unasked.

@@ -40,7 +40,12 @@ def _field_meant(instance: dict[str, Any], schema: dict[str, Any]) -> str:
     """" (did you mean 'attributes'?)" for misspelt fields: the schema's message names the field that
     came, not the one it takes, and what a misspelt field held then reads as missing elsewhere."""
     known = [k for k in schema.get("properties", {}) if isinstance(k, str)]
-    extra = sorted(str(k) for k in instance if k not in known)
+    return names_meant(sorted(str(k) for k in instance if k not in known), known)
+
+
+def names_meant(extra: list[str], known: list[str]) -> str:
+    """" (did you mean 'Y'?)" for the names in ``extra`` close to one of ``known`` (the same but for
+    case first, then difflib's closest), naming each unknown one where there are several; "" if none is."""
     guesses = []
     for name in extra:
         close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(name, known, n=1)
