@@ -226,6 +226,23 @@ def test_a_dtype_outside_the_constraint_on_the_command_line_says_which_to_type(r
         assert ".astype" not in result.stderr
 
 
+@pytest.mark.parametrize(("option", "text", "says"), [
+    ("--attr", "alpha=true", "(on the command line: --attr alpha=1, a boolean is not a number here)"),
+    ("--attr", "alpha=false", "(on the command line: --attr alpha=0, a boolean is not a number here)"),
+    ("--tunable", "WORKGROUP_SIZE=true", "(on the command line: --tunable WORKGROUP_SIZE=1, a boolean is not a number here)"),
+])  # fmt: skip
+def test_a_boolean_for_a_number_on_the_command_line_says_what_to_type(runner: CliRunner, option, text, says) -> None:
+    """`--attr keepdims=false` said "(pass 0: a boolean is not a number here)", the Python call's
+    advice, which reads oddly after an option (helper-180's review)."""
+    for command in ("explain", "run"):
+        result = runner.invoke(main, [command, QUICK_GELU, "-i", "X=2x3:f32", option, text])
+        assert_error(result, f"argument '{text.partition('=')[0]}'", says)
+        assert "pass " not in result.stderr
+    with pytest.raises(wk.errors.AttributeValueError) as info:  # Python's advice stays Python's
+        wk.get_kernel(QUICK_GELU)({"X": np.zeros(3, np.float32)}, attrs={"alpha": True})
+    assert str(info.value).endswith("(pass 1: a boolean is not a number here)")
+
+
 def test_a_missing_input_on_the_command_line_says_how_to_give_it(runner: CliRunner) -> None:
     """`run com.microsoft.BiasAdd -i X=...` said only "argument 'bias': expected a T tensor (float32
     or float16), got nothing", never how the command line gives one (helper-151's friction)."""

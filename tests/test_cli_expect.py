@@ -739,3 +739,18 @@ def test_a_case_dtype_outside_the_constraint_is_told_to_change_the_package_not_a
     for result in (tested, validated, expected):
         text = " ".join(result.output.split())  # rich wraps long lines
         assert "got int32" in text and advice in text and ".astype" not in text, result.output
+
+
+def test_a_case_boolean_for_a_number_is_told_the_number_to_write(package) -> None:
+    """A case's `"tunables": {"WORKGROUP_SIZE": true}` said "(pass 1: ...)", a Python call's advice."""
+    doc = json.loads((package / "test.json").read_text("utf-8"))
+    doc["cases"][0]["tunables"] = {"WORKGROUP_SIZE": True}
+    (package / "test.json").write_text(json.dumps(doc, indent=1), "utf-8")
+    invoke(CliRunner(), "digest", str(package))
+    tested = invoke(CliRunner(), "test", str(package), code=1)
+    validated = invoke(CliRunner(), "validate", str(package), code=1)
+    expected = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
+    for result in (tested, validated, expected):
+        text = " ".join(result.output.split())
+        assert "(write 1 in the case's tunables: a boolean is not a number here)" in text, result.output
+        assert "pass 1" not in text and "--tunable" not in text, result.output

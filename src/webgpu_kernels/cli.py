@@ -229,6 +229,12 @@ class KernelGroup(click.Group):
                 spellings = " or ".join(f"-i {exc.argument}=DIMS:{short}" for short in _spellings(" ".join(exc.allowed)))
                 if spellings:
                     exc.replace_hint(f"on the command line, a dtype {exc.type_variable} allows: {spellings}")
+            from .contract import boolean_for_number
+
+            boolean = boolean_for_number(exc)
+            if boolean is not None and not exc.hint_replaced:  # --attr x=true
+                option = "--tunable" if boolean[0] == "tunable" else "--attr"
+                exc.replace_hint(f"on the command line: {option} {exc.argument}={boolean[1]}, a boolean is not a number here")
             if isinstance(exc, MissingInputError) and exc.received == "nothing":  # no -i for it
                 shorts = _spellings(exc.expected)
                 dtype = shorts[0] + (f" (or {', '.join(shorts[1:])})" if len(shorts) > 1 else "") if shorts else "DTYPE"

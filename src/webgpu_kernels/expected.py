@@ -24,7 +24,7 @@ import numpy as np
 
 from .call_inputs import TensorMeta
 from .case_data import array_key, cast, dtype_name, encode_values, numpy_dtype, with_arrays
-from .casefile import TEST_FILE, advise_case_dtype, parse_draft_case
+from .casefile import TEST_FILE, advise_case, parse_draft_case
 from .digests import (
     MAX_FILE_BYTES,
     MAX_PACKAGE_FILES,
@@ -175,7 +175,7 @@ def write_expected(kernel: Kernel, cases: Sequence[MutableMapping[str, Any]], re
                 shapes = {o.role: tuple(o.shape) for o in explanation.outputs}
                 dtypes.update({o.role: o.dtype for o in explanation.outputs})
         except KernelError as exc:  # the case's own inputs or attrs: say which case
-            advise_case_dtype(exc)
+            advise_case(exc)
             exc.add_note(f"building the inputs and outputs of case {case.name!r}")
             raise
         inputs = {k: a.astype(np.float64) if a.dtype.kind == "f" or dtype_name(a.dtype) == "bfloat16" else a

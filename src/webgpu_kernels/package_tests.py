@@ -37,7 +37,7 @@ from .casefile import (
     CaseFileError,
     Refusal,
     TestCase,
-    advise_case_dtype,
+    advise_case,
     case_name_matches,
     read_test_file,
 )
@@ -245,7 +245,7 @@ def run_package_tests(
             explanation = kernel.explain({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()},
                                          attrs=case.attrs or None, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
         except KernelError as exc:  # the case's call is refused (its attrs, tunables, inputs): say where the case is
-            advise_case_dtype(exc)
+            advise_case(exc)
             add(RunResult(kernel.op_id, case.name, None, label, ERROR, message=_message(exc, case.json_path)))
             continue
         verdicts = {v.variant: v for v in explanation.verdicts}

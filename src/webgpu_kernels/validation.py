@@ -35,7 +35,7 @@ from typing import Any
 
 from . import casefile
 from .case_data import dtype_name, inline_values
-from .casefile import BENCH_FILE, TEST_FILE, CaseFileError, advise_case_dtype
+from .casefile import BENCH_FILE, TEST_FILE, CaseFileError, advise_case
 from .digests import METADATA_FILE, DigestProblem, ReadBudget, case_twins, inspect_package, read_file, templates_there
 from .errors import (
     AdapterNotFoundError,
@@ -352,7 +352,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
             continue
         except InputError as exc:
             if case.refused is None:
-                advise_case_dtype(exc)
+                advise_case(exc)
                 out.error(TEST_FILE, case.json_path, f"the case breaks the contract: {exc}", case=case.name)
             elif not case.refused.matches(exc):
                 out.error(TEST_FILE, f"{case.json_path}.refused", f"the call is {case.refused.mismatch(exc)}",
