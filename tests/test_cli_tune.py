@@ -479,7 +479,7 @@ def test_adapter_reaches_every_timing(runner, tuning_dir, monkeypatch, command):
 def _fake_search(choices):
     """cli_tune._search answering ``choices[case shape]`` ((variant, tunables), or None for the
     default's own run), with _confirm keeping it: the storing rules, not timings, are under test."""
-    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None, on_candidate=None):
+    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None, on_candidate=None, start=None):
         choice = choices[next(iter(arrays.values())).shape]
         if choice is None:
             return (default.median_s, default.variant, dict(defaults)), []
@@ -513,7 +513,7 @@ def test_a_tune_that_stores_what_the_file_already_held_does_not_say_saved(runner
     """TuningCache.save() writes nothing where no entry changes, yet tune said "saved: FILE". With
     real timings each run stores a new median; here the search's time is fixed, so the second run
     of the same tune stores the very entry the first one wrote."""
-    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None, on_candidate=None):
+    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None, on_candidate=None, start=None):
         return (1e-6, "scalar", {"WORKGROUP_SIZE": 128}), []
 
     monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
@@ -820,7 +820,7 @@ def test_tune_given_shapes_stores_their_class(runner, tuning_dir, monkeypatch):
     times one; its dtype is the case's (the label, and the tolerance a candidate must meet)."""
     seen = []
     monkeypatch.setattr(cli_tune, "_search", lambda kernel, arrays, attrs, default, axes, tolerance, defaults,
-                        on_candidate: seen.append(tolerance) or ((default.median_s / 2, "scalar",
+                        on_candidate, start: seen.append(tolerance) or ((default.median_s / 2, "scalar",
                                                                   {"WORKGROUP_SIZE": 128}), []))  # fmt: skip
     monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
     result = invoke(runner, "tune", QG_DIR, "-i", "X=3x1000:f16", *QUICK_WARM_UP)
@@ -1019,3 +1019,50 @@ def test_a_tune_that_stores_nothing_creates_no_file_and_leaves_one_as_it_was(run
     out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
     assert path.read_text("utf-8") == text and path.stat().st_mtime_ns == 10**9
     assert f"nothing stored in {path}" in out and f"{path} is as it was" in out, out
+
+
+def _record_search_candidates(monkeypatch, timed):
+    """A bench_kernel stand-in for demo.LayerNorm: `when` refusals as a real call, onepass fastest at
+    WORKGROUP_SIZE 512 x ROW_ITEMS 4 (outside the searches below), then at 128 x 16; each search
+    candidate (a short timing) recorded as (variant, WORKGROUP_SIZE, ROW_ITEMS)."""
+
+    def fake_bench(kernel, arrays, *, attrs=None, tunables=None, variant=None, **timing):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        t = dict(tunables)
+        if timing.get("min_total_s") == 0.1:
+            timed.append((plan.variant, t["WORKGROUP_SIZE"], t["ROW_ITEMS"]))
+        costs = {(512, 4): 5e-6, (128, 16): 10e-6}
+        cost = costs.get((t["WORKGROUP_SIZE"], t["ROW_ITEMS"]), 30e-6) if plan.variant == "onepass" else 50e-6
+        return SimpleNamespace(median_s=cost, variant=plan.variant)
+
+    monkeypatch.setattr(cli_tune, "bench_kernel", fake_bench)
+
+
+@pytest.mark.parametrize(("given", "sizes"), [("WORKGROUP_SIZE=128", {128}), ("WORKGROUP_SIZE=128,256", {128, 256})])
+def test_tunable_restricts_the_search_to_the_values_given(runner, tuning_dir, monkeypatch, given, sizes):
+    """`tune --tunable NAME=V[,V...]`: only those values of NAME are tried (one value pins it) while
+    the other tunables are searched; the fastest of them is stored. tune had no way to hold
+    WORKGROUP_SIZE while searching ROW_ITEMS (helper-180's review)."""
+    from conftest import PACKAGES_DIR
+
+    layer_norm = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    timed: list[tuple[str, int, int]] = []
+    _record_search_candidates(monkeypatch, timed)
+    invoke(runner, "tune", str(layer_norm.package.root), "--case", "clip-l-1x77x768", "--dtype", "f32",
+           "--tunable", given, *QUICK_WARM_UP)  # fmt: skip
+    assert timed and {size for _, size, _ in timed} == sizes, timed
+    assert len({items for _, _, items in timed}) > 1, timed  # ROW_ITEMS still searched
+    entry = stored_entries(tuning_dir)[f"{layer_norm.tuning_key}|T=float32,U=float32|{CLIP_L}"]
+    assert entry["variant"] == "onepass", entry
+    assert (entry["tunables"]["WORKGROUP_SIZE"], entry["tunables"]["ROW_ITEMS"]) == (128, 16), entry
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    ("WORKGROUP_SIZ=64", "argument 'WORKGROUP_SIZ': expected one of the tunables"),
+    ("WORKGROUP_SIZE=64,big", "argument 'WORKGROUP_SIZE': expected an integer (tunable), got str 'big'"),
+    ("WORKGROUP_SIZE", "'WORKGROUP_SIZE' is not NAME=V[,V...]"),
+])  # fmt: skip
+def test_tunable_values_are_checked_before_any_timing(runner, monkeypatch, given, says):
+    monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed"))
+    result = runner.invoke(main, ["tune", QG_DIR, *TINY, "--tunable", given])
+    assert result.exit_code == 2 and says in " ".join(result.stderr.split()), result.output

@@ -20,7 +20,7 @@ from rich.text import Text
 from . import tuning
 from .bench_report import assignments
 from .benchmark import bench_kernel
-from .cli import _adapter, _console, adapter_option, is_live, resolve_kernel, trust_option
+from .cli import _adapter, _by_name, _console, adapter_option, is_live, parse_value, resolve_kernel, trust_option
 from .cli_bench import (
     SEED_OPTION,
     WARM_UP_OPTION,
@@ -37,6 +37,7 @@ from .cli_bench import (
     skip_reason,
 )
 from .comparison import Tolerance
+from .contract import check_tunables
 from .device import default_device
 from .errors import KernelError
 from .kernel import Kernel
@@ -60,6 +61,17 @@ class _ClassCases:
     timed: dict[tuple[int, int], float | str] = field(default_factory=dict)
 
 
+def _searched_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, list[Any]]:
+    def parse(text: str) -> tuple[str, list[Any]]:
+        name, eq, given = text.partition("=")
+        if not eq or not name.strip() or not given.strip():
+            raise ValueError(f"{text!r} is not NAME=V[,V...]")
+        # the values in the order given, once each: the first is where the search starts
+        return name.strip(), list(dict.fromkeys(parse_value(v.strip()) for v in given.split(",")))
+
+    return _by_name(ctx, param, values, parse, "tunable {!r} given twice")
+
+
 @click.command("tune")
 @trust_option
 @adapter_option
@@ -68,11 +80,14 @@ class _ClassCases:
 @case_selection_options
 @WARM_UP_OPTION
 @SEED_OPTION
+@click.option("--tunable", "searched", multiple=True, metavar="NAME=V[,V...]", callback=_searched_callback,
+              help="Try only these values of tunable NAME (one value pins it; each parsed as JSON, else a string) "
+                   "while the others are searched. Repeatable.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
 @click.pass_context
 def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any],
-             attrs: dict[str, Any], names: tuple[str, ...],
-             tags: tuple[str, ...], dtypes: tuple[str, ...], warm_up_s: float, seed: int, dry_run: bool) -> None:  # fmt: skip
+             attrs: dict[str, Any], names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
+             warm_up_s: float, seed: int, searched: dict[str, list[Any]], dry_run: bool) -> None:  # fmt: skip
     """Search variants and tunables per case; keep the fastest per adapter.
 
     Every variant is tried (one whose `when` refuses a candidate costs the attempt) with each
@@ -84,12 +99,18 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     rounded down to powers of two) whose winner is the manifest's own selection: calls there run
     it. Where cases of one class find different winners, each of those is timed on every case of
     the class, and the class keeps the one fastest over them all among those that run each case
-    with the default's output (nothing stored if that is the manifest's selection)."""
+    with the default's output (nothing stored if that is the manifest's selection). `--tunable
+    NAME=V[,V...]` replaces NAME's candidates with those values and starts the search at the first;
+    the case's default is still timed, and wins where no candidate beats it."""
     console = _console()
     device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
     cache = load_tuning_cache(device)
     inputs = check_given_shapes(kernels, inputs, generators, attrs, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
+    for kernel in loaded:  # each value checked as a call would check it: a refused one is never tried
+        for name, values in searched.items():
+            for value in values:
+                check_tunables(kernel.manifest, {name: value})
     work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs, attrs)]
     if not work:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
@@ -143,8 +164,10 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                 # A search on a slow adapter takes minutes per case: the line names what runs now.
                 now_running(progress, task, f"{label}: trying {variant} {assignments(tunables)}")
 
-            best, skipped = _search(kernel, arrays, case["attrs"], default, _tunable_axes(kernel, device, defaults),
-                                    tolerance, defaults, on_candidate=show)  # fmt: skip
+            start = {**defaults, **{name: values[0] for name, values in searched.items()}}
+            best, skipped = _search(kernel, arrays, case["attrs"], default,
+                                    _tunable_axes(kernel, device, start, only=searched), tolerance, defaults,
+                                    on_candidate=show, start=start)  # fmt: skip
             default_s = default.median_s  # the default's time the table shows next to the winner's
             if (best[1], best[2]) != (default.variant, defaults):
                 best, default_s = _confirm(kernel, arrays, case["attrs"], default, best, defaults)
@@ -379,7 +402,7 @@ def _time_candidates(kernel: Kernel, case: dict[str, Any], seed: int, candidates
 
 def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
             axes: list[tuple[str, list[Any]]], tolerance: Tolerance, defaults: dict[str, Any] | None = None,
-            on_candidate: Callable[[str, dict[str, Any]], None] | None = None,
+            on_candidate: Callable[[str, dict[str, Any]], None] | None = None, start: dict[str, Any] | None = None,
             ) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
     """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
     computing something else. Every variant gets a coordinate search (one that refuses the case
@@ -392,8 +415,10 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     whose output agrees with the default's, checked when it is about to become the variant's best
     (reading back and comparing 84M elements costs about a second). ``defaults``: the tunables
     ``default`` ran with (the manifest's unless the case names some); ``on_candidate(variant,
-    tunables)`` hears of each candidate before it is timed (the progress line)."""
+    tunables)`` hears of each candidate before it is timed (the progress line); ``start``: where each
+    variant's search starts (tune --tunable's first values over ``defaults``), ``defaults`` if None."""
     defaults = dict(kernel.manifest.tunables) if defaults is None else defaults
+    start = defaults if start is None else start
     best = (default.median_s, default.variant, defaults)
     # A candidate must compute what the default computes: a variant that skips its work would
     # otherwise "win" and be stored for every later call.
@@ -407,7 +432,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     # Every variant, not only those that accept the manifest's tunables: one may accept the case only
     # at other values (or at the case's own); a refused candidate costs the attempt alone.
     for variant in kernel.variants:
-        here, here_s = defaults, default.median_s if variant == default.variant else float("inf")
+        here, here_s = start, default.median_s if variant == default.variant and start == defaults else float("inf")
         for sweep in ([("", [None]), *axes], axes):
             for name, values in sweep:
                 start = here
@@ -468,19 +493,24 @@ def _confirm(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
     return (d.median_s, default.variant, defaults), d.median_s
 
 
-def _tunable_axes(kernel: Kernel, device: Any, start: dict[str, Any] | None = None) -> list[tuple[str, list[Any]]]:
+def _tunable_axes(kernel: Kernel, device: Any, start: dict[str, Any] | None = None,
+                  only: dict[str, list[Any]] | None = None) -> list[tuple[str, list[Any]]]:  # fmt: skip
     """Per tunable, the values the search tries, the manifest's default and the value in ``start``
     (a case's own tunables) among them (a second sweep may have to return to either): for an integer named like a workgroup size the usual sizes (64 to
     1024, within the device's limit), for another positive integer the powers of two from a quarter
     to four times the default, for a boolean both values. A tunable with no other value is not an
-    axis. A candidate a variant's `when` refuses costs nothing but the attempt."""
+    axis. A candidate a variant's `when` refuses costs nothing but the attempt. ``only``: tunable ->
+    the values to try instead (tune --tunable), as given."""
     limit = device.info.limits.get("maxComputeInvocationsPerWorkgroup", 256)
     axes = []
     for name, value in kernel.manifest.tunables.items():
         given = (start or {}).get(name, value)
         given = given if type(given) is type(value) else value  # a mistyped one: the call refuses it
-        if isinstance(value, bool):
-            values: list[Any] = [value, not value]
+        values: list[Any]
+        if only and name in only:
+            values = list(only[name])
+        elif isinstance(value, bool):
+            values = [value, not value]
         elif isinstance(value, int) and "WORKGROUP" in name.upper():
             values = sorted({size for size in WORKGROUP_CANDIDATES if size <= limit} | {value, given})
         elif isinstance(value, int) and value > 0:

@@ -334,6 +334,13 @@ def _check_values(
     return tuple(merged)
 
 
+def check_tunables(manifest: Manifest, tunables: Mapping[str, Any]) -> dict[str, Any]:
+    """``tunables`` checked as a call checks them (names declared, values of their default's kind),
+    merged over the manifest's: for a caller that checks them before any call (tune --tunable)."""
+    return dict(_check_values("tunable", manifest.tunables, tunables,
+                              {"input": {s.role: s for s in manifest.inputs}, "attribute": manifest.attributes}))
+
+
 def default_value_problems(manifest: Manifest) -> list[tuple[str, str]]:
     """(JSON path, message) for each attribute or tunable default that no caller could pass (1e39,
     2**70, a 5,000-character string): every call leaving it alone would fail, blaming the caller."""
