@@ -695,6 +695,8 @@ def test_a_boolean_for_a_number_attribute_says_which_number_to_pass(default, val
         _check_value("attribute", "exclusive", default, value)
     assert info.value.received.startswith("bool ")
     assert str(info.value).endswith(f"({hint}: a boolean is not a number here)")
+    # what the command line and a test.json case read to give their own advice (InputError.replace_hint)
+    assert (info.value.kind, info.value.number_meant) == ("attribute", int(hint[-1]))
 
 
 def test_workgroup_size_error_names_a_long_tunable_as_every_tunable_error_does(scale_shift_variant):

@@ -28,9 +28,9 @@ import numpy as np
 from . import errors as error_classes
 from .case_data import MAX_CASE_ELEMENTS, MAX_CASE_TOTAL_ELEMENTS, dtype_name, generate, inline_values, load_array
 from .comparison import Tolerance
-from .contract import MAX_ELEMENTS, boolean_for_number, shape_text, too_many_elements
+from .contract import MAX_ELEMENTS, shape_text, too_many_elements
 from .digests import decode_json, json_path
-from .errors import CaseFileError, DTypeError, InputError, KernelError, PackageError, shorten
+from .errors import AttributeValueError, CaseFileError, DTypeError, KernelError, PackageError, shorten
 from .forks import fresh_in_child
 from .json_schema import validator as schema_validator
 from .manifest import parse_manifest
@@ -685,9 +685,8 @@ def advise_case(exc: BaseException) -> None:
     """The contract's Python advice (.astype, "pass 0") in terms of a test.json case: a dtype its
     type constraint lacks is fixed in the package or expected as a refusal; a boolean is written as
     the number meant."""
-    boolean = boolean_for_number(exc)
     if isinstance(exc, DTypeError) and exc.allowed and not exc.hint_replaced:
         exc.replace_hint(f"add {exc.received} to typeConstraints.{exc.type_variable} in manifest.json, or make the "
                          'case refused: "refused": {"error": "DTypeError"}, docs/package-files.md')
-    elif boolean is not None and isinstance(exc, InputError) and not exc.hint_replaced:
-        exc.replace_hint(f"write {boolean[1]} in the case's {boolean[0]}s: a boolean is not a number here")
+    elif isinstance(exc, AttributeValueError) and exc.number_meant is not None and not exc.hint_replaced:
+        exc.replace_hint(f"write {exc.number_meant} in the case's {exc.kind}s: a boolean is not a number here")

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from . import __version__
-from .errors import DTypeError, KernelError, MissingInputError, PackageError, printable
+from .errors import AttributeValueError, DTypeError, KernelError, MissingInputError, PackageError, printable
 
 # numpy, rich and the engine are imported where they are used, not here: the top-level --help, the
 # version and a command's help load this module alone (tests/test_cli_start.py).
@@ -229,12 +229,10 @@ class KernelGroup(click.Group):
                 spellings = " or ".join(f"-i {exc.argument}=DIMS:{short}" for short in _spellings(" ".join(exc.allowed)))
                 if spellings:
                     exc.replace_hint(f"on the command line, a dtype {exc.type_variable} allows: {spellings}")
-            from .contract import boolean_for_number
-
-            boolean = boolean_for_number(exc)
-            if boolean is not None and not exc.hint_replaced:  # --attr x=true
-                option = "--tunable" if boolean[0] == "tunable" else "--attr"
-                exc.replace_hint(f"on the command line: {option} {exc.argument}={boolean[1]}, a boolean is not a number here")
+            if isinstance(exc, AttributeValueError) and exc.number_meant is not None and not exc.hint_replaced:
+                option = "--tunable" if exc.kind == "tunable" else "--attr"  # --attr x=true
+                exc.replace_hint(f"on the command line: {option} {exc.argument}={exc.number_meant}, a boolean is not a "
+                                 "number here")
             if isinstance(exc, MissingInputError) and exc.received == "nothing":  # no -i for it
                 shorts = _spellings(exc.expected)
                 dtype = shorts[0] + (f" (or {', '.join(shorts[1:])})" if len(shorts) > 1 else "") if shorts else "DTYPE"

@@ -408,13 +408,6 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
                               describe_value(value))  # fmt: skip
 
 
-def boolean_for_number(exc: BaseException) -> tuple[str, int] | None:
-    """("attribute" or "tunable", the number meant) where ``exc`` refused a boolean given for a
-    number, for a caller (the command line, a test.json case) to say what to write in its terms."""
-    found = getattr(exc, "_boolean_for", None) if isinstance(exc, AttributeValueError) else None
-    return found if isinstance(found, tuple) else None
-
-
 F32_MAX = 3.4028234663852886e38
 #: The float32 rounding bound: the largest f32 plus half its last unit (2^103). A float below it in
 #: magnitude rounds to a finite f32 (3.4028235e38, NumPy's print of F32_MAX, is such a float; it
@@ -427,10 +420,9 @@ def _number(kind: str, name: str, value: Any, what: str) -> int | float:
     """A finite int or float (plain Python, integers below 2^63 in magnitude). ``what``: the value
     expected, as "a number"; every message says it as "WHAT (KIND)"."""
     if isinstance(value, bool):  # ONNX's 0/1 flags are int attributes, where Python code writes True
-        error = AttributeValueError(name, f"{what} ({kind})", describe_value(value),
-                                    hint=f"pass {int(value)}: a boolean is not a number here")  # fmt: skip
-        error._boolean_for = (kind, int(value))  # type: ignore[attr-defined]  # read by boolean_for_number
-        raise error
+        raise AttributeValueError(name, f"{what} ({kind})", describe_value(value),
+                                  hint=f"pass {int(value)}: a boolean is not a number here", kind=kind,
+                                  number_meant=int(value))  # fmt: skip
     if not isinstance(value, (int, float)):
         raise AttributeValueError(name, f"{what} ({kind})", describe_value(value))
     if isinstance(value, int):

@@ -300,7 +300,18 @@ class ShapeError(InputError):
 
 
 class AttributeValueError(InputError):
-    """An attribute or tunable value of the wrong kind (non-finite, wrong type)."""
+    """An attribute or tunable value of the wrong kind (non-finite, wrong type).
+
+    Where a boolean came for a number, ``number_meant`` is the number it stands for (0 or 1) and
+    ``kind`` says "attribute" or "tunable", for a caller's own advice (:meth:`InputError.replace_hint`:
+    the command line's ``--attr``, a test.json case); else None and "".
+    """
+
+    def __init__(self, argument: str, expected: str, received: str, *, hint: str = "", kind: str = "",
+                 number_meant: int | None = None) -> None:  # fmt: skip
+        self.kind = kind
+        self.number_meant = number_meant
+        super().__init__(argument, expected, received, hint=hint)
 
 
 class DeviceLimitError(InputError):
