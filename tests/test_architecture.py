@@ -255,3 +255,12 @@ def test_comparison_imports_nothing_of_the_engine():
     row = next(line for line in _doc().splitlines() if line.startswith("| ") and "`comparison.py`" in line.split(" | ")[1])
     assert "imports nothing of the engine" in row
     assert not engine_imports("comparison"), f"comparison.py imports {engine_imports('comparison')} of the engine"
+
+
+def test_hub_errors_imports_none_of_the_modules_that_use_it():
+    """hub_errors.py words the Hub's answers for download, lock and upload: the one translation
+    those modules share sits beneath them, so it reaches back into none of them."""
+    row = next(line for line in _doc().splitlines() if line.startswith("| ") and "`hub_errors.py`" in line.split(" | ")[1])
+    assert "imports no `hub.py`" in row
+    users = {"hub", "hub_lock", "hub_upload", "cli_hub", "api"}
+    assert not [m for m in engine_imports("hub_errors") if m[0] in users], engine_imports("hub_errors")

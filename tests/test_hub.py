@@ -27,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 import webgpu_kernels as wk
-from webgpu_kernels import api, hub, hub_cache
+from webgpu_kernels import api, hub, hub_cache, hub_errors
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.errors import DigestError, HubError, PackageError, TrustError
 from webgpu_kernels.package import embedded_root
@@ -1359,8 +1359,8 @@ def test_an_endpoint_s_words_are_bounded_and_printable_wherever_they_are_echoed(
 def test_the_published_versions_an_error_lists_are_bounded(monkeypatch):
     """A revision the endpoint does not have lists its vN refs: an endpoint with a million of them had
     made a message of megabytes. The newest few are named, with the count (helper-131)."""
-    monkeypatch.setattr(hub, "_published_versions", lambda *a: [f"v{i}" for i in range(1, 100_001)])
-    message = str(hub.no_revision(OFFICIAL, "v0", endpoint=None, token=None, version=None))
+    monkeypatch.setattr(hub_errors, "_published_versions", lambda *a: [f"v{i}" for i in range(1, 100_001)])
+    message = str(hub_errors.no_revision(OFFICIAL, "v0", endpoint=None, token=None, version=None))
     assert message.endswith("published versions: " + ", ".join(f"v{i}" for i in range(99_989, 100_001))
                             + " (100000 in all)") and len(message) < 400, message[:400]  # fmt: skip
 

@@ -525,7 +525,7 @@ def _lock_and_load_errors(project: Path) -> tuple[str, str]:
 @pytest.mark.parametrize("case", ["private", "gated", "gated, another token", "refused token", "no such version"])
 def test_lock_and_get_kernel_say_one_hub_refusal_in_the_same_words(server, tmp_path, monkeypatch, case):
     """hub_lock.py had its own copy of hub.py's translation of huggingface_hub's errors: one place
-    (hub.request_error) says each refusal now, and both paths give its words."""
+    (hub_errors.request_error) says each refusal now, and both paths give its words."""
     monkeypatch.setattr(test_hub.hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     monkeypatch.setattr(test_hub.hf_constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no-stored-tokens"))
     project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')

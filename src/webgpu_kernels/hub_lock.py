@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import hub
+from . import hub, hub_errors
 from .digests import MAX_FILE_BYTES, METADATA_FILE, decode_json, not_regular, read_bounded
 from .errors import DigestError, HubError, PackageError, shorten
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
@@ -212,7 +212,7 @@ def branch_commit(repo_id: str, version: int, *, api: Any = None) -> str:
     try:
         commit = api.repo_info(repo_id, revision=rev, repo_type=REPO_TYPE, timeout=hub.metadata_timeout()).sha
     except Exception as exc:  # noqa: BLE001 - each answer is named below; anything else is the client's
-        raise hub.request_error(exc, repo_id, rev, endpoint=endpoint, token=None, version=version, lock=True) from None
+        raise hub_errors.request_error(exc, repo_id, rev, endpoint=endpoint, token=None, version=version, lock=True) from None
     if not (isinstance(commit, str) and _COMMIT.fullmatch(commit)):
         raise HubError(f"{repo_id} revision {rev!r}: {endpoint or DEFAULT_ENDPOINT} named the commit "
                        f"{shorten(repr(commit), 60)}, not a 40-hex commit sha", repo_id=repo_id, revision=rev)  # fmt: skip
@@ -243,7 +243,7 @@ def _metadata_bytes(api: Any, repo_id: str, commit: str, rev: str) -> bytes:
     except HubError:
         raise
     except Exception as exc:  # noqa: BLE001 - named below
-        raise hub.request_error(exc, repo_id, rev, endpoint=hub_endpoint(), token=None, version=None, lock=True) from None
+        raise hub_errors.request_error(exc, repo_id, rev, endpoint=hub_endpoint(), token=None, version=None, lock=True) from None
     if len(data) > MAX_FILE_BYTES:
         raise HubError(f"{repo_id} revision {rev!r}: {name} is larger than a package file may be ({MAX_FILE_BYTES})",
                        repo_id=repo_id, revision=rev)  # fmt: skip

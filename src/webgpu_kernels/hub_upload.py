@@ -27,19 +27,9 @@ from typing import Any
 from . import __version__, hub, hub_cache
 from .digests import METADATA_FILE, UNLISTABLE, build_metadata, load_metadata, read_file
 from .errors import HubError, KernelError, PackageError
-from .hub import (
-    PACKAGE_DIR,
-    HubPackage,
-    check_contract_version,
-    check_listed,
-    first_line,
-    http_answer,
-    http_status,
-    require_kernel_repos,
-    token_kept_from,
-    token_sent,
-)
+from .hub import PACKAGE_DIR, HubPackage, check_contract_version, check_listed, require_kernel_repos
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
+from .hub_errors import first_line, http_answer, http_status, token_kept_from, token_sent
 from .kernel import Kernel
 from .locations import OFFICIAL_ORG, checked_repo_id, classify, slashed_repo_id
 from .package import KernelPackage, open_folder
