@@ -560,7 +560,7 @@ def test_package_json_refuses_numbers_json_does_not_have(text: str, reason: str)
     """Python's reader took NaN and Infinity (not JSON) and made 1e400 infinite: atol 1e400 in a
     test.json passed a kernel that wrote zeros. A 400-digit integer crashed `test` and `bench`
     with an OverflowError where a tolerance or value met float()."""
-    from webgpu_kernels.digests import decode_json
+    from webgpu_kernels.reading import decode_json
 
     with pytest.raises(ValueError, match=reason):
         decode_json(text.encode())

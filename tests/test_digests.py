@@ -633,6 +633,38 @@ def test_digest_reads_the_manifest_once(qg: Path, monkeypatch: pytest.MonkeyPatc
     assert files["manifest.json"] == digests.sha256_hex((qg / "manifest.json").read_bytes())
 
 
+def test_digest_reads_metadata_json_once(qg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """digest read metadata.json two or three times a run (the old id and version, then --check's
+    comparison or the refresh that keeps its version), and each read could see another file. Both
+    readers are counted: package.py's (open_folder's) and digests.py's."""
+    from webgpu_kernels import package
+
+    runner = CliRunner(env={"COLUMNS": "200"})
+    reads = []
+
+    def counting(read_file):
+        def counted(root: Path, name: str) -> bytes:
+            reads.append(name)
+            return read_file(root, name)
+
+        return counted
+
+    monkeypatch.setattr(digests, "read_file", counting(digests.read_file))
+    monkeypatch.setattr(package, "read_file", counting(package.read_file))
+    for args in ([], ["--check"], ["--json"], ["--check", "--json"], ["--version", "2"], ["--check", "--version", "2"]):
+        reads.clear()
+        result = runner.invoke(main, ["digest", str(qg), *args])
+        assert result.exit_code == 0, (args, result.output)
+        assert reads.count("metadata.json") == 1, (args, reads)
+    (qg / "metadata.json").write_text('{"id": ', encoding="utf-8")  # no JSON: read once, refused in the same words
+    for args, code, said in (([], 2, "the existing metadata.json cannot be read (invalid JSON at line 1 column 8"),
+                             (["--check"], 1, "metadata.json cannot be read (invalid JSON at line 1 column 8")):  # fmt: skip
+        reads.clear()
+        result = runner.invoke(main, ["digest", str(qg), *args])
+        assert result.exit_code == code and said in " ".join(result.output.split()), (args, result.output)
+        assert reads.count("metadata.json") == 1, (args, reads)
+
+
 def test_digest_that_cannot_write_metadata_json_says_so(qg: Path) -> None:
     """A failed write (here a folder where the file goes) ended in an IsADirectoryError traceback."""
     (qg / "metadata.json").unlink()
@@ -644,7 +676,7 @@ def test_digest_that_cannot_write_metadata_json_says_so(qg: Path) -> None:
 def test_a_lone_surrogate_in_package_json_is_refused() -> None:
     """"\\ud800" is valid JSON but no text: it failed later, as a raw UnicodeEncodeError where a
     template's output or the console encoded it. A proper pair still decodes."""
-    from webgpu_kernels.digests import decode_json
+    from webgpu_kernels.reading import decode_json
 
     with pytest.raises(ValueError, match="lone surrogate"):
         decode_json(b'{"description": "bad \\ud800 text"}')
@@ -654,7 +686,7 @@ def test_a_lone_surrogate_in_package_json_is_refused() -> None:
 def test_a_repeated_key_in_package_json_is_refused(qg: Path) -> None:
     """Python's JSON reader keeps the last of a repeated key, other readers the first: a second
     "domain" changed the op id where a reviewer reading the file saw the first (helper-12)."""
-    from webgpu_kernels.digests import decode_json
+    from webgpu_kernels.reading import decode_json
 
     with pytest.raises(ValueError, match="the key 'domain' appears more than once in one object"):
         decode_json(b'{"domain": "com.microsoft", "name": "QuickGelu", "domain": "evil"}')

@@ -29,11 +29,12 @@ from . import errors as error_classes
 from .case_data import MAX_CASE_ELEMENTS, MAX_CASE_TOTAL_ELEMENTS, dtype_name, generate, inline_values, load_array
 from .comparison import Tolerance
 from .contract import MAX_ELEMENTS, shape_text, too_many_elements
-from .digests import decode_json, json_path
+from .digests import json_path
 from .errors import AttributeValueError, CaseFileError, DTypeError, KernelError, PackageError, shorten
 from .forks import fresh_in_child
 from .json_schema import validator as schema_validator
 from .manifest import parse_manifest
+from .reading import decode_json
 
 TEST_FILE = "test.json"
 BENCH_FILE = "bench.json"

@@ -33,19 +33,20 @@ from .digests import (
     UNLISTABLE,
     DigestChange,
     ManifestFile,
+    MetadataFile,
     build_metadata,
     kept_version_note,
     manifest_op_id,
     missing_templates,
-    not_regular,
     schema_problems,
     templates_there,
     write_metadata,
 )
 from .errors import DigestError, KernelError, PackageError, one_line
 from .junit_report import junit_xml, validation_junit_xml, write_junit
-from .package import embedded_ids, embedded_root, open_folder
+from .package import embedded_ids, embedded_root
 from .package_tests import FAIL, PASS, SKIP, PackageReport, RunResult, run_package_tests, run_package_tests_isolated
+from .reading import not_regular
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
 
 # cli.py imports this module to register its commands, so its helpers are looked up at call time.
@@ -146,16 +147,19 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
     """
     root = path.expanduser().resolve()
     manifest_file = ManifestFile(root)  # read once, for all that follows
-    old = _old_metadata(root)
+    metadata_file = MetadataFile(root)  # as is metadata.json
+    old = _old_metadata(metadata_file)
     old_id = old.get("id") if isinstance(old.get("id"), str) else None
     unreadable = None
     if check:
         existing = None
         if (root / METADATA_FILE).is_file():
             try:
-                existing = open_folder(root, verify_digests=False).read_json(METADATA_FILE)
+                existing = metadata_file.value()
             except PackageError as exc:  # out of date too (exit 1); writing it is refused until fixed
                 unreadable = exc.detail
+            except ValueError as exc:  # no JSON: decode_json's words
+                unreadable = str(exc)
         metadata, changes = build_metadata(root, existing if isinstance(existing, dict) else None, version=version,
                                            manifest_file=manifest_file)  # fmt: skip
         # Equal digests are not enough: a version 0 or a stray field is a file every load refuses.
@@ -166,7 +170,7 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
         current = (existing is not None and not broken and not other_version and not other_id
                    and all(c.status in ("unchanged", UNLISTABLE) for c in changes))  # fmt: skip
     else:
-        metadata, changes = write_metadata(root, version=version, manifest_file=manifest_file)
+        metadata, changes = write_metadata(root, version=version, manifest_file=manifest_file, metadata_file=metadata_file)
         current = True
     removed = {c.file for c in changes if c.status == "removed"}
     listed = [c.file for c in changes if c.status != "removed"]
@@ -248,11 +252,11 @@ def _check_advice(path: Path, version: int | None, changes: list[DigestChange], 
     return text
 
 
-def _old_metadata(root: Path) -> dict[str, Any]:
+def _old_metadata(metadata_file: MetadataFile) -> dict[str, Any]:
     """metadata.json as digest found it ({} where there is none or it cannot be read)."""
     try:
-        data = open_folder(root, verify_digests=False).read_json(METADATA_FILE)
-    except KernelError:
+        data = metadata_file.value()
+    except (KernelError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 

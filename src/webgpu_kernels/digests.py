@@ -16,10 +16,8 @@ import contextlib
 import difflib
 import hashlib
 import json
-import math
 import os
 import re
-import stat
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,8 +26,9 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
-from .errors import DigestError, PackageError, shorten
+from .errors import DigestError, PackageError
 from .json_schema import validator as schema_validator
+from .reading import decode_json, not_regular, read_bounded
 from .replacing import replace_file as replace_file
 from .replacing import replace_files as replace_files
 
@@ -177,33 +176,6 @@ def through_folder_link(root: Path, name: str) -> str | None:
     return None
 
 
-def _kind(mode: int) -> str:
-    """What a file system entry that is no regular file is, in words."""
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
-
-
-def not_regular(path: Path) -> str | None:
-    """What ``path`` is when it exists but is no regular file after symbolic links ("a folder",
-    "a FIFO", "a device", "a socket", "a symbolic link to nothing"); None for a regular file and
-    for no entry at all. ``Path.is_file`` says False for both kinds, which had made a folder named
-    metadata.json read as "no metadata.json"."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return "a symbolic link to nothing" if os.path.islink(path) else None
-    except OSError as exc:  # a link loop, a name too long
-        return f"unreadable: {exc.strerror}"
-    return None if stat.S_ISREG(mode) else _kind(mode)
-
-
 def check_manifest_file(root: Path) -> None:
     """Refuse a folder without a regular manifest.json, saying which way it lacks one."""
     kind = not_regular(root / MANIFEST_FILE)
@@ -228,84 +200,6 @@ def read_file(root: Path, name: str) -> bytes:
         raise PackageError("file not found in the package", path=str(path)) from None
     except OSError as exc:
         raise PackageError(f"cannot read: {exc.strerror}", path=str(path)) from None
-
-
-def read_bounded(path: Path, limit: int) -> bytes:
-    """The bytes of ``path``, a regular file (after symlinks) of at most ``limit`` bytes: the kind is
-    checked on the open file and the read stops past the limit whatever the size said (a FIFO would
-    block forever, /dev/zero never end). Raises OSError, or PackageError naming ``path``."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise PackageError(f"not a regular file ({_kind(info.st_mode)}, perhaps through a symlink)", path=str(path))
-        data = file.read(limit + 1)
-    if len(data) > limit:
-        raise PackageError(f"larger than {limit} bytes", path=str(path))
-    return data
-
-
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def _refuse_constant(name: str) -> Any:
-    # Python's reader takes NaN, Infinity and -Infinity, which JSON has not: an infinite test.json
-    # tolerance would pass any output (test.json spells special values "nan", "inf", "-inf").
-    raise ValueError(f"{name} is not JSON (test.json values spell it as a string: \"nan\", \"inf\", \"-inf\")")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e400: valid JSON, but float64 makes it infinite
-        raise ValueError(f"the number {text[:40]} is beyond float64's range")
-    return value
-
-
-def _float_sized_int(text: str) -> int:
-    value = int(text)
-    try:
-        float(value)  # 400 digits: valid JSON, but every reader turns numbers into float64 somewhere
-    except OverflowError:
-        raise ValueError(f"the number {text[:40]}... is beyond float64's range") from None
-    return value
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object whose keys are all distinct: JSON readers disagree about a repeated key (Python's
-    keeps the last), so a second "domain" would change the op id where a reviewer sees the first."""
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"the key {shorten(key, 60)!r} appears more than once in one object")
-            seen.add(key)
-    return value
-
-
-def decode_json(data: bytes) -> Any:
-    """A package JSON file's bytes decoded; every way it can be malformed is a ValueError whose
-    message says which (deep nesting and 5,000-digit numbers included, not only bad syntax)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError("not UTF-8 text") from None
-    try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
-                           parse_int=_float_sized_int, object_pairs_hook=_unique_keys)
-        # "\ud800" is valid JSON for a lone surrogate, which is no text: it would fail later,
-        # when a template's output or the console encodes it.
-        if _SURROGATE_ESCAPE.search(text):
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        return value
-    except UnicodeEncodeError:
-        raise ValueError("a string holds a lone surrogate (a \\ud800-\\udfff escape not part of a pair)") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-    except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
-        raise ValueError(f"invalid JSON: {str(exc)[:200]}") from None
 
 
 class ReadBudget:
@@ -557,6 +451,30 @@ class ManifestFile:
         return cast(dict[str, Any], self._value)
 
 
+class MetadataFile:
+    """A folder's metadata.json for one ``digest`` run, read and decoded at most once: the run had
+    read it for the id and version it held, then again for --check's comparison or the refresh."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._read = False
+        self._value: Any = None
+        self._error: PackageError | ValueError | None = None  # raised again to each asker, as a new read raised it
+
+    def value(self) -> Any:
+        """metadata.json decoded, any JSON value: PackageError where it cannot be read, ValueError
+        (decode_json's words) where it is no JSON."""
+        if not self._read:
+            self._read = True
+            try:
+                self._value = decode_json(read_file(self.root, METADATA_FILE))
+            except (PackageError, ValueError) as exc:
+                self._error = exc
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, version: int | None = None,
                    manifest_file: ManifestFile | None = None) -> tuple[dict[str, Any], list[DigestChange]]:  # fmt: skip
     """metadata.json for the folder as it is now: the id from the manifest (domain.name, which
@@ -669,13 +587,14 @@ def _is_version(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def write_metadata(root: str | Path, *, version: int | None = None,
-                   manifest_file: ManifestFile | None = None) -> tuple[dict[str, Any], list[DigestChange]]:  # fmt: skip
+def write_metadata(root: str | Path, *, version: int | None = None, manifest_file: ManifestFile | None = None,
+                   metadata_file: MetadataFile | None = None) -> tuple[dict[str, Any], list[DigestChange]]:  # fmt: skip
     """Write or refresh ``root/metadata.json`` (its contract version set to ``version`` if given);
     returns it and what changed per file.
 
     An existing metadata.json that is not valid JSON is refused (fix or delete it); one that
-    is JSON but breaks the schema is refreshed, keeping what can be kept.
+    is JSON but breaks the schema is refreshed, keeping what can be kept. ``manifest_file`` and
+    ``metadata_file``: what a digest run read already, not read again.
     """
     root = Path(root).expanduser().resolve()
     if not root.is_dir():
@@ -684,7 +603,7 @@ def write_metadata(root: str | Path, *, version: int | None = None,
     existing = None
     if (root / METADATA_FILE).is_file():
         try:
-            existing = decode_json(read_file(root, METADATA_FILE))
+            existing = (metadata_file or MetadataFile(root)).value()
         except ValueError as exc:
             raise PackageError(f"the existing metadata.json cannot be read ({exc}); fix or delete it",
                                path=str(root / METADATA_FILE)) from None  # fmt: skip

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import hub, hub_errors
-from .digests import MAX_FILE_BYTES, METADATA_FILE, decode_json, not_regular, read_bounded
+from .digests import MAX_FILE_BYTES, METADATA_FILE
 from .errors import DigestError, HubError, PackageError, shorten
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
 from .locations import OFFICIAL_ORG, Location, check_trust, checked_repo_id
+from .reading import decode_json, not_regular, read_bounded
 from .replacing import replace_file, write_path
 
 if TYPE_CHECKING:

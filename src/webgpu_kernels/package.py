@@ -20,13 +20,13 @@ from .digests import (
     METADATA_FILE,
     case_twin,
     check_manifest_file,
-    decode_json,
     never_listed,
     read_file,
     through_folder_link,
     verify_package,
 )
 from .errors import DigestError, PackageError, shorten
+from .reading import decode_json
 
 MANIFEST_FILE = "manifest.json"
 

@@ -28,10 +28,11 @@ import numpy as np
 from filelock import FileLock
 
 from .device import env_flag
-from .digests import MAX_PACKAGE_FILES, decode_json, not_regular, read_file, replace_file
+from .digests import MAX_PACKAGE_FILES, read_file, replace_file
 from .errors import PackageError, TuningFileWarning, user_stacklevel
 from .forks import fresh_in_child
 from .package import MANIFEST_FILE, KernelPackage
+from .reading import decode_json, not_regular
 from .replacing import write_path
 from .templates import MAX_TEMPLATE_BYTES, NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 
