@@ -1,17 +1,24 @@
-"""examples/ runs: the CLIP MLP block example, at batch 1, within its own tolerance of a float64
-NumPy reference (the example computes the reference; this test checks the example's figures are
-real: the shape, the dtype and an error that is neither NaN nor above the tolerance)."""
+"""examples/ runs: the CLIP MLP block and the Stable Diffusion feed-forward examples, at small
+shapes, within their own tolerance of a float64 NumPy reference (each example computes its
+reference; these tests check the figures are real: the shape, the dtype, an error that is neither
+NaN nor above the tolerance, an exit status that turns 1 when the reference disagrees, and the
+reference itself against the block written out another way)."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+
+import webgpu_kernels as wk
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -55,3 +62,76 @@ def test_clip_mlp_reference_is_the_block() -> None:
     h = np.einsum("k,kn->n", token, w1) + b1
     a = h * 0.5 * (1.0 + np.tanh(0.5 * 1.702 * h))
     assert np.allclose(want[0, 5], np.einsum("k,kn->n", a, w2) + b2 + token, rtol=1e-12, atol=1e-12)
+
+
+#: The line both examples print: "Y (shape) dtype: max |Y - float64 reference| = E (tolerance T): ok"
+ERROR_LINE = re.compile(r"^Y (\(.*\)) (\w+): max \|Y - float64 reference\| = (\S+) \(tolerance (\S+)\): (ok|TOO LARGE)$", re.M)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "input_dtype", "tokens", "channels"),
+    [("float32", "float32", 32, 320), ("float16", "float16", 32, 320), ("float16", "float32", 16, 640)],
+    ids=["f32", "f16", "f16-from-f32-c640"],
+)
+def test_sd_feed_forward_example(dtype: str, input_dtype: str, tokens: int, channels: int, need_dtype,
+                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """The exit status the script would return, and the error it prints (read back from its output,
+    not from its result), under the example's tolerance."""
+    need_dtype(dtype)
+    sd_ff = load_example("sd_feed_forward")
+    argv = ["--batch", "2", "--tokens", str(tokens), "--channels", str(channels), "--dtype", dtype,
+            "--input-dtype", input_dtype, "--repeat", "1"]  # fmt: skip
+    assert sd_ff.cli(argv) == 0
+    out = capsys.readouterr().out
+    match = ERROR_LINE.search(out)
+    assert match is not None, out
+    assert match[1] == str((2, tokens, channels)) and match[2] == dtype and match[5] == "ok"
+    error = float(match[3])
+    assert math.isfinite(error) and error <= sd_ff.TOLERANCE[dtype] and float(match[4]) == sd_ff.TOLERANCE[dtype]
+    assert "host wall clock" in out and ("converted to float16 on the GPU" in out) == (input_dtype != dtype)
+
+
+def test_sd_feed_forward_example_as_a_script() -> None:
+    """python3 examples/sd_feed_forward.py in a process of its own: exit status 0 and the ok line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(wk.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    argv = ["--batch", "1", "--tokens", "8", "--channels", "64", "--repeat", "0"]
+    done = subprocess.run([sys.executable, str(EXAMPLES / "sd_feed_forward.py"), *argv], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    match = ERROR_LINE.search(done.stdout)
+    assert match is not None and match[1] == "(1, 8, 64)" and match[5] == "ok", done.stdout
+
+
+def test_sd_feed_forward_wrong_reference_fails(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """A reference that gates the other half (value and gate swapped in W1 and b1, the classic GEGLU
+    slip) must make the example exit 1: the check can fail."""
+    sd_ff = load_example("sd_feed_forward")
+    right = sd_ff.reference
+
+    def swapped(arrays: dict[str, np.ndarray]) -> np.ndarray:
+        inner = arrays["b1"].shape[0] // 2
+        swap = {name: np.concatenate([arrays[name][..., inner:], arrays[name][..., :inner]], axis=-1)
+                for name in ("W1", "b1")}  # fmt: skip
+        return right({**arrays, **swap})
+
+    monkeypatch.setattr(sd_ff, "reference", swapped)
+    assert sd_ff.cli(["--batch", "1", "--tokens", "16", "--channels", "64", "--repeat", "0"]) == 1
+    match = ERROR_LINE.search(capsys.readouterr().out)
+    assert match is not None and match[5] == "TOO LARGE" and float(match[3]) > sd_ff.TOLERANCE["float32"]
+
+
+def test_sd_feed_forward_reference_is_the_block() -> None:
+    """The example's float64 reference, against the block written out another way (per token, with
+    the value and gate halves sliced from W1 apart, gelu through erfc): a wrong reference would pass
+    a wrong kernel."""
+    sd_ff = load_example("sd_feed_forward")
+    arrays = sd_ff.make_inputs(1, 8, 64, "float32", seed=3)
+    want = sd_ff.reference(arrays)
+    assert want.shape == (1, 8, 64)
+    x, w1, b1, w2, b2 = (arrays[k].astype(np.float64) for k in ("X", "W1", "b1", "W2", "b2"))
+    token, inner = x[0, 5], 4 * 64
+    value = np.einsum("k,kn->n", token, w1[:, :inner]) + b1[:inner]
+    gate = np.einsum("k,kn->n", token, w1[:, inner:]) + b1[inner:]
+    gelu = np.array([g * 0.5 * math.erfc(-g / math.sqrt(2.0)) for g in gate])
+    assert np.allclose(want[0, 5], np.einsum("k,kn->n", value * gelu, w2) + b2 + token, rtol=1e-12, atol=1e-12)
