@@ -60,6 +60,7 @@
 #   bash scripts/h200-run.sh astypesuite   GpuTensor.astype against the host round trip (scripts/astype_cost.py), its and copy.copy's host time in a recorded chain (--chain), then the suite
 #   bash scripts/h200-run.sh clipmlp [DIR]   examples/clip_mlp.py (f32, f16; batch 1 and 8), hostab DIR, then the suite in 8 processes
 #   bash scripts/h200-run.sh chainab [DIR]   astype/copy in a chain (--chain) against DIR/src (default ab-old), hostab DIR, then the suite in 8 processes
+#   bash scripts/h200-run.sh sdff   examples/sd_feed_forward.py (f32, f16; B 2 at T 4096 C 320 and T 1024 C 640), then testsn
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors filelock \
@@ -454,6 +455,14 @@ case "${1:-bench}" in
     bash "$0" hostab "${2:-ab-old}"
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
+  sdff)  # the SD 1.5 UNet feed-forward example (demo.MatMul, demo.BiasSplitGelu, BiasAdd) at the real shapes
+          # of the first two levels on NVIDIA (each run's float64 reference takes about 4 s of host time), then the suite
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    for dt in float32 float16; do for tc in "4096 320" "1024 640"; do read -r t c <<< "$tc"
+      timeout 120 python3 examples/sd_feed_forward.py --batch 2 --tokens "$t" --channels "$c" --dtype $dt --repeat 20 \
+        2>&1 | tee -a "$OUT/sd-feed-forward.log"; echo "exit status ${PIPESTATUS[0]}" | tee -a "$OUT/sd-feed-forward.log"
+    done; done
+    bash "$0" testsn ;;
   testsn)  # session 32: the suite in N processes (pytest-xdist, default 8 of the 16 cores), each with its own device
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 400 python3 -m pytest -q -p no:cacheprovider -n "${2:-8}" -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
