@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 
 import webgpu_kernels as wk
@@ -610,3 +611,42 @@ def test_output_bound_read_only_names_the_binding() -> None:
     (problem,) = check_manifest(data)
     assert problem.json_path == f"variants[{v}].passes[0].bindings[{b}].buffer.type"
     assert "output 'Y' is bound as 'read-only-storage' here" in problem.detail and "'storage'" in problem.detail
+
+
+def test_messages_call_a_manifests_list_and_dict_by_the_names_their_writer_knows():
+    """A parsed manifest's arrays and objects are ReadOnlyList and ReadOnlyDict: a value taken from
+    `kernel.manifest` and passed back where a number or an array was expected had been described as
+    "got ReadOnlyList [1, 1]", a class the user never wrote; messages say list and dict (helper-185)."""
+    import numpy as np
+
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.Conv")
+    m = kernel.manifest
+    inputs = {"X": np.ones((1, 1, 4, 4), np.float32), "W": np.ones((1, 1, 1, 1), np.float32)}
+    cases = [
+        (lambda: kernel(inputs, attrs={"group": m.attributes["strides"]}), errors.AttributeValueError,
+         "argument 'group': expected an integer (attribute), got list [1, 1]"),
+        (lambda: kernel(inputs, tunables={"WORKGROUP_SIZE": m.raw["attributes"]}), errors.AttributeValueError,
+         "got dict {'strides': [1, 1]"),
+        (lambda: kernel(inputs, attrs=m.attributes["pads"]), errors.InputError, "got list [0, 0, 0, 0]"),
+        (lambda: kernel({**inputs, "X": m.raw["attributes"]}), errors.InputError,
+         "argument 'X': expected a NumPy array or a GpuTensor, got dict"),
+        (lambda: kernel(m.raw["inputs"]), errors.InputError, "expected a dict of input name -> array, got list"),
+        (lambda: kernel.evaluate(m.attributes["dilations"], inputs), errors.InputError, "got list [1, 1]"),
+        (lambda: wk.load_kernel(m.raw["inputs"]), errors.PackageError, "got list"),
+    ]  # fmt: skip
+    for call, error, message in cases:
+        with pytest.raises(error) as caught:
+            call()
+        assert message in str(caught.value)
+        assert "ReadOnly" not in str(caught.value)
+
+
+def test_type_name_reads_the_manifests_read_only_containers_as_plain_ones():
+    from webgpu_kernels.manifest import read_only
+
+    value = read_only({"a": [1, {"b": 2}]})
+    assert [errors.type_name(v) for v in (value, value["a"], value["a"][1], 1.5, np.float32(1), "x")] == [
+        "dict", "list", "dict", "float", "float32", "str"]
+    assert errors.describe_value(value["a"]) == "list [1, {'b': 2}]"

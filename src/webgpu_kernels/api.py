@@ -19,7 +19,7 @@ from .case_data import numpy_dtype
 from .casefile import parse_draft_case, read_test_file
 from .contract import check_array_shape
 from .device import Device, adapter_request, get_device, opened_device
-from .errors import DeviceLimitError, DTypeError, InputError, KernelError, PackageError, describe_value
+from .errors import DeviceLimitError, DTypeError, InputError, KernelError, PackageError, describe_value, type_name
 from .forks import fresh_in_child
 from .kernel import Kernel
 from .package import KernelPackage, embedded_ids, open_embedded, open_folder
@@ -245,11 +245,11 @@ def test_case_inputs(kernel: Kernel, case: str | Mapping[str, Any]) -> dict[str,
     ``types`` are in test.json as written. ``case`` may also be the case itself, as a dict in
     test.json's form whose ``expected`` may be missing: the inputs of a case not yet written."""
     if not isinstance(kernel, Kernel):
-        raise InputError("kernel", "a Kernel (from load_kernel or get_kernel)", type(kernel).__name__)
+        raise InputError("kernel", "a Kernel (from load_kernel or get_kernel)", type_name(kernel))
     if isinstance(case, Mapping):
         return parse_draft_case(case).build_inputs(kernel.manifest, kernel.package.read_bytes)
     if not isinstance(case, str):
-        raise InputError("case", "a case name, or a case as a dict", type(case).__name__)
+        raise InputError("case", "a case name, or a case as a dict", type_name(case))
     cases = read_test_file(kernel.package).cases
     found = next((c for c in cases if c.name == case), None)
     if found is None:

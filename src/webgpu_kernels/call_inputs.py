@@ -12,7 +12,7 @@ import numpy as np
 
 from .contract import MAX_RANK, checked_tensor_meta
 from .contract import is_buffer as _is_buffer
-from .errors import DTypeError, InputError, RankError, ShapeError, shorten
+from .errors import DTypeError, InputError, RankError, ShapeError, shorten, type_name
 from .manifest import ONNX_TO_WGSL
 
 
@@ -54,7 +54,7 @@ def describe_inputs(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...
             array = as_array(name, value)
             shape, dtype = array.shape, array.dtype
         else:
-            raise InputError(name, "an array, a GpuTensor or a TensorMeta", type(value).__name__)
+            raise InputError(name, "an array, a GpuTensor or a TensorMeta", type_name(value))
         metas[name] = _read_shape_and_dtype(shape, dtype, name, name)
     return metas
 
@@ -66,7 +66,7 @@ def _read_shape_and_dtype(shape: Any, dtype: Any, shape_arg: str, dtype_arg: str
     if not isinstance(dims, tuple):
         if _is_sequence(dims):  # too long to be made a tuple
             raise RankError(shape_arg, f"rank at most {MAX_RANK}", f"rank {len(dims)}")
-        raise ShapeError(shape_arg, "a shape (a sequence of dimensions)", f"{type(dims).__name__} {dims!r:.60}")
+        raise ShapeError(shape_arg, "a shape (a sequence of dimensions)", f"{type_name(dims)} {dims!r:.60}")
     if isinstance(dtype, str) and dtype in _AMBIGUOUS_DTYPE_NAMES:
         numpy_reading, short_reading = _AMBIGUOUS_DTYPE_NAMES[dtype]
         raise DTypeError(dtype_arg, f"a dtype name with one reading: {numpy_reading!r} (NumPy's {dtype!r}) or "
@@ -161,7 +161,7 @@ def _dtype_name(dtype: Any) -> str:
 
 def checked_mapping(inputs: Any) -> Mapping[str, Any]:
     if not isinstance(inputs, Mapping):
-        raise InputError("inputs", "a dict of input name -> array", type(inputs).__name__)
+        raise InputError("inputs", "a dict of input name -> array", type_name(inputs))
     for name in inputs:
         if not isinstance(name, str):
             raise InputError("inputs", "string keys (input names)", repr(name))
@@ -181,18 +181,18 @@ def as_array(name: str, value: Any) -> np.ndarray:
         _refuse_description(name, value)
     if not (hasattr(value, "__array__") or hasattr(value, "__array_interface__") or hasattr(value, "__array_struct__")
             or isinstance(value, (list, tuple, int, float)) or _is_buffer(value)):  # fmt: skip
-        raise InputError(name, "a NumPy array or a GpuTensor", type(value).__name__)
+        raise InputError(name, "a NumPy array or a GpuTensor", type_name(value))
     try:
         return np.asarray(value)
     except ValueError as exc:  # a ragged nested list, or a buffer format NumPy does not read
         if isinstance(value, (list, tuple)):
-            raise InputError(name, "a rectangular array", f"{type(value).__name__} NumPy cannot make one of ({exc})") from None
-        raise InputError(name, "an array NumPy can read", f"{type(value).__name__} ({exc})") from None
+            raise InputError(name, "a rectangular array", f"{type_name(value)} NumPy cannot make one of ({exc})") from None
+        raise InputError(name, "an array NumPy can read", f"{type_name(value)} ({exc})") from None
     except (TypeError, RuntimeError) as exc:  # an __array__ that refuses: a CUDA or requires-grad torch tensor
         # torch's own words say what failed but not what to do, and torch is what most such inputs are
         hint = ("for a torch tensor, x.detach().cpu().numpy(); bfloat16 has no NumPy dtype: "
                 "x.float() or x.half() first") if type(value).__module__.startswith("torch") else ""  # fmt: skip
-        raise InputError(name, "an array NumPy can read", f"{type(value).__name__} whose conversion raised "
+        raise InputError(name, "an array NumPy can read", f"{type_name(value)} whose conversion raised "
                          f"{type(exc).__name__}: {exc}", hint=hint) from None  # fmt: skip
 
 

@@ -70,6 +70,17 @@ def one_line(text: str) -> str:
     return printable(text).replace("\n", "\\n").replace("\t", "\\t")
 
 
+def type_name(value: Any) -> str:
+    """The name of ``value``'s type for a message, as its writer knows it: a parsed manifest's
+    read-only dict or list (subclasses of the library's own) is a dict or a list, not its class."""
+    kind = type(value)
+    if kind.__module__.startswith("webgpu_kernels."):  # a TensorMeta (a named tuple) keeps its name
+        for plain in (dict, list):
+            if issubclass(kind, plain):
+                return plain.__name__
+    return kind.__name__
+
+
 def describe_value(value: Any) -> str:
     """The 'got' part of an InputError about a value (an attribute, a tunable, adapter=): its type
     and at most 60 characters of its repr (a 4096-character string tunable must not fill the message)."""
@@ -77,7 +88,7 @@ def describe_value(value: Any) -> str:
         text = repr(value)
     except Exception:  # a caller's object whose repr fails still gets a clear error
         text = "?"
-    return f"{type(value).__name__} {text[:60]}"
+    return f"{type_name(value)} {text[:60]}"
 
 
 def short_repr(value: Any, limit: int = 80) -> str:
@@ -107,7 +118,7 @@ def short_repr(value: Any, limit: int = 80) -> str:
         elif type(item).__module__ == "numpy" and not getattr(item, "ndim", 1):  # a NumPy scalar: its value
             text = repr(item.item())  # type: ignore[attr-defined]  # NumPy's scalars and 0-d arrays have it
         else:
-            text = f"<{type(item).__name__}>"
+            text = f"<{type_name(item)}>"
         parts.append(text)
         size += len(text)
     return shorten("".join(parts), limit)

@@ -37,7 +37,7 @@ from .digests import (
     through_folder_link,
     valid_file_name,
 )
-from .errors import CaseFileError, InputError, KernelError, PackageError
+from .errors import CaseFileError, InputError, KernelError, PackageError, type_name
 from .json_schema import names_meant
 from .kernel import Kernel
 from .portability import windows_problem
@@ -81,7 +81,7 @@ def indent_of(text: str) -> str:
 def _received(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"an array of shape {list(value.shape)} and dtype {value.dtype}"
-    return f"{type(value).__name__} {value!r}"[:200]
+    return f"{type_name(value)} {value!r}"[:200]
 
 
 def _rounded(value: Any, dtype: str, argument: str) -> np.ndarray:

@@ -32,6 +32,7 @@ from .errors import (
     SelectionError,
     describe_value,
     shorten,
+    type_name,
 )
 from .execution import (
     ExecutionPlan,
@@ -294,7 +295,7 @@ class Kernel:
         # number or boolean. A list, None or a NumPy scalar had come back unchanged, as if evaluated.
         if not (isinstance(expression, str) or type(expression) in (int, float, bool)):
             raise InputError("expression", "an expression string, or a number or boolean (a literal value, as in "
-                             "a manifest)", f"{type(expression).__name__} {shorten(repr(expression), 60)}")  # fmt: skip
+                             "a manifest)", f"{type_name(expression)} {shorten(repr(expression), 60)}")  # fmt: skip
         device, _, signature = self._checked(inputs, attrs, tunables, adapter)
         compiled = self._compiled(expression, where)  # cached by source: cheap when repeated
         scope, _ = self.program.call_scope(signature, device.info)

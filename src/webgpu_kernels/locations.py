@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
-from .errors import PackageError, TrustError
+from .errors import PackageError, TrustError, type_name
 
 #: The organisation whose repositories load without ``trust_remote_code``.
 OFFICIAL_ORG = "webgpu-kernels"
@@ -55,7 +55,7 @@ def classify(name: str | os.PathLike[str]) -> Location:
     if isinstance(name, os.PathLike):
         return Location("path", os.fspath(name), url_like=True)
     if not isinstance(name, str):
-        raise PackageError(f"a kernel name must be a string or a path, got {type(name).__name__}")
+        raise PackageError(f"a kernel name must be a string or a path, got {type_name(name)}")
     if not name.strip():
         raise PackageError("empty kernel name")
     scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*):", name)

@@ -25,7 +25,7 @@ from .digests import (
     through_folder_link,
     verify_package,
 )
-from .errors import DigestError, PackageError, shorten
+from .errors import DigestError, PackageError, shorten, type_name
 from .reading import decode_json
 
 MANIFEST_FILE = "manifest.json"
@@ -182,7 +182,7 @@ def open_folder(
     ``verify_digests=False`` skips the check (``digest`` and ``validate``, which report instead).
     """
     if not isinstance(path, (str, Path)):
-        raise PackageError(f"a package folder is a path (str or pathlib.Path), got {type(path).__name__} {path!r}")
+        raise PackageError(f"a package folder is a path (str or pathlib.Path), got {type_name(path)} {path!r}")
     try:
         root = check_folder(path)
         check_manifest_file(root)

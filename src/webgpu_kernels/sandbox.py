@@ -35,7 +35,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.runtime import Undefined
 from jinja2.sandbox import SandboxedEnvironment
 
-from .errors import short_repr, shorten
+from .errors import short_repr, shorten, type_name
 
 # Largest string or sequence an expression may build (and the longest expression source), the
 # largest integer (in bits) and the deepest nesting: manifest values are shapes and small numbers.
@@ -289,7 +289,7 @@ class BoundedSandbox(SandboxedEnvironment):
                 if total > limit:
                     break
             return total
-        raise self.refuse(f"a {type(value).__name__} cannot be converted to text")
+        raise self.refuse(f"a {type_name(value)} cannot be converted to text")
 
     def check_weight(self, value: Any, what: str) -> Any:
         """``value`` if it holds at most ``max_items`` items counted through every nesting level, else
@@ -310,7 +310,7 @@ class BoundedSandbox(SandboxedEnvironment):
         size = self.text_size(value, self.max_text)
         if size > self.max_text:
             raise self.refuse(
-                f"converting a {type(value).__name__} to text exceeds the limit of {self.max_text} characters"
+                f"converting a {type_name(value)} to text exceeds the limit of {self.max_text} characters"
             )
         return self.check_value(str(value))
 
@@ -394,7 +394,7 @@ class BoundedSandbox(SandboxedEnvironment):
 
     def _other_attribute(self, obj: Any, attribute: str) -> Any:
         # (built at once: `[1][s]` of a 1 MiB s in a loop had built 1 MiB per iteration)
-        return self.undefined(f"attribute {short_repr(attribute, 60)} of a {type(obj).__name__} is not accessible here",
+        return self.undefined(f"attribute {short_repr(attribute, 60)} of a {type_name(obj)} is not accessible here",
                               name=attribute, exc=SecurityError)  # fmt: skip
 
     def getitem(self, obj: Any, argument: Any) -> Any:
@@ -407,7 +407,7 @@ class BoundedSandbox(SandboxedEnvironment):
             try:
                 return obj[argument]
             except (KeyError, TypeError):  # name a key that is not a plain value by its type (no repr, no address)
-                shown = argument if isinstance(argument, (int, float, type(None))) else f"<{type(argument).__name__}>"
+                shown = argument if isinstance(argument, (int, float, type(None))) else f"<{type_name(argument)}>"
                 if isinstance(argument, str):
                     shown = shorten(argument, 60)  # a template's key may be 1 MiB long
                 return self.undefined(obj=obj, name=shown)  # type: ignore[arg-type]  # Jinja names items by any key
@@ -419,11 +419,11 @@ class BoundedSandbox(SandboxedEnvironment):
                     return self.undefined(obj=obj, name=argument)
             if isinstance(argument, str):
                 return self.getattr(obj, argument)
-            return self.undefined(f"a {type(obj).__name__} cannot be indexed by a {type(argument).__name__}",
+            return self.undefined(f"a {type_name(obj)} cannot be indexed by a {type_name(argument)}",
                                   name=f"<{type(argument).__name__}>", exc=SecurityError)  # fmt: skip
         if isinstance(argument, str):
             return self.getattr(obj, argument)
-        return self.undefined(f"a {type(obj).__name__} cannot be indexed here", name=f"<{type(argument).__name__}>",
+        return self.undefined(f"a {type_name(obj)} cannot be indexed here", name=f"<{type_name(argument)}>",
                               exc=SecurityError)  # fmt: skip
 
     # --- calls ----------------------------------------------------------------------------------
@@ -435,7 +435,7 @@ class BoundedSandbox(SandboxedEnvironment):
             __obj._fail_with_undefined_error()
         _charge(CALL_COST)
         if not __self.callable_allowed(__obj):
-            raise __self.refuse(f"calling a {type(__obj).__name__} is not allowed here")
+            raise __self.refuse(f"calling a {type_name(__obj)} is not allowed here")
         return __self.check_value(__context.call(__obj, *args, **kwargs))
 
     def callable_allowed(self, obj: Any) -> bool:
@@ -499,9 +499,9 @@ class BoundedSandbox(SandboxedEnvironment):
                 bound._fail_with_undefined_error()
             if bound is not None and not _is_index(bound):
                 raise self.refuse(f"a slice's start, stop and step are integers or left out, not a "
-                                  f"{type(bound).__name__}")  # fmt: skip
+                                  f"{type_name(bound)}")  # fmt: skip
         if not isinstance(obj, (list, tuple, str, range)):
-            raise self.refuse(f"only a list, tuple, string or range can be sliced, not a {type(obj).__name__}")
+            raise self.refuse(f"only a list, tuple, string or range can be sliced, not a {type_name(obj)}")
         result = obj[start:stop:step]  # step 0 is a ValueError, reported by the caller
         if isinstance(result, (str, list, tuple)):
             charge_text(len(result))  # a copy, built like '+' builds one

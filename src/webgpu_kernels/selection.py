@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .contract import CallSignature
-from .errors import ExpressionError, KernelError, SelectionError, VariantRejectedError, short_repr, shorten
+from .errors import ExpressionError, KernelError, SelectionError, VariantRejectedError, short_repr, shorten, type_name
 from .expressions import Expression, NamespaceNames
 from .program import CompiledVariant, DeviceInfo, Program
 from .sandbox import MAX_SEQUENCE_LENGTH, nested_items_exceed
@@ -92,7 +92,7 @@ def judge(
             value = clause.evaluate(inner)
             holds, error = value is True, None
             if not isinstance(value, bool):  # "'false'" or [1] would be truthy: a manifest bug, not a choice
-                error = f"a when clause must be true or false, got {type(value).__name__} {value!r:.60}"
+                error = f"a when clause must be true or false, got {type_name(value)} {value!r:.60}"
         except ExpressionError as exc:
             holds, error = False, exc.detail
         if not holds:  # the variant's own constants shadow top-level names, in the trace as in the scope

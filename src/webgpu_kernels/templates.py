@@ -31,7 +31,7 @@ from jinja2.environment import TemplateModule
 from jinja2.exceptions import FilterArgumentError, SecurityError, TemplateRuntimeError, UndefinedError
 from jinja2.runtime import LoopContext, Macro, Undefined
 
-from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, short_repr
+from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, short_repr, type_name
 from .sandbox import (
     LOAD_COST,
     MAX_EXPRESSION_DEPTH,
@@ -76,7 +76,7 @@ _FLOAT_SUFFIX_PACKING = {"": None, "f": "<f", "h": "<e"}
 def _shown(value: Any) -> str:
     """A template's value in a filter's message: its type and at most 40 characters of it, built from
     no more (repr() of a tuple nesting 2^40 leaves by reference, ``(t, t)`` 40 times, never ended)."""
-    return f"{short_repr(value, 40)} ({type(value).__name__})"
+    return f"{short_repr(value, 40)} ({type_name(value)})"
 
 
 def wgsl_float(value: Any, suffix: str = "") -> str:
@@ -144,7 +144,7 @@ def _numbers_only(name: str, test: Callable[..., bool]) -> Callable[..., bool]:
     def checked(value: Any, *args: Any) -> bool:
         for v in (value, *args):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise SandboxViolation(f"the test {name!r} takes numbers, got a {type(v).__name__}")
+                raise SandboxViolation(f"the test {name!r} takes numbers, got a {type_name(v)}")
         return test(value, *args)
 
     return checked
@@ -210,7 +210,7 @@ class _Range:
             raise TemplateRuntimeError(f"range() takes no keyword arguments, got {', '.join(map(repr, kwargs))}")
         for a in args:
             if isinstance(a, bool) or not isinstance(a, int):
-                raise SandboxViolation(f"range() takes integers, got a {type(a).__name__}")
+                raise SandboxViolation(f"range() takes integers, got a {type_name(a)}")
         result = range(*args)
         try:
             length = len(result)
@@ -686,7 +686,7 @@ def _check_template_name(name: Any) -> None:
     control character gets anywhere (CVE-2024-56201)."""
     if not isinstance(name, str) or not TEMPLATE_NAME.match(name):
         # (the length said: a 256-letter name, shown cut to 80, had been refused "named with letters")
-        shown = f"{name[:80]!r} ({len(name)} characters)" if isinstance(name, str) else f"of type {type(name).__name__}"
+        shown = f"{name[:80]!r} ({len(name)} characters)" if isinstance(name, str) else f"of type {type_name(name)}"
         raise SandboxViolation(f"template name {shown} is refused: a file at the top of the package, named "
                                "with letters, digits, '.', '_' and '-', not starting with '.' or '-', at most "
                                "255 characters")  # fmt: skip
