@@ -135,6 +135,32 @@ def test_probing_an_unopened_kernel_for_a_name_no_kernel_has_is_an_attribute_err
     assert "PackageError" in repr(kernel) and "x" not in dir(kernel)
 
 
+def test_introspecting_an_unopened_kernel_does_not_raise(monkeypatch, quick_gelu):
+    """inspect.getmembers, pydoc and inspect.signature read every name dir() lists, or a class's
+    own (__name__), catching AttributeError only: they raised the stored error, so IPython's
+    completion or help() on a kernel a worker could not open failed. dir() lists what reading
+    leaves unopened (a Kernel's methods, not its properties); using the kernel still raises (helper-185)."""
+    import inspect
+    import pydoc
+
+    kernel = unopened_kernel(monkeypatch)
+    listed = dir(kernel)
+    members = dict(inspect.getmembers(kernel))
+    assert set(members) == set(listed)
+    methods = {n for n in dir(quick_gelu) if not n.startswith("_") and inspect.ismethod(getattr(quick_gelu, n))}
+    assert methods and methods <= set(listed) and {"__call__", "__reduce__"} <= set(listed)
+    assert not {"op_id", "variants", "tuning_key", "contract_version"} & set(listed)
+    assert {"op_id", "variants"} <= set(dir(quick_gelu))
+    for name in ("__name__", "__qualname__", "__mro__", "__bases__"):  # the class's, not a kernel's
+        assert not hasattr(kernel, name) and not hasattr(quick_gelu, name)
+    assert "UnopenedKernel" in pydoc.render_doc(kernel)
+    assert str(inspect.signature(kernel)) == str(inspect.signature(quick_gelu))
+    for use in (lambda: kernel.op_id, lambda: members["explain"]({"X": np.ones(4, np.float32)}),
+                lambda: kernel({"X": np.ones(4, np.float32)})):  # fmt: skip
+        with pytest.raises(errors.PackageError, match="embeds another com.microsoft.QuickGelu"):
+            use()
+
+
 def test_an_unopened_kernel_raises_its_error_for_every_name_a_kernel_sets_on_itself(quick_gelu):
     """UnopenedKernel tells a Kernel's own names from others by a list of what Kernel.__init__ sets:
     it must keep up with Kernel (a name it missed would be an AttributeError inside Kernel's methods)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import threading
 import weakref
@@ -182,13 +184,23 @@ class UnopenedKernel(Kernel):
 
     def __getattr__(self, name: str) -> Any:
         # Reached for a name missing from the instance: a Kernel's own (Kernel's methods read them
-        # too, so those raise the error), or one no Kernel has.
-        if name in KERNEL_INSTANCE_ATTRIBUTES or hasattr(Kernel, name):
+        # too, so those raise the error), or one no Kernel has. A name of the class object alone
+        # (__name__, __mro__: type's) is none of a kernel's: pydoc and inspect probe it.
+        if name in KERNEL_INSTANCE_ATTRIBUTES or any(name in vars(cls) for cls in Kernel.__mro__):
             raise self._unopened[2].with_traceback(None)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
+    def __dir__(self) -> list[str]:
+        # inspect.getmembers (IPython's completion, pydoc) reads every name listed here and catches
+        # AttributeError only: a Kernel's properties, which would raise the error, are left out.
+        return [name for name in super().__dir__()
+                if not isinstance(inspect.getattr_static(self, name, None), (property, functools.cached_property))]
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise self._unopened[2].with_traceback(None)
+
+    # help() and IPython show a Kernel's parameters, not (*args, **kwargs)
+    __call__.__signature__ = inspect.signature(Kernel.__call__)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         reference, _, error = self._unopened
