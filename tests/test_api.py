@@ -228,6 +228,43 @@ def test_get_kernel_opens_each_embedded_kernel_once_and_two_at_once(monkeypatch)
     assert got[0] is got[2] is wk.get_kernel(ids[0]) and got[1] is got[3] is wk.get_kernel(ids[1])
 
 
+def test_an_interrupt_as_get_kernel_registers_an_opening_leaves_no_thread_waiting(monkeypatch):
+    """A KeyboardInterrupt landing between get_kernel's registering that it opens an op id and the
+    `try` whose `finally` takes the registration back had left it registered: every later
+    get_kernel of that op id, in any thread, waited for good. Raised here just after the
+    registration itself, it leaves nothing registered (helper-185)."""
+    import threading
+
+    from webgpu_kernels import api
+
+    class InterruptedOnce(dict):
+        armed = True
+
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value)
+            if self.armed:
+                self.armed = False
+                raise KeyboardInterrupt
+
+    opening = InterruptedOnce()
+    monkeypatch.setattr(api, "_embedded", {})
+    monkeypatch.setattr(api, "_opening", opening)
+    with pytest.raises(KeyboardInterrupt):
+        wk.get_kernel("com.microsoft.QuickGelu")
+    got: list[wk.Kernel] = []
+    thread = threading.Thread(target=lambda: got.append(wk.get_kernel("com.microsoft.QuickGelu")), daemon=True)
+    thread.start()
+    thread.join(timeout=30)  # opening it takes well under a second: a guard only
+    waiting = thread.is_alive()
+    for event in list(opening.values()):  # lets a thread left waiting end, whatever the verdict
+        event.set()
+    assert not waiting, "a second get_kernel waited for an opening an interrupt had cut short"
+    assert opening == {} and got[0] is wk.get_kernel("com.microsoft.QuickGelu")
+    x = np.linspace(-4, 4, 12, dtype=np.float32)
+    want = x / (1 + np.exp(-1.702 * x.astype(np.float64)))
+    np.testing.assert_allclose(got[0]({"X": x})["Y"], want, rtol=1e-5, atol=1e-6)
+
+
 def test_a_failed_opening_leaves_nothing_behind_and_the_next_get_kernel_tries_again(monkeypatch):
     from webgpu_kernels import api
 

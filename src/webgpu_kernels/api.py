@@ -98,29 +98,32 @@ def get_kernel(
 
 def _shared_embedded(op_id: str) -> Kernel:
     """The process's one kernel of an embedded package, opened by the first thread that asks."""
-    while True:
-        with _lock:
-            kernel = _embedded.get(op_id)
-            if kernel is not None:
-                return kernel
-            pending = _opening.get(op_id)
-            if pending is None:
-                done = _opening[op_id] = threading.Event()
-        if pending is None:
-            break
-        # Then look again: an opening that failed left nothing, and this thread tries it itself
-        # (with an error of its own, not one exception object raised in several threads).
-        pending.wait()
+    done: threading.Event | None = None
+    # The registration is inside the try: a KeyboardInterrupt just after it, before the opening
+    # began, had left it registered, and every later get_kernel of the op id waited for good.
     try:
+        while done is None:
+            with _lock:
+                kernel = _embedded.get(op_id)
+                if kernel is not None:
+                    return kernel
+                pending = _opening.get(op_id)
+                if pending is None:
+                    done = _opening[op_id] = threading.Event()  # `done` is bound first, then the entry
+            if pending is not None:
+                # Then look again: an opening that failed left nothing, and this thread tries it itself
+                # (with an error of its own, not one exception object raised in several threads).
+                pending.wait()
         kernel = Kernel(open_embedded(op_id))
         with _lock:
             _embedded[op_id] = kernel
+        return kernel
     finally:
-        with _lock:
-            if _opening.get(op_id) is done:
-                del _opening[op_id]
-        done.set()
-    return kernel
+        if done is not None:
+            with _lock:
+                if _opening.get(op_id) is done:
+                    del _opening[op_id]
+            done.set()
 
 
 def load_kernel(path: str | Path, *, verify_digests: bool = True) -> Kernel:
