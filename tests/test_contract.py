@@ -3,6 +3,8 @@ message names the argument, what was expected and what came."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -685,7 +687,8 @@ def test_attribute_and_tunable_messages_share_one_form(kind, default, value, exp
 
 
 @pytest.mark.parametrize(("default", "value", "hint"), [(0, True, "pass 1"), (1, np.bool_(False), "pass 0"),
-                                                    (1.5, True, "pass 1"), ([0], [1, False], "pass 0")])  # fmt: skip
+                                                    (1.5, True, "pass 1"), ([0], [1, False], "pass [1, 0]"),
+                                                    ([0], [np.int64(2), np.bool_(True)], "pass [2, 1]")])  # fmt: skip
 def test_a_boolean_for_a_number_attribute_says_which_number_to_pass(default, value, hint):
     """ONNX's 0/1 flags (CumSum's exclusive) are int attributes: True was refused without saying that
     1 is what to pass (a kernel author writing demo.CumSum from the docs, helper-135)."""
@@ -696,7 +699,9 @@ def test_a_boolean_for_a_number_attribute_says_which_number_to_pass(default, val
     assert info.value.received.startswith("bool ")
     assert str(info.value).endswith(f"({hint}: a boolean is not a number here)")
     # what the command line and a test.json case read to give their own advice (InputError.replace_hint)
-    assert (info.value.kind, info.value.number_meant) == ("attribute", int(hint[-1]))
+    assert (info.value.kind, info.value.number_meant) == ("attribute", int(hint.rstrip("]")[-1]))
+    # inside a list, the list meant ("pass 0" had been advised for [1, False], which would replace the list)
+    assert info.value.list_meant == (json.loads(hint[5:]) if isinstance(default, list) else None)
 
 
 def test_workgroup_size_error_names_a_long_tunable_as_every_tunable_error_does(scale_shift_variant):

@@ -611,3 +611,29 @@ def test_a_type_or_field_value_that_is_no_type_is_quoted_by_a_bounded_text(scale
     with pytest.raises((wk.ExpressionError, wk.LayoutError)) as info:
         kernel({"X": np.ones(4, np.float32)})
     assert "xxx" in str(info.value) and len(str(info.value)) < 600, f"{len(str(info.value))} characters"
+
+
+def test_a_missing_template_at_run_time_lists_those_there_and_the_one_meant(tmp_path) -> None:
+    """A call reaching a pass whose template the package lacks said only "template not found in the
+    package", where validate and digest name the package's templates and the one meant (helper-182's
+    review); an include of a missing file says them too."""
+    from webgpu_kernels import digests
+
+    from conftest import copy_package
+
+    qg = copy_package("com.microsoft.QuickGelu", tmp_path / "qg")
+    manifest = qg / "manifest.json"
+    manifest.write_text(manifest.read_text("utf-8").replace('"quick-gelu.wgsl.jinja"', '"quick-glu.wgsl.jinja"'), "utf-8")
+    digests.write_metadata(qg)
+    with pytest.raises(errors.TemplateError) as info:
+        wk.load_kernel(qg)({"X": np.ones(8, np.float32)})
+    assert str(info.value) == ("quick-glu.wgsl.jinja: template not found in the package (its templates: "
+                               "quick-gelu.wgsl.jinja; did you mean 'quick-gelu.wgsl.jinja'?)"), str(info.value)
+    manifest.write_text(manifest.read_text("utf-8").replace('"quick-glu.wgsl.jinja"', '"quick-gelu.wgsl.jinja"'), "utf-8")
+    shader = qg / "quick-gelu.wgsl.jinja"
+    shader.write_text("{% include 'Quick-gelu.wgsl.jinja' %}\n" + shader.read_text("utf-8"), "utf-8")
+    digests.write_metadata(qg)
+    with pytest.raises(errors.TemplateError) as info:
+        wk.load_kernel(qg)({"X": np.ones(8, np.float32)})
+    assert ("includes 'Quick-gelu.wgsl.jinja', which is not in the package (its templates: quick-gelu.wgsl.jinja; "
+            "did you mean 'quick-gelu.wgsl.jinja'?)") in str(info.value), str(info.value)

@@ -1026,3 +1026,52 @@ def test_a_missing_template_lists_those_there_and_the_one_meant(qg: Path, runner
     result = runner.invoke(main, ["digest", str(qg)])
     assert "(its templates: quick-gelu.wgsl.jinja; did you mean 'quick-gelu.wgsl.jinja'?)" in " ".join(
         result.stderr.split()), result.stderr
+
+
+def _said(result) -> str:
+    return " ".join(result.output.split())  # rich wraps long lines
+
+
+def test_a_case_s_two_dtypes_for_one_type_variable_are_told_to_agree(tmp_path: Path, runner: CliRunner) -> None:
+    """A test.json case giving 'bias' float16 beside a float32 'X' ended in Python's advice, "convert
+    'bias' with .astype(np.float32)", which a case file cannot follow (helper-182's review)."""
+    ba = copy_package(BIAS_ADD, tmp_path / "ba")
+    edit_json(ba / "test.json", lambda t: t["cases"][0]["inputs"]["bias"].update(dtype="float16"))
+    digests.write_metadata(ba)
+    advice = ("(make the case's dtypes agree: one dtype for 'X' and 'bias' (the case's \"types\", or an input's "
+              "\"dtype\"), or make the case refused: \"refused\": {\"error\": \"DTypeError\"}, docs/package-files.md)")
+    for command in ("validate", "test"):
+        text = _said(runner.invoke(main, [command, str(ba)]))
+        assert "argument 'bias': expected float32 like 'X'" in text and advice in text, text
+        assert ".astype" not in text
+
+
+def test_a_bench_case_s_dtype_errors_are_told_in_bench_json_s_terms(tmp_path: Path, runner: CliRunner) -> None:
+    """validate said of a bench.json case's int32 "(convert with .astype(np.float32))", and of two
+    dtypes for one type variable "convert 'bias' with .astype(np.float32)": Python's advice, which
+    a bench.json case cannot follow (helper-182's review)."""
+    qg = copy_package(QUICK_GELU, tmp_path / "qg")
+    edit_json(qg / "bench.json", lambda b: b["cases"][0].update(types={"T": ["float32", "int32"]}))
+    digests.write_metadata(qg)
+    text = _said(runner.invoke(main, ["validate", str(qg)]))
+    assert ("got int32 (add int32 to typeConstraints.T in manifest.json, or take int32 out of the case's dtypes "
+            "(its \"types\", an input's \"dtype\"))") in text, text
+    ba = copy_package(BIAS_ADD, tmp_path / "ba")
+    edit_json(ba / "bench.json", lambda b: b["cases"][0]["inputs"]["bias"].update(dtype="float16"))
+    digests.write_metadata(ba)
+    text = _said(runner.invoke(main, ["validate", str(ba)]))
+    assert ("argument 'bias': expected float32 like 'X' (both are type variable T), got float16 (make the case's "
+            "dtypes agree: one dtype for 'X' and 'bias' (the case's \"types\", or an input's \"dtype\"))") in text, text
+    assert ".astype" not in text and "\"refused\"" not in text  # bench.json has no refusals
+
+
+def test_a_case_s_boolean_inside_a_list_attribute_is_told_the_list_to_write(tmp_path: Path, runner: CliRunner) -> None:
+    """A case's `"perm": [1, true]` was told "write 1 in the case's attributes", which would replace
+    the list with a number (helper-182's review)."""
+    transpose = tmp_path / "transpose"
+    shutil.copytree(Path(__file__).parent / "packages" / "demo.Transpose", transpose)
+    edit_json(transpose / "test.json", lambda t: t["cases"][5].update(attrs={"perm": [1, True]}))
+    digests.write_metadata(transpose)
+    for command in ("validate", "test"):
+        text = _said(runner.invoke(main, [command, str(transpose)]))
+        assert "(write [1, 1] in the case's attributes: a boolean is not a number here)" in text, text

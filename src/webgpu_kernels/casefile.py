@@ -30,7 +30,7 @@ from .case_data import MAX_CASE_ELEMENTS, MAX_CASE_TOTAL_ELEMENTS, dtype_name, g
 from .comparison import Tolerance
 from .contract import MAX_ELEMENTS, shape_text, too_many_elements
 from .digests import json_path
-from .errors import AttributeValueError, CaseFileError, DTypeError, KernelError, PackageError, shorten
+from .errors import AttributeValueError, CaseFileError, DTypeError, InputError, KernelError, PackageError, shorten
 from .forks import fresh_in_child
 from .json_schema import validator as schema_validator
 from .manifest import parse_manifest
@@ -682,12 +682,22 @@ def checked_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
     return BenchFile(description=data.get("description", ""), cases=cases, file=file, flops=data.get("flops"))
 
 
-def advise_case(exc: BaseException) -> None:
-    """The contract's Python advice (.astype, "pass 0") in terms of a test.json case: a dtype its
-    type constraint lacks is fixed in the package or expected as a refusal; a boolean is written as
-    the number meant."""
-    if isinstance(exc, DTypeError) and exc.allowed and not exc.hint_replaced:
-        exc.replace_hint(f"add {exc.received} to typeConstraints.{exc.type_variable} in manifest.json, or make the "
-                         'case refused: "refused": {"error": "DTypeError"}, docs/package-files.md')
-    elif isinstance(exc, AttributeValueError) and exc.number_meant is not None and not exc.hint_replaced:
-        exc.replace_hint(f"write {exc.number_meant} in the case's {exc.kind}s: a boolean is not a number here")
+def advise_case(exc: BaseException, file: str = TEST_FILE) -> None:
+    """The contract's Python advice (.astype, "pass 0") in terms of a case of ``file`` (test.json,
+    bench.json): a dtype its type constraint lacks is fixed in the package, or expected as a refusal
+    (test.json) or taken out (bench.json); two dtypes for one type variable are made one; a boolean
+    is written as the number meant."""
+    if not isinstance(exc, InputError) or exc.hint_replaced:
+        return
+    refuse = ', or make the case refused: "refused": {"error": "DTypeError"}, docs/package-files.md'
+    if isinstance(exc, DTypeError) and exc.allowed:
+        instead = (refuse if file == TEST_FILE
+                   else f", or take {exc.received} out of the case's dtypes (its \"types\", an input's \"dtype\")")  # fmt: skip
+        exc.replace_hint(f"add {exc.received} to typeConstraints.{exc.type_variable} in manifest.json{instead}")
+    elif isinstance(exc, DTypeError) and exc.bound_by:
+        inputs = " and ".join(map(repr, (*exc.bound_by, exc.argument)))
+        exc.replace_hint(f"make the case's dtypes agree: one dtype for {inputs} (the case's \"types\", or an input's "
+                         f"\"dtype\"){refuse if file == TEST_FILE else ''}")
+    elif isinstance(exc, AttributeValueError) and exc.number_meant is not None:
+        meant = exc.number_meant if exc.list_meant is None else json.dumps(exc.list_meant)
+        exc.replace_hint(f"write {meant} in the case's {exc.kind}s: a boolean is not a number here")

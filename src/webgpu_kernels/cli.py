@@ -229,10 +229,14 @@ class KernelGroup(click.Group):
                 spellings = " or ".join(f"-i {exc.argument}=DIMS:{short}" for short in _spellings(" ".join(exc.allowed)))
                 if spellings:
                     exc.replace_hint(f"on the command line, a dtype {exc.type_variable} allows: {spellings}")
+            if isinstance(exc, DTypeError) and exc.bound_by and not exc.hint_replaced:  # -i X=..:f16 -i bias=..:f32
+                short = (_spellings(exc.bound_dtype) or [exc.bound_dtype])[0]
+                exc.replace_hint(f"on the command line, type variable {exc.type_variable} takes one dtype: "
+                                 f"-i {exc.argument}=DIMS:{short} like {' and '.join(map(repr, exc.bound_by))}")
             if isinstance(exc, AttributeValueError) and exc.number_meant is not None and not exc.hint_replaced:
-                option = "--tunable" if exc.kind == "tunable" else "--attr"  # --attr x=true
-                exc.replace_hint(f"on the command line: {option} {exc.argument}={exc.number_meant}, a boolean is not a "
-                                 "number here")
+                option = "--tunable" if exc.kind == "tunable" else "--attr"  # --attr x=true, --attr x=[1,true]
+                meant = exc.number_meant if exc.list_meant is None else json.dumps(exc.list_meant, separators=(",", ":"))
+                exc.replace_hint(f"on the command line: {option} {exc.argument}={meant}, a boolean is not a number here")
             if isinstance(exc, MissingInputError) and exc.received == "nothing":  # no -i for it
                 shorts = _spellings(exc.expected)
                 dtype = shorts[0] + (f" (or {', '.join(shorts[1:])})" if len(shorts) > 1 else "") if shorts else "DTYPE"

@@ -107,7 +107,8 @@ def check_call(
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype,
                              hint=_mixed_dtypes_hint(spec.dtype, spec.role, dtype, bound_by[spec.dtype], bound[0],
-                                                     gpu_inputs))  # fmt: skip
+                                                     gpu_inputs), type_variable=spec.dtype,
+                             bound_by=tuple(bound_by[spec.dtype]), bound_dtype=bound[0])  # fmt: skip
         bound_by.setdefault(spec.dtype, []).append(spec.role)
         shapes.append((spec.role, shape))
     output_types = {spec.dtype for spec in manifest.outputs}
@@ -396,7 +397,15 @@ def _check_value(kind: str, name: str, default: Any, value: Any) -> Any:
             raise AttributeValueError(name, f"a list of finite numbers ({kind})", describe_value(value))
         if len(value) > MAX_TEXT:
             raise AttributeValueError(name, f"a list of at most {MAX_TEXT} numbers ({kind})", f"{len(value)} items")
-        items = [_number(kind, name, _unwrap_numpy(v), "a list of finite numbers") for v in value]
+        try:
+            items = [_number(kind, name, _unwrap_numpy(v), "a list of finite numbers") for v in value]
+        except AttributeValueError as exc:
+            if exc.number_meant is None:
+                raise
+            # The advice is the whole list, its booleans as numbers: "pass 1" would replace the list.
+            meant = [int(v) if isinstance(v, bool) else v for v in map(_unwrap_numpy, value)]
+            raise AttributeValueError(name, exc.expected, exc.received, kind=kind, number_meant=exc.number_meant,
+                                      list_meant=meant, hint=f"pass {meant!r}: a boolean is not a number here") from None  # fmt: skip
         if default and all(isinstance(d, int) and not isinstance(d, bool) for d in default):
             # A list of integers by its default, as an int scalar is: [1.0] had reached expressions as
             # a float, where indexing with it was blamed on the manifest.

@@ -295,14 +295,17 @@ class RankError(InputError):
 class DTypeError(InputError):
     """An input whose dtype is outside its type constraint, or a type variable bound twice.
 
-    Outside its constraint, ``type_variable`` names the constraint and ``allowed`` its dtypes (for
-    a caller's own advice, :meth:`InputError.replace_hint`); bound twice, they are "" and ().
+    For a caller's own advice (:meth:`InputError.replace_hint`), ``type_variable`` names the type
+    variable; outside its constraint, ``allowed`` is its dtypes; bound twice, ``bound_by`` names the
+    inputs before this one and ``bound_dtype`` the dtype they gave it. Else "", () and "".
     """
 
     def __init__(self, argument: str, expected: str, received: str, *, hint: str = "", type_variable: str = "",
-                 allowed: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 allowed: tuple[str, ...] = (), bound_by: tuple[str, ...] = (), bound_dtype: str = "") -> None:  # fmt: skip
         self.type_variable = type_variable
         self.allowed = allowed
+        self.bound_by = bound_by
+        self.bound_dtype = bound_dtype
         super().__init__(argument, expected, received, hint=hint)
 
 
@@ -315,13 +318,15 @@ class AttributeValueError(InputError):
 
     Where a boolean came for a number, ``number_meant`` is the number it stands for (0 or 1) and
     ``kind`` says "attribute" or "tunable", for a caller's own advice (:meth:`InputError.replace_hint`:
-    the command line's ``--attr``, a test.json case); else None and "".
+    the command line's ``--attr``, a test.json case); ``list_meant``, where the boolean came inside a
+    list, is that list with its booleans as numbers. Else None, "" and None.
     """
 
     def __init__(self, argument: str, expected: str, received: str, *, hint: str = "", kind: str = "",
-                 number_meant: int | None = None) -> None:  # fmt: skip
+                 number_meant: int | None = None, list_meant: list[Any] | None = None) -> None:  # fmt: skip
         self.kind = kind
         self.number_meant = number_meant
+        self.list_meant = list_meant
         super().__init__(argument, expected, received, hint=hint)
 
 

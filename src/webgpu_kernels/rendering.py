@@ -219,8 +219,10 @@ def produced_outputs(resolved: Sequence[ResolvedPass], outputs: Iterable[Any]) -
 class TemplateRenderer:
     """One sandboxed Jinja environment per package; templates compile once and are cached."""
 
-    def __init__(self, read_template: Callable[[str], str]) -> None:
+    def __init__(self, read_template: Callable[[str], str], files: Iterable[str] = ()) -> None:
+        """``files``: the package's file names, whose templates a missing one is told beside."""
         self._read = read_template
+        self._files = tuple(files)
         self.env = TemplateSandbox(PackageLoader(read_template))
 
     def check(self, name: str) -> None:
@@ -229,7 +231,7 @@ class TemplateRenderer:
         try:
             self.env.get_template(name)
         except Exception as exc:  # noqa: BLE001 - every failure becomes the library's error
-            raise template_error(exc, name) from None
+            raise template_error(exc, name, files=self._files) from None
 
     def lines_read(self, shader: str, lines: range) -> list[str] | None:
         """What ``lines`` of template ``shader`` read, as expressions' references are written
@@ -278,7 +280,7 @@ class TemplateRenderer:
                     pieces.append(piece)
                 text = RenderedWGSL("".join(pieces), tuple(origins))
         except Exception as exc:  # noqa: BLE001 - every failure inside the template is the template's error
-            raise template_error(exc, resolved.shader, names=context) from None
+            raise template_error(exc, resolved.shader, names=context, files=self._files) from None
         finally:
             if stream is not None:
                 stream.close()  # type: ignore[attr-defined]  # generate() is a generator function

@@ -31,6 +31,7 @@ from jinja2.environment import TemplateModule
 from jinja2.exceptions import FilterArgumentError, SecurityError, TemplateRuntimeError, UndefinedError
 from jinja2.runtime import LoopContext, Macro, Undefined
 
+from .digests import templates_there
 from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, short_repr, type_name
 from .sandbox import (
     LOAD_COST,
@@ -593,9 +594,10 @@ assert set(_TEMPLATE_FILTERS) == set(_FILTERS) | {"wgsl_float", "wgsl_uint"}
 _UNDEFINED_NAME = re.compile(r"^'(\w+)' is undefined$")
 
 
-def template_error(exc: Exception, shader: str, names: Iterable[str] = ()) -> KernelError:
+def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files: Iterable[str] = ()) -> KernelError:
     """The library's error for ``exc``, raised while loading or rendering template ``shader``
-    (``names``: those the template could read, for a "did you mean" under a misspelt one)."""
+    (``names``: those the template could read, for a "did you mean" under a misspelt one;
+    ``files``: the package's, whose templates a missing one is told beside)."""
     if isinstance(exc, DigestError):  # an included file present but unverified: the class calls rely on stays
         includer = _innermost_template_line(exc.__traceback__)
         if includer is not None:
@@ -607,8 +609,9 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = ()) -> Ke
         missing = exc.name if isinstance(exc.name, str) else shader
         if missing != shader:  # an {% include %} or {% import %} of a file the package lacks
             line = _template_line(exc.__traceback__, shader)
-            return TemplateError(f"includes {missing!r}, which is not in the package", file=shader, line=line)
-        return TemplateError("template not found in the package", file=shader)
+            return TemplateError(f"includes {missing!r}, which is not in the package{templates_there(missing, files)}",
+                                 file=shader, line=line)  # fmt: skip
+        return TemplateError(f"template not found in the package{templates_there(shader, files)}", file=shader)
     if isinstance(exc, TemplateSyntaxError):
         return TemplateError(f"syntax error: {exc.message}", file=exc.name or shader, line=exc.lineno)
     if isinstance(exc, (SecurityError, RecursionError)):

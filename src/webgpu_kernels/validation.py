@@ -509,6 +509,7 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, program
             try:
                 signature = check_call(manifest, inst.inputs, case.attrs, case.tunables)
             except InputError as exc:
+                advise_case(exc, BENCH_FILE)
                 out.error(BENCH_FILE, case.json_path, f"the case breaks the contract ({inst.type_label()}): {exc}",
                           case=case.name, dtype=inst.type_label())  # fmt: skip
                 continue
