@@ -85,7 +85,7 @@ def test_a_failing_package_reads_as_the_json_does(tmp_path: Path, runner: CliRun
 
 
 def test_the_report_is_written_whole_and_where_the_path_leads(tmp_path: Path, runner: CliRunner) -> None:
-    """A regular file is replaced by a new one renamed over it (digests.replace_file: a reader never
+    """A regular file is replaced by a new one renamed over it (replacing.replace_file: a reader never
     sees half a report); a link is the caller's own, so its target is the file written, as tee does."""
     target = tmp_path / "elsewhere.xml"
     target.write_text("old report", encoding="utf-8")

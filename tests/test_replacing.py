@@ -1,4 +1,4 @@
-"""replacing.replace_files (re-exported by digests): files written all or nothing, for `expect` and
+"""replacing.replace_files: files written all or nothing, for `expect` and
 `digest`; whatever step fails, with an OSError or a Ctrl-C, no file is left half-new and no hidden
 temporary or backup file behind."""
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from webgpu_kernels import digests, replacing
+from webgpu_kernels import replacing
 from webgpu_kernels.errors import PackageError
 
 
@@ -25,10 +25,10 @@ def test_replace_files_writes_all_before_replacing_any(tmp_path):
     second.write_text("old")
     os.chmod(first, 0o640)
     with pytest.raises(PackageError, match="gone/c.json: cannot write it"):
-        digests.replace_files({first: b"new", second: "new", tmp_path / "gone" / "c.json": "new"})
+        replacing.replace_files({first: b"new", second: "new", tmp_path / "gone" / "c.json": "new"})
     assert first.read_bytes() == b"old" and second.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "b.json"]
-    digests.replace_files({first: b"\x00new", second: "n\u00e9w\n"})
+    replacing.replace_files({first: b"\x00new", second: "n\u00e9w\n"})
     assert first.read_bytes() == b"\x00new" and second.read_bytes() == "n\u00e9w\n".encode()
     assert os.stat(first).st_mode & 0o777 == 0o640  # the old file's permissions kept
 
@@ -64,7 +64,7 @@ def test_replace_files_puts_back_what_it_replaced_when_a_rename_fails(tmp_path, 
 
     before = tree()
     with pytest.raises(PackageError) as caught:
-        digests.replace_files({kept: b"new a", link: "new b", new: b"new c", last: "new test.json"})
+        replacing.replace_files({kept: b"new a", link: "new b", new: b"new c", last: "new test.json"})
     assert caught.value.path == str(last) and "nothing was written" in str(caught.value), caught.value
     assert isinstance(caught.value.__cause__, OSError)
     assert tree() == before  # no hidden .tmp or .old file either
@@ -88,7 +88,7 @@ def test_replace_files_is_all_or_nothing_when_ctrl_c_lands_on_a_rename(tmp_path,
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
-        digests.replace_files(files)
+        replacing.replace_files(files)
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in files)  # no .tmp or .old left
     states = {path.read_text().split()[0] for path in files}
@@ -112,7 +112,7 @@ def test_replace_files_leaves_no_hidden_file_when_ctrl_c_lands_on_making_one(tmp
 
     monkeypatch.setattr(os, call, made_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
-        digests.replace_files({path: b"new"})
+        replacing.replace_files({path: b"new"})
     monkeypatch.undo()
     assert [p.name for p in tmp_path.iterdir()] == ["a.npy"] and path.read_bytes() == b"old"
 
@@ -221,7 +221,7 @@ def test_replace_files_leaves_every_file_old_or_every_file_new(tmp_path_factory,
             patch.setattr(os, call, faulty(call))
         patch.setattr(replacing._Old, "__init__", old_kept)
         try:
-            digests.replace_files(files)
+            replacing.replace_files(files)
             failed: BaseException | None = None
         except (PackageError, KeyboardInterrupt) as exc:
             failed = exc

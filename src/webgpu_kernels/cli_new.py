@@ -28,7 +28,7 @@ import numpy as np
 from .api import list_kernels, load_kernel
 from .casefile import TEST_FILE, parse_test_file
 from .cli import FOLDER, shell_word
-from .digests import METADATA_FILE, replace_files, write_metadata
+from .digests import METADATA_FILE, write_metadata
 from .errors import KernelError, PackageError
 from .expected import (
     INLINE_HINT_VALUES,
@@ -45,6 +45,7 @@ from .locations import classify
 from .manifest import manifest_schema
 from .portability import windows_problem
 from .reading import decode_json
+from .replacing import replace_files
 
 #: The scaffold's template, written to the package as ``<the op's name, kebab-case>.wgsl.jinja``.
 SCAFFOLD_TEMPLATE = "kernel.wgsl.jinja"

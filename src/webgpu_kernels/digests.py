@@ -29,8 +29,7 @@ from typing import Any, cast
 from .errors import DigestError, PackageError
 from .json_schema import validator as schema_validator
 from .reading import decode_json, not_regular, read_bounded
-from .replacing import replace_file as replace_file
-from .replacing import replace_files as replace_files
+from .replacing import replace_file
 
 METADATA_FILE = "metadata.json"
 MANIFEST_FILE = "manifest.json"

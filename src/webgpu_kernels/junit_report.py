@@ -47,8 +47,8 @@ from datetime import datetime
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from .digests import replace_file
 from .package_tests import ERROR, FAIL, SKIP, PackageReport, RunResult
+from .replacing import replace_file
 from .validation_report import Problem, ValidationReport
 
 _NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -238,7 +238,7 @@ def validation_junit_xml(reports: Sequence[ValidationReport], *, name: str = "we
 def write_junit(path: str | os.PathLike[str], document: str) -> None:
     """Write a JUnit document to ``path``, the caller's own choice, as ``tee`` would: through a
     symbolic link, and into a pipe, a device or ``/dev/stdout`` in place. A regular file (or a
-    new one) is replaced whole (digests.replace_file), so a CI step never reads half a report.
+    new one) is replaced whole (replacing.replace_file), so a CI step never reads half a report.
     Raises OSError."""
     target = Path(os.path.realpath(path))  # a link's target is the file the caller means
     try:

@@ -28,12 +28,12 @@ import numpy as np
 from filelock import FileLock
 
 from .device import env_flag
-from .digests import MAX_PACKAGE_FILES, read_file, replace_file
+from .digests import MAX_PACKAGE_FILES, read_file
 from .errors import PackageError, TuningFileWarning, user_stacklevel
 from .forks import fresh_in_child
 from .package import MANIFEST_FILE, KernelPackage
 from .reading import decode_json, not_regular
-from .replacing import write_path
+from .replacing import replace_file, write_path
 from .templates import MAX_TEMPLATE_BYTES, NOT_TEMPLATE_SUFFIXES, TEMPLATE_NAME
 
 CACHE_ENV = "WEBGPU_KERNELS_TUNING_DIR"
