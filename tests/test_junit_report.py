@@ -20,7 +20,8 @@ from webgpu_kernels import digests
 from webgpu_kernels.cli import main
 from webgpu_kernels.junit_report import PACKAGE_CASE, junit_xml
 from webgpu_kernels.package import open_folder
-from webgpu_kernels.package_tests import CRASH_HOOK_ENV, PackageReport, RunResult, selected_cases, unreached_runs
+from webgpu_kernels.package_tests import CRASH_HOOK_ENV, selected_cases, unreached_runs
+from webgpu_kernels.run_results import PackageReport, RunResult
 from webgpu_kernels.validation_report import Problem
 
 from conftest import copy_package  # noqa: E402

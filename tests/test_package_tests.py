@@ -19,6 +19,7 @@ from webgpu_kernels.package_tests import (
     run_package_tests,
     run_package_tests_isolated,
 )  # fmt: skip
+from webgpu_kernels.run_results import RunResult
 from webgpu_kernels.validation import validate_package
 
 from conftest import PACKAGES_DIR, copy_package  # noqa: E402
@@ -553,7 +554,7 @@ def test_float16_cases_are_skipped_without_shader_f16(monkeypatch: pytest.Monkey
 def test_a_run_where_every_case_skipped_does_not_say_all_passed(capsys: pytest.CaptureFixture[str]) -> None:
     """Nothing verified is no failure (exit 0, as pytest), but the summary must not say "all passed"."""
     from webgpu_kernels.cli_package import _print_test_reports
-    from webgpu_kernels.package_tests import PackageReport, RunResult
+    from webgpu_kernels.run_results import PackageReport
 
     report = PackageReport(kernel=QUICK_GELU, path="-", origin="embedded", isolated=False,
                            results=[RunResult(QUICK_GELU, "rank0-f16", None, "float16", "skip", message="no f16")])  # fmt: skip
@@ -566,7 +567,7 @@ def test_a_run_where_every_case_skipped_does_not_say_all_passed(capsys: pytest.C
 def test_a_run_with_some_skipped_says_how_many(capsys: pytest.CaptureFixture[str]) -> None:
     """"all passed" alone had read as every case run where float16's were skipped (helper-92)."""
     from webgpu_kernels.cli_package import _print_test_reports
-    from webgpu_kernels.package_tests import PackageReport, RunResult
+    from webgpu_kernels.run_results import PackageReport
 
     report = PackageReport(kernel=QUICK_GELU, path="-", origin="embedded", isolated=False,
                            results=[RunResult(QUICK_GELU, "rank0-f32", None, "float32", "pass"),
@@ -857,7 +858,7 @@ def test_a_child_dying_between_runs_blames_no_finished_run(monkeypatch) -> None:
     from webgpu_kernels import package_tests
 
     run = {"case": "tail-3x5-f32", "variant": "scalar", "dtype": "float32"}
-    passed = package_tests.RunResult(QUICK_GELU, "tail-3x5-f32", "scalar", "float32", "pass")
+    passed = RunResult(QUICK_GELU, "tail-3x5-f32", "scalar", "float32", "pass")
 
     def child(target, payload, handle, *, timeout=None):
         handle(("progress", "plan", [run, {**run, "case": "tail-3x5-f16", "dtype": "float16"}]))
@@ -883,7 +884,7 @@ def test_a_test_json_saved_during_an_isolated_run_leaves_one_version_in_the_repo
 
     root = copy_package(QUICK_GELU, tmp_path / "qg")
     (root / "metadata.json").unlink()
-    refused = package_tests.RunResult(QUICK_GELU, "refused-workgroup-size-0", None, "float32", "error",
+    refused = RunResult(QUICK_GELU, "refused-workgroup-size-0", None, "float32", "error",
                                       message="refused while planning")  # fmt: skip
 
     def child(target, payload, handle, *, timeout=None):

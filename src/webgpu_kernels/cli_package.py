@@ -45,8 +45,9 @@ from .digests import (
 from .errors import DigestError, KernelError, PackageError, one_line
 from .junit_report import junit_xml, validation_junit_xml, write_junit
 from .package import embedded_ids, embedded_root
-from .package_tests import FAIL, PASS, SKIP, PackageReport, RunResult, run_package_tests, run_package_tests_isolated
+from .package_tests import run_package_tests, run_package_tests_isolated
 from .reading import not_regular
+from .run_results import FAIL, PASS, SKIP, PackageReport, RunResult
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
 
 # cli.py imports this module to register its commands, so its helpers are looked up at call time.

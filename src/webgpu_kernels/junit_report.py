@@ -47,8 +47,8 @@ from datetime import datetime
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from .package_tests import ERROR, FAIL, SKIP, PackageReport, RunResult
 from .replacing import replace_file
+from .run_results import ERROR, FAIL, SKIP, PackageReport, RunResult
 from .validation_report import Problem, ValidationReport
 
 _NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
