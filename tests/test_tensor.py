@@ -99,6 +99,37 @@ def test_a_recorded_copy_whose_batch_is_lost_refuses_to_be_read(device, monkeypa
         tensor.release()
 
 
+def test_a_copy_cut_short_while_it_ends_the_open_pass_leaves_later_work_running(device, monkeypatch):
+    """A Ctrl-C inside the compute pass's end() (record_copy ends the open pass before its copy) had
+    left the pass open and the encoder locked: the next call, a clean one, failed with 'WebGPU
+    refused the work ... Encoder is locked by a previously created render/compute pass', and every
+    call recorded after the copy lost its data. The batch cut short is lost (as a Ctrl-C in flush
+    makes it), and later calls run."""
+    kernel = wk.get_kernel(QUICK_GELU)
+    x = np.linspace(-3, 3, 4096, dtype=np.float32)
+    before = kernel({"X": x}, output="gpu")["Y"]  # the plan is proven: later runs are recorded
+    wk.synchronize()
+    cut = kernel({"X": x}, output="gpu")["Y"]  # recorded into an open compute pass
+    compute_pass = type(device.memory._pass)
+    real_end = compute_pass.end
+
+    def interrupted(self):
+        monkeypatch.setattr(compute_pass, "end", real_end)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compute_pass, "end", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        copy.copy(cut)
+    assert cut.uncomputed and not before.uncomputed
+    later = kernel({"X": x}, output="gpu")["Y"]  # a NumPy input: its upload flushes the batch first
+    duplicate = copy.copy(later)
+    np.testing.assert_array_equal(duplicate.numpy(), kernel({"X": x})["Y"])
+    np.testing.assert_allclose(later.numpy(), quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(before.numpy(), quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
+    for t in (before, cut, later, duplicate):
+        t.release()
+
+
 def test_deepcopy_copies_every_tensor_of_a_structure_and_keeps_shared_ones_shared(device):
     x = np.ones((4, 4), np.float32)
     t = wk.to_gpu(x)

@@ -556,13 +556,30 @@ class DeviceMemory:
         open one ends here, and the next dispatch opens another on the same encoder."""
         if self._pass is not None:
             compute, self._pass = self._pass, None  # never ended twice: flush ends an open pass too
-            compute.end()
+            try:
+                compute.end()
+            except BaseException:
+                # Cut short (Ctrl-C) or refused, the pass may stay open and the encoder locked: the
+                # next flush, another call's, failed on it. Dropped now, as a failing flush drops it.
+                self._drop_batch()
+                raise
         elif self._encoder is None:
             self._encoder = self.gpu.create_command_encoder()
         self._encoder.copy_buffer_to_buffer(source, 0, target, 0, size)
         self._pending += 1
         if self._pending >= MAX_PENDING_DISPATCHES:
             self.flush()
+
+    def _drop_batch(self) -> None:  # under the lock
+        """Forget the open batch unsubmitted, lost as a failed flush's: the next record opens a new encoder."""
+        doomed, self._doomed = self._doomed, []
+        self._encoder = self._pass = None
+        self._pass_state = (None, None)
+        self._pending = 0
+        self.lost_batches.add(self.batch)
+        self.batch += 1
+        for buffer in doomed:  # never to be submitted: no work reads them
+            buffer.destroy()
 
     def flush(self, then: Any = None) -> None:
         """Submit recorded work and pending writes; ``then(encoder)`` may append copies to the same
