@@ -130,6 +130,34 @@ def test_a_copy_cut_short_while_it_ends_the_open_pass_leaves_later_work_running(
         t.release()
 
 
+def test_a_read_cut_short_before_anything_was_recorded_loses_no_later_work(device, monkeypatch):
+    """A Ctrl-C in the command encoder a read makes when nothing is recorded marked the batch being
+    recorded lost without moving on to the next: every call recorded after it went into that batch,
+    ran, and its outputs still refused to be read (UncomputedTensorError) until some submission."""
+    kernel = wk.get_kernel(QUICK_GELU)
+    x = np.linspace(-3, 3, 4096, dtype=np.float32)
+    kernel({"X": x}, output="gpu")["Y"].release()  # the plan is proven: later runs are recorded
+    t = wk.to_gpu(x)
+    wk.synchronize()
+    gpu = device.gpu
+    real_create = gpu.create_command_encoder
+
+    def interrupted(*args, **kwargs):
+        monkeypatch.setattr(gpu, "create_command_encoder", real_create)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpu, "create_command_encoder", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        t.numpy()
+    y = kernel({"X": t}, output="gpu")["Y"]
+    duplicate = copy.copy(t)
+    assert not y.uncomputed and not duplicate.uncomputed
+    np.testing.assert_allclose(y.numpy(), quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(duplicate.numpy(), x)
+    for tensor in (t, y, duplicate):
+        tensor.release()
+
+
 def test_deepcopy_copies_every_tensor_of_a_structure_and_keeps_shared_ones_shared(device):
     x = np.ones((4, 4), np.float32)
     t = wk.to_gpu(x)

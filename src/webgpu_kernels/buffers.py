@@ -598,13 +598,15 @@ class DeviceMemory:
             # batch is lost when anything below raises (marked in the except, never meanwhile:
             # a read on another thread during a normal flush must not see it lost).
             batch = self.batch
+            # Moved on before anything may raise: a Ctrl-C in the encoder a read made with nothing
+            # recorded had left this batch current and lost, and the calls recorded next refused reads.
+            self.batch = batch + 1
             doomed: list[Any] = []
             try:
                 encoder, compute = self._encoder or self.gpu.create_command_encoder(), self._pass
                 self._encoder = self._pass = None
                 self._pass_state = (None, None)
                 self._pending = 0
-                self.batch = batch + 1
                 doomed, self._doomed = self._doomed, []
                 if compute is not None:
                     compute.end()
