@@ -182,6 +182,27 @@ def test_a_copy_is_the_librarys_own_pooled_tensor(device, copier):
     np.testing.assert_array_equal(read(device, buffer, x.shape, np.float32), x)
 
 
+@pytest.mark.parametrize("make", [copy.copy, copy.deepcopy, lambda t: t.astype(np.float16),
+                                  lambda t: t.reshape(-1).astype(np.float32)], ids=["copy", "deepcopy", "astype", "view"])
+def test_a_copy_of_the_users_buffer_holds_its_data_when_copied(device, make, quick_gelu):
+    """copy.deepcopy(t) of a lent tensor is a snapshot in the library's own buffer: since copies and
+    astype were recorded into the batch (helper-177) it ran only at the next submission, after a
+    write the user made to their buffer in between, and held the new data. A chain recorded before
+    it stays recorded (the copy's submission carries it)."""
+    x = sample((5, 7), np.float32, 8)
+    buffer = user_buffer(device, x)
+    tensor = wk.from_wgpu_buffer(buffer, x.shape, np.float32)
+    quick_gelu({"X": tensor}, output="gpu")["Y"].release()  # the plan proven: the next run is recorded
+    pending = quick_gelu({"X": tensor}, output="gpu")["Y"]
+    snapshot = make(tensor)
+    write(device, buffer, np.full_like(x, 5.0))  # the user's next data, through the queue
+    expected = x.astype(snapshot.dtype).reshape(snapshot.shape)
+    assert snapshot.numpy().view(np.uint8).tobytes() == expected.view(np.uint8).tobytes()
+    assert_matches(pending, quick_gelu_reference(x), np.float32, **quick_gelu_tolerance(np.float32))
+    for t in (tensor, pending, snapshot):
+        t.release()
+
+
 def _another_wgpu_device():
     return wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
 

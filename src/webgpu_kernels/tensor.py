@@ -259,6 +259,7 @@ class GpuTensor:
                 if self._nbytes:  # recorded as a call is: after the work that writes the source, before later reads
                     work = (memory.batch, memory.batch)  # a record submits only after taking the copy in
                     memory.record_copy(source, target, size)
+                    self._submit_if_lent()
             except BaseException:
                 memory.release(target)  # a recorded copy into it runs before later work that reuses it
                 raise
@@ -291,12 +292,20 @@ class GpuTensor:
             try:
                 if count:  # recorded as a call is: after the work that writes the source, before later reads
                     work = record_conversion(device, source, target, count, (self._dtype, wanted))
+                    self._submit_if_lent()
             except BaseException:
                 memory.release(target)  # any dispatch recorded into it runs before later work that reuses it
                 raise
             result = GpuTensor(target, self._shape, wanted, device)
             result._work = work  # a lost batch makes it refuse to be read, as a call's output
         return result
+
+    def _submit_if_lent(self) -> None:
+        """Submit a copy or conversion just recorded from the user's own buffer (from_wgpu_buffer):
+        the user may write it through the queue at any time, and a copy left recorded until the
+        next submission held data written after it was made. Under the lock."""
+        if self._borrowed:
+            self._device.memory.flush()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GpuTensor:
         return self.__copy__()
