@@ -158,3 +158,14 @@ def test_ctrl_c_while_a_command_module_loads_is_an_interrupt(args: list[str]) ->
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (result.returncode, result.stderr.strip()) == (130, "interrupted"), (result.returncode, result.stderr)
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("tset", "test"), ("lst", "list"), ("valdate", "validate")])
+def test_a_mistyped_command_is_told_the_command_meant(typed: str, meant: str) -> None:
+    """click suggests from the commands the group holds, and a fresh group holds none until one is
+    looked up: `webgpu-kernels tset` had lost its "Did you mean 'test'?" (run in a fresh interpreter,
+    where no other test has loaded a command)."""
+    code = f"import sys\nfrom webgpu_kernels.__main__ import main\nsys.argv = ['webgpu-kernels', {typed!r}]\nmain()\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert f"No such command {typed!r}. Did you mean {meant!r}?" in result.stderr, result.stderr

@@ -203,6 +203,14 @@ class KernelGroup(click.Group):
                 self.commands.setdefault(str(command.name), command)
         return super().get_command(ctx, cmd_name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            # click suggests among self.commands, which holds only the commands looked up so far:
+            # `tset` had lost its "Did you mean 'test'?"
+            raise click.exceptions.NoSuchCommand(exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx) from None
+
     def _listed(self) -> dict[str, click.Command]:
         """Each command as the listings show it: one not imported yet by a stand-in carrying its first
         sentence, which click cuts to the width as it cuts the command's own help."""
