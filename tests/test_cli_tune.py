@@ -1066,3 +1066,24 @@ def test_tunable_values_are_checked_before_any_timing(runner, monkeypatch, given
     monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed"))
     result = runner.invoke(main, ["tune", QG_DIR, *TINY, "--tunable", given])
     assert result.exit_code == 2 and says in " ".join(result.stderr.split()), result.output
+
+
+@pytest.mark.parametrize("given", ["WORKGROUP_SIZE=1,true", "WORKGROUP_SIZE=0,false", "WORKGROUP_SIZE=[64]", 'WORKGROUP_SIZE={"a":1}'])
+def test_tunable_values_equal_in_python_but_of_another_kind_are_each_checked(runner, monkeypatch, given):
+    """The values were made unique through a dict, where True is 1: `1,true` had
+    tried 1 alone and never said that true is no integer; a list or an object was a traceback."""
+    monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed"))
+    result = runner.invoke(main, ["tune", QG_DIR, *TINY, "--tunable", given])
+    assert result.exit_code == 2 and "argument 'WORKGROUP_SIZE': expected an integer" in result.stderr, result.output
+
+
+def test_a_tunable_one_of_several_kernels_lacks_names_that_kernel(runner, monkeypatch):
+    """With several KERNELs (or none: every embedded one), the refusal of a tunable one of them does
+    not declare said which tunables exist but not whose: it names the kernel."""
+    from conftest import PACKAGES_DIR
+
+    monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed"))
+    result = runner.invoke(main, ["tune", str(PACKAGES_DIR / "demo.LayerNorm"), QG_DIR, "--tunable", "ROW_ITEMS=4"])
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 2 and "argument 'ROW_ITEMS': expected one of the tunables" in said, result.output
+    assert f"note: that is {QG}'s contract; --tunable applies to every KERNEL tuned" in said, result.output

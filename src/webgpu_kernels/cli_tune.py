@@ -66,8 +66,13 @@ def _searched_callback(ctx: click.Context, param: click.Parameter, values: tuple
         name, eq, given = text.partition("=")
         if not eq or not name.strip() or not given.strip():
             raise ValueError(f"{text!r} is not NAME=V[,V...]")
-        # the values in the order given, once each: the first is where the search starts
-        return name.strip(), list(dict.fromkeys(parse_value(v.strip()) for v in given.split(",")))
+        # the values in the order given, once each: the first is where the search starts. Not through
+        # a dict: True is 1 there (`1,true` had dropped true unchecked) and [64] was a TypeError.
+        values: list[Any] = []
+        for value in (parse_value(v.strip()) for v in given.split(",")):
+            if not any(type(seen) is type(value) and seen == value for seen in values):
+                values.append(value)
+        return name.strip(), values
 
     return _by_name(ctx, param, values, parse, "tunable {!r} given twice")
 
@@ -110,7 +115,13 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     for kernel in loaded:  # each value checked as a call would check it: a refused one is never tried
         for name, values in searched.items():
             for value in values:
-                check_tunables(kernel.manifest, {name: value})
+                try:
+                    check_tunables(kernel.manifest, {name: value})
+                except KernelError as exc:
+                    if len(loaded) > 1:  # which of them: the message lists that kernel's tunables alone
+                        exc.add_note(f"note: that is {kernel.op_id}'s contract; --tunable applies to every "
+                                     "KERNEL tuned, so tune the kernels that declare it without the others")
+                    raise
     work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs, attrs)]
     if not work:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
