@@ -1321,3 +1321,19 @@ def test_a_reference_that_computed_none_of_the_outputs_checked_nothing(monkeypat
     check = cli_bench._checker(kernel, {}, {}, "float32", uncompared, {})
     assert check(outputs) == Agreement(0.0, True) and check(outputs) == Agreement(0.0, True)
     assert uncompared == ["Z"]
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_a_bench_json_dtype_outside_the_constraint_is_advised_in_the_case_not_in_python(runner, tmp_path, command):
+    """A bench.json case whose dtype the type constraint lacks: validate said to add it to
+    typeConstraints or take it out of the case, but bench's error row and tune's "not tuned" line
+    still gave the Python API's `.astype(np.float32)`, which no bench.json can write."""
+    root = copy_package(QG, tmp_path / "qg")
+    (root / "bench.json").write_text(json.dumps({"cases": [{"name": "wide", "inputs": {"X": {"shape": [64]}},
+                                                            "types": {"T": ["float64"]}}]}), "utf-8")  # fmt: skip
+    write_metadata(root)
+    args = ["--no-host"] if command == "bench" else ["--dry-run"]
+    result = runner.invoke(main, [command, str(root), *QUICK_WARM_UP, *args])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and "got float64" in said, result.output
+    assert "add float64 to typeConstraints.T in manifest.json" in said and ".astype" not in said, result.output

@@ -37,7 +37,7 @@ from .benchmark import (
     warm_up,
 )  # fmt: skip
 from .case_data import numpy_dtype
-from .casefile import BENCH_FILE, case_name_matches, parse_bench_file
+from .casefile import BENCH_FILE, advise_case, case_name_matches, parse_bench_file
 from .cli import (
     DTYPE_ALIASES,
     GENERATE_OPTION,
@@ -536,6 +536,9 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         if result.error_ok is None and unavailable:  # said under the table, as `run` says "not checked"
             row["reference_unavailable"] = unavailable
     except KernelError as exc:
+        # A dtype or value refused here is bench.json's (-i's were checked in _cases, exit 2): said
+        # in the case's terms, as validate says it, not as a Python call's .astype.
+        advise_case(exc, BENCH_FILE)
         row["error"] = str(exc)
         return row
     if choice is not None:
@@ -599,6 +602,7 @@ def _host_per_call(kernels: list[Kernel], calls: int, seed: int) -> list[dict[st
             arrays = _arrays(smallest, seed)
             stats = host_per_call(kernel, arrays, calls=calls, attrs=smallest["attrs"])
         except KernelError as exc:
+            advise_case(exc, BENCH_FILE)  # a bench.json case's, as its timing row says it
             rows.append({"kernel": kernel.op_id, "case": smallest["name"], "error": str(exc)})
             continue
         rows.append({"kernel": kernel.op_id, "case": smallest["name"], "shapes": {k: list(a.shape) for k, a in arrays.items()},

@@ -20,6 +20,7 @@ from rich.text import Text
 from . import tuning
 from .bench_report import assignments
 from .benchmark import bench_kernel
+from .casefile import BENCH_FILE, advise_case
 from .cli import _adapter, _by_name, _console, adapter_option, is_live, parse_value, resolve_kernel, trust_option
 from .cli_bench import (
     SEED_OPTION,
@@ -161,6 +162,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                 arrays = _arrays(case, seed)
                 default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
             except KernelError as exc:  # a case this device cannot run (bench shows it as an error row)
+                advise_case(exc, BENCH_FILE)  # bench.json's dtype or value, as bench's row says it
                 errors += 1
                 progress.console.print(Text(f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}: not tuned: {exc}",
                                             style="red"), soft_wrap=True)  # fmt: skip
