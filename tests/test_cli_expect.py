@@ -754,3 +754,17 @@ def test_a_case_boolean_for_a_number_is_told_the_number_to_write(package) -> Non
         text = " ".join(result.output.split())
         assert "(write 1 in the case's tunables: a boolean is not a number here)" in text, result.output
         assert "pass 1" not in text and "--tunable" not in text, result.output
+
+
+def test_a_case_missing_an_input_is_told_to_give_it_in_the_case_not_with_i(package) -> None:
+    """A test.json case without a required input: expect's error ended in the command line's advice
+    "on the command line: -i X=DIMS:f32 (or f16)", an option expect does not take."""
+    doc = json.loads((package / "test.json").read_text("utf-8"))
+    doc["cases"][0]["inputs"] = {}
+    (package / "test.json").write_text(json.dumps(doc, indent=1), "utf-8")
+    invoke(CliRunner(), "digest", str(package))
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
+    text = " ".join(result.output.split())
+    assert "argument 'X'" in text and "got nothing" in text, result.output
+    assert "-i X=" not in text and "on the command line" not in text, result.output
+    assert "(give 'X' in the case's \"inputs\")" in text, result.output

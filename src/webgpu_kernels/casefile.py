@@ -30,7 +30,16 @@ from .case_data import MAX_CASE_ELEMENTS, MAX_CASE_TOTAL_ELEMENTS, dtype_name, g
 from .comparison import Tolerance
 from .contract import MAX_ELEMENTS, shape_text, too_many_elements
 from .digests import json_path
-from .errors import AttributeValueError, CaseFileError, DTypeError, InputError, KernelError, PackageError, shorten
+from .errors import (
+    AttributeValueError,
+    CaseFileError,
+    DTypeError,
+    InputError,
+    KernelError,
+    MissingInputError,
+    PackageError,
+    shorten,
+)
 from .forks import fresh_in_child
 from .json_schema import validator as schema_validator
 from .manifest import parse_manifest
@@ -686,7 +695,7 @@ def advise_case(exc: BaseException, file: str = TEST_FILE) -> None:
     """The contract's Python advice (.astype, "pass 0") in terms of a case of ``file`` (test.json,
     bench.json): a dtype its type constraint lacks is fixed in the package, or expected as a refusal
     (test.json) or taken out (bench.json); two dtypes for one type variable are made one; a boolean
-    is written as the number meant."""
+    is written as the number meant; a missing input is given in the case."""
     if not isinstance(exc, InputError) or exc.hint_replaced:
         return
     refuse = ', or make the case refused: "refused": {"error": "DTypeError"}, docs/package-files.md'
@@ -701,3 +710,5 @@ def advise_case(exc: BaseException, file: str = TEST_FILE) -> None:
     elif isinstance(exc, AttributeValueError) and exc.number_meant is not None:
         meant = exc.number_meant if exc.list_meant is None else json.dumps(exc.list_meant)
         exc.replace_hint(f"write {meant} in the case's {exc.kind}s: a boolean is not a number here")
+    elif isinstance(exc, MissingInputError) and exc.received == "nothing":  # the command line's -i would not do
+        exc.replace_hint(f"give {exc.argument!r} in the case's \"inputs\"")

@@ -245,7 +245,7 @@ class KernelGroup(click.Group):
                 option = "--tunable" if exc.kind == "tunable" else "--attr"  # --attr x=true, --attr x=[1,true]
                 meant = exc.number_meant if exc.list_meant is None else json.dumps(exc.list_meant, separators=(",", ":"))
                 exc.replace_hint(f"on the command line: {option} {exc.argument}={meant}, a boolean is not a number here")
-            if isinstance(exc, MissingInputError) and exc.received == "nothing":  # no -i for it
+            if isinstance(exc, MissingInputError) and exc.received == "nothing" and not exc.hint_replaced:  # no -i for it
                 shorts = _spellings(exc.expected)
                 dtype = shorts[0] + (f" (or {', '.join(shorts[1:])})" if len(shorts) > 1 else "") if shorts else "DTYPE"
                 exc.add_note(f"on the command line: -i {exc.argument}=DIMS:{dtype}")
