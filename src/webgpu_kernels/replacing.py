@@ -1,7 +1,7 @@
 """Files written whole: a new file renamed over the old one, and several files all or nothing
 (``expect`` writes data files and test.json, then metadata.json's digests of them, which a package
-half-written would not match). :func:`replace_file` and :func:`replace_files`, also imported from
-``digests``, where they began."""
+half-written would not match). :func:`replace_file` and :func:`replace_files` (begun in ``digests``, which
+no longer re-exports them), and :func:`write_path`, where a write through the user's own link goes."""
 
 from __future__ import annotations
 
