@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from webgpu_kernels import digests
+from webgpu_kernels import TemplateError, digests, load_kernel
 from webgpu_kernels.cli import main
 from webgpu_kernels.package import embedded_root
 from webgpu_kernels.package_tests import CRASH_HOOK_ENV
@@ -1026,6 +1026,33 @@ def test_a_missing_template_lists_those_there_and_the_one_meant(qg: Path, runner
     result = runner.invoke(main, ["digest", str(qg)])
     assert "(its templates: quick-gelu.wgsl.jinja; did you mean 'quick-gelu.wgsl.jinja'?)" in " ".join(
         result.stderr.split()), result.stderr
+
+
+def test_a_renamed_template_is_suggested_over_one_another_pass_names(qg: Path, runner: CliRunner) -> None:
+    """A template renamed on disk and not in the manifest: the closest name had been suggested, here
+    the template variant vec4 still runs, where the renamed file (which no pass names) was meant
+    (helper-190)."""
+    (qg / "quick-gelu-vec4.wgsl.jinja").write_bytes((qg / "quick-gelu.wgsl.jinja").read_bytes())
+    (qg / "quick-gelu.wgsl.jinja").rename(qg / "gelu-scalar.wgsl.jinja")
+    edit_json(qg / "manifest.json",
+              lambda m: m["variants"][0]["passes"][0]["source"].update(shader="quick-gelu-vec4.wgsl.jinja"))  # fmt: skip
+    result = runner.invoke(main, ["digest", str(qg)])
+    said = " ".join(result.stderr.split())
+    assert "names 'quick-gelu.wgsl.jinja', which the package no longer has" in said, said
+    assert "did you mean 'gelu-scalar.wgsl.jinja' (which no pass names)?" in said, said
+    report = validate_package(qg, gpu=False)
+    missing = {p.message for p in report.errors if "quick-gelu.wgsl.jinja" in p.message}
+    assert missing == {"template 'quick-gelu.wgsl.jinja' is not in the package (its templates: gelu-scalar.wgsl.jinja, "
+                       "quick-gelu-vec4.wgsl.jinja; did you mean 'gelu-scalar.wgsl.jinja' (which no pass names)?)"}, missing
+    with pytest.raises(TemplateError, match=r"did you mean 'gelu-scalar\.wgsl\.jinja' \(which no pass names\)"):
+        load_kernel(qg).render({"X": ([5], "float32")}, variant="scalar")
+    # a misspelling of a template passes name is still suggested when no unnamed template is close
+    (qg / "gelu-scalar.wgsl.jinja").unlink()
+    edit_json(qg / "manifest.json",
+              lambda m: m["variants"][1]["passes"][0]["source"].update(shader="quick-gelu-vec.wgsl.jinja"))  # fmt: skip
+    digests.write_metadata(qg)
+    report = validate_package(qg, gpu=False)
+    assert any(p.message.endswith("did you mean 'quick-gelu-vec4.wgsl.jinja'?)") for p in report.errors), report.errors
 
 
 def _said(result) -> str:

@@ -38,6 +38,7 @@ from .digests import (
     kept_version_note,
     manifest_op_id,
     missing_templates,
+    pass_templates,
     schema_problems,
     templates_there,
     write_metadata,
@@ -175,9 +176,10 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
         current = True
     removed = {c.file for c in changes if c.status == "removed"}
     listed = [c.file for c in changes if c.status != "removed"]
+    named = {name for name, _ in pass_templates(root, manifest_file)}
     warnings = [f"{where} names {name!r}, which the package {'no longer has' if name in removed else 'does not have'}"
-                f"{templates_there(name, listed)}: every call that reaches it fails; restore the file, or change what "
-                "names it" for name, where in missing_templates(root, manifest_file)]  # fmt: skip
+                f"{templates_there(name, listed, named)}: every call that reaches it fails; restore the file, or "
+                "change what names it" for name, where in missing_templates(root, manifest_file)]  # fmt: skip
     if as_json:
         _echo_json({"path": str(root / METADATA_FILE), "written": not check, "upToDate": current,
                     "metadata": metadata, "changes": [c.__dict__ for c in changes], "warnings": warnings})  # fmt: skip

@@ -531,15 +531,23 @@ def build_metadata(root: Path, existing: dict[str, Any] | None = None, *, versio
     return metadata, changes
 
 
-def templates_there(name: str, files: Iterable[str]) -> str:
+def templates_there(name: str, files: Iterable[str], named: Iterable[str] = ()) -> str:
     """What follows "template NAME is not in the package": the templates (``*.jinja``) among the
-    package's ``files``, and the one ``name`` may have meant, or "" where there is none."""
+    package's ``files``, and the one ``name`` may have meant, or "" where there is none. ``named``:
+    the templates the manifest's passes name. A file renamed on disk is one no pass names any more,
+    so a close one among those is meant before a closer one another variant still runs."""
     templates = sorted(f for f in files if f.endswith(".jinja"))
     if not templates:
         return ""
-    close = [t for t in templates if t.lower() == name.lower()] or difflib.get_close_matches(name, templates, n=1)
+    named = set(named)
+    same = [t for t in templates if t.lower() == name.lower()]
+    closest = difflib.get_close_matches(name, templates, n=1)
+    renamed = [] if same else difflib.get_close_matches(name, [t for t in templates if t not in named], n=1)
+    close = same or renamed or closest
     shown = ", ".join(templates[:20]) + (f", ... ({len(templates)} in all)" if len(templates) > 20 else "")
-    return f" (its templates: {shown}" + (f"; did you mean {close[0]!r}?)" if close else ")")
+    why = " (which no pass names)" if renamed and renamed != closest else ""  # said where it overrode the closest
+    guess = f"; did you mean {close[0]!r}{why}?)" if close else ")"
+    return f" (its templates: {shown}" + guess
 
 
 def missing_templates(root: Path, manifest_file: ManifestFile | None = None) -> list[tuple[str, str]]:
@@ -549,11 +557,17 @@ def missing_templates(root: Path, manifest_file: ManifestFile | None = None) -> 
     template's own includes are validate's to check (parsing templates here, outside the sandbox's
     budgets, had cost 20 s for one 8 MiB template and a RecursionError for a deep one, helper-131).
     A manifest that cannot be read names none."""
+    files = set(package_files(root))
+    return [(name, where) for name, where in pass_templates(root, manifest_file) if name not in files]
+
+
+def pass_templates(root: Path, manifest_file: ManifestFile | None = None) -> list[tuple[str, str]]:
+    """(file, where the manifest names it) for each template a pass of the manifest names, there or
+    not; none for a manifest that cannot be read."""
     try:
         manifest = (manifest_file or ManifestFile(root)).value()
     except PackageError:
         return []
-    files = set(package_files(root))
     found: list[tuple[str, str]] = []
     variants = manifest.get("variants")
     for v, variant in enumerate(variants if isinstance(variants, list) else []):
@@ -565,7 +579,7 @@ def missing_templates(root: Path, manifest_file: ManifestFile | None = None) -> 
             for where, name in ((f"{MANIFEST_FILE} variants[{v}].passes[{p}].shader", pass_.get("shader")),
                                 (f"{MANIFEST_FILE} variants[{v}].passes[{p}].source.shader",
                                  source.get("shader") if isinstance(source, dict) else None)):  # fmt: skip
-                if isinstance(name, str) and name not in files:
+                if isinstance(name, str):
                     found.append((name, where))
     return list(dict.fromkeys(found))
 

@@ -219,10 +219,12 @@ def produced_outputs(resolved: Sequence[ResolvedPass], outputs: Iterable[Any]) -
 class TemplateRenderer:
     """One sandboxed Jinja environment per package; templates compile once and are cached."""
 
-    def __init__(self, read_template: Callable[[str], str], files: Iterable[str] = ()) -> None:
-        """``files``: the package's file names, whose templates a missing one is told beside."""
+    def __init__(self, read_template: Callable[[str], str], files: Iterable[str] = (), named: Iterable[str] = ()) -> None:
+        """``files``: the package's file names, whose templates a missing one is told beside;
+        ``named``: the templates the passes name (a renamed file is suggested before them)."""
         self._read = read_template
         self._files = tuple(files)
+        self._named = frozenset(named)
         self.env = TemplateSandbox(PackageLoader(read_template))
 
     def check(self, name: str) -> None:
@@ -280,7 +282,8 @@ class TemplateRenderer:
                     pieces.append(piece)
                 text = RenderedWGSL("".join(pieces), tuple(origins))
         except Exception as exc:  # noqa: BLE001 - every failure inside the template is the template's error
-            raise template_error(exc, resolved.shader, names=context, files=self._files) from None
+            raise template_error(exc, resolved.shader, names=context, files=self._files,
+                                 named=self._named) from None
         finally:
             if stream is not None:
                 stream.close()  # type: ignore[attr-defined]  # generate() is a generator function

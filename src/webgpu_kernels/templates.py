@@ -594,10 +594,12 @@ assert set(_TEMPLATE_FILTERS) == set(_FILTERS) | {"wgsl_float", "wgsl_uint"}
 _UNDEFINED_NAME = re.compile(r"^'(\w+)' is undefined$")
 
 
-def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files: Iterable[str] = ()) -> KernelError:
+def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files: Iterable[str] = (),
+                   named: Iterable[str] = ()) -> KernelError:
     """The library's error for ``exc``, raised while loading or rendering template ``shader``
     (``names``: those the template could read, for a "did you mean" under a misspelt one;
-    ``files``: the package's, whose templates a missing one is told beside)."""
+    ``files``: the package's, whose templates a missing one is told beside; ``named``: the
+    templates the manifest's passes name, which a renamed file no longer is)."""
     if isinstance(exc, DigestError):  # an included file present but unverified: the class calls rely on stays
         includer = _innermost_template_line(exc.__traceback__)
         if includer is not None:
@@ -611,7 +613,7 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files
             line = _template_line(exc.__traceback__, shader)
             return TemplateError(f"includes {missing!r}, which is not in the package{templates_there(missing, files)}",
                                  file=shader, line=line)  # fmt: skip
-        return TemplateError(f"template not found in the package{templates_there(shader, files)}", file=shader)
+        return TemplateError(f"template not found in the package{templates_there(shader, files, named)}", file=shader)
     if isinstance(exc, TemplateSyntaxError):
         return TemplateError(f"syntax error: {exc.message}", file=exc.name or shader, line=exc.lineno)
     if isinstance(exc, (SecurityError, RecursionError)):

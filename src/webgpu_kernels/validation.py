@@ -264,7 +264,7 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
                 out.error(MANIFEST_FILE, where, twin_message("the pass names template", p.shader, twin), variant=v.id)
                 continue
             if not package.has(p.shader):
-                there = templates_there(p.shader, files or ())
+                there = templates_there(p.shader, files or (), {q.shader for w in manifest.variants for q in w.passes})
                 out.error(MANIFEST_FILE, where, f"template {p.shader!r} is not in the package{there}", variant=v.id)
                 broken.add(p.shader)  # every render of it would say so again
                 continue
