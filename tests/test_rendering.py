@@ -395,6 +395,25 @@ def test_a_misspelt_name_given_to_a_filter_is_named(write_package, use):
         kernel.render({"X": meta((3,), f32)})
 
 
+@pytest.mark.parametrize("use, namespace, key, meant", [
+    ("tunables.WORKGROUP_SIZ", "tunables", "WORKGROUP_SIZ", "WORKGROUP_SIZE"),
+    ("tunables['WORKGROUP_SIZ'] | wgsl_uint", "tunables", "WORKGROUP_SIZ", "WORKGROUP_SIZE"),
+    ("attrs.scal", "attrs", "scal", "scale"),
+    ("attrs.zzqqx", "attrs", "zzqqx", None),
+])  # fmt: skip
+def test_a_name_a_namespace_lacks_is_told_with_the_namespace_and_its_names(write_package, use, namespace, key, meant):
+    """A tunable renamed in the manifest and not in the template read "UndefinedError: 'dict object'
+    has no attribute 'ROW_UNROLL'": neither which namespace nor what it holds (helper-190)."""
+    kernel = demo_with_template(write_package, f"// {{{{ {use} }}}}\n" + DEMO_TEMPLATE)
+    with pytest.raises(errors.TemplateError) as info:
+        kernel.render({"X": meta((3,), f32)})
+    message = str(info.value)
+    assert f"{namespace} has no {key!r}" in message and info.value.line == 1, message
+    names = sorted(DEMO_MANIFEST[{"tunables": "tunables", "attrs": "attributes"}[namespace]])
+    assert f"(the {namespace} are {', '.join(names)}" in message, message
+    assert (f"did you mean {namespace}.{meant}?" in message) if meant else "did you mean" not in message, message
+
+
 def test_default_still_takes_an_undefined_value(write_package):
     kernel = demo_with_template(write_package, "// {{ notAName | default(7) | wgsl_uint }}\n" + DEMO_TEMPLATE)
     assert "// 7u" in kernel.render({"X": meta((3,), f32)})["main"]

@@ -282,8 +282,8 @@ class TemplateRenderer:
                     pieces.append(piece)
                 text = RenderedWGSL("".join(pieces), tuple(origins))
         except Exception as exc:  # noqa: BLE001 - every failure inside the template is the template's error
-            raise template_error(exc, resolved.shader, names=context, files=self._files,
-                                 named=self._named) from None
+            raise template_error(exc, resolved.shader, names=context, files=self._files, named=self._named,
+                                 read=self._read) from None
         finally:
             if stream is not None:
                 stream.close()  # type: ignore[attr-defined]  # generate() is a generator function

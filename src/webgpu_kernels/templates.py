@@ -19,7 +19,7 @@ import re
 import struct
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Literal, cast
 
@@ -595,11 +595,12 @@ _UNDEFINED_NAME = re.compile(r"^'(\w+)' is undefined$")
 
 
 def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files: Iterable[str] = (),
-                   named: Iterable[str] = ()) -> KernelError:
+                   named: Iterable[str] = (), read: Callable[[str], str] | None = None) -> KernelError:
     """The library's error for ``exc``, raised while loading or rendering template ``shader``
-    (``names``: those the template could read, for a "did you mean" under a misspelt one;
-    ``files``: the package's, whose templates a missing one is told beside; ``named``: the
-    templates the manifest's passes name, which a renamed file no longer is)."""
+    (``names``: those the template could read, for a "did you mean" under a misspelt one, the
+    context itself where its namespaces are to be told; ``files``: the package's, whose templates a
+    missing one is told beside; ``named``: the templates the manifest's passes name, which a renamed
+    file no longer is; ``read``: a template's text, whose failing line names the namespace read)."""
     if isinstance(exc, DigestError):  # an included file present but unverified: the class calls rely on stays
         includer = _innermost_template_line(exc.__traceback__)
         if includer is not None:
@@ -626,6 +627,11 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files
     shader, line = _innermost_template_line(exc.__traceback__) or (shader, None)
     if isinstance(exc, NonFiniteText):
         return TemplateError(str(exc), file=shader, line=line)
+    absent = _NO_ATTRIBUTE.match(str(exc)) if isinstance(exc, UndefinedError) else None
+    if absent and read is not None and line is not None and isinstance(names, Mapping):
+        told = _absent_from_namespace(absent[1], _line_text(read, shader, line), names)
+        if told:
+            return TemplateError(told, file=shader, line=line)
     misspelt = _UNDEFINED_NAME.match(str(exc)) if isinstance(exc, UndefinedError) else None
     names = list(names)
     close = difflib.get_close_matches(misspelt[1], names, n=1) if misspelt else []
@@ -638,6 +644,33 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files
         hint = (f" (the expression namespace {misspelt[1]!r} is not in the template contract: give the template "
                 "what it needs through the pass's source.inputs or a constant; docs/format.md, Template contract)")
     return TemplateError(f"{type(exc).__name__}: {exc}{hint}", file=shader, line=line)
+
+
+#: Jinja's words for a key a mapping lacks (`tunables.ROW_UNROLL` once the manifest renamed it).
+_NO_ATTRIBUTE = re.compile(r"^'dict object' has no attribute '(\w+)'$")
+
+
+def _line_text(read: Callable[[str], str], shader: str, line: int) -> str:
+    try:
+        lines = read(shader).splitlines()
+    except Exception:  # noqa: BLE001 - the plain message stays where the text cannot be had
+        return ""
+    return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+def _absent_from_namespace(key: str, text: str, context: Mapping[str, Any]) -> str | None:
+    """'tunables has no ...', with the names it holds and the one meant, where ``text`` (the failing
+    template line) reads ``key`` from a namespace of the context; None where it reads no such one
+    (a macro's argument, a loop variable)."""
+    heads = re.findall(rf"\b(\w+)\s*(?:\.\s*{key}\b|\[\s*(?:'{key}'|\"{key}\")\s*\])", text)
+    for head in dict.fromkeys(heads):
+        namespace = context.get(head)
+        if isinstance(namespace, Mapping) and key not in namespace:
+            held = sorted(str(k) for k in namespace)
+            close = difflib.get_close_matches(key, held, n=1)
+            meant = f"; did you mean {head}.{close[0]}?" if close else ""
+            return f"{head} has no {key!r} (the {head} are {', '.join(held) or 'none'}{meant})"
+    return None
 
 
 #: Expression namespaces a template does not see (it sees attrs, tunables and dtypes by those names).
