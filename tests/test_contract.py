@@ -718,3 +718,17 @@ def test_workgroup_size_error_names_a_long_tunable_as_every_tunable_error_does(s
         kernel({"X": np.ones(8, f32)}, tunables={"MODE": "x" * 4000})
     assert info.value.argument == "MODE" and "got str 'xxx" in str(info.value)
     assert "(workgroup size 0 from" in str(info.value) and len(str(info.value)) < 400
+
+
+def test_a_misspelt_or_renamed_tunable_or_attribute_names_the_one_meant(quick_gelu):
+    """A case or call still giving a tunable by its old name (ROW_UNROLL renamed UNROLL) listed the
+    tunables, leaving the author to spot the one meant (helper-190)."""
+    error = raises(errors.UnknownInputError, lambda: quick_gelu({"X": np.ones(4, f32)}, tunables={"WORKGROUP_SIZ": 64}),
+                   "got an unknown tunable", argument="WORKGROUP_SIZ")  # fmt: skip
+    assert "did you mean 'WORKGROUP_SIZE'?" in str(error), str(error)
+    error = raises(errors.UnknownInputError, lambda: quick_gelu({"X": np.ones(4, f32)}, attrs={"alpah": 1.0}),
+                   "got an unknown attribute", argument="alpah")  # fmt: skip
+    assert "did you mean 'alpha'?" in str(error), str(error)
+    error = raises(errors.UnknownInputError, lambda: quick_gelu({"X": np.ones(4, f32)}, attrs={"zzqqx": 1.0}),
+                   "got an unknown attribute", argument="zzqqx")  # fmt: skip
+    assert "did you mean" not in str(error), str(error)

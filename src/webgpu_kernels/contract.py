@@ -7,6 +7,7 @@ what was expected and what came.
 
 from __future__ import annotations
 
+import difflib
 import math
 import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -327,7 +328,10 @@ def _check_values(
         if name not in defaults:
             # "one of the attributes []" read as a list the caller had failed to find a name in
             expected = f"one of the {kind}s {sorted(defaults)}" if defaults else f"no {kind}s (this kernel has none)"
-            raise UnknownInputError(name, expected, f"an unknown {kind}", hint=_elsewhere(name, elsewhere or {}))
+            # a name the manifest renamed or the caller misspelt: the list alone left it to be spotted
+            close = difflib.get_close_matches(name, [str(d) for d in defaults], n=1)
+            hint = _elsewhere(name, elsewhere or {}) or (f"did you mean {close[0]!r}?" if close else "")
+            raise UnknownInputError(name, expected, f"an unknown {kind}", hint=hint)
     merged = []
     for name, default in defaults.items():
         value = given.get(name, default)
