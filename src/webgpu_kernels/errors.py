@@ -288,6 +288,15 @@ class MissingInputError(InputError):
     """A required input was not given."""
 
 
+class MissingOutputError(InputError, KeyError):
+    """A call's result indexed by a name it does not hold: an output the kernel does not declare,
+    or an optional one the chosen variant does not produce. Also a KeyError, as a dict's missing
+    key is, so ``except KeyError`` still catches it."""
+
+    def __str__(self) -> str:  # KeyError's own __str__ shows the message as a quoted repr
+        return str(self.args[0]) if self.args else ""
+
+
 class RankError(InputError):
     """An input of the wrong rank."""
 

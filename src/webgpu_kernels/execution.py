@@ -22,7 +22,7 @@ import wgpu
 from .buffers import STORAGE_USAGE, append_dispatch, is_device_lost, padded_size, translate_gpu_errors
 from .deep_stack import on_deep_stack
 from .device import Device
-from .errors import DeviceLimitError, InputError, MissingInputError, ShaderCompileError
+from .errors import DeviceLimitError, InputError, MissingInputError, MissingOutputError, ShaderCompileError, short_repr
 from .program import DeviceInfo, OutputSpec
 from .rendering import RenderedWGSL, ResolvedPass, workgroup_grid
 from .tensor import UNCOMPUTED_TENSOR, GpuTensor
@@ -58,6 +58,8 @@ class ExecutionPlan:
     tunables: Mapping[str, Any] = field(default_factory=dict, compare=False)
     #: [True] until a run of this plan was submitted on its own (run_plan)
     unproven: list[bool] = field(default_factory=lambda: [True], compare=False, repr=False)
+    #: the optional outputs the variant binds nowhere, left out of the result (CallOutputs says so)
+    left_out: tuple[str, ...] = ()
 
     @cached_property
     def label(self) -> str:
@@ -71,6 +73,33 @@ class ExecutionPlan:
             dtype = np.dtype(out.dtype)
             specs.append((out.role, out.shape, dtype, math.prod(out.shape) * dtype.itemsize))
         return tuple(specs)
+
+
+class CallOutputs(dict[str, Any]):
+    """A call's result: a dict keyed by output name, whose missing key says which outputs there are
+    and why an optional one is absent (a bare ``KeyError: 'P'`` had said neither). It pickles and
+    copies as a plain dict: the plan it refers to holds wgpu objects."""
+
+    __slots__ = ("_plan",)
+
+    def __init__(self, values: Mapping[str, Any], plan: ExecutionPlan) -> None:
+        super().__init__(values)
+        self._plan = plan
+
+    def __missing__(self, key: Any) -> Any:
+        outputs = list(self)
+        expected = f"one of the outputs {outputs} (a call returns a dict keyed by output name"
+        if not isinstance(key, str):
+            hint = f": result[{outputs[0]!r}], not result[{short_repr(key)}])" if outputs else ")"
+            raise MissingOutputError(short_repr(key), expected + hint, f"{type(key).__name__} {short_repr(key)}")
+        if key in self._plan.left_out:
+            raise MissingOutputError(key, expected + ")", f"{key!r}, an optional output that variant "
+                                     f"{self._plan.variant!r} does not produce (kernel.explain(inputs) says which "
+                                     "variants would; force one with variant=...)")  # fmt: skip
+        raise MissingOutputError(key, expected + ")", "an unknown output")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return dict, (dict(self),)
 
 
 def _pipeline_cache(device: Device) -> OrderedDict[Any, CompiledPipeline]:
@@ -374,12 +403,12 @@ def run_plan(
             for buffer in staged:
                 memory.release(buffer)
         if not to_numpy:
-            return dict(results)
+            return CallOutputs(results, plan)
         arrays: dict[str, np.ndarray | GpuTensor] = {}
         for role, tensor in results.items():
             arrays[role] = tensor.numpy()
             tensor.release()
-        return arrays
+        return CallOutputs(arrays, plan)
 
 
 def to_gpu(device: Device, array: np.ndarray) -> GpuTensor:

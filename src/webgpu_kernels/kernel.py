@@ -510,8 +510,10 @@ class Kernel:
         # An optional output the chosen variant binds nowhere is not returned: its buffer would hold
         # a pooled buffer's old bytes. (Every other output is bound as storage: a load-time check.)
         bound = bound_roles(resolved)
+        left_out = tuple(o.role for o in outputs if o.role not in bound)
         outputs = tuple(o for o in outputs if o.role in bound)
-        plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs, tunables=signature.tunable_map())
+        plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs, tunables=signature.tunable_map(),
+                             left_out=left_out)  # fmt: skip
         with self._lock:
             self._plans[key] = plan
             if len(self._plans) > PLAN_CACHE_SIZE:
