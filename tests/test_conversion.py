@@ -201,6 +201,20 @@ def test_another_dtype_is_a_dtype_error_naming_what_is_supported(source, dtype, 
     t.release()
 
 
+@pytest.mark.parametrize(("source", "name", "wanted"), [(F32, "f16", F16), (F16, "f32", F32), (F32, "f32", F32)])
+def test_astype_takes_the_manifests_short_names(source, name, wanted, device):
+    """"f16" and "f32", as the manifests, the command line (-i X=2x3:f16), TensorMeta and
+    from_wgpu_buffer name them: NumPy reads "f16" as float128, so astype("f16") had been refused as
+    "got float128", a dtype the caller never wrote, and "f32" as "got str 'f32'" (helper-189)."""
+    x = np.linspace(-3, 3, 24, dtype=np.float64).reshape(4, 6).astype(source)
+    t = wk.to_gpu(x)
+    converted = t.astype(name)
+    assert converted.dtype == wanted and converted.shape == x.shape
+    assert_same_floats(converted.numpy(), x.astype(wanted))
+    for tensor in (t, converted):
+        tensor.release()
+
+
 def test_an_integer_tensor_converts_only_to_its_own_dtype(device):
     t = wk.to_gpu(np.ones(3, np.int32))
     with pytest.raises(DTypeError, match=r"expected int32, the tensor's own dtype \(a copy\).* got float16 for "

@@ -67,6 +67,9 @@ _SHADERS = {(FLOAT32, FLOAT16): _TO_HALF, (FLOAT16, FLOAT32): _FROM_HALF}
 CONVERSIONS = tuple(_SHADERS)
 
 
+_SHORT_NAMES = {"f16": "float16", "f32": "float32"}
+
+
 def astype_target(dtype: Any, current: np.dtype) -> np.dtype:
     """The dtype GpuTensor.astype(``dtype``) makes from a tensor of ``current``: the other of
     float32 and float16, or ``current`` itself (a copy); anything else is a DTypeError."""
@@ -75,6 +78,8 @@ def astype_target(dtype: Any, current: np.dtype) -> np.dtype:
     else:
         expected = f"{current.name}, the tensor's own dtype (a copy): astype converts only float32 and float16 on the GPU"
     hint = "for another conversion, read the tensor back with numpy(), convert with astype there, and upload with to_gpu"
+    if isinstance(dtype, str):  # the manifests' and the CLI's names: NumPy reads "f16" as float128
+        dtype = _SHORT_NAMES.get(dtype, dtype)
     try:
         wanted = None if dtype is None else np.dtype(dtype)  # np.dtype(None) is float64: never what was meant
     except (TypeError, ValueError):
