@@ -233,3 +233,22 @@ def test_refusals_name_the_clause(attention, rng):
     with pytest.raises(errors.RankError) as info:
         attention({**inputs, "K": inputs["K"][0]})
     assert info.value.argument == "K"
+
+
+def test_a_boolean_mask_is_told_what_the_mask_holds(attention, rng):
+    """A boolean keep-mask (True = attend, as torch's SDPA takes) is refused, and the hint had said
+    only "convert with .astype(np.float32)": that makes an additive mask of 1.0 and 0.0, which
+    drops no key, so CLIP's causal attention silently attended to the future (helper-189). The hint
+    now says what True and False become and quotes what the input holds; following it gives the
+    causal reference."""
+    inputs = make(rng, 2, 3, 6, 6, 8, 8, np.float32)
+    keep = np.tril(np.ones((6, 6), bool))
+    with pytest.raises(errors.DTypeError) as info:
+        attention({**inputs, "mask": keep})
+    assert info.value.argument == "mask"
+    assert str(info.value).endswith(
+        "got bool (convert with .astype(np.float32), or np.asarray(x, np.float32) from a list; True becomes 1 and "
+        "False 0, and 'mask' is: Additive mask (added to the scores: 0 keeps a key, -inf drops it; a boolean "
+        "keep-mask m is np.where(m, 0, -np.inf)), rank 0 to 4, broadcastable to [B, H, S, T] (not beyond it).)")
+    mask = np.where(keep, 0, -np.inf).astype(np.float32)
+    assert_attention(attention({**inputs, "mask": mask}), {**inputs, "mask": mask})

@@ -96,7 +96,8 @@ def test_bfloat16_is_refused(quick_gelu):
     ("bfloat16", "(convert with .astype(np.float32))"),
     ("int64", "(convert with .astype(np.float32), or np.asarray(x, np.float32) from a list)"),
     ("uint8", "(convert with .astype(np.float32))"),
-    ("bool", "(convert with .astype(np.float32), or np.asarray(x, np.float32) from a list)"),
+    ("bool", "(convert with .astype(np.float32), or np.asarray(x, np.float32) from a list; True becomes 1 and "
+             "False 0, and 'X' is: Input tensor of any shape.)"),
     ("float64", "(NumPy's default, Python floats and lists of them are float64: convert with .astype(np.float32), "
                 "or np.asarray(x, np.float32) from a list)"),
 ])  # fmt: skip

@@ -25,7 +25,9 @@ from .errors import (
     ShapeError,
     UnknownInputError,
     describe_value,
+    one_line,
     short_repr,
+    shorten,
 )  # fmt: skip
 from .manifest import Manifest
 from .sandbox import MAX_SEQUENCE_LENGTH
@@ -101,9 +103,14 @@ def check_call(
             peer = _peer_dtype(manifest, tensors, spec.role, spec.dtype, allowed)
             on_gpu = spec.role in gpu_inputs
             hint = conversion_hint(dtype, [peer], on_gpu=on_gpu) if peer else ""
+            hint = hint or conversion_hint(dtype, allowed, on_gpu=on_gpu)
+            if dtype == "bool" and hint and spec.description:
+                # True and False become 1 and 0, which need not be what the input's numbers mean (a
+                # keep-mask made an additive mask that dropped no key): its description says what they do.
+                hint += (f"; True becomes 1 and False 0, and {spec.role!r} is: "
+                         f"{shorten(one_line(spec.description), 240)}")  # fmt: skip
             raise DTypeError(spec.role, f"dtype in {list(allowed)} (type variable {spec.dtype})", dtype,
-                             hint=hint or conversion_hint(dtype, allowed, on_gpu=on_gpu), type_variable=spec.dtype,
-                             allowed=tuple(allowed))  # fmt: skip
+                             hint=hint, type_variable=spec.dtype, allowed=tuple(allowed))  # fmt: skip
         bound = type_bindings.setdefault(spec.dtype, (dtype, spec.role))
         if bound[0] != dtype:
             raise DTypeError(spec.role, f"{bound[0]} like {bound[1]!r} (both are type variable {spec.dtype})", dtype,
