@@ -284,3 +284,17 @@ def test_a_failed_opening_leaves_nothing_behind_and_the_next_get_kernel_tries_ag
     kernel = wk.get_kernel("com.microsoft.QuickGelu")
     assert kernel.op_id == "com.microsoft.QuickGelu" and wk.get_kernel("com.microsoft.QuickGelu") is kernel
     assert len(calls) == 2 and api._opening == {}
+
+
+def test_an_explanation_shows_its_text_in_ipython_and_jupyter():
+    """A notebook cell ending in ``kernel.explain(...)`` showed the dataclass repr, a line of
+    thousands of characters (every verdict's values), where print() shows the verdicts one a line
+    (helper-189): IPython's pretty printer now shows the text, as ``webgpu-kernels explain`` does."""
+    pretty = pytest.importorskip("IPython.lib.pretty")
+    gelu = wk.get_kernel("com.microsoft.QuickGelu")
+    explanation = gelu.explain({"X": ((2, 77, 3072), "f16")})
+    shown = pretty.pretty(explanation)
+    assert shown == str(explanation)
+    assert shown.splitlines()[0] == "com.microsoft.QuickGelu: chosen variant 'vec4'"
+    assert repr(explanation).startswith("Explanation(op_id='com.microsoft.QuickGelu', chosen='vec4'")  # repr stays
+    assert pretty.pretty([explanation]).startswith("[com.microsoft.QuickGelu: chosen variant 'vec4'\n")

@@ -78,6 +78,11 @@ class Explanation:
             lines.append(f"    ({where}: {tuning_entry_choice(entry)})")
         return "\n".join(lines)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # IPython and Jupyter show a cell's value through this: the text, one verdict a line, where
+        # the dataclass repr (kept for repr()) is one line of every verdict's values.
+        printer.text("Explanation(...)" if cycle else str(self))
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "op": self.op_id, "chosen": self.chosen, "variants": [v.as_dict() for v in self.verdicts],
