@@ -417,6 +417,8 @@ def test_contract_errors(matmul):
     with pytest.raises(errors.RankError) as info:  # B of rank 2 with a rank-3 A: not supported
         matmul({"A": np.ones((2, 3, 4), f32), "B": np.ones((4, 5), f32)})
     assert info.value.argument == "B"
+    # the shape that came, as a fixed rank's error shows it (a rank read from an expression had shown none)
+    assert str(info.value) == "argument 'B': expected rank 3 (ranks.A), got rank 2 (shape [4, 5])"
     for shape in [(4,), (1, 1, 1, 2, 2)]:  # rank 1 (ONNX's vector promotion) and rank 5
         with pytest.raises(errors.RankError) as info:
             matmul({"A": np.ones(shape, f32), "B": np.ones(shape, f32)})

@@ -148,7 +148,8 @@ class Program:
             if role in shapes:
                 expected = as_count(input_rank.evaluate(scope), input_rank, "a rank")
                 if len(shapes[role]) != expected:
-                    raise RankError(role, f"rank {expected} ({input_rank.source})", f"rank {len(shapes[role])}")
+                    raise RankError(role, f"rank {expected} ({input_rank.source})",
+                                    f"rank {len(shapes[role])} (shape {list(shapes[role])})")  # as a fixed rank's error
         outputs: dict[int, OutputSpec] = {}
         for kind, index in self.order:
             if kind == "output":
