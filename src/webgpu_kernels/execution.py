@@ -81,10 +81,7 @@ class CallOutputs(dict[str, Any]):
     copies as a plain dict: the plan it refers to holds wgpu objects."""
 
     __slots__ = ("_plan",)
-
-    def __init__(self, values: Mapping[str, Any], plan: ExecutionPlan) -> None:
-        super().__init__(values)
-        self._plan = plan
+    _plan: ExecutionPlan  # set by _outputs: dict's own __init__ and a slot cost less per call than an __init__ here
 
     def __missing__(self, key: Any) -> Any:
         outputs = list(self)
@@ -100,6 +97,12 @@ class CallOutputs(dict[str, Any]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return dict, (dict(self),)
+
+
+def _outputs(values: Mapping[str, Any], plan: ExecutionPlan) -> CallOutputs:
+    result = CallOutputs(values)
+    result._plan = plan
+    return result
 
 
 def _pipeline_cache(device: Device) -> OrderedDict[Any, CompiledPipeline]:
@@ -403,12 +406,12 @@ def run_plan(
             for buffer in staged:
                 memory.release(buffer)
         if not to_numpy:
-            return CallOutputs(results, plan)
+            return _outputs(results, plan)
         arrays: dict[str, np.ndarray | GpuTensor] = {}
         for role, tensor in results.items():
             arrays[role] = tensor.numpy()
             tensor.release()
-        return CallOutputs(arrays, plan)
+        return _outputs(arrays, plan)
 
 
 def to_gpu(device: Device, array: np.ndarray) -> GpuTensor:
