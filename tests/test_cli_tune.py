@@ -365,25 +365,28 @@ def test_the_reference_output_is_the_default_selection_not_a_stored_choice(monke
     assert calls[0]["variant"] == default_variant  # the reference, then the candidate
 
 
-def test_tune_goes_on_past_a_case_the_device_refuses(runner, tuning_dir):
+def test_tune_skips_a_case_the_device_cannot_hold_and_tunes_the_others(runner, tuning_dir):
     """demo.Gather's CLIP token-embedding table (152 MB) is over lavapipe's 128 MiB binding limit: that
-    case is reported and the others are still tuned (the first refusal ended the whole run), exit 1.
+    case is skipped, naming the limit (the first refusal had ended the whole run; then it was an error,
+    exit 1, where `validate` warns of it as the adapter's), and the others are still tuned, exit 0.
     `--dtype f32` selects Gather's (float32, int64) cases: a case matched only if all its dtypes were wanted."""
     from conftest import PACKAGES_DIR
 
-    if wk.get_device().info.limits["maxStorageBufferBindingSize"] >= 160 * 2**20:
+    binding = wk.get_device().info.limits["maxStorageBufferBindingSize"]
+    if binding >= 160 * 2**20:
         pytest.skip("the device can bind the 152 MB table")
     result = runner.invoke(main, ["tune", str(PACKAGES_DIR / "demo.Gather"), "--case", "clip-token-embedding-1x77",
                                   "--case", "small-64x13", "--dtype", "f32", *QUICK_WARM_UP])  # fmt: skip
-    assert result.exit_code == 1, result.output
-    assert "clip-token-embedding-1x77" in result.output and "not tuned" in result.output
-    assert "1 of 2 cases could not run on this device" in result.output
-    assert "small-64x13" in result.output.split("not tuned")[-1]  # tuned after the refusal
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert f"skipped: this adapter cannot hold it: argument 'data': expected at most {binding} bytes per binding" in text
+    assert "1 of 2 cases skipped (this adapter cannot hold it" in text and "not tuned" not in text
+    assert "small-64x13" in text.split("skipped: this adapter")[1]  # tuned after the skip
     entries = stored_entries(tuning_dir)
     assert len(entries) <= 1 and all("indices=" in k for k in entries)  # small-64x13's, unless its default won
 
 
-def test_tune_of_cases_that_all_error_says_it_saved_nothing(runner, tuning_dir):
+def test_tune_of_cases_that_are_all_skipped_says_it_saved_nothing(runner, tuning_dir):
     """Every case refused by the device: tune printed "saved: <file>", a file it never wrote."""
     from conftest import PACKAGES_DIR
 
@@ -391,7 +394,7 @@ def test_tune_of_cases_that_all_error_says_it_saved_nothing(runner, tuning_dir):
         pytest.skip("the device can bind the 152 MB table")
     result = runner.invoke(main, ["tune", str(PACKAGES_DIR / "demo.Gather"), "--case", "clip-token-embedding-1x77",
                                   "--dtype", "f32", *QUICK_WARM_UP])  # fmt: skip
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 0, result.output  # a skip is the adapter's: it fails nothing
     lines = result.output.splitlines()
     assert not any(line.startswith("saved:") for line in lines), result.output
     assert any(line.startswith("nothing saved: no case was tuned") for line in lines), result.output

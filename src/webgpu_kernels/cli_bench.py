@@ -129,20 +129,34 @@ def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes
 NO_F16 = "this adapter has no shader-f16 feature"
 
 
-def skip_reason(kernel: Kernel, case: dict[str, Any]) -> str | None:
-    """Why a bench.json case is skipped on the command's device, or None: float16 data that no
-    variant accepts on an adapter without shader-f16, which `test` skips (package_tests.py). It had
-    been an error row, and a CI job on such an adapter failed where nothing was wrong."""
-    # (-i shapes that no variant takes were refused before, exit 2: they are never skipped here)
+#: How a skip for a device limit begins; the DeviceLimitError's limit and the case's need follow.
+CANNOT_HOLD = "this adapter cannot hold it"
+
+
+def skip_reason(kernel: Kernel, case: dict[str, Any], variant: str | None = None) -> str | None:
+    """Why a case is skipped on the command's device (``variant``: bench's --variant), or None:
+    float16 data that no variant accepts on an adapter without shader-f16, which `test` skips
+    (package_tests.py), or a call past the device's limits (a binding larger than lavapipe's
+    128 MiB), which `validate` warns of as the adapter's. Both had been error rows, and a CI job on
+    such an adapter failed where nothing was wrong. Decided from shapes alone: nothing is allocated."""
+    # (-i shapes that no variant takes or the device cannot hold were refused before, exit 2)
+    metas = {role: (spec["shape"], spec["dtype"]) for role, spec in case["inputs"].items()}
+    attrs, tunables = case["attrs"] or None, case["tunables"] or None
     dtypes = [numpy_dtype(spec["dtype"]).name for spec in case["inputs"].values()]
-    if not get_device().info.lacks_f16_for(dtypes):
-        return None
+    if get_device().info.lacks_f16_for(dtypes):
+        try:
+            explanation = kernel.explain(metas, attrs=attrs, tunables=tunables)
+        except KernelError:  # a call refused for another reason: its error row says which
+            return None
+        if not any(v.accepted for v in explanation.verdicts):
+            return NO_F16
     try:
-        explanation = kernel.explain({role: (spec["shape"], spec["dtype"]) for role, spec in case["inputs"].items()},
-                                     attrs=case["attrs"] or None, tunables=case["tunables"] or None)  # fmt: skip
-    except KernelError:  # a call refused for another reason: its error row says which
+        kernel.plan(metas, attrs=attrs, variant=variant, tunables=tunables)  # the device's checks, before any buffer
+    except DeviceLimitError as exc:  # its split hint is for a caller's own call, not for a bench case
+        return f"{CANNOT_HOLD}: argument {exc.argument!r}: expected {exc.expected}, got {exc.received}"
+    except KernelError:  # the case's own error: its error row says it
         return None
-    return None if any(v.accepted for v in explanation.verdicts) else NO_F16
+    return None
 
 
 def _skipped_row(kernel: Kernel, case: dict[str, Any], why: str) -> dict[str, Any]:
@@ -351,7 +365,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
             _console(stderr=True).print(Text(f"{kernel.op_id}: no {BENCH_FILE} in the package, so nothing of it is "
                                              "timed (give shapes with -i ROLE=SHAPE:DTYPE)", style="yellow"))  # fmt: skip
     # The caller's own mistakes are usage errors (exit 2), said before any timing; a bench.json
-    # case the kernel refuses stays a failed row (exit 1).
+    # case the kernel refuses stays a failed row (exit 1), one past the device's limits a skip (skip_reason).
     # Off: the file is not read at all (a load marks its problem as said, and a library call later
     # in the process, with tuning on again, had then read the damaged file without a word).
     cache = None if tuning.disabled() else load_tuning_cache(device)  # also refuses a bad WEBGPU_KERNELS_NO_TUNING
@@ -457,7 +471,7 @@ def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, d
         # rest of the process (benchmark._one_batch), which a user's process never sees. Each
         # phase makes its own (seeded, identical) arrays: keeping every case's at once takes GBs.
         round_trips: list[float | None] = [None] * len(plan)
-        skips = [skip_reason(kernel, case) for kernel, case in plan]
+        skips = [skip_reason(kernel, case, variant) for kernel, case in plan]
         results["host"] = _host_per_call(loaded, calls, seed) if host else []
         if host:
             task = progress.add_task("NumPy round trips", total=len(plan))

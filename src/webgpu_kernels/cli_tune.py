@@ -161,7 +161,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             try:
                 arrays = _arrays(case, seed)
                 default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
-            except KernelError as exc:  # a case this device cannot run (bench shows it as an error row)
+            except KernelError as exc:  # a case that cannot run for another reason (bench's error row)
                 advise_case(exc, BENCH_FILE)  # bench.json's dtype or value, as bench's row says it
                 errors += 1
                 progress.console.print(Text(f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}: not tuned: {exc}",
