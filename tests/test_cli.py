@@ -301,6 +301,9 @@ def test_selection_errors(runner: CliRunner) -> None:
     result = runner.invoke(main, ["run", QUICK_GELU, *QG_F32, "--variant", "vec4"])
     assert_error(result, "variant 'vec4' cannot run this call", "vec4Ok")
     assert_error(runner.invoke(main, ["render", QUICK_GELU, *QG_F32, "--variant", "nope"]), "no variant 'nope'")
+    for command in ("run", "explain", "render"):  # a misspelt id names the one meant
+        result = runner.invoke(main, [command, QUICK_GELU, *QG_F32, "--variant", "scalr"])
+        assert_error(result, "no variant 'scalr' (did you mean 'scalar'?)")
     result = runner.invoke(main, ["run", BIAS_ADD, "-i", "X=2x3x4:f32", "-i", "bias=5:f32", "-i", "skip=2x3x4:f32"])
     assert_error(result, "no variant can run this call", "dim(shapes.bias, 0) == dim(shapes.X, 2)")
 

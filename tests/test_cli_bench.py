@@ -972,6 +972,9 @@ def test_bench_variant_must_be_one_of_the_kernel(runner):
     result = runner.invoke(main, ["bench", MATMUL_DIR, *SMALL_MATMUL, "--variant", "vec4"])
     assert result.exit_code == 2
     assert "demo.MatMul has no variant 'vec4' (its variants: tiled, naive)" in result.output
+    result = runner.invoke(main, ["bench", MATMUL_DIR, *SMALL_MATMUL, "--variant", "tiles"])
+    assert result.exit_code == 2
+    assert "demo.MatMul has no variant 'tiles' (did you mean 'tiled'?) (its variants: tiled, naive)" in " ".join(result.output.split())
 
 
 def test_a_case_the_variant_does_not_accept_is_an_error_row(runner, tmp_path):

@@ -310,7 +310,21 @@ def test_a_refused_case_naming_no_variant_of_the_package_is_an_error_not_a_pass(
     case = refused_case("case-no-such-variant", "float32", [5], {"variants": ["vec8"]}, {"error": "SelectionError"})
     edit_test_json(root, lambda data: data["cases"].append(case))
     (result,) = run_package_tests(wk.load_kernel(root), cases=["case-no-such-variant"]).results
-    assert result.status == "error" and result.message.startswith("no variant 'vec8' (the variants are vec4, ")
+    assert result.status == "error" and result.message.startswith("no variant 'vec8' (did you mean 'vec4'?) (the variants are vec4, ")
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_case_naming_a_misspelt_variant_names_the_one_meant(tmp_path: Path, refused: bool) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    """test.json's `"variants": ["scalr"]` said "no variant" without the one meant, on a case that runs
+    and on one that must be refused."""
+    if refused:
+        case = refused_case("misspelt", "float32", [8], {"variants": ["scalr"]}, {"error": "SelectionError"})
+        edit_test_json(root, lambda data: data["cases"].append(case))
+    else:
+        edit_test_json(root, lambda data: data["cases"][0].update(name="misspelt", variants=["scalr"]))
+    (result,) = run_package_tests(wk.load_kernel(root), cases=["misspelt"]).results
+    assert result.status == "error" and result.message.startswith("no variant 'scalr' (did you mean 'scalar'?) (the variants")
 
 
 def test_a_refused_case_may_pass_an_unknown_input_with_its_dtype(tmp_path: Path) -> None:

@@ -346,8 +346,11 @@ def test_explain_refuses_a_variant_argument_as_the_call_does(quick_gelu):
         quick_gelu({"X": np.zeros(8, np.float32)}, variant="vec8")
     with pytest.raises(SelectionError) as explained:
         quick_gelu.explain(metas, variant="vec8")
-    assert str(explained.value) == str(called.value) == "no variant 'vec8'; the variants are vec4, vec4_tail, scalar"
+    assert str(explained.value) == str(called.value) == ("no variant 'vec8' (did you mean 'vec4'?); the variants are "
+                                                         "vec4, vec4_tail, scalar")  # fmt: skip
     assert not isinstance(explained.value, VariantRejectedError)  # raised, not reported as the call's failure
+    with pytest.raises(SelectionError, match=r"^no variant 'scalr' \(did you mean 'scalar'\?\); the variants are vec4"):
+        quick_gelu.explain(metas, variant="scalr")  # a misspelt id names the one meant
     with pytest.raises(wk.InputError, match="argument 'variant': expected a variant id") as info:
         quick_gelu.explain(metas, variant=["vec4"])
     assert info.value.argument == "variant"

@@ -239,6 +239,7 @@ def test_case_files_against_the_manifest(qg: Path) -> None:
         t["cases"][4]["expected"]["Z"] = t["cases"][4]["expected"]["Y"]
         t["cases"][5]["attrs"] = {"beta": 1}
         t["cases"][6]["variants"] = ["vec8"]
+        t["cases"][7]["variants"] = ["scalr"]
 
     edit_json(qg / "test.json", test_json)
     edit_json(qg / "bench.json", lambda b: b["cases"][0]["inputs"].update(Q={"shape": [3]}))
@@ -251,6 +252,7 @@ def test_case_files_against_the_manifest(qg: Path) -> None:
     assert "have shape [3, 5, 1], the manifest gives the output shape [3, 5]" in messages["cases[4].expected.Y"]
     assert "breaks the contract" in messages["cases[5]"] and "beta" in messages["cases[5]"]
     assert "no variant 'vec8'" in messages["cases[6].variants[0]"]
+    assert messages["cases[7].variants[0]"].startswith("no variant 'scalr' (did you mean 'scalar'?) (the variants are")
     bench = {p.json_path: p.message for p in report.errors if p.file == "bench.json"}
     assert "'Q' is not an input" in bench["cases[0].inputs.Q"]
     assert report.coverage == []  # --no-gpu

@@ -61,6 +61,7 @@ from .comparison import Agreement, Tolerance, check_against
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, InputError, KernelError, SelectionError, TuningFileWarning
+from .json_schema import names_meant
 from .kernel import Kernel
 from .package import embedded_ids
 from .references import (
@@ -353,8 +354,8 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
                                  "benched: give one KERNEL", ctx=ctx, param_hint="'--onnx-op'")  # fmt: skip
     for kernel in loaded if variant else []:
         if variant not in kernel.variants:
-            raise click.BadParameter(f"{kernel.op_id} has no variant {variant!r} (its variants: "
-                                     f"{', '.join(kernel.variants)})", ctx=ctx, param_hint="'--variant'")  # fmt: skip
+            raise click.BadParameter(f"{kernel.op_id} has no variant {variant!r}{names_meant([variant or ''], kernel.variants)} "
+                                     f"(its variants: {', '.join(kernel.variants)})", ctx=ctx, param_hint="'--variant'")  # fmt: skip
     plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs, attrs)]
     if not plan:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "time"))

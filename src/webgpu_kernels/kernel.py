@@ -46,6 +46,7 @@ from .execution import (
 )
 from .explanation import Explanation, contract_doc
 from .expressions import Expression, ExpressionCompiler
+from .json_schema import names_meant
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, tensor_bytes
@@ -426,7 +427,8 @@ class Kernel:
         if not isinstance(forced, str):
             raise InputError("variant", f"a variant id, one of {self.variants}", describe_value(forced))
         if forced not in self._variant_ids:
-            raise SelectionError(f"no variant {forced!r}; the variants are {', '.join(self.variants)}")
+            raise SelectionError(f"no variant {forced!r}{names_meant([forced], self.variants)}; "
+                                 f"the variants are {', '.join(self.variants)}")  # fmt: skip
 
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> Resolution:
         """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller."""

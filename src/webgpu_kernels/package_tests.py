@@ -45,6 +45,7 @@ from .comparison import compare, elements_ok
 from .contract import check_call
 from .errors import KernelError
 from .forks import quiet_child, sigint_held_for_spawn
+from .json_schema import names_meant
 from .kernel import Kernel
 from .program import DeviceInfo, OutputSpec
 from .run_results import ERROR, FAIL, PASS, SKIP, PackageReport, RunResult
@@ -176,7 +177,7 @@ def run_package_tests(
             for vid in case.variants:
                 if vid not in verdicts:
                     add(RunResult(kernel.op_id, case.name, vid, label, ERROR,
-                                  message=f"no variant {vid!r} (the variants are {', '.join(kernel.variants)})"))  # fmt: skip
+                                  message=f"no variant {vid!r}{names_meant([vid], kernel.variants)} (the variants are {', '.join(kernel.variants)})"))  # fmt: skip
                 elif not verdicts[vid].accepted and vid in _accepted_with_f16(kernel, arrays, case, device.info):
                     add(RunResult(kernel.op_id, case.name, vid, label, SKIP, message="this adapter has no shader-f16 "
                                   "feature, which this variant needs for the case"))  # fmt: skip
@@ -294,7 +295,7 @@ def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str,
     passes when it raises the error the case gives, and fails when it raises another or runs."""
     if variant is not None and variant not in kernel.variants:  # its SelectionError is the file's, not the call's
         return RunResult(kernel.op_id, case.name, variant, label, ERROR, refused=True,
-                         message=f"no variant {variant!r} (the variants are {', '.join(kernel.variants)})")  # fmt: skip
+                         message=f"no variant {variant!r}{names_meant([variant], kernel.variants)} (the variants are {', '.join(kernel.variants)})")  # fmt: skip
     start = time.perf_counter()
     try:
         got = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,

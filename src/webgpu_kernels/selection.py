@@ -14,6 +14,7 @@ from typing import Any
 from .contract import CallSignature
 from .errors import ExpressionError, KernelError, SelectionError, VariantRejectedError, short_repr, shorten, type_name
 from .expressions import Expression, NamespaceNames
+from .json_schema import names_meant
 from .program import CompiledVariant, DeviceInfo, Program
 from .sandbox import MAX_SEQUENCE_LENGTH, nested_items_exceed
 
@@ -134,8 +135,8 @@ def select_variant(
     if forced is not None:
         target = next((cv for cv in variants if cv.variant.id == forced), None)
         if target is None:
-            known = ", ".join(cv.variant.id for cv in variants)
-            raise SelectionError(f"no variant {forced!r}; the variants are {known}")
+            known = [cv.variant.id for cv in variants]
+            raise SelectionError(f"no variant {forced!r}{names_meant([forced], known)}; the variants are {', '.join(known)}")
         verdict, inner = judge(target, scope, definitions)
         if not verdict.accepted:
             raise VariantRejectedError(f"variant {forced!r} cannot run this call: {verdict.reason()}",

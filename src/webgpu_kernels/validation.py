@@ -48,6 +48,7 @@ from .errors import (
     TemplateError,
 )  # fmt: skip
 from .expressions import as_count
+from .json_schema import names_meant
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
 from .portability import check_file_names, include_case_problems, twin_message
@@ -454,7 +455,7 @@ def _check_case_variants(case: casefile.TestCase, manifest: Manifest, out: Probl
     ids = [v.id for v in manifest.variants]
     for i, vid in enumerate(case.variants or ()):
         if vid not in ids:
-            out.error(TEST_FILE, f"{case.json_path}.variants[{i}]", f"no variant {vid!r} (the variants are {', '.join(ids)})")
+            out.error(TEST_FILE, f"{case.json_path}.variants[{i}]", f"no variant {vid!r}{names_meant([vid], ids)} (the variants are {', '.join(ids)})")
 
 
 def _expected_output_shapes(program: Program | None, signature: Any) -> dict[str, tuple[int, ...]]:
