@@ -152,6 +152,23 @@ def test_template_that_does_not_render_or_parse(qg: Path) -> None:
     assert render[0].json_path == f"variants[{index}].passes[0].source.shader"
 
 
+def test_a_render_error_every_pair_meets_is_one_error_naming_the_others(qg: Path, runner: CliRunner) -> None:
+    """A template line that fails to render for every variant and dtype had been six errors, one per
+    variant x dtype, where a compile error is reported once naming the others (`also`)."""
+    template = qg / "quick-gelu.wgsl.jinja"
+    template.write_text(template.read_text("utf-8").replace("const ALPHA", "{{ no_such_value }}\nconst ALPHA"), "utf-8")
+    digests.write_metadata(qg)
+    result = runner.invoke(main, ["validate", str(qg), "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    (error,) = [p for p in data["problems"] if p["severity"] == "error"]
+    pairs = {(c["variant"], c["dtype"]) for c in data["coverage"]}
+    assert len(pairs) == 6 and {c["status"] for c in data["coverage"]} == {"failed"}
+    assert "does not render for variant" in error["message"] and "'no_such_value' is undefined" in error["message"]
+    assert {(error["variant"], error["dtype"]), *map(tuple, error["also"])} == pairs
+    assert "the same error in 5 more variant x dtype: " in error["message"]
+
+
 # --- many problems at once ----------------------------------------------------------------------------
 
 

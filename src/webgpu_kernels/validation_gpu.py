@@ -63,6 +63,10 @@ class _Call:
 #: where reasons are compared.
 _NUMBER = re.compile(r"\[[-\d.,e+ ]*\]|-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
+#: A variant x dtype pair that meets a template error: the pass's JSON path, the variant, the dtype,
+#: the pass id, the case and the error's text.
+_Alike = tuple[str, str, str, str, str, str]
+
 
 def _calls(package: KernelPackage, manifest: Manifest, test_file: Any, bench_file: Any) -> list[_Call]:
     calls = []
@@ -224,7 +228,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     scoped: set[str] = set()  # dtypes some call got a scope for
     optional_outputs = {spec.role for spec in manifest.outputs if spec.optional}  # other roles: validation.py's error
     optional_inputs = {spec.role for spec in manifest.inputs if spec.optional}
-    uncompiled: dict[tuple[str, int | None, str, str], list[tuple[str, str, str, str, str, str]]] = {}
+    uncompiled: dict[tuple[str, int | None, str, str], list[_Alike]] = {}
+    unrendered: dict[tuple[str, int | None, str, str], list[_Alike]] = {}  # the same, for render errors
     unresolved: dict[tuple[str, str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, variant, dtype, reason) -> (case, why)
     unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
     too_much: dict[str, str] = {}  # WGSL refused for its workgroup memory -> the refusal, for every case it serves
@@ -330,10 +335,13 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                             file, line, detail = exc.file, exc.line, exc.detail
                         if file in broken_templates:  # said once already, by the template checks
                             break
-                        out.error(file, shader_path(manifest, cv.variant.index, p_index),
-                                  f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}"
-                                  + (f" (its {len(resolved)} passes share one render budget)" if len(resolved) > 1 else "")
-                                  + f": {detail}", variant=vid, dtype=label, line=line, case=call.case)  # fmt: skip
+                        # grouped by template line and cause, less its numbers: one mistake had been
+                        # an error per variant and dtype, where a compile error is said once
+                        said = (f"does not render for variant {vid!r} ({label}), pass {r.pass_id!r}"
+                                + (f" (its {len(resolved)} passes share one render budget)" if len(resolved) > 1 else "")
+                                + f": {detail}")  # fmt: skip
+                        unrendered.setdefault((file, line, _NUMBER.sub("#", detail), ""), []).append(
+                            (shader_path(manifest, cv.variant.index, p_index), vid, label, r.pass_id, call.case, said))
                         break  # a call stops here too; later passes would meet a spent budget
             for p_index, r, wgsl in rendered:  # compiled after: compiling is no render time
                 done = compiled.setdefault((vid, label), set())
@@ -402,13 +410,12 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             out.add(severity, call.source, call.json_path,
                     f"no variant accepts case {call.case!r} ({label}) on this adapter: {reasons}",
                     dtype=label, case=call.case)  # fmt: skip
+    for (file, line, _, _), alike in unrendered.items():
+        _error_once(out, file, line, alike, alike[0][5])
     for (file, line, _, advice), alike in uncompiled.items():
-        (where, vid, label, pass_id, case, detail) = alike[0]
-        rest = list(dict.fromkeys((v, d) for _, v, d, _, _, _ in alike if (v, d) != (vid, label)))  # each once
-        also = ", ".join(f"{v!r} ({d})" for v, d in rest[:4]) + (" ..." if len(rest) > 4 else "")
-        out.error(file, where, f"WGSL does not compile for variant {vid!r} ({label}), pass {pass_id!r}:\n{detail}"
-                  + advice + (f"\nthe same error in {len(rest)} more variant x dtype: {also}" if rest else ""),
-                  variant=vid, dtype=label, case=case, line=line, also=tuple(rest))  # fmt: skip
+        _, vid, label, pass_id, _, detail = alike[0]
+        _error_once(out, file, line, alike,
+                    f"WGSL does not compile for variant {vid!r} ({label}), pass {pass_id!r}:\n{detail}{advice}")
     for (where, label, _), failures in no_scope.items():  # one error per place, dtype and reason, as below
         (case, why), others = failures[0], [c for c, _ in failures[1:]]
         out.error(MANIFEST_FILE, where, f"cannot evaluate the call's scope ({label}): {why}{_more_cases(others)}",
@@ -472,6 +479,17 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     f"it was not compiled{unread}", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
     report.coverage = sorted(coverage.values(), key=lambda c: ([v.id for v in manifest.variants].index(c.variant)
                                                                 if manifest.variant(c.variant) else 99, c.dtype))  # fmt: skip
+
+
+def _error_once(out: ProblemCollector, file: str, line: int | None, alike: list[_Alike], text: str) -> None:
+    """One error for a template mistake that several variant x dtype pairs meet (``alike``, the
+    first's ``text`` said whole), naming the others, in ``also`` every one: said once per pair, the
+    compiler's text had been printed eight times over."""
+    where, vid, label, _, case, _ = alike[0]
+    rest = list(dict.fromkeys((v, d) for _, v, d, _, _, _ in alike if (v, d) != (vid, label)))  # each once
+    also = ", ".join(f"{v!r} ({d})" for v, d in rest[:4]) + (" ..." if len(rest) > 4 else "")
+    out.error(file, where, text + (f"\nthe same error in {len(rest)} more variant x dtype: {also}" if rest else ""),
+              variant=vid, dtype=label, case=case, line=line, also=tuple(rest))  # fmt: skip
 
 
 class _Clock:
