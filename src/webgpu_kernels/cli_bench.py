@@ -60,8 +60,7 @@ from .cli import (
 from .comparison import Agreement, Tolerance, check_against
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
-from .errors import DeviceLimitError, InputError, KernelError, SelectionError, TuningFileWarning
-from .json_schema import names_meant
+from .errors import DeviceLimitError, InputError, KernelError, SelectionError, TuningFileWarning, names_meant
 from .kernel import Kernel
 from .package import embedded_ids
 from .references import (

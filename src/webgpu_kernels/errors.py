@@ -7,6 +7,7 @@ so that tools can report them without parsing messages.
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -79,6 +80,17 @@ def type_name(value: Any) -> str:
             if issubclass(kind, plain):
                 return plain.__name__
     return kind.__name__
+
+
+def names_meant(extra: list[str], known: list[str]) -> str:
+    """" (did you mean 'Y'?)" for the names in ``extra`` close to one of ``known`` (the same but for
+    case first, then difflib's closest), naming each unknown one where there are several; "" if none is."""
+    guesses = []
+    for name in extra:
+        close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(name, known, n=1)
+        if close:
+            guesses.append(repr(close[0]) + (f" for {name!r}" if len(extra) > 1 else ""))
+    return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
 
 
 def describe_value(value: Any) -> str:

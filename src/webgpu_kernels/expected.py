@@ -37,8 +37,7 @@ from .digests import (
     through_folder_link,
     valid_file_name,
 )
-from .errors import CaseFileError, InputError, KernelError, PackageError, type_name
-from .json_schema import names_meant
+from .errors import CaseFileError, InputError, KernelError, PackageError, names_meant, type_name
 from .kernel import Kernel
 from .portability import windows_problem
 

@@ -8,13 +8,14 @@ the end of the string, which Python spells ``\\Z``.
 
 from __future__ import annotations
 
-import difflib
 import re
 from functools import cache
 from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import ValidationError
+
+from .errors import names_meant
 
 # An unescaped $: the package schemas use $ only as the anchor, and \$ for a literal dollar.
 _END_ANCHOR = re.compile(r"(?<!\\)\$")
@@ -41,17 +42,6 @@ def _field_meant(instance: dict[str, Any], schema: dict[str, Any]) -> str:
     came, not the one it takes, and what a misspelt field held then reads as missing elsewhere."""
     known = [k for k in schema.get("properties", {}) if isinstance(k, str)]
     return names_meant(sorted(str(k) for k in instance if k not in known), known)
-
-
-def names_meant(extra: list[str], known: list[str]) -> str:
-    """" (did you mean 'Y'?)" for the names in ``extra`` close to one of ``known`` (the same but for
-    case first, then difflib's closest), naming each unknown one where there are several; "" if none is."""
-    guesses = []
-    for name in extra:
-        close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(name, known, n=1)
-        if close:
-            guesses.append(repr(close[0]) + (f" for {name!r}" if len(extra) > 1 else ""))
-    return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
 
 
 def validator(schema: dict[str, Any]) -> Any:

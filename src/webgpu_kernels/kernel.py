@@ -31,6 +31,7 @@ from .errors import (
     KernelError,
     SelectionError,
     describe_value,
+    names_meant,
     shorten,
     type_name,
 )
@@ -46,7 +47,6 @@ from .execution import (
 )
 from .explanation import Explanation, contract_doc
 from .expressions import Expression, ExpressionCompiler
-from .json_schema import names_meant
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, tensor_bytes

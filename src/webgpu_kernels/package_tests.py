@@ -43,9 +43,8 @@ from .casefile import (
 )
 from .comparison import compare, elements_ok
 from .contract import check_call
-from .errors import KernelError
+from .errors import KernelError, names_meant
 from .forks import quiet_child, sigint_held_for_spawn
-from .json_schema import names_meant
 from .kernel import Kernel
 from .program import DeviceInfo, OutputSpec
 from .run_results import ERROR, FAIL, PASS, SKIP, PackageReport, RunResult

@@ -12,9 +12,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .contract import CallSignature
-from .errors import ExpressionError, KernelError, SelectionError, VariantRejectedError, short_repr, shorten, type_name
+from .errors import (
+    ExpressionError,
+    KernelError,
+    SelectionError,
+    VariantRejectedError,
+    names_meant,
+    short_repr,
+    shorten,
+    type_name,
+)
 from .expressions import Expression, NamespaceNames
-from .json_schema import names_meant
 from .program import CompiledVariant, DeviceInfo, Program
 from .sandbox import MAX_SEQUENCE_LENGTH, nested_items_exceed
 

@@ -46,9 +46,9 @@ from .errors import (
     ManifestError,
     PackageError,
     TemplateError,
+    names_meant,
 )  # fmt: skip
 from .expressions import as_count
-from .json_schema import names_meant
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
 from .portability import check_file_names, include_case_problems, twin_message
