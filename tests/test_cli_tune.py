@@ -414,6 +414,23 @@ def test_tune_without_shader_f16_skips_each_float16_case_as_test_does(runner, tu
     assert any(line.startswith("QuickGelu tiny-4096 T=float32: default") for line in lines), result.stdout
 
 
+def test_a_case_tune_cannot_run_is_counted_as_not_tuned_with_its_name(runner, tuning_dir, tmp_path):
+    """Since bench and tune skip a case past the device's limits, tune's remaining errors are other
+    failures (here a dtype the contract refuses), yet its summary still said they "could not run on
+    this device": it says they could not be tuned, names them and points at the lines above, exit 1."""
+    root = copy_package(QG, tmp_path / "qg")
+    cases = [{"name": "wide", "inputs": {"X": {"shape": [64]}}, "types": {"T": ["float64"]}},
+             {"name": "fine", "inputs": {"X": {"shape": [64]}}, "types": {"T": ["float32"]}}]  # fmt: skip
+    (root / "bench.json").write_text(json.dumps({"cases": cases}), "utf-8")
+    write_metadata(root)
+    result = runner.invoke(main, ["tune", str(root), "--dry-run", *QUICK_WARM_UP])
+    assert result.exit_code == 1, result.output
+    lines = [" ".join(line.split()) for line in result.output.splitlines()]
+    assert "on this device" not in result.output, result.output
+    assert "1 of 2 cases could not be tuned (see the errors above): QuickGelu wide float64" in lines, result.output
+    assert any(line.startswith("QuickGelu fine T=float32: default") for line in lines), result.output
+
+
 def test_a_candidate_that_gives_the_gpu_the_same_work_is_not_timed(monkeypatch):
     """demo.MatMul's tiled variant never reads WORKGROUP_SIZE (naive's): on the H200 the tuner timed
     five identical tiled kernels per case and stored whichever noise made fastest (TILE 32 with
