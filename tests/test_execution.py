@@ -797,7 +797,7 @@ def test_a_workgroup_past_the_device_blames_the_tunables_it_reads(write_package,
 def test_a_tensor_past_the_device_limits_is_refused_with_what_to_do(quick_gelu, bias_add, device):
     """A CLIP ViT-L/14@336 MLP batch past the binding limit (15x577x4096 float32 on lavapipe's
     128 MiB) had said only what the limit was: the refusal says the engine does not split a call,
-    and into how many calls (along the batch, say) it would fit."""
+    and into how many calls on smaller pieces it would fit, or to use an adapter with a larger limit."""
     binding = min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"])
     n = binding // (577 * 4096 * 4) + 1  # the smallest batch past the limit
     x = wk.TensorMeta((n, 577, 4096), "float32")
@@ -805,19 +805,38 @@ def test_a_tensor_past_the_device_limits_is_refused_with_what_to_do(quick_gelu, 
     with pytest.raises(errors.DeviceLimitError) as info:
         quick_gelu.plan({"X": x})
     assert info.value.argument == "X" and "per binding" in str(info.value)
-    assert f"split it into at least {pieces} calls" in str(info.value), str(info.value)
-    assert f"split it into at least {pieces} calls" in quick_gelu.explain({"X": x}).refused
+    assert f"at least {pieces} calls on smaller pieces" in str(info.value), str(info.value)
+    assert "an adapter with a larger limit" in str(info.value), str(info.value)
+    assert f"at least {pieces} calls on smaller pieces" in quick_gelu.explain({"X": x}).refused
     # an output past the limit names the output and says the same
     c = binding // (4 * 4) + 4
     metas = {"X": wk.TensorMeta((1, 4, c), "float32"), "bias": wk.TensorMeta((c,), "float32"),
              "skip": wk.TensorMeta((1, 4, c), "float32")}  # fmt: skip
-    with pytest.raises(errors.DeviceLimitError, match="split it into at least 2 calls"):
+    with pytest.raises(errors.DeviceLimitError, match="at least 2 calls on smaller pieces"):
         bias_add.plan(metas)
     # past every buffer of the device: the call and to_gpu say so too
     huge = device.limits["max-buffer-size"] // 4 + 2**20
     calls = -(-huge * 4 // binding)  # each call's tensors must fit a binding, not just a buffer
-    with pytest.raises(errors.DeviceLimitError, match=rf"maxBufferSize.*split it into at least {calls} calls"):
+    with pytest.raises(errors.DeviceLimitError, match=rf"maxBufferSize.*at least {calls} calls on smaller pieces"):
         quick_gelu.plan({"X": wk.TensorMeta((huge,), "float32")})
     with pytest.raises(errors.DeviceLimitError, match=rf"argument 'array'.*maxBufferSize.*split the array into at least "
                        rf"{calls} pieces of at most {binding} bytes \(what a call binds\)"):  # fmt: skip
         wk.to_gpu(np.broadcast_to(np.float32(1), (huge,)))
+
+
+def test_a_weight_table_past_the_binding_limit_is_not_told_to_split_its_batch(device):
+    """demo.Gather's CLIP token-embedding table (49408x768 float32, 152 MB) past lavapipe's 128 MiB
+    binding: the hint said to split the call along the batch, which a (vocab, hidden) table has not.
+    It says to make smaller calls where the op allows it, or to use an adapter with a larger limit."""
+    binding = min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"])
+    if binding >= 49408 * 768 * 4:
+        pytest.skip("the device binds the 152 MB table")
+    gather = wk.load_kernel(PACKAGES_DIR / "demo.Gather")
+    metas = {"data": wk.TensorMeta((49408, 768), "float32"), "indices": wk.TensorMeta((1, 77), "int64")}
+    with pytest.raises(errors.DeviceLimitError) as info:
+        gather.plan(metas)
+    said = str(info.value)
+    assert info.value.argument == "data" and f"at most {binding} bytes per binding" in said, said
+    assert f"got {49408 * 768 * 4} bytes" in said, said
+    assert "batch, say" not in said and "keeps apart" not in said, said
+    assert "where the op allows it" in said and "an adapter with a larger limit" in said, said

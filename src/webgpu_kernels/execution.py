@@ -185,9 +185,11 @@ def check_bound(resolved: ResolvedPass, sizes: Mapping[str, int], variant: str) 
 
 
 def split_hint(size: int, limit: int) -> str:
-    """What to do about a tensor past a device limit: the engine never splits a call itself."""
-    return (f"the engine does not split a call: split it into at least {-(-size // max(limit, 1))} calls "
-            f"along a dimension the op keeps apart (the batch, say) and join the results")
+    """What to do about a tensor past a device limit: the engine never splits a call itself. Said
+    for any tensor: a weight table has no batch to split, so the split is only where the op allows it."""
+    return (f"the engine does not split a call: where the op allows it (a batch dimension split, say), make at least "
+            f"{-(-size // max(limit, 1))} calls on smaller pieces and join the results, or use an adapter with a "
+            f"larger limit")  # fmt: skip
 
 
 def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
