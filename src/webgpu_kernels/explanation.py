@@ -22,7 +22,21 @@ if TYPE_CHECKING:
 class Explanation:
     """What :meth:`Kernel.explain` found for a call: every variant's verdict, the one chosen, the
     outputs' shapes and why the call would still fail, if it would. ``str()`` is the
-    `webgpu-kernels explain` text; :meth:`as_dict` its ``--json``."""
+    `webgpu-kernels explain` text; :meth:`as_dict` its ``--json``.
+
+    Fields (the comments on each in explanation.py say more):
+
+    - ``op_id``: the kernel's op id (``com.microsoft.QuickGelu``).
+    - ``chosen``: the variant the manifest's selection picks; None where no variant applies.
+    - ``verdicts``: each variant's Verdict (accepted or not, and why), in the order selection tries them.
+    - ``outputs``: every output's role, shape and dtype for this call.
+    - ``values``: the call's derive and constant values (top level).
+    - ``refused``: why the call would still fail with ``chosen`` (a device limit, say); None if it would not.
+    - ``tuned``: the stored tuning result the call runs instead, ``{"variant", "tunables"}``; None if none.
+    - ``forced``: the variant the call forces with ``variant=``; None if it forces none.
+    - ``produced``: the outputs ``chosen`` returns (an optional one it binds nowhere left out); None if none chosen.
+    - ``tuning_entry``: the tuning file's entry for the call's tuning class, used or not and why; None if none.
+    """
 
     op_id: str
     chosen: str | None

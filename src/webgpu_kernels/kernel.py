@@ -92,10 +92,12 @@ class Kernel:
 
     @property
     def op_id(self) -> str:
+        """The op's id, ``domain.Name`` (``com.microsoft.QuickGelu``): the manifest's domain and name."""
         return self.manifest.op_id
 
     @property
     def variants(self) -> list[str]:
+        """The ids of the manifest's variants, in its order (what ``variant=`` may name)."""
         return [v.id for v in self.manifest.variants]
 
     @functools.cached_property

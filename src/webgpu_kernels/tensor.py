@@ -145,14 +145,17 @@ class GpuTensor:
 
     @property
     def size(self) -> int:
+        """The number of elements (the product of ``shape``; 1 for a 0-d tensor), as NumPy's ``size``."""
         return math.prod(self.shape)
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions (``len(shape)``), as NumPy's ``ndim``."""
         return len(self.shape)
 
     @property
     def released(self) -> bool:
+        """Whether ``release()`` was called on this tensor: using it then raises TensorReleasedError."""
         return self._buffer is None
 
     @property
