@@ -83,8 +83,8 @@ class Kernel:
         manifest_file = str(package.root / MANIFEST_FILE)
         self.manifest = manifest or parse_manifest(package.read_json(MANIFEST_FILE), file=manifest_file)
         self.program = compile_program(self.manifest, file=manifest_file)
-        shaders = {p.shader for v in self.manifest.variants for p in v.passes}
-        self.renderer = TemplateRenderer(package.read_text, package.verified, shaders)  # verified: the files it may read
+        # verified: the files it may read; the shaders: what a missing template's did-you-mean weighs
+        self.renderer = TemplateRenderer(package.read_text, package.verified, self.manifest.shaders())
         self._plans: OrderedDict[Any, ExecutionPlan] = OrderedDict()
         self._fast_plans: dict[Any, ExecutionPlan] = {}
         self._evaluated: OrderedDict[tuple[str, str], Expression] = OrderedDict()

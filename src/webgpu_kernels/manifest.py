@@ -177,6 +177,10 @@ class Manifest:
     def variant(self, variant_id: str) -> Variant | None:
         return next((v for v in self.variants if v.id == variant_id), None)
 
+    def shaders(self) -> frozenset[str]:
+        """The templates the variants' passes name (each pass's shader)."""
+        return frozenset(p.shader for v in self.variants for p in v.passes)
+
     def constant_names(self) -> set[str]:
         names = set(self.constants)
         for variant in self.variants:

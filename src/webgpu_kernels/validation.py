@@ -142,7 +142,7 @@ def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Pro
         report.checked["digests"] = len(metadata["digest"]["files"])
     if manifest is not None:
         report.checked["expressions"] = out.counts.get("expressions", 0)
-        report.checked["templates"] = len({p.shader for v in manifest.variants for p in v.passes})
+        report.checked["templates"] = len(manifest.shaders())
     if test_file is not None:
         report.checked["testCases"] = len(test_file.cases)
         report.checked["refusedCases"] = sum(1 for c in test_file.cases if c.refused is not None)
@@ -265,7 +265,7 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
                 out.error(MANIFEST_FILE, where, twin_message("the pass names template", p.shader, twin), variant=v.id)
                 continue
             if not package.has(p.shader):
-                there = templates_there(p.shader, files or (), {q.shader for w in manifest.variants for q in w.passes})
+                there = templates_there(p.shader, files or (), manifest.shaders())
                 out.error(MANIFEST_FILE, where, f"template {p.shader!r} is not in the package{there}", variant=v.id)
                 broken.add(p.shader)  # every render of it would say so again
                 continue
