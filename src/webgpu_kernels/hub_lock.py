@@ -33,7 +33,7 @@ from . import hub, hub_errors
 from .digests import MAX_FILE_BYTES, METADATA_FILE
 from .errors import DigestError, HubError, PackageError, shorten
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
-from .locations import OFFICIAL_ORG, Location, check_trust, checked_repo_id
+from .locations import OFFICIAL_ORG, Location, check_trust, checked_repo_id, is_repo_id
 from .reading import decode_json, not_regular, read_bounded
 from .replacing import replace_file, write_path
 
@@ -407,7 +407,7 @@ def read_lockfile(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
                                path=str(path))  # fmt: skip
         repo, version, commit, digest = item["repo"], item["version"], item["commit"], item["metadataSha256"]
         problem = (
-            "repo must be a Hub repository id 'org/op'" if not isinstance(repo, str) or not _valid_repo(repo) else
+            "repo must be a Hub repository id 'org/op'" if not is_repo_id(repo) else
             "version must be an integer from 1" if isinstance(version, bool) or not isinstance(version, int)
             or version < 1 else
             "commit must be a 40-hex commit sha" if not isinstance(commit, str) or not _COMMIT.fullmatch(commit) else
@@ -421,14 +421,6 @@ def read_lockfile(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
         spelt[repo.lower()] = repo
         entries[repo] = LockEntry(repo=repo, version=version, commit=commit, metadata_sha256=digest)
     return entries
-
-
-def _valid_repo(repo: str) -> bool:
-    try:
-        checked_repo_id(repo)
-    except PackageError:
-        return False
-    return True
 
 
 # --- loading ------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ OFFICIAL_ORG = "webgpu-kernels"
 
 #: An 'org/name' that huggingface_hub's validate_repo_id accepts too (each part at most 96 characters,
 #: the name starting and ending with a letter, digit or '_'; no '--', '..' or '.git' end: checked
-#: in _valid_repo_id). A name it refuses had raised its HFValidationError, no KernelError.
+#: in is_repo_id). A name it refuses had raised its HFValidationError, no KernelError.
 _REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?"
                       r"/[A-Za-z0-9_](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?\Z")  # fmt: skip
 
@@ -74,18 +74,19 @@ def classify(name: str | os.PathLike[str]) -> Location:
     return Location("embedded", name)
 
 
-def _valid_repo_id(repo_id: object) -> bool:
+def is_repo_id(repo_id: object) -> bool:
+    """Whether ``repo_id`` is a valid Hub repository id, ``org/name`` (checked_repo_id says why not)."""
     return (isinstance(repo_id, str) and bool(_REPO_ID.match(repo_id)) and ".." not in repo_id and "--" not in repo_id
             and not repo_id.endswith(".git"))  # fmt: skip
 
 
 def checked_repo_id(repo_id: str) -> str:
-    if not _valid_repo_id(repo_id):
+    if not is_repo_id(repo_id):
         base, _, pin = repo_id.partition("@") if isinstance(repo_id, str) else ("", "", "")
         # `org/op@v2` and `org/op@REVISION` are the command line's spelling; a Python user copying
         # it needs the keyword (`@<commit sha>` or `@main` had no advice)
         keyword = f"version={int(pin[1:])}" if re.fullmatch(r"v[0-9]+", pin) else f"revision={pin!r}"  # as cli.hub_pin
-        hint = f": in Python write get_kernel({base!r}, {keyword})" if pin and _valid_repo_id(base) else ""
+        hint = f": in Python write get_kernel({base!r}, {keyword})" if pin and is_repo_id(base) else ""
         raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name' of letters, digits, "
                            "'_', '-' and '.', each part at most 96 characters, the name starting and ending with a "
                            f"letter, digit or '_', no '--' or '..', not ending in '.git'){hint}")  # fmt: skip
@@ -98,7 +99,7 @@ def slashed_repo_id(name: object) -> str | None:
     if not isinstance(name, str) or not name.endswith("/"):
         return None
     repo_id = name[:-1]
-    return repo_id if _valid_repo_id(repo_id) else None
+    return repo_id if is_repo_id(repo_id) else None
 
 
 def refuse_slashed_repo_id(name: str) -> None:
