@@ -550,10 +550,11 @@ class DeviceMemory:
         if self._pending >= MAX_PENDING_DISPATCHES:
             self.flush()
 
-    def record_copy(self, source: Any, target: Any, size: int) -> None:
+    def record_copy(self, source: Any, target: Any, size: int) -> tuple[int, int]:
         """Append a copy of ``size`` bytes of ``source`` into ``target`` to the open batch, after the
-        work recorded so far and before any recorded later. A copy cannot sit in a compute pass: the
-        open one ends here, and the next dispatch opens another on the same encoder."""
+        work recorded so far and before any recorded later; returns the batch it went into (first,
+        last: the target's ``_work``). A copy cannot sit in a compute pass: the open one ends here,
+        and the next dispatch opens another on the same encoder."""
         if self._pass is not None:
             compute, self._pass = self._pass, None  # never ended twice: flush ends an open pass too
             try:
@@ -566,9 +567,11 @@ class DeviceMemory:
         elif self._encoder is None:
             self._encoder = self.gpu.create_command_encoder()
         self._encoder.copy_buffer_to_buffer(source, 0, target, 0, size)
+        batch = self.batch  # the flush below, if any, submits this batch
         self._pending += 1
         if self._pending >= MAX_PENDING_DISPATCHES:
             self.flush()
+        return batch, batch
 
     def _drop_batch(self) -> None:  # under the lock
         """Forget the open batch unsubmitted, lost as a failed flush's: the next record opens a new encoder."""

@@ -6,7 +6,7 @@ import math
 import operator
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -253,22 +253,9 @@ class GpuTensor:
         into the open batch as a call is. (A copy sharing the buffer would give it back to the pool
         while this tensor still used it.)"""
         self._check_usable("copy")
-        memory, size = self._device.memory, self._bound_bytes
-        with translate_gpu_errors("copying a GPU tensor", memory), self._device.lock:
-            source = self._computed_buffer("copy")  # under the lock, as numpy() takes it
-            target = memory.acquire(self._nbytes)
-            work = None
-            try:
-                if self._nbytes:  # recorded as a call is: after the work that writes the source, before later reads
-                    work = (memory.batch, memory.batch)  # a record submits only after taking the copy in
-                    memory.record_copy(source, target, size)
-                    self._submit_if_lent()
-            except BaseException:
-                memory.release(target)  # a recorded copy into it runs before later work that reuses it
-                raise
-            result = GpuTensor(target, self._shape, self._dtype, self._device, self._nbytes)
-            result._work = work  # a lost batch makes it refuse to be read, as a call's output
-        return result
+        size = self._bound_bytes
+        return self._derived("copying", "copy", self._dtype, self._nbytes,
+                             lambda memory, source, target: memory.record_copy(source, target, size))
 
     def astype(self, dtype: npt.DTypeLike) -> GpuTensor:
         """This tensor converted on the device between float32 and float16 (either way): a new
@@ -287,19 +274,29 @@ class GpuTensor:
             raise DeviceLimitError("dtype", f"a result of at most {limit} bytes (the device's maxBufferSize)",
                                    f"{wanted.name}, {count * wanted.itemsize} bytes for this tensor's {count} "
                                    "elements", hint="convert the tensor in pieces no larger than that")  # fmt: skip
-        memory = device.memory
-        with translate_gpu_errors("converting a GPU tensor", memory), device.lock:
-            source = self._computed_buffer("convert")  # under the lock, as numpy() takes it
-            target = memory.acquire(count * wanted.itemsize)
+        return self._derived("converting", "convert", wanted, count * wanted.itemsize,
+                             lambda memory, source, target: record_conversion(device, source, target, count,
+                                                                              (self._dtype, wanted)))  # fmt: skip
+
+    def _derived(self, doing: str, verb: str, dtype: np.dtype, nbytes: int,
+                 record: Callable[[Any, Any, Any], tuple[int, int]]) -> GpuTensor:  # fmt: skip
+        """A new tensor of this shape and ``dtype`` (``nbytes``) in a buffer of its own, filled from
+        this one by ``record(memory, source, target)``, which records into the open batch, as a
+        call's dispatches are: after the work that writes the source, before later reads. It returns
+        the batches it went into (first, last)."""
+        memory = self._device.memory
+        with translate_gpu_errors(f"{doing} a GPU tensor", memory), self._device.lock:
+            source = self._computed_buffer(verb)  # under the lock, as numpy() takes it
+            target = memory.acquire(nbytes)
             work = None
             try:
-                if count:  # recorded as a call is: after the work that writes the source, before later reads
-                    work = record_conversion(device, source, target, count, (self._dtype, wanted))
+                if nbytes:
+                    work = record(memory, source, target)
                     self._submit_if_lent()
             except BaseException:
-                memory.release(target)  # any dispatch recorded into it runs before later work that reuses it
+                memory.release(target)  # anything recorded into it runs before later work that reuses it
                 raise
-            result = GpuTensor(target, self._shape, wanted, device)
+            result = GpuTensor(target, self._shape, dtype, self._device, nbytes)
             result._work = work  # a lost batch makes it refuse to be read, as a call's output
         return result
 
