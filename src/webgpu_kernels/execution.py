@@ -22,10 +22,18 @@ import wgpu
 from .buffers import STORAGE_USAGE, append_dispatch, is_device_lost, padded_size, translate_gpu_errors
 from .deep_stack import on_deep_stack
 from .device import Device
-from .errors import DeviceLimitError, InputError, MissingInputError, MissingOutputError, ShaderCompileError, short_repr
+from .errors import (
+    DeviceLimitError,
+    InputError,
+    MissingInputError,
+    MissingOutputError,
+    ShaderCompileError,
+    TensorReleasedError,
+    short_repr,
+)
 from .program import DeviceInfo, OutputSpec
 from .rendering import RenderedWGSL, ResolvedPass, workgroup_grid
-from .tensor import UNCOMPUTED_TENSOR, GpuTensor
+from .tensor import RELEASED_ADVICE, UNCOMPUTED_TENSOR, GpuTensor
 from .workgroup_memory import describe, workgroup_storage
 
 PIPELINE_CACHE_SIZE = 256
@@ -363,7 +371,11 @@ def run_plan(
                 if isinstance(value, GpuTensor):  # its slots: the read-only property costs 17 ns more a read (CPU machine)
                     if memory.lost_batches and memory.lost(value._work):  # GpuTensor.uncomputed, under the lock
                         raise InputError(name, "a GpuTensor holding computed data", UNCOMPUTED_TENSOR)
-                    buffers[name] = (value.buffer, value._bound_bytes)
+                    try:
+                        buffer = value.buffer
+                    except TensorReleasedError:  # by another thread since the call checked it: the same error
+                        raise InputError(name, "a live GpuTensor", "a released GpuTensor", hint=RELEASED_ADVICE) from None
+                    buffers[name] = (buffer, value._bound_bytes)
                 else:
                     buffer = memory.acquire(value.nbytes)
                     staged.append(buffer)
