@@ -76,13 +76,16 @@ class ClipMlp:
         self.w2 = wk.to_gpu(arrays["W2"], adapter=adapter)
         self.b1 = wk.to_gpu(arrays["b1"], adapter=adapter)
         self.b2 = wk.to_gpu(arrays["b2"], adapter=adapter)
-        self._zeros: dict[tuple[int, ...], wk.GpuTensor] = {}  # BiasAdd's skip for H = X @ W1 + b1
+        self._zeros: wk.GpuTensor | None = None  # BiasAdd's skip for H = X @ W1 + b1
 
     def zeros(self, shape: tuple[int, ...], dtype: np.dtype) -> wk.GpuTensor:
-        """BiasAdd's skip is required: adding b1 alone needs a tensor of zeros the size of H."""
-        if shape not in self._zeros:
-            self._zeros[shape] = wk.to_gpu(np.zeros(shape, dtype), adapter=self.adapter)
-        return self._zeros[shape]
+        """BiasAdd's skip is required: adding b1 alone needs a tensor of zeros the size of H. Only
+        the last shape's is kept: one per shape grew without bound where the sequence length varies."""
+        if self._zeros is None or self._zeros.shape != shape:
+            if self._zeros is not None:
+                self._zeros.release()  # safe with calls that read it still recorded: the engine keeps the order
+            self._zeros = wk.to_gpu(np.zeros(shape, dtype), adapter=self.adapter)
+        return self._zeros
 
     def __call__(self, x: wk.GpuTensor) -> tuple[wk.GpuTensor, list[wk.GpuTensor]]:
         """Y for a GPU-resident X (B, 77, 768), recorded and not yet run; also the tensors made on
@@ -107,9 +110,9 @@ class ClipMlp:
         return y, [*made, x_rows, h0_rows, h0, h, a, a_rows, z_rows, z]
 
     def release(self) -> None:
-        for tensor in (self.w1, self.w2, self.b1, self.b2, *self._zeros.values()):
+        for tensor in (self.w1, self.w2, self.b1, self.b2, *([self._zeros] if self._zeros else [])):
             tensor.release()
-        self._zeros.clear()
+        self._zeros = None
 
 
 def run(batch: int = 2, dtype: str = "float32", adapter: str | None = None, repeats: int = 5,

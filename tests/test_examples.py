@@ -64,6 +64,30 @@ def test_clip_mlp_reference_is_the_block() -> None:
     assert np.allclose(want[0, 5], np.einsum("k,kn->n", a, w2) + b2 + token, rtol=1e-12, atol=1e-12)
 
 
+def test_clip_mlp_block_over_changing_batches() -> None:
+    """Batches of 1, 2 and 1 recorded back to back and read only at the end: the block keeps one
+    zeros tensor (BiasAdd's skip) and releases the last shape's while calls that read it are still
+    recorded, so each result must still match its own reference."""
+    clip_mlp = load_example("clip_mlp")
+    arrays = [clip_mlp.make_inputs(batch, "float32", seed=batch + 10 * i) for i, batch in enumerate((1, 2, 1))]
+    block = clip_mlp.ClipMlp(arrays[0])
+    try:
+        runs = []
+        for a in arrays:
+            x = wk.to_gpu(a["X"])
+            y, made = block(x)
+            runs.append((a, x, y, made))
+        for a, x, y, made in runs:
+            got = y.numpy()
+            want = clip_mlp.reference({**a, **{k: arrays[0][k] for k in ("W1", "b1", "W2", "b2")}})
+            assert got.shape == want.shape
+            assert np.max(np.abs(got - want)) <= clip_mlp.TOLERANCE["float32"]
+            for t in (x, y, *made):
+                t.release()
+    finally:
+        block.release()
+
+
 #: The line both examples print: "Y (shape) dtype: max |Y - float64 reference| = E (tolerance T): ok"
 ERROR_LINE = re.compile(r"^Y (\(.*\)) (\w+): max \|Y - float64 reference\| = (\S+) \(tolerance (\S+)\): (ok|TOO LARGE)$", re.M)
 
