@@ -140,6 +140,21 @@ def test_a_conversion_hint_keeps_to_the_kind_of_the_values():
         assert str(error).endswith(f"got {value.dtype.name}")
 
 
+def test_an_integer_mask_for_a_bool_input_is_told_the_conversion():
+    """An integer 0/1 mask (a Hugging Face attention_mask is int64) where the input is bool: told
+    to convert, nonzero becoming True; a float is not (an additive mask of 0 and -inf is no bool)."""
+    from conftest import PACKAGES_DIR
+
+    where = wk.load_kernel(PACKAGES_DIR / "demo.Where")
+    x = np.ones(4, f32)
+    for dtype in (np.int64, np.uint8):
+        error = raises(errors.DTypeError, lambda d=dtype: where({"condition": np.array([1, 0, 1, 0], d), "X": x, "Y": x}),
+                       argument="condition")  # fmt: skip
+        assert "(convert with .astype(np.bool_)" in str(error) and str(error).endswith("; nonzero values become True)")
+    error = raises(errors.DTypeError, lambda: where({"condition": x, "X": x, "Y": x}), argument="condition")
+    assert str(error).endswith("got float32")
+
+
 def test_a_float64_gpu_tensor_is_told_to_upload_a_converted_array(quick_gelu):
     """wk.to_gpu([1.0]) is float64: the hint said .astype(np.float32), which a GpuTensor lacks."""
     t = wk.to_gpu([1.0, 2.0])

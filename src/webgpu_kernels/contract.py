@@ -213,11 +213,13 @@ def checked_tensor_meta(role: str, meta: Any) -> tuple[tuple[int, ...], str]:
 
 #: The dtypes a refused one may be converted to, most wanted first, by the kind of what came: a
 #: float (bfloat16 too) only to floats, float32 first (the type kernels compute in); an integer or
-#: bool to integers, then floats. A float is never advised to become an integer: that truncates.
+#: bool to integers, then floats; an integer last to bool (a 0/1 mask, as Hugging Face's int64
+#: attention_mask). A float is never advised to become an integer (that truncates) or a bool (an
+#: additive mask of 0 and -inf is none).
 _FLOAT_TARGETS = ("float32", "float16", "bfloat16", "float64")
 _INT_TARGETS = ("int32", "int64", "uint32", "uint64", "int16", "uint16", "int8", "uint8")
-_CONVERSION_TARGETS = {"f": _FLOAT_TARGETS, "i": _INT_TARGETS + _FLOAT_TARGETS, "u": _INT_TARGETS + _FLOAT_TARGETS,
-                       "b": _INT_TARGETS + _FLOAT_TARGETS}  # fmt: skip
+_CONVERSION_TARGETS = {"f": _FLOAT_TARGETS, "i": _INT_TARGETS + _FLOAT_TARGETS + ("bool",),
+                       "u": _INT_TARGETS + _FLOAT_TARGETS + ("bool",), "b": _INT_TARGETS + _FLOAT_TARGETS}  # fmt: skip
 
 
 _LIST_DTYPES = ("float64", "int64", "bool")  # what NumPy makes of a Python list of floats, ints or bools
@@ -249,6 +251,8 @@ def conversion_hint(dtype: str, allowed: Sequence[str], *, on_gpu: bool = False,
         how = f"convert {names + ' ' if names else ''}with {convert}"
     if not on_gpu and not names and dtype in _LIST_DTYPES:  # a list has no .astype
         how += f", or np.asarray(x, {_dtype_expression(target)}) from a list"
+    if target == "bool":
+        how += "; nonzero values become True"
     if dtype == "float64":  # what NumPy's defaults, Python floats and lists of them give
         return f"NumPy's default, Python floats and lists of them are float64: {how}"
     return how
@@ -275,11 +279,13 @@ def _mixed_dtypes_hint(type_var: str, role: str, dtype: str, bound_roles: Sequen
                        gpu_inputs: Collection[str]) -> str:  # fmt: skip
     """Which inputs gave type variable ``type_var`` which dtype, and the conversion that makes them
     one: ``role``'s to the dtype the inputs before it have, else theirs to ``role``'s (a float
-    is never advised to become an integer)."""
+    is never advised to become an integer, nor an integer a bool)."""
     others = " and ".join(map(repr, bound_roles))
     said = (f"{others} {'is' if len(bound_roles) == 1 else 'are'} {bound_dtype} and {role!r} {dtype}, but a call "
             f"gives type variable {type_var} one dtype")  # fmt: skip
-    how = conversion_hint(dtype, [bound_dtype], on_gpu=role in gpu_inputs, names=repr(role))
+    # a bool is widened to the integers, not the integers narrowed to bool
+    how = "" if bound_dtype == "bool" else conversion_hint(dtype, [bound_dtype], on_gpu=role in gpu_inputs,
+                                                             names=repr(role))  # fmt: skip
     if not how:
         how = conversion_hint(bound_dtype, [dtype], on_gpu=any(r in gpu_inputs for r in bound_roles), names=others)
     return f"{said}: {how}" if how else said
