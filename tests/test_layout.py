@@ -108,6 +108,16 @@ def test_pack_refuses_bad_values(type_text, value):
         layout.pack([value])
 
 
+@pytest.mark.parametrize("type_text, value", [("u32", [8, 99]), ("u32", [8]), ("f32", [1.0, 2.0]), ("i32", [1] * 20),
+                                              ("f16", (0.5, 0.25))])  # fmt: skip
+def test_a_scalar_field_given_a_list_is_refused_naming_what_came(type_text, value):
+    """A scalar field took a list as its lanes: `[n, 99]` packed n and wrote 99 into the next field's
+    bytes (overwritten by that field, so the call ran on n alone, silently), and a list longer than
+    the struct failed with struct.pack_into's own message (red team, helper-195)."""
+    layout = struct_layout("P", [("count", type_text), ("other", "u32")])
+    with pytest.raises(LayoutError, match=rf"field 'count' \({type_text}\) needs a number, got [\[(]"):
+        layout.pack([value, 5])
+
 #: A manifest value within the expression bounds (4,096 items counted through every level), whose
 #: repr() is 16 MB: 4,095 references to one 4,096-character string.
 HEAVY = [["x" * 4096] * 4095]

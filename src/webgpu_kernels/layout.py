@@ -101,7 +101,8 @@ class StructLayout:
             try:
                 elements = _split(name, t, value)
                 for e, element in enumerate(elements):
-                    lanes = element if isinstance(element, (list, tuple)) else [element]
+                    # a scalar's list is refused by _convert: as lanes it had run past the field
+                    lanes = element if t.lanes > 1 else [element]
                     base = offset + e * (t.stride if t.count is not None else 0)
                     fmt, width = _SCALARS[t.scalar]
                     for lane, number in enumerate(lanes):
