@@ -452,6 +452,24 @@ def test_a_bench_shape_no_array_can_have_is_refused_when_the_file_is_read() -> N
     assert casefile.check_bench_data({"cases": [{"name": "a", "inputs": {"X": {"shape": [0, 2**61]}}}]}) == []
 
 
+
+def test_a_test_shape_no_array_can_have_is_refused_when_the_file_is_read() -> None:
+    """test.json's shapes had only their element count summed, which a zero dimension makes 0: an
+    input of [0, 2**62, 2**62, 2**62] reached NumPy, whose own message ('array is too big; `arr.size *
+    arr.dtype.itemsize` is larger than the maximum possible size') was the case's error, as
+    [2**32, 2**32, 0]'s 'cannot reshape array of size 0' was (red team, helper-195)."""
+    for section, role in (("inputs", "X"), ("expected", "Y")):
+        for shape in ([0, 2**62, 2**62, 2**62], [2**32, 2**32, 0], [0, 2**70]):
+            case = {"name": "a", "inputs": {"X": {"shape": [2], "values": [1, 2]}},
+                    "expected": {"Y": {"shape": [2], "values": [1, 2]}}}  # fmt: skip
+            case[section][role] = {"shape": shape, "values": []} if section == "expected" else {
+                "shape": shape, "generate": {"distribution": "normal", "seed": 1}}
+            [error] = casefile.check_test_data({"cases": [case]})
+            assert error.json_path == f"cases[0].{section}.{role}.shape", error
+            assert error.detail.startswith("shape [") and "no array has it" in error.detail, error.detail
+    empty = {"name": "a", "inputs": {"X": {"shape": [0, 2**61], "values": []}}, "expected": {"Y": {"shape": [0], "values": []}}}
+    assert casefile.check_test_data({"cases": [empty]}) == []
+
 def test_a_bench_input_may_say_how_it_is_drawn() -> None:
     """bench.json's `generate`: test.json's object without its seed (bench's --seed draws it)."""
     ids = {"name": "a", "inputs": {"I": {"shape": [77], "dtype": "int64",

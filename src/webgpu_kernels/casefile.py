@@ -454,6 +454,8 @@ def check_test_data(data: Any, *, file: str = TEST_FILE, drafts: bool = False, m
                                                 json_path=f"{entry}.special"))  # fmt: skip
                 if spec.get("generate") is not None:
                     errors += generate_errors(spec["generate"], file, f"{entry}.generate")
+                if "shape" in spec:
+                    errors += impossible_shape_errors(spec["shape"], file, ["cases", i, section, role, "shape"])
     return errors
 
 
@@ -642,15 +644,19 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE, manifest: Any = None)
         for role, spec in case["inputs"].items():
             if "generate" in spec:
                 errors += generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
-            # A shape no array can have, whatever the device: `bench` draws its inputs before any call
-            # checks them, and NumPy raised a raw ValueError for [0, 2**70] (0 bytes: past the
-            # maxBufferSize check). The contract refuses the same shapes for a call.
-            if too_many_elements(spec["shape"]):
-                errors.append(CaseFileError(f"shape {shape_text(spec['shape'])} has 2^{MAX_ELEMENTS.bit_length() - 1} "
-                                            "elements or more (a zero dimension counted as 1), or a dimension that "
-                                            "large: no array has it", file=file,
-                                            json_path=json_path(["cases", i, "inputs", role, "shape"])))  # fmt: skip
+            errors += impossible_shape_errors(spec["shape"], file, ["cases", i, "inputs", role, "shape"])
     return errors + _duplicate_names(data["cases"], file)
+
+
+def impossible_shape_errors(shape: list[int], file: str, where: list[str | int]) -> list[CaseFileError]:
+    """A shape no array can have, whatever the device: `bench` draws its inputs before any call
+    checks them, and NumPy raised a raw ValueError for [0, 2**70] (0 bytes: past the maxBufferSize
+    check and test.json's element count). The contract refuses the same shapes for a call."""
+    if not too_many_elements(shape):
+        return []
+    return [CaseFileError(f"shape {shape_text(shape)} has 2^{MAX_ELEMENTS.bit_length() - 1} elements or more (a zero "
+                          "dimension counted as 1), or a dimension that large: no array has it", file=file,
+                          json_path=json_path(where))]  # fmt: skip
 
 
 def _duplicate_names(cases: list[dict[str, Any]], file: str) -> list[CaseFileError]:
