@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import webgpu_kernels as wk
 from webgpu_kernels import casefile
+from webgpu_kernels.case_data import generate
 from webgpu_kernels.casefile import CaseFileError
 from webgpu_kernels.comparison import Tolerance
 from webgpu_kernels.digests import json_path as json_path_of
@@ -486,11 +487,35 @@ def test_a_bench_input_may_say_how_it_is_drawn() -> None:
     # low + (high - low) * u with high - low past float64: every value inf (helper-22)
     assert errors({"distribution": "uniform", "low": -1e308, "high": 1e308}) == [
         (where, "high - low is past float64's range: every value drawn would be infinite")]
+    # the same as JSON integers: their difference had been an int past float, a raw OverflowError (helper-195)
+    assert errors({"distribution": "uniform", "low": -(10**308), "high": 10**308}) == [
+        (where, "high - low is past float64's range: every value drawn would be infinite")]
     assert errors({"distribution": "normal", "low": 0}) == [(where, "['low'] do not apply to the normal distribution")]
     assert errors({"distribution": "normal", "std": 2}) == []
     assert [p for p, _ in errors({"distribution": "uniform", "seed": 3})] == [where]  # bench's --seed, not the file's
     assert [p for p, _ in errors({"distribution": "zipf"})] == [f"{where}.distribution"]
 
+
+
+def test_a_normal_draw_past_float64_is_refused_when_the_file_is_read() -> None:
+    """mean + std * z had no check (uniform's high - low had): std 1e308 made the draws past 1.8 sigma
+    infinite, with NumPy's RuntimeWarning 'overflow encountered in multiply' printed by `test` and
+    `bench` and the case run on infinite inputs (red team, helper-195)."""
+    where = "cases[0].inputs.I.generate"
+    bad = ({"std": 1e308}, {"mean": -1.7e308, "std": 1e307}, {"mean": 1e308, "std": 1e308}, {"std": 10**308})
+    for extra in bad:
+        spec = {"distribution": "normal", **extra}
+        bench = {"cases": [{"name": "a", "inputs": {"I": {"shape": [4], "generate": spec}}}]}
+        test = {"cases": [{"name": "a", "inputs": {"I": {"shape": [4], "generate": {**spec, "seed": 1}}},
+                           "expected": {"Y": {"shape": [1], "values": [0]}}}]}  # fmt: skip
+        for problems in (casefile.check_bench_data(bench), casefile.check_test_data(test)):
+            assert [(e.json_path, e.detail) for e in problems] == [(where, (
+                "mean + 9 std (further than any draw) is past float64's range: values drawn would be infinite"))]
+    fine = {"distribution": "normal", "mean": 1e307, "std": 1e306}
+    assert casefile.check_bench_data({"cases": [{"name": "a", "inputs": {"I": {"shape": [4], "generate": fine}}}]}) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow in the draw itself
+        assert np.isfinite(generate({**fine, "seed": 1}, (4096,), "float64")).all()
 
 # --- the embedded test.json files ---------------------------------------------------------------------
 

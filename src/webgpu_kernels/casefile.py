@@ -467,12 +467,20 @@ def generate_errors(gen: Mapping[str, Any], file: str, where: str) -> list[CaseF
     if extra:
         errors.append(CaseFileError(f"{extra} do not apply to the {gen['distribution']} distribution", file=file,
                                     json_path=where))  # fmt: skip
-    if gen["distribution"] == "uniform" and gen.get("low", 0.0) > gen.get("high", 1.0):
+    # as floats, as they are drawn: a JSON integer's 10**308 - -10**308 is an int past float (OverflowError)
+    low, high = float(gen.get("low", 0.0)), float(gen.get("high", 1.0))
+    mean, std = float(gen.get("mean", 0.0)), float(gen.get("std", 1.0))
+    if gen["distribution"] == "uniform" and low > high:
         errors.append(CaseFileError("low is above high", file=file, json_path=where))
-    elif gen["distribution"] == "uniform" and not math.isfinite(gen.get("high", 1.0) - gen.get("low", 0.0)):
+    elif gen["distribution"] == "uniform" and not math.isfinite(high - low):
         # values are drawn as low + (high - low) * u: every one would be infinite (helper-22)
         errors.append(CaseFileError("high - low is past float64's range: every value drawn would be infinite",
                                     file=file, json_path=where))  # fmt: skip
+    elif gen["distribution"] == "normal" and not math.isfinite(abs(mean) + 9 * std):
+        # mean + std * z: test.json's draws stay within 8.6 sigma (53-bit Box-Muller); std 1e308 had
+        # made most of them infinite, with NumPy's overflow warning on the console
+        errors.append(CaseFileError("mean + 9 std (further than any draw) is past float64's range: values drawn "
+                                    "would be infinite", file=file, json_path=where))  # fmt: skip
     return errors
 
 
