@@ -161,6 +161,19 @@ def test_bad_safetensors_files_say_what_is_wrong() -> None:
         case_data.load_array(safetensors.numpy.save({"a": np.zeros(1), "b": np.ones(1)}), "ab.safetensors", None)
 
 
+
+@pytest.mark.parametrize("shape", [[0, 2**62], [2**40, 2**40, 0]])
+def test_a_data_file_of_an_empty_shape_no_array_can_have_says_so(shape) -> None:
+    """A zero dimension makes 0 bytes of data, so the file's own checks pass: a .safetensors tensor of
+    [0, 2**62] reached the reshape, and NumPy's 'array is too big; `arr.size * arr.dtype.itemsize`
+    is larger than the maximum possible size' was the case's error (red team, helper-195)."""
+    files = {"x.npy": npy_claiming(tuple(shape), payload=b"")}
+    if shape[0] == 0:  # safetensors refuses the other itself ('overflow computing buffer size')
+        files["x.safetensors"] = one_tensor_file("x", "F32", shape, b"")
+    for name, data in files.items():
+        with pytest.raises(ValueError, match=r"shape \[.*\] is one no array has \(its dimensions, zeros counted as 1"):
+            case_data.load_array(data, name, None)
+
 def test_npy_and_npz_files() -> None:
     x = np.arange(6, dtype=np.int32).reshape(2, 3)
     buffer = io.BytesIO()

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import PackageError, shorten
+from .errors import PackageError, short_repr, shorten
 
 SPECIAL_STRINGS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 #: Largest tensor a case may build from inline values, a generator or a data file (elements).
@@ -264,6 +264,7 @@ def _npy_array(data: bytes) -> np.ndarray:
     count = math.prod(shape)
     if count > MAX_CASE_ELEMENTS:
         raise ValueError(f"the file holds {count} elements, more than {MAX_CASE_ELEMENTS}")
+    _check_shape(shape, dtype)
     if dtype.hasobject or count * dtype.itemsize > len(data) - stream.tell():
         raise ValueError(f"the header claims {count} {dtype} elements, more than the file's {len(data)} bytes hold"
                          if not dtype.hasobject else "object arrays are not data")  # fmt: skip
@@ -271,6 +272,14 @@ def _npy_array(data: bytes) -> np.ndarray:
         return np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 - a file the header check passed may still be malformed
         raise ValueError(f"not a valid .npy file ({str(exc) or type(exc).__name__})") from None
+
+
+def _check_shape(shape: Any, dtype: np.dtype) -> None:
+    """Refuse a shape NumPy cannot make an array of: a zero dimension makes no data to check against
+    the file's size, and [0, 2**62]'s reshape had failed with NumPy's own 'array is too big'."""
+    if math.prod(max(d, 1) for d in shape) * max(dtype.itemsize, 1) > np.iinfo(np.intp).max:
+        raise ValueError(f"its shape {short_repr(list(shape))} is one no array has (its dimensions, zeros "
+                         "counted as 1, multiply past NumPy's largest array)")  # fmt: skip
 
 
 def _npz_member(data: bytes, tensor: str | None) -> np.ndarray:
@@ -356,6 +365,7 @@ def _safetensors_tensor(data: bytes, tensor: str | None) -> np.ndarray:
     if dtype is None:
         raise ValueError(f"unsupported safetensors dtype {entry['dtype']!r} (supported: {', '.join(_SAFETENSORS_DTYPES)})")
     np_dtype = numpy_dtype(dtype)
+    _check_shape(entry["shape"], np_dtype)
     # safetensors stores little-endian; the copy detaches the array from the library's buffer.
     return np.frombuffer(entry["data"], dtype=np_dtype.newbyteorder("<")).reshape(entry["shape"]).astype(np_dtype)
 
