@@ -169,6 +169,22 @@ def test_a_render_error_every_pair_meets_is_one_error_naming_the_others(qg: Path
     assert "the same error in 5 more variant x dtype: " in error["message"]
 
 
+
+def test_validate_stops_rendering_once_the_templates_took_their_time_in_all(qg: Path, monkeypatch) -> None:
+    """Each render may take up to the 10 s render deadline, and validate renders every case x variant:
+    4 variants of a template that spends its deadline took 41 s, and a package of hundreds of cases
+    or variants would have taken hours (red team, helper-195). Past MAX_RENDER_SECONDS_IN_ALL of
+    rendering the other pairs are not rendered, and one error says how many and why."""
+    from webgpu_kernels import validation_gpu
+
+    monkeypatch.setattr(validation_gpu, "MAX_RENDER_SECONDS_IN_ALL", 0.0)  # spent by the first render
+    report = validate_package(qg)
+    (error,) = [p for p in report.errors if "in all" in p.message]
+    assert error.message.startswith("the templates took ") and "more than the 0 s validate gives them in all" in error.message
+    assert f"{sum(c.cases for c in report.coverage) - 1} renders (case x variant) were not checked" in error.message
+    monkeypatch.setattr(validation_gpu, "MAX_RENDER_SECONDS_IN_ALL", 60.0)
+    assert not [p for p in validate_package(qg).errors if "in all" in p.message]
+
 # --- many problems at once ----------------------------------------------------------------------------
 
 

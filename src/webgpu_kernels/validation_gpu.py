@@ -14,6 +14,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
+from . import sandbox
 from .case_data import dtype_name
 from .casefile import BENCH_FILE, TEST_FILE, binding_label
 from .errors import (
@@ -45,6 +46,11 @@ from .workgroup_memory import describe, workgroup_storage
 
 #: What every WebGPU device offers (the limit's default): more is a variant that some devices refuse.
 PORTABLE_WORKGROUP_STORAGE = 16384
+
+#: Seconds of rendering validate gives a package in all: each render may take the sandbox's 10 s
+#: deadline, and validate renders every case x variant (4 variants of a template spending its
+#: deadline took 41 s; hundreds of cases would have taken hours). Shipped packages take well under 1 s.
+MAX_RENDER_SECONDS_IN_ALL = 60.0
 
 
 @dataclass(frozen=True)
@@ -240,6 +246,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                       for v in manifest.variants}  # fmt: skip
     definitions = program.definitions
     clock = _Clock()
+    render_seconds = 0.0
+    unrendered_late: list[tuple[str, str, str, str, str]] = []  # (template, json path, variant, dtype, case)
     notify("total", len(calls))
     for call in calls:
         notify("advance", 1)
@@ -322,7 +330,13 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     refusals.setdefault(str(exc), []).append(vid)
                     cov.refused += 1
                     break
+            if render_seconds > MAX_RENDER_SECONDS_IN_ALL:  # each render may take its deadline: not hours in all
+                cov.failed += 1
+                unrendered_late.append((cv.passes[0].pass_.shader, shader_path(manifest, cv.variant.index, 0), vid,
+                                        label, call.case))  # fmt: skip
+                continue
             rendered = []
+            started = time.perf_counter()
             with render_budget():  # as a call renders them: the variant's passes share one budget
                 for p_index, r in enumerate(resolved):
                     try:
@@ -343,6 +357,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                         unrendered.setdefault((file, line, _NUMBER.sub("#", detail), ""), []).append(
                             (shader_path(manifest, cv.variant.index, p_index), vid, label, r.pass_id, call.case, said))
                         break  # a call stops here too; later passes would meet a spent budget
+            render_seconds += time.perf_counter() - started
             for p_index, r, wgsl in rendered:  # compiled after: compiling is no render time
                 done = compiled.setdefault((vid, label), set())
                 if wgsl in too_much:  # each case it serves is refused, and says so
@@ -412,6 +427,13 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     dtype=label, case=call.case)  # fmt: skip
     for (file, line, _, _), alike in unrendered.items():
         _error_once(out, file, line, alike, alike[0][5])
+    if unrendered_late:
+        file, where, vid, label, case = unrendered_late[0]
+        out.error(file, where, f"the templates took {render_seconds:.1f} s to render, more than the "
+                  f"{MAX_RENDER_SECONDS_IN_ALL:.0f} s validate gives them in all: {len(unrendered_late)} renders (case x "
+                  f"variant) were not checked, from case {case!r} on variant {vid!r} ({label}); a call with new "
+                  f"shapes renders as slowly (up to {sandbox.MAX_RENDER_SECONDS:.0f} s a call)",
+                  variant=vid, dtype=label, case=case)  # fmt: skip
     for (file, line, _, advice), alike in uncompiled.items():
         _, vid, label, pass_id, _, detail = alike[0]
         _error_once(out, file, line, alike,
