@@ -490,11 +490,13 @@ def test_a_bench_input_may_say_how_it_is_drawn() -> None:
     # the same as JSON integers: their difference had been an int past float, a raw OverflowError (helper-195)
     assert errors({"distribution": "uniform", "low": -(10**308), "high": 10**308}) == [
         (where, "high - low is past float64's range: every value drawn would be infinite")]
+    # and a JSON integer past float64 itself (float() of it had raised OverflowError)
+    assert errors({"distribution": "uniform", "low": -(10**400), "high": 1}) == [
+        (where, "high - low is past float64's range: every value drawn would be infinite")]
     assert errors({"distribution": "normal", "low": 0}) == [(where, "['low'] do not apply to the normal distribution")]
     assert errors({"distribution": "normal", "std": 2}) == []
     assert [p for p, _ in errors({"distribution": "uniform", "seed": 3})] == [where]  # bench's --seed, not the file's
     assert [p for p, _ in errors({"distribution": "zipf"})] == [f"{where}.distribution"]
-
 
 
 def test_a_normal_draw_past_float64_is_refused_when_the_file_is_read() -> None:
@@ -502,7 +504,8 @@ def test_a_normal_draw_past_float64_is_refused_when_the_file_is_read() -> None:
     infinite, with NumPy's RuntimeWarning 'overflow encountered in multiply' printed by `test` and
     `bench` and the case run on infinite inputs (red team, helper-195)."""
     where = "cases[0].inputs.I.generate"
-    bad = ({"std": 1e308}, {"mean": -1.7e308, "std": 1e307}, {"mean": 1e308, "std": 1e308}, {"std": 10**308})
+    bad = ({"std": 1e308}, {"mean": -1.7e308, "std": 1e307}, {"mean": 1e308, "std": 1e308}, {"std": 10**308},
+           {"mean": -(10**400)}, {"std": 10**400})
     for extra in bad:
         spec = {"distribution": "normal", **extra}
         bench = {"cases": [{"name": "a", "inputs": {"I": {"shape": [4], "generate": spec}}}]}
@@ -516,6 +519,7 @@ def test_a_normal_draw_past_float64_is_refused_when_the_file_is_read() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no overflow in the draw itself
         assert np.isfinite(generate({**fine, "seed": 1}, (4096,), "float64")).all()
+
 
 # --- the embedded test.json files ---------------------------------------------------------------------
 

@@ -169,7 +169,6 @@ def test_a_render_error_every_pair_meets_is_one_error_naming_the_others(qg: Path
     assert "the same error in 5 more variant x dtype: " in error["message"]
 
 
-
 def test_validate_stops_rendering_once_the_templates_took_their_time_in_all(qg: Path, monkeypatch) -> None:
     """Each render may take up to the 10 s render deadline, and validate renders every case x variant:
     4 variants of a template that spends its deadline took 41 s, and a package of hundreds of cases

@@ -468,8 +468,7 @@ def generate_errors(gen: Mapping[str, Any], file: str, where: str) -> list[CaseF
         errors.append(CaseFileError(f"{extra} do not apply to the {gen['distribution']} distribution", file=file,
                                     json_path=where))  # fmt: skip
     # as floats, as they are drawn: a JSON integer's 10**308 - -10**308 is an int past float (OverflowError)
-    low, high = float(gen.get("low", 0.0)), float(gen.get("high", 1.0))
-    mean, std = float(gen.get("mean", 0.0)), float(gen.get("std", 1.0))
+    low, high, mean, std = (_as_float(gen.get(k, d)) for k, d in (("low", 0.0), ("high", 1.0), ("mean", 0.0), ("std", 1.0)))
     if gen["distribution"] == "uniform" and low > high:
         errors.append(CaseFileError("low is above high", file=file, json_path=where))
     elif gen["distribution"] == "uniform" and not math.isfinite(high - low):
@@ -654,6 +653,14 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE, manifest: Any = None)
                 errors += generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
             errors += impossible_shape_errors(spec["shape"], file, ["cases", i, "inputs", role, "shape"])
     return errors + _duplicate_names(data["cases"], file)
+
+
+def _as_float(number: float) -> float:
+    """A JSON number as the draws read it, a JSON integer past float64 as the infinity it is."""
+    try:
+        return float(number)
+    except OverflowError:  # float(10**400)
+        return math.inf if number > 0 else -math.inf
 
 
 def impossible_shape_errors(shape: list[int], file: str, where: list[str | int]) -> list[CaseFileError]:
