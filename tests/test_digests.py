@@ -191,6 +191,40 @@ def test_metadata_that_is_not_json_is_refused(qg: Path) -> None:
     assert info.value.file == "metadata.json"
 
 
+def _rename_op(qg: Path, domain: str, name: str) -> None:
+    """The manifest made another op's, its digest recorded again with metadata.json's id kept."""
+    manifest = json.loads((qg / "manifest.json").read_text("utf-8"))
+    manifest["domain"], manifest["name"] = domain, name
+    (qg / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    metadata = json.loads((qg / "metadata.json").read_text("utf-8"))
+    metadata["digest"]["files"]["manifest.json"] = digests.sha256_hex((qg / "manifest.json").read_bytes())
+    (qg / "metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
+
+
+def test_a_metadata_id_naming_another_op_is_refused_at_load(qg: Path) -> None:
+    """Every digest matched, so a package whose metadata.json says one op and whose manifest is
+    another loaded silently from a folder (the Hub loader and validate refused it)."""
+    _rename_op(qg, "com.example", "MyOp")
+    with pytest.raises(DigestError) as info:
+        wk.load_kernel(qg)
+    error = info.value
+    assert (error.file, error.reason) == ("metadata.json", "metadata")
+    assert error.path == str((qg / "metadata.json").resolve())
+    assert "'com.microsoft.QuickGelu'" in str(error) and "'com.example.MyOp'" in str(error)
+    assert "webgpu-kernels digest" in str(error)  # digest takes the id from the manifest
+    result = CliRunner().invoke(main, ["test", str(qg)])
+    assert result.exit_code != 0 and "'com.example.MyOp'" in result.output, result.output
+    report = validate_package(qg)  # validate's report says the same
+    assert [(p.file, p.json_path) for p in report.errors] == [("metadata.json", "id")]
+    assert "'com.microsoft.QuickGelu'" in report.errors[0].message and "'com.example.MyOp'" in report.errors[0].message
+    with pytest.raises(DigestError, match="reinstall webgpu-kernels") as info:  # an installed copy: no "run digest"
+        wk.Kernel(open_folder(qg, origin="embedded"))
+    assert "webgpu-kernels digest" not in str(info.value)
+    wk.load_kernel(qg, verify_digests=False)  # an author's unchecked open reads no metadata.json
+    assert CliRunner().invoke(main, ["digest", str(qg)]).exit_code == 0
+    assert wk.load_kernel(qg).op_id == "com.example.MyOp"
+
+
 def test_package_without_metadata_loads_unverified(qg: Path) -> None:
     (qg / "metadata.json").unlink()
     package = open_folder(qg)

@@ -639,6 +639,16 @@ def _op_id(manifest: dict[str, Any]) -> str | None:
     return f"{domain}.{name}" if isinstance(domain, str) and isinstance(name, str) else None
 
 
+def id_problem(metadata: Mapping[str, Any] | None, op_id: str) -> DigestProblem | None:
+    """metadata.json's ``id`` where it is not the manifest's ``op_id`` (domain.name): every digest may
+    match while the two name different ops, so this is checked once the manifest is parsed."""
+    if metadata is None or metadata.get("id") == op_id:
+        return None
+    return DigestProblem(METADATA_FILE, "metadata", f"{METADATA_FILE} names op {metadata.get('id')!r} but the "
+                         f"manifest is {op_id!r}", "id",  # fmt: skip
+                         fix=" (run `webgpu-kernels digest PATH`: it takes the id from the manifest's domain and name)")
+
+
 def manifest_op_id(root: Path) -> str | None:
     """``domain.name`` from a folder's manifest.json read as plain JSON, for a package that may not
     load (a stale digest, a schema error); None if it has none or cannot be read."""

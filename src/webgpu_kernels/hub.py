@@ -583,12 +583,7 @@ def _load_once(memo: tuple[str | None, str, str, str], loading: threading.RLock,
             with _lock:
                 kernel = _kernels.get((endpoint, repo_id, package.commit, url_like))
             if kernel is None:
-                kernel = Kernel(package)
-                meta_id = (package.metadata or {}).get("id")
-                if isinstance(meta_id, str) and meta_id != kernel.op_id:
-                    raise DigestError(f"{METADATA_FILE} names op {meta_id!r} but the manifest is {kernel.op_id!r}",
-                                      file=METADATA_FILE, reason="metadata",
-                                      path=str(package.root / METADATA_FILE))  # fmt: skip
+                kernel = Kernel(package)  # which refuses a metadata.json naming another op (KernelPackage.check_id)
             if check is not None:  # the caller's own check (a lock's pin), while the download can be undone
                 check(package)
             opened.append(kernel)

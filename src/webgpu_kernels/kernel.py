@@ -82,6 +82,7 @@ class Kernel:
         self.package = package
         manifest_file = str(package.root / MANIFEST_FILE)
         self.manifest = manifest or parse_manifest(package.read_json(MANIFEST_FILE), file=manifest_file)
+        package.check_id(self.manifest.op_id)  # the digests all matched, but metadata.json may name another op
         self.program = compile_program(self.manifest, file=manifest_file)
         # verified: the files it may read; the shaders: what a missing template's did-you-mean weighs
         self.renderer = TemplateRenderer(package.read_text, package.verified, self.manifest.shaders())

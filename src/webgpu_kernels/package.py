@@ -20,6 +20,7 @@ from .digests import (
     METADATA_FILE,
     case_twin,
     check_manifest_file,
+    id_problem,
     never_listed,
     read_file,
     through_folder_link,
@@ -48,6 +49,18 @@ class KernelPackage:
     @property
     def is_verified(self) -> bool:
         return self.metadata is not None
+
+    def check_id(self, op_id: str) -> None:
+        """Refuse a verified package whose metadata.json names another op than its manifest's
+        ``op_id`` (a DigestError on metadata.json, as the open's own checks raise)."""
+        problem = id_problem(self.metadata, op_id)
+        if problem is None:
+            return
+        error = problem.error(self.root, author=self.origin not in ("hub", "embedded"))
+        if self.origin == "embedded":
+            raise DigestError(f"{error.detail} ({_INSTALLED_COPY_CHANGED})", file=error.file, reason=error.reason,
+                              path=error.path)  # fmt: skip
+        raise error
 
     def relative_name(self, name: str) -> str:
         """``name`` as a clean package-relative POSIX name; names that would leave the folder are refused.

@@ -36,7 +36,16 @@ from typing import Any
 from . import casefile
 from .case_data import dtype_name, inline_values
 from .casefile import BENCH_FILE, TEST_FILE, CaseFileError, advise_case
-from .digests import METADATA_FILE, DigestProblem, ReadBudget, case_twins, inspect_package, read_file, templates_there
+from .digests import (
+    METADATA_FILE,
+    DigestProblem,
+    ReadBudget,
+    case_twins,
+    id_problem,
+    inspect_package,
+    read_file,
+    templates_there,
+)  # fmt: skip
 from .errors import (
     AdapterNotFoundError,
     DeviceError,
@@ -109,8 +118,9 @@ def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Pro
     manifest = _guarded(out, MANIFEST_FILE, _check_manifest, package, out)
     if manifest is not None:
         report.op_id = manifest.op_id
-        if metadata is not None and metadata.get("id") != manifest.op_id:
-            out.error(METADATA_FILE, "id", f"names op {metadata.get('id')!r} but the manifest is {manifest.op_id!r}")
+        mismatch = id_problem(metadata, manifest.op_id)  # the loader's own check and wording
+        if mismatch is not None:
+            out.error(METADATA_FILE, mismatch.json_path, mismatch.text)
     program = None
     device = None
     if gpu and manifest is not None:
