@@ -575,6 +575,28 @@ def test_metadata_json_nested_too_deeply_or_with_a_huge_number_is_a_problem_not_
         digests.write_metadata(root)
 
 
+def test_a_test_json_integer_of_thousands_of_digits_is_refused_in_the_librarys_words(tmp_path):
+    """A 5,000-digit seed in test.json had failed `test` and `validate` with Python's "Exceeds the limit
+    (4300 digits) for integer string conversion ...; use sys.set_int_max_str_digits()", which a
+    package author cannot follow."""
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import main
+
+    from conftest import copy_package
+
+    root = copy_package("com.microsoft.QuickGelu", tmp_path / "qg")
+    text = (root / "test.json").read_text("utf-8")
+    assert '"seed": 101' in text
+    (root / "test.json").write_text(text.replace('"seed": 101', '"seed": ' + "7" * 5000, 1), encoding="utf-8")
+    assert CliRunner().invoke(main, ["digest", str(root)]).exit_code == 0
+    for command in ("test", "validate"):
+        result = CliRunner().invoke(main, [command, str(root)])
+        assert result.exit_code != 0, result.output
+        assert "an integer of 5000 digits is beyond float64's range" in result.output, result.output
+        assert "expected a number of at most 309 digits" in result.output and "set_int_max_str_digits" not in result.output
+
+
 @pytest.mark.parametrize("spelt", ["NaN", "Infinity", "-INF", "+inf"])
 def test_a_misspelt_special_value_is_told_the_spelling(spelt) -> None:
     """"NaN" in values got only the schema's "is not valid under any of the given schemas"."""

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,17 @@ def _finite_float(text: str) -> float:
     return value
 
 
+#: The most digits of an integer float64 holds (its largest finite value is about 1.8e308): longer
+#: ones are refused before int() reads them, whose refusal past 4,300 digits gives Python's advice
+#: ("use sys.set_int_max_str_digits()"), which an author cannot follow.
+_FLOAT64_INT_DIGITS = len(str(int(sys.float_info.max)))
+
+
 def _float_sized_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > _FLOAT64_INT_DIGITS:
+        raise ValueError(f"the number {text[:40]}...: an integer of {digits} digits is beyond float64's range ("
+                         f"expected a number of at most {_FLOAT64_INT_DIGITS} digits)")
     value = int(text)
     try:
         float(value)  # 400 digits: valid JSON, but every reader turns numbers into float64 somewhere
