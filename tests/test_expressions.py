@@ -614,3 +614,17 @@ def test_a_chained_comparison_is_what_python_makes_of_it(source: str) -> None:
         return
     got = ev(source)
     assert got == want and type(got) is type(want), source
+
+
+@pytest.mark.parametrize("source, shown", [("1e300 ** 2", "1e+300 ** 2"), ("attrs.alpha ** 100", "1e+30 ** 100"),
+                                           ("-1e300 ** 3", "-1e+300 ** 3")])  # fmt: skip
+def test_a_power_past_float64_says_so_in_the_librarys_words(source, shown):
+    """Python's float ** raises where * gives inf: the ExpressionError had read "OverflowError: (34,
+    'Numerical result out of range')", naming neither the operation nor what was expected."""
+    with pytest.raises(ExpressionError) as info:
+        ev(source, attrs={"alpha": 1e30})
+    message = str(info.value)
+    assert f"{shown} is past float64's range" in message and "expected a result within float64's range" in message
+    assert "Numerical result" not in message and "OverflowError" not in message
+    assert ev("1e300 * 1e300") == float("inf")  # * and / give inf, as before (checked where the value is used)
+    assert ev("attrs.alpha ** 10", attrs={"alpha": 1e30}) == pytest.approx(1e300)

@@ -330,6 +330,19 @@ def test_int_of_a_non_finite_number_is_a_template_error_not_a_silent_default(wri
         {"X": meta((3,), f32)})["main"]  # a finite float still truncates
 
 
+@pytest.mark.parametrize("expression, shown", [("1e300 ** 2", "1e+300 ** 2"), ("(0 - 1e300) ** 3", "-1e+300 ** 3")])
+def test_a_power_past_float64_is_a_template_error_in_the_librarys_words(write_package, expression, shown):
+    """Python's float ** raises where * gives inf: the template error had read "OverflowError: (34,
+    'Numerical result out of range')", the C library's words, naming no operation."""
+    kernel = demo_with_template(write_package, f"// one\n// {{{{ {expression} }}}}\n" + DEMO_TEMPLATE)
+    with pytest.raises(errors.TemplateError) as info:
+        kernel.render({"X": meta((3,), f32)})
+    message = str(info.value)
+    assert info.value.line == 2 and f"{shown} is past float64's range" in message, message
+    assert "expected a result within float64's range" in message
+    assert "Numerical result" not in message and "OverflowError" not in message
+
+
 def test_a_non_finite_number_printed_by_an_included_template_names_that_file(write_package):
     """Pins "naming the template file (an included one's)" """
     manifest = json.loads(json.dumps(DEMO_MANIFEST))

@@ -28,6 +28,7 @@ from .sandbox import (
     MAX_SEQUENCE_LENGTH,
     MISPLACED_SLICE,
     BoundedSandbox,
+    OutOfFloatRange,
     SandboxViolation,
     harden,
     misplaced_slice,
@@ -256,6 +257,8 @@ class Expression:
         except RecursionError:
             raise ExpressionSandboxError("refused by the sandbox: nested too deeply", expression=self.source,
                                          where=self.where) from None  # fmt: skip
+        except OutOfFloatRange as exc:  # its message is the library's own: no exception name before it
+            raise ExpressionError(str(exc), expression=self.source, where=self.where) from None
         except (JinjaTemplateError, ArithmeticError, LookupError, TypeError, ValueError, AttributeError,
                 MemoryError) as exc:  # fmt: skip
             hint = _JOIN_HINT if isinstance(exc, TypeError) and _TUPLE_AND_LIST.search(str(exc)) else ""

@@ -57,6 +57,12 @@ class SandboxViolation(SecurityError):
         self.lineno = lineno
 
 
+class OutOfFloatRange(ArithmeticError):
+    """An operator whose float result is past float64's range. Python's float ``**`` raises
+    OverflowError in the C library's words ("(34, 'Numerical result out of range')") where ``*``
+    gives inf; the expression and template front ends show this message as it is."""
+
+
 # --- per-render budget ----------------------------------------------------------------------------
 
 #: Work units one template render may spend: each loop iteration costs the node count of the loop
@@ -338,7 +344,12 @@ class BoundedSandbox(SandboxedEnvironment):
             if isinstance(operand, Undefined):
                 operand._fail_with_undefined_error()
         self._precheck(operator_name, left, right)
-        result = self.check_value(_BINOPS[operator_name](left, right))
+        try:
+            result = self.check_value(_BINOPS[operator_name](left, right))
+        except OverflowError:  # operands are numbers here: a sequence's repetition was checked above
+            raise OutOfFloatRange(f"{short_repr(left, 40)} {operator_name} {short_repr(right, 40)} is past "
+                                  "float64's range: expected a result within float64's range (at most about "
+                                  "1.8e308 in magnitude); test the operands before the operation") from None  # fmt: skip
         if isinstance(result, (str, list, tuple)):
             charge_text(len(result))
         return result

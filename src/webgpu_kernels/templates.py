@@ -34,6 +34,7 @@ from .sandbox import (
     MAX_INT_BITS,
     MISPLACED_SLICE,
     BoundedSandbox,
+    OutOfFloatRange,
     SandboxViolation,
     charge_text,
     charge_work,
@@ -333,7 +334,7 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files
     # Where it failed: the innermost template line, in an included file too (the include line of
     # the top template had been named for a misspelt name inside the included file).
     shader, line = _innermost_template_line(exc.__traceback__) or (shader, None)
-    if isinstance(exc, NonFiniteText):
+    if isinstance(exc, (NonFiniteText, OutOfFloatRange)):  # messages in the library's words already
         return TemplateError(str(exc), file=shader, line=line)
     absent = _NO_ATTRIBUTE.match(str(exc)) if isinstance(exc, UndefinedError) else None
     if absent and read is not None and line is not None and isinstance(names, Mapping):
