@@ -96,6 +96,8 @@ def names_meant(extra: list[str], known: list[str]) -> str:
 def describe_value(value: Any) -> str:
     """The 'got' part of an InputError about a value (an attribute, a tunable, adapter=): its type
     and at most 60 characters of its repr (a 4096-character string tunable must not fill the message)."""
+    if isinstance(value, int) and not isinstance(value, bool):  # past 4,300 digits repr() refuses
+        return f"{type_name(value)} {short_repr(value, 60)}"
     try:
         text = repr(value)
     except Exception:  # a caller's object whose repr fails still gets a clear error

@@ -65,6 +65,11 @@ def read_bounded(path: Path, limit: int) -> bytes:
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
+class _RefusedValue(ValueError):
+    """Valid JSON this reader refuses (a number past float64, a repeated key): said as it is, not
+    called invalid JSON."""
+
+
 def _refuse_constant(name: str) -> Any:
     # Python's reader takes NaN, Infinity and -Infinity, which JSON has not: an infinite test.json
     # tolerance would pass any output (test.json spells special values "nan", "inf", "-inf").
@@ -74,7 +79,7 @@ def _refuse_constant(name: str) -> Any:
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):  # 1e400: valid JSON, but float64 makes it infinite
-        raise ValueError(f"the number {text[:40]} is beyond float64's range")
+        raise _RefusedValue(f"the number {text[:40]} is beyond float64's range")
     return value
 
 
@@ -87,13 +92,13 @@ _FLOAT64_INT_DIGITS = len(str(int(sys.float_info.max)))
 def _float_sized_int(text: str) -> int:
     digits = len(text.lstrip("-"))
     if digits > _FLOAT64_INT_DIGITS:
-        raise ValueError(f"the number {text[:40]}...: an integer of {digits} digits is beyond float64's range ("
+        raise _RefusedValue(f"the number {text[:40]}...: an integer of {digits} digits is beyond float64's range ("
                          f"expected a number of at most {_FLOAT64_INT_DIGITS} digits)")
     value = int(text)
     try:
         float(value)  # 400 digits: valid JSON, but every reader turns numbers into float64 somewhere
     except OverflowError:
-        raise ValueError(f"the number {text[:40]}... is beyond float64's range") from None
+        raise _RefusedValue(f"the number {text[:40]}... is beyond float64's range") from None
     return value
 
 
@@ -105,7 +110,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise ValueError(f"the key {shorten(key, 60)!r} appears more than once in one object")
+                raise _RefusedValue(f"the key {shorten(key, 60)!r} appears more than once in one object")
             seen.add(key)
     return value
 
@@ -131,5 +136,7 @@ def decode_json(data: bytes) -> Any:
         raise ValueError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+    except _RefusedValue as exc:
+        raise ValueError(str(exc)) from None
     except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
         raise ValueError(f"invalid JSON: {str(exc)[:200]}") from None
