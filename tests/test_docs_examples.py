@@ -511,6 +511,52 @@ def test_errors_md_class_examples_are_real(tmp_path: Path) -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def _bad_input_messages() -> dict[str, str]:
+    """docs/errors.md "Bad input, case by case": the first cell of each row -> the first message
+    quoted in its last cell."""
+    text = (REPO_ROOT / "docs/errors.md").read_text(encoding="utf-8")
+    table = text[text.index("## Bad input, case by case"):]
+    rows = {}
+    for line in table.splitlines():
+        cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
+        quoted = re.search(r"`([^`]+)`", cells[-1]) if len(cells) == 3 else None
+        if quoted:
+            rows[cells[0].strip()] = quoted[1].replace("\\|", "|")
+    return rows
+
+
+def test_errors_md_bad_input_attribute_rows_are_real() -> None:
+    """The attribute, tunable and option rows of the bad-input table quote what a QuickGelu or
+    BiasAdd call says (a trailing ``...`` stands for the rest): the row for ``alpha=10**400`` had
+    kept ``got int 1000...`` after such an integer came to be shown by its size."""
+    rows = _bad_input_messages()
+    gelu, bias_add = wk.get_kernel("com.microsoft.QuickGelu"), wk.get_kernel("com.microsoft.BiasAdd")
+    x = {"X": np.ones(8, np.float32)}
+    xbs = {"X": np.ones((2, 3, 8), np.float32), "bias": np.ones(8, np.float32), "skip": np.ones((2, 3, 8), np.float32)}
+    calls = {
+        "float attribute given an integer past the f32 range": lambda: gelu(x, attrs={"alpha": 10**400}),
+        "integer tunable of 2^63 or more": lambda: gelu(x, tunables={"WORKGROUP_SIZE": 2**63}),
+        "non-finite attribute": lambda: gelu(x, attrs={"alpha": float("nan")}),
+        "attribute of the wrong kind": lambda: gelu(x, attrs={"alpha": "1.7"}),
+        "unknown attribute": lambda: gelu(x, attrs={"beta": 1.0}),
+        "an attribute for a kernel without attributes": lambda: bias_add(xbs, attrs={"alpha": 1.0}),
+        "attributes not a dict": lambda: gelu(x, attrs=[("alpha", 1.0)]),
+        "unknown tunable": lambda: gelu(x, tunables={"TILE": 1}),
+        "fractional / string tunable": lambda: gelu(x, tunables={"WORKGROUP_SIZE": 1.5}),
+        "bad `output=`": lambda: gelu(x, output="torch"),
+        "`variant=` or `adapter=` not a string": lambda: gelu(x, variant=["scalar"]),
+    }  # fmt: skip
+    wrong = []
+    for start, call in calls.items():
+        shown = next(message for row, message in rows.items() if row.startswith(start))
+        with pytest.raises(wk.KernelError) as caught:
+            call()
+        said = str(caught.value)
+        if not (said == shown or (shown.endswith("...") and said.startswith(shown[:-3]))):
+            wrong.append(f"docs/errors.md: the row {start!r} quotes {shown!r}, the library says {said!r}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_readme_names_every_example_package() -> None:
     """README's list of tests/packages had said nine while eleven were there (ArgMax and Attention
     left out): each package folder is named there, and the count in words is the folders'."""
@@ -566,9 +612,12 @@ def test_a_broken_link_or_anchor_is_found(tmp_path: Path) -> None:
 
 
 def test_every_relative_link_in_the_docs_resolves() -> None:
-    """README.md's and docs/'s links to files (docs/perf's raw logs, the packages) and to headings:
-    the performance docs link over a hundred raw files, and headings are renamed as runs are added."""
-    docs = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+    """README.md's, docs/', examples/ and scripts/redteam/'s links to files (docs/perf's raw logs, the
+    packages) and to headings: the performance docs link over a hundred raw files, and headings are
+    renamed as runs are added."""
+    docs = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md")),
+            *[doc for doc in (REPO_ROOT / "examples" / "README.md", REPO_ROOT / "scripts" / "redteam" / "README.md")
+              if doc.is_file()]]  # the sdist leaves scripts/redteam out
     broken = {str(doc.relative_to(REPO_ROOT)): links for doc in docs if (links := _broken_links(doc))}
     if not (REPO_ROOT / "docs" / "perf").is_dir():  # the sdist leaves the run logs out (MANIFEST.in)
         broken = {doc: kept for doc, links in broken.items() if (kept := [x for x in links if "perf/" not in x])}
