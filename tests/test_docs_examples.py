@@ -557,6 +557,25 @@ def test_errors_md_bad_input_attribute_rows_are_real() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_binding_counts_the_docs_quote_are_the_packages() -> None:
+    """format.md and security.md set the 4,096-binding bound beside what this repository's packages
+    hold: they had said at most 50 (demo.LayerNorm) after demo.Conv came with 135."""
+    from webgpu_kernels.manifest import expanded_bindings
+    from webgpu_kernels.reading import decode_json
+
+    def counts(folders: list[Path]) -> dict[str, int]:
+        return {f.name: expanded_bindings(decode_json((f / "manifest.json").read_bytes()))[0] for f in folders}
+
+    shipped = counts(sorted(embedded_root().iterdir()))
+    tests = counts(sorted(p for p in (REPO_ROOT / "tests/packages").iterdir() if (p / "manifest.json").is_file()))
+    largest = max(tests, key=tests.__getitem__)
+    claim = (f"the shipped manifests hold {max(shipped.values())}, the test packages' at most "
+             f"{tests[largest]}, {largest}'s")
+    for doc in ("docs/format.md", "docs/security.md"):
+        text = " ".join((REPO_ROOT / doc).read_text(encoding="utf-8").split())
+        assert claim in text, f"{doc} should say {claim!r}"
+
+
 def test_readme_names_every_example_package() -> None:
     """README's list of tests/packages had said nine while eleven were there (ArgMax and Attention
     left out): each package folder is named there, and the count in words is the folders'."""
