@@ -725,10 +725,10 @@ def test_the_download_fetches_the_commit_the_listing_checked(server, monkeypatch
     listed = {}
 
     def listing(repo_id, rev, **kwargs):
-        listed["commit"] = real_listing(repo_id, rev, **kwargs)
+        listed["commit"] = real_listing(repo_id, rev, **kwargs).commit
         monkeypatch.setattr(hub_server.HubServer, "_lookup",
                             lambda self, repo, r: False if r == "v1" else real_lookup(self, repo, r))
-        return listed["commit"]
+        return hub.Listed(listed["commit"], None)
 
     monkeypatch.setattr(hub, "_check_listing", listing)
     package = wk.get_kernel(OFFICIAL, version=1).package
@@ -1402,3 +1402,61 @@ def test_the_per_repository_load_locks_do_not_outlive_their_loads(server):
             hub.load(OFFICIAL, revision=f"no-such-branch-{i}")
     assert wk.get_kernel(OFFICIAL, version=1).op_id == OP_ID
     assert hub._loading == {}
+
+
+# --- helper-197's red team: bytes past the listing, an interrupted download ---------------------------
+
+
+def test_a_file_served_larger_than_listed_stops_at_the_listings_bytes(server, hub_root, hub_env, monkeypatch):
+    """The listing checked before the download says 10 bytes; the server then sends 2 MiB (it
+    could send gigabytes: huggingface_hub writes every byte, then compares the size with the HEAD's,
+    the server's word too). The download stops once it passes what the listing announced, and
+    nothing of it stays."""
+    import huggingface_hub.constants
+
+    import hub_server
+
+    pkg = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR
+    (pkg / "notes.txt").write_bytes(b"n" * (2 << 20))  # no content file: never read, so no digest catches it
+    server.rescan()
+    original = hub_server._entry
+
+    def entry(folder, p):
+        out = original(folder, p)
+        return {**out, "size": 10} if p.name == "notes.txt" else out
+
+    monkeypatch.setattr(hub_server, "_entry", entry)
+    monkeypatch.setattr(huggingface_hub.constants, "DOWNLOAD_CHUNK_SIZE", 64 << 10)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # a disabled bar is still counted
+    with pytest.raises(HubError, match=r"sent more than the \d+ bytes its listing of build/webgpu/ announced") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.repo_id == OFFICIAL and info.value.revision == "v1"
+    assert cache_state(hub_env) == {}, "a partial download stayed"
+
+
+def test_an_interrupted_download_leaves_the_cache_as_it_was(server, hub_env, monkeypatch):
+    """Ctrl-C (or any exception that is no KernelError) in the middle of the files: the files fetched
+    before it, the commit's tree listing and a partial snapshot had stayed in the cache."""
+    import huggingface_hub.file_download
+
+    dev = wk.get_kernel(OFFICIAL, revision="dev")
+    before = cache_state(hub_env)
+    original = huggingface_hub.file_download.http_get
+    calls: list[str] = []
+
+    def interrupted(url, temp_file, **kwargs):
+        calls.append(url)
+        if len(calls) == 2:
+            temp_file.write(b"half")
+            raise KeyboardInterrupt
+        return original(url, temp_file, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub.file_download, "http_get", interrupted)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    hub_root_v1 = server.commit_of(OFFICIAL, "v1")
+    with pytest.raises(KeyboardInterrupt):
+        wk.get_kernel(OFFICIAL, revision=hub_root_v1)
+    assert len(calls) >= 2
+    assert cache_state(hub_env) == before
+    go_offline(monkeypatch)
+    assert wk.get_kernel(OFFICIAL, revision="dev").package.commit == dev.package.commit

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from . import hub_cache, hub_errors
 from .digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE, is_content_file, package_files
@@ -156,7 +156,7 @@ def download(
 
 def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | None, token: Any,
                      version: int | None, revision: str | None, accept: Callable[[HubPackage], object] | None,
-                     listed: str | None, unreached: Exception | None, unlisted: Exception | None,
+                     listed: Listed | None, unreached: Exception | None, unlisted: Exception | None,
                      offline: bool) -> HubPackage:  # fmt: skip
     """:func:`download`'s fetch, open and undo, under the repository's lock: nothing another process
     of this library writes to the repository's cache folder can come between its CacheUndo's
@@ -168,7 +168,8 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
                                        unlisted=unlisted, version=version if revision is None else None,
                                        offline=offline)  # fmt: skip
         from_cache = cache_reason is not None
-    except HubError:
+    except BaseException:  # a HubError, and Ctrl-C or any other exception midway: what the download wrote
+        # had stayed (a partial snapshot, its tree listing, a half-written blob)
         if undo is not None:
             undo.restore()
         raise
@@ -218,6 +219,10 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
         if repo_id not in str(exc):  # a manifest's error names the snapshot's file, perhaps just removed
             exc.add_note(f"in {repo_id} at revision {rev!r} (commit {commit})")
         raise
+    except BaseException:  # Ctrl-C while the package opens: the download is not kept either
+        if undo is not None:
+            undo.restore()
+        raise
     return package
 
 
@@ -260,7 +265,7 @@ def require_kernel_repos() -> None:
 
 
 def _listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any,
-             version: int | None) -> tuple[str | None, Exception | None, Exception | None]:  # fmt: skip
+             version: int | None) -> tuple[Listed | None, Exception | None, Exception | None]:  # fmt: skip
     """The commit the endpoint names for ``rev`` once its listing is checked (:func:`_check_listing`);
     when the endpoint could not be reached, why (the cache then answers); when it answered but named
     no commit (a 401, 403, 429, 5xx, a pinned commit it no longer has), its answer (snapshot_download
@@ -278,7 +283,7 @@ def _listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any,
         raise hub_errors.no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
 
 
-def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, listed: str | None,
+def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, listed: Listed | None,
               unreached: Exception | None, unlisted: Exception | None, version: int | None,
               offline: bool) -> tuple[str, str | None]:  # fmt: skip
     """The snapshot folder of ``rev`` (``listed``: the commit :func:`_listing` checked), and, when it
@@ -291,19 +296,22 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
     where = endpoint or DEFAULT_ENDPOINT
     what = f"contract version {version} (revision {rev!r})" if version is not None else f"revision {rev!r}"
     cache_dir = cache_dir_for(endpoint)
+    commit = listed.commit if listed is not None else None
+    bound = listed.size if listed is not None and listed.size is not None else MAX_PACKAGE_BYTES
     try:
         # The commit the listing checked, not `rev` again: a branch moved between the two requests
         # had downloaded a commit no listing checked, reported as the cache's (helper-27).
         path = snapshot_download(
-            repo_id, repo_type=REPO_TYPE, revision=listed or rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
+            repo_id, repo_type=REPO_TYPE, revision=commit or rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
             cache_dir=str(cache_dir), endpoint=endpoint, local_files_only=offline or unreached is not None, token=token,
             library_name="webgpu-kernels", library_version=library_version(),
+            tqdm_class=_bounded_progress(bound, repo_id, rev, where, listed=listed is not None),
         )  # fmt: skip
-        if listed is not None and Path(path).name == listed != rev:
-            hub_cache.point_ref(endpoint, repo_id, rev, listed)  # as a download of `rev` records it, for offline use
+        if commit is not None and Path(path).name == commit != rev:
+            hub_cache.point_ref(endpoint, repo_id, rev, commit)  # as a download of `rev` records it, for offline use
         # From the Hub only if it is the commit the Hub named: snapshot_download serves the cache
         # on its own when its requests fail (a 4xx included), and then the listing cannot tell.
-        if listed is not None and Path(path).name == listed:
+        if commit is not None and Path(path).name == commit:
             return path, None
         return path, hub_errors.cache_reason(where, offline=offline, unreached=unreached, unlisted=unlisted)
     except LocalEntryNotFoundError as exc:
@@ -337,6 +345,35 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
                            f"({refused}), so the download cannot be stored there: set HF_HOME or HF_HUB_CACHE to a "
                            "folder of your own", repo_id=repo_id, revision=rev) from exc  # fmt: skip
         raise hub_errors.request_error(exc, repo_id, rev, endpoint=endpoint, token=token, version=version) from exc
+
+
+def _bounded_progress(bound: int, repo_id: str, rev: str, where: str, *, listed: bool) -> type:
+    """A progress bar class for snapshot_download whose byte bars refuse to count past ``bound``.
+    huggingface_hub writes every byte a file's answer carries and only then compares their count
+    with the HEAD's, the server's word too; its bars are updated with each chunk before the chunk
+    is written, so raising there stops a server sending more than it listed (gigabytes, or no end)
+    within one chunk (10 MB), and the download's undo removes what was written."""
+    from huggingface_hub.utils import tqdm as hf_tqdm
+
+    said = (f"sent more than the {bound} bytes its listing of {PACKAGE_DIR}/ announced" if listed else
+            f"sent more than the {bound} bytes a package may hold")  # fmt: skip
+
+    class BoundedProgress(hf_tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.counted = 0
+            self.of_bytes = kwargs.get("unit") == "B"  # read here: a disabled tqdm keeps no unit
+            super().__init__(*args, **kwargs)
+
+        def update(self, n: float | None = 1) -> bool | None:
+            if self.of_bytes:  # a bar of bytes; the other counts files
+                self.counted += int(n or 0)
+                if self.counted > bound:
+                    raise HubError(f"{repo_id} revision {rev!r}: {where} {said}, so the download was stopped "
+                                   f"after {self.counted} bytes: tell the repository's authors, or its host",
+                                   repo_id=repo_id, revision=rev)  # fmt: skip
+            return super().update(n)
+
+    return BoundedProgress
 
 
 class _NoSuchRevision(Exception):
@@ -375,12 +412,21 @@ def metadata_timeout() -> float:
     return float(getattr(constants, "DEFAULT_ETAG_TIMEOUT", 10))
 
 
-def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> str | None:
+class Listed(NamedTuple):
+    """What :func:`_check_listing` checked: the commit the endpoint named, and the bytes its listing
+    of PACKAGE_DIR/ announced (None when the folder could not be listed)."""
+
+    commit: str
+    size: int | None
+
+
+def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) -> Listed:
     """Refuse, before anything is downloaded, a package the Hub lists as larger than a package may
     be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each, content files of MAX_PACKAGE_BYTES together):
     they would be refused after the download, once they had filled the disk. (The listing is the
-    server's word: a file listed smaller than it is still downloads in full, then is refused.)
-    Returns the commit the endpoint named for the revision; raises _NotListed with its answer when
+    server's word: a server sending more bytes than it listed is stopped at the listing's total,
+    :func:`_bounded_progress`.) Returns the commit the endpoint named for the revision and the
+    bytes listed; raises _NotListed with its answer when
     it named none (it does not list the revision, perhaps a pinned commit it no longer has, still
     cached; or it answered an error: snapshot_download says which), _Unreachable when the endpoint
     could not be reached or did not answer in time."""
@@ -417,9 +463,9 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
                     break
     except Exception:  # noqa: BLE001 - no such folder, a refusal: snapshot_download reports it (or
         # serves the cache, which the commit it returns then tells)
-        return commit
+        return Listed(commit, None)
     check_listed(repo_id, rev, [(e.path, e.size) for e in files])
-    return commit
+    return Listed(commit, sum(e.size for e in files if e.size is not None))
 
 
 def check_listed(repo_id: str, rev: str, files: list[tuple[str, int]], *, upload: bool = False) -> None:
