@@ -662,3 +662,26 @@ def test_lock_writes_through_the_users_own_link(server, tmp_path, project):
     assert _cli("lock", str(project))[0] == 0
     assert link.is_symlink() and len(hub_lock.read_lockfile(kept)) == 2
     assert hub_lock.check_lock(project).up_to_date
+
+
+def test_lock_stops_a_metadata_json_sent_larger_than_listed(server, hub_root, tmp_path, monkeypatch):
+    """paths-info says build/webgpu/metadata.json is 100 bytes, then the server sends 2 MiB (it could
+    send gigabytes): huggingface_hub had written it all to the temporary folder before lock's size
+    check read it (helper-197)."""
+    import huggingface_hub.constants
+
+    import hub_server
+
+    path = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "metadata.json"
+    path.write_bytes(path.read_bytes() + b" " * (2 << 20))  # the same JSON, padded
+    server.rescan()
+    original = hub_server._entry
+    monkeypatch.setattr(hub_server, "_entry",
+                        lambda folder, p: {**original(folder, p), "size": 100} if p.name == "metadata.json" else original(folder, p))
+    monkeypatch.setattr(huggingface_hub.constants, "DOWNLOAD_CHUNK_SIZE", 64 << 10)
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
+    with pytest.raises(HubError, match=r"sent more than the 100 bytes its listing of build/webgpu/metadata\.json "
+                                       r"announced, so the download was stopped after \d+ bytes") as info:
+        hub_lock.lock_project(project)
+    assert info.value.repo_id == OFFICIAL and info.value.revision == "v1"
+    assert not (project / "webgpu-kernels.lock").exists()

@@ -305,7 +305,8 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
             repo_id, repo_type=REPO_TYPE, revision=commit or rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
             cache_dir=str(cache_dir), endpoint=endpoint, local_files_only=offline or unreached is not None, token=token,
             library_name="webgpu-kernels", library_version=library_version(),
-            tqdm_class=_bounded_progress(bound, repo_id, rev, where, listed=listed is not None),
+            tqdm_class=bounded_progress(bound, repo_id, rev, f"{where} sent more than the {bound} bytes " + (
+                f"its listing of {PACKAGE_DIR}/ announced" if listed is not None else "a package may hold")),
         )  # fmt: skip
         if commit is not None and Path(path).name == commit != rev:
             hub_cache.point_ref(endpoint, repo_id, rev, commit)  # as a download of `rev` records it, for offline use
@@ -347,16 +348,14 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
         raise hub_errors.request_error(exc, repo_id, rev, endpoint=endpoint, token=token, version=version) from exc
 
 
-def _bounded_progress(bound: int, repo_id: str, rev: str, where: str, *, listed: bool) -> type:
-    """A progress bar class for snapshot_download whose byte bars refuse to count past ``bound``.
+def bounded_progress(bound: int, repo_id: str, rev: str, said: str) -> type:
+    """A progress bar class for huggingface_hub's downloads (``tqdm_class=``) whose byte bars refuse
+    to count past ``bound``, with a HubError "<said>, so the download was stopped after N bytes".
     huggingface_hub writes every byte a file's answer carries and only then compares their count
     with the HEAD's, the server's word too; its bars are updated with each chunk before the chunk
     is written, so raising there stops a server sending more than it listed (gigabytes, or no end)
-    within one chunk (10 MB), and the download's undo removes what was written."""
+    within one chunk (10 MB). The caller removes what was written."""
     from huggingface_hub.utils import tqdm as hf_tqdm
-
-    said = (f"sent more than the {bound} bytes its listing of {PACKAGE_DIR}/ announced" if listed else
-            f"sent more than the {bound} bytes a package may hold")  # fmt: skip
 
     class BoundedProgress(hf_tqdm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -365,11 +364,11 @@ def _bounded_progress(bound: int, repo_id: str, rev: str, where: str, *, listed:
             super().__init__(*args, **kwargs)
 
         def update(self, n: float | None = 1) -> bool | None:
-            if self.of_bytes:  # a bar of bytes; the other counts files
+            if self.of_bytes:  # a bar of bytes; snapshot_download's other one counts files
                 self.counted += int(n or 0)
                 if self.counted > bound:
-                    raise HubError(f"{repo_id} revision {rev!r}: {where} {said}, so the download was stopped "
-                                   f"after {self.counted} bytes: tell the repository's authors, or its host",
+                    raise HubError(f"{repo_id} revision {rev!r}: {said}, so the download was stopped after "
+                                   f"{self.counted} bytes: tell the repository's authors, or its host",
                                    repo_id=repo_id, revision=rev)  # fmt: skip
             return super().update(n)
 
@@ -425,7 +424,7 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     be (MAX_PACKAGE_FILES files of MAX_FILE_BYTES each, content files of MAX_PACKAGE_BYTES together):
     they would be refused after the download, once they had filled the disk. (The listing is the
     server's word: a server sending more bytes than it listed is stopped at the listing's total,
-    :func:`_bounded_progress`.) Returns the commit the endpoint named for the revision and the
+    :func:`bounded_progress`.) Returns the commit the endpoint named for the revision and the
     bytes listed; raises _NotListed with its answer when
     it named none (it does not list the revision, perhaps a pinned commit it no longer has, still
     cached; or it answered an error: snapshot_download says which), _Unreachable when the endpoint

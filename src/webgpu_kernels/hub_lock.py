@@ -236,9 +236,13 @@ def _metadata_bytes(api: Any, repo_id: str, commit: str, rev: str) -> bytes:
             raise HubError(f"{repo_id} revision {rev!r}: {name} is {file.size} bytes, more than a package file may "
                            f"be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="webgpu-kernels-lock-") as tmp:
+            # Bounded by the listed size as it is written: huggingface_hub had written whatever the
+            # server sent into the temporary folder before the size check below read it (helper-197)
+            said = f"{api.endpoint or DEFAULT_ENDPOINT} sent more than the {file.size} bytes its listing of {name} announced"
             path = hf_hub_download(repo_id, name, repo_type=REPO_TYPE, revision=commit, cache_dir=tmp,
                                    endpoint=api.endpoint, library_name="webgpu-kernels",
-                                   library_version=hub.library_version())  # fmt: skip
+                                   library_version=hub.library_version(),
+                                   tqdm_class=hub.bounded_progress(file.size, repo_id, rev, said))  # fmt: skip
             with open(path, "rb") as handle:
                 data = handle.read(MAX_FILE_BYTES + 1)
     except HubError:
