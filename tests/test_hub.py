@@ -1407,6 +1407,23 @@ def test_the_per_repository_load_locks_do_not_outlive_their_loads(server):
 # --- helper-197's red team: bytes past the listing, an interrupted download ---------------------------
 
 
+@pytest.mark.parametrize("name, words", [
+    ("build/webgpu/" + "a" * 252 + ".txt", "a segment of 256 bytes"),
+    ("build/webgpu/" + ("d" * 200 + "/") * 6 + "x.txt", "1211 characters long"),
+])  # fmt: skip
+def test_a_listed_name_too_long_for_a_file_system_is_refused_before_anything_is_written(server, hub_env, monkeypatch,
+                                                                                       name, words):  # fmt: skip
+    """A name no common file system holds (a segment past 255 bytes, a path past 1024 characters)
+    passed the listing's check: every other file was fetched, then, on the Hub, huggingface_hub's write
+    of that one failed (ENAMETOOLONG, 'download ... failed: OSError'; this stand-in cannot serve it)."""
+    list_also(monkeypatch, name)
+    with pytest.raises(HubError, match=f"{words}.*refused before anything was downloaded") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.repo_id == OFFICIAL
+    assert not any("/resolve/" in path for _, path in server.requests), "a file was downloaded"
+    assert not (hub_env / "hub").exists()
+
+
 def test_a_file_served_larger_than_listed_stops_at_the_listings_bytes(server, hub_root, hub_env, monkeypatch):
     """The listing checked before the download says 10 bytes; the server then sends 2 MiB (it
     could send gigabytes: huggingface_hub writes every byte, then compares the size with the HEAD's,

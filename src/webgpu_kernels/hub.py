@@ -31,7 +31,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from . import hub_cache, hub_errors
-from .digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, MAX_PACKAGE_FILES, METADATA_FILE, is_content_file, package_files
+from .digests import (
+    MAX_FILE_BYTES,
+    MAX_NAME_LENGTH,
+    MAX_PACKAGE_BYTES,
+    MAX_PACKAGE_FILES,
+    MAX_SEGMENT_LENGTH,
+    METADATA_FILE,
+    is_content_file,
+    package_files,
+)
 from .errors import DigestError, HubError, KernelError, PackageError
 from .forks import fresh_in_child
 from .hub_cache import (
@@ -508,6 +517,13 @@ def _name_problem(path: str) -> str | None:
         return f"leaves {PACKAGE_DIR}/ (a '..' segment)"
     if "\\" in rel or "\x00" in rel or "" in segments or "." in segments:
         return f"is no plain name below {PACKAGE_DIR}/ (a backslash, NUL, empty or '.' segment)"
+    # What no common file system holds (and a package may not name): the other files were fetched,
+    # then huggingface_hub's write of this one failed (ENAMETOOLONG), a bare 'OSError' (helper-197)
+    if len(rel) > MAX_NAME_LENGTH:
+        return f"is {len(rel)} characters long, more than a package file name may be ({MAX_NAME_LENGTH})"
+    longest = max(len(segment.encode()) for segment in segments)
+    if longest > MAX_SEGMENT_LENGTH:
+        return f"has a segment of {longest} bytes, more than a file system holds ({MAX_SEGMENT_LENGTH})"
     return None
 
 
