@@ -1477,3 +1477,28 @@ def test_an_interrupted_download_leaves_the_cache_as_it_was(server, hub_env, mon
     assert cache_state(hub_env) == before
     go_offline(monkeypatch)
     assert wk.get_kernel(OFFICIAL, revision="dev").package.commit == dev.package.commit
+
+
+@pytest.mark.parametrize("header", ["ETag", "X-Linked-Etag"])
+def test_an_etag_that_is_a_path_out_of_the_cache_is_refused_and_its_file_removed(server, hub_env, monkeypatch, tmp_path,
+                                                                                header):  # fmt: skip
+    """huggingface_hub makes a file's ETag (the HEAD's answer, the server's word) the name of its blob,
+    unchecked: an ETag of '../../../../planted-197' wrote the file's bytes outside the Hugging Face
+    cache (any path this user may write: a .pth file in site-packages runs at the next Python start),
+    and the package loaded. The load is refused, naming the file and where it was written, and the
+    file it wrote is removed (helper-197)."""
+    import hub_server
+
+    original = hub_server._Handler.send_header
+
+    def send_header(self, key, value):
+        if key == "ETag" and "/resolve/" in self.path and self.path.endswith("/bench.json"):
+            key, value = header, '"../../../../planted-197"'
+        return original(self, key, value)
+
+    monkeypatch.setattr(hub_server._Handler, "send_header", send_header)
+    with pytest.raises(HubError, match=r"named the ETag '\.\./\.\./\.\./\.\./planted-197' for build/webgpu/bench\.json") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.repo_id == OFFICIAL and "planted-197 (removed)" in str(info.value)
+    assert not [p for p in tmp_path.rglob("*planted-197*")], "the file written outside the cache stayed"
+    assert cache_state(hub_env) == {}

@@ -685,3 +685,28 @@ def test_lock_stops_a_metadata_json_sent_larger_than_listed(server, hub_root, tm
         hub_lock.lock_project(project)
     assert info.value.repo_id == OFFICIAL and info.value.revision == "v1"
     assert not (project / "webgpu-kernels.lock").exists()
+
+
+def test_lock_refuses_an_etag_that_is_a_path_out_of_its_folder(server, tmp_path, monkeypatch):
+    """lock's metadata.json comes through hf_hub_download too, into a temporary folder: an ETag of
+    '../../../x' wrote it beside that folder, where its removal did not reach (helper-197)."""
+    import tempfile
+
+    import hub_server
+
+    original = hub_server._Handler.send_header
+
+    def send_header(self, key, value):
+        if key == "ETag" and "/resolve/" in self.path:
+            value = '"../../../planted-197"'
+        return original(self, key, value)
+
+    monkeypatch.setattr(hub_server._Handler, "send_header", send_header)
+    scratch = tmp_path / "tmp" / "a"
+    scratch.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
+    with pytest.raises(HubError, match=r"named the ETag '\.\./\.\./\.\./planted-197' for build/webgpu/metadata\.json"):
+        hub_lock.lock_project(project)
+    assert not [p for p in tmp_path.rglob("*planted-197*")], "the file written outside the folder stayed"
+    assert not (project / "webgpu-kernels.lock").exists()

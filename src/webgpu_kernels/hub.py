@@ -41,7 +41,7 @@ from .digests import (
     is_content_file,
     package_files,
 )
-from .errors import DigestError, HubError, KernelError, PackageError
+from .errors import DigestError, HubError, KernelError, PackageError, printable, shorten
 from .forks import fresh_in_child
 from .hub_cache import (
     DEFAULT_ENDPOINT,
@@ -177,11 +177,15 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
                                        unlisted=unlisted, version=version if revision is None else None,
                                        offline=offline)  # fmt: skip
         from_cache = cache_reason is not None
-    except BaseException:  # a HubError, and Ctrl-C or any other exception midway: what the download wrote
-        # had stayed (a partial snapshot, its tree listing, a half-written blob)
+    except BaseException as exc:  # a HubError, and Ctrl-C or any other exception midway: what the download
+        # wrote had stayed (a partial snapshot, its tree listing, a half-written blob)
         if undo is not None:
+            for file, etag, where in undo.escaped():
+                exc.add_note(f"{where}: {file}, written there by its ETag {printable(shorten(repr(etag), 120))}")
             undo.restore()
         raise
+    if undo is not None:
+        refuse_escapes(undo, repo_id, rev, endpoint)
     snapshot = Path(path)
     commit = snapshot.name
     root = snapshot / PACKAGE_DIR
@@ -233,6 +237,19 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
             undo.restore()
         raise
     return package
+
+
+def refuse_escapes(undo: hub_cache.CacheUndo, repo_id: str, rev: str, endpoint: str | None) -> None:
+    """Refuse a download whose server named a file's ETag so that huggingface_hub wrote it outside
+    the cache (removed again, :meth:`~hub_cache.CacheUndo.escaped`), putting the cache back."""
+    escaped = undo.escaped()
+    if escaped:
+        undo.restore()
+        file, etag, where = escaped[0]
+        more = f" (and {len(escaped) - 1} more such files)" if len(escaped) > 1 else ""
+        raise HubError(f"{repo_id} revision {rev!r}: {endpoint or DEFAULT_ENDPOINT} named the ETag {printable(shorten(repr(etag), 120))} "
+                       f"for {file}, a path out of the Hugging Face cache, and huggingface_hub wrote the file there: "
+                       f"{where}{more}; refused: tell the repository's host", repo_id=repo_id, revision=rev)  # fmt: skip
 
 
 def _hub_digest_error(exc: DigestError, repo_id: str, commit: str, endpoint: str | None, *, cached: bool) -> DigestError:

@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import secrets
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
@@ -130,6 +131,7 @@ class CacheUndo:
             # file as one the server had just sent, and its change was blamed on the server, helper-36)
             self.folder = self.folder.resolve()
         self.entries = set(_entries_below(self.folder))
+        self.started_ns = time.time_ns()
         self.refs: dict[Path, bytes] = {}
         for path in _entries_below(self.folder / "refs"):
             with suppress(OSError):
@@ -155,6 +157,41 @@ class CacheUndo:
                         os.replace(tmp, path)
                     finally:
                         tmp.unlink(missing_ok=True)
+
+
+    def escaped(self) -> list[tuple[str, str, str]]:
+        """(file, ETag, where) for each snapshot link the download added that leads out of the
+        repository's ``blobs/``: huggingface_hub names a blob by the ETag the server answers, unchecked,
+        so an ETag '../../x' had written the file's bytes at x, outside the cache. Such a file is
+        removed when it was written since this record was taken (huggingface_hub writes no blob that
+        exists: an older file there is someone's own, and stays); ``where`` says which."""
+        blobs = self.folder / "blobs"
+        found = []
+        for link in sorted(set(_entries_below(self.folder / "snapshots")) - self.entries):
+            with suppress(OSError):
+                target = Path(os.path.normpath(link.parent / os.readlink(link))) if link.is_symlink() else None
+                if target is None or target.parent == blobs:
+                    continue
+                etag = os.path.relpath(target, blobs)
+                file = link.relative_to(self.folder / "snapshots").as_posix().split("/", 1)[-1]
+                # and its lock file, which huggingface_hub names after the ETag too
+                lock = Path(os.path.normpath(self.folder.parent / ".locks" / self.folder.name / f"{etag}.lock"))
+                removed = [path for path in (target, lock) if self._written_since(path) and _unlinked(path)]
+                found.append((file, etag, f"{target} ({'removed' if target in removed else 'left: it was there before'})"))
+        return found
+
+    def _written_since(self, path: Path) -> bool:
+        with suppress(OSError):
+            return path.is_file() and not path.is_symlink() and path.stat().st_ctime_ns >= self.started_ns
+        return False
+
+
+def _unlinked(path: Path) -> bool:
+    try:
+        path.unlink()
+    except OSError:
+        return False
+    return True
 
 
 def lock_timeout() -> int:

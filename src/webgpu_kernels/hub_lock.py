@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import hub, hub_errors
+from . import hub, hub_cache, hub_errors
 from .digests import MAX_FILE_BYTES, METADATA_FILE
 from .errors import DigestError, HubError, PackageError, shorten
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
@@ -235,7 +235,8 @@ def _metadata_bytes(api: Any, repo_id: str, commit: str, rev: str) -> bytes:
         if file.size > MAX_FILE_BYTES:
             raise HubError(f"{repo_id} revision {rev!r}: {name} is {file.size} bytes, more than a package file may "
                            f"be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
-        with tempfile.TemporaryDirectory(prefix="webgpu-kernels-lock-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="webgpu-kernels-lock-") as tmp, hub_cache.cache_folder(Path(tmp)):
+            undo = hub_cache.CacheUndo(api.endpoint, repo_id)  # the temporary folder's, for what leaves it
             # Bounded by the listed size as it is written: huggingface_hub had written whatever the
             # server sent into the temporary folder before the size check below read it (helper-197)
             said = f"{api.endpoint or DEFAULT_ENDPOINT} sent more than the {file.size} bytes its listing of {name} announced"
@@ -243,6 +244,7 @@ def _metadata_bytes(api: Any, repo_id: str, commit: str, rev: str) -> bytes:
                                    endpoint=api.endpoint, library_name="webgpu-kernels",
                                    library_version=hub.library_version(),
                                    tqdm_class=hub.bounded_progress(file.size, repo_id, rev, said))  # fmt: skip
+            hub.refuse_escapes(undo, repo_id, rev, api.endpoint)
             with open(path, "rb") as handle:
                 data = handle.read(MAX_FILE_BYTES + 1)
     except HubError:
