@@ -1424,6 +1424,25 @@ def test_a_listed_name_too_long_for_a_file_system_is_refused_before_anything_is_
     assert not (hub_env / "hub").exists()
 
 
+@pytest.mark.parametrize("size", ["10", [1], None, -1, True, 1.5])
+def test_a_listed_size_that_is_no_count_of_bytes_is_refused_before_anything_is_written(server, hub_env, monkeypatch,
+                                                                                       size):  # fmt: skip
+    """The listing's size of a file is the server's JSON: a string or a list had raised a raw
+    TypeError from the size check, and a file listed without a size (or a negative one) passed
+    the count and size bounds uncounted (helper-197)."""
+    import hub_server
+
+    original = hub_server._entry
+    monkeypatch.setattr(hub_server, "_entry", lambda folder, p: {**original(folder, p), "size": size}
+                        if p.name == "bench.json" else original(folder, p))  # fmt: skip
+    with pytest.raises(HubError, match=r"lists build/webgpu/bench\.json with the size .*, not a number of bytes: "
+                                       "refused before anything was downloaded") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.repo_id == OFFICIAL
+    assert not any("/resolve/" in path for _, path in server.requests), "a file was downloaded"
+    assert not (hub_env / "hub").exists()
+
+
 def test_a_file_served_larger_than_listed_stops_at_the_listings_bytes(server, hub_root, hub_env, monkeypatch):
     """The listing checked before the download says 10 bytes; the server then sends 2 MiB (it
     could send gigabytes: huggingface_hub writes every byte, then compares the size with the HEAD's,

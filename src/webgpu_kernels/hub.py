@@ -482,7 +482,7 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
     try:
         for entry in api.list_repo_tree(repo_id, path_in_repo=PACKAGE_DIR, recursive=True, revision=commit,
                                         repo_type=REPO_TYPE):  # fmt: skip
-            if isinstance(entry, RepoFile) and entry.size is not None:  # not a folder
+            if isinstance(entry, RepoFile):  # not a folder; its size is checked below, whatever it is
                 files.append(entry)
                 if len(files) > MAX_PACKAGE_FILES:
                     break
@@ -503,6 +503,13 @@ def check_listed(repo_id: str, rev: str, files: list[tuple[str, int]], *, upload
     if len(files) > MAX_PACKAGE_FILES:
         raise HubError(f"{repo_id} revision {rev!r}: {PACKAGE_DIR}/ holds more than {MAX_PACKAGE_FILES} files, "
                        "more than a kernel package may", repo_id=repo_id, revision=rev)  # fmt: skip
+    for path, size in files:
+        # The server's JSON: a string had raised a raw TypeError below, and a file listed without a
+        # size (or a negative one) passed the bounds uncounted (helper-197)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise HubError(f"{repo_id} revision {rev!r}: the {'package' if upload else 'repository'} lists {path} with "
+                           f"the size {shorten(repr(size), 40)}, not a number of bytes: refused before anything "
+                           f"was {done}", repo_id=repo_id, revision=rev)  # fmt: skip
     for path, _ in files:
         why = _name_problem(path)
         if why:  # huggingface_hub refuses a '..' name only when it comes to it, after fetching the others
