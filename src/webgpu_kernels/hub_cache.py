@@ -158,7 +158,6 @@ class CacheUndo:
                     finally:
                         tmp.unlink(missing_ok=True)
 
-
     def escaped(self) -> list[tuple[str, str, str]]:
         """(file, ETag, where) for each snapshot link the download added that leads out of the
         repository's ``blobs/``: huggingface_hub names a blob by the ETag the server answers, unchecked,
