@@ -29,7 +29,7 @@ MAX_MANIFEST_VALUES = 20_000
 #: uniform struct's fields counted too. A set is written once but checked, built and compiled for
 #: every pass that names it: one of 1,400 bindings named by 1,300 passes (252 KB, within the value
 #: bound) took 104 s and 1.3 GB to load, about 60 us per expanded binding. The packages in this
-#: repository hold at most 135 (demo.Conv's in tests/packages; the shipped ones 12); inline bindings cost 4 or
+#: repository hold at most 135 (a convolution's in tests/packages; the shipped ones 12); inline bindings cost 4 or
 #: more values each, so the value bound alone allows about as many as this.
 MAX_EXPANDED_BINDINGS = 4096
 
