@@ -687,6 +687,22 @@ def test_lock_stops_a_metadata_json_sent_larger_than_listed(server, hub_root, tm
     assert not (project / "webgpu-kernels.lock").exists()
 
 
+@pytest.mark.parametrize("size", ["100", None, -1, True, 1.5])
+def test_lock_refuses_a_metadata_json_listed_with_no_count_of_bytes(server, hub_root, tmp_path, monkeypatch, size):
+    """paths-info's size for metadata.json, the server's JSON: a string had been 'asking ... failed:
+    TypeError' (helper-197's note), as download's listing check now refuses such a size."""
+    import hub_server
+
+    original = hub_server._entry
+    monkeypatch.setattr(hub_server, "_entry",
+                        lambda folder, p: {**original(folder, p), "size": size} if p.name == "metadata.json" else original(folder, p))
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
+    with pytest.raises(HubError, match=r"lists build/webgpu/metadata\.json with the size .*, not a number of bytes") as info:
+        hub_lock.lock_project(project)
+    assert info.value.repo_id == OFFICIAL and "TypeError" not in str(info.value)
+    assert not (project / "webgpu-kernels.lock").exists()
+
+
 def test_lock_refuses_an_etag_that_is_a_path_out_of_its_folder(server, tmp_path, monkeypatch):
     """lock's metadata.json comes through hf_hub_download too, into a temporary folder: an ETag of
     '../../../x' wrote it beside that folder, where its removal did not reach (helper-197)."""

@@ -232,6 +232,7 @@ def _metadata_bytes(api: Any, repo_id: str, commit: str, rev: str) -> bytes:
         if file is None:
             raise HubError(f"{repo_id} revision {rev!r} (commit {commit}) has no {name}: not a WebGPU kernel package "
                            "(a Hub package must carry metadata.json)", repo_id=repo_id, revision=rev)  # fmt: skip
+        hub.check_listed(repo_id, rev, [(file.path, file.size)])  # a size that is no count of bytes, download's rule
         if file.size > MAX_FILE_BYTES:
             raise HubError(f"{repo_id} revision {rev!r}: {name} is {file.size} bytes, more than a package file may "
                            f"be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
