@@ -1521,3 +1521,34 @@ def test_an_etag_that_is_a_path_out_of_the_cache_is_refused_and_its_file_removed
     assert info.value.repo_id == OFFICIAL and "planted-197 (removed)" in str(info.value)
     assert not [p for p in tmp_path.rglob("*planted-197*")], "the file written outside the cache stayed"
     assert cache_state(hub_env) == {}
+
+
+def test_a_file_the_server_files_under_another_cached_commit_is_refused_and_that_copy_kept(server, hub_root, hub_env,
+                                                                                          monkeypatch):  # fmt: skip
+    """huggingface_hub files each downloaded file under the commit the server's HEAD answer names
+    (X-Repo-Commit), unchecked: naming another commit already cached (one a lock pins) had added a
+    file to that copy while the listed commit loaded, and the pinned copy then failed offline
+    ("present but not listed"). The load is refused and the cache left as it was (helper-199)."""
+    import hub_server
+
+    pinned = wk.get_kernel(OFFICIAL, version=1).package.commit
+    # v1 moves to a commit whose listing holds a file its metadata.json does not list
+    (hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "extra.json").write_text("{}", encoding="utf-8")
+    server.rescan()
+    assert server.commit_of(OFFICIAL, "v1") != pinned
+    before = cache_state(hub_env)
+    original = hub_server._Handler.send_header
+
+    def send_header(self, key, value):
+        if key == "X-Repo-Commit" and "/resolve/" in self.path and self.path.endswith("/extra.json"):
+            value = pinned
+        return original(self, key, value)
+
+    monkeypatch.setattr(hub_server._Handler, "send_header", send_header)
+    hub.clear_cache()
+    with pytest.raises(HubError, match=rf"named the commit {pinned} for build/webgpu/extra\.json") as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    assert info.value.repo_id == OFFICIAL and server.commit_of(OFFICIAL, "v1") in str(info.value)
+    assert cache_state(hub_env) == before
+    go_offline(monkeypatch)
+    assert wk.get_kernel(OFFICIAL, revision=pinned).package.commit == pinned

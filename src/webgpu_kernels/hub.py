@@ -184,10 +184,12 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
                 exc.add_note(f"{where}: {file}, written there by its ETag {printable(shorten(repr(etag), 120))}")
             undo.restore()
         raise
-    if undo is not None:
-        refuse_escapes(undo, repo_id, rev, endpoint)
     snapshot = Path(path)
     commit = snapshot.name
+    if undo is not None:
+        refuse_escapes(undo, repo_id, rev, endpoint)
+        if _COMMIT.match(commit):  # else refused below: the cache names no commit for it
+            refuse_other_commits(undo, repo_id, rev, endpoint, commit)
     root = snapshot / PACKAGE_DIR
     try:
         if not _COMMIT.match(commit):  # snapshot_download read an empty or garbled refs/<rev> and served
@@ -250,6 +252,21 @@ def refuse_escapes(undo: hub_cache.CacheUndo, repo_id: str, rev: str, endpoint: 
         raise HubError(f"{repo_id} revision {rev!r}: {endpoint or DEFAULT_ENDPOINT} named the ETag {printable(shorten(repr(etag), 120))} "
                        f"for {file}, a path out of the Hugging Face cache, and huggingface_hub wrote the file there: "
                        f"{where}{more}; refused: tell the repository's host", repo_id=repo_id, revision=rev)  # fmt: skip
+
+
+def refuse_other_commits(undo: hub_cache.CacheUndo, repo_id: str, rev: str, endpoint: str | None, commit: str) -> None:
+    """Refuse a download whose server named another commit for one of its files, so that huggingface_hub
+    filed it in the cache's copy of that commit (:meth:`~hub_cache.CacheUndo.beside`), putting the cache
+    back. Refused, not only tidied: the server contradicted the listing it gave, so nothing it sent is kept."""
+    beside = undo.beside(commit)
+    if beside:
+        undo.restore()
+        other, file = beside[0]
+        more = f" (and {len(beside) - 1} more such files)" if len(beside) > 1 else ""
+        raise HubError(f"{repo_id} revision {rev!r}: {endpoint or DEFAULT_ENDPOINT} named the commit {printable(shorten(other, 60))} "
+                       f"for {printable(shorten(file, 120))}{more}, not {commit}, the commit downloaded, and huggingface_hub filed the file in the "
+                       "cache's copy of that commit: removed, the cache is as it was; refused: tell the repository's host",
+                       repo_id=repo_id, revision=rev)  # fmt: skip
 
 
 def _hub_digest_error(exc: DigestError, repo_id: str, commit: str, endpoint: str | None, *, cached: bool) -> DigestError:

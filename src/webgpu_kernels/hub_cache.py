@@ -179,6 +179,19 @@ class CacheUndo:
                 found.append((file, etag, f"{target} ({'removed' if target in removed else 'left: it was there before'})"))
         return found
 
+    def beside(self, commit: str) -> list[tuple[str, str]]:
+        """(other commit, file) for each file the download added to the cache's copy of a commit other
+        than ``commit``, the one it returns: huggingface_hub files each file under the commit the
+        server's answer for it names (X-Repo-Commit), unchecked, so naming another cached commit (one a
+        lock pins) had added a file to that copy, which then failed offline ("present but not listed")."""
+        snapshots = self.folder / "snapshots"
+        found = []
+        for path in sorted(set(_entries_below(snapshots)) - self.entries):
+            parts = path.relative_to(snapshots).parts
+            if len(parts) > 1 and parts[0] != commit and (path.is_symlink() or not path.is_dir()):
+                found.append((parts[0], "/".join(parts[1:])))
+        return found
+
     def _written_since(self, path: Path) -> bool:
         with suppress(OSError):
             return path.is_file() and not path.is_symlink() and path.stat().st_ctime_ns >= self.started_ns
