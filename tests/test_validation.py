@@ -114,6 +114,18 @@ def test_one_template_mistake_every_variant_renders_is_one_error(qg: Path) -> No
     assert "no_such_name" in unnamed.message and "the same error" not in unnamed.message  # vec4_tail f16 only
 
 
+def _one_error_every_pair_fails(qg: Path, runner: CliRunner) -> tuple[dict, dict, set]:
+    """validate --json of a package whose six variant x dtype pairs all fail with one error: that
+    error, the whole report and the pairs."""
+    result = runner.invoke(main, ["validate", str(qg), "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    (error,) = [p for p in data["problems"] if p["severity"] == "error"]
+    pairs = {(c["variant"], c["dtype"]) for c in data["coverage"]}
+    assert len(pairs) == 6 and {c["status"] for c in data["coverage"]} == {"failed"}
+    return error, data, pairs
+
+
 def test_an_error_every_pair_shares_names_them_all_in_json_and_through_the_child(qg: Path, runner: CliRunner) -> None:
     """The message names four of the pairs that share an error; JUnit had read them from it, so a
     sixth's compile testcase got no error. `also` lists every one, in --json and from the child."""
@@ -121,12 +133,7 @@ def test_an_error_every_pair_shares_names_them_all_in_json_and_through_the_child
     head, sep, tail = template.read_text("utf-8").rpartition("fn quick_gelu(v: f32) -> f32 {\n")
     template.write_text(head + sep + "  let broken: f32 = 1u;\n" + tail, encoding="utf-8")
     digests.write_metadata(qg)
-    result = runner.invoke(main, ["validate", str(qg), "--json"])
-    assert result.exit_code == 1, result.output
-    data = json.loads(result.stdout)
-    (error,) = [p for p in data["problems"] if p["severity"] == "error"]
-    pairs = {(c["variant"], c["dtype"]) for c in data["coverage"]}
-    assert len(pairs) == 6 and {c["status"] for c in data["coverage"]} == {"failed"}
+    error, data, pairs = _one_error_every_pair_fails(qg, runner)
     assert len(error["also"]) == 5 and all(isinstance(pair, list) for pair in error["also"])
     assert {(error["variant"], error["dtype"]), *map(tuple, error["also"])} == pairs
     assert "the same error in 5 more variant x dtype: " in error["message"] and error["message"].endswith(" ...")
@@ -158,12 +165,7 @@ def test_a_render_error_every_pair_meets_is_one_error_naming_the_others(qg: Path
     template = qg / "quick-gelu.wgsl.jinja"
     template.write_text(template.read_text("utf-8").replace("const ALPHA", "{{ no_such_value }}\nconst ALPHA"), "utf-8")
     digests.write_metadata(qg)
-    result = runner.invoke(main, ["validate", str(qg), "--json"])
-    assert result.exit_code == 1, result.output
-    data = json.loads(result.stdout)
-    (error,) = [p for p in data["problems"] if p["severity"] == "error"]
-    pairs = {(c["variant"], c["dtype"]) for c in data["coverage"]}
-    assert len(pairs) == 6 and {c["status"] for c in data["coverage"]} == {"failed"}
+    error, _, pairs = _one_error_every_pair_fails(qg, runner)
     assert "does not render for variant" in error["message"] and "'no_such_value' is undefined" in error["message"]
     assert {(error["variant"], error["dtype"]), *map(tuple, error["also"])} == pairs
     assert "the same error in 5 more variant x dtype: " in error["message"]
@@ -183,6 +185,7 @@ def test_validate_stops_rendering_once_the_templates_took_their_time_in_all(qg: 
     assert f"{sum(c.cases for c in report.coverage) - 1} renders (case x variant) were not checked" in error.message
     monkeypatch.setattr(validation_gpu, "MAX_RENDER_SECONDS_IN_ALL", 60.0)
     assert not [p for p in validate_package(qg).errors if "in all" in p.message]
+
 
 # --- many problems at once ----------------------------------------------------------------------------
 
