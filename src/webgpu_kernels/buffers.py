@@ -575,14 +575,20 @@ class DeviceMemory:
 
     def _drop_batch(self) -> None:  # under the lock
         """Forget the open batch unsubmitted, lost as a failed flush's: the next record opens a new encoder."""
-        doomed, self._doomed = self._doomed, []
-        self._encoder = self._pass = None
-        self._pass_state = (None, None)
-        self._pending = 0
+        doomed = self._empty_recorder()
         self.lost_batches.add(self.batch)
         self.batch += 1
         for buffer in doomed:  # never to be submitted: no work reads them
             buffer.destroy()
+
+    def _empty_recorder(self) -> list[Any]:  # under the lock
+        """Forget the recorded work (a flush took its encoder and pass first); returns the buffers
+        released meanwhile, to destroy once no work can read them."""
+        self._encoder = self._pass = None
+        self._pass_state = (None, None)
+        self._pending = 0
+        doomed, self._doomed = self._doomed, []
+        return doomed
 
     def flush(self, then: Any = None) -> None:
         """Submit recorded work and pending writes; ``then(encoder)`` may append copies to the same
@@ -607,10 +613,7 @@ class DeviceMemory:
             doomed: list[Any] = []
             try:
                 encoder, compute = self._encoder or self.gpu.create_command_encoder(), self._pass
-                self._encoder = self._pass = None
-                self._pass_state = (None, None)
-                self._pending = 0
-                doomed, self._doomed = self._doomed, []
+                doomed = self._empty_recorder()
                 if compute is not None:
                     compute.end()
                 if then is not None:
