@@ -9,7 +9,6 @@ Python code is involved. The formats are documented in docs/package-files.md.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import hashlib
 import itertools
@@ -38,6 +37,7 @@ from .errors import (
     KernelError,
     MissingInputError,
     PackageError,
+    name_meant,
     shorten,
 )
 from .forks import fresh_in_child
@@ -145,9 +145,9 @@ def not_an_input(manifest: Any, name: str, *, given: Iterable[str] = (), refused
         role = next((r for r in roles if r in set(given)), roles[0])
         message += f"; did you mean it inside an input's entry, as in \"{role}\": {{\"shape\": [...], \"{name}\": ...}}?"
     else:
-        close = difflib.get_close_matches(name, roles, n=1, cutoff=0.6) or [r for r in roles if r.lower() == name.lower()]
+        close = name_meant(name, roles)
         if close:
-            message += f"; did you mean {close[0]!r}?"
+            message += f"; did you mean {close!r}?"
     if refused:
         message += "; a refused case may name one, with its own 'dtype'"
     return message

@@ -7,7 +7,6 @@ what was expected and what came.
 
 from __future__ import annotations
 
-import difflib
 import math
 import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -25,6 +24,7 @@ from .errors import (
     ShapeError,
     UnknownInputError,
     describe_value,
+    name_meant,
     one_line,
     short_repr,
     shorten,
@@ -342,8 +342,8 @@ def _check_values(
             # "one of the attributes []" read as a list the caller had failed to find a name in
             expected = f"one of the {kind}s {sorted(defaults)}" if defaults else f"no {kind}s (this kernel has none)"
             # a name the manifest renamed or the caller misspelt: the list alone left it to be spotted
-            close = difflib.get_close_matches(name, [str(d) for d in defaults], n=1)
-            hint = _elsewhere(name, elsewhere or {}) or (f"did you mean {close[0]!r}?" if close else "")
+            close = name_meant(name, [str(d) for d in defaults])
+            hint = _elsewhere(name, elsewhere or {}) or (f"did you mean {close!r}?" if close else "")
             raise UnknownInputError(name, expected, f"an unknown {kind}", hint=hint)
     merged = []
     for name, default in defaults.items():

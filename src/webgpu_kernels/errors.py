@@ -82,14 +82,21 @@ def type_name(value: Any) -> str:
     return kind.__name__
 
 
+def name_meant(name: str, known: list[str]) -> str | None:
+    """The one of ``known`` that ``name`` most likely misspells: the same but for case first, then
+    difflib's closest; None if none is close."""
+    close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(name, known, n=1)
+    return close[0] if close else None
+
+
 def names_meant(extra: list[str], known: list[str]) -> str:
-    """" (did you mean 'Y'?)" for the names in ``extra`` close to one of ``known`` (the same but for
-    case first, then difflib's closest), naming each unknown one where there are several; "" if none is."""
+    """" (did you mean 'Y'?)" for the names in ``extra`` close to one of ``known`` (:func:`name_meant`),
+    naming each unknown one where there are several; "" if none is."""
     guesses = []
     for name in extra:
-        close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(name, known, n=1)
-        if close:
-            guesses.append(repr(close[0]) + (f" for {name!r}" if len(extra) > 1 else ""))
+        close = name_meant(name, known)
+        if close is not None:
+            guesses.append(repr(close) + (f" for {name!r}" if len(extra) > 1 else ""))
     return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
 
 
