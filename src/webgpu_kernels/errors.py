@@ -100,6 +100,13 @@ def names_meant(extra: list[str], known: list[str]) -> str:
     return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
 
 
+def no_variant(vid: str, known: list[str], *, parenthesised: bool = False) -> str:
+    """"no variant 'x' (did you mean 'y'?); the variants are a, b": a forced or listed variant id the
+    manifest lacks (``parenthesised``: the list in parentheses, as a test result's message has it)."""
+    listed = f"the variants are {', '.join(known)}"
+    return f"no variant {vid!r}{names_meant([vid], known)}" + (f" ({listed})" if parenthesised else f"; {listed}")
+
+
 def describe_value(value: Any) -> str:
     """The 'got' part of an InputError about a value (an attribute, a tunable, adapter=): its type
     and at most 60 characters of its repr (a 4096-character string tunable must not fill the message)."""

@@ -31,7 +31,7 @@ from .errors import (
     KernelError,
     SelectionError,
     describe_value,
-    names_meant,
+    no_variant,
     shorten,
     type_name,
 )
@@ -430,8 +430,7 @@ class Kernel:
         if not isinstance(forced, str):
             raise InputError("variant", f"a variant id, one of {self.variants}", describe_value(forced))
         if forced not in self._variant_ids:
-            raise SelectionError(f"no variant {forced!r}{names_meant([forced], self.variants)}; "
-                                 f"the variants are {', '.join(self.variants)}")  # fmt: skip
+            raise SelectionError(no_variant(forced, self.variants))
 
     def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> Resolution:
         """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller."""

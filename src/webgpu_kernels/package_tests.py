@@ -43,7 +43,7 @@ from .casefile import (
 )
 from .comparison import compare, elements_ok
 from .contract import check_call
-from .errors import KernelError, names_meant
+from .errors import KernelError, no_variant
 from .forks import quiet_child, sigint_held_for_spawn
 from .kernel import Kernel
 from .program import DeviceInfo, OutputSpec
@@ -176,7 +176,7 @@ def run_package_tests(
             for vid in case.variants:
                 if vid not in verdicts:
                     add(RunResult(kernel.op_id, case.name, vid, label, ERROR,
-                                  message=f"no variant {vid!r}{names_meant([vid], kernel.variants)} (the variants are {', '.join(kernel.variants)})"))  # fmt: skip
+                                  message=no_variant(vid, kernel.variants, parenthesised=True)))
                 elif not verdicts[vid].accepted and vid in _accepted_with_f16(kernel, arrays, case, device.info):
                     add(RunResult(kernel.op_id, case.name, vid, label, SKIP, message="this adapter has no shader-f16 "
                                   "feature, which this variant needs for the case"))  # fmt: skip
@@ -294,7 +294,7 @@ def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str,
     passes when it raises the error the case gives, and fails when it raises another or runs."""
     if variant is not None and variant not in kernel.variants:  # its SelectionError is the file's, not the call's
         return RunResult(kernel.op_id, case.name, variant, label, ERROR, refused=True,
-                         message=f"no variant {variant!r}{names_meant([variant], kernel.variants)} (the variants are {', '.join(kernel.variants)})")  # fmt: skip
+                         message=no_variant(variant, kernel.variants, parenthesised=True))
     start = time.perf_counter()
     try:
         got = kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,

@@ -17,7 +17,7 @@ from .errors import (
     KernelError,
     SelectionError,
     VariantRejectedError,
-    names_meant,
+    no_variant,
     short_repr,
     shorten,
     type_name,
@@ -144,7 +144,7 @@ def select_variant(
         target = next((cv for cv in variants if cv.variant.id == forced), None)
         if target is None:
             known = [cv.variant.id for cv in variants]
-            raise SelectionError(f"no variant {forced!r}{names_meant([forced], known)}; the variants are {', '.join(known)}")
+            raise SelectionError(no_variant(forced, known))
         verdict, inner = judge(target, scope, definitions)
         if not verdict.accepted:
             raise VariantRejectedError(f"variant {forced!r} cannot run this call: {verdict.reason()}",

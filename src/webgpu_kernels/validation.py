@@ -55,7 +55,7 @@ from .errors import (
     ManifestError,
     PackageError,
     TemplateError,
-    names_meant,
+    no_variant,
 )  # fmt: skip
 from .expressions import as_count
 from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
@@ -465,7 +465,7 @@ def _check_case_variants(case: casefile.TestCase, manifest: Manifest, out: Probl
     ids = [v.id for v in manifest.variants]
     for i, vid in enumerate(case.variants or ()):
         if vid not in ids:
-            out.error(TEST_FILE, f"{case.json_path}.variants[{i}]", f"no variant {vid!r}{names_meant([vid], ids)} (the variants are {', '.join(ids)})")
+            out.error(TEST_FILE, f"{case.json_path}.variants[{i}]", no_variant(vid, ids, parenthesised=True))
 
 
 def _expected_output_shapes(program: Program | None, signature: Any) -> dict[str, tuple[int, ...]]:
