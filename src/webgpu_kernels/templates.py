@@ -11,7 +11,6 @@ The names a template sees are rendering.py's :func:`~webgpu_kernels.rendering.te
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import sys
@@ -27,7 +26,7 @@ from jinja2.exceptions import SecurityError, TemplateRuntimeError, UndefinedErro
 from jinja2.runtime import LoopContext, Macro
 
 from .digests import templates_there
-from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, type_name
+from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, name_meant, type_name
 from .sandbox import (
     LOAD_COST,
     MAX_EXPRESSION_DEPTH,
@@ -343,8 +342,8 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files
             return TemplateError(told, file=shader, line=line)
     misspelt = _UNDEFINED_NAME.match(str(exc)) if isinstance(exc, UndefinedError) else None
     names = list(names)
-    close = difflib.get_close_matches(misspelt[1], names, n=1) if misspelt else []
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    close = name_meant(misspelt[1], names) if misspelt else None
+    hint = f" (did you mean {close!r}?)" if close else ""
     if misspelt and misspelt[1] in names:  # no misspelling: the context did not reach the file reading it
         hint = (f" (it is in the template context, but not in {shader}: a file brought in by {{% import %}} or "
                 f"{{% from ... import %}} sees the context only when imported `with context` "
@@ -376,8 +375,8 @@ def _absent_from_namespace(key: str, text: str, context: Mapping[str, Any]) -> s
         namespace = context.get(head)
         if isinstance(namespace, Mapping) and key not in namespace:
             held = sorted(str(k) for k in namespace)
-            close = difflib.get_close_matches(key, held, n=1)
-            meant = f"; did you mean {head}.{close[0]}?" if close else ""
+            close = name_meant(key, held)
+            meant = f"; did you mean {head}.{close}?" if close else ""
             return f"{head} has no {key!r} (the {head} are {', '.join(held) or 'none'}{meant})"
     return None
 
