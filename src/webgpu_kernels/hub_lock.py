@@ -232,10 +232,7 @@ def _metadata_bytes(api: Any, repo_id: str, commit: str, rev: str) -> bytes:
         if file is None:
             raise HubError(f"{repo_id} revision {rev!r} (commit {commit}) has no {name}: not a WebGPU kernel package "
                            "(a Hub package must carry metadata.json)", repo_id=repo_id, revision=rev)  # fmt: skip
-        hub.check_listed(repo_id, rev, [(file.path, file.size)])  # a size that is no count of bytes, download's rule
-        if file.size > MAX_FILE_BYTES:
-            raise HubError(f"{repo_id} revision {rev!r}: {name} is {file.size} bytes, more than a package file may "
-                           f"be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
+        hub.check_listed(repo_id, rev, [(file.path, file.size)])  # download's rule: a count of bytes, at most MAX_FILE_BYTES
         with tempfile.TemporaryDirectory(prefix="webgpu-kernels-lock-") as tmp, hub_cache.cache_folder(Path(tmp)):
             undo = hub_cache.CacheUndo(api.endpoint, repo_id)  # the temporary folder's, for what leaves it
             # Bounded by the listed size as it is written: huggingface_hub had written whatever the
