@@ -225,18 +225,14 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
             check_contract_version(package, version)
         if accept is not None:
             accept(package)
-    except KernelError as exc:
-        # Refused after the download as well (its digests, its contract version, its manifest): the
-        # cache is put back, or refs/<rev> stayed on the refused commit and offline use lost the
-        # copy cached before.
+    except BaseException as exc:
+        # Refused after the download as well (its digests, its contract version, its manifest), or
+        # Ctrl-C while the package opens: the cache is put back, or refs/<rev> stayed on the refused
+        # commit and offline use lost the copy cached before.
         if undo is not None:
             undo.restore()
-        if repo_id not in str(exc):  # a manifest's error names the snapshot's file, perhaps just removed
-            exc.add_note(f"in {repo_id} at revision {rev!r} (commit {commit})")
-        raise
-    except BaseException:  # Ctrl-C while the package opens: the download is not kept either
-        if undo is not None:
-            undo.restore()
+        if isinstance(exc, KernelError) and repo_id not in str(exc):  # a manifest's error names the
+            exc.add_note(f"in {repo_id} at revision {rev!r} (commit {commit})")  # snapshot's file, perhaps removed
         raise
     return package
 
