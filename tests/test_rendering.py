@@ -625,6 +625,72 @@ def test_threads_no_grid_can_hold_are_refused_naming_the_expression(write_packag
     assert info.value.where.endswith("dispatch.threads") and "maxComputeWorkgroupsPerDimension" in info.value.expression
 
 
+def _huge_dispatch(write_package, threads, template=DEMO_TEMPLATE):
+    """demo.ScaleShift whose every pass dispatches ``threads`` (an expression) at 256 per workgroup."""
+    manifest = json.loads(json.dumps(DEMO_MANIFEST))
+    for variant in manifest["variants"]:
+        for pass_ in variant["passes"]:
+            pass_["dispatch"]["threads"] = threads
+    return wk.load_kernel(write_package(manifest, {"scale-shift.wgsl.jinja": template}))
+
+
+def test_threads_past_2_32_workgroups_are_refused_before_anything_is_submitted(write_package, device):
+    """2**40 threads at 64 per workgroup are 2^34 workgroups: the grid held them (within 65535^3),
+    but workgroupIndex, the widest index templates get, is a u32 and wraps past 2^32 workgroups (as
+    globalIndex wraps past 2^32 invocations: threads then write the wrong elements). The call is
+    refused naming the pass, the count and the limit, before any buffer or dispatch."""
+    kernel = _huge_dispatch(write_package, "2 ** 40")
+    x = np.ones(4, np.float32)
+    memory = device.memory
+    before = (memory.live_buffers, memory.pooled_bytes, memory._pending, memory.batch)
+    with pytest.raises(errors.ExpressionError) as info:
+        kernel({"X": x}, tunables={"WORKGROUP_SIZE": 64})
+    said = str(info.value)
+    assert info.value.where.endswith("dispatch.threads") and info.value.expression == "2 ** 40", said
+    assert f"{2**40} threads" in said and f"{2**34} workgroups" in said and "pass 'main'" in said, said
+    assert "2^32" in said and "workgroupIndex" in said, said
+    assert (memory.live_buffers, memory.pooled_bytes, memory._pending, memory.batch) == before
+    refused = kernel.explain({"X": meta((4,), np.float32)}, tunables={"WORKGROUP_SIZE": 64}).refused
+    assert refused is not None and f"{2**34} workgroups" in refused
+    # 2^32 workgroups exactly is what workgroupIndex counts: not refused for it
+    assert workgroup_grid(2**32 * 64, 64, M)[0] > 0
+    with pytest.raises(errors.ExpressionError, match="workgroupIndex"):
+        workgroup_grid(2**32 * 64 + 1, 64, M)
+
+
+def test_a_template_reading_global_index_past_2_32_invocations_is_refused_at_its_line(write_package, device):
+    """2**32 + 1 threads at 256 per workgroup fit workgroupIndex, but the grid's 2^32 + 256
+    invocations do not fit globalIndex, a u32: the invocations past 2^32 wrapped to small indices,
+    passed the `i >= count` guard and wrote the first elements. A template reading globalIndex
+    there is a TemplateError at its line naming the pass, the count and the limit; one indexing by
+    workgroupIndex renders (docs/format.md, template contract)."""
+    threads = 2**32 + 1
+    kernel = _huge_dispatch(write_package, str(threads))
+    memory = device.memory
+    before = (memory.live_buffers, memory.pooled_bytes, memory._pending, memory.batch)
+    with pytest.raises(errors.TemplateError) as info:
+        kernel({"X": np.ones(4, np.float32)}, tunables={"WORKGROUP_SIZE": 256})
+    said = str(info.value)
+    assert info.value.file == "scale-shift.wgsl.jinja" and info.value.line == 13, said
+    assert "globalIndex" in said and "pass 'main'" in said and f"{(2**24 + 1) * 256} invocations" in said, said
+    assert "2^32" in said and "workgroupIndex" in said, said
+    assert (memory.live_buffers, memory.pooled_bytes, memory._pending, memory.batch) == before
+    # past them, a template indexing by workgroupIndex renders, and sees globalIndex undefined
+    by_group = DEMO_TEMPLATE.replace("let i = {{ globalIndex }};",
+                                     "let i = {{ workgroupIndex }} * {{ workgroupInvocations }}u + lix;")
+    assert by_group != DEMO_TEMPLATE
+    text = _huge_dispatch(write_package, str(threads), by_group).render(
+        {"X": meta((4,), np.float32)}, tunables={"WORKGROUP_SIZE": 256})["main"]  # fmt: skip
+    assert "let i = ((wid.z * nwg.y + wid.y) * nwg.x + wid.x) * 256u + lix;" in text
+    probe = "// defined={{ globalIndex is defined }}\n" + by_group
+    text = _huge_dispatch(write_package, str(threads), probe).render(
+        {"X": meta((4,), np.float32)}, tunables={"WORKGROUP_SIZE": 256})["main"]  # fmt: skip
+    assert "// defined=False" in text
+    text = _huge_dispatch(write_package, str(2**31), probe).render(
+        {"X": meta((4,), np.float32)}, tunables={"WORKGROUP_SIZE": 256})["main"]  # fmt: skip
+    assert "// defined=True" in text  # a grid within 2^32 invocations
+
+
 @pytest.mark.parametrize("where", ["elementType", "fieldType", "fieldValue"])
 def test_a_type_or_field_value_that_is_no_type_is_quoted_by_a_bounded_text(scale_shift_variant, where):
     """An element type, a struct field type or a field value of the wrong kind was repr()'d whole

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import nodes
-from jinja2.runtime import Undefined
+from jinja2.runtime import StrictUndefined, Undefined
 
 from .errors import AttributeValueError, ExpressionError, LayoutError, TemplateSandboxError, describe_value, short_repr
 from .expressions import NAMESPACES, STATIC_FUNCTIONS, Expression, as_count
@@ -79,6 +79,7 @@ class ResolvedPass:
     threads: int
     workgroup_size: tuple[int, int, int]
     source_inputs: dict[str, Any]
+    grid: tuple[int, int, int]  # the workgroups dispatched (workgroup_grid)
 
     @property
     def invocations_per_workgroup(self) -> int:
@@ -112,10 +113,16 @@ def _struct_layout(json_path: str, name: str, types: list[tuple[str, str]]) -> S
         raise LayoutError(f"{json_path}: {exc}") from None
 
 
+#: What a u32 index counts: templates' globalIndex counts a grid's invocations, workgroupIndex its
+#: workgroups, and past it each wraps to small values that pass a shader's `i >= count` guard.
+U32_COUNT = 2**32
+
+
 def workgroup_grid(threads: int, invocations: int, max_per_dimension: int) -> tuple[int, int, int]:
     """Workgroups for ``threads`` invocations, spilling into y then z past the per-dimension limit.
 
-    The grid may hold more workgroups than needed; shaders bound-check with their own count.
+    The grid may hold more workgroups than needed; shaders bound-check with their own count. More
+    workgroups than the grid holds, or than workgroupIndex counts (U32_COUNT), is an ExpressionError.
     """
     total = -(-threads // invocations)
     if total == 0:
@@ -125,8 +132,11 @@ def workgroup_grid(threads: int, invocations: int, max_per_dimension: int) -> tu
     y = min(rest, max_per_dimension)
     z = -(-rest // y)
     if z > max_per_dimension:
-        raise ExpressionError(f"{threads} threads need more than {max_per_dimension}^3 workgroups",
+        raise ExpressionError(f"{threads} threads need more than {max_per_dimension}^3 workgroups of {invocations}",
                               expression="dispatch.threads")  # fmt: skip
+    if total > U32_COUNT:
+        raise ExpressionError(f"{threads} threads are {total} workgroups of {invocations}, more than the 2^32 = "
+                              f"{U32_COUNT} that workgroupIndex, a u32, counts", expression="dispatch.threads")  # fmt: skip
     # Shrink x again so the grid wastes as little as possible.
     x = -(-total // (y * z))
     return (x, y, z)
@@ -174,13 +184,14 @@ def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
     sizes = [_workgroup_size(e, scope) for e in cpass.workgroup_size]
     sizes += [1] * (3 - len(sizes))
     try:  # refused here, where the expression is known (execution builds the same grid)
-        workgroup_grid(threads, math.prod(sizes), scope["device"]["limits"].get("maxComputeWorkgroupsPerDimension", 65535))
+        grid = workgroup_grid(threads, math.prod(sizes),
+                              scope["device"]["limits"].get("maxComputeWorkgroupsPerDimension", 65535))  # fmt: skip
     except ExpressionError as exc:
-        raise ExpressionError(f"{exc.detail} of {math.prod(sizes)}", expression=cpass.threads.source,
+        raise ExpressionError(f"{exc.detail} (pass {p.id!r})", expression=cpass.threads.source,
                               where=cpass.threads.where) from None  # fmt: skip
     return ResolvedPass(
         pass_id=p.id, label=p.name, shader=p.shader, entry_point=p.entry_point, bindings=tuple(bindings),
-        threads=threads, workgroup_size=(sizes[0], sizes[1], sizes[2]), source_inputs=inputs,
+        threads=threads, workgroup_size=(sizes[0], sizes[1], sizes[2]), source_inputs=inputs, grid=grid,
     )  # fmt: skip
 
 
@@ -495,10 +506,25 @@ def template_context(resolved: ResolvedPass, scope: Mapping[str, Any]) -> dict[s
         entryPoint=resolved.entry_point,
         entryParams=("@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, "
                      "@builtin(local_invocation_index) lix: u32"),  # fmt: skip
-        globalIndex=f"({_WORKGROUP_INDEX} * {invocations}u + lix)",
+        globalIndex=_global_index(resolved),
         workgroupIndex=_WORKGROUP_INDEX,
     )
     return context
+
+
+def _global_index(resolved: ResolvedPass) -> Any:
+    """globalIndex's text, or, where the grid passes what a u32 counts, an undefined value that
+    says so where a template reads it (one indexing by workgroupIndex still renders)."""
+    invocations = resolved.invocations_per_workgroup
+    dispatched = math.prod(resolved.grid) * invocations
+    if dispatched <= U32_COUNT:
+        return f"({_WORKGROUP_INDEX} * {invocations}u + lix)"
+    return StrictUndefined(name="globalIndex", hint=(
+        f"globalIndex is a u32 and pass {resolved.pass_id!r} dispatches {dispatched} invocations ({resolved.threads} "
+        f"threads in a grid of {resolved.grid[0]} x {resolved.grid[1]} x {resolved.grid[2]} workgroups of "
+        f"{invocations}), more than the 2^32 = {U32_COUNT} it counts: past that it wraps and threads write the "
+        f"wrong elements; index by {{{{ workgroupIndex }}}} (a u32 of up to 2^32 workgroups) and lix, or dispatch "
+        f"fewer threads"))  # fmt: skip
 
 
 #: The template context's namespaces a line reads by key (templates see no ``shapes``).
