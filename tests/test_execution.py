@@ -3,6 +3,8 @@ sizes, caller arrays left untouched (strided, big-endian), f32/f16/f32 in one pr
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -820,7 +822,8 @@ def test_a_workgroup_past_the_device_blames_the_tunables_it_reads(write_package,
 def test_a_tensor_past_the_device_limits_is_refused_with_what_to_do(quick_gelu, bias_add, device):
     """A CLIP ViT-L/14@336 MLP batch past the binding limit (15x577x4096 float32 on lavapipe's
     128 MiB) had said only what the limit was: the refusal says the engine does not split a call,
-    and into how many calls on smaller pieces it would fit, or to use an adapter with a larger limit."""
+    and into how many calls on smaller pieces it would fit, and names an adapter present that binds
+    it, or says that none does."""
     binding = min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"])
     n = binding // (577 * 4096 * 4) + 1  # the smallest batch past the limit
     x = wk.TensorMeta((n, 577, 4096), "float32")
@@ -829,7 +832,7 @@ def test_a_tensor_past_the_device_limits_is_refused_with_what_to_do(quick_gelu, 
         quick_gelu.plan({"X": x})
     assert info.value.argument == "X" and "per binding" in str(info.value)
     assert f"at least {pieces} calls on smaller pieces" in str(info.value), str(info.value)
-    assert "an adapter with a larger limit" in str(info.value), str(info.value)
+    assert _adapter_advice(n * 577 * 4096 * 4) in str(info.value), str(info.value)
     assert f"at least {pieces} calls on smaller pieces" in quick_gelu.explain({"X": x}).refused
     # an output past the limit names the output and says the same
     c = binding // (4 * 4) + 4
@@ -850,7 +853,7 @@ def test_a_tensor_past_the_device_limits_is_refused_with_what_to_do(quick_gelu, 
 def test_a_weight_table_past_the_binding_limit_is_not_told_to_split_its_batch(device):
     """demo.Gather's CLIP token-embedding table (49408x768 float32, 152 MB) past lavapipe's 128 MiB
     binding: the hint said to split the call along the batch, which a (vocab, hidden) table has not.
-    It says to make smaller calls where the op allows it, or to use an adapter with a larger limit."""
+    It says to make smaller calls where the op allows it, or names an adapter present that binds it."""
     binding = min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"])
     if binding >= 49408 * 768 * 4:
         pytest.skip("the device binds the 152 MB table")
@@ -862,4 +865,57 @@ def test_a_weight_table_past_the_binding_limit_is_not_told_to_split_its_batch(de
     assert info.value.argument == "data" and f"at most {binding} bytes per binding" in said, said
     assert f"got {49408 * 768 * 4} bytes" in said, said
     assert "batch, say" not in said and "keeps apart" not in said, said
-    assert "where the op allows it" in said and "an adapter with a larger limit" in said, said
+    assert "where the op allows it" in said and _adapter_advice(49408 * 768 * 4) in said, said
+
+
+def _binding(adapter) -> int:
+    return min(adapter.limits["max-storage-buffer-binding-size"], adapter.limits["max-buffer-size"])
+
+
+def _adapter_advice(nbytes: int) -> str:
+    """What a refusal of a tensor of ``nbytes`` says of other adapters, from wk.list_adapters():
+    the best one whose device binds it, else that none present does."""
+    holding = [a for a in wk.list_adapters() if _binding(a) >= nbytes]
+    if not holding:
+        return "no adapter present binds it whole"
+    return f"adapter={holding[0].backend.lower()!r} ({holding[0].label()} binds up to {_binding(holding[0])} bytes)"
+
+
+def test_past_every_buffer_to_gpu_names_an_adapter_that_binds_the_array_only_where_one_is_present(device, monkeypatch):
+    """to_gpu of an array past maxBufferSize said only to split it, though another adapter may bind
+    it whole; and a call's refusal said "or use an adapter with a larger limit" on lavapipe, where
+    no adapter present has one. Each names the adapter present that binds it, or says none does:
+    true on this machine (wk.list_adapters), and with a larger adapter listed."""
+    import tracemalloc
+
+    from webgpu_kernels import device as device_module
+
+    huge = device.limits["max-buffer-size"] // 4 + 2**20  # float32 elements, a view: no host memory
+    nbytes = huge * 4
+    view = np.broadcast_to(np.float32(1), (huge,))
+    tracemalloc.start()
+    try:
+        with pytest.raises(errors.DeviceLimitError) as info:
+            wk.to_gpu(view)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, f"{peak} bytes allocated for a refused upload"
+    said = str(info.value)
+    assert info.value.argument == "array" and _adapter_advice(nbytes) in said, said
+    assert "larger limit" not in said, said
+    # an adapter that binds it, listed beside this machine's: named, with the call that uses it
+    real = device_module.list_adapters()
+    big = dataclasses.replace(real[0], index=len(real), name="Big GPU", backend="Metal", adapter_type="DiscreteGPU",
+                              limits={**real[0].limits, "max-buffer-size": 2**40,
+                                      "max-storage-buffer-binding-size": 2**40})  # fmt: skip
+    monkeypatch.setattr(device_module, "list_adapters", lambda: [big, *real])
+    with pytest.raises(errors.DeviceLimitError) as info:
+        wk.to_gpu(view)
+    said = str(info.value)
+    assert f"to_gpu(array, adapter='metal') (Big GPU (Metal, DiscreteGPU) binds up to {2**40} bytes)" in said, said
+    assert "split the array into at least" in said, said
+    binding = _binding(device.adapter)
+    with pytest.raises(errors.DeviceLimitError) as info:
+        wk.get_kernel("com.microsoft.QuickGelu").plan({"X": wk.TensorMeta((binding // 4 + 4,), "float32")})
+    assert f"or run it with adapter='metal' (Big GPU (Metal, DiscreteGPU) binds up to {2**40} bytes)" in str(info.value)

@@ -20,7 +20,7 @@ from .call_inputs import as_array, checked_shape_and_dtype
 from .case_data import numpy_dtype
 from .casefile import parse_draft_case, read_test_file
 from .contract import check_array_shape
-from .device import Device, adapter_request, get_device, opened_device
+from .device import Device, adapter_request, binding_adapter_advice, get_device, opened_device
 from .errors import DeviceLimitError, DTypeError, InputError, KernelError, PackageError, describe_value, type_name
 from .forks import fresh_in_child
 from .kernel import Kernel
@@ -298,10 +298,13 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
         # Pieces sized for a call's binding, not just for a buffer: a piece of maxBufferSize bytes
         # uploads but no call takes it where bindings hold less.
         piece = min(limit, device.limits["max-storage-buffer-binding-size"])
+        other = binding_adapter_advice(array.nbytes)  # named only where one present binds it whole
+        whole = (f", or upload it whole with to_gpu(array, {other[0]}) {other[1]}" if other else
+                 "; no adapter present binds it whole")  # fmt: skip
         raise DeviceLimitError("array", f"at most {limit} bytes (the device's maxBufferSize)", f"{array.nbytes} bytes",
                                hint=f"no buffer of this device holds it: split the array into at least "
                                     f"{-(-padded_size(array.nbytes) // piece)} pieces of at most {piece} bytes (what "
-                                    "a call binds) and upload each")  # fmt: skip
+                                    f"a call binds) and upload each{whole}")  # fmt: skip
     return execution.to_gpu(device, execution.host_array(array))
 
 

@@ -22,7 +22,15 @@ from typing import Any
 
 import wgpu
 
-from .buffers import FORKED, READBACK_SPIN_S, WAIT_WARN_ENV, WAIT_WARN_S, DeviceMemory, raised_by_wgpu_promise
+from .buffers import (
+    FORKED,
+    READBACK_SPIN_S,
+    WAIT_WARN_ENV,
+    WAIT_WARN_S,
+    DeviceMemory,
+    padded_size,
+    raised_by_wgpu_promise,
+)
 from .errors import AdapterNotFoundError, DeviceError, InputError, KernelError, describe_value
 from .program import WEBGPU_FEATURE_NAMES, DeviceInfo
 
@@ -269,6 +277,26 @@ def adapter_request(adapter: AdapterSummary) -> str:
         except KernelError:  # AdapterNotFoundError: a backend name no alias knows
             continue
     return "<a backend or part of the name of that adapter>"
+
+
+def binding_bytes(adapter: AdapterSummary) -> int:
+    """The largest tensor a call binds on a device opened on ``adapter``: the engine opens it with
+    the adapter's maxStorageBufferBindingSize and maxBufferSize (_RAISED_LIMITS)."""
+    return min(adapter.limits.get("max-storage-buffer-binding-size", 0), adapter.limits.get("max-buffer-size", 0))
+
+
+def binding_adapter_advice(nbytes: int) -> tuple[str, str] | None:
+    """(``adapter=`` value, words) of the best adapter present whose device binds a tensor of
+    ``nbytes`` whole, for a refusal's advice; None where none does (a refusal must not send the
+    caller to look for a larger limit this machine lacks). Not listed in a forked child, where
+    listing could wait on driver state its parent holds."""
+    if _forked:
+        return None
+    padded = padded_size(nbytes)
+    adapter = next((a for a in list_adapters() if binding_bytes(a) >= padded), None)
+    if adapter is None:
+        return None
+    return f"adapter={adapter_request(adapter)}", f"({adapter.label()} binds up to {binding_bytes(adapter)} bytes)"
 
 
 def _camel(name: str) -> str:

@@ -21,7 +21,7 @@ import wgpu
 
 from .buffers import STORAGE_USAGE, append_dispatch, is_device_lost, padded_size, translate_gpu_errors
 from .deep_stack import on_deep_stack
-from .device import Device
+from .device import Device, binding_adapter_advice
 from .errors import (
     DeviceLimitError,
     InputError,
@@ -194,10 +194,13 @@ def check_bound(resolved: ResolvedPass, sizes: Mapping[str, int], variant: str) 
 
 def split_hint(size: int, limit: int) -> str:
     """What to do about a tensor past a device limit: the engine never splits a call itself. Said
-    for any tensor: a weight table has no batch to split, so the split is only where the op allows it."""
+    for any tensor: a weight table has no batch to split, so the split is only where the op allows it.
+    Another adapter is named only where one present binds the tensor."""
+    other = binding_adapter_advice(size)
+    run_there = (f", or run it with {other[0]} {other[1]}" if other else
+                 "; no adapter present binds it whole")  # fmt: skip
     return (f"the engine does not split a call: where the op allows it (a batch dimension split, say), make at least "
-            f"{-(-size // max(limit, 1))} calls on smaller pieces and join the results, or use an adapter with a "
-            f"larger limit")  # fmt: skip
+            f"{-(-size // max(limit, 1))} calls on smaller pieces and join the results{run_there}")  # fmt: skip
 
 
 def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
