@@ -390,8 +390,10 @@ class Kernel:
         tuned: bool = False,
     ) -> tuple[Device, ExecutionPlan]:
         """The device and the cached execution plan of the manifest's own selection for these inputs
-        (``variant``/``tunables`` as given). Stored autotuning results apply only with ``tuned=True``
-        (what a call would run), so that ``bench`` can time the default against the tuned choice."""
+        (``variant``/``tunables`` as given), built as a call builds it but not run: ``plan.variant``,
+        ``plan.tunables``, ``plan.outputs``, ``plan.left_out`` and each pass's ``label`` and ``grid``
+        (docs/python-api.md). Stored autotuning results apply only with ``tuned=True`` (what a call
+        would run), so that ``bench`` can time the default against the tuned choice."""
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         if tuned and variant is None and not tunables:
             plan = tuned_plan(self, metas, attrs, signature, device)
