@@ -88,18 +88,21 @@ def test_expect_writes_what_the_changed_kernel_computes(package) -> None:
 def test_the_authors_loop_of_package_files_md_ends_in_a_passing_test(package) -> None:
     """docs/package-files.md's loop after `new` (edit; then its commands in order) had been digest,
     validate, test: after a template that computes something else, that ended in a failing test
-    (the starter's expected values, 2 * X, kept) with nothing naming `expect`. The commands as the
-    page writes them, FILE.py:FUNCTION the author's reference, pass."""
+    (the starter's expected values, 2 * X, kept) with nothing naming `expect`. The first command of
+    each of the section's steps 2 to 4 ("Steps 1 to 4 are the loop"), as the page writes it,
+    FILE.py:FUNCTION the author's reference, pass in order."""
     import re
     import shlex
 
     from conftest import REPO_ROOT
 
     page = (REPO_ROOT / "docs" / "package-files.md").read_text("utf-8")
-    loop = re.search(r"then loops: (.*?)\n\n", page, re.S)
-    assert loop, "the author's loop is no longer on the page"
-    commands = re.findall(r"`webgpu-kernels ([^`]*)`", loop.group(1))
-    assert commands[-2:] == ["validate PATH", "test PATH"], commands
+    section = re.search(r"^## The author's loop\n(.*?)^## ", page, re.S | re.M)
+    assert section, "the author's loop is no longer on the page"
+    steps = dict(re.findall(r"^(\d+)\. (.*?)(?=^\d+\. |\Z)", section.group(1), re.S | re.M))
+    assert "Steps 1 to 4 are the loop" in steps["4"], steps
+    commands = [re.findall(r"`webgpu-kernels ([^`]*)`", steps[n])[0] for n in ("2", "3", "4")]
+    assert commands[0].startswith("expect ") and commands[1:] == ["validate PATH", "test PATH"], commands
     reference = f"{package.parent / 'ref.py'}:triple"
     for command in commands:
         args = [str(package) if a == "PATH" else reference if a == "FILE.py:FUNCTION" else a
