@@ -11,9 +11,9 @@
   CliRunner with exit status 0.
 * Names: every ``webgpu_kernels.<name>`` the docs mention resolves, and docs/errors.md's class
   table (hierarchy by indentation, attribute columns) matches the classes, and the example messages
-  of its rows that a cheap call reproduces are the library's.
+  listed under it that a cheap call reproduces are the library's.
 
-docs/errors.md's "Bad input, case by case" table is checked row by row in tests/test_bad_input.py,
+docs/errors.md's "Bad input, case by case" list is checked row by row in tests/test_bad_input.py,
 and the CLI's behaviour beyond the quoted commands in tests/test_cli*.py: not repeated here.
 """
 
@@ -443,15 +443,19 @@ def test_shown_digests_are_the_embedded_ones() -> None:
 
 # --- docs/errors.md's example messages ---------------------------------------------------------------
 
+_CODE_SPAN = re.compile(r"`([^`]+)`|`` (.+?) ``")  # `text`, or `` text with `backticks` ``
+
+
 def _class_examples() -> dict[str, str]:
-    """docs/errors.md "The classes": class name -> its example message (the last cell, unquoted)."""
-    lines = (REPO_ROOT / "docs/errors.md").read_text(encoding="utf-8").splitlines()
+    """docs/errors.md "The classes": class name -> its example message, from the list under the
+    table (``- `Name`: `message```, a message holding backticks in a double-backtick span)."""
+    text = (REPO_ROOT / "docs/errors.md").read_text(encoding="utf-8")
+    section = text[text.index("## The classes"):text.index("## Bad input")]
     examples = {}
-    for _, _, name, _ in _error_rows():
-        row = next(ln for ln in lines if re.match(rf"\|\s*(?:&nbsp;)*`{name}`\s*\|", ln))
-        cell = re.split(r"(?<!\\)\|", row.strip().strip("|"))[-1].strip()
-        if cell.startswith("`") and cell.endswith("`"):
-            examples[name] = cell[1:-1]
+    for m in re.finditer(r"^- `(\w+)`: (.*)$", section, re.M):
+        span = _CODE_SPAN.fullmatch(m[2])
+        if span:
+            examples[m[1]] = span[1] or span[2]
     return examples
 
 
@@ -470,9 +474,11 @@ def _scale_shift(tmp_path: Path, change=None, template: str | None = None) -> Pa
 
 
 def test_errors_md_class_examples_are_real(tmp_path: Path) -> None:
-    """The class table says its example messages are real ones: those a cheap call reproduces are
+    """The class table's example messages are real ones: those a cheap call reproduces are
     what the library says (a leading ``...`` stands for a path that differs)."""
     examples = _class_examples()
+    assert {n for _, _, n, _ in _error_rows()} - set(examples) <= {
+        "KernelError", "SandboxError", "GPUError", "SelectionError", "MissingOutputError"}, sorted(examples)
     x = {"X": np.ones((1, 4), np.float32)}
 
     def threads(variant: int, expression: str):
@@ -512,16 +518,15 @@ def test_errors_md_class_examples_are_real(tmp_path: Path) -> None:
 
 
 def _bad_input_messages() -> dict[str, str]:
-    """docs/errors.md "Bad input, case by case": the first cell of each row -> the first message
-    quoted in its last cell."""
+    """docs/errors.md "Bad input, case by case": each entry's bad input (``- CASE → `Error` ``) ->
+    the first message quoted in the line under it (``  - `message` ...``)."""
     text = (REPO_ROOT / "docs/errors.md").read_text(encoding="utf-8")
-    table = text[text.index("## Bad input, case by case"):]
+    section = text[text.index("## Bad input, case by case"):]
     rows = {}
-    for line in table.splitlines():
-        cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
-        quoted = re.search(r"`([^`]+)`", cells[-1]) if len(cells) == 3 else None
+    for m in re.finditer(r"^- (.*) → `\w+`.*\n  - (.*)$", section, re.M):
+        quoted = re.search(r"`([^`]+)`", m[2])
         if quoted:
-            rows[cells[0].strip()] = quoted[1].replace("\\|", "|")
+            rows[m[1].strip()] = quoted[1]
     return rows
 
 
