@@ -304,6 +304,8 @@ def test_selection_errors(runner: CliRunner) -> None:
     for command in ("run", "explain", "render"):  # a misspelt id names the one meant
         result = runner.invoke(main, [command, QUICK_GELU, *QG_F32, "--variant", "scalr"])
         assert_error(result, "no variant 'scalr' (did you mean 'scalar'?)")
+        # an empty id is an unknown one too, not "no variant forced" (bench's slip, helper-200)
+        assert_error(runner.invoke(main, [command, QUICK_GELU, *QG_F32, "--variant", ""]), "no variant ''")
     result = runner.invoke(main, ["run", BIAS_ADD, "-i", "X=2x3x4:f32", "-i", "bias=5:f32", "-i", "skip=2x3x4:f32"])
     assert_error(result, "no variant can run this call", "dim(shapes.bias, 0) == dim(shapes.X, 2)")
 

@@ -977,6 +977,14 @@ def test_bench_variant_must_be_one_of_the_kernel(runner):
     assert "demo.MatMul has no variant 'tiles' (did you mean 'tiled'?) (its variants: tiled, naive)" in " ".join(result.output.split())
 
 
+def test_bench_refuses_an_empty_variant_up_front(runner):
+    """`--variant ""` had passed the check (read as no variant given), then failed every case (exit 1)."""
+    result = runner.invoke(main, ["bench", MATMUL_DIR, *SMALL_MATMUL, "--variant", ""])
+    assert result.exit_code == 2, result.output
+    assert "'--variant'" in result.output and "demo.MatMul has no variant '' (its variants: tiled, naive)" in result.output
+    assert "adapter:" not in result.output  # refused before any timing
+
+
 def test_a_case_the_variant_does_not_accept_is_an_error_row(runner, tmp_path):
     """QuickGelu's vec4 needs a multiple of 4 elements: 4097 is an error row naming why, exit 1."""
     path = tmp_path / "bench.json"

@@ -351,9 +351,9 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     if onnx_op is not None and len(loaded) != 1:
         raise click.BadParameter(f"--onnx-op names the ONNX op of one package, and {len(loaded)} kernels are "
                                  "benched: give one KERNEL", ctx=ctx, param_hint="'--onnx-op'")  # fmt: skip
-    for kernel in loaded if variant else []:
+    for kernel in loaded if variant is not None else []:  # `--variant ""` too: it had failed every case (exit 1)
         if variant not in kernel.variants:
-            raise click.BadParameter(f"{kernel.op_id} has no variant {variant!r}{names_meant([variant or ''], kernel.variants)} "
+            raise click.BadParameter(f"{kernel.op_id} has no variant {variant!r}{names_meant([str(variant)], kernel.variants)} "
                                      f"(its variants: {', '.join(kernel.variants)})", ctx=ctx, param_hint="'--variant'")  # fmt: skip
     plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs, attrs)]
     if not plan:
@@ -529,7 +529,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
                                                                   tunables=case["tunables"] or None)  # fmt: skip
         # The default selection (manifest tunables) or the --variant given, then the tuned choice if
         # `tune` stored one (not with --variant: the tuner's choice may be another variant).
-        cache = None if variant else run.tuning_cache  # None too with tuning off
+        cache = None if variant is not None else run.tuning_cache  # None too with tuning off
         choice = None if cache is None else cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
         uncompared: list[str] = []
         unavailable: dict[str, str] = {}  # why each reference checked nothing, where none did
