@@ -1077,6 +1077,28 @@ def test_tunable_restricts_the_search_to_the_values_given(runner, tuning_dir, mo
     assert (entry["tunables"]["WORKGROUP_SIZE"], entry["tunables"]["ROW_ITEMS"]) == (128, 16), entry
 
 
+def test_tunable_values_equal_as_the_contract_takes_them_are_one(runner, tuning_dir, monkeypatch):
+    """`--tunable WORKGROUP_SIZE=128.0,128,256`: the contract takes 128.0 as the integer 128, so the
+    two are one candidate, kept as the first given and searched (and stored) as the integer it is;
+    128.0 had been a candidate of its own, shown and stored as a float (helper-200)."""
+    from conftest import PACKAGES_DIR
+
+    layer_norm = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    timed: list[tuple[str, int, int]] = []
+    _record_search_candidates(monkeypatch, timed)
+    axes: list[list[tuple[str, list]]] = []
+    real_axes = cli_tune._tunable_axes
+    monkeypatch.setattr(cli_tune, "_tunable_axes", lambda *a, **k: axes.append(real_axes(*a, **k)) or axes[-1])
+    result = invoke(runner, "tune", str(layer_norm.package.root), "--case", "clip-l-1x77x768", "--dtype", "f32",
+                    "--tunable", "WORKGROUP_SIZE=128.0,128,256", *QUICK_WARM_UP)  # fmt: skip
+    assert axes and all(dict(a)["WORKGROUP_SIZE"] == [128, 256] for a in axes), axes
+    assert all(type(v) is int for a in axes for v in dict(a)["WORKGROUP_SIZE"]), axes
+    assert {size for _, size, _ in timed} == {128, 256}, timed
+    assert "WORKGROUP_SIZE=128.0" not in result.output, result.output
+    entry = stored_entries(tuning_dir)[f"{layer_norm.tuning_key}|T=float32,U=float32|{CLIP_L}"]
+    assert type(entry["tunables"]["WORKGROUP_SIZE"]) is int and entry["tunables"]["WORKGROUP_SIZE"] == 128, entry
+
+
 @pytest.mark.parametrize(("given", "says"), [
     ("WORKGROUP_SIZ=64", "argument 'WORKGROUP_SIZ': expected one of the tunables"),
     ("WORKGROUP_SIZE=64,big", "argument 'WORKGROUP_SIZE': expected an integer (tunable), got str 'big'"),

@@ -87,8 +87,8 @@ def _searched_callback(ctx: click.Context, param: click.Parameter, values: tuple
 @WARM_UP_OPTION
 @SEED_OPTION
 @click.option("--tunable", "searched", multiple=True, metavar="NAME=V[,V...]", callback=_searched_callback,
-              help="Try only these values of tunable NAME (one value pins it; each parsed as JSON, else a string) "
-                   "while the others are searched. Repeatable.")  # fmt: skip
+              help="Try only these values of tunable NAME (one value pins it; each parsed as JSON, else a string; "
+                   "equal ones, 64 and 64.0, tried once) while the others are searched. Repeatable.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not write the tuning file.")
 @click.pass_context
 def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any],
@@ -113,17 +113,9 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     cache = load_tuning_cache(device)
     inputs = check_given_shapes(kernels, inputs, generators, attrs, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
-    for kernel in loaded:  # each value checked as a call would check it: a refused one is never tried
-        for name, values in searched.items():
-            for value in values:
-                try:
-                    check_tunables(kernel.manifest, {name: value})
-                except KernelError as exc:
-                    if len(loaded) > 1:  # which of them: the message lists that kernel's tunables alone
-                        exc.add_note(f"note: that is {kernel.op_id}'s contract; --tunable applies to every "
-                                     "KERNEL tuned, so tune the kernels that declare it without the others")
-                    raise
-    work = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs, attrs)]
+    # each value checked as a call would check it: a refused one is never tried
+    given = [_as_taken(kernel, searched, several=len(loaded) > 1) for kernel in loaded]
+    work = [(k, c, g) for k, g in zip(loaded, given, strict=True) for c in _cases(k, names, tags, dtypes, inputs, attrs)]
     if not work:
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
     if not dry_run:
@@ -143,7 +135,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     with Progress(console=console, transient=True, disable=not is_live(console)) as progress:
         _warm_up(progress, device, warm_up_s)
         task = progress.add_task("tuning", total=len(work))
-        for kernel, case in work:
+        for kernel, case, only in work:
             now_running(progress, task, f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}")
             # The case's own tunables over the manifest's are where its search starts and what a
             # candidate must beat (a case may name them because the manifest's cannot run it).
@@ -177,9 +169,9 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                 # A search on a slow adapter takes minutes per case: the line names what runs now.
                 now_running(progress, task, f"{label}: trying {variant} {assignments(tunables)}")
 
-            start = {**defaults, **{name: values[0] for name, values in searched.items()}}
+            start = {**defaults, **{name: values[0] for name, values in only.items()}}
             best, skipped = _search(kernel, arrays, case["attrs"], default,
-                                    _tunable_axes(kernel, device, start, only=searched), tolerance, defaults,
+                                    _tunable_axes(kernel, device, start, only=only), tolerance, defaults,
                                     on_candidate=show, start=start)  # fmt: skip
             default_s = default.median_s  # the default's time the table shows next to the winner's
             if (best[1], best[2]) != (default.variant, defaults):
@@ -269,6 +261,28 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
         console.print(Text(f"{len(errors)} of {len(work)} cases could not be tuned (see the errors above): "
                            f"{', '.join(errors)}", style="red"), soft_wrap=True)  # fmt: skip
         ctx.exit(1)
+
+
+def _as_taken(kernel: Kernel, searched: dict[str, list[Any]], *, several: bool) -> dict[str, list[Any]]:
+    """--tunable's values as ``kernel``'s contract takes them (64.0 is the integer 64 for an integer
+    tunable), numerically equal ones collapsed into the first given: 64,64.0 had been two candidates,
+    the second shown and possibly stored as a float. A value the contract refuses is its error;
+    ``several``: other KERNELs are tuned too, so the error says which kernel's contract refused it."""
+    taken: dict[str, list[Any]] = {}
+    for name, values in searched.items():
+        kept = taken.setdefault(name, [])
+        for value in values:
+            try:
+                value = check_tunables(kernel.manifest, {name: value})[name]
+            except KernelError as exc:
+                if several:  # which of them: the message lists that kernel's tunables alone
+                    exc.add_note(f"note: that is {kernel.op_id}'s contract; --tunable applies to every "
+                                 "KERNEL tuned, so tune the kernels that declare it without the others")
+                raise
+            # a float tunable keeps an integer as one (it renders "64", not "64.0"): equal all the same
+            if not any(seen == value and isinstance(seen, bool) == isinstance(value, bool) for seen in kept):
+                kept.append(value)
+    return taken
 
 
 def _check_writable(path: Path) -> None:
