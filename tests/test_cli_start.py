@@ -5,6 +5,7 @@ short help, as shell completion offers them."""
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import subprocess
 import sys
@@ -74,8 +75,22 @@ def test_help_and_version_import_no_engine(args: list[str], shown: str) -> None:
     status, out, loaded = _loaded_after(args, HEAVY + OTHER_MODULES)
     assert status == 0 and shown in out, (status, out)
     if own is not None:
-        loaded = [m for m in loaded if m != own and m not in HEAVY]  # cli_inspect's own imports are the engine's
+        loaded = [m for m in loaded if m not in (own, "rich")]  # cli_inspect's own imports: rich, not the engine
     assert loaded == [], f"{' '.join(args)} imported {loaded}"
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["info", "--help"], ["explain", "--help"]])
+def test_list_and_the_inspect_commands_help_import_no_gpu_stack(args: list[str]) -> None:
+    """`list` reads the embedded manifests alone: it had imported wgpu and the execution stack
+    (about 0.27 s of its 0.37 s), as had every cli_inspect command's --help (helper-200)."""
+    from webgpu_kernels.package import embedded_ids
+
+    gpu_stack = ("wgpu", "webgpu_kernels.api", "webgpu_kernels.device", "webgpu_kernels.execution",
+                 "webgpu_kernels.kernel")  # fmt: skip
+    status, out, loaded = _loaded_after(args, gpu_stack)
+    assert status == 0 and loaded == [], (status, loaded, out)
+    if args == ["list", "--json"]:
+        assert [row["op"] for row in json.loads(out)] == embedded_ids()
 
 
 def _commands_section(group: click.Group, width: int) -> str:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from .api import get_kernel, list_kernels
 from .cli import (
     InputSpec,
     _adapter,
@@ -26,9 +25,12 @@ from .cli import (
     resolve_kernel,
     trust_option,
 )
-from .device import NO_ADAPTER, AdapterSummary, choose_adapter, list_adapters
-from .explanation import tuning_entry_choice, tuning_entry_place
-from .kernel import Kernel
+
+# The engine (wgpu, the execution stack) is imported by the commands that use it: `list` reads the
+# manifests alone, and no command's --help needs it.
+if TYPE_CHECKING:
+    from .device import AdapterSummary
+    from .kernel import Kernel
 
 #: Limits ``devices`` shows (WebGPU names, camelCase).
 KEY_LIMITS = (
@@ -49,6 +51,8 @@ def _first_sentence(text: str) -> str:
 @click.pass_context
 def devices_cmd(ctx: click.Context, as_json: bool) -> None:
     """The WebGPU adapters present: features and key limits; the chosen one marked."""
+    from .device import NO_ADAPTER, choose_adapter, list_adapters
+
     adapters = list_adapters()
     chosen = choose_adapter(_adapter(ctx)).index if adapters else None
     if as_json:
@@ -105,11 +109,16 @@ def _adapter_dict(a: AdapterSummary, chosen: bool) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(as_json: bool) -> None:
     """The kernels embedded in the library."""
+    from .manifest import parse_manifest
+    from .package import MANIFEST_FILE, embedded_ids, open_embedded
+
     rows: list[dict[str, Any]] = []
-    for op_id in list_kernels():
-        kernel = get_kernel(op_id)
-        description = _first_sentence(kernel.manifest.description)
-        rows.append({"op": op_id, "variants": kernel.variants, "description": description})
+    for op_id in embedded_ids():
+        # the manifest alone, as a Kernel reads it (digests checked): a Kernel would import wgpu
+        package = open_embedded(op_id)
+        manifest = parse_manifest(package.read_json(MANIFEST_FILE), file=str(package.root / MANIFEST_FILE))
+        description = _first_sentence(manifest.description)
+        rows.append({"op": op_id, "variants": [v.id for v in manifest.variants], "description": description})
     if as_json:
         _echo_json(rows)
         return
@@ -277,6 +286,8 @@ def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], at
 def _tuning_note(entry: dict[str, Any]) -> str:
     """render's stderr line on the tuning file's entry for the call's class: its choice is the WGSL
     printed, or why it is not."""
+    from .explanation import tuning_entry_choice, tuning_entry_place
+
     place = tuning_entry_place(entry)
     if entry["used"]:
         return (f"note: a stored tuning result chose this WGSL: variant {entry['variant']!r}, tunables "
