@@ -460,6 +460,67 @@ def test_a_candidate_that_gives_the_gpu_the_same_work_is_not_timed(monkeypatch):
     assert all(t["TILE"] == 16 for t in naive)  # and not TILE
 
 
+def test_a_start_that_differs_from_the_default_only_where_unread_is_the_default(monkeypatch):
+    """demo.MatMul's tiled variant (the default's) never reads WORKGROUP_SIZE: a search starting at
+    WORKGROUP_SIZE 128 (tune --tunable WORKGROUP_SIZE=128,256) starts at the default's own work, so
+    a slower TILE is no lead. The start had been taken for an untimed point (no time to beat),
+    and each slower tiled candidate read back and checked as the variant's new best (helper-200)."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.MatMul")
+    rng = np.random.default_rng(0)
+    arrays = {"A": rng.standard_normal((2, 33, 20)).astype(np.float32),
+              "B": rng.standard_normal((2, 20, 17)).astype(np.float32)}  # fmt: skip
+
+    def fake_bench(kernel, arrays, *, attrs=None, variant=None, tunables=None, **_):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        fast = plan.variant == "tiled" and dict(tunables)["TILE"] == 16  # the default's work
+        return SimpleNamespace(median_s=10e-6 if fast else 20e-6, variant=plan.variant)
+
+    checked = []
+    real_call = Kernel.__call__
+
+    def call(self, inputs, *, variant=None, tunables=None, **kwargs):
+        checked.append((variant, dict(tunables or {})))
+        return real_call(self, inputs, variant=variant, tunables=tunables, **kwargs)
+
+    monkeypatch.setattr(cli_tune, "bench_kernel", fake_bench)
+    monkeypatch.setattr(Kernel, "__call__", call)
+    defaults = dict(kernel.manifest.tunables)
+    default = fake_bench(kernel, arrays, tunables=defaults)
+    start = {**defaults, "WORKGROUP_SIZE": 128}
+    axes = cli_tune._tunable_axes(kernel, wk.get_device(), start, only={"WORKGROUP_SIZE": [128, 256]})
+    best, _ = cli_tune._search(kernel, arrays, {}, default, axes, F32, defaults, start=start)
+    assert (best[1], best[2]) == ("tiled", defaults), best
+    # (the default itself runs once, for the output naive's first candidate is checked against)
+    assert not [c for c in checked if c[0] == "tiled" and c[1] != defaults], checked  # none of them was a lead
+
+
+def test_each_variant_search_starts_at_the_start_given(monkeypatch):
+    """demo.MatMul: tiled (searched first) finds TILE 8 faster; naive's search then started at
+    TILE 8, where tiled's ended, not at the start given (the start was overwritten; helper-200)."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.MatMul")
+    rng = np.random.default_rng(0)
+    arrays = {"A": rng.standard_normal((2, 33, 20)).astype(np.float32),
+              "B": rng.standard_normal((2, 20, 17)).astype(np.float32)}  # fmt: skip
+
+    def fake_bench(kernel, arrays, *, attrs=None, variant=None, tunables=None, **_):
+        _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        fast = plan.variant == "tiled" and dict(tunables)["TILE"] == 8
+        return SimpleNamespace(median_s=5e-6 if fast else 20e-6, variant=plan.variant)
+
+    monkeypatch.setattr(cli_tune, "bench_kernel", fake_bench)
+    defaults = dict(kernel.manifest.tunables)
+    seen: list[tuple[str, dict]] = []
+    best, _ = cli_tune._search(kernel, arrays, {}, fake_bench(kernel, arrays, tunables=defaults),
+                               cli_tune._tunable_axes(kernel, wk.get_device()), F32, defaults,
+                               on_candidate=lambda variant, tunables: seen.append((variant, dict(tunables))))  # fmt: skip
+    assert best[1] == "tiled" and best[2]["TILE"] == 8, best
+    assert next(t for v, t in seen if v == "naive") == defaults, seen
+
+
 @pytest.mark.parametrize("command", ["tune", "bench"])
 def test_adapter_reaches_every_timing(runner, tuning_dir, monkeypatch, command):
     """`--adapter gl tune` stored its results in the OpenGL adapter's file, but every timing and

@@ -460,12 +460,16 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     # Every variant, not only those that accept the manifest's tunables: one may accept the case only
     # at other values (or at the case's own); a refused candidate costs the attempt alone.
     for variant in kernel.variants:
-        here, here_s = start, default.median_s if variant == default.variant and start == defaults else float("inf")
+        # The default's time to beat where the start gives the GPU the default's work: also where it
+        # differs only in a tunable this variant never reads (a slower candidate had become the lead).
+        here, here_s = start, float("inf")
+        if variant == default.variant and _same_work(kernel, arrays, attrs, (variant, start), (variant, defaults)):
+            here_s = default.median_s
         for sweep in ([("", [None]), *axes], axes):
             for name, values in sweep:
-                start = here
+                origin = here  # each axis swept around the best so far (not `start`: the next variant's)
                 for value in values:
-                    tunables = start if not name else {**start, name: value}
+                    tunables = origin if not name else {**origin, name: value}
                     candidate = (variant, tuple(sorted(tunables.items())))
                     if candidate in refused:
                         continue
