@@ -514,7 +514,7 @@ class HoldNumpy(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, HoldNumpy())
 how, target = sys.argv[1:3]
-sys.argv = ["webgpu-kernels", "list"]
+sys.argv = ["webgpu-kernels", "run", "com.microsoft.QuickGelu", "-i", "X=4:f32"]  # cli_run imports numpy (list no longer does)
 if how == "script":  # what the console script pip writes does: `from MODULE import FUNCTION`, then call it
     module, _, function = target.partition(":")
     sys.exit(getattr(importlib.import_module(module), function)())
