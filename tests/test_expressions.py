@@ -111,6 +111,8 @@ def test_broadcast_function_errors(source, fragment):
         ("dim(shapes.X, 3)", "out of range"), ("dim(shapes.X, -4)", "out of range"), ("dim(shapes.X, 1.0)", "integer"),
         ("dim(5, 0)", "shape"), ("numel(3)", "shape"), ("numel(['a'])", "shape"), ("sameShape(1, shapes.X)", "shape"),
         ("ceilDiv(1, 0)", "zero"), ("ceilDiv('a', 2)", "numbers"), ("ceilDiv(true, 2)", "numbers"),
+        ("ceilDiv(1e308, 1e-308)", "ceilDiv(): the result inf is not a finite number"),
+        ("ceilDiv(-1e308, 1e-308)", "ceilDiv(): the result -inf is not a finite number"),
         ("min([])", "ValueError"), ("max()", ""),
     ],
 )  # fmt: skip
@@ -433,6 +435,29 @@ def test_numel_is_bounded_as_the_product_grows():
     assert len(multiplied) == 2
     assert ev("numel([3**80, 0] + [3**80] * 4000)") == 0  # a zero dimension: no elements, whatever the rest
     assert ev("numel([2**60, 2**60])") == 2**120
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(4090, 4100), fn=st.sampled_from(["min", "max"]), seed=st.integers(0, 2**32 - 1))
+def test_min_and_max_of_one_list_take_a_list_as_long_as_a_value_may_be(n, fn, seed):
+    """A value may hold 4096 items (an attribute list, a result); min() or max() of one such list
+    had counted its own argument tuple as one more item and refused it as "more than 4096 items"
+    (helper-201). Past 4096 it is refused, naming the function."""
+    from webgpu_kernels.errors import ExpressionSandboxError
+
+    items = np.random.default_rng(seed).permutation(np.arange(-(n // 2), n - n // 2)).tolist()
+    if n <= 4096:
+        assert ev(f"{fn}(attrs.axes)", attrs={"axes": items}) == (min(items) if fn == "min" else max(items))
+    else:
+        with pytest.raises(ExpressionSandboxError, match=rf"{fn}\(\) of values of more than 4096 items in all"):
+            ev(f"{fn}(attrs.axes)", attrs={"axes": items})
+    # two lists are compared as values of a list literal [a, b] are counted: the pair and their items
+    half = items[: n // 2]
+    if 2 + 2 * len(half) <= 4096:
+        assert ev(f"{fn}(attrs.axes, attrs.axes)", attrs={"axes": half}) == half
+    else:
+        with pytest.raises(ExpressionSandboxError, match=rf"{fn}\(\) of values of more than 4096 items in all"):
+            ev(f"{fn}(attrs.axes, attrs.axes)", attrs={"axes": half})
 
 
 @pytest.mark.parametrize("value, fragment", [

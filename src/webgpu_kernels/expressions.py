@@ -150,8 +150,9 @@ def _max(*values: Any) -> Any:
 
 
 def _check_compared(values: tuple[Any, ...], fn: str) -> None:
-    # Comparing walks every nested item in one step: bounded as a value is.
-    if nested_items_exceed(values, MAX_SEQUENCE_LENGTH):
+    # Comparing walks every nested item in one step: bounded as a value is. One argument is the
+    # value compared (min(x)), not the argument tuple, which had made a 4096-item list one too many.
+    if nested_items_exceed(values[0] if len(values) == 1 else values, MAX_SEQUENCE_LENGTH):
         raise SandboxViolation(f"{fn}() of values of more than {MAX_SEQUENCE_LENGTH} items in all "
                                "(nested lists count every item)")  # fmt: skip
 
