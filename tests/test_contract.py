@@ -681,6 +681,10 @@ def test_a_masked_value_in_a_list_attribute_is_refused():
         ("attribute", 1.5, 1e39, "a number that rounds to a finite float32 (|x| < 3.4028235677973366e+38; "
                                  "the largest is 3.4028234663852886e+38) (attribute)", "float 1e+39"),
         ("attribute", [1.0], [float("nan")], "a finite number (attribute)", "float nan"),
+        ("attribute", "a", "x" * 4097, "a string of at most 4096 characters (attribute)", "4097 characters"),
+        ("attribute", [1], [1] * 4097, "a list of at most 4096 numbers (attribute)", "4097 items"),
+        ("tunable", "a", "x" * 4097, "a string of at most 4096 characters (tunable)", "4097 characters"),
+        ("attribute", [1.0], np.zeros(4097), "a list of at most 4096 numbers (attribute)", "4097 items"),
     ],
 )  # fmt: skip
 def test_attribute_and_tunable_messages_share_one_form(kind, default, value, expected, received):
@@ -748,3 +752,16 @@ def test_a_misspelt_or_renamed_tunable_or_attribute_names_the_one_meant(quick_ge
     error = raises(errors.UnknownInputError, lambda: quick_gelu({"X": np.ones(4, f32)}, attrs={"zzqqx": 1.0}),
                    "got an unknown attribute", argument="zzqqx")  # fmt: skip
     assert "did you mean" not in str(error), str(error)
+
+
+@pytest.mark.parametrize(("default", "value"), [("a", "x" * 4096), ([1], list(range(4096))), ([0.5], np.ones(4096))])
+def test_a_string_or_list_as_long_as_an_expression_may_hold_is_taken_whole(default, value):
+    """The bound on a string or list attribute is the sandbox's (4096): one at the bound reaches the
+    call's signature unchanged, as a frozen tuple for a list; one past it is refused (above)."""
+    from webgpu_kernels.contract import check_call
+    from webgpu_kernels.manifest import parse_manifest
+
+    data = _stats_manifest(["float32"])
+    data["attributes"] = {"v": default}
+    signature = check_call(parse_manifest(data), {"X": ((2,), "float32")}, {"v": value}, None)
+    assert signature.attr_map()["v"] == (value if isinstance(value, str) else list(value))
