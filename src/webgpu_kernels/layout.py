@@ -57,9 +57,9 @@ def parse_type(text: str) -> WgslType:
     text = text.strip()
     array = _ARRAY.match(text)
     if array:
-        element = parse_type(array.group(1))
-        if element.count is not None:
+        if _ARRAY.match(array.group(1)):  # before the element's own checks: its stride advice leads here
             raise LayoutError(f"nested arrays are not supported in uniform structs: {short_repr(text)}")
+        element = parse_type(array.group(1))
         if _round_up(element._element_align, element._element_size) % 16:
             # WGSL requires a uniform array's element stride to be a multiple of 16 bytes.
             raise LayoutError(f"{short_repr(text)} cannot live in a uniform buffer (element stride must be a multiple "
