@@ -398,3 +398,42 @@ def test_a_heavy_value_is_traced_without_building_its_repr():
         tracemalloc.stop()
     assert "(with d=['xxx" in reason and len(reason) < 120, f"{len(reason)} characters"
     assert peak < 2**20, f"{peak / 2**20:.0f} MiB allocated for a 60-character quote"
+
+
+# --- the variants an f16 device would run ---------------------------------------------------------
+
+
+def test_accepted_with_f16_names_the_variants_a_device_with_shader_f16_would_accept():
+    """On a device without shader-f16, an f16Ok guard's rejection is the adapter's, not the call's:
+    `test` skips and `validate` passes over exactly the variants this names (lavapipe has f16, so
+    no GPU test reaches it)."""
+    from webgpu_kernels.selection import accepted_with_f16
+
+    variants = [variant("gpu16", 10, ["f16Ok(dtypes.T)"]),
+                variant("quad16", 5, ["f16Ok(dtypes.T)", "numel(shapes.X) % 4 == 0"]),
+                variant("never", 1, ["false"])]  # fmt: skip
+    manifest, program = program_of(variants)
+    for shape, expected in [((4,), {"gpu16", "quad16"}), ((6,), {"gpu16"})]:
+        signature = check_call(manifest, {"X": (shape, "float16")}, None, None)
+        scope, _ = program.call_scope(signature, NO_F16_DEVICE)
+        assert select_variant(program.variants, scope).chosen is None
+        assert accepted_with_f16(program, signature, NO_F16_DEVICE) == expected
+        assert accepted_with_f16(program, signature, F16_DEVICE) == expected
+    signature = check_call(manifest, {"X": ((4,), "float32")}, None, None)
+    assert accepted_with_f16(program, signature, NO_F16_DEVICE) == {"gpu16", "quad16"}  # f32 needs no f16
+
+
+def test_accepted_with_f16_is_empty_where_the_call_fails_with_f16_too():
+    from webgpu_kernels.selection import accepted_with_f16
+
+    data = bind_outputs({
+        "domain": "test", "name": "Sel", "inputs": [{"role": "X", "dtype": "T"}],
+        "outputs": [{"role": "Y", "dtype": "T", "rank": 1, "shape": "[dim(shapes.X, 3)]"}],
+        "typeConstraints": {"T": ["float32", "float16"]}, "variants": [variant("gpu16", 1, ["f16Ok(dtypes.T)"])],
+    })  # fmt: skip
+    manifest = parse_manifest(data)
+    program = compile_program(manifest)
+    signature = check_call(manifest, {"X": ((4,), "float16")}, None, None)
+    with pytest.raises(wk.KernelError, match="out of range"):  # what the call itself raises
+        program.call_scope(signature, F16_DEVICE)
+    assert accepted_with_f16(program, signature, NO_F16_DEVICE) == frozenset()
