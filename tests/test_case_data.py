@@ -117,6 +117,30 @@ def test_encode_decode_round_trip(dtype: str) -> None:
     assert "-0.0" in text and '"nan"' in text and '"-inf"' in text
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["int8", "uint8", "int32", "uint32", "int64", "uint64"]),
+       st.lists(st.integers(-300, 300) | st.integers(-(2**70), 2**70), max_size=6), st.booleans(), st.booleans())
+def test_inline_integers_are_exact_and_clipped_or_refused(dtype, values, clip, nested) -> None:
+    """JSON integers for an integer dtype: exact past 2^53 (int64's 2^63 - 1 stays itself), clipped
+    to the type's range, or with clip=False refused naming the value and the range; one past 64
+    bits (which NumPy cannot hold) takes the value-by-value path, with the same result."""
+    low, high = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+    given_values: list = [values, values] if nested else values  # a rectangular nesting keeps its shape
+    outside = [v for v in values if not low <= v <= high]
+    if not clip and outside:
+        with pytest.raises(ValueError, match=rf"is outside {dtype}'s range \[{low}, {high}\]: why") as info:
+            case_data.inline_values(given_values, dtype, clip=False, why="why")
+        assert int(str(info.value).split(" ")[0]) in outside
+        return
+    array = case_data.inline_values(given_values, dtype, clip=clip)
+    expected = [min(max(v, low), high) for v in values]
+    assert array.dtype == np.dtype(dtype) and array.shape == ((2, len(values)) if nested else (len(values),))
+    assert array.reshape(-1).tolist() == (expected * 2 if nested else expected)
+    # and back: test.json's integers are written as JSON integers, exactly
+    encoded = case_data.encode_values(array)
+    assert encoded == array.reshape(-1).tolist() and all(type(v) is int for v in encoded)
+
+
 # --- data files ---------------------------------------------------------------------------------------
 
 

@@ -72,6 +72,16 @@ def test_inline_values() -> None:
         build({"values": [1]})
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int64", "bool"])
+@pytest.mark.parametrize("values", [[[1, 2], [3]], [[1, 2], 3], [1, [2, 3]]])
+def test_ragged_inline_values_are_a_case_file_error_at_values(dtype, values) -> None:
+    """A nesting whose lists differ in length is no tensor: the case's own error, at its values,
+    for an integer dtype (read value by value) as for a float one."""
+    with pytest.raises(CaseFileError) as info:
+        build({"shape": [2, 2], "values": values}, dtype=dtype)
+    assert info.value.json_path == "cases[0].inputs.X.values" and str(info.value).startswith("test.json: ")
+
+
 def test_special_values_are_written_over_generated_data() -> None:
     spec = {"shape": [4, 4], "generate": {"distribution": "normal", "seed": 1},
             "special": {"at": [0, 5, 15], "values": ["nan", "inf", 65504]}}  # fmt: skip
