@@ -74,3 +74,39 @@ def test_dumps_writes_every_string_as_the_package_s_json_files_do(value: Any) ->
 def test_dumps_writes_a_non_ascii_key_alike_on_one_line_and_on_several() -> None:
     assert dumps({"\u00e9": 1}) == '{"\u00e9": 1}'
     assert dumps({"\u00e9": {"x": [1, {"\u00fc": 2}]}}) == '{\n  "\u00e9": {\n    "x": [\n      1,\n      {"\u00fc": 2}\n    ]\n  }\n}'
+
+
+@settings(max_examples=200, deadline=None)
+@given(dtype=st.sampled_from(["int8", "uint8", "int32", "uint32", "int64"]),
+       values=st.lists(st.integers(-(2**40), 2**40) | st.integers(-300, 300), min_size=1, max_size=8),
+       as_float=st.booleans(), half=st.booleans(), nan=st.booleans())  # fmt: skip
+def test_a_reference_output_for_an_integer_output_is_taken_exactly_or_refused(dtype, values, as_float, half, nan):
+    """`expect` rounds a reference's output once to the output's dtype: integers taken exactly,
+    floats rounded half to even; a value past the dtype's range (or NaN) is refused naming the
+    reference's output, as the true result the case would compare (it had been clipped or wrapped)."""
+    import math
+
+    import numpy as np
+    import pytest
+
+    from webgpu_kernels.errors import InputError
+    from webgpu_kernels.expected import _rounded
+
+    low, high = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+    nan = nan and as_float  # an integer array holds no NaN
+    if as_float:
+        given_values = np.array(values, np.float64) + (0.5 if half else 0.0)
+        if nan:
+            given_values[0] = math.nan
+        meant = [int(v) for v in np.rint(given_values)] if not nan else None
+    else:
+        given_values, meant = np.array(values, np.int64), values
+    outside = meant is not None and any(not low <= v <= high for v in meant)
+    if nan or outside:
+        with pytest.raises(InputError) as info:
+            _rounded(given_values, dtype, "ref['Y']")
+        assert info.value.argument == "ref['Y']" and f"values a {dtype} output holds" in info.value.expected
+        assert ("NaN" if nan else f"outside {dtype}'s range [{low}, {high}]") in info.value.received
+        return
+    rounded = _rounded(given_values, dtype, "ref['Y']")
+    assert rounded.dtype == np.dtype(dtype) and rounded.tolist() == meant
