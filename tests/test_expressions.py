@@ -653,3 +653,19 @@ def test_a_power_past_float64_says_so_in_the_librarys_words(source, shown):
     assert "Numerical result" not in message and "OverflowError" not in message
     assert ev("1e300 * 1e300") == float("inf")  # * and / give inf, as before (checked where the value is used)
     assert ev("attrs.alpha ** 10", attrs={"alpha": 1e30}) == pytest.approx(1e300)
+
+
+@pytest.mark.parametrize(("source", "divides"), [
+    ("shapes.X[-1] / 2", True), ("shapes.X[-1] // 2", False), ("(shapes.X[-1] / 2) | int", False),
+    ("shapes.X[-1] / 2 | int", True),  # the filter binds to 2 alone: the division is still a float
+    ("[dim(shapes.X, 0), (n / 2) | int]", False), ("[dim(shapes.X, 0), n / 2]", True),
+    ("(n / 2 | int) / 1", True), ("((n / 2) | int) // 1", False), ("(n / 2) | float", True),
+    ("n / 2 if n else 0", True), ("ceilDiv(n, 2) * 2", False), ("n /", False),
+])  # fmt: skip
+def test_divides_truly_finds_a_true_division_no_int_filter_takes_back(source, divides):
+    """validate warns of an output shape sized with `/` (a float, refused at the call where it is not
+    whole): only a division whose own result `| int` converts is exempt; one that does not parse is
+    reported by its compile error, not here."""
+    from webgpu_kernels.expressions import divides_truly
+
+    assert divides_truly(source) is divides
