@@ -765,3 +765,24 @@ def test_a_string_or_list_as_long_as_an_expression_may_hold_is_taken_whole(defau
     data["attributes"] = {"v": default}
     signature = check_call(parse_manifest(data), {"X": ((2,), "float32")}, {"v": value}, None)
     assert signature.attr_map()["v"] == (value if isinstance(value, str) else list(value))
+
+
+class _ReprFails:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.parametrize(("default", "expected"), [(1.5, "a number"), (2, "an integer"), ("a", "a string"),
+                                                   (True, "a boolean"), ([1.0], "a list of finite numbers")])  # fmt: skip
+def test_a_value_whose_repr_fails_is_still_refused_naming_its_type(default, expected):
+    """The 'got' part quotes a value's repr: a caller's object whose repr raises is named by its type,
+    and the caller gets the AttributeValueError, not the RuntimeError of its repr."""
+    from webgpu_kernels.contract import check_call
+    from webgpu_kernels.manifest import parse_manifest
+
+    data = _stats_manifest(["float32"])
+    data["attributes"] = {"v": default}
+    error = raises(errors.AttributeValueError,
+                   lambda: check_call(parse_manifest(data), {"X": ((2,), "float32")}, {"v": _ReprFails()}, None),
+                   argument="v")  # fmt: skip
+    assert error.expected == f"{expected} (attribute)" and error.received == "_ReprFails ?"
