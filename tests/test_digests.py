@@ -866,3 +866,62 @@ def test_case_twins_answers_as_case_twin_does():
     for name in ["A.NPY", "a.npy", "B.npy", "cafe\u0301.wgsl.jinja", "data/x.npy", "DATA/x.npy", "none.npy"]:
         assert twin(name) == digests.case_twin(name, files), name
     assert twin("A.NPY") == "A.npy" and twin("a.npy") is None and twin("cafe\u0301.wgsl.jinja") == "Caf\u00e9.wgsl.jinja"
+
+
+# --- what digest takes from the manifest and an existing metadata.json ---------------------------------
+
+
+def _write_manifest(root: Path, change) -> None:
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    (root / "manifest.json").write_text(json.dumps(change(manifest)), "utf-8")
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    (lambda m: [m], "the manifest is not a JSON object"),
+    (lambda m: {k: v for k, v in m.items() if k != "domain"}, "the manifest has no domain and name to take the package id"),
+])  # fmt: skip
+def test_digest_refuses_a_manifest_it_cannot_take_the_package_id_from(qg: Path, change, fragment) -> None:
+    _write_manifest(qg, change)
+    (qg / "metadata.json").unlink()
+    with pytest.raises(PackageError, match=fragment) as info:
+        digests.write_metadata(qg)
+    assert info.value.path == str(qg.resolve() / "manifest.json")
+    assert not (qg / "metadata.json").exists()
+
+
+def test_a_manifest_without_domain_keeps_the_existing_id(qg: Path) -> None:
+    _write_manifest(qg, lambda m: {k: v for k, v in m.items() if k != "domain"})
+    (qg / "metadata.json").write_text(json.dumps({"id": "x.Kept", "version": 2}), "utf-8")
+    metadata, _ = digests.write_metadata(qg)
+    assert (metadata["id"], metadata["version"]) == ("x.Kept", 2)
+
+
+@pytest.mark.parametrize(("since", "version"), [(7, 7), (0, 1), ("2", 1), (True, 1), (None, 1)])
+def test_a_new_metadata_json_starts_at_the_manifest_s_since_version_when_it_is_one(qg: Path, since, version) -> None:
+    """sinceVersion a version (an integer from 1) is a new package's contract version; anything else starts at 1."""
+    _write_manifest(qg, lambda m: {**m, "sinceVersion": since} if since is not None else
+                    {k: v for k, v in m.items() if k != "sinceVersion"})  # fmt: skip
+    (qg / "metadata.json").unlink()
+    metadata, _ = digests.write_metadata(qg)
+    assert metadata["version"] == version and type(metadata["version"]) is int
+
+
+def test_a_refreshed_metadata_json_keeps_its_description_and_version(qg: Path) -> None:
+    (qg / "metadata.json").write_text(json.dumps({"id": "x.Y", "version": 3, "description": "kept text"}), "utf-8")
+    metadata, _ = digests.write_metadata(qg)
+    assert metadata["description"] == "kept text" and metadata["version"] == 3
+    assert metadata["id"] == QUICK_GELU  # the manifest's id, not the stale one
+    assert json.loads((qg / "metadata.json").read_text("utf-8"))["description"] == "kept text"
+
+
+@pytest.mark.parametrize(("name", "fragment"), [
+    ("kernel.wgsl.jinja", None), ("data/case0.X.npy", None), ("a+b-c_d.txt", None),
+    ("a b.txt", "this name can never be listed"), ("x/.hidden", "this name can never be listed"),
+    ("\u00e9.txt", "this name can never be listed"), ("a\\b.txt", "this name can never be listed"),
+    ("__pycache__/m.py", "files under __pycache__/ are never listed"), ("notes.txt~", "editor backup files"),
+    ("#notes.txt#", "editor backup files"),
+])  # fmt: skip
+def test_never_listed_says_why_digest_would_never_list_a_name(name: str, fragment: str | None) -> None:
+    """What a read of a file outside metadata.json is told; None for a name digest lists."""
+    why = digests.never_listed(name)
+    assert (why is None) if fragment is None else (why is not None and why.startswith(fragment)), why
