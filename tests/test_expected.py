@@ -105,7 +105,7 @@ def test_a_reference_output_for_an_integer_output_is_taken_exactly_or_refused(dt
     if nan or outside:
         with pytest.raises(InputError) as info:
             _rounded(given_values, dtype, "ref['Y']")
-        assert info.value.argument == "ref['Y']" and f"values a {dtype} output holds" in info.value.expected
+        assert info.value.argument == "ref['Y']" and f"values an output of dtype {dtype} holds" in info.value.expected
         assert ("NaN" if nan else f"outside {dtype}'s range [{low}, {high}]") in info.value.received
         return
     rounded = _rounded(given_values, dtype, "ref['Y']")

@@ -90,13 +90,13 @@ def _rounded(value: Any, dtype: str, argument: str) -> np.ndarray:
         raise InputError(argument, f"an array of numbers (rounded to the output's {dtype})", _received(value))
     outside = _outside_range(array, dtype)
     if outside is not None:
-        raise InputError(argument, f"values a {dtype} output holds (an expected value is the true result)", outside)
+        raise InputError(argument, f"values an output of dtype {dtype} holds (an expected value is the true result)", outside)
     if array.dtype.kind in "iub" and numpy_dtype(dtype).kind in "iub":
         return array.astype(numpy_dtype(dtype))
     try:
         return cast(array.astype(np.float64), dtype)
     except ValueError as exc:  # NaN for an integer output
-        raise InputError(argument, f"values a {dtype} output holds", str(exc)) from None
+        raise InputError(argument, f"values an output of dtype {dtype} holds", str(exc)) from None
 
 
 def _outside_range(array: np.ndarray, dtype: str) -> str | None:
