@@ -86,7 +86,7 @@ def test_test_case_inputs_parses_test_json_once_per_content(tmp_path, monkeypatc
 def test_dir_of_the_package_is_its_public_api_lazy_exports_included():
     """dir(webgpu_kernels) listed the names that build the module (TYPE_CHECKING, Any, _LAZY) and
     the submodules imports had left on it. It lists __all__ and the dunders, the lazily exported
-    names before their first use too, and reading it imports nothing (helper-91)."""
+    names before their first use too, and reading it imports nothing."""
     from conftest import run_script_for_result
 
     script = ("import json, sys, webgpu_kernels as wk\n"
@@ -139,7 +139,7 @@ def test_introspecting_an_unopened_kernel_does_not_raise(monkeypatch, quick_gelu
     """inspect.getmembers, pydoc and inspect.signature read every name dir() lists, or a class's
     own (__name__), catching AttributeError only: they raised the stored error, so IPython's
     completion or help() on a kernel a worker could not open failed. dir() lists what reading
-    leaves unopened (a Kernel's methods, not its properties); using the kernel still raises (helper-185)."""
+    leaves unopened (a Kernel's methods, not its properties); using the kernel still raises."""
     import inspect
     import pydoc
 
@@ -232,7 +232,7 @@ def test_an_interrupt_as_get_kernel_registers_an_opening_leaves_no_thread_waitin
     """A KeyboardInterrupt landing between get_kernel's registering that it opens an op id and the
     `try` whose `finally` takes the registration back had left it registered: every later
     get_kernel of that op id, in any thread, waited for good. Raised here just after the
-    registration itself, it leaves nothing registered (helper-185)."""
+    registration itself, it leaves nothing registered."""
     import threading
 
     from webgpu_kernels import api
@@ -289,7 +289,7 @@ def test_a_failed_opening_leaves_nothing_behind_and_the_next_get_kernel_tries_ag
 def test_an_explanation_shows_its_text_in_ipython_and_jupyter():
     """A notebook cell ending in ``kernel.explain(...)`` showed the dataclass repr, a line of
     thousands of characters (every verdict's values), where print() shows the verdicts one a line
-    (helper-189): IPython's pretty printer now shows the text, as ``webgpu-kernels explain`` does."""
+   : IPython's pretty printer now shows the text, as ``webgpu-kernels explain`` does."""
     pretty = pytest.importorskip("IPython.lib.pretty")
     gelu = wk.get_kernel("com.microsoft.QuickGelu")
     explanation = gelu.explain({"X": ((2, 77, 3072), "f16")})

@@ -1,5 +1,5 @@
 """tests/packages/com.example.Attention: a third-party package written from the docs alone
-(helper-84), scaled dot-product attention softmax(Q K^T * scale + mask) V in six variants: a
+, scaled dot-product attention softmax(Q K^T * scale + mask) V in six variants: a
 tiled one-pass kernel staging K and V in workgroup memory, one invocation per query row, and three
 passes through the optional float32 output P (the format has no scratch buffers), each with and
 without the optional mask (a variant's bindings are fixed). It runs through load_kernel() with no
@@ -238,7 +238,7 @@ def test_refusals_name_the_clause(attention, rng):
 def test_a_boolean_mask_is_told_what_the_mask_holds(attention, rng):
     """A boolean keep-mask (True = attend, as torch's SDPA takes) is refused, and the hint had said
     only "convert with .astype(np.float32)": that makes an additive mask of 1.0 and 0.0, which
-    drops no key, so CLIP's causal attention silently attended to the future (helper-189). The hint
+    drops no key, so CLIP's causal attention silently attended to the future. The hint
     now says what True and False become and quotes what the input holds; following it gives the
     causal reference."""
     inputs = make(rng, 2, 3, 6, 6, 8, 8, np.float32)

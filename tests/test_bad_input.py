@@ -52,7 +52,7 @@ CASES = [
     Case("missing-input", BA, lambda: bias_inputs(skip=None), errors.MissingInputError, ("nothing",), "skip"),
     Case("missing-all", QG, lambda: {}, errors.MissingInputError, (), "X"),
     # None is how an optional input is left out; a required one given None had been refused as a
-    # value, "expected a NumPy array or a GpuTensor, got NoneType" (helper-148)
+    # value, "expected a NumPy array or a GpuTensor, got NoneType"
     Case("required-input-none", BA, lambda: {**bias_inputs(), "bias": None}, errors.MissingInputError,
          ("a T tensor (float32 or float16)", "got None (a required input: None leaves out only an optional one)"),
          "bias"),
@@ -79,7 +79,7 @@ CASES = [
     # dtypes
     Case("dtype-float64", QG, lambda: {"X": np.ones(4, np.float64)}, errors.DTypeError,
          ("float64", "float32", "float16", "type variable T"), "X"),
-    # a bfloat16, integer or bool array got no advice where float64 got one (helper-82)
+    # a bfloat16, integer or bool array got no advice where float64 got one
     Case("dtype-int32", BA, lambda: bias_inputs(dtype=np.int32), errors.DTypeError,
          ("int32", "(convert with .astype(np.float32))"), "X"),
     Case("dtype-bool", QG, lambda: {"X": np.ones(4, bool)}, errors.DTypeError,
@@ -131,14 +131,14 @@ CASES = [
     Case("attr-bool", QG, qg_inputs, errors.AttributeValueError, ("a number",), "alpha", {"attrs": {"alpha": True}}),
     Case("attr-array", QG, qg_inputs, errors.AttributeValueError, ("a number",), "alpha",
          {"attrs": {"alpha": np.array([1.0, 2.0])}}),
-    # a masked value had run as what its mask hides: np.ma.masked as 0 (helper-34)
+    # a masked value had run as what its mask hides: np.ma.masked as 0
     Case("attr-masked", QG, qg_inputs, errors.AttributeValueError, ("a masked array", ".filled("), "alpha",
          {"attrs": {"alpha": np.ma.masked}}),
     Case("attr-masked-array", QG, qg_inputs, errors.AttributeValueError, ("a masked array",), "alpha",
          {"attrs": {"alpha": np.ma.masked_array(2.0, mask=True)}}),
     Case("unknown-attribute", QG, qg_inputs, errors.UnknownInputError, ("an unknown attribute", "['alpha']"), "beta",
          {"attrs": {"beta": 1.0}}),
-    # it said "expected one of the attributes [], got an unknown attribute" (helper-82)
+    # it said "expected one of the attributes [], got an unknown attribute"
     Case("no-attributes", BA, bias_inputs, errors.UnknownInputError,
          ("expected no attributes (this kernel has none), got an unknown attribute",), "alpha", {"attrs": {"alpha": 1}}),
     Case("attrs-not-a-dict", QG, qg_inputs, errors.InputError, ("a dict",), "attrs", {"attrs": [("alpha", 1.0)]}),
@@ -498,7 +498,7 @@ def test_to_gpu_with_another_adapter_copies_the_tensor(quick_gelu, device, gl_de
 
 def test_a_tensor_on_another_adapter_says_how_to_run_the_call(quick_gelu, device, gl_device, dispatches):
     """The error named both adapters but not what to do: the adapter= it quotes runs the call on
-    the tensor's device, and the to_gpu it quotes copies the tensor to the call's (helper-82)."""
+    the tensor's device, and the to_gpu it quotes copies the tensor to the call's."""
     if gl_device is device:
         pytest.skip("the default adapter is the OpenGL one")
     x = np.linspace(-2, 2, 64, dtype=f32)
@@ -523,7 +523,7 @@ def test_a_tensor_on_another_adapter_says_how_to_run_the_call(quick_gelu, device
 def test_tensors_on_two_devices_are_told_to_copy_not_to_move_the_call(bias_add, device, gl_device, dispatches, rng):
     """With X on the default device and bias on the OpenGL one, the hint said "run it on the
     tensor's device with adapter='opengl'", and that call then refused X with the mirror hint: the
-    user was sent back and forth (helper-121). Running elsewhere cannot help; copying can."""
+    user was sent back and forth. Running elsewhere cannot help; copying can."""
     if gl_device is device:
         pytest.skip("the default adapter is the OpenGL one")
     x, skip = (rng.standard_normal((2, 3, 8)).astype(f32) for _ in range(2))
@@ -551,7 +551,7 @@ def test_tensors_on_two_devices_are_told_to_copy_not_to_move_the_call(bias_add, 
 
 def test_a_released_tensor_as_input_says_what_to_do(quick_gelu, device, dispatches):
     """It said only "expected a live GpuTensor, got a released GpuTensor", without the advice the
-    tensor's own error gives (helper-82)."""
+    tensor's own error gives."""
     t = to_gpu(np.ones(8, f32))
     t.release()
     error = check_refused(quick_gelu, lambda: quick_gelu({"X": t}), errors.InputError,
@@ -709,7 +709,7 @@ def test_a_float_attribute_takes_an_int_as_the_number_it_is(quick_gelu):
 
 def test_a_float_attribute_that_rounds_to_the_largest_f32_is_taken(quick_gelu):
     """3.4028235e38 is how NumPy prints float32's largest value, and rounds to it: it had been refused
-    as beyond "|x| <= 3.402823e+38", a bound that read like the value itself (helper-20). A float
+    as beyond "|x| <= 3.402823e+38", a bound that read like the value itself. A float
     rounds to infinity only from F32_MAX plus half its last unit."""
     x = np.linspace(-2, 2, 16, dtype=f32)
     largest = float(np.finfo(f32).max)

@@ -111,7 +111,7 @@ def test_bench_kernel_quick_gelu(quick_gelu, need_dtype, dtype):
 
 def test_bench_kernel_leaves_no_bind_group_over_its_destroyed_buffers(quick_gelu):
     """bench's timing makes its own buffers and destroys them; the bind groups over them had stayed in
-    the device's cache (up to 1,024 of them) until newer ones pushed them out (helper-113)."""
+    the device's cache (up to 1,024 of them) until newer ones pushed them out."""
     memory = wk.get_device().memory
     before = set(memory._bind_groups)
     bench_kernel(quick_gelu, {"X": random_array((4096,), "float32", np.random.default_rng(0))}, **FAST)

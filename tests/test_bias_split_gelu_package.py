@@ -1,5 +1,5 @@
 """tests/packages/demo.BiasSplitGelu: a third-party package written from the docs alone by a kernel
-author (helper-162): ONNX Runtime's contrib op com.microsoft.BiasSplitGelu, the GEGLU of the
+author: ONNX Runtime's contrib op com.microsoft.BiasSplitGelu, the GEGLU of the
 Stable Diffusion UNets' transformer feed-forward, run through load_kernel() with no engine change.
 X (N, S, 2D) plus a bias (2D,) is split into halves, and Y = left * gelu(right) with the exact
 (erf) GELU. WGSL has no erf: the template approximates it (a polynomial near 0, erfc as exp times a

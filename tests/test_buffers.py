@@ -101,7 +101,7 @@ def test_a_ctrl_c_in_the_copy_wait_raises_once_every_running_chunk_is_done(threa
 def test_an_upload_cut_short_leaks_no_buffer(device, monkeypatch):
     """A Ctrl-C (or any failure) inside to_gpu's write had kept its buffer leased for good."""
     # Tensors an earlier test left to the garbage collector are pooled first: to_gpu's acquire would
-    # pool them and the count would drop (the test failed after tests/test_execution.py; helper-34).
+    # pool them and the count would drop (the test failed after tests/test_execution.py).
     gc.collect()
     with device.memory.lock:
         device.memory._pool_collected()
@@ -119,7 +119,7 @@ def test_an_upload_cut_short_leaks_no_buffer(device, monkeypatch):
 
 def test_a_release_interrupted_while_it_waits_for_the_lock_leaks_no_buffer(device, monkeypatch):
     """A Ctrl-C while release() waited for the device lock (another thread reading back, say) had
-    taken the buffer from the tensor and never given it to the pool: leased for good (helper-113)."""
+    taken the buffer from the tensor and never given it to the pool: leased for good."""
     gc.collect()
     with device.memory.lock:
         device.memory._pool_collected()
@@ -446,7 +446,7 @@ def test_the_wait_warning_is_set_by_the_environment(monkeypatch, setting, wait_w
 
 def test_a_wait_warning_past_the_longest_wait_reads_right(device, quick_gelu, monkeypatch):
     """A wait warning of more seconds than threading can wait (99999999999, meant as "never") made
-    every readback that had to wait raise OverflowError from Event.wait (helper-34)."""
+    every readback that had to wait raise OverflowError from Event.wait."""
     monkeypatch.setattr(device.memory, "spin_s", 0.0)
     monkeypatch.setattr(device.memory, "wait_warn_s", 99999999999)  # $WEBGPU_KERNELS_WAIT_WARN_S takes it
     x = np.random.default_rng(7).standard_normal(1 << 22).astype(f32)

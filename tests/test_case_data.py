@@ -190,7 +190,7 @@ def test_bad_safetensors_files_say_what_is_wrong() -> None:
 def test_a_data_file_of_an_empty_shape_no_array_can_have_says_so(shape) -> None:
     """A zero dimension makes 0 bytes of data, so the file's own checks pass: a .safetensors tensor of
     [0, 2**62] reached the reshape, and NumPy's 'array is too big; `arr.size * arr.dtype.itemsize`
-    is larger than the maximum possible size' was the case's error (red team, helper-195)."""
+    is larger than the maximum possible size' was the case's error (red team)."""
     files = {"x.npy": npy_claiming(tuple(shape), payload=b"")}
     if shape[0] == 0:  # safetensors refuses the other itself ('overflow computing buffer size')
         files["x.safetensors"] = one_tensor_file("x", "F32", shape, b"")
@@ -296,7 +296,7 @@ def test_cast_to_64_bit_integers_clips_instead_of_wrapping() -> None:
 def test_a_malformed_npy_header_is_a_value_error_naming_the_file_kind() -> None:
     """A header NumPy's Python-2 fallback reads raised tokenize.TokenError, which no caller caught:
     `webgpu-kernels test` stopped with a traceback, its other packages untested and its JUnit
-    report unwritten (helper-28)."""
+    report unwritten."""
     buffer = io.BytesIO()
     np.save(buffer, np.zeros((2, 64), np.float32))
     broken = buffer.getvalue().replace(b"'shape': (2, 64), }", b"'shape': (2, 64 , }")

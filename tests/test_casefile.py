@@ -220,7 +220,7 @@ def test_case_inputs_and_expected_through_the_manifest() -> None:
 
 
 def test_a_tensor_past_max_case_elements_says_how_many_it_holds() -> None:
-    """It said "more than 16777216 elements" of a real SD shape, with no count (helper-24)."""
+    """It said "more than 16777216 elements" of a real SD shape, with no count."""
     manifest = wk.get_kernel(QUICK_GELU).manifest
     big = {"name": "sd", "types": {"T": "float32"},
            "inputs": {"X": {"shape": [2, 4096, 2560], "generate": {"distribution": "normal", "seed": 1}}},
@@ -468,7 +468,7 @@ def test_a_test_shape_no_array_can_have_is_refused_when_the_file_is_read() -> No
     """test.json's shapes had only their element count summed, which a zero dimension makes 0: an
     input of [0, 2**62, 2**62, 2**62] reached NumPy, whose own message ('array is too big; `arr.size *
     arr.dtype.itemsize` is larger than the maximum possible size') was the case's error, as
-    [2**32, 2**32, 0]'s 'cannot reshape array of size 0' was (red team, helper-195)."""
+    [2**32, 2**32, 0]'s 'cannot reshape array of size 0' was (red team)."""
     for section, role in (("inputs", "X"), ("expected", "Y")):
         for shape in ([0, 2**62, 2**62, 2**62], [2**32, 2**32, 0], [0, 2**70]):
             case = {"name": "a", "inputs": {"X": {"shape": [2], "values": [1, 2]}},
@@ -494,10 +494,10 @@ def test_a_bench_input_may_say_how_it_is_drawn() -> None:
 
     where = "cases[0].inputs.I.generate"
     assert errors({"distribution": "uniform", "low": 2, "high": 1}) == [(where, "low is above high")]
-    # low + (high - low) * u with high - low past float64: every value inf (helper-22)
+    # low + (high - low) * u with high - low past float64: every value inf
     assert errors({"distribution": "uniform", "low": -1e308, "high": 1e308}) == [
         (where, "high - low is past float64's range: every value drawn would be infinite")]
-    # the same as JSON integers: their difference had been an int past float, a raw OverflowError (helper-195)
+    # the same as JSON integers: their difference had been an int past float, a raw OverflowError
     assert errors({"distribution": "uniform", "low": -(10**308), "high": 10**308}) == [
         (where, "high - low is past float64's range: every value drawn would be infinite")]
     # and a JSON integer past float64 itself (float() of it had raised OverflowError)
@@ -512,7 +512,7 @@ def test_a_bench_input_may_say_how_it_is_drawn() -> None:
 def test_a_normal_draw_past_float64_is_refused_when_the_file_is_read() -> None:
     """mean + std * z had no check (uniform's high - low had): std 1e308 made the draws past 1.8 sigma
     infinite, with NumPy's RuntimeWarning 'overflow encountered in multiply' printed by `test` and
-    `bench` and the case run on infinite inputs (red team, helper-195)."""
+    `bench` and the case run on infinite inputs (red team)."""
     where = "cases[0].inputs.I.generate"
     bad = ({"std": 1e308}, {"mean": -1.7e308, "std": 1e307}, {"mean": 1e308, "std": 1e308}, {"std": 10**308},
            {"mean": -(10**400)}, {"std": 10**400})
@@ -651,7 +651,7 @@ def test_package_json_refuses_numbers_json_does_not_have(text: str, reason: str)
 
 def test_an_expected_integer_the_output_cannot_hold_is_refused_not_clipped():
     """Expected inline integers were clipped to the output's range, so a saturating int32 kernel
-    passed against the wrapped or wider result the case wrote (helper-28). Inputs still clip."""
+    passed against the wrapped or wider result the case wrote. Inputs still clip."""
     def expected(values: list, dtype: str) -> np.ndarray:
         return casefile.build_tensor({"shape": [len(values)], "values": values}, dtype=dtype, read_bytes=None,
                                      file="test.json", where="cases[0].expected.Y", expected=True)  # fmt: skip

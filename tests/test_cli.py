@@ -108,7 +108,7 @@ def test_an_embedded_id_that_is_also_a_package_folder_here_is_refused(runner: Cl
 def test_a_folder_named_like_a_hub_repository_is_ambiguous(runner: CliRunner, tmp_path, monkeypatch) -> None:
     """`someone-else/com.microsoft.QuickGelu` read the folder of that name here, unverified, where
     Python's get_kernel reads the Hub repository, which another organisation's needs trust
-    (helper-27). `./org/op` and a path of two slashes name the folder."""
+   . `./org/op` and a path of two slashes name the folder."""
     from conftest import copy_package
 
     monkeypatch.chdir(tmp_path)
@@ -157,7 +157,7 @@ def test_a_mistyped_folder_that_reads_as_a_hub_repository_says_so(runner, tmp_pa
 @pytest.mark.parametrize("args", [["--trust-remote-code", "info", "nodir/x/pkg"], ["info", "nodir/x/pkg"]])
 def test_a_missing_path_of_three_parts_is_a_missing_folder_not_a_hub_repository(runner: CliRunner, args) -> None:
     """A repository id has one slash: `nodir/x/pkg` with --trust-remote-code got "version= and
-    revision= apply to Hub repositories", without it the Python trust advice (helper-14)."""
+    revision= apply to Hub repositories", without it the Python trust advice."""
     result = runner.invoke(main, args)
     assert result.exit_code == 2, result.output
     assert "nodir/x/pkg: no such folder" in result.output and "version=" not in result.output
@@ -169,7 +169,7 @@ def test_a_missing_path_of_three_parts_is_a_missing_folder_not_a_hub_repository(
 @pytest.mark.parametrize("spec, fragment", [
     ("Z=uniform:0:1", "--generate names 'Z', which no -i/--input gives (-i inputs: X)"),
     ("X=uniform:1:0", "'X=uniform:1:0': low is above high"),
-    ("X=uniform:-1e308:1e308", "high - low is past float64's range"),  # every value inf (helper-22)
+    ("X=uniform:-1e308:1e308", "high - low is past float64's range"),  # every value inf
     ("X=normal:0:-1", "std in 'X=normal:0:-1' must be at least 0"),
     ("X=uniform:0:inf", "high in 'X=uniform:0:inf' must be a finite number, got 'inf'"),
     ("X=uniform:a:1", "low in 'X=uniform:a:1' must be a finite number, got 'a'"),
@@ -205,7 +205,7 @@ def test_missing_folder(runner: CliRunner, tmp_path) -> None:
 
 def test_float64_input(runner: CliRunner) -> None:
     """The command line says how to write the dtype there; a Python caller's message no longer
-    does (it had named `-i NAME=DIMS:f32` to Python users, helper-20)."""
+    does (it had named `-i NAME=DIMS:f32` to Python users)."""
     for command in ("explain", "render", "run"):
         result = runner.invoke(main, [command, QUICK_GELU, "-i", "X=2x3:f64"])
         assert_error(result, "argument 'X'", "float64", "['float32', 'float16']",
@@ -218,7 +218,7 @@ def test_float64_input(runner: CliRunner) -> None:
 
 @pytest.mark.parametrize("dtype", ["bf16", "i32"])
 def test_a_dtype_outside_the_constraint_on_the_command_line_says_which_to_type(runner: CliRunner, dtype: str) -> None:
-    """`-i X=2x3:bf16` ended in "(convert with .astype(np.float32))", Python's advice (helper-180)."""
+    """`-i X=2x3:bf16` ended in "(convert with .astype(np.float32))", Python's advice."""
     for command in ("explain", "run", "bench"):
         result = runner.invoke(main, [command, QUICK_GELU, "-i", f"X=2x3:{dtype}", *(["--warm-up", "0"] if command == "bench" else [])])
         assert_error(result, "argument 'X'", "['float32', 'float16']",
@@ -304,7 +304,7 @@ def test_selection_errors(runner: CliRunner) -> None:
     for command in ("run", "explain", "render"):  # a misspelt id names the one meant
         result = runner.invoke(main, [command, QUICK_GELU, *QG_F32, "--variant", "scalr"])
         assert_error(result, "no variant 'scalr' (did you mean 'scalar'?)")
-        # an empty id is an unknown one too, not "no variant forced" (bench's slip, helper-200)
+        # an empty id is an unknown one too, not "no variant forced" (bench's slip)
         assert_error(runner.invoke(main, [command, QUICK_GELU, *QG_F32, "--variant", ""]), "no variant ''")
     result = runner.invoke(main, ["run", BIAS_ADD, "-i", "X=2x3x4:f32", "-i", "bias=5:f32", "-i", "skip=2x3x4:f32"])
     assert_error(result, "no variant can run this call", "dim(shapes.bias, 0) == dim(shapes.X, 2)")
@@ -337,7 +337,7 @@ def test_usage_errors(runner: CliRunner) -> None:
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_a_seconds_option_refuses_nan_and_infinity(runner: CliRunner, command, option, value) -> None:
     """click's FloatRange passes NaN (every comparison is false) and infinity: `--warm-up inf` warmed up
-    for ever, `--timeout nan` meant no timeout (helper-14)."""
+    for ever, `--timeout nan` meant no timeout."""
     result = runner.invoke(main, [command, QUICK_GELU, option, value])
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{option}'" in result.output and "not a finite number" in result.output
@@ -345,7 +345,7 @@ def test_a_seconds_option_refuses_nan_and_infinity(runner: CliRunner, command, o
 
 @pytest.mark.parametrize("command", ["bench", "tune"])
 def test_an_unknown_dtype_filter_is_named(runner: CliRunner, command) -> None:
-    """`--dtype fp16` matched no case and the error blamed --case/--tag/--dtype together (helper-14)."""
+    """`--dtype fp16` matched no case and the error blamed --case/--tag/--dtype together."""
     result = runner.invoke(main, [command, QUICK_GELU, "--dtype", "fp16"])
     assert result.exit_code == 2, result.output
     assert "unknown dtype 'fp16'" in result.output and "f16" in result.output
@@ -371,7 +371,7 @@ ADAPTER_COMMANDS = {
 
 def test_adapter_is_an_option_of_exactly_the_commands_that_open_one(runner: CliRunner) -> None:
     """`tune KERNEL --adapter gl` had been "No such option": users put options after the command.
-    Commands that never open an adapter do not take it (helper-159)."""
+    Commands that never open an adapter do not take it."""
     ctx = click.Context(main)
     taking = set()
     for name in main.list_commands(ctx):
@@ -463,7 +463,7 @@ def test_progress_is_live_only_on_a_terminal_that_redraws(monkeypatch, term: str
 
 def test_a_reader_that_stops_early_leaves_the_commands_own_exit_status() -> None:
     """`test PKG | head -1`: rich exited 1 on the broken pipe, which says "a case failed", so a
-    passing command failed a CI step run with pipefail (helper-35). The rest is dropped now and the
+    passing command failed a CI step run with pipefail. The rest is dropped now and the
     command goes on to its own verdict."""
     from webgpu_kernels.cli import package_text_console
 
@@ -480,7 +480,7 @@ def test_a_reader_that_stops_early_leaves_the_commands_own_exit_status() -> None
                                      ["render", "com.microsoft.QuickGelu", "-i", "X=8:f32"]])
 def test_a_reader_that_stops_early_leaves_the_status_of_click_echos_output(command: list[str]) -> None:
     """`test --json | head -1`, `render ... | head`: click.echo met the closed pipe and click exited 1,
-    "a case failed", the status 34cb5c0 had fixed for the console's text only (helper-38)."""
+    "a case failed", the status 34cb5c0 had fixed for the console's text only."""
     import subprocess
     import sys
 
@@ -583,7 +583,7 @@ def test_a_hub_id_with_a_trailing_slash_is_refused_alike_by_every_command(tmp_pa
 def test_a_folder_named_as_a_pinned_hub_id_is_refused_as_ambiguous(tmp_path, monkeypatch, pin):
     """`info webgpu-kernels/com.microsoft.QuickGelu@v1` in a directory holding a folder of exactly
     that name loaded the folder, unverified and without trust, where the user asked for the Hub's
-    package: only the form without @ was refused as naming both (helper-131)."""
+    package: only the form without @ was refused as naming both."""
     import shutil
 
     from click.testing import CliRunner

@@ -159,7 +159,7 @@ def test_generate_draws_the_given_shapes_inputs(runner, tmp_path, monkeypatch):
 def test_given_shapes_take_attributes(runner, tmp_path):
     """`bench` and `tune` with -i had no --attr, so an op whose attribute has no usable default
     (demo.Concat's `axis`) could not be timed or tuned at a shape of the author's own: its call was
-    refused on `axisGiven` (helper-155). --attr sets the -i call's attributes, as `run`'s does; the
+    refused on `axisGiven`. --attr sets the -i call's attributes, as `run`'s does; the
     row records them and the output is checked against onnxruntime's Concat."""
     concat = str(PACKAGES_DIR / "demo.Concat")
     given = ["-i", "A=2x8x4:f32", "-i", "B=2x4x4:f32", "--attr", "axis=1"]
@@ -386,7 +386,7 @@ def test_bench_reports_stored_tuning(runner, tuning_dir, tmp_path):
 
 def test_the_tuned_figure_counts_the_defaults_bytes(runner, tuning_dir, tmp_path, write_package):
     """A tuned variant that also writes an optional output the default leaves out was credited with
-    those bytes: 1.5x the default's TB/s at equal time (helper-31). The peers count ours too."""
+    those bytes: 1.5x the default's TB/s at equal time. The peers count ours too."""
     from conftest import optional_output_package
 
     root = optional_output_package(write_package, [("noz", 10, False), ("withz", 1, True)])
@@ -466,7 +466,7 @@ def test_a_tuned_choice_whose_output_is_wrong_is_reported_wrong(runner, tuning_d
 def test_a_package_without_a_reference_has_its_tuned_choice_checked_against_the_default(runner, tuning_dir, tmp_path):
     """bench compares outputs with NumPy references, which only the shipped ops have: a package's own
     op had its tuned choice timed unchecked, so a stored variant that writes nothing read as fast
-    (helper-11). Its output is now compared with the default's."""
+   . Its output is now compared with the default's."""
     copy, result, row = _bench_a_stored_scalar_that_writes_nothing(runner, tuning_dir, tmp_path, domain="example")
     assert copy.op_id == "example.QuickGelu"  # an op with no registered reference
     assert result.exit_code == 1, result.output
@@ -633,7 +633,7 @@ def test_peer_lines_are_streamed_and_a_chatty_stderr_cannot_stall_the_peer():
 
 def test_a_peer_line_that_is_json_but_no_result_is_skipped_not_a_crash():
     """A library printing `1`, `[2]` or a dict without a case to the peer's stdout parsed as JSON and
-    reached the merge, whose result.pop("case") raised (helper-115)."""
+    reached the merge, whose result.pop("case") raised."""
     code = ("import json\n"
             "print(1); print('[2]'); print(json.dumps({'peer': 'x'})); print('null')\n"
             "print(json.dumps({'case': 0, 'device_s': 1e-3}), flush=True)\n")  # fmt: skip
@@ -1201,7 +1201,7 @@ def test_force_color_off_a_terminal_keeps_a_line_per_case_and_no_live_frames(run
 
 def test_a_named_kernel_without_a_bench_json_is_said_not_left_out(runner):
     """Named beside one that has cases, a package without bench.json had been dropped without a
-    word, and the run looked complete (helper-31)."""
+    word, and the run looked complete."""
     result = runner.invoke(main, ["bench", QG_DIR, str(PACKAGES_DIR / "demo.ScaleShift"), *TINY, "--no-host"])
     assert result.exit_code == 0, result.output
     assert "demo.ScaleShift: no bench.json in the package, so nothing of it is timed" in " ".join(result.output.split())
@@ -1210,7 +1210,7 @@ def test_a_named_kernel_without_a_bench_json_is_said_not_left_out(runner):
 @pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime not installed")
 def test_a_package_op_onnxruntime_runs_is_checked_against_it_as_run_does(runner, write_package, tmp_path):
     """bench checked only the ops with a NumPy reference: a LayerNormalization package showed "max
-    err -" where `run` compared the same call with onnxruntime (helper-33). A kernel that scales
+    err -" where `run` compared the same call with onnxruntime. A kernel that scales
     twice is WRONG now, in bench as in run."""
     from cli_helpers import LAYER_NORM_MANIFEST, LAYER_NORM_TEMPLATE
 
@@ -1274,7 +1274,7 @@ def test_a_case_no_reference_checked_is_said_with_why(runner, tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime not installed")
 def test_onnx_op_checks_a_package_mirroring_an_onnx_op_as_run_does(runner, tmp_path):
     """`run --onnx-op ai.onnx.Concat` compared demo.Concat with onnxruntime, but bench had no such
-    option: its "max err" stayed "-" (helper-149). With it, a right kernel passes and one that puts
+    option: its "max err" stayed "-". With it, a right kernel passes and one that puts
     B's block in A's place is WRONG (exit 1); it names the op of one package only."""
     concat = str(PACKAGES_DIR / "demo.Concat")
     path = tmp_path / "b.json"

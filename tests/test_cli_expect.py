@@ -619,7 +619,7 @@ def test_a_data_file_larger_than_a_package_file_may_be_is_refused(package, there
 
 
 def test_a_large_inline_entry_is_written_with_a_note_naming_the_data_file_to_name_instead(package) -> None:
-    """An author's 6,000 expected values went into test.json inline without a word (helper-135):
+    """An author's 6,000 expected values went into test.json inline without a word:
     written, and a note names the entry and the data file that keeps test.json readable; at the
     limit and below, no note."""
     _edit_tests(package, lambda cases: cases[0]["inputs"]["X"].update(shape=[2, 513]))
@@ -720,7 +720,7 @@ def test_an_integer_output_the_dtype_cannot_hold_is_refused(tmp_path, function) 
 def test_a_case_s_bad_input_is_placed_in_test_json(package) -> None:
     """A case whose inputs cannot be built is named where test.json holds it, as `validate` and
     `test` name it: `expect` had said "case 'x' given as a dict (read as cases[0]): cases[0]...",
-    a path that was not in the file, for the third case of test.json (helper-125)."""
+    a path that was not in the file, for the third case of test.json."""
     _edit_tests(package, lambda cases: cases[2]["inputs"]["X"].update(special={"at": [130], "values": [1]}))
     result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
     assert_error(result, f"{package / 'test.json'}: cases[2].inputs.X.special.at: index 130 is out of range")

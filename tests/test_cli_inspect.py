@@ -304,7 +304,7 @@ def test_render_checks_the_call_once(runner: CliRunner, tuning_dir, monkeypatch)
 def test_no_adapter_at_all_says_what_to_install(tmp_path):
     """With no Vulkan driver and no EGL vendor (a CI machine without Mesa), `devices` said only "no
     WebGPU adapter found", and the error of the other commands named one package of the two the
-    CI step installs (helper-126). Run in fresh processes: the drivers are read once per process."""
+    CI step installs. Run in fresh processes: the drivers are read once per process."""
     import subprocess
 
     from webgpu_kernels.device import NO_ADAPTER
@@ -319,7 +319,7 @@ def test_no_adapter_at_all_says_what_to_install(tmp_path):
 
 def test_validate_without_any_adapter_is_the_machine_s_problem_not_the_package_s(tmp_path):
     """With no adapter at all, validate reported the embedded package INVALID (exit 1) where `test`
-    exits 2 with what to install; --no-gpu still validates without one (helper-126)."""
+    exits 2 with what to install; --no-gpu still validates without one."""
     import subprocess
 
     from webgpu_kernels.device import NO_ADAPTER

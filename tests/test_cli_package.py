@@ -27,7 +27,7 @@ def test_digest_check_names_the_metadata_file_on_one_line(runner: CliRunner, tmp
 @pytest.mark.parametrize("columns", ["80", "60"])
 def test_the_test_table_keeps_every_column_on_a_narrow_terminal(runner: CliRunner, columns) -> None:
     """At 80 columns the table's right edge was cropped, its result column first ("pas"), since
-    rich cannot narrow a no-wrap column (helper-35); its columns now fold."""
+    rich cannot narrow a no-wrap column; its columns now fold."""
     from conftest import PACKAGES_DIR
 
     result = runner.invoke(main, ["test", str(PACKAGES_DIR / "demo.Softmax"), "--case", "rank3-3x5x100-wg64-f32"],
@@ -135,7 +135,7 @@ def test_test_isolated_without_any_adapter_exits_2_and_writes_no_report(tmp_path
     """package-files.md's CI step runs `test "$PKG" --timeout 600 --junit report.xml`, and says a
     command that could not run ("no adapter at all") exits 2 and writes no report. Isolated
     (--timeout, --isolate) the child's AdapterNotFoundError had become the package's error: exit 1,
-    NO_ADAPTER on stdout and a JUnit report with one error, where in-process it exits 2 (helper-150)."""
+    NO_ADAPTER on stdout and a JUnit report with one error, where in-process it exits 2."""
     import subprocess
 
     from webgpu_kernels.device import NO_ADAPTER
@@ -154,7 +154,7 @@ def test_digest_check_ends_with_what_to_do_where_the_version_differs_from_since_
     """cli.md: `digest --check` on an out-of-date metadata.json, "its last line says what to do". For
     a package whose contract version is not its sinceVersion (any ONNX op past opset 1 that `new`
     started at version 1: demo.ArgMax, opset 13) the kept-version note came after the verdict, so a
-    CI log's last line said "--version N sets it" instead of the digest to run (helper-150)."""
+    CI log's last line said "--version N sets it" instead of the digest to run."""
     from conftest import PACKAGES_DIR
 
     root = tmp_path / "demo.ArgMax"
@@ -170,7 +170,7 @@ def test_digest_check_ends_with_what_to_do_where_the_version_differs_from_since_
 def test_digest_check_of_another_op_id_is_not_up_to_date(runner: CliRunner, tmp_path) -> None:
     """A metadata.json whose id is not the manifest's domain.name (the op renamed in the manifest,
     digest not run) failed `digest --check` (exit 1) under "metadata.json is up to date", with no
-    digest to run, and --json said "upToDate": true (helper-150)."""
+    digest to run, and --json said "upToDate": true."""
     import json
 
     root = tmp_path / "pkg"
@@ -189,7 +189,7 @@ def test_digest_check_of_another_op_id_is_not_up_to_date(runner: CliRunner, tmp_
 def test_validate_prints_a_file_name_with_a_newline_on_one_line(runner: CliRunner, tmp_path) -> None:
     """A package file named "a\\nPASSED b.txt" had printed its name across two lines of validate's
     report, the second reading "PASSED b.txt": a stranger's package could write a line of its
-    choosing into a CI log (helper-152). The name is shown escaped, on its problem's line."""
+    choosing into a CI log. The name is shown escaped, on its problem's line."""
     root = tmp_path / "pkg"
     shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", root)
     (root / "a\nPASSED b.txt").write_text("x", "utf-8")

@@ -68,7 +68,7 @@ def test_run_quick_gelu_json(runner: CliRunner, has_f16: bool, dtype: str) -> No
 
 def test_run_says_when_no_reference_checked_the_outputs(runner: CliRunner) -> None:
     """A package's own op, which no NumPy reference and no ONNX Runtime kernel knows: `run` printed
-    no verdict and its JSON said "ok": true, which a CI gate read as checked (helper-24)."""
+    no verdict and its JSON said "ok": true, which a CI gate read as checked."""
     from conftest import PACKAGES_DIR
 
     package = str(PACKAGES_DIR / "demo.ScaleShift")
@@ -211,7 +211,7 @@ def test_run_compares_with_onnxruntime_by_position(write_package, runner: CliRun
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_run_places_onnxruntimes_inputs_and_outputs_by_their_formal_names(write_package, runner: CliRunner) -> None:
     """A manifest listing the op's own names in another order than ONNX's had them compared by its
-    order: ORT's Mean against the kernel's InvStdDev, all WRONG on a correct kernel (helper-21). The
+    order: ORT's Mean against the kernel's InvStdDev, all WRONG on a correct kernel. The
     roles are LayerNormalization's formal names, so each goes to its place; with a name that is
     not one, the manifest's order holds and `run` says so."""
     manifest = json.loads(json.dumps(LAYER_NORM_MANIFEST))
@@ -289,7 +289,7 @@ def test_run_compares_only_the_outputs_onnxruntime_computed(runner: CliRunner, m
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_run_says_why_onnxruntime_refused_the_call(write_package, runner: CliRunner) -> None:
     """An attribute of another type than the op declares (epsilon written 1, an int) makes ORT refuse
-    the model; `run` had said "onnxruntime has no CPU kernel" for every ORT error (helper-11)."""
+    the model; `run` had said "onnxruntime has no CPU kernel" for every ORT error."""
     root = write_package(LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": LAYER_NORM_TEMPLATE})
     result = runner.invoke(main, ["run", str(root), "-i", "X=4x16:f32", "-i", "Scale=16:f32", "--attr", "epsilon=1",
                                   "--json"])  # fmt: skip
@@ -337,7 +337,7 @@ fn {{ entryPoint }}({{ entryParams }}) {
 def test_run_compares_with_the_onnx_version_the_manifest_names(write_package, runner: CliRunner) -> None:
     """The one-node model imported ai.onnx opset 17 whatever the manifest's sinceVersion: a correct
     Softmax-11 (the input coerced to 2-D at axis 1) was compared with Softmax-13 (axis 1 alone),
-    WRONG and exit 1 (helper-37)."""
+    WRONG and exit 1."""
     root = write_package(_SOFTMAX_11_MANIFEST, {"sm.wgsl.jinja": _SOFTMAX_11_TEMPLATE})
     result = runner.invoke(main, ["run", str(root), "-i", "input=2x3x4:f32", "--json"])
     assert result.exit_code == 0, result.output
@@ -356,7 +356,7 @@ def test_run_compares_with_the_onnx_version_the_manifest_names(write_package, ru
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_run_marks_an_output_shape_onnx_infers_otherwise_wrong(write_package, runner: CliRunner) -> None:
     """The guard that keeps ORT from a model sized otherwise turned a kernel's wrong output shape into
-    "not available", exit 0 (helper-18): ORT is the only reference a package's own op has."""
+    "not available", exit 0: ORT is the only reference a package's own op has."""
     manifest = json.loads(json.dumps(LAYER_NORM_MANIFEST))
     manifest["outputs"][0].update(rank=3, shape="[shapes.X[0], shapes.X[1], 1]")  # the elements of X, not its shape
     root = write_package(manifest, {"ln.wgsl.jinja": LAYER_NORM_TEMPLATE})
@@ -380,7 +380,7 @@ def test_compare_and_summarize() -> None:
     near = compare(np.array([1.0003, 1000.0003], np.float32), np.array([1.0, 1000.0]))
     assert near["beyondTolerance"] == 1 and near["tolerance"] == {"absolute": 1e-4, "relative": 1e-5}
     assert compare(np.array([1.02, 1000.5], np.float16), np.array([1.0, 1000.0]))["beyondTolerance"] == 1
-    # integers have no relative part: an index of 50000 off by 40 is wrong (helper-22)
+    # integers have no relative part: an index of 50000 off by 40 is wrong
     indices = compare(np.array([1000, 50000], np.int64), np.array([1000, 50040]))
     assert indices["beyondTolerance"] == 1 and indices["tolerance"]["relative"] == 0.0
     s = summarize(got)
@@ -389,6 +389,6 @@ def test_compare_and_summarize() -> None:
 
 def test_summarize_of_both_infinities_warns_nothing() -> None:
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a RuntimeWarning leaked to run's stderr (helper-14)
+        warnings.simplefilter("error")  # a RuntimeWarning leaked to run's stderr
         stats = summarize(np.array([np.inf, -np.inf, 1.0], np.float32))
     assert stats["min"] == -np.inf and stats["max"] == np.inf and math.isnan(stats["mean"])

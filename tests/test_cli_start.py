@@ -82,7 +82,7 @@ def test_help_and_version_import_no_engine(args: list[str], shown: str) -> None:
 @pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["info", "--help"], ["explain", "--help"]])
 def test_list_and_the_inspect_commands_help_import_no_gpu_stack(args: list[str]) -> None:
     """`list` reads the embedded manifests alone: it had imported wgpu and the execution stack
-    (about 0.27 s of its 0.37 s), as had every cli_inspect command's --help (helper-200)."""
+    (about 0.27 s of its 0.37 s), as had every cli_inspect command's --help."""
     from webgpu_kernels.package import embedded_ids
 
     gpu_stack = ("wgpu", "webgpu_kernels.api", "webgpu_kernels.device", "webgpu_kernels.execution",

@@ -100,7 +100,7 @@ def test_tune_dry_run_writes_nothing(dry_run):
     assert "tiny-4096" in result.output and "speed-up" in result.output
     assert "saved:" not in result.output
     assert not folder.exists() or list(folder.iterdir()) == []
-    # It says so: a dry run had ended on the table, with no word of what it wrote (helper-70).
+    # It says so: a dry run had ended on the table, with no word of what it wrote.
     assert f"dry run: nothing written to {folder}" in result.output, result.output
 
 
@@ -464,7 +464,7 @@ def test_a_start_that_differs_from_the_default_only_where_unread_is_the_default(
     """demo.MatMul's tiled variant (the default's) never reads WORKGROUP_SIZE: a search starting at
     WORKGROUP_SIZE 128 (tune --tunable WORKGROUP_SIZE=128,256) starts at the default's own work, so
     a slower TILE is no lead. The start had been taken for an untimed point (no time to beat),
-    and each slower tiled candidate read back and checked as the variant's new best (helper-200)."""
+    and each slower tiled candidate read back and checked as the variant's new best."""
     from conftest import PACKAGES_DIR
 
     kernel = wk.load_kernel(PACKAGES_DIR / "demo.MatMul")
@@ -498,7 +498,7 @@ def test_a_start_that_differs_from_the_default_only_where_unread_is_the_default(
 
 def test_each_variant_search_starts_at_the_start_given(monkeypatch):
     """demo.MatMul: tiled (searched first) finds TILE 8 faster; naive's search then started at
-    TILE 8, where tiled's ended, not at the start given (the start was overwritten; helper-200)."""
+    TILE 8, where tiled's ended, not at the start given (the start was overwritten)."""
     from conftest import PACKAGES_DIR
 
     kernel = wk.load_kernel(PACKAGES_DIR / "demo.MatMul")
@@ -580,7 +580,7 @@ def test_a_tuner_that_keeps_the_manifest_selection_stores_nothing_and_drops_an_o
     out = " ".join(invoke(runner, "tune", QG_DIR, *TINY).output.split())
     path = tuning_file(tuning_dir)
     assert json.loads(path.read_text("utf-8"))["entries"] == {}
-    # "saved: FILE" had still ended the run, though the file held no entry (helper-70, helper-94):
+    # "saved: FILE" had still ended the run, though the file held no entry:
     # it says that nothing was stored, and that the earlier result went.
     assert "saved:" not in out, out
     assert (f"nothing stored in {path}: its one tuning class keeps the manifest's own selection: nothing is "
@@ -953,7 +953,7 @@ def test_a_candidate_with_other_outputs_is_skipped_not_a_crash(write_package, ru
 
 def test_tune_refuses_a_tuning_file_it_cannot_read_before_any_search(runner, tuning_dir, monkeypatch):
     """Another user's tuning file (or lock) in a shared folder: tune searched a whole case, then
-    crashed with a raw PermissionError when it saved (helper-30)."""
+    crashed with a raw PermissionError when it saved."""
     tuning_dir.mkdir(exist_ok=True)
     cache = tuning.cache_for(wk.get_device().adapter.name, wk.get_device().adapter.backend)
     cache.path.write_text(json.dumps({"version": tuning.FILE_VERSION, "entries": {}}), "utf-8")
@@ -1026,7 +1026,7 @@ def _read_only(path, undo):
 def test_tune_refuses_a_link_to_a_file_it_cannot_write_before_any_search(runner, tuning_dir, monkeypatch, tmp_path):
     """A tuning file linked to a file in a folder this user cannot write (a read-only checkout): the
     folder check looked at the link's folder only, so tune searched the first case and then failed
-    to save, the very thing the check is there to prevent (helper-30)."""
+    to save, the very thing the check is there to prevent."""
     path, kept = _linked_tuning_file(tuning_dir, tmp_path)
     monkeypatch.setattr(cli_tune, "bench_kernel", lambda *a, **k: pytest.fail("timed before refusing"))
     undo = []
@@ -1141,7 +1141,7 @@ def test_tunable_restricts_the_search_to_the_values_given(runner, tuning_dir, mo
 def test_tunable_values_equal_as_the_contract_takes_them_are_one(runner, tuning_dir, monkeypatch):
     """`--tunable WORKGROUP_SIZE=128.0,128,256`: the contract takes 128.0 as the integer 128, so the
     two are one candidate, kept as the first given and searched (and stored) as the integer it is;
-    128.0 had been a candidate of its own, shown and stored as a float (helper-200)."""
+    128.0 had been a candidate of its own, shown and stored as a float."""
     from conftest import PACKAGES_DIR
 
     layer_norm = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")

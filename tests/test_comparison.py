@@ -42,7 +42,7 @@ def test_compare_rules() -> None:
 @pytest.mark.parametrize(("got", "want"), [(np.inf, -np.inf), (-np.inf, np.inf), (np.inf, 2.0), (2.0, -np.inf)])
 def test_an_infinity_mismatch_says_the_infinities_do_not_match(got, want) -> None:
     """An infinity where the expected value is the other infinity or a number (or the reverse) had
-    been reported as "outside rtol=0 atol=1e-06", a tolerance no infinity is judged by (helper-108)."""
+    been reported as "outside rtol=0 atol=1e-06", a tolerance no infinity is judged by."""
     judged = compare("Y", np.array([1.0, got, 3.0]), np.array([1.0, want, 3.0]), Tolerance(atol=1e-6))
     assert not judged.ok and judged.mismatches == 1 and judged.max_abs_error == 0.0  # the fields as they were
     assert "outside" not in judged.message
@@ -73,7 +73,7 @@ def test_integer_outputs_without_a_tolerance_compare_exactly_as_integers():
 
 def test_a_bool_output_is_compared_as_its_bytes():
     """NumPy reads any nonzero byte as True: a kernel writing byte 2 for true passed against true,
-    while the format's bool is one byte of 0 or 1 (helper-28)."""
+    while the format's bool is one byte of 0 or 1."""
     want = np.array([True, False, True])
     twos = np.array([2, 0, 2], np.uint8).view(np.bool_)
     assert not compare("Y", twos, want, Tolerance()).ok and not compare("Y", twos, want, Tolerance(atol=0.5)).ok
@@ -82,7 +82,7 @@ def test_a_bool_output_is_compared_as_its_bytes():
 
 def test_integer_outputs_against_a_tolerance_compare_exactly_past_2_to_the_53():
     """With a tolerance both sides went through float64: 2^62 + 300 passed against 2^62 at atol=1
-    (helper-28)."""
+   ."""
     from webgpu_kernels.comparison import elements_ok
 
     want = np.array([2**62, 5], np.int64)
@@ -127,7 +127,7 @@ def test_the_tolerance_is_judged_element_by_element() -> None:
 
 def test_the_tolerance_judges_a_rank_0_output() -> None:
     """A rank-0 output (QuickGelu of X=:f32) crashed bench's and tune's check with "'numpy.float64'
-    object does not support item assignment": np.abs of a 0-d array is a scalar (helper-34)."""
+    object does not support item assignment": np.abs of a 0-d array is a scalar."""
     tol = comparison.Tolerance.of(["float32"])
     assert tol.agrees({"Y": np.array(1.00001, np.float32)}, {"Y": np.array(1.0)})
     assert not tol.agrees({"Y": np.array(1.5, np.float32)}, {"Y": np.array(1.0)})
@@ -147,7 +147,7 @@ def test_the_tolerance_judges_an_integer_reference() -> None:
 
 def test_a_reference_past_the_outputs_range_is_its_infinity(runner: CliRunner, has_f16: bool) -> None:
     """A correct float16 BiasAdd of 50000 + 50000 is inf; against the finite float64 reference it
-    was WRONG in bench, tune's check, the peers' and run (helper-31). What the output's dtype rounds
+    was WRONG in bench, tune's check, the peers' and run. What the output's dtype rounds
     to an infinity is that infinity; 65504 (the largest finite float16) is still wrong there."""
     tol = comparison.Tolerance.of(["float16"])
     ref = np.array([1e5, -1e5, 65504.0, 1.0])
@@ -171,7 +171,7 @@ def test_an_integer_output_is_checked_exactly_whatever_the_cases_float_tolerance
     """ArgMax's int64 indices against onnxruntime's int64 reference: allowance() multiplied the int64
     array in place by the float relative part, a NumPy casting traceback that ended `bench`; and
     under the case's float32 tolerance (1e-4 + 1e-5 x 200000 = 2) an index off by one agreed, in
-    tune's check too, where `run` holds an int64 output to 1e-2 (helper-37)."""
+    tune's check too, where `run` holds an int64 output to 1e-2."""
     ref = np.array([3, 200000], np.int64)
     f32 = Tolerance.of(["float32"])
     assert check_against({"reduced": ref.copy()}, {"reduced": ref}, f32) == Agreement(0.0, True)
@@ -182,7 +182,7 @@ def test_an_integer_output_is_checked_exactly_whatever_the_cases_float_tolerance
 
 
 def test_a_bool_output_is_judged_as_its_bytes_against_a_reference_too():
-    """`test` fails a kernel writing byte 2 (or 0xFF) for true (helper-28), but bench, tune, the peers
+    """`test` fails a kernel writing byte 2 (or 0xFF) for true, but bench, tune, the peers
     and `run` cast the output to float64, where any nonzero byte is 1.0: the same output agreed."""
     twos = np.array([2, 0, 0xFF], np.uint8).view(np.bool_)
     ref = np.array([1.0, 0.0, 1.0])
@@ -295,7 +295,7 @@ def test_the_reference_checks_memory_does_not_grow_with_the_output(monkeypatch, 
 
 
 def test_the_reference_checks_judge_integers_past_2_to_the_53_exactly(monkeypatch):
-    """`test` compares int64 exactly (helper-28), but bench, tune, the peers and `run` went through
+    """`test` compares int64 exactly, but bench, tune, the peers and `run` went through
     float64, where 2^62 + 300 is 2^62: that output agreed with its reference, error 0.0."""
     monkeypatch.setattr(comparison, "CHUNK_ELEMENTS", 2)  # the large values in one chunk, small in others
     ref = np.array([3, 5, 2**62, -(2**62), 7], np.int64)

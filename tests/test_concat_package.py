@@ -1,5 +1,5 @@
 """tests/packages/demo.Concat: a third-party package written from the docs alone by a kernel author
-(helper-149): ONNX Concat of two inputs A and B along the integer attribute axis (negative counted
+: ONNX Concat of two inputs A and B along the integer attribute axis (negative counted
 from the end), as in Stable Diffusion UNet skip connections, run through load_kernel() with no
 engine change. It stresses an output shape computed from two inputs and an attribute, a required
 ONNX attribute (the format has none: its default is refused), a rank tied to another input's

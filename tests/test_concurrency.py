@@ -234,7 +234,7 @@ def test_pool_stays_consistent_under_cross_thread_releases_collections_and_trims
 def test_a_read_waiting_for_the_device_sees_a_release_made_meanwhile(quick_gelu, device, read):
     """numpy() and copy.copy() took the tensor's buffer before waiting for the device lock: a
     release() on another thread in that wait pooled the buffer for the next call, and the read
-    returned that call's data, with no error (helper-25)."""
+    returned that call's data, with no error."""
     import copy
     import time
 
@@ -311,7 +311,7 @@ def test_threads_share_one_device(adapter):
 
 def test_uncomputed_is_asked_while_other_threads_submissions_fail(quick_gelu, device, monkeypatch):
     """GpuTensor.uncomputed read the device's lost batches without the lock while another thread's
-    failing submission added to them: "RuntimeError: Set changed size during iteration" (helper-136)."""
+    failing submission added to them: "RuntimeError: Set changed size during iteration"."""
     memory = device.memory
     # Earlier failures (no real batch is < 0): each ask iterates long enough to be cut by a thread switch.
     monkeypatch.setattr(memory, "lost_batches", set(range(-4000, 0)))

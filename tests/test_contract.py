@@ -104,7 +104,7 @@ def test_bfloat16_is_refused(quick_gelu):
 def test_a_refused_numeric_dtype_says_how_to_convert(quick_gelu, dtype, hint):
     """Only float64 got advice; a bfloat16, integer or bool array for a float input got none. The
     dtypes a Python list gives are also told the conversion from a list, which has no .astype
-    (helper-148)."""
+   ."""
     if dtype == "bfloat16":
         dtype = pytest.importorskip("ml_dtypes").bfloat16
     error = raises(errors.DTypeError, lambda: quick_gelu({"X": np.ones(4, dtype)}), argument="X")
@@ -194,7 +194,7 @@ _ONE_DTYPE = "but a call gives type variable T one dtype"
     (f16, {"bias": f32}, f"('X' is float16 and 'bias' float32, {_ONE_DTYPE}: convert 'bias' with .astype(np.float16))"),
 ])  # fmt: skip
 def test_a_type_variable_given_two_dtypes_says_which_inputs_and_how_to_convert(bias_add, dtype, changed, hint):
-    """X float32 with a float16 bias said what T was bound to, not what to do (helper-91)."""
+    """X float32 with a float16 bias said what T was bound to, not what to do."""
     inputs = bias_inputs(dtype=dtype)
     inputs.update({k: inputs[k].astype(v) for k, v in changed.items()})
     (argument,) = changed
@@ -208,7 +208,7 @@ def test_a_type_variable_given_two_dtypes_says_which_inputs_and_how_to_convert(b
 @pytest.mark.parametrize("value", [[1.0] * 8, np.ones(8), np.ones(8, np.int64)], ids=["list", "float64", "int64"])
 def test_a_refused_dtype_after_the_type_variable_is_bound_is_told_the_bound_dtype(bias_add, value):
     """A float16 X with a bias from a Python list was told .astype(np.float32), which the call then
-    refused as float32 unlike X: the advice is the dtype the inputs before it gave T (helper-148)."""
+    refused as float32 unlike X: the advice is the dtype the inputs before it gave T."""
     inputs = bias_inputs(dtype=f16, bias=value)
     for call in (lambda: bias_add(inputs), lambda: bias_add.explain(inputs)):
         assert str(raises(errors.DTypeError, call, argument="bias")).endswith(
@@ -338,7 +338,7 @@ def test_unknown_attribute(quick_gelu):
 ])  # fmt: skip
 def test_a_name_given_in_the_wrong_place_says_where_it_goes(quick_gelu, inputs, attrs, tunables, argument, hint):
     """attrs={"axis": 1} for an op whose axis is an input (ONNX CumSum, ReduceSum-13) said only
-    "unknown attribute", though the output passed as an input says what it is (helper-41)."""
+    "unknown attribute", though the output passed as an input says what it is."""
     raises(errors.UnknownInputError, lambda: quick_gelu(inputs, attrs=attrs, tunables=tunables), hint,
            argument=argument)  # fmt: skip
 
@@ -494,7 +494,7 @@ class _TorchLike:
 
 def test_explain_reads_what_a_call_runs(quick_gelu):
     """A list, a buffer or a tensor whose dtype is not NumPy's, which a call reads through NumPy,
-    had been refused by explain (InputError, or DTypeError "got torch.float32") (helper-34)."""
+    had been refused by explain (InputError, or DTypeError "got torch.float32")."""
     import array
 
     x = np.linspace(-1, 1, 8, dtype=f32)
@@ -653,7 +653,7 @@ def test_a_list_attribute_of_integers_takes_integral_floats_as_integers():
 
 def test_a_masked_value_in_a_list_attribute_is_refused():
     """np.ma.masked as a list item had been taken as 0 (its item()), as the integer 0 under an
-    integer default: axes=[1, np.ma.masked] ran as [1, 0] (helper-34)."""
+    integer default: axes=[1, np.ma.masked] ran as [1, 0]."""
     from webgpu_kernels.contract import _check_value
 
     for value in ([1, np.ma.masked], np.ma.masked_array([1, 2], mask=[0, 1]), np.ma.masked_array([1, 2])):
@@ -690,7 +690,7 @@ def test_a_masked_value_in_a_list_attribute_is_refused():
 def test_attribute_and_tunable_messages_share_one_form(kind, default, value, expected, received):
     """Every kind check says "argument NAME: expected WHAT (KIND), got WHAT CAME": a boolean had read
     "expected a boolean attribute" and a big integer "expected a number (tunable), below 2^63 in
-    magnitude", beside "expected a number (attribute)" (helper-108)."""
+    magnitude", beside "expected a number (attribute)"."""
     from webgpu_kernels.contract import check_call
     from webgpu_kernels.manifest import parse_manifest
 
@@ -711,7 +711,7 @@ def test_attribute_and_tunable_messages_share_one_form(kind, default, value, exp
                                                     ([0], [np.int64(2), np.bool_(True)], "pass [2, 1]")])  # fmt: skip
 def test_a_boolean_for_a_number_attribute_says_which_number_to_pass(default, value, hint):
     """ONNX's 0/1 flags (CumSum's exclusive) are int attributes: True was refused without saying that
-    1 is what to pass (a kernel author writing demo.CumSum from the docs, helper-135)."""
+    1 is what to pass (a kernel author writing demo.CumSum from the docs)."""
     from webgpu_kernels.contract import _check_value
 
     with pytest.raises(errors.AttributeValueError) as info:
@@ -742,7 +742,7 @@ def test_workgroup_size_error_names_a_long_tunable_as_every_tunable_error_does(s
 
 def test_a_misspelt_or_renamed_tunable_or_attribute_names_the_one_meant(quick_gelu):
     """A case or call still giving a tunable by its old name (ROW_UNROLL renamed UNROLL) listed the
-    tunables, leaving the author to spot the one meant (helper-190)."""
+    tunables, leaving the author to spot the one meant."""
     error = raises(errors.UnknownInputError, lambda: quick_gelu({"X": np.ones(4, f32)}, tunables={"WORKGROUP_SIZ": 64}),
                    "got an unknown tunable", argument="WORKGROUP_SIZ")  # fmt: skip
     assert "did you mean 'WORKGROUP_SIZE'?" in str(error), str(error)

@@ -205,7 +205,7 @@ def test_another_dtype_is_a_dtype_error_naming_what_is_supported(source, dtype, 
 def test_astype_takes_the_manifests_short_names(source, name, wanted, device):
     """"f16" and "f32", as the manifests, the command line (-i X=2x3:f16), TensorMeta and
     from_wgpu_buffer name them: NumPy reads "f16" as float128, so astype("f16") had been refused as
-    "got float128", a dtype the caller never wrote, and "f32" as "got str 'f32'" (helper-189)."""
+    "got float128", a dtype the caller never wrote, and "f32" as "got str 'f32'"."""
     x = np.linspace(-3, 3, 24, dtype=np.float64).reshape(4, 6).astype(source)
     t = wk.to_gpu(x)
     converted = t.astype(name)
@@ -225,7 +225,7 @@ def test_an_integer_tensor_converts_only_to_its_own_dtype(device):
 
 def test_a_result_past_the_devices_buffer_limit_is_a_device_limit_error(device, monkeypatch):
     """float16 to float32 doubles the bytes: a result past maxBufferSize had reached WebGPU, whose
-    refusal was a DeviceError; it is refused first, as to_gpu refuses such an array (helper-173)."""
+    refusal was a DeviceError; it is refused first, as to_gpu refuses such an array."""
     t = wk.to_gpu(np.arange(1000, dtype=np.float16))
     monkeypatch.setitem(device.limits, "max-buffer-size", 2048)  # the float16 data fits, 4000 bytes do not
     pooled = device.memory.pooled_bytes

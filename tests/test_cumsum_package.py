@@ -1,5 +1,5 @@
 """tests/packages/demo.CumSum: ONNX CumSum (opset 14, its `axis` input an attribute here), a
-package written from the docs alone by a kernel author (helper-135), run through load_kernel()
+package written from the docs alone by a kernel author, run through load_kernel()
 with no engine change. Two variants: `sequential` (one invocation per scan line) and `workgroup`
 (one workgroup per line, a workgroup-memory scan over chunks of WORKGROUP_SIZE x ITEMS elements
 with the running total carried from chunk to chunk, so a line may be any length).

@@ -213,7 +213,7 @@ FORKED_AFTER_A_LOSS_WITH_ITS_LOCK_HELD = WAIT_FOR + textwrap.dedent("""
 def test_a_forked_child_releases_a_tensor_of_a_lost_device_without_touching_its_pool(device):
     """Only the devices get_device() still knew were marked forked in a child: a lost one's tensor,
     released there, took its parent's lock (held by another of the parent's threads at the fork: the
-    child waited for good) and its pool, whose trimming destroys the parent's buffers (helper-113)."""
+    child waited for good) and its pool, whose trimming destroys the parent's buffers."""
     done = subprocess.run([sys.executable, "-c", FORKED_AFTER_A_LOSS_WITH_ITS_LOCK_HELD], capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

@@ -447,7 +447,7 @@ def test_refresh_keeps_identity_and_reports_changes(qg: Path) -> None:
 
 def test_digest_lists_what_changed_and_counts_the_rest(qg: Path) -> None:
     """`digest --check` printed a row per file, 49 for a package with that many, when nothing had
-    changed (helper-21): it lists the files added, changed or removed, and counts the others."""
+    changed: it lists the files added, changed or removed, and counts the others."""
     runner = CliRunner(env={"COLUMNS": "200"})
     total = len(json.loads((qg / "metadata.json").read_text("utf-8"))["digest"]["files"])
     result = runner.invoke(main, ["digest", "--check", str(qg)])
@@ -480,7 +480,7 @@ def test_a_non_content_file_whose_name_cannot_be_listed_stays_unlisted(qg: Path)
 
 def test_a_file_name_ending_in_a_newline_cannot_be_listed(qg: Path) -> None:
     """The name check's `$` matched before a final newline: digest listed "notes\\n", then refused
-    the metadata.json it wrote ("is no package file name"), and --check failed for good (helper-27)."""
+    the metadata.json it wrote ("is no package file name"), and --check failed for good."""
     (qg / "notes\n").write_text("notes", encoding="utf-8")
     metadata, changes = digests.write_metadata(qg)
     assert "notes\n" not in metadata["digest"]["files"]
@@ -629,7 +629,7 @@ def test_digest_says_which_contract_version_it_kept_where_sinceversion_differs(q
     out = " ".join(runner.invoke(main, ["digest", str(qg)]).output.split())
     assert "contract version 1 kept from metadata.json, not the manifest's sinceVersion 13" in out, out
     assert "--version N" in out, out
-    # A passing --check says nothing of it: a CI job's every green log had carried the note (helper-150);
+    # A passing --check says nothing of it: a CI job's every green log had carried the note;
     # a failing one still does (test_cli_package.py).
     green = runner.invoke(main, ["digest", str(qg), "--check"])
     assert green.exit_code == 0 and "kept" not in green.output, green.output
@@ -719,7 +719,7 @@ def test_a_lone_surrogate_in_package_json_is_refused() -> None:
 
 def test_a_repeated_key_in_package_json_is_refused(qg: Path) -> None:
     """Python's JSON reader keeps the last of a repeated key, other readers the first: a second
-    "domain" changed the op id where a reviewer reading the file saw the first (helper-12)."""
+    "domain" changed the op id where a reviewer reading the file saw the first."""
     from webgpu_kernels.reading import decode_json
 
     with pytest.raises(ValueError, match="the key 'domain' appears more than once in one object"):
@@ -849,7 +849,7 @@ def test_metadata_listing_more_files_than_a_package_holds_is_one_problem(qg: Pat
 
 def test_a_content_file_whose_name_cannot_be_listed_is_not_sent_to_digest(qg: Path) -> None:
     """validate (and a load) said of "x 32.npy" to run `webgpu-kernels digest PATH` to record it,
-    which refuses that name ("rename it"): the two commands disagreed on what to do (helper-42)."""
+    which refuses that name ("rename it"): the two commands disagreed on what to do."""
     (qg / "x 32.npy").write_bytes((qg / "vec4-2x64-f32.Y.npy").read_bytes())
     problems = [p for p in validate_package(qg, gpu=False).errors if p.file == "x 32.npy"]
     assert len(problems) == 1 and "rename or remove it" in problems[0].message, problems

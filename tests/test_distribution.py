@@ -80,7 +80,7 @@ def test_a_kernel_file_in_a_subfolder_would_ship(tmp_path: Path) -> None:
 
 def test_every_dependency_has_a_lower_bound() -> None:
     """Each requirement names the oldest release it works with (CI installs only the newest): the
-    suite was run at every lower bound in session 39 (helper-63), and rich 13.0, huggingface_hub 1.10
+    suite was run at every lower bound in session 39, and rich 13.0, huggingface_hub 1.10
     and filelock 3.13, then allowed, failed it. A new dependency says its oldest release too."""
     if not (REPO_ROOT / "pyproject.toml").is_file():
         pytest.skip("needs a checkout or an sdist: pyproject.toml")

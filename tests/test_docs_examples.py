@@ -141,7 +141,7 @@ def test_python_block(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_python_blocks_type_check(tmp_path: Path) -> None:
     """The package ships its type hints (py.typed): the docs' examples, as a user copies them into
     typed code, pass mypy. Kernel calls returned ``ndarray | GpuTensor`` whatever ``output`` said,
-    so README's ``y[0, 0, :4]`` and ``h.release()`` were mypy errors (helper-20). mypy is in the
+    so README's ``y[0, 0, :4]`` and ``h.release()`` were mypy errors. mypy is in the
     ``lint`` extra, which .ci/run installs."""
     mypy_api = pytest.importorskip("mypy.api")
     files = []

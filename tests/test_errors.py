@@ -58,7 +58,7 @@ def test_a_spawned_workers_error_reaches_the_parent():
 
 def test_printable_replaces_bidirectional_controls_too():
     """A description with U+202E (right-to-left override) shows its characters in another order
-    than they are, in help(kernel) and on the command line: "Trojan Source" (helper-131). Replaced
+    than they are, in help(kernel) and on the command line: "Trojan Source". Replaced
     one for one, as control characters are; other text (accents, CJK, emoji) is left alone."""
     from webgpu_kernels.errors import printable
 

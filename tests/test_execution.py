@@ -783,11 +783,11 @@ def test_an_optional_output_no_pass_binds_is_not_returned(write_package, device)
         np.testing.assert_array_equal(np.asarray(got["Y"].numpy() if output == "gpu" else got["Y"]), x)
     with_z = wk.load_kernel(optional_output_package(write_package, [("main", 0, True)]))({"X": x})
     np.testing.assert_array_equal(with_z["Z"], 2 * x)
-    # explain lists every output's shape and says which the chosen variant leaves out (helper-10)
+    # explain lists every output's shape and says which the chosen variant leaves out
     explained = without.explain({"X": x})
     assert "output Z: shape [4] float32 (optional: variant 'main' does not produce it)" in str(explained)
     assert [(o["name"], o["produced"]) for o in explained.as_dict()["outputs"]] == [("Y", True), ("Z", False)]
-    assert explained.produced == frozenset({"Y"})  # outputs only: it had held the input X too (helper-34)
+    assert explained.produced == frozenset({"Y"})  # outputs only: it had held the input X too
 
 
 @pytest.mark.parametrize("workgroup_size, extra, n, tunables, attrs, blamed", [
@@ -795,7 +795,7 @@ def test_an_optional_output_no_pass_binds_is_not_returned(write_package, device)
     ("tunables.WG", {"tunables": {"WG": 64}}, 8, {"WG": 4096}, None, "WG"),
     ("WIDE", {"tunables": {"WG": 64}, "derive": {"WIDE": "tunables.WG * 2"}}, 8, {"WG": 2048}, None, "WG"),
     ("WIDE", {"tunables": {"WG": 64}, "constants": {"WIDE": "tunables.WG * 2"}}, 8, {"WG": 2048}, None, "WG"),
-    # the size of an input's dimension or an attribute: not "fixed by the package" (helper-38)
+    # the size of an input's dimension or an attribute: not "fixed by the package"
     ("shapes.X[0]", {}, 4096, {}, None, "X"),
     ("attrs.wg", {"attributes": {"wg": 64}}, 8, {}, {"wg": 4096}, "wg"),
 ])  # fmt: skip

@@ -194,7 +194,7 @@ def test_a_wgsl_type_meant_as_a_string_gets_the_quoting_hint(source, hinted):
                                             ('"n" + shapes.X[0]', False), ("shapes.X[:-1] + (1,)", None)])  # fmt: skip
 def test_a_tuple_joined_to_a_list_gets_the_tuple_hint(source, hinted):
     """`shapes.X[:-1] + [1]` said only Python's "can only concatenate tuple (not "list") to tuple"
-    (helper-21); other concatenation errors get no shape hint (helper-22)."""
+   ; other concatenation errors get no shape hint."""
     if hinted is None:
         assert ev(source) == (2, 3, 1)
         return
@@ -442,7 +442,7 @@ def test_numel_is_bounded_as_the_product_grows():
 def test_min_and_max_of_one_list_take_a_list_as_long_as_a_value_may_be(n, fn, seed):
     """A value may hold 4096 items (an attribute list, a result); min() or max() of one such list
     had counted its own argument tuple as one more item and refused it as "more than 4096 items"
-    (helper-201). Past 4096 it is refused, naming the function."""
+   . Past 4096 it is refused, naming the function."""
     from webgpu_kernels.errors import ExpressionSandboxError
 
     items = np.random.default_rng(seed).permutation(np.arange(-(n // 2), n - n // 2)).tolist()
@@ -585,13 +585,13 @@ def test_short_repr_is_repr_cut_and_built_only_as_far_as_it_is_shown():
     assert short_repr(nested, 40) == "(" * 37 + "..."
     # a function's repr() names its address; short_repr() its type only
     assert short_repr([STATIC_FUNCTIONS["dim"]]) == "[<function>]" and short_repr(2**5000) == "<int of 5001 bits>"
-    # a NumPy scalar (an attribute a caller passed) by its value, an array by its type (helper-18)
+    # a NumPy scalar (an attribute a caller passed) by its value, an array by its type
     assert short_repr([np.float32(1.5), np.int64(3), np.array(2.0), np.arange(3)]) == "[1.5, 3, 2.0, <ndarray>]"
 
 
 def test_a_call_with_the_wrong_arguments_names_the_function_as_the_language_does():
     """Python's message named its own functions: "_dim() missing 1 required positional argument",
-    and "<lambda>()" for f16Ok (helper-32)."""
+    and "<lambda>()" for f16Ok."""
     import numpy as np
 
     import webgpu_kernels as wk

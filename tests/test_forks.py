@@ -39,7 +39,7 @@ def test_a_lock_another_thread_held_at_the_fork_is_fresh_in_the_child(module, na
 @forking
 def test_a_tuning_cache_saving_on_another_thread_at_the_fork_is_usable_in_the_child(tuning_dir):
     """save() holds its cache's own lock while it waits for the folder lock: a fork then left the
-    child's cache locked for good, and its first record() waited forever (helper-30)."""
+    child's cache locked for good, and its first record() waited forever."""
     cache = tuning.cache_for("some adapter", "vulkan")
     held, done = threading.Event(), threading.Event()
     holder = threading.Thread(target=lambda: (cache._lock.acquire(), held.set(), done.wait(), cache._lock.release()))

@@ -264,7 +264,7 @@ def test_model_shapes(group_norm, need_dtype, rng, shape, dtype):
         ((2, 96, 3, 5), 32, {"WORKGROUP_SIZE": 64}, ["twopass", "welford"]),  # C = 96 not a multiple of 64
         ((1, 60, 10, 10), 6, {"SUBGROUPS": True}, VARIANTS),  # subgroupAdd sums where the device has them
         ((2, 40, 3, 3), 8, {"WORKGROUP_SIZE": 7, "SUBGROUPS": True}, ["twopass", "welford"]),
-        # a workgroup of 33: a partial last subgroup, which lavapipe's num_subgroups leaves out (helper-34)
+        # a workgroup of 33: a partial last subgroup, which lavapipe's num_subgroups leaves out
         ((1, 60, 10, 10), 6, {"WORKGROUP_SIZE": 33, "SUBGROUPS": True}, VARIANTS),
         ((2, 320, 8, 8), 32, {"WORKGROUP_SIZE": 1024}, VARIANTS),  # the largest workgroup tune tries
         ((2, 320, 8, 8), 32, {"WORKGROUP_SIZE": 1024, "SUBGROUPS": True}, VARIANTS),

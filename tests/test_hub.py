@@ -179,7 +179,7 @@ def test_second_load_uses_the_cache(server, hub_env, monkeypatch, rng, how):
 
 def test_offline_with_nothing_cached_says_how_to_get_it(server, monkeypatch):
     """A worker started offline on a cold cache read "... is not in the Hugging Face cache (...) and
-    offline mode is on", no way out named (helper-124)."""
+    offline mode is on", no way out named."""
     go_offline(monkeypatch)
     with pytest.raises(HubError, match=rf"offline mode is on \(HF_HUB_OFFLINE\): fetch it once online "
                                        rf"\(`webgpu-kernels download {OFFICIAL} --version 1` without HF_HUB_OFFLINE\), "
@@ -473,7 +473,7 @@ def test_revision_pins_a_commit(server):
 
 def test_an_abbreviated_commit_sha_says_the_full_one_is_needed(server):
     """revision='49209ed' (as `git log --oneline` prints it) read only "has no revision '49209ed'":
-    the Hub resolves a commit by its full sha alone (helper-124)."""
+    the Hub resolves a commit by its full sha alone."""
     short = server.commit_of(OFFICIAL, "v1")[:7]
     with pytest.raises(HubError, match=rf"has no revision '{short}' .*full 40-hex sha"):
         wk.get_kernel(OFFICIAL, revision=short)
@@ -594,7 +594,7 @@ def test_download_command(server, hub_env):
     assert trusted.exit_code == 0 and json.loads(trusted.stdout)["needsTrust"] is True
     missing = CliRunner().invoke(_cli(), ["download", OFFICIAL, "--version", "2"])
     assert missing.exit_code == 2 and "no contract version 2" in missing.output
-    # org/op@vN, as every KERNEL argument takes it (it had been refused with Python advice, helper-14)
+    # org/op@vN, as every KERNEL argument takes it (it had been refused with Python advice)
     pinned = CliRunner().invoke(_cli(), ["download", f"{OFFICIAL}@v1", "--json"])
     assert pinned.exit_code == 0, pinned.output
     assert json.loads(pinned.stdout)["commit"] == commit
@@ -741,7 +741,7 @@ def test_the_download_fetches_the_commit_the_listing_checked(server, monkeypatch
 def test_a_file_the_server_sends_wrong_into_a_cached_snapshot_blames_the_server(server, hub_root):
     """One file gone from a cached snapshot is fetched again; when the server now sends it wrong,
     the error had blamed the cache (`snapshot.exists()`), whose advice to delete it and download
-    again fetched the same bytes (helper-27)."""
+    again fetched the same bytes."""
     kernel = wk.get_kernel(OFFICIAL, version=1)
     link = kernel.package.root / "bench.json"
     blob = link.resolve()
@@ -836,7 +836,7 @@ def no_login(monkeypatch, tmp_path) -> None:
 
 def test_a_private_repository_says_whether_a_token_was_sent(server, monkeypatch, no_login):
     """It read "(or it is private/gated and no valid token was sent)" whether a token was sent or
-    not, and said nothing of how to send one (helper-124)."""
+    not, and said nothing of how to send one."""
     server.private[OFFICIAL] = "hf_reader"
     with pytest.raises(HubError, match=r"or it is private and no token was sent: set HF_TOKEN"):
         wk.get_kernel(OFFICIAL, version=1)
@@ -850,7 +850,7 @@ def test_a_private_repository_says_whether_a_token_was_sent(server, monkeypatch,
 def test_a_gated_repository_is_named_gated_not_missing(server, monkeypatch, no_login):
     """A gated repository lists its files to anyone and serves them only to accounts granted access:
     huggingface_hub's GatedRepoError is a RepositoryNotFoundError, so a repository just listed
-    read "no kernel repository" (helper-124)."""
+    read "no kernel repository"."""
     server.gated[OFFICIAL] = "hf_granted"
     with pytest.raises(HubError, match=r"is gated: .*no token was sent: set HF_TOKEN") as info:
         wk.get_kernel(OFFICIAL, version=1)
@@ -864,7 +864,7 @@ def test_a_gated_repository_is_named_gated_not_missing(server, monkeypatch, no_l
 
 def test_a_token_the_hub_refuses_is_named_with_what_to_do(server, monkeypatch):
     """A revoked or mistyped HF_TOKEN: the Hub answers 401 "Invalid credentials in Authorization
-    header" on a line the error dropped, leaving a bare "401 Unauthorized" (helper-124)."""
+    header" on a line the error dropped, leaving a bare "401 Unauthorized"."""
     server.tokens = {"hf_valid"}
     monkeypatch.setenv("HF_TOKEN", "hf_revoked")
     with pytest.raises(HubError, match=r"401 .*: Invalid credentials in Authorization header .*renew it, or unset "
@@ -874,7 +874,7 @@ def test_a_token_the_hub_refuses_is_named_with_what_to_do(server, monkeypatch):
 
 def test_the_cache_answering_for_a_refused_token_says_the_token_was_refused(server, monkeypatch):
     """A 401 with a cached copy: the cache answers, and `download` had said "could not be reached or
-    did not list it", a revoked HF_TOKEN hidden (helper-127)."""
+    did not list it", a revoked HF_TOKEN hidden."""
     first = wk.get_kernel(OFFICIAL, version=1)
     assert first.package.from_cache_reason is None  # from the Hub
     hub.clear_cache()
@@ -898,7 +898,7 @@ def test_the_cache_answering_for_a_refused_token_says_the_token_was_refused(serv
 @pytest.mark.parametrize("pin", ["", "@v1"])
 def test_credentials_in_a_kernel_url_are_refused_without_being_shown_by_every_command(hub_env, command, pin):
     """A KERNEL argument was cut at its first @, the user:token@host one: every command but download
-    printed the repository 'https://user:s3cret', the token in its message (helper-38)."""
+    printed the repository 'https://user:s3cret', the token in its message."""
     url = "https://user:s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu" + pin
     args = [command[0], url, *command[1:]]
     result = CliRunner().invoke(_cli(), ["--trust-remote-code", *args])
@@ -928,7 +928,7 @@ def test_the_global_trust_option_reaches_every_command(server):
 def test_an_http_refusal_with_nothing_cached_names_the_answer(server, monkeypatch, status, reason):
     """huggingface_hub falls back to the cache on a 403, a 429 or a 5xx; with nothing cached the
     error said the Hub "cannot be reached", hiding a rate limit or a refusal behind a network
-    problem (helper-36)."""
+    problem."""
     import hub_server
 
     monkeypatch.setattr(hub_server._Handler, "_dispatch", lambda handler, method: handler._error(status, None, reason))
@@ -939,7 +939,7 @@ def test_an_http_refusal_with_nothing_cached_names_the_answer(server, monkeypatc
 
 
 def test_a_listed_file_the_server_then_lacks_is_named(server, monkeypatch):
-    """A 404 for one listed file read "the Hub answered 404 Client Error.", naming no file (helper-36)."""
+    """A 404 for one listed file read "the Hub answered 404 Client Error.", naming no file."""
     import hub_server
 
     original = hub_server._Handler._resolve
@@ -965,7 +965,7 @@ def huggingface_hub_file_download():
 def test_a_commit_sha_that_is_a_path_is_refused_before_anything_is_written(server, hub_env, tmp_path, monkeypatch):
     """huggingface_hub makes the commit the Hub names a path of the cache (trees/<commit>.json, the
     snapshot folder) without checking it: a repo info naming '../../../../escaped' wrote
-    escaped.json and a file 'escaped' beside HF_HOME, outside the cache, left there (helper-36)."""
+    escaped.json and a file 'escaped' beside HF_HOME, outside the cache, left there."""
     import hub_server
 
     original_json, original_lookup = hub_server._Handler._json, hub_server.HubServer._lookup
@@ -987,7 +987,7 @@ def test_a_commit_sha_that_is_a_path_is_refused_before_anything_is_written(serve
 
 def test_download_takes_a_urls_version_pin_as_the_other_commands_do(server):
     """`info https://<hub>/kernels/org/op@v1` loads; `download` refused the same name, telling a
-    command-line user how to write it in Python (helper-36)."""
+    command-line user how to write it in Python."""
     url = f"{server.url}/kernels/{OFFICIAL}"
     info = CliRunner().invoke(_cli(), ["--trust-remote-code", "info", f"{url}@v1", "--json"])
     assert info.exit_code == 0, info.output
@@ -1003,7 +1003,7 @@ def test_a_package_listed_larger_than_a_package_may_be_is_refused_before_it_is_d
                                                                                          monkeypatch):  # fmt: skip
     """Each file under the per-file bound but the package's content over the total a package may
     hold (MAX_PACKAGE_BYTES; shrunk here): every file was fetched, then refused when it opened
-    (64 files of 8 MiB each: 512 MiB and more to disk) (helper-36)."""
+    (64 files of 8 MiB each: 512 MiB and more to disk)."""
     from webgpu_kernels import digests
 
     pkg = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR
@@ -1028,7 +1028,7 @@ def test_a_package_listed_larger_than_a_package_may_be_is_refused_before_it_is_d
 @pytest.mark.parametrize("cached", [True, False])
 def test_a_hub_that_never_answers_is_unreachable_in_bounded_time(server, monkeypatch, cached):
     """A Hub that takes the connection and never answers (a stalled proxy): huggingface_hub's
-    repo_info has no time limit, so get_kernel hung, a cached copy or not (helper-36). Now the
+    repo_info has no time limit, so get_kernel hung, a cached copy or not. Now the
     first request waits HF_HUB_ETAG_TIMEOUT seconds, then the cache answers as for a Hub down."""
     import threading
     import time
@@ -1066,7 +1066,7 @@ def test_a_metadata_time_limit_of_0_is_huggingface_hubs_default(server, monkeypa
 
 def test_a_package_folder_without_a_manifest_names_the_repository(server, hub_root, hub_env):
     """build/webgpu/ without manifest.json: the PackageError named the snapshot's path, which the
-    refused download then removed, and not the repository or revision asked for (helper-36)."""
+    refused download then removed, and not the repository or revision asked for."""
     (hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "manifest.json").unlink()
     server.rescan()
     with pytest.raises(HubError, match=r"QuickGelu at revision 'v1' \(commit [0-9a-f]{40}\): build/webgpu/ is not a "
@@ -1081,7 +1081,7 @@ def test_a_changed_cached_copy_is_the_caches_fault_whatever_the_path_to_the_cach
     """snapshot_download resolves the cache folder, hub.py listed it as given: with HF_HOME through a
     symbolic link (a home on a linked volume) or relative, no cached file was recognised as cached,
     and a copy changed in the cache was blamed on the server ("nothing of it was kept in the cache:
-    tell the repository's authors") while it stayed, refused at every load (helper-36)."""
+    tell the repository's authors") while it stayed, refused at every load."""
     real = tmp_path / "real-home"
     real.mkdir()
     if how == "a link":
@@ -1103,7 +1103,7 @@ def test_a_changed_cached_copy_is_the_caches_fault_whatever_the_path_to_the_cach
 def test_an_empty_cached_ref_says_the_cache_is_damaged(server, hub_env, monkeypatch):
     """refs/v1 empty (a write cut short by an older client or a full disk): offline, huggingface_hub
     serves snapshots/ itself, and the error read "(commit snapshots) has no build/webgpu/ folder: not
-    a WebGPU kernel package", blaming the package (helper-36)."""
+    a WebGPU kernel package", blaming the package."""
     wk.get_kernel(OFFICIAL, version=1)
     (hub_env / "hub" / REPO_FOLDER / "refs" / "v1").write_text("")
     go_offline(monkeypatch)
@@ -1234,7 +1234,7 @@ def test_a_load_nested_in_a_load_of_the_same_repository_does_not_wait_for_itself
 def test_a_slow_download_holds_up_no_other_repositorys_load_in_the_process(server, hub_root, monkeypatch):
     """hub.load held the process's one lock through the download: while one thread fetched a
     repository (or waited up to $WEBGPU_KERNELS_HUB_LOCK_TIMEOUT for another process's), every other
-    thread's get_kernel of any Hub kernel waited too, an already loaded one included (helper-124)."""
+    thread's get_kernel of any Hub kernel waited too, an already loaded one included."""
     import hub_server
 
     slow = "webgpu-kernels/com.microsoft.BiasAdd"
@@ -1323,7 +1323,7 @@ def _unprintable(text: str) -> list[str]:
 def test_an_endpoint_s_words_are_bounded_and_printable_wherever_they_are_echoed(server, monkeypatch, status):
     """The server's message (X-Error-Message, or the JSON body's "error") reached from_cache_reason,
     HubError's message and download's output as sent: escape sequences that retitle a terminal or
-    clear it, and a body of any length (helper-131)."""
+    clear it, and a body of any length."""
     import hub_server
 
     first = wk.get_kernel(OFFICIAL, version=1)
@@ -1358,7 +1358,7 @@ def test_an_endpoint_s_words_are_bounded_and_printable_wherever_they_are_echoed(
 
 def test_the_published_versions_an_error_lists_are_bounded(monkeypatch):
     """A revision the endpoint does not have lists its vN refs: an endpoint with a million of them had
-    made a message of megabytes. The newest few are named, with the count (helper-131)."""
+    made a message of megabytes. The newest few are named, with the count."""
     monkeypatch.setattr(hub_errors, "_published_versions", lambda *a: [f"v{i}" for i in range(1, 100_001)])
     message = str(hub_errors.no_revision(OFFICIAL, "v0", endpoint=None, token=None, version=None))
     assert message.endswith("published versions: " + ", ".join(f"v{i}" for i in range(99_989, 100_001))
@@ -1368,7 +1368,7 @@ def test_the_published_versions_an_error_lists_are_bounded(monkeypatch):
 def test_threads_loading_one_repository_at_once_share_one_kernel(server, rng):
     """8 threads' first get_kernel of one repository, released together, by its contract version,
     its revision name and its commit: one kernel between them, each file fetched once, every
-    result right, and no per-repository load lock left behind (hub._loading's count, helper-131)."""
+    result right, and no per-repository load lock left behind (hub._loading's count)."""
     from concurrent.futures import ThreadPoolExecutor
 
     commit = server.commit_of(OFFICIAL, "v1")
@@ -1394,7 +1394,7 @@ def test_threads_loading_one_repository_at_once_share_one_kernel(server, rng):
 
 def test_the_per_repository_load_locks_do_not_outlive_their_loads(server):
     """hub.load kept one lock per (endpoint, cache, repository, revision) ever asked, failed loads
-    included: a service passing its users' repository ids grew the dict without bound (helper-131)."""
+    included: a service passing its users' repository ids grew the dict without bound."""
     for i in range(20):
         with pytest.raises(HubError):
             hub.load(f"webgpu-kernels/com.example.Missing{i}", version=1)
@@ -1429,7 +1429,7 @@ def test_a_listed_size_that_is_no_count_of_bytes_is_refused_before_anything_is_w
                                                                                        size):  # fmt: skip
     """The listing's size of a file is the server's JSON: a string or a list had raised a raw
     TypeError from the size check, and a file listed without a size (or a negative one) passed
-    the count and size bounds uncounted (helper-197)."""
+    the count and size bounds uncounted."""
     import hub_server
 
     original = hub_server._entry
@@ -1505,7 +1505,7 @@ def test_an_etag_that_is_a_path_out_of_the_cache_is_refused_and_its_file_removed
     unchecked: an ETag of '../../../../planted-197' wrote the file's bytes outside the Hugging Face
     cache (any path this user may write: a .pth file in site-packages runs at the next Python start),
     and the package loaded. The load is refused, naming the file and where it was written, and the
-    file it wrote is removed (helper-197)."""
+    file it wrote is removed."""
     import hub_server
 
     original = hub_server._Handler.send_header
@@ -1528,7 +1528,7 @@ def test_a_file_the_server_files_under_another_cached_commit_is_refused_and_that
     """huggingface_hub files each downloaded file under the commit the server's HEAD answer names
     (X-Repo-Commit), unchecked: naming another commit already cached (one a lock pins) had added a
     file to that copy while the listed commit loaded, and the pinned copy then failed offline
-    ("present but not listed"). The load is refused and the cache left as it was (helper-199)."""
+    ("present but not listed"). The load is refused and the cache left as it was."""
     import hub_server
 
     pinned = wk.get_kernel(OFFICIAL, version=1).package.commit

@@ -440,7 +440,7 @@ def test_lock_check_usage_errors_exit_2(server, tmp_path, project):
     assert status == 2 and "cannot be reached" in output
 
 
-# --- review (helper-174) --------------------------------------------------------------------------------
+# --- review --------------------------------------------------------------------------------
 
 
 def test_an_enormous_lock_file_is_refused_unread(tmp_path):
@@ -509,7 +509,7 @@ def test_the_upward_search_stops_at_a_folder_anyone_may_write(server, tmp_path, 
     assert wk.get_locked_kernel(OFFICIAL, shared).package.commit == server.commit_of(OFFICIAL, "v1")
 
 
-# --- review (helper-179) --------------------------------------------------------------------------------
+# --- review --------------------------------------------------------------------------------
 
 
 def _lock_and_load_errors(project: Path) -> tuple[str, str]:
@@ -667,7 +667,7 @@ def test_lock_writes_through_the_users_own_link(server, tmp_path, project):
 def test_lock_stops_a_metadata_json_sent_larger_than_listed(server, hub_root, tmp_path, monkeypatch):
     """paths-info says build/webgpu/metadata.json is 100 bytes, then the server sends 2 MiB (it could
     send gigabytes): huggingface_hub had written it all to the temporary folder before lock's size
-    check read it (helper-197)."""
+    check read it."""
     import huggingface_hub.constants
 
     import hub_server
@@ -705,7 +705,7 @@ def test_lock_refuses_a_metadata_json_listed_with_no_count_of_bytes(server, hub_
 
 def test_lock_refuses_an_etag_that_is_a_path_out_of_its_folder(server, tmp_path, monkeypatch):
     """lock's metadata.json comes through hf_hub_download too, into a temporary folder: an ETag of
-    '../../../x' wrote it beside that folder, where its removal did not reach (helper-197)."""
+    '../../../x' wrote it beside that folder, where its removal did not reach."""
     import tempfile
 
     import hub_server

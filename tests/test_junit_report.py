@@ -149,7 +149,7 @@ def test_a_passing_run_and_the_isolated_child_name_the_adapter(tmp_path: Path, r
 
 def test_a_message_ending_its_first_line_with_a_colon_keeps_the_reason() -> None:
     """A CI page lists the outcome's message attribute: for a shader it read "... shader does not
-    compile:" and stopped there, the compiler's reason only in the body (helper-24)."""
+    compile:" and stopped there, the compiler's reason only in the body."""
     compile_error = ("bias-split-gelu.wgsl.jinja:44: shader does not compile:\n\n"
                      "  Shader 'X' parsing error: no definition in scope for identifier: `HAFL`\n  ┌─ wgsl:38:9\n")
     report = PackageReport(kernel="demo.X", path="-", origin="local", isolated=False, results=[
@@ -166,7 +166,7 @@ def test_a_message_ending_its_first_line_with_a_colon_keeps_the_reason() -> None
 def test_the_summary_skips_wgpus_preamble_for_the_reason() -> None:
     """wgpu 0.32 opens a shader error with "Validation Error", "Caused by:" and the call it came
     from: the message attribute, all a CI page lists, read "... shader does not compile:
-    Validation Error" and never said what was wrong (helper-126)."""
+    Validation Error" and never said what was wrong."""
     compile_error = ("silu.wgsl.jinja:18: com.example.Silu variant 'scalar' pass 'main': shader does not compile:\n"
                      "Validation Error\n\nCaused by:\n  In wgpuDeviceCreateShaderModule, label = 'Silu.scalar'\n\n"
                      "Shader 'Silu.scalar' parsing error: expected expression, found \";\"\n   \u250c\u2500 wgsl:15:22\n")
@@ -476,7 +476,7 @@ def test_two_errors_at_one_place_are_two_testcases() -> None:
 
 def test_validate_strict_fails_on_the_packages_warnings_not_the_adapters(tmp_path: Path, runner: CliRunner) -> None:
     """A `when` that never holds left its variant "not exercised", a warning, and validate exited 0,
-    so CI never noticed a fast path gone (helper-24). --strict fails on such warnings; the shipped
+    so CI never noticed a fast path gone. --strict fails on such warnings; the shipped
     packages' 84M-element bench cases, beyond lavapipe's binding limit, warn about the adapter only."""
     shipped = runner.invoke(main, ["validate", str(copy_package(QUICK_GELU, tmp_path / "qg")), "--strict", "--json"])
     report = json.loads(shipped.stdout)
@@ -506,7 +506,7 @@ def test_validate_strict_fails_on_the_packages_warnings_not_the_adapters(tmp_pat
 def test_a_report_path_under_home_is_written_there(tmp_path: Path, runner: CliRunner,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """`--junit '~/r.xml'` (quoted, or `--junit=~/r.xml`, which the shell does not expand) had been
-    refused as "'~' does not exist", while bench's --json wrote there (helper-35)."""
+    refused as "'~' does not exist", while bench's --json wrote there."""
     monkeypatch.setenv("HOME", str(tmp_path))
     result = runner.invoke(main, ["test", QUICK_GELU, "--case", "rank0-f32", "--junit", "~/r.xml"])
     assert result.exit_code == 0, result.output
@@ -549,7 +549,7 @@ def test_validate_junit_gives_each_compile_and_the_suite_the_time_it_took(tmp_pa
 def test_validate_junit_gives_every_failed_compile_its_error(tmp_path: Path, runner: CliRunner) -> None:
     """validate reports an error that several variant x dtype share once, under the first ("the same
     error in 1 more variant x dtype: ..."): the other's testcase said only "1 render or compile
-    failures", nothing a CI page reader could act on (helper-126)."""
+    failures", nothing a CI page reader could act on."""
     root = Path(shutil.copytree(SOFTMAX, tmp_path / "sm"))
     break_template(root)
     xml_path = tmp_path / "validate.xml"

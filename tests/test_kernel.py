@@ -117,7 +117,7 @@ def name_checks(monkeypatch):
 
 def test_a_new_shape_checks_the_input_names_once(tmp_path, name_checks):
     """The names were checked before any value was read, then again by the contract check: twice on
-    every call of a new shape (and for explain, plan and tuning_class). Once now (helper-91)."""
+    every call of a new shape (and for explain, plan and tuning_class). Once now."""
     import shutil
 
     kernel = wk.load_kernel(shutil.copytree(wk.get_kernel("com.microsoft.BiasAdd").package.root, tmp_path / "pkg"))
@@ -136,7 +136,7 @@ def test_a_new_shape_checks_the_input_names_once(tmp_path, name_checks):
 
 def test_a_call_with_an_optional_input_given_as_none_checks_the_names_once(name_checks):
     """The call left the input out by calling itself again without it, which checked the names a
-    second time: twice on every such call, of a new shape or not (helper-98)."""
+    second time: twice on every such call, of a new shape or not."""
     from conftest import PACKAGES_DIR
 
     kernel = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")

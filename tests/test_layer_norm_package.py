@@ -296,7 +296,7 @@ def test_model_shapes(layer_norm, need_dtype, rng, shape, dtype):
         ((3, 128), -1, {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["onepass", "twopass"]),  # exactly WG x ROW_ITEMS
         ((4, 300), -1, {"SUBGROUPS": True}, ["onepass", "twopass"]),  # onepass's sums with subgroupAdd
         ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "SUBGROUPS": True}, ["onepass", "twopass"]),
-        # a workgroup of 33: a partial last subgroup, which lavapipe's num_subgroups leaves out (helper-34)
+        # a workgroup of 33: a partial last subgroup, which lavapipe's num_subgroups leaves out
         ((3, 300), -1, {"WORKGROUP_SIZE": 33, "ROW_ITEMS": 10, "SUBGROUPS": True}, ["onepass", "twopass"]),
         ((3, 129), -1, {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["twopass"]),  # one more
         ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "APPLY_WORKGROUP_SIZE": 7}, ["onepass", "twopass"]),
@@ -370,7 +370,7 @@ def test_twopass_hands_over_f32_statistics(layer_norm, need_dtype, rng, variant)
 
 def test_an_optional_input_given_as_none_is_left_out(layer_norm, rng):
     """`"B": None` (ONNX's and PyTorch's way of leaving out an optional input) was refused: "expected
-    a NumPy array or a GpuTensor, got NoneType" (helper-21). It is the call without B, on the cached
+    a NumPy array or a GpuTensor, got NoneType". It is the call without B, on the cached
     path too; a required input given as None is still refused by name."""
     x, scale, _ = make_inputs(rng, (4, 64), -1, np.float32)
     want = reference(x, scale)

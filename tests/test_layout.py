@@ -41,7 +41,7 @@ def test_unsupported_types_are_refused(text):
 @pytest.mark.parametrize("text", ["array<array<u32, 2>, 2>", "array<array<vec4<u32>, 2>, 3>", "array< array<f32,4>,2u >"])
 def test_a_nested_array_is_refused_as_nested_whatever_its_element(text):
     """The inner array of scalars had been refused for its stride, with advice to use an array of
-    vec4: following it gave array<array<vec4<u32>, 2>, 2>, refused next as nested (helper-201)."""
+    vec4: following it gave array<array<vec4<u32>, 2>, 2>, refused next as nested."""
     with pytest.raises(LayoutError, match="nested arrays are not supported in uniform structs") as info:
         parse_type(text)
     assert "array of vec4" not in str(info.value)
@@ -122,7 +122,7 @@ def test_pack_refuses_bad_values(type_text, value):
 def test_a_scalar_field_given_a_list_is_refused_naming_what_came(type_text, value):
     """A scalar field took a list as its lanes: `[n, 99]` packed n and wrote 99 into the next field's
     bytes (overwritten by that field, so the call ran on n alone, silently), and a list longer than
-    the struct failed with struct.pack_into's own message (red team, helper-195)."""
+    the struct failed with struct.pack_into's own message (red team)."""
     layout = struct_layout("P", [("count", type_text), ("other", "u32")])
     with pytest.raises(LayoutError, match=rf"field 'count' \({type_text}\) needs a number, got [\[(]"):
         layout.pack([value, 5])
@@ -355,7 +355,7 @@ def test_a_uniform_array_whose_length_evaluates_to_0_is_a_layout_error(write_pac
                                   "array<f32, " + "9" * 4096 + ">"])
 def test_an_unsupported_field_type_is_quoted_short(text):
     """security.md: a message quotes a package's value by at most 80 characters; a uniform field
-    type of 4,096 characters had been quoted whole (helper-152)."""
+    type of 4,096 characters had been quoted whole."""
     with pytest.raises(LayoutError) as info:
         parse_type(text)
     assert len(str(info.value)) < 300, str(info.value)

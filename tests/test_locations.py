@@ -31,7 +31,7 @@ def test_urls_get_the_repository_id_checks_too(name):
 @pytest.mark.parametrize("name", ["https://user:s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu",
                                   "https://s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu"])
 def test_credentials_in_a_url_are_refused_without_being_shown(name):
-    """They had named the endpoint's cache folder and been printed in every message (helper-36)."""
+    """They had named the endpoint's cache folder and been printed in every message."""
     with pytest.raises(PackageError, match="credentials in the URL") as refused:
         locations.classify(name)
     assert "s3cret" not in str(refused.value) and "hub.example/kernels" in str(refused.value)
@@ -39,7 +39,7 @@ def test_credentials_in_a_url_are_refused_without_being_shown(name):
 
 def test_the_credentials_refusal_advises_what_get_kernel_takes():
     """It said "give a token as token=", which get_kernel has no parameter for (a TypeError):
-    the token goes in HF_TOKEN, which huggingface_hub reads (helper-75)."""
+    the token goes in HF_TOKEN, which huggingface_hub reads."""
     with pytest.raises(PackageError) as refused:
         locations.classify("https://user:s3cret@hub.example/kernels/webgpu-kernels/com.microsoft.QuickGelu")
     taken = inspect.signature(wk.get_kernel).parameters
@@ -53,7 +53,7 @@ def test_the_credentials_refusal_advises_what_get_kernel_takes():
 def test_a_repository_id_huggingface_hub_refuses_is_a_package_error(hub_env, name):
     """Names this library took as repository ids but huggingface_hub's validate_repo_id refuses (a
     name starting or ending with '-' or '.', longer than 96, ending in '.git') raised its
-    HFValidationError, no KernelError: the command line printed a traceback (helper-36)."""
+    HFValidationError, no KernelError: the command line printed a traceback."""
     with pytest.raises(PackageError, match="not a valid Hub repository id"):
         wk.get_kernel(name, version=1, trust_remote_code=True)
     from huggingface_hub.utils import validate_repo_id
@@ -156,7 +156,7 @@ def test_every_command_says_a_file_is_no_package_folder(tmp_path, monkeypatch, c
 @pytest.mark.parametrize("target", ["loop", "gone"])
 def test_a_link_to_no_folder_is_said_to_be_one(tmp_path, monkeypatch, target) -> None:
     """A symbolic link that loops (ELOOP) or whose target is gone had been 'no such folder', though
-    the link is there for `ls` to show (helper-95)."""
+    the link is there for `ls` to show."""
     from click.testing import CliRunner
 
     from webgpu_kernels.cli import main
@@ -171,7 +171,7 @@ def test_a_link_to_no_folder_is_said_to_be_one(tmp_path, monkeypatch, target) ->
 
 def test_a_path_this_user_may_not_search_is_a_folder_not_a_hub_repository(tmp_path, monkeypatch) -> None:
     """`org/op` under a folder this user may not search raised PermissionError in Path.exists, read
-    as nothing there: the argument went to the Hub as a repository id (helper-95). Opening it now
+    as nothing there: the argument went to the Hub as a repository id. Opening it now
     says the folder cannot be opened. (Root searches every folder, so the denial is injected.)"""
     import errno
     import pathlib
@@ -244,7 +244,7 @@ def test_download_of_a_hub_id_with_a_trailing_slash_asks_did_you_mean(tmp_path, 
 
 
 def test_load_kernel_of_an_embedded_id_says_get_kernel_opens_it(tmp_path, monkeypatch) -> None:
-    """load_kernel("com.microsoft.QuickGelu") had said only "no such folder" (helper-148): the id is
+    """load_kernel("com.microsoft.QuickGelu") had said only "no such folder": the id is
     an embedded kernel's, which get_kernel opens. A folder of that name in the working directory is
     still what load_kernel opens."""
     monkeypatch.chdir(tmp_path)

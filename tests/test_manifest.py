@@ -90,7 +90,7 @@ def test_typed_model_of_quick_gelu():
 def test_a_kernels_manifest_is_read_only():
     """get_kernel shares one Kernel per op id: `k.manifest.attributes["alpha"] = 5.0` had changed
     the default for every caller in the process, and only for shapes no plan was cached for yet, so
-    a call of a shape seen before kept 1.702 (helper-148)."""
+    a call of a shape seen before kept 1.702."""
     import numpy as np
 
     kernel = wk.get_kernel("com.microsoft.QuickGelu")
@@ -243,7 +243,7 @@ def test_schema_errors_carry_the_json_path(op_id, change, json_path):
         (BA, lambda d: d["variants"][0]["passes"][0]["bindings"][4]["struct"]["fields"].append(
             copy.deepcopy(d["variants"][0]["passes"][0]["bindings"][4]["struct"]["fields"][0])),
          "variants[0].passes[0].bindings[4].struct.fields", "struct field names must be unique"),
-        # render() returns WGSL by pass id: a second 'main' hid the first (helper-26)
+        # render() returns WGSL by pass id: a second 'main' hid the first
         (QG, lambda d: d["variants"][0]["passes"].append(copy.deepcopy(d["variants"][0]["passes"][0])),
          "variants[0].passes[1].id", "duplicate pass id 'main' in variant 'vec4'"),
         (QG, set_path(["args", "X", "role"], "output"), "args.X", "'X'"),
@@ -278,7 +278,7 @@ def test_a_wrong_buffer_type_says_which_kind_of_binding_it_makes(buffer_type, bi
 
 def test_an_optional_output_bound_only_read_only_is_refused():
     """An optional output a variant binds, but only read-only, was returned unwritten (the pooled
-    buffer's bytes) while validate said valid (helper-21). Left unbound, it is simply not returned."""
+    buffer's bytes) while validate said valid. Left unbound, it is simply not returned."""
     def optional_y(read_only: bool):
         def change(d):
             d["outputs"][0]["optional"] = True
@@ -481,7 +481,7 @@ def test_a_pattern_error_says_what_the_field_takes_not_its_regex():
     detail = next(p.detail for p in problems if p.json_path.endswith("elementType"))
     assert detail.startswith("'f33' is not what this field takes: WGSL element type (f32, vec4<f16>, ...) or a "
                              "\"$constant\" reference.")
-    # An int64 tensor's elementType written as i64 is told how the format reads it (helper-11).
+    # An int64 tensor's elementType written as i64 is told how the format reads it.
     problems = check_manifest(mutate(QG, lambda d: d["variants"][0]["passes"][0]["bindings"][0].update(elementType="i64")))
     detail = next(p.detail for p in problems if p.json_path.endswith("elementType"))
     assert "storage-only" in detail and "vec2<u32> per int64 element" in detail
@@ -574,7 +574,7 @@ def test_too_many_expressions_are_refused_before_any_is_compiled(monkeypatch):
 
 def test_a_rank_written_as_a_whole_float_is_that_rank():
     """JSON Schema's integer takes `"rank": 2.0`; kept as a float it matched neither the contract's
-    int check nor the expression one, and a call of any rank passed (helper-26)."""
+    int check nor the expression one, and a call of any rank passed."""
     from webgpu_kernels.contract import check_call
 
     manifest = parse_manifest(mutate(BA, set_path(["inputs", 1, "rank"], 1.0)))
@@ -587,7 +587,7 @@ def test_a_rank_written_as_a_whole_float_is_that_rank():
 def test_misspelt_field_names_the_field_meant() -> None:
     """A misspelt manifest key had read "Additional properties are not allowed ('atributes' was
     unexpected)", and the attributes it held then read as undeclared; the schema error names the
-    field meant (helper-180)."""
+    field meant."""
     data = seed("com.microsoft.QuickGelu")
     data["atributes"] = data.pop("attributes")
     data["variants"][0]["passes"][0]["bindings"][0]["elementtype"] = "f32"
@@ -602,7 +602,7 @@ def test_misspelt_field_names_the_field_meant() -> None:
 def test_output_bound_read_only_names_the_binding() -> None:
     """An output bound as 'read-only-storage' (a copy of an input's binding) had read "bound as
     'storage' by none of this variant's passes" at the variant, naming no binding; the error points
-    at the binding's buffer type and says what it was (helper-180)."""
+    at the binding's buffer type and says what it was."""
     data = seed("com.microsoft.BiasAdd")
     v = next(i for i, var in enumerate(data["variants"]) if isinstance(var["passes"][0]["bindings"], list))
     bindings = data["variants"][v]["passes"][0]["bindings"]
@@ -616,7 +616,7 @@ def test_output_bound_read_only_names_the_binding() -> None:
 def test_messages_call_a_manifests_list_and_dict_by_the_names_their_writer_knows():
     """A parsed manifest's arrays and objects are ReadOnlyList and ReadOnlyDict: a value taken from
     `kernel.manifest` and passed back where a number or an array was expected had been described as
-    "got ReadOnlyList [1, 1]", a class the user never wrote; messages say list and dict (helper-185)."""
+    "got ReadOnlyList [1, 1]", a class the user never wrote; messages say list and dict."""
     import numpy as np
 
     from conftest import PACKAGES_DIR

@@ -510,7 +510,7 @@ def test_isolated_run_matches_in_process(reports) -> None:
 def test_the_isolated_child_tests_the_bytes_the_parent_verified(tmp_path: Path) -> None:
     """The child opened the folder again: a template edited (and digested) after the parent opened
     the package, or a Hub copy's metadata.json deleted, was what it tested, where the in-process run
-    tests what was opened (helper-27)."""
+    tests what was opened."""
     from conftest import copy_package
 
     root = copy_package(QUICK_GELU, tmp_path / "qg")
@@ -580,7 +580,7 @@ def test_a_run_where_every_case_skipped_does_not_say_all_passed(capsys: pytest.C
 
 
 def test_a_run_with_some_skipped_says_how_many(capsys: pytest.CaptureFixture[str]) -> None:
-    """"all passed" alone had read as every case run where float16's were skipped (helper-92)."""
+    """"all passed" alone had read as every case run where float16's were skipped."""
     from webgpu_kernels.cli_package import _print_test_reports
     from webgpu_kernels.run_results import PackageReport
 
@@ -710,7 +710,7 @@ def test_a_wrong_value_the_kernel_wrote_is_not_blamed_on_the_fill(tmp_path: Path
 
 def test_a_written_value_with_the_fills_bytes_is_not_called_unwritten(tmp_path: Path) -> None:
     """A Transpose that ignores perm writes every element, but one of them is the data's -1, whose
-    bytes are the 0xFF fill: the note said "the kernel does not write them" (helper-42). A second
+    bytes are the 0xFF fill: the note said "the kernel does not write them". A second
     run with another fill tells the two apart."""
     import shutil
 
@@ -840,7 +840,7 @@ def test_a_timeout_stops_a_shader_that_runs_on(tmp_path: Path, runner: CliRunner
 def test_a_case_whose_input_is_a_data_file_shows_the_files_dtype(tmp_path: Path) -> None:
     """A case whose dtype only its data file gives (no `types`, no `dtype`: the file's is the
     input's) had '-' in the dtype column, also on the row of a float16 case skipped for want of
-    shader-f16 (helper-42)."""
+    shader-f16."""
     import numpy as np
 
     root = copy_package(QUICK_GELU, tmp_path / "qg")

@@ -70,7 +70,7 @@ def test_onnxruntime_refusal_names_an_older_opset() -> None:
     """A package mirroring ai.onnx.HardSigmoid with `new`'s sinceVersion 1 had `run --onnx-op` say only
     "no CPU kernel for this op and dtype" (float32) or an ORT Cast error (float16): ORT registers
     HardSigmoid from version 6. The refusal names the opset, the version it selects and the op's
-    versions (helper-180)."""
+    versions."""
     x = np.linspace(-4, 4, 8, dtype=np.float32)
     for dtype in (np.float32, np.float16):
         with pytest.raises(references.ReferenceUnavailable, match=r"opset 1, .*HardSigmoid-1.*versions 1, 6, 22"):

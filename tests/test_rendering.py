@@ -121,7 +121,7 @@ def test_render_for_zero_and_rank_zero(quick_gelu):
                                                  (1e7, "f", "1e+07f"), (65504.0, "h", "65504.0h")])  # fmt: skip
 def test_wgsl_float(value, suffix, text):
     """The same text whatever NumPy's version: 1.26's str() wrote "1000.0h", "10000000.0f" and
-    "65500.0h" (helper-63)."""
+    "65500.0h"."""
     assert wgsl_float(value, suffix) == text
 
 
@@ -145,7 +145,7 @@ def _nearest(text: str, dtype) -> float:
 def test_wgsl_float_with_a_suffix_reads_back_as_the_value_rounded_to_its_type(value, suffix):
     """The float64 shortest text of 1 + 2^-24 (halfway between two f32s) read back, rounded straight
     to f32, as the upper one; numpy's float32(1 + 2^-24) is 1.0. 3.4028235e38 (NumPy's print of
-    the largest f32) and 65519 (rounds to f16's 65504) were refused (helper-32)."""
+    the largest f32) and 65519 (rounds to f16's 65504) were refused."""
     dtype = np.float32 if suffix == "f" else np.float16
     text = wgsl_float(value, suffix)
     assert text.endswith(suffix) and _nearest(text[:-1], dtype) == float(dtype(value)), text
@@ -402,7 +402,7 @@ def test_a_misspelt_template_name_suggests_the_one_meant(write_package):
 ])  # fmt: skip
 def test_a_misspelt_name_given_to_a_filter_is_named(write_package, use):
     """abs, round and wgsl_float/wgsl_uint said "got <StrictUndefined> (StrictUndefined)" or "bad
-    operand type for abs()" of a misspelt name, which the message then never named (helper-24)."""
+    operand type for abs()" of a misspelt name, which the message then never named."""
     kernel = demo_with_template(write_package, f"// {{{{ {use} }}}}\n" + DEMO_TEMPLATE)
     with pytest.raises(errors.TemplateError, match=r"'workgroupSiz' is undefined \(did you mean 'workgroupSize'\?\)"):
         kernel.render({"X": meta((3,), f32)})
@@ -416,7 +416,7 @@ def test_a_misspelt_name_given_to_a_filter_is_named(write_package, use):
 ])  # fmt: skip
 def test_a_name_a_namespace_lacks_is_told_with_the_namespace_and_its_names(write_package, use, namespace, key, meant):
     """A tunable renamed in the manifest and not in the template read "UndefinedError: 'dict object'
-    has no attribute 'ROW_UNROLL'": neither which namespace nor what it holds (helper-190)."""
+    has no attribute 'ROW_UNROLL'": neither which namespace nor what it holds."""
     kernel = demo_with_template(write_package, f"// {{{{ {use} }}}}\n" + DEMO_TEMPLATE)
     with pytest.raises(errors.TemplateError) as info:
         kernel.render({"X": meta((3,), f32)})
@@ -465,7 +465,7 @@ def test_wgsl_the_device_refuses_is_a_shader_compile_error(write_package):
 @pytest.mark.parametrize("wide", ["i64", "f64"])
 def test_a_64_bit_type_in_wgsl_says_how_the_format_reads_such_tensors(write_package, wide):
     """The compiler's "requires the SHADER_INT64 flag" told an author of an int64 input nothing of
-    the format's way: such a tensor is storage-only, read as vec2<u32> words (helper-11)."""
+    the format's way: such a tensor is storage-only, read as vec2<u32> words."""
     template = DEMO_TEMPLATE.replace("return;", f"let wide: {wide} = {wide}(1); return;")
     kernel = demo_with_template(write_package, template)
     with pytest.raises(errors.ShaderCompileError) as info:
@@ -476,7 +476,7 @@ def test_a_64_bit_type_in_wgsl_says_how_the_format_reads_such_tensors(write_pack
 def test_a_compile_error_on_a_line_that_says_lost_leaves_the_device_alone(write_package):
     """Any "lost" in a GPU error made it a lost device: naga quotes the failing WGSL line, so a
     mistake on `let lost_lanes = ...` (or a comment "device is lost") dropped the healthy device and
-    every tensor on it (helper-25)."""
+    every tensor on it."""
     held = wk.to_gpu(np.arange(4, dtype=f32))
     device = wk.get_device()
     for line in ("let lost_lanes = undefined_name;", "let x = undefined_name; // the device is lost here"):
@@ -543,7 +543,7 @@ def test_a_misspelt_name_inside_an_included_file_names_that_file_and_line(write_
 @pytest.mark.parametrize("statement", ["{% import 'helper.wgsl.jinja' as h %}", "{% from 'helper.wgsl.jinja' import f %}"])
 def test_a_context_name_read_by_a_macro_imported_without_context_says_so(write_package, statement):
     """Jinja's import does not pass the context: a macro reading a constant had failed with
-    "'scalar' is undefined (did you mean 'scalar'?)" (helper-33)."""
+    "'scalar' is undefined (did you mean 'scalar'?)"."""
     helper = "{% macro f() %}// {{ scalar }}{% endmacro %}\n"
     call = "{{ h.f() }}" if "as h" in statement else "{{ f() }}"
     template = statement + "\n" + call + "\n" + DEMO_TEMPLATE
@@ -576,7 +576,7 @@ def test_a_template_may_not_include_the_packages_documents_or_data(write_package
 def test_a_documents_name_in_another_case_or_with_trailing_dots_is_no_template_either(write_package, name):
     """macOS and Windows open MANIFEST.JSON as manifest.json, and Windows opens test.json. as test.json:
     the suffix check had compared the name as written, so an unverified folder there could include
-    them (helper-118)."""
+    them."""
     template = "{% include '" + name + "' %}\n" + DEMO_TEMPLATE
     kernel = wk.load_kernel(write_package(json.loads(json.dumps(DEMO_MANIFEST)), {"scale-shift.wgsl.jinja": template}))
     with pytest.raises(errors.TemplateError, match=rf"{re.escape(name)}: not a template"):

@@ -342,7 +342,7 @@ LOST_DEVICE_NEW_SHAPE_SCRIPT = textwrap.dedent("""
 def test_a_new_shape_on_a_lost_device_is_a_device_lost_error_and_the_next_call_recovers():
     """A new shape whose WGSL was compiled builds its plan's uniforms first, outside the one place
     that translates GPU errors: every such call raised wgpu's raw GPUValidationError ("Parent
-    device is lost"), and the device was never replaced (helper-25)."""
+    device is lost"), and the device was never replaced."""
     result = run_script_for_result(LOST_DEVICE_NEW_SHAPE_SCRIPT)
     assert result["128"] == ["DeviceLostError", "webgpu_kernels.errors"], result
     expected = 2.0 / (1 + np.exp(-1.702 * 2.0))

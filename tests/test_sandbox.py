@@ -512,15 +512,15 @@ def test_a_comment_ends_at_every_wgsl_line_break(line_break):
             "@compute @workgroup_size(1) fn main() { big[0] = 1.0; }\n")
     assert workgroup_storage(wgsl, "main") == {"big": 4_000_000}
     hidden = "var\u200e<workgroup> big: array<f32, 1000000>;\n@compute @workgroup_size(1) fn main() { big[0] = 1.0; }\n"
-    assert workgroup_storage(hidden, "main") == {"big": 4_000_000}  # U+200E is blankspace (helper-18)
+    assert workgroup_storage(hidden, "main") == {"big": 4_000_000}  # U+200E is blankspace
 
 
 def test_else_if_chains_and_index_chains_count_as_depth():
     """The compiler nests each `else if` in the one before and each index in the expression before,
-    though the brackets close: 10,000 `else if`s and 30,000 `[0]`s killed the process (helper-12)."""
+    though the brackets close: 10,000 `else if`s and 30,000 `[0]`s killed the process."""
     from webgpu_kernels.rendering import check_nesting
 
-    for between in (" ", "/**/", "\u200e", "\n// x\n"):  # a comment and U+200E are blankspace to WGSL (helper-18)
+    for between in (" ", "/**/", "\u200e", "\n// x\n"):  # a comment and U+200E are blankspace to WGSL
         chain = "fn f(c: bool) {\n  if c {}" + f" else{between}if c {{}}" * 300 + "\n}\n"
         with pytest.raises(errors.TemplateSandboxError, match="else-if chain"):
             check_nesting(chain, SHADER)
@@ -534,7 +534,7 @@ def test_else_if_chains_and_index_chains_count_as_depth():
     with pytest.raises(errors.TemplateSandboxError, match="nests expressions"):
         check_nesting("fn f() {\n  let z = a" + "[0]" * 5000 + ";\n}\n", SHADER)
     check_nesting("fn f() {\n  let z = a" + "[0]" * 4 + " + b[c[d[0]]];\n}\n", SHADER)
-    # an unrolled dot product's indexes are no chain, and 600 taps in one term pass (helper-19)
+    # an unrolled dot product's indexes are no chain, and 600 taps in one term pass
     check_nesting("fn f() {\n  let z = " + " + ".join(f"a[{i}] * b[{i}]" for i in range(600)) + ";\n}\n", SHADER)
 
 
@@ -801,7 +801,7 @@ def test_trim_with_characters_takes_linear_time():
 
 def test_an_include_of_many_names_is_charged_per_name(write_package):
     """`{% include names %}` tries each name of a list; 100,000 names of 200 characters took 20 s,
-    none of it charged to the render's budget (helper-15). Each attempt is charged now."""
+    none of it charged to the render's budget. Each attempt is charged now."""
     kernel = wk.load_kernel(demo_with_probe(write_package, template="{% include ['a' * 200] * 100000 %}\n"))
     with pytest.raises(errors.TemplateSandboxError, match="units of work"):
         kernel.render(X)
@@ -809,7 +809,7 @@ def test_an_include_of_many_names_is_charged_per_name(write_package):
     template = "{% include ['missing.wgsl.jinja', 'helper.wgsl.jinja'] %}\n" + DEMO_TEMPLATE
     root = write_package(copy.deepcopy(DEMO_MANIFEST), {SHADER: template, "helper.wgsl.jinja": "// the helper\n"})
     assert "// the helper" in wk.load_kernel(root).render(X)["main"]
-    # a file Jinja loaded once is not charged again: a helper included in a loop of 2,000 (helper-18)
+    # a file Jinja loaded once is not charged again: a helper included in a loop of 2,000
     template = "{% for i in range(2000) %}{% include 'helper.wgsl.jinja' %}{% endfor %}\n" + DEMO_TEMPLATE
     root = write_package(copy.deepcopy(DEMO_MANIFEST), {SHADER: template, "helper.wgsl.jinja": "// h\n"})
     assert wk.load_kernel(root).render(X)["main"].count("// h") == 2000
@@ -831,7 +831,7 @@ def test_nested_block_comments_and_line_broken_index_chains_hide_nothing():
 
 def test_flat_wgsl_the_compiler_recurses_on_compiles_on_the_deep_stack(tmp_path):
     """No bracket or operator is deep in 40,000 functions each calling the next (1 MB), yet the
-    compiler's recursion over them killed the process on an 8 MiB stack (helper-19). Pipelines are
+    compiler's recursion over them killed the process on an 8 MiB stack. Pipelines are
     built on a thread with a 512 MiB stack (deep_stack.py); the crash was in the module's parse,
     which is all this builds (lavapipe takes a minute to make a pipeline of it). In a child: a
     regression must not kill the suite."""
@@ -860,7 +860,7 @@ def test_the_deep_stack_hands_back_results_and_errors_and_nests():
 def test_indent_counts_every_line_break_it_splits_at(line_break):
     """indent splits its text with str.splitlines, which breaks at \\r, \\x85, U+2028 ... too, but
     its bound counted only \\n: `('a\\r' * 300000)|indent(448000)` passed it as one line and built
-    134 GB of text (helper-118). Every line break is counted now, before anything is built."""
+    134 GB of text. Every line break is counted now, before anything is built."""
     template = TemplateSandbox().from_string("{{ ('a" + line_break + "' * 20000)|indent(2000, true, true) }}")
     tracemalloc.start()
     try:
@@ -905,7 +905,7 @@ def test_the_lists_a_dicts_methods_build_are_charged():
 def test_a_huge_integer_literal_is_refused_in_the_sandboxs_words(digits):
     """A literal past Python's 4,300 digits failed in Jinja's lexer with Python's own advice ("use
     sys.set_int_max_str_digits() to increase the limit"), which a package author cannot follow; it is
-    refused as a shorter one past 128 bits is (helper-118)."""
+    refused as a shorter one past 128 bits is."""
     with pytest.raises(SandboxViolation, match="an integer literal of more than 128 bits") as info:
         TemplateSandbox().from_string("{{ " + "1" * digits + " }}")
     assert "set_int_max_str_digits" not in str(info.value)

@@ -185,7 +185,7 @@ def test_a_released_tensor_cannot_be_copied(device):
 def test_pickling_is_a_clear_type_error(device):
     """pickle and deepcopy had walked into the device's internals: a cffi TypeError, then two
     finalizer tracebacks from half-built objects. It was a bare TypeError, which a caller catching
-    KernelError around a Pool's work missed (helper-54)."""
+    KernelError around a Pool's work missed."""
     t = wk.to_gpu(np.ones(4, np.float32))
     with pytest.raises(wk.NotPicklableError, match=r"a GpuTensor cannot be pickled.*t\.numpy\(\)") as info:
         pickle.dumps({"weights": t})
@@ -575,7 +575,7 @@ def test_threads_releasing_views_of_one_buffer_pool_it_once(device):
 @pytest.mark.parametrize("shared", [False, True], ids=["unshared", "already-viewed"])
 def test_a_tensor_released_while_it_is_being_reshaped_gives_no_view(shared, device, monkeypatch):
     """Another thread's release() between reshape's read of the buffer and the view's link pooled
-    the buffer, and the view then read the next tensor's data (helper-173). Here the release runs
+    the buffer, and the view then read the next tensor's data. Here the release runs
     inside reshape, at that point: the view is refused and the buffer pooled once."""
     from webgpu_kernels import tensor as tensor_module
 
@@ -601,7 +601,7 @@ def test_a_tensor_released_while_it_is_being_reshaped_gives_no_view(shared, devi
 
 def test_a_view_of_an_empty_tensor_refuses_a_dimension_no_array_can_have(device):
     """reshape(2**62, 0) of an empty tensor made a view whose numpy() raised NumPy's bare ValueError
-    ("array is too big"), which from_wgpu_buffer refuses for the same shape (helper-173)."""
+    ("array is too big"), which from_wgpu_buffer refuses for the same shape."""
     empty = wk.to_gpu(np.zeros((0, 4), np.float32))
     with pytest.raises(wk.errors.ShapeError) as info:
         empty.reshape(2**62, 0)

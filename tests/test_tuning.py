@@ -97,7 +97,7 @@ def test_tuning_dir_from_env(tmp_path, monkeypatch):
         assert tuning.tuning_dir() == tmp_path / "home" / ".cache" / "webgpu-kernels" / "tuning", repr(blank)
     monkeypatch.setenv("XDG_CACHE_HOME", "")  # so does an empty XDG_CACHE_HOME (not a relative path)
     assert tuning.tuning_dir() == tmp_path / "home" / ".cache" / "webgpu-kernels" / "tuning"
-    monkeypatch.setenv(tuning.CACHE_ENV, "~/tuning")  # the home folder's, not ./~/tuning (helper-39)
+    monkeypatch.setenv(tuning.CACHE_ENV, "~/tuning")  # the home folder's, not ./~/tuning
     assert tuning.tuning_dir() == tmp_path / "home" / "tuning"
 
 
@@ -798,7 +798,7 @@ def test_two_processes_saving_keep_each_others_results(tuning_dir):
 def test_a_later_save_does_not_put_back_what_another_process_saved_over(tuning_dir):
     """Every save re-applied all this process's records and removals since it started: a long
     `tune` put its old result back over a newer one, and re-deleted an entry another process had
-    saved again since (helper-30)."""
+    saved again since."""
     path = tuning_dir / "gpu.json"
     newer = tuning.TunedChoice("vec4", {"WORKGROUP_SIZE": 128}, 5e-6)
     for old_change in (lambda cache: cache.record(QG, QG_F32, X_N, SCALAR_64), lambda cache: cache.forget(QG, QG_F32, X_N)):
@@ -815,7 +815,7 @@ def test_a_later_save_does_not_put_back_what_another_process_saved_over(tuning_d
 @DAMAGED_FILE_WARNS
 def test_a_file_with_an_entry_edited_wrong_is_backed_up_before_a_save(tuning_dir):
     """A version-3 file whose entry was hand-edited wrong ("median_s": "1e-5") lost it silently at
-    the next save; entries that are no dict were overwritten without a backup (helper-30)."""
+    the next save; entries that are no dict were overwritten without a backup."""
     path = tuning_dir / "gpu.json"
     tuning_dir.mkdir()
     for entries in ({"k": {"variant": "scalar", "tunables": {}, "median_s": "1e-5"}}, [["k"]]):
@@ -832,7 +832,7 @@ def test_a_file_with_an_entry_edited_wrong_is_backed_up_before_a_save(tuning_dir
 @DAMAGED_FILE_WARNS
 def test_a_tuning_file_this_user_cannot_read_is_not_replaced(tuning_dir, monkeypatch):
     """Another user's 0600 file in a shared folder read as corrupt: save moved it aside and wrote
-    its own, and the other user's calls lost their entries (helper-30)."""
+    its own, and the other user's calls lost their entries."""
     path = tuning_dir / "gpu.json"
     tuning_dir.mkdir()
     text = json.dumps({"version": 3, "entries": {}})

@@ -1,5 +1,5 @@
 """tests/packages/demo.Upsample: a third-party package written from the docs alone by a kernel
-author (helper-156): nearest-neighbour 2-D upsampling of an NCHW tensor by the integer attributes
+author: nearest-neighbour 2-D upsampling of an NCHW tensor by the integer attributes
 scale_h and scale_w, as the Stable Diffusion UNet's Upsample2D (`F.interpolate(x,
 scale_factor=2.0, mode="nearest")`), run through load_kernel() with no engine change. It stresses
 an output shape computed from an input and two attributes (read through derive entries with a

@@ -1,6 +1,6 @@
 """An ML engineer's first hour with the library, from README.md and docs/python-api.md alone:
 CLIP's QuickGelu after a UNet's BiasAdd on GPU-resident tensors, the inputs real code passes, and
-what explain and help say (helper-121). Results are checked against NumPy float64."""
+what explain and help say. Results are checked against NumPy float64."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def test_help_shows_no_escape_sequence_from_a_package(tmp_path):
 def test_help_of_a_kernel_is_bounded_whatever_the_package_s_text(tmp_path):
     """help(kernel) (and every IDE reading __doc__, again at each hover) built the package's text
     whole: a 7 MB description made a 7 MB docstring in 0.3 s. Each description is cut, a value
-    shown by at most a line, and the whole text bounded, ending where the rest is (helper-131)."""
+    shown by at most a line, and the whole text bounded, ending where the rest is."""
     import json
 
     from conftest import copy_package

@@ -174,7 +174,7 @@ def test_a_render_error_every_pair_meets_is_one_error_naming_the_others(qg: Path
 def test_validate_stops_rendering_once_the_templates_took_their_time_in_all(qg: Path, monkeypatch) -> None:
     """Each render may take up to the 10 s render deadline, and validate renders every case x variant:
     4 variants of a template that spends its deadline took 41 s, and a package of hundreds of cases
-    or variants would have taken hours (red team, helper-195). Past MAX_RENDER_SECONDS_IN_ALL of
+    or variants would have taken hours (red team). Past MAX_RENDER_SECONDS_IN_ALL of
     rendering the other pairs are not rendered, and one error says how many and why."""
     from webgpu_kernels import validation_gpu
 
@@ -460,7 +460,7 @@ def test_a_variant_only_bench_cases_exercise_is_a_warning(qg: Path) -> None:
 
 def test_a_bench_only_variant_that_does_not_compile_is_not_said_to_compile(qg: Path) -> None:
     """The bench-only warning said "it compiles" of a variant x dtype whose WGSL failed (its table
-    status "failed", its compile error just above) (helper-41)."""
+    status "failed", its compile error just above)."""
     _add_bench_only_variant(qg, "  y[i] = no_such_name;\n")
     report = validate_package(qg)
     assert {c.status for c in report.coverage if c.variant == "big"} == {"failed"}
@@ -493,7 +493,7 @@ def test_a_variant_binding_a_tensor_the_call_lacks_is_one_error_not_a_crash(qg: 
 def test_a_variant_that_accepts_an_optional_input_it_never_binds_is_warned_of(qg: Path) -> None:
     """A variant whose `when` forgot to refuse an optional input it does not bind (a SkipLayerNormalization
     `_nobeta` variant without `'beta' not in shapes`) returned results computed without it, and
-    validate --strict passed the package (helper-33)."""
+    validate --strict passed the package."""
     def add_optional_input(manifest: dict) -> None:
         manifest["inputs"].append({"role": "Z", "dtype": "T", "optional": True})
         manifest["args"]["Z"] = {"kind": "tensor", "semantic": "Z", "role": "input"}
@@ -514,7 +514,7 @@ def test_a_variant_that_accepts_an_optional_input_it_never_binds_is_warned_of(qg
 
 def test_a_field_value_out_of_range_is_one_error_per_variant_and_dtype_naming_its_expression(qg: Path) -> None:
     """A uniform field's value out of its type's range is the manifest's mistake, made in every case:
-    validate repeated it once per case and variant (26 errors for one expression, helper-11), and
+    validate repeated it once per case and variant (26 errors for one expression), and
     named the field but not the expression that made the value."""
     def shrink_count(manifest: dict) -> None:
         manifest["bindingSets"]["scalarTail"][2]["struct"]["fields"][0]["value"] = "numel(shapes.X) - 1000000"
@@ -529,7 +529,7 @@ def test_a_field_value_out_of_range_is_one_error_per_variant_and_dtype_naming_it
     assert all("(the value of 'numel(shapes.X) - 1000000')" in p.message for p in unresolved)
     assert any(" more cases: " in p.message for p in unresolved)  # the others are counted, a few named
 
-    # cases that fail there for other reasons are not counted under the first one's (helper-18)
+    # cases that fail there for other reasons are not counted under the first one's
     def two_reasons(manifest: dict) -> None:
         manifest["bindingSets"]["scalarTail"][2]["struct"]["fields"][0]["value"] = \
             "dim(shapes.X, -2) * 0 + 1 // (numel(shapes.X) - 15)"
@@ -630,7 +630,7 @@ def test_a_one_dtype_variant_without_a_case_expecting_its_refusal_is_still_a_war
 def test_a_forced_refusal_of_the_shapes_not_the_dtype_leaves_the_warning(qg: Path) -> None:
     """A case forcing a variant on float32 and expecting the refusal of a shape clause (as
     BiasSplitGelu's vec4-forced-on-d5-f32 does) marked the variant x float32 "refused, as test.json
-    expects", though the variant takes float32 calls of other shapes, which nothing compiled (helper-173)."""
+    expects", though the variant takes float32 calls of other shapes, which nothing compiled."""
     def add_variant(manifest: dict) -> None:
         scalar = next(v for v in manifest["variants"] if v["id"] == "scalar")
         manifest["variants"].append({**copy.deepcopy(scalar), "id": "big", "when": ["baseOk", "numel(shapes.X) >= 100000000"]})
@@ -687,7 +687,7 @@ def test_an_output_no_case_checks_is_a_warning(tmp_path: Path) -> None:
 
 def test_an_inline_integer_input_the_dtype_cannot_hold_is_a_warning(tmp_path: Path) -> None:
     """An inline integer input outside its dtype's range is clipped, silently: a wrap-around case
-    writing 2147483648 into an int32 input ran with 2147483647 (helper-41). An expected value of
+    writing 2147483648 into an int32 input ran with 2147483647. An expected value of
     that kind was already an error; the input is a warning at its JSON path."""
     import shutil
 
@@ -711,7 +711,7 @@ def test_an_inline_integer_input_the_dtype_cannot_hold_is_a_warning(tmp_path: Pa
 
 def test_a_case_expecting_an_optional_output_a_variant_leaves_out_is_an_error(write_package, runner: CliRunner) -> None:
     """validate said valid, then `test` failed the case on every variant that does not produce the
-    optional output it expects ("the kernel returned no output 'Z'", helper-21). Pinning the case
+    optional output it expects ("the kernel returned no output 'Z'"). Pinning the case
     to the variants that produce it makes it valid; `test` then passes."""
     root = optional_output_package(write_package, [("withz", 10, True), ("noz", 1, False)])
     x = [1.0, -2.0, 3.5, 0.25]
@@ -755,7 +755,7 @@ def test_an_output_shape_error_is_one_error_per_dtype_with_its_fix(qg: Path, edi
 
 def test_a_scope_error_of_some_cases_leaves_the_other_warnings(qg: Path) -> None:
     """One case's scope error marked every case-less variant of its dtype 'not reached' and dropped
-    its 'not exercised' warning, though the dtype's other cases were judged (helper-22)."""
+    its 'not exercised' warning, though the dtype's other cases were judged."""
     def edit(m):
         m["outputs"][0]["shape"] = "shapes.X if numel(shapes.X) != 4096 else (1, 2, 3)"  # the 4096 case fails
         m["variants"].append({**copy.deepcopy(m["variants"][-1]), "id": "never", "when": ["false"]})
@@ -886,7 +886,7 @@ def test_without_shader_f16_a_named_variant_only_the_adapter_refuses_is_skipped(
     u32 words) and scalar (guarded by f16Ok). On the OpenGL adapter, without shader-f16, `test`
     failed scalar ("the case names this variant but it rejects the case") and validate called the
     package invalid, though a case no variant accepts there is skipped and the docs say float16
-    cases are skipped, not failed, on such an adapter (helper-149): the rejection is the adapter's."""
+    cases are skipped, not failed, on such an adapter: the rejection is the adapter's."""
     import webgpu_kernels as wk
     from webgpu_kernels.package_tests import run_package_tests
 
@@ -963,7 +963,7 @@ def test_without_shader_f16_a_pair_no_case_reaches_is_not_exercised_not_no_shade
 
 def test_a_dtype_compared_with_an_onnx_type_name_is_a_warning(qg: Path) -> None:
     """`dtypes.T in ["float32", "float16"]` never holds (dtypes.T is "f32"), so the variant it
-    guards silently ran on nothing: validate only said "not exercised" (helper-24)."""
+    guards silently ran on nothing: validate only said "not exercised"."""
     def guard(m: dict) -> None:
         m["variants"][0]["when"] = [*m["variants"][0].get("when", []), 'dtypes.T in ["float32", \'float16\']']
 
@@ -1002,7 +1002,7 @@ def test_an_output_sized_with_true_division_is_a_warning(qg: Path) -> None:
 
 def test_validate_folds_the_package_s_file_names_once(qg: Path, monkeypatch) -> None:
     """The case-twin lookup (digests.case_twins) was built three times a package: for the passes'
-    templates, their includes and test.json's data files. Once now, passed down (helper-91); what
+    templates, their includes and test.json's data files. Once now, passed down; what
     it finds is tests/test_portability.py's."""
     from webgpu_kernels import portability, validation
 
@@ -1033,7 +1033,7 @@ def test_validate_checks_test_json_and_bench_json_against_their_schemas_once(mon
 
 def test_a_template_syntax_error_is_one_error_not_one_per_variant_and_dtype(tmp_path: Path) -> None:
     """One typo in demo.Where's template had been three errors (and three JUnit failures): the
-    syntax error, then "does not render" for each dtype whose cases render it (helper-150). The
+    syntax error, then "does not render" for each dtype whose cases render it. The
     variants and dtypes it stops still read "failed" in the coverage."""
     from conftest import PACKAGES_DIR
 
@@ -1068,7 +1068,7 @@ def test_a_missing_template_lists_those_there_and_the_one_meant(qg: Path, runner
 def test_a_renamed_template_is_suggested_over_one_another_pass_names(qg: Path, runner: CliRunner) -> None:
     """A template renamed on disk and not in the manifest: the closest name had been suggested, here
     the template variant vec4 still runs, where the renamed file (which no pass names) was meant
-    (helper-190)."""
+   ."""
     (qg / "quick-gelu-vec4.wgsl.jinja").write_bytes((qg / "quick-gelu.wgsl.jinja").read_bytes())
     (qg / "quick-gelu.wgsl.jinja").rename(qg / "gelu-scalar.wgsl.jinja")
     edit_json(qg / "manifest.json",

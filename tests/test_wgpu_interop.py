@@ -186,7 +186,7 @@ def test_a_copy_is_the_librarys_own_pooled_tensor(device, copier):
                                   lambda t: t.reshape(-1).astype(np.float32)], ids=["copy", "deepcopy", "astype", "view"])
 def test_a_copy_of_the_users_buffer_holds_its_data_when_copied(device, make, quick_gelu):
     """copy.deepcopy(t) of a lent tensor is a snapshot in the library's own buffer: since copies and
-    astype were recorded into the batch (helper-177) it ran only at the next submission, after a
+    astype were recorded into the batch it ran only at the next submission, after a
     write the user made to their buffer in between, and held the new data. A chain recorded before
     it stays recorded (the copy's submission carries it)."""
     x = sample((5, 7), np.float32, 8)

@@ -6,7 +6,7 @@ so it parses the "hidden" code; the nesting check, which blanked comments up to 
 see it. SEP picks the line break; 'none' writes the same text without the comment, which the check
 has always refused.
 
-Before (helper-12): depth 5000 with r, ff or u2028 passed the check and the call killed the process
+Before: depth 5000 with r, ff or u2028 passed the check and the call killed the process
 with SIGSEGV (exit 139); 'none' gave a TemplateSandboxError. `webgpu-kernels validate` and `test` on
 such a package crashed the same way.
 

@@ -4,7 +4,7 @@ Attack: the template renders ``if c {} else if c {} else if c {} ...`` with N ``
 brace closes, so the nesting check counted no depth, but naga nests each ``else if`` one level
 deeper than the last and overflows wgpu-native's stack.
 
-Before (helper-12): 6,000 repeats ran; 10,000 (about 130 KB of WGSL) killed the process with
+Before: 6,000 repeats ran; 10,000 (about 130 KB of WGSL) killed the process with
 SIGSEGV (exit 139).
 
 Now (lavapipe, 2 shared cores): an else-if chain counts as depth: render and call raise

@@ -7,7 +7,7 @@ parser then overflowed wgpu-native's stack. FORM picks the expression: 'index' (
 'neg_paren' (``-(-(...1.0...))``) or 'bitcast_chain' (``bitcast<f32>(...)`` nested). The
 'unary' and 'call' forms were refused already.
 
-Before (helper-12): 'index' with 10,000 indexes gave a ShaderCompileError; 30,000 killed the
+Before: 'index' with 10,000 indexes gave a ShaderCompileError; 30,000 killed the
 process with SIGSEGV (exit 139).
 
 Now (lavapipe, 2 shared cores): an index counts as an operator: render and call raise

@@ -5,7 +5,7 @@ allows 16 to 32 KiB) and uses it. 'hide' puts ``// note{{ '\\r' }}`` in front of
 on the same line: the check stripped the comment up to \\n and never saw the array, while WGSL ends
 the comment at the \\r and declares it. 'show' leaves the declaration in plain sight.
 
-Before (helper-12): 'show' raised DeviceLimitError; 'hide' ran the 4 MB workgroup array (the docs
+Before: 'show' raised DeviceLimitError; 'hide' ran the 4 MB workgroup array (the docs
 say an H200 hung at twice its limit), and `validate` did not warn.
 
 Now (lavapipe, 2 shared cores): the workgroup-memory check ends a // comment at every WGSL line

@@ -5,7 +5,7 @@ and attributes. This package names the op ai.onnx.RandomNormal, with no inputs, 
 elements and the attribute ``shape: [SIDE, SIDE]``. The script only writes the package; the attack
 is the `webgpu-kernels run` it prints next.
 
-Before (helper-12): with SIDE 16384, `run` reached 3.4 GB RSS inside ONNX Runtime (SIDE 65536
+Before: with SIDE 16384, `run` reached 3.4 GB RSS inside ONNX Runtime (SIDE 65536
 would ask for 16 GiB; attribute lists take values up to 2^63).
 
 Now (lavapipe, 2 shared cores): `run` infers the ONNX model's output shapes first and does not hand

@@ -6,7 +6,7 @@ literal inside the call was not bounded, only an expression's final result was, 
 error message repr()'d the whole argument before shortening it: K * 4095 * 4096 characters. FN
 picks the function: ceilDiv, dim, numel, sameShape or broadcastable.
 
-Before (helper-12): K 200 took 22 s and 2.5 GB RSS for one `explain` (K about 1000, still a short
+Before: K 200 took 22 s and 2.5 GB RSS for one `explain` (K about 1000, still a short
 expression, would need about 17 GB), on every call that evaluated the clause.
 
 Now (lavapipe, 2 shared cores): list and tuple literals are bounded through every level, and

@@ -6,7 +6,7 @@ number or string belongs. The filters' error messages used ``{value!r}``, which 
 outside any budget charge. The other NAMES try the same tuple against other filters, tests and
 operators (the helper-12 review found them bounded); with no NAMES the script runs them all.
 
-Before (helper-12): ``t|wgsl_float`` with 20 doublings took 7 s, 22 took 14 s, and 40 was still
+Before: ``t|wgsl_float`` with 20 doublings took 7 s, 22 took 14 s, and 40 was still
 rendering when killed at 90 s, past the 10 s render deadline.
 
 Now (lavapipe, 2 shared cores): the filters quote a bad argument by its type and at most 40

@@ -4,7 +4,7 @@ Attack: ``{{ s|trim(c)|length }}`` where s is N copies of U+1F600 and c is N-1 c
 followed by one U+1F600. Python's ``str.strip(chars)`` scans all of chars for every character it
 strips, so this is N * N steps inside one filter call, where the render deadline cannot stop it.
 
-Before (helper-12): N 131072 took 45 s to render; at the allowed 1 MiB of text it extrapolates
+Before: N 131072 took 45 s to render; at the allowed 1 MiB of text it extrapolates
 to about 48 minutes.
 
 Now (lavapipe, 2 shared cores): trim deduplicates the characters and, past 64 distinct ones, strips

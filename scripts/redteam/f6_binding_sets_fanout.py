@@ -5,7 +5,7 @@ so it stays small and within the 20,000-JSON-value bound while loading expands i
 bindings. MODE 'bad' gives the bindings an unknown element type (``$nope``), so the expanded
 bindings are also errors to report.
 
-Before (helper-12): N 1400, M 1300 (a 252 KB manifest) took 104 s and 1.3 GB RSS in
+Before: N 1400, M 1300 (a 252 KB manifest) took 104 s and 1.3 GB RSS in
 `load_kernel`; the work scaled with passes * bindings.
 
 Now (lavapipe, 2 shared cores): the passes may hold at most 4,096 bindings and struct fields

@@ -5,7 +5,7 @@ random bytes (big.bin, written next to the package). Without metadata.json the p
 unverified, and ``Kernel.tuning_key`` read every top-level file to key the tuning cache; the
 1,000-file and 512 MiB package limits did not apply there.
 
-Before (helper-12): 1,000 links added 38 s to the first call, and the cost had no ceiling.
+Before: 1,000 links added 38 s to the first call, and the cost had no ceiling.
 
 Now (lavapipe, 2 shared cores): the tuning key reads only files a template can be (at most 256 KiB
 each) and at most 1,000 of them, the others counted by size: the first call with 1,000 links takes

@@ -5,7 +5,7 @@ them ``[16777216]`` generated values (2^24, the cap on one test tensor). Neither
 inputs nor a case's total size was capped. The script only writes the package; the attack is the
 `webgpu-kernels test` it prints next.
 
-Before (helper-12): N 12 drove `webgpu-kernels test` to 2.8 GB RSS in 54 s, growing linearly with
+Before: N 12 drove `webgpu-kernels test` to 2.8 GB RSS in 54 s, growing linearly with
 N; thousands of inputs fit the 20,000-value bound.
 
 Now (lavapipe, 2 shared cores): a test.json case may hold at most 2^26 elements, inputs and expected

@@ -6,7 +6,7 @@ renders one variant, so it ends at the deadline; `validate` renders every case x
 another 10 s. The script only writes the package; the attack is the `webgpu-kernels validate` it
 prints next.
 
-Before (helper-195): 4 variants took `validate` 41 s, 12 variants 121 s, growing by 10 s per case
+Before: 4 variants took `validate` 41 s, 12 variants 121 s, growing by 10 s per case
 x variant: a package of hundreds of cases or variants would take hours.
 
 Now (lavapipe, 2 shared cores): `validate` stops rendering once its renders took 60 s in all and

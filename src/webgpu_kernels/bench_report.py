@@ -207,7 +207,7 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
     for row in rows:
         if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
             console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: error: {row['error']}", style="red"))
-        if "error" in row.get("tuned", {}):  # in full too (its line had cut it at 100 characters; helper-31)
+        if "error" in row.get("tuned", {}):  # in full too (its line had cut it at 100 characters)
             console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: the tuned choice: error: "
                                f"{row['tuned']['error']}", style="red"))  # fmt: skip
         for peer, result in row.get("peers", {}).items():

@@ -80,7 +80,7 @@ def is_device_lost(exc: BaseException) -> bool:
     """wgpu-native reports work on a lost (destroyed, reset) device as a validation error. Its
     phrases are matched in wgpu's own words only (_own_lines): "lost" anywhere had made a shader
     error on a line naming ``lost_lanes`` a lost device, and dropped a healthy one with every tensor
-    on it (helper-25); a pass named "DeviceLost" did so through its quoted label (helper-123)."""
+    on it; a pass named "DeviceLost" did so through its quoted label."""
     return any(_DEVICE_LOST.search(line) for line in _own_lines(exc))
 
 

@@ -50,7 +50,7 @@ def describe_inputs(inputs: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...
             shape, dtype = value.shape, value.dtype
         elif _array_like(value):
             # What a call reads from it, as the call reads it: a list, a buffer, a tensor whose dtype
-            # NumPy does not know (torch.float32). explain had refused what the call ran (helper-34).
+            # NumPy does not know (torch.float32). explain had refused what the call ran.
             array = as_array(name, value)
             shape, dtype = array.shape, array.dtype
         else:

@@ -171,7 +171,7 @@ def inline_values(values: Any, dtype: str, *, clip: bool = True,
 
     def outside(value: float) -> ValueError:
         # An expected value: clipped, it had let a saturating kernel pass where the case wrote the
-        # true (wider or wrapped) result (helper-28).
+        # true (wider or wrapped) result.
         return ValueError(f"{value} is outside {dtype}'s range [{low}, {high}]: {why}")
 
     try:  # all JSON integers within int64 or uint64 (the usual case): NumPy converts them exactly, 3x faster

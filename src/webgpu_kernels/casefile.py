@@ -472,7 +472,7 @@ def generate_errors(gen: Mapping[str, Any], file: str, where: str) -> list[CaseF
     if gen["distribution"] == "uniform" and low > high:
         errors.append(CaseFileError("low is above high", file=file, json_path=where))
     elif gen["distribution"] == "uniform" and not math.isfinite(high - low):
-        # values are drawn as low + (high - low) * u: every one would be infinite (helper-22)
+        # values are drawn as low + (high - low) * u: every one would be infinite
         errors.append(CaseFileError("high - low is past float64's range: every value drawn would be infinite",
                                     file=file, json_path=where))  # fmt: skip
     elif gen["distribution"] == "normal" and not math.isfinite(abs(mean) + 9 * std):

@@ -71,7 +71,7 @@ def _drop_the_rest(stream: Any) -> None:
 
 def _echo(text: str = "") -> None:
     """click.echo to stdout, whose reader may stop early (`--json | head -1`) as for the console's
-    text: click exits 1 on the broken pipe, which says a case failed (helper-38)."""
+    text: click exits 1 on the broken pipe, which says a case failed."""
     try:
         click.echo(text)
     except BrokenPipeError:
@@ -93,7 +93,7 @@ def package_text_console() -> type[Console]:
         def on_broken_pipe(self) -> None:
             # A reader that stopped early (`| head -1`): the rest is dropped and the command ends with
             # its own verdict. rich exits 1 here, which says "a case failed", so a passing `test | head`
-            # failed a CI step run with pipefail (helper-35); click.echo's output is _echo's.
+            # failed a CI step run with pipefail; click.echo's output is _echo's.
             self.quiet = True
             _drop_the_rest(self.file)
 
@@ -511,7 +511,7 @@ def shell_word(path: str) -> str:
 def split_pin(ref: str) -> tuple[str, str]:
     """``org/op@pin`` as (``org/op``, ``pin``); ``""`` where no @ follows. In a URL only its path's @
     counts: the first @ of https://user:token@host/kernels/org/op had cut it into the repository
-    'https://user:token', which every message then showed (helper-38)."""
+    'https://user:token', which every message then showed."""
     if "://" in ref:
         url = urlsplit(ref)
         if "@" not in url.path:
@@ -525,7 +525,7 @@ def split_pin(ref: str) -> tuple[str, str]:
 def _hub_repo(ref: str) -> bool:
     """Whether get_kernel reads ``ref`` as a Hub repository (``org/op``). A folder of that name here
     had silently stood in for it, unverified and without the trust another organisation needs
-    (helper-27)."""
+   ."""
     from .locations import classify
 
     try:
@@ -552,7 +552,7 @@ def resolve_kernel(ref: str) -> Kernel:
 
     where = classify_kernel_ref(ref)
     # The repository part decides: `org/op@v1` as a folder's name had loaded that folder, unverified,
-    # where the user asked for the Hub's (classify refuses the pinned string whole; helper-131).
+    # where the user asked for the Hub's (classify refuses the pinned string whole).
     if where.kind == "folder" and _exists(where.path / "manifest.json", denied=False) and _hub_repo(split_pin(ref)[0]):
         # as for an embedded id; commands that take only a folder (validate, digest) read it
         # "names a Hub repository" had read as if one had been found: the Hub is not asked

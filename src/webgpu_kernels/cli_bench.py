@@ -360,7 +360,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
         raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "time"))
     # After the caller's arguments are checked: a mistyped KERNEL had printed this line above its error.
     console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
-    for kernel in loaded if not inputs else []:  # one named among others had been left out without a word (helper-31)
+    for kernel in loaded if not inputs else []:  # one named among others had been left out without a word
         if not kernel.package.has(BENCH_FILE):
             _console(stderr=True).print(Text(f"{kernel.op_id}: no {BENCH_FILE} in the package, so nothing of it is "
                                              "timed (give shapes with -i ROLE=SHAPE:DTYPE)", style="yellow"))  # fmt: skip
@@ -442,7 +442,7 @@ def load_tuning_cache(device: Any) -> tuning.TuningCache:
 
 def _failed(row: dict[str, Any]) -> bool:
     """Whether a case failed: an error or a WRONG output, of the default or of the tuned choice (what
-    calls of the class run: one that errors had been said in red and exited 0; helper-61)."""
+    calls of the class run: one that errors had been said in red and exited 0)."""
     tuned = row.get("tuned", {})
     return "error" in row or row.get("error_ok") is False or "error" in tuned or tuned.get("error_ok") is False
 
@@ -546,7 +546,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         row["copy_tbps"] = copies[result.bytes]
         row["copy_fraction"] = result.tbps / row["copy_tbps"]
         row["beyond_memory"] = slow_states.beyond_memory(result.peak_fraction, row["copy_fraction"])
-        row["error_ok"] = result.error_ok  # None: no reference checked it (it had read True; helper-31)
+        row["error_ok"] = result.error_ok  # None: no reference checked it (it had read True)
         if result.error_ok is None and unavailable:  # said under the table, as `run` says "not checked"
             row["reference_unavailable"] = unavailable
     except KernelError as exc:
@@ -596,7 +596,7 @@ def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str,
                                  flops=flops), run.device, run.copies)  # fmt: skip
     # A tuned kernel that computes something else is WRONG, not fast. Its TB/s counts the default's
     # bytes, as the peers' do: a variant writing an optional output the default does not had been
-    # credited with those bytes too (helper-31).
+    # credited with those bytes too.
     tbps = default.bytes / tuned.median_s / 1e12 if tuned.median_s > 0 else float("nan")
     return {"variant": variant, "tunables": tunables, "tbps": tbps, "tflops": tuned.tflops, "median_s": tuned.median_s,
             "same_as_default": same, "max_error": tuned.max_error, "error_ok": tuned.error_ok,

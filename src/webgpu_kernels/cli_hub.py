@@ -55,7 +55,7 @@ def download_cmd(repo: str | None, version: int | None, revision: str | None, ex
     if repo is None:
         raise click.UsageError("give REPO ('org/op'), or --lock for the kernels a project's lock file pins")
     # org/op@vN or org/op@REV, as every KERNEL argument takes it; a URL's too (an @ in its path, not
-    # in a user@host): https://<hub>/kernels/org/op@v1 had been refused with advice for Python (helper-36)
+    # in a user@host): https://<hub>/kernels/org/op@v1 had been refused with advice for Python
     given = repo
     repo, pin = split_pin(repo)
     location = locations.classify(repo)  # first: it refuses credentials in a URL without showing them

@@ -242,7 +242,7 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
 
 def _check_advice(path: Path, version: int | None, changes: list[DigestChange], *, missing: bool) -> str:
     """What `digest --check` adds to its verdict: "out of date" alone left a CI job's author to guess
-    whether to digest or to undo (helper-129's walkthrough). PATH is one shell word (shell_word)."""
+    whether to digest or to undo. PATH is one shell word (shell_word)."""
     command = f"`webgpu-kernels digest {_cli().shell_word(str(path))}" + (f" --version {version}`" if version else "`")
     if missing:
         return f": run {command} to write one"
@@ -369,7 +369,7 @@ def _unloaded_path(ref: str, where: Any) -> str:
 
 def _load_error(ref: str, kind: str, exc: KernelError) -> str:
     """The package's error: "cannot load" stops at the first problem, so a folder's names
-    `validate`, which lists them all (helper-129's walkthrough; a Hub kernel is validated once
+    `validate`, which lists them all (a Hub kernel is validated once
     downloaded, which _package_path says)."""
     text = f"cannot load the package: {exc}"
     if kind in ("folder", "embedded"):
@@ -398,7 +398,7 @@ def _print_test_reports(reports: list[PackageReport], *, strict: bool = False) -
     table = Table(title="Test results", title_justify="left")
     for col in ("kernel", "case", "variant", "dtype", "max abs err", "max rel err", "result"):
         # Every column folds: rich cannot narrow a no-wrap one, and cropped the table's right edge
-        # instead, the result column first ("pas" at 80 columns; helper-35).
+        # instead, the result column first ("pas" at 80 columns).
         table.add_column(col, justify="right" if col.startswith("max") else "left", overflow="fold")
     failures: list[tuple[str, RunResult]] = []
     for report in reports:
@@ -414,7 +414,7 @@ def _print_test_reports(reports: list[PackageReport], *, strict: bool = False) -
         run = f"{r.case}" + (f" [{r.variant}]" if r.variant else "")
         console.print(Text(f"{r.status.upper()} {kernel} {run}", style=_STATUS_STYLE[r.status]))
         # A template that does not compile fails every run alike: its compiler output once, not per run
-        # (54 copies, 779 lines, in helper-4's trial).
+        # (54 copies, 779 lines, in one author's trial).
         earlier = first_with.setdefault((kernel, r.message), run)
         text = f"same message as {earlier}" if earlier != run else r.message.replace("\n", "\n  ")
         console.print(Text("  " + text), soft_wrap=True)
@@ -435,7 +435,7 @@ def _print_test_reports(reports: list[PackageReport], *, strict: bool = False) -
     if not all(r.ok for r in reports):  # a failed or errored run, or a package error: test_cmd's exit 1
         console.print(Text("FAILED", style="bold red"))
         if any(r.status == FAIL for report in reports for r in report.results):
-            # An author who changed what the kernel computes meets this first (helper-111's walkthrough)
+            # An author who changed what the kernel computes meets this first
             console.print("if the kernel's results changed on purpose, `webgpu-kernels expect PATH --reference "
                           "FILE.py:FUNCTION` writes test.json's expected values again (docs/package-files.md)",
                           soft_wrap=True)  # fmt: skip

@@ -78,7 +78,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     try:  # whether that is a stored tuning result's plan, not the manifest's own selection's
         tuned = plan is not k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)[1]
     except KernelError:  # the manifest's selection cannot run here (its tunables past a device
-        tuned = True  # limit, say), the stored result can: run had exited 2 on the former (helper-39)
+        tuned = True  # limit, say), the stored result can: run had exited 2 on the former
     arrays = random_inputs(inputs, seed)
     status_console = _console(stderr=True)
     with _status(status_console, f"running {k.op_id} ..."):

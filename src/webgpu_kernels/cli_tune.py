@@ -288,7 +288,7 @@ def _as_taken(kernel: Kernel, searched: dict[str, list[Any]], *, several: bool) 
 def _check_writable(path: Path) -> None:
     """The tuning file's folder made and writable now, its lock file writable and the file itself
     readable: a read-only folder had crashed with a raw OSError after the first case's search, and
-    another user's lock file (or tuning file) in a shared folder the same (helper-30)."""
+    another user's lock file (or tuning file) in a shared folder the same."""
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -306,7 +306,7 @@ def _check_writable(path: Path) -> None:
             raise OSError(errno.EEXIST, "the tuning file's name is not a regular file (a FIFO, or a link to nothing)",
                           str(path))  # fmt: skip
         target = tuning.write_path(path)
-        if target != path:  # a link of this user's: the save writes beside the file it points to (helper-163)
+        if target != path:  # a link of this user's: the save writes beside the file it points to
             _check_writable_beside(target)
     except OSError as exc:
         raise click.UsageError(f"the tuning folder {folder} is not writable ({exc.strerror or exc}"
@@ -341,7 +341,7 @@ def _say_problem(console: Any, cache: tuning.TuningCache, dry_run: bool) -> None
     else:
         kept = "its valid entries go into the new file" if not problem.whole else "nothing of it goes into the new file"
         # the name the save will use: <name>.1.bak where <name>.bak is taken, beside a link's file; a
-        # run that stores nothing makes no save (helper-163: the line had said the file moves regardless)
+        # run that stores nothing makes no save (the line had said the file moves regardless)
         text = (f"tuning file {cache.path}: {problem.what}; the first save moves it aside to "
                 f"{tuning.backup_text(cache.path)} (an earlier backup is kept) and {kept}; a run that stores "
                 "nothing leaves it as it is")  # fmt: skip

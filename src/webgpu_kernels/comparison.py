@@ -23,11 +23,11 @@ import numpy as np
 #: The error a float output may have against the float64 reference: (absolute, relative), an
 #: element agreeing when |output - reference| <= absolute + relative * |reference|. The relative
 #: part is about two roundings of a float16 result; without it a correct normalization's mean of 1000,
-#: off by 5e-7 relative, was WRONG (helper-21), as was a correct activation of inputs near 3000 in
+#: off by 5e-7 relative, was WRONG, as was a correct activation of inputs near 3000 in
 #: float32 (an ulp there is 2.4e-4).
 FLOAT_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3)}
 #: Other dtypes (bfloat16, integers): no relative part, or an index of 50000 off by 40 would pass
-#: (helper-22).
+#:.
 OTHER_TOLERANCE = (1e-2, 0.0)
 #: Elements the reference checks (:func:`check_against`, :func:`max_abs_error`,
 #: :func:`reference_report`) take at a time, so that their float64 temporaries are a few chunks'
@@ -90,7 +90,7 @@ class Tolerance:
 
 def _as_bytes_if_bool(a: np.ndarray) -> np.ndarray:
     """A bool array as its bytes: NumPy reads any nonzero byte as True, so a kernel writing 2 (or
-    0xFF) for true had passed against true (helper-28); the format's bool is one byte of 0 or 1."""
+    0xFF) for true had passed against true; the format's bool is one byte of 0 or 1."""
     return a.view(np.uint8) if a.dtype.kind == "b" else a
 
 
@@ -115,7 +115,7 @@ def elements_ok(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> np.n
 
 def _exact_integer_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray | None:
     """``|got - want|`` as Python ints when both are integers past 2^53, where float64 differences
-    are not exact (helper-28: 2^62 + 300 passed against 2^62 at atol=1); None where float64 is
+    are not exact (2^62 + 300 passed against 2^62 at atol=1); None where float64 is
     exact, the fast way."""
     if not (got.dtype.kind in "iu" and want.dtype.kind in "iu"):
         return None
@@ -247,7 +247,7 @@ def compare(output: str, actual: Any, expected: np.ndarray, tolerance: Tolerance
 def overflow_as_inf(ref: np.ndarray, dtype: Any) -> np.ndarray:
     """``ref`` with each value that ``dtype`` rounds to an infinity as that infinity: a correct
     float16 sum of 50000 + 50000 is inf, which the finite float64 reference had made WRONG
-    (helper-31)."""
+   ."""
     dtype = np.dtype(dtype)
     if dtype.kind != "f" or dtype.itemsize >= 8:
         return ref
@@ -302,7 +302,7 @@ def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
 
     An integer or boolean output (int64 indices, say) is held to :data:`OTHER_TOLERANCE`
     whatever ``tolerance`` the case's float dtypes give, as `run` holds it: with float32's relative
-    part an index of 200000 off by one agreed (helper-37)."""
+    part an index of 200000 off by one agreed."""
     worst = 0.0
     ok = True
     for name, ref in expected.items():

@@ -50,7 +50,7 @@ MAX_NAME_LENGTH, MAX_SEGMENT_LENGTH = 1024, 255
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
 
 #: (\Z, not $: "$" matches before a final newline, and a file "notes\n" was listed, then refused by the
-#: metadata schema: digest failed on its own output; helper-27)
+#: metadata schema: digest failed on its own output)
 _NAME_SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
 
 
@@ -555,7 +555,7 @@ def missing_templates(root: Path, manifest_file: ManifestFile | None = None) -> 
     that is not in the folder: digest records such a file as removed, and every call that reaches it
     then fails, so the author hears of it when the digest is taken. Only the manifest is read: a
     template's own includes are validate's to check (parsing templates here, outside the sandbox's
-    budgets, had cost 20 s for one 8 MiB template and a RecursionError for a deep one, helper-131).
+    budgets, had cost 20 s for one 8 MiB template and a RecursionError for a deep one).
     A manifest that cannot be read names none."""
     files = set(package_files(root))
     return [(name, where) for name, where in pass_templates(root, manifest_file) if name not in files]

@@ -54,7 +54,7 @@ class _Text(str):
 #: C0 and C1 control characters but tab and newline, and the bidirectional controls, each shown as
 #: U+FFFD: package text (a description, an id inside an error message) must not move the cursor or
 #: retitle the terminal, nor show its characters in another order than they are (U+202E, "Trojan
-#: Source": a description reading one thing and saying another; helper-131).
+#: Source": a description reading one thing and saying another).
 _BIDI_CONTROLS = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 _CONTROL_CHARACTERS = dict.fromkeys([*range(0, 9), *range(11, 32), 127, *range(128, 160), *_BIDI_CONTROLS], "\ufffd")
 

@@ -267,7 +267,7 @@ def build_pass(device: Device, resolved: ResolvedPass, wgsl: str, *, kernel: str
     compiled = compile_pipeline(device, wgsl, resolved, kernel=kernel, variant=variant, blame=blame)
     entries = []
     # A new shape whose WGSL is compiled already reaches the device first here: on a lost one that
-    # was wgpu's raw error, and the device was never replaced (helper-25).
+    # was wgpu's raw error, and the device was never replaced.
     with translate_gpu_errors("building a plan", device.memory):
         for b in resolved.bindings:
             uniform = None

@@ -119,13 +119,13 @@ def tuning_entry_place(entry: Mapping[str, Any]) -> str:
 
 def tuning_entry_choice(entry: Mapping[str, Any]) -> str:
     """``variant 'V', tunables {...}``: what a tuning entry holds, cut as its key is (an entry the
-    call passes over may hold whatever a hand edit put in the file, up to its 8 MiB; helper-163)."""
+    call passes over may hold whatever a hand edit put in the file, up to its 8 MiB)."""
     return f"variant {short_repr(entry['variant'])}, tunables {short_repr(entry['tunables'], MAX_KEY_SHOWN)}"
 
 
 #: The most of one description help(kernel) shows, in characters; the whole text is bounded by
 #: MAX_DOC. The package's text is of any length up to its manifest's 8 MiB, and IDEs read
-#: __doc__ again at each hover: a 7 MB description had made a 7 MB docstring (helper-131).
+#: __doc__ again at each hover: a 7 MB description had made a 7 MB docstring.
 MAX_DOC_DESCRIPTION = 2000
 MAX_DOC = 64 * 1024
 #: The most of a default value shown (a list of 4096 numbers had been shown whole, twice).

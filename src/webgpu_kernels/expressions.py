@@ -176,7 +176,7 @@ STATIC_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "max": _max,
 }
 for _name, _function in STATIC_FUNCTIONS.items():  # Python's "_dim() missing 1 required ..." names them
-    _function.__name__ = _function.__qualname__ = _name  # as the language does (helper-32)
+    _function.__name__ = _function.__qualname__ = _name  # as the language does
 DEVICE_FUNCTIONS = ("f16Ok",)
 FUNCTION_NAMES = frozenset(STATIC_FUNCTIONS) | frozenset(DEVICE_FUNCTIONS)
 #: Names a derive entry or constant may not take: the namespaces, the functions, and ``self``,
@@ -332,7 +332,7 @@ def _check_items(value: Any) -> None:
 
 def divides_truly(source: str) -> bool:
     """Whether an expression uses ``/`` (true division: a float) rather than ``//``, other than
-    under ``| int``, which makes the float an integer again (helper-29); False for one that does
+    under ``| int``, which makes the float an integer again; False for one that does
     not parse (its compile error is reported where it is checked)."""
 
     def found(node: nodes.Node, converted: bool) -> bool:

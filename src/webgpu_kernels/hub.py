@@ -86,7 +86,7 @@ class HubPackage(KernelPackage):
     from_cache: bool = False
     #: Why the cache's copy was used, in words (None when the endpoint served it): "offline mode is
     #: on", "<endpoint> cannot be reached (...)", "<endpoint> refused the token ... (401 ...)": a
-    #: revoked HF_TOKEN had read as "could not be reached or did not list it" (helper-127).
+    #: revoked HF_TOKEN had read as "could not be reached or did not list it".
     from_cache_reason: str | None = None
 
     @property
@@ -149,7 +149,7 @@ def download(
     endpoint = endpoint or hub_endpoint()
     if token is None and (endpoint or DEFAULT_ENDPOINT) != (hub_endpoint() or DEFAULT_ENDPOINT):
         # The Hugging Face token (HF_TOKEN, a login) is for the configured Hub: huggingface_hub had sent
-        # it to any host a kernel URL named (helper-106)
+        # it to any host a kernel URL named
         token = False
     offline = hub_offline()
     lock_timeout = hub_cache.lock_timeout()  # a malformed value is refused before any request
@@ -193,7 +193,7 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
     root = snapshot / PACKAGE_DIR
     try:
         if not _COMMIT.match(commit):  # snapshot_download read an empty or garbled refs/<rev> and served
-            # snapshots/ itself: this had read "(commit snapshots) has no build/webgpu/ folder" (helper-36)
+            # snapshots/ itself: this had read "(commit snapshots) has no build/webgpu/ folder"
             raise HubError(f"{repo_id} revision {rev!r}: the Hugging Face cache names no commit for it (an empty or "
                            f"damaged refs/{rev}): delete {hub_cache.repo_cache_folder(endpoint, repo_id)} to download it again",
                            repo_id=repo_id, revision=rev)  # fmt: skip
@@ -208,7 +208,7 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
         except DigestError as exc:
             # The failing file was the cache's if its snapshot entry was there before this call, else
             # the server sent it now: a file re-fetched into a cached snapshot had been blamed on the
-            # cache, whose advice (delete it, download again) fetched the same bytes (helper-27).
+            # cache, whose advice (delete it, download again) fetched the same bytes.
             failing = root / exc.file if exc.file else snapshot
             cached = undo is None or failing in undo.entries
             if undo is not None:
@@ -216,7 +216,7 @@ def _download_locked(repo_id: str, rev: str, *, trusted: bool, endpoint: str | N
                 undo = None
             raise _hub_digest_error(exc, repo_id, commit, endpoint, cached=cached) from None
         except PackageError as exc:  # no manifest.json, too many files: its path named the snapshot, removed
-            # below, and not the repository (helper-36)
+            # below, and not the repository
             raise HubError(f"{repo_id} at revision {rev!r} (commit {commit}): {PACKAGE_DIR}/ is not a WebGPU kernel "
                            f"package: {exc.detail}", repo_id=repo_id, revision=rev) from None  # fmt: skip
         package = _hub_package(base, repo_id=repo_id, revision=rev, commit=commit, endpoint=endpoint,
@@ -318,7 +318,7 @@ def _listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any,
     except _NotListed as exc:
         return None, None, exc.error
     except _NoSuchRevision:  # snapshot_download raises RevisionNotFoundError for it too, cached or not,
-        # after asking the same request again (helper-109)
+        # after asking the same request again
         raise hub_errors.no_revision(repo_id, rev, endpoint=endpoint, token=token, version=version) from None
 
 
@@ -339,7 +339,7 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
     bound = listed.size if listed is not None and listed.size is not None else MAX_PACKAGE_BYTES
     try:
         # The commit the listing checked, not `rev` again: a branch moved between the two requests
-        # had downloaded a commit no listing checked, reported as the cache's (helper-27).
+        # had downloaded a commit no listing checked, reported as the cache's.
         path = snapshot_download(
             repo_id, repo_type=REPO_TYPE, revision=commit or rev, allow_patterns=[f"{PACKAGE_DIR}/*"],
             cache_dir=str(cache_dir), endpoint=endpoint, local_files_only=offline or unreached is not None, token=token,
@@ -437,7 +437,7 @@ class _Unreachable(Exception):
 def metadata_timeout() -> float:
     """Seconds to wait for the Hub's answer about a revision: huggingface_hub's own time limit for
     metadata requests (HF_HUB_ETAG_TIMEOUT, 10 s by default). Its repo_info has none by default, so
-    a Hub that took the connection and never answered hung get_kernel, cached copy or not (helper-36)."""
+    a Hub that took the connection and never answered hung get_kernel, cached copy or not."""
     from huggingface_hub import constants
 
     # Read as huggingface_hub reads it (`int(...) or 10`): 0 is its default, not a limit of no time,
@@ -487,7 +487,7 @@ def _check_listing(repo_id: str, rev: str, *, endpoint: str | None, token: Any) 
         raise _NotListed(exc) from exc
     if not (isinstance(named, str) and _COMMIT.match(named)):
         # huggingface_hub makes the commit a path of the cache (trees/<commit>.json, snapshots/<commit>/)
-        # without checking it: a sha of '../../x' had written x.json and a ref outside the cache (helper-36)
+        # without checking it: a sha of '../../x' had written x.json and a ref outside the cache
         raise HubError(f"{repo_id} revision {rev!r}: {endpoint or DEFAULT_ENDPOINT} named the commit {named!r} for it, "
                        "not a 40-hex commit sha: refused before anything was downloaded", repo_id=repo_id,
                        revision=rev)  # fmt: skip
@@ -518,7 +518,7 @@ def check_listed(repo_id: str, rev: str, files: list[tuple[str, int]], *, upload
                        "more than a kernel package may", repo_id=repo_id, revision=rev)  # fmt: skip
     for path, size in files:
         # The server's JSON: a string had raised a raw TypeError below, and a file listed without a
-        # size (or a negative one) passed the bounds uncounted (helper-197)
+        # size (or a negative one) passed the bounds uncounted
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise HubError(f"{repo_id} revision {rev!r}: the {'package' if upload else 'repository'} lists {path} with "
                            f"the size {shorten(repr(size), 40)}, not a number of bytes: refused before anything "
@@ -536,7 +536,7 @@ def check_listed(repo_id: str, rev: str, files: list[tuple[str, int]], *, upload
                            f"file may be ({MAX_FILE_BYTES})", repo_id=repo_id, revision=rev)  # fmt: skip
     # Every content file is read when the package opens (an unlisted one is refused), and what it
     # reads is bounded in all: 64 files under the per-file bound had been fetched, 512 MiB and more,
-    # then refused (helper-36). Other files (a README) are not read, so they do not count.
+    # then refused. Other files (a README) are not read, so they do not count.
     content = sum(size for path, size in files if is_content_file(path[len(PACKAGE_DIR) + 1 :]))
     if content > MAX_PACKAGE_BYTES:
         raise HubError(f"{repo_id} revision {rev!r}: the package files of {PACKAGE_DIR}/ hold {content} bytes, more "
@@ -555,7 +555,7 @@ def _name_problem(path: str) -> str | None:
     if "\\" in rel or "\x00" in rel or "" in segments or "." in segments:
         return f"is no plain name below {PACKAGE_DIR}/ (a backslash, NUL, empty or '.' segment)"
     # What no common file system holds (and a package may not name): the other files were fetched,
-    # then huggingface_hub's write of this one failed (ENAMETOOLONG), a bare 'OSError' (helper-197)
+    # then huggingface_hub's write of this one failed (ENAMETOOLONG), a bare 'OSError'
     if len(rel) > MAX_NAME_LENGTH:
         return f"is {len(rel)} characters long, more than a package file name may be ({MAX_NAME_LENGTH})"
     longest = max(len(segment.encode()) for segment in segments)
@@ -609,9 +609,9 @@ _resolved: dict[tuple[str | None, str, str, str], str] = {}
 _lock = threading.RLock()
 #: memo -> the lock one load of it holds through its download: a second thread asking the same
 #: repository and revision waits for it and then finds the kernel, and loads of other ones go on
-#: (one process-wide lock through the download had held up every Hub load in the process, helper-124).
+#: (one process-wide lock through the download had held up every Hub load in the process).
 #: Each entry also counts the loads holding or waiting for it, and goes with the last of them: every
-#: repository id and revision ever asked (failed loads too) had kept one (helper-131).
+#: repository id and revision ever asked (failed loads too) had kept one.
 _loading: dict[tuple[str | None, str, str, str], tuple[threading.RLock, int]] = {}
 fresh_in_child(globals(), _lock=threading.RLock, _loading=dict)
 

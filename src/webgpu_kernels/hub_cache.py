@@ -128,7 +128,7 @@ class CacheUndo:
         self.folder = repo_cache_folder(endpoint, repo_id)
         with suppress(OSError, RuntimeError):  # as snapshot_download resolves the cache folder: the paths
             # it returns are then compared with these (an HF_HOME through a link had read every cached
-            # file as one the server had just sent, and its change was blamed on the server, helper-36)
+            # file as one the server had just sent, and its change was blamed on the server)
             self.folder = self.folder.resolve()
         self.entries = set(_entries_below(self.folder))
         self.started_ns = time.time_ns()

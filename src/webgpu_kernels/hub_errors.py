@@ -108,7 +108,7 @@ def http_answer(exc: Exception, *, token_advice: bool = True) -> str:
         if url and url not in first:
             first = f"{first.rstrip('.')} (for {url})"
     # The Hub's own words (X-Error-Message) are on a later line: "Invalid credentials in Authorization
-    # header" had been dropped, a revoked HF_TOKEN reading as a bare "401 Unauthorized" (helper-124).
+    # header" had been dropped, a revoked HF_TOKEN reading as a bare "401 Unauthorized".
     said = getattr(exc, "server_message", None)
     if isinstance(said, str) and said.strip() and _said(said) not in first:
         first = f"{first}: {_said(said)}"
@@ -156,7 +156,7 @@ def token_hint(token: Any, endpoint: str | None, *, gated: bool = False) -> str:
 def fallback_reason(exc: BaseException, where: str) -> str:
     """Why huggingface_hub fell back to the cache, in words: an HTTP answer it counted as the Hub
     being down (a 5xx, a 403, a 429) is named with its status, not as "cannot be reached" (a rate
-    limit or a refusal had read as a network problem, helper-36)."""
+    limit or a refusal had read as a network problem)."""
     from huggingface_hub.errors import HfHubHTTPError
 
     cause: BaseException | None = exc

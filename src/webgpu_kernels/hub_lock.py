@@ -236,7 +236,7 @@ def _metadata_bytes(api: Any, repo_id: str, commit: str, rev: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="webgpu-kernels-lock-") as tmp, hub_cache.cache_folder(Path(tmp)):
             undo = hub_cache.CacheUndo(api.endpoint, repo_id)  # the temporary folder's, for what leaves it
             # Bounded by the listed size as it is written: huggingface_hub had written whatever the
-            # server sent into the temporary folder before the size check below read it (helper-197)
+            # server sent into the temporary folder before the size check below read it
             said = f"{api.endpoint or DEFAULT_ENDPOINT} sent more than the {file.size} bytes its listing of {name} announced"
             path = hf_hub_download(repo_id, name, repo_type=REPO_TYPE, revision=commit, cache_dir=tmp,
                                    endpoint=api.endpoint, library_name="webgpu-kernels",

@@ -417,7 +417,7 @@ class Kernel:
         present = declared_present(self.manifest, inputs)
         device = get_device(adapter)
         # A released GpuTensor or one of another adapter's device is the call's InputError here too:
-        # explain had chosen a variant, and render given WGSL, for a call that raises (helper-121).
+        # explain had chosen a variant, and render given WGSL, for a call that raises.
         # prepare_inputs raises the call's own error; the arrays it would copy are not passed to it.
         prepare_inputs({k: v for k, v in present.items() if isinstance(v, GpuTensor)}, device, host_ready=False)
         metas = describe_inputs(present)

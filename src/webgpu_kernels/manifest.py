@@ -161,7 +161,7 @@ class Manifest:
     outputs: tuple[TensorSpec, ...]
     # Read-only, each list and dict in them too (ReadOnlyList, ReadOnlyDict): get_kernel shares one
     # Kernel per op id, and a default changed in place had reached every caller, and only the calls
-    # of shapes no plan was cached for yet (helper-148, helper-160).
+    # of shapes no plan was cached for yet.
     attributes: Mapping[str, Any]
     type_constraints: Mapping[str, tuple[str, ...]]
     tunables: Mapping[str, Any]

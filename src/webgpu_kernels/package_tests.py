@@ -467,7 +467,7 @@ def open_job_kernel(job: TestJob) -> Kernel:
     """The kernel of a job in the child: a verified package from the bytes the parent verified. It
     had opened the folder again, without the Hub's and embedded packages' require_metadata, so a
     file changed (or a metadata.json removed) after the parent opened it was what the child tested
-    (helper-27). An unverified package (an author's folder without metadata.json) is read from its
+   . An unverified package (an author's folder without metadata.json) is read from its
     folder, as in the parent."""
     from .package import KernelPackage, open_folder
 

@@ -358,7 +358,7 @@ MAX_WGSL_EXPRESSION_DEPTH = 4096
 #: shape of the same variant mostly renders the same text: the check then runs once per text, not
 #: once per shape (a QuickGelu plan's host cost went from 2.37-2.49 ms to 1.72-1.82 on the 2-core
 #: CPU machine, `python3 scripts/new_shape_cost.py`).
-#: Digests, not the texts: 256 rendered texts may be 256 MiB (helper-22), and a collision of
+#: Digests, not the texts: 256 rendered texts may be 256 MiB, and a collision of
 #: Python's hash() would skip the check.
 _CHECKED_TEXTS: OrderedDict[bytes, None] = OrderedDict()
 _CHECKED_TEXTS_SIZE = 256

@@ -48,7 +48,7 @@ def write_path(path: Path) -> Path:
     one; else ``path`` (another user's link in a shared folder is replaced, as before: followed, it
     could have had a damaged tuning file's save move aside and overwrite any file this user may
     write). A chain stops at another user's link, which is replaced: realpath() had followed it too
-    (helper-163)."""
+   ."""
     current = path
     for _ in range(40):  # the OS's own bound on a chain; past it (a loop) the user's link is replaced
         if not (os.path.islink(current) and _link_is_own(current)):

@@ -60,7 +60,7 @@ def wgsl_float(value: Any, suffix: str = "") -> str:
         # Rounded to the suffix's type first, then its shortest text in that type: the shortest
         # float64 text of a value halfway between two f32s (1 + 2^-24) read back as the other one
         # in the shader, and a value that rounds to the largest f32 (3.4028235e38, as NumPy prints
-        # it) was refused (helper-32). Only a value that rounds to an infinity is beyond the type.
+        # it) was refused. Only a value that rounds to an infinity is beyond the type.
         try:
             rounded = struct.unpack(packing, struct.pack(packing, number))[0]
         except OverflowError:  # the shader compiler would refuse it, far from here
@@ -223,7 +223,7 @@ def _f_indent(context: Any, s: Any, width: Any = 4, first: bool = False, blank: 
             raise SandboxViolation(f"indent width {width} exceeds the limit of {env.max_text}")
         indention = " " * max(width, 0)
     # Jinja splits with str.splitlines, which breaks at \r, \x85, U+2028 ... too: counting only
-    # "\n", `('a\r' * 300000)|indent(448000)` passed as one line and built 134 GB (helper-118).
+    # "\n", `('a\r' * 300000)|indent(448000)` passed as one line and built 134 GB.
     lines = sum(map(s.count, _LINE_BREAKS)) - s.count("\r\n") + 1
     if len(s) + lines * len(indention) > env.max_text:
         raise SandboxViolation(f"indent would build more than {env.max_text} characters")
@@ -296,7 +296,7 @@ def _f_float(context: Any, value: Any, default: float = 0.0) -> float:
 def _defined_arguments(f: Callable[..., Any], *, skip: int = 0) -> Callable[..., Any]:
     """``f``, failing with Jinja's "'name' is undefined" on an undefined argument (past the first
     ``skip``). abs, round and wgsl_float/wgsl_uint had said "got <StrictUndefined>" or "bad operand
-    type" of a misspelt name (helper-24), with no name to look for."""
+    type" of a misspelt name, with no name to look for."""
 
     @functools.wraps(f)  # keeps pass_context's mark
     def checked(*args: Any, **kwargs: Any) -> Any:

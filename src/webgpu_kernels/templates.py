@@ -152,7 +152,7 @@ class _DictMethod:
     """A dict's ``items``, ``keys`` or ``values`` in a template: called, a list, not a dict view. A
     view's set algebra (``d.keys() - [t]``) hashed every leaf of ``t``, and comparing two views
     compared every leaf, in one step past the render's budget and deadline (a comparison's bound
-    counts lists, not views): ``(t, t)`` 40 times is 2^40 leaves (helper-118)."""
+    counts lists, not views): ``(t, t)`` 40 times is 2^40 leaves."""
 
     __slots__ = ("_dict", "_name")
 
@@ -405,7 +405,7 @@ class PackageLoader(BaseLoader):
         # there is looked up again each time (an include of a list of names tries each).
         charge_work(LOAD_COST)
         # Case and trailing dots aside: macOS and Windows open MANIFEST.JSON as manifest.json, and
-        # Windows opens manifest.json. as well (helper-118)
+        # Windows opens manifest.json. as well
         if template.lower().rstrip(".").endswith(NOT_TEMPLATE_SUFFIXES):
             raise TemplateError(f"not a template: {', '.join(NOT_TEMPLATE_SUFFIXES)} files (the package's documents, "
                                 "data and notes) cannot be included or imported", file=template)  # fmt: skip

@@ -177,7 +177,7 @@ class GpuTensor:
         memory = self.device.memory
         with memory.lock:  # checked under the lock: another thread's failing flush may lose it until then
             # Taken again under the lock: another thread's release() before it had pooled the buffer
-            # for the next call, and this read returned that call's data (helper-25).
+            # for the next call, and this read returned that call's data.
             buffer = self._computed_buffer("read")
             if out.nbytes:
                 with translate_gpu_errors("reading a GPU tensor", memory):

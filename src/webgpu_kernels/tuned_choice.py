@@ -183,7 +183,7 @@ def _lost_outputs(kernel: Planner, signature: CallSignature, tuned: Resolution, 
     candidate with the outputs of the tuned shape's default, but another shape of its class may
     have another default: where some variants write an optional output and others do not, a
     call of that shape had come back without that output where a tuning file held an entry for
-    its class (helper-39)."""
+    its class."""
     (_, tuned_outputs), tuned_resolved, _ = tuned
     kept = produced_outputs(tuned_resolved, tuned_outputs)
     if len(kept) == len(tuned_outputs):  # it returns every output: the call's own selection needs no resolving

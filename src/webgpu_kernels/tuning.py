@@ -242,7 +242,7 @@ class TuningCache:
     def _merge_and_replace(self) -> bool:  # under both locks
         if _is_regular_file(self.path) and not os.access(self.path, os.R_OK):
             # another user's file in a shared folder: unreadable is not corrupt, so it is not ours to
-            # move aside and replace (it had been, and its entries left their calls; helper-30)
+            # move aside and replace (it had been, and its entries left their calls)
             raise PermissionError(errno.EACCES, "this user cannot read the tuning file, so it is not replaced",
                                   str(self.path))  # fmt: skip
         on_disk, problem, as_written = _load_as_written(self.path)
@@ -269,7 +269,7 @@ class TuningCache:
 
     def _on_disk(self) -> None:
         """This process's results are in the file now: a later save must not write them over what
-        another process saved since (a long tune had put back its old results over newer ones; helper-30)."""
+        another process saved since (a long tune had put back its old results over newer ones)."""
         self._recorded.clear()
         self._forgotten.clear()
 
@@ -339,7 +339,7 @@ def _warn_once(path: Path, problem: FileProblem) -> None:
             return
         _warned.add(said)
     # A damaged file had been ignored without a word: calls ran the defaults, and whoever had tuned
-    # for an hour never learnt why nothing got faster (helper-61).
+    # for an hour never learnt why nothing got faster.
     warnings.warn(TuningFileWarning(problem.message(path)), stacklevel=user_stacklevel())
 
 
@@ -482,7 +482,7 @@ _lock = threading.Lock()
 
 def _caches_with_fresh_locks() -> dict[str, TuningCache]:
     """The caches, each with a new lock: a fork while another thread saved (and waited on the folder
-    lock) had left the child's cache locked for good (helper-30)."""
+    lock) had left the child's cache locked for good."""
     for cache in _caches.values():
         cache._lock = threading.Lock()
     return _caches

@@ -420,7 +420,7 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
 def _check_inline_integers(case: casefile.TestCase, arrays: dict[str, Any], out: ProblemCollector) -> None:
     """An inline integer input the dtype cannot hold is clipped (as a generated one is), silently: a
     wrap-around case writing x = [2147483648, 1] for int32 ran with [2147483647, 1] and failed
-    against its own wrapped expectation (helper-41). An expected value of that kind is an error."""
+    against its own wrapped expectation. An expected value of that kind is an error."""
     for role, spec in case.inputs.items():
         array = arrays.get(role)
         if array is None or array.dtype.kind not in "iu":

@@ -64,7 +64,7 @@ def blank_comments(wgsl: str, *, keep_offsets: bool = False) -> str:
     it holds, in one pass (a regular expression over an unclosed ``/*`` repeated had scanned to the
     end of the text from each: 120 KB took 29 s). Block comments nest, as WGSL's do: reading
     ``/* /* */ // */ code`` as a comment that ends at the first ``*/`` hid ``code`` from the checks,
-    which the compiler read (helper-19). A ``/*`` never closed is no comment: its text is checked.
+    which the compiler read. A ``/*`` never closed is no comment: its text is checked.
     U+200E and U+200F, blankspace to WGSL but not to ``\\s``, become spaces. With ``keep_offsets``
     each comment character but "\\n" becomes a space instead, so that an offset in the result is
     the same one in ``wgsl`` (workgroup_declarations)."""
