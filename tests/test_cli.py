@@ -597,3 +597,19 @@ def test_a_folder_named_as_a_pinned_hub_id_is_refused_as_ambiguous(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["info", ref])
     assert result.exit_code == 2 and "reads both as a Hub repository id (org/op) and as the package folder" in result.output, result.output
+
+
+def test_python_m_of_the_cli_module_runs_the_command_line() -> None:
+    """`python -m webgpu_kernels.cli --version` printed nothing and exited 0 (the module defined the
+    commands and ran none), so a command typed that way seemed to pass (helper-205)."""
+    import subprocess
+    import sys
+
+    import webgpu_kernels as wk
+
+    proc = subprocess.run([sys.executable, "-m", "webgpu_kernels.cli", "--version"], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert (proc.returncode, proc.stdout.strip()) == (0, f"webgpu-kernels, version {wk.__version__}"), proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "webgpu_kernels.cli", "tset"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "Did you mean 'test'?" in proc.stderr, proc.stderr

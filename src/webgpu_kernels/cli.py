@@ -729,3 +729,9 @@ def main(adapter: str | None, trust_remote_code: bool) -> None:
     folder holding a manifest.json and its templates, or a Hub kernel repository org/op[@vN]
     (contract version 1 unless @vN or @REVISION follows).
     """
+
+
+if __name__ == "__main__":  # `python -m webgpu_kernels.cli` defined the commands and ran none, exiting 0
+    from webgpu_kernels.__main__ import main as entry  # the entry's Ctrl-C handling, and one copy of this module
+
+    entry()
