@@ -257,6 +257,10 @@ def test_offline_mode_refuses_before_any_request(server, package, monkeypatch):
     with pytest.raises(HubError, match=r"offline mode is on \(HF_HUB_OFFLINE\): an upload needs the Hub"):
         upload_package(package, REPO, gpu=False)
     assert server.requests == []
+    # docs/hub.md: a dry run sends no request, so it runs offline (helper-205)
+    planned = upload_package(package, REPO, gpu=False, dry_run=True)
+    assert planned.dry_run and "build/webgpu/manifest.json" in planned.files
+    assert server.requests == []
 
 
 @pytest.mark.parametrize("installed", ["1.26.0", "2.2.0", "2.2.1rc0"])
