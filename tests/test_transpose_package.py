@@ -111,7 +111,8 @@ def test_engine_has_no_code_for_it():
 
 
 def test_validates_and_its_test_json_passes(transpose):
-    assert_valid_and_passing(transpose, PACKAGE, VARIANTS)
+    # 'wide' is named in descriptions and comments only: validate says so (a seed package, left as it is)
+    assert_valid_and_passing(transpose, PACKAGE, VARIANTS, unused=("constants.wide",))
 
 
 def test_expected_outputs_are_the_reference(transpose):

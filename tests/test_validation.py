@@ -813,7 +813,8 @@ def test_a_constant_named_like_a_template_name_is_a_warning(qg: Path) -> None:
 
     edit_json(qg / "manifest.json", shadow)
     digests.write_metadata(qg)
-    warned = {p.json_path: p.message for p in validate_package(qg, gpu=False).warnings}
+    warned = {p.json_path: p.message for p in validate_package(qg, gpu=False).warnings
+              if "nothing reads" not in p.message}  # also true of `range`, at the same path  # fmt: skip
     # where each is reached: it had said "constants.bindings or inputs.bindings", and inputs has no constants
     assert warned["constants.bindings"].endswith("under this name (reach this value as constants.bindings)")
     assert warned["variants[0].passes[0].source.inputs.declarations"].endswith("(reach this value as inputs.declarations)")
@@ -830,6 +831,73 @@ def test_a_constant_shadowing_a_derive_entry_is_a_warning(qg: Path) -> None:
     warned = {p.json_path: p.message for p in validate_package(qg, gpu=False).warnings}
     assert "shadows derive entry 'vec4Ok': the variant's when clauses" in warned["variants[0].constants.vec4Ok"]
     assert not [p for p in validate_package(embedded_root() / QUICK_GELU, gpu=False).warnings if "shadows" in p.message]
+
+
+NOTHING_READS = "nothing reads"
+
+
+def unused_warned(report) -> dict[str, str]:
+    return {p.json_path: p.message for p in report.warnings if NOTHING_READS in p.message}
+
+
+def test_a_derive_entry_or_constant_nothing_reads_is_a_warning(qg: Path, runner: CliRunner) -> None:
+    """An author left a derive entry no clause read (a `rowLoopOk` meant for a `when`): validate
+    said nothing, so the check it was written for silently never ran."""
+    def add(m: dict) -> None:
+        m["derive"].update(unusedOk="numel(shapes.X) > 0", half="numel(shapes.X) // 2", quarter="half // 2",
+                           work="numel(shapes.X)")  # fmt: skip
+        m.setdefault("constants", {}).update(spare="2")
+        m["variants"][0]["constants"].update(leftOver="3")
+        m["variants"][1]["passes"][0]["dispatch"]["threads"] = "max(ceilDiv(numel(shapes.X), 4), quarter * 0)"
+
+    edit_json(qg / "manifest.json", add)
+    edit_json(qg / "bench.json", lambda b: b.update(flops="4 * work"))  # read by bench.json's flops only
+    digests.write_metadata(qg)
+    report = validate_package(qg, gpu=False)
+    warned = unused_warned(report)
+    # half is read by quarter, quarter by a dispatch, work by bench.json's flops: not warned
+    assert set(warned) == {"derive.unusedOk", "constants.spare", "variants[0].constants.leftOver"}, warned
+    assert all(p.severity == "warning" for p in report.problems if NOTHING_READS in p.message)
+    assert "derive entry 'unusedOk'" in warned["derive.unusedOk"]
+    assert "variant 'vec4'" in warned["variants[0].constants.leftOver"]
+    assert report.ok  # a warning: an unused entry is harmless
+    strict = runner.invoke(main, ["validate", str(qg), "--no-gpu", "--strict"])
+    assert strict.exit_code == 1 and "derive entry 'unusedOk'" in strict.stdout, strict.output
+
+
+def test_a_name_a_template_reads_is_not_unused(qg: Path) -> None:
+    """Templates see every derive entry and constant, bare and in `constants` (docs/format.md's
+    template contract): a read there, in a file the template includes too, counts; a dynamic read
+    of `constants` could be any of them, so then nothing is warned."""
+    def add(m: dict) -> None:
+        m["derive"].update(bare="1", viaAttr="2", viaItem="3", included="4", nobody="5")
+
+    edit_json(qg / "manifest.json", add)
+    template = qg / "quick-gelu.wgsl.jinja"
+    original = template.read_text("utf-8")
+    template.write_text(original + "// {{ bare }} {{ constants.viaAttr }} {{ constants['viaItem'] }}\n"
+                        "{% include 'extra.wgsl.jinja' %}\n", encoding="utf-8")  # fmt: skip
+    (qg / "extra.wgsl.jinja").write_text("// {{ included }}\n", encoding="utf-8")
+    digests.write_metadata(qg)
+    assert set(unused_warned(validate_package(qg, gpu=False))) == {"derive.nobody"}
+    template.write_text(template.read_text("utf-8") + "{% for name, value in constants.items() %}// {{ name }}\n"
+                        "{% endfor %}\n", encoding="utf-8")  # fmt: skip
+    digests.write_metadata(qg)
+    assert unused_warned(validate_package(qg, gpu=False)) == {}
+
+
+def _every_package() -> list[Path]:
+    return sorted(embedded_root().iterdir()) + sorted((Path(__file__).parent / "packages").iterdir())
+
+
+#: Entries of the test packages that nothing reads (checked by hand: a description or a template
+#: comment names them, no expression or template expression does). Left as they are.
+_REALLY_UNUSED = {"demo.Concat": {"derive.outer"}, "demo.Transpose": {"constants.wide"}}
+
+
+@pytest.mark.parametrize("root", _every_package(), ids=lambda p: p.name)
+def test_the_shipped_packages_are_warned_only_of_entries_nothing_reads(root: Path) -> None:
+    assert set(unused_warned(validate_package(root, gpu=False))) == _REALLY_UNUSED.get(root.name, set())
 
 
 def test_a_template_including_an_unlisted_file_is_invalid_as_every_call_refuses_it(qg: Path) -> None:
@@ -895,7 +963,8 @@ def test_without_shader_f16_a_named_variant_only_the_adapter_refuses_is_skipped(
     package = PACKAGES_DIR / "demo.Concat"
     report = validate_package(package, adapter="gl")
     assert report.ok, [p.message for p in report.errors]
-    assert all(p.adapter_only for p in report.warnings), [p.message for p in report.warnings]
+    assert all(p.adapter_only for p in report.warnings if p.json_path not in _REALLY_UNUSED["demo.Concat"]), \
+        [p.message for p in report.warnings]
     tested = run_package_tests(wk.load_kernel(package), adapter="gl", cases=["last-3x4-3x8-axis-1-f16"])
     assert sorted((r.variant, r.status) for r in tested.results) == [("scalar", "skip"), ("vec4", "pass")]
     assert all("shader-f16" in r.message for r in tested.results if r.status == "skip")

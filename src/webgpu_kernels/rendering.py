@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from jinja2 import nodes
 from jinja2.runtime import StrictUndefined, Undefined
@@ -268,6 +268,46 @@ class TemplateRenderer:
                     return None
                 reads.append(node.name)
         return reads
+
+    def names_read(self, shader: str) -> set[str] | None:
+        """The derive and constant names template ``shader`` and the files it includes or imports
+        may read: every bare name and ``constants.X`` / ``constants['X']``. None where that cannot
+        be told: ``constants`` read some other way (``constants[k]``, ``constants.items()``), a
+        file named by a variable, a file that does not parse. Over-counts (a local ``set`` of a
+        constant's name counts), never under-counts."""
+        names: set[str] = set()
+        seen: set[str] = set()
+        pending = [shader]
+        while pending:
+            file = pending.pop()
+            if file in seen:
+                continue
+            seen.add(file)
+            try:
+                tree = self.env.parse(self.env.loader.get_source(self.env, file)[0])  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 - its own error is reported elsewhere
+                return None
+            for include in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport)):
+                target = cast(Any, include).template
+                for t in target.items if isinstance(target, (nodes.List, nodes.Tuple)) else [target]:
+                    if not (isinstance(t, nodes.Const) and isinstance(t.value, str)):
+                        return None
+                    pending.append(t.value)
+            heads = set()
+            for access in tree.find_all((nodes.Getattr, nodes.Getitem)):
+                head = cast(Any, access).node
+                if isinstance(head, nodes.Name) and head.name == "constants":
+                    key = access.attr if isinstance(access, nodes.Getattr) else getattr(cast(Any, access).arg, "value", None)
+                    if not isinstance(key, str) or key in _DICT_VIEWS:  # any entry, or all of them
+                        return None
+                    names.add(key)
+                    heads.add(id(head))
+            for read in tree.find_all(nodes.Name):
+                name = cast(nodes.Name, read).name
+                if name == "constants" and id(read) not in heads:
+                    return None  # passed whole to a filter, a loop or a macro
+                names.add(name)
+        return names
 
     def render_passes(self, resolved: Sequence[ResolvedPass], scope: Mapping[str, Any]) -> list[str]:
         """Every pass of one variant under one render budget: the passes share its deadline and
@@ -527,6 +567,8 @@ def _global_index(resolved: ResolvedPass) -> Any:
         f"fewer threads"))  # fmt: skip
 
 
+#: The dict methods a template may call (templates.TemplateSandbox): ``constants.items()`` reads every entry.
+_DICT_VIEWS = frozenset({"items", "keys", "values"})
 #: The template context's namespaces a line reads by key (templates see no ``shapes``).
 _TEMPLATE_NAMESPACES = frozenset({"tunables", "attrs", "constants", "inputs"})
 #: Template names that follow the pass's workgroup size.

@@ -9,7 +9,8 @@ skipped when that one failed):
 3. expressions (validation_expressions.py): each compiled on its own, so that every bad one is reported, and every name it
    reads checked against what is visible where it is evaluated (outputs and derive entries see
    each other but not constants, a variant sees its own constants, ``shapes.<role>`` names an
-   input or output, ...), and no output or derive entry reads itself through the others;
+   input or output, ...), and no output or derive entry reads itself through the others; a derive
+   entry or constant that nothing reads, templates included, is a warning (validation_unused.py);
 4. templates: each pass's template exists and parses, and no pass or literal include names its
    file in another case;
 5. test.json and bench.json: their JSON Schemas, then each case against the manifest (inputs,
@@ -78,6 +79,7 @@ from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Covera
     ValidationReport,
     shader_path,
 )  # fmt: skip
+from .validation_unused import check_unused
 
 # --- the stages -------------------------------------------------------------------------------------
 
@@ -148,6 +150,8 @@ def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Pro
         report.skipped = "the manifest's expressions have errors: fix them, then validate again"
     test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, program, out, twin_of)
     bench_file = _guarded(out, BENCH_FILE, _check_bench_json, package, manifest, program, out)
+    if program is not None:  # every expression compiled: what each reads is known
+        _guarded(out, "unused entries", check_unused, package, program, bench_file.flops if bench_file else None, out)
     if metadata is not None:
         report.checked["digests"] = len(metadata["digest"]["files"])
     if manifest is not None:
