@@ -628,7 +628,11 @@ def test_digest_says_which_contract_version_it_kept_where_sinceversion_differs(q
     (qg / "manifest.json").write_text(json.dumps({**manifest, "sinceVersion": 13}), encoding="utf-8")
     out = " ".join(runner.invoke(main, ["digest", str(qg)]).output.split())
     assert "contract version 1 kept from metadata.json, not the manifest's sinceVersion 13" in out, out
-    assert "--version N" in out, out
+    assert "a package published as Hub revision vN must say N" in out, out
+    # An author read "--version N sets it, as a package published as vN must say N" as "run
+    # digest --version 13": the note says 1 is right, and what --version is for.
+    assert "Keep it: a first contract is version 1, whatever sinceVersion" in out, out
+    assert "--version N is for a later, changed contract (published as vN), not for matching sinceVersion" in out, out
     # A passing --check says nothing of it: a CI job's every green log had carried the note;
     # a failing one still does (test_cli_package.py).
     green = runner.invoke(main, ["digest", str(qg), "--check"])

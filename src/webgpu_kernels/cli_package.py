@@ -138,14 +138,16 @@ def _worst(result: RunResult, key: str) -> str:
 @click.argument("path", type=FOLDER)
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if metadata.json is missing or out of date.")
 @click.option("--version", "version", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Set the contract version to N (a Hub revision vN must hold N); kept otherwise.")  # fmt: skip
+              help="Set the contract version to N, for a later, changed contract published as Hub revision vN "
+                   "(which must hold N); kept otherwise.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> None:
     """Write or refresh PATH/metadata.json: the sha256 of every file of the package.
 
     The id is the manifest's domain.name; the version and provenance already there are kept (a
-    new metadata.json takes its version from sinceVersion; --version N sets it, as a package
-    published as Hub revision vN must say N). Editor backups (x~, #x#) are skipped.
+    new metadata.json takes its version from sinceVersion; --version N sets it for a later, changed
+    contract, as a package published as Hub revision vN must say N). Editor backups (x~, #x#) are
+    skipped.
     """
     root = path.expanduser().resolve()
     manifest_file = ManifestFile(root)  # read once, for all that follows

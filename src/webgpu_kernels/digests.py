@@ -670,9 +670,14 @@ def kept_version_note(root: Path, kept: Any, manifest_file: ManifestFile | None 
         return None
     if not _is_version(kept) or not _is_version(since) or kept == since:
         return None
-    return (f"contract version {kept} kept from metadata.json, not the manifest's sinceVersion {since} (the "
-            "opset the op dates from, which only a new metadata.json starts at): --version N sets it, as a "
-            "package published as Hub revision vN must say N")
+    # "--version N sets it" had read as "run digest --version <sinceVersion>": say that the kept
+    # number is right, and what --version is for.
+    keep = "Keep it: a first contract is version 1, whatever sinceVersion" if kept == 1 else "Keep it for this contract"
+    return (f"contract version {kept} kept from metadata.json, not the manifest's sinceVersion {since}: the two are "
+            "independent (sinceVersion is the opset the op dates from; "
+            "the contract version numbers this package's contracts, and a package published as Hub revision vN "
+            f"must say N). {keep}; --version N is for a later, changed contract (published as vN), not for "
+            "matching sinceVersion")
 
 
 def folded(name: str) -> str:
