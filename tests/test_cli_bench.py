@@ -177,6 +177,32 @@ def test_given_shapes_take_attributes(runner, tmp_path):
         assert result.exit_code == 2 and "--attr sets the -i/--input shapes' attributes" in result.output, result.output
 
 
+def test_a_row_gives_the_attributes_the_call_ran_with_beside_those_given(runner, tmp_path):
+    """A row's `attrs` are the attributes given (the bench.json case's, or --attr's), which the peers
+    are handed; a call that used a default showed `attrs: {}`, and an author could not tell from
+    the JSON which epsilon ran. `effective_attrs` has every attribute as the call had it: defaults
+    filled in, a given value as the contract takes it (an int attribute's 1.0 is 1)."""
+    path = tmp_path / "rows.json"
+    invoke(runner, "bench", QG_DIR, *TINY, "--no-host", "--json", str(path))
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    manifest = json.loads((Path(QG_DIR) / "manifest.json").read_text("utf-8"))
+    assert row["attrs"] == {} and row["effective_attrs"] == manifest["attributes"] == {"alpha": 1.702}, row
+    concat = str(PACKAGES_DIR / "demo.Concat")
+    invoke(runner, "bench", concat, "-i", "A=2x8x4:f32", "-i", "B=2x4x4:f32", "--attr", "axis=1.0", "--no-host",
+           *QUICK_WARM_UP, "--json", str(path))  # fmt: skip
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["attrs"] == {"axis": 1.0} and "error" not in row, row
+    assert row["effective_attrs"] == {"axis": 1} and type(row["effective_attrs"]["axis"]) is int, row
+    refused = copy_package(QG, tmp_path / "qg")  # a case whose attribute the contract refuses: none to give
+    edit = json.loads((refused / "bench.json").read_text("utf-8"))
+    next(c for c in edit["cases"] if c["name"] == "tiny-4096")["attrs"] = {"alpha": "large"}
+    (refused / "bench.json").write_text(json.dumps(edit), "utf-8")
+    write_metadata(refused)
+    result = runner.invoke(main, ["bench", str(refused), *TINY, "--no-host", "--json", str(path)])
+    assert result.exit_code == 1, result.output
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["attrs"] == {"alpha": "large"} and "argument 'alpha'" in row["error"] and "effective_attrs" not in row
+
 def test_bench_custom_input_of_odd_size_and_a_failing_case_in_full(runner, tmp_path, monkeypatch):
     """An f32 input of 5x77x13 (5005 elements, 20,020 bytes: no whole 16-byte units) is timed and
     checked; a case that fails shows its whole error below the table, not a cell's first words."""

@@ -165,9 +165,17 @@ def _skipped_row(kernel: Kernel, case: dict[str, Any], why: str) -> dict[str, An
 
 
 def _row_head(kernel: Kernel, case: dict[str, Any]) -> dict[str, Any]:
-    return {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
+    """``attrs``: the attributes given (the peers are handed these); ``effective_attrs``: all of
+    them as the call has them, defaults filled in (a row of a call the contract refuses has none)."""
+    head = {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
             "dtype": _dtype_label(str(numpy_dtype(s["dtype"])) for s in case["inputs"].values()),
             "shapes": {k: list(s["shape"]) for k, s in case["inputs"].items()}, "attrs": case["attrs"]}  # fmt: skip
+    metas = {role: (tuple(spec["shape"]), spec["dtype"]) for role, spec in case["inputs"].items()}
+    try:
+        head["effective_attrs"] = check_call(kernel.manifest, metas, case["attrs"] or None, None).attr_map()
+    except KernelError:  # the row's error says why
+        pass
+    return head
 
 
 def _generate(generate: dict[str, Any] | None) -> dict[str, Any]:
