@@ -560,7 +560,8 @@ def test_adapter_reaches_every_timing(runner, tuning_dir, monkeypatch, command):
 def _fake_search(choices):
     """cli_tune._search answering ``choices[case shape]`` ((variant, tunables), or None for the
     default's own run), with _confirm keeping it: the storing rules, not timings, are under test."""
-    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None, on_candidate=None, start=None):
+    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None, on_candidate=None, start=None,
+               never_took=None):
         choice = choices[next(iter(arrays.values())).shape]
         if choice is None:
             return (default.median_s, default.variant, dict(defaults)), []
@@ -594,7 +595,8 @@ def test_a_tune_that_stores_what_the_file_already_held_does_not_say_saved(runner
     """TuningCache.save() writes nothing where no entry changes, yet tune said "saved: FILE". With
     real timings each run stores a new median; here the search's time is fixed, so the second run
     of the same tune stores the very entry the first one wrote."""
-    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None, on_candidate=None, start=None):
+    def search(kernel, arrays, attrs, default, axes, tolerance, defaults=None, on_candidate=None, start=None,
+               never_took=None):
         return (1e-6, "scalar", {"WORKGROUP_SIZE": 128}), []
 
     monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
@@ -901,7 +903,7 @@ def test_tune_given_shapes_stores_their_class(runner, tuning_dir, monkeypatch):
     times one; its dtype is the case's (the label, and the tolerance a candidate must meet)."""
     seen = []
     monkeypatch.setattr(cli_tune, "_search", lambda kernel, arrays, attrs, default, axes, tolerance, defaults,
-                        on_candidate, start: seen.append(tolerance) or ((default.median_s / 2, "scalar",
+                        on_candidate, start, never_took: seen.append(tolerance) or ((default.median_s / 2, "scalar",
                                                                   {"WORKGROUP_SIZE": 128}), []))  # fmt: skip
     monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
     result = invoke(runner, "tune", QG_DIR, "-i", "X=3x1000:f16", *QUICK_WARM_UP)
@@ -1190,3 +1192,17 @@ def test_a_tunable_one_of_several_kernels_lacks_names_that_kernel(runner, monkey
     said = " ".join(result.stderr.split())
     assert result.exit_code == 2 and "argument 'ROW_ITEMS': expected one of the tunables" in said, result.output
     assert f"note: that is {QG}'s contract; --tunable applies to every KERNEL tuned" in said, result.output
+
+
+def test_a_variant_whose_when_refuses_the_case_is_named_once_with_its_reason(runner):
+    """tune prints a "trying" line per candidate and none for a variant whose `when` refuses the
+    case at every candidate, so a user could not tell it had been considered. One line per case
+    names such variants and the clause that refuses each (the selection trace's words); a case
+    every variant takes gets no such line."""
+    out = " ".join(invoke(runner, "tune", QG_DIR, "-i", "X=5x77x13:f32", "--dry-run", *QUICK_WARM_UP).output.split())
+    # 5005 elements: not a multiple of 4, so vec4's vec4Ok is false; vec4_tail and scalar take it
+    assert ("QuickGelu custom T=float32: not tried, as their `when` refuses the case at every candidate: "
+            "vec4 (when[1] 'vec4Ok' is false (with vec4Ok=False, shapes.X=[5, 77, 13]))") in out, out
+    assert out.count("not tried") == 1, out
+    quiet = invoke(runner, "tune", QG_DIR, *TINY, "--dry-run").output
+    assert "not tried" not in quiet, quiet

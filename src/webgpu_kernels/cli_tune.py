@@ -96,7 +96,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
              warm_up_s: float, seed: int, searched: dict[str, list[Any]], dry_run: bool) -> None:  # fmt: skip
     """Search variants and tunables per case; keep the fastest per adapter.
 
-    Every variant is tried (one whose `when` refuses a candidate costs the attempt) with each
+    Every variant is tried (one whose `when` refuses a candidate costs the attempt; one line per case
+    names the variants it refuses at every candidate, and why) with each
     tunable in turn over its candidates
     (workgroup sizes 64 to 1024 for tunables named like WORKGROUP_SIZE, powers of two from 1/4x to
     4x the default for other integers, the other value for booleans), the others held at the best
@@ -170,9 +171,13 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                 now_running(progress, task, f"{label}: trying {variant} {assignments(tunables)}")
 
             start = {**defaults, **{name: values[0] for name, values in only.items()}}
+            never_took: list[str] = []
             best, skipped = _search(kernel, arrays, case["attrs"], default,
                                     _tunable_axes(kernel, device, start, only=only), tolerance, defaults,
-                                    on_candidate=show, start=start)  # fmt: skip
+                                    on_candidate=show, start=start, never_took=never_took)  # fmt: skip
+            if never_took:  # no "trying" line showed they were considered: one line says why not
+                progress.console.print(f"{label}: not tried, as their `when` refuses the case at every candidate: "
+                                       f"{_refusals(kernel, arrays, case['attrs'], start, never_took)}", soft_wrap=True)
             default_s = default.median_s  # the default's time the table shows next to the winner's
             if (best[1], best[2]) != (default.variant, defaults):
                 best, default_s = _confirm(kernel, arrays, case["attrs"], default, best, defaults)
@@ -431,7 +436,7 @@ def _time_candidates(kernel: Kernel, case: dict[str, Any], seed: int, candidates
 def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
             axes: list[tuple[str, list[Any]]], tolerance: Tolerance, defaults: dict[str, Any] | None = None,
             on_candidate: Callable[[str, dict[str, Any]], None] | None = None, start: dict[str, Any] | None = None,
-            ) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
+            never_took: list[str] | None = None) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
     """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
     computing something else. Every variant gets a coordinate search (one that refuses the case
     at every candidate costs only the attempts): each
@@ -444,7 +449,9 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     (reading back and comparing 84M elements costs about a second). ``defaults``: the tunables
     ``default`` ran with (the manifest's unless the case names some); ``on_candidate(variant,
     tunables)`` hears of each candidate before it is timed (the progress line); ``start``: where each
-    variant's search starts (tune --tunable's first values over ``defaults``), ``defaults`` if None."""
+    variant's search starts (tune --tunable's first values over ``defaults``), ``defaults`` if None;
+    ``never_took``: gets the variants whose `when` refused the case at every candidate (no "trying"
+    line says they were considered)."""
     defaults = dict(kernel.manifest.tunables) if defaults is None else defaults
     start = defaults if start is None else start
     best = (default.median_s, default.variant, defaults)
@@ -463,6 +470,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
         # The default's time to beat where the start gives the GPU the default's work: also where it
         # differs only in a tunable this variant never reads (a slower candidate had become the lead).
         here, here_s = start, float("inf")
+        took = False  # whether the variant's `when` took the case at some candidate
         if variant == default.variant and _same_work(kernel, arrays, attrs, (variant, start), (variant, defaults)):
             here_s = default.median_s
         for sweep in ([("", [None]), *axes], axes):
@@ -478,6 +486,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                     except KernelError:  # a candidate the variant's `when` refuses
                         refused.add(candidate)
                         continue
+                    took = True
                     if work in timed:
                         continue
                     timed.add(work)
@@ -501,7 +510,20 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                     here, here_s = tunables, r.median_s
                     if r.median_s < best[0]:
                         best = (r.median_s, variant, tunables)
+        if not took and never_took is not None:
+            never_took.append(variant)
     return best, skipped
+
+
+def _refusals(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], tunables: dict[str, Any],
+              variants: list[str]) -> str:  # fmt: skip
+    """``variants``, each with the clause that refuses it at ``tunables`` (the selection trace's words)."""
+    try:
+        verdicts = {v.variant: v for v in kernel.explain(arrays, attrs=attrs, tunables=tunables).verdicts}
+    except KernelError:  # the start's tunables refused by the contract: the names alone
+        return ", ".join(variants)
+    return ", ".join(f"{v} ({verdicts[v].reason()})" if v in verdicts and not verdicts[v].accepted else v
+                     for v in variants)  # fmt: skip
 
 
 def _as_float64(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
