@@ -726,3 +726,61 @@ def test_lock_refuses_an_etag_that_is_a_path_out_of_its_folder(server, tmp_path,
         hub_lock.lock_project(project)
     assert not [p for p in tmp_path.rglob("*planted-197*")], "the file written outside the folder stayed"
     assert not (project / "webgpu-kernels.lock").exists()
+
+
+# --- coverage audit (helper-204) -------------------------------------------------------------------------
+
+
+def test_a_project_dir_that_is_no_folder_is_named_before_anything_is_read(tmp_path):
+    for where in (tmp_path / "nope", tmp_path / "pyproject.toml"):
+        if where.name == "pyproject.toml":
+            where.write_text('[tool.webgpu-kernels.dependencies]\n"a/b" = 1\n', encoding="utf-8")
+        with pytest.raises(PackageError, match=r"no such folder \(PROJECT_DIR is the folder that holds pyproject") as info:
+            hub_lock.read_dependencies(where)
+        assert info.value.path == str(where)
+
+
+def test_a_pyproject_that_is_not_utf8_is_named_as_unreadable(tmp_path):
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "pyproject.toml").write_bytes(b'[tool.webgpu-kernels.dependencies]\n"a/\xff" = 1\n')
+    with pytest.raises(PackageError, match=r"cannot be read: 'utf-8' codec can't decode byte 0xff") as info:
+        hub_lock.read_dependencies(project)
+    assert info.value.path == str(project / "pyproject.toml")
+
+
+def test_a_lock_file_that_cannot_be_written_is_a_package_error_naming_it(server, project):
+    (project / "webgpu-kernels.lock").mkdir()  # a folder in its place: the rename over it fails
+    with pytest.raises(PackageError, match=r"cannot write the lock file: Is a directory") as info:
+        hub_lock.lock_project(project)
+    assert info.value.path == str(project / "webgpu-kernels.lock")
+    assert (project / "webgpu-kernels.lock").is_dir() and not list((project / "webgpu-kernels.lock").iterdir())
+    assert sorted(p.name for p in project.iterdir()) == ["pyproject.toml", "webgpu-kernels.lock"]  # no temporary left
+
+
+def test_lock_refuses_a_branch_whose_metadata_is_not_json(server, hub_root, tmp_path):
+    (hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "metadata.json").write_text('{"version": 1,', encoding="utf-8")
+    server.rescan()
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
+    with pytest.raises(DigestError, match=r"metadata\.json of .*QuickGelu at commit [0-9a-f]{40} is not valid "
+                                          r"JSON \(.*\): tell the repository's authors"):  # fmt: skip
+        hub_lock.lock_project(project)
+    assert not (project / "webgpu-kernels.lock").exists()
+
+
+def test_lock_refuses_a_hub_that_names_no_commit_sha(server, tmp_path, monkeypatch):
+    from huggingface_hub import HfApi
+
+    original = HfApi.repo_info
+
+    def repo_info(self, *args, **kwargs):
+        info = original(self, *args, **kwargs)
+        info.sha = "main"  # a ref, not a commit: a lock must pin a commit
+        return info
+
+    monkeypatch.setattr(HfApi, "repo_info", repo_info)
+    project = make_project(tmp_path, f'"{OFFICIAL}" = 1\n')
+    with pytest.raises(HubError, match=r"revision 'v1': .* named the commit 'main', not a 40-hex commit sha") as info:
+        hub_lock.lock_project(project)
+    assert info.value.repo_id == OFFICIAL
+    assert not (project / "webgpu-kernels.lock").exists()
