@@ -829,3 +829,29 @@ def test_misspelt_case_field_names_the_field_meant() -> None:
     bench = {"cases": [{"name": "b", "tgas": ["x"], "inputs": {"X": {"shape": [2]}}}]}
     (error,) = casefile.schema_errors(bench, "bench", file="bench.json")
     assert "(did you mean 'tags'?)" in str(error)
+
+
+# --- coverage audit (helper-204) -------------------------------------------------------------------------
+
+
+def test_a_tensor_member_without_a_data_file_is_named_at_its_tensor() -> None:
+    """'tensor' picks a member of a data 'file': beside inline values it is a slip, said at its path."""
+    data = {"cases": [minimal_case(inputs={"X": {"shape": [2], "values": [1, 2], "tensor": "x"}})]}
+    messages = [(e.json_path, e.detail) for e in casefile.check_test_data(data)]
+    assert messages == [("cases[0].inputs.X.tensor", "'tensor' names a member of a data 'file'")]
+    with pytest.raises(CaseFileError, match="'tensor' names a member of a data 'file'"):
+        casefile.parse_test_file(data)
+    with_file = {"cases": [minimal_case(inputs={"X": {"shape": [2], "file": "x.npz", "tensor": "x"}})]}
+    assert casefile.check_test_data(with_file) == []
+
+
+@given(length=st.integers(min_value=1, max_value=600))
+@settings(max_examples=40, deadline=None)
+def test_a_schema_message_is_cut_at_300_characters(length: int) -> None:
+    """jsonschema repeats the wrong value in its message: a long one is cut, never the whole value."""
+    wrong = "s" * length  # a string where a shape (an array) is expected
+    data = {"cases": [minimal_case(inputs={"X": {"shape": wrong, "values": [1, 2]}})]}
+    details = [e.detail for e in casefile.check_test_data(data) if e.json_path == "cases[0].inputs.X.shape"]
+    assert len(details) == 1
+    full = f"{wrong!r} is not of type 'array'"
+    assert details[0] == (full if len(full) <= 300 else full[:297] + "...")
