@@ -8,11 +8,20 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.rendering import workgroup_grid
-from webgpu_kernels.templates import wgsl_float, wgsl_uint
+from webgpu_kernels.templates import (
+    MAX_TEMPLATE_ITEMS,
+    PackageLoader,
+    TemplateSandbox,
+    template_error,
+    wgsl_float,
+    wgsl_uint,
+)
 
 from conftest import PACKAGES_DIR
 
@@ -735,3 +744,70 @@ def test_a_missing_template_at_run_time_lists_those_there_and_the_one_meant(tmp_
         wk.load_kernel(qg)({"X": np.ones(8, np.float32)})
     assert ("includes 'Quick-gelu.wgsl.jinja', which is not in the package (its templates: quick-gelu.wgsl.jinja; "
             "did you mean 'quick-gelu.wgsl.jinja'?)") in str(info.value), str(info.value)
+
+
+# --- coverage audit (helper-204): the template environment's own refusals, rendered directly ----------
+
+
+def _render(source: str, files: dict[str, str] | None = None) -> str:
+    """``source`` rendered as a package's template ``main.wgsl.jinja`` (``files``: its other
+    templates); what it raises comes back as the library's error, as rendering.py turns it."""
+    package = {**(files or {}), "main.wgsl.jinja": source}
+
+    def read(name: str) -> str:
+        if name not in package:
+            raise errors.PackageError("file not found in the package", path=name)
+        return package[name]
+
+    context = {"bindings": {"x": {"name": "x"}}, "bindingList": [{"name": "x"}]}
+    try:
+        return TemplateSandbox(PackageLoader(read)).get_template("main.wgsl.jinja").render(context)
+    except Exception as exc:
+        raise template_error(exc, "main.wgsl.jinja", context) from None
+
+
+_BOUND = st.one_of(st.integers(-300_000, 300_000), st.integers(-(2**100), 2**100))
+
+
+@given(start=_BOUND, stop=_BOUND, step=_BOUND.filter(lambda n: n != 0))
+@settings(max_examples=60, deadline=None)
+def test_a_templates_range_is_pythons_up_to_max_template_items_and_refused_past_it(start, stop, step):
+    source = f"{{{{ range({start}, {stop}, {step})|length }}}}"  # literals: Jinja reads -5 as -(5)
+    source = source.replace("(-", "(0 - ").replace(", -", ", 0 - ")  # never (-2)**n
+    expected = len(range(start, stop, step)) if abs(stop - start) // abs(step) < 2**62 else MAX_TEMPLATE_ITEMS + 1
+    if expected <= MAX_TEMPLATE_ITEMS:
+        assert _render(source) == str(expected)
+    else:
+        with pytest.raises(errors.TemplateSandboxError, match=f"a range of more than {MAX_TEMPLATE_ITEMS} items"):
+            _render(source)
+
+
+@pytest.mark.parametrize(("argument", "kind"), [("1.5", "float"), ("true", "bool"), ("'3'", "str"), ("none", "NoneType")])
+def test_a_templates_range_takes_integers_only(argument, kind):
+    with pytest.raises(errors.TemplateSandboxError, match=rf"range\(\) takes integers, got a {kind}") as info:
+        _render(f"// one\n{{{{ range(2, {argument}) }}}}")
+    assert info.value.file == "main.wgsl.jinja" and info.value.line == 2
+
+
+@pytest.mark.parametrize("call", ["keys(1)", "items(x=1)", "values(none)"])
+def test_a_dicts_methods_take_no_arguments(call):
+    with pytest.raises(errors.TemplateError, match=rf"{call.split('(')[0]}\(\) takes no arguments"):
+        _render(f"{{{{ bindings.{call} }}}}")
+    assert _render("{{ bindings.keys()|list }} {{ bindings.values()|length }}") == "['x'] 1"
+
+
+def test_a_slice_that_is_not_an_indexs_one_subscript_is_refused_at_its_line():
+    """Jinja would compile bindingList[0:1, 0] into Python that does not parse."""
+    with pytest.raises(errors.TemplateSandboxError, match=r"a slice is allowed only as the one subscript of an "
+                                                          r"index \(x\[a:b\], not x\[a:b, c\]\)") as info:  # fmt: skip
+        _render("// one\n// two\n{{ bindingList[0:1, 0] }}")
+    assert info.value.line == 3
+    assert _render("{{ bindingList[0:1][0].name }}") == "x"
+
+
+def test_a_name_an_imported_template_does_not_define_is_undefined_there():
+    files = {"lib.wgsl.jinja": "{% set width = 4 %}{% macro f() %}f{% endmacro %}"}
+    assert _render("{% import 'lib.wgsl.jinja' as m %}{{ m.width }}{{ m.f() }}", files) == "4f"
+    with pytest.raises(errors.TemplateError, match=r"has no attribute 'height'") as info:
+        _render("{% import 'lib.wgsl.jinja' as m %}\n{{ m.height }}", files)
+    assert info.value.line == 2
