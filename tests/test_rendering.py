@@ -811,3 +811,54 @@ def test_a_name_an_imported_template_does_not_define_is_undefined_there():
     with pytest.raises(errors.TemplateError, match=r"has no attribute 'height'") as info:
         _render("{% import 'lib.wgsl.jinja' as m %}\n{{ m.height }}", files)
     assert info.value.line == 2
+
+
+@given(digits=st.text("0123456789", min_size=1, max_size=80))
+@settings(max_examples=60, deadline=None)
+def test_int_of_a_string_is_pythons_within_64_characters_and_128_bits(digits):
+    source = f"{{{{ '{digits}'|int }}}}"
+    if len(digits) > 64:
+        with pytest.raises(errors.TemplateSandboxError, match=r"int\(\) of a string longer than 64 characters"):
+            _render(source)
+    elif int(digits).bit_length() > 128:
+        with pytest.raises(errors.TemplateSandboxError, match=rf"an integer of {int(digits).bit_length()} bits "
+                                                              r"exceeds the limit of 128"):  # fmt: skip
+            _render(source)
+    else:
+        assert _render(source) == str(int(digits))
+
+
+@pytest.mark.parametrize(("length", "refused"), [(64, False), (65, True)])
+def test_float_of_a_string_is_bounded_at_64_characters(length, refused):
+    source = f"{{{{ ('1' * {length})|float }}}}"
+    if refused:
+        with pytest.raises(errors.TemplateSandboxError, match=r"float\(\) of a string longer than 64 characters"):
+            _render(source)
+    else:
+        assert float(_render(source)) == float("1" * length)
+
+
+@given(lines=st.integers(1, 2000), width=st.integers(0, 2000), first=st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_indent_by_a_string_is_jinjas_within_the_text_bound_and_refused_past_it(lines, width, first):
+    from webgpu_kernels.templates import MAX_RENDERED_BYTES
+
+    text = "a\n" * (lines - 1) + "a"
+    source = f"{{{{ ('a\\n' * {lines - 1} ~ 'a')|indent('-' * {width}, {str(first).lower()}) }}}}"
+    if len(text) + lines * width > MAX_RENDERED_BYTES:
+        with pytest.raises(errors.TemplateSandboxError, match=f"indent would build more than {MAX_RENDERED_BYTES}"):
+            _render(source)
+    else:
+        pad = "-" * width
+        expected = ("\n" + pad).join(text.split("\n"))
+        assert _render(source) == (pad + expected if first else expected)
+
+
+def test_replace_count_and_join_attribute_and_last():
+    assert _render("{{ 'aXa'|replace('a', 'b', 1) }} {{ 'aXa'|replace('a', 'b', -1) }}") == "bXa bXb"
+    for count in ("1.5", "true", "'1'"):
+        with pytest.raises(errors.TemplateSandboxError, match=r"replace\(\): count must be an integer"):
+            _render(f"{{{{ 'aXa'|replace('a', 'b', {count}) }}}}")
+    with pytest.raises(errors.TemplateSandboxError, match=r"join\(attribute=\.\.\.\) is not supported in templates"):
+        _render("{{ bindingList|join(', ', attribute='name') }}")
+    assert _render("{{ [1, 2, 3]|last }} {{ bindings|last }} {{ 'abc'|last }}") == "3 x c"
