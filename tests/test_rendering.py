@@ -749,7 +749,7 @@ def test_a_missing_template_at_run_time_lists_those_there_and_the_one_meant(tmp_
 # --- coverage audit (helper-204): the template environment's own refusals, rendered directly ----------
 
 
-def _render(source: str, files: dict[str, str] | None = None) -> str:
+def render_template(source: str, files: dict[str, str] | None = None) -> str:
     """``source`` rendered as a package's template ``main.wgsl.jinja`` (``files``: its other
     templates); what it raises comes back as the library's error, as rendering.py turns it."""
     package = {**(files or {}), "main.wgsl.jinja": source}
@@ -779,40 +779,40 @@ def test_a_templates_range_is_pythons_up_to_max_template_items_and_refused_past_
     except OverflowError:  # past ssize_t: past any bound
         expected = MAX_TEMPLATE_ITEMS + 1
     if expected <= MAX_TEMPLATE_ITEMS:
-        assert _render(source) == str(expected)
+        assert render_template(source) == str(expected)
     else:
         with pytest.raises(errors.TemplateSandboxError, match=f"a range of more than {MAX_TEMPLATE_ITEMS} items"):
-            _render(source)
+            render_template(source)
 
 
 @pytest.mark.parametrize(("argument", "kind"), [("1.5", "float"), ("true", "bool"), ("'3'", "str"), ("none", "NoneType")])
 def test_a_templates_range_takes_integers_only(argument, kind):
     with pytest.raises(errors.TemplateSandboxError, match=rf"range\(\) takes integers, got a {kind}") as info:
-        _render(f"// one\n{{{{ range(2, {argument}) }}}}")
+        render_template(f"// one\n{{{{ range(2, {argument}) }}}}")
     assert info.value.file == "main.wgsl.jinja" and info.value.line == 2
 
 
 @pytest.mark.parametrize("call", ["keys(1)", "items(x=1)", "values(none)"])
 def test_a_dicts_methods_take_no_arguments(call):
     with pytest.raises(errors.TemplateError, match=rf"{call.split('(')[0]}\(\) takes no arguments"):
-        _render(f"{{{{ bindings.{call} }}}}")
-    assert _render("{{ bindings.keys()|list }} {{ bindings.values()|length }}") == "['x'] 1"
+        render_template(f"{{{{ bindings.{call} }}}}")
+    assert render_template("{{ bindings.keys()|list }} {{ bindings.values()|length }}") == "['x'] 1"
 
 
 def test_a_slice_that_is_not_an_indexs_one_subscript_is_refused_at_its_line():
     """Jinja would compile bindingList[0:1, 0] into Python that does not parse."""
     with pytest.raises(errors.TemplateSandboxError, match=r"a slice is allowed only as the one subscript of an "
                                                           r"index \(x\[a:b\], not x\[a:b, c\]\)") as info:  # fmt: skip
-        _render("// one\n// two\n{{ bindingList[0:1, 0] }}")
+        render_template("// one\n// two\n{{ bindingList[0:1, 0] }}")
     assert info.value.line == 3
-    assert _render("{{ bindingList[0:1][0].name }}") == "x"
+    assert render_template("{{ bindingList[0:1][0].name }}") == "x"
 
 
 def test_a_name_an_imported_template_does_not_define_is_undefined_there():
     files = {"lib.wgsl.jinja": "{% set width = 4 %}{% macro f() %}f{% endmacro %}"}
-    assert _render("{% import 'lib.wgsl.jinja' as m %}{{ m.width }}{{ m.f() }}", files) == "4f"
+    assert render_template("{% import 'lib.wgsl.jinja' as m %}{{ m.width }}{{ m.f() }}", files) == "4f"
     with pytest.raises(errors.TemplateError, match=r"has no attribute 'height'") as info:
-        _render("{% import 'lib.wgsl.jinja' as m %}\n{{ m.height }}", files)
+        render_template("{% import 'lib.wgsl.jinja' as m %}\n{{ m.height }}", files)
     assert info.value.line == 2
 
 
@@ -822,13 +822,13 @@ def test_int_of_a_string_is_pythons_within_64_characters_and_128_bits(digits):
     source = f"{{{{ '{digits}'|int }}}}"
     if len(digits) > 64:
         with pytest.raises(errors.TemplateSandboxError, match=r"int\(\) of a string longer than 64 characters"):
-            _render(source)
+            render_template(source)
     elif int(digits).bit_length() > 128:
         with pytest.raises(errors.TemplateSandboxError, match=rf"an integer of {int(digits).bit_length()} bits "
                                                               r"exceeds the limit of 128"):  # fmt: skip
-            _render(source)
+            render_template(source)
     else:
-        assert _render(source) == str(int(digits))
+        assert render_template(source) == str(int(digits))
 
 
 @pytest.mark.parametrize(("length", "refused"), [(64, False), (65, True)])
@@ -836,9 +836,9 @@ def test_float_of_a_string_is_bounded_at_64_characters(length, refused):
     source = f"{{{{ ('1' * {length})|float }}}}"
     if refused:
         with pytest.raises(errors.TemplateSandboxError, match=r"float\(\) of a string longer than 64 characters"):
-            _render(source)
+            render_template(source)
     else:
-        assert float(_render(source)) == float("1" * length)
+        assert float(render_template(source)) == float("1" * length)
 
 
 @given(lines=st.integers(1, 2000), width=st.integers(0, 2000), first=st.booleans())
@@ -850,18 +850,18 @@ def test_indent_by_a_string_is_jinjas_within_the_text_bound_and_refused_past_it(
     source = f"{{{{ ('a\\n' * {lines - 1} ~ 'a')|indent('-' * {width}, {str(first).lower()}) }}}}"
     if len(text) + lines * width > MAX_RENDERED_BYTES:
         with pytest.raises(errors.TemplateSandboxError, match=f"indent would build more than {MAX_RENDERED_BYTES}"):
-            _render(source)
+            render_template(source)
     else:
         pad = "-" * width
         expected = ("\n" + pad).join(text.split("\n"))
-        assert _render(source) == (pad + expected if first else expected)
+        assert render_template(source) == (pad + expected if first else expected)
 
 
 def test_replace_count_and_join_attribute_and_last():
-    assert _render("{{ 'aXa'|replace('a', 'b', 1) }} {{ 'aXa'|replace('a', 'b', -1) }}") == "bXa bXb"
+    assert render_template("{{ 'aXa'|replace('a', 'b', 1) }} {{ 'aXa'|replace('a', 'b', -1) }}") == "bXa bXb"
     for count in ("1.5", "true", "'1'"):
         with pytest.raises(errors.TemplateSandboxError, match=r"replace\(\): count must be an integer"):
-            _render(f"{{{{ 'aXa'|replace('a', 'b', {count}) }}}}")
+            render_template(f"{{{{ 'aXa'|replace('a', 'b', {count}) }}}}")
     with pytest.raises(errors.TemplateSandboxError, match=r"join\(attribute=\.\.\.\) is not supported in templates"):
-        _render("{{ bindingList|join(', ', attribute='name') }}")
-    assert _render("{{ [1, 2, 3]|last }} {{ bindings|last }} {{ 'abc'|last }}") == "3 x c"
+        render_template("{{ bindingList|join(', ', attribute='name') }}")
+    assert render_template("{{ [1, 2, 3]|last }} {{ bindings|last }} {{ 'abc'|last }}") == "3 x c"

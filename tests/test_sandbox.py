@@ -22,6 +22,7 @@ import jinja2.exceptions
 import numpy as np
 import pytest
 from jinja2.exceptions import SecurityError
+from test_rendering import render_template
 
 import webgpu_kernels as wk
 from webgpu_kernels import errors
@@ -909,3 +910,39 @@ def test_a_huge_integer_literal_is_refused_in_the_sandboxs_words(digits):
     with pytest.raises(SandboxViolation, match="an integer literal of more than 128 bits") as info:
         TemplateSandbox().from_string("{{ " + "1" * digits + " }}")
     assert "set_int_max_str_digits" not in str(info.value)
+
+
+# --- coverage audit (helper-204): the bounded sandbox's refusals in a template, rendered directly ------
+
+
+@pytest.mark.parametrize(("source", "error", "message"), [
+    ("{{ bindingList[1.5] }}", errors.TemplateSandboxError, "a list cannot be indexed by a float"),
+    ("{{ bindingList[true] }}", errors.TemplateSandboxError, "a list cannot be indexed by a bool"),
+    ("{{ 'abc'[none] }}", errors.TemplateSandboxError, "a str cannot be indexed by a NoneType"),
+    ("{{ 5[0] }}", errors.TemplateSandboxError, "int cannot be indexed here"),
+    ("{{ bindings.x() }}", errors.TemplateSandboxError, "calling a dict is not allowed here"),
+    ("{{ bindingList() }}", errors.TemplateSandboxError, "calling a list is not allowed here"),
+    ("{% for c in 'a' * 100001 %}{% endfor %}", errors.TemplateSandboxError, "a loop of more than 100000 iterations"),
+    ("{{ [('a' * 1000)] * 1045 }}", errors.TemplateSandboxError,
+     "converting a list to text exceeds the limit of 1048576 characters"),
+    ("{{ (0 - 1) ** 0.5 }}", errors.TemplateSandboxError, "complex numbers are not values here"),
+    ("{% set c = (0 - 4) ** 0.5 %}", errors.TemplateSandboxError, "complex numbers are not values here"),
+    ("{{ bindingList[5] }}", errors.TemplateError, "list object has no element 5"),
+    ("{{ range(3)[7] }}", errors.TemplateError, "range object has no element 7"),
+    ("{{ nope[1:2] }}", errors.TemplateError, "'nope' is undefined"),
+    ("{% for x in nope %}{% endfor %}", errors.TemplateError, "'nope' is undefined"),
+])  # fmt: skip
+def test_a_templates_refused_index_call_loop_or_value_is_named(source, error, message):
+    with pytest.raises(error) as info:
+        render_template("// one\n" + source)
+    assert message in str(info.value) and info.value.line == 2
+    assert not any(marker in str(info.value) for marker in LEAK_MARKERS)
+    if error is errors.TemplateError:  # a plain template mistake, not a refusal by the sandbox
+        assert not isinstance(info.value, errors.TemplateSandboxError)
+
+
+def test_the_sandboxs_bounds_let_through_what_is_just_within_them():
+    assert render_template("{% for c in 'a' * 100000 %}{% endfor %}done") == "done"
+    assert len(render_template("{{ [('a' * 1000)] * 1044 }}")) == len(str(["a" * 1000] * 1044))
+    assert render_template("{{ range(3) ~ 'x' }} {{ bindingList[0].name }} {{ 'abc'[2] }} {{ 4 ** 0.5 }}") == \
+        "range(0, 3)x x c 2.0"
