@@ -1204,3 +1204,27 @@ def test_a_case_s_boolean_inside_a_list_attribute_is_told_the_list_to_write(tmp_
     for command in ("validate", "test"):
         text = _said(runner.invoke(main, [command, str(transpose)]))
         assert "(write [1, 1] in the case's attributes: a boolean is not a number here)" in text, text
+
+
+# --- coverage audit (helper-204) -------------------------------------------------------------------------
+
+
+def test_a_case_naming_a_type_variable_the_manifest_lacks_is_an_error_naming_the_ones_it_has(qg: Path) -> None:
+    """bench.json's message named the type variables; test.json's (validate's) had named none."""
+    edit_json(qg / "test.json", lambda t: t["cases"][0]["types"].update(U="float32"))
+    digests.write_metadata(qg)
+    report = validate_package(qg, gpu=False)
+    [error] = [p for p in report.errors if p.json_path == "cases[0].types.U"]
+    assert error.file == "test.json" and error.case == "vec4-2x64-f32"
+    assert error.message == f"'U' is not a type variable of {QUICK_GELU} (its type variables: ['T'])"
+
+
+def test_no_device_to_compile_on_is_one_error_and_the_other_stages_still_report(qg: Path) -> None:
+    edit_json(qg / "test.json", lambda t: t["cases"][0]["types"].update(U="float32"))
+    digests.write_metadata(qg)
+    report = validate_package(qg, gpu=True, adapter="no-such-adapter-204")
+    [device] = [p for p in report.errors if p.file == ""]
+    assert device.message.startswith("no WebGPU device to compile pipelines on: no adapter matches "
+                                      "'no-such-adapter-204'")  # fmt: skip
+    assert "cases[0].types.U" in {p.json_path for p in report.errors}  # the case checks ran without it
+    assert report.adapter is None and not report.ok

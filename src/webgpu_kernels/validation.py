@@ -376,7 +376,9 @@ def _check_test_json(package: KernelPackage, manifest: Manifest | None, program:
         _check_inline_integers(case, arrays, out)
         for tv in case.types:
             if tv not in manifest.type_constraints:
-                out.error(TEST_FILE, f"{case.json_path}.types.{tv}", f"{tv!r} is not a type variable of the manifest")
+                out.error(TEST_FILE, f"{case.json_path}.types.{tv}", f"{tv!r} is not a type variable of "
+                          f"{manifest.op_id} (its type variables: {sorted(manifest.type_constraints)})",
+                          case=case.name)  # fmt: skip
         # Refused later than the contract (selection, an expression's failure, device limits: each
         # may read the device's limits and features): `test` judges it.
         if case.refused is not None:
