@@ -964,3 +964,35 @@ def test_a_case_s_runs_follow_the_manifest_s_variant_order_refused_cases_too(tmp
         report = run(wk.load_kernel(root), cases=["named-order-refused"])
         assert [r.variant for r in report.results] == ["vec4", "scalar"], (run.__name__, report.results)
         assert report.ok, report.results
+
+
+# --- coverage audit (helper-204) -------------------------------------------------------------------------
+
+
+def test_a_case_no_variant_accepts_fails_naming_each_variants_reason(tmp_path: Path) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    for variant in manifest["variants"]:  # none takes a single element now
+        variant["when"] = [*variant["when"], "numel(shapes.X) > 1"]
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    digests.write_metadata(root)
+    report = run_package_tests(wk.load_kernel(root), cases=["one-element-f32", "tail-3x5-f32"])
+    [result] = [r for r in report.results if r.case == "one-element-f32"]
+    assert result.status == "fail" and result.variant is None
+    assert result.message.startswith("no variant accepts the case (vec4: ")
+    assert "; vec4_tail: " in result.message and "; scalar: " in result.message and "numel(shapes.X) > 1" in result.message
+    assert {r.status for r in report.results if r.case == "tail-3x5-f32"} == {"pass"}
+    assert not report.ok
+
+
+def test_expected_values_that_cannot_be_built_are_an_error_for_each_accepting_variant(tmp_path: Path) -> None:
+    root = copy_package(QUICK_GELU, tmp_path / "qg")
+    edit_test_json(root, lambda data: case_named(data, "tail-3x5-f32")["expected"]["Y"].update(values=[1.0] * 14))
+    report = run_package_tests(wk.load_kernel(root), cases=["tail-3x5-f32"])
+    by = {r.variant: r for r in report.results}
+    assert set(by) == {"vec4_tail", "scalar"}  # vec4 rejects 15 elements
+    for result in by.values():
+        assert result.status == "error"
+        assert re.search(r"test\.json cases\[\d+\]\.expected\.Y\.values: 14 values .* for shape \[3, 5\]",
+                         result.message), result.message  # fmt: skip
+    assert not report.ok
