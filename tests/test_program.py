@@ -219,3 +219,39 @@ def test_an_output_shape_that_is_no_list_is_quoted_by_a_bounded_text():
     with pytest.raises(ExpressionError, match="an output shape must be a list of integers, got 'xxx") as info:
         scope_for(manifest_with_output_shape("'x' * 4096", "1"))
     assert len(info.value.detail) < 200, f"{len(info.value.detail)} characters"
+
+
+# --- coverage audit (helper-204) -------------------------------------------------------------------------
+
+
+def _broadcasting_manifest(shape: str, derive: dict):
+    return parse_manifest(bind_outputs({
+        "domain": "test", "name": "Add",
+        "inputs": [{"role": r, "dtype": "T"} for r in ("X", "B", "C")],
+        "outputs": [{"role": "S", "dtype": "T", "rank": "max(ranks.X, ranks.B)", "shape": shape}],
+        "typeConstraints": {"T": ["float32"]},
+        "derive": derive,
+        "variants": [variant("main", 0, ["true"])],
+    }))  # fmt: skip
+
+
+@pytest.mark.parametrize(("shape", "derive"), [
+    ("broadcastShape(shapes.X, shapes.B)", {"out": "broadcastShape(shapes.X, shapes.B)"}),
+    ("out", {"ab": "broadcastShape(shapes.X, shapes.B)", "out": "ab"}),  # read through derive entries
+])  # fmt: skip
+def test_an_output_shape_that_does_not_broadcast_is_the_calls_shape_error_naming_its_inputs(shape, derive):
+    from webgpu_kernels.errors import ShapeError
+
+    manifest = _broadcasting_manifest(shape, derive)
+    program = compile_program(manifest)
+    shapes = {"X": (2, 3), "B": (4,), "C": (4,)}
+    signature = check_call(manifest, {r: (s, "float32") for r, s in shapes.items()}, None, None)
+    with pytest.raises(ShapeError) as info:
+        program.call_scope(signature, F16_DEVICE)
+    # X and B, whose shapes failed; not C, which has B's shape but the output's shape does not read it
+    assert info.value.argument == "X, B"
+    assert str(info.value) == (f"argument 'X, B': expected shapes that broadcast together (outputs[0].shape: {shape}), "
+                               "got [2, 3], [4]: sizes 3 and 4 at axis -1 (counted from the last)")  # fmt: skip
+    _, outputs = program.call_scope(check_call(manifest, {"X": ((2, 3), "float32"), "B": ((3,), "float32"),
+                                                          "C": ((9,), "float32")}, None, None), F16_DEVICE)  # fmt: skip
+    assert [(o.role, o.shape) for o in outputs] == [("S", (2, 3))]
