@@ -865,3 +865,25 @@ def test_replace_count_and_join_attribute_and_last():
     with pytest.raises(errors.TemplateSandboxError, match=r"join\(attribute=\.\.\.\) is not supported in templates"):
         render_template("{{ bindingList|join(', ', attribute='name') }}")
     assert render_template("{{ [1, 2, 3]|last }} {{ bindings|last }} {{ 'abc'|last }}") == "3 x c"
+
+
+@pytest.mark.parametrize(("size", "shape", "said"), [
+    ("n - 3", (3,), "a workgroup size must be at least 1"),
+    ("0", (8,), "a workgroup size must be at least 1"),
+    ("n - 9", (4,), "dispatch.workgroupSize must be a non-negative integer, got -5"),
+])  # fmt: skip
+def test_a_workgroup_size_the_package_makes_below_1_is_its_expression_error(scale_shift_variant, size, shape, said):
+    """No tunable in the expression: the package's mistake, named at the expression (a size read
+    from a tunable is the caller's AttributeValueError, tests/test_bad_input.py)."""
+
+    def change(manifest):
+        for v in manifest["variants"]:
+            for p in v["passes"]:
+                p["dispatch"]["workgroupSize"] = size
+
+    kernel = scale_shift_variant(change)
+    with pytest.raises(errors.ExpressionError) as info:
+        kernel.render({"X": meta(shape, f32)})
+    assert not isinstance(info.value, errors.AttributeValueError)
+    assert re.fullmatch(rf"variants\[\d\]\.passes\[0\]\.dispatch\.workgroupSize: expression '{re.escape(size)}': "
+                        + re.escape(said), str(info.value)), str(info.value)  # fmt: skip
