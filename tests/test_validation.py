@@ -1228,3 +1228,19 @@ def test_no_device_to_compile_on_is_one_error_and_the_other_stages_still_report(
                                       "'no-such-adapter-204'")  # fmt: skip
     assert "cases[0].types.U" in {p.json_path for p in report.errors}  # the case checks ran without it
     assert report.adapter is None and not report.ok
+
+
+@pytest.mark.parametrize(("clause", "error"), [
+    ("numel(shapes.X)", "a when clause must be true or false, got int 128"),
+    ("dim(shapes.X, 5) > 0", "dim("),
+])  # fmt: skip
+def test_a_when_clause_that_gives_neither_true_nor_false_is_a_warning_at_it(qg: Path, clause: str, error: str) -> None:
+    """The variant is rejected (as a call rejects it), and validate says which clause and why."""
+    edit_json(qg / "manifest.json", lambda m: m["variants"][0]["when"].append(clause))
+    edit_json(qg / "test.json", lambda t: t.update(cases=t["cases"][:1]))  # vec4-2x64-f32: 128 elements, rank 2
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    [warning] = [p for p in report.warnings if p.json_path == "variants[0].when[2]" and p.case == "vec4-2x64-f32"]
+    assert warning.file == "manifest.json" and warning.variant == "vec4" and warning.dtype == "float32"
+    assert warning.message.startswith(f"clause {clause!r} gives neither true nor false (which rejects the variant): ")
+    assert error in warning.message
