@@ -1169,3 +1169,25 @@ def test_explain_with_no_entry_for_the_class_says_nothing_of_tuning(adapter_file
     store(adapter_file, SCALAR_64)
     explanation = fresh_kernel().explain({"X": np.zeros(2 * N, np.float32)})  # another shape class
     assert explanation.tuning_entry is None and "tuning" not in str(explanation)
+
+
+# --- coverage audit (helper-204) -------------------------------------------------------------------------
+
+
+@DAMAGED_FILE_WARNS
+def test_a_thousand_backups_are_all_kept_and_the_next_takes_this_processs_name(tmp_path):
+    """<name>.bak, then <name>.1.bak ... <name>.999.bak: past those, the process id names the next,
+    and no earlier backup is replaced."""
+    path = tmp_path / "adapter.json"
+    for n in range(1000):
+        (tmp_path / f"adapter.json{'' if n == 0 else f'.{n}'}{tuning.BACKUP_SUFFIX}").write_text(str(n), "utf-8")
+    mine = tmp_path / f"adapter.json.{os.getpid()}{tuning.BACKUP_SUFFIX}"
+    assert tuning.backup_path(path) == mine
+    path.write_text("{not json", "utf-8")
+    cache = tuning.TuningCache(path)
+    cache.record("op@1", {"T": "float32"}, {"X": (4,)}, tuning.TunedChoice("v", {"W": 64}, 1e-6))
+    cache.save()
+    assert mine.read_text("utf-8") == "{not json" and len(json.loads(path.read_text("utf-8"))["entries"]) == 1
+    assert (tmp_path / f"adapter.json.999{tuning.BACKUP_SUFFIX}").read_text("utf-8") == "999"
+    (tmp_path / f"adapter.json.500{tuning.BACKUP_SUFFIX}").unlink()  # a free number is taken first
+    assert tuning.backup_path(path) == tmp_path / f"adapter.json.500{tuning.BACKUP_SUFFIX}"
