@@ -82,6 +82,12 @@ def type_name(value: Any) -> str:
     return kind.__name__
 
 
+def a_type_name(value: Any) -> str:
+    """:func:`type_name` after its article ("an int", "a float"): "a int" had read as a slip."""
+    name = type_name(value)
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def name_meant(name: str, known: list[str]) -> str | None:
     """The one of ``known`` that ``name`` most likely misspells: the same but for case first, then
     difflib's closest; None if none is close."""

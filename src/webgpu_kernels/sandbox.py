@@ -35,7 +35,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.runtime import Undefined
 from jinja2.sandbox import SandboxedEnvironment
 
-from .errors import short_repr, shorten, type_name
+from .errors import a_type_name, short_repr, shorten, type_name
 
 # Largest string or sequence an expression may build (and the longest expression source), the
 # largest integer (in bits) and the deepest nesting: manifest values are shapes and small numbers.
@@ -295,7 +295,7 @@ class BoundedSandbox(SandboxedEnvironment):
                 if total > limit:
                     break
             return total
-        raise self.refuse(f"a {type_name(value)} cannot be converted to text")
+        raise self.refuse(f"{a_type_name(value)} cannot be converted to text")
 
     def check_weight(self, value: Any, what: str) -> Any:
         """``value`` if it holds at most ``max_items`` items counted through every nesting level, else
@@ -316,7 +316,7 @@ class BoundedSandbox(SandboxedEnvironment):
         size = self.text_size(value, self.max_text)
         if size > self.max_text:
             raise self.refuse(
-                f"converting a {type_name(value)} to text exceeds the limit of {self.max_text} characters"
+                f"converting {a_type_name(value)} to text exceeds the limit of {self.max_text} characters"
             )
         return self.check_value(str(value))
 
@@ -405,7 +405,7 @@ class BoundedSandbox(SandboxedEnvironment):
 
     def _other_attribute(self, obj: Any, attribute: str) -> Any:
         # (built at once: `[1][s]` of a 1 MiB s in a loop had built 1 MiB per iteration)
-        return self.undefined(f"attribute {short_repr(attribute, 60)} of a {type_name(obj)} is not accessible here",
+        return self.undefined(f"attribute {short_repr(attribute, 60)} of {a_type_name(obj)} is not accessible here",
                               name=attribute, exc=SecurityError)  # fmt: skip
 
     def getitem(self, obj: Any, argument: Any) -> Any:
@@ -430,11 +430,11 @@ class BoundedSandbox(SandboxedEnvironment):
                     return self.undefined(obj=obj, name=argument)
             if isinstance(argument, str):
                 return self.getattr(obj, argument)
-            return self.undefined(f"a {type_name(obj)} cannot be indexed by a {type_name(argument)}",
+            return self.undefined(f"{a_type_name(obj)} cannot be indexed by {a_type_name(argument)}",
                                   name=f"<{type(argument).__name__}>", exc=SecurityError)  # fmt: skip
         if isinstance(argument, str):
             return self.getattr(obj, argument)
-        return self.undefined(f"a {type_name(obj)} cannot be indexed here", name=f"<{type_name(argument)}>",
+        return self.undefined(f"{a_type_name(obj)} cannot be indexed here", name=f"<{type_name(argument)}>",
                               exc=SecurityError)  # fmt: skip
 
     # --- calls ----------------------------------------------------------------------------------
@@ -446,7 +446,7 @@ class BoundedSandbox(SandboxedEnvironment):
             __obj._fail_with_undefined_error()
         _charge(CALL_COST)
         if not __self.callable_allowed(__obj):
-            raise __self.refuse(f"calling a {type_name(__obj)} is not allowed here")
+            raise __self.refuse(f"calling {a_type_name(__obj)} is not allowed here")
         return __self.check_value(__context.call(__obj, *args, **kwargs))
 
     def callable_allowed(self, obj: Any) -> bool:
@@ -509,10 +509,10 @@ class BoundedSandbox(SandboxedEnvironment):
             if isinstance(bound, Undefined):
                 bound._fail_with_undefined_error()
             if bound is not None and not _is_index(bound):
-                raise self.refuse(f"a slice's start, stop and step are integers or left out, not a "
-                                  f"{type_name(bound)}")  # fmt: skip
+                raise self.refuse(f"a slice's start, stop and step are integers or left out, not "
+                                  f"{a_type_name(bound)}")  # fmt: skip
         if not isinstance(obj, (list, tuple, str, range)):
-            raise self.refuse(f"only a list, tuple, string or range can be sliced, not a {type_name(obj)}")
+            raise self.refuse(f"only a list, tuple, string or range can be sliced, not {a_type_name(obj)}")
         result = obj[start:stop:step]  # step 0 is a ValueError, reported by the caller
         if isinstance(result, (str, list, tuple)):
             charge_text(len(result))  # a copy, built like '+' builds one

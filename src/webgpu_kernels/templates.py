@@ -26,7 +26,7 @@ from jinja2.exceptions import SecurityError, TemplateRuntimeError, UndefinedErro
 from jinja2.runtime import LoopContext, Macro
 
 from .digests import templates_there
-from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, name_meant, type_name
+from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, a_type_name, name_meant, type_name
 from .sandbox import (
     LOAD_COST,
     MAX_EXPRESSION_DEPTH,
@@ -89,7 +89,7 @@ def _numbers_only(name: str, test: Callable[..., bool]) -> Callable[..., bool]:
     def checked(value: Any, *args: Any) -> bool:
         for v in (value, *args):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise SandboxViolation(f"the test {name!r} takes numbers, got a {type_name(v)}")
+                raise SandboxViolation(f"the test {name!r} takes numbers, got {a_type_name(v)}")
         return test(value, *args)
 
     return checked
@@ -134,7 +134,7 @@ class _Range:
             raise TemplateRuntimeError(f"range() takes no keyword arguments, got {', '.join(map(repr, kwargs))}")
         for a in args:
             if isinstance(a, bool) or not isinstance(a, int):
-                raise SandboxViolation(f"range() takes integers, got a {type_name(a)}")
+                raise SandboxViolation(f"range() takes integers, got {a_type_name(a)}")
         result = range(*args)
         try:
             length = len(result)
