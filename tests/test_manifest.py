@@ -650,3 +650,25 @@ def test_type_name_reads_the_manifests_read_only_containers_as_plain_ones():
     assert [errors.type_name(v) for v in (value, value["a"], value["a"][1], 1.5, np.float32(1), "x")] == [
         "dict", "list", "dict", "float", "float32", "str"]
     assert errors.describe_value(value["a"]) == "list [1, {'b': 2}]"
+
+
+# --- coverage audit (helper-204) -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", [[1], 3, "x", None, True])
+def test_a_manifest_that_is_no_object_is_one_schema_error_at_the_root(data):
+    with pytest.raises(errors.ManifestError, match=r"is not of type 'object'") as info:
+        parse_manifest(data)
+    assert str(info.value).startswith("(root): ")
+
+
+def test_expanded_bindings_counts_what_is_not_shaped_as_the_schema_wants_as_nothing():
+    """Counted before the schema (which then names the problem): a set that is no list, a binding
+    that is no object, a struct whose fields are no list, a pass or variant that is no object."""
+    from webgpu_kernels.manifest import expanded_bindings
+
+    data = {"bindingSets": {"s": "no list", "t": [{"struct": {"fields": "no list"}}, 5]},
+            "variants": [{"passes": [{"bindings": "s"}, {"bindings": "t"}, {"bindings": 7}, 3]}, "v"]}  # fmt: skip
+    assert expanded_bindings(data) == (2, "bindingSets.t holds 2, named by 1 passes")
+    assert expanded_bindings([data]) == (0, "")
+    assert expanded_bindings({"bindingSets": [], "variants": {}}) == (0, "")
