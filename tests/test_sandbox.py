@@ -933,6 +933,9 @@ def test_a_huge_integer_literal_is_refused_in_the_sandboxs_words(digits):
      "converting a list to text exceeds the limit of 1048576 characters"),
     ("{{ (0 - 1) ** 0.5 }}", errors.TemplateSandboxError, "complex numbers are not values here"),
     ("{% set c = (0 - 4) ** 0.5 %}", errors.TemplateSandboxError, "complex numbers are not values here"),
+    ("{{ ('a' * 100001)|list }}", errors.TemplateSandboxError, "a sequence of 100001 items exceeds the limit of 100000"),
+    ("{{ ('a' * 100001)|join(',') }}", errors.TemplateSandboxError, "a sequence of 100001 items exceeds the limit"),
+    ("{{ nope|list }}", errors.TemplateError, "'nope' is undefined"),
     ("{{ bindingList[5] }}", errors.TemplateError, "list object has no element 5"),
     ("{{ range(3)[7] }}", errors.TemplateError, "range object has no element 7"),
     ("{{ nope[1:2] }}", errors.TemplateError, "'nope' is undefined"),
@@ -949,6 +952,7 @@ def test_a_templates_refused_index_call_loop_or_value_is_named(source, error, me
 
 def test_the_sandboxs_bounds_let_through_what_is_just_within_them():
     assert render_template("{% for c in 'a' * 100000 %}{% endfor %}done") == "done"
+    assert render_template("{{ ('a' * 100000)|list|length }}") == "100000"
     assert len(render_template("{{ [('a' * 1000)] * 1044 }}")) == len(str(["a" * 1000] * 1044))
     assert render_template("{{ range(3) ~ 'x' }} {{ bindingList[0].name }} {{ 'abc'[2] }} {{ 4 ** 0.5 }}") == \
         "range(0, 3)x x c 2.0"
