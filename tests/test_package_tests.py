@@ -996,3 +996,29 @@ def test_expected_values_that_cannot_be_built_are_an_error_for_each_accepting_va
         assert re.search(r"test\.json cases\[\d+\]\.expected\.Y\.values: 14 values .* for shape \[3, 5\]",
                          result.message), result.message  # fmt: skip
     assert not report.ok
+
+
+def test_describe_exit_names_a_signal_by_name_where_it_has_one() -> None:
+    """What a child's death reads as: by signal name (SIGKILL: a timeout or the OOM killer), by
+    number where the number names no signal, else the exit status."""
+    import signal
+
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from webgpu_kernels.package_tests import describe_exit
+
+    assert describe_exit(None) == "did not exit"
+    assert describe_exit(-signal.SIGKILL) == "killed by signal SIGKILL"
+    assert describe_exit(-signal.SIGSEGV) == "killed by signal SIGSEGV"
+    assert describe_exit(-200) == "killed by signal 200"  # no signal has that number
+
+    @given(st.integers(-300, 300))
+    def check(code: int) -> None:
+        if code >= 0:
+            assert describe_exit(code) == f"exit status {code}"
+            return
+        names = {s.value: s.name for s in signal.Signals}
+        assert describe_exit(code) == f"killed by signal {names.get(-code, -code)}"
+
+    check()
