@@ -887,3 +887,17 @@ def test_a_workgroup_size_the_package_makes_below_1_is_its_expression_error(scal
     assert not isinstance(info.value, errors.AttributeValueError)
     assert re.fullmatch(rf"variants\[\d\]\.passes\[0\]\.dispatch\.workgroupSize: expression '{re.escape(size)}': "
                         + re.escape(said), str(info.value)), str(info.value)  # fmt: skip
+
+
+@pytest.mark.parametrize("included", [False, True])
+def test_a_template_that_is_not_utf8_is_said_to_be_so_not_missing(write_package, included):
+    """It had read 'template not found in the package (its templates: scale-shift.wgsl.jinja; did
+    you mean 'scale-shift.wgsl.jinja'?)' of a file that is there."""
+    broken = "part.wgsl.jinja" if included else "scale-shift.wgsl.jinja"
+    template = "{% include 'part.wgsl.jinja' %}\n" + DEMO_TEMPLATE if included else DEMO_TEMPLATE
+    root = write_package(json.loads(json.dumps(DEMO_MANIFEST)), {"scale-shift.wgsl.jinja": template,
+                                                                 "part.wgsl.jinja": "// part\n"})  # fmt: skip
+    (root / broken).write_bytes((root / broken).read_bytes() + b"// \xff\xfe\n")
+    with pytest.raises(errors.TemplateError) as info:
+        wk.load_kernel(root).render({"X": meta((3,), f32)})
+    assert info.value.file == broken and str(info.value) == f"{broken}: not UTF-8 text", str(info.value)

@@ -1244,3 +1244,12 @@ def test_a_when_clause_that_gives_neither_true_nor_false_is_a_warning_at_it(qg: 
     assert warning.file == "manifest.json" and warning.variant == "vec4" and warning.dtype == "float32"
     assert warning.message.startswith(f"clause {clause!r} gives neither true nor false (which rejects the variant): ")
     assert error in warning.message
+
+
+def test_a_template_that_is_not_utf8_is_one_error_saying_so(qg: Path) -> None:
+    """It had said 'template not found in the package' of the file that is there."""
+    template = qg / "quick-gelu.wgsl.jinja"
+    template.write_bytes(template.read_bytes() + b"// \xff\xfe\n")
+    digests.write_metadata(qg)
+    [error] = validate_package(qg, gpu=False).errors
+    assert (error.file, error.message) == ("quick-gelu.wgsl.jinja", "not UTF-8 text")

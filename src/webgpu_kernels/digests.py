@@ -184,6 +184,11 @@ def check_manifest_file(root: Path) -> None:
         raise PackageError(f"no {MANIFEST_FILE} in the folder", path=str(root))
 
 
+#: What a read of a package file that is not there says (a template include tells it from a file
+#: that is there but cannot be read).
+FILE_NOT_FOUND = "file not found in the package"
+
+
 def read_file(root: Path, name: str) -> bytes:
     """A package file's bytes: a regular file (after symlinks) of at most MAX_FILE_BYTES. A FIFO
     would block forever and /dev/zero never end, and both report a size of 0, so the kind is
@@ -196,7 +201,7 @@ def read_file(root: Path, name: str) -> bytes:
     try:
         return read_bounded(path, MAX_FILE_BYTES)
     except FileNotFoundError:
-        raise PackageError("file not found in the package", path=str(path)) from None
+        raise PackageError(FILE_NOT_FOUND, path=str(path)) from None
     except OSError as exc:
         raise PackageError(f"cannot read: {exc.strerror}", path=str(path)) from None
 

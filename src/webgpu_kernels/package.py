@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .digests import (
+    FILE_NOT_FOUND,
     METADATA_FILE,
     case_twin,
     check_manifest_file,
@@ -93,7 +94,7 @@ class KernelPackage:
             if not self.has(rel):  # "run digest" would not help a file that is not there
                 twin = case_twin(rel, self.verified)  # a name spelt in another case: say which file is there
                 hint = f" ({twin!r} is: names are case-sensitive)" if twin is not None else ""
-                raise PackageError(f"file not found in the package{hint}", path=str(self.path_of(rel)))
+                raise PackageError(f"{FILE_NOT_FOUND}{hint}", path=str(self.path_of(rel)))
             if rel in self.metadata["digest"]["files"]:  # validate's view of a package that does not open
                 raise DigestError("listed in metadata.json but it failed the digest check (see that problem)",
                                   file=rel, reason="mismatch", path=str(self.path_of(rel)))  # fmt: skip

@@ -25,8 +25,17 @@ from jinja2.environment import TemplateModule
 from jinja2.exceptions import SecurityError, TemplateRuntimeError, UndefinedError
 from jinja2.runtime import LoopContext, Macro
 
-from .digests import templates_there
-from .errors import DigestError, KernelError, TemplateError, TemplateSandboxError, a_type_name, name_meant, type_name
+from .digests import FILE_NOT_FOUND, templates_there
+from .errors import (
+    DigestError,
+    KernelError,
+    PackageError,
+    TemplateError,
+    TemplateSandboxError,
+    a_type_name,
+    name_meant,
+    type_name,
+)
 from .sandbox import (
     LOAD_COST,
     MAX_EXPRESSION_DEPTH,
@@ -413,6 +422,12 @@ class PackageLoader(BaseLoader):
             source = self._read(template)
         except DigestError:
             raise  # present but unverified: "not in the package" would send the author looking for it
+        except PackageError as exc:
+            if exc.detail.startswith(FILE_NOT_FOUND):
+                raise TemplateNotFound(template) from None
+            # there, but unreadable (not UTF-8, too large, no regular file): "not found" had sent the
+            # author looking for a file beside the one that is there
+            raise TemplateError(exc.detail, file=template) from None
         except KernelError:
             raise TemplateNotFound(template) from None
         if len(source) > MAX_TEMPLATE_BYTES:
