@@ -901,3 +901,28 @@ def test_a_template_that_is_not_utf8_is_said_to_be_so_not_missing(write_package,
     with pytest.raises(errors.TemplateError) as info:
         wk.load_kernel(root).render({"X": meta((3,), f32)})
     assert info.value.file == broken and str(info.value) == f"{broken}: not UTF-8 text", str(info.value)
+
+
+@pytest.mark.parametrize(("made", "said"), [
+    ("mat2x2<f32>", "unsupported uniform field type 'mat2x2<f32>'"),
+    ("f64", "unsupported uniform field type 'f64'"),
+    ("array<f32, 4>", "'array<f32, 4>' cannot live in a uniform buffer"),
+    ("array<vec4<f32>, 0>", ""),
+])  # fmt: skip
+def test_a_uniform_field_type_the_layout_refuses_names_the_field(scale_shift_variant, made, said):
+    """The type comes from a "$name" constant (the schema admits it): the error had named the binding
+    alone, not which of its fields."""
+
+    def change(manifest):
+        manifest["constants"]["extraType"] = json.dumps(made)
+        fields = manifest["bindingSets"]["scalarIO"][2]["struct"]["fields"]
+        fields.append({"name": "extra", "type": "$extraType", "value": "0"})
+
+    with pytest.raises(errors.LayoutError) as info:
+        scale_shift_variant(change).render({"X": meta((3,), f32)})
+    if said:
+        assert str(info.value).startswith(f"bindingSets.scalarIO[2]: field 'extra': {said}"), str(info.value)
+    else:  # the layout's own words name the field
+        assert str(info.value) == ("bindingSets.scalarIO[2]: field 'extra' (array<vec4<f32>, 0>) is an array of 0 "
+                                   "elements; WGSL requires a uniform array's element count to be at least 1")
+    assert info.value.field == "extra"

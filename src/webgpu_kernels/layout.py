@@ -117,10 +117,17 @@ def struct_layout(name: str, fields: list[tuple[str, str]]) -> StructLayout:
     """Lay out ``fields`` ((name, WGSL type)) in declaration order."""
     offset, align, placed = 0, 4, []
     for field_name, type_text in fields:
-        t = parse_type(type_text)
+        try:
+            t = parse_type(type_text)
+        except LayoutError as exc:  # which field: a "$name" type is seen only when the call is planned
+            error = LayoutError(f"field {field_name!r}: {exc}")
+            error.field = field_name
+            raise error from None
         if t.count == 0:  # WGSL needs a fixed count >= 1; 0 bytes here had failed later in the shader compiler
-            raise LayoutError(f"field {field_name!r} ({t.wgsl()}) is an array of 0 elements; WGSL requires a "
-                              f"uniform array's element count to be at least 1")  # fmt: skip
+            error = LayoutError(f"field {field_name!r} ({t.wgsl()}) is an array of 0 elements; WGSL requires a "
+                                f"uniform array's element count to be at least 1")  # fmt: skip
+            error.field = field_name
+            raise error
         offset = _round_up(t.align, offset)
         placed.append((field_name, t, offset))
         offset += t.size

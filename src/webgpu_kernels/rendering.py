@@ -110,7 +110,7 @@ def _struct_layout(json_path: str, name: str, types: list[tuple[str, str]]) -> S
     try:
         return struct_layout(name, types)
     except LayoutError as exc:
-        raise LayoutError(f"{json_path}: {exc}") from None
+        raise _with_field(LayoutError(f"{json_path}: {exc}"), exc.field) from None
 
 
 #: What a u32 index counts: templates' globalIndex counts a grid's invocations, workgroupIndex its
