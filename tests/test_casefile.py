@@ -855,3 +855,12 @@ def test_a_schema_message_is_cut_at_300_characters(length: int) -> None:
     assert len(details) == 1
     full = f"{wrong!r} is not of type 'array'"
     assert details[0] == (full if len(full) <= 300 else full[:297] + "...")
+
+
+@pytest.mark.parametrize("shape", [[1], [1, 1], [1, 1, 1]])
+def test_a_lone_number_fills_a_shape_of_one_element(shape) -> None:
+    """`"values": 7` for shape [1] (or [1, 1]) as for shape []: one element either way."""
+    array = build({"shape": shape, "values": 7})
+    assert array.shape == tuple(shape) and array.reshape(-1).tolist() == [7.0]
+    with pytest.raises(CaseFileError, match=r"for shape \[2\]"):
+        build({"shape": [2], "values": 7})
