@@ -784,3 +784,22 @@ def test_lock_refuses_a_hub_that_names_no_commit_sha(server, tmp_path, monkeypat
         hub_lock.lock_project(project)
     assert info.value.repo_id == OFFICIAL
     assert not (project / "webgpu-kernels.lock").exists()
+
+
+@pytest.mark.parametrize("on_disk", [b'{"version": 2}', b"{not json", None])
+def test_a_metadata_json_changed_after_it_was_verified_is_refused_naming_it(tmp_path, on_disk):
+    """What is hashed must be what the package's files were verified against: a metadata.json
+    rewritten (or removed) between the two is refused, whatever the lock file says."""
+    from types import SimpleNamespace
+
+    path = tmp_path / "metadata.json"
+    if on_disk is not None:
+        path.write_bytes(on_disk)
+    package = SimpleNamespace(root=tmp_path, metadata={"version": 1})
+    entry = hub_lock.LockEntry(OFFICIAL, 1, "a" * 40, hashlib.sha256(b'{"version": 1}').hexdigest())
+    with pytest.raises(DigestError, match=f"metadata.json of {OFFICIAL} at commit a{{40}} changed after it was "
+                                          "verified") as info:  # fmt: skip
+        hub_lock.check_pinned(package, entry, tmp_path / "webgpu-kernels.lock")
+    assert info.value.reason == "mismatch" and info.value.path == str(path)
+    path.write_bytes(b'{"version": 1}')  # as verified, and as locked
+    hub_lock.check_pinned(package, entry, tmp_path / "webgpu-kernels.lock")
