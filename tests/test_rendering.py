@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import webgpu_kernels as wk
@@ -817,6 +817,9 @@ def test_a_name_an_imported_template_does_not_define_is_undefined_there():
 
 
 @given(digits=st.text("0123456789", min_size=1, max_size=80))
+@example(digits="1" * 65)  # each branch at least once, whatever hypothesis draws
+@example(digits="9" * 64)
+@example(digits="0" * 63 + "7")
 @settings(max_examples=60, deadline=None)
 def test_int_of_a_string_is_pythons_within_64_characters_and_128_bits(digits):
     source = f"{{{{ '{digits}'|int }}}}"
