@@ -811,7 +811,8 @@ def test_a_slice_that_is_not_an_indexs_one_subscript_is_refused_at_its_line():
 def test_a_name_an_imported_template_does_not_define_is_undefined_there():
     files = {"lib.wgsl.jinja": "{% set width = 4 %}{% macro f() %}f{% endmacro %}"}
     assert render_template("{% import 'lib.wgsl.jinja' as m %}{{ m.width }}{{ m.f() }}", files) == "4f"
-    with pytest.raises(errors.TemplateError, match=r"has no attribute 'height'") as info:
+    with pytest.raises(errors.TemplateError, match=r"the imported template 'lib.wgsl.jinja' has no macro or "
+                       r"variable 'height' \(it has: f, width\)") as info:  # fmt: skip
         render_template("{% import 'lib.wgsl.jinja' as m %}\n{{ m.height }}", files)
     assert info.value.line == 2
 
@@ -929,3 +930,79 @@ def test_a_uniform_field_type_the_layout_refuses_names_the_field(scale_shift_var
         assert str(info.value) == ("bindingSets.scalarIO[2]: field 'extra' (array<vec4<f32>, 0>) is an array of 0 "
                                    "elements; WGSL requires a uniform array's element count to be at least 1")
     assert info.value.field == "extra"
+
+
+# --- error-message polish (helper-207) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("{{ range }}", "the function range cannot be converted to text"),
+    ("{{ bindings.items }}", "the method items cannot be converted to text"),
+    ("{{ 'a' ~ bindings.keys }}", "the method keys cannot be converted to text"),
+    ("{{ range.x }}", "attribute 'x' of the function range is not accessible here"),
+    ("{{ bindings.values[0] }}", "the method values cannot be indexed here"),
+    ("{{ range[1:2] }}", "only a list, tuple, string or range can be sliced, not the function range"),
+    ("{{ [1][range] }}", "a list cannot be indexed by the function range"),
+    ("{{ range is odd }}", "the test 'odd' takes numbers, got the function range"),
+    ("{{ bindings.items is even }}", "the test 'even' takes numbers, got the method items"),
+])  # fmt: skip
+def test_the_sandbox_names_range_and_a_dicts_methods_as_the_template_wrote_them(source, said):
+    """They had been named by the library's private classes: "a _Range cannot be converted to text",
+    "a _DictMethod"."""
+    with pytest.raises(errors.TemplateSandboxError) as info:
+        render_template(source)
+    assert str(info.value) == f"main.wgsl.jinja:1: refused by the sandbox: {said}", str(info.value)
+
+
+@pytest.mark.parametrize("source", ["{{ range|length }}", "{{ bindings.items|list }}", "{{ range + 1 }}",
+                                    "{{ 1 in bindings.keys }}", "{{ 1 < range }}", "{{ range|wgsl_float }}"])
+def test_no_message_about_range_or_a_dicts_methods_shows_a_private_class(source):
+    """Python's own messages (not iterable, unsupported operand) name a type by its class name."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(source)
+    assert "_Range" not in str(info.value) and "_DictMethod" not in str(info.value), str(info.value)
+    assert re.search(r"\b(function|method)\b", str(info.value)), str(info.value)
+
+
+_IMPORTED = {"lib.wgsl.jinja": "{% macro load(i) %}x[{{ i }}]{% endmacro %}{% set width = 4 %}{% set blank = none %}"}
+
+
+@pytest.mark.parametrize(("read", "said"), [
+    ("nope", "the imported template 'lib.wgsl.jinja' has no macro or variable 'nope' (it has: blank, load, width)"),
+    ("loads", "the imported template 'lib.wgsl.jinja' has no macro or variable 'loads' (it has: blank, load, "
+              "width; did you mean 'load'?)"),
+])  # fmt: skip
+def test_a_name_an_imported_template_lacks_is_said_with_the_names_it_has(read, said):
+    """Doc (format.md): "A name the imported template does not define (`c.nope`) is a `TemplateError` at
+    the line that reads it, naming what it defines". Jinja's words had been
+    "'jinja2.environment.TemplateModule object' has no attribute 'nope'"."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(f"// one\n{{% import 'lib.wgsl.jinja' as m %}}{{{{ m.{read} }}}}", _IMPORTED)
+    assert info.value.line == 2 and said in str(info.value), str(info.value)
+    assert "TemplateModule" not in str(info.value)
+
+
+def test_a_variable_an_imported_template_sets_to_none_is_there():
+    """An exported variable holding none had been told apart from a missing one by its value."""
+    source = "{% import 'lib.wgsl.jinja' as m %}{{ m.width }} {{ m.blank is none }} {{ m.load(2) }}"
+    assert render_template(source, _IMPORTED) == "4 True x[2]"
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("{{ ('ab' * 100000)|first }}", "a"),
+    ("{{ ('ab' * 100000)|last }}", "b"),
+    ("{{ (('ab' * 100000) ~ 'c')|last }}", "c"),
+])  # fmt: skip
+def test_first_and_last_of_a_string_past_the_item_limit_but_within_the_text_limit(source, expected):
+    """A string is bounded by the text limit (MAX_RENDERED_BYTES) where it is built; taking one
+    character of it is cheap. It had been refused as "a sequence of 200000 items exceeds the limit
+    of 100000"."""
+    assert len("ab" * 100000) > MAX_TEMPLATE_ITEMS
+    assert render_template(source) == expected
+
+
+def test_a_string_past_the_item_limit_is_still_refused_where_it_becomes_items():
+    """|list of it would be a list past the item limit; join and max walk it item by item."""
+    for f in ("list", "join(',')", "max"):
+        with pytest.raises(errors.TemplateSandboxError, match=f"exceeds the limit of {MAX_TEMPLATE_ITEMS}"):
+            render_template(f"{{{{ ('ab' * 100000)|{f} }}}}")

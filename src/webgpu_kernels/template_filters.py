@@ -230,14 +230,21 @@ def _f_indent(context: Any, s: Any, width: Any = 4, first: bool = False, blank: 
     return _result(context, jinja_filters.do_indent(s, indention, first, blank))
 
 
+def _ends(context: Any, value: Any) -> Any:
+    """What first and last read: a string as it is (one character taken is cheap, and the string was
+    bounded by the text limit where it was built: take()'s item limit, which bounds a list that
+    |list, join or max builds or walks item by item, had refused 200,000 characters); else take()'s."""
+    return value if isinstance(value, str) else _env(context).take(value)
+
+
 @pass_context
 def _f_first(context: Any, value: Any) -> Any:
-    return jinja_filters.do_first(_env(context), _env(context).take(value))
+    return jinja_filters.do_first(_env(context), _ends(context, value))
 
 
 @pass_context
 def _f_last(context: Any, value: Any) -> Any:
-    return jinja_filters.do_last(_env(context), _env(context).take(value))
+    return jinja_filters.do_last(_env(context), _ends(context, value))
 
 
 @pass_context

@@ -32,6 +32,7 @@ from .errors import (
     PackageError,
     TemplateError,
     TemplateSandboxError,
+    WrittenAs,
     a_type_name,
     name_meant,
     type_name,
@@ -135,8 +136,11 @@ _TESTS: dict[str, Callable[..., bool]] = {name: as_written("test", name, test, _
 }.items()}  # fmt: skip
 
 
-class _Range:
+class _Range(WrittenAs):
     """The ``range`` global: Python's range, at most :data:`MAX_TEMPLATE_ITEMS` long."""
+
+    __slots__ = ()
+    written_as = "the function range"
 
     def __call__(self, *args: Any, **kwargs: Any) -> range:
         if kwargs:  # Python's message named _Range.__call__
@@ -157,7 +161,7 @@ class _Range:
         return "<range>"
 
 
-class _DictMethod:
+class _DictMethod(WrittenAs):
     """A dict's ``items``, ``keys`` or ``values`` in a template: called, a list, not a dict view. A
     view's set algebra (``d.keys() - [t]``) hashed every leaf of ``t``, and comparing two views
     compared every leaf, in one step past the render's budget and deadline (a comparison's bound
@@ -168,6 +172,10 @@ class _DictMethod:
     def __init__(self, mapping: dict[Any, Any], name: str) -> None:
         self._dict, self._name = mapping, name
 
+    @property
+    def written_as(self) -> str:  # type: ignore[override]  # a property where the base declares a str
+        return f"the method {self._name}"
+
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         if args or kwargs:
             raise TemplateRuntimeError(f"{self._name}() takes no arguments")
@@ -177,6 +185,12 @@ class _DictMethod:
 
     def __repr__(self) -> str:
         return f"<dict.{self._name}>"
+
+
+# Python's own messages name an object by its class ("'_Range' object is not iterable", "unsupported
+# operand type(s) for +: '_DictMethod' and 'int"): named as Python names a function and a bound method.
+_Range.__name__ = _Range.__qualname__ = "function"
+_DictMethod.__name__ = _DictMethod.__qualname__ = "method"
 
 
 class _BudgetedTemplate(Template):
@@ -261,10 +275,14 @@ class TemplateSandbox(BoundedSandbox):
         if isinstance(obj, LoopContext) and attribute in _LOOP_ATTRIBUTES:
             return getattr(obj, attribute)
         if isinstance(obj, TemplateModule) and not attribute.startswith("_"):
-            value = getattr(obj, attribute, None)
-            if value is not None:
-                return value
-            return self.undefined(obj=obj, name=attribute)
+            exported = sorted(k for k in vars(obj) if not k.startswith("_"))  # its macros and top-level sets
+            if attribute in exported:  # (by name: one set to none is there too)
+                return getattr(obj, attribute)
+            # Jinja's words had been "'jinja2.environment.TemplateModule object' has no attribute 'x'"
+            close = name_meant(attribute, exported)
+            meant = f"; did you mean {close!r}?" if close else ""
+            return self.undefined(f"the imported template {obj.__name__!r} has no macro or variable {attribute!r} "
+                                  f"(it has: {', '.join(exported) or 'none'}{meant})", name=attribute)  # fmt: skip
         return super()._other_attribute(obj, attribute)
 
     def callable_allowed(self, obj: Any) -> bool:
