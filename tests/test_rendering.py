@@ -872,13 +872,18 @@ def test_replace_count_and_join_attribute_and_last():
 
 
 @pytest.mark.parametrize(("size", "shape", "said"), [
-    ("n - 3", (3,), "a workgroup size must be at least 1"),
-    ("0", (8,), "a workgroup size must be at least 1"),
-    ("n - 9", (4,), "dispatch.workgroupSize must be a non-negative integer, got -5"),
+    ("n - 3", (3,), "dispatch.workgroupSize must be an integer of at least 1, got 0"),
+    ("0", (8,), "dispatch.workgroupSize must be an integer of at least 1, got 0"),
+    ("n - 9", (4,), "dispatch.workgroupSize must be an integer of at least 1, got -5"),
+    ("n / 8", (4,), "dispatch.workgroupSize must be an integer of at least 1, got 0.5"),
 ])  # fmt: skip
 def test_a_workgroup_size_the_package_makes_below_1_is_its_expression_error(scale_shift_variant, size, shape, said):
     """No tunable in the expression: the package's mistake, named at the expression (a size read
-    from a tunable is the caller's AttributeValueError, tests/test_bad_input.py)."""
+    from a tunable is the caller's AttributeValueError, tests/test_bad_input.py). Doc (format.md,
+    Counts): "a workgroup size says its own bound: `dispatch.workgroupSize must be an integer of at
+    least 1, got 0`". One rule for 0
+    and -5 alike: -5 had been told "must be a non-negative integer", which 0 is, and 0 "a workgroup
+    size must be at least 1", without the value."""
 
     def change(manifest):
         for v in manifest["variants"]:

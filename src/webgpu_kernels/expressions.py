@@ -527,17 +527,20 @@ class _FailedBroadcast(StrictUndefined):
         raise ShapesDoNotBroadcast(*self._broadcast, message=self._undefined_hint or "")
 
 
-def as_count(value: Any, expression: Expression, what: str) -> int:
-    """A non-negative integer from an expression's value: integral floats pass, 10.5 does not."""
+def as_count(value: Any, expression: Expression, what: str, *, least: int = 0) -> int:
+    """An integer of at least ``least`` from an expression's value: integral floats pass, 10.5 does
+    not. One rule said for every value refused (a workgroup size of -5 had been told "must be a
+    non-negative integer", which 0 is, and 0 "must be at least 1")."""
+    rule = "a non-negative integer" if least == 0 else f"an integer of at least {least}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ExpressionError(f"{what} must be a non-negative integer, got {_short(value)}",
+        raise ExpressionError(f"{what} must be {rule}, got {_short(value)}",
                               expression=expression.source, where=expression.where)  # fmt: skip
     if isinstance(value, float):
         if not value.is_integer():
-            raise ExpressionError(f"{what} must be a non-negative integer, got {value!r}",
+            raise ExpressionError(f"{what} must be {rule}, got {value!r}",
                                   expression=expression.source, where=expression.where)  # fmt: skip
         value = int(value)
-    if value < 0:
-        raise ExpressionError(f"{what} must be a non-negative integer, got {value!r}",
+    if value < least:
+        raise ExpressionError(f"{what} must be {rule}, got {value!r}",
                               expression=expression.source, where=expression.where)  # fmt: skip
     return value

@@ -198,9 +198,7 @@ def resolve_pass(cpass: CompiledPass, scope: Mapping[str, Any]) -> ResolvedPass:
 def _workgroup_size(expr: Expression, scope: Mapping[str, Any]) -> int:
     value = expr.evaluate(scope)
     try:
-        size = as_count(value, expr, "dispatch.workgroupSize")
-        if size < 1:
-            raise ExpressionError("a workgroup size must be at least 1", expression=expr.source, where=expr.where)
+        size = as_count(value, expr, "dispatch.workgroupSize", least=1)
     except ExpressionError:
         # A size read from the caller's tunables is the caller's mistake, not the package's.
         tunable = next((ref for ref in expr.references if ref.startswith("tunables.")), None)
