@@ -65,3 +65,23 @@ def test_printable_replaces_bidirectional_controls_too():
     for c in ("\u202e", "\u202a", "\u2066", "\u2069", "\u200f", "\u200e", "\u061c", "\x1b", "\x85"):
         assert printable(f"a{c}b") == "a\ufffdb", repr(c)
     assert printable("café 漢字 🙂\tx\ny") == "café 漢字 🙂\tx\ny"
+
+
+# --- error-message polish (helper-207) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    (1, "an int"), (1.5, "a float"), ((1,), "a tuple"), (range(2), "a range"), ([], "a list"),
+    (np.uint32(7), "a uint32"), (np.uint8(7), "a uint8"), (np.uint16(7), "a uint16"), (np.add, "a ufunc"),
+    (np.int64(7), "an int64"), (Ellipsis, "an ellipsis"), (None, "none"),
+])  # fmt: skip
+def test_a_type_name_takes_the_article_its_name_is_read_with(value, said):
+    """"an" went before any name starting with a vowel letter: NumPy's unsigned types read "an uint32"."""
+    assert errors.a_type_name(value) == said
+
+
+def test_an_undefined_value_is_named_undefined():
+    """jinja2's Undefined reads "an Undefined" (un-), not "a"."""
+    from jinja2 import Undefined
+
+    assert errors.a_type_name(Undefined()) == "an Undefined"

@@ -785,9 +785,9 @@ def test_a_templates_range_is_pythons_up_to_max_template_items_and_refused_past_
             render_template(source)
 
 
-@pytest.mark.parametrize(("argument", "kind"), [("1.5", "float"), ("true", "bool"), ("'3'", "str"), ("none", "NoneType")])
+@pytest.mark.parametrize(("argument", "kind"), [("1.5", "a float"), ("true", "a bool"), ("'3'", "a str"), ("none", "none")])
 def test_a_templates_range_takes_integers_only(argument, kind):
-    with pytest.raises(errors.TemplateSandboxError, match=rf"range\(\) takes integers, got a {kind}") as info:
+    with pytest.raises(errors.TemplateSandboxError, match=rf"range\(\) takes integers, got {kind}") as info:
         render_template(f"// one\n{{{{ range(2, {argument}) }}}}")
     assert info.value.file == "main.wgsl.jinja" and info.value.line == 2
 
@@ -1011,3 +1011,17 @@ def test_a_string_past_the_item_limit_is_still_refused_where_it_becomes_items():
     for f in ("list", "join(',')", "max"):
         with pytest.raises(errors.TemplateSandboxError, match=f"exceeds the limit of {MAX_TEMPLATE_ITEMS}"):
             render_template(f"{{{{ ('ab' * 100000)|{f} }}}}")
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("{{ range(2, none) }}", "refused by the sandbox: range() takes integers, got none"),
+    ("{{ [1][none] }}", "refused by the sandbox: a list cannot be indexed by none"),
+    ("{{ nope is odd }}", "UndefinedError: 'nope' is undefined"),
+    ("{{ 3 is divisibleby(nope) }}", "UndefinedError: 'nope' is undefined"),
+])  # fmt: skip
+def test_none_and_an_undefined_name_are_named_as_the_template_has_them(source, said):
+    """They had read "got a NoneType" and, for a misspelt name, "the test 'odd' takes numbers, got
+    a StrictUndefined"."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(source)
+    assert str(info.value).startswith(f"main.wgsl.jinja:1: {said}"), str(info.value)

@@ -918,7 +918,7 @@ def test_a_huge_integer_literal_is_refused_in_the_sandboxs_words(digits):
 @pytest.mark.parametrize(("source", "error", "message"), [
     ("{{ bindingList[1.5] }}", errors.TemplateSandboxError, "a list cannot be indexed by a float"),
     ("{{ bindingList[true] }}", errors.TemplateSandboxError, "a list cannot be indexed by a bool"),
-    ("{{ 'abc'[none] }}", errors.TemplateSandboxError, "a str cannot be indexed by a NoneType"),
+    ("{{ 'abc'[none] }}", errors.TemplateSandboxError, "a str cannot be indexed by none"),
     ("{{ 5[0] }}", errors.TemplateSandboxError, "an int cannot be indexed here"),
     ("{{ 5['a'] }}", errors.TemplateSandboxError, "attribute 'a' of an int is not accessible here"),
     ("{{ bindingList[0:1:2.5] }}", errors.TemplateSandboxError, "integers or left out, not a float"),

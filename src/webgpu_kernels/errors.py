@@ -92,11 +92,23 @@ class WrittenAs:
 
 
 def a_type_name(value: Any) -> str:
-    """:func:`type_name` after its article ("an int", "a float"): "a int" had read as a slip."""
+    """:func:`type_name` after its article ("an int", "a float"): "a int" had read as a slip. None is
+    "none", as a template or expression writes it ("a NoneType" named a class nobody wrote)."""
     if isinstance(value, WrittenAs):
         return value.written_as
+    if value is None:
+        return "none"
     name = type_name(value)
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+    return f"{'an' if _vowel_sound(name) else 'a'} {name}"
+
+
+def _vowel_sound(name: str) -> bool:
+    """Whether ``name`` is read starting with a vowel sound: a vowel letter, but a "u" read "you"
+    (NumPy's uint32, ushort, ufunc: "an uint32" had been written) unless it is "un-" (an Undefined)."""
+    head = name[:2].lower()
+    if head[:1] == "u":
+        return head == "un"
+    return head[:1] in ("a", "e", "i", "o")
 
 
 def name_meant(name: str, known: list[str]) -> str | None:

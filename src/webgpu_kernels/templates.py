@@ -23,7 +23,7 @@ from jinja2 import BaseLoader, Template, TemplateNotFound, TemplateSyntaxError, 
 from jinja2 import tests as jinja_tests
 from jinja2.environment import TemplateModule
 from jinja2.exceptions import SecurityError, TemplateRuntimeError, UndefinedError
-from jinja2.runtime import LoopContext, Macro
+from jinja2.runtime import LoopContext, Macro, Undefined
 
 from .digests import FILE_NOT_FOUND, templates_there
 from .errors import (
@@ -98,6 +98,8 @@ def _numbers_only(name: str, test: Callable[..., bool]) -> Callable[..., bool]:
     # Jinja's odd/even/divisibleby compute ``value % n``, which for a string is %-formatting.
     def checked(value: Any, *args: Any) -> bool:
         for v in (value, *args):
+            if isinstance(v, Undefined):  # a misspelt name, said so: not "takes numbers, got a StrictUndefined"
+                v._fail_with_undefined_error()
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise SandboxViolation(f"the test {name!r} takes numbers, got {a_type_name(v)}")
         return test(value, *args)
