@@ -1253,3 +1253,36 @@ def test_a_template_that_is_not_utf8_is_one_error_saying_so(qg: Path) -> None:
     digests.write_metadata(qg)
     [error] = validate_package(qg, gpu=False).errors
     assert (error.file, error.message) == ("quick-gelu.wgsl.jinja", "not UTF-8 text")
+
+
+# --- error-message polish (helper-207) ----------------------------------------------------------------
+
+
+def test_a_when_clause_that_fails_for_several_cases_is_one_warning_naming_the_others(qg: Path) -> None:
+    """Doc (package-files.md): one warning "per clause, variant, dtype and reason". It had been one
+    line per case (30 for one clause in QuickGelu), each the same but for the case and its numbers."""
+    kept = ["vec4-2x64-f32", "multi-workgroup-3x77x16-f32", "alpha-0-f32"]
+    edit_json(qg / "manifest.json", lambda m: m["variants"][0]["when"].append("numel(shapes.X)"))
+    edit_json(qg / "test.json", lambda t: t.update(cases=[c for c in t["cases"] if c["name"] in kept]))
+    (qg / "bench.json").unlink()
+    digests.write_metadata(qg)
+    report = validate_package(qg)
+    [warning] = [p for p in report.warnings if p.json_path == "variants[0].when[2]"]
+    assert (warning.variant, warning.dtype, warning.case) == ("vec4", "float32", "vec4-2x64-f32")
+    assert warning.message == ("clause 'numel(shapes.X)' gives neither true nor false (which rejects the variant): "
+                               "a when clause must be true or false, got int 128 (and in 2 more cases: "
+                               "multi-workgroup-3x77x16-f32, alpha-0-f32)")  # fmt: skip
+
+
+def test_when_clause_warnings_of_different_reasons_stay_apart(qg: Path) -> None:
+    """Grouped by the reason less its numbers, never across reasons: a clause that is an int for one
+    case and a string for another is two warnings."""
+    edit_json(qg / "manifest.json", lambda m: m["variants"][0]["when"].append("numel(shapes.X) if ranks.X == 2 "
+                                                                             "else 'x'"))  # fmt: skip
+    edit_json(qg / "test.json", lambda t: t.update(cases=[c for c in t["cases"] if c["name"] in
+                                                          ("vec4-2x64-f32", "multi-workgroup-3x77x16-f32")]))  # fmt: skip
+    (qg / "bench.json").unlink()
+    digests.write_metadata(qg)
+    warnings = [p for p in validate_package(qg).warnings if p.json_path == "variants[0].when[2]"]
+    assert sorted(p.case for p in warnings) == ["multi-workgroup-3x77x16-f32", "vec4-2x64-f32"]
+    assert not any("more case" in p.message for p in warnings)

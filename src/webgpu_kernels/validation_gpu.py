@@ -237,6 +237,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     uncompiled: dict[tuple[str, int | None, str, str], list[_Alike]] = {}
     unrendered: dict[tuple[str, int | None, str, str], list[_Alike]] = {}  # the same, for render errors
     unresolved: dict[tuple[str, str, str, tuple[str, str]], list[tuple[str, str]]] = {}  # (where, variant, dtype, reason) -> (case, why)
+    unjudged: dict[tuple[str, str, str, str], list[tuple[str, str]]] = {}  # (clause path, variant, dtype, reason) -> (case, text)
     unportable: set[tuple[str, int]] = set()  # (variant, pass) warned of for its workgroup memory
     too_much: dict[str, str] = {}  # WGSL refused for its workgroup memory -> the refusal, for every case it serves
     # A variant guards itself with the limit when its `when` or constants, or the top-level
@@ -286,11 +287,11 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     f16_accepts = accepted_with_f16(program, signature, device.info)
                 if no_f16 and vid in (f16_accepts or ()):
                     needs_f16.add((vid, label))  # its f16Ok guard, not the case, keeps it from compiling
-                if verdict.error is not None:
-                    out.warning(MANIFEST_FILE, f"{cv.variant.json_path}.when[{verdict.clause_index}]",
-                                f"clause {verdict.clause!r} gives neither true nor false (which rejects the variant): "
-                                f"{verdict.error}",
-                                variant=vid, dtype=label, case=call.case)  # fmt: skip
+                if verdict.error is not None:  # grouped as `unresolved` is: each case's numbers differ
+                    text = (f"clause {verdict.clause!r} gives neither true nor false (which rejects the variant): "
+                            f"{verdict.error}")  # fmt: skip
+                    key = (f"{cv.variant.json_path}.when[{verdict.clause_index}]", vid, label, _NUMBER.sub("#", text))
+                    unjudged.setdefault(key, []).append((call.case, text))
                 continue
             accepted_any = True
             if call.source == TEST_FILE:
@@ -446,6 +447,9 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         (case, why), others = failures[0], [c for c, _ in failures[1:]]
         out.error(MANIFEST_FILE, where, f"cannot resolve the variant: {why}{_more_cases(others)}",
                   variant=vid, dtype=label, case=case)  # fmt: skip
+    for (where, vid, label, _), failures in unjudged.items():  # one warning per clause, variant, dtype and reason
+        (case, text), others = failures[0], [c for c, _ in failures[1:]]  # (it had been one per case: 30 lines)
+        out.warning(MANIFEST_FILE, where, text + _more_cases(others), variant=vid, dtype=label, case=case)
     for (where, vid, arg), calls_without in unbound.items():  # one error per variant and tensor, not per case
         shown = _first_few(calls_without)
         out.error(MANIFEST_FILE, where, f"accepts calls that have no tensor {arg!r} but binds it: its `when` must "
