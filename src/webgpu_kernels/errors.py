@@ -82,20 +82,9 @@ def type_name(value: Any) -> str:
     return kind.__name__
 
 
-class WrittenAs:
-    """A value of the library's own that a template reaches by name (its ``range``, a dict's ``items``):
-    :func:`a_type_name` names it as the template wrote it, by ``written_as`` ("the function range"),
-    not by its private class ("a _Range cannot be converted to text" had reached package authors)."""
-
-    __slots__ = ()
-    written_as: str
-
-
 def a_type_name(value: Any) -> str:
     """:func:`type_name` after its article ("an int", "a float"): "a int" had read as a slip. None is
     "none", as a template or expression writes it ("a NoneType" named a class nobody wrote)."""
-    if isinstance(value, WrittenAs):
-        return value.written_as
     if value is None:
         return "none"
     name = type_name(value)

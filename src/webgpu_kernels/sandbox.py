@@ -44,6 +44,21 @@ MAX_INT_BITS = 128
 MAX_EXPRESSION_DEPTH = 32
 
 
+class WrittenAs:
+    """A value of the library's own that a template reaches by name (its ``range``, a dict's ``items``):
+    :func:`a_value_name` names it as the template wrote it, by ``written_as`` ("the function range"),
+    not by its private class ("a _Range cannot be converted to text" had reached package authors)."""
+
+    __slots__ = ()
+    written_as: str
+
+
+def a_value_name(value: Any) -> str:
+    """What the sandbox's messages call ``value``: a :class:`WrittenAs` by what the template wrote,
+    anything else by :func:`~webgpu_kernels.errors.a_type_name` ("an int", "none")."""
+    return value.written_as if isinstance(value, WrittenAs) else a_type_name(value)
+
+
 class SandboxViolation(SecurityError):
     """Raised inside a sandbox when something is refused (a construct or a resource bound).
 
@@ -295,7 +310,7 @@ class BoundedSandbox(SandboxedEnvironment):
                 if total > limit:
                     break
             return total
-        raise self.refuse(f"{a_type_name(value)} cannot be converted to text")
+        raise self.refuse(f"{a_value_name(value)} cannot be converted to text")
 
     def check_weight(self, value: Any, what: str) -> Any:
         """``value`` if it holds at most ``max_items`` items counted through every nesting level, else
@@ -316,7 +331,7 @@ class BoundedSandbox(SandboxedEnvironment):
         size = self.text_size(value, self.max_text)
         if size > self.max_text:
             raise self.refuse(
-                f"converting {a_type_name(value)} to text exceeds the limit of {self.max_text} characters"
+                f"converting {a_value_name(value)} to text exceeds the limit of {self.max_text} characters"
             )
         return self.check_value(str(value))
 
@@ -405,7 +420,7 @@ class BoundedSandbox(SandboxedEnvironment):
 
     def _other_attribute(self, obj: Any, attribute: str) -> Any:
         # (built at once: `[1][s]` of a 1 MiB s in a loop had built 1 MiB per iteration)
-        return self.undefined(f"attribute {short_repr(attribute, 60)} of {a_type_name(obj)} is not accessible here",
+        return self.undefined(f"attribute {short_repr(attribute, 60)} of {a_value_name(obj)} is not accessible here",
                               name=attribute, exc=SecurityError)  # fmt: skip
 
     def getitem(self, obj: Any, argument: Any) -> Any:
@@ -430,11 +445,11 @@ class BoundedSandbox(SandboxedEnvironment):
                     return self.undefined(obj=obj, name=argument)
             if isinstance(argument, str):
                 return self.getattr(obj, argument)
-            return self.undefined(f"{a_type_name(obj)} cannot be indexed by {a_type_name(argument)}",
+            return self.undefined(f"{a_value_name(obj)} cannot be indexed by {a_value_name(argument)}",
                                   name=f"<{type(argument).__name__}>", exc=SecurityError)  # fmt: skip
         if isinstance(argument, str):
             return self.getattr(obj, argument)
-        return self.undefined(f"{a_type_name(obj)} cannot be indexed here", name=f"<{type_name(argument)}>",
+        return self.undefined(f"{a_value_name(obj)} cannot be indexed here", name=f"<{type_name(argument)}>",
                               exc=SecurityError)  # fmt: skip
 
     # --- calls ----------------------------------------------------------------------------------
@@ -446,7 +461,7 @@ class BoundedSandbox(SandboxedEnvironment):
             __obj._fail_with_undefined_error()
         _charge(CALL_COST)
         if not __self.callable_allowed(__obj):
-            raise __self.refuse(f"calling {a_type_name(__obj)} is not allowed here")
+            raise __self.refuse(f"calling {a_value_name(__obj)} is not allowed here")
         return __self.check_value(__context.call(__obj, *args, **kwargs))
 
     def callable_allowed(self, obj: Any) -> bool:
@@ -510,9 +525,9 @@ class BoundedSandbox(SandboxedEnvironment):
                 bound._fail_with_undefined_error()
             if bound is not None and not _is_index(bound):
                 raise self.refuse(f"a slice's start, stop and step are integers or left out, not "
-                                  f"{a_type_name(bound)}")  # fmt: skip
+                                  f"{a_value_name(bound)}")  # fmt: skip
         if not isinstance(obj, (list, tuple, str, range)):
-            raise self.refuse(f"only a list, tuple, string or range can be sliced, not {a_type_name(obj)}")
+            raise self.refuse(f"only a list, tuple, string or range can be sliced, not {a_value_name(obj)}")
         result = obj[start:stop:step]  # step 0 is a ValueError, reported by the caller
         if isinstance(result, (str, list, tuple)):
             charge_text(len(result))  # a copy, built like '+' builds one

@@ -32,8 +32,6 @@ from .errors import (
     PackageError,
     TemplateError,
     TemplateSandboxError,
-    WrittenAs,
-    a_type_name,
     name_meant,
     type_name,
 )
@@ -45,6 +43,8 @@ from .sandbox import (
     BoundedSandbox,
     OutOfFloatRange,
     SandboxViolation,
+    WrittenAs,
+    a_value_name,
     charge_text,
     charge_work,
     harden,
@@ -101,7 +101,7 @@ def _numbers_only(name: str, test: Callable[..., bool]) -> Callable[..., bool]:
             if isinstance(v, Undefined):  # a misspelt name, said so: not "takes numbers, got a StrictUndefined"
                 v._fail_with_undefined_error()
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise SandboxViolation(f"the test {name!r} takes numbers, got {a_type_name(v)}")
+                raise SandboxViolation(f"the test {name!r} takes numbers, got {a_value_name(v)}")
         return test(value, *args)
 
     return checked
@@ -149,7 +149,7 @@ class _Range(WrittenAs):
             raise TemplateRuntimeError(f"range() takes no keyword arguments, got {', '.join(map(repr, kwargs))}")
         for a in args:
             if isinstance(a, bool) or not isinstance(a, int):
-                raise SandboxViolation(f"range() takes integers, got {a_type_name(a)}")
+                raise SandboxViolation(f"range() takes integers, got {a_value_name(a)}")
         result = range(*args)
         try:
             length = len(result)
