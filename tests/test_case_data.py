@@ -93,8 +93,8 @@ def test_bool_is_the_integers_0_and_1() -> None:
 def test_a_bool_input_drawn_for_bench_and_run_is_a_fair_coin() -> None:
     """bench, tune, the peers and `run` draw a bool input half true by default (normal draws are
     never 0, so casting them made every mask all true)."""
-    from webgpu_kernels.cli import InputSpec
     from webgpu_kernels.cli_run import random_inputs
+    from webgpu_kernels.kernel_arguments import InputSpec
 
     mask = case_data.random_values((4, 1000), "bool", np.random.default_rng(5))
     np.testing.assert_array_equal(mask, np.random.default_rng(5).random(size=(4, 1000)) < 0.5)

@@ -1,5 +1,6 @@
-"""cli.py: the options every command shares (-i, --attr, --generate, seconds, dtypes), kernel arguments, error
-reports and the console's output, through click's CliRunner on real shaders (lavapipe in CI)."""
+"""cli.py, kernel_arguments.py and command_output.py: the options every command shares (-i, --attr,
+--generate, seconds, dtypes), kernel arguments, error reports and the console's output, through
+click's CliRunner on real shaders (lavapipe in CI)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 import webgpu_kernels as wk
-from webgpu_kernels.cli import InputSpec, main, parse_input_spec, parse_value
+from webgpu_kernels.cli import main
+from webgpu_kernels.kernel_arguments import InputSpec, parse_input_spec, parse_value
 from webgpu_kernels.package import embedded_root
 
 from cli_helpers import BIAS_ADD, QG_F32, QUICK_GELU, assert_error, invoke, invoke_json
@@ -128,7 +130,7 @@ def test_a_folder_named_like_a_hub_repository_is_ambiguous(runner: CliRunner, tm
     ("org/op@v3", "hub", "org/op", "v3"), ("org/op@main", "hub", "org/op", "main"), ("com.x.Op", "unknown", "", ""),
 ])  # fmt: skip
 def test_one_rule_reads_every_kernel_argument(ref, kind, repo, pin) -> None:
-    from webgpu_kernels.cli import classify_kernel_ref
+    from webgpu_kernels.kernel_arguments import classify_kernel_ref
 
     where = classify_kernel_ref(ref)
     assert (where.kind, where.repo, where.pin) == (kind, repo, pin)
@@ -448,7 +450,7 @@ def test_progress_is_live_only_on_a_terminal_that_redraws(monkeypatch, term: str
 
     from rich.console import Console
 
-    from webgpu_kernels.cli import is_live
+    from webgpu_kernels.command_output import is_live
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -465,7 +467,7 @@ def test_a_reader_that_stops_early_leaves_the_commands_own_exit_status() -> None
     """`test PKG | head -1`: rich exited 1 on the broken pipe, which says "a case failed", so a
     passing command failed a CI step run with pipefail. The rest is dropped now and the
     command goes on to its own verdict."""
-    from webgpu_kernels.cli import package_text_console
+    from webgpu_kernels.command_output import package_text_console
 
     read_end, write_end = os.pipe()
     os.close(read_end)  # as head does after its line

@@ -12,9 +12,10 @@ from click.testing import CliRunner
 
 import webgpu_kernels as wk
 from webgpu_kernels import references
-from webgpu_kernels.cli import InputSpec, main
+from webgpu_kernels.cli import main
 from webgpu_kernels.cli_run import summarize
 from webgpu_kernels.comparison import reference_report as compare
+from webgpu_kernels.kernel_arguments import InputSpec
 
 from cli_helpers import (
     BA_F16_VEC4,

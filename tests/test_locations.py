@@ -178,7 +178,8 @@ def test_a_path_this_user_may_not_search_is_a_folder_not_a_hub_repository(tmp_pa
 
     from click.testing import CliRunner
 
-    from webgpu_kernels.cli import classify_kernel_ref, main
+    from webgpu_kernels.cli import main
+    from webgpu_kernels.kernel_arguments import classify_kernel_ref
 
     monkeypatch.chdir(tmp_path)
     real_stat = pathlib.Path.stat
@@ -210,8 +211,9 @@ def test_a_hub_id_with_a_trailing_slash_and_no_such_folder_asks_did_you_mean(tmp
 
 
 def test_get_kernel_and_the_commands_refuse_a_trailing_slash_in_one_wording(tmp_path, monkeypatch) -> None:
-    """locations' refusal (get_kernel) and the command line's (cli.kernel_folder) had each built their
-    own text, which read differently: the one cli.md documents is both's, as the command prints it."""
+    """locations' refusal (get_kernel) and the command line's (kernel_arguments.kernel_folder) had each
+    built their own text, which read differently: the one cli.md documents is both's, as the command
+    prints it."""
     from click.testing import CliRunner
 
     from webgpu_kernels.cli import main

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .benchmark import CALLS_PER_SPAN
-from .cli import is_live
+from .command_output import is_live
 from .references import UNCOMPUTED_OUTPUTS
 
 

@@ -38,30 +38,23 @@ from .benchmark import (
 )  # fmt: skip
 from .case_data import numpy_dtype
 from .casefile import BENCH_FILE, advise_case, case_name_matches, parse_bench_file
-from .cli import (
-    DTYPE_ALIASES,
-    GENERATE_OPTION,
-    FiniteFloatRange,
-    _adapter,
-    _assignments_callback,
-    _console,
-    _echo_json,
-    _inputs_callback,
-    _jsonable,
-    adapter_option,
-    dtypes_callback,
-    is_live,
-    onnx_op_option,
-    output_file,
-    resolve_kernel,
-    trust_option,
-    with_generators,
-)
+from .cli import FiniteFloatRange, _adapter, adapter_option, onnx_op_option, output_file
+from .command_output import _console, _echo_json, _jsonable, is_live
 from .comparison import Agreement, Tolerance, check_against
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, InputError, KernelError, SelectionError, TuningFileWarning, names_meant
 from .kernel import Kernel
+from .kernel_arguments import (
+    DTYPE_ALIASES,
+    GENERATE_OPTION,
+    _assignments_callback,
+    _inputs_callback,
+    dtypes_callback,
+    resolve_kernel,
+    trust_option,
+    with_generators,
+)
 from .package import embedded_ids
 from .references import (
     ReferenceShapeMismatch,

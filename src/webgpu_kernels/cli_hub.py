@@ -19,9 +19,11 @@ import click
 from rich.text import Text
 
 from . import hub, hub_lock, hub_upload, locations
-from .cli import _adapter, _console, _echo_json, adapter_option, hub_pin, split_pin, trust_option, trusting
+from .cli import _adapter, adapter_option
+from .command_output import _console, _echo_json
 from .errors import PackageError
 from .kernel import Kernel
+from .kernel_arguments import hub_pin, split_pin, trust_option, trusting
 
 
 @click.command("download")

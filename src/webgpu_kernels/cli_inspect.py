@@ -12,19 +12,10 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from .cli import (
-    InputSpec,
-    _adapter,
-    _console,
-    _echo,
-    _echo_json,
-    _fmt,
-    _input_options,
-    adapter_option,
-    printable,
-    resolve_kernel,
-    trust_option,
-)
+from .cli import _adapter, adapter_option
+from .command_output import _console, _echo, _echo_json, _fmt
+from .errors import printable
+from .kernel_arguments import InputSpec, _input_options, resolve_kernel, trust_option
 
 # The engine (wgpu, the execution stack) is imported by the commands that use it: `list` reads the
 # manifests alone, and no command's --help needs it.

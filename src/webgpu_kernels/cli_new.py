@@ -27,7 +27,7 @@ import numpy as np
 
 from .api import list_kernels, load_kernel
 from .casefile import TEST_FILE, parse_test_file
-from .cli import FOLDER, shell_word
+from .command_output import shell_word
 from .digests import METADATA_FILE, write_metadata
 from .errors import KernelError, PackageError
 from .expected import (
@@ -41,6 +41,7 @@ from .expected import (
     write_expected,
 )
 from .json_schema import validator
+from .kernel_arguments import FOLDER
 from .locations import classify
 from .manifest import manifest_schema
 from .portability import windows_problem

@@ -26,7 +26,8 @@ from rich.table import Table
 from rich.text import Text
 
 from . import tuning
-from .cli import FOLDER, FiniteFloatRange, adapter_option, output_file, trust_option
+from .cli import FiniteFloatRange, _adapter, adapter_option, output_file
+from .command_output import _console, _echo_json, is_live, shell_word
 from .device import choose_adapter
 from .digests import (
     METADATA_FILE,
@@ -45,37 +46,12 @@ from .digests import (
 )
 from .errors import DigestError, KernelError, PackageError, one_line
 from .junit_report import junit_xml, validation_junit_xml, write_junit
+from .kernel_arguments import FOLDER, classify_kernel_ref, hub_pin, kernel_folder, resolve_kernel, trust_option
 from .package import embedded_ids, embedded_root
 from .package_tests import run_package_tests, run_package_tests_isolated
 from .reading import not_regular
 from .run_results import FAIL, PASS, SKIP, PackageReport, RunResult
 from .validation import ERROR, ValidationReport, validate_package, validate_package_isolated
-
-# cli.py imports this module to register its commands, so its helpers are looked up at call time.
-
-
-def _cli() -> Any:
-    from . import cli
-
-    return cli
-
-
-def resolve_kernel(ref: str) -> Any:
-    """An embedded op id or a package folder (or whatever else the CLI's resolution accepts)."""
-    return _cli().resolve_kernel(ref)
-
-
-def _adapter(ctx: click.Context) -> str | None:
-    return _cli()._adapter(ctx)
-
-
-def _console(*, stderr: bool = False) -> Console:
-    return _cli()._console(stderr=stderr)
-
-
-def _echo_json(data: Any) -> None:
-    _cli()._echo_json(data)
-
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "skip": "yellow"}
 
@@ -83,7 +59,7 @@ _STATUS_STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "skip
 @contextmanager
 def _progress(console: Console, label: str) -> Iterator[Any]:
     """A rich progress bar on ``console`` (stderr), or a no-op callback when it is not a terminal."""
-    if not _cli().is_live(console):
+    if not is_live(console):
         yield lambda kind, value: None
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -245,7 +221,7 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
 def _check_advice(path: Path, version: int | None, changes: list[DigestChange], *, missing: bool) -> str:
     """What `digest --check` adds to its verdict: "out of date" alone left a CI job's author to guess
     whether to digest or to undo. PATH is one shell word (shell_word)."""
-    command = f"`webgpu-kernels digest {_cli().shell_word(str(path))}" + (f" --version {version}`" if version else "`")
+    command = f"`webgpu-kernels digest {shell_word(str(path))}" + (f" --version {version}`" if version else "`")
     if missing:
         return f": run {command} to write one"
     text = f": if these changes are yours, run {command} to record them"
@@ -322,7 +298,7 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
             # fetched, is not trusted or is no repository id (as in `info`). A package that does
             # not load, a fetched one whose files do not match included, fails (1).
             unfetched = (isinstance(exc, PackageError) and not isinstance(exc, DigestError)
-                         and _cli().classify_kernel_ref(ref).kind == "hub")  # fmt: skip
+                         and classify_kernel_ref(ref).kind == "hub")  # fmt: skip
             if unfetched or _names_nothing(ref):
                 raise
             opened.append((ref, exc))
@@ -330,7 +306,7 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
         if isinstance(kernel, KernelError):
             # Named as when it loads (its op id, where the manifest says one), so that a CI system's
             # history of the package does not move to a new name on the day its digest is stale.
-            where = _cli().classify_kernel_ref(ref)
+            where = classify_kernel_ref(ref)
             reports.append(PackageReport(kernel=manifest_op_id(where.path) or ref, path=_unloaded_path(ref, where),
                                          origin="local" if where.kind == "folder" else where.kind,
                                          isolated=bool(isolate), error=_load_error(ref, where.kind, kernel)))  # fmt: skip
@@ -375,7 +351,7 @@ def _load_error(ref: str, kind: str, exc: KernelError) -> str:
     downloaded, which _package_path says)."""
     text = f"cannot load the package: {exc}"
     if kind in ("folder", "embedded"):
-        text += f"; `webgpu-kernels validate {_cli().shell_word(ref)}` lists every problem"
+        text += f"; `webgpu-kernels validate {shell_word(ref)}` lists every problem"
     return text
 
 
@@ -466,7 +442,7 @@ def _isolation(isolate: bool | None, timeout: float | None) -> bool | None:
 def _names_nothing(ref: str) -> bool:
     """Whether a KERNEL argument is neither an embedded id, nor a folder, nor a Hub repository (a
     file named as a package is the caller's slip too, refused as the other commands refuse it)."""
-    where = _cli().classify_kernel_ref(ref)
+    where = classify_kernel_ref(ref)
     if where.kind != "folder":
         return where.kind == "unknown"
     try:
@@ -477,13 +453,13 @@ def _names_nothing(ref: str) -> bool:
 
 def _package_path(ref: str) -> Path:
     """The folder ``validate`` checks, read by the same rule as every KERNEL argument."""
-    where = _cli().classify_kernel_ref(ref)
+    where = classify_kernel_ref(ref)
     if where.kind == "embedded":
         return embedded_root() / ref
     if where.kind == "folder":
-        return _cli().kernel_folder(ref)  # as every command refuses a path that is no folder, naming it as typed
+        return kernel_folder(ref)  # as every command refuses a path that is no folder, naming it as typed
     if where.kind == "hub":
-        version, revision = _cli().hub_pin(where.pin)  # as every KERNEL argument reads it
+        version, revision = hub_pin(where.pin)  # as every KERNEL argument reads it
         fetch = f"--version {version}" if revision is None else f"--revision {revision}"
         raise PackageError(f"{ref!r} is neither a package folder nor an embedded kernel; validate checks a folder: "
                            f"`webgpu-kernels download {where.repo} {fetch}` fetches a Hub kernel, then validate "

@@ -16,24 +16,12 @@ from rich.table import Table
 from rich.text import Text
 
 from .case_data import random_values
-from .cli import (
-    GENERATE_OPTION,
-    InputSpec,
-    _adapter,
-    _console,
-    _echo_json,
-    _fmt,
-    _input_options,
-    adapter_option,
-    is_live,
-    onnx_op_option,
-    resolve_kernel,
-    trust_option,
-    with_generators,
-)
+from .cli import _adapter, adapter_option, onnx_op_option
+from .command_output import _console, _echo_json, _fmt, is_live
 from .comparison import reference_report
 from .device import choose_adapter
 from .errors import KernelError
+from .kernel_arguments import GENERATE_OPTION, InputSpec, _input_options, resolve_kernel, trust_option, with_generators
 from .references import (
     UNCOMPUTED_OUTPUTS,
     ReferenceShapeMismatch,

@@ -21,7 +21,7 @@ from . import tuning
 from .bench_report import assignments
 from .benchmark import bench_kernel
 from .casefile import BENCH_FILE, advise_case
-from .cli import _adapter, _by_name, _console, adapter_option, is_live, parse_value, resolve_kernel, trust_option
+from .cli import _adapter, adapter_option
 from .cli_bench import (
     SEED_OPTION,
     WARM_UP_OPTION,
@@ -37,11 +37,13 @@ from .cli_bench import (
     now_running,
     skip_reason,
 )
+from .command_output import _console, is_live
 from .comparison import Tolerance
 from .contract import check_tunables
 from .device import default_device
 from .errors import KernelError
 from .kernel import Kernel
+from .kernel_arguments import _by_name, parse_value, resolve_kernel, trust_option
 from .package import embedded_ids
 
 WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)

@@ -84,8 +84,8 @@ def checked_repo_id(repo_id: str) -> str:
     if not is_repo_id(repo_id):
         base, _, pin = repo_id.partition("@") if isinstance(repo_id, str) else ("", "", "")
         # `org/op@v2` and `org/op@REVISION` are the command line's spelling; a Python user copying
-        # it needs the keyword (`@<commit sha>` or `@main` had no advice)
-        keyword = f"version={int(pin[1:])}" if re.fullmatch(r"v[0-9]+", pin) else f"revision={pin!r}"  # as cli.hub_pin
+        # it needs the keyword (`@<commit sha>` or `@main` had no advice); as kernel_arguments.hub_pin
+        keyword = f"version={int(pin[1:])}" if re.fullmatch(r"v[0-9]+", pin) else f"revision={pin!r}"
         hint = f": in Python write get_kernel({base!r}, {keyword})" if pin and is_repo_id(base) else ""
         raise PackageError(f"{repo_id!r} is not a valid Hub repository id (expected 'org/name' of letters, digits, "
                            "'_', '-' and '.', each part at most 96 characters, the name starting and ending with a "
@@ -104,8 +104,8 @@ def slashed_repo_id(name: object) -> str | None:
 
 def refuse_slashed_repo_id(name: str) -> None:
     """Refuse ``org/op/`` where nothing of that name is here, asking whether the Hub repository
-    ``org/op`` was meant: get_kernel's refusal and every command's (cli.kernel_folder), in the one
-    wording cli.md documents.
+    ``org/op`` was meant: get_kernel's refusal and every command's (kernel_arguments.kernel_folder), in
+    the one wording cli.md documents.
 
     It stays a path (two slashes: security.md and cli.md's rule), not read as the repository: what
     a name loads, a verified Hub package or an unverified folder, must not turn on what the disk
