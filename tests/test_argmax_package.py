@@ -176,7 +176,7 @@ def test_its_refusal_may_be_written_either_way():
     """ArgMax checks the axis in every variant's `when` (`axisOk`), from when a refused case could
     not expect an ExpressionError; since session 45 it may (demo.ReduceSum's out-of-range axis), so
     test.json takes both forms of the refusal."""
-    from webgpu_kernels.casefile import check_test_data
+    from webgpu_kernels.case_format import check_test_data
 
     case = {"name": "c", "types": {"T": "float32"}, "attrs": {"axis": 2},
             "inputs": {"X": {"shape": [2, 3], "values": [0, 1, 2, 3, 4, 5]}}}  # fmt: skip

@@ -1,4 +1,5 @@
-"""test.json and bench.json: schemas, tensor entries, data files (the comparison rule: test_comparison.py)."""
+"""test.json and bench.json (casefile.py, case_format.py): schemas, tensor entries, data files (the
+comparison rule: test_comparison.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import webgpu_kernels as wk
-from webgpu_kernels import casefile
+from webgpu_kernels import case_format, casefile
 from webgpu_kernels.case_data import generate
 from webgpu_kernels.casefile import CaseFileError
 from webgpu_kernels.comparison import Tolerance
@@ -161,7 +162,7 @@ def test_schema_errors_all_with_json_paths() -> None:
             minimal_case(name="e", typo=1),
         ],
     }
-    errors = casefile.check_test_data(data)
+    errors = case_format.check_test_data(data)
     paths = {e.json_path for e in errors}
     assert "tolerances.float32.rtol" in paths
     assert "cases[0].inputs.X.generate.distribution" in paths
@@ -179,7 +180,7 @@ def test_structure_errors() -> None:
                                                                          "mean": 0, "low": 3, "high": 1}}}),
         minimal_case(name="s", inputs={"X": {"shape": [2], "values": [1, 2], "special": {"at": [0, 1], "values": [1]}}}),
     ]}  # fmt: skip
-    messages = {(e.json_path, e.detail) for e in casefile.check_test_data(data)}
+    messages = {(e.json_path, e.detail) for e in case_format.check_test_data(data)}
     assert ("cases[1].name", "duplicate case name 'c' (also cases[0])") in messages
     assert any(p == "cases[1].inputs.X" and "exactly one of" in m for p, m in messages)
     assert any(p == "cases[2].inputs.X.generate" and "['mean'] do not apply" in m for p, m in messages)
@@ -243,9 +244,9 @@ def test_a_case_holds_at_most_max_case_total_elements() -> None:
     n = MAX_CASE_TOTAL_ELEMENTS // MAX_CASE_ELEMENTS  # 4: a full case, its expected output included
     case = {"name": "many-big", "inputs": {f"I{i}": big for i in range(n - 1)},
             "expected": {"Y": {"shape": [MAX_CASE_ELEMENTS], "file": "y.npy"}}}  # fmt: skip
-    assert casefile.check_test_data({"cases": [case]}) == []
+    assert case_format.check_test_data({"cases": [case]}) == []
     case["inputs"]["A"] = {"shape": [1], "values": [0]}  # one element more
-    [error] = casefile.check_test_data({"cases": [case]})
+    [error] = case_format.check_test_data({"cases": [case]})
     assert (error.json_path, error.detail) == ("cases[0]", (
         f"case 'many-big' holds {MAX_CASE_TOTAL_ELEMENTS + 1} elements in its inputs and expected outputs together, "
         f"more than the {MAX_CASE_TOTAL_ELEMENTS} (2^26) a case may hold: split it"))
@@ -287,7 +288,7 @@ def test_shipped_bench_json_expands_once_per_dtype(op_id: str) -> None:
     """Every embedded case expands once per dtype of its type-variable list, in file order, with
     every input's shape and dtype resolved (what `bench` and `tune` run)."""
     data = open_embedded(op_id).read_json("bench.json")
-    assert casefile.check_bench_data(data) == []
+    assert case_format.check_bench_data(data) == []
     bench = casefile.parse_bench_file(data)
     manifest = wk.get_kernel(op_id).manifest
     instances = [i for c in bench.cases for i in c.expand(manifest)]
@@ -320,7 +321,7 @@ def test_bench_case_expansion_is_the_cartesian_product_of_its_types() -> None:
     assert instances[4].inputs == {"A": ((2, 3), "float16"), "B": ((3,), "int64"), "C": ((), "int32")}
     assert (two.attrs, two.tunables, two.tags) == ({"alpha": 0.5}, {"WORKGROUP_SIZE": 64}, ("small",))
     empty = {"cases": [{"name": "none", "inputs": {"A": {"shape": [1]}}, "types": {"T": []}}]}
-    assert [e.json_path for e in casefile.check_bench_data(empty)] == ["cases[0].types.T"]
+    assert [e.json_path for e in case_format.check_bench_data(empty)] == ["cases[0].types.T"]
 
 
 def test_a_bench_case_names_type_variables_and_few_combinations() -> None:
@@ -342,10 +343,10 @@ def test_a_bench_case_names_type_variables_and_few_combinations() -> None:
 def test_bench_errors() -> None:
     bad = {"cases": [{"name": "a", "inputs": {"X": {"shape": [4]}}, "types": {"T": "float32"}},
                      {"name": "a", "inputs": {"X": {"shape": [-1]}}}]}  # fmt: skip
-    paths = {e.json_path for e in casefile.check_bench_data(bad)}
+    paths = {e.json_path for e in case_format.check_bench_data(bad)}
     assert {"cases[0].types.T", "cases[1].inputs.X.shape[0]"} <= paths
     dup = {"cases": [{"name": "a", "inputs": {"X": {"shape": [4]}}}, {"name": "a", "inputs": {"X": {"shape": [4]}}}]}
-    assert [e.json_path for e in casefile.check_bench_data(dup)] == ["cases[1].name"]
+    assert [e.json_path for e in case_format.check_bench_data(dup)] == ["cases[1].name"]
     manifest = wk.get_kernel(QUICK_GELU).manifest
     case = casefile.parse_bench_file({"cases": [{"name": "a", "inputs": {"X": {"shape": [4]}}}]}).cases[0]
     with pytest.raises(CaseFileError, match="no dtype"):
@@ -368,7 +369,7 @@ def test_a_key_written_beside_the_inputs_is_said_to_be_no_input(kind: str, case:
     or "Additional properties are not allowed" (test.json) at cases[0].inputs.generate: nothing said
     generate is no input of the op, nor that it belongs inside one."""
     manifest = wk.get_kernel(QUICK_GELU).manifest
-    check = casefile.check_bench_data if kind == "bench" else casefile.check_test_data
+    check = case_format.check_bench_data if kind == "bench" else case_format.check_test_data
     [error] = check({"cases": [case]}, manifest=manifest)
     assert error.json_path == "cases[0].inputs.generate"
     assert error.detail.startswith(f"'generate' is not an input of {QUICK_GELU} (its inputs: X); did you mean it "
@@ -381,7 +382,7 @@ def test_a_key_written_beside_the_inputs_is_said_to_be_no_input(kind: str, case:
 
 def test_an_input_of_another_name_gets_a_did_you_mean() -> None:
     manifest = wk.get_kernel(BIAS_ADD).manifest
-    [error] = casefile.check_bench_data({"cases": [{"name": "c", "inputs": {"x": {"shap": [4]}}}]}, manifest=manifest)
+    [error] = case_format.check_bench_data({"cases": [{"name": "c", "inputs": {"x": {"shap": [4]}}}]}, manifest=manifest)
     assert error.detail == f"'x' is not an input of {BIAS_ADD} (its inputs: X, bias, skip); did you mean 'X'?"
     parsed = casefile.parse_bench_file({"cases": [{"name": "c", "inputs": {"Bias": {"shape": [4]}}}]})
     with pytest.raises(CaseFileError, match="'Bias' is not an input of .*; did you mean 'bias'"):
@@ -423,9 +424,9 @@ def test_a_refused_case_s_own_input_keeps_its_schema_error() -> None:
     manifest = wk.get_kernel(QUICK_GELU).manifest
     case = {"name": "c", "types": {"T": "float32"}, "refused": {"error": "UnknownInputError"},
             "inputs": {"X": {"shape": [2], "values": [1, 2]}, "W": {"dtype": "float32", "values": [1]}}}  # fmt: skip
-    [bare] = casefile.check_test_data({"cases": [case]})
+    [bare] = case_format.check_test_data({"cases": [case]})
     assert "'shape'" in bare.detail and bare.json_path == "cases[0].inputs.W"
-    [error] = casefile.check_test_data({"cases": [case]}, manifest=manifest)
+    [error] = case_format.check_test_data({"cases": [case]}, manifest=manifest)
     assert "'shape'" in error.detail, error.detail
 
 
@@ -435,7 +436,7 @@ def test_an_expression_error_refusal_matches_a_failed_evaluation_never_a_sandbox
     from webgpu_kernels import errors
 
     data = {"cases": [{"name": "c", "inputs": {}, "refused": {"error": "ExpressionError", "message": "out of range"}}]}
-    assert casefile.check_test_data(data) == []
+    assert case_format.check_test_data(data) == []
     refusal = casefile.checked_test_file(data).cases[0].refused
     assert refusal == casefile.Refusal("ExpressionError", "out of range")
     failed = errors.ExpressionError("axis 3 is out of range for a shape of rank 3", expression="dim(shapes.X, 3)")
@@ -449,7 +450,7 @@ def test_an_expression_error_refusal_matches_a_failed_evaluation_never_a_sandbox
     assert "a sandbox refusal is the package's defect" in refusal.mismatch(sandbox)
     assert not refusal.matches(errors.SelectionError("out of range"))
     data["cases"][0]["refused"]["error"] = "ExpressionSandboxError"  # not an error a call is refused with
-    [problem] = casefile.check_test_data(data)
+    [problem] = case_format.check_test_data(data)
     assert problem.json_path == "cases[0].refused.error", problem
 
 
@@ -458,9 +459,9 @@ def test_a_bench_shape_no_array_can_have_is_refused_when_the_file_is_read() -> N
     ValueError drawing its inputs (a traceback from `webgpu-kernels bench`)."""
     for shape in ([0, 2**70], [2**62], [2**40, 2**40, 0]):
         bad = {"cases": [{"name": "a", "inputs": {"X": {"shape": [4]}, "Y": {"shape": shape}}}]}
-        [error] = casefile.check_bench_data(bad)
+        [error] = case_format.check_bench_data(bad)
         assert error.json_path == "cases[0].inputs.Y.shape" and "no array has it" in error.detail
-    assert casefile.check_bench_data({"cases": [{"name": "a", "inputs": {"X": {"shape": [0, 2**61]}}}]}) == []
+    assert case_format.check_bench_data({"cases": [{"name": "a", "inputs": {"X": {"shape": [0, 2**61]}}}]}) == []
 
 
 
@@ -475,11 +476,11 @@ def test_a_test_shape_no_array_can_have_is_refused_when_the_file_is_read() -> No
                     "expected": {"Y": {"shape": [2], "values": [1, 2]}}}  # fmt: skip
             case[section][role] = {"shape": shape, "values": []} if section == "expected" else {
                 "shape": shape, "generate": {"distribution": "normal", "seed": 1}}
-            [error] = casefile.check_test_data({"cases": [case]})
+            [error] = case_format.check_test_data({"cases": [case]})
             assert error.json_path == f"cases[0].{section}.{role}.shape", error
             assert error.detail.startswith("shape [") and "no array has it" in error.detail, error.detail
     empty = {"name": "a", "inputs": {"X": {"shape": [0, 2**61], "values": []}}, "expected": {"Y": {"shape": [0], "values": []}}}
-    assert casefile.check_test_data({"cases": [empty]}) == []
+    assert case_format.check_test_data({"cases": [empty]}) == []
 
 def test_a_bench_input_may_say_how_it_is_drawn() -> None:
     """bench.json's `generate`: test.json's object without its seed (bench's --seed draws it)."""
@@ -490,7 +491,7 @@ def test_a_bench_input_may_say_how_it_is_drawn() -> None:
 
     def errors(generate):
         case = {"name": "a", "inputs": {"I": {"shape": [4], "generate": generate}}}
-        return [(e.json_path, e.detail) for e in casefile.check_bench_data({"cases": [case]})]
+        return [(e.json_path, e.detail) for e in case_format.check_bench_data({"cases": [case]})]
 
     where = "cases[0].inputs.I.generate"
     assert errors({"distribution": "uniform", "low": 2, "high": 1}) == [(where, "low is above high")]
@@ -521,11 +522,11 @@ def test_a_normal_draw_past_float64_is_refused_when_the_file_is_read() -> None:
         bench = {"cases": [{"name": "a", "inputs": {"I": {"shape": [4], "generate": spec}}}]}
         test = {"cases": [{"name": "a", "inputs": {"I": {"shape": [4], "generate": {**spec, "seed": 1}}},
                            "expected": {"Y": {"shape": [1], "values": [0]}}}]}  # fmt: skip
-        for problems in (casefile.check_bench_data(bench), casefile.check_test_data(test)):
+        for problems in (case_format.check_bench_data(bench), case_format.check_test_data(test)):
             assert [(e.json_path, e.detail) for e in problems] == [(where, (
                 "mean + 9 std (further than any draw) is past float64's range: values drawn would be infinite"))]
     fine = {"distribution": "normal", "mean": 1e307, "std": 1e306}
-    assert casefile.check_bench_data({"cases": [{"name": "a", "inputs": {"I": {"shape": [4], "generate": fine}}}]}) == []
+    assert case_format.check_bench_data({"cases": [{"name": "a", "inputs": {"I": {"shape": [4], "generate": fine}}}]}) == []
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no overflow in the draw itself
         assert np.isfinite(generate({**fine, "seed": 1}, (4096,), "float64")).all()
@@ -564,7 +565,7 @@ def test_a_case_file_nested_too_deeply_is_one_clear_error():
     for _ in range(500):
         values = [values]
     data = {"description": "deep", "cases": [{"name": "a", "inputs": {"X": {"shape": [1], "values": values}}}]}
-    (error,) = casefile.schema_errors(data, "test", file="test.json")
+    (error,) = case_format.schema_errors(data, "test", file="test.json")
     assert "nested more than 80 levels deep" in str(error) and error.json_path.startswith("cases[0].inputs.X.values")
 
 
@@ -611,9 +612,9 @@ def test_a_test_json_integer_of_thousands_of_digits_is_refused_in_the_librarys_w
 def test_a_misspelt_special_value_is_told_the_spelling(spelt) -> None:
     """"NaN" in values got only the schema's "is not valid under any of the given schemas"."""
     data = {"cases": [minimal_case(inputs={"X": {"shape": [2], "values": [1, spelt]}})]}
-    problems = casefile.check_test_data(data)
+    problems = case_format.check_test_data(data)
     assert problems and all('spelt "nan", "inf" and "-inf"' in p.detail for p in problems), problems
-    assert not any('spelt "nan"' in p.detail for p in casefile.check_test_data(
+    assert not any('spelt "nan"' in p.detail for p in case_format.check_test_data(
         {"cases": [minimal_case(inputs={"X": {"shape": [2], "values": [1, "one"]}})]}))  # fmt: skip
 
 
@@ -622,7 +623,7 @@ def test_infinite_and_nan_tolerances_are_refused() -> None:
     any more (below), and data given as Python values is checked too."""
     data = {"tolerances": {"float32": {"rtol": 0, "atol": math.inf}, "float16": {"atol": math.inf}},
             "cases": [minimal_case(tolerances={"float16": {"rtol": math.nan}})]}  # fmt: skip
-    messages = {(e.json_path, e.detail) for e in casefile.check_test_data(data)}
+    messages = {(e.json_path, e.detail) for e in case_format.check_test_data(data)}
     assert messages == {("tolerances.float32.atol", "atol must be a finite number, not inf"),
                         ("tolerances.float16.atol", "atol must be a finite number, not inf"),
                         ("cases[0].tolerances.float16.rtol", "rtol must be a finite number, not nan")}  # fmt: skip
@@ -750,7 +751,7 @@ _ENTRIES = st.sampled_from([{"shape": [2], "values": [1, 2]}, {"shape": [2]}, {"
 
 @st.composite
 def _case_files(draw, roles: list[str], kind: str) -> dict:
-    names = st.sampled_from([*roles, *casefile._ENTRY_KEYS, "x", "Bias", "1bad", "a.b", ""]) | st.text(max_size=4)
+    names = st.sampled_from([*roles, *case_format._ENTRY_KEYS, "x", "Bias", "1bad", "a.b", ""]) | st.text(max_size=4)
     cases = []
     for i in range(draw(st.integers(1, 3))):
         case: dict = {"name": f"c{i}", "inputs": draw(st.dictionaries(names, _ENTRIES, max_size=4))}
@@ -783,7 +784,7 @@ def test_the_manifest_says_an_entry_is_no_input_in_place_of_its_errors_never_bes
     manifest = wk.get_kernel(op).manifest if op else _NO_INPUTS
     roles = [spec.role for spec in manifest.inputs]
     doc = data.draw(_case_files(roles, kind))
-    check = casefile.check_test_data if kind == "test" else casefile.check_bench_data
+    check = case_format.check_test_data if kind == "test" else case_format.check_bench_data
     bare, known = check(doc), check(doc, manifest=manifest)
     entries = [_entry_of(error, doc) for error in known]
     assert set(entries) == {_entry_of(error, doc) for error in bare}, ([e.json_path for e in bare], known)
@@ -823,11 +824,11 @@ def test_misspelt_case_field_names_the_field_meant() -> None:
     case = {"name": "a", "inputs": {"X": {"shape": [2], "values": [1, 2]}},
             "expcted": {"Y": {"shape": [2], "values": [2, 4]}}}  # fmt: skip
     data = {"tolerances": {"float32": {"rtoll": 1e-5}}, "cases": [case]}
-    found = {e.json_path: str(e) for e in casefile.schema_errors(data, "test", file="test.json")}
+    found = {e.json_path: str(e) for e in case_format.schema_errors(data, "test", file="test.json")}
     assert "(did you mean 'expected'?)" in found["cases[0]"]
     assert "(did you mean 'rtol'?)" in found["tolerances.float32"]
     bench = {"cases": [{"name": "b", "tgas": ["x"], "inputs": {"X": {"shape": [2]}}}]}
-    (error,) = casefile.schema_errors(bench, "bench", file="bench.json")
+    (error,) = case_format.schema_errors(bench, "bench", file="bench.json")
     assert "(did you mean 'tags'?)" in str(error)
 
 
@@ -837,12 +838,12 @@ def test_misspelt_case_field_names_the_field_meant() -> None:
 def test_a_tensor_member_without_a_data_file_is_named_at_its_tensor() -> None:
     """'tensor' picks a member of a data 'file': beside inline values it is a slip, said at its path."""
     data = {"cases": [minimal_case(inputs={"X": {"shape": [2], "values": [1, 2], "tensor": "x"}})]}
-    messages = [(e.json_path, e.detail) for e in casefile.check_test_data(data)]
+    messages = [(e.json_path, e.detail) for e in case_format.check_test_data(data)]
     assert messages == [("cases[0].inputs.X.tensor", "'tensor' names a member of a data 'file'")]
     with pytest.raises(CaseFileError, match="'tensor' names a member of a data 'file'"):
         casefile.parse_test_file(data)
     with_file = {"cases": [minimal_case(inputs={"X": {"shape": [2], "file": "x.npz", "tensor": "x"}})]}
-    assert casefile.check_test_data(with_file) == []
+    assert case_format.check_test_data(with_file) == []
 
 
 @given(length=st.integers(min_value=1, max_value=600))
@@ -851,7 +852,7 @@ def test_a_schema_message_is_cut_at_300_characters(length: int) -> None:
     """jsonschema repeats the wrong value in its message: a long one is cut, never the whole value."""
     wrong = "s" * length  # a string where a shape (an array) is expected
     data = {"cases": [minimal_case(inputs={"X": {"shape": wrong, "values": [1, 2]}})]}
-    details = [e.detail for e in casefile.check_test_data(data) if e.json_path == "cases[0].inputs.X.shape"]
+    details = [e.detail for e in case_format.check_test_data(data) if e.json_path == "cases[0].inputs.X.shape"]
     assert len(details) == 1
     full = f"{wrong!r} is not of type 'array'"
     assert details[0] == (full if len(full) <= 300 else full[:297] + "...")

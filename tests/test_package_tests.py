@@ -448,7 +448,7 @@ def test_a_broken_test_json_is_named_where_variants_look_unexercised(tmp_path: P
 
 def test_the_schema_lists_every_error_a_call_can_be_refused_with() -> None:
     from webgpu_kernels import errors
-    from webgpu_kernels.casefile import case_schema
+    from webgpu_kernels.case_format import case_schema
 
     listed = set(case_schema("test")["$defs"]["refused"]["properties"]["error"]["enum"])
     classes = {name for name, cls in vars(errors).items()

@@ -1087,11 +1087,11 @@ def test_validate_folds_the_package_s_file_names_once(qg: Path, monkeypatch) -> 
 def test_validate_checks_test_json_and_bench_json_against_their_schemas_once(monkeypatch) -> None:
     """Each file was checked when it was loaded (every problem reported) and again when its cases
     were built, the schema walk (about 0.1 s for a 40-case test.json) done twice for nothing."""
-    from webgpu_kernels import casefile
+    from webgpu_kernels import case_format
 
     checked: list[str] = []
-    real = casefile.schema_errors
-    monkeypatch.setattr(casefile, "schema_errors", lambda data, kind, **kw: checked.append(kind) or real(data, kind, **kw))
+    real = case_format.schema_errors
+    monkeypatch.setattr(case_format, "schema_errors", lambda data, kind, **kw: checked.append(kind) or real(data, kind, **kw))
     report = validate_package(embedded_root() / QUICK_GELU, gpu=False)
     assert not report.errors and sorted(checked) == ["bench", "test"], (report.errors, checked)
 

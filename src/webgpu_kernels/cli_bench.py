@@ -37,7 +37,8 @@ from .benchmark import (
     warm_up,
 )  # fmt: skip
 from .case_data import numpy_dtype
-from .casefile import BENCH_FILE, advise_case, case_name_matches, parse_bench_file
+from .case_format import BENCH_FILE
+from .casefile import advise_case, case_name_matches, parse_bench_file
 from .cli import FiniteFloatRange, _adapter, adapter_option, onnx_op_option, output_file
 from .command_output import _console, _echo_json, _jsonable, is_live
 from .comparison import Agreement, Tolerance, check_against

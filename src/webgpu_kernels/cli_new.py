@@ -26,7 +26,8 @@ import click
 import numpy as np
 
 from .api import list_kernels, load_kernel
-from .casefile import TEST_FILE, parse_test_file
+from .case_format import TEST_FILE
+from .casefile import parse_test_file
 from .command_output import shell_word
 from .digests import METADATA_FILE, write_metadata
 from .errors import KernelError, PackageError

@@ -20,7 +20,8 @@ from rich.text import Text
 from . import tuning
 from .bench_report import assignments
 from .benchmark import bench_kernel
-from .casefile import BENCH_FILE, advise_case
+from .case_format import BENCH_FILE
+from .casefile import advise_case
 from .cli import _adapter, adapter_option
 from .cli_bench import (
     SEED_OPTION,

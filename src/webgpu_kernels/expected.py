@@ -24,7 +24,8 @@ import numpy as np
 
 from .call_inputs import TensorMeta
 from .case_data import array_key, cast, dtype_name, encode_values, numpy_dtype, with_arrays
-from .casefile import TEST_FILE, advise_case, parse_draft_case
+from .case_format import TEST_FILE
+from .casefile import advise_case, parse_draft_case
 from .digests import (
     MAX_FILE_BYTES,
     MAX_PACKAGE_FILES,

@@ -111,7 +111,7 @@ def parse_generate_spec(spec: str) -> tuple[str, dict[str, Any]]:
     if distribution.lower() == "normal" and values[1] < 0:
         raise ValueError(f"std in {spec!r} must be at least 0, got {numbers[1]!r}")
     generate = {"distribution": distribution.lower(), **dict(zip(params, values, strict=True))}
-    from .casefile import generate_errors
+    from .case_format import generate_errors
 
     problems = generate_errors(generate, "--generate", name)  # as bench.json's `generate` is checked
     if problems:

@@ -32,15 +32,8 @@ import numpy as np
 from .buffers import translate_gpu_errors
 from .call_inputs import TensorMeta
 from .case_data import MAX_CASE_TOTAL_ELEMENTS, numpy_dtype
-from .casefile import (
-    TEST_FILE,
-    CaseFileError,
-    Refusal,
-    TestCase,
-    advise_case,
-    case_name_matches,
-    read_test_file,
-)
+from .case_format import TEST_FILE
+from .casefile import CaseFileError, Refusal, TestCase, advise_case, case_name_matches, read_test_file
 from .comparison import compare, elements_ok
 from .contract import check_call
 from .errors import KernelError, no_variant

@@ -34,9 +34,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import casefile
+from . import case_format, casefile
 from .case_data import dtype_name, inline_values
-from .casefile import BENCH_FILE, TEST_FILE, CaseFileError, advise_case
+from .case_format import BENCH_FILE, TEST_FILE
+from .casefile import CaseFileError, advise_case
 from .digests import (
     METADATA_FILE,
     DigestProblem,
@@ -337,7 +338,7 @@ def _data_file_twins(package: KernelPackage, case: casefile.TestCase,
 def _check_test_json(package: KernelPackage, manifest: Manifest | None, program: Program | None,
                      out: ProblemCollector, twin_of: Callable[[str], str | None]) -> casefile.TestFile | None:  # fmt: skip
     """``twin_of``: digests.case_twins of the package's files."""
-    data = _load_case_data(package, TEST_FILE, partial(casefile.check_test_data, manifest=manifest), out,
+    data = _load_case_data(package, TEST_FILE, partial(case_format.check_test_data, manifest=manifest), out,
                            "the package has no test.json: `webgpu-kernels test` has nothing to run, and "
                            "pipelines are compiled only for bench.json shapes")  # fmt: skip
     if data is None:
@@ -506,7 +507,7 @@ _DEFAULT_DEVICE = DeviceInfo(limits=_DEFAULT_LIMITS, features=frozenset({"shader
 
 def _check_bench_json(package: KernelPackage, manifest: Manifest | None, program: Program | None,
                       out: ProblemCollector) -> casefile.BenchFile | None:  # fmt: skip
-    data = _load_case_data(package, BENCH_FILE, partial(casefile.check_bench_data, manifest=manifest), out,
+    data = _load_case_data(package, BENCH_FILE, partial(case_format.check_bench_data, manifest=manifest), out,
                            "the package has no bench.json: `webgpu-kernels bench` and `tune` have no cases")
     if data is None:
         return None

@@ -16,7 +16,8 @@ from typing import Any
 
 from . import sandbox
 from .case_data import dtype_name
-from .casefile import BENCH_FILE, TEST_FILE, binding_label
+from .case_format import BENCH_FILE, TEST_FILE
+from .casefile import binding_label
 from .errors import (
     DeviceLimitError,
     DigestError,
