@@ -140,7 +140,7 @@ def test_bench_custom_input(runner, tmp_path):
 def test_generate_draws_the_given_shapes_inputs(runner, tmp_path, monkeypatch):
     """--generate gives -i shapes a distribution, as bench.json's `generate` does for its cases (a
     gather's indices need their range); the row records it, so the peers draw the same data. tune
-    reads -i and --generate through the same check_given_shapes and _cases."""
+    reads -i and --generate through the same check_given_shapes and bench_cases."""
     drawn = []
     real = cli_bench.random_array
     monkeypatch.setattr(cli_bench, "random_array", lambda *a, **k: drawn.append(real(*a, **k)) or drawn[-1])
@@ -739,10 +739,10 @@ def test_an_input_drawn_from_its_range_is_drawn_so_by_bench_and_its_peers(monkey
     from conftest import PACKAGES_DIR
 
     gather = wk.load_kernel(PACKAGES_DIR / "demo.Gather")
-    (case,) = cli_bench._cases(gather, ("small-64x13",), (), ("float32",), {})
+    (case,) = cli_bench.bench_cases(gather, ("small-64x13",), (), ("float32",), {})
     assert case["inputs"]["indices"]["generate"] == {"distribution": "uniform", "low": 0, "high": 63}
     assert "generate" not in case["inputs"]["data"]
-    indices = cli_bench._arrays(case, 0)["indices"]
+    indices = cli_bench.case_arrays(case, 0)["indices"]
     assert indices.dtype == np.int64 and 0 <= indices.min() and indices.max() <= 63 and len(np.unique(indices)) > 16
     seen = []
 

@@ -46,7 +46,7 @@ def _slow_state_case(monkeypatch: pytest.MonkeyPatch, kernel_us: list[tuple[floa
     monkeypatch.setattr(slow_states, "bench_copy", lambda device, half: SimpleNamespace(median_s=next(copy_times) * 1e-6))
     kernel = (wk.get_kernel("com.microsoft.QuickGelu") if tuning_cache is None
               else wk.load_kernel(embedded_root() / "com.microsoft.QuickGelu"))  # fmt: skip
-    case = cli_bench._cases(kernel, ("tiny",), (), ("float32",), {})[0]
+    case = cli_bench.bench_cases(kernel, ("tiny",), (), ("float32",), {})[0]
     # no stored choice by default: no tuned column
     cache = tuning.TuningCache(Path("/nonexistent/tuning.json")) if tuning_cache is None else tuning_cache
     row = cli_bench._bench_case(kernel, case, cli_bench._BenchRun(None, cache, 0, copies={} if copies is None else copies))

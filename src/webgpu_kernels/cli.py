@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from . import __version__
-from .command_output import _console
+from .command_output import safe_console
 from .errors import AttributeValueError, DTypeError, KernelError, MissingInputError
 from .kernel_arguments import DTYPE_ALIASES
 
@@ -126,9 +126,9 @@ class KernelGroup(click.Group):
         except KeyboardInterrupt as exc:  # click would say "Aborted!" with status 1, which means "a check failed"
             from rich.text import Text
 
-            _console(stderr=True).print(Text("interrupted", style="red"))
+            safe_console(stderr=True).print(Text("interrupted", style="red"))
             for note in getattr(exc, "__notes__", ()):  # what an interrupted upload left on the Hub
-                _console(stderr=True).print(Text(note), soft_wrap=True)
+                safe_console(stderr=True).print(Text(note), soft_wrap=True)
             ctx.exit(130)
 
 
@@ -144,7 +144,7 @@ def _spellings(expected: str) -> list[str]:
 def _report_error(exc: BaseException) -> None:
     from rich.text import Text
 
-    console = _console(stderr=True)
+    console = safe_console(stderr=True)
     first, _, rest = str(exc).partition("\n")
     console.print(Text(f"error: {first}", style="bold red"), soft_wrap=True)
     if rest.strip():
@@ -196,7 +196,7 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
-def _adapter(ctx: click.Context) -> str | None:
+def adapter_request_of(ctx: click.Context) -> str | None:
     return ctx.find_root().params.get("adapter")
 
 
@@ -211,7 +211,7 @@ def _adapter_after_the_command(ctx: click.Context, param: click.Parameter, value
     if given_before and before is not None and before.strip().lower() != value.strip().lower():
         raise click.BadParameter(f"{value!r} after the command, but --adapter {before!r} before it: give one of them",
                                  ctx=ctx, param=param)  # fmt: skip
-    root.params["adapter"] = value  # what _adapter() reads
+    root.params["adapter"] = value  # what adapter_request_of() reads
     return value
 
 

@@ -39,8 +39,8 @@ from .benchmark import (
 from .case_data import numpy_dtype
 from .case_format import BENCH_FILE
 from .casefile import advise_case, case_name_matches, parse_bench_file
-from .cli import FiniteFloatRange, _adapter, adapter_option, onnx_op_option, output_file
-from .command_output import _console, _echo_json, _jsonable, is_live
+from .cli import FiniteFloatRange, adapter_option, adapter_request_of, onnx_op_option, output_file
+from .command_output import echo_json, is_live, jsonable, safe_console
 from .comparison import Agreement, Tolerance, check_against
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
@@ -49,9 +49,9 @@ from .kernel import Kernel
 from .kernel_arguments import (
     DTYPE_ALIASES,
     GENERATE_OPTION,
-    _assignments_callback,
-    _inputs_callback,
+    assignments_callback,
     dtypes_callback,
+    inputs_callback,
     resolve_kernel,
     trust_option,
     with_generators,
@@ -66,7 +66,7 @@ from .references import (
 )
 
 
-def _no_cases(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
+def no_cases_reason(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
               what: str) -> str:  # fmt: skip
     """Why there is nothing to ``what``: no package has a bench.json, or the filters left nothing."""
     without = [k.op_id for k in kernels if not k.package.has(BENCH_FILE)]
@@ -78,7 +78,7 @@ def _no_cases(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ..
     return f"no {BENCH_FILE} case matches --case/--tag/--dtype (nothing to {what})"
 
 
-def _cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
+def bench_cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
            inputs: dict[str, Any], attrs: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The cases to run, each with every input's shape and dtype resolved. bench.json is read the
     way `validate` reads it: a malformed file stops the command with its file and JSON path."""
@@ -162,7 +162,7 @@ def _row_head(kernel: Kernel, case: dict[str, Any]) -> dict[str, Any]:
     """``attrs``: the attributes given (the peers are handed these); ``effective_attrs``: all of
     them as the call has them, defaults filled in (a row of a call the contract refuses has none)."""
     head = {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
-            "dtype": _dtype_label(str(numpy_dtype(s["dtype"])) for s in case["inputs"].values()),
+            "dtype": dtypes_label(str(numpy_dtype(s["dtype"])) for s in case["inputs"].values()),
             "shapes": {k: list(s["shape"]) for k, s in case["inputs"].items()}, "attrs": case["attrs"]}  # fmt: skip
     metas = {role: (tuple(spec["shape"]), spec["dtype"]) for role, spec in case["inputs"].items()}
     try:
@@ -177,7 +177,7 @@ def _generate(generate: dict[str, Any] | None) -> dict[str, Any]:
     return {"generate": generate} if generate else {}
 
 
-def _arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
+def case_arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
     """The case's random inputs; an input the device could not hold is refused before the host
     allocates it (a bench.json shape of 10^12 elements had ended in NumPy's raw MemoryError)."""
     limit = get_device().limits["max-buffer-size"]  # the command's --adapter (default_device)
@@ -234,7 +234,7 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
     return check
 
 
-def _dtype_label(dtypes: Iterable[str]) -> str:
+def dtypes_label(dtypes: Iterable[str]) -> str:
     return ",".join(sorted(set(dtypes)))
 
 
@@ -268,12 +268,12 @@ def given_shapes_option(verb: str) -> Callable[[Any], Any]:
     """bench's and tune's -i (shapes of one kernel's inputs instead of its bench.json cases),
     --generate (how those inputs are drawn) and --attr (the attributes of their call)."""
     def options(fn: Any) -> Any:
-        fn = click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE", callback=_assignments_callback,
+        fn = click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE", callback=assignments_callback,
                           help="An attribute of the -i shapes' call (value parsed as JSON, else a string). "
                                "Repeatable.")(fn)  # fmt: skip
         fn = GENERATE_OPTION(fn)
         return click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE",
-                            callback=_inputs_callback, help=f"{verb} this shape instead of bench.json cases (one kernel).")(fn)  # fmt: skip
+                            callback=inputs_callback, help=f"{verb} this shape instead of bench.json cases (one kernel).")(fn)  # fmt: skip
     return options
 
 
@@ -343,10 +343,10 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     adapter; docs/performance.md). Bytes are the inputs read and the outputs written, once each (a
     multi-pass kernel's intermediate buffers not counted).
     """
-    console = _console(stderr=json_path == "-")  # stdout carries only the JSON then
+    console = safe_console(stderr=json_path == "-")  # stdout carries only the JSON then
     # Checked before any timing: a bad value should not cost a whole run first.
     peer_timeout_s = env_count(PEER_TIMEOUT_ENV, 420) if compare else 0
-    device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
+    device = ctx.with_resource(default_device(adapter_request_of(ctx)))  # every timing and call on --adapter's device
     peak = known_peak(device.adapter.name)
     inputs = check_given_shapes(kernels, inputs, generators, attrs, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
@@ -357,14 +357,14 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
         if variant not in kernel.variants:
             raise click.BadParameter(f"{kernel.op_id} has no variant {variant!r}{names_meant([str(variant)], kernel.variants)} "
                                      f"(its variants: {', '.join(kernel.variants)})", ctx=ctx, param_hint="'--variant'")  # fmt: skip
-    plan = [(k, c) for k in loaded for c in _cases(k, names, tags, dtypes, inputs, attrs)]
+    plan = [(k, c) for k in loaded for c in bench_cases(k, names, tags, dtypes, inputs, attrs)]
     if not plan:
-        raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "time"))
+        raise click.UsageError(no_cases_reason(loaded, names, tags, dtypes, "time"))
     # After the caller's arguments are checked: a mistyped KERNEL had printed this line above its error.
     console.print(f"adapter: {device.adapter.label()}; datasheet peak: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown'}")
     for kernel in loaded if not inputs else []:  # one named among others had been left out without a word
         if not kernel.package.has(BENCH_FILE):
-            _console(stderr=True).print(Text(f"{kernel.op_id}: no {BENCH_FILE} in the package, so nothing of it is "
+            safe_console(stderr=True).print(Text(f"{kernel.op_id}: no {BENCH_FILE} in the package, so nothing of it is "
                                              "timed (give shapes with -i ROLE=SHAPE:DTYPE)", style="yellow"))  # fmt: skip
     # The caller's own mistakes are usage errors (exit 2), said before any timing; a bench.json
     # case the kernel refuses stays a failed row (exit 1), one past the device's limits a skip (skip_reason).
@@ -372,7 +372,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     # in the process, with tuning on again, had then read the damaged file without a word).
     cache = None if tuning.disabled() else load_tuning_cache(device)  # also refuses a bad WEBGPU_KERNELS_NO_TUNING
     if cache is not None and cache.problem is not None:  # the tuned column would be missing without a word
-        _console(stderr=True).print(Text(cache.problem.message(cache.path), style="yellow"), soft_wrap=True)
+        safe_console(stderr=True).print(Text(cache.problem.message(cache.path), style="yellow"), soft_wrap=True)
     run = _BenchRun(device, cache, seed, variant, onnx_op=onnx_op)
     rows: list[dict[str, Any]] = []
     results: dict[str, Any] = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
@@ -384,7 +384,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
         # Written after every phase and on Ctrl-C, so a run cut short still leaves its figures.
         if json_path and json_path != "-":  # as stdout gets it: strict JSON ("inf" as a string)
             try:
-                Path(json_path).write_text(json.dumps(_jsonable(results), indent=1, allow_nan=False), "utf-8")
+                Path(json_path).write_text(json.dumps(jsonable(results), indent=1, allow_nan=False), "utf-8")
             except OSError as exc:  # a full disk: said after the table (the traceback had lost the figures)
                 unsaved[:] = [exc]
             else:
@@ -406,12 +406,12 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
         where = f"; they are in {json_path}" if json_path and json_path != "-" and not unsaved else ""
         console.print(Text(f"interrupted with {len(rows)} of {len(plan)} cases done{where}", style="red"))
         if json_path == "-":
-            _echo_json(results)
+            echo_json(results)
         ctx.exit(130)
     host_rows = results["host"]
     bench_report.print_rows(console, rows, host_rows)
     if json_path == "-":
-        _echo_json(results)
+        echo_json(results)
     if plot_path:
         try:
             bench_report.plot(rows, peak, plot_path)
@@ -480,12 +480,12 @@ def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, d
             for i, (kernel, case) in enumerate(plan):
                 try:
                     if skips[i] is None:  # a skipped case makes no arrays either
-                        round_trips[i] = numpy_round_trip(kernel, _arrays(case, seed), attrs=case["attrs"],
+                        round_trips[i] = numpy_round_trip(kernel, case_arrays(case, seed), attrs=case["attrs"],
                                                           variant=variant, tunables=case["tunables"] or None)
                 except KernelError:
                     pass  # reported by the timing below
                 progress.advance(task)
-        _warm_up(progress, run.device, warm_up_s)
+        warm_up_gpu(progress, run.device, warm_up_s)
         task = progress.add_task("benchmarking", total=len(plan))
         for (kernel, case), round_trip, why in zip(plan, round_trips, skips):
             now_running(progress, task, f"{kernel.manifest.name} {case['name']} {bench_report.assignments(case['types'])}")
@@ -507,10 +507,10 @@ def now_running(progress: Progress, task: Any, text: str) -> None:
 
 def _off_terminal_line(progress: Progress, text: str) -> None:
     if not is_live(progress.console):
-        _console(stderr=True).print(Text(text), soft_wrap=True)
+        safe_console(stderr=True).print(Text(text), soft_wrap=True)
 
 
-def _warm_up(progress: Progress, device: Any, seconds: float) -> None:
+def warm_up_gpu(progress: Progress, device: Any, seconds: float) -> None:
     if seconds > 0:
         text = f"warming up the GPU ({seconds:g} s)"
         task = progress.add_task(text, total=None)
@@ -526,7 +526,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
     if generated:  # the peers draw their inputs the same way
         row["generate"] = generated
     try:
-        arrays = _arrays(case, run.seed)
+        arrays = case_arrays(case, run.seed)
         flops = None if case.get("flops") is None else flop_count(kernel, case["flops"], arrays, attrs=attrs,
                                                                   tunables=case["tunables"] or None)  # fmt: skip
         # The default selection (manifest tunables) or the --variant given, then the tuned choice if
@@ -552,7 +552,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         if result.error_ok is None and unavailable:  # said under the table, as `run` says "not checked"
             row["reference_unavailable"] = unavailable
     except KernelError as exc:
-        # A dtype or value refused here is bench.json's (-i's were checked in _cases, exit 2): said
+        # A dtype or value refused here is bench.json's (-i's were checked in bench_cases, exit 2): said
         # in the case's terms, as validate says it, not as a Python call's .astype.
         advise_case(exc, BENCH_FILE)
         row["error"] = str(exc)
@@ -610,12 +610,12 @@ def _host_per_call(kernels: list[Kernel], calls: int, seed: int) -> list[dict[st
     """Per-call host cost on each kernel's smallest bench case (launch-bound), f32."""
     rows = []
     for kernel in kernels:
-        cases = [c for c in _cases(kernel, (), (), ("float32",), {})]
+        cases = [c for c in bench_cases(kernel, (), (), ("float32",), {})]
         if not cases:
             continue
         smallest = min(cases, key=lambda c: max(int(np.prod(s["shape"])) for s in c["inputs"].values()))
         try:
-            arrays = _arrays(smallest, seed)
+            arrays = case_arrays(smallest, seed)
             stats = host_per_call(kernel, arrays, calls=calls, attrs=smallest["attrs"])
         except KernelError as exc:
             advise_case(exc, BENCH_FILE)  # a bench.json case's, as its timing row says it

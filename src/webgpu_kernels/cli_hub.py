@@ -19,8 +19,8 @@ import click
 from rich.text import Text
 
 from . import hub, hub_lock, hub_upload, locations
-from .cli import _adapter, adapter_option
-from .command_output import _console, _echo_json
+from .cli import adapter_option, adapter_request_of
+from .command_output import echo_json, safe_console
 from .errors import PackageError
 from .kernel import Kernel
 from .kernel_arguments import hub_pin, split_pin, trust_option, trusting
@@ -79,9 +79,9 @@ def download_cmd(repo: str | None, version: int | None, revision: str | None, ex
     hub.check_op_id(kernel, expected_op_id, repo)
     info = _info(kernel, offline=hub.hub_offline())
     if as_json:
-        _echo_json(info)
+        echo_json(info)
         return
-    console = _console()
+    console = safe_console()
 
     def print_(text: str) -> None:
         console.print(text, soft_wrap=True)
@@ -106,9 +106,9 @@ def _download_locked(lock: str, *, as_json: bool) -> None:
     offline = hub.hub_offline()
     infos = [_info(kernel, offline=offline) for kernel in kernels]
     if as_json:
-        _echo_json({"lockfile": str(path), "kernels": infos})
+        echo_json({"lockfile": str(path), "kernels": infos})
         return
-    console = _console()
+    console = safe_console()
     for info in infos:
         source = f"the Hugging Face cache: {info['fromCacheReason']}" if info["fromCache"] else info["endpoint"]
         console.print(Text(f"{info['repo']} v{info['version']} -> commit {info['commit']} (from {source})"),
@@ -138,10 +138,10 @@ def lock_cmd(project_dir: str, check: bool, as_json: bool) -> None:
         return
     result = hub_lock.lock_project(project_dir)
     if as_json:
-        _echo_json({"path": str(result.path), "changed": result.changed,
+        echo_json({"path": str(result.path), "changed": result.changed,
                     "kernels": [entry.as_dict() for entry in result.entries]})  # fmt: skip
         return
-    console = _console()
+    console = safe_console()
     for entry in result.entries:
         console.print(Text(f"{entry.repo} v{entry.version} -> commit {entry.commit} "
                            f"({hub_lock.METADATA_FILE} sha256 {entry.metadata_sha256})"), soft_wrap=True)  # fmt: skip
@@ -151,11 +151,11 @@ def lock_cmd(project_dir: str, check: bool, as_json: bool) -> None:
 def _check_lock(project_dir: str, *, as_json: bool) -> None:
     result = hub_lock.check_lock(project_dir)
     if as_json:
-        _echo_json({"path": str(result.path), "upToDate": result.up_to_date, "lockFound": result.lock_found,
+        echo_json({"path": str(result.path), "upToDate": result.up_to_date, "lockFound": result.lock_found,
                     "hubAsked": result.hub_asked, "endpoint": result.endpoint,
                     "differences": [d.as_dict() for d in result.differences]})  # fmt: skip
     else:
-        console = _console()
+        console = safe_console()
         # what was compared: a CI log must not read "matches" as "matches the Hub" when it was not asked
         against = f"{hub_lock.PYPROJECT} and {result.endpoint}" if result.hub_asked else hub_lock.PYPROJECT
         not_asked = "" if result.hub_asked else "; the Hub was not asked (HF_HUB_OFFLINE is set): a moved branch is not seen"
@@ -222,14 +222,14 @@ def upload_cmd(ctx: click.Context, path: str, repo: str, version: int | None, pr
     Example: webgpu-kernels upload ./com.example.MyOp my-org/com.example.MyOp
     """
     result = hub_upload.upload_package(path, repo, version=version, private=private, message=message,
-                                       any_name=any_name, dry_run=dry_run, gpu=gpu, adapter=_adapter(ctx),
+                                       any_name=any_name, dry_run=dry_run, gpu=gpu, adapter=adapter_request_of(ctx),
                                        follow_outside_links=follow_outside_links)  # fmt: skip
     if as_json:
-        _echo_json(result.as_dict())
+        echo_json(result.as_dict())
         return
     for warning in result.warnings:  # validate's: they do not stop the upload
-        _console(stderr=True).print(Text("warning: " + warning, style="yellow"), soft_wrap=True)
-    console = _console()
+        safe_console(stderr=True).print(Text("warning: " + warning, style="yellow"), soft_wrap=True)
+    console = safe_console()
     for line in hub_upload.describe(result):
         console.print(Text(line), soft_wrap=True)
 

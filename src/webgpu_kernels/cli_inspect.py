@@ -12,10 +12,10 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from .cli import _adapter, adapter_option
-from .command_output import _console, _echo, _echo_json, _fmt
+from .cli import adapter_option, adapter_request_of
+from .command_output import as_manifest_text, echo_json, echo_stdout, safe_console
 from .errors import printable
-from .kernel_arguments import InputSpec, _input_options, resolve_kernel, trust_option
+from .kernel_arguments import InputSpec, input_options, resolve_kernel, trust_option
 
 # The engine (wgpu, the execution stack) is imported by the commands that use it: `list` reads the
 # manifests alone, and no command's --help needs it.
@@ -45,11 +45,11 @@ def devices_cmd(ctx: click.Context, as_json: bool) -> None:
     from .device import NO_ADAPTER, choose_adapter, list_adapters
 
     adapters = list_adapters()
-    chosen = choose_adapter(_adapter(ctx)).index if adapters else None
+    chosen = choose_adapter(adapter_request_of(ctx)).index if adapters else None
     if as_json:
-        _echo_json([_adapter_dict(a, a.index == chosen) for a in adapters])
+        echo_json([_adapter_dict(a, a.index == chosen) for a in adapters])
         return
-    console = _console()
+    console = safe_console()
     if not adapters:
         console.print(NO_ADAPTER, soft_wrap=True)  # one line, as the error is: a CI log is searched for it
         return
@@ -111,7 +111,7 @@ def list_cmd(as_json: bool) -> None:
         description = _first_sentence(manifest.description)
         rows.append({"op": op_id, "variants": [v.id for v in manifest.variants], "description": description})
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     table = Table(title="Embedded kernels", title_justify="left")
     table.add_column("op id", no_wrap=True)
@@ -119,7 +119,7 @@ def list_cmd(as_json: bool) -> None:
     table.add_column("description")
     for row in rows:
         table.add_row(row["op"], ", ".join(row["variants"]), row["description"])
-    _console().print(table)
+    safe_console().print(table)
 
 
 @click.command("info")
@@ -131,7 +131,7 @@ def info_cmd(kernel: str, as_json: bool) -> None:
     k = resolve_kernel(kernel)
     data = kernel_info(k)
     if as_json:
-        _echo_json(data)
+        echo_json(data)
         return
     _print_info(data)
 
@@ -167,7 +167,7 @@ def kernel_info(kernel: Kernel) -> dict[str, Any]:
 
 
 def _print_info(d: dict[str, Any]) -> None:
-    console = _console()
+    console = safe_console()
     console.print(Text(f"{d['op']} (since version {d['sinceVersion']})", style="bold"))
     console.print(f"{d['origin']} package: {d['path']}")
     if d["description"]:
@@ -177,7 +177,7 @@ def _print_info(d: dict[str, Any]) -> None:
     for col in ("role", "type", "rank", "description"):
         table.add_column(col)
     for s in d["inputs"]:
-        rank = "any" if s["rank"] is None else _fmt(s["rank"])
+        rank = "any" if s["rank"] is None else as_manifest_text(s["rank"])
         table.add_row(s["role"] + (" (optional)" if s["optional"] else ""), s["typeVar"], rank, s["description"])
     console.print(table)
 
@@ -185,7 +185,7 @@ def _print_info(d: dict[str, Any]) -> None:
     for col in ("role", "type", "rank", "shape", "description"):
         table.add_column(col)
     for s in d["outputs"]:
-        rank = "any" if s["rank"] is None else _fmt(s["rank"])
+        rank = "any" if s["rank"] is None else as_manifest_text(s["rank"])
         table.add_row(s["role"], s["typeVar"], rank, s["shape"] or "-", s["description"])
     console.print(table)
 
@@ -198,7 +198,7 @@ def _print_info(d: dict[str, Any]) -> None:
         for col in ("name", "default", "description"):
             table.add_column(col)
         for name, attr in d["attributes"].items():
-            table.add_row(name, _fmt(attr["default"]), attr["description"])
+            table.add_row(name, as_manifest_text(attr["default"]), attr["description"])
         console.print(table)
     else:
         console.print(Text("Attributes: none", style="italic"))
@@ -208,21 +208,21 @@ def _print_info(d: dict[str, Any]) -> None:
         console.print(Text(f"{title}" + ("" if entries else ": none"), style="italic"))
         sep = " = " if key == "tunables" else " := "
         for name, value in entries.items():
-            console.print(f"  {name}{sep}{_fmt(value)}")
+            console.print(f"  {name}{sep}{as_manifest_text(value)}")
 
     console.print(Text("Variants (selection: highest priority whose when clauses all hold)", style="italic"))
     for v in d["variants"]:
         console.print(Text(f"  {v['id']} (priority {v['priority']:g})", style="bold"))
         for i, clause in enumerate(v["when"]):
-            console.print(f"    when[{i}]: {_fmt(clause)}")
+            console.print(f"    when[{i}]: {as_manifest_text(clause)}")
         for name, value in v["constants"].items():
-            console.print(f"    constant {name} := {_fmt(value)}")
+            console.print(f"    constant {name} := {as_manifest_text(value)}")
         for p in v["passes"]:
-            wg = ", ".join(_fmt(w) for w in p["dispatch"]["workgroupSize"])
-            console.print(f"    pass {p['id']!r}: shader {p['shader']}, threads {_fmt(p['dispatch']['threads'])}, "
+            wg = ", ".join(as_manifest_text(w) for w in p["dispatch"]["workgroupSize"])
+            console.print(f"    pass {p['id']!r}: shader {p['shader']}, threads {as_manifest_text(p['dispatch']['threads'])}, "
                           f"workgroupSize {wg}")  # fmt: skip
             for name, value in p["sourceInputs"].items():
-                console.print(f"      template input {name} := {_fmt(value)}")
+                console.print(f"      template input {name} := {as_manifest_text(value)}")
             bindings = ", ".join(f"{b['name']} ({b['buffer']})" for b in p["bindings"])
             console.print(f"      bindings: {bindings}")
 
@@ -230,7 +230,7 @@ def _print_info(d: dict[str, Any]) -> None:
 @click.command("explain")
 @trust_option
 @adapter_option
-@_input_options
+@input_options
 @click.option("--variant", metavar="ID", default=None, help="Explain a call that forces this variant.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
@@ -239,17 +239,17 @@ def explain_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], a
     """Which variant KERNEL would run for these inputs, and why each other one would not."""
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
-    explanation = k.explain(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=_adapter(ctx))
+    explanation = k.explain(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter_request_of(ctx))
     if as_json:
-        _echo_json(explanation.as_dict())
+        echo_json(explanation.as_dict())
     else:
-        _console().print(str(explanation), soft_wrap=True)
+        safe_console().print(str(explanation), soft_wrap=True)
 
 
 @click.command("render")
 @trust_option
 @adapter_option
-@_input_options
+@input_options
 @click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
 @click.pass_context
 def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
@@ -260,18 +260,18 @@ def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], at
     metas = {name: spec.meta() for name, spec in inputs.items()}
     # explain's tuning_entry, as a Python user learns it, from the one check of the call: a call
     # naming a variant or tunables runs what it names, so the note is left out there
-    shaders, entry = k._render(metas, attrs, variant, tunables, _adapter(ctx), entry=True)
+    shaders, entry = k._render(metas, attrs, variant, tunables, adapter_request_of(ctx), entry=True)
     if entry is not None:
         # On stderr: stdout stays the WGSL the call compiles, byte for byte (`render > x.wgsl`, a
         # diff against another render), and the note still reaches the terminal where stdout is a file.
-        _console(stderr=True).print(_tuning_note(entry), soft_wrap=True)
+        safe_console(stderr=True).print(_tuning_note(entry), soft_wrap=True)
     many = len(shaders) > 1
     for i, (pass_id, wgsl) in enumerate(shaders.items()):
         if many:
             if i:
-                _echo()
-            _echo(f"// ---- pass {pass_id} ----")
-        _echo(printable(wgsl.rstrip("\n")))
+                echo_stdout()
+            echo_stdout(f"// ---- pass {pass_id} ----")
+        echo_stdout(printable(wgsl.rstrip("\n")))
 
 
 def _tuning_note(entry: dict[str, Any]) -> str:

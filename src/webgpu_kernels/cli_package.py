@@ -26,8 +26,8 @@ from rich.table import Table
 from rich.text import Text
 
 from . import tuning
-from .cli import FiniteFloatRange, _adapter, adapter_option, output_file
-from .command_output import _console, _echo_json, is_live, shell_word
+from .cli import FiniteFloatRange, adapter_option, adapter_request_of, output_file
+from .command_output import echo_json, is_live, safe_console, shell_word
 from .device import choose_adapter
 from .digests import (
     METADATA_FILE,
@@ -159,10 +159,10 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
                 f"{templates_there(name, listed, named)}: every call that reaches it fails; restore the file, or "
                 "change what names it" for name, where in missing_templates(root, manifest_file)]  # fmt: skip
     if as_json:
-        _echo_json({"path": str(root / METADATA_FILE), "written": not check, "upToDate": current,
+        echo_json({"path": str(root / METADATA_FILE), "written": not check, "upToDate": current,
                     "metadata": metadata, "changes": [c.__dict__ for c in changes], "warnings": warnings})  # fmt: skip
     else:
-        console = _console()
+        console = safe_console()
         title = f"{metadata['id']} (version {metadata['version']}): {root / METADATA_FILE}"
         shown = [c for c in changes if c.status != "unchanged"]  # a package of 49 files listed them all
         same = len(changes) - len(shown)
@@ -213,7 +213,7 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
             for line in notes:
                 console.print(line, soft_wrap=True)
     for warning in warnings:  # after the table, which lists the file as removed; the digest is still taken (exit 0)
-        _console(stderr=True).print(Text("warning: " + warning, style="yellow"), soft_wrap=True)
+        safe_console(stderr=True).print(Text("warning: " + warning, style="yellow"), soft_wrap=True)
     if check and (not current or old_id != metadata["id"]):
         click.get_current_context().exit(1)
 
@@ -276,7 +276,7 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
     or has no test.json (nothing was tested), or --case matches no case in any package; with
     --strict, if any run was skipped.
     """
-    adapter = _adapter(ctx)
+    adapter = adapter_request_of(ctx)
     isolate = _isolation(isolate, timeout)
     # A mistyped --adapter, or no adapter at all, is the caller's error (exit 2, no report), in a child
     # process too: isolated (--timeout), no adapter had been the package's error (exit 1, a report).
@@ -286,7 +286,7 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
     tuning.disabled()
     refs = list(kernels) or embedded_ids()
     reports: list[PackageReport] = []
-    status = _console(stderr=True)
+    status = safe_console(stderr=True)
     # Every KERNEL is opened before any test runs: a mistyped last one had been refused only
     # after the others' tests.
     opened: list[tuple[str, Any]] = []
@@ -327,7 +327,7 @@ def test_cmd(ctx: click.Context, kernels: tuple[str, ...], cases: tuple[str, ...
                 report.error = f"no test.json case matches --case {' '.join(cases)}"
     ok = all(r.ok for r in reports) and not (strict and _skipped(reports))
     if as_json:
-        _echo_json({"ok": ok, "strict": strict, "packages": [r.as_dict() for r in reports]})
+        echo_json({"ok": ok, "strict": strict, "packages": [r.as_dict() for r in reports]})
     else:
         _print_test_reports(reports, strict=strict)
     _write_report(junit_path, lambda: junit_xml(reports, strict=strict))
@@ -372,7 +372,7 @@ def _skipped(reports: list[PackageReport]) -> int:
 
 
 def _print_test_reports(reports: list[PackageReport], *, strict: bool = False) -> None:
-    console = _console()
+    console = safe_console()
     table = Table(title="Test results", title_justify="left")
     for col in ("kernel", "case", "variant", "dtype", "max abs err", "max rel err", "result"):
         # Every column folds: rich cannot narrow a no-wrap one, and cropped the table's right edge
@@ -493,12 +493,12 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None,
     dtype rendered and compiled on the current adapter for the shapes of the package's cases.
     Exit status 1 if there is any error (with --strict, any warning too).
     """
-    adapter = _adapter(ctx)
+    adapter = adapter_request_of(ctx)
     isolate = bool(_isolation(isolate, timeout))
     root = _package_path(path)
     if gpu:  # a mistyped --adapter, or no adapter at all, is the caller's problem (exit 2), not the package's:
         choose_adapter(adapter)  # with none, validate had reported the package INVALID (exit 1)
-    status = _console(stderr=True)
+    status = safe_console(stderr=True)
     started = time.time()  # the JUnit suite's timestamp: a ValidationReport does not keep it
     with _progress(status, f"validating {root.name}") as progress:
         if isolate:
@@ -507,7 +507,7 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None,
             report = validate_package(root, adapter=adapter, gpu=gpu, progress=progress)
     failed_strictly = strict and report.ok and bool(report.package_warnings)
     if as_json:
-        _echo_json({**report.as_dict(), "strict": strict, "passed": report.ok and not failed_strictly})
+        echo_json({**report.as_dict(), "strict": strict, "passed": report.ok and not failed_strictly})
     else:
         _print_validation(report, gpu_skipped=not gpu, strict=strict)
     _write_report(junit_path, lambda: validation_junit_xml([report], started=started, strict=strict))
@@ -516,7 +516,7 @@ def validate_cmd(ctx: click.Context, path: str, gpu: bool, isolate: bool | None,
 
 
 def _print_validation(report: ValidationReport, *, gpu_skipped: bool = False, strict: bool = False) -> None:
-    console = _console()
+    console = safe_console()
     title = report.op_id or Path(report.path).name
     console.print(Text(f"{title}: {report.path}", style="bold"))
     if report.adapter:

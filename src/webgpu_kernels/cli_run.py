@@ -16,12 +16,12 @@ from rich.table import Table
 from rich.text import Text
 
 from .case_data import random_values
-from .cli import _adapter, adapter_option, onnx_op_option
-from .command_output import _console, _echo_json, _fmt, is_live
+from .cli import adapter_option, adapter_request_of, onnx_op_option
+from .command_output import as_manifest_text, echo_json, is_live, safe_console
 from .comparison import reference_report
 from .device import choose_adapter
 from .errors import KernelError
-from .kernel_arguments import GENERATE_OPTION, InputSpec, _input_options, resolve_kernel, trust_option, with_generators
+from .kernel_arguments import GENERATE_OPTION, InputSpec, input_options, resolve_kernel, trust_option, with_generators
 from .references import (
     UNCOMPUTED_OUTPUTS,
     ReferenceShapeMismatch,
@@ -38,7 +38,7 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 @click.command("run")
 @trust_option
 @adapter_option
-@_input_options
+@input_options
 @GENERATE_OPTION
 @click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs.")
@@ -56,7 +56,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     output summary, time and error against the references. Exit status 1 when an output element is
     beyond its tolerance (float32: 1e-4 + 1e-5 x |reference|; float16: 1e-2 + 1e-3 x |reference|)."""
     inputs = with_generators(inputs, generators)
-    adapter = _adapter(ctx)
+    adapter = adapter_request_of(ctx)
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
     # The plan the call will run (a stored tuning result included): the contract, the selection and
@@ -68,7 +68,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     except KernelError:  # the manifest's selection cannot run here (its tunables past a device
         tuned = True  # limit, say), the stored result can: run had exited 2 on the former
     arrays = random_inputs(inputs, seed)
-    status_console = _console(stderr=True)
+    status_console = safe_console(stderr=True)
     with _status(status_console, f"running {k.op_id} ..."):
         start = time.perf_counter()
         outputs = k(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
@@ -120,7 +120,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     report["ok"] = all(c["ok"] for c in compared)  # nothing found wrong ...
     report["checked"] = bool(compared)  # ... by at least one reference: `ok` alone read true for a package no reference knows
     if as_json:
-        _echo_json(report)
+        echo_json(report)
     else:
         _print_run(report)
     if not report["ok"]:  # as bench fails a WRONG output: a script or CI job must see it
@@ -178,14 +178,14 @@ def _num(value: float | None, fmt: str = ".6g") -> str:
 
 
 def _print_run(r: dict[str, Any]) -> None:
-    console = _console()
+    console = safe_console()
     console.print(Text(f"{r['op']} on {r['adapter']}", style="bold"))
     inputs = ", ".join(f"{n} {s['shape']} {s['dtype']}{_drawn_from(s.get('generate'))}" for n, s in r["inputs"].items())
     drawn = "standard normal" + ("; bool half true" if any(s["dtype"] == "bool" for s in r["inputs"].values()) else "")
     drawn = f"{drawn} unless said" if any("generate" in s for s in r["inputs"].values()) else drawn
     console.print(f"inputs ({drawn}, seed {r['seed']}): {inputs}", soft_wrap=True)
     if r["attrs"]:
-        console.print("attributes: " + ", ".join(f"{k}={_fmt(v)}" for k, v in r["attrs"].items()))
+        console.print("attributes: " + ", ".join(f"{k}={as_manifest_text(v)}" for k, v in r["attrs"].items()))
     how = " (forced)" if r["forced"] else (" (a stored tuning result)" if r["tuned"] else " (selected)")
     console.print(f"variant: {r['variant']}{how}")
 

@@ -22,29 +22,29 @@ from .bench_report import assignments
 from .benchmark import bench_kernel
 from .case_format import BENCH_FILE
 from .casefile import advise_case
-from .cli import _adapter, adapter_option
+from .cli import adapter_option, adapter_request_of
 from .cli_bench import (
     SEED_OPTION,
     WARM_UP_OPTION,
-    _arrays,
-    _cases,
-    _dtype_label,
-    _no_cases,
-    _warm_up,
+    bench_cases,
+    case_arrays,
     case_selection_options,
     check_given_shapes,
+    dtypes_label,
     given_shapes_option,
     load_tuning_cache,
+    no_cases_reason,
     now_running,
     skip_reason,
+    warm_up_gpu,
 )
-from .command_output import _console, is_live
+from .command_output import is_live, safe_console
 from .comparison import Tolerance
 from .contract import check_tunables
 from .device import default_device
 from .errors import KernelError
 from .kernel import Kernel
-from .kernel_arguments import _by_name, parse_value, resolve_kernel, trust_option
+from .kernel_arguments import options_by_name, parse_value, resolve_kernel, trust_option
 from .package import embedded_ids
 
 WORKGROUP_CANDIDATES = (64, 128, 256, 512, 1024)
@@ -78,7 +78,7 @@ def _searched_callback(ctx: click.Context, param: click.Parameter, values: tuple
                 values.append(value)
         return name.strip(), values
 
-    return _by_name(ctx, param, values, parse, "tunable {!r} given twice")
+    return options_by_name(ctx, param, values, parse, "tunable {!r} given twice")
 
 
 @click.command("tune")
@@ -112,16 +112,16 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     with the default's output (nothing stored if that is the manifest's selection). `--tunable
     NAME=V[,V...]` replaces NAME's candidates with those values and starts the search at the first;
     the case's default is still timed, and wins where no candidate beats it."""
-    console = _console()
-    device = ctx.with_resource(default_device(_adapter(ctx)))  # every timing and call on --adapter's device
+    console = safe_console()
+    device = ctx.with_resource(default_device(adapter_request_of(ctx)))  # every timing and call on --adapter's device
     cache = load_tuning_cache(device)
     inputs = check_given_shapes(kernels, inputs, generators, attrs, names, tags, dtypes)
     loaded = [resolve_kernel(k) for k in (kernels or embedded_ids())]
     # each value checked as a call would check it: a refused one is never tried
     given = [_as_taken(kernel, searched, several=len(loaded) > 1) for kernel in loaded]
-    work = [(k, c, g) for k, g in zip(loaded, given, strict=True) for c in _cases(k, names, tags, dtypes, inputs, attrs)]
+    work = [(k, c, g) for k, g in zip(loaded, given, strict=True) for c in bench_cases(k, names, tags, dtypes, inputs, attrs)]
     if not work:
-        raise click.UsageError(_no_cases(loaded, names, tags, dtypes, "tune"))
+        raise click.UsageError(no_cases_reason(loaded, names, tags, dtypes, "tune"))
     if not dry_run:
         _check_writable(cache.path)
     _say_problem(console, cache, dry_run)
@@ -137,7 +137,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     earlier_entries = set(cache.entries)  # the classes the file held before this run
     dropped: set[str] = set()  # of those, the classes whose entry this run removed
     with Progress(console=console, transient=True, disable=not is_live(console)) as progress:
-        _warm_up(progress, device, warm_up_s)
+        warm_up_gpu(progress, device, warm_up_s)
         task = progress.add_task("tuning", total=len(work))
         for kernel, case, only in work:
             now_running(progress, task, f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}")
@@ -146,7 +146,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             defaults = {**kernel.manifest.tunables, **case["tunables"]}
             reason = skip_reason(kernel, case)
             if reason is not None:  # as `test` and bench skip it: the adapter's, no failure
-                label = _dtype_label(case["types"].values())
+                label = dtypes_label(case["types"].values())
                 skips.setdefault(reason, []).append(f"{kernel.manifest.name} {case['name']} {label}")
                 progress.console.print(f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}: skipped: {reason}",
                                        soft_wrap=True)  # fmt: skip
@@ -155,14 +155,14 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                 continue
             # Full timing first: it also brings the GPU to sustained load before the search.
             try:
-                arrays = _arrays(case, seed)
+                arrays = case_arrays(case, seed)
                 default = bench_kernel(kernel, arrays, attrs=case["attrs"], tunables=defaults)
             except KernelError as exc:  # a case that cannot run for another reason (bench's error row)
                 advise_case(exc, BENCH_FILE)  # bench.json's dtype or value, as bench's row says it
-                errors.append(f"{kernel.manifest.name} {case['name']} {_dtype_label(case['types'].values())}")
+                errors.append(f"{kernel.manifest.name} {case['name']} {dtypes_label(case['types'].values())}")
                 progress.console.print(Text(f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}: not tuned: {exc}",
                                             style="red"), soft_wrap=True)  # fmt: skip
-                table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
+                table.add_row(kernel.manifest.name, case["name"], dtypes_label(case["types"].values()),
                               Text("error", style="red"))  # fmt: skip
                 progress.advance(task)
                 continue
@@ -200,7 +200,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
             outcome = None if _same_work(kernel, arrays, case["attrs"], winner, None) else winner
             key = tuning.entry_key(kernel.tuning_key, *tuning_class)
             # the dtype: a case name runs in each of its dtypes, and each dtype is a class of its own
-            named = f"{case['name']!r} ({_dtype_label(case['types'].values())})"
+            named = f"{case['name']!r} ({dtypes_label(case['types'].values())})"
             cls = by_class.setdefault(key, _ClassCases())
             cls.cases.append((case, named))
             if not any(_same_work(kernel, arrays, case["attrs"], c, outcome) for c in cls.candidates):
@@ -225,7 +225,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                     saved = True
                 except OSError as exc:  # what _check_writable could not foresee (the folder changed since)
                     raise click.ClickException(f"cannot save the tuning file {cache.path}: {exc}") from None
-            table.add_row(kernel.manifest.name, case["name"], _dtype_label(case["types"].values()),
+            table.add_row(kernel.manifest.name, case["name"], dtypes_label(case["types"].values()),
                           f"{default.variant} {assignments(defaults)}", f"{default_s * 1e6:.1f}",
                           f"{best[1]} {assignments(best[2])}", f"{best[0] * 1e6:.1f}", f"{default_s / best[0]:.2f}x")  # fmt: skip
             progress.console.print(f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}: default {default.variant} "
@@ -412,7 +412,7 @@ def _time_candidates(kernel: Kernel, case: dict[str, Any], seed: int, candidates
     """Per candidate, its full timing on ``case`` (inputs rebuilt from it: a large case's are GBs,
     not kept between cases), or why it cannot stand for the case: its variant refuses it, it
     raises, or its output differs from the case default's (the search's check)."""
-    arrays, attrs = _arrays(case, seed), case["attrs"]
+    arrays, attrs = case_arrays(case, seed), case["attrs"]
     defaults = {**kernel.manifest.tunables, **case["tunables"]}
     try:  # the default's variant forced: no stored choice answers (tunables {} would let one)
         default_variant = kernel.work_key(arrays, attrs=attrs, tunables=defaults)[0]

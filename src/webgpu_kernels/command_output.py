@@ -33,7 +33,7 @@ def _drop_the_rest(stream: Any) -> None:
     os.close(devnull)
 
 
-def _echo(text: str = "") -> None:
+def echo_stdout(text: str = "") -> None:
     """click.echo to stdout, whose reader may stop early (`--json | head -1`) as for the console's
     text: click exits 1 on the broken pipe, which says a case failed."""
     try:
@@ -57,7 +57,7 @@ def package_text_console() -> type[Console]:
         def on_broken_pipe(self) -> None:
             # A reader that stopped early (`| head -1`): the rest is dropped and the command ends with
             # its own verdict. rich exits 1 here, which says "a case failed", so a passing `test | head`
-            # failed a CI step run with pipefail; click.echo's output is _echo's.
+            # failed a CI step run with pipefail; click.echo's output is echo_stdout's.
             self.quiet = True
             _drop_the_rest(self.file)
 
@@ -72,7 +72,7 @@ def package_text_console() -> type[Console]:
     return PackageTextConsole
 
 
-def _console(*, stderr: bool = False) -> Console:
+def safe_console(*, stderr: bool = False) -> Console:
     """A console that never reads markup from manifest text, nor prints its control characters;
     wide when not writing to a terminal."""
     stream = sys.stderr if stderr else sys.stdout
@@ -99,17 +99,17 @@ def is_live(console: Console) -> bool:
     return console.is_terminal and not console.is_dumb_terminal and bool(isatty and isatty())
 
 
-def _echo_json(data: Any) -> None:
-    _echo(json.dumps(_jsonable(data), indent=2, allow_nan=False))
+def echo_json(data: Any) -> None:
+    echo_stdout(json.dumps(jsonable(data), indent=2, allow_nan=False))
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Plain JSON values: tuples to lists, NumPy scalars to Python, non-finite floats to strings."""
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value) if isinstance(value, (set, frozenset)) else value
-        return [_jsonable(v) for v in items]
+        return [jsonable(v) for v in items]
     numpy = sys.modules.get("numpy")  # a NumPy scalar exists only once numpy is imported; not imported for it
     if numpy is not None and isinstance(value, numpy.generic):
         value = value.item()
@@ -120,9 +120,9 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _fmt(value: Any) -> str:
+def as_manifest_text(value: Any) -> str:
     """A manifest value as the manifest writes it (JSON), strings bare."""
-    return value if isinstance(value, str) else json.dumps(_jsonable(value))
+    return value if isinstance(value, str) else json.dumps(jsonable(value))
 
 
 def shell_word(path: str) -> str:

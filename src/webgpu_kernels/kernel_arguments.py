@@ -120,7 +120,7 @@ def parse_generate_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 def _generate_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    return _by_name(ctx, param, values, parse_generate_spec, "input {!r} given twice")
+    return options_by_name(ctx, param, values, parse_generate_spec, "input {!r} given twice")
 
 
 GENERATE_OPTION = click.option(
@@ -160,7 +160,7 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     return name, parse_value(value.strip())
 
 
-def _by_name(ctx: click.Context, param: click.Parameter, values: tuple[str, ...],
+def options_by_name(ctx: click.Context, param: click.Parameter, values: tuple[str, ...],
              parse: Callable[[str], tuple[str, Any]], twice: str) -> dict[str, Any]:  # fmt: skip
     """A repeatable NAME=... option's values parsed by name, each ValueError as the option's usage
     error; a name given twice is refused (``twice`` formats it)."""
@@ -176,16 +176,16 @@ def _by_name(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     return items
 
 
-def _inputs_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, InputSpec]:
+def inputs_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, InputSpec]:
     def parse(value: str) -> tuple[str, InputSpec]:
         spec = parse_input_spec(value)
         return spec.name, spec
 
-    return _by_name(ctx, param, values, parse, "input {!r} given twice")
+    return options_by_name(ctx, param, values, parse, "input {!r} given twice")
 
 
-def _assignments_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
-    return _by_name(ctx, param, values, parse_assignment, "{!r} given twice")
+def assignments_callback(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
+    return options_by_name(ctx, param, values, parse_assignment, "{!r} given twice")
 
 
 @dataclass(frozen=True)
@@ -376,12 +376,12 @@ def trust_option(fn: Any) -> Any:
                              "as KERNEL (also accepted before the command).")(fn)  # fmt: skip
 
 
-def _input_options(fn: Any) -> Any:
-    fn = click.option("--tunable", "tunables", multiple=True, metavar="NAME=VALUE", callback=_assignments_callback,
+def input_options(fn: Any) -> Any:
+    fn = click.option("--tunable", "tunables", multiple=True, metavar="NAME=VALUE", callback=assignments_callback,
                       help="Override a tunable (value parsed as JSON, else a string). Repeatable.")(fn)  # fmt: skip
-    fn = click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE", callback=_assignments_callback,
+    fn = click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE", callback=assignments_callback,
                       help="Set an attribute (value parsed as JSON, else a string). Repeatable.")(fn)  # fmt: skip
-    fn = click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE", callback=_inputs_callback,
+    fn = click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=DIMS:DTYPE", callback=inputs_callback,
                       help="An input tensor: dims joined by 'x', dtype f32/f16/... "
                            "(X=2x64x320:f16; rank 0: X=:f32 or X=scalar:f32). Repeatable.")(fn)  # fmt: skip
     fn = click.argument("kernel")(fn)

@@ -329,7 +329,7 @@ def parse_manifest(data: Any, *, file: str | None = None) -> Manifest:
     if problems:
         first = problems[0]
         raise ManifestError(first.detail, json_path=first.json_path, file=file)
-    return _build(data)
+    return build_manifest(data)
 
 
 def check_manifest(data: Any) -> list[ManifestError]:
@@ -457,7 +457,7 @@ def _integral(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _build(data: dict[str, Any]) -> Manifest:
+def build_manifest(data: dict[str, Any]) -> Manifest:
     # Everything below is built from a read-only copy: raw and the model share its lists (a list
     # default is raw's), and the caller's data stays its own.
     data = read_only(data)

@@ -60,7 +60,7 @@ from .errors import (
     no_variant,
 )  # fmt: skip
 from .expressions import as_count
-from .manifest import Manifest, _build, reference_errors, schema_errors, without_unknown_fields
+from .manifest import Manifest, build_manifest, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
 from .portability import check_file_names, include_case_problems, twin_message
 from .program import (
@@ -257,7 +257,7 @@ def _check_manifest(package: KernelPackage, out: ProblemCollector) -> Manifest |
     # With references broken between parts the model can usually still be built, so the later
     # stages can report their problems too.
     try:
-        return _build(data)
+        return build_manifest(data)
     except (KeyError, TypeError, ValueError, IndexError):
         return None
 
