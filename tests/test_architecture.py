@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -264,3 +265,23 @@ def test_hub_errors_imports_none_of_the_modules_that_use_it():
     assert "imports no `hub.py`" in row
     users = {"hub", "hub_lock", "hub_upload", "cli_hub", "api"}
     assert not [m for m in engine_imports("hub_errors") if m[0] in users], engine_imports("hub_errors")
+
+
+def private_imports(module: str) -> list[str]:
+    """``from .other import _name`` in ``module``: a private name of another module, which that
+    module may rename or drop without a thought for its importers."""
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    return [f"{node.module}.{alias.name} (line {node.lineno})" for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 1
+            for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]  # fmt: skip
+
+
+@pytest.mark.parametrize("module", [p.stem for p in module_files()])
+def test_no_module_imports_another_s_private_name(module):
+    assert not private_imports(module), f"{module}.py imports private names (make them public): {private_imports(module)}"
+
+
+def test_the_private_import_reader_sees_one(tmp_path, monkeypatch):
+    (tmp_path / "m.py").write_text("from .other import _hidden, shown\nfrom . import __version__\n", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
+    assert private_imports("m") == ["other._hidden (line 1)"]
