@@ -431,16 +431,21 @@ def test_a_case_tune_cannot_run_is_counted_as_not_tuned_with_its_name(runner, tu
     assert any(line.startswith("QuickGelu fine T=float32: default") for line in lines), result.output
 
 
+def _small_matmul() -> tuple[Kernel, dict[str, np.ndarray]]:
+    """demo.MatMul and a small batch of random A and B, for the search tests."""
+    from conftest import PACKAGES_DIR
+
+    rng = np.random.default_rng(0)
+    arrays = {"A": rng.standard_normal((2, 33, 20)).astype(np.float32),
+              "B": rng.standard_normal((2, 20, 17)).astype(np.float32)}  # fmt: skip
+    return wk.load_kernel(PACKAGES_DIR / "demo.MatMul"), arrays
+
+
 def test_a_candidate_that_gives_the_gpu_the_same_work_is_not_timed(monkeypatch):
     """demo.MatMul's tiled variant never reads WORKGROUP_SIZE (naive's): on the H200 the tuner timed
     five identical tiled kernels per case and stored whichever noise made fastest (TILE 32 with
     WORKGROUP_SIZE 1024, 512, 256 or 64). Only candidates whose WGSL, grid or uniforms differ are timed."""
-    from conftest import PACKAGES_DIR
-
-    kernel = wk.load_kernel(PACKAGES_DIR / "demo.MatMul")
-    rng = np.random.default_rng(0)
-    arrays = {"A": rng.standard_normal((2, 33, 20)).astype(np.float32),
-              "B": rng.standard_normal((2, 20, 17)).astype(np.float32)}  # fmt: skip
+    kernel, arrays = _small_matmul()
     timed = []
 
     def fake_bench(kernel, arrays, *, attrs=None, variant=None, tunables=None, **_):
@@ -465,12 +470,7 @@ def test_a_start_that_differs_from_the_default_only_where_unread_is_the_default(
     WORKGROUP_SIZE 128 (tune --tunable WORKGROUP_SIZE=128,256) starts at the default's own work, so
     a slower TILE is no lead. The start had been taken for an untimed point (no time to beat),
     and each slower tiled candidate read back and checked as the variant's new best."""
-    from conftest import PACKAGES_DIR
-
-    kernel = wk.load_kernel(PACKAGES_DIR / "demo.MatMul")
-    rng = np.random.default_rng(0)
-    arrays = {"A": rng.standard_normal((2, 33, 20)).astype(np.float32),
-              "B": rng.standard_normal((2, 20, 17)).astype(np.float32)}  # fmt: skip
+    kernel, arrays = _small_matmul()
 
     def fake_bench(kernel, arrays, *, attrs=None, variant=None, tunables=None, **_):
         _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
@@ -499,12 +499,7 @@ def test_a_start_that_differs_from_the_default_only_where_unread_is_the_default(
 def test_each_variant_search_starts_at_the_start_given(monkeypatch):
     """demo.MatMul: tiled (searched first) finds TILE 8 faster; naive's search then started at
     TILE 8, where tiled's ended, not at the start given (the start was overwritten)."""
-    from conftest import PACKAGES_DIR
-
-    kernel = wk.load_kernel(PACKAGES_DIR / "demo.MatMul")
-    rng = np.random.default_rng(0)
-    arrays = {"A": rng.standard_normal((2, 33, 20)).astype(np.float32),
-              "B": rng.standard_normal((2, 20, 17)).astype(np.float32)}  # fmt: skip
+    kernel, arrays = _small_matmul()
 
     def fake_bench(kernel, arrays, *, attrs=None, variant=None, tunables=None, **_):
         _, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables)
