@@ -661,10 +661,31 @@ def test_threads_past_2_32_workgroups_are_refused_before_anything_is_submitted(w
     assert (memory.live_buffers, memory.pooled_bytes, memory._pending, memory.batch) == before
     refused = kernel.explain({"X": meta((4,), np.float32)}, tunables={"WORKGROUP_SIZE": 64}).refused
     assert refused is not None and f"{2**34} workgroups" in refused
-    # 2^32 workgroups exactly is what workgroupIndex counts: not refused for it
-    assert workgroup_grid(2**32 * 64, 64, M)[0] > 0
+    # 2^32 workgroups in the grid is what workgroupIndex counts: not refused for it
+    x, y, z = workgroup_grid(M * M * 64, 64, M)
+    assert x * y * z == M * M
     with pytest.raises(errors.ExpressionError, match="workgroupIndex"):
         workgroup_grid(2**32 * 64 + 1, 64, M)
+
+
+@pytest.mark.parametrize("total", [M * M, M * M + 1, 2**32 - 2**16])
+def test_a_grid_within_2_32_workgroups_runs_whole(total):
+    """Spilled into z, the grid still covers the work, within the per-dimension limit and 2^32."""
+    x, y, z = workgroup_grid(total, 1, M)
+    assert total <= x * y * z <= 2**32 and max(x, y, z) <= M
+
+
+@pytest.mark.parametrize("total", [2**32 - 2**16 + 1, 2**32 - 1, 2**32])
+def test_a_grid_past_2_32_workgroups_is_refused_even_where_the_work_is_not(total):
+    """workgroupIndex counts the grid's workgroups, and the spill rounds the grid up: 2^32
+    workgroups of work are a grid of 32769 x 65535 x 2 = 2^32 + 5534, whose last workgroups' u32
+    index wraps to 0..5533, passes a `workgroupIndex >= count` guard and does those rows' work again
+    (twice the sum for a kernel that accumulates). Such a grid is refused naming it."""
+    with pytest.raises(errors.ExpressionError) as info:
+        workgroup_grid(total, 1, M)
+    said = str(info.value)
+    assert f"{total} workgroups of 1" in said and "a grid of 32769 x 65535 x 2" in said, said
+    assert "workgroupIndex" in said and "2^32" in said, said
 
 
 def test_a_template_reading_global_index_past_2_32_invocations_is_refused_at_its_line(write_package, device):

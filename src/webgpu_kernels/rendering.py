@@ -122,7 +122,8 @@ def workgroup_grid(threads: int, invocations: int, max_per_dimension: int) -> tu
     """Workgroups for ``threads`` invocations, spilling into y then z past the per-dimension limit.
 
     The grid may hold more workgroups than needed; shaders bound-check with their own count. More
-    workgroups than the grid holds, or than workgroupIndex counts (U32_COUNT), is an ExpressionError.
+    workgroups than the grid holds, or a grid of more than workgroupIndex counts (U32_COUNT), is an
+    ExpressionError.
     """
     total = -(-threads // invocations)
     if total == 0:
@@ -134,11 +135,12 @@ def workgroup_grid(threads: int, invocations: int, max_per_dimension: int) -> tu
     if z > max_per_dimension:
         raise ExpressionError(f"{threads} threads need more than {max_per_dimension}^3 workgroups of {invocations}",
                               expression="dispatch.threads")  # fmt: skip
-    if total > U32_COUNT:
-        raise ExpressionError(f"{threads} threads are {total} workgroups of {invocations}, more than the 2^32 = "
-                              f"{U32_COUNT} that workgroupIndex, a u32, counts", expression="dispatch.threads")  # fmt: skip
     # Shrink x again so the grid wastes as little as possible.
     x = -(-total // (y * z))
+    if x * y * z > U32_COUNT:  # the grid's, not the work's: a surplus workgroup's index would wrap below the count
+        grid = "" if total > U32_COUNT else f" in a grid of {x} x {y} x {z} = {x * y * z}"
+        raise ExpressionError(f"{threads} threads are {total} workgroups of {invocations}{grid}, more than the 2^32 "
+                              f"= {U32_COUNT} that workgroupIndex, a u32, counts", expression="dispatch.threads")  # fmt: skip
     return (x, y, z)
 
 
