@@ -23,7 +23,7 @@ from webgpu_kernels.comparison import Tolerance
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.kernel import Kernel
 
-from conftest import copy_package, optional_output_package, tuning_file
+from conftest import PACKAGES_DIR, copy_package, optional_output_package, tuning_file
 
 
 def stored_entries(folder):
@@ -1196,8 +1196,21 @@ def test_a_variant_whose_when_refuses_the_case_is_named_once_with_its_reason(run
     every variant takes gets no such line."""
     out = " ".join(invoke(runner, "tune", QG_DIR, "-i", "X=5x77x13:f32", "--dry-run", *QUICK_WARM_UP).output.split())
     # 5005 elements: not a multiple of 4, so vec4's vec4Ok is false; vec4_tail and scalar take it
-    assert ("QuickGelu custom T=float32: not tried, as their `when` refuses the case at every candidate: "
+    assert ("QuickGelu custom T=float32: not tried, as each refuses the case at every candidate: "
             "vec4 (when[1] 'vec4Ok' is false (with vec4Ok=False, shapes.X=[5, 77, 13]))") in out, out
     assert out.count("not tried") == 1, out
     quiet = invoke(runner, "tune", QG_DIR, *TINY, "--dry-run").output
     assert "not tried" not in quiet, quiet
+
+
+def test_a_variant_refused_at_every_candidate_by_other_than_its_when_is_named_with_that_reason(runner, write_package):
+    """A variant whose `when` takes the case but whose plan fails at every candidate (its dispatch
+    here: a grid past what workgroupIndex counts) is also never tried; the line names the error
+    that refused it, and does not say its `when` did (that clause holds)."""
+    manifest = json.loads((PACKAGES_DIR / "demo.ScaleShift" / "manifest.json").read_text())
+    manifest["variants"][1]["passes"][0]["dispatch"]["threads"] = "2 ** 40"
+    template = (PACKAGES_DIR / "demo.ScaleShift" / "scale-shift.wgsl.jinja").read_text()
+    root = write_package(manifest, {"scale-shift.wgsl.jinja": template})
+    out = " ".join(invoke(runner, "tune", str(root), "-i", "X=8:f32", "--dry-run", *QUICK_WARM_UP).output.split())
+    assert "not tried" in out and "scalar (" in out, out
+    assert "`when` refuses" not in out and "workgroupIndex" in out, out

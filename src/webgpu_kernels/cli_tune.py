@@ -179,7 +179,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                                     _tunable_axes(kernel, device, start, only=only), tolerance, defaults,
                                     on_candidate=show, start=start, never_took=never_took)  # fmt: skip
             if never_took:  # no "trying" line showed they were considered: one line says why not
-                progress.console.print(f"{label}: not tried, as their `when` refuses the case at every candidate: "
+                progress.console.print(f"{label}: not tried, as each refuses the case at every candidate: "
                                        f"{_refusals(kernel, arrays, case['attrs'], start, never_took)}", soft_wrap=True)
             default_s = default.median_s  # the default's time the table shows next to the winner's
             if (best[1], best[2]) != (default.variant, defaults):
@@ -453,8 +453,8 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
     ``default`` ran with (the manifest's unless the case names some); ``on_candidate(variant,
     tunables)`` hears of each candidate before it is timed (the progress line); ``start``: where each
     variant's search starts (tune --tunable's first values over ``defaults``), ``defaults`` if None;
-    ``never_took``: gets the variants whose `when` refused the case at every candidate (no "trying"
-    line says they were considered)."""
+    ``never_took``: gets the variants that refused the case at every candidate, by their `when` or
+    their plan's error (no "trying" line says they were considered)."""
     defaults = dict(kernel.manifest.tunables) if defaults is None else defaults
     start = defaults if start is None else start
     best = (default.median_s, default.variant, defaults)
@@ -486,7 +486,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                         continue
                     try:
                         work = kernel.work_key(arrays, attrs=attrs, variant=variant, tunables=tunables)
-                    except KernelError:  # a candidate the variant's `when` refuses
+                    except KernelError:  # a candidate the variant's `when` (or its plan) refuses
                         refused.add(candidate)
                         continue
                     took = True
@@ -520,13 +520,23 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
 
 def _refusals(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], tunables: dict[str, Any],
               variants: list[str]) -> str:  # fmt: skip
-    """``variants``, each with the clause that refuses it at ``tunables`` (the selection trace's words)."""
+    """``variants``, each with what refuses it at ``tunables``: the clause of its `when` (the selection
+    trace's words), else the error its plan raises (a `when` that holds is not what refused it)."""
     try:
         verdicts = {v.variant: v for v in kernel.explain(arrays, attrs=attrs, tunables=tunables).verdicts}
     except KernelError:  # the start's tunables refused by the contract: the names alone
         return ", ".join(variants)
-    return ", ".join(f"{v} ({verdicts[v].reason()})" if v in verdicts and not verdicts[v].accepted else v
-                     for v in variants)  # fmt: skip
+
+    def why(variant: str) -> str | None:
+        if variant in verdicts and not verdicts[variant].accepted:
+            return verdicts[variant].reason()
+        try:
+            kernel.work_key(arrays, attrs=attrs, variant=variant, tunables=tunables)
+        except KernelError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None  # refused at other candidates only
+
+    return ", ".join(v if (reason := why(v)) is None else f"{v} ({reason})" for v in variants)
 
 
 def _as_float64(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
