@@ -473,7 +473,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
         # The default's time to beat where the start gives the GPU the default's work: also where it
         # differs only in a tunable this variant never reads (a slower candidate had become the lead).
         here, here_s = start, float("inf")
-        took = False  # whether the variant's `when` took the case at some candidate
+        took = False  # whether the variant took the case (its `when` and its plan) at some candidate
         if variant == default.variant and _same_work(kernel, arrays, attrs, (variant, start), (variant, defaults)):
             here_s = default.median_s
         for sweep in ([("", [None]), *axes], axes):
