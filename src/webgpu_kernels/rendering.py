@@ -29,7 +29,7 @@ from .forks import fresh_in_child
 from .layout import StructLayout, struct_layout
 from .program import CompiledPass, CompiledVariant, Program
 from .sandbox import render_budget
-from .templates import MAX_RENDERED_BYTES, PackageLoader, TemplateSandbox, template_error
+from .templates import DICT_METHODS, MAX_RENDERED_BYTES, PackageLoader, TemplateSandbox, template_error
 from .workgroup_memory import WorkgroupDeclaration, blank_comments, workgroup_declarations
 
 _ACCESS = {"read-only-storage": ("storage", "read"), "storage": ("storage", "read_write"), "uniform": ("uniform", None)}
@@ -298,7 +298,7 @@ class TemplateRenderer:
                 head = cast(Any, access).node
                 if isinstance(head, nodes.Name) and head.name == "constants":
                     key = access.attr if isinstance(access, nodes.Getattr) else getattr(cast(Any, access).arg, "value", None)
-                    if not isinstance(key, str) or key in _DICT_VIEWS:  # any entry, or all of them
+                    if not isinstance(key, str) or key in DICT_METHODS:  # any entry, or all of them (constants.items())
                         return None
                     names.add(key)
                     heads.add(id(head))
@@ -566,9 +566,6 @@ def _global_index(resolved: ResolvedPass) -> Any:
         f"wrong elements; index by {{{{ workgroupIndex }}}} (a u32 of up to 2^32 workgroups) and lix, or dispatch "
         f"fewer threads"))  # fmt: skip
 
-
-#: The dict methods a template may call (templates.TemplateSandbox): ``constants.items()`` reads every entry.
-_DICT_VIEWS = frozenset({"items", "keys", "values"})
 #: The template context's namespaces a line reads by key (templates see no ``shapes``).
 _TEMPLATE_NAMESPACES = frozenset({"tunables", "attrs", "constants", "inputs"})
 #: Template names that follow the pass's workgroup size.

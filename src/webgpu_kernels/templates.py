@@ -91,7 +91,8 @@ _NODE_WORDS = {"Extends": "{% extends %}", "Block": "{% block %}", "NSRef": "ass
                "Scope": "{% autoescape %}"}  # fmt: skip
 _LOOP_ATTRIBUTES = frozenset(["index", "index0", "revindex", "revindex0", "first", "last", "length", "depth",
                               "depth0", "previtem", "nextitem"])  # fmt: skip
-_DICT_METHODS = frozenset(["items", "keys", "values"])
+#: The dict methods a template may call (a list, _DictMethod); validate reads `constants.items()` as reading every entry.
+DICT_METHODS = frozenset(["items", "keys", "values"])
 
 
 def _numbers_only(name: str, test: Callable[..., bool]) -> Callable[..., bool]:
@@ -269,7 +270,7 @@ class TemplateSandbox(BoundedSandbox):
     # --- access: mappings, loop objects, imported templates; nothing else --------------------------
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        if type(obj) is dict and attribute not in obj and attribute in _DICT_METHODS:
+        if type(obj) is dict and attribute not in obj and attribute in DICT_METHODS:
             return _DictMethod(obj, attribute)
         return super().getattr(obj, attribute)
 
