@@ -865,6 +865,39 @@ def test_a_derive_entry_or_constant_nothing_reads_is_a_warning(qg: Path, runner:
     assert strict.exit_code == 1 and "derive entry 'unusedOk'" in strict.stdout, strict.output
 
 
+def test_an_entry_read_only_by_unused_entries_is_unused_too(qg: Path) -> None:
+    """The warning was not transitive: `half` read only by an unused `quarter` was warned of only
+    once `quarter` was removed, one validate run per link of the chain."""
+    def add(m: dict) -> None:
+        m["derive"].update(half="numel(shapes.X) // 2", quarter="half // 2", eighth="quarter // 2",
+                           shared="numel(shapes.X) * 2", sharedUse="shared + 1")  # fmt: skip
+        m.setdefault("constants", {}).update(base="3")
+        m["variants"][0]["constants"].update(leftOver="base * 2", onlyForLeftOver="leftOver + 1")
+        m["variants"][1]["passes"][0]["dispatch"]["threads"] = "max(ceilDiv(numel(shapes.X), 4), shared * 0)"
+
+    edit_json(qg / "manifest.json", add)
+    digests.write_metadata(qg)
+    warned = unused_warned(validate_package(qg, gpu=False))
+    # shared is read by a dispatch too (its unused reader sharedUse does not make it unused)
+    assert set(warned) == {"derive.half", "derive.quarter", "derive.eighth", "derive.sharedUse", "constants.base",
+                           "variants[0].constants.leftOver", "variants[0].constants.onlyForLeftOver"}, warned  # fmt: skip
+    assert warned["derive.eighth"].startswith("nothing reads derive entry 'eighth': no expression")
+    assert warned["derive.quarter"].startswith("nothing reads derive entry 'quarter' but unused entries: "
+                                               "it is read only by derive entry 'eighth', itself unused")  # fmt: skip
+    assert "read only by derive entry 'quarter', itself unused" in warned["derive.half"]
+    assert "read only by constant 'leftOver' of variant 'vec4', itself unused" in warned["constants.base"]
+    assert "read only by constant 'onlyForLeftOver' of variant 'vec4', itself unused" in \
+        warned["variants[0].constants.leftOver"]
+    assert warned["variants[0].constants.onlyForLeftOver"].startswith("nothing reads constant 'onlyForLeftOver' "
+                                                                      "of variant 'vec4': no `when` clause")  # fmt: skip
+    # A template that could read any entry: none of them is warned of, nor what they read
+    template = qg / "quick-gelu.wgsl.jinja"
+    template.write_text(template.read_text("utf-8") + "{% for name, value in constants.items() %}// {{ name }}\n"
+                        "{% endfor %}\n", encoding="utf-8")  # fmt: skip
+    digests.write_metadata(qg)
+    assert unused_warned(validate_package(qg, gpu=False)) == {}
+
+
 def test_a_name_a_template_reads_is_not_unused(qg: Path) -> None:
     """Templates see every derive entry and constant, bare and in `constants` (docs/format.md's
     template contract): a read there, in a file the template includes too, counts; a dynamic read

@@ -7,6 +7,8 @@ Readers are every expression of the compiled program (input ranks, outputs, deri
 the templates, which see every derive entry and constant bare and in ``constants``
 (rendering.template_context). Where a reader cannot be told for sure (a template reading
 ``constants`` dynamically, a ``flops`` that does not compile) nothing it could read is warned of.
+An entry that only unused entries read is unused too: what counts is reached from the readers
+that are not entries, so a chain of unused entries is warned of in one run, not one per link.
 """
 
 from __future__ import annotations
@@ -36,54 +38,104 @@ def _variant_expressions(v: CompiledVariant) -> list[Expression]:
     return found
 
 
+#: A derive entry or constant: (None, name) at the top level, (variant index, name) a variant's.
+_Entry = tuple[int | None, str]
+
+
+def _label(entry: _Entry, program: Program) -> str:
+    index, name = entry
+    if index is not None:
+        return f"constant {name!r} of variant {program.variants[index].variant.id!r}"
+    return f"derive entry {name!r}" if name in dict(program.derive) else f"constant {name!r}"
+
+
+def _read_only_by(entry: _Entry, readers: dict[_Entry, list[_Entry]], program: Program) -> str:
+    """'' where no entry reads ``entry``; else the clause naming its readers, all unused (a used one
+    would have made it used)."""
+    names = [_label(r, program) for r in readers.get(entry, [])]
+    if not names:
+        return ""
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"it is read only by {listed}, {'itself' if len(names) == 1 else 'themselves'} unused"
+
+
 def check_unused(package: KernelPackage, program: Program, flops: str | float | None, out: ProblemCollector) -> None:
-    """Warn of each derive entry and constant (top-level or a variant's) that nothing reads."""
+    """Warn of each derive entry and constant (top-level or a variant's) that nothing reads, or that
+    only entries nothing reads read (to a fixpoint: a chain of them is warned of in one run)."""
     renderer = TemplateRenderer(package.read_text)
     by_shader: dict[str, set[str] | None] = {}
     known = True  # False once some reader of top-level names cannot be told
+    top = {name for name, _ in program.derive + program.constants}
+
+    def at_top(names: set[str]) -> set[_Entry]:
+        return {(None, n) for n in names if n in top}
+
+    def in_variant(index: int, names: set[str]) -> set[_Entry]:
+        # A variant's name counts for its constant and for the top-level entry it shadows (as before:
+        # the shadowing is a warning of its own)
+        own = {n for n, _ in program.variants[index].constants}
+        return at_top(names) | {(index, n) for n in names if n in own}
+
+    reads: dict[_Entry, set[_Entry]] = {}  # what each entry reads
     # Input ranks see only the namespaces; outputs, derive and constants see derive and constants.
-    read = _bare(e for _, _, shape, rank in program.outputs for e in (shape, rank) if e is not None)
+    roots = at_top(_bare(e for _, _, shape, rank in program.outputs for e in (shape, rank) if e is not None))
     for name, e in program.derive + program.constants:
-        read |= _bare([e], skip=name)
-    variant_reads: dict[int, set[str] | None] = {}
+        reads[(None, name)] = at_top(_bare([e], skip=name))
+    variant_known: list[bool] = []
     for index, v in enumerate(program.variants):
         mine = _bare(_variant_expressions(v))
-        for name, e in v.constants:
-            mine |= _bare([e], skip=name)
         for p in v.passes:
             shader = p.pass_.shader
             if shader not in by_shader:
                 by_shader[shader] = renderer.names_read(shader) if shader else None
             mine |= by_shader[shader] or set()
-        if any(by_shader[p.pass_.shader] is None for p in v.passes):
+        for name, e in v.constants:
+            reads[(index, name)] = in_variant(index, _bare([e], skip=name))
+        roots |= in_variant(index, mine)
+        variant_known.append(all(by_shader[p.pass_.shader] is not None for p in v.passes))
+        if not variant_known[-1]:  # its templates could read any of its constants
             known = False
-            variant_reads[index] = None
-        else:
-            variant_reads[index] = mine
-        read |= mine
+            roots |= {(index, name) for name, _ in v.constants}
     if isinstance(flops, str):
         try:
-            read |= _bare([program.compiler.compile(flops, "flops")])
+            roots |= at_top(_bare([program.compiler.compile(flops, "flops")]))
         except ExpressionError:  # reported by the bench.json checks
             known = False
+    used: set[_Entry] = set()
+    stack = list(roots)
+    while stack:
+        entry = stack.pop()
+        if entry not in used:
+            used.add(entry)
+            stack.extend(reads.get(entry, ()))
+    readers: dict[_Entry, list[_Entry]] = {}
+    for reader, read in reads.items():
+        for entry in read:
+            readers.setdefault(entry, []).append(reader)
+    remove = "remove it, or read it where it was meant to be read"
+    remove_all = "remove them all, or read one where it was meant to be read"
     if known:
-        for name, _ in program.derive:
-            if name not in read:
-                out.warning(MANIFEST_FILE, f"derive.{name}", f"nothing reads derive entry {name!r}: no expression, "
-                            "`when` clause, binding, dispatch, output shape, other entry, template nor bench.json's "
-                            "flops names it (remove it, or read it where it was meant to be read)")  # fmt: skip
-        for name, _ in program.constants:
-            if name not in read:
-                out.warning(MANIFEST_FILE, f"constants.{name}", f"nothing reads constant {name!r}: no expression, "
-                            "`when` clause, binding, dispatch, other entry, template nor bench.json's flops names it "
-                            "(remove it, or read it where it was meant to be read)")  # fmt: skip
+        for kind, entries in (("derive entry", program.derive), ("constant", program.constants)):
+            for name, _ in entries:
+                if (None, name) in used:
+                    continue
+                only = _read_only_by((None, name), readers, program)
+                if only:
+                    message = f"nothing reads {kind} {name!r} but unused entries: {only} ({remove_all})"
+                else:
+                    output = "output shape, " if kind == "derive entry" else ""
+                    message = (f"nothing reads {kind} {name!r}: no expression, `when` clause, binding, dispatch, "
+                               f"{output}other entry, template nor bench.json's flops names it ({remove})")  # fmt: skip
+                out.warning(MANIFEST_FILE, f"{'derive' if kind == 'derive entry' else 'constants'}.{name}", message)
     for index, v in enumerate(program.variants):
-        seen = variant_reads[index]
-        if seen is None:
+        if not variant_known[index]:
             continue
         for name, _ in v.constants:
-            if name not in seen:
-                out.warning(MANIFEST_FILE, f"{v.variant.json_path}.constants.{name}",
-                            f"nothing reads constant {name!r} of variant {v.variant.id!r}: no `when` clause, "
-                            "binding, dispatch, other constant nor template of the variant names it (remove it, or "
-                            "read it where it was meant to be read)")  # fmt: skip
+            if (index, name) in used:
+                continue
+            only = _read_only_by((index, name), readers, program)
+            message = (f"nothing reads constant {name!r} of variant {v.variant.id!r} but unused entries: {only} "
+                       f"({remove_all})" if only else
+                       f"nothing reads constant {name!r} of variant {v.variant.id!r}: no `when` clause, binding, "
+                       f"dispatch, other constant nor template of the variant names it ({remove})")  # fmt: skip
+            out.warning(MANIFEST_FILE, f"{v.variant.json_path}.constants.{name}", message)
