@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.rendering import workgroup_grid
+from webgpu_kernels.sandbox import SandboxViolation
 from webgpu_kernels.templates import (
     MAX_TEMPLATE_ITEMS,
     PackageLoader,
@@ -1046,3 +1047,77 @@ def test_none_and_an_undefined_name_are_named_as_the_template_has_them(source, s
     with pytest.raises(errors.TemplateError) as info:
         render_template(source)
     assert str(info.value).startswith(f"main.wgsl.jinja:1: {said}"), str(info.value)
+
+
+# --- error-message polish (helper-209) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("{% for i in [1] %}{{ loop }}{% endfor %}", "the loop variable cannot be converted to text"),
+    ("{% for i in [1] %}{{ loop.cycle }}{% endfor %}", "attribute 'cycle' of the loop variable is not accessible here"),
+    ("{% for i in [1] %}{{ loop[0] }}{% endfor %}", "the loop variable cannot be indexed here"),
+    ("{% macro tile() %}{% endmacro %}{{ tile }}", "the macro tile cannot be converted to text"),
+    ("{% macro tile() %}{% endmacro %}{{ tile.name }}", "attribute 'name' of the macro tile is not accessible here"),
+    ("{% macro w() %}{{ caller }}{% endmacro %}{% call w() %}{% endcall %}",
+     "the macro caller cannot be converted to text"),
+    ("{% import 'lib.wgsl.jinja' as m %}{{ m._x }}",
+     "attribute '_x' of the imported template 'lib.wgsl.jinja' is not accessible here"),
+    ("{% import 'lib.wgsl.jinja' as m %}{{ m }}", "the imported template 'lib.wgsl.jinja' cannot be converted to text"),
+    ("{% import 'lib.wgsl.jinja' as m %}{{ m[1] }}", "the imported template 'lib.wgsl.jinja' cannot be indexed here"),
+    ("{% import 'lib.wgsl.jinja' as m %}{{ m.load.x }}", "attribute 'x' of the macro load is not accessible here"),
+    ("{% from 'lib.wgsl.jinja' import load %}{{ load is odd }}", "the test 'odd' takes numbers, got the macro load"),
+])  # fmt: skip
+def test_the_sandbox_names_loop_macros_and_imported_templates_as_the_template_wrote_them(source, said):
+    """They had been named by Jinja's classes: "a LoopContext cannot be converted to text", "a Macro",
+    "a TemplateModule"."""
+    with pytest.raises(errors.TemplateSandboxError) as info:
+        render_template(source, _IMPORTED)
+    assert str(info.value) == f"main.wgsl.jinja:1: refused by the sandbox: {said}", str(info.value)
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("{{ range|length }}", "'function' object is not iterable (range is a function: call it, as in range(n))"),
+    ("{% for i in range %}{% endfor %}",
+     "'function' object is not iterable (range is a function: call it, as in range(n))"),
+    ("{{ range + 1 }}", "(range is a function: call it, as in range(n))"),
+    ("{{ bindings.items|list }}", "'method' object is not iterable (a dict's items, keys and values are methods: "
+                                  "call them, as in d.items())"),
+    ("{% for k in bindings.keys %}{% endfor %}", "(a dict's items, keys and values are methods: call them, as in "
+                                                 "d.items())"),
+])  # fmt: skip
+def test_range_or_a_dict_method_used_uncalled_says_to_call_it(source, said):
+    """`{{ range|length }}` had said only "'function' object is not iterable"."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(source)
+    assert said in str(info.value), str(info.value)
+    assert str(info.value).startswith("main.wgsl.jinja:1: TypeError: "), str(info.value)
+
+
+def test_a_string_past_the_item_limit_is_said_to_be_a_string_of_characters():
+    """It had read "a sequence of 200000 items exceeds the limit of 100000"."""
+    for f in ("list", "join(',')", "max", "min"):
+        with pytest.raises(errors.TemplateSandboxError) as info:
+            render_template(f"{{{{ ('ab' * 100000)|{f} }}}}")
+        assert str(info.value).endswith(f"a string of 200000 characters exceeds the limit of {MAX_TEMPLATE_ITEMS} "
+                                        "items"), str(info.value)  # fmt: skip
+    with pytest.raises(SandboxViolation, match=f"^a sequence of 100001 items exceeds the limit of {MAX_TEMPLATE_ITEMS}$"):
+        TemplateSandbox().take([0] * 100001)  # (a template cannot build one: a list is bounded where it is built)
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("{{ {}[[1]] }}", "a dict cannot be indexed by a list (its keys are strings or numbers)"),
+    ("{{ bindings[{}] }}", "a dict cannot be indexed by a dict (its keys are strings or numbers)"),
+    ("{{ {}[[1]] is defined }}{{ {}[[1]] }}", "a dict cannot be indexed by a list (its keys are strings or numbers)"),
+])  # fmt: skip
+def test_a_dict_indexed_by_a_list_is_refused_in_the_sandboxs_words(source, said):
+    """Jinja's words had been "'dict object' has no attribute '<list>'"."""
+    with pytest.raises(errors.TemplateSandboxError) as info:
+        render_template(source)
+    assert str(info.value) == f"main.wgsl.jinja:1: refused by the sandbox: {said}", str(info.value)
+
+
+def test_a_dict_is_still_indexed_by_strings_numbers_and_tuples_it_holds():
+    assert render_template("{{ {'a': 1, 2: 3}['a'] }} {{ {'a': 1, 2: 3}[2] }} {{ {'a': 1, 2: 3}[2.0] }} "
+                           "{{ {(1, 2): 4}[(1, 2)] }} {{ {}[[1]] is defined }}") == "1 3 3 4 False"  # fmt: skip
+    with pytest.raises(errors.TemplateError, match="has no element 3"):
+        render_template("{{ {'a': 1, 2: 3}[3] }}")

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from jinja2 import StrictUndefined, nodes
+from jinja2.environment import TemplateModule
 from jinja2.exceptions import SecurityError
-from jinja2.runtime import Undefined
+from jinja2.runtime import LoopContext, Macro, Undefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from .errors import a_type_name, short_repr, shorten, type_name
@@ -53,10 +54,25 @@ class WrittenAs:
     written_as: str
 
 
+#: Jinja's own objects a template reaches by name, named as the template wrote them: by class they
+#: had read "a LoopContext", "a Macro", "a TemplateModule" (looked up here: Jinja's classes stay as they are).
+_JINJA_WRITTEN_AS: tuple[tuple[type, Callable[[Any], str]], ...] = (
+    (LoopContext, lambda loop: "the loop variable"),
+    (Macro, lambda macro: f"the macro {macro.name or 'caller'}"),  # a {% call %} block's macro is nameless
+    (TemplateModule, lambda module: f"the imported template {module.__name__!r}"),
+)
+
+
 def a_value_name(value: Any) -> str:
-    """What the sandbox's messages call ``value``: a :class:`WrittenAs` by what the template wrote,
-    anything else by :func:`~webgpu_kernels.errors.a_type_name` ("an int", "none")."""
-    return value.written_as if isinstance(value, WrittenAs) else a_type_name(value)
+    """What the sandbox's messages call ``value``: a :class:`WrittenAs` by what the template wrote, a
+    loop variable, macro or imported template as the template has it ("the macro load"), anything
+    else by :func:`~webgpu_kernels.errors.a_type_name` ("an int", "none")."""
+    if isinstance(value, WrittenAs):
+        return value.written_as
+    for kind, written_as in _JINJA_WRITTEN_AS:
+        if isinstance(value, kind):
+            return written_as(value)
+    return a_type_name(value)
 
 
 class SandboxViolation(SecurityError):
@@ -341,6 +357,9 @@ class BoundedSandbox(SandboxedEnvironment):
             value._fail_with_undefined_error()
         if isinstance(value, (list, tuple, range, str)):
             if len(value) > self.max_items:
+                if isinstance(value, str):  # bounded by the text limit where built, by the item limit as items
+                    raise self.refuse(f"a string of {len(value)} characters exceeds the limit of {self.max_items} "
+                                      "items")  # fmt: skip
                 raise self.refuse(f"a sequence of {len(value)} items exceeds the limit of {self.max_items}")
             return value
         if isinstance(value, Mapping):
@@ -432,7 +451,10 @@ class BoundedSandbox(SandboxedEnvironment):
             self.check_weight(argument, "looking up")  # hashing a key walks all of it
             try:
                 return obj[argument]
-            except (KeyError, TypeError):  # name a key that is not a plain value by its type (no repr, no address)
+            except TypeError:  # unhashable: a list or dict is no key (Jinja's words: "has no attribute '<list>'")
+                return self.undefined(f"{a_value_name(obj)} cannot be indexed by {a_value_name(argument)} (its keys "
+                                      "are strings or numbers)", name=f"<{type_name(argument)}>", exc=SecurityError)  # fmt: skip
+            except KeyError:  # name a key that is not a plain value by its type (no repr, no address)
                 shown = argument if isinstance(argument, (int, float, type(None))) else f"<{type_name(argument)}>"
                 if isinstance(argument, str):
                     shown = shorten(argument, 60)  # a template's key may be 1 MiB long

@@ -381,7 +381,20 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files
     if misspelt and misspelt[1] in TEMPLATE_HIDDEN_NAMESPACES and misspelt[1] not in names:
         hint = (f" (the expression namespace {misspelt[1]!r} is not in the template contract: give the template "
                 "what it needs through the pass's source.inputs or a constant; docs/format.md, Template contract)")
+    if isinstance(exc, TypeError):
+        hint = _uncalled_hint(str(exc))
     return TemplateError(f"{type(exc).__name__}: {exc}{hint}", file=shader, line=line)
+
+
+def _uncalled_hint(message: str) -> str:
+    """The hint for Python's TypeError about range or a dict's method used without calling it: they
+    are named there 'function' and 'method' (_Range's and _DictMethod's class names), which no other
+    value a template reaches is."""
+    if "'function'" in message:
+        return " (range is a function: call it, as in range(n))"
+    if "'method'" in message:
+        return " (a dict's items, keys and values are methods: call them, as in d.items())"
+    return ""
 
 
 #: Jinja's words for a key a mapping lacks (`tunables.ROW_UNROLL` once the manifest renamed it).
