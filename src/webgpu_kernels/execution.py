@@ -32,7 +32,7 @@ from .errors import (
     short_repr,
 )
 from .program import DeviceInfo, OutputSpec
-from .rendering import RenderedWGSL, ResolvedPass, workgroup_grid
+from .rendering import RenderedWGSL, ResolvedPass
 from .tensor import RELEASED_ADVICE, UNCOMPUTED_TENSOR, GpuTensor
 from .workgroup_memory import describe, workgroup_storage
 
@@ -276,9 +276,8 @@ def build_pass(device: Device, resolved: ResolvedPass, wgsl: str, *, kernel: str
                 uniform = device.memory.create(len(data), lambda: device.gpu.create_buffer_with_data(
                     data=data, usage=wgpu.BufferUsage.UNIFORM))  # fmt: skip
             entries.append((b.binding, b.arg, uniform))
-    grid = workgroup_grid(resolved.threads, resolved.invocations_per_workgroup,
-                          device.limits["max-compute-workgroups-per-dimension"])  # fmt: skip
-    return PassProgram(label=resolved.label, pipeline=compiled, entries=tuple(entries), grid=grid)
+    # The grid the pass was resolved and rendered for (globalIndex is defined only where it counts it)
+    return PassProgram(label=resolved.label, pipeline=compiled, entries=tuple(entries), grid=resolved.grid)
 
 
 def host_array(value: np.ndarray) -> np.ndarray:
