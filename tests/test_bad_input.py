@@ -669,7 +669,7 @@ def test_a_tensor_meta_takes_the_short_dtype_names(quick_gelu):
 
 
 def test_tensor_metas_of_one_dtype_are_equal_whatever_its_spelling():
-    """helper-49: TensorMeta((2,), "f16") != TensorMeta((2,), "float16"), so metas as dict keys or
+    """TensorMeta((2,), "f16") != TensorMeta((2,), "float16"), so metas as dict keys or
     in a comparison told one dtype apart from itself. A name of two readings stays as given (the
     call refuses it, naming the input), as does a name that is no dtype."""
     spellings = ["float16", "f16", "f2", np.float16, np.dtype("float16")]
@@ -773,7 +773,7 @@ def test_an_array_whose_conversion_raises_is_an_input_error_naming_the_argument(
 
 def test_a_torch_tensor_numpy_cannot_read_gets_a_hint_of_what_to_do(quick_gelu):
     """A bfloat16 torch tensor's refusal ("Got unsupported ScalarType BFloat16") said what failed but
-    not what to do (helper-5's trial); only torch's tensors get torch's advice."""
+    not what to do (an author's trial); only torch's tensors get torch's advice."""
     tensor_type = type("Tensor", (_RefusingArray,), {"__module__": "torch"})  # as torch.Tensor reports itself
     with pytest.raises(errors.InputError) as info:
         quick_gelu({"X": tensor_type(TypeError("Got unsupported ScalarType BFloat16"))})

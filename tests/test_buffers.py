@@ -232,7 +232,7 @@ def test_empty_cache_forgets_the_largest_recent_size(device, monkeypatch):
     """The pool keeps room for LARGE_BUFFERS_KEPT buffers the size of the largest recent release
     beyond its budget; after empty_cache() that room stayed for the next LARGE_BUFFER_WINDOW
     releases, so small buffers could fill 4 x the large size again right after the user asked
-    for the memory back (helper-122's finding)."""
+    for the memory back (a finding)."""
     monkeypatch.setattr(device.memory, "pool_bytes", 1 << 20)
     big = device.memory.acquire(16 << 20)
     device.memory.release(big)

@@ -235,7 +235,7 @@ def test_a_tensor_past_max_case_elements_says_how_many_it_holds() -> None:
 
 def test_a_case_holds_at_most_max_case_total_elements() -> None:
     """Each tensor is at most 2^24 elements, but a case's count of them was free: one of 12
-    generated inputs of 2^24 took `webgpu-kernels test` to 2.8 GB (helper-12's review). The
+    generated inputs of 2^24 took `webgpu-kernels test` to 2.8 GB (a review). The
     shapes the file gives are summed when it is read, inputs and expected outputs together."""
     from webgpu_kernels.case_data import MAX_CASE_ELEMENTS, MAX_CASE_TOTAL_ELEMENTS
 
@@ -832,7 +832,7 @@ def test_misspelt_case_field_names_the_field_meant() -> None:
     assert "(did you mean 'tags'?)" in str(error)
 
 
-# --- coverage audit (helper-204) -------------------------------------------------------------------------
+# --- coverage audit -------------------------------------------------------------------------
 
 
 def test_a_tensor_member_without_a_data_file_is_named_at_its_tensor() -> None:

@@ -82,7 +82,7 @@ def test_version(runner: CliRunner) -> None:
 def test_an_embedded_id_that_is_also_a_package_folder_here_is_refused(runner: CliRunner, tmp_path, monkeypatch,
                                                                         command) -> None:  # fmt: skip
     """Neither reading may stand in for the other silently: the embedded id had won, so a CI
-    script testing its package folder named by the op id passed a broken copy (helper-4's trial);
+    script testing its package folder named by the op id passed a broken copy (an author's trial);
     the other way round, a copy being edited would stand in for the shipped kernel. ``./<id>``
     names the folder; a same-named folder that holds no package does not clash."""
     from conftest import copy_package
@@ -235,7 +235,7 @@ def test_a_dtype_outside_the_constraint_on_the_command_line_says_which_to_type(r
 ])  # fmt: skip
 def test_a_boolean_for_a_number_on_the_command_line_says_what_to_type(runner: CliRunner, option, text, says) -> None:
     """`--attr keepdims=false` said "(pass 0: a boolean is not a number here)", the Python call's
-    advice, which reads oddly after an option (helper-180's review)."""
+    advice, which reads oddly after an option (a review)."""
     for command in ("explain", "run"):
         result = runner.invoke(main, [command, QUICK_GELU, "-i", "X=2x3:f32", option, text])
         assert_error(result, f"argument '{text.partition('=')[0]}'", says)
@@ -247,7 +247,7 @@ def test_a_boolean_for_a_number_on_the_command_line_says_what_to_type(runner: Cl
 
 def test_a_boolean_inside_a_list_attribute_is_told_the_list_to_write(runner: CliRunner, tmp_path) -> None:
     """`--attr perm=[1,true]` was told "--attr perm=1", and Python "pass 1", and a case "write 1 in
-    the case's attributes": each would replace the list with a number (helper-182's review)."""
+    the case's attributes": each would replace the list with a number (a review)."""
     from conftest import PACKAGES_DIR
 
     transpose = str(PACKAGES_DIR / "demo.Transpose")
@@ -262,7 +262,7 @@ def test_a_boolean_inside_a_list_attribute_is_told_the_list_to_write(runner: Cli
 
 def test_two_dtypes_for_one_type_variable_on_the_command_line_say_the_i_that_makes_them_one(runner: CliRunner) -> None:
     """`-i X=...:f16 -i bias=...:f32` ended in "convert 'bias' with .astype(np.float16)", Python's
-    advice, which -i cannot follow (helper-182's review)."""
+    advice, which -i cannot follow (a review)."""
     for command in ("explain", "run"):
         result = runner.invoke(main, [command, BIAS_ADD, "-i", "X=2x3x8:f16", "-i", "bias=8:f32", "-i", "skip=2x3x8:f16"])
         assert_error(result, "argument 'bias': expected float16 like 'X'",
@@ -279,7 +279,7 @@ def test_two_dtypes_for_one_type_variable_on_the_command_line_say_the_i_that_mak
 
 def test_a_missing_input_on_the_command_line_says_how_to_give_it(runner: CliRunner) -> None:
     """`run com.microsoft.BiasAdd -i X=...` said only "argument 'bias': expected a T tensor (float32
-    or float16), got nothing", never how the command line gives one (helper-151's friction)."""
+    or float16), got nothing", never how the command line gives one (an author's friction)."""
     for command in ("explain", "render", "run"):
         result = runner.invoke(main, [command, BIAS_ADD, "-i", "X=2x3x8:f16"])
         assert_error(result, "argument 'bias'", "got nothing", "on the command line: -i bias=DIMS:f32 (or f16)")
@@ -603,7 +603,7 @@ def test_a_folder_named_as_a_pinned_hub_id_is_refused_as_ambiguous(tmp_path, mon
 
 def test_python_m_of_the_cli_module_runs_the_command_line() -> None:
     """`python -m webgpu_kernels.cli --version` printed nothing and exited 0 (the module defined the
-    commands and ran none), so a command typed that way seemed to pass (helper-205)."""
+    commands and ran none), so a command typed that way seemed to pass."""
     import subprocess
     import sys
 

@@ -729,7 +729,7 @@ def test_a_case_s_bad_input_is_placed_in_test_json(package) -> None:
 
 def test_a_case_dtype_outside_the_constraint_is_told_to_change_the_package_not_astype(package) -> None:
     """A test.json case whose dtype its type constraint lacks ended in Python's advice, "(convert
-    with .astype(np.float32))", which a case file cannot follow (helper-180's review)."""
+    with .astype(np.float32))", which a case file cannot follow (a review)."""
     doc = json.loads((package / "test.json").read_text("utf-8"))
     doc["cases"].append({**{k: v for k, v in REFUSAL.items() if k != "refused"}, "name": "int32-kept",
                          "expected": {"Y": {"shape": [4], "values": [3, 6, 9, 12]}}})  # fmt: skip

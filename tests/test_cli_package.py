@@ -41,7 +41,7 @@ def test_the_test_table_keeps_every_column_on_a_narrow_terminal(runner: CliRunne
 def test_digest_check_out_of_date_says_what_to_do(runner: CliRunner, tmp_path) -> None:
     """`digest --check` ended "metadata.json is out of date" and left the author to guess: it names
     the digest command to run for changes that are theirs, and the added files (a report written
-    into the folder) to remove instead (helper-129's walkthrough)."""
+    into the folder) to remove instead (an author's walkthrough)."""
     root = tmp_path / "pkg"
     shutil.copytree(embedded_root() / "com.microsoft.QuickGelu", root)
     (root / "report.xml").write_text("<testsuites/>", "utf-8")

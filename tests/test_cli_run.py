@@ -200,7 +200,7 @@ def test_run_fails_an_output_beyond_benchs_tolerance(runner: CliRunner, tmp_path
 def test_run_compares_with_onnxruntime_by_position(write_package, runner: CliRunner) -> None:
     """ONNX reads a node's inputs and outputs by position. A LayerNormalization that leaves out its
     optional Mean: InvStdDev had been compared with ORT's Mean (WRONG, exit 1); and inputs given as
-    `-i Scale=... -i X=...` had built the node as (Scale, X) (helper-10's review)."""
+    `-i Scale=... -i X=...` had built the node as (Scale, X) (a review)."""
     root = write_package(LAYER_NORM_MANIFEST, {"ln.wgsl.jinja": LAYER_NORM_TEMPLATE})
     for order in (["-i", "X=4x16:f32", "-i", "Scale=16:f32"], ["-i", "Scale=16:f32", "-i", "X=4x16:f32"]):
         result = runner.invoke(main, ["run", str(root), *order, "--json"])

@@ -939,7 +939,7 @@ def test_the_speed_up_shown_is_the_one_the_choice_was_made_on(runner, tuning_dir
 
 def test_a_candidate_with_other_outputs_is_skipped_not_a_crash(write_package, runner):
     """A variant that leaves an optional output out (no pass binds it) had crashed tune with a
-    KeyError once such outputs were left out of results (helper-10's review): it computes other
+    KeyError once such outputs were left out of results (a review): it computes other
     outputs than the default, so it is skipped, as a variant whose output differs is."""
     root = optional_output_package(write_package, [("withz", 10, True), ("noz", 1, False)])
     result = runner.invoke(main, ["tune", str(root), "--dry-run"])
@@ -1120,7 +1120,7 @@ def _record_search_candidates(monkeypatch, timed):
 def test_tunable_restricts_the_search_to_the_values_given(runner, tuning_dir, monkeypatch, given, sizes):
     """`tune --tunable NAME=V[,V...]`: only those values of NAME are tried (one value pins it) while
     the other tunables are searched; the fastest of them is stored. tune had no way to hold
-    WORKGROUP_SIZE while searching ROW_ITEMS (helper-180's review)."""
+    WORKGROUP_SIZE while searching ROW_ITEMS (a review)."""
     from conftest import PACKAGES_DIR
 
     layer_norm = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")

@@ -70,7 +70,7 @@ def test_embedded_packages_are_small() -> None:
 
 def test_a_changed_installed_copy_says_reinstall_not_digest(qg: Path) -> None:
     """An installed (embedded) package's user is not its author: "run digest" on site-packages
-    would make a changed install load (helper-10's review)."""
+    would make a changed install load (a review)."""
     (qg / "bench.json").write_text((qg / "bench.json").read_text("utf-8") + "\n", encoding="utf-8")
     with pytest.raises(DigestError) as info:
         open_folder(qg, origin="embedded")
@@ -607,7 +607,7 @@ def test_digest_check_on_a_schema_breaking_metadata_json_says_out_of_date(qg: Pa
 
 def test_digest_sets_the_contract_version_a_hub_revision_must_hold(qg: Path) -> None:
     """Publishing revision v2 needs metadata.json to say version 2, and digest kept 1 with no way to
-    change it short of editing the file (helper-7's trial as an author)."""
+    change it short of editing the file (an author's trial as an author)."""
     runner = CliRunner(env={"COLUMNS": "200"})
     check = runner.invoke(main, ["digest", str(qg), "--check", "--version", "2"])
     assert check.exit_code == 1 and "it says contract version 1, not 2" in check.output, check.output

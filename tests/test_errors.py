@@ -67,7 +67,7 @@ def test_printable_replaces_bidirectional_controls_too():
     assert printable("café 漢字 🙂\tx\ny") == "café 漢字 🙂\tx\ny"
 
 
-# --- error-message polish (helper-207) ----------------------------------------------------------------
+# --- error-message polish ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("value", "said"), [

@@ -521,7 +521,7 @@ def test_a_package_holds_a_bounded_amount_of_expression_text():
 @pytest.mark.parametrize("source", ["1e400 > 0", "-1e400", "[1, 2e308]"])
 def test_a_float_literal_past_float64_is_refused_at_compile(source):
     """Jinja folds 1e400 to the name `inf`, which evaluated as Python's NameError: it escaped a
-    call, explain and evaluate as no KernelError (helper-6's audit of errors.md)."""
+    call, explain and evaluate as no KernelError (an audit of errors.md)."""
     from webgpu_kernels.errors import ExpressionSandboxError
 
     with pytest.raises(ExpressionSandboxError, match="a float literal past the float64 range"):

@@ -484,7 +484,7 @@ def test_an_abbreviated_commit_sha_says_the_full_one_is_needed(server):
 
 def test_a_tree_listing_refused_after_the_revision_was_listed_is_still_the_servers_answer(server, monkeypatch):
     """Nothing cached, and the tree listing refused (429) after repo_info named the commit: the
-    files come from the server, so from_cache is False (helper-8's review of the change above)."""
+    files come from the server, so from_cache is False (a review of the change above)."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -509,7 +509,7 @@ def test_a_tree_listing_refused_after_the_revision_was_listed_is_still_the_serve
 
 def test_a_pinned_commit_the_server_no_longer_has_comes_from_the_cache_and_says_so(server, hub_root):
     """The server answers 404 for the old commit, and the cached copy is served: it had said
-    from_cache=False, "from <endpoint>" (helper-7's trial)."""
+    from_cache=False, "from <endpoint>" (an author's trial)."""
     old = wk.get_kernel(OFFICIAL, version=1).package.commit
     bench = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR / "bench.json"
     bench.write_text(bench.read_text(encoding="utf-8").replace('"description": "', '"description": "v1.1: '),
@@ -551,7 +551,7 @@ def test_embedded_names_stay_embedded(hub_env):
 
 def test_an_embedded_packages_contract_version_is_its_metadata_version(tmp_path, monkeypatch):
     """As a Hub revision's is (check_contract_version): it was the manifest's sinceVersion, the
-    op's opset version, which a package published as v2 keeps (helper-8's review)."""
+    op's opset version, which a package published as v2 keeps (a review)."""
     from webgpu_kernels import api
     from webgpu_kernels.package import open_folder
 
@@ -632,7 +632,7 @@ def test_another_hub_never_answers_for_the_configured_one(server, hub_env, tmp_p
 
 def test_offline_as_imported_is_named_when_the_variable_changed_since(server, monkeypatch):
     """A process started offline that then set HF_HUB_OFFLINE=0: huggingface_hub still blocks every
-    request, and the error blamed the server ("cannot be reached"), which was up (helper-7's trial)."""
+    request, and the error blamed the server ("cannot be reached"), which was up (an author's trial)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)  # what it read when imported
     with pytest.raises(HubError, match="huggingface_hub read HF_HUB_OFFLINE=1 when it was imported"):
@@ -766,7 +766,7 @@ def test_a_package_refused_after_its_digests_leaves_the_cache_as_it_was(server, 
                                                                        change, fragment):  # fmt: skip
     """Refusals after the digest check (an invalid manifest, metadata naming another op or another
     contract version) had left refs/v1 on the refused commit: offline use then refused the repository
-    instead of finding the copy cached before (helper-7's trial)."""
+    instead of finding the copy cached before (an author's trial)."""
     first = wk.get_kernel(OFFICIAL, version=1)
     before = cache_state(hub_env)
     pkg = hub_root / OFFICIAL / "v1" / hub.PACKAGE_DIR
@@ -915,7 +915,7 @@ def test_the_global_trust_option_reaches_every_command(server):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["op"] == OP_ID
     assert CliRunner().invoke(_cli(), ["--trust-remote-code", "download", OTHER_ORG, "--version", "1"]).exit_code == 0
-    # after the command too, as download takes it: it had been "No such option" (helper-7's trial)
+    # after the command too, as download takes it: it had been "No such option" (an author's trial)
     hub.clear_cache()
     result = CliRunner().invoke(_cli(), ["info", OTHER_ORG, "--trust-remote-code", "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["op"] == OP_ID, result.output

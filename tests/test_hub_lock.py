@@ -690,7 +690,7 @@ def test_lock_stops_a_metadata_json_sent_larger_than_listed(server, hub_root, tm
 @pytest.mark.parametrize("size", ["100", None, -1, True, 1.5])
 def test_lock_refuses_a_metadata_json_listed_with_no_count_of_bytes(server, hub_root, tmp_path, monkeypatch, size):
     """paths-info's size for metadata.json, the server's JSON: a string had been 'asking ... failed:
-    TypeError' (helper-197's note), as download's listing check now refuses such a size."""
+    TypeError' (a note), as download's listing check now refuses such a size."""
     import hub_server
 
     original = hub_server._entry
@@ -728,7 +728,7 @@ def test_lock_refuses_an_etag_that_is_a_path_out_of_its_folder(server, tmp_path,
     assert not (project / "webgpu-kernels.lock").exists()
 
 
-# --- coverage audit (helper-204) -------------------------------------------------------------------------
+# --- coverage audit -------------------------------------------------------------------------
 
 
 def test_a_project_dir_that_is_no_folder_is_named_before_anything_is_read(tmp_path):

@@ -257,7 +257,7 @@ def test_offline_mode_refuses_before_any_request(server, package, monkeypatch):
     with pytest.raises(HubError, match=r"offline mode is on \(HF_HUB_OFFLINE\): an upload needs the Hub"):
         upload_package(package, REPO, gpu=False)
     assert server.requests == []
-    # docs/hub.md: a dry run sends no request, so it runs offline (helper-205)
+    # docs/hub.md: a dry run sends no request, so it runs offline
     planned = upload_package(package, REPO, gpu=False, dry_run=True)
     assert planned.dry_run and "build/webgpu/manifest.json" in planned.files
     assert server.requests == []

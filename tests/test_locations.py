@@ -85,7 +85,7 @@ def test_the_command_lines_version_pin_in_python_says_how_to_write_it():
                                          ("someone", False)])  # fmt: skip
 def test_a_near_miss_of_the_official_organisation_asks_did_you_mean(hub_env, org, hinted):
     """A typo of the organisation was answered only with "pass trust_remote_code": on the real Hub
-    that steers the user to whoever registered the typo (helper-7's trial)."""
+    that steers the user to whoever registered the typo (an author's trial)."""
     with pytest.raises(TrustError) as info:
         wk.get_kernel(f"{org}/com.microsoft.QuickGelu", version=1)
     assert ("did you mean webgpu-kernels/com.microsoft.QuickGelu?" in str(info.value)) is hinted

@@ -411,7 +411,7 @@ def test_a_manifest_past_the_value_bound_is_refused_before_the_schema(write_pack
 
 def test_a_binding_set_named_by_many_passes_is_counted_per_pass(write_package):
     """A binding set is compiled for every pass that names it: 1,400 bindings named by 1,300
-    passes (252 KB, within the value bound) took 104 s and 1.3 GB to load (helper-12's review).
+    passes (252 KB, within the value bound) took 104 s and 1.3 GB to load (a review).
     Past MAX_EXPANDED_BINDINGS it is one error, at once, from load_kernel and validate."""
     from webgpu_kernels.manifest import MAX_EXPANDED_BINDINGS, expanded_bindings
     from webgpu_kernels.validation import validate_package
@@ -520,8 +520,8 @@ def test_a_default_no_caller_could_pass_is_refused_at_load(section, name, value,
 def test_a_misspelt_name_under_a_namespace_is_refused_at_load(change, where, fragment):
     """`shapes.Xx` loaded and failed only where it was evaluated, perhaps in a variant no test
     reached; validate reported it, a load did not. An input's rank expression was not checked at
-    all (helper-6's audit): it is evaluated before outputs, derive entries and constants exist.
-    Nor was a top-level constant, compiled after the check (helper-8's review)."""
+    all (an audit): it is evaluated before outputs, derive entries and constants exist.
+    Nor was a top-level constant, compiled after the check (a review)."""
     with pytest.raises(errors.ExpressionError, match=fragment) as info:
         compile_program(parse_manifest(mutate(QG, change)))
     assert info.value.where == where
@@ -530,7 +530,7 @@ def test_a_misspelt_name_under_a_namespace_is_refused_at_load(change, where, fra
 @pytest.mark.parametrize("name", ["nope", "vec4Ok"], ids=["unknown", "a-derive-entry"])
 def test_a_dollar_name_in_a_struct_field_type_must_name_a_constant(name):
     """elementType and length were held to "$name names a constant"; a field's type was not: a derive
-    entry ran and an unknown name failed each call as an expression (helper-6's audit)."""
+    entry ran and an unknown name failed each call as an expression (an audit)."""
     def change(d):
         d["variants"][2]["passes"][0]["bindings"] = [dict(b) for b in d["bindingSets"]["scalarTail"]]
         params = d["variants"][2]["passes"][0]["bindings"][2]
@@ -541,7 +541,7 @@ def test_a_dollar_name_in_a_struct_field_type_must_name_a_constant(name):
 
 
 def test_input_ranks_count_in_the_packages_expression_budget():
-    """Input ranks were compiled apart from the package's other expressions (helper-8's review):
+    """Input ranks were compiled apart from the package's other expressions (a review):
     past the 64 KiB budget, they loaded."""
     from webgpu_kernels.errors import ExpressionSandboxError
 
@@ -652,7 +652,7 @@ def test_type_name_reads_the_manifests_read_only_containers_as_plain_ones():
     assert errors.describe_value(value["a"]) == "list [1, {'b': 2}]"
 
 
-# --- coverage audit (helper-204) -------------------------------------------------------------------------
+# --- coverage audit -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("data", [[1], 3, "x", None, True])

@@ -484,7 +484,7 @@ def test_package_that_does_not_load_fails(tmp_path: Path, runner: CliRunner) -> 
 
 def test_a_package_that_does_not_load_keeps_its_name(tmp_path: Path, runner: CliRunner) -> None:
     """A stale digest had renamed the package's report after its folder, origin '?', not isolated
-    under --timeout: a CI system's history of it moved to a new name (helper-4's trial)."""
+    under --timeout: a CI system's history of it moved to a new name (an author's trial)."""
     root = copy_package(QUICK_GELU, tmp_path / "qg")
     (root / "quick-gelu.wgsl.jinja").write_text("// edited, digest not run\n", encoding="utf-8")
     result = runner.invoke(main, ["test", str(root), "--timeout", "600", "--json"])
@@ -783,7 +783,7 @@ def test_a_template_that_does_not_compile_is_reported_once_and_counted_as_errors
                                                                                 tmp_path: Path) -> None:  # fmt: skip
     """Every run of a shader that does not compile fails alike: the table had repeated the compiler
     output per run (54 copies, 779 lines) and its line called the errors 'failed' while --json and
-    --junit count them apart (helper-4's trial)."""
+    --junit count them apart (an author's trial)."""
     root = copy_package(QUICK_GELU, tmp_path / "qg")
     template = root / "quick-gelu.wgsl.jinja"
     template.write_text(template.read_text("utf-8").replace("@compute", "@compute oops", 1), encoding="utf-8")
@@ -966,7 +966,7 @@ def test_a_case_s_runs_follow_the_manifest_s_variant_order_refused_cases_too(tmp
         assert report.ok, report.results
 
 
-# --- coverage audit (helper-204) -------------------------------------------------------------------------
+# --- coverage audit -------------------------------------------------------------------------
 
 
 def test_a_case_no_variant_accepts_fails_naming_each_variants_reason(tmp_path: Path) -> None:

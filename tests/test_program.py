@@ -221,7 +221,7 @@ def test_an_output_shape_that_is_no_list_is_quoted_by_a_bounded_text():
     assert len(info.value.detail) < 200, f"{len(info.value.detail)} characters"
 
 
-# --- coverage audit (helper-204) -------------------------------------------------------------------------
+# --- coverage audit -------------------------------------------------------------------------
 
 
 def _broadcasting_manifest(shape: str, derive: dict):

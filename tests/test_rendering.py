@@ -768,7 +768,7 @@ def test_a_missing_template_at_run_time_lists_those_there_and_the_one_meant(tmp_
             "did you mean 'quick-gelu.wgsl.jinja'?)") in str(info.value), str(info.value)
 
 
-# --- coverage audit (helper-204): the template environment's own refusals, rendered directly ----------
+# --- coverage audit: the template environment's own refusals, rendered directly ----------
 
 
 def render_template(source: str, files: dict[str, str] | None = None) -> str:
@@ -959,7 +959,7 @@ def test_a_uniform_field_type_the_layout_refuses_names_the_field(scale_shift_var
     assert info.value.field == "extra"
 
 
-# --- error-message polish (helper-207) ----------------------------------------------------------------
+# --- error-message polish ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("source", "said"), [
@@ -1049,7 +1049,7 @@ def test_none_and_an_undefined_name_are_named_as_the_template_has_them(source, s
     assert str(info.value).startswith(f"main.wgsl.jinja:1: {said}"), str(info.value)
 
 
-# --- error-message polish (helper-209) ----------------------------------------------------------------
+# --- error-message polish ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("source", "said"), [

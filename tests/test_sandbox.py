@@ -912,7 +912,7 @@ def test_a_huge_integer_literal_is_refused_in_the_sandboxs_words(digits):
     assert "set_int_max_str_digits" not in str(info.value)
 
 
-# --- coverage audit (helper-204): the bounded sandbox's refusals in a template, rendered directly ------
+# --- coverage audit: the bounded sandbox's refusals in a template, rendered directly ------
 
 
 @pytest.mark.parametrize(("source", "error", "message"), [

@@ -369,7 +369,7 @@ def test_the_trace_shows_a_variant_constant_that_shadows_a_top_level_one():
 
 def test_a_namespace_read_whole_is_traced_with_all_its_names():
     """`'beta' in shapes` showed shapes=['input', 'skip', 'gamma', ... cut at 60 characters, so
-    the name the clause asks about could be cut off (helper-9's trial)."""
+    the name the clause asks about could be cut off (an author's trial)."""
     from webgpu_kernels.expressions import ExpressionCompiler
     from webgpu_kernels.selection import Verdict
 

@@ -730,7 +730,7 @@ def test_the_tuning_key_covers_included_templates(tmp_path):
 
 def test_a_file_too_large_to_read_fails_no_call(tmp_path, rng):
     """A 9 MiB file beside an unsigned package's templates: no template can load it, but the tuning
-    key read every top-level file, so the first call failed with a PackageError (helper-6's audit)."""
+    key read every top-level file, so the first call failed with a PackageError (an audit)."""
     import shutil
 
     from webgpu_kernels.digests import MAX_FILE_BYTES
@@ -747,7 +747,7 @@ def test_a_file_too_large_to_read_fails_no_call(tmp_path, rng):
 def test_the_tuning_key_reads_only_what_a_template_can_be(tmp_path, monkeypatch):
     """A folder without metadata.json is held to no package limit when it opens, and the tuning key
     read every top-level file: 1,000 links to one 8 MiB file added 38 s to the first call
-    (helper-12's review). It reads a file only if a template can be one (at most 4 bytes for each
+    (a review). It reads a file only if a template can be one (at most 4 bytes for each
     of MAX_TEMPLATE_BYTES characters), and at most MAX_PACKAGE_FILES of them; the others count
     by their size."""
     import shutil
@@ -1171,7 +1171,7 @@ def test_explain_with_no_entry_for_the_class_says_nothing_of_tuning(adapter_file
     assert explanation.tuning_entry is None and "tuning" not in str(explanation)
 
 
-# --- coverage audit (helper-204) -------------------------------------------------------------------------
+# --- coverage audit -------------------------------------------------------------------------
 
 
 @DAMAGED_FILE_WARNS

@@ -99,7 +99,7 @@ def test_wgsl_error_is_reported_with_variant_dtype_and_message(qg: Path, runner:
 
 def test_one_template_mistake_every_variant_renders_is_one_error(qg: Path) -> None:
     """A WGSL error in a line every variant and dtype renders printed the compiler's whole text once
-    per variant x dtype (8 copies, 187 lines, for helper-21's package): one error now, naming the
+    per variant x dtype (8 copies, 187 lines, for an author's package): one error now, naming the
     others; a different error at another line stays its own."""
     template = qg / "quick-gelu.wgsl.jinja"
     text = template.read_text("utf-8")
@@ -740,7 +740,7 @@ def test_a_case_expecting_an_optional_output_a_variant_leaves_out_is_an_error(wr
     (lambda o: o.update(rank=5), "the manifest's rank says 5 (at outputs[0].rank: one of the two is wrong)"),
 ], ids=["tuple-plus-list", "rank"])  # fmt: skip
 def test_an_output_shape_error_is_one_error_per_dtype_with_its_fix(qg: Path, edit, fragment) -> None:
-    """An output shape every case fails on was one error per case (24 for helper-21's package), each
+    """An output shape every case fails on was one error per case (24 for an author's package), each
     variant then warned "not exercised", and `shapes.X[:-1] + [1]` said only Python's "can only
     concatenate tuple (not "list") to tuple"."""
     edit_json(qg / "manifest.json", lambda m: edit(m["outputs"][0]))
@@ -825,7 +825,7 @@ def test_a_constant_named_like_a_template_name_is_a_warning(qg: Path) -> None:
 
 def test_a_constant_shadowing_a_derive_entry_is_a_warning(qg: Path) -> None:
     """Only a shadowed entry an output shape read was warned about; a variant constant `vec4Ok: true`
-    silently replaced the derive entry in the variant's when clauses (helper-9's trial)."""
+    silently replaced the derive entry in the variant's when clauses (an author's trial)."""
     edit_json(qg / "manifest.json", lambda m: m["variants"][0]["constants"].update(vec4Ok=True))
     digests.write_metadata(qg)
     warned = {p.json_path: p.message for p in validate_package(qg, gpu=False).warnings}
@@ -1077,7 +1077,7 @@ def test_a_dtype_compared_with_an_onnx_type_name_is_a_warning(qg: Path) -> None:
 
 def test_an_output_sized_with_true_division_is_a_warning(qg: Path) -> None:
     """`shapes.X[-1] / 2` gives 1280.0 for the even widths every case has, so validate and test
-    passed, and an odd width was refused at the call (helper-24's BiasSplitGelu). Output shapes and
+    passed, and an odd width was refused at the call (an author's BiasSplitGelu). Output shapes and
     the derive entries they read are checked; `//` and a `/` elsewhere are not warned of."""
     def halve(m: dict) -> None:
         m["derive"] = {**m.get("derive", {}), "half": "shapes.X[-1] / 2", "ratio": "1 / 3",
@@ -1148,7 +1148,7 @@ def test_a_template_syntax_error_is_one_error_not_one_per_variant_and_dtype(tmp_
 
 def test_a_missing_template_lists_those_there_and_the_one_meant(qg: Path, runner: CliRunner) -> None:
     """`'quick-glu.wgsl.jinja' is not in the package` named neither the templates the package has nor the
-    one meant (helper-180's review); validate and digest both say them now, and validate says it
+    one meant (a review); validate and digest both say them now, and validate says it
     once, not again for each render of the missing file."""
     edit_json(qg / "manifest.json",
               lambda m: m["variants"][2]["passes"][0]["source"].update(shader="quick-glu.wgsl.jinja"))  # fmt: skip
@@ -1196,7 +1196,7 @@ def _said(result) -> str:
 
 def test_a_case_s_two_dtypes_for_one_type_variable_are_told_to_agree(tmp_path: Path, runner: CliRunner) -> None:
     """A test.json case giving 'bias' float16 beside a float32 'X' ended in Python's advice, "convert
-    'bias' with .astype(np.float32)", which a case file cannot follow (helper-182's review)."""
+    'bias' with .astype(np.float32)", which a case file cannot follow (a review)."""
     ba = copy_package(BIAS_ADD, tmp_path / "ba")
     edit_json(ba / "test.json", lambda t: t["cases"][0]["inputs"]["bias"].update(dtype="float16"))
     digests.write_metadata(ba)
@@ -1211,7 +1211,7 @@ def test_a_case_s_two_dtypes_for_one_type_variable_are_told_to_agree(tmp_path: P
 def test_a_bench_case_s_dtype_errors_are_told_in_bench_json_s_terms(tmp_path: Path, runner: CliRunner) -> None:
     """validate said of a bench.json case's int32 "(convert with .astype(np.float32))", and of two
     dtypes for one type variable "convert 'bias' with .astype(np.float32)": Python's advice, which
-    a bench.json case cannot follow (helper-182's review)."""
+    a bench.json case cannot follow (a review)."""
     qg = copy_package(QUICK_GELU, tmp_path / "qg")
     edit_json(qg / "bench.json", lambda b: b["cases"][0].update(types={"T": ["float32", "int32"]}))
     digests.write_metadata(qg)
@@ -1229,7 +1229,7 @@ def test_a_bench_case_s_dtype_errors_are_told_in_bench_json_s_terms(tmp_path: Pa
 
 def test_a_case_s_boolean_inside_a_list_attribute_is_told_the_list_to_write(tmp_path: Path, runner: CliRunner) -> None:
     """A case's `"perm": [1, true]` was told "write 1 in the case's attributes", which would replace
-    the list with a number (helper-182's review)."""
+    the list with a number (a review)."""
     transpose = tmp_path / "transpose"
     shutil.copytree(Path(__file__).parent / "packages" / "demo.Transpose", transpose)
     edit_json(transpose / "test.json", lambda t: t["cases"][5].update(attrs={"perm": [1, True]}))
@@ -1239,7 +1239,7 @@ def test_a_case_s_boolean_inside_a_list_attribute_is_told_the_list_to_write(tmp_
         assert "(write [1, 1] in the case's attributes: a boolean is not a number here)" in text, text
 
 
-# --- coverage audit (helper-204) -------------------------------------------------------------------------
+# --- coverage audit -------------------------------------------------------------------------
 
 
 def test_a_case_naming_a_type_variable_the_manifest_lacks_is_an_error_naming_the_ones_it_has(qg: Path) -> None:
@@ -1288,7 +1288,7 @@ def test_a_template_that_is_not_utf8_is_one_error_saying_so(qg: Path) -> None:
     assert (error.file, error.message) == ("quick-gelu.wgsl.jinja", "not UTF-8 text")
 
 
-# --- error-message polish (helper-207) ----------------------------------------------------------------
+# --- error-message polish ----------------------------------------------------------------
 
 
 def test_a_when_clause_that_fails_for_several_cases_is_one_warning_naming_the_others(qg: Path) -> None:

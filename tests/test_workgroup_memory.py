@@ -85,7 +85,7 @@ fn helper() { helper_only[0] = 1.0; }
      "@compute @workgroup_size(64) fn main() { let v = vec2f(1.0); let p = P(1.0); _ = v.x + p.sum + f32(1u); }", {}),
 ])  # fmt: skip
 def test_what_reviewers_tried(wgsl: str, want: dict) -> None:
-    """helper-47's reproductions: each had given a wrong number (most too low, which lets a hang through)."""
+    """the reproductions: each had given a wrong number (most too low, which lets a hang through)."""
     assert workgroup_storage(wgsl, "main") == want
 
 
@@ -206,7 +206,7 @@ def test_validate_warns_of_a_refusal_here_and_of_more_than_every_device_offers(s
 
 def test_a_pair_whose_every_case_the_adapter_refuses_says_so(scratch_kernel: wk.Kernel) -> None:
     """Its status had read "not exercised" (as if no case reached it: add a case) while 17 to 22
-    cases did and `test` failed them all on the same adapter (helper-4's trial)."""
+    cases did and `test` failed them all on the same adapter (an author's trial)."""
     import json
 
     from webgpu_kernels import digests
