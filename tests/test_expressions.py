@@ -146,6 +146,17 @@ def test_unknown_name_is_refused_when_compiled(source):
         ExpressionCompiler(KNOWN).compile(source, "derive.x")
 
 
+def test_a_dict_indexed_by_a_tuple_or_list_says_its_keys_are_strings_or_numbers():
+    """A tuple had read Jinja's "'dict object' has no attribute '<tuple>'" (a list already read this way)."""
+    from webgpu_kernels.errors import ExpressionSandboxError
+
+    for source, kind in [("attrs[(1, 2)]", "tuple"), ("shapes[(1,)]", "tuple"), ("attrs[[1]]", "list")]:
+        with pytest.raises(ExpressionSandboxError) as info:
+            ev(source)
+        assert str(info.value).endswith(f"refused by the sandbox: a dict cannot be indexed by a {kind} (its keys are "
+                                        "strings or numbers)"), str(info.value)  # fmt: skip
+
+
 @pytest.mark.parametrize("source", ["shapes.Z", "attrs.beta", "tunables.TILE", "device.limits.noSuchLimit",
                                     "numel(shapes.Z)", "ranks.Z + 1", "-attrs.beta", "dtypes.U ~ 'x'"])  # fmt: skip
 def test_missing_value_is_an_error_not_none(source):

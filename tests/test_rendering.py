@@ -1108,6 +1108,9 @@ def test_a_string_past_the_item_limit_is_said_to_be_a_string_of_characters():
     ("{{ {}[[1]] }}", "a dict cannot be indexed by a list (its keys are strings or numbers)"),
     ("{{ bindings[{}] }}", "a dict cannot be indexed by a dict (its keys are strings or numbers)"),
     ("{{ {}[[1]] is defined }}{{ {}[[1]] }}", "a dict cannot be indexed by a list (its keys are strings or numbers)"),
+    ("{{ {}[(1, 2)] }}", "a dict cannot be indexed by a tuple (its keys are strings or numbers)"),
+    ("{{ bindings[(1,)] }}", "a dict cannot be indexed by a tuple (its keys are strings or numbers)"),
+    ("{{ {'a': 1}[()] is defined }}{{ {'a': 1}[()] }}", "a dict cannot be indexed by a tuple (its keys are strings or numbers)"),
 ])  # fmt: skip
 def test_a_dict_indexed_by_a_list_is_refused_in_the_sandboxs_words(source, said):
     """Jinja's words had been "'dict object' has no attribute '<list>'"."""
@@ -1121,3 +1124,6 @@ def test_a_dict_is_still_indexed_by_strings_numbers_and_tuples_it_holds():
                            "{{ {(1, 2): 4}[(1, 2)] }} {{ {}[[1]] is defined }}") == "1 3 3 4 False"  # fmt: skip
     with pytest.raises(errors.TemplateError, match="has no element 3"):
         render_template("{{ {'a': 1, 2: 3}[3] }}")
+    with pytest.raises(errors.TemplateError) as info:  # a dict the template keyed by tuples: no "strings or numbers"
+        render_template("{{ {(1, 2): 4}[(1, 3)] }}")
+    assert "strings or numbers" not in str(info.value) and "refused" not in str(info.value), str(info.value)

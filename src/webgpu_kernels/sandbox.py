@@ -452,9 +452,10 @@ class BoundedSandbox(SandboxedEnvironment):
             try:
                 return obj[argument]
             except TypeError:  # unhashable: a list or dict is no key (Jinja's words: "has no attribute '<list>'")
-                return self.undefined(f"{a_value_name(obj)} cannot be indexed by {a_value_name(argument)} (its keys "
-                                      "are strings or numbers)", name=f"<{type_name(argument)}>", exc=SecurityError)  # fmt: skip
+                return self._not_a_key(obj, argument)
             except KeyError:  # name a key that is not a plain value by its type (no repr, no address)
+                if isinstance(argument, tuple) and not self._holds_tuple_keys(obj):
+                    return self._not_a_key(obj, argument)  # only a template's own dict literal can hold one
                 shown = argument if isinstance(argument, (int, float, type(None))) else f"<{type_name(argument)}>"
                 if isinstance(argument, str):
                     shown = shorten(argument, 60)  # a template's key may be 1 MiB long
@@ -473,6 +474,15 @@ class BoundedSandbox(SandboxedEnvironment):
             return self.getattr(obj, argument)
         return self.undefined(f"{a_value_name(obj)} cannot be indexed here", name=f"<{type_name(argument)}>",
                               exc=SecurityError)  # fmt: skip
+
+    def _not_a_key(self, obj: Any, argument: Any) -> Any:
+        return self.undefined(f"{a_value_name(obj)} cannot be indexed by {a_value_name(argument)} (its keys are "
+                              "strings or numbers)", name=f"<{type_name(argument)}>", exc=SecurityError)  # fmt: skip
+
+    @staticmethod
+    def _holds_tuple_keys(obj: Mapping[Any, Any]) -> bool:
+        _charge(len(obj))  # a walk of every key, on a miss only
+        return any(isinstance(key, tuple) for key in obj)
 
     # --- calls ----------------------------------------------------------------------------------
 
