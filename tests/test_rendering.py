@@ -1075,6 +1075,32 @@ def test_the_sandbox_names_loop_macros_and_imported_templates_as_the_template_wr
     assert str(info.value) == f"main.wgsl.jinja:1: refused by the sandbox: {said}", str(info.value)
 
 
+_MACRO = "Macro is a macro: call it, as in name(), for the text it renders"
+_MODULE = "TemplateModule is a template brought in by {% import %}: call its macros, as in name.macro()"
+_LOOP = "LoopContext is the loop variable: read its attributes, as in loop.index"
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("{% macro m() %}{% endmacro %}{{ m + 1 }}", f"unsupported operand type(s) for +: 'Macro' and 'int' ({_MACRO})"),
+    ("{% macro m() %}{% endmacro %}{{ m|list }}", f"'Macro' object is not iterable ({_MACRO})"),
+    ("{% macro m() %}{% endmacro %}{{ m|round }}", f"type Macro doesn't define __round__ method ({_MACRO})"),
+    ("{% macro m() %}{{ 1 - caller }}{% endmacro %}{% call m() %}{% endcall %}", f"'int' and 'Macro' ({_MACRO})"),
+    ("{% from 'lib.wgsl.jinja' import load %}{{ -load }}", f"bad operand type for unary -: 'Macro' ({_MACRO})"),
+    ("{% import 'lib.wgsl.jinja' as t %}{{ t|list }}", f"'TemplateModule' object is not iterable ({_MODULE})"),
+    ("{% import 'lib.wgsl.jinja' as t %}{{ t < 1 }}", f"instances of 'TemplateModule' and 'int' ({_MODULE})"),
+    ("{% for i in [1] %}{{ loop + 1 }}{% endfor %}", f"for +: 'LoopContext' and 'int' ({_LOOP})"),
+    ("{% for i in [1] %}{% macro m() %}{% endmacro %}{{ loop * m }}{% endfor %}",
+     f"for *: 'LoopContext' and 'Macro' ({_LOOP}; {_MACRO})"),
+    ("{% for i in [1] %}{{ loop * loop }}{% endfor %}", f"'LoopContext' and 'LoopContext' ({_LOOP})"),
+])  # fmt: skip
+def test_pythons_type_errors_about_jinjas_objects_say_what_the_template_wrote(source, said):
+    """Python's TypeError had named Jinja's classes alone: "unsupported operand type(s) for +: 'Macro' and 'int'"."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(source, _IMPORTED)
+    assert str(info.value).endswith(said), str(info.value)
+    assert str(info.value).startswith("main.wgsl.jinja:1: TypeError: "), str(info.value)
+
+
 @pytest.mark.parametrize(("source", "said"), [
     ("{{ range|length }}", "'function' object is not iterable (range is a function: call it, as in range(n))"),
     ("{% for i in range %}{% endfor %}",

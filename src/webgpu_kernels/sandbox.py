@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import operator
+import re
 import time
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -56,11 +57,14 @@ class WrittenAs:
 
 #: Jinja's own objects a template reaches by name, named as the template wrote them: by class they
 #: had read "a LoopContext", "a Macro", "a TemplateModule" (looked up here: Jinja's classes stay as they are).
-_JINJA_WRITTEN_AS: tuple[tuple[type, Callable[[Any], str]], ...] = (
-    (LoopContext, lambda loop: "the loop variable"),
-    (Macro, lambda macro: f"the macro {macro.name or 'caller'}"),  # a {% call %} block's macro is nameless
-    (TemplateModule, lambda module: f"the imported template {module.__name__!r}"),
-)
+#: The third item is what the class is, for Python's messages that name only the class.
+_JINJA_WRITTEN_AS: tuple[tuple[type, Callable[[Any], str], str], ...] = (
+    (LoopContext, lambda loop: "the loop variable", "the loop variable: read its attributes, as in loop.index"),
+    (Macro, lambda macro: f"the macro {macro.name or 'caller'}",  # a {% call %} block's macro is nameless
+     "a macro: call it, as in name(), for the text it renders"),
+    (TemplateModule, lambda module: f"the imported template {module.__name__!r}",
+     "a template brought in by {% import %}: call its macros, as in name.macro()"),
+)  # fmt: skip
 
 
 def a_value_name(value: Any) -> str:
@@ -69,10 +73,19 @@ def a_value_name(value: Any) -> str:
     else by :func:`~webgpu_kernels.errors.a_type_name` ("an int", "none")."""
     if isinstance(value, WrittenAs):
         return value.written_as
-    for kind, written_as in _JINJA_WRITTEN_AS:
+    for kind, written_as, _ in _JINJA_WRITTEN_AS:
         if isinstance(value, kind):
             return written_as(value)
     return a_type_name(value)
+
+
+def jinja_classes_hint(message: str) -> str:
+    """' (Macro is a macro: call it, ...)' for each of Jinja's classes that Python's ``message`` names
+    (a TypeError's: "unsupported operand type(s) for +: 'Macro' and 'int'"), '' where none is named:
+    Python names the operands by class alone, and a template's author wrote a macro or ``loop``."""
+    said = [f"{kind.__name__} is {what}" for kind, _, what in _JINJA_WRITTEN_AS
+            if re.search(rf"\b{kind.__name__}\b", message)]  # fmt: skip
+    return f" ({'; '.join(said)})" if said else ""
 
 
 class SandboxViolation(SecurityError):

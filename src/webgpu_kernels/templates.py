@@ -48,6 +48,7 @@ from .sandbox import (
     charge_text,
     charge_work,
     harden,
+    jinja_classes_hint,
     misplaced_slice,
     nested_items_exceed,
     render_budget,
@@ -382,7 +383,7 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files
         hint = (f" (the expression namespace {misspelt[1]!r} is not in the template contract: give the template "
                 "what it needs through the pass's source.inputs or a constant; docs/format.md, Template contract)")
     if isinstance(exc, TypeError):
-        hint = _uncalled_hint(str(exc))
+        hint = _uncalled_hint(str(exc)) + jinja_classes_hint(str(exc))
     return TemplateError(f"{type(exc).__name__}: {exc}{hint}", file=shader, line=line)
 
 
