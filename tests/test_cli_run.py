@@ -171,6 +171,28 @@ def test_run_past_the_binding_limit_fails_before_making_data(runner: CliRunner) 
     assert "chosen variant" in explained and "but the call would fail" in explained, explained
 
 
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_a_device_limit_refusal_advises_the_other_adapter_as_the_command_line_chooses_it(runner, monkeypatch, command):
+    """The advice had been Python's, `or run it with adapter='metal' (...)`, which a command line does
+    not take: there it is the --adapter option. The Python call's words stay (test_execution.py)."""
+    import dataclasses
+
+    from webgpu_kernels import device as device_module
+
+    device = wk.get_device()  # opened on this machine's adapter before a larger one is listed
+    real = device_module.list_adapters()
+    big = dataclasses.replace(real[0], index=len(real), name="Big GPU", backend="Metal", adapter_type="DiscreteGPU",
+                              limits={**real[0].limits, "max-buffer-size": 2**40,
+                                      "max-storage-buffer-binding-size": 2**40})  # fmt: skip
+    monkeypatch.setattr(device_module, "list_adapters", lambda: [*real, big])
+    elements = min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"]) // 4 + 4
+    extra = ["--repeat", "0"] if command == "run" else ["--warm-up", "0", "--no-host"]
+    result = runner.invoke(main, [command, QUICK_GELU, "-i", f"X={elements}:f32", *extra])
+    assert_error(result, f"or run it with --adapter metal (Big GPU (Metal, DiscreteGPU) binds up to {2**40} bytes)",
+                 "make at least 2 calls on smaller pieces")  # fmt: skip
+    assert "adapter=" not in result.stderr, result.stderr
+
+
 def test_run_fails_an_output_beyond_benchs_tolerance(runner: CliRunner, tmp_path) -> None:
     """A package copy whose scalar path computes 2 x QuickGelu printed its error (max rel 1.0) and
     exited 0; `run` now marks it WRONG, as bench does, and exits 1. The right one exits 0."""

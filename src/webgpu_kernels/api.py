@@ -299,7 +299,7 @@ def to_gpu(array: Any, *, adapter: str | None = None) -> GpuTensor:
         # uploads but no call takes it where bindings hold less.
         piece = min(limit, device.limits["max-storage-buffer-binding-size"])
         other = binding_adapter_advice(array.nbytes)  # named only where one present binds it whole
-        whole = (f", or upload it whole with to_gpu(array, {other[0]}) {other[1]}" if other else
+        whole = (f", or upload it whole with to_gpu(array, {other.python}) {other.words}" if other else
                  "; no adapter present binds it whole")  # fmt: skip
         raise DeviceLimitError("array", f"at most {limit} bytes (the device's maxBufferSize)", f"{array.nbytes} bytes",
                                hint=f"no buffer of this device holds it: split the array into at least "

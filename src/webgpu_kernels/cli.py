@@ -24,7 +24,7 @@ import click
 
 from . import __version__
 from .command_output import safe_console
-from .errors import AttributeValueError, DTypeError, KernelError, MissingInputError
+from .errors import AttributeValueError, DeviceLimitError, DTypeError, KernelError, MissingInputError
 from .kernel_arguments import DTYPE_ALIASES
 
 # numpy, rich and the engine are imported where they are used, not here: the top-level --help, the
@@ -117,6 +117,8 @@ class KernelGroup(click.Group):
                 option = "--tunable" if exc.kind == "tunable" else "--attr"  # --attr x=true, --attr x=[1,true]
                 meant = exc.number_meant if exc.list_meant is None else json.dumps(exc.list_meant, separators=(",", ":"))
                 exc.replace_hint(f"on the command line: {option} {exc.argument}={meant}, a boolean is not a number here")
+            if isinstance(exc, DeviceLimitError) and exc.command_line_hint and not exc.hint_replaced:
+                exc.replace_hint(exc.command_line_hint)  # another adapter, as --adapter chooses it: not adapter='...'
             if isinstance(exc, MissingInputError) and exc.received == "nothing" and not exc.hint_replaced:  # no -i for it
                 shorts = _spellings(exc.expected)
                 dtype = shorts[0] + (f" (or {', '.join(shorts[1:])})" if len(shorts) > 1 else "") if shorts else "DTYPE"

@@ -13,12 +13,13 @@ import ctypes
 import dataclasses
 import itertools
 import os
+import shlex
 import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import wgpu
 
@@ -266,17 +267,26 @@ def choose_adapter(request: str | None = None) -> AdapterSummary:
                                f"present: {seen}")  # fmt: skip
 
 
+#: What a hint says for an adapter that no request tells from one listed before it (two alike GPUs).
+_NO_REQUEST = "<a backend or part of the name of that adapter>"
+
+
+def _request_for(adapter: AdapterSummary) -> str | None:
+    for request in (adapter.backend.lower(), adapter.name):
+        try:
+            if request and choose_adapter(request).index == adapter.index:
+                return request
+        except KernelError:  # AdapterNotFoundError: a backend name no alias knows
+            continue
+    return None
+
+
 def adapter_request(adapter: AdapterSummary) -> str:
     """The ``adapter=`` value (quoted) that chooses ``adapter`` (choose_adapter's inverse): its
     backend where that does, else its name; else words, where no request tells it from an adapter
     listed before it (two alike GPUs)."""
-    for request in (adapter.backend.lower(), adapter.name):
-        try:
-            if request and choose_adapter(request).index == adapter.index:
-                return repr(request)
-        except KernelError:  # AdapterNotFoundError: a backend name no alias knows
-            continue
-    return "<a backend or part of the name of that adapter>"
+    request = _request_for(adapter)
+    return _NO_REQUEST if request is None else repr(request)
 
 
 def binding_bytes(adapter: AdapterSummary) -> int:
@@ -285,18 +295,30 @@ def binding_bytes(adapter: AdapterSummary) -> int:
     return min(adapter.limits.get("max-storage-buffer-binding-size", 0), adapter.limits.get("max-buffer-size", 0))
 
 
-def binding_adapter_advice(nbytes: int) -> tuple[str, str] | None:
-    """(``adapter=`` value, words) of the best adapter present whose device binds a tensor of
-    ``nbytes`` whole, for a refusal's advice; None where none does (a refusal must not send the
-    caller to look for a larger limit this machine lacks). Not listed in a forked child, where
-    listing could wait on driver state its parent holds."""
+class AdapterAdvice(NamedTuple):
+    """Another adapter for a refusal's advice: how a Python call chooses it (``adapter='vulkan'``),
+    how the command line does (``--adapter vulkan``), and words on what it binds."""
+
+    python: str
+    command_line: str
+    words: str
+
+
+def binding_adapter_advice(nbytes: int) -> AdapterAdvice | None:
+    """The best adapter present whose device binds a tensor of ``nbytes`` whole, for a refusal's
+    advice; None where none does (a refusal must not send the caller to look for a larger limit
+    this machine lacks). Not listed in a forked child, where listing could wait on driver state
+    its parent holds."""
     if _forked:
         return None
     padded = padded_size(nbytes)
     adapter = next((a for a in list_adapters() if binding_bytes(a) >= padded), None)
     if adapter is None:
         return None
-    return f"adapter={adapter_request(adapter)}", f"({adapter.label()} binds up to {binding_bytes(adapter)} bytes)"
+    request = _request_for(adapter)
+    return AdapterAdvice(f"adapter={_NO_REQUEST if request is None else repr(request)}",
+                         f"--adapter {_NO_REQUEST if request is None else shlex.quote(request)}",
+                         f"({adapter.label()} binds up to {binding_bytes(adapter)} bytes)")  # fmt: skip
 
 
 def _camel(name: str) -> str:

@@ -386,7 +386,17 @@ class AttributeValueError(InputError):
 
 
 class DeviceLimitError(InputError):
-    """The call needs more than the device offers (binding size, workgroup size, features)."""
+    """The call needs more than the device offers (binding size, workgroup size, features).
+
+    Where the hint names another adapter as a Python call chooses it (``adapter='vulkan'``),
+    ``command_line_hint`` is the same hint with the ``--adapter`` option instead, for the command
+    line (:meth:`InputError.replace_hint`); else "".
+    """
+
+    def __init__(self, argument: str, expected: str, received: str, *, hint: str = "",
+                 command_line_hint: str = "") -> None:  # fmt: skip
+        self.command_line_hint = command_line_hint
+        super().__init__(argument, expected, received, hint=hint)
 
 
 class SelectionError(KernelError):

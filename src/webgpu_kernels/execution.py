@@ -192,15 +192,18 @@ def check_bound(resolved: ResolvedPass, sizes: Mapping[str, int], variant: str) 
             raise MissingInputError(b.arg, f"a tensor (variant {variant!r} binds it)", "nothing")
 
 
-def split_hint(size: int, limit: int) -> str:
-    """What to do about a tensor past a device limit: the engine never splits a call itself. Said
-    for any tensor: a weight table has no batch to split, so the split is only where the op allows it.
-    Another adapter is named only where one present binds the tensor."""
+def split_hints(size: int, limit: int) -> dict[str, str]:
+    """What to do about a tensor past a device limit (a DeviceLimitError's ``hint``, and its
+    ``command_line_hint`` where another adapter is named): the engine never splits a call itself.
+    Said for any tensor: a weight table has no batch to split, so the split is only where the op
+    allows it. Another adapter is named only where one present binds the tensor."""
     other = binding_adapter_advice(size)
-    run_there = (f", or run it with {other[0]} {other[1]}" if other else
-                 "; no adapter present binds it whole")  # fmt: skip
-    return (f"the engine does not split a call: where the op allows it (a batch dimension split, say), make at least "
-            f"{-(-size // max(limit, 1))} calls on smaller pieces and join the results{run_there}")  # fmt: skip
+    split = (f"the engine does not split a call: where the op allows it (a batch dimension split, say), make at least "
+             f"{-(-size // max(limit, 1))} calls on smaller pieces and join the results")  # fmt: skip
+    if other is None:
+        return {"hint": f"{split}; no adapter present binds it whole"}
+    return {"hint": f"{split}, or run it with {other.python} {other.words}",
+            "command_line_hint": f"{split}, or run it with {other.command_line} {other.words}"}
 
 
 def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
@@ -211,7 +214,7 @@ def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
         if size > max_buffer:  # one within it but past a binding is check_limits' to refuse, as a binding
             raise DeviceLimitError(role, f"at most {max_buffer} bytes (the device's maxBufferSize; a storage binding "
                                    f"holds at most {min(max_binding, max_buffer)})", f"{size} bytes",
-                                   hint=split_hint(size, min(max_binding, max_buffer)))  # fmt: skip
+                                   **split_hints(size, min(max_binding, max_buffer)))  # fmt: skip
 
 
 def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int],
@@ -226,7 +229,7 @@ def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int
         if b.arg is not None and padded_size(sizes[b.arg]) > min(max_binding, max_buffer):
             raise DeviceLimitError(b.arg, f"at most {min(max_binding, max_buffer)} bytes per binding "
                                    f"(the device's maxStorageBufferBindingSize)", f"{sizes[b.arg]} bytes",
-                                   hint=split_hint(padded_size(sizes[b.arg]), min(max_binding, max_buffer)))  # fmt: skip
+                                   **split_hints(padded_size(sizes[b.arg]), min(max_binding, max_buffer)))  # fmt: skip
     x, y, z = resolved.workgroup_size
     limits = device.info.limits
     checks = (("maxComputeWorkgroupSizeX", x), ("maxComputeWorkgroupSizeY", y), ("maxComputeWorkgroupSizeZ", z),
