@@ -976,8 +976,12 @@ def test_a_uniform_field_type_the_layout_refuses_names_the_field(scale_shift_var
 def test_the_sandbox_names_range_and_a_dicts_methods_as_the_template_wrote_them(source, said):
     """They had been named by the library's private classes: "a _Range cannot be converted to text",
     "a _DictMethod"."""
+    _assert_refused_saying(source, said)
+
+
+def _assert_refused_saying(source: str, said: str, files=None) -> None:
     with pytest.raises(errors.TemplateSandboxError) as info:
-        render_template(source)
+        render_template(source, files) if files else render_template(source)
     assert str(info.value) == f"main.wgsl.jinja:1: refused by the sandbox: {said}", str(info.value)
 
 
@@ -1070,9 +1074,7 @@ def test_none_and_an_undefined_name_are_named_as_the_template_has_them(source, s
 def test_the_sandbox_names_loop_macros_and_imported_templates_as_the_template_wrote_them(source, said):
     """They had been named by Jinja's classes: "a LoopContext cannot be converted to text", "a Macro",
     "a TemplateModule"."""
-    with pytest.raises(errors.TemplateSandboxError) as info:
-        render_template(source, _IMPORTED)
-    assert str(info.value) == f"main.wgsl.jinja:1: refused by the sandbox: {said}", str(info.value)
+    _assert_refused_saying(source, said, _IMPORTED)
 
 
 _MACRO = "Macro is a macro: call it, as in name(), for the text it renders"
