@@ -679,7 +679,7 @@ def test_a_grid_within_2_32_workgroups_runs_whole(total):
 @pytest.mark.parametrize("total", [2**32 - 2**16 + 1, 2**32 - 1, 2**32])
 def test_a_grid_past_2_32_workgroups_is_refused_even_where_the_work_is_not(total):
     """workgroupIndex counts the grid's workgroups, and the spill rounds the grid up: 2^32
-    workgroups of work are a grid of 32769 x 65535 x 2 = 2^32 + 5534, whose last workgroups' u32
+    workgroups of work are a grid of 32769 x 65535 x 2 = 2^32 + 65534, whose last workgroups' u32
     index wraps to 0..5533, passes a `workgroupIndex >= count` guard and does those rows' work again
     (twice the sum for a kernel that accumulates). Such a grid is refused naming it."""
     with pytest.raises(errors.ExpressionError) as info:
