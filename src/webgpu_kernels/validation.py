@@ -68,6 +68,7 @@ from .program import (
     Program,
     compile_program,
 )  # fmt: skip
+from .rendering import TemplateRenderer
 from .validation_expressions import check_expressions
 from .validation_gpu import check_gpu
 from .validation_report import (  # noqa: F401 - ERROR, WARNING, Problem, Coverage: this module's public names too
@@ -134,10 +135,13 @@ def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Pro
             report.adapter = device.adapter.label()
         except (AdapterNotFoundError, DeviceError) as exc:
             out.error("", "", f"no WebGPU device to compile pipelines on: {exc}")
+    # One template environment for every stage: each template is read and compiled once
+    renderer = TemplateRenderer(package.read_text)
     if manifest is not None:
         limits = set(device.info.limits) if device is not None else None
         expression_problems = check_expressions(manifest, out, limits)
-        broken_templates = _guarded(out, "templates", _check_templates, package, manifest, out, files, twin_of)
+        broken_templates = _guarded(out, "templates", _check_templates, package, manifest, out, files, twin_of,
+                                    renderer)  # fmt: skip
         if not expression_problems:
             try:
                 program = compile_program(manifest)
@@ -152,7 +156,7 @@ def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Pro
     test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, program, out, twin_of)
     bench_file = _guarded(out, BENCH_FILE, _check_bench_json, package, manifest, program, out)
     if program is not None:  # every expression compiled: what each reads is known
-        _guarded(out, "unused entries", check_unused, package, program, bench_file.flops if bench_file else None, out)
+        _guarded(out, "unused entries", check_unused, renderer, program, bench_file.flops if bench_file else None, out)
     if metadata is not None:
         report.checked["digests"] = len(metadata["digest"]["files"])
     if manifest is not None:
@@ -170,7 +174,7 @@ def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Pro
                 pass
     if device is not None and manifest is not None and program is not None:
         _guarded(out, "GPU", check_gpu, package, manifest, program, test_file, bench_file, out, report, device=device,
-                 notify=notify, broken_templates=broken_templates or set())  # fmt: skip
+                 notify=notify, broken_templates=broken_templates or set(), renderer=renderer)  # fmt: skip
     order = {ERROR: 0, WARNING: 1}
     files = [METADATA_FILE, MANIFEST_FILE]
     report.problems = out.problems = sorted(
@@ -263,13 +267,10 @@ def _check_manifest(package: KernelPackage, out: ProblemCollector) -> Manifest |
 
 
 def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCollector, files: list[str] | None,
-                     twin_of: Callable[[str], str | None]) -> set[str]:  # fmt: skip
+                     twin_of: Callable[[str], str | None], renderer: TemplateRenderer) -> set[str]:  # fmt: skip
     """``files``: check_file_names' listing (None where the folder could not be listed);
     ``twin_of``: digests.case_twins of it. Returns the templates whose error it reported, which
     every call that renders them meets again."""
-    from .rendering import TemplateRenderer
-
-    renderer = TemplateRenderer(package.read_text)
     parsed: set[str] = set()
     broken: set[str] = set()
     for v in manifest.variants:

@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import sandbox
 from .case_data import dtype_name
@@ -44,6 +44,9 @@ from .validation_report import (
     shader_path,
 )  # fmt: skip
 from .workgroup_memory import describe, workgroup_storage
+
+if TYPE_CHECKING:
+    from .rendering import TemplateRenderer
 
 #: What every WebGPU device offers (the limit's default): more is a variant that some devices refuse.
 PORTABLE_WORKGROUP_STORAGE = 16384
@@ -204,17 +207,16 @@ def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
 
 def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_file: Any, bench_file: Any,
                out: ProblemCollector, report: ValidationReport, *, device: Any, notify: Progress,
-               broken_templates: AbstractSet[str] = frozenset()) -> None:  # fmt: skip
+               broken_templates: AbstractSet[str] = frozenset(), renderer: TemplateRenderer) -> None:  # fmt: skip
     """``broken_templates``: those whose error the static checks reported; a render that fails in one
     counts against its variant and dtype without saying it again (a typo had been one error per
-    variant and dtype)."""
+    variant and dtype); ``renderer``: the package's TemplateRenderer, the static checks' own."""
     from .contract import check_call
     from .execution import check_bound, check_limits, compile_pipeline
     from .program import tensor_bytes
-    from .rendering import TemplateRenderer, bound_roles, resolve_variant, workgroup_memory_blame
+    from .rendering import bound_roles, resolve_variant, workgroup_memory_blame
     from .selection import accepted_with_f16, judge
 
-    renderer = TemplateRenderer(package.read_text)
     coverage: dict[tuple[str, str], Coverage] = {}
     count = math.prod(len(types) for types in manifest.type_constraints.values())
     combos = _type_combos(manifest) if count <= MAX_LISTED_COMBINATIONS else []

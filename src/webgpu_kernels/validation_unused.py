@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from .errors import ExpressionError
 from .expressions import Expression
-from .package import MANIFEST_FILE, KernelPackage
+from .package import MANIFEST_FILE
 from .program import CompiledVariant, Program
 from .rendering import TemplateRenderer
 from .validation_report import ProblemCollector
@@ -59,10 +59,9 @@ def _read_only_by(entry: _Entry, readers: dict[_Entry, list[_Entry]], program: P
     return f"it is read only by {listed}, {'itself' if len(names) == 1 else 'themselves'} unused"
 
 
-def check_unused(package: KernelPackage, program: Program, flops: str | float | None, out: ProblemCollector) -> None:
+def check_unused(renderer: TemplateRenderer, program: Program, flops: str | float | None, out: ProblemCollector) -> None:
     """Warn of each derive entry and constant (top-level or a variant's) that nothing reads, or that
     only entries nothing reads read (to a fixpoint: a chain of them is warned of in one run)."""
-    renderer = TemplateRenderer(package.read_text)
     by_shader: dict[str, set[str] | None] = {}
     known = True  # False once some reader of top-level names cannot be told
     top = {name for name, _ in program.derive + program.constants}
