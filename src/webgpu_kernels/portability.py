@@ -28,6 +28,7 @@ from jinja2 import nodes
 
 from .digests import METADATA_FILE, folded, package_files
 from .errors import PackageError
+from .templates import include_targets
 from .validation_report import ProblemCollector
 
 #: Device names Windows reserves in every folder, whatever the extension (``con.wgsl.jinja``).
@@ -205,13 +206,6 @@ def twin_message(lead: str, name: str, twin: str) -> str:
             f"verified package): spell it {twin!r}")  # fmt: skip
 
 
-def _static_names(node: nodes.Expr) -> list[str]:
-    """The template names an include/import target writes as literals (a list for an include of
-    the first that exists); names computed at render time are not known here."""
-    items = node.items if isinstance(node, (nodes.List, nodes.Tuple)) else [node]
-    return [i.value for i in items if isinstance(i, nodes.Const) and isinstance(i.value, str)]
-
-
 def include_case_problems(env: Any, shaders: Iterable[str], files: Iterable[str],
                           twin_of: Callable[[str], str | None]) -> list[tuple[str, int, str]]:  # fmt: skip
     """(template, line, message) for each ``{% include %}``/``{% import %}`` that names a template
@@ -225,11 +219,11 @@ def include_case_problems(env: Any, shaders: Iterable[str], files: Iterable[str]
     while queue:
         name = queue.pop(0)
         try:
-            tree = env.parse(env.loader.get_source(env, name)[0])
+            tree = env.parse_named(name)
         except Exception:  # noqa: BLE001 - a template that does not load or parse is reported by the template checks
             continue
         for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport)):
-            for target in _static_names(node.template):
+            for target in filter(None, include_targets(node.template)):  # those computed at render time are not known
                 twin = twin_of(target)
                 if twin is not None:
                     statement = "{% include %}" if isinstance(node, nodes.Include) else "{% import %}"

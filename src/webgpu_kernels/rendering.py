@@ -29,7 +29,7 @@ from .forks import fresh_in_child
 from .layout import StructLayout, struct_layout
 from .program import CompiledPass, CompiledVariant, Program
 from .sandbox import render_budget
-from .templates import DICT_METHODS, MAX_RENDERED_BYTES, PackageLoader, TemplateSandbox, template_error
+from .templates import DICT_METHODS, MAX_RENDERED_BYTES, PackageLoader, TemplateSandbox, include_targets, template_error
 from .workgroup_memory import WorkgroupDeclaration, blank_comments, workgroup_declarations
 
 _ACCESS = {"read-only-storage": ("storage", "read"), "storage": ("storage", "read_write"), "uniform": ("uniform", None)}
@@ -251,7 +251,7 @@ class TemplateRenderer:
         (``tunables.X``, ``attrs.X``, ``inputs.X``, ``constants.X``, a bare name); None where they
         read a namespace some other way (``tunables | length``) or the template cannot be parsed."""
         try:
-            tree = self.env.parse(self.env.loader.get_source(self.env, shader)[0])  # type: ignore[union-attr]
+            tree = self.env.parse_named(shader)
         except Exception:  # noqa: BLE001 - rendering would have failed first; no blame is then known
             return None
         on_line = [n for n in tree.find_all((nodes.Name, nodes.Getattr, nodes.Getitem)) if n.lineno in lines]
@@ -284,15 +284,14 @@ class TemplateRenderer:
                 continue
             seen.add(file)
             try:
-                tree = self.env.parse(self.env.loader.get_source(self.env, file)[0])  # type: ignore[union-attr]
+                tree = self.env.parse_named(file)
             except Exception:  # noqa: BLE001 - its own error is reported elsewhere
                 return None
             for include in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport)):
-                target = cast(Any, include).template
-                for t in target.items if isinstance(target, (nodes.List, nodes.Tuple)) else [target]:
-                    if not (isinstance(t, nodes.Const) and isinstance(t.value, str)):
-                        return None
-                    pending.append(t.value)
+                targets = include_targets(cast(Any, include).template)
+                if None in targets:  # a file named at render time: it could read anything
+                    return None
+                pending.extend(cast(list[str], targets))
             heads = set()
             for access in tree.find_all((nodes.Getattr, nodes.Getitem)):
                 head = cast(Any, access).node

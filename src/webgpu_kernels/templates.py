@@ -227,6 +227,12 @@ class TemplateSandbox(BoundedSandbox):
         self.tests = dict(_TESTS)
         self.globals = {"range": _Range()}
 
+    def parse_named(self, name: str) -> nodes.Template:
+        """Template ``name``'s syntax tree, read through the package loader (its rules and bounds),
+        not compiled: for the tools that read what a template names. Raises what the loader or the
+        parser raises."""
+        return self.parse(cast(BaseLoader, self.loader).get_source(self, name)[0])
+
     def compile(self, source: Any, name: str | None = None, filename: str | None = None, raw: bool = False,
                 defer_init: bool = False) -> Any:  # fmt: skip
         """Parse, check against the allow-list, harden (:func:`harden`), then compile."""
@@ -292,6 +298,13 @@ class TemplateSandbox(BoundedSandbox):
     def callable_allowed(self, obj: Any) -> bool:
         """``range``, macros (and ``caller``), and ``items()``/``keys()``/``values()`` of a dict."""
         return isinstance(obj, (_Range, Macro, _DictMethod))
+
+
+def include_targets(target: nodes.Expr) -> list[str | None]:
+    """The template names an ``{% include %}``/``{% import %}`` target writes (a list for an include
+    of the first that exists): a literal's value, None for a name computed at render time."""
+    items = target.items if isinstance(target, (nodes.List, nodes.Tuple)) else [target]
+    return [i.value if isinstance(i, nodes.Const) and isinstance(i.value, str) else None for i in items]
 
 
 def _check_template(tree: nodes.Template, name: str | None = None) -> None:
