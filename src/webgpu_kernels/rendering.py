@@ -227,6 +227,11 @@ def produced_outputs(resolved: Sequence[ResolvedPass], outputs: Iterable[Any]) -
     return frozenset(bound_roles(resolved)) & {o.role for o in outputs}
 
 
+def _key_read(access: nodes.Getattr | nodes.Getitem) -> Any:
+    """The key ``x.key`` or ``x['key']`` reads (a Const's value for an index; None for one computed)."""
+    return access.attr if isinstance(access, nodes.Getattr) else getattr(access.arg, "value", None)
+
+
 class TemplateRenderer:
     """One sandboxed Jinja environment per package; templates compile once and are cached."""
 
@@ -258,7 +263,7 @@ class TemplateRenderer:
         reads, heads = [], set()
         for node in on_line:
             if isinstance(node, (nodes.Getattr, nodes.Getitem)) and isinstance(node.node, nodes.Name):
-                key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
+                key = _key_read(node)
                 if node.node.name in _TEMPLATE_NAMESPACES and isinstance(key, str):
                     reads.append(f"{node.node.name}.{key}")
                     heads.add(id(node.node))
@@ -296,7 +301,7 @@ class TemplateRenderer:
             for access in tree.find_all((nodes.Getattr, nodes.Getitem)):
                 head = cast(Any, access).node
                 if isinstance(head, nodes.Name) and head.name == "constants":
-                    key = access.attr if isinstance(access, nodes.Getattr) else getattr(cast(Any, access).arg, "value", None)
+                    key = _key_read(cast(Any, access))
                     if not isinstance(key, str) or key in DICT_METHODS:  # any entry, or all of them (constants.items())
                         return None
                     names.add(key)
