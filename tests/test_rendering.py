@@ -706,6 +706,11 @@ def test_a_template_reading_global_index_past_2_32_invocations_is_refused_at_its
     assert "globalIndex" in said and "pass 'main'" in said and f"{(2**24 + 1) * 256} invocations" in said, said
     assert "2^32" in said and "workgroupIndex" in said, said
     assert (memory.live_buffers, memory.pooled_bytes, memory._pending, memory.batch) == before
+    # explain says the call would fail, with the call's words (it had said nothing: explain did not render)
+    for forced in (None, "scalar"):
+        explained = kernel.explain({"X": meta((4,), np.float32)}, tunables={"WORKGROUP_SIZE": 256}, variant=forced)
+        assert explained.chosen is not None and explained.refused is not None, (forced, explained)
+        assert "globalIndex" in explained.refused and "scale-shift.wgsl.jinja" in explained.refused, explained.refused
     # past them, a template indexing by workgroupIndex renders, and sees globalIndex undefined
     by_group = DEMO_TEMPLATE.replace("let i = {{ globalIndex }};",
                                      "let i = {{ workgroupIndex }} * {{ workgroupInvocations }}u + lix;")

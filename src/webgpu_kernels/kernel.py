@@ -237,9 +237,9 @@ class Kernel:
         """Judge every variant for these inputs (arrays, GpuTensors, ``TensorMeta`` or ``(shape, dtype)``
         tuples) and say why.
 
-        The chosen variant's passes are resolved and checked against the device's limits, as a call
-        would: ``refused`` says why the call would still fail, for example a binding over the
-        device's maxStorageBufferBindingSize. With ``variant``, the chosen one is that variant if
+        The chosen variant's passes are resolved, checked against the device's limits and rendered,
+        as a call would: ``refused`` says why the call would still fail, for example a binding over
+        the device's maxStorageBufferBindingSize or a template's TemplateError. With ``variant``, the chosen one is that variant if
         its ``when`` holds, as in a call that forces it; if not, ``chosen`` is None and ``refused``
         the message of the call's VariantRejectedError. An unknown variant id raises, as in a call."""
         self._check_variant_arg(variant)
@@ -252,9 +252,10 @@ class Kernel:
         if variant is not None:
             chosen = variant if next(v for v in selection.trace if v.variant == variant).accepted else None
             try:  # the call's own path (_plan's), so that explain says what the call raises: its
-                # VariantRejectedError, or the device limit the variant breaks
-                _, resolved, _ = self._resolve(signature, variant, device.info)
+                # VariantRejectedError, the device limit the variant breaks, or its template's error
+                _, resolved, forced_scope = self._resolve(signature, variant, device.info)
                 self._check_device(signature, variant, outputs, resolved, device)
+                self.renderer.render_passes(resolved, forced_scope)
             except KernelError as exc:
                 refused = str(exc)
         elif selection.chosen is not None:
@@ -265,6 +266,7 @@ class Kernel:
                 with self._located():
                     resolved = resolve_variant(selection.chosen, chosen_scope)
                 self._check_device(signature, chosen, outputs, resolved, device)
+                self.renderer.render_passes(resolved, chosen_scope)  # a template's refusal at render time
             except KernelError as exc:
                 refused = str(exc)
         else:  # float16 on an adapter without shader-f16: the call's DeviceLimitError, which a
