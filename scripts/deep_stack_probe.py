@@ -3,7 +3,7 @@ deep-stack thread (webgpu_kernels.deep_stack), each in a child process (a crash 
 
     python3 scripts/deep_stack_probe.py
 
-Session 34 on lavapipe: 40,000 functions each calling the next (1.0 MB), 45,000 constants each
+On lavapipe: 40,000 functions each calling the next (1.0 MB), 45,000 constants each
 naming the next (1.0 MB) and a sum of 200,000 hex literals (1.0 MB) each crashed on the caller's
 stack and compiled on the deep one.
 """

@@ -1,9 +1,9 @@
-"""How long, and how much memory, the adapter's own compiler takes for a small hostile shader
-(helper-195's red team): a WGSL function of LOOPS one-iteration loops, each writing the output,
-called CALLS times from the entry point. The rendered text is a few KB, far inside every bound
-of the sandbox and the WGSL checks; lavapipe (Mesa's CPU Vulkan, LLVM) inlines every call and
-its compile time and memory grow faster than the loops it inlines. Each size runs in a child
-process of its own, so the peak RSS is that compile's; the child is stopped after TIMEOUT s.
+"""How long, and how much memory, the adapter's own compiler takes for a small hostile shader: a
+WGSL function of LOOPS one-iteration loops, each writing the output, called CALLS times from the
+entry point. The rendered text is a few KB, far inside every bound of the sandbox and the WGSL
+checks; lavapipe (Mesa's CPU Vulkan, LLVM) inlines every call and its compile time and memory
+grow faster than the loops it inlines. Each size runs in a child process of its own, so the peak
+RSS is that compile's; the child is stopped after TIMEOUT s.
 
     python3 scripts/driver_compile_cost.py [LOOPS] [CALLS ...] [--timeout TIMEOUT]
 """

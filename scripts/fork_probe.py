@@ -3,8 +3,8 @@
     python3 scripts/fork_probe.py [child-work] [uploads]
 
 child-work: none (the child exits at once) | call (the child makes a call, refused as FORKED) |
-sysexit (the child exits normally, through the interpreter's teardown, not os._exit: session 26,
-the test of that hung on the H200; the parent kills a child not ended in 30 s, after printing its
+sysexit (the child exits normally, through the interpreter's teardown, not os._exit: the
+suite's test of that hung on the H200; the parent kills a child not ended in 30 s, after printing its
 threads' kernel wait channels) | sysexit-fh (the same with faulthandler on in the child: a crash in
 the interpreter's own teardown prints its Python stack, one in the C library's exit handlers, after
 it, prints nothing) | closefds (the child closes its copies of the /dev/nvidia* and /dev/dri files,

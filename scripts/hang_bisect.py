@@ -1,4 +1,4 @@
-"""Bisect which earlier tests make a later one hang (the NVIDIA suite hang, sessions 24-25).
+"""Bisect which earlier tests make a later one hang (the NVIDIA suite hang).
 
     python3 scripts/hang_bisect.py --tail tests/test_execution.py --deadline 560 \
         tests/test_api.py tests/test_bad_input.py ...

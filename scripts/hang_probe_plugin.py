@@ -1,4 +1,4 @@
-"""A pytest plugin for the H200 suite hang (a queue.submit that never returns, session 24):
+"""A pytest plugin for the H200 suite hang (a queue.submit that never returns):
 logs each test's start, and every 50 tests the process's GPU-side state, to $HANG_LOG; a test
 that runs past $HANG_S seconds dumps every thread's stack and ends the process.
 
@@ -53,7 +53,7 @@ def pytest_runtest_logstart(nodeid, location):
     global _count
     _count += 1
     # To the log, not stderr: pytest captures fd 2 during a test, and the capture is lost at exit
-    # (session 24's first try ended with rc 1 and no stacks).
+    # (a first try that dumped to stderr ended with rc 1 and no stacks).
     faulthandler.dump_traceback_later(float(os.environ.get("HANG_S", "45")), exit=True, file=_log)
     if _count % 50 == 0:
         _log.write(f"-- {_count} state: {_state()}\n")

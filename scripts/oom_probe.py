@@ -1,4 +1,4 @@
-"""What running out of GPU memory looks like on a real GPU (session 44): do the engine's buffers
+"""What running out of GPU memory looks like on a real GPU (run AB): do the engine's buffers
 past the device's memory raise OutOfMemoryError, and does the pool's trim-and-retry (buffers.py,
 DeviceMemory.create) give their memory to a new size?
 

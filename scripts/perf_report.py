@@ -19,8 +19,8 @@ def fmt(value, spec):
 
 
 def wrong(error, dtype, ok=None):
-    """bench's verdict where the file has one (``*_ok``, since session 36); before, the absolute
-    part of its tolerance was the rule."""
+    """bench's verdict where the file has one (``*_ok``, since bench judged outputs element by
+    element); before, the absolute part of its tolerance was the rule."""
     if ok is not None or error is None:
         return ok is False
     error = float(error)
@@ -67,7 +67,7 @@ def main(path: str) -> None:
               f"| {fmt(ort_rt and rt and ort_rt / rt, '.2f')} "
               f"| {fmt(torch.get('transfer_s') and torch['transfer_s'] * 1e3, '.3f')} | {fmt(r.get('max_error'), '.1e')} |")
     for h in data.get("host", []):
-        if "error" in h:  # a kernel whose smallest f32 case could not run (helper-31: a KeyError here)
+        if "error" in h:  # a kernel whose smallest f32 case could not run (this had raised a KeyError)
             print(f"\nHost time per call, {h['kernel']}: error: {h['error']}")
             continue
         print(f"\nHost time per call, {h['kernel']} {h.get('shapes')} on GPU-resident tensors: median "

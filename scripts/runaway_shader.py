@@ -1,4 +1,4 @@
-"""Does `webgpu-kernels test --timeout` stop a child whose shader runs on? (session 33)
+"""Does `webgpu-kernels test --timeout` stop a child whose shader runs on?
 
 Builds a copy of QuickGelu whose scalar variant loops ITERATIONS times per element (2M elements),
 runs `test --timeout TIMEOUT --json` on it, and prints how the child ended and how long the parent

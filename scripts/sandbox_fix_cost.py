@@ -1,4 +1,4 @@
-"""What session 31's sandbox and rendering fixes bought, on the CPU machine (no GPU work):
+"""What two sandbox and rendering fixes bought, on the CPU machine (no GPU work):
 
 - blanking WGSL comments before the depth checks: the regular expression the engine used
   (``//[^\\n]*|/\\*.*?\\*/``) against ``rendering._blank_comments``, on text of unclosed ``/*a``;

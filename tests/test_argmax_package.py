@@ -174,7 +174,7 @@ def test_comparisons_in_a_call_need_parentheses():
 
 def test_its_refusal_may_be_written_either_way():
     """ArgMax checks the axis in every variant's `when` (`axisOk`), from when a refused case could
-    not expect an ExpressionError; since session 45 it may (demo.ReduceSum's out-of-range axis), so
+    not expect an ExpressionError; now it may (demo.ReduceSum's out-of-range axis), so
     test.json takes both forms of the refusal."""
     from webgpu_kernels.case_format import check_test_data
 

@@ -1,5 +1,5 @@
 """A call's result is a dict keyed by output name. Indexed by a name it does not hold, it had
-raised a bare ``KeyError: 'output'`` (helper-189: demo.Transpose's output is 'transposed', and
+raised a bare ``KeyError: 'output'`` (demo.Transpose's output is 'transposed', and
 com.example.Attention's P exists only for the `passes` variants): the error now names the outputs
 the call returns, and says why an optional output is absent. It stays a KeyError, so code that
 catches one (``try: p = result["P"] except KeyError``) still works."""

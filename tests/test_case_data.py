@@ -221,8 +221,8 @@ def test_npy_and_npz_files() -> None:
 
 def test_a_container_of_many_names_is_quoted_by_a_few() -> None:
     """A missing member's error listed every name the archive holds: 20,000 members of 200-character
-    names (an 8 MiB .npz) made a 4 MB message, for `test` to print and JUnit to store (red team,
-    helper-195). It names 12, each cut, and the count."""
+    names (an 8 MiB .npz) made a 4 MB message, for `test` to print and JUnit to store.
+    It names 12, each cut, and the count."""
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as zf:
         for i in range(2000):

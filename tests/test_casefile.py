@@ -820,7 +820,7 @@ def test_type_label_names_a_type_variable_only_a_one_type_constraint_fixes(packa
 
 def test_misspelt_case_field_names_the_field_meant() -> None:
     """'expcted' in a case, 'rtoll' in a tolerance, 'tgas' in a bench case: the schema error names the
-    field meant (helper-180; it had said only that the field was unexpected)."""
+    field meant (it had said only that the field was unexpected)."""
     case = {"name": "a", "inputs": {"X": {"shape": [2], "values": [1, 2]}},
             "expcted": {"Y": {"shape": [2], "values": [2, 4]}}}  # fmt: skip
     data = {"tolerances": {"float32": {"rtoll": 1e-5}}, "cases": [case]}

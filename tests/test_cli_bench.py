@@ -1279,7 +1279,7 @@ def test_outputs_onnxruntime_computed_no_value_for_are_said_not_compared(runner,
 def test_a_case_no_reference_checked_is_said_with_why(runner, tmp_path):
     """demo.Concat (a package's own op id for ONNX Concat) has no NumPy reference and onnxruntime
     does not know its op: bench showed "max err -" and said nothing more, where `run` says "not
-    checked" and why (helper-149, writing the package from the docs). A line under the table now
+    checked" and why. A line under the table now
     names the cases and each reference's reason, as `run` does, and the JSON row holds them."""
     path = tmp_path / "b.json"
     result = invoke(runner, "bench", str(PACKAGES_DIR / "demo.Concat"), *TINY, "--no-host", "--json", str(path))

@@ -189,8 +189,7 @@ def test_importing_a_reference_that_raises_exits_1(package) -> None:
 
 def test_a_reference_imports_the_modules_beside_it_as_python_file_would(package, tmp_path, monkeypatch) -> None:
     """A reference in a tests folder that imports its neighbour (`references`) had failed with
-    ModuleNotFoundError, the working directory being first on sys.path instead of FILE's folder
-    (helper-137, writing a package's reference beside its tests)."""
+    ModuleNotFoundError, the working directory being first on sys.path instead of FILE's folder."""
     monkeypatch.setattr("sys.path", list(__import__("sys").path))  # the folder added is this test's alone
     monkeypatch.chdir(tmp_path)  # elsewhere than FILE's folder
     folder = package.parent / "refs"

@@ -125,7 +125,7 @@ def test_run_generate_draws_an_input_from_its_distribution(runner: CliRunner) ->
 
 def test_run_holds_large_outputs_to_a_relative_tolerance(runner: CliRunner) -> None:
     """The absolute tolerance alone (1e-4 float32) marked a correct output WRONG wherever it is large:
-    float32 holds 3000 to 2.4e-4 (helper-21: a LayerNorm's mean of 1000, 5e-7 off relative)."""
+    float32 holds 3000 to 2.4e-4 (a LayerNorm's mean of 1000, 5e-7 off relative, was WRONG)."""
     data = invoke_json(runner, "run", QUICK_GELU, "-i", "X=64x64:f32", "--generate", "X=uniform:3000:4000",
                        "--attr", "alpha=0.001", "--repeat", "0")  # fmt: skip
     numpy_err = data["reference"]["numpy"]["Y"]
@@ -256,8 +256,8 @@ def test_run_places_onnxruntimes_inputs_and_outputs_by_their_formal_names(write_
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_run_onnx_op_compares_a_package_with_the_onnx_op_it_mirrors(runner: CliRunner) -> None:
     """com.example.SkipLayerNormalization mirrors com.microsoft.SkipLayerNormalization under an id
-    of its own: run had said "onnxruntime does not know this op" and compared nothing (helper-137,
-    writing it from the docs). --onnx-op names the op: all four outputs compared, by name."""
+    of its own: run had said "onnxruntime does not know this op" and compared nothing.
+    --onnx-op names the op: all four outputs compared, by name."""
     from conftest import PACKAGES_DIR
 
     package = str(PACKAGES_DIR / "com.example.SkipLayerNormalization")
@@ -280,7 +280,7 @@ def test_run_onnx_op_compares_a_package_with_the_onnx_op_it_mirrors(runner: CliR
 def test_run_compares_only_the_outputs_onnxruntime_computed(runner: CliRunner, monkeypatch) -> None:
     """onnxruntime 1.18 to 1.29 return None for SkipLayerNormalization's optional mean and inv_std_var
     (its CPU kernel computes them from 1.30): `run` had compared np.asarray(None), shape [], and
-    called the package's correct outputs WRONG, exit 1 (session 47, the suite at pyproject's floors).
+    called the package's correct outputs WRONG, exit 1 (the suite at pyproject's lower bounds).
     Those two are not compared; the other two are. Here ORT's session is made to answer as 1.29 did."""
     import onnxruntime as ort
 

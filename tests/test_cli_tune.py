@@ -106,7 +106,7 @@ def test_tune_dry_run_writes_nothing(dry_run):
 
 def test_tune_off_a_terminal_says_what_it_tries_on_stderr_as_it_starts(dry_run):
     """Off a terminal rich draws no progress line: a search of many minutes per case (a kernel
-    author's softmax on lavapipe, session 27) had printed nothing until its case ended. Each case
+    author's softmax on lavapipe) had printed nothing until its case ended. Each case
     and candidate is now a stderr line as it starts; stdout keeps only the results."""
     result, _, _ = dry_run
     tried = [line for line in result.stderr.splitlines() if ": trying " in line]
@@ -549,7 +549,7 @@ def test_adapter_reaches_every_timing(runner, tuning_dir, monkeypatch, command):
         assert f"saved: {gl_file}" in out or f"nothing stored in {gl_file}" in out, out
 
 
-# --- what is stored for a shape class (tuning review, session 24) ---------------------------------
+# --- what is stored for a shape class -------------------------------------------------------------
 
 
 def _fake_search(choices):

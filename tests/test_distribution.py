@@ -80,8 +80,8 @@ def test_a_kernel_file_in_a_subfolder_would_ship(tmp_path: Path) -> None:
 
 def test_every_dependency_has_a_lower_bound() -> None:
     """Each requirement names the oldest release it works with (CI installs only the newest): the
-    suite was run at every lower bound in session 39, and rich 13.0, huggingface_hub 1.10
-    and filelock 3.13, then allowed, failed it. A new dependency says its oldest release too."""
+    suite, run at every lower bound, failed with rich 13.0, huggingface_hub 1.10 and filelock 3.13,
+    then allowed. A new dependency says its oldest release too."""
     if not (REPO_ROOT / "pyproject.toml").is_file():
         pytest.skip("needs a checkout or an sdist: pyproject.toml")
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text("utf-8"))["project"]
@@ -94,7 +94,7 @@ def test_the_build_backend_release_reads_the_license_field() -> None:
     """``license = "Apache-2.0"`` (a PEP 639 SPDX expression) is read by setuptools 77 and later;
     68 to 76 refuse the whole pyproject.toml ("`project.license` must be valid exactly by one
     definition"), so a build with the oldest setuptools `[build-system]` allowed failed
-    (helper-126: 76.1.0 failed, 77.0.3 built; 77.0.0 is not on PyPI)."""
+    (76.1.0 failed, 77.0.3 built; 77.0.0 is not on PyPI)."""
     if not (REPO_ROOT / "pyproject.toml").is_file():
         pytest.skip("needs a checkout or an sdist: pyproject.toml")
     config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text("utf-8"))

@@ -772,7 +772,7 @@ def test_a_template_declaring_a_binding_the_pass_lacks_is_told_the_passs_binding
 
 def test_an_optional_output_no_pass_binds_is_not_returned(write_package, device):
     """It was returned holding whatever its pooled buffer held last: another call's Y, silently
-    (helper-9's SkipLayerNormalization trial)."""
+    (seen in a SkipLayerNormalization package)."""
     x = np.arange(4, dtype=np.float32)
     without = wk.load_kernel(optional_output_package(write_package, [("main", 0, False)]))
     stale = wk.to_gpu(np.full(4, 7.0, np.float32))

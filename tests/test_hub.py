@@ -716,7 +716,7 @@ def test_a_tampered_cached_copy_names_the_cache_and_the_fix(server):
 
 def test_the_download_fetches_the_commit_the_listing_checked(server, monkeypatch):
     """The listing checked one commit and snapshot_download resolved `v1` again: a push between the
-    two downloaded a commit no listing had checked, reported as the cache's (helper-27: 9 MiB more).
+    two downloaded a commit no listing had checked, reported as the cache's (in a trial, 9 MiB more).
     Here `v1` stops resolving right after the listing (this fake Hub keeps no old commits): only a
     download of the listed commit succeeds. refs/v1 names it for offline use."""
     import hub_server
@@ -1404,7 +1404,7 @@ def test_the_per_repository_load_locks_do_not_outlive_their_loads(server):
     assert hub._loading == {}
 
 
-# --- helper-197's red team: bytes past the listing, an interrupted download ---------------------------
+# --- bytes past the listing, an interrupted download ----------------------------------------------
 
 
 @pytest.mark.parametrize("name, words", [

@@ -266,7 +266,7 @@ def test_offline_mode_refuses_before_any_request(server, package, monkeypatch):
 @pytest.mark.parametrize("installed", ["1.26.0", "2.2.0", "2.2.1rc0"])
 def test_a_huggingface_hub_too_old_to_upload_is_refused_before_any_request(server, package, monkeypatch, installed):
     """huggingface_hub 1.26.0 (loading's floor) to 2.2.0 raised "Invalid repo type" from preupload_lfs_files
-    after the repository and branch were made (the H100 run of session 47, whose huggingface_hub was
+    after the repository and branch were made (run AF, an H100 whose huggingface_hub was
     older: 15 of these tests failed; here with 1.26.0 and 2.2.0 installed); 2.3.0 passed them all."""
     import huggingface_hub
 

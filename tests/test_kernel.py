@@ -154,7 +154,7 @@ def test_a_call_with_an_optional_input_given_as_none_checks_the_names_once(name_
 
 def test_a_variant_argument_of_another_type_is_named_briefly(quick_gelu):
     """variant= given a 100,000-item list quoted it whole in the error; it is named by type and at
-    most 60 characters, as every attribute, tunable and adapter= error (helper-130's proposal)."""
+    most 60 characters, as every attribute, tunable and adapter= error."""
     import numpy as np
 
     from webgpu_kernels import errors

@@ -380,7 +380,7 @@ def test_an_optional_input_given_as_none_is_left_out(layer_norm, rng):
         np.testing.assert_array_equal(got["Y"], layer_norm({"X": x, "Scale": scale})["Y"])
     with pytest.raises(wk.errors.InputError, match="argument 'Scale'"):
         layer_norm({"X": x, "Scale": None, "B": None})
-    # what a call would do, asked of the same inputs (helper-22: explain, plan and render refused None)
+    # what a call would do, asked of the same inputs (explain, plan and render had refused None)
     leaving_out, without = {"X": x, "Scale": scale, "B": None}, {"X": x, "Scale": scale}
     assert layer_norm.explain(leaving_out).chosen == layer_norm.explain(without).chosen
     assert layer_norm.plan(leaving_out)[1] is layer_norm.plan(without)[1]

@@ -298,7 +298,7 @@ def test_an_output_no_pass_binds_read_write_is_refused():
     data = mutate(QG, set_path(["bindingSets", "scalarTail", 1, "buffer", "type"], "read-only-storage"))
     with pytest.raises(errors.ManifestError) as info:
         parse_manifest(data)
-    # At the binding to fix (helper-180: it had been the variant), naming the variant that uses the set.
+    # At the binding to fix (it had been the variant), naming the variant that uses the set.
     assert info.value.json_path == "bindingSets.scalarTail[1].buffer.type"
     assert ("output 'Y' is bound as 'read-only-storage' here (as used by variants[1].passes[0]), and as 'storage' "
             "by none of this variant's passes") in str(info.value)  # fmt: skip

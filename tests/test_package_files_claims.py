@@ -98,7 +98,7 @@ def test_digest_leaves_out_editor_backups_and_tool_folders(package):
 def test_an_attribute_description_of_no_declared_attribute_is_a_warning_not_a_load_error(package):
     """Doc: "An `attributeDescriptions` key that names no declared attribute (a misspelling, an
     attribute since removed) is a warning: it documents nothing, and a package that runs still
-    loads." Nothing had checked it (helper-108 made it a load error; a warning keeps such a package
+    loads." Nothing had checked it (a first check made it a load error; a warning keeps such a package
     running, as the format's other documentation-only slips do)."""
     misspelt = package({"cases": [case()]}, lambda m: m["attributeDescriptions"].update(sclae="A misspelt scale."))
     assert [w for w in warnings_of(misspelt) if "attributeDescriptions" in w] == [
@@ -113,7 +113,7 @@ def test_an_attribute_description_of_no_declared_attribute_is_a_warning_not_a_lo
 def test_validate_warns_of_a_floating_point_output_dtype_without_a_tolerance(package):
     """Doc: "A dtype with no entry is compared exactly (`validate` warns about floating-point dtypes
     without one: a kernel that copies values, which must match exactly, says so with `{"rtol": 0,
-    "atol": 0}`)." The warning had not said how to mean it (helper-156, writing a copy kernel)."""
+    "atol": 0}`)." The warning had not said how to mean it."""
     warned = [w for w in warnings_of(package({"cases": [case()]})) if "no tolerance" in w]
     assert warned == ["test.json tolerances: no tolerance for float32 outputs: they must match exactly "
                       '(where that is meant, a copy, say so with "float32": {"rtol": 0, "atol": 0})']

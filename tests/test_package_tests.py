@@ -723,7 +723,7 @@ def test_a_written_value_with_the_fills_bytes_is_not_called_unwritten(tmp_path: 
     assert "filled with" not in run.message, run.message
 
 
-# --- the command's own arguments (CLI review, session 24) ----------------------------------------
+# --- the command's own arguments ------------------------------------------------------------------
 
 
 def test_a_timeout_runs_isolated_and_says_it_timed_out(runner: CliRunner, monkeypatch) -> None:

@@ -52,7 +52,7 @@ def test_onnxruntime_reference() -> None:
     data = np.arange(6, dtype=np.float32).reshape(2, 3)
     with pytest.raises(references.ReferenceUnavailable, match="^onnxruntime refused this call: .*indices"):
         references.onnxruntime_reference("ai.onnx.Gather", {"data": data, "indices": np.array([5], np.int64)}, {})
-    # With the kernel's output shapes: a model ONNX infers to other shapes is not run (helper-12: a package
+    # With the kernel's output shapes: a model ONNX infers to other shapes is not run (a package
     # naming ai.onnx.RandomNormal with shape [16384, 16384] had `run` allocate 3.4 GB in ORT).
     with pytest.raises(references.ReferenceUnavailable, match=r"output Y of shape \[16384, 16384\], not the kernel's \[4\]"):
         references.onnxruntime_reference("ai.onnx.RandomNormal", {}, {"shape": [16384, 16384]}, output_names=["Y"],

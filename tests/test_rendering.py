@@ -749,8 +749,8 @@ def test_a_type_or_field_value_that_is_no_type_is_quoted_by_a_bounded_text(scale
 
 def test_a_missing_template_at_run_time_lists_those_there_and_the_one_meant(tmp_path) -> None:
     """A call reaching a pass whose template the package lacks said only "template not found in the
-    package", where validate and digest name the package's templates and the one meant (helper-182's
-    review); an include of a missing file says them too."""
+    package", where validate and digest name the package's templates and the one meant;
+    an include of a missing file says them too."""
     from webgpu_kernels import digests
 
     from conftest import copy_package

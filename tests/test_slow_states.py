@@ -109,7 +109,7 @@ def test_a_steady_large_case_and_any_small_one_are_timed_once(monkeypatch: pytes
 
 
 def test_a_kernel_slow_beside_a_steady_copy_is_timed_again_on_fresh_buffers(monkeypatch) -> None:
-    """Run Z (session 43): QuickGelu 84M f16 read 1.80 TB/s, steady over six batches, while its copy,
+    """Run Z: QuickGelu 84M f16 read 1.80 TB/s, steady over six batches, while its copy,
     timed next, read 4.14; fresh processes read it at 83 µs. Such a kernel is timed once more, and a
     second timing that fast replaces it (it had stood in the table, 44% of copy)."""
     row = _slow_state_case(monkeypatch, [(185.6, 186.0), (83.0, 83.1)], [81.0], {512 << 20: 4.2}, peak_tbps=4.8)

@@ -1,5 +1,5 @@
 """tests/packages/demo.Softmax: a third-party package written from the docs alone by a kernel
-author (session 27), softmax over the last axis with a workgroup tree reduction, run through
+author, softmax over the last axis with a workgroup tree reduction, run through
 load_kernel() with no engine change. Its workgroup variant reads its row from ``workgroupIndex``.
 
 Results are judged against a float64 NumPy softmax. The bound per element follows WGSL's accuracy

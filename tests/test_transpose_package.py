@@ -1,5 +1,5 @@
 """tests/packages/demo.Transpose: a third-party package written from the docs alone by a kernel
-author (session 28): ONNX Transpose(data) with the list attribute perm, run through load_kernel()
+author: ONNX Transpose(data) with the list attribute perm, run through load_kernel()
 with no engine change. It stresses what the other packages do not: a list attribute (its default
 standing for ONNX's absent perm, its validation as a permutation of the right length, read by
 expressions), an output shape that permutes the input's, int64 data moved as vec2<u32> words,

@@ -381,7 +381,7 @@ def test_cli_validate_timeout_runs_isolated_and_says_it_timed_out(qg: Path, runn
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """--timeout without --isolate had been ignored; an isolated timeout read as SIGKILL. The child
     stalls at its first case (STALL_HOOK_ENV): the whole run had taken less than 1 s on a fast machine
-    (session 49's fresh clone), and the test failed."""
+    (a fresh clone's run), and the test failed."""
     from webgpu_kernels.package_tests import STALL_HOOK_ENV
 
     monkeypatch.setenv(STALL_HOOK_ENV, "1")

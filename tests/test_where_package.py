@@ -1,6 +1,6 @@
-"""tests/packages/demo.Where: a third-party package written from the docs alone by a kernel author
-(session 28): ONNX Where(condition, X, Y) with numpy-style broadcasting of all three inputs, run
-through load_kernel() with no engine change. It stresses what the other packages do not: a bool
+"""tests/packages/demo.Where: a third-party package written from the docs alone by a kernel author:
+ONNX Where(condition, X, Y) with numpy-style broadcasting of all three inputs, run through
+load_kernel() with no engine change. It stresses what the other packages do not: a bool
 input (a storage-only type, bound as its bytes and read four to a 32-bit word), three inputs of
 different ranks, and an output shape inferred by expressions (ranks up to 6, padded).
 

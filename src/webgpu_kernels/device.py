@@ -175,7 +175,7 @@ def _after_fork_in_child() -> None:
     # The child shares its parent's driver objects (on NVIDIA, the same device files and kernel
     # handles): a wgpu object finalized here, by the child's code, its garbage collector or its exit,
     # frees memory the parent still uses, whose next release or submit then waited for good (H100 and
-    # H200, sessions 24-25: the suite stopped after the fork test). The child cannot use the device
+    # H200: the suite stopped after the fork test). The child cannot use the device
     # anyway, so none of its wgpu objects is released.
     wgpu.GPUObjectBase.__del__ = wgpu.GPUAdapter.__del__ = _never_release
     # Every device, not just those _devices still holds: a lost one's tensor released in the child

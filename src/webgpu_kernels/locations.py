@@ -167,7 +167,7 @@ def check_trust(location: Location, *, trust_remote_code: bool, shown: str) -> b
         return False
     if not trust_remote_code:
         # A folder of one's own is load_kernel's; the command line opens a folder without the flag,
-        # so its flag is named only for what needs it there (session 27: an author was told it).
+        # so its flag is named only for what needs it there (a folder's refusal had named the CLI flag).
         if location.kind == "path":
             advice = ("a folder of your own opens with load_kernel(path); else pass trust_remote_code=True and "
                       "expected_op_id=...")

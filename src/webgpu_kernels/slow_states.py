@@ -6,7 +6,7 @@ of a kernel: run P read QuickGelu 84M f16 at 1.465 TB/s, its samples from 119 to
 the tuner on that lend), and its copy at 1.69 TB/s where the other three 84M cases' copies read
 4.18-4.26; run O read that copy at 1.69 too (240% "of copy"). scripts/throttle_probe.py timed the
 four large cases and their copies 196 times over five minutes on the next lend without meeting
-it, with clocks and temperatures steady. Run Z (session 43) met another form: the same case at
+it, with clocks and temperatures steady. Run Z met another form: the same case at
 1.80 TB/s, steady over six batches, while its copy, timed next, read 4.14; fresh processes on the
 next call read it at 83 us four times in six (docs/perf/h200-run-z-qg-ab.log).
 """
