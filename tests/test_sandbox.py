@@ -956,3 +956,54 @@ def test_the_sandboxs_bounds_let_through_what_is_just_within_them():
     assert len(render_template("{{ [('a' * 1000)] * 1044 }}")) == len(str(["a" * 1000] * 1044))
     assert render_template("{{ range(3) ~ 'x' }} {{ bindingList[0].name }} {{ 'abc'[2] }} {{ 4 ** 0.5 }}") == \
         "range(0, 3)x x c 2.0"
+
+
+# --- the loop variable is read by its attributes, never iterated -----------------------------------------
+
+_LOOP_ITERATED = ("the loop variable cannot be iterated: its items are the rest of the loop's, which iterating "
+                  "would take, ending the loop early; read its attributes instead, as in loop.index, "
+                  "loop.length, loop.last, loop.nextitem")  # fmt: skip
+
+
+@pytest.mark.parametrize("use", [
+    "{{ loop|list }}", "{{ loop|join(',') }}", "{{ loop|first }}", "{{ loop|last }}", "{{ loop|max }}",
+    "{{ loop|min }}", "{{ loop|list|length }}", "{% for x in loop %}{{ x }}{% endfor %}", "{{ 2 in loop }}",
+    "{{ 2 not in loop }}", "{{ 2 is in(loop) }}", "{% set a, b = loop %}",
+    "{% macro m(a, b) %}{% endmacro %}{{ m(*loop) }}",
+])  # fmt: skip
+@pytest.mark.parametrize("items", ["range(4)", "[1]"])  # on the last iteration, none is left: `loop|list` was []
+def test_iterating_the_loop_variable_is_a_template_error_at_its_line(use, items):
+    """`loop|list` rendered [] on a loop's last iteration (Jinja's loop object iterates over the items
+    the loop has left), `2 in loop` False, and elsewhere it ended the loop early or was refused as
+    "the loop variable cannot be converted to text", a conversion the template never wrote."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(f"// one\n{{% for i in {items} %}}\n{use}\n{{% endfor %}}")
+    assert not isinstance(info.value, errors.TemplateSandboxError)  # a mistake, not a refusal
+    assert str(info.value) == f"main.wgsl.jinja:3: {_LOOP_ITERATED}", str(info.value)
+
+
+def test_the_loop_variables_length_is_read_without_iterating_it():
+    """`loop|length` had iterated the loop's remaining items: 3 of range(4), and the loop ended there."""
+    source = "{% for i in range(4) %}[{{ loop|length }} {{ loop.length }} {{ loop.index }}]{% endfor %}"
+    assert render_template(source) == "[4 4 1][4 4 2][4 4 3][4 4 4]"
+    assert render_template("{% for i in range(3) %}{{ loop is iterable }}{% if loop.last %}.{% endif %}{% endfor %}") \
+        == "TrueTrueTrue."  # (a test that only asks for an iterator takes no item)
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("{{ range|round }}", "type function doesn't define __round__ method (range is a function: call it, as in "
+                          "range(n))"),
+    ("{{ bindings.items|round }}", "type method doesn't define __round__ method (a dict's items, keys and values "
+                                   "are methods: call them, as in d.items())"),
+    ("{{ range * loop }}", None),
+])  # fmt: skip
+def test_one_table_names_the_librarys_and_jinjas_classes_in_pythons_type_errors(source, said):
+    """Python's "type function doesn't define __round__ method" had been left without the hint: only
+    the quoted class name ('function') was looked for, where Jinja's classes were found by any mention."""
+    if said is None:  # range and the loop variable in one message: both told, in one parenthesis
+        source = "{% for i in [1] %}" + source + "{% endfor %}"
+        said = ("unsupported operand type(s) for *: 'function' and 'LoopContext' (range is a function: call it, "
+                "as in range(n); LoopContext is the loop variable: read its attributes, as in loop.index)")
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(source)
+    assert str(info.value) == f"main.wgsl.jinja:1: TypeError: {said}", str(info.value)

@@ -33,7 +33,7 @@ from typing import Any, cast
 
 from jinja2 import StrictUndefined, nodes
 from jinja2.environment import TemplateModule
-from jinja2.exceptions import SecurityError
+from jinja2.exceptions import SecurityError, TemplateRuntimeError
 from jinja2.runtime import LoopContext, Macro, Undefined
 from jinja2.sandbox import SandboxedEnvironment
 
@@ -46,46 +46,90 @@ MAX_INT_BITS = 128
 MAX_EXPRESSION_DEPTH = 32
 
 
+@dataclass(frozen=True)
+class _Named:
+    """How the sandbox's messages name one kind of object a template reaches by name (see :data:`_NAMED`)."""
+
+    kind: type
+    #: what Python's own messages call the class ("'function' object is not iterable")
+    python_name: str
+    #: what the template wrote ("the macro load"), for :func:`a_value_name`
+    written_as: Callable[[Any], str]
+    #: what to write instead ("call it, as in load()"), for :func:`a_value_told`
+    advice: Callable[[Any], str]
+    #: said after a TypeError of Python's that names ``python_name``, which knows the class alone
+    hint: str
+
+
+#: The one table of the objects a template reaches by name that are no plain value: by class they
+#: had read "a LoopContext", "a Macro", "a TemplateModule", "a _Range" (Jinja's classes are looked
+#: up here and stay as they are; each :class:`WrittenAs` subclass adds its own row).
+_NAMED: list[_Named] = [
+    _Named(LoopContext, "LoopContext", lambda loop: "the loop variable",
+           lambda loop: "read its attributes, as in loop.index",
+           "LoopContext is the loop variable: read its attributes, as in loop.index"),
+    # (a {% call %} block's macro is nameless)
+    _Named(Macro, "Macro", lambda macro: f"the macro {macro.name or 'caller'}",
+           lambda macro: f"call it, as in {macro.name or 'caller'}(), for the text it renders",
+           "Macro is a macro: call it, as in name(), for the text it renders"),
+    _Named(TemplateModule, "TemplateModule", lambda module: f"the imported template {module.__name__!r}",
+           lambda module: "call its macros, as in name.macro()",
+           "TemplateModule is a template brought in by {% import %}: call its macros, as in name.macro()"),
+]  # fmt: skip
+
+
 class WrittenAs:
     """A value of the library's own that a template reaches by name (its ``range``, a dict's ``items``):
     :func:`a_value_name` names it as the template wrote it, by ``written_as`` ("the function range"),
-    not by its private class ("a _Range cannot be converted to text" had reached package authors)."""
+    not by its private class ("a _Range cannot be converted to text" had reached package authors).
+
+    A subclass names what Python's messages are to call it (``python_name``: its class takes that
+    name, as Python names a function "function") and the ``hint`` told after such a message; both,
+    with ``written_as`` and ``advice``, make its row of :data:`_NAMED`."""
 
     __slots__ = ()
     written_as: str
+    #: what to write instead, as in "call it, as in range(n)"
+    advice: str
+
+    def __init_subclass__(cls, *, python_name: str, hint: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Python's own messages name an object by its class ("'_Range' object is not iterable")
+        cls.__name__ = cls.__qualname__ = python_name
+        _NAMED.append(_Named(cls, python_name, operator.attrgetter("written_as"), operator.attrgetter("advice"), hint))
 
 
-#: Jinja's own objects a template reaches by name, named as the template wrote them: by class they
-#: had read "a LoopContext", "a Macro", "a TemplateModule" (looked up here: Jinja's classes stay as they are).
-#: The third item is what the class is, for Python's messages that name only the class.
-_JINJA_WRITTEN_AS: tuple[tuple[type, Callable[[Any], str], str], ...] = (
-    (LoopContext, lambda loop: "the loop variable", "the loop variable: read its attributes, as in loop.index"),
-    (Macro, lambda macro: f"the macro {macro.name or 'caller'}",  # a {% call %} block's macro is nameless
-     "a macro: call it, as in name(), for the text it renders"),
-    (TemplateModule, lambda module: f"the imported template {module.__name__!r}",
-     "a template brought in by {% import %}: call its macros, as in name.macro()"),
-)  # fmt: skip
+def _named(value: Any) -> _Named | None:
+    return next((row for row in _NAMED if isinstance(value, row.kind)), None)
 
 
 def a_value_name(value: Any) -> str:
-    """What the sandbox's messages call ``value``: a :class:`WrittenAs` by what the template wrote, a
-    loop variable, macro or imported template as the template has it ("the macro load"), anything
+    """What the sandbox's messages call ``value``: a :class:`WrittenAs`, a loop variable, macro or
+    imported template as the template wrote it ("the function range", "the macro load"), anything
     else by :func:`~webgpu_kernels.errors.a_type_name` ("an int", "none")."""
-    if isinstance(value, WrittenAs):
-        return value.written_as
-    for kind, written_as, _ in _JINJA_WRITTEN_AS:
-        if isinstance(value, kind):
-            return written_as(value)
-    return a_type_name(value)
+    row = _named(value)
+    return row.written_as(value) if row else a_type_name(value)
 
 
-def jinja_classes_hint(message: str) -> str:
-    """' (Macro is a macro: call it, ...)' for each of Jinja's classes that Python's ``message`` names
-    (a TypeError's: "unsupported operand type(s) for +: 'Macro' and 'int'"), '' where none is named:
-    Python names the operands by class alone, and a template's author wrote a macro or ``loop``."""
-    said = [f"{kind.__name__} is {what}" for kind, _, what in _JINJA_WRITTEN_AS
-            if re.search(rf"\b{kind.__name__}\b", message)]  # fmt: skip
-    return f" ({'; '.join(said)})" if said else ""
+def a_value_told(value: Any) -> str | None:
+    """``value`` named as the template wrote it, with what to write instead ("the function range (call
+    it, as in range(n))"), where it is one of :data:`_NAMED`'s, which no filter or test takes; else None."""
+    row = _named(value)
+    return f"{row.written_as(value)} ({row.advice(value)})" if row else None
+
+
+def type_error_hint(message: str) -> str:
+    """' (Macro is a macro: call it, ...)' for each class of :data:`_NAMED` that Python's TypeError
+    ``message`` names ("unsupported operand type(s) for +: 'Macro' and 'int'", "type function doesn't
+    define __round__ method"), '' where none is: Python names the operands by class alone. In the
+    order the message names them."""
+    found = []
+    for row in _NAMED:
+        name = re.escape(row.python_name)
+        match = re.search(rf"'{name}'|\btype {name}\b", message)  # "'Macro' object ...", "type Macro doesn't ..."
+        if match:
+            found.append((match.start(), row.hint))
+    return f" ({'; '.join(hint for _, hint in sorted(found))})" if found else ""
 
 
 class SandboxViolation(SecurityError):
@@ -99,6 +143,21 @@ class SandboxViolation(SecurityError):
     def __init__(self, message: str, lineno: int | None = None) -> None:
         super().__init__(message)
         self.lineno = lineno
+
+
+class TemplateMistake(TemplateRuntimeError):
+    """A template's mistake told in the library's words (templates.template_error shows the message as
+    it is, at the template's line): a mistake, not a refusal of the sandbox's."""
+
+
+def refuse_iterating(value: Any) -> None:
+    """Refuse to iterate the loop variable. Jinja's loop object iterates over the items its loop has
+    left, taking them: ``loop|list`` had rendered ``[]`` on a loop's last iteration, ``2 in loop``
+    False, ``loop|length`` the items left, and each ended the loop early without a word."""
+    if isinstance(value, LoopContext):
+        raise TemplateMistake("the loop variable cannot be iterated: its items are the rest of the loop's, which "
+                              "iterating would take, ending the loop early; read its attributes instead, as in "
+                              "loop.index, loop.length, loop.last, loop.nextitem")  # fmt: skip
 
 
 class OutOfFloatRange(ArithmeticError):
@@ -368,6 +427,7 @@ class BoundedSandbox(SandboxedEnvironment):
         """``value`` as a sized sequence of at most ``max_items`` items (iterating at most that far)."""
         if isinstance(value, Undefined):
             value._fail_with_undefined_error()
+        refuse_iterating(value)
         if isinstance(value, (list, tuple, range, str)):
             if len(value) > self.max_items:
                 if isinstance(value, str):  # bounded by the text limit where built, by the item limit as items
@@ -529,6 +589,7 @@ class BoundedSandbox(SandboxedEnvironment):
     def _iterate(self, iterable: Any, weight: int) -> Iterator[Any]:
         if isinstance(iterable, Undefined):
             iterable._fail_with_undefined_error()
+        refuse_iterating(iterable)
         count = 0
         for item in iterable:
             count += 1
@@ -543,6 +604,16 @@ class BoundedSandbox(SandboxedEnvironment):
         if isinstance(value, Undefined):
             value._fail_with_undefined_error()
         return self.check_weight(value, "comparing")
+
+    def _iterable(self, value: Any) -> Any:
+        """What a ``*args`` call or a ``{% set a, b = ... %}`` unpacks (Python iterates it)."""
+        refuse_iterating(value)
+        return value
+
+    def _container(self, value: Any) -> Any:
+        """The right operand of ``in`` or ``not in``, which Python iterates where it has no ``__contains__``."""
+        refuse_iterating(value)
+        return self._operand(value)
 
     def _charge_work(self, units: int) -> str:
         _charge(units)
@@ -579,6 +650,8 @@ class BoundedSandbox(SandboxedEnvironment):
         return result
 
     wk_operand = _Internal(_operand)
+    wk_container = _Internal(_container)
+    wk_iterable = _Internal(_iterable)
     wk_key = _Internal(_key)
     wk_literal = _Internal(_literal)
     wk_slice = _Internal(_slice)
@@ -604,7 +677,8 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
     a result is. In templates also: every piece of output is charged
     (text written inside macros, ``{% set %}`` blocks and filters counts too), every loop
     iteration is charged by the size of what it runs, and every template body, macro body and
-    ``{% call %}`` body is charged by its size when it runs.
+    ``{% call %}`` body is charged by its size when it runs, and what ``in``, a ``*args`` call or a
+    ``{% set a, b = ... %}`` iterates is checked not to be the loop variable (:func:`refuse_iterating`).
     """
 
     def rewrite(node: nodes.Node) -> nodes.Node:
@@ -622,6 +696,11 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
                 setattr(node, field, rewrite(value))
             elif isinstance(value, list):
                 setattr(node, field, [rewrite(v) if isinstance(v, nodes.Node) else v for v in value])
+        if template and isinstance(node, nodes.Call) and node.dyn_args is not None:
+            node.dyn_args = _internal_call("wk_iterable", [node.dyn_args], node.lineno)
+        if template and isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Tuple):
+            value = cast(nodes.Expr, node.node)  # Jinja's parser makes an Expr
+            node.node = _internal_call("wk_iterable", [value], node.lineno)
         if isinstance(node, nodes.Concat):
             return _internal_call("wk_concat", list(node.nodes), node.lineno)
         if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
@@ -638,7 +717,8 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
             # compiled to code 2^depth long (161 characters took 28 s to load).
             node.expr = _internal_call("wk_operand", [node.expr], node.lineno)
             for operand in node.ops:
-                operand.expr = _internal_call("wk_operand", [operand.expr], node.lineno)
+                checked = "wk_container" if operand.op in ("in", "notin") else "wk_operand"
+                operand.expr = _internal_call(checked, [operand.expr], node.lineno)
             return node
         if not template and isinstance(node, (nodes.List, nodes.Tuple)):
             # Only the result had been: [d, d, ...] of d = [s] * 4095 held 800,000 items by

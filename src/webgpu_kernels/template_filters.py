@@ -23,10 +23,10 @@ import numpy as np
 from jinja2 import filters as jinja_filters
 from jinja2 import pass_context
 from jinja2.exceptions import FilterArgumentError, TemplateRuntimeError
-from jinja2.runtime import Undefined
+from jinja2.runtime import LoopContext, Undefined
 
 from .errors import short_repr, type_name
-from .sandbox import BoundedSandbox, SandboxViolation, charge_text
+from .sandbox import BoundedSandbox, SandboxViolation, a_value_told, charge_text
 
 #: The most digits the round filter may round to, either side of the point.
 MAX_ROUND_PRECISION = 400
@@ -41,8 +41,10 @@ _FLOAT_SUFFIX_PACKING = {"": None, "f": "<f", "h": "<e"}
 
 def _shown(value: Any) -> str:
     """A template's value in a filter's message: its type and at most 40 characters of it, built from
-    no more (repr() of a tuple nesting 2^40 leaves by reference, ``(t, t)`` 40 times, never ended)."""
-    return f"{short_repr(value, 40)} ({type_name(value)})"
+    no more (repr() of a tuple nesting 2^40 leaves by reference, ``(t, t)`` 40 times, never ended);
+    ``range``, a macro, the loop variable ... as the template wrote them, with what to write instead
+    (by class they had read "<function> (function)")."""
+    return a_value_told(value) or f"{short_repr(value, 40)} ({type_name(value)})"
 
 
 def wgsl_float(value: Any, suffix: str = "") -> str:
@@ -150,7 +152,8 @@ def _f_list(context: Any, value: Any) -> list[Any]:
 
 @pass_context
 def _f_length(context: Any, value: Any) -> int:
-    if isinstance(value, (str, list, tuple, dict, range)):
+    # the loop variable's too, as Jinja documents (its length, not the items it has left)
+    if isinstance(value, (str, list, tuple, dict, range, LoopContext)):
         return len(value)
     return len(_env(context).take(value))
 
@@ -282,8 +285,18 @@ def _f_round(context: Any, value: Any, precision: int = 0,
     return _result(context, jinja_filters.do_round(value, precision, method))
 
 
+def _no_number(name: str, value: Any) -> None:
+    """Refuse ``range``, a macro, the loop variable ...: Jinja's int and float give them the default,
+    a wrong constant in the WGSL with no word said. Any other value that does not convert keeps the
+    default, as Jinja documents."""
+    told = a_value_told(value)
+    if told is not None:
+        raise ValueError(f"{name} needs a number or a string of one, got {told}")
+
+
 @pass_context
 def _f_int(context: Any, value: Any, default: int = 0, base: int = 10) -> int:
+    _no_number("int", value)
     if isinstance(value, str) and len(value) > 64:
         raise SandboxViolation("int() of a string longer than 64 characters")
     if isinstance(value, float) and not math.isfinite(value):
@@ -295,6 +308,7 @@ def _f_int(context: Any, value: Any, default: int = 0, base: int = 10) -> int:
 
 @pass_context
 def _f_float(context: Any, value: Any, default: float = 0.0) -> float:
+    _no_number("float", value)
     if isinstance(value, str) and len(value) > 64:
         raise SandboxViolation("float() of a string longer than 64 characters")
     return _result(context, jinja_filters.do_float(value, default))

@@ -43,15 +43,17 @@ from .sandbox import (
     BoundedSandbox,
     OutOfFloatRange,
     SandboxViolation,
+    TemplateMistake,
     WrittenAs,
     a_value_name,
     charge_text,
     charge_work,
     harden,
-    jinja_classes_hint,
     misplaced_slice,
     nested_items_exceed,
+    refuse_iterating,
     render_budget,
+    type_error_hint,
 )  # fmt: skip
 from .template_filters import TEMPLATE_FILTERS, NonFiniteText, as_written
 from .template_filters import wgsl_float as wgsl_float  # re-exported: the literals' old home, still imported
@@ -112,6 +114,8 @@ def _numbers_only(name: str, test: Callable[..., bool]) -> Callable[..., bool]:
 def _bounded_comparison(name: str, test: Callable[..., bool]) -> Callable[..., bool]:
     # One comparison walks every nested item of both sides at once (see BoundedSandbox.check_weight).
     def checked(value: Any, *args: Any) -> bool:
+        if name == "in" and args:  # `x is in(loop)` iterates the loop variable, as `x in loop` does
+            refuse_iterating(args[0])
         for v in (value, *args):
             if not nested_items_exceed(v, MAX_TEMPLATE_ITEMS, MAX_RENDERED_BYTES):  # [s] * 100000 of a 1 MiB s
                 continue
@@ -140,11 +144,13 @@ _TESTS: dict[str, Callable[..., bool]] = {name: as_written("test", name, test, _
 }.items()}  # fmt: skip
 
 
-class _Range(WrittenAs):
-    """The ``range`` global: Python's range, at most :data:`MAX_TEMPLATE_ITEMS` long."""
+class _Range(WrittenAs, python_name="function", hint="range is a function: call it, as in range(n)"):
+    """The ``range`` global: Python's range, at most :data:`MAX_TEMPLATE_ITEMS` long. Python's messages
+    call it 'function', as they call a function (no other value a template reaches is one)."""
 
     __slots__ = ()
     written_as = "the function range"
+    advice = "call it, as in range(n)"
 
     def __call__(self, *args: Any, **kwargs: Any) -> range:
         if kwargs:  # Python's message named _Range.__call__
@@ -165,11 +171,13 @@ class _Range(WrittenAs):
         return "<range>"
 
 
-class _DictMethod(WrittenAs):
+class _DictMethod(WrittenAs, python_name="method",
+                  hint="a dict's items, keys and values are methods: call them, as in d.items()"):
     """A dict's ``items``, ``keys`` or ``values`` in a template: called, a list, not a dict view. A
     view's set algebra (``d.keys() - [t]``) hashed every leaf of ``t``, and comparing two views
     compared every leaf, in one step past the render's budget and deadline (a comparison's bound
-    counts lists, not views): ``(t, t)`` 40 times is 2^40 leaves."""
+    counts lists, not views): ``(t, t)`` 40 times is 2^40 leaves. Python's messages call it 'method',
+    as they call a bound method (no other value a template reaches is one)."""
 
     __slots__ = ("_dict", "_name")
 
@@ -180,6 +188,10 @@ class _DictMethod(WrittenAs):
     def written_as(self) -> str:  # type: ignore[override]  # a property where the base declares a str
         return f"the method {self._name}"
 
+    @property
+    def advice(self) -> str:  # type: ignore[override]  # a property where the base declares a str
+        return f"call it, as in d.{self._name}()"
+
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         if args or kwargs:
             raise TemplateRuntimeError(f"{self._name}() takes no arguments")
@@ -189,12 +201,6 @@ class _DictMethod(WrittenAs):
 
     def __repr__(self) -> str:
         return f"<dict.{self._name}>"
-
-
-# Python's own messages name an object by its class ("'_Range' object is not iterable", "unsupported
-# operand type(s) for +: '_DictMethod' and 'int"): named as Python names a function and a bound method.
-_Range.__name__ = _Range.__qualname__ = "function"
-_DictMethod.__name__ = _DictMethod.__qualname__ = "method"
 
 
 class _BudgetedTemplate(Template):
@@ -377,7 +383,7 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files
     # Where it failed: the innermost template line, in an included file too (the include line of
     # the top template had been named for a misspelt name inside the included file).
     shader, line = _innermost_template_line(exc.__traceback__) or (shader, None)
-    if isinstance(exc, (NonFiniteText, OutOfFloatRange)):  # messages in the library's words already
+    if isinstance(exc, (NonFiniteText, OutOfFloatRange, TemplateMistake)):  # messages in the library's words already
         return TemplateError(str(exc), file=shader, line=line)
     absent = _NO_ATTRIBUTE.match(str(exc)) if isinstance(exc, UndefinedError) else None
     if absent and read is not None and line is not None and isinstance(names, Mapping):
@@ -396,19 +402,8 @@ def template_error(exc: Exception, shader: str, names: Iterable[str] = (), files
         hint = (f" (the expression namespace {misspelt[1]!r} is not in the template contract: give the template "
                 "what it needs through the pass's source.inputs or a constant; docs/format.md, Template contract)")
     if isinstance(exc, TypeError):
-        hint = _uncalled_hint(str(exc)) + jinja_classes_hint(str(exc))
+        hint = type_error_hint(str(exc))
     return TemplateError(f"{type(exc).__name__}: {exc}{hint}", file=shader, line=line)
-
-
-def _uncalled_hint(message: str) -> str:
-    """The hint for Python's TypeError about range or a dict's method used without calling it: they
-    are named there 'function' and 'method' (_Range's and _DictMethod's class names), which no other
-    value a template reaches is."""
-    if "'function'" in message:
-        return " (range is a function: call it, as in range(n))"
-    if "'method'" in message:
-        return " (a dict's items, keys and values are methods: call them, as in d.items())"
-    return ""
 
 
 #: Jinja's words for a key a mapping lacks (`tunables.ROW_UNROLL` once the manifest renamed it).
