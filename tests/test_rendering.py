@@ -968,9 +968,9 @@ def test_a_uniform_field_type_the_layout_refuses_names_the_field(scale_shift_var
 
 
 @pytest.mark.parametrize(("source", "said"), [
-    ("{{ range }}", "the function range cannot be converted to text"),
-    ("{{ bindings.items }}", "the method items cannot be converted to text"),
-    ("{{ 'a' ~ bindings.keys }}", "the method keys cannot be converted to text"),
+    ("{{ range }}", "the function range cannot be converted to text (call it, as in range(n))"),
+    ("{{ bindings.items }}", "the method items cannot be converted to text (call it, as in d.items())"),
+    ("{{ 'a' ~ bindings.keys }}", "the method keys cannot be converted to text (call it, as in d.keys())"),
     ("{{ range.x }}", "attribute 'x' of the function range is not accessible here"),
     ("{{ bindings.values[0] }}", "the method values cannot be indexed here"),
     ("{{ range[1:2] }}", "only a list, tuple, string or range can be sliced, not the function range"),
@@ -1062,16 +1062,18 @@ def test_none_and_an_undefined_name_are_named_as_the_template_has_them(source, s
 
 
 @pytest.mark.parametrize(("source", "said"), [
-    ("{% for i in [1] %}{{ loop }}{% endfor %}", "the loop variable cannot be converted to text"),
+    ("{% for i in [1] %}{{ loop }}{% endfor %}", "the loop variable cannot be converted to text (read its attributes, as in loop.index)"),
     ("{% for i in [1] %}{{ loop.cycle }}{% endfor %}", "attribute 'cycle' of the loop variable is not accessible here"),
     ("{% for i in [1] %}{{ loop[0] }}{% endfor %}", "the loop variable cannot be indexed here"),
-    ("{% macro tile() %}{% endmacro %}{{ tile }}", "the macro tile cannot be converted to text"),
+    ("{% macro tile() %}{% endmacro %}{{ tile }}",
+     "the macro tile cannot be converted to text (call it, as in tile(), for the text it renders)"),
     ("{% macro tile() %}{% endmacro %}{{ tile.name }}", "attribute 'name' of the macro tile is not accessible here"),
     ("{% macro w() %}{{ caller }}{% endmacro %}{% call w() %}{% endcall %}",
-     "the macro caller cannot be converted to text"),
+     "the macro caller cannot be converted to text (call it, as in caller(), for the text it renders)"),
     ("{% import 'lib.wgsl.jinja' as m %}{{ m._x }}",
      "attribute '_x' of the imported template 'lib.wgsl.jinja' is not accessible here"),
-    ("{% import 'lib.wgsl.jinja' as m %}{{ m }}", "the imported template 'lib.wgsl.jinja' cannot be converted to text"),
+    ("{% import 'lib.wgsl.jinja' as m %}{{ m }}",
+     "the imported template 'lib.wgsl.jinja' cannot be converted to text (call its macros, as in name.macro())"),
     ("{% import 'lib.wgsl.jinja' as m %}{{ m[1] }}", "the imported template 'lib.wgsl.jinja' cannot be indexed here"),
     ("{% import 'lib.wgsl.jinja' as m %}{{ m.load.x }}", "attribute 'x' of the macro load is not accessible here"),
     ("{% from 'lib.wgsl.jinja' import load %}{{ load is odd }}", "the test 'odd' takes numbers, got the macro load"),

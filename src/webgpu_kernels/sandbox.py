@@ -398,7 +398,9 @@ class BoundedSandbox(SandboxedEnvironment):
                 if total > limit:
                     break
             return total
-        raise self.refuse(f"{a_value_name(value)} cannot be converted to text")
+        row = _named(value)  # range, a macro, the loop variable ...: what to write instead
+        advice = f" ({row.advice(value)})" if row else ""
+        raise self.refuse(f"{a_value_name(value)} cannot be converted to text{advice}")
 
     def check_weight(self, value: Any, what: str) -> Any:
         """``value`` if it holds at most ``max_items`` items counted through every nesting level, else
