@@ -105,6 +105,32 @@ def test_broadcast_function_errors(source, fragment):
 
 
 
+
+@pytest.mark.parametrize("source, expected", [
+    ("itemSize(dtypes.T)", 2), ("itemSize('f32')", 4), ("itemSize('f16')", 2), ("itemSize('i64')", 8),
+    ("itemSize('u8')", 1), ("itemSize('bool')", 1), ("itemSize('bf16')", 2), ("itemSize('f64')", 8),
+    ("itemSize('float32')", 4), ("itemSize('float16')", 2), ("itemSize('int64')", 8), ("itemSize('uint16')", 2),
+    ("itemSize('bool') * numel(shapes.X)", 48),
+])  # fmt: skip
+def test_item_size_is_the_bytes_of_one_element(source, expected):
+    """itemSize() of a dtypes name (the WGSL-style name, as dtypes.T gives it) or an ONNX type name:
+    a byte count an expression can build on (bench.json's ``bytes``)."""
+    result = ev(source)
+    assert result == expected and type(result) is int
+
+
+@pytest.mark.parametrize("source, fragment", [
+    ("itemSize('f8')", "itemSize(): unknown dtype 'f8' (known: "),
+    ("itemSize('complex64')", "unknown dtype 'complex64'"),
+    ("itemSize(4)", "itemSize() takes a dtype name (a string), got 4"),
+    ("itemSize(shapes.X)", "itemSize() takes a dtype name (a string), got (2, 3, 8)"),
+])  # fmt: skip
+def test_item_size_refuses_what_is_no_dtype(source, fragment):
+    with pytest.raises(ExpressionError, match=re.escape(fragment)) as info:
+        ev(source)
+    assert info.value.expression == source and info.value.where == "test"
+
+
 @pytest.mark.parametrize(
     "source, fragment",
     [

@@ -22,6 +22,7 @@ from jinja2.parser import Parser
 from jinja2.runtime import Undefined
 
 from .errors import BroadcastError, ExpressionError, ExpressionSandboxError, short_repr, shorten
+from .manifest import ITEMSIZE, ONNX_TO_WGSL
 from .sandbox import (
     MAX_EXPRESSION_DEPTH,
     MAX_INT_BITS,
@@ -86,6 +87,18 @@ def _ceil_div(a: Any, b: Any) -> int:
     if isinstance(quotient, float) and not math.isfinite(quotient):
         raise ExpressionEvalError(f"ceilDiv(): the result {quotient!r} is not a finite number")
     return int(quotient)
+
+
+#: Bytes of one element by dtype name: the ``dtypes.<T>`` name (``f16``, ``i64``) and the ONNX one (``float16``).
+_ITEM_SIZES: dict[str, int] = {**ITEMSIZE, **{wgsl: ITEMSIZE[onnx] for onnx, wgsl in ONNX_TO_WGSL.items() if wgsl}}
+
+
+def _item_size(dtype: Any) -> int:
+    if not isinstance(dtype, str):
+        raise ExpressionEvalError(f"itemSize() takes a dtype name (a string), got {_short(dtype)}")
+    if dtype not in _ITEM_SIZES:
+        raise ExpressionEvalError(f"itemSize(): unknown dtype {_short(dtype)} (known: {', '.join(sorted(_ITEM_SIZES))})")
+    return _ITEM_SIZES[dtype]
 
 
 def _broadcast(shapes: tuple[Any, ...], fn: str) -> tuple[int, ...] | str:
@@ -169,6 +182,7 @@ STATIC_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "numel": _numel,
     "sameShape": _same_shape,
     "ceilDiv": _ceil_div,
+    "itemSize": _item_size,
     "broadcastable": _broadcastable,
     "broadcastShape": _broadcast_shape,
     "broadcastStrides": _broadcast_strides,
