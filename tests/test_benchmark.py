@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 
 import numpy as np
@@ -22,6 +23,7 @@ from webgpu_kernels.benchmark import (
     Timing,
     bench_copy,
     bench_kernel,
+    byte_count,
     host_per_call,
     known_peak,
     numpy_round_trip,
@@ -154,6 +156,33 @@ def test_bench_kernel_reduction_counts_its_input():
     r = bench_kernel(kernel, {"X": x}, case="rows", **FAST)
     assert r.variant == "workgroup" and r.elements == 8 * 512
     assert r.bytes == x.nbytes + 8 * 4
+
+
+
+def test_bench_kernel_counts_the_bytes_it_is_given(quick_gelu):
+    """A package's own byte count (bench.json's ``bytes``) replaces the tensors' for TB/s and % peak;
+    the row says which count it used."""
+    x = random_array((4096,), "float32", np.random.default_rng(6))
+    counted = bench_kernel(quick_gelu, {"X": x}, nbytes=1000, **FAST)
+    assert counted.bytes == 1000 and counted.bytes_counted == "bench.json"
+    assert counted.tbps == pytest.approx(1000 / counted.median_s / 1e12, rel=1e-9)
+    peak = known_peak(wk.get_device().adapter.name)
+    assert counted.peak_fraction == (pytest.approx(counted.tbps * 1e12 / peak) if peak else None)
+    assert counted.as_dict()["bytes_counted"] == "bench.json"
+    tensors = bench_kernel(quick_gelu, {"X": x}, **FAST)
+    assert tensors.bytes == 2 * x.nbytes and tensors.bytes_counted == "tensors"
+
+
+def test_byte_count_evaluates_in_the_calls_scope(quick_gelu):
+    x = random_array((4096,), "float16", np.random.default_rng(6))
+    assert byte_count(quick_gelu, "2 * numel(shapes.X) * itemSize(dtypes.T)", {"X": x}) == 2 * 4096 * 2
+    assert byte_count(quick_gelu, 512, {"X": x}) == 512
+    for bad, fragment in (("-1", "a byte count must be a non-negative integer, got -1"),
+                          ("numel(shapes.X) / 3", "a byte count must be a non-negative integer"),
+                          ("numl(shapes.X)", "numl")):  # fmt: skip
+        with pytest.raises(wk.ExpressionError, match=re.escape(fragment)) as info:
+            byte_count(quick_gelu, bad, {"X": x})
+        assert "bench.json bytes" in str(info.value)
 
 
 def test_bench_kernel_check_sees_wrong_reference(quick_gelu):

@@ -355,6 +355,19 @@ def test_bench_errors() -> None:
     assert typed.cases[0].expand(manifest)[0].inputs == {"X": ((4,), "float16")}
 
 
+
+def test_bench_byte_count_is_read_as_flops_is() -> None:
+    """bench.json's top-level ``bytes`` (what one call moves, for a kernel that reads part of an
+    input): an expression or a non-negative integer, kept as written; absent, None."""
+    case = {"name": "a", "inputs": {"X": {"shape": [4]}}}
+    assert casefile.parse_bench_file({"bytes": "2 * numel(shapes.X) * itemSize(dtypes.T)", "cases": [case]}).bytes == \
+        "2 * numel(shapes.X) * itemSize(dtypes.T)"
+    assert casefile.parse_bench_file({"bytes": 4096, "cases": [case]}).bytes == 4096
+    assert casefile.parse_bench_file({"cases": [case]}).bytes is None
+    for bad in (-1, "", 1.5, True, [8]):
+        assert [e.json_path for e in case_format.check_bench_data({"bytes": bad, "cases": [case]})] == ["bytes"], bad
+
+
 _MISPLACED = {"X": {"shape": [4]}, "generate": {"distribution": "uniform", "seed": 1}}
 _MISPLACED_TEST = {"X": {"shape": [4], "values": [1, 2, 3, 4]}, "generate": {"distribution": "uniform", "seed": 1}}
 

@@ -944,22 +944,53 @@ def test_a_tuned_figure_gives_its_time_its_speed_up_and_its_tflops_where_the_cas
 
 
 def test_a_gather_is_marked_faster_than_memory(runner, tmp_path):
-    """A gather reads a few rows of its table but bench counts the table whole: its TB/s is marked
-    and explained, not presented as a bandwidth (the H200 showed CLIP's lookup at '61 TB/s')."""
-    from conftest import PACKAGES_DIR
-
+    """A gather reads a few rows of its table but bench counts the table whole where its bench.json
+    gives no `bytes`: its TB/s is marked and explained, not presented as a bandwidth (the H200
+    showed CLIP's lookup at '61 TB/s')."""
+    package = tmp_path / "gather"
+    shutil.copytree(PACKAGES_DIR / "demo.Gather", package)
+    bench = json.loads((package / "bench.json").read_text("utf-8"))
+    del bench["bytes"]
+    (package / "bench.json").write_text(json.dumps(bench), "utf-8")
+    write_metadata(package)
     path = tmp_path / "gather.json"
-    from webgpu_kernels.benchmark import known_peak
 
     # The table, counted whole, must pass the device's peak for a ~2.5 us lookup: 32 MiB on a GPU
     # with a known peak (8 MiB was not marked on the H200, in the suite at 3c88b2b); 8 MiB passes twice
     # lavapipe's copy of as many bytes, and 32 MiB would take lavapipe's copy kernel 50 s.
     rows = 16384 if known_peak(wk.get_device().adapter.name) else 4096
-    out = invoke(runner, "bench", str(PACKAGES_DIR / "demo.Gather"), "-i", f"data={rows}x512:f32", "-i", "indices=2:i64",
+    out = invoke(runner, "bench", str(package), "-i", f"data={rows}x512:f32", "-i", "indices=2:i64",
                  "--no-host", *QUICK_WARM_UP, "--json", str(path)).output  # fmt: skip
     (row,) = json.loads(path.read_text())["cases"]
     assert row["beyond_memory"] is True and row["bytes"] == rows * 512 * 4 + 2 * 8 + 2 * 512 * 4, row
+    assert row["bytes_counted"] == "tensors"
     assert "* faster than the device's memory allows" in out
+
+
+def test_a_gather_counts_the_bytes_its_bench_json_gives(runner, tmp_path, monkeypatch):
+    """demo.Gather's bench.json counts what the kernel moves (the indices, the rows it reads, the
+    output): TB/s, % peak and the copy kernel's size come from it, for -i shapes too, so the lookup
+    is no longer past what memory allows."""
+    from webgpu_kernels import slow_states
+
+    sized = []
+    real_copy = slow_states.bench_copy
+
+    def copy(device, nbytes, **kwargs):  # the real copy, its size recorded
+        sized.append(nbytes)
+        return real_copy(device, nbytes, **kwargs)
+
+    monkeypatch.setattr(slow_states, "bench_copy", copy)
+    path = tmp_path / "gather.json"
+    out = invoke(runner, "bench", str(PACKAGES_DIR / "demo.Gather"), "-i", "data=4096x512:f32", "-i", "indices=2:i64",
+                 "--no-host", *QUICK_WARM_UP, "--json", str(path)).output  # fmt: skip
+    (row,) = json.loads(path.read_text())["cases"]
+    moved = 2 * 8 + 2 * (2 * 512 * 4)  # the indices, two rows read and written
+    assert row["bytes"] == moved and row["bytes_counted"] == "bench.json", row
+    assert row["tbps"] == pytest.approx(moved / row["median_s"] / 1e12, rel=1e-9)
+    assert sized and set(sized) == {moved // 2 // 16 * 16}  # a copy of as many bytes (half read, half written)
+    assert row["copy_fraction"] == pytest.approx(row["tbps"] / row["copy_tbps"])
+    assert row["beyond_memory"] is False and "* faster than" not in out
 
 
 # --- FLOP counts and --variant (a compute-bound op: demo.MatMul, whose bench.json gives `flops`) ---------
@@ -1040,6 +1071,34 @@ def test_a_bad_flop_count_is_an_error_row_and_a_validate_error(runner, tmp_path,
     report = validate_package(package, gpu=False)
     problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == "flops"]
     assert problems and all(fragment in p.message for p in problems)
+
+
+@pytest.mark.parametrize(("nbytes", "fragment"), [
+    ("4 * numl(shapes.A)", "numl"),  # a misspelt name: refused when compiled
+    ("count + 0.5", "must be a non-negative integer"),  # never whole
+    ("-1", "must be a non-negative integer"),
+    ("numel(shapes.A) * itemSize('f8')", "itemSize(): unknown dtype 'f8'"),
+])  # fmt: skip
+def test_a_bad_byte_count_is_an_error_row_and_a_validate_error(runner, tmp_path, nbytes, fragment):
+    package = tmp_path / "mm"
+    shutil.copytree(MATMUL_DIR, package)
+    bench = json.loads((package / "bench.json").read_text("utf-8"))
+    bench["bytes"] = nbytes
+    (package / "bench.json").write_text(json.dumps(bench), "utf-8")
+    write_metadata(package)
+    result = runner.invoke(main, ["bench", str(package), *SMALL_MATMUL, "--json", str(tmp_path / "out.json")])
+    assert result.exit_code == 1, result.output
+    (row,) = json.loads((tmp_path / "out.json").read_text("utf-8"))["cases"]
+    assert fragment in row["error"] and "bench.json bytes" in row["error"]
+    report = validate_package(package, gpu=False)
+    problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == "bytes"]
+    assert problems and all(fragment in p.message for p in problems), report.problems
+    # every case and dtype of the file is evaluated, as flops is
+    if "numl" not in nbytes:
+        from webgpu_kernels.casefile import parse_bench_file
+
+        manifest = wk.load_kernel(package).manifest
+        assert len(problems) == sum(len(c.expand(manifest)) for c in parse_bench_file(bench).cases)
 
 
 def test_a_manifest_expression_error_is_not_blamed_on_the_flop_count(tmp_path):

@@ -865,6 +865,40 @@ def test_a_derive_entry_or_constant_nothing_reads_is_a_warning(qg: Path, runner:
     assert strict.exit_code == 1 and "derive entry 'unusedOk'" in strict.stdout, strict.output
 
 
+
+def test_a_derive_entry_read_by_bench_json_bytes_only_is_read(qg: Path) -> None:
+    """bench.json's ``bytes`` reads top-level names as ``flops`` does: an entry only it names is used."""
+    edit_json(qg / "manifest.json", lambda m: m["derive"].update(moved="2 * numel(shapes.X) * itemSize(dtypes.T)",
+                                                                 spare="1"))  # fmt: skip
+    edit_json(qg / "bench.json", lambda b: b.update(bytes="moved"))
+    digests.write_metadata(qg)
+    report = validate_package(qg, gpu=False)
+    assert set(unused_warned(report)) == {"derive.spare"}, unused_warned(report)
+    assert "nor bench.json's flops or bytes names it" in unused_warned(report)["derive.spare"]
+    assert report.ok
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    (-1, "-1"),  # the schema's minimum
+    (2.5, "2.5"),  # no integer
+    ("2 * numel(shapes.X) * itemSize(dtypes.T)", None),  # a good one
+    ("numel(shapes.X) / 3", "bytes must be a non-negative integer"),
+    ("numel(shapes.Xx)", "Xx"),  # a misspelt name
+    ("itemSize('f8')", "itemSize(): unknown dtype 'f8'"),
+])  # fmt: skip
+def test_validate_reports_a_bad_bench_json_bytes_at_its_path(qg: Path, value, fragment) -> None:
+    """A ``bytes`` that is no count, or no count for some case, is an error at bench.json ``bytes``,
+    said per case and dtype as ``flops`` is; a good one passes."""
+    edit_json(qg / "bench.json", lambda b: b.update(bytes=value))
+    digests.write_metadata(qg)
+    report = validate_package(qg, gpu=False)
+    problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == "bytes"]
+    if fragment is None:
+        assert not problems and report.ok, report.problems
+        return
+    assert problems and all(fragment in p.message for p in problems), report.problems
+
+
 def test_an_entry_read_only_by_unused_entries_is_unused_too(qg: Path) -> None:
     """The warning was not transitive: `half` read only by an unused `quarter` was warned of only
     once `quarter` was removed, one validate run per link of the chain."""

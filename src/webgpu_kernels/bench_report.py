@@ -188,8 +188,9 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
                       "(all of them: a wider terminal, `| cat`, or --json FILE)")  # fmt: skip
     if any(row.get("beyond_memory") for row in rows):
         console.print("* faster than the device's memory allows for the bytes counted (each input read once, "
-                      "each output written once): the kernel reads less than its inputs, as a gather does, or "
-                      "works from cache; its TB/s is not a bandwidth")  # fmt: skip
+                      "each output written once, where the package's bench.json gives no `bytes`): the kernel "
+                      "reads less than its inputs, as a gather does, or works from cache; its TB/s is not a "
+                      "bandwidth (bench.json's `bytes` can count what it moves)")  # fmt: skip
     uncompared = [row for row in rows if row.get("reference_uncompared")]
     if uncompared:  # their "max err" read as a check of every output (as `run` says it)
         these = "; ".join(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']} "

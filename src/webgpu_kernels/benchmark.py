@@ -200,7 +200,7 @@ class BenchResult:
     dtypes: dict[str, str]
     shapes: dict[str, list[int]]
     elements: int  # of the largest input or output
-    bytes: int
+    bytes: int  # moved by one call: the package's count (bench.json's `bytes`), else every tensor once
     median_s: float
     p10_s: float
     p90_s: float
@@ -217,6 +217,7 @@ class BenchResult:
     error_ok: bool | None = None  # every element within the check's tolerance (None: not checked)
     flops: int | None = None  # of one call, when the package's bench.json says (its `flops`)
     tflops: float | None = None
+    bytes_counted: str = "tensors"  # "bench.json": ``bytes`` is the package's count
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -233,17 +234,18 @@ def bench_kernel(
     adapter: str | None = None,
     check: Callable[[dict[str, np.ndarray]], Agreement | None] | None = None,
     flops: int | None = None,
+    nbytes: int | None = None,
     **timing: Any,
 ) -> BenchResult:
     """Time one kernel call on GPU-resident copies of ``arrays``; bytes = inputs read + outputs
-    written; ``flops``, the call's floating-point operations if known, gives TFLOP/s. ``check``
+    written, or ``nbytes`` where the package counts them (bench.json's ``bytes``: a kernel that
+    reads part of an input); ``flops``, the call's floating-point operations if known, gives TFLOP/s. ``check``
     compares the outputs with a reference (its ``max_error`` and ``ok`` become the result's; None
     from it, as no check, leaves them None)."""
     device, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
     with translate_gpu_errors(f"benchmarking {plan.label}", device.memory):
         t, out_bytes, agreement = _time_plan(device, plan, arrays, check, timing)
-    in_bytes = sum(a.nbytes for a in arrays.values())
-    total = in_bytes + out_bytes
+    total = sum(a.nbytes for a in arrays.values()) + out_bytes if nbytes is None else nbytes
     tbps = total / t.median_s / 1e12 if t.median_s > 0 else float("nan")
     peak = known_peak(device.adapter.name)
     dtypes = {name: str(a.dtype) for name, a in arrays.items()}
@@ -257,6 +259,7 @@ def bench_kernel(
         peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables={**kernel.manifest.tunables, **(tunables or {})},
         max_error=None if agreement is None else agreement.max_error, error_ok=None if agreement is None else agreement.ok,
         flops=flops, tflops=flops / t.median_s / 1e12 if flops is not None and t.median_s > 0 else None,
+        bytes_counted="tensors" if nbytes is None else "bench.json",
     )  # fmt: skip
 
 
@@ -267,6 +270,14 @@ def flop_count(kernel: Kernel, flops: str | int, inputs: Mapping[str, Any], *, a
     where = "bench.json flops"
     value = kernel.evaluate(flops, inputs, attrs=attrs, tunables=tunables, where=where)
     return as_count(value, kernel.program.compiler.compile(flops, where), "a FLOP count")
+
+
+def byte_count(kernel: Kernel, nbytes: str | int, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None = None,
+               tunables: Mapping[str, Any] | None = None) -> int:  # fmt: skip
+    """bench.json's ``bytes`` for one call, as :func:`flop_count` reads ``flops``."""
+    where = "bench.json bytes"
+    value = kernel.evaluate(nbytes, inputs, attrs=attrs, tunables=tunables, where=where)
+    return as_count(value, kernel.program.compiler.compile(nbytes, where), "a byte count")
 
 
 def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndarray],

@@ -457,6 +457,8 @@ class BenchFile:
     file: str = BENCH_FILE
     #: FLOPs of one call: an expression (evaluated per case with Kernel.evaluate) or a number; None: not given
     flops: str | int | None = None
+    #: Bytes one call moves, where the package counts them (a kernel reading part of an input): as ``flops``
+    bytes: str | int | None = None
 
 
 def parse_bench_file(data: Any, *, file: str = BENCH_FILE, manifest: Any = None) -> BenchFile:
@@ -482,7 +484,8 @@ def checked_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
         )
         for i, case in enumerate(data["cases"])
     )  # fmt: skip
-    return BenchFile(description=data.get("description", ""), cases=cases, file=file, flops=data.get("flops"))
+    return BenchFile(description=data.get("description", ""), cases=cases, file=file, flops=data.get("flops"),
+                     bytes=data.get("bytes"))
 
 
 def advise_case(exc: BaseException, file: str = TEST_FILE) -> None:

@@ -29,6 +29,7 @@ from rich.text import Text
 from . import bench_report, peers, slow_states, tuning
 from .benchmark import (
     bench_kernel,
+    byte_count,
     flop_count,
     host_per_call,
     known_peak,
@@ -84,7 +85,8 @@ def bench_cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], d
     way `validate` reads it: a malformed file stops the command with its file and JSON path."""
     bench = (parse_bench_file(kernel.package.read_json(BENCH_FILE), manifest=kernel.manifest)
              if kernel.package.has(BENCH_FILE) else None)  # fmt: skip
-    flops = bench.flops if bench is not None else None  # applies to -i shapes too: it is the op's count
+    # flops and bytes apply to -i shapes too: they are the op's counts, not a case's
+    counts = {"flops": bench.flops if bench is not None else None, "bytes": bench.bytes if bench is not None else None}
     if inputs:
         # Shapes the contract refuses, the device cannot hold or no variant takes are the caller's
         # mistake (exit 2; a --variant that refuses them is an error row). Any other failure is the
@@ -100,13 +102,13 @@ def bench_cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], d
             pass
         metas = {role: (spec.shape, spec.dtype) for role, spec in inputs.items()}
         types = check_call(kernel.manifest, metas, attrs or None, None).type_bindings()
-        return [{"name": "custom", "tags": [], "attrs": dict(attrs or {}), "tunables": {}, "types": types, "flops": flops,
+        return [{"name": "custom", "tags": [], "attrs": dict(attrs or {}), "tunables": {}, "types": types, **counts,
                  "inputs": {k: {"shape": v.shape, "dtype": v.dtype, **_generate(v.generate)} for k, v in inputs.items()}}]  # fmt: skip
     if bench is None:
         return []
     cases: list[dict[str, Any]] = [
         {"name": case.name, "tags": list(case.tags), "attrs": case.attrs, "tunables": case.tunables, "types": inst.types,
-         "flops": flops, "inputs": {role: {"shape": shape, "dtype": dtype, **_generate(case.inputs[role]["generate"])}
+         **counts, "inputs": {role: {"shape": shape, "dtype": dtype, **_generate(case.inputs[role]["generate"])}
                                     for role, (shape, dtype) in inst.inputs.items()}}
         for case in bench.cases for inst in case.expand(kernel.manifest)
     ]  # fmt: skip
@@ -341,7 +343,8 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     GPU time per call comes from timestamps around spans of 50 back-to-back calls in one compute
     pass, as the engine records a chain of calls (fewer calls for one slower than 1 ms, as on a CPU
     adapter; docs/performance.md). Bytes are the inputs read and the outputs written, once each (a
-    multi-pass kernel's intermediate buffers not counted).
+    multi-pass kernel's intermediate buffers not counted), or the package's own count where its
+    bench.json gives `bytes` (a kernel that reads part of an input, as a gather does).
     """
     console = safe_console(stderr=json_path == "-")  # stdout carries only the JSON then
     # Checked before any timing: a bad value should not cost a whole run first.
@@ -529,6 +532,8 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         arrays = case_arrays(case, run.seed)
         flops = None if case.get("flops") is None else flop_count(kernel, case["flops"], arrays, attrs=attrs,
                                                                   tunables=case["tunables"] or None)  # fmt: skip
+        nbytes = None if case.get("bytes") is None else byte_count(kernel, case["bytes"], arrays, attrs=attrs,
+                                                                   tunables=case["tunables"] or None)  # fmt: skip
         # The default selection (manifest tunables) or the --variant given, then the tuned choice if
         # `tune` stored one (not with --variant: the tuner's choice may be another variant).
         cache = None if variant is not None else run.tuning_cache  # None too with tuning off
@@ -539,7 +544,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
 
         def timed() -> Any:
             return bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
-                                variant=variant, check=check, flops=flops)  # fmt: skip
+                                variant=variant, check=check, flops=flops, nbytes=nbytes)  # fmt: skip
 
         result, slow_state = slow_states.time_steadily(timed, device, copies)
         if slow_state is not None:
@@ -559,7 +564,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         return row
     if choice is not None:
         try:
-            row["tuned"] = _bench_tuned(kernel, arrays, attrs, result, row["dtype"], flops, check, run)
+            row["tuned"] = _bench_tuned(kernel, arrays, attrs, result, row["dtype"], (flops, nbytes), check, run)
         except KernelError as exc:  # the default's figures stand
             row["tuned"] = {"variant": choice.variant, "tunables": choice.tunables, "error": str(exc)}
     if uncompared:  # ours and the tuned run's, by the case's reference
@@ -568,10 +573,12 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
 
 
 def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any, dtype: str,
-                 flops: int | None, check: Any, run: _BenchRun) -> dict[str, Any]:  # fmt: skip
+                 counts: tuple[int | None, int | None], check: Any, run: _BenchRun) -> dict[str, Any]:  # fmt: skip
     """The "tuned" figures: what a call without variant or tunables runs, checked as the default is
     (``check``: the default's; where no reference checked the default, against its output), and
-    timed under the default's slow-state rule (``run``'s device and copies)."""
+    timed under the default's slow-state rule (``run``'s device and copies). ``counts``: the call's
+    FLOPs and bytes where bench.json gives them (None where not)."""
+    flops, nbytes = counts
     # A stored choice the call cannot use (stale, or refused by `when` or the device) falls back to
     # the default selection there, so it is that plan that is timed, not the stored entry.
     _, runs = kernel.plan(arrays, attrs=attrs, tuned=True)
@@ -595,7 +602,7 @@ def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str,
         # default had been timed again and the fastest kept, read as a loss tuning never made.
         tuned, slow_state = slow_states.time_steadily(
             lambda: bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables, check=check,
-                                 flops=flops), run.device, run.copies)  # fmt: skip
+                                 flops=flops, nbytes=nbytes), run.device, run.copies)  # fmt: skip
     # A tuned kernel that computes something else is WRONG, not fast. Its TB/s counts the default's
     # bytes, as the peers' do: a variant writing an optional output the default does not had been
     # credited with those bytes too.

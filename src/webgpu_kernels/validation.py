@@ -150,13 +150,14 @@ def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Pro
                 if not any(p.file == MANIFEST_FILE and p.json_path == where for p in out.problems):  # said once
                     out.error(MANIFEST_FILE, where, str(exc))
     # The program compiled above serves every case below (None: the manifest's own errors are
-    # reported, and the cases' output shapes and flops are not evaluated).
+    # reported, and the cases' output shapes, flops and bytes are not evaluated).
     if manifest is not None and program is None:
         report.skipped = "the manifest's expressions have errors: fix them, then validate again"
     test_file = _guarded(out, TEST_FILE, _check_test_json, package, manifest, program, out, twin_of)
     bench_file = _guarded(out, BENCH_FILE, _check_bench_json, package, manifest, program, out)
     if program is not None:  # every expression compiled: what each reads is known
-        _guarded(out, "unused entries", check_unused, renderer, program, bench_file.flops if bench_file else None, out)
+        counts = (bench_file.flops, bench_file.bytes) if bench_file else ()
+        _guarded(out, "unused entries", check_unused, renderer, program, counts, out)
     if metadata is not None:
         report.checked["digests"] = len(metadata["digest"]["files"])
     if manifest is not None:
@@ -517,7 +518,8 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, program
         return bench
     from .contract import check_call
 
-    flops = _bench_flops(program, bench, out)
+    counts = {key: compiled for key in ("flops", "bytes")
+              if (compiled := _bench_count(program, getattr(bench, key), key, out)) is not None}
     for case in bench.cases:
         try:
             instances = case.expand(manifest)
@@ -538,25 +540,33 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, program
                 out.error(BENCH_FILE, case.json_path, f"the case breaks the contract ({inst.type_label()}): {exc}",
                           case=case.name, dtype=inst.type_label())  # fmt: skip
                 continue
-            if flops is not None and program is not None:
-                try:  # as bench evaluates it (Kernel.evaluate), with WebGPU's default limits
-                    scope, _ = found or program.call_scope(signature, _DEFAULT_DEVICE)  # again: for its error
-                    as_count(flops.evaluate(scope), flops, "flops")
-                except KernelError as exc:
-                    out.error(BENCH_FILE, "flops", f"for case {case.name!r} ({inst.type_label()}): {exc}",
-                              case=case.name, dtype=inst.type_label())  # fmt: skip
+            if program is not None:
+                _check_counts(program, counts, signature, found, case, inst.type_label(), out)
     return bench
 
 
-def _bench_flops(program: Program | None, bench: casefile.BenchFile, out: ProblemCollector) -> Any:
-    """bench.json's ``flops`` compiled in the program's language, or None when it is absent, the
-    manifest did not compile (its own errors are reported), or it does not compile (reported)."""
-    if bench.flops is None or program is None:
+def _check_counts(program: Program, counts: dict[str, Any], signature: Any, found: Any, case: casefile.BenchCase,
+                  label: str, out: ProblemCollector) -> None:  # fmt: skip
+    """bench.json's ``flops`` and ``bytes`` (``counts``, compiled) evaluated for one case and dtype
+    as bench evaluates them (Kernel.evaluate), with WebGPU's default limits: each must give a count."""
+    for key, count in counts.items():
+        try:
+            scope, _ = found or program.call_scope(signature, _DEFAULT_DEVICE)  # again: for its error
+            as_count(count.evaluate(scope), count, key)
+        except KernelError as exc:
+            out.error(BENCH_FILE, key, f"for case {case.name!r} ({label}): {exc}", case=case.name, dtype=label)
+
+
+def _bench_count(program: Program | None, source: str | int | None, key: str, out: ProblemCollector) -> Any:
+    """bench.json's ``flops`` or ``bytes`` (``key``) compiled in the program's language, or None when
+    it is absent, the manifest did not compile (its own errors are reported), or it does not compile
+    (reported)."""
+    if source is None or program is None:
         return None
     try:
-        return program.compiler.compile(bench.flops, "flops")
+        return program.compiler.compile(source, key)
     except ExpressionError as exc:
-        out.error(BENCH_FILE, "flops", str(exc))
+        out.error(BENCH_FILE, key, str(exc))
         return None
 
 

@@ -59,9 +59,11 @@ def _read_only_by(entry: _Entry, readers: dict[_Entry, list[_Entry]], program: P
     return f"it is read only by {listed}, {'itself' if len(names) == 1 else 'themselves'} unused"
 
 
-def check_unused(renderer: TemplateRenderer, program: Program, flops: str | float | None, out: ProblemCollector) -> None:
+def check_unused(renderer: TemplateRenderer, program: Program, counts: Iterable[str | float | None],
+                 out: ProblemCollector) -> None:  # fmt: skip
     """Warn of each derive entry and constant (top-level or a variant's) that nothing reads, or that
-    only entries nothing reads read (to a fixpoint: a chain of them is warned of in one run)."""
+    only entries nothing reads read (to a fixpoint: a chain of them is warned of in one run).
+    ``counts``: bench.json's ``flops`` and ``bytes``, which read top-level names too."""
     by_shader: dict[str, set[str] | None] = {}
     known = True  # False once some reader of top-level names cannot be told
     top = {name for name, _ in program.derive + program.constants}
@@ -95,11 +97,12 @@ def check_unused(renderer: TemplateRenderer, program: Program, flops: str | floa
         if not variant_known[-1]:  # its templates could read any of its constants
             known = False
             roots |= {(index, name) for name, _ in v.constants}
-    if isinstance(flops, str):
-        try:
-            roots |= at_top(_bare([program.compiler.compile(flops, "flops")]))
-        except ExpressionError:  # reported by the bench.json checks
-            known = False
+    for count in counts:
+        if isinstance(count, str):
+            try:
+                roots |= at_top(_bare([program.compiler.compile(count, "bench.json")]))
+            except ExpressionError:  # reported by the bench.json checks
+                known = False
     used: set[_Entry] = set()
     stack = list(roots)
     while stack:
@@ -124,7 +127,7 @@ def check_unused(renderer: TemplateRenderer, program: Program, flops: str | floa
                 else:
                     output = "output shape, " if kind == "derive entry" else ""
                     message = (f"nothing reads {kind} {name!r}: no expression, `when` clause, binding, dispatch, "
-                               f"{output}other entry, template nor bench.json's flops names it ({remove})")  # fmt: skip
+                               f"{output}other entry, template nor bench.json's flops or bytes names it ({remove})")  # fmt: skip
                 out.warning(MANIFEST_FILE, f"{'derive' if kind == 'derive entry' else 'constants'}.{name}", message)
     for index, v in enumerate(program.variants):
         if not variant_known[index]:
