@@ -3,10 +3,10 @@ written for a `when` clause that never names it) silently does nothing. A warnin
 an unused entry is harmless.
 
 Readers are every expression of the compiled program (input ranks, outputs, derive, constants,
-`when`, template inputs, bindings, dispatch), bench.json's ``flops`` (top-level names only) and
-the templates, which see every derive entry and constant bare and in ``constants``
+`when`, template inputs, bindings, dispatch), bench.json's ``flops`` and ``bytes`` (top-level
+names only) and the templates, which see every derive entry and constant bare and in ``constants``
 (rendering.template_context). Where a reader cannot be told for sure (a template reading
-``constants`` dynamically, a ``flops`` that does not compile) nothing it could read is warned of.
+``constants`` dynamically, a ``flops`` or ``bytes`` that does not compile) nothing it could read is warned of.
 An entry that only unused entries read is unused too: what counts is reached from the readers
 that are not entries, so a chain of unused entries is warned of in one run, not one per link.
 """
