@@ -30,8 +30,9 @@ SLOW_STATE_BYTES, SLOW_STATE_FRACTION, SLOW_STATE_RETRIES = 64 << 20, 0.6, 2
 
 
 def beyond_memory(peak_fraction: float | None, copy_fraction: float) -> bool:
-    """Faster than memory allows for the bytes counted (every input read once): the kernel read
-    less than its inputs (a gather reads a few rows of its table) or worked from cache."""
+    """Faster than memory allows for the bytes counted (every input read once, unless bench.json's
+    ``bytes`` counts them): the kernel read less than its inputs (a gather reads a few rows of its
+    table) or worked from cache."""
     return peak_fraction > 1.0 if peak_fraction is not None else copy_fraction > 2.0
 
 
