@@ -26,7 +26,8 @@ from jinja2.exceptions import FilterArgumentError, TemplateRuntimeError
 from jinja2.runtime import LoopContext, Undefined
 
 from .errors import short_repr, type_name
-from .sandbox import BoundedSandbox, SandboxViolation, a_value_told, charge_text
+from .sandbox import BoundedSandbox, SandboxViolation, charge_text
+from .value_names import a_value_told
 
 #: The most digits the round filter may round to, either side of the point.
 MAX_ROUND_PRECISION = 400

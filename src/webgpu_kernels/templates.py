@@ -44,8 +44,6 @@ from .sandbox import (
     OutOfFloatRange,
     SandboxViolation,
     TemplateMistake,
-    WrittenAs,
-    a_value_name,
     charge_text,
     charge_work,
     harden,
@@ -53,11 +51,11 @@ from .sandbox import (
     nested_items_exceed,
     refuse_iterating,
     render_budget,
-    type_error_hint,
 )  # fmt: skip
 from .template_filters import TEMPLATE_FILTERS, NonFiniteText, as_written
 from .template_filters import wgsl_float as wgsl_float  # re-exported: the literals' old home, still imported
 from .template_filters import wgsl_uint as wgsl_uint
+from .value_names import WrittenAs, a_value_name, type_error_hint
 
 #: Longest template source, in characters.
 MAX_TEMPLATE_BYTES = 64 * 1024
