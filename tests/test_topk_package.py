@@ -198,24 +198,23 @@ def ort_topk(x: np.ndarray, k: int, axis: int = -1, largest: int = 1, *, opset: 
 @pytest.mark.parametrize(("shape", "axis", "k"), [((5, 37), -1, 9), ((600,), 0, 50), ((6, 4, 3), 1, 4)],
                          ids=["5x37", "600", "6x4x3-axis1"])  # fmt: skip
 def test_matches_onnxruntime_opset_11(topk, rng, dtype, largest, shape, axis, k):
+    # Ties and infinities, no NaN: onnxruntime's NaN order differs between releases (1.32 puts NaN
+    # first for largest=1, as this package does; 1.30 last), so NaN is judged by the NumPy reference.
     x = rng.integers(-6, 7, size=shape).astype(dtype)  # ties
-    flat = x.reshape(-1)
-    flat[rng.choice(flat.size, size=max(1, flat.size // 13), replace=False)] = np.nan
-    flat[:2] = [np.inf, -np.inf]
+    x.reshape(-1)[:2] = [np.inf, -np.inf]
     values, indices = ort_topk(x, k, axis, largest)
     attrs = {"k": k, "axis": axis, "largest": largest}
     for verdict in topk.explain({"X": x}, attrs=attrs).verdicts:
         if verdict.accepted:
             got = topk({"X": x}, attrs=attrs, variant=verdict.variant)
             assert_same(got, values, indices, f"variant {verdict.variant}")
-    # and the package's reference agrees with onnxruntime, NaN rule included
+    # and the package's reference agrees with onnxruntime
     want_values, want_indices = expected(x, attrs)
     np.testing.assert_array_equal(want_indices, indices)
 
 
 def test_matches_onnxruntime_opset_1_with_k_an_attribute(topk, rng):
-    x = rng.integers(-3, 4, size=(4, 50)).astype(np.float32)
-    x[1, 7] = np.nan
+    x = rng.integers(-3, 4, size=(4, 50)).astype(np.float32)  # ties; no NaN (see above)
     values, indices = ort_topk(x, 5, opset=1)
     assert_same(topk({"X": x}, attrs={"k": 5}), values, indices, "opset 1")
 
