@@ -66,6 +66,21 @@ def test_onnxruntime_reference() -> None:
 
 
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_an_attribute_the_onnx_op_lacks_is_named_not_blamed_on_the_opset() -> None:
+    """A package mirroring TopK-1 with attributes of its own (largest, sorted) had `run --onnx-op
+    ai.onnx.TopK` advise setting sinceVersion to the version the package mirrors, which it already
+    was: every attribute of the package goes on the node, and ORT refused the one TopK-1 lacks. The
+    refusal names that attribute and the op version's own attributes instead."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with pytest.raises(references.ReferenceUnavailable) as info:
+        references.onnxruntime_reference("ai.onnx.TopK", {"X": x}, {"k": 2, "axis": -1, "largest": 1}, opset=1,
+                                         output_names=["Values", "Indices"])  # fmt: skip
+    said = str(info.value)
+    assert "sinceVersion" not in said, said
+    assert "'largest' is no attribute of TopK-1 (its attributes: axis, k)" in said, said
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_onnxruntime_refusal_names_an_older_opset() -> None:
     """A package mirroring ai.onnx.HardSigmoid with `new`'s sinceVersion 1 had `run --onnx-op` say only
     "no CPU kernel for this op and dtype" (float32) or an ORT Cast error (float16): ORT registers

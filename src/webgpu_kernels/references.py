@@ -206,21 +206,34 @@ def _ort_refusal(error: Exception) -> str:
     return f"onnxruntime refused this call: {message}"
 
 
-def _opset_hint(op_id: str, opset: int | None) -> str:
+#: ORT's words for a node attribute the op's schema lacks ("Unrecognized attribute: largest for operator TopK").
+_UNKNOWN_ATTRIBUTE = re.compile(r"Unrecognized attribute: (\w+) for operator")
+
+
+def _opset_hint(op_id: str, opset: int | None, refusal: str = "") -> str:
     """Where the opset the model imports selects an older version of the op than its newest, or none
     at all, the text that says so: `new` writes sinceVersion 1, and ORT registers many ai.onnx ops
-    from a later version only (HardSigmoid from 6), which it reported as "no CPU kernel"."""
+    from a later version only (HardSigmoid from 6), which it reported as "no CPU kernel". Where ORT
+    ``refusal`` names an attribute the selected version lacks, that attribute instead: every
+    attribute of a package goes on the node, one of its own too, and another opset may not help."""
     domain, _, name = op_id.rpartition(".")
     onnx_domain = "" if domain in ("ai.onnx", "") else domain
     used = opset if opset is not None else AI_ONNX_OPSET if not onnx_domain else 1
     try:
         from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-        versions = sorted({s.since_version for s in ort_state.get_all_operator_schema()
-                           if s.name == name and s.domain == onnx_domain})  # fmt: skip
+        schemas = {s.since_version: s for s in ort_state.get_all_operator_schema()
+                   if s.name == name and s.domain == onnx_domain}  # fmt: skip
     except Exception:  # noqa: BLE001 - no schemas to read: ORT's reason stands alone
         return ""
+    versions = sorted(schemas)
     selected = [v for v in versions if v <= used]
+    unknown = _UNKNOWN_ATTRIBUTE.search(refusal)
+    if unknown and selected:
+        own = ", ".join(sorted(schemas[selected[-1]].attributes)) or "none"
+        return (f" (the package's attribute {unknown[1]!r} is no attribute of {name}-{selected[-1]} (its attributes: "
+                f"{own}): every attribute of the package, its defaults too, goes on the node, so onnxruntime checks "
+                f"only a package whose attributes are the ONNX op's)")  # fmt: skip
     if not versions or (selected and selected[-1] == versions[-1]):
         return ""
     listed = ", ".join(map(str, versions))
@@ -280,7 +293,8 @@ def onnxruntime_reference(
     except ReferenceUnavailable:
         raise
     except Exception as error:  # noqa: BLE001 - ORT raises its own exception types (NOT_IMPLEMENTED, ...)
-        raise ReferenceUnavailable(_ort_refusal(error) + _opset_hint(op_id, opset)) from None
+        refusal = _ort_refusal(error)
+        raise ReferenceUnavailable(refusal + _opset_hint(op_id, opset, refusal)) from None
     # An optional output its CPU kernel does not compute comes back None (a contrib normalisation's
     # statistics, in releases before 1.30): no reference for it. np.asarray(None) had been one of shape (),
     # which `run` and `bench` called a WRONG shape in a correct kernel's output (tests/test_cli_run.py).
