@@ -1054,49 +1054,30 @@ def test_a_case_the_variant_does_not_accept_is_an_error_row(runner, tmp_path):
     assert "vec4" in row["error"]
 
 
-@pytest.mark.parametrize(("flops", "fragment"), [
-    ("2 * count * nope", "nope"),  # an unknown name: refused when compiled
-    ("count + 0.5", "must be a non-negative integer"),  # never whole
-    ("-1", "must be a non-negative integer"),
+@pytest.mark.parametrize(("key", "count", "fragment"), [
+    ("flops", "2 * count * nope", "nope"),  # an unknown name: refused when compiled
+    ("flops", "count + 0.5", "must be a non-negative integer"),  # never whole
+    ("flops", "-1", "must be a non-negative integer"),
+    ("bytes", "4 * numl(shapes.A)", "numl"),  # a misspelt name
+    ("bytes", "count + 0.5", "must be a non-negative integer"),
+    ("bytes", "-1", "must be a non-negative integer"),
+    ("bytes", "numel(shapes.A) * itemSize('f8')", "itemSize(): unknown dtype 'f8'"),
 ])  # fmt: skip
-def test_a_bad_flop_count_is_an_error_row_and_a_validate_error(runner, tmp_path, flops, fragment):
+def test_a_bad_flop_or_byte_count_is_an_error_row_and_a_validate_error(runner, tmp_path, key, count, fragment):
     package = tmp_path / "mm"
     shutil.copytree(MATMUL_DIR, package)
     bench = json.loads((package / "bench.json").read_text("utf-8"))
-    bench["flops"] = flops
+    bench[key] = count
     (package / "bench.json").write_text(json.dumps(bench), "utf-8")
     write_metadata(package)
     result = runner.invoke(main, ["bench", str(package), *SMALL_MATMUL, "--json", str(tmp_path / "out.json")])
     assert result.exit_code == 1, result.output
     (row,) = json.loads((tmp_path / "out.json").read_text("utf-8"))["cases"]
-    assert fragment in row["error"] and "bench.json flops" in row["error"]
+    assert fragment in row["error"] and f"bench.json {key}" in row["error"]
     report = validate_package(package, gpu=False)
-    problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == "flops"]
-    assert problems and all(fragment in p.message for p in problems)
-
-
-@pytest.mark.parametrize(("nbytes", "fragment"), [
-    ("4 * numl(shapes.A)", "numl"),  # a misspelt name: refused when compiled
-    ("count + 0.5", "must be a non-negative integer"),  # never whole
-    ("-1", "must be a non-negative integer"),
-    ("numel(shapes.A) * itemSize('f8')", "itemSize(): unknown dtype 'f8'"),
-])  # fmt: skip
-def test_a_bad_byte_count_is_an_error_row_and_a_validate_error(runner, tmp_path, nbytes, fragment):
-    package = tmp_path / "mm"
-    shutil.copytree(MATMUL_DIR, package)
-    bench = json.loads((package / "bench.json").read_text("utf-8"))
-    bench["bytes"] = nbytes
-    (package / "bench.json").write_text(json.dumps(bench), "utf-8")
-    write_metadata(package)
-    result = runner.invoke(main, ["bench", str(package), *SMALL_MATMUL, "--json", str(tmp_path / "out.json")])
-    assert result.exit_code == 1, result.output
-    (row,) = json.loads((tmp_path / "out.json").read_text("utf-8"))["cases"]
-    assert fragment in row["error"] and "bench.json bytes" in row["error"]
-    report = validate_package(package, gpu=False)
-    problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == "bytes"]
+    problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == key]
     assert problems and all(fragment in p.message for p in problems), report.problems
-    # every case and dtype of the file is evaluated, as flops is
-    if "numl" not in nbytes:
+    if fragment not in ("nope", "numl"):  # evaluated for every case and dtype (a misspelt name: once, compiled)
         from webgpu_kernels.casefile import parse_bench_file
 
         manifest = wk.load_kernel(package).manifest
