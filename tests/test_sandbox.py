@@ -970,6 +970,10 @@ _LOOP_ITERATED = ("the loop variable cannot be iterated: its items are the rest 
     "{{ loop|min }}", "{{ loop|list|length }}", "{% for x in loop %}{{ x }}{% endfor %}", "{{ 2 in loop }}",
     "{{ 2 not in loop }}", "{{ 2 is in(loop) }}", "{% set a, b = loop %}",
     "{% macro m(a, b) %}{% endmacro %}{{ m(*loop) }}",
+    # a filter's or test's *args, a for's tuple target and a nested tuple target unpack it too
+    "{{ 1|default(*loop) }}", "{{ 1 is sameas(*loop) }}", "{% filter default(*loop) %}x{% endfilter %}",
+    "{% for a, b in [loop] %}{% endfor %}", "{% for (a, b), c in [(loop, 1)] %}{% endfor %}",
+    "{% set (a, b), c = [loop, 1] %}", "{% set a, (b, c) = [1, loop] %}",
 ])  # fmt: skip
 @pytest.mark.parametrize("items", ["range(4)", "[1]"])  # on the last iteration, none is left: `loop|list` was []
 def test_iterating_the_loop_variable_is_a_template_error_at_its_line(use, items):
@@ -980,6 +984,16 @@ def test_iterating_the_loop_variable_is_a_template_error_at_its_line(use, items)
         render_template(f"// one\n{{% for i in {items} %}}\n{use}\n{{% endfor %}}")
     assert not isinstance(info.value, errors.TemplateSandboxError)  # a mistake, not a refusal
     assert str(info.value) == f"main.wgsl.jinja:3: {_LOOP_ITERATED}", str(info.value)
+
+
+@pytest.mark.parametrize("use", ["{% with a, b = loop %}{% endwith %}", "{% with (a, b), c = [loop, 1] %}{% endwith %}"])
+def test_a_with_blocks_tuple_target_does_not_iterate_the_loop_variable(use):
+    """`{% with a, b = loop %}` had taken the loop's next two items and ended it. (Jinja marks no line
+    for a with block's values: its errors are told at the line before.)"""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(f"{{% for i in range(4) %}}{use}{{% endfor %}}")
+    assert not isinstance(info.value, errors.TemplateSandboxError)
+    assert str(info.value) == f"main.wgsl.jinja:1: {_LOOP_ITERATED}", str(info.value)
 
 
 def test_the_loop_variables_length_is_read_without_iterating_it():
@@ -1007,3 +1021,34 @@ def test_one_table_names_the_librarys_and_jinjas_classes_in_pythons_type_errors(
     with pytest.raises(errors.TemplateError) as info:
         render_template(source)
     assert str(info.value) == f"main.wgsl.jinja:1: TypeError: {said}", str(info.value)
+
+
+@pytest.mark.parametrize(("source", "rendered"), [
+    ("{% set a, b = [1, 2] %}{{ a }}{{ b }}", "12"),
+    ("{% set (a, b), c = [(1, 2), 3] %}{{ a }}{{ b }}{{ c }}", "123"),
+    ("{% set a, (b, c) = [1, 'xy'] %}{{ a }}{{ b }}{{ c }}", "1xy"),
+    ("{% macro m() %}{% set a, b = [1, 2] %}{{ a }}{{ b }}{% endmacro %}{{ m() }}", "12"),
+    ("{% with a, b = [1, 2] %}{{ a }}{{ b }}{% endwith %}", "12"),
+    ("{% with (a, b), c = [(1, 2), 3], d = 4 %}{{ a }}{{ b }}{{ c }}{{ d }}{% endwith %}", "1234"),
+    ("{% for a, b in [(1, 2), (3, 4)] %}{{ a }}{{ b }}{% endfor %}", "1234"),
+    ("{% for (a, b), c in [((1, 2), 3), ((4, 5), 6)] %}{{ a }}{{ b }}{{ c }}{% if not loop.first %}{{ loop.previtem }}{% endif %}|"
+     "{% endfor %}", "123|456((1, 2), 3)|"),
+    ("{% for i in range(2) %}{% set a, b = [i, loop.index] %}{{ a }}{{ b }}{% endfor %}", "0112"),
+    ("{% for a, b in {'x': 1}.items() %}{{ a }}{{ b }}{% endfor %}", "x1"),
+])  # fmt: skip
+def test_tuple_targets_unpack_as_python_does_where_no_loop_variable_is_in_them(source, rendered):
+    """What the check of the loop variable adds to a tuple target's unpacking leaves every other
+    value's unpacking as it was: nested targets, {% with %}, for targets, in macros and loops."""
+    assert render_template(source) == rendered
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("{% set a, b = [1, 2, 3] %}", "ValueError: too many values to unpack (expected 2)"),
+    ("{% set (a, b), c = [(1, 2, 3), 4] %}", "ValueError: too many values to unpack (expected 2)"),
+    ("{% set (a, b), c = [(1,), 4] %}", "ValueError: not enough values to unpack (expected 2, got 1)"),
+    ("{% for (a, b), c in [(1, 2)] %}{% endfor %}", "TypeError: cannot unpack non-iterable int object"),
+])  # fmt: skip
+def test_a_tuple_target_that_does_not_fit_is_pythons_error(source, said):
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(source)
+    assert str(info.value) == f"main.wgsl.jinja:1: {said}", str(info.value)

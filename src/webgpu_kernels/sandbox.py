@@ -500,7 +500,9 @@ class BoundedSandbox(SandboxedEnvironment):
         charge_text(len(text))
         return self.check_value(text)
 
-    def _iterate(self, iterable: Any, weight: int) -> Iterator[Any]:
+    def _iterate(self, iterable: Any, weight: int, target: tuple[Any, ...] | None = None) -> Iterator[Any]:
+        """A ``{% for %}``'s items, counted and charged; ``target``: the shape of a tuple target
+        (:func:`_target_shape`), which unpacks each item."""
         if isinstance(iterable, Undefined):
             iterable._fail_with_undefined_error()
         refuse_iterating(iterable)
@@ -510,7 +512,7 @@ class BoundedSandbox(SandboxedEnvironment):
             if count > self.max_items:
                 raise self.refuse(f"a loop of more than {self.max_items} iterations")
             _charge(weight)
-            yield item
+            yield item if target is None else self._unpacked(item, target)
 
     def _operand(self, value: Any) -> Any:
         """An operand of a comparison, bounded by :meth:`check_weight` before Python compares it
@@ -520,8 +522,19 @@ class BoundedSandbox(SandboxedEnvironment):
         return self.check_weight(value, "comparing")
 
     def _iterable(self, value: Any) -> Any:
-        """What a ``*args`` call or a ``{% set a, b = ... %}`` unpacks (Python iterates it)."""
+        """What a ``*args`` call, filter or test unpacks (Python iterates it)."""
         refuse_iterating(value)
+        return value
+
+    def _unpacked(self, value: Any, target: tuple[Any, ...]) -> Any:
+        """``value``, which a tuple target unpacks (``{% set a, (b, c) = ... %}``, ``{% with %}``, a
+        ``{% for %}``'s item): Python iterates it, and each part a nested target (a tuple in
+        ``target``, :func:`_target_shape`) unpacks, which a list, tuple or dict gives again untaken."""
+        refuse_iterating(value)
+        if isinstance(value, (list, tuple, dict)):
+            for item, part in zip(value, target):
+                if isinstance(part, tuple):
+                    self._unpacked(item, part)
         return value
 
     def _container(self, value: Any) -> Any:
@@ -566,6 +579,7 @@ class BoundedSandbox(SandboxedEnvironment):
     wk_operand = _Internal(_operand)
     wk_container = _Internal(_container)
     wk_iterable = _Internal(_iterable)
+    wk_unpacked = _Internal(_unpacked)
     wk_key = _Internal(_key)
     wk_literal = _Internal(_literal)
     wk_slice = _Internal(_slice)
@@ -577,6 +591,11 @@ class BoundedSandbox(SandboxedEnvironment):
 
 def _internal_call(name: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:
     return nodes.Call(nodes.EnvironmentAttribute(name, lineno=lineno), args, [], None, None, lineno=lineno)
+
+
+def _target_shape(target: nodes.Tuple) -> tuple[Any, ...]:
+    """A tuple target's shape as a constant: ``(a, b), c`` is ``((None, None), None)``."""
+    return tuple(_target_shape(item) if isinstance(item, nodes.Tuple) else None for item in target.items)
 
 
 def _weight(node_list: Iterable[nodes.Node]) -> int:
@@ -591,8 +610,9 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
     a result is. In templates also: every piece of output is charged
     (text written inside macros, ``{% set %}`` blocks and filters counts too), every loop
     iteration is charged by the size of what it runs, and every template body, macro body and
-    ``{% call %}`` body is charged by its size when it runs, and what ``in``, a ``*args`` call or a
-    ``{% set a, b = ... %}`` iterates is checked not to be the loop variable (:func:`refuse_iterating`).
+    ``{% call %}`` body is charged by its size when it runs, and what ``in``, a ``*args`` call, filter
+    or test, or a tuple target (of ``{% set %}``, ``{% with %}`` or ``{% for %}``, nested ones too)
+    iterates is checked not to be the loop variable (:func:`refuse_iterating`).
     """
 
     def rewrite(node: nodes.Node) -> nodes.Node:
@@ -600,7 +620,10 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
             if isinstance(node, nodes.For):
                 weight = 1 + _weight(node.body) + (_weight([node.test]) if node.test is not None else 0)
                 iterable = cast(nodes.Expr, node.iter)  # Jinja's parser makes an Expr
-                node.iter = _internal_call("wk_iterate", [iterable, nodes.Const(weight)], node.lineno)
+                args = [iterable, nodes.Const(weight)]
+                if isinstance(node.target, nodes.Tuple):  # each item is unpacked
+                    args.append(nodes.Const(_target_shape(node.target)))
+                node.iter = _internal_call("wk_iterate", args, node.lineno)
             elif isinstance(node, (nodes.Template, nodes.Macro, nodes.CallBlock)):
                 charge = _internal_call("wk_charge", [nodes.Const(1 + _weight(node.body))], node.lineno or 1)
                 node.body = [nodes.Output([charge], lineno=node.lineno or 1), *node.body]
@@ -610,11 +633,15 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
                 setattr(node, field, rewrite(value))
             elif isinstance(value, list):
                 setattr(node, field, [rewrite(v) if isinstance(v, nodes.Node) else v for v in value])
-        if template and isinstance(node, nodes.Call) and node.dyn_args is not None:
+        if template and isinstance(node, (nodes.Call, nodes.Filter, nodes.Test)) and node.dyn_args is not None:
             node.dyn_args = _internal_call("wk_iterable", [node.dyn_args], node.lineno)
         if template and isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Tuple):
             value = cast(nodes.Expr, node.node)  # Jinja's parser makes an Expr
-            node.node = _internal_call("wk_iterable", [value], node.lineno)
+            node.node = _internal_call("wk_unpacked", [value, nodes.Const(_target_shape(node.target))], node.lineno)
+        if template and isinstance(node, nodes.With):
+            node.values = [_internal_call("wk_unpacked", [value, nodes.Const(_target_shape(target))], node.lineno)
+                           if isinstance(target, nodes.Tuple) else value
+                           for target, value in zip(node.targets, node.values, strict=True)]  # fmt: skip
         if isinstance(node, nodes.Concat):
             return _internal_call("wk_concat", list(node.nodes), node.lineno)
         if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
