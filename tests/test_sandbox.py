@@ -1010,6 +1010,16 @@ def test_the_loop_variables_length_is_read_without_iterating_it():
     ("{{ bindings.items|round }}", "type method doesn't define __round__ method (a dict's items, keys and values "
                                    "are methods: call them, as in d.items())"),
     ("{{ range * loop }}", None),
+    # Python quotes the class in double quotes here: the hint had been dropped for the loop variable
+    ("{{ [1] + range }}", 'can only concatenate list (not "function") to list (range is a function: call it, as in '
+                          'range(n))'),
+    ("{% for i in [1] %}{{ [1] + loop }}{% endfor %}", 'can only concatenate list (not "LoopContext") to list '
+                                                       '(LoopContext is the loop variable: read its attributes, as in '
+                                                       'loop.index)'),
+    ("{{ range(*range) }}", "Value after * must be an iterable, not function (range is a function: call it, as in "
+                            "range(n))"),
+    ("{% macro tile() %}{% endmacro %}{{ 'a' + tile }}", 'can only concatenate str (not "Macro") to str (Macro is a '
+                                                         'macro: call it, as in name(), for the text it renders)'),
 ])  # fmt: skip
 def test_one_table_names_the_librarys_and_jinjas_classes_in_pythons_type_errors(source, said):
     """Python's "type function doesn't define __round__ method" had been left without the hint: only
@@ -1052,3 +1062,11 @@ def test_a_tuple_target_that_does_not_fit_is_pythons_error(source, said):
     with pytest.raises(errors.TemplateError) as info:
         render_template(source)
     assert str(info.value) == f"main.wgsl.jinja:1: {said}", str(info.value)
+
+
+def test_a_mapping_unpacked_from_the_loop_variable_is_told_what_it_is():
+    """Python ends "argument after ** must be a mapping, not LoopContext" with the class unquoted."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template("{% macro m() %}{% endmacro %}{% for i in [1] %}{{ m(**loop) }}{% endfor %}")
+    assert str(info.value).endswith("must be a mapping, not LoopContext (LoopContext is the loop variable: read its "
+                                    "attributes, as in loop.index)"), str(info.value)

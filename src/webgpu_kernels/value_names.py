@@ -105,7 +105,9 @@ def type_error_hint(message: str) -> str:
     found = []
     for row in _NAMED:
         name = re.escape(row.python_name)
-        match = re.search(rf"'{name}'|\btype {name}\b", message)  # "'Macro' object ...", "type Macro doesn't ..."
+        # "'Macro' object ...", "type Macro doesn't ...", 'can only concatenate list (not "Macro") to list',
+        # "argument after ** must be a mapping, not Macro"
+        match = re.search(rf"'{name}'|\"{name}\"|\b(type|not) {name}\b", message)
         if match:
             found.append((match.start(), row.hint))
     return f" ({'; '.join(hint for _, hint in sorted(found))})" if found else ""
