@@ -995,6 +995,37 @@ def test_a_gather_counts_the_bytes_its_bench_json_gives(runner, tmp_path, monkey
     assert "TB/s" in out
 
 
+def test_a_byte_count_past_the_tensors_times_a_copy_no_larger_than_they_are(runner, tmp_path, monkeypatch):
+    """bench.json's `bytes` sized the copy kernel however large it was: a count of 10^15 (a wrong
+    expression) had allocated a 45 TiB host array for the copy's source and stopped bench with a
+    NumPy MemoryError traceback. The copy moves at most the bytes the call's tensors hold (the device
+    held them); the row's TB/s is still the package's count."""
+    from webgpu_kernels import slow_states
+
+    sized = []
+    real_copy = slow_states.bench_copy
+
+    def copy(device, nbytes, **kwargs):  # the real copy, its size recorded
+        sized.append(nbytes)
+        return real_copy(device, nbytes, **kwargs)
+
+    monkeypatch.setattr(slow_states, "bench_copy", copy)
+    package = tmp_path / "gather"
+    shutil.copytree(PACKAGES_DIR / "demo.Gather", package)
+    bench = json.loads((package / "bench.json").read_text("utf-8"))
+    bench["bytes"] = 10**15
+    (package / "bench.json").write_text(json.dumps(bench), "utf-8")
+    write_metadata(package)
+    path = tmp_path / "gather.json"
+    invoke(runner, "bench", str(package), "-i", "data=64x16:f32", "-i", "indices=2:i64", "--no-host", *QUICK_WARM_UP,
+           "--json", str(path))  # fmt: skip
+    (row,) = json.loads(path.read_text())["cases"]
+    assert "error" not in row and row["bytes"] == 10**15 and row["bytes_counted"] == "bench.json", row
+    tensors = 64 * 16 * 4 + 2 * 8 + 2 * 16 * 4
+    assert row["tbps"] == pytest.approx(10**15 / row["median_s"] / 1e12, rel=1e-9)
+    assert sized and set(sized) == {tensors // 2 // 16 * 16}, sized
+
+
 # --- FLOP counts and --variant (a compute-bound op: demo.MatMul, whose bench.json gives `flops`) ---------
 
 MATMUL_DIR = str(Path(__file__).parent / "packages" / "demo.MatMul")

@@ -218,6 +218,7 @@ class BenchResult:
     flops: int | None = None  # of one call, when the package's bench.json says (its `flops`)
     tflops: float | None = None
     bytes_counted: str = "tensors"  # "bench.json": ``bytes`` is the package's count
+    tensor_bytes: int = 0  # every input read once and every output written once (``bytes`` where counted so)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -245,7 +246,8 @@ def bench_kernel(
     device, plan = kernel.plan(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
     with translate_gpu_errors(f"benchmarking {plan.label}", device.memory):
         t, out_bytes, agreement = _time_plan(device, plan, arrays, check, timing)
-    total = sum(a.nbytes for a in arrays.values()) + out_bytes if nbytes is None else nbytes
+    tensors = sum(a.nbytes for a in arrays.values()) + out_bytes
+    total = tensors if nbytes is None else nbytes
     tbps = total / t.median_s / 1e12 if t.median_s > 0 else float("nan")
     peak = known_peak(device.adapter.name)
     dtypes = {name: str(a.dtype) for name, a in arrays.items()}
@@ -259,7 +261,7 @@ def bench_kernel(
         peak_fraction=(tbps * 1e12 / peak) if peak else None, tunables={**kernel.manifest.tunables, **(tunables or {})},
         max_error=None if agreement is None else agreement.max_error, error_ok=None if agreement is None else agreement.ok,
         flops=flops, tflops=flops / t.median_s / 1e12 if flops is not None and t.median_s > 0 else None,
-        bytes_counted="tensors" if nbytes is None else "bench.json",
+        bytes_counted="tensors" if nbytes is None else "bench.json", tensor_bytes=tensors,
     )  # fmt: skip
 
 

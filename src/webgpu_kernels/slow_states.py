@@ -36,10 +36,13 @@ def beyond_memory(peak_fraction: float | None, copy_fraction: float) -> bool:
     return peak_fraction > 1.0 if peak_fraction is not None else copy_fraction > 2.0
 
 
-def copy_tbps(device: Any, nbytes: int, cache: dict[int, float], *, again: bool = False) -> float:
+def copy_tbps(device: Any, nbytes: int, cache: dict[int, float], *, again: bool = False,
+              at_most: int | None = None) -> float:  # fmt: skip
     """Copy throughput for a kernel moving ``nbytes`` (read + written), measured once per size;
-    ``again`` measures it once more and keeps the faster."""
-    half = max(16, nbytes // 2 // 16 * 16)
+    ``again`` measures it once more and keeps the faster. The copy moves at most ``at_most`` bytes
+    (a call's tensors, which the device held): bench.json's ``bytes`` is the package's count, and one
+    past memory had sized the copy's buffers, a NumPy MemoryError before any timing."""
+    half = max(16, min(nbytes, at_most if at_most else nbytes) // 2 // 16 * 16)
     if nbytes not in cache or again:
         cache[nbytes] = max(cache.get(nbytes, 0.0), 2 * half / bench_copy(device, half).median_s / 1e12)
     return cache[nbytes]
@@ -54,7 +57,7 @@ def time_steadily(timed: Callable[[], Any], device: Any, copies: dict[int, float
     ``copy_tbps``, ``why``), the re-timing's ``retimed_tbps``, and ``kept``: ``"re-timing"`` where
     the re-timing replaced that reading, ``"earlier"`` where it read slower and was dropped."""
     result = timed()
-    copy_tbps(device, result.bytes, copies)
+    copy_tbps(device, result.bytes, copies, at_most=result.tensor_bytes)
     slow = slow_state(result, copies)
     replaced: list[dict[str, Any]] = []
     under_asked = False
@@ -75,7 +78,7 @@ def time_steadily(timed: Callable[[], Any], device: Any, copies: dict[int, float
         again = timed()
         replaced.append(_retimed(result, again, copies, slow))
         result = again if again.median_s < result.median_s else result
-        copy_tbps(device, result.bytes, copies, again=True)
+        copy_tbps(device, result.bytes, copies, again=True, at_most=result.tensor_bytes)
         slow = slow_state(result, copies)
     return result, ({"replaced": replaced, "persists": slow} if replaced else None)
 
