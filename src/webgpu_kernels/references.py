@@ -231,9 +231,11 @@ def _opset_hint(op_id: str, opset: int | None, refusal: str = "") -> str:
     unknown = _UNKNOWN_ATTRIBUTE.search(refusal)
     if unknown and selected:
         own = ", ".join(sorted(schemas[selected[-1]].attributes)) or "none"
+        later = [v for v in versions if v > selected[-1] and unknown[1] in schemas[v].attributes]
+        since = f"; {name}-{later[0]} and later have it" if later else ""
         return (f" (the package's attribute {unknown[1]!r} is no attribute of {name}-{selected[-1]} (its attributes: "
-                f"{own}): every attribute of the package, its defaults too, goes on the node, so onnxruntime checks "
-                f"only a package whose attributes are the ONNX op's)")  # fmt: skip
+                f"{own}){since}: every attribute of the package, its defaults too, goes on the node, so onnxruntime "
+                f"checks only a package whose attributes are the ONNX op's)")  # fmt: skip
     if not versions or (selected and selected[-1] == versions[-1]):
         return ""
     listed = ", ".join(map(str, versions))
