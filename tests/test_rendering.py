@@ -793,6 +793,28 @@ def render_template(source: str, files: dict[str, str] | None = None) -> str:
         raise template_error(exc, "main.wgsl.jinja", context) from None
 
 
+@pytest.mark.parametrize(("source", "said"), [
+    ("{% with a = nosuch.x %}{% endwith %}", "UndefinedError: 'nosuch' is undefined"),
+    ("{% with b = 1, a = nosuch.x %}\n{{ a }}{% endwith %}", "UndefinedError: 'nosuch' is undefined"),
+    ("{% with a = 1 %}{% with b = nosuch.x %}{% endwith %}{% endwith %}", "UndefinedError: 'nosuch' is undefined"),
+    ("{% set a = nosuch.x %}", "UndefinedError: 'nosuch' is undefined"),
+    ("{% set a, b = 1 %}", "TypeError: cannot unpack non-iterable int object"),
+    ("{% for x in nosuch.x %}{% endfor %}", "UndefinedError: 'nosuch' is undefined"),
+])  # fmt: skip
+def test_an_error_in_a_with_set_or_for_value_is_told_at_that_statements_line(source, said):
+    """Jinja's compiler marks no template line for a {% with %}'s values: their errors had been told at
+    the statement before (line 1 here, the text's), or after. {% set %} and {% for %} mark their own."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template("// one\n// two\n" + source)
+    assert str(info.value) == f"main.wgsl.jinja:3: {said}", str(info.value)
+
+
+def test_a_with_inside_a_loop_that_unpacks_the_loop_variable_is_told_at_its_own_line():
+    with pytest.raises(errors.TemplateError, match="the loop variable cannot be iterated") as info:
+        render_template("// one\n{% for i in range(4) %}\n{% with a, b = loop %}{% endwith %}\n{% endfor %}")
+    assert info.value.line == 3
+
+
 _BOUND = st.one_of(st.integers(-300_000, 300_000), st.integers(-(2**100), 2**100))
 
 

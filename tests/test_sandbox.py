@@ -988,8 +988,7 @@ def test_iterating_the_loop_variable_is_a_template_error_at_its_line(use, items)
 
 @pytest.mark.parametrize("use", ["{% with a, b = loop %}{% endwith %}", "{% with (a, b), c = [loop, 1] %}{% endwith %}"])
 def test_a_with_blocks_tuple_target_does_not_iterate_the_loop_variable(use):
-    """`{% with a, b = loop %}` had taken the loop's next two items and ended it. (Jinja marks no line
-    for a with block's values: its errors are told at the line before.)"""
+    """`{% with a, b = loop %}` had taken the loop's next two items and ended it."""
     with pytest.raises(errors.TemplateError) as info:
         render_template(f"{{% for i in range(4) %}}{use}{{% endfor %}}")
     assert not isinstance(info.value, errors.TemplateSandboxError)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from jinja2 import StrictUndefined, nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError, TemplateRuntimeError
 from jinja2.runtime import LoopContext, Undefined
 from jinja2.sandbox import SandboxedEnvironment
@@ -233,6 +234,15 @@ _BINOPS = {
 }  # fmt: skip
 
 
+class _LineMarkingCodeGenerator(CodeGenerator):
+    """Jinja's code generator, marking a ``{% with %}``'s own line before its values: Jinja marks none
+    there, so an error in a value had been told at the statement before the ``{% with %}``."""
+
+    def visit_With(self, node: nodes.With, frame: Frame) -> None:
+        self.newline(node)
+        super().visit_With(node, frame)
+
+
 class BoundedSandbox(SandboxedEnvironment):
     """Jinja's sandbox with growth, access and calls bounded (see the module docstring).
 
@@ -252,6 +262,7 @@ class BoundedSandbox(SandboxedEnvironment):
 
     intercepted_binops = frozenset(_BINOPS)
     intercepted_unops = frozenset(["-", "+"])
+    code_generator_class = _LineMarkingCodeGenerator
 
     def __init__(self, **options: Any) -> None:
         options.setdefault("undefined", StrictUndefined)
