@@ -1063,9 +1063,44 @@ def test_a_tuple_target_that_does_not_fit_is_pythons_error(source, said):
     assert str(info.value) == f"main.wgsl.jinja:1: {said}", str(info.value)
 
 
-def test_a_mapping_unpacked_from_the_loop_variable_is_told_what_it_is():
-    """Python ends "argument after ** must be a mapping, not LoopContext" with the class unquoted."""
+_NOT_A_MAPPING = "the argument after ** must be a mapping of keyword arguments, not"
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("{% macro m(a) %}{% endmacro %}{{ m(**[1]) }}", f"the macro m: {_NOT_A_MAPPING} a list"),
+    ("{% macro m(a) %}{% endmacro %}{% for i in [1] %}{{ m(**loop) }}{% endfor %}",
+     f"the macro m: {_NOT_A_MAPPING} the loop variable (read its attributes, as in loop.index)"),
+    ("{% macro m(a) %}{% endmacro %}{{ m(1, *[], **range) }}",
+     f"the macro m: {_NOT_A_MAPPING} the function range (call it, as in range(n))"),
+    ("{% macro m(a) %}{% endmacro %}{% call m(**'a') %}{% endcall %}", f"the macro m: {_NOT_A_MAPPING} a str"),
+    ("{% import 'lib.wgsl.jinja' as lib %}{{ lib.load(**none) }}", f"the macro load: {_NOT_A_MAPPING} none"),
+    ("{{ range(**[1]) }}", f"the function range: {_NOT_A_MAPPING} a list"),
+    ("{{ bindings.items(**1) }}", f"the method items: {_NOT_A_MAPPING} an int"),
+    ("{{ 1|default(**[1]) }}", f"the filter 'default': {_NOT_A_MAPPING} a list"),
+    ("{% filter default(**[1]) %}x{% endfilter %}", f"the filter 'default': {_NOT_A_MAPPING} a list"),
+    ("{{ 1 is sameas(**[1]) }}", f"the test 'sameas': {_NOT_A_MAPPING} a list"),
+])  # fmt: skip
+def test_a_value_after_double_star_that_is_no_mapping_is_told_with_what_the_template_called(source, said):
+    """Python's "argument after ** must be a mapping, not list" named the function it was passed to:
+    the sandbox's own call() (webgpu_kernels.sandbox.BoundedSandbox.call()) or a filter's function."""
+    files = {"lib.wgsl.jinja": "{% macro load(i) %}x[{{ i }}]{% endmacro %}"}
     with pytest.raises(errors.TemplateError) as info:
-        render_template("{% macro m() %}{% endmacro %}{% for i in [1] %}{{ m(**loop) }}{% endfor %}")
-    assert str(info.value).endswith("must be a mapping, not LoopContext (LoopContext is the loop variable: read its "
-                                    "attributes, as in loop.index)"), str(info.value)
+        render_template("// one\n" + source, files)
+    assert not isinstance(info.value, errors.TemplateSandboxError)  # a mistake, not a refusal
+    assert str(info.value) == f"main.wgsl.jinja:2: {said}", str(info.value)
+    assert "webgpu_kernels" not in str(info.value) and "BoundedSandbox" not in str(info.value)
+
+
+@pytest.mark.parametrize(("source", "rendered"), [
+    ("{% macro m(a, b=2) %}{{ a }}{{ b }}{% endmacro %}{{ m(**{'a': 1}) }}{{ m(0, **{'b': 3}) }}", "1203"),
+    ("{% macro m(a) %}{{ a }}{{ caller() }}{% endmacro %}{% call m(**{'a': 1}) %}c{% endcall %}", "1c"),
+    ("{% set d = {'default_value': 'x'} %}{{ nosuch|default(**d) }}{{ 1 is sameas(**{'other': 1}) }}", "xTrue"),
+])  # fmt: skip
+def test_a_mapping_after_double_star_gives_keyword_arguments(source, rendered):
+    assert render_template(source) == rendered
+
+
+def test_an_undefined_value_after_double_star_is_told_undefined():
+    with pytest.raises(errors.TemplateError) as info:
+        render_template("{% macro m(a) %}{% endmacro %}{{ m(**nosuch) }}")
+    assert str(info.value) == "main.wgsl.jinja:1: UndefinedError: 'nosuch' is undefined", str(info.value)

@@ -37,7 +37,7 @@ from jinja2.runtime import LoopContext, Undefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from .errors import short_repr, shorten, type_name
-from .value_names import a_value_name, advice_for
+from .value_names import a_value_name, a_value_told, advice_for
 
 # Largest string or sequence an expression may build (and the longest expression source), the
 # largest integer (in bits) and the deepest nesting: manifest values are shapes and small numbers.
@@ -72,6 +72,26 @@ def refuse_iterating(value: Any) -> None:
         raise TemplateMistake("the loop variable cannot be iterated: its items are the rest of the loop's, which "
                               "iterating would take, ending the loop early; read its attributes instead, as in "
                               "loop.index, loop.length, loop.last, loop.nextitem")  # fmt: skip
+
+
+def _not_a_mapping(called: str, value: Any) -> TemplateMistake:
+    """The mistake of a ``**`` value that is no mapping, in a call of what ``called`` names ("the macro
+    m"): Python's own message named the function it was passed to, the sandbox's call() or a filter's."""
+    return TemplateMistake(f"{called}: the argument after ** must be a mapping of keyword arguments, not "
+                           f"{a_value_told(value) or a_value_name(value)}")  # fmt: skip
+
+
+class _NotAMapping:
+    """A call's ``**`` value that is no mapping, carried to :meth:`BoundedSandbox.call` under the
+    keyword :data:`_NOT_A_MAPPING` (no keyword a template writes): the callee is known only there."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+_NOT_A_MAPPING = "**"
 
 
 class OutOfFloatRange(ArithmeticError):
@@ -492,6 +512,9 @@ class BoundedSandbox(SandboxedEnvironment):
         _charge(CALL_COST)
         if not __self.callable_allowed(__obj):
             raise __self.refuse(f"calling {a_value_name(__obj)} is not allowed here")
+        carried = kwargs.get(_NOT_A_MAPPING)
+        if isinstance(carried, _NotAMapping):
+            raise _not_a_mapping(a_value_name(__obj), carried.value)
         return __self.check_value(__context.call(__obj, *args, **kwargs))
 
     def callable_allowed(self, obj: Any) -> bool:
@@ -536,6 +559,18 @@ class BoundedSandbox(SandboxedEnvironment):
         """What a ``*args`` call, filter or test unpacks (Python iterates it)."""
         refuse_iterating(value)
         return value
+
+    def _mapping(self, value: Any, called: str | None) -> Any:
+        """What a ``**`` unpacks in a call, filter or test (``called``: "the filter 'default'", None in a
+        call, whose callee :meth:`call` names): one that is no mapping is the template's mistake, told
+        with what it called, where Python's message named the function it was passed to."""
+        if isinstance(value, Undefined):
+            value._fail_with_undefined_error()
+        if isinstance(value, Mapping) or hasattr(value, "keys"):  # what Python takes as a mapping
+            return value
+        if called is None:
+            return {_NOT_A_MAPPING: _NotAMapping(value)}
+        raise _not_a_mapping(called, value)
 
     def _unpacked(self, value: Any, target: tuple[Any, ...]) -> Any:
         """``value``, which a tuple target unpacks (``{% set a, (b, c) = ... %}``, ``{% with %}``, a
@@ -590,6 +625,7 @@ class BoundedSandbox(SandboxedEnvironment):
     wk_operand = _Internal(_operand)
     wk_container = _Internal(_container)
     wk_iterable = _Internal(_iterable)
+    wk_mapping = _Internal(_mapping)
     wk_unpacked = _Internal(_unpacked)
     wk_key = _Internal(_key)
     wk_literal = _Internal(_literal)
@@ -621,9 +657,10 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
     a result is. In templates also: every piece of output is charged
     (text written inside macros, ``{% set %}`` blocks and filters counts too), every loop
     iteration is charged by the size of what it runs, and every template body, macro body and
-    ``{% call %}`` body is charged by its size when it runs, and what ``in``, a ``*args`` call, filter
+    ``{% call %}`` body is charged by its size when it runs, what ``in``, a ``*args`` call, filter
     or test, or a tuple target (of ``{% set %}``, ``{% with %}`` or ``{% for %}``, nested ones too)
-    iterates is checked not to be the loop variable (:func:`refuse_iterating`).
+    iterates is checked not to be the loop variable (:func:`refuse_iterating`), and what a ``**``
+    unpacks to be a mapping (:func:`_not_a_mapping`).
     """
 
     def rewrite(node: nodes.Node) -> nodes.Node:
@@ -646,6 +683,9 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
                 setattr(node, field, [rewrite(v) if isinstance(v, nodes.Node) else v for v in value])
         if template and isinstance(node, (nodes.Call, nodes.Filter, nodes.Test)) and node.dyn_args is not None:
             node.dyn_args = _internal_call("wk_iterable", [node.dyn_args], node.lineno)
+        if template and isinstance(node, (nodes.Call, nodes.Filter, nodes.Test)) and node.dyn_kwargs is not None:
+            called = None if isinstance(node, nodes.Call) else f"the {type(node).__name__.lower()} {node.name!r}"
+            node.dyn_kwargs = _internal_call("wk_mapping", [node.dyn_kwargs, nodes.Const(called)], node.lineno)
         if template and isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Tuple):
             value = cast(nodes.Expr, node.node)  # Jinja's parser makes an Expr
             node.node = _internal_call("wk_unpacked", [value, nodes.Const(_target_shape(node.target))], node.lineno)

@@ -106,7 +106,7 @@ def type_error_hint(message: str) -> str:
     for row in _NAMED:
         name = re.escape(row.python_name)
         # "'Macro' object ...", "type Macro doesn't ...", 'can only concatenate list (not "Macro") to list',
-        # "argument after ** must be a mapping, not Macro"
+        # "Value after * must be an iterable, not Macro"
         match = re.search(rf"'{name}'|\"{name}\"|\b(type|not) {name}\b", message)
         if match:
             found.append((match.start(), row.hint))
