@@ -967,20 +967,27 @@ def test_a_gather_is_marked_faster_than_memory(runner, tmp_path):
     assert "* faster than the device's memory allows" in out
 
 
-def test_a_gather_counts_the_bytes_its_bench_json_gives(runner, tmp_path, monkeypatch):
-    """demo.Gather's bench.json counts what the kernel moves (the indices, the rows it reads, the
-    output): TB/s, % peak and the copy kernel's size come from it, for -i shapes too, so the lookup
-    is not credited with the table it never reads (the `*` of test_a_gather_is_marked_faster_than_memory)."""
+@pytest.fixture
+def copy_sizes(monkeypatch) -> list[int]:
+    """The sizes bench's copy kernel is timed at, in order: the real copy runs, its size recorded."""
     from webgpu_kernels import slow_states
 
-    sized = []
+    sized: list[int] = []
     real_copy = slow_states.bench_copy
 
-    def copy(device, nbytes, **kwargs):  # the real copy, its size recorded
+    def copy(device, nbytes, **kwargs):
         sized.append(nbytes)
         return real_copy(device, nbytes, **kwargs)
 
     monkeypatch.setattr(slow_states, "bench_copy", copy)
+    return sized
+
+
+def test_a_gather_counts_the_bytes_its_bench_json_gives(runner, tmp_path, copy_sizes):
+    """demo.Gather's bench.json counts what the kernel moves (the indices, the rows it reads, the
+    output): TB/s, % peak and the copy kernel's size come from it, for -i shapes too, so the lookup
+    is not credited with the table it never reads (the `*` of test_a_gather_is_marked_faster_than_memory)."""
+    sized = copy_sizes
     path = tmp_path / "gather.json"
     out = invoke(runner, "bench", str(PACKAGES_DIR / "demo.Gather"), "-i", "data=4096x512:f32", "-i", "indices=2:i64",
                  "--no-host", *QUICK_WARM_UP, "--json", str(path)).output  # fmt: skip
@@ -995,21 +1002,12 @@ def test_a_gather_counts_the_bytes_its_bench_json_gives(runner, tmp_path, monkey
     assert "TB/s" in out
 
 
-def test_a_byte_count_past_the_tensors_times_a_copy_no_larger_than_they_are(runner, tmp_path, monkeypatch):
+def test_a_byte_count_past_the_tensors_times_a_copy_no_larger_than_they_are(runner, tmp_path, copy_sizes):
     """bench.json's `bytes` sized the copy kernel however large it was: a count of 10^15 (a wrong
     expression) had allocated a 45 TiB host array for the copy's source and stopped bench with a
     NumPy MemoryError traceback. The copy moves at most the bytes the call's tensors hold (the device
     held them); the row's TB/s is still the package's count."""
-    from webgpu_kernels import slow_states
-
-    sized = []
-    real_copy = slow_states.bench_copy
-
-    def copy(device, nbytes, **kwargs):  # the real copy, its size recorded
-        sized.append(nbytes)
-        return real_copy(device, nbytes, **kwargs)
-
-    monkeypatch.setattr(slow_states, "bench_copy", copy)
+    sized = copy_sizes
     package = tmp_path / "gather"
     shutil.copytree(PACKAGES_DIR / "demo.Gather", package)
     bench = json.loads((package / "bench.json").read_text("utf-8"))
