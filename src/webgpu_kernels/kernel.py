@@ -254,8 +254,7 @@ class Kernel:
             try:  # the call's own path (_plan's), so that explain says what the call raises: its
                 # VariantRejectedError, the device limit the variant breaks, or its template's error
                 _, resolved, forced_scope = self._resolve(signature, variant, device.info)
-                self._check_device(signature, variant, outputs, resolved, device)
-                self.renderer.render_passes(resolved, forced_scope)
+                self._checked_wgsl(signature, variant, outputs, resolved, forced_scope, device)
             except KernelError as exc:
                 refused = str(exc)
         elif selection.chosen is not None:
@@ -265,8 +264,7 @@ class Kernel:
                 check_input_sizes(device.info, tensor_bytes(self.manifest, signature, ()))
                 with self._located():
                     resolved = resolve_variant(selection.chosen, chosen_scope)
-                self._check_device(signature, chosen, outputs, resolved, device)
-                self.renderer.render_passes(resolved, chosen_scope)  # a template's refusal at render time
+                self._checked_wgsl(signature, chosen, outputs, resolved, chosen_scope, device)
             except KernelError as exc:
                 refused = str(exc)
         else:  # float16 on an adapter without shader-f16: the call's DeviceLimitError, which a
@@ -496,6 +494,14 @@ class Kernel:
             check_bound(r, sizes, variant_id)
             check_limits(device, r, sizes, self.program.arguments_read(compiled.workgroup_size, variant))
 
+    def _checked_wgsl(self, signature: CallSignature, variant_id: str, outputs: tuple[OutputSpec, ...],
+                      resolved: Any, scope: dict[str, Any], device: Device) -> list[str]:  # fmt: skip
+        """What a call does once its variant is resolved, before anything is built: the device's
+        limits checked, then each pass's WGSL rendered (a template may refuse the call there).
+        explain goes this far, so that it reports what the call would raise."""
+        self._check_device(signature, variant_id, outputs, resolved, device)
+        return self.renderer.render_passes(resolved, scope)
+
     def _plan(self, signature: CallSignature, forced: str | None, device: Device, *,
               resolution: Resolution | None = None) -> ExecutionPlan:  # fmt: skip
         """The call's plan (cached); ``resolution``: ``_resolve``'s for these arguments, if the caller has it."""
@@ -510,8 +516,7 @@ class Kernel:
             resolution = self._resolve(signature, forced, device.info)
         (chosen, outputs), resolved, scope = resolution
         variant_id = chosen.variant.id
-        self._check_device(signature, variant_id, outputs, resolved, device)
-        wgsl = self.renderer.render_passes(resolved, scope)
+        wgsl = self._checked_wgsl(signature, variant_id, outputs, resolved, scope, device)
         passes = tuple(build_pass(device, r, text, kernel=self.op_id, variant=variant_id,
                                   blame=workgroup_memory_blame(self.program, chosen, cpass, self.renderer, text))
                        for r, text, cpass in zip(resolved, wgsl, chosen.passes, strict=True))  # fmt: skip
