@@ -22,8 +22,8 @@ from webgpu_kernels.benchmark import (
     BenchResult,
     Timing,
     bench_copy,
+    bench_count,
     bench_kernel,
-    byte_count,
     host_per_call,
     known_peak,
     numpy_round_trip,
@@ -175,13 +175,13 @@ def test_bench_kernel_counts_the_bytes_it_is_given(quick_gelu):
 
 def test_byte_count_evaluates_in_the_calls_scope(quick_gelu):
     x = random_array((4096,), "float16", np.random.default_rng(6))
-    assert byte_count(quick_gelu, "2 * numel(shapes.X) * itemSize(dtypes.T)", {"X": x}) == 2 * 4096 * 2
-    assert byte_count(quick_gelu, 512, {"X": x}) == 512
+    assert bench_count(quick_gelu, "bytes", "2 * numel(shapes.X) * itemSize(dtypes.T)", {"X": x}) == 2 * 4096 * 2
+    assert bench_count(quick_gelu, "bytes", 512, {"X": x}) == 512
     for bad, fragment in (("-1", "a byte count must be a non-negative integer, got -1"),
                           ("numel(shapes.X) / 3", "a byte count must be a non-negative integer"),
                           ("numl(shapes.X)", "numl")):  # fmt: skip
         with pytest.raises(wk.ExpressionError, match=re.escape(fragment)) as info:
-            byte_count(quick_gelu, bad, {"X": x})
+            bench_count(quick_gelu, "bytes", bad, {"X": x})
         assert "bench.json bytes" in str(info.value)
 
 

@@ -265,21 +265,18 @@ def bench_kernel(
     )  # fmt: skip
 
 
-def flop_count(kernel: Kernel, flops: str | int, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None = None,
-               tunables: Mapping[str, Any] | None = None) -> int:  # fmt: skip
-    """bench.json's ``flops`` for one call: a number, or an expression evaluated in the scope the
-    call sees (:meth:`Kernel.evaluate`); it must come out a non-negative integer."""
-    where = "bench.json flops"
-    value = kernel.evaluate(flops, inputs, attrs=attrs, tunables=tunables, where=where)
-    return as_count(value, kernel.program.compiler.compile(flops, where), "a FLOP count")
+#: bench.json's per-call counts and what their errors call them.
+BENCH_COUNTS = {"flops": "a FLOP count", "bytes": "a byte count"}
 
 
-def byte_count(kernel: Kernel, nbytes: str | int, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None = None,
-               tunables: Mapping[str, Any] | None = None) -> int:  # fmt: skip
-    """bench.json's ``bytes`` for one call, as :func:`flop_count` reads ``flops``."""
-    where = "bench.json bytes"
-    value = kernel.evaluate(nbytes, inputs, attrs=attrs, tunables=tunables, where=where)
-    return as_count(value, kernel.program.compiler.compile(nbytes, where), "a byte count")
+def bench_count(kernel: Kernel, key: str, source: str | int, inputs: Mapping[str, Any], *,
+                attrs: Mapping[str, Any] | None = None, tunables: Mapping[str, Any] | None = None) -> int:  # fmt: skip
+    """bench.json's ``flops`` or ``bytes`` (``key``) for one call: a number, or an expression
+    evaluated in the scope the call sees (:meth:`Kernel.evaluate`); it must come out a non-negative
+    integer."""
+    where = f"bench.json {key}"
+    value = kernel.evaluate(source, inputs, attrs=attrs, tunables=tunables, where=where)
+    return as_count(value, kernel.program.compiler.compile(source, where), BENCH_COUNTS[key])
 
 
 def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndarray],

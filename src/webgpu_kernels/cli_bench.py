@@ -28,9 +28,8 @@ from rich.text import Text
 
 from . import bench_report, peers, slow_states, tuning
 from .benchmark import (
+    bench_count,
     bench_kernel,
-    byte_count,
-    flop_count,
     host_per_call,
     known_peak,
     numpy_round_trip,
@@ -530,10 +529,9 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         row["generate"] = generated
     try:
         arrays = case_arrays(case, run.seed)
-        flops = None if case.get("flops") is None else flop_count(kernel, case["flops"], arrays, attrs=attrs,
-                                                                  tunables=case["tunables"] or None)  # fmt: skip
-        nbytes = None if case.get("bytes") is None else byte_count(kernel, case["bytes"], arrays, attrs=attrs,
-                                                                   tunables=case["tunables"] or None)  # fmt: skip
+        flops, nbytes = (None if case.get(key) is None else
+                         bench_count(kernel, key, case[key], arrays, attrs=attrs, tunables=case["tunables"] or None)
+                         for key in ("flops", "bytes"))  # fmt: skip
         # The default selection (manifest tunables) or the --variant given, then the tuned choice if
         # `tune` stored one (not with --variant: the tuner's choice may be another variant).
         cache = None if variant is not None else run.tuning_cache  # None too with tuning off
