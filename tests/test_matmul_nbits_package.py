@@ -49,6 +49,7 @@ from conftest import (
     assert_engine_has_no_code_for,
     assert_valid_and_passing,
     poison_outputs,
+    stored_expectations,
 )
 from references import F16_FLUSH, F16_STEP, F32_TINY, U32, assert_within_bound
 
@@ -256,17 +257,10 @@ def test_engine_has_no_code_for_it():
 
 def test_expected_outputs_are_the_reference(nbits):
     """test.json's stored outputs are this module's float64 reference of the case's inputs, rounded once."""
-    from webgpu_kernels.casefile import read_test_file
-
     checked = 0
-    for case in read_test_file(nbits.package).cases:
-        if case.refused is not None:
-            continue
-        inputs = wk.test_case_inputs(nbits, case.name)
-        attrs = {"accuracy_level": 0} | dict(case.attrs)
+    for case, inputs, stored in stored_expectations(nbits, "Y", lambda ins: ins["A"].dtype.name):
+        want = expect_reference(inputs, {"accuracy_level": 0} | dict(case.attrs))["Y"]
         dtype = np.dtype(case.types["T"])
-        want = expect_reference(inputs, attrs)["Y"]
-        stored = case.build_expected(nbits.package.read_bytes, {"Y": dtype.name})["Y"]
         np.testing.assert_array_equal(stored, want.astype(dtype).astype(np.float64), err_msg=case.name)
         checked += 1
     assert checked == 16

@@ -37,6 +37,7 @@ from conftest import (
     assert_engine_has_no_code_for,
     assert_valid_and_passing,
     poison_outputs,
+    stored_expectations,
 )
 from references import F16_FLUSH, F16_STEP, F32_TINY, U32
 
@@ -238,17 +239,10 @@ def test_engine_has_no_code_for_it():
 
 def test_expected_outputs_are_the_reference(rope):
     """test.json's stored outputs are this module's float64 reference of the case's inputs, rounded once."""
-    from webgpu_kernels.casefile import read_test_file
-
     checked = 0
-    for case in read_test_file(rope.package).cases:
-        if case.refused is not None:
-            continue
-        inputs = wk.test_case_inputs(rope, case.name)
-        attrs = {"interleaved": 0, "num_heads": 0, "rotary_embedding_dim": 0} | dict(case.attrs)
-        want = expect_reference(inputs, attrs)["output"]
+    for case, inputs, stored in stored_expectations(rope, "output", lambda ins: ins["input"].dtype.name):
+        want = expect_reference(inputs, {"interleaved": 0, "num_heads": 0, "rotary_embedding_dim": 0} | dict(case.attrs))["output"]
         dtype = np.dtype(case.types["T"])
-        stored = case.build_expected(rope.package.read_bytes, {"output": dtype.name})["output"]
         np.testing.assert_array_equal(stored, want.astype(dtype).astype(np.float64), err_msg=case.name)
         checked += 1
     assert checked == 16
