@@ -1091,6 +1091,26 @@ def test_a_value_after_double_star_that_is_no_mapping_is_told_with_what_the_temp
     assert "webgpu_kernels" not in str(info.value) and "BoundedSandbox" not in str(info.value)
 
 
+_TWICE = "the keyword argument 'a' is given twice, by name and in the mapping after **"
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("{% macro m(a) %}{% endmacro %}{{ m(a=1, **{'a': 2}) }}", f"the macro m: {_TWICE}"),
+    ("{% macro m(a) %}{% endmacro %}{% call m(a=1, **{'b': 0, 'a': 2}) %}{% endcall %}", f"the macro m: {_TWICE}"),
+    ("{{ range(a=1, **{'a': 2}) }}", f"the function range: {_TWICE}"),
+    ("{{ 1|default(a=1, **{'a': 2}) }}", f"the filter 'default': {_TWICE}"),
+    ("{{ 1 is sameas(a=1, **{'a': 2}) }}", f"the test 'sameas': {_TWICE}"),
+])  # fmt: skip
+def test_a_keyword_given_by_name_and_after_double_star_is_told_with_what_the_template_called(source, said):
+    """Python's "got multiple values for keyword argument" named the sandbox's own call()
+    (webgpu_kernels.sandbox.BoundedSandbox.call()) or a filter's function."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template("// one\n" + source)
+    assert not isinstance(info.value, errors.TemplateSandboxError)  # a mistake, not a refusal
+    assert str(info.value) == f"main.wgsl.jinja:2: {said}", str(info.value)
+    assert "webgpu_kernels" not in str(info.value) and "BoundedSandbox" not in str(info.value)
+
+
 @pytest.mark.parametrize(("source", "rendered"), [
     ("{% macro m(a, b=2) %}{{ a }}{{ b }}{% endmacro %}{{ m(**{'a': 1}) }}{{ m(0, **{'b': 3}) }}", "1203"),
     ("{% macro m(a) %}{{ a }}{{ caller() }}{% endmacro %}{% call m(**{'a': 1}) %}c{% endcall %}", "1c"),

@@ -74,21 +74,20 @@ def refuse_iterating(value: Any) -> None:
                               "loop.index, loop.length, loop.last, loop.nextitem")  # fmt: skip
 
 
-def _not_a_mapping(called: str, value: Any) -> TemplateMistake:
-    """The mistake of a ``**`` value that is no mapping, in a call of what ``called`` names ("the macro
-    m"): Python's own message named the function it was passed to, the sandbox's call() or a filter's."""
-    return TemplateMistake(f"{called}: the argument after ** must be a mapping of keyword arguments, not "
-                           f"{a_value_told(value) or a_value_name(value)}")  # fmt: skip
+def _not_a_mapping(value: Any) -> str:
+    return f"the argument after ** must be a mapping of keyword arguments, not {a_value_told(value) or a_value_name(value)}"
 
 
-class _NotAMapping:
-    """A call's ``**`` value that is no mapping, carried to :meth:`BoundedSandbox.call` under the
-    keyword :data:`_NOT_A_MAPPING` (no keyword a template writes): the callee is known only there."""
+class _KeywordMistake:
+    """A call's ``**`` mistake (no mapping, or a keyword it gives again), carried to
+    :meth:`BoundedSandbox.call` under the keyword :data:`_NOT_A_MAPPING` (no keyword a template
+    writes): the callee is known only there. Python's own messages named the function the
+    arguments were passed to, the sandbox's call() or a filter's."""
 
-    __slots__ = ("value",)
+    __slots__ = ("problem",)
 
-    def __init__(self, value: Any) -> None:
-        self.value = value
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
 
 
 _NOT_A_MAPPING = "**"
@@ -513,8 +512,8 @@ class BoundedSandbox(SandboxedEnvironment):
         if not __self.callable_allowed(__obj):
             raise __self.refuse(f"calling {a_value_name(__obj)} is not allowed here")
         carried = kwargs.get(_NOT_A_MAPPING)
-        if isinstance(carried, _NotAMapping):
-            raise _not_a_mapping(a_value_name(__obj), carried.value)
+        if isinstance(carried, _KeywordMistake):
+            raise TemplateMistake(f"{a_value_name(__obj)}: {carried.problem}")
         return __self.check_value(__context.call(__obj, *args, **kwargs))
 
     def callable_allowed(self, obj: Any) -> bool:
@@ -560,17 +559,21 @@ class BoundedSandbox(SandboxedEnvironment):
         refuse_iterating(value)
         return value
 
-    def _mapping(self, value: Any, called: str | None) -> Any:
+    def _mapping(self, value: Any, called: str | None, named: tuple[str, ...]) -> Any:
         """What a ``**`` unpacks in a call, filter or test (``called``: "the filter 'default'", None in a
-        call, whose callee :meth:`call` names): one that is no mapping is the template's mistake, told
-        with what it called, where Python's message named the function it was passed to."""
+        call, whose callee :meth:`call` names; ``named``: the keywords the call gives by name): one that
+        is no mapping, or gives a keyword again, is the template's mistake, told with what it called."""
         if isinstance(value, Undefined):
             value._fail_with_undefined_error()
-        if isinstance(value, Mapping) or hasattr(value, "keys"):  # what Python takes as a mapping
+        if not (isinstance(value, Mapping) or hasattr(value, "keys")):  # what Python takes as a mapping
+            problem = _not_a_mapping(value)
+        elif twice := [key for key in named if key in value.keys()]:
+            problem = f"the keyword argument {twice[0]!r} is given twice, by name and in the mapping after **"
+        else:
             return value
         if called is None:
-            return {_NOT_A_MAPPING: _NotAMapping(value)}
-        raise _not_a_mapping(called, value)
+            return {_NOT_A_MAPPING: _KeywordMistake(problem)}
+        raise TemplateMistake(f"{called}: {problem}")
 
     def _unpacked(self, value: Any, target: tuple[Any, ...]) -> Any:
         """``value``, which a tuple target unpacks (``{% set a, (b, c) = ... %}``, ``{% with %}``, a
@@ -660,7 +663,7 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
     ``{% call %}`` body is charged by its size when it runs, what ``in``, a ``*args`` call, filter
     or test, or a tuple target (of ``{% set %}``, ``{% with %}`` or ``{% for %}``, nested ones too)
     iterates is checked not to be the loop variable (:func:`refuse_iterating`), and what a ``**``
-    unpacks to be a mapping (:func:`_not_a_mapping`).
+    unpacks to be a mapping that gives no keyword the call names too (:meth:`BoundedSandbox._mapping`).
     """
 
     def rewrite(node: nodes.Node) -> nodes.Node:
@@ -685,7 +688,8 @@ def harden(tree: nodes.Node, *, template: bool, name: str | None = None) -> node
             node.dyn_args = _internal_call("wk_iterable", [node.dyn_args], node.lineno)
         if template and isinstance(node, (nodes.Call, nodes.Filter, nodes.Test)) and node.dyn_kwargs is not None:
             called = None if isinstance(node, nodes.Call) else f"the {type(node).__name__.lower()} {node.name!r}"
-            node.dyn_kwargs = _internal_call("wk_mapping", [node.dyn_kwargs, nodes.Const(called)], node.lineno)
+            named = nodes.Const(tuple(keyword.key for keyword in node.kwargs))
+            node.dyn_kwargs = _internal_call("wk_mapping", [node.dyn_kwargs, nodes.Const(called), named], node.lineno)
         if template and isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Tuple):
             value = cast(nodes.Expr, node.node)  # Jinja's parser makes an Expr
             node.node = _internal_call("wk_unpacked", [value, nodes.Const(_target_shape(node.target))], node.lineno)
