@@ -882,7 +882,7 @@ def test_a_derive_entry_read_by_bench_json_bytes_only_is_read(qg: Path) -> None:
     (-1, "-1"),  # the schema's minimum
     (2.5, "2.5"),  # no integer
     ("2 * numel(shapes.X) * itemSize(dtypes.T)", None),  # a good one
-    ("numel(shapes.X) / 3", "bytes must be a non-negative integer"),
+    ("numel(shapes.X) / 3", "a byte count must be a non-negative integer"),  # bench's words
     ("numel(shapes.Xx)", "Xx"),  # a misspelt name
     ("itemSize('f8')", "itemSize(): unknown dtype 'f8'"),
 ])  # fmt: skip
@@ -897,6 +897,21 @@ def test_validate_reports_a_bad_bench_json_bytes_at_its_path(qg: Path, value, fr
         assert not problems and report.ok, report.problems
         return
     assert problems and all(fragment in p.message for p in problems), report.problems
+
+
+@pytest.mark.parametrize(("key", "what"), [("bytes", "TB/s"), ("flops", "TFLOP/s")])
+def test_a_bench_json_count_of_zero_for_a_case_with_data_is_warned_of(qg: Path, key, what) -> None:
+    """A count of 0 is a count, but for a case whose tensors hold data it made bench report 0 TB/s
+    (or TFLOP/s) without a word: a warning per case and dtype, at the count's path."""
+    edit_json(qg / "bench.json", lambda b: b.update({key: "0 * numel(shapes.X)"}))
+    digests.write_metadata(qg)
+    report = validate_package(qg, gpu=False)
+    warned = [p for p in report.warnings if p.file == "bench.json" and p.json_path == key]
+    cases = json.loads((qg / "bench.json").read_text("utf-8"))["cases"]
+    assert len(warned) >= len(cases), report.problems
+    assert all(f"{key} is 0 for case " in p.message and f"bench would report 0 {what}" in p.message
+               for p in warned), warned  # fmt: skip
+    assert report.ok
 
 
 def test_an_entry_read_only_by_unused_entries_is_unused_too(qg: Path) -> None:

@@ -25,6 +25,7 @@ import wgpu
 
 from .buffers import padded_size, translate_gpu_errors
 from .case_data import random_values
+from .casefile import BENCH_COUNTS
 from .comparison import Agreement
 from .device import Device
 from .errors import GPUError
@@ -265,10 +266,6 @@ def bench_kernel(
     )  # fmt: skip
 
 
-#: bench.json's per-call counts and what their errors call them.
-BENCH_COUNTS = {"flops": "a FLOP count", "bytes": "a byte count"}
-
-
 def bench_count(kernel: Kernel, key: str, source: str | int, inputs: Mapping[str, Any], *,
                 attrs: Mapping[str, Any] | None = None, tunables: Mapping[str, Any] | None = None) -> int:  # fmt: skip
     """bench.json's ``flops`` or ``bytes`` (``key``) for one call: a number, or an expression
@@ -276,7 +273,7 @@ def bench_count(kernel: Kernel, key: str, source: str | int, inputs: Mapping[str
     integer."""
     where = f"bench.json {key}"
     value = kernel.evaluate(source, inputs, attrs=attrs, tunables=tunables, where=where)
-    return as_count(value, kernel.program.compiler.compile(source, where), BENCH_COUNTS[key])
+    return as_count(value, kernel.program.compiler.compile(source, where), BENCH_COUNTS[key][0])
 
 
 def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndarray],

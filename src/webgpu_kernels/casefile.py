@@ -450,6 +450,10 @@ def binding_label(binding: Mapping[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in binding.items()) or "-"
 
 
+#: bench.json's per-call counts, what their errors call them, and the rate bench reports from each.
+BENCH_COUNTS = {"flops": ("a FLOP count", "TFLOP/s"), "bytes": ("a byte count", "TB/s")}
+
+
 @dataclass(frozen=True)
 class BenchFile:
     description: str

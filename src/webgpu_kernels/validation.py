@@ -26,6 +26,7 @@ the variant and dtype (validation_report.py; stage 6 lives in validation_gpu.py)
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -541,20 +542,27 @@ def _check_bench_json(package: KernelPackage, manifest: Manifest | None, program
                           case=case.name, dtype=inst.type_label())  # fmt: skip
                 continue
             if program is not None:
-                _check_counts(program, counts, signature, found, case, inst.type_label(), out)
+                _check_counts(program, counts, signature, found, inst, out)
     return bench
 
 
-def _check_counts(program: Program, counts: dict[str, Any], signature: Any, found: Any, case: casefile.BenchCase,
-                  label: str, out: ProblemCollector) -> None:  # fmt: skip
+def _check_counts(program: Program, counts: dict[str, Any], signature: Any, found: Any, inst: casefile.BenchInstance,
+                  out: ProblemCollector) -> None:  # fmt: skip
     """bench.json's ``flops`` and ``bytes`` (``counts``, compiled) evaluated for one case and dtype
-    as bench evaluates them (Kernel.evaluate), with WebGPU's default limits: each must give a count."""
+    as bench evaluates them (Kernel.evaluate), with WebGPU's default limits: each must give a count.
+    A count of 0 where the case's inputs hold data is warned of: bench reports a rate of 0 from it."""
+    case, label = inst.case, inst.type_label()
     for key, count in counts.items():
+        what, rate = casefile.BENCH_COUNTS[key]
         try:
             scope, _ = found or program.call_scope(signature, _DEFAULT_DEVICE)  # again: for its error
-            as_count(count.evaluate(scope), count, key)
+            value = as_count(count.evaluate(scope), count, what)
         except KernelError as exc:
             out.error(BENCH_FILE, key, f"for case {case.name!r} ({label}): {exc}", case=case.name, dtype=label)
+            continue
+        if value == 0 and any(math.prod(shape) for shape, _ in inst.inputs.values()):
+            out.warning(BENCH_FILE, key, f"{key} is 0 for case {case.name!r} ({label}), whose inputs hold data: bench "
+                        f"would report 0 {rate}; count what one call moves", case=case.name, dtype=label)  # fmt: skip
 
 
 def _bench_count(program: Program | None, source: str | int | None, key: str, out: ProblemCollector) -> Any:
