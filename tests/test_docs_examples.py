@@ -587,10 +587,18 @@ def test_readme_names_every_example_package() -> None:
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     folders = sorted(p.name for p in (REPO_ROOT / "tests" / "packages").iterdir() if (p / "manifest.json").is_file())
     assert [name for name in folders if f"`{name}`" not in readme] == []
-    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-             "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
-             "twenty"]  # fmt: skip
-    assert f"[`tests/packages/`](tests/packages): {words[len(folders)]} packages" in readme
+    assert f"[`tests/packages/`](tests/packages): {_in_words(len(folders))} packages" in readme
+
+
+def _in_words(n: int) -> str:
+    """0 to 99 as English writes them: "twenty-one" (a list ending at twenty had failed with an
+    IndexError once a twenty-first package came)."""
+    ones = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+            "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]  # fmt: skip
+    tens = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+    if n < 20:
+        return ones[n]
+    return tens[n // 10] + ("" if n % 10 == 0 else f"-{ones[n % 10]}")
 
 
 def _heading_anchors(markdown: str) -> set[str]:
