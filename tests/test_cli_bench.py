@@ -726,7 +726,7 @@ def test_ort_cases_run_one_process_per_dtype_and_torch_in_one(monkeypatch):
     monkeypatch.setattr(cli_bench, "_stream_peer", fake_stream)
     rows = [{"kernel": QG, "attrs": {}, "tags": [], "shapes": {"X": [8]}, "dtypes": {"X": dtype}}
             for dtype in ("float32", "float16", "float32", "float16", "float32")]  # fmt: skip
-    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5)
+    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5, kernels=[wk.get_kernel(QG)])
     assert seen == [("torch", ["float16", "float32"], 5), ("ort-webgpu", ["float32"], 3), ("ort-webgpu", ["float16"], 2)]
     assert all(set(row["peers"]) == {"torch", "ort-webgpu"} for row in rows)
 
@@ -754,7 +754,7 @@ def test_an_input_drawn_from_its_range_is_drawn_so_by_bench_and_its_peers(monkey
     generate = {"distribution": "uniform", "low": -2.0, "high": 2.0}
     rows = [{"kernel": QG, "attrs": {}, "tags": [], "shapes": {"X": [8]}, "dtypes": {"X": "float32"},
              "generate": {"X": generate}}]  # fmt: skip
-    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5)
+    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5, kernels=[wk.get_kernel(QG)])
     assert [c["inputs"]["X"] for c in seen] == [{"shape": [8], "dtype": "float32", "generate": generate}] * 2
     from webgpu_kernels import peers
 
@@ -783,7 +783,7 @@ def test_no_peer_is_asked_to_run_a_case_bench_skipped(monkeypatch):
 
     monkeypatch.setattr(cli_bench, "_stream_peer", fake_stream)
     rows = [_skipped(), {**_row(), "tags": [], "attrs": {}, "shapes": {"X": [4096]}, "dtypes": {"X": "float32"}}]
-    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5)
+    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5, kernels=[wk.get_kernel(QG)])
     assert sent == [("torch", 1), ("ort-webgpu", 1)]
     assert "peers" not in rows[0] and set(rows[1]["peers"]) == {"torch", "ort-webgpu"}
 
@@ -820,10 +820,34 @@ def test_a_case_a_peer_never_answered_is_recorded_with_the_reason(monkeypatch):
     monkeypatch.setattr(cli_bench, "_stream_peer", lambda peer, command, console, timeout_s, why=None:
                         real(peer, [sys.executable, "-c", code], console, timeout_s, why=why))  # fmt: skip
     rows = [{"kernel": QG, "attrs": {}, "tags": [], "shapes": {"X": [8]}, "dtypes": {"X": "float32"}} for _ in range(2)]
-    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 30)
+    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 30, kernels=[wk.get_kernel(QG)])
     assert rows[0]["peers"]["torch"] == {"peer": "torch", "eager_s": 1e-3}
     assert rows[1]["peers"]["torch"]["error"] == "no result: peer torch exited with 1: boom"
     assert "no result" in rows[1]["peers"]["ort-webgpu"]["error"]
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime_ep_webgpu") is not None, reason="ORT's WebGPU plugin is installed")
+def test_compare_of_a_package_mirroring_an_onnx_op_runs_each_peer_to_its_row(runner, tmp_path):
+    """`bench PACKAGE --onnx-op OP --compare` end to end, with the real peer processes, where
+    neither peer can run it (this machine: no torch implementation, no ORT WebGPU plugin). The
+    torch process had died on a KeyError (or torch's import) and ORT's on the plugin's import,
+    each case left with "no result: peer ... exited with 1". Each now answers with its row's reason."""
+    from webgpu_kernels import peers
+
+    package = str(PACKAGES_DIR / "com.example.SkipLayerNormalization")
+    shapes = ["-i", "input=2x7x64:f32", "-i", "skip=2x7x64:f32", "-i", "gamma=64:f32", "-i", "bias=64:f32"]
+    path = tmp_path / "b.json"
+    result = invoke(runner, "bench", package, *shapes, "--onnx-op", "com.microsoft.SkipLayerNormalization",
+                    "--compare", "--no-host", "--warm-up", "0", "--json", str(path))  # fmt: skip
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["error_ok"] is True, row
+    assert row["peers"]["torch"] == {
+        "peer": "torch", "error": "torch: no implementation of com.example.SkipLayerNormalization "
+                                  f"(peers.TORCH_OPS has {', '.join(sorted(peers.TORCH_OPS))})"}  # fmt: skip
+    assert row["peers"]["ort-webgpu"] == {"peer": "ort-webgpu",
+                                          "error": "ModuleNotFoundError: No module named 'onnxruntime_ep_webgpu'"}  # fmt: skip
+    assert "no result" not in result.output
 
 
 def _row(**extra):
@@ -1421,7 +1445,7 @@ def test_each_peer_process_gets_benchs_warm_up(monkeypatch):
 
     monkeypatch.setattr(cli_bench, "_stream_peer", fake_stream)
     rows = [{"kernel": QG, "attrs": {}, "tags": [], "shapes": {"X": [8]}, "dtypes": {"X": "float32"}}]
-    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5, 1.5)
+    cli_bench._compare(rows, "large", Console(record=True), lambda: None, 5, 1.5, kernels=[wk.get_kernel(QG)])
     assert [c[-2] for c in commands] == ["1.5", "1.5"] and all(c[-1].endswith("cases.json") for c in commands)
 
 

@@ -4,14 +4,22 @@ only wait is a readback whose own time jitters). The peer processes are run in t
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 import statistics
+import sys
 
 import numpy as np
 import pytest
 
+import webgpu_kernels as wk
 from webgpu_kernels import peers, walltime
 from webgpu_kernels.package import embedded_ids
+
+from conftest import PACKAGES_DIR
+
+HAS_ORT = importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
 
 
 def test_peer_inputs_and_error():
@@ -24,10 +32,11 @@ def test_peer_inputs_and_error():
     assert all(np.count_nonzero(a) > 0 for a in arrays.values())
     exact = arrays["X"].astype(np.float64) + arrays["bias"] + arrays["skip"]
     case["op"] = "com.microsoft.BiasAdd"
+    expected = peers.expected_outputs(case, arrays)
 
     def checked(y: np.ndarray) -> tuple[float, bool]:
         result: dict = {}
-        peers._check(result, "eager", {"Y": y}, arrays, case)
+        peers._check(result, "eager", {"Y": y}, expected)
         return result["eager_error"], result["eager_ok"]
 
     assert checked(exact) == (0.0, True)
@@ -280,3 +289,136 @@ def test_bench_passes_its_warm_up_to_the_peers(monkeypatch, tmp_path):
     path = tmp_path / "cases.json"
     path.write_text(json.dumps([{"id": 0}]))
     assert peers.main(["torch", repr(2.5), str(path)]) == 0 and seen == [(1, 2.5)]
+
+
+# --- packages that mirror an ONNX op under an id of their own ---------------------------------------
+
+
+def _row(kernel: wk.Kernel, shapes: dict, dtypes: dict, attrs: dict, **extra) -> dict:
+    """A timed bench row (as _bench_case makes it) of ``kernel``'s call, for peer_cases."""
+    return {"kernel": kernel.op_id, "tags": [], "attrs": attrs, "shapes": shapes, "dtypes": dtypes, **extra}
+
+
+MATMUL_NBITS_ATTRS = {"K": 64, "N": 16, "bits": 4, "block_size": 32, "accuracy_level": 4}
+
+
+def matmul_nbits_row(kernel: wk.Kernel) -> dict:
+    shapes = {"A": [1, 3, 64], "B": [16, 2, 16], "scales": [32]}
+    uniform = {"distribution": "uniform", "low": -0.5, "high": 255.5}
+    return _row(kernel, shapes, {"A": "float32", "B": "uint8", "scales": "float32"}, MATMUL_NBITS_ATTRS,
+                generate={"B": uniform})  # fmt: skip
+
+
+def skip_layer_norm_row(kernel: wk.Kernel) -> dict:
+    shapes = {"input": [2, 7, 64], "skip": [2, 7, 64], "gamma": [64], "beta": [64], "bias": [64]}
+    return _row(kernel, shapes, dict.fromkeys(shapes, "float32"), {})
+
+
+def test_a_peer_case_carries_the_onnx_node_of_the_op_the_package_mirrors():
+    """The peers had only the package's op id: ORT WebGPU built a node of com.example.MatMulNBits,
+    which no ONNX runtime knows, in the order of its inputs, read out[0] as "Y" and looked its
+    reference up in the NumPy ones. A case now carries the node `run --onnx-op` builds: the op
+    named, its inputs and outputs by position (the op's formal positions here, as the roles are
+    its formal names), the opset (sinceVersion), every attribute and our outputs' shapes."""
+    kernel = wk.load_kernel(PACKAGES_DIR / "com.example.MatMulNBits")
+    row = matmul_nbits_row(kernel)
+    (case,) = peers.peer_cases([(3, row)], [kernel], "large", "com.microsoft.MatMulNBits")
+    assert case["id"] == 3 and case["op"] == "com.example.MatMulNBits" and case["compile"] is False
+    assert case["inputs"]["B"] == {"shape": [16, 2, 16], "dtype": "uint8", "generate": row["generate"]["B"]}
+    assert case["onnx"] == {"op": "com.microsoft.MatMulNBits", "inputs": ["A", "B", "scales"], "outputs": ["Y"],
+                            "opset": 1, "attrs": MATMUL_NBITS_ATTRS, "output_shapes": {"Y": [1, 3, 16]}}  # fmt: skip
+    (plain,) = peers.peer_cases([(0, row)], [kernel], "large")  # without --onnx-op: its own id
+    assert plain["onnx"]["op"] == "com.example.MatMulNBits"
+
+
+def test_a_two_output_op_s_case_names_each_node_output_as_ours():
+    """demo.TopK mirrors ai.onnx.TopK (outputs Values and Indices): both are the node's, in the
+    op's positions, named as our outputs; its attributes' defaults are filled in."""
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.TopK")
+    row = _row(kernel, {"X": [4, 40]}, {"X": "float32"}, {"k": 5})
+    (case,) = peers.peer_cases([(0, row)], [kernel], "all", "ai.onnx.TopK")
+    assert case["compile"] is True
+    assert {k: case["onnx"][k] for k in ("op", "inputs", "outputs", "opset", "attrs", "output_shapes")} == {
+        "op": "ai.onnx.TopK", "inputs": ["X"], "outputs": ["Values", "Indices"], "opset": 1,
+        "attrs": {"k": 5, "axis": -1, "largest": 1, "sorted": 1},
+        "output_shapes": {"Values": [4, 5], "Indices": [4, 5]}}  # fmt: skip
+
+
+def test_a_row_whose_plan_cannot_be_made_again_names_every_output_of_the_manifest():
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.TopK")
+    row = _row(kernel, {"X": [4, 40]}, {"X": "float32"}, {"k": 5}, variant="no-such-variant")
+    (case,) = peers.peer_cases([(0, row)], [kernel], "large", "ai.onnx.TopK")
+    assert case["onnx"]["outputs"] == ["Values", "Indices"] and case["onnx"]["output_shapes"] is None
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_a_peer_of_an_op_without_numpy_reference_is_checked_against_onnxruntime_output_by_output():
+    """A peer's outputs had been checked against REFERENCES[op] (a KeyError for any op but the
+    shipped ones), and only out[0]. Now against onnxruntime's CPU provider running the case's node,
+    with ours' tolerance, every output by name: our own kernel's outputs (lavapipe) pass, and one
+    output of the four made wrong, or left out, fails."""
+    kernel = wk.load_kernel(PACKAGES_DIR / "com.example.SkipLayerNormalization")
+    (case,) = peers.peer_cases([(0, skip_layer_norm_row(kernel))], [kernel], "large",
+                               "com.microsoft.SkipLayerNormalization")  # fmt: skip
+    assert case["onnx"]["outputs"] == ["output", "mean", "inv_std_var", "input_skip_bias_sum"]
+    arrays = peers._random_inputs(case)
+    expected = peers.expected_outputs(case, arrays)
+    assert expected.why is None and set(expected.outputs) == {"output", "mean", "inv_std_var", "input_skip_bias_sum"}
+    ours = {name: np.asarray(v) for name, v in kernel(arrays).items()}
+    assert set(ours) == set(expected.outputs)
+
+    def checked(outputs: dict) -> dict:
+        result: dict = {}
+        peers._check(result, "device", outputs, expected)
+        return result
+
+    right = checked(ours)
+    assert right["device_ok"] is True and right["device_error"] < 1e-4 and "reference_unavailable" not in right
+    for name in ours:
+        wrong = checked({**ours, name: ours[name] + np.float32(0.01)})
+        assert wrong["device_ok"] is False and wrong["device_error"] == pytest.approx(0.01, rel=1e-2), name
+    missing = checked({k: v for k, v in ours.items() if k != "input_skip_bias_sum"})
+    assert missing["device_ok"] is False and missing["device_error"] == math.inf
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_a_peer_output_no_reference_checks_says_so_and_is_never_ok():
+    """demo.Softmax (no --onnx-op): no NumPy reference and onnxruntime does not know the op. demo.TopK
+    as ai.onnx.TopK at its sinceVersion 1: the node's `largest` is no attribute of TopK-1. Each peer
+    row says why it was not checked, as ours says it, and has no verdict."""
+    softmax = wk.load_kernel(PACKAGES_DIR / "demo.Softmax")
+    topk = wk.load_kernel(PACKAGES_DIR / "demo.TopK")
+    rows = [(0, _row(softmax, {"X": [4, 16]}, {"X": "float32"}, {})),
+            (1, _row(topk, {"X": [4, 40]}, {"X": "float32"}, {"k": 5}))]  # fmt: skip
+    unknown, refused = [peers.peer_cases([r], [softmax, topk], "large", None if r[0] == 0 else "ai.onnx.TopK")[0]
+                        for r in rows]  # fmt: skip
+    for case, why in ((unknown, "onnxruntime: onnxruntime does not know this op"),
+                      (refused, "onnxruntime: onnxruntime refused this call: ")):  # fmt: skip
+        arrays = peers._random_inputs(case)
+        result: dict = {}
+        peers._check(result, "numpy", dict(kernel_outputs(case, arrays)), peers.expected_outputs(case, arrays))
+        assert result["reference_unavailable"].startswith(why), result
+        assert "numpy_ok" not in result and "numpy_error" not in result
+    assert "'largest' is no attribute of TopK-1" in result["reference_unavailable"]
+
+
+def kernel_outputs(case: dict, arrays: dict) -> dict:
+    return wk.load_kernel(PACKAGES_DIR / case["op"])(arrays, attrs=case["attrs"] or None)
+
+
+def test_torch_says_it_has_no_implementation_of_an_op_and_starts_nothing(monkeypatch, capsys):
+    """torch looked the op up in TORCH_OPS after starting CUDA and drawing the inputs: a KeyError
+    for any op but the shipped ones. Now one clear row, and torch is not imported for it (here it
+    cannot be: an import would have made the row torch's ImportError). A case torch has an
+    implementation of still gets torch's own failure."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    inputs = {"X": {"shape": [64], "dtype": "float32"}}
+    cases = [{"id": 0, "op": "com.example.MatMulNBits", "attrs": {}, "compile": False, "inputs": inputs},
+             {"id": 1, "op": "com.microsoft.QuickGelu", "attrs": {}, "compile": False, "inputs": inputs}]  # fmt: skip
+    peers.run_torch(cases[:1])
+    (alone,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert alone == {"case": 0, "peer": "torch", "error": "torch: no implementation of com.example.MatMulNBits "
+                     "(peers.TORCH_OPS has com.microsoft.BiasAdd, com.microsoft.QuickGelu)"}  # fmt: skip
+    peers.run_torch(cases)
+    results = {r["case"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert results[0] == alone and results[1]["error"].startswith("ModuleNotFoundError: import of torch halted"), results

@@ -402,7 +402,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
                     row["after_gpu_timing_median_s"] = again["median_s"]
             save()
         if compare:
-            _compare(rows, compile_tag, console, save, peer_timeout_s, warm_up_s)
+            _compare(rows, compile_tag, console, save, peer_timeout_s, warm_up_s, kernels=loaded, onnx_op=onnx_op)
     except KeyboardInterrupt:  # what was measured is kept, in the file or on stdout
         save()
         where = f"; they are in {json_path}" if json_path and json_path != "-" and not unsaved else ""
@@ -632,17 +632,12 @@ def _host_per_call(kernels: list[Kernel], calls: int, seed: int) -> list[dict[st
 
 
 def _compare(rows: list[dict[str, Any]], compile_tag: str, console: Any, save: Any, timeout_s: int,
-             warm_up_s: float = 0.0) -> None:  # fmt: skip
-    """Run each peer in its own process over the same cases and merge its figures into rows."""
-    cases = []
-    for i, row in enumerate(rows):
-        if not bench_report.timed(row):  # no figure of ours to set a peer's against
-            continue
-        dtypes = {k: row["dtypes"][k] for k in row["shapes"]}
-        cases.append({"id": i, "op": row["kernel"], "attrs": row["attrs"],
-                      "compile": compile_tag == "all" or compile_tag in row["tags"],
-                      "inputs": {k: {"shape": s, "dtype": dtypes[k], **_generate(row.get("generate", {}).get(k))}
-                                 for k, s in row["shapes"].items()}})  # fmt: skip
+             warm_up_s: float = 0.0, *, kernels: Iterable[Kernel], onnx_op: str | None = None) -> None:  # fmt: skip
+    """Run each peer in its own process over the same cases (the ONNX node of each ``kernels``'
+    call, ``onnx_op`` where --onnx-op names it: peers.peer_cases) and merge its figures into rows."""
+    # a row with no figure of ours (an error, a skip) has nothing to set a peer's against
+    timed = [(i, row) for i, row in enumerate(rows) if bench_report.timed(row)]
+    cases = peers.peer_cases(timed, kernels, compile_tag, onnx_op)
     for peer in ("torch", "ort-webgpu"):
         group_of = peers.PROCESS_GROUPS.get(peer, lambda case: None)
         groups: dict[Any, list[dict[str, Any]]] = {}

@@ -3,8 +3,9 @@
 Each peer runs in its own process (``python -m webgpu_kernels.peers PEER CASES.json``) because
 Dawn (ONNX Runtime's WebGPU provider), CUDA and wgpu-native in one process are untested
 together; PROCESS_GROUPS splits a peer's cases further where it needs that. A peer prints one
-JSON object per case on stdout. Every peer output is checked against a float64 reference so that
-a fast wrong answer is reported as wrong.
+JSON object per case on stdout. Every peer output is checked, so that a fast wrong answer is
+reported as wrong: against the op's NumPy reference where it has one, else against onnxruntime's
+CPU provider running the same ONNX node (:func:`peer_cases` places it as `run` does).
 
 Per-op code lives here and in references.py, never in the engine.
 """
@@ -15,7 +16,8 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,14 @@ import numpy as np
 from . import walltime
 from .case_data import random_values
 from .comparison import Tolerance, check_against
-from .references import REFERENCES, one_node_model
+from .errors import KernelError
+from .references import (
+    ReferenceUnavailable,
+    manifest_positions,
+    numpy_reference,
+    one_node_model,
+    onnxruntime_reference,
+)
 from .walltime import back_to_back
 
 
@@ -44,19 +53,103 @@ TORCH_OPS: dict[str, Callable[..., Any]] = {
 }
 
 
+def peer_cases(rows: Iterable[tuple[int, dict[str, Any]]], kernels: Iterable[Any], compile_tag: str,
+               onnx_op: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The cases the peers are handed, one per bench row (with its index, the case's ``id``): the
+    op, the attributes given, whether torch compiles it (``compile_tag``, or "all"), the inputs'
+    shapes, dtypes and distributions, and ``onnx``, the ONNX node of the call (:func:`node_of`).
+
+    ``kernels``: the benched ones (each row's by its op id); ``onnx_op``: bench's --onnx-op."""
+    by_id = {kernel.op_id: kernel for kernel in kernels}
+    cases = []
+    for i, row in rows:
+        dtypes = {k: row["dtypes"][k] for k in row["shapes"]}
+        generated = row.get("generate", {})
+        cases.append({"id": i, "op": row["kernel"], "attrs": row["attrs"],
+                      "compile": compile_tag == "all" or compile_tag in row["tags"],
+                      "inputs": {k: {"shape": s, "dtype": dtypes[k], **({"generate": generated[k]} if k in generated else {})}
+                                 for k, s in row["shapes"].items()},
+                      "onnx": node_of(by_id[row["kernel"]], row, onnx_op)})  # fmt: skip
+    return cases
+
+
+def node_of(kernel: Any, row: dict[str, Any], onnx_op: str | None) -> dict[str, Any]:
+    """The one-node ONNX model of ``row``'s call, as `run` and bench's own check build it: ``op``
+    (``onnx_op``, the op the package mirrors, else its own id), ``inputs`` and ``outputs``, the
+    node's by position (``""`` for one left out), each named as our input or output it is,
+    ``opset`` (the manifest's sinceVersion), ``attrs`` (the manifest's defaults, then the row's)
+    and ``output_shapes``, ours (a model ONNX infers other shapes for is not run as a reference).
+    The outputs are those the timed plan writes, so that a peer computes what ours did; where that
+    plan cannot be made again, every output of the manifest, their shapes unknown."""
+    metas = {k: (tuple(s), row["dtypes"][k]) for k, s in row["shapes"].items()}
+    try:
+        _, plan = kernel.plan(metas, attrs=row["attrs"] or None, variant=row.get("variant"),
+                              tunables=row.get("tunables") or None)  # fmt: skip
+        produced: dict[str, list[int]] | None = {o.role: list(o.shape) for o in plan.outputs}
+    except KernelError:  # a row bench timed has a plan: this is for safety, not a path bench takes
+        produced = None
+    roles = produced if produced is not None else [spec.role for spec in kernel.manifest.outputs]
+    inputs, outputs, _ = manifest_positions(kernel.manifest, metas, roles, op_id=onnx_op)
+    return {"op": onnx_op or kernel.op_id, "inputs": inputs, "outputs": outputs, "opset": kernel.manifest.since_version,
+            "attrs": {**kernel.manifest.attributes, **row["attrs"]}, "output_shapes": produced}  # fmt: skip
+
+
+def _node(case: dict[str, Any]) -> dict[str, Any]:
+    """The case's ONNX node; a case written without one (by hand) is its op's, in the order of
+    references.ONNX_OPS or of its inputs."""
+    return case.get("onnx") or {"op": case["op"], "inputs": None, "outputs": None, "opset": None,
+                                "attrs": case.get("attrs", {}), "output_shapes": None}  # fmt: skip
+
+
 def _random_inputs(case: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {name: random_values(tuple(spec["shape"]), spec["dtype"], rng, spec.get("generate"))
             for name, spec in case["inputs"].items()}  # fmt: skip
 
 
-def _check(result: dict[str, Any], label: str, outputs: dict[str, np.ndarray], inputs: dict[str, np.ndarray],
-           case: dict[str, Any]) -> None:  # fmt: skip
-    """``result[label_error]`` and ``result[label_ok]``: the peer's output against the reference,
-    with the tolerance bench holds ours to (of the case's dtypes)."""
-    agreement = check_against(outputs, REFERENCES[case["op"]](inputs, case.get("attrs", {})),
-                              Tolerance.of(str(np.dtype(a.dtype)) for a in inputs.values()))  # fmt: skip
+@dataclass(frozen=True)
+class Expected:
+    """What a peer's outputs are checked against: the reference's outputs by name with the
+    tolerance bench holds ours to (of the case's dtypes), or ``why`` there are none."""
+
+    outputs: dict[str, np.ndarray] | None
+    tolerance: Tolerance
+    why: str | None = None
+
+
+def expected_outputs(case: dict[str, Any], inputs: dict[str, np.ndarray]) -> Expected:
+    """The reference of ``case`` on ``inputs``, by ours' rule (cli_bench's checker): the op's NumPy
+    reference where it has one and no other ONNX op is named, else onnxruntime's CPU provider on
+    the case's ONNX node."""
+    node = _node(case)
+    tolerance = Tolerance.of(str(np.dtype(a.dtype)) for a in inputs.values())
+    reference = numpy_reference(case["op"]) if node["op"] == case["op"] else None
+    if reference is not None:
+        return Expected(reference(inputs, node["attrs"]), tolerance)
+    try:
+        found = onnxruntime_reference(node["op"], inputs, node["attrs"], input_names=node["inputs"],
+                                      output_names=node["outputs"], output_shapes=node["output_shapes"],
+                                      opset=node["opset"])  # fmt: skip
+    except ReferenceUnavailable as why:
+        return Expected(None, tolerance, f"onnxruntime: {why}")
+    if not found:
+        return Expected(None, tolerance, "onnxruntime: it computed none of the outputs")
+    return Expected(found, tolerance)
+
+
+def _check(result: dict[str, Any], label: str, outputs: dict[str, np.ndarray], expected: Expected) -> None:
+    """``result[label_error]`` and ``result[label_ok]``: every output the reference has, by name,
+    against it (one missing or of another shape is wrong); where there is no reference,
+    ``result["reference_unavailable"]`` says why and there is no verdict. Outputs the reference
+    computed no value for are named in ``result["reference_uncompared"]``."""
+    if expected.outputs is None:
+        result["reference_unavailable"] = expected.why
+        return
+    agreement = check_against(outputs, expected.outputs, expected.tolerance)
     result[f"{label}_error"], result[f"{label}_ok"] = agreement.max_error, agreement.ok
+    uncompared = [name for name in outputs if name not in expected.outputs]
+    if uncompared:
+        result["reference_uncompared"] = uncompared
 
 
 def _once(fn: Callable[[], Any]) -> float:
@@ -110,8 +203,34 @@ def _differential(fn: Callable[[], Any], sync: Callable[[], Any], *, target_s: f
         n *= 2
 
 
+def _unimplemented(case: dict[str, Any]) -> str | None:
+    """Why torch has no figure for ``case``'s op (it has no implementation of it), or None."""
+    if case["op"] in TORCH_OPS:
+        return None
+    return f"torch: no implementation of {case['op']} (peers.TORCH_OPS has {', '.join(sorted(TORCH_OPS))})"
+
+
+def _setup_failed(peer: str, cases: list[dict[str, Any]], exc: BaseException) -> None:
+    """Each case's row where the peer could not start (its library not installed): the reason."""
+    for case in cases:
+        print(json.dumps({"case": case["id"], "peer": peer, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
+
+
 def run_torch(cases: list[dict[str, Any]], warm_up_s: float = 0.0) -> None:
-    import torch
+    # An op torch has no implementation of is said first, and nothing of torch's (nor CUDA) starts
+    # for it: with no case left, torch is not even imported.
+    for case in cases:
+        why = _unimplemented(case)
+        if why is not None:
+            print(json.dumps({"case": case["id"], "peer": "torch", "error": why}), flush=True)
+    cases = [case for case in cases if _unimplemented(case) is None]
+    if not cases:
+        return
+    try:
+        import torch
+    except ImportError as exc:
+        _setup_failed("torch", cases, exc)
+        return
 
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
@@ -126,6 +245,7 @@ def run_torch(cases: list[dict[str, Any]], warm_up_s: float = 0.0) -> None:
             if not cuda:  # CPU figures in the "torch TB/s" columns would flatter any GPU kernel
                 raise RuntimeError(f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False)")
             arrays = _random_inputs(case)
+            expected = expected_outputs(case, arrays)
             tensors = {k: torch.from_numpy(v).to(dev) for k, v in arrays.items()}
             fn = TORCH_OPS[op]
             impls = [("eager", lambda: fn(tensors, attrs))]
@@ -134,7 +254,7 @@ def run_torch(cases: list[dict[str, Any]], warm_up_s: float = 0.0) -> None:
                 impls.append(("compile", lambda: compiled(tensors)))
             for label, impl in impls:
                 out = impl()
-                _check(result, label, {k: v.cpu().numpy() for k, v in out.items()}, arrays, case)
+                _check(result, label, {k: v.cpu().numpy() for k, v in out.items()}, expected)
                 if warm_up_left > 0:
                     source = torch.empty(walltime.WARM_UP_BYTES // 4, device=dev)
                     target = torch.empty_like(source)
@@ -213,34 +333,43 @@ def run_ort_webgpu(cases: list[dict[str, Any]], warm_up_s: float = 0.0) -> None:
     # No warm-up of its own (warm_up_s is taken for the common signature): torch's copies would
     # put CUDA beside Dawn in one process, and the differential below times batches of at least
     # 0.1 s each, three times, after doubling up to them.
-    import onnxruntime as ort
-    import onnxruntime_ep_webgpu as webgpu_ep
+    try:
+        import onnxruntime as ort
+        import onnxruntime_ep_webgpu as webgpu_ep
+    except ImportError as exc:  # the plugin is a package of its own: said in each case's row
+        _setup_failed("ort-webgpu", cases, exc)
+        return
 
     ort.register_execution_provider_library("webgpu", webgpu_ep.get_library_path())
     device = next((d for d in ort.get_ep_devices() if d.ep_name == webgpu_ep.get_ep_name()), None)
     for case in cases:
-        op, attrs = case["op"], case.get("attrs", {})
+        node = _node(case)
         result: dict[str, Any] = {"case": case["id"], "peer": "ort-webgpu"}
         try:
             if device is None:
                 raise RuntimeError("no WebGPU EP device")
             arrays = _random_inputs(case)
+            expected = expected_outputs(case, arrays)
             options = ort.SessionOptions()
             options.add_provider_for_devices([device], {})
-            model, feeds, _ = one_node_model(op, arrays, attrs)
+            model, feeds, names = one_node_model(node["op"], arrays, node["attrs"], input_names=node["inputs"],
+                                                 output_names=node["outputs"], opset=node["opset"])  # fmt: skip
             session = ort.InferenceSession(model, sess_options=options)
-            out = session.run(None, feeds)
-            _check(result, "numpy", {"Y": out[0]}, arrays, case)
-            result["numpy_roundtrip_s"] = back_to_back(lambda: session.run(None, feeds), lambda: None, min_s=0.15, batches=3)
+
+            def by_name(values: list[Any]) -> dict[str, np.ndarray]:  # None: an output it computed no value for
+                return {n: np.asarray(v) for n, v in zip(names, values, strict=True) if v is not None}
+
+            _check(result, "numpy", by_name(session.run(names, feeds)), expected)
+            result["numpy_roundtrip_s"] = back_to_back(lambda: session.run(names, feeds), lambda: None, min_s=0.15, batches=3)
             binding = session.io_binding()
             for k, v in feeds.items():
                 binding.bind_ortvalue_input(k, ort.OrtValue.ortvalue_from_numpy(v, "webgpu", 0))
-            binding.bind_output("Y", "webgpu")
+            for name in names:
+                binding.bind_output(name, "webgpu")
             session.run_with_iobinding(binding)
-            y = binding.copy_outputs_to_cpu()[0]
-            _check(result, "device", {"Y": y}, arrays, case)
+            _check(result, "device", by_name(binding.copy_outputs_to_cpu()), expected)
             # Device-resident runs may be asynchronous, and the only way to wait for them is a
-            # readback of the output. Time n and 4n back-to-back runs, each ended by one readback:
+            # readback of the outputs. Time n and 4n back-to-back runs, each ended by one readback:
             # the difference divided by 3n is the time per run, with the readback cancelled out.
             sync = binding.copy_outputs_to_cpu
             samples = _differential(lambda: session.run_with_iobinding(binding), sync)
