@@ -887,6 +887,22 @@ def test_a_peer_figure_whose_output_is_wrong_says_so_in_its_cell():
     assert cells[12] == "1.0 WRONG" and cells[13] == "0.50 WRONG" and cells[15] == "1.000"  # ORT device wrong
 
 
+def test_a_peer_figure_no_reference_checked_says_so_under_the_table():
+    """A peer's ``reference_unavailable`` (no NumPy reference and onnxruntime's CPU provider without
+    the op) had been in the JSON only: its figure stood in the table like a checked one."""
+    from rich.console import Console
+
+    rows = [_row(peers={"ort-webgpu": {"device_s": 1e-6, "numpy_roundtrip_s": 1e-3,
+                                       "reference_unavailable": "onnxruntime: onnxruntime does not know this op"}})]
+    console = Console(record=True, width=400)
+    bench_report.print_rows(console, rows, [])
+    text = console.export_text()
+    assert ("ort-webgpu on tiny-4096 float32 is not checked: no reference computing its outputs "
+            "(onnxruntime: onnxruntime does not know this op)") in text, text
+    (line,) = [line for line in text.splitlines() if "tiny-4096" in line and "│" in line]
+    assert [c.strip() for c in line.split("│")[1:-1]][12] == "1.0 ?"  # not a checked figure
+
+
 def _terminal_table(monkeypatch, rows, width):
     """What print_rows shows on a live terminal ``width`` columns wide: the table's lines and the rest."""
     import io

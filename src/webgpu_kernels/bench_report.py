@@ -112,9 +112,11 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str | Text]]:
         ort_s = ort_peer.get("device_s")
         err = _fmt(row.get("max_error"), ".1e") + ("" if row.get("error_ok") is not False else " WRONG")
 
-        def checked(text: str, ok: bool | None) -> str:
-            # A figure whose output failed the reference check says so in its own cell.
-            return text + (" WRONG" if ok is False else "")
+        def checked(text: str, peer: dict[str, Any], figure: str) -> str:
+            # A figure whose output failed the reference check says so in its own cell, and one
+            # no reference could check is marked "?" (the line under the table says why).
+            unchecked = text != "-" and peer.get("reference_unavailable")
+            return text + (" WRONG" if peer.get(f"{figure}_ok") is False else " ?" if unchecked else "")
 
         tuned = row.get("tuned", {})
         cells = (
@@ -124,13 +126,13 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str | Text]]:
             f"{row['copy_fraction'] * 100:.1f}",
             "error" if "error" in tuned else _fmt(tuned.get("tbps"), ".3f") + ("" if tuned.get("error_ok") is not False else " WRONG"),
             *(("error" if "error" in tuned else _fmt(tuned.get("tflops"), ".3f"),) if flops else ()),
-            checked(_fmt(per_s(torch_peer.get("eager_s")), ".3f"), torch_peer.get("eager_ok")),
-            checked(_fmt(per_s(torch_peer.get("compile_s")), ".3f"), torch_peer.get("compile_ok")),
-            checked(_fmt(ort_s and ort_s * 1e6, ".1f"), ort_peer.get("device_ok")),
-            checked(_fmt(ort_s and ort_s / row["median_s"], ".2f"), ort_peer.get("device_ok")),
+            checked(_fmt(per_s(torch_peer.get("eager_s")), ".3f"), torch_peer, "eager"),
+            checked(_fmt(per_s(torch_peer.get("compile_s")), ".3f"), torch_peer, "compile"),
+            checked(_fmt(ort_s and ort_s * 1e6, ".1f"), ort_peer, "device"),
+            checked(_fmt(ort_s and ort_s / row["median_s"], ".2f"), ort_peer, "device"),
             _fmt(row.get("roundtrip_s") and row["roundtrip_s"] * 1e3, ".3f"),
             checked(_fmt(ort_peer.get("numpy_roundtrip_s") and ort_peer["numpy_roundtrip_s"] * 1e3, ".3f"),
-                    ort_peer.get("numpy_ok")),
+                    ort_peer, "numpy"),
             _fmt(torch_peer.get("transfer_s") and torch_peer["transfer_s"] * 1e3, ".3f"), err,
         )  # fmt: skip
         for name, cell in zip(names, cells, strict=True):
@@ -214,6 +216,9 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
         for peer, result in row.get("peers", {}).items():
             if "error" in result:
                 console.print(Text(f"{peer} on {row['case']} {row['dtype']}: {result['error'][:160]}", style="yellow"))
+            elif result.get("reference_unavailable"):
+                console.print(Text(f"{peer} on {row['case']} {row['dtype']} is not checked: no reference computing its "
+                                   f"outputs ({result['reference_unavailable']})", style="yellow"))  # fmt: skip
             for key in ("eager", "compile"):
                 if result.get(f"{key}_stable") is False:  # as our own unsettled figure's line says
                     console.print(Text(f"{peer} {key} on {row['case']} {row['dtype']} is unstable: batch medians did "
