@@ -50,6 +50,7 @@
 #   bash scripts/h200-run.sh oom   buffers past the card's memory: OutOfMemoryError, the pool's trim-and-retry, a call after it
 #   bash scripts/h200-run.sh newpackages   demo.CumSum and com.example.SkipLayerNormalization: validate --strict, test, bench
 #   bash scripts/h200-run.sh conv   demo.Conv: validate --strict, test, torch's conv2d (scripts/torch_conv.py), bench of the defaults
+#   bash scripts/h200-run.sh onnxpeers   MatMulNBits, DequantizeLinear and RotaryEmbedding beside ORT WebGPU (--compare)
 #   bash scripts/h200-run.sh packagesuite NAME [ONNX_OP]   tests/packages/NAME validated, tested and benched (checked against ONNX_OP in onnxruntime), then the suite
 #   bash scripts/h200-run.sh concatsuite   packagesuite demo.Concat ai.onnx.Concat (run AH)
 #   bash scripts/h200-run.sh convsuite   demo.Conv's defaults beside cuDNN (torch_conv.py), bench, then the suite in 8 processes
@@ -359,6 +360,14 @@ case "${1:-bench}" in
       timeout 90 python3 -m webgpu_kernels test "tests/packages/$p" 2>&1 | tail -4 | tee -a "$OUT/new-packages.log"
       timeout 150 python3 -m webgpu_kernels bench "tests/packages/$p" --no-host --json "$OUT/bench-$p.json" 2>&1 \
         | tee -a "$OUT/new-packages.log"
+    done ;;
+  onnxpeers)  # session 55: packages mirroring an ONNX op beside ORT WebGPU (bench --compare with the op each mirrors)
+    for spec in com.example.MatMulNBits:com.microsoft.MatMulNBits ai.onnx.DequantizeLinear: \
+                com.example.RotaryEmbedding:com.microsoft.RotaryEmbedding; do
+      p=${spec%%:*} op=${spec#*:}
+      echo "== $p ${op:-(its own id)}" | tee -a "$OUT/onnx-peers.log"
+      WEBGPU_KERNELS_PEER_TIMEOUT=120 timeout 190 python3 -m webgpu_kernels bench "tests/packages/$p" ${op:+--onnx-op $op} \
+        --compare --no-host --json "$OUT/peers-$p.json" 2>&1 | tee -a "$OUT/onnx-peers.log"
     done ;;
   packagesuite)  # session 49: a test package on a real GPU (validate, test, bench; checked against onnxruntime's
                  # op where ONNX_OP is given), then the suite in 8 processes: packagesuite demo.Concat ai.onnx.Concat
