@@ -51,6 +51,7 @@
 #   bash scripts/h200-run.sh newpackages   demo.CumSum and com.example.SkipLayerNormalization: validate --strict, test, bench
 #   bash scripts/h200-run.sh conv   demo.Conv: validate --strict, test, torch's conv2d (scripts/torch_conv.py), bench of the defaults
 #   bash scripts/h200-run.sh onnxpeers   MatMulNBits, DequantizeLinear and RotaryEmbedding beside ORT WebGPU (--compare)
+#   bash scripts/h200-run.sh onnxpeerssuite   onnxpeers, then the suite in 8 processes
 #   bash scripts/h200-run.sh packagesuite NAME [ONNX_OP]   tests/packages/NAME validated, tested and benched (checked against ONNX_OP in onnxruntime), then the suite
 #   bash scripts/h200-run.sh concatsuite   packagesuite demo.Concat ai.onnx.Concat (run AH)
 #   bash scripts/h200-run.sh convsuite   demo.Conv's defaults beside cuDNN (torch_conv.py), bench, then the suite in 8 processes
@@ -369,6 +370,10 @@ case "${1:-bench}" in
       WEBGPU_KERNELS_PEER_TIMEOUT=120 timeout 190 python3 -m webgpu_kernels bench "tests/packages/$p" ${op:+--onnx-op $op} \
         --compare --no-host --json "$OUT/peers-$p.json" 2>&1 | tee -a "$OUT/onnx-peers.log"
     done ;;
+  onnxpeerssuite)  # session 55: onnxpeers, then the suite in 8 processes with what time is left
+    bash "$0" onnxpeers
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
   packagesuite)  # session 49: a test package on a real GPU (validate, test, bench; checked against onnxruntime's
                  # op where ONNX_OP is given), then the suite in 8 processes: packagesuite demo.Concat ai.onnx.Concat
     c=tests/packages/$2 log=$OUT/package.log
