@@ -464,11 +464,18 @@ def _check_late_refusal(case: casefile.TestCase, refusal: casefile.Refusal, prog
                 out.error(TEST_FILE, where, f"the call is {refusal.mismatch(exc)}", case=case.name)
             return
     if never:
-        out.error(TEST_FILE, where, f"the contract accepts the call's inputs, attributes and tunables, so it is never "
-                                    f"refused with {refusal.error}", case=case.name)  # fmt: skip
+        out.error(TEST_FILE, where, f"the contract accepts the call ({_call_text(signature)}), its attributes "
+                                    f"and tunables, so it is never refused with {refusal.error}", case=case.name)  # fmt: skip
     elif refusal.message is None and refusal.error in _BROAD_ERRORS:
         out.warning(TEST_FILE, where, f"no 'message': a call refused with any {refusal.error} passes, whatever "
                                       "the reason (name the clause or argument)", case=case.name)  # fmt: skip
+
+
+def _call_text(signature: Any) -> str:
+    """The call as the contract saw it (``X (4,), bias (8,); float32``): an input a case left out by
+    mistake shows by its absence."""
+    shapes = ", ".join(f"{role} {shape}" for role, shape in signature.shapes)
+    return f"{shapes}; {casefile.binding_label(signature.type_bindings())}"
 
 
 def _check_case_variants(case: casefile.TestCase, manifest: Manifest, out: ProblemCollector) -> None:
