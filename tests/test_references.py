@@ -81,6 +81,20 @@ def test_an_attribute_the_onnx_op_lacks_is_named_not_blamed_on_the_opset() -> No
 
 
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_a_package_naming_an_exact_older_op_version_is_not_told_to_change_it() -> None:
+    """A package mirroring Pad-2 (sinceVersion 2) in float16, which ORT runs for Pad-2 in no kernel,
+    was told to "set the manifest's sinceVersion ... to the version the package mirrors", which it
+    was: a sinceVersion above 1 that is a version of the op was chosen, so only the fact is said."""
+    data = np.ones((1, 2, 3), np.float16)
+    with pytest.raises(references.ReferenceUnavailable) as info:
+        references.onnxruntime_reference("ai.onnx.Pad", {"data": data}, {"pads": [0, 0, 1, 0, 0, 1], "mode": "constant",
+                                                                          "value": 0.0}, opset=2, output_names=["output"])  # fmt: skip
+    said = str(info.value)
+    assert "sinceVersion" not in said, said
+    assert "the model imports ai.onnx opset 2, which selects Pad-2 of its versions 1, 2, 11" in said, said
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_onnxruntime_refusal_names_an_older_opset() -> None:
     """A package mirroring ai.onnx.HardSigmoid with `new`'s sinceVersion 1 had `run --onnx-op` say only
     "no CPU kernel for this op and dtype" (float32) or an ORT Cast error (float16): ORT registers

@@ -215,7 +215,8 @@ def _opset_hint(op_id: str, opset: int | None, refusal: str = "") -> str:
     at all, the text that says so: `new` writes sinceVersion 1, and ORT registers many ai.onnx ops
     from a later version only (HardSigmoid from 6), which it reported as "no CPU kernel". Where ORT
     ``refusal`` names an attribute the selected version lacks, that attribute instead: every
-    attribute of a package goes on the node, one of its own too, and another opset may not help."""
+    attribute of a package goes on the node, one of its own too, and another opset may not help. A
+    sinceVersion above 1 that is a version of the op is the package's choice: the fact, no advice."""
     domain, _, name = op_id.rpartition(".")
     onnx_domain = "" if domain in ("ai.onnx", "") else domain
     used = opset if opset is not None else AI_ONNX_OPSET if not onnx_domain else 1
@@ -243,7 +244,10 @@ def _opset_hint(op_id: str, opset: int | None, refusal: str = "") -> str:
     fix = "set the manifest's sinceVersion, the opset the model imports, to the version the package mirrors"
     if not selected:
         return f"; {domain_name} opset {used} has no {name} (its versions {listed}): {fix}"
-    return f" (the model imports {domain_name} opset {used}, which selects {name}-{selected[-1]} of its versions {listed}: {fix})"
+    # A sinceVersion above 1 that is a version of the op was chosen (`new` writes 1): the fact alone
+    chosen = used > 1 and selected[-1] == used
+    return (f" (the model imports {domain_name} opset {used}, which selects {name}-{selected[-1]} of its versions "
+            f"{listed}{'' if chosen else ': ' + fix})")  # fmt: skip
 
 
 #: Why an output has no ONNX Runtime reference value (onnxruntime_reference leaves it out), as `run` and
