@@ -50,7 +50,7 @@
 #   bash scripts/h200-run.sh oom   buffers past the card's memory: OutOfMemoryError, the pool's trim-and-retry, a call after it
 #   bash scripts/h200-run.sh newpackages   demo.CumSum and com.example.SkipLayerNormalization: validate --strict, test, bench
 #   bash scripts/h200-run.sh conv   demo.Conv: validate --strict, test, torch's conv2d (scripts/torch_conv.py), bench of the defaults
-#   bash scripts/h200-run.sh onnxpeers   MatMulNBits, DequantizeLinear and RotaryEmbedding beside ORT WebGPU (--compare)
+#   bash scripts/h200-run.sh onnxpeers   one SD case of each shipped op, then MatMulNBits, DequantizeLinear, RotaryEmbedding and Pad beside ORT WebGPU (--compare)
 #   bash scripts/h200-run.sh onnxpeerssuite   onnxpeers, then the suite in 8 processes
 #   bash scripts/h200-run.sh packagesuite NAME [ONNX_OP]   tests/packages/NAME validated, tested and benched (checked against ONNX_OP in onnxruntime), then the suite
 #   bash scripts/h200-run.sh concatsuite   packagesuite demo.Concat ai.onnx.Concat (run AH)
@@ -363,11 +363,14 @@ case "${1:-bench}" in
         | tee -a "$OUT/new-packages.log"
     done ;;
   onnxpeers)  # session 55: packages mirroring an ONNX op beside ORT WebGPU (bench --compare with the op each mirrors)
+    # first the shipped ops on one SD case each (the peers' new node building, on the ops they had run before)
+    WEBGPU_KERNELS_PEER_TIMEOUT=60 timeout 100 python3 -m webgpu_kernels bench --case sd15-2x4096x320 \
+      --case clip-text-2x77x3072 --compare --no-host --json "$OUT/peers-shipped.json" 2>&1 | tee "$OUT/onnx-peers.log"
     for spec in com.example.MatMulNBits:com.microsoft.MatMulNBits ai.onnx.DequantizeLinear: \
-                com.example.RotaryEmbedding:com.microsoft.RotaryEmbedding; do
+                com.example.RotaryEmbedding:com.microsoft.RotaryEmbedding ai.onnx.Pad:; do
       p=${spec%%:*} op=${spec#*:}
       echo "== $p ${op:-(its own id)}" | tee -a "$OUT/onnx-peers.log"
-      WEBGPU_KERNELS_PEER_TIMEOUT=120 timeout 190 python3 -m webgpu_kernels bench "tests/packages/$p" ${op:+--onnx-op $op} \
+      WEBGPU_KERNELS_PEER_TIMEOUT=80 timeout 115 python3 -m webgpu_kernels bench "tests/packages/$p" ${op:+--onnx-op $op} \
         --compare --no-host --json "$OUT/peers-$p.json" 2>&1 | tee -a "$OUT/onnx-peers.log"
     done ;;
   onnxpeerssuite)  # session 55: onnxpeers, then the suite in 8 processes with what time is left
