@@ -679,7 +679,7 @@ def test_a_chained_comparison_is_what_python_makes_of_it(source: str) -> None:
 
 
 @pytest.mark.parametrize("source, shown", [("1e300 ** 2", "1e+300 ** 2"), ("attrs.alpha ** 100", "1e+30 ** 100"),
-                                           ("-1e300 ** 3", "-1e+300 ** 3")])  # fmt: skip
+                                           ("(-1e300) ** 3", "-1e+300 ** 3")])  # fmt: skip
 def test_a_power_past_float64_says_so_in_the_librarys_words(source, shown):
     """Python's float ** raises where * gives inf: the ExpressionError had read "OverflowError: (34,
     'Numerical result out of range')", naming neither the operation nor what was expected."""
@@ -706,3 +706,30 @@ def test_divides_truly_finds_a_true_division_no_int_filter_takes_back(source, di
     from webgpu_kernels.expressions import divides_truly
 
     assert divides_truly(source) is divides
+
+
+# --- ** where Jinja and Python differ ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("-2 ** 30", "a unary minus before ** applies to the base here"),
+    ("min(shapes.X) > -2 ** 30", "a unary minus before ** applies to the base here"),
+    ("2 * -shapes.X[0] ** 2", "a unary minus before ** applies to the base here"),
+    ("1 if true else -numel(shapes.X) ** 2", "a unary minus before ** applies to the base here"),
+    ("2 ** 3 ** 2", "a ** b ** c groups to the left here"),
+    ("2 ** -ranks.X ** 2", "a ** b ** c groups to the left here"),
+])  # fmt: skip
+def test_a_power_jinja_reads_otherwise_than_python_is_refused_at_load(source, said):
+    """Jinja reads -2 ** 30 as (-2) ** 30 (2^30; Python: -2^30) and 2 ** 3 ** 2 as (2 ** 3) ** 2 (64;
+    Python: 512): a `when` clause `min(pads) > -2 ** 30` was false for every call without a word."""
+    with pytest.raises(ExpressionError) as info:
+        ExpressionCompiler(KNOWN).compile(source, "derive.x")
+    assert said in str(info.value) and info.value.where == "derive.x", str(info.value)
+
+
+@pytest.mark.parametrize(("source", "value"), [
+    ("(-2) ** 2", 4), ("-(2 ** 2)", -4), ("3 - 2 ** 2", -1), ("2 ** -1", 0.5), ("(2 ** 3) ** 2", 64),
+    ("2 ** (3 ** 2)", 512), ("-2 * 3 ** 2", -18), ("shapes.X[-1] ** 2", 16), ("[-1, 2 ** 2][1]", 4),
+])  # fmt: skip
+def test_a_power_written_unambiguously_is_python_s_value(source, value):
+    assert ev(source, shapes={"X": (3, 4)}) == value

@@ -134,7 +134,7 @@ CORPUS = [
            "{% macro d(s, n) %}{% if n %}{{ d(s ~ s, n - 1) }}{% else %}{{ s|length }}{% endif %}{% endmacro %}"
            "{{ d('x', 64) }}", resource=True),
     Escape("power", "2 ** (10 ** 8)", resource=True),
-    Escape("power-chain", "9 ** 9 ** 9", resource=True),
+    Escape("power-chain", "(9 ** 9) ** 9", resource=True),
     Escape("huge-int-literal", "1" + "0" * 400, resource=True),
     Escape("range", "range(10**9)", "{{ range(10**9)|list|length }}", resource=True),
     Escape("nested-loops", None,
@@ -1124,3 +1124,17 @@ def test_an_undefined_value_after_double_star_is_told_undefined():
     with pytest.raises(errors.TemplateError) as info:
         render_template("{% macro m(a) %}{% endmacro %}{{ m(**nosuch) }}")
     assert str(info.value) == "main.wgsl.jinja:1: UndefinedError: 'nosuch' is undefined", str(info.value)
+
+
+@pytest.mark.parametrize(("source", "line", "said"), [
+    ("{{ -2 ** 30 }}", 2, "a unary minus before ** applies to the base here"),
+    ("x\n{% set a = 2 ** 3 ** 2 %}{{ a }}", 3, "a ** b ** c groups to the left here"),
+    ("{% if 1 > -2 ** 8 %}x{% endif %}", 2, "write (-a) ** b or -(a ** b)"),
+])  # fmt: skip
+def test_a_power_jinja_reads_otherwise_than_python_is_refused_in_a_template(source, line, said):
+    """A template's ** follows Jinja's grouping, not Python's: the ambiguous forms are refused at
+    their line, and the parenthesised ones render Python's value."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template("// one\n" + source)
+    assert str(info.value).startswith(f"main.wgsl.jinja:{line}: ") and said in str(info.value), str(info.value)
+    assert render_template("{{ (-2) ** 2 }} {{ -(2 ** 2) }} {{ 2 ** (3 ** 2) }} {{ 3 - 2 ** 2 }}") == "4 -4 512 -1"

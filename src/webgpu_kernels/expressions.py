@@ -23,6 +23,7 @@ from jinja2.runtime import Undefined
 
 from .errors import BroadcastError, ExpressionError, ExpressionSandboxError, short_repr, shorten
 from .manifest import ITEMSIZE, ONNX_TO_WGSL
+from .power_syntax import ambiguous_power
 from .sandbox import (
     MAX_EXPRESSION_DEPTH,
     MAX_INT_BITS,
@@ -420,6 +421,9 @@ class ExpressionCompiler:
             raise ExpressionSandboxError(f"expression is longer than {MAX_SEQUENCE_LENGTH} characters",
                                          expression=source[:80] + "...", where=where)  # fmt: skip
         try:
+            ambiguous = ambiguous_power(_SANDBOX.lexer.tokeniter(source, None, state="variable"))
+            if ambiguous is not None:
+                raise TemplateSyntaxError(ambiguous[1], ambiguous[0])
             parser = Parser(_SANDBOX, source, state="variable")
             tree = parser.parse_expression()
             if not parser.stream.eos:

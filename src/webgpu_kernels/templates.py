@@ -35,6 +35,7 @@ from .errors import (
     name_meant,
     type_name,
 )
+from .power_syntax import ambiguous_power
 from .sandbox import (
     LOAD_COST,
     MAX_EXPRESSION_DEPTH,
@@ -245,6 +246,9 @@ class TemplateSandbox(BoundedSandbox):
                 if len(source) > MAX_TEMPLATE_BYTES:
                     raise SandboxViolation(f"template source longer than {MAX_TEMPLATE_BYTES} characters")
                 try:
+                    ambiguous = ambiguous_power(self.lexer.tokeniter(source, name, filename))
+                    if ambiguous is not None:
+                        raise TemplateSyntaxError(ambiguous[1], ambiguous[0], name, filename)
                     tree = self._parse(source, name, filename)
                 except RecursionError:
                     raise SandboxViolation("the template is nested too deeply") from None

@@ -1,0 +1,100 @@
+"""Where Jinja reads ``**`` otherwise than Python, refused before anything runs.
+
+Manifest expressions and templates are Jinja, whose ``**`` binds looser than a unary minus and
+groups to the left: ``-2 ** 30`` is ``(-2) ** 30`` (2^30, where Python gives -2^30) and
+``2 ** 3 ** 2`` is ``(2 ** 3) ** 2`` (64, where Python gives 512). Either one silently gave an
+author who thinks in Python another number (a clause ``min(pads) > -2 ** 30`` was false for every
+call), so both are refused with the parentheses that say which is meant. The check reads the
+lexer's tokens: the parsed tree cannot tell ``-2 ** 30`` from ``(-2) ** 30``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: Names the lexer gives keywords: none of them ends an operand, so a ``-`` after one is unary.
+_KEYWORDS = frozenset({"and", "or", "not", "in", "is", "if", "else"})
+_CLOSING = {")": "(", "]": "["}
+_OPENING = {"(": ")", "[": "]"}
+_SIGNS = (("operator", "-"), ("operator", "+"))
+
+
+def _ends_operand(token: tuple[str, str]) -> bool:
+    kind, value = token
+    if kind == "name":
+        return value not in _KEYWORDS
+    return kind in ("integer", "float", "string") or (kind == "operator" and value in _CLOSING)
+
+
+def _matching(tokens: list[tuple[str, str]], i: int, step: int) -> int:
+    """The index of the bracket matching the one at ``i``, looking forward (``step`` 1) or back (-1);
+    past the end where it has none (the parser reports that)."""
+    pairs = _OPENING if step == 1 else _CLOSING
+    mine, other = ("operator", tokens[i][1]), ("operator", pairs[tokens[i][1]])
+    depth = 0
+    while 0 <= i < len(tokens):
+        depth += tokens[i] == mine
+        depth -= tokens[i] == other
+        if depth == 0:
+            return i
+        i += step
+    return i
+
+
+def _operand_start(tokens: list[tuple[str, str]], end: int) -> int:
+    """The index of the first token of the operand whose last token is at ``end``: a name, number,
+    string or bracketed group, with the attribute, subscript and call parts after it."""
+    i = end
+    while i > 0:
+        if tokens[i][0] == "operator" and tokens[i][1] in _CLOSING:
+            i = _matching(tokens, i, -1)
+            if i <= 0 or not _ends_operand(tokens[i - 1]):
+                return max(i, 0)
+            i -= 1  # a call or subscript of what comes before
+        elif i >= 2 and tokens[i - 1] == ("operator", "."):
+            i -= 2  # an attribute of what comes before
+        else:
+            return i
+    return 0
+
+
+def _operand_end(tokens: list[tuple[str, str]], start: int) -> int:
+    """The index just past the operand that begins at ``start``, its unary signs included."""
+    i = start
+    while i < len(tokens) and tokens[i] in _SIGNS:
+        i += 1
+    if i < len(tokens):
+        i = _matching(tokens, i, 1) + 1 if tokens[i][0] == "operator" and tokens[i][1] in _OPENING else i + 1
+    while i < len(tokens):
+        if tokens[i] == ("operator", ".") and i + 1 < len(tokens):
+            i += 2
+        elif tokens[i][0] == "operator" and tokens[i][1] in _OPENING:
+            i = _matching(tokens, i, 1) + 1
+        else:
+            return i
+    return i
+
+
+def ambiguous_power(tokens: Iterable[tuple[int, str, str]]) -> tuple[int, str] | None:
+    """The first ``**`` that Jinja reads otherwise than Python in the lexer's raw ``tokens``
+    (``(line, kind, value)``, as ``Environment.lexer.tokeniter`` gives them): its line and what
+    to write instead; None where every ``**`` means what Python would mean."""
+    lines: list[int] = []
+    significant: list[tuple[str, str]] = []
+    for line, kind, value in tokens:
+        if kind != "whitespace":
+            lines.append(line)
+            significant.append((kind, value))
+    for i, token in enumerate(significant):
+        if token != ("operator", "**") or i == 0:
+            continue
+        start = _operand_start(significant, i - 1)
+        if start >= 1 and significant[start - 1] == ("operator", "-") and \
+                (start < 2 or not _ends_operand(significant[start - 2])):  # fmt: skip
+            return lines[i], ("a unary minus before ** applies to the base here, as in Jinja, not to the power as "
+                              "in Python (-2 ** 2 is 4): write (-a) ** b or -(a ** b)")  # fmt: skip
+        after = _operand_end(significant, i + 1)
+        if after < len(significant) and significant[after] == ("operator", "**"):
+            return lines[i], ("a ** b ** c groups to the left here, as in Jinja, not to the right as in Python "
+                              "(2 ** 3 ** 2 is 64): write (a ** b) ** c or a ** (b ** c)")  # fmt: skip
+    return None
