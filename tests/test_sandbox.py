@@ -1138,3 +1138,15 @@ def test_a_power_jinja_reads_otherwise_than_python_is_refused_in_a_template(sour
         render_template("// one\n" + source)
     assert str(info.value).startswith(f"main.wgsl.jinja:{line}: ") and said in str(info.value), str(info.value)
     assert render_template("{{ (-2) ** 2 }} {{ -(2 ** 2) }} {{ 2 ** (3 ** 2) }} {{ 3 - 2 ** 2 }}") == "4 -4 512 -1"
+
+
+@pytest.mark.parametrize("source", [
+    "{% if false %}{% elif -2 ** 2 > 0 %}x{% endif %}",
+    "{%- if false -%}{%- elif -2 ** 2 > 0 -%}x{%- endif -%}",
+])  # fmt: skip
+def test_a_power_after_a_tag_name_is_read_as_the_tags_expression(source):
+    """The name that opens a block (`elif`) ends no operand: the minus after it is unary, and
+    `{% elif -2 ** 2 > 0 %}` (Jinja: true; Python: false) had rendered its body without a word."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(source)
+    assert "a unary minus before ** applies to the base here" in str(info.value), str(info.value)

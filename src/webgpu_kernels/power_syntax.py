@@ -83,6 +83,8 @@ def ambiguous_power(tokens: Iterable[tuple[int, str, str]]) -> tuple[int, str] |
     significant: list[tuple[str, str]] = []
     for line, kind, value in tokens:
         if kind != "whitespace":
+            if kind == "name" and significant and significant[-1][0] == "block_begin":
+                kind = "tag"  # a block's name (elif, set) ends no operand: a - after it is unary
             lines.append(line)
             significant.append((kind, value))
     for i, token in enumerate(significant):
