@@ -716,6 +716,8 @@ def test_divides_truly_finds_a_true_division_no_int_filter_takes_back(source, di
     ("min(shapes.X) > -2 ** 30", "a unary minus before ** applies to the base here"),
     ("2 * -shapes.X[0] ** 2", "a unary minus before ** applies to the base here"),
     ("1 if true else -numel(shapes.X) ** 2", "a unary minus before ** applies to the base here"),
+    ("-+2 ** 2", "a unary minus before ** applies to the base here"),
+    ("1 - -+shapes.X[0] ** 2", "a unary minus before ** applies to the base here"),
     ("2 ** 3 ** 2", "a ** b ** c groups to the left here"),
     ("2 ** -ranks.X ** 2", "a ** b ** c groups to the left here"),
 ])  # fmt: skip
@@ -730,6 +732,7 @@ def test_a_power_jinja_reads_otherwise_than_python_is_refused_at_load(source, sa
 @pytest.mark.parametrize(("source", "value"), [
     ("(-2) ** 2", 4), ("-(2 ** 2)", -4), ("3 - 2 ** 2", -1), ("2 ** -1", 0.5), ("(2 ** 3) ** 2", 64),
     ("2 ** (3 ** 2)", 512), ("-2 * 3 ** 2", -18), ("shapes.X[-1] ** 2", 16), ("[-1, 2 ** 2][1]", 4),
+    ("1 -+2 ** 2", -3), ("+2 ** 2", 4),
 ])  # fmt: skip
 def test_a_power_written_unambiguously_is_python_s_value(source, value):
     assert ev(source, shapes={"X": (3, 4)}) == value

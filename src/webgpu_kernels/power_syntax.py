@@ -91,8 +91,10 @@ def ambiguous_power(tokens: Iterable[tuple[int, str, str]]) -> tuple[int, str] |
         if token != ("operator", "**") or i == 0:
             continue
         start = _operand_start(significant, i - 1)
-        if start >= 1 and significant[start - 1] == ("operator", "-") and \
-                (start < 2 or not _ends_operand(significant[start - 2])):  # fmt: skip
+        signs = start  # the unary signs before the base (a + among them passes a - on to it: -+2 is -2)
+        while signs >= 1 and significant[signs - 1] in _SIGNS and (signs < 2 or not _ends_operand(significant[signs - 2])):
+            signs -= 1
+        if ("operator", "-") in significant[signs:start]:
             return lines[i], ("a unary minus before ** applies to the base here, as in Jinja, not to the power as "
                               "in Python (-2 ** 2 is 4): write (-a) ** b or -(a ** b)")  # fmt: skip
         after = _operand_end(significant, i + 1)
