@@ -1140,6 +1140,22 @@ def test_a_power_jinja_reads_otherwise_than_python_is_refused_in_a_template(sour
     assert render_template("{{ (-2) ** 2 }} {{ -(2 ** 2) }} {{ 2 ** (3 ** 2) }} {{ 3 - 2 ** 2 }}") == "4 -4 512 -1"
 
 
+@pytest.mark.parametrize(("source", "said"), [
+    ("{{ -3|abs ** 2 }}", "a unary minus before ** applies to the base here"),
+    ("{{ 1 - -3.7|round|int ** 2 }}", "a unary minus before ** applies to the base here"),
+    ("{{ 2 ** 3|int ** 2 }}", "a ** b ** c groups to the left here"),
+    ("{{ 2 ** 3|round(1)|int ** 2 }}", "a ** b ** c groups to the left here"),
+])  # fmt: skip
+def test_a_power_whose_operand_has_a_filter_is_read_with_it(source, said):
+    """A filter is part of a ** operand in Jinja (`-3|abs ** 2` is abs(-3) ** 2, 9; `2 ** 3|int ** 2`
+    is (2 ** 3) ** 2, 64): the minus or the left grouping past one had rendered without a word."""
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(source)
+    assert said in str(info.value), str(info.value)
+    assert render_template("{{ -(3|abs ** 2) }} {{ (-3)|abs ** 2 }} {{ 2 ** (3|int ** 2) }} {{ 3|abs ** 2 }}") == \
+        "-9 9 512 9"
+
+
 @pytest.mark.parametrize("source", [
     "{% if false %}{% elif -2 ** 2 > 0 %}x{% endif %}",
     "{%- if false -%}{%- elif -2 ** 2 > 0 -%}x{%- endif -%}",

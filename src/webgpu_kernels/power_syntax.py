@@ -43,7 +43,7 @@ def _matching(tokens: list[tuple[str, str]], i: int, step: int) -> int:
 
 def _operand_start(tokens: list[tuple[str, str]], end: int) -> int:
     """The index of the first token of the operand whose last token is at ``end``: a name, number,
-    string or bracketed group, with the attribute, subscript and call parts after it."""
+    string or bracketed group, with the attribute, subscript, call and filter parts after it."""
     i = end
     while i > 0:
         if tokens[i][0] == "operator" and tokens[i][1] in _CLOSING:
@@ -53,6 +53,8 @@ def _operand_start(tokens: list[tuple[str, str]], end: int) -> int:
             i -= 1  # a call or subscript of what comes before
         elif i >= 2 and tokens[i - 1] == ("operator", "."):
             i -= 2  # an attribute of what comes before
+        elif i >= 2 and tokens[i - 1] == ("operator", "|"):
+            i -= 2  # a filter of what comes before (Jinja's ** operand holds its filters)
         else:
             return i
     return 0
@@ -66,8 +68,8 @@ def _operand_end(tokens: list[tuple[str, str]], start: int) -> int:
     if i < len(tokens):
         i = _matching(tokens, i, 1) + 1 if tokens[i][0] == "operator" and tokens[i][1] in _OPENING else i + 1
     while i < len(tokens):
-        if tokens[i] == ("operator", ".") and i + 1 < len(tokens):
-            i += 2
+        if tokens[i] in (("operator", "."), ("operator", "|")) and i + 1 < len(tokens):
+            i += 2  # an attribute, or a filter
         elif tokens[i][0] == "operator" and tokens[i][1] in _OPENING:
             i = _matching(tokens, i, 1) + 1
         else:
