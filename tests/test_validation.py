@@ -899,17 +899,21 @@ def test_validate_reports_a_bad_bench_json_bytes_at_its_path(qg: Path, value, fr
     assert problems and all(fragment in p.message for p in problems), report.problems
 
 
-@pytest.mark.parametrize(("key", "what"), [("bytes", "TB/s"), ("flops", "TFLOP/s")])
-def test_a_bench_json_count_of_zero_for_a_case_with_data_is_warned_of(qg: Path, key, what) -> None:
+@pytest.mark.parametrize(("key", "what", "advice"), [
+    ("bytes", "TB/s", "count the bytes one call reads and writes"),
+    ("flops", "TFLOP/s", "count the floating-point operations of one call, or leave flops out"),
+])  # fmt: skip
+def test_a_bench_json_count_of_zero_for_a_case_with_data_is_warned_of(qg: Path, key, what, advice) -> None:
     """A count of 0 is a count, but for a case whose tensors hold data it made bench report 0 TB/s
-    (or TFLOP/s) without a word: a warning per case and dtype, at the count's path."""
+    (or TFLOP/s) without a word: a warning per case and dtype, at the count's path. The advice fits
+    the count: a flops of 0 had been told to "count what one call moves"."""
     edit_json(qg / "bench.json", lambda b: b.update({key: "0 * numel(shapes.X)"}))
     digests.write_metadata(qg)
     report = validate_package(qg, gpu=False)
     warned = [p for p in report.warnings if p.file == "bench.json" and p.json_path == key]
     cases = json.loads((qg / "bench.json").read_text("utf-8"))["cases"]
     assert len(warned) >= len(cases), report.problems
-    assert all(f"{key} is 0 for case " in p.message and f"bench would report 0 {what}" in p.message
+    assert all(f"{key} is 0 for case " in p.message and f"bench would report 0 {what}; {advice}" in p.message
                for p in warned), warned  # fmt: skip
     assert report.ok
 

@@ -568,8 +568,10 @@ def _check_counts(program: Program, counts: dict[str, Any], signature: Any, foun
             out.error(BENCH_FILE, key, f"for case {case.name!r} ({label}): {exc}", case=case.name, dtype=label)
             continue
         if value == 0 and any(math.prod(shape) for shape, _ in inst.inputs.values()):
+            advice = ("count the bytes one call reads and writes" if key == "bytes" else
+                      "count the floating-point operations of one call, or leave flops out for a kernel that computes none")  # fmt: skip
             out.warning(BENCH_FILE, key, f"{key} is 0 for case {case.name!r} ({label}), whose inputs hold data: bench "
-                        f"would report 0 {rate}; count what one call moves", case=case.name, dtype=label)  # fmt: skip
+                        f"would report 0 {rate}; {advice}", case=case.name, dtype=label)  # fmt: skip
 
 
 def _bench_count(program: Program | None, source: str | int | None, key: str, out: ProblemCollector) -> Any:
