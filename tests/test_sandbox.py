@@ -1156,6 +1156,37 @@ def test_a_power_whose_operand_has_a_filter_is_read_with_it(source, said):
         "-9 9 512 9"
 
 
+def test_the_power_check_reads_a_template_in_one_pass_over_its_brackets():
+    """The ** check runs before the parser bounds nesting: walking each bracketed base back to its
+    partner token by token made `((...(a) ** 2) ** 2 ...)` quadratic (a 64 KiB template: 45 s
+    of CPU at load). Its work, counted in traced lines, grows with the source, not its square."""
+    import sys
+
+    from jinja2.sandbox import SandboxedEnvironment
+
+    from webgpu_kernels import power_syntax
+
+    def work(depth: int) -> int:
+        tokens = list(SandboxedEnvironment().lexer.tokeniter("{{ " + "(" * depth + "a" + ") ** 2" * depth + " }}", None))
+        count = 0
+
+        def trace(frame, event, arg):
+            nonlocal count
+            if frame.f_code.co_filename != power_syntax.__file__:
+                return None
+            count += 1
+            return trace
+
+        sys.settrace(trace)
+        try:
+            assert power_syntax.ambiguous_power(tokens) is None
+        finally:
+            sys.settrace(None)
+        return count
+
+    assert work(400) < 3 * work(200), (work(200), work(400))
+
+
 @pytest.mark.parametrize("source", [
     "{% if false %}{% elif -2 ** 2 > 0 %}x{% endif %}",
     "{%- if false -%}{%- elif -2 ** 2 > 0 -%}x{%- endif -%}",

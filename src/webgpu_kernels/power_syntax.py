@@ -26,28 +26,35 @@ def _ends_operand(token: tuple[str, str]) -> bool:
     return kind in ("integer", "float", "string") or (kind == "operator" and value in _CLOSING)
 
 
-def _matching(tokens: list[tuple[str, str]], i: int, step: int) -> int:
-    """The index of the bracket matching the one at ``i``, looking forward (``step`` 1) or back (-1);
-    past the end where it has none (the parser reports that)."""
-    pairs = _OPENING if step == 1 else _CLOSING
-    mine, other = ("operator", tokens[i][1]), ("operator", pairs[tokens[i][1]])
-    depth = 0
-    while 0 <= i < len(tokens):
-        depth += tokens[i] == mine
-        depth -= tokens[i] == other
-        if depth == 0:
-            return i
-        i += step
-    return i
+def _partners(tokens: list[tuple[str, str]]) -> dict[int, int]:
+    """Each bracket's index to its partner's, found in one pass (each ``**`` walking back over a
+    group token by token made nested groups quadratic, before the parser bounds nesting); one
+    without a partner (the parser reports that) points past the end: ``len(tokens)`` for an
+    opening, -1 for a closing."""
+    partners: dict[int, int] = {}
+    open_at: dict[str, list[int]] = {opening: [] for opening in _OPENING}
+    for i, (kind, value) in enumerate(tokens):
+        if kind != "operator":
+            continue
+        if value in _OPENING:
+            open_at[value].append(i)
+        elif value in _CLOSING:
+            stack = open_at[_CLOSING[value]]
+            partners[i] = stack.pop() if stack else -1
+            if partners[i] >= 0:
+                partners[partners[i]] = i
+    for stack in open_at.values():
+        partners.update((i, len(tokens)) for i in stack)
+    return partners
 
 
-def _operand_start(tokens: list[tuple[str, str]], end: int) -> int:
+def _operand_start(tokens: list[tuple[str, str]], partners: dict[int, int], end: int) -> int:
     """The index of the first token of the operand whose last token is at ``end``: a name, number,
     string or bracketed group, with the attribute, subscript, call and filter parts after it."""
     i = end
     while i > 0:
         if tokens[i][0] == "operator" and tokens[i][1] in _CLOSING:
-            i = _matching(tokens, i, -1)
+            i = partners[i]
             if i <= 0 or not _ends_operand(tokens[i - 1]):
                 return max(i, 0)
             i -= 1  # a call or subscript of what comes before
@@ -60,18 +67,18 @@ def _operand_start(tokens: list[tuple[str, str]], end: int) -> int:
     return 0
 
 
-def _operand_end(tokens: list[tuple[str, str]], start: int) -> int:
+def _operand_end(tokens: list[tuple[str, str]], partners: dict[int, int], start: int) -> int:
     """The index just past the operand that begins at ``start``, its unary signs included."""
     i = start
     while i < len(tokens) and tokens[i] in _SIGNS:
         i += 1
     if i < len(tokens):
-        i = _matching(tokens, i, 1) + 1 if tokens[i][0] == "operator" and tokens[i][1] in _OPENING else i + 1
+        i = partners[i] + 1 if tokens[i][0] == "operator" and tokens[i][1] in _OPENING else i + 1
     while i < len(tokens):
         if tokens[i] in (("operator", "."), ("operator", "|")) and i + 1 < len(tokens):
             i += 2  # an attribute, or a filter
         elif tokens[i][0] == "operator" and tokens[i][1] in _OPENING:
-            i = _matching(tokens, i, 1) + 1
+            i = partners[i] + 1
         else:
             return i
     return i
@@ -89,17 +96,18 @@ def ambiguous_power(tokens: Iterable[tuple[int, str, str]]) -> tuple[int, str] |
                 kind = "tag"  # a block's name (elif, set) ends no operand: a - after it is unary
             lines.append(line)
             significant.append((kind, value))
+    partners = _partners(significant)
     for i, token in enumerate(significant):
         if token != ("operator", "**") or i == 0:
             continue
-        start = _operand_start(significant, i - 1)
+        start = _operand_start(significant, partners, i - 1)
         signs = start  # the unary signs before the base (a + among them passes a - on to it: -+2 is -2)
         while signs >= 1 and significant[signs - 1] in _SIGNS and (signs < 2 or not _ends_operand(significant[signs - 2])):
             signs -= 1
         if ("operator", "-") in significant[signs:start]:
             return lines[i], ("a unary minus before ** applies to the base here, as in Jinja, not to the power as "
                               "in Python (-2 ** 2 is 4): write (-a) ** b or -(a ** b)")  # fmt: skip
-        after = _operand_end(significant, i + 1)
+        after = _operand_end(significant, partners, i + 1)
         if after < len(significant) and significant[after] == ("operator", "**"):
             return lines[i], ("a ** b ** c groups to the left here, as in Jinja, not to the right as in Python "
                               "(2 ** 3 ** 2 is 64): write (a ** b) ** c or a ** (b ** c)")  # fmt: skip
