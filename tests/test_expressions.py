@@ -713,6 +713,9 @@ def test_divides_truly_finds_a_true_division_no_int_filter_takes_back(source, di
 
 @pytest.mark.parametrize(("source", "said"), [
     ("-2 ** 30", "a unary minus before ** applies to the base here"),
+    ("-2 ** 31.0", "a unary minus before ** applies to the base here"),  # odd integer literals only
+    ("-2 ** (31)", "a unary minus before ** applies to the base here"),
+    ("-2 ** 3[0]", "a unary minus before ** applies to the base here"),
     ("min(shapes.X) > -2 ** 30", "a unary minus before ** applies to the base here"),
     ("2 * -shapes.X[0] ** 2", "a unary minus before ** applies to the base here"),
     ("1 if true else -numel(shapes.X) ** 2", "a unary minus before ** applies to the base here"),
@@ -730,7 +733,7 @@ def test_a_power_jinja_reads_otherwise_than_python_is_refused_at_load(source, sa
 
 
 @pytest.mark.parametrize(("source", "value"), [
-    ("(-2) ** 2", 4), ("-(2 ** 2)", -4), ("3 - 2 ** 2", -1), ("2 ** -1", 0.5), ("(2 ** 3) ** 2", 64),
+    ("(-2) ** 2", 4), ("-(2 ** 2)", -4), ("-2**31", -2**31), ("-2 ** 3", -8), ("-2.5 ** 1", -2.5), ("3 - 2 ** 2", -1), ("2 ** -1", 0.5), ("(2 ** 3) ** 2", 64),
     ("2 ** (3 ** 2)", 512), ("-2 * 3 ** 2", -18), ("shapes.X[-1] ** 2", 16), ("[-1, 2 ** 2][1]", 4),
     ("1 -+2 ** 2", -3), ("+2 ** 2", 4),
 ])  # fmt: skip

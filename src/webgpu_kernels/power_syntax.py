@@ -4,7 +4,8 @@ Manifest expressions and templates are Jinja, whose ``**`` binds looser than a u
 groups to the left: ``-2 ** 30`` is ``(-2) ** 30`` (2^30, where Python gives -2^30) and
 ``2 ** 3 ** 2`` is ``(2 ** 3) ** 2`` (64, where Python gives 512). Either one silently gave an
 author who thinks in Python another number (a clause ``min(pads) > -2 ** 30`` was false for every
-call), so both are refused with the parentheses that say which is meant. The check reads the
+call), so both are refused with the parentheses that say which is meant; a minus before a power
+to an odd integer literal (``-2**31``) gives one value either way and passes. The check reads the
 lexer's tokens: the parsed tree cannot tell ``-2 ** 30`` from ``(-2) ** 30``.
 """
 
@@ -84,6 +85,18 @@ def _operand_end(tokens: list[tuple[str, str]], partners: dict[int, int], start:
     return i
 
 
+def _odd_literal(tokens: list[tuple[str, str]], partners: dict[int, int], start: int) -> bool:
+    """Whether the exponent at ``start`` is an odd integer literal alone: then (-a) ** b is -(a ** b),
+    so ``-2**31`` (the i32 minimum, as authors write it) means the same in Jinja and Python."""
+    kind, value = tokens[start] if start < len(tokens) else ("", "")
+    if kind != "integer" or _operand_end(tokens, partners, start) != start + 1:
+        return False
+    try:
+        return int(value.replace("_", ""), 0) % 2 == 1
+    except ValueError:  # a literal Python would not read (the parser reports it)
+        return False
+
+
 def ambiguous_power(tokens: Iterable[tuple[int, str, str]]) -> tuple[int, str] | None:
     """The first ``**`` that Jinja reads otherwise than Python in the lexer's raw ``tokens``
     (``(line, kind, value)``, as ``Environment.lexer.tokeniter`` gives them): its line and what
@@ -104,7 +117,7 @@ def ambiguous_power(tokens: Iterable[tuple[int, str, str]]) -> tuple[int, str] |
         signs = start  # the unary signs before the base (a + among them passes a - on to it: -+2 is -2)
         while signs >= 1 and significant[signs - 1] in _SIGNS and (signs < 2 or not _ends_operand(significant[signs - 2])):
             signs -= 1
-        if ("operator", "-") in significant[signs:start]:
+        if ("operator", "-") in significant[signs:start] and not _odd_literal(significant, partners, i + 1):
             return lines[i], ("a unary minus before ** applies to the base here, as in Jinja, not to the power as "
                               "in Python (-2 ** 2 is 4): write (-a) ** b or -(a ** b)")  # fmt: skip
         after = _operand_end(significant, partners, i + 1)
