@@ -1130,6 +1130,7 @@ def test_an_undefined_value_after_double_star_is_told_undefined():
     ("{{ -2 ** 30 }}", 2, "a unary minus before ** applies to the base here"),
     ("x\n{% set a = 2 ** 3 ** 2 %}{{ a }}", 3, "a ** b ** c groups to the left here"),
     ("{% if 1 > -2 ** 8 %}x{% endif %}", 2, "write (-a) ** b or -(a ** b)"),
+    ("{{ -{'a': 2}['a'] ** 2 }}", 2, "a unary minus before ** applies to the base here"),  # a dict literal's item
 ])  # fmt: skip
 def test_a_power_jinja_reads_otherwise_than_python_is_refused_in_a_template(source, line, said):
     """A template's ** follows Jinja's grouping, not Python's: the ambiguous forms are refused at

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 #: Names the lexer gives keywords: none of them ends an operand, so a ``-`` after one is unary.
 _KEYWORDS = frozenset({"and", "or", "not", "in", "is", "if", "else"})
-_CLOSING = {")": "(", "]": "["}
-_OPENING = {"(": ")", "[": "]"}
+_CLOSING = {")": "(", "]": "[", "}": "{"}
+_OPENING = {"(": ")", "[": "]", "{": "}"}
 _SIGNS = (("operator", "-"), ("operator", "+"))
 
 

@@ -245,7 +245,7 @@ def _opset_hint(op_id: str, opset: int | None, refusal: str = "") -> str:
     if not selected:
         return f"; {domain_name} opset {used} has no {name} (its versions {listed}): {fix}"
     # A sinceVersion above 1 that is a version of the op was chosen (`new` writes 1): the fact alone
-    chosen = used > 1 and selected[-1] == used
+    chosen = opset is not None and used > 1 and selected[-1] == used
     return (f" (the model imports {domain_name} opset {used}, which selects {name}-{selected[-1]} of its versions "
             f"{listed}{'' if chosen else ': ' + fix})")  # fmt: skip
 
