@@ -368,6 +368,35 @@ def test_bench_byte_count_is_read_as_flops_is() -> None:
         assert [e.json_path for e in case_format.check_bench_data({"bytes": bad, "cases": [case]})] == ["bytes"], bad
 
 
+def test_bench_tolerances_are_read_as_test_json_s() -> None:
+    """bench.json's optional top-level ``tolerances`` (how closely bench holds its outputs) takes
+    test.json's form and is read as test.json's: a missing rtol or atol is 0; none given, {}."""
+    case = {"name": "a", "inputs": {"X": {"shape": [4]}}}
+    given = {"float32": {"rtol": 1e-5, "atol": 0.5}, "float16": {"atol": 2}}
+    assert case_format.check_bench_data({"tolerances": given, "cases": [case]}) == []
+    bench = casefile.parse_bench_file({"tolerances": given, "cases": [case]})
+    assert bench.tolerances == {"float32": Tolerance(rtol=1e-5, atol=0.5), "float16": Tolerance(rtol=0.0, atol=2.0)}
+    assert casefile.parse_bench_file({"cases": [case]}).tolerances == {}
+    bench_schema, test_schema = case_format.case_schema("bench"), case_format.case_schema("test")
+    assert bench_schema["properties"]["tolerances"] == test_schema["properties"]["tolerances"]
+    for name in ("tolerance", "tolerances", "dtype"):  # one form: the piece is test.json's
+        assert bench_schema["$defs"][name] == test_schema["$defs"][name], name
+
+
+@pytest.mark.parametrize("tolerances", [
+    {"float32": {"rtol": -1}}, {"float33": {"rtol": 1}}, {"float32": {}}, {"float32": {"tol": 1}},
+    {"float32": {"atol": "1e-3"}}, {"float32": {"atol": math.inf}}, {"float16": {"rtol": math.nan, "atol": 1}}, [1],
+])  # fmt: skip
+def test_a_bad_bench_tolerance_is_refused_at_its_json_path_as_test_json_s(tolerances) -> None:
+    bench = {"tolerances": tolerances, "cases": [{"name": "a", "inputs": {"X": {"shape": [4]}}}]}
+    test = {"tolerances": tolerances, "cases": [minimal_case()]}
+    found = [(e.json_path, e.detail) for e in case_format.check_bench_data(bench)]
+    assert found and found == [(e.json_path, e.detail) for e in case_format.check_test_data(test)], found
+    assert all(path.startswith("tolerances") for path, _ in found), found
+    with pytest.raises(CaseFileError):
+        casefile.parse_bench_file(bench)
+
+
 _MISPLACED = {"X": {"shape": [4]}, "generate": {"distribution": "uniform", "seed": 1}}
 _MISPLACED_TEST = {"X": {"shape": [4], "values": [1, 2, 3, 4]}, "generate": {"distribution": "uniform", "seed": 1}}
 

@@ -1492,6 +1492,60 @@ def test_a_reference_that_computed_none_of_the_outputs_checked_nothing(monkeypat
     assert uncompared == ["Z"]
 
 
+NBITS_DIR = PACKAGES_DIR / "com.example.MatMulNBits"
+#: A 3072-term f32 dot product of N(0, 1) data: near-zero outputs miss float32's default atol.
+NBITS_LONG = ["-i", "A=1x1x3072:f32", "-i", "B=64x96x16:u8", "-i", "scales=6144:f32", "--attr", "K=3072",
+              "--attr", "N=64", "--attr", "block_size=32", "--onnx-op", "com.microsoft.MatMulNBits", "--no-host",
+              "--warm-up", "0"]  # fmt: skip
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_bench_json_tolerances_hold_a_long_sum_and_a_wrong_output_still_fails(runner, tmp_path):
+    """bench held every output to the default of its dtypes: MatMulNBits' correct sums of 3072 f32
+    terms were WRONG by 7.5e-4 (64 outputs, some near 0). bench.json's `tolerances` now judge the outputs of the dtypes they
+    name, -i shapes included; without them the default stands, and with them a kernel whose zero
+    point is off by one is still WRONG."""
+    path = tmp_path / "rows.json"
+    invoke(runner, "bench", str(NBITS_DIR), *NBITS_LONG, "--json", str(path))
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    given = json.loads((NBITS_DIR / "bench.json").read_text("utf-8"))["tolerances"]
+    assert row["error_ok"] is True and row["max_error"] > FLOAT_TOLERANCE["float32"][0], row  # past the default's atol
+    assert row["tolerances"] == given
+    plain = shutil.copytree(NBITS_DIR, tmp_path / "plain")
+    (plain / "metadata.json").unlink()
+    bench = json.loads((plain / "bench.json").read_text("utf-8"))
+    del bench["tolerances"]
+    (plain / "bench.json").write_text(json.dumps(bench), "utf-8")
+    result = runner.invoke(main, ["bench", str(plain), *NBITS_LONG, "--json", str(path)])
+    assert result.exit_code == 1 and "WRONG" in result.output, result.output
+    assert "tolerances" not in json.loads(path.read_text("utf-8"))["cases"][0]
+    wrong = shutil.copytree(NBITS_DIR, tmp_path / "wrong")
+    (wrong / "metadata.json").unlink()
+    common = wrong / "matmul-nbits-common.wgsl.jinja"
+    assert "return 8.0;" in common.read_text("utf-8")
+    common.write_text(common.read_text("utf-8").replace("return 8.0;", "return 7.0;"), "utf-8")
+    result = runner.invoke(main, ["bench", str(wrong), *NBITS_LONG, "--json", str(path)])
+    assert result.exit_code == 1 and "WRONG" in result.output, result.output
+    (row,) = json.loads(path.read_text("utf-8"))["cases"]
+    assert row["error_ok"] is False and row["max_error"] > given["float32"]["atol"], row
+
+
+def test_bench_s_rule_holds_each_output_to_the_bench_json_tolerance_of_its_own_dtype():
+    """held_to, the one rule of ours, the tuned choice's (against the reference or, where none
+    checks the op, the default's output) and the peers': an output of a dtype bench.json's
+    `tolerances` name by that tolerance, an integer one too; any other by the default."""
+    from webgpu_kernels.comparison import held_to
+
+    expected = {"Y": np.array([1.0, -2.0])}
+    off = {"Y": np.array([1.25, -2.0], np.float32)}
+    assert not held_to(["float32"])(off, expected).ok
+    assert held_to(["float32"], {"float32": {"atol": 0.5}})(off, expected).ok
+    assert not held_to(["float32"], {"float16": {"atol": 0.5}})(off, expected).ok
+    index = {"I": np.array([3, 4], np.int64)}
+    assert held_to(["float32"], {"int64": {"atol": 1}})(index, {"I": np.array([4, 4])}).ok
+    assert not held_to(["float32"], {"float32": {"atol": 1}})(index, {"I": np.array([4, 4])}).ok
+
+
 @pytest.mark.parametrize("command", ["bench", "tune"])
 def test_a_bench_json_dtype_outside_the_constraint_is_advised_in_the_case_not_in_python(runner, tmp_path, command):
     """A bench.json case whose dtype the type constraint lacks: validate said to add it to

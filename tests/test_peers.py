@@ -302,11 +302,11 @@ def _row(kernel: wk.Kernel, shapes: dict, dtypes: dict, attrs: dict, **extra) ->
 MATMUL_NBITS_ATTRS = {"K": 64, "N": 16, "bits": 4, "block_size": 32, "accuracy_level": 4}
 
 
-def matmul_nbits_row(kernel: wk.Kernel) -> dict:
+def matmul_nbits_row(kernel: wk.Kernel, **extra) -> dict:
     shapes = {"A": [1, 3, 64], "B": [16, 2, 16], "scales": [32]}
     uniform = {"distribution": "uniform", "low": -0.5, "high": 255.5}
     return _row(kernel, shapes, {"A": "float32", "B": "uint8", "scales": "float32"}, MATMUL_NBITS_ATTRS,
-                generate={"B": uniform})  # fmt: skip
+                generate={"B": uniform}, **extra)  # fmt: skip
 
 
 def skip_layer_norm_row(kernel: wk.Kernel) -> dict:
@@ -329,6 +329,33 @@ def test_a_peer_case_carries_the_onnx_node_of_the_op_the_package_mirrors():
                             "opset": 1, "attrs": MATMUL_NBITS_ATTRS, "output_shapes": {"Y": [1, 3, 16]}}  # fmt: skip
     (plain,) = peers.peer_cases([(0, row)], [kernel], "large")  # without --onnx-op: its own id
     assert plain["onnx"]["op"] == "com.example.MatMulNBits"
+
+
+def test_a_peer_is_held_to_the_bench_json_tolerances_its_row_carries():
+    """bench.json's `tolerances` judge ours; the peers had the default of the case's dtypes, so one
+    figure could be WRONG by a rule the others were not held to. The row carries them (where the
+    file gives them) to its peer case, and the peer's check uses them for outputs of that dtype."""
+    kernel = wk.load_kernel(PACKAGES_DIR / "com.example.MatMulNBits")
+    given = {"float32": {"rtol": 0.0, "atol": 0.5}}
+    (case,) = peers.peer_cases([(0, matmul_nbits_row(kernel, tolerances=given))], [kernel], "large")
+    assert case["tolerances"] == given
+    (plain,) = peers.peer_cases([(0, matmul_nbits_row(kernel))], [kernel], "large")
+    assert "tolerances" not in plain
+    bias_add = {"op": "com.microsoft.BiasAdd", "inputs": {
+        "X": {"shape": [2, 8], "dtype": "float32"}, "bias": {"shape": [8], "dtype": "float32"},
+        "skip": {"shape": [2, 8], "dtype": "float32"}}}  # fmt: skip
+    arrays = peers._random_inputs(bias_add)
+    exact = arrays["X"].astype(np.float64) + arrays["bias"] + arrays["skip"]
+
+    def ok(case: dict, y: np.ndarray) -> bool:
+        result: dict = {}
+        peers._check(result, "eager", {"Y": y.astype(np.float32)}, peers.expected_outputs(case, arrays))  # the output's dtype
+        return result["eager_ok"]
+
+    assert not ok(bias_add, exact + 0.25)  # float32's default: 1e-4 + 1e-5 |y|
+    assert ok({**bias_add, "tolerances": given}, exact + 0.25)
+    assert not ok({**bias_add, "tolerances": given}, exact + 0.75)
+    assert not ok({**bias_add, "tolerances": {"float16": {"atol": 1}}}, exact + 0.25)  # another dtype's: the default
 
 
 def test_a_two_output_op_s_case_names_each_node_output_as_ours():

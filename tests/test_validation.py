@@ -293,6 +293,22 @@ def test_case_files_against_the_manifest(qg: Path) -> None:
     assert report.coverage == []  # --no-gpu
 
 
+def test_a_bad_bench_json_tolerance_is_reported_at_its_json_path_as_test_json_s(qg: Path) -> None:
+    """bench.json's `tolerances` takes test.json's form: validate reports a bad one where it lies,
+    in test.json's words; a good one is no problem."""
+    edit_json(qg / "bench.json", lambda b: b.update(tolerances={"float32": {"rtol": -1}, "float17": {"atol": 1}}))
+    edit_json(qg / "test.json", lambda t: t.update(tolerances={"float32": {"rtol": -1}, "float17": {"atol": 1}}))
+    digests.write_metadata(qg)
+    report = validate_package(qg, gpu=False)
+    found = {f: {(p.json_path, p.message) for p in report.errors if p.file == f} for f in ("bench.json", "test.json")}
+    assert {path for path, _ in found["bench.json"]} == {"tolerances.float32.rtol", "tolerances"}, found
+    assert found["bench.json"] == found["test.json"]
+    edit_json(qg / "bench.json", lambda b: b.update(tolerances={"float32": {"rtol": 1e-3, "atol": 0.5}}))
+    edit_json(qg / "test.json", lambda t: t.pop("tolerances"))
+    digests.write_metadata(qg)
+    assert not [p for p in validate_package(qg, gpu=False).errors if p.file == "bench.json"]
+
+
 # --- warnings and package-level problems --------------------------------------------------------------
 
 

@@ -140,16 +140,9 @@ def check_test_data(data: Any, *, file: str = TEST_FILE, drafts: bool = False, m
     if errors:
         return errors
     errors.extend(_duplicate_names(data["cases"], file))
-    # Python's JSON reader takes 1e400 and the non-standard Infinity and NaN as numbers, and the
-    # schema's minimum lets them through: an infinite atol would pass any finite output.
     tolerance_sets: list[tuple[list[str | int], Any]] = [(["tolerances"], data.get("tolerances", {}))]
     tolerance_sets += [(["cases", i, "tolerances"], c.get("tolerances", {})) for i, c in enumerate(data["cases"])]
-    for where, tolerances in tolerance_sets:
-        for dtype, values in tolerances.items():
-            for key, value in values.items():
-                if not math.isfinite(value):
-                    errors.append(CaseFileError(f"{key} must be a finite number, not {value!r}", file=file,
-                                                json_path=json_path([*where, dtype, key])))  # fmt: skip
+    errors += tolerance_errors(tolerance_sets, file)
     for i, case in enumerate(data["cases"]):
         # Summed before anything is built; a data file without a shape counts when it is read
         # (TestCase._check_total).
@@ -188,6 +181,16 @@ def check_test_data(data: Any, *, file: str = TEST_FILE, drafts: bool = False, m
                 if "shape" in spec:
                     errors += impossible_shape_errors(spec["shape"], file, ["cases", i, section, role, "shape"])
     return errors
+
+
+def tolerance_errors(tolerance_sets: Iterable[tuple[list[str | int], Any]], file: str) -> list[CaseFileError]:
+    """What the schema cannot say of ``tolerances`` objects (test.json's and bench.json's), each
+    given with its JSON path: Python's JSON reader takes 1e400 and the non-standard Infinity and NaN
+    as numbers, and the schema's minimum lets them through: an infinite atol would pass any finite output."""
+    return [CaseFileError(f"{key} must be a finite number, not {value!r}", file=file,
+                          json_path=json_path([*where, dtype, key]))
+            for where, tolerances in tolerance_sets for dtype, values in tolerances.items()
+            for key, value in values.items() if not math.isfinite(value)]  # fmt: skip
 
 
 def generate_errors(gen: Mapping[str, Any], file: str, where: str) -> list[CaseFileError]:
@@ -229,6 +232,7 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE, manifest: Any = None)
             if "generate" in spec:
                 errors += generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
             errors += impossible_shape_errors(spec["shape"], file, ["cases", i, "inputs", role, "shape"])
+    errors += tolerance_errors([(["tolerances"], data.get("tolerances", {}))], file)
     return errors + _duplicate_names(data["cases"], file)
 
 

@@ -16,7 +16,7 @@ import json
 import math
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -463,6 +463,8 @@ class BenchFile:
     flops: str | int | None = None
     #: Bytes one call moves, where the package counts them (a kernel reading part of an input): as ``flops``
     bytes: str | int | None = None
+    #: How closely bench holds outputs of a dtype named (test.json's file-level form); others: the engine's default
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)
 
 
 def parse_bench_file(data: Any, *, file: str = BENCH_FILE, manifest: Any = None) -> BenchFile:
@@ -489,7 +491,7 @@ def checked_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
         for i, case in enumerate(data["cases"])
     )  # fmt: skip
     return BenchFile(description=data.get("description", ""), cases=cases, file=file, flops=data.get("flops"),
-                     bytes=data.get("bytes"))
+                     bytes=data.get("bytes"), tolerances=_merge_tolerances({}, data.get("tolerances", {})))  # fmt: skip
 
 
 def advise_case(exc: BaseException, file: str = TEST_FILE) -> None:

@@ -41,7 +41,7 @@ from .case_format import BENCH_FILE
 from .casefile import advise_case, case_name_matches, parse_bench_file
 from .cli import FiniteFloatRange, adapter_option, adapter_request_of, onnx_op_option, output_file
 from .command_output import echo_json, is_live, jsonable, safe_console
-from .comparison import Agreement, Tolerance, check_against
+from .comparison import Agreement, held_to
 from .contract import check_call, shape_text
 from .device import default_device, env_count, get_device
 from .errors import DeviceLimitError, InputError, KernelError, SelectionError, TuningFileWarning, names_meant
@@ -84,8 +84,9 @@ def bench_cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], d
     way `validate` reads it: a malformed file stops the command with its file and JSON path."""
     bench = (parse_bench_file(kernel.package.read_json(BENCH_FILE), manifest=kernel.manifest)
              if kernel.package.has(BENCH_FILE) else None)  # fmt: skip
-    # flops and bytes apply to -i shapes too: they are the op's counts, not a case's
-    counts = {"flops": bench.flops if bench is not None else None, "bytes": bench.bytes if bench is not None else None}
+    # flops, bytes and tolerances apply to -i shapes too: they are the op's, not a case's
+    counts = {"flops": bench.flops if bench is not None else None, "bytes": bench.bytes if bench is not None else None,
+              "tolerances": {d: t.as_dict() for d, t in (bench.tolerances if bench is not None else {}).items()}}
     if inputs:
         # Shapes the contract refuses, the device cannot hold or no variant takes are the caller's
         # mistake (exit 2; a --variant that refuses them is an error row). Any other failure is the
@@ -164,7 +165,8 @@ def _row_head(kernel: Kernel, case: dict[str, Any]) -> dict[str, Any]:
     them as the call has them, defaults filled in (a row of a call the contract refuses has none)."""
     head = {"kernel": kernel.op_id, "case": case["name"], "tags": case["tags"],
             "dtype": dtypes_label(str(numpy_dtype(s["dtype"])) for s in case["inputs"].values()),
-            "shapes": {k: list(s["shape"]) for k, s in case["inputs"].items()}, "attrs": case["attrs"]}  # fmt: skip
+            "shapes": {k: list(s["shape"]) for k, s in case["inputs"].items()}, "attrs": case["attrs"],
+            **({"tolerances": case["tolerances"]} if case.get("tolerances") else {})}  # fmt: skip
     metas = {role: (tuple(spec["shape"]), spec["dtype"]) for role, spec in case["inputs"].items()}
     try:
         head["effective_attrs"] = check_call(kernel.manifest, metas, case["attrs"] or None, None).attr_map()
@@ -193,10 +195,12 @@ def case_arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
 
 
 def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], dtype_label: str,
-             uncompared: list[str], unavailable: dict[str, str], onnx_op: str | None = None) -> Any:  # fmt: skip
+             uncompared: list[str], unavailable: dict[str, str], onnx_op: str | None = None,
+             tolerances: dict[str, Any] | None = None) -> Any:  # fmt: skip
     """The check of an output against the op's registered NumPy reference, else onnxruntime's CPU
     provider as `run` uses it (``onnx_op``: the ONNX op compared, as `run --onnx-op` names it),
-    with the tolerance of the case's dtypes: one rule for ours, tuned and every peer's figure. The
+    with the tolerance of the case's dtypes, or bench.json's ``tolerances`` for an output of a dtype
+    they name (:func:`held_to`): one rule for ours, tuned and every peer's figure. The
     check returns None where no reference has the op, and ``unavailable`` then says why, by
     reference, in `run`'s words. The outputs the reference computed no value for, so left
     unchecked, are added to ``uncompared``."""
@@ -204,7 +208,7 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
     if reference is None:
         unavailable["numpy"] = no_numpy_reference(kernel.op_id)
     full_attrs = {**kernel.manifest.attributes, **attrs}
-    tolerance = Tolerance.of(dtype_label.split(","))
+    held = held_to(dtype_label.split(","), tolerances)
     # Computed at the first check (retries and the tuned run reuse it); onnxruntime's per set of
     # outputs, since a variant may leave an optional output out and the node then lists fewer.
     expected: dict[frozenset[str] | None, dict[str, np.ndarray] | ReferenceUnavailable] = {}
@@ -230,7 +234,7 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
             # its release computes no value for (before 1.30): said, as `run` says them, not passed silently
             uncompared.extend(n for n in outputs if n not in found and n not in uncompared)
         # a reference that computed none of them checked nothing: no figure, as where none has the op
-        return check_against(outputs, found, tolerance) if found else None
+        return held(outputs, found) if found else None
 
     return check
 
@@ -538,7 +542,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         choice = None if cache is None else cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
         uncompared: list[str] = []
         unavailable: dict[str, str] = {}  # why each reference checked nothing, where none did
-        check = _checker(kernel, arrays, attrs, row["dtype"], uncompared, unavailable, run.onnx_op)
+        check = _checker(kernel, arrays, attrs, row["dtype"], uncompared, unavailable, run.onnx_op, case.get("tolerances"))
 
         def timed() -> Any:
             return bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
@@ -562,7 +566,8 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         return row
     if choice is not None:
         try:
-            row["tuned"] = _bench_tuned(kernel, arrays, attrs, result, row["dtype"], (flops, nbytes), check, run)
+            row["tuned"] = _bench_tuned(kernel, arrays, attrs, result, held_to(row["dtype"].split(","), case.get("tolerances")),
+                                        (flops, nbytes), check, run)  # fmt: skip
         except KernelError as exc:  # the default's figures stand
             row["tuned"] = {"variant": choice.variant, "tunables": choice.tunables, "error": str(exc)}
     if uncompared:  # ours and the tuned run's, by the case's reference
@@ -570,10 +575,11 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
     return row
 
 
-def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any, dtype: str,
+def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any, held: Any,
                  counts: tuple[int | None, int | None], check: Any, run: _BenchRun) -> dict[str, Any]:  # fmt: skip
     """The "tuned" figures: what a call without variant or tunables runs, checked as the default is
-    (``check``: the default's; where no reference checked the default, against its output), and
+    (``check``: the default's; where no reference checked the default, against its output by the
+    default's rule, ``held``: :func:`held_to`), and
     timed under the default's slow-state rule (``run``'s device and copies). ``counts``: the call's
     FLOPs and bytes where bench.json gives them (None where not)."""
     flops, nbytes = counts
@@ -590,8 +596,7 @@ def _bench_tuned(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str,
     if default.error_ok is None and not same:  # no reference has the op: the default's output is the measure
         expected = {n: np.asarray(v, dtype=np.float64) for n, v in
                     kernel(arrays, attrs=attrs, variant=default.variant, tunables=default.tunables).items()}  # fmt: skip
-        tolerance = Tolerance.of(dtype.split(","))
-        check, against = (lambda outputs: check_against(outputs, expected, tolerance)), "default"
+        check, against = (lambda outputs: held(outputs, expected)), "default"
     slow_state = None
     if same:
         tuned = default

@@ -14,7 +14,7 @@ Imports nothing of the engine: casefile, references and the commands import it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,11 @@ class Tolerance:
     def as_dict(self) -> dict[str, float]:
         """test.json's spelling, which `test`'s reports use."""
         return {"rtol": self.rtol, "atol": self.atol}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Tolerance:
+        """From test.json's spelling (:meth:`as_dict`); a missing ``rtol`` or ``atol`` is 0."""
+        return cls(rtol=float(values.get("rtol", 0.0)), atol=float(values.get("atol", 0.0)))
 
     @classmethod
     def of(cls, dtypes: Iterable[str]) -> Tolerance:
@@ -295,21 +300,26 @@ class Agreement:
     ok: bool
 
 
-def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray], tolerance: Tolerance) -> Agreement:
+def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray], tolerance: Tolerance,
+                  by_dtype: Mapping[str, Tolerance] | None = None) -> Agreement:  # fmt: skip
     """Each expected output against ``outputs``, :data:`CHUNK_ELEMENTS` at a time (an 84M-element
     output is 670 MB in float64): the largest error (:func:`max_abs_error`) and whether every
     element is within ``tolerance``. A missing output or another shape is infinitely wrong.
 
     An integer or boolean output (int64 indices, say) is held to :data:`OTHER_TOLERANCE`
     whatever ``tolerance`` the case's float dtypes give, as `run` holds it: with float32's relative
-    part an index of 200000 off by one agreed."""
+    part an index of 200000 off by one agreed. ``by_dtype`` (bench.json's ``tolerances``): an
+    output of a dtype it names is held to that instead, each output to its own dtype's, as `test`
+    holds test.json's."""
     worst = 0.0
     ok = True
     for name, ref in expected.items():
         if name not in outputs or np.shape(outputs[name]) != ref.shape:  # an optional output not produced
             return Agreement(float("inf"), False)
-        got = _as_bytes_if_bool(np.asarray(outputs[name]))  # as `test` judges it: byte 2 is not true
-        allowed = Tolerance(*OTHER_TOLERANCE) if got.dtype.kind in "iub" else tolerance
+        got = np.asarray(outputs[name])
+        allowed = (by_dtype[got.dtype.name] if by_dtype and got.dtype.name in by_dtype
+                   else Tolerance(*OTHER_TOLERANCE) if got.dtype.kind in "iub" else tolerance)  # fmt: skip
+        got = _as_bytes_if_bool(got)  # as `test` judges it: byte 2 is not true
         for got_part, ref_part in _chunks(got, np.asarray(ref)):
             diff, ref_part = _reference_errors(got_part, ref_part)
             worst = max(worst, float(diff.max()))
@@ -318,6 +328,16 @@ def check_against(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]
             elif ok:
                 ok = bool((diff <= allowed.allowance(ref_part)).all())
     return Agreement(worst, ok)
+
+
+def held_to(dtypes: Iterable[str], tolerances: Mapping[str, Mapping[str, Any]] | None = None,
+            ) -> Callable[[Mapping[str, Any], Mapping[str, np.ndarray]], Agreement]:  # fmt: skip
+    """bench's check of outputs against the reference, one rule for ours, the tuned choice's and
+    every peer's: :func:`check_against` with the tolerance of the case's least precise float
+    ``dtypes`` (:meth:`Tolerance.of`), an output of a dtype that ``tolerances`` (bench.json's, in
+    test.json's spelling) name held to that one instead."""
+    tolerance, by_dtype = Tolerance.of(dtypes), {d: Tolerance.from_dict(t) for d, t in (tolerances or {}).items()}
+    return lambda outputs, expected: check_against(outputs, expected, tolerance, by_dtype)
 
 
 def max_abs_error(outputs: Mapping[str, Any], expected: Mapping[str, np.ndarray]) -> float:

@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,7 +57,8 @@ def peer_cases(rows: Iterable[tuple[int, dict[str, Any]]], kernels: Iterable[Any
                onnx_op: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The cases the peers are handed, one per bench row (with its index, the case's ``id``): the
     op, the attributes given, whether torch compiles it (``compile_tag``, or "all"), the inputs'
-    shapes, dtypes and distributions, and ``onnx``, the ONNX node of the call (:func:`node_of`).
+    shapes, dtypes and distributions, ``onnx``, the ONNX node of the call (:func:`node_of`), and
+    ``tolerances``, bench.json's that the row was held to, where it gives them.
 
     ``kernels``: the benched ones (each row's by its op id); ``onnx_op``: bench's --onnx-op."""
     by_id = {kernel.op_id: kernel for kernel in kernels}
@@ -69,7 +70,8 @@ def peer_cases(rows: Iterable[tuple[int, dict[str, Any]]], kernels: Iterable[Any
                       "compile": compile_tag == "all" or compile_tag in row["tags"],
                       "inputs": {k: {"shape": s, "dtype": dtypes[k], **({"generate": generated[k]} if k in generated else {})}
                                  for k, s in row["shapes"].items()},
-                      "onnx": node_of(by_id[row["kernel"]], row, onnx_op)})  # fmt: skip
+                      "onnx": node_of(by_id[row["kernel"]], row, onnx_op),
+                      **({"tolerances": row["tolerances"]} if row.get("tolerances") else {})})  # fmt: skip
     return cases
 
 
@@ -110,11 +112,13 @@ def _random_inputs(case: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]
 @dataclass(frozen=True)
 class Expected:
     """What a peer's outputs are checked against: the reference's outputs by name with the
-    tolerance bench holds ours to (of the case's dtypes), or ``why`` there are none."""
+    tolerance bench holds ours to (of the case's dtypes; ``by_dtype``: bench.json's for an output
+    of a dtype it names), or ``why`` there are none."""
 
     outputs: dict[str, np.ndarray] | None
     tolerance: Tolerance
     why: str | None = None
+    by_dtype: dict[str, Tolerance] = field(default_factory=dict)
 
 
 def expected_outputs(case: dict[str, Any], inputs: dict[str, np.ndarray]) -> Expected:
@@ -123,18 +127,19 @@ def expected_outputs(case: dict[str, Any], inputs: dict[str, np.ndarray]) -> Exp
     the case's ONNX node."""
     node = _node(case)
     tolerance = Tolerance.of(str(np.dtype(a.dtype)) for a in inputs.values())
+    by_dtype = {d: Tolerance.from_dict(t) for d, t in case.get("tolerances", {}).items()}  # the row's bench.json's
     reference = numpy_reference(case["op"]) if node["op"] == case["op"] else None
     if reference is not None:
-        return Expected(reference(inputs, node["attrs"]), tolerance)
+        return Expected(reference(inputs, node["attrs"]), tolerance, by_dtype=by_dtype)
     try:
         found = onnxruntime_reference(node["op"], inputs, node["attrs"], input_names=node["inputs"],
                                       output_names=node["outputs"], output_shapes=node["output_shapes"],
                                       opset=node["opset"])  # fmt: skip
     except ReferenceUnavailable as why:
-        return Expected(None, tolerance, f"onnxruntime: {why}")
+        return Expected(None, tolerance, f"onnxruntime: {why}", by_dtype)
     if not found:
-        return Expected(None, tolerance, "onnxruntime: it computed none of the outputs")
-    return Expected(found, tolerance)
+        return Expected(None, tolerance, "onnxruntime: it computed none of the outputs", by_dtype)
+    return Expected(found, tolerance, by_dtype=by_dtype)
 
 
 def _check(result: dict[str, Any], label: str, outputs: dict[str, np.ndarray], expected: Expected) -> None:
@@ -145,7 +150,7 @@ def _check(result: dict[str, Any], label: str, outputs: dict[str, np.ndarray], e
     if expected.outputs is None:
         result["reference_unavailable"] = expected.why
         return
-    agreement = check_against(outputs, expected.outputs, expected.tolerance)
+    agreement = check_against(outputs, expected.outputs, expected.tolerance, expected.by_dtype)
     result[f"{label}_error"], result[f"{label}_ok"] = agreement.max_error, agreement.ok
     uncompared = [name for name in outputs if name not in expected.outputs]
     if uncompared:
