@@ -51,7 +51,7 @@
 #   bash scripts/h200-run.sh newpackages   demo.CumSum and com.example.SkipLayerNormalization: validate --strict, test, bench
 #   bash scripts/h200-run.sh conv   demo.Conv: validate --strict, test, torch's conv2d (scripts/torch_conv.py), bench of the defaults
 #   bash scripts/h200-run.sh onnxpeers   one SD case of each shipped op, then MatMulNBits, DequantizeLinear, RotaryEmbedding and Pad beside ORT WebGPU (--compare)
-#   bash scripts/h200-run.sh nbitslevel0   MatMulNBits at accuracy_level 0 beside ORT WebGPU (decode, prefill), then the suite
+#   bash scripts/h200-run.sh nbitslevel0   MatMulNBits' accuracy_level 0 cases beside ORT WebGPU, then the suite
 #   bash scripts/h200-run.sh onnxpeerssuite   onnxpeers, then the suite in 8 processes
 #   bash scripts/h200-run.sh packagesuite NAME [ONNX_OP]   tests/packages/NAME validated, tested and benched (checked against ONNX_OP in onnxruntime), then the suite
 #   bash scripts/h200-run.sh concatsuite   packagesuite demo.Concat ai.onnx.Concat (run AH)
@@ -374,14 +374,11 @@ case "${1:-bench}" in
       WEBGPU_KERNELS_PEER_TIMEOUT=80 timeout 115 python3 -m webgpu_kernels bench "tests/packages/$p" ${op:+--onnx-op $op} \
         --compare --no-host --json "$OUT/peers-$p.json" 2>&1 | tee -a "$OUT/onnx-peers.log"
     done ;;
-  nbitslevel0)  # session 55: run AZ's MatMulNBits decode and prefill shapes at accuracy_level 0 beside ORT WebGPU (its
-                # outputs at level 4 were 0.21-0.38 off onnxruntime's CPU kernel), then the suite in 8 processes
-    for m in 1 128; do
-      WEBGPU_KERNELS_PEER_TIMEOUT=60 timeout 90 python3 -m webgpu_kernels bench tests/packages/com.example.MatMulNBits \
-        --onnx-op com.microsoft.MatMulNBits --compare --no-host -i A=1x${m}x3072:f32 -i B=9216x96x16:u8 -i scales=884736:f32 \
-        --attr K=3072 --attr N=9216 --attr bits=4 --attr block_size=32 --attr accuracy_level=0 \
-        --json "$OUT/nbits-level0-m$m.json" 2>&1 | tee -a "$OUT/nbits-level0.log"
-    done
+  nbitslevel0)  # session 55: MatMulNBits' accuracy_level 0 cases (bench.json's -level0) beside ORT WebGPU (at level 4
+                # its outputs were 0.21-0.38 off onnxruntime's CPU kernel: int8 A), then the suite in 8 processes
+    WEBGPU_KERNELS_PEER_TIMEOUT=70 timeout 110 python3 -m webgpu_kernels bench tests/packages/com.example.MatMulNBits \
+      --onnx-op com.microsoft.MatMulNBits --compare --no-host --tag accuracy-level-0 --json "$OUT/nbits-level0.json" 2>&1 \
+      | tee "$OUT/nbits-level0.log"
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout $(( 590 - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
   onnxpeerssuite)  # session 55: onnxpeers, then the suite in 8 processes with what time is left

@@ -383,6 +383,20 @@ def test_bench_tolerances_are_read_as_test_json_s() -> None:
         assert bench_schema["$defs"][name] == test_schema["$defs"][name], name
 
 
+def test_a_bench_case_s_tolerances_merge_over_the_file_s_per_key_as_in_test_json() -> None:
+    """A case's ``tolerances`` (one case of a package whose cases differ: a long sum, an int8 path an
+    attribute allows) merge key by key over the file's, as test.json's do."""
+    data = {"tolerances": {"float32": {"rtol": 1e-5, "atol": 10}, "float16": {"rtol": 1e-3}},
+            "cases": [{"name": "a", "inputs": {"X": {"shape": [4]}}, "tolerances": {"float32": {"atol": 0.1}}},
+                      {"name": "b", "inputs": {"X": {"shape": [4]}}}]}  # fmt: skip
+    assert case_format.check_bench_data(data) == []
+    first, second = casefile.parse_bench_file(data).cases
+    assert first.tolerances == {"float32": Tolerance(rtol=1e-5, atol=0.1), "float16": Tolerance(rtol=1e-3, atol=0.0)}
+    assert second.tolerances == {"float32": Tolerance(rtol=1e-5, atol=10.0), "float16": Tolerance(rtol=1e-3, atol=0.0)}
+    bad = {"cases": [{"name": "a", "inputs": {"X": {"shape": [4]}}, "tolerances": {"float32": {"atol": math.inf}}}]}
+    assert [e.json_path for e in case_format.check_bench_data(bad)] == ["cases[0].tolerances.float32.atol"]
+
+
 @pytest.mark.parametrize("tolerances", [
     {"float32": {"rtol": -1}}, {"float33": {"rtol": 1}}, {"float32": {}}, {"float32": {"tol": 1}},
     {"float32": {"atol": "1e-3"}}, {"float32": {"atol": math.inf}}, {"float16": {"rtol": math.nan, "atol": 1}}, [1],

@@ -232,7 +232,9 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE, manifest: Any = None)
             if "generate" in spec:
                 errors += generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
             errors += impossible_shape_errors(spec["shape"], file, ["cases", i, "inputs", role, "shape"])
-    errors += tolerance_errors([(["tolerances"], data.get("tolerances", {}))], file)
+    tolerance_sets: list[tuple[list[str | int], Any]] = [(["tolerances"], data.get("tolerances", {}))]
+    tolerance_sets += [(["cases", i, "tolerances"], c.get("tolerances", {})) for i, c in enumerate(data["cases"])]
+    errors += tolerance_errors(tolerance_sets, file)
     return errors + _duplicate_names(data["cases"], file)
 
 

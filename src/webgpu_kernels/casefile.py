@@ -397,6 +397,8 @@ class BenchCase:
     tunables: dict[str, Any]
     inputs: dict[str, dict[str, Any]]  # role -> {"shape": tuple, "dtype": str | None}
     file: str = BENCH_FILE
+    #: the file's tolerances with the case's own merged over them, key by key (as test.json's)
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)
 
     def expand(self, manifest: Any) -> list[BenchInstance]:
         """One instance per combination of the ``types`` lists (as benchmark.expand_cases does)."""
@@ -479,6 +481,7 @@ def parse_bench_file(data: Any, *, file: str = BENCH_FILE, manifest: Any = None)
 def checked_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
     """:func:`parse_bench_file` of ``data`` that :func:`check_bench_data` found no problem in, not
     checked again (as :func:`checked_test_file`)."""
+    base = _merge_tolerances({}, data.get("tolerances", {}))
     cases = tuple(
         BenchCase(
             name=case["name"], index=i, json_path=json_path(["cases", i]), description=case.get("description", ""),
@@ -486,12 +489,12 @@ def checked_bench_file(data: Any, *, file: str = BENCH_FILE) -> BenchFile:
             attrs=dict(case.get("attrs", {})), tunables=dict(case.get("tunables", {})),
             inputs={k: {"shape": tuple(v["shape"]), "dtype": v.get("dtype"), "generate": v.get("generate")}
                     for k, v in case["inputs"].items()},  # fmt: skip
-            file=file,
+            file=file, tolerances=_merge_tolerances(base, case.get("tolerances", {})),
         )
         for i, case in enumerate(data["cases"])
     )  # fmt: skip
     return BenchFile(description=data.get("description", ""), cases=cases, file=file, flops=data.get("flops"),
-                     bytes=data.get("bytes"), tolerances=_merge_tolerances({}, data.get("tolerances", {})))  # fmt: skip
+                     bytes=data.get("bytes"), tolerances=base)  # fmt: skip
 
 
 def advise_case(exc: BaseException, file: str = TEST_FILE) -> None:

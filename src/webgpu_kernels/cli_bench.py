@@ -108,7 +108,7 @@ def bench_cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], d
         return []
     cases: list[dict[str, Any]] = [
         {"name": case.name, "tags": list(case.tags), "attrs": case.attrs, "tunables": case.tunables, "types": inst.types,
-         **counts, "inputs": {role: {"shape": shape, "dtype": dtype, **_generate(case.inputs[role]["generate"])}
+         **counts, "tolerances": {d: t.as_dict() for d, t in case.tolerances.items()}, "inputs": {role: {"shape": shape, "dtype": dtype, **_generate(case.inputs[role]["generate"])}
                                     for role, (shape, dtype) in inst.inputs.items()}}
         for case in bench.cases for inst in case.expand(kernel.manifest)
     ]  # fmt: skip
