@@ -19,7 +19,7 @@ from test_cli_bench import QG, QG_DIR, QUICK_WARM_UP, TINY, TINY_KEY, invoke
 import webgpu_kernels as wk
 from webgpu_kernels import cli_tune, replacing, tuning
 from webgpu_kernels.cli import main
-from webgpu_kernels.comparison import Tolerance
+from webgpu_kernels.comparison import Tolerance, check_against, held_to
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.kernel import Kernel
 
@@ -155,7 +155,8 @@ def test_tunable_axes_cover_every_tunable_a_manifest_declares(device):
     assert dict(cli_tune._tunable_axes(wk.get_kernel(QG), device)) == {"WORKGROUP_SIZE": sizes}
 
 
-F32 = Tolerance.of(["float32"])
+F32 = held_to(["float32"])
+REL_1E3 = held_to(["float32"], {"float32": {"rtol": 1e-3}})
 CLIP_L = "B=512,Scale=512,X=1x64x512"  # LayerNorm's clip-l-1x77x768: its shape class
 CLIP_L_NO_B = "Scale=512,X=1x64x512"
 
@@ -749,7 +750,7 @@ def test_the_search_tries_a_variant_the_manifest_tunables_refuse(monkeypatch, de
 
     monkeypatch.setattr(cli_tune, "bench_kernel", fake_bench)
     default = SimpleNamespace(median_s=1e-5, variant="strided")
-    best, _ = cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, device), Tolerance(1e-3, 0.0))
+    best, _ = cli_tune._search(kernel, arrays, {}, default, cli_tune._tunable_axes(kernel, device), REL_1E3)
     assert ("workgroup", 128) in timed and best[1] == "workgroup"
 
 
@@ -888,7 +889,7 @@ def test_a_refused_candidate_is_not_tried_again_by_the_second_sweep(monkeypatch,
     monkeypatch.setattr(kernel, "work_key", counted)
     monkeypatch.setattr(cli_tune, "bench_kernel", lambda k, a, *, variant=None, **_: SimpleNamespace(median_s=1e-5, variant=variant))
     cli_tune._search(kernel, arrays, {"axis": 1}, SimpleNamespace(median_s=1e-5, variant="strided"),
-                     cli_tune._tunable_axes(kernel, device), Tolerance(1e-3, 0.0))  # fmt: skip
+                     cli_tune._tunable_axes(kernel, device), REL_1E3)  # fmt: skip
     refused = [a for a in attempts if a[0] == "workgroup"]
     assert refused and len(refused) == len(set(refused))
 
@@ -902,7 +903,12 @@ def test_tune_given_shapes_stores_their_class(runner, tuning_dir, monkeypatch):
                                                                   {"WORKGROUP_SIZE": 128}), []))  # fmt: skip
     monkeypatch.setattr(cli_tune, "_confirm", lambda kernel, arrays, attrs, default, best, defaults: (best, default.median_s))
     result = invoke(runner, "tune", QG_DIR, "-i", "X=3x1000:f16", *QUICK_WARM_UP)
-    assert seen == [Tolerance.of(["float16"])]
+    (check,) = seen  # float16's default: bench's rule (held_to) for the case's dtype
+    want = {"Y": np.array([1.0, 100.0])}
+    for off in (0.5e-3, 0.5e-2, 0.2):
+        got = {"Y": np.array([1.0 + off, 100.0], np.float16)}
+        assert check(got, want).ok == check_against(got, want, Tolerance.of(["float16"])).ok, off
+    assert check({"Y": np.array([1.0, 100.0], np.float16)}, want).ok and not check({"Y": np.array([1.2, 100.0], np.float16)}, want).ok
     assert "custom" in result.stdout and "float16" in result.stdout
     stored = json.loads(tuning_file(tuning_dir).read_text())
     key = f"{wk.get_kernel(QG).tuning_key}|T=float16|X=2x512"  # dimensions rounded down to powers of two
@@ -1214,3 +1220,25 @@ def test_a_variant_refused_at_every_candidate_by_other_than_its_when_is_named_wi
     out = " ".join(invoke(runner, "tune", str(root), "-i", "X=8:f32", "--dry-run", *QUICK_WARM_UP).output.split())
     assert "not tried" in out and "scalar (" in out, out
     assert "`when` refuses" not in out and "workgroupIndex" in out, out
+
+
+@pytest.mark.parametrize(("tolerances", "skipped"), [(None, True), ({"float32": {"atol": 0.05}}, False)])
+def test_tune_holds_a_candidate_to_bench_json_s_tolerances(runner, tmp_path, tuning_dir, tolerances, skipped):
+    """tune compared a candidate's output with the default's at the engine's default tolerance,
+    whatever bench.json's `tolerances` (bench's own rule) said: a variant off by 0.01 was skipped as
+    "computing something else" where the package allows 0.05."""
+    root = copy_package(PACKAGES_DIR / "demo.ScaleShift", tmp_path / "ss")
+    template = root / "scale-shift.wgsl.jinja"
+    text = template.read_text("utf-8")
+    assert "* params.affine.x + params.affine.y);" in text
+    template.write_text(text.replace("* params.affine.x + params.affine.y);", "* params.affine.x + params.affine.y + 0.01);"),
+                        "utf-8")  # the scalar variant is off by 0.01  # fmt: skip
+    bench = {"cases": [{"name": "n256", "inputs": {"X": {"shape": [256]}}, "types": {"T": ["float32"]}}]}
+    if tolerances:
+        bench["tolerances"] = tolerances
+    (root / "bench.json").write_text(json.dumps(bench), "utf-8")
+    write_metadata(root)
+    result = runner.invoke(main, ["tune", str(root), "--dry-run", *QUICK_WARM_UP])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert ("skipped (output differs from the default's): scalar" in said) is skipped, said

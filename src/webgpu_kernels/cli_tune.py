@@ -39,7 +39,7 @@ from .cli_bench import (
     warm_up_gpu,
 )
 from .command_output import is_live, safe_console
-from .comparison import Tolerance
+from .comparison import Agreement, held_to
 from .contract import check_tunables
 from .device import default_device
 from .errors import KernelError
@@ -166,7 +166,7 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                               Text("error", style="red"))  # fmt: skip
                 progress.advance(task)
                 continue
-            tolerance = Tolerance.of(case["types"].values())
+            tolerance = held_to(case["types"].values(), case.get("tolerances"))  # bench's rule
             label = f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}"
 
             def show(variant: str, tunables: dict[str, Any], label: str = label) -> None:
@@ -419,7 +419,7 @@ def _time_candidates(kernel: Kernel, case: dict[str, Any], seed: int, candidates
         expected = _as_float64(kernel(arrays, attrs=attrs, variant=default_variant, tunables=defaults))
     except KernelError as exc:  # it ran in this run's search: a device gone wrong since
         return [f"the case's default failed: {exc}"] * len(candidates)
-    tolerance = Tolerance.of(case["types"].values())
+    tolerance = held_to(case["types"].values(), case.get("tolerances"))  # bench's rule
     results: list[float | str] = []
     for candidate in candidates:
         try:
@@ -427,7 +427,7 @@ def _time_candidates(kernel: Kernel, case: dict[str, Any], seed: int, candidates
             variant, tunables = (kernel.work_key(arrays, attrs=attrs)[0], dict(kernel.manifest.tunables)) \
                 if candidate is None else candidate
             outputs = kernel(arrays, attrs=attrs, variant=variant, tunables=tunables)
-            if set(outputs) != set(expected) or not tolerance.agrees(outputs, expected):
+            if set(outputs) != set(expected) or not tolerance(outputs, expected).ok:
                 results.append("its output differs from the default's")
                 continue
             results.append(bench_kernel(kernel, arrays, attrs=attrs, variant=variant, tunables=tunables).median_s)
@@ -437,7 +437,7 @@ def _time_candidates(kernel: Kernel, case: dict[str, Any], seed: int, candidates
 
 
 def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], default: Any,
-            axes: list[tuple[str, list[Any]]], tolerance: Tolerance, defaults: dict[str, Any] | None = None,
+            axes: list[tuple[str, list[Any]]], tolerance: Callable[..., Agreement], defaults: dict[str, Any] | None = None,
             on_candidate: Callable[[str, dict[str, Any]], None] | None = None, start: dict[str, Any] | None = None,
             never_took: list[str] | None = None) -> tuple[tuple[float, str, dict[str, Any]], list[str]]:  # fmt: skip
     """The fastest (median_s, variant, tunables) found for one case, and the candidates skipped for
@@ -507,7 +507,7 @@ def _search(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any]
                                                            tunables=defaults)))  # fmt: skip
                     outputs = kernel(arrays, attrs=attrs, variant=variant, tunables=tunables)
                     # other outputs (an optional one only some variants produce) are other work
-                    if set(outputs) != set(expected) or not tolerance.agrees(outputs, expected):
+                    if set(outputs) != set(expected) or not tolerance(outputs, expected).ok:
                         skipped.append(f"{variant} {assignments(tunables)}")
                         continue  # not a point to search around either
                     here, here_s = tunables, r.median_s
