@@ -16,15 +16,15 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import walltime
 from .case_data import random_values
-from .comparison import Tolerance, check_against
+from .comparison import Agreement, held_to
 from .errors import KernelError
 from .references import (
     ReferenceUnavailable,
@@ -111,14 +111,13 @@ def _random_inputs(case: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]
 
 @dataclass(frozen=True)
 class Expected:
-    """What a peer's outputs are checked against: the reference's outputs by name with the
-    tolerance bench holds ours to (of the case's dtypes; ``by_dtype``: bench.json's for an output
-    of a dtype it names), or ``why`` there are none."""
+    """What a peer's outputs are checked against: the reference's outputs by name and ``held``, the
+    rule bench holds ours to (:func:`comparison.held_to`: the tolerance of the case's dtypes, or
+    bench.json's for an output of a dtype it names), or ``why`` there are none."""
 
     outputs: dict[str, np.ndarray] | None
-    tolerance: Tolerance
+    held: Callable[[Mapping[str, Any], Mapping[str, np.ndarray]], Agreement]
     why: str | None = None
-    by_dtype: dict[str, Tolerance] = field(default_factory=dict)
 
 
 def expected_outputs(case: dict[str, Any], inputs: dict[str, np.ndarray]) -> Expected:
@@ -126,20 +125,19 @@ def expected_outputs(case: dict[str, Any], inputs: dict[str, np.ndarray]) -> Exp
     reference where it has one and no other ONNX op is named, else onnxruntime's CPU provider on
     the case's ONNX node."""
     node = _node(case)
-    tolerance = Tolerance.of(str(np.dtype(a.dtype)) for a in inputs.values())
-    by_dtype = {d: Tolerance.from_dict(t) for d, t in case.get("tolerances", {}).items()}  # the row's bench.json's
+    held = held_to([str(np.dtype(a.dtype)) for a in inputs.values()], case.get("tolerances"))  # the row's rule
     reference = numpy_reference(case["op"]) if node["op"] == case["op"] else None
     if reference is not None:
-        return Expected(reference(inputs, node["attrs"]), tolerance, by_dtype=by_dtype)
+        return Expected(reference(inputs, node["attrs"]), held)
     try:
         found = onnxruntime_reference(node["op"], inputs, node["attrs"], input_names=node["inputs"],
                                       output_names=node["outputs"], output_shapes=node["output_shapes"],
                                       opset=node["opset"])  # fmt: skip
     except ReferenceUnavailable as why:
-        return Expected(None, tolerance, f"onnxruntime: {why}", by_dtype)
+        return Expected(None, held, f"onnxruntime: {why}")
     if not found:
-        return Expected(None, tolerance, "onnxruntime: it computed none of the outputs", by_dtype)
-    return Expected(found, tolerance, by_dtype=by_dtype)
+        return Expected(None, held, "onnxruntime: it computed none of the outputs")
+    return Expected(found, held)
 
 
 def _check(result: dict[str, Any], label: str, outputs: dict[str, np.ndarray], expected: Expected) -> None:
@@ -150,7 +148,7 @@ def _check(result: dict[str, Any], label: str, outputs: dict[str, np.ndarray], e
     if expected.outputs is None:
         result["reference_unavailable"] = expected.why
         return
-    agreement = check_against(outputs, expected.outputs, expected.tolerance, expected.by_dtype)
+    agreement = expected.held(outputs, expected.outputs)
     result[f"{label}_error"], result[f"{label}_ok"] = agreement.max_error, agreement.ok
     uncompared = [name for name in outputs if name not in expected.outputs]
     if uncompared:
