@@ -27,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 import webgpu_kernels as wk
-from webgpu_kernels import api, hub, hub_cache, hub_errors
+from webgpu_kernels import api, errors, hub, hub_cache, hub_errors
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.errors import DigestError, HubError, PackageError, TrustError
 from webgpu_kernels.package import embedded_root
@@ -187,6 +187,22 @@ def test_offline_with_nothing_cached_says_how_to_get_it(server, monkeypatch):
         wk.get_kernel(OFFICIAL, version=1)
     with pytest.raises(HubError, match=r"--revision dev` without HF_HUB_OFFLINE"):
         wk.get_kernel(OFFICIAL, revision="dev")
+
+
+def test_an_unreachable_hub_with_nothing_cached_says_how_to_get_it(server, monkeypatch):
+    """An unreachable Hub on a cold cache named the cause ("cannot be reached") but no way out, where
+    the same cold cache offline says to fetch it once with `webgpu-kernels download` (a maintainer's
+    trial against a stopped local Hub)."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there; the cache is cold
+    with pytest.raises(errors.HubNotCachedError) as info:
+        wk.get_kernel(OFFICIAL, version=1)
+    said = str(info.value)
+    assert "http://127.0.0.1:9 cannot be reached" in said, said
+    assert (f": fetch it once online (`webgpu-kernels download {OFFICIAL} --version 1` once http://127.0.0.1:9 can be "
+            "reached), or set HF_HOME or HF_HUB_CACHE to the cache that holds it") in said, said  # fmt: skip
+    go_offline(monkeypatch)
+    with pytest.raises(errors.HubNotCachedError):  # offline too: one class for "not cached, not fetchable"
+        wk.get_kernel(OFFICIAL, version=1)
 
 
 def test_offline_cli_in_a_fresh_process(server, hub_env):

@@ -236,6 +236,16 @@ def test_a_locked_cached_commit_loads_and_runs_offline(server, project, monkeypa
     assert f"`webgpu-kernels download --lock {project}`" in "\n".join(info.value.__notes__)
 
 
+def test_a_locked_commit_not_cached_with_the_hub_unreachable_names_download_lock(server, project, monkeypatch):
+    """Offline, a locked commit not cached named `download --lock`; with the Hub unreachable (a
+    stopped server, a network gone) it had named no way out."""
+    assert _cli("lock", str(project))[0] == 0
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there; the cache is cold
+    with pytest.raises(HubError, match="cannot be reached") as info:
+        wk.get_locked_kernel(OFFICIAL, project)
+    assert f"`webgpu-kernels download --lock {project}`" in "\n".join(info.value.__notes__)
+
+
 def test_download_lock_fills_the_cache_for_an_offline_get_locked_kernel(server, hub_env, project, monkeypatch, rng):
     assert _cli("lock", str(project))[0] == 0
     # Another organisation's repository needs trust, refused before anything is fetched.

@@ -238,6 +238,11 @@ class HubError(PackageError):
         super().__init__(message)
 
 
+class HubNotCachedError(HubError):
+    """A Hub package that is not in the Hugging Face cache cannot be fetched now: offline mode is on,
+    or the Hub cannot be reached. The message says how to fetch it once (``webgpu-kernels download``)."""
+
+
 class TrustError(PackageError):
     """A package from outside the official organisation, or from a path or URL, was asked for without
     ``trust_remote_code=True``. ``location`` is what was asked for, ``reason`` why it needs trust."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import hub, hub_cache, hub_errors
 from .digests import MAX_FILE_BYTES, METADATA_FILE
-from .errors import DigestError, HubError, PackageError, shorten
+from .errors import DigestError, HubError, HubNotCachedError, PackageError, shorten
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
 from .locations import OFFICIAL_ORG, Location, check_trust, checked_repo_id, is_repo_id
 from .reading import decode_json, not_regular, read_bounded
@@ -472,7 +472,7 @@ def load_locked(entry: LockEntry, lockfile: Path, *, trust_remote_code: bool) ->
     try:
         kernel = hub.load(entry.repo, revision=entry.commit, trust_remote_code=trust_remote_code, accept=check)
     except HubError as exc:
-        if hub_offline():
+        if hub_offline() or isinstance(exc, HubNotCachedError):  # a Hub it cannot reach, too
             exc.add_note(f"every commit {lockfile} pins is fetched once online with `webgpu-kernels download "
                          f"--lock {lockfile.parent}`")  # fmt: skip
         raise
