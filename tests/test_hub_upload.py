@@ -9,6 +9,7 @@ are isolated as in test_hub.py (the ``hub_env`` fixture), and ``HF_TOKEN`` is a 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -669,3 +670,125 @@ def test_the_opt_in_list_is_capped_and_json_holds_every_link(server, package, tm
     assert "... and 1 more" in said
     full = upload(str(package), REPO, "--no-gpu", "--dry-run", "--follow-outside-links", "--json")
     assert len(json.loads(full.stdout)["outsideLinks"]) == SHOWN_LINKS + 1
+
+
+# --- republishing vN: the contract compared with the one the revision holds ----------------------------
+
+
+def _edit_contract(package: Path, edit) -> None:
+    """``edit`` applied to the package's manifest (a dict, changed in place), then digested again."""
+    path = package / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    edit(manifest)
+    path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    write_metadata(package)
+
+
+def _renamed(old: str, new: str):
+    """A role renamed wherever the manifest names it (inputs, args, bindings, expressions)."""
+    def edit(manifest: dict) -> None:
+        renamed = json.loads(re.sub(rf"\b{old}\b", new, json.dumps(manifest)))
+        manifest.clear()
+        manifest.update(renamed)
+    return edit
+
+
+def _added_input(role: str, *, optional: bool = False):
+    def edit(manifest: dict) -> None:
+        manifest["inputs"].append({"role": role, "dtype": "T", **({"optional": True} if optional else {})})
+        manifest["args"][role] = {"kind": "tensor", "semantic": role, "role": "input"}
+    return edit
+
+
+def _without_shift(manifest: dict) -> None:
+    del manifest["attributes"]["shift"], manifest["attributeDescriptions"]["shift"]
+    manifest.update(json.loads(json.dumps(manifest).replace('"attrs.shift"', '"0.0"')))
+
+
+def _float32_only(manifest: dict) -> None:
+    manifest["typeConstraints"]["T"] = ["float32"]
+
+
+def _with_new_variant(manifest: dict) -> None:
+    variant = json.loads(json.dumps(manifest["variants"][-1]))
+    variant.update(id="scalarAgain", priority=-1)
+    manifest["variants"].append(variant)
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (_float32_only, "input 'X': float16 is no longer accepted (type variable T: float32)"),
+    (_renamed("X", "A"), "input 'X' was removed or renamed (the new inputs: 'A')"),
+    (_renamed("Y", "Z"), "output 'Y' was removed or renamed (the new outputs: 'Z')"),
+    (_added_input("B"), "input 'B' is new and required"),
+    (_without_shift, "attribute 'shift' was removed"),
+    (lambda m: m["attributes"].update(scale=2.0), "attribute 'scale': its default changed from 1.0 to 2.0"),
+    (lambda m: m["inputs"][0].update(rank=2), "input 'X': any rank was accepted, now only rank 2"),
+])  # fmt: skip
+def test_republishing_a_version_with_an_incompatible_contract_is_refused(server, package, edit, said):
+    first = upload_package(package, REPO, gpu=False)
+    _edit_contract(package, edit)
+    with pytest.raises(PackageError) as info:
+        upload_package(package, REPO, gpu=False)
+    message = " ".join(str(info.value).split())
+    assert said in message, message
+    assert "version=1" in message and f"`webgpu-kernels digest {package} --version 2`" in message, message
+    assert "--allow-incompatible" in message
+    assert server.commit_of(REPO, "v1") == first.commit and len(server.commits) == 1  # nothing committed
+
+
+def test_the_refusal_names_every_change(server, package):
+    upload_package(package, REPO, gpu=False)
+    _edit_contract(package, lambda m: (_float32_only(m), _without_shift(m), m["attributes"].update(scale=0.5)))
+    with pytest.raises(PackageError, match=r"3 incompatible changes") as info:
+        upload_package(package, REPO, gpu=False)
+    assert all(word in str(info.value) for word in ("float16", "'shift'", "'scale'")), info.value
+
+
+def test_a_compatible_change_republishes_the_version(server, package):
+    _edit_contract(package, _float32_only)
+    upload_package(package, REPO, gpu=False)
+    # float16 added, a variant, an optional input and an attribute more: every call that worked still does
+    _edit_contract(package, lambda m: (m["typeConstraints"].update(T=["float32", "float16"]), _with_new_variant(m),
+                                       _added_input("B", optional=True)(m), m["attributes"].update(unused=0.0)))
+    result = upload_package(package, REPO, gpu=False)
+    assert result.new_commit and result.commit == server.commit_of(REPO, "v1")
+    assert not [w for w in result.warnings if "contract" in w], result.warnings
+
+
+def test_the_opt_in_republishes_with_a_warning(server, package):
+    upload_package(package, REPO, gpu=False)
+    _edit_contract(package, _float32_only)
+    result = upload_package(package, REPO, gpu=False, allow_incompatible=True)
+    assert result.new_commit and result.commit == server.commit_of(REPO, "v1")
+    [said] = [w for w in result.warnings if "float16" in w]
+    assert "version=1" in said and "--version 2" in said and "--allow-incompatible" in said, said
+
+
+def test_the_command_refuses_and_its_flag_warns(server, package):
+    upload_package(package, REPO, gpu=False)
+    _edit_contract(package, _float32_only)
+    refused = upload(str(package), REPO, "--no-gpu")
+    assert refused.exit_code == 2 and "float16 is no longer accepted" in refused.stderr, refused.output
+    allowed = upload(str(package), REPO, "--no-gpu", "--allow-incompatible")
+    assert allowed.exit_code == 0, allowed.output
+    assert "warning: " in allowed.stderr and "float16 is no longer accepted" in " ".join(allowed.stderr.split())
+
+
+def test_the_changed_contract_published_as_the_next_version_uploads(server, package):
+    upload_package(package, REPO, gpu=False)
+    _edit_contract(package, _float32_only)
+    write_metadata(package, version=2)
+    result = upload_package(package, REPO, gpu=False, version=2)  # a first upload of v2: nothing to compare
+    assert result.created_branch and not [w for w in result.warnings if "contract" in w]
+    hub.clear_cache()
+    assert wk.get_kernel(REPO, version=1).manifest.type_constraints["T"] == ("float32", "float16")
+
+
+def test_a_manifest_on_the_revision_that_does_not_parse_is_no_refusal(server, package):
+    upload_package(package, REPO, gpu=False)
+    (server.root / REPO / "v1" / PACKAGE_DIR / "manifest.json").write_text("{}", encoding="utf-8")
+    server.rescan()
+    _edit_contract(package, _float32_only)
+    result = upload_package(package, REPO, gpu=False)
+    assert result.new_commit
+    assert [w for w in result.warnings if "not compared" in w], result.warnings

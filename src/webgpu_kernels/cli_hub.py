@@ -203,18 +203,23 @@ def _info(kernel: Kernel, *, offline: bool) -> dict:
               help="Publish files that lead outside PATH, symbolic links to files outside it and hard links with a "
                    "name outside it (refused by default; a Hugging Face cache snapshot is made of such symbolic "
                    "links); the output names them.")  # fmt: skip
+@click.option("--allow-incompatible", is_flag=True,
+              help="Replace the contract revision vN holds with an incompatible one (a call that worked may now be "
+                   "refused or compute something else), with a warning; refused by default: publish it as N+1.")  # fmt: skip
 @click.option("--gpu/--no-gpu", default=True, show_default=True,
               help="Validate with the GPU stage (render and compile every variant x dtype), as validate does.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def upload_cmd(ctx: click.Context, path: str, repo: str, version: int | None, private: bool, message: str | None,
-               any_name: bool, dry_run: bool, follow_outside_links: bool, gpu: bool, as_json: bool) -> None:  # fmt: skip
+               any_name: bool, dry_run: bool, follow_outside_links: bool, allow_incompatible: bool, gpu: bool,
+               as_json: bool) -> None:  # fmt: skip
     """Publish the package folder PATH as revision vN of the Hub kernel repository REPO ('org/op').
 
     N is metadata.json's contract version. Refused, before anything is sent, unless `validate PATH`
     finds no error, metadata.json is current (`digest PATH`), REPO's name is the op id and no file
     leads outside PATH, a symbolic link to a file outside it or a hard link with a name outside it
-    (unless --follow-outside-links, whose files are then listed). Uploads
+    (unless --follow-outside-links, whose files are then listed). Where vN holds a package, a
+    contract change that may break its users' calls is refused (unless --allow-incompatible). Uploads
     the files metadata.json lists, and metadata.json, to build/webgpu/ in one commit (deleting what
     else was there), then downloads that commit and checks its digests. HF_ENDPOINT picks the Hub;
     the token is HF_TOKEN or huggingface_hub's login.
@@ -223,7 +228,8 @@ def upload_cmd(ctx: click.Context, path: str, repo: str, version: int | None, pr
     """
     result = hub_upload.upload_package(path, repo, version=version, private=private, message=message,
                                        any_name=any_name, dry_run=dry_run, gpu=gpu, adapter=adapter_request_of(ctx),
-                                       follow_outside_links=follow_outside_links)  # fmt: skip
+                                       follow_outside_links=follow_outside_links,
+                                       allow_incompatible=allow_incompatible)  # fmt: skip
     if as_json:
         echo_json(result.as_dict())
         return

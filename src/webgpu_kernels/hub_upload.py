@@ -11,7 +11,9 @@ Then it creates the repository and the branch where missing, makes one commit ho
 files metadata.json lists (the bytes whose digests were checked) plus metadata.json, deleting what
 else that revision held under ``build/webgpu/``, and downloads that commit through
 :func:`webgpu_kernels.hub.download` into a temporary cache, so the author knows ``get_kernel``
-loads it.
+loads it. Where ``vN`` holds a package already, its manifest is compared with the package's first
+(:mod:`webgpu_kernels.contract_changes`): an incompatible contract is refused (it belongs on
+``vN+1``) unless ``--allow-incompatible``.
 """
 
 from __future__ import annotations
@@ -20,19 +22,23 @@ import os
 import re
 import shlex
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import __version__, hub, hub_cache
-from .digests import METADATA_FILE, UNLISTABLE, build_metadata, load_metadata, read_file
+from .contract_changes import incompatible_changes
+from .digests import MAX_FILE_BYTES, METADATA_FILE, UNLISTABLE, build_metadata, load_metadata, read_file
 from .errors import HubError, KernelError, PackageError
 from .hub import PACKAGE_DIR, HubPackage, check_contract_version, check_listed, require_kernel_repos
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
 from .hub_errors import first_line, http_answer, http_status, token_kept_from, token_sent
 from .kernel import Kernel
 from .locations import OFFICIAL_ORG, checked_repo_id, classify, slashed_repo_id
-from .package import KernelPackage, open_folder
+from .manifest import parse_manifest
+from .package import MANIFEST_FILE, KernelPackage, open_folder
+from .reading import decode_json
 from .validation import ERROR, validate_package
 
 #: How many of validate's errors a refusal names (validate PATH lists them all).
@@ -138,6 +144,7 @@ def upload_package(
     gpu: bool = True,
     adapter: str | None = None,
     follow_outside_links: bool = False,
+    allow_incompatible: bool = False,
 ) -> UploadResult:
     """Publish the package folder ``path`` as revision ``vN`` of the kernel repository ``repo_id``.
 
@@ -148,6 +155,8 @@ def upload_package(
     HF_ENDPOINT names); ``gpu``/``adapter``: as ``validate``'s. ``follow_outside_links``: publish
     files that lead outside the folder, symbolic links to files outside it and hard links with a name
     outside it (refused by default, see :func:`_outside_links`); the result's ``outside_links`` names them.
+    ``allow_incompatible``: replace a contract that ``vN`` holds with an incompatible one (a PackageError
+    naming each change, before the commit, by default), with a warning in the result.
     """
     repo_id = _checked_target(repo_id)
     root, package, metadata = _checked_package(path, version)
@@ -185,8 +194,14 @@ def upload_package(
     else:
         sent_token = token
     message = message or f"Upload {op_id} contract version {version} ({rev}) with webgpu-kernels {__version__}"
-    published = _publish(repo_id, rev, files, endpoint=where, token=sent_token, private=private, message=message)
-    result = replace(result, **published)
+    noted: list[str] = []
+
+    def compare(held: bytes) -> None:  # the manifest vN holds, read before the commit
+        noted.extend(_contract_check(held, package, repo_id, version, path=path, allow=allow_incompatible))
+
+    published = _publish(repo_id, rev, files, endpoint=where, token=sent_token, private=private, message=message,
+                         compare=compare)  # fmt: skip
+    result = replace(result, **published, warnings=[*warnings, *noted])
     _verify(result, token=sent_token)
     return replace(result, verified=True)
 
@@ -355,13 +370,58 @@ def _validated(root: Path, *, gpu: bool, adapter: str | None) -> list[str]:
     return [": ".join(x for x in (p.place(), p.message) if x) for p in report.problems if p.severity != ERROR]
 
 
+def _contract_check(held: bytes, package: KernelPackage, repo_id: str, version: int, *, path: str | Path,
+                    allow: bool) -> list[str]:  # fmt: skip
+    """The package's contract against the manifest revision vN holds: [] where every call that worked
+    still does, a PackageError naming each incompatible change, or with ``allow`` a warning doing so."""
+    try:
+        old = parse_manifest(decode_json(held))
+    except (KernelError, ValueError) as exc:  # written by another release or by hand: no reason to refuse
+        return [f"{repo_id} v{version}'s {MANIFEST_FILE} does not parse here ({first_line(exc)}): the contract it "
+                "holds and the package's were not compared"]  # fmt: skip
+    changes = incompatible_changes(old, parse_manifest(package.read_json(MANIFEST_FILE)))
+    if not changes:
+        return []
+    count = f"{len(changes)} incompatible change{'s' if len(changes) != 1 else ''}"
+    said = (f"{repo_id} v{version} holds contract version {version}, and this package makes {count} to it: a call "
+            f"that worked with get_kernel({repo_id!r}, version={version}) may now be refused or compute something "
+            "else\n" + "\n".join(f"  {change}" for change in changes) + "\n")  # fmt: skip
+    digest = f"`webgpu-kernels digest {shlex.quote(str(path))} --version {version + 1}`"
+    if allow:
+        return [said + f"published anyway (--allow-incompatible); a changed contract is contract version {version + 1}: "
+                       f"{digest}, then upload it as v{version + 1}"]  # fmt: skip
+    raise PackageError(said + f"publish it as contract version {version + 1} instead: {digest}, then upload it (it goes "
+                              f"to v{version + 1}, and version={version} users keep v{version}); or pass "
+                              f"--allow-incompatible (allow_incompatible=True) to replace v{version} anyway")  # fmt: skip
+
+
 # --- the Hub ------------------------------------------------------------------------------------------
 
 
+def _held_file(api: Any, repo_id: str, commit: str | None, name: str, *, rev: str, token: str | bool | None) -> bytes:
+    """The bytes of ``name`` at ``commit``, downloaded into a temporary folder (the user's cache is not
+    touched) and bounded as a package file is."""
+    from huggingface_hub import hf_hub_download
+
+    said = f"{api.endpoint} sent more than a package file may hold ({MAX_FILE_BYTES} bytes) for {name}"
+    with tempfile.TemporaryDirectory(prefix="webgpu-kernels-upload-") as tmp:
+        where = hf_hub_download(repo_id, name, repo_type=REPO_TYPE, revision=commit or rev, cache_dir=tmp,
+                                endpoint=api.endpoint, token=token, library_name="webgpu-kernels",
+                                library_version=hub.library_version(),
+                                tqdm_class=hub.bounded_progress(MAX_FILE_BYTES, repo_id, rev, said))  # fmt: skip
+        with open(where, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise HubError(f"{repo_id} {rev}: {name} is larger than a package file may be ({MAX_FILE_BYTES})",
+                       repo_id=repo_id, revision=rev)  # fmt: skip
+    return data
+
+
 def _publish(repo_id: str, rev: str, files: dict[str, bytes], *, endpoint: str, token: str | bool | None,
-             private: bool, message: str) -> dict[str, Any]:  # fmt: skip
+             private: bool, message: str, compare: Callable[[bytes], None]) -> dict[str, Any]:  # fmt: skip
     """Create the repository and branch where missing, and commit ``files`` to ``rev`` with whatever
-    else it held under build/webgpu/ deleted: {commit, new_commit, deleted, created_repo, created_branch}."""
+    else it held under build/webgpu/ deleted: {commit, new_commit, deleted, created_repo, created_branch}.
+    ``compare`` is given the manifest.json an existing ``rev`` holds, before the commit (it may refuse)."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
@@ -397,6 +457,10 @@ def _publish(repo_id: str, rev: str, files: dict[str, bytes], *, endpoint: str, 
         held = [f for f in api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=parent)
                 if f.startswith(f"{PACKAGE_DIR}/")]  # fmt: skip
         deleted = sorted(set(held) - set(files))
+        held_manifest = f"{PACKAGE_DIR}/{MANIFEST_FILE}"
+        if not created_branch and held_manifest in held:
+            step = f"reading the {held_manifest} {rev} holds"
+            compare(_held_file(api, repo_id, parent, held_manifest, rev=rev, token=token))
         additions = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in files.items()]
         step = f"uploading the files to {rev}"
         # What create_commit asks first (binary files go to LFS storage then), asked here: the Hub answers
