@@ -1064,6 +1064,7 @@ def test_a_tuple_target_that_does_not_fit_is_pythons_error(source, said):
 
 
 _NOT_A_MAPPING = "the argument after ** must be a mapping of keyword arguments, not"
+_TWICE = "the keyword argument 'a' is given twice, by name and in the mapping after **"
 
 
 @pytest.mark.parametrize(("source", "said"), [
@@ -1079,33 +1080,19 @@ _NOT_A_MAPPING = "the argument after ** must be a mapping of keyword arguments, 
     ("{{ 1|default(**[1]) }}", f"the filter 'default': {_NOT_A_MAPPING} a list"),
     ("{% filter default(**[1]) %}x{% endfilter %}", f"the filter 'default': {_NOT_A_MAPPING} a list"),
     ("{{ 1 is sameas(**[1]) }}", f"the test 'sameas': {_NOT_A_MAPPING} a list"),
-])  # fmt: skip
-def test_a_value_after_double_star_that_is_no_mapping_is_told_with_what_the_template_called(source, said):
-    """Python's "argument after ** must be a mapping, not list" named the function it was passed to:
-    the sandbox's own call() (webgpu_kernels.sandbox.BoundedSandbox.call()) or a filter's function."""
-    files = {"lib.wgsl.jinja": "{% macro load(i) %}x[{{ i }}]{% endmacro %}"}
-    with pytest.raises(errors.TemplateError) as info:
-        render_template("// one\n" + source, files)
-    assert not isinstance(info.value, errors.TemplateSandboxError)  # a mistake, not a refusal
-    assert str(info.value) == f"main.wgsl.jinja:2: {said}", str(info.value)
-    assert "webgpu_kernels" not in str(info.value) and "BoundedSandbox" not in str(info.value)
-
-
-_TWICE = "the keyword argument 'a' is given twice, by name and in the mapping after **"
-
-
-@pytest.mark.parametrize(("source", "said"), [
     ("{% macro m(a) %}{% endmacro %}{{ m(a=1, **{'a': 2}) }}", f"the macro m: {_TWICE}"),
     ("{% macro m(a) %}{% endmacro %}{% call m(a=1, **{'b': 0, 'a': 2}) %}{% endcall %}", f"the macro m: {_TWICE}"),
     ("{{ range(a=1, **{'a': 2}) }}", f"the function range: {_TWICE}"),
     ("{{ 1|default(a=1, **{'a': 2}) }}", f"the filter 'default': {_TWICE}"),
     ("{{ 1 is sameas(a=1, **{'a': 2}) }}", f"the test 'sameas': {_TWICE}"),
 ])  # fmt: skip
-def test_a_keyword_given_by_name_and_after_double_star_is_told_with_what_the_template_called(source, said):
-    """Python's "got multiple values for keyword argument" named the sandbox's own call()
+def test_a_double_star_mistake_is_told_with_what_the_template_called(source, said):
+    """Python's "argument after ** must be a mapping, not list" and "got multiple values for keyword
+    argument" named the function they were passed to: the sandbox's own call()
     (webgpu_kernels.sandbox.BoundedSandbox.call()) or a filter's function."""
+    files = {"lib.wgsl.jinja": "{% macro load(i) %}x[{{ i }}]{% endmacro %}"}
     with pytest.raises(errors.TemplateError) as info:
-        render_template("// one\n" + source)
+        render_template("// one\n" + source, files)
     assert not isinstance(info.value, errors.TemplateSandboxError)  # a mistake, not a refusal
     assert str(info.value) == f"main.wgsl.jinja:2: {said}", str(info.value)
     assert "webgpu_kernels" not in str(info.value) and "BoundedSandbox" not in str(info.value)
