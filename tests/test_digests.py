@@ -611,7 +611,10 @@ def test_digest_sets_the_contract_version_a_hub_revision_must_hold(qg: Path) -> 
     runner = CliRunner(env={"COLUMNS": "200"})
     check = runner.invoke(main, ["digest", str(qg), "--check", "--version", "2"])
     assert check.exit_code == 1 and "it says contract version 1, not 2" in check.output, check.output
-    assert runner.invoke(main, ["digest", str(qg), "--version", "2"]).exit_code == 0
+    moved = runner.invoke(main, ["digest", str(qg), "--version", "2"])
+    # "all unchanged" alone had read as if nothing happened (a maintainer's trial): the move is said
+    assert moved.exit_code == 0 and "contract version: 1 -> 2" in moved.output, moved.output
+    assert "contract version:" not in runner.invoke(main, ["digest", str(qg), "--version", "2"]).output
     assert json.loads((qg / "metadata.json").read_text("utf-8"))["version"] == 2
     assert runner.invoke(main, ["digest", str(qg), "--check", "--version", "2"]).exit_code == 0
     assert runner.invoke(main, ["digest", str(qg)]).exit_code == 0  # kept without --version

@@ -154,6 +154,8 @@ def test_the_command_prints_where_it_went_and_how_to_load_it(server, package):
     commit = server.commit_of(REPO, "v1")
     out = " ".join(result.stdout.split())
     assert f"uploaded 4 files of {OP_ID} (contract version 1) to {REPO} @ v1" in out
+    # "its 3 files match" under "uploaded 4 files" had read as a file lost: the 4th is metadata.json
+    assert "verified: the commit downloads and the 3 files metadata.json lists match it" in out, out
     assert f"commit {commit}" in out and "created the repository" in out and "created the branch v1" in out
     assert f"load it with: get_kernel('{REPO}', version=1)" in out
     assert "warning: " in result.stderr  # validate's warnings (no test.json): printed, not fatal

@@ -184,6 +184,8 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
         notes: list[Text] = []  # what digest renamed or kept
         if old_id is not None and old_id != metadata["id"]:
             notes.append(Text(f"id: {old_id} -> {metadata['id']} (the manifest's domain.name)"))
+        if version is not None and old.get("version") not in (None, metadata["version"]):  # "all unchanged" hid it
+            notes.append(Text(f"contract version: {old['version']} -> {metadata['version']} (--version)"))
         # Not on a passing --check: every green CI log had carried it.
         keep_note = version is None and "version" in old and not (check and current)
         note = kept_version_note(root, metadata["version"], manifest_file) if keep_note else None

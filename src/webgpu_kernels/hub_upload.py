@@ -588,7 +588,8 @@ def describe(result: UploadResult) -> list[str]:
     if result.deleted:
         lines.append("deleted (no longer in the package): " + ", ".join(result.deleted))
     if result.verified:
-        lines.append(f"verified: the commit downloads and its {len(result.files) - 1} files match metadata.json")
+        # "uploaded 18 files ... its 17 files match" had read as a file lost: the 18th is metadata.json itself
+        lines.append(f"verified: the commit downloads and the {len(result.files) - 1} files metadata.json lists match it")
     lines.append(f"load it with: {result.load_call}")
     return lines
 
