@@ -23,7 +23,7 @@ import webgpu_kernels as wk
 from webgpu_kernels import bench_report, cli_bench, cli_tune, tuning
 from webgpu_kernels.benchmark import known_peak
 from webgpu_kernels.cli import main
-from webgpu_kernels.comparison import FLOAT_TOLERANCE, Agreement
+from webgpu_kernels.comparison import FLOAT_TOLERANCE, Agreement, held_to
 from webgpu_kernels.digests import write_metadata
 from webgpu_kernels.package import embedded_root
 from webgpu_kernels.validation import validate_package
@@ -1483,11 +1483,11 @@ def test_a_reference_that_computed_none_of_the_outputs_checked_nothing(monkeypat
     monkeypatch.setattr(cli_bench, "numpy_reference", lambda op_id: None)
     monkeypatch.setattr(cli_bench, "onnxruntime_for", lambda *a, **k: {})
     uncompared: list[str] = []
-    assert cli_bench._checker(kernel, {}, {}, "float32", uncompared, {})(outputs) is None
+    assert cli_bench._checker(kernel, {}, {}, held_to(["float32"]), uncompared, {})(outputs) is None
     assert uncompared == ["Y", "Z"]
     monkeypatch.setattr(cli_bench, "onnxruntime_for", lambda *a, **k: {"Y": np.ones(3)})
     uncompared.clear()
-    check = cli_bench._checker(kernel, {}, {}, "float32", uncompared, {})
+    check = cli_bench._checker(kernel, {}, {}, held_to(["float32"]), uncompared, {})
     assert check(outputs) == Agreement(0.0, True) and check(outputs) == Agreement(0.0, True)
     assert uncompared == ["Z"]
 
@@ -1534,7 +1534,6 @@ def test_bench_s_rule_holds_each_output_to_the_bench_json_tolerance_of_its_own_d
     """held_to, the one rule of ours, the tuned choice's (against the reference or, where none
     checks the op, the default's output) and the peers': an output of a dtype bench.json's
     `tolerances` name by that tolerance, an integer one too; any other by the default."""
-    from webgpu_kernels.comparison import held_to
 
     expected = {"Y": np.array([1.0, -2.0])}
     off = {"Y": np.array([1.25, -2.0], np.float32)}

@@ -140,9 +140,7 @@ def check_test_data(data: Any, *, file: str = TEST_FILE, drafts: bool = False, m
     if errors:
         return errors
     errors.extend(_duplicate_names(data["cases"], file))
-    tolerance_sets: list[tuple[list[str | int], Any]] = [(["tolerances"], data.get("tolerances", {}))]
-    tolerance_sets += [(["cases", i, "tolerances"], c.get("tolerances", {})) for i, c in enumerate(data["cases"])]
-    errors += tolerance_errors(tolerance_sets, file)
+    errors += tolerance_errors(data, file)
     for i, case in enumerate(data["cases"]):
         # Summed before anything is built; a data file without a shape counts when it is read
         # (TestCase._check_total).
@@ -183,13 +181,16 @@ def check_test_data(data: Any, *, file: str = TEST_FILE, drafts: bool = False, m
     return errors
 
 
-def tolerance_errors(tolerance_sets: Iterable[tuple[list[str | int], Any]], file: str) -> list[CaseFileError]:
-    """What the schema cannot say of ``tolerances`` objects (test.json's and bench.json's), each
-    given with its JSON path: Python's JSON reader takes 1e400 and the non-standard Infinity and NaN
-    as numbers, and the schema's minimum lets them through: an infinite atol would pass any finite output."""
+def tolerance_errors(data: Mapping[str, Any], file: str) -> list[CaseFileError]:
+    """What the schema cannot say of a case file's ``tolerances`` (test.json's and bench.json's, the
+    file's and each case's), each at its JSON path: Python's JSON reader takes 1e400 and the
+    non-standard Infinity and NaN as numbers, and the schema's minimum lets them through: an
+    infinite atol would pass any finite output."""
+    sets: list[tuple[list[str | int], Any]] = [(["tolerances"], data.get("tolerances", {}))]
+    sets += [(["cases", i, "tolerances"], c.get("tolerances", {})) for i, c in enumerate(data["cases"])]
     return [CaseFileError(f"{key} must be a finite number, not {value!r}", file=file,
                           json_path=json_path([*where, dtype, key]))
-            for where, tolerances in tolerance_sets for dtype, values in tolerances.items()
+            for where, tolerances in sets for dtype, values in tolerances.items()
             for key, value in values.items() if not math.isfinite(value)]  # fmt: skip
 
 
@@ -232,9 +233,7 @@ def check_bench_data(data: Any, *, file: str = BENCH_FILE, manifest: Any = None)
             if "generate" in spec:
                 errors += generate_errors(spec["generate"], file, json_path(["cases", i, "inputs", role, "generate"]))
             errors += impossible_shape_errors(spec["shape"], file, ["cases", i, "inputs", role, "shape"])
-    tolerance_sets: list[tuple[list[str | int], Any]] = [(["tolerances"], data.get("tolerances", {}))]
-    tolerance_sets += [(["cases", i, "tolerances"], c.get("tolerances", {})) for i, c in enumerate(data["cases"])]
-    errors += tolerance_errors(tolerance_sets, file)
+    errors += tolerance_errors(data, file)
     return errors + _duplicate_names(data["cases"], file)
 
 

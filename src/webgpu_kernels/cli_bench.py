@@ -85,8 +85,8 @@ def bench_cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], d
     bench = (parse_bench_file(kernel.package.read_json(BENCH_FILE), manifest=kernel.manifest)
              if kernel.package.has(BENCH_FILE) else None)  # fmt: skip
     # flops, bytes and tolerances apply to -i shapes too: they are the op's, not a case's
-    counts = {"flops": bench.flops if bench is not None else None, "bytes": bench.bytes if bench is not None else None,
-              "tolerances": {d: t.as_dict() for d, t in (bench.tolerances if bench is not None else {}).items()}}
+    op_wide = {"flops": bench.flops if bench is not None else None, "bytes": bench.bytes if bench is not None else None,
+               "tolerances": {d: t.as_dict() for d, t in (bench.tolerances if bench is not None else {}).items()}}
     if inputs:
         # Shapes the contract refuses, the device cannot hold or no variant takes are the caller's
         # mistake (exit 2; a --variant that refuses them is an error row). Any other failure is the
@@ -102,13 +102,13 @@ def bench_cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], d
             pass
         metas = {role: (spec.shape, spec.dtype) for role, spec in inputs.items()}
         types = check_call(kernel.manifest, metas, attrs or None, None).type_bindings()
-        return [{"name": "custom", "tags": [], "attrs": dict(attrs or {}), "tunables": {}, "types": types, **counts,
+        return [{"name": "custom", "tags": [], "attrs": dict(attrs or {}), "tunables": {}, "types": types, **op_wide,
                  "inputs": {k: {"shape": v.shape, "dtype": v.dtype, **_generate(v.generate)} for k, v in inputs.items()}}]  # fmt: skip
     if bench is None:
         return []
     cases: list[dict[str, Any]] = [
         {"name": case.name, "tags": list(case.tags), "attrs": case.attrs, "tunables": case.tunables, "types": inst.types,
-         **counts, "tolerances": {d: t.as_dict() for d, t in case.tolerances.items()}, "inputs": {role: {"shape": shape, "dtype": dtype, **_generate(case.inputs[role]["generate"])}
+         **op_wide, "tolerances": {d: t.as_dict() for d, t in case.tolerances.items()}, "inputs": {role: {"shape": shape, "dtype": dtype, **_generate(case.inputs[role]["generate"])}
                                     for role, (shape, dtype) in inst.inputs.items()}}
         for case in bench.cases for inst in case.expand(kernel.manifest)
     ]  # fmt: skip
@@ -194,13 +194,12 @@ def case_arrays(case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
             for name, spec in case["inputs"].items()}  # fmt: skip
 
 
-def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], dtype_label: str,
-             uncompared: list[str], unavailable: dict[str, str], onnx_op: str | None = None,
-             tolerances: dict[str, Any] | None = None) -> Any:  # fmt: skip
+def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any], held: Any,
+             uncompared: list[str], unavailable: dict[str, str], onnx_op: str | None = None) -> Any:  # fmt: skip
     """The check of an output against the op's registered NumPy reference, else onnxruntime's CPU
     provider as `run` uses it (``onnx_op``: the ONNX op compared, as `run --onnx-op` names it),
-    with the tolerance of the case's dtypes, or bench.json's ``tolerances`` for an output of a dtype
-    they name (:func:`held_to`): one rule for ours, tuned and every peer's figure. The
+    by ``held``, the case's rule (:func:`held_to`: the tolerance of its dtypes, or bench.json's
+    ``tolerances`` for an output of a dtype they name): one rule for ours, tuned and every peer's figure. The
     check returns None where no reference has the op, and ``unavailable`` then says why, by
     reference, in `run`'s words. The outputs the reference computed no value for, so left
     unchecked, are added to ``uncompared``."""
@@ -208,7 +207,6 @@ def _checker(kernel: Kernel, arrays: dict[str, np.ndarray], attrs: dict[str, Any
     if reference is None:
         unavailable["numpy"] = no_numpy_reference(kernel.op_id)
     full_attrs = {**kernel.manifest.attributes, **attrs}
-    held = held_to(dtype_label.split(","), tolerances)
     # Computed at the first check (retries and the tuned run reuse it); onnxruntime's per set of
     # outputs, since a variant may leave an optional output out and the node then lists fewer.
     expected: dict[frozenset[str] | None, dict[str, np.ndarray] | ReferenceUnavailable] = {}
@@ -542,7 +540,8 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         choice = None if cache is None else cache.lookup(kernel.tuning_key, *kernel.tuning_class(arrays, attrs))
         uncompared: list[str] = []
         unavailable: dict[str, str] = {}  # why each reference checked nothing, where none did
-        check = _checker(kernel, arrays, attrs, row["dtype"], uncompared, unavailable, run.onnx_op, case.get("tolerances"))
+        held = held_to(row["dtype"].split(","), case.get("tolerances"))  # ours', the tuned choice's and the peers' rule
+        check = _checker(kernel, arrays, attrs, held, uncompared, unavailable, run.onnx_op)
 
         def timed() -> Any:
             return bench_kernel(kernel, arrays, case=case["name"], attrs=attrs, tunables=case["tunables"] or None,
@@ -566,8 +565,7 @@ def _bench_case(kernel: Kernel, case: dict[str, Any], run: _BenchRun) -> dict[st
         return row
     if choice is not None:
         try:
-            row["tuned"] = _bench_tuned(kernel, arrays, attrs, result, held_to(row["dtype"].split(","), case.get("tolerances")),
-                                        (flops, nbytes), check, run)  # fmt: skip
+            row["tuned"] = _bench_tuned(kernel, arrays, attrs, result, held, (flops, nbytes), check, run)
         except KernelError as exc:  # the default's figures stand
             row["tuned"] = {"variant": choice.variant, "tunables": choice.tunables, "error": str(exc)}
     if uncompared:  # ours and the tuned run's, by the case's reference

@@ -367,16 +367,15 @@ def _snapshot(repo_id: str, rev: str, *, endpoint: str | None, token: Any, liste
             first = hub_errors.first_line(exc)
             raise HubError(f"{repo_id} {what}: the Hugging Face cache holds an incomplete copy and {why}: {first}",
                            repo_id=repo_id, revision=rev) from exc  # fmt: skip
+        said = f"{repo_id} {what} is not in the Hugging Face cache ({cache_dir}) and {why}"
         if not (offline or constants.HF_HUB_OFFLINE or unreached is not None):
-            raise HubError(f"{repo_id} {what} is not in the Hugging Face cache ({cache_dir}) and {why}",
-                           repo_id=repo_id, revision=rev) from exc  # fmt: skip
+            raise HubError(said, repo_id=repo_id, revision=rev) from exc
         # A worker started offline, or against a Hub it cannot reach, on a cold cache had read no way out
         pin = f"--version {version}" if version is not None else f"--revision {rev}"
         how = (f"`webgpu-kernels download {repo_id} {pin}` " if cache_dir == hub_cache.hub_cache_dir() else "")
         when = "without HF_HUB_OFFLINE" if offline or constants.HF_HUB_OFFLINE else f"once {where} can be reached"
-        raise HubNotCachedError(f"{repo_id} {what} is not in the Hugging Face cache ({cache_dir}) and {why}: fetch it "
-                                f"once online ({how}{when}), or set HF_HOME or HF_HUB_CACHE to the cache that holds it",
-                                repo_id=repo_id, revision=rev) from exc  # fmt: skip
+        raise HubNotCachedError(f"{said}: fetch it once online ({how}{when}), or set HF_HOME or HF_HUB_CACHE to the "
+                                "cache that holds it", repo_id=repo_id, revision=rev) from exc  # fmt: skip
     except HubError:
         raise
     except Exception as exc:  # noqa: BLE001 - the Hub's refusals, OSError, and the HTTP client's own errors (httpx's
