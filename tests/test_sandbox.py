@@ -1146,8 +1146,8 @@ def test_a_power_whose_operand_has_a_filter_is_read_with_it(source, said):
 
 def test_the_power_check_reads_a_template_in_one_pass_over_its_brackets():
     """The ** check runs before the parser bounds nesting: walking each bracketed base back to its
-    partner token by token made `((...(a) ** 2) ** 2 ...)` quadratic (a 64 KiB template: 45 s
-    of CPU at load). Its work, counted in traced lines, grows with the source, not its square."""
+    partner token by token made `((...(a) ** 2) ** 2 ...)` quadratic in the template's size at
+    load. Its work, counted in traced lines, grows with the source, not its square."""
     import sys
 
     from jinja2.sandbox import SandboxedEnvironment
