@@ -309,6 +309,36 @@ def test_one_pass_with_repeated_and_alternating_pipelines_and_bind_groups(device
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_dispatch_cut_short_leaves_the_next_call_its_own_bindings(device, quick_gelu, monkeypatch):
+    """A Ctrl-C between a call's set_bind_group and its dispatch left the open pass bound to that
+    call's group while the recorder still held the group before it: the next call with that
+    group skipped set_bind_group and ran on the interrupted call's input (gelu(x2), silently)."""
+    x1, x2 = np.linspace(-3, 3, 4096, dtype=f32), np.full(4096, 2.0, f32)
+    t1, t2 = wk.to_gpu(x1), wk.to_gpu(x2)
+    quick_gelu({"X": t1})  # the plan's first run, submitted on its own
+    gc.collect()
+    with device.memory.lock:
+        device.memory._pool_collected()  # nothing pooled later comes between the buffers below
+    wk.synchronize()
+    a = quick_gelu({"X": t1}, output="gpu")["Y"]  # the pass now holds (QuickGelu, t1 -> a's buffer)
+    out = a.buffer
+    a.release()
+    compute = type(device.memory._pass)
+
+    def interrupted(self, *grid):  # what a Ctrl-C right before the dispatch does
+        monkeypatch.undo()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compute, "dispatch_workgroups", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        quick_gelu({"X": t2}, output="gpu")  # binds t2 -> a's old buffer, then is cut short
+    y = quick_gelu({"X": t1}, output="gpu")["Y"]
+    assert y.buffer is out  # the group the recorder last set: (t1, this buffer)
+    np.testing.assert_allclose(y.numpy(), ref.quick_gelu(x1), rtol=2e-6, atol=2e-6)
+    for t in (t1, t2, y):
+        t.release()
+
+
 def test_destroying_a_buffer_drops_the_bind_groups_that_use_it(device, quick_gelu):
     """A cached bind group over a destroyed buffer must never be found again."""
     x = wk.to_gpu(np.linspace(-1, 1, 4096, dtype=f32))

@@ -545,7 +545,11 @@ class DeviceMemory:
                 self._encoder = self.gpu.create_command_encoder()
             self._pass = self._encoder.begin_compute_pass()
             self._pass_state = (None, None)
-        self._pass_state = append_dispatch(self._pass, self._pass_state, pipeline, bind_group, grid)
+        # Unknown until the dispatch is appended: cut short (Ctrl-C) after set_bind_group, the pass
+        # held this call's group while the state named the one before, and the next call using
+        # that one skipped setting it and ran on the interrupted call's buffers.
+        state, self._pass_state = self._pass_state, (None, None)
+        self._pass_state = append_dispatch(self._pass, state, pipeline, bind_group, grid)
         self._pending += 1
         if self._pending >= MAX_PENDING_DISPATCHES:
             self.flush()
