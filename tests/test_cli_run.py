@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import warnings
 
 import numpy as np
@@ -41,6 +42,21 @@ def test_run_quick_gelu_text(runner: CliRunner) -> None:
     assert "error vs NumPy float64 reference (Y): max abs" in out
     if HAS_ORT:
         assert "error vs ONNX Runtime CPU (Y): max abs" in out
+
+
+def test_run_names_where_the_kernel_came_from(runner: CliRunner, tmp_path) -> None:
+    """An embedded kernel is named so, a package folder by its path (a Hub kernel: test_hub.py)."""
+    out = invoke(runner, "run", QUICK_GELU, *QG_F32, "--repeat", "0").stdout
+    assert "kernel: embedded" in out.splitlines(), out
+    embedded = wk.get_kernel(QUICK_GELU).package.root
+    assert invoke_json(runner, "run", QUICK_GELU, *QG_F32, "--repeat", "0")["source"] == {
+        "origin": "embedded", "path": str(embedded)}
+    folder = tmp_path / "copy"
+    shutil.copytree(embedded, folder)
+    out = invoke(runner, "run", str(folder), *QG_F32, "--repeat", "0").stdout
+    assert f"kernel: local package {folder}" in out.splitlines(), out
+    data = invoke_json(runner, "run", str(folder), *QG_F32, "--repeat", "0")
+    assert data["source"] == {"origin": "local", "path": str(folder)} and data["ok"] and data["checked"]
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])

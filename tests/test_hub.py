@@ -620,6 +620,33 @@ def test_download_command(server, hub_env):
     assert "--expected-op-id" in untrusted  # download's own option, next to the Python keyword
 
 
+def test_run_names_the_repository_revision_and_commit_it_ran(server, hub_env, monkeypatch):
+    """`run org/op` said which op and variant it ran, not which repository and commit: a user
+    reproducing a result could not tell. It names them as `download` does."""
+    runner = CliRunner(env={"COLUMNS": "200"})
+    v1, dev = server.commit_of(OFFICIAL, "v1"), server.commit_of(OFFICIAL, "dev")
+    assert v1 != dev
+    result = runner.invoke(_cli(), ["run", OFFICIAL, "-i", "X=4:f32", "--repeat", "0"])
+    assert result.exit_code == 0, result.output
+    assert f"kernel: {OFFICIAL} @ v1 -> commit {v1} (from {server.url})" in result.stdout.splitlines(), result.stdout
+    assert "error vs NumPy float64 reference (Y)" in result.stdout  # the rest as before
+
+    result = runner.invoke(_cli(), ["run", f"{OFFICIAL}@dev", "-i", "X=4:f32", "--repeat", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    package = wk.get_kernel(OFFICIAL, revision="dev").package
+    assert data["source"] == {"origin": "hub", "path": str(package.root), "repo": OFFICIAL, "revision": "dev",
+                              "commit": dev, "endpoint": server.url, "fromCache": False, "fromCacheReason": None}
+    assert data["ok"] and data["checked"]
+
+    # from the cache, offline: said as download says it
+    go_offline(monkeypatch)
+    result = runner.invoke(_cli(), ["run", OFFICIAL, "-i", "X=4:f32", "--repeat", "0"])
+    assert result.exit_code == 0, result.output
+    assert (f"kernel: {OFFICIAL} @ v1 -> commit {v1} (from the Hugging Face cache: offline mode is on (HF_HUB_OFFLINE))"
+            in result.stdout.splitlines()), result.stdout  # fmt: skip
+
+
 # --- found by the Hub review (each failed on the code before it) ----------------------------------------
 
 

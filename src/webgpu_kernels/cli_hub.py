@@ -23,7 +23,7 @@ from .cli import adapter_option, adapter_request_of
 from .command_output import echo_json, safe_console
 from .errors import PackageError
 from .kernel import Kernel
-from .kernel_arguments import hub_pin, split_pin, trust_option, trusting
+from .kernel_arguments import hub_pin, hub_source, served_from, source_text, split_pin, trust_option, trusting
 
 
 @click.command("download")
@@ -86,11 +86,7 @@ def download_cmd(repo: str | None, version: int | None, revision: str | None, ex
     def print_(text: str) -> None:
         console.print(text, soft_wrap=True)
 
-    source = info["endpoint"]
-    if info["fromCache"]:  # why the Hub was not used: a revoked token had read as "could not be reached"
-        why = info["fromCacheReason"] or ("offline" if info["offline"] else f"{info['endpoint']} was not used")
-        source = f"the Hugging Face cache: {why}"
-    print_(f"{info['repo']} @ {info['revision']} -> commit {info['commit']} (from {source})")
+    print_(source_text(info))
     print_(f"package: {info['path']}")
     print_(f"op: {info['op']} (contract version {info['version']}), variants: {', '.join(info['variants'])}")
     if info["needsTrust"]:
@@ -110,8 +106,7 @@ def _download_locked(lock: str, *, as_json: bool) -> None:
         return
     console = safe_console()
     for info in infos:
-        source = f"the Hugging Face cache: {info['fromCacheReason']}" if info["fromCache"] else info["endpoint"]
-        console.print(Text(f"{info['repo']} v{info['version']} -> commit {info['commit']} (from {source})"),
+        console.print(Text(f"{info['repo']} v{info['version']} -> commit {info['commit']} (from {served_from(info)})"),
                       soft_wrap=True)  # fmt: skip
         console.print(Text(f"  package: {info['path']}"), soft_wrap=True)
     console.print(Text(f"{len(infos)} locked kernel{'s' if len(infos) != 1 else ''} of {path} in the cache, "
@@ -180,10 +175,7 @@ def _info(kernel: Kernel, *, offline: bool) -> dict:
     if not isinstance(package, hub.HubPackage):  # pragma: no cover - hub.load only makes HubPackages
         raise PackageError("not a Hub package")
     return {
-        "repo": package.repo_id, "revision": package.revision, "commit": package.commit,
-        "endpoint": package.endpoint or hub.DEFAULT_ENDPOINT, "offline": offline, "fromCache": package.from_cache,
-        "fromCacheReason": package.from_cache_reason,
-        "path": str(package.root), "op": kernel.op_id,
+        **hub_source(package), "offline": offline, "path": str(package.root), "op": kernel.op_id,
         "version": kernel.contract_version, "variants": kernel.variants,
         "needsTrust": package.needs_trust, "digests": dict(sorted(package.digests.items())),
     }  # fmt: skip

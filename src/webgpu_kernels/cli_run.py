@@ -21,7 +21,16 @@ from .command_output import as_manifest_text, echo_json, is_live, safe_console
 from .comparison import reference_report
 from .device import choose_adapter
 from .errors import KernelError
-from .kernel_arguments import GENERATE_OPTION, InputSpec, input_options, resolve_kernel, trust_option, with_generators
+from .kernel_arguments import (
+    GENERATE_OPTION,
+    InputSpec,
+    input_options,
+    kernel_source,
+    resolve_kernel,
+    source_text,
+    trust_option,
+    with_generators,
+)
 from .references import (
     UNCOMPUTED_OUTPUTS,
     ReferenceShapeMismatch,
@@ -80,7 +89,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
             times.append(time.perf_counter() - start)
     all_attrs = {**k.manifest.attributes, **attrs}
     report: dict[str, Any] = {
-        "op": k.op_id, "adapter": choose_adapter(adapter).label(), "variant": plan.variant,
+        "op": k.op_id, "source": kernel_source(k), "adapter": choose_adapter(adapter).label(), "variant": plan.variant,
         "forced": variant is not None, "tuned": tuned, "seed": seed,
         "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype, **({"generate": dict(s.generate)} if s.generate else {})}
                    for n, s in inputs.items()},
@@ -180,6 +189,7 @@ def _num(value: float | None, fmt: str = ".6g") -> str:
 def _print_run(r: dict[str, Any]) -> None:
     console = safe_console()
     console.print(Text(f"{r['op']} on {r['adapter']}", style="bold"))
+    console.print(Text(f"kernel: {source_text(r['source'])}"), soft_wrap=True)  # what reproducing it needs
     inputs = ", ".join(f"{n} {s['shape']} {s['dtype']}{_drawn_from(s.get('generate'))}" for n, s in r["inputs"].items())
     drawn = "standard normal" + ("; bool half true" if any(s["dtype"] == "bool" for s in r["inputs"].values()) else "")
     drawn = f"{drawn} unless said" if any("generate" in s for s in r["inputs"].values()) else drawn

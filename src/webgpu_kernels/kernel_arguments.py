@@ -24,6 +24,7 @@ from .errors import PackageError
 
 if TYPE_CHECKING:
     from .call_inputs import TensorMeta
+    from .hub import HubPackage
     from .kernel import Kernel
 
 
@@ -320,6 +321,45 @@ def resolve_kernel(ref: str) -> Kernel:
                              f"to name a local package folder, write ./{where.repo}")  # fmt: skip
             raise
     return get_kernel(ref)  # embedded, or the library's "no embedded kernel" error
+
+
+def kernel_source(kernel: Kernel) -> dict[str, Any]:
+    """Where a kernel came from, what reproducing its result needs: ``origin`` (``embedded``,
+    ``local`` or ``hub``) and ``path``, as ``info`` names them, and for a Hub kernel
+    :func:`hub_source`'s keys (its repository, revision and commit)."""
+    from .hub import HubPackage
+
+    package = kernel.package
+    source: dict[str, Any] = {"origin": package.origin, "path": str(package.root)}
+    if isinstance(package, HubPackage):
+        source.update(hub_source(package))
+    return source
+
+
+def hub_source(package: HubPackage) -> dict[str, Any]:
+    """A Hub package's repository, the revision asked, the commit it resolved to, the endpoint and
+    whether (and why) the Hugging Face cache served it: ``download --json``'s keys."""
+    from .hub_cache import DEFAULT_ENDPOINT
+
+    return {"repo": package.repo_id, "revision": package.revision, "commit": package.commit,
+            "endpoint": package.endpoint or DEFAULT_ENDPOINT, "fromCache": package.from_cache,
+            "fromCacheReason": package.from_cache_reason}  # fmt: skip
+
+
+def served_from(source: Mapping[str, Any]) -> str:
+    """Where :func:`hub_source`'s package was served from: its endpoint, or ``the Hugging Face
+    cache: WHY`` (a revoked token had read as "could not be reached")."""
+    if not source["fromCache"]:
+        return str(source["endpoint"])
+    return f"the Hugging Face cache: {source['fromCacheReason'] or source['endpoint'] + ' was not used'}"
+
+
+def source_text(source: Mapping[str, Any]) -> str:
+    """:func:`kernel_source` in ``download``'s words: ``org/op @ v1 -> commit SHA (from ENDPOINT)``;
+    else ``embedded``, or ``local package PATH``."""
+    if "repo" in source:
+        return f"{source['repo']} @ {source['revision']} -> commit {source['commit']} (from {served_from(source)})"
+    return "embedded" if source["origin"] == "embedded" else f"{source['origin']} package {source['path']}"
 
 
 def hub_pin(pin: str) -> tuple[int | None, str | None]:
