@@ -22,7 +22,7 @@ from test_hub import OFFICIAL, OTHER_ORG, go_offline, quick_gelu_ref
 import webgpu_kernels as wk
 from webgpu_kernels import hub, hub_lock
 from webgpu_kernels.digests import write_metadata
-from webgpu_kernels.errors import DigestError, HubError, PackageError, TrustError
+from webgpu_kernels.errors import DigestError, HubCommitNotServedError, HubError, PackageError, TrustError
 
 hub_root = test_hub.hub_root
 server = test_hub.server
@@ -129,6 +129,30 @@ def test_a_locked_commit_the_hub_no_longer_serves_comes_from_the_cache(server, h
     hub.clear_cache()
     package = wk.get_locked_kernel(OFFICIAL, project).package
     assert package.commit == old and package.from_cache
+
+
+def test_a_locked_commit_the_hub_no_longer_serves_nor_the_cache_holds_says_to_lock_again(server, hub_root, project):
+    """A locked commit gone from the Hub (force-pushed away) and not cached had read "has no revision
+    '<sha>'", saying nothing of the lock file or of what to do."""
+    assert _cli("lock", str(project))[0] == 0
+    old = server.commit_of(OFFICIAL, "v1")
+    move_v1(hub_root, server, keep_history=False)  # nothing loaded it: the cache is cold
+    new = server.commit_of(OFFICIAL, "v1")
+    lockfile = project / "webgpu-kernels.lock"
+    with pytest.raises(HubCommitNotServedError) as info:
+        wk.get_locked_kernel(OFFICIAL, project)
+    error = info.value
+    assert isinstance(error, HubError) and error.repo_id == OFFICIAL and error.revision == old
+    assert error.lockfile == str(lockfile)
+    message = str(error)
+    assert f"{OFFICIAL} commit {old}, which {lockfile} pins for contract version 1, is no longer served by {server.url}" in message
+    assert f"run `webgpu-kernels lock {project}` to lock the commit each branch vN is now" in message, message
+    # download --lock says the same, exit 2
+    status, output = _cli("--trust-remote-code", "download", "--lock", str(project))
+    assert status == 2 and f"`webgpu-kernels lock {project}`" in " ".join(output.split()), output
+    # and the command it names is the way out: the lock moves to the branch's commit, which loads
+    assert _cli("lock", str(project))[0] == 0
+    assert wk.get_locked_kernel(OFFICIAL, project).package.commit == new
 
 
 # --- refusals of get_locked_kernel ----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from .errors import (
     ExpressionSandboxError,
     GPUError,
     GpuWaitWarning,
+    HubCommitNotServedError,
     HubError,
     HubNotCachedError,
     InputError,
@@ -91,7 +92,7 @@ __version__ = "0.1.0"
 __all__ = [
     "get_kernel", "get_locked_kernel", "load_kernel", "list_kernels", "test_case_inputs", "to_gpu", "from_wgpu_buffer", "synchronize", "empty_cache", "list_adapters", "choose_adapter",
     "get_device", "Kernel", "Explanation", "TensorMeta", "GpuTensor", "__version__", "KernelError",
-    "PackageError", "CaseFileError", "DigestError", "HubError", "HubNotCachedError", "TrustError", "ManifestError", "ExpressionError",
+    "PackageError", "CaseFileError", "DigestError", "HubError", "HubNotCachedError", "HubCommitNotServedError", "TrustError", "ManifestError", "ExpressionError",
     "BroadcastError", "SandboxError", "ExpressionSandboxError", "InputError", "UnknownInputError", "MissingInputError", "MissingOutputError",
     "RankError", "DTypeError", "ShapeError", "AttributeValueError", "DeviceLimitError", "SelectionError",
     "VariantRejectedError", "TemplateError", "TemplateSandboxError", "LayoutError", "GPUError",

@@ -243,6 +243,17 @@ class HubNotCachedError(HubError):
     or the Hub cannot be reached. The message says how to fetch it once (``webgpu-kernels download``)."""
 
 
+class HubCommitNotServedError(HubError):
+    """The commit a project's lock file pins is no longer served by the Hub (removed, or its branch
+    force-pushed past it) and the Hugging Face cache does not hold it. The message names the
+    ``webgpu-kernels lock PROJECT_DIR`` that locks each branch's commit now; ``lockfile`` is the
+    lock file, ``revision`` the commit."""
+
+    def __init__(self, message: str, *, repo_id: str, revision: str, lockfile: str) -> None:
+        self.lockfile = lockfile
+        super().__init__(message, repo_id=repo_id, revision=revision)
+
+
 class TrustError(PackageError):
     """A package from outside the official organisation, or from a path or URL, was asked for without
     ``trust_remote_code=True``. ``location`` is what was asked for, ``reason`` why it needs trust."""

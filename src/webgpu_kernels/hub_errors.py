@@ -169,6 +169,21 @@ def fallback_reason(exc: BaseException, where: str) -> str:
     return f"{where} cannot be reached"
 
 
+def revision_not_found(exc: BaseException) -> bool:
+    """Whether ``exc`` (a HubError, say) comes of the endpoint's answer that it has no such revision
+    (huggingface_hub's RevisionNotFoundError, somewhere in the chain it was raised from)."""
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    cause: BaseException | None = exc
+    for _ in range(8):
+        if cause is None:
+            break
+        if isinstance(cause, RevisionNotFoundError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _published_versions(repo_id: str, endpoint: str | None, token: Any) -> list[str]:
     """The ``vN`` branches and tags of a repository, best effort (empty when it cannot be asked)."""
     if hub_offline():

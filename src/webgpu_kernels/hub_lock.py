@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import hub, hub_cache, hub_errors
 from .digests import MAX_FILE_BYTES, METADATA_FILE
-from .errors import DigestError, HubError, HubNotCachedError, PackageError, shorten
+from .errors import DigestError, HubCommitNotServedError, HubError, HubNotCachedError, PackageError, shorten
 from .hub_cache import DEFAULT_ENDPOINT, REPO_TYPE, hub_endpoint, hub_offline
 from .locations import OFFICIAL_ORG, Location, check_trust, checked_repo_id, is_repo_id
 from .reading import decode_json, not_regular, read_bounded
@@ -472,6 +472,17 @@ def load_locked(entry: LockEntry, lockfile: Path, *, trust_remote_code: bool) ->
     try:
         kernel = hub.load(entry.repo, revision=entry.commit, trust_remote_code=trust_remote_code, accept=check)
     except HubError as exc:
+        if exc.revision == entry.commit and hub_errors.revision_not_found(exc):  # the Hub no longer has the
+            # commit, nor the cache (which it would have served): "has no revision '<sha>'" had said nothing of
+            # the lock file or the way out
+            where = hub_endpoint() or DEFAULT_ENDPOINT
+            raise HubCommitNotServedError(
+                f"{entry.repo} commit {entry.commit}, which {lockfile} pins for contract version {entry.version}, is "
+                f"no longer served by {where} (the commit was removed, or branch v{entry.version} force-pushed past "
+                f"it) and the Hugging Face cache ({hub_cache.cache_dir_for(hub_endpoint())}) does not hold it: run "
+                f"`webgpu-kernels lock {lockfile.parent}` to lock the commit each branch vN is now (and review what "
+                "changed), or set HF_HOME or HF_HUB_CACHE to a cache that holds it", repo_id=entry.repo,
+                revision=entry.commit, lockfile=str(lockfile)) from exc  # fmt: skip
         if hub_offline() or isinstance(exc, HubNotCachedError):  # a Hub it cannot reach, too
             exc.add_note(f"every commit {lockfile} pins is fetched once online with `webgpu-kernels download "
                          f"--lock {lockfile.parent}`")  # fmt: skip
