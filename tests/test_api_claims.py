@@ -317,6 +317,24 @@ def test_to_gpu_of_a_tensor_on_its_device_is_the_tensor_itself(device):
     copied.release()
 
 
+def test_a_gpu_tensors_attributes_are_named_and_read_only(device):
+    """"A `GpuTensor` has NumPy's `shape`, `dtype`, `ndim`, `size` and `nbytes`, and `device`,
+    `released` and `uncomputed`, all read-only": each public name of the class is named on the page
+    (`ndim`, `size`, `released` and `uncomputed` had been named nowhere in it)."""
+    text = " ".join(PYTHON_API.split())
+    public = [name for name in dir(wk.GpuTensor) if not name.startswith("_")]
+    assert [name for name in public if not re.search(rf"`(?:\w+\.)?{name}\b", text)] == []
+    x = np.arange(6, dtype=np.float16).reshape(2, 3)
+    t = wk.to_gpu(x)
+    said = (t.shape, t.dtype, t.ndim, t.size, t.nbytes, t.device, t.released, t.uncomputed)
+    assert said == (x.shape, x.dtype, x.ndim, x.size, x.nbytes, device, False, False)
+    for name in ("shape", "dtype", "ndim", "size", "nbytes", "device", "released", "uncomputed"):
+        with pytest.raises(AttributeError):
+            setattr(t, name, getattr(t, name))
+    t.release()
+    assert t.released and t.shape == x.shape
+
+
 def test_to_gpu_takes_any_numeric_dtype_and_the_kernel_checks_it_when_used(quick_gelu):
     """"`to_gpu(array)` uploads an array once for many calls (any dtype NumPy has a number for; the
     kernel checks it when the tensor is used)"."""
