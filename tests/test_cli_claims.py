@@ -73,6 +73,23 @@ def test_adapter_is_taken_after_exactly_the_commands_the_page_names() -> None:
     assert "--adapter" in _long_options(main.params)
 
 
+def test_completion_shows_the_first_sentence_in_zsh_and_fish_and_names_alone_in_bash() -> None:
+    """Pins "completes the commands (zsh and fish show each with its first sentence, cut short; bash
+    shows the names) and a command's options": the page had said every shell shows the sentence."""
+    from click.shell_completion import BashComplete, FishComplete, ZshComplete
+
+    shown = {}
+    for shell in (BashComplete, ZshComplete, FishComplete):
+        complete = shell(main, {}, "webgpu-kernels", "_WEBGPU_KERNELS_COMPLETE")
+        (item,) = complete.get_completions([], "tes")
+        shown[shell.name] = complete.format_completion(item)
+        (option,) = complete.get_completions(["run"], "--ad")
+        assert option.value == "--adapter", shell.name
+    assert shown["bash"] == "plain,test"
+    for shell in ("zsh", "fish"):
+        assert "Run each package's test.json" in shown[shell] and shown[shell].endswith("..."), shown
+
+
 # --- JSON output --------------------------------------------------------------------------------
 
 # The "main keys" column of the page's table, top level only (nested keys are the commands' own tests').
