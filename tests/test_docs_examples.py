@@ -2,7 +2,8 @@
 
 * Every ```python block of README.md and docs/*.md is executed (test ids are ``FILE:LINE`` of the
   block's first line, and tracebacks point at the doc's own lines). A block that is not
-  self-contained has an entry in :func:`python_block_kind`; any other block runs as written.
+  self-contained has an entry in :func:`python_block_kind`; any other block runs as written, and
+  one guarded by ``if __name__ == "__main__":`` runs again as a script, in a process of its own.
 * docs/format.md's worked example: the package is built from the doc's own ``manifest.json`` and
   ``axpby.wgsl.jinja`` blocks, and its "Using it" block, the CLI commands quoted beside it, the
   explain trace and the rendered WGSL it shows are checked against what the library does.
@@ -29,6 +30,8 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,6 +160,8 @@ def test_python_blocks_type_check(tmp_path: Path) -> None:
 
 def _check_runs(block: Block, tmp_path: Path) -> None:
     namespace, out = run_block(block)
+    if 'if __name__ == "__main__":' in block.text:
+        _run_as_script(block, tmp_path)
     if block.file == "README.md" and 'output="gpu"' in block.text:  # what its comments say
         h, y, x = namespace["h"], namespace["y"], namespace["x"]
         assert isinstance(h, wk.GpuTensor) and h.released, f"{block.where}: h should be a released GpuTensor"
@@ -165,6 +170,17 @@ def _check_runs(block: Block, tmp_path: Path) -> None:
         want = x64 / (1 + np.exp(-1.702 * x64)) + x64
         np.testing.assert_allclose(y.astype(np.float64), want, rtol=4e-3, atol=4e-3, err_msg=block.where)
         assert "chosen variant" in out and "fn main(" in out, f"{block.where}: explain and render output\n{out}"
+
+
+def _run_as_script(block: Block, tmp_path: Path) -> None:
+    """A block guarded by ``if __name__ == "__main__":`` (python-api.md's process pool) runs as
+    ``python3 FILE``, as a user runs it: under run_block its guarded part never ran, and its worker
+    function, defined in no importable module, could not reach a spawned worker anyway. The file's
+    lines are the doc's, so a traceback names the doc's line."""
+    script = tmp_path / "doc_example.py"
+    script.write_text("\n" * (block.line - 1) + block.text, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{block.where}: run as a script, it exited {done.returncode}:\n{done.stderr}"
 
 
 def _check_signature(block: Block, tmp_path: Path) -> None:
