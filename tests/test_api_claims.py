@@ -349,9 +349,9 @@ def test_to_gpu_takes_any_numeric_dtype_and_the_kernel_checks_it_when_used(quick
 
 
 def test_when_recorded_work_is_submitted(quick_gelu, device):
-    """"With `output="gpu"` a call records its dispatch and returns at once. The recorded work is
+    """"With `output="gpu"` a call records its dispatches and returns at once. The recorded work is
     submitted when a result is read, on `webgpu_kernels.synchronize()` (or `kernel.flush()` ...),
-    every 256 recorded calls, or before an upload (a NumPy input of a call, `to_gpu`) ... The first
+    every 256 recorded dispatches, or before an upload (a NumPy input of a call, `to_gpu`) ... The first
     call of each shape and option set is submitted at once"."""
     memory = device.memory
     x = wk.to_gpu(np.linspace(-1, 1, 4104, dtype=np.float32))  # a shape no other test of this file runs
@@ -380,6 +380,25 @@ def test_when_recorded_work_is_submitted(quick_gelu, device):
     assert memory.batch == batch + 4
     quick_gelu({"X": x}, output="gpu")["Y"].release()  # the 256th recorded call submits
     assert memory.batch == batch + 5
+    x.release()
+
+
+def test_the_256_count_dispatches_a_pass_or_a_copy_each(device):
+    """"The 256 count dispatches, not calls: a call counts one per pass that dispatches work (a
+    three-pass variant three ...)" and "(a copy counts one ...)" """
+    quantize = wk.load_kernel(PACKAGES_DIR / "ai.onnx.DynamicQuantizeLinear")
+    assert len(quantize.manifest.variant("atomic").passes) == 3
+    memory = device.memory
+    x = wk.to_gpu(np.linspace(-1, 1, 1000, dtype=np.float32))
+    quantize({"x": x}, variant="atomic", output="gpu")  # a new plan: submitted on its own
+    wk.synchronize()
+    batch = memory.batch
+    for _ in range(85):  # 255 dispatches
+        for t in quantize({"x": x}, variant="atomic", output="gpu").values():
+            t.release()
+    assert memory.batch == batch
+    copy.copy(x).release()  # the 256th
+    assert memory.batch == batch + 1
     x.release()
 
 

@@ -1,7 +1,8 @@
 """docs/format.md as a contract: the checkable claims of its sections from "The expression
 language" to "What makes a new pipeline" that no other test pinned. Organised by the doc's
 headings; each test's docstring quotes the line it pins. Expressions are evaluated directly;
-package claims render or explain (no pipeline is built) a copy of tests/packages/demo.ScaleShift."""
+package claims render or explain (no pipeline is built) a copy of tests/packages/demo.ScaleShift,
+except those of what a binding's padding holds and of subnormals, which run calls on the test adapter."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler
+
+from conftest import PACKAGES_DIR, poison_outputs
 
 X8 = {"X": wk.TensorMeta((8,), "float32")}
 
@@ -41,6 +44,15 @@ def test_division_or_modulo_by_zero_is_an_expression_error(source):
     """Doc: "a division or modulo by zero is an `ExpressionError` (`ZeroDivisionError: integer modulo by zero`)" """
     with pytest.raises(errors.ExpressionError, match="ZeroDivisionError"):
         ev(source)
+
+
+def test_none_is_jinjas_none_not_the_string_none():
+    """Doc: "**`none` (also `None`) is Jinja's None, not a string**: `attrs.approximate in [none, 'tanh']`
+    is false for the string `"none"`, silently ...; a string value is always quoted" """
+    attrs = {"approximate": "none"}
+    assert ev("none") is None and ev("None") is None
+    assert ev("attrs.approximate in [none, 'tanh']", attrs=attrs) is False
+    assert ev("attrs.approximate in ['none', 'tanh']", attrs=attrs) is True
 
 
 def test_a_chained_comparison_stops_at_its_first_false_link():
@@ -386,6 +398,58 @@ def test_length_takes_a_reference_an_expression_or_a_number(demo):
     assert kernel.render(X8, variant="scalar")["main"] == "// 5 None None\n"
 
 
+# --- Passes and bindings: the 16-byte padding ------------------------------------------------------
+
+# Every invocation copies word 3 of X (past a 3-element tensor's data: its padding) into Y.
+PADDING_PROBE = """{{ declarations }}
+@compute @workgroup_size({{ workgroupSize }})
+fn {{ entryPoint }}({{ entryParams }}) {
+  let i = {{ globalIndex }};
+  if (i >= arrayLength(&y)) {
+    return;
+  }
+  y[i] = x[3u];
+}
+"""
+
+
+def as_words(m: dict) -> None:
+    for b in m["bindingSets"]["scalarIO"][:2]:
+        b["elementType"] = "u32"
+
+
+def test_an_inputs_padding_is_undefined_zeros_only_past_a_byte_count_not_a_multiple_of_4(demo, need_dtype):
+    """Doc: "**An input's padding is undefined too**: a NumPy input is written into a pooled buffer, its
+    padding left holding whatever an earlier call put there (zeros only where the tensor's byte count is
+    not a multiple of 4, which the upload pads with zeros to the next 16)" and "`test` fills the pooled
+    buffers with `0xFF` bytes (NaN) before a run" """
+    kernel = demo(as_words, template=PADDING_PROBE)
+    x = np.array([1, 2, 3], np.float32)  # 12 bytes: word 3 is padding
+    poison_outputs(kernel, {"X": x})
+    got = kernel({"X": x}, variant="scalar")["Y"]
+    assert (got.view(np.uint32) == 0xFFFFFFFF).all()  # the fill left in the pooled buffer's padding
+    need_dtype("float16")
+    h = np.array([1, 2, 3], np.float16)  # 6 bytes: padded with zeros to 16
+    poison_outputs(kernel, {"X": h})
+    assert (kernel({"X": h}, variant="scalar")["Y"] == 0).all()
+
+
+def test_lavapipe_flushes_a_subnormal_intermediate_to_zero(need_dtype):
+    """Doc: "The same section lets any input or output of those operations that is subnormal be flushed
+    to zero, and lavapipe does: Gelu's tanh form of float32 -10.05 is 0 there, where the value is
+    -3.8e-38 (a normal float32; its intermediate `exp(-2|u|)`, 3.8e-39, is not)." """
+    x = np.float64(np.float32(-10.05))
+    u2 = 2 * np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)
+    exact = x / (1 + np.exp(-u2))
+    assert -4e-38 < exact < -3.7e-38 and abs(exact) > np.finfo(np.float32).tiny > np.exp(u2)
+    gelu = wk.load_kernel(PACKAGES_DIR / "ai.onnx.Gelu")
+    got = float(gelu({"X": np.array([x], np.float32)}, attrs={"approximate": "tanh"})["Y"][0])
+    if "llvmpipe" in wk.get_device().adapter.name:
+        assert got == 0
+    else:  # a device that keeps subnormals gives the value
+        assert got == 0 or abs(got - exact) <= 1e-6 * abs(exact)
+
+
 # --- The params uniform struct --------------------------------------------------------------------
 
 
@@ -525,6 +589,25 @@ def test_each_workgroup_size_is_its_own_wgsl(demo):
     assert len(texts) == 2
     same = {kernel.render(X8, attrs={"scale": s}, variant="scalar")["main"] for s in (1.0, 2.0)}
     assert len(same) == 1  # a uniform value never changes the WGSL
+
+
+def test_a_mode_baked_in_is_one_wgsl_per_mode_and_a_uniform_mode_one_for_all(demo):
+    """Doc: "a constant the template branches on ... makes one pipeline per mode used ..., as each mode
+    renders its own text; a uniform field (... a branch at run time) makes one pipeline for every mode" """
+    def baked(m: dict) -> None:
+        m["attributes"]["mode"] = "a"
+        m["constants"]["modeB"] = "attrs.mode == 'b'"
+
+    def uniform(m: dict) -> None:
+        m["attributes"]["mode"] = "a"
+        m["bindingSets"]["scalarIO"][2]["struct"]["fields"].append(
+            {"name": "modeB", "type": "u32", "value": "1 if attrs.mode == 'b' else 0"})
+
+    template = "{% if modeB %}b{% else %}a{% endif %}"
+    texts = {demo(baked, template=template).render(X8, attrs={"mode": m}, variant="scalar")["main"] for m in "ab"}
+    assert texts == {"a", "b"}
+    kernel = demo(uniform)
+    assert len({kernel.render(X8, attrs={"mode": m}, variant="scalar")["main"] for m in "ab"}) == 1
 
 
 

@@ -158,6 +158,21 @@ def test_a_type_variable_no_tensor_has_is_never_bound_and_enables_nothing(demo):
     assert "enable f16" not in kernel.render(X8)["main"]
 
 
+def test_enables_says_nothing_of_the_variant_so_a_shared_template_tests_a_constant(demo):
+    """Doc: "`enables` is a string, `"enable f16;"` in every variant of a call whose type variable is
+    bound to float16 (and `""` otherwise ...), so it says nothing of the variant. Test a constant the
+    variants set instead: `{% if enables and not vec4 %}`" """
+    def words_only(m: dict) -> None:  # vec4 views X and Y as u32 words, as a words-only variant does
+        for b in vec4_pass(m)["bindings"][:2]:
+            b["elementType"] = "vec2<u32>"
+
+    kernel = demo(words_only, template="[{{ enables }}]{% if enables and not vec4 %}{{ enables }}{% endif %}")
+    x16, x32 = {"X": wk.TensorMeta((8,), "float16")}, X8
+    assert kernel.render(x16, variant="vec4")["main"] == "[enable f16;]"  # bound to float16: enables is set
+    assert kernel.render(x16, variant="scalar")["main"] == "[enable f16;]enable f16;"
+    assert kernel.render(x32, variant="vec4")["main"] == kernel.render(x32, variant="scalar")["main"] == "[]"
+
+
 # --- Attributes and tunables ----------------------------------------------------------------------
 
 DEFAULTS = {"count": 1, "ratio": 0.5, "flag": True, "mode": "a", "axes": [0, 1], "anything": [], "weights": [0.5]}
@@ -209,3 +224,29 @@ def test_tunables_follow_the_same_rules(demo):
     for kwargs in ({"tunables": {"NOPE": 1}}, {"attrs": {"nope": 1}}):
         with pytest.raises(errors.UnknownInputError):
             kernel.evaluate("1", X8, **kwargs)
+
+
+def test_a_string_outside_the_set_a_when_clause_allows_is_a_selection_error(demo):
+    """Doc: "Restrict it with a `derive` entry that every variant's `when` reads, first ... A call with
+    another string then gets a `SelectionError` listing each variant's failing clause and the values it
+    read ..., or, with a forced variant, a `VariantRejectedError` naming it. `AttributeValueError` is
+    only for a value of the wrong kind" """
+    def modes(m: dict) -> None:
+        m["attributes"]["mode"] = "a"
+        m["derive"]["modeOk"] = "attrs.mode in ['a', 'b']"
+        for v in m["variants"]:
+            v["when"].insert(0, "modeOk")
+
+    kernel = demo(modes)
+    assert kernel.explain(X8, attrs={"mode": "b"}).chosen == "vec4"
+    with pytest.raises(errors.SelectionError) as info:
+        kernel.plan(X8, attrs={"mode": "c"})
+    message = str(info.value)
+    assert not isinstance(info.value, errors.VariantRejectedError)
+    for variant in ("vec4", "scalar"):
+        assert f"{variant}: when[0] 'modeOk' is false (with modeOk=False, attrs.mode='c')" in message, message
+    with pytest.raises(errors.VariantRejectedError, match="modeOk"):
+        kernel.plan(X8, attrs={"mode": "c"}, variant="scalar")
+    with pytest.raises(errors.AttributeValueError, match="expected a string"):
+        kernel.plan(X8, attrs={"mode": 3})
+

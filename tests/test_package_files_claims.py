@@ -15,7 +15,8 @@ import pytest
 import webgpu_kernels as wk
 from webgpu_kernels import casefile, digests
 from webgpu_kernels.casefile import CaseFileError
-from webgpu_kernels.comparison import Tolerance
+from webgpu_kernels.cli_bench import bench_cases
+from webgpu_kernels.comparison import Tolerance, compare
 from webgpu_kernels.manifest import parse_manifest
 from webgpu_kernels.validation import validate_package
 
@@ -219,3 +220,43 @@ def test_a_bench_case_runs_once_per_combination_and_an_inputs_own_dtype_wins():
     bench = casefile.parse_bench_file({"cases": [both, own]})
     assert [i.inputs["X"] for i in bench.cases[0].expand(manifest)] == [((8,), "float32"), ((8,), "float16")]
     assert [i.inputs["X"] for i in bench.cases[1].expand(manifest)] == [((8,), "float16")]
+
+
+# --- `webgpu-kernels test`: how a case's verdict reads ----------------------------------------------
+
+
+def test_a_passing_case_can_read_max_rel_err_1_where_atol_holds_a_flushed_value():
+    """Doc: "the relative error is reported over the elements whose expected magnitude is at least the
+    output dtype's smallest normal number (1.2e-38 in float32, 6.1e-5 in float16). An element the `atol`
+    passes may be off by any relative amount, so a passing case can read `max rel err 1`" """
+    want = np.array([-3.8e-38, 1.0, -1e-39])
+    got = np.array([0.0, 1.0, 0.0], np.float32)  # the tiny results flushed to zero
+    result = compare("Y", got, want, Tolerance(atol=1e-7, rtol=4e-6))
+    assert result.ok and result.max_rel_error == 1.0 and result.max_abs_error == pytest.approx(3.8e-38)
+    below = compare("Y", np.float32([0.0]), np.array([-1e-39]), Tolerance(atol=1e-7))
+    assert below.ok and below.max_rel_error is None  # below float32's smallest normal: no relative figure
+    half = compare("Y", np.float16([0.0]), np.array([-6e-5]), Tolerance(atol=1e-4))
+    assert half.max_rel_error is None and np.finfo(np.float16).tiny == pytest.approx(6.1e-5, rel=1e-2)
+    assert not compare("Y", got, want, Tolerance(atol=1e-38)).ok  # beyond its bound: the case fails
+
+
+# --- bench.json: tags -------------------------------------------------------------------------------
+
+
+def test_tags_select_cases_by_the_whole_string_and_variant_tags_name_a_variant():
+    """Doc: "`bench --tag T` and `tune --tag T` keep the cases with any of the tags named (the whole
+    string: `--tag model:clip`, not `--tag clip`)" and "`variant:ID` for the variant a case was written
+    for" """
+    gelu = wk.load_kernel(PACKAGES_DIR / "ai.onnx.Gelu")
+    clip = bench_cases(gelu, (), ("model:clip",), (), {})
+    assert clip and all("model:clip" in c["tags"] for c in clip)
+    assert bench_cases(gelu, (), ("clip",), (), {}) == []
+    either = bench_cases(gelu, (), ("model:clip", "model:vit-b16"), (), {})
+    assert len(either) > len(clip) and all({"model:clip", "model:vit-b16"} & set(c["tags"]) for c in either)
+    roots = [*PACKAGES_DIR.glob("*/bench.json"), *(Path(wk.__file__).parent / "kernels").glob("*/bench.json")]
+    for path in roots:
+        ids = {v["id"] for v in json.loads((path.parent / "manifest.json").read_text())["variants"]}
+        for c in json.loads(path.read_text())["cases"]:
+            for tag in c.get("tags", []):
+                assert not tag.startswith("variant:") or tag.removeprefix("variant:") in ids, (path, tag)
+
