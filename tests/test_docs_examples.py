@@ -259,6 +259,17 @@ def test_errors_md_selection_message() -> None:
     assert str(caught.value) == shown.text.strip(), f"{shown.where}: the message shown is not the real one"
 
 
+def test_errors_md_attribute_selection_message() -> None:
+    """The SelectionError message docs/errors.md shows for ONNX Gelu's approximate='exact': the
+    headline names the attribute, which alone refuses the call."""
+    shown = one_block("docs/errors.md", "", "ai.onnx.Gelu: no variant accepts attribute")
+    kernel = wk.load_kernel(REPO_ROOT / "tests/packages/ai.onnx.Gelu")
+    with pytest.raises(wk.SelectionError) as caught:
+        kernel({"X": np.ones((2, 3), np.float32)}, attrs={"approximate": "exact"})
+    assert str(caught.value) == shown.text.strip(), f"{shown.where}: the message shown is not the real one"
+    assert caught.value.attributes == ("approximate",)
+
+
 # --- the command line ---------------------------------------------------------------------------
 
 #: Commands checked with --help only: the work itself needs the network, a real GPU or a file of the author's.

@@ -315,6 +315,9 @@ def test_an_unknown_approximate_is_refused_naming_the_attribute(kernel, value):
     message = str(info.value)
     assert "approximateOk=False" in message and f"attrs.approximate={value!r}" in message, message
     assert isinstance(info.value, wk.KernelError)
+    # the attribute alone refuses it, on any device: the headline names it, not "no variant can run"
+    assert message.splitlines()[0] == f"ai.onnx.Gelu: no variant accepts attribute approximate={value!r}:"
+    assert info.value.attributes == ("approximate",)
     for variant in VARIANTS:
         with pytest.raises(errors.VariantRejectedError, match="approximateOk"):
             kernel({"X": x}, attrs={"approximate": value}, variant=variant)

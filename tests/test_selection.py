@@ -437,3 +437,73 @@ def test_accepted_with_f16_is_empty_where_the_call_fails_with_f16_too():
     with pytest.raises(wk.KernelError, match="out of range"):  # what the call itself raises
         program.call_scope(signature, F16_DEVICE)
     assert accepted_with_f16(program, signature, NO_F16_DEVICE) == frozenset()
+
+
+# --- a call whose attributes alone leave no variant ------------------------------------------------
+
+MODES = {"modeOk": "attrs.mode in ['a', 'b']"}
+
+
+def attributed(variants, attrs, *, derive=None, constants=None, device=F16_DEVICE):
+    """The SelectionError of a call of a manifest with attributes ``mode`` and ``k``."""
+    data = {
+        "domain": "test", "name": "Sel",
+        "inputs": [{"role": "X", "dtype": "T"}],
+        "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"}],
+        "typeConstraints": {"T": ["float32", "float16"]},
+        "attributes": {"mode": "a", "k": 1},
+        "tunables": {"TILE": 4},
+        "derive": derive or {},
+        "constants": constants or {},
+        "variants": variants,
+    }  # fmt: skip
+    manifest = parse_manifest(bind_outputs(data))
+    program = compile_program(manifest)
+    scope, _ = program.call_scope(check_call(manifest, {"X": ((3,), "float32")}, attrs, None), device)
+    selection = select_variant(program.variants, scope, definitions=program.definitions)
+    with pytest.raises(SelectionError) as info:
+        require_choice(selection, "test.Sel")
+    return info.value
+
+
+def test_a_call_its_attributes_alone_refuse_names_them_in_the_headline():
+    # through a derive entry, a variant constant and a literal constant: each reads only attributes
+    error = attributed([variant("fast", 5, ["modeOk", "numel(shapes.X) > 0"]),
+                        variant("slow", 0, ["modeIsA or small"], constants={"modeIsA": "attrs.mode == 'a'"})],
+                       {"mode": "exact"}, derive=MODES, constants={"small": False})  # fmt: skip
+    headline, *lines = str(error).splitlines()
+    assert headline == "test.Sel: no variant accepts attribute mode='exact':"
+    assert lines == ["  fast: when[0] 'modeOk' is false (with modeOk=False, attrs.mode='exact')",
+                     "  slow: when[0] 'modeIsA or small' is false (with modeIsA=False, small=False, attrs.mode='exact')"]
+    assert type(error) is SelectionError and error.attributes == ("mode",)
+    assert [v.variant for v in error.trace] == ["fast", "slow"]
+    # two attributes, each variant refusing on its own: both named, in the order first read
+    error = attributed([variant("fast", 5, ["modeOk"]), variant("slow", 0, ["attrs.k < 1"])],
+                       {"mode": "c", "k": 7}, derive=MODES)  # fmt: skip
+    assert str(error).splitlines()[0] == "test.Sel: no variant accepts attributes mode='c', k=7:"
+    assert error.attributes == ("mode", "k")
+
+
+@pytest.mark.parametrize("when, derive, constants, device", [
+    # a clause that reads a shape, directly or through derive entries deeper than the trace shows
+    (["numel(shapes.X) > 5"], {}, {}, F16_DEVICE),
+    (["a"], {"a": "attrs.mode == 'x' or b", "b": "c", "c": "d", "d": "ranks.X > 3"}, {}, F16_DEVICE),
+    # a device function, a device limit, a tunable, a dtype (through a constant)
+    (["f16Ok('f16' if attrs.mode == 'exact' else 'f32')"], {}, {}, NO_F16_DEVICE),
+    (["device.limits.maxComputeWorkgroupSizeX > 1000 and attrs.mode == 'a'"], {}, {}, F16_DEVICE),
+    (["tunables.TILE > 4 and attrs.k > 0"], {}, {}, F16_DEVICE),
+    (["half and attrs.mode == 'a'"], {}, {"half": "dtypes.T == 'f16'"}, F16_DEVICE),
+    # the attributes read whole, with no name the engine can tell
+    (["'zz' in attrs"], {}, {}, F16_DEVICE),
+    # a clause that fails to evaluate (a manifest's bug as much as the call's), one that reads no attribute
+    (["attrs.k / 0 > 1"], {}, {}, F16_DEVICE),
+    (["never"], {}, {"never": False}, F16_DEVICE),
+])  # fmt: skip
+def test_the_headline_stays_where_not_only_attributes_refuse(when, derive, constants, device):
+    """Only where every variant's first failing clause reads attributes and nothing else (found
+    through every derive entry and constant it reads, at any depth) is the headline the attributes'."""
+    error = attributed([variant("fast", 5, ["modeOk"]), variant("slow", 0, when)], {"mode": "exact", "k": 2},
+                       derive={**MODES, **derive}, constants=constants, device=device)  # fmt: skip
+    assert str(error).splitlines()[0] == "test.Sel: no variant can run this call:", str(error)
+    assert [v.accepted for v in error.trace] == [False, False]
+    assert error.attributes == ()

@@ -416,10 +416,17 @@ class DeviceLimitError(InputError):
 
 
 class SelectionError(KernelError):
-    """No variant can run this call, or the forced variant cannot."""
+    """No variant can run this call, or the forced variant cannot.
 
-    def __init__(self, message: str, *, trace: Any = None) -> None:
+    ``trace`` holds each variant's verdict. ``attributes`` names the call's attributes where they
+    alone refuse it: every variant's first failing clause reads them and nothing else (no input's
+    shape or dtype, tunable or device limit), as in ``no variant accepts attribute mode='x'``;
+    else it is empty.
+    """
+
+    def __init__(self, message: str, *, trace: Any = None, attributes: tuple[str, ...] = ()) -> None:
         self.trace = trace
+        self.attributes = attributes
         super().__init__(message)
 
 

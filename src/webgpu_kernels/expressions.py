@@ -246,6 +246,8 @@ class Expression:
     references: tuple[str, ...]
     _compiled: Any = None
     _literal: Any = None
+    #: The built-in functions it calls (``f16Ok``, which reads the device, among them).
+    calls: tuple[str, ...] = ()
 
     def evaluate(self, scope: Mapping[str, Any]) -> Any:
         """Evaluate in ``scope``; every failure becomes :class:`ExpressionError`."""
@@ -394,7 +396,7 @@ class ExpressionCompiler:
 
     def __init__(self, known_names: Iterable[str]) -> None:
         self.known_names = frozenset(known_names) | FUNCTION_NAMES | frozenset(NAMESPACES)
-        self._cache: dict[str, tuple[Any, tuple[str, ...]]] = {}
+        self._cache: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...]]] = {}
         self._chars = 0  # of the sources in _cache
 
     def compile(self, value: Any, where: str) -> Expression:
@@ -413,10 +415,10 @@ class ExpressionCompiler:
             cached = self._compile_source(value, where)
             self._cache[value] = cached
             self._chars += len(value)
-        compiled, references = cached
-        return Expression(source=value, where=where, references=references, _compiled=compiled)
+        compiled, references, calls = cached
+        return Expression(source=value, where=where, references=references, _compiled=compiled, calls=calls)
 
-    def _compile_source(self, source: str, where: str) -> tuple[Any, tuple[str, ...]]:
+    def _compile_source(self, source: str, where: str) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
         if len(source) > MAX_SEQUENCE_LENGTH:
             raise ExpressionSandboxError(f"expression is longer than {MAX_SEQUENCE_LENGTH} characters",
                                          expression=source[:80] + "...", where=where)  # fmt: skip
@@ -434,18 +436,20 @@ class ExpressionCompiler:
         except RecursionError:
             raise ExpressionSandboxError(f"nested more than {MAX_EXPRESSION_DEPTH} levels deep", expression=source,
                                          where=where) from None  # fmt: skip
-        references = self._check(tree, source, where)
+        references, calls = self._check(tree, source, where)
         body = [nodes.Assign(nodes.Name("result", "store"), harden(tree, template=False), lineno=1)]
         try:
             template = _SANDBOX.from_string(nodes.Template(body, lineno=1))
         except (RecursionError, SyntaxError, MemoryError) as exc:
             raise ExpressionSandboxError(f"cannot be compiled ({type(exc).__name__})", expression=source,
                                          where=where) from None  # fmt: skip
-        return template, references
+        return template, references, calls
 
-    def _check(self, tree: nodes.Node, source: str, where: str) -> tuple[str, ...]:
-        """Admit only the allow-listed subset; return the dotted names the expression reads."""
+    def _check(self, tree: nodes.Node, source: str, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Admit only the allow-listed subset; return the dotted names the expression reads and the
+        functions it calls."""
         references: list[str] = []
+        calls: list[str] = []
 
         def refuse(message: str) -> NoReturn:
             raise ExpressionSandboxError(message, expression=source, where=where)
@@ -464,6 +468,7 @@ class ExpressionCompiler:
                     refuse(f"only the functions {', '.join(sorted(FUNCTION_NAMES))} can be called")
                 if node.kwargs or node.dyn_args or node.dyn_kwargs:
                     refuse("functions take positional arguments only")
+                calls.append(node.node.name)
                 for arg in node.args:
                     visit(arg)
                 return
@@ -502,7 +507,7 @@ class ExpressionCompiler:
                 visit(child)
 
         visit(tree)
-        return tuple(dict.fromkeys(references))
+        return tuple(dict.fromkeys(references)), tuple(dict.fromkeys(calls))
 
 
 def _dotted(node: nodes.Node) -> str | None:

@@ -22,7 +22,7 @@ from .errors import (
     shorten,
     type_name,
 )
-from .expressions import Expression, NamespaceNames
+from .expressions import DEVICE_FUNCTIONS, Expression, NamespaceNames
 from .program import CompiledVariant, DeviceInfo, Program
 from .sandbox import MAX_SEQUENCE_LENGTH, nested_items_exceed
 
@@ -42,6 +42,10 @@ class Verdict:
     clause_index: int | None = None
     values: dict[str, Any] = field(default_factory=dict)  # what that clause read
     error: str | None = None  # set when the clause failed to evaluate rather than being false
+    #: Where the clause is false and reads the call's attributes and nothing else (no shape, dtype,
+    #: tunable, device limit or feature, through every derive entry and constant it reads): those
+    #: attributes and their values. Empty otherwise. Not in as_dict (the JSON trace is documented).
+    attributes: dict[str, Any] = field(default_factory=dict)
 
     def reason(self) -> str:
         if self.accepted:
@@ -105,8 +109,13 @@ def judge(
         except ExpressionError as exc:
             holds, error = False, exc.detail
         if not holds:  # the variant's own constants shadow top-level names, in the trace as in the scope
-            values = _seen(clause, inner, {**(definitions or {}), **dict(variant.constants)})
-            return Verdict(v.id, v.priority, False, clause.source, index, values, error), inner
+            named = {**(definitions or {}), **dict(variant.constants)}
+            values = _seen(clause, inner, named)
+            read = _attributes_alone(clause, named) if error is None else None
+            attributes = {name: inner["attrs"][name] for name in read or () if name in inner.get("attrs", {})}
+            if read and len(attributes) < len(read):  # an attribute the call does not hold: not certain
+                attributes = {}
+            return Verdict(v.id, v.priority, False, clause.source, index, values, error, attributes), inner
     return Verdict(v.id, v.priority, True), inner
 
 
@@ -124,6 +133,29 @@ def _seen(clause: Expression, scope: Mapping[str, Any], definitions: Mapping[str
                         following.append(definitions[name])
         pending, depth = following, depth + 1
     return values
+
+
+def _attributes_alone(clause: Expression, definitions: Mapping[str, Expression]) -> tuple[str, ...] | None:
+    """The attributes ``clause`` reads, itself or through derive entries and constants at any depth,
+    where it reads nothing else: no other namespace (shapes, dtypes, tunables, the device), no
+    device function (f16Ok), no name the engine cannot follow. None where it does, or reads none."""
+    attributes: list[str] = []
+    pending, followed = [clause], set()
+    while pending:
+        expr = pending.pop()
+        if any(name in DEVICE_FUNCTIONS for name in expr.calls):
+            return None
+        for ref in expr.references:
+            head, _, rest = ref.partition(".")
+            if head == "attrs" and rest:
+                attributes.append(rest.split(".")[0])
+            elif ref in definitions:
+                if ref not in followed:
+                    followed.add(ref)
+                    pending.append(definitions[ref])
+            else:  # another namespace, or `attrs` read whole (`'k' in attrs`): which attribute is not known
+                return None
+    return tuple(dict.fromkeys(attributes)) or None
 
 
 def ranked(variants: tuple[CompiledVariant, ...]) -> list[CompiledVariant]:
@@ -175,8 +207,19 @@ def accepted_with_f16(program: Program, signature: CallSignature, info: DeviceIn
 
 
 def require_choice(selection: Selection, op_id: str) -> CompiledVariant:
-    """The chosen variant, or a :class:`SelectionError` listing why each one was rejected."""
+    """The chosen variant, or a :class:`SelectionError` listing why each one was rejected. Where
+    each variant's clause is false for the call's attributes alone, the headline names them: the
+    call's argument is wrong, no device would run it."""
     if selection.chosen is None:
         reasons = "\n".join(f"  {v.variant}: {v.reason()}" for v in selection.trace)
-        raise SelectionError(f"{op_id}: no variant can run this call:\n{reasons}", trace=selection.trace)
+        attributes: dict[str, Any] = {}
+        if selection.trace and all(v.attributes for v in selection.trace):
+            for verdict in selection.trace:
+                attributes.update(verdict.attributes)
+        if attributes:
+            named = ", ".join(f"{k}={short_repr(v, 60)}" for k, v in attributes.items())
+            head = f"no variant accepts attribute{'s' if len(attributes) > 1 else ''} {named}"
+        else:
+            head = "no variant can run this call"
+        raise SelectionError(f"{op_id}: {head}:\n{reasons}", trace=selection.trace, attributes=tuple(attributes))
     return selection.chosen
