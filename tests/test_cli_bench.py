@@ -857,6 +857,22 @@ def _row(**extra):
             "error_ok": True, **extra}  # fmt: skip
 
 
+def test_unchecked_cases_of_an_onnx_ops_id_are_not_advised_onnx_op():
+    """As `run` says it: a package already under an ONNX op's id (ai.onnx.Gelu at sinceVersion 1,
+    whose opset has no Gelu) had been advised --onnx-op DOMAIN.NAME; the reason says what is wrong.
+    A package of an id of its own is still advised it."""
+    from rich.console import Console
+
+    why = {"onnxruntime": "onnxruntime refused this call: ...; ai.onnx opset 1 has no Gelu (its versions 20): set ..."}
+    for kernel, advised in (("ai.onnx.Gelu", False), ("demo.Concat", True)):
+        console = Console(record=True, width=2000)
+        bench_report.print_rows(console, [_row(kernel=kernel, max_error=None, error_ok=None,
+                                               reference_unavailable=why)], [])  # fmt: skip
+        text = " ".join(console.export_text().split())
+        assert "1 of 1 cases not checked" in text and "checks a package's own op against its test.json" in text, text
+        assert ("--onnx-op DOMAIN.NAME" in text) is advised, text
+
+
 def test_a_peer_figure_that_never_settled_says_so_under_the_table():
     """As our own unsettled figure's line says "unstable", so does torch's (peers.run_torch's
     ``<label>_stable: false``); a settled one says nothing."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 
 import numpy as np
 import pytest
@@ -168,6 +169,31 @@ def test_an_embedded_kernels_op_id_is_taken_with_a_note(tmp_path, monkeypatch) -
     assert wk.load_kernel(tmp_path / QUICK_GELU).op_id == QUICK_GELU
     result = invoke(CliRunner(), "new", str(tmp_path / "pkg"), "--op", OP)
     assert "embedded" not in result.stderr
+
+
+def test_an_onnx_ops_id_gets_the_ops_newest_version_from_onnxs_schemas(tmp_path, monkeypatch) -> None:
+    """`new ai.onnx.Gelu` wrote sinceVersion 1, an opset without Gelu (its one version is 20), so
+    `run` compared nothing until the author found the number. Where onnx's operator schemas know the
+    op, its newest version is written and `new` says where it came from; the contract version in
+    metadata.json is still 1 (a first contract). An op onnx does not know, or no onnx, keeps 1."""
+    onnx = pytest.importorskip("onnx")
+    newest = onnx.defs.get_schema("Gelu", domain="").since_version
+    assert newest > 1
+    result = invoke(CliRunner(), "new", str(tmp_path / "ai.onnx.Gelu"))
+    root = tmp_path / "ai.onnx.Gelu"
+    assert json.loads((root / "manifest.json").read_text("utf-8"))["sinceVersion"] == newest
+    assert json.loads((root / "metadata.json").read_text("utf-8"))["version"] == 1
+    said = " ".join(result.stdout.split())
+    assert (f"sinceVersion {newest}: the newest version of ai.onnx Gelu in onnx {onnx.__version__}'s operator "
+            "schemas") in said, said
+    assert invoke(CliRunner(), "digest", str(root), "--check").exit_code == 0
+    for op in ("com.example.Gelu", "ai.onnx.NoSuchOp"):
+        result = invoke(CliRunner(), "new", str(tmp_path / op))
+        assert json.loads((tmp_path / op / "manifest.json").read_text("utf-8"))["sinceVersion"] == 1
+        assert "sinceVersion" not in result.stdout, result.stdout
+    monkeypatch.setitem(sys.modules, "onnx", None)  # not installed: an import of it fails
+    invoke(CliRunner(), "new", str(tmp_path / "no-onnx"), "--op", "ai.onnx.Gelu")
+    assert json.loads((tmp_path / "no-onnx" / "manifest.json").read_text("utf-8"))["sinceVersion"] == 1
 
 
 def test_a_failed_write_leaves_no_folder_it_made(tmp_path, monkeypatch) -> None:

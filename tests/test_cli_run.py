@@ -293,6 +293,26 @@ def test_run_onnx_op_compares_a_package_with_the_onnx_op_it_mirrors(runner: CliR
 
 
 @pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_does_not_advise_onnx_op_for_a_package_under_an_onnx_ops_id(write_package, runner: CliRunner) -> None:
+    """ai.onnx.Gelu at sinceVersion 1 (as `new` writes it): ai.onnx opset 1 has no Gelu, and the line
+    saying so was followed by advice to name the ONNX op with --onnx-op, which the package's id
+    already is. The advice points at that line instead; a package of an id of its own keeps it."""
+    from conftest import PACKAGES_DIR
+
+    source = PACKAGES_DIR / "ai.onnx.Gelu"
+    manifest = json.loads((source / "manifest.json").read_text(encoding="utf-8"))
+    manifest["sinceVersion"] = 1
+    root = write_package(manifest, {"gelu.wgsl.jinja": (source / "gelu.wgsl.jinja").read_text(encoding="utf-8")})
+    data = invoke_json(runner, "run", str(root), "-i", "X=4x8:f32")
+    assert not data["checked"] and "opset 1 has no Gelu" in data["referenceUnavailable"]["onnxruntime"], data
+    text = " ".join(invoke(runner, "run", str(root), "-i", "X=4x8:f32").stdout.split())
+    assert "not checked: no reference compared the outputs" in text and "--onnx-op" not in text, text
+    assert "ONNX Runtime's line above says why it compared nothing" in text, text
+    own = " ".join(invoke(runner, "run", str(PACKAGES_DIR / "demo.ScaleShift"), "-i", "X=4x8:f32").stdout.split())
+    assert "or with --onnx-op DOMAIN.NAME against the ONNX op it mirrors" in own, own
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
 def test_run_compares_only_the_outputs_onnxruntime_computed(runner: CliRunner, monkeypatch) -> None:
     """onnxruntime 1.18 to 1.29 return None for SkipLayerNormalization's optional mean and inv_std_var
     (its CPU kernel computes them from 1.30): `run` had compared np.asarray(None), shape [], and

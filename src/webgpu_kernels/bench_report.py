@@ -12,7 +12,7 @@ from rich.text import Text
 
 from .benchmark import CALLS_PER_SPAN
 from .command_output import is_live
-from .references import UNCOMPUTED_OUTPUTS
+from .references import UNCOMPUTED_OUTPUTS, names_an_onnx_op
 
 
 def assignments(values: dict[str, Any]) -> str:
@@ -203,10 +203,12 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
     if unchecked:  # their "max err" is "-": `run` says "not checked" and why, and so does this
         why = {row["kernel"]: "; ".join(f"{ref}: {reason}" for ref, reason in row["reference_unavailable"].items())
                for row in unchecked}  # fmt: skip
+        # --onnx-op is no advice for a package already under an ONNX op's id: its reason says what is wrong
+        onnx_op = "" if all(names_an_onnx_op(kernel) for kernel in why) else \
+            ", or --onnx-op DOMAIN.NAME against the ONNX op it mirrors"  # fmt: skip
         console.print(Text(f"{len(unchecked)} of {len(rows)} cases not checked, no reference computing their outputs "
                            f"({'; '.join(f'{k}: {v}' for k, v in why.items())}): `webgpu-kernels test` checks a "
-                           "package's own op against its test.json, or --onnx-op DOMAIN.NAME against the ONNX op it "
-                           "mirrors", style="yellow"))  # fmt: skip
+                           f"package's own op against its test.json{onnx_op}", style="yellow"))  # fmt: skip
     for row in rows:
         if "error" in row:  # in full: a table cell would cut a WebGPU validation message to its first words
             console.print(Text(f"{row['kernel'].split('.')[-1]} {row['case']} {row['dtype']}: error: {row['error']}", style="red"))

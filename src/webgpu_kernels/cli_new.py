@@ -47,6 +47,7 @@ from .locations import classify
 from .manifest import manifest_schema
 from .portability import windows_problem
 from .reading import decode_json
+from .references import onnx_op_version
 from .replacing import replace_files
 
 #: The scaffold's template, written to the package as ``<the op's name, kebab-case>.wgsl.jinja``.
@@ -92,11 +93,16 @@ def _scaffold(name: str) -> bytes:
 
 def write_package(root: Path, op_id: str) -> list[str]:
     """Write the scaffold package for ``op_id`` into the folder ``root`` (made if missing, else
-    empty); returns the names written. ``op_id`` must pass :func:`split_op_id`."""
+    empty); returns the names written. ``op_id`` must pass :func:`split_op_id`. An op onnx's
+    operator schemas know gets its newest version as sinceVersion, the opset `run` compares it at
+    in onnxruntime (1 had been an opset without ai.onnx's Gelu); metadata.json's contract version is 1."""
     domain, name = split_op_id(op_id)
     template = template_name(name)
     manifest = json.loads(_scaffold("manifest.json"))
     manifest["domain"], manifest["name"] = domain, name
+    known = onnx_op_version(op_id)
+    if known is not None:
+        manifest["sinceVersion"] = known[0]
     for variant in manifest["variants"]:
         for pass_ in variant["passes"]:
             pass_["name"] = f"{name}.{variant['id']}"
@@ -112,7 +118,7 @@ def write_package(root: Path, op_id: str) -> list[str]:
     # (no device is needed here: the shapes are the inputs', as the reference computes them)
     write_expected(load_kernel(root, verify_digests=False), tests["cases"], _reference, check_shapes=False)
     (root / "test.json").write_text(dumps(tests) + "\n", "utf-8")
-    write_metadata(root)
+    write_metadata(root, version=1)  # a first contract, whatever sinceVersion (package-files.md)
     return ["manifest.json", template, "test.json", *_COPIED, METADATA_FILE]
 
 
@@ -217,6 +223,12 @@ def new_cmd(path: Path, op_id: str | None) -> None:
                    f"in the working directory; name this package by its path ({shown}, load_kernel), or pick "
                    "another op id with --op if you did not mean to implement that op", err=True)  # fmt: skip
     click.echo(wrote_line(root, op_id, written))
+    known = onnx_op_version(op_id)
+    if known is not None:
+        domain, name = split_op_id(op_id)
+        click.echo(f"sinceVersion {known[0]}: the newest version of {domain} {name} in onnx {known[1]}'s operator "
+                   "schemas, the opset `run` compares it at in onnxruntime (set the version the package mirrors; "
+                   "metadata.json's contract version is 1, a first contract)")  # fmt: skip
     click.echo(f"next: webgpu-kernels validate {shown} && webgpu-kernels test {shown}")
 
 

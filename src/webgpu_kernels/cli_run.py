@@ -36,6 +36,7 @@ from .references import (
     ReferenceShapeMismatch,
     ReferenceUnavailable,
     manifest_positions,
+    names_an_onnx_op,
     no_numpy_reference,
     numpy_reference,
     onnxruntime_for,
@@ -247,9 +248,14 @@ def _print_run(r: dict[str, Any]) -> None:
             console.print(Text(f"{label}: computed no value for {', '.join(uncompared)} ({UNCOMPUTED_OUTPUTS}): "
                                "not compared", style="yellow"))  # fmt: skip
     if not r["checked"]:
+        # --onnx-op is no advice for a package already under an ONNX op's id (or a run that gave it):
+        # ONNX Runtime's own line says why it compared nothing (an opset without the op, say)
+        onnx_named = r["onnxruntimeOp"] != r["op"] or names_an_onnx_op(r["op"])
+        other = ("ONNX Runtime's line above says why it compared nothing" if onnx_named else
+                 "or with --onnx-op DOMAIN.NAME against the ONNX op it mirrors")  # fmt: skip
         console.print(Text("not checked: no reference compared the outputs (a package's own op is checked by "
-                           "`webgpu-kernels test` against its test.json, or with --onnx-op DOMAIN.NAME against the "
-                           "ONNX op it mirrors)", style="yellow"))  # fmt: skip
+                           f"`webgpu-kernels test` against its test.json{'; ' if onnx_named else ', '}{other})",
+                           style="yellow"))  # fmt: skip
 
 
 COMMANDS = [run_cmd]

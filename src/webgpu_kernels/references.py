@@ -161,6 +161,29 @@ def formal_names(op_id: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     return tuple(i.name for i in newest.inputs), tuple(o.name for o in newest.outputs)
 
 
+def onnx_op_version(op_id: str) -> tuple[int, str] | None:
+    """The newest version of ``op_id`` in onnx's operator schemas (its ``since_version``), and
+    onnx's release; None where onnx is not installed or has no schema for the op (com.microsoft's
+    contrib ops are onnxruntime's, not onnx's)."""
+    try:
+        import onnx
+    except ImportError:
+        return None
+    domain, _, name = op_id.rpartition(".")
+    try:
+        schema = onnx.defs.get_schema(name, domain="" if domain == "ai.onnx" else domain)
+    except Exception:  # noqa: BLE001 - onnx's SchemaError: no such op in that domain
+        return None
+    return int(schema.since_version), str(onnx.__version__)
+
+
+def names_an_onnx_op(op_id: str) -> bool:
+    """Whether ``op_id`` is already an ONNX op's id: of the ai.onnx domain, or an op of any domain
+    onnxruntime has a schema for. `run --onnx-op` names the op a package mirrors under an id of its
+    own, which such a package has not."""
+    return op_id.rpartition(".")[0] in ("ai.onnx", "") or formal_names(op_id) is not None
+
+
 def node_positions(op_id: str, input_roles: Sequence[str], output_roles: Sequence[str], given: Collection[str],
                    produced: Collection[str]) -> tuple[list[str], list[str], bool]:  # fmt: skip
     """The node's input and output names by position for a call that gives ``given`` and produces
