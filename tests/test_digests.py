@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -646,6 +647,35 @@ def test_digest_says_which_contract_version_it_kept_where_sinceversion_differs(q
     assert json.loads((qg / "metadata.json").read_text("utf-8"))["version"] == 13
     for args in ([], ["--version", "2"]):  # the same number, or one the author just chose: no note
         assert "kept" not in runner.invoke(main, ["digest", str(qg), *args]).output
+
+
+def test_the_kept_version_note_is_said_when_the_manifest_changed_not_on_every_digest(tmp_path: Path) -> None:
+    """ai.onnx.Gelu is contract version 1 of an opset-20 op: digest said its six-line note after every
+    template edit, each edit-digest cycle. The numbers can only come to differ in a run that records
+    a changed manifest.json: the note is said then, and not for a change to another file or none."""
+    from conftest import PACKAGES_DIR
+
+    root = tmp_path / "ai.onnx.Gelu"
+    shutil.copytree(PACKAGES_DIR / "ai.onnx.Gelu", root)
+    runner = CliRunner(env={"COLUMNS": "200"})
+
+    def digest(*args: str) -> str:
+        result = runner.invoke(main, ["digest", str(root), *args])
+        return " ".join(result.output.split())
+
+    template = root / "gelu.wgsl.jinja"
+    template.write_text(template.read_text("utf-8") + "// edited\n", "utf-8")
+    edited = digest()
+    assert "changed" in edited and "kept from metadata.json" not in edited, edited
+    assert "kept from metadata.json" not in digest()  # nothing changed
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    (root / "manifest.json").write_text(json.dumps({**manifest, "description": "edited"}), encoding="utf-8")
+    checked = digest("--check")  # out of date, the manifest among the changes: said before the verdict
+    assert "sinceVersion 20" in checked and checked.endswith("to record them"), checked
+    said = digest()
+    assert "contract version 1 kept from metadata.json, not the manifest's sinceVersion 20" in said, said
+    assert "kept from metadata.json" not in digest()
+    assert json.loads((root / "metadata.json").read_text("utf-8"))["version"] == 1
 
 
 def test_digest_reads_the_manifest_once(qg: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,7 +47,7 @@ from .digests import (
 from .errors import DigestError, KernelError, PackageError, one_line
 from .junit_report import junit_xml, validation_junit_xml, write_junit
 from .kernel_arguments import FOLDER, classify_kernel_ref, hub_pin, kernel_folder, resolve_kernel, trust_option
-from .package import embedded_ids, embedded_root
+from .package import MANIFEST_FILE, embedded_ids, embedded_root
 from .package_tests import run_package_tests, run_package_tests_isolated
 from .reading import not_regular
 from .run_results import FAIL, PASS, SKIP, PackageReport, RunResult
@@ -186,8 +186,11 @@ def digest_cmd(path: Path, check: bool, version: int | None, as_json: bool) -> N
             notes.append(Text(f"id: {old_id} -> {metadata['id']} (the manifest's domain.name)"))
         if version is not None and old.get("version") not in (None, metadata["version"]):  # "all unchanged" hid it
             notes.append(Text(f"contract version: {old['version']} -> {metadata['version']} (--version)"))
-        # Not on a passing --check: every green CI log had carried it.
-        keep_note = version is None and "version" in old and not (check and current)
+        # Not on a passing --check: every green CI log had carried it. Only in a run whose manifest.json
+        # changed, where sinceVersion can have come to differ: a package at contract version 1 of an
+        # opset-20 op had carried it through every template edit's digest.
+        manifest_changed = any(c.file == MANIFEST_FILE and c.status in ("added", "changed") for c in changes)
+        keep_note = version is None and "version" in old and not (check and current) and manifest_changed
         note = kept_version_note(root, metadata["version"], manifest_file) if keep_note else None
         if note is not None:
             notes.append(Text(note, style="dim"))
