@@ -770,3 +770,19 @@ def test_a_case_missing_an_input_is_told_to_give_it_in_the_case_not_with_i(packa
     assert "argument 'X'" in text and "got nothing" in text, result.output
     assert "-i X=" not in text and "on the command line" not in text, result.output
     assert "(give 'X' in the case's \"inputs\")" in text, result.output
+
+
+def test_a_first_metadata_json_written_by_expect_is_contract_version_1(package) -> None:
+    """With metadata.json missing, `expect` wrote one at the manifest's sinceVersion (17 for an
+    opset-17 op), silently, where package-files.md says a first contract is 1 (`new` writes 1).
+    An existing one keeps its version."""
+    manifest = json.loads((package / "manifest.json").read_text("utf-8"))
+    (package / "manifest.json").write_text(json.dumps({**manifest, "sinceVersion": 17}, indent=2), "utf-8")
+    (package / "metadata.json").unlink()
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple")
+    assert json.loads((package / "metadata.json").read_text("utf-8"))["version"] == 1
+    assert "metadata.json written (contract version 1" in result.stdout, result.stdout
+    invoke(CliRunner(), "digest", str(package), "--version", "3")
+    result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple")
+    assert json.loads((package / "metadata.json").read_text("utf-8"))["version"] == 3
+    assert "metadata.json refreshed" in result.stdout

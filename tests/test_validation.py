@@ -326,6 +326,27 @@ def test_missing_metadata_is_an_error_and_missing_cases_warnings(qg: Path) -> No
     assert len(report.errors) == 1
 
 
+def test_a_type_variable_of_one_type_is_set_apart_in_the_unexercised_warning(tmp_path: Path) -> None:
+    """demo.ArgMax's output type I has one type (`"I": ["int64"]`): "no case exercises variant
+    'workgroup' with T=float16, I=int64" read as if a case with another I were wanted. The label
+    (the coverage row, the warning's dtype) stays `T=float16, I=int64`, as `test` labels its runs;
+    the message sets I apart as the one type its constraint lists."""
+    argmax = tmp_path / "argmax"
+    shutil.copytree(Path(__file__).parent / "packages" / "demo.ArgMax", argmax)
+    edit_json(argmax / "test.json", lambda t: t.update(cases=[c for c in t["cases"]
+                                                              if c.get("types") != {"T": "float16"}]))
+    edit_json(argmax / "bench.json", lambda b: [c.update(types={"T": ["float32"]}) for c in b["cases"]])
+    digests.write_metadata(argmax)
+    report = validate_package(argmax)
+    warned = {(p.variant, p.dtype): p.message for p in report.warnings
+              if "no test.json or bench.json case exercises" in p.message}  # fmt: skip
+    assert set(warned) == {("workgroup", "T=float16, I=int64"), ("strided", "T=float16, I=int64")}, warned
+    assert warned[("strided", "T=float16, I=int64")] == (
+        "no test.json or bench.json case exercises variant 'strided' with T=float16 (and I=int64, the one type its "
+        "constraint lists): it was not compiled")  # fmt: skip
+    assert {c.dtype for c in report.coverage} == {"T=float32, I=int64", "T=float16, I=int64"}
+
+
 def test_a_metadata_json_folder_is_reported_as_such_not_as_missing(qg: Path, runner: CliRunner) -> None:
     """validate said "the package has no metadata.json" for a folder of that name (Path.is_file is
     False for both), as if the package were simply unsigned."""

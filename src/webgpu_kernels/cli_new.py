@@ -314,7 +314,7 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
     the entry names (other arrays of the file kept; one not yet there is created, its folders too).
     Cases expecting a refusal are left alone.
     Nothing is written until every case succeeded; metadata.json is then refreshed as `digest`
-    does. Exit 1 if FUNCTION raises, 2 if it returns anything but the outputs in their shapes.
+    does (a missing one written at contract version 1, as `new` writes it). Exit 1 if FUNCTION raises, 2 if it returns anything but the outputs in their shapes.
     """
     label, function = reference
     root = path.expanduser().resolve()
@@ -352,13 +352,17 @@ def expect_cmd(ctx: click.Context, path: Path, reference: tuple[str, Any]) -> No
         if isinstance(exc, PackageError) and isinstance(exc.__cause__, OSError):  # a full disk, a folder in the way
             raise click.ClickException(str(exc)) from None  # replace_files put back what it had replaced
         raise
-    write_metadata(root)
+    # A first metadata.json is a first contract, version 1, as `new` writes it: digest's fallback,
+    # sinceVersion (17 for an opset-17 op), had been taken silently.
+    first = not (root / METADATA_FILE).is_file()
+    write_metadata(root, version=1 if first else None)
     refused = sum(1 for case in doc["cases"] if "refused" in case)
     count, files = written.count, len(written.files)
     new = f" ({len(written.created)} new: {', '.join(written.created)})" if written.created else ""
     click.echo(f"{count} case{'' if count == 1 else 's'} written, {refused} refusal case{'' if refused == 1 else 's'} "
                f"left: {target}" + (f", {files} data file{'' if files == 1 else 's'} written{new}" if files else "")
-               + "; metadata.json refreshed")  # fmt: skip
+               + ("; metadata.json written (contract version 1, a first contract, whatever sinceVersion)"
+                  if first else "; metadata.json refreshed"))  # fmt: skip
     largest = largest_inline_entry(doc["cases"])
     if largest and largest.count > INLINE_HINT_VALUES:  # written, but test.json is no longer for reading
         click.echo(f"note: {TEST_FILE} {largest.json_path}: {largest.advice()}")

@@ -199,6 +199,21 @@ def _more_cases(others: list[str]) -> str:
     return f" (and in {len(others)} more cases: {', '.join(others[:3])}{' ...' if len(others) > 3 else ''})"
 
 
+def _said(label: str, binding: dict[str, str] | None, manifest: Manifest) -> str:
+    """``label`` as a warning says it: a type variable whose constraint lists one type is set apart
+    (``T=float16 (and I=int64, the one type its constraint lists)``), since every call binds it so
+    and no case could give it another ("with T=float16, I=int64" had read as asking for one)."""
+    if not binding or len(set(binding.values())) == 1:
+        return label  # `float32`: no type variable is named
+    fixed = [tv for tv in binding if len(manifest.type_constraints.get(tv, ())) == 1]
+    if not fixed or len(fixed) == len(binding):
+        return label
+    free = ", ".join(f"{tv}={binding[tv]}" for tv in binding if tv not in fixed)
+    one = ", ".join(f"{tv}={binding[tv]}" for tv in fixed)
+    whose = "its constraint lists" if len(fixed) == 1 else "their constraints list"
+    return f"{free} (and {one}, the one type {whose})"
+
+
 def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
     names = list(manifest.type_constraints)
     lists = [list(manifest.type_constraints[n]) for n in names]
@@ -223,6 +238,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     if count > MAX_LISTED_COMBINATIONS:  # 8 type variables of 13 dtypes would be 8e8 rows, each a warning
         out.warning(MANIFEST_FILE, "typeConstraints", f"the type variables allow {count} combinations, more than "
                     f"{MAX_LISTED_COMBINATIONS}: the coverage lists only those the cases exercise")  # fmt: skip
+    bindings: dict[str, dict[str, str]] = {binding_label(combo): combo for combo in combos}  # label -> binding
     for v in manifest.variants:
         for combo in combos:
             coverage[(v.id, binding_label(combo))] = Coverage(v.id, binding_label(combo))
@@ -261,6 +277,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             continue  # reported by the case-file stages
         binding = signature.type_bindings()
         label = binding_label(binding)
+        bindings.setdefault(label, binding)
         # Without shader-f16 a float16 call is judged like any other: a variant that copies f16 data
         # as u32 words runs there, and `test` runs it; a guarded one (f16Ok) rejects it. `test`
         # skips a case that no variant accepts when an input is float16: so does this.
@@ -486,7 +503,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             variant = manifest.variant(cov.variant)
             compiles = "it compiles, but " if cov.status == "compiled" else ""
             out.warning(MANIFEST_FILE, variant.json_path if variant else "",
-                        f"only bench.json cases exercise variant {cov.variant!r} with {cov.dtype}: {compiles}"
+                        f"only bench.json cases exercise variant {cov.variant!r} with "
+                        f"{_said(cov.dtype, bindings.get(cov.dtype), manifest)}: {compiles}"
                         "no test.json case checks its results", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
         if cov.cases:
             continue
@@ -504,7 +522,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             continue
         variant = manifest.variant(cov.variant)
         out.warning(MANIFEST_FILE, variant.json_path if variant else "",
-                    f"no test.json or bench.json case exercises variant {cov.variant!r} with {cov.dtype}: "
+                    f"no test.json or bench.json case exercises variant {cov.variant!r} with "
+                    f"{_said(cov.dtype, bindings.get(cov.dtype), manifest)}: "
                     f"it was not compiled{unread}", variant=cov.variant, dtype=cov.dtype)  # fmt: skip
     report.coverage = sorted(coverage.values(), key=lambda c: ([v.id for v in manifest.variants].index(c.variant)
                                                                 if manifest.variant(c.variant) else 99, c.dtype))  # fmt: skip
