@@ -153,6 +153,33 @@ def test_ceil_div_rounds_up_as_negated_floor_division():
     assert ev("ceilDiv(7.5, 2)") == 4 and isinstance(ev("ceilDiv(7.5, 2)"), int)
 
 
+@pytest.mark.parametrize(("shape", "target"), [
+    ([4], [2, 3, 4]), ([1], [2, 3]), ([], [5]), ([3, 1], [3, 4]), ([1, 4], [3, 4]), ([2, 3, 4], [3, 4]),
+    ([3, 1], [1, 4]), ([5], [4]), ([3], [3, 1]), ([0], [2, 0]), ([2], [2, 0]), ([1, 1], [1]),
+])  # fmt: skip
+def test_one_way_broadcasting_is_broadcastable_and_same_shape_of_broadcast_shape(shape, target):
+    """Doc: "`broadcastable` is two-way: `[3, 1]` and `[1, 4]` broadcast together (to `(3, 4)`),
+    though neither broadcasts to the other. ONNX's one-way rule ... is `broadcastable(S, t) and
+    sameShape(broadcastShape(S, t), t)`: true exactly when `S` has at most `t`'s rank and each of its
+    sizes is 1 or `t`'s on that axis"; "`broadcastStrides(S, t)` holds `S` to the same rule, but
+    fails rather than answering." Judged against NumPy's np.broadcast_to."""
+    try:
+        np.broadcast_to(np.empty(shape), target)
+        to = True
+    except ValueError:
+        to = False
+    assert ev(f"broadcastable({shape}, {target}) and sameShape(broadcastShape({shape}, {target}), {target})") is to
+    assert ev("broadcastable([3, 1], [1, 4])") is True and ev("broadcastShape([3, 1], [1, 4])") == (3, 4)
+    if to:
+        ev(f"broadcastStrides({shape}, {target})")
+    else:
+        with pytest.raises(errors.ExpressionError):
+            ev(f"broadcastStrides({shape}, {target})")
+    if not ev(f"broadcastable({shape}, {target})"):
+        with pytest.raises(errors.ExpressionError):  # why the first half is there
+            ev(f"sameShape(broadcastShape({shape}, {target}), {target})")
+
+
 # --- The expression language: Strictness ----------------------------------------------------------
 
 
@@ -362,6 +389,53 @@ def test_a_when_clause_that_is_not_a_boolean_rejects_the_variant(demo, clause):
 def test_an_empty_when_always_holds(demo):
     """Doc: "An empty `when` always holds." """
     assert demo(lambda m: m["variants"][0].__setitem__("when", [])).explain({"X": wk.TensorMeta((7,), "float32")}).chosen == "vec4"
+
+
+def _layer_normalization() -> wk.Kernel:
+    return wk.load_kernel(PACKAGES_DIR / "ai.onnx.LayerNormalization")
+
+
+def test_the_values_a_trace_shows_come_clause_first_then_what_its_entries_read_three_levels_deep():
+    """Doc: "the names the failing clause reads, in the order the expression names them (a conditional
+    `a if c else b` names `c` first); then the names that each of those derive entries and constants
+    reads, entry by entry; then the names those read: three levels in all. A name is listed once";
+    the two LayerNormalization traces the paragraph quotes."""
+    kernel = _layer_normalization()
+    x, scale = wk.TensorMeta((2, 3, 4), "float32"), wk.TensorMeta((4,), "float32")
+    first = kernel.explain({"X": x, "Scale": scale}, attrs={"axis": 3}).verdicts[0]
+    assert first.reason() == "when[0] 'axisOk' is false (with axisOk=False, ranks.X=3, attrs.axis=3)"
+    first = kernel.explain({"X": x, "Scale": wk.TensorMeta((3,), "float32")}).verdicts[0]
+    assert first.reason() == ("when[3] 'scaleOk' is false (with scaleOk=False, shapes.Scale=[3], normShape=[4], "
+                              "scaleN=3, D=4, ranks.Scale=1, lastD=4, shapes.X=[2, 3, 4], a=2)")  # fmt: skip
+    assert "attrs.axis" not in first.values  # what `a` reads: a fourth level
+    assert ExpressionCompiler({"a", "b", "c"}).compile("a if c else b", "claim").references == ("c", "a", "b")
+
+
+def test_a_forced_twin_that_needs_an_absent_input_shows_the_names_the_call_holds():
+    """Doc: "Forced on a call without `B`, a twin that needs it is refused with `when[4] "'B' in shapes"
+    is false (with shapes=[X, Scale, Y, Mean, InvStdDev])`" and "eight variants over four binding
+    sets"; "the `@binding` index of the params differs between sets"."""
+    kernel = _layer_normalization()
+    with pytest.raises(errors.VariantRejectedError) as info:
+        kernel({"X": np.ones((2, 4), np.float32), "Scale": np.ones(4, np.float32)}, variant="row")
+    assert str(info.value).endswith("""when[4] "'B' in shapes" is false (with shapes=[X, Scale, Y, Mean, InvStdDev])""")
+    raw = kernel.manifest.raw
+    assert len(raw["variants"]) == 8 and len({p["bindings"] for v in raw["variants"] for p in v["passes"]}) == 4
+    params = {name: [b["name"] for b in bindings].index("params") for name, bindings in raw["bindingSets"].items()}
+    assert len(set(params.values())) > 1, params
+
+
+def test_explain_of_a_call_refused_lists_its_outputs_at_the_fallback_shape():
+    """Doc: "ai.onnx.LayerNormalization's `axis=3` on a rank-3 `X` ... explains as `no variant applies`
+    followed by `output Mean: shape [1, 1, 1] float32`, which no call returns (a call with a valid
+    `axis` would give `[2, 3, 1]`, say, for `axis=2`)." """
+    kernel = _layer_normalization()
+    inputs = {"X": wk.TensorMeta((2, 3, 4), "float32"), "Scale": wk.TensorMeta((4,), "float32")}
+    text = str(kernel.explain(inputs, attrs={"axis": 3}))
+    assert "no variant applies" in text and "output Mean: shape [1, 1, 1] float32" in text
+    with pytest.raises(errors.SelectionError):
+        kernel({"X": np.ones((2, 3, 4), np.float32), "Scale": np.ones(4, np.float32)}, attrs={"axis": 3})
+    assert "output Mean: shape [2, 3, 1] float32" in str(kernel.explain(inputs, attrs={"axis": 2}))
 
 
 # --- Passes and bindings: `$name` references ------------------------------------------------------
@@ -576,6 +650,67 @@ def test_an_included_file_sees_the_names_and_an_imported_one_only_with_context(d
     assert demo(template=with_context, **macro).render(X8)["main"] == "f32"
     with pytest.raises(errors.TemplateError, match="'scalar' is undefined"):
         demo(template="{% import 'c.wgsl.jinja' as c %}{{ c.m() }}", **macro).render(X8)
+
+
+LOOPS_TEMPLATE = """{{ declarations }}
+
+fn helperLoop(k: u32) -> f32 {
+  var c = 0.0;
+  for (var i = 0u; i < k; i++) {
+    c += x[0];
+  }
+  return c;
+}
+
+@compute @workgroup_size(1)
+fn main({{ entryParams }}) {
+  var a = 0.0;
+  for (var i = 0u; i < params.n; i++) {
+    a += x[0];
+  }
+{% if inHelper %}
+  let b = helperLoop(params.m);
+{% else %}
+  var b = 0.0;
+  for (var j = 0u; j < params.m; j++) {
+    b += x[0];
+  }
+{% endif %}
+  y[0] = a;
+  y[1] = b;
+}
+"""
+
+
+@pytest.mark.parametrize("in_helper", [False, True], ids=["entry-point", "helper-function"])
+def test_lavapipe_s_loop_cap_counts_the_loops_of_called_functions_and_each_loop_s_last_trip(write_package,
+                                                                                             in_helper):  # fmt: skip
+    """Doc ("Loops on lavapipe"): "The loops of the functions the entry point calls count toward the
+    same cap, as if written in it, and each loop's last trip, whose test ends it, counts as an
+    iteration: after a loop of 40,000, a second loop of 40,000 runs 25,534 times (65,535 - 40,001),
+    and after a loop of 0 one of 65,536 runs 65,534 times". Each loop adds x[0] = 1 per iteration,
+    so an output is its loop's trip count; off lavapipe no cap applies and each loop runs in full."""
+    manifest = {
+        "domain": "demo", "name": "Loops", "inputs": [{"role": "X", "dtype": "T"}],
+        "outputs": [{"role": "Y", "dtype": "T", "rank": 1, "shape": "[2]"}],
+        "attributes": {"n": 0, "m": 0}, "typeConstraints": {"T": ["float32"]},
+        "constants": {"inHelper": in_helper},
+        "variants": [{"id": "only", "passes": [{"id": "main", "shader": "loops.wgsl.jinja", "bindings": [
+            {"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
+            {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
+            {"name": "params", "semantic": "kernel.params", "buffer": {"type": "uniform"}, "struct": {
+                "name": "Params", "fields": [{"name": "n", "type": "u32", "value": "attrs.n"},
+                                             {"name": "m", "type": "u32", "value": "attrs.m"}]}}],
+            "dispatch": {"threads": 1, "workgroupSize": 1}}]}],
+    }  # fmt: skip
+    kernel = wk.load_kernel(write_package(manifest, {"loops.wgsl.jinja": LOOPS_TEMPLATE}))
+    adapter = wk.get_device().adapter
+    capped = "llvmpipe" in f"{adapter.name} {adapter.vendor}".lower()
+    cap = 65_535
+    for n, m in [(10, 10), (40_000, 40_000), (0, 65_536)]:
+        second = min(m, cap - (n + 1)) if capped else m  # the first loop's n trips and its last test
+        got = kernel({"X": np.ones(4, np.float32)}, attrs={"n": n, "m": m})["Y"]
+        assert got.tolist() == [n, second], (n, m)
 
 
 # --- What makes a new pipeline --------------------------------------------------------------------
