@@ -451,3 +451,24 @@ def test_summarize_of_both_infinities_warns_nothing() -> None:
         warnings.simplefilter("error")  # a RuntimeWarning leaked to run's stderr
         stats = summarize(np.array([np.inf, -np.inf, 1.0], np.float32))
     assert stats["min"] == -np.inf and stats["max"] == np.inf and math.isnan(stats["mean"])
+
+
+def test_run_explain_and_render_take_output_names(runner: CliRunner) -> None:
+    """--output NAME (repeatable) is the call's outputs=: run reports and compares only those, explain
+    and render show the variant that skips the optional outputs left out; an unknown name exits 2."""
+    from conftest import PACKAGES_DIR
+
+    ln = str(PACKAGES_DIR / "ai.onnx.LayerNormalization")
+    args = ["-i", "X=4x300:f32", "-i", "Scale=300:f32"]
+    data = json.loads(invoke(runner, "run", ln, *args, "--output", "Y", "--repeat", "1", "--json").stdout)
+    assert data["variant"] == "workgroup_nostats_nobias" and data["asked"] == ["Y"]
+    assert list(data["outputs"]) == ["Y"] and data["ok"]
+    data = json.loads(invoke(runner, "run", ln, *args, "--output", "Y", "--output", "Mean", "--json").stdout)
+    assert data["variant"] == "workgroup_nobias" and list(data["outputs"]) == ["Y", "Mean"] and data["ok"]
+    explained = json.loads(invoke(runner, "explain", ln, *args, "--output", "Y", "--json").stdout)
+    assert explained["chosen"] == "workgroup_nostats_nobias" and explained["asked"] == ["Y"]
+    assert "not asked for" in invoke(runner, "explain", ln, *args, "--output", "Y").stdout
+    assert "read_write> mean" not in invoke(runner, "render", ln, *args, "--output", "Y").stdout
+    assert "read_write> mean" in invoke(runner, "render", ln, *args).stdout
+    result = runner.invoke(main, ["explain", ln, *args, "--output", "Mena"])
+    assert result.exit_code == 2 and "argument 'outputs'" in result.output and "'Mean'" in result.output, result.output

@@ -163,3 +163,147 @@ def test_a_variant_argument_of_another_type_is_named_briefly(quick_gelu):
         quick_gelu({"X": np.ones(4, np.float32)}, variant=list(range(100_000)))
     assert info.value.argument == "variant" and len(str(info.value)) < 400, len(str(info.value))
     assert "got list [0, 1, 2" in str(info.value)
+
+
+# --- outputs=: the outputs a call asks for --------------------------------------------------------
+
+
+def _layer_norm64(x, scale, bias=None):
+    """LayerNormalization over the last axis in float64: Y, Mean, InvStdDev (an independent reference)."""
+    x = np.asarray(x, np.float64)
+    mean = x.mean(axis=-1, keepdims=True)
+    inv = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + 1e-5)
+    y = (x - mean) * inv * np.asarray(scale, np.float64) + (0.0 if bias is None else np.asarray(bias, np.float64))
+    return {"Y": y, "Mean": mean, "InvStdDev": inv}
+
+
+@pytest.fixture(scope="module")
+def layer_norm():
+    from conftest import PACKAGES_DIR
+
+    return wk.load_kernel(PACKAGES_DIR / "ai.onnx.LayerNormalization")
+
+
+@pytest.mark.parametrize("width", [16, 300])  # a short row (the row variants) and a long one (workgroup)
+def test_outputs_declines_optional_outputs_and_picks_a_variant_that_skips_them(layer_norm, width):
+    """outputs=["Y"]: the variants that write Mean and InvStdDev are passed over for one that writes
+    neither; the result holds Y alone. outputs=None returns all three, as before; a subset of the
+    statistics is computed by a variant that writes both, the other dropped."""
+    rng = np.random.default_rng(width)
+    x, scale, bias = (rng.standard_normal(s).astype(np.float32) for s in ((5, width), (width,), (width,)))
+    kept = [a.copy() for a in (x, scale, bias)]
+    ref = _layer_norm64(x, scale, bias)
+    inputs = {"X": x, "Scale": scale, "B": bias}
+    for _ in range(2):  # the second call takes the cached plan
+        lean = layer_norm(inputs, outputs=["Y"])
+        assert set(lean) == {"Y"}
+        np.testing.assert_allclose(lean["Y"], ref["Y"], rtol=2e-5, atol=2e-5)
+    assert "nostats" in layer_norm.plan(inputs, outputs=["Y"])[1].variant
+    full = layer_norm(inputs)
+    assert set(full) == {"Y", "Mean", "InvStdDev"}
+    for name in full:
+        np.testing.assert_allclose(full[name], ref[name], rtol=2e-5, atol=2e-5)
+    assert "nostats" not in layer_norm.plan(inputs)[1].variant
+    mean_only = layer_norm(inputs, outputs=("Mean", "Y"))
+    assert list(mean_only) == ["Y", "Mean"]  # the manifest's order
+    np.testing.assert_allclose(mean_only["Mean"], ref["Mean"], rtol=2e-5, atol=2e-5)
+    with pytest.raises(errors.MissingOutputError, match="not ask for") as info:
+        mean_only["InvStdDev"]
+    assert "outputs=" in str(info.value)
+    stats_only = layer_norm(inputs, outputs=["InvStdDev", "Mean"])  # Y is computed (not optional) and dropped
+    assert list(stats_only) == ["Mean", "InvStdDev"]
+    np.testing.assert_allclose(stats_only["InvStdDev"], ref["InvStdDev"], rtol=2e-5, atol=2e-6)
+    for given, before in zip((x, scale, bias), kept, strict=True):
+        np.testing.assert_array_equal(given, before)
+
+
+def test_outputs_in_gpu_output_mode(layer_norm):
+    rng = np.random.default_rng(7)
+    x, scale = rng.standard_normal((3, 40)).astype(np.float32), rng.standard_normal(40).astype(np.float32)
+    got = layer_norm({"X": x, "Scale": scale}, outputs=["Mean"], output="gpu")
+    assert set(got) == {"Mean"} and isinstance(got["Mean"], wk.GpuTensor)
+    np.testing.assert_allclose(got["Mean"].numpy(), _layer_norm64(x, scale)["Mean"], rtol=2e-5, atol=2e-6)
+    got["Mean"].release()
+    lean = layer_norm({"X": wk.to_gpu(x), "Scale": scale}, outputs=["Y"], output="gpu")
+    assert set(lean) == {"Y"}
+    np.testing.assert_allclose(lean["Y"].numpy(), _layer_norm64(x, scale)["Y"], rtol=2e-5, atol=2e-5)
+
+
+def test_outputs_trace_says_why_a_variant_is_passed_over(layer_norm):
+    """explain(outputs=...) rejects a variant that does not write an asked optional output, and
+    says of one that writes an unasked one that another was preferred."""
+    inputs = {"X": ((4, 16), "float32"), "Scale": ((16,), "float32")}
+    lean = layer_norm.explain(inputs, outputs=["Y"])
+    assert lean.chosen == "row_nostats_nobias" and lean.asked == ("Y",)
+    verdicts = {v.variant: v for v in lean.verdicts}
+    assert verdicts["row_nobias"].accepted and verdicts["row_nobias"].unasked == ("Mean", "InvStdDev")
+    assert "writes Mean, InvStdDev, which the call does not ask for" in verdicts["row_nobias"].reason()
+    text = str(lean)
+    assert "output Mean:" in text and "not asked for" in text, text
+    stats = layer_norm.explain(inputs, outputs=["Y", "Mean"])
+    assert stats.chosen == "row_nobias"
+    rejected = {v.variant: v for v in stats.verdicts}["row_nostats_nobias"]
+    assert not rejected.accepted and rejected.lacks == ("Mean",)
+    assert "does not write Mean, which the call asks for (outputs=)" in rejected.reason()
+    assert stats.as_dict()["asked"] == ["Y", "Mean"]
+    assert {v["variant"]: v for v in stats.as_dict()["variants"]}["row_nostats_nobias"]["lacks"] == ["Mean"]
+    with pytest.raises(errors.VariantRejectedError, match="does not write Mean"):
+        layer_norm({"X": np.ones((2, 16), np.float32), "Scale": np.ones(16, np.float32)}, outputs=["Mean"],
+                   variant="row_nostats_nobias")
+    forced = layer_norm({"X": np.ones((2, 16), np.float32), "Scale": np.ones(16, np.float32)}, outputs=["Y"],
+                        variant="row_nobias")  # forced: it writes Mean too, which is dropped
+    assert set(forced) == {"Y"}
+
+
+def test_outputs_falls_back_to_a_variant_that_writes_unasked_outputs(write_package):
+    """Where no variant that skips the unasked optional output accepts the call, the usual choice
+    runs and the output it writes is dropped; where one does, it is chosen over a higher priority."""
+    from conftest import optional_output_package
+
+    k = wk.load_kernel(optional_output_package(write_package, [("withz", 10, True), ("noz", 1, False,
+                                                                ["numel(shapes.X) >= 8"])]))  # fmt: skip
+    small, large = np.arange(4, dtype=np.float32), np.arange(16, dtype=np.float32)
+    got = k({"X": small}, outputs=["Y"])
+    assert set(got) == {"Y"} and k.plan({"X": small}, outputs=["Y"])[1].variant == "withz"
+    np.testing.assert_array_equal(got["Y"], small)
+    explanation = k.explain({"X": small}, outputs=["Y"])
+    assert explanation.chosen == "withz" and "which the call does not ask for" in str(explanation)
+    assert set(k({"X": large}, outputs=["Y"])) == {"Y"} and k.plan({"X": large}, outputs=["Y"])[1].variant == "noz"
+    assert set(k({"X": large})) == {"Y", "Z"}  # outputs=None: the usual choice
+    np.testing.assert_array_equal(k({"X": large}, outputs=["Z"])["Z"], 2 * large)
+    assert k.render({"X": large}, outputs=["Y"]) != k.render({"X": large})
+
+
+def test_outputs_names_must_be_declared_outputs(layer_norm):
+    inputs = {"X": np.ones((2, 8), np.float32), "Scale": np.ones(8, np.float32)}
+    for given, got in ((["Y", "Q"], "'Q'"), ("Y", "str 'Y'"), ([3], "int 3"), (5, "int 5")):
+        with pytest.raises(errors.InputError, match=re.escape(got)) as info:
+            layer_norm(inputs, outputs=given)
+        assert info.value.argument == "outputs"
+        assert "['Y', 'Mean', 'InvStdDev']" in info.value.expected
+    with pytest.raises(errors.InputError) as info:
+        layer_norm.explain(inputs, outputs=["mean"])
+    assert info.value.argument == "outputs"
+
+
+def test_a_stored_tuning_result_that_writes_an_unasked_output_is_not_forced(tuning_dir, device, write_package):
+    """A tuned variant writing an optional output the call does not ask for, where the manifest's
+    own choice for the call writes none, is passed over (explain says why); one lacking an asked
+    output too; where the call's own choice writes it as well, the stored one still runs."""
+    from webgpu_kernels import tuning
+
+    from conftest import optional_output_package
+
+    k = wk.load_kernel(optional_output_package(write_package, [("noz", 10, False), ("withz", 1, True)]))
+    x = np.ones(4096, np.float32)
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    cache.record(k.tuning_key, {"T": "float32"}, {"X": x.shape}, tuning.TunedChoice("withz", {"WORKGROUP_SIZE": 128}, 1e-5))
+    assert k.plan({"X": x}, tuned=True)[1].variant == "withz"  # outputs=None: it returns more, and runs
+    assert k.plan({"X": x}, tuned=True, outputs=["Y"])[1].variant == "noz"
+    assert set(k({"X": x}, outputs=["Y"])) == {"Y"}
+    reason = k.explain({"X": x}, outputs=["Y"]).tuning_entry["reason"]
+    assert "'withz' writes Z, which the call does not ask for" in reason, reason
+    assert k.plan({"X": x}, tuned=True, outputs=["Z"])[1].variant == "withz"  # noz cannot: the stored one runs
+    cache.record(k.tuning_key, {"T": "float32"}, {"X": x.shape}, tuning.TunedChoice("noz", {"WORKGROUP_SIZE": 128}, 1e-5))
+    assert k.plan({"X": x}, tuned=True, outputs=["Z"])[1].variant == "withz"
+    assert "does not write Z" in k.explain({"X": x}, outputs=["Z"]).tuning_entry["reason"]

@@ -160,7 +160,8 @@ def test_validates_and_its_test_json_passes(kernel):
 @pytest.mark.parametrize("output", ["Y", *STATS])
 def test_expected_outputs_are_the_reference(kernel, output):
     """test.json's stored outputs are this module's float64 reference of the case's inputs, rounded once
-    (Y to X's dtype, Mean and InvStdDev to float32); the cases with STATS off list Y only."""
+    (Y to X's dtype, Mean and InvStdDev to float32). A case that lists Mean and InvStdDev names the
+    variants that write them; one that lists Y alone runs on every variant, the _nostats ones too."""
     from webgpu_kernels.casefile import read_test_file
 
     sizes, dtypes = set(), set()
@@ -168,8 +169,10 @@ def test_expected_outputs_are_the_reference(kernel, output):
         if case.refused is not None:
             continue
         if output not in case.expected:
-            assert output != "Y" and case.tunables.get("STATS") is False, case.name
+            assert output != "Y" and case.variants is None, case.name
             continue
+        if output != "Y":
+            assert case.variants and not any("nostats" in v for v in case.variants), case.name
         inputs = wk.test_case_inputs(kernel, case.name)
         dtype = inputs["X"].dtype if output == "Y" else np.dtype(np.float32)
         stored = case.build_expected(kernel.package.read_bytes, {output: dtype.name})[output]
@@ -204,24 +207,24 @@ CALLS = [
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("call", CALLS, ids=lambda c: "x".join(map(str, c[0])) + f"-s{len(c[1])}-a{c[2]}")
 def test_every_variant_against_the_reference(kernel, rng, need_dtype, call, dtype, with_bias):
-    """Every variant that accepts the call (short rows: row and workgroup), with STATS on and off."""
+    """Every variant that accepts the call (short rows: row and workgroup), forced, and the call that
+    declines the statistics (outputs=["Y"]), which runs a _nostats variant."""
     need_dtype(dtype)
     shape, scale_shape, axis = call
     x = draw(rng, shape, dtype)
     scale = draw(rng, scale_shape, dtype, 0.5, 1.5)
     bias = draw(rng, scale_shape, dtype) if with_bias else None
     inputs = {"X": x, "Scale": scale, **({"B": bias} if with_bias else {})}
-    ran = []
-    for stats in (True, False):
-        tunables = {"STATS": stats}
-        accepted = [v.variant for v in kernel.explain(inputs, attrs={"axis": axis}, tunables=tunables).verdicts
-                    if v.accepted]  # fmt: skip
-        assert accepted, (call, stats)
-        for variant in accepted:
-            got = run(kernel, x, scale, bias, axis, variant=variant, tunables=tunables)
-            assert set(got) == ({"Y", *STATS} if stats else {"Y"}), (variant, set(got))
-            ran.append(variant)
-    assert any(v.startswith("workgroup") for v in ran)
+    accepted = [v.variant for v in kernel.explain(inputs, attrs={"axis": axis}).verdicts if v.accepted]
+    assert any("nostats" in v for v in accepted) and any("nostats" not in v for v in accepted), accepted
+    for variant in accepted:
+        got = run(kernel, x, scale, bias, axis, variant=variant)
+        assert set(got) == ({"Y"} if "nostats" in variant else {"Y", *STATS}), (variant, set(got))
+    assert any(v.startswith("workgroup") for v in accepted)
+    assert set(run(kernel, x, scale, bias, axis)) == {"Y", *STATS}  # a plain call: the statistics too
+    lean = kernel.explain(inputs, attrs={"axis": axis}, outputs=["Y"]).chosen
+    assert lean is not None and "nostats" in lean, lean
+    assert set(run(kernel, x, scale, bias, axis, outputs=["Y"])) == {"Y"}
 
 
 # Hidden states of model-shapes.md, cut for lavapipe: CLIP's text encoder (77 tokens, width 768) and the
@@ -271,7 +274,7 @@ def test_rows_far_from_zero_keep_their_digits(kernel, rng):
     x = (1000.0 + 0.01 * rng.standard_normal((8, 300))).astype(np.float32)
     ones = np.ones(300, np.float32)
     for variant in ("workgroup_nobias", "workgroup_nostats_nobias"):
-        run(kernel, x, ones, axis=-1, epsilon=1e-3, variant=variant, tunables={"STATS": "nostats" not in variant})
+        run(kernel, x, ones, axis=-1, epsilon=1e-3, variant=variant)
     run(kernel, x[:, :20], ones[:20], epsilon=1e-3, variant="row_nobias")
 
 
@@ -285,24 +288,24 @@ def test_workgroup_sizes(kernel, need_workgroup_size, rng, wg):
 # --- the optional outputs ------------------------------------------------------------------------
 
 
-def test_optional_outputs_are_returned_by_default_and_left_out_with_stats_off(kernel, rng):
-    """A plain call returns Mean and InvStdDev; STATS=false selects a variant that neither binds nor
-    computes them: the result has no entry (MissingOutputError naming them), no buffer is planned,
-    and its WGSL writes no statistics."""
+def test_optional_outputs_are_returned_by_default_and_left_out_when_declined(kernel, rng):
+    """A plain call returns Mean and InvStdDev; outputs=["Y"] selects a variant that neither binds
+    nor computes them: the result has no entry (MissingOutputError naming them), no buffer is
+    planned, and its WGSL writes no statistics."""
     x = draw(rng, (4, 300), np.float32)
     scale = np.ones(300, np.float32)
     full = kernel({"X": x, "Scale": scale})
     assert set(full) == {"Y", *STATS} and full["Mean"].shape == (4, 1)
-    lean = kernel({"X": x, "Scale": scale}, tunables={"STATS": False})
+    lean = kernel({"X": x, "Scale": scale}, outputs=["Y"])
     assert set(lean) == {"Y"}
     np.testing.assert_array_equal(lean["Y"], full["Y"])
     with pytest.raises(errors.MissingOutputError, match="optional output"):
         lean["Mean"]
     assert lean.get("InvStdDev") is None
-    _, plan = kernel.plan({"X": x, "Scale": scale}, tunables={"STATS": False})
+    _, plan = kernel.plan({"X": x, "Scale": scale}, outputs=["Y"])
     assert plan.variant == "workgroup_nostats_nobias" and set(plan.left_out) == set(STATS)
-    assert [b[0] for b in plan.output_buffers] == ["Y"]
-    text = kernel.render({"X": x, "Scale": scale}, tunables={"STATS": False})["main"]
+    assert [b[0] for b in plan.output_buffers] == ["Y"] and plan.dropped == ()
+    text = kernel.render({"X": x, "Scale": scale}, outputs=["Y"])["main"]
     assert "var<storage, read_write> mean" not in text and "invStd" not in text
     assert "var<storage, read_write> mean" in kernel.render({"X": x, "Scale": scale})["main"]
 

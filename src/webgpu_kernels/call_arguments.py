@@ -4,7 +4,7 @@ the device. What each input is (an array, a GpuTensor, a description) is read in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,7 @@ import numpy as np
 from .call_inputs import as_array, checked_mapping
 from .contract import check_input_names, has_negative_zero, missing_input, negative_zero_indices
 from .device import AdapterSummary, Device, adapter_request
-from .errors import InputError
+from .errors import InputError, describe_value, name_meant, short_repr
 from .execution import host_array
 from .manifest import Manifest, ReadOnlyList
 from .tensor import LOST_TENSOR, RELEASED_ADVICE, GpuTensor
@@ -55,6 +55,41 @@ def keyed_by_value(options: Mapping[str, Any] | None) -> bool:
 
 def _tuple_terms(value: Sequence[Any]) -> tuple[tuple[int, ...], tuple[type, ...]]:
     return negative_zero_indices(value), tuple(map(type, value))
+
+
+def asked_outputs(manifest: Manifest, outputs: Iterable[str] | None,
+                  roles: frozenset[str] = frozenset()) -> frozenset[str] | None:  # fmt: skip
+    """A call's ``outputs=``, the names of the outputs it wants, checked to be declared outputs
+    (None: it takes what the chosen variant writes). A frozenset, a term of the fast-plan key:
+    the order and repeats of the names change nothing (the result keeps the manifest's order).
+    ``roles``: the declared outputs' names, where the caller keeps them (the per-call path)."""
+    if outputs is None:
+        return None
+    if outputs.__class__ in _NAME_COLLECTIONS:  # the per-call path: 0.3 us, not 1.6 (ABC checks, the list)
+        try:
+            fast = frozenset(outputs)
+        except TypeError:  # an unhashable item: the checks below name it
+            fast = frozenset()
+        if fast and fast <= roles:
+            return fast
+    declared = [spec.role for spec in manifest.outputs]
+    expected = f"a list of output names, some of {declared}"
+    if isinstance(outputs, (str, bytes, Mapping)) or not isinstance(outputs, Iterable):
+        # a string is iterable too: outputs="Mean" would have asked for "M", "e", "a" and "n"
+        hint = f"outputs=[{short_repr(outputs)}], not outputs={short_repr(outputs)}" if isinstance(outputs, str) else ""
+        raise InputError("outputs", expected, describe_value(outputs), hint=hint)
+    names = tuple(outputs)
+    for name in names:
+        if not isinstance(name, str):
+            raise InputError("outputs", expected, describe_value(name))
+        if name not in declared:
+            meant = name_meant(name, declared)
+            raise InputError("outputs", expected, f"{short_repr(name)}, not an output of the kernel",
+                             hint=f"did you mean {meant!r}?" if meant else "")  # fmt: skip
+    return frozenset(names)
+
+
+_NAME_COLLECTIONS = (list, tuple, set, frozenset)
 
 
 def gpu_input_names(inputs: Mapping[str, Any]) -> list[str]:

@@ -29,6 +29,12 @@ KEY_LIMITS = (
     "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX", "maxComputeWorkgroupStorageSize",
 )  # fmt: skip
 
+#: ``--output NAME`` (repeatable): the call's ``outputs=``, the outputs it asks for (run, explain, render).
+OUTPUT_NAMES_OPTION = click.option(
+    "--output", "output_names", metavar="NAME", multiple=True,
+    help="Ask for this output only (repeatable): the call's outputs=. Optional outputs not named are "
+         "not computed where a variant can skip them. Default: every output the chosen variant writes.")  # fmt: skip
+
 
 def _first_sentence(text: str) -> str:
     text = " ".join(text.split())
@@ -232,14 +238,16 @@ def _print_info(d: dict[str, Any]) -> None:
 @adapter_option
 @input_options
 @click.option("--variant", metavar="ID", default=None, help="Explain a call that forces this variant.")
+@OUTPUT_NAMES_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def explain_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
-                tunables: dict[str, Any], variant: str | None, as_json: bool) -> None:  # fmt: skip
+                tunables: dict[str, Any], variant: str | None, output_names: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
     """Which variant KERNEL would run for these inputs, and why each other one would not."""
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
-    explanation = k.explain(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter_request_of(ctx))
+    explanation = k.explain(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter_request_of(ctx),
+                            outputs=list(output_names) or None)  # fmt: skip
     if as_json:
         echo_json(explanation.as_dict())
     else:
@@ -251,16 +259,18 @@ def explain_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], a
 @adapter_option
 @input_options
 @click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
+@OUTPUT_NAMES_OPTION
 @click.pass_context
 def render_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
-               tunables: dict[str, Any], variant: str | None) -> None:  # fmt: skip
+               tunables: dict[str, Any], variant: str | None, output_names: tuple[str, ...]) -> None:  # fmt: skip
     """The WGSL that KERNEL would run for these inputs, pass by pass (a stored tuning result's
     choice included: a note on stderr says so, and names the tuning file)."""
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
     # explain's tuning_entry, as a Python user learns it, from the one check of the call: a call
     # naming a variant or tunables runs what it names, so the note is left out there
-    shaders, entry = k._render(metas, attrs, variant, tunables, adapter_request_of(ctx), entry=True)
+    shaders, entry = k._render(metas, attrs, variant, tunables, adapter_request_of(ctx), entry=True,
+                               outputs=list(output_names) or None)  # fmt: skip
     if entry is not None:
         # On stderr: stdout stays the WGSL the call compiles, byte for byte (`render > x.wgsl`, a
         # diff against another render), and the note still reaches the terminal where stdout is a file.

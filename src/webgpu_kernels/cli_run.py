@@ -17,6 +17,7 @@ from rich.text import Text
 
 from .case_data import random_values
 from .cli import adapter_option, adapter_request_of, onnx_op_option
+from .cli_inspect import OUTPUT_NAMES_OPTION
 from .command_output import as_manifest_text, echo_json, is_live, safe_console
 from .comparison import reference_report
 from .device import choose_adapter
@@ -51,6 +52,7 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 @input_options
 @GENERATE_OPTION
 @click.option("--variant", metavar="ID", default=None, help="Force this variant instead of selecting one.")
+@OUTPUT_NAMES_OPTION
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--repeat", type=click.IntRange(min=0), default=10, show_default=True,
               help="Timed calls after the first one (their median is reported).")  # fmt: skip
@@ -60,8 +62,8 @@ TIMING_NOTE = "host wall clock per call (upload + dispatch + readback), not GPU 
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs: dict[str, Any],
-            tunables: dict[str, Any], generators: dict[str, dict[str, Any]], variant: str | None, seed: int,
-            repeat: int, onnx_op: str | None, as_json: bool) -> None:  # fmt: skip
+            tunables: dict[str, Any], generators: dict[str, dict[str, Any]], variant: str | None,
+            output_names: tuple[str, ...], seed: int, repeat: int, onnx_op: str | None, as_json: bool) -> None:  # fmt: skip
     """Run KERNEL on seeded random inputs (standard normal unless --generate; bool half true):
     output summary, time and error against the references. Exit status 1 when an output element is
     beyond its tolerance (float32: 1e-4 + 1e-5 x |reference|; float16: 1e-2 + 1e-3 x |reference|)."""
@@ -69,29 +71,31 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     adapter = adapter_request_of(ctx)
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
+    asked = list(output_names) or None
     # The plan the call will run (a stored tuning result included): the contract, the selection and
     # the device's limits are checked, with the call's own typed errors, before any data is made
     # (gigabytes of random data for an input the device would refuse).
-    _, plan = k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter, tuned=True)
+    _, plan = k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter, tuned=True, outputs=asked)
     try:  # whether that is a stored tuning result's plan, not the manifest's own selection's
-        tuned = plan is not k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)[1]
+        tuned = plan is not k.plan(metas, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter,
+                                   outputs=asked)[1]  # fmt: skip
     except KernelError:  # the manifest's selection cannot run here (its tunables past a device
         tuned = True  # limit, say), the stored result can: run had exited 2 on the former
     arrays = random_inputs(inputs, seed)
     status_console = safe_console(stderr=True)
     with _status(status_console, f"running {k.op_id} ..."):
         start = time.perf_counter()
-        outputs = k(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
+        outputs = k(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter, outputs=asked)
         first = time.perf_counter() - start
         times = []
         for _ in range(repeat):
             start = time.perf_counter()
-            k(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter)
+            k(arrays, attrs=attrs, variant=variant, tunables=tunables, adapter=adapter, outputs=asked)
             times.append(time.perf_counter() - start)
     all_attrs = {**k.manifest.attributes, **attrs}
     report: dict[str, Any] = {
         "op": k.op_id, "source": kernel_source(k), "adapter": choose_adapter(adapter).label(), "variant": plan.variant,
-        "forced": variant is not None, "tuned": tuned, "seed": seed,
+        "forced": variant is not None, "tuned": tuned, "seed": seed, "asked": asked,
         "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype, **({"generate": dict(s.generate)} if s.generate else {})}
                    for n, s in inputs.items()},
         "attrs": all_attrs, "tunables": dict(plan.tunables),

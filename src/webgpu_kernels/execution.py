@@ -68,6 +68,9 @@ class ExecutionPlan:
     unproven: list[bool] = field(default_factory=lambda: [True], compare=False, repr=False)
     #: the optional outputs the variant binds nowhere, left out of the result (CallOutputs says so)
     left_out: tuple[str, ...] = ()
+    #: the outputs computed but not asked for (a call's ``outputs=``): their buffers go back to
+    #: the pool as the call returns, never read back
+    dropped: tuple[str, ...] = ()
 
     @cached_property
     def label(self) -> str:
@@ -101,6 +104,9 @@ class CallOutputs(dict[str, Any]):
             raise MissingOutputError(key, expected + ")", f"{key!r}, an optional output that variant "
                                      f"{self._plan.variant!r} does not produce (kernel.explain(inputs) says which "
                                      "variants would; force one with variant=...)")  # fmt: skip
+        if key in self._plan.dropped:
+            raise MissingOutputError(key, expected + ")", f"{key!r}, an output the call did not ask for (its "
+                                     "outputs= names the outputs the result holds)")  # fmt: skip
         raise MissingOutputError(key, expected + ")", "an unknown output")
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -416,6 +422,8 @@ def run_plan(
                     memory.forget_lost(work)
                     raise
                 plan.unproven[0] = False
+            for role in plan.dropped:  # pooled now, never read back: later work runs after this (as for `staged`)
+                results.pop(role).release()
         except BaseException:
             for tensor in results.values():  # nothing is half-returned, nothing leaks
                 tensor.release()

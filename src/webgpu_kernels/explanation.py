@@ -36,6 +36,7 @@ class Explanation:
     - ``forced``: the variant the call forces with ``variant=``; None if it forces none.
     - ``produced``: the outputs ``chosen`` returns (an optional one it binds nowhere left out); None if none chosen.
     - ``tuning_entry``: the tuning file's entry for the call's tuning class, used or not and why; None if none.
+    - ``asked``: the outputs the call asks for (``outputs=``), in the manifest's order; None if it names none.
     """
 
     op_id: str
@@ -62,6 +63,9 @@ class Explanation:
     #: (None where it does: ``tuned``). Also an entry tuned for another version of the package,
     #: which the call cannot find; None where the file has neither.
     tuning_entry: dict[str, Any] | None = None
+    #: The outputs the call asks for (``outputs=``), in the manifest's order: the result holds
+    #: these; ``produced`` may hold more (computed, then dropped). None: the call names none.
+    asked: tuple[str, ...] | None = None
 
     def __str__(self) -> str:
         if self.forced is not None:
@@ -75,8 +79,10 @@ class Explanation:
             lines.append(f"  {mark} {v.variant} (priority {v.priority:g}): {v.reason()}")
         for out in self.outputs:
             left_out = self.produced is not None and out.role not in self.produced
-            lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}"
-                         + (f" (optional: variant {self.chosen!r} does not produce it)" if left_out else ""))  # fmt: skip
+            note = f" (optional: variant {self.chosen!r} does not produce it)" if left_out else ""
+            if self.asked is not None and out.role not in self.asked:
+                note = " (not asked for: computed, then dropped)" if self.produced and not left_out else " (not asked for)"
+            lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}{note}")
         if self.refused and self.tuned:  # the call runs the stored result, which passed the call's checks
             lines.append(f"  the manifest's selection would fail, so without the stored result below the call "
                          f"would: {self.refused}")  # fmt: skip
@@ -104,6 +110,7 @@ class Explanation:
                          "produced": None if self.produced is None else o.role in self.produced} for o in self.outputs],
             "values": {k: json_value(v) for k, v in self.values.items()},
             "refused": self.refused, "tuned": self.tuned, "forced": self.forced, "tuningEntry": self.tuning_entry,
+            "asked": None if self.asked is None else list(self.asked),
         }  # fmt: skip
 
 

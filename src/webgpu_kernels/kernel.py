@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Literal, cast, overload
@@ -20,7 +20,14 @@ from typing import Any, Literal, cast, overload
 import numpy as np
 
 from . import tuning
-from .call_arguments import declared_present, frozen_options, gpu_input_names, keyed_by_value, prepare_inputs
+from .call_arguments import (
+    asked_outputs,
+    declared_present,
+    frozen_options,
+    gpu_input_names,
+    keyed_by_value,
+    prepare_inputs,
+)
 from .call_inputs import describe_inputs
 from .contract import CallSignature, check_call
 from .device import Device, get_device
@@ -102,6 +109,14 @@ class Kernel:
         return [v.id for v in self.manifest.variants]
 
     @functools.cached_property
+    def _output_roles(self) -> frozenset[str]:
+        return frozenset(spec.role for spec in self.manifest.outputs)
+
+    @functools.cached_property
+    def _optional_outputs(self) -> tuple[str, ...]:
+        return tuple(spec.role for spec in self.manifest.outputs if spec.optional)
+
+    @functools.cached_property
     def _variant_ids(self) -> frozenset[str]:
         return frozenset(self.variants)
 
@@ -150,17 +165,17 @@ class Kernel:
     @overload
     def __call__(self, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None = None,
                  variant: str | None = None, tunables: Mapping[str, Any] | None = None,
-                 output: Literal["numpy"] = "numpy", adapter: str | None = None) -> dict[str, np.ndarray]: ...  # fmt: skip
+                 output: Literal["numpy"] = "numpy", adapter: str | None = None, outputs: Iterable[str] | None = None) -> dict[str, np.ndarray]: ...  # fmt: skip
 
     @overload
     def __call__(self, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None = None,
                  variant: str | None = None, tunables: Mapping[str, Any] | None = None,
-                 output: Literal["gpu"], adapter: str | None = None) -> dict[str, GpuTensor]: ...  # fmt: skip
+                 output: Literal["gpu"], adapter: str | None = None, outputs: Iterable[str] | None = None) -> dict[str, GpuTensor]: ...  # fmt: skip
 
     @overload
     def __call__(self, inputs: Mapping[str, Any], *, attrs: Mapping[str, Any] | None = None,
                  variant: str | None = None, tunables: Mapping[str, Any] | None = None,
-                 output: str, adapter: str | None = None) -> dict[str, np.ndarray | GpuTensor]: ...  # fmt: skip
+                 output: str, adapter: str | None = None, outputs: Iterable[str] | None = None) -> dict[str, np.ndarray | GpuTensor]: ...  # fmt: skip
 
     def __call__(
         self,
@@ -171,6 +186,7 @@ class Kernel:
         tunables: Mapping[str, Any] | None = None,
         output: str = "numpy",
         adapter: str | None = None,
+        outputs: Iterable[str] | None = None,
     ) -> dict[str, np.ndarray] | dict[str, GpuTensor] | dict[str, np.ndarray | GpuTensor]:
         """Run the kernel. Inputs are NumPy arrays, GpuTensors, or lists and numbers (made arrays by
         NumPy's rules: Python floats become float64, which a float32 kernel refuses, so give
@@ -179,14 +195,19 @@ class Kernel:
         ``attrs`` and ``tunables`` override the manifest's defaults (stored tuning results apply
         when ``tunables`` is None or empty); ``variant`` forces one variant if its ``when`` holds;
         ``adapter`` picks the device (a backend or part of its name). ``output="gpu"`` returns
-        GpuTensors that stay on the device (feed them to the next call).
+        GpuTensors that stay on the device (feed them to the next call). ``outputs`` names the
+        outputs wanted (None: every output the chosen variant writes): the result holds those, a
+        variant that writes no optional output left unasked is preferred, and what is computed
+        unasked is dropped unread.
         """
+        # checked before the fast path, whose key holds it
+        asked = None if outputs is None else asked_outputs(self.manifest, outputs, self._output_roles)
         device = get_device(adapter)
         # The hot path: a call whose names, shapes, dtypes and options were seen before finds its
         # plan by one dict lookup, with no contract check or expression evaluation (the first call
         # with that key did both).
         try:
-            key = (variant, output, frozen_options(attrs), frozen_options(tunables), device.serial, tuning.generation,
+            key = (variant, output, asked, frozen_options(attrs), frozen_options(tunables), device.serial, tuning.generation,
                    *[(name, value.shape, value.dtype) for name, value in inputs.items()])  # fmt: skip
             plan = self._fast_plans.get(key)
         except (TypeError, AttributeError, ValueError):  # ValueError: a released memoryview's shape
@@ -201,7 +222,8 @@ class Kernel:
             raise InputError("output", f"one of {list(_OUTPUT_KINDS)}", repr(output))
         present = declared_present(self.manifest, inputs)
         if present is not inputs:  # an optional input given as None: the call that leaves it out
-            return self(present, attrs=attrs, variant=variant, tunables=tunables, output=output, adapter=adapter)
+            return self(present, attrs=attrs, variant=variant, tunables=tunables, output=output, adapter=adapter,
+                        outputs=asked)  # fmt: skip
         # Contract and device limits first, host copies after: a wrong or oversized input must
         # not cost a copy (a broadcast view of 2**33 elements would allocate tens of GB).
         arrays = prepare_inputs(inputs, device, host_ready=False)
@@ -209,9 +231,9 @@ class Kernel:
         signature = check_call(self.manifest, metas, attrs, tunables, gpu_inputs=gpu_input_names(arrays),
                                names_checked=True)  # fmt: skip
         if variant is None and not tunables:  # {} is no override too (the fast-path key says the same)
-            plan = tuned_plan(self, metas, attrs, signature, device)
+            plan = tuned_plan(self, metas, attrs, signature, device, asked=asked)
         if plan is None:
-            plan = self._plan(signature, variant, device)
+            plan = self._plan(signature, variant, device, asked=asked)
         if key is not None and keyed_by_value(attrs) and keyed_by_value(tunables):
             with self._lock:
                 self._fast_plans[key] = plan
@@ -233,6 +255,7 @@ class Kernel:
         variant: str | None = None,
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
+        outputs: Iterable[str] | None = None,
     ) -> Explanation:
         """Judge every variant for these inputs (arrays, GpuTensors, ``TensorMeta`` or ``(shape, dtype)``
         tuples) and say why.
@@ -241,11 +264,14 @@ class Kernel:
         as a call would: ``refused`` says why the call would still fail, for example a binding over
         the device's maxStorageBufferBindingSize or a template's TemplateError. With ``variant``, the chosen one is that variant if
         its ``when`` holds, as in a call that forces it; if not, ``chosen`` is None and ``refused``
-        the message of the call's VariantRejectedError. An unknown variant id raises, as in a call."""
+        the message of the call's VariantRejectedError. An unknown variant id raises, as in a call.
+        With ``outputs``, the call that asks for those outputs is explained (``asked``)."""
+        asked = None if outputs is None else asked_outputs(self.manifest, outputs)
         self._check_variant_arg(variant)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
-        scope, outputs, selection = self._select(signature, device.info, exhaustive=True)
-        stored, entry = stored_entry(self, metas, attrs, signature, device, overridden=_overridden(variant, tunables))
+        scope, specs, selection = self._select(signature, device.info, exhaustive=True, asked=asked)
+        stored, entry = stored_entry(self, metas, attrs, signature, device, overridden=_overridden(variant, tunables),
+                                     asked=asked)  # fmt: skip
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
         chosen, refused, resolved = None, None, None
@@ -253,8 +279,8 @@ class Kernel:
             chosen = variant if next(v for v in selection.trace if v.variant == variant).accepted else None
             try:  # the call's own path (_plan's), so that explain says what the call raises: its
                 # VariantRejectedError, the device limit the variant breaks, or its template's error
-                _, resolved, forced_scope = self._resolve(signature, variant, device.info)
-                self._checked_wgsl(signature, variant, outputs, resolved, forced_scope, device)
+                _, resolved, forced_scope = self._resolve(signature, variant, device.info, asked=asked)
+                self._checked_wgsl(signature, variant, specs, resolved, forced_scope, device)
             except KernelError as exc:
                 refused = str(exc)
         elif selection.chosen is not None:
@@ -264,7 +290,7 @@ class Kernel:
                 check_input_sizes(device.info, tensor_bytes(self.manifest, signature, ()))
                 with self._located():
                     resolved = resolve_variant(selection.chosen, chosen_scope)
-                self._checked_wgsl(signature, chosen, outputs, resolved, chosen_scope, device)
+                self._checked_wgsl(signature, chosen, specs, resolved, chosen_scope, device)
             except KernelError as exc:
                 refused = str(exc)
         else:  # float16 on an adapter without shader-f16: the call's DeviceLimitError, which a
@@ -274,9 +300,10 @@ class Kernel:
                 refused = str(exc)
         tuned = None if stored is None else {"variant": stored[1], "tunables": stored[0].tunable_map()}
         # the outputs it binds (bound_roles holds the inputs too: "produced" had named X and bias)
-        produced = None if chosen is None or resolved is None else produced_outputs(resolved, outputs)
-        return Explanation(self.op_id, chosen, selection.trace, outputs, values, refused, tuned, forced=variant,
-                           produced=produced, tuning_entry=None if entry is None else entry.as_dict())  # fmt: skip
+        produced = None if chosen is None or resolved is None else produced_outputs(resolved, specs)
+        return Explanation(self.op_id, chosen, selection.trace, specs, values, refused, tuned, forced=variant,
+                           produced=produced, tuning_entry=None if entry is None else entry.as_dict(),
+                           asked=None if asked is None else tuple(o.role for o in self.manifest.outputs if o.role in asked))  # fmt: skip
 
     def evaluate(
         self,
@@ -332,30 +359,32 @@ class Kernel:
         variant: str | None = None,
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
+        outputs: Iterable[str] | None = None,
     ) -> dict[str, str]:
         """The WGSL of each pass (by pass id) of the variant a call with these inputs would run (a
         stored tuning result included, when neither ``variant`` nor ``tunables`` is given;
         :meth:`explain`'s ``tuning_entry`` says which)."""
-        return self._render(inputs, attrs, variant, tunables, adapter)[0]
+        return self._render(inputs, attrs, variant, tunables, adapter, outputs=outputs)[0]
 
     def _render(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None, variant: str | None,
-                tunables: Mapping[str, Any] | None, adapter: str | None, *,
-                entry: bool = False) -> tuple[dict[str, str], dict[str, Any] | None]:  # fmt: skip
+                tunables: Mapping[str, Any] | None, adapter: str | None, *, entry: bool = False,
+                outputs: Iterable[str] | None = None) -> tuple[dict[str, str], dict[str, Any] | None]:  # fmt: skip
         """:meth:`render`'s WGSL and, with ``entry``, the tuning file's entry for the call's class as
         :meth:`explain`'s ``tuning_entry`` gives it (None where the call names a variant or tunables).
         The command line's render prints both: asking explain for the entry checked the call twice."""
+        asked = None if outputs is None else asked_outputs(self.manifest, outputs)
         self._check_variant_arg(variant)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         resolution, found = None, None
         if variant is None and not tunables:
             if entry:  # the same judgement as tuned_choice's with ``check``, and the entry it judged
-                stored, found = stored_entry(self, metas, attrs, signature, device)
+                stored, found = stored_entry(self, metas, attrs, signature, device, asked=asked)
             else:
-                stored = tuned_choice(self, metas, attrs, signature, device, check=True)
+                stored = tuned_choice(self, metas, attrs, signature, device, check=True, asked=asked)
             if stored:
                 signature, variant, resolution = stored  # resolved there (``check``)
         if resolution is None:
-            resolution = self._resolve(signature, variant, device.info)
+            resolution = self._resolve(signature, variant, device.info, asked=asked)
         _, resolved, scope = resolution
         shaders = dict(zip((r.pass_id for r in resolved), self.renderer.render_passes(resolved, scope), strict=True))
         return shaders, None if found is None else found.as_dict()
@@ -368,13 +397,15 @@ class Kernel:
         variant: str | None = None,
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
+        outputs: Iterable[str] | None = None,
     ) -> tuple[Any, ...]:
         """What the GPU is given for this call, pass by pass: the WGSL, the threads and workgroup
         size, the uniform bytes. Calls with equal keys do the same work: the tuner times one (a
         tunable the chosen variant never reads changes nothing). No pipeline is built."""
+        asked = None if outputs is None else asked_outputs(self.manifest, outputs)
         self._check_variant_arg(variant)
         device, _, signature = self._checked(inputs, attrs, tunables, adapter)
-        (chosen, _), resolved, scope = self._resolve(signature, variant, device.info)
+        (chosen, _), resolved, scope = self._resolve(signature, variant, device.info, asked=asked)
         wgsl = self.renderer.render_passes(resolved, scope)
         return (chosen.variant.id, *((text, r.threads, r.workgroup_size, tuple(b.uniform_bytes for b in r.bindings))
                                      for r, text in zip(resolved, wgsl, strict=True)))  # fmt: skip
@@ -388,18 +419,21 @@ class Kernel:
         tunables: Mapping[str, Any] | None = None,
         adapter: str | None = None,
         tuned: bool = False,
+        outputs: Iterable[str] | None = None,
     ) -> tuple[Device, ExecutionPlan]:
         """The device and the cached execution plan of the manifest's own selection for these inputs
         (``variant``/``tunables`` as given), built as a call builds it but not run: ``plan.variant``,
         ``plan.tunables``, ``plan.outputs``, ``plan.left_out`` and each pass's ``label`` and ``grid``
         (docs/python-api.md). Stored autotuning results apply only with ``tuned=True`` (what a call
-        would run), so that ``bench`` can time the default against the tuned choice."""
+        would run), so that ``bench`` can time the default against the tuned choice. ``outputs``:
+        the call's (``plan.dropped`` names the outputs computed but not returned)."""
+        asked = None if outputs is None else asked_outputs(self.manifest, outputs)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         if tuned and variant is None and not tunables:
-            plan = tuned_plan(self, metas, attrs, signature, device)
+            plan = tuned_plan(self, metas, attrs, signature, device, asked=asked)
             if plan is not None:
                 return device, plan
-        return device, self._plan(signature, variant, device)
+        return device, self._plan(signature, variant, device, asked=asked)
 
     def tuning_class(self, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None) -> TuningClass:
         """What a stored tuning result for these inputs is keyed by (after the kernel's tuning_key):
@@ -434,11 +468,13 @@ class Kernel:
         if forced not in self._variant_ids:
             raise SelectionError(no_variant(forced, self.variants))
 
-    def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> Resolution:
-        """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller."""
+    def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo, *,
+                 asked: frozenset[str] | None = None) -> Resolution:  # fmt: skip
+        """The chosen variant, its resolved passes and scope; ``forced`` was checked by the caller,
+        ``asked`` (the call's outputs=) too."""
         check_input_sizes(info, tensor_bytes(self.manifest, signature, ()))  # before expressions overflow on it
         try:  # a forced variant is refused inside _select, any other call by require_choice
-            _, outputs, selection = self._select(signature, info, forced=forced)
+            _, outputs, selection = self._select(signature, info, forced=forced, asked=asked)
             chosen = require_choice(selection, self.op_id)
         except SelectionError:
             self._explain_missing_f16(signature, info, forced)
@@ -448,13 +484,15 @@ class Kernel:
             return (chosen, outputs), resolve_variant(chosen, chosen_scope), chosen_scope
 
     def _select(self, signature: CallSignature, info: DeviceInfo, *, forced: str | None = None,
-                exhaustive: bool = False) -> tuple[dict[str, Any], tuple[OutputSpec, ...], Selection]:  # fmt: skip
+                exhaustive: bool = False,
+                asked: frozenset[str] | None = None) -> tuple[dict[str, Any], tuple[OutputSpec, ...], Selection]:  # fmt: skip
         """The call's scope, its outputs' specs and the variant selection (every variant judged with
-        ``exhaustive``, for explain)."""
+        ``exhaustive``, for explain; ``asked``: the call's outputs=)."""
         with self._located():
             scope, outputs = self.program.call_scope(signature, info)
             selection = select_variant(self.program.variants, scope, forced=forced, exhaustive=exhaustive,
-                                       definitions=self.program.definitions)  # fmt: skip
+                                       definitions=self.program.definitions, asked=asked,
+                                       optional=self._optional_outputs)  # fmt: skip
         return scope, outputs, selection
 
     @contextmanager
@@ -503,17 +541,18 @@ class Kernel:
         return self.renderer.render_passes(resolved, scope)
 
     def _plan(self, signature: CallSignature, forced: str | None, device: Device, *,
-              resolution: Resolution | None = None) -> ExecutionPlan:  # fmt: skip
-        """The call's plan (cached); ``resolution``: ``_resolve``'s for these arguments, if the caller has it."""
+              resolution: Resolution | None = None, asked: frozenset[str] | None = None) -> ExecutionPlan:  # fmt: skip
+        """The call's plan (cached); ``resolution``: ``_resolve``'s for these arguments, if the caller
+        has it; ``asked``: the call's outputs= (checked), the outputs the plan returns."""
         self._check_variant_arg(forced)  # before the key: a list is unhashable
-        key = (signature, forced, device.serial)
+        key = (signature, forced, device.serial, asked)
         with self._lock:
             plan = self._plans.get(key)
             if plan is not None:
                 self._plans.move_to_end(key)
                 return plan
         if resolution is None:
-            resolution = self._resolve(signature, forced, device.info)
+            resolution = self._resolve(signature, forced, device.info, asked=asked)
         (chosen, outputs), resolved, scope = resolution
         variant_id = chosen.variant.id
         wgsl = self._checked_wgsl(signature, variant_id, outputs, resolved, scope, device)
@@ -525,8 +564,10 @@ class Kernel:
         bound = bound_roles(resolved)
         left_out = tuple(o.role for o in outputs if o.role not in bound)
         outputs = tuple(o for o in outputs if o.role in bound)
+        # Computed but not asked for: bound, so given a buffer, which goes back to the pool unread.
+        dropped = () if asked is None else tuple(o.role for o in outputs if o.role not in asked)
         plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs, tunables=signature.tunable_map(),
-                             left_out=left_out)  # fmt: skip
+                             left_out=left_out, dropped=dropped)  # fmt: skip
         with self._lock:
             self._plans[key] = plan
             if len(self._plans) > PLAN_CACHE_SIZE:

@@ -3,6 +3,10 @@
 The rule: the variant with the highest ``priority`` whose ``when`` clauses all hold; ties go to
 the one declared first. Clauses are checked in order and the first that does not hold (is false,
 or fails to evaluate) rejects the variant; the trace keeps that clause and the values it read.
+
+A call that names the outputs it wants (``outputs=``) narrows it: a variant that writes no
+binding of an asked optional output is rejected, and the variants that write no optional output
+the call did not ask for come first (the others only where none of those accepts the call).
 """
 
 from __future__ import annotations
@@ -46,9 +50,20 @@ class Verdict:
     #: tunable, device limit or feature, through every derive entry and constant it reads): those
     #: attributes and their values. Empty otherwise. Not in as_dict (the JSON trace is documented).
     attributes: dict[str, Any] = field(default_factory=dict)
+    #: The optional outputs the call asks for (``outputs=``) that the variant writes nowhere: it
+    #: is rejected for them, before its ``when`` is evaluated.
+    lacks: tuple[str, ...] = ()
+    #: The optional outputs the variant writes that the call does not ask for: it runs only where
+    #: no variant that writes none of them accepts the call (they are computed, then dropped).
+    unasked: tuple[str, ...] = ()
 
     def reason(self) -> str:
+        if self.lacks:
+            return f"does not write {', '.join(self.lacks)}, which the call asks for (outputs=)"
         if self.accepted:
+            if self.unasked:
+                return (f"accepted, but writes {', '.join(self.unasked)}, which the call does not ask for "
+                        f"(outputs=): a variant that writes none of them comes first")  # fmt: skip
             return "accepted"
         seen = ", ".join(f"{k}={_short(v)}" for k, v in self.values.items())
         what = f"failed: {self.error}" if self.error else "is false"
@@ -59,7 +74,7 @@ class Verdict:
             "variant": self.variant, "priority": self.priority, "accepted": self.accepted,
             "clause": self.clause, "clauseIndex": self.clause_index,
             "values": {k: json_value(v) for k, v in self.values.items()},
-            "error": self.error,
+            "error": self.error, "lacks": list(self.lacks), "unasked": list(self.unasked),
         }  # fmt: skip
 
 
@@ -163,6 +178,23 @@ def ranked(variants: tuple[CompiledVariant, ...]) -> list[CompiledVariant]:
     return sorted(variants, key=lambda cv: (-cv.variant.priority, cv.variant.index))
 
 
+def written_outputs(variant: CompiledVariant, optional: frozenset[str]) -> frozenset[str]:
+    """The ``optional`` outputs some pass of ``variant`` binds: those it writes (a binding's tensor
+    is fixed in the manifest, so this holds for every call)."""
+    return frozenset(cb.binding.arg for cp in variant.passes for cb in cp.bindings if cb.binding.arg is not None) & optional
+
+
+def _outputs_verdict(variant: CompiledVariant, asked: frozenset[str] | None,
+                     optional: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:  # fmt: skip
+    """(the asked optional outputs ``variant`` does not write, the unasked ones it writes), each in
+    the manifest's order (``optional``); both empty where the call names no outputs."""
+    if asked is None:
+        return (), ()
+    written = written_outputs(variant, frozenset(optional))
+    return (tuple(o for o in optional if o in asked and o not in written),
+            tuple(o for o in optional if o in written and o not in asked))  # fmt: skip
+
+
 def select_variant(
     variants: tuple[CompiledVariant, ...],
     scope: Mapping[str, Any],
@@ -170,27 +202,49 @@ def select_variant(
     forced: str | None = None,
     exhaustive: bool = False,
     definitions: Mapping[str, Expression] | None = None,
+    asked: frozenset[str] | None = None,
+    optional: tuple[str, ...] = (),
 ) -> Selection:
-    """Choose a variant for ``scope``. With ``exhaustive`` every variant is judged (for explain)."""
+    """Choose a variant for ``scope``. With ``exhaustive`` every variant is judged (for explain).
+
+    ``asked``: the outputs the call asks for (None: it takes what the chosen variant writes);
+    ``optional``: the manifest's optional outputs, in its order. A variant that writes no binding
+    of an asked optional output is rejected; one that writes an unasked one is chosen only where
+    no variant that writes none accepts the call."""
     if forced is not None:
         target = next((cv for cv in variants if cv.variant.id == forced), None)
         if target is None:
             known = [cv.variant.id for cv in variants]
             raise SelectionError(no_variant(forced, known))
+        lacks, unasked = _outputs_verdict(target, asked, optional)
+        if lacks:
+            verdict = Verdict(forced, target.variant.priority, False, lacks=lacks)
+            raise VariantRejectedError(f"variant {forced!r} cannot run this call: {verdict.reason()}",
+                                       variant=forced, clause=None, trace=(verdict,))  # fmt: skip
         verdict, inner = judge(target, scope, definitions)
         if not verdict.accepted:
             raise VariantRejectedError(f"variant {forced!r} cannot run this call: {verdict.reason()}",
                                        variant=forced, clause=verdict.clause, trace=(verdict,))  # fmt: skip
-        return Selection(target, inner, (verdict,))
+        return Selection(target, inner, (replace(verdict, unasked=unasked),))
     trace: list[Verdict] = []
-    chosen, chosen_scope = None, None
+    chosen, chosen_scope, fallback = None, None, None
     for cv in ranked(variants):
+        lacks, unasked = _outputs_verdict(cv, asked, optional)
+        if lacks:
+            trace.append(Verdict(cv.variant.id, cv.variant.priority, False, lacks=lacks))
+            continue
         verdict, inner = judge(cv, scope, definitions)
-        trace.append(verdict)
-        if verdict.accepted and chosen is None:
-            chosen, chosen_scope = cv, inner
-            if not exhaustive:
-                break
+        trace.append(replace(verdict, unasked=unasked) if unasked else verdict)
+        if not verdict.accepted or chosen is not None:
+            continue
+        if unasked:  # a fallback: a variant further down may write only what was asked
+            fallback = fallback or (cv, inner)
+            continue
+        chosen, chosen_scope = cv, inner
+        if not exhaustive:
+            break
+    if chosen is None and fallback is not None:
+        chosen, chosen_scope = fallback
     return Selection(chosen, chosen_scope, tuple(trace))
 
 

@@ -70,13 +70,14 @@ class Planner(Protocol):
     @property
     def _canonical_defaults(self) -> dict[str, Any]: ...
 
-    def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo) -> Resolution: ...
+    def _resolve(self, signature: CallSignature, forced: str | None, info: DeviceInfo, *,
+                 asked: frozenset[str] | None = None) -> Resolution: ...  # fmt: skip
 
     def _check_device(self, signature: CallSignature, variant_id: str, outputs: tuple[OutputSpec, ...],
                       resolved: Any, device: Device) -> None: ...  # fmt: skip
 
     def _plan(self, signature: CallSignature, forced: str | None, device: Device, *,
-              resolution: Resolution | None = None) -> ExecutionPlan: ...  # fmt: skip
+              resolution: Resolution | None = None, asked: frozenset[str] | None = None) -> ExecutionPlan: ...  # fmt: skip
 
 
 def tuning_class_of(kernel: Planner, signature: CallSignature) -> TuningClass:
@@ -90,22 +91,26 @@ def tuning_class_of(kernel: Planner, signature: CallSignature) -> TuningClass:
 
 
 def tuned_choice(kernel: Planner, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None,
-                 signature: CallSignature, device: Device, *, check: bool = False) -> Choice | None:  # fmt: skip
+                 signature: CallSignature, device: Device, *, check: bool = False,
+                 asked: frozenset[str] | None = None) -> Choice | None:  # fmt: skip
     """The signature (with its tunables) and variant `webgpu-kernels tune` found fastest for
     this call, if one is stored and its tunables fit the contract; with ``check``, only if its
     variant's `when` also holds for the call (a call finds that out by building the plan); and
-    its resolution for the call where it was resolved here (with ``check`` or optional outputs)."""
+    its resolution for the call where it was resolved here (with ``check`` or optional outputs).
+    ``asked``: the call's outputs= (a stored variant must write the optional ones asked for, and
+    no unasked one that the manifest's own choice for the call does not write)."""
     if tuning.disabled():  # before the file is read: a damaged one no call uses is not warned of
         return None
     cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
     choice = cache.lookup(kernel.tuning_key, *tuning_class_of(kernel, signature))
     if choice is None:
         return None
-    return _judge(kernel, choice, metas, attrs, signature, device, check)[0]
+    return _judge(kernel, choice, metas, attrs, signature, device, check, asked)[0]
 
 
 def _judge(kernel: Planner, choice: tuning.TunedChoice, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None,
-           signature: CallSignature, device: Device, check: bool) -> tuple[Choice | None, str | None]:  # fmt: skip
+           signature: CallSignature, device: Device, check: bool,
+           asked: frozenset[str] | None = None) -> tuple[Choice | None, str | None]:  # fmt: skip
     """Whether the call runs a stored ``choice`` (see :func:`tuned_choice`): the choice made ready,
     else None and why not. The one judgement calls, ``explain`` and ``render`` share."""
     optional_outputs = any(spec.optional for spec in kernel.manifest.outputs)
@@ -114,11 +119,16 @@ def _judge(kernel: Planner, choice: tuning.TunedChoice, metas: Mapping[str, Any]
         tuned = check_call(kernel.manifest, metas, attrs, choice.tunables, names_checked=True)  # the call's names
         if check or optional_outputs:  # its `when` (without ``check``, building the plan checks it)
             resolving = True
-            resolution = kernel._resolve(tuned, choice.variant, device.info)
+            resolution = kernel._resolve(tuned, choice.variant, device.info, asked=asked)  # refused if it lacks one asked
             if check:  # as a call would build it: `when`, then the device's limits
                 (chosen, outputs), resolved, _ = resolution
                 kernel._check_device(tuned, chosen.variant.id, outputs, resolved, device)
-            if optional_outputs and (lost := _lost_outputs(kernel, signature, resolution, device)):
+            if optional_outputs and asked is not None:
+                if unasked := _unasked_outputs(kernel, signature, resolution, device, asked):
+                    # the call asks not to compute them, and its own selection does not
+                    return None, (f"its variant {choice.variant!r} writes {', '.join(sorted(unasked))}, which the call "
+                                  f"does not ask for (outputs=) and the manifest's own selection does not compute")  # fmt: skip
+            elif optional_outputs and (lost := _lost_outputs(kernel, signature, resolution, device)):
                 # the call's result would lack an output its own selection returns
                 return None, (f"its variant {choice.variant!r} does not return {', '.join(sorted(lost))}, which "
                               f"the manifest's own selection returns for this call")  # fmt: skip
@@ -132,8 +142,8 @@ def _judge(kernel: Planner, choice: tuning.TunedChoice, metas: Mapping[str, Any]
 
 
 def stored_entry(kernel: Planner, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None,
-                 signature: CallSignature, device: Device, *,
-                 overridden: str | None = None) -> tuple[Choice | None, StoredEntry | None]:  # fmt: skip
+                 signature: CallSignature, device: Device, *, overridden: str | None = None,
+                 asked: frozenset[str] | None = None) -> tuple[Choice | None, StoredEntry | None]:  # fmt: skip
     """``explain``'s and ``render``'s look at the tuning file: the choice the call runs (as
     :func:`tuned_choice` with ``check``) and the entry for its class, with why the call passes
     it over where it does; else an entry tuned for another version of the package (its manifest or
@@ -157,7 +167,7 @@ def stored_entry(kernel: Planner, metas: Mapping[str, Any], attrs: Mapping[str, 
     elif overridden is not None:
         reason, found = overridden, None
     else:
-        found, reason = _judge(kernel, choice, metas, attrs, signature, device, True)
+        found, reason = _judge(kernel, choice, metas, attrs, signature, device, True, asked)
     return found, StoredEntry(cache.path, key, choice.variant, choice.tunables, reason)
 
 
@@ -195,13 +205,31 @@ def _lost_outputs(kernel: Planner, signature: CallSignature, tuned: Resolution, 
     return set(produced_outputs(resolved, outputs) - kept)
 
 
+def _unasked_outputs(kernel: Planner, signature: CallSignature, tuned: Resolution, device: Device,
+                     asked: frozenset[str]) -> set[str]:  # fmt: skip
+    """The outputs the stored variant (resolved for the call, ``tuned``) computes that the call
+    does not ask for and the manifest's own selection for the call (with ``asked``) does not
+    compute: the work the call declined. Tuning times calls that ask for no subset, so an entry
+    may hold a variant that writes what such a call declines."""
+    (_, tuned_outputs), tuned_resolved, _ = tuned
+    extra = produced_outputs(tuned_resolved, tuned_outputs) - asked
+    if not extra:
+        return set()
+    try:
+        (_, outputs), resolved, _ = kernel._resolve(signature, None, device.info, asked=asked)
+    except KernelError:  # the manifest's selection cannot run the call: the stored one may
+        return set()
+    return set(extra - produced_outputs(resolved, outputs))
+
+
 def tuned_plan(kernel: Planner, metas: Mapping[str, Any], attrs: Mapping[str, Any] | None,
-               signature: CallSignature, device: Device) -> ExecutionPlan | None:  # fmt: skip
+               signature: CallSignature, device: Device, *,
+               asked: frozenset[str] | None = None) -> ExecutionPlan | None:  # fmt: skip
     """The plan of the stored tuning result for this call, if one applies (:func:`tuned_choice`)."""
-    choice = tuned_choice(kernel, metas, attrs, signature, device)
+    choice = tuned_choice(kernel, metas, attrs, signature, device, asked=asked)
     if choice is None:
         return None
     try:
-        return kernel._plan(*choice[:2], device, resolution=choice[2])
+        return kernel._plan(*choice[:2], device, resolution=choice[2], asked=asked)
     except KernelError:
         return None  # stale, foreign or refused by the device: the default selection still applies
