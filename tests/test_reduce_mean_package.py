@@ -1,0 +1,275 @@
+"""tests/packages/ai.onnx.ReduceMean: ONNX ReduceMean (ai.onnx, since opset 18), written from the
+format documents alone and run through load_kernel() with no engine change.
+
+Semantics (ReduceMean-18): the mean of ``data`` over the axes named by the optional int64 input
+``axes`` (no longer an attribute); ``keepdims`` keeps them as 1s; ``axes`` absent or empty reduces
+every axis, or none with ``noop_with_empty_axes`` 1 (``reduced`` is then ``data``).
+
+The output's shape depends on the *values* of ``axes``, and a manifest's expressions see only the
+inputs' shapes (docs/format.md, "Names"), so the package takes only the calls whose shape follows
+from the shapes: ``axes`` absent or empty, or of rank(data) entries (every axis once: the mean of
+every element). The others are refused by name (``outputShapeNeedsNoAxesValues=False``); the test
+below pins that refusal beside onnxruntime computing the same call.
+
+Judged against a float64 NumPy reference and onnxruntime's CPU kernel (a one-node opset-18 model),
+float32 and float16. test.json's expected values come from ``expect_reference``: ``webgpu-kernels
+expect tests/packages/ai.onnx.ReduceMean --reference tests/test_reduce_mean_package.py:expect_reference``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+)
+
+PACKAGE_NAME = "ai.onnx.ReduceMean"
+PACKAGE = PACKAGES_DIR / PACKAGE_NAME
+VARIANTS = ["copy", "copy_axes", "mean_all", "mean_all_axes"]
+# one float32 sum of up to ~300,000 elements in another order than NumPy's; float16: the f32 mean
+# rounded once to float16 (half an ulp, 2^-11 relative)
+TOLERANCE = {np.dtype(np.float32): (1e-5, 1e-6), np.dtype(np.float16): (1e-3, 1e-4)}
+
+
+# --- reference (also `webgpu-kernels expect`'s) ------------------------------------------------------
+
+
+def reduce_mean(data, axes=None, keepdims: int = 1, noop_with_empty_axes: int = 0) -> np.ndarray:
+    """ReduceMean-18 in float64, as the package computes it: ``axes`` absent or empty, or naming
+    every axis once, reduce every axis; ``axes`` of rank entries that do not (a repeat, an axis out
+    of range) give NaN of that shape (the kernel cannot raise). ValueError for the calls the package
+    refuses (another length of ``axes``)."""
+    x = np.asarray(data, dtype=np.float64)
+    n_axes = 0 if axes is None else len(axes)
+    if n_axes == 0 and noop_with_empty_axes:
+        return x.copy()
+    if n_axes not in (0, x.ndim):
+        raise ValueError(f"axes of {n_axes} entries on rank {x.ndim}: its shape needs the axes' values")
+    shape = (1,) * x.ndim if keepdims else ()
+    every = n_axes == 0 or sorted(int(a) % x.ndim if -x.ndim <= a < x.ndim else -1 for a in axes) == list(range(x.ndim))
+    if not every or x.size == 0:
+        return np.full(shape, np.nan)
+    return np.full(shape, x.sum() / x.size)
+
+
+def expect_reference(inputs: dict, attrs: dict) -> dict:
+    """For `webgpu-kernels expect`: inputs as `test` builds them, attributes over the defaults."""
+    return {"reduced": reduce_mean(inputs["data"], inputs.get("axes"), attrs["keepdims"], attrs["noop_with_empty_axes"])}
+
+
+@functools.lru_cache(maxsize=None)
+def ort_session(rank: int, float16: bool, has_axes: bool, keepdims: int, noop: int, out_rank: int):
+    """A one-node ReduceMean-18 model on onnxruntime's CPU provider, axes an int64 graph input."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from references import one_node_session
+
+    kind = TensorProto.FLOAT16 if float16 else TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    names = ["data"] + (["axes"] if has_axes else [])
+    node = helper.make_node("ReduceMean", names, ["reduced"], keepdims=keepdims, noop_with_empty_axes=noop)
+    inputs = [vi("data", kind, [f"d{i}" for i in range(rank)])]
+    if has_axes:
+        inputs.append(vi("axes", TensorProto.INT64, ["n"]))
+    return one_node_session(node, inputs, [vi("reduced", kind, [f"r{i}" for i in range(out_rank)])], 18)
+
+
+def ort_reduce_mean(x: np.ndarray, axes=None, keepdims: int = 1, noop: int = 0, out_rank: int | None = None) -> np.ndarray:
+    """onnxruntime's output; ``out_rank`` (the output's rank in the model) defaults to data's."""
+    out_rank = x.ndim if out_rank is None else out_rank
+    session = ort_session(x.ndim, x.dtype == np.float16, axes is not None, keepdims, noop, out_rank)
+    feeds = {"data": x, **({"axes": np.asarray(axes, np.int64)} if axes is not None else {})}
+    return session.run(None, feeds)[0]
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, dtype, what: str) -> None:
+    rtol, atol = TOLERANCE[np.dtype(dtype)]
+    np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol, err_msg=what)
+
+
+@pytest.fixture(scope="module")
+def kernel() -> wk.Kernel:
+    return wk.load_kernel(PACKAGE)
+
+
+def call(kernel: wk.Kernel, x: np.ndarray, axes=None, keepdims: int = 1, noop: int = 0, **options) -> np.ndarray:
+    """One call, its output poisoned first, inputs untouched, checked against the float64 reference
+    rounded to data's dtype."""
+    inputs = {"data": x, **({"axes": np.asarray(axes, np.int64)} if axes is not None else {})}
+    attrs = {"keepdims": keepdims, "noop_with_empty_axes": noop}
+    before = {k: v.copy() for k, v in inputs.items()}
+    poison_outputs(kernel, inputs, attrs=attrs, tunables=options.get("tunables"))
+    got = kernel(inputs, attrs=attrs, **options)["reduced"]
+    assert all(inputs[k].tobytes() == before[k].tobytes() for k in inputs)
+    want = reduce_mean(x, axes, keepdims, noop)
+    what = f"data {x.shape} {x.dtype} axes {axes} keepdims {keepdims} noop {noop} {options}"
+    assert got.dtype == x.dtype and got.shape == want.shape, (what, got.shape, got.dtype)
+    assert_close(got, want.astype(x.dtype), x.dtype, what)
+    return got
+
+
+# --- the package ----------------------------------------------------------------------------------
+
+
+def test_package_files(kernel):
+    data = json.loads((PACKAGE / "manifest.json").read_text("utf-8"))
+    assert (data["domain"], data["name"], data["sinceVersion"]) == ("ai.onnx", "ReduceMean", 18)
+    assert data["attributes"] == {"keepdims": 1, "noop_with_empty_axes": 0}
+    assert [i["role"] for i in data["inputs"]] == ["data", "axes"] and data["inputs"][1]["optional"]
+    assert data["typeConstraints"] == {"T": ["float32", "float16"], "I": ["int64"]}
+    assert kernel.op_id == PACKAGE_NAME and kernel.variants == VARIANTS
+
+
+def test_engine_has_no_code_for_it():
+    assert_engine_has_no_code_for(PACKAGE_NAME)
+
+
+def test_validates_and_its_test_json_passes(kernel):
+    """Valid, every case passing; its only warnings are the axes-absent twins' (copy, mean_all)
+    "not exercised" with I=int64: the type variable of the optional axes is bound only where a call
+    gives axes, which those twins refuse, and no case can exercise them so (validate --strict fails
+    on these four)."""
+    from webgpu_kernels.validation import validate_package
+
+    assert_valid_and_passing(kernel, PACKAGE, VARIANTS, warnings_ok=True)
+    warnings = [p.message for p in validate_package(PACKAGE, gpu=True).warnings]
+    assert len(warnings) == 4 and all("not exercised" in w or "exercises variant" in w for w in warnings), warnings
+
+
+def test_expected_outputs_are_the_reference(kernel):
+    """test.json's stored outputs are this module's float64 reference of the case's inputs, rounded
+    once to data's dtype."""
+    from webgpu_kernels.casefile import read_test_file
+
+    dtypes, seen = set(), set()
+    for case in read_test_file(kernel.package).cases:
+        if case.refused is not None:
+            continue
+        inputs = wk.test_case_inputs(kernel, case.name)
+        dtype = inputs["data"].dtype
+        stored = case.build_expected(kernel.package.read_bytes, {"reduced": dtype.name})["reduced"]
+        want = expect_reference(inputs, {"keepdims": 1, "noop_with_empty_axes": 0, **case.attrs})["reduced"]
+        np.testing.assert_array_equal(stored, want.astype(dtype).astype(np.float64), err_msg=case.name)
+        dtypes.add(dtype.name)
+        axes = inputs.get("axes")
+        seen.add("absent" if axes is None else "empty" if axes.size == 0 else "negative" if (axes < 0).any() else "positive")
+    assert dtypes == {"float32", "float16"}
+    assert seen == {"absent", "empty", "negative", "positive"}
+
+
+# --- results -------------------------------------------------------------------------------------
+
+# (data shape, axes, keepdims, noop): axes absent, empty, every axis in any order and sign; both noops
+CALLS = [
+    ((2, 3, 4), None, 1, 0),
+    ((2, 3, 4), None, 0, 0),
+    ((2, 3, 4), None, 1, 1),
+    ((2, 3, 4), None, 0, 1),
+    ((2, 3, 4), [], 1, 0),
+    ((2, 3, 4), [], 0, 1),
+    ((2, 3, 4), [2, 0, 1], 0, 0),
+    ((2, 3, 4), [-1, -2, -3], 1, 1),  # noop_with_empty_axes does nothing for non-empty axes
+    ((4096,), [-1], 0, 0),
+    ((7, 11, 13), [0, 1, 2], 1, 0),
+    ((10, 32, 32), [-3, 1, -1], 1, 0),  # one SD 1.5 GroupNorm group (10 channels, 32x32)
+    ((1, 77, 768), None, 0, 0),  # CLIP hidden state
+    ((2, 64, 320), None, 1, 1),
+    ((), None, 1, 0),
+    ((), None, 0, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(("shape", "axes", "keepdims", "noop"), CALLS)
+def test_against_the_reference_and_onnxruntime(kernel, rng, shape, axes, keepdims, noop, dtype):
+    x = np.asarray(rng.standard_normal(shape) + 0.5).astype(dtype)
+    got = call(kernel, x, axes, keepdims, noop)
+    want = ort_reduce_mean(x, axes, keepdims, noop, got.ndim)
+    assert want.shape == got.shape and want.dtype == got.dtype
+    assert_close(got, want, dtype, f"onnxruntime: {shape} axes {axes}")
+
+
+@pytest.mark.parametrize("variant_size", [(v, wg) for v in ("mean_all", "mean_all_axes") for wg in (1, 32, 1024)])
+def test_workgroup_sizes(kernel, rng, variant_size):
+    variant, wg = variant_size
+    x = rng.standard_normal((5, 999)).astype(np.float32)
+    call(kernel, x, [1, 0] if variant == "mean_all_axes" else None, variant=variant, tunables={"WORKGROUP_SIZE": wg})
+
+
+@pytest.mark.parametrize("axes", [None, [0]])
+def test_float16_tail_padding_is_masked(kernel, axes):
+    """An odd float16 count: the last word's second half is the binding's padding, which a GpuTensor's
+    producer may leave holding anything (NumPy uploads zero it). Here it holds NaN, in a buffer of
+    our own: a kernel that summed it would return NaN."""
+    import wgpu
+
+    gpu = wk.get_device().gpu
+    held = np.full(8, np.nan, np.float16)  # 16 bytes: 7 elements and a NaN in the padding
+    held[:7] = np.arange(1, 8)
+    mine = gpu.create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+    gpu.queue.write_buffer(mine, 0, held)
+    data = wk.from_wgpu_buffer(mine, (7,), np.float16)
+    try:
+        inputs = {"data": data, **({"axes": np.asarray(axes, np.int64)} if axes is not None else {})}
+        got = kernel(inputs)["reduced"]
+    finally:
+        data.release()
+    assert got.shape == (1,) and got[0] == np.float16(4.0)
+
+
+def test_axes_not_naming_every_axis_give_nan(kernel, rng):
+    """axes of rank entries that repeat an axis or leave the range: the kernel cannot raise (its
+    description says NaN); onnxruntime refuses the one and reads the other as fewer axes."""
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    assert np.isnan(call(kernel, x, [0, 0])).all()
+    assert np.isnan(call(kernel, x, [1, -3])).all()
+    assert np.isnan(call(kernel, x, [1, 2**32])).all()  # high word set: not an axis
+    assert ort_reduce_mean(x, [0, 0]).shape == (1, 3)
+
+
+# --- what the format cannot do: a shape from the values of an input -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes", "ort_shape"),
+    [((1, 77, 768), [-1], (1, 77, 1)), ((2, 32, 160), [2], (2, 32, 1)), ((2, 3), [0, 1, 1], (1, 1))],
+)
+def test_axes_whose_values_decide_the_shape_are_refused_by_name(kernel, rng, shape, axes, ort_shape):
+    """CLIP's per-token mean (axes [-1]) and GroupNorm's per-group statistics (axes [2]) run in
+    onnxruntime, but their output shape depends on the axes' values: the package refuses them with a
+    SelectionError (a KernelError) naming the clause, before any GPU work."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    inputs = {"data": x, "axes": np.asarray(axes, np.int64)}
+    with pytest.raises(wk.SelectionError, match="outputShapeNeedsNoAxesValues=False") as info:
+        kernel(inputs)
+    assert isinstance(info.value, wk.KernelError)
+    assert f"axesN={len(axes)}" in str(info.value) and f"ranks.data={len(shape)}" in str(info.value)
+    assert ort_reduce_mean(x, axes).shape == ort_shape  # onnxruntime computes it
+    explanation = kernel.explain(inputs)
+    assert explanation.chosen is None
+
+
+def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(wk.SelectionError, match="keepdimsOk=False"):
+        kernel({"data": x}, attrs={"keepdims": 2})
+    with pytest.raises(wk.errors.DTypeError, match="axes"):
+        kernel({"data": x, "axes": np.array([0, 1], np.int32)})
+    with pytest.raises(wk.errors.RankError, match="axes"):
+        kernel({"data": x, "axes": np.array([[0, 1]], np.int64)})
+    with pytest.raises(wk.errors.AttributeValueError):
+        kernel({"data": x}, attrs={"keepdims": True})
