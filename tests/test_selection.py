@@ -507,3 +507,22 @@ def test_the_headline_stays_where_not_only_attributes_refuse(when, derive, const
     assert str(error).splitlines()[0] == "test.Sel: no variant can run this call:", str(error)
     assert [v.accepted for v in error.trace] == [False, False]
     assert error.attributes == ()
+
+
+def test_a_name_tested_for_in_a_namespace_and_absent_is_said_absent():
+    """A forced twin refused on `'B' in shapes` showed `(with shapes=[X, Scale, Y, Mean, InvStdDev])`,
+    leaving the reader to find that B is not among them (a kernel author's report). The names an
+    `in`/`not in` tests for that the namespace lacks follow it, `(no B)`, a clause's own as well as
+    a derive entry's; the JSON trace keeps the plain list of names."""
+    rejected = select([variant("twin", 10, ["'B' in shapes"]), variant("plain", 0)], (4,), exhaustive=True).trace[0]
+    assert rejected.reason() == "when[0] \"'B' in shapes\" is false (with shapes=[X, Y] (no B))", rejected.reason()
+    manifest, program = program_of([variant("twin", 10, ["hasB"]), variant("plain", 0)],
+                                   {"hasB": "'B' in shapes and 'C' not in shapes and 'X' in shapes"})  # fmt: skip
+    scope, _ = program.call_scope(check_call(manifest, {"X": ((4,), "float32")}, None, None), F16_DEVICE)
+    derived = select_variant(program.variants, scope, exhaustive=True, definitions=program.definitions).trace[0]
+    assert derived.reason() == "when[0] 'hasB' is false (with hasB=False, shapes=[X, Y] (no B, C))", derived.reason()
+    # a present name is in the list already; `not in` of a present one adds nothing
+    present = select([variant("twin", 10, ["'X' not in shapes"]), variant("plain", 0)], (4,), exhaustive=True).trace[0]
+    assert present.reason() == "when[0] \"'X' not in shapes\" is false (with shapes=[X, Y])", present.reason()
+    values = json.loads(json.dumps(derived.as_dict()))["values"]
+    assert values == {"hasB": False, "shapes": ["X", "Y"]} and type(derived.as_dict()["values"]["shapes"]) is list

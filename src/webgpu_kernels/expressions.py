@@ -248,6 +248,9 @@ class Expression:
     _literal: Any = None
     #: The built-in functions it calls (``f16Ok``, which reads the device, among them).
     calls: tuple[str, ...] = ()
+    #: (namespace, name) of each ``'name' in namespace`` or ``not in`` test: a trace of the namespace
+    #: names the tested names it lacks (``shapes=[X, Y] (no B)``), which a list of names leaves unsaid.
+    membership: tuple[tuple[str, str], ...] = ()
 
     def evaluate(self, scope: Mapping[str, Any]) -> Any:
         """Evaluate in ``scope``; every failure becomes :class:`ExpressionError`."""
@@ -304,8 +307,10 @@ class Expression:
                 value = value.get(part) if isinstance(value, Mapping) else None
                 if value is None or isinstance(value, Undefined):
                     break
-            if isinstance(value, Mapping):  # a namespace read whole (`'B' in shapes`): its names say enough
-                value = NamespaceNames(value)
+            if isinstance(value, Mapping):  # a namespace read whole (`'B' in shapes`): its names, and
+                names = NamespaceNames(value)  # those tested for that it lacks
+                names.absent = tuple(dict.fromkeys(n for ns, n in self.membership if ns == ref and n not in value))
+                value = names
             if value is not None and not isinstance(value, Undefined) and not callable(value):
                 seen[ref] = value
         return seen
@@ -318,7 +323,14 @@ _JOIN_HINT = (" (a shape such as shapes.X is a tuple, and `+` joins a tuple only
 
 
 class NamespaceNames(list):
-    """The names of a namespace an expression read whole (a trace shows them unquoted, in full)."""
+    """The names of a namespace an expression read whole (a trace shows them unquoted, in full);
+    ``absent``: the names an ``in``/``not in`` of the expression tested for that it lacks."""
+
+    __slots__ = ("absent",)
+
+    def __init__(self, names: Iterable[str] = (), absent: tuple[str, ...] = ()) -> None:
+        super().__init__(names)
+        self.absent = absent
 
 
 def _bounded(value: Any, what: str) -> Any:
@@ -396,7 +408,7 @@ class ExpressionCompiler:
 
     def __init__(self, known_names: Iterable[str]) -> None:
         self.known_names = frozenset(known_names) | FUNCTION_NAMES | frozenset(NAMESPACES)
-        self._cache: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...]]] = {}
+        self._cache: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]] = {}
         self._chars = 0  # of the sources in _cache
 
     def compile(self, value: Any, where: str) -> Expression:
@@ -415,10 +427,12 @@ class ExpressionCompiler:
             cached = self._compile_source(value, where)
             self._cache[value] = cached
             self._chars += len(value)
-        compiled, references, calls = cached
-        return Expression(source=value, where=where, references=references, _compiled=compiled, calls=calls)
+        compiled, references, calls, membership = cached
+        return Expression(source=value, where=where, references=references, _compiled=compiled, calls=calls,
+                          membership=membership)  # fmt: skip
 
-    def _compile_source(self, source: str, where: str) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+    def _compile_source(self, source: str,
+                        where: str) -> tuple[Any, tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]:  # fmt: skip
         if len(source) > MAX_SEQUENCE_LENGTH:
             raise ExpressionSandboxError(f"expression is longer than {MAX_SEQUENCE_LENGTH} characters",
                                          expression=source[:80] + "...", where=where)  # fmt: skip
@@ -436,20 +450,22 @@ class ExpressionCompiler:
         except RecursionError:
             raise ExpressionSandboxError(f"nested more than {MAX_EXPRESSION_DEPTH} levels deep", expression=source,
                                          where=where) from None  # fmt: skip
-        references, calls = self._check(tree, source, where)
+        references, calls, membership = self._check(tree, source, where)
         body = [nodes.Assign(nodes.Name("result", "store"), harden(tree, template=False), lineno=1)]
         try:
             template = _SANDBOX.from_string(nodes.Template(body, lineno=1))
         except (RecursionError, SyntaxError, MemoryError) as exc:
             raise ExpressionSandboxError(f"cannot be compiled ({type(exc).__name__})", expression=source,
                                          where=where) from None  # fmt: skip
-        return template, references, calls
+        return template, references, calls, membership
 
-    def _check(self, tree: nodes.Node, source: str, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """Admit only the allow-listed subset; return the dotted names the expression reads and the
-        functions it calls."""
+    def _check(self, tree: nodes.Node, source: str,
+               where: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]:  # fmt: skip
+        """Admit only the allow-listed subset; return the dotted names the expression reads, the
+        functions it calls and the (namespace, name) pairs its ``'name' in namespace`` tests name."""
         references: list[str] = []
         calls: list[str] = []
+        membership: list[tuple[str, str]] = []
 
         def refuse(message: str) -> NoReturn:
             raise ExpressionSandboxError(message, expression=source, where=where)
@@ -486,6 +502,13 @@ class ExpressionCompiler:
             if (isinstance(node, nodes.Getitem) and isinstance(node.node, nodes.Name) and node.node.name in NAMESPACES
                     and isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str)):
                 references.append(f"{node.node.name}.{node.arg.value}")  # shapes['Z'] reads what shapes.Z reads
+            if isinstance(node, nodes.Compare):
+                left = node.expr
+                for operand in node.ops:  # a chain's links: each compares the previous operand
+                    if (operand.op in ("in", "notin") and isinstance(left, nodes.Const) and isinstance(left.value, str)
+                            and isinstance(operand.expr, nodes.Name) and operand.expr.name in NAMESPACES):  # fmt: skip
+                        membership.append((operand.expr.name, left.value))
+                    left = operand.expr
             if isinstance(node, nodes.Name):
                 if node.name.startswith("_"):
                     refuse(f"unknown name {node.name!r}: names starting with an underscore are not allowed")
@@ -507,7 +530,7 @@ class ExpressionCompiler:
                 visit(child)
 
         visit(tree)
-        return tuple(dict.fromkeys(references)), tuple(dict.fromkeys(calls))
+        return tuple(dict.fromkeys(references)), tuple(dict.fromkeys(calls)), tuple(dict.fromkeys(membership))
 
 
 def _dotted(node: nodes.Node) -> str | None:

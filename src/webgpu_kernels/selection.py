@@ -93,14 +93,16 @@ def json_value(value: Any) -> Any:
     holds it (20 made one `explain --json` 336 MB)."""
     if nested_items_exceed(value, MAX_SEQUENCE_LENGTH, MAX_JSON_VALUE_TEXT):
         return short_repr(value)
-    return list(value) if isinstance(value, tuple) else value
+    return list(value) if isinstance(value, (tuple, NamespaceNames)) else value  # a namespace's names: a plain list
 
 
 def _short(value: Any) -> str:
     if isinstance(value, NamespaceNames):
         # a namespace read whole (`'beta' in shapes`): its names, unquoted and cut later, since
         # the one a clause asks about may come last (cut at 60, it had been lost)
-        return shorten("[" + ", ".join(value) + "]", 200)
+        # the names tested for that it lacks follow, after any cut: `shapes=[X, Y] (no B)`
+        absent = f" (no {', '.join(value.absent)})" if value.absent else ""
+        return shorten("[" + ", ".join(value) + "]", 200) + absent
     # never repr() whole: a derive entry of 4095 references to a 4096-character string is 16 MB of it
     return short_repr(list(value) if isinstance(value, tuple) else value, 60)
 
@@ -142,6 +144,9 @@ def _seen(clause: Expression, scope: Mapping[str, Any], definitions: Mapping[str
         following = []
         for expr in pending:
             for name, value in expr.peek(scope).items():
+                known = values.get(name)
+                if isinstance(known, NamespaceNames) and isinstance(value, NamespaceNames):  # read by two: both tests
+                    values[name] = NamespaceNames(known, tuple(dict.fromkeys(known.absent + value.absent)))
                 if name not in values:
                     values[name] = value
                     if name in definitions:
