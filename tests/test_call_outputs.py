@@ -72,3 +72,26 @@ def test_result_pickles_and_copies_as_a_plain_dict() -> None:
     for again in (pickle.loads(pickle.dumps(result)), copy.copy(result), copy.deepcopy(result)):
         assert type(again) is dict and set(again) == {"Y"}
         np.testing.assert_array_equal(again["Y"], result["Y"])
+
+
+def test_an_output_the_call_did_not_ask_for_says_so() -> None:
+    """outputs=["Y"] runs a variant that writes no Mean: result["Mean"] had said "an optional output
+    that variant ... does not produce ... force one with variant=", though forcing a variant that
+    writes it would not return it either: the call did not ask for it (a kernel author's report)."""
+    ln = wk.load_kernel(PACKAGES_DIR / "ai.onnx.LayerNormalization")
+    x = np.random.default_rng(0).standard_normal((4, 300)).astype(np.float32)
+    inputs = {"X": x, "Scale": np.ones(300, np.float32)}
+    result = ln(inputs, outputs=["Y"])
+    with pytest.raises(wk.MissingOutputError) as info:
+        result["Mean"]
+    assert str(info.value) == (
+        "argument 'Mean': expected one of the outputs ['Y'] (a call returns a dict keyed by output name), got 'Mean', "
+        "an output the call did not ask for (add it to outputs=: the result holds the outputs it names)")  # fmt: skip
+    assert "variant=" not in str(info.value)
+    # computed but not asked for (a forced variant that writes it): the same words
+    forced = ln(inputs, outputs=["Y"], variant="workgroup_nobias")
+    with pytest.raises(wk.MissingOutputError, match=r"did not ask for \(add it to outputs=:"):
+        forced["Mean"]
+    # The advice holds: asked for, Mean is x's mean over its last axis.
+    mean = ln(inputs, outputs=["Y", "Mean"])["Mean"]
+    np.testing.assert_allclose(mean, x.astype(np.float64).mean(-1, keepdims=True), rtol=1e-5, atol=1e-6)

@@ -71,6 +71,8 @@ class ExecutionPlan:
     #: the outputs computed but not asked for (a call's ``outputs=``): their buffers go back to
     #: the pool as the call returns, never read back
     dropped: tuple[str, ...] = ()
+    #: the outputs the call asked for (its ``outputs=``), None where it named none
+    asked: frozenset[str] | None = None
 
     @cached_property
     def label(self) -> str:
@@ -100,13 +102,15 @@ class CallOutputs(dict[str, Any]):
         if not isinstance(key, str):
             hint = f": result[{outputs[0]!r}], not result[{short_repr(key)}])" if outputs else ")"
             raise MissingOutputError(short_repr(key), expected + hint, f"{type(key).__name__} {short_repr(key)}")
-        if key in self._plan.left_out:
+        plan = self._plan
+        if key in plan.dropped or (key in plan.left_out and plan.asked is not None and key not in plan.asked):
+            # not asked for: forcing a variant that writes it would not return it either
+            raise MissingOutputError(key, expected + ")", f"{key!r}, an output the call did not ask for (add it "
+                                     "to outputs=: the result holds the outputs it names)")  # fmt: skip
+        if key in plan.left_out:
             raise MissingOutputError(key, expected + ")", f"{key!r}, an optional output that variant "
                                      f"{self._plan.variant!r} does not produce (kernel.explain(inputs) says which "
                                      "variants would; force one with variant=...)")  # fmt: skip
-        if key in self._plan.dropped:
-            raise MissingOutputError(key, expected + ")", f"{key!r}, an output the call did not ask for (its "
-                                     "outputs= names the outputs the result holds)")  # fmt: skip
         raise MissingOutputError(key, expected + ")", "an unknown output")
 
     def __reduce__(self) -> tuple[Any, ...]:

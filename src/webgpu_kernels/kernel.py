@@ -567,7 +567,7 @@ class Kernel:
         # Computed but not asked for: bound, so given a buffer, which goes back to the pool unread.
         dropped = () if asked is None else tuple(o.role for o in outputs if o.role not in asked)
         plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs, tunables=signature.tunable_map(),
-                             left_out=left_out, dropped=dropped)  # fmt: skip
+                             left_out=left_out, dropped=dropped, asked=asked)  # fmt: skip
         with self._lock:
             self._plans[key] = plan
             if len(self._plans) > PLAN_CACHE_SIZE:
