@@ -472,3 +472,53 @@ def test_run_explain_and_render_take_output_names(runner: CliRunner) -> None:
     assert "read_write> mean" in invoke(runner, "render", ln, *args).stdout
     result = runner.invoke(main, ["explain", ln, *args, "--output", "Mena"])
     assert result.exit_code == 2 and "argument 'outputs'" in result.output and "'Mean'" in result.output, result.output
+
+
+def test_run_names_the_outputs_it_did_not_compare(runner: CliRunner) -> None:
+    """run compared what the call returned and said nothing of the outputs it did not: one line
+    (and the JSON's `notCompared`) names each and why, not asked for (--output) or not produced by
+    the variant that ran (a kernel author's report)."""
+    from conftest import PACKAGES_DIR
+
+    ln = str(PACKAGES_DIR / "ai.onnx.LayerNormalization")
+    args = ["-i", "X=4x300:f32", "-i", "Scale=300:f32", "--repeat", "0"]
+    data = invoke_json(runner, "run", ln, *args, "--output", "Y")
+    assert data["notCompared"] == {"Mean": "not asked for (--output)", "InvStdDev": "not asked for (--output)"}
+    if HAS_ORT:  # what it returned it compared, and Y agrees with onnxruntime's
+        assert list(data["reference"]["onnxruntime"]) == ["Y"] and data["ok"], data["reference"]
+    text = invoke(runner, "run", ln, *args, "--output", "Y").stdout
+    assert "not compared: Mean, InvStdDev: not asked for (--output)" in text, text
+    forced = ["--variant", "workgroup_nostats_nobias"]
+    data = invoke_json(runner, "run", ln, *args, *forced)
+    why = "not produced by variant workgroup_nostats_nobias"
+    assert data["notCompared"] == {"Mean": why, "InvStdDev": why} and list(data["outputs"]) == ["Y"]
+    assert f"not compared: Mean, InvStdDev: {why}" in invoke(runner, "run", ln, *args, *forced).stdout
+    every = invoke_json(runner, "run", ln, *args)  # all three returned: nothing to say
+    assert every["notCompared"] == {} and list(every["outputs"]) == ["Y", "Mean", "InvStdDev"]
+    assert "not compared:" not in invoke(runner, "run", ln, *args).stdout
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="onnxruntime not installed")
+def test_run_says_the_reference_computed_another_shape_and_which_random_input_may_decide_it(
+        runner: CliRunner) -> None:  # fmt: skip
+    """ReduceMean with a random int64 `axes` printed `ONNX Runtime CPU: reduced shape [1, 1, 1] !=
+    ONNX Runtime CPU's [1, 77, 1]: WRONG`: the reference's name twice, and the kernel blamed for a
+    shape that the random axes decided (ONNX Runtime reads their values; the kernel refuses no call
+    of rank(data) axes and writes NaN where they are not every axis once)."""
+    from conftest import PACKAGES_DIR
+
+    rm = str(PACKAGES_DIR / "ai.onnx.ReduceMean")
+    args = ["-i", "data=1x77x8:f32", "-i", "axes=3:int64", "--repeat", "0"]
+    data = json.loads(invoke(runner, "run", rm, *args, "--json", code=1).stdout)
+    [[kernel_shape, ort_shape]] = [c["shapeMismatch"] for c in data["reference"]["onnxruntime"].values()]
+    # seed 0's standard normal axes round to a list that is not every axis once: ONNX Runtime keeps 77
+    assert kernel_shape == [1, 1, 1] and ort_shape != kernel_shape and data["outputs"]["reduced"]["nanCount"] == 1
+    text = " ".join(invoke(runner, "run", rm, *args, code=1).stdout.split())
+    assert (f"reduced: shape [1, 1, 1], ONNX Runtime CPU's {ort_shape}: the reference computed another shape "
+            "for these inputs") in text, text  # fmt: skip
+    assert "WRONG" not in text and "CPU: reduced" not in text
+    assert ("axes (int64) holds random values (standard normal, rounded): they may decide the reference's shape; "
+            "fix them with --generate axes=normal:VALUE:0 (every value VALUE) or axes=uniform:LOW:HIGH") in text, text
+    # the hint holds: axes pinned to 1 (repeated, which ONNX Runtime reads as axis 1 once) give its shape for that
+    pinned = json.loads(invoke(runner, "run", rm, *args, "--generate", "axes=normal:1:0", "--json", code=1).stdout)
+    assert [c["shapeMismatch"] for c in pinned["reference"]["onnxruntime"].values()] == [[[1, 1, 1], [1, 1, 8]]]

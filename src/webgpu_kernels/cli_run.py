@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .case_data import random_values
+from .case_data import numpy_dtype, random_values
 from .cli import adapter_option, adapter_request_of, onnx_op_option
 from .cli_inspect import OUTPUT_NAMES_OPTION
 from .command_output import as_manifest_text, echo_json, is_live, safe_console
@@ -32,6 +32,7 @@ from .kernel_arguments import (
     trust_option,
     with_generators,
 )
+from .manifest import TensorSpec
 from .references import (
     UNCOMPUTED_OUTPUTS,
     ReferenceShapeMismatch,
@@ -130,6 +131,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     for results in report["reference"].values():
         for c in (results or {}).values():
             c["ok"] = _agrees(c)
+    report["notCompared"] = not_compared(k.manifest.outputs, outputs, asked, plan.left_out, plan.variant)
     compared = [c for results in report["reference"].values() for c in (results or {}).values()]
     report["ok"] = all(c["ok"] for c in compared)  # nothing found wrong ...
     report["checked"] = bool(compared)  # ... by at least one reference: `ok` alone read true for a package no reference knows
@@ -139,6 +141,25 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
         _print_run(report)
     if not report["ok"]:  # as bench fails a WRONG output: a script or CI job must see it
         ctx.exit(1)
+
+
+#: Why an output the call did not return was not compared (``notCompared`` in --json).
+NOT_ASKED = "not asked for (--output)"
+
+
+def not_compared(declared: tuple[TensorSpec, ...], returned: Mapping[str, Any], asked: list[str] | None, left_out: tuple[str, ...],
+                 variant: str) -> dict[str, str]:  # fmt: skip
+    """The declared outputs the call did not return, each with why: not asked for (an output left
+    out of --output), or not produced by the variant that ran (an optional one it writes nowhere)."""
+    why: dict[str, str] = {}
+    for role in (t.role for t in declared):
+        if role in returned:
+            continue
+        if asked is not None and role not in asked:  # first: forcing a variant that writes it would not return it
+            why[role] = NOT_ASKED
+        elif role in left_out:
+            why[role] = f"not produced by variant {variant}"
+    return why
 
 
 def _agrees(c: dict[str, Any]) -> bool:
@@ -219,6 +240,7 @@ def _print_run(r: dict[str, Any]) -> None:
         console.print(f"  median of {t['repeat']} more calls: {t['medianMs']:.3f} ms")
 
     refs = r["reference"]
+    mismatched = False
     # --onnx-op: the ONNX op compared is named, not the package's own
     ort_label = "ONNX Runtime CPU" + (f" {r['onnxruntimeOp']}" if r["onnxruntimeOp"] != r["op"] else "")
     for key, label in (("numpy", "NumPy float64 reference"), ("onnxruntime", ort_label)):
@@ -231,9 +253,10 @@ def _print_run(r: dict[str, Any]) -> None:
             console.print("ONNX Runtime's inputs and outputs are matched to the manifest's by position: its roles "
                           "are not all the op's formal names")  # fmt: skip
         for name, c in results.items():
-            if "shapeMismatch" in c:
-                console.print(Text(f"{label}: {name} shape {c['shapeMismatch'][0]} != {label}'s "
-                                   f"{c['shapeMismatch'][1]}: WRONG", style="bold red"))  # fmt: skip
+            if "shapeMismatch" in c:  # the kernel's shape or the reference's reading of the values: not told apart
+                mismatched = True
+                console.print(Text(f"{name}: shape {c['shapeMismatch'][0]}, {label}'s {c['shapeMismatch'][1]}: "
+                                   "the reference computed another shape for these inputs", style="bold red"))  # fmt: skip
                 continue
             if c["maxAbsError"] is None and not c["nonFiniteMismatches"]:
                 console.print(f"error vs {label} ({name}): no finite elements to compare")
@@ -251,6 +274,19 @@ def _print_run(r: dict[str, Any]) -> None:
         if uncompared:
             console.print(Text(f"{label}: computed no value for {', '.join(uncompared)} ({UNCOMPUTED_OUTPUTS}): "
                                "not compared", style="yellow"))  # fmt: skip
+    if mismatched:  # an integer input's random values (axes, indices, a shape) may decide the reference's shape
+        for name, s in r["inputs"].items():
+            if numpy_dtype(s["dtype"]).kind in "iu":
+                drawn = _drawn_from(s.get("generate")).strip() or "standard normal"
+                console.print(Text(f"{name} ({s['dtype']}) holds random values ({drawn}, rounded): they may decide "
+                                   f"the reference's shape; fix them with --generate {name}=normal:VALUE:0 (every "
+                                   f"value VALUE) or {name}=uniform:LOW:HIGH", style="yellow"))  # fmt: skip
+    if r["notCompared"]:  # one line: the declared outputs the call did not return, grouped by why
+        groups: dict[str, list[str]] = {}
+        for name, why in r["notCompared"].items():
+            groups.setdefault(why, []).append(name)
+        said = "; ".join(f"{', '.join(names)}: {why}" for why, names in groups.items())
+        console.print(f"not compared: {said}", markup=False)
     if not r["checked"]:
         # --onnx-op is no advice for a package already under an ONNX op's id (or a run that gave it):
         # ONNX Runtime's own line says why it compared nothing (an opset without the op, say)
