@@ -549,6 +549,61 @@ def test_a_variant_that_accepts_an_optional_input_it_never_binds_is_warned_of(qg
     assert report.ok  # a warning: ignoring it may be the package's intent
 
 
+def test_a_when_clause_reading_an_optional_inputs_shape_acknowledges_ignoring_it(qg: Path) -> None:
+    """A variant meant to ignore an optional input when it is empty (ONNX ReduceMean-18's copy for an
+    empty `axes`) could silence "binds it nowhere" only by binding the input unread: a clause of its
+    own `when` that reads the input's shape (`numel(shapes.Z) == 0`) now says it saw the input.
+    A shared derive entry reading it says nothing of a variant (every variant reads those), and a
+    variant without such a clause is still warned of."""
+    def add_optional_input(manifest: dict) -> None:
+        manifest["inputs"].append({"role": "Z", "dtype": "T", "optional": True})
+        manifest["derive"]["zSeen"] = "'Z' not in shapes or ranks.Z >= 0"
+        empty = json.loads(json.dumps(manifest["variants"][2]))  # scalar's copy
+        empty.update(id="empty_z", priority=99)
+        empty["when"] = [*empty["when"], "'Z' in shapes", "numel(shapes.Z) == 0"]
+        manifest["variants"].insert(0, empty)
+        for variant in manifest["variants"][1:]:
+            variant["when"].append("zSeen")  # reads shapes.Z through a derive entry: no acknowledgment
+
+    def give_empty_z(tests: dict) -> None:
+        case = next(c for c in tests["cases"] if "expected" in c and c["types"] == {"T": "float32"})
+        case["inputs"]["Z"] = {"shape": [0], "values": []}
+
+    edit_json(qg / "manifest.json", add_optional_input)
+    edit_json(qg / "test.json", give_empty_z)
+    digests.write_metadata(qg)
+    report = validate_package(qg, progress=None)
+    flagged = {p.variant for p in report.warnings if "optional input 'Z'" in p.message}
+    assert report.ok and flagged == {"vec4", "vec4_tail", "scalar"} - {None}, [p.message for p in report.problems]
+    assert "empty_z" in {c.variant for c in report.coverage if c.status == "compiled"}
+
+
+@pytest.mark.parametrize("index_types", [["int64"], ["int32", "int64"]])
+def test_calls_without_an_optional_input_cover_its_type_variable(qg: Path, index_types) -> None:
+    """An optional input with a type variable of its own (ONNX ReduceX-18's int64 `axes`, I): a
+    call without it binds no I, and its coverage row was "float32" beside the rows the constraints
+    make ("T=float32, I=int64"), which no case could reach: validate --strict failed on every
+    variant that refuses the input. A call without it runs the variant whatever I would be, so it
+    counts for each such row."""
+    def add_optional_input(manifest: dict) -> None:
+        manifest["inputs"].append({"role": "Z", "dtype": "I", "rank": 1, "optional": True})
+        manifest["typeConstraints"]["I"] = index_types
+        for variant in manifest["variants"]:
+            variant["when"].append("'Z' not in shapes")
+
+    edit_json(qg / "manifest.json", add_optional_input)
+    digests.write_metadata(qg)
+    report = validate_package(qg, progress=None)
+    assert report.ok and package_problems(report.warnings) == [], [p.message for p in report.problems]
+    rows = {(c.variant, c.dtype): c for c in report.coverage}
+    want = {f"T={t}, I={i}" for t in ("float32", "float16") for i in index_types}
+    assert {d for _, d in rows} == want  # no row of the calls' own "float32"
+    assert all(c.status == "compiled" and c.cases > 0 and c.pipelines > 0 for c in rows.values())
+    # each row has the counts of the calls it was given (the same calls for each I)
+    for vid in {v for v, _ in rows}:
+        assert len({(rows[(vid, d)].cases, rows[(vid, d)].pipelines) for d in want if d.startswith("T=float32")}) == 1
+
+
 def test_a_field_value_out_of_range_is_one_error_per_variant_and_dtype_naming_its_expression(qg: Path) -> None:
     """A uniform field's value out of its type's range is the manifest's mistake, made in every case:
     validate repeated it once per case and variant (26 errors for one expression), and

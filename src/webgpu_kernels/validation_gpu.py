@@ -220,6 +220,50 @@ def _type_combos(manifest: Manifest) -> list[dict[str, str]]:
     return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
 
 
+def _rows_of(binding: dict[str, str], combos: list[dict[str, str]]) -> list[str]:
+    """The coverage rows a call of ``binding`` counts for: its own where it binds every type
+    variable; where an absent optional input leaves one unbound (ONNX ReduceX-18's int64 `axes`),
+    every combination that agrees with it, since nothing the call runs can depend on a type no
+    tensor of it has (its label alone had been a row of its own, and the combinations' rows
+    "not exercised" whatever the cases)."""
+    if len(binding) == len(combos[0]):
+        return [binding_label(binding)]
+    found = [binding_label(c) for c in combos if all(c.get(tv) == dt for tv, dt in binding.items())]
+    return found or [binding_label(binding)]
+
+
+def _shapes_read(cv: Any) -> set[str]:
+    """The tensors whose shape or rank a clause of the variant's own `when` reads (`numel(shapes.B) == 0`):
+    a variant that binds such an optional input nowhere ignores it knowingly. Not through a derive
+    entry, which every variant may read (a `_nobeta` twin's forgotten `'beta' not in shapes` stays a warning)."""
+    return {ref.split(".")[1] for clause in cv.when for ref in clause.references
+            if ref.count(".") >= 1 and ref.split(".")[0] in ("shapes", "ranks")}  # fmt: skip
+
+
+def _fold_partial_rows(coverage: dict[tuple[str, str], Coverage], rows_of: dict[str, list[str]],
+                       built: dict[tuple[str, str], set[str]], tested: set[tuple[str, str]],
+                       needs_f16: set[tuple[str, str]]) -> None:  # fmt: skip
+    """Counts the rows of calls that leave a type variable unbound into the rows of the combinations
+    they count for (:func:`_rows_of`), and drops them: pipelines are the distinct WGSL compiled for
+    either, seconds go to the first row alone (JUnit sums them)."""
+    for (vid, label), cov in list(coverage.items()):
+        targets = rows_of.get(label, [label])
+        if targets == [label]:
+            continue
+        del coverage[(vid, label)]
+        for i, row in enumerate(targets):
+            into = coverage.setdefault((vid, row), Coverage(vid, row))
+            into.cases += cov.cases
+            into.failed += cov.failed
+            into.refused += cov.refused
+            shaders = built.setdefault((vid, row), set())
+            shaders |= built.get((vid, label), set())
+            into.pipelines = len(shaders)
+            into.seconds += cov.seconds if i == 0 else 0.0
+    for marks in (tested, needs_f16):
+        marks |= {(vid, row) for vid, label in marks for row in rows_of.get(label, [label])}
+
+
 def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_file: Any, bench_file: Any,
                out: ProblemCollector, report: ValidationReport, *, device: Any, notify: Progress,
                broken_templates: AbstractSet[str] = frozenset(), renderer: TemplateRenderer) -> None:  # fmt: skip
@@ -244,6 +288,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             coverage[(v.id, binding_label(combo))] = Coverage(v.id, binding_label(combo))
     calls = _calls(package, manifest, test_file, bench_file)
     compiled: dict[tuple[str, str], set[str]] = {}
+    built: dict[tuple[str, str], set[str]] = {}  # the WGSL that compiled, per variant x dtype
+    rows_of: dict[str, list[str]] = {}  # a call's dtype label -> the coverage rows it counts for
     tested: set[tuple[str, str]] = set()  # variant x dtype that a test.json case runs (`test` checks its results)
     needs_f16: set[tuple[str, str]] = set()  # variant x dtype rejected here only for want of shader-f16
     unbound: dict[tuple[str, str, str], list[str]] = {}  # (json path, variant, arg) -> the calls it lacks for
@@ -278,6 +324,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
         binding = signature.type_bindings()
         label = binding_label(binding)
         bindings.setdefault(label, binding)
+        if combos and label not in rows_of:
+            rows_of[label] = _rows_of(binding, combos)
         # Without shader-f16 a float16 call is judged like any other: a variant that copies f16 data
         # as u32 words runs there, and `test` runs it; a guarded one (f16Ok) rejects it. `test`
         # skips a case that no variant accepts when an input is float16: so does this.
@@ -341,8 +389,9 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 cov.failed += 1
                 unbound.setdefault((cv.variant.json_path, vid, exc.argument), []).append(f"{call.case} ({label})")
                 continue
-            for role in sorted(optional_inputs & set(call.inputs) - bound_roles(resolved)):
-                # a call giving it gets a result computed without it, and nothing says so
+            for role in sorted(optional_inputs & set(call.inputs) - bound_roles(resolved) - _shapes_read(cv)):
+                # a call giving it gets a result computed without it, and nothing says so (unless
+                # the variant's own `when` reads its shape: it saw the input, an empty one say)
                 ignored.setdefault((cv.variant.json_path, vid, role), []).append(f"{call.case} ({label})")
             for r, cpass in zip(resolved, cv.passes, strict=True):
                 try:
@@ -409,6 +458,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                     done.add(wgsl)
                     continue
                 done.add(wgsl)
+                built.setdefault((vid, label), set()).add(wgsl)
                 cov.pipelines += 1
                 usage = workgroup_storage(wgsl, r.entry_point)
                 if usage is None and (vid, p_index) not in unportable:
@@ -491,9 +541,16 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     broken = [name for name, parsed in ((TEST_FILE, test_file), (BENCH_FILE, bench_file))
               if parsed is None and package.has(name)]  # fmt: skip
     unread = f" ({' and '.join(broken)} has errors, so its cases were not used)" if broken else ""
-    scopeless = {label for _, label, _ in no_scope} - scoped  # every call of the dtype stopped there
-    expected_refusals = (_expected_refusals(package, manifest, program, test_file, device)
-                         if any(not cov.cases for cov in coverage.values()) else {})  # fmt: skip
+    _fold_partial_rows(coverage, rows_of, built, tested, needs_f16)
+
+    def rows(labels: AbstractSet[str]) -> set[str]:
+        return {row for label in labels for row in rows_of.get(label, [label])}
+
+    scopeless = rows({label for _, label, _ in no_scope}) - rows(scoped)  # every call of the dtype stopped there
+    expected_refusals = {(vid, row): case for (vid, label), case in
+                         (_expected_refusals(package, manifest, program, test_file, device)
+                          if any(not cov.cases for cov in coverage.values()) else {}).items()
+                         for row in rows({label})}  # fmt: skip
     for cov in coverage.values():
         if cov.cases and test_file is not None and (cov.variant, cov.dtype) not in tested:
             # bench.json only compiles it: `test` never runs it, so nothing checks what it computes,
