@@ -509,6 +509,77 @@ def test_an_inputs_padding_is_undefined_zeros_only_past_a_byte_count_not_a_multi
     assert (kernel({"X": h}, variant="scalar")["Y"] == 0).all()
 
 
+def test_test_uploads_each_input_with_its_padding_poisoned(demo, need_dtype):
+    """Doc: "`test` fills the pooled buffers with `0xFF` bytes (NaN) before a run and uploads each input
+    itself with its padding, up to the bound size, of `0xFF` bytes too (where a call's upload writes
+    zeros)" """
+    from webgpu_kernels.package_tests import padding_poisoned_inputs
+
+    need_dtype("float16")
+    kernel = demo(as_words, template=PADDING_PROBE)
+    h = np.array([1, 2, 3], np.float16)
+    tensors = padding_poisoned_inputs(wk.get_device(), {"X": h})
+    try:
+        poison_outputs(kernel, {"X": h})
+        assert (kernel(dict(tensors), variant="scalar")["Y"].view(np.uint16) == 0xFFFF).all()  # word 3: padding
+        assert tensors["X"].numpy().tolist() == [1, 2, 3]  # the data itself as given
+    finally:
+        tensors["X"].release()
+
+
+# --- Passes and bindings: NaN in WGSL ----------------------------------------------------------------
+
+NAN_HEAD = ("@group(0) @binding(0) var<storage, read_write> y: array<u32>;\n"
+            "@compute @workgroup_size(1) fn main() {\n")
+
+
+@pytest.mark.parametrize(("body", "compiles"), [
+    ("  let v = 0.0 / 0.0;\n  y[0] = bitcast<u32>(v);\n", False),
+    ("  const v = bitcast<f32>(0x7fc00000u);\n  y[0] = bitcast<u32>(v);\n", False),
+    ("  let v = bitcast<f32>(0x7fc00000u);\n  y[0] = bitcast<u32>(v);\n", True),  # naga's leniency
+    ("  let bits = 0x7fc00000u;\n  y[0] = bitcast<u32>(bitcast<f32>(bits));\n", True),
+])
+def test_a_nan_const_expression_does_not_compile(body, compiles):
+    """Doc: "`0.0 / 0.0` and `const nan = bitcast<f32>(0x7fc00000u);` do not compile ... (naga, wgpu's
+    compiler, lets it through in a `let` ...): bitcast a runtime value, `let bits = 0x7fc00000u;` then
+    `bitcast<f32>(bits)`" """
+    import wgpu
+
+    gpu = wk.get_device().gpu
+    if compiles:
+        gpu.create_shader_module(code=NAN_HEAD + body + "}\n")
+    else:
+        with pytest.raises(wgpu.GPUError):
+            gpu.create_shader_module(code=NAN_HEAD + body + "}\n")
+
+
+def test_unpack2x16float_reads_the_low_half_as_the_even_element():
+    """Doc: "the low half of a word is the element at the even index ... (`unpack2x16float` of such a
+    word gives f32 NaNs, which lavapipe keeps" """
+    assert np.array([0x7E003C00], np.uint32).view(np.float16)[0] == 1.0  # NumPy's order: low half first
+    kernel_src = ("@group(0) @binding(0) var<storage, read_write> y: array<u32>;\n"
+                  "@compute @workgroup_size(1) fn main() {\n  let w = y[0];\n  let h = unpack2x16float(w);\n"
+                  "  y[1] = bitcast<u32>(h.x);\n  y[2] = bitcast<u32>(h.y);\n}\n")
+    import wgpu
+
+    gpu = wk.get_device().gpu
+    module = gpu.create_shader_module(code=kernel_src)
+    pipeline = gpu.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    buffer = gpu.create_buffer_with_data(data=np.array([0x7E003C00, 0, 0, 0], np.uint32),
+                                         usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0),
+                                  entries=[{"binding": 0, "resource": {"buffer": buffer}}])
+    encoder = gpu.create_command_encoder()
+    compute = encoder.begin_compute_pass()
+    compute.set_pipeline(pipeline)
+    compute.set_bind_group(0, group)
+    compute.dispatch_workgroups(1)
+    compute.end()
+    gpu.queue.submit([encoder.finish()])
+    words = np.frombuffer(gpu.queue.read_buffer(buffer), np.uint32)
+    assert words[1].view(np.float32) == 1.0 and np.isnan(words[2].view(np.float32))
+
+
 def test_lavapipe_flushes_a_subnormal_intermediate_to_zero(need_dtype):
     """Doc: "The same section lets any input or output of those operations that is subnormal be flushed
     to zero, and lavapipe does: Gelu's tanh form of float32 -10.05 is 0 there, where the value is

@@ -725,6 +725,57 @@ def test_a_written_value_with_the_fills_bytes_is_not_called_unwritten(tmp_path: 
     assert "filled with" not in run.message, run.message
 
 
+def _padding_summer(write_package) -> Path:
+    """demo.PadSum: Y = the float32 sum of a float16 X read as u32 words (no shader-f16). Variant
+    ``unmasked`` adds both halves of every word, the last one's second half too, which for an odd
+    count is the binding's padding; ``masked`` leaves that half out."""
+    params = {"name": "params", "semantic": "kernel.params", "buffer": {"type": "uniform"},
+              "struct": {"name": "Params", "fields": [{"name": "n", "type": "u32", "value": "numel(shapes.X)"},
+                                                      {"name": "words", "type": "u32",
+                                                       "value": "(numel(shapes.X) + 1) // 2"}]}}
+    bindings = [{"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "u32"},
+                {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"}, params]
+    manifest = {
+        "domain": "demo", "name": "PadSum", "inputs": [{"role": "X", "dtype": "T", "rank": 1}],
+        "outputs": [{"role": "Y", "dtype": "U", "rank": 1, "shape": "(1,)"}],
+        "typeConstraints": {"T": ["float16"], "U": ["float32"]},
+        "variants": [{"id": vid, "priority": priority, "passes": [{"id": "main", "shader": "sum.wgsl.jinja",
+                      "bindings": bindings, "dispatch": {"threads": "1", "workgroupSize": "1"}}],
+                      "constants": {"masked": vid == "masked"}}
+                     for vid, priority in (("unmasked", 20), ("masked", 10))],
+    }  # fmt: skip
+    template = ("{{ declarations }}\n@compute @workgroup_size({{ workgroupSize }})\n"
+                "fn {{ entryPoint }}({{ entryParams }}) {\n  var s = 0.0;\n"
+                "  for (var w = 0u; w < params.words; w++) {\n    let h = unpack2x16float(x[w]);\n    s += h.x;\n"
+                "{% if masked %}    if (2u * w + 1u < params.n) { s += h.y; }\n{% else %}    s += h.y;\n{% endif %}"
+                "  }\n  y[0] = s;\n}\n")
+    root = write_package(manifest, {"sum.wgsl.jinja": template})
+    tests = {"cases": [{"name": f"x{n}", "types": {"T": "float16"},
+                        "inputs": {"X": {"shape": [n], "values": list(range(1, n + 1))}},
+                        "expected": {"Y": {"dtype": "float32", "shape": [1], "values": [n * (n + 1) / 2]}}}
+                       for n in (3, 4, 1)]}  # fmt: skip
+    (root / "test.json").write_text(json.dumps(tests), encoding="utf-8")
+    return root
+
+
+def test_an_input_s_padding_is_poison_so_a_kernel_reading_it_fails(write_package) -> None:
+    """`test` filled the pooled buffers with 0xFF, but a NumPy input of a byte count not a multiple
+    of 4 (3 float16) is uploaded zero-padded, so a kernel that summed its last word's padding half
+    passed: every input's binding padding now holds 0xFF bytes (NaN) in every case, and such a
+    kernel fails where the padding is part of a word it reads (3 and 1 elements, not 4)."""
+    import numpy as np
+
+    kernel = wk.load_kernel(_padding_summer(write_package))
+    by = {(r.case, r.variant): r for r in run_package_tests(kernel).results}
+    assert {k: r.status for k, r in by.items()} == {
+        ("x3", "unmasked"): "fail", ("x4", "unmasked"): "pass", ("x1", "unmasked"): "fail",
+        ("x3", "masked"): "pass", ("x4", "masked"): "pass", ("x1", "masked"): "pass"}, [r.message for r in by.values()]
+    assert "got nan" in by[("x3", "unmasked")].message, by[("x3", "unmasked")].message
+    # an ordinary call still uploads as before (zeros there): the unmasked kernel "works" on it
+    got = kernel({"X": np.arange(1, 4, dtype=np.float16)}, variant="unmasked")["Y"]
+    assert got.tolist() == [6.0]
+
+
 # --- the command's own arguments ------------------------------------------------------------------
 
 

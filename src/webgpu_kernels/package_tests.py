@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .buffers import translate_gpu_errors
+from .buffers import padded_size, translate_gpu_errors
 from .call_inputs import TensorMeta
 from .case_data import MAX_CASE_TOTAL_ELEMENTS, numpy_dtype
 from .case_format import TEST_FILE
@@ -42,6 +42,7 @@ from .kernel import Kernel
 from .program import DeviceInfo, OutputSpec
 from .run_results import ERROR, FAIL, PASS, SKIP, PackageReport, RunResult
 from .selection import accepted_with_f16
+from .tensor import GpuTensor
 
 if TYPE_CHECKING:
     from .device import Device
@@ -374,8 +375,40 @@ def _filled_call(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[s
     device = get_device(adapter)
     with device.lock:  # no other thread's call takes the filled buffers first (an RLock: the call takes it too)
         fill_pooled_buffers(device, arrays, outputs, byte)
-        return kernel({k: v.copy() for k, v in arrays.items()}, attrs=case.attrs or None, variant=variant,
-                      tunables=case.tunables or None, adapter=adapter)  # fmt: skip
+        tensors = padding_poisoned_inputs(device, arrays)
+        try:
+            return kernel(dict(tensors), attrs=case.attrs or None, variant=variant, tunables=case.tunables or None,
+                          adapter=adapter)  # fmt: skip
+        finally:
+            for tensor in tensors.values():
+                tensor.release()
+
+
+#: What each input's binding padding (its bytes up to ``padded_size``) holds in a test run: NaN in floats.
+PADDING_POISON = 0xFF
+
+
+def padding_poisoned_inputs(device: Device, arrays: Mapping[str, np.ndarray]) -> dict[str, GpuTensor]:
+    """``arrays`` as GpuTensors of ``device``, their binding padding :data:`PADDING_POISON`: a call's own
+    upload zero-pads a byte count not a multiple of 4 (3 float16 read as u32 words end in a zero
+    half), so a kernel that summed that half unmasked had passed `test`."""
+    memory = device.memory
+    made: dict[str, GpuTensor] = {}
+    with device.lock, translate_gpu_errors("uploading the inputs of a test run", memory):
+        try:
+            for role, array in arrays.items():
+                data = np.asarray(array, order="C")
+                if data.dtype.byteorder == ">":
+                    data = data.astype(data.dtype.newbyteorder("<"))
+                raw = np.full(padded_size(data.nbytes), PADDING_POISON, dtype=np.uint8)
+                raw[: data.nbytes] = data.reshape(-1).view(np.uint8)
+                made[role] = GpuTensor(memory.acquire(data.nbytes), data.shape, data.dtype, device)
+                memory.write(made[role].buffer, raw)
+        except BaseException:
+            for tensor in made.values():
+                tensor.release()
+            raise
+    return made
 
 
 def _note_unwritten(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[str, np.ndarray],
