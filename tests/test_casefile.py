@@ -921,3 +921,68 @@ def test_a_lone_number_fills_a_shape_of_one_element(shape) -> None:
     assert array.shape == tuple(shape) and array.reshape(-1).tolist() == [7.0]
     with pytest.raises(CaseFileError, match=r"for shape \[2\]"):
         build({"shape": [2], "values": 7})
+
+
+def _schema_calls(data: dict) -> int:
+    """Python calls that checking ``data`` as a test.json's schema makes (the JSON Schema library's,
+    and case_format's own): its work, counted without timing anything."""
+    import jsonschema as library
+
+    libraries = str(Path(library.__file__).parent.parent)
+    count = 0
+
+    def profile(frame, event, arg):
+        nonlocal count
+        name = frame.f_code.co_filename
+        if event == "call" and (name.startswith(libraries) or name == case_format.__file__):
+            count += 1
+
+    sys.setprofile(profile)
+    try:
+        errors = case_format.schema_errors(data, "test", file="test.json")
+    finally:
+        sys.setprofile(None)
+    assert errors == []
+    return count
+
+
+def test_the_schema_check_of_inline_values_is_not_per_value() -> None:
+    """A 4 MB test.json of 2 x 10^6 inline zeros took `test` and `validate` 228 s, nearly all of it
+    jsonschema descending a oneOf and a $ref per value (about 0.1 ms each): the values (and a
+    special's positions and values) are checked in one walk of the library's own, so the schema's
+    work does not grow with them."""
+    def data(n: int) -> dict:
+        nested = [[0.5, "nan", True]] * n
+        return {"cases": [minimal_case(
+            inputs={"X": {"shape": [n, 3], "values": nested,
+                          "special": {"at": list(range(n)), "values": ["inf"] * n}}},
+            expected={"Y": {"shape": [n, 3], "values": nested}})]}  # fmt: skip
+
+    assert _schema_calls(data(4000)) < 2 * _schema_calls(data(4)), (_schema_calls(data(4)), _schema_calls(data(4000)))
+
+
+@pytest.mark.parametrize(("values", "path", "said"), [
+    ("NaN", "values", "'NaN' is not valid under any of the given schemas (non-finite values are spelt"),
+    ([1, [True, "Infinity"]], "values[1][1]", "'Infinity' is not valid under any of the given schemas"),
+    ([[1], [None]], "values[1][0]", "None is not valid under any of the given schemas"),
+    ([1, {}], "values[1]", "{} is not valid under any of the given schemas"),
+    ({"a": 1}, "values", "{'a': 1} is not valid under any of the given schemas"),
+])  # fmt: skip
+def test_a_bad_inline_value_is_named_at_its_place(values, path: str, said: str) -> None:
+    data = {"cases": [minimal_case(inputs={"X": {"shape": [2], "values": values}})]}
+    found = [(e.json_path, e.detail) for e in case_format.check_test_data(data)]
+    assert any(p == f"cases[0].inputs.X.{path}" and d.startswith(said) for p, d in found), found
+
+
+@pytest.mark.parametrize(("special", "path", "said"), [
+    ({"at": [0], "values": [[1]]}, "special.values[0]", "[1] is not valid under any of the given schemas"),
+    ({"at": [0], "values": []}, "special.values", "[] should be non-empty"),
+    ({"at": [0, -1], "values": [1]}, "special.at[1]", "-1 is less than the minimum of 0"),
+    ({"at": [0, 1.5], "values": [1]}, "special.at[1]", "1.5 is not of type 'integer'"),
+    ({"at": [0, True], "values": [1]}, "special.at[1]", "True is not of type 'integer'"),
+    ({"at": [], "values": [1]}, "special.at", "[] should be non-empty"),
+])  # fmt: skip
+def test_a_bad_special_entry_is_named_at_its_place(special, path: str, said: str) -> None:
+    data = {"cases": [minimal_case(inputs={"X": {"shape": [2], "values": [1, 2], "special": special}})]}
+    found = [(e.json_path, e.detail) for e in case_format.check_test_data(data)]
+    assert any(p == f"cases[0].inputs.X.{path}" and d.startswith(said) for p, d in found), found

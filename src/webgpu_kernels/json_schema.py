@@ -44,9 +44,10 @@ def _field_meant(instance: dict[str, Any], schema: dict[str, Any]) -> str:
     return names_meant(sorted(str(k) for k in instance if k not in known), known)
 
 
-def validator(schema: dict[str, Any]) -> Any:
+def validator(schema: dict[str, Any], keywords: dict[str, Any] | None = None) -> Any:
     """A validator of ``schema``'s draft whose ``pattern`` anchors ``$`` at the end of the string,
-    and whose unknown-field errors name the field meant where one is close."""
+    and whose unknown-field errors name the field meant where one is close; ``keywords``: more
+    keywords (name -> jsonschema keyword function) that ``schema`` may use."""
     cls = jsonschema.validators.validator_for(schema)
     additional = cls.VALIDATORS["additionalProperties"]
 
@@ -56,4 +57,5 @@ def validator(schema: dict[str, Any]) -> Any:
                 error.message += _field_meant(instance, schema)
             yield error
 
-    return jsonschema.validators.extend(cls, {"pattern": _pattern, "additionalProperties": additional_properties})(schema)
+    own = {"pattern": _pattern, "additionalProperties": additional_properties, **(keywords or {})}
+    return jsonschema.validators.extend(cls, own)(schema)
