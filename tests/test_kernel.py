@@ -286,6 +286,21 @@ def test_outputs_names_must_be_declared_outputs(layer_norm):
     assert info.value.argument == "outputs"
 
 
+def test_outputs_that_names_none_is_refused(layer_norm):
+    """outputs=[] (a filtered list that came out empty, say) had run the kernel and returned {}:
+    every output computed, then dropped unread. It asks for nothing a call can return: an InputError
+    that says outputs=None takes them all, in the call, explain, render and plan alike."""
+    inputs = {"X": np.ones((2, 8), np.float32), "Scale": np.ones(8, np.float32)}
+    for empty in ([], (), set(), frozenset(), iter(())):
+        with pytest.raises(errors.InputError, match="names no output") as info:
+            layer_norm(inputs, outputs=empty)
+        assert info.value.argument == "outputs" and "outputs=None" in info.value.hint
+    for method in (layer_norm.explain, layer_norm.render, layer_norm.plan):
+        with pytest.raises(errors.InputError, match="names no output"):
+            method(inputs, outputs=[])
+    assert set(layer_norm(inputs, outputs=["Y"])) == {"Y"}  # a name still runs
+
+
 def test_a_stored_tuning_result_that_writes_an_unasked_output_is_not_forced(tuning_dir, device, write_package):
     """A tuned variant writing an optional output the call does not ask for, where the manifest's
     own choice for the call writes none, is passed over (explain says why); one lacking an asked

@@ -60,8 +60,9 @@ def _tuple_terms(value: Sequence[Any]) -> tuple[tuple[int, ...], tuple[type, ...
 def asked_outputs(manifest: Manifest, outputs: Iterable[str] | None,
                   roles: frozenset[str] = frozenset()) -> frozenset[str] | None:  # fmt: skip
     """A call's ``outputs=``, the names of the outputs it wants, checked to be declared outputs
-    (None: it takes what the chosen variant writes). A frozenset, a term of the fast-plan key:
-    the order and repeats of the names change nothing (the result keeps the manifest's order).
+    (None: it takes what the chosen variant writes; an empty one is refused). A frozenset, a term
+    of the fast-plan key: the order and repeats of the names change nothing (the result keeps the
+    manifest's order).
     ``roles``: the declared outputs' names, where the caller keeps them (the per-call path)."""
     if outputs is None:
         return None
@@ -86,6 +87,9 @@ def asked_outputs(manifest: Manifest, outputs: Iterable[str] | None,
             meant = name_meant(name, declared)
             raise InputError("outputs", expected, f"{short_repr(name)}, not an output of the kernel",
                              hint=f"did you mean {meant!r}?" if meant else "")  # fmt: skip
+    if not names:  # the call would compute every output and drop each one unread
+        raise InputError("outputs", expected, f"{describe_value(outputs)}, which names no output",
+                         hint="outputs=None takes every output the chosen variant writes")  # fmt: skip
     return frozenset(names)
 
 
