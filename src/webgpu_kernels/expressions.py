@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
 from jinja2.exceptions import SecurityError, UndefinedError
@@ -403,12 +403,27 @@ def _quote_hint(source: str) -> str:
     return f" (a string is quoted inside the JSON string: \"'{source.strip()}'\")" if _WGSL_TYPE.match(source) else ""
 
 
+class _Reads(NamedTuple):
+    """What an expression's syntax tree shows it reads, found once when it is compiled."""
+
+    references: tuple[str, ...]  # the dotted names (``shapes.X``)
+    calls: tuple[str, ...]  # the built-in functions it calls
+    membership: tuple[tuple[str, str], ...]  # (namespace, name) of each ``'name' in namespace`` / ``not in``
+
+
+class _Compiled(NamedTuple):
+    """The compiler's cache entry for one source text."""
+
+    template: Any
+    reads: _Reads
+
+
 class ExpressionCompiler:
     """Parses, checks and compiles expressions; one per package, caching by source text."""
 
     def __init__(self, known_names: Iterable[str]) -> None:
         self.known_names = frozenset(known_names) | FUNCTION_NAMES | frozenset(NAMESPACES)
-        self._cache: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]] = {}
+        self._cache: dict[str, _Compiled] = {}
         self._chars = 0  # of the sources in _cache
 
     def compile(self, value: Any, where: str) -> Expression:
@@ -427,12 +442,11 @@ class ExpressionCompiler:
             cached = self._compile_source(value, where)
             self._cache[value] = cached
             self._chars += len(value)
-        compiled, references, calls, membership = cached
-        return Expression(source=value, where=where, references=references, _compiled=compiled, calls=calls,
-                          membership=membership)  # fmt: skip
+        reads = cached.reads
+        return Expression(source=value, where=where, references=reads.references, _compiled=cached.template,
+                          calls=reads.calls, membership=reads.membership)  # fmt: skip
 
-    def _compile_source(self, source: str,
-                        where: str) -> tuple[Any, tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]:  # fmt: skip
+    def _compile_source(self, source: str, where: str) -> _Compiled:
         if len(source) > MAX_SEQUENCE_LENGTH:
             raise ExpressionSandboxError(f"expression is longer than {MAX_SEQUENCE_LENGTH} characters",
                                          expression=source[:80] + "...", where=where)  # fmt: skip
@@ -450,17 +464,16 @@ class ExpressionCompiler:
         except RecursionError:
             raise ExpressionSandboxError(f"nested more than {MAX_EXPRESSION_DEPTH} levels deep", expression=source,
                                          where=where) from None  # fmt: skip
-        references, calls, membership = self._check(tree, source, where)
+        reads = self._check(tree, source, where)
         body = [nodes.Assign(nodes.Name("result", "store"), harden(tree, template=False), lineno=1)]
         try:
             template = _SANDBOX.from_string(nodes.Template(body, lineno=1))
         except (RecursionError, SyntaxError, MemoryError) as exc:
             raise ExpressionSandboxError(f"cannot be compiled ({type(exc).__name__})", expression=source,
                                          where=where) from None  # fmt: skip
-        return template, references, calls, membership
+        return _Compiled(template, reads)
 
-    def _check(self, tree: nodes.Node, source: str,
-               where: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]:  # fmt: skip
+    def _check(self, tree: nodes.Node, source: str, where: str) -> _Reads:
         """Admit only the allow-listed subset; return the dotted names the expression reads, the
         functions it calls and the (namespace, name) pairs its ``'name' in namespace`` tests name."""
         references: list[str] = []
@@ -530,7 +543,7 @@ class ExpressionCompiler:
                 visit(child)
 
         visit(tree)
-        return tuple(dict.fromkeys(references)), tuple(dict.fromkeys(calls)), tuple(dict.fromkeys(membership))
+        return _Reads(tuple(dict.fromkeys(references)), tuple(dict.fromkeys(calls)), tuple(dict.fromkeys(membership)))
 
 
 def _dotted(node: nodes.Node) -> str | None:
