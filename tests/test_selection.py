@@ -484,6 +484,34 @@ def test_a_call_its_attributes_alone_refuse_names_them_in_the_headline():
     assert error.attributes == ("mode", "k")
 
 
+def test_a_variant_refused_for_an_asked_output_keeps_the_plain_headline():
+    """outputs=: a variant that writes no asked optional output is refused before its `when`, on no
+    attribute; where another is refused by an attribute alone, the headline must not blame the
+    attribute (changing it would not make the first variant write the output)."""
+    def writing(*roles):  # bind_outputs would bind Z in every pass
+        return {**PASS, "bindings": [*PASS["bindings"], *({"name": r.lower(), "arg": r, "buffer": {"type": "storage"},
+                                                           "elementType": "f32"} for r in roles)]}  # fmt: skip
+    data = {
+        "domain": "test", "name": "Sel", "inputs": [{"role": "X", "dtype": "T"}],
+        "outputs": [{"role": "Y", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X"},
+                    {"role": "Z", "dtype": "T", "rank": "ranks.X", "shape": "shapes.X", "optional": True}],
+        "typeConstraints": {"T": ["float32"]}, "attributes": {"mode": "a"},
+        "variants": [{"id": "lean", "priority": 5, "passes": [writing("Y")]},
+                     {"id": "stats", "when": ["attrs.mode == 'a'"], "passes": [writing("Y", "Z")]}],
+    }  # fmt: skip
+    manifest = parse_manifest(data)
+    program = compile_program(manifest)
+    scope, _ = program.call_scope(check_call(manifest, {"X": ((3,), "float32")}, {"mode": "b"}, None), F16_DEVICE)
+    selection = select_variant(program.variants, scope, definitions=program.definitions, asked=frozenset({"Y", "Z"}),
+                               optional=("Z",))  # fmt: skip
+    assert [(v.variant, v.lacks, v.attributes) for v in selection.trace] == [
+        ("lean", ("Z",), {}), ("stats", (), {"mode": "b"})]
+    with pytest.raises(SelectionError) as info:
+        require_choice(selection, "test.Sel")
+    assert str(info.value).splitlines()[0] == "test.Sel: no variant can run this call:" and info.value.attributes == ()
+    assert "lean: does not write Z, which the call asks for (outputs=)" in str(info.value)
+
+
 @pytest.mark.parametrize("when, derive, constants, device", [
     # a clause that reads a shape, directly or through derive entries deeper than the trace shows
     (["numel(shapes.X) > 5"], {}, {}, F16_DEVICE),
