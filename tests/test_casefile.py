@@ -625,6 +625,25 @@ def test_a_case_file_nested_too_deeply_is_one_clear_error():
     assert "nested more than 80 levels deep" in str(error) and error.json_path.startswith("cases[0].inputs.X.values")
 
 
+@pytest.mark.parametrize("kind", ["test", "bench"])
+def test_a_case_file_of_too_many_cases_is_one_error_before_the_schema_walks_them(kind, monkeypatch):
+    """validate calls, selects and renders each case per type combination: 10,000 small bench.json
+    cases took it 19.7 s. More than MAX_CASES is one error naming the count, and no case is
+    schema-checked (a million of them would have been checked one by one first)."""
+    case = {"name": "a", "inputs": {"X": {"shape": [2]}}}
+    limit = case_format.MAX_CASES
+    at_limit = {"cases": [dict(case, name=f"c{i}") for i in range(limit)]}
+    assert case_format.schema_errors(at_limit, kind, file=f"{kind}.json") == []
+    walked = []
+    monkeypatch.setattr(case_format, "_too_deep", lambda data: walked.append(data))
+    over = {"cases": at_limit["cases"] + [dict(case, name="one-more")]}
+    (error,) = case_format.schema_errors(over, kind, file=f"{kind}.json")
+    assert f"holds {limit + 1} cases, more than {limit}" in str(error) and error.json_path == "cases"
+    assert walked == []
+    schema = case_format.case_schema(kind)
+    assert schema["properties"]["cases"]["maxItems"] == limit  # the schema files say it to other tools
+
+
 def test_metadata_json_nested_too_deeply_or_with_a_huge_number_is_a_problem_not_a_crash(tmp_path):
     from webgpu_kernels import digests
 
@@ -947,7 +966,7 @@ def _schema_calls(data: dict) -> int:
 
 
 def test_the_schema_check_of_inline_values_is_not_per_value() -> None:
-    """A 4 MB test.json of 2 x 10^6 inline zeros took `test` and `validate` 228 s, nearly all of it
+    """A 4 MB test.json of 2 x 10^6 inline zeros took `validate` 213 s, nearly all of it
     jsonschema descending a oneOf and a $ref per value (about 0.1 ms each): the values (and a
     special's positions and values) are checked in one walk of the library's own, so the schema's
     work does not grow with them."""
