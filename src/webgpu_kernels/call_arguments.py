@@ -66,7 +66,7 @@ def asked_outputs(manifest: Manifest, outputs: Iterable[str] | None,
     ``roles``: the declared outputs' names, where the caller keeps them (the per-call path)."""
     if outputs is None:
         return None
-    if outputs.__class__ in _NAME_COLLECTIONS:  # the per-call path: 0.3 us, not 1.6 (ABC checks, the list)
+    if outputs.__class__ in _NAME_COLLECTIONS:  # the per-call path: 0.28 us here, 2.2 through the checks below
         try:
             fast = frozenset(outputs)
         except TypeError:  # an unhashable item: the checks below name it
