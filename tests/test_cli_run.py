@@ -463,8 +463,11 @@ def test_run_explain_and_render_take_output_names(runner: CliRunner) -> None:
     data = json.loads(invoke(runner, "run", ln, *args, "--output", "Y", "--repeat", "1", "--json").stdout)
     assert data["variant"] == "workgroup_nostats_nobias" and data["asked"] == ["Y"]
     assert list(data["outputs"]) == ["Y"] and data["ok"]
-    data = json.loads(invoke(runner, "run", ln, *args, "--output", "Y", "--output", "Mean", "--json").stdout)
+    # repeats are one name, and "asked" keeps the manifest's order, as explain's does
+    asking = ["--output", "Mean", "--output", "Y", "--output", "Mean"]
+    data = json.loads(invoke(runner, "run", ln, *args, *asking, "--repeat", "1", "--json").stdout)
     assert data["variant"] == "workgroup_nobias" and list(data["outputs"]) == ["Y", "Mean"] and data["ok"]
+    assert data["asked"] == ["Y", "Mean"]
     explained = json.loads(invoke(runner, "explain", ln, *args, "--output", "Y", "--json").stdout)
     assert explained["chosen"] == "workgroup_nostats_nobias" and explained["asked"] == ["Y"]
     assert "not asked for" in invoke(runner, "explain", ln, *args, "--output", "Y").stdout

@@ -295,6 +295,8 @@ def test_outputs_that_names_none_is_refused(layer_norm):
         with pytest.raises(errors.InputError, match="names no output") as info:
             layer_norm(inputs, outputs=empty)
         assert info.value.argument == "outputs" and "outputs=None" in info.value.hint
+        if not isinstance(empty, (list, tuple, set, frozenset)):  # an iterator's class and address say nothing
+            assert "an empty iterator" in info.value.received and "object at" not in str(info.value), info.value
     for method in (layer_norm.explain, layer_norm.render, layer_norm.plan):
         with pytest.raises(errors.InputError, match="names no output"):
             method(inputs, outputs=[])

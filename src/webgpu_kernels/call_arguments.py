@@ -4,7 +4,7 @@ the device. What each input is (an array, a GpuTensor, a description) is read in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -88,7 +88,9 @@ def asked_outputs(manifest: Manifest, outputs: Iterable[str] | None,
             raise InputError("outputs", expected, f"{short_repr(name)}, not an output of the kernel",
                              hint=f"did you mean {meant!r}?" if meant else "")  # fmt: skip
     if not names:  # the call would compute every output and drop each one unread
-        raise InputError("outputs", expected, f"{describe_value(outputs)}, which names no output",
+        # an iterator's repr is its class and address ("tuple_iterator <... at 0x...>"): nothing to read
+        given = "an empty iterator" if isinstance(outputs, Iterator) else describe_value(outputs)
+        raise InputError("outputs", expected, f"{given}, which names no output",
                          hint="outputs=None takes every output the chosen variant writes")  # fmt: skip
     return frozenset(names)
 

@@ -72,7 +72,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     adapter = adapter_request_of(ctx)
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
-    asked = list(output_names) or None
+    asked = list(dict.fromkeys(output_names)) or None  # a repeated --output is one name
     # The plan the call will run (a stored tuning result included): the contract, the selection and
     # the device's limits are checked, with the call's own typed errors, before any data is made
     # (gigabytes of random data for an input the device would refuse).
@@ -96,7 +96,8 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     all_attrs = {**k.manifest.attributes, **attrs}
     report: dict[str, Any] = {
         "op": k.op_id, "source": kernel_source(k), "adapter": choose_adapter(adapter).label(), "variant": plan.variant,
-        "forced": variant is not None, "tuned": tuned, "seed": seed, "asked": asked,
+        "forced": variant is not None, "tuned": tuned, "seed": seed,
+        "asked": None if asked is None else [o.role for o in k.manifest.outputs if o.role in asked],  # explain's order
         "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype, **({"generate": dict(s.generate)} if s.generate else {})}
                    for n, s in inputs.items()},
         "attrs": all_attrs, "tunables": dict(plan.tunables),
