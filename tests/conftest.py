@@ -47,7 +47,8 @@ import webgpu_kernels as wk  # noqa: E402
 from webgpu_kernels import hub, sandbox, tuning  # noqa: E402
 from webgpu_kernels.device import get_device  # noqa: E402
 from webgpu_kernels.package import embedded_root  # noqa: E402
-from webgpu_kernels.package_tests import CRASH_HOOK_ENV, fill_pooled_buffers  # noqa: E402
+from webgpu_kernels.package_tests import CRASH_HOOK_ENV  # noqa: E402
+from webgpu_kernels.poisoned_buffers import fill_pooled_buffers  # noqa: E402
 
 # The tests check that a render is stopped by a limit that counts (work units, sizes, depth); the
 # wall-clock deadline (10 s) is a backstop, which a loaded machine reached first: a self-including

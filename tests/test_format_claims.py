@@ -513,7 +513,7 @@ def test_test_uploads_each_input_with_its_padding_poisoned(demo, need_dtype):
     """Doc: "`test` fills the pooled buffers with `0xFF` bytes (NaN) before a run and uploads each input
     itself with its padding, up to the bound size, of `0xFF` bytes too (where a call's upload writes
     zeros)" """
-    from webgpu_kernels.package_tests import padding_poisoned_inputs
+    from webgpu_kernels.poisoned_buffers import padding_poisoned_inputs
 
     need_dtype("float16")
     kernel = demo(as_words, template=PADDING_PROBE)

@@ -15,7 +15,6 @@ had planned but not reached is kept (``PackageReport.not_run``) so that a report
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 import signal
@@ -25,11 +24,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .buffers import padded_size, translate_gpu_errors
 from .call_inputs import TensorMeta
 from .case_data import MAX_CASE_TOTAL_ELEMENTS, numpy_dtype
 from .case_format import TEST_FILE
@@ -39,13 +37,10 @@ from .contract import check_call
 from .errors import KernelError, no_variant
 from .forks import quiet_child, sigint_held_for_spawn
 from .kernel import Kernel
+from .poisoned_buffers import fill_pooled_buffers, padding_poisoned_inputs
 from .program import DeviceInfo, OutputSpec
 from .run_results import ERROR, FAIL, PASS, SKIP, PackageReport, RunResult
 from .selection import accepted_with_f16
-from .tensor import GpuTensor
-
-if TYPE_CHECKING:
-    from .device import Device
 
 #: Test-only hook: a child process whose environment names a case here exits abruptly (as
 #: wgpu-native does when it aborts) when it reaches that case. Only the isolated child reads it.
@@ -372,6 +367,9 @@ def _filled_call(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[s
     """The case's call on copies of ``arrays``, its pooled buffers filled with ``byte`` first."""
     from .device import get_device
 
+    # The call's own checks (contract, device limits) first: a DeviceLimitError, not the upload's GPU error
+    kernel.plan({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()}, attrs=case.attrs or None,
+                variant=variant, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
     device = get_device(adapter)
     with device.lock:  # no other thread's call takes the filled buffers first (an RLock: the call takes it too)
         fill_pooled_buffers(device, arrays, outputs, byte)
@@ -382,33 +380,6 @@ def _filled_call(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[s
         finally:
             for tensor in tensors.values():
                 tensor.release()
-
-
-#: What each input's binding padding (its bytes up to ``padded_size``) holds in a test run: NaN in floats.
-PADDING_POISON = 0xFF
-
-
-def padding_poisoned_inputs(device: Device, arrays: Mapping[str, np.ndarray]) -> dict[str, GpuTensor]:
-    """``arrays`` as GpuTensors of ``device``, their binding padding :data:`PADDING_POISON`: a call's own
-    upload zero-pads a byte count not a multiple of 4 (3 float16 read as u32 words end in a zero
-    half), so a kernel that summed that half unmasked had passed `test`."""
-    memory = device.memory
-    made: dict[str, GpuTensor] = {}
-    with device.lock, translate_gpu_errors("uploading the inputs of a test run", memory):
-        try:
-            for role, array in arrays.items():
-                data = np.asarray(array, order="C")
-                if data.dtype.byteorder == ">":
-                    data = data.astype(data.dtype.newbyteorder("<"))
-                raw = np.full(padded_size(data.nbytes), PADDING_POISON, dtype=np.uint8)
-                raw[: data.nbytes] = data.reshape(-1).view(np.uint8)
-                made[role] = GpuTensor(memory.acquire(data.nbytes), data.shape, data.dtype, device)
-                memory.write(made[role].buffer, raw)
-        except BaseException:
-            for tensor in made.values():
-                tensor.release()
-            raise
-    return made
 
 
 def _note_unwritten(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[str, np.ndarray],
@@ -432,27 +403,6 @@ def _note_unwritten(kernel: Kernel, case: TestCase, variant: str, arrays: Mappin
     note = (f"({unwritten} failing element{'s' if unwritten > 1 else ''} still hold{'s' if unwritten == 1 else ''} "
             f"the 0x{byte:02X} bytes the buffers were filled with before the run: the kernel does not write them)")
     return replace(result, message="; ".join(m for m in (result.message, note) if m))
-
-
-def fill_pooled_buffers(device: Device, inputs: Mapping[str, Any], outputs: Sequence[OutputSpec], byte: int) -> None:
-    """Put one buffer per tensor of a call (its ``inputs``, the ``outputs`` it will make) in
-    ``device``'s pool, each filled whole with ``byte``: the call's requests of those sizes get
-    them, so an output element the kernel never writes holds the fill, not what an earlier call
-    left there. All are held at once so that they are distinct, and filled whole since a buffer
-    serves any tensor of its size class."""
-    sizes = [np.asarray(a).nbytes for a in inputs.values()]
-    sizes += [math.prod(o.shape) * numpy_dtype(o.dtype).itemsize for o in outputs]
-    memory = device.memory
-    with device.lock, translate_gpu_errors("filling the buffers of a test run", memory):
-        filled = []
-        try:
-            for n in sizes:
-                if n:
-                    filled.append(memory.acquire(n))
-                    memory.write(filled[-1], np.full(filled[-1].size, byte, dtype=np.uint8))
-        finally:
-            for buffer in filled:
-                memory.release(buffer)
 
 
 def _unwritten(actual: np.ndarray, tolerance: Any, want: np.ndarray, byte: int) -> np.ndarray:
