@@ -149,7 +149,7 @@ def test_a_manifests_raw_json_and_list_defaults_are_read_only_too():
     filed = len(kernel._fast_plans)
     assert kernel({"X": np.ones((1, 1, 6, 6), np.float32), "W": w}, attrs={**m.attributes})["Y"].shape == (1, 1, 6, 6)
     kernel({"X": np.ones((1, 1, 6, 6), np.float32), "W": w}, attrs=json.loads(json.dumps({**m.attributes})))
-    assert len(kernel._fast_plans) == filed and any(key[2] for key in kernel._fast_plans)
+    assert len(kernel._fast_plans) == filed and any(key[3] for key in kernel._fast_plans)  # key[3]: the attrs
     data = seed("com.microsoft.QuickGelu")
     parsed = parse_manifest(data)
     data["attributes"]["alpha"] = 2.0  # the caller's dict stays the caller's, apart from the manifest
