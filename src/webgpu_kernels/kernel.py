@@ -200,7 +200,7 @@ class Kernel:
         variant that writes no optional output left unasked is preferred, and what is computed
         unasked is dropped unread.
         """
-        # checked before the fast path, whose key holds it
+        # checked before the fast path, whose key holds it (None tested here: no call on the hot path)
         asked = None if outputs is None else asked_outputs(self.manifest, outputs, self._output_roles)
         device = get_device(adapter)
         # The hot path: a call whose names, shapes, dtypes and options were seen before finds its
@@ -266,7 +266,7 @@ class Kernel:
         its ``when`` holds, as in a call that forces it; if not, ``chosen`` is None and ``refused``
         the message of the call's VariantRejectedError. An unknown variant id raises, as in a call.
         With ``outputs``, the call that asks for those outputs is explained (``asked``)."""
-        asked = None if outputs is None else asked_outputs(self.manifest, outputs)
+        asked = asked_outputs(self.manifest, outputs)
         self._check_variant_arg(variant)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         scope, specs, selection = self._select(signature, device.info, exhaustive=True, asked=asked)
@@ -372,7 +372,7 @@ class Kernel:
         """:meth:`render`'s WGSL and, with ``entry``, the tuning file's entry for the call's class as
         :meth:`explain`'s ``tuning_entry`` gives it (None where the call names a variant or tunables).
         The command line's render prints both: asking explain for the entry checked the call twice."""
-        asked = None if outputs is None else asked_outputs(self.manifest, outputs)
+        asked = asked_outputs(self.manifest, outputs)
         self._check_variant_arg(variant)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         resolution, found = None, None
@@ -402,7 +402,7 @@ class Kernel:
         """What the GPU is given for this call, pass by pass: the WGSL, the threads and workgroup
         size, the uniform bytes. Calls with equal keys do the same work: the tuner times one (a
         tunable the chosen variant never reads changes nothing). No pipeline is built."""
-        asked = None if outputs is None else asked_outputs(self.manifest, outputs)
+        asked = asked_outputs(self.manifest, outputs)
         self._check_variant_arg(variant)
         device, _, signature = self._checked(inputs, attrs, tunables, adapter)
         (chosen, _), resolved, scope = self._resolve(signature, variant, device.info, asked=asked)
@@ -427,7 +427,7 @@ class Kernel:
         (docs/python-api.md). Stored autotuning results apply only with ``tuned=True`` (what a call
         would run), so that ``bench`` can time the default against the tuned choice. ``outputs``:
         the call's (``plan.dropped`` names the outputs computed but not returned)."""
-        asked = None if outputs is None else asked_outputs(self.manifest, outputs)
+        asked = asked_outputs(self.manifest, outputs)
         device, metas, signature = self._checked(inputs, attrs, tunables, adapter)
         if tuned and variant is None and not tunables:
             plan = tuned_plan(self, metas, attrs, signature, device, asked=asked)

@@ -364,7 +364,7 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
 
 def _filled_call(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[str, np.ndarray],
                  outputs: Sequence[OutputSpec], adapter: str | None, byte: int) -> Mapping[str, Any]:  # fmt: skip
-    """The case's call on copies of ``arrays``, its pooled buffers filled with ``byte`` first."""
+    """The case's call on ``arrays`` uploaded with poisoned padding, its pooled buffers filled with ``byte`` first."""
     from .device import get_device
 
     # The call's own checks (contract, device limits) first: a DeviceLimitError, not the upload's GPU error
