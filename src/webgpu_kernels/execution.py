@@ -308,12 +308,14 @@ def upload(device: Device, array: np.ndarray) -> Any:
     return device.memory.create(data.nbytes, lambda: device.gpu.create_buffer_with_data(data=data, usage=STORAGE_USAGE))
 
 
-def _padded_bytes(array: np.ndarray, *, whole: bool = False) -> np.ndarray:
-    """``array``'s bytes, padded to ``padded_size`` when WebGPU needs it (a write of a multiple of 4
-    bytes into a pooled buffer, which is already that size, needs no copy) or ``whole`` asks."""
+def _padded_bytes(array: np.ndarray, *, whole: bool = False, padding: int = 0) -> np.ndarray:
+    """``array``'s bytes, padded with ``padding`` to ``padded_size`` when WebGPU needs it (a write of
+    a multiple of 4 bytes into a pooled buffer, which is already that size, needs no copy) or
+    ``whole`` asks, as any padding other than zeros does."""
     data = array.reshape(-1).view(np.uint8)
+    whole = whole or padding != 0
     if data.nbytes % 4 or data.nbytes == 0 or (whole and data.nbytes != padded_size(data.nbytes)):
-        padded = np.zeros(padded_size(data.nbytes), dtype=np.uint8)
+        padded = np.full(padded_size(data.nbytes), padding, dtype=np.uint8)
         padded[: data.nbytes] = data
         data = padded
     return data
@@ -445,13 +447,15 @@ def run_plan(
         return _outputs(arrays, plan)
 
 
-def to_gpu(device: Device, array: np.ndarray) -> GpuTensor:
-    """A GpuTensor holding a copy of ``array`` (made C-contiguous little-endian first)."""
+def to_gpu(device: Device, array: np.ndarray, *, padding: int = 0) -> GpuTensor:
+    """A GpuTensor holding a copy of ``array`` (made C-contiguous little-endian first), the bytes
+    its binding reads past the data (up to ``padded_size``) all ``padding``: zeros unless a test
+    run poisons them."""
     with translate_gpu_errors("upload", device.memory), device.lock:
         buffer = device.memory.acquire(array.nbytes)
         try:
             if array.nbytes:
-                device.memory.write(buffer, _padded_bytes(array))
+                device.memory.write(buffer, _padded_bytes(array, padding=padding))
         except BaseException:  # a failed or interrupted upload (Ctrl-C) had kept its buffer leased for good
             device.memory.release(buffer)
             raise

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .buffers import padded_size, translate_gpu_errors
+from .buffers import translate_gpu_errors
 from .case_data import numpy_dtype
+from .execution import host_array, to_gpu
 from .program import OutputSpec
 from .tensor import GpuTensor
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from .device import Device
 
 
-#: What each input's binding padding (its bytes up to ``padded_size``) holds in a test run: NaN in floats.
+#: What each input's binding padding (its bytes up to ``buffers.padded_size``) holds in a test run: NaN in floats.
 PADDING_POISON = 0xFF
 
 
@@ -27,22 +28,14 @@ def padding_poisoned_inputs(device: Device, arrays: Mapping[str, np.ndarray]) ->
     """``arrays`` as GpuTensors of ``device``, their binding padding :data:`PADDING_POISON`: a call's own
     upload zero-pads a byte count not a multiple of 4 (3 float16 read as u32 words end in a zero
     half), so a kernel that summed that half unmasked had passed `test`."""
-    memory = device.memory
     made: dict[str, GpuTensor] = {}
-    with device.lock, translate_gpu_errors("uploading the inputs of a test run", memory):
-        try:
-            for role, array in arrays.items():
-                data = np.asarray(array, order="C")
-                if data.dtype.byteorder == ">":
-                    data = data.astype(data.dtype.newbyteorder("<"))
-                raw = np.full(padded_size(data.nbytes), PADDING_POISON, dtype=np.uint8)
-                raw[: data.nbytes] = data.reshape(-1).view(np.uint8)
-                made[role] = GpuTensor(memory.acquire(data.nbytes), data.shape, data.dtype, device)
-                memory.write(made[role].buffer, raw)
-        except BaseException:
-            for tensor in made.values():
-                tensor.release()
-            raise
+    try:
+        for role, array in arrays.items():
+            made[role] = to_gpu(device, host_array(np.asarray(array)), padding=PADDING_POISON)
+    except BaseException:
+        for tensor in made.values():
+            tensor.release()
+        raise
     return made
 
 
