@@ -64,6 +64,7 @@ from .references import (
     numpy_reference,
     onnxruntime_for,
 )
+from .run_results import NO_F16, cannot_hold
 
 
 def no_cases_reason(kernels: list[Kernel], names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
@@ -121,14 +122,6 @@ def bench_cases(kernel: Kernel, names: tuple[str, ...], tags: tuple[str, ...], d
     return cases
 
 
-#: Why bench and tune skip a bench.json case, in `test`'s words for the same skip.
-NO_F16 = "this adapter has no shader-f16 feature"
-
-
-#: How a skip for a device limit begins; the DeviceLimitError's limit and the case's need follow.
-CANNOT_HOLD = "this adapter cannot hold it"
-
-
 def skip_reason(kernel: Kernel, case: dict[str, Any], variant: str | None = None) -> str | None:
     """Why a case is skipped on the command's device (``variant``: bench's --variant), or None:
     float16 data that no variant accepts on an adapter without shader-f16, which `test` skips
@@ -149,7 +142,7 @@ def skip_reason(kernel: Kernel, case: dict[str, Any], variant: str | None = None
     try:
         kernel.plan(metas, attrs=attrs, variant=variant, tunables=tunables)  # the device's checks, before any buffer
     except DeviceLimitError as exc:  # its split hint is for a caller's own call, not for a bench case
-        return f"{CANNOT_HOLD}: argument {exc.argument!r}: expected {exc.expected}, got {exc.received}"
+        return cannot_hold(exc.argument, exc.expected, exc.received)
     except KernelError:  # the case's own error: its error row says it
         return None
     return None

@@ -34,12 +34,12 @@ from .case_format import TEST_FILE
 from .casefile import CaseFileError, Refusal, TestCase, advise_case, case_name_matches, read_test_file
 from .comparison import compare, elements_ok
 from .contract import check_call
-from .errors import KernelError, no_variant
+from .errors import DeviceLimitError, KernelError, no_variant
 from .forks import quiet_child, sigint_held_for_spawn
 from .kernel import Kernel
 from .poisoned_buffers import fill_pooled_buffers, padding_poisoned_inputs
 from .program import DeviceInfo, OutputSpec
-from .run_results import ERROR, FAIL, PASS, SKIP, PackageReport, RunResult
+from .run_results import ERROR, FAIL, NO_F16, PASS, SKIP, PackageReport, RunResult, cannot_hold
 from .selection import accepted_with_f16
 
 #: Test-only hook: a child process whose environment names a case here exits abruptly (as
@@ -159,7 +159,7 @@ def run_package_tests(
         accepted = [v.variant for v in explanation.verdicts if v.accepted]
         accepted.sort(key=lambda vid: kernel.variants.index(vid))
         if not accepted and device.info.lacks_f16_for(a.dtype.name for a in arrays.values()):
-            add(RunResult(kernel.op_id, case.name, None, label, SKIP, message="this adapter has no shader-f16 feature"))
+            add(RunResult(kernel.op_id, case.name, None, label, SKIP, message=NO_F16))
             continue
         if case.variants is not None:
             for vid in case.variants:
@@ -167,8 +167,8 @@ def run_package_tests(
                     add(RunResult(kernel.op_id, case.name, vid, label, ERROR,
                                   message=no_variant(vid, kernel.variants, parenthesised=True)))
                 elif not verdicts[vid].accepted and vid in _accepted_with_f16(kernel, arrays, case, device.info):
-                    add(RunResult(kernel.op_id, case.name, vid, label, SKIP, message="this adapter has no shader-f16 "
-                                  "feature, which this variant needs for the case"))  # fmt: skip
+                    add(RunResult(kernel.op_id, case.name, vid, label, SKIP, message=f"{NO_F16}, which this variant "
+                                  "needs for the case"))  # fmt: skip
                 elif not verdicts[vid].accepted:
                     add(RunResult(kernel.op_id, case.name, vid, label, FAIL,
                                   message=f"the case names this variant but it rejects the case: "
@@ -299,7 +299,7 @@ def _judge_refusal(kernel: Kernel, case: TestCase, refusal: Refusal, label: str,
         shapes = ", ".join(f"{role} {list(np.shape(out))}" for role, out in got.items())
         status, message = FAIL, f"the call ran (outputs {shapes}); the case expects a refusal: {refusal.describe()}"
     if info.lacks_f16_for(a.dtype.name for a in arrays.values()):
-        status, message = SKIP, "this adapter has no shader-f16 feature (the refusal may be the adapter's)"
+        status, message = SKIP, f"{NO_F16} (the refusal may be the adapter's)"
     return RunResult(kernel.op_id, case.name, variant, label, status, message=message, seconds=seconds, refused=True)
 
 
@@ -333,6 +333,9 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
     start = time.perf_counter()
     try:
         got = _filled_call(kernel, case, variant, arrays, outputs, adapter, byte)
+    except DeviceLimitError as exc:  # the adapter's limit, not the package's fault: skipped, as bench and tune do
+        return RunResult(kernel.op_id, case.name, variant, label, SKIP, seconds=time.perf_counter() - start,
+                         message=cannot_hold(exc.argument, exc.expected, exc.received)), {}  # fmt: skip
     except KernelError as exc:
         return RunResult(kernel.op_id, case.name, variant, label, ERROR, message=_message(exc),
                          seconds=time.perf_counter() - start), {}  # fmt: skip

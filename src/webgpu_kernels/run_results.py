@@ -11,6 +11,17 @@ from typing import Any
 
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
 
+#: Why a case is skipped on an adapter, in the words `test`, `bench` and `tune` all use.
+NO_F16 = "this adapter has no shader-f16 feature"
+#: How a skip for a device limit begins; the DeviceLimitError's limit and the case's need follow.
+CANNOT_HOLD = "this adapter cannot hold it"
+
+
+def cannot_hold(argument: str, expected: str, received: str) -> str:
+    """A device-limit skip's reason, from its DeviceLimitError's parts: its hint (split the tensor,
+    another adapter) is for a caller's own call, not for a package's case."""
+    return f"{CANNOT_HOLD}: argument {argument!r}: expected {expected}, got {received}"
+
 
 @dataclass
 class RunResult:
