@@ -95,6 +95,15 @@ def asked_outputs(manifest: Manifest, outputs: Iterable[str] | None,
     return frozenset(names)
 
 
+def in_manifest_order(manifest: Manifest, asked: Iterable[str] | None) -> tuple[str, ...] | None:
+    """The outputs ``asked`` for, in the order the manifest declares them (how every report lists
+    them: explain's ``asked``, run's ``--json``); None where the call names none."""
+    if asked is None:
+        return None
+    names = set(asked)
+    return tuple(spec.role for spec in manifest.outputs if spec.role in names)
+
+
 _NAME_COLLECTIONS = (list, tuple, set, frozenset)
 
 

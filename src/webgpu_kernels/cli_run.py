@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .call_arguments import in_manifest_order
 from .case_data import numpy_dtype, random_values
 from .cli import adapter_option, adapter_request_of, onnx_op_option
 from .cli_inspect import OUTPUT_NAMES_OPTION
@@ -97,7 +98,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     report: dict[str, Any] = {
         "op": k.op_id, "source": kernel_source(k), "adapter": choose_adapter(adapter).label(), "variant": plan.variant,
         "forced": variant is not None, "tuned": tuned, "seed": seed,
-        "asked": None if asked is None else [o.role for o in k.manifest.outputs if o.role in asked],  # explain's order
+        "asked": None if asked is None else list(in_manifest_order(k.manifest, asked) or ()),  # explain's order
         "inputs": {n: {"shape": list(s.shape), "dtype": s.dtype, **({"generate": dict(s.generate)} if s.generate else {})}
                    for n, s in inputs.items()},
         "attrs": all_attrs, "tunables": dict(plan.tunables),

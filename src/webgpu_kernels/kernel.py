@@ -25,6 +25,7 @@ from .call_arguments import (
     declared_present,
     frozen_options,
     gpu_input_names,
+    in_manifest_order,
     keyed_by_value,
     prepare_inputs,
 )
@@ -303,7 +304,7 @@ class Kernel:
         produced = None if chosen is None or resolved is None else produced_outputs(resolved, specs)
         return Explanation(self.op_id, chosen, selection.trace, specs, values, refused, tuned, forced=variant,
                            produced=produced, tuning_entry=None if entry is None else entry.as_dict(),
-                           asked=None if asked is None else tuple(o.role for o in self.manifest.outputs if o.role in asked))  # fmt: skip
+                           asked=in_manifest_order(self.manifest, asked))  # fmt: skip
 
     def evaluate(
         self,
