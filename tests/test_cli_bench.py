@@ -34,8 +34,11 @@ from conftest import PACKAGES_DIR, copy_package, tuning_file
 QG = "com.microsoft.QuickGelu"
 QG_DIR = str(embedded_root() / QG)
 BA_DIR = str(embedded_root() / "com.microsoft.BiasAdd")
-QUICK_WARM_UP = ["--warm-up", "0.05"]  # the 2 s default is for real GPUs
-TINY = ["--case", "tiny", "--dtype", "float32", *QUICK_WARM_UP]
+# The 2 s warm-up is for real GPUs; --quick times two short batches a timing (a test of the steady
+# batch rule itself leaves it out: STEADY_TINY).
+QUICK_WARM_UP = ["--warm-up", "0.05", "--quick"]
+STEADY_TINY = ["--case", "tiny", "--dtype", "float32", "--warm-up", "0.05"]
+TINY = [*STEADY_TINY, "--quick"]
 TINY_KEY = f"{wk.get_kernel(QG).tuning_key}|T=float32|X=4096"  # op id @ digest of manifest and templates
 
 
@@ -600,12 +603,12 @@ def test_the_gpu_is_warmed_up_once_before_the_first_timing(runner, monkeypatch, 
     timer = cli_bench if command == "bench" else cli_tune  # tune times through its own module's name
     monkeypatch.setattr(timer, "bench_kernel", lambda *a, **k: events.append("time") or real_bench_kernel(*a, **k))
     extra = ["--calls", "20"] if command == "bench" else ["--dry-run"]
-    invoke(runner, command, QG_DIR, "--case", "tiny", "--dtype", "float32", "--warm-up", "0.2", *extra)
+    invoke(runner, command, QG_DIR, "--case", "tiny", "--dtype", "float32", "--warm-up", "0.2", "--quick", *extra)
     first_timing = events.index("time")
     assert events[:first_timing].count(("warm", 0.2)) == 1 and ("warm", 0.2) not in events[first_timing:]
     assert "rt" not in events[events.index(("warm", 0.2)):]
     events.clear()
-    invoke(runner, command, QG_DIR, "--case", "tiny", "--dtype", "float32", "--warm-up", "0", *extra)
+    invoke(runner, command, QG_DIR, "--case", "tiny", "--dtype", "float32", "--warm-up", "0", "--quick", *extra)
     assert "time" in events and not any(isinstance(e, tuple) for e in events)
 
 

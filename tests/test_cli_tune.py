@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_cli_bench import QG, QG_DIR, QUICK_WARM_UP, TINY, TINY_KEY, invoke
+from test_cli_bench import QG, QG_DIR, QUICK_WARM_UP, STEADY_TINY, TINY, TINY_KEY, invoke
 
 import webgpu_kernels as wk
-from webgpu_kernels import cli_tune, replacing, tuning
+from webgpu_kernels import cli_tune, replacing, tuning, walltime
 from webgpu_kernels.cli import main
 from webgpu_kernels.comparison import Tolerance, check_against, held_to
 from webgpu_kernels.digests import write_metadata
@@ -1242,3 +1242,36 @@ def test_tune_holds_a_candidate_to_bench_json_s_tolerances(runner, tmp_path, tun
     said = " ".join(result.output.split())
     assert result.exit_code == 0, result.output
     assert ("skipped (output differs from the default's): scalar" in said) is skipped, said
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_quick_times_every_figure_with_two_short_batches(runner, tuning_dir, monkeypatch, command):
+    """--quick is the smoke run of a CI job on a CPU adapter, where figures mean nothing and the
+    batch rule's wait for two agreeing medians (up to 40 batches of 50 ms) was most of the time:
+    every timing (the default, tune's candidates, the copy kernel) is two batches of the fewest
+    spans, and the run still checks every output against its reference."""
+    from webgpu_kernels import benchmark
+
+    spans: list[int] = []
+    real_one_batch = benchmark._one_batch
+    monkeypatch.setattr(benchmark, "_one_batch", lambda gpu, bound, n, calls: spans.append(n) or real_one_batch(gpu, bound, n, calls))
+    args = [command, QG_DIR, *STEADY_TINY, "--quick", "--json" if command == "bench" else "--dry-run"]
+    result = invoke(runner, *args, *(["-"] if command == "bench" else []))
+    # each timing's probe of two one-call spans (_span_for) aside, and --warm-up's one-span batches
+    timings = [n for n in spans if n not in (1, 2)]
+    assert timings and set(timings) == {walltime.MIN_SPANS}, spans
+    assert len(timings) % 2 == 0, spans  # two batches a timing
+    if command == "bench":
+        (row,) = json.loads(result.stdout[result.stdout.index("{"):])["cases"]
+        assert row["batches"] == 2 and row["quick"] is True and row["error_ok"] is True, row
+        assert "unstable" not in result.output  # two batches that disagree are what was asked for
+        assert "quick: two short batches a timing" in result.output
+    else:
+        assert "quick: two short batches a timing" in result.output
+        assert len(timings) >= 2 * 3, spans  # the default, candidates and the confirmation, all quick
+
+
+def test_quick_refuses_compare(runner):
+    """A comparison of rough figures with the peers' steady ones would mislead: refused, exit 2."""
+    result = runner.invoke(main, ["bench", QG_DIR, *STEADY_TINY, "--quick", "--compare"])
+    assert result.exit_code == 2 and "--quick" in result.output and "--compare" in result.output, result.output

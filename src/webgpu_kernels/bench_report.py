@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from .benchmark import CALLS_PER_SPAN
+from .benchmark import CALLS_PER_SPAN, QUICK_NOTE
 from .command_output import is_live
 from .references import UNCOMPUTED_OUTPUTS, names_an_onnx_op
 
@@ -50,7 +50,7 @@ def one_line(row: dict[str, Any]) -> str:
     if (row.get("tuned", {}).get("slow_state") or {}).get("persists"):  # as the default's below
         tuned += f" (SLOW STATE persisted: {row['tuned']['slow_state']['persists']})"
     wrong = "" if row.get("error_ok") is not False else f", WRONG: max error {row['max_error']:.3g}"
-    if not row.get("stable", True):  # the figure of two batches that did not agree
+    if not row.get("stable", True) and not row.get("quick"):  # two batches that did not agree (--quick asks for two)
         wrong += f", unstable: batch medians did not agree in {row['batches']} batches"
     if "slow_state" in row:
         slow = row["slow_state"]
@@ -188,6 +188,8 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
     if left_out:
         console.print(f"{len(left_out)} columns left out to fit {console.width} columns: {', '.join(left_out)} "
                       "(all of them: a wider terminal, `| cat`, or --json FILE)")  # fmt: skip
+    if any(row.get("quick") for row in rows):
+        console.print(QUICK_NOTE)
     if any(row.get("beyond_memory") for row in rows):
         console.print("* faster than the device's memory allows for the bytes counted (each input read once, "
                       "each output written once, where the package's bench.json gives no `bytes`): the kernel "
@@ -257,7 +259,8 @@ _PLOT_MARKS: tuple[tuple[str, Callable[[dict[str, Any]], Any], dict[str, Any]], 
     ("WRONG output", lambda row: row.get("error_ok") is False, {"marker": "x", "color": "red", "s": 90}),
     ("past memory (* in the table)", lambda row: row.get("beyond_memory"),
      {"marker": "*", "color": "gold", "edgecolors": "black", "s": 120}),
-    ("unsettled or in the slow state", lambda row: not row.get("stable", True) or row.get("slow_state", {}).get("persists"),
+    ("unsettled or in the slow state",
+     lambda row: (not row.get("stable", True) and not row.get("quick")) or row.get("slow_state", {}).get("persists"),
      {"marker": "s", "facecolors": "none", "edgecolors": "gray", "s": 110}),
 )  # fmt: skip
 

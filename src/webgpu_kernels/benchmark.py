@@ -17,6 +17,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
@@ -80,6 +81,23 @@ class Timing:
 #: Calls between two timestamps: torch's peer times 50 launches between two CUDA events.
 CALLS_PER_SPAN = 50
 
+#: bench's and tune's --quick: a smoke run (a CI job on a CPU adapter, where figures mean nothing)
+_quick: ContextVar[bool] = ContextVar("quick_timing", default=False)
+#: What --quick prints under its results.
+QUICK_NOTE = "quick: two short batches a timing, so the figures are rough (without --quick each timing waits for steady ones)"
+
+
+@contextmanager
+def quick_timing(on: bool = True) -> Iterator[None]:
+    """Within it (``on``), every timing of :func:`time_calls` (a kernel, a tune candidate, the copy
+    kernel) is two batches of the fewest spans, whatever rule its caller asks for: the batch rule's
+    wait for two agreeing medians, up to 40 batches of 50 ms, was most of a run on lavapipe."""
+    token = _quick.set(on)
+    try:
+        yield
+    finally:
+        _quick.reset(token)
+
 
 def time_calls(
     device: Device,
@@ -105,6 +123,8 @@ def time_calls(
         raise GPUError(f"{device.adapter.label()} has no timestamp-query feature: GPU time cannot be measured")
     gpu = device.gpu
     calls_per_span = _span_for(gpu, bound, calls_per_span, target_batch_s)
+    if _quick.get():  # a batch target of 0: each batch the fewest spans (walltime.MIN_SPANS)
+        min_batches, max_batches, min_total_s, target_batch_s = 2, 2, 0.0, 0.0
 
     def one_batch(spans: int) -> list[float]:
         samples = _one_batch(gpu, bound, spans, calls_per_span)

@@ -33,6 +33,7 @@ from .benchmark import (
     host_per_call,
     known_peak,
     numpy_round_trip,
+    quick_timing,
     random_array,
     warm_up,
 )  # fmt: skip
@@ -254,6 +255,19 @@ def _plottable(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return output_file(ctx, param, value)
 
 
+#: bench and tune: a smoke run (benchmark.quick_timing), its warm-up 0 unless --warm-up is given.
+QUICK_OPTION = click.option("--quick", is_flag=True,
+                            help="A smoke run (CI on a CPU adapter): every timing two short batches, no wait for steady "
+                                 "figures, no warm-up unless --warm-up is given. Outputs are still checked; figures are "
+                                 "rough.")  # fmt: skip
+
+
+def quick_warm_up(ctx: click.Context, quick: bool, warm_up_s: float) -> float:
+    """The warm-up a run makes: none under --quick, unless --warm-up was given."""
+    given = ctx.get_parameter_source("warm_up_s") not in (click.core.ParameterSource.DEFAULT, None)
+    return 0.0 if quick and not given else warm_up_s
+
+
 #: bench and tune: seconds of GPU load before their first timing (benchmark.warm_up).
 WARM_UP_OPTION = click.option("--warm-up", "warm_up_s", type=FiniteFloatRange(min=0), default=2.0, show_default=True,
               help="Seconds of back-to-back copies before the first timing (ours, and torch's under bench --compare), "
@@ -319,6 +333,7 @@ def check_given_shapes(kernels: tuple[str, ...], inputs: dict[str, Any], generat
 @click.option("--calls", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Calls timed for the per-call host cost.")  # fmt: skip
 @WARM_UP_OPTION
+@QUICK_OPTION
 @SEED_OPTION
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, callback=output_file,
               help="Write all results as JSON to this file ('-' for stdout).")  # fmt: skip
@@ -329,7 +344,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
               attrs: dict[str, Any], names: tuple[str, ...],
               tags: tuple[str, ...], dtypes: tuple[str, ...], variant: str | None, onnx_op: str | None,
               compare: bool, compile_tag: str,
-              host: bool, calls: int, warm_up_s: float, seed: int, json_path: str | None,
+              host: bool, calls: int, warm_up_s: float, quick: bool, seed: int, json_path: str | None,
               plot_path: str | None) -> None:  # fmt: skip
     """Time kernels on the GPU: effective TB/s, share of the device's peak and of a copy kernel,
     and TFLOP/s where the package's bench.json gives a `flops` count.
@@ -341,6 +356,9 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     bench.json gives `bytes` (a kernel that reads part of an input, as a gather does).
     """
     console = safe_console(stderr=json_path == "-")  # stdout carries only the JSON then
+    if quick and compare:  # rough figures beside the peers' steady ones would mislead
+        raise click.UsageError("--quick times roughly and --compare compares figures: give one of them")
+    warm_up_s = quick_warm_up(ctx, quick, warm_up_s)
     # Checked before any timing: a bad value should not cost a whole run first.
     peer_timeout_s = env_count(PEER_TIMEOUT_ENV, 420) if compare else 0
     device = ctx.with_resource(default_device(adapter_request_of(ctx)))  # every timing and call on --adapter's device
@@ -370,7 +388,7 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
     cache = None if tuning.disabled() else load_tuning_cache(device)  # also refuses a bad WEBGPU_KERNELS_NO_TUNING
     if cache is not None and cache.problem is not None:  # the tuned column would be missing without a word
         safe_console(stderr=True).print(Text(cache.problem.message(cache.path), style="yellow"), soft_wrap=True)
-    run = _BenchRun(device, cache, seed, variant, onnx_op=onnx_op)
+    run = _BenchRun(device, cache, seed, variant, onnx_op=onnx_op, quick=quick)
     rows: list[dict[str, Any]] = []
     results: dict[str, Any] = {"adapter": device.adapter.label(), "peak_tbps": peak / 1e12 if peak else None,
                                "cases": rows, "host": []}  # fmt: skip
@@ -388,7 +406,8 @@ def bench_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, An
                 unsaved.clear()
 
     try:
-        _time_cases(run, loaded, plan, results, console, host=host, calls=calls, warm_up_s=warm_up_s)
+        with quick_timing(quick):
+            _time_cases(run, loaded, plan, results, console, host=host, calls=calls, warm_up_s=warm_up_s)
         save()
         if host:
             # Measured again after the GPU timing, for the record (see _time_cases).
@@ -458,6 +477,7 @@ class _BenchRun:
     variant: str | None = None
     copies: dict[int, float] = field(default_factory=dict)
     onnx_op: str | None = None  # --onnx-op: the ONNX op the outputs are compared with in onnxruntime
+    quick: bool = False  # --quick: each row says its figures are rough
 
 
 def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, dict[str, Any]]], results: dict[str, Any],
@@ -487,6 +507,8 @@ def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, d
         for (kernel, case), round_trip, why in zip(plan, round_trips, skips):
             now_running(progress, task, f"{kernel.manifest.name} {case['name']} {bench_report.assignments(case['types'])}")
             row = _bench_case(kernel, case, run) if why is None else _skipped_row(kernel, case, why)
+            if run.quick and why is None:
+                row["quick"] = True
             if round_trip is not None and "error" not in row:
                 row["roundtrip_s"] = round_trip
             rows.append(row)

@@ -19,11 +19,12 @@ from rich.text import Text
 
 from . import tuning
 from .bench_report import assignments
-from .benchmark import bench_kernel
+from .benchmark import QUICK_NOTE, bench_kernel, quick_timing
 from .case_format import BENCH_FILE
 from .casefile import advise_case
 from .cli import adapter_option, adapter_request_of
 from .cli_bench import (
+    QUICK_OPTION,
     SEED_OPTION,
     WARM_UP_OPTION,
     bench_cases,
@@ -35,6 +36,7 @@ from .cli_bench import (
     load_tuning_cache,
     no_cases_reason,
     now_running,
+    quick_warm_up,
     skip_reason,
     warm_up_gpu,
 )
@@ -88,6 +90,7 @@ def _searched_callback(ctx: click.Context, param: click.Parameter, values: tuple
 @given_shapes_option("Tune")
 @case_selection_options
 @WARM_UP_OPTION
+@QUICK_OPTION
 @SEED_OPTION
 @click.option("--tunable", "searched", multiple=True, metavar="NAME=V[,V...]", callback=_searched_callback,
               help="Try only these values of tunable NAME (one value pins it; each parsed as JSON, else a string; "
@@ -96,7 +99,7 @@ def _searched_callback(ctx: click.Context, param: click.Parameter, values: tuple
 @click.pass_context
 def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any], generators: dict[str, Any],
              attrs: dict[str, Any], names: tuple[str, ...], tags: tuple[str, ...], dtypes: tuple[str, ...],
-             warm_up_s: float, seed: int, searched: dict[str, list[Any]], dry_run: bool) -> None:  # fmt: skip
+             warm_up_s: float, quick: bool, seed: int, searched: dict[str, list[Any]], dry_run: bool) -> None:  # fmt: skip
     """Search variants and tunables per case; keep the fastest per adapter.
 
     Every variant is tried (one whose `when` refuses a candidate costs the attempt; one line per case
@@ -136,8 +139,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
     by_class: dict[str, _ClassCases] = {}  # tuning class -> its cases and what it keeps
     earlier_entries = set(cache.entries)  # the classes the file held before this run
     dropped: set[str] = set()  # of those, the classes whose entry this run removed
-    with Progress(console=console, transient=True, disable=not is_live(console)) as progress:
-        warm_up_gpu(progress, device, warm_up_s)
+    with quick_timing(quick), Progress(console=console, transient=True, disable=not is_live(console)) as progress:
+        warm_up_gpu(progress, device, quick_warm_up(ctx, quick, warm_up_s))
         task = progress.add_task("tuning", total=len(work))
         for kernel, case, only in work:
             now_running(progress, task, f"{kernel.manifest.name} {case['name']} {assignments(case['types'])}")
@@ -232,6 +235,8 @@ def tune_cmd(ctx: click.Context, kernels: tuple[str, ...], inputs: dict[str, Any
                                    f"{default_s * 1e6:.1f} µs, best {best[1]} {assignments(best[2])} {best[0] * 1e6:.1f} µs")
             progress.advance(task)
     console.print(table)
+    if quick:
+        console.print(QUICK_NOTE)
     # "saved:" alone had read as a stored choice where the selection won and nothing was stored.
     stored = sum(1 for cls in by_class.values() if cls.kept is not None)
     if dry_run:
