@@ -375,10 +375,10 @@ case "${1:-bench}" in
       WEBGPU_KERNELS_PEER_TIMEOUT=80 timeout 115 python3 -m webgpu_kernels bench "tests/packages/$p" ${op:+--onnx-op $op} \
         --compare --no-host --json "$OUT/peers-$p.json" 2>&1 | tee -a "$OUT/onnx-peers.log"
     done ;;
-  newonnxsuite)  # session 57: the three packages session 56 wrote from the docs (ai.onnx.Gelu, LayerNormalization,
+  newonnxsuite)  # session 57: the packages sessions 56 and 57 wrote from the docs (ai.onnx.Gelu, LayerNormalization, Add,
                  # ReduceMean) on a real GPU: validate --strict, test, bench --compare beside ORT WebGPU; then the suite
     log=$OUT/newonnx.log; : > "$log"
-    for p in ai.onnx.Gelu ai.onnx.LayerNormalization ai.onnx.ReduceMean; do
+    for p in ai.onnx.Gelu ai.onnx.LayerNormalization ai.onnx.ReduceMean ai.onnx.Add; do
       echo "== $p" | tee -a "$log"
       timeout 40 python3 -m webgpu_kernels validate "tests/packages/$p" --strict 2>&1 | tail -3 | tee -a "$log"
       timeout 60 python3 -m webgpu_kernels test "tests/packages/$p" 2>&1 | tail -3 | tee -a "$log"
