@@ -64,11 +64,16 @@ def test_clip_mlp_reference_is_the_block() -> None:
     assert np.allclose(want[0, 5], np.einsum("k,kn->n", a, w2) + b2 + token, rtol=1e-12, atol=1e-12)
 
 
-def test_clip_mlp_block_over_changing_batches() -> None:
+def test_clip_mlp_block_over_changing_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches of 1, 2 and 1 recorded back to back and read only at the end: the block keeps one
     zeros tensor (BiasAdd's skip) and releases the last shape's while calls that read it are still
-    recorded, so each result must still match its own reference."""
+    recorded, so each result must still match its own reference. What is tested is the tensors'
+    lifetimes, not the sizes: a block of 17 tokens, 64 -> 256 -> 64 (test_clip_mlp_example runs
+    CLIP's own; at its sizes this test took 30 s of the suite on lavapipe)."""
     clip_mlp = load_example("clip_mlp")
+    monkeypatch.setattr(clip_mlp, "SEQUENCE", 17)
+    monkeypatch.setattr(clip_mlp, "HIDDEN", 64)
+    monkeypatch.setattr(clip_mlp, "INTERMEDIATE", 256)
     arrays = [clip_mlp.make_inputs(batch, "float32", seed=batch + 10 * i) for i, batch in enumerate((1, 2, 1))]
     block = clip_mlp.ClipMlp(arrays[0])
     try:
