@@ -827,3 +827,14 @@ def test_a_power_of_two_workgroup_is_said_with_a_list(demo, size, holds):
     assert kernel.evaluate(rule, X8, tunables={"WORKGROUP_SIZE": size}) is holds
     with pytest.raises(errors.ExpressionError):
         kernel.evaluate("tunables.WORKGROUP_SIZE & 255", X8)  # no bitwise operator to say it otherwise
+
+
+def test_inputs_that_do_not_broadcast_into_an_output_shape_are_the_calls_shape_error():
+    """format.md's broadcastShape row: in an output's `shape` it is the call's ShapeError, in the
+    words quoted there (a test.json refusal case had copied the BroadcastError text, and failed)."""
+    add = wk.load_kernel(PACKAGES_DIR / "ai.onnx.Add")
+    with pytest.raises(wk.ShapeError) as refused:
+        add({"A": np.zeros((2, 3), np.float32), "B": np.zeros(4, np.float32)})
+    assert not isinstance(refused.value, errors.BroadcastError)
+    assert ("expected shapes that broadcast together (outputs[0].shape: broadcastShape(shapes.A, shapes.B)), "
+            "got [2, 3], [4]: sizes 3 and 4 at axis -1 (counted from the last)") in str(refused.value)
