@@ -64,7 +64,7 @@
 #   bash scripts/h200-run.sh clipmlp [DIR]   examples/clip_mlp.py (f32, f16; batch 1 and 8), hostab DIR, then the suite in 8 processes
 #   bash scripts/h200-run.sh chainab [DIR]   astype/copy in a chain (--chain) against DIR/src (default ab-old), hostab DIR, then the suite in 8 processes
 #   bash scripts/h200-run.sh sdff   examples/sd_feed_forward.py (f32, f16; B 2 at T 4096 C 320 and T 1024 C 640), then testsn
-#   bash scripts/h200-run.sh newonnxsuite   ai.onnx.Gelu, LayerNormalization and ReduceMean: validate --strict, test, bench --compare; then the suite
+#   bash scripts/h200-run.sh newonnxsuite   ai.onnx.Gelu, LayerNormalization, ReduceMean and Add: validate --strict, test, bench --compare; then the suite
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors filelock \
