@@ -35,11 +35,13 @@ def load_example(name: str) -> ModuleType:
 
 @pytest.mark.parametrize(
     ("dtype", "input_dtype"),
-    [("float32", "float32"), ("float16", "float16"), ("float16", "float32")],
-    ids=["f32", "f16", "f16-from-f32"],
+    [("float32", "float32"), ("float16", "float32")],
+    ids=["f32", "f16-from-f32"],
 )
 def test_clip_mlp_example(dtype: str, input_dtype: str, need_dtype, capsys: pytest.CaptureFixture[str]) -> None:
-    """float16 from float32: X goes up in float32 and the block converts it with astype on the GPU."""
+    """float16 from float32: X goes up in float32 and the block converts it with astype on the GPU,
+    then runs as a float16 X would (a float16 X's own run, 15 s of the suite on lavapipe, only
+    skipped that astype: `python3 examples/clip_mlp.py --batch 1 --dtype float16` runs it)."""
     need_dtype(dtype)
     clip_mlp = load_example("clip_mlp")
     result = clip_mlp.main(["--batch", "1", "--dtype", dtype, "--input-dtype", input_dtype, "--repeat", "1"])
