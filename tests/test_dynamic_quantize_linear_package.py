@@ -337,3 +337,22 @@ def test_refusals(dql_kernel):
         dql_kernel({"x": np.zeros(20000, np.float32)}, variant="single")
     with pytest.raises(errors.SelectionError, match="itemsOk=False"):
         dql_kernel({"x": np.zeros(20000, np.float32)}, tunables={"ITEMS": 17})
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_scale_is_the_correctly_rounded_quotient_over_every_exponent(dql_kernel, variant):
+    """y_scale is (max - min) / 255 rounded to nearest even, as onnxruntime divides: the template
+    takes the quotient in integers (div255), since WGSL allows an f32 division 2.5 ULP of error and
+    an H100 returned 3 / 255 one ULP above it (run BB, session 57). Ranges over every exponent the
+    integer path takes, with significands at and beside rounding ties (m * 512 / 255 dropping
+    exactly half a unit), each x holding just 0 and the range's end."""
+    rng = np.random.default_rng(57)
+    ends = [np.float32(3.0), np.float32(255.0), np.float32(1.0), np.float32(2.0 ** -118), np.float32(3.0e38)]
+    ends += list(np.ldexp(rng.uniform(1.0, 2.0, 40), rng.integers(-117, 127, 40)).astype(np.float32))
+    ends += [np.nextafter(e, np.float32(np.inf)) for e in ends[:5]]
+    ends += list(np.float32(np.arange(1, 256)) * np.float32(2.0 ** -20))  # significands of few bits: exact quotients and ties
+    for end in ends:
+        for x in (np.array([0.0, end], np.float32), np.array([-end, 0.0], np.float32)):
+            got = dql_kernel({"x": x}, variant=variant)
+            want = np.float32(np.float32(end) / np.float32(255.0))
+            assert got["y_scale"].view(np.uint32) == want.view(np.uint32), (float(end), float(got["y_scale"]), float(want))
