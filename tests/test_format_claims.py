@@ -527,6 +527,23 @@ def test_test_uploads_each_input_with_its_padding_poisoned(demo, need_dtype):
         tensors["X"].release()
 
 
+def test_test_poisons_the_bound_bytes_of_an_empty_input_too() -> None:
+    """The same claim for an input of no elements: its binding still binds 16 bytes, which a kernel
+    that reads it unmasked reads (its upload through to_gpu had written nothing, leaving them zero)."""
+    from webgpu_kernels.execution import flush
+    from webgpu_kernels.poisoned_buffers import padding_poisoned_inputs
+
+    device = wk.get_device()
+    tensors = padding_poisoned_inputs(device, {"X": np.zeros((2, 0), np.float32)})
+    try:
+        flush(device)
+        buffer = tensors["X"].buffer
+        assert set(bytes(device.gpu.queue.read_buffer(buffer, 0, 16))) == {0xFF}
+        assert tensors["X"].numpy().shape == (2, 0)
+    finally:
+        tensors["X"].release()
+
+
 # --- Passes and bindings: NaN in WGSL ----------------------------------------------------------------
 
 NAN_HEAD = ("@group(0) @binding(0) var<storage, read_write> y: array<u32>;\n"
