@@ -1226,7 +1226,7 @@ def test_a_bench_case_the_device_cannot_hold_is_skipped_not_an_allocation(runner
     made, real = [], cli_bench.random_array
     monkeypatch.setattr(cli_bench, "random_array", lambda shape, *a, **k: made.append(shape) or real(shape, *a, **k))
     json_args = ["--json", str(tmp_path / "out.json"), "--no-host"] if command == "bench" else ["--dry-run"]
-    result = runner.invoke(main, [command, str(package), "--warm-up", "0", *json_args])
+    result = runner.invoke(main, [command, str(package), "--warm-up", "0", "--quick", *json_args])
     text = " ".join(result.output.split())
     assert result.exit_code == 0 and "Traceback" not in text, result.output
     assert set(made) == {(4096,)}, made  # neither case the device cannot hold was allocated
@@ -1242,6 +1242,8 @@ def test_a_bench_case_the_device_cannot_hold_is_skipped_not_an_allocation(runner
         rows = {r["case"]: r for r in json.loads((tmp_path / "out.json").read_text("utf-8"))["cases"]}
         assert "median_s" in rows["small"] and "error" not in rows["small"]
         assert rows["wide"]["skipped"].endswith(f"got {4 * past_binding} bytes") and "median_s" not in rows["wide"]
+        # cli.md: under --quick each --json row says so, a skipped one too (it had been left out there)
+        assert all(row.get("quick") is True for row in rows.values()), rows
 
 
 @pytest.mark.parametrize(("args", "env", "fragment"), [

@@ -188,7 +188,7 @@ def print_rows(console: Any, rows: list[dict[str, Any]], host_rows: list[dict[st
     if left_out:
         console.print(f"{len(left_out)} columns left out to fit {console.width} columns: {', '.join(left_out)} "
                       "(all of them: a wider terminal, `| cat`, or --json FILE)")  # fmt: skip
-    if any(row.get("quick") for row in rows):
+    if any(row.get("quick") and "skipped" not in row for row in rows):  # rough figures, where any were timed
         console.print(QUICK_NOTE)
     if any(row.get("beyond_memory") for row in rows):
         console.print("* faster than the device's memory allows for the bytes counted (each input read once, "

@@ -507,7 +507,7 @@ def _time_cases(run: _BenchRun, loaded: list[Kernel], plan: list[tuple[Kernel, d
         for (kernel, case), round_trip, why in zip(plan, round_trips, skips):
             now_running(progress, task, f"{kernel.manifest.name} {case['name']} {bench_report.assignments(case['types'])}")
             row = _bench_case(kernel, case, run) if why is None else _skipped_row(kernel, case, why)
-            if run.quick and why is None:
+            if run.quick:  # every row, a skipped one too: how the run was made
                 row["quick"] = True
             if round_trip is not None and "error" not in row:
                 row["roundtrip_s"] = round_trip
