@@ -855,3 +855,36 @@ def test_inputs_that_do_not_broadcast_into_an_output_shape_are_the_calls_shape_e
     assert not isinstance(refused.value, errors.BroadcastError)
     assert ("expected shapes that broadcast together (outputs[0].shape: broadcastShape(shapes.A, shapes.B)), "
             "got [2, 3], [4]: sizes 3 and 4 at axis -1 (counted from the last)") in str(refused.value)
+
+
+def test_broadcast_strides_reach_the_uniform_struct_as_two_vec4_sliced_from_a_padded_tuple(write_package):
+    """Doc: strides for the uniform struct, "a derive entry padded to a multiple of 4 ... given to a field
+    of type `array<vec4<u32>, 2>` as `"value": "[sa8[0:4], sa8[4:8]]"` ... `array<u32, 8>` is refused ...
+    a slice of a tuple is a tuple, which a vector takes as it takes a list" """
+    from test_layout import layout_package, run_layout
+
+    sa8 = "((0,) * 5 + broadcastStrides([3, 1], [2, 3, 4]))"  # rank 3 padded to 8: (0, 0, 0, 0, 0, 0, 1, 0)
+    reads = [f"params.w[{i // 4}][{i % 4}]" for i in range(8)]
+    fields = [{"name": "w", "type": "array<vec4<u32>, 2>", "value": f"[{sa8}[0:4], {sa8}[4:8]]"}]
+    assert run_layout(layout_package(write_package, fields, reads)) == [0, 0, 0, 0, 0, 0, 1, 0]
+    flat = [{"name": "w", "type": "array<u32, 8>", "value": sa8}]
+    with pytest.raises(errors.LayoutError):
+        run_layout(layout_package(write_package, flat, ["params.w[6]"]))
+
+
+def test_bool_bytes_reach_the_shader_as_they_are():
+    """Doc: "A `bool` tensor from NumPy may hold other bytes than 0 and 1 ...: the engine passes its bytes as
+    they are, so a shader that reads one should take any nonzero byte as true" (ai.onnx.Cast does)."""
+    from webgpu_kernels.execution import flush, to_gpu
+
+    raw = np.array([0, 2, 255, 1, 0, 128], np.uint8)
+    device = wk.get_device()
+    tensor = to_gpu(device, raw.view(np.bool_))
+    try:
+        flush(device)
+        assert bytes(device.gpu.queue.read_buffer(tensor.buffer, 0, 8))[:6] == raw.tobytes()
+    finally:
+        tensor.release()
+    cast = wk.load_kernel(PACKAGES_DIR / "ai.onnx.Cast")
+    got = cast({"input": raw.view(np.bool_)}, attrs={"to": 1})["output"]
+    assert got.tolist() == [0.0, 1.0, 1.0, 1.0, 0.0, 1.0]
