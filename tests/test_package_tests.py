@@ -234,6 +234,12 @@ def test_a_case_past_a_device_limit_is_skipped_with_the_calls_limit_before_any_u
     assert all(r.message == want for r in report.results), (report.results, want)
     assert "maxStorageBufferBindingSize" in want and "8192" in want and acquired == []
     assert report.ok, "a skip is no failure without --strict"
+    # planned once per run: a second fill byte would only meet the same limit
+    planned: list[str | None] = []
+    plan = kernel.plan
+    monkeypatch.setattr(kernel, "plan", lambda *a, **k: planned.append(k.get("variant")) or plan(*a, **k))
+    run_package_tests(kernel, cases=["specials-scattered-2x1024-f32"])
+    assert sorted(planned) == sorted(["vec4", "vec4_tail", "scalar"]), planned
 
 
 def test_the_runner_keeps_inputs_for_the_runs_up_to_the_case_bound(monkeypatch) -> None:
