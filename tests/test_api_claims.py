@@ -119,6 +119,57 @@ def test_get_device_opens_the_process_device_once(device):
     assert wk.get_device(device.adapter.backend) is device
 
 
+def test_contract_version_falls_back_to_the_manifests_since_version(tmp_path):
+    """"its contract version with `contract_version` (metadata.json's `version`, else the manifest's
+    `sinceVersion`)": a folder without metadata.json reports sinceVersion."""
+    import json
+    import shutil
+
+    folder = tmp_path / "demo.ScaleShift"
+    shutil.copytree(PACKAGES_DIR / "demo.ScaleShift", folder)
+    assert not (folder / "metadata.json").exists()
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    manifest["sinceVersion"] = 7
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert wk.load_kernel(folder).contract_version == 7
+
+
+def test_a_list_in_the_manifest_refuses_changes_and_a_copy_is_plain():
+    """"its mappings (`attributes`, `tunables`, ...), the lists in them (a list attribute's default)
+    and `raw` ... refuse changes with a `TypeError`"; "a copy (... `dict(...)`, `list(...)`) is plain
+    and yours to edit"."""
+    manifest = wk.load_kernel(PACKAGES_DIR / "demo.Transpose").manifest
+    perm = manifest.attributes["perm"]
+    assert isinstance(perm, list) and perm == []
+    with pytest.raises(TypeError):
+        perm.append(1)
+    with pytest.raises(TypeError):
+        manifest.raw["attributes"]["perm"] = [0]
+    mine, raw = list(perm), dict(manifest.raw)
+    mine.append(1)
+    raw["attributes"] = {}
+    assert type(mine) is list and type(raw) is dict and manifest.attributes["perm"] == []
+
+
+def test_a_blank_adapter_variable_counts_as_unset(monkeypatch):
+    """"An empty or blank value counts as unset" (Settings), for `WEBGPU_KERNELS_ADAPTER`."""
+    monkeypatch.setenv("WEBGPU_KERNELS_ADAPTER", "  \t ")
+    assert wk.choose_adapter() == wk.list_adapters()[0]
+
+
+def test_the_adapter_label_is_what_the_device_and_tensor_reprs_show(device):
+    """"`adapter.label()` reads `llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, CPU)` on lavapipe, as in
+    `repr(device)` and a `GpuTensor`'s repr"; `lost` is False on a live device; lavapipe's
+    `maxStorageBufferBindingSize` is "128 MiB"."""
+    label = device.adapter.label()
+    t = wk.to_gpu(np.ones(2, np.float32))
+    assert label in repr(device) and label in repr(t) and device.lost is False
+    t.release()
+    if device.adapter.name.startswith("llvmpipe") and device.adapter.backend.lower() == "vulkan":
+        assert re.fullmatch(r"llvmpipe \(LLVM [\d.]+, \d+ bits\) \(Vulkan, CPU\)", label), label
+        assert device.limits["max-storage-buffer-binding-size"] == 128 * 2**20
+
+
 # --- python-api.md: Calling it --------------------------------------------------------------------
 
 
@@ -137,7 +188,7 @@ def _documented_signature(line_start: str) -> list[tuple[str, str, str | None]]:
 
 
 def test_a_call_has_the_documented_signature(quick_gelu):
-    """"kernel(inputs: dict, *, attrs=None, variant=None, tunables=None, output="numpy", adapter=None) -> dict"."""
+    """"kernel(inputs: dict, *, attrs=None, variant=None, tunables=None, output="numpy", adapter=None, outputs=None) -> dict"."""
     actual = []
     for p in list(inspect.signature(type(quick_gelu).__call__).parameters.values())[1:]:
         kind = "keyword" if p.kind is p.KEYWORD_ONLY else "positional"
@@ -145,6 +196,15 @@ def test_a_call_has_the_documented_signature(quick_gelu):
     assert actual == _documented_signature("kernel(inputs")
     result = quick_gelu({"X": np.ones(4, np.float32)})
     assert isinstance(result, dict) and set(result) == {"Y"}
+
+
+def test_plan_has_the_documented_signature(quick_gelu):
+    """"`kernel.plan(inputs, *, attrs=None, variant=None, tunables=None, adapter=None, tuned=False, outputs=None)`"."""
+    actual = []
+    for p in inspect.signature(quick_gelu.plan).parameters.values():
+        kind = "keyword" if p.kind is p.KEYWORD_ONLY else "positional"
+        actual.append((p.name, kind, None if p.default is p.empty else repr(p.default)))
+    assert actual == _documented_signature("- `kernel.plan(inputs")
 
 
 def test_explain_render_evaluate_flush_and_synchronize_take_the_documented_options(quick_gelu):
@@ -296,6 +356,50 @@ def test_inputs_of_any_strides_or_byte_order_are_read_and_never_modified(quick_g
         np.testing.assert_array_equal(x, before)
 
 
+def test_explanation_shows_its_text_in_ipython_and_repr_is_the_dataclass(quick_gelu):
+    """"IPython and Jupyter show this text for a cell ending in `kernel.explain(...)`, and `repr()`
+    the dataclass"; "`*` marks the chosen variant, `+` one that would also run"."""
+    explanation = quick_gelu.explain({"X": ((8,), "float32")})
+
+    class Printer:  # what IPython hands _repr_pretty_
+        def __init__(self) -> None:
+            self.parts: list[str] = []
+
+        def text(self, part: str) -> None:
+            self.parts.append(part)
+
+    printer = Printer()
+    explanation._repr_pretty_(printer, False)
+    assert "".join(printer.parts) == str(explanation)
+    assert repr(explanation).startswith("Explanation(op_id='com.microsoft.QuickGelu'")
+    lines = str(explanation).splitlines()
+    assert "  * vec4 (priority 20): accepted" in lines and "  + scalar (priority 0): accepted" in lines
+
+
+def test_the_plan_example_prints_what_its_comments_say(quick_gelu):
+    """The plan block's comments: `vec4 {'WORKGROUP_SIZE': 256}`, `[('QuickGelu.vec4', (462, 1, 1))]`,
+    `(2, 77, 3072) 1892352` (the block runs in test_docs_examples.py; its printed values are checked here)."""
+    _, plan = quick_gelu.plan({"X": wk.TensorMeta((2, 77, 3072), "float32")})
+    assert (plan.variant, plan.tunables) == ("vec4", {"WORKGROUP_SIZE": 256})
+    assert [(p.label, p.grid) for p in plan.passes] == [("QuickGelu.vec4", (462, 1, 1))]
+    assert (plan.outputs[0].shape, plan.output_buffers[0][3]) == ((2, 77, 3072), 1892352)
+
+
+def test_a_plan_is_frozen_cached_and_holds_every_tunable(quick_gelu):
+    """"A plan is read-only (a frozen dataclass)"; "`tunables` (every tunable's value the passes were
+    built with, the manifest's defaults overridden)"; "a later call of that shape and option set
+    finds its plan in the kernel's cache"."""
+    import dataclasses
+
+    meta = {"X": ((4100,), "float32")}
+    _, plan = quick_gelu.plan(meta, tunables={"WORKGROUP_SIZE": 64})
+    assert plan.tunables == {"WORKGROUP_SIZE": 64} and plan.dropped == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.variant = "scalar"  # type: ignore[misc]
+    assert quick_gelu.plan(meta, tunables={"WORKGROUP_SIZE": 64})[1] is plan
+    assert quick_gelu.plan(meta)[1].tunables == {"WORKGROUP_SIZE": 256}
+
+
 # --- python-api.md: GPU-resident tensors -------------------------------------------------------------
 
 
@@ -345,6 +449,19 @@ def test_to_gpu_takes_any_numeric_dtype_and_the_kernel_checks_it_when_used(quick
         with pytest.raises(wk.DTypeError) as info:
             quick_gelu({"X": t})
         assert info.value.argument == "X"
+        t.release()
+
+
+def test_the_astype_example_prints_what_its_comment_says(quick_gelu, device):
+    """The astype block's comment: `[-0.01806641 -0.01821899]` (a float16 call: needs shader-f16)."""
+    if not device.has_f16:
+        pytest.skip("the adapter has no shader-f16")
+    x = wk.to_gpu(np.linspace(-3, 3, 1024, dtype=np.float32))
+    h = x.astype(np.float16)
+    y = quick_gelu({"X": h}, output="gpu")["Y"]
+    got = y.astype(np.float32).numpy()[:2]
+    np.testing.assert_array_equal(got, np.array([-0.01806641, -0.01821899], np.float16).astype(np.float32))
+    for t in (x, h, y):
         t.release()
 
 
