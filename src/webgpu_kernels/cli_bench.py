@@ -143,7 +143,7 @@ def skip_reason(kernel: Kernel, case: dict[str, Any], variant: str | None = None
     try:
         kernel.plan(metas, attrs=attrs, variant=variant, tunables=tunables)  # the device's checks, before any buffer
     except DeviceLimitError as exc:  # its split hint is for a caller's own call, not for a bench case
-        return cannot_hold(exc.argument, exc.expected, exc.received)
+        return cannot_hold(exc)
     except KernelError:  # the case's own error: its error row says it
         return None
     return None

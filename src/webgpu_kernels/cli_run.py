@@ -73,7 +73,7 @@ def run_cmd(ctx: click.Context, kernel: str, inputs: dict[str, InputSpec], attrs
     adapter = adapter_request_of(ctx)
     k = resolve_kernel(kernel)
     metas = {name: spec.meta() for name, spec in inputs.items()}
-    asked = list(dict.fromkeys(output_names)) or None  # a repeated --output is one name
+    asked = list(output_names) or None  # in_manifest_order below lists a repeated --output once
     # The plan the call will run (a stored tuning result included): the contract, the selection and
     # the device's limits are checked, with the call's own typed errors, before any data is made
     # (gigabytes of random data for an input the device would refuse).

@@ -307,6 +307,19 @@ def _run_one(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: M
              outputs: Sequence[OutputSpec], expected: Mapping[str, np.ndarray], adapter: str | None) -> RunResult:  # fmt: skip
     """One case on one variant, in buffers filled with POISON_BYTES[0]; again with the next byte
     while some expected element would accept the bytes the previous runs left there."""
+    # The call's own checks (contract, device limits), once, before any buffer is filled or input
+    # uploaded: a case past a limit is the call's DeviceLimitError (skipped, as bench and tune skip
+    # it: the adapter's limit, not the package's fault), not the upload's GPU error.
+    start = time.perf_counter()
+    try:
+        kernel.plan({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()}, attrs=case.attrs or None,
+                    variant=variant, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
+    except DeviceLimitError as exc:
+        return RunResult(kernel.op_id, case.name, variant, label, SKIP, seconds=time.perf_counter() - start,
+                         message=cannot_hold(exc))  # fmt: skip
+    except KernelError as exc:
+        return RunResult(kernel.op_id, case.name, variant, label, ERROR, message=_message(exc),
+                         seconds=time.perf_counter() - start)  # fmt: skip
     undetected = {role: np.ones(want.shape, dtype=bool) for role, want in expected.items()}
     dtypes = {o.role: numpy_dtype(o.dtype) for o in outputs}
     left = list(POISON_BYTES)
@@ -315,7 +328,7 @@ def _run_one(kernel: Kernel, case: TestCase, label: str, variant: str, arrays: M
         result, suspects = _poisoned_run(kernel, case, label, variant, arrays, outputs, expected, adapter, byte)
         if result.failed:
             return _note_unwritten(kernel, case, variant, arrays, outputs, adapter, result, suspects, byte)
-        if not left or result.status == SKIP:  # another fill byte would meet the same device limit
+        if not left:
             return result
         for role, mask in undetected.items():
             if role in dtypes:  # (a role that is no output failed above)
@@ -333,9 +346,6 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
     start = time.perf_counter()
     try:
         got = _filled_call(kernel, case, variant, arrays, outputs, adapter, byte)
-    except DeviceLimitError as exc:  # the adapter's limit, not the package's fault: skipped, as bench and tune do
-        return RunResult(kernel.op_id, case.name, variant, label, SKIP, seconds=time.perf_counter() - start,
-                         message=cannot_hold(exc.argument, exc.expected, exc.received)), {}  # fmt: skip
     except KernelError as exc:
         return RunResult(kernel.op_id, case.name, variant, label, ERROR, message=_message(exc),
                          seconds=time.perf_counter() - start), {}  # fmt: skip
@@ -367,12 +377,10 @@ def _poisoned_run(kernel: Kernel, case: TestCase, label: str, variant: str, arra
 
 def _filled_call(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[str, np.ndarray],
                  outputs: Sequence[OutputSpec], adapter: str | None, byte: int) -> Mapping[str, Any]:  # fmt: skip
-    """The case's call on ``arrays`` uploaded with poisoned padding, its pooled buffers filled with ``byte`` first."""
+    """The case's call on ``arrays`` uploaded with poisoned padding, its pooled buffers filled with
+    ``byte`` first (the call planned already: _run_one)."""
     from .device import get_device
 
-    # The call's own checks (contract, device limits) first: a DeviceLimitError, not the upload's GPU error
-    kernel.plan({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()}, attrs=case.attrs or None,
-                variant=variant, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
     device = get_device(adapter)
     with device.lock:  # no other thread's call takes the filled buffers first (an RLock: the call takes it too)
         fill_pooled_buffers(device, arrays, outputs, byte)

@@ -7,7 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .errors import DeviceLimitError
 
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
 
@@ -17,10 +20,10 @@ NO_F16 = "this adapter has no shader-f16 feature"
 CANNOT_HOLD = "this adapter cannot hold it"
 
 
-def cannot_hold(argument: str, expected: str, received: str) -> str:
-    """A device-limit skip's reason, from its DeviceLimitError's parts: its hint (split the tensor,
-    another adapter) is for a caller's own call, not for a package's case."""
-    return f"{CANNOT_HOLD}: argument {argument!r}: expected {expected}, got {received}"
+def cannot_hold(limit: DeviceLimitError) -> str:
+    """A device-limit skip's reason: the error without its hint (split the tensor, another
+    adapter), which is for a caller's own call, not for a package's case."""
+    return f"{CANNOT_HOLD}: argument {limit.argument!r}: expected {limit.expected}, got {limit.received}"
 
 
 @dataclass
