@@ -1,0 +1,259 @@
+"""tests/packages/ai.onnx.Softmax: ONNX Softmax (ai.onnx, opset 13), written from the format documents
+alone and run through load_kernel() with no engine change.
+
+Semantics (Softmax-13): ``output = exp(input - max) / sum(exp(input - max))`` along the one axis
+``axis`` (default -1, negative counted from the end, in [-r, r - 1]), each slice along it on its own;
+opset 1-11's coercion of the input to 2-D is gone since 13. float32 and float16 (computed in f32,
+rounded to float16 once). ONNX refuses a rank-0 input. A slice holding NaN or +inf, or only -inf,
+is NaN whole: what the float64 formula gives (inf - inf, exp(nan)) and what onnxruntime's CPU
+kernel returns (checked below), which the package matches.
+
+Judged against a float64 NumPy reference written from the definition and onnxruntime's CPU kernel
+(a one-node opset-13 model), every variant, both dtypes. test.json's expected values come from
+``expect_reference``: ``webgpu-kernels expect tests/packages/ai.onnx.Softmax --reference
+tests/test_softmax_onnx_package.py:expect_reference``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels import errors
+
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+    stored_expectations,
+)
+
+PACKAGE_NAME = "ai.onnx.Softmax"
+PACKAGE = PACKAGES_DIR / PACKAGE_NAME
+VARIANTS = ["strided", "workgroup"]
+# f32: WGSL's exp (3 + 2|x| ulp) and a float32 sum in another order, with room for a GPU's exp over
+# lavapipe's 2.9e-6 (the strided variant's online rescaling); f16: one f16 ulp (2^-10) for the
+# double rounding, and the subnormal step.
+TOLERANCE = {np.dtype(np.float32): (1e-5, 1e-7), np.dtype(np.float16): (1e-3, 1e-6)}
+
+
+# --- reference (also `webgpu-kernels expect`'s) ------------------------------------------------------
+
+
+def softmax(x, axis: int = -1) -> np.ndarray:
+    """Softmax-13 in float64; ValueError for an axis out of [-r, r - 1] (or a rank-0 input)."""
+    x = np.asarray(x, dtype=np.float64)
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} out of range for rank {x.ndim}")
+    if x.size == 0:
+        return x.copy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def expect_reference(inputs: dict, attrs: dict) -> dict:
+    """For `webgpu-kernels expect`: inputs as `test` builds them, attributes over the defaults."""
+    return {"output": softmax(inputs["input"], attrs["axis"])}
+
+
+@functools.lru_cache(maxsize=None)
+def ort_session(rank: int, axis: int, float16: bool):
+    """A one-node Softmax-13 model on onnxruntime's CPU provider (symbolic dimensions)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from references import one_node_session
+
+    kind = TensorProto.FLOAT16 if float16 else TensorProto.FLOAT
+    dims = [f"d{i}" for i in range(rank)]
+    vi = helper.make_tensor_value_info
+    node = helper.make_node("Softmax", ["input"], ["output"], axis=axis)
+    return one_node_session(node, [vi("input", kind, dims)], [vi("output", kind, dims)], 13)
+
+
+def ort_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return ort_session(x.ndim, axis, x.dtype == np.float16).run(None, {"input": x})[0]
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, dtype, what: str) -> None:
+    rtol, atol = TOLERANCE[np.dtype(dtype)]
+    np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol, err_msg=what)
+
+
+@pytest.fixture(scope="module")
+def kernel() -> wk.Kernel:
+    return wk.load_kernel(PACKAGE)
+
+
+def call(kernel: wk.Kernel, x: np.ndarray, axis: int = -1, **options) -> np.ndarray:
+    """One call, its output poisoned first (an unwritten element reads NaN), the input untouched,
+    checked against the float64 reference rounded to x's dtype (NaN where it is NaN)."""
+    attrs = {"axis": axis}
+    before = x.copy()
+    poison_outputs(kernel, {"input": x}, attrs=attrs, tunables=options.get("tunables"))
+    got = kernel({"input": x}, attrs=attrs, **options)["output"]
+    assert x.tobytes() == before.tobytes()
+    assert got.dtype == x.dtype and got.shape == x.shape
+    assert_close(got, softmax(x, axis).astype(x.dtype), x.dtype, f"input {x.shape} {x.dtype} axis {axis} {options}")
+    return got
+
+
+def accepting(kernel: wk.Kernel, x: np.ndarray, axis: int) -> list[str]:
+    """The variants whose `when` holds for the call (test runs each of them forced)."""
+    verdicts = kernel.explain({"input": x}, attrs={"axis": axis}).verdicts
+    return [v.variant for v in verdicts if v.accepted]
+
+
+# --- the package ----------------------------------------------------------------------------------
+
+
+def test_package_files(kernel):
+    data = json.loads((PACKAGE / "manifest.json").read_text("utf-8"))
+    assert (data["domain"], data["name"], data["sinceVersion"]) == ("ai.onnx", "Softmax", 13)
+    assert data["attributes"] == {"axis": -1}
+    assert [i["role"] for i in data["inputs"]] == ["input"] and [o["role"] for o in data["outputs"]] == ["output"]
+    assert data["typeConstraints"] == {"T": ["float32", "float16"]}
+    assert kernel.op_id == PACKAGE_NAME and kernel.variants == VARIANTS
+    bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
+    shapes = {tuple(c["inputs"]["input"]["shape"]) for c in bench["cases"]}
+    assert {(1, 12, 77, 77), (2, 12, 77, 77), (2, 8, 4096, 77), (2, 8, 1024, 1024), (2, 8, 256, 256)} <= shapes
+
+
+def test_engine_has_no_code_for_it():
+    assert_engine_has_no_code_for(PACKAGE_NAME)
+
+
+def test_validates_and_its_test_json_passes(kernel):
+    assert_valid_and_passing(kernel, PACKAGE, VARIANTS)
+
+
+def test_expected_outputs_are_the_reference(kernel):
+    """test.json's stored outputs are this module's float64 reference of the case's inputs, rounded
+    once to the input's dtype; the cases cover both dtypes, a non-last axis and every NaN kind."""
+    from webgpu_kernels.casefile import read_test_file
+
+    attrs = {c.name: c.attrs for c in read_test_file(kernel.package).cases}
+    dtypes, axes, nan_cases = set(), set(), 0
+    for case, inputs, stored in stored_expectations(kernel, "output", lambda i: i["input"].dtype.name):
+        x = inputs["input"]
+        axis = attrs[case.name].get("axis", -1)
+        want = softmax(x, axis).astype(x.dtype).astype(np.float64)
+        np.testing.assert_array_equal(stored, want, err_msg=case.name)
+        dtypes.add(x.dtype.name)
+        axes.add(axis % x.ndim == x.ndim - 1)
+        nan_cases += bool(np.isnan(stored).any())
+    assert dtypes == {"float32", "float16"} and axes == {True, False} and nan_cases == 4
+
+
+# --- results -------------------------------------------------------------------------------------
+
+# (shape, axis): CLIP-like rows, non-last axes of either sign, length-1 axes, a row longer than a
+# workgroup, odd lengths, rank 1
+CALLS = [
+    ((1, 2, 77, 77), -1),
+    ((2, 5, 7), 0),
+    ((2, 5, 7), 1),
+    ((2, 5, 7), -3),
+    ((2, 5, 7), 2),
+    ((3, 1, 4), 1),
+    ((3, 4, 1), -1),
+    ((2, 1300, 3), 1),
+    ((2, 1300), -1),
+    ((4, 33), 1),
+    ((13,), 0),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(("shape", "axis"), CALLS)
+def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, shape, axis, dtype):
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    want = ort_softmax(x, axis)
+    variants = accepting(kernel, x, axis)
+    # the strided variant takes exactly the non-last axes (of a slice longer than 1 element apart)
+    assert ("strided" in variants) == (int(np.prod(shape[axis % len(shape) + 1 :])) > 1) and "workgroup" in variants
+    for variant in variants:
+        got = call(kernel, x, axis, variant=variant)
+        assert_close(got, want, dtype, f"onnxruntime: {shape} axis {axis} {variant}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_nan_inf_and_large_values_as_onnxruntime(kernel, axis, dtype):
+    """Slices of only -inf, of +inf, of NaN and of only +inf are NaN whole in onnxruntime (and in
+    the float64 formula); -inf among numbers is 0; |x| of 1e4 (float32) or 6e4 (float16) neither
+    overflows nor gives NaN."""
+    big = 1e4 if dtype == np.float32 else 6e4
+    inf, nan = np.inf, np.nan
+    rows = [[-inf, -inf, -inf], [-inf, 0, 1], [inf, 0, 1], [nan, 0, 1], [inf, inf, inf], [big, 0, -big],
+            [-big, -big, -big], [big, big - 1, 0.5], [1, 2, 3]]  # fmt: skip
+    x = np.array(rows, dtype)
+    if axis == 0:
+        x = np.ascontiguousarray(x.T)
+    want = ort_softmax(x, axis)
+    nan_slices = np.isnan(want).all(axis=axis)
+    assert nan_slices.tolist() == [True, False, True, True, True, False, False, False, False]
+    for variant in accepting(kernel, x, axis):
+        got = call(kernel, x, axis, variant=variant)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=variant)
+        assert np.isfinite(got[~np.isnan(want)]).all()
+        assert_close(got, want, dtype, f"onnxruntime, axis {axis} {variant}")
+
+
+@pytest.mark.parametrize("shape_axis", [((0, 4), -1), ((2, 0, 3), 1), ((2, 3, 0), -1), ((0,), 0)])
+def test_empty_tensors(kernel, shape_axis):
+    shape, axis = shape_axis
+    x = np.zeros(shape, np.float32)
+    for variant in accepting(kernel, x, axis):
+        assert call(kernel, x, axis, variant=variant).shape == shape
+    assert ort_softmax(x, axis).shape == shape
+
+
+@pytest.mark.parametrize(
+    ("variant", "size"), [("workgroup", 1), ("workgroup", 32), ("workgroup", 1024), ("strided", 1), ("strided", 7)]
+)
+def test_workgroup_sizes(kernel, rng, variant, size):
+    """The workgroup variant's tree needs a power of two; the strided one takes any size."""
+    x = rng.standard_normal((3, 1100, 5)).astype(np.float32)
+    call(kernel, x, 1, variant=variant, tunables={"WORKGROUP_SIZE": size})
+
+
+def test_strided_refuses_what_llvmpipe_cannot_loop_over(kernel):
+    """Two loops of the axis' length per invocation stay under llvmpipe's 65,535 iterations up to
+    32,766 elements; past that the workgroup variant takes the call."""
+    at = kernel.explain({"input": ((2, 32766, 2), "float32")}, attrs={"axis": 1})
+    past = kernel.explain({"input": ((2, 32767, 2), "float32")}, attrs={"axis": 1})
+    assert at.chosen == "strided" and past.chosen == "workgroup"
+    assert "stridedLoopOk" in str(past)
+
+
+def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
+    """A non-integer axis is an AttributeValueError naming it; an axis out of [-r, r - 1] a
+    SelectionError (a KernelError) naming the clause and the axis, as onnxruntime refuses it."""
+    x = np.ones((2, 3, 4), np.float32)
+    for bad in (1.5, "1", True, None):
+        with pytest.raises(errors.AttributeValueError, match="argument 'axis'") as info:
+            kernel({"input": x}, attrs={"axis": bad})
+        assert info.value.argument == "axis"
+    for bad in (3, -4):
+        with pytest.raises(wk.SelectionError, match=f"axisOk=False, ranks.input=3, attrs.axis={bad}"):
+            kernel({"input": x}, attrs={"axis": bad})
+        with pytest.raises(Exception, match="axis"):
+            ort_softmax(x, bad)
+    assert kernel({"input": x}, attrs={"axis": 2.0})["output"].shape == x.shape  # an integral float is the int
+    with pytest.raises(errors.RankError) as rank:
+        kernel({"input": np.float32(1.0)})
+    assert rank.value.argument == "input"
+    with pytest.raises(errors.DTypeError):
+        kernel({"input": np.ones((2, 3), np.float64)})
+    with pytest.raises(errors.UnknownInputError):
+        kernel({"input": x}, attrs={"axes": 1})
