@@ -227,13 +227,18 @@ def test_workgroup_sizes(kernel, rng, variant, size):
     call(kernel, x, 1, variant=variant, tunables={"WORKGROUP_SIZE": size})
 
 
-def test_strided_refuses_what_llvmpipe_cannot_loop_over(kernel):
+def test_variants_refuse_what_llvmpipe_cannot_loop_over(kernel):
     """Two loops of the axis' length per invocation stay under llvmpipe's 65,535 iterations up to
-    32,766 elements; past that the workgroup variant takes the call."""
+    32,766 elements; past that the workgroup variant takes the call, itself bounded so."""
     at = kernel.explain({"input": ((2, 32766, 2), "float32")}, attrs={"axis": 1})
     past = kernel.explain({"input": ((2, 32767, 2), "float32")}, attrs={"axis": 1})
     assert at.chosen == "strided" and past.chosen == "workgroup"
     assert "stridedLoopOk" in str(past)
+    # the workgroup variant's three loops of ceil(length / WORKGROUP_SIZE): 21,844 at most
+    one = {"WORKGROUP_SIZE": 1}
+    assert kernel.explain({"input": ((21844,), "float32")}, tunables=one).chosen == "workgroup"
+    with pytest.raises(wk.SelectionError, match="workgroupLoopOk=False"):
+        kernel({"input": np.zeros(21845, np.float32)}, tunables=one)
 
 
 def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
