@@ -321,3 +321,22 @@ def test_onnxruntime_is_a_reference_not_ground_truth():
         ours = wk.load_kernel(PACKAGES_DIR / "ai.onnx.Gelu")({"X": x}, attrs={"approximate": "tanh"})["Y"]
         assert np.abs(ours.astype(np.float64) - exact).max() <= 4.2e-9
 
+
+# --- new ----------------------------------------------------------------------------------------
+
+
+def test_new_takes_only_the_version_from_onnxs_schemas(tmp_path) -> None:
+    """The page: "only the version comes from onnx's schemas: the roles are `X` and `Y` and there are no
+    attributes whatever the op, so for an ONNX op rename the roles to the op's formal names
+    (...: Softmax's are `input` and `output`)" """
+    onnx = pytest.importorskip("onnx")
+    assert "only the version comes from onnx's schemas" in " ".join(CLI_MD.split())
+    schema = onnx.defs.get_schema("Softmax", domain="")
+    assert ([i.name for i in schema.inputs], [o.name for o in schema.outputs]) == (["input"], ["output"])
+    assert "axis" in schema.attributes
+    result = CliRunner().invoke(main, ["new", str(tmp_path / "ai.onnx.Softmax")])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "ai.onnx.Softmax" / "manifest.json").read_text("utf-8"))
+    assert manifest["sinceVersion"] == schema.since_version
+    assert [i["role"] for i in manifest["inputs"]] == ["X"] and [o["role"] for o in manifest["outputs"]] == ["Y"]
+    assert "attributes" not in manifest
