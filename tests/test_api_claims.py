@@ -400,6 +400,22 @@ def test_a_plan_is_frozen_cached_and_holds_every_tunable(quick_gelu):
     assert quick_gelu.plan(meta)[1].tunables == {"WORKGROUP_SIZE": 256}
 
 
+def test_explain_verdicts_carry_each_variants_judgement():
+    """Doc: "`verdicts`: a `Verdict` per variant, in the order selection tries them, with `variant`,
+    `priority`, `accepted`, `clause` ..., `values` ..., `error` ... and `reason()`, the line
+    `str(explanation)` prints for it" """
+    concat = wk.load_kernel(PACKAGES_DIR / "demo.Concat")
+    explanation = concat.explain({"A": ((2, 3), "float32"), "B": ((2, 5), "float32")}, attrs={"axis": 1})
+    by_id = {v.variant: v for v in explanation.verdicts}
+    assert [v.variant for v in explanation.verdicts] == sorted(by_id, key=lambda i: -by_id[i].priority)
+    rejected = [v for v in explanation.verdicts if not v.accepted]
+    assert rejected and explanation.chosen in [v.variant for v in explanation.verdicts if v.accepted]
+    for verdict in rejected:
+        assert verdict.clause and verdict.values and verdict.error is None
+        assert verdict.reason() in str(explanation) and verdict.clause in verdict.reason()
+    assert all(v.clause is None for v in explanation.verdicts if v.accepted)
+
+
 # --- python-api.md: GPU-resident tensors -------------------------------------------------------------
 
 

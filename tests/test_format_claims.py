@@ -7,6 +7,7 @@ except those of what a binding's padding holds and of subnormals, which run call
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -568,6 +569,30 @@ def test_a_nan_const_expression_does_not_compile(body, compiles):
     else:
         with pytest.raises(wgpu.GPUError):
             gpu.create_shader_module(code=NAN_HEAD + body + "}\n")
+
+
+# A float bitcast of a hex literal: its bits decide whether the const-expression is NaN or infinity.
+LITERAL_BITCAST = re.compile(r"bitcast<\s*(f32|f16)\s*>\(\s*0x([0-9a-fA-F]+)u?\s*\)")
+NON_FINITE_MASK = {"f32": 0x7F800000, "f16": 0x7C00}
+
+
+def test_no_package_bitcasts_a_literal_nan_or_infinity():
+    """The same rule held over every template we ship or test: a float bitcast of a literal whose
+    exponent bits are all ones (NaN, infinity) is a const-expression Tint refuses, though naga
+    compiles it; such a template would fail in a browser (demo.Softmax's -inf did until session 58)."""
+    from pathlib import Path
+
+    roots = [PACKAGES_DIR, Path(wk.__file__).parent / "kernels", Path(wk.__file__).parent / "scaffold"]
+    templates = [path for root in roots for path in root.rglob("*.jinja")]
+    assert len(templates) > 40, templates
+    found = [
+        (path.name, match.group(0))
+        for path in templates
+        for match in LITERAL_BITCAST.finditer(path.read_text("utf-8"))
+        if int(match.group(2), 16) & NON_FINITE_MASK[match.group(1)] == NON_FINITE_MASK[match.group(1)]
+    ]
+    assert not found, found
+    assert LITERAL_BITCAST.search("var m = bitcast<f32>(0xff800000u);")  # what it would have found
 
 
 def test_unpack2x16float_reads_the_low_half_as_the_even_element():
