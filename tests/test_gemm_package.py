@@ -1,0 +1,447 @@
+"""tests/packages/ai.onnx.Gemm: ONNX Gemm (ai.onnx, opset 13), written from the format documents
+alone and run through load_kernel() with no engine change.
+
+Semantics (Gemm-13): ``Y = alpha * A' @ B' + beta * C`` with ``A' = A.T if transA else A`` (A of
+shape (M, K), or (K, M) with transA), ``B' = B.T if transB else B`` ((K, N), or (N, K) with
+transB), C optional and unidirectionally broadcastable to (M, N) ((M, N), (1, N), (N,), (M, 1),
+(1, 1), (1,) or rank 0). Attributes alpha, beta (floats, default 1.0), transA, transB (ints,
+default 0). float32 and float16, the K products summed in f32 and the result rounded once to the
+data type. Where ONNX's text leaves a choice, the package does what onnxruntime's CPU kernel
+(1.32) does, checked below: a nonzero transA/transB (2, -1) transposes; beta = 0 ignores C, so a
+NaN or infinity in C does not reach Y (the formula would give NaN); K = 0 gives beta * C, or zeros
+without C. References: the ONNX operator documentation (Gemm-13) and onnxruntime's CPU Gemm.
+
+Judged against a float64 NumPy reference written from the definition and against onnxruntime's
+CPU kernel (a one-node opset-13 model), every variant, both dtypes. Tolerances are worst-case
+bounds per element (Higham, "Accuracy and Stability of Numerical Algorithms", 3.1: a K-term f32
+dot product in any order is within gamma_K * sum |a_k| |b_k|, gamma_K = K u / (1 - K u), u = 2^-24),
+scaled by |alpha|, plus the f32 rounding of ``alpha * acc + beta * c`` and, for float16, one f16
+ulp (WGSL may round the conversion either way). test.json's expected values come from
+``expect_reference``: ``webgpu-kernels expect tests/packages/ai.onnx.Gemm --reference
+tests/test_gemm_package.py:expect_reference``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels import errors
+
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+    stored_expectations,
+)
+
+PACKAGE_NAME = "ai.onnx.Gemm"
+PACKAGE = PACKAGES_DIR / PACKAGE_NAME
+VARIANTS = ["tiled_c", "tiled", "simple_c", "simple"]
+U = 2.0**-24  # f32 unit roundoff
+
+
+# --- reference (also `webgpu-kernels expect`'s) ------------------------------------------------------
+
+
+def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 1.0, trans_a: int = 0, trans_b: int = 0) -> np.ndarray:
+    """Gemm-13 in float64, with onnxruntime's choices: nonzero trans flags transpose, beta = 0
+    ignores C. ValueError where K differs or C does not broadcast one way to (M, N)."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    a = a.T if trans_a else a
+    b = b.T if trans_b else b
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"A' {a.shape} and B' {b.shape} do not multiply")
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = alpha * (a @ b) if a.shape[1] else np.zeros((a.shape[0], b.shape[1]))
+        if c is not None:
+            c = np.asarray(c, np.float64)
+            if np.broadcast_shapes(c.shape, y.shape) != y.shape:
+                raise ValueError(f"C {c.shape} does not broadcast to {y.shape}")
+            if beta != 0:
+                y = y + beta * c
+    return y
+
+
+def expect_reference(inputs: dict, attrs: dict) -> dict:
+    """For `webgpu-kernels expect`: inputs as `test` builds them, attributes over the defaults."""
+    return {
+        "Y": gemm(
+            inputs["A"], inputs["B"], inputs.get("C"), attrs["alpha"], attrs["beta"], attrs["transA"], attrs["transB"]
+        )
+    }
+
+
+def error_bound(
+    a, b, c=None, alpha: float = 1.0, beta: float = 1.0, trans_a: int = 0, trans_b: int = 0, *, float16: bool = False
+) -> np.ndarray:
+    """Per element of Y, how far an f32-accumulating kernel may be from ``gemm`` (module docstring):
+    |alpha| gamma_K sum_k |a_k| |b_k| for the dot product in any order, 2 u (|alpha acc| + |beta c|)
+    for the epilogue's product and sum, 2 K 2^-126 for flushed subnormals; for float16 the f32 result's
+    conversion, which may round either way: 2^-10 of (|y| + the bound), the |y| part left to the
+    relative tolerance (1.5e-3 >= 2^-10 + 2^-11, the stored value's own rounding), and 2^-14 where a
+    subnormal result is flushed."""
+    a = np.abs(np.asarray(a, np.float64))
+    b = np.abs(np.asarray(b, np.float64))
+    a = a.T if trans_a else a
+    b = b.T if trans_b else b
+    k = a.shape[1]
+    gamma = k * U / (1 - k * U)
+    with np.errstate(invalid="ignore"):
+        dot = np.nan_to_num(a @ b, nan=0.0, posinf=0.0) if k else np.zeros((a.shape[0], b.shape[1]))
+    size = abs(alpha) * dot
+    if c is not None and beta != 0:
+        size = size + abs(beta) * np.nan_to_num(np.abs(np.asarray(c, np.float64)), nan=0.0, posinf=0.0)
+    bound = abs(alpha) * gamma * dot + 2 * U * size + 2 * k * 2.0**-126
+    if float16:
+        bound = bound * (1 + 2.0**-10) + 2.0**-14
+    return bound
+
+
+def write_tolerances() -> None:
+    """Gives each test.json case whose error bound (``error_bound``, its largest element) exceeds the
+    file's tolerance its own ``atol`` (the bound plus the rounding of the stored value), for a GPU
+    that sums in another order than lavapipe; then refreshes metadata.json. ``python
+    tests/test_gemm_package.py`` after ``webgpu-kernels expect``."""
+    from webgpu_kernels.digests import write_metadata
+
+    kernel = wk.load_kernel(PACKAGE, verify_digests=False)
+    path = PACKAGE / "test.json"
+    doc = json.loads(path.read_text("utf-8"))
+    defaults = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}
+    for case in doc["cases"]:
+        case.pop("tolerances", None)
+        if "expected" not in case:
+            continue
+        inputs = wk.test_case_inputs(kernel, case["name"])
+        attrs = {**defaults, **case.get("attrs", {})}
+        f16 = inputs["A"].dtype == np.float16
+        bound = error_bound(
+            inputs["A"],
+            inputs["B"],
+            inputs.get("C"),
+            attrs["alpha"],
+            attrs["beta"],
+            attrs["transA"],
+            attrs["transB"],
+            float16=f16,
+        )
+        dtype = "float16" if f16 else "float32"
+        file_atol = doc["tolerances"][dtype]["atol"]
+        worst = float(bound.max(initial=0.0))
+        if worst > file_atol:
+            case["tolerances"] = {dtype: {"atol": float(f"{worst * 1.01:.3g}")}}
+    path.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
+    write_metadata(PACKAGE)
+
+
+@functools.lru_cache(maxsize=None)
+def ort_session(c_rank: int | None, float16: bool, alpha: float, beta: float, trans_a: int, trans_b: int):
+    """A one-node Gemm-13 model on onnxruntime's CPU provider (symbolic dimensions); C of rank
+    ``c_rank``, or none."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from references import one_node_session
+
+    kind = TensorProto.FLOAT16 if float16 else TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    inputs = [vi("A", kind, ["a0", "a1"]), vi("B", kind, ["b0", "b1"])]
+    if c_rank is not None:
+        inputs.append(vi("C", kind, [f"c{i}" for i in range(c_rank)]))
+    node = helper.make_node(
+        "Gemm", [i.name for i in inputs], ["Y"], alpha=alpha, beta=beta, transA=trans_a, transB=trans_b
+    )
+    return one_node_session(node, inputs, [vi("Y", kind, ["m", "n"])], 13)
+
+
+def ort_gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0) -> np.ndarray:
+    session = ort_session(None if c is None else c.ndim, a.dtype == np.float16, alpha, beta, trans_a, trans_b)
+    feed = {"A": a, "B": b, **({} if c is None else {"C": c})}
+    return session.run(None, feed)[0]
+
+
+@pytest.fixture(scope="module")
+def kernel() -> wk.Kernel:
+    return wk.load_kernel(PACKAGE)
+
+
+def attrs_of(alpha=1.0, beta=1.0, trans_a=0, trans_b=0) -> dict:
+    return {"alpha": alpha, "beta": beta, "transA": trans_a, "transB": trans_b}
+
+
+def check(got, want, bound, dtype, what: str) -> None:
+    """NaN where ``want`` is NaN, the same infinity where it is infinite, and every other element
+    within ``bound`` (+ f16's relative step)."""
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    assert got.shape == want.shape, what
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
+    inf = np.isinf(want)
+    np.testing.assert_array_equal(got[inf], want[inf], err_msg=what)
+    finite = np.isfinite(want)
+    rel = 1.5e-3 if np.dtype(dtype) == np.float16 else 0.0
+    excess = np.abs(got[finite] - want[finite]) - (
+        np.broadcast_to(bound, want.shape)[finite] + rel * np.abs(want[finite])
+    )
+    assert not (excess > 0).any(), f"{what}: {(excess > 0).sum()} elements beyond the bound, worst by {excess.max()}"
+
+
+def call(kernel: wk.Kernel, a, b, c=None, *, attrs: dict, **options) -> np.ndarray:
+    """One call, its output poisoned first (an unwritten element reads NaN), the inputs untouched,
+    checked against the float64 reference within ``error_bound``."""
+    inputs = {"A": a, "B": b, **({} if c is None else {"C": c})}
+    before = {k: v.copy() for k, v in inputs.items()}
+    poison_outputs(kernel, inputs, attrs=attrs, tunables=options.get("tunables"))
+    got = kernel(inputs, attrs=attrs, **options)["Y"]
+    for k, v in inputs.items():
+        assert v.tobytes() == before[k].tobytes(), k
+    args = (a, b, c, attrs["alpha"], attrs["beta"], attrs["transA"], attrs["transB"])
+    assert got.dtype == a.dtype
+    check(
+        got,
+        gemm(*args),
+        error_bound(*args, float16=a.dtype == np.float16),
+        a.dtype,
+        f"{a.shape} {b.shape} {attrs} {options}",
+    )
+    return got
+
+
+def accepting(kernel: wk.Kernel, inputs: dict, attrs: dict) -> list[str]:
+    """The variants whose `when` holds for the call (test runs each of them forced)."""
+    return [v.variant for v in kernel.explain(inputs, attrs=attrs).verdicts if v.accepted]
+
+
+def operands(rng, m, k, n, trans_a, trans_b, c_shape, dtype):
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dtype)
+    c = None if c_shape is None else np.asarray(rng.standard_normal(c_shape)).astype(dtype)
+    return a, b, c
+
+
+# --- the package ----------------------------------------------------------------------------------
+
+
+def test_package_files(kernel):
+    data = json.loads((PACKAGE / "manifest.json").read_text("utf-8"))
+    assert (data["domain"], data["name"], data["sinceVersion"]) == ("ai.onnx", "Gemm", 13)
+    assert data["attributes"] == {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}
+    assert [i["role"] for i in data["inputs"]] == ["A", "B", "C"] and [o["role"] for o in data["outputs"]] == ["Y"]
+    assert data["typeConstraints"] == {"T": ["float32", "float16"]}
+    assert kernel.op_id == PACKAGE_NAME and kernel.variants == VARIANTS
+    bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
+    assert bench["flops"] == "2 * M * N * K"
+    shapes = {(tuple(c["inputs"]["A"]["shape"]), tuple(c["inputs"]["B"]["shape"])) for c in bench["cases"]}
+    assert {((77, 768), (3072, 768)), ((77, 3072), (768, 3072)), ((257, 1024), (4096, 1024)), ((2, 320), (1280, 320)),
+            ((154, 768), (3072, 768)), ((154, 3072), (768, 3072))} <= shapes  # fmt: skip
+    assert all(c.get("attrs") == {"transB": 1} for c in bench["cases"])
+    # TFLOP/s: 2 M N K of CLIP's fc1
+    assert (
+        kernel.evaluate(
+            "2 * M * N * K", {"A": ((77, 768), "float32"), "B": ((3072, 768), "float32")}, attrs={"transB": 1}
+        )
+        == 2 * 77 * 3072 * 768
+    )
+
+
+def test_engine_has_no_code_for_it():
+    assert_engine_has_no_code_for(PACKAGE_NAME)
+
+
+def test_validates_and_its_test_json_passes(kernel):
+    assert_valid_and_passing(kernel, PACKAGE, VARIANTS)
+
+
+def test_expected_outputs_are_the_reference(kernel):
+    """test.json's stored outputs are this module's float64 reference of the case's inputs, rounded
+    once to the output dtype; the cases cover every transpose pair, every C form and both dtypes."""
+    from webgpu_kernels.casefile import read_test_file
+
+    attrs = {
+        c.name: {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0, **c.attrs}
+        for c in read_test_file(kernel.package).cases
+    }
+    dtypes, trans, c_forms, nan_cases = set(), set(), set(), 0
+    for case, inputs, stored in stored_expectations(kernel, "Y", lambda i: i["A"].dtype.name):
+        at = attrs[case.name]
+        a, b, c = inputs["A"], inputs["B"], inputs.get("C")
+        want = gemm(a, b, c, at["alpha"], at["beta"], at["transA"], at["transB"]).astype(a.dtype).astype(np.float64)
+        np.testing.assert_array_equal(stored, want, err_msg=case.name)
+        dtypes.add(a.dtype.name)
+        trans.add((at["transA"] != 0, at["transB"] != 0))
+        c_forms.add(None if c is None else c.shape)
+        nan_cases += bool(np.isnan(stored).any())
+    assert dtypes == {"float32", "float16"} and len(trans) == 4 and nan_cases == 1
+    m_n = {(5, 1), (1, 1), (1,), (), (1, 7), (7,), (9,), (6, 5)}
+    assert None in c_forms and m_n <= c_forms, c_forms
+
+
+# --- results -------------------------------------------------------------------------------------
+
+# (M, K, N, transA, transB, C shape): nn.Linear's form, every transpose pair, every C form, K = 1,
+# M = 1, N = 1, sizes off the tile, C absent
+CALLS = [
+    (7, 5, 9, 0, 1, (9,)),
+    (6, 11, 5, 0, 0, (6, 5)),
+    (5, 7, 9, 1, 0, (5, 1)),
+    (9, 4, 6, 1, 1, (1, 1)),
+    (4, 3, 7, 0, 0, (1, 7)),
+    (4, 3, 7, 1, 0, (1,)),
+    (4, 3, 7, 0, 1, ()),
+    (8, 6, 10, 0, 0, None),
+    (3, 13, 2, 1, 1, None),
+    (6, 1, 5, 0, 0, (5,)),
+    (1, 9, 7, 0, 1, (7,)),
+    (7, 9, 1, 1, 0, (7, 1)),
+    (19, 33, 17, 0, 1, (17,)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(("m", "k", "n", "trans_a", "trans_b", "c_shape"), CALLS)
+def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, m, k, n, trans_a, trans_b, c_shape, dtype):
+    a, b, c = operands(rng, m, k, n, trans_a, trans_b, c_shape, dtype)
+    attrs = attrs_of(0.75, -1.5, trans_a, trans_b) if m % 2 else attrs_of(trans_a=trans_a, trans_b=trans_b)
+    inputs = {"A": a, "B": b, **({} if c is None else {"C": c})}
+    variants = accepting(kernel, inputs, attrs)
+    assert variants == (["tiled_c", "simple_c"] if c is not None else ["tiled", "simple"])
+    assert kernel.explain(inputs, attrs=attrs).chosen == variants[0]
+    args = (a, b, c, attrs["alpha"], attrs["beta"], trans_a, trans_b)
+    want = ort_gemm(*args)
+    # onnxruntime rounds its float16 result to nearest after an f32 sum: its own bound and ours
+    both = 2 * error_bound(*args, float16=dtype == np.float16)
+    for variant in variants:
+        got = call(kernel, a, b, c, attrs=attrs, variant=variant)
+        check(got, want, both, dtype, f"onnxruntime: {variant} {a.shape} {b.shape} {attrs}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_beta_zero_ignores_c_and_nan_propagates_as_onnxruntime(kernel, rng, dtype):
+    """beta = 0: a NaN or infinity in C does not reach Y (onnxruntime's CPU kernel skips C; the
+    formula beta * C would give NaN). beta = 1: NaN in C, or in a row of A, is NaN in Y there only."""
+    a, b, _ = operands(rng, 3, 4, 5, 0, 0, None, dtype)
+    c = np.array([np.nan, 1, np.inf, -np.inf, 2], dtype)
+    for beta in (0.0, 1.0):
+        want = ort_gemm(a, b, c, 1.0, beta)
+        assert np.isnan(want).any() == (beta != 0)
+        for variant in ("tiled_c", "simple_c"):
+            got = call(kernel, a, b, c, attrs=attrs_of(beta=beta), variant=variant)
+            check(
+                got,
+                want,
+                2 * error_bound(a, b, c, 1.0, beta, float16=dtype == np.float16),
+                dtype,
+                f"beta {beta} {variant}",
+            )
+    a[1, 2] = np.nan
+    want = ort_gemm(a, b, None)
+    assert np.isnan(want[1]).all() and not np.isnan(want[[0, 2]]).any()
+    for variant in ("tiled", "simple"):
+        check(call(kernel, a, b, attrs=attrs_of(), variant=variant), want, 2 * error_bound(a, b), dtype, variant)
+
+
+def test_nonzero_trans_flags_transpose_as_onnxruntime(kernel, rng):
+    a, b, c = operands(rng, 4, 3, 5, 1, 1, (5,), np.float32)
+    for flag in (2, -1):
+        want = ort_gemm(a, b, c, 1.0, 1.0, flag, flag)
+        for variant in ("tiled_c", "simple_c"):
+            got = call(kernel, a, b, c, attrs=attrs_of(trans_a=flag, trans_b=flag), variant=variant)
+            check(got, want, 2 * error_bound(a, b, c, 1.0, 1.0, 1, 1), np.float32, f"trans {flag} {variant}")
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n", "c_shape"), [(0, 5, 4, (4,)), (3, 5, 0, (1,)), (3, 0, 4, (3, 4)), (3, 0, 4, None), (0, 0, 0, None)]
+)
+def test_empty_operands(kernel, rng, m, k, n, c_shape):
+    """An empty M or N gives an empty Y (nothing dispatched); K = 0 gives beta * C, or zeros, as
+    onnxruntime does."""
+    a, b, c = operands(rng, m, k, n, 0, 0, c_shape, np.float32)
+    attrs = attrs_of(beta=2.0)
+    want = ort_gemm(a, b, c, 1.0, 2.0)
+    assert want.shape == (m, n)
+    inputs = {"A": a, "B": b, **({} if c is None else {"C": c})}
+    for variant in accepting(kernel, inputs, attrs):
+        got = call(kernel, a, b, c, attrs=attrs, variant=variant)
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+@pytest.mark.parametrize(("tunables", "variant"), [({"TILE": 1}, "tiled_c"), ({"TILE": 4}, "tiled_c"), ({"TILE": 32}, "tiled_c"),
+                                                   ({"WORKGROUP_SIZE": 1}, "simple_c"), ({"WORKGROUP_SIZE": 7}, "simple_c")])  # fmt: skip
+def test_tunables(kernel, rng, tunables, variant):
+    """Any TILE whose square fits the device's workgroup limits; any WORKGROUP_SIZE."""
+    a, b, c = operands(rng, 35, 37, 33, 0, 1, (33,), np.float32)
+    call(kernel, a, b, c, attrs=attrs_of(trans_b=1), variant=variant, tunables=tunables)
+
+
+def test_loop_bounds_for_llvmpipe(kernel):
+    """llvmpipe stops an invocation's loops after 65,535 iterations (docs/format.md): the simple
+    variants take K <= 65,535, the tiled ones ceil(K / TILE) <= 65,535 steps (their inner loop over
+    a tile has a constant count, which llvmpipe unrolls). Past both no variant takes the call."""
+
+    def explain(k, **tunables):
+        return kernel.explain({"A": ((1, k), "float32"), "B": ((k, 1), "float32")}, tunables=tunables or None)
+
+    assert explain(65535).chosen == "tiled" and "simple (priority 0): accepted" in str(explain(65535))
+    assert explain(65536).chosen == "tiled" and "simpleLoopOk=False" in str(explain(65536))
+    refused = str(explain(65536, TILE=1))
+    assert explain(65536, TILE=1).chosen is None and "tiledLoopOk=False" in refused and "simpleLoopOk=False" in refused
+    assert explain(16 * 65535).chosen == "tiled" and explain(16 * 65535 + 1).chosen is None
+    with pytest.raises(wk.SelectionError, match="simpleLoopOk=False"):
+        kernel({"A": np.ones((1, 65536), np.float32), "B": np.ones((65536, 1), np.float32)}, tunables={"TILE": 1})
+    # at the bounds the sums are whole on lavapipe: K ones
+    for k, variant, tile in ((65535, "simple", 16), (4 * 65535, "tiled", 4)):
+        y = kernel(
+            {"A": np.ones((1, k), np.float32), "B": np.ones((k, 1), np.float32)},
+            variant=variant,
+            tunables={"TILE": tile},
+        )["Y"]
+        assert y.tolist() == [[float(k)]], (variant, k)
+
+
+def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
+    """A non-integer transA/transB is an AttributeValueError naming it (as is a non-number alpha);
+    shapes that do not multiply, or a C that does not broadcast one way to (M, N), a SelectionError
+    naming the clause, as onnxruntime refuses them."""
+    a = np.ones((2, 3), np.float32)
+    b = np.ones((3, 4), np.float32)
+    for name in ("transA", "transB"):
+        for bad in (1.5, "1", True, None, [1]):
+            with pytest.raises(errors.AttributeValueError, match=f"argument '{name}'") as info:
+                kernel({"A": a, "B": b}, attrs={name: bad})
+            assert info.value.argument == name
+    with pytest.raises(errors.AttributeValueError, match="argument 'alpha'"):
+        kernel({"A": a, "B": b}, attrs={"alpha": "2"})
+    assert kernel({"A": a, "B": b}, attrs={"transB": 0.0})["Y"].shape == (2, 4)  # an integral float is the int
+    with pytest.raises(wk.SelectionError, match="kOk=False"):
+        kernel({"A": a, "B": b}, attrs={"transB": 1})
+    with pytest.raises(Exception, match="Dimension mismatch"):
+        ort_gemm(a, b, None, 1.0, 1.0, 0, 1)
+    for c_shape in ((3,), (4, 4), (1, 3)):
+        c = np.ones(c_shape, np.float32)
+        with pytest.raises(wk.SelectionError, match="cOk=False"):
+            kernel({"A": a, "B": b, "C": c})
+        with pytest.raises(Exception, match="Invalid bias shape"):
+            ort_gemm(a, b, c)
+    with pytest.raises(errors.RankError) as rank:
+        kernel({"A": a, "B": b, "C": np.ones((1, 1, 4), np.float32)})
+    assert rank.value.argument == "C"
+    with pytest.raises(errors.RankError):
+        kernel({"A": a[None], "B": b})
+    with pytest.raises(errors.DTypeError):
+        kernel({"A": a, "B": b.astype(np.float16)})
+    with pytest.raises(errors.UnknownInputError):
+        kernel({"A": a, "B": b}, attrs={"trans_a": 1})
+
+
+if __name__ == "__main__":
+    write_tolerances()
