@@ -827,6 +827,48 @@ def test_lavapipe_s_loop_cap_counts_the_loops_of_called_functions_and_each_loop_
         assert got.tolist() == [n, second], (n, m)
 
 
+NESTED_LOOPS_TEMPLATE = """{{ declarations }}
+
+const T: u32 = 16u;
+
+@compute @workgroup_size(1)
+fn main({{ entryParams }}) {
+  var a = 0.0;
+  for (var s = 0u; s < params.n; s++) {
+    for (var k = 0u; k < T; k++) {
+      a += x[0];
+    }
+  }
+  y[0] = a;
+}
+"""
+
+
+def test_lavapipe_s_loop_cap_leaves_out_an_unrolled_inner_loop_of_constant_count(write_package):
+    """Doc ("Loops on lavapipe"): "a loop of a small constant count nested in a capped one,
+    demo.MatMul's tiled `for (var k = 0u; k < T; k++)` with a `const T`, is unrolled, so 65,535
+    outer trips of a 16-trip inner loop all run [...]; a lone loop runs 65,535 trips whole, and its
+    65,536th is dropped". 5,000 x 16 = 80,000 additions pass the cap were the inner trips counted;
+    off lavapipe every trip runs."""
+    manifest = {
+        "domain": "demo", "name": "NestedLoops", "inputs": [{"role": "X", "dtype": "T"}],
+        "outputs": [{"role": "Y", "dtype": "T", "rank": 1, "shape": "[1]"}],
+        "attributes": {"n": 0}, "typeConstraints": {"T": ["float32"]},
+        "variants": [{"id": "only", "passes": [{"id": "main", "shader": "loops.wgsl.jinja", "bindings": [
+            {"name": "x", "arg": "X", "buffer": {"type": "read-only-storage"}, "elementType": "f32"},
+            {"name": "y", "arg": "Y", "buffer": {"type": "storage"}, "elementType": "f32"},
+            {"name": "params", "semantic": "kernel.params", "buffer": {"type": "uniform"}, "struct": {
+                "name": "Params", "fields": [{"name": "n", "type": "u32", "value": "attrs.n"}]}}],
+            "dispatch": {"threads": 1, "workgroupSize": 1}}]}],
+    }  # fmt: skip
+    kernel = wk.load_kernel(write_package(manifest, {"loops.wgsl.jinja": NESTED_LOOPS_TEMPLATE}))
+    adapter = wk.get_device().adapter
+    capped = "llvmpipe" in f"{adapter.name} {adapter.vendor}".lower()
+    for n in (5_000, 65_535, 65_536):
+        want = 16 * (min(n, 65_535) if capped else n)
+        assert kernel({"X": np.ones(4, np.float32)}, attrs={"n": n})["Y"].tolist() == [want], n
+
+
 # --- What makes a new pipeline --------------------------------------------------------------------
 
 
