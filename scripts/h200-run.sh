@@ -64,7 +64,7 @@
 #   bash scripts/h200-run.sh clipmlp [DIR]   examples/clip_mlp.py (f32, f16; batch 1 and 8), hostab DIR, then the suite in 8 processes
 #   bash scripts/h200-run.sh chainab [DIR]   astype/copy in a chain (--chain) against DIR/src (default ab-old), hostab DIR, then the suite in 8 processes
 #   bash scripts/h200-run.sh sdff   examples/sd_feed_forward.py (f32, f16; B 2 at T 4096 C 320 and T 1024 C 640), then testsn
-#   bash scripts/h200-run.sh newonnxsuite   the suite, then ai.onnx.Softmax, Gelu, LayerNormalization, ReduceMean, Add and Cast: validate --strict, test, bench --compare
+#   bash scripts/h200-run.sh newonnxsuite   the suite, then ai.onnx.Softmax, Gemm, Gelu, LayerNormalization, ReduceMean, Add and Cast: validate --strict, test, bench --compare
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors filelock \
@@ -380,15 +380,16 @@ case "${1:-bench}" in
                  # each package: validate --strict, test, bench --compare beside ORT WebGPU
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
-    log=$OUT/newonnx.log; : > "$log"
-    for p in ai.onnx.Softmax ai.onnx.Gelu ai.onnx.LayerNormalization ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast; do
+    log=$OUT/newonnx.log; : > "$log"; mkdir -p "$OUT/peers"
+    for p in ai.onnx.Softmax ai.onnx.Gemm ai.onnx.Gelu ai.onnx.LayerNormalization ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast; do
       (( SECONDS > 560 )) && { echo "== $p: no time left" | tee -a "$log"; continue; }
       echo "== $p" | tee -a "$log"
       timeout 40 python3 -m webgpu_kernels validate "tests/packages/$p" --strict 2>&1 | tail -3 | tee -a "$log"
       timeout 60 python3 -m webgpu_kernels test "tests/packages/$p" 2>&1 | tail -3 | tee -a "$log"
       WEBGPU_KERNELS_PEER_TIMEOUT=50 timeout $(( 590 - SECONDS )) python3 -m webgpu_kernels bench "tests/packages/$p" \
-        --compare --no-host --json "$OUT/peers-$p.json" 2>&1 | tee -a "$log"
-    done ;;
+        --compare --no-host --json "$OUT/peers/$p.json" 2>&1 | tee -a "$log"
+    done
+    tar czf "$OUT/peers.tgz" -C "$OUT" peers && rm -r "$OUT/peers" ;;  # one file: at most 8 come back
   nbitslevel0)  # session 55: MatMulNBits' accuracy_level 0 cases (bench.json's -level0) beside ORT WebGPU (at level 4
                 # its outputs were 0.21-0.38 off onnxruntime's CPU kernel: int8 A), then the suite in 8 processes
     WEBGPU_KERNELS_PEER_TIMEOUT=70 timeout 110 python3 -m webgpu_kernels bench tests/packages/com.example.MatMulNBits \
