@@ -240,6 +240,18 @@ def test_a_passing_case_can_read_max_rel_err_1_where_atol_holds_a_flushed_value(
     assert not compare("Y", got, want, Tolerance(atol=1e-38)).ok  # beyond its bound: the case fails
 
 
+def test_bench_counts_flops_with_the_cases_attributes():
+    """The page (`flops`): "evaluated for each case ... with the case's `attrs` and `tunables` applied
+    (ai.onnx.Gemm's "2 * M * N * K" reads M, N and K from derive entries that follow transA and
+    transB)" """
+    from webgpu_kernels.benchmark import bench_count
+
+    gemm = wk.load_kernel(PACKAGES_DIR / "ai.onnx.Gemm")
+    inputs = {"A": np.zeros((3, 4), np.float32), "B": np.zeros((5, 4), np.float32)}
+    assert bench_count(gemm, "flops", "2 * M * N * K", inputs, attrs={"transB": 1}) == 2 * 3 * 5 * 4
+    assert bench_count(gemm, "flops", "2 * M * N * K", inputs, attrs={"transB": 0}) == 2 * 3 * 4 * 4
+
+
 # --- bench.json: tags -------------------------------------------------------------------------------
 
 
