@@ -270,6 +270,17 @@ def test_errors_md_attribute_selection_message() -> None:
     assert caught.value.attributes == ("approximate",)
 
 
+def test_errors_md_attribute_for_these_inputs_selection_message() -> None:
+    """The SelectionError message docs/errors.md shows for ONNX Softmax's axis=3 on a rank-3 input:
+    the clause reads the input's rank too, so the headline names the attribute "for these inputs"."""
+    shown = one_block("docs/errors.md", "", "ai.onnx.Softmax: no variant accepts attribute")
+    kernel = wk.load_kernel(REPO_ROOT / "tests/packages/ai.onnx.Softmax")
+    with pytest.raises(wk.SelectionError) as caught:
+        kernel({"input": np.zeros((2, 3, 4), np.float32)}, attrs={"axis": 3})
+    assert str(caught.value) == shown.text.strip(), f"{shown.where}: the message shown is not the real one"
+    assert caught.value.attributes == ("axis",)
+
+
 # --- the command line ---------------------------------------------------------------------------
 
 #: Commands checked with --help only: the work itself needs the network, a real GPU or a file of the author's.

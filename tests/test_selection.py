@@ -515,12 +515,16 @@ def test_a_variant_refused_for_an_asked_output_keeps_the_plain_headline():
 @pytest.mark.parametrize("when, derive, constants, device", [
     # a clause that reads a shape, directly or through derive entries deeper than the trace shows
     (["numel(shapes.X) > 5"], {}, {}, F16_DEVICE),
-    (["a"], {"a": "attrs.mode == 'x' or b", "b": "c", "c": "d", "d": "ranks.X > 3"}, {}, F16_DEVICE),
+    (["ranks.X > 3"], {}, {}, F16_DEVICE),
     # a device function, a device limit, a tunable, a dtype (through a constant)
     (["f16Ok('f16' if attrs.mode == 'exact' else 'f32')"], {}, {}, NO_F16_DEVICE),
     (["device.limits.maxComputeWorkgroupSizeX > 1000 and attrs.mode == 'a'"], {}, {}, F16_DEVICE),
     (["tunables.TILE > 4 and attrs.k > 0"], {}, {}, F16_DEVICE),
     (["half and attrs.mode == 'a'"], {}, {"half": "dtypes.T == 'f16'"}, F16_DEVICE),
+    # the attributes with the inputs' shapes, and a dtype or a tunable besides: not for any device
+    (["attrs.k < ranks.X and dtypes.T == 'f16'"], {}, {}, F16_DEVICE),
+    (["a"], {"a": "attrs.k > numel(shapes.X) or b", "b": "tunables.TILE > 4"}, {}, F16_DEVICE),
+    (["kOk and tileOk"], {"kOk": "attrs.k < ranks.X"}, {"tileOk": "tunables.TILE == 3"}, F16_DEVICE),
     # the attributes read whole, with no name the engine can tell
     (["'zz' in attrs"], {}, {}, F16_DEVICE),
     # a clause that fails to evaluate (a manifest's bug as much as the call's), one that reads no attribute
@@ -528,13 +532,41 @@ def test_a_variant_refused_for_an_asked_output_keeps_the_plain_headline():
     (["never"], {}, {"never": False}, F16_DEVICE),
 ])  # fmt: skip
 def test_the_headline_stays_where_not_only_attributes_refuse(when, derive, constants, device):
-    """Only where every variant's first failing clause reads attributes and nothing else (found
-    through every derive entry and constant it reads, at any depth) is the headline the attributes'."""
+    """Only where every variant's first failing clause reads attributes and nothing else but the
+    inputs' shapes and ranks (found through every derive entry and constant it reads, at any depth)
+    is the headline the attributes'."""
     error = attributed([variant("fast", 5, ["modeOk"]), variant("slow", 0, when)], {"mode": "exact", "k": 2},
                        derive={**MODES, **derive}, constants=constants, device=device)  # fmt: skip
     assert str(error).splitlines()[0] == "test.Sel: no variant can run this call:", str(error)
     assert [v.accepted for v in error.trace] == [False, False]
     assert error.attributes == ()
+
+
+def test_a_call_its_attributes_refuse_for_its_inputs_names_them_for_these_inputs():
+    """A clause that reads attributes and otherwise only the inputs' shapes and ranks (an axis out of
+    range for the input's rank) refuses the attribute for these inputs, on any device: the headline
+    names it, "for these inputs", and the error's attributes hold the names."""
+    # directly, and through derive entries deeper than the trace shows
+    error = attributed([variant("fast", 5, ["attrs.k < ranks.X"]), variant("slow", 0, ["a"])], {"k": 2},
+                       derive={"a": "attrs.k == 0 or b", "b": "c", "c": "d", "d": "numel(shapes.X) > 3"})  # fmt: skip
+    headline, *lines = str(error).splitlines()
+    assert headline == "test.Sel: no variant accepts attribute k=2 for these inputs:"
+    assert lines[0] == "  fast: when[0] 'attrs.k < ranks.X' is false (with attrs.k=2, ranks.X=1)"
+    assert type(error) is SelectionError and error.attributes == ("k",)
+    assert [(v.attributes, v.for_inputs) for v in error.trace] == [({"k": 2}, True), ({"k": 2}, True)]
+    # one variant refused by an attribute alone, another by two for the input's shape: all named,
+    # and the names the call holds read whole (`'B' in shapes`) are the inputs' too
+    error = attributed([variant("fast", 5, ["modeOk"]),
+                        variant("slow", 0, ["attrs.k <= dim(shapes.X, 0) and 'B' in shapes or attrs.mode == 'c'"])],
+                       {"mode": "exact", "k": 7}, derive=MODES)  # fmt: skip
+    assert str(error).splitlines()[0] == "test.Sel: no variant accepts attributes mode='exact', k=7 for these inputs:"
+    assert error.attributes == ("mode", "k")
+    assert [(v.attributes, v.for_inputs) for v in error.trace] == [({"mode": "exact"}, False),
+                                                                  ({"k": 7, "mode": "exact"}, True)]
+    # the attributes alone keep their headline, with no "for these inputs"
+    error = attributed([variant("fast", 5, ["modeOk"])], {"mode": "exact"}, derive=MODES)
+    assert str(error).splitlines()[0] == "test.Sel: no variant accepts attribute mode='exact':"
+    assert [v.for_inputs for v in error.trace] == [False]
 
 
 def test_a_name_tested_for_in_a_namespace_and_absent_is_said_absent():

@@ -237,8 +237,11 @@ def test_variants_refuse_what_llvmpipe_cannot_loop_over(kernel):
     # the workgroup variant's three loops of ceil(length / WORKGROUP_SIZE): 21,844 at most
     one = {"WORKGROUP_SIZE": 1}
     assert kernel.explain({"input": ((21844,), "float32")}, tunables=one).chosen == "workgroup"
-    with pytest.raises(wk.SelectionError, match="workgroupLoopOk=False"):
+    with pytest.raises(wk.SelectionError, match="workgroupLoopOk=False") as info:
         kernel({"input": np.zeros(21845, np.float32)}, tunables=one)
+    # strided refuses the axis for this input (`inner > 1`), workgroup the tunable: no attribute is to blame
+    assert str(info.value).splitlines()[0] == "ai.onnx.Softmax: no variant can run this call:", str(info.value)
+    assert info.value.attributes == ()
 
 
 def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
@@ -250,8 +253,12 @@ def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
             kernel({"input": x}, attrs={"axis": bad})
         assert info.value.argument == "axis"
     for bad in (3, -4):
-        with pytest.raises(wk.SelectionError, match=f"axisOk=False, ranks.input=3, attrs.axis={bad}"):
+        with pytest.raises(wk.SelectionError, match=f"axisOk=False, ranks.input=3, attrs.axis={bad}") as refused:
             kernel({"input": x}, attrs={"axis": bad})
+        # the axis is wrong for this input's rank, on any device: the headline names it
+        headline = str(refused.value).splitlines()[0]
+        assert headline == f"ai.onnx.Softmax: no variant accepts attribute axis={bad} for these inputs:", headline
+        assert refused.value.attributes == ("axis",)
         with pytest.raises(Exception, match="axis"):
             ort_softmax(x, bad)
     assert kernel({"input": x}, attrs={"axis": 2.0})["output"].shape == x.shape  # an integral float is the int

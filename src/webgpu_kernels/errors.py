@@ -419,9 +419,10 @@ class SelectionError(KernelError):
     """No variant can run this call, or the forced variant cannot.
 
     ``trace`` holds each variant's verdict. ``attributes`` names the call's attributes where they
-    alone refuse it: every variant's first failing clause reads them and nothing else (no input's
-    shape or dtype, tunable or device limit), as in ``no variant accepts attribute mode='x'``;
-    else it is empty.
+    refuse it on any device: every variant's first failing clause reads them and nothing else (no
+    input's shape or dtype, tunable or device limit), as in ``no variant accepts attribute
+    mode='x'``, or nothing else but the inputs' shapes and ranks, as in ``no variant accepts
+    attribute axis=3 for these inputs``; else it is empty.
     """
 
     def __init__(self, message: str, *, trace: Any = None, attributes: tuple[str, ...] = ()) -> None:

@@ -46,10 +46,14 @@ class Verdict:
     clause_index: int | None = None
     values: dict[str, Any] = field(default_factory=dict)  # what that clause read
     error: str | None = None  # set when the clause failed to evaluate rather than being false
-    #: Where the clause is false and reads the call's attributes and nothing else (no shape, dtype,
-    #: tunable, device limit or feature, through every derive entry and constant it reads): those
-    #: attributes and their values. Empty otherwise. Not in as_dict (the JSON trace is documented).
+    #: Where the clause is false and reads the call's attributes and nothing else but the inputs'
+    #: shapes and ranks (no dtype, tunable, device limit or feature, through every derive entry and
+    #: constant it reads): those attributes and their values, wrong for the call on any device.
+    #: Empty otherwise. Not in as_dict (the JSON trace is documented).
     attributes: dict[str, Any] = field(default_factory=dict)
+    #: With ``attributes``: True where the clause reads the inputs' shapes or ranks too (the
+    #: attributes are wrong for these inputs), False where it reads the attributes alone.
+    for_inputs: bool = False
     #: The optional outputs the call asks for (``outputs=``) that the variant writes nowhere: it
     #: is rejected for them, before its ``when`` is evaluated.
     lacks: tuple[str, ...] = ()
@@ -128,11 +132,12 @@ def judge(
         if not holds:  # the variant's own constants shadow top-level names, in the trace as in the scope
             named = {**(definitions or {}), **dict(variant.constants)}
             values = _seen(clause, inner, named)
-            read = _attributes_alone(clause, named) if error is None else None
-            attributes = {name: inner["attrs"][name] for name in read or () if name in inner.get("attrs", {})}
-            if read and len(attributes) < len(read):  # an attribute the call does not hold: not certain
+            read, for_inputs = _attributes_read(clause, named) if error is None else ((), False)
+            attributes = {name: inner["attrs"][name] for name in read if name in inner.get("attrs", {})}
+            if len(attributes) < len(read):  # an attribute the call does not hold: not certain
                 attributes = {}
-            return Verdict(v.id, v.priority, False, clause.source, index, values, error, attributes), inner
+            return Verdict(v.id, v.priority, False, clause.source, index, values, error, attributes,
+                           for_inputs=bool(attributes) and for_inputs), inner  # fmt: skip
     return Verdict(v.id, v.priority, True), inner
 
 
@@ -155,16 +160,24 @@ def _seen(clause: Expression, scope: Mapping[str, Any], definitions: Mapping[str
     return values
 
 
-def _attributes_alone(clause: Expression, definitions: Mapping[str, Expression]) -> tuple[str, ...] | None:
+#: The namespaces of the call's inputs that a clause may read besides attributes and still refuse
+#: the attributes on any device: the inputs' shapes and ranks (not their dtypes, a device's matter
+#: where one has no shader-f16).
+INPUT_NAMESPACES = ("shapes", "ranks")
+
+
+def _attributes_read(clause: Expression, definitions: Mapping[str, Expression]) -> tuple[tuple[str, ...], bool]:
     """The attributes ``clause`` reads, itself or through derive entries and constants at any depth,
-    where it reads nothing else: no other namespace (shapes, dtypes, tunables, the device), no
-    device function (f16Ok), no name the engine cannot follow. None where it does, or reads none."""
+    where it reads nothing else but the inputs' shapes and ranks, and whether it reads those:
+    ``((), False)`` where it reads another namespace (dtypes, tunables, the device), a device
+    function (f16Ok), a name the engine cannot follow, or no attribute."""
     attributes: list[str] = []
+    inputs = False
     pending, followed = [clause], set()
     while pending:
         expr = pending.pop()
         if any(name in DEVICE_FUNCTIONS for name in expr.calls):
-            return None
+            return (), False
         for ref in expr.references:
             head, _, rest = ref.partition(".")
             if head == "attrs" and rest:
@@ -173,9 +186,11 @@ def _attributes_alone(clause: Expression, definitions: Mapping[str, Expression])
                 if ref not in followed:
                     followed.add(ref)
                     pending.append(definitions[ref])
+            elif head in INPUT_NAMESPACES:  # a shape or rank, or the names read whole ('B' in shapes)
+                inputs = True
             else:  # another namespace, or `attrs` read whole (`'k' in attrs`): which attribute is not known
-                return None
-    return tuple(dict.fromkeys(attributes)) or None
+                return (), False
+    return (tuple(dict.fromkeys(attributes)), inputs) if attributes else ((), False)
 
 
 def ranked(variants: tuple[CompiledVariant, ...]) -> list[CompiledVariant]:
@@ -268,7 +283,8 @@ def accepted_with_f16(program: Program, signature: CallSignature, info: DeviceIn
 def require_choice(selection: Selection, op_id: str) -> CompiledVariant:
     """The chosen variant, or a :class:`SelectionError` listing why each one was rejected. Where
     each variant's clause is false for the call's attributes alone, the headline names them: the
-    call's argument is wrong, no device would run it."""
+    call's argument is wrong, no device would run it; where some clause reads the inputs' shapes
+    or ranks too, it names them "for these inputs"."""
     if selection.chosen is None:
         reasons = "\n".join(f"  {v.variant}: {v.reason()}" for v in selection.trace)
         attributes: dict[str, Any] = {}
@@ -277,7 +293,8 @@ def require_choice(selection: Selection, op_id: str) -> CompiledVariant:
                 attributes.update(verdict.attributes)
         if attributes:
             named = ", ".join(f"{k}={short_repr(v, 60)}" for k, v in attributes.items())
-            head = f"no variant accepts attribute{'s' if len(attributes) > 1 else ''} {named}"
+            inputs = " for these inputs" if any(v.for_inputs for v in selection.trace) else ""
+            head = f"no variant accepts attribute{'s' if len(attributes) > 1 else ''} {named}{inputs}"
         else:
             head = "no variant can run this call"
         raise SelectionError(f"{op_id}: {head}:\n{reasons}", trace=selection.trace, attributes=tuple(attributes))
