@@ -437,8 +437,14 @@ def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
     with pytest.raises(errors.AttributeValueError, match="argument 'alpha'"):
         kernel({"A": a, "B": b}, attrs={"alpha": "2"})
     assert kernel({"A": a, "B": b}, attrs={"transB": 0.0})["Y"].shape == (2, 4)  # an integral float is the int
-    with pytest.raises(wk.SelectionError, match="kOk=False"):
+    with pytest.raises(wk.SelectionError, match="kOk=False") as mismatch:
         kernel({"A": a, "B": b}, attrs={"transB": 1})
+    # transB given, read with the shapes: named for these inputs; at its default it is not blamed
+    assert str(mismatch.value).startswith("ai.onnx.Gemm: no variant accepts attribute transB=1 for these inputs:")
+    with pytest.raises(wk.SelectionError, match="kOk=False") as mismatch:
+        kernel({"A": a, "B": np.ones((5, 4), np.float32)})
+    assert str(mismatch.value).startswith("ai.onnx.Gemm: no variant can run this call:")
+    assert mismatch.value.attributes == ()
     with pytest.raises(Exception, match="Dimension mismatch"):
         ort_gemm(a, b, None, 1.0, 1.0, 0, 1)
     for c_shape in ((3,), (4, 4), (1, 3)):

@@ -462,7 +462,7 @@ def attributed(variants, attrs, *, derive=None, constants=None, device=F16_DEVIC
     scope, _ = program.call_scope(check_call(manifest, {"X": ((3,), "float32")}, attrs, None), device)
     selection = select_variant(program.variants, scope, definitions=program.definitions)
     with pytest.raises(SelectionError) as info:
-        require_choice(selection, "test.Sel")
+        require_choice(selection, "test.Sel", defaults=manifest.attributes)
     return info.value
 
 
@@ -567,6 +567,22 @@ def test_a_call_its_attributes_refuse_for_its_inputs_names_them_for_these_inputs
     error = attributed([variant("fast", 5, ["modeOk"])], {"mode": "exact"}, derive=MODES)
     assert str(error).splitlines()[0] == "test.Sel: no variant accepts attribute mode='exact':"
     assert [v.for_inputs for v in error.trace] == [False]
+
+
+def test_an_attribute_at_its_default_is_not_blamed_for_the_inputs():
+    """A clause that reads an attribute the call left at its default together with the inputs'
+    shapes (ONNX Gemm's K check reads transA and transB through derive entries) refuses the inputs,
+    not the attribute: the headline stays plain. Given another value, the attribute is named."""
+    derive = {"K": "dim(shapes.X, 0) if attrs.k == 1 else 0", "kOk": "K == 4"}
+    error = attributed([variant("fast", 5, ["kOk"]), variant("slow", 0, ["kOk"])], {}, derive=derive)
+    assert str(error).splitlines()[0] == "test.Sel: no variant can run this call:" and error.attributes == ()
+    error = attributed([variant("fast", 5, ["kOk"]), variant("slow", 0, ["kOk"])], {"k": 1}, derive=derive)
+    assert str(error).splitlines()[0] == "test.Sel: no variant can run this call:" and error.attributes == ()
+    error = attributed([variant("fast", 5, ["kOk"]), variant("slow", 0, ["kOk"])], {"k": 2}, derive=derive)
+    assert str(error).splitlines()[0] == "test.Sel: no variant accepts attribute k=2 for these inputs:"
+    # refused by an attribute alone, a default is still named (the package refuses its own default)
+    error = attributed([variant("fast", 5, ["attrs.k != 1"])], {})
+    assert str(error).splitlines()[0] == "test.Sel: no variant accepts attribute k=1:"
 
 
 def test_a_name_tested_for_in_a_namespace_and_absent_is_said_absent():

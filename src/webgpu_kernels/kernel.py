@@ -476,7 +476,7 @@ class Kernel:
         check_input_sizes(info, tensor_bytes(self.manifest, signature, ()))  # before expressions overflow on it
         try:  # a forced variant is refused inside _select, any other call by require_choice
             _, outputs, selection = self._select(signature, info, forced=forced, asked=asked)
-            chosen = require_choice(selection, self.op_id)
+            chosen = require_choice(selection, self.op_id, defaults=self.manifest.attributes)
         except SelectionError:
             self._explain_missing_f16(signature, info, forced)
             raise

@@ -193,6 +193,14 @@ def _attributes_read(clause: Expression, definitions: Mapping[str, Expression]) 
     return (tuple(dict.fromkeys(attributes)), inputs) if attributes else ((), False)
 
 
+def _blamed(verdict: Verdict, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes a rejected verdict holds the call's own mistake: all it names where they alone
+    refuse it, and where it read the inputs' shapes too, those not at their default."""
+    if not verdict.for_inputs:
+        return verdict.attributes
+    return {k: v for k, v in verdict.attributes.items() if k not in defaults or defaults[k] != v}
+
+
 def ranked(variants: tuple[CompiledVariant, ...]) -> list[CompiledVariant]:
     """Variants in the order selection considers them: priority descending, then declaration."""
     return sorted(variants, key=lambda cv: (-cv.variant.priority, cv.variant.index))
@@ -280,17 +288,20 @@ def accepted_with_f16(program: Program, signature: CallSignature, info: DeviceIn
     return frozenset(verdict.variant for verdict in selection.trace if verdict.accepted)
 
 
-def require_choice(selection: Selection, op_id: str) -> CompiledVariant:
+def require_choice(selection: Selection, op_id: str, *, defaults: Mapping[str, Any] | None = None) -> CompiledVariant:
     """The chosen variant, or a :class:`SelectionError` listing why each one was rejected. Where
     each variant's clause is false for the call's attributes alone, the headline names them: the
     call's argument is wrong, no device would run it; where some clause reads the inputs' shapes
-    or ranks too, it names them "for these inputs"."""
+    or ranks too, it names them "for these inputs", but only those the call sets to another value
+    than the manifest's ``defaults``: an attribute left at its default, read with the shapes (a
+    matrix product's K through transA), is no more the call's mistake than the shapes are."""
     if selection.chosen is None:
         reasons = "\n".join(f"  {v.variant}: {v.reason()}" for v in selection.trace)
         attributes: dict[str, Any] = {}
-        if selection.trace and all(v.attributes for v in selection.trace):
-            for verdict in selection.trace:
-                attributes.update(verdict.attributes)
+        blamed = [_blamed(v, defaults or {}) for v in selection.trace]
+        if selection.trace and all(blamed):
+            for named_here in blamed:
+                attributes.update(named_here)
         if attributes:
             named = ", ".join(f"{k}={short_repr(v, 60)}" for k, v in attributes.items())
             inputs = " for these inputs" if any(v.for_inputs for v in selection.trace) else ""
