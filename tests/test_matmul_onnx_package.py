@@ -1,0 +1,387 @@
+"""tests/packages/ai.onnx.MatMul: ONNX MatMul (ai.onnx, opset 13), written from the format documents
+alone and run through load_kernel() with no engine change.
+
+Semantics (MatMul-13, "behaves like numpy.matmul"): A (..., M, K) x B (..., K, N) -> Y (..., M, N), the
+batch dimensions broadcast NumPy-style (ranks may differ, a 1 on either side broadcasts); a 1-D A (K,)
+is promoted to (1, K) and the prepended 1 removed from Y, a 1-D B (K,) to (K, 1) and the appended 1
+removed, so two 1-D operands give a rank-0 Y. float32 and float16, the K products summed in f32 and
+the result rounded once to the data type. K = 0 gives zeros. The package refuses rank 0 and ranks above
+8 (RankError), batch dimensions that do not broadcast (ShapeError) and a K of B other than A's
+(SelectionError, ``kOk=False`` with both shapes). References: the ONNX operator documentation
+(MatMul-13), NumPy's ``matmul`` and onnxruntime's CPU MatMul.
+
+Judged against a float64 NumPy reference (``np.matmul`` in float64) and against onnxruntime's CPU
+kernel (a one-node opset-13 model), every variant, both dtypes. Tolerances are worst-case bounds per
+element (Higham, "Accuracy and Stability of Numerical Algorithms", 3.1: a K-term f32 dot product in
+any order is within gamma_K * sum |a_k| |b_k|, gamma_K = K u / (1 - K u), u = 2^-24), plus, for
+float16, the result's conversion (WGSL may round it either way). test.json's expected values come
+from ``expect_reference``: ``webgpu-kernels expect tests/packages/ai.onnx.MatMul --reference
+tests/test_matmul_onnx_package.py:expect_reference``; its per-case ``atol``s from ``write_tolerances``
+(``python tests/test_matmul_onnx_package.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+import webgpu_kernels as wk
+from webgpu_kernels import errors
+
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    PACKAGES_DIR,
+    assert_engine_has_no_code_for,
+    assert_valid_and_passing,
+    poison_outputs,
+    stored_expectations,
+)
+
+PACKAGE_NAME = "ai.onnx.MatMul"
+PACKAGE = PACKAGES_DIR / PACKAGE_NAME
+VARIANTS = ["tiled", "simple"]
+U = 2.0**-24  # f32 unit roundoff
+
+
+# --- reference (also `webgpu-kernels expect`'s) ------------------------------------------------------
+
+
+def matmul(a, b) -> np.ndarray:
+    """MatMul-13 in float64: numpy.matmul, whose rules (broadcast batches, 1-D promotion) are ONNX's.
+    ValueError where K differs or the batches do not broadcast."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.asarray(np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)))
+
+
+def expect_reference(inputs: dict, attrs: dict) -> dict:
+    """For `webgpu-kernels expect`: inputs as `test` builds them."""
+    return {"Y": matmul(inputs["A"], inputs["B"])}
+
+
+def error_bound(a, b, *, float16: bool = False) -> np.ndarray:
+    """Per element of Y, how far an f32-accumulating kernel may be from ``matmul`` (module docstring):
+    gamma_K sum_k |a_k| |b_k| for the dot product in any order, 2 K 2^-126 for flushed subnormals; for
+    float16 the f32 result's conversion, which may round either way: 2^-10 of (|y| + the bound), the |y|
+    part left to the relative tolerance (1.5e-3 >= 2^-10 + 2^-11, the stored value's own rounding), and
+    2^-14 where a subnormal result is flushed."""
+    a = np.abs(np.asarray(a, np.float64))
+    b = np.abs(np.asarray(b, np.float64))
+    k = a.shape[-1]
+    gamma = k * U / (1 - k * U)
+    with np.errstate(invalid="ignore"):
+        dot = np.nan_to_num(np.matmul(a, b), nan=0.0, posinf=0.0)
+    bound = gamma * dot + 2 * k * 2.0**-126
+    if float16:
+        bound = bound * (1 + 2.0**-10) + 2.0**-14
+    return np.asarray(bound)
+
+
+def write_tolerances() -> None:
+    """Gives each test.json case whose error bound (``error_bound``, its largest element) exceeds the
+    file's tolerance its own ``atol`` (the bound, 1% over), for a GPU that sums in another order than
+    lavapipe; then refreshes metadata.json. ``python tests/test_matmul_onnx_package.py`` after
+    ``webgpu-kernels expect``."""
+    from webgpu_kernels.digests import write_metadata
+
+    kernel = wk.load_kernel(PACKAGE, verify_digests=False)
+    path = PACKAGE / "test.json"
+    doc = json.loads(path.read_text("utf-8"))
+    for case in doc["cases"]:
+        case.pop("tolerances", None)
+        if "expected" not in case:
+            continue
+        inputs = wk.test_case_inputs(kernel, case["name"])
+        f16 = inputs["A"].dtype == np.float16
+        worst = float(error_bound(inputs["A"], inputs["B"], float16=f16).max(initial=0.0))
+        dtype = "float16" if f16 else "float32"
+        if worst > doc["tolerances"][dtype]["atol"]:
+            case["tolerances"] = {dtype: {"atol": float(f"{worst * 1.01:.3g}")}}
+    path.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
+    write_metadata(PACKAGE)
+
+
+@functools.lru_cache(maxsize=None)
+def ort_session(rank_a: int, rank_b: int, rank_y: int, float16: bool):
+    """A one-node MatMul-13 model on onnxruntime's CPU provider (symbolic dimensions)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from references import one_node_session
+
+    kind = TensorProto.FLOAT16 if float16 else TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    dims = lambda name, r: [f"{name}{i}" for i in range(r)]  # noqa: E731
+    node = helper.make_node("MatMul", ["A", "B"], ["Y"])
+    return one_node_session(node, [vi("A", kind, dims("a", rank_a)), vi("B", kind, dims("b", rank_b))],
+                            [vi("Y", kind, dims("y", rank_y))], 13)  # fmt: skip
+
+
+def ort_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    rank_y = max(a.ndim, b.ndim) - (a.ndim == 1) - (b.ndim == 1) if a.ndim > 1 or b.ndim > 1 else 0
+    return np.asarray(ort_session(a.ndim, b.ndim, rank_y, a.dtype == np.float16).run(None, {"A": a, "B": b})[0])
+
+
+@pytest.fixture(scope="module")
+def kernel() -> wk.Kernel:
+    return wk.load_kernel(PACKAGE)
+
+
+def check(got, want, bound, dtype, what: str) -> None:
+    """The same shape, NaN where ``want`` is NaN, the same infinity where it is infinite, and every
+    other element within ``bound`` (+ f16's relative step)."""
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
+    inf = np.isinf(want)
+    np.testing.assert_array_equal(got[inf], want[inf], err_msg=what)
+    finite = np.isfinite(want)
+    rel = 1.5e-3 if np.dtype(dtype) == np.float16 else 0.0
+    excess = np.abs(got[finite] - want[finite]) - (
+        np.broadcast_to(bound, want.shape)[finite] + rel * np.abs(want[finite])
+    )
+    assert not (excess > 0).any(), f"{what}: {(excess > 0).sum()} elements beyond the bound, worst by {excess.max()}"
+
+
+def call(kernel: wk.Kernel, a, b, **options) -> np.ndarray:
+    """One call, its output poisoned first (an unwritten element reads NaN), the inputs untouched,
+    checked against the float64 reference within ``error_bound``."""
+    inputs = {"A": a, "B": b}
+    before = {k: v.copy() for k, v in inputs.items()}
+    poison_outputs(kernel, inputs, tunables=options.get("tunables"))
+    got = kernel(inputs, **options)["Y"]
+    for k, v in inputs.items():
+        assert v.tobytes() == before[k].tobytes(), k
+    assert got.dtype == a.dtype
+    check(got, matmul(a, b), error_bound(a, b, float16=a.dtype == np.float16), a.dtype,
+          f"{a.shape} {b.shape} {a.dtype} {options}")  # fmt: skip
+    return got
+
+
+def accepting(kernel: wk.Kernel, inputs: dict, **options) -> list[str]:
+    """The variants whose `when` holds for the call (test runs each of them forced)."""
+    return [v.variant for v in kernel.explain(inputs, **options).verdicts if v.accepted]
+
+
+# --- the package ----------------------------------------------------------------------------------
+
+
+def test_package_files(kernel):
+    data = json.loads((PACKAGE / "manifest.json").read_text("utf-8"))
+    assert (data["domain"], data["name"], data["sinceVersion"]) == ("ai.onnx", "MatMul", 13)
+    assert [i["role"] for i in data["inputs"]] == ["A", "B"] and [o["role"] for o in data["outputs"]] == ["Y"]
+    assert data["typeConstraints"] == {"T": ["float32", "float16"]} and "attributes" not in data
+    assert kernel.op_id == PACKAGE_NAME and kernel.variants == VARIANTS
+    bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
+    assert bench["flops"] == "2 * count * K"
+    shapes = {(tuple(c["inputs"]["A"]["shape"]), tuple(c["inputs"]["B"]["shape"])) for c in bench["cases"]}
+    assert {((1, 12, 77, 64), (1, 12, 64, 77)), ((1, 12, 77, 77), (1, 12, 77, 64)), ((2, 8, 4096, 40), (2, 8, 40, 77)),
+            ((2, 8, 4096, 77), (2, 8, 77, 40)), ((2, 77, 768), (768, 3072))} <= shapes  # fmt: skip
+    # TFLOP/s: 2 M N K per batch matrix, the batch broadcast
+    flops = kernel.evaluate(bench["flops"], {"A": ((2, 77, 768), "float32"), "B": ((768, 3072), "float32")})
+    assert flops == 2 * 2 * 77 * 3072 * 768
+
+
+def test_engine_has_no_code_for_it():
+    assert_engine_has_no_code_for(PACKAGE_NAME)
+
+
+def test_validates_and_its_test_json_passes(kernel):
+    assert_valid_and_passing(kernel, PACKAGE, VARIANTS)
+
+
+def test_expected_outputs_are_the_reference(kernel):
+    """test.json's stored outputs are np.matmul in float64 of the case's inputs, rounded once to the
+    output dtype; the cases cover each 1-D rule, broadcasting, K = 0 and 1, empty dimensions, both
+    dtypes."""
+    seen, dtypes = set(), set()
+    for case, inputs, stored in stored_expectations(kernel, "Y", lambda i: i["A"].dtype.name):
+        a, b = inputs["A"], inputs["B"]
+        want = matmul(a, b).astype(a.dtype).astype(np.float64)
+        np.testing.assert_array_equal(stored, want, err_msg=case.name)
+        seen.add((a.shape, b.shape))
+        dtypes.add(a.dtype.name)
+    assert dtypes == {"float32", "float16"}
+    assert {((7,), (3, 7, 5)), ((2, 4, 7), (7,)), ((9,), (9,)), ((1, 3, 5, 4), (2, 1, 4, 6)), ((3, 4, 1), (1, 5)),
+            ((2, 3, 0), (0, 4)), ((0, 3, 4), (4, 5))} <= seen  # fmt: skip
+
+
+# --- results -------------------------------------------------------------------------------------
+
+# (A, B): each 1-D rule, batch broadcasting both ways and across ranks, K = 1, odd sizes over tiles
+CALLS = [
+    ((6, 5), (5, 7)),
+    ((5,), (5, 7)),
+    ((7,), (2, 3, 7, 4)),
+    ((4, 6), (6,)),
+    ((2, 3, 4, 6), (6,)),
+    ((11,), (11,)),
+    ((1, 3, 5, 4), (2, 1, 4, 6)),
+    ((2, 1, 3, 4), (1, 2, 4, 5)),
+    ((2, 4, 9, 8), (8, 3)),
+    ((9, 8), (3, 1, 8, 2)),
+    ((3, 6, 1), (2, 1, 1, 5)),
+    ((2, 19, 33), (2, 33, 17)),
+    ((1, 2, 1, 2, 3, 4), (2, 1, 2, 1, 4, 3)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(("a_shape", "b_shape"), CALLS, ids=lambda s: "x".join(map(str, s)))
+def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, need_dtype, a_shape, b_shape, dtype):
+    need_dtype(dtype)
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = rng.standard_normal(b_shape).astype(dtype)
+    inputs = {"A": a, "B": b}
+    assert accepting(kernel, inputs) == VARIANTS and kernel.explain(inputs).chosen == "tiled"
+    want = ort_matmul(a, b)
+    assert want.shape == np.matmul(a, b).shape
+    # onnxruntime rounds its float16 result to nearest after an f32 sum: its own bound and ours
+    both = 2 * error_bound(a, b, float16=dtype == np.float16)
+    for variant in VARIANTS:
+        got = call(kernel, a, b, variant=variant)
+        check(got, want, both, dtype, f"onnxruntime: {variant} {a_shape} {b_shape}")
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"), [((2, 3, 0), (0, 4)), ((0,), (0,)), ((0, 3, 4), (4, 5)), ((2, 0, 4), (4, 5)),
+                             ((3, 4), (4, 0)), ((1, 3, 4), (0, 4, 2))])  # fmt: skip
+def test_empty_operands(kernel, rng, a_shape, b_shape):
+    """K = 0 gives zeros (a rank-0 zero for two empty vectors); an empty batch, M or N an empty Y,
+    nothing dispatched; as onnxruntime."""
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    want = ort_matmul(a, b)
+    for variant in accepting(kernel, {"A": a, "B": b}):
+        got = call(kernel, a, b, variant=variant)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("tunables", "variant"), [({"TILE": 1}, "tiled"), ({"TILE": 4}, "tiled"), ({"TILE": 32}, "tiled"),
+                                                   ({"WORKGROUP_SIZE": 1}, "simple"), ({"WORKGROUP_SIZE": 7}, "simple")])  # fmt: skip
+def test_tunables(kernel, rng, tunables, variant):
+    """Any TILE whose square fits the device's workgroup limits; any WORKGROUP_SIZE."""
+    a = rng.standard_normal((2, 35, 37)).astype(np.float32)
+    b = rng.standard_normal((37, 33)).astype(np.float32)
+    call(kernel, a, b, variant=variant, tunables=tunables)
+
+
+def test_grid_spills_past_65535_workgroups(kernel, rng):
+    """batch x tiles above 65,535 workgroups: the engine spills the grid into y, the shaders index by
+    the linear workgroup index (test.json's spill case does it for the tiled variant too)."""
+    a = rng.standard_normal((3, 70, 2, 2)).astype(np.float32)  # 210 batch matrices of 2 x 2 ...
+    b = rng.standard_normal((1, 70, 2, 400)).astype(np.float32)  # ... by 2 x 400: 210 * 2 * 400 = 168,000 elements
+    # TILE 1: 168,000 workgroups; WORKGROUP_SIZE 2: 84,000
+    call(kernel, a, b, variant="tiled", tunables={"TILE": 1})
+    call(kernel, a, b, variant="simple", tunables={"WORKGROUP_SIZE": 2})
+
+
+def test_specials(kernel):
+    """NaN in a row of A is NaN in that row of Y only; a float16 result past 65504 is the infinity of
+    its sign on lavapipe, as in onnxruntime (another device's conversion may differ)."""
+    a = np.ones((3, 4), np.float32)
+    a[1, 2] = np.nan
+    b = np.ones((4, 2), np.float32)
+    for variant in VARIANTS:
+        got = kernel({"A": a, "B": b}, variant=variant)["Y"]
+        assert np.isnan(got[1]).all() and (got[[0, 2]] == 4).all(), variant
+    adapter = wk.get_device().adapter
+    if "llvmpipe" in f"{adapter.name} {adapter.vendor}".lower():
+        a16 = np.full((2, 2), 200, np.float16)
+        a16[1] *= -1
+        b16 = np.full((2,), 200, np.float16)
+        assert ort_matmul(a16, b16).tolist() == [np.inf, -np.inf]
+        for variant in VARIANTS:
+            assert kernel({"A": a16, "B": b16}, variant=variant)["Y"].tolist() == [np.inf, -np.inf], variant
+
+
+def test_loop_bounds_for_llvmpipe(kernel):
+    """llvmpipe stops an invocation's loops after 65,535 iterations (docs/format.md): simple takes
+    K <= 65,535, tiled ceil(K / TILE) <= 65,535 steps; past both no variant takes the call."""
+
+    def explain(k, **tunables):
+        return kernel.explain({"A": ((k,), "float32"), "B": ((k,), "float32")}, tunables=tunables or None)
+
+    assert accepting(kernel, {"A": ((65535,), "float32"), "B": ((65535,), "float32")}) == VARIANTS
+    assert explain(65536).chosen == "tiled" and "simpleLoopOk=False" in str(explain(65536))
+    refused = explain(65536, TILE=1)
+    assert refused.chosen is None and "tiledLoopOk=False" in str(refused) and "simpleLoopOk=False" in str(refused)
+    with pytest.raises(errors.VariantRejectedError, match="simpleLoopOk=False"):
+        kernel({"A": np.ones(65536, np.float32), "B": np.ones(65536, np.float32)}, variant="simple")
+    # at the bound the sum is whole on lavapipe: K ones
+    y = kernel({"A": np.ones(65535, np.float32), "B": np.ones(65535, np.float32)}, variant="simple")["Y"]
+    assert y.shape == () and float(y) == 65535.0
+
+
+def test_refusals_are_typed_errors_naming_the_inputs(kernel):
+    """A K mismatch is a SelectionError whose clause shows both shapes; batches that do not broadcast
+    a ShapeError naming A and B; rank 0 and rank 9 RankErrors naming the input; dtypes outside the
+    constraint, or two dtypes, DTypeErrors; onnxruntime refuses the same calls."""
+    f32 = np.float32
+    with pytest.raises(
+        wk.SelectionError, match=r"'kOk' is false \(with kOk=False, shapes.A=\[3, 4\], ranks.B=2, shapes.B=\[5, 6\]"
+    ):
+        kernel({"A": np.ones((3, 4), f32), "B": np.ones((5, 6), f32)})
+    with pytest.raises(Exception, match="MatMul dimension mismatch"):
+        ort_matmul(np.ones((3, 4), f32), np.ones((5, 6), f32))
+    with pytest.raises(wk.SelectionError, match=r"shapes.A=\[4\], ranks.B=1, shapes.B=\[5\]"):
+        kernel({"A": np.ones(4, f32), "B": np.ones(5, f32)})
+    with pytest.raises(errors.ShapeError, match="broadcast together") as shape:
+        kernel({"A": np.ones((2, 3, 4), f32), "B": np.ones((3, 4, 5), f32)})
+    assert shape.value.argument == "A, B"
+    with pytest.raises(Exception, match="cannot broadcast"):
+        ort_matmul(np.ones((2, 3, 4), f32), np.ones((3, 4, 5), f32))
+    for a, b, name in ((np.float32(2), np.ones(3, f32), "A"), (np.ones(3, f32), np.float32(2), "B"),
+                       (np.ones((1,) * 9, f32), np.ones((1, 1), f32), "A")):  # fmt: skip
+        with pytest.raises(errors.RankError) as rank:
+            kernel({"A": a, "B": b})
+        assert rank.value.argument == name
+    with pytest.raises(errors.DTypeError):
+        kernel({"A": np.ones((2, 2), f32), "B": np.ones((2, 2), np.float16)})
+    with pytest.raises(errors.DTypeError):
+        kernel({"A": np.ones((2, 2), np.int32), "B": np.ones((2, 2), np.int32)})
+    with pytest.raises(errors.UnknownInputError):
+        kernel({"A": np.ones((2, 2), f32), "B": np.ones((2, 2), f32)}, attrs={"transA": 1})
+
+
+@pytest.fixture(scope="module")
+def hypothesis_api():
+    return pytest.importorskip("hypothesis")
+
+
+def test_random_broadcastable_shapes(kernel, hypothesis_api):
+    """Random ranks 1 to 5 on either side, batch sizes 1 or the other side's, small M, K, N (0
+    included): both variants agree with np.matmul within the bound."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @st.composite
+    def shapes(draw):
+        ra, rb = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+        m, k, n = draw(st.integers(0, 5)), draw(st.integers(0, 6)), draw(st.integers(0, 5))
+        nb = max(ra, rb, 2) - 2
+        full = [draw(st.integers(1, 3)) for _ in range(nb)]
+        ones = lambda r: [d if draw(st.booleans()) else 1 for d in full[nb - max(r - 2, 0) :]]  # noqa: E731
+        a = (ones(ra) + [m, k]) if ra >= 2 else [k]
+        b = (ones(rb) + [k, n]) if rb >= 2 else [k]
+        return tuple(a), tuple(b), draw(st.sampled_from(VARIANTS)), draw(st.integers(0, 2**32 - 1))
+
+    @settings(max_examples=25, deadline=None, derandomize=True)
+    @given(shapes())
+    def run(example):
+        a_shape, b_shape, variant, seed = example
+        rng = np.random.default_rng(seed)
+        a = rng.standard_normal(a_shape).astype(np.float32)
+        b = rng.standard_normal(b_shape).astype(np.float32)
+        call(kernel, a, b, variant=variant)
+
+    run()
+
+
+if __name__ == "__main__":
+    write_tolerances()
