@@ -99,6 +99,19 @@ def test_indices_and_slice_bounds_are_integers_not_booleans():
             ev(source)
 
 
+def test_an_index_out_of_range_is_an_error_where_slice_bounds_are_clipped():
+    """Doc: "an index out of range is an error (`shapes.X[-3]` of a rank-2 X: `undefined value: tuple
+    object has no element -3`), where slice bounds past either end are clipped as in Python:
+    `shapes.A[:-2]` and `shapes.A[-2:-1]` of a 1-D A are `()`" """
+    with pytest.raises(errors.ExpressionError, match="tuple object has no element -3"):
+        ev("shapes.X[-3]")
+    assert ev("shapes.X[:-2]") == () and ev("shapes.X[-5:-1]") == (2,) and ev("shapes.X[7:]") == ()
+    one_d = {"A": ((5,), "float32"), "B": ((5, 3), "float32")}
+    matmul = wk.load_kernel(PACKAGES_DIR / "ai.onnx.MatMul")
+    assert matmul.evaluate("shapes.A[:-2]", one_d) == () and matmul.evaluate("shapes.A[-2:-1]", one_d) == ()
+    assert [(o.role, o.shape) for o in matmul.explain(one_d).outputs] == [("Y", (3,))]
+
+
 @pytest.mark.parametrize("source", ["x | length", "x is defined", "{'a': 1}", "foo(1)", "min(a=1)", "min(*x)"])
 def test_what_is_refused_at_load_time(source):
     """Doc: "Refused at load time: filters (`x | length`), tests (`x is defined`), dict literals, calls of
