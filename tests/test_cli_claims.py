@@ -21,7 +21,7 @@ from webgpu_kernels.package import embedded_root
 from webgpu_kernels.validation_report import Problem
 
 from cli_helpers import QG_F32, QUICK_GELU
-from conftest import REPO_ROOT, copy_package
+from conftest import PACKAGES_DIR, REPO_ROOT, copy_package
 
 CLI_MD = (REPO_ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 
@@ -299,7 +299,6 @@ def test_onnxruntime_is_a_reference_not_ground_truth():
 
     import webgpu_kernels as wk
 
-    from conftest import PACKAGES_DIR
     from references import one_node_session
 
     vi = helper.make_tensor_value_info
@@ -340,3 +339,32 @@ def test_new_takes_only_the_version_from_onnxs_schemas(tmp_path) -> None:
     assert manifest["sinceVersion"] == schema.since_version
     assert [i["role"] for i in manifest["inputs"]] == ["X"] and [o["role"] for o in manifest["outputs"]] == ["Y"]
     assert "attributes" not in manifest
+
+
+def test_expect_takes_a_number_for_a_rank_0_output(tmp_path) -> None:
+    """The page (`expect`): "values that are no arrays of numbers (a Python or NumPy number is taken
+    as a 0-d array, for a rank-0 output)" """
+    import numpy as np
+
+    package = tmp_path / "ai.onnx.MatMul"
+    shutil.copytree(PACKAGES_DIR / "ai.onnx.MatMul", package)
+    cases = json.loads((package / "test.json").read_text("utf-8"))
+    case = next(c for c in cases["cases"] if c["name"] == "both1d-9-9-f32")
+    want = case["expected"]["Y"]["values"]
+    del case["expected"]
+    cases["cases"] = [case]
+    (package / "test.json").write_text(json.dumps(cases), "utf-8")
+    (tmp_path / "ref.py").write_text(
+        "import numpy as np\n"
+        "def python_float(inputs, attrs):\n"
+        "    return {'Y': float(np.dot(inputs['A'].astype(np.float64), inputs['B'].astype(np.float64)))}\n"
+        "def numpy_scalar(inputs, attrs):\n"
+        "    return {'Y': np.float32(np.dot(inputs['A'], inputs['B']))}\n", "utf-8")  # fmt: skip
+    for function in ("python_float", "numpy_scalar"):
+        result = CliRunner().invoke(main, ["expect", str(package), "--reference", f"{tmp_path / 'ref.py'}:{function}"])
+        assert result.exit_code == 0, result.output
+        written = json.loads((package / "test.json").read_text("utf-8"))["cases"][0]["expected"]["Y"]
+        got, expected = float(np.reshape(written["values"], ())), float(np.reshape(want, ()))
+        assert written["shape"] == [] and abs(got - expected) <= 1e-5 * max(1.0, abs(expected)), written
+        tested = CliRunner().invoke(main, ["test", str(package)])
+        assert tested.exit_code == 0, tested.output
