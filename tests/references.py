@@ -203,3 +203,17 @@ def one_node_session(node, inputs: list, outputs: list, opset: int):
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def assert_matches_within_bound(got, want, bound, dtype, what: str) -> None:
+    """:func:`assert_within_bound` with the non-finite values checked too: the same shape, NaN where
+    ``want`` is NaN, the same infinity where it is infinite; float16 gets its relative step, 1.5e-3,
+    on top of ``bound`` (tests/test_gemm_package.py, tests/test_matmul_onnx_package.py)."""
+    g64, w64 = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert g64.shape == w64.shape, (what, g64.shape, w64.shape)
+    np.testing.assert_array_equal(np.isnan(g64), np.isnan(w64), err_msg=what)
+    infinite = np.isinf(w64)
+    np.testing.assert_array_equal(g64[infinite], w64[infinite], err_msg=what)
+    rel = 1.5e-3 if np.dtype(dtype) == np.float16 else 0.0
+    with np.errstate(invalid="ignore"):  # the relative part of a non-finite element is masked out there
+        assert_within_bound(g64, w64, np.broadcast_to(bound, w64.shape) + rel * np.abs(w64), what)

@@ -41,6 +41,7 @@ from conftest import (
     poison_outputs,
     stored_expectations,
 )
+from references import assert_matches_within_bound
 
 PACKAGE_NAME = "ai.onnx.Gemm"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
@@ -179,21 +180,6 @@ def attrs_of(alpha=1.0, beta=1.0, trans_a=0, trans_b=0) -> dict:
     return {"alpha": alpha, "beta": beta, "transA": trans_a, "transB": trans_b}
 
 
-def check(got, want, bound, dtype, what: str) -> None:
-    """NaN where ``want`` is NaN, the same infinity where it is infinite, and every other element
-    within ``bound`` (+ f16's relative step)."""
-    got = np.asarray(got, np.float64)
-    want = np.asarray(want, np.float64)
-    assert got.shape == want.shape, what
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
-    inf = np.isinf(want)
-    np.testing.assert_array_equal(got[inf], want[inf], err_msg=what)
-    finite = np.isfinite(want)
-    rel = 1.5e-3 if np.dtype(dtype) == np.float16 else 0.0
-    excess = np.abs(got[finite] - want[finite]) - (
-        np.broadcast_to(bound, want.shape)[finite] + rel * np.abs(want[finite])
-    )
-    assert not (excess > 0).any(), f"{what}: {(excess > 0).sum()} elements beyond the bound, worst by {excess.max()}"
 
 
 def call(kernel: wk.Kernel, a, b, c=None, *, attrs: dict, **options) -> np.ndarray:
@@ -207,7 +193,7 @@ def call(kernel: wk.Kernel, a, b, c=None, *, attrs: dict, **options) -> np.ndarr
         assert v.tobytes() == before[k].tobytes(), k
     args = (a, b, c, attrs["alpha"], attrs["beta"], attrs["transA"], attrs["transB"])
     assert got.dtype == a.dtype
-    check(
+    assert_matches_within_bound(
         got,
         gemm(*args),
         error_bound(*args, float16=a.dtype == np.float16),
@@ -322,7 +308,7 @@ def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, m, k, 
     both = 2 * error_bound(*args, float16=dtype == np.float16)
     for variant in variants:
         got = call(kernel, a, b, c, attrs=attrs, variant=variant)
-        check(got, want, both, dtype, f"onnxruntime: {variant} {a.shape} {b.shape} {attrs}")
+        assert_matches_within_bound(got, want, both, dtype, f"onnxruntime: {variant} {a.shape} {b.shape} {attrs}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -336,7 +322,7 @@ def test_beta_zero_ignores_c_and_nan_propagates_as_onnxruntime(kernel, rng, dtyp
         assert np.isnan(want).any() == (beta != 0)
         for variant in ("tiled_c", "simple_c"):
             got = call(kernel, a, b, c, attrs=attrs_of(beta=beta), variant=variant)
-            check(
+            assert_matches_within_bound(
                 got,
                 want,
                 2 * error_bound(a, b, c, 1.0, beta, float16=dtype == np.float16),
@@ -347,7 +333,7 @@ def test_beta_zero_ignores_c_and_nan_propagates_as_onnxruntime(kernel, rng, dtyp
     want = ort_gemm(a, b, None)
     assert np.isnan(want[1]).all() and not np.isnan(want[[0, 2]]).any()
     for variant in ("tiled", "simple"):
-        check(call(kernel, a, b, attrs=attrs_of(), variant=variant), want, 2 * error_bound(a, b), dtype, variant)
+        assert_matches_within_bound(call(kernel, a, b, attrs=attrs_of(), variant=variant), want, 2 * error_bound(a, b), dtype, variant)
 
 
 def test_nonzero_trans_flags_transpose_as_onnxruntime(kernel, rng):
@@ -356,7 +342,7 @@ def test_nonzero_trans_flags_transpose_as_onnxruntime(kernel, rng):
         want = ort_gemm(a, b, c, 1.0, 1.0, flag, flag)
         for variant in ("tiled_c", "simple_c"):
             got = call(kernel, a, b, c, attrs=attrs_of(trans_a=flag, trans_b=flag), variant=variant)
-            check(got, want, 2 * error_bound(a, b, c, 1.0, 1.0, 1, 1), np.float32, f"trans {flag} {variant}")
+            assert_matches_within_bound(got, want, 2 * error_bound(a, b, c, 1.0, 1.0, 1, 1), np.float32, f"trans {flag} {variant}")
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,7 @@ from conftest import (
     poison_outputs,
     stored_expectations,
 )
+from references import assert_matches_within_bound
 
 PACKAGE_NAME = "ai.onnx.MatMul"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
@@ -131,21 +132,6 @@ def kernel() -> wk.Kernel:
     return wk.load_kernel(PACKAGE)
 
 
-def check(got, want, bound, dtype, what: str) -> None:
-    """The same shape, NaN where ``want`` is NaN, the same infinity where it is infinite, and every
-    other element within ``bound`` (+ f16's relative step)."""
-    got = np.asarray(got, np.float64)
-    want = np.asarray(want, np.float64)
-    assert got.shape == want.shape, (what, got.shape, want.shape)
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
-    inf = np.isinf(want)
-    np.testing.assert_array_equal(got[inf], want[inf], err_msg=what)
-    finite = np.isfinite(want)
-    rel = 1.5e-3 if np.dtype(dtype) == np.float16 else 0.0
-    excess = np.abs(got[finite] - want[finite]) - (
-        np.broadcast_to(bound, want.shape)[finite] + rel * np.abs(want[finite])
-    )
-    assert not (excess > 0).any(), f"{what}: {(excess > 0).sum()} elements beyond the bound, worst by {excess.max()}"
 
 
 def call(kernel: wk.Kernel, a, b, **options) -> np.ndarray:
@@ -158,7 +144,7 @@ def call(kernel: wk.Kernel, a, b, **options) -> np.ndarray:
     for k, v in inputs.items():
         assert v.tobytes() == before[k].tobytes(), k
     assert got.dtype == a.dtype
-    check(got, matmul(a, b), error_bound(a, b, float16=a.dtype == np.float16), a.dtype,
+    assert_matches_within_bound(got, matmul(a, b), error_bound(a, b, float16=a.dtype == np.float16), a.dtype,
           f"{a.shape} {b.shape} {a.dtype} {options}")  # fmt: skip
     return got
 
@@ -245,7 +231,7 @@ def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, need_d
     both = 2 * error_bound(a, b, float16=dtype == np.float16)
     for variant in VARIANTS:
         got = call(kernel, a, b, variant=variant)
-        check(got, want, both, dtype, f"onnxruntime: {variant} {a_shape} {b_shape}")
+        assert_matches_within_bound(got, want, both, dtype, f"onnxruntime: {variant} {a_shape} {b_shape}")
 
 
 @pytest.mark.parametrize(
