@@ -968,3 +968,25 @@ def test_bool_bytes_reach_the_shader_as_they_are():
     cast = wk.load_kernel(PACKAGES_DIR / "ai.onnx.Cast")
     got = cast({"input": raw.view(np.bool_)}, attrs={"to": 1})["output"]
     assert got.tolist() == [0.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+
+
+def test_a_variadic_onnx_output_is_one_role_per_position_matched_by_order():
+    """Doc ("Name the roles after the ONNX op's formal names"): "A variadic input or output ... declare
+    one role per position ... (`tests/packages/ai.onnx.Split`: `outputs_0` to `outputs_3` ...); those
+    roles are no formal names, so `run` places them by the manifest's order" """
+    pytest.importorskip("onnxruntime")
+    from click.testing import CliRunner
+
+    from webgpu_kernels.cli import main
+
+    result = CliRunner().invoke(main, ["run", str(PACKAGES_DIR / "ai.onnx.Split"), "-i", "input=2x7x6:f32",
+                                       "--attr", "axis=-1", "--attr", "num_outputs=3", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = __import__('json').loads(result.stdout)
+    assert report["onnxruntimeMatchedBy"] == "position", report
+    text = CliRunner().invoke(main, ["run", str(PACKAGES_DIR / "ai.onnx.Split"), "-i", "input=2x7x6:f32",
+                                     "--attr", "axis=-1", "--attr", "num_outputs=3"]).output  # fmt: skip
+    for role in ("outputs_0", "outputs_1", "outputs_2"):
+        assert f"error vs ONNX Runtime CPU ({role}): max abs 0.000e+00" in text, text
+    assert "not compared: outputs_3: not produced by variant split3" in text
+

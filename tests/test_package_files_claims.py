@@ -252,6 +252,14 @@ def test_bench_counts_flops_with_the_cases_attributes():
     assert bench_count(gemm, "flops", "2 * M * N * K", inputs, attrs={"transB": 0}) == 2 * 3 * 4 * 4
 
 
+def test_any_nan_matches_any_nan_in_the_comparison():
+    """The page ("The comparison"): "any NaN matches any NaN, whatever its payload or sign, as "nan"
+    in the JSON carries none" """
+    payloads = np.array([0x7FC00001, 0xFFC00000, 0x7F800001], np.uint32).view(np.float32)  # quiet, negative, signalling
+    assert compare("Y", payloads, np.full(3, np.nan), Tolerance()).ok
+    assert not compare("Y", np.float32([1.0, np.nan, np.nan]), np.full(3, np.nan), Tolerance()).ok
+
+
 # --- bench.json: tags -------------------------------------------------------------------------------
 
 
