@@ -64,7 +64,7 @@
 #   bash scripts/h200-run.sh clipmlp [DIR]   examples/clip_mlp.py (f32, f16; batch 1 and 8), hostab DIR, then the suite in 8 processes
 #   bash scripts/h200-run.sh chainab [DIR]   astype/copy in a chain (--chain) against DIR/src (default ab-old), hostab DIR, then the suite in 8 processes
 #   bash scripts/h200-run.sh sdff   examples/sd_feed_forward.py (f32, f16; B 2 at T 4096 C 320 and T 1024 C 640), then testsn
-#   bash scripts/h200-run.sh newonnxsuite   the suite, then ai.onnx.Softmax, Gemm, MatMul, Gelu, LayerNormalization, ReduceMean, Add and Cast: validate --strict, test, bench --compare
+#   bash scripts/h200-run.sh newonnxsuite   the suite, then ai.onnx.Softmax, Gemm, MatMul, Split, Gelu, LayerNormalization, ReduceMean, Add and Cast: validate --strict, test, bench --compare
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors filelock \
@@ -381,7 +381,7 @@ case "${1:-bench}" in
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
     log=$OUT/newonnx.log; : > "$log"; mkdir -p "$OUT/peers"
-    for p in ai.onnx.Softmax ai.onnx.Gemm ai.onnx.MatMul ai.onnx.Gelu ai.onnx.LayerNormalization ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast; do
+    for p in ai.onnx.Softmax ai.onnx.Gemm ai.onnx.MatMul ai.onnx.Split ai.onnx.Gelu ai.onnx.LayerNormalization ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast; do
       (( SECONDS > 560 )) && { echo "== $p: no time left" | tee -a "$log"; continue; }
       echo "== $p" | tee -a "$log"
       timeout 40 python3 -m webgpu_kernels validate "tests/packages/$p" --strict 2>&1 | tail -3 | tee -a "$log"

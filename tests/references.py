@@ -191,7 +191,8 @@ def assert_outputs_within(got: dict, want: dict, tol: dict, dtypes: dict, what: 
 
 def one_node_session(node, inputs: list, outputs: list, opset: int):
     """An onnxruntime CPU session of one ONNX node with these graph inputs and outputs (value infos,
-    symbolic dimensions allowed, so one session serves many shapes), single-threaded."""
+    symbolic dimensions allowed, so one session serves many shapes, but each with a shape: one of
+    None fails onnx's checker, "Field 'shape' of 'type' is required"), single-threaded."""
     import onnx
     import onnxruntime as ort
     from onnx import helper
