@@ -990,3 +990,23 @@ def test_a_variadic_onnx_output_is_one_role_per_position_matched_by_order():
         assert f"error vs ONNX Runtime CPU ({role}): max abs 0.000e+00" in text, text
     assert "not compared: outputs_3: not produced by variant split3" in text
 
+
+def test_an_unbound_optional_outputs_shape_is_still_evaluated(tmp_path):
+    """Doc: "Its `rank` and `shape` are still evaluated for every call, before selection ... an error
+    in one is the call's `ExpressionError` (`outputs[3].shape: ...`), whichever variant would run" """
+    import json as json_
+    import shutil
+
+    root = tmp_path / "split"
+    shutil.copytree(PACKAGES_DIR / "ai.onnx.Split", root)
+    (root / "metadata.json").unlink()
+    manifest = json_.loads((root / "manifest.json").read_text("utf-8"))
+    (last,) = [o for o in manifest["outputs"] if o["role"] == "outputs_3"]
+    assert last["optional"]
+    inputs, attrs = {"input": np.arange(12, dtype=np.float32).reshape(2, 6)}, {"axis": 1, "num_outputs": 2}
+    assert sorted(wk.load_kernel(root)(inputs, attrs=attrs)) == ["outputs_0", "outputs_1"]
+    last["shape"] = "[1 // 0]"
+    (root / "manifest.json").write_text(json_.dumps(manifest), "utf-8")
+    with pytest.raises(errors.ExpressionError, match=r"outputs\[3\]\.shape"):
+        wk.load_kernel(root)(inputs, attrs=attrs)
+
