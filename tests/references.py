@@ -189,6 +189,15 @@ def assert_outputs_within(got: dict, want: dict, tol: dict, dtypes: dict, what: 
         assert_within_bound(g64, expected, tol[role], f"{what}: {role}")
 
 
+def symbolic_tensor(name: str, elem_type: int, rank: int):
+    """A graph input or output for :func:`one_node_session`: ``rank`` symbolic dimensions named after
+    the tensor (``A_0``, ``A_1``, ...), so that no two tensors' dimensions are tied and one session
+    serves every shape of that rank."""
+    from onnx import helper
+
+    return helper.make_tensor_value_info(name, elem_type, [f"{name}_{i}" for i in range(rank)])
+
+
 def one_node_session(node, inputs: list, outputs: list, opset: int):
     """An onnxruntime CPU session of one ONNX node with these graph inputs and outputs (value infos,
     symbolic dimensions allowed, so one session serves many shapes, but each with a shape: one of

@@ -55,14 +55,12 @@ def ort_session(rank_a: int, rank_b: int, float16: bool):
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
-    from references import one_node_session
+    from references import one_node_session, symbolic_tensor
 
     kind = TensorProto.FLOAT16 if float16 else TensorProto.FLOAT
-    vi = helper.make_tensor_value_info
-    dims = lambda name, r: [f"{name}{i}" for i in range(r)]  # noqa: E731
     node = helper.make_node("Add", ["A", "B"], ["C"])
-    return one_node_session(node, [vi("A", kind, dims("a", rank_a)), vi("B", kind, dims("b", rank_b))],
-                            [vi("C", kind, dims("c", max(rank_a, rank_b)))], 14)  # fmt: skip
+    return one_node_session(node, [symbolic_tensor("A", kind, rank_a), symbolic_tensor("B", kind, rank_b)],
+                            [symbolic_tensor("C", kind, max(rank_a, rank_b))], 14)  # fmt: skip
 
 
 def ort_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:

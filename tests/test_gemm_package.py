@@ -152,17 +152,16 @@ def ort_session(c_rank: int | None, float16: bool, alpha: float, beta: float, tr
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
-    from references import one_node_session
+    from references import one_node_session, symbolic_tensor
 
     kind = TensorProto.FLOAT16 if float16 else TensorProto.FLOAT
-    vi = helper.make_tensor_value_info
-    inputs = [vi("A", kind, ["a0", "a1"]), vi("B", kind, ["b0", "b1"])]
+    inputs = [symbolic_tensor("A", kind, 2), symbolic_tensor("B", kind, 2)]
     if c_rank is not None:
-        inputs.append(vi("C", kind, [f"c{i}" for i in range(c_rank)]))
+        inputs.append(symbolic_tensor("C", kind, c_rank))
     node = helper.make_node(
         "Gemm", [i.name for i in inputs], ["Y"], alpha=alpha, beta=beta, transA=trans_a, transB=trans_b
     )
-    return one_node_session(node, inputs, [vi("Y", kind, ["m", "n"])], 13)
+    return one_node_session(node, inputs, [symbolic_tensor("Y", kind, 2)], 13)
 
 
 def ort_gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0) -> np.ndarray:

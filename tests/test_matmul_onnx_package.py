@@ -112,14 +112,12 @@ def ort_session(rank_a: int, rank_b: int, rank_y: int, float16: bool):
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
-    from references import one_node_session
+    from references import one_node_session, symbolic_tensor
 
     kind = TensorProto.FLOAT16 if float16 else TensorProto.FLOAT
-    vi = helper.make_tensor_value_info
-    dims = lambda name, r: [f"{name}{i}" for i in range(r)]  # noqa: E731
     node = helper.make_node("MatMul", ["A", "B"], ["Y"])
-    return one_node_session(node, [vi("A", kind, dims("a", rank_a)), vi("B", kind, dims("b", rank_b))],
-                            [vi("Y", kind, dims("y", rank_y))], 13)  # fmt: skip
+    return one_node_session(node, [symbolic_tensor("A", kind, rank_a), symbolic_tensor("B", kind, rank_b)],
+                            [symbolic_tensor("Y", kind, rank_y)], 13)  # fmt: skip
 
 
 def ort_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

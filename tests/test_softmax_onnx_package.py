@@ -71,13 +71,11 @@ def ort_session(rank: int, axis: int, float16: bool):
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
-    from references import one_node_session
+    from references import one_node_session, symbolic_tensor
 
     kind = TensorProto.FLOAT16 if float16 else TensorProto.FLOAT
-    dims = [f"d{i}" for i in range(rank)]
-    vi = helper.make_tensor_value_info
     node = helper.make_node("Softmax", ["input"], ["output"], axis=axis)
-    return one_node_session(node, [vi("input", kind, dims)], [vi("output", kind, dims)], 13)
+    return one_node_session(node, [symbolic_tensor("input", kind, rank)], [symbolic_tensor("output", kind, rank)], 13)
 
 
 def ort_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:

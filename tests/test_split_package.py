@@ -75,7 +75,7 @@ def ort_split():
     """onnxruntime's CPU Split-18, one session per (axis, num_outputs, dtype)."""
     from onnx import TensorProto, helper
 
-    from references import one_node_session
+    from references import one_node_session, symbolic_tensor
 
     elem = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
             np.dtype(np.int64): TensorProto.INT64}  # fmt: skip
@@ -85,10 +85,9 @@ def ort_split():
         key = (axis, n, x.dtype, x.ndim)
         if key not in sessions:
             outs = [f"o{k}" for k in range(n)]
-            dims = [f"d{i}" for i in range(x.ndim)]
             node = helper.make_node("Split", ["x"], outs, axis=axis, num_outputs=n)
-            sessions[key] = one_node_session(node, [helper.make_tensor_value_info("x", elem[x.dtype], dims)],
-                                             [helper.make_tensor_value_info(o, elem[x.dtype], [f"{o}_{i}" for i in range(x.ndim)]) for o in outs], 18)  # fmt: skip
+            sessions[key] = one_node_session(node, [symbolic_tensor("x", elem[x.dtype], x.ndim)],
+                                             [symbolic_tensor(o, elem[x.dtype], x.ndim) for o in outs], 18)  # fmt: skip
         return sessions[key].run(None, {"x": x})
 
     return run
