@@ -42,6 +42,26 @@ TINY = [*STEADY_TINY, "--quick"]
 TINY_KEY = f"{wk.get_kernel(QG).tuning_key}|T=float32|X=4096"  # op id @ digest of manifest and templates
 
 
+#: The warm-up copy's size in these tests: 1 MiB, not the 64 MiB of benchmark.WARM_UP_BYTES (test_benchmark
+#: checks the default and its cut to the adapter's binding limit). On lavapipe one 64 MiB copy outlasts a
+#: 0.05 s warm-up, and its random source is made and uploaded again for each command: about 0.5 s a
+#: command, 115 such commands in this file and test_cli_tune.py. The warm-up runs as before, its copies
+#: smaller: `--warm-up` is still given, reaches the GPU and ends before the first timing.
+WARM_UP_TEST_BYTES = 1 << 20
+
+
+def small_warm_up(monkeypatch) -> None:
+    """bench's and tune's warm-up (cli_bench.warm_up, their one call of benchmark.warm_up) copies
+    WARM_UP_TEST_BYTES."""
+    real_warm_up = cli_bench.warm_up
+    monkeypatch.setattr(cli_bench, "warm_up", lambda device, seconds: real_warm_up(device, seconds, nbytes=WARM_UP_TEST_BYTES))
+
+
+@pytest.fixture(autouse=True)
+def _small_warm_up(monkeypatch):
+    small_warm_up(monkeypatch)
+
+
 @pytest.fixture
 def runner(runner, tuning_dir):  # conftest's, with a tuning folder of this test's own
     return runner
