@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_cli_bench import QG, QG_DIR, QUICK_WARM_UP, STEADY_TINY, TINY, TINY_KEY, invoke
+from test_cli_bench import QG, QG_DIR, QUICK_WARM_UP, STEADY_TINY, TINY, TINY_KEY, invoke, small_warm_up
 
 import webgpu_kernels as wk
 from webgpu_kernels import cli_tune, replacing, tuning, walltime
@@ -31,6 +31,11 @@ def stored_entries(folder):
     (a tune whose every class keeps the manifest's selection writes none)."""
     path = tuning_file(folder)
     return json.loads(path.read_text("utf-8"))["entries"] if path.exists() else {}
+
+
+@pytest.fixture(autouse=True)
+def _small_warm_up(monkeypatch):  # test_cli_bench.py's: a warm-up copying 1 MiB, not 64
+    small_warm_up(monkeypatch)
 
 
 @pytest.fixture
@@ -948,7 +953,7 @@ def test_a_candidate_with_other_outputs_is_skipped_not_a_crash(write_package, ru
     KeyError once such outputs were left out of results (a review): it computes other
     outputs than the default, so it is skipped, as a variant whose output differs is."""
     root = optional_output_package(write_package, [("withz", 10, True), ("noz", 1, False)])
-    result = runner.invoke(main, ["tune", str(root), "--dry-run"])
+    result = runner.invoke(main, ["tune", str(root), "--dry-run", *QUICK_WARM_UP])  # outputs checked as in a full run
     assert result.exit_code == 0, (result.output, result.exception)
     assert "skipped (output differs from the default's): noz" in " ".join(result.output.split())
 
