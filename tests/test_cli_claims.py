@@ -117,7 +117,7 @@ def _json_args(command: str) -> list[str]:
         "explain": ["explain", QUICK_GELU, *QG_F32, "--json"], "run": ["run", QUICK_GELU, *QG_F32, "--json"],
         "test": ["test", QUICK_GELU, "--case", "rank0-f32", "--json"],
         "validate": ["validate", folder, "--no-gpu", "--json"], "digest": ["digest", folder, "--check", "--json"],
-        "bench": ["bench", QUICK_GELU, *QG_F32, "--warm-up", "0", "--no-host", "--json", "-"],
+        "bench": ["bench", QUICK_GELU, *QG_F32, "--warm-up", "0", "--quick", "--no-host", "--json", "-"],
     }[command]  # fmt: skip
 
 
@@ -267,7 +267,7 @@ def test_a_folder_in_the_tuning_files_place_leaves_a_dry_run_running(runner: Cli
     device = wk.get_device()
     path = tuning.cache_for(device.adapter.name, device.adapter.backend).path
     path.mkdir(parents=True)
-    args = ["tune", QUICK_GELU, "--case", "tiny-4096", "--dtype", "f32", "--warm-up", "0"]
+    args = ["tune", QUICK_GELU, "--case", "tiny-4096", "--dtype", "f32", "--warm-up", "0", "--quick"]
     result = runner.invoke(main, [*args, "--dry-run"])
     assert result.exit_code == 0 and f"dry run: nothing written to {path}" in " ".join(result.stdout.split()), (
         result.output
