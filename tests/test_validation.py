@@ -1464,3 +1464,16 @@ def test_when_clause_warnings_of_different_reasons_stay_apart(qg: Path) -> None:
     warnings = [p for p in validate_package(qg).warnings if p.json_path == "variants[0].when[2]"]
     assert sorted(p.case for p in warnings) == ["multi-workgroup-3x77x16-f32", "vec4-2x64-f32"]
     assert not any("more case" in p.message for p in warnings)
+
+
+def test_template_count_includes_included_templates() -> None:
+    """validate's "checked: N templates" counted the templates passes name, not those they include:
+    ai.onnx.Gemm's two pass templates both include gemm-epilogue.wgsl.jinja, which validate checks
+    (its syntax, its include's case) as it checks theirs, so all three are counted."""
+    from conftest import PACKAGES_DIR
+
+    report = validate_package(PACKAGES_DIR / "ai.onnx.Gemm", gpu=False)
+    assert report.checked["templates"] == 3
+    # a package without includes: the templates its passes name, each once
+    assert validate_package(embedded_root() / "com.microsoft.QuickGelu", gpu=False).checked["templates"] == len(
+        load_kernel(embedded_root() / "com.microsoft.QuickGelu").manifest.shaders())

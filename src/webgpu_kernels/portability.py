@@ -206,15 +206,23 @@ def twin_message(lead: str, name: str, twin: str) -> str:
             f"verified package): spell it {twin!r}")  # fmt: skip
 
 
-def include_case_problems(env: Any, shaders: Iterable[str], files: Iterable[str],
-                          twin_of: Callable[[str], str | None]) -> list[tuple[str, int, str]]:  # fmt: skip
-    """(template, line, message) for each ``{% include %}``/``{% import %}`` that names a template
-    in another case than its file, in the templates ``shaders`` and all they include by name.
+class IncludeWalk(NamedTuple):
+    """What :func:`walk_includes` found: the case problems of include statements, and every
+    template reached (those it started from, then each included one that exists, in walk order)."""
+
+    problems: list[tuple[str, int, str]]  # (template, line, message)
+    templates: tuple[str, ...]
+
+
+def walk_includes(env: Any, shaders: Iterable[str], files: Iterable[str],
+                  twin_of: Callable[[str], str | None]) -> IncludeWalk:  # fmt: skip
+    """Follow each ``{% include %}``/``{% import %}`` by name from the templates ``shaders``,
+    reporting each that names a template in another case than its file.
     ``env`` is the package's TemplateSandbox (its loader applies the loader's rules and bounds);
     ``twin_of``: digests.case_twins(files), which validate folds once for all its checks."""
     files = set(files)
     queue = list(dict.fromkeys(shaders))
-    seen = set(queue)
+    seen = dict.fromkeys(queue)
     found: list[tuple[str, int, str]] = []
     while queue:
         name = queue.pop(0)
@@ -229,6 +237,6 @@ def include_case_problems(env: Any, shaders: Iterable[str], files: Iterable[str]
                     statement = "{% include %}" if isinstance(node, nodes.Include) else "{% import %}"
                     found.append((name, node.lineno, twin_message(f"{statement} names", target, twin)))
                 elif target in files and target not in seen:
-                    seen.add(target)
+                    seen[target] = None
                     queue.append(target)
-    return found
+    return IncludeWalk(found, tuple(seen))

@@ -63,7 +63,7 @@ from .errors import (
 from .expressions import as_count
 from .manifest import Manifest, build_manifest, reference_errors, schema_errors, without_unknown_fields
 from .package import MANIFEST_FILE, KernelPackage, open_folder
-from .portability import check_file_names, include_case_problems, twin_message
+from .portability import check_file_names, twin_message, walk_includes
 from .program import (
     DeviceInfo,
     Program,
@@ -163,7 +163,7 @@ def _validate(path: str | Path, *, adapter: str | None, gpu: bool, progress: Pro
         report.checked["digests"] = len(metadata["digest"]["files"])
     if manifest is not None:
         report.checked["expressions"] = out.counts.get("expressions", 0)
-        report.checked["templates"] = len(manifest.shaders())
+        report.checked["templates"] = out.counts.get("templates", len(manifest.shaders()))
     if test_file is not None:
         report.checked["testCases"] = len(test_file.cases)
         report.checked["refusedCases"] = sum(1 for c in test_file.cases if c.refused is not None)
@@ -298,8 +298,10 @@ def _check_templates(package: KernelPackage, manifest: Manifest, out: ProblemCol
             except KernelError as exc:
                 out.error(p.shader, "", str(exc))
                 broken.add(p.shader)
-    for name, line, message in include_case_problems(renderer.env, parsed, files or (), twin_of):
+    walk = walk_includes(renderer.env, parsed, files or (), twin_of)
+    for name, line, message in walk.problems:
         out.error(name, "", message, line=line)
+    out.counts["templates"] = len(set(manifest.shaders()).union(walk.templates))  # passes' (found or not) and included
     return broken
 
 
