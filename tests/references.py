@@ -215,6 +215,27 @@ def one_node_session(node, inputs: list, outputs: list, opset: int):
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+#: The onnxruntime release whose CPU kernels the package modules' edge cases were checked against
+#: (CI installs the newest). Older ones refuse or answer otherwise on a few: 1.30, the GPU machine's,
+#: refuses Split with more outputs than the axis has elements and a MatMul batch of 1 against 0, and
+#: gives Gemm with K = 0 as C, not beta * C (run BC, docs/perf/runs.md).
+ONNXRUNTIME_CHECKED = (1, 32)
+
+
+def skip_for_older_onnxruntime(what: str) -> None:
+    """Where the installed onnxruntime is older than :data:`ONNXRUNTIME_CHECKED`, skip the rest of
+    the test, saying ``what`` it did (call it where onnxruntime refused or disagreed, after ours
+    was checked against the NumPy reference, so that the skip hides no result of ours). On that
+    release or newer it returns, and the caller fails the test."""
+    import onnxruntime
+    import pytest
+
+    version = tuple(int(part) for part in onnxruntime.__version__.split(".")[:2])
+    if version < ONNXRUNTIME_CHECKED:
+        pytest.skip(f"onnxruntime {onnxruntime.__version__} {what}; {'.'.join(map(str, ONNXRUNTIME_CHECKED))} "
+                    "agrees with the NumPy reference, which ours matched")  # fmt: skip
+
+
 def assert_matches_within_bound(got, want, bound, dtype, what: str) -> None:
     """:func:`assert_within_bound` with the non-finite values checked too: the same shape, NaN where
     ``want`` is NaN, the same infinity where it is infinite; float16 gets its relative step, 1.5e-3,

@@ -38,6 +38,7 @@ from conftest import (
     poison_outputs,
     stored_expectations,
 )
+from references import skip_for_older_onnxruntime
 
 PACKAGE = PACKAGES_DIR / "ai.onnx.Split"
 VARIANTS = ("split2", "split3", "split4")
@@ -188,12 +189,16 @@ def test_against_numpy_and_onnxruntime(split, ort_split, rng, call, dtype):
     shape, axis, n = call
     x = draw(rng, shape, dtype)
     want = reference(x, axis, n)
-    ort = ort_split(x, axis, n)
-    assert len(ort) == n
-    assert_split({f"outputs_{k}": o for k, o in enumerate(ort)}, want, "onnxruntime")
     explanation = split.explain({"input": x}, attrs={"axis": axis, "num_outputs": n})
     assert explanation.chosen == f"split{n}"
     assert_split(run(split, x, axis, n), want, call)
+    try:
+        ort = ort_split(x, axis, n)
+    except Exception as exc:  # onnxruntime's own error types
+        skip_for_older_onnxruntime(f"refuses it: {exc}")
+        raise
+    assert len(ort) == n
+    assert_split({f"outputs_{k}": o for k, o in enumerate(ort)}, want, "onnxruntime")
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=("f32", "f16", "i64"))
@@ -278,7 +283,8 @@ def test_a_negative_last_part_is_refused_as_onnxruntime_refuses_it(split, ort_sp
     if part_lengths(length, n)[-1] >= 0:  # (6, 4): 2, 2, 2, 0; (1, 3): 1, 0, 0 ... is negative
         assert_split(run(split, x, 0, n), reference(x, 0, n), (length, n))
         return
-    with pytest.raises(Exception, match="negative final split"):
+    # 1.32 says "negative final split", 1.30 "Invalid num_outputs value" or "exceeds the remaining size"
+    with pytest.raises(Exception, match="running Split node"):
         ort_split(x, 0, n)
     with pytest.raises(errors.SelectionError, match="lastPartOk=False"):
         split({"input": x}, attrs={"axis": 0, "num_outputs": n})
