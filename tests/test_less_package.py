@@ -279,7 +279,7 @@ def broadcast_calls(draw_):
     return shapes[0], shapes[1], dtype, draw_(st.integers(0, 2**32 - 1))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(call=broadcast_calls())
 def test_property_random_broadcast_shapes(kernel, call):
     """Every variant that accepts the call gives np.less, and onnxruntime agrees."""
