@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -608,22 +609,18 @@ def test_no_package_bitcasts_a_literal_nan_or_infinity():
     assert LITERAL_BITCAST.search("var m = bitcast<f32>(0xff800000u);")  # what it would have found
 
 
-def test_unpack2x16float_reads_the_low_half_as_the_even_element():
-    """Doc: "the low half of a word is the element at the even index ... (`unpack2x16float` of such a
-    word gives f32 NaNs, which lavapipe keeps" """
-    assert np.array([0x7E003C00], np.uint32).view(np.float16)[0] == 1.0  # NumPy's order: low half first
-    kernel_src = ("@group(0) @binding(0) var<storage, read_write> y: array<u32>;\n"
-                  "@compute @workgroup_size(1) fn main() {\n  let w = y[0];\n  let h = unpack2x16float(w);\n"
-                  "  y[1] = bitcast<u32>(h.x);\n  y[2] = bitcast<u32>(h.y);\n}\n")
+def run_on_words(kernel_src: str, words: list[int]) -> np.ndarray:
+    """One invocation of ``kernel_src`` (its binding 0 a read-write ``array<u32>``) on ``words``, as
+    the device leaves them."""
     import wgpu
 
     gpu = wk.get_device().gpu
     module = gpu.create_shader_module(code=kernel_src)
     pipeline = gpu.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
-    buffer = gpu.create_buffer_with_data(data=np.array([0x7E003C00, 0, 0, 0], np.uint32),
-                                         usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    buffer = gpu.create_buffer_with_data(data=np.array(words, np.uint32),
+                                         usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)  # fmt: skip
     group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0),
-                                  entries=[{"binding": 0, "resource": {"buffer": buffer}}])
+                                  entries=[{"binding": 0, "resource": {"buffer": buffer}}])  # fmt: skip
     encoder = gpu.create_command_encoder()
     compute = encoder.begin_compute_pass()
     compute.set_pipeline(pipeline)
@@ -631,8 +628,45 @@ def test_unpack2x16float_reads_the_low_half_as_the_even_element():
     compute.dispatch_workgroups(1)
     compute.end()
     gpu.queue.submit([encoder.finish()])
-    words = np.frombuffer(gpu.queue.read_buffer(buffer), np.uint32)
+    return np.frombuffer(gpu.queue.read_buffer(buffer), np.uint32)
+
+
+def test_unpack2x16float_reads_the_low_half_as_the_even_element():
+    """Doc: "the low half of a word is the element at the even index ... (`unpack2x16float` of such a
+    word gives f32 NaNs, which lavapipe keeps" """
+    assert np.array([0x7E003C00], np.uint32).view(np.float16)[0] == 1.0  # NumPy's order: low half first
+    kernel_src = ("@group(0) @binding(0) var<storage, read_write> y: array<u32>;\n"
+                  "@compute @workgroup_size(1) fn main() {\n  let w = y[0];\n  let h = unpack2x16float(w);\n"
+                  "  y[1] = bitcast<u32>(h.x);\n  y[2] = bitcast<u32>(h.y);\n}\n")
+    words = run_on_words(kernel_src, [0x7E003C00, 0, 0, 0])
     assert words[1].view(np.float32) == 1.0 and np.isnan(words[2].view(np.float32))
+
+
+def test_float_comparisons_on_lavapipe_are_ieee_but_a_nan_is_unequal_to_nothing():
+    """Doc: "On lavapipe, `<`, `==` and the others compare runtime floats as IEEE-754 does (`-0.0 == 0.0`,
+    subnormals by value, infinities ordered) but for `!=`: a NaN operand makes every comparison false,
+    `!=` too, so `x != x` is no NaN test" (the ai.onnx.Less author's question). Each pair's `<`, `==`
+    and `!=` as bits 0, 1 and 2 of a word."""
+    nan, neg_zero, tiny, inf = 0x7FC00000, 0x80000000, 0x00000001, 0x7F800000
+    one = int(np.float32(1).view(np.uint32))
+    pairs = [(nan, one), (one, nan), (nan, nan), (neg_zero, 0), (0, neg_zero), (0, tiny), (tiny, 0),
+             (inf | 0x80000000, inf), (nan | 0x80000000, 0)]  # fmt: skip
+    kernel_src = ("@group(0) @binding(0) var<storage, read_write> y: array<u32>;\n"
+                  "@compute @workgroup_size(1) fn main() {\n"
+                  f"  for (var i = 0u; i < {len(pairs)}u; i++) {{\n"
+                  "    let a = bitcast<f32>(y[2u * i]);\n    let b = bitcast<f32>(y[2u * i + 1u]);\n"
+                  f"    y[{2 * len(pairs)}u + i] = select(0u, 1u, a < b) | select(0u, 2u, a == b) | select(0u, 4u, a != b);\n"
+                  "  }\n}\n")  # fmt: skip
+    got = run_on_words(kernel_src, [w for pair in pairs for w in pair] + [0] * len(pairs))[2 * len(pairs):]
+    values = np.array(pairs, np.uint32).view(np.float32)
+    with np.errstate(invalid="ignore"):
+        want = (np.less(values[:, 0], values[:, 1]) * 1 | np.equal(values[:, 0], values[:, 1]) * 2
+                | np.not_equal(values[:, 0], values[:, 1]) * 4)  # fmt: skip
+    if "llvmpipe" not in wk.get_device().adapter.name:
+        pytest.skip("the claim is lavapipe's: WGSL's finite-math rule lets another device answer otherwise for NaN")
+    unordered = np.isnan(values).any(axis=1)
+    assert got[~unordered].tolist() == want[~unordered].tolist()  # -0 == +0, subnormals by value, infinities
+    assert got[unordered].tolist() == [0] * int(unordered.sum())  # a NaN: `!=` false too, where IEEE says true  # NumPy as IEEE: what the doc says, spelt out
 
 
 def test_lavapipe_flushes_a_subnormal_intermediate_to_zero(need_dtype):
@@ -1010,3 +1044,25 @@ def test_an_unbound_optional_outputs_shape_is_still_evaluated(tmp_path):
     with pytest.raises(errors.ExpressionError, match=r"outputs\[3\]\.shape"):
         wk.load_kernel(root)(inputs, attrs=attrs)
 
+
+
+def test_a_bool_output_byte_of_2_reaches_the_caller_as_written(tmp_path):
+    """Doc: "the engine returns them as they are, so a byte of 2 reaches the caller in a `bool` array
+    that NumPy's operations take as `True`, but whose bytes (`.tobytes()`, `.view(np.uint8)`) hold 2, as
+    does the buffer a chained call reads" (ai.onnx.Less with a word's first true written as 2, its
+    metadata.json dropped)."""
+    import shutil
+
+    folder = Path(shutil.copytree(PACKAGES_DIR / "ai.onnx.Less", tmp_path / "less"))
+    template = folder / "less.wgsl.jinja"
+    text = template.read_text("utf-8")
+    assert "select(0u, 1u, r0)" in text
+    template.write_text(text.replace("select(0u, 1u, r0)", "select(0u, 2u, r0)"), "utf-8")
+    (folder / "metadata.json").unlink()
+    less = wk.load_kernel(folder)
+    got = less({"A": np.array([0, 5, 0, 5], np.int32), "B": np.array([1, 1, 1, 1], np.int32)})["C"]
+    assert got.dtype == np.bool_ and got.view(np.uint8).tolist() == [2, 0, 1, 0]  # a word's first element: 2
+    assert got.tolist() == [True, False, True, False] and (got == np.array([1, 0, 1, 0], bool)).all()
+    assert got.sum() == 2 and (~got).tolist() == [False, True, False, True]  # NumPy takes 2 as True
+    on_gpu = less({"A": np.array([0, 5, 0, 5], np.int32), "B": np.array([1, 1, 1, 1], np.int32)}, output="gpu")["C"]
+    assert on_gpu.numpy().tobytes() == bytes([2, 0, 1, 0])
