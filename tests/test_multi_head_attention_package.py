@@ -281,6 +281,19 @@ def test_head_sizes_up_to_256_and_no_further(kernel, rng):
         kernel(draw(rng, np.float32, 1, 17, 9, 1, 8, 260), attrs={"num_heads": 1})
 
 
+def test_variants_refuse_what_llvmpipe_cannot_loop_over(kernel, rng):
+    """The head loops are unrolled, so the rows variant's only loop is the one over the keys: right
+    at L = 65,527 on lavapipe, refused past it (rowLoopOk); the tiled variant counts its tile loops
+    (tiledLoopOk) and leaves such a call to rows."""
+    inputs = draw(rng, np.float32, 1, 1, 65527, 1, 4, 4)
+    call(kernel, inputs, {"num_heads": 1})
+    with pytest.raises(wk.SelectionError, match="rowLoopOk=False"):
+        kernel(draw(rng, np.float32, 1, 1, 65528, 1, 4, 4), attrs={"num_heads": 1})
+    many = {"query": ((1, 16, 4), "float32"), "key": ((1, 65000, 4), "float32"), "value": ((1, 65000, 4), "float32")}
+    explanation = kernel.explain(many, attrs={"num_heads": 1})
+    assert explanation.chosen == "rows" and "tiledLoopOk=False" in str(explanation)
+
+
 def test_empty_outputs_dispatch_nothing(kernel, rng):
     for b, s, n_keys in ((0, 5, 4), (2, 0, 4), (0, 3, 0), (1, 0, 0)):
         inputs = draw(rng, np.float32, b, s, n_keys, 2, 4, 4)
