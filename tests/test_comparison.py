@@ -454,6 +454,18 @@ def test_test_reports_relative_error_only_where_the_output_dtype_holds_a_normal_
     assert agreement["maxRelError"] == pytest.approx(judged.max_rel_error)
 
 
+def test_a_bfloat16_output_reports_its_relative_error_over_its_normal_values() -> None:
+    """bfloat16 is a float dtype too (ml_dtypes'; NumPy does not count it as np.floating): its
+    relative error is reported over expected values from its smallest normal number, not from 1 as
+    for integers, where a one-ulp error at 0.0123 read as a max rel error of 0."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    got = np.array([0.0123291015625 + 2.0**-14, 1.0], ml_dtypes.bfloat16)
+    want = np.array([0.0123291015625, 1.0])
+    judged = compare("Y", got, want, Tolerance(rtol=1e-2, atol=1e-4))
+    assert judged.ok and judged.max_rel_error == pytest.approx(float(got[0]) / 0.0123291015625 - 1)
+    assert comparison.reference_report(got, want)["maxRelError"] == pytest.approx(judged.max_rel_error)
+
+
 def test_a_relative_error_past_float64_is_infinite_without_a_warning() -> None:
     """An error of 1e300 against an expected 1e-300 overflowed the division: NumPy's RuntimeWarning
     (hypothesis met it on Python 3.13) in the middle of `test`'s output."""
