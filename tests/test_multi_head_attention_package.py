@@ -14,7 +14,8 @@ refused with a SelectionError naming it.
 
 Judged against a float64 NumPy reference written from that definition and against onnxruntime's CPU
 MultiHeadAttention (a one-node model, domain com.microsoft, opset 1), which in 1.32 runs float32 and
-float16 and Dv != D, every variant, both dtypes. test.json's expected values come from
+float16 and Dv != D, every variant, both dtypes; bfloat16 (the op's third type, which onnxruntime's
+CPU kernel does not run: "Could not find an implementation") against the reference alone. test.json's expected values come from
 ``expect_reference``: ``python3 -m webgpu_kernels expect tests/packages/com.microsoft.MultiHeadAttention
 --reference tests/test_multi_head_attention_package.py:expect_reference``.
 """
@@ -46,7 +47,7 @@ VARIANTS = ["tiled", "tiled_bias", "rows", "rows_bias"]
 # f32: scores of D products and a softmax in f32 with WGSL's exp (3 + 2|x| ulp); f16: the f16 rounding
 # of the inputs is the reference's too, so two f16 ulps of the result (2^-10 relative each) and a
 # subnormal step.
-TOLERANCE = {np.dtype(np.float32): (2e-5, 2e-6), np.dtype(np.float16): (2e-3, 2e-4)}
+TOLERANCE = {np.dtype(np.float32): (2e-5, 2e-6), np.dtype(np.float16): (2e-3, 2e-4), "bfloat16": (1e-2, 1e-4)}
 INPUTS = ("query", "key", "value", "bias", "key_padding_mask", "attention_bias", "past_key", "past_value",
           "past_sequence_length", "cache_indirection")  # fmt: skip
 
@@ -128,7 +129,7 @@ def ort_mha(inputs: dict, **attrs) -> np.ndarray:
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, dtype, what: str, scale: float = 1.0) -> None:
-    rtol, atol = TOLERANCE[np.dtype(dtype)]
+    rtol, atol = TOLERANCE["bfloat16" if np.dtype(dtype).name == "bfloat16" else np.dtype(dtype)]
     np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=rtol * scale,
                                atol=atol * scale, err_msg=what)  # fmt: skip
 
@@ -177,7 +178,7 @@ def test_package_files(kernel):
     assert (data["domain"], data["name"], data["sinceVersion"]) == ("com.microsoft", "MultiHeadAttention", 1)
     assert data["attributes"] == {"num_heads": 0, "scale": 0.0, "unidirectional": 0, "mask_filter_value": -10000.0}
     assert tuple(i["role"] for i in data["inputs"]) == INPUTS and [o["role"] for o in data["outputs"]] == ["output"]
-    assert data["typeConstraints"] == {"T": ["float32", "float16"], "M": ["int32"]}
+    assert data["typeConstraints"] == {"T": ["float32", "float16", "bfloat16"], "M": ["int32"]}
     assert kernel.op_id == PACKAGE_NAME and kernel.variants == VARIANTS
     bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
     shapes = {(tuple(c["inputs"]["query"]["shape"]), tuple(c["inputs"]["key"]["shape"])) for c in bench["cases"]}
@@ -212,7 +213,7 @@ def test_expected_outputs_are_the_reference(kernel):
         seen |= {"dv"} if v.shape[2] // max(h, 1) != q.shape[2] // max(h, 1) else set()
         seen |= {"cross"} if k.shape[1] != q.shape[1] else set()
         seen |= {"scale"} if a["scale"] else set()
-    assert seen == {"float32", "float16", "bias", "plain", "causal", "dv", "cross", "scale"}, seen
+    assert seen == {"float32", "float16", "bfloat16", "bias", "plain", "causal", "dv", "cross", "scale"}, seen
 
 
 # --- results -------------------------------------------------------------------------------------
@@ -244,6 +245,22 @@ def test_every_variant_against_the_reference_and_onnxruntime(kernel, need_dtype,
     for variant in variants:
         got = call(kernel, inputs, attrs, variant=variant)
         assert_close(got, want, dtype, f"onnxruntime: {shape} {variant}", scale=2.0)
+
+
+@pytest.mark.parametrize("shape", [(2, 37, 29, 3, 9, 14, True, 0), (1, 20, 20, 2, 8, 6, False, 1), (2, 5, 7, 2, 8, 8, True, 0)])
+def test_bfloat16_as_words_on_every_variant(kernel, rng, shape):
+    """bfloat16 data is read and written as u32 words (two elements a word, rounded to nearest even),
+    for an even Dv, so that each invocation writes whole words of its row; an odd Dv is refused."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    b, s, n_keys, h, d, dv, bias, causal = shape
+    inputs = draw(rng, ml_dtypes.bfloat16, b, s, n_keys, h, d, dv, bias)
+    attrs = {"num_heads": h, "unidirectional": causal}
+    variants = accepting(kernel, inputs, attrs)
+    assert len(variants) == 1 + (s >= 16)
+    for variant in variants:
+        assert call(kernel, inputs, attrs, variant=variant).dtype == ml_dtypes.bfloat16
+    with pytest.raises(wk.SelectionError, match="bf16NeedsEvenDv=False"):
+        kernel(draw(rng, ml_dtypes.bfloat16, 1, 4, 5, 2, 4, 3), attrs={"num_heads": 2})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
