@@ -198,16 +198,21 @@ def symbolic_tensor(name: str, elem_type: int, rank: int):
     return helper.make_tensor_value_info(name, elem_type, [f"{name}_{i}" for i in range(rank)])
 
 
-def one_node_session(node, inputs: list, outputs: list, opset: int):
+def one_node_session(node, inputs: list, outputs: list, opset: int, domain_version: int = 1):
     """An onnxruntime CPU session of one ONNX node with these graph inputs and outputs (value infos,
     symbolic dimensions allowed, so one session serves many shapes, but each with a shape: one of
-    None fails onnx's checker, "Field 'shape' of 'type' is required"), single-threaded."""
+    None fails onnx's checker, "Field 'shape' of 'type' is required"), single-threaded. ``opset`` is
+    the default domain's; a node of another domain (``com.microsoft``) imports that one too, at
+    ``domain_version``."""
     import onnx
     import onnxruntime as ort
     from onnx import helper
 
+    imports = [helper.make_opsetid("", opset)]
+    if node.domain not in ("", "ai.onnx"):
+        imports.append(helper.make_opsetid(node.domain, domain_version))
     model = helper.make_model(helper.make_graph([node], f"{node.op_type}_reference", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", opset)])  # fmt: skip
+                              opset_imports=imports)  # fmt: skip
     model.ir_version = 10  # onnx 1.23 writes a newer IR version than older onnxruntime builds read
     onnx.checker.check_model(model)
     options = ort.SessionOptions()

@@ -98,25 +98,15 @@ def ort_session(names: tuple, ranks: tuple, kinds: tuple, attrs: tuple):
     inputs named and placed by ONNX's formal positions (an empty name for an absent one between)."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
+    from onnx import helper
 
-    from references import symbolic_tensor
+    from references import one_node_session, symbolic_tensor
 
     last = max(INPUTS.index(n) for n in names)
     node_inputs = [n if n in names else "" for n in INPUTS[: last + 1]]
     node = helper.make_node("MultiHeadAttention", node_inputs, ["output"], domain="com.microsoft", **dict(attrs))
     graph_inputs = [symbolic_tensor(n, kind, r) for n, r, kind in zip(names, ranks, kinds)]
-    out_kind = kinds[0]
-    graph = helper.make_graph([node], "mha", graph_inputs, [symbolic_tensor("output", out_kind, 3)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 10
-    onnx.checker.check_model(model)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    del TensorProto
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return one_node_session(node, graph_inputs, [symbolic_tensor("output", kinds[0], 3)], 17)
 
 
 def ort_mha(inputs: dict, **attrs) -> np.ndarray:
