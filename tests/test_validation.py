@@ -549,6 +549,30 @@ def test_a_variant_that_accepts_an_optional_input_it_never_binds_is_warned_of(qg
     assert report.ok  # a warning: ignoring it may be the package's intent
 
 
+def test_a_derive_entry_refusing_an_optional_input_leaves_nothing_ignored(qg: Path) -> None:
+    """docs/format.md: "unless its `when` refuses such calls (`"'B' not in shapes"`, in the clause or in a
+    `derive` entry the clause reads: either way the variant accepts no call giving it, so nothing is
+    ignored)" (the com.microsoft.MultiHeadAttention author's question: its `noKeyPaddingMask`)."""
+    def refuse_optional_input(manifest: dict) -> None:
+        manifest["inputs"].append({"role": "Z", "dtype": "T", "optional": True})
+        manifest["derive"]["noZ"] = "'Z' not in shapes"
+        for variant in manifest["variants"]:
+            variant["when"].append("noZ")
+
+    def give_z(tests: dict) -> None:
+        case = next(c for c in tests["cases"] if "expected" in c and c["types"] == {"T": "float32"})
+        refused = {k: v for k, v in case.items() if k not in ("expected", "name")}
+        refused["inputs"] = {**case["inputs"], "Z": {"shape": [1], "values": [0.0]}}
+        tests["cases"].append({"name": "z-refused", **refused, "refused": {"error": "SelectionError", "message": "noZ=False"}})
+
+    edit_json(qg / "manifest.json", refuse_optional_input)
+    edit_json(qg / "test.json", give_z)
+    digests.write_metadata(qg)
+    report = validate_package(qg, progress=None)
+    assert report.ok and not [p for p in report.problems if "'Z'" in p.message], [p.message for p in report.problems]
+    assert report.checked["refusedCases"] >= 1
+
+
 def test_a_when_clause_reading_an_optional_inputs_shape_acknowledges_ignoring_it(qg: Path) -> None:
     """A variant meant to ignore an optional input when it is empty (ONNX ReduceMean-18's copy for an
     empty `axes`) could silence "binds it nowhere" only by binding the input unread: a clause of its
