@@ -64,6 +64,7 @@
 #   bash scripts/h200-run.sh clipmlp [DIR]   examples/clip_mlp.py (f32, f16; batch 1 and 8), hostab DIR, then the suite in 8 processes
 #   bash scripts/h200-run.sh chainab [DIR]   astype/copy in a chain (--chain) against DIR/src (default ab-old), hostab DIR, then the suite in 8 processes
 #   bash scripts/h200-run.sh sdff   examples/sd_feed_forward.py (f32, f16; B 2 at T 4096 C 320 and T 1024 C 640), then testsn
+#   bash scripts/h200-run.sh newpackages59 [DEADLINE]   the suite, then ai.onnx.Less, com.microsoft.MultiHeadAttention, Add, Cast and Gemm beside ORT WebGPU until DEADLINE s
 #   bash scripts/h200-run.sh newonnxsuite   the suite, then ai.onnx.Softmax, Gemm, MatMul, Split, Gelu, LayerNormalization, ReduceMean, Add and Cast: validate --strict, test, bench --compare
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -89,6 +90,22 @@ for r in rows:
 }
 tune() { timeout "$1" python3 -m webgpu_kernels tune --tag large 2>&1 | tee "$OUT/tune.log"
          cp /tmp/tuning/*.json "$OUT/tuning.json" 2>/dev/null; }
+# Each package: validate --strict, test, bench --compare beside ORT WebGPU, while SECONDS stays below DEADLINE
+# (the first argument); the log in $OUT/newonnx.log, the JSON of all in one $OUT/peers.tgz (at most 8 files come back).
+peer_packages() {
+  local deadline=$1 log=$OUT/newonnx.log; shift
+  : > "$log"; mkdir -p "$OUT/peers"
+  for p in "$@"; do
+    (( SECONDS > deadline - 30 )) && { echo "== $p: no time left" | tee -a "$log"; continue; }
+    echo "== $p" | tee -a "$log"
+    timeout 40 python3 -m webgpu_kernels validate "tests/packages/$p" --strict 2>&1 | tail -3 | tee -a "$log"
+    timeout 60 python3 -m webgpu_kernels test "tests/packages/$p" 2>&1 | tail -3 | tee -a "$log"
+    WEBGPU_KERNELS_PEER_TIMEOUT=50 timeout $(( deadline - SECONDS )) python3 -m webgpu_kernels bench "tests/packages/$p" \
+      --compare --no-host --json "$OUT/peers/$p.json" 2>&1 | tee -a "$log"
+  done
+  tar czf "$OUT/peers.tgz" -C "$OUT" peers && rm -r "$OUT/peers"
+}
+
 case "${1:-bench}" in
   probe)  # transfer breakdown (READ vs READ_NOSYNC, staging vs write_buffer), host cost per call
     python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
@@ -380,16 +397,14 @@ case "${1:-bench}" in
                  # each package: validate --strict, test, bench --compare beside ORT WebGPU
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
-    log=$OUT/newonnx.log; : > "$log"; mkdir -p "$OUT/peers"
-    for p in ai.onnx.Softmax ai.onnx.Gemm ai.onnx.MatMul ai.onnx.Split ai.onnx.Gelu ai.onnx.LayerNormalization ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast; do
-      (( SECONDS > 560 )) && { echo "== $p: no time left" | tee -a "$log"; continue; }
-      echo "== $p" | tee -a "$log"
-      timeout 40 python3 -m webgpu_kernels validate "tests/packages/$p" --strict 2>&1 | tail -3 | tee -a "$log"
-      timeout 60 python3 -m webgpu_kernels test "tests/packages/$p" 2>&1 | tail -3 | tee -a "$log"
-      WEBGPU_KERNELS_PEER_TIMEOUT=50 timeout $(( 590 - SECONDS )) python3 -m webgpu_kernels bench "tests/packages/$p" \
-        --compare --no-host --json "$OUT/peers/$p.json" 2>&1 | tee -a "$log"
-    done
-    tar czf "$OUT/peers.tgz" -C "$OUT" peers && rm -r "$OUT/peers" ;;  # one file: at most 8 come back
+    peer_packages 590 ai.onnx.Softmax ai.onnx.Gemm ai.onnx.MatMul ai.onnx.Split ai.onnx.Gelu ai.onnx.LayerNormalization \
+      ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast ;;
+  newpackages59)  # session 59: the suite (ONNX packages' tests now pass on onnxruntime 1.30), then ai.onnx.Less,
+                  # com.microsoft.MultiHeadAttention, ai.onnx.Add, ai.onnx.Cast and ai.onnx.Gemm (its new bench tolerances),
+                  # beside ORT WebGPU, until DEADLINE seconds (default 450: the lend's device time is short)
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
+    peer_packages "${2:-450}" ai.onnx.Less com.microsoft.MultiHeadAttention ai.onnx.Add ai.onnx.Cast ai.onnx.Gemm ;;
   nbitslevel0)  # session 55: MatMulNBits' accuracy_level 0 cases (bench.json's -level0) beside ORT WebGPU (at level 4
                 # its outputs were 0.21-0.38 off onnxruntime's CPU kernel: int8 A), then the suite in 8 processes
     WEBGPU_KERNELS_PEER_TIMEOUT=70 timeout 110 python3 -m webgpu_kernels bench tests/packages/com.example.MatMulNBits \
