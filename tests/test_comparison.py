@@ -466,6 +466,24 @@ def test_a_bfloat16_output_reports_its_relative_error_over_its_normal_values() -
     assert comparison.reference_report(got, want)["maxRelError"] == pytest.approx(judged.max_rel_error)
 
 
+def test_a_bfloat16_output_is_judged_where_numpy_finfo_refuses_it(monkeypatch) -> None:
+    """np.finfo(bfloat16) raised "data type dtype(bfloat16) not compatible with finfo" on the GPU
+    machine's NumPy and ml_dtypes (run BD): comparing any bfloat16 output failed there. Its smallest
+    normal number is float32's, taken without np.finfo."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    finfo = np.finfo
+
+    def refusing(dtype):
+        if np.dtype(dtype).name == "bfloat16":
+            raise ValueError("data type dtype(bfloat16) not compatible with finfo")
+        return finfo(dtype)
+
+    monkeypatch.setattr(np, "finfo", refusing)
+    got = np.array([0.0123291015625 + 2.0**-14, 1.0], ml_dtypes.bfloat16)
+    judged = compare("Y", got, np.array([0.0123291015625, 1.0]), Tolerance(rtol=1e-2, atol=1e-4))
+    assert judged.ok and judged.max_rel_error == pytest.approx(float(got[0]) / 0.0123291015625 - 1)
+
+
 def test_a_relative_error_past_float64_is_infinite_without_a_warning() -> None:
     """An error of 1e300 against an expected 1e-300 overflowed the division: NumPy's RuntimeWarning
     (hypothesis met it on Python 3.13) in the middle of `test`'s output."""

@@ -157,10 +157,13 @@ def _nonfinite_agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 
 def _relative_floor(dtype: np.dtype) -> float:
     """The smallest expected magnitude a relative error is reported over: the smallest normal number
-    of a float ``dtype``, bfloat16 included (NumPy does not count ml_dtypes' as np.floating; its
-    subnormals are a few ulps apart, so a correct value reads as a large relative error), 1 for
-    integers and bytes."""
-    return float(np.finfo(dtype).tiny) if np.issubdtype(dtype, np.floating) or dtype.name == "bfloat16" else 1.0
+    of a float ``dtype`` (its subnormals are a few ulps apart, so a correct value reads as a large
+    relative error), bfloat16's too, float32's exponent range (NumPy does not count ml_dtypes'
+    bfloat16 as np.floating, and np.finfo refuses it where ml_dtypes does not register it, as on
+    the GPU machine in run BD), 1 for integers and bytes."""
+    if dtype.name == "bfloat16":
+        return float(np.finfo(np.float32).tiny)
+    return float(np.finfo(dtype).tiny) if np.issubdtype(dtype, np.floating) else 1.0
 
 
 def _largest_errors(diff: np.ndarray, scale: np.ndarray, floor: float = 0.0) -> tuple[float | None, float | None]:
