@@ -213,6 +213,36 @@ def test_head_sizes_over_256_take_the_passes(attention, rng):
     assert_attention(run(attention, inputs), inputs)
 
 
+@pytest.mark.parametrize("head", [(40, 40), (256, 256), (33, 7)], ids=lambda h: f"d{h[0]}-dv{h[1]}")
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_head_loops_do_not_count_toward_lavapipes_loop_cap(attention, rng, variant, head):
+    """lavapipe stops an invocation's loops after 65,535 iterations in all, and counts a constant
+    loop it does not unroll: over 32 trips, fewer for a longer body (docs/format.md, "Loops on lavapipe"). `rows` looped over the head
+    (D or Dv) about three times per key, so T = 1000 keys and D = 40 ran past the cap and returned
+    wrong values silently (max error 2.28); `tiled` did too. Their head loops are unrolled when the
+    template renders, so only the loops over the keys count: T = 1000 with heads of 40 and 256 is
+    right on every variant."""
+    d, dv = head
+    s = 16 if variant.startswith("tiled") else 1
+    inputs = make(rng, 1, 1, s, 1000, d, dv, np.float32, (1000,) if variant.endswith("_mask") else None)
+    assert_attention(run(attention, inputs, variant=variant), inputs)
+
+
+def test_the_key_loops_are_right_up_to_lavapipes_cap_and_tiled_is_refused_past_its_own(attention, rng):
+    """With the head loops unrolled, `rows` loops only over the keys (T trips and the test that ends
+    them: right up to T = 65,534 on lavapipe); `tiled` over the tiles and each tile's keys,
+    ceil(T / KV_TILE) * (KV_TILE + 2) + 1 trips, within 65,535 up to T = 58,240 with tiles of 16, and
+    refused past it (tiledLoopOk) so that `rows` takes those calls; `passes` sweeps a row of P three
+    times in its softmax pass, right up to T = 21,844."""
+    for variant, s, t in [("rows", 1, 65_534), ("tiled", 16, 58_240), ("passes", 1, 21_844)]:
+        inputs = make(rng, 1, 1, s, t, 4, 3, np.float32)
+        assert_attention(run(attention, inputs, variant=variant), inputs)
+    inputs = make(rng, 1, 1, 16, 58_241, 4, 3, np.float32)
+    assert accepted(attention, inputs) == ["rows", "passes"]
+    with pytest.raises(errors.VariantRejectedError, match="tiledLoopOk=False"):
+        attention(inputs, variant="tiled")
+
+
 def test_empty_outputs_dispatch_nothing(attention, rng):
     for shape in [(1, 2, 0, 5, 4, 4), (1, 2, 3, 5, 4, 0), (0, 2, 3, 5, 4, 4), (1, 2, 0, 0, 4, 4)]:
         inputs = make(rng, *shape, np.float32)
