@@ -916,6 +916,38 @@ def test_lavapipe_s_loop_cap_leaves_out_an_unrolled_inner_loop_of_constant_count
         assert kernel({"X": np.ones(4, np.float32)}, attrs={"n": n})["Y"].tolist() == [want], n
 
 
+def constant_loop_trips(trips: int, statements: int, outer: int = 5_000) -> int:
+    """How many trips of a constant loop of ``trips``, whose body counts them beside ``statements``
+    copies of ``a = a * y[2] + (y[1] ^ (a >> 1u))``, run inside a uniform loop of ``outer`` trips."""
+    body = "      a = a * y[2] + (y[1] ^ (a >> 1u));\n" * statements
+    kernel_src = ("@group(0) @binding(0) var<storage, read_write> y: array<u32>;\n"
+                  "@compute @workgroup_size(1) fn main() {\n  var a = 0u;\n  var n = 0u;\n"
+                  "  for (var s = 0u; s < y[0]; s++) {\n"
+                  f"    for (var k = 0u; k < {trips}u; k++) {{\n{body}      n += 1u;\n    }}\n  }}\n"
+                  "  y[3] = n;\n  y[4] = a;\n}\n")  # fmt: skip
+    return int(run_on_words(kernel_src, [outer, 1, 1, 0, 0])[3])
+
+
+def test_lavapipe_unrolls_a_constant_loop_of_up_to_32_short_trips():
+    """Doc ("Loops on lavapipe"): ""Small" depends on the trip count and the body: nested in a uniform
+    loop of 5,000 trips, a constant loop whose body counts its trips (`n += 1u`) is unrolled up to 32
+    trips and counted from 33 (61,791 of its 165,000 trips run); with 4 statements
+    `a = a * y[2] + (y[1] ^ (a >> 1u))` beside the count up to 28 trips, with 16 up to 11." Were the
+    inner trips counted, 5,000 outer trips of 12 or more would pass the cap; off lavapipe every trip
+    runs."""
+    adapter = wk.get_device().adapter
+    capped = "llvmpipe" in f"{adapter.name} {adapter.vendor}".lower()
+    for trips, statements, unrolled in [(32, 0, True), (33, 0, False), (28, 4, True), (29, 4, False),
+                                        (11, 16, True), (12, 16, False)]:  # fmt: skip
+        got = constant_loop_trips(trips, statements)
+        if unrolled or not capped:
+            assert got == 5_000 * trips, (trips, statements)
+        else:
+            assert got < 65_535, (trips, statements, got)
+    if capped:
+        assert constant_loop_trips(33, 0) == 61_791
+
+
 # --- What makes a new pipeline --------------------------------------------------------------------
 
 
