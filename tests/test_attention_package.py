@@ -215,8 +215,11 @@ def test_head_sizes_over_256_take_the_passes(attention, rng):
 
 @pytest.mark.parametrize(
     "variant, head",
-    [(v, h) for v in VARIANTS for h in [(40, 40), (33, 7)]] + [("tiled", (256, 256)), ("rows", (256, 256))],
-    ids=lambda x: x if isinstance(x, str) else f"d{x[0]}-dv{x[1]}")  # 256 unmasked only: lavapipe takes ~20 s to compile each
+    [(v, h) for v in VARIANTS for h in [(40, 40), (33, 7)]] + [("tiled", (256, 256))],
+    # 256 on `tiled` only, the largest head the fused variants take (its tiles fill lavapipe's 32 KiB of workgroup
+    # memory): lavapipe takes about 20 s to compile each such shader. `rows` runs the same unrolled head code
+    # (attention-common.wgsl.jinja) at T = 1000 here with heads of 40 and 33/7, and at 160 in the model shapes.
+    ids=lambda x: x if isinstance(x, str) else f"d{x[0]}-dv{x[1]}")
 def test_head_loops_do_not_count_toward_lavapipes_loop_cap(attention, rng, variant, head):
     """lavapipe stops an invocation's loops after 65,535 iterations in all, and counts a constant
     loop it does not unroll: over 32 trips, fewer for a longer body (docs/format.md, "Loops on lavapipe"). `rows` looped over the head
@@ -235,14 +238,19 @@ def test_the_key_loops_are_right_up_to_lavapipes_cap_and_tiled_is_refused_past_i
     them: right up to T = 65,534 on lavapipe); `tiled` over the tiles and each tile's keys,
     ceil(T / KV_TILE) * (KV_TILE + 2) + 1 trips, within 65,535 up to T = 58,240 with tiles of 16, and
     refused past it (tiledLoopOk) so that `rows` takes those calls; `passes` sweeps a row of P three
-    times in its softmax pass, right up to T = 21,844."""
-    for variant, s, t in [("rows", 1, 65_534), ("tiled", 16, 58_240), ("passes", 1, 21_844)]:
-        inputs = make(rng, 1, 1, s, t, 4, 3, np.float32)
-        assert_attention(run(attention, inputs, variant=variant), inputs)
-    inputs = make(rng, 1, 1, 16, 58_241, 4, 3, np.float32)
-    assert accepted(attention, inputs) == ["rows", "passes"]
-    with pytest.raises(errors.VariantRejectedError, match="tiledLoopOk=False"):
-        attention(inputs, variant="tiled")
+    times in its softmax pass, right up to T = 21,844. A workgroup of one row loads a tile of heads
+    of 40 in a runtime loop (640 loads a buffer, past the 64 the template unrolls), which counts
+    too: 50 steps of 16 + 2 + 2 * 641 trips, T = 800, and refused past it."""
+    one_row = {"TILE_WORKGROUP": 1}
+    for variant, s, t, head, tunables in [("rows", 1, 65_534, (4, 3), None), ("tiled", 16, 58_240, (4, 3), None),
+                                          ("passes", 1, 21_844, (4, 3), None), ("tiled", 16, 800, (40, 40), one_row)]:
+        inputs = make(rng, 1, 1, s, t, *head, np.float32)
+        assert_attention(run(attention, inputs, variant=variant, tunables=tunables), inputs)
+    for t, head, tunables in [(58_241, (4, 3), None), (801, (40, 40), one_row)]:
+        inputs = make(rng, 1, 1, 16, t, *head, np.float32)
+        assert accepted(attention, inputs, tunables) == ["rows", "passes"]
+        with pytest.raises(errors.VariantRejectedError, match="tiledLoopOk=False"):
+            attention(inputs, variant="tiled", tunables=tunables)
 
 
 def test_empty_outputs_dispatch_nothing(attention, rng):
