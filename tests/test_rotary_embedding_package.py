@@ -128,7 +128,7 @@ def assert_within(got, want, tol, what: str) -> None:
 def ort_session(dtype_name: str, rank: int, position_rank: int, interleaved: int, num_heads: int, rotary: int):
     """A one-node com.microsoft.RotaryEmbedding model on onnxruntime's CPU provider (symbolic
     dimensions), or None where this onnxruntime has no CPU kernel for the op and dtype."""
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
@@ -143,13 +143,10 @@ def ort_session(dtype_name: str, rank: int, position_rank: int, interleaved: int
     if rotary:
         attrs["rotary_embedding_dim"] = rotary
     node = helper.make_node("RotaryEmbedding", [i.name for i in inputs], ["output"], domain="com.microsoft", **attrs)
-    model = helper.make_model(helper.make_graph([node], "rotary_embedding", inputs, [vi("output", elem, dims)]),
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])  # fmt: skip
-    model.ir_version = 10  # onnx 1.23 writes a newer IR version than older onnxruntime builds read
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    from references import one_node_session
+
     try:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return one_node_session(node, inputs, [vi("output", elem, dims)], 17)
     except Exception as exc:  # an onnxruntime without the op (or without its float16 kernel)
         if (
             "NOT_IMPLEMENTED" in str(exc)
