@@ -124,7 +124,7 @@ def ort_session(dtype_name: str, rank: int, k: int, n: int, block_size: int, zp_
                 scales_rank: int):  # fmt: skip
     """A one-node com.microsoft.MatMulNBits model on onnxruntime's CPU provider, or None where this
     onnxruntime has no CPU kernel for it."""
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
@@ -138,13 +138,10 @@ def ort_session(dtype_name: str, rank: int, k: int, n: int, block_size: int, zp_
         inputs.append(vi("zero_points", TensorProto.UINT8, list(zp_shape)))
     node = helper.make_node("MatMulNBits", [i.name for i in inputs], ["Y"], domain="com.microsoft",
                             K=k, N=n, bits=4, block_size=block_size)  # fmt: skip
-    model = helper.make_model(helper.make_graph([node], "matmul_nbits", inputs, [vi("Y", elem, lead + [n])]),
-                              opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])  # fmt: skip
-    model.ir_version = 10  # onnx 1.23 writes a newer IR version than older onnxruntime builds read
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    from references import one_node_session
+
     try:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return one_node_session(node, inputs, [vi("Y", elem, lead + [n])], 21)
     except Exception as exc:  # an onnxruntime without the op (or without its float16 kernel), or
         # one whose kernel takes fewer block sizes (1.30 refuses 2048: "block_size_ == 16 || ...")
         if any(

@@ -171,8 +171,8 @@ def assert_within(got: dict, want: dict, tol: dict, dtype, what: str) -> None:
 def ort_session(dtype_name: str, rank: int, skip_rank: int, beta: bool, bias: bool, epsilon: float | None):
     """A one-node com.microsoft.SkipLayerNormalization model on onnxruntime's CPU provider, with all
     four outputs (mean and inv_std_var float32, ORT's type U); symbolic dimensions."""
-    ort = pytest.importorskip("onnxruntime")
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
     elem = TensorProto.FLOAT16 if dtype_name == "float16" else TensorProto.FLOAT
@@ -191,13 +191,9 @@ def ort_session(dtype_name: str, rank: int, skip_rank: int, beta: bool, bias: bo
                vi("input_skip_bias_sum", elem, dims)]  # fmt: skip
     attrs = {} if epsilon is None else {"epsilon": epsilon}
     node = helper.make_node("SkipLayerNormalization", names, list(OUTPUTS), domain="com.microsoft", **attrs)
-    model = helper.make_model(helper.make_graph([node], "skip_layer_norm", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])  # fmt: skip
-    model.ir_version = 10  # onnx 1.23 writes a newer IR version than older onnxruntime builds read
-    onnx.checker.check_model(model)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    from references import one_node_session
+
+    return one_node_session(node, inputs, outputs, 17)
 
 
 def ort_run(inputs, epsilon=None) -> dict[str, np.ndarray]:
