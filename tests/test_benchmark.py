@@ -288,6 +288,18 @@ def test_the_copy_is_chunked_to_what_the_device_binds(device, monkeypatch):
     assert_timing(bench_copy(device, nbytes, **FAST))
 
 
+def test_the_copy_pipeline_is_built_once_per_device(device, monkeypatch):
+    """Every bench case times the copy beside its kernel: its pipeline is built on the device's
+    first copy and reused, as a kernel's is, not compiled again per case."""
+    built = []
+    real = device.gpu.create_compute_pipeline
+    monkeypatch.setattr(device.gpu, "create_compute_pipeline", lambda **kw: built.append(kw) or real(**kw))
+    for nbytes in (4096, 65536, 4096):
+        with benchmark._copy_pass(device, nbytes, seed=1) as (passes, _):
+            assert {p.pipeline for p in passes} == {device.internal_pipelines["bench copy"][0]}
+    assert len(built) <= 1  # 0 when an earlier test on this device built it
+
+
 @pytest.mark.parametrize("nbytes", [10, 32768, 100_000])
 def test_bench_copy(device, nbytes):
     """The copy baseline times like a kernel, for any size (rounded to whole 16-byte vectors)."""

@@ -336,6 +336,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 """
 
 
+def _copy_pipeline(device: Device) -> tuple[Any, Any]:
+    """The copy kernel's (pipeline, bind group layout), built on the device's first copy and kept,
+    as a kernel's pipeline is: every bench case times the copy beside its kernel."""
+    with device.lock:
+        hit = device.internal_pipelines.get("bench copy")
+        if hit is None:
+            gpu = device.gpu
+            pipeline = gpu.create_compute_pipeline(
+                label="bench copy", layout="auto",
+                compute={"module": gpu.create_shader_module(label="bench copy", code=_COPY_WGSL), "entry_point": "main"})
+            hit = device.internal_pipelines["bench copy"] = (pipeline, pipeline.get_bind_group_layout(0))
+        return hit
+
+
 @contextmanager
 def _copy_pass(device: Device, nbytes: int, seed: int) -> Iterator[tuple[list[BoundPass], Any]]:
     """A plain 16-byte-per-invocation copy of ``nbytes`` random bytes, bound and ready to dispatch,
@@ -352,15 +366,14 @@ def _copy_pass(device: Device, nbytes: int, seed: int) -> Iterator[tuple[list[Bo
     src = upload(device, rng.integers(0, 2**32, size=nbytes // 4, dtype=np.uint32))
     dst = gpu.create_buffer(size=nbytes, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
     try:
-        pipeline = gpu.create_compute_pipeline(layout="auto", compute={"module": gpu.create_shader_module(code=_COPY_WGSL),
-                                                                       "entry_point": "main"})  # fmt: skip
+        pipeline, layout = _copy_pipeline(device)
         passes = []
         for offset in range(0, nbytes, chunk):
             size = min(chunk, nbytes - offset)
             count = size // 16
             params = gpu.create_buffer_with_data(data=np.array([count, 0, 0, 0], dtype=np.uint32),
                                                  usage=wgpu.BufferUsage.UNIFORM)  # fmt: skip
-            group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
+            group = gpu.create_bind_group(layout=layout, entries=[
                 {"binding": 0, "resource": {"buffer": src, "offset": offset, "size": size}},
                 {"binding": 1, "resource": {"buffer": dst, "offset": offset, "size": size}},
                 {"binding": 2, "resource": {"buffer": params}},

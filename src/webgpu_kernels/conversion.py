@@ -96,7 +96,7 @@ def astype_target(dtype: Any, current: np.dtype) -> np.dtype:
 def _pipeline(device: Device, pair: tuple[np.dtype, np.dtype]) -> tuple[Any, Any]:
     """(pipeline, bind group layout) for ``pair``, built on first use and kept on the device (as
     execution's pipeline cache is: a replacement device after a loss builds its own). Under the lock."""
-    cache = device.conversion_pipelines
+    cache = device.internal_pipelines
     hit = cache.get(pair)
     if hit is None:
         gpu = device.gpu

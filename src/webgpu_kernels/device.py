@@ -356,7 +356,7 @@ class Device:
     For users (docs/python-api.md): ``adapter`` (the AdapterSummary of its adapter), ``has_f16``,
     ``gpu`` (the wgpu GPUDevice; ``gpu.features``, the features it was opened with: shader-f16,
     subgroup and timestamp-query where the adapter has them), ``limits`` (the limits it was opened
-    with, wgpu's hyphenated names to ints) and ``lost``. ``info``, ``lock``, ``memory``, ``conversion_pipelines`` and
+    with, wgpu's hyphenated names to ints) and ``lost``. ``info``, ``lock``, ``memory``, ``internal_pipelines`` and
     ``serial`` are the engine's own.
     """
 
@@ -384,9 +384,10 @@ class Device:
         self.memory.on_lost = self._forget
         self.serial = next(_serials)  # plans are keyed by it: a replacement device never shares them
         self.lost = False  # set when wgpu reports it lost: its tensors' data is gone
-        # GpuTensor.astype's pipelines (conversion.py), built on first use under the lock: a
-        # replacement device after a loss builds its own, as for the call plans
-        self.conversion_pipelines: dict[Any, tuple[Any, Any]] = {}
+        # The engine's own shaders' (pipeline, bind group layout): GpuTensor.astype's (conversion.py)
+        # and bench's copy (benchmark.py), built on first use under the lock; a replacement device
+        # after a loss builds its own, as for the call plans
+        self.internal_pipelines: dict[Any, tuple[Any, Any]] = {}
 
     @property
     def has_f16(self) -> bool:
