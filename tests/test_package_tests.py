@@ -888,10 +888,21 @@ def test_a_timeout_stops_a_shader_that_runs_on(tmp_path: Path, runner: CliRunner
     a run, waiting on a shader that would take many minutes, and the run in progress is the error
     that says so. (lavapipe ends an invocation's loops after 65,535 iterations in all
     (scripts/loop_cap_probe.py), so the time comes from 2M invocations of a costly loop: 256K of
-    them took 101 s in all on this 2-core machine. `scripts/runaway_shader.py 4000000000 12` had
-    its child 9.5 s into the run at a 12 s timeout, so the run starts about 2.5 s after the spawn;
-    25 s leaves room for a loaded machine. A GPU would run all 4e9 iterations: lavapipe only.)"""
+    them took 101 s in all on this 2-core machine. A GPU would run all 4e9 iterations: lavapipe only.)
+
+    The timeout is reached on a readiness signal, not after a fixed margin: the parent's clock
+    (package_tests' time.monotonic, which the deadline reads) runs true until the child's "start"
+    event for the case, and jumps past the 25 s deadline RUN_SECONDS after it. The whole run of
+    this case with a 1-iteration loop (inputs, compile, dispatch, readback, compare) took 0.57 s
+    (`LP_NUM_THREADS=1 scripts/runaway_shader.py 1 120`), so the child is waiting on the shader
+    by then; a fixed 25 s from the spawn had made this test take 25 s (the run began about 2.5 s
+    after the spawn unloaded, later under load). The deadline on the true clock is
+    test_a_timeout_runs_isolated_and_says_it_timed_out's."""
+    import time
+
     import numpy as np
+
+    from webgpu_kernels import package_tests
 
     if "llvmpipe" not in wk.get_device().adapter.label():
         pytest.skip("sized for lavapipe, whose loop cap bounds the shader")
@@ -912,14 +923,44 @@ def test_a_timeout_stops_a_shader_that_runs_on(tmp_path: Path, runner: CliRunner
         "inputs": {"X": {"shape": [2_000_000], "generate": {"distribution": "normal", "seed": 1}}},
         "expected": {"Y": {"file": "big.Y.npy"}}}]}), encoding="utf-8")  # fmt: skip
     monkeypatch.setenv("LP_NUM_THREADS", "1")  # the child's lavapipe on one core: the suite's other tests keep the rest
-    result = runner.invoke(main, ["test", str(root), "--timeout", "25", "--json"])
+
+    run_seconds, timeout = 5.0, 25.0
+    began: list[float] = []  # the true monotonic time of the child's "start" event
+    real_run_in_child, true_clock = package_tests.run_in_child, time.monotonic
+    spawned = true_clock()
+
+    def watched(target, payload, handle, *, timeout=None):
+        def seen(message) -> None:
+            if message[:2] == ("progress", "start") and not began:
+                began.append(true_clock())
+            handle(message)
+
+        return real_run_in_child(target, payload, seen, timeout=timeout)
+
+    class Clock:
+        """time as package_tests sees it: monotonic jumps by the timeout once the run has gone on
+        run_seconds (or 120 s after the spawn without a start: the test then fails, not hangs)."""
+
+        def __getattr__(self, name: str):
+            return getattr(time, name)
+
+        def monotonic(self) -> float:
+            now = true_clock()
+            ready = (began and now - began[0] >= run_seconds) or now - spawned >= 120
+            return now + timeout if ready else now
+
+    monkeypatch.setattr(package_tests, "run_in_child", watched)
+    monkeypatch.setattr(package_tests, "time", Clock())
+    result = runner.invoke(main, ["test", str(root), "--timeout", f"{timeout:g}", "--json"])
     assert result.exit_code == 1, result.output
+    assert began, "the child never started its run"
     (package,) = json.loads(result.stdout)["packages"]
     assert package["error"], package
     assert package["error"].startswith("the test process ran past its 25 s timeout (--timeout) and was stopped")
     (run,) = package["results"]
     assert (run["case"], run["variant"], run["status"]) == ("big", "scalar", "error")
     assert "during this run" in run["message"]
+    assert run["seconds"] > run_seconds - 0.5  # stopped inside the run, run_seconds after it began
 
 
 def test_a_case_whose_input_is_a_data_file_shows_the_files_dtype(tmp_path: Path) -> None:
