@@ -285,21 +285,24 @@ LOST_DEVICE_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run_lost_device_script() -> dict:
+@pytest.fixture(scope="module")
+def lost_device_result() -> dict:
+    """LOST_DEVICE_SCRIPT's RESULT, run once for the three tests that read it (each had spawned its
+    own child, 2 s apiece on lavapipe, for the same script and the same JSON). Tests only read it."""
     return run_script_for_result(LOST_DEVICE_SCRIPT)
 
 
-def test_lost_device_is_reported_as_a_device_error():
+def test_lost_device_is_reported_as_a_device_error(lost_device_result):
     """Today's behaviour, which must not regress: the call on a lost device is a DeviceError that
     says the device is lost (run in a child process: wgpu-native may abort on a lost device)."""
-    result = _run_lost_device_script()
+    result = lost_device_result
     name, is_device_error, _, message = result["first"]
     assert is_device_error, result
     assert "lost" in message.lower()
 
 
-def test_lost_device_next_call_gets_a_new_device():
-    result = _run_lost_device_script()
+def test_lost_device_next_call_gets_a_new_device(lost_device_result):
+    result = lost_device_result
     assert result["first"][2], f"not a DeviceLostError: {result['first']}"
     assert result["second"] == ["ok", True], result
     assert result["new_device"], result
@@ -307,11 +310,11 @@ def test_lost_device_next_call_gets_a_new_device():
     assert result["named"] == [True, True], result
 
 
-def test_a_tensor_of_a_lost_device_says_so():
+def test_a_tensor_of_a_lost_device_says_so(lost_device_result):
     """The old tensor as an input had read "expected a GpuTensor on llvmpipe ..., got one on llvmpipe ..."
     (two equal labels), numpy() "the next call opens a new one" (which never helps that tensor),
     and to_gpu handed the dead tensor back."""
-    result = _run_lost_device_script()
+    result = lost_device_result
     gone = "a GpuTensor whose device was lost (driver reset, destroyed): its data is gone; make it again"
     assert result["input"] == ["InputError", f"argument 'X': expected a GpuTensor on a live device, got {gone}"]
     assert result["numpy"] == ["DeviceLostError", f"cannot read {gone}"]
