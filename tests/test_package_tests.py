@@ -1126,11 +1126,9 @@ def test_expected_values_that_cannot_be_built_are_an_error_for_each_accepting_va
 
 def test_describe_exit_names_a_signal_by_name_where_it_has_one() -> None:
     """What a child's death reads as: by signal name (SIGKILL: a timeout or the OOM killer), by
-    number where the number names no signal, else the exit status."""
+    number where the number names no signal, else the exit status. Every code from -300 to 300
+    (hypothesis had drawn 100 of these 601, 1.9 s with its start-up; all of them take microseconds)."""
     import signal
-
-    from hypothesis import given
-    from hypothesis import strategies as st
 
     from webgpu_kernels.package_tests import describe_exit
 
@@ -1139,12 +1137,9 @@ def test_describe_exit_names_a_signal_by_name_where_it_has_one() -> None:
     assert describe_exit(-signal.SIGSEGV) == "killed by signal SIGSEGV"
     assert describe_exit(-200) == "killed by signal 200"  # no signal has that number
 
-    @given(st.integers(-300, 300))
-    def check(code: int) -> None:
+    names = {s.value: s.name for s in signal.Signals}
+    for code in range(-300, 301):
         if code >= 0:
             assert describe_exit(code) == f"exit status {code}"
-            return
-        names = {s.value: s.name for s in signal.Signals}
-        assert describe_exit(code) == f"killed by signal {names.get(-code, -code)}"
-
-    check()
+        else:
+            assert describe_exit(code) == f"killed by signal {names.get(-code, -code)}"
