@@ -48,9 +48,11 @@ def folder_kernel(tmp_path) -> wk.Kernel:
 
 def test_a_folder_kernel_reaches_spawn_workers_as_its_path(folder_kernel, rng):
     """Pickling a kernel loaded from a folder (a Pool task's argument) had been a TypeError: it
-    pickles as its path and its files' digest, and each worker opens the folder again."""
+    pickles as its path and its files' digest, and each worker opens the folder again. One worker:
+    a second (its own interpreter start and device, 2-3 s on lavapipe) was never sure to get a task,
+    and what is checked is what each task gets back."""
     xs = [rng.standard_normal(n).astype(np.float32) * 4 for n in (5, 300)]
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
         done = pool.starmap(run_kernel, [(folder_kernel, x) for x in xs])
         with pytest.raises(errors.DTypeError) as info:  # a worker's error comes back whole
             pool.apply(run_kernel, (folder_kernel, xs[0].astype(np.int32)))
