@@ -237,7 +237,7 @@ def test_schema_errors_carry_the_json_path(op_id, change, json_path):
         (QG, set_path(["bindingSets", "scalarTail", 0, "elementType"], "$nope"),
          "bindingSets.scalarTail[0].elementType", "'$nope' names no constant of this variant (as used by variants[1]"),
         (QG, set_path(["bindingSets", "scalarTail", 1, "arg"], "Z"), "bindingSets.scalarTail[1].arg",
-         "'Z' is not an input or output (as used by variants[1].passes[0])"),
+         "'Z' is not an input, output or scratch buffer of this variant (as used by variants[1].passes[0])"),
         (QG, set_path(["inputs", 0, "dtype"], "U"), "inputs[0].dtype", "'U'"),
         (QG, set_path(["variants", 2, "id"], "vec4"), "variants[2].id", "duplicate"),
         (BA, lambda d: d["variants"][0]["passes"][0]["bindings"][4]["struct"]["fields"].append(

@@ -348,3 +348,58 @@ def test_validate_knows_scratch_buffers(write_package):
     report = validate_package(root, gpu=True)
     assert report.ok, report.problems
     assert not [p for p in report.warnings if "partialBytes" in p.message], report.problems
+
+
+def test_validate_reports_a_bad_bytes_expression_at_its_path(write_package):
+    from webgpu_kernels import digests
+    from webgpu_kernels.validation import validate_package
+
+    root = write_package(manifest(lambda d: d["variants"][0]["scratch"][0].update(bytes="4 * chunkz")), TEMPLATES)
+    digests.write_metadata(root)
+    report = validate_package(root, gpu=False)
+    assert any(p.json_path == "variants[0].scratch[0].bytes" and "chunkz" in p.message for p in report.errors), \
+        report.problems
+
+
+def test_info_shows_a_variants_scratch_buffers(write_package, runner):
+    import json
+
+    from webgpu_kernels.cli import main
+
+    root = write_package(manifest(), TEMPLATES)
+    result = runner.invoke(main, ["info", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    variant = json.loads(result.output)["variants"][0]
+    assert variant["scratch"] == [{"name": "partials", "bytes": "4 * chunks", "description": "one float32 sum per workgroup"}]
+    text = runner.invoke(main, ["info", str(root)])
+    assert text.exit_code == 0 and "scratch partials: 4 * chunks bytes" in text.output, text.output
+
+
+def _with_test_json(root, n: int):
+    import json
+
+    from webgpu_kernels import digests
+
+    values = [float(i % 7 - 3) for i in range(n)]  # small integers: the float32 sum is exact
+    case = {"name": f"sum-{n}", "types": {"T": "float32"}, "inputs": {"X": {"shape": [n], "values": values}},
+            "expected": {"Y": {"shape": [], "values": [sum(values)]}}}  # fmt: skip
+    (root / "test.json").write_text(json.dumps({"tolerances": {"float32": {"rtol": 0, "atol": 0}}, "cases": [case]}),
+                                    encoding="utf-8")  # fmt: skip
+    digests.write_metadata(root)
+    return root
+
+
+def test_the_test_runner_poisons_scratch_as_it_does_outputs(write_package):
+    """`test` fills the pooled buffers before a run, the scratch buffer's among them: a pass that
+    reads a scratch element no pass wrote (one past the partial sums, inside the binding) reads
+    NaN there and fails the case, where the right kernel passes."""
+    from webgpu_kernels.package_tests import run_package_tests
+
+    good = _with_test_json(write_package(manifest(), TEMPLATES), 3000)
+    assert [r.status for r in run_package_tests(wk.load_kernel(good)).results] == ["pass"]
+    over = dict(TEMPLATES, **{"total.wgsl.jinja": TEMPLATES["total.wgsl.jinja"].replace("g < params.chunks",
+                                                                                         "g <= params.chunks")})
+    bad = _with_test_json(write_package(manifest(lambda d: d["variants"][0]["scratch"][0].update(
+        bytes="4 * chunks + 4")), over), 3000)  # fmt: skip
+    results = run_package_tests(wk.load_kernel(bad)).results
+    assert [r.status for r in results] == ["fail"], [(r.status, r.message) for r in results]

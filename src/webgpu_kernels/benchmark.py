@@ -307,6 +307,9 @@ def _time_plan(device: Device, plan: ExecutionPlan, arrays: Mapping[str, np.ndar
             out_bytes += nbytes
             buffer = device.gpu.create_buffer(size=padded_size(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
             buffers[out.role] = (buffer, padded_size(nbytes))
+        for name, nbytes in plan.scratch:  # the variant's own memory: bound, never read back nor counted
+            buffer = device.gpu.create_buffer(size=padded_size(nbytes), usage=wgpu.BufferUsage.STORAGE)
+            buffers[name] = (buffer, padded_size(nbytes))
         t = time_calls(device, bind(device, plan, buffers), **timing)
         agreement = None
         if check is not None:

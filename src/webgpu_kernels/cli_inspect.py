@@ -159,6 +159,7 @@ def kernel_info(kernel: Kernel) -> dict[str, Any]:
         "tunables": dict(m.tunables), "derive": dict(m.derive), "constants": dict(m.constants),
         "variants": [{
             "id": v.id, "priority": v.priority, "when": list(v.when), "constants": dict(v.constants),
+            "scratch": [{"name": b.name, "bytes": b.bytes, "description": b.description} for b in v.scratch],
             "passes": [{
                 "id": p.id, "name": p.name, "shader": p.shader, "entryPoint": p.entry_point,
                 "sourceInputs": dict(p.source_inputs),
@@ -223,6 +224,8 @@ def _print_info(d: dict[str, Any]) -> None:
             console.print(f"    when[{i}]: {as_manifest_text(clause)}")
         for name, value in v["constants"].items():
             console.print(f"    constant {name} := {as_manifest_text(value)}")
+        for b in v["scratch"]:  # memory the passes share, never returned: its size as the manifest writes it
+            console.print(f"    scratch {b['name']}: {as_manifest_text(b['bytes'])} bytes")
         for p in v["passes"]:
             wg = ", ".join(as_manifest_text(w) for w in p["dispatch"]["workgroupSize"])
             console.print(f"    pass {p['id']!r}: shader {p['shader']}, threads {as_manifest_text(p['dispatch']['threads'])}, "

@@ -73,6 +73,8 @@ class ExecutionPlan:
     dropped: tuple[str, ...] = ()
     #: the outputs the call asked for (its ``outputs=``), None where it named none
     asked: frozenset[str] | None = None
+    #: (name, bytes) of each scratch buffer the variant's passes bind: pooled for the call, never returned
+    scratch: tuple[tuple[str, int], ...] = ()
 
     @cached_property
     def label(self) -> str:
@@ -228,15 +230,24 @@ def check_input_sizes(info: DeviceInfo, sizes: Mapping[str, int]) -> None:
 
 
 def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int],
-                 workgroup_arguments: Sequence[str]) -> None:  # fmt: skip
+                 workgroup_arguments: Sequence[str],
+                 scratch_arguments: Mapping[str, Sequence[str]] | None = None) -> None:  # fmt: skip
     """Refuse, before any GPU work, what the device cannot do: binding sizes, workgroup sizes. A
     workgroup too large is blamed on the tunables its size reads, else the attributes and inputs
     (``workgroup_arguments``: Program.arguments_read), which the caller can change; one fixed by the
-    package is the variant's."""
+    package is the variant's. So is a scratch buffer too large (``scratch_arguments``: what each
+    one's size reads, by name; ``sizes`` holds its bytes)."""
     max_binding = device.limits["max-storage-buffer-binding-size"]
     max_buffer = device.limits["max-buffer-size"]
     for b in resolved.bindings:
-        if b.arg is not None and padded_size(sizes[b.arg]) > min(max_binding, max_buffer):
+        if b.arg is None:
+            continue
+        if scratch_arguments and b.arg in scratch_arguments and padded_size(sizes[b.arg]) > min(max_binding, max_buffer):
+            argument, fixed = _blamed(scratch_arguments[b.arg], "a size")
+            raise DeviceLimitError(argument, f"a scratch buffer of at most {min(max_binding, max_buffer)} bytes "
+                                   "(the device's maxStorageBufferBindingSize)", f"{sizes[b.arg]} bytes for scratch "
+                                   f"buffer {b.arg!r} (pass {resolved.pass_id!r}{fixed})")  # fmt: skip
+        if padded_size(sizes[b.arg]) > min(max_binding, max_buffer):
             raise DeviceLimitError(b.arg, f"at most {min(max_binding, max_buffer)} bytes per binding "
                                    f"(the device's maxStorageBufferBindingSize)", f"{sizes[b.arg]} bytes",
                                    **split_hints(padded_size(sizes[b.arg]), min(max_binding, max_buffer)))  # fmt: skip
@@ -404,6 +415,10 @@ def run_plan(
                 tensor = GpuTensor(buffer, shape, dtype, device, nbytes)
                 buffers[role] = (buffer, tensor._bound_bytes)
                 results[role] = tensor
+            for name, nbytes in plan.scratch:  # released with `staged`, below: later work runs after this call's
+                buffer = memory.acquire(nbytes)
+                staged.append(buffer)
+                buffers[name] = (buffer, padded_size(nbytes))
             # WebGPU reports a dispatch it rejects (a binding smaller than the shader reads, say)
             # only when the command buffer is finished. A plan's first run is submitted on its
             # own, so that error fails this call, named by its variant, and takes no other

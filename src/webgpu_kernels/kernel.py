@@ -58,7 +58,14 @@ from .expressions import Expression, ExpressionCompiler
 from .manifest import Manifest, parse_manifest
 from .package import MANIFEST_FILE, KernelPackage
 from .program import CompiledVariant, DeviceInfo, OutputSpec, compile_program, tensor_bytes
-from .rendering import TemplateRenderer, bound_roles, produced_outputs, resolve_variant, workgroup_memory_blame
+from .rendering import (
+    TemplateRenderer,
+    bound_roles,
+    produced_outputs,
+    resolve_scratch,
+    resolve_variant,
+    workgroup_memory_blame,
+)
 from .selection import Selection, require_choice, select_variant
 from .tensor import GpuTensor
 from .tuned_choice import Resolution, TuningClass, stored_entry, tuned_choice, tuned_plan, tuning_class_of
@@ -525,21 +532,34 @@ class Kernel:
                     raise DeviceLimitError(arg, "float32 (this adapter has no shader-f16 feature)", "float16")
 
     def _check_device(self, signature: CallSignature, variant_id: str, outputs: tuple[OutputSpec, ...],
-                      resolved: Any, device: Device) -> None:  # fmt: skip
-        """Refuse, before anything is built, a binding with no tensor or one the device cannot hold."""
+                      resolved: Any, device: Device, scope: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:  # fmt: skip
+        """Refuse, before anything is built, a binding with no tensor or one the device cannot hold;
+        returns the variant's scratch sizes, evaluated in its ``scope`` (docs/format.md: after the
+        passes' expressions, before the templates)."""
         sizes = tensor_bytes(self.manifest, signature, outputs)
         variant = cast(CompiledVariant, self.program.variant(variant_id))
+        scratch: tuple[tuple[str, int], ...] = ()
+        scratch_arguments = None
+        if variant.scratch:
+            with self._located():
+                scratch = resolve_scratch(variant, scope)
+            sizes.update(scratch)
+            scratch_arguments = {name: self.program.arguments_read([expr], variant) for name, expr in variant.scratch}
         for r, compiled in zip(resolved, variant.passes, strict=True):
             check_bound(r, sizes, variant_id)
-            check_limits(device, r, sizes, self.program.arguments_read(compiled.workgroup_size, variant))
+            check_limits(device, r, sizes, self.program.arguments_read(compiled.workgroup_size, variant),
+                         scratch_arguments)  # fmt: skip
+        return scratch
 
     def _checked_wgsl(self, signature: CallSignature, variant_id: str, outputs: tuple[OutputSpec, ...],
-                      resolved: Any, scope: dict[str, Any], device: Device) -> list[str]:  # fmt: skip
+                      resolved: Any, scope: dict[str, Any],
+                      device: Device) -> tuple[list[str], tuple[tuple[str, int], ...]]:  # fmt: skip
         """What a call does once its variant is resolved, before anything is built: the device's
         limits checked, then each pass's WGSL rendered (a template may refuse the call there).
-        explain goes this far, so that it reports what the call would raise."""
-        self._check_device(signature, variant_id, outputs, resolved, device)
-        return self.renderer.render_passes(resolved, scope)
+        explain goes this far, so that it reports what the call would raise. Returns the WGSL and
+        the scratch sizes."""
+        scratch = self._check_device(signature, variant_id, outputs, resolved, device, scope)
+        return self.renderer.render_passes(resolved, scope), scratch
 
     def _plan(self, signature: CallSignature, forced: str | None, device: Device, *,
               resolution: Resolution | None = None, asked: frozenset[str] | None = None) -> ExecutionPlan:  # fmt: skip
@@ -556,7 +576,7 @@ class Kernel:
             resolution = self._resolve(signature, forced, device.info, asked=asked)
         (chosen, outputs), resolved, scope = resolution
         variant_id = chosen.variant.id
-        wgsl = self._checked_wgsl(signature, variant_id, outputs, resolved, scope, device)
+        wgsl, scratch = self._checked_wgsl(signature, variant_id, outputs, resolved, scope, device)
         passes = tuple(build_pass(device, r, text, kernel=self.op_id, variant=variant_id,
                                   blame=workgroup_memory_blame(self.program, chosen, cpass, self.renderer, text))
                        for r, text, cpass in zip(resolved, wgsl, chosen.passes, strict=True))  # fmt: skip
@@ -568,7 +588,7 @@ class Kernel:
         # Computed but not asked for: bound, so given a buffer, which goes back to the pool unread.
         dropped = () if asked is None else tuple(o.role for o in outputs if o.role not in asked)
         plan = ExecutionPlan(variant=variant_id, passes=passes, outputs=outputs, tunables=signature.tunable_map(),
-                             left_out=left_out, dropped=dropped, asked=asked)  # fmt: skip
+                             left_out=left_out, dropped=dropped, asked=asked, scratch=scratch)  # fmt: skip
         with self._lock:
             self._plans[key] = plan
             if len(self._plans) > PLAN_CACHE_SIZE:

@@ -141,6 +141,17 @@ class Pass:
 
 
 @dataclass(frozen=True)
+class Scratch:
+    """A variant's scratch buffer: device memory its passes bind by ``name`` (a binding's ``arg``),
+    ``bytes`` long (an integer or an expression), never returned."""
+
+    name: str
+    bytes: Any
+    description: str
+    json_path: str
+
+
+@dataclass(frozen=True)
 class Variant:
     id: str
     priority: float
@@ -149,6 +160,7 @@ class Variant:
     passes: tuple[Pass, ...]
     index: int
     json_path: str
+    scratch: tuple[Scratch, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -372,8 +384,15 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
     # only read-only would be returned unwritten.
     must_write = [t["role"] for t in data.get("outputs", []) if not t.get("optional")]
     optional_outputs = [t["role"] for t in data.get("outputs", []) if t.get("optional")]
+    # Which variant declares each scratch name: a shared bindingSets entry naming another's is told so.
+    scratch_owner: dict[str, str] = {}
+    for variant in data["variants"]:
+        for buffer in variant.get("scratch", []):
+            scratch_owner.setdefault(buffer["name"], variant["id"])
     for v, variant in enumerate(data["variants"]):
         constants = top_constants | set(variant.get("constants", {}))
+        scratch = [buffer["name"] for buffer in variant.get("scratch", [])]
+        errors.extend(_scratch_name_errors(scratch, roles, f"variants[{v}]"))
         written: set[str] = set()
         bound: set[str] = set()
         read_only_at: dict[str, tuple[str, str]] = {}  # an output's first binding that is not 'storage', for the error below
@@ -400,8 +419,18 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
                     written.add(binding.get("arg"))
                 else:
                     read_only_at.setdefault(binding.get("arg"), (bpath, f"{binding['buffer']['type']!r} here{used_by}"))
-                if binding.get("arg") is not None and binding["arg"] not in all_roles:
-                    errors.append(ManifestError(f"arg {binding['arg']!r} is not an input or output{used_by}",
+                if binding.get("arg") in scratch and binding["arg"] not in all_roles:
+                    if binding.get("elementType") is None:  # no dtype to fall back on
+                        errors.append(ManifestError(f"binding {binding['name']!r} binds scratch buffer "
+                                                    f"{binding['arg']!r}, and a scratch buffer has no dtype: its "
+                                                    f"binding needs an elementType (f32, u32, vec4<f32>, ...)"
+                                                    f"{used_by}", json_path=bpath))  # fmt: skip
+                elif binding.get("arg") is not None and binding["arg"] not in all_roles:
+                    owner = scratch_owner.get(binding["arg"])
+                    elsewhere = (f": it is a scratch buffer of variant {owner!r}, and a variant binds only the "
+                                 f"scratch buffers it declares" if owner is not None else "")  # fmt: skip
+                    errors.append(ManifestError(f"arg {binding['arg']!r} is not an input, output or scratch buffer "
+                                                f"of this variant{used_by}{elsewhere}",
                                                 json_path=f"{bpath}.arg"))  # fmt: skip
                     written.update(must_write)  # perhaps a misspelt output: this error says what to fix
                 elif binding.get("arg") in roles["input"] and binding["buffer"]["type"] != "read-only-storage":
@@ -434,6 +463,19 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
             elif role not in written:
                 errors.append(ManifestError(f"output {role!r} is bound as 'storage' by none of this variant's passes, "
                                             "so nothing writes it", json_path=f"variants[{v}]"))  # fmt: skip
+        for i, name in enumerate(scratch):
+            # Nothing writing it, a pass would read what an earlier call left in the pooled buffer.
+            if name in all_roles or scratch.index(name) != i:
+                continue  # its name's error is the one to fix
+            if name in read_only_at and name not in written:
+                at, kind = read_only_at[name]
+                errors.append(ManifestError(f"scratch buffer {name!r} is bound as {kind}, and as 'storage' by none "
+                                            "of this variant's passes, so nothing writes it: bind it as 'storage' "
+                                            "in the pass that fills it", json_path=f"{at}.buffer.type"))  # fmt: skip
+            elif name not in bound:
+                errors.append(ManifestError(f"scratch buffer {name!r} is bound by none of this variant's passes: "
+                                            "bind it (\"arg\": its name) where it is used, or remove it",
+                                            json_path=f"variants[{v}].scratch[{i}]"))  # fmt: skip
         for role in optional_outputs:
             if role in bound and role not in written:
                 errors.append(ManifestError(f"optional output {role!r} is bound, but as 'storage' by none of this "
@@ -449,6 +491,22 @@ def reference_errors(data: dict[str, Any]) -> list[ManifestError]:
             if pass_ids.index(pid) != p:
                 errors.append(ManifestError(f"duplicate pass id {pid!r} in variant {variant['id']!r}",
                                             json_path=f"variants[{v}].passes[{p}].id"))  # fmt: skip
+    return errors
+
+
+def _scratch_name_errors(names: list[str], roles: Mapping[str, list[str]], path: str) -> list[ManifestError]:
+    """A scratch name that another scratch buffer of the variant, or an input or output, also has:
+    a binding's ``arg`` would not say which it binds."""
+    errors = []
+    for i, name in enumerate(names):
+        where = f"{path}.scratch[{i}].name"
+        for kind in ("input", "output"):
+            if name in roles[kind]:
+                errors.append(ManifestError(f"scratch buffer {name!r}: {name!r} is an {kind} of the op, and a "
+                                            "binding's arg would not say which it binds: name it otherwise",
+                                            json_path=where))  # fmt: skip
+        if names.index(name) != i:
+            errors.append(ManifestError(f"scratch buffer {name!r} is declared twice in this variant", json_path=where))
     return errors
 
 
@@ -497,6 +555,8 @@ def build_manifest(data: dict[str, Any]) -> Manifest:
         variants.append(Variant(
             id=vdata["id"], priority=vdata.get("priority", 0), when=tuple(vdata.get("when", [])),
             constants=MappingProxyType(dict(vdata.get("constants", {}))), passes=tuple(passes), index=v, json_path=f"variants[{v}]",
+            scratch=tuple(Scratch(name=b["name"], bytes=_integral(b["bytes"]), description=b.get("description", ""),
+                                  json_path=f"variants[{v}].scratch[{i}]") for i, b in enumerate(vdata.get("scratch", []))),
         ))  # fmt: skip
     return Manifest(
         domain=data["domain"], name=data["name"], since_version=data.get("sinceVersion", 1),

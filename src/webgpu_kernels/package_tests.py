@@ -382,8 +382,11 @@ def _filled_call(kernel: Kernel, case: TestCase, variant: str, arrays: Mapping[s
     from .device import get_device
 
     device = get_device(adapter)
+    # the plan _run_one built (a cache hit): its scratch buffers are pooled too, and filled as outputs are
+    _, plan = kernel.plan({k: TensorMeta(a.shape, a.dtype.name) for k, a in arrays.items()}, attrs=case.attrs or None,
+                          variant=variant, tunables=case.tunables or None, adapter=adapter)  # fmt: skip
     with device.lock:  # no other thread's call takes the filled buffers first (an RLock: the call takes it too)
-        fill_pooled_buffers(device, arrays, outputs, byte)
+        fill_pooled_buffers(device, arrays, outputs, byte, scratch=[nbytes for _, nbytes in plan.scratch])
         tensors = padding_poisoned_inputs(device, arrays)
         try:
             return kernel(dict(tensors), attrs=case.attrs or None, variant=variant, tunables=case.tunables or None,

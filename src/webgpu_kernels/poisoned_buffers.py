@@ -39,14 +39,17 @@ def padding_poisoned_inputs(device: Device, arrays: Mapping[str, np.ndarray]) ->
     return made
 
 
-def fill_pooled_buffers(device: Device, inputs: Mapping[str, Any], outputs: Sequence[OutputSpec], byte: int) -> None:
-    """Put one buffer per tensor of a call (its ``inputs``, the ``outputs`` it will make) in
+def fill_pooled_buffers(device: Device, inputs: Mapping[str, Any], outputs: Sequence[OutputSpec], byte: int, *,
+                        scratch: Sequence[int] = ()) -> None:  # fmt: skip
+    """Put one buffer per tensor of a call (its ``inputs``, the ``outputs`` it will make, the bytes
+    of each of its variant's ``scratch`` buffers) in
     ``device``'s pool, each filled whole with ``byte``: the call's requests of those sizes get
     them, so an output element the kernel never writes holds the fill, not what an earlier call
     left there. All are held at once so that they are distinct, and filled whole since a buffer
     serves any tensor of its size class."""
     sizes = [np.asarray(a).nbytes for a in inputs.values()]
     sizes += [math.prod(o.shape) * numpy_dtype(o.dtype).itemsize for o in outputs]
+    sizes += scratch
     memory = device.memory
     with device.lock, translate_gpu_errors("filling the buffers of a test run", memory):
         filled = []

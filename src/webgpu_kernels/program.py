@@ -101,6 +101,8 @@ class CompiledVariant:
     constants: tuple[tuple[str, Expression], ...]
     when: tuple[Expression, ...]
     passes: tuple[CompiledPass, ...]
+    #: (name, its size in bytes) of each scratch buffer, in the manifest's order
+    scratch: tuple[tuple[str, Expression], ...] = ()
 
 
 @dataclass
@@ -435,6 +437,7 @@ def compile_program(manifest: Manifest, *, file: str | None = None) -> Program:
             constants=tuple((k, c(e, f"{v.json_path}.constants.{k}")) for k, e in v.constants.items()),
             when=tuple(c(w, f"{v.json_path}.when[{i}]") for i, w in enumerate(v.when)),
             passes=tuple(compile_pass(p) for p in v.passes),
+            scratch=tuple((b.name, c(b.bytes, f"{b.json_path}.bytes")) for b in v.scratch),
         )
         for v in manifest.variants
     )

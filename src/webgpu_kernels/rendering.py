@@ -217,6 +217,22 @@ def resolve_variant(variant: CompiledVariant, scope: Mapping[str, Any]) -> tuple
     return tuple(resolve_pass(cp, scope) for cp in variant.passes)
 
 
+def resolve_scratch(variant: CompiledVariant, scope: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """(name, bytes) of each of the variant's scratch buffers, their sizes evaluated in its scope:
+    once per plan, never per call. An error names the buffer and the variant."""
+    sizes = []
+    for name, expr in variant.scratch:
+        whose = f"scratch buffer {name!r} of variant {variant.variant.id!r}"
+        try:
+            sizes.append((name, as_count(expr.evaluate(scope), expr, f"the size of {whose}")))
+        except ExpressionError as exc:
+            if whose in exc.detail:
+                raise
+            raise ExpressionError(f"{exc.detail} (the size of {whose})", expression=exc.expression,
+                                  where=exc.where) from None  # fmt: skip
+    return tuple(sizes)
+
+
 def bound_roles(resolved: Sequence[ResolvedPass]) -> set[str]:
     """The tensors some pass binds (its inputs and the outputs the variant returns)."""
     return {b.arg for r in resolved for b in r.bindings if b.arg is not None}

@@ -74,7 +74,7 @@ class Planner(Protocol):
                  asked: frozenset[str] | None = None) -> Resolution: ...  # fmt: skip
 
     def _check_device(self, signature: CallSignature, variant_id: str, outputs: tuple[OutputSpec, ...],
-                      resolved: Any, device: Device) -> None: ...  # fmt: skip
+                      resolved: Any, device: Device, scope: Mapping[str, Any]) -> tuple[tuple[str, int], ...]: ...  # fmt: skip
 
     def _plan(self, signature: CallSignature, forced: str | None, device: Device, *,
               resolution: Resolution | None = None, asked: frozenset[str] | None = None) -> ExecutionPlan: ...  # fmt: skip
@@ -121,8 +121,8 @@ def _judge(kernel: Planner, choice: tuning.TunedChoice, metas: Mapping[str, Any]
             resolving = True
             resolution = kernel._resolve(tuned, choice.variant, device.info, asked=asked)  # refused if it lacks one asked
             if check:  # as a call would build it: `when`, then the device's limits
-                (chosen, outputs), resolved, _ = resolution
-                kernel._check_device(tuned, chosen.variant.id, outputs, resolved, device)
+                (chosen, outputs), resolved, scope = resolution
+                kernel._check_device(tuned, chosen.variant.id, outputs, resolved, device, scope)
             if optional_outputs and asked is not None:
                 if unasked := _unasked_outputs(kernel, signature, resolution, device, asked):
                     # the call asks not to compute them, and its own selection does not

@@ -153,6 +153,8 @@ def check_expressions(manifest: Manifest, out: ProblemCollector, device_limits: 
         note = f"for variant {v.id!r} (not in derive, constants or its constants)"
         for i, clause in enumerate(v.when):
             check(clause, f"{v.json_path}.when[{i}]", visible, all_roles, note)
+        for buffer in v.scratch:
+            check(buffer.bytes, f"{buffer.json_path}.bytes", visible, all_roles, note)
         for p in v.passes:
             for name, value in p.source_inputs.items():
                 check(value, f"{p.json_path}.source.inputs.{name}", visible, all_roles, note)

@@ -273,7 +273,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
     from .contract import check_call
     from .execution import check_bound, check_limits, compile_pipeline
     from .program import tensor_bytes
-    from .rendering import bound_roles, resolve_variant, workgroup_memory_blame
+    from .rendering import bound_roles, resolve_scratch, resolve_variant, workgroup_memory_blame
     from .selection import accepted_with_f16, judge
 
     coverage: dict[tuple[str, str], Coverage] = {}
@@ -370,6 +370,7 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
             notify("start", {"variant": vid, "dtype": label, "case": call.case})
             try:
                 resolved = resolve_variant(cv, inner)
+                scratch = resolve_scratch(cv, inner)  # as a call sizes them, after the passes
             except (ExpressionError, LayoutError) as exc:
                 cov.failed += 1
                 where = getattr(exc, "where", "") or cv.variant.json_path
@@ -382,9 +383,11 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 missing = tuple(role for role in call.expected if role in optional_outputs and role not in produced)
                 if missing:  # an optional output this variant leaves out: `test` would fail the case on it
                     unproduced.setdefault((vid, missing), []).append(call)
+            scratch_arguments = {name: program.arguments_read([expr], cv) for name, expr in cv.scratch}
+            variant_sizes = {**sizes, **dict(scratch)} if scratch else sizes
             try:
                 for r in resolved:
-                    check_bound(r, sizes, vid)
+                    check_bound(r, variant_sizes, vid)
             except MissingInputError as exc:  # the package's fault: `test` and calls would refuse it too
                 cov.failed += 1
                 unbound.setdefault((cv.variant.json_path, vid, exc.argument), []).append(f"{call.case} ({label})")
@@ -395,7 +398,8 @@ def check_gpu(package: KernelPackage, manifest: Manifest, program: Any, test_fil
                 ignored.setdefault((cv.variant.json_path, vid, role), []).append(f"{call.case} ({label})")
             for r, cpass in zip(resolved, cv.passes, strict=True):
                 try:
-                    check_limits(device, r, sizes, program.arguments_read(cpass.workgroup_size, cv))
+                    check_limits(device, r, variant_sizes, program.arguments_read(cpass.workgroup_size, cv),
+                                 scratch_arguments)  # fmt: skip
                 except DeviceLimitError as exc:  # this adapter's limits, not the package's fault: a warning
                     refusals.setdefault(str(exc), []).append(vid)
                     cov.refused += 1

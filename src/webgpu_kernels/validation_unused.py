@@ -3,7 +3,7 @@ written for a `when` clause that never names it) silently does nothing. A warnin
 an unused entry is harmless.
 
 Readers are every expression of the compiled program (input ranks, outputs, derive, constants,
-`when`, template inputs, bindings, dispatch), bench.json's ``flops`` and ``bytes`` (top-level
+`when`, scratch sizes, template inputs, bindings, dispatch), bench.json's ``flops`` and ``bytes`` (top-level
 names only) and the templates, which see every derive entry and constant bare and in ``constants``
 (rendering.template_context). Where a reader cannot be told for sure (a template reading
 ``constants`` dynamically, a ``flops`` or ``bytes`` that does not compile) nothing it could read is warned of.
@@ -29,7 +29,7 @@ def _bare(expressions: Iterable[Expression], skip: str | None = None) -> set[str
 
 
 def _variant_expressions(v: CompiledVariant) -> list[Expression]:
-    found = list(v.when)
+    found = list(v.when) + [e for _, e in v.scratch]
     for p in v.passes:
         found += [e for _, e in p.source_inputs] + [p.threads, *p.workgroup_size]
         for b in p.bindings:
@@ -126,7 +126,7 @@ def check_unused(renderer: TemplateRenderer, program: Program, counts: Iterable[
                     message = f"nothing reads {kind} {name!r} but unused entries: {only} ({remove_all})"
                 else:
                     output = "output shape, " if kind == "derive entry" else ""
-                    message = (f"nothing reads {kind} {name!r}: no expression, `when` clause, binding, dispatch, "
+                    message = (f"nothing reads {kind} {name!r}: no expression, `when` clause, scratch size, binding, dispatch, "
                                f"{output}other entry, template nor bench.json's flops or bytes names it ({remove})")  # fmt: skip
                 out.warning(MANIFEST_FILE, f"{'derive' if kind == 'derive entry' else 'constants'}.{name}", message)
     for index, v in enumerate(program.variants):
