@@ -165,7 +165,7 @@ def mask_shape(kind, b, h, s, t):
     return {"none": None, "causal": (s, t), "keypad": (b, 1, 1, t), "full": (b, h, s, t)}[kind]
 
 
-@pytest.mark.parametrize("shape, dtype, mask", model_cases())
+@pytest.mark.parametrize("shape, dtype, mask", list(model_cases()))
 def test_model_shapes_on_every_variant_that_takes_them(attention, need_dtype, rng, shape, dtype, mask):
     need_dtype(dtype)
     b, h, s, t, d, dv = shape
