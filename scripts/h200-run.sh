@@ -65,6 +65,7 @@
 #   bash scripts/h200-run.sh chainab [DIR]   astype/copy in a chain (--chain) against DIR/src (default ab-old), hostab DIR, then the suite in 8 processes
 #   bash scripts/h200-run.sh sdff   examples/sd_feed_forward.py (f32, f16; B 2 at T 4096 C 320 and T 1024 C 640), then testsn
 #   bash scripts/h200-run.sh newpackages59 [DEADLINE]   the suite, then ai.onnx.Less, com.microsoft.MultiHeadAttention, Add, Cast and Gemm beside ORT WebGPU until DEADLINE s
+#   bash scripts/h200-run.sh session60 [DEADLINE]   the suite, then ai.onnx.ReduceMean (its scratch-buffer variants) beside ORT WebGPU, then its one-workgroup mean_all on the same cases
 #   bash scripts/h200-run.sh newonnxsuite   the suite, then ai.onnx.Softmax, Gemm, MatMul, Split, Gelu, LayerNormalization, ReduceMean, Add and Cast: validate --strict, test, bench --compare
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -399,6 +400,14 @@ case "${1:-bench}" in
     timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
     peer_packages 590 ai.onnx.Softmax ai.onnx.Gemm ai.onnx.MatMul ai.onnx.Split ai.onnx.Gelu ai.onnx.LayerNormalization \
       ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast ;;
+  session60)  # session 60: the suite (bfloat16 inputs rounded once, scratch buffers), then ai.onnx.ReduceMean's new
+              # multi-workgroup variants (scratch buffers) beside ORT WebGPU, then its old one-workgroup mean_all on the
+              # same cases (the before figure), until DEADLINE seconds (default 450)
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
+    peer_packages "${2:-450}" ai.onnx.ReduceMean
+    (( SECONDS < ${2:-450} - 40 )) && timeout $(( ${2:-450} - SECONDS )) python3 -m webgpu_kernels bench \
+      tests/packages/ai.onnx.ReduceMean --variant mean_all --no-host --json "$OUT/mean_all.json" 2>&1 | tee "$OUT/mean_all.log" ;;
   newpackages59)  # session 59: the suite (ONNX packages' tests now pass on onnxruntime 1.30), then ai.onnx.Less,
                   # com.microsoft.MultiHeadAttention, ai.onnx.Add, ai.onnx.Cast and ai.onnx.Gemm (its new bench tolerances),
                   # beside ORT WebGPU, until DEADLINE seconds (default 450: the lend's device time is short)
