@@ -11,6 +11,11 @@ from the shapes: ``axes`` absent or empty, or of rank(data) entries (every axis 
 every element). The others are refused by name (``outputShapeNeedsNoAxesValues=False``); the test
 below pins that refusal beside onnxruntime computing the same call.
 
+Every element's mean runs in one workgroup (``mean_all``) up to 8,192 elements and in two passes
+past that (``mean_all_multi``: each workgroup sums a chunk of 8,192 elements into the optional
+output ``partials``, one workgroup adds those), which also takes the sizes whose one-workgroup loop
+would pass lavapipe's 65,535 iterations.
+
 Judged against a float64 NumPy reference and onnxruntime's CPU kernel (a one-node opset-18 model),
 float32 and float16. test.json's expected values come from ``expect_reference``: ``webgpu-kernels
 expect tests/packages/ai.onnx.ReduceMean --reference tests/test_reduce_mean_package.py:expect_reference``.
@@ -37,7 +42,10 @@ from conftest import (
 
 PACKAGE_NAME = "ai.onnx.ReduceMean"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
-VARIANTS = ["copy", "copy_axes", "mean_all", "mean_all_axes"]
+VARIANTS = ["copy", "copy_axes", "mean_all_multi", "mean_all_multi_axes", "mean_all", "mean_all_axes"]
+MULTI = ["mean_all_multi", "mean_all_multi_axes"]
+#: the elements each of the multi variants' workgroups sums into one entry of `partials`
+CHUNK = 8192
 # one float32 sum of up to ~300,000 elements in another order than NumPy's; float16: the f32 mean
 # rounded once to float16 (half an ulp, 2^-11 relative)
 TOLERANCE = {np.dtype(np.float32): (1e-5, 1e-6), np.dtype(np.float16): (1e-3, 1e-4)}
@@ -61,12 +69,28 @@ def reduce_mean(data, axes=None, keepdims: int = 1, noop_with_empty_axes: int = 
     every = n_axes == 0 or sorted(int(a) % x.ndim if -x.ndim <= a < x.ndim else -1 for a in axes) == list(range(x.ndim))
     if not every or x.size == 0:
         return np.full(shape, np.nan)
-    return np.full(shape, x.sum() / x.size)
+    with np.errstate(invalid="ignore"):  # inf + -inf is NaN, as the kernel's
+        return np.full(shape, x.sum() / x.size)
+
+
+def chunk_sums(data) -> np.ndarray:
+    """The optional output ``partials`` of the multi variants, in float64: the sum of each chunk of
+    CHUNK elements of data in C order (the last one shorter)."""
+    x = np.asarray(data, dtype=np.float64).ravel()
+    with np.errstate(invalid="ignore"):  # inf + -inf is NaN, as the kernel's
+        return np.add.reduceat(x, np.arange(0, x.size, CHUNK)) if x.size else np.zeros(0)
 
 
 def expect_reference(inputs: dict, attrs: dict) -> dict:
-    """For `webgpu-kernels expect`: inputs as `test` builds them, attributes over the defaults."""
-    return {"reduced": reduce_mean(inputs["data"], inputs.get("axes"), attrs["keepdims"], attrs["noop_with_empty_axes"])}
+    """For `webgpu-kernels expect`: inputs as `test` builds them, attributes over the defaults.
+    ``partials`` too where the call reduces more than one chunk (the multi variants write it; a
+    case that lists it names them in ``variants``, as mean_all writes none)."""
+    data, axes = inputs["data"], inputs.get("axes")
+    out = {"reduced": reduce_mean(data, axes, attrs["keepdims"], attrs["noop_with_empty_axes"])}
+    reducing = not (axes is None or len(axes) == 0) or not attrs["noop_with_empty_axes"]
+    if reducing and np.size(data) > CHUNK:
+        out["partials"] = chunk_sums(data)
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -130,7 +154,8 @@ def test_package_files(kernel):
     assert (data["domain"], data["name"], data["sinceVersion"]) == ("ai.onnx", "ReduceMean", 18)
     assert data["attributes"] == {"keepdims": 1, "noop_with_empty_axes": 0}
     assert [i["role"] for i in data["inputs"]] == ["data", "axes"] and data["inputs"][1]["optional"]
-    assert data["typeConstraints"] == {"T": ["float32", "float16"], "I": ["int64"]}
+    assert data["typeConstraints"] == {"T": ["float32", "float16"], "I": ["int64"], "U": ["float32"]}
+    assert [(o["role"], o.get("optional", False)) for o in data["outputs"]] == [("reduced", False), ("partials", True)]
     assert kernel.op_id == PACKAGE_NAME and kernel.variants == VARIANTS
 
 
@@ -148,7 +173,7 @@ def test_validates_and_its_test_json_passes(kernel):
     report = validate_package(PACKAGE, gpu=True)
     assert report.ok and not report.warnings, [p.message for p in report.problems]
     rows = {(c.variant, c.dtype): c.status for c in report.coverage}
-    assert rows == {(v, f"T={t}, I=int64"): "compiled" for v in VARIANTS for t in ("float32", "float16")}
+    assert rows == {(v, f"T={t}, I=int64, U=float32"): "compiled" for v in VARIANTS for t in ("float32", "float16")}
 
 
 def test_expected_outputs_are_the_reference(kernel):
@@ -156,7 +181,7 @@ def test_expected_outputs_are_the_reference(kernel):
     once to data's dtype."""
     from webgpu_kernels.casefile import read_test_file
 
-    dtypes, seen = set(), set()
+    dtypes, seen, partials = set(), set(), set()
     for case in read_test_file(kernel.package).cases:
         if case.refused is not None:
             continue
@@ -165,10 +190,15 @@ def test_expected_outputs_are_the_reference(kernel):
         stored = case.build_expected(kernel.package.read_bytes, {"reduced": dtype.name})["reduced"]
         want = expect_reference(inputs, {"keepdims": 1, "noop_with_empty_axes": 0, **case.attrs})["reduced"]
         np.testing.assert_array_equal(stored, want.astype(dtype).astype(np.float64), err_msg=case.name)
+        if "partials" in case.expected:
+            stored = case.build_expected(kernel.package.read_bytes, {"reduced": dtype.name, "partials": "float32"})
+            want = chunk_sums(inputs["data"]).astype(np.float32).astype(np.float64)
+            np.testing.assert_array_equal(stored["partials"], want, err_msg=case.name)
+            partials.add(dtype.name)
         dtypes.add(dtype.name)
         axes = inputs.get("axes")
         seen.add("absent" if axes is None else "empty" if axes.size == 0 else "negative" if (axes < 0).any() else "positive")
-    assert dtypes == {"float32", "float16"}
+    assert dtypes == partials == {"float32", "float16"}
     assert seen == {"absent", "empty", "negative", "positive"}
 
 
@@ -274,3 +304,110 @@ def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
         kernel({"data": x, "axes": np.array([[0, 1]], np.int64)})
     with pytest.raises(wk.errors.AttributeValueError):
         kernel({"data": x}, attrs={"keepdims": True})
+
+
+# --- the two-pass variants (mean_all_multi, mean_all_multi_axes) ----------------------------------
+
+# (data shape, axes, keepdims): past one chunk of 8,192 elements, odd counts (a partial last
+# 16-byte unit; float16's last word half padding), chunks that divide evenly, every axes form
+MULTI_CALLS = [
+    ((8193,), None, 1),
+    ((3, 8193), None, 0),
+    ((5, 9999), [], 1),
+    ((2, 64, 320), [-1, 0, 1], 0),  # SD 1.5-like (2, 64, 320): five chunks exactly
+    ((1, 77, 768), [2, 1, 0], 1),  # CLIP hidden state
+]
+
+
+def assert_partials(got: np.ndarray, x: np.ndarray, what: str) -> None:
+    """``partials`` is float32, one sum per chunk of CHUNK elements, each a float32 sum of CHUNK
+    elements in another order than NumPy's (the data here has mean 0.5: sums far from 0)."""
+    want = chunk_sums(x)
+    assert got.dtype == np.float32 and got.shape == want.shape, (what, got.shape, got.dtype)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-5, atol=1e-3, err_msg=what)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(("shape", "axes", "keepdims"), MULTI_CALLS)
+def test_multi_against_the_reference_and_onnxruntime(kernel, rng, shape, axes, keepdims, dtype):
+    """Past one chunk the two-pass variant is the default (and returns partials beside reduced);
+    its mean is the reference's and onnxruntime's, its partials the chunks' float64 sums."""
+    x = np.asarray(rng.standard_normal(shape) + 0.5).astype(dtype)
+    variant = "mean_all_multi" if axes is None else "mean_all_multi_axes"
+    meta = {"data": (shape, x.dtype), **({"axes": ((len(axes),), "int64")} if axes is not None else {})}
+    assert kernel.explain(meta, attrs={"keepdims": keepdims}).chosen == variant
+    inputs = {"data": x, **({"axes": np.asarray(axes, np.int64)} if axes is not None else {})}
+    result = kernel(inputs, attrs={"keepdims": keepdims})
+    assert set(result) == {"reduced", "partials"}
+    got = call(kernel, x, axes, keepdims, variant=variant)
+    np.testing.assert_array_equal(result["reduced"], got)  # deterministic: the same bits again
+    assert_partials(result["partials"], x, f"{shape} {dtype}")
+    want = ort_reduce_mean(x, axes, keepdims, 0, got.ndim)
+    assert want.shape == got.shape and want.dtype == got.dtype
+    assert_close(got, want, dtype, f"onnxruntime: {shape} axes {axes}")
+
+
+def test_small_inputs_keep_one_workgroup(kernel):
+    """Up to one chunk (8,192 elements, whatever the dtype) mean_all takes the call, and returns no
+    partials; a call that names its outputs takes mean_all wherever it accepts the call."""
+    for dtype in (np.float32, np.float16):
+        assert kernel.explain({"data": ((8192,), dtype)}).chosen == "mean_all"
+        assert kernel.explain({"data": ((8193,), dtype)}).chosen == "mean_all_multi"
+        assert kernel.explain({"data": ((2, 8192), dtype), "axes": ((0,), "int64")}).chosen == "mean_all_multi_axes"
+    assert set(kernel({"data": np.ones(8192, np.float32)})) == {"reduced"}
+    assert kernel.explain({"data": ((8193,), np.float32)}, outputs=["reduced"]).chosen == "mean_all"
+
+
+@pytest.mark.parametrize("variant_size", [(v, wg) for v in MULTI for wg in (64, 1024)])
+def test_multi_workgroup_sizes(kernel, rng, variant_size):
+    """The chunk is the same at every workgroup size (each invocation loads 8192 / (4 or 8) / wg
+    16-byte units), so partials are too."""
+    variant, wg = variant_size
+    for dtype in (np.float32, np.float16):
+        x = (rng.standard_normal((3, 9001)) + 0.5).astype(dtype)
+        axes = [1, 0] if variant == "mean_all_multi_axes" else None
+        call(kernel, x, axes, variant=variant, tunables={"WORKGROUP_SIZE": wg})
+        inputs = {"data": x, **({"axes": np.asarray(axes, np.int64)} if axes is not None else {})}
+        assert_partials(kernel(inputs, variant=variant, tunables={"WORKGROUP_SIZE": wg})["partials"], x, f"wg {wg}")
+
+
+def test_multi_refuses_workgroups_below_64(kernel):
+    """Below 64 invocations a workgroup would unroll more than 32 loads of its chunk: refused by name."""
+    with pytest.raises(wk.errors.VariantRejectedError, match="multiWorkgroupOk"):
+        kernel({"data": np.ones(9000, np.float32)}, variant="mean_all_multi", tunables={"WORKGROUP_SIZE": 32})
+
+
+def test_multi_float16_tail_padding_is_masked(kernel):
+    """An odd float16 count past one chunk in a buffer of our own whose padding holds NaN: the last
+    workgroup masks the lanes past n (a kernel that summed them would return NaN)."""
+    import wgpu
+
+    n = 2 * CHUNK + 1
+    held = np.full(n + 7, np.nan, np.float16)  # 16,392 halves: whole 16-byte units, NaN past n
+    held[:n] = 1.0
+    held[n - 1] = 1000.0
+    gpu = wk.get_device().gpu
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    mine = gpu.create_buffer(size=held.nbytes, usage=usage)
+    gpu.queue.write_buffer(mine, 0, held)
+    data = wk.from_wgpu_buffer(mine, (n,), np.float16)
+    try:
+        got = kernel({"data": data})
+    finally:
+        data.release()
+    assert got["reduced"].shape == (1,) and got["reduced"][0] == np.float16((n - 1 + 1000.0) / n)
+    np.testing.assert_array_equal(got["partials"], np.array([CHUNK, CHUNK, 1000.0], np.float32))
+
+
+def test_multi_takes_what_the_one_workgroup_loop_refuses(kernel):
+    """mean_all's loop runs ceil(words / WORKGROUP_SIZE) trips per invocation, past lavapipe's 65,535
+    for 2^24 float32 elements at the default 256: refused (loopOk), where mean_all_multi takes the
+    call, its passes looping ceil(2048 / 256) = 8 trips. Explained, not run (64 MiB); test.json runs
+    the same at 64 invocations on 4,202,500 elements."""
+    meta = {"data": ((16, 1024, 1024), np.float32)}
+    explanation = kernel.explain(meta)
+    assert explanation.chosen == "mean_all_multi" and explanation.refused is None
+    verdicts = {v.variant: v for v in explanation.verdicts}
+    assert not verdicts["mean_all"].accepted and verdicts["mean_all"].clause == "loopOk"
+    with pytest.raises(wk.errors.VariantRejectedError, match="loopOk"):
+        kernel.plan(meta, variant="mean_all")  # no GPU work: refused when the call is planned
