@@ -12,9 +12,11 @@ every element). The others are refused by name (``outputShapeNeedsNoAxesValues=F
 below pins that refusal beside onnxruntime computing the same call.
 
 Every element's mean runs in one workgroup (``mean_all``) up to 8,192 elements and in two passes
-past that (``mean_all_multi``: each workgroup sums a chunk of 8,192 elements into the optional
-output ``partials``, one workgroup adds those), which also takes the sizes whose one-workgroup loop
-would pass lavapipe's 65,535 iterations.
+past that (``mean_all_multi``: each workgroup sums a chunk of 8,192 elements into the variant's
+scratch buffer ``partials``, one workgroup adds those), which also takes the sizes whose
+one-workgroup loop would pass lavapipe's 65,535 iterations. The scratch buffer is no output: the
+contract is ONNX's (``reduced`` alone), so onnxruntime checks the two-pass variants too, and a call
+that names its outputs (``outputs=["reduced"]``) takes them as readily as any other.
 
 Judged against a float64 NumPy reference and onnxruntime's CPU kernel (a one-node opset-18 model),
 float32 and float16. test.json's expected values come from ``expect_reference``: ``webgpu-kernels
@@ -30,6 +32,7 @@ import numpy as np
 import pytest
 
 import webgpu_kernels as wk
+from webgpu_kernels.poisoned_buffers import fill_pooled_buffers
 
 from conftest import (
     DTYPE_IDS,
@@ -37,14 +40,13 @@ from conftest import (
     PACKAGES_DIR,
     assert_engine_has_no_code_for,
     assert_valid_and_passing,
-    poison_outputs,
 )
 
 PACKAGE_NAME = "ai.onnx.ReduceMean"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
 VARIANTS = ["copy", "copy_axes", "mean_all_multi", "mean_all_multi_axes", "mean_all", "mean_all_axes"]
 MULTI = ["mean_all_multi", "mean_all_multi_axes"]
-#: the elements each of the multi variants' workgroups sums into one entry of `partials`
+#: the elements each of the multi variants' workgroups sums into one float32 of its scratch `partials`
 CHUNK = 8192
 # one float32 sum of up to ~300,000 elements in another order than NumPy's; float16: the f32 mean
 # rounded once to float16 (half an ulp, 2^-11 relative)
@@ -73,24 +75,10 @@ def reduce_mean(data, axes=None, keepdims: int = 1, noop_with_empty_axes: int = 
         return np.full(shape, x.sum() / x.size)
 
 
-def chunk_sums(data) -> np.ndarray:
-    """The optional output ``partials`` of the multi variants, in float64: the sum of each chunk of
-    CHUNK elements of data in C order (the last one shorter)."""
-    x = np.asarray(data, dtype=np.float64).ravel()
-    with np.errstate(invalid="ignore"):  # inf + -inf is NaN, as the kernel's
-        return np.add.reduceat(x, np.arange(0, x.size, CHUNK)) if x.size else np.zeros(0)
-
-
 def expect_reference(inputs: dict, attrs: dict) -> dict:
-    """For `webgpu-kernels expect`: inputs as `test` builds them, attributes over the defaults.
-    ``partials`` too where the call reduces more than one chunk (the multi variants write it; a
-    case that lists it names them in ``variants``, as mean_all writes none)."""
+    """For `webgpu-kernels expect`: inputs as `test` builds them, attributes over the defaults."""
     data, axes = inputs["data"], inputs.get("axes")
-    out = {"reduced": reduce_mean(data, axes, attrs["keepdims"], attrs["noop_with_empty_axes"])}
-    reducing = not (axes is None or len(axes) == 0) or not attrs["noop_with_empty_axes"]
-    if reducing and np.size(data) > CHUNK:
-        out["partials"] = chunk_sums(data)
-    return out
+    return {"reduced": reduce_mean(data, axes, attrs["keepdims"], attrs["noop_with_empty_axes"])}
 
 
 @functools.lru_cache(maxsize=None)
@@ -130,14 +118,26 @@ def kernel() -> wk.Kernel:
     return wk.load_kernel(PACKAGE)
 
 
+def poison(kernel: wk.Kernel, inputs: dict, attrs: dict, **options) -> None:
+    """Before a call: one pooled buffer of all-ones bytes (NaN as float16 and float32) per tensor of
+    the call and per scratch buffer of the variant that runs it, as `test` fills them: an output
+    element left unwritten, or a partial sum pass mean reads that pass parts never wrote, shows NaN."""
+    tunables, variant = options.get("tunables"), options.get("variant")
+    outputs = kernel.explain(inputs, attrs=attrs, tunables=tunables, variant=variant).outputs
+    _, plan = kernel.plan(inputs, attrs=attrs, tunables=tunables, variant=variant)
+    fill_pooled_buffers(wk.get_device(), inputs, outputs, 0xFF, scratch=[nbytes for _, nbytes in plan.scratch])
+
+
 def call(kernel: wk.Kernel, x: np.ndarray, axes=None, keepdims: int = 1, noop: int = 0, **options) -> np.ndarray:
-    """One call, its output poisoned first, inputs untouched, checked against the float64 reference
-    rounded to data's dtype."""
+    """One call, its output and scratch poisoned first, inputs untouched, returning ``reduced``
+    alone, checked against the float64 reference rounded to data's dtype."""
     inputs = {"data": x, **({"axes": np.asarray(axes, np.int64)} if axes is not None else {})}
     attrs = {"keepdims": keepdims, "noop_with_empty_axes": noop}
     before = {k: v.copy() for k, v in inputs.items()}
-    poison_outputs(kernel, inputs, attrs=attrs, tunables=options.get("tunables"))
-    got = kernel(inputs, attrs=attrs, **options)["reduced"]
+    poison(kernel, inputs, attrs, **options)
+    result = kernel(inputs, attrs=attrs, **options)
+    assert list(result) == ["reduced"], list(result)
+    got = result["reduced"]
     assert all(inputs[k].tobytes() == before[k].tobytes() for k in inputs)
     want = reduce_mean(x, axes, keepdims, noop)
     what = f"data {x.shape} {x.dtype} axes {axes} keepdims {keepdims} noop {noop} {options}"
@@ -154,9 +154,11 @@ def test_package_files(kernel):
     assert (data["domain"], data["name"], data["sinceVersion"]) == ("ai.onnx", "ReduceMean", 18)
     assert data["attributes"] == {"keepdims": 1, "noop_with_empty_axes": 0}
     assert [i["role"] for i in data["inputs"]] == ["data", "axes"] and data["inputs"][1]["optional"]
-    assert data["typeConstraints"] == {"T": ["float32", "float16"], "I": ["int64"], "U": ["float32"]}
-    assert [(o["role"], o.get("optional", False)) for o in data["outputs"]] == [("reduced", False), ("partials", True)]
+    assert data["typeConstraints"] == {"T": ["float32", "float16"], "I": ["int64"]}
+    assert [(o["role"], o.get("optional", False)) for o in data["outputs"]] == [("reduced", False)]
     assert kernel.op_id == PACKAGE_NAME and kernel.variants == VARIANTS
+    scratch = {v["id"]: [s["name"] for s in v.get("scratch", [])] for v in data["variants"]}
+    assert scratch == {v: ["partials"] if v in MULTI else [] for v in VARIANTS}
 
 
 def test_engine_has_no_code_for_it():
@@ -173,7 +175,7 @@ def test_validates_and_its_test_json_passes(kernel):
     report = validate_package(PACKAGE, gpu=True)
     assert report.ok and not report.warnings, [p.message for p in report.problems]
     rows = {(c.variant, c.dtype): c.status for c in report.coverage}
-    assert rows == {(v, f"T={t}, I=int64, U=float32"): "compiled" for v in VARIANTS for t in ("float32", "float16")}
+    assert rows == {(v, f"T={t}, I=int64"): "compiled" for v in VARIANTS for t in ("float32", "float16")}
 
 
 def test_expected_outputs_are_the_reference(kernel):
@@ -181,7 +183,7 @@ def test_expected_outputs_are_the_reference(kernel):
     once to data's dtype."""
     from webgpu_kernels.casefile import read_test_file
 
-    dtypes, seen, partials = set(), set(), set()
+    dtypes, seen, multi = set(), set(), set()
     for case in read_test_file(kernel.package).cases:
         if case.refused is not None:
             continue
@@ -190,15 +192,13 @@ def test_expected_outputs_are_the_reference(kernel):
         stored = case.build_expected(kernel.package.read_bytes, {"reduced": dtype.name})["reduced"]
         want = expect_reference(inputs, {"keepdims": 1, "noop_with_empty_axes": 0, **case.attrs})["reduced"]
         np.testing.assert_array_equal(stored, want.astype(dtype).astype(np.float64), err_msg=case.name)
-        if "partials" in case.expected:
-            stored = case.build_expected(kernel.package.read_bytes, {"reduced": dtype.name, "partials": "float32"})
-            want = chunk_sums(inputs["data"]).astype(np.float32).astype(np.float64)
-            np.testing.assert_array_equal(stored["partials"], want, err_msg=case.name)
-            partials.add(dtype.name)
+        assert list(case.expected) == ["reduced"], case.name
+        if set(case.variants or ()) & set(MULTI):
+            multi.add(dtype.name)
         dtypes.add(dtype.name)
         axes = inputs.get("axes")
         seen.add("absent" if axes is None else "empty" if axes.size == 0 else "negative" if (axes < 0).any() else "positive")
-    assert dtypes == partials == {"float32", "float16"}
+    assert dtypes == multi == {"float32", "float16"}
     assert seen == {"absent", "empty", "negative", "positive"}
 
 
@@ -319,56 +319,82 @@ MULTI_CALLS = [
 ]
 
 
-def assert_partials(got: np.ndarray, x: np.ndarray, what: str) -> None:
-    """``partials`` is float32, one sum per chunk of CHUNK elements, each a float32 sum of CHUNK
-    elements in another order than NumPy's (the data here has mean 0.5: sums far from 0)."""
-    want = chunk_sums(x)
-    assert got.dtype == np.float32 and got.shape == want.shape, (what, got.shape, got.dtype)
-    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-5, atol=1e-3, err_msg=what)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize(("shape", "axes", "keepdims"), MULTI_CALLS)
 def test_multi_against_the_reference_and_onnxruntime(kernel, rng, shape, axes, keepdims, dtype):
-    """Past one chunk the two-pass variant is the default (and returns partials beside reduced);
-    its mean is the reference's and onnxruntime's, its partials the chunks' float64 sums."""
+    """Past one chunk the two-pass variant is the default, also for a call that names its outputs,
+    and returns ``reduced`` alone (its partial sums stay in scratch): the reference's mean and
+    onnxruntime's, the same bits on a second run (a fixed order, no atomics), with its output and
+    scratch poisoned first (call)."""
     x = np.asarray(rng.standard_normal(shape) + 0.5).astype(dtype)
     variant = "mean_all_multi" if axes is None else "mean_all_multi_axes"
     meta = {"data": (shape, x.dtype), **({"axes": ((len(axes),), "int64")} if axes is not None else {})}
     assert kernel.explain(meta, attrs={"keepdims": keepdims}).chosen == variant
-    inputs = {"data": x, **({"axes": np.asarray(axes, np.int64)} if axes is not None else {})}
-    result = kernel(inputs, attrs={"keepdims": keepdims})
-    assert set(result) == {"reduced", "partials"}
-    got = call(kernel, x, axes, keepdims, variant=variant)
-    np.testing.assert_array_equal(result["reduced"], got)  # deterministic: the same bits again
-    assert_partials(result["partials"], x, f"{shape} {dtype}")
+    assert kernel.explain(meta, attrs={"keepdims": keepdims}, outputs=["reduced"]).chosen == variant
+    got = call(kernel, x, axes, keepdims)
+    again = call(kernel, x, axes, keepdims, outputs=["reduced"])
+    np.testing.assert_array_equal(again, got)  # deterministic: the same bits again
     want = ort_reduce_mean(x, axes, keepdims, 0, got.ndim)
     assert want.shape == got.shape and want.dtype == got.dtype
     assert_close(got, want, dtype, f"onnxruntime: {shape} axes {axes}")
 
 
 def test_small_inputs_keep_one_workgroup(kernel):
-    """Up to one chunk (8,192 elements, whatever the dtype) mean_all takes the call, and returns no
-    partials; a call that names its outputs takes mean_all wherever it accepts the call."""
+    """Up to one chunk (8,192 elements, whatever the dtype) mean_all takes the call, past it
+    mean_all_multi(_axes), whether or not the call names its outputs: the scratch buffer plays no
+    part in selection (with an optional output `partials`, outputs=["reduced"] had taken mean_all)."""
     for dtype in (np.float32, np.float16):
-        assert kernel.explain({"data": ((8192,), dtype)}).chosen == "mean_all"
-        assert kernel.explain({"data": ((8193,), dtype)}).chosen == "mean_all_multi"
-        assert kernel.explain({"data": ((2, 8192), dtype), "axes": ((0,), "int64")}).chosen == "mean_all_multi_axes"
-    assert set(kernel({"data": np.ones(8192, np.float32)})) == {"reduced"}
-    assert kernel.explain({"data": ((8193,), np.float32)}, outputs=["reduced"]).chosen == "mean_all"
+        for outputs in (None, ["reduced"]):
+            assert kernel.explain({"data": ((8192,), dtype)}, outputs=outputs).chosen == "mean_all"
+            assert kernel.explain({"data": ((8193,), dtype)}, outputs=outputs).chosen == "mean_all_multi"
+            with_axes = {"data": ((2, 8192), dtype), "axes": ((0,), "int64")}
+            assert kernel.explain(with_axes, outputs=outputs).chosen == "mean_all_multi_axes"
+    assert list(kernel({"data": np.ones(8192, np.float32)})) == ["reduced"]
+
+
+def test_outputs_reduced_on_a_large_input_runs_the_multi_variant(kernel, rng):
+    """The reason for scratch: an SD-like GroupNorm input (40 chunks) with outputs=["reduced"]
+    plans mean_all_multi, its scratch 4 bytes a chunk, nothing dropped, and returns reduced alone,
+    NumPy's float64 mean and onnxruntime's."""
+    x = (rng.standard_normal((1, 320, 32, 32)) + 0.5).astype(np.float32)
+    _, plan = kernel.plan({"data": x}, outputs=["reduced"])
+    assert plan.variant == "mean_all_multi" and plan.scratch == (("partials", 4 * 40),)
+    assert [o.role for o in plan.outputs] == ["reduced"] and not plan.dropped
+    got = call(kernel, x, outputs=["reduced"])
+    assert_close(got, ort_reduce_mean(x), np.float32, "onnxruntime")
+
+
+@pytest.mark.parametrize("axes", [None, [0, -1]])
+def test_what_the_scratch_held_before_the_call_does_not_matter(kernel, rng, axes):
+    """The pooled scratch holds anything when a call starts (an earlier call's sums; `test` fills
+    it with 0xFF bytes, NaN as float32): pass parts writes every partial sum pass mean reads, the
+    last chunk's too (its lanes past n masked), so the mean has the same bits whatever the pool's
+    buffers held, zeros or NaN."""
+    x = (rng.standard_normal((3, CHUNK + 1)) + 0.5).astype(np.float32)  # four chunks, the last of 3 elements
+    inputs = {"data": x, **({"axes": np.asarray(axes, np.int64)} if axes is not None else {})}
+    outputs = kernel.explain(inputs).outputs
+    _, plan = kernel.plan(inputs)
+    assert plan.variant in MULTI and plan.scratch == (("partials", 16),)
+    got = {}
+    for byte in (0x00, 0xFF, 0x00):
+        fill_pooled_buffers(wk.get_device(), inputs, outputs, byte, scratch=[16])
+        got[byte] = kernel(inputs)["reduced"]
+        assert_close(got[byte], reduce_mean(x).astype(np.float32), np.float32, f"pool filled with {byte:#x}")
+    assert got[0x00].tobytes() == got[0xFF].tobytes()
 
 
 @pytest.mark.parametrize("variant_size", [(v, wg) for v in MULTI for wg in (64, 1024)])
 def test_multi_workgroup_sizes(kernel, rng, variant_size):
     """The chunk is the same at every workgroup size (each invocation loads 8192 / (4 or 8) / wg
-    16-byte units), so partials are too."""
+    16-byte units), so is the scratch (4 bytes a chunk)."""
     variant, wg = variant_size
     for dtype in (np.float32, np.float16):
         x = (rng.standard_normal((3, 9001)) + 0.5).astype(dtype)
         axes = [1, 0] if variant == "mean_all_multi_axes" else None
-        call(kernel, x, axes, variant=variant, tunables={"WORKGROUP_SIZE": wg})
         inputs = {"data": x, **({"axes": np.asarray(axes, np.int64)} if axes is not None else {})}
-        assert_partials(kernel(inputs, variant=variant, tunables={"WORKGROUP_SIZE": wg})["partials"], x, f"wg {wg}")
+        _, plan = kernel.plan(inputs, variant=variant, tunables={"WORKGROUP_SIZE": wg})
+        assert plan.scratch == (("partials", 4 * 4),)  # ceil(27,003 / 8,192) chunks
+        call(kernel, x, axes, variant=variant, tunables={"WORKGROUP_SIZE": wg})
 
 
 def test_multi_refuses_workgroups_below_64(kernel):
@@ -395,8 +421,8 @@ def test_multi_float16_tail_padding_is_masked(kernel):
         got = kernel({"data": data})
     finally:
         data.release()
+    assert list(got) == ["reduced"]
     assert got["reduced"].shape == (1,) and got["reduced"][0] == np.float16((n - 1 + 1000.0) / n)
-    np.testing.assert_array_equal(got["partials"], np.array([CHUNK, CHUNK, 1000.0], np.float32))
 
 
 def test_multi_takes_what_the_one_workgroup_loop_refuses(kernel):
