@@ -130,6 +130,20 @@ def test_scratch_is_no_part_of_the_contract(scratch_sum):
     assert explanation.produced == frozenset({"Y"})
 
 
+def test_explain_shows_the_chosen_variants_scratch_sizes(scratch_sum):
+    """explain says what scratch the call would take (what `info` cannot: sizes read the call's
+    shapes), in its text and --json; None where no variant is chosen."""
+    explanation = scratch_sum.explain({"X": ((10_000,), "float32")})
+    want = 4 * -(-10_000 // (ITEMS * 64))
+    assert explanation.scratch == (("partials", want),)
+    assert f"scratch partials: {want} bytes (never returned)" in str(explanation)
+    assert explanation.as_dict()["scratch"] == [{"name": "partials", "bytes": want}]
+    wide = scratch_sum.explain({"X": ((10_000,), "float32")}, tunables={"WORKGROUP_SIZE": 128})
+    assert wide.scratch == (("partials", 4 * -(-10_000 // (ITEMS * 128))),)
+    plain = wk.get_kernel("com.microsoft.QuickGelu").explain({"X": ((4096,), "float32")})
+    assert plain.scratch == () and "scratch" not in str(plain) and plain.as_dict()["scratch"] == []
+
+
 def test_the_plan_sizes_each_scratch_buffer_once_per_shape(scratch_sum, plan_of):
     """bytes is evaluated when the plan is built: 4 x ceil(n / 256) bytes here."""
     x = np.zeros(10_000, np.float32)

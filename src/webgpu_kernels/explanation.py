@@ -37,6 +37,7 @@ class Explanation:
     - ``produced``: the outputs ``chosen`` returns (an optional one it binds nowhere left out); None if none chosen.
     - ``tuning_entry``: the tuning file's entry for the call's tuning class, used or not and why; None if none.
     - ``asked``: the outputs the call asks for (``outputs=``), in the manifest's order; None if it names none.
+    - ``scratch``: (name, bytes) of each scratch buffer the chosen variant would bind; None if none chosen.
     """
 
     op_id: str
@@ -66,6 +67,9 @@ class Explanation:
     #: The outputs the call asks for (``outputs=``), in the manifest's order: the result holds
     #: these; ``produced`` may hold more (computed, then dropped). None: the call names none.
     asked: tuple[str, ...] | None = None
+    #: (name, bytes) of each scratch buffer the chosen variant's passes would bind for this call
+    #: (docs/format.md), () where it has none; None where no variant is chosen or the call fails first.
+    scratch: tuple[tuple[str, int], ...] | None = None
 
     def __str__(self) -> str:
         if self.forced is not None:
@@ -83,6 +87,7 @@ class Explanation:
             if self.asked is not None and out.role not in self.asked:
                 note = " (not asked for: computed, then dropped)" if self.produced and not left_out else " (not asked for)"
             lines.append(f"  output {out.role}: shape {list(out.shape)} {out.dtype}{note}")
+        lines += [f"  scratch {name}: {nbytes} bytes (never returned)" for name, nbytes in self.scratch or ()]
         if self.refused and self.tuned:  # the call runs the stored result, which passed the call's checks
             lines.append(f"  the manifest's selection would fail, so without the stored result below the call "
                          f"would: {self.refused}")  # fmt: skip
@@ -111,6 +116,7 @@ class Explanation:
             "values": {k: json_value(v) for k, v in self.values.items()},
             "refused": self.refused, "tuned": self.tuned, "forced": self.forced, "tuningEntry": self.tuning_entry,
             "asked": None if self.asked is None else list(self.asked),
+            "scratch": None if self.scratch is None else [{"name": n, "bytes": b} for n, b in self.scratch],
         }  # fmt: skip
 
 

@@ -283,12 +283,13 @@ class Kernel:
         names = [n for n, _ in self.program.derive] + [n for n, _ in self.program.constants]
         values = {n: scope[n] for n in names if not hasattr(scope[n], "_undefined_hint")}
         chosen, refused, resolved = None, None, None
+        scratch: tuple[tuple[str, int], ...] | None = None
         if variant is not None:
             chosen = variant if next(v for v in selection.trace if v.variant == variant).accepted else None
             try:  # the call's own path (_plan's), so that explain says what the call raises: its
                 # VariantRejectedError, the device limit the variant breaks, or its template's error
                 _, resolved, forced_scope = self._resolve(signature, variant, device.info, asked=asked)
-                self._checked_wgsl(signature, variant, specs, resolved, forced_scope, device)
+                _, scratch = self._checked_wgsl(signature, variant, specs, resolved, forced_scope, device)
             except KernelError as exc:
                 refused = str(exc)
         elif selection.chosen is not None:
@@ -298,7 +299,7 @@ class Kernel:
                 check_input_sizes(device.info, tensor_bytes(self.manifest, signature, ()))
                 with self._located():
                     resolved = resolve_variant(selection.chosen, chosen_scope)
-                self._checked_wgsl(signature, chosen, specs, resolved, chosen_scope, device)
+                _, scratch = self._checked_wgsl(signature, chosen, specs, resolved, chosen_scope, device)
             except KernelError as exc:
                 refused = str(exc)
         else:  # float16 on an adapter without shader-f16: the call's DeviceLimitError, which a
@@ -311,7 +312,7 @@ class Kernel:
         produced = None if chosen is None or resolved is None else produced_outputs(resolved, specs)
         return Explanation(self.op_id, chosen, selection.trace, specs, values, refused, tuned, forced=variant,
                            produced=produced, tuning_entry=None if entry is None else entry.as_dict(),
-                           asked=in_manifest_order(self.manifest, asked))  # fmt: skip
+                           asked=in_manifest_order(self.manifest, asked), scratch=scratch)  # fmt: skip
 
     def evaluate(
         self,
