@@ -342,15 +342,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 def _copy_pipeline(device: Device) -> tuple[Any, Any]:
     """The copy kernel's (pipeline, bind group layout), built on the device's first copy and kept,
     as a kernel's pipeline is: every bench case times the copy beside its kernel."""
-    with device.lock:
-        hit = device.internal_pipelines.get("bench copy")
-        if hit is None:
-            gpu = device.gpu
-            pipeline = gpu.create_compute_pipeline(
-                label="bench copy", layout="auto",
-                compute={"module": gpu.create_shader_module(label="bench copy", code=_COPY_WGSL), "entry_point": "main"})
-            hit = device.internal_pipelines["bench copy"] = (pipeline, pipeline.get_bind_group_layout(0))
-        return hit
+
+    def build() -> tuple[Any, Any]:
+        gpu = device.gpu
+        pipeline = gpu.create_compute_pipeline(
+            label="bench copy", layout="auto",
+            compute={"module": gpu.create_shader_module(label="bench copy", code=_COPY_WGSL), "entry_point": "main"})
+        return pipeline, pipeline.get_bind_group_layout(0)
+
+    return device.internal_pipeline("bench copy", build)
 
 
 @contextmanager

@@ -95,10 +95,9 @@ def astype_target(dtype: Any, current: np.dtype) -> np.dtype:
 
 def _pipeline(device: Device, pair: tuple[np.dtype, np.dtype]) -> tuple[Any, Any]:
     """(pipeline, bind group layout) for ``pair``, built on first use and kept on the device (as
-    execution's pipeline cache is: a replacement device after a loss builds its own). Under the lock."""
-    cache = device.internal_pipelines
-    hit = cache.get(pair)
-    if hit is None:
+    execution's pipeline cache is: a replacement device after a loss builds its own)."""
+
+    def build() -> tuple[Any, Any]:
         gpu = device.gpu
         layout = gpu.create_bind_group_layout(entries=[
             {"binding": 0, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": "read-only-storage"}},
@@ -109,8 +108,9 @@ def _pipeline(device: Device, pair: tuple[np.dtype, np.dtype]) -> tuple[Any, Any
             label=label, layout=gpu.create_pipeline_layout(bind_group_layouts=[layout]),
             compute={"module": gpu.create_shader_module(label=label, code=_SHADERS[pair]), "entry_point": "main"},
         )  # fmt: skip
-        hit = cache[pair] = (pipeline, layout)
-    return hit
+        return pipeline, layout
+
+    return device.internal_pipeline(pair, build)
 
 
 def chunk_elements(device: Device) -> int:

@@ -16,7 +16,7 @@ import os
 import shlex
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -388,6 +388,15 @@ class Device:
         # and bench's copy (benchmark.py), built on first use under the lock; a replacement device
         # after a loss builds its own, as for the call plans
         self.internal_pipelines: dict[Any, tuple[Any, Any]] = {}
+
+    def internal_pipeline(self, key: Any, build: Callable[[], tuple[Any, Any]]) -> tuple[Any, Any]:
+        """The (pipeline, bind group layout) of one of the engine's own shaders, ``build()`` on
+        first use and kept (``internal_pipelines``), under the lock."""
+        with self.lock:
+            hit = self.internal_pipelines.get(key)
+            if hit is None:
+                hit = self.internal_pipelines[key] = build()
+            return hit
 
     @property
     def has_f16(self) -> bool:
