@@ -237,20 +237,17 @@ def check_limits(device: Device, resolved: ResolvedPass, sizes: Mapping[str, int
     (``workgroup_arguments``: Program.arguments_read), which the caller can change; one fixed by the
     package is the variant's. So is a scratch buffer too large (``scratch_arguments``: what each
     one's size reads, by name; ``sizes`` holds its bytes)."""
-    max_binding = device.limits["max-storage-buffer-binding-size"]
-    max_buffer = device.limits["max-buffer-size"]
+    most = min(device.limits["max-storage-buffer-binding-size"], device.limits["max-buffer-size"])
     for b in resolved.bindings:
-        if b.arg is None:
+        if b.arg is None or padded_size(sizes[b.arg]) <= most:
             continue
-        if scratch_arguments and b.arg in scratch_arguments and padded_size(sizes[b.arg]) > min(max_binding, max_buffer):
+        if scratch_arguments and b.arg in scratch_arguments:  # its size is the variant's: blame what it reads
             argument, fixed = _blamed(scratch_arguments[b.arg], "a size")
-            raise DeviceLimitError(argument, f"a scratch buffer of at most {min(max_binding, max_buffer)} bytes "
+            raise DeviceLimitError(argument, f"a scratch buffer of at most {most} bytes "
                                    "(the device's maxStorageBufferBindingSize)", f"{sizes[b.arg]} bytes for scratch "
                                    f"buffer {b.arg!r} (pass {resolved.pass_id!r}{fixed})")  # fmt: skip
-        if padded_size(sizes[b.arg]) > min(max_binding, max_buffer):
-            raise DeviceLimitError(b.arg, f"at most {min(max_binding, max_buffer)} bytes per binding "
-                                   f"(the device's maxStorageBufferBindingSize)", f"{sizes[b.arg]} bytes",
-                                   **split_hints(padded_size(sizes[b.arg]), min(max_binding, max_buffer)))  # fmt: skip
+        raise DeviceLimitError(b.arg, f"at most {most} bytes per binding (the device's maxStorageBufferBindingSize)",
+                               f"{sizes[b.arg]} bytes", **split_hints(padded_size(sizes[b.arg]), most))  # fmt: skip
     x, y, z = resolved.workgroup_size
     limits = device.info.limits
     checks = (("maxComputeWorkgroupSizeX", x), ("maxComputeWorkgroupSizeY", y), ("maxComputeWorkgroupSizeZ", z),
