@@ -37,7 +37,7 @@ from conftest import (
 
 PACKAGE_NAME = "ai.onnx.Softmax"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
-VARIANTS = ["strided", "workgroup"]
+VARIANTS = ["split", "strided", "workgroup"]
 # f32: WGSL's exp (3 + 2|x| ulp) and a float32 sum in another order, with room for a GPU's exp over
 # lavapipe's 2.9e-6 (the strided variant's online rescaling); f16: one f16 ulp (2^-10) for the
 # double rounding, and the subnormal step.
@@ -168,6 +168,11 @@ CALLS = [
     ((2, 1300), -1),
     ((4, 33), 1),
     ((13,), 0),
+    # split: more columns than a workgroup (inner 300 > 128, a partial last block), an odd inner
+    # under a deeper axis, a long axis over few columns (chunks of 79, the last of 23)
+    ((2, 37, 300), 1),
+    ((2, 3, 67, 9), 2),
+    ((1, 5000, 16), -2),
 ]
 
 
@@ -177,8 +182,9 @@ def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, shape,
     x = (rng.standard_normal(shape) * 3).astype(dtype)
     want = ort_softmax(x, axis)
     variants = accepting(kernel, x, axis)
-    # the strided variant takes exactly the non-last axes (of a slice longer than 1 element apart)
-    assert ("strided" in variants) == (int(np.prod(shape[axis % len(shape) + 1 :])) > 1) and "workgroup" in variants
+    # strided and split take exactly the non-last axes (of a slice longer than 1 element apart)
+    strided = int(np.prod(shape[axis % len(shape) + 1 :])) > 1
+    assert ("strided" in variants) == ("split" in variants) == strided and "workgroup" in variants
     for variant in variants:
         got = call(kernel, x, axis, variant=variant)
         assert_close(got, want, dtype, f"onnxruntime: {shape} axis {axis} {variant}")
@@ -217,21 +223,76 @@ def test_empty_tensors(kernel, shape_axis):
 
 
 @pytest.mark.parametrize(
-    ("variant", "size"), [("workgroup", 1), ("workgroup", 32), ("workgroup", 1024), ("strided", 1), ("strided", 7)]
+    ("variant", "size"),
+    [
+        ("workgroup", 1),
+        ("workgroup", 32),
+        ("workgroup", 1024),
+        ("strided", 1),
+        ("strided", 7),
+        ("split", 1),
+        ("split", 7),
+    ],
 )
 def test_workgroup_sizes(kernel, rng, variant, size):
-    """The workgroup variant's tree needs a power of two; the strided one takes any size."""
+    """The workgroup variant's tree needs a power of two; strided and split take any size (split at
+    7 runs five columns of one row, at 1 one column)."""
     x = rng.standard_normal((3, 1100, 5)).astype(np.float32)
     call(kernel, x, 1, variant=variant, tunables={"WORKGROUP_SIZE": size})
 
 
+@pytest.mark.parametrize(
+    ("shape", "axis", "grid"),
+    [
+        # (columns per workgroup, rows per workgroup, column blocks, chunks, chunk length)
+        ((2, 5000, 64), 1, (64, 2, 1, 64, 79)),
+        ((2, 8, 256, 256), 2, (128, 1, 2, 16, 16)),
+        ((2, 5000, 3), 1, (3, 42, 1, 64, 79)),
+        ((3, 1, 4), 1, (4, 32, 1, 1, 1)),
+        ((2, 37, 300), 1, (128, 1, 3, 4, 10)),
+    ],
+)
+def test_split_is_chosen_for_a_non_last_axis_and_splits_it(kernel, shape, axis, grid):
+    """A non-last axis (inner > 1) runs split, whose grid cuts the axis into about sqrt(L) chunks
+    (fewer where the columns already make ~1024 workgroups), so that few columns still give many
+    workgroups; each workgroup covers `cols` adjacent columns in `rows` rows."""
+    explained = kernel.explain({"input": (shape, "float32")}, attrs={"axis": axis})
+    assert explained.chosen == "split", str(explained)
+    v = explained.values
+    assert (v["splitCols"], v["splitRows"], v["splitBlocks"], v["chunks"], v["chunkLen"]) == grid
+    # the chunks tile the axis: none empty, none missing
+    assert (v["chunks"] - 1) * v["chunkLen"] < v["L"] <= v["chunks"] * v["chunkLen"]
+
+
+def test_bench_cases_of_a_non_last_axis_run_split(kernel):
+    """bench.json's cases over axis 1 or 2 (the slow ones under strided) run split by default."""
+    bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
+    cases = [c for c in bench["cases"] if c.get("attrs", {}).get("axis", -1) not in (-1, 3)]
+    assert len(cases) == 2 and all("variant:split" in c["tags"] for c in cases)
+    for case in cases:
+        for dtype in case["types"]["T"]:
+            got = kernel.explain({"input": (case["inputs"]["input"]["shape"], dtype)}, attrs=case["attrs"]).chosen
+            assert got == "split", (case["name"], dtype)
+
+
+def test_split_refuses_what_llvmpipe_cannot_loop_over(kernel):
+    """split's chunk length is bounded (at most 32,768), so its loops stay under llvmpipe's cap far
+    past strided's; where the combine loop and the chunk loop together would not, it refuses."""
+    assert kernel.explain({"input": ((1, 40000, 2), "float32")}, attrs={"axis": 1}).chosen == "split"
+    past = kernel.explain({"input": ((1, 2**31, 128), "float16")}, attrs={"axis": 1})
+    assert past.chosen != "split" and "splitLoopOk" in str(past), str(past)
+
+
 def test_variants_refuse_what_llvmpipe_cannot_loop_over(kernel):
     """Two loops of the axis' length per invocation stay under llvmpipe's 65,535 iterations up to
-    32,766 elements; past that the workgroup variant takes the call, itself bounded so."""
-    at = kernel.explain({"input": ((2, 32766, 2), "float32")}, attrs={"axis": 1})
-    past = kernel.explain({"input": ((2, 32767, 2), "float32")}, attrs={"axis": 1})
-    assert at.chosen == "strided" and past.chosen == "workgroup"
+    32,766 elements; past that split (chunked, so far longer) or the workgroup variant takes the
+    call, each bounded so."""
+    at = kernel.explain({"input": ((2, 32766, 2), "float32")}, attrs={"axis": 1}, variant="strided")
+    past = kernel.explain({"input": ((2, 32767, 2), "float32")}, attrs={"axis": 1}, variant="strided")
+    assert at.chosen == "strided" and past.chosen is None
     assert "stridedLoopOk" in str(past)
+    # unforced, split (of higher priority) takes the longer one
+    assert kernel.explain({"input": ((2, 32767, 2), "float32")}, attrs={"axis": 1}).chosen == "split"
     # the workgroup variant's three loops of ceil(length / WORKGROUP_SIZE): 21,844 at most
     one = {"WORKGROUP_SIZE": 1}
     assert kernel.explain({"input": ((21844,), "float32")}, tunables=one).chosen == "workgroup"
