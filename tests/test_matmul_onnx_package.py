@@ -44,7 +44,7 @@ from references import assert_matches_within_bound, skip_for_older_onnxruntime
 
 PACKAGE_NAME = "ai.onnx.MatMul"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
-VARIANTS = ["tiled", "simple"]
+VARIANTS = ["blocked", "tiled", "simple"]
 U = 2.0**-24  # f32 unit roundoff
 
 
@@ -222,7 +222,7 @@ def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, need_d
     a = rng.standard_normal(a_shape).astype(dtype)
     b = rng.standard_normal(b_shape).astype(dtype)
     inputs = {"A": a, "B": b}
-    assert accepting(kernel, inputs) == VARIANTS and kernel.explain(inputs).chosen == "tiled"
+    assert accepting(kernel, inputs) == VARIANTS and kernel.explain(inputs).chosen == "blocked"
     want = ort_matmul(a, b)
     assert want.shape == np.matmul(a, b).shape
     # onnxruntime rounds its float16 result to nearest after an f32 sum: its own bound and ours
@@ -259,6 +259,57 @@ def test_tunables(kernel, rng, tunables, variant):
     a = rng.standard_normal((2, 35, 37)).astype(np.float32)
     b = rng.standard_normal((37, 33)).astype(np.float32)
     call(kernel, a, b, variant=variant, tunables=tunables)
+
+
+def test_bench_cases_choose_the_register_blocked_variant(kernel):
+    """Every bench.json case (SD 1.5 cross-attention, CLIP attention and fc1) runs `blocked` by default,
+    both dtypes, with its block and dispatch as the tunables' defaults give."""
+    bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
+    for case in bench["cases"]:
+        for dtype in case["types"]["T"]:
+            inputs = {role: (tuple(spec["shape"]), dtype) for role, spec in case["inputs"].items()}
+            explained = kernel.explain(inputs)
+            assert explained.chosen == "blocked" and explained.refused is None, (case["name"], dtype, str(explained))
+
+
+# (A, B, tunables): M, N, K of 1 and 2, 37, 45, 70, 77, K off BK, batch broadcast on either side; blocks
+# of other shapes, one whose A and B loads do not split evenly over the invocations (BN 12: 24
+# invocations, 32 elements of A to load)
+BLOCKED_CALLS = [
+    ((2, 77, 45), (45, 70), None),
+    ((2, 40), (2, 40, 77), None),
+    ((1, 37), (37, 1), None),
+    ((3, 1, 70, 2), (1, 2, 2, 77), None),
+    ((2, 77, 45), (45, 70), {"BM": 32, "BN": 32, "BK": 8, "TM": 2, "TN": 4}),
+    ((2, 37, 45), (1, 45, 70), {"BM": 8, "BN": 12, "BK": 4, "TM": 1, "TN": 4}),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(("a_shape", "b_shape", "tunables"), BLOCKED_CALLS, ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else str(s))
+def test_blocked_edges_against_the_reference_and_onnxruntime(kernel, rng, need_dtype, a_shape, b_shape, tunables, dtype):
+    """The register-blocked variant on partial blocks in M, N and K (masked loads and stores), tiny M and
+    N, batch broadcasting, and other block shapes; f16 summed in f32 (within the f32 bound)."""
+    need_dtype(dtype)
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = rng.standard_normal(b_shape).astype(dtype)
+    assert kernel.explain({"A": a, "B": b}, tunables=tunables).chosen == "blocked"
+    got = call(kernel, a, b, variant="blocked", tunables=tunables)
+    both = 2 * error_bound(a, b, float16=dtype == np.float16)
+    assert_matches_within_bound(got, ort_matmul(a, b), both, dtype, f"onnxruntime: {a_shape} {b_shape} {tunables}")
+
+
+def test_blocked_refuses_block_shapes_it_cannot_run(kernel):
+    """TN and BK multiples of 4 (vec4 rows in workgroup memory), BM / TM and BN / TN whole, the
+    invocations and workgroup storage within the device's limits; another variant takes the call."""
+    inputs = {"A": ((5, 7), "float32"), "B": ((7, 3), "float32")}
+    for tunables, clause in (({"TN": 2}, "blockShapeOk=False"), ({"BK": 6}, "blockShapeOk=False"),
+                             ({"BM": 60, "TM": 8}, "blockShapeOk=False"), ({"BM": 1024, "TM": 1}, "blockSizeOk=False"),
+                             ({"BK": 1024}, "blockStorageOk=False")):  # fmt: skip
+        explained = kernel.explain(inputs, tunables=tunables)
+        assert explained.chosen == "tiled" and clause in str(explained), (tunables, str(explained))
+        with pytest.raises(errors.VariantRejectedError, match=clause):
+            kernel({"A": np.ones((5, 7), np.float32), "B": np.ones((7, 3), np.float32)}, variant="blocked", tunables=tunables)
 
 
 def test_grid_spills_past_65535_workgroups(kernel, rng):
@@ -298,9 +349,12 @@ def test_loop_bounds_for_llvmpipe(kernel):
         return kernel.explain({"A": ((k,), "float32"), "B": ((k,), "float32")}, tunables=tunables or None)
 
     assert accepting(kernel, {"A": ((65535,), "float32"), "B": ((65535,), "float32")}) == VARIANTS
-    assert explain(65536).chosen == "tiled" and "simpleLoopOk=False" in str(explain(65536))
-    refused = explain(65536, TILE=1)
+    assert explain(65536).chosen == "blocked" and "simpleLoopOk=False" in str(explain(65536))
+    # blocked walks K in steps of BK (its inner loops are unrolled by the template): ceil(K / BK) <= 65,535
+    assert explain(4 * 65535, BK=4).chosen == "blocked" and explain(4 * 65535 + 1, BK=4).chosen == "tiled"
+    refused = explain(4 * 65535 + 1, TILE=1, BK=4)
     assert refused.chosen is None and "tiledLoopOk=False" in str(refused) and "simpleLoopOk=False" in str(refused)
+    assert "blockedLoopOk=False" in str(refused)
     with pytest.raises(errors.VariantRejectedError, match="simpleLoopOk=False"):
         kernel({"A": np.ones(65536, np.float32), "B": np.ones(65536, np.float32)}, variant="simple")
     # at the bound the sum is whole on lavapipe: K ones
