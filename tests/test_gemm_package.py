@@ -45,7 +45,7 @@ from references import assert_matches_within_bound, skip_for_older_onnxruntime
 
 PACKAGE_NAME = "ai.onnx.Gemm"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
-VARIANTS = ["tiled_c", "tiled", "simple_c", "simple"]
+VARIANTS = ["blocked_c", "blocked", "tiled_c", "tiled", "simple_c", "simple"]
 U = 2.0**-24  # f32 unit roundoff
 
 
@@ -299,7 +299,7 @@ def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, m, k, 
     attrs = attrs_of(0.75, -1.5, trans_a, trans_b) if m % 2 else attrs_of(trans_a=trans_a, trans_b=trans_b)
     inputs = {"A": a, "B": b, **({} if c is None else {"C": c})}
     variants = accepting(kernel, inputs, attrs)
-    assert variants == (["tiled_c", "simple_c"] if c is not None else ["tiled", "simple"])
+    assert variants == (["blocked_c", "tiled_c", "simple_c"] if c is not None else ["blocked", "tiled", "simple"])
     assert kernel.explain(inputs, attrs=attrs).chosen == variants[0]
     args = (a, b, c, attrs["alpha"], attrs["beta"], trans_a, trans_b)
     want = ort_gemm(*args)
@@ -319,7 +319,7 @@ def test_beta_zero_ignores_c_and_nan_propagates_as_onnxruntime(kernel, rng, dtyp
     for beta in (0.0, 1.0):
         want = ort_gemm(a, b, c, 1.0, beta)
         assert np.isnan(want).any() == (beta != 0)
-        for variant in ("tiled_c", "simple_c"):
+        for variant in ("blocked_c", "tiled_c", "simple_c"):
             got = call(kernel, a, b, c, attrs=attrs_of(beta=beta), variant=variant)
             assert_matches_within_bound(
                 got,
@@ -331,7 +331,7 @@ def test_beta_zero_ignores_c_and_nan_propagates_as_onnxruntime(kernel, rng, dtyp
     a[1, 2] = np.nan
     want = ort_gemm(a, b, None)
     assert np.isnan(want[1]).all() and not np.isnan(want[[0, 2]]).any()
-    for variant in ("tiled", "simple"):
+    for variant in ("blocked", "tiled", "simple"):
         assert_matches_within_bound(call(kernel, a, b, attrs=attrs_of(), variant=variant), want, 2 * error_bound(a, b), dtype, variant)
 
 
@@ -339,7 +339,7 @@ def test_nonzero_trans_flags_transpose_as_onnxruntime(kernel, rng):
     a, b, c = operands(rng, 4, 3, 5, 1, 1, (5,), np.float32)
     for flag in (2, -1):
         want = ort_gemm(a, b, c, 1.0, 1.0, flag, flag)
-        for variant in ("tiled_c", "simple_c"):
+        for variant in ("blocked_c", "tiled_c", "simple_c"):
             got = call(kernel, a, b, c, attrs=attrs_of(trans_a=flag, trans_b=flag), variant=variant)
             assert_matches_within_bound(got, want, 2 * error_bound(a, b, c, 1.0, 1.0, 1, 1), np.float32, f"trans {flag} {variant}")
 
@@ -372,6 +372,66 @@ def test_tunables(kernel, rng, tunables, variant):
     call(kernel, a, b, c, attrs=attrs_of(trans_b=1), variant=variant, tunables=tunables)
 
 
+def test_bench_cases_choose_the_register_blocked_variants(kernel):
+    """Every bench.json case (CLIP and ViT-L/14 MLP linears, SD 1.5's time embedding) runs `blocked_c`
+    by default (`blocked` where C is absent), both dtypes, with the tunables' default blocks."""
+    bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
+    for case in bench["cases"]:
+        for dtype in case["types"]["T"]:
+            inputs = {role: (tuple(spec["shape"]), dtype) for role, spec in case["inputs"].items()}
+            explained = kernel.explain(inputs, attrs=case.get("attrs"))
+            want = "blocked_c" if "C" in inputs else "blocked"
+            assert explained.chosen == want and explained.refused is None, (case["name"], dtype, str(explained))
+
+
+# (M, K, N, transA, transB, C shape, dtype, tunables): nn.Linear's form on blocks partial in M, N and
+# K (77, 70, 45: K off BK), transA (A' loaded along m) with M = 2, both transposed without C, M = N =
+# 1, and two other block shapes, one whose loads do not split evenly over its invocations (BN 12: 24
+# invocations, 32 elements of A' per step)
+SMALL_BLOCK = {"BM": 8, "BN": 12, "BK": 4, "TM": 1, "TN": 4}
+BLOCKED_CALLS = [
+    (77, 45, 70, 0, 1, (70,), np.float32, None),
+    (77, 45, 70, 0, 1, (70,), np.float16, None),
+    (2, 40, 77, 1, 0, (2, 1), np.float32, None),
+    (2, 40, 77, 1, 0, (2, 1), np.float16, None),
+    (37, 70, 45, 1, 1, None, np.float32, None),
+    (1, 37, 1, 0, 0, (1,), np.float32, None),
+    (70, 45, 77, 0, 1, (77,), np.float32, SMALL_BLOCK),
+    (70, 45, 77, 1, 1, (70, 77), np.float32, {"BM": 32, "BN": 32, "BK": 8, "TM": 2, "TN": 4}),
+]
+
+
+@pytest.mark.parametrize(("m", "k", "n", "trans_a", "trans_b", "c_shape", "dtype", "tunables"), BLOCKED_CALLS)
+def test_blocked_edges_against_the_reference_and_onnxruntime(
+    kernel, rng, need_dtype, m, k, n, trans_a, trans_b, c_shape, dtype, tunables
+):
+    """The register-blocked variants on partial blocks (masked loads and stores), each load mapping
+    (transA, transB), tiny M and N, other block shapes; f16 summed in f32 (within the f32 bound)."""
+    need_dtype(dtype)
+    a, b, c = operands(rng, m, k, n, trans_a, trans_b, c_shape, dtype)
+    attrs = attrs_of(0.75, -1.5, trans_a, trans_b)
+    variant = "blocked" if c is None else "blocked_c"
+    inputs = {"A": a, "B": b, **({} if c is None else {"C": c})}
+    assert kernel.explain(inputs, attrs=attrs, tunables=tunables).chosen == variant
+    got = call(kernel, a, b, c, attrs=attrs, variant=variant, tunables=tunables)
+    args = (a, b, c, attrs["alpha"], attrs["beta"], trans_a, trans_b)
+    both = 2 * error_bound(*args, float16=dtype == np.float16)
+    assert_matches_within_bound(got, ort_gemm(*args), both, dtype, f"onnxruntime: {a.shape} {b.shape} {attrs} {tunables}")
+
+
+def test_blocked_refuses_block_shapes_it_cannot_run(kernel):
+    """TN and BK multiples of 4 (vec4 rows in workgroup memory), BM / TM and BN / TN whole, the
+    invocations and workgroup storage within the device's limits; the tiled variant takes the call."""
+    a, b = np.ones((5, 7), np.float32), np.ones((7, 3), np.float32)
+    for tunables, clause in (({"TN": 2}, "blockShapeOk=False"), ({"BK": 6}, "blockShapeOk=False"),
+                             ({"BM": 60, "TM": 8}, "blockShapeOk=False"), ({"BM": 1024, "TM": 1}, "blockSizeOk=False"),
+                             ({"BK": 1024}, "blockStorageOk=False")):  # fmt: skip
+        explained = kernel.explain({"A": a, "B": b}, tunables=tunables)
+        assert explained.chosen == "tiled" and clause in str(explained), (tunables, str(explained))
+        with pytest.raises(errors.VariantRejectedError, match=clause):
+            kernel({"A": a, "B": b}, variant="blocked", tunables=tunables)
+
+
 def test_float16_overflow_is_infinite_on_lavapipe(kernel):
     """A float16 result past 65504 (200 * 200 * 2 = 80,000) is the infinity of its sign on lavapipe
     and in onnxruntime; another device's conversion may differ (the manifest's description says so)."""
@@ -383,31 +443,36 @@ def test_float16_overflow_is_infinite_on_lavapipe(kernel):
     b = np.full((2, 1), 200, np.float16)
     want = ort_gemm(a, b)
     assert want.ravel().tolist() == [np.inf, -np.inf]
-    for variant in ("tiled", "simple"):
+    for variant in ("blocked", "tiled", "simple"):
         assert kernel({"A": a, "B": b}, variant=variant)["Y"].ravel().tolist() == [np.inf, -np.inf], variant
 
 
 def test_loop_bounds_for_llvmpipe(kernel):
     """llvmpipe stops an invocation's loops after 65,535 iterations (docs/format.md): the simple
     variants take K <= 65,535, the tiled ones ceil(K / TILE) <= 65,535 steps (their inner loop over
-    a tile has a constant count, which llvmpipe unrolls). Past both no variant takes the call."""
+    a tile has a constant count, which llvmpipe unrolls), the blocked ones ceil(K / BK) <= 65,535 (the
+    template unrolls their other loops). Past all three no variant takes the call."""
 
     def explain(k, **tunables):
         return kernel.explain({"A": ((1, k), "float32"), "B": ((k, 1), "float32")}, tunables=tunables or None)
 
-    assert explain(65535).chosen == "tiled" and "simple (priority 0): accepted" in str(explain(65535))
-    assert explain(65536).chosen == "tiled" and "simpleLoopOk=False" in str(explain(65536))
-    refused = str(explain(65536, TILE=1))
-    assert explain(65536, TILE=1).chosen is None and "tiledLoopOk=False" in refused and "simpleLoopOk=False" in refused
-    assert explain(16 * 65535).chosen == "tiled" and explain(16 * 65535 + 1).chosen is None
-    with pytest.raises(wk.SelectionError, match="simpleLoopOk=False"):
-        kernel({"A": np.ones((1, 65536), np.float32), "B": np.ones((65536, 1), np.float32)}, tunables={"TILE": 1})
-    # at the bounds the sums are whole on lavapipe: K ones
-    for k, variant, tile in ((65535, "simple", 16), (4 * 65535, "tiled", 4)):
+    assert explain(65535).chosen == "blocked" and "simple (priority 0): accepted" in str(explain(65535))
+    assert explain(65536).chosen == "blocked" and "simpleLoopOk=False" in str(explain(65536))
+    assert explain(65536, BK=4, TILE=1).chosen == "blocked" and explain(4 * 65535 + 1, BK=4).chosen == "tiled"
+    refused = str(explain(4 * 65535 + 1, TILE=1, BK=4))
+    assert explain(4 * 65535 + 1, TILE=1, BK=4).chosen is None and "blockedLoopOk=False" in refused
+    assert "tiledLoopOk=False" in refused and "simpleLoopOk=False" in refused
+    assert explain(16 * 65535).chosen == "blocked" and explain(16 * 65535 + 1).chosen is None
+    with pytest.raises(wk.SelectionError, match="blockedLoopOk=False"):
+        k = 4 * 65535 + 1
+        kernel({"A": np.ones((1, k), np.float32), "B": np.ones((k, 1), np.float32)}, tunables={"TILE": 1, "BK": 4})
+    # at the bounds the sums are whole on lavapipe: K ones (blocked: a block of one invocation)
+    one = {"BM": 1, "TM": 1, "BN": 4, "TN": 4, "BK": 4}
+    for k, variant, tunables in ((65535, "simple", {}), (4 * 65535, "tiled", {"TILE": 4}), (4 * 65535, "blocked", one)):
         y = kernel(
             {"A": np.ones((1, k), np.float32), "B": np.ones((k, 1), np.float32)},
             variant=variant,
-            tunables={"TILE": tile},
+            tunables=tunables,
         )["Y"]
         assert y.tolist() == [[float(k)]], (variant, k)
 
