@@ -66,7 +66,7 @@
 #   bash scripts/h200-run.sh sdff   examples/sd_feed_forward.py (f32, f16; B 2 at T 4096 C 320 and T 1024 C 640), then testsn
 #   bash scripts/h200-run.sh newpackages59 [DEADLINE]   the suite, then ai.onnx.Less, com.microsoft.MultiHeadAttention, Add, Cast and Gemm beside ORT WebGPU until DEADLINE s
 #   bash scripts/h200-run.sh session60 [DEADLINE]   the suite, then ai.onnx.ReduceMean (its scratch-buffer variants) beside ORT WebGPU, then its one-workgroup mean_all on the same cases
-#   bash scripts/h200-run.sh session61 [DEADLINE]   ai.onnx.Softmax, MatMul, Gemm (new split/blocked variants) and ReduceMean beside ORT WebGPU, their old variants on the same cases, then the suite
+#   bash scripts/h200-run.sh session61 [DEADLINE]   the old variants of ai.onnx.Softmax, MatMul, Gemm on their cases, then their new defaults and ReduceMean beside ORT WebGPU, then the suite
 #   bash scripts/h200-run.sh newonnxsuite   the suite, then ai.onnx.Softmax, Gemm, MatMul, Split, Gelu, LayerNormalization, ReduceMean, Add and Cast: validate --strict, test, bench --compare
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
@@ -401,18 +401,18 @@ case "${1:-bench}" in
     timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
     peer_packages 590 ai.onnx.Softmax ai.onnx.Gemm ai.onnx.MatMul ai.onnx.Split ai.onnx.Gelu ai.onnx.LayerNormalization \
       ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast ;;
-  session61)  # session 61: the new default variants (Softmax split, MatMul/Gemm blocked) and ReduceMean's scratch
-              # variants beside ORT WebGPU; the variants they replace on the same cases (the before figures); then the
-              # suite with what time is left until DEADLINE seconds (default 560)
+  session61)  # session 61: the variants that Softmax split and MatMul/Gemm blocked replace, on the same cases (the
+              # before figures, no peers: quick); then the new defaults and ReduceMean's scratch variants beside ORT
+              # WebGPU; then the suite if 100 s are left before DEADLINE seconds (default 560)
     deadline=${2:-560}
-    peer_packages $(( deadline - 200 )) ai.onnx.Softmax ai.onnx.MatMul ai.onnx.Gemm ai.onnx.ReduceMean
     for old in "ai.onnx.Softmax strided --tag variant:split" "ai.onnx.MatMul tiled" "ai.onnx.Gemm tiled" "ai.onnx.Gemm tiled_c"; do
       set -- $old; pkg=$1 variant=$2; shift 2
-      (( SECONDS < deadline - 150 )) && timeout 60 python3 -m webgpu_kernels bench "tests/packages/$pkg" --variant "$variant" \
-        "$@" --no-host 2>&1 | tee -a "$OUT/old-variants.log"
+      timeout 40 python3 -m webgpu_kernels bench "tests/packages/$pkg" --variant "$variant" "$@" --no-host 2>&1 \
+        | tee -a "$OUT/old-variants.log"
     done
+    peer_packages $(( deadline - 10 )) ai.onnx.Softmax ai.onnx.MatMul ai.onnx.Gemm ai.onnx.ReduceMean
     export XDG_RUNTIME_DIR=$(mktemp -d)
-    (( SECONDS < deadline - 60 )) && timeout $(( deadline - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs \
+    (( SECONDS < deadline - 100 )) && timeout $(( deadline - SECONDS )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs \
       --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
   session60)  # session 60: the suite (bfloat16 inputs rounded once, scratch buffers), then ai.onnx.ReduceMean's new
               # multi-workgroup variants (scratch buffers) beside ORT WebGPU, then its old one-workgroup mean_all on the
