@@ -357,14 +357,19 @@ def test_destroying_a_buffer_drops_the_bind_groups_that_use_it(device, quick_gel
     np.testing.assert_allclose(quick_gelu({"X": z})["Y"], ref.quick_gelu(z), rtol=2e-6, atol=2e-6)
 
 
-def test_a_tensor_collected_in_a_reference_cycle_returns_a_live_buffer(device, quick_gelu):
+@pytest.mark.parametrize("made_by", ["to_gpu", "a call"])
+def test_a_tensor_collected_in_a_reference_cycle_returns_a_live_buffer(device, quick_gelu, made_by):
     """The cyclic GC runs finalizers in any order: a GpuTensor and its wgpu buffer object collected
-    together once put a released buffer into the pool, and the next call of that size crashed."""
+    together once put a released buffer into the pool, and the next call of that size crashed.
+    An uploaded tensor's buffer is reachable only through the tensor (and the pool's lease), so the
+    cycle takes the buffer object with it: without the lease's strong reference this fails (a
+    released buffer reused); a call's output is also held by its cached bind group, so that case
+    alone could not fail."""
     import gc
 
     x = np.linspace(-3, 3, 4096, dtype=f32)
     for _ in range(20):
-        tensor = quick_gelu({"X": x}, output="gpu")["Y"]
+        tensor = wk.to_gpu(x) if made_by == "to_gpu" else quick_gelu({"X": x}, output="gpu")["Y"]
         holder = {"tensor": tensor}
         holder["self"] = holder  # only the cyclic GC frees this
         del tensor, holder
