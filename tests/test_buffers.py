@@ -464,7 +464,8 @@ def test_a_readback_that_waits_long_says_so_and_still_reads_right(device, quick_
     assert caught[0].filename == __file__, caught[0].filename  # the user's line, not the library's
     message = str(caught[0].message)
     assert "still waits" in message and "$WEBGPU_KERNELS_WAIT_WARN_S" in message and "os._exit" in message
-    # A chunk at a time: the whole float64 reference's temporaries took 4 s of first-touch page faults.
+    # A chunk at a time: the whole float64 reference's temporaries are slow to touch first on a VM whose
+    # host backs pages on first touch (with the float32 draw, 7.5 s -> 2.5 s of a cold suite's worker time).
     for i in range(0, x.size, 1 << 20):
         np.testing.assert_allclose(y[i : i + (1 << 20)], ref.quick_gelu(x[i : i + (1 << 20)]), rtol=2e-6, atol=2e-6)
 

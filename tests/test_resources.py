@@ -37,9 +37,9 @@ SOAK_CALLS = int(os.environ.get("WK_SOAK_CALLS", "80"))  # 80: past the shrunk c
 # the growth allowed after it. CI shrinks the plan and bind-group caches to 64 (flat_caches), full
 # within 200 calls; at the shipped 1,024 bind groups RSS climbs 2.5 KiB a call until call ~1,000,
 # hence the soak's first reading there. A plan kept per call (the leak they exist for: a list in
-# kernel.py holding each new plan) grew RSS 3.3 MiB (shapes) and 3.9 MiB (sizes) between calls 200
-# and 1,500 on lavapipe, against 0.2-0.4 MiB with eviction (3,000 calls from 1,000 had shown 6.4
-# and 7.0 against a 5.3 allowance: `python3 -m pytest -s tests/test_resources.py -k memory_flat`).
+# kernel.py holding each new plan) grew RSS 3.4 MiB (shapes) and 4.2 MiB (sizes) between calls 200
+# and 1,500 on lavapipe, against 0.1-0.4 MiB with eviction (session 61:
+# `python3 -m pytest -s tests/test_resources.py -k memory_flat`, with and without that list).
 SOAK_FLAT = SOAK_CALLS >= 10_000
 FLAT_CALLS, FLAT_FROM, FLAT_GROWTH_MIB = (10_000, 1_000, 24.0) if SOAK_FLAT else (1_500, 200, 2.0)
 
@@ -149,8 +149,8 @@ def test_distinct_sizes_keep_the_pool_bounded(device, monkeypatch):
     pool capped at 256 KiB, below the ~1 MiB its free buffers of those classes come to, the pool
     evicts all along and never holds more than its budget, and the device holds only a bounded
     number of buffers."""
-    # At 4 MiB (2,000 sizes) the pool had never reached its cap (1 MiB pooled at the end), so an
-    # eviction taken out of DeviceMemory._release went unseen; at 256 KiB it fails by call 150.
+    # At 4 MiB (2,000 sizes) the pool never reached its cap (1.03 MiB pooled at the end), so an
+    # eviction taken out of DeviceMemory._release went unseen (that test passed so); at 256 KiB it fails.
     cap = 256 * 2**10
     monkeypatch.setattr(device.memory, "pool_bytes", cap)
     device.memory.trim()
@@ -219,9 +219,9 @@ def test_distinct_alpha_values_keep_caches_bounded(device, monkeypatch):
     assert sizes["pipelines"] <= pipeline_cap and sizes["bind_groups"] <= BIND_GROUP_CACHE_SIZE
     assert sizes["pooled_bytes"] <= device.memory.pool_bytes
     # Past the point where the caches are full, memory grows by little: measured ~7 KiB of native
-    # memory per pipeline compiled and dropped on lavapipe. With caches of 16 and 8, RSS grew 0.3 MiB
-    # from call 40 to 80, and 6.8 MiB with every dropped pipeline kept (~170 KiB each; a list in
-    # execution.py holding what the cache evicts), which 200 calls and 16 + 0.02 x calls had missed.
+    # memory per pipeline compiled and dropped on lavapipe. With caches of 16 and 8, RSS grew 0.4 MiB
+    # from call 40 to 80, and 6.9 MiB with every dropped pipeline kept (a list in execution.py holding
+    # what the cache evicts; session 61, `python3 -m pytest -s tests/test_resources.py -k alpha`).
     assert rss[SOAK_CALLS] - rss[half] < (2 if small else 16) + 0.02 * SOAK_CALLS, f"memory grew: {rss}"
 
 
