@@ -511,7 +511,13 @@ class HoldNumpy(importlib.abc.MetaPathFinder):
         if name == "numpy":
             sys.meta_path.remove(self)
             print("importing numpy", flush=True)
-            time.sleep(120)  # bounded: a signal that never comes does not hang the suite
+            # Short sleeps, not one long one: a SIGINT landing after the print but before the sleep's
+            # system call is only acted on between bytecodes, so one time.sleep(120) slept it out (the
+            # parent then gave up at 120 s: a rare flake under load). Bounded: a signal that never
+            # comes does not hang the suite.
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
         return None
 
 sys.meta_path.insert(0, HoldNumpy())
