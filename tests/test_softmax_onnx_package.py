@@ -37,7 +37,7 @@ from conftest import (
 
 PACKAGE_NAME = "ai.onnx.Softmax"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
-VARIANTS = ["split", "strided", "workgroup"]
+VARIANTS = ["split", "strided", "rows", "workgroup"]
 # f32: WGSL's exp (3 + 2|x| ulp) and a float32 sum in another order, with room for a GPU's exp over
 # lavapipe's 2.9e-6 (the strided variant's online rescaling); f16: one f16 ulp (2^-10) for the
 # double rounding, and the subnormal step.
@@ -149,7 +149,7 @@ def test_expected_outputs_are_the_reference(kernel):
         dtypes.add(x.dtype.name)
         axes.add(axis % x.ndim == x.ndim - 1)
         nan_cases += bool(np.isnan(stored).any())
-    assert dtypes == {"float32", "float16"} and axes == {True, False} and nan_cases == 4
+    assert dtypes == {"float32", "float16"} and axes == {True, False} and nan_cases == 6
 
 
 # --- results -------------------------------------------------------------------------------------
@@ -185,6 +185,8 @@ def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, shape,
     # strided and split take exactly the non-last axes (of a slice longer than 1 element apart)
     strided = int(np.prod(shape[axis % len(shape) + 1 :])) > 1
     assert ("strided" in variants) == ("split" in variants) == strided and "workgroup" in variants
+    # rows takes the last axis (a contiguous row) up to 4,096 elements at WORKGROUP_SIZE 128
+    assert ("rows" in variants) == (not strided)
     for variant in variants:
         got = call(kernel, x, axis, variant=variant)
         assert_close(got, want, dtype, f"onnxruntime: {shape} axis {axis} {variant}")
@@ -275,6 +277,20 @@ def test_bench_cases_of_a_non_last_axis_run_split(kernel):
             assert got == "split", (case["name"], dtype)
 
 
+def test_bench_cases_of_the_last_axis_run_rows(kernel):
+    """bench.json's last-axis cases (CLIP and SD 1.5 attention scores, rows of 77 to 1,024) run rows
+    by default; `bench --variant workgroup --tag variant:rows` times the variant they ran before."""
+    bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
+    cases = [c for c in bench["cases"] if c.get("attrs", {}).get("axis", -1) in (-1, 3)]
+    assert len(cases) == 5 and all("variant:rows" in c["tags"] for c in cases)
+    for case in cases:
+        for dtype in case["types"]["T"]:
+            got = kernel.explain(
+                {"input": (case["inputs"]["input"]["shape"], dtype)}, attrs=case.get("attrs", {})
+            ).chosen
+            assert got == "rows", (case["name"], dtype)
+
+
 def test_split_refuses_what_llvmpipe_cannot_loop_over(kernel):
     """split's chunk length is bounded (at most 32,768), so its loops stay under llvmpipe's cap far
     past strided's; where the combine loop and the chunk loop together would not, it refuses."""
@@ -328,3 +344,108 @@ def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
         kernel({"input": np.ones((2, 3), np.float64)})
     with pytest.raises(errors.UnknownInputError):
         kernel({"input": x}, attrs={"axes": 1})
+
+
+# --- rows: several rows a workgroup, each row in registers -----------------------------------------
+
+
+def rows_grid(kernel: wk.Kernel, shape, dtype, **options) -> tuple:
+    """(lanes per row, units per lane, elements per unit, rows per workgroup) of the rows variant."""
+    explained = kernel.explain({"input": (shape, dtype)}, **options)
+    assert explained.chosen == "rows", str(explained)
+    v = explained.values
+    return v["rowLanes"], v["laneUnits"], v["rowVec"], v["rowsPerGroup"]
+
+
+@pytest.mark.parametrize(
+    ("shape", "grid"),
+    [
+        # about VALUES_PER_LANE (8) elements an invocation, vec4 or vec2 loads where L allows them
+        ((2, 8, 4096, 77), (16, 5, 1, 8)),
+        ((1, 12, 77, 77), (16, 5, 1, 8)),
+        ((2, 8, 1024, 1024), (128, 2, 4, 1)),
+        ((2, 8, 256, 256), (32, 2, 4, 4)),
+        ((7, 1), (1, 1, 1, 128)),
+        ((7, 2), (1, 1, 2, 128)),
+        ((7, 31), (4, 8, 1, 32)),
+        ((7, 32), (4, 2, 4, 32)),
+        ((7, 33), (8, 5, 1, 16)),
+        ((3, 1302), (128, 6, 2, 1)),
+        ((3, 4096), (128, 8, 4, 1)),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_rows_is_chosen_for_the_last_axis_and_its_grid(kernel, shape, grid, dtype):
+    assert rows_grid(kernel, shape, dtype) == grid
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("length", [1, 2, 31, 32, 33, 77, 1302, 4096])
+def test_rows_against_the_reference_and_onnxruntime(kernel, rng, length, dtype):
+    """13 rows: the last workgroup is partial wherever a workgroup holds several rows; rows of 4,096
+    are the longest rows takes at WORKGROUP_SIZE 128."""
+    x = (rng.standard_normal((13, length)) * 3).astype(dtype)
+    assert rows_grid(kernel, x.shape, x.dtype)[3] in (1, 8, 16, 32, 128)
+    got = call(kernel, x, -1, variant="rows")
+    assert_close(got, ort_softmax(x, -1), dtype, f"onnxruntime: rows of {length}")
+
+
+@pytest.mark.parametrize(
+    ("size", "bound", "past"),
+    # (WORKGROUP_SIZE, longest row, the variant taking one element more): 32 values an invocation at
+    # most, lanes a power of two at most the size (4 of 7, 32 of 48); workgroup refuses 7 and 48
+    [(128, 4096, "workgroup"), (256, 8192, "workgroup"), (1, 32, "workgroup"), (7, 128, None), (48, 1024, None)],
+)
+def test_rows_takes_rows_up_to_32_values_an_invocation(kernel, size, bound, past):
+    tunables = {"WORKGROUP_SIZE": size}
+    for dtype in ("float32", "float16"):
+        lanes, units, vec, _ = rows_grid(kernel, (3, bound), dtype, tunables=tunables)
+        assert units * vec == 32 and lanes <= size
+        longer = kernel.explain({"input": ((3, bound + 1), dtype)}, tunables=tunables)
+        assert longer.chosen == past and "rowsRegistersOk=False" in str(longer), str(longer)
+    x = (np.random.default_rng(size).standard_normal((3, bound)) * 3).astype(np.float32)
+    call(kernel, x, -1, variant="rows", tunables=tunables)
+
+
+@pytest.mark.parametrize(("size", "length"), [(1, 20), (2, 33), (7, 77), (48, 30), (96, 1000), (1024, 77)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_rows_workgroup_sizes(kernel, rng, size, length, dtype):
+    """Any WORKGROUP_SIZE: one that is no power of two (7, 48, 96) leaves its last invocations idle
+    (7: one row of 4 lanes and 3 idle)."""
+    x = (rng.standard_normal((11, length)) * 3).astype(dtype)
+    call(kernel, x, -1, variant="rows", tunables={"WORKGROUP_SIZE": size})
+
+
+@pytest.mark.parametrize(("values", "length"), [(1, 77), (3, 77), (32, 77), (2, 256), (32, 4096)])
+def test_rows_values_per_lane(kernel, rng, values, length):
+    """VALUES_PER_LANE sets the lanes a row (1: one unit an invocation); refused outside 1..32."""
+    x = (rng.standard_normal((9, length)) * 3).astype(np.float32)
+    call(kernel, x, -1, variant="rows", tunables={"VALUES_PER_LANE": values})
+    with pytest.raises(wk.VariantRejectedError, match="laneValuesOk=False"):
+        kernel({"input": x}, variant="rows", tunables={"VALUES_PER_LANE": 33})
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("length", [77, 256])
+def test_rows_nan_inf_and_large_values_as_onnxruntime(kernel, length, dtype):
+    """Whole lanes' parts of -inf (their merge term is 0, not NaN), the max in the last partial
+    unit, a lone NaN or +inf at either end, only -inf, and |x| near the dtype's largest: the row's
+    max is subtracted first, so nothing overflows."""
+    big = 1e4 if dtype == np.float32 else 6e4
+    x = np.full((9, length), -np.inf, dtype)
+    x[1, -1] = 2.0  # only the last element a number: every other lane part is -inf
+    x[2, -5:] = [1, 2, 3, 4, 5]
+    x[3] = np.linspace(-3, 3, length)
+    x[3, 0] = np.nan
+    x[4] = np.linspace(-3, 3, length)
+    x[4, -1] = np.inf
+    x[5] = np.linspace(-big, big, length)
+    x[6, : length // 2] = big
+    x[7] = -big
+    x[8, ::3] = np.linspace(-2, 2, len(x[8, ::3]))
+    want = ort_softmax(x, -1)
+    assert np.isnan(want).all(axis=1).tolist() == [True, False, False, True, True, False, False, False, False]
+    for variant in ("rows", "workgroup"):
+        got = call(kernel, x, -1, variant=variant)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=variant)
+        assert_close(got, want, dtype, f"onnxruntime, {variant}")
