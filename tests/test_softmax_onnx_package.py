@@ -403,15 +403,18 @@ def test_rows_takes_rows_up_to_32_values_an_invocation(kernel, size, bound, past
         assert units * vec == 32 and lanes <= size
         longer = kernel.explain({"input": ((3, bound + 1), dtype)}, tunables=tunables)
         assert longer.chosen == past and "rowsRegistersOk=False" in str(longer), str(longer)
-    x = (np.random.default_rng(size).standard_normal((3, bound)) * 3).astype(np.float32)
-    call(kernel, x, -1, variant="rows", tunables=tunables)
+    if size in (1, 7, 48):  # test.json runs rows of 4,096 at 128
+        x = (np.random.default_rng(size).standard_normal((3, bound)) * 3).astype(np.float32)
+        call(kernel, x, -1, variant="rows", tunables=tunables)
 
 
-@pytest.mark.parametrize(("size", "length"), [(1, 20), (2, 33), (7, 77), (48, 30), (96, 1000), (1024, 77)])
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(
+    ("size", "length", "dtype"),
+    [(1, 20, np.float16), (2, 33, np.float32), (48, 30, np.float16), (96, 1000, np.float32), (1024, 77, np.float16)],
+)
 def test_rows_workgroup_sizes(kernel, rng, size, length, dtype):
-    """Any WORKGROUP_SIZE: one that is no power of two (7, 48, 96) leaves its last invocations idle
-    (7: one row of 4 lanes and 3 idle)."""
+    """Any WORKGROUP_SIZE: one that is no power of two (48, 96; test.json's 7) leaves its last
+    invocations idle (96 on rows of 1,000: one row of 64 lanes, 32 idle)."""
     x = (rng.standard_normal((11, length)) * 3).astype(dtype)
     call(kernel, x, -1, variant="rows", tunables={"WORKGROUP_SIZE": size})
 
