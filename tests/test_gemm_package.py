@@ -23,6 +23,7 @@ tests/test_gemm_package.py:expect_reference``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -45,7 +46,7 @@ from references import assert_matches_within_bound, skip_for_older_onnxruntime
 
 PACKAGE_NAME = "ai.onnx.Gemm"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
-VARIANTS = ["blocked_c", "blocked", "tiled_c", "tiled", "simple_c", "simple"]
+VARIANTS = ["blocked_c", "blocked", "tiled_c", "tiled", "simple_c", "simple", "blocked_splitk_c", "blocked_splitk"]
 U = 2.0**-24  # f32 unit roundoff
 
 
@@ -374,13 +375,15 @@ def test_tunables(kernel, rng, tunables, variant):
 
 def test_bench_cases_choose_the_register_blocked_variants(kernel):
     """Every bench.json case (CLIP and ViT-L/14 MLP linears, SD 1.5's time embedding) runs `blocked_c`
-    by default (`blocked` where C is absent), both dtypes, with the tunables' default blocks."""
+    by default (`blocked` where C is absent), both dtypes, with the tunables' default blocks, but those
+    of few blocks over a long K (SPLIT_K_BENCH), which run `blocked_splitk_c`."""
     bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
     for case in bench["cases"]:
         for dtype in case["types"]["T"]:
             inputs = {role: (tuple(spec["shape"]), dtype) for role, spec in case["inputs"].items()}
             explained = kernel.explain(inputs, attrs=case.get("attrs"))
             want = "blocked_c" if "C" in inputs else "blocked"
+            want = "blocked_splitk_c" if case["name"] in SPLIT_K_BENCH else want
             assert explained.chosen == want and explained.refused is None, (case["name"], dtype, str(explained))
 
 
@@ -451,10 +454,16 @@ def test_loop_bounds_for_llvmpipe(kernel):
     """llvmpipe stops an invocation's loops after 65,535 iterations (docs/format.md): the simple
     variants take K <= 65,535, the tiled ones ceil(K / TILE) <= 65,535 steps (their inner loop over
     a tile has a constant count, which llvmpipe unrolls), the blocked ones ceil(K / BK) <= 65,535 (the
-    template unrolls their other loops). Past all three no variant takes the call."""
+    template unrolls their other loops). Past all three only split-K (its own bound:
+    test_split_k_loop_bounds_for_llvmpipe) takes the call, which it takes anyway for K >= 1,024 (one
+    block): the other variants' bounds are read from their verdicts."""
 
     def explain(k, **tunables):
-        return kernel.explain({"A": ((1, k), "float32"), "B": ((k, 1), "float32")}, tunables=tunables or None)
+        explained = kernel.explain({"A": ((1, k), "float32"), "B": ((k, 1), "float32")}, tunables=tunables or None)
+        assert explained.chosen == "blocked_splitk", str(explained)
+        # the variant the call would run without split-K
+        other = next((v.variant for v in explained.verdicts if v.accepted and "splitk" not in v.variant), None)
+        return dataclasses.replace(explained, chosen=other)
 
     assert explain(65535).chosen == "blocked" and "simple (priority 0): accepted" in str(explain(65535))
     assert explain(65536).chosen == "blocked" and "simpleLoopOk=False" in str(explain(65536))
@@ -463,9 +472,13 @@ def test_loop_bounds_for_llvmpipe(kernel):
     assert explain(4 * 65535 + 1, TILE=1, BK=4).chosen is None and "blockedLoopOk=False" in refused
     assert "tiledLoopOk=False" in refused and "simpleLoopOk=False" in refused
     assert explain(16 * 65535).chosen == "blocked" and explain(16 * 65535 + 1).chosen is None
-    with pytest.raises(wk.SelectionError, match="blockedLoopOk=False"):
+    with pytest.raises(errors.VariantRejectedError, match="blockedLoopOk=False"):
         k = 4 * 65535 + 1
-        kernel({"A": np.ones((1, k), np.float32), "B": np.ones((k, 1), np.float32)}, tunables={"TILE": 1, "BK": 4})
+        kernel(
+            {"A": np.ones((1, k), np.float32), "B": np.ones((k, 1), np.float32)},
+            variant="blocked",
+            tunables={"TILE": 1, "BK": 4},
+        )
     # at the bounds the sums are whole on lavapipe: K ones (blocked: a block of one invocation)
     one = {"BM": 1, "TM": 1, "BN": 4, "TN": 4, "BK": 4}
     for k, variant, tunables in ((65535, "simple", {}), (4 * 65535, "tiled", {"TILE": 4}), (4 * 65535, "blocked", one)):
@@ -516,6 +529,123 @@ def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
         kernel({"A": a, "B": b.astype(np.float16)})
     with pytest.raises(errors.UnknownInputError):
         kernel({"A": a, "B": b}, attrs={"trans_a": 1})
+
+
+# --- split-K (helper-271) ------------------------------------------------------------------------
+
+# bench.json cases of few blocks over a long K, which the split-K variants take: CLIP's text fc2 at
+# batch 1 and 2 (24 and 36 blocks, K 3072), ViT-L/14's fc2 (80 blocks, K 4096) and SD 1.5's time
+# embedding linear_2 (20 blocks, K 1280)
+SPLIT_K_BENCH = {"clip-text-fc2-77x3072x768", "clip-text-fc2-154x3072x768", "vit-l14-fc2-257x4096x1024",
+                 "sd15-time-emb2-2x1280x1280"}  # fmt: skip
+
+
+def split_k(kernel, m, k, n, trans_a=0, trans_b=0, c_shape=None, dtype="float32", tunables=None):
+    """The explanation of a call by shapes alone."""
+    inputs = {"A": ((k, m) if trans_a else (m, k), dtype), "B": ((n, k) if trans_b else (k, n), dtype)}
+    if c_shape is not None:
+        inputs["C"] = (c_shape, dtype)
+    return kernel.explain(inputs, attrs=attrs_of(trans_a=trans_a, trans_b=trans_b), tunables=tunables)
+
+
+def test_split_k_is_chosen_for_few_blocks_over_a_long_k(kernel):
+    """Chosen above blocked where Y has fewer than 128 blocks of 64 x 64 and K >= 1,024, with
+    ceil(steps / ceil(steps / S0)) slices of K, S0 = ceil(256 / blocks) bounded by 8 steps a slice and
+    64 slices; blocked still accepts those calls. Many blocks or a short K: blocked."""
+    # (M, K, N, blocks, slices, steps a slice): CLIP text fc2, batch 1 and 2; ViT-L/14 fc2; SD 1.5
+    # linear_2; the tests' small shapes (one block, 69 steps of 16)
+    for m, k, n, blocks, slices, steps in ((77, 3072, 768, 24, 11, 18), (154, 3072, 768, 36, 8, 24),
+                                           (257, 4096, 1024, 80, 4, 64), (2, 1280, 1280, 20, 10, 8),
+                                           (5, 1100, 7, 1, 8, 9), (1, 1024, 1, 1, 8, 8)):  # fmt: skip
+        for c_shape, want in (((n,), "blocked_splitk_c"), (None, "blocked_splitk")):
+            explained = split_k(kernel, m, k, n, 0, 1, c_shape)
+            assert explained.chosen == want and explained.refused is None, str(explained)
+            assert "+ blocked" in str(explained), str(explained)
+            values = explained.values
+            got = (values["splitKBlocks"], values["splitKSlices"], values["splitKSliceSteps"])
+            assert got == (blocks, slices, steps), (m, k, n, got)
+            assert values["splitKScratchBytes"] == 4 * slices * -(-m // 64) * 64 * -(-n // 64) * 64
+    # CLIP text fc1 (96 blocks, K 768), ViT-L/14 fc1 (320 blocks), 128 blocks, K 1,023
+    for m, k, n in ((77, 768, 3072), (257, 1024, 4096), (64, 4096, 128 * 64), (5, 1023, 7)):
+        explained = split_k(kernel, m, k, n, 0, 1, (n,))
+        assert explained.chosen == "blocked_c" and "splitKFew=False" in str(explained), str(explained)
+        forced = kernel.explain({"A": ((m, k), "float32"), "B": ((k, n), "float32")}, variant="blocked_splitk")
+        assert forced.chosen is None and "splitKFew=False" in forced.refused, str(forced)
+    with pytest.raises(errors.VariantRejectedError, match="splitKFew=False"):
+        kernel({"A": np.ones((5, 1023), np.float32), "B": np.ones((1023, 7), np.float32)}, variant="blocked_splitk")
+
+
+# (M, K, N, transA, transB, C shape, dtype, tunables, slices): M and N below a block or not whole
+# blocks, K off BK (1,100 = 68 x 16 + 12) and off the slice (69 steps in 8 slices of 9: the last 6),
+# each transpose pair, each C form, float16, the S = 1 edge (SPLITK_STEPS past the steps), many
+# slices of 2 steps (the last 1), another block shape (BN 12: partN a multiple of 12)
+SPLIT_K_CALLS = [
+    (5, 1100, 7, 0, 1, (7,), np.float32, None, 8),
+    (70, 1100, 77, 1, 0, (70, 1), np.float32, None, 8),
+    (3, 1100, 9, 1, 1, None, np.float32, None, 8),
+    (9, 1030, 66, 0, 0, (9, 66), np.float16, None, 8),
+    (4, 1100, 5, 0, 0, (), np.float32, None, 8),
+    (4, 1100, 5, 0, 0, None, np.float16, None, 8),
+    (6, 1100, 5, 0, 1, (5,), np.float32, {"SPLITK_STEPS": 100}, 1),
+    (6, 1100, 5, 0, 1, (1, 5), np.float32, {"SPLITK_STEPS": 1}, 35),
+    (70, 1100, 77, 0, 1, (77,), np.float32, SMALL_BLOCK, 5),
+]
+
+
+@pytest.mark.parametrize(("m", "k", "n", "trans_a", "trans_b", "c_shape", "dtype", "tunables", "slices"), SPLIT_K_CALLS)
+def test_split_k_against_the_reference_and_onnxruntime(
+    kernel, rng, need_dtype, m, k, n, trans_a, trans_b, c_shape, dtype, tunables, slices
+):
+    """The split-K variants chosen and right (the f32 bound holds whatever the order of the sums)."""
+    need_dtype(dtype)
+    a, b, c = operands(rng, m, k, n, trans_a, trans_b, c_shape, dtype)
+    attrs = attrs_of(0.75, -1.5, trans_a, trans_b) if m % 2 else attrs_of(trans_a=trans_a, trans_b=trans_b)
+    variant = "blocked_splitk" if c is None else "blocked_splitk_c"
+    inputs = {"A": a, "B": b, **({} if c is None else {"C": c})}
+    explained = kernel.explain(inputs, attrs=attrs, tunables=tunables)
+    assert explained.chosen == variant and explained.values["splitKSlices"] == slices, str(explained)
+    got = call(kernel, a, b, c, attrs=attrs, tunables=tunables)
+    args = (a, b, c, attrs["alpha"], attrs["beta"], trans_a, trans_b)
+    both = 2 * error_bound(*args, float16=dtype == np.float16)
+    assert_matches_within_bound(
+        got, ort_gemm(*args), both, dtype, f"onnxruntime: {a.shape} {b.shape} {attrs} {tunables}"
+    )
+    # the slices are added in a fixed order: the same bits every call
+    again = kernel(inputs, attrs=attrs, tunables=tunables)["Y"]
+    assert again.tobytes() == got.tobytes()
+
+
+def test_split_k_nan_beta_zero_and_empty_outputs(kernel, rng):
+    """NaN in a row of A is NaN in that row of Y only (the partials carry it to the sum); beta = 0
+    ignores C, NaN or not; an empty M or N dispatches nothing."""
+    a, b, _ = operands(rng, 3, 1100, 5, 0, 0, None, np.float32)
+    c = np.array([np.nan, 1, np.inf, -np.inf, 2], np.float32)
+    for beta in (0.0, 1.0):
+        want = ort_gemm(a, b, c, 1.0, beta)
+        got = call(kernel, a, b, c, attrs=attrs_of(beta=beta), variant="blocked_splitk_c")
+        assert_matches_within_bound(got, want, 2 * error_bound(a, b, c, 1.0, beta), np.float32, f"beta {beta}")
+    a[1, 1000] = np.nan
+    got = call(kernel, a, b, attrs=attrs_of(), variant="blocked_splitk")
+    assert np.isnan(got[1]).all() and not np.isnan(got[[0, 2]]).any()
+    for m, n in ((0, 5), (3, 0)):
+        a, b, c = operands(rng, m, 1100, n, 0, 0, (n,), np.float32)
+        assert kernel.explain({"A": a, "B": b, "C": c}).chosen == "blocked_splitk_c"
+        assert kernel({"A": a, "B": b, "C": c})["Y"].shape == (m, n)
+
+
+def test_split_k_loop_bounds_for_llvmpipe(kernel):
+    """Each slice takes at most 65,535 steps of BK (llvmpipe's loop cap): where 64 slices would not
+    do, the slices are ceil(steps / 65,535), so split-K takes a K past blocked's bound; at such a
+    bound the sum of K ones is whole on lavapipe."""
+    one = {"BM": 1, "TM": 1, "BN": 4, "TN": 4, "BK": 4}
+    explained = split_k(kernel, 1, 4 * 64 * 65535 + 4, 1, tunables=one)
+    assert explained.chosen == "blocked_splitk" and "blockedLoopOk=False" in str(explained)
+    assert (explained.values["splitKSlices"], explained.values["splitKSliceSteps"]) == (65, 64527)
+    assert split_k(kernel, 1, 16 * 65535 + 1, 1).chosen == "blocked_splitk"
+    k = 4 * 65535 + 1
+    ones = {"A": np.ones((1, k), np.float32), "B": np.ones((k, 1), np.float32)}
+    assert kernel(ones, tunables=one)["Y"].tolist() == [[float(k)]]
+    assert kernel(ones, tunables={**one, "SPLITK_STEPS": 65535})["Y"].tolist() == [[float(k)]]  # 2 slices
 
 
 if __name__ == "__main__":
