@@ -138,8 +138,10 @@ def test_expected_outputs_are_the_reference(attention):
 # cross-attention against 77 text tokens with 8 heads of 40 and of 80 (its first two levels, 320 / 8
 # and 640 / 8; S scaled down from 4096 and 1024 so that lavapipe runs it quickly); S, T, D, Dv none a
 # multiple of the tiles (64 rows, 16 keys); a decoding step (S = 1). Heads of 160 (SD 1.5's third
-# level) cost a slow cold compile per dtype and mask variant, as the head loops unroll at render time:
-# test.json's sd15-mid cases cover them, and the head-loop test below the largest fused head (256).
+# level) cost a slow cold compile per dtype and mask variant, as the head loops unroll at render time
+# (6 to 12 s a shader on lavapipe): test.json's sd15-mid case covers them in float32 alone (a float16
+# shader differs only in its loads and stores, which its sd15-cross cases run at 40 and 80), and the
+# head-loop test below the largest fused head (256).
 SHAPES = [(1, 12, 77, 77, 64, 64), (1, 8, 128, 77, 40, 40), (1, 8, 20, 77, 80, 80), (2, 3, 37, 29, 19, 23),
           (2, 4, 1, 33, 16, 16)]
 MASKS = {"none": None, "causal": "causal", "keypad": "keypad", "full": "full"}
@@ -237,7 +239,7 @@ def test_head_sizes_over_256_take_the_passes(attention, rng):
     # memory), and the only call that runs that boundary: lavapipe takes about 20 s to compile each such shader.
     # `rows` runs the same unrolled head code (attention-common.wgsl.jinja) at T = 1000 here with heads of 40
     # and 19/23 (odd, Dv != D: partial vec4s; the shaders test.json and the model shapes compile), and at 160
-    # in test.json's sd15-mid cases.
+    # in test.json's sd15-mid case (float32).
     ids=lambda x: x if isinstance(x, str) else f"d{x[0]}-dv{x[1]}")
 def test_head_loops_do_not_count_toward_lavapipes_loop_cap(attention, rng, variant, head):
     """lavapipe stops an invocation's loops after 65,535 iterations in all, and counts a constant
