@@ -46,7 +46,9 @@ from references import assert_matches_within_bound, skip_for_older_onnxruntime
 
 PACKAGE_NAME = "ai.onnx.Gemm"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
-VARIANTS = ["blocked_c", "blocked", "tiled_c", "tiled", "simple_c", "simple", "blocked_splitk_c", "blocked_splitk"]
+VARIANTS = ["rows_c", "rows", "blocked_c", "blocked", "tiled_c", "tiled", "simple_c", "simple", "blocked_splitk_c",
+            "blocked_splitk"]  # fmt: skip
+MAX_ROWS = 8  # the manifest's default: rows takes M <= MAX_ROWS
 U = 2.0**-24  # f32 unit roundoff
 
 
@@ -300,7 +302,8 @@ def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, m, k, 
     attrs = attrs_of(0.75, -1.5, trans_a, trans_b) if m % 2 else attrs_of(trans_a=trans_a, trans_b=trans_b)
     inputs = {"A": a, "B": b, **({} if c is None else {"C": c})}
     variants = accepting(kernel, inputs, attrs)
-    assert variants == (["blocked_c", "tiled_c", "simple_c"] if c is not None else ["blocked", "tiled", "simple"])
+    few = ["rows"] if m <= MAX_ROWS else []
+    assert variants == [v + "_c" if c is not None else v for v in [*few, "blocked", "tiled", "simple"]]
     assert kernel.explain(inputs, attrs=attrs).chosen == variants[0]
     args = (a, b, c, attrs["alpha"], attrs["beta"], trans_a, trans_b)
     want = ort_gemm(*args)
@@ -320,7 +323,7 @@ def test_beta_zero_ignores_c_and_nan_propagates_as_onnxruntime(kernel, rng, dtyp
     for beta in (0.0, 1.0):
         want = ort_gemm(a, b, c, 1.0, beta)
         assert np.isnan(want).any() == (beta != 0)
-        for variant in ("blocked_c", "tiled_c", "simple_c"):
+        for variant in ("rows_c", "blocked_c", "tiled_c", "simple_c"):
             got = call(kernel, a, b, c, attrs=attrs_of(beta=beta), variant=variant)
             assert_matches_within_bound(
                 got,
@@ -332,7 +335,7 @@ def test_beta_zero_ignores_c_and_nan_propagates_as_onnxruntime(kernel, rng, dtyp
     a[1, 2] = np.nan
     want = ort_gemm(a, b, None)
     assert np.isnan(want[1]).all() and not np.isnan(want[[0, 2]]).any()
-    for variant in ("blocked", "tiled", "simple"):
+    for variant in ("rows", "blocked", "tiled", "simple"):
         assert_matches_within_bound(call(kernel, a, b, attrs=attrs_of(), variant=variant), want, 2 * error_bound(a, b), dtype, variant)
 
 
@@ -340,7 +343,7 @@ def test_nonzero_trans_flags_transpose_as_onnxruntime(kernel, rng):
     a, b, c = operands(rng, 4, 3, 5, 1, 1, (5,), np.float32)
     for flag in (2, -1):
         want = ort_gemm(a, b, c, 1.0, 1.0, flag, flag)
-        for variant in ("blocked_c", "tiled_c", "simple_c"):
+        for variant in ("rows_c", "blocked_c", "tiled_c", "simple_c"):
             got = call(kernel, a, b, c, attrs=attrs_of(trans_a=flag, trans_b=flag), variant=variant)
             assert_matches_within_bound(got, want, 2 * error_bound(a, b, c, 1.0, 1.0, 1, 1), np.float32, f"trans {flag} {variant}")
 
@@ -374,16 +377,17 @@ def test_tunables(kernel, rng, tunables, variant):
 
 
 def test_bench_cases_choose_the_register_blocked_variants(kernel):
-    """Every bench.json case (CLIP and ViT-L/14 MLP linears, SD 1.5's time embedding) runs `blocked_c`
-    by default (`blocked` where C is absent), both dtypes, with the tunables' default blocks, but those
-    of few blocks over a long K (SPLIT_K_BENCH), which run `blocked_splitk_c`."""
+    """Every bench.json case of more than MAX_ROWS rows (CLIP and ViT-L/14 MLP linears) runs
+    `blocked_c` by default (`blocked` where C is absent), but those of few blocks over a long K
+    (SPLIT_K_BENCH), which run `blocked_splitk_c`; SD 1.5's time embedding (2 rows) runs `rows_c`;
+    both dtypes, with the tunables' defaults."""
     bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
     for case in bench["cases"]:
         for dtype in case["types"]["T"]:
             inputs = {role: (tuple(spec["shape"]), dtype) for role, spec in case["inputs"].items()}
             explained = kernel.explain(inputs, attrs=case.get("attrs"))
-            want = "blocked_c" if "C" in inputs else "blocked"
-            want = "blocked_splitk_c" if case["name"] in SPLIT_K_BENCH else want
+            want = "blocked_splitk" if case["name"] in SPLIT_K_BENCH else "blocked"
+            want = ("rows" if inputs["A"][0][0] <= MAX_ROWS else want) + ("_c" if "C" in inputs else "")
             assert explained.chosen == want and explained.refused is None, (case["name"], dtype, str(explained))
 
 
@@ -415,7 +419,8 @@ def test_blocked_edges_against_the_reference_and_onnxruntime(
     attrs = attrs_of(0.75, -1.5, trans_a, trans_b)
     variant = "blocked" if c is None else "blocked_c"
     inputs = {"A": a, "B": b, **({} if c is None else {"C": c})}
-    assert kernel.explain(inputs, attrs=attrs, tunables=tunables).chosen == variant
+    rows = "rows" if c is None else "rows_c"
+    assert kernel.explain(inputs, attrs=attrs, tunables=tunables).chosen == (rows if m <= MAX_ROWS else variant)
     got = call(kernel, a, b, c, attrs=attrs, variant=variant, tunables=tunables)
     args = (a, b, c, attrs["alpha"], attrs["beta"], trans_a, trans_b)
     both = 2 * error_bound(*args, float16=dtype == np.float16)
@@ -425,7 +430,7 @@ def test_blocked_edges_against_the_reference_and_onnxruntime(
 def test_blocked_refuses_block_shapes_it_cannot_run(kernel):
     """TN and BK multiples of 4 (vec4 rows in workgroup memory), BM / TM and BN / TN whole, the
     invocations and workgroup storage within the device's limits; the tiled variant takes the call."""
-    a, b = np.ones((5, 7), np.float32), np.ones((7, 3), np.float32)
+    a, b = np.ones((MAX_ROWS + 1, 7), np.float32), np.ones((7, 3), np.float32)
     for tunables, clause in (({"TN": 2}, "blockShapeOk=False"), ({"BK": 6}, "blockShapeOk=False"),
                              ({"BM": 60, "TM": 8}, "blockShapeOk=False"), ({"BM": 1024, "TM": 1}, "blockSizeOk=False"),
                              ({"BK": 1024}, "blockStorageOk=False")):  # fmt: skip
@@ -433,6 +438,93 @@ def test_blocked_refuses_block_shapes_it_cannot_run(kernel):
         assert explained.chosen == "tiled" and clause in str(explained), (tunables, str(explained))
         with pytest.raises(errors.VariantRejectedError, match=clause):
             kernel({"A": a, "B": b}, variant="blocked", tunables=tunables)
+
+
+# (M, K, N, transA, transB, C shape, dtype): the rows variants at M = 1, 2 and MAX_ROWS, every
+# transpose pair (B read along k under transB, along n otherwise), every C form and none, K and N of
+# 1, 37, 45, 70 (off every column block and lane count) and a long K (1,000: 31.25 trips of 32 lanes)
+ROWS_CALLS = [
+    (1, 37, 45, 0, 1, (45,), np.float32),
+    (2, 70, 37, 0, 1, (2, 37), np.float16),
+    (MAX_ROWS, 45, 70, 1, 0, (MAX_ROWS, 1), np.float32),
+    (MAX_ROWS, 45, 70, 1, 1, (), np.float16),
+    (2, 1, 70, 0, 0, (1,), np.float32),
+    (MAX_ROWS, 70, 1, 0, 0, None, np.float32),
+    (1, 1, 1, 1, 1, None, np.float16),
+    (2, 45, 37, 1, 0, (1, 37), np.float32),
+    (3, 37, 70, 0, 0, (3, 70), np.float16),
+    (MAX_ROWS, 1000, 45, 0, 1, (45,), np.float32),
+]
+
+
+@pytest.mark.parametrize(("m", "k", "n", "trans_a", "trans_b", "c_shape", "dtype"), ROWS_CALLS)
+def test_rows_against_the_reference_and_onnxruntime(kernel, rng, need_dtype, m, k, n, trans_a, trans_b, c_shape, dtype):
+    """The rows variants are chosen for M <= MAX_ROWS and agree with the float64 reference and with
+    onnxruntime (f16 summed in f32: within the f32 bound of any order, the tree's included)."""
+    need_dtype(dtype)
+    a, b, c = operands(rng, m, k, n, trans_a, trans_b, c_shape, dtype)
+    attrs = attrs_of(0.75, -1.5, trans_a, trans_b) if m % 2 else attrs_of(trans_a=trans_a, trans_b=trans_b)
+    variant = "rows" if c is None else "rows_c"
+    inputs = {"A": a, "B": b, **({} if c is None else {"C": c})}
+    assert kernel.explain(inputs, attrs=attrs).chosen == variant
+    got = call(kernel, a, b, c, attrs=attrs)
+    args = (a, b, c, attrs["alpha"], attrs["beta"], trans_a, trans_b)
+    both = 2 * error_bound(*args, float16=dtype == np.float16)
+    assert_matches_within_bound(got, ort_gemm(*args), both, dtype, f"onnxruntime: {a.shape} {b.shape} {attrs}")
+
+
+@pytest.mark.parametrize(("trans_a", "trans_b"), [(0, 1), (1, 0)])
+def test_rows_stop_at_max_rows(kernel, rng, trans_a, trans_b):
+    """One row more than MAX_ROWS goes to the blocked variants (rows refuses it: rowsFew=False), as
+    does M above a MAX_ROWS tunable; a forced rows is a VariantRejectedError."""
+    a, b, c = operands(rng, MAX_ROWS + 1, 45, 37, trans_a, trans_b, (37,), np.float32)
+    attrs = attrs_of(0.75, -1.5, trans_a, trans_b)
+    explained = kernel.explain({"A": a, "B": b, "C": c}, attrs=attrs)
+    assert explained.chosen == "blocked_c" and "rowsFew=False" in str(explained)
+    call(kernel, a, b, c, attrs=attrs)
+    with pytest.raises(errors.VariantRejectedError, match="rowsFew=False"):
+        kernel({"A": a, "B": b, "C": c}, attrs=attrs, variant="rows_c")
+    few = {"A": a[:3] if not trans_a else a[:, :3], "B": b}
+    assert kernel.explain(few, attrs=attrs).chosen == "rows"
+    assert kernel.explain(few, attrs=attrs, tunables={"MAX_ROWS": 2}).chosen == "blocked"
+    call(kernel, few["A"], b, attrs=attrs, tunables={"MAX_ROWS": 3})
+
+
+# (tunables, M, transB): one lane over k (no tree), 64 lanes per column, the largest workgroup whose
+# partial sums fit lavapipe's 32 KiB (256 lanes), MAX_ROWS 32 at M = 32, columns per workgroup not
+# dividing N, one and 8 k a trip
+ROWS_TUNABLES = [
+    ({"ROWS_WORKGROUP": 32, "ROWS_COLS_N": 32, "ROWS_UNROLL": 1}, 5, 0),
+    ({"ROWS_WORKGROUP": 64, "ROWS_COLS_K": 1, "ROWS_UNROLL": 8}, 5, 1),
+    ({"ROWS_WORKGROUP": 1024, "ROWS_COLS_K": 4}, 8, 1),
+    ({"MAX_ROWS": 32, "ROWS_WORKGROUP": 64, "ROWS_COLS_N": 8, "ROWS_UNROLL": 1}, 32, 0),
+]
+
+
+@pytest.mark.parametrize(("tunables", "m", "trans_b"), ROWS_TUNABLES)
+def test_rows_tunables(kernel, rng, tunables, m, trans_b):
+    a, b, c = operands(rng, m, 70, 45, 0, trans_b, (45,), np.float32)
+    attrs = attrs_of(0.75, -1.5, 0, trans_b)
+    assert kernel.explain({"A": a, "B": b, "C": c}, attrs=attrs, tunables=tunables).chosen == "rows_c"
+    call(kernel, a, b, c, attrs=attrs, tunables=tunables)
+
+
+def test_rows_refuses_shapes_it_cannot_run(kernel):
+    """COLS dividing ROWS_WORKGROUP with a power-of-two quotient (the tree), MAX_ROWS 1 to 32
+    (registers), ROWS_UNROLL 1 to 16, the invocations and 4 x MAX_ROWS x ROWS_WORKGROUP bytes of workgroup storage within
+    the device's limits; the blocked variant takes the call."""
+    a, b = np.ones((2, 7), np.float32), np.ones((7, 3), np.float32)
+    limits = wk.get_device().limits
+    too_big = 2 * max(limits["max-compute-invocations-per-workgroup"], limits["max-compute-workgroup-size-x"])
+    for tunables, clause in (({"ROWS_COLS_N": 3}, "rowsShapeOk=False"), ({"ROWS_WORKGROUP": 96, "ROWS_COLS_N": 32}, "rowsShapeOk=False"),
+                             ({"MAX_ROWS": 33}, "rowsShapeOk=False"), ({"ROWS_UNROLL": 0}, "rowsShapeOk=False"),
+                             ({"ROWS_UNROLL": 17}, "rowsShapeOk=False"), ({"ROWS_COLS_N": 0}, "rowsShapeOk=False"),
+                             ({"MAX_ROWS": 32, "ROWS_WORKGROUP": 1024}, "rowsStorageOk=False"),
+                             ({"ROWS_WORKGROUP": too_big}, "rowsSizeOk=False")):  # fmt: skip
+        explained = kernel.explain({"A": a, "B": b}, tunables=tunables)
+        assert explained.chosen == "blocked" and clause in str(explained), (tunables, str(explained))
+        with pytest.raises(errors.VariantRejectedError, match=clause):
+            kernel({"A": a, "B": b}, variant="rows", tunables=tunables)
 
 
 def test_float16_overflow_is_infinite_on_lavapipe(kernel):
@@ -446,7 +538,7 @@ def test_float16_overflow_is_infinite_on_lavapipe(kernel):
     b = np.full((2, 1), 200, np.float16)
     want = ort_gemm(a, b)
     assert want.ravel().tolist() == [np.inf, -np.inf]
-    for variant in ("blocked", "tiled", "simple"):
+    for variant in ("rows", "blocked", "tiled", "simple"):
         assert kernel({"A": a, "B": b}, variant=variant)["Y"].ravel().tolist() == [np.inf, -np.inf], variant
 
 
@@ -456,10 +548,12 @@ def test_loop_bounds_for_llvmpipe(kernel):
     a tile has a constant count, which llvmpipe unrolls), the blocked ones ceil(K / BK) <= 65,535 (the
     template unrolls their other loops). Past all three only split-K (its own bound:
     test_split_k_loop_bounds_for_llvmpipe) takes the call, which it takes anyway for K >= 1,024 (one
-    block): the other variants' bounds are read from their verdicts."""
+    block): the other variants' bounds are read from their verdicts. (MAX_ROWS + 1 rows: the rows
+    variants, bounded below, take fewer.)"""
 
     def explain(k, **tunables):
-        explained = kernel.explain({"A": ((1, k), "float32"), "B": ((k, 1), "float32")}, tunables=tunables or None)
+        inputs = {"A": ((MAX_ROWS + 1, k), "float32"), "B": ((k, 1), "float32")}
+        explained = kernel.explain(inputs, tunables=tunables or None)
         assert explained.chosen == "blocked_splitk", str(explained)
         # the variant the call would run without split-K
         other = next((v.variant for v in explained.verdicts if v.accepted and "splitk" not in v.variant), None)
@@ -475,7 +569,7 @@ def test_loop_bounds_for_llvmpipe(kernel):
     with pytest.raises(errors.VariantRejectedError, match="blockedLoopOk=False"):
         k = 4 * 65535 + 1
         kernel(
-            {"A": np.ones((1, k), np.float32), "B": np.ones((k, 1), np.float32)},
+            {"A": np.ones((MAX_ROWS + 1, k), np.float32), "B": np.ones((k, 1), np.float32)},
             variant="blocked",
             tunables={"TILE": 1, "BK": 4},
         )
@@ -488,6 +582,35 @@ def test_loop_bounds_for_llvmpipe(kernel):
             tunables=tunables,
         )["Y"]
         assert y.tolist() == [[float(k)]], (variant, k)
+
+
+def test_rows_loop_bounds_for_llvmpipe(kernel):
+    """The rows variants' one loop runs ceil(K / KS) trips, KS = ROWS_WORKGROUP / COLS lanes over k
+    (16 by default, 32 under transB): rows takes K up to 65,535 KS, and past it (blocked's bound too,
+    at BK = 16 and KS = 16) only split-K does (one block of Y over a long K). At the bound the sums are
+    whole on lavapipe (KS = 2), with one k a trip (ROWS_UNROLL 1: a lone loop of 65,535 trips) and with
+    the default four."""
+
+    def explain(k, trans_b=0, **tunables):
+        b = (1, k) if trans_b else (k, 1)
+        return kernel.explain(
+            {"A": ((1, k), "float32"), "B": (b, "float32")}, attrs={"transB": trans_b}, tunables=tunables or None
+        )
+
+    assert explain(16 * 65535).chosen == "rows" and explain(32 * 65535, 1).chosen == "rows"
+    past = explain(32 * 65535 + 1, 1)
+    assert past.chosen == "blocked_splitk" and "rowsLoopOk=False" in str(past), str(past)
+    past = explain(16 * 65535 + 1)
+    assert past.chosen == "blocked_splitk" and "rowsLoopOk=False" in str(past) and "blockedLoopOk=False" in str(past)
+    assert explain(2 * 65535 + 1, ROWS_WORKGROUP=2, ROWS_COLS_N=1).chosen == "blocked_splitk"
+    k = 2 * 65535
+    for trans_b, tunables in ((0, {"ROWS_WORKGROUP": 2, "ROWS_COLS_N": 1, "ROWS_UNROLL": 1}),
+                              (1, {"ROWS_WORKGROUP": 2, "ROWS_COLS_K": 1, "ROWS_UNROLL": 1}),
+                              (1, {"ROWS_WORKGROUP": 2, "ROWS_COLS_K": 1})):  # fmt: skip
+        assert explain(k, trans_b, **tunables).chosen == "rows"
+        b = np.ones((1, k) if trans_b else (k, 1), np.float32)
+        y = kernel({"A": np.ones((1, k), np.float32), "B": b}, attrs={"transB": trans_b}, tunables=tunables)["Y"]
+        assert y.tolist() == [[float(k)]], trans_b
 
 
 def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
@@ -536,16 +659,19 @@ def test_invalid_attributes_and_inputs_are_typed_errors(kernel):
 # bench.json cases of few blocks over a long K, which the split-K variants take: CLIP's text fc2 at
 # batch 1 and 2 (24 and 36 blocks, K 3072), ViT-L/14's fc2 (80 blocks, K 4096) and SD 1.5's time
 # embedding linear_2 (20 blocks, K 1280)
-SPLIT_K_BENCH = {"clip-text-fc2-77x3072x768", "clip-text-fc2-154x3072x768", "vit-l14-fc2-257x4096x1024",
-                 "sd15-time-emb2-2x1280x1280"}  # fmt: skip
+# sd15-time-emb2 (2 rows, K 1,280, 20 blocks) would take split-K too, but rows takes it first
+SPLIT_K_BENCH = {"clip-text-fc2-77x3072x768", "clip-text-fc2-154x3072x768", "vit-l14-fc2-257x4096x1024"}
+# The rows variants take M <= MAX_ROWS first (priority 30 above split-K's 25); the split-K tests'
+# small shapes turn them off (rowsShapeOk wants MAX_ROWS >= 1) to test split-K's own choice.
+NO_ROWS = {"MAX_ROWS": 0}
 
 
 def split_k(kernel, m, k, n, trans_a=0, trans_b=0, c_shape=None, dtype="float32", tunables=None):
-    """The explanation of a call by shapes alone."""
+    """The explanation of a call by shapes alone, the rows variants off."""
     inputs = {"A": ((k, m) if trans_a else (m, k), dtype), "B": ((n, k) if trans_b else (k, n), dtype)}
     if c_shape is not None:
         inputs["C"] = (c_shape, dtype)
-    return kernel.explain(inputs, attrs=attrs_of(trans_a=trans_a, trans_b=trans_b), tunables=tunables)
+    return kernel.explain(inputs, attrs=attrs_of(trans_a=trans_a, trans_b=trans_b), tunables={**NO_ROWS, **(tunables or {})})
 
 
 def test_split_k_is_chosen_for_few_blocks_over_a_long_k(kernel):
@@ -573,6 +699,10 @@ def test_split_k_is_chosen_for_few_blocks_over_a_long_k(kernel):
         assert forced.chosen is None and "splitKFew=False" in forced.refused, str(forced)
     with pytest.raises(errors.VariantRejectedError, match="splitKFew=False"):
         kernel({"A": np.ones((5, 1023), np.float32), "B": np.ones((1023, 7), np.float32)}, variant="blocked_splitk")
+    # with the rows variants on (the default), SD 1.5's linear_2 (2 rows) goes to rows_c first
+    explained = kernel.explain({"A": ((2, 1280), "float32"), "B": ((1280, 1280), "float32"), "C": ((1280,), "float32")},
+                               attrs=attrs_of(trans_b=1))  # fmt: skip
+    assert explained.chosen == "rows_c" and "+ blocked_splitk_c (priority 25): accepted" in str(explained), str(explained)
 
 
 # (M, K, N, transA, transB, C shape, dtype, tunables, slices): M and N below a block or not whole
@@ -598,6 +728,7 @@ def test_split_k_against_the_reference_and_onnxruntime(
 ):
     """The split-K variants chosen and right (the f32 bound holds whatever the order of the sums)."""
     need_dtype(dtype)
+    tunables = {**NO_ROWS, **(tunables or {})}
     a, b, c = operands(rng, m, k, n, trans_a, trans_b, c_shape, dtype)
     attrs = attrs_of(0.75, -1.5, trans_a, trans_b) if m % 2 else attrs_of(trans_a=trans_a, trans_b=trans_b)
     variant = "blocked_splitk" if c is None else "blocked_splitk_c"
@@ -629,8 +760,8 @@ def test_split_k_nan_beta_zero_and_empty_outputs(kernel, rng):
     assert np.isnan(got[1]).all() and not np.isnan(got[[0, 2]]).any()
     for m, n in ((0, 5), (3, 0)):
         a, b, c = operands(rng, m, 1100, n, 0, 0, (n,), np.float32)
-        assert kernel.explain({"A": a, "B": b, "C": c}).chosen == "blocked_splitk_c"
-        assert kernel({"A": a, "B": b, "C": c})["Y"].shape == (m, n)
+        assert kernel.explain({"A": a, "B": b, "C": c}, tunables=NO_ROWS).chosen == "blocked_splitk_c"
+        assert kernel({"A": a, "B": b, "C": c}, tunables=NO_ROWS)["Y"].shape == (m, n)
 
 
 def test_split_k_loop_bounds_for_llvmpipe(kernel):
@@ -644,8 +775,8 @@ def test_split_k_loop_bounds_for_llvmpipe(kernel):
     assert split_k(kernel, 1, 16 * 65535 + 1, 1).chosen == "blocked_splitk"
     k = 4 * 65535 + 1
     ones = {"A": np.ones((1, k), np.float32), "B": np.ones((k, 1), np.float32)}
-    assert kernel(ones, tunables=one)["Y"].tolist() == [[float(k)]]
-    assert kernel(ones, tunables={**one, "SPLITK_STEPS": 65535})["Y"].tolist() == [[float(k)]]  # 2 slices
+    assert kernel(ones, tunables={**NO_ROWS, **one})["Y"].tolist() == [[float(k)]]
+    assert kernel(ones, tunables={**NO_ROWS, **one, "SPLITK_STEPS": 65535})["Y"].tolist() == [[float(k)]]  # 2 slices
 
 
 if __name__ == "__main__":

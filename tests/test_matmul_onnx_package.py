@@ -44,7 +44,8 @@ from references import assert_matches_within_bound, skip_for_older_onnxruntime
 
 PACKAGE_NAME = "ai.onnx.MatMul"
 PACKAGE = PACKAGES_DIR / PACKAGE_NAME
-VARIANTS = ["blocked", "tiled", "simple"]
+VARIANTS = ["rows", "blocked", "tiled", "simple"]
+MAX_ROWS = 8  # the manifest's default: rows takes M <= MAX_ROWS (A's second-to-last dimension)
 U = 2.0**-24  # f32 unit roundoff
 
 
@@ -147,6 +148,11 @@ def call(kernel: wk.Kernel, a, b, **options) -> np.ndarray:
     return got
 
 
+def rows_of(a_shape) -> int:
+    """M: A's second-to-last dimension, 1 for a 1-D A."""
+    return a_shape[-2] if len(a_shape) >= 2 else 1
+
+
 def accepting(kernel: wk.Kernel, inputs: dict, **options) -> list[str]:
     """The variants whose `when` holds for the call (test runs each of them forced)."""
     return [v.variant for v in kernel.explain(inputs, **options).verdicts if v.accepted]
@@ -222,12 +228,13 @@ def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, need_d
     a = rng.standard_normal(a_shape).astype(dtype)
     b = rng.standard_normal(b_shape).astype(dtype)
     inputs = {"A": a, "B": b}
-    assert accepting(kernel, inputs) == VARIANTS and kernel.explain(inputs).chosen == "blocked"
+    variants = VARIANTS if rows_of(a_shape) <= MAX_ROWS else VARIANTS[1:]
+    assert accepting(kernel, inputs) == variants and kernel.explain(inputs).chosen == variants[0]
     want = ort_matmul(a, b)
     assert want.shape == np.matmul(a, b).shape
     # onnxruntime rounds its float16 result to nearest after an f32 sum: its own bound and ours
     both = 2 * error_bound(a, b, float16=dtype == np.float16)
-    for variant in VARIANTS:
+    for variant in variants:
         got = call(kernel, a, b, variant=variant)
         assert_matches_within_bound(got, want, both, dtype, f"onnxruntime: {variant} {a_shape} {b_shape}")
 
@@ -262,14 +269,16 @@ def test_tunables(kernel, rng, tunables, variant):
 
 
 def test_bench_cases_choose_the_register_blocked_variant(kernel):
-    """Every bench.json case (SD 1.5 cross-attention, CLIP attention and fc1) runs `blocked` by default,
-    both dtypes, with its block and dispatch as the tunables' defaults give."""
+    """Every bench.json case of more than MAX_ROWS rows (SD 1.5 cross-attention, CLIP attention and
+    fc1) runs `blocked` by default, CLIP's text projection of the pooled token (1 row) `rows`, both
+    dtypes, with the tunables' defaults."""
     bench = json.loads((PACKAGE / "bench.json").read_text("utf-8"))
     for case in bench["cases"]:
         for dtype in case["types"]["T"]:
             inputs = {role: (tuple(spec["shape"]), dtype) for role, spec in case["inputs"].items()}
             explained = kernel.explain(inputs)
-            assert explained.chosen == "blocked" and explained.refused is None, (case["name"], dtype, str(explained))
+            want = "rows" if rows_of(inputs["A"][0]) <= MAX_ROWS else "blocked"
+            assert explained.chosen == want and explained.refused is None, (case["name"], dtype, str(explained))
 
 
 # (A, B, tunables): M, N, K of 1 and 2, 37, 45, 70, 77, K off BK, batch broadcast on either side; blocks
@@ -293,7 +302,8 @@ def test_blocked_edges_against_the_reference_and_onnxruntime(kernel, rng, need_d
     need_dtype(dtype)
     a = rng.standard_normal(a_shape).astype(dtype)
     b = rng.standard_normal(b_shape).astype(dtype)
-    assert kernel.explain({"A": a, "B": b}, tunables=tunables).chosen == "blocked"
+    want = "rows" if rows_of(a_shape) <= MAX_ROWS else "blocked"
+    assert kernel.explain({"A": a, "B": b}, tunables=tunables).chosen == want
     got = call(kernel, a, b, variant="blocked", tunables=tunables)
     both = 2 * error_bound(a, b, float16=dtype == np.float16)
     assert_matches_within_bound(got, ort_matmul(a, b), both, dtype, f"onnxruntime: {a_shape} {b_shape} {tunables}")
@@ -302,7 +312,7 @@ def test_blocked_edges_against_the_reference_and_onnxruntime(kernel, rng, need_d
 def test_blocked_refuses_block_shapes_it_cannot_run(kernel):
     """TN and BK multiples of 4 (vec4 rows in workgroup memory), BM / TM and BN / TN whole, the
     invocations and workgroup storage within the device's limits; another variant takes the call."""
-    inputs = {"A": ((5, 7), "float32"), "B": ((7, 3), "float32")}
+    inputs = {"A": ((MAX_ROWS + 1, 7), "float32"), "B": ((7, 3), "float32")}
     for tunables, clause in (({"TN": 2}, "blockShapeOk=False"), ({"BK": 6}, "blockShapeOk=False"),
                              ({"BM": 60, "TM": 8}, "blockShapeOk=False"), ({"BM": 1024, "TM": 1}, "blockSizeOk=False"),
                              ({"BK": 1024}, "blockStorageOk=False")):  # fmt: skip
@@ -320,6 +330,8 @@ def test_grid_spills_past_65535_workgroups(kernel, rng):
     # TILE 1: 168,000 workgroups; WORKGROUP_SIZE 2: 84,000
     call(kernel, a, b, variant="tiled", tunables={"TILE": 1})
     call(kernel, a, b, variant="simple", tunables={"WORKGROUP_SIZE": 2})
+    # a workgroup of one invocation per column: 84,000
+    call(kernel, a, b, variant="rows", tunables={"ROWS_WORKGROUP": 1, "ROWS_COLS": 1})
 
 
 def test_specials(kernel):
@@ -343,10 +355,11 @@ def test_specials(kernel):
 
 def test_loop_bounds_for_llvmpipe(kernel):
     """llvmpipe stops an invocation's loops after 65,535 iterations (docs/format.md): simple takes
-    K <= 65,535, tiled ceil(K / TILE) <= 65,535 steps; past both no variant takes the call."""
+    K <= 65,535, tiled ceil(K / TILE) <= 65,535 steps; past both no variant takes the call. (MAX_ROWS + 1
+    rows: rows, bounded below, takes fewer.)"""
 
     def explain(k, **tunables):
-        return kernel.explain({"A": ((k,), "float32"), "B": ((k,), "float32")}, tunables=tunables or None)
+        return kernel.explain({"A": ((MAX_ROWS + 1, k), "float32"), "B": ((k,), "float32")}, tunables=tunables or None)
 
     assert accepting(kernel, {"A": ((65535,), "float32"), "B": ((65535,), "float32")}) == VARIANTS
     assert explain(65536).chosen == "blocked" and "simpleLoopOk=False" in str(explain(65536))
@@ -360,6 +373,96 @@ def test_loop_bounds_for_llvmpipe(kernel):
     # at the bound the sum is whole on lavapipe: K ones
     y = kernel({"A": np.ones(65535, np.float32), "B": np.ones(65535, np.float32)}, variant="simple")["Y"]
     assert y.shape == () and float(y) == 65535.0
+
+
+def test_rows_loop_bounds_for_llvmpipe(kernel):
+    """rows' one loop runs ceil(K / KS) trips, KS = ROWS_WORKGROUP / ROWS_COLS lanes over k (16 by
+    default): it takes K up to 65,535 KS, and past it (blocked's bound too, at BK = 16) no variant does.
+    At the bound the sum is whole on lavapipe (KS = 2), one k a trip (ROWS_UNROLL 1: a lone loop of
+    65,535 trips) and the default four."""
+
+    def explain(k, **tunables):
+        return kernel.explain({"A": ((k,), "float32"), "B": ((k,), "float32")}, tunables=tunables or None)
+
+    assert explain(16 * 65535).chosen == "rows"
+    assert explain(16 * 65535 + 1).chosen is None and "rowsLoopOk=False" in str(explain(16 * 65535 + 1))
+    tunables = {"ROWS_WORKGROUP": 2, "ROWS_COLS": 1}
+    assert explain(2 * 65535, **tunables).chosen == "rows" and explain(2 * 65535 + 1, **tunables).chosen == "blocked"
+    k = 2 * 65535
+    for unroll in (1, 4):
+        y = kernel({"A": np.ones(k, np.float32), "B": np.ones(k, np.float32)}, tunables={**tunables, "ROWS_UNROLL": unroll})["Y"]
+        assert y.shape == () and float(y) == float(k), unroll
+
+
+# (A, B): rows at M = 1 (1-D A too), 2 and MAX_ROWS, batch broadcast on either side and across ranks,
+# a 1-D B (N = 1), K = 1, N and K of 37, 45, 70 (off the column block and the lanes) and a long K
+ROWS_CALLS = [
+    ((2, 1, MAX_ROWS, 37), (3, 37, 45)),
+    ((70,), (70, 45)),
+    ((1, 45), (2, 45, 70)),
+    ((1, 3, 2, 45), (2, 1, 45, 37)),
+    ((3, 4, 70), (70,)),
+    ((2, 1, 1), (1, 37)),
+    ((MAX_ROWS, 1000), (1000, 37)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(("a_shape", "b_shape"), ROWS_CALLS, ids=lambda s: "x".join(map(str, s)))
+def test_rows_against_the_reference_and_onnxruntime(kernel, rng, need_dtype, a_shape, b_shape, dtype):
+    """rows is chosen for M <= MAX_ROWS and agrees with the float64 reference and with onnxruntime
+    (f16 summed in f32: within the f32 bound of any order, the tree's included)."""
+    need_dtype(dtype)
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = rng.standard_normal(b_shape).astype(dtype)
+    assert kernel.explain({"A": a, "B": b}).chosen == "rows"
+    got = call(kernel, a, b)
+    both = 2 * error_bound(a, b, float16=dtype == np.float16)
+    assert_matches_within_bound(got, ort_matmul(a, b), both, dtype, f"onnxruntime: {a_shape} {b_shape}")
+
+
+def test_rows_stop_at_max_rows(kernel, rng):
+    """One row more than MAX_ROWS goes to blocked (rows refuses it: rowsFew=False), as does M above a
+    MAX_ROWS tunable; a forced rows is a VariantRejectedError."""
+    a = rng.standard_normal((2, MAX_ROWS + 1, 45)).astype(np.float32)
+    b = rng.standard_normal((45, 37)).astype(np.float32)
+    explained = kernel.explain({"A": a, "B": b})
+    assert explained.chosen == "blocked" and "rowsFew=False" in str(explained)
+    call(kernel, a, b)
+    with pytest.raises(errors.VariantRejectedError, match="rowsFew=False"):
+        kernel({"A": a, "B": b}, variant="rows")
+    assert kernel.explain({"A": a[:, :3], "B": b}).chosen == "rows"
+    assert kernel.explain({"A": a[:, :3], "B": b}, tunables={"MAX_ROWS": 2}).chosen == "blocked"
+    call(kernel, a[:, :3], b, tunables={"MAX_ROWS": 3})
+
+
+# tunables: one lane over k (no tree), 256 lanes per column, MAX_ROWS 16 at M = 16, 1, 2 and 8 k a trip
+@pytest.mark.parametrize(("tunables", "m"), [({"ROWS_WORKGROUP": 32, "ROWS_COLS": 32, "ROWS_UNROLL": 2}, 5),
+                                             ({"ROWS_COLS": 1, "ROWS_UNROLL": 8}, 5),
+                                             ({"MAX_ROWS": 16, "ROWS_WORKGROUP": 64, "ROWS_COLS": 8, "ROWS_UNROLL": 1}, 16)])  # fmt: skip
+def test_rows_tunables(kernel, rng, tunables, m):
+    a = rng.standard_normal((2, m, 70)).astype(np.float32)
+    b = rng.standard_normal((70, 45)).astype(np.float32)
+    assert kernel.explain({"A": a, "B": b}, tunables=tunables).chosen == "rows"
+    call(kernel, a, b, tunables=tunables)
+
+
+def test_rows_refuses_shapes_it_cannot_run(kernel):
+    """ROWS_COLS dividing ROWS_WORKGROUP with a power-of-two quotient (the tree), MAX_ROWS 1 to 32
+    (registers), ROWS_UNROLL 1 to 16, the invocations and 4 x MAX_ROWS x ROWS_WORKGROUP bytes of workgroup storage within
+    the device's limits; blocked takes the call."""
+    inputs = {"A": ((2, 7), "float32"), "B": ((7, 3), "float32")}
+    limits = wk.get_device().limits
+    too_big = 2 * max(limits["max-compute-invocations-per-workgroup"], limits["max-compute-workgroup-size-x"])
+    for tunables, clause in (({"ROWS_COLS": 3}, "rowsShapeOk=False"), ({"ROWS_WORKGROUP": 96, "ROWS_COLS": 32}, "rowsShapeOk=False"),
+                             ({"MAX_ROWS": 33}, "rowsShapeOk=False"), ({"ROWS_COLS": 0}, "rowsShapeOk=False"),
+                             ({"ROWS_UNROLL": 0}, "rowsShapeOk=False"), ({"ROWS_UNROLL": 17}, "rowsShapeOk=False"),
+                             ({"MAX_ROWS": 32, "ROWS_WORKGROUP": 1024}, "rowsStorageOk=False"),
+                             ({"ROWS_WORKGROUP": too_big}, "rowsSizeOk=False")):  # fmt: skip
+        explained = kernel.explain(inputs, tunables=tunables)
+        assert explained.chosen == "blocked" and clause in str(explained), (tunables, str(explained))
+        with pytest.raises(errors.VariantRejectedError, match=clause):
+            kernel({"A": np.ones((2, 7), np.float32), "B": np.ones((7, 3), np.float32)}, variant="rows", tunables=tunables)
 
 
 def test_refusals_are_typed_errors_naming_the_inputs(kernel):

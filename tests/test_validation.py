@@ -1492,12 +1492,12 @@ def test_when_clause_warnings_of_different_reasons_stay_apart(qg: Path) -> None:
 
 def test_template_count_includes_included_templates() -> None:
     """validate's "checked: N templates" counted the templates passes name, not those they include:
-    ai.onnx.Gemm's three pass templates (blocked, tiled, simple) all include gemm-epilogue.wgsl.jinja,
-    which validate checks (its syntax, its include's case) as it checks theirs, so all four are counted."""
+    ai.onnx.Gemm's four pass templates (rows, blocked, tiled, simple) all include gemm-epilogue.wgsl.jinja,
+    which validate checks (its syntax, its include's case) as it checks theirs, so all five are counted."""
     from conftest import PACKAGES_DIR
 
     report = validate_package(PACKAGES_DIR / "ai.onnx.Gemm", gpu=False)
-    assert report.checked["templates"] == 4
+    assert report.checked["templates"] == 5
     # a package without includes: the templates its passes name, each once
     assert validate_package(embedded_root() / "com.microsoft.QuickGelu", gpu=False).checked["templates"] == len(
         load_kernel(embedded_root() / "com.microsoft.QuickGelu").manifest.shaders())
