@@ -66,6 +66,7 @@
 #   bash scripts/h200-run.sh sdff   examples/sd_feed_forward.py (f32, f16; B 2 at T 4096 C 320 and T 1024 C 640), then testsn
 #   bash scripts/h200-run.sh newpackages59 [DEADLINE]   the suite, then ai.onnx.Less, com.microsoft.MultiHeadAttention, Add, Cast and Gemm beside ORT WebGPU until DEADLINE s
 #   bash scripts/h200-run.sh session60 [DEADLINE]   the suite, then ai.onnx.ReduceMean (its scratch-buffer variants) beside ORT WebGPU, then its one-workgroup mean_all on the same cases
+#   bash scripts/h200-run.sh session62 [DEADLINE]   the old variants where Softmax rows, Gemm rows_c/blocked_splitk_c and MatMul rows now run, then the new defaults beside ORT WebGPU, the suite, Softmax rows' VALUES_PER_LANE tuned
 #   bash scripts/h200-run.sh session61 [DEADLINE]   the old variants of ai.onnx.Softmax, MatMul, Gemm on their cases, then their new defaults and ReduceMean beside ORT WebGPU, then the suite
 #   bash scripts/h200-run.sh newonnxsuite   the suite, then ai.onnx.Softmax, Gemm, MatMul, Split, Gelu, LayerNormalization, ReduceMean, Add and Cast: validate --strict, test, bench --compare
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
@@ -401,6 +402,30 @@ case "${1:-bench}" in
     timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
     peer_packages 590 ai.onnx.Softmax ai.onnx.Gemm ai.onnx.MatMul ai.onnx.Split ai.onnx.Gelu ai.onnx.LayerNormalization \
       ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast ;;
+  session62)  # session 62: the variants that Softmax rows, Gemm rows_c / blocked_splitk_c and MatMul rows replace, forced on
+              # the cases that change (no peers), then the new defaults there beside ORT WebGPU, then the suite if 150 s
+              # are left before DEADLINE seconds (default 560), then Softmax rows' VALUES_PER_LANE swept by tune
+    deadline=${2:-560} sel=("ai.onnx.Softmax --tag variant:rows" "ai.onnx.Gemm --tag variant:rows_c" "ai.onnx.Gemm --case fc2"
+                            "ai.onnx.MatMul --tag variant:rows")
+    old=(workgroup blocked_c blocked_c blocked)
+    for i in "${!sel[@]}"; do
+      set -- ${sel[$i]}; pkg=$1; shift
+      timeout 60 python3 -m webgpu_kernels bench "tests/packages/$pkg" --variant "${old[$i]}" "$@" --no-host 2>&1 \
+        | tee -a "$OUT/old-variants.log"
+    done
+    mkdir -p "$OUT/peers"
+    for i in "${!sel[@]}"; do
+      set -- ${sel[$i]}; pkg=$1; shift
+      (( SECONDS > deadline - 60 )) && break
+      WEBGPU_KERNELS_PEER_TIMEOUT=50 timeout 120 python3 -m webgpu_kernels bench "tests/packages/$pkg" "$@" --compare \
+        --no-host --json "$OUT/peers/$pkg-$i.json" 2>&1 | tee -a "$OUT/newonnx.log"
+    done
+    tar czf "$OUT/peers.tgz" -C "$OUT" peers && rm -r "$OUT/peers"
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    (( SECONDS < deadline - 150 )) && timeout $(( deadline - SECONDS - 10 )) python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs \
+      --durations=15 2>&1 | tee "$OUT/pytest.log"
+    (( SECONDS < deadline - 40 )) && timeout $(( deadline - SECONDS )) python3 -m webgpu_kernels tune tests/packages/ai.onnx.Softmax \
+      --tag variant:rows --tunable VALUES_PER_LANE=2,4,8,16,32 --dry-run 2>&1 | tee "$OUT/tune-softmax.log" ;;
   session61)  # session 61: the variants that Softmax split and MatMul/Gemm blocked replace, on the same cases (the
               # before figures, no peers: quick); then the new defaults and ReduceMean's scratch variants beside ORT
               # WebGPU; then the suite if 100 s are left before DEADLINE seconds (default 560)
