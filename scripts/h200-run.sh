@@ -66,6 +66,7 @@
 #   bash scripts/h200-run.sh sdff   examples/sd_feed_forward.py (f32, f16; B 2 at T 4096 C 320 and T 1024 C 640), then testsn
 #   bash scripts/h200-run.sh newpackages59 [DEADLINE]   the suite, then ai.onnx.Less, com.microsoft.MultiHeadAttention, Add, Cast and Gemm beside ORT WebGPU until DEADLINE s
 #   bash scripts/h200-run.sh session60 [DEADLINE]   the suite, then ai.onnx.ReduceMean (its scratch-buffer variants) beside ORT WebGPU, then its one-workgroup mean_all on the same cases
+#   bash scripts/h200-run.sh tuneblocked   the register-blocked GEMM's block shape searched by tune on Gemm's and MatMul's large f32 cases (dry run)
 #   bash scripts/h200-run.sh session62 [DEADLINE]   the old variants where Softmax rows, Gemm rows_c/blocked_splitk_c and MatMul rows now run, then the new defaults beside ORT WebGPU, the suite, Softmax rows' VALUES_PER_LANE tuned
 #   bash scripts/h200-run.sh session61 [DEADLINE]   the old variants of ai.onnx.Softmax, MatMul, Gemm on their cases, then their new defaults and ReduceMean beside ORT WebGPU, then the suite
 #   bash scripts/h200-run.sh newonnxsuite   the suite, then ai.onnx.Softmax, Gemm, MatMul, Split, Gelu, LayerNormalization, ReduceMean, Add and Cast: validate --strict, test, bench --compare
@@ -402,6 +403,16 @@ case "${1:-bench}" in
     timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
     peer_packages 590 ai.onnx.Softmax ai.onnx.Gemm ai.onnx.MatMul ai.onnx.Split ai.onnx.Gelu ai.onnx.LayerNormalization \
       ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast ;;
+  tuneblocked)  # session 62: the register-blocked GEMM's block shape (BM, BN, TM, TN, BK) searched by tune on Gemm's and
+                # MatMul's large float32 cases, every other tunable pinned; a dry run: nothing stored
+    pin=(--tunable BM=64,128 --tunable BN=64,128 --tunable TM=4,8 --tunable TN=4,8 --tunable BK=16,8,32 --tunable TILE=16
+         --tunable WORKGROUP_SIZE=64 --tunable MAX_ROWS=8 --tunable ROWS_WORKGROUP=256 --tunable ROWS_UNROLL=4 --dtype f32
+         --dry-run)
+    timeout 200 python3 -m webgpu_kernels tune tests/packages/ai.onnx.Gemm --case clip-text-fc1-77 --case vit-l14-fc1-514 \
+      --case clip-text-fc2-77 --tunable SPLITK_GROUPS=256 --tunable SPLITK_STEPS=8 --tunable ROWS_COLS_K=8 \
+      --tunable ROWS_COLS_N=16 "${pin[@]}" 2>&1 | tee "$OUT/tune-gemm.log"
+    timeout 150 python3 -m webgpu_kernels tune tests/packages/ai.onnx.MatMul --case clip-fc1 --case sd15-cross-scores \
+      --tunable ROWS_COLS=16 "${pin[@]}" 2>&1 | tee "$OUT/tune-matmul.log" ;;
   session62)  # session 62: the variants that Softmax rows, Gemm rows_c / blocked_splitk_c and MatMul rows replace, forced on
               # the cases that change (no peers), then the new defaults there beside ORT WebGPU, then the suite if 150 s
               # are left before DEADLINE seconds (default 560), then Softmax rows' VALUES_PER_LANE swept by tune
