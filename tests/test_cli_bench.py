@@ -1179,34 +1179,45 @@ def test_a_case_the_variant_does_not_accept_is_an_error_row(runner, tmp_path):
     assert "vec4" in row["error"]
 
 
-@pytest.mark.parametrize(("key", "count", "fragment"), [
-    ("flops", "2 * count * nope", "nope"),  # an unknown name: refused when compiled
-    ("flops", "count + 0.5", "must be a non-negative integer"),  # never whole
-    ("flops", "-1", "must be a non-negative integer"),
-    ("bytes", "4 * numl(shapes.A)", "numl"),  # a misspelt name
-    ("bytes", "count + 0.5", "must be a non-negative integer"),
-    ("bytes", "-1", "must be a non-negative integer"),
-    ("bytes", "numel(shapes.A) * itemSize('f8')", "itemSize(): unknown dtype 'f8'"),
-])  # fmt: skip
-def test_a_bad_flop_or_byte_count_is_an_error_row_and_a_validate_error(runner, tmp_path, key, count, fragment):
+NOT_A_COUNT = "must be a non-negative integer"
+
+
+@pytest.mark.parametrize(("flops", "bytes_"), [
+    (("2 * count * nope", "nope"), ("4 * numl(shapes.A)", "numl")),  # unknown, misspelt: refused when compiled
+    (("count + 0.5", NOT_A_COUNT), ("-1", NOT_A_COUNT)),  # never whole; negative
+    (("-1", NOT_A_COUNT), ("count + 0.5", NOT_A_COUNT)),
+    (None, ("numel(shapes.A) * itemSize('f8')", "itemSize(): unknown dtype 'f8'")),
+], ids=["misspelt", "fraction-negative", "negative-fraction", "item-size"])  # fmt: skip
+def test_a_bad_flop_or_byte_count_is_an_error_row_and_a_validate_error(runner, tmp_path, flops, bytes_):
+    """Each bad count is an error row of bench (the flop count's first: it is evaluated first, so
+    bytes gets a bench of its own with the package's flops) and validate's error under its key.
+    One package holds a bad flop and byte count: validate reports each (one validate for both)."""
     package = tmp_path / "mm"
     shutil.copytree(MATMUL_DIR, package)
     bench = json.loads((package / "bench.json").read_text("utf-8"))
-    bench[key] = count
-    (package / "bench.json").write_text(json.dumps(bench), "utf-8")
-    write_metadata(package)
-    result = runner.invoke(main, ["bench", str(package), *SMALL_MATMUL, "--json", str(tmp_path / "out.json")])
-    assert result.exit_code == 1, result.output
-    (row,) = json.loads((tmp_path / "out.json").read_text("utf-8"))["cases"]
-    assert fragment in row["error"] and f"bench.json {key}" in row["error"]
-    report = validate_package(package, gpu=False)
-    problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == key]
-    assert problems and all(fragment in p.message for p in problems), report.problems
-    if fragment not in ("nope", "numl"):  # evaluated for every case and dtype (a misspelt name: once, compiled)
-        from webgpu_kernels.casefile import parse_bench_file
+    bad = {key: given for key, given in (("flops", flops), ("bytes", bytes_)) if given is not None}
 
-        manifest = wk.load_kernel(package).manifest
-        assert len(problems) == sum(len(c.expand(manifest)) for c in parse_bench_file(bench).cases)
+    def write(counts):
+        (package / "bench.json").write_text(json.dumps({**bench, **counts}), "utf-8")
+        write_metadata(package)
+
+    write({key: count for key, (count, _) in bad.items()})
+    report = validate_package(package, gpu=False)
+    for key, (_, fragment) in bad.items():
+        problems = [p for p in report.errors if p.file == "bench.json" and p.json_path == key]
+        assert problems and all(fragment in p.message for p in problems), (key, report.problems)
+        if fragment not in ("nope", "numl"):  # evaluated for every case and dtype (a misspelt name: once, compiled)
+            from webgpu_kernels.casefile import parse_bench_file
+
+            manifest = wk.load_kernel(package).manifest
+            assert len(problems) == sum(len(c.expand(manifest)) for c in parse_bench_file(bench).cases)
+    for key, (count, fragment) in bad.items():
+        if key == "bytes" and "flops" in bad:
+            write({"bytes": count})  # the package's own (valid) flop count
+        result = runner.invoke(main, ["bench", str(package), *SMALL_MATMUL, "--json", str(tmp_path / "out.json")])
+        assert result.exit_code == 1, result.output
+        (row,) = json.loads((tmp_path / "out.json").read_text("utf-8"))["cases"]
+        assert fragment in row["error"] and f"bench.json {key}" in row["error"], (key, row["error"])
 
 
 def test_a_manifest_expression_error_is_not_blamed_on_the_flop_count(tmp_path):
