@@ -781,3 +781,31 @@ def test_split_k_loop_bounds_for_llvmpipe(kernel):
 
 if __name__ == "__main__":
     write_tolerances()
+
+
+# (M, K, N, transA, transB, C shape, dtype, tunables, variant): the register prefetch (PREFETCH) on and
+# off on K below BK (7: one partial step), BK + 1 (17: the second step one k deep), K off BK (45), every
+# transpose pair, float16, a block shape whose loads do not split evenly over its invocations, and
+# split-K slices (8 of 9 steps, the last 6; 35 of 2, the last 1: the prefetch stops at its slice's end)
+PREFETCH_CALLS = [
+    (77, 7, 70, 0, 1, (70,), np.float32, None, "blocked_c"),
+    (70, 17, 45, 1, 0, None, np.float32, None, "blocked"),
+    (37, 45, 77, 1, 1, (37, 1), np.float32, None, "blocked_c"),
+    (40, 17, 9, 0, 0, None, np.float16, None, "blocked"),
+    (70, 45, 77, 0, 1, (77,), np.float32, SMALL_BLOCK, "blocked_c"),
+    (5, 1100, 7, 0, 1, (7,), np.float32, None, "blocked_splitk_c"),
+    (6, 1100, 5, 1, 0, None, np.float32, {"SPLITK_STEPS": 1}, "blocked_splitk"),
+]
+
+
+@pytest.mark.parametrize(("m", "k", "n", "trans_a", "trans_b", "c_shape", "dtype", "tunables", "variant"), PREFETCH_CALLS)
+def test_blocked_prefetch_on_and_off(kernel, rng, need_dtype, m, k, n, trans_a, trans_b, c_shape, dtype, tunables, variant):
+    """PREFETCH loads the next step's elements into registers while the current step computes: the
+    same sums in the same order, so the same bits as without it, both within the bound of float64's."""
+    need_dtype(dtype)
+    a, b, c = operands(rng, m, k, n, trans_a, trans_b, c_shape, dtype)
+    attrs = attrs_of(0.75, -1.5, trans_a, trans_b)
+    # call checks each against the float64 reference within error_bound
+    got = {p: call(kernel, a, b, c, attrs=attrs, variant=variant, tunables={**(tunables or {}), "PREFETCH": p})
+           for p in (False, True)}  # fmt: skip
+    assert got[True].tobytes() == got[False].tobytes()

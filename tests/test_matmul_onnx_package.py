@@ -532,3 +532,26 @@ def test_random_broadcastable_shapes(kernel, hypothesis_api):
 
 if __name__ == "__main__":
     write_tolerances()
+
+
+# (A, B, dtype, tunables): the register prefetch (PREFETCH) on and off on K below BK (7: one partial
+# step), BK + 1 (17: the second step one k deep) and off BK (45), float16, batch broadcast, and a block
+# shape whose loads do not split evenly over its invocations
+PREFETCH_CALLS = [
+    ((2, 77, 7), (7, 70), np.float32, None),
+    ((77, 17), (2, 17, 45), np.float32, None),
+    ((2, 37, 45), (45, 70), np.float16, None),
+    ((2, 37, 45), (1, 45, 70), np.float32, {"BM": 8, "BN": 12, "BK": 4, "TM": 1, "TN": 4}),
+]
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape", "dtype", "tunables"), PREFETCH_CALLS)
+def test_blocked_prefetch_on_and_off(kernel, rng, need_dtype, a_shape, b_shape, dtype, tunables):
+    """PREFETCH loads the next step's elements into registers while the current step computes: the
+    same sums in the same order, so the same bits as without it, both within the bound of float64's."""
+    need_dtype(dtype)
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = rng.standard_normal(b_shape).astype(dtype)
+    # call checks each against the float64 reference within error_bound
+    got = {p: call(kernel, a, b, variant="blocked", tunables={**(tunables or {}), "PREFETCH": p}) for p in (False, True)}
+    assert got[True].tobytes() == got[False].tobytes()
