@@ -66,6 +66,7 @@
 #   bash scripts/h200-run.sh sdff   examples/sd_feed_forward.py (f32, f16; B 2 at T 4096 C 320 and T 1024 C 640), then testsn
 #   bash scripts/h200-run.sh newpackages59 [DEADLINE]   the suite, then ai.onnx.Less, com.microsoft.MultiHeadAttention, Add, Cast and Gemm beside ORT WebGPU until DEADLINE s
 #   bash scripts/h200-run.sh session60 [DEADLINE]   the suite, then ai.onnx.ReduceMean (its scratch-buffer variants) beside ORT WebGPU, then its one-workgroup mean_all on the same cases
+#   bash scripts/h200-run.sh prefetch   the blocked GEMM's PREFETCH on and off, alternately, on Gemm's and MatMul's large cases, then their tests
 #   bash scripts/h200-run.sh tuneblocked   the register-blocked GEMM's block shape searched by tune on Gemm's and MatMul's large f32 cases (dry run)
 #   bash scripts/h200-run.sh session62 [DEADLINE]   the old variants where Softmax rows, Gemm rows_c/blocked_splitk_c and MatMul rows now run, then the new defaults beside ORT WebGPU, the suite, Softmax rows' VALUES_PER_LANE tuned
 #   bash scripts/h200-run.sh session61 [DEADLINE]   the old variants of ai.onnx.Softmax, MatMul, Gemm on their cases, then their new defaults and ReduceMean beside ORT WebGPU, then the suite
@@ -403,6 +404,17 @@ case "${1:-bench}" in
     timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
     peer_packages 590 ai.onnx.Softmax ai.onnx.Gemm ai.onnx.MatMul ai.onnx.Split ai.onnx.Gelu ai.onnx.LayerNormalization \
       ai.onnx.ReduceMean ai.onnx.Add ai.onnx.Cast ;;
+  prefetch)  # session 62: the blocked GEMM's PREFETCH (register-pipelined K steps) on and off, alternately (scripts/tunable_ab.py),
+             # on Gemm's and MatMul's large cases, then both packages' tests and test.json on the GPU
+    timeout 200 python3 scripts/tunable_ab.py tests/packages/ai.onnx.Gemm PREFETCH true false --case clip-text-fc1-77 \
+      --case clip-text-fc2-77 --case clip-text-fc2-154 --case vit-l14-fc1-514 --case vit-l14-fc2 2>&1 | tee "$OUT/prefetch-gemm.log"
+    timeout 120 python3 scripts/tunable_ab.py tests/packages/ai.onnx.MatMul PREFETCH true false --case clip-fc1 \
+      --case sd15-cross 2>&1 | tee "$OUT/prefetch-matmul.log"
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    for p in ai.onnx.Gemm ai.onnx.MatMul; do timeout 60 python3 -m webgpu_kernels test "tests/packages/$p" 2>&1 | tail -2; done \
+      | tee "$OUT/packages.log"
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs tests/test_gemm_package.py tests/test_matmul_onnx_package.py \
+      2>&1 | tee "$OUT/pytest.log" ;;
   tuneblocked)  # session 62: the register-blocked GEMM's block shape (BM, BN, TM, TN, BK) searched by tune on Gemm's and
                 # MatMul's large float32 cases, every other tunable pinned; a dry run: nothing stored
     pin=(--tunable BM=64,128 --tunable BN=64,128 --tunable TM=4,8 --tunable TN=4,8 --tunable BK=16,8,32 --tunable TILE=16
