@@ -204,6 +204,7 @@ def test_expected_outputs_are_the_reference(kernel):
 # --- results -------------------------------------------------------------------------------------
 
 # (A, B): each 1-D rule, batch broadcasting both ways and across ranks, K = 1, odd sizes over tiles
+# (ranks 6 and 8, whose batch loops are shaders of their own, are test.json's: rank6-*-f16, rank8-*-f32)
 CALLS = [
     ((6, 5), (5, 7)),
     ((5,), (5, 7)),
@@ -217,7 +218,6 @@ CALLS = [
     ((9, 8), (3, 1, 8, 2)),
     ((3, 6, 1), (2, 1, 1, 5)),
     ((2, 19, 33), (2, 33, 17)),
-    ((1, 2, 1, 2, 3, 4), (2, 1, 2, 1, 4, 3)),
 ]
 
 
@@ -259,7 +259,7 @@ def test_empty_operands(kernel, rng, a_shape, b_shape):
     np.testing.assert_array_equal(ort, want)
 
 
-@pytest.mark.parametrize(("tunables", "variant"), [({"TILE": 1}, "tiled"), ({"TILE": 4}, "tiled"), ({"TILE": 32}, "tiled"),
+@pytest.mark.parametrize(("tunables", "variant"), [({"TILE": 1}, "tiled"), ({"TILE": 32}, "tiled"),
                                                    ({"WORKGROUP_SIZE": 1}, "simple"), ({"WORKGROUP_SIZE": 7}, "simple")])  # fmt: skip
 def test_tunables(kernel, rng, tunables, variant):
     """Any TILE whose square fits the device's workgroup limits; any WORKGROUP_SIZE."""
@@ -535,12 +535,12 @@ if __name__ == "__main__":
 
 
 # (A, B, dtype, tunables): the register prefetch (PREFETCH) on and off on K below BK (7: one partial
-# step), BK + 1 (17: the second step one k deep) and off BK (45), float16, batch broadcast, and a block
-# shape whose loads do not split evenly over its invocations
+# step), BK + 1 (17: the second step one k deep), both in float16, K off BK (45 over BK 4), batch
+# broadcast, and a block shape whose loads do not split evenly over its invocations (float32). Each
+# case's PREFETCH off shader is one test.json compiles anyway.
 PREFETCH_CALLS = [
-    ((2, 77, 7), (7, 70), np.float32, None),
-    ((77, 17), (2, 17, 45), np.float32, None),
-    ((2, 37, 45), (45, 70), np.float16, None),
+    ((2, 77, 7), (7, 70), np.float16, None),
+    ((77, 17), (2, 17, 45), np.float16, None),
     ((2, 37, 45), (1, 45, 70), np.float32, {"BM": 8, "BN": 12, "BK": 4, "TM": 1, "TN": 4}),
 ]
 
