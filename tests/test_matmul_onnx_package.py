@@ -322,18 +322,6 @@ def test_blocked_refuses_block_shapes_it_cannot_run(kernel):
             kernel({"A": np.ones((5, 7), np.float32), "B": np.ones((7, 3), np.float32)}, variant="blocked", tunables=tunables)
 
 
-def test_grid_spills_past_65535_workgroups(kernel, rng):
-    """batch x tiles above 65,535 workgroups: the engine spills the grid into y, the shaders index by
-    the linear workgroup index (test.json's spill case does it for the tiled variant too)."""
-    a = rng.standard_normal((3, 70, 2, 2)).astype(np.float32)  # 210 batch matrices of 2 x 2 ...
-    b = rng.standard_normal((1, 70, 2, 400)).astype(np.float32)  # ... by 2 x 400: 210 * 2 * 400 = 168,000 elements
-    # TILE 1: 168,000 workgroups; WORKGROUP_SIZE 2: 84,000
-    call(kernel, a, b, variant="tiled", tunables={"TILE": 1})
-    call(kernel, a, b, variant="simple", tunables={"WORKGROUP_SIZE": 2})
-    # a workgroup of one invocation per column: 84,000
-    call(kernel, a, b, variant="rows", tunables={"ROWS_WORKGROUP": 1, "ROWS_COLS": 1})
-
-
 def test_specials(kernel):
     """NaN in a row of A is NaN in that row of Y only; a float16 result past 65504 is the infinity of
     its sign on lavapipe, as in onnxruntime (another device's conversion may differ)."""
