@@ -238,12 +238,16 @@ MODEL_SHAPES = [(2, 320, 64, 64), (2, 640, 32, 32), (2, 1280, 16, 16), (2, 1280,
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", MODEL_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_model_shapes(group_norm, need_dtype, rng, shape, dtype):
+    """The variant chosen on every shape; the other two on the two smaller ones only, whose groups
+    (10240 and 2560 elements) already take several strides of the default workgroup, as the larger
+    ones' do: the same shaders and branches, at a quarter of the reference's cost."""
     need_dtype(dtype)
     x, gamma, beta = make_inputs(rng, shape, dtype)
     _, chosen = run(group_norm, x, gamma, beta)
     assert chosen == "twopass_vec4"  # H * W is a multiple of 4 in every SD shape
-    run(group_norm, x, gamma, beta, variant="twopass")
-    run(group_norm, x, gamma, beta, variant="welford")
+    if x.size <= 2 * 1280 * 16 * 16:
+        run(group_norm, x, gamma, beta, variant="twopass")
+        run(group_norm, x, gamma, beta, variant="welford")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
