@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -1088,15 +1089,38 @@ def test_a_name_a_template_reads_is_not_unused(qg: Path) -> None:
     assert unused_warned(validate_package(qg, gpu=False)) == {}
 
 
+def _checked_by_their_own_tests() -> set[str]:
+    """Test packages whose own test module calls conftest's assert_valid_and_passing, which makes the
+    same ``validate_package(root, gpu=False)`` call and refuses a "nothing reads" warning too."""
+    names = set()
+    for module in Path(__file__).parent.glob("test_*.py"):
+        text = module.read_text("utf-8")
+        if re.search(r"assert_valid_and_passing\(\w+, PACKAGE,", text):  # its PACKAGE, named on one of:
+            names.update(re.findall(r'^PACKAGE(?:_NAME)? = (?:PACKAGES_DIR / )?"([^"]+)"$', text, re.MULTILINE))
+    return names
+
+
 def _every_package() -> list[Path]:
-    return sorted(embedded_root().iterdir()) + sorted((Path(__file__).parent / "packages").iterdir())
+    """The shipped packages and the test packages no test module of their own checks (see above)."""
+    checked = _checked_by_their_own_tests()
+    tests = [p for p in sorted((Path(__file__).parent / "packages").iterdir()) if p.name not in checked]
+    return sorted(embedded_root().iterdir()) + tests
 
 
 @pytest.mark.parametrize("root", _every_package(), ids=lambda p: p.name)
 def test_no_shipped_or_test_package_has_an_entry_nothing_reads(root: Path) -> None:
     """The check found demo.Concat's derive 'outer' and demo.Transpose's constant 'wide', named only
-    in a description and a template comment: both removed."""
+    in a description and a template comment: both removed. A test package whose own tests call
+    assert_valid_and_passing is checked there (the same validate call), not again here."""
     assert unused_warned(validate_package(root, gpu=False)) == {}
+
+
+def test_the_packages_left_to_their_own_tests_are_checked_there() -> None:
+    """_checked_by_their_own_tests read the test modules right: it finds most test packages (a
+    regression to none would check them nowhere but here, as before), each one a folder there."""
+    checked = _checked_by_their_own_tests()
+    folders = {p.name for p in (Path(__file__).parent / "packages").iterdir()}
+    assert len(checked) >= 30 and checked <= folders, checked - folders
 
 
 def test_a_template_including_an_unlisted_file_is_invalid_as_every_call_refuses_it(qg: Path) -> None:
