@@ -571,7 +571,7 @@ def test_crashing_child_fails_the_package_not_the_command(runner: CliRunner, mon
     assert (last["case"], last["variant"], last["status"]) == ("tail-3x5-f16", "vec4_tail", "error")
     # what ran before the crash came back: the three tail cases before it, on both variants
     assert [(r["case"], r["status"]) for r in qg["results"][:-1]] == [
-        (case, "pass") for case in ("tail-5x77x13-f32", "tail-3x5-f32", "tail-5x77x13-f16") for _ in range(2)]
+        (case, "pass") for case in ("tail-5x77x13-f32", "tail-3x5-f32", "tail-5x77x13-f16") for _ in range(2)]  # fmt: skip
     assert ba["ok"] is True and ba["isolated"] is True  # the next package still ran, in a child of its own
     assert ba["counts"]["pass"] == len(ba["results"]) > 0
 
