@@ -217,6 +217,8 @@ def test_expected_outputs_are_the_reference(kernel):
 # odd head sizes, Dv != D, L < S and L > S, a single key, S below the tiled variant's 16. Each
 # (variant, D, Dv, dtype, bias, causal, tiles) is its own shader, a cold lavapipe compile per suite run
 # (seconds for heads of 40 and more, unrolled): every call here is a configuration test.json compiles.
+# Heads of 40 and 80 in float32 only, as in test.json: a float16 element is loaded and stored by the
+# same unrolled text at any head size that is a multiple of 4 (run at 64, 8 and 16; with the bias at 4 and 8).
 CALLS = [
     (2, 37, 29, 3, 9, 13, False, 0),
     (2, 37, 29, 3, 9, 13, True, 0),
@@ -227,10 +229,11 @@ CALLS = [
     (1, 18, 1, 2, 4, 3, True, 0),
     (1, 33, 65, 1, 80, 80, False, 0),  # heads of 80 (sd15-self's shaders) over L = 65: 4 key tiles and 1 key
 ]
+CALL_DTYPES = [pytest.param(c, dt, id="x".join(map(str, c[:6])) + ("-bias" if c[6] else "") + ("-causal" if c[7] else "") + "-" + i)
+               for c in CALLS for dt, i in zip(DTYPES, DTYPE_IDS) if dt == np.float32 or c[4] not in (40, 80)]  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("shape", CALLS, ids=lambda c: "x".join(map(str, c[:6])) + ("-bias" if c[6] else "") + ("-causal" if c[7] else ""))
+@pytest.mark.parametrize(("shape", "dtype"), CALL_DTYPES)
 def test_every_variant_against_the_reference_and_onnxruntime(kernel, need_dtype, rng, shape, dtype):
     b, s, n_keys, h, d, dv, bias, causal = shape
     inputs = draw(rng, dtype, b, s, n_keys, h, d, dv, bias)
