@@ -380,10 +380,12 @@ def test_rows_is_chosen_for_the_last_axis_and_its_grid(kernel, shape, grid, dtyp
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("length", [1, 2, 31, 32, 33, 77, 1302, 4096])
+@pytest.mark.parametrize("length", [1, 2, 33, 77, 4096])
 def test_rows_against_the_reference_and_onnxruntime(kernel, rng, length, dtype):
     """13 rows: the last workgroup is partial wherever a workgroup holds several rows; rows of 4,096
-    are the longest rows takes at WORKGROUP_SIZE 128."""
+    are the longest rows takes at WORKGROUP_SIZE 128. One length per kind of row: one lane (1), vec2
+    loads on one lane (2), a partial last unit (33), CLIP's 77; test.json's 21, 30 (vec2 over four
+    lanes) and 256 (vec4, whole units) and CALLS' 1,300 (lanes capped at the workgroup) cover the rest."""
     x = (rng.standard_normal((13, length)) * 3).astype(dtype)
     assert rows_grid(kernel, x.shape, x.dtype)[3] in (1, 8, 16, 32, 128)
     got = call(kernel, x, -1, variant="rows")
@@ -410,16 +412,17 @@ def test_rows_takes_rows_up_to_32_values_an_invocation(kernel, size, bound, past
 
 @pytest.mark.parametrize(
     ("size", "length", "dtype"),
-    [(1, 20, np.float16), (2, 33, np.float32), (48, 30, np.float16), (96, 1000, np.float32), (1024, 77, np.float16)],
+    [(2, 33, np.float32), (48, 30, np.float16), (96, 1000, np.float32), (1024, 77, np.float16)],
 )
 def test_rows_workgroup_sizes(kernel, rng, size, length, dtype):
     """Any WORKGROUP_SIZE: one that is no power of two (48, 96; test.json's 7) leaves its last
-    invocations idle (96 on rows of 1,000: one row of 64 lanes, 32 idle)."""
+    invocations idle (96 on rows of 1,000: one row of 64 lanes, 32 idle). Size 1 is
+    test_rows_takes_rows_up_to_32_values_an_invocation's."""
     x = (rng.standard_normal((11, length)) * 3).astype(dtype)
     call(kernel, x, -1, variant="rows", tunables={"WORKGROUP_SIZE": size})
 
 
-@pytest.mark.parametrize(("values", "length"), [(1, 77), (3, 77), (32, 77), (2, 256), (32, 4096)])
+@pytest.mark.parametrize(("values", "length"), [(1, 77), (32, 77), (2, 256), (32, 4096)])
 def test_rows_values_per_lane(kernel, rng, values, length):
     """VALUES_PER_LANE sets the lanes a row (1: one unit an invocation); refused outside 1..32."""
     x = (rng.standard_normal((9, length)) * 3).astype(np.float32)
