@@ -139,7 +139,7 @@ def test_expected_outputs_are_the_reference(attention):
 # and 640 / 8; S scaled down from 4096 and 1024 so that lavapipe runs it quickly); S, T, D, Dv none a
 # multiple of the tiles (64 rows, 16 keys); a decoding step (S = 1). Heads of 160 (SD 1.5's third
 # level) cost a slow cold compile per dtype and mask variant, as the head loops unroll at render time
-# (6 to 12 s a shader on lavapipe): test.json's sd15-mid case covers them in float32 alone (a float16
+# (seconds a shader on lavapipe, cold): test.json's sd15-mid case covers them in float32 alone (a float16
 # shader differs only in its loads and stores, which its sd15-cross cases run at 40 and 80), and the
 # head-loop test below the largest fused head (256).
 SHAPES = [(1, 12, 77, 77, 64, 64), (1, 8, 128, 77, 40, 40), (1, 8, 20, 77, 80, 80), (2, 3, 37, 29, 19, 23),
