@@ -17,7 +17,7 @@ from webgpu_kernels import buffers
 from webgpu_kernels.buffers import LARGE_BUFFERS_KEPT, copy_chunks, parallel_copy
 
 import references as ref
-from conftest import collect_while_locked
+from conftest import collect_while_locked, collecting_only_new_objects
 
 f32 = np.float32
 
@@ -369,11 +369,12 @@ def test_a_tensor_collected_in_a_reference_cycle_returns_a_live_buffer(device, q
 
     x = np.linspace(-3, 3, 4096, dtype=f32)
     for _ in range(20):
-        tensor = wk.to_gpu(x) if made_by == "to_gpu" else quick_gelu({"X": x}, output="gpu")["Y"]
-        holder = {"tensor": tensor}
-        holder["self"] = holder  # only the cyclic GC frees this
-        del tensor, holder
-        gc.collect()
+        with collecting_only_new_objects():
+            tensor = wk.to_gpu(x) if made_by == "to_gpu" else quick_gelu({"X": x}, output="gpu")["Y"]
+            holder = {"tensor": tensor}
+            holder["self"] = holder  # only the cyclic GC frees this
+            del tensor, holder
+            assert gc.collect() > 0
         np.testing.assert_allclose(quick_gelu({"X": x})["Y"], ref.quick_gelu(x), rtol=2e-6, atol=2e-6)
 
 
