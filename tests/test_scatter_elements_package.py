@@ -346,14 +346,57 @@ def test_many_collisions(scatter_kernel, rng, reduction, dtype):
             variant=variant, tunables={"GATHER_MAX_K": 64})  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32], ids=["f32", "f16", "i32"])
-@pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_every_rank_and_axis(scatter_kernel, rng, reduction, dtype):
-    """Ranks 1 to 8, each axis given as a negative one, indices shorter than data off the axis,
-    negative indices; no duplicates for none (the atomic variant keeps any one of them)."""
-    for rank in range(1, 9):
+# The index arithmetic that depends on rank and axis (gather: an output element's coordinates;
+# atomic: an update's target) is one text for every reduction and dtype, but what it feeds is not:
+# gather reads a whole word or two float16 halves of one, atomic's scatter ends in atomicStore
+# (none), atomicAdd (int32 add), a compare-and-swap loop on the word, or one on half a word
+# (float16). One (reduction, dtype) per such path runs every rank, its axis first, last or either
+# side of the middle (rank 8: axes 3 and 4, the two vec4s of the padded shapes); each other pair
+# runs one rank (its combine code also runs, both variants, in test.json and test_many_collisions).
+EVERY_RANK = tuple(range(1, 9))
+AXIS_OF = {
+    "first": lambda rank: 0,
+    "last": lambda rank: rank - 1,
+    "middle": lambda rank: rank // 2,
+    "below middle": lambda rank: (rank - 1) // 2,
+}
+RANK_CASES = [
+    ("none", np.float32, EVERY_RANK, "last"),
+    ("add", np.float16, EVERY_RANK, "first"),
+    ("add", np.int32, EVERY_RANK, "middle"),
+    ("max", np.int32, EVERY_RANK, "below middle"),
+    ("add", np.float32, (5,), None),  # None: an axis drawn at random
+    ("mul", np.float32, (7,), None),
+    ("max", np.float32, (3,), None),
+    ("min", np.float32, (6,), None),
+    ("none", np.float16, (8,), None),
+    ("mul", np.float16, (4,), None),
+    ("max", np.float16, (2,), None),
+    ("min", np.float16, (5,), None),
+    ("none", np.int32, (3,), None),
+    ("mul", np.int32, (6,), None),
+    ("min", np.int32, (8,), None),
+]
+
+
+def test_rank_cases_cover_every_reduction_and_dtype():
+    pairs = [(r, np.dtype(d).name) for r, d, _, _ in RANK_CASES]
+    assert sorted(pairs) == sorted((r, d) for r in REDUCTIONS for d in ("float32", "float16", "int32"))
+    assert [len(ranks) for _, _, ranks, _ in RANK_CASES].count(len(EVERY_RANK)) == 4
+
+
+@pytest.mark.parametrize(
+    ("reduction", "dtype", "ranks", "axis_at"),
+    RANK_CASES,
+    ids=[f"{r}-{np.dtype(d).name}-rank{'s1-8' if len(rs) > 1 else rs[0]}" for r, d, rs, _ in RANK_CASES],
+)
+def test_every_rank_and_axis(scatter_kernel, rng, reduction, dtype, ranks, axis_at):
+    """Ranks 1 to 8 (every rank for one reduction and dtype per code path the index arithmetic
+    feeds, one rank for the others), each axis given as a negative one, indices shorter than data
+    off the axis, negative indices; no duplicates for none (the atomic variant keeps any one of them)."""
+    for rank in ranks:
         shape = tuple(int(d) for d in rng.integers(1, 4, size=rank))
-        axis = int(rng.integers(0, rank))
+        axis = int(rng.integers(0, rank)) if axis_at is None else AXIS_OF[axis_at](rank)
         ishape = [int(rng.integers(1, d + 1)) for d in shape]
         ishape[axis] = int(rng.integers(1, 6))
         if reduction == "none":
