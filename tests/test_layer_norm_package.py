@@ -279,36 +279,50 @@ def test_model_shapes(layer_norm, need_dtype, rng, shape, dtype):
     run(layer_norm, x, scale, b, variant="twopass")
 
 
+# Shapes and axes at the default tunables: the shaders are those of every default call, so each runs
+# in both dtypes, with and without B, at no new compile.
+EDGE_SHAPES = [
+    ((5, 300), 0, ["onepass", "twopass"]),  # axis 0: the whole tensor is one row of 1500
+    ((3, 77, 64), 0, ["twopass"]),  # axis 0, one row of 14784: too long for onepass
+    ((3, 5, 7), -2, ["onepass", "twopass"]),  # axis -2: rows of 35, Scale of shape [5, 7]
+    ((2, 77, 96), -2, ["twopass"]),  # axis -2, rows of 7392
+    ((2, 3, 4, 5), 1, ["onepass", "twopass"]),  # rank 4, axis 1
+    ((1000,), 0, ["onepass", "twopass"]),  # rank 1
+    ((6, 1), -1, ["onepass", "twopass"]),  # rows of one element: Y = B exactly
+    ((4, 300), -1, ["onepass", "twopass"]),  # 300 = 256 + 44: a partial second round
+]
+# Partial workgroups, rows off WORKGROUP_SIZE x ROW_ITEMS and subgroup sums, each at its own
+# tunables (each a new set of shaders): float32 with B only. The code they reach (the strided loops'
+# bounds, the trees' `lix + s < WG`, the subgroup slots, apply's `i >= count`) is one text for both
+# dtypes and for B or none, which only change the loads and the last store; float16 and the _nobias
+# twins run it at the default tunables above, and test.json runs the first three, and 129, in float16.
+EDGE_TUNABLES = [
+    ((3, 1000), {"WORKGROUP_SIZE": 96, "ROW_ITEMS": 11, "APPLY_WORKGROUP_SIZE": 100}, ["onepass", "twopass"]),
+    ((4, 300), {"SUBGROUPS": True}, ["onepass", "twopass"]),  # onepass's sums with subgroupAdd
+    ((3, 128), {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["onepass", "twopass"]),  # exactly WG x ROW_ITEMS
+    ((3, 129), {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["twopass"]),  # one more
+    ((2, 700), {"WORKGROUP_SIZE": 1000}, ["onepass", "twopass"]),  # more invocations than elements
+    ((5, 37), {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "SUBGROUPS": True}, ["onepass", "twopass"]),
+    # a workgroup of 33: a partial last subgroup, which lavapipe's num_subgroups leaves out
+    ((3, 300), {"WORKGROUP_SIZE": 33, "ROW_ITEMS": 10, "SUBGROUPS": True}, ["onepass", "twopass"]),
+    ((5, 37), {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "APPLY_WORKGROUP_SIZE": 7}, ["onepass", "twopass"]),
+    ((4, 9), {"WORKGROUP_SIZE": 1, "ROW_ITEMS": 9}, ["onepass", "twopass"]),  # a workgroup of one
+]
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize(
-    ("shape", "axis", "tunables", "variants"),
-    [
-        ((5, 300), 0, None, ["onepass", "twopass"]),  # axis 0: the whole tensor is one row of 1500
-        ((3, 77, 64), 0, None, ["twopass"]),  # axis 0, one row of 14784: too long for onepass
-        ((3, 5, 7), -2, None, ["onepass", "twopass"]),  # axis -2: rows of 35, Scale of shape [5, 7]
-        ((2, 77, 96), -2, None, ["twopass"]),  # axis -2, rows of 7392
-        ((2, 3, 4, 5), 1, None, ["onepass", "twopass"]),  # rank 4, axis 1
-        ((1000,), 0, None, ["onepass", "twopass"]),  # rank 1
-        ((6, 1), -1, None, ["onepass", "twopass"]),  # rows of one element: Y = B exactly
-        ((4, 300), -1, None, ["onepass", "twopass"]),  # 300 = 256 + 44: a partial second round
-        ((3, 1000), -1, {"WORKGROUP_SIZE": 96, "ROW_ITEMS": 11, "APPLY_WORKGROUP_SIZE": 100}, ["onepass", "twopass"]),
-        ((2, 700), -1, {"WORKGROUP_SIZE": 1000}, ["onepass", "twopass"]),  # more invocations than elements
-        ((3, 128), -1, {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["onepass", "twopass"]),  # exactly WG x ROW_ITEMS
-        ((4, 300), -1, {"SUBGROUPS": True}, ["onepass", "twopass"]),  # onepass's sums with subgroupAdd
-        ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "SUBGROUPS": True}, ["onepass", "twopass"]),
-        # a workgroup of 33: a partial last subgroup, which lavapipe's num_subgroups leaves out
-        ((3, 300), -1, {"WORKGROUP_SIZE": 33, "ROW_ITEMS": 10, "SUBGROUPS": True}, ["onepass", "twopass"]),
-        ((3, 129), -1, {"WORKGROUP_SIZE": 32, "ROW_ITEMS": 4}, ["twopass"]),  # one more
-        ((5, 37), -1, {"WORKGROUP_SIZE": 3, "ROW_ITEMS": 13, "APPLY_WORKGROUP_SIZE": 7}, ["onepass", "twopass"]),
-        ((4, 9), -1, {"WORKGROUP_SIZE": 1, "ROW_ITEMS": 9}, ["onepass", "twopass"]),  # a workgroup of one
-    ],
-    ids=str,
-)
-def test_edge_shapes(layer_norm, need_dtype, rng, shape, axis, tunables, variants, dtype):
+@pytest.mark.parametrize(("shape", "axis", "variants"), EDGE_SHAPES, ids=str)
+def test_edge_shapes(layer_norm, need_dtype, rng, shape, axis, variants, dtype):
     need_dtype(dtype)
     x, scale, b = make_inputs(rng, shape, axis, dtype)
-    assert run_every_variant(layer_norm, x, scale, b, axis, tunables=tunables) == variants
-    assert run_every_variant(layer_norm, x, scale, None, axis, tunables=tunables) == [v + "_nobias" for v in variants]
+    assert run_every_variant(layer_norm, x, scale, b, axis) == variants
+    assert run_every_variant(layer_norm, x, scale, None, axis) == [v + "_nobias" for v in variants]
+
+
+@pytest.mark.parametrize(("shape", "tunables", "variants"), EDGE_TUNABLES, ids=str)
+def test_edge_tunables(layer_norm, rng, shape, tunables, variants):
+    x, scale, b = make_inputs(rng, shape, -1, np.float32)
+    assert run_every_variant(layer_norm, x, scale, b, tunables=tunables) == variants
 
 
 @pytest.mark.parametrize("variant", ["onepass", "twopass"])
