@@ -346,12 +346,15 @@ def test_property_random_shapes_and_perms(transpose, call):
 def test_perm_check_agrees_with_numpy_on_every_short_list(transpose, rank):
     """permOk holds exactly for the lists np.transpose takes, on all lists of length rank - 1 to
     rank + 1 over -1 .. rank (numpy's negative axes aside: ONNX has none, and the package refuses
-    them)."""
+    them); at rank 4, the lists one too long are those that start with a permutation (the 7,632
+    others, none close to one, took 8 s of the suite)."""
     x = np.zeros((2,) * rank, np.float32)
     for length in range(max(rank - 1, 0), rank + 2):
         for perm in itertools.product(range(-1, rank + 1), repeat=length):
             if not perm:
                 continue  # [] is the default: reversed
+            if rank == 4 and length == 5 and sorted(perm[:4]) != [0, 1, 2, 3]:
+                continue
             ok = transpose.evaluate("permOk", {"data": x}, attrs={"perm": list(perm)})
             assert ok is (sorted(perm) == list(range(rank))), perm
 
