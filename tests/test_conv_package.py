@@ -264,30 +264,33 @@ def test_gemm_small_tiles_on_every_shape(conv, need_dtype, rng, dtype, x_shape, 
 
 
 GEMM_CONFIGS = [
-    # (GEMM_TILE_M, GEMM_TILE_N, GEMM_TILE_K, GEMM_MICRO_M, GEMM_MICRO_N)
-    (64, 64, 16, 4, 4),  # the default: 256 invocations, 4 loads of each tile per invocation
-    (16, 48, 5, 1, 3),  # 256 invocations, a partial load of W, columns not shared between loads
-    (32, 16, 8, 4, 1),  # 128 invocations, one load of each tile
-    (16, 256, 4, 4, 16),  # 64 invocations, 16 loads of the im2col tile
-    (64, 32, 4, 4, 2),  # 256 invocations, half of them idle in the im2col load
-    (8, 8, 1, 1, 1),  # one product per step
+    # (GEMM_TILE_M, GEMM_TILE_N, GEMM_TILE_K, GEMM_MICRO_M, GEMM_MICRO_N), dtype, bias: each
+    # configuration in one dtype and bias form (the tile loads and the micro-tile are the same WGSL in
+    # all four). test.json's gemm cases run the default tiles in both dtypes with and without the bias
+    # (with it, partial in M, P and K) and 16 x 48 x 5, 1 x 3 (256 invocations, a partial load of
+    # each tile; partial in M, P and K)
+    ((32, 16, 8, 4, 1), np.float32, True),  # 128 invocations, two loads of W, one of the im2col tile
+    ((16, 256, 4, 4, 16), np.float32, False),  # 64 invocations, 16 loads of the im2col tile, each with
+    # its own columns (64 does not divide 256), 64 accumulators (the most gemmTilesOk allows)
+    ((64, 32, 4, 4, 2), np.float16, False),  # 256 invocations, half of them idle in the im2col load
+    ((8, 8, 1, 1, 1), np.float16, True),  # one product per step, partial loads of both tiles
 ]
 
 
-@pytest.mark.parametrize("config", GEMM_CONFIGS, ids=lambda c: "x".join(map(str, c)))
-@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
-def test_gemm_tiles_partial_in_m_p_and_k(conv, need_dtype, rng, dtype, config):
+@pytest.mark.parametrize(("config", "dtype", "bias"), GEMM_CONFIGS,
+                         ids=["x".join(map(str, c)) + ("-f32" if d == np.float32 else "-f16") + ("-bias" if b else "")
+                              for c, d, b in GEMM_CONFIGS])  # fmt: skip
+def test_gemm_tiles_partial_in_m_p_and_k(conv, need_dtype, rng, config, dtype, bias):
     """Mg = 20 per group (2 groups), P = 2 * 6 * 11 = 132, K = 7 * 3 * 3 = 63: no tile size above
     divides any of them. gemm, forced, is within the float64 reference's bound and bit-identical to
     direct (same order of summation)."""
     need_dtype(dtype)
     tunables = dict(zip(GEMM_TUNABLES, config))
     attrs = {"group": 2, "strides": [2, 1], "pads": [1, 0, 1, 1]}
-    for bias in (False, True):
-        inputs = make_inputs(rng, (2, 14, 11, 11), (40, 7, 3, 3), dtype, bias=bias)
-        suffix = "_bias" if bias else ""
-        ids = run_every_variant(conv, inputs, attrs, tunables=tunables, dtype=dtype)
-        assert ids == [f"gemm{suffix}", f"channels{suffix}", f"direct{suffix}"]
+    inputs = make_inputs(rng, (2, 14, 11, 11), (40, 7, 3, 3), dtype, bias=bias)
+    suffix = "_bias" if bias else ""
+    ids = run_every_variant(conv, inputs, attrs, tunables=tunables, dtype=dtype)
+    assert ids == [f"gemm{suffix}", f"channels{suffix}", f"direct{suffix}"]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
@@ -302,8 +305,14 @@ def test_matches_onnxruntime(conv, need_dtype, rng, dtype, bias):
     assert np.all(np.abs(got - want) <= tol)
 
 
-@pytest.mark.parametrize("per", [1, 2, 3, 8, 16])
-@pytest.mark.parametrize("workgroup", [1, 32, 256])
+# (CHANNELS_PER_INVOCATION, WORKGROUP_SIZE) over Mg = 10: one channel, whole blocks of 2, a partial
+# last block (3: 4 blocks, the last of 1; 8: 2 blocks, the last of 2), one block larger than the group
+# (16, the most blockOk allows); each workgroup size with one or two of them (the size is only the
+# @workgroup_size and the grid: no branch of the WGSL meets another value of the block)
+CHANNEL_TUNABLES = [(1, 1), (2, 32), (3, 256), (8, 1), (16, 256)]
+
+
+@pytest.mark.parametrize(("per", "workgroup"), CHANNEL_TUNABLES)
 def test_tunables(conv, need_workgroup_size, rng, per, workgroup):
     need_workgroup_size(workgroup)
     tunables = {"CHANNELS_PER_INVOCATION": per, "WORKGROUP_SIZE": workgroup}
