@@ -294,10 +294,16 @@ CALLS = [
     (7, 9, 1, 1, 0, (7, 1)),
     (19, 33, 17, 0, 1, (17,)),
 ]
+# float16 on nn.Linear's form and on C absent: each variant (and its C twin) once in float16. The
+# other calls' branches (transposes, C forms, sizes) are float32's; float16 changes only the loads'
+# and the store's conversions, and test.json runs each of those calls' float16 shaders
+F16_CALLS = [CALLS[0], CALLS[7]]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize(("m", "k", "n", "trans_a", "trans_b", "c_shape"), CALLS)
+@pytest.mark.parametrize(
+    ("m", "k", "n", "trans_a", "trans_b", "c_shape", "dtype"),
+    [(*call, np.float32) for call in CALLS] + [(*call, np.float16) for call in F16_CALLS],
+)
 def test_every_variant_against_the_reference_and_onnxruntime(kernel, rng, m, k, n, trans_a, trans_b, c_shape, dtype):
     a, b, c = operands(rng, m, k, n, trans_a, trans_b, c_shape, dtype)
     attrs = attrs_of(0.75, -1.5, trans_a, trans_b) if m % 2 else attrs_of(trans_a=trans_a, trans_b=trans_b)
@@ -492,20 +498,21 @@ def test_rows_stop_at_max_rows(kernel, rng, trans_a, trans_b):
         call(kernel, few["A"], b, attrs=attrs, tunables={"MAX_ROWS": 3})
 
 
-# (tunables, M, transB): MAX_ROWS 32 at M = 32 with one lane over k (no tree: the tree of 32 rows is
-# the costliest shader to compile on lavapipe, and the trees are run by the other cases), 64 lanes per
-# column, the largest workgroup whose partial sums fit lavapipe's 32 KiB (256 lanes), columns per
-# workgroup not dividing N, one and 8 k a trip
+# (tunables, M, K, transB): MAX_ROWS 32 at M = 32 with one lane over k (no tree: the tree of 32 rows is
+# the costliest shader to compile on lavapipe, and the trees are run by the other cases); the largest
+# workgroup whose partial sums fit lavapipe's 32 KiB, all 1,024 lanes on one column, K = 700 (past
+# 512: the tree's every level adds sums of some k, 512 included), one k a trip: no lane has a second
+# k, so a larger ROWS_UNROLL would only compile a loop that never runs (ROWS_CALLS' K of 1,000 runs
+# the default 4). Columns per workgroup not dividing N: ROWS_CALLS' N of 37, 45 and 70.
 ROWS_TUNABLES = [
-    ({"MAX_ROWS": 32, "ROWS_WORKGROUP": 32, "ROWS_COLS_N": 32, "ROWS_UNROLL": 1}, 32, 0),
-    ({"ROWS_WORKGROUP": 64, "ROWS_COLS_K": 1, "ROWS_UNROLL": 8}, 5, 1),
-    ({"ROWS_WORKGROUP": 1024, "ROWS_COLS_K": 4}, 8, 1),
+    ({"MAX_ROWS": 32, "ROWS_WORKGROUP": 32, "ROWS_COLS_N": 32, "ROWS_UNROLL": 1}, 32, 70, 0),
+    ({"ROWS_WORKGROUP": 1024, "ROWS_COLS_K": 1, "ROWS_UNROLL": 1}, 8, 700, 1),
 ]
 
 
-@pytest.mark.parametrize(("tunables", "m", "trans_b"), ROWS_TUNABLES)
-def test_rows_tunables(kernel, rng, tunables, m, trans_b):
-    a, b, c = operands(rng, m, 70, 45, 0, trans_b, (45,), np.float32)
+@pytest.mark.parametrize(("tunables", "m", "k", "trans_b"), ROWS_TUNABLES)
+def test_rows_tunables(kernel, rng, tunables, m, k, trans_b):
+    a, b, c = operands(rng, m, k, 45, 0, trans_b, (45,), np.float32)
     attrs = attrs_of(0.75, -1.5, 0, trans_b)
     assert kernel.explain({"A": a, "B": b, "C": c}, attrs=attrs, tunables=tunables).chosen == "rows_c"
     call(kernel, a, b, c, attrs=attrs, tunables=tunables)
@@ -711,13 +718,13 @@ def test_split_k_is_chosen_for_few_blocks_over_a_long_k(kernel):
 # blocks, K off BK (1,100 = 68 x 16 + 12) and off the slice (69 steps in 8 slices of 9: the last 6),
 # each transpose pair ((0, 0) in float16 only: the loads' branches are the dtype's, and (0, 1), (1, 0)
 # run them in float32), each C form, float16, the S = 1 edge (SPLITK_STEPS past the steps), many
-# slices of 2 steps (the last 1), another block shape (BN 12: partN a multiple of 12)
+# slices of 2 steps (the last 1), another block shape (BN 12: partN a multiple of 12). nn.Linear's
+# form at the default S is test.json's splitk-5x1100x7-transB-c7-* (both dtypes); float16 without C is
+# its splitk-noC-* (the reduce) and the (0, 0) case below (the partial pass: C is only the reduce's).
 SPLIT_K_CALLS = [
-    (5, 1100, 7, 0, 1, (7,), np.float32, None, 8),
     (70, 1100, 77, 1, 0, (70, 1), np.float32, None, 8),
     (3, 1100, 9, 1, 1, None, np.float32, None, 8),
     (9, 1030, 66, 0, 0, (9, 66), np.float16, None, 8),
-    (4, 1100, 5, 0, 0, None, np.float16, None, 8),
     (6, 1100, 5, 0, 1, (), np.float32, {"SPLITK_STEPS": 100}, 1),
     (6, 1100, 5, 0, 1, (1, 5), np.float32, {"SPLITK_STEPS": 1}, 35),
     (70, 1100, 77, 0, 1, (77,), np.float32, SMALL_BLOCK, 5),
@@ -786,15 +793,15 @@ if __name__ == "__main__":
 
 
 # (M, K, N, transA, transB, C shape, dtype, tunables, variant): the register prefetch (PREFETCH) on and
-# off on K below BK (7: one partial step, in float16), BK + 1 (17: the second step one k deep), K off BK
-# (45, 1,100), both load mappings of A' and of B' ((0, 1) and (1, 0) take each branch of the loads: the
-# other pairs combine the same two), a block shape whose loads do not split evenly over its
-# invocations, and split-K slices (8 of 9 steps, the last 6: the prefetch stops at its slice's end).
-# Each case's PREFETCH off shader is one test.json or another test compiles anyway.
+# off on K below BK (3: one partial step, in float16), BK + 1 (17: the second step one k deep), K off BK
+# (17, 1,100), both load mappings of A' and of B' ((0, 1) and (1, 0) take each branch of the loads: the
+# other pairs combine the same two), the default block (exact loads) and a block shape whose loads do
+# not split evenly over its invocations (the guarded last round), and split-K slices (8 of 9 steps, the
+# last 6: the prefetch stops at its slice's end). The PREFETCH off shaders but the small block's float16
+# one are shaders test.json or another test compiles anyway.
 PREFETCH_CALLS = [
-    (77, 7, 70, 0, 1, (70,), np.float16, None, "blocked_c"),
     (70, 17, 45, 1, 0, (70, 1), np.float32, None, "blocked_c"),
-    (70, 45, 77, 0, 1, (77,), np.float32, SMALL_BLOCK, "blocked_c"),
+    (70, 3, 77, 0, 1, (77,), np.float16, SMALL_BLOCK, "blocked_c"),
     (5, 1100, 7, 0, 1, (7,), np.float32, None, "blocked_splitk_c"),
 ]
 
