@@ -380,8 +380,8 @@ def count_submits(device, monkeypatch) -> list[int]:
 @contextlib.contextmanager
 def collecting_only_new_objects() -> Iterator[None]:
     """gc.collect() inside scans only the objects made inside (gc.freeze sets the rest aside): a full
-    collection of a pytest worker's heap late in the suite takes ~0.2 s, and a test that collects
-    twenty cycles paid it twenty times. Make the garbage to collect inside the block."""
+    collection scans a pytest worker's whole heap, some 400,000 objects late in the suite, and a test
+    that collects twenty cycles paid it twenty times. Make the garbage to collect inside the block."""
     import gc
 
     gc.freeze()
