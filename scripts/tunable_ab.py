@@ -12,15 +12,14 @@ shows in every value alike; prints one line per timing and a table of medians ov
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import statistics
 from pathlib import Path
 
-import numpy as np
-
 import webgpu_kernels as wk
 from webgpu_kernels.benchmark import bench_kernel, warm_up
+from webgpu_kernels.casefile import binding_label
+from webgpu_kernels.cli_bench import bench_cases, case_arrays
 
 
 def main() -> None:
@@ -35,28 +34,22 @@ def main() -> None:
 
     values = [json.loads(v) for v in args.values]
     kernel = wk.load_kernel(args.package)
-    bench = json.loads((args.package / "bench.json").read_text("utf-8"))
-    cases = [c for c in bench["cases"] if not args.case or any(p in c["name"] or fnmatch.fnmatch(c["name"], p) for p in args.case)]
-    rng = np.random.default_rng(0)
-    jobs = []
-    for case in cases:
-        for dtype in case["types"]["T"]:
-            if args.dtype and dtype not in args.dtype:
-                continue
-            arrays = {r: rng.standard_normal(s["shape"]).astype(dtype) for r, s in case["inputs"].items()}
-            jobs.append((case["name"], dtype, arrays, case.get("attrs")))
+    # bench.json's cases and inputs as `bench` reads and makes them (every type variable, each
+    # input's dtype and `generate`, the case's own tunables under the one compared)
+    jobs = [(case["name"], binding_label(case["types"]), case_arrays(case, seed), case["attrs"], case["tunables"])
+            for seed, case in enumerate(bench_cases(kernel, tuple(args.case), (), tuple(args.dtype), {}))]
     device = wk.get_device()
     warm_up(device, 2.0)
     times: dict[tuple[str, str, str], list[float]] = {}
     for r in range(args.rounds):
-        for name, dtype, arrays, attrs in jobs:
+        for name, dtype, arrays, attrs, tunables in jobs:
             for value in values:
-                result = bench_kernel(kernel, arrays, case=name, attrs=attrs, tunables={args.tunable: value})
+                result = bench_kernel(kernel, arrays, case=name, attrs=attrs, tunables={**tunables, args.tunable: value})
                 times.setdefault((name, dtype, json.dumps(value)), []).append(result.median_s * 1e6)
                 print(f"round {r} {name} {dtype} {args.tunable}={json.dumps(value)} {result.variant}: "
                       f"{result.median_s * 1e6:.1f} us", flush=True)  # fmt: skip
     print(f"\n{device.adapter.name}: median over {args.rounds} rounds (us)")
-    for name, dtype, _, _ in jobs:
+    for name, dtype, *_ in jobs:
         cells = [f"{args.tunable}={json.dumps(v)} {statistics.median(times[(name, dtype, json.dumps(v))]):.1f}" for v in values]
         print(f"{name} {dtype}: " + "  ".join(cells))
 
