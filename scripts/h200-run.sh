@@ -28,6 +28,7 @@
 #   bash scripts/h200-run.sh tunematmul   tunecheck, then matmul
 #   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
 #   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
+#   bash scripts/h200-run.sh session64   the suite in 8 processes, then peerslarge in what is left of the call
 #   bash scripts/h200-run.sh testsn [N]   the suite in N processes (pytest-xdist; default 8)
 #   bash scripts/h200-run.sh plancost [DIR]   a new plan's host cost and the cached call's, this tree against DIR/src (default ab-old)
 #   bash scripts/h200-run.sh largetestsn   large, then testsn
@@ -590,6 +591,14 @@ case "${1:-bench}" in
         2>&1 | tee -a "$OUT/sd-feed-forward.log"; echo "exit status ${PIPESTATUS[0]}" | tee -a "$OUT/sd-feed-forward.log"
     done; done
     bash "$0" testsn ;;
+  session64)  # session 64: the suite in 8 processes (its first GPU run since session 62's run BJ), then host cost and
+              # the large cases against torch and ORT WebGPU (peerslarge) in what is left of the call's 600 s
+    export XDG_RUNTIME_DIR=$(mktemp -d)
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
+    timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
+    WEBGPU_KERNELS_PEER_TIMEOUT=200 timeout $(( 585 - SECONDS )) python3 -m webgpu_kernels bench --compare --tag large \
+      --json "$OUT/peers.json" --plot "$OUT/peers.png" 2>&1 | tee "$OUT/peers.log"
+    verdicts ;;
   testsn)  # session 32: the suite in N processes (pytest-xdist, default 8 of the 16 cores), each with its own device
     export XDG_RUNTIME_DIR=$(mktemp -d)
     timeout 400 python3 -m pytest -q -p no:cacheprovider -n "${2:-8}" -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
