@@ -75,8 +75,8 @@
 # Results land in $OUT (at most 8 files come back). The wheels it needs, prepared once on the CPU machine:
 #   bash ../shared/gpu/prepare.sh jsonschema jsonschema-specifications referencing rpds-py attrs typing-extensions \
 #     click tqdm rich markdown-it-py mdurl pygments pytest pluggy iniconfig packaging hypothesis sortedcontainers safetensors filelock \
-#     pytest-xdist execnet httpx2 httpcore2 truststore h11 anyio idna fsspec hf-xet pyyaml sniffio certifi
-#   (the last eleven: huggingface_hub 2.4's dependencies, once .whl carries it; without them run AG's Hub tests failed)
+#     pytest-xdist execnet httpx2 httpcore2 truststore h11 anyio idna fsspec hf-xet pyyaml sniffio certifi huggingface_hub
+#   (huggingface_hub and its dependencies, the eleven before it: the machine has 1.33, and `upload` needs 2.3 (run BK skipped its 47 tests); without the dependencies run AG's Hub tests failed)
 set -uo pipefail
 source scripts/gpu-preamble.sh
 export COLUMNS=250 WEBGPU_KERNELS_TUNING_DIR=/tmp/tuning WEBGPU_KERNELS_PEER_TIMEOUT=220
