@@ -85,6 +85,7 @@ def test_typed_model_of_quick_gelu():
     assert tail.passes[0].bindings[2].struct_name == "Params"
     assert tail.passes[0].bindings[0].json_path == "bindingSets.scalarTail[0]"
     assert m.inputs[0].rank is None and m.outputs[0].rank == "ranks.X"
+    assert m.variant("vec4_tial") is None  # the callers name such an id in a warning instead of failing
 
 
 def test_a_kernels_manifest_is_read_only():
@@ -340,6 +341,26 @@ def test_check_manifest_lists_every_problem():
     assert {"variants[0].passes[0].dispatch.threads", "variants[2].id"} <= paths
 
 
+def test_without_unknown_fields_drops_only_those_and_leaves_the_manifest_alone():
+    """validate goes on with this copy when unknown fields are the only schema errors: the copy is
+    the manifest without them (at any depth), the caller's data unchanged; else None."""
+    from webgpu_kernels.manifest import without_unknown_fields
+
+    def stray(data):
+        data["bogus"] = 1
+        data["variants"][1]["passes"][0]["bogusToo"] = {"x": 1}
+        data["variants"][2]["passes"][0]["dispatch"]["bogusThree"] = []
+
+    data = mutate(QG, stray)
+    before = copy.deepcopy(data)
+    assert without_unknown_fields(data) == seed(QG)
+    assert data == before
+    assert without_unknown_fields(seed(QG)) is None  # nothing to drop: validate did not need a copy
+    # any other violation: the model cannot be trusted, nothing is returned (not a crash at a scalar)
+    for other in (set_path(["variants", 1, "priority"], "high"), set_path(["sinceVersion"], 1.5)):
+        assert without_unknown_fields(mutate(QG, lambda d, other=other: (stray(d), other(d)))) is None
+
+
 @pytest.mark.parametrize(
     "change, where, fragment",
     [
@@ -386,7 +407,7 @@ def test_package_errors(tmp_path):
     assert "line 2" in str(info.value)
 
 
-def test_a_manifest_past_the_value_bound_is_refused_before_the_schema(write_package):
+def test_a_manifest_past_the_value_bound_is_refused_before_the_schema(write_package, monkeypatch):
     """6,000 copies of the seed's variants (190,000 JSON values, 7 MB) took 17 s in the schema
     validator; past MAX_MANIFEST_VALUES it is one error, at once, from load_kernel and validate."""
     from webgpu_kernels.manifest import MAX_MANIFEST_VALUES, without_unknown_fields
@@ -400,6 +421,10 @@ def test_a_manifest_past_the_value_bound_is_refused_before_the_schema(write_pack
         "the format's limit keeps loading and validating it fast"
     ]
     assert without_unknown_fields(data) is None
+    # "before the schema": the validator never sees it (it would take seconds, then fail the same)
+    monkeypatch.setattr("webgpu_kernels.manifest._validator", lambda: pytest.fail("the schema validator ran"))
+    assert without_unknown_fields(data) is None and len(check_manifest(data)) == 1
+    monkeypatch.undo()
     root = write_package(data, {"quick-gelu.wgsl.jinja": "// unused"})
     with pytest.raises(errors.ManifestError, match="more than 20000 JSON values"):
         wk.load_kernel(root)
