@@ -186,6 +186,18 @@ def test_device_features_by_their_webgpu_names():
         assert scope["device"]["features"] == tuple(sorted({"subgroup": "subgroups"}.get(f, f) for f in features))
 
 
+@pytest.mark.parametrize(("features", "dtypes", "lacks"), [
+    (frozenset(), ["float32", "float16"], True),  # the only case `test` skips and `validate` judges as skipped
+    (frozenset(), ["float32", "int32"], False),
+    (frozenset({"shader-f16"}), ["float16"], False),
+    (frozenset({"shader-f16"}), ["float32"], False),
+])  # fmt: skip
+def test_a_call_lacks_f16_only_with_float16_data_on_a_device_without_it(features, dtypes, lacks):
+    from webgpu_kernels.program import DeviceInfo
+
+    assert DeviceInfo(limits=F16_DEVICE.limits, features=features).lacks_f16_for(iter(dtypes)) is lacks
+
+
 def test_the_real_device_reports_subgroups(device):
     """lavapipe and the H200 both have subgroups; the engine requests the feature when offered."""
     if "subgroup" not in device.adapter.features:
@@ -255,3 +267,16 @@ def test_an_output_shape_that_does_not_broadcast_is_the_calls_shape_error_naming
     _, outputs = program.call_scope(check_call(manifest, {"X": ((2, 3), "float32"), "B": ((3,), "float32"),
                                                           "C": ((9,), "float32")}, None, None), F16_DEVICE)  # fmt: skip
     assert [(o.role, o.shape) for o in outputs] == [("S", (2, 3))]
+
+
+def test_a_broadcast_of_shapes_built_from_ranks_names_the_inputs_it_reads():
+    """Where no input has a shape that failed (the shape builds its own lists), the error names every
+    input the shape reads, by shape or by rank."""
+    from webgpu_kernels.errors import ShapeError
+
+    manifest = _broadcasting_manifest("broadcastShape([ranks.X, 7], [ranks.B, 5])", {})
+    signature = check_call(manifest, {r: (s, "float32") for r, s in {"X": (2, 3), "B": (4,), "C": (4,)}.items()},
+                           None, None)  # fmt: skip
+    with pytest.raises(ShapeError) as info:
+        compile_program(manifest).call_scope(signature, F16_DEVICE)
+    assert info.value.argument == "X, B" and "got [2, 7], [1, 5]" in str(info.value)
