@@ -256,3 +256,123 @@ def test_load_kernel_of_an_embedded_id_says_get_kernel_opens_it(tmp_path, monkey
     assert str(info.value) == f"{op_id}: no such folder (an embedded kernel's id: get_kernel({op_id!r}) opens it)"
     with pytest.raises(PackageError, match=r"^nope: no such folder$"):
         wk.load_kernel("nope")
+
+
+# --- each kind's value, endpoint and refusal (mutation testing found them untested) -------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("com.microsoft.BiasAdd", locations.Location("embedded", "com.microsoft.BiasAdd")),
+     ("./x", locations.Location("path", "./x", url_like=True)),
+     (".", locations.Location("path", ".", url_like=True)), ("..", locations.Location("path", "..", url_like=True)),
+     ("pkg\\sub", locations.Location("path", "pkg\\sub", url_like=True)),  # a Windows path, no drive
+     ("C:/pkg", locations.Location("path", "C:/pkg", url_like=True)),
+     ("c:/pkg", locations.Location("path", "c:/pkg", url_like=True)),
+     ("file:///tmp/a%20b", locations.Location("path", "/tmp/a b", url_like=True)),
+     ("file://localhost/tmp/pkg", locations.Location("path", "/tmp/pkg", url_like=True)),
+     ("https://h/kernels/o/n", locations.Location("hub", "o/n", url_like=True, endpoint="https://h")),
+     ("http://h:8080/kernels/o/n", locations.Location("hub", "o/n", url_like=True, endpoint="http://h:8080")),
+     ("HTTPS://h/kernels/o/n", locations.Location("hub", "o/n", url_like=True, endpoint="https://h")),  # any case
+     ("https://h/models/o/n", locations.Location("url", "https://h/models/o/n", url_like=True)),  # not /kernels/
+     ("ftp://h/pkg", locations.Location("url", "ftp://h/pkg", url_like=True)),
+     ("s3://bucket/pkg", locations.Location("url", "s3://bucket/pkg", url_like=True))],  # a 2-letter scheme: no drive
+)  # fmt: skip
+def test_classify_gives_the_value_and_endpoint(name, expected):
+    """The rules in classify's docstring, kind and value both: a '.' alone, a backslash or a drive letter is
+    a folder (never an embedded id or a Hub id), only /kernels/org/name at an http(s) URL is a repository."""
+    assert locations.classify(name) == expected
+
+
+def test_a_path_object_is_a_local_folder():
+    import pathlib
+
+    assert locations.classify(pathlib.Path("pkg")) == locations.Location("path", "pkg", url_like=True)
+
+
+@pytest.mark.parametrize(("name", "message"), [(3, "a kernel name must be a string or a path, got int"),
+                                               (" ", "empty kernel name")])  # fmt: skip
+def test_classify_refuses_what_is_no_name(name, message):
+    with pytest.raises(PackageError) as refused:
+        locations.classify(name)
+    assert str(refused.value) == message
+
+
+def test_a_file_url_of_another_host_is_refused():
+    with pytest.raises(PackageError, match=r"^'file://host/pkg': only local file:// URLs can be loaded$"):
+        locations.classify("file://host/pkg")
+
+
+def test_a_password_holding_an_at_sign_is_not_shown():
+    """The host is what follows the last '@' (urlsplit's reading): split at the first, the rest of the
+    password was shown."""
+    with pytest.raises(PackageError) as refused:
+        locations.classify("https://user:s3@cret@hub.example/kernels/webgpu-kernels/x")
+    assert str(refused.value) == (
+        "'https://hub.example/kernels/webgpu-kernels/x' with credentials in the URL: set HF_TOKEN (or log in with "
+        "huggingface_hub) instead, so that the token is kept out of the cache folder's name and the messages; the "
+        "token goes only to the Hub HF_ENDPOINT names, so set HF_ENDPOINT to this one if it is not the configured Hub")
+
+
+@pytest.mark.parametrize("repo_id", ["webgpu-kernels/a..b", "a..b/op", None, 3])
+def test_what_huggingface_hub_refuses_is_no_repository_id(repo_id):
+    """'..' anywhere (validate_repo_id refuses it; the pattern alone admits 'a..b'); a non-string."""
+    assert not locations.is_repo_id(repo_id)
+    with pytest.raises(PackageError, match="not a valid Hub repository id"):
+        locations.checked_repo_id(repo_id)
+
+
+def test_an_invalid_repository_id_is_told_the_rule_and_nothing_more():
+    with pytest.raises(PackageError) as refused:
+        locations.checked_repo_id("webgpu-kernels/-op")
+    assert str(refused.value) == (
+        "'webgpu-kernels/-op' is not a valid Hub repository id (expected 'org/name' of letters, digits, '_', '-' and "
+        "'.', each part at most 96 characters, the name starting and ending with a letter, digit or '_', no '--' or "
+        "'..', not ending in '.git')")
+
+
+def _trust(location, trust):
+    return locations.check_trust(location, trust_remote_code=trust, shown=location.value)
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_what_needs_no_trust_loads_without_it_and_says_so(trust):
+    """An embedded kernel and a repository of the official organisation: no TrustError, and False (the
+    package's needs_trust), trusted or not."""
+    assert _trust(locations.Location("embedded", "com.microsoft.BiasAdd"), trust) is False
+    assert _trust(locations.Location("hub", "webgpu-kernels/com.microsoft.BiasAdd"), trust) is False
+
+
+@pytest.mark.parametrize("location", [
+    locations.Location("hub", "someone/webgpu-kernels"),  # the official name as the repository's: no org of ours
+    locations.Location("hub", "someone/op"),
+    locations.Location("hub", "webgpu-kernels/op", url_like=True, endpoint="https://h"),  # another endpoint's org
+    locations.Location("url", "ftp://h/pkg", url_like=True),
+])  # fmt: skip
+def test_what_needs_trust_is_refused_without_it_and_marked_with_it(location):
+    with pytest.raises(TrustError) as refused:
+        _trust(location, False)
+    assert refused.value.location == location.value
+    assert refused.value.reason in str(refused.value)
+    assert _trust(location, True) is True
+
+
+def test_a_near_miss_refusal_keeps_its_reason():
+    """The 'did you mean' hint is added to the reason, which still says why trust is needed."""
+    with pytest.raises(TrustError) as refused:
+        _trust(locations.Location("hub", "webgpu-kernel/op"), False)
+    assert refused.value.reason == ("repository 'webgpu-kernel/op' is outside the 'webgpu-kernels' organisation "
+                                    "(did you mean webgpu-kernels/op?)")  # fmt: skip
+    assert str(refused.value) == (
+        f"refusing to load 'webgpu-kernel/op': {refused.value.reason}. Its templates become shaders that run on your "
+        "GPU; pass trust_remote_code=True and expected_op_id=... (on the command line: webgpu-kernels "
+        "--trust-remote-code COMMAND ..., and download's --expected-op-id), if you trust its author")
+
+
+def test_a_folder_refusal_says_what_it_is_and_how_to_open_it():
+    with pytest.raises(TrustError) as refused:
+        _trust(locations.Location("path", "./pkg", url_like=True), False)
+    assert str(refused.value) == (
+        "refusing to load './pkg': it is a local path or URL-like location, not a repository of the official "
+        "organisation. Its templates become shaders that run on your GPU; a folder of your own opens with "
+        "load_kernel(path); else pass trust_remote_code=True and expected_op_id=..., if you trust its author")
