@@ -139,3 +139,9 @@ def test_trim_by_more_than_64_characters_strips_as_str_strip(text):
     str.strip, an empty string included (reading before its start had raised IndexError)."""
     chars = "ab" + "".join(chr(0x100 + i) for i in range(70))
     assert render_template(f"{{{{ {text!r}|trim({chars!r}) }}}}") == text.strip(chars)
+
+
+def test_wgsl_float_of_an_int_past_float64_is_its_value_error():
+    """A Python caller's int past float64 (a template's integers are bounded far below) had raised OverflowError."""
+    with pytest.raises(ValueError, match=r"^wgsl_float's value is beyond float64, got <int of 1329 bits> \(int\)$"):
+        wgsl_float(10**400, "f")

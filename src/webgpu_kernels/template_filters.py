@@ -54,7 +54,10 @@ def wgsl_float(value: Any, suffix: str = "") -> str:
         raise ValueError(f"wgsl_float needs a number, got {_shown(value)}")
     if not isinstance(suffix, str) or suffix not in _FLOAT_SUFFIX_PACKING:  # (a tuple would be hashed whole)
         raise ValueError(f"wgsl_float's suffix is 'f', 'h' or none, got {_shown(suffix)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float64 (templates' integers are bounded far below; a Python caller's not)
+        raise ValueError(f"wgsl_float's value is beyond float64, got {_shown(value)}") from None
     if not math.isfinite(number):
         raise ValueError(f"WGSL has no literal for {number!r}")
     text = repr(number)
@@ -74,8 +77,8 @@ def wgsl_float(value: Any, suffix: str = "") -> str:
         typed = (np.float32 if suffix == "f" else np.float16)(rounded)
         text = min(repr(rounded), np.format_float_positional(typed, unique=True, trim="0"),
                    np.format_float_scientific(typed, unique=True, trim="-"), key=len)  # fmt: skip
-    if "e" not in text and "." not in text:
-        text += ".0"
+    if "e" not in text and "." not in text:  # never today; NumPy's text formats have changed before, and a
+        text += ".0"                           # literal without either would be an abstract int in WGSL
     return text + suffix
 
 
