@@ -58,6 +58,97 @@ def test_a_mixed_mismatch_counts_each_kind() -> None:
                               "rtol=1e-05 atol=1e-06, 1 NaN position mismatch; first at [0]: got 9.0, expected 1.0")
 
 
+def test_a_shape_mismatch_reports_its_output_size_and_tolerance() -> None:
+    """`test`'s JSON row of an output of the wrong shape: named, failed, the expected size and the
+    tolerance it was held to, no errors (nothing was compared)."""
+    judged = compare("Y", np.zeros((2, 3)), np.zeros(4), Tolerance(atol=1e-6, rtol=1e-5))
+    assert judged.as_dict() == {"output": "Y", "ok": False, "maxAbsError": None, "maxRelError": None, "mismatches": 0,
+                                "size": 4, "message": "shape [2, 3], expected [4]",
+                                "tolerance": {"rtol": 1e-5, "atol": 1e-6}}  # fmt: skip
+
+
+@pytest.mark.parametrize(("got", "want", "row"), [
+    ([1.0, 2.0, 5.0], [1.0, 2.0, 4.0], {"ok": False, "maxAbsError": 1.0, "maxRelError": 0.25, "mismatches": 1,
+                                        "message": "1 of 3 elements outside rtol=0 atol=0.5; first at [2]: got 5.0, "
+                                                   "expected 4.0"}),
+    ([1.0, 2.25, 4.0], [1.0, 2.0, 4.0], {"ok": True, "maxAbsError": 0.25, "maxRelError": 0.125, "mismatches": 0,
+                                         "message": ""}),
+    ([np.nan, 1.0, 1.0], [1.0, 1.0, 2.0], {"ok": False, "maxAbsError": 1.0, "maxRelError": 0.5, "mismatches": 2,
+                                           "message": "2 of 3 elements outside rtol=0 atol=0.5, 1 NaN position "
+                                                      "mismatch; first at [0]: got nan, expected 1.0"}),
+    ([np.nan, 1.0, 2.0], [1.0, np.nan, 2.0], {"ok": False, "maxAbsError": 0.0, "maxRelError": 0.0, "mismatches": 2,
+                                              "message": "2 of 3 elements outside rtol=0 atol=0.5, 2 NaN position "
+                                                         "mismatches; first at [0]: got nan, expected 1.0"}),
+])  # fmt: skip
+def test_compare_s_row_has_every_field_of_test_s_json(got, want, row) -> None:
+    """The row `test --json` prints for an output: its name, size and tolerance (test.json's
+    spelling) with the verdict, errors and message; a NaN position mismatch added to the count (one,
+    or several) only where there is one."""
+    judged = compare("Z", np.array(got), np.array(want), Tolerance(atol=0.5))
+    assert judged.as_dict() == {"output": "Z", **row, "size": 3, "tolerance": {"rtol": 0.0, "atol": 0.5}}
+
+
+@pytest.mark.parametrize(("got", "want", "first"), [
+    (np.array([2, 7], np.int32), np.array([1.5, 7.0]), "got 2.0, expected 1.5"),
+    (np.array([2, 7], np.int32), np.array([np.nan, 7.0]), "got 2.0, expected nan"),
+    (np.array([np.nan, 7.0]), np.array([2, 7], np.int32), "got nan, expected 2.0"),
+])  # fmt: skip
+def test_an_integer_output_against_float_expected_values_is_reported_as_floats(got, want, first) -> None:
+    """An expected entry may name a float dtype for an integer output (or the reverse): its first
+    mismatch is printed as the values are, not truncated to integers (1.5 as 1), nor a crash on
+    NaN ("cannot convert float NaN to integer")."""
+    judged = compare("Y", got, want, Tolerance())
+    assert not judged.ok and judged.mismatches == 1 and judged.message.endswith(f"first at [0]: {first}")
+
+
+@pytest.mark.parametrize("tolerance", [Tolerance(rtol=10.0), Tolerance(atol=math.inf)])
+def test_an_infinity_is_never_within_a_finite_expected_values_tolerance(tolerance) -> None:
+    """Not even where atol + rtol x |expected| is past float64's range (inf - 1e308 <= inf)."""
+    got, want = np.array([np.inf, -np.inf, np.nan, 1.0]), np.array([1e308, 1e308, 1e308, 1e308])
+    assert comparison.elements_ok(got, want, tolerance).tolist() == [False, False, False, True]
+
+
+@pytest.mark.parametrize(("got", "want", "equal"), [
+    (np.array([2**64 - 1, 5], np.uint64), np.array([-1, 5], np.int64), [False, True]),  # unsigned got, signed want
+    (np.array([0, 2**62 + 1], np.int64), np.array([0, 2**62], np.uint64), [True, False]),  # float64 equates the latter
+    (np.array([2**62, 0], np.uint64), np.array([2**62 + 1, 0], np.int64), [False, True]),
+])  # fmt: skip
+def test_int64_and_uint64_compare_by_value_either_way_round(got, want, equal) -> None:
+    """NumPy before 2.0 compared int64 with uint64 through float64 (2^62 + 1 equal to 2^62); a
+    negative value is no unsigned one whatever its bits (-1 is not 2^64 - 1)."""
+    assert comparison.elements_ok(got, want, Tolerance()).tolist() == equal
+    assert compare("Y", got, want, Tolerance()).mismatches == equal.count(False)
+
+
+@pytest.mark.parametrize(("values", "tolerance"), [
+    ({}, Tolerance(0.0, 0.0)),
+    ({"rtol": 1e-3}, Tolerance(atol=0.0, rtol=1e-3)),
+    ({"atol": 2}, Tolerance(atol=2.0, rtol=0.0)),
+    ({"rtol": 1e-3, "atol": 1e-2}, Tolerance(1e-2, 1e-3)),
+])  # fmt: skip
+def test_a_tolerance_reads_test_json_s_spelling(values, tolerance) -> None:
+    """bench.json's ``tolerances`` (test.json's spelling): a missing key is 0, integers as floats."""
+    read = Tolerance.from_dict(values)
+    assert read == tolerance and type(read.atol) is type(read.rtol) is float
+    assert Tolerance.from_dict(read.as_dict()) == read and read.as_dict() == {"rtol": read.rtol, "atol": read.atol}
+
+
+def test_bench_holds_each_output_to_its_own_dtype_s_tolerance() -> None:
+    """held_to: the case's least precise float dtype's tolerance (float16's: 1e-2 + 1e-3 x |ref|) for
+    float outputs, OTHER_TOLERANCE for integers, unless bench.json's ``tolerances`` name the dtype."""
+    ref = {"Y": np.array([1.0, 100.0]), "I": np.array([7, 300], np.int64)}
+    held = comparison.held_to(["float32", "float16"])
+    within = {"Y": np.array([1.0078125, 100.09375], np.float32), "I": ref["I"].copy()}
+    assert held(within, ref) == Agreement(0.09375, True)
+    assert not held({**within, "Y": np.array([1.0, 100.125], np.float32)}, ref).ok
+    off_by_one = {"Y": ref["Y"].astype(np.float32), "I": np.array([8, 300], np.int64)}
+    assert held(off_by_one, ref) == Agreement(1.0, False)
+    own = comparison.held_to(["float16"], {"int64": {"atol": 1}, "float32": {"rtol": 0.5}})
+    assert own(off_by_one, ref) == Agreement(1.0, True)
+    assert own({"Y": np.array([1.4, 149.0], np.float32), "I": ref["I"]}, ref) == Agreement(49.0, True)
+    assert not own({"Y": np.array([1.6, 100.0], np.float32), "I": ref["I"]}, ref).ok
+
+
 def test_integer_outputs_without_a_tolerance_compare_exactly_as_integers():
     """Expected values and outputs went through float64, where 2^53 + 1 equals 2^53: an int64
     output off by one there passed. int64 against uint64 compares by value too."""
