@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webgpu_kernels.expected import dumps, indent_of
+from webgpu_kernels.errors import InputError
+from webgpu_kernels.expected import _rounded, dumps, indent_of
 
 STEPS = st.sampled_from(["  ", "    ", "\t", " "])
 
@@ -110,3 +113,66 @@ def test_a_reference_output_for_an_integer_output_is_taken_exactly_or_refused(dt
         return
     rounded = _rounded(given_values, dtype, "ref['Y']")
     assert rounded.dtype == np.dtype(dtype) and rounded.tolist() == meant
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    ({"k": "x" * 91}, '{"k": "' + "x" * 91 + '"}'),  # 100 characters: one line
+    ({"k": "x" * 92}, '{\n  "k": "' + "x" * 92 + '"\n}'),  # 101
+    ({"a": {"k": "x" * 89}}, '{\n  "a": {"k": "' + "x" * 89 + '"}\n}'),  # 100 with its indent
+    ({"a": {"k": "x" * 90}}, '{\n  "a": {\n    "k": "' + "x" * 90 + '"\n  }\n}'),
+])  # fmt: skip
+def test_dumps_writes_a_small_object_on_one_line_up_to_100_characters_with_its_indent(value, text) -> None:
+    assert dumps(value) == text
+
+
+@pytest.mark.parametrize(("text", "step"), [
+    ('{\n' + " " * 8 + '"a": 1\n}', " " * 8),
+    ('{\n' + " " * 9 + '"a": 1\n}', "  "),  # past 8 spaces: not an indent step an author meant
+    ('{\n\t"a": 1\n}', "\t"),
+    ('{\n\t\t"a": 1\n}', "  "),
+    ('{\n \t"a": 1\n}', "  "),
+    ('{"a": 1}', "  "),
+])  # fmt: skip
+def test_indent_of_takes_1_to_8_spaces_or_one_tab_else_two_spaces(text: str, step: str) -> None:
+    assert indent_of(text) == step
+
+
+@pytest.mark.parametrize(("value", "received"), [
+    ("1.5", "str '1.5'"),
+    (None, "NoneType None"),
+    ({"a": 1}, "dict {'a': 1}"),
+    (np.array(["a"]), "an array of shape [1] and dtype <U1"),
+    (np.array([1 + 2j]), "an array of shape [1] and dtype complex128"),
+    ("x" * 300, "str '" + "x" * 195),  # cut at 200 characters
+])  # fmt: skip
+def test_a_reference_output_that_is_no_array_of_numbers_is_refused_naming_it(value, received) -> None:
+    with pytest.raises(InputError) as info:
+        _rounded(value, "float32", "ref['Y']")
+    assert (info.value.argument, info.value.expected, info.value.received) == (
+        "ref['Y']", "an array of numbers (rounded to the output's float32)", received)  # fmt: skip
+
+
+@pytest.mark.parametrize(("value", "dtype", "rounded"), [
+    (np.array([2**53 + 1, -(2**62) - 1]), "int64", [2**53 + 1, -(2**62) - 1]),  # exact past float64's integers
+    (np.array([2**64 - 1], np.uint64), "uint64", [2**64 - 1]),
+    (np.array([255, 0], np.int64), "uint8", [255, 0]),  # the range's ends are in it
+    (np.array([-0.5, 255.49]), "uint8", [0, 255]),
+    (np.array([2**24 + 1]), "float32", [2.0**24]),  # an integer for a float output: rounded to nearest even
+    (np.zeros(0), "int32", []),
+    (np.zeros(0, np.int64), "int32", []),
+])  # fmt: skip
+def test_a_reference_output_is_rounded_once_to_the_output_s_dtype(value, dtype, rounded) -> None:
+    got = _rounded(value, dtype, "ref['Y']")
+    assert got.dtype == np.dtype(dtype) and got.tolist() == rounded
+
+
+@pytest.mark.parametrize(("value", "dtype", "received"), [
+    (np.array([3.0, 255.5]), "uint8", "256 is outside uint8's range [0, 255]"),  # printed as the integer it rounds to
+    (np.array([np.inf]), "int32", "inf is outside int32's range [-2147483648, 2147483647]"),
+    (np.array([-np.inf, 3.0]), "int8", "-inf is outside int8's range [-128, 127]"),
+    (np.array([256, 3]), "uint8", "256 is outside uint8's range [0, 255]"),
+])  # fmt: skip
+def test_a_reference_output_past_the_output_s_range_is_refused(value, dtype, received) -> None:
+    with pytest.raises(InputError) as info:
+        _rounded(value, dtype, "ref['Y']")
+    assert info.value.argument == "ref['Y']" and info.value.received == received
