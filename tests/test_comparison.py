@@ -197,6 +197,18 @@ def test_signalling_nans_are_compared_without_a_warning():
     assert not result.ok and result.mismatches == 1  # the NaN against 2.0
 
 
+def test_a_signalling_nan_against_integer_expected_values_is_compared_without_a_warning():
+    """A float output whose expected entry names an integer dtype goes the float way too (as float64,
+    warnings silenced): NumPy's own == casts the signalling NaN with an "invalid" RuntimeWarning."""
+    import warnings
+
+    got = np.array([0x7FA00000, 0x3F800000], dtype=np.uint32).view(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = comparison.compare("Y", got, np.array([1, 1], np.int64), comparison.Tolerance())
+    assert not result.ok and result.mismatches == 1
+
+
 # --- bench, tune, peers, run: against a reference -------------------------------------------------
 
 
