@@ -597,3 +597,92 @@ def test_a_relative_error_past_float64_is_infinite_without_a_warning() -> None:
         warnings.simplefilter("error")
         judged = compare("Y", got, want, Tolerance(0.0, 1e-3))
     assert not judged.ok and judged.mismatches == 1 and judged.max_rel_error == math.inf
+
+
+# --- the reference checks' edges (mutants that survived these tests, GPU test deselected) ----------
+
+
+def test_the_reference_checks_of_a_missing_output_or_another_shape() -> None:
+    """bench's verdict on a missing output or one of another shape is an infinite error, not agreeing;
+    `run`'s report names both shapes and no figures."""
+    ref = {"Y": np.zeros(4)}
+    assert check_against({}, ref, Tolerance()) == Agreement(math.inf, False)
+    assert check_against({"Y": np.zeros((2, 2))}, ref, Tolerance()) == Agreement(math.inf, False)
+    assert comparison.reference_report(np.zeros((2, 3), np.float32), np.zeros(4)) == {
+        "shapeMismatch": [[2, 3], [4]], "maxAbsError": None, "maxRelError": None, "nonFiniteMismatches": None,
+        "beyondTolerance": None}  # fmt: skip
+
+
+def test_run_counts_an_error_at_the_allowance_as_within_it() -> None:
+    """``|got - want| <= atol + rtol x |want|``: float64's own tolerance is OTHER_TOLERANCE (0.01, exact in
+    float64 here), so 0.01 off is within and 0.011 is not."""
+    assert comparison.reference_report(np.array([0.01, 1.0]), np.array([0.0, 1.0]))["beyondTolerance"] == 0
+    assert comparison.reference_report(np.array([0.011, 1.0]), np.array([0.0, 1.0]))["beyondTolerance"] == 1
+
+
+def test_the_relative_error_counts_an_expected_value_at_the_floor() -> None:
+    """The floor is inclusive: an integer output's relative error is taken over |expected| >= 1, so 2
+    against 1 is a relative error of 1 (it had been none)."""
+    got, want = np.array([2, 5], np.int32), np.array([1, 5], np.int32)
+    assert compare("Y", got, want, Tolerance(atol=1.0)).max_rel_error == 1.0
+    assert comparison.reference_report(got, want)["maxRelError"] == 1.0
+
+
+def test_a_bfloat16_subnormal_expected_value_gives_no_relative_error() -> None:
+    """bfloat16's smallest normal number is float32's (1.2e-38), not float64's: 2e-39 against 1e-39 is
+    a few ulps of a subnormal, not a 100% relative error."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    got = np.array([2e-39, 1.0], ml_dtypes.bfloat16)
+    judged = compare("Y", got, np.array([1e-39, 1.0]), Tolerance(atol=1e-3))
+    assert judged.ok and judged.max_rel_error == 0.0
+
+
+@pytest.mark.parametrize("check", [
+    lambda: check_against({"Y": np.array([np.inf, 1.0], np.float16)}, {"Y": np.array([1e5, 1.0])},
+                          Tolerance.of(["float16"])),  # 1e5 as float16 overflows; inf - inf next
+    lambda: check_against({"Y": np.array([np.inf, -np.inf])}, {"Y": np.array([np.inf, -np.inf])}, Tolerance()),
+    lambda: Tolerance(atol=1.0).allowance(np.array([np.inf, 2.0])),  # 0 x inf
+    lambda: comparison.reference_report(np.array([np.inf, 1.0], np.float16), np.array([1e5, 1.0])),
+])  # fmt: skip
+def test_the_reference_checks_of_infinities_print_no_numpy_warning(check) -> None:
+    """An infinity (or a reference past the output's range) is an ordinary case: NumPy's overflow
+    and invalid-value RuntimeWarnings had been printed in the middle of bench's table."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check()
+
+
+def test_integers_between_2_to_the_53_and_2_to_the_54_are_compared_exactly() -> None:
+    """float64 holds every integer up to 2^53 only: 2^53 + 1 is 2^53 there."""
+    got, want = np.array([2**53 + 1, 3], np.int64), np.array([2**53, 3], np.int64)
+    assert comparison.elements_ok(got, want, Tolerance(atol=0.5)).tolist() == [False, True]
+    assert check_against({"Y": got}, {"Y": want}, Tolerance()) == Agreement(1.0, False)
+    assert comparison.reference_report(got, want)["beyondTolerance"] == 1
+
+
+def test_run_counts_integers_beyond_the_tolerance_over_every_chunk(monkeypatch) -> None:
+    monkeypatch.setattr(comparison, "CHUNK_ELEMENTS", 2)  # the error in the first chunk, none in the second
+    want = np.full(4, 2**62, np.int64)
+    got = want.copy()
+    got[0] += 5
+    report = comparison.reference_report(got, want)
+    assert report["beyondTolerance"] == 1 and report["maxAbsError"] == 5.0
+
+
+def test_the_reference_checks_copy_a_chunk_of_a_non_contiguous_output_not_all_of_it(monkeypatch) -> None:
+    """A transposed (Fortran-order) output and reference: reshape(-1) would copy each whole."""
+    import tracemalloc
+
+    monkeypatch.setattr(comparison, "CHUNK_ELEMENTS", 1 << 14)
+    ref = np.random.default_rng(0).standard_normal((1024, 1024)).T
+    got = ref.astype(np.float32)  # Fortran order too
+    assert not ref.flags.c_contiguous and not got.flags.c_contiguous
+    tracemalloc.start()
+    try:
+        assert check_against({"Y": got}, {"Y": ref}, Tolerance.of(["float32"])).ok
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < ref.nbytes // 4, peak
