@@ -686,3 +686,13 @@ def test_the_reference_checks_copy_a_chunk_of_a_non_contiguous_output_not_all_of
     finally:
         tracemalloc.stop()
     assert peak < ref.nbytes // 4, peak
+
+
+@pytest.mark.parametrize("tolerance", [Tolerance(rtol=10.0), Tolerance(atol=math.inf)])
+def test_bench_s_check_never_lets_an_infinity_or_nan_agree_with_a_finite_reference(tolerance) -> None:
+    """As compare() (above): where atol + rtol x |reference| is past float64's range, an infinite or NaN
+    output had agreed with a finite reference (inf <= inf) in bench's, tune's and the peers' check."""
+    ref = {"Y": np.array([1e308, 1e308, 1e308])}
+    for bad in (np.inf, -np.inf, np.nan):
+        assert not check_against({"Y": np.array([1e308, bad, 1e308])}, ref, tolerance).ok, bad
+    assert check_against({"Y": np.array([1e308, 1e307, 1e308])}, ref, tolerance).ok
