@@ -176,3 +176,17 @@ def test_a_reference_output_past_the_output_s_range_is_refused(value, dtype, rec
     with pytest.raises(InputError) as info:
         _rounded(value, dtype, "ref['Y']")
     assert info.value.argument == "ref['Y']" and info.value.received == received
+
+
+@pytest.mark.parametrize("value", [np.array([2, 0, -1, 1]), np.array([2.0, 0.0, -1.0, 1.0]), np.array([0.4, -0.0, -1e-9, 1.0]),
+                                   np.array([True, False, True, True])])  # fmt: skip
+def test_a_reference_output_for_a_bool_output_is_true_where_nonzero_whatever_its_dtype(value) -> None:
+    """NumPy's and ONNX Cast's rule: the integers [2, 0, -1] were written [true, false, true] but the same
+    values as floats [true, false, false] (rounded, then >= 1: the rule for drawing random inputs)."""
+    assert _rounded(value, "bool", "ref['Y']").tolist() == [v != 0 for v in value.tolist()]
+
+
+def test_a_nan_for_a_bool_output_is_refused_naming_the_reference_s_output() -> None:
+    with pytest.raises(InputError) as info:
+        _rounded(np.array([1.0, np.nan]), "bool", "ref['Y']")
+    assert info.value.argument == "ref['Y']" and "NaN" in info.value.received

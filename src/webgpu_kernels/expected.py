@@ -94,6 +94,8 @@ def _rounded(value: Any, dtype: str, argument: str) -> np.ndarray:
         raise InputError(argument, f"values an output of dtype {dtype} holds (an expected value is the true result)", outside)
     if array.dtype.kind in "iub" and numpy_dtype(dtype).kind in "iub":
         return array.astype(numpy_dtype(dtype))
+    if numpy_dtype(dtype).kind == "b" and not np.isnan(array).any():  # NaN: cast's refusal below
+        return array != 0  # true where nonzero, as for integers (cast's rint >= 1 is its rule for random draws)
     try:
         return cast(array.astype(np.float64), dtype)
     except ValueError as exc:  # NaN for an integer output
