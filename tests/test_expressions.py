@@ -3,16 +3,17 @@ counts (integral floats accepted, 10.5 refused), caching."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jinja2 import nodes
+from jinja2 import StrictUndefined, nodes
 from jinja2.parser import Parser
 
-from webgpu_kernels.errors import BroadcastError, ExpressionError
+from webgpu_kernels.errors import BroadcastError, ExpressionError, ExpressionSandboxError
 from webgpu_kernels.expressions import _SANDBOX, STATIC_FUNCTIONS, ExpressionCompiler, as_count
 from webgpu_kernels.sandbox import harden
 
@@ -739,3 +740,157 @@ def test_a_power_jinja_reads_otherwise_than_python_is_refused_at_load(source, sa
 ])  # fmt: skip
 def test_a_power_written_unambiguously_is_python_s_value(source, value):
     assert ev(source, shapes={"X": (3, 4)}) == value
+
+
+# --- the functions against independent references (mutation testing found these contracts unasserted) ---------
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.integers(0, 9), max_size=5), axis=st.integers(-7, 7))
+def test_dim_is_python_indexing_within_the_rank_and_an_error_outside(shape, axis):
+    source = f"dim({shape}, {axis})"
+    if -len(shape) <= axis < len(shape):
+        assert ev(source) == shape[axis]
+    else:
+        with pytest.raises(ExpressionError, match=re.escape(f"dim(): axis {axis} is out of range for a shape of rank "
+                                                            f"{len(shape)}")):  # fmt: skip
+            ev(source)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.integers(0, 6), max_size=6))
+def test_numel_is_the_product_of_the_dimensions(shape):
+    result = ev(f"numel({shape})")
+    assert result == int(np.prod(shape, dtype=np.int64)) and type(result) is int  # np.prod(()) == 1, as numel([])
+
+
+def test_numel_reaches_the_integer_bound_exactly():
+    """2^127 (128 bits) is within the bound an integer value has, so numel() gives it; 2^128 is past it."""
+    assert ev("numel(shapes.Big)", shapes={"Big": (2**64, 2**63)}) == 2**127
+    with pytest.raises(ExpressionError, match="numel\\(\\): the product exceeds the limit of 128 bits"):
+        ev("numel(shapes.Big)", shapes={"Big": (2**64, 2**64)})
+
+
+@settings(max_examples=80, deadline=None)
+@given(a=st.integers(-(10**6), 10**6), b=st.integers(-50, 50).filter(bool))
+def test_ceil_div_is_the_exact_ceiling_over_signs_and_zero(a, b):
+    from fractions import Fraction
+
+    result = ev(f"ceilDiv({a}, {b})")
+    assert result == math.ceil(Fraction(a, b)) and type(result) is int
+
+
+@pytest.mark.parametrize("a, b", [(7.5, 2), (-7.5, 2), (7.5, -2), (0.0, -3), (9.0, 3), (1, 0.25), (-1, 0.3)])
+def test_ceil_div_of_floats_is_the_ceiling_as_an_int(a, b):
+    result = ev(f"ceilDiv({a}, {b})")
+    assert result == math.ceil(a / b) and type(result) is int
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes=st.lists(st.lists(st.sampled_from([0, 1, 1, 2, 3]), max_size=4), min_size=1, max_size=3))
+def test_broadcast_functions_are_numpys_rule(shapes):
+    """broadcastable/broadcastShape against np.broadcast_shapes; broadcastStrides of each shape to the
+    result against np.broadcast_to's strides in elements (0 on an axis of size 1, which reads index 0)."""
+    args = ", ".join(str(s) for s in shapes)
+    try:
+        want = np.broadcast_shapes(*map(tuple, shapes))
+    except ValueError:
+        assert ev(f"broadcastable({args})") is False
+        with pytest.raises(BroadcastError) as info:
+            ev(f"broadcastShape({args})")
+        assert info.value.shapes == tuple(map(tuple, shapes))
+        return
+    assert ev(f"broadcastable({args})") is True and ev(f"broadcastShape({args})") == want
+    for shape in shapes:
+        strides = ev(f"broadcastStrides({shape}, {list(want)})")
+        sizes = [1] * (len(want) - len(shape)) + shape  # a missing leading axis reads as size 1
+        if 0 in want:  # NumPy's strides of an empty array are arbitrary: the documented rule, the later sizes' product
+            assert strides == tuple(0 if d == 1 else math.prod(sizes[i + 1:]) for i, d in enumerate(sizes))
+        else:  # NumPy keeps a stride on an axis of size 1 in both, which is read at index 0 only
+            view = np.broadcast_to(np.empty(shape, np.int64), want)
+            assert strides == tuple(0 if d == 1 else s // 8 for s, d in zip(view.strides, sizes))
+        for other in shapes:  # a shape broadcasts to another's shape exactly when they broadcast to that one
+            if tuple(other) != want:
+                try:
+                    ok = np.broadcast_shapes(tuple(shape), tuple(other)) == tuple(other)
+                except ValueError:
+                    ok = False
+                if not ok:
+                    with pytest.raises(ExpressionError, match="does not broadcast to"):
+                        ev(f"broadcastStrides({shape}, {other})")
+
+
+def test_broadcast_counts_up_to_4096_dimensions_in_all():
+    assert ev("broadcastShape([1] * 2048, [1] * 2048)") == (1,) * 2048
+
+
+@pytest.mark.parametrize("source, message", [
+    ("sameShape(1, shapes.X)", "sameShape() expects a shape (a list of integers), got 1"),
+    ("sameShape(shapes.X, 'ab')", "sameShape() expects a shape (a list of integers), got 'ab'"),
+    ("broadcastable(3)", "broadcastable() expects a shape (a list of integers), got 3"),
+    ("broadcastShape([2], 3)", "broadcastShape() expects a shape (a list of integers), got 3"),
+    ("broadcastStrides(5, [2])", "broadcastStrides() expects a shape (a list of integers), got 5"),
+    ("broadcastStrides([2], 'x')", "broadcastStrides() expects a shape (a list of integers), got 'x'"),
+    # as written (a list), not as the engine holds it (a tuple)
+    ("broadcastStrides([-1], [2])", "broadcastStrides() expects sizes of 0 or more, got [-1]"),
+    ("broadcastStrides([1], [-3])", "broadcastStrides() expects sizes of 0 or more, got [-3]"),
+    ("broadcastStrides([2, 3], [3])", "broadcastStrides(): [2, 3] does not broadcast to [3]"),
+    ("broadcastStrides(shapes.bias, shapes.E)", "broadcastStrides(): [8] does not broadcast to [2, 0, 4]"),
+    ("broadcastShape(shapes.X, [4])", "broadcastShape(): [2, 3, 8], [4] do not broadcast: sizes 4 and 8 at axis -1 "
+                                      "(counted from the last)"),
+    ("broadcastShape([1] * 3000, [1] * 3000)", "broadcastShape() of shapes of more than 4096 dimensions in all"),
+    ("broadcastStrides([1] * 3000, [1] * 3000)", "broadcastStrides() of shapes of more than 4096 dimensions in all"),
+    ("ceilDiv('a', 2)", "ceilDiv() takes numbers, got 'a' and 2"),
+    ("ceilDiv(3, none)", "ceilDiv() takes numbers, got 3 and None"),
+    ("ceilDiv(3, 0)", "ceilDiv(): division by zero"), ("ceilDiv(0, 0.0)", "ceilDiv(): division by zero"),
+    ("min([1] * 4000, [1] * 100)", "min() of values of more than 4096 items in all (nested lists count every item)"),
+])  # fmt: skip
+def test_a_function_refusal_says_what_and_where_in_full(source, message):
+    """The docs quote these messages; each names the function as the language spells it."""
+    with pytest.raises(ExpressionError) as info:
+        ev(source)
+    assert str(info.value).endswith(message), str(info.value)
+    assert info.value.expression == source and info.value.where == "test"
+
+
+def test_item_size_lists_the_known_dtypes():
+    with pytest.raises(ExpressionError) as info:
+        ev("itemSize('f8')")
+    known = re.search(r"\(known: (.*)\)$", str(info.value)).group(1).split(", ")
+    assert {"f32", "f16", "i64", "bool", "float32", "int64"} <= set(known) and known == sorted(known)
+
+
+def test_a_call_lacking_a_tensor_names_the_tensor_also_read_further():
+    with pytest.raises(ExpressionError, match="shapes.Z: this call has no tensor 'Z' "):
+        ev("shapes.Z.real")
+
+
+def test_peek_shows_what_resolves_and_what_a_membership_test_found_absent():
+    expression = ExpressionCompiler(KNOWN).compile(
+        "('B' in shapes and shapes.B[0] > 0 and 'X' in shapes) or ('Q' not in ranks and shapes.X.real) or hidden", "w")
+    seen = expression.peek(scope(hidden=StrictUndefined(name="hidden")))
+    assert seen == {"shapes": ["X", "bias", "E", "S"], "ranks": ["X", "bias", "E", "S"]}  # no B, X.real, hidden
+    assert seen["shapes"].absent == ("B",) and seen["ranks"].absent == ("Q",)
+
+
+def test_a_literal_stands_for_itself_where_it_sits():
+    compiler = ExpressionCompiler(KNOWN)
+    for value, source in [(True, "true"), (False, "false"), (0, "0"), ([1, 2.5], "[1, 2.5]")]:
+        expression = compiler.compile(value, "derive.k")
+        assert (expression.source, expression.where, expression.references) == (source, "derive.k", ())
+        assert expression.evaluate({}) == value and expression.peek({}) == {}
+    with pytest.raises(ExpressionSandboxError) as info:
+        compiler.compile([0] * 5000, "derive.k")
+    assert info.value.expression == "(a JSON literal)" and info.value.where == "derive.k"
+    assert str(info.value).endswith("refused by the sandbox: a literal holds values of more than 4096 items in all "
+                                    "(nested lists count every item)")  # fmt: skip
+
+
+@pytest.mark.parametrize("value, least, said", [(0, 1, "must be an integer of at least 1, got 0"),
+                                                (-2, 0, "must be a non-negative integer, got -2"),
+                                                (2.5, 3, "must be an integer of at least 3, got 2.5")])  # fmt: skip
+def test_a_count_refusal_says_its_bound(value, least, said):
+    expression = ExpressionCompiler(KNOWN).compile("hidden", "dispatch.workgroupSize[0]")
+    with pytest.raises(ExpressionError) as info:
+        as_count(value, expression, "dispatch.workgroupSize", least=least)
+    assert str(info.value).endswith(f"dispatch.workgroupSize {said}")
