@@ -843,6 +843,7 @@ def test_broadcast_counts_up_to_4096_dimensions_in_all():
     ("ceilDiv('a', 2)", "ceilDiv() takes numbers, got 'a' and 2"),
     ("ceilDiv(3, none)", "ceilDiv() takes numbers, got 3 and None"),
     ("ceilDiv(3, 0)", "ceilDiv(): division by zero"), ("ceilDiv(0, 0.0)", "ceilDiv(): division by zero"),
+    ("nope + 1", "unknown name 'nope'"),  # no quoting hint where the source is no WGSL type
     ("min([1] * 4000, [1] * 100)", "min() of values of more than 4096 items in all (nested lists count every item)"),
 ])  # fmt: skip
 def test_a_function_refusal_says_what_and_where_in_full(source, message):
