@@ -8,9 +8,11 @@ subnormals, signed zeros, the infinity past 65504). NaN stays NaN; its payload i
 from __future__ import annotations
 
 import copy
+import types
 
 import numpy as np
 import pytest
+import wgpu
 
 import webgpu_kernels as wk
 from webgpu_kernels import GpuTensor, conversion
@@ -139,6 +141,42 @@ def test_a_tensor_past_one_binding_converts_in_chunks(device, monkeypatch):
     back = h.astype(np.float32)
     assert_same_floats(back.numpy(), x.astype(F16).astype(F32))
     for tensor in (t, h, back):
+        tensor.release()
+
+
+@pytest.mark.parametrize("binding", [128 << 20, (1 << 31) - 4, (1 << 32) - 1, 1000 * 1024 + 12])
+def test_a_chunk_is_the_most_float32s_one_binding_holds_in_multiples_of_128(binding, device):
+    """WebGPU's smallest maxStorageBufferBindingSize (128 MiB) and larger ones: the chunk fits one
+    binding, is the largest multiple of 128 that does (fewest dispatches), and so every chunk's
+    offset is a multiple of 256 bytes."""
+    n = conversion.chunk_elements(types.SimpleNamespace(limits={"max-storage-buffer-binding-size": binding}))
+    assert n % 128 == 0 and 4 * n <= binding < 4 * (n + 128)
+    real = device.limits["max-storage-buffer-binding-size"]
+    assert 4 * conversion.chunk_elements(device) <= real < 4 * (conversion.chunk_elements(device) + 128)
+
+
+def test_a_failure_to_build_the_conversion_is_the_librarys_error_saying_so(device, monkeypatch):
+    """wgpu's errors while the shaders are built are translated: a refusal is a DeviceError, an
+    allocation failure an OutOfMemoryError that counts the live buffers (this tensor's among them);
+    the target's buffer goes back."""
+    t = wk.to_gpu(np.ones(1000, F32))
+    leased = len(device.memory._leased)
+    for error, expected in [(wgpu.GPUValidationError("a test's refusal"), wk.DeviceError),
+                            (wgpu.GPUOutOfMemoryError("Out of memory (a test)"), wk.OutOfMemoryError)]:  # fmt: skip
+
+        def fail(device, pair, error=error):
+            raise error
+
+        monkeypatch.setattr(conversion, "_pipeline", fail)
+        with pytest.raises(expected, match=r"\(building the astype pipeline\).*a test") as caught:
+            t.astype(F16)
+        assert type(caught.value) is expected
+        assert len(device.memory._leased) == leased
+    assert caught.value.live_bytes >= t.nbytes  # type: ignore[attr-defined]
+    monkeypatch.undo()
+    h = t.astype(F16)
+    np.testing.assert_array_equal(h.numpy(), np.ones(1000, F16))
+    for tensor in (t, h):
         tensor.release()
 
 
