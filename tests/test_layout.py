@@ -80,6 +80,7 @@ def offsets(fields):
         ([("a", "f16"), ("b", "f16"), ("c", "f32"), ("d", "f16"), ("e", "vec3<f16>")], [0, 2, 4, 8, 16], 32),
         ([("a", "u32"), ("b", "vec3<f32>"), ("c", "f32"), ("d", "vec2<f32>"), ("e", "array<vec4<u32>, 4>"),
           ("f", "vec4<f32>"), ("g", "f16")], [0, 16, 28, 32, 48, 112, 128], 144),
+        ([("a", "u32"), ("b", "u32"), ("c", "f32"), ("d", "i32")], [0, 4, 8, 12], 16),  # 16 bytes of 4-aligned fields
     ],
 )  # fmt: skip
 def test_struct_offsets(fields, expected_offsets, size):
@@ -107,7 +108,7 @@ def test_pack_bytes():
 
 @pytest.mark.parametrize(
     "type_text, value",
-    [("u32", 10.5), ("u32", -1), ("u32", 2**32), ("i32", 2**31), ("u32", True), ("f32", float("nan")),
+    [("u32", 10.5), ("u32", -1), ("u32", 2**32), ("i32", 2**31), ("i32", -(2**31) - 1), ("u32", True), ("f32", float("nan")),
      ("f32", float("inf")), ("f16", 70000.0), ("f32", "x"), ("vec2<f32>", [1.0]), ("array<vec4<u32>, 2>", [[1, 2, 3, 4]]),
      ("array<vec4<u32>, 1>", [[1, 2, 3]])],
 )  # fmt: skip
@@ -143,6 +144,38 @@ def test_pack_quotes_a_bad_value_by_a_bounded_text(type_text, value):
     with pytest.raises(LayoutError, match="field 'field'") as info:
         layout.pack([value])
     assert len(str(info.value)) < 300, f"{len(str(info.value))} characters"
+
+
+@pytest.mark.parametrize("type_text, value, fmt", [("u32", 0, "<I"), ("u32", 2**32 - 1, "<I"), ("u32", 4294967295.0, "<I"),
+                                                   ("i32", -(2**31), "<i"), ("i32", 2**31 - 1, "<i"), ("i32", 0, "<i")])  # fmt: skip
+def test_an_integer_field_takes_its_types_whole_range(type_text, value, fmt):
+    """The ends of u32's and i32's ranges are values, packed as struct packs them (only past them is refused)."""
+    layout = struct_layout("P", [("field", type_text), ("next", "u32")])
+    assert layout.pack([value, 1]) == struct.pack(fmt, int(value)) + struct.pack("<I", 1) + bytes(8)
+
+
+@pytest.mark.parametrize("make, quoted", [
+    (lambda: parse_type("array<array<u32, 2>, 2>"), "supported in uniform structs: 'array<array<u32, 2>, 2>'"),
+    (lambda: parse_type("array<u32, 4>"), "'array<u32, 4>' cannot live in a uniform buffer"),
+    (lambda: parse_type("bool"), "unsupported uniform field type 'bool' (use u32"),
+    (lambda: struct_layout("P", [("w", "array<vec4<u32>, 2>")]).pack([[[1, 2, 3, 4]]]), "values, got [[1, 2, 3, 4]]"),
+    (lambda: struct_layout("P", [("v", "vec2<f32>")]).pack([[1.5]]), "needs vectors of 2 values, got [1.5]"),
+    (lambda: struct_layout("P", [("x", "f32")]).pack([float("nan")]), "needs a finite number, got nan"),
+    (lambda: struct_layout("P", [("x", "f32")]).pack([1e39]), "(f32) value 1e+39 overflows f32"),
+], ids=["nested", "stride", "unsupported", "array length", "vector length", "nan", "f32 overflow"])  # fmt: skip
+def test_a_layout_error_quotes_what_it_refused(make, quoted):
+    """The message is all a package author sees of which type or value was wrong."""
+    with pytest.raises(LayoutError) as info:
+        make()
+    assert quoted in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("fields", [[("n", "u32"), ("bad", "vec5<f32>")], [("n", "u32"), ("bad", "array<vec4<u32>, 0>")]])
+def test_a_struct_layout_error_names_its_field_for_the_caller(fields):
+    """rendering re-raises it with the binding's path and keeps ``field`` (docs/errors.md: callers read it)."""
+    with pytest.raises(LayoutError) as info:
+        struct_layout("P", fields)
+    assert info.value.field == "bad"
 
 
 def test_pack_accepts_integral_float_for_u32():
