@@ -130,11 +130,13 @@ def test_a_grid_past_65535_workgroups_spills_into_y(device):
     assert_same_floats(got, expected.astype(F32))  # the tail, past the first row, included
 
 
-def test_a_tensor_past_one_binding_converts_in_chunks(device, monkeypatch):
+@pytest.mark.parametrize("count", [1001, 129, 250])
+def test_a_tensor_past_one_binding_converts_in_chunks(count, device, monkeypatch):
     """Past maxStorageBufferBindingSize the conversion binds the tensor a chunk at a time (offsets
-    of 256 bytes' multiples); chunks of 128 elements here, the last one odd."""
+    of 256 bytes' multiples); chunks of 128 elements here, the last one short (odd or even), bound
+    to its own elements only: a whole chunk's binding runs past a small tensor's buffer."""
     monkeypatch.setattr(conversion, "chunk_elements", lambda device: 128)
-    x = (np.random.default_rng(2).standard_normal(1000 + 1) * 50).astype(F32)
+    x = (np.random.default_rng(2).standard_normal(count) * 50).astype(F32)
     t = wk.to_gpu(x)
     h = t.astype(np.float16)
     assert_same_floats(h.numpy(), x.astype(F16))
