@@ -9,7 +9,7 @@ from test_execution import one_pass_manifest  # noqa: E402
 
 import webgpu_kernels as wk
 from webgpu_kernels.validation import validate_package
-from webgpu_kernels.workgroup_memory import workgroup_declarations, workgroup_storage
+from webgpu_kernels.workgroup_memory import describe, workgroup_declarations, workgroup_storage
 
 ENTRY = "@compute @workgroup_size(64)\nfn main() {{ {body} }}\n"
 
@@ -38,9 +38,29 @@ def usage(declarations: str, body: str, entry: str = "main") -> dict | None:
     # the CTS's S1: a at 0, b (align 16) at 16, c at 32; size rounds 36 up to 48
     ("struct S1 { a: f32, b: vec4f, c: u32, }\nvar<workgroup> a: array<S1, 2>;", 96),
     ("struct P { @size(32) a: f32, @align(16) b: f32 }\nvar<workgroup> a: P;", 48),
+    # @align alone: b at 16, so Q is 20 -> 32 bytes (without it 8), a stride of 32
+    ("struct Q { a: f32, @align(16) b: f32 }\nvar<workgroup> a: array<Q, 4>;", 128),
 ])  # fmt: skip
 def test_sizes(declaration: str, size: int) -> None:
     assert usage(declaration, "_ = &a;") == {"a": size}
+
+
+def test_a_struct_used_by_two_variables_counts_for_each() -> None:
+    """The second use of a struct reads its size from the module's cache."""
+    wgsl = "struct S { a: vec4f, b: f32 }\nvar<workgroup> one: S;\nvar<workgroup> two: array<S, 3>;"
+    assert usage(wgsl, "_ = &one; _ = &two;") == {"one": 32, "two": 96}
+
+
+def test_an_array_of_atomics_is_sized_by_its_type_alone() -> None:
+    """atomic is WGSL's own: nothing else in the module decides the size (a refusal blames the package)."""
+    found = workgroup_declarations("var<workgroup> a: array<atomic<u32>, 64>;\nstruct atomic2 { x: u32 }")
+    assert found is not None and found["a"].predeclared
+
+
+def test_describe_sums_two_or_more_variables() -> None:
+    assert describe({"partial": 1024, "tile": 4096}) == "partial 1024 + tile 4096 = 5120 bytes"
+    assert describe({"a": 16, "b": 32, "c": 48}) == "a 16 + b 32 + c 48 = 96 bytes"
+    assert describe({"tile": 4096}) == "tile 4096 bytes"
 
 
 def test_only_the_variables_the_entry_point_reaches_count() -> None:
