@@ -51,6 +51,13 @@ def test_a_struct_used_by_two_variables_counts_for_each() -> None:
     assert usage(wgsl, "_ = &one; _ = &two;") == {"one": 32, "two": 96}
 
 
+@pytest.mark.parametrize("wgsl", ["struct A { x: A }\nvar<workgroup> a: A;",
+                                  "struct A { b: B }\nstruct B { x: f32, a: array<A, 2> }\nvar<workgroup> a: array<A, 4>;"])
+def test_a_struct_that_contains_itself_has_no_size(wgsl: str) -> None:
+    """WGSL refuses a recursive type; the reader gives None (its compiler says why), not a RecursionError."""
+    assert usage(wgsl, "_ = &a;") is None
+
+
 def test_an_array_of_atomics_is_sized_by_its_type_alone() -> None:
     """atomic is WGSL's own: nothing else in the module decides the size (a refusal blames the package)."""
     found = workgroup_declarations("var<workgroup> a: array<atomic<u32>, 64>;\nstruct atomic2 { x: u32 }")
