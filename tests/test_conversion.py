@@ -182,6 +182,31 @@ def test_a_failure_to_build_the_conversion_is_the_librarys_error_saying_so(devic
         tensor.release()
 
 
+@pytest.mark.parametrize("start", [F32, F16])
+def test_each_chunk_binds_only_its_own_elements(start, device, monkeypatch):
+    """Chunks exist because the whole tensor is past maxStorageBufferBindingSize: a chunk bound from
+    its offset to the buffer's end would be refused there. 300 elements in chunks of 128: the later
+    chunks (128 and 44 elements) bind 512 and 176 bytes of float32, 256 and 88 of halves."""
+    monkeypatch.setattr(conversion, "chunk_elements", lambda device: 128)
+    t = wk.to_gpu(np.arange(300, dtype=start))
+    bound = []
+    create = device.gpu.create_bind_group
+
+    def spy(**kwargs):
+        bound.append([(e["resource"]["offset"], e["resource"].get("size")) for e in kwargs["entries"]])
+        return create(**kwargs)
+
+    monkeypatch.setattr(device.gpu, "create_bind_group", spy)
+    converted = t.astype(F16 if start == F32 else F32)
+    monkeypatch.undo()
+    f32 = [(512, 512), (1024, 176)]
+    f16 = [(256, 256), (512, 88)]
+    assert bound[-2:] == [list(pair) for pair in zip(*((f32, f16) if start == F32 else (f16, f32)))]
+    np.testing.assert_array_equal(converted.numpy(), np.arange(300, dtype=converted.dtype))
+    for tensor in (t, converted):
+        tensor.release()
+
+
 def test_the_float16_result_is_a_kernel_input(device, need_dtype):
     need_dtype(np.float16)
     kernel = wk.get_kernel(QUICK_GELU)
