@@ -73,6 +73,28 @@ def device():
     return wk.get_device()
 
 
+def run_on_words(kernel_src: str, words: list[int]) -> np.ndarray:
+    """One invocation of ``kernel_src`` (its binding 0 a read-write ``array<u32>``) on ``words``, as
+    the device leaves them."""
+    import wgpu
+
+    gpu = wk.get_device().gpu  # the session fixture's device
+    module = gpu.create_shader_module(code=kernel_src)
+    pipeline = gpu.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    buffer = gpu.create_buffer_with_data(data=np.array(words, np.uint32),
+                                         usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)  # fmt: skip
+    group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0),
+                                  entries=[{"binding": 0, "resource": {"buffer": buffer}}])  # fmt: skip
+    encoder = gpu.create_command_encoder()
+    compute = encoder.begin_compute_pass()
+    compute.set_pipeline(pipeline)
+    compute.set_bind_group(0, group)
+    compute.dispatch_workgroups(1)
+    compute.end()
+    gpu.queue.submit([encoder.finish()])
+    return np.frombuffer(gpu.queue.read_buffer(buffer), np.uint32)
+
+
 @pytest.fixture(scope="session")
 def has_f16(device) -> bool:
     return device.has_f16

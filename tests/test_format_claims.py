@@ -18,7 +18,7 @@ import webgpu_kernels as wk
 from webgpu_kernels import errors
 from webgpu_kernels.expressions import STATIC_FUNCTIONS, ExpressionCompiler
 
-from conftest import PACKAGES_DIR, poison_outputs
+from conftest import PACKAGES_DIR, poison_outputs, run_on_words
 
 X8 = {"X": wk.TensorMeta((8,), "float32")}
 
@@ -607,28 +607,6 @@ def test_no_package_bitcasts_a_literal_nan_or_infinity():
     ]
     assert not found, found
     assert LITERAL_BITCAST.search("var m = bitcast<f32>(0xff800000u);")  # what it would have found
-
-
-def run_on_words(kernel_src: str, words: list[int]) -> np.ndarray:
-    """One invocation of ``kernel_src`` (its binding 0 a read-write ``array<u32>``) on ``words``, as
-    the device leaves them."""
-    import wgpu
-
-    gpu = wk.get_device().gpu
-    module = gpu.create_shader_module(code=kernel_src)
-    pipeline = gpu.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
-    buffer = gpu.create_buffer_with_data(data=np.array(words, np.uint32),
-                                         usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)  # fmt: skip
-    group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0),
-                                  entries=[{"binding": 0, "resource": {"buffer": buffer}}])  # fmt: skip
-    encoder = gpu.create_command_encoder()
-    compute = encoder.begin_compute_pass()
-    compute.set_pipeline(pipeline)
-    compute.set_bind_group(0, group)
-    compute.dispatch_workgroups(1)
-    compute.end()
-    gpu.queue.submit([encoder.finish()])
-    return np.frombuffer(gpu.queue.read_buffer(buffer), np.uint32)
 
 
 def test_unpack2x16float_reads_the_low_half_as_the_even_element():

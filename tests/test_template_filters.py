@@ -14,6 +14,8 @@ from test_rendering import render_template
 from webgpu_kernels import errors
 from webgpu_kernels.template_filters import TEMPLATE_FILTERS, wgsl_float
 
+from conftest import run_on_words
+
 _IMPORTED = {"lib.wgsl.jinja": "{% macro load(i) %}x[{{ i }}]{% endmacro %}"}
 
 #: Each value as a template writes it, and the words any message about it must use (one of them).
@@ -90,28 +92,13 @@ _F16 = [0.1, -0.0, 2.0**-24, 2.0**-14, 65504.0, 65519.0, -65504.0, 2049.0, 3]
 _ABSTRACT = [1.702, 2, -3.0, -0.0, 1e-5, 1e7, 2.0**-126]  # concretised to f32 by `let`, so within its range
 
 
-def _literal_bits(device, lines: list[str], f16: bool, functions: str) -> np.ndarray:
+def _literal_bits(lines: list[str], f16: bool, functions: str) -> np.ndarray:
     """Run `o[i] = <expression i>` once on the device and return o as u32 words."""
-    import wgpu
-
     body = "\n".join(f"  o[{i}] = {line};" for i, line in enumerate(lines))
     wgsl = (("enable f16;\n" if f16 else "") + functions
             + f"@group(0) @binding(0) var<storage, read_write> o: array<u32, {len(lines)}>;\n"
             + f"@compute @workgroup_size(1) fn main() {{\n{body}\n}}\n")  # fmt: skip
-    gpu = device.gpu
-    out = gpu.create_buffer(size=4 * len(lines), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
-    pipeline = gpu.create_compute_pipeline(layout="auto", compute={"module": gpu.create_shader_module(code=wgsl),
-                                                                   "entry_point": "main"})  # fmt: skip
-    group = gpu.create_bind_group(layout=pipeline.get_bind_group_layout(0),
-                                  entries=[{"binding": 0, "resource": {"buffer": out}}])  # fmt: skip
-    encoder = gpu.create_command_encoder()
-    compute = encoder.begin_compute_pass()
-    compute.set_pipeline(pipeline)
-    compute.set_bind_group(0, group)
-    compute.dispatch_workgroups(1)
-    compute.end()
-    gpu.queue.submit([encoder.finish()])
-    return np.frombuffer(gpu.queue.read_buffer(out), np.uint32)
+    return run_on_words(wgsl, [0] * len(lines))
 
 
 def test_wgsl_float_literals_are_wgsl_and_read_back_on_the_device_as_the_value_in_its_type(device):
@@ -129,7 +116,7 @@ def test_wgsl_float_literals_are_wgsl_and_read_back_on_the_device_as_the_value_i
              for i, literal in enumerate(literals)]  # fmt: skip
     expected = [int(np.array(value, np.float16).view(np.uint16)) if suffix == "h"
                 else int(np.array(value, np.float32).view(np.uint32)) for value, suffix in cases]  # fmt: skip
-    got = _literal_bits(device, lines, device.has_f16, functions)
+    got = _literal_bits(lines, device.has_f16, functions)
     assert list(zip(literals, got.tolist(), strict=True)) == list(zip(literals, expected, strict=True))
 
 
