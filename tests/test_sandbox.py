@@ -961,6 +961,62 @@ def test_the_sandboxs_bounds_let_through_what_is_just_within_them():
         "range(0, 3)x x c 2.0"
 
 
+# --- each bound's own refusal, with operands just past it (mutation audit) ---------------------------------
+
+
+def _evaluate(source: str):
+    return ExpressionCompiler(()).compile(source, "derive.x").evaluate(dict(STATIC_FUNCTIONS))
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("'ab' * 2049", "repeating a sequence of 2 items 2049 times exceeds the limit of 4096"),
+    ("2049 * [0, 1]", "repeating a sequence of 2 items 2049 times exceeds the limit of 4096"),
+    ("'a' * 3000 + 'b' * 3000", "joining sequences of 3000 and 3000 items exceeds the limit of 4096"),
+    ("[0] * 3000 + [1] * 3000", "joining sequences of 3000 and 3000 items exceeds the limit of 4096"),
+    ("2 ** 129", "exponent 129 exceeds the limit of 128"),
+    ("4 ** 66", "the power exceeds the limit of 128 bits"),  # 2 * 66 = 132 bits, from a small exponent
+    ("'%s' % 1", "string formatting with % is not allowed"),
+])  # fmt: skip
+def test_an_operator_past_a_bound_is_refused_before_it_computes(source, said):
+    """The refusal is the operator's check, made before computing: a result's own bound says "a string of
+    4098 characters exceeds ...", once it is built (a precheck skipped for one operator let `'A' * 10**8`
+    and `10 ** 10**8` be computed first: the tests that tried them only ran out of time)."""
+    with pytest.raises(errors.ExpressionSandboxError) as info:
+        _evaluate(source)
+    assert str(info.value).endswith(f"refused by the sandbox: {said}"), str(info.value)
+
+
+def test_an_operator_just_within_its_bound_computes():
+    assert _evaluate("'ab' * 2048") == "ab" * 2048
+    assert _evaluate("[0] * 2048 + [1] * 2048") == [0] * 2048 + [1] * 2048
+    assert _evaluate("2 ** 127") == 2**127 and _evaluate("4 ** 63") == 4**63
+
+
+_A_LIST = "'" + "a" * 100 + "'"
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    # a key is hashed (every item of a tuple nested by reference) before it is looked up or stored: (a, a)
+    # is 200,001 items, and ((a, a), (a, a)) doubles it with each level of a literal
+    ("{% set a = (0,) * 100000 %}{{ bindings[(a, a)] }}",
+     "refused by the sandbox: looking up values of more than 100000 items in all (nested lists count every item)"),
+    ("{% set a = (0,) * 100000 %}{{ {(a, a): 1} }}",
+     "refused by the sandbox: hashing values of more than 100000 items in all (nested lists count every item)"),
+    # a string index of a list or string is an attribute, refused as such; a long name is quoted in 60 characters
+    ("{{ bindingList['name'] }}", "refused by the sandbox: attribute 'name' of a list is not accessible here"),
+    ("{{ 'abc'['upper'] }}", "refused by the sandbox: attribute 'upper' of a str is not accessible here"),
+    (f"{{{{ bindingList[{_A_LIST}] }}}}",
+     f"refused by the sandbox: attribute {repr('a' * 100)[:57]}... of a list is not accessible here"),
+    # a missing key: a long string cut to 60 characters, a tuple named by its type
+    (f"{{{{ bindings[{_A_LIST}] }}}}", f"UndefinedError: 'dict object' has no attribute '{'a' * 57}...'"),
+    ("{{ {(1, 2): 4}[(1, 3)] }}", "UndefinedError: 'dict object' has no attribute '<tuple>'"),
+])  # fmt: skip
+def test_a_templates_key_or_index_is_bounded_and_named_in_few_words(source, said):
+    with pytest.raises(errors.TemplateError) as info:
+        render_template(source)
+    assert str(info.value) == f"main.wgsl.jinja:1: {said}", str(info.value)
+
+
 # --- the loop variable is read by its attributes, never iterated -----------------------------------------
 
 _LOOP_ITERATED = ("the loop variable cannot be iterated: its items are the rest of the loop's, which iterating "
