@@ -992,6 +992,22 @@ def test_an_operator_just_within_its_bound_computes():
     assert _evaluate("2 ** 127") == 2**127 and _evaluate("4 ** 63") == 4**63
 
 
+def test_each_call_a_template_makes_is_charged_32_units():
+    """A call costs 32 units (docs/security.md) beyond its loop iteration's weight (which is the same taken
+    or not): the work of 50 calls made is 50 * 32 more than of none, same template, same iterations."""
+    from webgpu_kernels.sandbox import render_budget
+
+    template = TemplateSandbox().from_string(
+        "{% for i in range(60) %}{% if i < k %}{{ range(0)|length }}{% endif %}{% endfor %}")
+
+    def work(calls: int) -> int:
+        with render_budget(RenderBudget()) as budget:
+            assert template.render(k=calls) == "0" * calls
+        return budget.work
+
+    assert work(50) - work(0) == 50 * 32
+
+
 _A_LIST = "'" + "a" * 100 + "'"
 
 
