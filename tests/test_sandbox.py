@@ -1008,6 +1008,30 @@ def test_each_call_a_template_makes_is_charged_32_units():
     assert work(50) - work(0) == 50 * 32
 
 
+@pytest.mark.parametrize(("built", "chars"), [("x ~ x", 200), ("x + x", 200), ("x[1:]", 99)])
+def test_text_a_template_builds_and_never_writes_is_charged_to_its_render(built, chars):
+    """A `~` join, a `+` and a slice each build a copy, charged to the render's text budget though it is
+    never written: 5 copies and the 4 characters written fit a budget of exactly that, a 6th does not."""
+    from webgpu_kernels.sandbox import render_budget
+
+    template = TemplateSandbox().from_string("{% for i in range(n) %}{% set s = " + built + " %}{% endfor %}done")
+    with render_budget(RenderBudget(text_limit=5 * chars + 4)):
+        assert template.render(n=5, x="a" * 100) == "done"
+    with render_budget(RenderBudget(text_limit=5 * chars + 4)), \
+            pytest.raises(SandboxViolation, match=f"^the template builds more than {5 * chars + 4} characters"):
+        template.render(n=6, x="a" * 100)
+
+
+def test_a_macros_returned_text_is_bounded_as_a_value():
+    """What a call returns is checked as any value is: a macro's 1.2 MB of text is not a string a
+    template may hold (1 MiB), though each piece it wrote was within the bound."""
+    with pytest.raises(errors.TemplateSandboxError) as info:
+        render_template("{% macro m() %}{% for i in range(2) %}{{ 'a' * 600000 }}{% endfor %}{% endmacro %}"
+                        "{% set s = m() %}{{ s|length }}")
+    assert str(info.value) == ("main.wgsl.jinja:1: refused by the sandbox: a string of 1200000 characters exceeds "
+                               "the limit of 1048576"), str(info.value)
+
+
 _A_LIST = "'" + "a" * 100 + "'"
 
 
