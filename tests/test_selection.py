@@ -597,6 +597,13 @@ def test_a_name_tested_for_in_a_namespace_and_absent_is_said_absent():
     scope, _ = program.call_scope(check_call(manifest, {"X": ((4,), "float32")}, None, None), F16_DEVICE)
     derived = select_variant(program.variants, scope, exhaustive=True, definitions=program.definitions).trace[0]
     assert derived.reason() == "when[0] 'hasB' is false (with hasB=False, shapes=[X, Y] (no B, C))", derived.reason()
+    # the clause and a derive entry it reads both test the namespace: the names each lacks, together
+    manifest, program = program_of([variant("twin", 10, ["'B' in shapes or hasC"]), variant("plain", 0)],
+                                   {"hasC": "'C' in shapes"})  # fmt: skip
+    scope, _ = program.call_scope(check_call(manifest, {"X": ((4,), "float32")}, None, None), F16_DEVICE)
+    both = select_variant(program.variants, scope, exhaustive=True, definitions=program.definitions).trace[0]
+    assert both.reason() == "when[0] \"'B' in shapes or hasC\" is false (with shapes=[X, Y] (no B, C), hasC=False)", \
+        both.reason()
     # a present name is in the list already; `not in` of a present one adds nothing
     present = select([variant("twin", 10, ["'X' not in shapes"]), variant("plain", 0)], (4,), exhaustive=True).trace[0]
     assert present.reason() == "when[0] \"'X' not in shapes\" is false (with shapes=[X, Y])", present.reason()
