@@ -29,7 +29,7 @@
 #   bash scripts/h200-run.sh testsmatmultune   the suite, then demo.MatMul's tuner alone
 #   bash scripts/h200-run.sh headcheck   host cost per call, bench on the large cases, then the suite
 #   bash scripts/h200-run.sh session64   the suite in 8 processes, then peerslarge in what is left of the call
-#   bash scripts/h200-run.sh testsn [N]   the suite in N processes (pytest-xdist; default 8)
+#   bash scripts/h200-run.sh testsn [N [SECONDS]]   the suite in N processes (pytest-xdist; default 8)
 #   bash scripts/h200-run.sh plancost [DIR]   a new plan's host cost and the cached call's, this tree against DIR/src (default ab-old)
 #   bash scripts/h200-run.sh largetestsn   large, then testsn
 #   bash scripts/h200-run.sh runaway   test --timeout against a shader that runs on, the GPU after the kill, then testsn
@@ -339,7 +339,7 @@ case "${1:-bench}" in
   peerslarge)  # session 43: host cost, then the large cases against torch (eager, compile; now warmed up as ours
               # and each span behind queued launches) and ORT WebGPU, every peer's verdict
     timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
-    WEBGPU_KERNELS_PEER_TIMEOUT=200 timeout 420 python3 -m webgpu_kernels bench --compare --tag large --json "$OUT/peers.json" \
+    WEBGPU_KERNELS_PEER_TIMEOUT=200 timeout "${PEERS_LIMIT:-420}" python3 -m webgpu_kernels bench --compare --tag large --json "$OUT/peers.json" \
       --plot "$OUT/peers.png" 2>&1 | tee "$OUT/peers.log"
     verdicts ;;
   torchab)  # session 43: torch's peer figures from three codes of peers.py, alternated, two rounds, on two large
@@ -591,17 +591,13 @@ case "${1:-bench}" in
         2>&1 | tee -a "$OUT/sd-feed-forward.log"; echo "exit status ${PIPESTATUS[0]}" | tee -a "$OUT/sd-feed-forward.log"
     done; done
     bash "$0" testsn ;;
-  session64)  # session 64: the suite in 8 processes (its first GPU run since session 62's run BJ), then host cost and
-              # the large cases against torch and ORT WebGPU (peerslarge) in what is left of the call's 600 s
-    export XDG_RUNTIME_DIR=$(mktemp -d)
-    timeout 240 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log"
-    timeout 60 python3 scripts/host_cost.py 2>&1 | tee "$OUT/host.log"
-    WEBGPU_KERNELS_PEER_TIMEOUT=200 timeout $(( 585 - SECONDS )) python3 -m webgpu_kernels bench --compare --tag large \
-      --json "$OUT/peers.json" --plot "$OUT/peers.png" 2>&1 | tee "$OUT/peers.log"
-    verdicts ;;
+  session64)  # session 64: the suite in 8 processes (its first GPU run since session 62's run BJ), then peerslarge in
+              # what is left of the call's 600 s
+    bash "$0" testsn 8 240
+    PEERS_LIMIT=$(( 585 - SECONDS )) bash "$0" peerslarge ;;
   testsn)  # session 32: the suite in N processes (pytest-xdist, default 8 of the 16 cores), each with its own device
     export XDG_RUNTIME_DIR=$(mktemp -d)
-    timeout 400 python3 -m pytest -q -p no:cacheprovider -n "${2:-8}" -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
+    timeout "${3:-400}" python3 -m pytest -q -p no:cacheprovider -n "${2:-8}" -rfEs --durations=15 2>&1 | tee "$OUT/pytest.log" ;;
   runaway)  # session 33: test --timeout against a shader that runs on (1e8 iterations a loop: minutes if not stopped),
     # the GPU's utilization before and after the kill, then the suite in 8 processes
     export XDG_RUNTIME_DIR=$(mktemp -d)
