@@ -793,6 +793,15 @@ def render_template(source: str, files: dict[str, str] | None = None) -> str:
         raise template_error(exc, "main.wgsl.jinja", context) from None
 
 
+def refusal_of(
+    source: str, files: dict[str, str] | None = None, kind: type[errors.TemplateError] = errors.TemplateError
+) -> str:
+    """The message of the ``kind`` error that rendering ``source`` (as in render_template) raises."""
+    with pytest.raises(kind) as info:
+        render_template(source, files)
+    return str(info.value)
+
+
 @pytest.mark.parametrize(("source", "said"), [
     ("{% with a = nosuch.x %}{% endwith %}", "UndefinedError: 'nosuch' is undefined"),
     ("{% with b = 1, a = nosuch.x %}\n{{ a }}{% endwith %}", "UndefinedError: 'nosuch' is undefined"),
@@ -804,9 +813,8 @@ def render_template(source: str, files: dict[str, str] | None = None) -> str:
 def test_an_error_in_a_with_set_or_for_value_is_told_at_that_statements_line(source, said):
     """Jinja's compiler marks no template line for a {% with %}'s values: their errors had been told at
     the statement before (line 1 here, the text's), or after. {% set %} and {% for %} mark their own."""
-    with pytest.raises(errors.TemplateError) as info:
-        render_template("// one\n// two\n" + source)
-    assert str(info.value) == f"main.wgsl.jinja:3: {said}", str(info.value)
+    message = refusal_of("// one\n// two\n" + source)
+    assert message == f"main.wgsl.jinja:3: {said}", message
 
 
 def test_a_with_inside_a_loop_that_unpacks_the_loop_variable_is_told_at_its_own_line():
@@ -1007,19 +1015,17 @@ def test_the_sandbox_names_range_and_a_dicts_methods_as_the_template_wrote_them(
 
 
 def _assert_refused_saying(source: str, said: str, files=None) -> None:
-    with pytest.raises(errors.TemplateSandboxError) as info:
-        render_template(source, files) if files else render_template(source)
-    assert str(info.value) == f"main.wgsl.jinja:1: refused by the sandbox: {said}", str(info.value)
+    message = refusal_of(source, files, kind=errors.TemplateSandboxError)
+    assert message == f"main.wgsl.jinja:1: refused by the sandbox: {said}", message
 
 
 @pytest.mark.parametrize("source", ["{{ range|length }}", "{{ bindings.items|list }}", "{{ range + 1 }}",
                                     "{{ 1 in bindings.keys }}", "{{ 1 < range }}", "{{ range|wgsl_float }}"])
 def test_no_message_about_range_or_a_dicts_methods_shows_a_private_class(source):
     """Python's own messages (not iterable, unsupported operand) name a type by its class name."""
-    with pytest.raises(errors.TemplateError) as info:
-        render_template(source)
-    assert "_Range" not in str(info.value) and "_DictMethod" not in str(info.value), str(info.value)
-    assert re.search(r"\b(function|method)\b", str(info.value)), str(info.value)
+    message = refusal_of(source)
+    assert "_Range" not in message and "_DictMethod" not in message, message
+    assert re.search(r"\b(function|method)\b", message), message
 
 
 _IMPORTED = {"lib.wgsl.jinja": "{% macro load(i) %}x[{{ i }}]{% endmacro %}{% set width = 4 %}{% set blank = none %}"}
@@ -1075,9 +1081,8 @@ def test_a_string_past_the_item_limit_is_still_refused_where_it_becomes_items():
 def test_none_and_an_undefined_name_are_named_as_the_template_has_them(source, said):
     """They had read "got a NoneType" and, for a misspelt name, "the test 'odd' takes numbers, got
     a StrictUndefined"."""
-    with pytest.raises(errors.TemplateError) as info:
-        render_template(source)
-    assert str(info.value).startswith(f"main.wgsl.jinja:1: {said}"), str(info.value)
+    message = refusal_of(source)
+    assert message.startswith(f"main.wgsl.jinja:1: {said}"), message
 
 
 # --- error-message polish ----------------------------------------------------------------
@@ -1126,10 +1131,9 @@ _LOOP = "LoopContext is the loop variable: read its attributes, as in loop.index
 ])  # fmt: skip
 def test_pythons_type_errors_about_jinjas_objects_say_what_the_template_wrote(source, said):
     """Python's TypeError had named Jinja's classes alone: "unsupported operand type(s) for +: 'Macro' and 'int'"."""
-    with pytest.raises(errors.TemplateError) as info:
-        render_template(source, _IMPORTED)
-    assert str(info.value).endswith(said), str(info.value)
-    assert str(info.value).startswith("main.wgsl.jinja:1: TypeError: "), str(info.value)
+    message = refusal_of(source, _IMPORTED)
+    assert message.endswith(said), message
+    assert message.startswith("main.wgsl.jinja:1: TypeError: "), message
 
 
 @pytest.mark.parametrize(("source", "said"), [
@@ -1144,19 +1148,16 @@ def test_pythons_type_errors_about_jinjas_objects_say_what_the_template_wrote(so
 ])  # fmt: skip
 def test_range_or_a_dict_method_used_uncalled_says_to_call_it(source, said):
     """`{{ range|length }}` had said only "'function' object is not iterable"."""
-    with pytest.raises(errors.TemplateError) as info:
-        render_template(source)
-    assert said in str(info.value), str(info.value)
-    assert str(info.value).startswith("main.wgsl.jinja:1: TypeError: "), str(info.value)
+    message = refusal_of(source)
+    assert said in message, message
+    assert message.startswith("main.wgsl.jinja:1: TypeError: "), message
 
 
 def test_a_string_past_the_item_limit_is_said_to_be_a_string_of_characters():
     """It had read "a sequence of 200000 items exceeds the limit of 100000"."""
     for f in ("list", "join(',')", "max", "min"):
-        with pytest.raises(errors.TemplateSandboxError) as info:
-            render_template(f"{{{{ ('ab' * 100000)|{f} }}}}")
-        assert str(info.value).endswith(f"a string of 200000 characters exceeds the limit of {MAX_TEMPLATE_ITEMS} "
-                                        "items"), str(info.value)  # fmt: skip
+        message = refusal_of(f"{{{{ ('ab' * 100000)|{f} }}}}", kind=errors.TemplateSandboxError)
+        assert message.endswith(f"a string of 200000 characters exceeds the limit of {MAX_TEMPLATE_ITEMS} items"), message
     with pytest.raises(SandboxViolation, match=f"^a sequence of 100001 items exceeds the limit of {MAX_TEMPLATE_ITEMS}$"):
         TemplateSandbox().take([0] * 100001)  # (a template cannot build one: a list is bounded where it is built)
 
@@ -1171,9 +1172,8 @@ def test_a_string_past_the_item_limit_is_said_to_be_a_string_of_characters():
 ])  # fmt: skip
 def test_a_dict_indexed_by_a_list_is_refused_in_the_sandboxs_words(source, said):
     """Jinja's words had been "'dict object' has no attribute '<list>'"."""
-    with pytest.raises(errors.TemplateSandboxError) as info:
-        render_template(source)
-    assert str(info.value) == f"main.wgsl.jinja:1: refused by the sandbox: {said}", str(info.value)
+    message = refusal_of(source, kind=errors.TemplateSandboxError)
+    assert message == f"main.wgsl.jinja:1: refused by the sandbox: {said}", message
 
 
 def test_a_dict_is_still_indexed_by_strings_numbers_and_tuples_it_holds():
