@@ -895,3 +895,172 @@ def test_a_count_refusal_says_its_bound(value, least, said):
     with pytest.raises(ExpressionError) as info:
         as_count(value, expression, "dispatch.workgroupSize", least=least)
     assert str(info.value).endswith(f"dispatch.workgroupSize {said}")
+
+
+# --- found by mutation testing: evaluate's failures, the compiler's refusals and its bounds at their edges ----------
+
+
+def test_dim_numel_and_same_shape_read_negative_integers_as_they_are():
+    """Only broadcasting holds sizes to 0 or more: `dim(attrs.axes, 0)` of ONNX axes [-1, 2] is -1."""
+    assert ev("dim(attrs.axes, 0)", attrs={"axes": [-1, 2]}) == [-1, 2][0]
+    assert ev("dim([3, -4], -1)") == -4
+    assert ev("numel([-2, 3, 5])") == math.prod([-2, 3, 5])
+    assert ev("sameShape(attrs.axes, (-1, 2))", attrs={"axes": [-1, 2]}) is True
+
+
+@pytest.mark.parametrize("name", ["range", "namespace", "lipsum", "dict", "cycler", "joiner"])
+def test_a_known_name_without_a_value_is_undefined_not_a_jinja_global(name):
+    """A constant named like one of Jinja's globals, read where it has no value (another variant's), is undefined as
+    any other: sharing Jinja's globals would have made `range == 1` a silent False, and the variant taken."""
+    expression = ExpressionCompiler([name]).compile(f"{name} == 1", "variants[1].when[0]")
+    with pytest.raises(ExpressionError) as info:
+        expression.evaluate(scope())
+    assert str(info.value).endswith(f"undefined value: '{name}' is undefined"), str(info.value)
+    assert expression.evaluate(scope(**{name: 1})) is True
+
+
+@pytest.mark.parametrize("source, extra, message", [
+    ("1e300 ** 2", {}, "1e+300 ** 2 is past float64's range: expected a result within float64's range (at most "
+                       "about 1.8e308 in magnitude); test the operands before the operation"),
+    ("hidden // 0", {}, "ZeroDivisionError: integer division or modulo by zero"),
+    ("hidden % 0", {}, "ZeroDivisionError: integer modulo by zero"),  # docs/format.md quotes this one
+    ("shapes.X[9]", {}, "undefined value: tuple object has no element 9"),
+    ("hidden", {"hidden": [0] * 5000}, "refused by the sandbox: an expression's result holds values of more than "
+                                       "4096 items in all (nested lists count every item)"),
+])  # fmt: skip
+def test_an_evaluation_failure_says_what_and_where_in_full(source, extra, message):
+    with pytest.raises(ExpressionError) as info:
+        ExpressionCompiler(KNOWN).compile(source, "derive.d").evaluate(scope(**extra))
+    assert str(info.value) == f"derive.d: expression {source!r}: {message}"
+    assert (info.value.expression, info.value.where) == (source, "derive.d")
+
+
+def test_a_broadcast_failure_carries_the_shapes_and_the_reason():
+    """A call reports a failed output broadcastShape as a ShapeError built from these (docs/format.md)."""
+    with pytest.raises(BroadcastError) as info:
+        ev("broadcastShape([2, 3], shapes.bias)")
+    assert info.value.shapes == ((2, 3), (8,))
+    assert info.value.reason == "sizes 3 and 8 at axis -1 (counted from the last)"
+
+
+SORTED_FUNCTIONS = ("broadcastShape, broadcastStrides, broadcastable, ceilDiv, dim, f16Ok, itemSize, max, min, numel, "
+                    "sameShape")  # fmt: skip
+
+
+@pytest.mark.parametrize("source, message", [
+    ("shapes.X | length", "filter is not allowed in manifest expressions"),
+    ("shapes.X is defined", "test is not allowed in manifest expressions"),
+    ("range(10)", f"only the functions {SORTED_FUNCTIONS} can be called"),
+    ("min(a=1)", "functions take positional arguments only"),
+    ("hidden.real", "attribute access is allowed only on shapes, ranks, dtypes, attrs, tunables, device"),
+    ("device.adapter", "only device.limits.<name> and device.features can be read from device"),
+    ("attrs._private", "names starting with an underscore are not allowed"),
+    ("_secret", "unknown name '_secret': names starting with an underscore are not allowed"),
+    ("-" * 40 + "1", "nested more than 32 levels deep"),  # each minus is a node
+    ("(" * 600 + "1" + ")" * 600, "nested more than 32 levels deep"),  # no node: the parser's recursion
+    ("shapes.X[1:2, 0]", "a slice is allowed only as the one subscript of an index (x[a:b], not x[a:b, c])"),
+    ("2 ** 128 == 340282366920938463463374607431768211456", "an integer literal of more than 128 bits"),
+    ("1e400 > 0", "a float literal past the float64 range"),
+])  # fmt: skip
+def test_a_refusal_at_compile_says_what_and_where_in_full(source, message):
+    with pytest.raises(ExpressionSandboxError) as info:
+        ExpressionCompiler(KNOWN).compile(source, "variants[0].when[1]")
+    assert str(info.value) == f"variants[0].when[1]: expression {source!r}: {message}"
+    assert (info.value.expression, info.value.where) == (source, "variants[0].when[1]")
+
+
+def test_a_syntax_error_says_what_and_where_in_full():
+    with pytest.raises(ExpressionError) as info:
+        ExpressionCompiler(KNOWN).compile("1 2", "derive.s")
+    assert str(info.value) == "derive.s: expression '1 2': syntax error: unexpected text after the expression"
+    assert (info.value.expression, info.value.where) == ("1 2", "derive.s")
+
+
+def test_an_integer_literal_of_128_bits_is_admitted():
+    """'an integer at most 128 bits' (docs/format.md): 2**128 - 1 has 128."""
+    assert ev("340282366920938463463374607431768211455") == 2**128 - 1
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("'subgroups' in device.features", True), ("'shader-f16' in device.features", False),
+    ("'maxBufferSize' in device.limits", False), ("'maxComputeWorkgroupSizeX' in device.limits", True),
+])  # fmt: skip
+def test_device_features_and_limits_read_whole(source, expected):
+    """`'subgroups' in device.features` guards a subgroup variant (docs/format.md)."""
+    assert ev(source, device={"limits": {"maxComputeWorkgroupSizeX": 256}, "features": ["subgroups"]}) is expected
+
+
+def test_the_functions_called_are_recorded_once_each_in_order():
+    """selection reads them: a clause calling f16Ok depends on the device."""
+    expression = ExpressionCompiler(KNOWN).compile("f16Ok(dtypes.T) and dim(shapes.X, min(0, 1)) > 0 and f16Ok('f32')",
+                                                   "w")  # fmt: skip
+    assert expression.calls == ("f16Ok", "dim", "min")
+    assert ExpressionCompiler(KNOWN).compile("hidden + 1", "w").calls == ()
+
+
+def test_a_membership_test_in_a_later_link_of_a_chain_is_recorded():
+    """`'A' <= 'B' in shapes` is ('A' <= 'B') and ('B' in shapes): the second link tests B."""
+    expression = ExpressionCompiler(KNOWN).compile("'A' <= 'B' in shapes", "w")
+    assert expression.membership == (("shapes", "B"),)
+    assert expression.evaluate(scope()) is False and expression.peek(scope())["shapes"].absent == ("B",)
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"a": [1, 2**200]}, "an integer of 201 bits exceeds the limit of 128"),
+    ({"a": {"b": "x" * 5000}}, "a string of 5000 characters exceeds the limit of 4096"),
+])  # fmt: skip
+def test_a_mapping_value_is_bounded_through_its_values(value, message):
+    """A dict's values are checked as a list's items are, not its keys alone."""
+    with pytest.raises(ExpressionSandboxError) as info:
+        ExpressionCompiler(KNOWN).compile(value, "derive.m")
+    assert str(info.value).endswith(f"refused by the sandbox: {message}")
+    with pytest.raises(ExpressionSandboxError, match=re.escape(message)):
+        ev("attrs", attrs=value)
+
+
+def test_a_function_inside_a_value_is_refused_in_full():
+    with pytest.raises(ExpressionSandboxError) as info:
+        ev("[1, [numel]]")
+    assert str(info.value).endswith("refused by the sandbox: a function is not a value (call it)")
+
+
+def test_a_package_holds_at_most_max_expressions_distinct_sources(monkeypatch):
+    """The loader counts them first (test_manifest); the compiler holds the same bound itself."""
+    from webgpu_kernels import expressions
+
+    monkeypatch.setattr(expressions, "MAX_EXPRESSIONS", 3)
+    compiler = ExpressionCompiler(KNOWN)
+    for i in range(3):
+        compiler.compile(f"hidden + {i}", f"constants.c{i}")
+    source = "hidden * " + " + ".join(["1"] * 30)  # over 80 characters: the error keeps the first 80
+    with pytest.raises(ExpressionSandboxError) as info:
+        compiler.compile(source, "constants.c3")
+    assert str(info.value) == f"constants.c3: expression {source[:80]!r}: the package has more than 3 distinct expressions"
+    assert (info.value.expression, info.value.where) == (source[:80], "constants.c3")
+    assert compiler.compile("hidden + 2", "again").evaluate(scope()) == 10  # a source compiled already costs nothing
+
+
+def test_the_expression_text_bound_is_reached_exactly():
+    """MAX_EXPRESSION_CHARS in all (16 sources of 4096 characters, the most one may hold) loads; one character more
+    is refused, a source of 4096 characters too, with the total's error rather than compiled."""
+    from webgpu_kernels.expressions import MAX_EXPRESSION_CHARS
+
+    assert MAX_EXPRESSION_CHARS == 16 * 4096
+    compiler = ExpressionCompiler(())
+    sources = [f"'{i:04d}" + "a" * 4090 + "'" for i in range(17)]
+    for i, source in enumerate(sources[:16]):
+        assert len(source) == 4096 and compiler.compile(source, f"constants.c{i}").evaluate({}) == source[1:-1]
+    for extra in ("1", sources[16]):
+        with pytest.raises(ExpressionSandboxError) as info:
+            compiler.compile(extra, "constants.c16")
+        assert str(info.value) == (f"constants.c16: expression {extra[:80]!r}: the package's expressions hold more "
+                                   f"than {MAX_EXPRESSION_CHARS} characters together")  # fmt: skip
+        assert (info.value.expression, info.value.where) == (extra[:80], "constants.c16")
+
+
+def test_a_source_longer_than_4096_characters_is_refused_in_full():
+    source = "'" + "a" * 4095 + "'"
+    with pytest.raises(ExpressionSandboxError) as info:
+        ExpressionCompiler(()).compile(source, "derive.long")
+    assert str(info.value) == f"derive.long: expression {source[:80] + '...'!r}: expression is longer than 4096 characters"
+    assert (info.value.expression, info.value.where) == (source[:80] + "...", "derive.long")
