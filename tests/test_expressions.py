@@ -1064,3 +1064,25 @@ def test_a_source_longer_than_4096_characters_is_refused_in_full():
         ExpressionCompiler(()).compile(source, "derive.long")
     assert str(info.value) == f"derive.long: expression {source[:80] + '...'!r}: expression is longer than 4096 characters"
     assert (info.value.expression, info.value.where) == (source[:80] + "...", "derive.long")
+
+
+def test_values_nested_past_python_s_recursion_limit_are_refused_when_compared():
+    """Comparing two lists 3000 levels deep recurses past Python's limit: a sandbox refusal naming the expression."""
+    a: object = 1
+    b: object = 1
+    for _ in range(3000):
+        a, b = [a], [b]
+    expression = ExpressionCompiler(KNOWN).compile("attrs.a == attrs.b", "variants[0].when[0]")
+    with pytest.raises(ExpressionSandboxError) as info:
+        expression.evaluate(scope(attrs={"a": a, "b": b}))
+    assert str(info.value) == "variants[0].when[0]: expression 'attrs.a == attrs.b': refused by the sandbox: nested too deeply"
+    assert (info.value.expression, info.value.where) == ("attrs.a == attrs.b", "variants[0].when[0]")
+
+
+def test_a_name_with_a_double_underscore_inside_is_read_as_any_other():
+    """An attribute `a__b` is an identifier the manifest schema admits, and starts with no underscore: `attrs.a__b`
+    had been refused at load as a name "starting with an underscore", though `attrs['a__b']` read it."""
+    assert ev("attrs.a__b + attrs['a__b']", attrs={"a__b": 3}) == 6
+    assert ev("shapes.in__put", shapes={"in__put": (2, 5)}) == (2, 5)
+    with pytest.raises(ExpressionSandboxError, match="names starting with an underscore are not allowed"):
+        ExpressionCompiler(KNOWN).compile("attrs.__class__", "w")

@@ -508,7 +508,7 @@ class ExpressionCompiler:
                 if path.startswith("device.") and not (path in ("device.limits", "device.features")
                                                        or path.startswith("device.limits.")):  # fmt: skip
                     refuse("only device.limits.<name> and device.features can be read from device")
-                if "__" in path or "._" in path:
+                if "._" in path:  # a part starting with _ (an inner "__", attrs.a__b, is an identifier as any)
                     refuse("names starting with an underscore are not allowed")
                 references.append(path)
                 return
