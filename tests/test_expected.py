@@ -144,6 +144,7 @@ def test_indent_of_takes_1_to_8_spaces_or_one_tab_else_two_spaces(text: str, ste
     (np.array(["a"]), "an array of shape [1] and dtype <U1"),
     (np.array([1 + 2j]), "an array of shape [1] and dtype complex128"),
     ("x" * 300, "str '" + "x" * 195),  # cut at 200 characters
+    ([[1.0, 2.0], [3.0]], "list [[1.0, 2.0], [3.0]]"),  # ragged: NumPy's ValueError had escaped as a traceback (exit 1)
 ])  # fmt: skip
 def test_a_reference_output_that_is_no_array_of_numbers_is_refused_naming_it(value, received) -> None:
     with pytest.raises(InputError) as info:

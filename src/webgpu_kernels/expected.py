@@ -86,7 +86,10 @@ def _received(value: Any) -> str:
 
 def _rounded(value: Any, dtype: str, argument: str) -> np.ndarray:
     """A reference's output rounded once to the output's ``dtype`` (integers taken exactly)."""
-    array = np.asarray(value) if isinstance(value, (np.ndarray, np.generic, int, float, bool, list)) else None
+    try:
+        array = np.asarray(value) if isinstance(value, (np.ndarray, np.generic, int, float, bool, list)) else None
+    except ValueError:  # a ragged list: refused below as no array, not NumPy's traceback
+        array = None
     if array is None or array.dtype.kind not in "fiub":
         raise InputError(argument, f"an array of numbers (rounded to the output's {dtype})", _received(value))
     outside = _outside_range(array, dtype)
