@@ -507,7 +507,8 @@ def test_two_entries_of_one_new_file_with_other_tensors_share_it(package, form) 
     ({0: {"file": "new.npz"}, 2: {"file": "new.npz", "tensor": "Z"}},
      ["cases[0].expected.Y", "'new.npz', a new .npz file, would hold the arrays ['Z', 'arr_0']", "names no 'tensor'"]),
     ({0: {"file": "new.safetensors"}}, ["cases[0].expected.Y", "a new .safetensors file needs 'tensor'"]),
-    ({0: {"file": "new.npy", "tensor": "Y"}}, ["cases[0].expected.Y", "'tensor' applies to .npz and .safetensors"]),
+    ({0: {"file": "new.npy", "tensor": "Y"}}, ["test.json: cases[0].expected.Y: 'new.npy' is not in the package and expect "
+                                               "creates it, but 'tensor' applies to .npz and .safetensors"]),
     ({0: {"file": "con.npy"}}, ["cases[0].expected.Y", "expect does not create it", "the device CON to Windows"]),
     ({0: {"file": "__pycache__/y.npy"}}, ["expect does not create it", "files under __pycache__/ are never listed"]),
     ({0: {"file": "Data/y.npy"}}, ["expect does not create it", "'Data' differs from the package's 'data' only in case"]),
@@ -522,6 +523,8 @@ def test_two_entries_of_one_new_file_with_other_tensors_share_it(package, form) 
      ["cases[2].expected.Y", "'a.npy' is a new file another entry names, not a folder"]),
     ({0: {"file": "a.npy/b.npy"}, 2: {"file": "a.npy"}},
      ["cases[2].expected.Y", "'a.npy' is a folder of the new file 'a.npy/b.npy' another entry names"]),
+    ({0: {"file": "d/a.npy"}, 2: {"file": "d/a.npy/b.npy"}},  # the new file two folders down
+     ["cases[2].expected.Y", "'d/a.npy' is a new file another entry names, not a folder"]),
 ])  # fmt: skip
 def test_a_new_data_file_that_cannot_be_created_is_refused(package, entries, fragments) -> None:
     (package / "data").mkdir()
@@ -540,6 +543,28 @@ def test_a_new_data_file_that_cannot_be_created_is_refused(package, entries, fra
     result = _expect(package, code=2)
     assert_error(result, *fragments)
     assert _tree(package) == files and not list(outside.iterdir())
+
+
+@pytest.mark.parametrize(("entry", "fragment"), [
+    ({"file": "data/x.npy", "tensor": "Y"}, "data/x.npy: 'tensor' applies to .npz and .safetensors files only"),
+    ({"file": "data/s.npz", "tensor": "Q"}, "data/s.npz: no member 'Q' in the archive (it holds ['A', 'B'])"),
+    ({"file": "data/s.npz"}, "data/s.npz: the archive holds ['A', 'B']: name one with 'tensor'"),
+    ({"file": "linked/x.npy"}, "linked/ is a symbolic link to a folder"),  # there, but not the package's
+])  # fmt: skip
+def test_an_entry_on_a_package_file_without_its_array_is_refused_naming_it(package, entry, fragment) -> None:
+    """A file already there is not created again: an entry it holds no array for is refused, naming
+    test.json's entry and why, writing nothing."""
+    (package / "data").mkdir()
+    (package / "data" / "x.npy").write_bytes(_npy(np.zeros(3, np.float32)))
+    (package / "data" / "s.npz").write_bytes(_npz(A=np.zeros(3, np.float32), B=np.ones(2, np.float32)))
+    outside = package.parent / "outside"
+    outside.mkdir()
+    (outside / "x.npy").write_bytes(_npy(np.zeros(3, np.float32)))
+    (package / "linked").symlink_to(outside, target_is_directory=True)
+    _edit_tests(package, lambda cases: cases[0].update(expected={"Y": entry}))
+    files = _tree(package)
+    assert_error(_expect(package, code=2), "error: test.json: cases[0].expected.Y: ", fragment)
+    assert _tree(package) == files and (outside / "x.npy").read_bytes() == _npy(np.zeros(3, np.float32))
 
 
 def test_a_failing_case_leaves_no_new_file_behind(package) -> None:
