@@ -516,7 +516,10 @@ def test_two_entries_of_one_new_file_with_other_tensors_share_it(package, form) 
     # a folder on disk that holds no listed file (empty here) is a case twin too
     ({0: {"file": "EMPTY/y.npy"}}, ["expect does not create it", "'EMPTY' differs from the package's 'empty' only"]),
     ({0: {"file": "new/y.npy"}, 2: {"file": "NEW/y.npy"}}, ["cases[2].expected.Y", "from the package's 'new' only"]),
+    ({0: {"file": "new/a/y.npy"}, 2: {"file": "new/A/z.npy"}}, ["cases[2].expected.Y", "'new/A' differs from the package's 'new/a' only"]),
+    ({0: {"file": "data/inner/EMPTY/y.npy"}}, ["'data/inner/EMPTY' differs from the package's 'data/inner/empty' only"]),
     ({0: {"file": "data/x.npy/y.npy"}}, ["expect does not create it", "'data/x.npy' is a file, not a folder"]),
+    ({0: {"file": "manifest.json/y.npy"}}, ["expect does not create it", "'manifest.json' is a file, not a folder"]),
     ({0: {"file": "linked/y.npy"}}, ["expect does not create it", "linked/ is a symbolic link to a folder"]),
     # one new name the folder of another: written, one had failed on the other, leaving a.npy/b.npy behind
     ({0: {"file": "a.npy"}, 2: {"file": "a.npy/b.npy"}},
@@ -530,6 +533,7 @@ def test_a_new_data_file_that_cannot_be_created_is_refused(package, entries, fra
     (package / "data").mkdir()
     (package / "data" / "x.npy").write_bytes(_npy(np.zeros(3, np.float32)))
     (package / "empty").mkdir()
+    (package / "data" / "inner" / "empty").mkdir(parents=True)
     outside = package.parent / "outside"
     outside.mkdir()
     (package / "linked").symlink_to(outside, target_is_directory=True)
