@@ -509,7 +509,8 @@ def test_two_entries_of_one_new_file_with_other_tensors_share_it(package, form) 
     ({0: {"file": "new.safetensors"}}, ["cases[0].expected.Y", "a new .safetensors file needs 'tensor'"]),
     ({0: {"file": "new.npy", "tensor": "Y"}}, ["test.json: cases[0].expected.Y: 'new.npy' is not in the package and expect "
                                                "creates it, but 'tensor' applies to .npz and .safetensors"]),
-    ({0: {"file": "con.npy"}}, ["cases[0].expected.Y", "expect does not create it", "the device CON to Windows"]),
+    ({0: {"file": "con.npy"}}, ["test.json: cases[0].expected.Y: 'con.npy' is not in the package, and expect does not "
+                                "create it", "the device CON to Windows"]),
     ({0: {"file": "__pycache__/y.npy"}}, ["expect does not create it", "files under __pycache__/ are never listed"]),
     ({0: {"file": "Data/y.npy"}}, ["expect does not create it", "'Data' differs from the package's 'data' only in case"]),
     ({0: {"file": "data/X.npy"}}, ["expect does not create it", "'data/X.npy' differs from the package's 'data/x.npy'"]),
@@ -682,6 +683,7 @@ def test_a_package_larger_than_the_loader_opens_is_refused(package) -> None:
     def edit(cases):
         cases[2]["inputs"]["X"]["shape"] = [1000, 1000]
         cases[2]["expected"] = {"Y": {"file": "data/wide.Y.npy"}}
+        cases[0]["expected"] = {"Y": {"file": "tail.Y.npy"}}  # smaller, and named after it: the largest is by size
 
     _edit_tests(package, edit)
     room = MAX_PACKAGE_BYTES - sum((package / name).stat().st_size for name in package_files(package)) - (1 << 20)
@@ -691,10 +693,33 @@ def test_a_package_larger_than_the_loader_opens_is_refused(package) -> None:
             blob.truncate(min(MAX_FILE_BYTES, room - i * MAX_FILE_BYTES))
     before = (package / "test.json").read_bytes(), (package / "metadata.json").read_bytes()
     result = _expect(package, code=2)
-    assert_error(result, "cases[2].expected.Y", "bytes together, more than the loader opens (536870912)",
-                 "the largest file written is 'data/wide.Y.npy' (2000128 bytes)")  # fmt: skip
+    assert_error(result, "test.json: cases[2].expected.Y: the package's files would hold",
+                 "bytes together, more than the loader opens (536870912)",
+                 "; the largest file written is 'data/wide.Y.npy' (2000128 bytes): make cases smaller or fewer")  # fmt: skip
     assert ((package / "test.json").read_bytes(), (package / "metadata.json").read_bytes()) == before
-    assert not (package / "data").exists()
+    assert not (package / "data").exists() and not (package / "tail.Y.npy").exists()
+
+
+def test_a_package_an_inline_entry_takes_past_what_the_loader_opens_is_refused_naming_test_json(package) -> None:
+    """No data file written: test.json's own growth (a case given its expected values) passes the
+    512 MiB, refused naming test.json's cases, no data file to blame."""
+    from webgpu_kernels.digests import MAX_FILE_BYTES, MAX_PACKAGE_BYTES, package_files
+    from webgpu_kernels.expected import dumps
+
+    _expect(package)  # test.json in expect's own layout: what it grows by is the entry it writes
+    doc = json.loads((package / "test.json").read_text("utf-8"))
+    del doc["cases"][0]["expected"]
+    (package / "test.json").write_text(dumps(doc, step=" ") + "\n", "utf-8")
+    room = MAX_PACKAGE_BYTES - sum((package / name).stat().st_size for name in package_files(package)) - 10
+    (package / "blobs").mkdir()
+    for i in range(room // MAX_FILE_BYTES + 1):
+        with open(package / "blobs" / f"b{i}.bin", "wb") as blob:
+            blob.truncate(min(MAX_FILE_BYTES, room - i * MAX_FILE_BYTES))
+    files = {name: (package / name).read_bytes() for name in ("test.json", "metadata.json")}
+    result = _expect(package, code=2)
+    assert_error(result, "test.json: cases: the package's files would hold", "more than the loader opens (536870912)")
+    assert result.stderr.splitlines()[0].endswith("more than the loader opens (536870912)")  # no data file named
+    assert {name: (package / name).read_bytes() for name in files} == files
 
 
 def test_new_data_files_past_the_package_s_file_count_are_refused(package) -> None:
