@@ -660,6 +660,13 @@ def test_a_large_inline_entry_is_written_with_a_note_naming_the_data_file_to_nam
     _edit_tests(package, lambda cases: cases[0]["inputs"]["X"].update(shape=[2, 512]))
     assert "note:" not in _expect(package).stdout
 
+    def to_file(cases):  # an entry naming a data file holds no values inline, whatever the shape it gives
+        cases[0]["inputs"]["X"].update(shape=[2, 513])
+        cases[0]["expected"] = {"Y": {"file": "tail.Y.npy", "dtype": "float32", "shape": [2, 513]}}
+
+    _edit_tests(package, to_file)
+    assert "note:" not in _expect(package).stdout
+
 
 def test_a_test_json_larger_than_a_package_file_may_be_is_refused(package) -> None:
     """A million values written inline make test.json about 11 MB: refused before anything is
