@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webgpu_kernels.errors import InputError
-from webgpu_kernels.expected import _rounded, dumps, indent_of
+from webgpu_kernels.digests import MAX_FILE_BYTES
+from webgpu_kernels.errors import CaseFileError, InputError
+from webgpu_kernels.expected import InlineEntry, _rounded, check_test_file_size, dumps, indent_of, largest_inline_entry
 
 STEPS = st.sampled_from(["  ", "    ", "\t", " "])
 
@@ -191,3 +192,35 @@ def test_a_nan_for_a_bool_output_is_refused_naming_the_reference_s_output() -> N
     with pytest.raises(InputError) as info:
         _rounded(np.array([1.0, np.nan]), "bool", "ref['Y']")
     assert info.value.argument == "ref['Y']" and "NaN" in info.value.received
+
+
+def _inline(shape: list[int]) -> dict[str, Any]:
+    return {"dtype": "float32", "shape": shape, "values": [0.0] * int(np.prod(shape))}
+
+
+def test_the_largest_inline_entry_is_named_with_a_data_file_to_name_instead() -> None:
+    """The entry holding the most values (a data file's entry holds none inline, whatever its shape),
+    with ``CASE.ROLE.npy`` to name, or ``data/caseINDEX.ROLE.npy`` where the case's name makes no file name."""
+    cases = [{"name": "refused", "refused": {"error": "DTypeError"}},
+             {"name": "a b", "expected": {"Y": _inline([2, 3]), "Z": {"file": "z.npy", "shape": [100]}}},
+             {"name": "small", "expected": {"Y": _inline([2]), "Z": _inline([5])}}]  # fmt: skip
+    assert largest_inline_entry(cases) == InlineEntry(6, 1, "Y", "data/case1.Y.npy")
+    assert largest_inline_entry(cases).json_path == "cases[1].expected.Y"
+    cases[1]["name"] = "wide"
+    assert largest_inline_entry(cases) == InlineEntry(6, 1, "Y", "wide.Y.npy")
+    assert largest_inline_entry([cases[0], {"name": "f", "expected": {"Y": {"file": "y.npy"}}}]) is None
+
+
+def test_a_test_json_of_at_most_a_package_file_s_bytes_is_taken_and_a_larger_one_refused_naming_its_largest_entry():
+    """The loader reads a file of at most 8 MiB: test.json's new text is counted in UTF-8 bytes."""
+    cases = [{"name": "c0", "expected": {"Y": _inline([2])}}, {"name": "c1", "expected": {"Y": _inline([3])}}]
+    check_test_file_size(cases, "x" * MAX_FILE_BYTES)
+    with pytest.raises(CaseFileError) as info:
+        check_test_file_size(cases, "x" * (MAX_FILE_BYTES - 1) + "\u00e9")  # 2 bytes in UTF-8
+    assert info.value.json_path == "cases[1].expected.Y" and info.value.file == "test.json"
+    assert info.value.detail == (f"test.json would be {MAX_FILE_BYTES + 1} bytes, more than a package file may be "
+                                 f"({MAX_FILE_BYTES}): this entry holds 3 values inline; name a data file instead "
+                                 '({"file": "c1.Y.npy"}), which expect creates')  # fmt: skip
+    with pytest.raises(CaseFileError) as info:  # no inline entry to name: test.json's cases
+        check_test_file_size([], "x" * (MAX_FILE_BYTES + 1))
+    assert info.value.json_path == "cases" and info.value.detail.endswith(f"({MAX_FILE_BYTES})")
