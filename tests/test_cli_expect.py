@@ -371,7 +371,8 @@ def test_an_expected_entry_on_an_input_s_array_is_refused(package) -> None:
     _edit_tests(package, edit)
     files = {p.name: p.read_bytes() for p in package.iterdir()}
     result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
-    assert_error(result, "cases[0].expected.Y", "x.npz", "cases[0].inputs.X reads")
+    assert_error(result, "test.json: cases[0].expected.Y: 'x.npz' tensor 'X' is the array cases[0].inputs.X reads: writing "
+                 "the expected values there would change that input; give them a file (or tensor) of their own")
     assert {p.name: p.read_bytes() for p in package.iterdir()} == files
 
 
@@ -505,7 +506,8 @@ def test_two_entries_of_one_new_file_with_other_tensors_share_it(package, form) 
      ["cases[2].expected.Y", "'new.npz' tensor 'Y' is also cases[0].expected.Y's", "other values"]),
     # a .npz without tensor holds one array, which another entry's tensor would make two
     ({0: {"file": "new.npz"}, 2: {"file": "new.npz", "tensor": "Z"}},
-     ["cases[0].expected.Y", "'new.npz', a new .npz file, would hold the arrays ['Z', 'arr_0']", "names no 'tensor'"]),
+     ["test.json: cases[0].expected.Y: 'new.npz', a new .npz file, would hold the arrays ['Z', 'arr_0']",
+      "names no 'tensor'"]),
     ({0: {"file": "new.safetensors"}}, ["cases[0].expected.Y", "a new .safetensors file needs 'tensor'"]),
     ({0: {"file": "new.npy", "tensor": "Y"}}, ["test.json: cases[0].expected.Y: 'new.npy' is not in the package and expect "
                                                "creates it, but 'tensor' applies to .npz and .safetensors"]),
