@@ -341,7 +341,8 @@ def test_two_entries_of_one_array_with_other_values_are_refused(package) -> None
     _edit_tests(package, edit)
     files = {p.name: p.read_bytes() for p in package.iterdir()}
     result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple", code=2)
-    assert_error(result, "cases[3].expected.Y", "shared.npy", "cases[0].expected.Y", "other values")
+    assert_error(result, "test.json: cases[3].expected.Y: 'shared.npy' is also cases[0].expected.Y's, which gets other "
+                 "values from the reference: give each entry a file (or tensor) of its own")  # a .npy: no tensor named
     assert {p.name: p.read_bytes() for p in package.iterdir()} == files
 
 
