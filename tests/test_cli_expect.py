@@ -650,6 +650,17 @@ def test_a_data_file_larger_than_a_package_file_may_be_is_refused(package, there
     assert _tree(package) == files
 
 
+def test_a_data_file_of_exactly_a_package_file_s_bytes_is_written(package) -> None:
+    """8 MiB, which the loader reads: a .npy of 128 header bytes and 2,097,120 float32 values."""
+    def edit(cases):
+        cases[0]["inputs"]["X"]["shape"] = [2097120]
+        cases[0]["expected"] = {"Y": {"file": "big.Y.npy"}}
+
+    _edit_tests(package, edit)
+    assert "1 data file written (1 new: big.Y.npy)" in _expect(package).stdout
+    assert (package / "big.Y.npy").stat().st_size == 8 * 1024 * 1024
+
+
 def test_a_large_inline_entry_is_written_with_a_note_naming_the_data_file_to_name_instead(package) -> None:
     """An author's 6,000 expected values went into test.json inline without a word:
     written, and a note names the entry and the data file that keeps test.json readable; at the
