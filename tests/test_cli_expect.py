@@ -646,7 +646,8 @@ def test_a_data_file_larger_than_a_package_file_may_be_is_refused(package, there
     _edit_tests(package, edit)
     files = _tree(package)
     result = _expect(package, code=2)
-    assert_error(result, "cases[0].expected.Y", "'big.Y.npy' would be 9000128 bytes", "more than a package file may be")
+    assert_error(result, "test.json: cases[0].expected.Y: 'big.Y.npy' would be 9000128 bytes, more than a package file may "
+                 "be (8388608): make the case smaller, or give the arrays of a shared file files of their own\n")
     assert _tree(package) == files
 
 
