@@ -862,3 +862,27 @@ def test_a_first_metadata_json_written_by_expect_is_contract_version_1(package) 
     result = invoke(CliRunner(), "expect", str(package), "--reference", f"{package.parent / 'ref.py'}:triple")
     assert json.loads((package / "metadata.json").read_text("utf-8"))["version"] == 3
     assert "metadata.json refreshed" in result.stdout
+
+
+@pytest.mark.parametrize(("case", "first"), [(0, {"shape": [3, 5], "generate": {"distribution": "normal", "seed": 1}}),
+                                             (0, {"file": "x0.npy"}),
+                                             (1, {"file": "b.npz", "tensor": "Q"})])  # a refusal case's unreadable one
+def test_an_expected_entry_on_the_array_a_later_input_reads_is_refused(package, case, first) -> None:
+    """Every input of every case is checked, not only those before an inline one, one of another
+    file or one that cannot be read."""
+    manifest = json.loads((package / "manifest.json").read_text("utf-8"))
+    manifest["inputs"].append({"role": "B", "dtype": "T", "optional": True})
+    manifest["args"]["B"] = {"kind": "tensor", "semantic": "B", "role": "input"}
+    (package / "manifest.json").write_text(json.dumps(manifest, indent=2), "utf-8")
+    (package / "x0.npy").write_bytes(_npy(np.zeros((3, 5), np.float32)))
+    (package / "b.npz").write_bytes(_npz(B=np.ones((3, 5), np.float32)))
+
+    def edit(cases):
+        cases[case]["inputs"] = {"X": first, "B": {"file": "b.npz", "tensor": "B"}}
+        cases[0]["expected"] = {"Y": {"file": "b.npz", "tensor": "B"}}
+
+    _edit_tests(package, edit)
+    files = _tree(package)
+    assert_error(_expect(package, code=2), "test.json: cases[0].expected.Y: 'b.npz' tensor 'B' is the array "
+                 f"cases[{case}].inputs.B reads")  # fmt: skip
+    assert _tree(package) == files
