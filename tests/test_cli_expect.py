@@ -886,3 +886,29 @@ def test_an_expected_entry_on_the_array_a_later_input_reads_is_refused(package, 
     assert_error(_expect(package, code=2), "test.json: cases[0].expected.Y: 'b.npz' tensor 'B' is the array "
                  f"cases[{case}].inputs.B reads")  # fmt: skip
     assert _tree(package) == files
+
+
+def test_the_reference_gets_float_inputs_in_float64_others_as_they_are_and_the_attributes(tmp_path) -> None:
+    """docs/cli.md: FUNCTION(inputs, attrs) gets each case's inputs as `test` builds them, float ones
+    widened to float64, integer and boolean ones as they are, and the case's attributes over the
+    manifest's defaults. The starter's references (3 * X) computed the same in float32 as in float64."""
+    import shutil
+
+    from conftest import PACKAGES_DIR
+
+    root = shutil.copytree(PACKAGES_DIR / "ai.onnx.Cast", tmp_path / "pkg")
+    doc = json.loads((root / "test.json").read_text("utf-8"))
+    names = ["f32-specials-9", "f16-subnormals-5", "i32-ties-to-even-11", "u64-extremes-5", "bool-mask-3x5"]
+    doc["cases"] = [c for c in doc["cases"] if c["name"] in names or "refused" in c][:len(names) + 1]
+    assert [c["name"] for c in doc["cases"] if "refused" not in c] == names and "refused" in doc["cases"][-1]
+    (root / "test.json").write_text(json.dumps(doc, indent=1), "utf-8")
+    log = tmp_path / "calls.jsonl"
+    (tmp_path / "ref.py").write_text("import json\n\nimport numpy as np\n\n"
+                                     "def cast(inputs, attrs):\n"
+                                     f"    with open({str(log)!r}, 'a') as log:\n"
+                                     "        log.write(json.dumps([inputs['input'].dtype.name, attrs]) + '\\n')\n"
+                                     "    return {'output': inputs['input'].astype(np.float64)}\n", "utf-8")  # fmt: skip
+    result = invoke(CliRunner(), "expect", str(root), "--reference", f"{tmp_path / 'ref.py'}:cast")
+    assert f"{len(names)} cases written, 1 refusal case left" in result.stdout
+    calls = [json.loads(line) for line in log.read_text("utf-8").splitlines()]
+    assert calls == [[dtype, {"to": 1, "saturate": 1}] for dtype in ("float64", "float64", "int32", "uint64", "bool")]

@@ -63,6 +63,21 @@ def test_the_new_package_computes_twice_its_input(package, dtype) -> None:
     np.testing.assert_array_equal(y, (2.0 * x.astype(np.float64)).astype(dtype))
 
 
+def test_the_new_test_json_expects_twice_each_case_s_input_in_its_dtype(package) -> None:
+    """docs/cli.md: test.json's expected values are 2 * X in float64 on the inputs as `test` builds
+    them, rounded once to the output dtype, each entry `dtype`, `shape`, `values` (as `expect`
+    writes inline ones). An entry of dtype float64 for the float16 case would still pass `test`."""
+    kernel = wk.load_kernel(package)
+    cases = json.loads((package / "test.json").read_text("utf-8"))["cases"]
+    for case in cases:
+        x = wk.test_case_inputs(kernel, case["name"])["X"]
+        entry = case["expected"]["Y"]
+        assert list(entry) == ["dtype", "shape", "values"] and entry["dtype"] == case["types"]["T"] == x.dtype.name
+        assert entry["shape"] == list(x.shape) == case["inputs"]["X"]["shape"]
+        np.testing.assert_array_equal(np.asarray(entry["values"], np.float64).astype(x.dtype),  # shortest repr
+                                      (2.0 * x.astype(np.float64)).astype(x.dtype).reshape(-1))  # fmt: skip
+
+
 def test_the_op_id_defaults_to_the_folder_name_and_an_empty_folder_is_taken(tmp_path) -> None:
     root = tmp_path / "org.lab.Scale_2"
     root.mkdir()
