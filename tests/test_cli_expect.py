@@ -901,6 +901,12 @@ def test_the_reference_gets_float_inputs_in_float64_others_as_they_are_and_the_a
     names = ["f32-specials-9", "f16-subnormals-5", "i32-ties-to-even-11", "u64-extremes-5", "bool-mask-3x5"]
     doc["cases"] = [c for c in doc["cases"] if c["name"] in names or "refused" in c][:len(names) + 1]
     assert [c["name"] for c in doc["cases"] if "refused" not in c] == names and "refused" in doc["cases"][-1]
+    # a bfloat16 input (no NumPy float: ml_dtypes' kind "V") is widened too; expect runs no shader
+    manifest = json.loads((root / "manifest.json").read_text("utf-8"))
+    manifest["typeConstraints"]["T1"].append("bfloat16")
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2), "utf-8")
+    doc["cases"].append({"name": "bf16-3", "types": {"T1": "bfloat16"}, "attrs": {"to": 1},
+                         "inputs": {"input": {"shape": [3], "values": [1.5, -2.0, 3.0]}}})  # fmt: skip
     (root / "test.json").write_text(json.dumps(doc, indent=1), "utf-8")
     log = tmp_path / "calls.jsonl"
     (tmp_path / "ref.py").write_text("import json\n\nimport numpy as np\n\n"
@@ -909,6 +915,7 @@ def test_the_reference_gets_float_inputs_in_float64_others_as_they_are_and_the_a
                                      "        log.write(json.dumps([inputs['input'].dtype.name, attrs]) + '\\n')\n"
                                      "    return {'output': inputs['input'].astype(np.float64)}\n", "utf-8")  # fmt: skip
     result = invoke(CliRunner(), "expect", str(root), "--reference", f"{tmp_path / 'ref.py'}:cast")
-    assert f"{len(names)} cases written, 1 refusal case left" in result.stdout
+    assert f"{len(names) + 1} cases written, 1 refusal case left" in result.stdout
     calls = [json.loads(line) for line in log.read_text("utf-8").splitlines()]
-    assert calls == [[dtype, {"to": 1, "saturate": 1}] for dtype in ("float64", "float64", "int32", "uint64", "bool")]
+    dtypes = ("float64", "float64", "int32", "uint64", "bool", "float64")
+    assert calls == [[dtype, {"to": 1, "saturate": 1}] for dtype in dtypes]
