@@ -919,3 +919,33 @@ def test_the_reference_gets_float_inputs_in_float64_others_as_they_are_and_the_a
     calls = [json.loads(line) for line in log.read_text("utf-8").splitlines()]
     dtypes = ("float64", "float64", "int32", "uint64", "bool", "float64")
     assert calls == [[dtype, {"to": 1, "saturate": 1}] for dtype in dtypes]
+
+
+def test_the_output_shape_checked_is_the_one_the_case_s_attributes_give(tmp_path) -> None:
+    """A Transpose case's perm [2, 0, 1] makes its output [4, 2, 3] of a [2, 3, 4] input (the
+    default perm, reversed axes, [4, 3, 2]): the reference's right answer is written, not refused
+    as another shape than the kernel's."""
+    import shutil
+
+    from conftest import PACKAGES_DIR
+
+    root = shutil.copytree(PACKAGES_DIR / "demo.Transpose", tmp_path / "pkg")
+    doc = json.loads((root / "test.json").read_text("utf-8"))
+    names = ["rank3-2x3x4-201-f32", "rank3-2x3x4-201-i32"]
+    doc["cases"] = [c for c in doc["cases"] if c["name"] in names]
+    for case in doc["cases"]:
+        del case["expected"]  # written afresh, as for a case added with its inputs only
+    (root / "test.json").write_text(json.dumps(doc, indent=1), "utf-8")
+    (tmp_path / "ref.py").write_text("import numpy as np\n\n"
+                                     "def transpose(inputs, attrs):\n"
+                                     "    return {'transposed': np.transpose(inputs['data'], attrs['perm'] or None)}\n",
+                                     "utf-8")  # fmt: skip
+    result = invoke(CliRunner(), "expect", str(root), "--reference", f"{tmp_path / 'ref.py'}:transpose")
+    assert "2 cases written" in result.stdout
+    kernel = wk.load_kernel(root, verify_digests=False)
+    for case in json.loads((root / "test.json").read_text("utf-8"))["cases"]:
+        x = wk.test_case_inputs(kernel, case["name"])["data"]
+        entry = case["expected"]["transposed"]
+        assert entry["shape"] == [4, 2, 3] and entry["dtype"] == x.dtype.name, entry
+        np.testing.assert_array_equal(np.asarray(entry["values"], np.float64).astype(x.dtype),
+                                      x.transpose(2, 0, 1).reshape(-1))  # fmt: skip
