@@ -148,7 +148,8 @@ def test_the_author_s_indent_is_kept(package, step) -> None:
 @pytest.mark.parametrize(("function", "code", "fragments"), [
     ("raises", 1, ["ref.py:raises raised for case 'tail-3x5-f32'", "ZeroDivisionError: my reference broke"]),
     ("not_a_dict", 2, ["case 'tail-3x5-f32'", "expected a dict of output arrays (Y)", "got an array of shape [3, 5]"]),
-    ("no_output", 2, ["expected the required outputs ['Y'], got the keys ['Z']"]),
+    ("no_output", 2, ["ref.py:no_output's return value for case 'tail-3x5-f32'",
+                      "expected the required outputs ['Y'], got the keys ['Z']"]),
     ("no_output", 2, ["got the keys ['Z']\n"]),  # no guess where none is close
     ("lower_key", 2, ["expected the required outputs ['Y'], got the keys ['y'] (did you mean 'Y'?)"]),
     ("near_key", 2, ["got the keys ['YY'] (did you mean 'Y'?)"]),
@@ -443,6 +444,11 @@ def test_an_expected_value_the_reference_leaves_out_is_refused(optional_package)
     # a required output still must be returned
     result = invoke(CliRunner(), "expect", str(optional_package), "--reference", f"{ref}:z_only", code=2)
     assert_error(result, "expected the required outputs ['Y'], and any of the optional outputs ['Z'], got the keys ['Z']")
+    # and a return value that is no dict is told every output it may hold
+    (optional_package.parent / "optional.py").write_text(OPTIONAL + "\ndef array(inputs, attrs):\n    return inputs['X']\n",
+                                                         "utf-8")  # fmt: skip
+    result = invoke(CliRunner(), "expect", str(optional_package), "--reference", f"{ref}:array", code=2)
+    assert_error(result, "case 'tail-3x5-f32'", "expected a dict of output arrays (Y, Z), got an array of shape [3, 5]")
 
 
 # --- new data files -------------------------------------------------------------------------------
