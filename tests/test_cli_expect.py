@@ -153,7 +153,8 @@ def test_the_author_s_indent_is_kept(package, step) -> None:
     ("no_output", 2, ["got the keys ['Z']\n"]),  # no guess where none is close
     ("lower_key", 2, ["expected the required outputs ['Y'], got the keys ['y'] (did you mean 'Y'?)"]),
     ("near_key", 2, ["got the keys ['YY'] (did you mean 'Y'?)"]),
-    ("wrong_shape", 2, ["['Y']", "expected shape [3, 5]", "got shape [15]"]),
+    ("wrong_shape", 2, ["return value for case 'tail-3x5-f32'['Y']",
+                        "expected shape [3, 5] (the kernel's output for the case's inputs), got shape [15]"]),
     ("not_numbers", 2, ["expected an array of numbers (rounded to the output's float32)", "got str 'three'"]),
 ])  # fmt: skip
 def test_a_reference_that_fails_writes_nothing(package, function, code, fragments) -> None:
