@@ -956,3 +956,24 @@ def test_the_output_shape_checked_is_the_one_the_case_s_attributes_give(tmp_path
         assert entry["shape"] == [4, 2, 3] and entry["dtype"] == x.dtype.name, entry
         np.testing.assert_array_equal(np.asarray(entry["values"], np.float64).astype(x.dtype),
                                       x.transpose(2, 0, 1).reshape(-1))  # fmt: skip
+
+
+def test_an_entry_s_stale_dtype_and_shape_are_those_of_the_output_written(package) -> None:
+    """A case whose types or shapes changed since its entries were written: each entry's own
+    `dtype` and `shape` become the output's (the data file's entry keeping its keys, in their
+    order), so that `test` reads the values as they were written."""
+    def edit(cases):
+        cases[0]["expected"] = {"Y": {"file": "tail.Y.npy", "dtype": "float16", "shape": [1]}}
+        cases[2]["expected"] = {"Y": {"dtype": "float32", "shape": [2], "values": [0, 0]}}
+
+    _edit_tests(package, edit)
+    _expect(package)
+    cases = json.loads((package / "test.json").read_text("utf-8"))["cases"]
+    assert cases[0]["expected"] == {"Y": {"file": "tail.Y.npy", "dtype": "float32", "shape": [3, 5]}}
+    assert [(k, v) for k, v in cases[2]["expected"]["Y"].items() if k != "values"] == [("dtype", "float16"),
+                                                                                         ("shape", [2, 65])]  # fmt: skip
+    np.testing.assert_array_equal(np.load(package / "tail.Y.npy"), _tripled(package, "tail-3x5-f32"))
+    np.testing.assert_array_equal(np.asarray(cases[2]["expected"]["Y"]["values"], np.float16),
+                                  _tripled(package, "workgroups-2x65-f16").reshape(-1))  # fmt: skip
+    tested = json.loads(invoke(CliRunner(), "test", str(package), "--json").stdout)
+    assert tested["ok"] and {r["status"] for r in tested["packages"][0]["results"]} == {"pass"}
