@@ -63,10 +63,13 @@ def test_the_new_package_computes_twice_its_input(package, dtype) -> None:
     np.testing.assert_array_equal(y, (2.0 * x.astype(np.float64)).astype(dtype))
 
 
-def test_the_new_test_json_expects_twice_each_case_s_input_in_its_dtype(package) -> None:
+def test_the_new_test_json_expects_twice_each_case_s_input_in_its_dtype(tmp_path) -> None:
     """docs/cli.md: test.json's expected values are 2 * X in float64 on the inputs as `test` builds
     them, rounded once to the output dtype, each entry `dtype`, `shape`, `values` (as `expect`
-    writes inline ones). An entry of dtype float64 for the float16 case would still pass `test`."""
+    writes inline ones). An entry of dtype float64 for the float16 case would still pass `test`.
+    (A package of its own: mutmut runs only the tests that call `new`, as the module's fixture's first user.)"""
+    package = tmp_path / "pkg"
+    invoke(CliRunner(), "new", str(package), "--op", OP)
     kernel = wk.load_kernel(package)
     cases = json.loads((package / "test.json").read_text("utf-8"))["cases"]
     for case in cases:
