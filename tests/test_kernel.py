@@ -317,6 +317,7 @@ def test_a_stored_tuning_result_that_writes_an_unasked_output_is_not_forced(tuni
     cache.record(k.tuning_key, {"T": "float32"}, {"X": x.shape}, tuning.TunedChoice("withz", {"WORKGROUP_SIZE": 128}, 1e-5))
     assert k.plan({"X": x}, tuned=True)[1].variant == "withz"  # outputs=None: it returns more, and runs
     assert k.plan({"X": x}, tuned=True, outputs=["Y"])[1].variant == "noz"
+    assert k.render({"X": x}, outputs=["Y"]) == k.render({"X": x}, variant="noz")  # render as the call
     assert set(k({"X": x}, outputs=["Y"])) == {"Y"}
     reason = k.explain({"X": x}, outputs=["Y"]).tuning_entry["reason"]
     assert "'withz' writes Z, which the call does not ask for" in reason, reason
@@ -324,3 +325,75 @@ def test_a_stored_tuning_result_that_writes_an_unasked_output_is_not_forced(tuni
     cache.record(k.tuning_key, {"T": "float32"}, {"X": x.shape}, tuning.TunedChoice("noz", {"WORKGROUP_SIZE": 128}, 1e-5))
     assert k.plan({"X": x}, tuned=True, outputs=["Z"])[1].variant == "withz"
     assert "does not write Z" in k.explain({"X": x}, outputs=["Z"]).tuning_entry["reason"]
+
+
+# --- render and work_key: the WGSL a call with these arguments would run -----------------------------
+
+
+def test_render_and_work_key_follow_the_call_s_arguments(quick_gelu):
+    """render and work_key describe the call given: its attributes (QuickGelu's alpha is the WGSL's
+    ALPHA), its tunables (WORKGROUP_SIZE is the entry point's @workgroup_size), a forced variant
+    (scalar reads f32, not vec4<f32>) and its outputs=. Dropping any of them went unnoticed."""
+    meta = {"X": ((64,), "float32")}
+    default = quick_gelu.render(meta)["main"]
+    assert "const ALPHA: f32 = 1.702;" in default and "@workgroup_size(256)" in default
+    assert "array<vec4<f32>>" in default
+    assert "const ALPHA: f32 = 2.0;" in quick_gelu.render(meta, attrs={"alpha": 2.0})["main"]
+    assert "@workgroup_size(64)" in quick_gelu.render(meta, tunables={"WORKGROUP_SIZE": 64})["main"]
+    scalar = quick_gelu.render(meta, variant="scalar")["main"]
+    assert "array<vec4<f32>>" not in scalar and "array<f32>" in scalar
+    with pytest.raises(errors.InputError, match="names no output"):
+        quick_gelu.render(meta, outputs=[])
+    # work_key: the variant, then per pass the WGSL, the threads, the workgroup size, the uniforms' bytes
+    variant, (text, threads, size, uniforms) = quick_gelu.work_key(meta)
+    assert (variant, text, threads, size) == ("vec4", default, 64 // 4, (256, 1, 1))
+    assert np.frombuffer(uniforms[2], np.uint32)[0] == 64 // 4  # params.count: vec4 elements
+    assert "const ALPHA: f32 = 2.0;" in quick_gelu.work_key(meta, attrs={"alpha": 2.0})[1][0]
+    assert quick_gelu.work_key(meta, tunables={"WORKGROUP_SIZE": 64})[1][2] == (64, 1, 1)
+    forced = quick_gelu.work_key(meta, variant="scalar")
+    assert forced[0] == "scalar" and forced[1][:2] == (scalar, 64)
+    for method in (quick_gelu.render, quick_gelu.work_key):
+        with pytest.raises(errors.SelectionError, match="'nope'"):
+            method(meta, variant="nope")
+        with pytest.raises(errors.InputError, match="names no output"):
+            method(meta, outputs=[])
+        with pytest.raises(errors.MissingInputError, match="X"):
+            method({})
+        with pytest.raises(wk.AdapterNotFoundError, match="no-such-adapter"):  # adapter= is the call's
+            method(meta, adapter="no-such-adapter")
+    with pytest.raises(wk.AdapterNotFoundError, match="no-such-adapter"):
+        quick_gelu.flush(adapter="no-such-adapter")
+
+
+def test_render_and_work_key_follow_outputs(layer_norm):
+    """outputs=["Y"] renders the variant that writes no statistics, as the call runs it."""
+    meta = {"X": ((4, 16), "float32"), "Scale": ((16,), "float32")}
+    assert layer_norm.work_key(meta, outputs=["Y"])[0] == "row_nostats_nobias"
+    assert layer_norm.work_key(meta)[0] == "row_nobias"
+    assert layer_norm.render(meta, outputs=["Y"]) == layer_norm.render(meta, variant="row_nostats_nobias")
+    assert layer_norm.render(meta) == layer_norm.render(meta, variant="row_nobias")
+
+
+def test_render_runs_a_stored_tuning_result_as_the_call_would(quick_gelu, tuning_dir, device):
+    """Without variant= or tunables=, render gives the WGSL of the stored tuning result the call
+    would run; not for a call whose attributes differ from the class it was stored for, nor for a
+    shape its variant refuses (vec4 for 63 elements), where the manifest's own choice runs."""
+    from webgpu_kernels import tuning
+
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    for n, stored in ((64, "scalar"), (63, "vec4")):
+        cache.record(quick_gelu.tuning_key, {"T": "float32"}, {"X": (n,)},
+                     tuning.TunedChoice(stored, {"WORKGROUP_SIZE": 128}, 1e-5))  # fmt: skip
+    meta = {"X": ((64,), "float32")}
+    tuned = quick_gelu.render(meta)["main"]
+    assert "@workgroup_size(128)" in tuned and "array<vec4<f32>>" not in tuned  # scalar, tuned
+    assert quick_gelu.work_key(meta)[0] == "vec4"  # work_key: the manifest's choice (what the tuner times)
+    assert "@workgroup_size(64)" in quick_gelu.render(meta, tunables={"WORKGROUP_SIZE": 64})["main"]
+    other = quick_gelu.render(meta, attrs={"alpha": 2.0})["main"]  # another class: nothing stored for it
+    assert "@workgroup_size(256)" in other and "array<vec4<f32>>" in other
+    refused = quick_gelu.render({"X": ((63,), "float32")})["main"]  # vec4 refuses 63: vec4_tail's own
+    assert "@workgroup_size(256)" in refused, refused
+    cache.record(quick_gelu.tuning_key, {"T": "float32"}, {"X": (64,)},
+                 tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 32}, 1e-5), attrs={"alpha": 2.0})  # fmt: skip
+    alpha2 = quick_gelu.render(meta, attrs={"alpha": 2.0})["main"]  # that class's result, with the call's alpha
+    assert "@workgroup_size(32)" in alpha2 and "const ALPHA: f32 = 2.0;" in alpha2, alpha2
