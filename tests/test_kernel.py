@@ -397,3 +397,22 @@ def test_render_runs_a_stored_tuning_result_as_the_call_would(quick_gelu, tuning
                  tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 32}, 1e-5), attrs={"alpha": 2.0})  # fmt: skip
     alpha2 = quick_gelu.render(meta, attrs={"alpha": 2.0})["main"]  # that class's result, with the call's alpha
     assert "@workgroup_size(32)" in alpha2 and "const ALPHA: f32 = 2.0;" in alpha2, alpha2
+
+
+def test_evaluate_sees_the_call_s_attrs_and_tunables_and_names_its_place(quick_gelu):
+    """evaluate's scope is the call's: attrs= and tunables= override the defaults there; adapter= is
+    the call's too; a refused literal names ``where``; a refused argument's repr is cut to 60 characters."""
+    meta = {"X": ((8,), "float32")}
+    assert quick_gelu.evaluate("attrs.alpha", meta) == pytest.approx(1.702)
+    assert quick_gelu.evaluate("attrs.alpha", meta, attrs={"alpha": 2.0}) == 2.0
+    assert quick_gelu.evaluate("tunables.WORKGROUP_SIZE", meta, tunables={"WORKGROUP_SIZE": 64}) == 64
+    with pytest.raises(wk.AdapterNotFoundError, match="no-such-adapter"):
+        quick_gelu.evaluate("1", meta, adapter="no-such-adapter")
+    with pytest.raises(errors.ExpressionSandboxError) as info:
+        quick_gelu.evaluate(2**200, meta, where="bench.json flops")
+    assert "bench.json flops" in str(info.value), info.value
+    with pytest.raises(errors.InputError) as info:
+        quick_gelu.evaluate(list(range(1000)), meta)
+    assert info.value.expected == ("an expression string, or a number or boolean (a literal value, as in a "
+                                   "manifest)")  # fmt: skip
+    assert info.value.received == "list " + repr(list(range(1000)))[:57] + "...", info.value.received
