@@ -389,6 +389,11 @@ def test_render_runs_a_stored_tuning_result_as_the_call_would(quick_gelu, tuning
     assert "@workgroup_size(128)" in tuned and "array<vec4<f32>>" not in tuned  # scalar, tuned
     assert quick_gelu.work_key(meta)[0] == "vec4"  # work_key: the manifest's choice (what the tuner times)
     assert "@workgroup_size(64)" in quick_gelu.render(meta, tunables={"WORKGROUP_SIZE": 64})["main"]
+    only = "a stored result applies only to a call that names neither a variant nor tunables"
+    for given, named in (({"tunables": {"WORKGROUP_SIZE": 64}}, "tunables={'WORKGROUP_SIZE': 64}"),
+                         ({"variant": "vec4"}, "variant='vec4'")):  # explain says why it does not run
+        entry = quick_gelu.explain(meta, **given).tuning_entry
+        assert (entry["variant"], entry["used"], entry["reason"]) == ("scalar", False, f"the call gives {named}: {only}")
     other = quick_gelu.render(meta, attrs={"alpha": 2.0})["main"]  # another class: nothing stored for it
     assert "@workgroup_size(256)" in other and "array<vec4<f32>>" in other
     refused = quick_gelu.render({"X": ((63,), "float32")})["main"]  # vec4 refuses 63: vec4_tail's own
@@ -416,3 +421,25 @@ def test_evaluate_sees_the_call_s_attrs_and_tunables_and_names_its_place(quick_g
     assert info.value.expected == ("an expression string, or a number or boolean (a literal value, as in a "
                                    "manifest)")  # fmt: skip
     assert info.value.received == "list " + repr(list(range(1000)))[:57] + "...", info.value.received
+
+
+def test_plan_and_the_call_run_a_stored_result_with_the_call_s_attributes(quick_gelu, tuning_dir, device):
+    """A tuning result stored for calls with alpha=2.0 runs for such a call with alpha=2.0 (QuickGelu's
+    x * sigmoid(alpha * x), float64 reference), in the call and in plan(tuned=True); plan's adapter= is the call's."""
+    from webgpu_kernels import tuning
+
+    cache = tuning.cache_for(device.adapter.name, device.adapter.backend)
+    cache.record(quick_gelu.tuning_key, {"T": "float32"}, {"X": (64,)},
+                 tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 32}, 1e-5), attrs={"alpha": 2.0})  # fmt: skip
+    x = np.linspace(-4, 4, 64, dtype=np.float32)
+    meta = {"X": x}
+    _, tuned = quick_gelu.plan(meta, attrs={"alpha": 2.0}, tuned=True)
+    assert (tuned.variant, tuned.tunables["WORKGROUP_SIZE"]) == ("scalar", 32)
+    assert tuned is quick_gelu.plan(meta, attrs={"alpha": 2.0}, variant="scalar", tunables={"WORKGROUP_SIZE": 32})[1]
+    assert quick_gelu.plan(meta, tuned=True)[1].variant == "vec4"  # alpha's default: nothing stored
+    x64 = x.astype(np.float64)
+    for alpha in (2.0, 1.702):
+        got = quick_gelu({"X": x}, attrs={"alpha": alpha})["Y"]
+        np.testing.assert_allclose(got, x64 / (1 + np.exp(-alpha * x64)), rtol=1e-5, atol=1e-6)
+    with pytest.raises(wk.AdapterNotFoundError, match="no-such-adapter"):
+        quick_gelu.plan(meta, adapter="no-such-adapter")
