@@ -443,3 +443,17 @@ def test_plan_and_the_call_run_a_stored_result_with_the_call_s_attributes(quick_
         np.testing.assert_allclose(got, x64 / (1 + np.exp(-alpha * x64)), rtol=1e-5, atol=1e-6)
     with pytest.raises(wk.AdapterNotFoundError, match="no-such-adapter"):
         quick_gelu.plan(meta, adapter="no-such-adapter")
+
+
+def test_explain_of_a_forced_variant_that_lacks_an_asked_output(layer_norm):
+    """explain(variant=..., outputs=...) reports what that call raises: the forced variant writes no
+    Mean, which the call asks for, so nothing is chosen and no scratch is reported (docs: None)."""
+    meta = {"X": ((2, 16), "float32"), "Scale": ((16,), "float32")}
+    refused = layer_norm.explain(meta, variant="row_nostats_nobias", outputs=["Mean"])
+    assert refused.chosen is None and refused.scratch is None and refused.as_dict()["scratch"] is None
+    assert "does not write Mean" in refused.refused, refused.refused
+    with pytest.raises(errors.VariantRejectedError, match="does not write Mean"):  # what the call raises
+        layer_norm({"X": np.ones((2, 16), np.float32), "Scale": np.ones(16, np.float32)}, variant="row_nostats_nobias",
+                   outputs=["Mean"])  # fmt: skip
+    accepted = layer_norm.explain(meta, variant="row_nobias", outputs=["Y"])
+    assert (accepted.chosen, accepted.refused, accepted.scratch) == ("row_nobias", None, ())
