@@ -457,3 +457,29 @@ def test_explain_of_a_forced_variant_that_lacks_an_asked_output(layer_norm):
                    outputs=["Mean"])  # fmt: skip
     accepted = layer_norm.explain(meta, variant="row_nobias", outputs=["Y"])
     assert (accepted.chosen, accepted.refused, accepted.scratch) == ("row_nobias", None, ())
+
+
+def test_a_call_on_the_cached_plan_reads_strided_and_big_endian_arrays_as_numpy_does(quick_gelu):
+    """The second call of a shape takes the cached plan; its arrays must still be uploaded as their
+    values: a transposed view (strided) or big-endian data, after a call that planned that shape."""
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((8, 4)).astype(np.float32)
+    for x in (np.ascontiguousarray(base.T), base.T, base.T.astype(">f4"), base.T.astype(">f4")):
+        x64 = x.astype(np.float64)
+        np.testing.assert_allclose(quick_gelu({"X": x})["Y"], x64 / (1 + np.exp(-1.702 * x64)), rtol=1e-5, atol=1e-6)
+
+
+def test_a_gpu_tensor_input_of_a_planned_shape_takes_the_cached_plan(tmp_path, name_checks):
+    """A call whose inputs are GpuTensors of a shape seen before finds its plan by the key alone, as
+    for NumPy arrays: no contract check (the names are checked once, by the first call)."""
+    import shutil
+
+    kernel = wk.load_kernel(shutil.copytree(wk.get_kernel("com.microsoft.QuickGelu").package.root, tmp_path / "pkg"))
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    tensor = wk.to_gpu(x)
+    for checks in ([["X"]], []):
+        name_checks.clear()
+        got = kernel({"X": tensor})["Y"]
+        assert name_checks == checks
+        np.testing.assert_allclose(got, x / (1 + np.exp(-1.702 * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
+    tensor.release()
