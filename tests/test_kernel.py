@@ -483,3 +483,31 @@ def test_a_gpu_tensor_input_of_a_planned_shape_takes_the_cached_plan(tmp_path, n
         assert name_checks == checks
         np.testing.assert_allclose(got, x / (1 + np.exp(-1.702 * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
     tensor.release()
+
+
+def test_an_optional_input_given_as_none_keeps_every_other_argument_of_the_call():
+    """B=None is the call that leaves B out, with the call's own attrs, variant, tunables, output,
+    adapter and outputs (LayerNormalization in float64 as the reference)."""
+    from conftest import PACKAGES_DIR
+
+    kernel = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
+    rng = np.random.default_rng(5)
+    x, scale = rng.standard_normal((3, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    x64 = x.astype(np.float64)
+    mean = x64.mean(-1, keepdims=True)
+    for epsilon in (1e-5, 4.0):  # a large epsilon: dropping attrs= shows
+        y = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + epsilon) * scale
+        got = kernel({"X": x, "Scale": scale, "B": None}, attrs={"epsilon": epsilon}, outputs=["Y"], output="gpu")
+        assert set(got) == {"Y"} and isinstance(got["Y"], wk.GpuTensor)
+        np.testing.assert_allclose(got["Y"].numpy(), y, rtol=2e-5, atol=2e-5)
+        got["Y"].release()
+    inputs = {"X": x, "Scale": scale, "B": None}
+    with pytest.raises(errors.VariantRejectedError, match="onepass"):  # a bias variant, B left out
+        kernel(inputs, variant="onepass")
+    with pytest.raises(errors.UnknownInputError, match="'NOPE'"):
+        kernel(inputs, tunables={"NOPE": 1})
+    with pytest.raises(wk.AdapterNotFoundError, match="no-such-adapter"):
+        kernel(inputs, adapter="no-such-adapter")
+    with pytest.raises(errors.InputError) as info:
+        kernel(inputs, output="torch")
+    assert (info.value.argument, info.value.received) == ("output", "'torch'")
