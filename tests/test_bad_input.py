@@ -786,3 +786,13 @@ def test_a_torch_tensor_numpy_cannot_read_gets_a_hint_of_what_to_do(quick_gelu):
     with pytest.raises(errors.InputError) as info:
         quick_gelu({"X": _RefusingArray(TypeError("no"))})
     assert "torch" not in str(info.value)
+
+
+def test_a_gpu_tensor_of_a_refused_dtype_is_told_to_upload_it_converted(quick_gelu):
+    """A GpuTensor has no NumPy astype for int32 -> float32: the call's DTypeError says to upload it
+    converted (docs: GpuTensor.astype converts only between float32 and float16), not .astype."""
+    tensor = wk.to_gpu(np.arange(4, dtype=np.int32))
+    with pytest.raises(errors.DTypeError) as info:
+        quick_gelu({"X": tensor})
+    assert "upload it converted: to_gpu(a.astype(np.float32))" in str(info.value), info.value
+    tensor.release()
