@@ -511,3 +511,19 @@ def test_an_optional_input_given_as_none_keeps_every_other_argument_of_the_call(
     with pytest.raises(errors.InputError) as info:
         kernel(inputs, output="torch")
     assert (info.value.argument, info.value.received) == ("output", "'torch'")
+
+
+def test_the_fast_plan_cache_keeps_the_newest_plans_within_its_bound(tmp_path, monkeypatch):
+    """Past PLAN_CACHE_SIZE call keys the oldest is dropped: calls of new shapes go on running (an
+    eviction that failed would refuse every call past the bound), and the bound holds (pipeline memory)."""
+    import shutil
+
+    from webgpu_kernels import kernel as kernel_module
+
+    monkeypatch.setattr(kernel_module, "PLAN_CACHE_SIZE", 2)
+    kernel = wk.load_kernel(shutil.copytree(wk.get_kernel("com.microsoft.QuickGelu").package.root, tmp_path / "pkg"))
+    for n in (4, 8, 12, 16):
+        x = np.linspace(-1, 1, n, dtype=np.float32)
+        np.testing.assert_allclose(kernel({"X": x})["Y"], x / (1 + np.exp(-1.702 * x.astype(np.float64))),
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+    assert [key[-1][1] for key in kernel._fast_plans] == [(12,), (16,)]  # the newest two, oldest first
