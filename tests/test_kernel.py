@@ -402,6 +402,8 @@ def test_render_runs_a_stored_tuning_result_as_the_call_would(quick_gelu, tuning
                  tuning.TunedChoice("scalar", {"WORKGROUP_SIZE": 32}, 1e-5), attrs={"alpha": 2.0})  # fmt: skip
     alpha2 = quick_gelu.render(meta, attrs={"alpha": 2.0})["main"]  # that class's result, with the call's alpha
     assert "@workgroup_size(32)" in alpha2 and "const ALPHA: f32 = 2.0;" in alpha2, alpha2
+    shaders, entry = quick_gelu._render(meta, {"alpha": 2.0}, None, None, None, entry=True)  # the CLI's render
+    assert shaders["main"] == alpha2 and entry is not None and entry["used"] and entry["variant"] == "scalar", entry
 
 
 def test_evaluate_sees_the_call_s_attrs_and_tunables_and_names_its_place(quick_gelu):
