@@ -11,6 +11,8 @@ import pytest
 import webgpu_kernels as wk
 from webgpu_kernels import errors
 
+from references import quick_gelu as quick_gelu_reference
+
 
 def test_evaluate_gives_an_expression_value_in_the_call_scope():
     """Kernel.evaluate sees what the manifest's top-level expressions see: inputs' and outputs'
@@ -115,12 +117,17 @@ def name_checks(monkeypatch):
     return checks
 
 
+def _own_copy(name: str, tmp_path) -> wk.Kernel:
+    """A shipped package loaded from a copy of its folder: a kernel whose caches no other test shares."""
+    import shutil
+
+    return wk.load_kernel(shutil.copytree(wk.get_kernel(name).package.root, tmp_path / "pkg"))
+
+
 def test_a_new_shape_checks_the_input_names_once(tmp_path, name_checks):
     """The names were checked before any value was read, then again by the contract check: twice on
     every call of a new shape (and for explain, plan and tuning_class). Once now."""
-    import shutil
-
-    kernel = wk.load_kernel(shutil.copytree(wk.get_kernel("com.microsoft.BiasAdd").package.root, tmp_path / "pkg"))
+    kernel = _own_copy("com.microsoft.BiasAdd", tmp_path)
     inputs = {"X": np.ones((2, 3, 8), np.float32), "bias": np.ones(8, np.float32), "skip": np.ones((2, 3, 8), np.float32)}
     for use in (kernel, kernel.explain, kernel.plan, kernel.tuning_class):
         name_checks.clear()
@@ -168,11 +175,11 @@ def test_a_variant_argument_of_another_type_is_named_briefly(quick_gelu):
 # --- outputs=: the outputs a call asks for --------------------------------------------------------
 
 
-def _layer_norm64(x, scale, bias=None):
+def _layer_norm64(x, scale, bias=None, epsilon=1e-5):
     """LayerNormalization over the last axis in float64: Y, Mean, InvStdDev (an independent reference)."""
     x = np.asarray(x, np.float64)
     mean = x.mean(axis=-1, keepdims=True)
-    inv = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + 1e-5)
+    inv = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + epsilon)
     y = (x - mean) * inv * np.asarray(scale, np.float64) + (0.0 if bias is None else np.asarray(bias, np.float64))
     return {"Y": y, "Mean": mean, "InvStdDev": inv}
 
@@ -439,10 +446,9 @@ def test_plan_and_the_call_run_a_stored_result_with_the_call_s_attributes(quick_
     assert (tuned.variant, tuned.tunables["WORKGROUP_SIZE"]) == ("scalar", 32)
     assert tuned is quick_gelu.plan(meta, attrs={"alpha": 2.0}, variant="scalar", tunables={"WORKGROUP_SIZE": 32})[1]
     assert quick_gelu.plan(meta, tuned=True)[1].variant == "vec4"  # alpha's default: nothing stored
-    x64 = x.astype(np.float64)
     for alpha in (2.0, 1.702):
         got = quick_gelu({"X": x}, attrs={"alpha": alpha})["Y"]
-        np.testing.assert_allclose(got, x64 / (1 + np.exp(-alpha * x64)), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, quick_gelu_reference(x, alpha), rtol=1e-5, atol=1e-6)
     with pytest.raises(wk.AdapterNotFoundError, match="no-such-adapter"):
         quick_gelu.plan(meta, adapter="no-such-adapter")
 
@@ -467,23 +473,20 @@ def test_a_call_on_the_cached_plan_reads_strided_and_big_endian_arrays_as_numpy_
     rng = np.random.default_rng(3)
     base = rng.standard_normal((8, 4)).astype(np.float32)
     for x in (np.ascontiguousarray(base.T), base.T, base.T.astype(">f4"), base.T.astype(">f4")):
-        x64 = x.astype(np.float64)
-        np.testing.assert_allclose(quick_gelu({"X": x})["Y"], x64 / (1 + np.exp(-1.702 * x64)), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(quick_gelu({"X": x})["Y"], quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
 
 
 def test_a_gpu_tensor_input_of_a_planned_shape_takes_the_cached_plan(tmp_path, name_checks):
     """A call whose inputs are GpuTensors of a shape seen before finds its plan by the key alone, as
     for NumPy arrays: no contract check (the names are checked once, by the first call)."""
-    import shutil
-
-    kernel = wk.load_kernel(shutil.copytree(wk.get_kernel("com.microsoft.QuickGelu").package.root, tmp_path / "pkg"))
+    kernel = _own_copy("com.microsoft.QuickGelu", tmp_path)
     x = np.linspace(-2, 2, 16, dtype=np.float32)
     tensor = wk.to_gpu(x)
     for checks in ([["X"]], []):
         name_checks.clear()
         got = kernel({"X": tensor})["Y"]
         assert name_checks == checks
-        np.testing.assert_allclose(got, x / (1 + np.exp(-1.702 * x.astype(np.float64))), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
     tensor.release()
 
 
@@ -495,10 +498,8 @@ def test_an_optional_input_given_as_none_keeps_every_other_argument_of_the_call(
     kernel = wk.load_kernel(PACKAGES_DIR / "demo.LayerNorm")
     rng = np.random.default_rng(5)
     x, scale = rng.standard_normal((3, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
-    x64 = x.astype(np.float64)
-    mean = x64.mean(-1, keepdims=True)
     for epsilon in (1e-5, 4.0):  # a large epsilon: dropping attrs= shows
-        y = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + epsilon) * scale
+        y = _layer_norm64(x, scale, epsilon=epsilon)["Y"]
         got = kernel({"X": x, "Scale": scale, "B": None}, attrs={"epsilon": epsilon}, outputs=["Y"], output="gpu")
         assert set(got) == {"Y"} and isinstance(got["Y"], wk.GpuTensor)
         np.testing.assert_allclose(got["Y"].numpy(), y, rtol=2e-5, atol=2e-5)
@@ -518,14 +519,11 @@ def test_an_optional_input_given_as_none_keeps_every_other_argument_of_the_call(
 def test_the_fast_plan_cache_keeps_the_newest_plans_within_its_bound(tmp_path, monkeypatch):
     """Past PLAN_CACHE_SIZE call keys the oldest is dropped: calls of new shapes go on running (an
     eviction that failed would refuse every call past the bound), and the bound holds (pipeline memory)."""
-    import shutil
-
     from webgpu_kernels import kernel as kernel_module
 
     monkeypatch.setattr(kernel_module, "PLAN_CACHE_SIZE", 2)
-    kernel = wk.load_kernel(shutil.copytree(wk.get_kernel("com.microsoft.QuickGelu").package.root, tmp_path / "pkg"))
+    kernel = _own_copy("com.microsoft.QuickGelu", tmp_path)
     for n in (4, 8, 12, 16):
         x = np.linspace(-1, 1, n, dtype=np.float32)
-        np.testing.assert_allclose(kernel({"X": x})["Y"], x / (1 + np.exp(-1.702 * x.astype(np.float64))),
-                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(kernel({"X": x})["Y"], quick_gelu_reference(x), rtol=1e-5, atol=1e-6)
     assert [key[-1][1] for key in kernel._fast_plans] == [(12,), (16,)]  # the newest two, oldest first
