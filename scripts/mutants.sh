@@ -8,6 +8,10 @@
 # opened the WebGPU device, which the engine refuses, so every mutant a GPU test reached counted as killed (session 64).
 # mutmut renames functions (x_NAME__mutmut_orig): a test asserting a TypeError's text that names one needs --deselect
 # (tests/test_expressions.py::test_a_call_with_the_wrong_arguments_names_the_function_as_the_language_does).
+# So do tests comparing a warning's filename with __file__ (mutmut's trampoline moves it: tests/test_tuning.py's
+# damaged-file and file-as-tuning-dir tests). A baseline failure prints only "failed to collect stats": add
+# `debug = true` to the [mutmut] section to see it. `mutmut apply` of a mutant of an @overload-ed method (Kernel.__call__)
+# writes it over the first stub, leaving the method as it was: apply those by hand (session 65).
 set -uo pipefail
 out=${MUTANTS_OUT:-/tmp/mutants}
 work=$(mktemp -d)
